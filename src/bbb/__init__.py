@@ -1,0 +1,65 @@
+"""bbb: Bayes by Backprop (Blundell, Cornebise, Kavukcuoglu, Wierstra, ICML 2015).
+
+>>> import bbb
+>>> net = bbb.nn.BayesMLP(784, [400, 400], 10, prior=bbb.ScaleMixturePrior(0.25, 1.0, 0.0009))
+>>> elbo = bbb.ELBO(net, "categorical", num_batches=391, kl_weighting="blundell")
+"""
+
+from __future__ import annotations
+
+from . import distributions, functional, nn, prune, uncertainty
+from .distributions import (
+    DiagonalNormal,
+    GaussianPrior,
+    KLMode,
+    Prior,
+    ScaleMixturePrior,
+    kl_divergence,
+    register_kl,
+)
+from .elbo import (
+    ELBO,
+    Categorical,
+    ELBOOutput,
+    Gaussian,
+    HeteroscedasticGaussian,
+    KLWeighting,
+    kl_weights,
+)
+from .errors import DataError, UserError
+from .functional import expand_samples
+from .nn import BayesConv2d, BayesLinear, BayesMLP, Estimator, SampleRecorder, model_kl, sampling
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BayesConv2d",
+    "BayesLinear",
+    "BayesMLP",
+    "Categorical",
+    "DataError",
+    "DiagonalNormal",
+    "ELBO",
+    "ELBOOutput",
+    "Estimator",
+    "Gaussian",
+    "GaussianPrior",
+    "HeteroscedasticGaussian",
+    "KLMode",
+    "KLWeighting",
+    "Prior",
+    "SampleRecorder",
+    "ScaleMixturePrior",
+    "UserError",
+    "distributions",
+    "expand_samples",
+    "functional",
+    "kl_divergence",
+    "kl_weights",
+    "model_kl",
+    "nn",
+    "prune",
+    "register_kl",
+    "sampling",
+    "uncertainty",
+]

@@ -1,0 +1,47 @@
+"""Data sets of the paper: MNIST, Fashion-MNIST and UCI Mushroom.
+
+Files are found in (or downloaded to) ``<data dir>/<dataset>/<original file name>``; see
+:func:`resolve_data_dir`. Every problem with a file raises :class:`bbb.errors.DataError`
+with a one-line message that names the file and says what to do.
+"""
+
+from __future__ import annotations
+
+from bbb.data.idx import read_idx, read_idx_pair
+from bbb.data.mnist import MNIST_DATASETS, MNIST_FILES, load_mnist, mnist_splits
+from bbb.data.mushroom import MUSHROOM_ATTRIBUTES, MUSHROOM_FILE, load_mushroom, parse_mushroom
+from bbb.data.sources import (
+    BASE_URLS,
+    DATASETS,
+    KNOWN_FILES,
+    download_dataset,
+    ensure_file,
+    ensure_files,
+    file_md5,
+    resolve_data_dir,
+    url_for,
+    verify_md5,
+)
+
+__all__ = [
+    "BASE_URLS",
+    "DATASETS",
+    "KNOWN_FILES",
+    "MNIST_DATASETS",
+    "MNIST_FILES",
+    "MUSHROOM_ATTRIBUTES",
+    "MUSHROOM_FILE",
+    "download_dataset",
+    "ensure_file",
+    "ensure_files",
+    "file_md5",
+    "load_mnist",
+    "load_mushroom",
+    "mnist_splits",
+    "parse_mushroom",
+    "read_idx",
+    "read_idx_pair",
+    "resolve_data_dir",
+    "url_for",
+    "verify_md5",
+]

@@ -1,0 +1,309 @@
+"""Where data files live, where they come from, and how they get there.
+
+Files are stored as ``<data dir>/<dataset>/<original file name>``, for example
+``~/.cache/bbb/mnist/train-images-idx3-ubyte.gz``. The data directory is, in order: the
+``data_dir`` argument (the command line's ``--data-dir``), the ``BBB_DATA`` environment
+variable, or the per-user cache ``$XDG_CACHE_HOME/bbb`` (``~/.cache/bbb``).
+
+A missing file is downloaded from its public URL into a temporary file in the same folder,
+checked against its official MD5, then renamed into place, so a partial or wrong file is
+never left behind. ``BBB_DATA_URL`` points downloads at a mirror laid out like the data
+directory (``<BBB_DATA_URL>/<dataset>/<file name>``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from bbb.errors import DataError
+from bbb.io import atomic_write
+
+__all__ = [
+    "BASE_URLS",
+    "DATASETS",
+    "DOWNLOAD_TIMEOUT",
+    "KNOWN_FILES",
+    "download_dataset",
+    "ensure_file",
+    "ensure_files",
+    "file_md5",
+    "resolve_data_dir",
+    "url_for",
+    "verify_md5",
+]
+
+log = logging.getLogger(__name__)
+
+DATASETS: tuple[str, ...] = ("mnist", "fashion-mnist", "mushroom")
+"""Names of the data sets this module knows, which are also their folder names."""
+
+BASE_URLS: dict[str, str] = {
+    "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "fashion-mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+    "mushroom": "https://archive.ics.uci.edu/ml/machine-learning-databases/mushroom/",
+}
+"""Public URL prefix of each data set; a file's URL is the prefix plus its name."""
+
+KNOWN_FILES: dict[str, dict[str, str]] = {
+    "mnist": {
+        "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+        "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+        "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+        "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+    },
+    "fashion-mnist": {
+        "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+        "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+        "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+    },
+    "mushroom": {
+        "agaricus-lepiota.data": "08abc775ae2a79b402cc75f3a29e4b7d",
+    },
+}
+"""Official MD5 of every known file: ``KNOWN_FILES[dataset][file name]``."""
+
+DOWNLOAD_TIMEOUT = 30.0
+"""Seconds to wait for the server to connect or to send more data."""
+
+_CHUNK = 1 << 20
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _check_dataset(dataset: str) -> None:
+    if dataset not in KNOWN_FILES:
+        raise DataError(
+            f"unknown data set {dataset!r}; valid names: {', '.join(sorted(KNOWN_FILES))}"
+        )
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Return the data directory.
+
+    Parameters
+    ----------
+    data_dir
+        Explicit folder (the ``--data-dir`` option); wins over everything else.
+
+    Returns
+    -------
+    Path
+        ``data_dir`` if given, else ``$BBB_DATA`` if set and non-empty, else
+        ``$XDG_CACHE_HOME/bbb`` (when that is an absolute path), else ``~/.cache/bbb``.
+        The folder need not exist.
+    """
+    if data_dir is not None and str(data_dir) != "":
+        return Path(data_dir).expanduser().absolute()
+    env = os.environ.get("BBB_DATA", "")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and Path(xdg).expanduser().is_absolute():
+        return Path(xdg).expanduser() / "bbb"
+    return Path.home() / ".cache" / "bbb"
+
+
+def url_for(dataset: str, filename: str, base_url: str | None = None) -> str:
+    """Return the URL a file is downloaded from.
+
+    ``base_url`` (prefix for the file name) wins, then ``$BBB_DATA_URL`` (a mirror laid out
+    like the data directory: ``<BBB_DATA_URL>/<dataset>/<file name>``), then the official
+    :data:`BASE_URLS` entry.
+    """
+    if base_url:
+        return base_url.rstrip("/") + "/" + filename
+    mirror = os.environ.get("BBB_DATA_URL", "")
+    if mirror:
+        return f"{mirror.rstrip('/')}/{dataset}/{filename}"
+    return BASE_URLS[dataset] + filename
+
+
+def file_md5(path: str | os.PathLike[str]) -> str:
+    """Return the hexadecimal MD5 digest of a file."""
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_md5(path: str | os.PathLike[str], expected: str) -> None:
+    """Check a file against its expected MD5.
+
+    Raises
+    ------
+    DataError
+        When the file is missing, unreadable, or its digest differs from ``expected``.
+    """
+    try:
+        got = file_md5(path)
+    except OSError as exc:
+        raise DataError(_one_line(f"{path}: cannot read: {exc.strerror or exc}")) from None
+    if got != expected.lower():
+        raise DataError(
+            f"{path}: checksum mismatch: expected {expected.lower()}, got {got}; "
+            "delete it and re-run to download again, or point --data-dir at a good copy"
+        )
+
+
+class _NetworkError(Exception):
+    """A failure talking to the server (as opposed to writing the local file)."""
+
+
+def _progress(total: int | None, desc: str) -> Any:
+    """A tqdm bar when stderr is a terminal, else ``None``."""
+    stderr = sys.stderr
+    if stderr is None or not stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False)
+
+
+def _download(url: str, dest: Path, md5: str, timeout: float) -> None:
+    """Stream ``url`` into a temporary file beside ``dest``, check the MD5, rename into place."""
+    try:
+        request = urllib.request.Request(url, headers={"User-Agent": "bbb-data/0.1"})
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise _NetworkError(exc) from exc
+    with response:
+        length = response.headers.get("Content-Length")
+        total = int(length) if length and length.isdigit() else None
+
+        def write(f: BinaryIO) -> None:
+            h = hashlib.md5()
+            bar = _progress(total, dest.name)
+            try:
+                while True:
+                    try:
+                        chunk = response.read(_CHUNK)
+                    except (OSError, http.client.HTTPException) as exc:
+                        raise _NetworkError(exc) from exc
+                    if not chunk:
+                        break
+                    f.write(chunk)
+                    h.update(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+            finally:
+                if bar is not None:
+                    bar.close()
+            got = h.hexdigest()
+            if got != md5.lower():
+                raise DataError(
+                    f"checksum mismatch for {url}: expected {md5.lower()}, got {got}; "
+                    "nothing was saved; try again later, or set BBB_DATA or --data-dir to a "
+                    "folder holding a good copy"
+                )
+
+        atomic_write(dest, write)
+
+
+def ensure_files(
+    dataset: str,
+    filenames: Iterable[str],
+    data_dir: str | os.PathLike[str] | None = None,
+    download: bool = True,
+    base_url: str | None = None,
+) -> list[Path]:
+    """Return the paths of some files of a data set, downloading the missing ones.
+
+    Parameters
+    ----------
+    dataset
+        One of :data:`DATASETS`.
+    filenames
+        Original file names, each listed in ``KNOWN_FILES[dataset]``.
+    data_dir
+        Data directory; see :func:`resolve_data_dir`.
+    download
+        Whether to fetch missing files. Files already present are used as they are
+        (not re-hashed).
+    base_url
+        URL prefix to download from instead of the official one.
+
+    Raises
+    ------
+    DataError
+        Unknown data set or file; a file is missing and cannot be downloaded (the message
+        names every missing file, the folder searched and how to provide them); a
+        download does not match its checksum.
+    """
+    _check_dataset(dataset)
+    names = list(filenames)
+    for name in names:
+        if name not in KNOWN_FILES[dataset]:
+            raise DataError(
+                f"unknown file {name!r} for data set {dataset!r}; known files: "
+                f"{', '.join(sorted(KNOWN_FILES[dataset]))}"
+            )
+    root = resolve_data_dir(data_dir)
+    folder = root / dataset
+    paths = [folder / name for name in names]
+    missing = [p for p in paths if not p.is_file()]
+
+    def missing_error(reason: str) -> DataError:
+        still = [p.name for p in missing if not p.is_file()]
+        listed = ", ".join(f"{dataset}/{n}" for n in still)
+        return DataError(
+            _one_line(
+                f"{listed} not found in {root} ({reason}); set BBB_DATA or pass --data-dir "
+                f"to a folder holding {dataset}/<original file name>, or go online so "
+                f"{'they' if len(still) > 1 else 'it'} can be downloaded"
+            )
+        )
+
+    if missing and not download:
+        raise missing_error("download disabled")
+    for path in missing:
+        url = url_for(dataset, path.name, base_url)
+        log.info("downloading %s to %s", url, path)
+        try:
+            _download(url, path, KNOWN_FILES[dataset][path.name], DOWNLOAD_TIMEOUT)
+        except _NetworkError as exc:
+            raise missing_error(f"download from {url} failed: {exc.__cause__ or exc}") from None
+        except OSError as exc:
+            raise DataError(
+                _one_line(
+                    f"cannot save {path}: {exc}; set BBB_DATA or pass --data-dir to a "
+                    "writable folder"
+                )
+            ) from None
+    return paths
+
+
+def ensure_file(
+    dataset: str,
+    filename: str,
+    data_dir: str | os.PathLike[str] | None = None,
+    download: bool = True,
+    base_url: str | None = None,
+) -> Path:
+    """Return the path of one data file, downloading it if missing.
+
+    See :func:`ensure_files` for the parameters and errors.
+    """
+    return ensure_files(dataset, [filename], data_dir, download, base_url)[0]
+
+
+def download_dataset(
+    dataset: str,
+    data_dir: str | os.PathLike[str] | None = None,
+    base_url: str | None = None,
+) -> list[Path]:
+    """Make sure every file of a data set is present, downloading what is missing."""
+    _check_dataset(dataset)
+    return ensure_files(dataset, sorted(KNOWN_FILES[dataset]), data_dir, True, base_url)

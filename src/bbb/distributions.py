@@ -1,0 +1,323 @@
+"""Posteriors, priors and the KL between them.
+
+One contract for every distribution (as in ``torch.distributions``): ``log_prob(w)`` is
+elementwise, ``sample(shape)`` draws. The KL is chosen by type through a registry
+(:func:`register_kl`); :func:`kl_divergence` raises ``NotImplementedError`` when no closed form
+is registered, and :func:`kl_term` falls back to the Monte Carlo estimate
+``log q(w) - log p(w)`` on the very weight samples used in the forward pass (the paper's
+common random numbers).
+
+All scale arguments are standard deviations, never variances.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .errors import UserError
+
+__all__ = [
+    "DiagonalNormal",
+    "Prior",
+    "GaussianPrior",
+    "ScaleMixturePrior",
+    "KLMode",
+    "register_kl",
+    "kl_divergence",
+    "has_closed_form_kl",
+    "mc_kl",
+    "kl_term",
+    "softplus",
+    "inverse_softplus",
+    "prior_from_config",
+]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def softplus(rho: Tensor) -> Tensor:
+    """sigma = log(1 + exp(rho)), stable for any rho (finite, > 0 down to rho ~ -87 in float32)."""
+    return F.softplus(rho)
+
+
+def inverse_softplus(sigma: float | Tensor) -> float | Tensor:
+    """rho such that softplus(rho) = sigma (sigma > 0)."""
+    if isinstance(sigma, Tensor):
+        return sigma + torch.log(-torch.expm1(-sigma))
+    if sigma <= 0:
+        raise UserError(f"sigma must be > 0 to invert softplus, got {sigma}")
+    return sigma + math.log(-math.expm1(-sigma))
+
+
+def _check_sigma(name: str, value: float) -> float:
+    value = float(value)
+    if not (value > 0.0) or not math.isfinite(value):
+        raise UserError(f"{name} must be a finite standard deviation > 0, got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Variational posterior
+# --------------------------------------------------------------------------------------------
+
+
+class DiagonalNormal:
+    """Fully factorised Gaussian q(w) = prod_j N(w_j | mu_j, sigma_j^2).
+
+    A light view over tensors (usually a layer's ``mu`` and ``softplus(rho)``), not a module:
+    building one costs nothing and keeps gradients flowing to the parameters.
+    """
+
+    def __init__(self, mu: Tensor, sigma: Tensor) -> None:
+        self.mu = mu
+        self.sigma = sigma
+
+    @classmethod
+    def from_rho(cls, mu: Tensor, rho: Tensor) -> DiagonalNormal:
+        return cls(mu, softplus(rho))
+
+    def rsample(self, eps: Tensor) -> Tensor:
+        """w = mu + sigma * eps for standard normal noise ``eps`` (broadcast over leading dims)."""
+        return torch.addcmul(self.mu, self.sigma, eps)
+
+    def sample_eps(self, shape: tuple[int, ...] = (), generator: torch.Generator | None = None) -> Tensor:
+        return torch.randn(
+            (*shape, *self.mu.shape), generator=generator, device=self.mu.device, dtype=self.mu.dtype
+        )
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        z = (w - self.mu) / self.sigma
+        return -torch.log(self.sigma) - _LOG_SQRT_2PI - 0.5 * z * z
+
+    def log_prob_eps(self, eps: Tensor) -> Tensor:
+        """log q(mu + sigma*eps), written through eps: exact, cheaper and free of the division.
+
+        Its total derivative with respect to (mu, rho) equals that of ``log_prob(rsample(eps))``:
+        d/dmu is 0 and d/dsigma is -1/sigma either way.
+        """
+        return -torch.log(self.sigma) - _LOG_SQRT_2PI - 0.5 * eps * eps
+
+    def entropy(self) -> Tensor:
+        return torch.log(self.sigma) + _LOG_SQRT_2PI + 0.5
+
+    def __repr__(self) -> str:
+        return f"DiagonalNormal(shape={tuple(self.mu.shape)})"
+
+
+# --------------------------------------------------------------------------------------------
+# Priors
+# --------------------------------------------------------------------------------------------
+
+
+class Prior:
+    """A fixed prior over each weight, applied elementwise."""
+
+    #: name used in configs and on the command line
+    name: str = "prior"
+
+    def log_prob(self, w: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sample(self, shape: tuple[int, ...], generator: torch.Generator | None = None,
+               device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Tensor:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def to_config(self) -> dict[str, Any]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v:.4g}" for k, v in self.to_config().items() if k != "type")
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Prior) and self.to_config() == other.to_config()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.to_config().items())))
+
+
+class GaussianPrior(Prior):
+    """P(w) = N(w | mu, sigma^2); ``sigma`` is a standard deviation."""
+
+    name = "gaussian"
+
+    def __init__(self, sigma: float = 1.0, mu: float = 0.0) -> None:
+        self.sigma = _check_sigma("sigma", sigma)
+        self.mu = float(mu)
+        if not math.isfinite(self.mu):
+            raise UserError(f"prior mean must be finite, got {mu}")
+        self._log_sigma = math.log(self.sigma)
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        z = (w - self.mu) / self.sigma
+        return -0.5 * z * z - (self._log_sigma + _LOG_SQRT_2PI)
+
+    def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
+        return self.mu + self.sigma * torch.randn(shape, generator=generator, device=device, dtype=dtype)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"type": self.name, "sigma": self.sigma, "mu": self.mu}
+
+
+class ScaleMixturePrior(Prior):
+    """P(w) = pi N(w | 0, sigma1^2) + (1 - pi) N(w | 0, sigma2^2)  (eq. 7 of the paper).
+
+    The log-density goes through ``logsumexp``, so it stays finite for w = 0, |w| = 1e3 and
+    sigma2 = exp(-8) in float32. pi = 1 reduces to a single Gaussian N(0, sigma1^2).
+    """
+
+    name = "mixture"
+
+    def __init__(self, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = math.exp(-6)) -> None:
+        pi = float(pi)
+        if not (0.0 < pi <= 1.0):
+            raise UserError(f"mixture weight pi must be in (0, 1], got {pi}")
+        self.pi = pi
+        self.sigma1 = _check_sigma("sigma1", sigma1)
+        self.sigma2 = _check_sigma("sigma2", sigma2)
+        # log of each component's weight and normaliser, folded into constants
+        self._c1 = math.log(pi) - math.log(self.sigma1) - _LOG_SQRT_2PI
+        self._c2 = (math.log1p(-pi) if pi < 1.0 else -math.inf) - math.log(self.sigma2) - _LOG_SQRT_2PI
+        self._h1 = -0.5 / self.sigma1**2
+        self._h2 = -0.5 / self.sigma2**2
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        w2 = w * w
+        a = self._c1 + self._h1 * w2
+        if self.pi == 1.0:
+            return a
+        b = self._c2 + self._h2 * w2
+        # logsumexp of two terms, elementwise, without stacking: max + log1p(exp(-|a - b|))
+        m = torch.maximum(a, b)
+        return m + torch.log1p(torch.exp(-torch.abs(a - b)))
+
+    def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
+        z = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+        pick = torch.rand(shape, generator=generator, device=device) < self.pi
+        return torch.where(pick, self.sigma1 * z, self.sigma2 * z)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"type": self.name, "pi": self.pi, "sigma1": self.sigma1, "sigma2": self.sigma2}
+
+
+def prior_from_config(cfg: dict[str, Any] | Prior) -> Prior:
+    """Rebuild a prior from :meth:`Prior.to_config` output (used by checkpoints and the CLI)."""
+    if isinstance(cfg, Prior):
+        return cfg
+    cfg = dict(cfg)
+    kind = cfg.pop("type", None)
+    if kind == GaussianPrior.name:
+        return GaussianPrior(**cfg)
+    if kind == ScaleMixturePrior.name:
+        return ScaleMixturePrior(**cfg)
+    raise UserError(f"unknown prior type {kind!r}; expected 'gaussian' or 'mixture'")
+
+
+# --------------------------------------------------------------------------------------------
+# KL dispatch
+# --------------------------------------------------------------------------------------------
+
+
+class KLMode(str, Enum):
+    """How the complexity cost KL[q || P] is computed.
+
+    ``auto``: closed form when one is registered for the (posterior, prior) pair, else Monte Carlo.
+    ``closed``: closed form, error when none exists. ``mc``: Monte Carlo always (the paper's choice).
+    """
+
+    AUTO = "auto"
+    CLOSED = "closed"
+    MC = "mc"
+
+
+_KL_REGISTRY: dict[tuple[type, type], Callable[[Any, Any], Tensor]] = {}
+
+
+def register_kl(q_type: type, p_type: type):
+    """Decorator registering an elementwise closed-form KL[q || p] for a pair of types."""
+
+    def deco(fn: Callable[[Any, Any], Tensor]) -> Callable[[Any, Any], Tensor]:
+        _KL_REGISTRY[(q_type, p_type)] = fn
+        return fn
+
+    return deco
+
+
+def _lookup(q: Any, p: Any) -> Callable[[Any, Any], Tensor] | None:
+    for qt in type(q).__mro__:
+        for pt in type(p).__mro__:
+            fn = _KL_REGISTRY.get((qt, pt))
+            if fn is not None:
+                return fn
+    return None
+
+
+def has_closed_form_kl(q: Any, p: Any) -> bool:
+    return _lookup(q, p) is not None
+
+
+def kl_divergence(q: Any, p: Any) -> Tensor:
+    """Elementwise closed-form KL[q || p]; ``NotImplementedError`` when none is registered."""
+    fn = _lookup(q, p)
+    if fn is None:
+        raise NotImplementedError(
+            f"no closed-form KL between {type(q).__name__} and {type(p).__name__}; use Monte Carlo"
+        )
+    return fn(q, p)
+
+
+@register_kl(DiagonalNormal, GaussianPrior)
+def _kl_normal_gaussian(q: DiagonalNormal, p: GaussianPrior) -> Tensor:
+    ratio = q.sigma / p.sigma
+    z = (q.mu - p.mu) / p.sigma
+    return 0.5 * (ratio * ratio + z * z) - torch.log(ratio) - 0.5
+
+
+def mc_kl(q: DiagonalNormal, p: Prior, eps: Tensor, w: Tensor | None = None) -> Tensor:
+    """Elementwise single-sample estimate log q(w) - log p(w) at w = mu + sigma * eps.
+
+    ``eps`` may carry leading sample dimensions; pass ``w`` when it was already formed (the
+    forward pass's own weights: common random numbers, no recomputation).
+    """
+    if w is None:
+        w = q.rsample(eps)
+    return q.log_prob_eps(eps) - p.log_prob(w)
+
+
+def kl_term(
+    q: DiagonalNormal,
+    p: Prior,
+    mode: KLMode | str = KLMode.AUTO,
+    eps: Tensor | None = None,
+    w: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """KL[q || p] summed over all elements (a scalar).
+
+    With Monte Carlo and ``eps`` of shape ``(k, *q.mu.shape)``, the k estimates are averaged.
+    Without ``eps``, one fresh sample is drawn.
+    """
+    mode = KLMode(mode)
+    if mode is not KLMode.MC:
+        fn = _lookup(q, p)
+        if fn is not None:
+            return fn(q, p).sum()
+        if mode is KLMode.CLOSED:
+            raise UserError(
+                f"no closed-form KL for a {type(p).__name__}; use kl='mc' or kl='auto'"
+            )
+    if eps is None:
+        eps = q.sample_eps(generator=generator)
+        w = None
+    extra = eps.dim() - q.mu.dim()
+    total = mc_kl(q, p, eps, w).sum()
+    if extra > 0:
+        total = total / math.prod(eps.shape[:extra])
+    return total

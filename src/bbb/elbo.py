@@ -1,0 +1,251 @@
+"""The variational free energy (negative ELBO) as an object of its own.
+
+For minibatch i of M, with k Monte Carlo samples w^(1..k) ~ q (eqs. 2 and 9 of the paper)::
+
+    loss_i = kl_weight_i * KL[q || P] - (1/k) sum_j sum_n log p(y_n | x_n, w^(j))
+
+The KL is *summed* over every weight (never averaged), and weighted per minibatch, never by the
+batch size: ``"uniform"`` gives 1/M (Graves 2011, eq. 8), ``"blundell"`` gives
+pi_i = 2^(M-i) / (2^M - 1) (eq. 9). Over one epoch the weights sum to 1, so the losses of an
+epoch add up to the full-data free energy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .distributions import KLMode, inverse_softplus, softplus
+from .errors import UserError
+from .functional import expand_samples
+from .nn import SampleRecorder, model_kl
+
+__all__ = [
+    "KLWeighting",
+    "kl_weights",
+    "Likelihood",
+    "Categorical",
+    "Gaussian",
+    "HeteroscedasticGaussian",
+    "ELBO",
+    "ELBOOutput",
+    "likelihood_from_name",
+]
+
+
+class KLWeighting(str, Enum):
+    UNIFORM = "uniform"
+    BLUNDELL = "blundell"
+
+
+def kl_weights(
+    num_batches: int,
+    scheme: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.UNIFORM,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """The M per-minibatch KL weights of one epoch, as a tensor that sums to 1.
+
+    ``"blundell"``: pi_i = 2^(M-i) / (2^M - 1) = 2^-i / (1 - 2^-M), computed in that second,
+    overflow-free form in float64 (later weights underflow to 0 for large M, as they should).
+    A callable receives M and returns M non-negative weights (normalised here).
+    """
+    if isinstance(num_batches, bool) or int(num_batches) != num_batches or num_batches < 1:
+        raise UserError(f"num_batches must be a positive integer, got {num_batches!r}")
+    m = int(num_batches)
+    if callable(scheme) and not isinstance(scheme, KLWeighting):
+        w = torch.as_tensor(scheme(m), dtype=torch.float64).flatten()
+        if w.numel() != m or not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise UserError(f"a custom KL weighting must return {m} finite non-negative weights")
+        return (w / w.sum()).to(dtype)
+    try:
+        scheme = KLWeighting(scheme)
+    except ValueError:
+        raise UserError(f"unknown KL weighting {scheme!r}; choose 'uniform' or 'blundell'") from None
+    if scheme is KLWeighting.UNIFORM:
+        return torch.full((m,), 1.0 / m, dtype=dtype)
+    i = torch.arange(1, m + 1, dtype=torch.float64)
+    log_w = -i * math.log(2.0) - math.log1p(-(2.0 ** -m))
+    return torch.exp(log_w).to(dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Likelihoods
+# --------------------------------------------------------------------------------------------
+
+
+class Likelihood(nn.Module):
+    """log p(y | f) for network outputs f; ``log_prob`` returns one value per example."""
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Categorical(Likelihood):
+    """Softmax classification: output = logits (..., C), target = class indices (...)."""
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        if output.dim() > target.dim() + 1:  # sample dims on the logits only
+            target = target.expand(*output.shape[:-1])
+        c = output.shape[-1]
+        return -F.cross_entropy(output.reshape(-1, c), target.reshape(-1), reduction="none").view(
+            output.shape[:-1]
+        )
+
+
+class Gaussian(Likelihood):
+    """y ~ N(f, sigma^2) with a fixed or learned noise standard deviation ``sigma``.
+
+    A learned sigma is stored raw (``raw_sigma``, sigma = softplus(raw_sigma)).
+    """
+
+    def __init__(self, sigma: float = 1.0, learn_sigma: bool = False) -> None:
+        super().__init__()
+        if not (sigma > 0 and math.isfinite(sigma)):
+            raise UserError(f"noise sigma must be a finite standard deviation > 0, got {sigma}")
+        raw = torch.tensor(float(inverse_softplus(float(sigma))))
+        if learn_sigma:
+            self.raw_sigma = nn.Parameter(raw)
+        else:
+            self.register_buffer("raw_sigma", raw)
+        self.learn_sigma = learn_sigma
+
+    @property
+    def sigma(self) -> Tensor:
+        return softplus(self.raw_sigma)
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        """Targets (B,) for one output (network output (..., B, 1)) or (B, D) for D outputs."""
+        if target.dim() == 1 and output.shape[-1] == 1:
+            output = output.squeeze(-1)
+        sigma = self.sigma
+        z = (target - output) / sigma
+        lp = -0.5 * z * z - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
+        return lp.sum(-1) if target.dim() >= 2 else lp
+
+    def extra_repr(self) -> str:
+        return f"learn_sigma={self.learn_sigma}"
+
+
+class HeteroscedasticGaussian(Likelihood):
+    """y ~ N(f_0, softplus(f_1)^2 + min_sigma^2): the network predicts its own noise (2 outputs)."""
+
+    def __init__(self, min_sigma: float = 1e-3) -> None:
+        super().__init__()
+        self.min_sigma = float(min_sigma)
+
+    def split(self, output: Tensor) -> tuple[Tensor, Tensor]:
+        if output.shape[-1] != 2:
+            raise UserError("a heteroscedastic Gaussian needs 2 network outputs (mean, noise)")
+        sigma = torch.sqrt(softplus(output[..., 1]) ** 2 + self.min_sigma**2)
+        return output[..., 0], sigma
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        if target.dim() == 2 and target.shape[-1] == 1:
+            target = target.squeeze(-1)
+        mean, sigma = self.split(output)
+        z = (target - mean) / sigma
+        return -0.5 * z * z - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
+
+
+def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
+    if isinstance(name, Likelihood):
+        return name
+    table = {"categorical": Categorical, "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}
+    if name not in table:
+        raise UserError(f"unknown likelihood {name!r}; choose one of: {', '.join(table)}")
+    return table[name](**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# The objective
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ELBOOutput:
+    """One minibatch's objective and its parts (all scalars, ``loss`` differentiable).
+
+    ``loss = kl_weight * kl + nll``; ``nll`` is summed over the minibatch and averaged over the
+    k samples; ``output`` holds the network outputs, (k, B, ...) when k > 1.
+    """
+
+    loss: Tensor
+    nll: Tensor
+    kl: Tensor
+    kl_weight: float
+    output: Tensor
+
+
+class ELBO(nn.Module):
+    """The minibatch variational free energy of a Bayesian model.
+
+    Args:
+        model: a network of :mod:`bbb.nn` layers (any ``nn.Module``; deterministic parts allowed).
+        likelihood: ``"categorical"``, ``"gaussian"``, ``"heteroscedastic"`` or a :class:`Likelihood`.
+        num_batches: M, minibatches per epoch (for the KL weights).
+        kl_weighting: ``"uniform"`` (1/M), ``"blundell"`` (2^(M-i)/(2^M-1)) or a callable M -> weights.
+        num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop).
+        kl: ``"auto"`` (closed form when it exists), ``"closed"`` or ``"mc"`` (the paper's choice).
+
+    Example:
+        >>> elbo = ELBO(net, "categorical", num_batches=len(loader), kl_weighting="blundell")
+        >>> out = elbo(x, y, batch_index=i)   # i = 0 .. M-1 within the epoch
+        >>> out.loss.backward()
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: str | Likelihood = "categorical",
+        num_batches: int = 1,
+        kl_weighting: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.UNIFORM,
+        num_samples: int = 1,
+        kl: KLMode | str = KLMode.AUTO,
+    ) -> None:
+        super().__init__()
+        if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+            raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        try:
+            self.kl_mode = KLMode(kl)
+        except ValueError:
+            raise UserError(f"unknown KL mode {kl!r}; choose 'auto', 'closed' or 'mc'") from None
+        self.model = model
+        self.likelihood = likelihood_from_name(likelihood)
+        self.num_samples = int(num_samples)
+        self.kl_weighting = kl_weighting
+        self.num_batches = int(num_batches)
+        self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
+
+    def kl_weight(self, batch_index: int) -> float:
+        if not 0 <= batch_index < self.num_batches:
+            raise UserError(f"batch_index must be in [0, {self.num_batches}), got {batch_index}")
+        return self._weights[batch_index]
+
+    def forward(
+        self,
+        x: Tensor,
+        y: Tensor,
+        batch_index: int = 0,
+        kl_weight: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> ELBOOutput:
+        k = self.num_samples
+        xin = x if k == 1 else expand_samples(x, k)
+        with SampleRecorder(generator) as rec:
+            output = self.model(xin)
+        nll = -self.likelihood.log_prob(output, y).sum() / k
+        kl = model_kl(self.model, self.kl_mode, rec)
+        weight = self.kl_weight(batch_index) if kl_weight is None else float(kl_weight)
+        return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
+
+    def extra_repr(self) -> str:
+        kw = self.kl_weighting if isinstance(self.kl_weighting, str) else getattr(
+            self.kl_weighting, "value", "custom")
+        return f"num_batches={self.num_batches}, kl_weighting={kw}, num_samples={self.num_samples}, kl={self.kl_mode.value}"

@@ -1,0 +1,532 @@
+"""Bayesian layers: thin stateful shells over :mod:`bbb.functional`.
+
+Each weight has a diagonal Gaussian posterior with parameters ``*_mu`` and ``*_rho``
+(sigma = softplus(rho)); these are the only entries of ``state_dict`` (plus a pruning mask once
+:func:`bbb.prune.prune` has set one). Nothing is written onto a module during ``forward``.
+
+Sampling mode: in ``train()`` mode a layer samples, in ``eval()`` mode it uses the posterior mean.
+:func:`sampling` switches explicitly (e.g. Monte Carlo prediction in eval mode).
+
+Monte Carlo samples: an input with a leading sample dimension, ``(k, B, in)`` for linear layers
+and ``(k, B, C, H, W)`` for convolutions, is evaluated by ``k`` independently sampled networks
+in one batched call (:func:`bbb.functional.expand_samples` builds such an input without a copy).
+
+Common random numbers: while a :class:`SampleRecorder` is active (the ELBO opens one), each layer
+hands the noise and weights it drew to the recorder, so the Monte Carlo KL uses exactly the
+weights of the forward pass. The recorder is an object owned by the caller, not module state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from . import functional as BF
+from .distributions import (
+    DiagonalNormal,
+    KLMode,
+    Prior,
+    ScaleMixturePrior,
+    kl_term,
+    prior_from_config,
+    softplus,
+)
+from .errors import UserError
+
+__all__ = [
+    "Estimator",
+    "BayesModule",
+    "BayesLinear",
+    "BayesConv2d",
+    "BayesMLP",
+    "PerSample",
+    "SampleRecorder",
+    "sampling",
+    "bayes_modules",
+    "model_kl",
+    "DEFAULT_RHO_INIT",
+    "default_prior",
+]
+
+#: sigma = softplus(-5) ~ 6.7e-3: the network starts close to a deterministic one, so early
+#: learning is not drowned in weight noise (Pyro's autoguide init_scale PR #2156, Riquelme et al.
+#: "MAP first"); large initial sigma is a known cause of divergence.
+DEFAULT_RHO_INIT = -5.0
+
+
+def default_prior() -> ScaleMixturePrior:
+    """The default prior: the paper's scale mixture, pi = 1/2, sigma1 = 1, sigma2 = e^-6."""
+    return ScaleMixturePrior(pi=0.5, sigma1=1.0, sigma2=math.exp(-6.0))
+
+
+class Estimator(str, Enum):
+    """How the layer turns the weight posterior into activations."""
+
+    REPARAM = "reparam"
+    LOCAL = "local"
+    FLIPOUT = "flipout"
+
+
+class SamplingMode(str, Enum):
+    MEAN = "mean"
+    SAMPLE = "sample"
+
+
+# --------------------------------------------------------------------------------------------
+# Recording samples for the Monte Carlo KL (common random numbers)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _ParamSample:
+    eps: Tensor
+    w: Tensor
+
+
+@dataclass
+class SampleRecorder:
+    """Collects, per layer and parameter, the noise ``eps`` and weights ``w`` drawn in a forward.
+
+    Use as a context manager around the forward pass; pass it to :func:`model_kl`.
+    ``generator`` (optional) seeds every draw made inside.
+    """
+
+    generator: torch.Generator | None = None
+    records: dict[int, dict[str, _ParamSample]] = field(default_factory=dict)
+    _token: Any = field(default=None, repr=False)
+
+    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor) -> None:
+        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w)
+
+    def get(self, module: nn.Module, name: str) -> _ParamSample | None:
+        return self.records.get(id(module), {}).get(name)
+
+    def __enter__(self) -> SampleRecorder:
+        self._token = _RECORDER.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _RECORDER.reset(self._token)
+        self._token = None
+
+
+_RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
+    "bbb_sample_recorder", default=None
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Base class
+# --------------------------------------------------------------------------------------------
+
+
+class BayesModule(nn.Module):
+    """Base of layers with a diagonal Gaussian posterior over ``weight`` (and ``bias``)."""
+
+    _param_names: tuple[str, ...] = ("weight",)
+
+    def __init__(
+        self,
+        prior: Prior | dict | None,
+        estimator: Estimator | str,
+        mu_init_scale: float | None,
+        rho_init: float,
+    ) -> None:
+        super().__init__()
+        try:
+            self.estimator = Estimator(estimator)
+        except ValueError:
+            raise UserError(
+                f"unknown estimator {estimator!r}; choose one of: "
+                + ", ".join(e.value for e in Estimator)
+            ) from None
+        self.prior = default_prior() if prior is None else prior_from_config(prior)
+        if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
+            raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
+        if not math.isfinite(rho_init):
+            raise UserError(f"rho_init must be finite, got {rho_init}")
+        self.mu_init_scale = mu_init_scale
+        self.rho_init = float(rho_init)
+        self._sampling_override: SamplingMode | None = None
+
+    # -- parameters ----------------------------------------------------------------------
+    def _register_posterior(self, name: str, shape: tuple[int, ...], factory: dict) -> None:
+        self.register_parameter(f"{name}_mu", nn.Parameter(torch.empty(shape, **factory)))
+        self.register_parameter(f"{name}_rho", nn.Parameter(torch.empty(shape, **factory)))
+
+    def _fan_in(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        """mu ~ U(-b, b) with b = mu_init_scale or 1/sqrt(fan_in) (torch.nn's default); rho = rho_init."""
+        bound = self.mu_init_scale if self.mu_init_scale is not None else 1.0 / math.sqrt(self._fan_in())
+        with torch.no_grad():
+            for name in self.param_names():
+                getattr(self, f"{name}_mu").uniform_(-bound, bound)
+                getattr(self, f"{name}_rho").fill_(self.rho_init)
+
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(n for n in self._param_names if getattr(self, f"{n}_mu", None) is not None)
+
+    def posterior(self, name: str = "weight") -> DiagonalNormal:
+        return DiagonalNormal(getattr(self, f"{name}_mu"), softplus(getattr(self, f"{name}_rho")))
+
+    def posteriors(self) -> dict[str, DiagonalNormal]:
+        return {n: self.posterior(n) for n in self.param_names()}
+
+    @property
+    def weight_sigma(self) -> Tensor:
+        return softplus(self.weight_rho)
+
+    # -- pruning mask (absent until pruned) --------------------------------------------------
+    def _mask(self, name: str) -> Tensor | None:
+        return getattr(self, f"{name}_mask", None)
+
+    def _masked(self, name: str, t: Tensor | None) -> Tensor | None:
+        m = self._mask(name)
+        return t if (m is None or t is None) else t * m
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+        # a pruned checkpoint carries masks that a fresh layer has not registered yet
+        for name in self._param_names:
+            key = f"{prefix}{name}_mask"
+            if key in state_dict and f"{name}_mask" not in self._buffers:
+                self.register_buffer(f"{name}_mask", torch.empty_like(state_dict[key]))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    # -- sampling ---------------------------------------------------------------------------
+    def is_sampling(self) -> bool:
+        if self._sampling_override is not None:
+            return self._sampling_override is SamplingMode.SAMPLE
+        return self.training
+
+    def _draw(self, name: str, k: int | None) -> tuple[DiagonalNormal, Tensor, Tensor]:
+        """Sample the named parameter (k samples or one) and record it for the MC KL."""
+        q = self.posterior(name)
+        rec = _RECORDER.get()
+        eps = q.sample_eps(() if k is None else (k,), generator=None if rec is None else rec.generator)
+        w = q.rsample(eps)
+        if rec is not None:
+            rec.record(self, name, eps, w)
+        return q, eps, w
+
+    def _generator(self) -> torch.Generator | None:
+        rec = _RECORDER.get()
+        return None if rec is None else rec.generator
+
+    def _mean(self, name: str) -> Tensor | None:
+        mu = getattr(self, f"{name}_mu", None)
+        return self._masked(name, mu)
+
+    # -- KL --------------------------------------------------------------------------------
+    def kl(self, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None) -> Tensor:
+        """KL[q || P] of this layer's parameters, summed over every weight.
+
+        Monte Carlo uses the samples the forward pass drew (from ``recorder``) when there are any,
+        else a fresh draw (e.g. for the local estimator, whose forward never forms weights).
+        """
+        total = None
+        gen = None if recorder is None else recorder.generator
+        for name, q in self.posteriors().items():
+            s = None if recorder is None else recorder.get(self, name)
+            term = kl_term(q, self.prior, mode, eps=None if s is None else s.eps,
+                           w=None if s is None else s.w, generator=gen)
+            total = term if total is None else total + term
+        assert total is not None
+        return total
+
+    def extra_repr(self) -> str:
+        return f"prior={self.prior!r}, estimator={self.estimator.value}, rho_init={self.rho_init}"
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+class BayesLinear(BayesModule):
+    """Bayesian fully connected layer.
+
+    Args:
+        in_features, out_features: sizes, as in ``torch.nn.Linear``.
+        bias: learn a Bayesian bias.
+        prior: a :class:`~bbb.distributions.Prior` (default: scale mixture pi=1/2, sigma1=1,
+            sigma2=e^-6).
+        estimator: ``"reparam"`` (the paper), ``"local"`` or ``"flipout"``.
+        mu_init_scale: mu ~ U(-b, b) with this b (default 1/sqrt(in_features)).
+        rho_init: initial rho (default -5, sigma ~ 6.7e-3).
+
+    Shape:
+        input (B, in) -> (B, out), one weight sample (or the mean); input (k, *, in) -> (k, *, out),
+        k independent weight samples, one per leading slice.
+
+    Example:
+        >>> layer = BayesLinear(784, 400, estimator="local")
+        >>> layer(torch.zeros(128, 784)).shape
+        torch.Size([128, 400])
+    """
+
+    _param_names = ("weight", "bias")
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        prior: Prior | dict | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        mu_init_scale: float | None = None,
+        rho_init: float = DEFAULT_RHO_INIT,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(prior, estimator, mu_init_scale, rho_init)
+        if in_features <= 0 or out_features <= 0:
+            raise UserError(
+                f"layer sizes must be positive, got in_features={in_features}, out_features={out_features}"
+            )
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        factory = {"device": device, "dtype": dtype}
+        self._register_posterior("weight", (out_features, in_features), factory)
+        if bias:
+            self._register_posterior("bias", (out_features,), factory)
+        else:
+            self.register_parameter("bias_mu", None)
+            self.register_parameter("bias_rho", None)
+        self.reset_parameters()
+
+    def _fan_in(self) -> int:
+        return self.in_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.is_sampling():
+            return BF.linear(x, self._mean("weight"), self._mean("bias"))
+        k = x.shape[0] if x.dim() >= 3 else None
+        has_bias = self.bias_mu is not None
+        if self.estimator is Estimator.REPARAM:
+            _, _, w = self._draw("weight", k)
+            b = self._draw("bias", k)[2] if has_bias else None
+            return BF.linear(x, self._masked("weight", w), self._masked("bias", b))
+        if self.estimator is Estimator.LOCAL:
+            w_sigma = self._masked("weight", softplus(self.weight_rho))
+            b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
+            return BF.linear_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma,
+                                   generator=self._generator())
+        # flipout: the perturbation delta = w - mu = sigma * eps
+        qw, _, w = self._draw("weight", k)
+        dw = self._masked("weight", w - qw.mu)
+        db = None
+        if has_bias:
+            qb, _, b = self._draw("bias", k)
+            db = self._masked("bias", b - qb.mu)
+        return BF.linear_flipout(x, self._mean("weight"), dw, self._mean("bias"), db,
+                                 generator=self._generator())
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias_mu is not None}, " + super().extra_repr())
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(int(i) for i in v)
+    if len(t) != 2:
+        raise UserError(f"expected an int or a pair, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+class BayesConv2d(BayesModule):
+    """Bayesian 2-d convolution with the same options as :class:`BayesLinear`.
+
+    Shape: (B, C, H, W) -> (B, O, H', W'); (k, B, C, H, W) -> (k, B, O, H', W') with k weight
+    samples. Use :class:`PerSample` to apply pooling and other 4-d-only layers to 5-d tensors.
+    """
+
+    _param_names = ("weight", "bias")
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        prior: Prior | dict | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        mu_init_scale: float | None = None,
+        rho_init: float = DEFAULT_RHO_INIT,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(prior, estimator, mu_init_scale, rho_init)
+        if in_channels <= 0 or out_channels <= 0 or groups <= 0:
+            raise UserError("in_channels, out_channels and groups must be positive")
+        if in_channels % groups or out_channels % groups:
+            raise UserError(f"in_channels and out_channels must be divisible by groups={groups}")
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = _pair(kernel_size)
+        self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
+        self.groups = int(groups)
+        factory = {"device": device, "dtype": dtype}
+        self._register_posterior("weight", (out_channels, in_channels // groups, *self.kernel_size), factory)
+        if bias:
+            self._register_posterior("bias", (out_channels,), factory)
+        else:
+            self.register_parameter("bias_mu", None)
+            self.register_parameter("bias_rho", None)
+        self.reset_parameters()
+
+    def _fan_in(self) -> int:
+        return (self.in_channels // self.groups) * self.kernel_size[0] * self.kernel_size[1]
+
+    def _conv_args(self) -> tuple:
+        return (self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.is_sampling():
+            return BF.conv2d(x, self._mean("weight"), self._mean("bias"), *self._conv_args())
+        k = x.shape[0] if x.dim() == 5 else None
+        has_bias = self.bias_mu is not None
+        if self.estimator is Estimator.REPARAM:
+            w = self._draw("weight", k)[2]
+            b = self._draw("bias", k)[2] if has_bias else None
+            return BF.conv2d(x, self._masked("weight", w), self._masked("bias", b), *self._conv_args())
+        if self.estimator is Estimator.LOCAL:
+            w_sigma = self._masked("weight", softplus(self.weight_rho))
+            b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
+            return BF.conv2d_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma,
+                                   *self._conv_args(), generator=self._generator())
+        qw, _, w = self._draw("weight", k)
+        dw = self._masked("weight", w - qw.mu)
+        db = None
+        if has_bias:
+            qb, _, b = self._draw("bias", k)
+            db = self._masked("bias", b - qb.mu)
+        return BF.conv2d_flipout(x, self._mean("weight"), dw, self._mean("bias"), db,
+                                 *self._conv_args(), generator=self._generator())
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, " + super().extra_repr())
+
+
+class PerSample(nn.Module):
+    """Apply a 4-d-only module (pooling, batch norm...) to (k, B, ...) by folding k into the batch."""
+
+    def __init__(self, module: nn.Module, sample_rank: int = 5) -> None:
+        super().__init__()
+        self.module = module
+        self.sample_rank = sample_rank
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != self.sample_rank:
+            return self.module(x)
+        k, b = x.shape[:2]
+        y = self.module(x.reshape(k * b, *x.shape[2:]))
+        return y.view(k, b, *y.shape[1:])
+
+
+_ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU, "elu": nn.ELU}
+
+
+class BayesMLP(nn.Module):
+    """A multilayer perceptron of :class:`BayesLinear` layers (the paper's MNIST network).
+
+    Example:
+        >>> net = BayesMLP(784, [400, 400], 10, prior=ScaleMixturePrior(0.25, 1.0, math.exp(-7)))
+        >>> net(torch.zeros(5, 784)).shape
+        torch.Size([5, 10])
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_sizes: Sequence[int],
+        out_features: int,
+        activation: str = "relu",
+        bias: bool = True,
+        prior: Prior | dict | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        mu_init_scale: float | None = None,
+        rho_init: float = DEFAULT_RHO_INIT,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise UserError(f"unknown activation {activation!r}; choose one of: {', '.join(_ACTIVATIONS)}")
+        sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
+        if any(s <= 0 for s in sizes):
+            raise UserError(f"every layer width must be positive, got {sizes}")
+        self.sizes = sizes
+        self.activation = activation
+        self.layers = nn.ModuleList(
+            BayesLinear(a, b, bias=bias, prior=prior, estimator=estimator, mu_init_scale=mu_init_scale,
+                        rho_init=rho_init, device=device, dtype=dtype)
+            for a, b in zip(sizes[:-1], sizes[1:])
+        )
+        self.act = _ACTIVATIONS[activation]()
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers[:-1]:
+            x = self.act(layer(x))
+        return self.layers[-1](x)
+
+
+# --------------------------------------------------------------------------------------------
+# Model-level helpers
+# --------------------------------------------------------------------------------------------
+
+
+def bayes_modules(model: nn.Module) -> Iterator[BayesModule]:
+    """Every :class:`BayesModule` inside ``model`` (including itself)."""
+    for m in model.modules():
+        if isinstance(m, BayesModule):
+            yield m
+
+
+def model_kl(
+    model: nn.Module, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None
+) -> Tensor:
+    """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer."""
+    terms = [m.kl(mode, recorder) for m in bayes_modules(model)]
+    if not terms:
+        p = next(model.parameters(), None)
+        return torch.zeros((), device=None if p is None else p.device)
+    return torch.stack(terms).sum()
+
+
+@contextlib.contextmanager
+def sampling(model: nn.Module, mode: SamplingMode | str = "sample") -> Iterator[nn.Module]:
+    """Force every Bayesian layer in ``model`` to use the posterior ``"mean"`` or to ``"sample"``.
+
+    >>> with sampling(net, "sample"):          # Monte Carlo prediction in eval mode
+    ...     logits = net(expand_samples(x, 10))
+    """
+    try:
+        mode = SamplingMode(mode)
+    except ValueError:
+        raise UserError(f"sampling mode must be 'mean' or 'sample', got {mode!r}") from None
+    mods = list(bayes_modules(model))
+    saved = [m._sampling_override for m in mods]
+    for m in mods:
+        m._sampling_override = mode
+    try:
+        yield model
+    finally:
+        for m, s in zip(mods, saved):
+            m._sampling_override = s

@@ -1,0 +1,103 @@
+"""Weight pruning by signal-to-noise ratio |mu| / sigma (section 5.1, Table 2 of the paper).
+
+Weights are ranked globally over every Bayesian layer; the lowest-SNR fraction is set to 0 via a
+mask buffer (``weight_mask``), so pruning can be undone with :func:`unprune`. A pruned network is
+evaluated with the posterior mean of the remaining weights (as in the paper) or sampled; pruned
+weights are exactly 0 either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .distributions import softplus
+from .errors import UserError
+from .nn import BayesModule, bayes_modules
+
+__all__ = ["signal_to_noise", "prune", "unprune", "PruneResult", "count_weights", "snr_db"]
+
+
+def _targets(model: nn.Module, include_bias: bool) -> list[tuple[BayesModule, str]]:
+    names = ("weight", "bias") if include_bias else ("weight",)
+    out = [(m, n) for m in bayes_modules(model) for n in names if n in m.param_names()]
+    if not out:
+        raise UserError("the model has no Bayesian layers to prune")
+    return out
+
+
+@torch.no_grad()
+def signal_to_noise(model: nn.Module, include_bias: bool = False) -> Tensor:
+    """|mu| / sigma of every weight of every Bayesian layer, flattened into one tensor."""
+    parts = [
+        (getattr(m, f"{n}_mu").abs() / softplus(getattr(m, f"{n}_rho"))).flatten()
+        for m, n in _targets(model, include_bias)
+    ]
+    return torch.cat(parts)
+
+
+def snr_db(snr: Tensor) -> Tensor:
+    """SNR in decibels, 10 log10(|mu| / sigma) (the paper does not state its convention)."""
+    return 10.0 * torch.log10(snr)
+
+
+def count_weights(model: nn.Module, include_bias: bool = False) -> tuple[int, int]:
+    """(total, unpruned) counts of the Bayesian weights."""
+    total = kept = 0
+    for m, n in _targets(model, include_bias):
+        numel = getattr(m, f"{n}_mu").numel()
+        mask = m._mask(n)
+        total += numel
+        kept += numel if mask is None else int(mask.count_nonzero())
+    return total, kept
+
+
+@dataclass
+class PruneResult:
+    fraction: float
+    total: int
+    kept: int
+    threshold: float
+
+    @property
+    def removed(self) -> int:
+        return self.total - self.kept
+
+
+@torch.no_grad()
+def prune(model: nn.Module, fraction: float, include_bias: bool = False) -> PruneResult:
+    """Zero exactly floor(fraction * N) of the N weights, those with the lowest |mu|/sigma.
+
+    Replaces any earlier mask. Returns how many weights remain and the SNR threshold.
+    """
+    if not (0.0 <= fraction <= 1.0) or math.isnan(fraction):
+        raise UserError(f"fraction to prune must be in [0, 1], got {fraction}")
+    targets = _targets(model, include_bias)
+    snr = signal_to_noise(model, include_bias)
+    n = snr.numel()
+    n_remove = int(math.floor(fraction * n + 1e-9))
+    keep = torch.ones(n, dtype=torch.bool, device=snr.device)
+    threshold = 0.0
+    if n_remove > 0:
+        order = torch.argsort(snr, stable=True)
+        keep[order[:n_remove]] = False
+        threshold = float(snr[order[n_remove - 1]])
+    offset = 0
+    for m, name in targets:
+        mu = getattr(m, f"{name}_mu")
+        mask = keep[offset: offset + mu.numel()].view_as(mu).to(mu.dtype)
+        offset += mu.numel()
+        m.register_buffer(f"{name}_mask", mask)
+    return PruneResult(fraction=float(fraction), total=n, kept=n - n_remove, threshold=threshold)
+
+
+def unprune(model: nn.Module) -> None:
+    """Remove every pruning mask."""
+    for m in bayes_modules(model):
+        for name in m._param_names:
+            if f"{name}_mask" in m._buffers:
+                del m._buffers[f"{name}_mask"]

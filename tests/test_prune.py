@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bbb.distributions import softplus
+from bbb.nn import BayesMLP, sampling
+from bbb.prune import count_weights, prune, signal_to_noise, snr_db, unprune
+
+
+def _net():
+    torch.manual_seed(0)
+    net = BayesMLP(6, [5], 3)
+    for layer in net.layers:
+        layer.weight_rho.data.normal_(-3, 1)
+    return net
+
+
+def test_snr_is_global_over_layers():
+    net = _net()
+    snr = signal_to_noise(net)
+    expected = torch.cat([(lyr.weight_mu.abs() / softplus(lyr.weight_rho)).flatten() for lyr in net.layers])
+    torch.testing.assert_close(snr, expected)
+    assert snr.numel() == 6 * 5 + 5 * 3
+    assert signal_to_noise(net, include_bias=True).numel() == 45 + 8
+    torch.testing.assert_close(snr_db(torch.tensor([1.0, 10.0])), torch.tensor([0.0, 10.0]))
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 0.75, 0.95, 1.0])
+def test_prune_removes_exactly_the_lowest_snr_fraction(fraction):
+    net = _net()
+    snr = signal_to_noise(net)
+    res = prune(net, fraction)
+    n_remove = int(fraction * 45)
+    assert (res.total, res.kept, res.removed) == (45, 45 - n_remove, n_remove)
+    assert count_weights(net) == (45, 45 - n_remove)
+    mask = torch.cat([lyr.weight_mask.flatten() for lyr in net.layers]).bool()
+    if 0 < n_remove < 45:
+        assert snr[~mask].max() <= snr[mask].min()
+
+
+def test_pruned_weights_are_zero_in_mean_and_sample_mode_and_unprune_restores():
+    net = _net().eval()
+    x = torch.randn(4, 6)
+    before = net(x)
+    prune(net, 0.5)
+    l0, l1 = net.layers
+    h = torch.relu(F.linear(x, l0.weight_mu * l0.weight_mask, l0.bias_mu))
+    torch.testing.assert_close(net(x), F.linear(h, l1.weight_mu * l1.weight_mask, l1.bias_mu))
+    with sampling(net, "sample"):
+        # with all surviving weights' inputs zeroed, a pruned row gives only bias noise
+        assert torch.isfinite(net(x)).all()
+    unprune(net)
+    torch.testing.assert_close(net(x), before)
+    assert "layers.0.weight_mask" not in net.state_dict()
+
+
+def test_pruned_state_dict_loads_into_a_fresh_model():
+    net = _net().eval()
+    prune(net, 0.75)
+    buf = io.BytesIO()
+    torch.save(net.state_dict(), buf)
+    buf.seek(0)
+    fresh = BayesMLP(6, [5], 3).eval()
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(fresh(x), net(x))
+
+
+def test_prune_rejects_bad_fraction():
+    with pytest.raises(ValueError, match="fraction"):
+        prune(_net(), 1.5)
+    with pytest.raises(ValueError, match="no Bayesian layers"):
+        prune(torch.nn.Linear(2, 2), 0.5)

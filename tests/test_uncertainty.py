@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bbb import uncertainty as U
+from bbb.nn import BayesMLP
+
+
+def test_predictive_probs_average_probabilities_not_log_probabilities():
+    logits = torch.log(torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]]))
+    torch.testing.assert_close(U.predictive_probs(logits), torch.tensor([[0.5, 0.5]]))
+
+
+def test_entropy_decomposition():
+    # all samples agree: mutual information 0, predictive entropy = expected entropy
+    one = torch.log(torch.tensor([0.7, 0.2, 0.1]))
+    same = one.expand(5, 4, 3)
+    assert torch.allclose(U.mutual_information(same), torch.zeros(4), atol=1e-6)
+    expected = -(0.7 * math.log(0.7) + 0.2 * math.log(0.2) + 0.1 * math.log(0.1))
+    torch.testing.assert_close(U.predictive_entropy(same), torch.full((4,), expected))
+    # two confident samples that disagree: MI = log 2 - ~0
+    dis = torch.tensor([[[20.0, -20.0]], [[-20.0, 20.0]]])
+    assert U.mutual_information(dis).item() == pytest.approx(math.log(2), abs=1e-6)
+    assert U.expected_entropy(dis).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ece_of_a_calibrated_predictor_is_near_zero():
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    conf = torch.rand(n, generator=g) * 0.5 + 0.5
+    correct = torch.rand(n, generator=g) < conf
+    labels = torch.where(correct, 0, 1)
+    probs = torch.stack([conf, 1 - conf], -1)
+    assert U.expected_calibration_error(probs, labels) < 0.01
+
+
+def test_ece_hand_computed():
+    probs = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.6, 0.4]])
+    labels = torch.tensor([0, 1, 0, 0])
+    # bin of 0.9: accuracy 0.5, confidence 0.9; bin of 0.6: accuracy 1.0, confidence 0.6
+    assert U.expected_calibration_error(probs, labels, 10) == pytest.approx(0.5 * 0.4 + 0.5 * 0.4)
+    bins = U.reliability_bins(probs, labels, 10)
+    assert bins["count"].sum().item() == 4 and bins["edges"].numel() == 11
+
+
+def test_nll_brier_error_hand_computed():
+    probs = torch.tensor([[0.8, 0.2], [0.4, 0.6]])
+    labels = torch.tensor([0, 0])
+    assert U.negative_log_likelihood(probs, labels) == pytest.approx(-(math.log(0.8) + math.log(0.4)) / 2)
+    assert U.brier_score(probs, labels) == pytest.approx(((0.2**2 + 0.2**2) + (0.6**2 + 0.6**2)) / 2)
+    assert U.error_rate(probs, labels) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        U.brier_score(probs, torch.tensor([0]))
+
+
+def test_auroc_and_aupr():
+    a, b = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.7, 0.8])
+    assert U.auroc(a, b) == 1.0 and U.auroc(b, a) == 0.0
+    same = torch.full((10,), 0.5)
+    assert U.auroc(same, same) == 0.5
+    assert U.aupr(a, b) == pytest.approx(1.0)
+    # brute force on random scores with ties
+    g = torch.Generator().manual_seed(0)
+    neg, pos = torch.randint(0, 5, (40,), generator=g).float(), torch.randint(1, 6, (30,), generator=g).float()
+    brute = ((pos[:, None] > neg[None]).double() + 0.5 * (pos[:, None] == neg[None]).double()).mean().item()
+    assert U.auroc(neg, pos) == pytest.approx(brute)
+    # AUPR of perfectly mixed scores equals the positive rate
+    assert U.aupr(same, same[:5]) == pytest.approx(5 / 15)
+
+
+def test_predict_shapes_modes_and_restores_training_state():
+    net = BayesMLP(4, [6], 3, rho_init=-1.0)
+    x = torch.randn(10, 4)
+    out = U.predict(net, x, num_samples=7, batch_size=3)
+    assert out.shape == (7, 10, 3) and net.training
+    mean = U.predict(net, x, mode="mean")
+    assert mean.shape == (1, 10, 3)
+    torch.testing.assert_close(mean, U.predict(net, x, mode="mean"))
+    with pytest.raises(ValueError):
+        U.predict(net, x, mode="median")
+
+
+def test_regression_uncertainty_law_of_total_variance():
+    means = torch.tensor([[0.0, 1.0], [2.0, 1.0]])
+    r = U.regression_uncertainty(means, noise_sigma=0.5)
+    torch.testing.assert_close(r["epistemic"], torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(r["aleatoric"], torch.tensor([0.25, 0.25]))
+    torch.testing.assert_close(r["total"], torch.tensor([1.25, 0.25]))
+    r2 = U.regression_uncertainty(means, noise_sigma=torch.tensor([[1.0, 1.0], [3.0, 1.0]]))
+    torch.testing.assert_close(r2["aleatoric"], torch.tensor([5.0, 1.0]))

@@ -57,7 +57,9 @@ def _read_exact(stream: BinaryIO, n: int) -> bytearray:
 def _parse(stream: BinaryIO, path: Path, ndim: int | None) -> torch.Tensor:
     magic = _read_exact(stream, 4)
     if len(magic) < 4:
-        raise _fail(path, f"truncated: {len(magic)} bytes, too short for the 4-byte IDX magic number")
+        raise _fail(
+            path, f"truncated: {len(magic)} bytes, too short for the 4-byte IDX magic number"
+        )
     if magic[0] != 0 or magic[1] != 0:
         raise _fail(path, f"not an IDX file: bad magic number 0x{bytes(magic).hex()}")
     dtype, nd = magic[2], magic[3]

@@ -55,9 +55,7 @@ def load_mnist(
         Unknown data set or split, missing files that cannot be downloaded, or damaged files.
     """
     if dataset not in MNIST_DATASETS:
-        raise DataError(
-            f"unknown data set {dataset!r}; valid names: {', '.join(MNIST_DATASETS)}"
-        )
+        raise DataError(f"unknown data set {dataset!r}; valid names: {', '.join(MNIST_DATASETS)}")
     if split not in MNIST_FILES:
         raise DataError(f"unknown split {split!r}; valid splits: {', '.join(MNIST_FILES)}")
     images_path, labels_path = ensure_files(
@@ -124,7 +122,7 @@ def mnist_splits(
     val_idx, train_idx = perm[:val_size], perm[val_size:]
 
     def flat(images: torch.Tensor) -> torch.Tensor:
-        return images.reshape(images.shape[0], -1).to(torch.float32).div_(scale)
+        return images.flatten(1).to(torch.float32).div_(scale)
 
     return {
         "train_x": flat(train_images[train_idx]),

@@ -92,9 +92,7 @@ def parse_mushroom(path: str | os.PathLike[str]) -> tuple[torch.Tensor, torch.Te
                 f"{path}:{lineno}: expected {_FIELDS} comma-separated fields, found {len(fields)}"
             )
         if fields[0] not in ("e", "p"):
-            raise DataError(
-                f"{path}:{lineno}: class must be 'e' or 'p', found {fields[0][:20]!r}"
-            )
+            raise DataError(f"{path}:{lineno}: class must be 'e' or 'p', found {fields[0][:20]!r}")
         for name, value in zip(MUSHROOM_ATTRIBUTES, fields[1:], strict=True):
             if not value:
                 raise DataError(f"{path}:{lineno}: empty value for attribute {name}")

@@ -132,7 +132,7 @@ def url_for(dataset: str, filename: str, base_url: str | None = None) -> str:
 
 def file_md5(path: str | os.PathLike[str]) -> str:
     """Return the hexadecimal MD5 digest of a file."""
-    h = hashlib.md5()
+    h = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
@@ -184,7 +184,8 @@ def _download(url: str, dest: Path, md5: str, timeout: float) -> None:
         total = int(length) if length and length.isdigit() else None
 
         def write(f: BinaryIO) -> None:
-            h = hashlib.md5()
+            h = hashlib.md5(usedforsecurity=False)
+            received = 0
             bar = _progress(total, dest.name)
             try:
                 while True:
@@ -196,11 +197,14 @@ def _download(url: str, dest: Path, md5: str, timeout: float) -> None:
                         break
                     f.write(chunk)
                     h.update(chunk)
+                    received += len(chunk)
                     if bar is not None:
                         bar.update(len(chunk))
             finally:
                 if bar is not None:
                     bar.close()
+            if total is not None and received != total:
+                raise _NetworkError(f"connection closed after {received} of {total} bytes")
             got = h.hexdigest()
             if got != md5.lower():
                 raise DataError(

@@ -32,6 +32,7 @@ __all__ = [
     "register_kl",
     "kl_divergence",
     "has_closed_form_kl",
+    "uses_monte_carlo",
     "mc_kl",
     "kl_term",
     "softplus",
@@ -125,6 +126,17 @@ class Prior:
     def log_prob(self, w: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        """(log p(w), d log p / dw) elementwise; used by the fused sampling + KL kernel.
+
+        This default goes through autograd; the built-in priors override it in closed form.
+        """
+        with torch.enable_grad():
+            wd = w.detach().requires_grad_(True)
+            lp = self.log_prob(wd)
+            (g,) = torch.autograd.grad(lp.sum(), wd)
+        return lp.detach(), g
+
     def sample(self, shape: tuple[int, ...], generator: torch.Generator | None = None,
                device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Tensor:
         raise NotImplementedError  # pragma: no cover - abstract
@@ -158,6 +170,11 @@ class GaussianPrior(Prior):
     def log_prob(self, w: Tensor) -> Tensor:
         z = (w - self.mu) / self.sigma
         return -0.5 * z * z - (self._log_sigma + _LOG_SQRT_2PI)
+
+    def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        d = w - self.mu if self.mu else w
+        lp = d * d * (-0.5 / self.sigma**2) - (self._log_sigma + _LOG_SQRT_2PI)
+        return lp, d * (-1.0 / self.sigma**2)
 
     def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
         return self.mu + self.sigma * torch.randn(shape, generator=generator, device=device, dtype=dtype)
@@ -197,6 +214,20 @@ class ScaleMixturePrior(Prior):
         # logsumexp of two terms, elementwise, without stacking: max + log1p(exp(-|a - b|))
         m = torch.maximum(a, b)
         return m + torch.log1p(torch.exp(-torch.abs(a - b)))
+
+    def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        w2 = w * w
+        a = self._c1 + self._h1 * w2
+        if self.pi == 1.0:
+            return a, (2.0 * self._h1) * w
+        b = self._c2 + self._h2 * w2
+        e = torch.exp(-torch.abs(a - b))  # in (0, 1]: the smaller component relative to the larger
+        lp = torch.maximum(a, b) + torch.log1p(e)
+        # responsibility of component 1: sigmoid(a - b), written through e without overflow
+        r1 = torch.where(a >= b, 1.0 / (1.0 + e), e / (1.0 + e))
+        # d/dw = 2 w (h1 r1 + h2 (1 - r1))
+        g = w * (2.0 * self._h2 + (2.0 * (self._h1 - self._h2)) * r1)
+        return lp, g
 
     def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
         z = torch.randn(shape, generator=generator, device=device, dtype=dtype)
@@ -261,6 +292,17 @@ def _lookup(q: Any, p: Any) -> Callable[[Any, Any], Tensor] | None:
 
 def has_closed_form_kl(q: Any, p: Any) -> bool:
     return _lookup(q, p) is not None
+
+
+def uses_monte_carlo(p: Any, mode: KLMode | str, q_type: type = DiagonalNormal) -> bool:
+    """Whether ``kl_term`` with this mode estimates KL[q || p] by Monte Carlo."""
+    mode = KLMode(mode)
+    if mode is KLMode.MC:
+        return True
+    closed = any(_KL_REGISTRY.get((qt, pt)) for qt in q_type.__mro__ for pt in type(p).__mro__)
+    if mode is KLMode.CLOSED and not closed:
+        raise UserError(f"no closed-form KL for a {type(p).__name__}; use kl='mc' or kl='auto'")
+    return not closed
 
 
 def kl_divergence(q: Any, p: Any) -> Tensor:

@@ -30,6 +30,7 @@ __all__ = [
     "conv2d_local",
     "conv2d_flipout",
     "random_signs",
+    "sample_mc_kl",
 ]
 
 #: added to the pre-activation variance inside the local-reparameterisation sqrt
@@ -226,3 +227,55 @@ def conv2d_flipout(
     pert = conv2d(x * s, weight_delta, bias_delta, stride, padding, dilation, groups)
     r = random_signs((*lead, pert.shape[-3], 1, 1), like=x, generator=generator)
     return pert * r + mean
+
+
+# --------------------------------------------------------------------------------------------
+# Fused weight sampling + Monte Carlo KL
+# --------------------------------------------------------------------------------------------
+
+
+class _SampleMCKL(torch.autograd.Function):
+    """w = mu + softplus(rho) * eps and KL_mc = mean_k sum [log q(w) - log p(w)] in one pass.
+
+    The backward is written out (eqs. 3-4 of the paper): with g = dL/dw (from the data term)
+    and c = dL/dKL / k,
+        dL/dmu  = sum_k (g - c * dlogp/dw)
+        dL/drho = (sum_k (g - c * dlogp/dw) * eps - c * k / sigma) * sigmoid(rho).
+    (d log q / dmu = 0 and d log q / dsigma = -1/sigma along the reparameterised path.)
+    """
+
+    @staticmethod
+    def forward(ctx, mu: Tensor, rho: Tensor, eps: Tensor, prior) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        sigma = F.softplus(rho)
+        w = torch.addcmul(mu, sigma, eps)
+        lp, dlp = prior.log_prob_and_grad(w)
+        k = eps.numel() // mu.numel()
+        half_log_2pi = 0.9189385332046727
+        kl = -torch.log(sigma).sum() - (0.5 * torch.sum(eps * eps) + lp.sum()) / k - half_log_2pi * mu.numel()
+        ctx.save_for_backward(rho, sigma, eps, dlp)
+        ctx.k = k
+        return w, kl
+
+    @staticmethod
+    def backward(ctx, grad_w: Tensor | None, grad_kl: Tensor | None):  # type: ignore[override]
+        rho, sigma, eps, dlp = ctx.saved_tensors
+        k = ctx.k
+        lead = tuple(range(eps.dim() - rho.dim()))
+        if grad_kl is None:
+            total = grad_w
+        elif grad_w is None:
+            total = dlp * (-grad_kl / k)
+        else:
+            total = torch.addcmul(grad_w, dlp, grad_kl / k, value=-1.0)
+        grad_mu = total.sum(lead) if lead else total
+        g_sigma = (total * eps).sum(lead) if lead else total * eps
+        if grad_kl is not None:
+            g_sigma = g_sigma - grad_kl / sigma
+        grad_rho = g_sigma * torch.sigmoid(rho)
+        return grad_mu, grad_rho, None, None
+
+
+def sample_mc_kl(mu: Tensor, rho: Tensor, eps: Tensor, prior) -> tuple[Tensor, Tensor]:
+    """Fused ``(w, KL)``: the weights mu + softplus(rho) * eps and the Monte Carlo KL estimate on
+    those very weights, summed over elements and averaged over the leading sample dims of eps."""
+    return _SampleMCKL.apply(mu, rho, eps, prior)

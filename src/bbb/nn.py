@@ -39,6 +39,7 @@ from .distributions import (
     kl_term,
     prior_from_config,
     softplus,
+    uses_monte_carlo,
 )
 from .errors import UserError
 
@@ -90,6 +91,7 @@ class SamplingMode(str, Enum):
 class _ParamSample:
     eps: Tensor
     w: Tensor
+    kl: Tensor | None = None  # the fused Monte Carlo KL on these weights, when computed
 
 
 @dataclass
@@ -97,15 +99,18 @@ class SampleRecorder:
     """Collects, per layer and parameter, the noise ``eps`` and weights ``w`` drawn in a forward.
 
     Use as a context manager around the forward pass; pass it to :func:`model_kl`.
-    ``generator`` (optional) seeds every draw made inside.
+    ``generator`` (optional) seeds every draw made inside. With ``kl_mode`` set (the ELBO sets
+    it), layers whose KL will be Monte Carlo compute it fused with the sampling
+    (:func:`bbb.functional.sample_mc_kl`): one pass over the weights, analytic gradients.
     """
 
     generator: torch.Generator | None = None
+    kl_mode: KLMode | None = None
     records: dict[int, dict[str, _ParamSample]] = field(default_factory=dict)
     _token: Any = field(default=None, repr=False)
 
-    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor) -> None:
-        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w)
+    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor, kl: Tensor | None = None) -> None:
+        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w, kl)
 
     def get(self, module: nn.Module, name: str) -> _ParamSample | None:
         return self.records.get(id(module), {}).get(name)
@@ -209,15 +214,24 @@ class BayesModule(nn.Module):
             return self._sampling_override is SamplingMode.SAMPLE
         return self.training
 
-    def _draw(self, name: str, k: int | None) -> tuple[DiagonalNormal, Tensor, Tensor]:
-        """Sample the named parameter (k samples or one) and record it for the MC KL."""
-        q = self.posterior(name)
+    def _draw(self, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample the named parameter (k samples or one) and record it for the MC KL.
+
+        Returns (mu, eps, w).
+        """
+        mu, rho = getattr(self, f"{name}_mu"), getattr(self, f"{name}_rho")
         rec = _RECORDER.get()
-        eps = q.sample_eps(() if k is None else (k,), generator=None if rec is None else rec.generator)
-        w = q.rsample(eps)
+        shape = tuple(mu.shape) if k is None else (k, *mu.shape)
+        eps = torch.randn(shape, generator=None if rec is None else rec.generator,
+                          device=mu.device, dtype=mu.dtype)
+        if rec is not None and rec.kl_mode is not None and uses_monte_carlo(self.prior, rec.kl_mode):
+            w, kl = BF.sample_mc_kl(mu, rho, eps, self.prior)
+            rec.record(self, name, eps, w, kl)
+            return mu, eps, w
+        w = torch.addcmul(mu, softplus(rho), eps)
         if rec is not None:
             rec.record(self, name, eps, w)
-        return q, eps, w
+        return mu, eps, w
 
     def _generator(self) -> torch.Generator | None:
         rec = _RECORDER.get()
@@ -238,6 +252,9 @@ class BayesModule(nn.Module):
         gen = None if recorder is None else recorder.generator
         for name, q in self.posteriors().items():
             s = None if recorder is None else recorder.get(self, name)
+            if s is not None and s.kl is not None and uses_monte_carlo(self.prior, mode):
+                total = s.kl if total is None else total + s.kl
+                continue
             term = kl_term(q, self.prior, mode, eps=None if s is None else s.eps,
                            w=None if s is None else s.w, generator=gen)
             total = term if total is None else total + term
@@ -323,12 +340,12 @@ class BayesLinear(BayesModule):
             return BF.linear_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma,
                                    generator=self._generator())
         # flipout: the perturbation delta = w - mu = sigma * eps
-        qw, _, w = self._draw("weight", k)
-        dw = self._masked("weight", w - qw.mu)
+        mw, _, w = self._draw("weight", k)
+        dw = self._masked("weight", w - mw)
         db = None
         if has_bias:
-            qb, _, b = self._draw("bias", k)
-            db = self._masked("bias", b - qb.mu)
+            mb, _, b = self._draw("bias", k)
+            db = self._masked("bias", b - mb)
         return BF.linear_flipout(x, self._mean("weight"), dw, self._mean("bias"), db,
                                  generator=self._generator())
 
@@ -410,12 +427,12 @@ class BayesConv2d(BayesModule):
             b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
             return BF.conv2d_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma,
                                    *self._conv_args(), generator=self._generator())
-        qw, _, w = self._draw("weight", k)
-        dw = self._masked("weight", w - qw.mu)
+        mw, _, w = self._draw("weight", k)
+        dw = self._masked("weight", w - mw)
         db = None
         if has_bias:
-            qb, _, b = self._draw("bias", k)
-            db = self._masked("bias", b - qb.mu)
+            mb, _, b = self._draw("bias", k)
+            db = self._masked("bias", b - mb)
         return BF.conv2d_flipout(x, self._mean("weight"), dw, self._mean("bias"), db,
                                  *self._conv_args(), generator=self._generator())
 

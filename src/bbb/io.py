@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
+def _umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> Path:
     """Write ``path`` through ``write(fileobj)`` into a temporary file, then rename it into place."""
     path = Path(path)
@@ -17,6 +24,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):  # mkstemp makes 0600; use the mode open() would give
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -1,0 +1,132 @@
+"""Speed of the batched bandit population: updates per second and the full protocol's projection.
+
+Usage:
+  python bench/bench_bandit.py [--members-per-agent 5] [--updates 640] [--threads 1] [--workers 1 2]
+
+Times ``Population.update`` (one Adam step for every member on its own minibatch) and whole
+interactions (decision + ``updates_per_step`` updates) on the real UCI Mushroom data (or a
+random stand-in with --synthetic), then projects the full protocol (4 agents x 5 seeds x 50,000
+steps x 64 updates). With ``--workers N`` the population is split over N processes, each timing
+its share concurrently, as ``bbb bandit --workers N`` runs it. Writes bench/results/bandit.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+from bbb.experiments.bandit import (
+    DEFAULT_AGENTS,
+    BanditConfig,
+    Population,
+    _cpu_name,
+    _split_members,
+)
+
+FULL_STEPS = 50_000
+
+
+def _data(synthetic: bool):
+    if not synthetic:
+        try:
+            from bbb.data import load_mushroom
+
+            return load_mushroom(download=False)
+        except Exception as e:  # noqa: BLE001 - fall back to a stand-in of the same shape
+            print(f"(real data unavailable: {e}; using a random stand-in of the same shape)")
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.zeros(8124, 117)
+    ctx[torch.arange(8124).unsqueeze(1), torch.randint(0, 117, (8124, 22), generator=g)] = 1.0
+    return ctx, torch.rand(8124, generator=g) < 0.52
+
+
+def _time_share(members, threads: int, updates: int, steps: int, synthetic: bool, exact: bool) -> dict:
+    torch.set_num_threads(threads)
+    ctx, edible = _data(synthetic)
+    cfg = BanditConfig(steps=10_000, exact_noise=exact, threads=threads)
+    pop = Population(cfg, members, ctx, edible)
+    pop._ensure_env(10_000)
+    warm = 4200  # fill the buffer with interactions without training (cheap)
+    u = cfg.updates_per_step
+    cfg.updates_per_step = 0
+    for t in range(warm):
+        pop._act_and_learn(t)
+    cfg.updates_per_step = u
+    pop.step = warm
+    for _ in range(20):
+        pop.update(cfg.buffer)
+    reps = []
+    n = max(1, updates // 5)
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            pop.update(cfg.buffer)
+        reps.append((time.perf_counter() - t0) / n)
+    t0 = time.perf_counter()
+    for t in range(warm, warm + steps):
+        pop._act_and_learn(t)
+    step_s = (time.perf_counter() - t0) / steps
+    return {"members": len(members), "update_s_min": min(reps), "update_s_median": statistics.median(reps),
+            "step_s": step_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--members-per-agent", type=int, default=5, help="seeds per agent (default 5)")
+    ap.add_argument("--updates", type=int, default=640, help="timed updates (default 640)")
+    ap.add_argument("--steps", type=int, default=10, help="timed whole interactions (default 10)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--exact-noise", action="store_true")
+    ap.add_argument("--synthetic", action="store_true", help="random contexts instead of UCI Mushroom")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bandit.json"))
+    args = ap.parse_args()
+    members = [(a, s) for a in DEFAULT_AGENTS for s in range(args.members_per_agent)]
+    updates_total = FULL_STEPS * 64
+    results = []
+    for w in args.workers:
+        groups = _split_members(members, w)
+        if len(groups) == 1:
+            shares = [_time_share(groups[0], args.threads, args.updates, args.steps, args.synthetic, args.exact_noise)]
+        else:
+            with ProcessPoolExecutor(len(groups), mp_context=get_context("spawn")) as ex:
+                futs = [ex.submit(_time_share, g, args.threads, args.updates, args.steps, args.synthetic,
+                                  args.exact_noise) for g in groups]
+                shares = [f.result() for f in futs]
+        upd = max(s["update_s_median"] for s in shares)
+        upd_min = max(s["update_s_min"] for s in shares)
+        step = max(s["step_s"] for s in shares)
+        r = {"workers": len(groups), "threads_per_worker": args.threads, "population": len(members),
+             "shares": shares,
+             "batched_update_ms_median": round(upd * 1e3, 3), "batched_update_ms_min": round(upd_min * 1e3, 3),
+             "batched_updates_per_s": round(1.0 / upd, 1), "step_ms": round(step * 1e3, 2),
+             "projected_full_protocol_min": round(step * FULL_STEPS / 60, 1),
+             "projected_from_updates_only_min": round(upd * updates_total / 60, 1)}
+        results.append(r)
+        print(f"workers={len(groups)} threads={args.threads} P={len(members)}: batched update "
+              f"{r['batched_update_ms_median']:.3f} ms (min {r['batched_update_ms_min']:.3f}), "
+              f"{r['batched_updates_per_s']:.0f} updates/s; one interaction {r['step_ms']:.1f} ms "
+              f"-> full protocol ({FULL_STEPS} steps x 64 updates) ~ {r['projected_full_protocol_min']:.0f} min",
+              flush=True)
+    load = os.getloadavg()
+    info = {"results": results, "torch": torch.__version__, "python": platform.python_version(),
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "load_average_1_5_15": load,
+            "exact_noise": args.exact_noise, "synthetic": args.synthetic,
+            "note": "timings on a shared machine; the load average shows how busy it was"}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(info, indent=2) + "\n")
+    print(f"load average {load[0]:.2f}; wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

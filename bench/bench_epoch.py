@@ -1,0 +1,115 @@
+"""Seconds per MNIST epoch: BBB 2x400 and 2x1200 against deterministic MLPs of the same shape.
+
+BBB: scale-mixture prior, Monte Carlo KL, weight reparameterisation, 1 sample, batch 128,
+Adam (the paper's setting). The deterministic MLP (method ``sgd``) is the same loop with a
+plain ReLU network. Real MNIST (50,000 training images) is used when it can be found
+(``--data-dir`` / ``$BBB_DATA``), else random data of the same shape. Each configuration runs
+``--steps`` minibatches after a few warm-up steps, and the time is scaled to a full epoch of
+ceil(50000 / 128) = 391 minibatches.
+
+    python bench/bench_epoch.py                 # table on stdout, bench/results/epoch.json
+
+Timings on a shared machine are only indicative: other jobs compete for the same cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from bbb.elbo import ELBO
+from bbb.io import atomic_write_json
+from bbb.train import TrainConfig, _batch_objective, _make_optimizer, build_model
+
+N_TRAIN = 50_000
+BATCH = 128
+
+
+def load(data_dir: str | None) -> tuple[torch.Tensor, torch.Tensor, str]:
+    try:
+        from bbb.data import mnist_splits
+
+        d = mnist_splits("mnist", data_dir=data_dir, download=False)
+        return d["train_x"], d["train_y"], "mnist"
+    except Exception as e:  # noqa: BLE001 - any failure: fall back to random data
+        print(f"(real MNIST not available: {e}; using random data of the same shape)")
+        g = torch.Generator().manual_seed(0)
+        return torch.rand(N_TRAIN, 784, generator=g) * 2.0, torch.randint(0, 10, (N_TRAIN,), generator=g), "random"
+
+
+def time_config(cfg: TrainConfig, x: torch.Tensor, y: torch.Tensor, steps: int, warmup: int,
+                device: torch.device) -> float:
+    """Seconds per epoch (391 minibatches), measured over ``steps`` minibatches."""
+    torch.manual_seed(0)
+    model = build_model(cfg, 784, 10).to(device)
+    m = math.ceil(x.shape[0] / BATCH)
+    elbo = ELBO(model, "categorical", num_batches=m, kl_weighting=cfg.kl_weighting, num_samples=cfg.samples,
+                kl=cfg.kl) if cfg.method == "bbb" else None
+    opt = _make_optimizer(cfg, model)
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0)).to(device)
+
+    def step(i: int) -> None:
+        idx = perm[(i % m) * BATCH:(i % m + 1) * BATCH]
+        loss, *_ = _batch_objective(model, elbo, x.index_select(0, idx), y.index_select(0, idx), i % m)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for i in range(warmup):
+        step(i)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        step(i)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / steps * m
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--steps", type=int, default=100, help="timed minibatches per configuration")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "epoch.json"))
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    x, y, source = load(args.data_dir)
+    x, y = x.to(device), y.to(device)
+    rows = []
+    for width in (400, 1200):
+        for method in ("bbb", "sgd"):
+            cfg = TrainConfig(method=method, hidden=[width, width], prior="mixture", kl="mc",
+                              estimator="reparam", samples=1, batch_size=BATCH, device=args.device)
+            sec = time_config(cfg, x, y, args.steps, args.warmup, device)
+            rows.append({"network": f"2x{width}", "method": "BBB" if method == "bbb" else "MLP",
+                         "seconds_per_epoch": sec})
+            print(f"2x{width:<5} {rows[-1]['method']:<4} {sec:8.1f} s/epoch", flush=True)
+    for r in rows:
+        det = next(q for q in rows if q["network"] == r["network"] and q["method"] == "MLP")
+        r["ratio_to_mlp"] = r["seconds_per_epoch"] / det["seconds_per_epoch"]
+    print()
+    print(f"{'network':<8} {'method':<6} {'s/epoch':>9} {'x MLP':>7}")
+    for r in rows:
+        print(f"{r['network']:<8} {r['method']:<6} {r['seconds_per_epoch']:9.1f} {r['ratio_to_mlp']:7.2f}")
+    result = {
+        "rows": rows, "data": source, "device": str(device), "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(), "steps_timed": args.steps, "batch_size": BATCH,
+        "minibatches_per_epoch": math.ceil(x.shape[0] / BATCH), "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "note": "shared machine: other jobs may compete for the cores; numbers are indicative",
+    }
+    atomic_write_json(args.out, result)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Uncertainty that users can check: reliability, out-of-distribution detection, uncertain digits.
+
+Works on any run directory of ``bbb train``: BBB (weight samples), dropout (Monte Carlo dropout
+with the same k) and SGD (the softmax alone: k = 1, so its mutual information is undefined).
+
+* :func:`sample_probs` - (k, B, C) class probabilities of k sampled networks.
+* :func:`ood_report` - in-distribution test set (positives = OOD) scored by predictive entropy,
+  mutual information and 1 - max probability; AUROC and AUPR of each (OOD is the positive class).
+* :func:`most_uncertain` - the test digits on which the sampled networks disagree most, and the
+  most confident errors, with each class's vote share over the samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .. import uncertainty as U
+from ..errors import UserError
+from ..io import atomic_write_json
+
+__all__ = [
+    "sample_probs",
+    "ood_scores",
+    "ood_report",
+    "most_uncertain",
+    "plot_reliability",
+    "plot_ood",
+    "plot_uncertain",
+    "add_ood_arguments",
+    "main_ood",
+    "add_uncertain_arguments",
+    "main_uncertain",
+]
+
+SCORES = ("entropy", "mutual_information", "max_prob")
+
+
+@torch.no_grad()
+def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, chunk: int = 2048,
+                 seed: int | None = 0) -> Tensor:
+    """Class probabilities of ``samples`` sampled networks, (k, B, C); k = 1 for ``sgd``."""
+    from ..train import _mc_dropout
+
+    if samples < 1:
+        raise UserError(f"samples must be >= 1, got {samples}")
+    fork = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+    with fork:
+        if seed is not None:
+            torch.manual_seed(seed)
+        parts = []
+        for xc in torch.split(x, chunk):
+            if method == "bbb":
+                logits = U.predict(model, xc, samples)
+            elif method == "dropout":
+                with _mc_dropout(model):
+                    logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
+            else:
+                was = model.training
+                model.eval()
+                logits = model(xc).unsqueeze(0)
+                model.train(was)
+            parts.append(torch.softmax(logits.float(), -1))
+        return torch.cat(parts, dim=1)
+
+
+def _entropy_of(p: Tensor) -> Tensor:
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def ood_scores(probs: Tensor) -> dict[str, Tensor | None]:
+    """Per-example uncertainty scores (higher = more likely OOD) from (k, B, C) probabilities."""
+    mean = probs.mean(0)
+    pred_h = _entropy_of(mean)
+    mi = None
+    if probs.shape[0] > 1:
+        mi = (pred_h - _entropy_of(probs).mean(0)).clamp_min(0.0)
+    return {"entropy": pred_h, "mutual_information": mi, "max_prob": 1.0 - mean.max(-1).values}
+
+
+def ood_report(probs_in: Tensor, probs_out: Tensor) -> dict[str, Any]:
+    """AUROC and AUPR (OOD = positive class) of every score; ``None`` where a score is undefined."""
+    s_in, s_out = ood_scores(probs_in), ood_scores(probs_out)
+    report: dict[str, Any] = {}
+    for name in SCORES:
+        a, b = s_in[name], s_out[name]
+        if a is None or b is None:
+            report[name] = {"auroc": None, "aupr": None}
+        else:
+            report[name] = {"auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
+                            "mean_in": float(a.mean()), "mean_out": float(b.mean())}
+    return report
+
+
+def most_uncertain(probs: Tensor, labels: Tensor, n: int = 64) -> dict[str, Tensor]:
+    """Indices of the ``n`` examples with the highest disagreement between sampled networks
+    (mutual information; predictive entropy when k = 1), and of the ``n`` most confident errors.
+    Also each class's vote share: the fraction of samples whose argmax is that class."""
+    k, b, c = probs.shape
+    scores = ood_scores(probs)
+    disagreement = scores["mutual_information"] if scores["mutual_information"] is not None else scores["entropy"]
+    n = min(n, b)
+    top = torch.argsort(disagreement, descending=True, stable=True)[:n]
+    mean = probs.mean(0)
+    conf, pred = mean.max(-1)
+    wrong = (pred != labels).nonzero().flatten()
+    conf_err = wrong[torch.argsort(conf[wrong], descending=True, stable=True)[:n]]
+    votes = torch.nn.functional.one_hot(probs.argmax(-1), c).float().mean(0)  # (B, C)
+    return {"uncertain": top, "confident_errors": conf_err, "votes": votes, "disagreement": disagreement,
+            "prediction": pred, "confidence": conf}
+
+
+# --------------------------------------------------------------------------------------------
+# Plots (matplotlib imported lazily)
+# --------------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    from ..plots import _pyplot as get
+
+    return get()
+
+
+def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path, title: str = "") -> Path | None:
+    """Reliability diagram: accuracy against confidence per bin, one panel per prediction."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(bins), figsize=(4.5 * len(bins), 4.2), squeeze=False)
+    for ax, (name, b) in zip(axes[0], bins.items()):
+        edges = b["edges"].cpu()
+        width = float(edges[1] - edges[0])
+        centers = (edges[:-1] + width / 2).numpy()
+        acc = b["accuracy"].cpu().numpy()
+        has = (b["count"] > 0).cpu().numpy()
+        ax.bar(centers[has], acc[has], width=width, edgecolor="black", alpha=0.7, label="accuracy")
+        ax.bar(centers[has], (b["confidence"].cpu().numpy() - acc)[has], bottom=acc[has], width=width,
+               color="red", alpha=0.25, edgecolor="red", label="gap to confidence")
+        ax.plot([0, 1], [0, 1], "k--", lw=1)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("confidence")
+        ax.set_ylabel("accuracy")
+        ece = float((b["count"] / b["count"].sum() * (b["accuracy"] - b["confidence"]).abs()).sum())
+        ax.set_title(f"{name}: ECE {100 * ece:.2f}%")
+        ax.legend(loc="upper left")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor | None],
+             report: dict[str, Any], path: str | Path, names: tuple[str, str] = ("MNIST", "OOD")) -> Path | None:
+    """Histograms of each score on the in-distribution and OOD test sets, AUROC in the title."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for ax, name in zip(axes, SCORES):
+        a, b = scores_in[name], scores_out[name]
+        if a is None or b is None:
+            ax.text(0.5, 0.5, "undefined for k = 1", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(name.replace("_", " "))
+            continue
+        hi = float(max(a.max(), b.max(), 1e-6))
+        bins = torch.linspace(0, hi, 51).numpy()
+        ax.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[0])
+        ax.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[1])
+        ax.set_yscale("log")
+        ax.set_title(f"{name.replace('_', ' ')}: AUROC {report[name]['auroc']:.3f}")
+        ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path,
+                   samples: int) -> Path | None:
+    """Two grids: the most disputed test digits and the most confident errors, each titled with
+    its label and the vote shares of the sampled networks."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    groups = [("most disagreement between sampled networks", result["uncertain"]),
+              ("most confident errors", result["confident_errors"])]
+    n = max(len(idx) for _, idx in groups)
+    cols = min(8, max(n, 1))
+    rows = [math.ceil(len(idx) / cols) for _, idx in groups]
+    fig = plt.figure(figsize=(1.55 * cols, 1.75 * sum(max(r, 1) for r in rows) + 1.0))
+    sub = fig.subfigures(2, 1, height_ratios=[max(r, 1) for r in rows])
+    for sf, (title, idx), r in zip(sub, groups, rows):
+        sf.suptitle(f"{title} ({samples} samples)", fontsize=11)
+        if len(idx) == 0:
+            continue
+        axes = sf.subplots(max(r, 1), cols, squeeze=False)
+        for ax in axes.flat:
+            ax.axis("off")
+        for ax, i in zip(axes.flat, idx.tolist()):
+            ax.imshow(images[i].reshape(28, 28).cpu().numpy(), cmap="gray_r")
+            v = result["votes"][i]
+            top = torch.argsort(v, descending=True)[:2]
+            share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
+            ax.set_title(f"y={int(labels[i])} | {share}", fontsize=7)
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def _load(run_dir: str, which: str, data_dir: str | None, dataset: str | None = None):
+    from ..data import mnist_splits
+    from ..train import infer_method, load_run
+
+    model, cfg = load_run(run_dir, which)
+    data = mnist_splits(dataset or cfg.dataset, data_dir=data_dir or cfg.data_dir, scale=cfg.scale,
+                        val_size=cfg.val_size, seed=cfg.split_seed)
+    return model, cfg, infer_method(model), data
+
+
+def add_ood_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Out-of-distribution detection: score the run's in-distribution test set against another "
+        "dataset's test set by predictive entropy, mutual information and max-probability.\n\n"
+        "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
+    )
+    p.add_argument("run_dir", help="a run directory written by `bbb train`")
+    p.add_argument("--ood", default="fashion-mnist", choices=["mnist", "fashion-mnist"],
+                   help="out-of-distribution test set (default: fashion-mnist)")
+    p.add_argument("--samples", type=int, default=10, help="sampled networks (BBB, MC dropout); default 10")
+    p.add_argument("--which", default="best", choices=["best", "last"], help="checkpoint to use")
+    p.add_argument("--data-dir", default=None, help="data folder (else $BBB_DATA, else the cache)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws")
+
+
+def main_ood(args: argparse.Namespace) -> int:
+    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir)
+    if args.ood == cfg.dataset:
+        raise UserError(f"--ood {args.ood} is the run's own dataset; pick the other one")
+    from ..data import mnist_splits
+
+    ood = mnist_splits(args.ood, data_dir=args.data_dir or cfg.data_dir, scale=cfg.scale, val_size=0)
+    p_in = sample_probs(model, data["test_x"], method, args.samples, seed=args.seed)
+    p_out = sample_probs(model, ood["test_x"], method, args.samples, seed=args.seed + 1)
+    report = ood_report(p_in, p_out)
+    out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
+           "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
+    d = Path(args.run_dir)
+    atomic_write_json(d / "ood.json", out)
+    plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood))
+    print(f"OOD detection: {cfg.dataset} (in) vs {args.ood} (out), {method}, k={out['samples']}")
+    print(f"{'score':<20}{'AUROC':>8}{'AUPR':>8}")
+    def fmt(v: float | None) -> str:
+        return f"{v:8.4f}" if v is not None else f"{'n/a':>8}"
+
+    for name in SCORES:
+        r = report[name]
+        print(f"{name:<20}{fmt(r['auroc'])}{fmt(r['aupr'])}")
+    print(f"wrote {d / 'ood.json'} and {d / 'ood.png'}")
+    return 0
+
+
+def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Grids of the test digits on which the sampled networks disagree most, and of the most "
+        "confident errors, each titled with the label and the vote share of the top classes.\n\n"
+        "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
+    )
+    p.add_argument("run_dir", help="a run directory written by `bbb train`")
+    p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
+    p.add_argument("--samples", type=int, default=30, help="sampled networks (default 30)")
+    p.add_argument("--which", default="best", choices=["best", "last"], help="checkpoint to use")
+    p.add_argument("--data-dir", default=None, help="data folder (else $BBB_DATA, else the cache)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws")
+
+
+def main_uncertain(args: argparse.Namespace) -> int:
+    if args.n < 1:
+        raise UserError(f"--n must be >= 1, got {args.n}")
+    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir)
+    probs = sample_probs(model, data["test_x"], method, args.samples, seed=args.seed)
+    res = most_uncertain(probs, data["test_y"], args.n)
+    d = Path(args.run_dir)
+    plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
+    rows = []
+    for group in ("uncertain", "confident_errors"):
+        for i in res[group].tolist():
+            rows.append({"group": group, "index": i, "label": int(data["test_y"][i]),
+                         "prediction": int(res["prediction"][i]), "confidence": float(res["confidence"][i]),
+                         "disagreement": float(res["disagreement"][i]),
+                         "votes": [round(float(v), 4) for v in res["votes"][i]]})
+    atomic_write_json(d / "uncertain.json", {"method": method, "samples": int(probs.shape[0]), "digits": rows})
+    print(f"wrote {d / 'uncertain.png'} and {d / 'uncertain.json'} ({len(res['uncertain'])} disputed, "
+          f"{len(res['confident_errors'])} confident errors)")
+    return 0

@@ -1,0 +1,128 @@
+"""Regression curves (Fig. 5): BBB's band widens away from the data while its median fits."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from bbb.errors import UserError
+from bbb.experiments import regression as R
+from bbb.experiments.regression import RegressionConfig, make_data, run_regression, true_function
+
+#: a fast version of the default experiment (smaller net, fewer steps and points)
+FAST = dict(hidden=(50, 50), epochs=800, n_train=100, pred_samples=300, prior_sigma=2.0, seed=0,
+            quiet=True)
+
+
+def test_data_follow_the_paper_formula():
+    g = torch.Generator().manual_seed(0)
+    x, y = make_data(5000, 0.0, 0.5, 0.02, g)
+    assert x.dtype == y.dtype == torch.float32 and x.shape == y.shape == (5000,)
+    assert 0.0 <= float(x.min()) and float(x.max()) <= 0.5
+    resid = y - true_function(x)
+    # eps enters the sines too: the noise is larger than 0.02 but centred
+    assert abs(float(resid.mean())) < 0.01
+    assert 0.02 < float(resid.std()) < 0.1
+    torch.testing.assert_close(true_function(torch.tensor([0.0, 0.25, 0.5])),
+                               torch.tensor([0.0, 0.25 + 0.3, 0.5]), atol=1e-6, rtol=0)
+    xa, ya = make_data(10, generator=torch.Generator().manual_seed(3))
+    xb, yb = make_data(10, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_bbb_band_widens_away_from_the_data_and_the_median_fits(tmp_path):
+    res = run_regression(RegressionConfig(**FAST), out=str(tmp_path))
+    s = res["summary"]
+    # inside the training interval the BBB median follows the noise-free curve
+    assert s["rmse_bbb_median_in_data"] < 0.08
+    # at the far end (x = 1.2) the interquartile range is at least 5x its width inside the data
+    assert s["far_end_x"] == pytest.approx(1.2)
+    assert s["bbb_iqr_ratio_far_to_in_data"] >= 5.0
+    # the weight noise did not collapse: the spread away from the data is epistemic
+    assert s["bbb_epistemic_std_at_far_end"] > 5 * s["bbb_epistemic_std_mean_in_data"]
+    # a standard network's band is its noise model only: the same width everywhere
+    assert s["standard_iqr_at_far_end"] == pytest.approx(s["standard_iqr_mean_in_data"], rel=1e-4)
+    assert s["standard_iqr_mean_in_data"] == pytest.approx(2 * 0.6744898 * 0.05, rel=1e-3)
+    std = res["standard"]
+    assert float(std["epistemic_std"].abs().max()) == 0.0
+
+    # files
+    assert set(res["files"]) == {"regression.csv", "summary.json", "regression.png"}
+    with open(tmp_path / "regression.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == R.CSV_COLUMNS
+    for m in ("bbb", "standard"):
+        for c in ("median", "q25", "q75", "q025", "q975", "epistemic_std", "aleatoric_std"):
+            assert f"{m}_{c}" in rows[0]
+    assert len(rows) == RegressionConfig().n_grid
+    assert float(rows[0]["x"]) == pytest.approx(-0.2) and float(rows[-1]["x"]) == pytest.approx(1.2)
+    for r in rows:
+        q = [float(r[f"bbb_{c}"]) for c in ("q025", "q25", "median", "q75", "q975")]
+        assert q == sorted(q)
+        tot = math.hypot(float(r["bbb_epistemic_std"]), float(r["bbb_aleatoric_std"]))
+        assert tot > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rmse_bbb_median_in_data"] == pytest.approx(s["rmse_bbb_median_in_data"])
+    assert summary["config"]["x_low"] == 0.0 and summary["config"]["x_high"] == 0.5
+    assert "seconds" in summary
+
+
+def test_heteroscedastic_option_learns_input_dependent_noise(tmp_path):
+    res = run_regression(RegressionConfig(hidden=(16, 16), epochs=150, n_train=60, pred_samples=50,
+                                          heteroscedastic=True, quiet=True))
+    for m in ("bbb", "standard"):
+        al = res[m]["aleatoric_std"]
+        assert torch.isfinite(al).all() and (al > 0).all()
+        assert float(al.max() - al.min()) > 1e-4  # varies with x
+        q = res[m]
+        assert (q["q25"] <= q["median"]).all() and (q["median"] <= q["q75"]).all()
+    assert res["summary"]["bbb_noise_sigma"] is None
+
+
+def test_learned_noise_and_mixture_prior_run():
+    res = run_regression(RegressionConfig(hidden=(8,), epochs=30, n_train=20, pred_samples=20,
+                                          learn_noise=True, prior="mixture", quiet=True))
+    assert res["summary"]["bbb_noise_sigma"] != pytest.approx(RegressionConfig().model_sigma)
+    assert math.isfinite(res["summary"]["rmse_bbb_median_in_data"])
+
+
+def test_run_does_not_touch_the_global_rng():
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True))
+    assert torch.equal(torch.rand(3), before)
+
+
+@pytest.mark.parametrize("kw", [dict(n_train=0), dict(x_low=0.5, x_high=0.5), dict(epochs=0),
+                                dict(noise_std=-1.0), dict(activation="swish"), dict(prior="laplace"),
+                                dict(hidden=()), dict(grid_low=2.0, grid_high=1.0), dict(lr=float("nan")),
+                                dict(device="tpu"), dict(pi=0.0), dict(seed=-3)])
+def test_bad_settings_raise_user_error(kw):
+    with pytest.raises(UserError):
+        run_regression(RegressionConfig(quiet=True, epochs=1, **{k: v for k, v in kw.items() if k != "epochs"}),
+                       **({"epochs": kw["epochs"]} if "epochs" in kw else {}))
+
+
+def test_cli_parser_and_errors(tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    R.add_arguments(parser)
+    assert "Example" in (parser.epilog or "")
+    args = parser.parse_args(["--out", str(tmp_path), "--seed", "2", "--epochs", "7", "--heteroscedastic",
+                              "--x-range", "-0.1", "0.45", "--device", "cpu", "--quiet"])
+    cfg = R.config_from_args(args)
+    assert (cfg.seed, cfg.epochs, cfg.heteroscedastic, cfg.x_low, cfg.x_high) == (2, 7, True, -0.1, 0.45)
+    cli = pytest.importorskip("bbb.cli")
+    rc = cli.main(["regression", "--out", str(tmp_path / "r"), "--x-range", "1", "0"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "range" in err[0]
+    rc = cli.main(["regression", "--out", str(tmp_path / "r2"), "--epochs", "3", "--n-train", "10",
+                   "--hidden", "4", "--samples", "10", "--quiet"])
+    assert rc == 0 and (tmp_path / "r2" / "regression.csv").exists()

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from bbb.experiments import uncertainty as UE
+from bbb.nn import BayesMLP
+
+
+def _probs(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_sample_probs_shapes_for_each_method():
+    x = torch.randn(7, 4)
+    bbb_net = BayesMLP(4, [5], 3, rho_init=-1.0)
+    drop = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Dropout(0.5), nn.Linear(5, 3))
+    sgd = nn.Sequential(nn.Linear(4, 3))
+    p = UE.sample_probs(bbb_net, x, "bbb", samples=6, chunk=3)
+    assert p.shape == (6, 7, 3)
+    torch.testing.assert_close(p.sum(-1), torch.ones(6, 7))
+    assert not torch.allclose(p[0], p[1])  # sampled networks differ
+    torch.testing.assert_close(p, UE.sample_probs(bbb_net, x, "bbb", samples=6, chunk=3))  # seeded
+    assert UE.sample_probs(drop, x, "dropout", samples=4).shape == (4, 7, 3)
+    assert UE.sample_probs(sgd, x, "sgd", samples=9).shape == (1, 7, 3)
+    with pytest.raises(ValueError, match="samples"):
+        UE.sample_probs(sgd, x, "sgd", samples=0)
+
+
+def test_ood_scores_and_report_on_separable_data():
+    confident = _probs([[[0.98, 0.01, 0.01]] * 5, [[0.97, 0.02, 0.01]] * 5])  # (2, 5, 3), agree
+    disputed = _probs([[[0.9, 0.05, 0.05]] * 4, [[0.05, 0.9, 0.05]] * 4])  # (2, 4, 3), disagree
+    s = UE.ood_scores(disputed)
+    assert s["mutual_information"].min() > 0.3
+    rep = UE.ood_report(confident, disputed)
+    for name in UE.SCORES:
+        assert rep[name]["auroc"] == 1.0 and rep[name]["aupr"] == pytest.approx(1.0)
+    # k = 1 (a deterministic network): mutual information undefined, the others still work
+    rep1 = UE.ood_report(confident[:1], disputed[:1])
+    assert rep1["mutual_information"]["auroc"] is None and rep1["entropy"]["auroc"] == 1.0
+
+
+def test_most_uncertain_finds_the_disputed_digit_and_confident_errors():
+    k, b = 4, 6
+    probs = torch.full((k, b, 3), 0.01)
+    probs[..., 0] = 0.98  # everyone predicts 0 confidently
+    probs[:2, 3] = _probs([0.01, 0.98, 0.01])  # example 3: half the samples vote 1
+    labels = torch.tensor([0, 0, 2, 0, 0, 1])  # examples 2 and 5 are confident errors
+    res = UE.most_uncertain(probs, labels, n=2)
+    assert res["uncertain"][0].item() == 3
+    torch.testing.assert_close(res["votes"][3], torch.tensor([0.5, 0.5, 0.0]))
+    assert set(res["confident_errors"].tolist()) == {2, 5}
+
+
+def test_plots_write_pngs(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bbb import uncertainty as U
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(3, 50, 10, generator=g) * 3, -1)
+    labels = torch.randint(0, 10, (50,), generator=g)
+    mean = probs.mean(0)
+    bins = {"k-sample": U.reliability_bins(mean, labels), "mean weights": U.reliability_bins(probs[0], labels)}
+    assert UE.plot_reliability(bins, tmp_path / "rel.png").stat().st_size > 1000
+    s_in, s_out = UE.ood_scores(probs), UE.ood_scores(probs.flip(1))
+    rep = UE.ood_report(probs, probs.flip(1))
+    assert UE.plot_ood(s_in, s_out, rep, tmp_path / "ood.png").stat().st_size > 1000
+    res = UE.most_uncertain(probs, labels, n=5)
+    images = torch.rand(50, 784)
+    assert UE.plot_uncertain(images, labels, res, tmp_path / "unc.png", 3).stat().st_size > 1000
+    assert math.isfinite(rep["entropy"]["auroc"])

@@ -1,0 +1,274 @@
+"""The ``bbb`` command line: help texts, one-line errors with exit code 2, and the run commands.
+
+Commands run in-process through ``bbb.cli.main`` with tiny synthetic data patched in for
+``bbb.train.load_data``; two checks go through a real ``python -m bbb`` subprocess.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import bbb.train as T
+from bbb.cli import DEMO_SETTINGS, LAZY_COMMANDS, main
+from bbb.train import PRUNING_COLUMNS, TrainConfig
+
+
+def tiny_data() -> dict[str, torch.Tensor]:
+    """Gaussian blobs, 12 features, 3 classes (as in test_train.py)."""
+    g = torch.Generator().manual_seed(0)
+    centers = 2.0 * torch.randn(3, 12, generator=g)
+
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, 3, (n,), generator=g)
+        return centers[y] + torch.randn(n, 12, generator=g), y
+
+    (a, b), (e, f), (h, i) = make(240), make(60), make(60)
+    return {"train_x": a, "train_y": b, "val_x": e, "val_y": f, "test_x": h, "test_y": i}
+
+
+TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3",
+        "--quiet"]
+
+
+@pytest.fixture
+def tiny(monkeypatch) -> dict[str, torch.Tensor]:
+    """Every data load returns the tiny synthetic set."""
+    data = tiny_data()
+    monkeypatch.setattr(T, "load_data", lambda cfg: data)
+    return data
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:  # argparse's --help and its own errors
+        rc = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_line_error(rc: int, err: str, *words: str) -> None:
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "error:" in lines[0]
+    for w in words:
+        assert w in lines[0], (w, err)
+
+
+# --------------------------------------------------------------------------------------------
+# help
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "prune", "demo", *LAZY_COMMANDS])
+def test_help_of_every_subcommand(capsys, command):
+    if command in LAZY_COMMANDS and importlib.util.find_spec(LAZY_COMMANDS[command][0]) is None:
+        pytest.skip(f"{LAZY_COMMANDS[command][0]} is not there yet")
+    rc, out, _ = run_main(capsys, command, "--help")
+    assert rc == 0 and "Example" in out and f"bbb {command}" in out
+
+
+def test_top_level_help_lists_commands(capsys):
+    rc, out, _ = run_main(capsys, "--help")
+    assert rc == 0 and "Example" in out
+    for c in ("train", "evaluate", "prune", "demo", "regression", "bandit"):
+        assert c in out
+
+
+def test_train_help_names_the_contract_options(capsys):
+    _, out, _ = run_main(capsys, "train", "--help")
+    for opt in ("--dataset", "--method", "--prior", "--pi", "--sigma1", "--sigma2", "--hidden", "--epochs",
+                "--lr", "--samples", "--estimator", "--kl-weighting", "--seed", "--device", "--out",
+                "--data-dir", "--batch-size", "--optimizer", "--momentum", "--kl", "--rho-init",
+                "--prior-sigma", "--dropout-input", "--dropout-hidden", "--scale", "--test-each-epoch",
+                "--resume", "--quiet", "--bf16", "--eval-samples"):
+        assert opt in out, opt
+
+
+# --------------------------------------------------------------------------------------------
+# one-line errors
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sigma1", "-1"], ["sigma1"]),
+    (["--sigma2", "0"], ["sigma2"]),
+    (["--prior-sigma", "-2", "--prior", "gaussian"], ["prior-sigma"]),
+    (["--pi", "0"], ["pi"]),
+    (["--pi", "1.5"], ["pi"]),
+    (["--hidden", "400", "0"], ["hidden"]),
+    (["--dataset", "cifar10"], ["dataset", "mnist"]),
+    (["--method", "hmc"], ["method"]),
+    (["--estimator", "nope"], ["estimator"]),
+    (["--lr", "abc"], ["--lr"]),
+    (["--epochs", "-3"], ["epochs"]),
+])
+def test_bad_train_arguments(capsys, tmp_path, args, words):
+    rc, _, err = run_main(capsys, "train", "--out", str(tmp_path / "r"), *args)
+    assert_one_line_error(rc, err, *words)
+    assert not (tmp_path / "r" / "last.pt").exists()
+
+
+def test_missing_out_and_unknown_command(capsys):
+    assert_one_line_error(*run_main(capsys, "train")[::2], "--out")
+    assert_one_line_error(*run_main(capsys, "fly")[::2], "fly")
+
+
+def test_missing_run_dir(capsys, tmp_path):
+    for cmd in ("evaluate", "prune"):
+        rc, _, err = run_main(capsys, cmd, str(tmp_path / "nowhere"))
+        assert_one_line_error(rc, err, "not found")
+
+
+def test_corrupt_checkpoint(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    (run / "best.pt").write_bytes(b"\x00garbage" * 10)
+    (run / "last.pt").write_bytes(b"")
+    for argv in (["evaluate", str(run)], ["prune", str(run)], ["train", "--resume", "--out", str(run)]):
+        rc, _, err = run_main(capsys, *argv)
+        assert_one_line_error(rc, err, "corrupt")
+
+
+def test_missing_data(capsys, tmp_path, monkeypatch):
+    """No data files and no network: a one-line message naming the files and BBB_DATA."""
+    import bbb.data.sources as S
+
+    def offline(url, *a, **k):
+        raise S._NetworkError(OSError("network is unreachable"))
+
+    monkeypatch.setattr(S, "_download", offline)
+    rc, _, err = run_main(capsys, "train", "--data-dir", str(tmp_path / "empty"), "--out", str(tmp_path / "r"),
+                          "--device", "cpu")
+    assert_one_line_error(rc, err, "not found", "BBB_DATA")
+
+
+def test_missing_experiment_module(capsys, monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def fake(name, *a, **k):
+        if name == "bbb.experiments.bandit":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+    rc, _, err = run_main(capsys, "bandit", "--help")
+    assert_one_line_error(rc, err, "bandit")
+
+
+def test_lazy_command_dispatch(capsys, monkeypatch):
+    """regression/bandit: the module's add_arguments builds the parser, its main gets the args."""
+    import types
+
+    mod = types.ModuleType("bbb.experiments.regression")
+    seen = {}
+    mod.add_arguments = lambda p: p.add_argument("--steps", type=int, default=5)
+    mod.main = lambda args: seen.setdefault("steps", args.steps) and 0
+    monkeypatch.setitem(sys.modules, "bbb.experiments.regression", mod)
+    rc, _, _ = run_main(capsys, "regression", "--steps", "7")
+    assert rc == 0 and seen == {"steps": 7}
+
+
+def test_subprocess_errors_are_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    for argv in (["train", "--sigma1", "-1", "--out", str(tmp_path / "r")], ["evaluate", str(tmp_path / "no")]):
+        p = subprocess.run([sys.executable, "-m", "bbb", *argv], capture_output=True, text=True, env=env,
+                           timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith("bbb: error: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "Traceback" not in p.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the run commands on tiny data
+# --------------------------------------------------------------------------------------------
+
+
+def test_train_evaluate_prune(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    rc, out, err = run_main(capsys, "train", "--epochs", "2", "--out", str(run), *TINY)
+    assert rc == 0, err
+    assert "test error" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert 0 <= summary["test_error"] <= 1
+
+    rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "4", "--which", "last", "--device", "cpu")
+    assert rc == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    assert {"test_error", "test_error_mc", "nll", "ece", "brier"} <= set(ev) and ev["samples"] == 4
+    assert "ECE" in out and "Brier" in out
+
+    rc, out, err = run_main(capsys, "prune", str(run), "--fractions", "0", "0.5", "0.75", "--device", "cpu")
+    assert rc == 0, err
+    with (run / "pruning.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == PRUNING_COLUMNS and [float(r["fraction_removed"]) for r in rows] == [0, 0.5, 0.75]
+    assert "proportion removed" in out and "75%" in out
+
+
+def test_train_resume_via_cli(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    rc, _, err = run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)
+    assert_one_line_error(rc, err, "--resume")
+    # --resume takes the stored settings; only what is given (here --epochs) changes
+    rc, _, err = run_main(capsys, "train", "--resume", "--epochs", "2", "--out", str(run), "--quiet")
+    assert rc == 0, err
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 2
+    rc, _, err = run_main(capsys, "train", "--resume", "--lr", "0.5", "--out", str(run))
+    assert_one_line_error(rc, err, "lr")
+
+
+def test_prune_rejects_non_bbb_run(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--method", "sgd", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    assert_one_line_error(*run_main(capsys, "prune", str(run))[::2], "bbb run")
+
+
+def test_ctrl_c_exits_130_with_resume_hint(capsys, tmp_path, tiny, monkeypatch):
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(T, "_batch_objective", interrupt)
+    rc, _, err = run_main(capsys, "train", "--epochs", "2", "--out", str(tmp_path / "r"), *TINY)
+    assert rc == 130 and len(err.strip().splitlines()) == 1
+    assert "bbb train --resume --out" in err and "Traceback" not in err
+    assert torch.load(tmp_path / "r" / "last.pt", weights_only=True)["epoch"] == 0
+
+
+def test_demo_pipeline_on_tiny_data(capsys, tmp_path, tiny, monkeypatch):
+    """The demo's steps (train, evaluate, prune, plots) end to end, on tiny data and a tiny net."""
+    import bbb.cli as C
+
+    monkeypatch.setitem(C.DEMO_SETTINGS, "hidden", [16])
+    monkeypatch.setitem(C.DEMO_SETTINGS, "batch_size", 32)
+    monkeypatch.setitem(C.DEMO_SETTINGS, "lr", 1e-2)
+    run = tmp_path / "demo"
+    rc, out, err = run_main(capsys, "demo", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet")
+    assert rc == 0, err
+    for name in ("metrics.csv", "summary.json", "eval.json", "pruning.csv"):
+        assert (run / name).is_file(), name
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (run / "learning_curve.png").stat().st_size > 0 and (run / "snr.png").stat().st_size > 0
+    assert "test error" in out and "proportion removed" in out
+    # running it again reuses the finished run instead of failing
+    rc, _, err = run_main(capsys, "demo", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet")
+    assert rc == 0, err
+
+
+def test_demo_settings_are_valid_and_the_papers_network():
+    cfg = TrainConfig(**DEMO_SETTINGS)
+    assert cfg.method == "bbb" and cfg.prior == "mixture" and cfg.hidden == [400, 400]
+    assert cfg.dataset == "mnist" and cfg.batch_size == 128

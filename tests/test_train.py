@@ -1,0 +1,354 @@
+"""Training loop, run directories, checkpoints, resumption, evaluation and pruning of runs.
+
+Everything runs on tiny synthetic data injected through ``train(data=...)``, except the last
+test, which trains the paper's 2x400 BBB network for one epoch on real MNIST (skipped with a
+reason when ``BBB_DATA`` is not set).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import bbb.train as T
+from bbb.errors import CheckpointError, UserError
+from bbb.nn import BayesMLP
+from bbb.train import (
+    METRIC_COLUMNS,
+    PRUNING_COLUMNS,
+    TrainConfig,
+    TrainingDiverged,
+    TrainingInterrupted,
+    build_model,
+    evaluate,
+    evaluate_run,
+    load_run,
+    prune_run,
+    read_metrics,
+    train,
+)
+
+
+def tiny_data(n_train: int = 240, n_val: int = 60, n_test: int = 60, d: int = 12, c: int = 3,
+              seed: int = 0) -> dict[str, torch.Tensor]:
+    """Gaussian blobs: learnable in a couple of epochs by a 16-unit network."""
+    g = torch.Generator().manual_seed(seed)
+    centers = 2.0 * torch.randn(c, d, generator=g)
+
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, c, (n,), generator=g)
+        return centers[y] + torch.randn(n, d, generator=g), y
+
+    (a, b), (e, f), (h, i) = make(n_train), make(n_val), make(n_test)
+    return {"train_x": a, "train_y": b, "val_x": e, "val_y": f, "test_x": h, "test_y": i}
+
+
+def tiny_cfg(**kw) -> TrainConfig:
+    base = {"hidden": [16], "epochs": 2, "batch_size": 32, "lr": 1e-2, "device": "cpu",
+            "eval_samples": 4}
+    return TrainConfig(**{**base, **kw})
+
+
+QUIET = {"quiet": True, "log": lambda s: None}
+
+
+@pytest.fixture
+def data() -> dict[str, torch.Tensor]:
+    return tiny_data()
+
+
+def rows_without_seconds(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in read_metrics(run)]
+
+
+# --------------------------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"sigma1": -1.0}, "sigma1"),
+    ({"sigma2": 0.0}, "sigma2"),
+    ({"prior_sigma": -0.5}, "prior-sigma"),
+    ({"pi": 0.0}, "pi"),
+    ({"pi": 1.5}, "pi"),
+    ({"hidden": [400, 0]}, "hidden"),
+    ({"dataset": "cifar"}, "dataset"),
+    ({"method": "mcmc"}, "method"),
+    ({"estimator": "magic"}, "estimator"),
+    ({"kl_weighting": "linear"}, "KL weighting"),
+    ({"lr": 0.0}, "lr"),
+    ({"batch_size": 0}, "batch size"),
+    ({"samples": 0}, "samples"),
+    ({"epochs": -1}, "epochs"),
+    ({"dropout_hidden": 1.0}, "dropout-hidden"),
+    ({"device": "tpu"}, "device"),
+    ({"lr_schedule": "linear"}, "lr schedule"),
+    ({"kl": "closed"}, "closed-form"),
+    ({"sigma1": float("nan")}, "sigma1"),
+])
+def test_config_validation(kw, words):
+    with pytest.raises(UserError) as e:
+        TrainConfig(**kw)
+    msg = str(e.value)
+    assert words in msg and "\n" not in msg
+
+
+def test_config_round_trip_and_defaults():
+    cfg = TrainConfig(pi=1, hidden=[8, 4])
+    assert cfg.pi == 1.0 and cfg.batch_size == 128 and cfg.lr == 1e-3 and cfg.optimizer == "adam"
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(UserError, match="unknown setting"):
+        TrainConfig.from_dict({**cfg.to_dict(), "bogus": 1})
+    assert TrainConfig(prior="gaussian", kl="closed").make_prior().to_config()["type"] == "gaussian"
+
+
+def test_build_model_per_method():
+    bbb_net = build_model(TrainConfig(hidden=[8, 8]), 12, 3)
+    assert isinstance(bbb_net, BayesMLP) and bbb_net.sizes == [12, 8, 8, 3]
+    sgd = build_model(TrainConfig(method="sgd", hidden=[8, 8]), 12, 3)
+    assert [type(m) for m in sgd] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]
+    drop = build_model(TrainConfig(method="dropout", hidden=[8, 8]), 12, 3)
+    assert [type(m) for m in drop] == [nn.Dropout, nn.Linear, nn.ReLU, nn.Dropout, nn.Linear, nn.ReLU,
+                                       nn.Dropout, nn.Linear]
+    assert drop[0].p == 0.2 and drop[3].p == 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# a run directory
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method, extra", [("bbb", {}), ("bbb", {"estimator": "local", "kl_weighting": "uniform"}),
+                                           ("sgd", {}), ("dropout", {"lr_schedule": "cosine"})])
+def test_train_writes_run_directory(tmp_path, data, method, extra):
+    run = tmp_path / "run"
+    s = train(tiny_cfg(method=method, test_each_epoch=True, **extra), run, data=data, **QUIET)
+    for name in ("config.json", "metrics.csv", "summary.json", "last.pt", "best.pt"):
+        assert (run / name).is_file(), name
+    with (run / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == METRIC_COLUMNS and [int(r["epoch"]) for r in rows] == [1, 2]
+    assert all(r["test_error"] != "" for r in rows)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary == json.loads(json.dumps(s))
+    for key in ("test_error", "val_error", "test_error_mc", "best_val_error"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert summary["epochs"] == 2 and summary["best_epoch"] in (1, 2) and summary["seconds"] > 0
+    assert summary["test_error"] < 0.5  # the blobs are learnable
+    config = json.loads((run / "config.json").read_text())
+    assert config["method"] == method and config["seed"] == 0
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for name in ("config.json", "metrics.csv", "last.pt"):  # written atomically, yet not 0600
+        assert (run / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+    assert {"torch", "python", "bbb"} <= set(config["versions"])
+
+
+def test_metrics_without_test_each_epoch_leave_test_empty(tmp_path, data):
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    (row,) = read_metrics(run)
+    assert row["test_error"] is None and row["val_error"] is not None
+    assert row["kl"] > 0 and math.isclose(row["train_loss"], row["nll"] + row["kl"] / 240, rel_tol=0.5)
+
+
+def test_checkpoints_load_with_weights_only(tmp_path, data):
+    run = tmp_path / "run"
+    train(tiny_cfg(), run, data=data, **QUIET)
+    for name in ("last.pt", "best.pt"):
+        ckpt = torch.load(run / name, weights_only=True)
+        assert {"model", "optimizer", "epoch", "rng", "metrics", "config"} <= set(ckpt)
+        assert isinstance(ckpt["config"], dict) and isinstance(ckpt["rng"]["shuffle"], torch.Tensor)
+    model, cfg = load_run(run, "last")
+    assert cfg == tiny_cfg() and not model.training
+    ref = torch.load(run / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in ref.items())
+
+
+def test_refuses_to_overwrite_and_checks_settings_on_resume(tmp_path, data):
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    with pytest.raises(UserError, match="--resume"):
+        train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    with pytest.raises(UserError, match="'lr'"):
+        train(tiny_cfg(epochs=2, lr=0.5), run, data=data, resume=True, **QUIET)
+    s = train(tiny_cfg(epochs=2), run, data=data, resume=True, **QUIET)  # extending is allowed
+    assert s["epochs"] == 2 and len(read_metrics(run)) == 2
+
+
+def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
+    with pytest.raises(CheckpointError, match="not found"):
+        load_run(tmp_path / "nope")
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    (run / "best.pt").write_bytes(b"this is not a checkpoint")
+    with pytest.raises(CheckpointError) as e:
+        load_run(run, "best")
+    assert "corrupt" in str(e.value) and "\n" not in str(e.value)
+    (run / "last.pt").unlink()
+    with pytest.raises(CheckpointError, match="not found"):
+        load_run(run, "last")
+
+
+# --------------------------------------------------------------------------------------------
+# resumption, divergence, interruption
+# --------------------------------------------------------------------------------------------
+
+
+def _interrupt_at(monkeypatch, call: int, exc: BaseException | None = None, nan: bool = False) -> None:
+    """Make the ``call``-th minibatch (1-based) raise ``exc`` or return a NaN loss."""
+    real = T._batch_objective
+    count = {"n": 0}
+
+    def wrapped(*args, **kwargs):
+        count["n"] += 1
+        out = real(*args, **kwargs)
+        if count["n"] >= call:
+            if exc is not None:
+                raise exc
+            if nan:
+                bad = out[0] * float("nan")
+                return bad, out[1] * float("nan"), out[2], out[3]
+        return out
+
+    monkeypatch.setattr(T, "_batch_objective", wrapped)
+
+
+@pytest.mark.parametrize("method, extra", [("bbb", {}), ("bbb", {"estimator": "flipout", "samples": 2}),
+                                           ("dropout", {"optimizer": "sgd", "lr_schedule": "step"})])
+def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, data, monkeypatch, method, extra):
+    cfg = tiny_cfg(method=method, epochs=3, **extra)
+    full = tmp_path / "full"
+    train(cfg, full, data=data, **QUIET)
+
+    part = tmp_path / "part"
+    batches = math.ceil(240 / 32)
+    with monkeypatch.context() as m:
+        _interrupt_at(m, batches + 3, exc=KeyboardInterrupt())  # killed inside epoch 2
+        with pytest.raises(TrainingInterrupted) as e:
+            train(cfg, part, data=data, **QUIET)
+    assert e.value.epoch == 1 and "--resume" in str(e.value)
+    assert torch.load(part / "last.pt", weights_only=True)["epoch"] == 1
+    assert len(read_metrics(part)) == 1
+    torch.manual_seed(1234)  # a fresh process would have another global RNG state
+    train(cfg, part, data=data, resume=True, **QUIET)
+
+    assert rows_without_seconds(part) == rows_without_seconds(full)
+    a, _ = load_run(full, "last")
+    b, _ = load_run(part, "last")
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb), ka
+    sa = json.loads((full / "summary.json").read_text())
+    sb = json.loads((part / "summary.json").read_text())
+    assert {k: v for k, v in sa.items() if k != "seconds"} == {k: v for k, v in sb.items() if k != "seconds"}
+
+
+def test_resume_from_first_epoch_interrupt(tmp_path, data, monkeypatch):
+    cfg = tiny_cfg(epochs=1)
+    train(cfg, tmp_path / "full", data=data, **QUIET)
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 2, exc=KeyboardInterrupt())
+        with pytest.raises(TrainingInterrupted):
+            train(cfg, tmp_path / "part", data=data, **QUIET)
+    train(cfg, tmp_path / "part", data=data, resume=True, **QUIET)
+    assert rows_without_seconds(tmp_path / "part") == rows_without_seconds(tmp_path / "full")
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, data, monkeypatch):
+    run = tmp_path / "run"
+    batches = math.ceil(240 / 32)
+    _interrupt_at(monkeypatch, batches + 2, nan=True)  # NaN from the 2nd step of epoch 2 on
+    with pytest.raises(TrainingDiverged) as e:
+        train(tiny_cfg(epochs=3), run, data=data, **QUIET)
+    msg = str(e.value)
+    assert "diverged in epoch 2" in msg and "\n" not in msg and isinstance(e.value, UserError)
+    ckpt = torch.load(run / "last.pt", weights_only=True)
+    assert ckpt["epoch"] == 1
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    assert len(read_metrics(run)) == 1 and not (run / "summary.json").exists()
+
+
+def test_huge_learning_rate_diverges_cleanly(tmp_path, data):
+    run = tmp_path / "run"
+    with pytest.raises(TrainingDiverged):
+        train(tiny_cfg(method="sgd", optimizer="sgd", lr=1e30, epochs=2), run, data=data, **QUIET)
+    assert torch.load(run / "last.pt", weights_only=True)["epoch"] == 0
+
+
+def test_bf16_on_cpu_is_ignored_with_a_warning(tmp_path, data):
+    with pytest.warns(UserWarning, match="bf16"):
+        train(tiny_cfg(epochs=1, bf16=True), tmp_path / "run", data=data, **QUIET)
+
+
+def test_progress_bar_mode_runs(tmp_path, data, capsys):
+    train(tiny_cfg(epochs=1), tmp_path / "run", data=data)
+    assert "epoch 1/1" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# evaluation and pruning
+# --------------------------------------------------------------------------------------------
+
+
+def test_evaluate_metrics(data):
+    torch.manual_seed(0)
+    for method in ("bbb", "sgd", "dropout"):
+        model = build_model(tiny_cfg(method=method), 12, 3)
+        r = evaluate(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
+        assert {"error", "error_mc", "nll", "ece", "brier"} <= set(r)
+        assert all(0 <= r[k] <= 1 for k in ("error", "error_mc", "ece"))
+        assert r["nll"] > 0 and 0 <= r["brier"] <= 2
+        if method == "sgd":
+            assert r["error"] == r["error_mc"]
+        again = evaluate(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
+        assert again == r  # the Monte Carlo draws are seeded
+        assert evaluate(model, data["test_x"], data["test_y"], method, chunk=60)["error"] == r["error"]
+        assert model.training  # the caller's mode is restored
+
+
+def test_evaluate_run_and_prune_run(tmp_path, data):
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=2), run, data=data, **QUIET)
+    r = evaluate_run(run, samples=3, which="last", device="cpu", data=data)
+    saved = json.loads((run / "eval.json").read_text())
+    assert saved == r and r["epoch"] == 2 and r["samples"] == 3
+    assert {"test_error", "test_error_mc", "nll", "ece", "brier"} <= set(saved)
+    rows = prune_run(run, [0, 0.5, 0.9], device="cpu", data=data)
+    with (run / "pruning.csv").open() as f:
+        got = list(csv.DictReader(f))
+    assert tuple(got[0]) == PRUNING_COLUMNS and len(got) == 3
+    total = 12 * 16 + 16 * 3
+    assert [r["weights_left"] for r in rows] == [total, total - total // 2, total - math.floor(0.9 * total)]
+    assert rows[0]["test_error"] == json.loads((run / "summary.json").read_text())["last_test_error"]
+    with pytest.raises(UserError, match=r"in \[0, 1\]"):
+        prune_run(run, [1.5], device="cpu", data=data)
+
+
+def test_prune_needs_a_bbb_run(tmp_path, data):
+    run = tmp_path / "run"
+    train(tiny_cfg(method="sgd", epochs=1), run, data=data, **QUIET)
+    with pytest.raises(UserError, match="bbb run"):
+        prune_run(run, [0.5], device="cpu", data=data)
+
+
+# --------------------------------------------------------------------------------------------
+# real data
+# --------------------------------------------------------------------------------------------
+
+
+def test_one_epoch_bbb_2x400_on_real_mnist(tmp_path, data_dir):
+    """The paper's network, one epoch on the 50k training split: at least 95% test accuracy."""
+    cfg = TrainConfig(hidden=[400, 400], epochs=1, lr=3e-3, device="cpu", data_dir=str(data_dir),
+                      eval_samples=2)
+    s = train(cfg, tmp_path / "mnist", **QUIET)
+    cfg_json = json.loads((tmp_path / "mnist" / "config.json").read_text())
+    assert cfg_json["num_train"] == 50000 and cfg_json["num_val"] == 10000
+    assert s["test_error"] <= 0.05, s

@@ -51,6 +51,7 @@ def _data(synthetic: bool):
 
 def _time_share(members, threads: int, updates: int, steps: int, synthetic: bool, exact: bool) -> dict:
     torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)  # as bbb bandit does
     ctx, edible = _data(synthetic)
     cfg = BanditConfig(steps=10_000, exact_noise=exact, threads=threads)
     pop = Population(cfg, members, ctx, edible)

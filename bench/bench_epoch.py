@@ -14,18 +14,21 @@ Timings on a shared machine are only indicative: other jobs compete for the same
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
-import platform
-import time
-from pathlib import Path
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bbb/__init__.py: set before torch loads
 
-from bbb.elbo import ELBO
-from bbb.io import atomic_write_json
-from bbb.train import TrainConfig, _batch_objective, _make_optimizer, build_model
+import argparse  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from bbb.elbo import ELBO  # noqa: E402
+from bbb.io import atomic_write_json  # noqa: E402
+from bbb.train import TrainConfig, _batch_objective, _make_optimizer, build_model  # noqa: E402
 
 N_TRAIN = 50_000
 BATCH = 128
@@ -105,6 +108,7 @@ def main() -> None:
         "cpu_count": os.cpu_count(), "steps_timed": args.steps, "batch_size": BATCH,
         "minibatches_per_epoch": math.ceil(x.shape[0] / BATCH), "torch": str(torch.__version__),
         "python": platform.python_version(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "note": "shared machine: other jobs may compete for the cores; numbers are indicative",
     }
     atomic_write_json(args.out, result)

@@ -119,6 +119,19 @@ def test_bad_train_arguments(capsys, tmp_path, args, words):
     assert not (tmp_path / "r" / "last.pt").exists()
 
 
+def test_threads_option(capsys, tmp_path, tiny):
+    before = torch.get_num_threads()
+    try:
+        rc, _, err = run_main(capsys, "train", "--epochs", "1", "--out", str(tmp_path / "r"), "--threads", "1", *TINY)
+        assert rc == 0, err
+        assert torch.get_num_threads() == 1
+        assert "threads" not in json.loads((tmp_path / "r" / "config.json").read_text())
+    finally:
+        torch.set_num_threads(before)
+    rc, _, err = run_main(capsys, "evaluate", str(tmp_path / "r"), "--threads", "0")
+    assert_one_line_error(rc, err, "--threads")
+
+
 def test_missing_out_and_unknown_command(capsys):
     assert_one_line_error(*run_main(capsys, "train")[::2], "--out")
     assert_one_line_error(*run_main(capsys, "fly")[::2], "fly")

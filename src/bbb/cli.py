@@ -148,6 +148,8 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                    default=argparse.SUPPRESS, help="also log the test error every epoch")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from last.pt")
     g.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
 
 
 def _adder(group: Any, defaults: dict[str, Any]) -> Any:
@@ -192,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint: best (by validation error) or last (default: best)")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (default: the run's)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
 
     p = sub.add_parser(
         "prune", help="the paper's Table 2: prune by signal-to-noise ratio",
@@ -205,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint (default: last, as the paper prunes the end of training)")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (default: the run's)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
 
     p = sub.add_parser(
         "demo", help="the main job: train, evaluate and prune a BBB 2x400 on MNIST",
@@ -218,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"training epochs (default: {DEMO_SETTINGS['epochs']})")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (else $BBB_DATA, else ~/.cache/bbb)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
 
@@ -250,7 +258,7 @@ def _pct(v: float | None) -> str:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .train import TrainConfig, load_checkpoint, train
 
-    given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "quiet")}
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "quiet", "threads")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
         stored = load_checkpoint(out / "last.pt")["config"]
@@ -371,6 +379,17 @@ def _run_lazy(name: str, argv: Sequence[str]) -> int:
     return 0 if rc is None else int(rc)
 
 
+def _set_threads(n: int | None) -> None:
+    """Apply ``--threads`` (torch's intra-op threads) when given."""
+    if n is None:
+        return
+    if n < 1:
+        raise UserError(f"--threads must be >= 1, got {n}")
+    import torch
+
+    torch.set_num_threads(n)
+
+
 COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "prune": _cmd_prune, "demo": _cmd_demo}
 
 
@@ -383,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in LAZY_COMMANDS:
             return _run_lazy(argv[0], argv[1:])
         args = build_parser().parse_args(argv)
+        _set_threads(getattr(args, "threads", None))
         return COMMANDS[args.command](args)
     except UserError as e:
         msg = " ".join(str(e).split()) or type(e).__name__

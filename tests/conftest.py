@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import pytest
-import torch
+# before torch starts its thread pool: threads sleep instead of spinning on a shared CPU
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

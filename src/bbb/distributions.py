@@ -183,6 +183,17 @@ class GaussianPrior(Prior):
         return {"type": self.name, "sigma": self.sigma, "mu": self.mu}
 
 
+#: |a - b| is capped here before exp(-|a - b|): beyond it the smaller mixture component adds
+#: less than 2e-35 to the log-density (invisible next to the larger one, even in float64), and
+#: exp of a large negative float32 lands in the denormal range, which costs ~75x more per element
+#: on x86 CPUs (measured: 6.2 ms against 0.08 ms for 313k weights).
+_MAX_GAP = 80.0
+
+
+def _gap(a: Tensor, b: Tensor) -> Tensor:
+    return torch.abs(a - b).clamp_(max=_MAX_GAP)
+
+
 class ScaleMixturePrior(Prior):
     """P(w) = pi N(w | 0, sigma1^2) + (1 - pi) N(w | 0, sigma2^2)  (eq. 7 of the paper).
 
@@ -211,9 +222,10 @@ class ScaleMixturePrior(Prior):
         if self.pi == 1.0:
             return a
         b = self._c2 + self._h2 * w2
-        # logsumexp of two terms, elementwise, without stacking: max + log1p(exp(-|a - b|))
-        m = torch.maximum(a, b)
-        return m + torch.log1p(torch.exp(-torch.abs(a - b)))
+        # logsumexp of two terms, elementwise, without stacking: max + log(1 + exp(-|a - b|)).
+        # log(1 + e) rather than log1p(e): e >= e^-80 here, where log1p runs 3x slower on CPU,
+        # and the two differ by < 6e-8, below float32 resolution next to max(a, b).
+        return torch.maximum(a, b) + torch.log(torch.exp(-_gap(a, b)) + 1.0)
 
     def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
         w2 = w * w
@@ -221,12 +233,12 @@ class ScaleMixturePrior(Prior):
         if self.pi == 1.0:
             return a, (2.0 * self._h1) * w
         b = self._c2 + self._h2 * w2
-        e = torch.exp(-torch.abs(a - b))  # in (0, 1]: the smaller component relative to the larger
-        lp = torch.maximum(a, b) + torch.log1p(e)
-        # responsibility of component 1: sigmoid(a - b), written through e without overflow
-        r1 = torch.where(a >= b, 1.0 / (1.0 + e), e / (1.0 + e))
-        # d/dw = 2 w (h1 r1 + h2 (1 - r1))
-        g = w * (2.0 * self._h2 + (2.0 * (self._h1 - self._h2)) * r1)
+        diff = a - b
+        e = torch.exp(-torch.abs(diff).clamp_(max=_MAX_GAP))  # in [e^-80, 1]
+        lp = torch.maximum(a, b).add_(torch.log(e.add_(1.0)))
+        # responsibility of component 1, sigmoid(a - b); d/dw = 2 w (h1 r1 + h2 (1 - r1))
+        r1 = torch.sigmoid(diff)
+        g = w * r1.mul_(2.0 * (self._h1 - self._h2)).add_(2.0 * self._h2)
         return lp, g
 
     def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -285,3 +286,77 @@ def test_demo_settings_are_valid_and_the_papers_network():
     cfg = TrainConfig(**DEMO_SETTINGS)
     assert cfg.method == "bbb" and cfg.prior == "mixture" and cfg.hidden == [400, 400]
     assert cfg.dataset == "mnist" and cfg.batch_size == 128
+
+
+# --------------------------------------------------------------------------------------------
+# evaluate's reliability diagram; ood and uncertain (issue: uncertainty users can check)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_with_ood(monkeypatch) -> dict[str, dict[str, torch.Tensor]]:
+    """mnist -> the tiny blobs; fashion-mnist -> inputs near the origin, about equally far from
+    every blob centre (far-away inputs would not do: ReLU nets extrapolate them confidently)."""
+    data = tiny_data()
+    g = torch.Generator().manual_seed(1)
+    far = {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v) for k, v in data.items()}
+    sets = {"mnist": data, "fashion-mnist": far}
+    monkeypatch.setattr(T, "load_data", lambda cfg: sets[cfg.dataset])
+    return sets
+
+
+def test_evaluate_reports_mean_and_averaged_calibration_with_reliability_png(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "2", "--out", str(run), *TINY)[0] == 0
+    rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "5", "--device", "cpu")
+    assert rc == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    for key in ("nll", "ece", "brier", "nll_mean", "ece_mean", "brier_mean"):
+        assert math.isfinite(ev[key]) and ev[key] >= 0, key
+    assert ev["ece_bins"] == 15 and ev["samples"] == 5
+    assert (run / "reliability.png").stat().st_size > 1000
+    assert "mean weights" in out and "5-sample average" in out and "reliability.png" in out
+
+
+@pytest.mark.parametrize("method", ["bbb", "dropout", "sgd"])
+def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, method):
+    run = tmp_path / method
+    assert run_main(capsys, "train", "--method", method, "--epochs", "3", "--out", str(run), *TINY)[0] == 0
+    rc, out, err = run_main(capsys, "ood", str(run), "--ood", "fashion-mnist", "--samples", "6")
+    assert rc == 0, err
+    rep = json.loads((run / "ood.json").read_text())
+    assert rep["method"] == method and rep["ood"] == "fashion-mnist"
+    assert rep["samples"] == (1 if method == "sgd" else 6)
+    assert rep["n_in"] == 60 and rep["n_out"] == 60
+    # inputs between the blobs: every score that is defined separates them from the blobs
+    assert rep["scores"]["entropy"]["auroc"] > 0.7
+    assert rep["scores"]["max_prob"]["auroc"] > 0.7
+    if method == "sgd":
+        assert rep["scores"]["mutual_information"]["auroc"] is None
+    else:
+        assert 0.0 <= rep["scores"]["mutual_information"]["auroc"] <= 1.0
+    assert (run / "ood.png").exists() and "AUROC" in out
+
+    rc, out, err = run_main(capsys, "uncertain", str(run), "--n", "8", "--samples", "5")
+    assert rc == 0, err
+    unc = json.loads((run / "uncertain.json").read_text())
+    groups = [d["group"] for d in unc["digits"]]
+    assert groups.count("uncertain") == 8
+    for d in unc["digits"]:
+        assert abs(sum(d["votes"]) - 1.0) < 1e-3 and len(d["votes"]) == 3
+    assert (run / "uncertain.png").exists()
+
+
+def test_ood_and_uncertain_bad_input(capsys, tmp_path, tiny_with_ood):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood", "mnist")
+    assert_one_line_error(rc, err, "own dataset")
+    rc, _, err = run_main(capsys, "ood", str(run), "--samples", "0")
+    assert_one_line_error(rc, err, "samples")
+    rc, _, err = run_main(capsys, "uncertain", str(run), "--n", "0")
+    assert_one_line_error(rc, err, "--n")
+    rc, _, err = run_main(capsys, "ood", str(tmp_path / "missing"))
+    assert_one_line_error(rc, err)
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood", "cifar")
+    assert_one_line_error(rc, err, "cifar")

@@ -1,4 +1,4 @@
-"""The ``bbb`` command line: train, evaluate, prune, demo, regression, bandit.
+"""The ``bbb`` command line: train, evaluate, prune, demo, ood, uncertain, regression, bandit, ...
 
 Every user mistake (bad argument, missing run directory or data, corrupt checkpoint) ends with
 one line on stderr, ``bbb: error: ...``, and exit code 2; Ctrl-C during training ends with exit
@@ -23,11 +23,24 @@ from .errors import UserError
 __all__ = ["main", "build_parser", "DEMO_SETTINGS"]
 
 PROG = "bbb"
-LAZY_COMMANDS = {
+#: name -> (module, one-line help[, add_arguments function, main function]); the module is
+#: imported only when the command runs. Default function names: add_arguments / main.
+LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
     "regression": ("bbb.experiments.regression",
                    "Regression curves with BBB (section 5.2 of the paper)."),
     "bandit": ("bbb.experiments.bandit",
                "Contextual bandit on UCI Mushroom with Thompson sampling (section 5.3 of the paper)."),
+    "sweep": ("bbb.sweep", "Hyperparameter sweep over a search space, locally or on a Ray cluster."),
+    "reproduce": ("bbb.experiments.mnist",
+                  "Reproduce the paper's MNIST Table 1, Figures 2-4 and Table 2 (section 5.1 of the paper)."),
+    "ood": ("bbb.experiments.uncertainty",
+            "Out-of-distribution detection of a trained run (AUROC/AUPR of entropy, MI, max-prob).",
+            "add_ood_arguments", "main_ood"),
+    "uncertain": ("bbb.experiments.uncertainty",
+                  "Grids of the most disputed test digits and the most confident errors (vote shares).",
+                  "add_uncertain_arguments", "main_uncertain"),
+    "compare": ("bbb.experiments.comparison",
+                "Side-by-side table of runs: error, NLL, ECE, Brier, OOD AUROC (CSV + markdown)."),
 }
 
 #: The demo's recipe: scale-mixture BBB 2x400 on MNIST, tuned for a short CPU budget.
@@ -229,8 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
 
-    for name, (_, desc) in LAZY_COMMANDS.items():
-        sub.add_parser(name, help=desc.split(" (")[0].rstrip("."), add_help=False)
+    for name, spec in LAZY_COMMANDS.items():
+        sub.add_parser(name, help=spec[1].split(" (")[0].rstrip("."), add_help=False)
     return parser
 
 
@@ -292,11 +305,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_eval(r: dict[str, Any]) -> None:
-    rows = [["test error (mean weights)", _pct(r["test_error"])],
-            [f"test error ({r['samples']}-sample average)", _pct(r["test_error_mc"])],
-            ["NLL", f"{r['nll']:.4f}"], ["ECE", f"{r['ece']:.4f}"], ["Brier", f"{r['brier']:.4f}"]]
-    print(_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", ""]))
-    print(f"wrote {Path(r['run']) / 'eval.json'}")
+    mean = "mean weights" if r["method"] == "bbb" else "deterministic"
+    avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
+    rows = [["test error", _pct(r["test_error"]), _pct(r["test_error_mc"])],
+            ["NLL (nats)", f"{r['nll_mean']:.4f}", f"{r['nll']:.4f}"],
+            ["ECE (15 bins)", _pct(r["ece_mean"]), _pct(r["ece"])],
+            ["Brier", f"{r['brier_mean']:.4f}", f"{r['brier']:.4f}"]]
+    print(_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]))
+    files = ["eval.json"] + list(r.get("plots", []))
+    print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
@@ -361,7 +378,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _run_lazy(name: str, argv: Sequence[str]) -> int:
-    module_name, desc = LAZY_COMMANDS[name]
+    module_name, desc, *funcs = LAZY_COMMANDS[name]
+    add_name, main_name = funcs if funcs else ("add_arguments", "main")
     try:
         mod = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -372,10 +390,11 @@ def _run_lazy(name: str, argv: Sequence[str]) -> int:
     example = getattr(mod, "EXAMPLE", None) or f"bbb {name}"
     parser = _Parser(prog=f"{PROG} {name}", description=(mod.__doc__ or desc).strip().split("\n\n")[0],
                      epilog=f"Example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    mod.add_arguments(parser)
+    getattr(mod, add_name)(parser)
     args = parser.parse_args(list(argv))
     args.command = name
-    rc = mod.main(args)
+    _set_threads(getattr(args, "threads", None))
+    rc = getattr(mod, main_name)(args)
     return 0 if rc is None else int(rc)
 
 

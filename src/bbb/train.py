@@ -409,14 +409,17 @@ def evaluate(
     samples: int = 10,
     chunk: int = EVAL_CHUNK,
     seed: int | None = 0,
-) -> dict[str, float]:
+    return_probs: bool = False,
+) -> dict[str, Any]:
     """Classification metrics of ``model`` on ``(x, y)``.
 
     Returns ``error`` with the posterior mean weights (bbb) or the deterministic network (sgd;
     dropout in eval mode), ``error_mc`` of the ``samples``-sample predictive average (bbb: weight
     samples via :func:`bbb.uncertainty.predict`; dropout: MC dropout; sgd: equal to ``error``),
-    and ``nll``, ``ece``, ``brier`` of that predictive distribution (``nll_mean`` for the mean
-    network). Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
+    and ``nll``, ``ece``, ``brier`` of that predictive distribution (``nll_mean``, ``ece_mean``,
+    ``brier_mean`` for the mean network, so the value of averaging is visible). With
+    ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``.
+    Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
     draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
     """
     method = infer_method(model) if method is None else _choice("method", method, Method)
@@ -444,16 +447,21 @@ def evaluate(
         else:
             probs = mean_probs
     y = y.to(probs.device)
-    return {
+    res: dict[str, Any] = {
         "error": U.error_rate(mean_probs, y),
         "error_mc": U.error_rate(probs, y),
         "nll": U.negative_log_likelihood(probs, y),
         "ece": U.expected_calibration_error(probs, y),
         "brier": U.brier_score(probs, y),
         "nll_mean": U.negative_log_likelihood(mean_probs, y),
+        "ece_mean": U.expected_calibration_error(mean_probs, y),
+        "brier_mean": U.brier_score(mean_probs, y),
         "samples": int(samples) if method != Method.SGD.value else 1,
         "n": int(x.shape[0]),
     }
+    if return_probs:
+        res["probs"], res["mean_probs"] = probs, mean_probs
+    return res
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,6 +597,7 @@ def train(
     resume: bool = False,
     quiet: bool = False,
     log: Callable[[str], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], bool | None] | None = None,
 ) -> dict[str, Any]:
     """Train ``cfg`` into the run directory ``out`` and return the summary (also summary.json).
 
@@ -602,6 +611,9 @@ def train(
             data_dir, test_each_epoch, eval_samples and bf16 must match the stored ones).
         quiet: one log line per epoch instead of a tqdm progress bar.
         log: where log lines go (default: print to stdout); pass ``lambda s: None`` for silence.
+        on_epoch: called after each epoch (once its checkpoints and metrics.csv are written)
+            with a copy of the metrics row; returning True stops training there, and the
+            summary is written for the epochs done (``bbb sweep`` reports to Ray Tune here).
 
     Raises:
         TrainingDiverged: NaN/inf loss (``last.pt`` keeps the last good epoch).
@@ -770,6 +782,8 @@ def train(
             else:
                 # tqdm's bar is gone (leave=False); keep one line per epoch on stderr
                 print(msg, file=sys.stderr, flush=True)
+            if on_epoch is not None and on_epoch(dict(row)):
+                break
     except KeyboardInterrupt:
         done = metrics[-1]["epoch"] if metrics else 0
         raise TrainingInterrupted(
@@ -835,8 +849,11 @@ def evaluate_run(
     data_dir: str | None = None,
     device: str = "auto",
     data: dict[str, Tensor] | None = None,
+    reliability: bool = True,
 ) -> dict[str, Any]:
-    """Evaluate a run's checkpoint on its test set and write ``run_dir/eval.json``."""
+    """Evaluate a run's checkpoint on its test set and write ``run_dir/eval.json`` (and, with
+    ``reliability`` and matplotlib installed, ``run_dir/reliability.png``: one reliability
+    diagram for the mean/deterministic network and one for the k-sample predictive average)."""
     d = _run_dir(run_dir)
     if samples < 1:
         raise UserError(f"--samples must be >= 1, got {samples}")
@@ -844,13 +861,23 @@ def evaluate_run(
     model, cfg = load_run(d, which, device=dev)
     data = _run_data(cfg, data_dir, data)
     x, y = data["test_x"].to(dev), data["test_y"].to(dev)
-    res = evaluate(model, x, y, cfg.method, samples=samples)
+    res = evaluate(model, x, y, cfg.method, samples=samples, return_probs=True)
     ckpt_epoch = int(load_checkpoint(d / f"{which}.pt")["epoch"])
     result = {"run": str(d), "checkpoint": which, "epoch": ckpt_epoch, "method": cfg.method,
-              "test_error": res["error"], "test_error_mc": res["error_mc"], "samples": res["samples"],
-              "nll": res["nll"], "ece": res["ece"], "brier": res["brier"], "nll_mean": res["nll_mean"],
-              "n": res["n"]}
+              "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
+              "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
+              "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
+              "ece_bins": 15, "n": res["n"]}
     atomic_write_json(d / "eval.json", result)
+    if reliability:
+        from .experiments.uncertainty import plot_reliability
+
+        panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
+                  U.reliability_bins(res["mean_probs"], y)}
+        if cfg.method != Method.SGD.value:
+            panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
+        if plot_reliability(panels, d / "reliability.png", title=f"{cfg.method} on {cfg.dataset} test") is not None:
+            result["plots"] = ["reliability.png"]
     return result
 
 

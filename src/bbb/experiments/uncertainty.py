@@ -187,6 +187,13 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
     return path
 
 
+def _as_image(x: Tensor):
+    """A flat example as a square image when it is one (28 x 28 for MNIST), else a strip."""
+    d = x.numel()
+    side = math.isqrt(d)
+    return x.reshape(side, side).cpu().numpy() if side * side == d else x.reshape(1, d).cpu().numpy()
+
+
 def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path,
                    samples: int) -> Path | None:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
@@ -209,7 +216,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
         for ax in axes.flat:
             ax.axis("off")
         for ax, i in zip(axes.flat, idx.tolist()):
-            ax.imshow(images[i].reshape(28, 28).cpu().numpy(), cmap="gray_r")
+            ax.imshow(_as_image(images[i]), cmap="gray_r")
             v = result["votes"][i]
             top = torch.argsort(v, descending=True)[:2]
             share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
@@ -225,22 +232,31 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 # --------------------------------------------------------------------------------------------
 
 
-def _load(run_dir: str, which: str, data_dir: str | None, dataset: str | None = None):
-    from ..data import mnist_splits
-    from ..train import infer_method, load_run
+def _load(run_dir: str, which: str, data_dir: str | None):
+    from .. import train as T
 
-    model, cfg = load_run(run_dir, which)
-    data = mnist_splits(dataset or cfg.dataset, data_dir=data_dir or cfg.data_dir, scale=cfg.scale,
-                        val_size=cfg.val_size, seed=cfg.split_seed)
-    return model, cfg, infer_method(model), data
+    model, cfg = T.load_run(run_dir, which)
+    if data_dir is not None:
+        cfg = cfg.replace(data_dir=data_dir)
+    return model, cfg, T.infer_method(model), T.load_data(cfg)
+
+
+def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
+    """The test split of ``dataset``, preprocessed like the run's own data."""
+    from .. import train as T
+
+    return T.load_data(cfg.replace(dataset=dataset, val_size=0))
 
 
 def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Out-of-distribution detection: score the run's in-distribution test set against another "
-        "dataset's test set by predictive entropy, mutual information and max-probability.\n\n"
-        "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
+        "dataset's test set by predictive entropy, mutual information (epistemic) and 1 - max "
+        "probability; AUROC and AUPR of each, OOD as the positive class. Works for bbb (weight "
+        "samples), dropout (MC dropout, same k) and sgd (softmax only) runs. Writes "
+        "RUN_DIR/ood.json and RUN_DIR/ood.png."
     )
+    p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
     p.add_argument("run_dir", help="a run directory written by `bbb train`")
     p.add_argument("--ood", default="fashion-mnist", choices=["mnist", "fashion-mnist"],
                    help="out-of-distribution test set (default: fashion-mnist)")
@@ -248,15 +264,15 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--which", default="best", choices=["best", "last"], help="checkpoint to use")
     p.add_argument("--data-dir", default=None, help="data folder (else $BBB_DATA, else the cache)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice)")
 
 
 def main_ood(args: argparse.Namespace) -> int:
     model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir)
     if args.ood == cfg.dataset:
         raise UserError(f"--ood {args.ood} is the run's own dataset; pick the other one")
-    from ..data import mnist_splits
-
-    ood = mnist_splits(args.ood, data_dir=args.data_dir or cfg.data_dir, scale=cfg.scale, val_size=0)
+    ood = _load_ood(cfg, args.ood)
     p_in = sample_probs(model, data["test_x"], method, args.samples, seed=args.seed)
     p_out = sample_probs(model, ood["test_x"], method, args.samples, seed=args.seed + 1)
     report = ood_report(p_in, p_out)
@@ -279,16 +295,19 @@ def main_ood(args: argparse.Namespace) -> int:
 
 def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Grids of the test digits on which the sampled networks disagree most, and of the most "
-        "confident errors, each titled with the label and the vote share of the top classes.\n\n"
-        "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
+        "Grids of the test digits on which the sampled networks disagree most (mutual "
+        "information), and of the most confident errors, each titled with the label and the vote "
+        "share of the top classes over the samples. Writes RUN_DIR/uncertain.png and uncertain.json."
     )
+    p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
     p.add_argument("run_dir", help="a run directory written by `bbb train`")
     p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
     p.add_argument("--samples", type=int, default=30, help="sampled networks (default 30)")
     p.add_argument("--which", default="best", choices=["best", "last"], help="checkpoint to use")
     p.add_argument("--data-dir", default=None, help="data folder (else $BBB_DATA, else the cache)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice)")
 
 
 def main_uncertain(args: argparse.Namespace) -> int:

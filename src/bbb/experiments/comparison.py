@@ -1,0 +1,203 @@
+"""Side-by-side table of trained runs: test error, NLL, ECE, Brier and OOD AUROC.
+
+Reads what ``bbb evaluate`` (``eval.json``) and ``bbb ood`` (``ood.json``) wrote in each run
+directory and writes ``NAME.csv`` and its markdown twin ``NAME.md``. Percentages (test error,
+ECE) are in percent; NLL in nats per example; Brier is the mean squared error of the probability
+vector (0-2). Metrics are those of the k-sample predictive distribution (BBB: weight samples,
+dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..io import atomic_write_text
+
+__all__ = ["COLUMNS", "REFERENCES", "collect", "comparison_rows", "write_comparison", "add_arguments", "main"]
+
+EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
+           "--out results/uncertainty --name comparison")
+
+#: The CSV's columns, in order (the issue's contract first, then context).
+COLUMNS = ("method", "hidden", "dataset", "test_error", "nll", "ece", "brier", "auroc_entropy", "auroc_mi",
+           "auroc_max_prob", "aupr_entropy", "aupr_mi", "test_error_mean_weights", "reference_test_error",
+           "samples", "epochs", "seconds", "run")
+
+#: Published numbers to print beside ours: name -> (dataset, method, {hidden: test error %}, source).
+REFERENCES: dict[str, tuple[str, str, dict[int, float], str]] = {
+    "fashion-seminar": ("fashion-mnist", "bbb", {200: 12.63, 400: 13.2, 800: 12.81},
+                        "the seminar notebook's BBB on Fashion-MNIST, 10 epochs"),
+}
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+
+
+def collect(run_dir: str | Path) -> dict[str, Any]:
+    """One row from a run directory (needs eval.json; ood.json is optional)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise UserError(f"run directory {d} does not exist")
+    ev = _read_json(d / "eval.json")
+    if ev is None:
+        raise UserError(f"{d} has no eval.json; run `bbb evaluate {d}` first")
+    cfg = _read_json(d / "config.json") or {}
+    summary = _read_json(d / "summary.json") or {}
+    ood = _read_json(d / "ood.json")
+    scores = (ood or {}).get("scores", {})
+
+    def score(name: str, key: str) -> float | None:
+        v = scores.get(name, {}).get(key)
+        return None if v is None else float(v)
+
+    hidden = cfg.get("hidden") or summary.get("hidden") or []
+    return {
+        "method": ev.get("method") or cfg.get("method"),
+        "hidden": int(hidden[0]) if hidden else None,
+        "dataset": ev.get("dataset") or cfg.get("dataset"),
+        "test_error": 100.0 * ev["test_error_mc"],
+        "nll": ev["nll"],
+        "ece": 100.0 * ev["ece"],
+        "brier": ev["brier"],
+        "auroc_entropy": score("entropy", "auroc"),
+        "auroc_mi": score("mutual_information", "auroc"),
+        "auroc_max_prob": score("max_prob", "auroc"),
+        "aupr_entropy": score("entropy", "aupr"),
+        "aupr_mi": score("mutual_information", "aupr"),
+        "test_error_mean_weights": 100.0 * ev["test_error"],
+        "reference_test_error": None,
+        "samples": ev.get("samples"),
+        "epochs": summary.get("epochs"),
+        "seconds": summary.get("seconds"),
+        "run": str(d),
+        "ood": (ood or {}).get("ood"),
+    }
+
+
+def comparison_rows(run_dirs: Sequence[str | Path], reference: str | None = None) -> list[dict[str, Any]]:
+    rows = [collect(d) for d in run_dirs]
+    if reference is not None:
+        if reference not in REFERENCES:
+            raise UserError(f"unknown reference {reference!r}; expected one of {', '.join(REFERENCES)}")
+        dataset, method, numbers, _ = REFERENCES[reference]
+        for r in rows:
+            if r["dataset"] == dataset and r["method"] == method:
+                r["reference_test_error"] = numbers.get(r["hidden"])
+    return rows
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+_DIGITS = {"nll": 4, "brier": 4, "auroc_entropy": 4, "auroc_mi": 4, "auroc_max_prob": 4, "aupr_entropy": 4,
+           "aupr_mi": 4, "seconds": 0}
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
+    """Plain statements of who wins, computed from the rows (never asserted in advance)."""
+    out = []
+    by = {(r["method"], r["hidden"]): r for r in rows}
+    for (method, hidden), r in sorted(by.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0])):
+        if method != "bbb":
+            continue
+        sgd, drop = by.get(("sgd", hidden)), by.get(("dropout", hidden))
+        if sgd is not None:
+            word = "lower" if r["ece"] < sgd["ece"] else "NOT lower"
+            out.append(f"2x{hidden}: BBB's ECE ({r['ece']:.2f}%) is {word} than SGD's ({sgd['ece']:.2f}%).")
+        if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
+            word = "higher" if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher"
+            out.append(f"2x{hidden}: BBB's OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
+                       f"than MC dropout's ({drop['auroc_mi']:.4f}).")
+        for name, label in (("test_error", "test error"), ("nll", "NLL"), ("brier", "Brier score"),
+                            ("auroc_entropy", "OOD AUROC by entropy")):
+            others = [o for o in (sgd, drop) if o is not None and o[name] is not None]
+            if not others or r[name] is None:
+                continue
+            better = (lambda a, b: a > b) if name.startswith("auroc") else (lambda a, b: a < b)
+            best_other = max(others, key=lambda o: o[name]) if name.startswith("auroc") else \
+                min(others, key=lambda o: o[name])
+            word = "best" if better(r[name], best_other[name]) else f"not the best ({best_other['method']} wins)"
+            out.append(f"2x{hidden}: BBB's {label} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
+                       f"{_fmt(best_other[name], _DIGITS.get(name, 2))}.")
+        if r["reference_test_error"] is not None:
+            word = "beats" if r["test_error"] < r["reference_test_error"] else "does NOT beat"
+            out.append(f"2x{hidden}: our {r['test_error']:.2f}% {word} the reference {r['reference_test_error']:.2f}%.")
+    return out
+
+
+def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "comparison",
+                     command: str | None = None, reference: str | None = None) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [",".join(COLUMNS)]
+    for r in rows:
+        lines.append(",".join(_fmt(r[c], 6) if isinstance(r[c], float) else _fmt(r[c]) for c in COLUMNS))
+    csv_path = out / f"{name}.csv"
+    atomic_write_text(csv_path, "\n".join(lines) + "\n")
+
+    shown = ["method", "hidden", "dataset", "test_error", "test_error_mean_weights", "nll", "ece", "brier",
+             "auroc_entropy", "auroc_mi", "auroc_max_prob", "samples", "epochs", "seconds"]
+    if any(r["reference_test_error"] is not None for r in rows):
+        shown.insert(4, "reference_test_error")
+    heads = {"test_error": "test error %", "test_error_mean_weights": "error % (mean weights)",
+             "nll": "NLL", "ece": "ECE %", "brier": "Brier", "auroc_entropy": "AUROC entropy",
+             "auroc_mi": "AUROC MI", "auroc_max_prob": "AUROC max-prob", "reference_test_error": "reference %",
+             "seconds": "train s"}
+    md = [f"# {name}", ""]
+    if command:
+        md += ["Made by:", "", "```", command, "```", ""]
+    md += ["| " + " | ".join(heads.get(c, c) for c in shown) + " |",
+           "|" + "|".join("---" if c in ("method", "dataset") else "---:" for c in shown) + "|"]
+    for r in rows:
+        md.append("| " + " | ".join(_fmt(r[c], _DIGITS.get(c, 2)) or "-" for c in shown) + " |")
+    oods = sorted({r["ood"] for r in rows if r.get("ood")})
+    md += ["", "Test error, NLL, ECE (15 equal-width bins) and Brier are those of the k-sample predictive "
+           "distribution (BBB: weight samples; dropout: MC dropout; SGD: its softmax, k = 1); "
+           "\"mean weights\" is the posterior-mean (BBB) or deterministic (dropout off) network."]
+    if oods:
+        md.append(f"OOD: the in-distribution test set against the {', '.join(oods)} test set (OOD = positive "
+                  "class); mutual information is undefined for SGD (one network).")
+    if reference is not None:
+        md.append(f"Reference: {REFERENCES[reference][3]}.")
+    verdicts = _verdicts(rows)
+    if verdicts:
+        md += ["", "## Who wins", ""] + [f"- {v}" for v in verdicts]
+    md_path = out / f"{name}.md"
+    atomic_write_text(md_path, "\n".join(md) + "\n")
+    return [csv_path, md_path]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories with eval.json (and ood.json)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for NAME.csv and NAME.md")
+    p.add_argument("--name", default="comparison", help="file stem (default: comparison)")
+    p.add_argument("--reference", default=None, choices=sorted(REFERENCES),
+                   help="published numbers to print beside ours")
+    p.add_argument("--command", default=None, metavar="TEXT",
+                   help="the command to cite as the table's origin (default: this bbb compare command)")
+
+
+def main(args: argparse.Namespace) -> int:
+    rows = comparison_rows(args.runs, args.reference)
+    command = args.command or ("bbb " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None)
+    paths = write_comparison(rows, args.out, args.name, command=command, reference=args.reference)
+    print(Path(paths[1]).read_text())
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0

@@ -1,0 +1,63 @@
+"""``bbb compare``: rows from eval.json / ood.json, the CSV contract, computed verdicts."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from bbb.cli import main
+from bbb.experiments.comparison import COLUMNS, comparison_rows, write_comparison
+
+
+def _run(tmp_path, method, hidden, ece, mi, err=0.02, dataset="mnist"):
+    d = tmp_path / f"{method}-{hidden}"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"method": method, "hidden": [hidden, hidden], "dataset": dataset}))
+    (d / "summary.json").write_text(json.dumps({"epochs": 3, "seconds": 12.5}))
+    (d / "eval.json").write_text(json.dumps({
+        "method": method, "dataset": dataset, "test_error": err + 0.001, "test_error_mc": err, "nll": 0.07,
+        "ece": ece, "brier": 0.03, "samples": 1 if method == "sgd" else 10}))
+    scores = {"entropy": {"auroc": 0.9, "aupr": 0.8}, "mutual_information": {"auroc": mi, "aupr": mi},
+              "max_prob": {"auroc": 0.88, "aupr": 0.8}}
+    (d / "ood.json").write_text(json.dumps({"ood": "fashion-mnist", "scores": scores}))
+    return d
+
+
+def test_rows_units_and_verdicts(tmp_path):
+    runs = [_run(tmp_path, "bbb", 400, 0.004, 0.95), _run(tmp_path, "dropout", 400, 0.006, 0.97),
+            _run(tmp_path, "sgd", 400, 0.012, None)]
+    rows = comparison_rows(runs)
+    assert [r["method"] for r in rows] == ["bbb", "dropout", "sgd"]
+    assert rows[0]["test_error"] == pytest.approx(2.0) and rows[0]["ece"] == pytest.approx(0.4)
+    assert rows[0]["test_error_mean_weights"] == pytest.approx(2.1) and rows[2]["auroc_mi"] is None
+    csv_path, md_path = write_comparison(rows, tmp_path / "out", "comparison", command="bash run.sh")
+    with csv_path.open() as f:
+        got = list(csv.DictReader(f))
+    assert tuple(got[0]) == COLUMNS and len(got) == 3 and got[2]["auroc_mi"] == ""
+    md = md_path.read_text()
+    assert "bash run.sh" in md
+    assert "BBB's ECE (0.40%) is lower than SGD's (1.20%)" in md
+    # dropout's MI AUROC is higher here: the table must say BBB does not win
+    assert "is NOT higher than MC dropout's" in md
+
+
+def test_reference_numbers_and_cli(tmp_path, capsys):
+    runs = [_run(tmp_path, "bbb", h, 0.01, 0.9, err=e, dataset="fashion-mnist")
+            for h, e in ((200, 0.12), (400, 0.14))]
+    rc = main(["compare", *map(str, runs), "--out", str(tmp_path / "o"), "--name", "fm",
+               "--reference", "fashion-seminar"])
+    assert rc == 0
+    with (tmp_path / "o" / "fm.csv").open() as f:
+        got = list(csv.DictReader(f))
+    assert [float(r["reference_test_error"]) for r in got] == [12.63, 13.2]
+    md = (tmp_path / "o" / "fm.md").read_text()
+    assert "our 12.00% beats the reference 12.63%" in md and "our 14.00% does NOT beat the reference 13.20%" in md
+
+
+def test_missing_eval_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    assert main(["compare", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bbb evaluate" in err and len(err.strip().splitlines()) == 1

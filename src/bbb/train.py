@@ -868,7 +868,6 @@ def evaluate_run(
               "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
               "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
               "ece_bins": 15, "n": res["n"]}
-    atomic_write_json(d / "eval.json", result)
     if reliability:
         from .experiments.uncertainty import plot_reliability
 
@@ -878,6 +877,7 @@ def evaluate_run(
             panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
         if plot_reliability(panels, d / "reliability.png", title=f"{cfg.method} on {cfg.dataset} test") is not None:
             result["plots"] = ["reliability.png"]
+    atomic_write_json(d / "eval.json", result)
     return result
 
 

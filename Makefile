@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	printf "%s\n" "$(TORCH)" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,ray]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -25,6 +26,21 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m bbb demo
+
+# Side-by-side speed bench against the peer libraries (bench/README.md); MNIST from $$BBB_DATA
+# (e.g. `BBB_DATA=../shared/data make bench`), extra options in BENCH_ARGS (e.g. --quick).
+# The peers never touch torch: everything is installed against a constraint pinning it.
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
+.PHONY: bench
+bench: $(BENCH_STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(PY) bench/run.py $(BENCH_ARGS)
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	test -f $(VENV)/torch-constraint.txt || $(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[bench]"
+	$(PY) -m pip install -q --no-deps -c $(VENV)/torch-constraint.txt "bayesian-torch==0.5.0" "blitz-bayesian-pytorch==0.2.8"
+	touch $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

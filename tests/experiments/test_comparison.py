@@ -47,12 +47,13 @@ def test_reference_numbers_and_cli(tmp_path, capsys):
     runs = [_run(tmp_path, "bbb", h, 0.01, 0.9, err=e, dataset="fashion-mnist")
             for h, e in ((200, 0.12), (400, 0.14))]
     rc = main(["compare", *map(str, runs), "--out", str(tmp_path / "o"), "--name", "fm",
-               "--reference", "fashion-seminar"])
+               "--reference", "fashion-seminar", "--command", "bash results/x.sh"])
     assert rc == 0
     with (tmp_path / "o" / "fm.csv").open() as f:
         got = list(csv.DictReader(f))
     assert [float(r["reference_test_error"]) for r in got] == [12.63, 13.2]
     md = (tmp_path / "o" / "fm.md").read_text()
+    assert "```\nbash results/x.sh\n```" in md
     assert "our 12.00% beats the reference 12.63%" in md and "our 14.00% does NOT beat the reference 13.20%" in md
 
 

@@ -190,13 +190,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default="comparison", help="file stem (default: comparison)")
     p.add_argument("--reference", default=None, choices=sorted(REFERENCES),
                    help="published numbers to print beside ours")
-    p.add_argument("--command", default=None, metavar="TEXT",
+    p.add_argument("--command", dest="cite", default=None, metavar="TEXT",
                    help="the command to cite as the table's origin (default: this bbb compare command)")
 
 
 def main(args: argparse.Namespace) -> int:
     rows = comparison_rows(args.runs, args.reference)
-    command = args.command or ("bbb " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None)
+    command = args.cite or ("bbb " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None)
     paths = write_comparison(rows, args.out, args.name, command=command, reference=args.reference)
     print(Path(paths[1]).read_text())
     print(f"wrote {', '.join(str(p) for p in paths)}")

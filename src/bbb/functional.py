@@ -16,6 +16,14 @@ Estimators:
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -31,10 +39,19 @@ __all__ = [
     "conv2d_flipout",
     "random_signs",
     "sample_mc_kl",
+    "sample_gaussian_kl",
+    "FusedBackend",
+    "fused_backend",
+    "set_fused_backend",
+    "get_fused_backend",
+    "COMPILE_MIN_NUMEL",
 ]
 
 #: added to the pre-activation variance inside the local-reparameterisation sqrt
 LRT_EPS = 1e-8
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_MAX_GAP = 80.0  # as in distributions._MAX_GAP: exp(-80) is still a normal float32
 
 
 def expand_samples(x: Tensor, k: int) -> Tensor:
@@ -250,8 +267,8 @@ class _SampleMCKL(torch.autograd.Function):
         w = torch.addcmul(mu, sigma, eps)
         lp, dlp = prior.log_prob_and_grad(w)
         k = eps.numel() // mu.numel()
-        half_log_2pi = 0.9189385332046727
-        kl = -torch.log(sigma).sum() - (0.5 * torch.sum(eps * eps) + lp.sum()) / k - half_log_2pi * mu.numel()
+        flat = eps.reshape(-1)
+        kl = -torch.log(sigma).sum() - (0.5 * torch.dot(flat, flat) + lp.sum()) / k - _HALF_LOG_2PI * mu.numel()
         ctx.save_for_backward(rho, sigma, eps, dlp)
         ctx.k = k
         return w, kl
@@ -269,13 +286,308 @@ class _SampleMCKL(torch.autograd.Function):
             total = torch.addcmul(grad_w, dlp, grad_kl / k, value=-1.0)
         grad_mu = total.sum(lead) if lead else total
         g_sigma = (total * eps).sum(lead) if lead else total * eps
-        if grad_kl is not None:
-            g_sigma = g_sigma - grad_kl / sigma
-        grad_rho = g_sigma * torch.sigmoid(rho)
+        if grad_kl is not None:  # - grad_kl / sigma, in one pass
+            g_sigma = torch.addcdiv(g_sigma, grad_kl.expand_as(sigma), sigma, value=-1.0)
+        grad_rho = g_sigma.mul_(torch.sigmoid(rho))
         return grad_mu, grad_rho, None, None
 
 
 def sample_mc_kl(mu: Tensor, rho: Tensor, eps: Tensor, prior) -> tuple[Tensor, Tensor]:
     """Fused ``(w, KL)``: the weights mu + softplus(rho) * eps and the Monte Carlo KL estimate on
-    those very weights, summed over elements and averaged over the leading sample dims of eps."""
+    those very weights, summed over elements and averaged over the leading sample dims of eps.
+
+    A :class:`~bbb.distributions.ScaleMixturePrior` on a large enough tensor runs the compiled
+    single-pass kernel (see :class:`FusedBackend`); everything else the eager one.
+    """
+    if _is_builtin(prior, "ScaleMixturePrior") and _use_compiled(mu):
+        cst = _consts(("mixture", prior.pi, prior.sigma1, prior.sigma2),
+                      [prior._c1, prior._c2, prior._h1, prior._h2], mu)
+        return _FusedMixtureMC.apply(mu, rho, eps, cst)
     return _SampleMCKL.apply(mu, rho, eps, prior)
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled kernels: the same mathematics in one pass over the weights (torch.compile)
+# --------------------------------------------------------------------------------------------
+#
+# The eager ``_SampleMCKL`` above makes ~15 passes over every weight tensor (softplus, the
+# mixture log-density and its gradient, the reductions, then the backward). The kernels below
+# state the same computation as one pointwise expression each, which ``torch.compile`` turns
+# into one vectorised loop for the forward (weights, KL, and what the backward needs) and one
+# for the backward (no transcendental functions left there). The noise still comes from
+# ``torch.randn`` (so seeds and generators behave exactly as on the eager path); only the
+# arithmetic is fused. Equivalence with the straightforward autograd code is pinned by
+# tests/test_kernels.py.
+
+
+class FusedBackend(str, Enum):
+    """Which implementation runs the fused sampling + KL kernels.
+
+    ``auto``: compiled on CUDA for weight tensors of at least :data:`COMPILE_MIN_NUMEL` elements,
+    eager on CPU. On CPU the compiled scale-mixture kernel takes ~15% off a training step
+    (measured: 2x400, one thread, 26 -> 22 ms; the Gaussian prior's eager kernel is about as fast
+    as its compiled one) but compiling costs ~8 s per process with a warm cache and ~40 s cold,
+    which only long runs earn back; ask for it with ``compile`` (or ``BBB_FUSED=compile``). ``compile``: compiled
+    for every size and device. ``eager``: never compile. Whatever the choice, a failure of
+    ``torch.compile`` falls back to the eager kernels with one warning.
+    """
+
+    AUTO = "auto"
+    COMPILE = "compile"
+    EAGER = "eager"
+
+
+#: below this many weights, ``auto`` keeps the eager kernels (the compiled call's fixed cost
+#: and the one-off compilation do not pay for a bias vector or a toy network)
+COMPILE_MIN_NUMEL = 1 << 15
+
+
+
+def _backend_from_env() -> FusedBackend:
+    raw = os.environ.get("BBB_FUSED", FusedBackend.AUTO.value).strip().lower()
+    try:
+        return FusedBackend(raw)
+    except ValueError:
+        warnings.warn(f"BBB_FUSED={raw!r} is not one of auto, compile, eager; using auto", stacklevel=2)
+        return FusedBackend.AUTO
+
+
+_STATE: dict[str, Any] = {"backend": _backend_from_env(), "failed": None}
+_COMPILED: dict[str, Callable[..., Any]] = {}
+
+
+def get_fused_backend() -> FusedBackend:
+    return _STATE["backend"]
+
+
+def set_fused_backend(backend: FusedBackend | str) -> FusedBackend:
+    """Choose ``"auto"``, ``"compile"`` or ``"eager"`` (also ``$BBB_FUSED``); returns the previous one."""
+    from .errors import UserError
+
+    try:
+        new = FusedBackend(backend)
+    except ValueError:
+        raise UserError(f"unknown fused backend {backend!r}; choose auto, compile or eager") from None
+    old = _STATE["backend"]
+    _STATE["backend"] = new
+    return old
+
+
+@contextlib.contextmanager
+def fused_backend(backend: FusedBackend | str) -> Iterator[None]:
+    """Temporarily use another fused backend: ``with fused_backend("eager"): ...``."""
+    old = set_fused_backend(backend)
+    try:
+        yield
+    finally:
+        set_fused_backend(old)
+
+
+def _use_compiled(t: Tensor) -> bool:
+    backend = _STATE["backend"]
+    if backend is FusedBackend.EAGER or _STATE["failed"] is not None:
+        return False
+    if backend is FusedBackend.AUTO and (t.device.type != "cuda" or t.numel() < COMPILE_MIN_NUMEL):
+        return False
+    if t.device.type not in ("cpu", "cuda") or not t.is_floating_point():
+        return False
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and compiler.is_compiling():  # an outer torch.compile traces eager code
+        return False
+    if t.device.type == "cuda":
+        try:
+            from torch.utils._triton import has_triton
+        except ImportError:  # pragma: no cover - very old torch
+            return False
+        return bool(has_triton())
+    return True
+
+
+def _run_compiled(fn: Callable[..., Any], *args: Any) -> Any:
+    """``torch.compile(fn)(*args)``; if compilation fails, warn once and run ``fn`` eagerly
+    (same mathematics), and use the eager kernels from then on."""
+    compiled = _COMPILED.get(fn.__name__)
+    if compiled is None:
+        compiled = torch.compile(fn, dynamic=True, fullgraph=True)
+        _COMPILED[fn.__name__] = compiled
+    try:
+        return compiled(*args)
+    except Exception as e:  # noqa: BLE001 - any compiler failure: fall back to eager
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        _STATE["failed"] = reason
+        warnings.warn(f"torch.compile is unavailable here ({reason}); bbb uses its eager kernels",
+                      RuntimeWarning, stacklevel=3)
+        return fn(*args)
+
+
+def _softplus_and_sigmoid(rho: Tensor) -> tuple[Tensor, Tensor]:
+    """sigma = softplus(rho) (threshold 20, as F.softplus) and its derivative sigmoid(rho)."""
+    e = torch.exp(torch.clamp(rho, max=20.0))
+    u = 1.0 + e
+    # log1p(e) without log1p (3x dearer on CPU): log(u) * e / (u - 1) is exact to a few ulp
+    # (Goldberg's trick); where u rounds to 1, log1p(e) = e to working precision
+    lp1 = torch.where(u == 1.0, e, torch.log(u) * (e / (u - 1.0)))
+    sigma = torch.where(rho > 20.0, rho, lp1)
+    return sigma, torch.sigmoid(rho)
+
+
+def _k_mixture_fwd(mu: Tensor, rho: Tensor, eps: Tensor, cst: Tensor):
+    """mu, rho (n,); eps (k, n); cst = [c1, c2, h1, h2] of the mixture (see ScaleMixturePrior).
+
+    Returns w (k, n), KL (scalar), and for the backward dlogp/dw (k, n), eps * sigmoid(rho)
+    (k, n) and sigmoid(rho) / sigma (n,).
+    """
+    sigma, sr = _softplus_and_sigmoid(rho)
+    w = mu + sigma * eps
+    w2 = w * w
+    a = cst[0] + cst[2] * w2
+    b = cst[1] + cst[3] * w2
+    d = a - b
+    e = torch.exp(-torch.clamp(torch.abs(d), max=_MAX_GAP))
+    inv = 1.0 / (1.0 + e)
+    lp = torch.maximum(a, b) + torch.log(1.0 + e)
+    big, small = inv, e * inv  # responsibilities of the larger and the smaller component
+    r1 = torch.where(d >= 0, big, small)
+    r2 = torch.where(d >= 0, small, big)
+    # d log p / dw = 2 w (h1 r1 + h2 r2), written with both responsibilities (no 1 - r1 cancellation)
+    dlp = 2.0 * w * (cst[2] * r1 + cst[3] * r2)
+    k = eps.shape[0]
+    kl = -torch.log(sigma).sum() - (0.5 * (eps * eps).sum() + lp.sum()) / k - _HALF_LOG_2PI * mu.shape[0]
+    return w, kl, dlp, eps * sr, sr / sigma
+
+
+def _k_mixture_bwd(gw: Tensor, gkl: Tensor, dlp: Tensor, a: Tensor, b: Tensor):
+    total = gw - (gkl / gw.shape[0]) * dlp
+    return total.sum(0), (total * a).sum(0) - gkl * b
+
+
+def _k_gauss_fwd(mu: Tensor, rho: Tensor, eps: Tensor, cst: Tensor):
+    """Weight sampling + the closed-form KL to N(m, s^2); cst = [m, 1 / s^2, log s]."""
+    sigma, sr = _softplus_and_sigmoid(rho)
+    w = mu + sigma * eps
+    z = mu - cst[0]
+    kl = (0.5 * cst[1] * (sigma * sigma + z * z) - torch.log(sigma)).sum() + (cst[2] - 0.5) * mu.shape[0]
+    return w, kl, eps * sr, (sigma * cst[1] - 1.0 / sigma) * sr
+
+
+def _k_gauss_bwd(gw: Tensor, gkl: Tensor, mu: Tensor, a: Tensor, b: Tensor, cst: Tensor):
+    return gw.sum(0) + gkl * cst[1] * (mu - cst[0]), (gw * a).sum(0) + gkl * b
+
+
+_CONSTS: dict[tuple, Tensor] = {}
+
+
+def _consts(key: tuple, values: list[float], like: Tensor) -> Tensor:
+    """A small constant tensor on ``like``'s device and dtype, made once (no copy per step)."""
+    full = (*key, like.device, like.dtype)
+    t = _CONSTS.get(full)
+    if t is None:
+        t = torch.tensor(values, dtype=like.dtype, device=like.device)
+        _CONSTS[full] = t
+    return t
+
+
+def _grads_in(gw: Tensor | None, gkl: Tensor | None, like: Tensor, k: int, n: int) -> tuple[Tensor, Tensor]:
+    gw = like.new_zeros((k, n)) if gw is None else gw.reshape(k, n)
+    gkl = like.new_zeros(()) if gkl is None else gkl.reshape(())
+    return gw, gkl
+
+
+class _FusedMixtureMC(torch.autograd.Function):
+    """Compiled twin of :class:`_SampleMCKL` for the scale-mixture prior."""
+
+    @staticmethod
+    def forward(ctx, mu: Tensor, rho: Tensor, eps: Tensor, cst: Tensor):  # type: ignore[override]
+        n = mu.numel()
+        k = eps.numel() // n
+        w, kl, dlp, a, b = _run_compiled(_k_mixture_fwd, mu.reshape(n), rho.reshape(n), eps.reshape(k, n), cst)
+        ctx.save_for_backward(dlp, a, b)
+        ctx.dims = (k, n, mu.shape)
+        return w.view(eps.shape), kl
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gw: Tensor | None, gkl: Tensor | None):  # type: ignore[override]
+        dlp, a, b = ctx.saved_tensors
+        k, n, shape = ctx.dims
+        gw, gkl = _grads_in(gw, gkl, dlp, k, n)
+        gmu, grho = _run_compiled(_k_mixture_bwd, gw, gkl, dlp, a, b)
+        return gmu.view(shape), grho.view(shape), None, None
+
+
+class _FusedGaussClosed(torch.autograd.Function):
+    """w = mu + softplus(rho) * eps with the closed-form KL to a Gaussian prior, one pass."""
+
+    @staticmethod
+    def forward(ctx, mu: Tensor, rho: Tensor, eps: Tensor, cst: Tensor):  # type: ignore[override]
+        n = mu.numel()
+        k = eps.numel() // n
+        w, kl, a, b = _run_compiled(_k_gauss_fwd, mu.reshape(n), rho.reshape(n), eps.reshape(k, n), cst)
+        ctx.save_for_backward(mu, a, b, cst)
+        ctx.dims = (k, n, mu.shape)
+        return w.view(eps.shape), kl
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gw: Tensor | None, gkl: Tensor | None):  # type: ignore[override]
+        mu, a, b, cst = ctx.saved_tensors
+        k, n, shape = ctx.dims
+        gw, gkl = _grads_in(gw, gkl, a, k, n)
+        gmu, grho = _run_compiled(_k_gauss_bwd, gw, gkl, mu.reshape(n), a, b, cst)
+        return gmu.view(shape), grho.view(shape), None, None
+
+
+def _is_builtin(prior: Any, cls_name: str) -> bool:
+    """``prior`` is the built-in class itself (a subclass may change the density)."""
+    from . import distributions as D
+
+    return type(prior) is getattr(D, cls_name)
+
+
+class _SampleGaussKL(torch.autograd.Function):
+    """Eager twin of :class:`_FusedGaussClosed`: w = mu + sigma * eps and the closed-form
+    KL[q || N(m, s^2)] = sum 0.5 (sigma^2 + (mu - m)^2) / s^2 - log sigma + log s - 1/2, with
+    sigma computed once and the backward written out:
+        dL/dmu  = sum_k g + c (mu - m) / s^2
+        dL/drho = (sum_k g * eps + c (sigma / s^2 - 1 / sigma)) * sigmoid(rho).
+    The sums of squares are dot products (one pass each, no temporaries)."""
+
+    @staticmethod
+    def forward(ctx, mu: Tensor, rho: Tensor, eps: Tensor, m: float, inv_s2: float, log_s: float):  # type: ignore[override]
+        sigma = F.softplus(rho)
+        w = torch.addcmul(mu, sigma, eps)
+        z = mu - m if m else mu
+        fs, fz = sigma.reshape(-1), z.reshape(-1)
+        kl = (torch.dot(fs, fs) + torch.dot(fz, fz)) * (0.5 * inv_s2) - torch.log(sigma).sum() \
+            + (log_s - 0.5) * mu.numel()
+        ctx.save_for_backward(rho, sigma, eps, z)
+        ctx.inv_s2 = inv_s2
+        return w, kl
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_w: Tensor | None, grad_kl: Tensor | None):  # type: ignore[override]
+        rho, sigma, eps, z = ctx.saved_tensors
+        inv_s2 = ctx.inv_s2
+        lead = tuple(range(eps.dim() - rho.dim()))
+        if grad_w is None:
+            grad_mu, g_sigma = torch.zeros_like(z), torch.zeros_like(sigma)
+        else:
+            grad_mu = grad_w.sum(lead) if lead else grad_w
+            g_sigma = (grad_w * eps).sum(lead) if lead else grad_w * eps
+        if grad_kl is not None:
+            grad_mu = torch.addcmul(grad_mu, z, grad_kl * inv_s2)
+            g_sigma = g_sigma.addcmul_(torch.sub(sigma * inv_s2, sigma.reciprocal()), grad_kl)
+        return grad_mu, g_sigma.mul_(torch.sigmoid(rho)), None, None, None, None
+
+
+def sample_gaussian_kl(mu: Tensor, rho: Tensor, eps: Tensor, prior) -> tuple[Tensor, Tensor] | None:
+    """Fused ``(w, KL)`` with the *closed-form* KL[q || N(m, s^2)] (independent of eps) for a
+    :class:`~bbb.distributions.GaussianPrior`: compiled or eager (see :class:`FusedBackend`).
+    ``None`` for any other prior (the caller takes the plain path)."""
+    if not _is_builtin(prior, "GaussianPrior"):
+        return None
+    if _use_compiled(mu):
+        cst = _consts(("gauss", prior.mu, prior.sigma), [prior.mu, 1.0 / prior.sigma**2, math.log(prior.sigma)], mu)
+        return _FusedGaussClosed.apply(mu, rho, eps, cst)
+    return _SampleGaussKL.apply(mu, rho, eps, prior.mu, 1.0 / prior.sigma**2, math.log(prior.sigma))

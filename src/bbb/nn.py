@@ -32,10 +32,13 @@ from torch import Tensor
 
 from . import functional as BF
 from .distributions import (
+    _KL_REGISTRY,
     DiagonalNormal,
+    GaussianPrior,
     KLMode,
     Prior,
     ScaleMixturePrior,
+    _kl_normal_gaussian,
     kl_term,
     prior_from_config,
     softplus,
@@ -91,7 +94,8 @@ class SamplingMode(str, Enum):
 class _ParamSample:
     eps: Tensor
     w: Tensor
-    kl: Tensor | None = None  # the fused Monte Carlo KL on these weights, when computed
+    kl: Tensor | None = None  # the KL computed fused with the sampling, when it was
+    kl_mc: bool = True  # whether ``kl`` is the Monte Carlo estimate (else the closed form)
 
 
 @dataclass
@@ -109,8 +113,9 @@ class SampleRecorder:
     records: dict[int, dict[str, _ParamSample]] = field(default_factory=dict)
     _token: Any = field(default=None, repr=False)
 
-    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor, kl: Tensor | None = None) -> None:
-        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w, kl)
+    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor, kl: Tensor | None = None,
+               kl_mc: bool = True) -> None:
+        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w, kl, kl_mc)
 
     def get(self, module: nn.Module, name: str) -> _ParamSample | None:
         return self.records.get(id(module), {}).get(name)
@@ -122,6 +127,11 @@ class SampleRecorder:
     def __exit__(self, *exc: object) -> None:
         _RECORDER.reset(self._token)
         self._token = None
+
+
+def _builtin_closed_form(prior: Prior) -> bool:
+    """The built-in closed-form KL of a Gaussian posterior to a GaussianPrior applies."""
+    return type(prior) is GaussianPrior and _KL_REGISTRY.get((DiagonalNormal, GaussianPrior)) is _kl_normal_gaussian
 
 
 _RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
@@ -224,10 +234,16 @@ class BayesModule(nn.Module):
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
         eps = torch.randn(shape, generator=None if rec is None else rec.generator,
                           device=mu.device, dtype=mu.dtype)
-        if rec is not None and rec.kl_mode is not None and uses_monte_carlo(self.prior, rec.kl_mode):
-            w, kl = BF.sample_mc_kl(mu, rho, eps, self.prior)
-            rec.record(self, name, eps, w, kl)
-            return mu, eps, w
+        if rec is not None and rec.kl_mode is not None:
+            if uses_monte_carlo(self.prior, rec.kl_mode):
+                w, kl = BF.sample_mc_kl(mu, rho, eps, self.prior)
+                rec.record(self, name, eps, w, kl)
+                return mu, eps, w
+            if _builtin_closed_form(self.prior):  # Gaussian prior: sampling + closed-form KL, fused
+                fused = BF.sample_gaussian_kl(mu, rho, eps, self.prior)
+                if fused is not None:
+                    rec.record(self, name, eps, fused[0], fused[1], kl_mc=False)
+                    return mu, eps, fused[0]
         w = torch.addcmul(mu, softplus(rho), eps)
         if rec is not None:
             rec.record(self, name, eps, w)
@@ -250,12 +266,13 @@ class BayesModule(nn.Module):
         """
         total = None
         gen = None if recorder is None else recorder.generator
-        for name, q in self.posteriors().items():
+        mc = uses_monte_carlo(self.prior, mode)
+        for name in self.param_names():
             s = None if recorder is None else recorder.get(self, name)
-            if s is not None and s.kl is not None and uses_monte_carlo(self.prior, mode):
+            if s is not None and s.kl is not None and s.kl_mc == mc:  # computed with the sampling
                 total = s.kl if total is None else total + s.kl
                 continue
-            term = kl_term(q, self.prior, mode, eps=None if s is None else s.eps,
+            term = kl_term(self.posterior(name), self.prior, mode, eps=None if s is None else s.eps,
                            w=None if s is None else s.w, generator=gen)
             total = term if total is None else total + term
         assert total is not None

@@ -1,0 +1,672 @@
+"""Side-by-side speed bench: bbb against the peer libraries and the deterministic floor.
+
+One command, one run, one process tree: every (system, width) is measured in a child process
+of this one (clean peak memory, no state shared between libraries), one after the other on
+the same data, shapes and thread count. Systems: the deterministic ``nn.Linear`` MLP (floor);
+ours in each like-for-like configuration; bayesian-torch (reparameterisation and Flipout),
+blitz, torchbnn, Pyro (PyroModule + AutoNormal; contrib.bnn HiddenLayer at reduced steps).
+A peer that is not installed is reported as such, never a crash.
+
+Per system and width H (MLP 784-H-H-10, batch 128, Adam 1e-3, one sample): training steps/s
+(median of the repeats), seconds per MNIST epoch (391 minibatches), the ratio to the
+deterministic floor and to the fastest peer, peak memory, evaluation throughput with the
+posterior mean and with k = 10 sampled networks; then the time to 98% MNIST test accuracy
+(2x400, real data, test accuracy of the mean weights after each epoch) for our paper-faithful
+configuration and the fastest peer. Results: ``<out>/<stem>.json`` and ``<out>/<stem>.md``.
+
+Example:
+    python bench/run.py                       # the full bench (make bench), ~15 min on 2 cores
+    python bench/run.py --quick               # smoke run of everything, ~2 min
+    python bench/run.py --only mlp,bbb-paper,blitz --widths 400 --no-tta
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bbb/__init__.py: before torch loads
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import shlex  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from peers import NUM_BATCHES, PAIR_TEXT, NotInstalled, Pair, all_systems  # noqa: E402
+
+RESULT_MARK = "BENCH_RESULT "
+EVAL_CHUNK = 2048
+K_SAMPLES = 10
+TARGET_ACCURACY = 0.98
+#: targets of issue 7 (ratios from one run on one machine)
+TARGET_FLOOR_RATIO = 1.5
+TARGET_PEER_SPEEDUP = 2.0
+TARGET_K_EVAL = 1.3
+TARGET_TTA_FRACTION = 0.5
+PEER_K_IMAGES = 2048
+#: our time-to-accuracy recipe: the demo's (scale mixture pi 0.25, sigma1 1, sigma2 e^-7, Monte
+#: Carlo KL, Adam 1e-3, cosine decay over the epoch cap) with the paper's KL weighting (eq. 9).
+#: Measured, 2x400, 6-epoch cap, one thread: uniform weighting 95.1/96.7/97.1/97.4/97.6/97.6%
+#: after epochs 1-6; Blundell 95.3/97.1/97.5/97.8/97.9/98.0%.
+TTA_RECIPE = {"kl_weighting": "blundell"}
+
+
+# --------------------------------------------------------------------------------------------
+# Child side: one system at one width, or one time-to-accuracy run
+# --------------------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:  # not Linux
+        return float("nan")
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (the kernel's high-water mark lags the current
+    value by a few pages, hence the max)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = peak / 2**20 if sys.platform == "darwin" else peak / 1024
+    now = _rss_mb()
+    return max(peak, now) if math.isfinite(now) else peak
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _load_data(path: str, device):
+    import torch
+
+    d = torch.load(path, weights_only=True)
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
+
+
+def _profile_steps(step, n: int) -> list[dict[str, Any]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(n):
+            step(i)
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in rows) or 1.0
+    return [{"op": e.key, "ms_per_step": e.self_cpu_time_total / 1e3 / n, "share": e.self_cpu_time_total / total,
+             "calls_per_step": e.count / n} for e in rows[:12]]
+
+
+def child_speed(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train steps/s, peak memory and evaluation throughput of one system at one width."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    device = torch.device(spec["device"])
+    system = all_systems()[spec["system"]]
+    res: dict[str, Any] = {"system": system.name, "pair": system.pair.value, "library": system.library,
+                           "width": spec["width"], "threads": torch.get_num_threads()}
+    try:
+        torch.manual_seed(0)
+        system.build(spec["width"], device)
+    except NotInstalled as e:
+        return {**res, "status": "not installed", "detail": str(e)}
+    res["version"] = system.version
+    data = _load_data(spec["data"], device)
+    x, y = data["train_x"], data["train_y"]
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0)).to(device)
+    bsz = spec["batch"]
+    m = x.shape[0] // bsz
+
+    def step(i: int) -> None:
+        idx = perm[(i % m) * bsz:(i % m + 1) * bsz]
+        system.step(x.index_select(0, idx), y.index_select(0, idx), i % NUM_BATCHES)
+
+    rss0 = _rss_mb()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    warmup = max(1, spec["warmup"] // system.step_divisor) if spec["warmup"] else 0
+    last = None
+    for i in range(warmup):
+        t = time.perf_counter()
+        step(i)
+        _sync(device)
+        last = time.perf_counter() - t
+    res["warmup_seconds"] = time.perf_counter() - t0  # includes compilation, if any
+    # steps per repeat: --steps, fewer for slow systems so that a repeat lasts ~--repeat-seconds
+    steps = max(1, spec["steps"] // system.step_divisor)
+    if last is not None and spec.get("repeat_seconds"):
+        floor = 3 if system.step_divisor == 1 else 2
+        steps = min(steps, max(floor, math.ceil(spec["repeat_seconds"] / max(last, 1e-9))))
+    rates = []
+    i = warmup
+    for _ in range(spec["repeats"]):
+        _sync(device)
+        t = time.perf_counter()
+        for _ in range(steps):
+            step(i)
+            i += 1
+        _sync(device)
+        rates.append(steps / (time.perf_counter() - t))
+    res.update(steps_timed=steps, repeats=len(rates), steps_per_s=statistics.median(rates),
+               steps_per_s_all=rates, peak_rss_mb=_peak_rss_mb(), rss_before_mb=rss0)
+    if device.type == "cuda":
+        res["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    if spec.get("profile"):
+        res["profile"] = _profile_steps(step, spec["profile"])
+
+    # evaluation: posterior mean and k sampled networks on the test images
+    xt, yt = data["test_x"][: spec["eval_images"]], data["test_y"][: spec["eval_images"]]
+    cap = getattr(system, "chunk", None)
+    # k-sample throughput: ours on every image (the k = 10 target is about 10,000 images); the
+    # peers, which loop over the k networks, on at most PEER_K_IMAGES (2 chunks for HiddenLayer,
+    # which forms (chunk, in, out) tensors)
+    n_k = xt.shape[0] if system.library.startswith("bbb") else min(xt.shape[0], PEER_K_IMAGES)
+    if cap is not None:
+        n_k = min(n_k, 2 * cap)
+    with torch.no_grad():
+        system.predict_mean(xt[:64])  # warm-up (lazy initialisation, allocator)
+        _sync(device)
+        t = time.perf_counter()
+        logits = torch.cat([system.predict_mean(xc) for xc in torch.split(xt, EVAL_CHUNK)])
+        _sync(device)
+        res["eval_mean_images_per_s"] = xt.shape[0] / (time.perf_counter() - t)
+        res["test_accuracy_mean"] = float((logits.argmax(-1) == yt).float().mean())
+        if system.pair is not Pair.FLOOR:
+            xk = xt[:n_k]
+            system.predict_samples(xk[:64], 2)
+            _sync(device)
+            t = time.perf_counter()
+            probs = torch.cat([torch.softmax(system.predict_samples(xc, K_SAMPLES).float(), -1).mean(0)
+                               for xc in torch.split(xk, EVAL_CHUNK if cap is None else cap)])
+            _sync(device)
+            res["eval_k_images_per_s"] = xk.shape[0] / (time.perf_counter() - t)
+            res["eval_k_images"] = int(xk.shape[0])
+            res["test_accuracy_k"] = float((probs.argmax(-1) == yt[:n_k]).float().mean())
+    res["eval_images"] = int(xt.shape[0])
+    res["status"] = "ok"
+    return res
+
+
+def _tta_ours(spec: dict[str, Any], data: dict[str, Any], device) -> dict[str, Any]:
+    """Our paper-faithful recipe through :func:`bbb.train.train` (what ``bbb train`` runs)."""
+    import inspect
+
+    from bbb.cli import DEMO_SETTINGS
+    from bbb.train import TrainConfig, train
+
+    settings = {**DEMO_SETTINGS, **TTA_RECIPE, **spec.get("recipe", {}), "epochs": spec["max_epochs"],
+                "test_each_epoch": True,
+                "device": device.type, "hidden": [spec["width"], spec["width"]]}
+    cfg = TrainConfig.from_dict(settings)
+    target_error = 1.0 - spec["target"]
+    seen: list[dict[str, Any]] = []
+
+    def on_epoch(row: dict[str, Any]) -> bool:
+        seen.append(row)
+        return row["test_error"] is not None and row["test_error"] <= target_error
+
+    kwargs: dict[str, Any] = {"quiet": True, "log": lambda s: None}
+    if "on_epoch" in inspect.signature(train).parameters:
+        kwargs["on_epoch"] = on_epoch
+    with tempfile.TemporaryDirectory() as run_dir:
+        from bbb.train import read_metrics
+
+        train(cfg, Path(run_dir) / "run", data=data, **kwargs)
+        rows = read_metrics(Path(run_dir) / "run")
+    curve, total, reached = [], 0.0, None
+    for r in rows:
+        total += r["seconds"]
+        acc = None if r["test_error"] is None else 1.0 - r["test_error"]
+        curve.append({"epoch": r["epoch"], "seconds": total, "test_accuracy": acc})
+        if reached is None and acc is not None and acc >= spec["target"]:
+            reached = {"epoch": r["epoch"], "seconds": total}
+    return {"recipe": {k: v for k, v in cfg.to_dict().items()
+                       if k in ("prior", "pi", "sigma1", "sigma2", "lr", "lr_schedule", "kl_weighting", "kl",
+                                "estimator", "batch_size", "samples", "epochs")},
+            "curve": curve, "reached": reached}
+
+
+def _tta_peer(spec: dict[str, Any], system, data: dict[str, Any], device) -> dict[str, Any]:
+    """A peer's own recipe (its adapter's defaults), same data, batch 128, mean-weight test accuracy."""
+    import torch
+
+    x, y = data["train_x"], data["train_y"]
+    xt, yt = data["test_x"], data["test_y"]
+    gen = torch.Generator().manual_seed(0)
+    bsz, n = spec["batch"], x.shape[0]
+    curve, total, reached = [], 0.0, None
+    for epoch in range(1, spec["max_epochs"] + 1):
+        t = time.perf_counter()
+        perm = torch.randperm(n, generator=gen).to(device)
+        for i in range(math.ceil(n / bsz)):
+            idx = perm[i * bsz:(i + 1) * bsz]
+            system.step(x.index_select(0, idx), y.index_select(0, idx), i)
+        with torch.no_grad():
+            logits = torch.cat([system.predict_mean(xc) for xc in torch.split(xt, EVAL_CHUNK)])
+        acc = float((logits.argmax(-1) == yt).float().mean())  # one synchronisation per epoch
+        total += time.perf_counter() - t
+        curve.append({"epoch": epoch, "seconds": total, "test_accuracy": acc})
+        if acc >= spec["target"]:
+            reached = {"epoch": epoch, "seconds": total}
+            break
+    return {"recipe": {"lr": getattr(system, "lr", None), "batch_size": bsz, "notes": type(system).__doc__ or ""},
+            "curve": curve, "reached": reached}
+
+
+def child_tta(spec: dict[str, Any]) -> dict[str, Any]:
+    """Time to ``target`` test accuracy (2xH, real MNIST) of one system."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    device = torch.device(spec["device"])
+    system = all_systems()[spec["system"]]
+    res: dict[str, Any] = {"system": system.name, "library": system.library, "width": spec["width"],
+                           "target": spec["target"], "max_epochs": spec["max_epochs"]}
+    torch.manual_seed(0)
+    data = _load_data(spec["data"], device)
+    if spec.get("train_size"):
+        data["train_x"], data["train_y"] = data["train_x"][: spec["train_size"]], data["train_y"][: spec["train_size"]]
+    if system.library.startswith("bbb"):
+        res.update(_tta_ours(spec, {k: v for k, v in data.items() if k != "source"}, device))
+        res["version"] = __import__("bbb").__version__
+    else:
+        try:
+            system.build(spec["width"], device)
+        except NotInstalled as e:
+            return {**res, "status": "not installed", "detail": str(e)}
+        res["version"] = system.version
+        res.update(_tta_peer(spec, system, data, device))
+    res["status"] = "ok"
+    return res
+
+
+def child_main(spec_json: str) -> int:
+    spec = json.loads(spec_json)
+    try:
+        res = child_tta(spec) if spec["kind"] == "tta" else child_speed(spec)
+    except Exception as e:  # noqa: BLE001 - reported in the table, never a crash of the bench
+        res = {"system": spec.get("system"), "width": spec.get("width"), "status": "error",
+               "detail": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
+               "traceback": traceback.format_exc()[-2000:]}
+    print(RESULT_MARK + json.dumps(res), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side: plan, run the children, summarise, write
+# --------------------------------------------------------------------------------------------
+
+
+def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"system": spec["system"], "width": spec["width"], "status": "error",
+                "detail": f"timed out after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"system": spec["system"], "width": spec["width"], "status": "error",
+            "detail": f"child exited with {proc.returncode}: {tail[:300]}"}
+
+
+def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[str, str]:
+    """Save the train/test tensors once for the children; returns (path, source)."""
+    import torch
+
+    source = "random"
+    data = None
+    if not args.random_data:
+        try:
+            from bbb.data import mnist_splits
+
+            data = mnist_splits("mnist", data_dir=args.data_dir, download=False)
+            source = "mnist"
+        except Exception as e:  # noqa: BLE001 - any failure: random data of the same shape
+            print(f"(real MNIST not available: {str(e).splitlines()[0]}; speed on random data, "
+                  "no time-to-accuracy)", file=sys.stderr)
+    if data is None:
+        g = torch.Generator().manual_seed(0)
+        data = {"train_x": torch.rand(50_000, 784, generator=g) * 2.0,
+                "train_y": torch.randint(0, 10, (50_000,), generator=g),
+                "val_x": torch.zeros(0, 784), "val_y": torch.zeros(0, dtype=torch.long),
+                "test_x": torch.rand(10_000, 784, generator=g) * 2.0,
+                "test_y": torch.randint(0, 10, (10_000,), generator=g)}
+    path = folder / "data.pt"
+    torch.save({k: v for k, v in data.items() if isinstance(v, torch.Tensor)}, path)
+    return str(path), source
+
+
+def fastest_peer(rows: Sequence[dict[str, Any]], width: int) -> dict[str, Any] | None:
+    peers = [r for r in rows if r["width"] == width and r.get("status") == "ok" and not _is_ours(r)]
+    return max(peers, key=lambda r: r["steps_per_s"], default=None)
+
+
+def _is_ours(r: dict[str, Any]) -> bool:
+    return r["system"] == "mlp" or str(r["system"]).startswith("bbb")
+
+
+def summarise(rows: list[dict[str, Any]], tta: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """Add the ratios to every row and check the targets of issue 7."""
+    widths = sorted({r["width"] for r in rows})
+    for w in widths:
+        floor = next((r for r in rows if r["width"] == w and r["system"] == "mlp" and r.get("status") == "ok"), None)
+        best = fastest_peer(rows, w)
+        for r in rows:
+            if r["width"] != w or r.get("status") != "ok":
+                continue
+            r["seconds_per_epoch"] = NUM_BATCHES / r["steps_per_s"]
+            if floor is not None:
+                r["x_floor"] = floor["steps_per_s"] / r["steps_per_s"]  # step time / floor step time
+            if best is not None:
+                r["x_fastest_peer"] = r["steps_per_s"] / best["steps_per_s"]  # speed / fastest peer speed
+                r["fastest_peer"] = best["system"]
+    targets = []
+    for name in ("bbb-paper", "bbb-paper-compiled"):
+        for w in widths:
+            r = next((q for q in rows if q["system"] == name and q["width"] == w and q.get("status") == "ok"), None)
+            if r is None:
+                continue
+            if "x_floor" in r:
+                targets.append({"target": f"{name} step time <= {TARGET_FLOOR_RATIO}x deterministic (H={w})",
+                                "measured": r["x_floor"], "limit": TARGET_FLOOR_RATIO,
+                                "met": r["x_floor"] <= TARGET_FLOOR_RATIO})
+            if "x_fastest_peer" in r:
+                targets.append({"target": f"{name} steps/s >= {TARGET_PEER_SPEEDUP}x fastest peer "
+                                          f"({r['fastest_peer']}, H={w})",
+                                "measured": r["x_fastest_peer"], "limit": TARGET_PEER_SPEEDUP,
+                                "met": r["x_fastest_peer"] >= TARGET_PEER_SPEEDUP})
+            floor = next((q for q in rows if q["system"] == "mlp" and q["width"] == w and q.get("status") == "ok"), None)
+            if floor is not None and r.get("eval_k_images_per_s"):
+                ratio = floor["eval_mean_images_per_s"] / r["eval_k_images_per_s"] / K_SAMPLES
+                targets.append({"target": f"{name} k={K_SAMPLES} prediction <= {TARGET_K_EVAL} x k "
+                                          f"deterministic passes (H={w})",
+                                "measured": ratio, "limit": TARGET_K_EVAL, "met": ratio <= TARGET_K_EVAL})
+    ours = next((t for t in tta if str(t["system"]).startswith("bbb") and t.get("status") == "ok"), None)
+    peer = next((t for t in tta if not str(t["system"]).startswith("bbb") and t.get("status") == "ok"), None)
+    if ours is not None and peer is not None:
+        a, b = ours.get("reached"), peer.get("reached")
+        if a and b:
+            frac = a["seconds"] / b["seconds"]
+            targets.append({"target": f"time to {TARGET_ACCURACY:.0%} < {TARGET_TTA_FRACTION}x the fastest "
+                                      f"peer's ({peer['system']})",
+                            "measured": frac, "limit": TARGET_TTA_FRACTION, "met": frac < TARGET_TTA_FRACTION})
+        else:
+            targets.append({"target": f"time to {TARGET_ACCURACY:.0%} < {TARGET_TTA_FRACTION}x the fastest "
+                                      f"peer's ({peer['system']})",
+                            "measured": None, "limit": TARGET_TTA_FRACTION, "met": bool(a and not b),
+                            "note": ("ours reached it, the peer did not" if a and not b else
+                                     "ours did not reach it" if not a else "")})
+    return {"meta": meta, "rows": rows, "time_to_accuracy": tta, "targets": targets}
+
+
+def _f(v: Any, fmt: str = "{:.3g}") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return fmt.format(v)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    meta = summary["meta"]
+    out = [f"# Side-by-side speed bench ({meta['date']})", "",
+           f"Command: `{meta['command']}`  ",
+           f"Machine: {meta['cpu']}, {meta['cpu_count']} cores, {meta['threads']} torch threads, "
+           f"device {meta['device']}; torch {meta['torch']}, Python {meta['python']}; data: {meta['data']}.  ",
+           f"MLP 784-H-H-10, batch {meta['batch']}, Adam 1e-3, one sample; steps/s is the median of "
+           f"{meta['repeats']} repeats of up to {meta['steps']} steps (fewer for slow systems: a repeat lasts "
+           f"about {meta.get('repeat_seconds', 0):g} s) after {meta['warmup']} warm-up steps; "
+           f"s/epoch = {NUM_BATCHES} minibatches / (steps/s). x floor = step time / deterministic step time; "
+           "x peer = steps/s / fastest peer's steps/s. Eval: images/s on the test set with the "
+           f"posterior mean ({meta.get('eval_images')} images) and with k={K_SAMPLES} sampled networks "
+           f"(ours: the same images; peers: at most {meta.get('peer_k_images')}).", ""]
+    if meta.get("note"):
+        out += [meta["note"], ""]
+    for w in sorted({r["width"] for r in summary["rows"]}):
+        out += [f"## H = {w}", "",
+                "| system | like-for-like | library | steps/s | s/epoch | x floor | x peer | peak MB | "
+                "eval mean img/s | eval k=10 img/s |",
+                "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in (q for q in summary["rows"] if q["width"] == w):
+            lib = f"{r.get('library', '')} {r.get('version', '')}".strip()
+            if r.get("status") != "ok":
+                out.append(f"| {r['system']} | {r.get('pair', '')} | {lib} | {r.get('status')}: "
+                           f"{str(r.get('detail', ''))[:80]} | | | | | | |")
+                continue
+            mem = r.get("peak_cuda_mb", r.get("peak_rss_mb"))
+            out.append(
+                f"| {r['system']} | {r['pair']} | {lib} | {_f(r['steps_per_s'], '{:.1f}')} | "
+                f"{_f(r.get('seconds_per_epoch'), '{:.1f}')} | {_f(r.get('x_floor'), '{:.2f}')} | "
+                f"{_f(r.get('x_fastest_peer'), '{:.2f}')} | {_f(mem, '{:.0f}')} | "
+                f"{_f(r.get('eval_mean_images_per_s'), '{:.0f}')} | {_f(r.get('eval_k_images_per_s'), '{:.0f}')} |")
+        out.append("")
+    out += ["Like-for-like groups: " + "; ".join(f"**{p.value}**: {t}" for p, t in PAIR_TEXT.items()) + ".", ""]
+    if summary["time_to_accuracy"]:
+        out += [f"## Time to {TARGET_ACCURACY:.0%} MNIST test accuracy (mean weights, checked after each epoch)", "",
+                "| system | H | reached at epoch | seconds | best accuracy | epochs run |", "|---|---:|---:|---:|---:|---:|"]
+        for t in summary["time_to_accuracy"]:
+            if t.get("status") != "ok":
+                out.append(f"| {t['system']} | {t.get('width')} | {t.get('status')}: {str(t.get('detail', ''))[:80]} | | | |")
+                continue
+            best = max((c["test_accuracy"] or 0.0 for c in t["curve"]), default=None)
+            reached = t.get("reached")
+            out.append(f"| {t['system']} | {t['width']} | {reached['epoch'] if reached else 'not reached'} | "
+                       f"{_f(reached['seconds'] if reached else (t['curve'][-1]['seconds'] if t['curve'] else None), '{:.1f}')} | "
+                       f"{_f(best, '{:.4f}')} | {len(t['curve'])} |")
+        out.append("")
+    if summary["targets"]:
+        out += ["## Targets", "", "| target | measured | met |", "|---|---:|---|"]
+        for t in summary["targets"]:
+            out.append(f"| {t['target']} | {_f(t['measured'], '{:.2f}')} | "
+                       f"{'yes' if t['met'] else 'no'}{' (' + t['note'] + ')' if t.get('note') else ''} |")
+        out.append("")
+    prof = [r for r in summary["rows"] if r.get("profile")]
+    for r in prof:
+        out += [f"### Profile: {r['system']}, H={r['width']} (self CPU time per step)", "",
+                "| op | ms/step | share | calls/step |", "|---|---:|---:|---:|"]
+        for p in r["profile"]:
+            out.append(f"| {p['op']} | {p['ms_per_step']:.2f} | {100 * p['share']:.0f}% | {p['calls_per_step']:.0f} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def write_report(summary: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
+    from bbb.io import atomic_write_json, atomic_write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = atomic_write_json(out_dir / f"{stem}.json", summary)
+    m = atomic_write_text(out_dir / f"{stem}.md", markdown(summary) + "\n")
+    return j, m
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="bench/run.py", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example:\n  python bench/run.py --quick\n  python bench/run.py --widths 400 1200 --repeats 3\n\n"
+               "Systems: " + ", ".join(all_systems()) + ".")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: H=100, 3 steps, 1 repeat, 512 test images, a 2,000-image, one-epoch "
+                         "time-to-accuracy; writes <out>/quick.{json,md}")
+    ap.add_argument("--widths", type=int, nargs="+", default=None, help="hidden widths H (default 400 1200)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per repeat (default 30)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 3)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first, compilation included (default 5)")
+    ap.add_argument("--repeat-seconds", type=float, default=None,
+                    help="fewer steps per repeat for slow systems, so that a repeat lasts about this long "
+                         "(judged from the last warm-up step; default 4, quick 0 = off)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated systems or like-for-like groups (floor, paper, gauss, flipout, local)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default here)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default cpu")
+    ap.add_argument("--eval-images", type=int, default=None, help="test images for evaluation (default 10000)")
+    ap.add_argument("--no-tta", action="store_true", help="skip the time-to-98%% runs")
+    ap.add_argument("--max-epochs", type=int, default=None, help="cap of each time-to-accuracy run; ours decays its learning rate over it (default 10)")
+    ap.add_argument("--tta-width", type=int, default=400, help="width of the time-to-accuracy runs (default 400)")
+    ap.add_argument("--tta-peer", default=None,
+                    help="peer for the time-to-accuracy run (default: the fastest installed peer at H=--tta-width)")
+    ap.add_argument("--tta-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a setting of our time-to-accuracy recipe (a TrainConfig field, as in "
+                         "--tta-set kl_weighting=blundell); repeatable")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                    help="also record a torch.profiler table over STEPS steps for mlp and bbb-paper")
+    ap.add_argument("--data-dir", default=None, help="MNIST folder (default $BBB_DATA, then ~/.cache/bbb)")
+    ap.add_argument("--random-data", action="store_true", help="random images of MNIST's shape (speed only)")
+    ap.add_argument("--out", default=str(HERE / "results"), help="results folder (default bench/results)")
+    ap.add_argument("--stem", default=None, help="file names <stem>.json/.md (default peers, or quick)")
+    ap.add_argument("--job-timeout", type=float, default=900.0, help="seconds per child process (default 900)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    return ap
+
+
+def select(names: str | None) -> list[str]:
+    systems = all_systems()
+    if not names:
+        return list(systems)
+    picked: list[str] = []
+    for tok in (t.strip() for t in names.split(",") if t.strip()):
+        if tok in systems:
+            picked.append(tok)
+        elif tok in {p.value for p in Pair}:
+            picked += [n for n, s in systems.items() if s.pair.value == tok]
+        else:
+            raise SystemExit(f"bench/run.py: error: unknown system or group {tok!r}; choose from "
+                             f"{', '.join(systems)} or {', '.join(p.value for p in Pair)}")
+    return list(dict.fromkeys(picked))
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, Any]:
+    """``["lr=0.002", "kl_weighting=blundell"]`` -> {"lr": 0.002, "kl_weighting": "blundell"}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"bench/run.py: error: --tta-set needs KEY=VALUE, got {item!r}")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.child is not None:
+        return child_main(args.child)
+    import torch
+
+    quick = args.quick
+    widths = args.widths or ([100] if quick else [400, 1200])
+    steps = args.steps or (3 if quick else 30)
+    repeats = args.repeats or (1 if quick else 3)
+    warmup = args.warmup if args.warmup is not None else (1 if quick else 5)
+    repeat_seconds = args.repeat_seconds if args.repeat_seconds is not None else (0.0 if quick else 4.0)
+    eval_images = args.eval_images or (512 if quick else 10_000)
+    max_epochs = args.max_epochs or (1 if quick else 10)
+    threads = args.threads or torch.get_num_threads()
+    if min(widths) < 1 or steps < 1 or repeats < 1 or warmup < 0 or threads < 1:
+        raise SystemExit("bench/run.py: error: widths, steps, repeats, threads must be >= 1 and warmup >= 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench/run.py: error: --device cuda but no CUDA device is available")
+    names = select(args.only)
+    recipe = parse_settings(args.tta_set)
+    if recipe:
+        from bbb.errors import UserError
+        from bbb.train import TrainConfig
+
+        try:
+            TrainConfig.from_dict(recipe)
+        except UserError as e:
+            raise SystemExit(f"bench/run.py: error: --tta-set: {e}") from None
+    stem = args.stem or ("quick" if quick else "peers")
+    from tqdm import tqdm
+
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bbb-bench-") as tmp:
+        data_path, source = prepare_data(args, Path(tmp))
+        base = {"threads": threads, "device": args.device, "data": data_path, "batch": 128}
+        jobs = [{**base, "kind": "speed", "system": n, "width": w, "steps": steps, "repeats": repeats,
+                 "warmup": warmup, "eval_images": eval_images, "repeat_seconds": repeat_seconds,
+                 "profile": args.profile if n in ("mlp", "bbb-paper") else 0}
+                for w in widths for n in names]
+        rows = []
+        bar = tqdm(jobs, desc="bench", file=sys.stderr, dynamic_ncols=True)
+        for job in bar:
+            bar.set_postfix_str(f"{job['system']} H={job['width']}")
+            r = run_child(job, args.job_timeout)
+            rows.append(r)
+            msg = (f"{r['system']:<24} H={r['width']:<5} " +
+                   (f"{r['steps_per_s']:8.1f} steps/s" if r.get("status") == "ok" else str(r.get("status"))))
+            tqdm.write(msg, file=sys.stderr)
+        tta: list[dict[str, Any]] = []
+        if not args.no_tta and source == "mnist":
+            w = args.tta_width
+            peer = args.tta_peer
+            if peer is None:
+                best = fastest_peer(rows, w) or fastest_peer(rows, min(widths))
+                peer = None if best is None else best["system"]
+            tta_jobs = [{**base, "kind": "tta", "system": s, "width": w, "target": TARGET_ACCURACY,
+                         "max_epochs": max_epochs, "train_size": 2000 if quick else None, "recipe": recipe}
+                        for s in ["bbb-paper", *([peer] if peer else [])]]
+            for job in tqdm(tta_jobs, desc="time to 98%", file=sys.stderr, dynamic_ncols=True):
+                r = run_child(job, max(args.job_timeout, 120.0 * max_epochs))
+                tta.append(r)
+                reached = r.get("reached")
+                tqdm.write(f"{r['system']:<24} " + (f"{TARGET_ACCURACY:.0%} after {reached['seconds']:.1f} s"
+                                                     if reached else str(r.get("status"))), file=sys.stderr)
+    meta = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
+        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads, "device": args.device,
+        "torch": str(torch.__version__), "python": platform.python_version(), "data": source,
+        "batch": 128, "steps": steps, "repeats": repeats, "warmup": warmup, "eval_images": eval_images,
+        "repeat_seconds": repeat_seconds, "peer_k_images": PEER_K_IMAGES,
+        "widths": widths, "quick": quick, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "bbb_fused": os.environ.get("BBB_FUSED", "auto"), "wall_seconds": time.perf_counter() - t_start,
+        "note": ("Quick smoke run: too few steps for the numbers to mean anything." if quick else
+                 "One run on one machine; on a shared machine other jobs compete for the cores."),
+    }
+    summary = summarise(rows, tta, meta)
+    j, m = write_report(summary, Path(args.out), stem)
+    print(markdown(summary))
+    print(f"\nwrote {j} and {m} ({meta['wall_seconds']:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

@@ -167,13 +167,16 @@ BUILTIN_SPACES = {"paper": PAPER_SPACE}
 RESULT_COLUMNS = ("epochs_run", "best_epoch", "val_error", "test_error", "test_error_mc", "test_nll",
                   "seconds", "error", "trial_dir")
 
-#: Cost model of --dry-run: seconds per epoch = REF_EPOCH_SECONDS x (weights / REF_WEIGHTS) x
-#: (SAMPLE_FIXED + (1 - SAMPLE_FIXED) x samples) x (training examples / 50,000), halved for
-#: sgd/dropout (the paper: BBB is about 2x slower than dropout). Measured here on 2 CPU cores:
-#: BBB 2x400 (478k weights) 12-14 s/epoch, 2x1200 (2.4M) about 60 s/epoch with one sample (4.6x
-#: slower for 5x the weights); a step with k samples cost 1.8x, 3.2x, 6.0x one sample's for k = 2,
-#: 5, 10 (2x1200; 2x400 alike), as 0.4 + 0.6 k: the k samples share one batched matmul.
-REF_EPOCH_SECONDS = 13.0
+#: Cost model of --dry-run: seconds per epoch = REF_EPOCH_SECONDS x (FIXED_FRACTION + (1 -
+#: FIXED_FRACTION) x weights / REF_WEIGHTS) x (SAMPLE_FIXED + (1 - SAMPLE_FIXED) x samples) x
+#: (training examples / 50,000), halved for sgd/dropout (the paper: BBB is about 2x slower than
+#: dropout). Measured on 2 idle CPU cores by `make bench` (bench/results/peers.md, 2026-11-21):
+#: the paper's configuration (scale mixture, MC KL, 1 sample) 9.2 s/epoch at 2x400 (478k weights)
+#: and 32.5 s/epoch at 2x1200 (2.39M), i.e. 3.4 s + 12.2 s per million weights; a step with k
+#: samples cost 1.8x, 3.2x, 6.0x one sample's for k = 2, 5, 10 (2x1200, measured on a loaded
+#: machine), as 0.4 + 0.6 k: the k samples share one batched matmul.
+REF_EPOCH_SECONDS = 9.2
+FIXED_FRACTION = 0.367
 SAMPLE_FIXED = 0.4
 REF_WEIGHTS = 478_410
 REF_TRAIN = 50_000
@@ -506,7 +509,8 @@ def epoch_seconds_estimate(params: dict[str, Any], ref_epoch_seconds: float = RE
     sizes = [d, *cfg.hidden, c]
     weights = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     factor = SAMPLE_FIXED + (1 - SAMPLE_FIXED) * cfg.samples if cfg.method == "bbb" else 0.5
-    return ref_epoch_seconds * weights / REF_WEIGHTS * factor * n / REF_TRAIN
+    size = FIXED_FRACTION + (1 - FIXED_FRACTION) * weights / REF_WEIGHTS
+    return ref_epoch_seconds * size * factor * n / REF_TRAIN
 
 
 # --------------------------------------------------------------------------------------------

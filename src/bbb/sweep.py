@@ -906,6 +906,15 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
                 dynamic_ncols=True, disable=None if enabled else True)
 
 
+def _announce(bar: Any, log: Callable[[str], None], row: dict[str, Any]) -> None:
+    """One line per finished trial (through the progress bar when it is shown) and a tick."""
+    if bar.disable:
+        log(_describe(row))
+    else:
+        bar.write(_describe(row))
+    bar.update(1)
+
+
 def _describe(row: dict[str, Any]) -> str:
     v = row.get("val_error")
     err = f" ({row['error']})" if row.get("error") else ""
@@ -954,11 +963,7 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
     def done(row: dict[str, Any]) -> None:
         rows[row["trial_id"]] = row
         write_results(out, trials, rows, opts.backend)
-        if bar.disable:
-            log(_describe(row))
-        else:
-            bar.write(_describe(row))
-        bar.update(1)
+        _announce(bar, log, row)
 
     try:
         if workers == 1 or len(todo) == 1:
@@ -1027,11 +1032,7 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             rows[tid] = row
             atomic_write_json(trial_dir(out, tid) / "result.json", row)
             write_results(out, trials, rows, opts.backend)
-            if bar.disable:
-                log(_describe(row))
-            else:
-                bar.write(_describe(row))
-            bar.update(1)
+            _announce(bar, log, row)
 
         class Collect(tune.Callback):  # runs in this process, as each trial ends
             def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:

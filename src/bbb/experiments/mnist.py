@@ -45,7 +45,6 @@ import json
 import math
 import statistics
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -61,6 +60,7 @@ from ..distributions import softplus
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import bayes_modules
+from ..plots import _pyplot
 
 __all__ = [
     "Budget",
@@ -685,18 +685,6 @@ def _table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job) -
 # --------------------------------------------------------------------------------------------
 # Figures
 # --------------------------------------------------------------------------------------------
-
-
-def _pyplot() -> Any | None:
-    try:
-        import matplotlib
-    except ImportError:
-        warnings.warn("matplotlib is not installed; skipping plots (pip install 'bbb[plots]')", stacklevel=3)
-        return None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 FIG2_METHODS = (("sgd", "SGD"), ("dropout", "dropout"), ("bbb_mixture", "BBB (scale mixture)"))

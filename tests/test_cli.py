@@ -360,3 +360,15 @@ def test_ood_and_uncertain_bad_input(capsys, tmp_path, tiny_with_ood):
     assert_one_line_error(rc, err)
     rc, _, err = run_main(capsys, "ood", str(run), "--ood", "cifar")
     assert_one_line_error(rc, err, "cifar")
+
+
+def test_unwritable_output_is_a_one_line_error(capsys, tmp_path):
+    """An OSError (here: --out under a regular file) is the user's to fix: one line, exit 2."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval.json").write_text(json.dumps({"method": "sgd", "test_error": 0.1, "test_error_mc": 0.1,
+                                               "nll": 0.3, "ece": 0.01, "brier": 0.1}))
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(blocker / "sub"))
+    assert_one_line_error(rc, err, str(blocker / "sub"))

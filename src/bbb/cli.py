@@ -427,6 +427,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = " ".join(str(e).split()) or type(e).__name__
         print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
+    except OSError as e:  # an unwritable --out, a full disk, a file that vanished: the user's to fix
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"{PROG}: error: {e.strerror or e}{where}; check the path and its permissions", file=sys.stderr)
+        return 2
     except TrainingInterrupted as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 130

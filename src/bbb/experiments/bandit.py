@@ -820,7 +820,7 @@ class Population:
         if not path.exists():
             return False
         try:
-            st = torch.load(path, map_location=self.device, weights_only=False)
+            st = torch.load(path, map_location=self.device, weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
             raise UserError(f"cannot read the bandit checkpoint {path} ({type(e).__name__}); "
                             f"delete it or run with --fresh") from None

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from bbb import uncertainty as U
-from bbb.nn import BayesMLP
+from bbb.functional import expand_samples
+from bbb.nn import BayesMLP, sampling, shared_samples
 
 
 def test_predictive_probs_average_probabilities_not_log_probabilities():
@@ -81,6 +82,35 @@ def test_predict_shapes_modes_and_restores_training_state():
     torch.testing.assert_close(mean, U.predict(net, x, mode="mean"))
     with pytest.raises(ValueError):
         U.predict(net, x, mode="median")
+
+
+@pytest.mark.parametrize("k", [1, 6])
+def test_predict_in_chunks_uses_the_same_networks_for_every_chunk(k):
+    net = BayesMLP(4, [8], 3, rho_init=-1.0)
+    x = torch.randn(11, 4)
+    torch.manual_seed(3)
+    whole = U.predict(net, x, num_samples=k)
+    torch.manual_seed(3)
+    chunked = U.predict(net, x, num_samples=k, batch_size=4)  # chunks of 4, 4, 3
+    torch.testing.assert_close(chunked, whole)
+    # the same image in two chunks sees the same k networks
+    twice = U.predict(net, torch.cat([x[:2], x[:2]]), num_samples=k, batch_size=2)
+    torch.testing.assert_close(twice[:, :2], twice[:, 2:])
+    # while two separate calls draw new networks
+    assert not torch.allclose(U.predict(net, x, num_samples=k), U.predict(net, x, num_samples=k))
+
+
+def test_shared_samples_draws_once_per_layer_and_sample_count():
+    net = BayesMLP(4, [8], 3, rho_init=-1.0)
+    x = torch.randn(5, 4)
+    with torch.no_grad(), sampling(net, "sample"), shared_samples():
+        a, b = net(x), net(x)
+        ka, kb = net(expand_samples(x, 3)), net(expand_samples(x, 3))
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(ka, kb)
+    assert not torch.allclose(ka[0], ka[1])  # the k networks differ from one another
+    with torch.no_grad(), sampling(net, "sample"):  # outside the block every pass draws afresh
+        assert not torch.allclose(net(x), net(x))
 
 
 def test_regression_uncertainty_law_of_total_variance():

@@ -97,6 +97,16 @@ class System:
         """(k, B, 10) logits of k sampled networks, the library's documented way."""
         raise NotImplementedError
 
+    @torch.no_grad()
+    def predict_probs_dataset(self, x: Tensor, k: int, chunk: int) -> Tensor:
+        """(N, 10) k-sample predictive probabilities of a data set evaluated in chunks.
+
+        The default calls :meth:`predict_samples` chunk by chunk (k networks per chunk, as the
+        peers document it); a library with a data-set-level API overrides it.
+        """
+        return torch.cat([torch.softmax(self.predict_samples(xc, k).float(), -1).mean(0)
+                          for xc in torch.split(x, chunk)])
+
 
 def mlp_logits(x: Tensor, weights: list[tuple[Tensor, Tensor | None]]) -> Tensor:
     """ReLU MLP with the given (weight (out, in), bias) per layer: the mean network of a peer."""

@@ -80,6 +80,13 @@ class Ours(System):
             return _mean_logits(self.model, x, chunk=x.shape[0]).unsqueeze(0)
         return U.predict(self.model, x, k)
 
+    @torch.no_grad()
+    def predict_probs_dataset(self, x: Tensor, k: int, chunk: int) -> Tensor:
+        if self.cfg is not None and self.cfg.method != "bbb":
+            return super().predict_probs_dataset(x, k, chunk)
+        # bbb.uncertainty.predict, as `bbb evaluate` calls it: the same k networks for every chunk
+        return torch.softmax(U.predict(self.model, x, k, batch_size=chunk).float(), -1).mean(0)
+
 
 def systems() -> dict[str, System]:
     return {name: Ours(name=name, pair=pair, library="bbb (ours)" if pair is not Pair.FLOOR else "torch.nn",

@@ -55,6 +55,7 @@ __all__ = [
     "PerSample",
     "SampleRecorder",
     "sampling",
+    "shared_samples",
     "bayes_modules",
     "model_kl",
     "DEFAULT_RHO_INIT",
@@ -137,6 +138,30 @@ def _builtin_closed_form(prior: Prior) -> bool:
 _RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
     "bbb_sample_recorder", default=None
 )
+
+#: (id(module), parameter name, k) -> (mu, eps, w) while :func:`shared_samples` is active
+_SHARED: contextvars.ContextVar[dict[tuple[int, str, int | None], tuple[Tensor, Tensor, Tensor]] | None] = (
+    contextvars.ContextVar("bbb_shared_samples", default=None))
+
+
+@contextlib.contextmanager
+def shared_samples() -> Iterator[None]:
+    """Draw each layer's weights once and reuse them for every forward pass inside the block.
+
+    Evaluating k sampled networks over a data set in chunks then uses the *same* k networks for
+    every chunk (a consistent Monte Carlo predictive, and k weight draws instead of k per chunk).
+    Applies to weight sampling (``reparam`` and the weight part of ``flipout``); ``local``
+    reparameterisation draws per example by construction. Meant for prediction under
+    ``torch.no_grad()``; the stored weights are released when the block ends.
+
+    >>> with sampling(net, "sample"), shared_samples():
+    ...     logits = torch.cat([net(expand_samples(xc, 10)) for xc in x.split(1024)], dim=1)
+    """
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +254,16 @@ class BayesModule(nn.Module):
 
         Returns (mu, eps, w).
         """
+        shared = _SHARED.get()
+        if shared is not None:
+            key = (id(self), name, k)
+            hit = shared.get(key)
+            if hit is None:
+                hit = shared[key] = self._draw_new(name, k)
+            return hit
+        return self._draw_new(name, k)
+
+    def _draw_new(self, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
         mu, rho = getattr(self, f"{name}_mu"), getattr(self, f"{name}_rho")
         rec = _RECORDER.get()
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .errors import UserError
 from .functional import expand_samples
-from .nn import sampling
+from .nn import sampling, shared_samples
 
 __all__ = [
     "predict",
@@ -46,7 +46,8 @@ def predict(
 ) -> Tensor:
     """Network outputs for ``x`` (B, ...): (k, B, ...) sampled, or (1, B, ...) with ``mode="mean"``.
 
-    The k networks run batched; ``batch_size`` bounds memory by chunking the examples.
+    The k networks run batched; ``batch_size`` bounds memory by chunking the examples, and
+    every chunk sees the same k networks (weights drawn once, :func:`bbb.nn.shared_samples`).
     """
     if mode not in ("sample", "mean"):
         raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
@@ -57,7 +58,7 @@ def predict(
     try:
         chunks = [x] if batch_size is None else list(torch.split(x, batch_size))
         outs = []
-        with sampling(model, mode):
+        with sampling(model, mode), shared_samples():
             for xc in chunks:
                 if mode == "mean":
                     outs.append(model(xc).unsqueeze(0))

@@ -36,7 +36,16 @@ from .elbo import (
 )
 from .errors import DataError, UserError
 from .functional import expand_samples
-from .nn import BayesConv2d, BayesLinear, BayesMLP, Estimator, SampleRecorder, model_kl, sampling
+from .nn import (
+    BayesConv2d,
+    BayesLinear,
+    BayesMLP,
+    Estimator,
+    SampleRecorder,
+    model_kl,
+    sampling,
+    shared_samples,
+)
 
 __version__ = "0.1.0"
 
@@ -69,5 +78,6 @@ __all__ = [
     "prune",
     "register_kl",
     "sampling",
+    "shared_samples",
     "uncertainty",
 ]

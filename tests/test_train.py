@@ -311,6 +311,11 @@ def test_evaluate_metrics(data):
         again = evaluate(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
         assert again == r  # the Monte Carlo draws are seeded
         assert evaluate(model, data["test_x"], data["test_y"], method, chunk=60)["error"] == r["error"]
+        if method == "bbb":  # the same k networks score every chunk, so chunking changes nothing
+            whole = evaluate(model, data["test_x"], data["test_y"], method, samples=5,
+                             chunk=len(data["test_x"]), return_probs=True)
+            torch.testing.assert_close(evaluate(model, data["test_x"], data["test_y"], method, samples=5,
+                                                chunk=16, return_probs=True)["probs"], whole["probs"])
         assert model.training  # the caller's mode is restored
 
 

@@ -111,6 +111,9 @@ def test_shared_samples_draws_once_per_layer_and_sample_count():
     assert not torch.allclose(ka[0], ka[1])  # the k networks differ from one another
     with torch.no_grad(), sampling(net, "sample"):  # outside the block every pass draws afresh
         assert not torch.allclose(net(x), net(x))
+    with shared_samples():  # nested blocks (predict opens one) keep the outer block's draws
+        first = U.predict(net, x, num_samples=3)
+        torch.testing.assert_close(U.predict(net, x, num_samples=3), first)
 
 
 def test_regression_uncertainty_law_of_total_variance():

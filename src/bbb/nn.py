@@ -152,11 +152,14 @@ def shared_samples() -> Iterator[None]:
     every chunk (a consistent Monte Carlo predictive, and k weight draws instead of k per chunk).
     Applies to weight sampling (``reparam`` and the weight part of ``flipout``); ``local``
     reparameterisation draws per example by construction. Meant for prediction under
-    ``torch.no_grad()``; the stored weights are released when the block ends.
+    ``torch.no_grad()``; the stored weights are released when the outermost block ends.
 
     >>> with sampling(net, "sample"), shared_samples():
     ...     logits = torch.cat([net(expand_samples(xc, 10)) for xc in x.split(1024)], dim=1)
     """
+    if _SHARED.get() is not None:  # nested: the outer block's draws stay shared
+        yield
+        return
     token = _SHARED.set({})
     try:
         yield

@@ -55,7 +55,7 @@ from .distributions import GaussianPrior, KLMode, Prior, ScaleMixturePrior
 from .elbo import ELBO, KLWeighting
 from .errors import CheckpointError, UserError
 from .io import atomic_torch_save, atomic_write_json, atomic_write_text
-from .nn import DEFAULT_RHO_INIT, BayesMLP, Estimator, bayes_modules
+from .nn import DEFAULT_RHO_INIT, BayesMLP, Estimator, bayes_modules, shared_samples
 
 __all__ = [
     "Method",
@@ -435,7 +435,8 @@ def evaluate(
             torch.manual_seed(seed)
         mean_probs = torch.softmax(_mean_logits(model, x, chunk).float(), -1)
         if method == Method.BBB.value:
-            parts = [U.predictive_probs(U.predict(model, xc, samples).float()) for xc in torch.split(x, chunk)]
+            with shared_samples():  # the same k networks score every chunk
+                parts = [U.predictive_probs(U.predict(model, xc, samples).float()) for xc in torch.split(x, chunk)]
             probs = torch.cat(parts)
         elif method == Method.DROPOUT.value:
             parts = []

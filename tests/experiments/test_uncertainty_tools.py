@@ -24,6 +24,8 @@ def test_sample_probs_shapes_for_each_method():
     torch.testing.assert_close(p.sum(-1), torch.ones(6, 7))
     assert not torch.allclose(p[0], p[1])  # sampled networks differ
     torch.testing.assert_close(p, UE.sample_probs(bbb_net, x, "bbb", samples=6, chunk=3))  # seeded
+    # sample j is one network over the whole set, whatever the chunking
+    torch.testing.assert_close(p, UE.sample_probs(bbb_net, x, "bbb", samples=6, chunk=7))
     assert UE.sample_probs(drop, x, "dropout", samples=4).shape == (4, 7, 3)
     assert UE.sample_probs(sgd, x, "sgd", samples=9).shape == (1, 7, 3)
     with pytest.raises(ValueError, match="samples"):

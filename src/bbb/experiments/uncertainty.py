@@ -25,6 +25,7 @@ from torch import Tensor
 from .. import uncertainty as U
 from ..errors import UserError
 from ..io import atomic_write_json
+from ..nn import shared_samples
 
 __all__ = [
     "sample_probs",
@@ -47,8 +48,6 @@ SCORES = ("entropy", "mutual_information", "max_prob")
 def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, chunk: int = 2048,
                  seed: int | None = 0) -> Tensor:
     """Class probabilities of ``samples`` sampled networks, (k, B, C); k = 1 for ``sgd``."""
-    from ..train import _mc_dropout
-
     if samples < 1:
         raise UserError(f"samples must be >= 1, got {samples}")
     fork = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
@@ -56,19 +55,28 @@ def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, ch
         if seed is not None:
             torch.manual_seed(seed)
         parts = []
-        for xc in torch.split(x, chunk):
-            if method == "bbb":
-                logits = U.predict(model, xc, samples)
-            elif method == "dropout":
-                with _mc_dropout(model):
-                    logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
-            else:
-                was = model.training
-                model.eval()
-                logits = model(xc).unsqueeze(0)
-                model.train(was)
-            parts.append(torch.softmax(logits.float(), -1))
+        # bbb: the same k networks score every chunk (sample j is one network across the set)
+        shared = shared_samples() if method == "bbb" else contextlib.nullcontext()
+        with shared:
+            for xc in torch.split(x, chunk):
+                parts.append(_chunk_probs(model, xc, method, samples))
         return torch.cat(parts, dim=1)
+
+
+def _chunk_probs(model: nn.Module, xc: Tensor, method: str, samples: int) -> Tensor:
+    from ..train import _mc_dropout
+
+    if method == "bbb":
+        logits = U.predict(model, xc, samples)
+    elif method == "dropout":
+        with _mc_dropout(model):
+            logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
+    else:
+        was = model.training
+        model.eval()
+        logits = model(xc).unsqueeze(0)
+        model.train(was)
+    return torch.softmax(logits.float(), -1)
 
 
 def _entropy_of(p: Tensor) -> Tensor:

@@ -281,6 +281,24 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         run_bandit(_tiny_cfg(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
 
 
+def test_a_stopped_population_saves_and_resumes_where_it_stopped(tmp_path):
+    """A worker whose parent died (``stop`` answers True) checkpoints and returns False."""
+    ctx, edible = _tiny_data()
+    cfg = _tiny_cfg(steps=60, agents=("bbb", "greedy"), seeds=(0,))
+    members = [("bbb", 0), ("greedy", 0)]
+    ck = tmp_path / "w.pt"
+    calls = iter(range(100))
+    pop = Population(cfg, members, ctx, edible)
+    assert pop.run(60, ck, stop=lambda: next(calls) >= 25) is False
+    assert pop.step == 25 and ck.exists()
+    resumed = Population(cfg, members, ctx, edible)
+    assert resumed.load(ck) and resumed.step == 25
+    assert resumed.run(60, ck) is True
+    whole = Population(cfg, members, ctx, edible)
+    whole.run(60)
+    torch.testing.assert_close(resumed.cum_regret, whole.cum_regret)
+
+
 def test_two_workers_run_and_merge(tmp_path):
     ctx, edible = _tiny_data()
     res = run_bandit(_tiny_cfg(out=str(tmp_path), workers=2, steps=40), contexts=ctx, edible=edible)

@@ -63,7 +63,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -750,8 +750,12 @@ class Population:
         self.log_expected.append(self.cum_expected.clone())
 
     def run(self, steps: int, checkpoint: Path | None = None, progress: bool = False,
-            label: str = "") -> None:
-        """Play until ``self.step == steps`` (continuing a resumed population)."""
+            label: str = "", stop: Callable[[], bool] | None = None) -> bool:
+        """Play until ``self.step == steps`` (continuing a resumed population).
+
+        ``stop`` is asked after every step; when it answers True the population saves its
+        checkpoint and returns False (a worker whose parent died). Returns True when done.
+        """
         cfg = self.cfg
         self._ensure_env(steps)
         t0 = time.perf_counter()
@@ -759,6 +763,10 @@ class Population:
         last_ckpt = last_print = t0
         step0 = self.step
         while self.step < steps:
+            if stop is not None and stop():
+                if checkpoint is not None:
+                    self.save(checkpoint)
+                return False
             self._act_and_learn(self.step)
             self.step += 1
             if self.step % cfg.log_every == 0 or self.step == steps:
@@ -777,6 +785,7 @@ class Population:
                       f"mean regret {self.regret_by_agent()}", flush=True)
         if checkpoint is not None:
             self.save(checkpoint)
+        return True
 
     def regret_by_agent(self) -> str:
         out = {}
@@ -889,7 +898,8 @@ def _device(name: str) -> torch.device:
 
 
 def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor, edible: Tensor,
-            worker_id: int, checkpoint: str | None, progress: bool) -> dict[str, Any]:
+            worker_id: int, checkpoint: str | None, progress: bool,
+            parent_pid: int | None = None) -> dict[str, Any]:
     threads_before = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     # Adam's first moments of weights without gradient (features absent from a minibatch, dead
@@ -903,7 +913,12 @@ def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor,
         if resumed and progress:
             print(f"bandit: resumed worker {worker_id} from {ck} at step {pop.step}", flush=True)
         label = f"[w{worker_id}]" if cfg.workers > 1 else ""
-        pop.run(cfg.steps, ck, progress=progress, label=label)
+        stop = None
+        if parent_pid is not None:  # a worker process: stop (checkpointed) if the parent dies
+            def stop() -> bool:
+                return os.getppid() != parent_pid
+        if not pop.run(cfg.steps, ck, progress=progress, label=label, stop=stop):
+            raise SystemExit(f"bandit worker {worker_id}: the parent process ended; saved {ck}")
         return pop.results()
     finally:
         torch.set_num_threads(threads_before)
@@ -960,7 +975,7 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
 
         ctx = mp.get_context("spawn")
         with ProcessPoolExecutor(len(groups), mp_context=ctx) as ex:
-            futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0)
+            futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
                     for i, g in enumerate(groups)]
             results = [f.result() for f in futs]
     wall = time.perf_counter() - t0

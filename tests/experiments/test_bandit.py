@@ -299,6 +299,52 @@ def test_a_stopped_population_saves_and_resumes_where_it_stopped(tmp_path):
     torch.testing.assert_close(resumed.cum_regret, whole.cum_regret)
 
 
+def test_bbb_members_can_have_their_own_optimiser(tmp_path):
+    ctx, edible = _tiny_data()
+    cfg = _tiny_cfg(agents=("bbb", "greedy"), seeds=(0,), bbb_optimizer="sgd", bbb_lr=0.05)
+    pop = Population(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
+    pop._ensure_env(20)
+    cfg.updates_per_step = 0
+    for t in range(12):
+        pop._act_and_learn(t)
+    det, bay = pop.subpops[0][1], pop.subpops[1][1]
+    assert [type(o).__name__ for o in pop.opts] == ["_Adam", "_SGD"]
+    mu0, ls0, det0 = bay.mu.clone(), bay.log_sigma.clone(), det.mu.clone()
+    idx = torch.randint(0, 12, (2, cfg.batch_size))
+    eps = torch.randn(1, bay.layout.size)
+    pop.update(12, idx=idx, eps=eps)
+    # plain SGD on the BBB member: a step of exactly -lr * grad
+    torch.testing.assert_close(bay.mu, mu0 - 0.05 * bay.mu.grad)
+    torch.testing.assert_close(bay.log_sigma, ls0 - 0.05 * bay.log_sigma.grad)
+    # Adam (lr 1e-3) on the greedy member: the first step moves each weight by about lr
+    moved = (det.mu - det0).abs()
+    assert moved.max() <= 1.01e-3 and moved.max() > 0.9e-3
+    ck = tmp_path / "w.pt"
+    pop.save(ck)
+    again = Population(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
+    assert again.load(ck)
+    with pytest.raises(UserError, match="bbb-optimizer"):
+        _tiny_cfg(bbb_optimizer="rmsprop").validate()
+
+
+def test_checkpoints_from_before_the_optimiser_options_still_resume(tmp_path):
+    ctx, edible = _tiny_data()
+    cfg = _tiny_cfg(agents=("bbb",), seeds=(0,), steps=20)
+    pop = Population(cfg, [("bbb", 0)], ctx, edible)
+    pop.run(20)
+    st = pop.state()
+    for k in ("bbb_optimizer", "bbb_lr"):
+        del st["key"][k]
+    del st["opts_extra"]
+    ck = tmp_path / "old.pt"
+    torch.save(st, ck)
+    again = Population(cfg, [("bbb", 0)], ctx, edible)
+    assert again.load(ck) and again.step == 20
+    with pytest.raises(UserError, match="other settings"):
+        Population(_tiny_cfg(agents=("bbb",), seeds=(0,), steps=20, bbb_optimizer="sgd"),
+                   [("bbb", 0)], ctx, edible).load(ck)
+
+
 def test_two_workers_run_and_merge(tmp_path):
     ctx, edible = _tiny_data()
     res = run_bandit(_tiny_cfg(out=str(tmp_path), workers=2, steps=40), contexts=ctx, edible=edible)

@@ -179,6 +179,8 @@ class BanditConfig:
     decision_samples: int = 2
     kl_data: str = "fill"
     kl_scale: float = 0.01
+    bbb_optimizer: str = "adam"
+    bbb_lr: float | None = None
     log_every: int = 100
     exact_noise: bool = False
     workers: int = 1
@@ -206,6 +208,10 @@ class BanditConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise UserError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
+        if self.bbb_optimizer not in ("adam", "sgd"):
+            raise UserError(f"bbb-optimizer must be adam or sgd, got {self.bbb_optimizer!r}")
+        if self.bbb_lr is not None and not (math.isfinite(self.bbb_lr) and self.bbb_lr > 0):
+            raise UserError(f"bbb-lr must be a finite number > 0, got {self.bbb_lr!r}")
         if self.kl_data not in ("fill", "capacity", "seen"):
             raise UserError(f"kl-data must be fill, capacity or seen, got {self.kl_data!r}")
         if not self.agents:
@@ -225,7 +231,7 @@ class BanditConfig:
     def training_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with a run that resumes it."""
         keys = ("agents", "seeds", "updates_per_step", "batch_size", "buffer", "hidden", "lr",
-                "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "decision_samples", "kl_data", "kl_scale", "log_every",
+                "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "decision_samples", "kl_data", "kl_scale", "bbb_optimizer", "bbb_lr", "log_every",
                 "exact_noise", "workers")
         d = {k: getattr(self, k) for k in keys}
         d["agents"] = [parse_agent(a).name for a in self.agents]
@@ -375,6 +381,27 @@ def mlp_backward(layout: MLPLayout, w: Tensor, acts: _Activations, dout: Tensor,
 # --------------------------------------------------------------------------------------------
 # Fused Adam over flat tensors
 # --------------------------------------------------------------------------------------------
+
+
+class _SGD:
+    """Plain SGD over tensors whose ``.grad`` the caller fills (no state)."""
+
+    def __init__(self, params: list[Tensor], lr: float) -> None:
+        self.params, self.lr = params, float(lr)
+
+    def step(self) -> None:
+        torch._foreach_add_(self.params, [p.grad for p in self.params], alpha=-self.lr)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load(self, st: dict[str, Any]) -> None:
+        pass
+
+
+#: training-key entries added after the first checkpoints were written, with the value those
+#: checkpoints implied (so an older checkpoint still resumes)
+_KEY_DEFAULTS: dict[str, Any] = {"bbb_optimizer": "adam", "bbb_lr": None}
 
 
 class _Adam:
@@ -636,7 +663,19 @@ class Population:
             if ids:
                 sp = _SubPopulation(self.layout, [self.members[i].seed for i in ids], bayes, cfg, self.device)
                 self.subpops.append((ids, sp))
-        self.adam = _Adam([p for _, sp in self.subpops for p in sp.params], cfg.lr)
+        # one fused Adam over every member; with another optimiser (or rate) for the BBB
+        # members, those get their own (still one call for all of them)
+        own = cfg.bbb_optimizer != "adam" or (cfg.bbb_lr is not None and cfg.bbb_lr != cfg.lr)
+        groups = ([[p for _, sp in self.subpops if not sp.bayesian for p in sp.params],
+                   [p for _, sp in self.subpops if sp.bayesian for p in sp.params]] if own
+                  else [[p for _, sp in self.subpops for p in sp.params]])
+        self.opts: list[_Adam | _SGD] = []
+        for i, params in enumerate(groups):
+            if not params:
+                continue
+            bbb_group = own and i == 1
+            lr = (cfg.bbb_lr or cfg.lr) if bbb_group else cfg.lr
+            self.opts.append(_SGD(params, lr) if bbb_group and cfg.bbb_optimizer == "sgd" else _Adam(params, lr))
         p_all = len(self.members)
         self._sub_index = [(None if len(ids) == p_all else torch.tensor(ids, device=self.device), sp)
                            for ids, sp in self.subpops]
@@ -741,7 +780,8 @@ class Population:
             if sp.bayesian:
                 e = eps if eps is not None else self.noise.draw((sp.size, self.layout.size))
             sp.compute_grads(sidx, e, filled if num_data is None else num_data)
-        self.adam.step()
+        for opt in self.opts:
+            opt.step()
 
     # -- the loop -------------------------------------------------------------------------
     def _log(self) -> None:
@@ -808,7 +848,8 @@ class Population:
             "step": self.step,
             "seconds": self.seconds,
             "subpops": [sp.state() for _, sp in self.subpops],
-            "adam": self.adam.state(),
+            "adam": self.opts[0].state(),
+            "opts_extra": [o.state() for o in self.opts[1:]],
             "cum_regret": self.cum_regret,
             "cum_expected": self.cum_expected,
             "eat_ring": self.eat_ring,
@@ -833,7 +874,8 @@ class Population:
         except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
             raise UserError(f"cannot read the bandit checkpoint {path} ({type(e).__name__}); "
                             f"delete it or run with --fresh") from None
-        if st.get("key") != self.cfg.training_key() or st.get("members") != [
+        stored = {**_KEY_DEFAULTS, **st.get("key", {})}
+        if stored != self.cfg.training_key() or st.get("members") != [
                 (m.agent.name, m.seed) for m in self.members]:
             raise UserError(f"{path} was written with other settings; use the same options, another "
                             f"--out, or --fresh to start over")
@@ -842,7 +884,9 @@ class Population:
                             f"raise --steps or use --fresh")
         for (_, sp), s in zip(self.subpops, st["subpops"]):
             sp.load(s)
-        self.adam.load(st["adam"])
+        self.opts[0].load(st["adam"])
+        for o, ost in zip(self.opts[1:], st.get("opts_extra", [])):
+            o.load(ost)
         self.cum_regret.copy_(st["cum_regret"])
         self.cum_expected.copy_(st["cum_expected"])
         self.eat_ring.copy_(st["eat_ring"])
@@ -1154,6 +1198,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden),
                         help="hidden layer widths (default: 100 100)")
     parser.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
+    parser.add_argument("--bbb-optimizer", choices=["adam", "sgd"], default=d.bbb_optimizer,
+                        help="BBB: optimiser of the BBB members (default adam; sgd keeps the sigmas of "
+                             "weights the data does not reach near their initial value)")
+    parser.add_argument("--bbb-lr", type=float, default=d.bbb_lr,
+                        help="BBB: learning rate of the BBB members (default: --lr)")
     parser.add_argument("--noise-sigma", type=float, default=d.noise_sigma,
                         help=f"BBB: std of the Gaussian reward likelihood (default {d.noise_sigma:g})")
     parser.add_argument("--prior", choices=["gaussian", "mixture"], default=d.prior,
@@ -1191,7 +1240,7 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         updates_per_step=args.updates_per_step, batch_size=args.batch_size, buffer=args.buffer,
         hidden=tuple(args.hidden), lr=args.lr, noise_sigma=args.noise_sigma, prior=args.prior,
         prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
-        kl_data=args.kl_data, kl_scale=args.kl_scale,
+        kl_data=args.kl_data, kl_scale=args.kl_scale, bbb_optimizer=args.bbb_optimizer, bbb_lr=args.bbb_lr,
         sigma_init=args.sigma_init, decision_samples=args.decision_samples, log_every=args.log_every,
         exact_noise=args.exact_noise, workers=args.workers, threads=args.threads, device=args.device,
         data_dir=args.data_dir, out=args.out, resume=not args.fresh, quiet=args.quiet)

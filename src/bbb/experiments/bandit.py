@@ -32,8 +32,8 @@ two hidden layers of 100 ReLU units, one output = the expected reward of the pai
   runs (seeds 0-2, mean expected regret at 8,000 steps): the default kl-scale gave 4,020 with a
   N(0, 0.1) prior and 4,130 with N(0, 1) and ``--kl-data seen``; ``--kl-scale 1e-4`` gave 2,750
   (N(0, 1)) and 3,190 (N(0, 0.1)); the greedy networks of the full run had 4,230. With
-  ``--kl-scale 1e-4`` and N(0, 1), though, the per-step regret kept rising (0.13 to 0.31 between
-  6,000 and 10,000 steps, against about 0.17 for greedy); with N(0, 0.1) it held at 0.15-0.20.
+  ``--kl-scale 1e-4`` and N(0, 1), though, the per-step regret kept rising (0.19 to 0.31 between
+  5,000 and 10,000 steps, against about 0.17 for greedy); with N(0, 0.1) it held at 0.15-0.20.
   ``--bbb-optimizer sgd`` (with ``--bbb-lr``) gives the BBB members plain SGD, as public
   reproductions do: the sigmas stay near ``--sigma-init`` and the KL barely acts, but with lr
   0.01 the regret was higher (0.43 per step at 4,000 steps).

@@ -973,7 +973,9 @@ def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor,
             def stop() -> bool:
                 return os.getppid() != parent_pid
         if not pop.run(cfg.steps, ck, progress=progress, label=label, stop=stop):
-            raise SystemExit(f"bandit worker {worker_id}: the parent process ended; saved {ck}")
+            # the pool would catch SystemExit and keep this process waiting for work: leave now
+            print(f"bandit worker {worker_id}: the parent process ended; saved {ck}", file=sys.stderr, flush=True)
+            os._exit(3)
         return pop.results()
     finally:
         torch.set_num_threads(threads_before)

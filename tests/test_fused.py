@@ -65,12 +65,16 @@ def test_fused_value_and_gradients_equal_reference(prior, k):
         torch.testing.assert_close(a, b)
 
 
-def test_elbo_uses_the_fused_kernel_and_matches_the_plain_path():
-    """Same eps (seeded generator): the fused ELBO and a hand-made plain one give equal grads."""
+@pytest.mark.parametrize("prior,kl", [(ScaleMixturePrior(0.5, 1.0, 0.05), "mc"),
+                                      (GaussianPrior(0.8, mu=0.05), "auto")])
+def test_elbo_uses_the_fused_kernel_and_matches_the_plain_path(prior, kl):
+    """Same eps (seeded generator): the fused ELBO (Monte Carlo KL for the mixture, the closed
+    form recorded with the sampling for the Gaussian prior) and a hand-made plain one give the
+    same loss and gradients."""
     torch.manual_seed(0)
-    net = BayesMLP(5, [6], 3, prior=ScaleMixturePrior(0.5, 1.0, 0.05), rho_init=-2.0).double()
+    net = BayesMLP(5, [6], 3, prior=prior, rho_init=-2.0).double()
     x, y = torch.randn(8, 5, dtype=torch.float64), torch.randint(0, 3, (8,))
-    elbo = ELBO(net, "categorical", num_batches=1, num_samples=2, kl="mc")
+    elbo = ELBO(net, "categorical", num_batches=1, num_samples=2, kl=kl)
     out = elbo(x, y, generator=torch.Generator().manual_seed(4))
     out.loss.backward()
     fused = [p.grad.clone() for p in net.parameters()]
@@ -79,7 +83,7 @@ def test_elbo_uses_the_fused_kernel_and_matches_the_plain_path():
         output = net(x.expand(2, *x.shape))
     assert all(s.kl is None for r in rec.records.values() for s in r.values())
     nll = torch.nn.functional.cross_entropy(output.reshape(-1, 3), y.repeat(2), reduction="sum") / 2
-    loss = nll + model_kl(net, "mc", rec)
+    loss = nll + model_kl(net, kl, rec)
     torch.testing.assert_close(loss, out.loss)
     loss.backward()
     for a, p in zip(fused, net.parameters()):

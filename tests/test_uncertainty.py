@@ -100,23 +100,6 @@ def test_predict_in_chunks_uses_the_same_networks_for_every_chunk(k):
     assert not torch.allclose(U.predict(net, x, num_samples=k), U.predict(net, x, num_samples=k))
 
 
-def test_predict_splits_k_sample_passes_on_the_cpu_without_changing_the_result(monkeypatch):
-    net = BayesMLP(4, [8], 3, rho_init=-1.0)
-    x = torch.randn(11, 4)
-    torch.manual_seed(5)
-    whole = U.predict(net, x, num_samples=4)
-    monkeypatch.setattr(U, "CPU_SAMPLE_ROWS", 12)  # 12 // 4 = 3 examples per pass: 4 passes
-    calls = []
-    hook = net.register_forward_hook(lambda m, i, o: calls.append(i[0].shape))
-    torch.manual_seed(5)
-    split = U.predict(net, x, num_samples=4, batch_size=8)
-    hook.remove()
-    assert [c[:2] for c in calls] == [(4, 3)] * 3 + [(4, 2)]
-    torch.testing.assert_close(split, whole)
-    with pytest.raises(ValueError, match="batch_size"):
-        U.predict(net, x, num_samples=4, batch_size=0)
-
-
 def test_shared_samples_draws_once_per_layer_and_sample_count():
     net = BayesMLP(4, [8], 3, rho_init=-1.0)
     x = torch.randn(5, 4)

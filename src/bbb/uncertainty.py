@@ -36,13 +36,6 @@ __all__ = [
 ]
 
 
-#: On the CPU, k sampled networks see at most this many (sample, example) rows per forward pass.
-#: Larger (k, B, H) activations (98 MB at k=10, B=2048, H=1200) exceed glibc's 32 MB mmap
-#: threshold, so every one is a fresh, page-faulted allocation; 4096 rows keep them on the heap
-#: (k=10 at H=1200: 1.31x -> 1.10-1.15x of k deterministic passes, /tmp micro-benchmark).
-CPU_SAMPLE_ROWS = 4096
-
-
 @torch.no_grad()
 def predict(
     model: nn.Module,
@@ -60,15 +53,10 @@ def predict(
         raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
     if num_samples < 1:
         raise UserError(f"num_samples must be >= 1, got {num_samples}")
-    if batch_size is not None and batch_size < 1:
-        raise UserError(f"batch_size must be >= 1, got {batch_size}")
-    rows = x.shape[0] if batch_size is None else batch_size
-    if mode == "sample" and num_samples > 1 and x.device.type == "cpu":
-        rows = min(rows, max(1, CPU_SAMPLE_ROWS // num_samples))
     was_training = model.training
     model.eval()
     try:
-        chunks = list(torch.split(x, rows)) if x.shape[0] > rows else [x]
+        chunks = [x] if batch_size is None else list(torch.split(x, batch_size))
         outs = []
         with sampling(model, mode), shared_samples():
             for xc in chunks:

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from bbb.elbo import ELBO  # noqa: E402
 from bbb.io import atomic_write_json  # noqa: E402
-from bbb.train import TrainConfig, _batch_objective, _make_optimizer, build_model  # noqa: E402
+from bbb.train import TrainConfig, build_model, make_optimizer, training_step  # noqa: E402
 
 N_TRAIN = 50_000
 BATCH = 128
@@ -54,15 +54,12 @@ def time_config(cfg: TrainConfig, x: torch.Tensor, y: torch.Tensor, steps: int, 
     m = math.ceil(x.shape[0] / BATCH)
     elbo = ELBO(model, "categorical", num_batches=m, kl_weighting=cfg.kl_weighting, num_samples=cfg.samples,
                 kl=cfg.kl) if cfg.method == "bbb" else None
-    opt = _make_optimizer(cfg, model)
+    opt = make_optimizer(cfg, model)
     perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0)).to(device)
 
     def step(i: int) -> None:
         idx = perm[(i % m) * BATCH:(i % m + 1) * BATCH]
-        loss, *_ = _batch_objective(model, elbo, x.index_select(0, idx), y.index_select(0, idx), i % m)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        training_step(model, elbo, opt, x.index_select(0, idx), y.index_select(0, idx), i % m)
 
     for i in range(warmup):
         step(i)

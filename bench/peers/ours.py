@@ -1,8 +1,8 @@
 """Our systems: the deterministic floor and bbb in each like-for-like configuration.
 
 Every step goes through the code ``bbb train`` runs: :func:`bbb.train.build_model`, the
-:class:`bbb.ELBO` it builds, :func:`bbb.train._make_optimizer` and
-:func:`bbb.train._batch_objective`, then ``zero_grad / backward / step`` as in the epoch loop.
+:class:`bbb.ELBO` it builds, :func:`bbb.train.make_optimizer` (the fused engine for bbb) and
+:func:`bbb.train.training_step`, as in the epoch loop.
 Prediction is :func:`bbb.train._mean_logits` (posterior mean) and
 :func:`bbb.uncertainty.predict` (k networks, batched), as ``bbb evaluate`` does.
 """
@@ -16,10 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bbb import functional as BF
 from bbb import uncertainty as U
 from bbb.elbo import ELBO
-from bbb.train import TrainConfig, _batch_objective, _make_optimizer, _mean_logits, build_model
+from bbb.train import TrainConfig, _mean_logits, build_model, make_optimizer, training_step
 
 from .base import IN_FEATURES, NUM_BATCHES, NUM_CLASSES, Pair, System
 
@@ -55,20 +54,16 @@ class Ours(System):
             self.version = str(torch.__version__)
         else:
             self.version = bbb.__version__ + ("" if self.backend == "auto" else f" ({self.backend} kernels)")
-        BF.set_fused_backend(self.backend)
         self.cfg = TrainConfig(hidden=[width, width], batch_size=128, samples=1, lr=1e-3,
                                kl_weighting="uniform", **self.settings)
         self.model = build_model(self.cfg, IN_FEATURES, NUM_CLASSES).to(device)
         self.elbo = (ELBO(self.model, "categorical", num_batches=NUM_BATCHES, kl_weighting="uniform",
                           num_samples=1, kl=self.cfg.kl) if self.cfg.method == "bbb" else None)
-        self.opt = _make_optimizer(self.cfg, self.model)
+        self.opt = make_optimizer(self.cfg, self.model)
         self.model.train()
 
     def step(self, x: Tensor, y: Tensor, batch_index: int) -> None:
-        loss, *_ = _batch_objective(self.model, self.elbo, x, y, batch_index % NUM_BATCHES)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+        training_step(self.model, self.elbo, self.opt, x, y, batch_index % NUM_BATCHES)
 
     @torch.no_grad()
     def predict_mean(self, x: Tensor) -> Tensor:

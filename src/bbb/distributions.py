@@ -137,6 +137,24 @@ class Prior:
             (g,) = torch.autograd.grad(lp.sum(), wd)
         return lp.detach(), g
 
+    def kl_closed_form(self, mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Closed-form KL[N(mu, sigma^2) || P] elementwise with its derivatives in mu and sigma,
+        ``(kl, dkl/dmu, dkl/dsigma)``; ``None`` when there is none (Monte Carlo is used).
+
+        Written in plain tensor arithmetic, so it is differentiable and compiles; the training
+        engine (:mod:`bbb.engine`) uses the derivatives, the plain path autograd through ``kl``.
+        """
+        return None
+
+    @property
+    def has_closed_form(self) -> bool:
+        return type(self).kl_closed_form is not Prior.kl_closed_form
+
+    @property
+    def has_analytic_grad(self) -> bool:
+        """``log_prob_and_grad`` is written out (not the autograd default): the engine can fuse it."""
+        return type(self).log_prob_and_grad is not Prior.log_prob_and_grad
+
     def sample(self, shape: tuple[int, ...], generator: torch.Generator | None = None,
                device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Tensor:
         raise NotImplementedError  # pragma: no cover - abstract
@@ -175,6 +193,12 @@ class GaussianPrior(Prior):
         d = w - self.mu if self.mu else w
         lp = d * d * (-0.5 / self.sigma**2) - (self._log_sigma + _LOG_SQRT_2PI)
         return lp, d * (-1.0 / self.sigma**2)
+
+    def kl_closed_form(self, mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        inv_s2 = 1.0 / self.sigma**2
+        z = mu - self.mu if self.mu else mu
+        kl = 0.5 * inv_s2 * (sigma * sigma + z * z) - torch.log(sigma) + (self._log_sigma - 0.5)
+        return kl, z * inv_s2, sigma * inv_s2 - 1.0 / sigma
 
     def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
         return self.mu + self.sigma * torch.randn(shape, generator=generator, device=device, dtype=dtype)
@@ -297,13 +321,19 @@ def register_kl(q_type: type, p_type: type):
     return deco
 
 
-def _lookup(q: Any, p: Any) -> Callable[[Any, Any], Tensor] | None:
-    for qt in type(q).__mro__:
+def _lookup_types(q_type: type, p: Any) -> Callable[[Any, Any], Tensor] | None:
+    for qt in q_type.__mro__:
         for pt in type(p).__mro__:
             fn = _KL_REGISTRY.get((qt, pt))
+            if fn is _kl_normal_prior and not p.has_closed_form:
+                continue
             if fn is not None:
                 return fn
     return None
+
+
+def _lookup(q: Any, p: Any) -> Callable[[Any, Any], Tensor] | None:
+    return _lookup_types(type(q), p)
 
 
 def has_closed_form_kl(q: Any, p: Any) -> bool:
@@ -315,7 +345,7 @@ def uses_monte_carlo(p: Any, mode: KLMode | str, q_type: type = DiagonalNormal) 
     mode = KLMode(mode)
     if mode is KLMode.MC:
         return True
-    closed = any(_KL_REGISTRY.get((qt, pt)) for qt in q_type.__mro__ for pt in type(p).__mro__)
+    closed = _lookup_types(q_type, p) is not None
     if mode is KLMode.CLOSED and not closed:
         raise UserError(f"no closed-form KL for a {type(p).__name__}; use kl='mc' or kl='auto'")
     return not closed
@@ -331,11 +361,13 @@ def kl_divergence(q: Any, p: Any) -> Tensor:
     return fn(q, p)
 
 
-@register_kl(DiagonalNormal, GaussianPrior)
-def _kl_normal_gaussian(q: DiagonalNormal, p: GaussianPrior) -> Tensor:
-    ratio = q.sigma / p.sigma
-    z = (q.mu - p.mu) / p.sigma
-    return 0.5 * (ratio * ratio + z * z) - torch.log(ratio) - 0.5
+@register_kl(DiagonalNormal, Prior)
+def _kl_normal_prior(q: DiagonalNormal, p: Prior) -> Tensor:
+    """Any prior that states its closed form (:meth:`Prior.kl_closed_form`)."""
+    out = p.kl_closed_form(q.mu, q.sigma)
+    if out is None:
+        raise NotImplementedError(f"{type(p).__name__} has no closed-form KL; use Monte Carlo")
+    return out[0]
 
 
 def mc_kl(q: DiagonalNormal, p: Prior, eps: Tensor, w: Tensor | None = None) -> Tensor:

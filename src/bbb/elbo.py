@@ -238,7 +238,7 @@ class ELBO(nn.Module):
     ) -> ELBOOutput:
         k = self.num_samples
         xin = x if k == 1 else expand_samples(x, k)
-        with SampleRecorder(generator, kl_mode=self.kl_mode) as rec:
+        with SampleRecorder(generator) as rec:
             output = self.model(xin)
         nll = -self.likelihood.log_prob(output, y).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec)

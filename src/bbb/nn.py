@@ -32,17 +32,13 @@ from torch import Tensor
 
 from . import functional as BF
 from .distributions import (
-    _KL_REGISTRY,
     DiagonalNormal,
-    GaussianPrior,
     KLMode,
     Prior,
     ScaleMixturePrior,
-    _kl_normal_gaussian,
     kl_term,
     prior_from_config,
     softplus,
-    uses_monte_carlo,
 )
 from .errors import UserError
 
@@ -54,6 +50,8 @@ __all__ = [
     "BayesMLP",
     "PerSample",
     "SampleRecorder",
+    "SampleProvider",
+    "providing_samples",
     "sampling",
     "shared_samples",
     "bayes_modules",
@@ -95,28 +93,23 @@ class SamplingMode(str, Enum):
 class _ParamSample:
     eps: Tensor
     w: Tensor
-    kl: Tensor | None = None  # the KL computed fused with the sampling, when it was
-    kl_mc: bool = True  # whether ``kl`` is the Monte Carlo estimate (else the closed form)
 
 
 @dataclass
 class SampleRecorder:
     """Collects, per layer and parameter, the noise ``eps`` and weights ``w`` drawn in a forward.
 
-    Use as a context manager around the forward pass; pass it to :func:`model_kl`.
-    ``generator`` (optional) seeds every draw made inside. With ``kl_mode`` set (the ELBO sets
-    it), layers whose KL will be Monte Carlo compute it fused with the sampling
-    (:func:`bbb.functional.sample_mc_kl`): one pass over the weights, analytic gradients.
+    Use as a context manager around the forward pass; pass it to :func:`model_kl`, whose Monte
+    Carlo KL then uses exactly the forward pass's weights (common random numbers).
+    ``generator`` (optional) seeds every draw made inside.
     """
 
     generator: torch.Generator | None = None
-    kl_mode: KLMode | None = None
     records: dict[int, dict[str, _ParamSample]] = field(default_factory=dict)
     _token: Any = field(default=None, repr=False)
 
-    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor, kl: Tensor | None = None,
-               kl_mc: bool = True) -> None:
-        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w, kl, kl_mc)
+    def record(self, module: nn.Module, name: str, eps: Tensor, w: Tensor) -> None:
+        self.records.setdefault(id(module), {})[name] = _ParamSample(eps, w)
 
     def get(self, module: nn.Module, name: str) -> _ParamSample | None:
         return self.records.get(id(module), {}).get(name)
@@ -130,14 +123,40 @@ class SampleRecorder:
         self._token = None
 
 
-def _builtin_closed_form(prior: Prior) -> bool:
-    """The built-in closed-form KL of a Gaussian posterior to a GaussianPrior applies."""
-    return type(prior) is GaussianPrior and _KL_REGISTRY.get((DiagonalNormal, GaussianPrior)) is _kl_normal_gaussian
+class SampleProvider:
+    """Supplies the weight samples of Bayesian layers in place of their own draws.
+
+    :class:`bbb.engine.Engine` is one (its weights live in flat buffers that its fused kernel
+    updates); :func:`bbb.engine.counter_noise` another (the plain path fed with the engine's
+    counter-based noise). Active inside :func:`providing_samples`.
+    """
+
+    def draw(self, module: BayesModule, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
+        """(mu, eps, w) for ``module``'s parameter ``name`` with k samples (or None: draw as usual)."""
+        return None
+
+    def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
+        """The KL of the whole ``model`` for the samples provided, or None (computed as usual)."""
+        return None
 
 
 _RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
     "bbb_sample_recorder", default=None
 )
+_PROVIDER: contextvars.ContextVar[SampleProvider | None] = contextvars.ContextVar(
+    "bbb_sample_provider", default=None
+)
+
+
+@contextlib.contextmanager
+def providing_samples(provider: SampleProvider) -> Iterator[SampleProvider]:
+    """Let ``provider`` supply the weight samples of every Bayesian layer inside the block."""
+    token = _PROVIDER.set(provider)
+    try:
+        yield provider
+    finally:
+        _PROVIDER.reset(token)
+
 
 #: (id(module), parameter name, k) -> (mu, eps, w) while :func:`shared_samples` is active
 _SHARED: contextvars.ContextVar[dict[tuple[int, str, int | None], tuple[Tensor, Tensor, Tensor]] | None] = (
@@ -267,25 +286,18 @@ class BayesModule(nn.Module):
         return self._draw_new(name, k)
 
     def _draw_new(self, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
-        mu, rho = getattr(self, f"{name}_mu"), getattr(self, f"{name}_rho")
         rec = _RECORDER.get()
-        shape = tuple(mu.shape) if k is None else (k, *mu.shape)
-        eps = torch.randn(shape, generator=None if rec is None else rec.generator,
-                          device=mu.device, dtype=mu.dtype)
-        if rec is not None and rec.kl_mode is not None:
-            if uses_monte_carlo(self.prior, rec.kl_mode):
-                w, kl = BF.sample_mc_kl(mu, rho, eps, self.prior)
-                rec.record(self, name, eps, w, kl)
-                return mu, eps, w
-            if _builtin_closed_form(self.prior):  # Gaussian prior: sampling + closed-form KL, fused
-                fused = BF.sample_gaussian_kl(mu, rho, eps, self.prior)
-                if fused is not None:
-                    rec.record(self, name, eps, fused[0], fused[1], kl_mc=False)
-                    return mu, eps, fused[0]
-        w = torch.addcmul(mu, softplus(rho), eps)
+        provider = _PROVIDER.get()
+        hit = None if provider is None else provider.draw(self, name, k)
+        if hit is None:
+            mu, rho = getattr(self, f"{name}_mu"), getattr(self, f"{name}_rho")
+            shape = tuple(mu.shape) if k is None else (k, *mu.shape)
+            eps = torch.randn(shape, generator=None if rec is None else rec.generator,
+                              device=mu.device, dtype=mu.dtype)
+            hit = (mu, eps, torch.addcmul(mu, softplus(rho), eps))
         if rec is not None:
-            rec.record(self, name, eps, w)
-        return mu, eps, w
+            rec.record(self, name, hit[1], hit[2])
+        return hit
 
     def _generator(self) -> torch.Generator | None:
         rec = _RECORDER.get()
@@ -304,12 +316,8 @@ class BayesModule(nn.Module):
         """
         total = None
         gen = None if recorder is None else recorder.generator
-        mc = uses_monte_carlo(self.prior, mode)
         for name in self.param_names():
             s = None if recorder is None else recorder.get(self, name)
-            if s is not None and s.kl is not None and s.kl_mc == mc:  # computed with the sampling
-                total = s.kl if total is None else total + s.kl
-                continue
             term = kl_term(self.posterior(name), self.prior, mode, eps=None if s is None else s.eps,
                            w=None if s is None else s.w, generator=gen)
             total = term if total is None else total + term
@@ -575,6 +583,11 @@ def model_kl(
     model: nn.Module, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None
 ) -> Tensor:
     """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer."""
+    provider = _PROVIDER.get()
+    if provider is not None:
+        total = provider.model_kl(model, KLMode(mode))
+        if total is not None:
+            return total
     terms = [m.kl(mode, recorder) for m in bayes_modules(model)]
     if not terms:
         p = next(model.parameters(), None)

@@ -1,0 +1,6 @@
+"""The fused training engine (:class:`Engine`) and the plain path fed with its noise."""
+
+from .engine import COMPILE_MIN_NUMEL, ENGINE_FORMAT, Engine, OptimizerKind
+from .layout import Layout, counter_noise
+
+__all__ = ["Engine", "OptimizerKind", "Layout", "counter_noise", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]

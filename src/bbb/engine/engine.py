@@ -1,0 +1,377 @@
+"""The training engine: an optimiser that also samples the weights.
+
+:class:`Engine` replaces ``torch.optim.Adam`` / ``SGD`` for a model with Bayesian layers. The
+layers' ``*_mu`` and ``*_rho`` parameters become views into flat buffers (``state_dict`` is
+unchanged); inside ``with engine.sampling():`` every layer uses the engine's current weight
+sample, an autograd leaf whose gradient lands in a flat buffer; ``engine.step()`` then runs one
+fused kernel (:mod:`bbb.engine.kernels`) that adds the KL gradient, updates mu and rho and draws
+the next sample from the counter-based generator (:mod:`bbb.random`). The KL coefficient is
+whatever the loss multiplies the KL by (read from autograd), so the training loop is the same
+code as on the plain path::
+
+    engine = Engine(net, "adam", lr=1e-3, kl="mc", seed=0)
+    elbo = ELBO(net, num_batches=M, kl="mc")
+    for i, (x, y) in enumerate(loader):
+        with engine.sampling():
+            out = elbo(x, y, batch_index=i)
+        engine.zero_grad()
+        (out.loss / len(x)).backward()
+        engine.step()
+
+What the fused kernel covers: ``reparam`` layers (:class:`~bbb.nn.BayesLinear`,
+:class:`~bbb.nn.BayesConv2d`, pruned or not) whose priors write out their log-density gradient
+(Monte Carlo KL) or closed form (closed-form KL), one dtype and device, Adam (no weight decay,
+no amsgrad) or SGD (dampening 0). Anything else -- other estimators, custom priors without
+``log_prob_and_grad`` -- runs the plain autograd path with a ``torch.optim`` optimiser of the
+same kind inside the engine (same loop, same results as ``torch.optim``), logged once at debug
+level. Parameters outside the Bayesian layers are updated by that optimiser too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from enum import Enum
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..distributions import KLMode, uses_monte_carlo
+from ..errors import UserError
+from ..nn import Estimator, SampleProvider, bayes_modules, providing_samples
+from ..random import counter_keys
+from .kernels import HP_SIZE, KernelSet
+from .layout import Layout
+
+__all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
+
+_log = logging.getLogger("bbb.engine")
+
+# With k > 1 samples each layer's weight sample is a strided view of the (k, n) buffers, and
+# autograd accumulates its gradient in place into the matching view of the gradient buffer, as
+# intended; torch notes once that such a gradient "does not obey the layout contract".
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+#: below this many Bayesian weights, ``compile=None`` keeps the eager kernels (compiling costs
+#: seconds, which a toy network never earns back)
+COMPILE_MIN_NUMEL = 1 << 15
+ENGINE_FORMAT = 1
+
+
+class OptimizerKind(str, Enum):
+    ADAM = "adam"
+    SGD = "sgd"
+
+
+class _KLCoefficient(torch.autograd.Function):
+    """Forward: the KL value. Backward: routes dL/dKL into ``anchor.grad`` (the kernel's c)."""
+
+    @staticmethod
+    def forward(ctx, value: Tensor, anchor: Tensor) -> Tensor:  # type: ignore[override]
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
+        return None, grad
+
+
+def _unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
+    mods = list(bayes_modules(model))
+    if not mods:
+        return "the model has no Bayesian layers"
+    params = [p for m in mods for n in m.param_names() for p in (getattr(m, f"{n}_mu"), getattr(m, f"{n}_rho"))]
+    if len({(p.dtype, p.device) for p in params}) != 1:
+        return "its Bayesian parameters differ in dtype or device"
+    if not params[0].is_floating_point():
+        return "its parameters are not floating point"
+    prior = mods[0].prior
+    for m in mods:
+        if m.estimator is not Estimator.REPARAM:
+            return f"the {m.estimator.value} estimator is not fused (only reparam)"
+        if m.prior != prior:
+            return "its layers have different priors"
+    if uses_monte_carlo(prior, kl):
+        if not prior.has_analytic_grad:
+            return f"{type(prior).__name__} does not write out log_prob_and_grad"
+    elif not prior.has_closed_form:
+        return f"{type(prior).__name__} has no kl_closed_form"
+    return None
+
+
+class Engine(torch.optim.Optimizer, SampleProvider):
+    """Adam or SGD for a Bayesian model, fused with weight sampling and the KL gradient.
+
+    Args:
+        model: the network (create the engine after moving it to its device).
+        optimizer: ``"adam"`` or ``"sgd"``.
+        lr, betas, eps: as ``torch.optim.Adam``; lr, momentum, nesterov: as ``torch.optim.SGD``.
+        num_samples: k weight samples per step (inputs then carry a leading dim of k;
+            :class:`~bbb.elbo.ELBO` with the same ``num_samples`` does that).
+        kl: ``"auto"``, ``"mc"`` or ``"closed"``, as the ELBO's (they must agree).
+        seed: the noise is a function of (seed, step counter) alone.
+        compile: ``True``/``False``, or ``None``: compile when the model has at least
+            :data:`COMPILE_MIN_NUMEL` Bayesian weights on CPU or CUDA.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerKind | str = OptimizerKind.ADAM,
+        lr: float = 1e-3,
+        *,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        num_samples: int = 1,
+        kl: KLMode | str = KLMode.AUTO,
+        seed: int = 0,
+        compile: bool | None = None,
+    ) -> None:
+        try:
+            self.kind = OptimizerKind(optimizer)
+        except ValueError:
+            raise UserError(f"unknown optimizer {optimizer!r}; choose adam or sgd") from None
+        try:
+            self.kl_mode = KLMode(kl)
+        except ValueError:
+            raise UserError(f"unknown KL mode {kl!r}; choose auto, closed or mc") from None
+        if not (lr > 0):
+            raise UserError(f"lr must be > 0, got {lr}")
+        if not (0.0 <= momentum < 1.0):
+            raise UserError(f"momentum must be in [0, 1), got {momentum}")
+        if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+            raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+            raise UserError(f"seed must be an integer >= 0, got {seed!r}")
+        self.model = model
+        self.k = int(num_samples)
+        self.seed = int(seed)
+        self.counter = 0
+        self._step_count = 0
+        reason = _unsupported_reason(model, self.kl_mode)
+        layout = Layout(model) if reason is None else None
+        fused_params = ({id(getattr(s.module, f"{s.name}_{x}")) for s in layout.slots for x in ("mu", "rho")}
+                        if layout is not None else set())
+        others = [p for p in model.parameters() if id(p) not in fused_params]
+        defaults = {"lr": float(lr), "betas": tuple(betas), "eps": float(eps), "momentum": float(momentum),
+                    "nesterov": bool(nesterov)}
+        self._inner: torch.optim.Optimizer | None = None
+        if others:
+            if self.kind is OptimizerKind.ADAM:
+                self._inner = torch.optim.Adam(others, lr=lr, betas=betas, eps=eps)
+            else:
+                self._inner = torch.optim.SGD(others, lr=lr, momentum=momentum, nesterov=nesterov)
+        groups: list[dict[str, Any]] = []
+        if layout is not None:
+            groups.append({"params": [getattr(s.module, f"{s.name}_{x}") for s in layout.slots
+                                      for x in ("mu", "rho")]})
+        torch.optim.Optimizer.__init__(self, groups or [{"params": others}], defaults)
+        if layout is None:
+            self.param_groups = self._inner.param_groups if self._inner is not None else self.param_groups
+            _log.debug("bbb.engine: plain path for %s: %s", type(model).__name__, reason)
+        elif self._inner is not None:
+            self.param_groups.extend(self._inner.param_groups)  # the same dicts: schedulers reach both
+        self.fallback_reason = reason
+        self.layout = layout
+        if layout is not None:
+            self._build(layout, compile)
+
+    # -- buffers --------------------------------------------------------------------------------
+    def _build(self, layout: Layout, compile: bool | None) -> None:
+        first = layout.slots[0]
+        ref = getattr(first.module, f"{first.name}_mu")
+        dev, dt = ref.device, ref.dtype
+        n, k = layout.numel, self.k
+        self._prior = first.module.prior
+        self._closed = not uses_monte_carlo(self._prior, self.kl_mode)
+        with torch.no_grad():
+            self._mu = layout.gather("mu").to(dev, dt).contiguous()
+            self._rho = layout.gather("rho").to(dev, dt).contiguous()
+        for s in layout.slots:  # the parameters become views of the flat buffers
+            getattr(s.module, f"{s.name}_mu").data = s.view(self._mu)
+            getattr(s.module, f"{s.name}_rho").data = s.view(self._rho)
+        half = (k * n + 1) // 2
+        self._noise = [torch.zeros((2, half), device=dev, dtype=dt) for _ in range(2)]
+        self._index = torch.arange(half, device=dev, dtype=torch.int64)
+        self._w = torch.zeros((k, n), device=dev, dtype=dt)
+        self._g = torch.zeros((k, n), device=dev, dtype=dt)
+        self._sig = torch.zeros(n, device=dev, dtype=dt)
+        self._sr = torch.zeros(n, device=dev, dtype=dt)
+        self._dlp = None if self._closed else torch.zeros((k, n), device=dev, dtype=dt)
+        nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0]["momentum"] > 0 else 0)
+        self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
+        self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
+        self._anchor.grad = torch.zeros((), device=dev, dtype=dt)
+        self._leaves: dict[tuple[int, str, bool], Tensor] = {}
+        for s in layout.slots:
+            for batched in (False, True):
+                if batched or k == 1:
+                    leaf = s.view(self._w).detach()
+                    grad = s.view(self._g)
+                    if not batched:
+                        leaf, grad = leaf[0], grad[0]
+                    leaf.requires_grad_(True)
+                    leaf.grad = grad
+                    self._leaves[(id(s.module), s.name, batched)] = leaf
+        use_compile = compile
+        if use_compile is None:
+            use_compile = n >= COMPILE_MIN_NUMEL and dev.type in ("cpu", "cuda")
+        if use_compile and dev.type == "cuda":
+            try:
+                from torch.utils._triton import has_triton
+                use_compile = bool(has_triton())
+            except ImportError:  # pragma: no cover
+                use_compile = False
+        self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
+                                 nesterov=bool(self.param_groups[0]["nesterov"]), compile=bool(use_compile))
+        self._prime()
+
+    def _versions(self) -> tuple[int, ...]:
+        return tuple(p._version for p in self.param_groups[0]["params"])
+
+    def _eps(self, i: int) -> Tensor:
+        return self._noise[i].view(-1)[: self.k * self.layout.numel].view(self.k, self.layout.numel)  # type: ignore[union-attr]
+
+    def _draw_noise(self, into: int) -> None:
+        keys = torch.tensor(counter_keys(self.seed, self.counter), dtype=torch.int64, device=self._index.device)
+        self.kernels.noise(self._noise[into], self._index, keys)
+
+    def _prime(self) -> None:
+        """Draw the noise of the current counter and form its sample from the current mu, rho."""
+        self._cur = 0
+        self._draw_noise(0)
+        with torch.no_grad():
+            self._kl = self.kernels.prime(self._mu, self._rho, self._eps(0), self._w, self._sig, self._sr, self._dlp)
+        self._seen = self._versions()
+
+    @property
+    def fused(self) -> bool:
+        """Whether the fused kernel runs (False: the plain path, see ``fallback_reason``)."""
+        return self.layout is not None
+
+    @property
+    def compiled(self) -> bool:
+        return self.fused and self.kernels.compiled
+
+    # -- sampling ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def sampling(self) -> Iterator[Engine]:
+        """Inside the block, the model's Bayesian layers use the engine's current weights."""
+        if not self.fused:
+            yield self
+            return
+        if self._versions() != self._seen:  # mu or rho were changed from outside (load_state_dict...)
+            self._prime()
+        with providing_samples(self):
+            yield self
+
+    def draw(self, module, name, k):
+        slot = self.layout.slot(module, name) if self.layout is not None else None
+        if slot is None:
+            return None
+        if (k or 1) != self.k or (k is None and self.k != 1):
+            raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for "
+                            f"{k or 1}; give the ELBO and the Engine the same num_samples")
+        leaf = self._leaves[(id(module), name, k is not None)]
+        eps = slot.view(self._eps(self._cur))
+        return getattr(module, f"{name}_mu"), (eps if k is not None else eps[0]), leaf
+
+    def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
+        if self.layout is None:
+            return None
+        if not self.layout.covers(model):
+            raise UserError("the KL under an Engine is that of the whole model it was built for")
+        if uses_monte_carlo(self._prior, mode) == self._closed:
+            raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with "
+                            f"kl={self.kl_mode.value}; give both the same kl")
+        return _KLCoefficient.apply(self._kl, self._anchor)
+
+    @property
+    def kl(self) -> Tensor | None:
+        """The KL value of the current weight sample (None on the plain path)."""
+        return self._kl.detach() if self.fused else None
+
+    # -- optimisation --------------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._inner is not None:
+            self._inner.zero_grad(set_to_none=set_to_none)
+        # the fused part's gradient buffer is cleared by the kernel itself
+
+    def _hyper(self) -> Tensor:
+        grp = self.param_groups[0]
+        hp = [0.0] * HP_SIZE
+        hp[0] = float(grp["lr"])
+        if self.kind is OptimizerKind.ADAM:
+            b1, b2 = grp["betas"]
+            t = self._step_count
+            hp[1], hp[2], hp[3] = b1, b2, grp["eps"]
+            hp[4] = hp[0] / (1.0 - b1**t)
+            hp[5] = (1.0 - b2**t) ** 0.5
+        hp[6] = float(grp["momentum"])
+        return torch.tensor(hp, dtype=self._mu.dtype, device=self._mu.device)
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        """Apply the gradients of the last backward (and the KL's), then draw the next sample."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self.fused:
+            self._step_count += 1
+            self.counter += 1
+            nxt = 1 - self._cur
+            self._draw_noise(nxt)
+            c = self._anchor.grad
+            self._kl = self.kernels.train_step(
+                self._mu, self._rho, self._g, self._eps(self._cur), self._eps(nxt), self._w, self._sig,
+                self._sr, self._dlp, c, self._hyper(), self._state)
+            self._cur = nxt
+            self._seen = self._versions()
+        if self._inner is not None:
+            self._inner.step()
+        return loss
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return {
+            "format": ENGINE_FORMAT,
+            "kind": self.kind.value,
+            "fused": self.fused,
+            "seed": self.seed,
+            "counter": self.counter,
+            "step": self._step_count,
+            "num_samples": self.k,
+            "groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
+            "state": [t.clone() for t in self._state] if self.fused else [],
+            "inner": None if self._inner is None else self._inner.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+        """Restore a state from :meth:`state_dict` (after the model's own ``load_state_dict``)."""
+        from ..errors import CheckpointError
+
+        if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
+            raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
+                                  "bbb?); start a new run")
+        mine = (self.kind.value, self.fused, self.seed, self.k, len(self.param_groups))
+        theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], len(state["groups"]))
+        if mine != theirs:
+            raise CheckpointError(f"engine state does not match this engine ({theirs} vs {mine})")
+        for g, saved in zip(self.param_groups, state["groups"]):
+            g.update(saved)
+        if self.fused:
+            with torch.no_grad():
+                for t, s in zip(self._state, state["state"]):
+                    t.copy_(s)
+        if self._inner is not None and state["inner"] is not None:
+            self._inner.load_state_dict(state["inner"])
+        self.counter = int(state["counter"])
+        self._step_count = int(state["step"])
+        if self.fused:
+            self._prime()

@@ -1,0 +1,172 @@
+"""The engine's kernels: one pointwise update of every Bayesian weight per training step.
+
+Stated in plain tensor arithmetic, so the same code runs eagerly (the reference, and the fallback)
+or through ``torch.compile`` (one vectorised loop on CPU, Triton on CUDA). Per weight and step,
+with g = dL/dw from backprop (k sample rows), c = dL/dKL (from autograd, see
+:class:`~bbb.engine.Engine`), sigma = softplus(rho) and s = sigmoid(rho):
+
+* Monte Carlo KL (eqs. 3-4): with t = g - (c / k) dlogp/dw,
+  dL/dmu = sum_k t and dL/drho = (sum_k t * eps - c / sigma) * s;
+* closed form: dL/dmu = sum_k g + c dKL/dmu, dL/drho = (sum_k g * eps + c dKL/dsigma) * s;
+
+then the optimiser's update of mu and rho (Adam exactly as ``torch.optim.Adam``, SGD with or
+without momentum as ``torch.optim.SGD``), and the *next* sample: w = mu + sigma * z for the fresh
+noise z, with sigma, s and (Monte Carlo) dlogp/dw at w kept for the next step, and the KL value of
+that sample. The prior supplies its own ``log_prob_and_grad`` / ``kl_closed_form``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..distributions import Prior
+from ..random import fill_normal_
+
+__all__ = ["softplus_and_sigmoid", "resample", "update", "KernelSet"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_log = logging.getLogger("bbb.engine")
+
+#: hyperparameter slots of the per-step tensor ``hp``
+HP_LR, HP_B1, HP_B2, HP_EPS, HP_STEP_SIZE, HP_BC2_SQRT, HP_MOMENTUM = range(7)
+HP_SIZE = 7
+
+
+def softplus_and_sigmoid(rho: Tensor) -> tuple[Tensor, Tensor]:
+    """sigma = softplus(rho) (threshold 20, as ``F.softplus``) and sigmoid(rho), from one exp.
+
+    log1p(e) is written log(u) * e / (u - 1) with u = 1 + e (Goldberg), exact to a few ulp and
+    cheaper than log1p on CPU; where u rounds to 1, log1p(e) = e to working precision.
+    """
+    e = torch.exp(torch.clamp(rho, max=20.0))
+    u = 1.0 + e
+    lp1 = torch.where(u == 1.0, e, torch.log(u) * (e / (u - 1.0)))
+    return torch.where(rho > 20.0, rho, lp1), e / u
+
+
+def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor,
+             dlp: Tensor | None, *, prior: Prior, closed: bool) -> Tensor:
+    """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
+
+    mu, rho, sig, sr: (n,); z, w, dlp: (k, n). The KL is the closed form, or the Monte Carlo
+    estimate sum[log q(w) - log p(w)] averaged over the k rows.
+    """
+    s, r = softplus_and_sigmoid(rho)
+    wn = mu + s * z
+    if closed:
+        kl = prior.kl_closed_form(mu, s)[0].sum()  # type: ignore[index]
+    else:
+        assert dlp is not None
+        lp, g = prior.log_prob_and_grad(wn)
+        k = z.shape[0]
+        kl = -torch.log(s).sum() - (0.5 * (z * z).sum() + lp.sum()) / k - _HALF_LOG_2PI * mu.shape[0]
+        dlp.copy_(g)
+    w.copy_(wn)
+    sig.copy_(s)
+    sr.copy_(r)
+    return kl
+
+
+def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
+           dlp: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
+           prior: Prior, closed: bool, optimizer: str, nesterov: bool) -> None:
+    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
+    k = g.shape[0]
+    if closed:
+        _, dmu, dsig = prior.kl_closed_form(mu, sig)  # type: ignore[misc]
+        gmu = g.sum(0) + c * dmu
+        grho = ((g * eps).sum(0) + c * dsig) * sr
+    else:
+        assert dlp is not None
+        t = g - (c / k) * dlp
+        gmu = t.sum(0)
+        grho = ((t * eps).sum(0) - c / sig) * sr
+    lr = hp[HP_LR]
+    if optimizer == "adam":
+        b1, b2, aeps = hp[HP_B1], hp[HP_B2], hp[HP_EPS]
+        step_size, bc2 = hp[HP_STEP_SIZE], hp[HP_BC2_SQRT]
+        out = []
+        for p, grad, m, v in ((mu, gmu, state[0], state[1]), (rho, grho, state[2], state[3])):
+            nm = m + (1.0 - b1) * (grad - m)
+            nv = b2 * v + (1.0 - b2) * grad * grad
+            out.append((p, p - step_size * (nm / (torch.sqrt(nv) / bc2 + aeps)), m, nm, v, nv))
+        for p, np_, m, nm, v, nv in out:
+            m.copy_(nm)
+            v.copy_(nv)
+            p.copy_(np_)
+    elif state:  # SGD with momentum (dampening 0; the first step's buffer is g, as torch's)
+        mom = hp[HP_MOMENTUM]
+        for p, grad, buf in ((mu, gmu, state[0]), (rho, grho, state[1])):
+            nb = mom * buf + grad
+            d = grad + mom * nb if nesterov else nb
+            buf.copy_(nb)
+            p.copy_(p - lr * d)
+    else:  # plain gradient steps, eqs. 5-6 of the paper
+        mu.copy_(mu - lr * gmu)
+        rho.copy_(rho - lr * grho)
+    g.zero_()
+    c.zero_()
+
+
+def _train_step(mu, rho, g, eps, z, w, sig, sr, dlp, c, hp, state, *, prior, closed, optimizer, nesterov):
+    update(mu, rho, g, eps, sig, sr, dlp, c, hp, state, prior=prior, closed=closed, optimizer=optimizer,
+           nesterov=nesterov)
+    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
+
+
+def _prime(mu, rho, z, w, sig, sr, dlp, *, prior, closed):
+    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
+
+
+class KernelSet:
+    """The three kernels of one engine (noise, prime, train step), compiled or eager.
+
+    ``compile=True`` runs them through ``torch.compile``; if compiling or running the compiled
+    code fails, one warning is issued and the eager kernels (the same mathematics) take over.
+    """
+
+    def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool) -> None:
+        self.static = {"prior": prior, "closed": closed}
+        self.step_static = {**self.static, "optimizer": optimizer, "nesterov": nesterov}
+        self.compiled = bool(compile)
+        self.failed: str | None = None
+        self._fns: dict[str, Callable[..., Any]] = {}
+
+    def _fn(self, name: str, eager: Callable[..., Any]) -> Callable[..., Any]:
+        fn = self._fns.get(name)
+        if fn is None:
+            fn = torch.compile(eager, fullgraph=True, dynamic=False) if self.compiled else eager
+            self._fns[name] = fn
+        return fn
+
+    def _call(self, name: str, eager: Callable[..., Any], *args: Any) -> Any:
+        if not self.compiled:
+            return eager(*args)
+        try:
+            return self._fn(name, eager)(*args)
+        except Exception as e:  # noqa: BLE001 - any compiler failure: the eager kernels take over
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            self.failed = reason
+            self.compiled = False
+            warnings.warn(f"torch.compile failed in bbb's engine ({reason}); using its eager kernels",
+                          RuntimeWarning, stacklevel=3)
+            _log.debug("engine kernel %s fell back to eager: %s", name, reason)
+            return eager(*args)
+
+    def noise(self, out: Tensor, index: Tensor, keys: Tensor) -> None:
+        self._call("noise", fill_normal_, out, index, keys)
+
+    def prime(self, *args: Any) -> Tensor:
+        static = self.static
+        return self._call("prime", lambda *a: _prime(*a, **static), *args)
+
+    def train_step(self, *args: Any) -> Tensor:
+        static = self.step_static
+        return self._call("step", lambda *a: _train_step(*a, **static), *args)

@@ -1,0 +1,111 @@
+"""Where every Bayesian parameter lives in the engine's flat buffers.
+
+The layout lists, in ``model.modules()`` order, each Bayesian layer's posterior parameters
+(``weight``, then ``bias``) with their offset in one flat vector of ``numel`` weights. The engine
+keeps mu, rho, the weight sample, the noise and the gradients in flat buffers of that shape, and
+the counter-based noise is indexed by position in it, so the plain path (:func:`counter_noise`)
+draws exactly the engine's noise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..distributions import KLMode
+from ..nn import BayesModule, SampleProvider, bayes_modules, providing_samples
+from ..random import normal
+
+__all__ = ["Slot", "Layout", "counter_noise"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    module: BayesModule
+    name: str
+    offset: int
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def view(self, flat: Tensor) -> Tensor:
+        """This parameter's part of ``flat`` ((n,) -> shape, (k, n) -> (k, *shape)), no copy."""
+        part = flat[..., self.offset:self.offset + self.numel]
+        return part.view(*flat.shape[:-1], *self.shape)
+
+
+class Layout:
+    """The flat arrangement of a model's Bayesian parameters."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.modules = list(bayes_modules(model))
+        slots, offset = [], 0
+        for m in self.modules:
+            for name in m.param_names():
+                shape = tuple(getattr(m, f"{name}_mu").shape)
+                slot = Slot(m, name, offset, shape)
+                slots.append(slot)
+                offset += slot.numel
+        self.slots: list[Slot] = slots
+        self.numel = offset
+        self._index = {(id(s.module), s.name): s for s in slots}
+
+    def slot(self, module: nn.Module, name: str) -> Slot | None:
+        return self._index.get((id(module), name))
+
+    def covers(self, model: nn.Module) -> bool:
+        """``model`` holds exactly the layers of this layout."""
+        return [id(m) for m in bayes_modules(model)] == [id(m) for m in self.modules]
+
+    def gather(self, suffix: str) -> Tensor:
+        """The parameters ``{name}_{suffix}`` concatenated into one flat tensor (a copy)."""
+        parts = [getattr(s.module, f"{s.name}_{suffix}").detach().reshape(-1) for s in self.slots]
+        return torch.cat(parts)
+
+
+class _CounterNoise(SampleProvider):
+    def __init__(self, layout: Layout, eps: Tensor, k: int | None) -> None:
+        self.layout, self.eps, self.k = layout, eps, k
+
+    def draw(self, module, name, k):
+        slot = self.layout.slot(module, name)
+        if slot is None:
+            return None
+        if k != self.k:
+            raise ValueError(f"counter_noise was opened for {self.k} samples, the layer asked for {k}")
+        mu, rho = getattr(module, f"{name}_mu"), getattr(module, f"{name}_rho")
+        eps = slot.view(self.eps)
+        if k is None:
+            eps = eps[0]
+        return mu, eps, torch.addcmul(mu, torch.nn.functional.softplus(rho), eps)
+
+    def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
+        return None  # the plain KL on the recorded samples
+
+
+@contextlib.contextmanager
+def counter_noise(model: nn.Module, seed: int, counter: int, num_samples: int | None = None,
+                  ) -> Iterator[SampleProvider]:
+    """The plain autograd path fed with the engine's noise for draw ``counter`` of ``seed``.
+
+    Inside the block every Bayesian layer of ``model`` samples w = mu + softplus(rho) * eps with
+    the eps that :class:`~bbb.engine.Engine` would use at that counter, so the two paths can be
+    compared trajectory for trajectory. ``num_samples`` is k for inputs with a leading sample
+    dimension (None: inputs without one).
+    """
+    layout = Layout(model)
+    k = 1 if num_samples is None else int(num_samples)
+    p = next(iter(model.parameters()))
+    eps = normal(k * layout.numel, seed, counter, device=p.device, dtype=p.dtype).view(k, layout.numel)
+    with providing_samples(_CounterNoise(layout, eps, num_samples)) as provider:
+        yield provider

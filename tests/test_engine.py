@@ -1,0 +1,356 @@
+"""The fused engine equals the plain autograd path fed with the same noise.
+
+The plain path (``bbb.engine.counter_noise`` + ``torch.optim``) is the specification: w = mu +
+softplus(rho) * eps with autograd, the KL by ``kl_term``, torch's own Adam/SGD. The engine must
+give the same parameters after one step (float64: to rounding) and stay with it over 50 steps
+(float32), for every combination it fuses; the rest must take the plain path by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from bbb.distributions import GaussianPrior, Prior, ScaleMixturePrior
+from bbb.elbo import ELBO
+from bbb.engine import Engine, counter_noise
+from bbb.errors import CheckpointError, UserError
+from bbb.nn import BayesConv2d, BayesLinear, BayesMLP
+from bbb.prune import prune
+
+MIXTURE = ScaleMixturePrior(0.25, 1.0, math.exp(-7))
+CASES = [  # (prior, kl)
+    pytest.param(MIXTURE, "mc", id="mixture-mc"),
+    pytest.param(GaussianPrior(0.7, mu=0.05), "auto", id="gauss-closed"),
+    pytest.param(GaussianPrior(1.0), "mc", id="gauss-mc"),
+]
+OPTS = [pytest.param("adam", 0.0, id="adam"), pytest.param("sgd", 0.0, id="sgd"),
+        pytest.param("sgd", 0.9, id="sgd-momentum")]
+
+
+def _net(prior, dtype, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return BayesMLP(6, [7, 5], 3, prior=prior, rho_init=-3.0, bias=bias).to(dtype)
+
+
+def _data(dtype, n=8):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(n, 6, generator=g, dtype=dtype), torch.randint(0, 3, (n,), generator=g)
+
+
+def _train(net, kl, opt, momentum, k, steps, engine, lr=0.05, seed=3, sched=False):
+    x, y = _data(next(net.parameters()).dtype)
+    elbo = ELBO(net, "categorical", num_batches=4, kl_weighting="blundell", num_samples=k, kl=kl)
+    kls = []
+    if engine:
+        o = Engine(net, opt, lr=lr, momentum=momentum, kl=kl, num_samples=k, seed=seed, compile=False)
+        assert o.fused, o.fallback_reason
+    elif opt == "adam":
+        o = torch.optim.Adam(net.parameters(), lr=lr)
+    else:
+        o = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5) if sched else None
+    for i in range(steps):
+        if engine:
+            ctx = o.sampling()
+        else:
+            ctx = counter_noise(net, seed, i, None if k == 1 else k)
+        with ctx:
+            out = elbo(x, y, batch_index=i % 4)
+        o.zero_grad()
+        (out.loss / len(x)).backward()
+        o.step()
+        if s is not None:
+            s.step()
+        kls.append(float(out.kl.detach()))
+    return [p.detach().clone() for p in net.parameters()], kls
+
+
+@pytest.mark.parametrize("prior,kl", CASES)
+@pytest.mark.parametrize("opt,momentum", OPTS)
+@pytest.mark.parametrize("k", [1, 3])
+def test_one_step_equals_the_plain_path(prior, kl, opt, momentum, k):
+    a, kla = _train(_net(prior, torch.float64), kl, opt, momentum, k, 2, engine=True)
+    b, klb = _train(_net(prior, torch.float64), kl, opt, momentum, k, 2, engine=False)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+    assert kla == pytest.approx(klb, rel=1e-12)
+
+
+#: a mixture whose narrow component is wide enough for a 50-step float32 comparison: with
+#: sigma2 = e^-7 the spike's gradient (~1e6 w) makes these tiny runs chaotic, so that float32 and
+#: float64 runs of the *plain* path already part by O(1) within 10 steps
+MILD = ScaleMixturePrior(0.5, 1.0, math.exp(-2))
+
+
+@pytest.mark.parametrize("prior,kl", [pytest.param(MILD, "mc", id="mixture-mc"), *CASES[1:]])
+@pytest.mark.parametrize("opt,momentum", OPTS)
+def test_fifty_step_float32_trajectory_stays_with_the_plain_path(prior, kl, opt, momentum):
+    """Stated tolerance: every parameter within 1e-4 relative + 2e-5 absolute after 50 steps."""
+    lr = 0.01 if opt == "adam" else 0.05
+    a, kla = _train(_net(prior, torch.float32), kl, opt, momentum, 1, 50, engine=True, lr=lr)
+    b, klb = _train(_net(prior, torch.float32), kl, opt, momentum, 1, 50, engine=False, lr=lr)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-4, atol=2e-5)
+    assert kla[-1] == pytest.approx(klb[-1], rel=1e-4)
+
+
+def test_no_bias_pruned_model_and_lr_schedule_equal_the_plain_path():
+    nets = []
+    for engine in (True, False):
+        net = _net(MIXTURE, torch.float64, bias=False)
+        prune(net, 0.5)
+        nets.append(_train(net, "mc", "adam", 0.0, 1, 6, engine=engine, sched=True))
+    for u, v in zip(nets[0][0], nets[1][0]):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_layers_are_fused_and_equal_the_plain_path():
+    def run(engine):
+        torch.manual_seed(0)
+        net = nn.Sequential(BayesConv2d(1, 3, 3, prior=MIXTURE), nn.ReLU(), nn.Flatten(),
+                            BayesLinear(3 * 4 * 4, 2, prior=MIXTURE)).double()
+        x = torch.randn(4, 1, 6, 6, dtype=torch.float64)
+        y = torch.tensor([0, 1, 1, 0])
+        elbo = ELBO(net, num_batches=2, kl="mc")
+        o = Engine(net, "adam", lr=0.05, kl="mc", seed=1, compile=False) if engine else \
+            torch.optim.Adam(net.parameters(), lr=0.05)
+        for i in range(3):
+            with (o.sampling() if engine else counter_noise(net, 1, i)):
+                out = elbo(x, y, batch_index=i % 2)
+            o.zero_grad()
+            out.loss.backward()
+            o.step()
+        if engine:
+            assert o.fused
+        return [p.detach() for p in net.parameters()]
+    for u, v in zip(run(True), run(False)):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+
+
+def test_state_dict_keys_unchanged_and_noise_free():
+    net = _net(MIXTURE, torch.float32)
+    keys = list(net.state_dict())
+    Engine(net, "adam", kl="mc")
+    assert list(net.state_dict()) == keys
+    assert all(k.endswith(("_mu", "_rho")) for k in keys)
+
+
+def test_resume_from_state_dicts_continues_exactly():
+    full, _ = _train(_net(MIXTURE, torch.float32), "mc", "adam", 0.0, 1, 6, engine=True)
+    net = _net(MIXTURE, torch.float32)
+    x, y = _data(torch.float32)
+    elbo = ELBO(net, num_batches=4, kl_weighting="blundell", kl="mc")
+    eng = Engine(net, "adam", lr=0.05, kl="mc", seed=3, compile=False)
+
+    def steps(e, n, start):
+        for i in range(start, start + n):
+            with e.sampling():
+                out = elbo(x, y, batch_index=i % 4)
+            e.zero_grad()
+            (out.loss / len(x)).backward()
+            e.step()
+
+    steps(eng, 3, 0)
+    model_state, engine_state = net.state_dict(), eng.state_dict()
+    net2 = _net(MIXTURE, torch.float32, seed=5)  # other initial values: overwritten below
+    elbo = ELBO(net2, num_batches=4, kl_weighting="blundell", kl="mc")
+    eng2 = Engine(net2, "adam", lr=0.05, kl="mc", seed=3, compile=False)
+    net2.load_state_dict(model_state)
+    eng2.load_state_dict(engine_state)
+    steps(eng2, 3, 3)
+    for u, v in zip(full, net2.parameters()):
+        assert torch.equal(u, v.detach())
+
+
+def test_loading_weights_from_outside_resamples():
+    net = _net(MIXTURE, torch.float32)
+    eng = Engine(net, "adam", kl="mc", compile=False)
+    before = eng.kl.clone()
+    with torch.no_grad():
+        net.layers[0].weight_mu.add_(1.0)
+    with eng.sampling():
+        pass
+    assert not torch.equal(before, eng.kl)
+
+
+def test_mismatched_state_is_a_checkpoint_error():
+    eng = Engine(_net(MIXTURE, torch.float32), "adam", kl="mc", compile=False)
+    with pytest.raises(CheckpointError):
+        eng.load_state_dict({"state": {}, "param_groups": []})  # a torch.optim state
+    other = Engine(_net(MIXTURE, torch.float32), "sgd", kl="mc", compile=False).state_dict()
+    with pytest.raises(CheckpointError):
+        eng.load_state_dict(other)
+
+
+class _Laplace(Prior):
+    name = "laplace"
+
+    def log_prob(self, w):
+        return -w.abs() - math.log(2.0)
+
+    def to_config(self):
+        return {"type": self.name}
+
+
+@pytest.mark.parametrize("what", ["flipout", "local", "custom-prior"])
+def test_what_is_not_fused_takes_the_plain_path_with_the_same_results(what, caplog):
+    def build():
+        torch.manual_seed(0)
+        if what == "custom-prior":
+            return BayesMLP(6, [5], 3, prior=_Laplace())
+        return BayesMLP(6, [5], 3, estimator=what, prior=GaussianPrior(1.0))
+    x, y = _data(torch.float32)
+    results = []
+    for engine in (True, False):
+        net = build()
+        elbo = ELBO(net, num_batches=1)
+        if engine:
+            with caplog.at_level(logging.DEBUG, logger="bbb.engine"):
+                o = Engine(net, "adam", lr=0.01)
+            assert not o.fused and o.fallback_reason
+            assert any("plain path" in r.message for r in caplog.records)
+        else:
+            o = torch.optim.Adam(net.parameters(), lr=0.01)
+        torch.manual_seed(1)
+        for _ in range(3):
+            with (o.sampling() if engine else torch.enable_grad()):
+                out = elbo(x, y)
+            o.zero_grad()
+            out.loss.backward()
+            o.step()
+        results.append([p.detach().clone() for p in net.parameters()])
+    for u, v in zip(*results):
+        assert torch.equal(u, v)
+
+
+def test_deterministic_parameters_beside_bayesian_layers_are_updated():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), BayesLinear(5, 3, prior=MIXTURE))
+    eng = Engine(net, "sgd", lr=0.1, kl="mc", compile=False)
+    assert eng.fused and len(eng.param_groups) == 2
+    w0 = net[0].weight.detach().clone()
+    mu0 = net[2].weight_mu.detach().clone()
+    x, y = _data(torch.float32)
+    elbo = ELBO(net, kl="mc")
+    with eng.sampling():
+        out = elbo(x, y)
+    eng.zero_grad()
+    out.loss.backward()
+    eng.step()
+    assert not torch.equal(w0, net[0].weight) and not torch.equal(mu0, net[2].weight_mu)
+    sched = torch.optim.lr_scheduler.StepLR(eng, 1, gamma=0.5)
+    eng.step()
+    sched.step()
+    assert [g["lr"] for g in eng.param_groups] == [0.05, 0.05]
+
+
+def test_mismatched_samples_or_kl_mode_are_user_errors():
+    net = _net(MIXTURE, torch.float32)
+    x, y = _data(torch.float32)
+    eng = Engine(net, "adam", kl="mc", num_samples=2, compile=False)
+    with pytest.raises(UserError, match="num_samples"), eng.sampling():
+        ELBO(net, num_samples=1, kl="mc")(x, y)
+    net = _net(GaussianPrior(1.0), torch.float32)
+    eng = Engine(net, "adam", kl="closed", compile=False)
+    with pytest.raises(UserError, match="kl="), eng.sampling():
+        ELBO(net, kl="mc")(x, y)
+    with pytest.raises(UserError):
+        Engine(net, "rmsprop")
+
+
+def test_kl_left_out_of_the_loss_gets_no_kl_gradient():
+    """The KL coefficient comes from autograd: a loss without the KL trains on the data alone."""
+    net = _net(MIXTURE, torch.float64)
+    x, y = _data(torch.float64)
+    eng = Engine(net, "sgd", lr=0.1, kl="mc", seed=2, compile=False)
+    ref = _net(MIXTURE, torch.float64)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for model, o, engine in ((net, eng, True), (ref, opt, False)):
+        elbo = ELBO(model, kl="mc")
+        with (o.sampling() if engine else counter_noise(model, 2, 0)):
+            out = elbo(x, y)
+        o.zero_grad()
+        out.nll.backward()
+        o.step()
+    for u, v in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+
+
+_SUBPROCESS = textwrap.dedent("""
+    import math, warnings, torch
+    from bbb.nn import BayesMLP
+    from bbb.elbo import ELBO
+    from bbb.distributions import ScaleMixturePrior, GaussianPrior
+    from bbb.engine import Engine
+    {patch}
+    def run(prior, kl, opt, compile, k):
+        torch.manual_seed(0)
+        net = BayesMLP(20, [16], 4, prior=prior, rho_init=-3.0)
+        g = torch.Generator().manual_seed(1)
+        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+        elbo = ELBO(net, num_batches=4, num_samples=k, kl=kl)
+        eng = Engine(net, opt, lr=0.02, kl=kl, seed=4, num_samples=k, compile=compile)
+        kls = []
+        for i in range(5):
+            with eng.sampling():
+                out = elbo(x, y, batch_index=i % 4)
+            eng.zero_grad(); (out.loss / 16).backward(); eng.step()
+            kls.append(float(out.kl.detach()))
+        return [p.detach() for p in net.parameters()], kls, eng.compiled
+    for prior, kl, opt, k in [(ScaleMixturePrior(0.25, 1.0, math.exp(-7)), "mc", "adam", 1),
+                              (GaussianPrior(1.0), "auto", "sgd", 2)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            a, kla, was_compiled = run(prior, kl, opt, True, k)
+        b, klb, _ = run(prior, kl, opt, False, k)
+        for u, v in zip(a, b):
+            torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
+        assert all(abs(p - q) <= 1e-4 * abs(q) for p, q in zip(kla, klb)), (kla, klb)
+        print("compiled" if was_compiled else "fell back", len([w for w in caught if "eager" in str(w.message)]))
+""")
+
+
+@pytest.mark.slow
+def test_compiled_kernels_equal_eager_in_a_subprocess():
+    """torch.compile'd kernels against the eager ones, in a child process (a crash fails one test)."""
+    r = subprocess.run([sys.executable, "-c", _SUBPROCESS.format(patch="")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["compiled", "0", "compiled", "0"], r.stdout + r.stderr[-2000:]
+
+
+def test_failing_compile_falls_back_to_eager_with_one_warning():
+    patch = ("def _broken(fn, **kw):\n"
+             "    def run(*a, **k):\n"
+             "        raise RuntimeError('inductor exploded')\n"
+             "    return run\n"
+             "torch.compile = _broken")
+    r = subprocess.run([sys.executable, "-c", _SUBPROCESS.format(patch=patch)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["fell", "back", "1", "fell", "back", "1"], r.stdout + r.stderr[-2000:]
+
+
+def test_threads_do_not_change_the_trajectory():
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out.append(_train(_net(MIXTURE, torch.float32), "mc", "adam", 0.0, 1, 10, engine=True))
+    finally:
+        torch.set_num_threads(threads)
+    for u, v in zip(out[0][0], out[1][0]):
+        assert torch.equal(u, v)
+    assert out[0][1] == out[1][1]

@@ -194,6 +194,10 @@ def test_table2_prunes_the_2x1200_bbb_run_and_sits_beside_the_paper(reproduced):
         assert col in rows[0]
     assert [float(r["fraction_removed"]) for r in rows] == [0.0, 0.5, 0.75, 0.95, 0.98]
     assert [float(r["paper_test_error"]) for r in rows] == [1.24, 1.24, 1.24, 1.29, 1.39]
+    # what pruning costs, ours and the paper's (95% removed: +0.05 pp)
+    assert [float(r["paper_cost_pp"]) for r in rows] == pytest.approx([0, 0, 0, 0.05, 0.15])
+    for r in rows:
+        assert float(r["cost_pp"]) == pytest.approx(float(r["test_error"]) - float(rows[0]["test_error"]), abs=1e-3)
     total = D_IN * 1200 + 1200 * 1200 + 1200 * N_CLASSES  # weights, biases excluded
     for r in rows:
         assert int(r["weights_total"]) == total

@@ -388,7 +388,8 @@ TABLE1_COLUMNS = (
     "run", "status", "candidate_label", "gap_vs_paper_pp", "momentum", "lr_step_size", "lr_gamma",
     "rho_init", "mu_init_scale", "candidates_val_error", "pending")
 TABLE2_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",
-                  "snr_threshold_db", "test_error", "paper_weights_left", "paper_test_error")
+                  "snr_threshold_db", "test_error", "paper_weights_left", "paper_test_error",
+                  "cost_pp", "paper_cost_pp")
 _HYPER_BY_METHOD = {
     "sgd": ("lr", "optimizer", "lr_schedule", "batch_size"),
     "dropout": ("lr", "optimizer", "lr_schedule", "batch_size", "dropout_input", "dropout_hidden"),
@@ -1184,6 +1185,8 @@ def _table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Seque
 def _table2(cfg: ReproduceConfig, job: Job, data: dict[str, Tensor]) -> list[dict[str, Any]]:
     rows = T.prune_run(job.run_dir, PRUNE_FRACTIONS, which="last", device=cfg.device, data=data)
     paper = {f: (w, e) for f, w, e in PAPER_TABLE2} if cfg.dataset == "mnist" else {}
+    base = next((float(r["test_error"]) for r in rows if r["fraction_removed"] == 0.0), None)
+    paper_base = paper.get(0.0, (None, None))[1]
     out = []
     for r in rows:
         pw, pe = paper.get(r["fraction_removed"], (None, None))
@@ -1193,6 +1196,9 @@ def _table2(cfg: ReproduceConfig, job: Job, data: dict[str, Tensor]) -> list[dic
             "weights_total": r["weights_total"], "snr_threshold": thr,
             "snr_threshold_db": round(10.0 * math.log10(thr), 4) if thr > 0 else None,
             "test_error": _pct(r["test_error"]), "paper_weights_left": pw, "paper_test_error": pe,
+            # what pruning costs: the test error minus the unpruned network's, in points
+            "cost_pp": None if base is None else round(100.0 * (float(r["test_error"]) - base), 4),
+            "paper_cost_pp": None if pe is None or paper_base is None else round(pe - paper_base, 4),
         })
     return out
 
@@ -1212,15 +1218,21 @@ def _table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job,
         "training (`last.pt`), as in the paper. The weights with the lowest |mu|/sigma are set to 0, "
         "the others to mu; biases are kept. Test error with the remaining mean weights.",
         "",
-        "| proportion removed | #weights (ours) | test error (ours) | #weights (paper) | test error (paper) |"
-        " SNR threshold (dB) |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| proportion removed | #weights (ours) | test error (ours) | cost (ours, pp) | #weights (paper) | "
+        "test error (paper) | cost (paper, pp) | SNR threshold (dB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def pp(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.2f}"
+
     for r in rows:
         pe = "-" if r["paper_test_error"] is None else f"{r['paper_test_error']:.2f}%"
         db = "-" if r["snr_threshold_db"] is None else f"{r['snr_threshold_db']:.2f}"
         lines.append(f"| {100 * r['fraction_removed']:g}% | {_weights_text(r['weights_left'])} | "
-                     f"{r['test_error']:.2f}% | {_weights_text(r['paper_weights_left'])} | {pe} | {db} |")
+                     f"{r['test_error']:.2f}% | {pp(r.get('cost_pp'))} | {_weights_text(r['paper_weights_left'])} | "
+                     f"{pe} | {pp(r.get('paper_cost_pp'))} | {db} |")
+    lines += ["", "cost: the test error minus that of the unpruned network (0% removed), in percentage points."]
     lines += ["", "SNR in dB is 10 log10(|mu|/sigma) (the paper does not state its convention; "
               "20 log10 would double every dB value)."]
     if snr is not None:

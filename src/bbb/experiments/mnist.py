@@ -32,7 +32,9 @@ minutes on a quiet 2-core CPU; ``paper`` follows the paper's protocol: plain SGD
 momentum 0) at the paper's learning rates {1e-3, 1e-4} on the summed minibatch loss (x128 on
 our per-example loss), 600 epochs with the learning rate x0.1 after epoch 300, and a small list
 of candidates per cell (:class:`Candidate`, each with the reason it is there) chosen on the
-validation error. Both use uniform minibatch KL weighting (1/M) for BBB.
+validation error. Every budget trains BBB with uniform minibatch KL weighting (1/M): Blundell's
+weighting gives lower error after few epochs but leaves sigma near its initial value, so pruning
+by |mu|/sigma fails.
 
 The paper budget takes days on a CPU, so it runs in sittings: ``--cells`` trains a subset of the
 cells (the plan follows :data:`WORK_ORDER`: the headline BBB 2x1200 cell first), every call
@@ -1029,7 +1031,8 @@ def _recipe_column(budget: str) -> dict[str, str]:
                               if len({spec.epochs[m][w] for w in WIDTHS}) > 1 else f"{spec.epochs[m][400]}"
                               for m in METHODS}),
         "candidates per cell": _by_method({m: str(n_cands[(m, 400)]) for m in METHODS}),
-        "seeds": f"{spec.seeds} by default for {seed_cells} (--seeds), 1 elsewhere",
+        "seeds": (f"{spec.seeds} for {seed_cells}, 1 elsewhere (--seeds N)" if spec.seeds > 1
+                  else f"1 (--seeds N adds seeds to {seed_cells})"),
         "selection": ("the best-validation epoch of each run, then the candidate with the lowest "
                       "validation error" if many else "the best-validation epoch of the one run"),
         "BBB samples": ", ".join(_uniq([str(tc.samples) for tc in bbb])),

@@ -152,3 +152,15 @@ def test_shared_data_passes_and_rerun_is_cheap(monkeypatch: pytest.MonkeyPatch, 
     assert calls == [] and time.perf_counter() - t0 < 0.5
     # the shared folders are read-only: nothing was added there
     assert sorted(p.name for p in (SHARED / "mnist").iterdir()) == before
+
+
+def test_good_files_are_stamped_even_when_another_is_damaged(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    good = one_good_file(tmp_path, monkeypatch)
+    bad = good.parent / "t10k-images-idx3-ubyte.gz"
+    bad.write_bytes(b"damaged")
+    with pytest.raises(DataError, match="t10k-images"):
+        ensure_files("mnist", [NAME, bad.name], data_dir=tmp_path, download=False)
+    calls = count_hashes(monkeypatch)
+    ensure_files("mnist", [NAME], data_dir=tmp_path, download=False)
+    assert calls == []

@@ -267,21 +267,23 @@ def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
         for sp in reversed(_stamp_paths(folder)):  # the stamp beside the files wins
             stamps.update(_read_stamp(sp, folder))
         verified: dict[str, dict[str, Any]] = {}
-        for path in files:
-            expected = KNOWN_FILES[dataset].get(path.name)
-            if expected is None:
-                continue
-            try:
-                st = path.stat()
-            except OSError as exc:
-                raise DataError(_one_line(f"{path}: cannot read: {exc.strerror or exc}")) from None
-            fp = _fingerprint(st, expected)
-            if stamps.get(path.name) == fp:
-                continue
-            verify_md5(path, expected)
-            verified[path.name] = fp
-        if verified:
-            _write_stamp(folder, verified)
+        try:
+            for path in files:
+                expected = KNOWN_FILES[dataset].get(path.name)
+                if expected is None:
+                    continue
+                try:
+                    st = path.stat()
+                except OSError as exc:
+                    raise DataError(_one_line(f"{path}: cannot read: {exc.strerror or exc}")) from None
+                fp = _fingerprint(st, expected)
+                if stamps.get(path.name) == fp:
+                    continue
+                verify_md5(path, expected)
+                verified[path.name] = fp
+        finally:  # the good ones are stamped even when a later file is damaged
+            if verified:
+                _write_stamp(folder, verified)
 
 
 class _NetworkError(Exception):

@@ -758,10 +758,30 @@ LOCK_NAME = "trial.lock"
 process training it, and holding that process's pid and host, for the message of a second one."""
 
 
+#: Seconds to wait for a trial's lock before calling it busy: a trainer that was just killed
+#: (kill -9 of a sweep's process group, then an immediate re-run) frees it within this time.
+LOCK_GRACE_SECONDS = 3.0
+
+
+def _try_flock(fcntl: Any, fd: int, grace: float) -> bool:
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
-def _trial_lock(d: Path) -> Iterator[str | None]:
+def _trial_lock(d: Path, grace: float | None = None) -> Iterator[str | None]:
     """Hold ``d/trial.lock`` while the body runs; yields None, or the holder's description when
-    another live process holds it (the lock goes with its holder: a killed trainer frees it)."""
+    another live process holds it for longer than ``grace`` seconds (default
+    :data:`LOCK_GRACE_SECONDS`). The lock goes with its holder: a killed trainer frees it."""
     d.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -770,11 +790,7 @@ def _trial_lock(d: Path) -> Iterator[str | None]:
         return
     fd = os.open(d / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
+        if not _try_flock(fcntl, fd, LOCK_GRACE_SECONDS if grace is None else grace):
             holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
             yield holder or "another process"
             return

@@ -81,16 +81,34 @@ def kl_weights(
 
 
 class Likelihood(nn.Module):
-    """log p(y | f) for network outputs f; ``log_prob`` returns one value per example."""
+    """log p(y | f) for network outputs f; ``log_prob`` returns one value per example.
+
+    Shapes are checked, never broadcast silently: the trailing dimensions of the output must
+    be the target's (leading sample dimensions on the output only), else :class:`UserError`.
+    """
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @staticmethod
+    def _check_shapes(name: str, output_shape: torch.Size, target: Tensor, what: str) -> None:
+        """``output_shape`` (the part compared with the target) must end with ``target.shape``."""
+        t = tuple(target.shape)
+        o = tuple(output_shape)
+        if len(o) < len(t) or (t and o[len(o) - len(t):] != t):
+            raise UserError(f"{name} likelihood: targets of shape {t} do not match network outputs of "
+                            f"shape {what}; give one target per output (no broadcasting)")
 
 
 class Categorical(Likelihood):
     """Softmax classification: output = logits (..., C), target = class indices (...)."""
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+            raise UserError(f"categorical likelihood: targets must be integer class indices, got {target.dtype}")
+        if output.dim() < 1:
+            raise UserError("categorical likelihood: the network output must have a class dimension")
+        self._check_shapes("categorical", output.shape[:-1], target, f"{tuple(output.shape)} (..., classes)")
         if output.dim() > target.dim() + 1:  # sample dims on the logits only
             target = target.expand(*output.shape[:-1])
         c = output.shape[-1]
@@ -122,8 +140,14 @@ class Gaussian(Likelihood):
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
         """Targets (B,) for one output (network output (..., B, 1)) or (B, D) for D outputs."""
-        if target.dim() == 1 and output.shape[-1] == 1:
+        shown = tuple(output.shape)
+        if target.dim() == 1 and output.shape != target.shape:
+            if output.dim() < 2 or output.shape[-1] != 1:  # one target per example: one output
+                raise UserError(f"Gaussian likelihood: targets of shape {tuple(target.shape)} need network "
+                                f"outputs of shape (..., {target.shape[0]}, 1), got {shown}; for several "
+                                "outputs per example give targets (B, D)")
             output = output.squeeze(-1)
+        self._check_shapes("Gaussian", output.shape, target, str(shown))
         sigma = self.sigma
         z = (target - output) / sigma
         lp = -0.5 * z * z - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
@@ -150,6 +174,8 @@ class HeteroscedasticGaussian(Likelihood):
         if target.dim() == 2 and target.shape[-1] == 1:
             target = target.squeeze(-1)
         mean, sigma = self.split(output)
+        self._check_shapes("heteroscedastic Gaussian", mean.shape, target,
+                           f"{tuple(output.shape)} (..., 2: mean and noise)")
         z = (target - mean) / sigma
         return -0.5 * z * z - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
 
@@ -236,6 +262,13 @@ class ELBO(nn.Module):
         kl_weight: float | None = None,
         generator: torch.Generator | None = None,
     ) -> ELBOOutput:
+        if kl_weight is not None:
+            try:
+                w = float(kl_weight)
+            except (TypeError, ValueError, RuntimeError):
+                raise UserError(f"kl_weight must be a number >= 0, got {kl_weight!r}") from None
+            if not (w >= 0 and math.isfinite(w)):
+                raise UserError(f"kl_weight must be a finite number >= 0, got {kl_weight!r}")
         k = self.num_samples
         xin = x if k == 1 else expand_samples(x, k)
         with SampleRecorder(generator) as rec:

@@ -1,42 +1,170 @@
-"""Atomic file writes: a reader never sees a half-written file, a crash never loses the old one."""
+"""Atomic file writes: a reader never sees a half-written file, a crash never loses the old one.
+
+Each write goes to a temporary file beside the target, ``.<name>~<host>~<pid>~<random>.tmp``,
+which is fsynced and then renamed over the target. The temporary file is created with mode
+0666 and the kernel applies the process umask itself, so the result has the permissions
+``open()`` would give, without reading (and so toggling) the umask, which is not thread-safe.
+A writer killed before the rename leaves its temporary file behind; the next write of the same
+target removes the temporary files of writers on this host that are no longer running (and
+any older than a day). A full disk (``ENOSPC``, ``EDQUOT``; also when ``torch.save`` wraps it
+in a ``RuntimeError``) becomes a one-line :class:`bbb.errors.UserError` saying to free space;
+the old file is left as it was.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
+import re
+import secrets
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .errors import UserError
 
-def _umask() -> int:
-    """The process umask (read by setting and restoring it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+__all__ = [
+    "DiskFullError",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_json",
+    "atomic_torch_save",
+]
+
+_STALE_SECONDS = 24 * 3600
+"""Temporary files older than this are removed whoever wrote them (another host, an old format)."""
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_LEGACY_TMP = re.compile(r"\.[A-Za-z0-9_]{8}\.tmp$")  # mkstemp's names before the pid was recorded
+
+
+class DiskFullError(UserError):
+    """No space left (or quota exceeded) while writing a file; the old file is unchanged."""
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname() or "host")[:64]
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.name == "nt":  # os.kill(pid, 0) would terminate it there: assume alive (age decides)
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def _clean_stale(path: Path) -> None:
+    """Remove temporary files of ``path`` whose writer is gone (best effort, never raises)."""
+    prefix = f".{path.name}~"
+    legacy = f".{path.name}."
+    host = _host()
+    now = time.time()
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".tmp"):
+            continue
+        stale = False
+        try:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if name.startswith(prefix):
+            parts = name[len(prefix):-len(".tmp")].split("~")
+            if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
+                pid = int(parts[1])
+                stale = pid != os.getpid() and not _pid_alive(pid)
+            stale = stale or age > _STALE_SECONDS
+        elif name.startswith(legacy) and _LEGACY_TMP.fullmatch(name[len(legacy) - 1:]):
+            stale = age > 600  # an old-style name says nothing about its writer: wait 10 minutes
+        if stale:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def _create_tmp(path: Path) -> tuple[int, Path]:
+    """A new temporary file beside ``path``, mode 0666 & ~umask (applied by the kernel)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}~{_host()}~{os.getpid()}~{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(path))
+
+
+def _disk_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT OSError behind ``exc`` (itself, or its cause/context), if any."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _FULL:
+            return e
+        e = e.__cause__ or e.__context__
+    if isinstance(exc, RuntimeError) and "No space left on device" in str(exc):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> Path:
-    """Write ``path`` through ``write(fileobj)`` into a temporary file, then rename it into place."""
+    """Write ``path`` through ``write(fileobj)`` into a temporary file, then rename it into place.
+
+    Raises
+    ------
+    DiskFullError
+        The disk (or quota) is full; the temporary file is removed and ``path`` is unchanged.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(path)
+        fd, tmp = _create_tmp(path)
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise _full_error(path, exc) from None
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):  # mkstemp makes 0600; use the mode open() would give
-                os.fchmod(f.fileno(), 0o666 & ~_umask())
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
+        full = _disk_full(exc) if isinstance(exc, Exception) else None
+        if full is not None:
+            raise _full_error(path, full) from None
         raise
     return path
+
+
+def _full_error(path: Path, exc: OSError) -> DiskFullError:
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
+    return DiskFullError(f"{what} while writing {path}; free some space there (or write elsewhere) and run "
+                         f"the command again; {path.name} was left as it was")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

@@ -1,7 +1,10 @@
 """Small figures for run directories: the learning curve and the SNR histogram (Fig. 4).
 
-matplotlib is optional (``pip install bbb[plots]``): it is imported lazily with the Agg backend,
-and when it is missing each function warns and returns None instead of a path.
+matplotlib is optional (``pip install bbb[plots]``): it is imported lazily, and when it is
+missing each function warns and returns None instead of a path. Figures are drawn on
+``matplotlib.figure.Figure`` objects with the Agg canvas attached directly: pyplot is never
+imported and no backend is selected, so a notebook keeps its inline plots and an interactive
+session its windows. PNG files are written atomically.
 """
 
 from __future__ import annotations
@@ -17,16 +20,49 @@ from torch import Tensor
 __all__ = ["learning_curve", "snr_histogram"]
 
 
+class _Figures:
+    """The part of pyplot's interface the package uses (``subplots``, ``figure``, ``close``),
+    built on ``Figure`` + ``FigureCanvasAgg``: no global figure registry, no backend switch."""
+
+    def __init__(self, figure_cls: Any, canvas_cls: Any) -> None:
+        self._figure_cls = figure_cls
+        self._canvas_cls = canvas_cls
+
+    def figure(self, figsize: Any = None, dpi: Any = None, **kw: Any) -> Any:
+        fig = self._figure_cls(figsize=figsize, dpi=dpi, **kw)
+        self._canvas_cls(fig)
+        return fig
+
+    def subplots(self, nrows: int = 1, ncols: int = 1, *, figsize: Any = None, dpi: Any = None,
+                 **kw: Any) -> tuple[Any, Any]:
+        fig = self.figure(figsize=figsize, dpi=dpi)
+        return fig, fig.subplots(nrows, ncols, **kw)
+
+    @staticmethod
+    def close(fig: Any = None) -> None:
+        """Nothing to release: the figure is not registered anywhere (kept for pyplot parity)."""
+        if fig is not None and hasattr(fig, "clear"):
+            fig.clear()
+
+
 def _pyplot() -> Any | None:
+    """A pyplot-like factory of Agg figures (see :class:`_Figures`), or None without matplotlib."""
     try:
-        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         warnings.warn("matplotlib is not installed; skipping plots (pip install 'bbb[plots]')", stacklevel=3)
         return None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    return _Figures(Figure, FigureCanvasAgg)
 
-    return plt
+
+def _save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
+    """Save ``fig`` as PNG through a temporary file and a rename (never half a file)."""
+    from .io import atomic_write
+
+    path = Path(path)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+    return path
 
 
 def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
@@ -52,8 +88,7 @@ def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path) -> Path 
     ax2.grid(alpha=0.3)
     ax2.legend()
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
+    path = _save_png(fig, path)
     plt.close(fig)
     return path
 
@@ -82,7 +117,6 @@ def snr_histogram(snr_db: Tensor, path: str | Path, cutoff: float = 0.75, bins: 
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
+    path = _save_png(fig, path)
     plt.close(fig)
     return path

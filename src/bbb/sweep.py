@@ -17,7 +17,13 @@ and, on Ray, a checkpoint reported through ``tune.report(..., checkpoint=...)``.
 retried up to ``--max-failures`` times and resumes from its latest checkpoint (on Ray from
 ``tune.get_checkpoint()``, so a trial also resumes on another node). Re-running ``bbb sweep``
 with the same ``--out`` skips finished trials (``result.json`` written) and resumes unfinished ones
-from their ``last.pt``.
+from their ``last.pt``. Locally, a trial being trained holds ``trials/<id>/trial.lock`` (an
+``flock`` freed when its process ends), so a second sweep on the same ``--out`` never trains it
+twice; worker processes stop as soon as the sweep process is gone (``kill -9`` included).
+
+Spaces are validated before they are expanded (:func:`validate_space`: finite numbers of the right
+kind within bounds for every numeric key) and counted without expanding (:func:`count_trials`);
+more than :data:`MAX_TRIALS` trials need ``--limit``.
 
 Results: ``OUT/sweep.csv`` (one row per trial, sorted by validation error: every hyperparameter of
 the space, epochs run, validation/test error, seconds, status) and ``OUT/best.json`` (the trial
@@ -44,7 +50,9 @@ smoke runs) and ``fail_once_at_epoch`` (testing only: the trial crashes once aft
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import errno
 import hashlib
 import io
 import itertools
@@ -53,9 +61,11 @@ import math
 import os
 import random
 import shutil
+import socket
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -78,6 +88,10 @@ __all__ = [
     "load_space",
     "apply_overrides",
     "expand_space",
+    "validate_space",
+    "count_trials",
+    "MAX_TRIALS",
+    "NUMERIC_KEYS",
     "resolve_params",
     "synthetic_data",
     "epoch_seconds_estimate",
@@ -134,6 +148,50 @@ _SYNTHETIC_DEFAULTS = {"synthetic_dim": 64, "synthetic_train": 400, "synthetic_c
 #: settings that say where or on what a trial runs, not what it computes: not part of the trial id
 _NOT_HASHED = frozenset({"data_dir", "device"})
 SPACE_KEYS = ("description", "num_samples", "seed", "params")
+
+#: A space with more trials than this is refused unless ``--limit`` says how many to take.
+MAX_TRIALS = 10_000
+#: Widest hidden layer a space may ask for (the paper's widest: 1200).
+MAX_WIDTH = 65_536
+_BIG = 2**63 - 1
+#: Numeric keys of a space: kind ("int" or "float"), smallest and largest value allowed (None:
+#: no bound here; TrainConfig checks the meaning, e.g. pi in (0, 1]). Checked on every value of
+#: the space (fixed values, grid and choice lists, uniform/loguniform/randint bounds) before
+#: anything is expanded, so a bad value is named by its key, not by the trial it lands in.
+NUMERIC_KEYS: dict[str, tuple[str, float | None, float | None]] = {
+    "epochs": ("int", 0, 1_000_000),
+    "hidden": ("int", 1, MAX_WIDTH),
+    "width": ("int", 1, MAX_WIDTH),
+    "depth": ("int", 1, 1_000),
+    "batch_size": ("int", 1, 100_000_000),
+    "samples": ("int", 1, 100_000),
+    "eval_samples": ("int", 1, 100_000),
+    "seed": ("int", 0, _BIG),
+    "split_seed": ("int", 0, _BIG),
+    "val_size": ("int", 0, 100_000_000),
+    "lr_step_size": ("int", 0, 1_000_000),
+    "synthetic_dim": ("int", 1, 1_000_000),
+    "synthetic_train": ("int", 4, 100_000_000),
+    "synthetic_classes": ("int", 2, 1_000_000),
+    "fail_once_at_epoch": ("int", 1, 1_000_000),
+    "pi": ("float", None, None),
+    "sigma1": ("float", None, None),
+    "sigma2": ("float", None, None),
+    "prior_sigma": ("float", None, None),
+    "neg_log_sigma1": ("float", -700, 700),
+    "neg_log_sigma2": ("float", -700, 700),
+    "lr": ("float", None, None),
+    "momentum": ("float", None, None),
+    "lr_gamma": ("float", None, None),
+    "rho_init": ("float", None, None),
+    "mu_init_scale": ("float", None, None),
+    "dropout_input": ("float", None, None),
+    "dropout_hidden": ("float", None, None),
+    "scale": ("float", None, None),
+}
+#: numeric keys whose value may be null (their default is None)
+_NULLABLE = frozenset({"mu_init_scale", "fail_once_at_epoch"})
+_MAX_DEPTH = 1_000
 
 #: The paper's MNIST grid (section 5.1): 3 x 3 x 3 x 3 x 4 x 3 = 972 trials of 600 epochs.
 #: Not stated by the paper, so library defaults: Adam (the paper's update rule is SGD-like),
@@ -284,9 +342,9 @@ def _value_kind(spec: Any, key: str) -> ValueKind | None:
             raise UserError(f"search space: {key}: {kind.value} needs a non-empty list, got {values!r}")
         if kind in (ValueKind.UNIFORM, ValueKind.LOGUNIFORM, ValueKind.RANDINT):
             if len(values) != 2 or not all(isinstance(v, int | float) and not isinstance(v, bool)
-                                           for v in values) or values[0] > values[1]:
-                raise UserError(f"search space: {key}: {kind.value} needs [low, high] with low <= high, "
-                                f"got {values!r}")
+                                           and math.isfinite(v) for v in values) or values[0] > values[1]:
+                raise UserError(f"search space: {key}: {kind.value} needs [low, high], finite numbers with "
+                                f"low <= high, got {values!r}")
             if kind == ValueKind.LOGUNIFORM and values[0] <= 0:
                 raise UserError(f"search space: {key}: loguniform needs low > 0, got {values!r}")
         return kind
@@ -336,9 +394,79 @@ class DataSpec:
 
 
 def _int(key: str, v: Any, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < minimum:
+    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v
+            or v < minimum):
         raise UserError(f"search space: {key} must be an integer >= {minimum}, got {v!r}")
     return int(v)
+
+
+def _check_number(key: str, v: Any, where: str = "") -> None:
+    """One value of a numeric key: a finite number (an integer for "int" keys) within bounds."""
+    kind, lo, hi = NUMERIC_KEYS[key]
+    at = f" ({where})" if where else ""
+    if v is None and key in _NULLABLE:
+        return
+    if key == "hidden" and isinstance(v, list):
+        if not v or len(v) > _MAX_DEPTH:
+            raise UserError(f"search space: hidden{at} must list 1 to {_MAX_DEPTH} layer widths, got {len(v)}")
+        for w in v:
+            _check_number("hidden", w, where)
+        return
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        want = "an integer" if kind == "int" else "a number"
+        raise UserError(f"search space: {key}{at} must be {want}, got {v!r}")
+    if not math.isfinite(v):
+        raise UserError(f"search space: {key}{at} must be finite, got {v!r}")
+    if kind == "int" and int(v) != v:
+        raise UserError(f"search space: {key}{at} must be an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise UserError(f"search space: {key}{at} must be >= {lo:g}, got {v!r}")
+    if hi is not None and v > hi:
+        raise UserError(f"search space: {key}{at} must be <= {hi:,}, got {v!r}"
+                        if kind == "int" else f"search space: {key}{at} must be <= {hi:g}, got {v!r}")
+
+
+def validate_space(space: dict[str, Any]) -> dict[str, Any]:
+    """Check every value of a space without expanding it; returns the space.
+
+    Top-level keys and value specs (:func:`_value_kind`), then every value of a numeric key
+    (:data:`NUMERIC_KEYS`): fixed values, each grid/choice entry and uniform/loguniform/randint
+    bounds must be finite numbers of the right kind within the key's bounds (``width: 1e12``,
+    ``epochs: .inf``, ``lr: .nan``, ``pi: abc`` are refused, the key named).
+    """
+    space = _check_space(space, "search space")
+    _int("num_samples", space.get("num_samples", 1), 1)
+    _int("seed", space.get("seed", 0), 0)
+    for key, spec in space["params"].items():
+        if not isinstance(key, str):
+            raise UserError(f"search space: parameter names must be strings, got {key!r}")
+        kind = _value_kind(spec, key)
+        if key not in NUMERIC_KEYS:
+            continue
+        if kind is None:
+            _check_number(key, spec)
+            continue
+        values = spec[kind.value]
+        if kind in (ValueKind.GRID, ValueKind.CHOICE):
+            for v in values:
+                _check_number(key, v, kind.value)
+        else:
+            for v in values:
+                _check_number(key, v, f"{kind.value} bound")
+            if kind == ValueKind.RANDINT and any(int(v) != v for v in values):
+                raise UserError(f"search space: {key}: randint needs integer bounds, got {values!r}")
+    return space
+
+
+def count_trials(space: dict[str, Any]) -> int:
+    """Number of trials of a (validated) space before duplicates are dropped: the product of the
+    grid lists' lengths times ``num_samples``; computed without expanding anything."""
+    params = space["params"]
+    n = _int("num_samples", space.get("num_samples", 1), 1)
+    for key, spec in params.items():
+        if _value_kind(spec, key) == ValueKind.GRID:
+            n *= len(spec["grid"])
+    return n
 
 
 def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec, int | None]:
@@ -405,10 +533,20 @@ def trial_id_of(params: dict[str, Any]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
-def expand_space(space: dict[str, Any], limit: int | None = None) -> list[Trial]:
+def expand_space(space: dict[str, Any], limit: int | None = None,
+                 max_trials: int | None = MAX_TRIALS) -> list[Trial]:
     """The trials of ``space``: the grid's cartesian product (first key outermost), each with
-    ``num_samples`` random draws of the random keys; duplicates (same id) dropped; first ``limit``."""
-    space = _check_space(space, "search space")
+    ``num_samples`` random draws of the random keys; duplicates (same id) dropped; first ``limit``.
+
+    The space is validated first (:func:`validate_space`) and its size counted without expanding
+    it (:func:`count_trials`): more than ``max_trials`` trials without a ``limit`` is refused."""
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        raise UserError(f"--limit must be >= 1, got {limit}")
+    space = validate_space(space)
+    total = count_trials(space)
+    if limit is None and max_trials is not None and total > max_trials:
+        raise UserError(f"the search space has {total:,} trials, more than {max_trials:,}; pass --limit N "
+                        "to run (or list) only the first N, or make the grid smaller")
     params: dict[str, Any] = space["params"]
     num_samples = _int("num_samples", space.get("num_samples", 1), 1)
     rng = random.Random(_int("seed", space.get("seed", 0), 0))
@@ -615,20 +753,117 @@ def _finalize(d: Path, cfg: Any, data: dict[str, Any]) -> dict[str, Any]:
     return train(cfg.replace(epochs=done), d, data=data, resume=True, quiet=True, log=_silent)
 
 
+LOCK_NAME = "trial.lock"
+"""Lock file of a trial being trained (``OUT/trials/<id>/trial.lock``): ``flock``-ed by the
+process training it, and holding that process's pid and host, for the message of a second one."""
+
+
+#: Seconds to wait for a trial's lock before calling it busy: a trainer that was just killed
+#: (kill -9 of a sweep's process group, then an immediate re-run) frees it within this time.
+LOCK_GRACE_SECONDS = 3.0
+
+
+def _try_flock(fcntl: Any, fd: int, grace: float) -> bool:
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _trial_lock(d: Path, grace: float | None = None) -> Iterator[str | None]:
+    """Hold ``d/trial.lock`` while the body runs; yields None, or the holder's description when
+    another live process holds it for longer than ``grace`` seconds (default
+    :data:`LOCK_GRACE_SECONDS`). The lock goes with its holder: a killed trainer frees it."""
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): no cross-process guard
+        yield None
+        return
+    fd = os.open(d / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        if not _try_flock(fcntl, fd, LOCK_GRACE_SECONDS if grace is None else grace):
+            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+            yield holder or "another process"
+            return
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                          f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+            yield None
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _watch_parent(parent_pid: int, interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        if os.getppid() != parent_pid:
+            try:
+                sys.stderr.write(f"bbb sweep worker {os.getpid()}: the sweep process {parent_pid} is gone; "
+                                 "stopping (a re-run resumes the trial from its last epoch)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(3)
+
+
+def _worker_init(parent_pid: int, interval: float = 0.25) -> None:
+    """Initializer of the local backend's worker processes: a daemon thread ends the worker
+    (``os._exit``) as soon as the sweep process that started it is gone (killed with -9 too), so
+    no worker trains on, or starts a queued trial, as an orphan. Each epoch's checkpoint is
+    written atomically, so the trial resumes from its last epoch when the sweep is re-run."""
+    if os.getppid() != parent_pid:
+        os._exit(3)
+    threading.Thread(target=_watch_parent, args=(parent_pid, interval), daemon=True,
+                     name="bbb-sweep-parent-watchdog").start()
+
+
 def run_trial_local(payload: dict[str, Any]) -> dict[str, Any]:
     """Run (or resume) one trial in this process; retries crashes up to ``max_failures`` times.
 
     ``payload``: ``trial`` (Trial.to_dict()), ``out``, ``data_dir``, ``max_failures``,
-    ``threads``. Writes ``result.json`` in the trial directory and returns that row.
+    ``threads``, ``parent_pid`` (a worker's sweep process: the trial is not started when that
+    is gone). Writes ``result.json`` in the trial directory and returns that row. The trial is
+    locked while it runs (``trial.lock``): when another live process is training it, nothing is
+    trained and a pending row saying so is returned. Restores torch's thread count.
     """
-    from .train import TrainingDiverged, train
+    import torch
 
-    if payload.get("threads"):
-        import torch
-
-        torch.set_num_threads(int(payload["threads"]))
+    parent = payload.get("parent_pid")
+    if parent is not None and os.getppid() != int(parent):
+        os._exit(3)  # an orphaned worker: never start a (queued) trial
+    threads_before = torch.get_num_threads()
     trial = Trial.from_dict(payload["trial"])
     out = Path(payload["out"])
+    try:
+        if payload.get("threads"):
+            torch.set_num_threads(int(payload["threads"]))
+        with _trial_lock(trial_dir(out, trial.trial_id)) as holder:
+            if holder is not None:
+                return _row(trial, TrialStatus.PENDING, None, trial_dir(out, trial.trial_id),
+                            error=f"running in another process ({holder}); not started here")
+            finished = _finished_row(out, trial)  # finished by another process meanwhile
+            if finished is not None:
+                return finished
+            return _run_trial_locked(payload, trial, out)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[str, Any]:
+    from .train import TrainingDiverged, train
+
     d, cfg, spec, fail = _start_trial(out, trial)
     data = _trial_data(cfg, spec, payload.get("data_dir"))
     max_failures = int(payload.get("max_failures", 0))
@@ -974,7 +1209,10 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
-            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+            for p in payloads:
+                p["parent_pid"] = os.getpid()
+            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx,
+                                     initializer=_worker_init, initargs=(os.getpid(),)) as pool:
                 futures = [pool.submit(run_trial_local, p) for p in payloads]
                 try:
                     for fut in as_completed(futures):

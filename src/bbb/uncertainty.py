@@ -10,6 +10,8 @@ E_w H[p(y|x,w)] (aleatoric) + mutual information I[y; w | x] (epistemic).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -70,13 +72,57 @@ def predict(
         model.train(was_training)
 
 
+def _check_logits(logits: Tensor, fn: str) -> None:
+    """Logits (k, B, C): a tensor of floats with at least one sample and one class, no NaN."""
+    if not isinstance(logits, Tensor):
+        raise UserError(f"{fn}: expected a tensor of logits (k, B, C), got {type(logits).__name__}")
+    if logits.dim() < 2:
+        raise UserError(f"{fn}: expected logits (k, B, C) with a leading sample dimension, "
+                        f"got shape {tuple(logits.shape)}")
+    if logits.shape[0] == 0 or logits.shape[-1] == 0:
+        raise UserError(f"{fn}: empty logits of shape {tuple(logits.shape)} (need >= 1 sample and >= 1 class)")
+    if not logits.is_floating_point():
+        raise UserError(f"{fn}: logits must be floating point, got {logits.dtype}")
+    if logits.numel() and bool((torch.isnan(logits) | (logits == math.inf)).any()):
+        raise UserError(f"{fn}: logits contain NaN or +inf")
+
+
+def _prob_tolerance(dtype: torch.dtype) -> float:
+    """Round-off allowed on [0, 1] and on row sums (probabilities may have passed through bf16)."""
+    return 1e-2 if dtype in (torch.float32, torch.float64) else 3e-2
+
+
+def _check_probs(probs: Tensor, fn: str) -> None:
+    """Probabilities (..., C): floats in [0, 1] whose rows sum to 1 (logits are refused)."""
+    if not isinstance(probs, Tensor):
+        raise UserError(f"{fn}: expected a tensor of probabilities, got {type(probs).__name__}")
+    if probs.dim() < 1 or probs.shape[-1] == 0:
+        raise UserError(f"{fn}: empty probabilities of shape {tuple(probs.shape)} (need >= 1 class)")
+    if not probs.is_floating_point():
+        raise UserError(f"{fn}: probabilities must be floating point, got {probs.dtype}")
+    if probs.numel() == 0:
+        return
+    tol = _prob_tolerance(probs.dtype)
+    lo, hi = float(probs.min()), float(probs.max())
+    if math.isnan(lo) or math.isnan(hi) or lo < -tol or hi > 1 + tol:
+        raise UserError(
+            f"{fn}: probabilities must be in [0, 1], got values in [{lo:.4g}, {hi:.4g}]; if these are "
+            "logits, pass torch.softmax(logits, -1) (or predictive_probs(logits) for k samples)")
+    worst = float((probs.sum(-1, dtype=torch.float64) - 1).abs().max())
+    if worst > tol:
+        raise UserError(f"{fn}: each row of probabilities must sum to 1, but one is off by {worst:.3g}; "
+                        "normalise them (e.g. torch.softmax(logits, -1))")
+
+
 def predictive_probs(logits: Tensor) -> Tensor:
     """Mean over samples of the softmax: (k, B, C) -> (B, C)."""
+    _check_logits(logits, "predictive_probs")
     return torch.softmax(logits, dim=-1).mean(0)
 
 
 def entropy(probs: Tensor) -> Tensor:
     """Entropy in nats along the last dim (0 log 0 = 0)."""
+    _check_probs(probs, "entropy")
     return -torch.special.xlogy(probs, probs).sum(-1)
 
 
@@ -86,8 +132,10 @@ def predictive_entropy(logits: Tensor) -> Tensor:
 
 def expected_entropy(logits: Tensor) -> Tensor:
     """Mean over samples of each network's entropy (aleatoric part)."""
+    _check_logits(logits, "expected_entropy")
     logp = torch.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(-1).mean(0)
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).mean(0)  # 0 log 0 = 0
 
 
 def mutual_information(logits: Tensor) -> Tensor:
@@ -95,15 +143,29 @@ def mutual_information(logits: Tensor) -> Tensor:
     return (predictive_entropy(logits) - expected_entropy(logits)).clamp_min(0.0)
 
 
-def _check(probs: Tensor, labels: Tensor) -> None:
-    if probs.dim() != 2 or labels.shape != probs.shape[:1]:
-        raise UserError(f"expected probs (B, C) and labels (B,), got {tuple(probs.shape)} and {tuple(labels.shape)}")
+def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
+    """Probabilities (B, C) and class indices (B,): same B >= 1, labels in 0..C-1."""
+    if not isinstance(probs, Tensor) or not isinstance(labels, Tensor):
+        raise UserError(f"{fn}: expected tensors probs (B, C) and labels (B,), got "
+                        f"{type(probs).__name__} and {type(labels).__name__}")
+    if probs.dim() != 2 or labels.dim() != 1 or labels.shape[0] != probs.shape[0]:
+        raise UserError(f"{fn}: expected probs (B, C) and labels (B,), got {tuple(probs.shape)} "
+                        f"and {tuple(labels.shape)}")
+    if probs.shape[0] == 0:
+        raise UserError(f"{fn}: no examples (probs of shape {tuple(probs.shape)}); the metric of an empty set is undefined")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise UserError(f"{fn}: labels must be integer class indices, got {labels.dtype}")
+    _check_probs(probs, fn)
+    c = probs.shape[1]
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= c:
+        raise UserError(f"{fn}: labels must be class indices in 0..{c - 1}, got values in {lo}..{hi}")
 
 
 def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
     """Equal-width confidence bins: per bin the count, mean confidence and accuracy."""
-    _check(probs, labels)
-    if num_bins < 1:
+    _check(probs, labels, "reliability_bins")
+    if isinstance(num_bins, bool) or int(num_bins) != num_bins or num_bins < 1:
         raise UserError(f"num_bins must be >= 1, got {num_bins}")
     conf, pred = probs.max(-1)
     correct = (pred == labels).to(probs.dtype)
@@ -119,6 +181,7 @@ def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[
 
 def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
     """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins."""
+    _check(probs, labels, "expected_calibration_error")
     bins = reliability_bins(probs, labels, num_bins)
     n = bins["count"].sum()
     return float((bins["count"] / n * (bins["accuracy"] - bins["confidence"]).abs()).sum())
@@ -126,28 +189,35 @@ def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15
 
 def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = 1e-12) -> float:
     """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``)."""
-    _check(probs, labels)
+    _check(probs, labels, "negative_log_likelihood")
     return float(-torch.log(probs.gather(1, labels[:, None]).clamp_min(eps)).mean())
 
 
 def brier_score(probs: Tensor, labels: Tensor) -> float:
     """Mean over examples of sum_c (p_c - 1[y = c])^2 (0 is perfect, 2 the worst)."""
-    _check(probs, labels)
+    _check(probs, labels, "brier_score")
     onehot = torch.nn.functional.one_hot(labels, probs.shape[-1]).to(probs.dtype)
     return float(((probs - onehot) ** 2).sum(-1).mean())
 
 
 def error_rate(probs: Tensor, labels: Tensor) -> float:
-    _check(probs, labels)
+    _check(probs, labels, "error_rate")
     return float((probs.argmax(-1) != labels).to(torch.float64).mean())
+
+
+def _scores(negative: Tensor, positive: Tensor, fn: str) -> tuple[Tensor, Tensor]:
+    neg = torch.as_tensor(negative).detach().flatten().double().cpu()
+    pos = torch.as_tensor(positive).detach().flatten().double().cpu()
+    if neg.numel() == 0 or pos.numel() == 0:
+        raise UserError(f"{fn} needs at least one score in each group")
+    if not bool(torch.isfinite(neg).all() and torch.isfinite(pos).all()):
+        raise UserError(f"{fn}: scores must be finite (found NaN or inf)")
+    return neg, pos
 
 
 def auroc(scores_negative: Tensor, scores_positive: Tensor) -> float:
     """Area under the ROC curve for "positive scores higher" (Mann-Whitney U, ties count 1/2)."""
-    neg = scores_negative.detach().flatten().double().cpu()
-    pos = scores_positive.detach().flatten().double().cpu()
-    if neg.numel() == 0 or pos.numel() == 0:
-        raise UserError("AUROC needs at least one score in each group")
+    neg, pos = _scores(scores_negative, scores_positive, "AUROC")
     allv = torch.cat([neg, pos])
     # average ranks with ties
     order = torch.argsort(allv, stable=True)
@@ -164,10 +234,7 @@ def auroc(scores_negative: Tensor, scores_positive: Tensor) -> float:
 
 def aupr(scores_negative: Tensor, scores_positive: Tensor) -> float:
     """Area under the precision-recall curve (average precision) with the positives as targets."""
-    neg = scores_negative.detach().flatten().double().cpu()
-    pos = scores_positive.detach().flatten().double().cpu()
-    if neg.numel() == 0 or pos.numel() == 0:
-        raise UserError("AUPR needs at least one score in each group")
+    neg, pos = _scores(scores_negative, scores_positive, "AUPR")
     scores = torch.cat([pos, neg])
     target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
     order = torch.argsort(scores, descending=True, stable=True)
@@ -193,11 +260,20 @@ def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = N
     """
     if means.dim() < 2:
         raise UserError("means must have a leading sample dimension (k, B)")
+    if means.shape[0] == 0:
+        raise UserError(f"means of shape {tuple(means.shape)} hold no samples (k = 0)")
     epistemic = means.var(0, unbiased=False)
     if noise_sigma is None:
         aleatoric = torch.zeros_like(epistemic)
     else:
         s = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        try:
+            fits = torch.broadcast_shapes(s.shape, means.shape) == means.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise UserError(f"noise_sigma must be a scalar or shaped like means {tuple(means.shape)}, "
+                            f"got {tuple(s.shape)}")
         aleatoric = (s * s).expand_as(means).mean(0) if s.dim() else (s * s).expand_as(epistemic)
     return {"mean": means.mean(0), "epistemic": epistemic, "aleatoric": aleatoric,
             "total": epistemic + aleatoric, "std": torch.sqrt(epistemic + aleatoric)}

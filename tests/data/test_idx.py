@@ -186,3 +186,62 @@ def test_pair_checks_dimensions(tmp_path: Path) -> None:
 
 def test_data_error_is_a_user_error() -> None:
     assert issubclass(DataError, UserError)
+
+
+# ---------------------------------------------------------------- claims larger than the file
+
+
+def _peak_bytes(fn) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_label_header_claiming_2_31_items_is_refused_before_allocating(tmp_path: Path, compress: bool) -> None:
+    # an 18-byte label file (8-byte header + 10 labels) whose header claims 2^31 labels
+    data = bytes([0, 0, 8, 1]) + struct.pack(">I", 2**31) + bytes(range(10))
+    path = write(tmp_path / "train-labels-idx1-ubyte.gz", data, compress)
+
+    def read() -> None:
+        with pytest.raises(DataError) as excinfo:
+            read_idx(path, ndim=1)
+        msg = check_error(excinfo, path, "2147483648")
+        assert "truncated" in msg or "corrupt" in msg
+
+    assert _peak_bytes(read) < 32 << 20
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_image_header_claiming_huge_dims_is_refused(tmp_path: Path, compress: bool) -> None:
+    data = bytes([0, 0, 8, 3]) + struct.pack(">3I", 60000, 65535, 65535) + bytes(100)
+    path = write(tmp_path / "train-images-idx3-ubyte.gz", data, compress)
+
+    def read() -> None:
+        with pytest.raises(DataError) as excinfo:
+            read_idx(path, ndim=3)
+        check_error(excinfo, path, "60000x65535x65535")
+
+    assert _peak_bytes(read) < 32 << 20
+
+
+def test_gzip_claim_within_the_ratio_bound_reads_only_what_is_there(tmp_path: Path) -> None:
+    # 4 MB of zeros compress to ~4 KB, so a claim of 2 GB would pass a ratio bound on a file
+    # padded with 2 MB of incompressible bytes; the payload must still not be preallocated
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 256, size=2 << 20, dtype=np.uint8).tobytes()
+    data = bytes([0, 0, 8, 1]) + struct.pack(">I", 2**31 - 1) + noise
+    path = write(tmp_path / "labels.gz", data, True)
+
+    def read() -> None:
+        with pytest.raises(DataError) as excinfo:
+            read_idx(path, ndim=1)
+        check_error(excinfo, path, "truncated", f"found {len(noise)}")
+
+    assert _peak_bytes(read) < 64 << 20

@@ -89,7 +89,7 @@ def test_load_mushroom_from_data_dir(tmp_path: Path) -> None:
     folder = tmp_path / "mushroom"
     folder.mkdir()
     (folder / "agaricus-lepiota.data").write_text(row("e") + "\n" + row("p", {3: "t"}) + "\n")
-    contexts, edible = load_mushroom(data_dir=tmp_path, download=False)
+    contexts, edible = load_mushroom(data_dir=tmp_path, download=False, verify=False)
     assert contexts.shape == (2, 23)
     assert edible.tolist() == [True, False]
 

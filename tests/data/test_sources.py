@@ -133,14 +133,15 @@ def test_unknown_names(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- local files
 
 
-def test_existing_file_is_used_without_download_or_hashing(tmp_path: Path) -> None:
+def test_existing_file_is_used_without_download_when_not_verified(tmp_path: Path) -> None:
     folder = tmp_path / "mnist"
     folder.mkdir()
     (folder / NAME).write_bytes(b"not checked on load")
-    assert ensure_file("mnist", NAME, data_dir=tmp_path, download=False) == folder / NAME
-    assert ensure_file("mnist", NAME, data_dir=tmp_path, base_url="http://127.0.0.1:9/") == (
-        folder / NAME
-    )
+    assert ensure_file("mnist", NAME, data_dir=tmp_path, download=False, verify=False) == folder / NAME
+    assert ensure_file(
+        "mnist", NAME, data_dir=tmp_path, base_url="http://127.0.0.1:9/", verify=False
+    ) == (folder / NAME)
+    assert not (folder / sources.STAMP_NAME).exists()
 
 
 def test_missing_without_download_names_everything(tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_missing_without_download_names_everything(tmp_path: Path) -> None:
     (tmp_path / "mnist").mkdir()
     (tmp_path / "mnist" / names[0]).write_bytes(b"present")
     with pytest.raises(DataError) as excinfo:
-        ensure_files("mnist", names, data_dir=tmp_path, download=False)
+        ensure_files("mnist", names, data_dir=tmp_path, download=False, verify=False)
     msg = str(excinfo.value)
     assert "\n" not in msg
     assert f"mnist/{NAME}" in msg and names[0] not in msg
@@ -219,8 +220,9 @@ def test_download_verifies_and_places_file(
     path = ensure_file("mnist", NAME, data_dir=tmp_path, base_url=server.url + "/files/")
     assert path == tmp_path / "mnist" / NAME
     assert path.read_bytes() == labels_gz
-    assert listing(tmp_path / "mnist") == [NAME]
-    # present now: no second request
+    assert listing(tmp_path / "mnist") == [sources.STAMP_NAME, NAME]
+    # present now: no second request, and no second hash (checked while downloading)
+    monkeypatch.setattr(sources, "file_md5", lambda p: pytest.fail("hashed again"))
     ensure_file("mnist", NAME, data_dir=tmp_path, base_url=server.url + "/files/")
     assert server.hits == [f"/files/{NAME}"]
 
@@ -336,11 +338,11 @@ def fake_mnist(root: Path, dataset: str = "mnist", n_train: int = 30, n_test: in
 
 def test_load_mnist_synthetic(tmp_path: Path) -> None:
     fake_mnist(tmp_path, "fashion-mnist")
-    x, y = load_mnist("test", "fashion-mnist", data_dir=tmp_path, download=False)
+    x, y = load_mnist("test", "fashion-mnist", data_dir=tmp_path, download=False, verify=False)
     assert x.shape == (7, 28, 28) and x.dtype == torch.uint8
     assert y.dtype == torch.int64 and y.tolist() == list(range(7))
     with pytest.raises(DataError, match="mnist/t10k"):
-        load_mnist("test", "mnist", data_dir=tmp_path, download=False)
+        load_mnist("test", "mnist", data_dir=tmp_path, download=False, verify=False)
 
 
 def test_load_mnist_bad_arguments(tmp_path: Path) -> None:
@@ -355,15 +357,15 @@ def test_load_mnist_rejects_bad_labels_and_shapes(tmp_path: Path) -> None:
     folder = tmp_path / "mnist"
     (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(idx_gz(np.full(7, 10, np.uint8)))
     with pytest.raises(DataError, match="label 10 out of range"):
-        load_mnist("test", data_dir=tmp_path, download=False)
+        load_mnist("test", data_dir=tmp_path, download=False, verify=False)
     (folder / "train-images-idx3-ubyte.gz").write_bytes(idx_gz(np.zeros((30, 27, 28), np.uint8)))
     with pytest.raises(DataError, match="27x28, expected 28x28"):
-        load_mnist("train", data_dir=tmp_path, download=False)
+        load_mnist("train", data_dir=tmp_path, download=False, verify=False)
 
 
 def test_mnist_splits_synthetic(tmp_path: Path) -> None:
     fake_mnist(tmp_path)
-    d = mnist_splits(data_dir=tmp_path, val_size=10, seed=3, download=False)
+    d = mnist_splits(data_dir=tmp_path, val_size=10, seed=3, download=False, verify=False)
     assert set(d) == {"train_x", "train_y", "val_x", "val_y", "test_x", "test_y"}
     assert d["train_x"].shape == (20, 784) and d["val_x"].shape == (10, 784)
     assert d["test_x"].shape == (7, 784)
@@ -378,14 +380,14 @@ def test_mnist_splits_synthetic(tmp_path: Path) -> None:
     # labels travel with their images
     assert torch.equal(d["train_y"], (d["train_x"][:, 0] * 126).round().long() % 10)
 
-    again = mnist_splits(data_dir=tmp_path, val_size=10, seed=3, download=False)
+    again = mnist_splits(data_dir=tmp_path, val_size=10, seed=3, download=False, verify=False)
     assert all(torch.equal(d[k], again[k]) for k in d)
-    other = mnist_splits(data_dir=tmp_path, val_size=10, seed=4, download=False)
+    other = mnist_splits(data_dir=tmp_path, val_size=10, seed=4, download=False, verify=False)
     assert not torch.equal(d["val_y"], other["val_y"]) or not torch.equal(
         d["val_x"], other["val_x"]
     )
 
-    unit = mnist_splits(data_dir=tmp_path, scale=255, val_size=0, download=False)
+    unit = mnist_splits(data_dir=tmp_path, scale=255, val_size=0, download=False, verify=False)
     assert unit["val_x"].shape == (0, 784) and unit["val_y"].shape == (0,)
     assert unit["train_x"].shape == (30, 784)
     assert float(unit["train_x"].max()) == 1.0
@@ -404,4 +406,4 @@ def test_mnist_splits_synthetic(tmp_path: Path) -> None:
 def test_mnist_splits_bad_arguments(tmp_path: Path, kwargs: dict[str, float], match: str) -> None:
     fake_mnist(tmp_path)
     with pytest.raises(UserError, match=match):
-        mnist_splits(data_dir=tmp_path, download=False, **kwargs)  # type: ignore[arg-type]
+        mnist_splits(data_dir=tmp_path, download=False, verify=False, **kwargs)  # type: ignore[arg-type]

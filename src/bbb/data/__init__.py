@@ -20,6 +20,7 @@ from bbb.data.sources import (
     file_md5,
     resolve_data_dir,
     url_for,
+    verify_files,
     verify_md5,
 )
 
@@ -43,5 +44,6 @@ __all__ = [
     "read_idx_pair",
     "resolve_data_dir",
     "url_for",
+    "verify_files",
     "verify_md5",
 ]

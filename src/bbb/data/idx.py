@@ -26,6 +26,8 @@ IDX_UBYTE = 0x08
 """IDX data-type byte for unsigned 8-bit integers."""
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 24
+_MAX_GZIP_RATIO = 1032  # deflate never expands more than ~1032:1
 _FIX = "delete it and re-run to download again, or point --data-dir at a good copy"
 
 
@@ -54,7 +56,33 @@ def _read_exact(stream: BinaryIO, n: int) -> bytearray:
     return buf
 
 
-def _parse(stream: BinaryIO, path: Path, ndim: int | None) -> torch.Tensor:
+def _read_chunked(stream: BinaryIO, n: int) -> bytearray:
+    """Like :func:`_read_exact`, but memory grows only with the bytes that really arrive."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = stream.read(min(_CHUNK, n - len(buf)))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def _gzip_isize(f: BinaryIO) -> int | None:
+    """The gzip trailer's ISIZE (uncompressed length mod 2^32 of the last member), or None."""
+    try:
+        f.seek(-4, os.SEEK_END)
+        tail = f.read(4)
+        f.seek(0)
+    except OSError:
+        return None
+    return struct.unpack("<I", tail)[0] if len(tail) == 4 else None
+
+
+def _parse(stream: BinaryIO, path: Path, ndim: int | None, file_size: int | None = None,
+           gzip_size: int | None = None, isize: int | None = None) -> torch.Tensor:
+    """Parse an IDX stream. ``file_size``: the length of an uncompressed file; ``gzip_size`` /
+    ``isize``: the compressed length and trailer of a gzip file. Both bound the payload the
+    header may claim, so a corrupt header is refused before anything is allocated."""
     magic = _read_exact(stream, 4)
     if len(magic) < 4:
         raise _fail(
@@ -88,7 +116,24 @@ def _parse(stream: BinaryIO, path: Path, ndim: int | None) -> torch.Tensor:
     for d in dims:
         size *= d
     shape = "x".join(str(d) for d in dims)
-    payload = _read_exact(stream, size)
+    header = 4 + 4 * nd
+    # the header's claim, checked against what the file can hold before allocating anything
+    if file_size is not None:
+        found = file_size - header
+        if found < size:
+            raise _fail(path, f"truncated: header says {shape} = {size} bytes, found {found}")
+        if found > size:
+            raise _fail(path, f"size mismatch: header says {shape} = {size} bytes, found more ({found})")
+    if gzip_size is not None and header + size > _MAX_GZIP_RATIO * gzip_size + 1024:
+        raise _fail(
+            path,
+            f"truncated or corrupt: header says {shape} = {size} bytes, more than a "
+            f"{gzip_size}-byte gzip file can hold",
+        )
+    if isize is not None and isize == (header + size) % (1 << 32):
+        payload = _read_exact(stream, size)  # the trailer agrees: one allocation
+    else:
+        payload = _read_chunked(stream, size)
     if len(payload) < size:
         raise _fail(path, f"truncated: header says {shape} = {size} bytes, found {len(payload)}")
     if stream.read(1):
@@ -129,10 +174,12 @@ def read_idx(path: str | os.PathLike[str], ndim: int | None = None) -> torch.Ten
         try:
             head = f.read(2)
             f.seek(0)
+            size = os.fstat(f.fileno()).st_size
             if head == _GZIP_MAGIC:
+                isize = _gzip_isize(f)
                 with gzip.GzipFile(fileobj=f, mode="rb") as gz:
-                    return _parse(gz, path, ndim)  # type: ignore[arg-type]
-            return _parse(f, path, ndim)
+                    return _parse(gz, path, ndim, gzip_size=size, isize=isize)  # type: ignore[arg-type]
+            return _parse(f, path, ndim, file_size=size)
         except EOFError as exc:
             raise _fail(path, f"truncated gzip data ({exc})") from None
         except (gzip.BadGzipFile, zlib.error) as exc:

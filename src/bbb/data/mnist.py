@@ -30,6 +30,7 @@ def load_mnist(
     dataset: str = "mnist",
     data_dir: str | os.PathLike[str] | None = None,
     download: bool = True,
+    verify: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Load one split of MNIST or Fashion-MNIST.
 
@@ -43,6 +44,9 @@ def load_mnist(
         Data directory; see :func:`bbb.data.resolve_data_dir`.
     download
         Whether to download missing files.
+    verify
+        Check the files against their official MD5 (once per file; see
+        :func:`bbb.data.verify_files`). ``None``: yes unless ``BBB_DATA_VERIFY=0``.
 
     Returns
     -------
@@ -59,7 +63,7 @@ def load_mnist(
     if split not in MNIST_FILES:
         raise DataError(f"unknown split {split!r}; valid splits: {', '.join(MNIST_FILES)}")
     images_path, labels_path = ensure_files(
-        dataset, MNIST_FILES[split], data_dir=data_dir, download=download
+        dataset, MNIST_FILES[split], data_dir=data_dir, download=download, verify=verify
     )
     images, labels = read_idx_pair(images_path, labels_path)
     if tuple(images.shape[1:]) != _IMAGE_SHAPE:
@@ -82,6 +86,7 @@ def mnist_splits(
     val_size: int = 10000,
     seed: int = 0,
     download: bool = True,
+    verify: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """Load a data set as flat scaled pixels, with a seeded validation split.
 
@@ -103,6 +108,8 @@ def mnist_splits(
         Seed of the split.
     download
         Whether to download missing files.
+    verify
+        Check the files against their official MD5; see :func:`load_mnist`.
 
     Returns
     -------
@@ -112,8 +119,8 @@ def mnist_splits(
     """
     if not scale > 0:
         raise UserError(f"scale must be > 0, got {scale}")
-    train_images, train_labels = load_mnist("train", dataset, data_dir, download)
-    test_images, test_labels = load_mnist("test", dataset, data_dir, download)
+    train_images, train_labels = load_mnist("train", dataset, data_dir, download, verify)
+    test_images, test_labels = load_mnist("test", dataset, data_dir, download, verify)
     n = train_images.shape[0]
     if not 0 <= val_size < n:
         raise UserError(f"val_size must be in 0..{n - 1}, got {val_size}")

@@ -117,7 +117,8 @@ def parse_mushroom(path: str | os.PathLike[str]) -> tuple[torch.Tensor, torch.Te
 
 
 def load_mushroom(
-    data_dir: str | os.PathLike[str] | None = None, download: bool = True
+    data_dir: str | os.PathLike[str] | None = None, download: bool = True,
+    verify: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Load the UCI Mushroom data set.
 
@@ -127,12 +128,15 @@ def load_mushroom(
         Data directory; see :func:`bbb.data.resolve_data_dir`.
     download
         Whether to download the file if missing.
+    verify
+        Check the file against its official MD5 (once; see :func:`bbb.data.verify_files`).
+        ``None``: yes unless ``BBB_DATA_VERIFY=0``.
 
     Returns
     -------
     tuple[torch.Tensor, torch.Tensor]
         Contexts ``float32 (8124, 117)`` (one-hot attributes) and edible ``bool (8124,)``.
     """
-    path = ensure_file("mushroom", MUSHROOM_FILE, data_dir=data_dir, download=download)
+    path = ensure_file("mushroom", MUSHROOM_FILE, data_dir=data_dir, download=download, verify=verify)
     contexts, edible, _ = parse_mushroom(path)
     return contexts, edible

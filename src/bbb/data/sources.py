@@ -9,12 +9,21 @@ A missing file is downloaded from its public URL into a temporary file in the sa
 checked against its official MD5, then renamed into place, so a partial or wrong file is
 never left behind. ``BBB_DATA_URL`` points downloads at a mirror laid out like the data
 directory (``<BBB_DATA_URL>/<dataset>/<file name>``).
+
+A file that is already there is checked against its official MD5 once: a stamp (its size,
+modification time and inode) is then kept in ``<dataset>/.bbb-verified.json`` beside it, or,
+when that folder is read-only (for anyone: no write bit), in ``<cache>/verified/`` (``$XDG_CACHE_HOME/bbb``, else
+``~/.cache/bbb``), so later runs do not hash it again; where neither is writable the file is
+hashed on every run (about 0.1 s for MNIST). A damaged or truncated file is named in a
+:class:`bbb.errors.DataError` instead of used. ``BBB_DATA_VERIFY=0`` turns the check off (for
+a copy that differs from the official file on purpose).
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import logging
 import os
 import sys
@@ -24,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bbb.errors import DataError
+from bbb.errors import DataError, UserError
 from bbb.io import atomic_write
 
 __all__ = [
@@ -32,12 +41,15 @@ __all__ = [
     "DATASETS",
     "DOWNLOAD_TIMEOUT",
     "KNOWN_FILES",
+    "STAMP_NAME",
+    "VERIFY_ENV",
     "download_dataset",
     "ensure_file",
     "ensure_files",
     "file_md5",
     "resolve_data_dir",
     "url_for",
+    "verify_files",
     "verify_md5",
 ]
 
@@ -76,6 +88,14 @@ DOWNLOAD_TIMEOUT = 30.0
 """Seconds to wait for the server to connect or to send more data."""
 
 _CHUNK = 1 << 20
+
+STAMP_NAME = ".bbb-verified.json"
+"""File name of the stamp of verified files kept in each data-set folder."""
+
+VERIFY_ENV = "BBB_DATA_VERIFY"
+"""Environment variable: ``0`` (or ``no``, ``false``, ``off``) skips the MD5 check of files present."""
+
+_STAMP_VERSION = 1
 
 
 def _one_line(text: object) -> str:
@@ -152,10 +172,118 @@ def verify_md5(path: str | os.PathLike[str], expected: str) -> None:
     except OSError as exc:
         raise DataError(_one_line(f"{path}: cannot read: {exc.strerror or exc}")) from None
     if got != expected.lower():
+        try:
+            size = f", {os.stat(path).st_size} bytes"
+        except OSError:
+            size = ""
         raise DataError(
-            f"{path}: checksum mismatch: expected {expected.lower()}, got {got}; "
-            "delete it and re-run to download again, or point --data-dir at a good copy"
+            f"{path}: checksum mismatch: expected {expected.lower()}, got {got} (damaged or "
+            f"truncated{size}); delete it and re-run to download again, or point --data-dir at a "
+            "good copy"
         )
+
+
+def _verify_wanted(verify: bool | None) -> bool:
+    if verify is not None:
+        return bool(verify)
+    return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+def _cache_root() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and Path(xdg).expanduser().is_absolute():
+        return Path(xdg).expanduser() / "bbb"
+    return Path.home() / ".cache" / "bbb"
+
+
+def _stamp_paths(folder: Path) -> list[Path]:
+    """Where the stamp of ``folder`` may be: beside the files, else in the per-user cache."""
+    key = hashlib.sha1(str(folder.absolute()).encode(), usedforsecurity=False).hexdigest()[:16]
+    return [folder / STAMP_NAME, _cache_root() / "verified" / f"{key}.json"]
+
+
+def _read_stamp(path: Path, folder: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(obj, dict) or obj.get("version") != _STAMP_VERSION:
+        return {}
+    if obj.get("folder") not in (None, str(folder.absolute())):
+        return {}
+    files = obj.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _fingerprint(st: os.stat_result, md5: str) -> dict[str, Any]:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "md5": md5.lower()}
+
+
+def _dir_writable(folder: Path) -> bool:
+    """Whether we may add a file to ``folder``: allowed, and not a folder marked read-only
+    (no write bit at all), which root could write to but should leave alone."""
+    try:
+        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
+    except OSError:
+        return False
+
+
+def _write_stamp(folder: Path, verified: dict[str, dict[str, Any]]) -> None:
+    """Record ``verified`` (file name -> fingerprint) in the first writable stamp location."""
+    for i, path in enumerate(_stamp_paths(folder)):
+        files = {**_read_stamp(path, folder), **verified}
+        obj = {"version": _STAMP_VERSION, "folder": str(folder.absolute()), "files": files}
+        if i == 0 and not _dir_writable(folder):
+            continue
+        try:
+            atomic_write(path, lambda f, o=obj: f.write(
+                (json.dumps(o, indent=1, sort_keys=True) + "\n").encode()))
+            return
+        except (OSError, UserError) as exc:  # read-only or full: try the next place, else skip
+            log.debug("cannot write the data stamp %s: %s", path, exc)
+
+
+def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
+                 verify: bool | None = None) -> None:
+    """Check files of ``dataset`` against their official MD5, once per file version.
+
+    Files whose stamp (size, modification time, inode and expected MD5) matches are not
+    hashed again; see the module's docstring for where stamps live.
+
+    Raises
+    ------
+    DataError
+        A file is unreadable or its MD5 is not the official one (damaged or truncated).
+    """
+    if not _verify_wanted(verify):
+        return
+    _check_dataset(dataset)
+    by_folder: dict[Path, list[Path]] = {}
+    for p in paths:
+        p = Path(p)
+        by_folder.setdefault(p.parent, []).append(p)
+    for folder, files in by_folder.items():
+        stamps: dict[str, Any] = {}
+        for sp in reversed(_stamp_paths(folder)):  # the stamp beside the files wins
+            stamps.update(_read_stamp(sp, folder))
+        verified: dict[str, dict[str, Any]] = {}
+        try:
+            for path in files:
+                expected = KNOWN_FILES[dataset].get(path.name)
+                if expected is None:
+                    continue
+                try:
+                    st = path.stat()
+                except OSError as exc:
+                    raise DataError(_one_line(f"{path}: cannot read: {exc.strerror or exc}")) from None
+                fp = _fingerprint(st, expected)
+                if stamps.get(path.name) == fp:
+                    continue
+                verify_md5(path, expected)
+                verified[path.name] = fp
+        finally:  # the good ones are stamped even when a later file is damaged
+            if verified:
+                _write_stamp(folder, verified)
 
 
 class _NetworkError(Exception):
@@ -222,6 +350,7 @@ def ensure_files(
     data_dir: str | os.PathLike[str] | None = None,
     download: bool = True,
     base_url: str | None = None,
+    verify: bool | None = None,
 ) -> list[Path]:
     """Return the paths of some files of a data set, downloading the missing ones.
 
@@ -234,17 +363,19 @@ def ensure_files(
     data_dir
         Data directory; see :func:`resolve_data_dir`.
     download
-        Whether to fetch missing files. Files already present are used as they are
-        (not re-hashed).
+        Whether to fetch missing files.
     base_url
         URL prefix to download from instead of the official one.
+    verify
+        Check files already present against their official MD5 (once; later calls trust
+        the stamp, see :func:`verify_files`). ``None``: yes unless ``BBB_DATA_VERIFY=0``.
 
     Raises
     ------
     DataError
         Unknown data set or file; a file is missing and cannot be downloaded (the message
         names every missing file, the folder searched and how to provide them); a
-        download does not match its checksum.
+        download or a file present does not match its checksum.
     """
     _check_dataset(dataset)
     names = list(filenames)
@@ -272,6 +403,8 @@ def ensure_files(
 
     if missing and not download:
         raise missing_error("download disabled")
+    verify_files(dataset, [p for p in paths if p not in missing], verify)
+    fetched: dict[Path, dict[str, Any]] = {}
     for path in missing:
         url = url_for(dataset, path.name, base_url)
         log.info("downloading %s to %s", url, path)
@@ -286,6 +419,12 @@ def ensure_files(
                     "writable folder"
                 )
             ) from None
+        try:  # checked while downloading: stamp it so the next run does not hash it
+            fetched[path] = _fingerprint(path.stat(), KNOWN_FILES[dataset][path.name])
+        except OSError:
+            pass
+    if fetched:
+        _write_stamp(folder, {p.name: fp for p, fp in fetched.items()})
     return paths
 
 
@@ -295,12 +434,13 @@ def ensure_file(
     data_dir: str | os.PathLike[str] | None = None,
     download: bool = True,
     base_url: str | None = None,
+    verify: bool | None = None,
 ) -> Path:
     """Return the path of one data file, downloading it if missing.
 
     See :func:`ensure_files` for the parameters and errors.
     """
-    return ensure_files(dataset, [filename], data_dir, download, base_url)[0]
+    return ensure_files(dataset, [filename], data_dir, download, base_url, verify)[0]
 
 
 def download_dataset(

@@ -433,11 +433,12 @@ def _write_outputs(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> lis
 def plot_regression(res: dict[str, Any], path: str | os.PathLike[str],
                     cfg: RegressionConfig | None = None) -> Path:
     """Fig. 5: BBB (left) and the standard network (right) on the same axes."""
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # ImportError without matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plots import _Figures
 
+    plt = _Figures(Figure, FigureCanvasAgg)  # Agg figures without pyplot: the caller's backend stays
     cfg = cfg or RegressionConfig()
     grid = res["grid"].numpy()
     x, y = res["x_train"].numpy(), res["y_train"].numpy()

@@ -136,6 +136,12 @@ def _pyplot():
     return get()
 
 
+def _save_png(fig: Any, path: str | Path) -> Path:
+    from ..plots import _save_png as save
+
+    return save(fig, path)
+
+
 def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path, title: str = "") -> Path | None:
     """Reliability diagram: accuracy against confidence per bin, one panel per prediction."""
     plt = _pyplot()
@@ -162,8 +168,7 @@ def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path, title
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
+    path = _save_png(fig, path)
     plt.close(fig)
     return path
 
@@ -189,8 +194,7 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
         ax.set_title(f"{name.replace('_', ' ')}: AUROC {report[name]['auroc']:.3f}")
         ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
+    path = _save_png(fig, path)
     plt.close(fig)
     return path
 
@@ -229,8 +233,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
             top = torch.argsort(v, descending=True)[:2]
             share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
             ax.set_title(f"y={int(labels[i])} | {share}", fontsize=7)
-    path = Path(path)
-    fig.savefig(path, dpi=100)
+    path = _save_png(fig, path)
     plt.close(fig)
     return path
 

@@ -1,0 +1,86 @@
+"""Helpers of the fault-injection tests: run ``python -m bbb`` in a subprocess, inspect its
+stderr (one line, exit code 2, no traceback) and the processes it leaves behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    e.update(extra)
+    return e
+
+
+def bbb(*argv: str, timeout: float = 300, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bbb", *argv], capture_output=True, text=True,
+                          env=env(**env_extra), timeout=timeout)
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit code 2 and exactly one line on stderr, ``bbb: error: ...``, holding every word."""
+    assert p.returncode == 2, (p.returncode, p.stderr[-3000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and lines[0].startswith("bbb: error: "), p.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes (to show that nothing was lost or changed)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[1]) if fields[0] != "Z" else None
+
+
+def descendants(pid: int) -> set[int]:
+    """Live (non-zombie) descendants of ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            ppid = _ppid(int(entry.name))
+            if ppid is not None:
+                children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+def wait_until(cond, timeout: float, step: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return bool(cond())

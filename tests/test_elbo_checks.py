@@ -1,0 +1,61 @@
+"""Input checks of the likelihoods and of ELBO.forward's kl_weight: no silent broadcasting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bbb.elbo import ELBO, Categorical, Gaussian, HeteroscedasticGaussian
+from bbb.nn import BayesLinear
+
+
+@pytest.mark.parametrize(("out_shape", "y_shape"), [
+    ((3, 3), (3,)),        # 3 outputs against 1 target per example: would broadcast to (3, 3)
+    ((4, 1), (4, 1, 1)),
+    ((5, 1), (4,)),        # different batch sizes
+    ((4, 2), (4, 3)),
+    ((4,), (4, 1)),        # would broadcast to (4, 4)
+    ((2, 4, 2), (4, 3)),
+])
+def test_gaussian_likelihood_rejects_silent_broadcasting(out_shape, y_shape):
+    with pytest.raises(ValueError, match="Gaussian likelihood") as excinfo:
+        Gaussian(sigma=1.0).log_prob(torch.randn(out_shape), torch.randn(y_shape))
+    assert "\n" not in str(excinfo.value)
+
+
+def test_gaussian_likelihood_accepts_matching_shapes():
+    lik = Gaussian(sigma=1.0)
+    assert lik.log_prob(torch.randn(4), torch.randn(4)).shape == (4,)
+    assert lik.log_prob(torch.randn(4, 1), torch.randn(4)).shape == (4,)
+    assert lik.log_prob(torch.randn(3, 4, 1), torch.randn(4)).shape == (3, 4)
+    assert lik.log_prob(torch.randn(4, 2), torch.randn(4, 2)).shape == (4,)
+    assert lik.log_prob(torch.randn(3, 4, 2), torch.randn(4, 2)).shape == (3, 4)
+    assert lik.log_prob(torch.randn(4, 1), torch.randn(4, 1)).shape == (4,)
+
+
+def test_heteroscedastic_and_categorical_reject_mismatched_targets():
+    het = HeteroscedasticGaussian()
+    assert het.log_prob(torch.randn(3, 4, 2), torch.randn(4, 1)).shape == (3, 4)
+    with pytest.raises(ValueError, match="heteroscedastic Gaussian likelihood"):
+        het.log_prob(torch.randn(4, 2), torch.randn(5))
+    with pytest.raises(ValueError, match="heteroscedastic Gaussian likelihood"):
+        het.log_prob(torch.randn(4, 2), torch.randn(4, 3))
+    cat = Categorical()
+    with pytest.raises(ValueError, match="categorical likelihood"):
+        cat.log_prob(torch.randn(2, 4, 3), torch.randint(0, 3, (5,)))
+    with pytest.raises(ValueError, match="integer class indices"):
+        cat.log_prob(torch.randn(4, 3), torch.rand(4))
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan"), float("inf"), "abc", torch.tensor([1.0, 2.0])])
+def test_elbo_rejects_bad_kl_weight(weight):
+    elbo = ELBO(BayesLinear(2, 2), num_batches=1)
+    with pytest.raises(ValueError, match="kl_weight"):
+        elbo(torch.randn(3, 2), torch.zeros(3, dtype=torch.long), kl_weight=weight)
+
+
+def test_elbo_accepts_zero_and_tensor_kl_weight():
+    elbo = ELBO(BayesLinear(2, 2), num_batches=1)
+    y = torch.zeros(3, dtype=torch.long)
+    assert elbo(torch.randn(3, 2), y, kl_weight=0.0).kl_weight == 0.0
+    assert elbo(torch.randn(3, 2), y, kl_weight=torch.tensor(0.5)).kl_weight == 0.5

@@ -1,0 +1,127 @@
+"""Search spaces are validated and counted before they are expanded; torch's thread count and
+trials held by another process are respected by run_sweep."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import bbb.sweep as S
+from bbb.errors import UserError
+
+TINY = {"dataset": "synthetic", "synthetic_dim": 16, "synthetic_train": 64, "width": 4, "depth": 1,
+        "batch_size": 32, "epochs": 1, "device": "cpu", "eval_samples": 1}
+
+
+def space(**params) -> dict:
+    return {"params": {**TINY, **params}}
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("epochs", float("inf"), "epochs must be finite"),
+    ("epochs", float("nan"), "epochs must be finite"),
+    ("epochs", 2.5, "epochs must be an integer"),
+    ("epochs", "ten", "epochs must be an integer"),
+    ("width", 1e12, "width must be <= 65,536"),
+    ("width", {"grid": [400, float("nan")]}, "width (grid) must be finite"),
+    ("depth", 10**6, "depth must be <="),
+    ("hidden", [400, 1e9], "hidden must be <="),
+    ("hidden", {"grid": [[400], [float("inf")]]}, "hidden (grid) must be finite"),
+    ("pi", "abc", "pi must be a number"),
+    ("pi", None, "pi must be a number"),
+    ("lr", float("nan"), "lr must be finite"),
+    ("lr", {"choice": [1e-3, float("inf")]}, "lr (choice) must be finite"),
+    ("lr", {"uniform": [0, float("inf")]}, "lr: uniform needs [low, high], finite"),
+    ("lr", {"loguniform": [float("nan"), 1]}, "lr: loguniform needs"),
+    ("samples", {"randint": [1, 2.5]}, "samples (randint bound) must be an integer"),
+    ("samples", True, "samples must be an integer"),
+    ("neg_log_sigma1", -1000, "neg_log_sigma1 must be >= -700"),
+    ("batch_size", 0, "batch_size must be >= 1"),
+    ("synthetic_train", 1e12, "synthetic_train must be <="),
+])
+def test_bad_numeric_values_are_named_before_expansion(key, value, words):
+    sp = space(**{key: value})
+    if key == "hidden":
+        del sp["params"]["width"], sp["params"]["depth"]
+    with pytest.raises(UserError) as excinfo:
+        S.expand_space(sp)
+    msg = str(excinfo.value)
+    assert words in msg and "\n" not in msg and "(trial" not in msg
+
+
+def test_nullable_and_good_values_pass():
+    assert len(S.expand_space(space(mu_init_scale=None, fail_once_at_epoch={"grid": [None, 1]}))) == 2
+    assert len(S.expand_space(space(lr={"loguniform": [1e-4, 1e-2]}, epochs=2.0))) == 1
+    S.validate_space(S.load_space("paper"))
+
+
+def test_top_level_values_are_checked():
+    with pytest.raises(UserError, match="num_samples"):
+        S.expand_space({**space(), "num_samples": float("inf")})
+    with pytest.raises(UserError, match="seed"):
+        S.expand_space({**space(), "seed": float("nan")})
+
+
+def big_space(n_keys: int = 6, per_key: int = 10) -> dict:
+    keys = ["lr", "seed", "width", "depth", "samples", "epochs", "batch_size", "split_seed"][:n_keys]
+    return space(**{k: {"grid": list(range(1, per_key + 1))} for k in keys})
+
+
+def test_a_million_trial_grid_is_refused_at_once():
+    sp = big_space()
+    assert S.count_trials(S.validate_space(sp)) == 10**6
+    t0 = time.perf_counter()
+    with pytest.raises(UserError) as excinfo:
+        S.expand_space(sp)
+    assert time.perf_counter() - t0 < 1.0
+    msg = str(excinfo.value)
+    assert "1,000,000 trials" in msg and "10,000" in msg and "--limit" in msg
+    t0 = time.perf_counter()
+    assert len(S.expand_space(sp, limit=3)) == 3  # a limit takes the first trials lazily
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_count_includes_num_samples_and_the_limit_is_adjustable():
+    sp = {**space(lr={"grid": [1e-3, 1e-2]}, seed={"choice": [0, 1, 2, 3, 4]}), "num_samples": 3}
+    assert S.count_trials(sp) == 6
+    with pytest.raises(UserError, match="more than 5"):
+        S.expand_space(sp, max_trials=5)
+    assert len(S.expand_space(sp, max_trials=None)) <= 6
+    S.expand_space(S.load_space("paper"))  # 972 trials: under the limit
+
+
+def test_run_sweep_restores_torch_threads(tmp_path: Path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        rows = S.run_sweep(space(), S.SweepOptions(out=tmp_path / "s", progress=False, cpus_per_trial=1),
+                           log=lambda _: None)
+        assert rows[0]["status"] == "done"
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):
+    out = tmp_path / "s"
+    sp = space(seed={"grid": [0, 1]})
+    t0, t1 = S.expand_space(sp)
+    logged: list[str] = []
+    with S._trial_lock(S.trial_dir(out, t0.trial_id)) as holder:  # another open file: another holder
+        assert holder is None
+        rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False), log=logged.append)
+    by_id = {r["trial_id"]: r for r in rows}
+    assert by_id[t1.trial_id]["status"] == "done"
+    assert by_id[t0.trial_id]["status"] == "pending"
+    assert "running in another process" in by_id[t0.trial_id]["error"]
+    d0 = S.trial_dir(out, t0.trial_id)
+    assert not (d0 / "last.pt").exists() and not (d0 / "result.json").exists()
+    assert any("running in another process" in line for line in logged)
+    # released: the next run trains it, and the finished one is skipped
+    rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False), log=lambda _: None)
+    assert [r["status"] for r in rows] == ["done", "done"]
+    assert len(json.loads((S.trial_dir(out, t1.trial_id) / "history.json").read_text())) == 1

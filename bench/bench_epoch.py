@@ -1,14 +1,24 @@
 """Seconds per MNIST epoch: BBB 2x400 and 2x1200 against deterministic MLPs of the same shape.
 
-BBB: scale-mixture prior, Monte Carlo KL, weight reparameterisation, 1 sample, batch 128,
-Adam (the paper's setting). The deterministic MLP (method ``sgd``) is the same loop with a
-plain ReLU network. Real MNIST (50,000 training images) is used when it can be found
+BBB: the paper's configuration (scale-mixture prior pi 1/4, sigma1 1, sigma2 e^-7, Monte Carlo
+KL, weight reparameterisation, 1 sample), batch 128, trained by the fused engine
+(:class:`bbb.engine.Engine`, via :func:`bbb.train.make_optimizer` and
+:func:`bbb.train.training_step`, as ``bbb train`` does). The deterministic MLP (method ``sgd``)
+is the same loop with a plain ReLU network and the same optimiser: ``--optimizer adam`` (the
+default, lr 1e-3; fused ``torch.optim.Adam``) or ``--optimizer sgd`` (plain SGD, momentum 0,
+lr 0.1; ``torch.optim.SGD``). Real MNIST (50,000 training images) is used when it can be found
 (``--data-dir`` / ``$BBB_DATA``), else random data of the same shape. Each configuration runs
-``--steps`` minibatches after a few warm-up steps, and the time is scaled to a full epoch of
-ceil(50000 / 128) = 391 minibatches.
+``--steps`` minibatches after the warm-up, and the time is scaled to a full epoch of
+ceil(50000 / 128) = 391 minibatches. The engine compiles its kernels (``torch.compile``) when it
+is built and in its first step for networks of at least ``bbb.engine.COMPILE_MIN_NUMEL`` Bayesian
+weights (both widths here): the warm-up (``--warmup`` steps, more while the last one is over
+1.5x the fastest) keeps that out of the timed steps.
 
     python bench/bench_epoch.py                 # table on stdout, bench/results/epoch.json
+    python bench/bench_epoch.py --optimizer sgd --out bench/results/epoch-sgd.json
 
+``bench/run.py`` also times real epochs of ``bbb train`` (2x1200, Adam and plain SGD) in its
+"Seconds per MNIST epoch" section; this script is the quick projection from a few steps.
 Timings on a shared machine are only indicative: other jobs compete for the same cores.
 """
 
@@ -47,8 +57,9 @@ def load(data_dir: str | None) -> tuple[torch.Tensor, torch.Tensor, str]:
 
 
 def time_config(cfg: TrainConfig, x: torch.Tensor, y: torch.Tensor, steps: int, warmup: int,
-                device: torch.device) -> float:
-    """Seconds per epoch (391 minibatches), measured over ``steps`` minibatches."""
+                device: torch.device) -> tuple[float, dict[str, bool] | None]:
+    """Seconds per epoch (391 minibatches), measured over ``steps`` minibatches, and whether the
+    engine ran fused and compiled (None for the deterministic MLP)."""
     torch.manual_seed(0)
     model = build_model(cfg, 784, 10).to(device)
     m = math.ceil(x.shape[0] / BATCH)
@@ -61,38 +72,55 @@ def time_config(cfg: TrainConfig, x: torch.Tensor, y: torch.Tensor, steps: int, 
         idx = perm[(i % m) * BATCH:(i % m + 1) * BATCH]
         training_step(model, elbo, opt, x.index_select(0, idx), y.index_select(0, idx), i % m)
 
-    for i in range(warmup):
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # warm-up (the engine's compilation happens here): at least `warmup` steps, and up to 4x as
+    # many more while the last one took over 1.5x the fastest
+    times: list[float] = []
+    i = 0
+    while i < warmup or (i < 5 * warmup and times[-1] > 1.5 * min(times)):
+        t = time.perf_counter()
         step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+        sync()
+        times.append(time.perf_counter() - t)
+        i += 1
     t0 = time.perf_counter()
-    for i in range(warmup, warmup + steps):
-        step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / steps * m
+    for j in range(i, i + steps):
+        step(j)
+    sync()
+    engine = {"fused": bool(opt.fused), "compiled": bool(opt.compiled)} if hasattr(opt, "fused") else None
+    return (time.perf_counter() - t0) / steps * m, engine
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--steps", type=int, default=100, help="timed minibatches per configuration")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (the engine compiles in the first)")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                    help="adam (lr 1e-3) or plain sgd (momentum 0, lr 0.1), on both sides (default adam)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "epoch.json"))
     args = ap.parse_args()
     device = torch.device(args.device)
     x, y, source = load(args.data_dir)
     x, y = x.to(device), y.to(device)
+    opt_settings = ({"optimizer": "sgd", "momentum": 0.0, "lr": 0.1} if args.optimizer == "sgd"
+                    else {"optimizer": "adam", "lr": 1e-3})
     rows = []
     for width in (400, 1200):
         for method in ("bbb", "sgd"):
-            cfg = TrainConfig(method=method, hidden=[width, width], prior="mixture", kl="mc",
-                              estimator="reparam", samples=1, batch_size=BATCH, device=args.device)
-            sec = time_config(cfg, x, y, args.steps, args.warmup, device)
+            cfg = TrainConfig(method=method, hidden=[width, width], prior="mixture", pi=0.25, sigma1=1.0,
+                              sigma2=math.exp(-7.0), kl="mc", estimator="reparam", samples=1, batch_size=BATCH,
+                              device=args.device, **opt_settings)
+            sec, engine = time_config(cfg, x, y, args.steps, args.warmup, device)
             rows.append({"network": f"2x{width}", "method": "BBB" if method == "bbb" else "MLP",
-                         "seconds_per_epoch": sec})
-            print(f"2x{width:<5} {rows[-1]['method']:<4} {sec:8.1f} s/epoch", flush=True)
+                         "optimizer": args.optimizer, "seconds_per_epoch": sec, "engine": engine})
+            how = "" if engine is None else " (engine " + ("fused" if engine["fused"] else "plain path") + (
+                ", compiled)" if engine["compiled"] else ")")
+            print(f"2x{width:<5} {rows[-1]['method']:<4} {sec:8.1f} s/epoch{how}", flush=True)
     for r in rows:
         det = next(q for q in rows if q["network"] == r["network"] and q["method"] == "MLP")
         r["ratio_to_mlp"] = r["seconds_per_epoch"] / det["seconds_per_epoch"]
@@ -102,7 +130,7 @@ def main() -> None:
         print(f"{r['network']:<8} {r['method']:<6} {r['seconds_per_epoch']:9.1f} {r['ratio_to_mlp']:7.2f}")
     result = {
         "rows": rows, "data": source, "device": str(device), "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(), "steps_timed": args.steps, "batch_size": BATCH,
+        "cpu_count": os.cpu_count(), "steps_timed": args.steps, "batch_size": BATCH, "optimizer": args.optimizer,
         "minibatches_per_epoch": math.ceil(x.shape[0] / BATCH), "torch": str(torch.__version__),
         "python": platform.python_version(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

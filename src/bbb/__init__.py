@@ -15,7 +15,7 @@ import os as _os
 # setting by the user wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from . import distributions, functional, nn, prune, uncertainty
+from . import distributions, engine, functional, nn, prune, random, uncertainty
 from .distributions import (
     DiagonalNormal,
     GaussianPrior,
@@ -34,6 +34,7 @@ from .elbo import (
     KLWeighting,
     kl_weights,
 )
+from .engine import Engine, counter_noise
 from .errors import DataError, UserError
 from .functional import expand_samples
 from .nn import (
@@ -58,6 +59,7 @@ __all__ = [
     "DiagonalNormal",
     "ELBO",
     "ELBOOutput",
+    "Engine",
     "Estimator",
     "Gaussian",
     "GaussianPrior",
@@ -68,7 +70,9 @@ __all__ = [
     "SampleRecorder",
     "ScaleMixturePrior",
     "UserError",
+    "counter_noise",
     "distributions",
+    "engine",
     "expand_samples",
     "functional",
     "kl_divergence",
@@ -76,6 +80,7 @@ __all__ = [
     "model_kl",
     "nn",
     "prune",
+    "random",
     "register_kl",
     "sampling",
     "shared_samples",

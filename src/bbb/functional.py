@@ -67,18 +67,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
-    k = weight.shape[0]
-    if x.dim() == 2:  # one input shared by the k networks: a single wide matmul
-        out = (x @ weight.reshape(-1, weight.shape[-1]).T).view(x.shape[0], k, -1).transpose(0, 1)
-    elif _is_shared(x, 3):
-        return linear(x[0], weight, bias)
-    else:
-        lead = x.shape[1:-1]
-        xf = x.reshape(k, -1, x.shape[-1])
-        out = torch.bmm(xf, weight.transpose(1, 2)).view(k, *lead, -1)
-    if bias is not None:
-        out = out + bias.view(k, *([1] * (out.dim() - 2)), -1)
-    return out
+    k, n_out = weight.shape[0], weight.shape[1]
+    if _is_shared(x, 3):
+        x = x[0]
+    if x.dim() == 2:  # one input shared by the k networks: a single wide matmul, bias folded in
+        wide = weight.reshape(-1, weight.shape[-1]).T
+        out = x @ wide if bias is None else torch.addmm(bias.reshape(-1), x, wide)
+        return out.view(x.shape[0], k, n_out).transpose(0, 1)
+    lead = x.shape[1:-1]
+    xf = x.reshape(k, -1, x.shape[-1])
+    if bias is None:
+        out = torch.bmm(xf, weight.transpose(1, 2))
+    else:  # the bias is the matmul's initial value: no separate pass over the output
+        out = torch.baddbmm(bias.unsqueeze(1).expand(k, xf.shape[1], n_out), xf, weight.transpose(1, 2))
+    return out.view(k, *lead, n_out)
 
 
 def linear_local(

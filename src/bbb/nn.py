@@ -520,7 +520,9 @@ class PerSample(nn.Module):
         return y.view(k, b, *y.shape[1:])
 
 
-_ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU, "elu": nn.ELU}
+#: in-place where the activation allows it (the layers' outputs are fresh tensors)
+_ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
+                "gelu": nn.GELU, "elu": lambda: nn.ELU(inplace=True)}
 
 
 class BayesMLP(nn.Module):

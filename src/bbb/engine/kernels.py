@@ -51,6 +51,23 @@ def softplus_and_sigmoid(rho: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(rho > 20.0, rho, lp1), e / u
 
 
+#: partial sums of a fixed-order reduction (see :func:`fixed_order_sum`)
+SUM_PARTS = 64
+
+
+def fixed_order_sum(t: Tensor) -> Tensor:
+    """``t.sum()`` in an order that does not depend on the thread count.
+
+    A parallel reduction splits its input by thread, so its float rounding changes with the
+    number of threads; here the split is fixed (:data:`SUM_PARTS` contiguous parts, each summed
+    on its own, then the partial sums), so a run's logged KL is the same on 1 or 2 threads.
+    """
+    n = t.shape[0]
+    r = n // SUM_PARTS
+    head = t[: r * SUM_PARTS].view(SUM_PARTS, r).sum(1) if r else t.new_zeros(SUM_PARTS)
+    return head.sum() + t[r * SUM_PARTS:].sum()
+
+
 def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor,
              dlp: Tensor | None, *, prior: Prior, closed: bool) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
@@ -61,12 +78,13 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     s, r = softplus_and_sigmoid(rho)
     wn = mu + s * z
     if closed:
-        kl = prior.kl_closed_form(mu, s)[0].sum()  # type: ignore[index]
+        kl = fixed_order_sum(prior.kl_closed_form(mu, s)[0])  # type: ignore[index]
     else:
         assert dlp is not None
         lp, g = prior.log_prob_and_grad(wn)
         k = z.shape[0]
-        kl = -torch.log(s).sum() - (0.5 * (z * z).sum() + lp.sum()) / k - _HALF_LOG_2PI * mu.shape[0]
+        terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / k
+        kl = fixed_order_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
         dlp.copy_(g)
     w.copy_(wn)
     sig.copy_(s)

@@ -435,6 +435,11 @@ def child_epoch(spec: dict[str, Any]) -> dict[str, Any]:
 
 def child_main(spec_json: str) -> int:
     spec = json.loads(spec_json)
+    # every child (floors, peers and ours alike) runs with the allocator settings `bbb` uses,
+    # so that the ratios compare the systems and not glibc's heap trimming (bbb.engine.malloc)
+    from bbb.engine import tune_malloc
+
+    tune_malloc()
     try:
         kind = spec["kind"]
         res = child_tta(spec) if kind == "tta" else child_epoch(spec) if kind == "epoch" else child_speed(spec)

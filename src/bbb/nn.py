@@ -139,6 +139,10 @@ class SampleProvider:
         """The KL of the whole ``model`` for the samples provided, or None (computed as usual)."""
         return None
 
+    def linear(self, module: BayesLinear, x: Tensor) -> Tensor | None:
+        """The whole reparameterised forward of ``module`` on ``x``, or None (the layer draws)."""
+        return None
+
 
 _RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
     "bbb_sample_recorder", default=None
@@ -394,6 +398,10 @@ class BayesLinear(BayesModule):
         k = x.shape[0] if x.dim() >= 3 else None
         has_bias = self.bias_mu is not None
         if self.estimator is Estimator.REPARAM:
+            provider = _PROVIDER.get()
+            y = None if provider is None else provider.linear(self, x)
+            if y is not None:
+                return y
             _, _, w = self._draw("weight", k)
             b = self._draw("bias", k)[2] if has_bias else None
             return BF.linear(x, self._masked("weight", w), self._masked("bias", b))

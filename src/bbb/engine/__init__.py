@@ -2,5 +2,7 @@
 
 from .engine import COMPILE_MIN_NUMEL, ENGINE_FORMAT, Engine, OptimizerKind
 from .layout import Layout, counter_noise
+from .malloc import tune_malloc
 
-__all__ = ["Engine", "OptimizerKind", "Layout", "counter_noise", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
+__all__ = ["Engine", "OptimizerKind", "Layout", "counter_noise", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT",
+           "tune_malloc"]

@@ -67,6 +67,33 @@ class OptimizerKind(str, Enum):
     SGD = "sgd"
 
 
+class _LinearIntoBuffers(torch.autograd.Function):
+    """y = x w^T + b whose backward adds dL/dw and dL/db into the engine's gradient buffers.
+
+    The weight gradient goes straight into its place in the flat buffer (``addmm_``), so backprop
+    allocates no weight-sized temporary and makes no separate accumulation pass; ``anchor`` (a
+    leaf that requires grad) makes autograd call the backward even for the first layer.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, b: Tensor | None, gw: Tensor, gb: Tensor | None,  # type: ignore[override]
+                anchor: Tensor) -> Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.gw, ctx.gb = gw, gb
+        return torch.nn.functional.linear(x, w, b)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, go: Tensor):  # type: ignore[override]
+        x, w = ctx.saved_tensors
+        go2, x2 = go.reshape(-1, go.shape[-1]), x.reshape(-1, x.shape[-1])
+        ctx.gw.addmm_(go2.t(), x2)
+        if ctx.gb is not None:
+            ctx.gb.add_(go2.sum(0))
+        gx = go @ w if ctx.needs_input_grad[0] else None
+        return gx, None, None, None, None, None
+
+
 class _KLCoefficient(torch.autograd.Function):
     """Forward: the KL value. Backward: routes dL/dKL into ``anchor.grad`` (the kernel's c)."""
 
@@ -207,6 +234,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
         self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
         self._anchor.grad = torch.zeros((), device=dev, dtype=dt)
+        self._lin_anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
         self._leaves: dict[tuple[int, str, bool], Tensor] = {}
         for s in layout.slots:
             for batched in (False, True):
@@ -280,6 +308,20 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         leaf = self._leaves[(id(module), name, k is not None)]
         eps = slot.view(self._eps(self._cur))
         return getattr(module, f"{name}_mu"), (eps if k is not None else eps[0]), leaf
+
+    def linear(self, module, x):
+        """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""
+        if self.layout is None or self.k != 1 or x.dim() != 2 or torch.is_autocast_enabled(x.device.type):
+            return None  # (a leading sample dimension takes the batched path)
+        ws = self.layout.slot(module, "weight")
+        if ws is None or module._mask("weight") is not None or module._mask("bias") is not None:
+            return None
+        bs = self.layout.slot(module, "bias")
+        w, gw = ws.view(self._w)[0], ws.view(self._g)[0]
+        b = gb = None
+        if bs is not None:
+            b, gb = bs.view(self._w)[0], bs.view(self._g)[0]
+        return _LinearIntoBuffers.apply(x, w, b, gw, gb, self._lin_anchor)
 
     def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
         if self.layout is None:

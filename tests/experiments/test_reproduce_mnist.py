@@ -269,7 +269,7 @@ def test_the_quick_budget_fits_the_hour_and_covers_every_cell():
     first, extra = M.plan_jobs(cfg)
     assert len(first) == 12 and extra == []
     total = sum(M.estimate_seconds(j) for j in first) + M.FIXED_OVERHEAD_S
-    assert 20 * 60 < total < 45 * 60
+    assert 5 * 60 < total < 45 * 60
     three = ReproduceConfig(budget="quick", out="unused", seeds=3)
     assert len(M.plan_jobs(three)[1]) == 2 * len(M.HEADLINE_CELLS)
     # the quick recipe trains BBB with uniform KL weighting (pruning needs it) and 2x1200 cells

@@ -334,8 +334,8 @@ def _all_widths(n: int) -> dict[int, int]:
     return {w: n for w in WIDTHS}
 
 
-#: The budgets. Epochs of ``quick`` are sized with :data:`SECONDS_PER_EPOCH` (about 35 minutes
-#: on a quiet 2-core CPU for the 12 cells with one seed; each extra seed adds about 13 minutes).
+#: The budgets. Epochs of ``quick`` are fixed (its results in results/mnist were made with them);
+#: ``--plan`` estimates the time from :data:`SECONDS_PER_EPOCH`.
 BUDGETS: dict[str, BudgetSpec] = {
     "smoke": BudgetSpec(
         description="1 epoch per cell on the first 1,024 training and 1,000 validation/test images "
@@ -347,7 +347,7 @@ BUDGETS: dict[str, BudgetSpec] = {
         seeds=1, train_limit=1024, eval_limit=1000, eval_samples=2),
     "quick": BudgetSpec(
         description="one fixed recipe per cell (chosen beforehand, not tuned on validation or "
-                    "test), few epochs: about 35 minutes on a quiet 2-core CPU",
+                    "test), few epochs: minutes on a quiet 2-core CPU (see --plan)",
         epochs={"sgd": {400: 10, 800: 10, 1200: 10},
                 "dropout": {400: 20, 800: 20, 1200: 15},
                 "bbb_gaussian": {400: 8, 800: 5, 1200: 4},
@@ -372,13 +372,14 @@ def cell_candidates(spec: BudgetSpec, method: str, hidden: int) -> list[Candidat
     return list(cands)
 
 
-#: Seconds per epoch on the full 50,000 images, measured on a quiet 2-core CPU (one MC sample;
-#: BBB's cost grows with the samples). Used for the time estimate only; a run that has trained
-#: some epochs is estimated from its own measured pace instead (metrics.csv).
+#: Seconds per epoch on the full 50,000 images on a quiet 2-core CPU, training plus the
+#: validation pass (one MC sample; BBB's cost grows with the samples), from `make bench`'s steps/s
+#: and its `bbb train` epochs (bench/results/peers.md). Used for the time estimate only; a run
+#: that has trained some epochs is estimated from its own measured pace instead (metrics.csv).
 SECONDS_PER_EPOCH: dict[tuple[str, int], float] = {
-    ("sgd", 400): 2.5, ("sgd", 800): 6.0, ("sgd", 1200): 13.0,
-    ("dropout", 400): 3.0, ("dropout", 800): 7.0, ("dropout", 1200): 15.0,
-    ("bbb", 400): 13.0, ("bbb", 800): 33.0, ("bbb", 1200): 60.0,
+    ("sgd", 400): 2.0, ("sgd", 800): 3.0, ("sgd", 1200): 4.5,
+    ("dropout", 400): 2.5, ("dropout", 800): 3.5, ("dropout", 1200): 5.5,
+    ("bbb", 400): 3.5, ("bbb", 800): 6.5, ("bbb", 1200): 10.5,
 }
 FIXED_OVERHEAD_S = 60.0  # data, pruning, figures
 

@@ -4,7 +4,7 @@ Every step goes through the code ``bbb train`` runs: :func:`bbb.train.build_mode
 :class:`bbb.ELBO` it builds, :func:`bbb.train.make_optimizer` (for bbb the fused training engine,
 :class:`bbb.engine.Engine`, which compiles its kernels by itself for networks of at least
 :data:`bbb.engine.COMPILE_MIN_NUMEL` Bayesian weights) and :func:`bbb.train.training_step`, as
-in the epoch loop. Prediction is :func:`bbb.train._mean_logits` (posterior mean) and
+in the epoch loop. Prediction is :func:`bbb.train.mean_logits` (posterior mean) and
 :func:`bbb.uncertainty.predict` (k networks, batched), as ``bbb evaluate`` does.
 
 Two optimisers, each with its own floor: the Adam rows (``mlp``, ``bbb-paper``, ``bbb-gauss``,
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from bbb import uncertainty as U
 from bbb.elbo import ELBO
-from bbb.train import TrainConfig, _mean_logits, build_model, make_optimizer, training_step
+from bbb.train import TrainConfig, build_model, make_optimizer, mean_logits, training_step
 
 from .base import IN_FEATURES, NUM_BATCHES, NUM_CLASSES, Pair, System
 
@@ -112,12 +112,12 @@ class Ours(System):
 
     @torch.no_grad()
     def predict_mean(self, x: Tensor) -> Tensor:
-        return _mean_logits(self.model, x, chunk=x.shape[0])
+        return mean_logits(self.model, x, chunk=x.shape[0])
 
     @torch.no_grad()
     def predict_samples(self, x: Tensor, k: int) -> Tensor:
         if self.cfg is not None and self.cfg.method != "bbb":
-            return _mean_logits(self.model, x, chunk=x.shape[0]).unsqueeze(0)
+            return mean_logits(self.model, x, chunk=x.shape[0]).unsqueeze(0)
         return U.predict(self.model, x, k)
 
     @torch.no_grad()

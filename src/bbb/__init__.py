@@ -7,46 +7,74 @@
 
 from __future__ import annotations
 
-import os as _os
+import importlib as _importlib
+from typing import TYPE_CHECKING
 
-# OpenMP threads that spin while waiting make torch 8-11x slower when other processes share the
-# cores (measured: 2x400 BBB step 0.51 s vs 0.046 s on 2 busy cores). libgomp reads this when
-# torch is first imported, so it only takes effect if bbb is imported before torch; an explicit
-# setting by the user wins.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
+    from . import distributions, engine, functional, nn, prune, random, uncertainty
+    from .distributions import (
+        DiagonalNormal,
+        GaussianPrior,
+        KLMode,
+        Prior,
+        ScaleMixturePrior,
+        kl_divergence,
+        register_kl,
+    )
+    from .elbo import (
+        ELBO,
+        Categorical,
+        ELBOOutput,
+        Gaussian,
+        HeteroscedasticGaussian,
+        KLWeighting,
+        kl_weights,
+    )
+    from .engine import Engine, counter_noise
+    from .errors import DataError, UserError
+    from .functional import expand_samples
+    from .nn import (
+        BayesConv2d,
+        BayesLinear,
+        BayesMLP,
+        Estimator,
+        SampleRecorder,
+        model_kl,
+        sampling,
+        shared_samples,
+    )
 
-from . import distributions, engine, functional, nn, prune, random, uncertainty
-from .distributions import (
-    DiagonalNormal,
-    GaussianPrior,
-    KLMode,
-    Prior,
-    ScaleMixturePrior,
-    kl_divergence,
-    register_kl,
-)
-from .elbo import (
-    ELBO,
-    Categorical,
-    ELBOOutput,
-    Gaussian,
-    HeteroscedasticGaussian,
-    KLWeighting,
-    kl_weights,
-)
-from .engine import Engine, counter_noise
-from .errors import DataError, UserError
-from .functional import expand_samples
-from .nn import (
-    BayesConv2d,
-    BayesLinear,
-    BayesMLP,
-    Estimator,
-    SampleRecorder,
-    model_kl,
-    sampling,
-    shared_samples,
-)
+#: public name -> the submodule that defines it (None: the name is a submodule)
+_EXPORTS = {
+    **dict.fromkeys(["distributions", "engine", "functional", "nn", "prune", "random",
+                     "uncertainty"]),
+    **dict.fromkeys(["DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
+                     "kl_divergence", "register_kl"], "distributions"),
+    **dict.fromkeys(["ELBO", "Categorical", "ELBOOutput", "Gaussian", "HeteroscedasticGaussian",
+                     "KLWeighting", "kl_weights"], "elbo"),
+    **dict.fromkeys(["Engine", "counter_noise"], "engine"),
+    **dict.fromkeys(["DataError", "UserError"], "errors"),
+    "expand_samples": "functional",
+    **dict.fromkeys(["BayesConv2d", "BayesLinear", "BayesMLP", "Estimator", "SampleRecorder",
+                     "model_kl", "sampling", "shared_samples"], "nn"),
+}
+
+
+def __getattr__(name: str):
+    """Import the public names on first use: ``import bbb`` (and so the ``bbb`` command, which
+    sets its process environment before torch loads) does not import torch by itself."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bbb' has no attribute {name!r}")
+    where = _EXPORTS[name]
+    value = (_importlib.import_module(f".{name}", __name__) if where is None
+             else getattr(_importlib.import_module(f".{where}", __name__), name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __version__ = "0.1.0"
 

@@ -415,6 +415,10 @@ COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "prune": _cmd_prune,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bbb`` console script and ``python -m bbb``; returns the exit code."""
+    # OpenMP threads that spin while waiting make torch 8-11x slower when other processes share
+    # the cores (docs/design.md). libgomp reads this when torch loads, so it is set here, before
+    # anything imports torch (``import bbb`` does not); an explicit setting by the user wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from .train import TrainingInterrupted
 
     argv = list(sys.argv[1:] if argv is None else argv)

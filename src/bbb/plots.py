@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["learning_curve", "snr_histogram"]
+__all__ = ["Figures", "figures", "learning_curve", "plot_reliability", "save_png", "snr_histogram"]
 
 
-class _Figures:
+class Figures:
     """The part of pyplot's interface the package uses (``subplots``, ``figure``, ``close``),
     built on ``Figure`` + ``FigureCanvasAgg``: no global figure registry, no backend switch."""
 
@@ -45,18 +45,18 @@ class _Figures:
             fig.clear()
 
 
-def _pyplot() -> Any | None:
-    """A pyplot-like factory of Agg figures (see :class:`_Figures`), or None without matplotlib."""
+def figures() -> Any | None:
+    """A pyplot-like factory of Agg figures (see :class:`Figures`), or None without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         warnings.warn("matplotlib is not installed; skipping plots (pip install 'bbb[plots]')", stacklevel=3)
         return None
-    return _Figures(Figure, FigureCanvasAgg)
+    return Figures(Figure, FigureCanvasAgg)
 
 
-def _save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
+def save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
     """Save ``fig`` as PNG through a temporary file and a rename (never half a file)."""
     from .io import atomic_write
 
@@ -67,7 +67,7 @@ def _save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
 
 def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
     """Validation (and test, when logged) error in % against epochs, and the training loss."""
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return None
     epochs = [r["epoch"] for r in metrics]
@@ -88,14 +88,14 @@ def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path) -> Path 
     ax2.grid(alpha=0.3)
     ax2.legend()
     fig.tight_layout()
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
     plt.close(fig)
     return path
 
 
 def snr_histogram(snr_db: Tensor, path: str | Path, cutoff: float = 0.75, bins: int = 100) -> Path | None:
     """Density and CDF of the signal-to-noise ratio in dB, with a line at the ``cutoff`` quantile."""
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return None
     v = snr_db.detach().flatten().double().cpu()
@@ -117,6 +117,37 @@ def snr_histogram(snr_db: Tensor, path: str | Path, cutoff: float = 0.75, bins: 
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
+    plt.close(fig)
+    return path
+
+
+def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path, title: str = "") -> Path | None:
+    """Reliability diagram: accuracy against confidence per bin, one panel per prediction."""
+    plt = figures()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(bins), figsize=(4.5 * len(bins), 4.2), squeeze=False)
+    for ax, (name, b) in zip(axes[0], bins.items()):
+        edges = b["edges"].cpu()
+        width = float(edges[1] - edges[0])
+        centers = (edges[:-1] + width / 2).numpy()
+        acc = b["accuracy"].cpu().numpy()
+        has = (b["count"] > 0).cpu().numpy()
+        ax.bar(centers[has], acc[has], width=width, edgecolor="black", alpha=0.7, label="accuracy")
+        ax.bar(centers[has], (b["confidence"].cpu().numpy() - acc)[has], bottom=acc[has], width=width,
+               color="red", alpha=0.25, edgecolor="red", label="gap to confidence")
+        ax.plot([0, 1], [0, 1], "k--", lw=1)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("confidence")
+        ax.set_ylabel("accuracy")
+        ece = float((b["count"] / b["count"].sum() * (b["accuracy"] - b["confidence"]).abs()).sum())
+        ax.set_title(f"{name}: ECE {100 * ece:.2f}%")
+        ax.legend(loc="upper left")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = save_png(fig, path)
     plt.close(fig)
     return path

@@ -367,7 +367,7 @@ def _num_weights(model: nn.Module) -> int:
 
 
 @contextlib.contextmanager
-def _mc_dropout(model: nn.Module) -> Iterator[None]:
+def mc_dropout(model: nn.Module) -> Iterator[None]:
     """Eval mode everywhere except the dropout layers (Monte Carlo dropout)."""
     was = model.training
     model.eval()
@@ -381,7 +381,7 @@ def _mc_dropout(model: nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
-def _mean_logits(model: nn.Module, x: Tensor, chunk: int = EVAL_CHUNK) -> Tensor:
+def mean_logits(model: nn.Module, x: Tensor, chunk: int = EVAL_CHUNK) -> Tensor:
     was = model.training
     model.eval()
     try:
@@ -395,7 +395,7 @@ def _error(model: nn.Module, x: Tensor, y: Tensor) -> float | None:
     """Error rate with the posterior mean / deterministic network (one sync); None if empty."""
     if x.shape[0] == 0:
         return None
-    return float((_mean_logits(model, x).argmax(-1) != y).double().mean())
+    return float((mean_logits(model, x).argmax(-1) != y).double().mean())
 
 
 @torch.no_grad()
@@ -431,14 +431,14 @@ def evaluate(
     with fork:
         if seed is not None:
             torch.manual_seed(seed)
-        mean_probs = torch.softmax(_mean_logits(model, x, chunk).float(), -1)
+        mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
         if method == Method.BBB.value:
             with shared_samples():  # the same k networks score every chunk
                 parts = [U.predictive_probs(U.predict(model, xc, samples).float()) for xc in torch.split(x, chunk)]
             probs = torch.cat(parts)
         elif method == Method.DROPOUT.value:
             parts = []
-            with _mc_dropout(model):
+            with mc_dropout(model):
                 for xc in torch.split(x, chunk):
                     logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
                     parts.append(torch.softmax(logits.float(), -1).mean(0))
@@ -892,7 +892,7 @@ def evaluate_run(
               "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
               "ece_bins": 15, "n": res["n"]}
     if reliability:
-        from .experiments.uncertainty import plot_reliability
+        from .plots import plot_reliability
 
         panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
                   U.reliability_bins(res["mean_probs"], y)}

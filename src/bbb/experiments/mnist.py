@@ -70,7 +70,7 @@ from ..distributions import softplus
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import bayes_modules
-from ..plots import _pyplot
+from ..plots import figures
 
 __all__ = [
     "Budget",
@@ -1312,7 +1312,7 @@ def _fig2(out: Path, runs: dict[str, Job], log_epochs: bool = False) -> list[str
     cols = ["epoch", *[f"{m}_{k}" for m, _ in FIG2_METHODS for k in ("test_error", "val_error")]]
     atomic_write_text(out / "fig2_curves.csv", _csv_text(cols, table))
     files = ["fig2_curves.csv"]
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return files
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -1419,7 +1419,7 @@ def _fig3(out: Path, runs: dict[str, Job]) -> list[str]:
         "what": "density of the weights (biases excluded) of the 2x1200 networks; BBB: one sample "
                 "from q; SGD/dropout: the trained (test-time) weights", "plot_range": rng, "methods": stats})
     files = ["fig3_weights.csv", "fig3_weights.json"]
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return files
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -1482,7 +1482,7 @@ def _fig4(out: Path, job: Job, db: Tensor | None = None) -> list[str]:
         "summary": _snr_sentence(stats),
         "run": f"runs/{job.name}", "checkpoint": "last"})
     files = ["fig4_snr.csv", "fig4_snr.json"]
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return files
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)

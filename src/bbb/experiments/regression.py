@@ -436,9 +436,9 @@ def plot_regression(res: dict[str, Any], path: str | os.PathLike[str],
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # ImportError without matplotlib
     from matplotlib.figure import Figure
 
-    from ..plots import _Figures
+    from ..plots import Figures
 
-    plt = _Figures(Figure, FigureCanvasAgg)  # Agg figures without pyplot: the caller's backend stays
+    plt = Figures(Figure, FigureCanvasAgg)  # Agg figures without pyplot: the caller's backend stays
     cfg = cfg or RegressionConfig()
     grid = res["grid"].numpy()
     x, y = res["x_train"].numpy(), res["y_train"].numpy()

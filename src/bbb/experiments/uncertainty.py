@@ -26,6 +26,8 @@ from .. import uncertainty as U
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
+from ..plots import figures, plot_reliability, save_png
+from ..train import mc_dropout
 
 __all__ = [
     "sample_probs",
@@ -64,12 +66,10 @@ def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, ch
 
 
 def _chunk_probs(model: nn.Module, xc: Tensor, method: str, samples: int) -> Tensor:
-    from ..train import _mc_dropout
-
     if method == "bbb":
         logits = U.predict(model, xc, samples)
     elif method == "dropout":
-        with _mc_dropout(model):
+        with mc_dropout(model):
             logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
     else:
         was = model.training
@@ -130,53 +130,10 @@ def most_uncertain(probs: Tensor, labels: Tensor, n: int = 64) -> dict[str, Tens
 # --------------------------------------------------------------------------------------------
 
 
-def _pyplot():
-    from ..plots import _pyplot as get
-
-    return get()
-
-
-def _save_png(fig: Any, path: str | Path) -> Path:
-    from ..plots import _save_png as save
-
-    return save(fig, path)
-
-
-def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path, title: str = "") -> Path | None:
-    """Reliability diagram: accuracy against confidence per bin, one panel per prediction."""
-    plt = _pyplot()
-    if plt is None:
-        return None
-    fig, axes = plt.subplots(1, len(bins), figsize=(4.5 * len(bins), 4.2), squeeze=False)
-    for ax, (name, b) in zip(axes[0], bins.items()):
-        edges = b["edges"].cpu()
-        width = float(edges[1] - edges[0])
-        centers = (edges[:-1] + width / 2).numpy()
-        acc = b["accuracy"].cpu().numpy()
-        has = (b["count"] > 0).cpu().numpy()
-        ax.bar(centers[has], acc[has], width=width, edgecolor="black", alpha=0.7, label="accuracy")
-        ax.bar(centers[has], (b["confidence"].cpu().numpy() - acc)[has], bottom=acc[has], width=width,
-               color="red", alpha=0.25, edgecolor="red", label="gap to confidence")
-        ax.plot([0, 1], [0, 1], "k--", lw=1)
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("confidence")
-        ax.set_ylabel("accuracy")
-        ece = float((b["count"] / b["count"].sum() * (b["accuracy"] - b["confidence"]).abs()).sum())
-        ax.set_title(f"{name}: ECE {100 * ece:.2f}%")
-        ax.legend(loc="upper left")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = _save_png(fig, path)
-    plt.close(fig)
-    return path
-
-
 def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor | None],
              report: dict[str, Any], path: str | Path, names: tuple[str, str] = ("MNIST", "OOD")) -> Path | None:
     """Histograms of each score on the in-distribution and OOD test sets, AUROC in the title."""
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
@@ -194,7 +151,7 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
         ax.set_title(f"{name.replace('_', ' ')}: AUROC {report[name]['auroc']:.3f}")
         ax.legend()
     fig.tight_layout()
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
     plt.close(fig)
     return path
 
@@ -210,7 +167,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
                    samples: int) -> Path | None:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
     its label and the vote shares of the sampled networks."""
-    plt = _pyplot()
+    plt = figures()
     if plt is None:
         return None
     groups = [("most disagreement between sampled networks", result["uncertain"]),
@@ -233,7 +190,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
             top = torch.argsort(v, descending=True)[:2]
             share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
             ax.set_title(f"y={int(labels[i])} | {share}", fontsize=7)
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
     plt.close(fig)
     return path
 

@@ -74,6 +74,8 @@ from typing import Any
 
 from .errors import UserError
 from .io import atomic_write_json, atomic_write_text
+from .options import Backend, SchedulerKind, ValueKind
+from .options import SweepDataset as DatasetKind
 
 __all__ = [
     "Backend",
@@ -110,35 +112,11 @@ EXAMPLE = (
 )
 
 
-class Backend(str, Enum):
-    LOCAL = "local"
-    RAY = "ray"
-
-
-class SchedulerKind(str, Enum):
-    NONE = "none"
-    ASHA = "asha"
-
-
 class TrialStatus(str, Enum):
     DONE = "done"          # trained for every epoch asked for
     STOPPED = "stopped"    # stopped early by the scheduler (ASHA); evaluated at its best epoch
     FAILED = "failed"      # diverged, or crashed more than --max-failures times
     PENDING = "pending"    # not finished (yet)
-
-
-class DatasetKind(str, Enum):
-    MNIST = "mnist"
-    FASHION_MNIST = "fashion-mnist"
-    SYNTHETIC = "synthetic"
-
-
-class ValueKind(str, Enum):
-    GRID = "grid"
-    CHOICE = "choice"
-    UNIFORM = "uniform"
-    LOGUNIFORM = "loguniform"
-    RANDINT = "randint"
 
 
 #: keys of a search space that are not TrainConfig fields

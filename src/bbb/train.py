@@ -41,7 +41,6 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +50,23 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import uncertainty as U
-from .distributions import GaussianPrior, KLMode, Prior, ScaleMixturePrior
+from .distributions import KLMode, Prior
 from .elbo import ELBO, KLWeighting
 from .engine import Engine, OptimizerKind
 from .errors import CheckpointError, UserError
 from .io import atomic_torch_save, atomic_write_json, atomic_write_text
 from .nn import DEFAULT_RHO_INIT, BayesMLP, Estimator, bayes_modules, shared_samples
+from .options import (
+    IMAGE_DATASETS,
+    Checkpoint,
+    DeviceKind,
+    LRSchedule,
+    Method,
+    PriorKind,
+    choice,
+    make_prior,
+    resolve_device,
+)
 
 __all__ = [
     "Method",
@@ -93,38 +103,7 @@ EVAL_CHUNK = 2048
 # --------------------------------------------------------------------------------------------
 
 
-class Method(str, Enum):
-    BBB = "bbb"
-    SGD = "sgd"
-    DROPOUT = "dropout"
-
-
-class PriorKind(str, Enum):
-    GAUSSIAN = "gaussian"
-    MIXTURE = "mixture"
-
-
-class LRSchedule(str, Enum):
-    NONE = "none"
-    COSINE = "cosine"
-    STEP = "step"
-
-
-class DeviceKind(str, Enum):
-    AUTO = "auto"
-    CPU = "cpu"
-    CUDA = "cuda"
-
-
-DATASETS = ("mnist", "fashion-mnist")
-
-
-def _choice(name: str, value: Any, enum: type[Enum] | Sequence[str]) -> str:
-    values = [e.value for e in enum] if isinstance(enum, type) else list(enum)
-    v = value.value if isinstance(value, Enum) else value
-    if v not in values:
-        raise UserError(f"unknown {name} {value!r}; choose one of: {', '.join(values)}")
-    return str(v)
+DATASETS = IMAGE_DATASETS
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
@@ -189,15 +168,15 @@ class TrainConfig:
     data_dir: str | None = None
 
     def __post_init__(self) -> None:
-        self.dataset = _choice("dataset", self.dataset, DATASETS)
-        self.method = _choice("method", self.method, Method)
-        self.prior = _choice("prior", self.prior, PriorKind)
-        self.optimizer = _choice("optimizer", self.optimizer, OptimizerKind)
-        self.lr_schedule = _choice("lr schedule", self.lr_schedule, LRSchedule)
-        self.estimator = _choice("estimator", self.estimator, Estimator)
-        self.kl_weighting = _choice("KL weighting", self.kl_weighting, KLWeighting)
-        self.kl = _choice("KL mode", self.kl, KLMode)
-        self.device = _choice("device", self.device, DeviceKind)
+        self.dataset = choice("dataset", self.dataset, DATASETS)
+        self.method = choice("method", self.method, Method)
+        self.prior = choice("prior", self.prior, PriorKind)
+        self.optimizer = choice("optimizer", self.optimizer, OptimizerKind)
+        self.lr_schedule = choice("lr schedule", self.lr_schedule, LRSchedule)
+        self.estimator = choice("estimator", self.estimator, Estimator)
+        self.kl_weighting = choice("KL weighting", self.kl_weighting, KLWeighting)
+        self.kl = choice("KL mode", self.kl, KLMode)
+        self.device = choice("device", self.device, DeviceKind)
         pi = float(self.pi)
         if not (0.0 < pi <= 1.0):
             raise UserError(f"pi (mixture weight) must be in (0, 1], got {self.pi}")
@@ -255,9 +234,8 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def make_prior(self) -> Prior:
-        if self.prior == PriorKind.GAUSSIAN.value:
-            return GaussianPrior(self.prior_sigma)
-        return ScaleMixturePrior(self.pi, self.sigma1, self.sigma2)
+        return make_prior(self.prior, pi=self.pi, sigma1=self.sigma1, sigma2=self.sigma2,
+                          prior_sigma=self.prior_sigma)
 
 
 #: settings that may change when a run is resumed (they do not alter the trajectory)
@@ -336,15 +314,6 @@ def _check_data(data: dict[str, Tensor]) -> None:
             raise UserError(f"{s}_x and {s}_y have different lengths")
 
 
-def resolve_device(device: str) -> torch.device:
-    device = _choice("device", device, DeviceKind)
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for but no CUDA device is available; use --device cpu")
-    return torch.device(device)
-
-
 def _versions() -> dict[str, str]:
     import numpy
 
@@ -420,7 +389,7 @@ def evaluate(
     Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
     draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
     """
-    method = infer_method(model) if method is None else _choice("method", method, Method)
+    method = infer_method(model) if method is None else choice("method", method, Method)
     if x.shape[0] == 0:
         raise UserError("cannot evaluate on an empty set")
     if samples < 1:
@@ -511,7 +480,7 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
 
     Returns ``(model, config)``; the model is in eval mode on ``device``.
     """
-    which = _choice("checkpoint", which, ("best", "last"))
+    which = choice("checkpoint", which, Checkpoint)
     d = _run_dir(run_dir)
     path = d / f"{which}.pt"
     model, cfg = _model_from_checkpoint(load_checkpoint(path), path)

@@ -9,10 +9,11 @@ import torch
 from bbb.data.idx import read_idx_pair
 from bbb.data.sources import ensure_files
 from bbb.errors import DataError, UserError
+from bbb.options import IMAGE_DATASETS
 
 __all__ = ["MNIST_DATASETS", "MNIST_FILES", "load_mnist", "mnist_splits"]
 
-MNIST_DATASETS: tuple[str, ...] = ("mnist", "fashion-mnist")
+MNIST_DATASETS: tuple[str, ...] = IMAGE_DATASETS
 """Data sets in the MNIST file format."""
 
 MNIST_FILES: dict[str, tuple[str, str]] = {

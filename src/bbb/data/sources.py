@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 
 from bbb.errors import DataError, UserError
 from bbb.io import atomic_write
+from bbb.options import Dataset
 
 __all__ = [
     "BASE_URLS",
@@ -55,7 +56,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DATASETS: tuple[str, ...] = ("mnist", "fashion-mnist", "mushroom")
+DATASETS: tuple[str, ...] = tuple(d.value for d in Dataset)
 """Names of the data sets this module knows, which are also their folder names."""
 
 BASE_URLS: dict[str, str] = {

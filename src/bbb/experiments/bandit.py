@@ -86,6 +86,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
+from ..options import make_prior, resolve_device
 
 __all__ = [
     "BanditConfig",
@@ -585,9 +586,8 @@ class _SubPopulation:
     def kl(self) -> Tensor:
         """KL[q || prior] of each BBB member (P,): closed form (Gaussian prior) or a 1-sample MC estimate."""
         if self.cfg.prior == "mixture":
-            from ..distributions import ScaleMixturePrior
-
-            prior = ScaleMixturePrior(self.cfg.pi, self.cfg.sigma1, self.cfg.sigma2)
+            prior = make_prior("mixture", pi=self.cfg.pi, sigma1=self.cfg.sigma1,
+                               sigma2=self.cfg.sigma2)
             sigma = torch.exp(self.log_sigma)
             eps = torch.randn_like(sigma)
             w = self.mu + sigma * eps
@@ -942,18 +942,6 @@ def _split_members(members: list[tuple[str, int]], workers: int) -> list[list[tu
     return [g for g in groups if g]
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was given but CUDA is not available; use --device cpu")
-    return dev
-
-
 def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor, edible: Tensor,
             worker_id: int, checkpoint: str | None, progress: bool,
             parent_pid: int | None = None) -> dict[str, Any]:
@@ -963,7 +951,7 @@ def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor,
     # units) decay by 0.9 per update into subnormal floats, which made each update ~2x slower
     flushed = torch.set_flush_denormal(True)
     try:
-        dev = _device(cfg.device)
+        dev = resolve_device(cfg.device)
         pop = Population(cfg, members, contexts, edible, dev, train_seed=worker_id)
         ck = Path(checkpoint) if checkpoint else None
         resumed = pop.load(ck) if (ck is not None and cfg.resume) else False
@@ -998,7 +986,7 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
     cfg.seeds = tuple(int(s) for s in cfg.seeds)
     cfg.hidden = tuple(int(h) for h in cfg.hidden)
     cfg.validate()
-    dev = _device(cfg.device)
+    dev = resolve_device(cfg.device)
     if contexts is None or edible is None:
         from ..data import load_mushroom
 

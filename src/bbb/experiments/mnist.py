@@ -57,7 +57,6 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +69,7 @@ from ..distributions import softplus
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import bayes_modules
+from ..options import Budget, CellMethod, DeviceKind, Experiment, choice
 from ..plots import figures
 
 __all__ = [
@@ -112,23 +112,6 @@ EXAMPLE = (
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells sgd:1200,dropout:1200\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --report  # tables of the cells done so far"
 )
-
-
-class Budget(str, Enum):
-    SMOKE = "smoke"
-    QUICK = "quick"
-    PAPER = "paper"
-
-
-class CellMethod(str, Enum):
-    SGD = "sgd"
-    DROPOUT = "dropout"
-    BBB_GAUSSIAN = "bbb_gaussian"
-    BBB_MIXTURE = "bbb_mixture"
-
-
-class Experiment(str, Enum):
-    MNIST = "mnist"
 
 
 WIDTHS: tuple[int, ...] = (400, 800, 1200)
@@ -408,14 +391,6 @@ _HYPER_BY_METHOD = {
 # --------------------------------------------------------------------------------------------
 
 
-def _choice(name: str, value: Any, enum: type[Enum] | Sequence[str]) -> str:
-    values = [e.value for e in enum] if isinstance(enum, type) else list(enum)
-    v = value.value if isinstance(value, Enum) else value
-    if v not in values:
-        raise UserError(f"unknown {name} {value!r}; choose one of: {', '.join(values)}")
-    return str(v)
-
-
 def _method_arg(m: str) -> str:
     return m.replace("_", "-")
 
@@ -482,7 +457,7 @@ class ReproduceConfig:
     out: str = "results/mnist"
     dataset: str = "mnist"
     seeds: int | None = None  # None: the budget's default
-    device: str = T.DeviceKind.AUTO.value
+    device: str = DeviceKind.AUTO.value
     data_dir: str | None = None
     quiet: bool = False
     experiment: str = Experiment.MNIST.value
@@ -490,10 +465,10 @@ class ReproduceConfig:
     cells: Any = None
 
     def __post_init__(self) -> None:
-        self.experiment = _choice("experiment", self.experiment, Experiment)
-        self.budget = _choice("budget", self.budget, Budget)
-        self.dataset = _choice("dataset", self.dataset, DATASETS)
-        self.device = _choice("device", self.device, T.DeviceKind)
+        self.experiment = choice("experiment", self.experiment, Experiment)
+        self.budget = choice("budget", self.budget, Budget)
+        self.dataset = choice("dataset", self.dataset, DATASETS)
+        self.device = choice("device", self.device, DeviceKind)
         if self.seeds is None:
             self.seeds = BUDGETS[self.budget].seeds
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
@@ -1827,7 +1802,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="independent seeds of the budget's seed cells (smoke, quick: BBB mixture "
                              "and dropout at 2x400 and 2x1200, default 1; paper: BBB mixture 2x1200, "
                              "default 2)")
-    parser.add_argument("--device", choices=[d.value for d in T.DeviceKind], default="auto",
+    parser.add_argument("--device", choices=[d.value for d in DeviceKind], default="auto",
                         help="auto (cuda when available), cpu or cuda (default: auto)")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="data folder (else $BBB_DATA, else ~/.cache/bbb)")

@@ -48,11 +48,12 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..distributions import GaussianPrior, ScaleMixturePrior, inverse_softplus
+from ..distributions import inverse_softplus
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from ..nn import BayesMLP, sampling
+from ..options import make_prior, resolve_device
 from ..uncertainty import regression_uncertainty
 
 __all__ = [
@@ -171,9 +172,8 @@ def make_data(n: int, x_low: float = 0.0, x_high: float = 0.5, noise_std: float 
 
 
 def _prior(cfg: RegressionConfig):
-    if cfg.prior == "gaussian":
-        return GaussianPrior(cfg.prior_sigma)
-    return ScaleMixturePrior(cfg.pi, cfg.sigma1, cfg.sigma2)
+    return make_prior(cfg.prior, pi=cfg.pi, sigma1=cfg.sigma1, sigma2=cfg.sigma2,
+                      prior_sigma=cfg.prior_sigma)
 
 
 def _likelihood(cfg: RegressionConfig) -> nn.Module:
@@ -290,18 +290,6 @@ def _standard_predict(net: nn.Module, lik: nn.Module, grid: Tensor) -> dict[str,
 # --------------------------------------------------------------------------------------------
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was given but CUDA is not available; use --device cpu")
-    return dev
-
-
 def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> dict[str, Any]:
     """Fit the BBB and the standard network; write the outputs when ``config.out`` is set.
 
@@ -312,7 +300,7 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
     cfg = dataclasses.replace(config or RegressionConfig(), **overrides)
     cfg.hidden = tuple(int(h) for h in cfg.hidden)
     cfg.validate()
-    dev = _device(cfg.device)
+    dev = resolve_device(cfg.device)
     t_start = time.perf_counter()
     threads_before = torch.get_num_threads()
     # these networks are tiny: one thread is fastest, and far more robust on a busy CPU

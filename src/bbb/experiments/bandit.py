@@ -86,7 +86,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
-from ..options import make_prior, resolve_device
+from ..options import OptimizerKind, PriorKind, choice, make_prior, resolve_device
 
 __all__ = [
     "BanditConfig",
@@ -214,16 +214,14 @@ class BanditConfig:
             low = 0 if name == "updates_per_step" else 1  # 0: act without learning
             if isinstance(v, bool) or int(v) != v or v < low:
                 raise UserError(f"{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
-        if self.prior not in ("gaussian", "mixture"):
-            raise UserError(f"prior must be 'gaussian' or 'mixture', got {self.prior!r}")
+        choice("prior", self.prior, PriorKind)
         if not (0.0 < self.pi < 1.0):
             raise UserError(f"pi must be in (0, 1), got {self.pi!r}")
         for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise UserError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
-        if self.bbb_optimizer not in ("adam", "sgd"):
-            raise UserError(f"bbb-optimizer must be adam or sgd, got {self.bbb_optimizer!r}")
+        choice("bbb-optimizer", self.bbb_optimizer, OptimizerKind)
         if self.bbb_lr is not None and not (math.isfinite(self.bbb_lr) and self.bbb_lr > 0):
             raise UserError(f"bbb-lr must be a finite number > 0, got {self.bbb_lr!r}")
         if self.kl_data not in ("fill", "capacity", "seen"):

@@ -53,7 +53,7 @@ from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from ..nn import BayesMLP, sampling
-from ..options import make_prior, resolve_device
+from ..options import PriorKind, choice, make_prior, resolve_device
 from ..uncertainty import regression_uncertainty
 
 __all__ = [
@@ -135,10 +135,8 @@ class RegressionConfig:
             raise UserError(f"the training range needs low < high, got [{self.x_low}, {self.x_high}]")
         if not self.grid_low < self.grid_high:
             raise UserError(f"the prediction grid needs low < high, got [{self.grid_low}, {self.grid_high}]")
-        if self.activation not in _ACTS:
-            raise UserError(f"activation must be one of {', '.join(_ACTS)}, got {self.activation!r}")
-        if self.prior not in ("gaussian", "mixture"):
-            raise UserError(f"prior must be 'gaussian' or 'mixture', got {self.prior!r}")
+        self.activation = choice("activation", self.activation, list(_ACTS))
+        self.prior = choice("prior", self.prior, PriorKind)
         if not (0 < self.pi <= 1):
             raise UserError(f"pi must be in (0, 1], got {self.pi}")
         if not self.hidden or any(int(h) != h or h < 1 for h in self.hidden):

@@ -2,8 +2,8 @@
 
 BBB: the paper's configuration (scale-mixture prior pi 1/4, sigma1 1, sigma2 e^-7, Monte Carlo
 KL, weight reparameterisation, 1 sample), batch 128, trained by the fused engine
-(:class:`bbb.engine.Engine`, via :func:`bbb.train.make_optimizer` and
-:func:`bbb.train.training_step`, as ``bbb train`` does). The deterministic MLP (method ``sgd``)
+(:class:`bbb.engine.Engine`, via :func:`bbb.runs.make_optimizer` and
+:func:`bbb.runs.training_step`, as ``bbb train`` does). The deterministic MLP (method ``sgd``)
 is the same loop with a plain ReLU network and the same optimiser: ``--optimizer adam`` (the
 default, lr 1e-3; fused ``torch.optim.Adam``) or ``--optimizer sgd`` (plain SGD, momentum 0,
 lr 0.1; ``torch.optim.SGD``). Real MNIST (50,000 training images) is used when it can be found
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from bbb.elbo import ELBO  # noqa: E402
 from bbb.io import atomic_write_json  # noqa: E402
-from bbb.train import TrainConfig, build_model, make_optimizer, training_step  # noqa: E402
+from bbb.runs import TrainConfig, build_model, make_optimizer, training_step  # noqa: E402
 
 N_TRAIN = 50_000
 BATCH = 128

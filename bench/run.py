@@ -15,7 +15,7 @@ Per system and width H (MLP 784-H-H-10, batch 128, one sample; Adam 1e-3, or SGD
 ``-sgd`` rows): training steps/s (median of the repeats), seconds per MNIST epoch (391
 minibatches), the ratio to the deterministic floor with the same optimiser and to the fastest
 peer, peak memory, evaluation throughput with the posterior mean and with k = 10 sampled
-networks. Then, on real MNIST: seconds per epoch of ``bbb train`` itself (:func:`bbb.train.train`,
+networks. Then, on real MNIST: seconds per epoch of ``bbb train`` itself (:func:`bbb.runs.train`,
 2x1200, the paper's configuration with Adam and with the paper budget's plain SGD; two epochs,
 the second one reported so that compilation is left out), and the time to 98% test accuracy
 (2x400, test accuracy of the mean weights after each epoch) for our paper-faithful
@@ -283,11 +283,11 @@ def child_speed(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tta_ours(spec: dict[str, Any], data: dict[str, Any], device) -> dict[str, Any]:
-    """Our paper-faithful recipe through :func:`bbb.train.train` (what ``bbb train`` runs)."""
+    """Our paper-faithful recipe through :func:`bbb.runs.train` (what ``bbb train`` runs)."""
     import inspect
 
     from bbb.cli import DEMO_SETTINGS
-    from bbb.train import TrainConfig, train
+    from bbb.runs import TrainConfig, train
 
     settings = {**DEMO_SETTINGS, **TTA_RECIPE, **spec.get("recipe", {}), "epochs": spec["max_epochs"],
                 "test_each_epoch": True,
@@ -304,7 +304,7 @@ def _tta_ours(spec: dict[str, Any], data: dict[str, Any], device) -> dict[str, A
     if "on_epoch" in inspect.signature(train).parameters:
         kwargs["on_epoch"] = on_epoch
     with tempfile.TemporaryDirectory() as run_dir:
-        from bbb.train import read_metrics
+        from bbb.runs import read_metrics
 
         train(cfg, Path(run_dir) / "run", data=data, **kwargs)
         rows = read_metrics(Path(run_dir) / "run")
@@ -376,14 +376,15 @@ def child_tta(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_epoch(spec: dict[str, Any]) -> dict[str, Any]:
-    """Seconds per epoch of ``bbb train`` itself: :func:`bbb.train.train` for ``epochs`` epochs
+    """Seconds per epoch of ``bbb train`` itself: :func:`bbb.runs.train` for ``epochs`` epochs
     of one recipe on the data, its ``metrics.csv`` ``seconds`` per epoch (training, the
     validation error, the checkpoints: what ``bbb train`` records). Epoch 1 includes the engine's
     compilation; the last epoch is the steady one."""
     import torch
 
     import bbb
-    import bbb.train as T
+    import bbb.runs as T
+    import bbb.runs.loop as L
 
     torch.set_num_threads(spec["threads"])
     device = torch.device(spec["device"])
@@ -404,13 +405,13 @@ def child_epoch(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("train_size"):
         data["train_x"], data["train_y"] = data["train_x"][: spec["train_size"]], data["train_y"][: spec["train_size"]]
     made: list[Any] = []
-    make = T.make_optimizer
+    make = L.make_optimizer
 
     def spy(cfg: Any, model: Any) -> Any:  # to see whether the engine ran fused and compiled
         made.append(make(cfg, model))
         return made[-1]
 
-    T.make_optimizer = spy
+    L.make_optimizer = spy
     try:
         with tempfile.TemporaryDirectory(prefix="bbb-bench-epoch-") as run_dir:
             t0 = time.perf_counter()
@@ -418,7 +419,7 @@ def child_epoch(spec: dict[str, Any]) -> dict[str, Any]:
             res["wall_seconds"] = time.perf_counter() - t0
             rows = T.read_metrics(Path(run_dir) / "run")
     finally:
-        T.make_optimizer = make
+        L.make_optimizer = make
     seconds = [r["seconds"] for r in rows]
     engine = engine_info(made[0]) if made else None
     n = int(data["train_x"].shape[0])
@@ -838,7 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = parse_settings(args.tta_set)
     if recipe:
         from bbb.errors import UserError
-        from bbb.train import TrainConfig
+        from bbb.runs import TrainConfig
 
         try:
             TrainConfig.from_dict(recipe)

@@ -355,7 +355,7 @@ def test_bench_epoch_times_the_engine_and_the_same_optimiser_floor():
     spec = importlib.util.spec_from_file_location("bbb_bench_epoch", BENCH / "bench_epoch.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    from bbb.train import TrainConfig
+    from bbb.runs import TrainConfig
 
     x, y = torch.rand(300, 784), torch.randint(0, 10, (300,))
     for method in ("bbb", "sgd"):

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import bbb.train as T
+import bbb.runs.loop as L
+import bbb.runs.model as RM
 from bbb.cli import DEMO_SETTINGS, LAZY_COMMANDS, main
 from bbb.train import PRUNING_COLUMNS, TrainConfig
 
@@ -44,7 +45,7 @@ TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu
 def tiny(monkeypatch) -> dict[str, torch.Tensor]:
     """Every data load returns the tiny synthetic set."""
     data = tiny_data()
-    monkeypatch.setattr(T, "load_data", lambda cfg: data)
+    monkeypatch.setattr(RM, "load_data", lambda cfg: data)
     return data
 
 
@@ -255,7 +256,7 @@ def test_ctrl_c_exits_130_with_resume_hint(capsys, tmp_path, tiny, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(T, "_batch_objective", interrupt)
+    monkeypatch.setattr(L, "batch_objective", interrupt)
     rc, _, err = run_main(capsys, "train", "--epochs", "2", "--out", str(tmp_path / "r"), *TINY)
     assert rc == 130 and len(err.strip().splitlines()) == 1
     assert "bbb train --resume --out" in err and "Traceback" not in err
@@ -301,7 +302,7 @@ def tiny_with_ood(monkeypatch) -> dict[str, dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
     far = {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v) for k, v in data.items()}
     sets = {"mnist": data, "fashion-mnist": far}
-    monkeypatch.setattr(T, "load_data", lambda cfg: sets[cfg.dataset])
+    monkeypatch.setattr(RM, "load_data", lambda cfg: sets[cfg.dataset])
     return sets
 
 

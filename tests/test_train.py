@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-import bbb.train as T
+import bbb.runs.loop as L
 from bbb.errors import CheckpointError, UserError
 from bbb.nn import BayesMLP
 from bbb.train import (
@@ -205,7 +205,7 @@ def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
 
 def _interrupt_at(monkeypatch, call: int, exc: BaseException | None = None, nan: bool = False) -> None:
     """Make the ``call``-th minibatch (1-based) raise ``exc`` or return a NaN loss."""
-    real = T._batch_objective
+    real = L.batch_objective
     count = {"n": 0}
 
     def wrapped(*args, **kwargs):
@@ -219,7 +219,7 @@ def _interrupt_at(monkeypatch, call: int, exc: BaseException | None = None, nan:
                 return bad, out[1] * float("nan"), out[2], out[3]
         return out
 
-    monkeypatch.setattr(T, "_batch_objective", wrapped)
+    monkeypatch.setattr(L, "batch_objective", wrapped)
 
 
 @pytest.mark.parametrize("method, extra", [("bbb", {}), ("bbb", {"estimator": "flipout", "samples": 2}),

@@ -1,10 +1,10 @@
 """Our systems: the deterministic floors and bbb in each like-for-like configuration.
 
-Every step goes through the code ``bbb train`` runs: :func:`bbb.train.build_model`, the
-:class:`bbb.ELBO` it builds, :func:`bbb.train.make_optimizer` (for bbb the fused training engine,
+Every step goes through the code ``bbb train`` runs: :func:`bbb.runs.build_model`, the
+:class:`bbb.ELBO` it builds, :func:`bbb.runs.make_optimizer` (for bbb the fused training engine,
 :class:`bbb.engine.Engine`, which compiles its kernels by itself for networks of at least
-:data:`bbb.engine.COMPILE_MIN_NUMEL` Bayesian weights) and :func:`bbb.train.training_step`, as
-in the epoch loop. Prediction is :func:`bbb.train.mean_logits` (posterior mean) and
+:data:`bbb.engine.COMPILE_MIN_NUMEL` Bayesian weights) and :func:`bbb.runs.training_step`, as
+in the epoch loop. Prediction is :func:`bbb.runs.mean_logits` (posterior mean) and
 :func:`bbb.uncertainty.predict` (k networks, batched), as ``bbb evaluate`` does.
 
 Two optimisers, each with its own floor: the Adam rows (``mlp``, ``bbb-paper``, ``bbb-gauss``,
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from bbb import uncertainty as U
 from bbb.elbo import ELBO
-from bbb.train import TrainConfig, build_model, make_optimizer, mean_logits, training_step
+from bbb.runs import TrainConfig, build_model, make_optimizer, mean_logits, training_step
 
 from .base import IN_FEATURES, NUM_BATCHES, NUM_CLASSES, Pair, System
 

@@ -107,7 +107,7 @@ last.pt and best.pt (by validation error)."""
 
 def _add_train_options(p: argparse.ArgumentParser) -> None:
     """The ``bbb train`` options; every default is SUPPRESS so that --resume can tell what was given."""
-    from .train import TrainConfig
+    from .runs import TrainConfig
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
                 for f in dataclasses.fields(TrainConfig)}
@@ -270,7 +270,7 @@ def _pct(v: float | None) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .train import TrainConfig, load_checkpoint, train
+    from .runs import TrainConfig, load_checkpoint, train
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "quiet", "threads")}
     out = Path(args.out)
@@ -297,7 +297,7 @@ def _print_summary(s: dict[str, Any], out: Path) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from .train import evaluate_run
+    from .runs import evaluate_run
 
     r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
                      device=args.device)
@@ -318,7 +318,7 @@ def _print_eval(r: dict[str, Any]) -> None:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    from .train import prune_run
+    from .runs import prune_run
 
     rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
                      device=args.device)
@@ -339,15 +339,15 @@ def _print_pruning(rows: Sequence[dict[str, Any]]) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from . import plots
     from .prune import signal_to_noise, snr_db
-    from .train import (
+    from .runs import (
         TrainConfig,
         evaluate_run,
-        load_data,
         load_run,
         prune_run,
         read_metrics,
         train,
     )
+    from .runs import model as runmodel
 
     t0 = time.perf_counter()
     out = Path(args.out)
@@ -355,7 +355,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          "device": args.device, "data_dir": args.data_dir})
     print(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
           f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}", flush=True)
-    data = load_data(cfg)
+    data = runmodel.load_data(cfg)
     summary = train(cfg, out, data=data, resume=True, quiet=args.quiet)
     ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
     print()
@@ -419,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the cores (docs/design.md). libgomp reads this when torch loads, so it is set here, before
     # anything imports torch (``import bbb`` does not); an explicit setting by the user wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from .train import TrainingInterrupted
+    from .runs import TrainingInterrupted
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # MKL's strict conditional-numerical-reproducibility mode: its GEMMs give the same bits on

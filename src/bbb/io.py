@@ -13,14 +13,16 @@ the old file is left as it was.
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import json
 import os
 import re
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,6 +35,9 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_json",
     "atomic_torch_save",
+    "atomic_write_csv",
+    "csv_text",
+    "csv_value",
 ]
 
 _STALE_SECONDS = 24 * 3600
@@ -183,3 +188,29 @@ def atomic_torch_save(path: str | os.PathLike[str], obj: Any) -> Path:
     import torch
 
     return atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def csv_value(v: Any) -> Any:
+    """A cell of the package's CSV files: empty for None, ``repr`` for floats (every digit)."""
+    if v is None:
+        return ""
+    return repr(v) if isinstance(v, float) else v
+
+
+def csv_text(columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+             value: Callable[[Any], Any] = csv_value) -> str:
+    """A CSV table: the header ``columns``, then one line per row (missing keys: empty cells),
+    each cell through ``value``; ``\\n`` line ends."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([value(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def atomic_write_csv(path: str | os.PathLike[str], columns: Sequence[str],
+                     rows: Sequence[Mapping[str, Any]],
+                     value: Callable[[Any], Any] = csv_value) -> Path:
+    """Write :func:`csv_text` atomically."""
+    return atomic_write_text(path, csv_text(columns, rows, value))

@@ -449,7 +449,7 @@ def count_trials(space: dict[str, Any]) -> int:
 
 def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec, int | None]:
     """``(TrainConfig, DataSpec, fail_once_at_epoch)`` of one trial's parameter values."""
-    from .train import TrainConfig
+    from .runs import TrainConfig
 
     p = dict(params)
     fail = p.pop("fail_once_at_epoch", None)
@@ -498,7 +498,7 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec, int | None]:
 
 def trial_id_of(params: dict[str, Any]) -> str:
     """Stable id: a hash of what the trial computes (settings that differ from the defaults)."""
-    from .train import TrainConfig
+    from .runs import TrainConfig
 
     cfg, data, fail = resolve_params(params)
     default = TrainConfig().to_dict()
@@ -600,7 +600,7 @@ _DATA_CACHE: dict[str, dict[str, Any]] = {}
 
 def _trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]:
     """The trial's tensors, cached per process (workers run many trials on the same data)."""
-    from .train import load_data
+    from .runs import load_data
 
     key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale], "dir": data_dir})
     if key not in _DATA_CACHE:
@@ -725,7 +725,7 @@ def _start_trial(out: Path, trial: Trial) -> tuple[Path, Any, DataSpec, int | No
 
 def _finalize(d: Path, cfg: Any, data: dict[str, Any]) -> dict[str, Any]:
     """Evaluate a trial that stopped before ``cfg.epochs`` (train() with nothing left to run)."""
-    from .train import load_checkpoint, train
+    from .runs import load_checkpoint, train
 
     done = int(load_checkpoint(d / "last.pt")["epoch"])
     return train(cfg.replace(epochs=done), d, data=data, resume=True, quiet=True, log=_silent)
@@ -840,7 +840,7 @@ def run_trial_local(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[str, Any]:
-    from .train import TrainingDiverged, train
+    from .runs import TrainingDiverged, train
 
     d, cfg, spec, fail = _start_trial(out, trial)
     data = _trial_data(cfg, spec, payload.get("data_dir"))
@@ -935,7 +935,7 @@ def ray_trainable(config: dict[str, Any]) -> None:
     """
     from ray import tune
 
-    from .train import TrainingDiverged, train
+    from .runs import TrainingDiverged, train
 
     trial = Trial.from_dict(config["trial"])
     out = Path(config["out"])
@@ -988,7 +988,7 @@ def ray_trainable(config: dict[str, Any]) -> None:
 
 
 def read_last_metrics(d: Path) -> dict[str, Any]:
-    from .train import read_metrics
+    from .runs import read_metrics
 
     try:
         rows = read_metrics(d)

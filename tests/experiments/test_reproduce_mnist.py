@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import bbb.functional as F
-import bbb.train as T
+import bbb.runs as T
+import bbb.runs.loop as L
 from bbb.cli import main
 from bbb.errors import UserError
 from bbb.experiments import mnist as M
@@ -83,7 +84,7 @@ def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("reproduce") / "mnist"
     data = blobs()
     cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", quiet=True)
-    real_train, real_objective = T.train, T._batch_objective
+    real_train, real_objective = T.train, L.batch_objective
     calls: list[str] = []
     kill = {"armed": False}
 
@@ -100,7 +101,7 @@ def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     res: dict[str, Any] = {"out": out, "data": data}
     with pytest.MonkeyPatch.context() as mp, eager_kernels():
         mp.setattr(T, "train", counting_train)
-        mp.setattr(T, "_batch_objective", objective)
+        mp.setattr(L, "batch_objective", objective)
         stage = "killed"
         with pytest.raises(T.TrainingInterrupted) as e:
             run_reproduce(cfg, data=data, **SILENT)

@@ -64,7 +64,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .. import train as T
+from .. import runs as T
 from ..distributions import softplus
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
@@ -1631,7 +1631,7 @@ def run_reproduce(
                         f"first (see '{_command(cfg, '--plan')}')")
 
     if data is None:
-        data = T.load_data(T.TrainConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, device="cpu"))
+        data = T.model.load_data(T.TrainConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, device="cpu"))
     missing_keys = [k for k in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y") if k not in data]
     if missing_keys:
         raise UserError(f"data is missing {', '.join(missing_keys)}")

@@ -27,7 +27,7 @@ from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
 from ..plots import figures, plot_reliability, save_png
-from ..train import mc_dropout
+from ..runs import mc_dropout
 
 __all__ = [
     "sample_probs",
@@ -201,19 +201,19 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 
 
 def _load(run_dir: str, which: str, data_dir: str | None):
-    from .. import train as T
+    from .. import runs as T
 
     model, cfg = T.load_run(run_dir, which)
     if data_dir is not None:
         cfg = cfg.replace(data_dir=data_dir)
-    return model, cfg, T.infer_method(model), T.load_data(cfg)
+    return model, cfg, T.infer_method(model), T.model.load_data(cfg)
 
 
 def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
     """The test split of ``dataset``, preprocessed like the run's own data."""
-    from .. import train as T
+    from .. import runs as T
 
-    return T.load_data(cfg.replace(dataset=dataset, val_size=0))
+    return T.model.load_data(cfg.replace(dataset=dataset, val_size=0))
 
 
 def add_ood_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,85 @@
+"""A run: one network trained into one run directory, and everything that reads one back.
+
+The middle layer (docs/design.md): it builds on the core library (``bbb.nn``, ``bbb.elbo``,
+``bbb.engine``, ...) and the applications (the command line, the sweep, the experiments) build on
+it. A run directory is one contract, kept here:
+
+* :mod:`bbb.runs.config` - :class:`TrainConfig`, what may change on resume.
+* :mod:`bbb.runs.model` - the network and the dataset split of a configuration.
+* :mod:`bbb.runs.checkpoint` - ``last.pt`` / ``best.pt`` (format version checked), ``metrics.csv``.
+* :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
+* :mod:`bbb.runs.evaluate` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
+"""
+
+from __future__ import annotations
+
+from ..options import DeviceKind, LRSchedule, Method, OptimizerKind, PriorKind, resolve_device
+from .checkpoint import (
+    CHECKPOINT_FORMAT,
+    METRIC_COLUMNS,
+    PRUNING_COLUMNS,
+    load_checkpoint,
+    load_run,
+    model_from_checkpoint,
+    read_metrics,
+    run_dir_of,
+)
+from .config import (
+    DATASETS,
+    RESUME_MUTABLE,
+    TrainConfig,
+    TrainingDiverged,
+    TrainingInterrupted,
+)
+from .evaluate import (
+    EVAL_CHUNK,
+    error_rate,
+    evaluate,
+    evaluate_run,
+    mc_dropout,
+    mean_logits,
+    prune_run,
+    run_data,
+)
+from .loop import batch_objective, make_optimizer, train, training_step
+from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "DATASETS",
+    "DATA_KEYS",
+    "DeviceKind",
+    "EVAL_CHUNK",
+    "LRSchedule",
+    "METRIC_COLUMNS",
+    "Method",
+    "OptimizerKind",
+    "PRUNING_COLUMNS",
+    "PriorKind",
+    "RESUME_MUTABLE",
+    "TrainConfig",
+    "TrainingDiverged",
+    "TrainingInterrupted",
+    "batch_objective",
+    "build_model",
+    "check_data",
+    "error_rate",
+    "evaluate",
+    "evaluate_run",
+    "infer_method",
+    "load_checkpoint",
+    "load_data",
+    "load_run",
+    "make_optimizer",
+    "mc_dropout",
+    "mean_logits",
+    "model_from_checkpoint",
+    "num_weights",
+    "prune_run",
+    "read_metrics",
+    "resolve_device",
+    "run_data",
+    "run_dir_of",
+    "train",
+    "training_step",
+]

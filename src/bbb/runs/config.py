@@ -1,0 +1,182 @@
+"""The settings of one training run: :class:`TrainConfig` (validated, round-trips through
+``config.json``), what may change on resume, and the run's two exceptions."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..distributions import KLMode, Prior
+from ..elbo import KLWeighting
+from ..engine import OptimizerKind
+from ..errors import UserError
+from ..nn import DEFAULT_RHO_INIT, Estimator
+from ..options import (
+    IMAGE_DATASETS,
+    DeviceKind,
+    LRSchedule,
+    Method,
+    PriorKind,
+    choice,
+    make_prior,
+)
+
+__all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "TrainingDiverged", "TrainingInterrupted"]
+
+DATASETS = IMAGE_DATASETS
+
+
+def _positive(name: str, value: float, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number, got {value!r}") from None
+    ok = (v >= 0 if allow_zero else v > 0) and math.isfinite(v)
+    if not ok:
+        raise UserError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value}")
+    return v
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise UserError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise UserError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of one training run (the command line's ``bbb train`` options).
+
+    Construction validates and normalises every field; a bad value raises :class:`UserError`
+    with a one-line message. ``to_dict`` / ``from_dict`` round-trip through plain JSON types.
+    """
+
+    dataset: str = "mnist"
+    method: str = Method.BBB.value
+    prior: str = PriorKind.MIXTURE.value
+    pi: float = 0.25
+    sigma1: float = 1.0
+    sigma2: float = math.exp(-7.0)
+    prior_sigma: float = 1.0
+    hidden: list[int] = field(default_factory=lambda: [400, 400])
+    epochs: int = 10
+    lr: float = 1e-3
+    optimizer: str = OptimizerKind.ADAM.value
+    momentum: float = 0.9
+    lr_schedule: str = LRSchedule.NONE.value
+    lr_step_size: int = 0
+    lr_gamma: float = 0.1
+    batch_size: int = 128
+    samples: int = 1
+    estimator: str = Estimator.REPARAM.value
+    kl_weighting: str = KLWeighting.BLUNDELL.value
+    kl: str = KLMode.AUTO.value
+    rho_init: float = DEFAULT_RHO_INIT
+    mu_init_scale: float | None = None
+    dropout_input: float = 0.2
+    dropout_hidden: float = 0.5
+    seed: int = 0
+    device: str = DeviceKind.AUTO.value
+    bf16: bool = False
+    scale: float = 126.0
+    val_size: int = 10000
+    split_seed: int = 0
+    eval_samples: int = 10
+    test_each_epoch: bool = False
+    data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        self.dataset = choice("dataset", self.dataset, DATASETS)
+        self.method = choice("method", self.method, Method)
+        self.prior = choice("prior", self.prior, PriorKind)
+        self.optimizer = choice("optimizer", self.optimizer, OptimizerKind)
+        self.lr_schedule = choice("lr schedule", self.lr_schedule, LRSchedule)
+        self.estimator = choice("estimator", self.estimator, Estimator)
+        self.kl_weighting = choice("KL weighting", self.kl_weighting, KLWeighting)
+        self.kl = choice("KL mode", self.kl, KLMode)
+        self.device = choice("device", self.device, DeviceKind)
+        pi = float(self.pi)
+        if not (0.0 < pi <= 1.0):
+            raise UserError(f"pi (mixture weight) must be in (0, 1], got {self.pi}")
+        self.pi = pi
+        self.sigma1 = _positive("sigma1", self.sigma1)
+        self.sigma2 = _positive("sigma2", self.sigma2)
+        self.prior_sigma = _positive("prior-sigma", self.prior_sigma)
+        if isinstance(self.hidden, int | float):
+            self.hidden = [self.hidden]
+        self.hidden = [_integer("hidden width", h, 1) for h in self.hidden]
+        self.epochs = _integer("epochs", self.epochs, 0)
+        self.lr = _positive("lr", self.lr)
+        self.momentum = float(self.momentum)
+        if not (0.0 <= self.momentum < 1.0):
+            raise UserError(f"momentum must be in [0, 1), got {self.momentum}")
+        self.lr_step_size = _integer("lr step size", self.lr_step_size, 0)
+        self.lr_gamma = _positive("lr gamma", self.lr_gamma)
+        self.batch_size = _integer("batch size", self.batch_size, 1)
+        self.samples = _integer("samples", self.samples, 1)
+        self.rho_init = float(self.rho_init)
+        if not math.isfinite(self.rho_init):
+            raise UserError(f"rho-init must be finite, got {self.rho_init}")
+        if self.mu_init_scale is not None:
+            self.mu_init_scale = _positive("mu-init-scale", self.mu_init_scale)
+        for name in ("dropout_input", "dropout_hidden"):
+            p = float(getattr(self, name))
+            if not (0.0 <= p < 1.0):
+                raise UserError(f"{name.replace('_', '-')} must be in [0, 1), got {p}")
+            setattr(self, name, p)
+        self.seed = _integer("seed", self.seed, 0)
+        self.bf16 = bool(self.bf16)
+        self.scale = _positive("scale", self.scale)
+        self.val_size = _integer("val size", self.val_size, 0)
+        self.split_seed = _integer("split seed", self.split_seed, 0)
+        self.eval_samples = _integer("eval samples", self.eval_samples, 1)
+        self.test_each_epoch = bool(self.test_each_epoch)
+        if self.data_dir is not None:
+            self.data_dir = str(self.data_dir)
+        if self.method == Method.BBB.value and self.prior == PriorKind.MIXTURE.value and self.kl == "closed":
+            raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
+
+    # -- conversion ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise UserError(f"unknown setting(s) {', '.join(unknown)}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def make_prior(self) -> Prior:
+        return make_prior(self.prior, pi=self.pi, sigma1=self.sigma1, sigma2=self.sigma2,
+                          prior_sigma=self.prior_sigma)
+
+
+#: settings that may change when a run is resumed (they do not alter the trajectory)
+RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16"})
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; ``last.pt`` holds the last completed epoch."""
+
+    def __init__(self, message: str, run_dir: Path, epoch: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_dir = run_dir
+        self.epoch = epoch
+
+    def __str__(self) -> str:
+        return self.message

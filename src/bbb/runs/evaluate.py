@@ -1,0 +1,205 @@
+"""Evaluation of a model and of a run directory: the error of the mean network, the k-sample
+predictive metrics (:func:`evaluate`), ``bbb evaluate`` (``eval.json``, ``reliability.png``) and
+``bbb prune`` (``pruning.csv``, the paper's Table 2)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .. import uncertainty as U
+from ..errors import UserError
+from ..io import atomic_write_json, atomic_write_text, csv_text
+from ..nn import shared_samples
+from ..options import Method, choice, resolve_device
+from ..plots import plot_reliability
+from ..prune import prune, unprune
+from . import model as runmodel
+from .checkpoint import PRUNING_COLUMNS, load_checkpoint, load_run, run_dir_of
+from .config import TrainConfig
+from .model import infer_method
+
+__all__ = ["EVAL_CHUNK", "error_rate", "evaluate", "evaluate_run", "mc_dropout", "mean_logits",
+           "prune_run", "run_data"]
+
+EVAL_CHUNK = 2048
+
+
+@contextlib.contextmanager
+def mc_dropout(model: nn.Module) -> Iterator[None]:
+    """Eval mode everywhere except the dropout layers (Monte Carlo dropout)."""
+    was = model.training
+    model.eval()
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.train()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+@torch.no_grad()
+def mean_logits(model: nn.Module, x: Tensor, chunk: int = EVAL_CHUNK) -> Tensor:
+    was = model.training
+    model.eval()
+    try:
+        return torch.cat([model(xc) for xc in torch.split(x, chunk)]) if x.shape[0] else x.new_zeros(0, 0)
+    finally:
+        model.train(was)
+
+
+@torch.no_grad()
+def error_rate(model: nn.Module, x: Tensor, y: Tensor) -> float | None:
+    """Error rate with the posterior mean / deterministic network (one sync); None if empty."""
+    if x.shape[0] == 0:
+        return None
+    return float((mean_logits(model, x).argmax(-1) != y).double().mean())
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    method: str | None = None,
+    samples: int = 10,
+    chunk: int = EVAL_CHUNK,
+    seed: int | None = 0,
+    return_probs: bool = False,
+) -> dict[str, Any]:
+    """Classification metrics of ``model`` on ``(x, y)``.
+
+    Returns ``error`` with the posterior mean weights (bbb) or the deterministic network (sgd;
+    dropout in eval mode), ``error_mc`` of the ``samples``-sample predictive average (bbb: weight
+    samples via :func:`bbb.uncertainty.predict`; dropout: MC dropout; sgd: equal to ``error``),
+    and ``nll``, ``ece``, ``brier`` of that predictive distribution (``nll_mean``, ``ece_mean``,
+    ``brier_mean`` for the mean network, so the value of averaging is visible). With
+    ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``.
+    Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
+    draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
+    """
+    method = infer_method(model) if method is None else choice("method", method, Method)
+    if x.shape[0] == 0:
+        raise UserError("cannot evaluate on an empty set")
+    if samples < 1:
+        raise UserError(f"samples must be >= 1, got {samples}")
+    dev = x.device
+    fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
+            if seed is not None else contextlib.nullcontext())
+    with fork:
+        if seed is not None:
+            torch.manual_seed(seed)
+        mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
+        if method == Method.BBB.value:
+            with shared_samples():  # the same k networks score every chunk
+                parts = [U.predictive_probs(U.predict(model, xc, samples).float()) for xc in torch.split(x, chunk)]
+            probs = torch.cat(parts)
+        elif method == Method.DROPOUT.value:
+            parts = []
+            with mc_dropout(model):
+                for xc in torch.split(x, chunk):
+                    logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
+                    parts.append(torch.softmax(logits.float(), -1).mean(0))
+            probs = torch.cat(parts)
+        else:
+            probs = mean_probs
+    y = y.to(probs.device)
+    res: dict[str, Any] = {
+        "error": U.error_rate(mean_probs, y),
+        "error_mc": U.error_rate(probs, y),
+        "nll": U.negative_log_likelihood(probs, y),
+        "ece": U.expected_calibration_error(probs, y),
+        "brier": U.brier_score(probs, y),
+        "nll_mean": U.negative_log_likelihood(mean_probs, y),
+        "ece_mean": U.expected_calibration_error(mean_probs, y),
+        "brier_mean": U.brier_score(mean_probs, y),
+        "samples": int(samples) if method != Method.SGD.value else 1,
+        "n": int(x.shape[0]),
+    }
+    if return_probs:
+        res["probs"], res["mean_probs"] = probs, mean_probs
+    return res
+
+
+def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | None) -> dict[str, Tensor]:
+    if data is not None:
+        return data
+    if data_dir is not None:
+        cfg = cfg.replace(data_dir=data_dir)
+    return runmodel.load_data(cfg)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    samples: int = 10,
+    which: str = "best",
+    data_dir: str | None = None,
+    device: str = "auto",
+    data: dict[str, Tensor] | None = None,
+    reliability: bool = True,
+) -> dict[str, Any]:
+    """Evaluate a run's checkpoint on its test set and write ``run_dir/eval.json`` (and, with
+    ``reliability`` and matplotlib installed, ``run_dir/reliability.png``: one reliability
+    diagram for the mean/deterministic network and one for the k-sample predictive average)."""
+    d = run_dir_of(run_dir)
+    if samples < 1:
+        raise UserError(f"--samples must be >= 1, got {samples}")
+    dev = resolve_device(device)
+    model, cfg = load_run(d, which, device=dev)
+    data = run_data(cfg, data_dir, data)
+    x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+    res = evaluate(model, x, y, cfg.method, samples=samples, return_probs=True)
+    ckpt_epoch = int(load_checkpoint(d / f"{which}.pt")["epoch"])
+    result = {"run": str(d), "checkpoint": which, "epoch": ckpt_epoch, "method": cfg.method,
+              "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
+              "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
+              "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
+              "ece_bins": 15, "n": res["n"]}
+    if reliability:
+        panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
+                  U.reliability_bins(res["mean_probs"], y)}
+        if cfg.method != Method.SGD.value:
+            panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
+        if plot_reliability(panels, d / "reliability.png", title=f"{cfg.method} on {cfg.dataset} test") is not None:
+            result["plots"] = ["reliability.png"]
+    atomic_write_json(d / "eval.json", result)
+    return result
+
+
+def prune_run(
+    run_dir: str | Path,
+    fractions: Sequence[float] = (0.0, 0.5, 0.75, 0.95, 0.98),
+    which: str = "last",
+    data_dir: str | None = None,
+    device: str = "auto",
+    data: dict[str, Tensor] | None = None,
+) -> list[dict[str, Any]]:
+    """The paper's Table 2 for a BBB run: prune by |mu|/sigma and test with the mean weights.
+
+    Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`) and returns its rows.
+    """
+    d = run_dir_of(run_dir)
+    for f in fractions:
+        if not (0.0 <= float(f) <= 1.0):
+            raise UserError(f"fractions must be in [0, 1], got {f}")
+    dev = resolve_device(device)
+    model, cfg = load_run(d, which, device=dev)
+    if cfg.method != Method.BBB.value:
+        raise UserError(f"pruning by signal-to-noise needs a bbb run; {d} was trained with --method {cfg.method}")
+    data = run_data(cfg, data_dir, data)
+    x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+    rows = []
+    for f in fractions:
+        r = prune(model, float(f))
+        rows.append({"fraction_removed": float(f), "weights_left": r.kept, "weights_total": r.total,
+                     "snr_threshold": r.threshold, "test_error": error_rate(model, x, y)})
+    unprune(model)
+    atomic_write_text(d / "pruning.csv", csv_text(PRUNING_COLUMNS, rows))
+    return rows

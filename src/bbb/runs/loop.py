@@ -1,0 +1,364 @@
+"""The epoch loop: :func:`train` trains one network into a run directory (section 5.1 of the paper).
+
+One function trains one network: :func:`train` takes a :class:`TrainConfig` and a run directory
+and leaves there::
+
+    config.json    every setting, the seed, library versions
+    metrics.csv    one row per epoch: epoch, seconds, train_loss, nll, kl, val_error, test_error
+    summary.json   final test/validation error (mean weights and k-sample average), timings
+    last.pt        checkpoint of the last completed epoch (written atomically every epoch)
+    best.pt        checkpoint of the epoch with the lowest validation error
+
+Objective and loss scale. For ``method="bbb"`` the optimised quantity for minibatch i of M is the
+paper's minibatch free energy divided by the minibatch size B::
+
+    (pi_i * KL[q || P] + sum_{n in batch} -log p(y_n | x_n, w)) / B
+
+(the NLL averaged over k Monte Carlo samples, ``pi_i`` from ``kl_weighting``). Dividing by B puts
+the loss on a per-example scale, so learning rates are comparable with the deterministic
+baselines (``sgd``, ``dropout``), which minimise the mean cross-entropy; the minimiser is the
+same. The logged ``train_loss`` is the epoch's free energy per training example,
+(sum_i loss_i) / N; ``nll`` the mean per-example NLL; ``kl`` the mean over the epoch's minibatches
+of the full KL in nats (summed over every weight).
+
+Data live on the device as tensors; each epoch shuffles with ``torch.randperm`` from a seeded
+generator and slices. No host-device synchronisation happens inside an epoch. All randomness
+(initialisation, shuffling, weight noise, dropout) flows from the global torch RNG seeded with
+``seed`` and the shuffling generator; both states are checkpointed, so a killed run resumed with
+``resume=True`` continues exactly where it stopped (bit for bit on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..elbo import ELBO
+from ..engine import Engine, OptimizerKind
+from ..errors import CheckpointError, UserError
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, csv_text
+from ..options import LRSchedule, Method, resolve_device
+from . import model as runmodel
+from .checkpoint import CHECKPOINT_FORMAT, METRIC_COLUMNS, load_checkpoint, load_run
+from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged, TrainingInterrupted
+from .evaluate import error_rate, evaluate
+from .model import DATA_KEYS, build_model, check_data, num_weights, versions
+
+__all__ = ["batch_objective", "make_optimizer", "train", "training_step"]
+
+
+def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """The optimiser of ``cfg``: for ``bbb``, the fused :class:`~bbb.engine.Engine` (seeded with
+    ``cfg.seed``; it takes the plain path by itself where its kernel does not apply); for the
+    deterministic methods ``torch.optim.SGD`` or the fused ``torch.optim.Adam``."""
+    if cfg.method == Method.BBB.value:
+        return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
+                      num_samples=cfg.samples, kl=cfg.kl, seed=cfg.seed)
+    if cfg.optimizer == OptimizerKind.SGD.value:
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    params = list(model.parameters())
+    # The fused Adam kernel (one pass over all parameters; CPU since torch 2.4); older torch falls back.
+    try:
+        return torch.optim.Adam(params, lr=cfg.lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # pragma: no cover - torch < 2.4 or other devices
+        return torch.optim.Adam(params, lr=cfg.lr)
+
+
+def _make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
+    if cfg.lr_schedule == LRSchedule.COSINE.value:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.epochs))
+    if cfg.lr_schedule == LRSchedule.STEP.value:
+        step = cfg.lr_step_size or max(1, cfg.epochs // 3)
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=cfg.lr_gamma)
+    return None
+
+
+def batch_objective(
+    model: nn.Module, elbo: ELBO | None, xb: Tensor, yb: Tensor, batch_index: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(loss to optimise, free-energy term, summed NLL, KL) of one minibatch.
+
+    bbb: ``out.loss / B`` is optimised (the paper's minibatch free energy per example);
+    sgd/dropout: the mean cross-entropy. The other three are detached, for the epoch sums.
+    """
+    b = xb.shape[0]
+    if elbo is not None:
+        out = elbo(xb, yb, batch_index=batch_index)
+        return out.loss / b, out.loss.detach(), out.nll.detach(), out.kl.detach()
+    nll = F.cross_entropy(model(xb).float(), yb, reduction="sum")
+    zero = torch.zeros((), device=xb.device)
+    return nll / b, nll.detach(), nll.detach(), zero
+
+
+def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, xb: Tensor, yb: Tensor,
+                  batch_index: int) -> tuple[Tensor, Tensor, Tensor]:
+    """One optimisation step on a minibatch; returns its (free energy, summed NLL, KL), detached.
+
+    The step ``bbb train`` takes (and the bench times): the objective under the engine's weight
+    sample when ``opt`` is an :class:`~bbb.engine.Engine`, then zero_grad / backward / step.
+    """
+    ctx = opt.sampling() if isinstance(opt, Engine) else contextlib.nullcontext()
+    with ctx:
+        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return fe, nll, kl
+
+
+def _all_finite(model: nn.Module) -> bool:
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.2f}%" if pct else f"{v:.4g}"
+
+
+def train(
+    cfg: TrainConfig,
+    out: str | Path,
+    *,
+    data: dict[str, Tensor] | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+    log: Callable[[str], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], bool | None] | None = None,
+) -> dict[str, Any]:
+    """Train ``cfg`` into the run directory ``out`` and return the summary (also summary.json).
+
+    Args:
+        cfg: the settings.
+        out: run directory (created). Refuses to overwrite an existing checkpoint unless
+            ``resume``.
+        data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y; optional
+            ``num_classes``) instead of loading ``cfg.dataset`` (tests inject tiny data this way).
+        resume: continue from ``out/last.pt`` if it exists (settings other than epochs, device,
+            data_dir, test_each_epoch, eval_samples and bf16 must match the stored ones).
+        quiet: one log line per epoch instead of a tqdm progress bar.
+        log: where log lines go (default: print to stdout); pass ``lambda s: None`` for silence.
+        on_epoch: called after each epoch (once its checkpoints and metrics.csv are written)
+            with a copy of the metrics row; returning True stops training there, and the
+            summary is written for the epochs done (``bbb sweep`` reports to Ray Tune here).
+
+    Raises:
+        TrainingDiverged: NaN/inf loss (``last.pt`` keeps the last good epoch).
+        TrainingInterrupted: Ctrl-C (``last.pt`` holds the last completed epoch).
+        UserError: bad settings, missing data, a mismatching checkpoint.
+    """
+    if log is None:
+        def log(s: str) -> None:
+            print(s, flush=True)
+    out = Path(out)
+    last_path, best_path = out / "last.pt", out / "best.pt"
+    ckpt: dict[str, Any] | None = None
+    if last_path.exists():
+        if not resume:
+            raise UserError(f"{out} already holds a run (last.pt); pass --resume to continue it "
+                            "or choose another --out")
+        ckpt = load_checkpoint(last_path)
+        stored = ckpt["config"]
+        now = cfg.to_dict()
+        diff = [k for k in now if k not in RESUME_MUTABLE and stored.get(k) != now[k]]
+        if diff:
+            k = diff[0]
+            raise UserError(f"cannot resume {out}: setting {k!r} was {stored.get(k)!r}, now {now[k]!r} "
+                            "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16 may change)")
+
+    device = resolve_device(cfg.device)
+    use_bf16 = cfg.bf16 and device.type == "cuda"
+    if cfg.bf16 and not use_bf16:
+        warnings.warn("--bf16 is ignored on CPU (bf16 autocast is used on CUDA only)", stacklevel=2)
+
+    torch.manual_seed(cfg.seed)
+    if data is None:
+        data = runmodel.load_data(cfg)
+    check_data(data)
+    num_classes = int(data.get("num_classes", 0)) or int(
+        max(int(data[k].max()) for k in ("train_y", "val_y", "test_y") if data[k].numel()) + 1)
+    data = {k: data[k].to(device, torch.float32 if k.endswith("_x") else torch.int64) for k in DATA_KEYS}
+    x, y = data["train_x"], data["train_y"]
+    n, in_features = x.shape[0], int(x.shape[1])
+    bsz = cfg.batch_size
+    num_batches = math.ceil(n / bsz)
+
+    model = build_model(cfg, in_features, num_classes).to(device)
+    elbo = (ELBO(model, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
+                 num_samples=cfg.samples, kl=cfg.kl) if cfg.method == Method.BBB.value else None)
+    opt = make_optimizer(cfg, model)
+    sched = _make_scheduler(cfg, opt)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    metrics: list[dict[str, Any]] = []
+    best = {"epoch": 0, "val_error": None}
+    start_epoch = 0
+    model_info = {"in_features": in_features, "num_classes": num_classes, "num_train": n}
+
+    if ckpt is not None:
+        if dict(ckpt["model_info"]).get("in_features") != in_features or \
+                dict(ckpt["model_info"]).get("num_classes") != num_classes:
+            raise UserError(f"cannot resume {out}: the data do not match the stored model")
+        try:
+            model.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            if sched is not None and ckpt.get("scheduler") is not None:
+                sched.load_state_dict(ckpt["scheduler"])
+            gen.set_state(ckpt["rng"]["shuffle"])
+            torch.set_rng_state(ckpt["rng"]["torch"])
+            if device.type == "cuda" and ckpt["rng"].get("cuda") is not None:
+                torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({str(e).splitlines()[0][:160]})") from None
+        metrics = [dict(r) for r in ckpt.get("metrics", [])]
+        best = dict(ckpt.get("best", best))
+        start_epoch = int(ckpt["epoch"])
+        log(f"resuming {out} after epoch {start_epoch}")
+
+    out.mkdir(parents=True, exist_ok=True)
+    lib_versions = versions()
+    atomic_write_json(out / "config.json", {
+        **cfg.to_dict(), "versions": lib_versions, "device_used": str(device),
+        "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
+        "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
+    })
+
+    def checkpoint(epoch: int) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": None if sched is None else sched.state_dict(),
+            "epoch": epoch,
+            "rng": {"shuffle": gen.get_state(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None},
+            "metrics": [dict(r) for r in metrics],
+            "best": dict(best),
+            "config": cfg.to_dict(),
+            "model_info": dict(model_info),
+            "versions": lib_versions,
+        }
+
+    if ckpt is None:  # epoch 0: a run killed during its first epoch can be resumed too
+        atomic_torch_save(last_path, checkpoint(0))
+        atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
+
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+    has_val = data["val_x"].shape[0] > 0
+    try:
+        for epoch in range(start_epoch + 1, cfg.epochs + 1):
+            t0 = time.perf_counter()
+            model.train()
+            perm = torch.randperm(n, generator=gen).to(device)
+            sums = torch.zeros(3, dtype=torch.float64, device=device)  # free energy, nll, kl
+            bar = None
+            steps: Any = range(num_batches)
+            if not quiet:
+                from tqdm import tqdm
+
+                last = metrics[-1] if metrics else {}
+                bar = tqdm(steps, desc=f"epoch {epoch}/{cfg.epochs}", leave=False, dynamic_ncols=True,
+                           file=sys.stderr, disable=None)  # no bar when stderr is not a terminal
+                if last:
+                    bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], True))
+                steps = bar
+            for i in steps:
+                idx = perm[i * bsz:(i + 1) * bsz]
+                xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+                with autocast():
+                    fe, nll, kl = training_step(model, elbo, opt, xb, yb, i)
+                sums += torch.stack([fe.double(), nll.double(), kl.double()])
+            if bar is not None:
+                bar.close()
+            fe_sum, nll_sum, kl_sum = sums.tolist()  # the epoch's one synchronisation
+            if not (math.isfinite(fe_sum) and _all_finite(model)):
+                raise TrainingDiverged(
+                    f"training diverged in epoch {epoch} (loss {fe_sum}); {last_path} keeps epoch "
+                    f"{epoch - 1}; try a lower --lr")
+            if sched is not None:
+                sched.step()
+            val_error = error_rate(model, data["val_x"], data["val_y"]) if has_val else None
+            test_error = error_rate(model, data["test_x"], data["test_y"]) if cfg.test_each_epoch else None
+            row = {
+                "epoch": epoch,
+                "seconds": time.perf_counter() - t0,
+                "train_loss": fe_sum / n,
+                "nll": nll_sum / n,
+                "kl": kl_sum / num_batches,
+                "val_error": val_error,
+                "test_error": test_error,
+            }
+            metrics.append(row)
+            improved = (not has_val) or best["val_error"] is None or val_error < best["val_error"]
+            if improved:
+                best = {"epoch": epoch, "val_error": val_error}
+            state = checkpoint(epoch)
+            atomic_torch_save(last_path, state)
+            if improved:
+                atomic_torch_save(best_path, state)
+            atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
+            msg = (f"epoch {epoch}/{cfg.epochs}  loss {row['train_loss']:.4f}  nll {row['nll']:.4f}  "
+                   f"kl {row['kl']:.4g}  val_err {_fmt(val_error, True)}")
+            if test_error is not None:
+                msg += f"  test_err {_fmt(test_error, True)}"
+            msg += f"  ({row['seconds']:.1f}s)"
+            if quiet:
+                log(msg)
+            else:
+                # tqdm's bar is gone (leave=False); keep one line per epoch on stderr
+                print(msg, file=sys.stderr, flush=True)
+            if on_epoch is not None and on_epoch(dict(row)):
+                break
+    except KeyboardInterrupt:
+        done = metrics[-1]["epoch"] if metrics else 0
+        raise TrainingInterrupted(
+            f"interrupted during epoch {done + 1}; {last_path} holds epoch {done}; "
+            f"resume with: bbb train --resume --out {out}", out, done) from None
+
+    return _finish(out, cfg, data, model, metrics, best)
+
+
+def _finish(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Module,
+            metrics: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate the best and last models on the test set and write summary.json."""
+    done = metrics[-1]["epoch"] if metrics else 0
+    device = data["test_x"].device
+    last_test = error_rate(model, data["test_x"], data["test_y"])
+    last_val = error_rate(model, data["val_x"], data["val_y"])
+    which = "best" if (out / "best.pt").exists() else "last"
+    eval_model = model
+    if which == "best" and best.get("epoch") != done:
+        eval_model, _ = load_run(out, "best", device=device)
+    res = evaluate(eval_model, data["test_x"], data["test_y"], cfg.method, samples=cfg.eval_samples)
+    summary = {
+        "model": which,
+        "test_error": res["error"],
+        "test_error_mc": res["error_mc"],
+        "val_error": error_rate(eval_model, data["val_x"], data["val_y"]),
+        "test_nll": res["nll"],
+        "test_ece": res["ece"],
+        "test_brier": res["brier"],
+        "eval_samples": res["samples"],
+        "last_test_error": last_test,
+        "last_val_error": last_val,
+        "best_epoch": best.get("epoch"),
+        "best_val_error": best.get("val_error"),
+        "epochs": done,
+        "seconds": float(sum(r["seconds"] for r in metrics)),
+        "method": cfg.method,
+        "dataset": cfg.dataset,
+        "hidden": list(cfg.hidden),
+        "num_weights": num_weights(model),
+    }
+    atomic_write_json(out / "summary.json", summary)
+    return summary

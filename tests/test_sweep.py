@@ -83,10 +83,10 @@ def test_docs_show_the_paper_space():
     text = (ROOT / "docs" / "scale_out.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
     assert blocks, "docs/scale_out.md has no yaml block"
-    shown = yaml.load(blocks[0], Loader=S._yaml_loader())
+    shown = yaml.load(blocks[0], Loader=S.yaml_loader())
     assert shown == S.PAPER_SPACE
     for block in blocks[1:]:  # the other examples are valid spaces
-        assert S.expand_space(yaml.load(block, Loader=S._yaml_loader()))
+        assert S.expand_space(yaml.load(block, Loader=S.yaml_loader()))
 
 
 def test_trial_ids_are_stable_hashes_of_what_is_computed():
@@ -193,7 +193,7 @@ def test_cost_model_matches_the_measured_epoch_times():
 def test_show_space_round_trips(capsys):
     yaml = pytest.importorskip("yaml")
     assert cli_main(["sweep", "--space", "paper", "--set", "epochs=3", "--show-space"]) == 0
-    shown = yaml.load(capsys.readouterr().out, Loader=S._yaml_loader())
+    shown = yaml.load(capsys.readouterr().out, Loader=S.yaml_loader())
     assert shown["params"]["epochs"] == 3
     assert {k: v for k, v in shown["params"].items() if k != "epochs"} == {
         k: v for k, v in S.PAPER_SPACE["params"].items() if k != "epochs"}
@@ -296,7 +296,7 @@ def test_killed_local_sweep_resumes(tmp_path):
         while time.monotonic() < deadline and proc.poll() is None:
             finished = [t for t in trials if (S.trial_dir(out, t.trial_id) / "result.json").exists()]
             partial = [t.trial_id for t in trials if t not in finished
-                       and S._epochs_done(S.trial_dir(out, t.trial_id)) >= 2]
+                       and S.epochs_done(S.trial_dir(out, t.trial_id)) >= 2]
             if finished and partial:
                 os.killpg(proc.pid, signal.SIGKILL)
                 break
@@ -314,7 +314,7 @@ def test_killed_local_sweep_resumes(tmp_path):
     assert len(table) == 5 and all(len(r) == len(table[0]) for r in table)
     done_before = {t.trial_id for t in trials if (S.trial_dir(out, t.trial_id) / "result.json").exists()}
     stamps = {tid: (S.trial_dir(out, tid) / "last.pt").stat().st_mtime_ns for tid in done_before}
-    killed_at = {tid: S._epochs_done(S.trial_dir(out, tid)) for tid in partial}
+    killed_at = {tid: S.epochs_done(S.trial_dir(out, tid)) for tid in partial}
 
     rows = S.run_sweep(space, quiet_opts(out), log=silent)
     assert [r["status"] for r in rows] == ["done"] * 4

@@ -111,7 +111,7 @@ def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):
     sp = space(seed={"grid": [0, 1]})
     t0, t1 = S.expand_space(sp)
     logged: list[str] = []
-    with S._trial_lock(S.trial_dir(out, t0.trial_id)) as holder:  # another open file: another holder
+    with S.trial_lock(S.trial_dir(out, t0.trial_id)) as holder:  # another open file: another holder
         assert holder is None
         rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False), log=logged.append)
     by_id = {r["trial_id"]: r for r in rows}

@@ -70,7 +70,7 @@ def test_kill_9_of_a_parallel_sweep_leaves_no_worker(tmp_path: Path) -> None:
     kids: set[int] = set()
     try:
         def two_training() -> bool:
-            return sum(S._epochs_done(S.trial_dir(out, t.trial_id)) >= 1 for t in trials) >= 2
+            return sum(S.epochs_done(S.trial_dir(out, t.trial_id)) >= 1 for t in trials) >= 2
 
         assert wait_until(two_training, 240, 0.1), "the workers did not start training"
         kids = descendants(proc.pid)

@@ -1,0 +1,150 @@
+"""Hyperparameter sweeps over a search space, on this machine or on a Ray cluster (``bbb sweep``).
+
+A search space (the paper's MNIST grid by default, or a YAML/JSON file) expands into trials; each
+trial is one :func:`bbb.runs.train` run in its own directory ``OUT/trials/<trial_id>/``, where
+``trial_id`` is a stable hash of the trial's settings. Two backends run the same training
+function and write the same files:
+
+- ``local``: ``--max-concurrent`` trials at a time, each in its own process (one trial at a time
+  runs in the calling process); no Ray needed.
+- ``ray``: every trial is a Ray Tune trial. ``--address auto`` / ``ray://HOST:PORT`` joins a
+  running cluster, no address starts a local one; ``--gpus-per-trial`` may be fractional;
+  ``--scheduler asha`` stops trials early on the validation error reported every epoch.
+  Ray is an optional extra: ``pip install 'bbb[ray]'``.
+
+Fault tolerance. Every epoch ends with ``last.pt`` in the trial directory (atomically written)
+and, on Ray, a checkpoint reported through ``tune.report(..., checkpoint=...)``. A failed trial is
+retried up to ``--max-failures`` times and resumes from its latest checkpoint (on Ray from
+``tune.get_checkpoint()``, so a trial also resumes on another node). Re-running ``bbb sweep``
+with the same ``--out`` skips finished trials (``result.json`` written) and resumes unfinished ones
+from their ``last.pt``. Locally, a trial being trained holds ``trials/<id>/trial.lock`` (an
+``flock`` freed when its process ends), so a second sweep on the same ``--out`` never trains it
+twice; worker processes stop as soon as the sweep process is gone (``kill -9`` included).
+
+Spaces are validated before they are expanded (:func:`validate_space`: finite numbers of the right
+kind within bounds for every numeric key) and counted without expanding (:func:`count_trials`);
+more than :data:`MAX_TRIALS` trials need ``--limit``.
+
+Results: ``OUT/sweep.csv`` (one row per trial, sorted by validation error: every hyperparameter of
+the space, epochs run, validation/test error, seconds, status) and ``OUT/best.json`` (the trial
+with the lowest validation error; the test error is reported, never used to choose). Both are
+rewritten atomically after every finished trial, so a killed sweep never leaves half a file.
+
+Search-space format (YAML or JSON; see docs/scale_out.md)::
+
+    description: free text
+    num_samples: 1        # random draws per grid point (when some value is random)
+    seed: 0               # seed of the random draws
+    params:
+      lr: {grid: [1.0e-3, 1.0e-4, 1.0e-5]}     # every value (cartesian product, first key outermost)
+      samples: {choice: [1, 2, 5, 10]}         # random: choice, uniform, loguniform, randint
+      epochs: 600                              # anything else is a fixed value
+      hidden: [400, 400]                       # (a plain list is a fixed value too)
+
+Keys are :class:`bbb.runs.TrainConfig` fields plus ``width``/``depth`` (``hidden`` = depth x
+width), ``neg_log_sigma1``/``neg_log_sigma2`` (sigma = exp(-value)), ``dataset: synthetic``
+(Gaussian blobs: ``synthetic_dim``, ``synthetic_train``, ``synthetic_classes``; for tests and
+smoke runs) and ``fail_once_at_epoch`` (testing only: the trial crashes once after that epoch).
+"""
+
+from __future__ import annotations
+
+from ..options import Backend, SchedulerKind
+from ..options import SweepDataset as DatasetKind
+from .command import (  # noqa: F401
+    EXAMPLE,
+    add_arguments,
+    dry_run_table,
+    main,
+)
+from .cost import (  # noqa: F401
+    FIXED_FRACTION,
+    REF_EPOCH_SECONDS,
+    REF_TRAIN,
+    REF_WEIGHTS,
+    SAMPLE_FIXED,
+    epoch_seconds_estimate,
+    synthetic_data,
+    trial_data,
+)
+from .ray_backend import (  # noqa: F401
+    checkpoint_epoch,
+    import_ray,
+    ray_dirname,
+    ray_trainable,
+    read_last_metrics,
+    restore_files,
+)
+from .results import (  # noqa: F401
+    SweepOptions,
+    read_sweep,
+    write_results,
+)
+from .runner import (  # noqa: F401
+    run_sweep,
+)
+from .space import (  # noqa: F401
+    BUILTIN_SPACES,
+    MAX_TRIALS,
+    MAX_WIDTH,
+    NUMERIC_KEYS,
+    PAPER_SPACE,
+    RESULT_COLUMNS,
+    SPACE_KEYS,
+    SWEEP_KEYS,
+    DataSpec,
+    Trial,
+    TrialStatus,
+    apply_overrides,
+    count_trials,
+    expand_space,
+    load_space,
+    resolve_params,
+    trial_id_of,
+    validate_space,
+    varied_keys,
+    yaml_loader,
+)
+from .trial import (  # noqa: F401
+    LOCK_GRACE_SECONDS,
+    LOCK_NAME,
+    InjectedFailure,
+    append_history,
+    epochs_done,
+    finalize_trial,
+    finished_row,
+    result_row,
+    run_trial_local,
+    silent,
+    start_trial,
+    trial_dir,
+    trial_lock,
+    worker_init,
+)
+
+__all__ = [
+    "Backend",
+    "SchedulerKind",
+    "TrialStatus",
+    "DatasetKind",
+    "Trial",
+    "SweepOptions",
+    "PAPER_SPACE",
+    "SWEEP_KEYS",
+    "RESULT_COLUMNS",
+    "load_space",
+    "apply_overrides",
+    "expand_space",
+    "validate_space",
+    "count_trials",
+    "MAX_TRIALS",
+    "NUMERIC_KEYS",
+    "resolve_params",
+    "synthetic_data",
+    "epoch_seconds_estimate",
+    "run_sweep",
+    "read_sweep",
+    "add_arguments",
+    "main",
+    "EXAMPLE",
+]

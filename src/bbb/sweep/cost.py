@@ -1,0 +1,84 @@
+"""The data a trial trains on (a dataset split or a small synthetic problem) and the
+estimated seconds per epoch of a trial, for ``--dry-run``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..options import SweepDataset as DatasetKind
+from .space import DataSpec, resolve_params
+
+#: Cost model of --dry-run: seconds per epoch = REF_EPOCH_SECONDS x (FIXED_FRACTION + (1 -
+#: FIXED_FRACTION) x weights / REF_WEIGHTS) x (SAMPLE_FIXED + (1 - SAMPLE_FIXED) x samples) x
+#: (training examples / 50,000), halved for sgd/dropout (the paper: BBB is about 2x slower than
+#: dropout). Measured on 2 idle CPU cores by `make bench` (bench/results/peers.md, 2026-11-21):
+#: the paper's configuration (scale mixture, MC KL, 1 sample) 9.2 s/epoch at 2x400 (478k weights)
+#: and 32.5 s/epoch at 2x1200 (2.39M), i.e. 3.4 s + 12.2 s per million weights; a step with k
+#: samples cost 1.8x, 3.2x, 6.0x one sample's for k = 2, 5, 10 (2x1200, measured on a loaded
+#: machine), as 0.4 + 0.6 k: the k samples share one batched matmul.
+REF_EPOCH_SECONDS = 9.2
+
+
+FIXED_FRACTION = 0.367
+
+
+SAMPLE_FIXED = 0.4
+
+
+REF_WEIGHTS = 478_410
+
+
+REF_TRAIN = 50_000
+
+
+def synthetic_data(dim: int = 64, n_train: int = 400, classes: int = 4, seed: int = 0) -> dict[str, Any]:
+    """Gaussian blobs (unit noise around ``classes`` random centres): train, and val/test of
+    ``n_train // 4`` examples each. Learnable in a few epochs by a small network."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    centers = 0.5 * torch.randn(classes, dim, generator=g)
+
+    def make(n: int) -> tuple[Any, Any]:
+        y = torch.randint(0, classes, (n,), generator=g)
+        return centers[y] + torch.randn(n, dim, generator=g), y
+
+    n_eval = max(1, n_train // 4)
+    (a, b), (c, d), (e, f) = make(n_train), make(n_eval), make(n_eval)
+    return {"train_x": a, "train_y": b, "val_x": c, "val_y": d, "test_x": e, "test_y": f,
+            "num_classes": classes}
+
+
+_DATA_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]:
+    """The trial's tensors, cached per process (workers run many trials on the same data)."""
+    from ..runs import load_data
+
+    key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale], "dir": data_dir})
+    if key not in _DATA_CACHE:
+        if data.kind == DatasetKind.SYNTHETIC.value:
+            _DATA_CACHE[key] = synthetic_data(data.dim, data.n_train, data.classes, cfg.split_seed)
+        else:
+            _DATA_CACHE[key] = load_data(cfg.replace(data_dir=data_dir) if data_dir else cfg)
+    return _DATA_CACHE[key]
+
+
+def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
+    """(training examples, input features, classes) without loading the data."""
+    if data.kind == DatasetKind.SYNTHETIC.value:
+        return data.n_train, data.dim, data.classes
+    return 60_000 - cfg.val_size, 784, 10
+
+
+def epoch_seconds_estimate(params: dict[str, Any], ref_epoch_seconds: float = REF_EPOCH_SECONDS) -> float:
+    """Estimated seconds per epoch of a trial (the module's cost model; see REF_EPOCH_SECONDS)."""
+    cfg, data, _ = resolve_params(params)
+    n, d, c = _shape(cfg, data)
+    sizes = [d, *cfg.hidden, c]
+    weights = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    factor = SAMPLE_FIXED + (1 - SAMPLE_FIXED) * cfg.samples if cfg.method == "bbb" else 0.5
+    size = FIXED_FRACTION + (1 - FIXED_FRACTION) * weights / REF_WEIGHTS
+    return ref_epoch_seconds * size * factor * n / REF_TRAIN

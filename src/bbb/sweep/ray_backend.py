@@ -1,0 +1,135 @@
+"""The Ray Tune backend: the trainable, checkpoint snapshots of a trial directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..io import atomic_write_json, atomic_write_text
+from .cost import trial_data
+from .space import Trial, TrialStatus
+from .trial import InjectedFailure, append_history, epochs_done, result_row, silent, start_trial
+
+_CKPT_FILES = ("last.pt", "best.pt", "metrics.csv", "summary.json")
+
+
+def import_ray() -> tuple[Any, Any]:
+    try:
+        import ray
+        from ray import tune
+    except ImportError as e:
+        raise UserError(f"--backend ray needs Ray Tune, which is not installed ({e.name or e}): "
+                        "pip install 'bbb[ray]'") from None
+    return ray, tune
+
+
+def _snapshot(d: Path, epoch: int, files: Iterable[str]) -> Path:
+    """A folder of hard links (copies across filesystems) to the trial's checkpoint files."""
+    snap = d / f".ray-checkpoint-{epoch}"
+    shutil.rmtree(snap, ignore_errors=True)
+    snap.mkdir()
+    for name in files:
+        src = d / name
+        if src.is_file():
+            try:
+                os.link(src, snap / name)
+            except OSError:
+                shutil.copy2(src, snap / name)
+    atomic_write_json(snap / "state.json", {"epoch": epoch})
+    return snap
+
+
+def restore_files(src: Path, d: Path) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    for name in _CKPT_FILES:
+        if (src / name).is_file():
+            tmp = d / f".{name}.restore"
+            shutil.copy2(src / name, tmp)
+            os.replace(tmp, d / name)
+
+
+def checkpoint_epoch(path: Path) -> int:
+    try:
+        return int(json.loads((path / "state.json").read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def ray_trainable(config: dict[str, Any]) -> None:
+    """The Ray Tune function of one trial: the same train(), reporting after every epoch.
+
+    Each epoch: ``tune.report({"epoch", "val_error", ...}, checkpoint=...)`` with last.pt,
+    best.pt and metrics.csv. A retry (``max_failures``) starts from ``tune.get_checkpoint()``
+    when that is ahead of the trial directory on this node.
+    """
+    from ray import tune
+
+    from ..runs import TrainingDiverged, train
+
+    trial = Trial.from_dict(config["trial"])
+    out = Path(config["out"])
+    if config.get("threads"):
+        import torch
+
+        torch.set_num_threads(int(config["threads"]))
+    d, cfg, spec, fail = start_trial(out, trial)
+    source = "local" if (d / "last.pt").exists() else "fresh"
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as cd:
+            if checkpoint_epoch(Path(cd)) > epochs_done(d) or not (d / "last.pt").exists():
+                restore_files(Path(cd), d)
+                source = "ray-checkpoint"
+    append_history(d, "start", from_epoch=epochs_done(d), source=source, backend="ray")
+    data = trial_data(cfg, spec, config.get("data_dir"))
+
+    def report(metrics: dict[str, Any], epoch: int, files: Sequence[str]) -> None:
+        snap = _snapshot(d, epoch, files)
+        try:
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(snap)))
+        finally:
+            shutil.rmtree(snap, ignore_errors=True)
+
+    def on_epoch(row: dict[str, Any]) -> None:
+        epoch = int(row["epoch"])
+        if epoch < cfg.epochs:  # the last epoch is reported with the summary, below
+            report({"epoch": epoch, "val_error": row["val_error"], "train_loss": row["train_loss"],
+                    "status": TrialStatus.PENDING.value}, epoch, _CKPT_FILES[:3])
+        if fail is not None and epoch == fail and not (d / "failed_once").exists():
+            # a lost node: the trial's local files go too, so only Ray's checkpoint can resume it
+            atomic_write_text(d / "failed_once", f"epoch {fail}\n")
+            for name in _CKPT_FILES:
+                (d / name).unlink(missing_ok=True)
+            raise InjectedFailure(f"fail_once_at_epoch={fail}: injected failure after epoch {fail}")
+
+    try:
+        summary = train(cfg, d, data=data, resume=True, quiet=True, log=silent, on_epoch=on_epoch)
+    except TrainingDiverged as e:
+        row = result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()))
+        atomic_write_json(d / "result.json", row)
+        tune.report({"epoch": epochs_done(d), "val_error": 1.0, "status": row["status"], "row": row})
+        return
+    row = result_row(trial, TrialStatus.DONE, summary, d)
+    last = read_last_metrics(d)
+    report({"epoch": int(summary["epochs"]), "val_error": last.get("val_error", summary["best_val_error"]),
+            "train_loss": last.get("train_loss"), "status": row["status"], "row": row},
+           int(summary["epochs"]), _CKPT_FILES)
+
+
+def read_last_metrics(d: Path) -> dict[str, Any]:
+    from ..runs import read_metrics
+
+    try:
+        rows = read_metrics(d)
+    except UserError:
+        return {}
+    return rows[-1] if rows else {}
+
+
+def ray_dirname(trial: Any) -> str:
+    return str(trial.config["trial"]["trial_id"])

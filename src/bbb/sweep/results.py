@@ -1,0 +1,125 @@
+"""The sweep's options and its results: ``sweep.csv`` and ``best.json``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..io import atomic_write_json, atomic_write_text
+from ..options import Backend, SchedulerKind
+from .space import RESULT_COLUMNS, Trial, TrialStatus
+from .trial import result_row, trial_dir
+
+
+@dataclass
+class SweepOptions:
+    """How to run a sweep (the command line's options)."""
+
+    out: Path
+    backend: str = Backend.LOCAL.value
+    address: str | None = None
+    scheduler: str = SchedulerKind.NONE.value
+    max_concurrent: int | None = None
+    gpus_per_trial: float = 0.0
+    cpus_per_trial: float | None = None
+    max_failures: int = 2
+    grace_period: int | None = None
+    reduction_factor: float = 4.0
+    storage: str | None = None
+    data_dir: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        for name, enum in (("backend", Backend), ("scheduler", SchedulerKind)):
+            v = getattr(self, name)
+            v = v.value if isinstance(v, Enum) else v
+            if v not in {e.value for e in enum}:
+                raise UserError(f"unknown {name} {v!r}; choose one of: {', '.join(e.value for e in enum)}")
+            setattr(self, name, v)
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise UserError(f"--max-concurrent must be >= 1, got {self.max_concurrent}")
+        if not (self.gpus_per_trial >= 0 and math.isfinite(self.gpus_per_trial)):
+            raise UserError(f"--gpus-per-trial must be >= 0, got {self.gpus_per_trial}")
+        if self.cpus_per_trial is not None and not self.cpus_per_trial > 0:
+            raise UserError(f"--cpus-per-trial must be > 0, got {self.cpus_per_trial}")
+        if self.max_failures < 0:
+            raise UserError(f"--max-failures must be >= 0, got {self.max_failures}")
+        if self.grace_period is not None and self.grace_period < 1:
+            raise UserError(f"--grace-period must be >= 1, got {self.grace_period}")
+        if not self.reduction_factor > 1:
+            raise UserError(f"--reduction-factor must be > 1, got {self.reduction_factor}")
+        if self.backend == Backend.LOCAL.value:
+            if self.scheduler != SchedulerKind.NONE.value:
+                raise UserError(f"--scheduler {self.scheduler} needs --backend ray")
+            for flag, v in (("--address", self.address), ("--storage", self.storage)):
+                if v is not None:
+                    raise UserError(f"{flag} is for --backend ray")
+            if self.gpus_per_trial:
+                raise UserError("--gpus-per-trial is for --backend ray; the local backend runs its "
+                                "trials on the trial's device (auto: cuda:0 when there is one)")
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list | dict):
+        return json.dumps(v)
+    return v
+
+
+def _sort_key(row: dict[str, Any]) -> tuple[int, float, int]:
+    v = row.get("val_error")
+    ok = row["status"] in (TrialStatus.DONE.value, TrialStatus.STOPPED.value) and v is not None
+    return (0 if ok else 1, float(v) if ok else math.inf, int(row.get("index", 0)))
+
+
+def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, Any]],
+                  backend: str) -> Path:
+    """Write sweep.csv (every trial; unfinished ones as pending) and best.json, atomically."""
+    keys: list[str] = []
+    for t in trials:
+        keys += [k for k in t.params if k not in keys]
+    table = []
+    for t in trials:
+        r = rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
+        table.append({**r, "index": t.index, "params": dict(t.params)})
+    table.sort(key=_sort_key)
+    columns = ["trial_id", "status", *keys, *RESULT_COLUMNS]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in table:
+        flat = {**r["params"], **{k: r.get(k) for k in ("trial_id", "status", *RESULT_COLUMNS)}}
+        w.writerow([_csv_value(flat.get(c)) for c in columns])
+    path = atomic_write_text(out / "sweep.csv", buf.getvalue())
+    if table and _sort_key(table[0])[0] == 0:
+        best = table[0]
+        atomic_write_json(out / "best.json", {
+            "trial_id": best["trial_id"], "selected_by": "val_error", "backend": backend,
+            "val_error": best["val_error"], "test_error": best["test_error"],
+            "test_error_mc": best["test_error_mc"], "test_nll": best["test_nll"],
+            "status": best["status"], "epochs_run": best["epochs_run"], "best_epoch": best["best_epoch"],
+            "seconds": best["seconds"], "params": best["params"], "trial_dir": best["trial_dir"],
+            "trials": len(trials),
+            "finished": sum(1 for r in table if r["status"] != TrialStatus.PENDING.value)})
+    return path
+
+
+def read_sweep(out: str | Path) -> list[dict[str, str]]:
+    """The rows of ``OUT/sweep.csv`` (strings, as written)."""
+    path = Path(out) / "sweep.csv"
+    if not path.is_file():
+        raise UserError(f"{path} not found")
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))

@@ -1,0 +1,238 @@
+"""Running a sweep: skip finished trials, run the rest locally or on Ray, write the results."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ..errors import UserError
+from ..io import atomic_write_json
+from ..options import Backend, SchedulerKind
+from .cost import trial_data
+from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
+from .results import SweepOptions, write_results
+from .space import Trial, TrialStatus, expand_space, resolve_params
+from .trial import (
+    epochs_done,
+    finalize_trial,
+    finished_row,
+    result_row,
+    run_trial_local,
+    trial_dir,
+    worker_init,
+)
+
+
+def _progress(total: int, initial: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc="trials", unit="trial", file=sys.stderr,
+                dynamic_ncols=True, disable=None if enabled else True)
+
+
+def _announce(bar: Any, log: Callable[[str], None], row: dict[str, Any]) -> None:
+    """One line per finished trial (through the progress bar when it is shown) and a tick."""
+    if bar.disable:
+        log(_describe(row))
+    else:
+        bar.write(_describe(row))
+    bar.update(1)
+
+
+def _describe(row: dict[str, Any]) -> str:
+    v = row.get("val_error")
+    err = f" ({row['error']})" if row.get("error") else ""
+    return (f"trial {row['trial_id']} {row['status']}: {row.get('epochs_run')} epochs, val error "
+            f"{'-' if v is None else f'{100 * v:.2f}%'}{err}")
+
+
+def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = None,
+              log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Expand ``space`` and run its unfinished trials on ``opts.backend``; returns every row
+    (also ``OUT/sweep.csv`` and ``OUT/best.json``)."""
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    trials = expand_space(space, limit)
+    if not trials:
+        raise UserError("the search space has no trials")
+    out = opts.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "space.json", {**space, "limit": limit})
+    rows: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        r = finished_row(out, t)
+        if r is not None:
+            rows[t.trial_id] = r
+    todo = [t for t in trials if t.trial_id not in rows]
+    if rows:
+        log(f"{len(rows)} of {len(trials)} trials already finished in {out}; running {len(todo)}")
+    write_results(out, trials, rows, opts.backend)
+    if todo:
+        if opts.backend == Backend.LOCAL.value:
+            _run_local(todo, trials, rows, out, opts, log)
+        else:
+            _run_ray(todo, trials, rows, out, opts, log)
+    write_results(out, trials, rows, opts.backend)
+    return [rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
+            for t in trials]
+
+
+def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
+               opts: SweepOptions, log: Callable[[str], None]) -> None:
+    workers = opts.max_concurrent or 1
+    threads = int(opts.cpus_per_trial) if opts.cpus_per_trial else max(1, (os.cpu_count() or 1) // workers)
+    payloads = [{"trial": t.to_dict(), "out": str(out), "data_dir": opts.data_dir,
+                 "max_failures": opts.max_failures, "threads": threads} for t in todo]
+    bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
+
+    def done(row: dict[str, Any]) -> None:
+        rows[row["trial_id"]] = row
+        write_results(out, trials, rows, opts.backend)
+        _announce(bar, log, row)
+
+    try:
+        if workers == 1 or len(todo) == 1:
+            for p in payloads:
+                done(run_trial_local(p))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
+            for p in payloads:
+                p["parent_pid"] = os.getpid()
+            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx,
+                                     initializer=worker_init, initargs=(os.getpid(),)) as pool:
+                futures = [pool.submit(run_trial_local, p) for p in payloads]
+                try:
+                    for fut in as_completed(futures):
+                        done(fut.result())
+                except BaseException:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
+    finally:
+        bar.close()
+
+
+def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
+             opts: SweepOptions, log: Callable[[str], None]) -> None:
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # a forced experiment snapshot per checkpoint is fine at seconds-to-minutes per epoch
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")  # one line per crash instead (below)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    ray, tune = import_ray()
+    import logging
+
+    from ray.tune.schedulers import ASHAScheduler
+
+    started = False
+    if not ray.is_initialized():
+        try:
+            if opts.address is None:
+                ray.init(include_dashboard=False, log_to_driver=False, configure_logging=True,
+                         logging_level=logging.WARNING)
+            else:
+                ray.init(address=opts.address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            where = opts.address or "a new local cluster"
+            raise UserError(f"cannot start or join Ray ({where}): {' '.join(str(e).split())[:200]}") from None
+        started = True
+    try:
+        cpus = opts.cpus_per_trial or 1.0
+        resources = {"cpu": cpus, "gpu": opts.gpus_per_trial}
+        epochs = max(resolve_params(t.params)[0].epochs for t in todo)
+        scheduler = None
+        if opts.scheduler == SchedulerKind.ASHA.value:
+            grace = opts.grace_period or max(1, epochs // 10)
+            scheduler = ASHAScheduler(time_attr="epoch", max_t=max(epochs, grace),
+                                      grace_period=min(grace, epochs), reduction_factor=opts.reduction_factor)
+        by_id = {t.trial_id: t for t in todo}
+        data_cache: dict[str, Any] = {}
+        bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
+
+        def collect(rt: Any, error: str | None = None) -> None:
+            tid = rt.config["trial"]["trial_id"]
+            if tid in rows or tid not in by_id:
+                return
+            row = _collect_ray_trial(by_id[tid], rt, out, opts, error, data_cache)
+            rows[tid] = row
+            atomic_write_json(trial_dir(out, tid) / "result.json", row)
+            write_results(out, trials, rows, opts.backend)
+            _announce(bar, log, row)
+
+        class Collect(tune.Callback):  # runs in this process, as each trial ends
+            def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+                collect(trial)
+
+            def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+                msg = (f"trial {trial.config['trial']['trial_id']} crashed (failure {trial.num_failures} of at "
+                       f"most {opts.max_failures}); retrying from its latest checkpoint; see {trial.error_file}")
+                if bar.disable:
+                    log(msg)
+                else:
+                    bar.write(msg)
+
+            def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+                collect(trial, error=f"crashed {trial.num_failures} time(s); Ray's error file: {trial.error_file}")
+
+        storage = opts.storage or str(out / "ray")
+        name = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
+        tuner = tune.Tuner(
+            tune.with_resources(ray_trainable, resources),
+            param_space={"trial": tune.grid_search([t.to_dict() for t in todo]), "out": str(out),
+                         "data_dir": opts.data_dir, "threads": max(1, int(cpus))},
+            tune_config=tune.TuneConfig(metric="val_error", mode="min", scheduler=scheduler,
+                                        max_concurrent_trials=opts.max_concurrent,
+                                        reuse_actors=True,  # one worker (torch import, data) for many trials
+                                        trial_dirname_creator=ray_dirname, trial_name_creator=ray_dirname),
+            run_config=tune.RunConfig(
+                name=name, storage_path=storage, verbose=0, callbacks=[Collect()],
+                failure_config=tune.FailureConfig(max_failures=opts.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2)),
+        )
+        try:
+            results = tuner.fit()
+            for r in results:  # anything the callback did not see
+                tid = (r.config or {}).get("trial", {}).get("trial_id")
+                if tid in by_id and tid not in rows:
+                    rt = SimpleNamespace(config=r.config, last_result=r.metrics or {}, checkpoint=r.checkpoint)
+                    collect(rt, error=None if r.error is None else " ".join(str(r.error).split())[:300])
+        finally:
+            bar.close()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _collect_ray_trial(trial: Trial, rt: Any, out: Path, opts: SweepOptions, error: str | None,
+                       data_cache: dict[str, Any]) -> dict[str, Any]:
+    """The row of a finished Ray trial; its files are copied here from its Ray checkpoint when
+    this machine's copy is behind (another node), and a trial stopped early is evaluated here."""
+    d = trial_dir(out, trial.trial_id)
+    ckpt = getattr(rt, "checkpoint", None)
+    if ckpt is not None:
+        with ckpt.as_directory() as cd:
+            behind = checkpoint_epoch(Path(cd)) > epochs_done(d) or (
+                (Path(cd) / "summary.json").is_file() and not (d / "summary.json").is_file())
+            if behind:
+                restore_files(Path(cd), d)
+    result = rt.last_result or {}
+    if isinstance(result.get("row"), dict):
+        return {**result["row"], "index": trial.index, "params": dict(trial.params)}
+    if error is not None or not (d / "last.pt").exists():
+        return result_row(trial, TrialStatus.FAILED, None, d, error=error or "no checkpoint was reported",
+                    retry=True)
+    cfg, spec, _ = resolve_params(trial.params)
+    key = json.dumps(spec.key())
+    if key not in data_cache:
+        data_cache[key] = trial_data(cfg, spec, opts.data_dir)
+    summary = finalize_trial(d, cfg, data_cache[key])
+    status = TrialStatus.STOPPED if int(summary["epochs"]) < cfg.epochs else TrialStatus.DONE
+    return result_row(trial, status, summary, d)

@@ -1,0 +1,267 @@
+"""One trial, on either backend: its directory, history, lock and result row; the local
+backend's worker."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import errno
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..io import atomic_write_json, atomic_write_text
+from .cost import trial_data
+from .space import DataSpec, Trial, TrialStatus, resolve_params
+
+
+class InjectedFailure(RuntimeError):
+    """The crash asked for by ``fail_once_at_epoch`` (tests of the retry path)."""
+
+
+def silent(_: str) -> None:
+    pass
+
+
+def trial_dir(out: str | Path, trial_id: str) -> Path:
+    return Path(out) / "trials" / trial_id
+
+
+def epochs_done(d: Path) -> int:
+    """Completed epochs recorded in ``d/metrics.csv`` (0 when there is none)."""
+    path = d / "metrics.csv"
+    if not path.is_file():
+        return 0
+    with path.open(newline="") as f:
+        return sum(1 for _ in csv.DictReader(f))
+
+
+def _history(d: Path) -> list[dict[str, Any]]:
+    path = d / "history.json"
+    try:
+        return list(json.loads(path.read_text())) if path.is_file() else []
+    except (OSError, ValueError):
+        return []
+
+
+def append_history(d: Path, event: str, **info: Any) -> None:
+    """Log an attempt (``start``: from which epoch, restored from where) or an ``error``."""
+    hist = _history(d)
+    if event == "start":
+        info = {"attempt": 1 + sum(1 for h in hist if h.get("event") == "start"), **info}
+    hist.append({"event": event, **info, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    atomic_write_json(d / "history.json", hist)
+
+
+def result_row(trial: Trial, status: TrialStatus, summary: dict[str, Any] | None, d: Path,
+         epochs_run: int | None = None, error: str | None = None, retry: bool = False) -> dict[str, Any]:
+    """A trial's result (result.json, a row of sweep.csv). ``retry``: a crashed trial, which a
+    re-run of the sweep runs again (a diverged one is not: it would diverge again)."""
+    s = summary or {}
+    return {
+        "trial_id": trial.trial_id,
+        "index": trial.index,
+        "status": status.value,
+        "params": dict(trial.params),
+        "epochs_run": s.get("epochs", epochs_run if epochs_run is not None else epochs_done(d)),
+        "best_epoch": s.get("best_epoch"),
+        "val_error": s.get("best_val_error"),
+        "test_error": s.get("test_error"),
+        "test_error_mc": s.get("test_error_mc"),
+        "test_nll": s.get("test_nll"),
+        "seconds": s.get("seconds"),
+        "error": error,
+        "trial_dir": str(Path("trials") / trial.trial_id),
+        "retry": retry,
+    }
+
+
+def finished_row(out: Path, trial: Trial) -> dict[str, Any] | None:
+    """The trial's result.json when it is finished (done, stopped, or failed and not to be
+    retried), else None."""
+    path = trial_dir(out, trial.trial_id) / "result.json"
+    if not path.is_file():
+        return None
+    try:
+        row = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if row.get("status") == TrialStatus.FAILED.value and row.get("retry"):
+        return None
+    if row.get("status") in (TrialStatus.DONE.value, TrialStatus.STOPPED.value, TrialStatus.FAILED.value):
+        row["index"] = trial.index
+        row["params"] = dict(trial.params)
+        return row
+    return None
+
+
+def start_trial(out: Path, trial: Trial) -> tuple[Path, Any, DataSpec, int | None]:
+    cfg, data, fail = resolve_params(trial.params)
+    d = trial_dir(out, trial.trial_id)
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(d / "trial.json", {**trial.to_dict(), "train_config": cfg.to_dict(),
+                                         "data": data.key()})
+    return d, cfg, data, fail
+
+
+def finalize_trial(d: Path, cfg: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate a trial that stopped before ``cfg.epochs`` (train() with nothing left to run)."""
+    from ..runs import load_checkpoint, train
+
+    done = int(load_checkpoint(d / "last.pt")["epoch"])
+    return train(cfg.replace(epochs=done), d, data=data, resume=True, quiet=True, log=silent)
+
+
+LOCK_NAME = "trial.lock"
+
+
+"""Lock file of a trial being trained (``OUT/trials/<id>/trial.lock``): ``flock``-ed by the
+process training it, and holding that process's pid and host, for the message of a second one."""
+
+
+#: Seconds to wait for a trial's lock before calling it busy: a trainer that was just killed
+#: (kill -9 of a sweep's process group, then an immediate re-run) frees it within this time.
+LOCK_GRACE_SECONDS = 3.0
+
+
+def _try_flock(fcntl: Any, fd: int, grace: float) -> bool:
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def trial_lock(d: Path, grace: float | None = None) -> Iterator[str | None]:
+    """Hold ``d/trial.lock`` while the body runs; yields None, or the holder's description when
+    another live process holds it for longer than ``grace`` seconds (default
+    :data:`LOCK_GRACE_SECONDS`). The lock goes with its holder: a killed trainer frees it."""
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): no cross-process guard
+        yield None
+        return
+    fd = os.open(d / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        if not _try_flock(fcntl, fd, LOCK_GRACE_SECONDS if grace is None else grace):
+            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+            yield holder or "another process"
+            return
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                          f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+            yield None
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _watch_parent(parent_pid: int, interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        if os.getppid() != parent_pid:
+            try:
+                sys.stderr.write(f"bbb sweep worker {os.getpid()}: the sweep process {parent_pid} is gone; "
+                                 "stopping (a re-run resumes the trial from its last epoch)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(3)
+
+
+def worker_init(parent_pid: int, interval: float = 0.25) -> None:
+    """Initializer of the local backend's worker processes: a daemon thread ends the worker
+    (``os._exit``) as soon as the sweep process that started it is gone (killed with -9 too), so
+    no worker trains on, or starts a queued trial, as an orphan. Each epoch's checkpoint is
+    written atomically, so the trial resumes from its last epoch when the sweep is re-run."""
+    if os.getppid() != parent_pid:
+        os._exit(3)
+    threading.Thread(target=_watch_parent, args=(parent_pid, interval), daemon=True,
+                     name="bbb-sweep-parent-watchdog").start()
+
+
+def run_trial_local(payload: dict[str, Any]) -> dict[str, Any]:
+    """Run (or resume) one trial in this process; retries crashes up to ``max_failures`` times.
+
+    ``payload``: ``trial`` (Trial.to_dict()), ``out``, ``data_dir``, ``max_failures``,
+    ``threads``, ``parent_pid`` (a worker's sweep process: the trial is not started when that
+    is gone). Writes ``result.json`` in the trial directory and returns that row. The trial is
+    locked while it runs (``trial.lock``): when another live process is training it, nothing is
+    trained and a pending row saying so is returned. Restores torch's thread count.
+    """
+    import torch
+
+    parent = payload.get("parent_pid")
+    if parent is not None and os.getppid() != int(parent):
+        os._exit(3)  # an orphaned worker: never start a (queued) trial
+    threads_before = torch.get_num_threads()
+    trial = Trial.from_dict(payload["trial"])
+    out = Path(payload["out"])
+    try:
+        if payload.get("threads"):
+            torch.set_num_threads(int(payload["threads"]))
+        with trial_lock(trial_dir(out, trial.trial_id)) as holder:
+            if holder is not None:
+                return result_row(trial, TrialStatus.PENDING, None, trial_dir(out, trial.trial_id),
+                            error=f"running in another process ({holder}); not started here")
+            finished = finished_row(out, trial)  # finished by another process meanwhile
+            if finished is not None:
+                return finished
+            return _run_trial_locked(payload, trial, out)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[str, Any]:
+    from ..runs import TrainingDiverged, train
+
+    d, cfg, spec, fail = start_trial(out, trial)
+    data = trial_data(cfg, spec, payload.get("data_dir"))
+    max_failures = int(payload.get("max_failures", 0))
+    attempt = 0
+    while True:
+        attempt += 1
+        start = epochs_done(d)
+        append_history(d, "start", from_epoch=start, backend="local",
+                        source="local" if (d / "last.pt").exists() else "fresh")
+
+        def on_epoch(row: dict[str, Any]) -> None:
+            if fail is not None and int(row["epoch"]) == fail and not (d / "failed_once").exists():
+                atomic_write_text(d / "failed_once", f"epoch {fail}\n")
+                raise InjectedFailure(f"fail_once_at_epoch={fail}: injected failure after epoch {fail}")
+
+        try:
+            summary = train(cfg, d, data=data, resume=True, quiet=True, log=silent, on_epoch=on_epoch)
+            row = result_row(trial, TrialStatus.DONE, summary, d)
+            break
+        except TrainingDiverged as e:
+            row = result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()))
+            break
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any crash of a trial is retried, then recorded
+            msg = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            append_history(d, "error", error=msg)
+            if attempt > max_failures:
+                row = result_row(trial, TrialStatus.FAILED, None, d, error=f"{msg} (after {attempt} attempts)",
+                           retry=True)
+                break
+    atomic_write_json(d / "result.json", row)
+    return row

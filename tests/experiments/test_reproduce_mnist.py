@@ -28,6 +28,7 @@ from bbb.cli import main
 from bbb.errors import UserError
 from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
+from bbb.experiments.mnist import figures as MF
 from bbb.nn import BayesMLP, bayes_modules
 
 D_IN, N_CLASSES = 16, 4
@@ -73,9 +74,9 @@ def summary(out: Path, run: str) -> dict[str, Any]:
     return json.loads((out / "runs" / run / "summary.json").read_text())
 
 
-ALL_RUNS = sorted(M._run_name(m, w, c, 0) for m in M.METHODS for w in M.WIDTHS
+ALL_RUNS = sorted(M.run_name(m, w, c, 0) for m in M.METHODS for w in M.WIDTHS
                   for c in range(len(M.BUDGETS["smoke"].candidates[m])))
-SEED1_RUNS = sorted(M._run_name(m, w, 0, 1) for m, w in M.HEADLINE_CELLS)
+SEED1_RUNS = sorted(M.run_name(m, w, 0, 1) for m, w in M.HEADLINE_CELLS)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +161,7 @@ def test_table1_reports_the_test_error_of_the_run_chosen_on_validation(reproduce
     out = reproduced["out"]
     for r in reproduced["table1_one_seed"]:
         m, w = r["method"], int(r["hidden"])
-        cands = [M._run_name(m, w, c, 0) for c in range(len(M.BUDGETS["smoke"].candidates[m]))]
+        cands = [M.run_name(m, w, c, 0) for c in range(len(M.BUDGETS["smoke"].candidates[m]))]
         vals = [summary(out, c)["val_error"] for c in cands]
         chosen = cands[min(range(len(cands)), key=lambda i: (vals[i], i))]
         assert r["run"] == f"runs/{chosen}"
@@ -254,7 +255,7 @@ def test_a_killed_reproduction_resumes_without_retraining_finished_runs(reproduc
         assert (out / "runs" / r / "last.pt").stat().st_mtime_ns == t, r
     # raising --seeds later trains only the new seeds of the headline cells
     assert sorted(reproduced["seeds_calls"]) == sorted(
-        M._run_name(m, w, int(reproduced["seeds"]["selected"][f"{m}_{w}"].partition("_c")[2] or 0), 1)
+        M.run_name(m, w, int(reproduced["seeds"]["selected"][f"{m}_{w}"].partition("_c")[2] or 0), 1)
         for m, w in M.HEADLINE_CELLS)
     for r in ALL_RUNS:
         assert summary(out, r)["epochs"] == 1
@@ -311,7 +312,7 @@ def test_paper_numbers_only_for_mnist(tmp_path):
     for dataset, paper in (("mnist", 1.36), ("fashion-mnist", None)):
         cfg = ReproduceConfig(out=str(tmp_path), dataset=dataset)
         jobs = [j for j in M.plan_jobs(cfg)[0] if j.cell == ("bbb_mixture", 400)]
-        row = M._table1_row(cfg, "bbb_mixture", 400, jobs, [], 1, {j.name: fake for j in jobs})
+        row = M.table1_row(cfg, "bbb_mixture", 400, jobs, [], 1, {j.name: fake for j in jobs})
         assert row["paper_test_error"] == paper
         assert row["test_error"] == pytest.approx(2.0) and row["candidate"] == 1
         assert row["run"] == "runs/bbb_mixture_400_c1" and row["seconds_all"] == pytest.approx(3.0)
@@ -444,15 +445,15 @@ def test_selection_uses_the_validation_error_only(tmp_path):
     val, test = [0.020, 0.018, 0.015], [0.010, 0.019, 0.030]
     summaries = {j.name: {"val_error": v, "test_error": t, "seconds": 1.0, "epochs": 600}
                  for j, v, t in zip(jobs, val, test)}
-    assert M._select(jobs, summaries) == 2
+    assert M.select_candidate(jobs, summaries) == 2
     summaries[jobs[0].name]["val_error"] = 0.015  # a tie: the earlier candidate
-    assert M._select(jobs, summaries) == 0
+    assert M.select_candidate(jobs, summaries) == 0
     summaries[jobs[0].name] = None  # diverged
-    assert M._select(jobs, summaries) == 2
+    assert M.select_candidate(jobs, summaries) == 2
 
 
 def test_paper_recipes_sit_beside_the_quick_ones_in_table1_md():
-    lines = M._recipes_md()
+    lines = M.recipes_md()
     assert lines[0] == "| setting | quick | paper |"
     rows = {line.split(" | ")[0][2:]: line for line in lines[2:]}
     assert "Adam" in rows["optimiser"] and "SGD, momentum 0" in rows["optimiser"]
@@ -474,7 +475,7 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     spec = M.BUDGETS["paper"]
     tiny = dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
                                common={**spec.common, "lr_step_size": 2}, eval_samples=2)
-    real_train, real_savefig = T.train, M._savefig
+    real_train, real_savefig = T.train, MF.savefig
     calls: list[str] = []
     kill = {"name": "bbb_mixture_1200_c1"}
     axes: dict[str, list[str]] = {}
@@ -498,7 +499,7 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp, eager_kernels():
         mp.setitem(M.BUDGETS, "paper", tiny)
         mp.setattr(T, "train", killing_train)
-        mp.setattr(M, "_savefig", savefig)
+        mp.setattr(MF, "savefig", savefig)
         with pytest.raises(T.TrainingInterrupted) as e:
             run_reproduce(cfg, data=data, **SILENT)
         res["interrupt"] = str(e.value)
@@ -594,7 +595,7 @@ def test_a_finished_headline_cell_gives_its_row_table2_and_figures(paper_tiny):
 
 def test_snr_share_in_the_paper_range():
     db = torch.tensor([-10.0, -7.5, -3.0, -1.0, 0.0, 2.0, float("-inf")], dtype=torch.float64)
-    st = M._snr_stats(db)
+    st = M.snr_stats(db)
     assert st["n_finite"] == 6
     assert st["fraction_in_paper_range"] == pytest.approx(4 / 6)
     assert st["fraction_in_paper_range_20log10"] == pytest.approx(3 / 6)  # -3, -1, 0 dB are within [-3.75, 0]

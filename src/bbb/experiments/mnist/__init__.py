@@ -1,0 +1,181 @@
+"""Reproduce the paper's MNIST results (section 5.1): Table 1, Figures 2-4 and Table 2.
+
+``bbb reproduce mnist --budget smoke|quick|paper --out DIR`` trains the 12 cells of Table 1
+(SGD, dropout, BBB with a Gaussian prior and BBB with the scale-mixture prior, each with two
+hidden ReLU layers of 400, 800 and 1200 units) and writes into DIR::
+
+    table1.csv, table1.md        our test error beside the paper's, per cell, with the epochs,
+                                 the selected candidate and hyperparameters and the wall time;
+                                 cells not finished yet are rows marked as missing
+    fig2_curves.png / .csv       test error against epochs for 2x1200 BBB, dropout and SGD
+                                 (log-scale epoch axis at the paper budget)
+    fig3_weights.png / .csv      density of the trained weights (BBB: one sample from q)
+    table2_pruning.csv, .md      pruning the 2x1200 BBB network by |mu|/sigma, beside the paper,
+                                 with the weights' SNR range in dB beside the paper's Figure 4
+    fig4_snr.png / .csv / .json  density and CDF of the signal-to-noise ratio in dB,
+                                 10 log10(|mu|/sigma), with the 75% cut-off marked
+    reproduce.json               the budget, the plan, the selected runs and the files written
+    runs/<cell>/                 one ordinary ``bbb train`` run directory per training run
+
+Protocol. Pixels / 126; 50,000 training, 10,000 validation (a seeded split of the official
+training set) and 10,000 test images; minibatches of 128. Model selection uses the validation
+split only: within a run, the checkpoint with the lowest validation error (``best.pt``) is the
+one tested; across a cell's candidate settings, the one with the lowest validation error is
+reported. The test error is logged every epoch for Figure 2 only; it never chooses anything.
+Table 2, Figure 3 and Figure 4 use the end of training (``last.pt``), as the paper's Table 2
+does.
+
+Budgets (the module-level dict :data:`BUDGETS`): ``smoke`` trains every cell for one epoch on
+a 1,024-image subset (seconds; for tests); ``quick`` trains one fixed recipe per cell, chosen
+beforehand and not tuned, with Adam and a cosine learning-rate decay, epochs sized for about 35
+minutes on a quiet 2-core CPU; ``paper`` follows the paper's protocol: plain SGD (eqs. 5-6,
+momentum 0) at the paper's learning rates {1e-3, 1e-4} on the summed minibatch loss (x128 on
+our per-example loss), 600 epochs with the learning rate x0.1 after epoch 300, and a small list
+of candidates per cell (:class:`Candidate`, each with the reason it is there) chosen on the
+validation error. Every budget trains BBB with uniform minibatch KL weighting (1/M): Blundell's
+weighting gives lower error after few epochs but leaves sigma near its initial value, so pruning
+by |mu|/sigma fails.
+
+The paper budget takes days on a CPU, so it runs in sittings: ``--cells`` trains a subset of the
+cells (the plan follows :data:`WORK_ORDER`: the headline BBB 2x1200 cell first), every call
+writes the tables for the cells finished so far (the others are rows marked as missing), and
+``--report`` writes them without training, e.g. while another process trains. Runs are
+resumable: a killed ``reproduce`` continues where it stopped (finished runs are skipped, a
+half-trained run continues from its last epoch); ``--seeds N`` adds independent seeds to the
+budget's seed cells (:attr:`BudgetSpec.seed_cells`) and can be raised later on the same
+``--out``.
+"""
+
+from __future__ import annotations
+
+from .command import (  # noqa: F401
+    EXAMPLE,
+    add_arguments,
+    main,
+)
+from .experiment import (  # noqa: F401
+    run_reproduce,
+)
+from .figures import (  # noqa: F401
+    FIG2_LOG_TICKS,
+    FIG2_METHODS,
+    FIG3_BINS,
+    FIG4_BINS,
+    FIG4_LOW_QUANTILE,
+    figure2,
+    figure3,
+    figure4,
+    savefig,
+    weight_sample,
+)
+from .jobs import (  # noqa: F401
+    Progress,
+    check_same_settings,
+    command_line,
+    diverged_reason,
+    finished_summary,
+    job_epochs_done,
+    limit_data,
+    read_json,
+    run_job,
+    select_candidate,
+)
+from .plan import (  # noqa: F401
+    CELLS_HELP,
+    Job,
+    ReproduceConfig,
+    cell_jobs,
+    cells_text,
+    estimate_seconds,
+    fmt_time,
+    make_job,
+    method_arg,
+    parse_cells,
+    plan_jobs,
+    run_name,
+    train_config,
+)
+from .recipes import (  # noqa: F401
+    BUDGETS,
+    CELL_ORDER,
+    COMMON_SETTINGS,
+    DATASETS,
+    FIXED_OVERHEAD_S,
+    HEADLINE_CELLS,
+    HYPER_BY_METHOD,
+    JINKEHE_RECIPE,
+    LOSS_BATCH,
+    METHOD_NAMES,
+    METHOD_SETTINGS,
+    METHODS,
+    PAPER_COMMON,
+    PAPER_EPOCHS,
+    PAPER_GAP_PP,
+    PAPER_LR_GRID,
+    PAPER_LR_STEP,
+    PAPER_SNR_RANGE_DB,
+    PAPER_TABLE1,
+    PAPER_TABLE2,
+    PRUNE_FRACTIONS,
+    SECONDS_PER_EPOCH,
+    SNR_CUTOFF,
+    TABLE1_COLUMNS,
+    TABLE2_COLUMNS,
+    WIDTHS,
+    WORK_ORDER,
+    BudgetSpec,
+    Candidate,
+    E,
+    cell_candidates,
+    paper_lr,
+    rho_sigma,
+)
+from .tables import (  # noqa: F401
+    MISSING_TEXT,
+    SHORT_NAMES,
+    candidate_name,
+    cell_state,
+    hyper_text,
+    pct,
+    quantile,
+    recipes_md,
+    snr_db_of,
+    snr_sentence,
+    snr_stats,
+    table1_md,
+    table1_row,
+    table2_md,
+    table2_rows,
+    weights_text,
+)
+
+__all__ = [
+    "Budget",
+    "CellMethod",
+    "BudgetSpec",
+    "Candidate",
+    "BUDGETS",
+    "WIDTHS",
+    "HEADLINE_CELLS",
+    "WORK_ORDER",
+    "CELL_ORDER",
+    "PAPER_LR_GRID",
+    "JINKEHE_RECIPE",
+    "paper_lr",
+    "cell_candidates",
+    "parse_cells",
+    "PAPER_TABLE1",
+    "PAPER_TABLE2",
+    "TABLE1_COLUMNS",
+    "TABLE2_COLUMNS",
+    "SECONDS_PER_EPOCH",
+    "ReproduceConfig",
+    "Job",
+    "plan_jobs",
+    "estimate_seconds",
+    "run_reproduce",
+    "weight_sample",
+    "add_arguments",
+    "main",
+    "EXAMPLE",
+]

@@ -1,0 +1,334 @@
+"""The experiment: plan, train the cells, write tables, figures and the README."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ... import runs as T
+from ...errors import UserError
+from ...io import atomic_write_json, atomic_write_text, csv_text
+from .figures import FIG2_METHODS, figure2, figure3, figure4
+from .jobs import (
+    Progress,
+    command_line,
+    diverged_reason,
+    finished_summary,
+    job_epochs_done,
+    limit_data,
+    read_json,
+    run_job,
+    select_candidate,
+)
+from .plan import (
+    Job,
+    ReproduceConfig,
+    cells_text,
+    estimate_seconds,
+    fmt_time,
+    make_job,
+    method_arg,
+    plan_jobs,
+    run_name,
+)
+from .recipes import (
+    CELL_ORDER,
+    FIXED_OVERHEAD_S,
+    METHOD_NAMES,
+    METHODS,
+    TABLE1_COLUMNS,
+    TABLE2_COLUMNS,
+    WIDTHS,
+    WORK_ORDER,
+)
+from .tables import (
+    MISSING_TEXT,
+    candidate_name,
+    cell_state,
+    hyper_text,
+    snr_db_of,
+    snr_sentence,
+    snr_stats,
+    table1_md,
+    table1_row,
+    table2_md,
+    table2_rows,
+    weights_text,
+)
+
+
+def _manifest(out: Path, cfg: ReproduceConfig) -> dict[str, Any]:
+    path = out / "reproduce.json"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder")
+    old = read_json(path) if path.exists() else None
+    if path.exists() and old is None:
+        raise UserError(f"{path} is unreadable; use another --out")
+    if old is not None:
+        for k in ("experiment", "budget", "dataset"):
+            if old.get(k) != getattr(cfg, k):
+                raise UserError(f"{out} holds a {old.get('experiment')} reproduction with {k} "
+                                f"{old.get(k)!r}, not {getattr(cfg, k)!r}; use another --out or the same --{k}")
+    return old or {}
+
+
+def _job_state(job: Job) -> tuple[str, int]:
+    """("done" | "diverged" | "resume at epoch k" | "new", epochs done) of one run on disk."""
+    if finished_summary(job) is not None:
+        return "done", job.config.epochs
+    if diverged_reason(job) is not None:
+        return "diverged", 0
+    done = job_epochs_done(job)
+    return (f"resume after {done}" if done else "new"), done
+
+
+def _left_seconds(job: Job, n_train: int) -> float:
+    state, done = _job_state(job)
+    return 0.0 if state in ("done", "diverged") else estimate_seconds(job, n_train, done)
+
+
+def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job], n_train: int) -> str:
+    """The plan in the order of work: group, cell, its candidates (settings, why, state, time
+    left), its extra seeds."""
+    lines = [f"plan of the {cfg.budget} budget in the order of work (estimates: a run's own pace once "
+             f"it has trained an epoch, else measured seconds per epoch on a quiet 2-core CPU):"]
+    total = 0.0
+    for title, group in WORK_ORDER:
+        cells = [c for c in group if c in cfg.cells]
+        if not cells:
+            continue
+        gjobs = [j for j in [*first, *extra] if j.cell in cells]
+        g_est = sum(_left_seconds(j, n_train) for j in gjobs)
+        total += g_est
+        lines += ["", f"group {title}: {len(gjobs)} run(s), {fmt_time(g_est)} left "
+                      f"(--cells {cells_text(cells)})"]
+        for m, w in cells:
+            cj = [j for j in first if j.cell == (m, w)]
+            sj = [j for j in extra if j.cell == (m, w)]
+            c_est = sum(_left_seconds(j, n_train) for j in [*cj, *sj])
+            lines.append(f"  {METHOD_NAMES[m]} 2x{w} (--cells {method_arg(m)}:{w}): {len(cj)} candidate(s)"
+                         + (f" + {len(sj)} extra seed(s) of the selected one" if sj else "")
+                         + f", {cj[0].config.epochs} epochs each; {fmt_time(c_est)} left")
+            for j in cj:
+                state, _ = _job_state(j)
+                lines.append(f"    {j.name:<24} {state:<18} {fmt_time(_left_seconds(j, n_train)):>9}  "
+                             f"{candidate_name(j)}: {hyper_text(m, j.config)}")
+                if j.reason:
+                    lines.append(f"        why: {j.reason}")
+            for j in sj:
+                state, _ = _job_state(j)
+                lines.append(f"    {f'{m}_{w}[_cN]_s{j.seed}':<24} "
+                             f"{state:<18} {fmt_time(_left_seconds(j, n_train)):>9}  seed {j.seed} of "
+                             "the candidate selected on validation")
+    lines += ["", f"total left: {fmt_time(total)}"]
+    return "\n".join(lines)
+
+
+def run_reproduce(
+    cfg: ReproduceConfig,
+    *,
+    data: dict[str, Tensor] | None = None,
+    log: Callable[[str], None] | None = None,
+    plan_only: bool = False,
+    report_only: bool = False,
+) -> dict[str, Any]:
+    """Train the cells ``cfg.cells`` (default: all 12), select on validation, and write the
+    tables and figures of every cell finished so far in ``cfg.out``.
+
+    Args:
+        cfg: the settings (budget, output folder, cells, seeds, device, data).
+        data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y), e.g.
+            tiny synthetic data in tests; default: ``cfg.dataset`` through
+            :func:`bbb.train.load_data`. The budget's subset limits apply either way.
+        log: where progress lines go (default: print).
+        plan_only: print the plan (cells in the order of work, candidates and why, time left)
+            and return without training.
+        report_only: train nothing; write the tables and figures from the runs finished so far
+            (a partial table: cells not finished are rows marked as missing), e.g. while
+            another process trains other cells into the same ``cfg.out``.
+
+    Returns a dict with ``table1`` and ``table2`` (the rows written), ``files`` (written, relative
+    to ``cfg.out``), ``selected`` (cell -> run name, None for a cell not finished or diverged),
+    ``missing`` (cells not finished), ``complete``, ``trained`` (run names trained or resumed by
+    this call), ``estimated_seconds`` and ``seconds``.
+    """
+    if log is None:
+        def log(s: str) -> None:
+            print(s, flush=True)
+    if plan_only and report_only:
+        raise UserError("--plan and --report exclude each other: --plan shows what would train, "
+                        "--report writes the tables of what has trained")
+    t0 = time.perf_counter()
+    out = Path(cfg.out)
+    spec = cfg.spec
+    old = _manifest(out, cfg)
+    first, extra = plan_jobs(cfg)
+    n_train_full = 50000
+    n_train = min(n_train_full, spec.train_limit or n_train_full)
+    if data is not None:
+        n_train = min(int(data["train_x"].shape[0]), spec.train_limit or n_train_full)
+    todo = [] if report_only else [*first, *extra]
+    est = sum(_left_seconds(j, n_train) for j in todo) + FIXED_OVERHEAD_S
+    if report_only:
+        log(f"bbb reproduce mnist --report: budget {cfg.budget}; the tables and figures of the runs "
+            f"finished in {out} (cells not finished are marked); trains nothing")
+    else:
+        what = "the 12 cells" if cfg.all_cells else f"{len(cfg.cells)} cell(s): {cells_text(cfg.cells)}"
+        log(f"bbb reproduce mnist: budget {cfg.budget} ({spec.description}); dataset {cfg.dataset}; "
+            f"{len(todo)} training runs ({len(first)} for {what}"
+            + (f", {len(extra)} extra seeds" if extra else "") + f") -> {out}")
+        log(f"estimated time left: {fmt_time(est)} (a run's own pace once it has trained an epoch, else "
+            "measured seconds per epoch on a quiet 2-core CPU; "
+            + ("a GPU is much faster" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+               else "busy cores are slower")
+            + "); runs already finished in --out are skipped")
+    if plan_only:
+        log(_plan_text(cfg, first, extra, n_train))
+        return {"table1": [], "table2": [], "files": [], "selected": {}, "trained": [], "missing": [],
+                "complete": False, "estimated_seconds": est, "seconds": time.perf_counter() - t0}
+    if report_only and not (out / "runs").is_dir():
+        raise UserError(f"{out} holds no runs yet, so there is nothing to report; train cells "
+                        f"first (see '{command_line(cfg, '--plan')}')")
+
+    if data is None:
+        data = T.model.load_data(T.TrainConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, device="cpu"))
+    missing_keys = [k for k in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y") if k not in data]
+    if missing_keys:
+        raise UserError(f"data is missing {', '.join(missing_keys)}")
+    data = limit_data(data, spec)
+    if data["val_x"].shape[0] == 0:
+        raise UserError("model selection needs a validation split, but it is empty")
+    if data["test_x"].shape[0] == 0:
+        raise UserError("the test split is empty")
+
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {**old, "experiment": cfg.experiment, "budget": cfg.budget, "dataset": cfg.dataset,
+                "seeds": cfg.seeds if not report_only else old.get("seeds", cfg.seeds),
+                "device": cfg.device, "num_train": int(data["train_x"].shape[0]),
+                "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0])}
+    trained: list[str] = []
+    if not report_only:
+        manifest.update({"status": "running", "estimated_seconds": round(est, 1),
+                         "cells_last_call": cells_text(cfg.cells)})
+        atomic_write_json(out / "reproduce.json", manifest)
+        trained = _train_cells(cfg, first, extra, data, n_train, log, out)
+
+    res = _write_outputs(cfg, out, data, log)
+    seconds = time.perf_counter() - t0
+    manifest.update({
+        "status": "complete" if res["complete"] else "partial", "files": res["files"],
+        "seconds_last_call": round(seconds, 1), "selected": res["selected"],
+        "cells_done": res["done"], "cells_missing": res["missing"], "runs": res["runs"],
+        "trained_last_call": trained,
+    })
+    atomic_write_json(out / "reproduce.json", manifest)
+    _print_summary(res["table1"], res["table2"], log)
+    log(f"wrote {', '.join(res['files'])} in {out} ({fmt_time(seconds)})"
+        + (f"; not finished yet: {', '.join(res['missing'])}" if res["missing"] else ""))
+    return {"table1": res["table1"], "table2": res["table2"], "files": res["files"], "trained": trained,
+            "selected": res["selected"], "missing": res["missing"], "complete": res["complete"],
+            "estimated_seconds": est, "seconds": seconds}
+
+
+def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
+                 data: dict[str, Tensor], n_train: int, log: Callable[[str], None], out: Path) -> list[str]:
+    """Train (or resume, or skip when finished) every candidate of the requested cells in the
+    order of work, then the extra seeds of the candidate each seed cell selected on validation.
+    Returns the names of the runs trained or resumed."""
+    progress = Progress([*first, *extra], n_train, log)
+    summaries: dict[str, dict[str, Any] | None] = {}
+    trained: list[str] = []
+
+    def run(job: Job) -> None:
+        was_finished = finished_summary(job) is not None or diverged_reason(job) is not None
+        summaries[job.name] = run_job(job, data, cfg, progress, log, out)
+        if not was_finished:
+            trained.append(job.name)
+
+    for job in first:
+        run(job)
+    selected = {c: select_candidate([j for j in first if j.cell == c], summaries) for c in cfg.cells}
+    for placeholder in extra:
+        c = selected[placeholder.cell]
+        if c is None:
+            progress.done(placeholder, 0.0, trained=False)
+            continue
+        job = make_job(cfg, placeholder.method, placeholder.hidden, c, placeholder.seed)
+        progress.remaining[job.name] = progress.remaining.pop(placeholder.name, 0.0)
+        run(job)
+    return trained
+
+
+def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
+                   log: Callable[[str], None]) -> dict[str, Any]:
+    """Table 1 (every cell: reported, diverged or marked missing), Figures 2 and 3 (the 2x1200
+    cells finished so far), Table 2 and Figure 4 (once BBB mixture 2x1200 is finished), all
+    read from the runs in ``out``."""
+    spec = cfg.spec
+    cells = {c: cell_state(cfg, c[0], c[1], out) for c in CELL_ORDER}
+    table_cells = [cells[(m, w)] for m in METHODS for w in WIDTHS]
+    table1 = [table1_row(cfg, c.method, c.hidden, c.cands, c.seeds, c.selected, c.summaries,
+                          status=c.status, pending=c.pending) for c in table_cells]
+    files: list[str] = []
+    atomic_write_text(out / "table1.csv", csv_text(TABLE1_COLUMNS, table1))
+    atomic_write_text(out / "table1.md", table1_md(cfg, table1, [j for c in table_cells for j in c.cands], (
+        int(data["train_x"].shape[0]), int(data["val_x"].shape[0]), int(data["test_x"].shape[0]))))
+    files += ["table1.csv", "table1.md"]
+    log(f"wrote {out / 'table1.md'}")
+
+    top = max(WIDTHS)
+    chosen = {m: next(j for j in c.cands if j.candidate == c.selected)
+              for (m, w), c in cells.items() if w == top and c.selected is not None}
+    if any(m in chosen for m, _ in FIG2_METHODS):
+        files += figure2(out, chosen, spec.log_epochs)
+        files += figure3(out, chosen)
+    table2: list[dict[str, Any]] = []
+    mix = cells[("bbb_mixture", top)]
+    if mix.selected is not None:
+        job = chosen["bbb_mixture"]
+        db = snr_db_of(job)
+        snr = snr_stats(db)
+        table2 = table2_rows(cfg, job, data)
+        atomic_write_text(out / "table2_pruning.csv", csv_text(TABLE2_COLUMNS, table2))
+        atomic_write_text(out / "table2_pruning.md", table2_md(cfg, table2, job, snr))
+        files += ["table2_pruning.csv", "table2_pruning.md"]
+        files += figure4(out, job, db)
+        log(snr_sentence(snr))
+    elif mix.status == "diverged":
+        log("the 2x1200 BBB (scale mixture) cell diverged: no Table 2 and no Figure 4")
+    else:
+        log("the 2x1200 BBB (scale mixture) cell is not finished: no Table 2 and no Figure 4 yet")
+    runs = sorted(name for c in cells.values() for name in c.summaries)
+    return {
+        "table1": table1, "table2": table2, "files": files, "runs": runs,
+        "selected": {f"{m}_{w}": (None if c.selected is None else run_name(m, w, c.selected, 0))
+                     for (m, w), c in cells.items()},
+        "done": [f"{m}_{w}" for (m, w), c in cells.items() if c.complete],
+        "missing": [f"{m}_{w}" for (m, w), c in cells.items() if not c.complete],
+        "complete": all(c.complete for c in cells.values()),
+    }
+
+
+def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, Any]],
+                   log: Callable[[str], None]) -> None:
+    log("")
+    log(f"{'method':<26} {'units':>5} {'ours':>16} {'paper':>6}")
+    for r in table1:
+        ours = (f"{r['test_error']:.2f}%" if r.get("status") == "ok"
+                else MISSING_TEXT.get(r.get("status", ""), "diverged"))
+        if r.get("n_seeds", 0) > 1:
+            ours += f" +-{r['test_error_sd']:.2f}"
+        paper = "-" if r.get("paper_test_error") is None else f"{r['paper_test_error']:.2f}%"
+        log(f"{METHOD_NAMES[r['method']]:<26} {r['hidden']:>5} {ours:>16} {paper:>6}")
+    if table2:
+        log("")
+        log(f"{'removed':>8} {'#weights':>9} {'ours':>7} {'paper':>6}")
+        for r in table2:
+            paper = "-" if r["paper_test_error"] is None else f"{r['paper_test_error']:.2f}%"
+            log(f"{100 * r['fraction_removed']:>7g}% {weights_text(r['weights_left']):>9} "
+                f"{r['test_error']:>6.2f}% {paper:>6}")

@@ -1,0 +1,245 @@
+"""Figures 2-4: test error against epochs, weight histograms, the SNR density."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ... import runs as T
+from ...distributions import softplus
+from ...errors import UserError
+from ...io import atomic_write_json, atomic_write_text, csv_text
+from ...nn import bayes_modules
+from ...plots import figures
+from .plan import Job
+from .recipes import PAPER_SNR_RANGE_DB, SNR_CUTOFF
+from .tables import pct, quantile, snr_db_of, snr_sentence, snr_stats
+
+FIG2_METHODS = (("sgd", "SGD"), ("dropout", "dropout"), ("bbb_mixture", "BBB (scale mixture)"))
+
+
+FIG2_LOG_TICKS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 600)
+
+
+def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False) -> list[str]:
+    """Figure 2: the test error per epoch of the selected 2x1200 runs (logged for this figure
+    only; nothing is selected on it). ``log_epochs``: a log-scale epoch axis (the paper
+    budget's 600 epochs), with the first epochs' high errors above the plotted range."""
+    curves: dict[str, list[dict[str, Any]]] = {m: T.read_metrics(runs[m].run_dir) for m, _ in FIG2_METHODS
+                                                if m in runs}
+    by_epoch = {m: {r["epoch"]: r for r in rows} for m, rows in curves.items()}
+    epochs = sorted({e for rows in by_epoch.values() for e in rows})
+    table = []
+    for e in epochs:
+        row: dict[str, Any] = {"epoch": e}
+        for m, rows in by_epoch.items():
+            r = rows.get(e)
+            row[f"{m}_test_error"] = None if r is None else pct(r.get("test_error"))
+            row[f"{m}_val_error"] = None if r is None else pct(r.get("val_error"))
+        table.append(row)
+    cols = ["epoch", *[f"{m}_{k}" for m, _ in FIG2_METHODS for k in ("test_error", "val_error")]]
+    atomic_write_text(out / "fig2_curves.csv", csv_text(cols, table))
+    files = ["fig2_curves.csv"]
+    plt = figures()
+    if plt is None:
+        return files
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    errs: list[tuple[int, float]] = []
+    for m, label in FIG2_METHODS:
+        pts = [(r["epoch"], r[f"{m}_test_error"]) for r in table if r.get(f"{m}_test_error") is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, ms=3, label=label)
+            errs += pts
+    drops = sorted({j.config.lr_step_size for j in runs.values() if j.config.lr_schedule == "step"
+                    and 0 < j.config.lr_step_size < j.config.epochs})
+    for i, d in enumerate(drops):
+        ax.axvline(d, color="grey", ls="--", lw=0.8,
+                   label=f"learning rate x{runs[next(iter(runs))].config.lr_gamma:g}" if i == 0 else None)
+    last = max((e for e, _ in errs), default=1)
+    if log_epochs:
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xscale("log")
+        ticks = [t for t in FIG2_LOG_TICKS if t <= last]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(1, max(2, last))
+        late = [v for e, v in errs if e >= 10]
+        if late:  # the paper's axis is about 0.8-2.0%: the first epochs' errors are cut
+            ax.set_ylim(max(0.0, 0.9 * min(v for _, v in errs)), max(2.0, 1.05 * max(late)))
+        ax.set_xlabel("epoch (log scale)")
+    else:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlabel("epoch")
+    ax.set_ylabel("test error (%)")
+    missing = [label for m, label in FIG2_METHODS if m not in runs]
+    ax.set_title("Figure 2: test error of 2x1200 networks (mean weights)"
+                 + (f"\nnot finished yet: {', '.join(missing)}" if missing else ""))
+    ax.grid(alpha=0.3, which="both" if log_epochs else "major")
+    ax.legend()
+    fig.tight_layout()
+    savefig(fig, out / "fig2_curves.png")
+    plt.close(fig)
+    return [*files, "fig2_curves.png"]
+
+
+@torch.no_grad()
+def weight_sample(model: nn.Module, generator: torch.Generator | None = None) -> Tensor:
+    """The weights of ``model`` as one flat CPU tensor, biases excluded.
+
+    BBB: one sample w = mu + softplus(rho) * eps from q for every weight (Figure 3's "samples
+    from q"); a deterministic network: its ``nn.Linear`` weights (for dropout, the weights used
+    at test time: PyTorch's inverted dropout scales during training, not at test time).
+    """
+    parts: list[Tensor] = []
+    bayes = list(bayes_modules(model))
+    if bayes:
+        for m in bayes:
+            mu, sigma = m.weight_mu.detach().float().cpu(), softplus(m.weight_rho.detach().float().cpu())
+            eps = torch.randn(mu.shape, generator=generator)
+            parts.append((mu + sigma * eps).flatten())
+    else:
+        parts = [m.weight.detach().float().cpu().flatten() for m in model.modules() if isinstance(m, nn.Linear)]
+    if not parts:
+        raise UserError("the model has no weights to plot")
+    return torch.cat(parts)
+
+
+FIG3_BINS = 240
+
+
+def _fig3_range(samples: dict[str, Tensor]) -> float:
+    """Half-width of the plotted window: 1.1x the largest 99.9% quantile of |w|, rounded up to
+    0.05 (the paper's axis is +-0.2), at most 1."""
+    r = max(quantile(v.abs(), 0.999) for v in samples.values()) * 1.1
+    return min(1.0, max(0.05, math.ceil(r / 0.05) * 0.05))
+
+
+def figure3(out: Path, runs: dict[str, Job]) -> list[str]:
+    g = torch.Generator().manual_seed(0)
+    samples: dict[str, Tensor] = {}
+    for m, _ in FIG2_METHODS:
+        if m in runs:
+            model, _cfg = T.load_run(runs[m].run_dir, "last", device="cpu")
+            samples[m] = weight_sample(model, g)
+    rng = _fig3_range(samples)
+    edges = torch.linspace(-rng, rng, FIG3_BINS + 1, dtype=torch.float64)
+    width = float(edges[1] - edges[0])
+    dens = {m: torch.histc(v.double(), bins=FIG3_BINS, min=-rng, max=rng) / (v.numel() * width)
+            for m, v in samples.items()}
+    rows = [{"bin_left": round(float(edges[i]), 6), "bin_right": round(float(edges[i + 1]), 6),
+             **{m: float(d[i]) for m, d in dens.items()}} for i in range(FIG3_BINS)]
+    atomic_write_text(out / "fig3_weights.csv", csv_text(["bin_left", "bin_right", *dens], rows))
+    stats = {m: {"n": int(v.numel()), "std": float(v.std()), "mean_abs": float(v.abs().mean()),
+                 "fraction_abs_below_0.01": float((v.abs() < 0.01).double().mean()),
+                 "fraction_outside_plot": float((v.abs() > rng).double().mean()),
+                 "q01": quantile(v, 0.01), "q99": quantile(v, 0.99),
+                 "run": f"runs/{runs[m].name}", "checkpoint": "last"}
+             for m, v in samples.items()}
+    atomic_write_json(out / "fig3_weights.json", {
+        "what": "density of the weights (biases excluded) of the 2x1200 networks; BBB: one sample "
+                "from q; SGD/dropout: the trained (test-time) weights", "plot_range": rng, "methods": stats})
+    files = ["fig3_weights.csv", "fig3_weights.json"]
+    plt = figures()
+    if plt is None:
+        return files
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    centers = ((edges[:-1] + edges[1:]) / 2).numpy()
+    for m, label in FIG2_METHODS:
+        if m in dens:
+            ax.plot(centers, dens[m].numpy(), label=label + (" (samples from q)" if m.startswith("bbb") else ""))
+    ax.set_xlabel("weight")
+    ax.set_ylabel("density")
+    ax.set_xlim(-rng, rng)
+    ax.set_title("Figure 3: weights of the 2x1200 networks")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    savefig(fig, out / "fig3_weights.png")
+    plt.close(fig)
+    return [*files, "fig3_weights.png"]
+
+
+FIG4_BINS = 100
+
+
+FIG4_LOW_QUANTILE = 0.005  # the histogram starts here: a few near-zero |mu| would squash it
+
+
+def figure4(out: Path, job: Job, db: Tensor | None = None) -> list[str]:
+    """Figure 4: density and CDF of the weights' SNR in dB (``db``: from :func:`snr_db_of`),
+    the 75% cut-off and the paper's range marked; fig4_snr.json states our range beside the
+    paper's."""
+    if db is None:
+        db = snr_db_of(job)
+    stats = snr_stats(db)
+    n_all = db.numel()
+    db = db[torch.isfinite(db)]
+    if db.numel() == 0:
+        raise UserError(f"{job.run_dir}: no finite signal-to-noise ratio to plot")
+    n = db.numel()
+    qs = {f"q{round(100 * q):02d}": quantile(db, q) for q in (0.05, 0.25, 0.5, SNR_CUTOFF, 0.95)}
+    cut = quantile(db, SNR_CUTOFF)
+    lo, hi = quantile(db, FIG4_LOW_QUANTILE), float(db.max())
+    hi = hi if hi > lo else lo + 1.0
+    edges = torch.linspace(lo, hi, FIG4_BINS + 1, dtype=torch.float64)
+    width = (hi - lo) / FIG4_BINS
+    counts = torch.histc(db.clamp(lo, hi), bins=FIG4_BINS, min=lo, max=hi)
+    below = int((db < lo).sum())
+    counts[0] -= below  # clamped values below the window are not density inside it
+    cdf = (below + torch.cumsum(counts, 0)) / n
+    rows = [{"bin_left": float(edges[i]), "bin_right": float(edges[i + 1]),
+             "density": float(counts[i]) / (n * width), "cdf": float(cdf[i])} for i in range(FIG4_BINS)]
+    atomic_write_text(out / "fig4_snr.csv", csv_text(["bin_left", "bin_right", "density", "cdf"], rows))
+    atomic_write_json(out / "fig4_snr.json", {
+        "convention": "SNR in dB = 10 log10(|mu| / sigma) (the paper does not state it; 20 log10 "
+                      "doubles every value)",
+        "cutoff_fraction": SNR_CUTOFF, "cutoff_db": cut, "quantiles_db": qs,
+        "fraction_below_plot": below / n, "n_weights": int(n_all), "n_finite": int(n),
+        "range_5_95_db": [stats["q05_db"], stats["q95_db"]],
+        "paper_range_db": list(PAPER_SNR_RANGE_DB),
+        "paper_range_note": "where most of the paper's Figure 4 lies, read from its axis",
+        "fraction_in_paper_range": stats["fraction_in_paper_range"],
+        "fraction_in_paper_range_20log10": stats["fraction_in_paper_range_20log10"],
+        "range_5_95_db_20log10": [stats["q05_db_20log10"], stats["q95_db_20log10"]],
+        "summary": snr_sentence(stats),
+        "run": f"runs/{job.name}", "checkpoint": "last"})
+    files = ["fig4_snr.csv", "fig4_snr.json"]
+    plt = figures()
+    if plt is None:
+        return files
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
+    ax1.stairs((counts / (n * width)).numpy(), edges.numpy(), fill=True, alpha=0.7)
+    ax1.axvline(cut, color="red", label=f"{100 * SNR_CUTOFF:g}% cut-off ({cut:.2f} dB)")
+    plo, phi = PAPER_SNR_RANGE_DB
+    ax1.axvspan(plo, phi, color="green", alpha=0.12, label=f"paper's range, about {plo:g} to {phi:g} dB")
+    ax1.set_ylabel("density")
+    ax1.set_title(f"Figure 4: SNR of the {n:,} weights of {job.name}\n5th-95th percentile "
+                  f"{stats['q05_db']:.1f} to {stats['q95_db']:.1f} dB; "
+                  f"{100 * stats['fraction_in_paper_range']:.0f}% within the paper's range", fontsize=10)
+    ax1.legend(fontsize=8)
+    ax2.plot(edges[1:].numpy(), cdf.numpy())
+    ax2.axvspan(plo, phi, color="green", alpha=0.12)
+    ax2.axvline(cut, color="red")
+    ax2.axhline(SNR_CUTOFF, color="red", ls=":", lw=0.8)
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("CDF")
+    ax2.set_xlabel("signal-to-noise ratio (dB) = 10 log10(|mu| / sigma)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    savefig(fig, out / "fig4_snr.png")
+    plt.close(fig)
+    return [*files, "fig4_snr.png"]
+
+
+def savefig(fig: Any, path: Path) -> None:
+    """Save through a temporary file and rename (a reader never sees half a PNG)."""
+    from ...io import atomic_write
+
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))

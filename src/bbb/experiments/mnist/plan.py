@@ -1,0 +1,226 @@
+"""The reproduction's configuration and plan: which cells, which runs (jobs), how long."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ... import runs as T
+from ...errors import UserError
+from ...options import Budget, DeviceKind, Experiment, choice
+from .recipes import (
+    BUDGETS,
+    CELL_ORDER,
+    COMMON_SETTINGS,
+    DATASETS,
+    METHOD_SETTINGS,
+    METHODS,
+    SECONDS_PER_EPOCH,
+    WIDTHS,
+    BudgetSpec,
+    cell_candidates,
+)
+
+
+def method_arg(m: str) -> str:
+    return m.replace("_", "-")
+
+
+CELLS_HELP = (
+    "METHOD or METHOD:WIDTH, comma-separated, or all; methods: "
+    + ", ".join(method_arg(m) for m in METHODS) + "; widths: " + ", ".join(map(str, WIDTHS))
+    + " (e.g. bbb-mixture:1200,sgd:1200)")
+
+
+def parse_cells(cells: str | Sequence[Any] | None) -> tuple[tuple[str, int], ...]:
+    """The cells named by ``--cells`` in the order of work (:data:`CELL_ORDER`).
+
+    ``cells``: None or ``"all"`` (every cell), or comma-separated items ``METHOD`` (its three
+    widths) or ``METHOD:WIDTH``, e.g. ``"bbb-mixture:1200,sgd:1200"`` (``-`` or ``_`` in the
+    method's name), or a sequence of such items or of ``(method, width)`` pairs. A bad item
+    raises a one-line :class:`UserError` listing the valid choices.
+    """
+    if cells is None:
+        return CELL_ORDER
+    items: list[Any] = cells.split(",") if isinstance(cells, str) else list(cells)
+    chosen: set[tuple[str, int]] = set()
+    for item in items:
+        if isinstance(item, tuple | list) and len(item) == 2:
+            name, width = str(item[0]), str(item[1])
+            text = f"{name}:{width}"
+        else:
+            text = str(item).strip()
+            if not text:
+                continue
+            name, sep, width = text.partition(":")
+            if text.lower() == "all":
+                chosen.update(CELL_ORDER)
+                continue
+            if not sep:
+                width = ""
+        method = name.strip().lower().replace("-", "_")
+        if method not in METHODS:
+            raise UserError(f"--cells: unknown method {name.strip()!r} in {text!r}; use {CELLS_HELP}")
+        if not width.strip():
+            chosen.update((method, w) for w in WIDTHS)
+            continue
+        try:
+            w = int(width)
+        except ValueError:
+            w = -1
+        if w not in WIDTHS:
+            raise UserError(f"--cells: unknown width {width.strip()!r} in {text!r}; use {CELLS_HELP}")
+        chosen.add((method, w))
+    if not chosen:
+        raise UserError(f"--cells names no cell; use {CELLS_HELP}")
+    return tuple(c for c in CELL_ORDER if c in chosen)
+
+
+def cells_text(cells: Sequence[tuple[str, int]]) -> str:
+    return ",".join(f"{method_arg(m)}:{w}" for m, w in cells)
+
+
+@dataclass
+class ReproduceConfig:
+    """Settings of :func:`run_reproduce` (the ``bbb reproduce mnist`` options)."""
+
+    budget: str = Budget.SMOKE.value
+    out: str = "results/mnist"
+    dataset: str = "mnist"
+    seeds: int | None = None  # None: the budget's default
+    device: str = DeviceKind.AUTO.value
+    data_dir: str | None = None
+    quiet: bool = False
+    experiment: str = Experiment.MNIST.value
+    #: the cells to train (``--cells``; see :func:`parse_cells`); None: all 12
+    cells: Any = None
+
+    def __post_init__(self) -> None:
+        self.experiment = choice("experiment", self.experiment, Experiment)
+        self.budget = choice("budget", self.budget, Budget)
+        self.dataset = choice("dataset", self.dataset, DATASETS)
+        self.device = choice("device", self.device, DeviceKind)
+        if self.seeds is None:
+            self.seeds = BUDGETS[self.budget].seeds
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise UserError(f"--seeds must be an integer >= 1, got {self.seeds!r}")
+        if not str(self.out):
+            raise UserError("--out must name a folder")
+        if self.data_dir is not None:
+            self.data_dir = str(self.data_dir)
+        self.cells = parse_cells(self.cells)
+
+    @property
+    def spec(self) -> BudgetSpec:
+        return BUDGETS[self.budget]
+
+    @property
+    def all_cells(self) -> bool:
+        return set(self.cells) == set(CELL_ORDER)
+
+
+@dataclass
+class Job:
+    """One training run: a cell's candidate with one seed."""
+
+    method: str
+    hidden: int
+    candidate: int
+    seed: int
+    config: T.TrainConfig
+    run_dir: Path
+    n_candidates: int = 1
+    label: str = ""
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def cell(self) -> tuple[str, int]:
+        return (self.method, self.hidden)
+
+
+def run_name(method: str, hidden: int, candidate: int, seed: int) -> str:
+    return f"{method}_{hidden}" + (f"_c{candidate}" if candidate else "") + (f"_s{seed}" if seed else "")
+
+
+def train_config(cfg: ReproduceConfig, method: str, hidden: int, settings: dict[str, Any],
+                  seed: int) -> T.TrainConfig:
+    spec = cfg.spec
+    return T.TrainConfig(**{
+        **COMMON_SETTINGS, **spec.common, **METHOD_SETTINGS[method], **settings,
+        "epochs": spec.epochs[method][hidden], "hidden": [hidden, hidden], "seed": seed,
+        "dataset": cfg.dataset, "device": cfg.device, "data_dir": cfg.data_dir,
+        "eval_samples": spec.eval_samples,
+    })
+
+
+def make_job(cfg: ReproduceConfig, method: str, hidden: int, candidate: int, seed: int) -> Job:
+    cands = cell_candidates(cfg.spec, method, hidden)
+    c = cands[candidate]
+    return Job(method, hidden, candidate, seed,
+               train_config(cfg, method, hidden, c.settings, seed),
+               Path(cfg.out) / "runs" / run_name(method, hidden, candidate, seed), len(cands),
+               c.label, c.reason)
+
+
+def cell_jobs(cfg: ReproduceConfig, method: str, hidden: int) -> list[Job]:
+    """Every candidate of one cell, seed 0."""
+    return [make_job(cfg, method, hidden, c, 0) for c in range(len(cell_candidates(cfg.spec, method, hidden)))]
+
+
+def plan_jobs(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
+    """The runs of ``cfg.cells`` in the order of work (:data:`CELL_ORDER`): (the selection
+    runs: every candidate of every cell with seed 0; the extra seeds of the budget's seed
+    cells, with their first candidate as a placeholder until selection is done)."""
+    first = [j for m, w in cfg.cells for j in cell_jobs(cfg, m, w)]
+    extra = [make_job(cfg, m, w, 0, s) for (m, w) in cfg.cells if (m, w) in cfg.spec.seed_cells
+             for s in range(1, int(cfg.seeds or 1))]
+    return first, extra
+
+
+def _epoch_seconds(job: Job, n_train: int) -> float:
+    kind = "bbb" if job.config.method == "bbb" else job.config.method
+    base = SECONDS_PER_EPOCH.get((kind, job.hidden))
+    if base is None:  # another width: scale with the number of weights of 2x400
+        base = SECONDS_PER_EPOCH[(kind, 400)] * (784 * job.hidden + job.hidden ** 2) / (784 * 400 + 400 ** 2)
+    samples = job.config.samples if job.config.method == "bbb" else 1
+    return base * samples * n_train / 50000.0
+
+
+def _measured_epoch_seconds(job: Job) -> float | None:
+    """The median seconds per epoch of the last (up to) 20 epochs ``job`` has trained, from its
+    metrics.csv (None before its first epoch)."""
+    path = job.run_dir / "metrics.csv"
+    if not path.is_file():
+        return None
+    try:
+        secs = [float(r["seconds"]) for r in T.read_metrics(job.run_dir)[-20:] if r.get("seconds") is not None]
+    except (UserError, ValueError, OSError, KeyError, TypeError):
+        return None
+    return statistics.median(secs) if secs else None
+
+
+def estimate_seconds(job: Job, n_train: int = 50000, epochs_done: int = 0, measured: bool = True) -> float:
+    """Estimated seconds of ``job`` (training plus final evaluation): the run's own measured
+    pace when it has trained an epoch already (``measured``), else :data:`SECONDS_PER_EPOCH`
+    (a quiet 2-core CPU)."""
+    per_epoch = (_measured_epoch_seconds(job) if measured else None) or _epoch_seconds(job, n_train)
+    evals = 0.5 if job.config.method == "bbb" else 0.1  # final Monte Carlo evaluation, in epochs
+    return per_epoch * (max(0, job.config.epochs - epochs_done) + evals)
+
+
+def fmt_time(s: float) -> str:
+    s = max(0.0, float(s))
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 48 * 3600:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{s / 86400:.1f} days"

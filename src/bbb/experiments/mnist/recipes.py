@@ -1,0 +1,336 @@
+"""What ``bbb reproduce mnist`` trains: the paper's tables, the methods' settings, the
+candidate recipes of each budget and cell, and the per-epoch cost table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import runs as T
+from ...options import CellMethod
+
+WIDTHS: tuple[int, ...] = (400, 800, 1200)
+
+
+METHODS: tuple[str, ...] = tuple(m.value for m in CellMethod)
+
+
+DATASETS: tuple[str, ...] = T.DATASETS
+
+
+#: the cells that get ``--seeds`` independent seeds at the smoke and quick budgets
+HEADLINE_CELLS: tuple[tuple[str, int], ...] = (
+    ("bbb_mixture", 400), ("bbb_mixture", 1200), ("dropout", 400), ("dropout", 1200))
+
+
+#: The order of work (issue 15), so that the headline lands first: (group title, its cells).
+#: ``--plan`` and a training call follow it; ``--cells`` picks a subset.
+WORK_ORDER: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = (
+    ("1. BBB scale mixture 2x1200: the headline cell, Table 2, Figures 2 and 4",
+     (("bbb_mixture", 1200),)),
+    ("2. SGD and dropout 2x1200: Figures 2 and 3",
+     (("sgd", 1200), ("dropout", 1200))),
+    ("3. BBB scale mixture 2x400 and 2x800",
+     (("bbb_mixture", 400), ("bbb_mixture", 800))),
+    ("4. BBB Gaussian prior at three widths, SGD and dropout 2x400 and 2x800",
+     (("bbb_gaussian", 400), ("bbb_gaussian", 800), ("bbb_gaussian", 1200),
+      ("sgd", 400), ("sgd", 800), ("dropout", 400), ("dropout", 800))),
+)
+
+
+CELL_ORDER: tuple[tuple[str, int], ...] = tuple(c for _, cells in WORK_ORDER for c in cells)
+
+
+#: Paper Table 1, test error in percent (MNIST only)
+PAPER_TABLE1: dict[tuple[str, int], float] = {
+    ("sgd", 400): 1.83, ("sgd", 800): 1.84, ("sgd", 1200): 1.88,
+    ("dropout", 400): 1.51, ("dropout", 800): 1.33, ("dropout", 1200): 1.36,
+    ("bbb_gaussian", 400): 1.82, ("bbb_gaussian", 800): 1.99, ("bbb_gaussian", 1200): 2.04,
+    ("bbb_mixture", 400): 1.36, ("bbb_mixture", 800): 1.34, ("bbb_mixture", 1200): 1.32,
+}
+
+
+#: a cell whose test error is more than this many percentage points above the paper's is
+#: listed in table1.md with the gap and the candidates tried
+PAPER_GAP_PP = 0.1
+
+
+#: Paper Table 2 (BBB 2x1200): (fraction removed, weights left as printed, test error in percent)
+PAPER_TABLE2: tuple[tuple[float, int, float], ...] = (
+    (0.0, 2_400_000, 1.24), (0.5, 1_200_000, 1.24), (0.75, 600_000, 1.24),
+    (0.95, 120_000, 1.29), (0.98, 48_000, 1.39))
+
+
+PRUNE_FRACTIONS: tuple[float, ...] = tuple(f for f, _, _ in PAPER_TABLE2)
+
+
+SNR_CUTOFF = 0.75
+
+
+#: where most of the mass of the paper's Figure 4 lies, in dB, as read from its axis (about
+#: -7.5 to 0 dB; the paper does not say whether dB is 10 or 20 log10 of |mu|/sigma)
+PAPER_SNR_RANGE_DB: tuple[float, float] = (-7.5, 0.0)
+
+
+METHOD_NAMES = {"sgd": "SGD (no regularisation)", "dropout": "SGD, dropout",
+                "bbb_gaussian": "BBB, Gaussian prior", "bbb_mixture": "BBB, scale mixture prior"}
+
+
+#: settings every run shares (the paper: minibatch 128, pixels / 126, 10,000 validation images);
+#: a budget's :attr:`BudgetSpec.common` and the candidates override them
+COMMON_SETTINGS: dict[str, Any] = {
+    "optimizer": "adam", "lr": 1e-3, "lr_schedule": "cosine", "batch_size": 128, "scale": 126.0,
+    "val_size": 10000, "split_seed": 0, "test_each_epoch": True,
+}
+
+
+#: what makes each of the four methods (TrainConfig fields)
+METHOD_SETTINGS: dict[str, dict[str, Any]] = {
+    "sgd": {"method": "sgd"},
+    "dropout": {"method": "dropout", "dropout_input": 0.2, "dropout_hidden": 0.5},
+    "bbb_gaussian": {"method": "bbb", "prior": "gaussian", "kl": "auto", "estimator": "reparam",
+                     "kl_weighting": "uniform", "samples": 1},
+    "bbb_mixture": {"method": "bbb", "prior": "mixture", "kl": "mc", "estimator": "reparam",
+                    "kl_weighting": "uniform", "samples": 1},
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate setting of a cell: TrainConfig fields laid over the budget's and the
+    method's settings, a short label, and the reason it is in the list (printed by ``--plan``
+    and in table1.md)."""
+
+    settings: dict[str, Any]
+    label: str
+    reason: str
+
+
+E = math.exp
+
+
+#: The quick recipe of each method: one per cell, fixed beforehand (the mixture is the demo's
+#: recipe; the Gaussian prior's sigma = e^-1 had the lowest validation error in a 3-epoch 2x400
+#: probe: e^0 2.39%, e^-1 2.37%, e^-2 2.55%, e^-3 4.34%). The test set chose nothing.
+_QUICK_WHY = "the quick recipe, fixed before any quick run (not tuned)"
+
+
+_QUICK_RECIPES: dict[str, list[Candidate]] = {
+    "sgd": [Candidate({"lr": 1e-3}, "quick", _QUICK_WHY)],
+    "dropout": [Candidate({"lr": 1e-3}, "quick", _QUICK_WHY)],
+    "bbb_gaussian": [Candidate({"lr": 1e-3, "prior_sigma": E(-1.0)}, "quick",
+                               _QUICK_WHY + "; sigma = e^-1 won a 3-epoch 2x400 probe over e^0..e^-3")],
+    "bbb_mixture": [Candidate({"lr": 1e-3, "pi": 0.25, "sigma1": 1.0, "sigma2": E(-7.0)}, "quick",
+                              _QUICK_WHY + "; `bbb demo`'s prior")],
+}
+
+
+#: The paper's learning-rate grid. The paper's updates (eqs. 5-6) are steps on the summed
+#: minibatch free energy; our loss is that sum divided by the minibatch size (128), so the same
+#: step needs a learning rate 128 times larger (:func:`paper_lr`).
+PAPER_LR_GRID: tuple[float, ...] = (1e-3, 1e-4, 1e-5)
+
+
+LOSS_BATCH = 128
+
+
+PAPER_EPOCHS = 600
+
+
+PAPER_LR_STEP = 300
+
+
+def paper_lr(lr_sum: float) -> float:
+    """Our learning rate for the paper's ``lr_sum`` on the summed minibatch loss (x128)."""
+    return LOSS_BATCH * lr_sum
+
+
+def rho_sigma(rho: float) -> float:
+    return math.log1p(math.exp(rho))
+
+
+#: The recipe of JINKEHE/BayesByBackprop (scripts/bayes1.sh; 1.31% at 2x1200, the mean of its
+#: last 10 of 600 epochs), the base of every BBB candidate of the paper budget. Plain SGD,
+#: momentum 0 and StepLR(300, 0.1) come from the budget's common settings.
+JINKEHE_RECIPE: dict[str, Any] = {
+    "lr": paper_lr(1e-3), "samples": 1, "pi": 0.75, "sigma1": 1.0, "sigma2": E(-8.0),
+    "rho_init": -3.25, "mu_init_scale": 0.03,
+}
+
+
+_RHO_WIDE = -2.5  # sigma0 = softplus(-2.5) = 0.079, twice the recipe's 0.038
+
+
+_PAPER_MIXTURE: list[Candidate] = [
+    Candidate(dict(JINKEHE_RECIPE), "recipe",
+              "JINKEHE/BayesByBackprop's recipe, the one public run at the paper's level (1.31% at "
+              "2x1200, mean of its last 10 of 600 epochs): pi=3/4, sigma1=1, sigma2=e^-8 (a point "
+              "of the paper's grid), 1 sample (the paper's grid: 1, 2, 5, 10), rho0=-3.25 "
+              f"(sigma0 {rho_sigma(-3.25):.3f}, the middle of its U(-3.5, -3)), mu0 ~ U(+-0.03)"),
+    Candidate({**JINKEHE_RECIPE, "pi": 0.25, "sigma2": E(-7.0)}, "grid prior",
+              "another point of the paper's prior grid (pi in {1/4, 1/2, 3/4}, -log sigma1 in "
+              "{0, 1, 2}, -log sigma2 in {6, 7, 8}): pi=1/4, sigma2=e^-7, `bbb demo`'s prior; "
+              "sigma1 stays 1 (JINKEHE: sigma1=e^-1 gave 1.36%, worse); else the recipe"),
+    Candidate({**JINKEHE_RECIPE, "rho_init": _RHO_WIDE}, "sigma0 x2",
+              f"another sigma0: rho0={_RHO_WIDE:g} (sigma0 {rho_sigma(_RHO_WIDE):.3f}). Under "
+              "plain SGD rho moves only about +0.3 in 600 epochs, so sigma0 is the noise level "
+              "all run long; the recipe's 2x400 net sat at +0.7 to +5.8 dB after 40 epochs, "
+              "above the paper's Figure 4 (about -7.5 to 0 dB); twice the noise moves toward "
+              "it. Else the recipe"),
+]
+
+
+_PAPER_GAUSSIAN_BASE = {k: v for k, v in JINKEHE_RECIPE.items() if k not in ("pi", "sigma1", "sigma2")}
+
+
+_PAPER_GAUSSIAN: list[Candidate] = [
+    Candidate({**_PAPER_GAUSSIAN_BASE, "prior_sigma": E(-1.0)}, "sigma_p e^-1",
+              "prior sigma e^-1: the quick probe's best (3-epoch 2x400 probe over e^0..e^-3; "
+              "the paper does not state its Gaussian prior); the mixture recipe's optimiser, "
+              "samples and initialisation"),
+    Candidate({**_PAPER_GAUSSIAN_BASE, "prior_sigma": 1.0}, "sigma_p 1",
+              "prior sigma 1: the widest value of the paper's sigma grid {1, e^-1, e^-2} (the "
+              "mixture recipe's slab); else as the first"),
+    Candidate({**_PAPER_GAUSSIAN_BASE, "prior_sigma": E(-2.0)}, "sigma_p e^-2",
+              "prior sigma e^-2: the narrowest value of that grid; else as the first"),
+]
+
+
+_PAPER_SGD: list[Candidate] = [
+    Candidate({"lr": paper_lr(1e-3)}, "lr 1e-3",
+              "the largest learning rate of the paper's grid (1e-3 on the summed loss = 0.128 on "
+              "ours), plain SGD as in eqs. 5-6"),
+    Candidate({"lr": paper_lr(1e-4)}, "lr 1e-4",
+              "the next rate of the grid (0.0128 on ours): unregularised SGD overfits early (the "
+              "paper's Figure 2), a slower rate may reach a better validation epoch. 1e-5 "
+              "(0.00128 without momentum) is left out: too slow for 600 epochs"),
+]
+
+
+_PAPER_DROPOUT: list[Candidate] = [
+    Candidate({"lr": paper_lr(1e-3), "dropout_input": 0.2, "dropout_hidden": 0.5}, "lr 1e-3",
+              "the usual dropout (Hinton et al. 2012, Srivastava et al. 2014: 20% of the inputs, "
+              "50% of the hidden units) at the largest rate of the paper's grid (0.128 on ours)"),
+    Candidate({"lr": paper_lr(1e-4), "dropout_input": 0.2, "dropout_hidden": 0.5}, "lr 1e-4",
+              "the same dropout at the next rate of the grid (0.0128): the paper tuned the rate "
+              "of dropout on validation as for BBB"),
+]
+
+
+#: The paper budget's candidates, per cell (the same lists at every width today; a cell may
+#: get its own list, e.g. another rho_init)
+_PAPER_CANDIDATES: dict[tuple[str, int], list[Candidate]] = {
+    **{("bbb_mixture", w): _PAPER_MIXTURE for w in WIDTHS},
+    **{("bbb_gaussian", w): _PAPER_GAUSSIAN for w in WIDTHS},
+    **{("sgd", w): _PAPER_SGD for w in WIDTHS},
+    **{("dropout", w): _PAPER_DROPOUT for w in WIDTHS},
+}
+
+
+#: what the paper budget lays over :data:`COMMON_SETTINGS` for every run: the paper's plain
+#: gradient steps (eqs. 5-6: SGD, momentum 0) and the learning rate x0.1 after epoch 300 of 600
+PAPER_COMMON: dict[str, Any] = {
+    "optimizer": "sgd", "momentum": 0.0, "lr_schedule": "step", "lr_step_size": PAPER_LR_STEP,
+    "lr_gamma": 0.1,
+}
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """One budget: epochs per cell, candidate settings per method (or per cell), seeds, data
+    subset, and the settings it lays over :data:`COMMON_SETTINGS`."""
+
+    description: str
+    epochs: dict[str, dict[int, int]]
+    #: keyed by method (every width) or by (method, width); see :func:`cell_candidates`
+    candidates: dict[Any, list[Candidate]]
+    seeds: int = 1
+    train_limit: int | None = None
+    eval_limit: int | None = None
+    eval_samples: int = 10
+    common: dict[str, Any] = field(default_factory=dict)
+    #: the cells that get ``--seeds`` independent seeds
+    seed_cells: tuple[tuple[str, int], ...] = HEADLINE_CELLS
+    #: Figure 2 with a log-scale epoch axis
+    log_epochs: bool = False
+
+
+def _all_widths(n: int) -> dict[int, int]:
+    return {w: n for w in WIDTHS}
+
+
+#: The budgets. Epochs of ``quick`` are fixed (its results in results/mnist were made with them);
+#: ``--plan`` estimates the time from :data:`SECONDS_PER_EPOCH`.
+BUDGETS: dict[str, BudgetSpec] = {
+    "smoke": BudgetSpec(
+        description="1 epoch per cell on the first 1,024 training and 1,000 validation/test images "
+                    "(a test of the pipeline, not a result)",
+        epochs={m: _all_widths(1) for m in METHODS},
+        candidates={**_QUICK_RECIPES, "bbb_mixture": [  # two candidates: selection is exercised
+            Candidate({"lr": 1e-3, "pi": 0.25, "sigma1": 1.0, "sigma2": E(-7.0)}, "a", "selection test"),
+            Candidate({"lr": 1e-3, "pi": 0.5, "sigma1": 1.0, "sigma2": E(-6.0)}, "b", "selection test")]},
+        seeds=1, train_limit=1024, eval_limit=1000, eval_samples=2),
+    "quick": BudgetSpec(
+        description="one fixed recipe per cell (chosen beforehand, not tuned on validation or "
+                    "test), few epochs: minutes on a quiet 2-core CPU (see --plan)",
+        epochs={"sgd": {400: 10, 800: 10, 1200: 10},
+                "dropout": {400: 20, 800: 20, 1200: 15},
+                "bbb_gaussian": {400: 8, 800: 5, 1200: 4},
+                "bbb_mixture": {400: 15, 800: 8, 1200: 5}},
+        candidates=_QUICK_RECIPES, seeds=1),
+    "paper": BudgetSpec(
+        description="the paper's protocol: plain SGD (momentum 0) at the paper's learning rates "
+                    "(x128: our loss is per example), 600 epochs with the rate x0.1 after epoch "
+                    "300, 2-3 candidates per cell chosen on the validation error only (days on a "
+                    "2-core CPU: run it in sittings with --cells)",
+        epochs={m: _all_widths(PAPER_EPOCHS) for m in METHODS},
+        candidates=_PAPER_CANDIDATES, seeds=2, common=PAPER_COMMON,
+        seed_cells=(("bbb_mixture", 1200),), log_epochs=True),
+}
+
+
+def cell_candidates(spec: BudgetSpec, method: str, hidden: int) -> list[Candidate]:
+    """The candidates of one cell: ``spec.candidates[(method, hidden)]``, else ``[method]``."""
+    cands = spec.candidates.get((method, hidden))
+    if cands is None:
+        cands = spec.candidates[method]
+    return list(cands)
+
+
+#: Seconds per epoch on the full 50,000 images on a quiet 2-core CPU, training plus the
+#: validation pass (one MC sample; BBB's cost grows with the samples), from `make bench`'s steps/s
+#: and its `bbb train` epochs (bench/results/peers.md). Used for the time estimate only; a run
+#: that has trained some epochs is estimated from its own measured pace instead (metrics.csv).
+SECONDS_PER_EPOCH: dict[tuple[str, int], float] = {
+    ("sgd", 400): 2.0, ("sgd", 800): 3.0, ("sgd", 1200): 4.5,
+    ("dropout", 400): 2.5, ("dropout", 800): 3.5, ("dropout", 1200): 5.5,
+    ("bbb", 400): 3.5, ("bbb", 800): 6.5, ("bbb", 1200): 10.5,
+}
+
+
+FIXED_OVERHEAD_S = 60.0  # data, pruning, figures
+
+
+TABLE1_COLUMNS = (
+    "method", "hidden", "test_error", "paper_test_error", "test_error_sd", "n_seeds", "test_errors",
+    "test_error_mc", "val_error", "epochs", "best_epoch", "seconds", "seconds_all", "candidate",
+    "n_candidates", "lr", "optimizer", "lr_schedule", "batch_size", "samples", "kl_weighting",
+    "prior", "prior_sigma", "pi", "sigma1", "sigma2", "dropout_input", "dropout_hidden", "weights",
+    "run", "status", "candidate_label", "gap_vs_paper_pp", "momentum", "lr_step_size", "lr_gamma",
+    "rho_init", "mu_init_scale", "candidates_val_error", "pending")
+
+
+TABLE2_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",
+                  "snr_threshold_db", "test_error", "paper_weights_left", "paper_test_error",
+                  "cost_pp", "paper_cost_pp")
+
+
+HYPER_BY_METHOD = {
+    "sgd": ("lr", "optimizer", "lr_schedule", "batch_size"),
+    "dropout": ("lr", "optimizer", "lr_schedule", "batch_size", "dropout_input", "dropout_hidden"),
+    "bbb_gaussian": ("lr", "optimizer", "lr_schedule", "batch_size", "samples", "kl_weighting",
+                     "prior", "prior_sigma"),
+    "bbb_mixture": ("lr", "optimizer", "lr_schedule", "batch_size", "samples", "kl_weighting",
+                    "prior", "pi", "sigma1", "sigma2"),
+}

@@ -1,0 +1,548 @@
+"""Table 1 (test error of every cell), Table 2 (pruning) and the SNR statistics, as CSV
+and markdown."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ... import runs as T
+from .jobs import (
+    check_same_settings,
+    command_line,
+    diverged_reason,
+    finished_summary,
+    job_epochs_done,
+    select_candidate,
+)
+from .plan import Job, ReproduceConfig, cell_jobs, fmt_time, make_job, train_config
+from .recipes import (
+    BUDGETS,
+    HYPER_BY_METHOD,
+    LOSS_BATCH,
+    METHOD_NAMES,
+    METHODS,
+    PAPER_EPOCHS,
+    PAPER_GAP_PP,
+    PAPER_SNR_RANGE_DB,
+    PAPER_TABLE1,
+    PAPER_TABLE2,
+    PRUNE_FRACTIONS,
+    WIDTHS,
+    Candidate,
+    cell_candidates,
+    rho_sigma,
+)
+
+
+def pct(v: float | None) -> float | None:
+    return None if v is None else round(100.0 * float(v), 4)
+
+
+def _neglog(s: float) -> str:
+    v = -math.log(s)
+    return f"{0.0 if abs(v) < 1e-9 else v:.3g}"
+
+
+def _e_text(s: float) -> str:
+    """1 -> "1", e^-7 -> "e^-7"."""
+    v = _neglog(s)
+    return "1" if v == "0" else f"e^-{v}"
+
+
+def hyper_text(method: str, tc: T.TrainConfig) -> str:
+    if tc.optimizer == "sgd":
+        parts = [f"sgd lr {tc.lr:g} (= {tc.lr / LOSS_BATCH:.3g} x 128), momentum {tc.momentum:g}"]
+    else:
+        parts = [f"{tc.optimizer} lr {tc.lr:g}"]
+    if tc.lr_schedule == "step":
+        parts.append(f"x{tc.lr_gamma:g} every {tc.lr_step_size or max(1, tc.epochs // 3)} epochs")
+    else:
+        parts.append(tc.lr_schedule)
+    if method == "dropout":
+        parts.append(f"dropout {tc.dropout_input:g} in / {tc.dropout_hidden:g} hidden")
+    if method == "bbb_gaussian":
+        parts += [f"N(0, sigma={_e_text(tc.prior_sigma)})", f"k={tc.samples}", f"{tc.kl_weighting} KL"]
+    if method == "bbb_mixture":
+        parts += [f"pi={tc.pi:g}, -log s1={_neglog(tc.sigma1)}, -log s2={_neglog(tc.sigma2)}",
+                  f"k={tc.samples}", f"{tc.kl_weighting} KL"]
+    if method.startswith("bbb"):
+        parts.append(_init_text(tc))
+    return ", ".join(parts)
+
+
+def _init_text(tc: T.TrainConfig) -> str:
+    mu = "1/sqrt(fan_in)" if tc.mu_init_scale is None else f"{tc.mu_init_scale:g}"
+    return f"rho0 {tc.rho_init:g} (sigma0 {rho_sigma(tc.rho_init):.2g}), mu0 ~ U(+-{mu})"
+
+
+def candidate_name(j: Job) -> str:
+    return f"c{j.candidate}" + (f" '{j.label}'" if j.label else "")
+
+
+def _run_progress(j: Job) -> str:
+    done = job_epochs_done(j)
+    return f"epoch {done}/{j.config.epochs}" if done else "not started"
+
+
+@dataclass
+class _Cell:
+    """What ``--out`` holds for one cell: its candidates' runs, the selection, extra seeds."""
+
+    method: str
+    hidden: int
+    cands: list[Job]
+    summaries: dict[str, dict[str, Any] | None]  # finished runs; None: diverged
+    selected: int | None
+    seeds: list[Job]  # the finished extra seeds of the selected candidate
+    status: str  # ok, diverged, incomplete, not run
+    pending: list[str]  # what is not finished yet, e.g. "c1 'grid prior': epoch 120/600"
+
+    @property
+    def complete(self) -> bool:
+        return self.status in ("ok", "diverged")
+
+    @property
+    def cell(self) -> tuple[str, int]:
+        return (self.method, self.hidden)
+
+
+#: a cell's status in table1 when some of its runs are not finished
+MISSING_TEXT = {"incomplete": "incomplete", "not run": "not run yet"}
+
+
+def cell_state(cfg: ReproduceConfig, method: str, hidden: int, out: Path) -> _Cell:
+    """Read one cell's runs from ``out`` (nothing is trained): finished, diverged or pending.
+
+    A cell is selected only when every candidate has finished (or diverged): selection over a
+    part of the candidates is not the protocol. Extra seeds are those of the selected candidate
+    found on disk, and those ``cfg.seeds`` asks for.
+    """
+    cands = cell_jobs(cfg, method, hidden)
+    summaries: dict[str, dict[str, Any] | None] = {}
+    pending: list[str] = []
+    started = False
+    for j in cands:
+        check_same_settings(j, out)
+        started = started or j.run_dir.exists()
+        s = finished_summary(j)
+        if s is not None:
+            summaries[j.name] = s
+        elif diverged_reason(j) is not None:
+            summaries[j.name] = None
+        else:
+            pending.append(f"{candidate_name(j)}: {_run_progress(j)}")
+    if pending:
+        return _Cell(method, hidden, cands, summaries, None, [], "incomplete" if started else "not run", pending)
+    selected = select_candidate(cands, summaries)
+    seeds: list[Job] = []
+    if selected is not None:
+        wanted = int(cfg.seeds or 1) if (method, hidden) in cfg.spec.seed_cells else 1
+        for s in range(1, 1000):
+            job = make_job(cfg, method, hidden, selected, s)
+            if s >= wanted and not job.run_dir.exists():
+                break
+            check_same_settings(job, out)
+            summary = finished_summary(job)
+            if summary is not None:
+                summaries[job.name] = summary
+                seeds.append(job)
+            elif diverged_reason(job) is not None:
+                pending.append(f"seed {s}: diverged")
+            else:
+                pending.append(f"seed {s}: {_run_progress(job)}")
+    return _Cell(method, hidden, cands, summaries, selected, seeds,
+                 "ok" if selected is not None else "diverged", pending)
+
+
+def _candidates_text(cands: Sequence[Job], summaries: dict[str, dict[str, Any] | None],
+                     selected: int | None) -> str:
+    """Every candidate of a cell with its validation error (what was tried)."""
+    parts = []
+    for j in cands:
+        if j.name not in summaries:
+            res = _run_progress(j)
+        elif summaries[j.name] is None:
+            res = "diverged"
+        else:
+            res = f"val {pct(summaries[j.name]['val_error']):.2f}%"  # type: ignore[index]
+        parts.append(f"{candidate_name(j)} {res}" + (" (selected)" if j.candidate == selected and len(cands) > 1 else ""))
+    return "; ".join(parts)
+
+
+def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[Job],
+                seeds: Sequence[Job], selected: int | None,
+                summaries: dict[str, dict[str, Any] | None], *, status: str | None = None,
+                pending: Sequence[str] = ()) -> dict[str, Any]:
+    """One row of table1.csv. ``status`` "incomplete" or "not run" marks a missing cell (no
+    numbers); otherwise the cell is reported with its ``selected`` candidate."""
+    paper = PAPER_TABLE1.get((method, hidden)) if cfg.dataset == "mnist" else None
+    row: dict[str, Any] = {"method": method, "hidden": hidden, "paper_test_error": paper,
+                           "n_candidates": len(cands),
+                           "candidates_val_error": _candidates_text(cands, summaries, selected),
+                           "pending": "; ".join(pending) or None}
+    row["seconds_all"] = round(sum(float(s["seconds"]) for j in [*cands, *seeds]
+                                   if (s := summaries.get(j.name)) is not None), 3)
+    if status in MISSING_TEXT:
+        row.update({"status": status, "n_seeds": 0})
+        return row
+    if selected is None:
+        row.update({"status": "diverged", "n_seeds": 0})
+        return row
+    chosen = [j for j in cands if j.candidate == selected][0]
+    runs = [chosen, *[j for j in seeds if summaries.get(j.name) is not None]]
+    s0 = summaries[chosen.name]
+    assert s0 is not None
+    errs = [100.0 * float(summaries[j.name]["test_error"]) for j in runs]  # type: ignore[index]
+    tc = chosen.config
+    mean = statistics.fmean(errs)
+    row.update({
+        "test_error": round(mean, 4),
+        "test_error_sd": round(statistics.stdev(errs), 4) if len(errs) > 1 else None,
+        "n_seeds": len(errs),
+        "test_errors": " ".join(f"{e:.2f}" for e in errs),
+        "test_error_mc": pct(s0.get("test_error_mc")),
+        "val_error": pct(s0.get("val_error")),
+        "epochs": s0.get("epochs"),
+        "best_epoch": s0.get("best_epoch"),
+        "seconds": round(float(s0.get("seconds", 0.0)), 3),
+        "candidate": selected,
+        "candidate_label": chosen.label or None,
+        "gap_vs_paper_pp": None if paper is None else round(mean - paper, 4),
+        "weights": s0.get("num_weights"),
+        "run": str(Path("runs") / chosen.name),
+        "status": "ok",
+    })
+    for k in HYPER_BY_METHOD[method]:
+        row[k] = getattr(tc, k)
+    if tc.optimizer == "sgd":
+        row["momentum"] = tc.momentum
+    if tc.lr_schedule == "step":
+        row["lr_step_size"], row["lr_gamma"] = tc.lr_step_size, tc.lr_gamma
+    if tc.method == "bbb":
+        row["rho_init"], row["mu_init_scale"] = tc.rho_init, tc.mu_init_scale
+    return row
+
+
+SHORT_NAMES = {"sgd": "SGD", "dropout": "dropout", "bbb_gaussian": "BBB Gaussian", "bbb_mixture": "BBB mixture"}
+
+
+def _uniq(values: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _by_method(texts: dict[str, str]) -> str:
+    """"a" when every method has the same text, else "SGD: a; dropout: b; ..."."""
+    vals = _uniq(list(texts.values()))
+    if len(vals) == 1:
+        return vals[0]
+    groups: dict[str, list[str]] = {}
+    for m, t in texts.items():
+        groups.setdefault(t, []).append(SHORT_NAMES[m])
+    return "; ".join(f"{', '.join(ms)}: {t}" for t, ms in groups.items())
+
+
+def _budget_configs(budget: str) -> dict[str, list[T.TrainConfig]]:
+    """Every candidate's TrainConfig of ``budget`` per method (all widths, seed 0)."""
+    c = ReproduceConfig(budget=budget, out="-")
+    return {m: [train_config(c, m, w, cand.settings, 0) for w in WIDTHS
+                for cand in cell_candidates(c.spec, m, w)] for m in METHODS}
+
+
+def _recipe_column(budget: str) -> dict[str, str]:
+    """The recipe of one budget, setting by setting (the side-by-side table of table1.md)."""
+    spec = BUDGETS[budget]
+    confs = _budget_configs(budget)
+    allc = [tc for tcs in confs.values() for tc in tcs]
+    bbb = [tc for m in ("bbb_gaussian", "bbb_mixture") for tc in confs[m]]
+
+    def lr_text(tcs: list[T.TrainConfig]) -> str:
+        lrs = sorted({tc.lr for tc in tcs}, reverse=True)
+        if all(tc.optimizer == "sgd" for tc in tcs):
+            return ", ".join(f"{v:g}" for v in lrs) + " (= " + ", ".join(f"{v / LOSS_BATCH:.3g}" for v in lrs) \
+                + " on the summed loss)"
+        return ", ".join(f"{v:g}" for v in lrs)
+
+    def sched(tc: T.TrainConfig) -> str:
+        if tc.lr_schedule == "step":
+            return f"x{tc.lr_gamma:g} after epoch {tc.lr_step_size} (step)"
+        return "cosine decay to 0 over the run" if tc.lr_schedule == "cosine" else "constant"
+
+    n_cands = {(m, w): len(cell_candidates(spec, m, w)) for m in METHODS for w in WIDTHS}
+    seed_cells = ", ".join(f"{SHORT_NAMES[m]} 2x{w}" for m, w in spec.seed_cells)
+    many = max(n_cands.values()) > 1
+    return {
+        "optimiser": ", ".join(_uniq([("SGD, momentum " + f"{tc.momentum:g}") if tc.optimizer == "sgd" else "Adam"
+                                      for tc in allc])),
+        "learning rate (our per-example loss)": _by_method({m: lr_text(tcs) for m, tcs in confs.items()}),
+        "learning-rate schedule": ", ".join(_uniq([sched(tc) for tc in allc])),
+        "epochs": _by_method({m: ", ".join(f"{spec.epochs[m][w]}" for w in WIDTHS) + " (2x400, 2x800, 2x1200)"
+                              if len({spec.epochs[m][w] for w in WIDTHS}) > 1 else f"{spec.epochs[m][400]}"
+                              for m in METHODS}),
+        "candidates per cell": _by_method({m: str(n_cands[(m, 400)]) for m in METHODS}),
+        "seeds": (f"{spec.seeds} for {seed_cells}, 1 elsewhere (--seeds N)" if spec.seeds > 1
+                  else f"1 (--seeds N adds seeds to {seed_cells})"),
+        "selection": ("the best-validation epoch of each run, then the candidate with the lowest "
+                      "validation error" if many else "the best-validation epoch of the one run"),
+        "BBB samples": ", ".join(_uniq([str(tc.samples) for tc in bbb])),
+        "BBB KL": ", ".join(_uniq([f"{tc.kl_weighting} weighting (1/M)" for tc in bbb]))
+                  + "; Monte Carlo (mixture), closed form (Gaussian)",
+        "BBB initialisation": "; ".join(_uniq([_init_text(tc) for tc in bbb])),
+        "scale-mixture prior": "; ".join(_uniq([f"pi={tc.pi:g}, sigma1={_e_text(tc.sigma1)}, "
+                                                f"sigma2={_e_text(tc.sigma2)}" for tc in confs["bbb_mixture"]])),
+        "Gaussian prior sigma": ", ".join(_uniq([_e_text(tc.prior_sigma) for tc in confs["bbb_gaussian"]])),
+        "dropout (input / hidden)": ", ".join(_uniq([f"{tc.dropout_input:g} / {tc.dropout_hidden:g}"
+                                                     for tc in confs["dropout"]])),
+    }
+
+
+def recipes_md() -> list[str]:
+    """The quick and the paper budgets' recipes side by side."""
+    q, p = _recipe_column("quick"), _recipe_column("paper")
+    lines = ["| setting | quick | paper |", "|---|---|---|"]
+    lines += [f"| {k} | {q[k]} | {p[k]} |" for k in q]
+    return lines
+
+
+def _candidates_md(cfg: ReproduceConfig) -> list[str]:
+    """Every candidate of this budget with the reason it is there (one list per method when
+    the widths share it)."""
+    spec = cfg.spec
+    lines: list[str] = []
+    for m in METHODS:
+        lists = {w: cell_candidates(spec, m, w) for w in WIDTHS}
+        groups: list[tuple[list[int], list[Candidate]]] = []
+        for w, cands in lists.items():
+            for g in groups:
+                if g[1] == cands:
+                    g[0].append(w)
+                    break
+            else:
+                groups.append(([w], cands))
+        for widths, cands in groups:
+            where = "all widths" if len(widths) == len(WIDTHS) else ", ".join(f"2x{w}" for w in widths)
+            eps = ", ".join(_uniq([str(spec.epochs[m][w]) for w in widths]))
+            lines.append(f"- {METHOD_NAMES[m]} ({where}; {eps} epochs):")
+            for i, c in enumerate(cands):
+                tc = train_config(cfg, m, widths[0], c.settings, 0)
+                lines.append(f"  - c{i}{f' {c.label!r}' if c.label else ''}: {hyper_text(m, tc)}. "
+                             f"Why: {c.reason}.")
+    return lines
+
+
+def _orderings_md(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Our ordering of the methods at each width beside the paper's (same cells only)."""
+    ok = {(r["method"], r["hidden"]): r["test_error"] for r in rows if r.get("status") == "ok"}
+    lines = []
+    for w in WIDTHS:
+        ms = [m for m in METHODS if (m, w) in ok and (m, w) in PAPER_TABLE1]
+        if len(ms) < 2:
+            continue
+        ours = sorted(ms, key=lambda m: ok[(m, w)])
+        paper = sorted(ms, key=lambda m: PAPER_TABLE1[(m, w)])
+        lines.append(f"- 2x{w}: ours " + " < ".join(f"{SHORT_NAMES[m]} {ok[(m, w)]:.2f}" for m in ours)
+                     + "; paper " + " < ".join(f"{SHORT_NAMES[m]} {PAPER_TABLE1[(m, w)]:.2f}" for m in paper)
+                     + (" (same order)" if ours == paper else " (order differs)"))
+    for m in METHODS:
+        ws = [w for w in WIDTHS if (m, w) in ok]
+        if len(ws) < 2:
+            continue
+        lines.append(f"- {METHOD_NAMES[m]} by width: ours " + ", ".join(f"2x{w} {ok[(m, w)]:.2f}" for w in ws)
+                     + "; paper " + ", ".join(f"2x{w} {PAPER_TABLE1[(m, w)]:.2f}" for w in ws))
+    return lines
+
+
+def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequence[Job],
+               counts: tuple[int, int, int]) -> str:
+    spec = cfg.spec
+    missing = [r for r in rows if r.get("status") in MISSING_TEXT]
+    lines = [
+        f"# Table 1: {cfg.dataset} test error (budget `{cfg.budget}`)"
+        + (f" - partial: {len(rows) - len(missing)} of {len(rows)} cells" if missing else ""),
+        "",
+        f"Budget `{cfg.budget}`: {spec.description}.",
+        "",
+        "Test error with the posterior mean weights (BBB) or the deterministic network (SGD; dropout "
+        "at test time), for the checkpoint with the lowest **validation** error; when a cell has "
+        "several candidate settings, the one with the lowest validation error is reported. The test "
+        "set never selects anything. Where n > 1, mean +- sample standard deviation over n "
+        "independent seeds (initialisation, shuffling and noise; same data split).",
+        "",
+    ]
+    if missing:
+        lines += [f"**Partial table**: {len(missing)} cell(s) are not finished and are marked "
+                  "*not run yet* or *incomplete* (what is left is listed in their row); rerun "
+                  f"`{command_line(cfg, '--report')}` when they are.", ""]
+    lines += [
+        "| method | units/layer | test error (ours) | paper | val error | epochs (best) | "
+        "selected candidate | hyperparameters | wall time |",
+        "|---|---:|---:|---:|---:|---:|---|---|---:|",
+    ]
+    by_name = {(j.method, j.hidden, j.candidate): j for j in jobs}
+    for r in rows:
+        paper = "-" if r.get("paper_test_error") is None else f"{r['paper_test_error']:.2f}%"
+        name = METHOD_NAMES[r["method"]]
+        if r.get("status") in MISSING_TEXT:
+            lines.append(f"| {name} | {r['hidden']} | **{MISSING_TEXT[r['status']]}** | {paper} | - | - | - | "
+                         f"left: {r.get('pending') or '-'} | - |")
+            continue
+        if r.get("status") != "ok":
+            lines.append(f"| {name} | {r['hidden']} | diverged | {paper} | - | - | - | - | - |")
+            continue
+        err = f"{r['test_error']:.2f}%"
+        if r["n_seeds"] > 1:
+            err += f" +- {r['test_error_sd']:.2f} (n={r['n_seeds']})"
+        j = by_name[(r["method"], r["hidden"], r["candidate"])]
+        cand = f"{candidate_name(j)} of {r['n_candidates']}" if r["n_candidates"] > 1 else (j.label or "-")
+        if r.get("pending"):
+            cand += f" (pending: {r['pending']})"
+        lines.append(f"| {name} | {r['hidden']} | {err} | {paper} | "
+                     f"{r['val_error']:.2f}% | {r['epochs']} ({r['best_epoch']}) | {cand} | "
+                     f"{hyper_text(r['method'], j.config)} | {fmt_time(r['seconds'])} |")
+    gaps = [r for r in rows if r.get("status") == "ok" and r.get("gap_vs_paper_pp") is not None
+            and r["gap_vs_paper_pp"] > PAPER_GAP_PP]
+    if gaps:
+        lines += ["", f"## Cells more than {PAPER_GAP_PP:g} percentage points above the paper", ""]
+        for r in gaps:
+            lines.append(f"- {METHOD_NAMES[r['method']]} 2x{r['hidden']}: {r['test_error']:.2f}% vs "
+                         f"{r['paper_test_error']:.2f}%, +{r['gap_vs_paper_pp']:.2f} pp. Tried "
+                         f"(validation error): {r['candidates_val_error']}.")
+    order = _orderings_md(rows)
+    if order:
+        lines += ["", "## Orderings (test error, %)", "", *order]
+    n = counts
+    lines += ["", "## Settings", "",
+              f"Shared by every run: minibatch 128, pixels / 126, {n[0]:,} training / {n[1]:,} "
+              f"validation images (a seeded split of the official training set), {n[2]:,} test "
+              "images; test error logged every epoch (Figure 2 only). BBB: reparameterisation (one "
+              "weight sample per minibatch and MC sample), Monte Carlo KL for the scale mixture, "
+              "closed-form KL for the Gaussian prior. Dropout: PyTorch's inverted dropout, so the "
+              "test-time weights are the trained weights. `wall time` is the training time of the "
+              "reported run; `seconds_all` in table1.csv adds every candidate and seed. The paper "
+              "trains for up to 600 epochs; "
+              + ("this budget trains far fewer, so the comparison is indicative only."
+                 if any(spec.epochs[m][w] < PAPER_EPOCHS for m in METHODS for w in WIDTHS)
+                 else "so does this budget."),
+              *(["", "The quick recipes were fixed before any quick run: the scale mixture is `bbb demo`'s "
+                 "recipe; the Gaussian prior's sigma = e^-1 had the lowest validation error in a 3-epoch "
+                 "2x400 probe over e^0, e^-1, e^-2, e^-3."] if cfg.budget == "quick" else []),
+              "", "The two budgets' recipes side by side (learning rates on our loss, the summed "
+              "minibatch loss / 128; the paper's grid is {1e-3, 1e-4, 1e-5} on the summed loss):", "",
+              *recipes_md(),
+              "", f"Candidate settings of the `{cfg.budget}` budget, and why each is there:", "",
+              *_candidates_md(cfg)]
+    return "\n".join(lines) + "\n"
+
+
+def table2_rows(cfg: ReproduceConfig, job: Job, data: dict[str, Tensor]) -> list[dict[str, Any]]:
+    rows = T.prune_run(job.run_dir, PRUNE_FRACTIONS, which="last", device=cfg.device, data=data)
+    paper = {f: (w, e) for f, w, e in PAPER_TABLE2} if cfg.dataset == "mnist" else {}
+    base = next((float(r["test_error"]) for r in rows if r["fraction_removed"] == 0.0), None)
+    paper_base = paper.get(0.0, (None, None))[1]
+    out = []
+    for r in rows:
+        pw, pe = paper.get(r["fraction_removed"], (None, None))
+        thr = float(r["snr_threshold"])
+        out.append({
+            "fraction_removed": r["fraction_removed"], "weights_left": r["weights_left"],
+            "weights_total": r["weights_total"], "snr_threshold": thr,
+            "snr_threshold_db": round(10.0 * math.log10(thr), 4) if thr > 0 else None,
+            "test_error": pct(r["test_error"]), "paper_weights_left": pw, "paper_test_error": pe,
+            # what pruning costs: the test error minus the unpruned network's, in points
+            "cost_pp": None if base is None else round(100.0 * (float(r["test_error"]) - base), 4),
+            "paper_cost_pp": None if pe is None or paper_base is None else round(pe - paper_base, 4),
+        })
+    return out
+
+
+def weights_text(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1e6:.2f}m" if n >= 1e6 else (f"{n / 1e3:.0f}k" if n >= 1e3 else str(n))
+
+
+def table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job,
+               snr: dict[str, Any] | None = None) -> str:
+    lines = [
+        f"# Table 2: pruning BBB 2x1200 by signal-to-noise ratio (budget `{cfg.budget}`)",
+        "",
+        f"Run `runs/{job.name}` ({METHOD_NAMES[job.method]}, {job.config.epochs} epochs), end of "
+        "training (`last.pt`), as in the paper. The weights with the lowest |mu|/sigma are set to 0, "
+        "the others to mu; biases are kept. Test error with the remaining mean weights.",
+        "",
+        "| proportion removed | #weights (ours) | test error (ours) | cost (ours, pp) | #weights (paper) | "
+        "test error (paper) | cost (paper, pp) | SNR threshold (dB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def pp(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.2f}"
+
+    for r in rows:
+        pe = "-" if r["paper_test_error"] is None else f"{r['paper_test_error']:.2f}%"
+        db = "-" if r["snr_threshold_db"] is None else f"{r['snr_threshold_db']:.2f}"
+        lines.append(f"| {100 * r['fraction_removed']:g}% | {weights_text(r['weights_left'])} | "
+                     f"{r['test_error']:.2f}% | {pp(r.get('cost_pp'))} | {weights_text(r['paper_weights_left'])} | "
+                     f"{pe} | {pp(r.get('paper_cost_pp'))} | {db} |")
+    lines += ["", "cost: the test error minus that of the unpruned network (0% removed), in percentage points."]
+    lines += ["", "SNR in dB is 10 log10(|mu|/sigma) (the paper does not state its convention; "
+              "20 log10 would double every dB value)."]
+    if snr is not None:
+        lines += ["", snr_sentence(snr)]
+    return "\n".join(lines) + "\n"
+
+
+def snr_db_of(job: Job) -> Tensor:
+    """10 log10(|mu|/sigma) of every weight of ``job``'s last checkpoint (all, finite or not)."""
+    from ...prune import signal_to_noise, snr_db
+
+    model, _cfg = T.load_run(job.run_dir, "last", device="cpu")
+    return snr_db(signal_to_noise(model)).double()
+
+
+def snr_stats(db_all: Tensor) -> dict[str, Any]:
+    """The weights' SNR range in dB beside the paper's Figure 4 (about -7.5 to 0 dB): the 5th
+    and 95th percentiles and the share inside the paper's range, under our 10 log10 convention
+    and under 20 log10 (the paper does not state which it used)."""
+    db = db_all[torch.isfinite(db_all)]
+    lo, hi = PAPER_SNR_RANGE_DB
+    if db.numel() == 0:
+        return {"n_finite": 0}
+    return {
+        "q05_db": quantile(db, 0.05), "q95_db": quantile(db, 0.95),
+        "paper_range_db": [lo, hi],
+        "fraction_in_paper_range": float(((db >= lo) & (db <= hi)).double().mean()),
+        # 20 log10(x) in [lo, hi]  <=>  10 log10(x) in [lo / 2, hi / 2]
+        "fraction_in_paper_range_20log10": float(((db >= lo / 2) & (db <= hi / 2)).double().mean()),
+        "q05_db_20log10": 2 * quantile(db, 0.05), "q95_db_20log10": 2 * quantile(db, 0.95),
+        "n_finite": int(db.numel()),
+    }
+
+
+def snr_sentence(st: dict[str, Any]) -> str:
+    lo, hi = PAPER_SNR_RANGE_DB
+    if not st.get("n_finite"):
+        return "No finite signal-to-noise ratio."
+    return (f"SNR of the weights: 5th-95th percentile {st['q05_db']:.2f} to {st['q95_db']:.2f} dB "
+            f"(paper's Figure 4: about {lo:g} to {hi:g} dB); {100 * st['fraction_in_paper_range']:.1f}% of "
+            f"the weights lie within [{lo:g}, {hi:g}] dB. Read as 20 log10 (the paper does not say): "
+            f"{st['q05_db_20log10']:.2f} to {st['q95_db_20log10']:.2f} dB, "
+            f"{100 * st['fraction_in_paper_range_20log10']:.1f}% within that range.")
+
+
+def quantile(v: Tensor, q: float) -> float:
+    """The ``q`` quantile of all of ``v`` (numpy's partition: no sort, no size limit)."""
+    import numpy as np
+
+    return float(np.quantile(v.detach().double().cpu().numpy(), q))

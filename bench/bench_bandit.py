@@ -28,8 +28,8 @@ from bbb.experiments.bandit import (
     DEFAULT_AGENTS,
     BanditConfig,
     Population,
-    _cpu_name,
-    _split_members,
+    cpu_name,
+    split_members,
 )
 
 FULL_STEPS = 50_000
@@ -95,7 +95,7 @@ def main() -> None:
     updates_total = FULL_STEPS * 64
     results = []
     for w in args.workers:
-        groups = _split_members(members, w)
+        groups = split_members(members, w)
         if len(groups) == 1:
             shares = [_time_share(groups[0], args.threads, args.updates, args.steps, args.synthetic, args.exact_noise)]
         else:
@@ -120,7 +120,7 @@ def main() -> None:
               flush=True)
     load = os.getloadavg()
     info = {"results": results, "torch": torch.__version__, "python": platform.python_version(),
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "load_average_1_5_15": load,
+            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "load_average_1_5_15": load,
             "exact_noise": args.exact_noise, "synthetic": args.synthetic,
             "note": "timings on a shared machine; the load average shows how busy it was"}
     out = Path(args.out)

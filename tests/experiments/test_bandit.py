@@ -74,10 +74,10 @@ def test_oracle_agent_has_zero_regret_and_random_agent_the_textbook_rate():
 
 
 def test_env_draws_depend_on_seed_only_and_extend():
-    a_idx, a_lucky = B._env_draws(3, 12_000, 50)
-    b_idx, b_lucky = B._env_draws(3, 25_000, 50)
+    a_idx, a_lucky = B.env_draws(3, 12_000, 50)
+    b_idx, b_lucky = B.env_draws(3, 25_000, 50)
     assert torch.equal(a_idx, b_idx[:12_000]) and torch.equal(a_lucky, b_lucky[:12_000])
-    c_idx, _ = B._env_draws(4, 12_000, 50)
+    c_idx, _ = B.env_draws(4, 12_000, 50)
     assert not torch.equal(a_idx, c_idx)
     assert int(a_idx.min()) >= 0 and int(a_idx.max()) < 50
     assert abs(a_lucky.float().mean().item() - 0.5) < 0.03
@@ -88,7 +88,7 @@ def test_population_sees_the_mushrooms_and_bookkeeps_regret():
     cfg = _tiny_cfg(steps=30, agents=("greedy", "egreedy_1"), seeds=(5,))
     pop = Population(cfg, [("greedy", 5), ("egreedy_1", 5)], ctx, edible)
     pop.run(30)
-    idx, lucky = B._env_draws(5, 30, ctx.shape[0])
+    idx, lucky = B.env_draws(5, 30, ctx.shape[0])
     # replay the egreedy_1 member's decisions from its buffer: action code in the input row
     sp = pop.subpops[0][1]
     eat = sp.xbuf[1, :30, ctx.shape[1] + B.EAT] == 1.0
@@ -308,7 +308,7 @@ def test_bbb_members_can_have_their_own_optimiser(tmp_path):
     for t in range(12):
         pop._act_and_learn(t)
     det, bay = pop.subpops[0][1], pop.subpops[1][1]
-    assert [type(o).__name__ for o in pop.opts] == ["_Adam", "_SGD"]
+    assert [type(o).__name__ for o in pop.opts] == ["FlatAdam", "FlatSGD"]
     mu0, ls0, det0 = bay.mu.clone(), bay.log_sigma.clone(), det.mu.clone()
     idx = torch.randint(0, 12, (2, cfg.batch_size))
     eps = torch.randn(1, bay.layout.size)

@@ -1,0 +1,195 @@
+"""Running the bandit (optionally over several worker processes) and writing its tables."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...io import atomic_write_json, atomic_write_text, csv_text
+from ...options import resolve_device
+from .config import REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
+from .plot import plot_regret
+from .population import Population, fmt_seconds
+
+
+def split_members(members: list[tuple[str, int]], workers: int) -> list[list[tuple[str, int]]]:
+    """Round-robin over the member list (grouped by agent), so each worker gets a similar mix."""
+    groups = [members[i::workers] for i in range(workers)]
+    return [g for g in groups if g]
+
+
+def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor, edible: Tensor,
+            worker_id: int, checkpoint: str | None, progress: bool,
+            parent_pid: int | None = None) -> dict[str, Any]:
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    # Adam's first moments of weights without gradient (features absent from a minibatch, dead
+    # units) decay by 0.9 per update into subnormal floats, which made each update ~2x slower
+    flushed = torch.set_flush_denormal(True)
+    try:
+        dev = resolve_device(cfg.device)
+        pop = Population(cfg, members, contexts, edible, dev, train_seed=worker_id)
+        ck = Path(checkpoint) if checkpoint else None
+        resumed = pop.load(ck) if (ck is not None and cfg.resume) else False
+        if resumed and progress:
+            print(f"bandit: resumed worker {worker_id} from {ck} at step {pop.step}", flush=True)
+        label = f"[w{worker_id}]" if cfg.workers > 1 else ""
+        stop = None
+        if parent_pid is not None:  # a worker process: stop (checkpointed) if the parent dies
+            def stop() -> bool:
+                return os.getppid() != parent_pid
+        if not pop.run(cfg.steps, ck, progress=progress, label=label, stop=stop):
+            # the pool would catch SystemExit and keep this process waiting for work: leave now
+            print(f"bandit worker {worker_id}: the parent process ended; saved {ck}", file=sys.stderr, flush=True)
+            os._exit(3)
+        return pop.results()
+    finally:
+        torch.set_num_threads(threads_before)
+        if flushed:
+            torch.set_flush_denormal(False)
+
+
+def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = None,
+               edible: Tensor | None = None, **overrides: Any) -> dict[str, Any]:
+    """Run the bandit experiment; write its files when ``config.out`` is set.
+
+    ``contexts``/``edible`` default to UCI Mushroom (:func:`bbb.data.load_mushroom`). Returns a
+    dict with ``regret_rows`` (the rows of regret.csv), ``summary`` (rows of summary.csv),
+    ``seconds`` and the written ``files``.
+    """
+    cfg = dataclasses.replace(config or BanditConfig(), **overrides)
+    cfg.agents = tuple(parse_agent(a).name for a in cfg.agents)
+    cfg.seeds = tuple(int(s) for s in cfg.seeds)
+    cfg.hidden = tuple(int(h) for h in cfg.hidden)
+    cfg.validate()
+    dev = resolve_device(cfg.device)
+    if contexts is None or edible is None:
+        from ...data import load_mushroom
+
+        contexts, edible = load_mushroom(cfg.data_dir)
+    contexts = torch.as_tensor(contexts, dtype=torch.float32)
+    edible = torch.as_tensor(edible).bool()
+    members = [(a, s) for a in cfg.agents for s in cfg.seeds]
+    workers = min(cfg.workers, len(members))
+    if dev.type == "cuda":
+        workers = 1
+    groups = split_members(members, workers)
+    out = Path(cfg.out) if cfg.out else None
+    ckdir = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        ckdir = out / "checkpoint"
+        ckdir.mkdir(exist_ok=True)
+        if not cfg.resume:
+            for f in ckdir.glob("worker*.pt"):
+                f.unlink()
+    progress = not cfg.quiet
+    if progress:
+        print(f"bandit: {len(cfg.agents)} agents x {len(cfg.seeds)} seeds x {cfg.steps} steps, "
+              f"{cfg.updates_per_step} updates of {cfg.batch_size} per step, buffer {cfg.buffer}; "
+              f"{len(groups)} worker(s) x {cfg.threads} thread(s) on {dev}", flush=True)
+    t0 = time.perf_counter()
+    paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
+    if len(groups) == 1:
+        results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress)]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(len(groups), mp_context=ctx) as ex:
+            futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
+                    for i, g in enumerate(groups)]
+            results = [f.result() for f in futs]
+    wall = time.perf_counter() - t0
+    seconds = max(r["seconds"] for r in results)
+    rows, summary = _tabulate(cfg, results, seconds)
+    res: dict[str, Any] = {"regret_rows": rows, "summary": summary, "seconds": seconds,
+                           "wall_seconds": wall, "config": cfg, "files": []}
+    if out is not None:
+        res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups))
+    if progress:
+        for s in summary:
+            print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
+                  f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_last_1000']:.1%}"
+                  f" of the last 1000")
+        print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
+    return res
+
+
+def _sd(t: Tensor) -> float:
+    return float(t.std(unbiased=True)) if t.numel() > 1 else 0.0
+
+
+def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
+    rows: list[dict[str, Any]] = []
+    final: dict[str, list[tuple[float, float, float]]] = {}
+    for r in results:
+        steps = r["log_steps"]
+        for j, (agent, seed) in enumerate(r["members"]):
+            for i, st in enumerate(steps):
+                rows.append({"step": st, "agent": agent, "seed": seed,
+                             "cumulative_regret": float(r["log_regret"][i, j]),
+                             "cumulative_expected_regret": float(r["log_expected"][i, j])})
+            if steps:
+                final.setdefault(agent, []).append((float(r["log_regret"][-1, j]),
+                                                    float(r["log_expected"][-1, j]),
+                                                    float(r["eat_rate"][j])))
+    order = {a: i for i, a in enumerate(cfg.agents)}
+    rows.sort(key=lambda d: (d["step"], order[d["agent"]], d["seed"]))
+    summary = []
+    for agent in cfg.agents:
+        vals = final.get(agent, [])
+        if not vals:
+            continue
+        reg = torch.tensor([v[0] for v in vals], dtype=torch.float64)
+        exp_ = torch.tensor([v[1] for v in vals], dtype=torch.float64)
+        eat = sum(v[2] for v in vals) / len(vals)
+        summary.append({"agent": agent, "steps": cfg.steps, "seeds": len(vals),
+                        "final_regret_mean": float(reg.mean()), "final_regret_sd": _sd(reg),
+                        "final_expected_regret_mean": float(exp_.mean()),
+                        "final_expected_regret_sd": _sd(exp_),
+                        "eat_rate_last_1000": eat, "seconds": round(seconds, 1)})
+    return rows, summary
+
+
+def _cell(v: Any) -> Any:
+    return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)
+
+
+def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, workers: int) -> list[str]:
+    files = []
+    atomic_write_text(out / "regret.csv", csv_text(REGRET_COLUMNS, rows, _cell))
+    files.append("regret.csv")
+    atomic_write_text(out / "summary.csv", csv_text(SUMMARY_COLUMNS, summary, _cell))
+    files.append("summary.csv")
+    meta = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}
+    meta.update({"seconds": round(seconds, 1), "workers_used": workers, "torch": torch.__version__,
+                 "python": platform.python_version(), "machine": platform.machine(),
+                 "processor": cpu_name(), "cpu_count": os.cpu_count()})
+    atomic_write_json(out / "config.json", meta)
+    files.append("config.json")
+    try:
+        plot_regret(rows, out / "regret.png", agents=list(cfg.agents))
+        files.append("regret.png")
+    except ImportError:
+        print("bandit: matplotlib is not installed; skipped regret.png (pip install matplotlib)",
+              file=sys.stderr)
+    return files
+
+
+def cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"

@@ -1,0 +1,121 @@
+"""The built-in commands: ``train``, ``evaluate``, ``prune`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import pct_text, text_table
+from .registry import DEMO_SETTINGS
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ..runs import TrainConfig, load_checkpoint, train
+
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "quiet", "threads")}
+    out = Path(args.out)
+    if args.resume and (out / "last.pt").exists():
+        stored = load_checkpoint(out / "last.pt")["config"]
+        cfg = TrainConfig.from_dict({**stored, **given})
+    else:
+        cfg = TrainConfig(**given)
+    summary = train(cfg, out, resume=args.resume, quiet=args.quiet)
+    print_summary(summary, out)
+    return 0
+
+
+def print_summary(s: dict[str, Any], out: Path) -> None:
+    rows = [
+        ["test error (mean weights)", pct_text(s["test_error"])],
+        [f"test error ({s['eval_samples']}-sample average)", pct_text(s["test_error_mc"])],
+        ["validation error", pct_text(s["val_error"])],
+        ["test NLL / ECE / Brier", f"{s['test_nll']:.4f} / {s['test_ece']:.4f} / {s['test_brier']:.4f}"],
+        ["model", f"{s['model']} (epoch {s['best_epoch']} of {s['epochs']})"],
+        ["training time", f"{s['seconds']:.1f} s"],
+    ]
+    print(text_table(rows, ["run " + str(out), ""]))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ..runs import evaluate_run
+
+    r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
+                     device=args.device)
+    print_eval(r)
+    return 0
+
+
+def print_eval(r: dict[str, Any]) -> None:
+    mean = "mean weights" if r["method"] == "bbb" else "deterministic"
+    avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
+    rows = [["test error", pct_text(r["test_error"]), pct_text(r["test_error_mc"])],
+            ["NLL (nats)", f"{r['nll_mean']:.4f}", f"{r['nll']:.4f}"],
+            ["ECE (15 bins)", pct_text(r["ece_mean"]), pct_text(r["ece"])],
+            ["Brier", f"{r['brier_mean']:.4f}", f"{r['brier']:.4f}"]]
+    print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]))
+    files = ["eval.json"] + list(r.get("plots", []))
+    print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from ..runs import prune_run
+
+    rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
+                     device=args.device)
+    print_pruning(rows)
+    print(f"wrote {Path(args.run_dir) / 'pruning.csv'}")
+    return 0
+
+
+def weights_text(n: int) -> str:
+    return f"{n / 1e6:.2f}m" if n >= 1e6 else (f"{n / 1e3:.0f}k" if n >= 1e3 else str(n))
+
+
+def print_pruning(rows: Sequence[dict[str, Any]]) -> None:
+    print(text_table([[f"{100 * r['fraction_removed']:g}%", weights_text(r["weights_left"]), pct_text(r["test_error"])]
+                  for r in rows], ["proportion removed", "#weights", "test error"], left=False))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .. import plots
+    from ..prune import signal_to_noise, snr_db
+    from ..runs import (
+        TrainConfig,
+        evaluate_run,
+        load_run,
+        prune_run,
+        read_metrics,
+        train,
+    )
+    from ..runs import model as runmodel
+
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    cfg = TrainConfig(**{**DEMO_SETTINGS, "epochs": args.epochs, "seed": args.seed,
+                         "device": args.device, "data_dir": args.data_dir})
+    print(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
+          f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}", flush=True)
+    data = runmodel.load_data(cfg)
+    summary = train(cfg, out, data=data, resume=True, quiet=args.quiet)
+    ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
+    print()
+    print_eval(ev)
+    rows = prune_run(out, (0.0, 0.5, 0.75, 0.95, 0.98), which="last", device=args.device, data=data)
+    print()
+    print("Pruning by signal-to-noise |mu|/sigma (last epoch, mean weights of the kept weights):")
+    print_pruning(rows)
+    written = ["config.json", "metrics.csv", "summary.json", "eval.json", "pruning.csv"]
+    model, _ = load_run(out, "last")
+    for name, make in (("learning_curve.png", lambda p: plots.learning_curve(read_metrics(out), p)),
+                       ("snr.png", lambda p: plots.snr_histogram(snr_db(signal_to_noise(model)), p))):
+        if make(out / name) is not None:
+            written.append(name)
+    total = time.perf_counter() - t0
+    print()
+    print(f"test error {pct_text(ev['test_error'])} (mean weights), {pct_text(ev['test_error_mc'])} "
+          f"({ev['samples']}-sample average); training {summary['seconds']:.0f} s, total {total:.0f} s")
+    print(f"wrote {', '.join(written)} in {out}")
+    return 0

@@ -1,0 +1,92 @@
+"""The entry point of the ``bbb`` console script and ``python -m bbb``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import UserError
+from .commands import cmd_demo, cmd_evaluate, cmd_prune, cmd_train
+from .common import Parser
+from .parser import build_parser
+from .registry import LAZY_COMMANDS, PROG
+
+
+def run_lazy(name: str, argv: Sequence[str]) -> int:
+    module_name, desc, *funcs = LAZY_COMMANDS[name]
+    add_name, main_name = funcs if funcs else ("add_arguments", "main")
+    try:
+        mod = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            raise UserError(f"the {name} experiment is not available in this installation "
+                            f"({module_name} not found)") from None
+        raise
+    example = getattr(mod, "EXAMPLE", None) or f"bbb {name}"
+    parser = Parser(prog=f"{PROG} {name}", description=(mod.__doc__ or desc).strip().split("\n\n")[0],
+                     epilog=f"Example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    getattr(mod, add_name)(parser)
+    args = parser.parse_args(list(argv))
+    args.command = name
+    set_threads(getattr(args, "threads", None))
+    rc = getattr(mod, main_name)(args)
+    return 0 if rc is None else int(rc)
+
+
+def set_threads(n: int | None) -> None:
+    """Apply ``--threads`` (torch's intra-op threads) when given."""
+    if n is None:
+        return
+    if n < 1:
+        raise UserError(f"--threads must be >= 1, got {n}")
+    import torch
+
+    torch.set_num_threads(n)
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "prune": cmd_prune, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bbb`` console script and ``python -m bbb``; returns the exit code."""
+    # OpenMP threads that spin while waiting make torch 8-11x slower when other processes share
+    # the cores (docs/design.md). libgomp reads this when torch loads, so it is set here, before
+    # anything imports torch (``import bbb`` does not); an explicit setting by the user wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from ..runs import TrainingInterrupted
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # MKL's strict conditional-numerical-reproducibility mode: its GEMMs give the same bits on
+    # 1 or 2 threads, so a run's metrics do not depend on --threads (read at MKL's first call;
+    # measured at no cost on 2x400 and 2x1200 steps). An explicit setting by the user wins.
+    os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+    from ..engine import tune_malloc
+
+    tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)
+    try:
+        if argv and argv[0] in LAZY_COMMANDS:
+            return run_lazy(argv[0], argv[1:])
+        args = build_parser().parse_args(argv)
+        set_threads(getattr(args, "threads", None))
+        return COMMANDS[args.command](args)
+    except UserError as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an unwritable --out, a full disk, a file that vanished: the user's to fix
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"{PROG}: error: {e.strerror or e}{where}; check the path and its permissions", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

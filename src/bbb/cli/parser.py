@@ -1,0 +1,165 @@
+"""The ``bbb`` parser and the ``bbb train`` options."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from .common import Parser, fmt_default
+from .registry import DEMO_SETTINGS, LAZY_COMMANDS, PROG
+
+TRAIN_EXAMPLE = """\
+Example:
+  bbb train --dataset mnist --method bbb --prior mixture --pi 0.25 --sigma1 1 --sigma2 0.0009 \\
+      --hidden 400 400 --epochs 10 --lr 1e-3 --samples 1 --estimator reparam \\
+      --kl-weighting blundell --seed 0 --device auto --out runs/bbb400
+
+  bbb train --method dropout --hidden 1200 1200 --epochs 100 --out runs/dropout1200
+  bbb train --resume --out runs/bbb400 --epochs 20      # continue (or extend) a run
+
+The run directory gets config.json, metrics.csv (one row per epoch), summary.json,
+last.pt and best.pt (by validation error)."""
+
+
+def add_train_options(p: argparse.ArgumentParser) -> None:
+    """The ``bbb train`` options; every default is SUPPRESS so that --resume can tell what was given."""
+    from ..runs import TrainConfig
+
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
+                for f in dataclasses.fields(TrainConfig)}
+
+    g = p.add_argument_group("data")
+    add_g = suppressed_adder(g, defaults)
+    add_g("--dataset", "dataset", "data set: mnist or fashion-mnist")
+    add_g("--data-dir", "data_dir", "data folder (else $BBB_DATA, else ~/.cache/bbb)", metavar="DIR",
+          show_default=False)
+    add_g("--scale", "scale", "pixels are divided by this (the paper: 126)", type=float)
+    add_g("--val-size", "val_size", "training images held out for validation", type=int)
+
+    g = p.add_argument_group("model")
+    add_g = suppressed_adder(g, defaults)
+    add_g("--method", "method", "bbb (Bayes by Backprop), sgd (plain MLP) or dropout")
+    add_g("--hidden", "hidden", "hidden layer widths", type=int, nargs="+", metavar="N")
+    add_g("--prior", "prior", "bbb prior: mixture (scale mixture, eq. 7) or gaussian")
+    add_g("--pi", "pi", "mixture weight of the wide component, in (0, 1]", type=float)
+    add_g("--sigma1", "sigma1", "std of the wide mixture component", type=float)
+    add_g("--sigma2", "sigma2", "std of the narrow mixture component", type=float)
+    add_g("--prior-sigma", "prior_sigma", "std of the Gaussian prior (--prior gaussian)", type=float)
+    add_g("--estimator", "estimator", "reparam (the paper), local (local reparameterisation) or flipout")
+    add_g("--rho-init", "rho_init", "initial rho (sigma = softplus(rho))", type=float)
+    add_g("--mu-init-scale", "mu_init_scale", "mu ~ U(-b, b) with this b (default 1/sqrt(fan_in))",
+          type=float, show_default=False)
+    add_g("--dropout-input", "dropout_input", "dropout rate on the inputs (--method dropout)", type=float)
+    add_g("--dropout-hidden", "dropout_hidden", "dropout rate after hidden layers (--method dropout)", type=float)
+
+    g = p.add_argument_group("objective and optimisation")
+    add_g = suppressed_adder(g, defaults)
+    add_g("--epochs", "epochs", "training epochs", type=int)
+    add_g("--lr", "lr", "learning rate", type=float)
+    add_g("--optimizer", "optimizer", "adam or sgd")
+    add_g("--momentum", "momentum", "momentum of --optimizer sgd", type=float)
+    add_g("--lr-schedule", "lr_schedule", "none, cosine (to 0 over --epochs) or step")
+    add_g("--lr-step-size", "lr_step_size", "epochs per step of --lr-schedule step (0: epochs // 3)", type=int)
+    add_g("--lr-gamma", "lr_gamma", "factor per step of --lr-schedule step", type=float)
+    add_g("--batch-size", "batch_size", "minibatch size", type=int)
+    add_g("--samples", "samples", "Monte Carlo weight samples per step (k)", type=int)
+    add_g("--kl-weighting", "kl_weighting", "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)")
+    add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed or mc")
+
+    g = p.add_argument_group("run")
+    add_g = suppressed_adder(g, defaults)
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory (required)")
+    add_g("--seed", "seed", "random seed", type=int)
+    add_g("--device", "device", "auto (cuda when available), cpu or cuda")
+    g.add_argument("--bf16", dest="bf16", action="store_true", default=argparse.SUPPRESS,
+                   help="bf16 autocast (CUDA only; ignored with a warning on CPU)")
+    add_g("--eval-samples", "eval_samples", "samples of the final predictive evaluation", type=int)
+    g.add_argument("--test-each-epoch", dest="test_each_epoch", action="store_true",
+                   default=argparse.SUPPRESS, help="also log the test error every epoch")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from last.pt")
+    g.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+
+
+def suppressed_adder(group: Any, defaults: dict[str, Any]) -> Any:
+    """An add_argument for ``group`` whose default is SUPPRESS and whose help names the real default."""
+
+    def add(flag: str, dest: str, help: str, show_default: bool = True, **kw: Any) -> None:
+        if show_default:
+            help = f"{help} (default: {fmt_default(defaults.get(dest))})"
+        group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help, **kw)
+    return add
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``bbb`` parser (``regression`` and ``bandit`` only as names; see :func:`main`)."""
+    from .. import __version__
+
+    parser = Parser(
+        prog=PROG,
+        description="Bayes by Backprop (Blundell et al. 2015): train, evaluate and prune Bayesian "
+                    "networks, and run the paper's experiments.",
+        epilog="Example:\n  bbb demo                      # the main job: MNIST in a few minutes\n"
+               "  bbb train --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"bbb {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("train", help="train a network on MNIST / Fashion-MNIST",
+                       description="Train one network (bbb, sgd or dropout) and write a run directory.",
+                       epilog=TRAIN_EXAMPLE, formatter_class=raw)
+    add_train_options(p)
+
+    p = sub.add_parser(
+        "evaluate", help="test error, NLL, ECE, Brier of a trained run",
+        description="Evaluate a run on its test set: error with the mean weights and with the "
+                    "k-sample predictive average, NLL, ECE and Brier score. Writes RUN_DIR/eval.json.",
+        epilog="Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best", formatter_class=raw)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
+    p.add_argument("--samples", type=int, default=10, help="Monte Carlo samples (default: 10)")
+    p.add_argument("--which", choices=("best", "last"), default="best",
+                   help="checkpoint: best (by validation error) or last (default: best)")
+    p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (default: the run's)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+
+    p = sub.add_parser(
+        "prune", help="the paper's Table 2: prune by signal-to-noise ratio",
+        description="Remove the weights with the lowest |mu|/sigma and report the test error with the "
+                    "mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. bbb runs only.",
+        epilog="Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98", formatter_class=raw)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train --method bbb")
+    p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.5, 0.75, 0.95, 0.98],
+                   metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")
+    p.add_argument("--which", choices=("best", "last"), default="last",
+                   help="checkpoint (default: last, as the paper prunes the end of training)")
+    p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (default: the run's)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+
+    p = sub.add_parser(
+        "demo", help="the main job: train, evaluate and prune a BBB 2x400 on MNIST",
+        description="Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about 5 minutes "
+                    "on 2 cores), then evaluate and prune it: prints the test error and the pruning "
+                    "table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
+                    "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.",
+        epilog="Example:\n  bbb demo --out runs/demo --epochs 10", formatter_class=raw)
+    p.add_argument("--out", default="runs/demo", metavar="DIR", help="run directory (default: runs/demo)")
+    p.add_argument("--epochs", type=int, default=DEMO_SETTINGS["epochs"],
+                   help=f"training epochs (default: {DEMO_SETTINGS['epochs']})")
+    p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (else $BBB_DATA, else ~/.cache/bbb)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
+
+    for name, spec in LAZY_COMMANDS.items():
+        sub.add_parser(name, help=spec[1].split(" (")[0].rstrip("."), add_help=False)
+    return parser

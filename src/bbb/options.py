@@ -41,6 +41,7 @@ __all__ = [
     "SweepDataset",
     "ValueKind",
     "choice",
+    "device_name",
     "make_prior",
     "resolve_device",
     "values",
@@ -157,16 +158,23 @@ def choice(name: str, value: Any, options: type[Enum] | Sequence[str]) -> str:
     return str(v)
 
 
+def device_name(device: Any) -> str:
+    """A device option as stored in a configuration: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``;
+    anything else is the one-line ``unknown device`` error."""
+    name = str(device.value if isinstance(device, Enum) else device)
+    head, _, index = name.partition(":")
+    if name in values(DeviceKind) or (head == DeviceKind.CUDA.value and index.isdigit()):
+        return name
+    raise UserError(f"unknown device {device!r}; choose one of: auto, cpu, cuda, cuda:N")
+
+
 def resolve_device(device: Any) -> torch.device:
     """``auto`` (CUDA when there is one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; asking
     for CUDA where there is none is a :class:`UserError` that says to use ``--device cpu``."""
-    name = str(device.value if isinstance(device, Enum) else device)
+    name = device_name(device)
     if name == DeviceKind.AUTO.value:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise UserError(f"unknown device {name!r}; choose one of: auto, cpu, cuda (or cuda:N)") from None
+    dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name} was asked for but no CUDA device is available; "
                         "use --device cpu")

@@ -662,7 +662,7 @@ def test_selection_needs_a_validation_split(tmp_path):
 @pytest.mark.parametrize("argv, words", [
     (["cifar"], ["mnist"]),
     (["mnist", "--budget", "huge"], ["budget"]),
-    (["mnist", "--seeds", "0", "--plan"], ["--seeds"]),
+    (["mnist", "--seeds", "1", "--plan"], ["--seeds", "numbered from 0"]),
     (["mnist", "--threads", "0", "--plan"], ["--threads"]),
     (["mnist", "--device", "tpu"], ["device"]),
 ])

@@ -6,7 +6,16 @@ import argparse
 import dataclasses
 from typing import Any
 
-from .common import Parser, fmt_default
+from .common import (
+    Parser,
+    add_data_dir,
+    add_device,
+    add_out,
+    add_quiet,
+    add_seed,
+    add_threads,
+    fmt_default,
+)
 from .registry import DEMO_SETTINGS, LAZY_COMMANDS, PROG
 
 TRAIN_EXAMPLE = """\
@@ -24,6 +33,7 @@ last.pt and best.pt (by validation error)."""
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
     """The ``bbb train`` options; every default is SUPPRESS so that --resume can tell what was given."""
+    from .. import options as O
     from ..runs import TrainConfig
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
@@ -31,7 +41,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("data")
     add_g = suppressed_adder(g, defaults)
-    add_g("--dataset", "dataset", "data set: mnist or fashion-mnist")
+    add_g("--dataset", "dataset", "data set", choices=O.IMAGE_DATASETS)
     add_g("--data-dir", "data_dir", "data folder (else $BBB_DATA, else ~/.cache/bbb)", metavar="DIR",
           show_default=False)
     add_g("--scale", "scale", "pixels are divided by this (the paper: 126)", type=float)
@@ -39,14 +49,18 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("model")
     add_g = suppressed_adder(g, defaults)
-    add_g("--method", "method", "bbb (Bayes by Backprop), sgd (plain MLP) or dropout")
+    add_g("--method", "method", "bbb (Bayes by Backprop), sgd (plain MLP) or dropout",
+          choices=O.values(O.Method))
     add_g("--hidden", "hidden", "hidden layer widths", type=int, nargs="+", metavar="N")
-    add_g("--prior", "prior", "bbb prior: mixture (scale mixture, eq. 7) or gaussian")
+    add_g("--prior", "prior", "bbb prior: mixture (scale mixture, eq. 7) or gaussian",
+          choices=O.values(O.PriorKind))
     add_g("--pi", "pi", "mixture weight of the wide component, in (0, 1]", type=float)
     add_g("--sigma1", "sigma1", "std of the wide mixture component", type=float)
     add_g("--sigma2", "sigma2", "std of the narrow mixture component", type=float)
     add_g("--prior-sigma", "prior_sigma", "std of the Gaussian prior (--prior gaussian)", type=float)
-    add_g("--estimator", "estimator", "reparam (the paper), local (local reparameterisation) or flipout")
+    add_g("--estimator", "estimator",
+          "reparam (the paper), local (local reparameterisation) or flipout",
+          choices=O.values(O.Estimator))
     add_g("--rho-init", "rho_init", "initial rho (sigma = softplus(rho))", type=float)
     add_g("--mu-init-scale", "mu_init_scale", "mu ~ U(-b, b) with this b (default 1/sqrt(fan_in))",
           type=float, show_default=False)
@@ -57,30 +71,33 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g = suppressed_adder(g, defaults)
     add_g("--epochs", "epochs", "training epochs", type=int)
     add_g("--lr", "lr", "learning rate", type=float)
-    add_g("--optimizer", "optimizer", "adam or sgd")
+    add_g("--optimizer", "optimizer", "the update rule", choices=O.values(O.OptimizerKind))
     add_g("--momentum", "momentum", "momentum of --optimizer sgd", type=float)
-    add_g("--lr-schedule", "lr_schedule", "none, cosine (to 0 over --epochs) or step")
+    add_g("--lr-schedule", "lr_schedule", "none, cosine (to 0 over --epochs) or step",
+          choices=O.values(O.LRSchedule))
     add_g("--lr-step-size", "lr_step_size", "epochs per step of --lr-schedule step (0: epochs // 3)", type=int)
     add_g("--lr-gamma", "lr_gamma", "factor per step of --lr-schedule step", type=float)
     add_g("--batch-size", "batch_size", "minibatch size", type=int)
     add_g("--samples", "samples", "Monte Carlo weight samples per step (k)", type=int)
-    add_g("--kl-weighting", "kl_weighting", "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)")
-    add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed or mc")
+    add_g("--kl-weighting", "kl_weighting",
+          "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)",
+          choices=O.values(O.KLWeighting))
+    add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed or mc",
+          choices=O.values(O.KLMode))
 
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)
     p.add_argument("--out", required=True, metavar="DIR", help="run directory (required)")
     add_g("--seed", "seed", "random seed", type=int)
-    add_g("--device", "device", "auto (cuda when available), cpu or cuda")
+    add_g("--device", "device", "auto (cuda when available), cpu, cuda or cuda:N")
     g.add_argument("--bf16", dest="bf16", action="store_true", default=argparse.SUPPRESS,
                    help="bf16 autocast (CUDA only; ignored with a warning on CPU)")
     add_g("--eval-samples", "eval_samples", "samples of the final predictive evaluation", type=int)
     g.add_argument("--test-each-epoch", dest="test_each_epoch", action="store_true",
                    default=argparse.SUPPRESS, help="also log the test error every epoch")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from last.pt")
-    g.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
-    g.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+    add_quiet(g, "one line per epoch instead of a progress bar")
+    add_threads(g)
 
 
 def suppressed_adder(group: Any, defaults: dict[str, Any]) -> Any:
@@ -123,10 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=10, help="Monte Carlo samples (default: 10)")
     p.add_argument("--which", choices=("best", "last"), default="best",
                    help="checkpoint: best (by validation error) or last (default: best)")
-    p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (default: the run's)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+    add_data_dir(p, "data folder (default: the run's)")
+    add_device(p)
+    add_threads(p)
 
     p = sub.add_parser(
         "prune", help="the paper's Table 2: prune by signal-to-noise ratio",
@@ -138,10 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")
     p.add_argument("--which", choices=("best", "last"), default="last",
                    help="checkpoint (default: last, as the paper prunes the end of training)")
-    p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (default: the run's)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+    add_data_dir(p, "data folder (default: the run's)")
+    add_device(p)
+    add_threads(p)
 
     p = sub.add_parser(
         "demo", help="the main job: train, evaluate and prune a BBB 2x400 on MNIST",
@@ -150,15 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
                     "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.",
         epilog="Example:\n  bbb demo --out runs/demo --epochs 10", formatter_class=raw)
-    p.add_argument("--out", default="runs/demo", metavar="DIR", help="run directory (default: runs/demo)")
+    add_out(p, "run directory", default="runs/demo")
     p.add_argument("--epochs", type=int, default=DEMO_SETTINGS["epochs"],
                    help=f"training epochs (default: {DEMO_SETTINGS['epochs']})")
-    p.add_argument("--data-dir", default=None, metavar="DIR", help="data folder (else $BBB_DATA, else ~/.cache/bbb)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
+    add_data_dir(p)
+    add_device(p)
+    add_threads(p)
+    add_seed(p)
+    add_quiet(p, "one line per epoch instead of a progress bar")
 
     for name, spec in LAZY_COMMANDS.items():
         sub.add_parser(name, help=spec[1].split(" (")[0].rstrip("."), add_help=False)

@@ -48,12 +48,13 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..cli.common import add_device, add_out, add_quiet, add_seed, add_threads
 from ..distributions import inverse_softplus
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from ..nn import BayesMLP, sampling
-from ..options import PriorKind, choice, make_prior, resolve_device
+from ..options import PriorKind, choice, make_prior, resolve_device, values
 from ..uncertainty import regression_uncertainty
 
 __all__ = [
@@ -478,10 +479,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     if not parser.epilog:
         parser.epilog = "Example:\n  " + EXAMPLE
-    parser.add_argument("--out", required=True, help="output folder (created)")
+    add_out(parser, "output folder (created)")
     parser.add_argument("--epochs", type=int, default=d.epochs,
                         help=f"full-batch Adam steps for each network (default {d.epochs})")
-    parser.add_argument("--seed", type=int, default=d.seed, help=f"seed of data and training (default {d.seed})")
+    add_seed(parser, d.seed, "seed of data and training")
     parser.add_argument("--n-train", type=int, default=d.n_train, help=f"training points (default {d.n_train})")
     parser.add_argument("--x-range", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.x_low, d.x_high],
                         help="training inputs ~ U[LOW, HIGH] (default 0 0.5; the paper does not say)")
@@ -494,7 +495,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
     parser.add_argument("--train-samples", type=int, default=d.train_samples,
                         help=f"BBB: weight samples per step (default {d.train_samples})")
-    parser.add_argument("--prior", choices=["gaussian", "mixture"], default=d.prior,
+    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
                         help="BBB prior (default gaussian, closed-form KL)")
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma, help="Gaussian prior std (default 1)")
     parser.add_argument("--pi", type=float, default=d.pi, help="mixture prior weight (default 0.5)")
@@ -509,9 +510,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="learn an input-dependent noise (the networks output mean and noise)")
     parser.add_argument("--samples", type=int, default=d.pred_samples,
                         help=f"BBB weight samples for the predictive quantiles (default {d.pred_samples})")
-    parser.add_argument("--device", default=d.device, help="cpu, cuda or auto (default cpu)")
-    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads (default 1: the nets are tiny)")
-    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    add_device(parser)
+    add_threads(parser, d.threads, "torch threads (default 1: the nets are tiny)")
+    add_quiet(parser, "print nothing but errors")
 
 
 def config_from_args(args: argparse.Namespace) -> RegressionConfig:

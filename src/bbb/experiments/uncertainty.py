@@ -23,9 +23,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
+from ..cli.common import add_data_dir, add_device, add_seed, add_threads
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
+from ..options import IMAGE_DATASETS, Checkpoint, resolve_device, values
 from ..plots import figures, plot_reliability, save_png
 from ..runs import mc_dropout
 
@@ -200,10 +202,10 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 # --------------------------------------------------------------------------------------------
 
 
-def _load(run_dir: str, which: str, data_dir: str | None):
+def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
     from .. import runs as T
 
-    model, cfg = T.load_run(run_dir, which)
+    model, cfg = T.load_run(run_dir, which, device=resolve_device(device))
     if data_dir is not None:
         cfg = cfg.replace(data_dir=data_dir)
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)
@@ -226,23 +228,25 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
     p.add_argument("run_dir", help="a run directory written by `bbb train`")
-    p.add_argument("--ood", default="fashion-mnist", choices=["mnist", "fashion-mnist"],
+    p.add_argument("--ood", default="fashion-mnist", choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: fashion-mnist)")
     p.add_argument("--samples", type=int, default=10, help="sampled networks (BBB, MC dropout); default 10")
-    p.add_argument("--which", default="best", choices=["best", "last"], help="checkpoint to use")
-    p.add_argument("--data-dir", default=None, help="data folder (else $BBB_DATA, else the cache)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--which", default="best", choices=values(Checkpoint), help="checkpoint to use")
+    add_data_dir(p)
+    add_seed(p, help="seed of the Monte Carlo draws")
+    add_device(p)
+    add_threads(p)
 
 
 def main_ood(args: argparse.Namespace) -> int:
-    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir)
+    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir, args.device)
     if args.ood == cfg.dataset:
         raise UserError(f"--ood {args.ood} is the run's own dataset; pick the other one")
     ood = _load_ood(cfg, args.ood)
-    p_in = sample_probs(model, data["test_x"], method, args.samples, seed=args.seed)
-    p_out = sample_probs(model, ood["test_x"], method, args.samples, seed=args.seed + 1)
+    dev = next(model.parameters()).device
+    p_in = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()
+    p_out = sample_probs(model, ood["test_x"].to(dev), method, args.samples,
+                         seed=args.seed + 1).cpu()
     report = ood_report(p_in, p_out)
     out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
@@ -271,18 +275,19 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `bbb train`")
     p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
     p.add_argument("--samples", type=int, default=30, help="sampled networks (default 30)")
-    p.add_argument("--which", default="best", choices=["best", "last"], help="checkpoint to use")
-    p.add_argument("--data-dir", default=None, help="data folder (else $BBB_DATA, else the cache)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--which", default="best", choices=values(Checkpoint), help="checkpoint to use")
+    add_data_dir(p)
+    add_seed(p, help="seed of the Monte Carlo draws")
+    add_device(p)
+    add_threads(p)
 
 
 def main_uncertain(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise UserError(f"--n must be >= 1, got {args.n}")
-    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir)
-    probs = sample_probs(model, data["test_x"], method, args.samples, seed=args.seed)
+    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir, args.device)
+    dev = next(model.parameters()).device
+    probs = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()
     res = most_uncertain(probs, data["test_y"], args.n)
     d = Path(args.run_dir)
     plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))

@@ -21,6 +21,7 @@ from ..options import (
     Method,
     PriorKind,
     choice,
+    device_name,
     make_prior,
 )
 
@@ -99,7 +100,7 @@ class TrainConfig:
         self.estimator = choice("estimator", self.estimator, Estimator)
         self.kl_weighting = choice("KL weighting", self.kl_weighting, KLWeighting)
         self.kl = choice("KL mode", self.kl, KLMode)
-        self.device = choice("device", self.device, DeviceKind)
+        self.device = device_name(self.device)
         pi = float(self.pi)
         if not (0.0 < pi <= 1.0):
             raise UserError(f"pi (mixture weight) must be in (0, 1], got {self.pi}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
+from ...options import OptimizerKind, PriorKind, values
 from .config import BanditConfig
 from .running import run_bandit
 
@@ -27,12 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     if not parser.epilog:
         parser.epilog = "Example:\n  " + EXAMPLE
-    parser.add_argument("--out", required=True, help="output folder (created; resumed if it has a checkpoint)")
+    add_out(parser, "output folder (created; resumed if it has a checkpoint)")
     parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default {d.steps})")
     parser.add_argument("--agents", nargs="+", default=list(d.agents),
                         help="bbb, greedy, egreedy_<eps> (default: %(default)s)")
-    parser.add_argument("--seeds", "--seed", nargs="+", type=int, default=list(d.seeds),
-                        help="seeds; each is one run of every agent (default: 0 1 2 3 4)")
+    add_seeds(parser, list(d.seeds), "seeds; each is one run of every agent")
     parser.add_argument("--updates-per-step", type=int, default=d.updates_per_step,
                         help=f"minibatch updates after each interaction (default {d.updates_per_step})")
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help=f"minibatch size (default {d.batch_size})")
@@ -41,14 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden),
                         help="hidden layer widths (default: 100 100)")
     parser.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
-    parser.add_argument("--bbb-optimizer", choices=["adam", "sgd"], default=d.bbb_optimizer,
+    parser.add_argument("--bbb-optimizer", choices=values(OptimizerKind), default=d.bbb_optimizer,
                         help="BBB: optimiser of the BBB members (default adam; sgd keeps the sigmas of "
                              "weights the data does not reach near their initial value)")
     parser.add_argument("--bbb-lr", type=float, default=d.bbb_lr,
                         help="BBB: learning rate of the BBB members (default: --lr)")
     parser.add_argument("--noise-sigma", type=float, default=d.noise_sigma,
                         help=f"BBB: std of the Gaussian reward likelihood (default {d.noise_sigma:g})")
-    parser.add_argument("--prior", choices=["gaussian", "mixture"], default=d.prior,
+    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
                         help="BBB prior: gaussian (closed-form KL) or the paper's scale mixture (Monte Carlo KL)")
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
                         help=f"BBB: std of the Gaussian prior on every weight (default {d.prior_sigma:g})")
@@ -70,11 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw fresh weight noise for every update (slower) instead of the noise bank")
     parser.add_argument("--workers", type=int, default=d.workers,
                         help="processes to split the population over (default 1; 2 uses both cores of a 2-core CPU)")
-    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads per worker (default 1)")
-    parser.add_argument("--data-dir", default=None, help="data folder holding mushroom/ (default: $BBB_DATA, then ~/.cache/bbb)")
-    parser.add_argument("--device", default=d.device, help="cpu, cuda or auto (default cpu)")
+    add_threads(parser, d.threads, "torch threads per worker (default 1)")
+    add_data_dir(parser, "data folder holding mushroom/ (else $BBB_DATA, else ~/.cache/bbb)")
+    add_device(parser)
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out and start over")
-    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    add_quiet(parser, "print nothing but errors")
 
 
 def config_from_args(args: argparse.Namespace) -> BanditConfig:

@@ -4,23 +4,36 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
+from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_threads
 from ...errors import UserError
-from ...options import Budget, DeviceKind, Experiment
+from ...options import Budget, Experiment
 from .experiment import run_reproduce
 from .plan import CELLS_HELP, ReproduceConfig
 from .recipes import BUDGETS, DATASETS
 
 EXAMPLE = (
     "bbb reproduce mnist --budget quick --out results/mnist --threads 2\n"
-    "  bbb reproduce mnist --budget quick --out results/mnist --seeds 3   # rerun: adds seeds 1, 2\n"
+    "  bbb reproduce mnist --budget quick --out results/mnist --seeds 0 1 2  # rerun: adds seeds 1, 2\n"
     "  bbb reproduce mnist --budget quick --out results/mnist --plan      # the plan and time estimate only\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --plan  # candidates, reasons, time\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells sgd:1200,dropout:1200\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --report  # tables of the cells done so far"
 )
+
+#: where ``bbb reproduce`` writes by default (never into the committed ``results/``)
+DEFAULT_OUT = "runs/reproduce-mnist"
+
+
+def seed_count(seeds: list[int] | None) -> int | None:
+    """``--seeds 0 1 2`` as the number of seeds (3); the list must be 0, 1, ..., N-1 because
+    seed 0 selects each seed cell's candidate and the extra seeds follow in order."""
+    if seeds is None:
+        return None
+    if list(seeds) != list(range(len(seeds))):
+        raise UserError("--seeds lists the seeds of the budget's seed cells, numbered from 0 "
+                        f"('0', '0 1', '0 1 2', ...); got {' '.join(map(str, seeds))}")
+    return len(seeds)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,23 +53,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="smoke (seconds, a pipeline test), quick (~35 min on 2 CPU cores) or "
                              "paper (plain SGD, 600 epochs, 2-3 candidates per cell chosen on "
                              "validation) (default: smoke)")
-    parser.add_argument("--out", default="results/mnist", metavar="DIR",
-                        help="output folder; rerunning with the same folder resumes (default: results/mnist)")
+    add_out(parser, "output folder; rerunning with the same folder resumes",
+            default=DEFAULT_OUT)
     parser.add_argument("--cells", default=None, metavar="CELLS",
                         help=f"train only these cells: {CELLS_HELP}; default: all 12, in the order "
                              "of work (BBB mixture 2x1200 first; see --plan)")
     parser.add_argument("--dataset", choices=list(DATASETS), default="mnist",
                         help="mnist or fashion-mnist (paper numbers for mnist only) (default: mnist)")
-    parser.add_argument("--seeds", type=int, default=None, metavar="N",
-                        help="independent seeds of the budget's seed cells (smoke, quick: BBB mixture "
-                             "and dropout at 2x400 and 2x1200, default 1; paper: BBB mixture 2x1200, "
-                             "default 2)")
-    parser.add_argument("--device", choices=[d.value for d in DeviceKind], default="auto",
-                        help="auto (cuda when available), cpu or cuda (default: auto)")
-    parser.add_argument("--data-dir", default=None, metavar="DIR",
-                        help="data folder (else $BBB_DATA, else ~/.cache/bbb)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads for torch (default: torch's choice; use 1 when other jobs share the cores)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="N",
+                        help="the seeds of the budget's seed cells, numbered from 0: '0', '0 1', "
+                             "'0 1 2', ... (smoke, quick: BBB mixture and dropout at 2x400 and "
+                             "2x1200, default 0; paper: BBB mixture 2x1200, default 0 1)")
+    add_device(parser)
+    add_data_dir(parser)
+    add_threads(parser)
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--plan", action="store_true",
                       help="print the runs in the order of work, each candidate with why it is there, "
@@ -65,17 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="train nothing: write the tables and figures of the runs finished so far "
                            "in --out (a partial table marks the missing cells), e.g. while another "
                            "process trains")
-    parser.add_argument("--quiet", action="store_true", help="one line per epoch instead of progress bars")
+    add_quiet(parser, "one line per epoch instead of progress bars")
 
 
 def main(args: argparse.Namespace) -> int:
     """``bbb reproduce mnist``: returns the exit code."""
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UserError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
     cfg = ReproduceConfig(experiment=args.experiment, budget=args.budget, out=args.out,
-                          dataset=args.dataset, seeds=args.seeds, device=args.device,
+                          dataset=args.dataset, seeds=seed_count(args.seeds), device=args.device,
                           data_dir=args.data_dir, quiet=args.quiet, cells=args.cells)
     run_reproduce(cfg, plan_only=args.plan, report_only=args.report)
     return 0

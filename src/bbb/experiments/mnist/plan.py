@@ -10,7 +10,7 @@ from typing import Any
 
 from ... import runs as T
 from ...errors import UserError
-from ...options import Budget, DeviceKind, Experiment, choice
+from ...options import Budget, DeviceKind, Experiment, choice, device_name
 from .recipes import (
     BUDGETS,
     CELL_ORDER,
@@ -88,7 +88,7 @@ class ReproduceConfig:
     """Settings of :func:`run_reproduce` (the ``bbb reproduce mnist`` options)."""
 
     budget: str = Budget.SMOKE.value
-    out: str = "results/mnist"
+    out: str = "runs/reproduce-mnist"
     dataset: str = "mnist"
     seeds: int | None = None  # None: the budget's default
     device: str = DeviceKind.AUTO.value
@@ -102,7 +102,7 @@ class ReproduceConfig:
         self.experiment = choice("experiment", self.experiment, Experiment)
         self.budget = choice("budget", self.budget, Budget)
         self.dataset = choice("dataset", self.dataset, DATASETS)
-        self.device = choice("device", self.device, DeviceKind)
+        self.device = device_name(self.device)
         if self.seeds is None:
             self.seeds = BUDGETS[self.budget].seeds
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Figures", "figures", "learning_curve", "plot_reliability", "save_png", "snr_histogram"]
+__all__ = ["Figures", "agg_figures", "figures", "learning_curve", "plot_reliability", "save_png", "snr_histogram"]
 
 
 class Figures:
@@ -43,6 +43,15 @@ class Figures:
         """Nothing to release: the figure is not registered anywhere (kept for pyplot parity)."""
         if fig is not None and hasattr(fig, "clear"):
             fig.clear()
+
+
+def agg_figures() -> Figures:
+    """The factory of :func:`figures`; without matplotlib, ImportError (for callers whose
+    figure is the point of the call)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    return Figures(Figure, FigureCanvasAgg)
 
 
 def figures() -> Any | None:

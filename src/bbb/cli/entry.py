@@ -52,9 +52,9 @@ COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "prune": cmd_prune, "d
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bbb`` console script and ``python -m bbb``; returns the exit code."""
-    # OpenMP threads that spin while waiting make torch 8-11x slower when other processes share
-    # the cores (docs/design.md). libgomp reads this when torch loads, so it is set here, before
-    # anything imports torch (``import bbb`` does not); an explicit setting by the user wins.
+    # Passive OpenMP waiting: spinning threads slow torch down badly on shared cores
+    # (docs/notes.md). libgomp reads this when torch loads, so it is set here, before anything
+    # imports torch (``import bbb`` does not); an explicit setting by the user wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..runs import TrainingInterrupted
 

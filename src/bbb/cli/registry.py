@@ -30,13 +30,8 @@ LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: The demo's recipe: scale-mixture BBB 2x400 on MNIST, tuned for a short CPU budget.
-#: Measured on 2 CPU cores (about 12-14 s per epoch when the cores are free; 10 epochs, cosine
-#: learning-rate decay): Blundell KL weighting reaches 1.79% test error but barely optimises the
-#: KL (its weight is ~0 after the first few minibatches of an epoch), so sigma stays near its
-#: initial value and pruning fails (75% removed: 2.24%, 95%: 32%); uniform weighting (1/M) reaches
-#: 2.04%, lowers the free energy from 51 to 35 nats per example, and prunes like the paper
-#: (75% removed: no change). The demo uses uniform; the local estimator was no better per epoch.
+#: The demo's recipe: scale-mixture BBB 2x400 on MNIST, tuned for a short CPU budget (why
+#: uniform KL weighting: docs/notes.md).
 DEMO_SETTINGS: dict[str, Any] = {
     "dataset": "mnist",
     "method": "bbb",

@@ -420,12 +420,9 @@ def _write_outputs(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> lis
 def plot_regression(res: dict[str, Any], path: str | os.PathLike[str],
                     cfg: RegressionConfig | None = None) -> Path:
     """Fig. 5: BBB (left) and the standard network (right) on the same axes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # ImportError without matplotlib
-    from matplotlib.figure import Figure
+    from ..plots import agg_figures
 
-    from ..plots import Figures
-
-    plt = Figures(Figure, FigureCanvasAgg)  # Agg figures without pyplot: the caller's backend stays
+    plt = agg_figures()  # Agg figures without pyplot: the caller's backend stays
     cfg = cfg or RegressionConfig()
     grid = res["grid"].numpy()
     x, y = res["x_train"].numpy(), res["y_train"].numpy()

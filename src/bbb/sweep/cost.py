@@ -11,24 +11,12 @@ from .space import DataSpec, resolve_params
 
 #: Cost model of --dry-run: seconds per epoch = REF_EPOCH_SECONDS x (FIXED_FRACTION + (1 -
 #: FIXED_FRACTION) x weights / REF_WEIGHTS) x (SAMPLE_FIXED + (1 - SAMPLE_FIXED) x samples) x
-#: (training examples / 50,000), halved for sgd/dropout (the paper: BBB is about 2x slower than
-#: dropout). Measured on 2 idle CPU cores by `make bench` (bench/results/peers.md, 2026-11-21):
-#: the paper's configuration (scale mixture, MC KL, 1 sample) 9.2 s/epoch at 2x400 (478k weights)
-#: and 32.5 s/epoch at 2x1200 (2.39M), i.e. 3.4 s + 12.2 s per million weights; a step with k
-#: samples cost 1.8x, 3.2x, 6.0x one sample's for k = 2, 5, 10 (2x1200, measured on a loaded
-#: machine), as 0.4 + 0.6 k: the k samples share one batched matmul.
+#: (training examples / REF_TRAIN), halved for sgd/dropout. The constants come from `make bench`
+#: (their measurements: docs/notes.md).
 REF_EPOCH_SECONDS = 9.2
-
-
 FIXED_FRACTION = 0.367
-
-
 SAMPLE_FIXED = 0.4
-
-
 REF_WEIGHTS = 478_410
-
-
 REF_TRAIN = 50_000
 
 

@@ -18,27 +18,9 @@ two hidden layers of 100 ReLU units, one output = the expected reward of the pai
   interaction seen). Per minibatch of B the loss is the mean NLL + kl_scale * KL / N.
 
   ``kl_scale`` defaults to 0.01, a tempered posterior, and is **not** the paper's (the paper
-  gives no bandit loss). With the exact weight (1) we measured the posterior std of almost
-  every first- and second-layer weight going back to the prior's (median sigma 0.96-1.0 with
-  a N(0, 1) prior after 800 steps; the same with priors of std 0.1 and 0.3 and with the scale
-  mixture). The hidden layers then act as freshly drawn random features: the mean network
-  still ate 8-20% of the poisonous mushrooms, against 3% for the greedy network, and regret
-  grew about 1 per step after 1,500 steps. This is the known "over-pruning" of mean-field
-  variational nets. Tempering keeps the fit and lowers that rate (about 0.3 per step at 3,000
-  steps). Over the full protocol (results/bandit/), though, BBB with these defaults ended at
-  20,145 regret against 13,694 for greedy; with ``--kl-scale 1e-4 --prior-sigma 0.1``
-  (results/bandit-tempered/) it ended lowest of all agents at 9,577.
-
-  Even tempered, the sigmas of the weights the data barely constrains settle at the prior's std
-  (median first-layer sigma 0.95 with N(0, 1), 0.097 with N(0, 0.1), after 2,000 steps). Short
-  runs (seeds 0-2, mean expected regret at 8,000 steps): the default kl-scale gave 4,020 with a
-  N(0, 0.1) prior and 4,130 with N(0, 1) and ``--kl-data seen``; ``--kl-scale 1e-4`` gave 2,750
-  (N(0, 1)) and 3,190 (N(0, 0.1)); the greedy networks of the full run had 4,230. With
-  ``--kl-scale 1e-4`` and N(0, 1), though, the per-step regret kept rising (0.19 to 0.31 between
-  5,000 and 10,000 steps, against about 0.17 for greedy); with N(0, 0.1) it held at 0.15-0.20.
+  gives no bandit loss; docs/notes.md has the measurements behind the default).
   ``--bbb-optimizer sgd`` (with ``--bbb-lr``) gives the BBB members plain SGD, as public
-  reproductions do: the sigmas stay near ``--sigma-init`` and the KL barely acts, but with lr
-  0.01 the regret was higher (0.43 per step at 4,000 steps).
+  reproductions do.
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks trained on squared loss that pick
   the best predicted action, or a uniformly random action with probability eps.
 
@@ -50,8 +32,8 @@ dimension, the forward and backward passes are written by hand with ``torch.bmm`
 autograd), and one fused Adam call updates every member (Adam is elementwise, so members stay
 independent). ``--workers`` splits the population over processes (one thread each), which
 degrades far more gracefully on a shared CPU than intra-op threads. Subnormal floats are
-flushed to zero while the population trains: Adam's decaying first moments otherwise made
-every update about twice as slow after a few hundred steps.
+flushed to zero while the population trains (Adam's decaying first moments otherwise slow
+every update down).
 
 Common random numbers: the mushroom sequence and the poisonous coin flips depend on the seed
 only, and so do the initial weights, so every agent of seed s faces the same mushrooms from
@@ -59,8 +41,7 @@ the same starting network.
 
 Training noise: the reparameterisation noise of the 64 updates per step comes from a bank of
 N(0, 1) draws read at a random offset and redrawn every 1024 updates (``--exact-noise`` draws
-fresh noise per update instead; torch's CPU ``randn`` costs about as much as the update
-itself). The two Thompson samples per decision read the same bank.
+fresh noise per update instead). The two Thompson samples per decision read the same bank.
 """
 
 from __future__ import annotations

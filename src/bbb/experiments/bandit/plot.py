@@ -14,10 +14,9 @@ _COLORS = {"bbb": "tab:red", "greedy": "tab:blue", "egreedy_0.01": "tab:green", 
 def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str], agents: Sequence[str] | None = None,
                 expected: bool = False) -> Path:
     """Cumulative regret vs step on a log y axis: the mean over seeds and a min-max band (Fig. 6)."""
-    import matplotlib
+    from ...plots import agg_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = agg_figures()  # Agg figures without pyplot: the caller's backend stays
 
     col = "cumulative_expected_regret" if expected else "cumulative_regret"
     by: dict[str, dict[int, list[float]]] = {}

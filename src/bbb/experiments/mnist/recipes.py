@@ -111,8 +111,8 @@ E = math.exp
 
 
 #: The quick recipe of each method: one per cell, fixed beforehand (the mixture is the demo's
-#: recipe; the Gaussian prior's sigma = e^-1 had the lowest validation error in a 3-epoch 2x400
-#: probe: e^0 2.39%, e^-1 2.37%, e^-2 2.55%, e^-3 4.34%). The test set chose nothing.
+#: recipe; the Gaussian prior's sigma won a short validation probe: docs/notes.md). The test
+#: set chose nothing.
 _QUICK_WHY = "the quick recipe, fixed before any quick run (not tuned)"
 
 
@@ -298,10 +298,9 @@ def cell_candidates(spec: BudgetSpec, method: str, hidden: int) -> list[Candidat
     return list(cands)
 
 
-#: Seconds per epoch on the full 50,000 images on a quiet 2-core CPU, training plus the
-#: validation pass (one MC sample; BBB's cost grows with the samples), from `make bench`'s steps/s
-#: and its `bbb train` epochs (bench/results/peers.md). Used for the time estimate only; a run
-#: that has trained some epochs is estimated from its own measured pace instead (metrics.csv).
+#: Seconds per epoch on the full 50,000 images, training plus the validation pass (where they
+#: come from: docs/notes.md). Used for the time estimate only; a run that has trained some
+#: epochs is estimated from its own measured pace instead (metrics.csv).
 SECONDS_PER_EPOCH: dict[tuple[str, int], float] = {
     ("sgd", 400): 2.0, ("sgd", 800): 3.0, ("sgd", 1200): 4.5,
     ("dropout", 400): 2.5, ("dropout", 800): 3.5, ("dropout", 1200): 5.5,

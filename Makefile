@@ -1,4 +1,5 @@
-# Fresh machine: `make demo` (main job) and `make test` (the suite). Both create .venv on first use.
+# Fresh machine: `make demo` (main job) and `make test` (the suite; `make test-fast` skips the
+# slow tests). Each creates .venv on first use.
 PYTHON ?= python3
 # Installed first and alone, so no other torch build (several GB of CUDA wheels) is ever pulled.
 TORCH ?= torch==2.13.0
@@ -6,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint demo clean
+.PHONY: venv test test-fast lint demo clean
 
 venv: $(STAMP)
 
@@ -20,6 +21,11 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The development lane: everything but the tests marked slow (real data, long training).
+# `make test` (and CI) still run everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

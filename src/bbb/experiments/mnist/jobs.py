@@ -148,7 +148,7 @@ def command_line(cfg: ReproduceConfig, *extra: str) -> str:
     if not cfg.all_cells and "--report" not in extra:  # a report covers every cell
         parts.append(f"--cells {cells_text(cfg.cells)}")
     if cfg.seeds != cfg.spec.seeds:
-        parts.append(f"--seeds {cfg.seeds}")
+        parts.append("--seeds " + " ".join(str(i) for i in range(int(cfg.seeds or 1))))
     return " ".join([*parts, *extra])
 
 

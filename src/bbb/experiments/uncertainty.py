@@ -218,6 +218,15 @@ def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
     return T.model.load_data(cfg.replace(dataset=dataset, val_size=0))
 
 
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options ``ood`` and ``uncertain`` share: which checkpoint, data, seed, device, threads."""
+    p.add_argument("--which", default="best", choices=values(Checkpoint), help="checkpoint to use")
+    add_data_dir(p)
+    add_seed(p, help="seed of the Monte Carlo draws")
+    add_device(p)
+    add_threads(p)
+
+
 def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Out-of-distribution detection: score the run's in-distribution test set against another "
@@ -231,11 +240,7 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ood", default="fashion-mnist", choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: fashion-mnist)")
     p.add_argument("--samples", type=int, default=10, help="sampled networks (BBB, MC dropout); default 10")
-    p.add_argument("--which", default="best", choices=values(Checkpoint), help="checkpoint to use")
-    add_data_dir(p)
-    add_seed(p, help="seed of the Monte Carlo draws")
-    add_device(p)
-    add_threads(p)
+    _add_run_options(p)
 
 
 def main_ood(args: argparse.Namespace) -> int:
@@ -275,11 +280,7 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `bbb train`")
     p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
     p.add_argument("--samples", type=int, default=30, help="sampled networks (default 30)")
-    p.add_argument("--which", default="best", choices=values(Checkpoint), help="checkpoint to use")
-    add_data_dir(p)
-    add_seed(p, help="seed of the Monte Carlo draws")
-    add_device(p)
-    add_threads(p)
+    _add_run_options(p)
 
 
 def main_uncertain(args: argparse.Namespace) -> int:

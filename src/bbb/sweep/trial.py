@@ -4,7 +4,6 @@ backend's worker."""
 from __future__ import annotations
 
 import contextlib
-import csv
 import errno
 import json
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
+from ..runs.jobs import epochs_done
 from .cost import trial_data
 from .space import DataSpec, Trial, TrialStatus, resolve_params
 
@@ -32,15 +32,6 @@ def silent(_: str) -> None:
 
 def trial_dir(out: str | Path, trial_id: str) -> Path:
     return Path(out) / "trials" / trial_id
-
-
-def epochs_done(d: Path) -> int:
-    """Completed epochs recorded in ``d/metrics.csv`` (0 when there is none)."""
-    path = d / "metrics.csv"
-    if not path.is_file():
-        return 0
-    with path.open(newline="") as f:
-        return sum(1 for _ in csv.DictReader(f))
 
 
 def _history(d: Path) -> list[dict[str, Any]]:

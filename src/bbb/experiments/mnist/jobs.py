@@ -3,7 +3,6 @@ the candidate with the lowest validation error."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,16 +13,10 @@ from torch import Tensor
 from ... import runs as T
 from ...errors import UserError
 from ...io import atomic_write_json
+from ...runs import jobs as runjobs
+from ...runs.jobs import read_json
 from .plan import Job, ReproduceConfig, cells_text, estimate_seconds, fmt_time
 from .recipes import METHOD_NAMES, BudgetSpec
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def check_same_settings(job: Job, out: Path) -> None:
@@ -40,10 +33,7 @@ def check_same_settings(job: Job, out: Path) -> None:
 
 def finished_summary(job: Job) -> dict[str, Any] | None:
     """The run's summary when it has finished ``job.config.epochs`` epochs, else None."""
-    s = read_json(job.run_dir / "summary.json")
-    if s is None or s.get("epochs") != job.config.epochs:
-        return None
-    return s
+    return runjobs.finished_summary(job.run_dir, job.config.epochs)
 
 
 def diverged_reason(job: Job) -> str | None:
@@ -52,13 +42,7 @@ def diverged_reason(job: Job) -> str | None:
 
 
 def job_epochs_done(job: Job) -> int:
-    last = job.run_dir / "metrics.csv"
-    if not last.is_file():
-        return 0
-    try:
-        return len(T.read_metrics(job.run_dir))
-    except (UserError, ValueError, OSError):
-        return 0
+    return runjobs.epochs_done(job.run_dir)
 
 
 def limit_data(data: dict[str, Tensor], spec: BudgetSpec) -> dict[str, Tensor]:

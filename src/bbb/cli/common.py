@@ -1,5 +1,6 @@
 """What every command shares: the one-line-error parser, the shared options (``--device``,
-``--seed``, ``--seeds``, ``--out``, ``--quiet``, ``--threads``, ``--data-dir``) and small text tables."""
+``--seed``, ``--seeds``, ``--out``, ``--quiet``, ``--threads``, ``--data-dir``) and small text
+tables."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import pytest
 import bbb.sweep as S
 from bbb.cli import main as cli_main
 from bbb.train import read_metrics
+from sweep_hooks import FailOnce
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,12 +251,14 @@ def _write_json(path: Path, obj: dict) -> Path:
 
 def test_local_crash_is_retried_from_the_checkpoint(tmp_path):
     """A trial that crashes after epoch 2 resumes from last.pt and ends exactly like its twin."""
+    space = tiny_space(lr=1e-2)
+    [plain_row] = S.run_sweep(space, quiet_opts(tmp_path / "plain"), log=silent)
     out = tmp_path / "sweep"
-    space = tiny_space(lr=1e-2, fail_once_at_epoch={"grid": [None, 2]})
-    rows = S.run_sweep(space, quiet_opts(out, max_failures=1), log=silent)
+    [row] = S.run_sweep(space, quiet_opts(out, max_failures=1, epoch_hook=FailOnce(2)), log=silent)
+    rows = [plain_row, row]
     assert [r["status"] for r in rows] == ["done", "done"]
-    plain, crashed = (S.trial_dir(out, r["trial_id"]) for r in rows)
-    hist = history(out, rows[1]["trial_id"])
+    plain, crashed = S.trial_dir(tmp_path / "plain", plain_row["trial_id"]), S.trial_dir(out, row["trial_id"])
+    hist = history(out, row["trial_id"])
     assert [(h["event"], h.get("source"), h.get("from_epoch")) for h in hist] == [
         ("start", "fresh", 0), ("error", None, None), ("start", "local", 2)]
     assert "injected failure after epoch 2" in hist[1]["error"]
@@ -266,12 +269,13 @@ def test_local_crash_is_retried_from_the_checkpoint(tmp_path):
 
 def test_local_crash_beyond_max_failures_is_failed_then_resumed_by_a_rerun(tmp_path):
     out = tmp_path / "sweep"
-    space = tiny_space(lr=1e-2, fail_once_at_epoch=3)
-    [row] = S.run_sweep(space, quiet_opts(out, max_failures=0), log=silent)
+    space = tiny_space(lr=1e-2)
+    opts = quiet_opts(out, max_failures=0, epoch_hook=FailOnce(3))
+    [row] = S.run_sweep(space, opts, log=silent)
     assert row["status"] == "failed" and "injected failure" in row["error"]
     assert S.read_sweep(out)[0]["status"] == "failed"
     assert not (out / "best.json").exists()
-    [row] = S.run_sweep(space, quiet_opts(out, max_failures=0), log=silent)
+    [row] = S.run_sweep(space, opts, log=silent)
     assert row["status"] == "done" and row["epochs_run"] == 4
     assert [h["from_epoch"] for h in history(out, row["trial_id"]) if h["event"] == "start"] == [0, 3]
 
@@ -396,12 +400,21 @@ def test_ray_asha_sweep_stops_poor_trials_and_matches_local(ray_cluster, tmp_pat
 def test_ray_trial_crash_resumes_from_ray_checkpoint(ray_cluster, tmp_path):
     """The crash also deletes the trial's files (a lost node): only Ray's checkpoint can resume it,
     and it ends exactly like its uninterrupted twin."""
+    import ray.cloudpickle
+
+    import sweep_hooks
+
+    ray.cloudpickle.register_pickle_by_value(sweep_hooks)  # Ray's workers cannot import tests/
+    space = tiny_space(lr=1e-2)
+    [plain_row] = S.run_sweep(space, quiet_opts(tmp_path / "plain", backend="ray"), log=silent)
     out = tmp_path / "ray"
-    space = tiny_space(lr=1e-2, fail_once_at_epoch={"grid": [None, 2]})
-    rows = S.run_sweep(space, quiet_opts(out, backend="ray", max_failures=1, max_concurrent=2), log=silent)
+    opts = quiet_opts(out, backend="ray", max_failures=1, max_concurrent=2,
+                      epoch_hook=sweep_hooks.FailOnce(2, lose_files=True))
+    [row] = S.run_sweep(space, opts, log=silent)
+    rows = [plain_row, row]
     assert [r["status"] for r in rows] == ["done", "done"]
-    plain, crashed = (S.trial_dir(out, r["trial_id"]) for r in rows)
-    starts = [(h["source"], h["from_epoch"]) for h in history(out, rows[1]["trial_id"])]
+    plain, crashed = S.trial_dir(tmp_path / "plain", plain_row["trial_id"]), S.trial_dir(out, row["trial_id"])
+    starts = [(h["source"], h["from_epoch"]) for h in history(out, row["trial_id"])]
     assert starts == [("fresh", 0), ("ray-checkpoint", 2)]
     assert rows_without_seconds(crashed) == rows_without_seconds(plain)
     for k in ("val_error", "test_error", "test_error_mc", "test_nll", "best_epoch", "epochs_run"):

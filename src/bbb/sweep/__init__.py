@@ -44,7 +44,7 @@ Search-space format (YAML or JSON; see docs/scale_out.md)::
 Keys are :class:`bbb.runs.TrainConfig` fields plus ``width``/``depth`` (``hidden`` = depth x
 width), ``neg_log_sigma1``/``neg_log_sigma2`` (sigma = exp(-value)), ``dataset: synthetic``
 (Gaussian blobs: ``synthetic_dim``, ``synthetic_train``, ``synthetic_classes``; for tests and
-smoke runs) and ``fail_once_at_epoch`` (testing only: the trial crashes once after that epoch).
+smoke runs).
 """
 
 from __future__ import annotations
@@ -108,7 +108,6 @@ from .space import (  # noqa: F401
 from .trial import (  # noqa: F401
     LOCK_GRACE_SECONDS,
     LOCK_NAME,
-    InjectedFailure,
     append_history,
     epochs_done,
     finalize_trial,

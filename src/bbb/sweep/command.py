@@ -49,7 +49,7 @@ def dry_run_table(trials: Sequence[Trial], out: Path | None, ref_epoch_seconds: 
     total = 0.0
     header = ["#", "trial_id", *keys, "epochs", "est_hours", "state"]
     for t in trials:
-        cfg, _, _ = resolve_params(t.params)
+        cfg, _ = resolve_params(t.params)
         sec = epoch_seconds_estimate(t.params, ref_epoch_seconds) * cfg.epochs
         total += sec
         state = "-"

@@ -63,7 +63,7 @@ def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
 
 def epoch_seconds_estimate(params: dict[str, Any], ref_epoch_seconds: float = REF_EPOCH_SECONDS) -> float:
     """Estimated seconds per epoch of a trial (the module's cost model; see REF_EPOCH_SECONDS)."""
-    cfg, data, _ = resolve_params(params)
+    cfg, data = resolve_params(params)
     n, d, c = _shape(cfg, data)
     sizes = [d, *cfg.hidden, c]
     weights = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import atomic_write_json, atomic_write_text
+from ..io import atomic_write_json
 from .cost import trial_data
 from .space import Trial, TrialStatus
-from .trial import InjectedFailure, append_history, epochs_done, result_row, silent, start_trial
+from .trial import append_history, epochs_done, result_row, silent, start_trial
 
 _CKPT_FILES = ("last.pt", "best.pt", "metrics.csv", "summary.json")
 
@@ -60,12 +60,13 @@ def checkpoint_epoch(path: Path) -> int:
         return -1
 
 
-def ray_trainable(config: dict[str, Any]) -> None:
+def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
     """The Ray Tune function of one trial: the same train(), reporting after every epoch.
 
     Each epoch: ``tune.report({"epoch", "val_error", ...}, checkpoint=...)`` with last.pt,
     best.pt and metrics.csv. A retry (``max_failures``) starts from ``tune.get_checkpoint()``
-    when that is ahead of the trial directory on this node.
+    when that is ahead of the trial directory on this node. ``epoch_hook(trial_dir, row)``
+    (:attr:`SweepOptions.epoch_hook`) runs after every epoch's report.
     """
     from ray import tune
 
@@ -77,7 +78,7 @@ def ray_trainable(config: dict[str, Any]) -> None:
         import torch
 
         torch.set_num_threads(int(config["threads"]))
-    d, cfg, spec, fail = start_trial(out, trial)
+    d, cfg, spec = start_trial(out, trial)
     source = "local" if (d / "last.pt").exists() else "fresh"
     ckpt = tune.get_checkpoint()
     if ckpt is not None:
@@ -100,12 +101,8 @@ def ray_trainable(config: dict[str, Any]) -> None:
         if epoch < cfg.epochs:  # the last epoch is reported with the summary, below
             report({"epoch": epoch, "val_error": row["val_error"], "train_loss": row["train_loss"],
                     "status": TrialStatus.PENDING.value}, epoch, _CKPT_FILES[:3])
-        if fail is not None and epoch == fail and not (d / "failed_once").exists():
-            # a lost node: the trial's local files go too, so only Ray's checkpoint can resume it
-            atomic_write_text(d / "failed_once", f"epoch {fail}\n")
-            for name in _CKPT_FILES:
-                (d / name).unlink(missing_ok=True)
-            raise InjectedFailure(f"fail_once_at_epoch={fail}: injected failure after epoch {fail}")
+        if epoch_hook is not None:
+            epoch_hook(d, dict(row))
 
     try:
         summary = train(cfg, d, data=data, resume=True, quiet=True, log=silent, on_epoch=on_epoch)

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -36,6 +36,10 @@ class SweepOptions:
     storage: str | None = None
     data_dir: str | None = None
     progress: bool = True
+    #: called after every epoch of every trial with (trial directory, metrics row), in the
+    #: process that trains it; raising makes the trial crash there (the tests' fault injection).
+    #: Must be picklable (a module-level function) for parallel local trials and for Ray.
+    epoch_hook: Callable[[Path, dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)

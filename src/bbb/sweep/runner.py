@@ -87,7 +87,8 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
     workers = opts.max_concurrent or 1
     threads = int(opts.cpus_per_trial) if opts.cpus_per_trial else max(1, (os.cpu_count() or 1) // workers)
     payloads = [{"trial": t.to_dict(), "out": str(out), "data_dir": opts.data_dir,
-                 "max_failures": opts.max_failures, "threads": threads} for t in todo]
+                 "max_failures": opts.max_failures, "threads": threads,
+                 "epoch_hook": opts.epoch_hook} for t in todo]
     bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
 
     def done(row: dict[str, Any]) -> None:
@@ -184,8 +185,10 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
 
         storage = opts.storage or str(out / "ray")
         name = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
+        trainable = (ray_trainable if opts.epoch_hook is None
+                     else tune.with_parameters(ray_trainable, epoch_hook=opts.epoch_hook))
         tuner = tune.Tuner(
-            tune.with_resources(ray_trainable, resources),
+            tune.with_resources(trainable, resources),
             param_space={"trial": tune.grid_search([t.to_dict() for t in todo]), "out": str(out),
                          "data_dir": opts.data_dir, "threads": max(1, int(cpus))},
             tune_config=tune.TuneConfig(metric="val_error", mode="min", scheduler=scheduler,
@@ -229,7 +232,7 @@ def _collect_ray_trial(trial: Trial, rt: Any, out: Path, opts: SweepOptions, err
     if error is not None or not (d / "last.pt").exists():
         return result_row(trial, TrialStatus.FAILED, None, d, error=error or "no checkpoint was reported",
                     retry=True)
-    cfg, spec, _ = resolve_params(trial.params)
+    cfg, spec = resolve_params(trial.params)
     key = json.dumps(spec.key())
     if key not in data_cache:
         data_cache[key] = trial_data(cfg, spec, opts.data_dir)

@@ -28,7 +28,7 @@ class TrialStatus(str, Enum):
 
 #: keys of a search space that are not TrainConfig fields
 SWEEP_KEYS = ("width", "depth", "neg_log_sigma1", "neg_log_sigma2", "dataset", "synthetic_dim",
-              "synthetic_train", "synthetic_classes", "fail_once_at_epoch")
+              "synthetic_train", "synthetic_classes")
 
 
 _SYNTHETIC_DEFAULTS = {"synthetic_dim": 64, "synthetic_train": 400, "synthetic_classes": 4}
@@ -71,7 +71,6 @@ NUMERIC_KEYS: dict[str, tuple[str, float | None, float | None]] = {
     "synthetic_dim": ("int", 1, 1_000_000),
     "synthetic_train": ("int", 4, 100_000_000),
     "synthetic_classes": ("int", 2, 1_000_000),
-    "fail_once_at_epoch": ("int", 1, 1_000_000),
     "pi": ("float", None, None),
     "sigma1": ("float", None, None),
     "sigma2": ("float", None, None),
@@ -90,7 +89,7 @@ NUMERIC_KEYS: dict[str, tuple[str, float | None, float | None]] = {
 
 
 #: numeric keys whose value may be null (their default is None)
-_NULLABLE = frozenset({"mu_init_scale", "fail_once_at_epoch"})
+_NULLABLE = frozenset({"mu_init_scale"})
 
 
 _MAX_DEPTH = 1_000
@@ -356,14 +355,11 @@ def count_trials(space: dict[str, Any]) -> int:
     return n
 
 
-def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec, int | None]:
-    """``(TrainConfig, DataSpec, fail_once_at_epoch)`` of one trial's parameter values."""
+def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
+    """``(TrainConfig, DataSpec)`` of one trial's parameter values."""
     from ..runs import TrainConfig
 
     p = dict(params)
-    fail = p.pop("fail_once_at_epoch", None)
-    if fail is not None:
-        fail = _int("fail_once_at_epoch", fail, 1)
     kind = p.pop("dataset", DatasetKind.MNIST.value)
     if kind not in {k.value for k in DatasetKind}:
         raise UserError(f"search space: unknown dataset {kind!r}; choose one of: "
@@ -402,20 +398,18 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec, int | None]:
         raise UserError(f"search space: {e}") from None
     if kind != DatasetKind.SYNTHETIC.value and cfg.val_size < 1:
         raise UserError("search space: a sweep selects models on the validation set; val_size must be >= 1")
-    return cfg, data, fail
+    return cfg, data
 
 
 def trial_id_of(params: dict[str, Any]) -> str:
     """Stable id: a hash of what the trial computes (settings that differ from the defaults)."""
     from ..runs import TrainConfig
 
-    cfg, data, fail = resolve_params(params)
+    cfg, data = resolve_params(params)
     default = TrainConfig().to_dict()
     train = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_HASHED and v != default[k]}
     train.pop("dataset", None)
     key: dict[str, Any] = {"train": train, "data": data.key()}
-    if fail is not None:
-        key["fail_once_at_epoch"] = fail
     blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 

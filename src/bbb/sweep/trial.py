@@ -16,14 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import atomic_write_json, atomic_write_text
+from ..io import atomic_write_json
 from ..runs.jobs import epochs_done
 from .cost import trial_data
 from .space import DataSpec, Trial, TrialStatus, resolve_params
-
-
-class InjectedFailure(RuntimeError):
-    """The crash asked for by ``fail_once_at_epoch`` (tests of the retry path)."""
 
 
 def silent(_: str) -> None:
@@ -93,13 +89,13 @@ def finished_row(out: Path, trial: Trial) -> dict[str, Any] | None:
     return None
 
 
-def start_trial(out: Path, trial: Trial) -> tuple[Path, Any, DataSpec, int | None]:
-    cfg, data, fail = resolve_params(trial.params)
+def start_trial(out: Path, trial: Trial) -> tuple[Path, Any, DataSpec]:
+    cfg, data = resolve_params(trial.params)
     d = trial_dir(out, trial.trial_id)
     d.mkdir(parents=True, exist_ok=True)
     atomic_write_json(d / "trial.json", {**trial.to_dict(), "train_config": cfg.to_dict(),
                                          "data": data.key()})
-    return d, cfg, data, fail
+    return d, cfg, data
 
 
 def finalize_trial(d: Path, cfg: Any, data: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +219,8 @@ def run_trial_local(payload: dict[str, Any]) -> dict[str, Any]:
 def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[str, Any]:
     from ..runs import TrainingDiverged, train
 
-    d, cfg, spec, fail = start_trial(out, trial)
+    d, cfg, spec = start_trial(out, trial)
+    hook = payload.get("epoch_hook")
     data = trial_data(cfg, spec, payload.get("data_dir"))
     max_failures = int(payload.get("max_failures", 0))
     attempt = 0
@@ -234,9 +231,8 @@ def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[
                         source="local" if (d / "last.pt").exists() else "fresh")
 
         def on_epoch(row: dict[str, Any]) -> None:
-            if fail is not None and int(row["epoch"]) == fail and not (d / "failed_once").exists():
-                atomic_write_text(d / "failed_once", f"epoch {fail}\n")
-                raise InjectedFailure(f"fail_once_at_epoch={fail}: injected failure after epoch {fail}")
+            if hook is not None:
+                hook(d, dict(row))
 
         try:
             summary = train(cfg, d, data=data, resume=True, quiet=True, log=silent, on_epoch=on_epoch)

@@ -197,7 +197,7 @@ def test_lazy_command_dispatch(capsys, monkeypatch):
 
 
 def test_subprocess_errors_are_one_line(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     for argv in (["train", "--sigma1", "-1", "--out", str(tmp_path / "r")], ["evaluate", str(tmp_path / "no")]):
         p = subprocess.run([sys.executable, "-m", "bbb", *argv], capture_output=True, text=True, env=env,
                            timeout=120)

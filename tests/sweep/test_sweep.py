@@ -24,7 +24,7 @@ from bbb.cli import main as cli_main
 from bbb.train import read_metrics
 from sweep_hooks import FailOnce
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = {
     "dataset": "synthetic",

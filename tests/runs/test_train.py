@@ -354,7 +354,7 @@ def test_one_epoch_bbb_2x400_on_real_mnist(tmp_path, data_dir):
 
     lr 3e-3 (measured: 3.94% test error after one epoch; 1e-3 gives ~4.5%). One thread: with the
     cores shared by other jobs, two spinning OpenMP threads made this epoch take 200 s instead of
-    about 25 s (conftest imports torch before bbb can set OMP_WAIT_POLICY=PASSIVE).
+    about 25 s (conftest sets OMP_WAIT_POLICY=PASSIVE before torch loads).
     """
     cfg = TrainConfig(hidden=[400, 400], epochs=1, lr=3e-3, device="cpu", data_dir=str(data_dir),
                       eval_samples=2)

@@ -4,10 +4,11 @@ Every user mistake (bad argument, missing run directory or data, corrupt checkpo
 one line on stderr, ``bbb: error: ...``, and exit code 2; Ctrl-C during training ends with exit
 code 130 and a line saying how to resume.
 
-* :mod:`bbb.cli.registry` - the commands kept in their own modules (``regression``, ``bandit``,
-  ``sweep``, ``reproduce``, ``ood``, ``uncertain``, ``compare``), imported only when they run.
+* :mod:`bbb.cli.registry` - the one registry of commands (:data:`COMMANDS`): each names the
+  module that holds it, imported only when the command runs.
 * :mod:`bbb.cli.common` - the options every command shares, the one-line-error parser.
-* :mod:`bbb.cli.parser`, :mod:`bbb.cli.commands` - ``train``, ``evaluate``, ``prune``, ``demo``.
+* :mod:`bbb.cli.parser`, :mod:`bbb.cli.commands` - the top-level parser; ``train``,
+  ``evaluate``, ``prune``, ``demo``.
 * :mod:`bbb.cli.entry` - :func:`main`.
 """
 
@@ -30,9 +31,8 @@ from .common import (  # noqa: F401
     text_table,
 )
 from .entry import (  # noqa: F401
-    COMMANDS,
     main,
-    run_lazy,
+    run_command,
     set_threads,
 )
 from .parser import (  # noqa: F401
@@ -42,9 +42,11 @@ from .parser import (  # noqa: F401
     suppressed_adder,
 )
 from .registry import (  # noqa: F401
+    COMMANDS,
     DEMO_SETTINGS,
     LAZY_COMMANDS,
     PROG,
+    Command,
 )
 
 __all__ = ["main", "build_parser", "DEMO_SETTINGS"]

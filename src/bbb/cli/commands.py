@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from .common import pct_text, text_table
+from .parser import (  # noqa: F401 - the registry finds every command here
+    add_demo_arguments,
+    add_evaluate_arguments,
+    add_prune_arguments,
+    add_train_arguments,
+)
 from .registry import DEMO_SETTINGS
 
 

@@ -9,30 +9,32 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import UserError
-from .commands import cmd_demo, cmd_evaluate, cmd_prune, cmd_train
 from .common import Parser
 from .parser import build_parser
-from .registry import LAZY_COMMANDS, PROG
+from .registry import COMMANDS, PROG
 
 
-def run_lazy(name: str, argv: Sequence[str]) -> int:
-    module_name, desc, *funcs = LAZY_COMMANDS[name]
-    add_name, main_name = funcs if funcs else ("add_arguments", "main")
+def run_command(name: str, argv: Sequence[str]) -> int:
+    """Import command ``name``'s module (:data:`bbb.cli.registry.COMMANDS`), build its parser
+    with the module's add-arguments function, parse ``argv`` and run its main function."""
+    spec = COMMANDS[name]
     try:
-        mod = importlib.import_module(module_name)
+        mod = importlib.import_module(spec.module)
     except ModuleNotFoundError as e:
-        if e.name and module_name.startswith(e.name):
+        if e.name and spec.module.startswith(e.name):
             raise UserError(f"the {name} experiment is not available in this installation "
-                            f"({module_name} not found)") from None
+                            f"({spec.module} not found)") from None
         raise
     example = getattr(mod, "EXAMPLE", None) or f"bbb {name}"
-    parser = Parser(prog=f"{PROG} {name}", description=(mod.__doc__ or desc).strip().split("\n\n")[0],
-                     epilog=f"Example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    getattr(mod, add_name)(parser)
+    parser = Parser(prog=f"{PROG} {name}",
+                    description=(mod.__doc__ or spec.help).strip().split("\n\n")[0],
+                    epilog=f"Example:\n  {example}",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    getattr(mod, spec.add)(parser)
     args = parser.parse_args(list(argv))
     args.command = name
     set_threads(getattr(args, "threads", None))
-    rc = getattr(mod, main_name)(args)
+    rc = getattr(mod, spec.main)(args)
     return 0 if rc is None else int(rc)
 
 
@@ -47,7 +49,6 @@ def set_threads(n: int | None) -> None:
     torch.set_num_threads(n)
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "prune": cmd_prune, "demo": cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,11 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)
     try:
-        if argv and argv[0] in LAZY_COMMANDS:
-            return run_lazy(argv[0], argv[1:])
-        args = build_parser().parse_args(argv)
-        set_threads(getattr(args, "threads", None))
-        return COMMANDS[args.command](args)
+        if argv and argv[0] in COMMANDS:
+            return run_command(argv[0], argv[1:])
+        args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
+        return run_command(args.command, [])
     except UserError as e:
         msg = " ".join(str(e).split()) or type(e).__name__
         print(f"{PROG}: error: {msg}", file=sys.stderr)

@@ -16,7 +16,7 @@ from .common import (
     add_threads,
     fmt_default,
 )
-from .registry import DEMO_SETTINGS, LAZY_COMMANDS, PROG
+from .registry import COMMANDS, DEMO_SETTINGS, PROG
 
 TRAIN_EXAMPLE = """\
 Example:
@@ -111,7 +111,8 @@ def suppressed_adder(group: Any, defaults: dict[str, Any]) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``bbb`` parser (``regression`` and ``bandit`` only as names; see :func:`main`)."""
+    """The top-level ``bbb`` parser: ``--help``, ``--version`` and the list of commands (each
+    command parses its own options: :func:`bbb.cli.entry.run_command`)."""
     from .. import __version__
 
     parser = Parser(
@@ -124,18 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bbb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    raw = argparse.RawDescriptionHelpFormatter
+    for name, spec in COMMANDS.items():
+        sub.add_parser(name, help=spec.help, add_help=False)
+    return parser
 
-    p = sub.add_parser("train", help="train a network on MNIST / Fashion-MNIST",
-                       description="Train one network (bbb, sgd or dropout) and write a run directory.",
-                       epilog=TRAIN_EXAMPLE, formatter_class=raw)
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """``bbb train``."""
+    p.description = "Train one network (bbb, sgd or dropout) and write a run directory."
+    p.epilog = TRAIN_EXAMPLE
     add_train_options(p)
 
-    p = sub.add_parser(
-        "evaluate", help="test error, NLL, ECE, Brier of a trained run",
-        description="Evaluate a run on its test set: error with the mean weights and with the "
-                    "k-sample predictive average, NLL, ECE and Brier score. Writes RUN_DIR/eval.json.",
-        epilog="Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best", formatter_class=raw)
+
+def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    """``bbb evaluate``."""
+    p.description = ("Evaluate a run on its test set: error with the mean weights and with the "
+                     "k-sample predictive average, NLL, ECE and Brier score. Writes "
+                     "RUN_DIR/eval.json.")
+    p.epilog = "Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best"
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
     p.add_argument("--samples", type=int, default=10, help="Monte Carlo samples (default: 10)")
     p.add_argument("--which", choices=("best", "last"), default="best",
@@ -144,11 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_device(p)
     add_threads(p)
 
-    p = sub.add_parser(
-        "prune", help="the paper's Table 2: prune by signal-to-noise ratio",
-        description="Remove the weights with the lowest |mu|/sigma and report the test error with the "
-                    "mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. bbb runs only.",
-        epilog="Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98", formatter_class=raw)
+
+def add_prune_arguments(p: argparse.ArgumentParser) -> None:
+    """``bbb prune``."""
+    p.description = ("Remove the weights with the lowest |mu|/sigma and report the test error "
+                     "with the mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. "
+                     "bbb runs only.")
+    p.epilog = "Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98"
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train --method bbb")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.5, 0.75, 0.95, 0.98],
                    metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")
@@ -158,13 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_device(p)
     add_threads(p)
 
-    p = sub.add_parser(
-        "demo", help="the main job: train, evaluate and prune a BBB 2x400 on MNIST",
-        description="Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about 5 minutes "
-                    "on 2 cores), then evaluate and prune it: prints the test error and the pruning "
-                    "table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
-                    "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.",
-        epilog="Example:\n  bbb demo --out runs/demo --epochs 10", formatter_class=raw)
+
+def add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    """``bbb demo``."""
+    p.description = ("Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about 5 "
+                     "minutes on 2 cores), then evaluate and prune it: prints the test error and "
+                     "the pruning table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
+                     "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.")
+    p.epilog = "Example:\n  bbb demo --out runs/demo --epochs 10"
     add_out(p, "run directory", default="runs/demo")
     p.add_argument("--epochs", type=int, default=DEMO_SETTINGS["epochs"],
                    help=f"training epochs (default: {DEMO_SETTINGS['epochs']})")
@@ -173,7 +183,3 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads(p)
     add_seed(p)
     add_quiet(p, "one line per epoch instead of a progress bar")
-
-    for name, spec in LAZY_COMMANDS.items():
-        sub.add_parser(name, help=spec[1].split(" (")[0].rstrip("."), add_help=False)
-    return parser

@@ -1,33 +1,59 @@
-"""The commands that live in their own modules (imported only when they run) and the
-demo's recipe."""
+"""The one registry of ``bbb`` commands (each imported only when it runs) and the demo's
+recipe."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 PROG = "bbb"
 
 
-#: name -> (module, one-line help[, add_arguments function, main function]); the module is
-#: imported only when the command runs. Default function names: add_arguments / main.
-LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
-    "regression": ("bbb.experiments.regression",
-                   "Regression curves with BBB (section 5.2 of the paper)."),
-    "bandit": ("bbb.experiments.bandit",
-               "Contextual bandit on UCI Mushroom with Thompson sampling (section 5.3 of the paper)."),
-    "sweep": ("bbb.sweep", "Hyperparameter sweep over a search space, locally or on a Ray cluster."),
-    "reproduce": ("bbb.experiments.mnist",
-                  "Reproduce the paper's MNIST Table 1, Figures 2-4 and Table 2 (section 5.1 of the paper)."),
-    "ood": ("bbb.experiments.uncertainty",
-            "Out-of-distribution detection of a trained run (AUROC/AUPR of entropy, MI, max-prob).",
-            "add_ood_arguments", "main_ood"),
-    "uncertain": ("bbb.experiments.uncertainty",
-                  "Grids of the most disputed test digits and the most confident errors (vote shares).",
-                  "add_uncertain_arguments", "main_uncertain"),
-    "compare": ("bbb.experiments.comparison",
-                "Side-by-side table of runs: error, NLL, ECE, Brier, OOD AUROC (CSV + markdown)."),
+class Command(NamedTuple):
+    """One ``bbb`` command: the module that holds it (imported only when the command runs), its
+    one-line help, and the names of its add-arguments and main functions in that module."""
+
+    module: str
+    help: str
+    add: str = "add_arguments"
+    main: str = "main"
+
+
+#: Every command, in the order ``bbb --help`` lists them.
+COMMANDS: dict[str, Command] = {
+    "train": Command("bbb.cli.commands", "train a network on MNIST / Fashion-MNIST",
+                     "add_train_arguments", "cmd_train"),
+    "evaluate": Command("bbb.cli.commands", "test error, NLL, ECE, Brier of a trained run",
+                        "add_evaluate_arguments", "cmd_evaluate"),
+    "prune": Command("bbb.cli.commands", "the paper's Table 2: prune by signal-to-noise ratio",
+                     "add_prune_arguments", "cmd_prune"),
+    "demo": Command("bbb.cli.commands",
+                    "the main job: train, evaluate and prune a BBB 2x400 on MNIST",
+                    "add_demo_arguments", "cmd_demo"),
+    "regression": Command("bbb.experiments.regression",
+                          "Regression curves with BBB (section 5.2 of the paper)"),
+    "bandit": Command("bbb.experiments.bandit",
+                      "Contextual bandit on UCI Mushroom with Thompson sampling (section 5.3 of "
+                      "the paper)"),
+    "sweep": Command("bbb.sweep",
+                     "Hyperparameter sweep over a search space, locally or on a Ray cluster"),
+    "reproduce": Command("bbb.experiments.mnist",
+                         "Reproduce the paper's MNIST Table 1, Figures 2-4 and Table 2 (section "
+                         "5.1 of the paper)"),
+    "ood": Command("bbb.experiments.uncertainty",
+                   "Out-of-distribution detection of a trained run (AUROC/AUPR of entropy, MI, "
+                   "max-prob)", "add_ood_arguments", "main_ood"),
+    "uncertain": Command("bbb.experiments.uncertainty",
+                         "Grids of the most disputed test digits and the most confident errors "
+                         "(vote shares)", "add_uncertain_arguments", "main_uncertain"),
+    "compare": Command("bbb.experiments.comparison",
+                       "Side-by-side table of runs: error, NLL, ECE, Brier, OOD AUROC (CSV + "
+                       "markdown)"),
 }
+
+#: the commands whose module lies outside :mod:`bbb.cli` (the experiments, the sweep)
+LAZY_COMMANDS: dict[str, Command] = {n: c for n, c in COMMANDS.items()
+                                     if not c.module.startswith("bbb.cli.")}
 
 
 #: The demo's recipe: scale-mixture BBB 2x400 on MNIST, tuned for a short CPU budget (why

@@ -164,3 +164,16 @@ def test_import_bbb_leaves_the_environment_alone():
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())")
     env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_the_bbb_command_sets_passive_openmp_before_torch_loads():
+    import subprocess
+    import sys
+
+    code = ("import os, sys, bbb.cli\n"
+            "assert 'torch' not in sys.modules, 'import bbb.cli loaded torch'\n"
+            "try:\n    bbb.cli.main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'\n")
+    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120,
+                   stdout=subprocess.DEVNULL)

@@ -15,13 +15,15 @@ import os as _os
 # setting by the user wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from . import distributions, engine, functional, nn, prune, random, uncertainty
+from . import convert, distributions, engine, functional, nn, prune, random, uncertainty
+from .convert import bayesianize, deterministic_layers
 from .distributions import (
     DiagonalNormal,
     GaussianPrior,
     KLMode,
     Prior,
     ScaleMixturePrior,
+    TorchPrior,
     kl_divergence,
     register_kl,
 )
@@ -38,11 +40,13 @@ from .engine import Engine, counter_noise
 from .errors import DataError, UserError
 from .functional import expand_samples
 from .nn import (
+    BayesConv1d,
     BayesConv2d,
     BayesLinear,
     BayesMLP,
     Estimator,
     SampleRecorder,
+    forward_samples,
     model_kl,
     sampling,
     shared_samples,
@@ -51,6 +55,7 @@ from .nn import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BayesConv1d",
     "BayesConv2d",
     "BayesLinear",
     "BayesMLP",
@@ -69,11 +74,16 @@ __all__ = [
     "Prior",
     "SampleRecorder",
     "ScaleMixturePrior",
+    "TorchPrior",
     "UserError",
+    "bayesianize",
+    "convert",
     "counter_noise",
+    "deterministic_layers",
     "distributions",
     "engine",
     "expand_samples",
+    "forward_samples",
     "functional",
     "kl_divergence",
     "kl_weights",

@@ -17,8 +17,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .errors import UserError
-from .functional import expand_samples
-from .nn import sampling, shared_samples
+from .nn import forward_samples, sampling, shared_samples
 
 __all__ = [
     "predict",
@@ -65,8 +64,7 @@ def predict(
                 if mode == "mean":
                     outs.append(model(xc).unsqueeze(0))
                 else:
-                    outs.append(model(expand_samples(xc, num_samples)) if num_samples > 1
-                                else model(xc).unsqueeze(0))
+                    outs.append(forward_samples(model, xc, num_samples))
         return torch.cat(outs, dim=1)
     finally:
         model.train(was_training)

@@ -278,3 +278,25 @@ def test_the_engine_trains_a_converted_lenet_with_k_samples(k):
         eng.step()
     assert out.output.shape == ((k, 4, 3) if k > 1 else (4, 3))
     assert not torch.equal(before, net[0].weight_mu.detach())
+
+
+def test_predict_and_evaluate_take_a_dataloader():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    net = bbb.bayesianize(lenet(), rho_init=-2.0)
+    x, y = torch.randn(10, 1, 28, 28), torch.randint(0, 3, (10,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=4)
+    logits, labels = predict(net, loader, num_samples=3, return_targets=True)
+    assert logits.shape == (3, 10, 3) and torch.equal(labels, y)
+    torch.manual_seed(1)
+    a = predict(net, list(x.split(4)), num_samples=3)  # (a DataLoader's iterator draws a seed itself)
+    torch.manual_seed(1)
+    b = predict(net, x, num_samples=3)
+    torch.testing.assert_close(a, b)  # the same 3 networks for every batch
+    m = bbb.uncertainty.evaluate(net, loader, num_samples=3)
+    assert set(m) == {"error", "nll", "brier", "ece", "entropy", "mutual_information"}
+    assert m["mutual_information"] > 0
+    assert bbb.uncertainty.evaluate(net, (x, y), num_samples=3)["error"] >= 0
+    with pytest.raises(bbb.UserError, match="return_targets"):
+        predict(net, x, return_targets=True)

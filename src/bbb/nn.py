@@ -491,7 +491,8 @@ class BayesLinear(BayesModule):
     """Bayesian fully connected layer.
 
     Args:
-        in_features, out_features: sizes, as in ``torch.nn.Linear``.
+        in_features: input size, as in ``torch.nn.Linear``.
+        out_features: output size.
         bias: learn a Bayesian bias.
         prior: a :class:`~bbb.distributions.Prior` (default: scale mixture pi=1/2, sigma1=1,
             sigma2=e^-6).

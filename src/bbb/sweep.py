@@ -10,7 +10,7 @@ function and write the same files:
 - ``ray``: every trial is a Ray Tune trial. ``--address auto`` / ``ray://HOST:PORT`` joins a
   running cluster, no address starts a local one; ``--gpus-per-trial`` may be fractional;
   ``--scheduler asha`` stops trials early on the validation error reported every epoch.
-  Ray is an optional extra: ``pip install 'bbb[ray]'``.
+  Ray is an optional extra: ``pip install 'bayes-by-backprop[ray]'``.
 
 Fault tolerance. Every epoch ends with ``last.pt`` in the trial directory (atomically written)
 and, on Ray, a checkpoint reported through ``tune.report(..., checkpoint=...)``. A failed trial is
@@ -299,7 +299,7 @@ def load_space(space: str | Path) -> dict[str, Any]:
         try:
             import yaml
         except ImportError:
-            raise UserError(f"reading {path} needs PyYAML: pip install 'bbb[yaml]' "
+            raise UserError(f"reading {path} needs PyYAML: pip install 'bayes-by-backprop[yaml]' "
                             "(or write the space as .json)") from None
         try:
             obj = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
@@ -912,7 +912,7 @@ def _import_ray() -> tuple[Any, Any]:
         from ray import tune
     except ImportError as e:
         raise UserError(f"--backend ray needs Ray Tune, which is not installed ({e.name or e}): "
-                        "pip install 'bbb[ray]'") from None
+                        "pip install 'bayes-by-backprop[ray]'") from None
     return ray, tune
 
 

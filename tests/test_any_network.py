@@ -300,3 +300,11 @@ def test_predict_and_evaluate_take_a_dataloader():
     assert bbb.uncertainty.evaluate(net, (x, y), num_samples=3)["error"] >= 0
     with pytest.raises(bbb.UserError, match="return_targets"):
         predict(net, x, return_targets=True)
+
+
+def test_bayesianize_keeps_a_shared_layer_shared():
+    shared = nn.Linear(4, 4)
+    net = nn.Sequential(shared, nn.ReLU(), shared)
+    bbb.bayesianize(net)
+    assert isinstance(net[0], BayesLinear) and net[0] is net[2]
+    assert len(list(net.parameters())) == 4

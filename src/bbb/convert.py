@@ -102,14 +102,21 @@ def bayesianize(
     if type(model) in CONVERTIBLE and not skipped("", model):
         return _convert(model, **kw)
     converted: list[str] = []
-    for name, mod in list(model.named_modules()):
-        for child_name, child in list(mod.named_children()):
+    done: dict[int, BayesModule] = {}  # a layer used in several places (tied) stays one layer
+    for name, mod in list(model.named_modules(remove_duplicate=False)):
+        for child_name, child in list(mod._modules.items()):  # (named_children skips repeats)
+            if child is None:
+                continue
             full = f"{name}.{child_name}" if name else child_name
+            if id(child) in done:
+                setattr(mod, child_name, done[id(child)])
+                continue
             if type(child) not in CONVERTIBLE or skipped(full, child):
                 continue
             if getattr(child, "padding_mode", "zeros") != "zeros":
                 continue
-            setattr(mod, child_name, _convert(child, **kw))
+            done[id(child)] = new = _convert(child, **kw)
+            setattr(mod, child_name, new)
             converted.append(full)
     left = deterministic_layers(model)
     _log.info("bayesianize: %d layer(s) made Bayesian (%s); left deterministic: %s", len(converted),

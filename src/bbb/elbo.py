@@ -229,7 +229,9 @@ class ELBO(nn.Module):
     The ELBO does not own the model: ``elbo.state_dict()`` and ``elbo.parameters()`` hold only the
     likelihood's own state (e.g. a learned noise ``raw_sigma``), so keeping both ``net`` and
     ``elbo`` in one ``nn.Module`` (a LightningModule) duplicates nothing, and an optimiser needs
-    ``[*net.parameters(), *elbo.parameters()]`` to learn the likelihood's parameters too.
+    ``[*net.parameters(), *elbo.parameters()]`` to learn the likelihood's parameters too. For the
+    same reason ``elbo.train()``, ``elbo.eval()`` and ``elbo.to(...)`` act on the likelihood only:
+    switch and move the network itself (``elbo.model`` is the network).
 
     Example:
         >>> elbo = ELBO(net, "categorical", num_batches=len(loader), kl_weighting="blundell")

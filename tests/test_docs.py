@@ -57,5 +57,7 @@ def test_the_site_builds_strictly(tmp_path):
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
-    html = (tmp_path / "site" / "reference" / "nn" / "index.html").read_text()
-    assert "bbb.nn.forward_samples" in html and "bbb.nn.BayesConv1d" in html
+    index = (DOCS / "reference" / "index.md").read_text()
+    for page, anchor in re.findall(r"\]\((\w+)\.md#([\w.]+)\)", index):  # every public name has its entry
+        html = (tmp_path / "site" / "reference" / page / "index.html").read_text()
+        assert f'id="{anchor}"' in html, f"{anchor} is not rendered on reference/{page}"

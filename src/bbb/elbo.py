@@ -40,6 +40,8 @@ __all__ = [
 
 
 class KLWeighting(str, Enum):
+    """How one epoch's KL is split over its M minibatches (:func:`kl_weights`)."""
+
     UNIFORM = "uniform"
     BLUNDELL = "blundell"
 

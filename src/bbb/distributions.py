@@ -228,7 +228,7 @@ class ScaleMixturePrior(Prior):
 
     name = "mixture"
 
-    def __init__(self, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = math.exp(-6)) -> None:
+    def __init__(self, pi: float = 0.25, sigma1: float = 1.0, sigma2: float = math.exp(-7)) -> None:
         pi = float(pi)
         if not (0.0 < pi <= 1.0):
             raise UserError(f"mixture weight pi must be in (0, 1], got {pi}")

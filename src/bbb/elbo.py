@@ -217,7 +217,8 @@ class ELBO(nn.Module):
         model: a network of :mod:`bbb.nn` layers (any ``nn.Module``; deterministic parts allowed).
         likelihood: ``"categorical"``, ``"gaussian"``, ``"heteroscedastic"`` or a :class:`Likelihood`.
         num_batches: M, minibatches per epoch (for the KL weights).
-        kl_weighting: ``"uniform"`` (1/M), ``"blundell"`` (2^(M-i)/(2^M-1)) or a callable M -> weights.
+        kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
+            the default), ``"uniform"`` (1/M) or a callable M -> weights.
         num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop). The k
             samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
             network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
@@ -247,7 +248,7 @@ class ELBO(nn.Module):
         model: nn.Module,
         likelihood: str | Likelihood = "categorical",
         num_batches: int = 1,
-        kl_weighting: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.UNIFORM,
+        kl_weighting: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.BLUNDELL,
         num_samples: int = 1,
         kl: KLMode | str = KLMode.AUTO,
         beta: float = 1.0,

@@ -3,20 +3,23 @@
 PYTHON ?= python3
 # Installed first and alone, so no other torch build (several GB of CUDA wheels) is ever pulled.
 TORCH ?= torch==2.13.0
+# Where that torch comes from: empty = pip's configured indexes (a CPU wheel only where one is
+# provided locally); e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build.
+TORCH_INDEX ?=
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast lint demo clean
+.PHONY: venv test test-fast lint demo clean docs wheel-check
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	printf "%s\n" "$(TORCH)" > $(VENV)/torch-constraint.txt
-	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,ray]"
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -32,6 +35,20 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m bbb demo
+
+# The API reference site (mkdocs-material + mkdocstrings), built strictly: any warning fails.
+DOCS_STAMP := $(VENV)/.docs-installed
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+# Build the wheel, install it into a fresh venv outside the repo, run `bbb --help` and a
+# one-epoch train from it (.ci/wheel-check).
+wheel-check: $(STAMP)
+	PY=$(PY) bash .ci/wheel-check
 
 # Side-by-side speed bench against the peer libraries (bench/README.md); MNIST from $$BBB_DATA
 # (e.g. `BBB_DATA=../shared/data make bench`), extra options in BENCH_ARGS (e.g. --quick).
@@ -49,4 +66,4 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	touch $(BENCH_STAMP)
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) build dist site src/*.egg-info

@@ -297,7 +297,7 @@ _SUBPROCESS = textwrap.dedent("""
         net = BayesMLP(20, [16], 4, prior=prior, rho_init=-3.0)
         g = torch.Generator().manual_seed(1)
         x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
-        elbo = ELBO(net, num_batches=4, num_samples=k, kl=kl)
+        elbo = ELBO(net, num_batches=4, num_samples=k, kl=kl, kl_weighting="uniform")
         eng = Engine(net, opt, lr=0.02, kl=kl, seed=4, num_samples=k, compile=compile)
         kls = []
         for i in range(5):

@@ -11,13 +11,15 @@ import importlib as _importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
-    from . import distributions, engine, functional, nn, prune, random, uncertainty
+    from . import convert, distributions, engine, functional, nn, prune, random, uncertainty
+    from .convert import bayesianize, deterministic_layers
     from .distributions import (
         DiagonalNormal,
         GaussianPrior,
         KLMode,
         Prior,
         ScaleMixturePrior,
+        TorchPrior,
         kl_divergence,
         register_kl,
     )
@@ -34,11 +36,13 @@ if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stay
     from .errors import DataError, UserError
     from .functional import expand_samples
     from .nn import (
+        BayesConv1d,
         BayesConv2d,
         BayesLinear,
         BayesMLP,
         Estimator,
         SampleRecorder,
+        forward_samples,
         model_kl,
         sampling,
         shared_samples,
@@ -46,17 +50,19 @@ if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stay
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
-    **dict.fromkeys(["distributions", "engine", "functional", "nn", "prune", "random",
+    **dict.fromkeys(["convert", "distributions", "engine", "functional", "nn", "prune", "random",
                      "uncertainty"]),
+    **dict.fromkeys(["bayesianize", "deterministic_layers"], "convert"),
     **dict.fromkeys(["DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
-                     "kl_divergence", "register_kl"], "distributions"),
+                     "TorchPrior", "kl_divergence", "register_kl"], "distributions"),
     **dict.fromkeys(["ELBO", "Categorical", "ELBOOutput", "Gaussian", "HeteroscedasticGaussian",
                      "KLWeighting", "kl_weights"], "elbo"),
     **dict.fromkeys(["Engine", "counter_noise"], "engine"),
     **dict.fromkeys(["DataError", "UserError"], "errors"),
     "expand_samples": "functional",
-    **dict.fromkeys(["BayesConv2d", "BayesLinear", "BayesMLP", "Estimator", "SampleRecorder",
-                     "model_kl", "sampling", "shared_samples"], "nn"),
+    **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP", "Estimator",
+                     "SampleRecorder", "forward_samples", "model_kl", "sampling", "shared_samples"],
+                    "nn"),
 }
 
 
@@ -79,6 +85,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "BayesConv1d",
     "BayesConv2d",
     "BayesLinear",
     "BayesMLP",
@@ -97,11 +104,16 @@ __all__ = [
     "Prior",
     "SampleRecorder",
     "ScaleMixturePrior",
+    "TorchPrior",
     "UserError",
+    "bayesianize",
+    "convert",
     "counter_noise",
+    "deterministic_layers",
     "distributions",
     "engine",
     "expand_samples",
+    "forward_samples",
     "functional",
     "kl_divergence",
     "kl_weights",

@@ -28,6 +28,7 @@ __all__ = [
     "Prior",
     "GaussianPrior",
     "ScaleMixturePrior",
+    "TorchPrior",
     "KLMode",
     "register_kl",
     "kl_divergence",
@@ -227,7 +228,7 @@ class ScaleMixturePrior(Prior):
 
     name = "mixture"
 
-    def __init__(self, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = math.exp(-6)) -> None:
+    def __init__(self, pi: float = 0.25, sigma1: float = 1.0, sigma2: float = math.exp(-7)) -> None:
         pi = float(pi)
         if not (0.0 < pi <= 1.0):
             raise UserError(f"mixture weight pi must be in (0, 1], got {pi}")
@@ -278,16 +279,76 @@ class ScaleMixturePrior(Prior):
         return {"type": self.name, "pi": self.pi, "sigma1": self.sigma1, "sigma2": self.sigma2}
 
 
-def prior_from_config(cfg: dict[str, Any] | Prior) -> Prior:
-    """Rebuild a prior from :meth:`Prior.to_config` output (used by checkpoints and the CLI)."""
+class TorchPrior(Prior):
+    """Any ``torch.distributions.Distribution`` with ``log_prob`` as an elementwise prior.
+
+    The KL is estimated by Monte Carlo through ``log_prob`` (as the paper does for its mixture);
+    the training engine uses autograd for its gradient (the plain path). A scalar
+    ``torch.distributions.Normal`` never ends up here: :func:`prior_from_config` turns it into a
+    :class:`GaussianPrior` (closed-form KL, the fused engine). The distribution must be univariate
+    (``event_shape == ()``) with a batch shape that broadcasts against each weight tensor.
+
+    >>> layer = BayesLinear(10, 2, prior=torch.distributions.Laplace(0.0, 0.1))
+    """
+
+    name = "torch"
+
+    def __init__(self, dist: torch.distributions.Distribution) -> None:
+        if not isinstance(dist, torch.distributions.Distribution):
+            raise UserError(f"TorchPrior needs a torch.distributions.Distribution, got {type(dist).__name__}")
+        if tuple(dist.event_shape) != ():
+            raise UserError(f"a prior must be elementwise (event_shape ()), got a {type(dist).__name__} with "
+                            f"event_shape {tuple(dist.event_shape)}")
+        self.dist = dist
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        return self.dist.log_prob(w)
+
+    def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
+        if generator is not None:
+            raise UserError("a torch.distributions prior draws from torch's global generator only")
+        return self.dist.sample(tuple(shape)).to(device=device, dtype=dtype)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"type": self.name, "repr": repr(self.dist)}
+
+    def __repr__(self) -> str:
+        return f"TorchPrior({self.dist!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TorchPrior) and other.dist is self.dist
+
+    def __hash__(self) -> int:
+        return id(self.dist)
+
+
+def _from_torch(dist: torch.distributions.Distribution) -> Prior:
+    """A scalar ``Normal`` becomes a :class:`GaussianPrior` (closed form, fused); others wrap."""
+    if type(dist) is torch.distributions.Normal and dist.loc.numel() == 1 and dist.scale.numel() == 1:
+        return GaussianPrior(sigma=float(dist.scale), mu=float(dist.loc))
+    return TorchPrior(dist)
+
+
+def prior_from_config(cfg: dict[str, Any] | Prior | torch.distributions.Distribution) -> Prior:
+    """A :class:`Prior` from a prior, a ``torch.distributions`` distribution (see
+    :class:`TorchPrior`; a scalar ``Normal`` becomes a :class:`GaussianPrior`), or
+    :meth:`Prior.to_config` output (used by checkpoints and the CLI)."""
     if isinstance(cfg, Prior):
         return cfg
+    if isinstance(cfg, torch.distributions.Distribution):
+        return _from_torch(cfg)
+    if not isinstance(cfg, dict):
+        raise UserError(f"a prior must be a bbb Prior, a torch.distributions distribution or a config "
+                        f"dict, got {type(cfg).__name__}")
     cfg = dict(cfg)
     kind = cfg.pop("type", None)
     if kind == GaussianPrior.name:
         return GaussianPrior(**cfg)
     if kind == ScaleMixturePrior.name:
         return ScaleMixturePrior(**cfg)
+    if kind == TorchPrior.name:
+        raise UserError(f"a torch.distributions prior ({cfg.get('repr')}) cannot be rebuilt from a checkpoint; "
+                        "pass the distribution again (prior=...) when building the model")
     raise UserError(f"unknown prior type {kind!r}; expected 'gaussian' or 'mixture'")
 
 

@@ -24,8 +24,7 @@ from torch import Tensor
 
 from .distributions import KLMode, inverse_softplus, softplus
 from .errors import UserError
-from .functional import expand_samples
-from .nn import SampleRecorder, model_kl
+from .nn import SampleRecorder, forward_samples, model_kl
 
 __all__ = [
     "KLWeighting",
@@ -41,6 +40,8 @@ __all__ = [
 
 
 class KLWeighting(str, Enum):
+    """How one epoch's KL is split over its M minibatches (:func:`kl_weights`)."""
+
     UNIFORM = "uniform"
     BLUNDELL = "blundell"
 
@@ -198,8 +199,8 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
 class ELBOOutput:
     """One minibatch's objective and its parts (all scalars, ``loss`` differentiable).
 
-    ``loss = kl_weight * kl + nll``; ``nll`` is summed over the minibatch and averaged over the
-    k samples; ``output`` holds the network outputs, (k, B, ...) when k > 1.
+    ``loss = kl_weight * kl + nll``, where ``kl_weight`` is the coefficient applied (``beta`` times
+    the minibatch's weight); ``nll`` is summed over the minibatch and averaged over the k samples; ``output`` holds the network outputs, (k, B, ...) when k > 1.
     """
 
     loss: Tensor
@@ -216,12 +217,28 @@ class ELBO(nn.Module):
         model: a network of :mod:`bbb.nn` layers (any ``nn.Module``; deterministic parts allowed).
         likelihood: ``"categorical"``, ``"gaussian"``, ``"heteroscedastic"`` or a :class:`Likelihood`.
         num_batches: M, minibatches per epoch (for the KL weights).
-        kl_weighting: ``"uniform"`` (1/M), ``"blundell"`` (2^(M-i)/(2^M-1)) or a callable M -> weights.
-        num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop).
+        kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
+            the default), ``"uniform"`` (1/M) or a callable M -> weights.
+        num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop). The k
+            samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
+            network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
         kl: ``"auto"`` (closed form when it exists), ``"closed"`` or ``"mc"`` (the paper's choice).
+        beta: a fixed scale on the KL term (tempering): ``loss = nll + beta * kl_weight_i * KL``.
+            1 (the default) is the variational free energy of the paper; beta < 1 down-weights
+            the prior (a "cold" posterior), beta > 1 up-weights it. Unlike ``kl_weighting``
+            (the split of one KL over the M minibatches of an epoch, normalised to sum to 1),
+            beta changes the objective.
+
+    The ELBO does not own the model: ``elbo.state_dict()`` and ``elbo.parameters()`` hold only the
+    likelihood's own state (e.g. a learned noise ``raw_sigma``), so keeping both ``net`` and
+    ``elbo`` in one ``nn.Module`` (a LightningModule) duplicates nothing, and an optimiser needs
+    ``[*net.parameters(), *elbo.parameters()]`` to learn the likelihood's parameters too. For the
+    same reason ``elbo.train()``, ``elbo.eval()`` and ``elbo.to(...)`` act on the likelihood only:
+    switch and move the network itself (``elbo.model`` is the network).
 
     Example:
         >>> elbo = ELBO(net, "categorical", num_batches=len(loader), kl_weighting="blundell")
+        >>> opt = torch.optim.Adam([*net.parameters(), *elbo.parameters()], lr=1e-3)
         >>> out = elbo(x, y, batch_index=i)   # i = 0 .. M-1 within the epoch
         >>> out.loss.backward()
     """
@@ -231,18 +248,28 @@ class ELBO(nn.Module):
         model: nn.Module,
         likelihood: str | Likelihood = "categorical",
         num_batches: int = 1,
-        kl_weighting: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.UNIFORM,
+        kl_weighting: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.BLUNDELL,
         num_samples: int = 1,
         kl: KLMode | str = KLMode.AUTO,
+        beta: float = 1.0,
     ) -> None:
         super().__init__()
+        try:
+            beta_f = float(beta)
+        except (TypeError, ValueError):
+            raise UserError(f"beta must be a number >= 0, got {beta!r}") from None
+        if not (beta_f >= 0 and math.isfinite(beta_f)):
+            raise UserError(f"beta must be a finite number >= 0, got {beta!r}")
+        self.beta = beta_f
         if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
             raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
         try:
             self.kl_mode = KLMode(kl)
         except ValueError:
             raise UserError(f"unknown KL mode {kl!r}; choose 'auto', 'closed' or 'mc'") from None
-        self.model = model
+        if not isinstance(model, nn.Module):
+            raise UserError(f"ELBO needs the network (an nn.Module) first, got {type(model).__name__}")
+        self.__dict__["model"] = model  # referenced, not a submodule: not in state_dict / parameters()
         self.likelihood = likelihood_from_name(likelihood)
         self.num_samples = int(num_samples)
         self.kl_weighting = kl_weighting
@@ -270,15 +297,15 @@ class ELBO(nn.Module):
             if not (w >= 0 and math.isfinite(w)):
                 raise UserError(f"kl_weight must be a finite number >= 0, got {kl_weight!r}")
         k = self.num_samples
-        xin = x if k == 1 else expand_samples(x, k)
         with SampleRecorder(generator) as rec:
-            output = self.model(xin)
+            output = self.model(x) if k == 1 else forward_samples(self.model, x, k)
         nll = -self.likelihood.log_prob(output, y).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec)
-        weight = self.kl_weight(batch_index) if kl_weight is None else float(kl_weight)
+        weight = self.beta * (self.kl_weight(batch_index) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
 
     def extra_repr(self) -> str:
         kw = self.kl_weighting if isinstance(self.kl_weighting, str) else getattr(
             self.kl_weighting, "value", "custom")
-        return f"num_batches={self.num_batches}, kl_weighting={kw}, num_samples={self.num_samples}, kl={self.kl_mode.value}"
+        return (f"num_batches={self.num_batches}, kl_weighting={kw}, num_samples={self.num_samples}, "
+                f"kl={self.kl_mode.value}, beta={self.beta:g}")

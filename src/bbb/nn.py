@@ -46,6 +46,7 @@ __all__ = [
     "Estimator",
     "BayesModule",
     "BayesLinear",
+    "BayesConv1d",
     "BayesConv2d",
     "BayesMLP",
     "PerSample",
@@ -54,6 +55,8 @@ __all__ = [
     "providing_samples",
     "sampling",
     "shared_samples",
+    "folded_samples",
+    "forward_samples",
     "bayes_modules",
     "model_kl",
     "DEFAULT_RHO_INIT",
@@ -67,8 +70,11 @@ DEFAULT_RHO_INIT = -5.0
 
 
 def default_prior() -> ScaleMixturePrior:
-    """The default prior: the paper's scale mixture, pi = 1/2, sigma1 = 1, sigma2 = e^-6."""
-    return ScaleMixturePrior(pi=0.5, sigma1=1.0, sigma2=math.exp(-6.0))
+    """The default prior, the same as ``bbb train``'s: the paper's scale mixture (eq. 7) with
+    pi = 1/4, sigma1 = 1, sigma2 = e^-7, a point of the paper's grid (pi in {1/4, 1/2, 3/4},
+    -log sigma1 in {0, 1, 2}, -log sigma2 in {6, 7, 8}) and the best of our MNIST model
+    selection; the paper names no single best value."""
+    return ScaleMixturePrior(pi=0.25, sigma1=1.0, sigma2=math.exp(-7.0))
 
 
 class Estimator(str, Enum):
@@ -191,6 +197,82 @@ def shared_samples() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------
+# k samples folded into the batch dimension
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Fold:
+    k: int
+    source: Tensor | None = None  # the (B, ...) input whose k copies the model was given
+    folded: Tensor | None = None  # that (k*B, ...) input
+
+
+_FOLD: contextvars.ContextVar[_Fold | None] = contextvars.ContextVar("bbb_folded_samples", default=None)
+
+
+@contextlib.contextmanager
+def folded_samples(k: int) -> Iterator[None]:
+    """Inside the block, every batch is ``k`` folded Monte Carlo samples: ``(k*B, ...)`` rows.
+
+    Each Bayesian layer views its input as ``(k, B, ...)``, evaluates it with ``k`` weight samples
+    (sample ``j`` on rows ``j*B .. j*B+B-1``) and returns ``(k*B, ...)`` again, so every other
+    layer (pooling, ``Flatten``, normalisation, dropout, reshapes that keep dim 0, residual adds)
+    sees an ordinary, larger batch and needs no wrapping. :func:`forward_samples` (used by
+    :class:`~bbb.elbo.ELBO` and :func:`~bbb.uncertainty.predict`) opens this block for you.
+
+    Caveat: a layer that mixes rows of the batch mixes samples too. ``BatchNorm`` in training mode
+    normalises over all ``k*B`` rows (statistics over the k networks' activations together); in
+    ``eval()`` mode it uses its running statistics and the samples stay independent.
+    """
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise UserError(f"the number of samples must be an integer >= 1, got {k!r}")
+    token = _FOLD.set(_Fold(int(k)))
+    try:
+        yield
+    finally:
+        _FOLD.reset(token)
+
+
+def forward_samples(model: nn.Module, x: Tensor, num_samples: int) -> Tensor:
+    """``model`` on ``x`` (B, ...) with ``num_samples`` = k weight samples: output (k, B, ...).
+
+    Works for any network whose layers keep dim 0 as the batch (see :func:`folded_samples`): the
+    input is repeated k times along the batch dimension, every Bayesian layer uses one weight
+    sample per copy, and the output is unfolded. The model's own sampling mode still applies
+    (``train()`` samples, ``eval()`` uses the mean unless inside :func:`sampling`).
+
+    >>> with sampling(net, "sample"):
+    ...     logits = forward_samples(net, x, 10)     # (10, B, classes), 10 different networks
+    """
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    k = int(num_samples)
+    if not isinstance(x, Tensor) or x.dim() < 1:
+        raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {x!r:.80}")
+    if k == 1:
+        return _unfold_output(model(x), 1, x.shape[0])
+    b = x.shape[0]
+    xf = BF.expand_samples(x, k).reshape(k * b, *x.shape[1:])
+    token = _FOLD.set(_Fold(k, x, xf))
+    try:
+        y = model(xf)
+    finally:
+        _FOLD.reset(token)
+    return _unfold_output(y, k, b)
+
+
+def _unfold_output(y: Any, k: int, b: int) -> Tensor:
+    if not isinstance(y, Tensor):
+        raise UserError(f"forward_samples needs a network that returns a tensor, got {type(y).__name__}")
+    if y.dim() < 1 or y.shape[0] != k * b:
+        raise UserError(f"the network returned shape {tuple(y.shape)} for a batch of {k}x{b} rows ({k} "
+                        "samples folded into the batch dimension): keep dim 0 as the batch in forward "
+                        "(e.g. x.flatten(1), not x.view(-1))")
+    return y.reshape(k, b, *y.shape[1:])
+
+
+# --------------------------------------------------------------------------------------------
 # Base class
 # --------------------------------------------------------------------------------------------
 
@@ -253,6 +335,19 @@ class BayesModule(nn.Module):
     def weight_sigma(self) -> Tensor:
         return softplus(self.weight_rho)
 
+    # -- the deterministic view: what code written for nn.Linear / nn.Conv reads ---------------
+    @property
+    def weight(self) -> Tensor:
+        """The posterior mean of the weight (``weight_mu``, masked once pruned), shaped as in the
+        matching ``torch.nn`` layer. Unpruned it *is* the ``weight_mu`` parameter, so init
+        helpers (``nn.init.*_``), torchinfo and FLOP counters work on it."""
+        return self._mean("weight")  # type: ignore[return-value]
+
+    @property
+    def bias(self) -> Tensor | None:  # type: ignore[override]
+        """The posterior mean of the bias (``bias_mu``), or None for a layer without bias."""
+        return self._mean("bias")
+
     # -- pruning mask (absent until pruned) --------------------------------------------------
     def _mask(self, name: str) -> Tensor | None:
         return getattr(self, f"{name}_mask", None)
@@ -262,6 +357,14 @@ class BayesModule(nn.Module):
         return t if (m is None or t is None) else t * m
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+        # a deterministic layer's state (``weight``, ``bias``): it becomes the posterior mean, the
+        # posterior's rho keeps its current value (rho_init for a fresh layer)
+        for name in self._param_names:
+            key = f"{prefix}{name}"
+            if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
+                state_dict[f"{key}_mu"] = state_dict.pop(key)
+                if f"{key}_rho" not in state_dict:
+                    state_dict[f"{key}_rho"] = getattr(self, f"{name}_rho").detach().clone()
         # a pruned checkpoint carries masks that a fresh layer has not registered yet
         for name in self._param_names:
             key = f"{prefix}{name}_mask"
@@ -303,6 +406,56 @@ class BayesModule(nn.Module):
             rec.record(self, name, hit[1], hit[2])
         return hit
 
+    # -- forward: one sample, k samples, or k samples folded into the batch -------------------
+    #: rank of an input with one batch dimension and no sample dimension (None: any rank >= 2)
+    _batched_rank: int | None = None
+
+    def _input_samples(self, x: Tensor) -> int | None:  # pragma: no cover - abstract
+        """k when ``x`` carries an explicit leading sample dimension, else None."""
+        raise NotImplementedError
+
+    def _forward(self, x: Tensor, k: int | None) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        fold = _FOLD.get()
+        if fold is None or fold.k == 1 or not self.is_sampling():
+            return self._forward(x, self._input_samples(x))
+        k = fold.k
+        self._check_folded(x, k)
+        if self.estimator is Estimator.LOCAL:  # fresh noise per row already: nothing to unfold
+            return self._forward(x, None)
+        src = fold.source
+        if x is fold.folded and src is not None and src.dim() == (self._batched_rank or 2):
+            y = self._forward(src, k)  # k networks on one shared input: no k-fold copy
+            return y.reshape(-1, *y.shape[2:])
+        n = x.shape[0]
+        y = self._forward(x.reshape(k, n // k, *x.shape[1:]), k)
+        return y.reshape(n, *y.shape[2:])
+
+    def _check_folded(self, x: Tensor, k: int) -> None:
+        rank = self._batched_rank
+        bad = None
+        if (rank is not None and x.dim() != rank) or x.dim() < 2:
+            want = f"{rank}-d (batch, ...)" if rank is not None else "(batch, ..., features)"
+            bad = f"a {x.dim()}-d input where a {want} one was expected"
+        elif x.shape[0] % k:
+            bad = f"{x.shape[0]} rows, not a multiple of {k}"
+        if bad is not None:
+            raise UserError(
+                f"{type(self).__name__}: inside a {k}-sample pass (the samples are folded into the batch "
+                f"dimension, k*B rows) it got {bad} (shape {tuple(x.shape)}). Every layer before it must "
+                "keep dim 0 as the batch: use x.flatten(1) or x.view(x.shape[0], ...) rather than "
+                "x.view(-1, ...), and give ELBO / predict / forward_samples plain (B, ...) inputs "
+                "(no expand_samples)")
+
+    def _copy_means(self, layer: nn.Module) -> None:
+        """Set the posterior means to a deterministic layer's ``weight`` and ``bias``."""
+        with torch.no_grad():
+            for name in self.param_names():
+                src = getattr(layer, name)
+                getattr(self, f"{name}_mu").copy_(src.detach().reshape(getattr(self, f"{name}_mu").shape))
+
     def _generator(self) -> torch.Generator | None:
         rec = _RECORDER.get()
         return None if rec is None else rec.generator
@@ -341,10 +494,11 @@ class BayesLinear(BayesModule):
     """Bayesian fully connected layer.
 
     Args:
-        in_features, out_features: sizes, as in ``torch.nn.Linear``.
+        in_features: input size, as in ``torch.nn.Linear``.
+        out_features: output size.
         bias: learn a Bayesian bias.
-        prior: a :class:`~bbb.distributions.Prior` (default: scale mixture pi=1/2, sigma1=1,
-            sigma2=e^-6).
+        prior: a :class:`~bbb.distributions.Prior` or a ``torch.distributions`` distribution
+            (default: :func:`default_prior`, the scale mixture pi=1/4, sigma1=1, sigma2=e^-7).
         estimator: ``"reparam"`` (the paper), ``"local"`` or ``"flipout"``.
         mu_init_scale: mu ~ U(-b, b) with this b (default 1/sqrt(in_features)).
         rho_init: initial rho (default -5, sigma ~ 6.7e-3).
@@ -392,14 +546,38 @@ class BayesLinear(BayesModule):
     def _fan_in(self) -> int:
         return self.in_features
 
-    def forward(self, x: Tensor) -> Tensor:
+    @classmethod
+    def from_linear(
+        cls,
+        layer: nn.Linear,
+        prior: Prior | dict | Any | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        rho_init: float = DEFAULT_RHO_INIT,
+        from_weights: bool = True,
+    ) -> BayesLinear:
+        """A Bayesian copy of ``layer`` (same sizes, device and dtype).
+
+        ``from_weights=True`` starts the posterior mean at the layer's trained weights (a warm
+        start); ``False`` draws it afresh as a new layer would. sigma starts at softplus(rho_init).
+        """
+        if not isinstance(layer, nn.Linear):
+            raise UserError(f"from_linear needs an nn.Linear, got {type(layer).__name__}")
+        new = cls(layer.in_features, layer.out_features, bias=layer.bias is not None, prior=prior,
+                  estimator=estimator, rho_init=rho_init, device=layer.weight.device, dtype=layer.weight.dtype)
+        if from_weights:
+            new._copy_means(layer)
+        return new
+
+    def _input_samples(self, x: Tensor) -> int | None:
+        return x.shape[0] if x.dim() >= 3 else None
+
+    def _forward(self, x: Tensor, k: int | None) -> Tensor:
         if not self.is_sampling():
             return BF.linear(x, self._mean("weight"), self._mean("bias"))
-        k = x.shape[0] if x.dim() >= 3 else None
         has_bias = self.bias_mu is not None
         if self.estimator is Estimator.REPARAM:
             provider = _PROVIDER.get()
-            y = None if provider is None else provider.linear(self, x)
+            y = None if (provider is None or k is not None) else provider.linear(self, x)
             if y is not None:
                 return y
             _, _, w = self._draw("weight", k)
@@ -438,10 +616,14 @@ class BayesConv2d(BayesModule):
     """Bayesian 2-d convolution with the same options as :class:`BayesLinear`.
 
     Shape: (B, C, H, W) -> (B, O, H', W'); (k, B, C, H, W) -> (k, B, O, H', W') with k weight
-    samples. Use :class:`PerSample` to apply pooling and other 4-d-only layers to 5-d tensors.
+    samples. Inside :func:`forward_samples` (the ELBO, :func:`~bbb.uncertainty.predict`) the k
+    samples travel folded into the batch dimension, so pooling, ``Flatten`` and normalisation
+    layers need no wrapping.
     """
 
     _param_names = ("weight", "bias")
+    _batched_rank = 4
+    _spatial = 2
 
     def __init__(
         self,
@@ -466,8 +648,19 @@ class BayesConv2d(BayesModule):
         if in_channels % groups or out_channels % groups:
             raise UserError(f"in_channels and out_channels must be divisible by groups={groups}")
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair(kernel_size)
-        self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
+        if self._spatial == 2:
+            self.kernel_size = _pair(kernel_size)
+            self.stride, self.dilation = _pair(stride), _pair(dilation)
+        else:
+            self.kernel_size = _single(kernel_size)
+            self.stride, self.dilation = _single(stride), _single(dilation)
+        self.padding: Any
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise UserError(f"padding must be a number, a tuple, 'same' or 'valid', got {padding!r}")
+            self.padding = padding
+        else:
+            self.padding = _pair(padding) if self._spatial == 2 else _single(padding)
         self.groups = int(groups)
         factory = {"device": device, "dtype": dtype}
         self._register_posterior("weight", (out_channels, in_channels // groups, *self.kernel_size), factory)
@@ -479,24 +672,66 @@ class BayesConv2d(BayesModule):
         self.reset_parameters()
 
     def _fan_in(self) -> int:
-        return (self.in_channels // self.groups) * self.kernel_size[0] * self.kernel_size[1]
+        return (self.in_channels // self.groups) * math.prod(self.kernel_size)
+
+    @classmethod
+    def from_conv(
+        cls,
+        layer: nn.Conv1d | nn.Conv2d,
+        prior: Prior | dict | Any | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        rho_init: float = DEFAULT_RHO_INIT,
+        from_weights: bool = True,
+    ) -> BayesConv2d:
+        """A Bayesian copy of ``layer`` (an ``nn.Conv2d`` for :class:`BayesConv2d`, an
+        ``nn.Conv1d`` for :class:`BayesConv1d`), as :meth:`BayesLinear.from_linear`."""
+        want = nn.Conv2d if cls._spatial == 2 else nn.Conv1d
+        if type(layer) is not want:
+            raise UserError(f"{cls.__name__}.from_conv needs an {want.__name__}, got {type(layer).__name__}")
+        if layer.padding_mode != "zeros":
+            raise UserError(f"{cls.__name__}: padding_mode={layer.padding_mode!r} is not supported (only 'zeros')")
+        new = cls(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+                  padding=layer.padding, dilation=layer.dilation, groups=layer.groups,
+                  bias=layer.bias is not None, prior=prior, estimator=estimator, rho_init=rho_init,
+                  device=layer.weight.device, dtype=layer.weight.dtype)
+        if from_weights:
+            new._copy_means(layer)
+        return new
 
     def _conv_args(self) -> tuple:
-        return (self.stride, self.padding, self.dilation, self.groups)
+        if isinstance(self.padding, str):  # "same" / "valid"
+            if self._spatial == 2:
+                return (self.stride, self.padding, self.dilation, self.groups)
+            return ((1, *self.stride), self.padding, (1, *self.dilation), self.groups)
+        if self._spatial == 2:
+            return (self.stride, self.padding, self.dilation, self.groups)
+        return ((1, *self.stride), (0, *self.padding), (1, *self.dilation), self.groups)
 
-    def forward(self, x: Tensor) -> Tensor:
+    # 1-d convolutions run as 2-d ones of height 1 (weights (O, C, 1, kw), inputs (B, C, 1, L))
+    def _w2d(self, t: Tensor | None) -> Tensor | None:
+        return t if (t is None or self._spatial == 2 or t.dim() == 1) else t.unsqueeze(-2)
+
+    def _input_samples(self, x: Tensor) -> int | None:
+        return x.shape[0] if x.dim() == self._batched_rank + 1 else None
+
+    def _forward(self, x: Tensor, k: int | None) -> Tensor:
+        if self._spatial == 1:
+            return self._forward2d(x.unsqueeze(-2), k).squeeze(-2)
+        return self._forward2d(x, k)
+
+    def _forward2d(self, x: Tensor, k: int | None) -> Tensor:
+        w2 = self._w2d
         if not self.is_sampling():
-            return BF.conv2d(x, self._mean("weight"), self._mean("bias"), *self._conv_args())
-        k = x.shape[0] if x.dim() == 5 else None
+            return BF.conv2d(x, w2(self._mean("weight")), self._mean("bias"), *self._conv_args())
         has_bias = self.bias_mu is not None
         if self.estimator is Estimator.REPARAM:
             w = self._draw("weight", k)[2]
             b = self._draw("bias", k)[2] if has_bias else None
-            return BF.conv2d(x, self._masked("weight", w), self._masked("bias", b), *self._conv_args())
+            return BF.conv2d(x, w2(self._masked("weight", w)), self._masked("bias", b), *self._conv_args())
         if self.estimator is Estimator.LOCAL:
             w_sigma = self._masked("weight", softplus(self.weight_rho))
             b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
-            return BF.conv2d_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma,
+            return BF.conv2d_local(x, w2(self._mean("weight")), w2(w_sigma), self._mean("bias"), b_sigma,
                                    *self._conv_args(), generator=self._generator())
         mw, _, w = self._draw("weight", k)
         dw = self._masked("weight", w - mw)
@@ -504,12 +739,32 @@ class BayesConv2d(BayesModule):
         if has_bias:
             mb, _, b = self._draw("bias", k)
             db = self._masked("bias", b - mb)
-        return BF.conv2d_flipout(x, self._mean("weight"), dw, self._mean("bias"), db,
+        return BF.conv2d_flipout(x, w2(self._mean("weight")), w2(dw), self._mean("bias"), db,
                                  *self._conv_args(), generator=self._generator())
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}, " + super().extra_repr())
+
+
+def _single(v: int | Sequence[int]) -> tuple[int]:
+    if isinstance(v, int):
+        return (v,)
+    t = tuple(int(i) for i in v)
+    if len(t) != 1:
+        raise UserError(f"expected an int or a 1-tuple, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+class BayesConv1d(BayesConv2d):
+    """Bayesian 1-d convolution, as ``torch.nn.Conv1d``, with the options of :class:`BayesLinear`.
+
+    Shape: (B, C, L) -> (B, O, L'); (k, B, C, L) -> (k, B, O, L') with k weight samples.
+    Parameters ``weight_mu``/``weight_rho`` are (O, C/groups, kernel_size), as ``nn.Conv1d``'s weight.
+    """
+
+    _batched_rank = 3
+    _spatial = 1
 
 
 class PerSample(nn.Module):

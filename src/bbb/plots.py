@@ -1,6 +1,6 @@
 """Small figures for run directories: the learning curve and the SNR histogram (Fig. 4).
 
-matplotlib is optional (``pip install bbb[plots]``): it is imported lazily, and when it is
+matplotlib is optional (``pip install 'bayes-by-backprop[plots]'``): it is imported lazily, and when it is
 missing each function warns and returns None instead of a path. Figures are drawn on
 ``matplotlib.figure.Figure`` objects with the Agg canvas attached directly: pyplot is never
 imported and no backend is selected, so a notebook keeps its inline plots and an interactive
@@ -60,7 +60,7 @@ def figures() -> Any | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        warnings.warn("matplotlib is not installed; skipping plots (pip install 'bbb[plots]')", stacklevel=3)
+        warnings.warn("matplotlib is not installed; skipping plots (pip install 'bayes-by-backprop[plots]')", stacklevel=3)
         return None
     return Figures(Figure, FigureCanvasAgg)
 

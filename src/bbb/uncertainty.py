@@ -11,17 +11,19 @@ E_w H[p(y|x,w)] (aleatoric) + mutual information I[y; w | x] (epistemic).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from .errors import UserError
-from .functional import expand_samples
-from .nn import sampling, shared_samples
+from .nn import forward_samples, sampling, shared_samples
 
 __all__ = [
     "predict",
+    "evaluate",
     "predictive_probs",
     "entropy",
     "predictive_entropy",
@@ -38,38 +40,116 @@ __all__ = [
 ]
 
 
+def _batches(data: Any) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """(inputs, targets or None) per batch of a DataLoader / iterable of tensors or (x, y, ...) tuples."""
+    for batch in data:
+        if isinstance(batch, Tensor):
+            yield batch, None
+        elif isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+            y = batch[1] if len(batch) > 1 and isinstance(batch[1], Tensor) else None
+            yield batch[0], y
+        elif isinstance(batch, dict) and isinstance(batch.get("x", batch.get("input")), Tensor):
+            x = batch.get("x", batch.get("input"))
+            y = batch.get("y", batch.get("target", batch.get("label")))
+            yield x, y if isinstance(y, Tensor) else None
+        else:
+            raise UserError("expected batches that are tensors, (inputs, targets) tuples or dicts with 'x'/'y', "
+                            f"got {type(batch).__name__}")
+
+
+def _device(model: nn.Module) -> torch.device | None:
+    p = next(model.parameters(), None)
+    return None if p is None else p.device
+
+
 @torch.no_grad()
 def predict(
     model: nn.Module,
-    x: Tensor,
+    x: Tensor | Iterable,
     num_samples: int = 10,
     mode: str = "sample",
     batch_size: int | None = None,
-) -> Tensor:
+    return_targets: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Network outputs for ``x`` (B, ...): (k, B, ...) sampled, or (1, B, ...) with ``mode="mean"``.
 
-    The k networks run batched; ``batch_size`` bounds memory by chunking the examples, and
-    every chunk sees the same k networks (weights drawn once, :func:`bbb.nn.shared_samples`).
+    ``x`` is a tensor, or a ``DataLoader`` (any iterable of batches: tensors, ``(inputs, targets)``
+    tuples or dicts with ``"x"``/``"y"``), whose batches are moved to the model's device.
+    The k networks run batched (the samples folded into the batch dimension, so any network
+    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking a tensor, and
+    every chunk or batch sees the same k networks (weights drawn once,
+    :func:`bbb.nn.shared_samples`). ``return_targets=True`` (DataLoader only) also returns the
+    concatenated targets: ``(outputs, targets)``.
+
+    >>> logits, labels = predict(net, test_loader, num_samples=20, return_targets=True)
+    >>> expected_calibration_error(predictive_probs(logits), labels)
     """
     if mode not in ("sample", "mean"):
         raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
-    if num_samples < 1:
-        raise UserError(f"num_samples must be >= 1, got {num_samples}")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise UserError(f"num_samples must be an integer >= 1, got {num_samples}")
+    is_tensor = isinstance(x, Tensor)
+    if not is_tensor and not isinstance(x, Iterable):
+        raise UserError(f"predict takes a tensor or a DataLoader of inputs, got {type(x).__name__}")
+    if is_tensor and return_targets:
+        raise UserError("return_targets needs a DataLoader (a tensor of inputs carries no targets)")
+    dev = _device(model)
     was_training = model.training
     model.eval()
     try:
-        chunks = [x] if batch_size is None else list(torch.split(x, batch_size))
-        outs = []
+        if is_tensor:
+            batches: Iterable[tuple[Tensor, Tensor | None]] = (
+                [(x, None)] if batch_size is None else [(c, None) for c in torch.split(x, batch_size)])
+        else:
+            batches = _batches(x)
+        outs, targets = [], []
         with sampling(model, mode), shared_samples():
-            for xc in chunks:
+            for xc, yc in batches:
+                if not is_tensor and dev is not None:
+                    xc = xc.to(dev)
                 if mode == "mean":
                     outs.append(model(xc).unsqueeze(0))
                 else:
-                    outs.append(model(expand_samples(xc, num_samples)) if num_samples > 1
-                                else model(xc).unsqueeze(0))
-        return torch.cat(outs, dim=1)
+                    outs.append(forward_samples(model, xc, num_samples))
+                if return_targets:
+                    if yc is None:
+                        raise UserError("return_targets: the DataLoader's batches carry no targets")
+                    targets.append(yc.to(outs[-1].device))
+        if not outs:
+            raise UserError("predict: the DataLoader yielded no batches")
+        out = torch.cat(outs, dim=1)
+        return (out, torch.cat(targets)) if return_targets else out
     finally:
         model.train(was_training)
+
+
+def evaluate(
+    model: nn.Module,
+    data: Iterable | tuple[Tensor, Tensor],
+    num_samples: int = 10,
+    num_bins: int = 15,
+) -> dict[str, float]:
+    """Classification metrics of the Monte Carlo predictive on a DataLoader or ``(x, labels)``.
+
+    Returns error rate, NLL, Brier score, ECE (``num_bins`` bins), mean predictive entropy and
+    mean mutual information (nats), each a float.
+
+    >>> bbb.uncertainty.evaluate(net, test_loader, num_samples=20)["ece"]
+    """
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data):
+        logits = predict(model, data[0], num_samples)
+        labels = data[1].to(logits.device)
+    else:
+        logits, labels = predict(model, data, num_samples, return_targets=True)  # type: ignore[misc]
+    probs = predictive_probs(logits)  # type: ignore[arg-type]
+    return {
+        "error": error_rate(probs, labels),
+        "nll": negative_log_likelihood(probs, labels),
+        "brier": brier_score(probs, labels),
+        "ece": expected_calibration_error(probs, labels, num_bins),
+        "entropy": float(entropy(probs).mean()),
+        "mutual_information": float(mutual_information(logits).mean()),  # type: ignore[arg-type]
+    }
 
 
 def _check_logits(logits: Tensor, fn: str) -> None:

@@ -135,9 +135,14 @@ class Engine(torch.optim.Optimizer, SampleProvider):
     Args:
         model: the network (create the engine after moving it to its device).
         optimizer: ``"adam"`` or ``"sgd"``.
-        lr, betas, eps: as ``torch.optim.Adam``; lr, momentum, nesterov: as ``torch.optim.SGD``.
-        num_samples: k weight samples per step (inputs then carry a leading dim of k;
-            :class:`~bbb.elbo.ELBO` with the same ``num_samples`` does that).
+        lr: the learning rate (Adam and SGD).
+        betas: Adam's, as ``torch.optim.Adam``.
+        eps: Adam's, as ``torch.optim.Adam``.
+        momentum: SGD's, as ``torch.optim.SGD``.
+        nesterov: SGD's, as ``torch.optim.SGD``.
+        num_samples: k weight samples per step (:class:`~bbb.elbo.ELBO` with the same
+            ``num_samples`` evaluates them, folded into the batch dimension or with an explicit
+            leading sample dimension).
         kl: ``"auto"``, ``"mc"`` or ``"closed"``, as the ELBO's (they must agree).
         seed: the noise is a function of (seed, step counter) alone.
         compile: ``True``/``False``, or ``None``: compile when the model has at least

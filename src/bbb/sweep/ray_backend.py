@@ -24,7 +24,7 @@ def import_ray() -> tuple[Any, Any]:
         from ray import tune
     except ImportError as e:
         raise UserError(f"--backend ray needs Ray Tune, which is not installed ({e.name or e}): "
-                        "pip install 'bbb[ray]'") from None
+                        "pip install 'bayes-by-backprop[ray]'") from None
     return ray, tune
 
 

@@ -185,7 +185,7 @@ def load_space(space: str | Path) -> dict[str, Any]:
         try:
             import yaml
         except ImportError:
-            raise UserError(f"reading {path} needs PyYAML: pip install 'bbb[yaml]' "
+            raise UserError(f"reading {path} needs PyYAML: pip install 'bayes-by-backprop[yaml]' "
                             "(or write the space as .json)") from None
         try:
             obj = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader subclass

@@ -252,6 +252,8 @@ def forward_samples(model: nn.Module, x: Tensor, num_samples: int) -> Tensor:
         raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {x!r:.80}")
     if k == 1:
         return _unfold_output(model(x), 1, x.shape[0])
+    if getattr(model, "accepts_sample_dim", False):  # (k, B, ...) natively: no folding, no copies
+        return model(BF.expand_samples(x, k))
     b = x.shape[0]
     xf = BF.expand_samples(x, k).reshape(k * b, *x.shape[1:])
     token = _FOLD.set(_Fold(k, x, xf))
@@ -796,6 +798,10 @@ class BayesMLP(nn.Module):
         >>> net(torch.zeros(5, 784)).shape
         torch.Size([5, 10])
     """
+
+    #: takes inputs with a leading sample dimension (k, B, in) as they are (k batched networks),
+    #: so :func:`forward_samples` hands it the k samples without folding them into the batch
+    accepts_sample_dim = True
 
     def __init__(
         self,

@@ -1,0 +1,60 @@
+"""Bayesian layers: thin stateful shells over :mod:`bbb.functional`.
+
+Each weight has a diagonal Gaussian posterior with parameters ``*_mu`` and ``*_rho``
+(sigma = softplus(rho)); these are the only entries of ``state_dict`` (plus a pruning mask once
+:func:`bbb.prune.prune` has set one). Nothing is written onto a module during ``forward``.
+
+Sampling mode: in ``train()`` mode a layer samples, in ``eval()`` mode it uses the posterior mean.
+:func:`sampling` switches explicitly (e.g. Monte Carlo prediction in eval mode).
+
+Monte Carlo samples: an input with a leading sample dimension, ``(k, B, in)`` for linear layers
+and ``(k, B, C, H, W)`` for convolutions, is evaluated by ``k`` independently sampled networks
+in one batched call (:func:`bbb.functional.expand_samples` builds such an input without a copy).
+
+Common random numbers: while a :class:`SampleRecorder` is active (the ELBO opens one), each layer
+hands the noise and weights it drew to the recorder, so the Monte Carlo KL uses exactly the
+weights of the forward pass. The recorder is an object owned by the caller, not module state.
+
+The package: :mod:`bbb.nn.sampling` (sampling mode, recorder, providers, shared and folded
+samples), :mod:`bbb.nn.base` (:class:`BayesModule`, estimators, defaults), :mod:`bbb.nn.layers`
+(the layers) and :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers); every public
+name is importable from ``bbb.nn``.
+"""
+
+from __future__ import annotations
+
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator, default_prior
+from .layers import BayesConv1d, BayesConv2d, BayesLinear, PerSample
+from .model import BayesMLP, bayes_modules, model_kl, sampling
+from .sampling import (
+    SampleProvider,
+    SampleRecorder,
+    folded_samples,
+    forward_samples,
+    providing_samples,
+    shared_samples,
+)
+from .sampling import (
+    SamplingMode as SamplingMode,  # not in __all__, importable from bbb.nn as before
+)
+
+__all__ = [
+    "Estimator",
+    "BayesModule",
+    "BayesLinear",
+    "BayesConv1d",
+    "BayesConv2d",
+    "BayesMLP",
+    "PerSample",
+    "SampleRecorder",
+    "SampleProvider",
+    "providing_samples",
+    "sampling",
+    "shared_samples",
+    "folded_samples",
+    "forward_samples",
+    "bayes_modules",
+    "model_kl",
+    "DEFAULT_RHO_INIT",
+    "default_prior",
+]

@@ -1,0 +1,259 @@
+"""The base class of the Bayesian layers (:class:`BayesModule`), the estimators and the defaults."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..distributions import (
+    DiagonalNormal,
+    KLMode,
+    Prior,
+    ScaleMixturePrior,
+    kl_term,
+    prior_from_config,
+    softplus,
+)
+from ..errors import UserError
+from .sampling import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode
+
+__all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "default_prior"]
+
+#: sigma = softplus(-5) ~ 6.7e-3: the network starts close to a deterministic one, so early
+#: learning is not drowned in weight noise (Pyro's autoguide init_scale PR #2156, Riquelme et al.
+#: "MAP first"); large initial sigma is a known cause of divergence.
+DEFAULT_RHO_INIT = -5.0
+
+
+def default_prior() -> ScaleMixturePrior:
+    """The default prior, the same as ``bbb train``'s: the paper's scale mixture (eq. 7) with
+    pi = 1/4, sigma1 = 1, sigma2 = e^-7, a point of the paper's grid (pi in {1/4, 1/2, 3/4},
+    -log sigma1 in {0, 1, 2}, -log sigma2 in {6, 7, 8}) and the best of our MNIST model
+    selection; the paper names no single best value."""
+    return ScaleMixturePrior(pi=0.25, sigma1=1.0, sigma2=math.exp(-7.0))
+
+
+class Estimator(str, Enum):
+    """How the layer turns the weight posterior into activations."""
+
+    REPARAM = "reparam"
+    LOCAL = "local"
+    FLIPOUT = "flipout"
+
+
+# --------------------------------------------------------------------------------------------
+# Base class
+# --------------------------------------------------------------------------------------------
+
+
+class BayesModule(nn.Module):
+    """Base of layers with a diagonal Gaussian posterior over ``weight`` (and ``bias``)."""
+
+    _param_names: tuple[str, ...] = ("weight",)
+
+    def __init__(
+        self,
+        prior: Prior | dict | None,
+        estimator: Estimator | str,
+        mu_init_scale: float | None,
+        rho_init: float,
+    ) -> None:
+        super().__init__()
+        try:
+            self.estimator = Estimator(estimator)
+        except ValueError:
+            raise UserError(
+                f"unknown estimator {estimator!r}; choose one of: "
+                + ", ".join(e.value for e in Estimator)
+            ) from None
+        self.prior = default_prior() if prior is None else prior_from_config(prior)
+        if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
+            raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
+        if not math.isfinite(rho_init):
+            raise UserError(f"rho_init must be finite, got {rho_init}")
+        self.mu_init_scale = mu_init_scale
+        self.rho_init = float(rho_init)
+        self._sampling_override: SamplingMode | None = None
+
+    # -- parameters ----------------------------------------------------------------------
+    def _register_posterior(self, name: str, shape: tuple[int, ...], factory: dict) -> None:
+        self.register_parameter(f"{name}_mu", nn.Parameter(torch.empty(shape, **factory)))
+        self.register_parameter(f"{name}_rho", nn.Parameter(torch.empty(shape, **factory)))
+
+    def _fan_in(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        """mu ~ U(-b, b) with b = mu_init_scale or 1/sqrt(fan_in) (torch.nn's default); rho = rho_init."""
+        bound = self.mu_init_scale if self.mu_init_scale is not None else 1.0 / math.sqrt(self._fan_in())
+        with torch.no_grad():
+            for name in self.param_names():
+                getattr(self, f"{name}_mu").uniform_(-bound, bound)
+                getattr(self, f"{name}_rho").fill_(self.rho_init)
+
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(n for n in self._param_names if getattr(self, f"{n}_mu", None) is not None)
+
+    def posterior(self, name: str = "weight") -> DiagonalNormal:
+        return DiagonalNormal(getattr(self, f"{name}_mu"), softplus(getattr(self, f"{name}_rho")))
+
+    def posteriors(self) -> dict[str, DiagonalNormal]:
+        return {n: self.posterior(n) for n in self.param_names()}
+
+    @property
+    def weight_sigma(self) -> Tensor:
+        return softplus(self.weight_rho)
+
+    # -- the deterministic view: what code written for nn.Linear / nn.Conv reads ---------------
+    @property
+    def weight(self) -> Tensor:
+        """The posterior mean of the weight (``weight_mu``, masked once pruned), shaped as in the
+        matching ``torch.nn`` layer. Unpruned it *is* the ``weight_mu`` parameter, so init
+        helpers (``nn.init.*_``), torchinfo and FLOP counters work on it."""
+        return self._mean("weight")  # type: ignore[return-value]
+
+    @property
+    def bias(self) -> Tensor | None:  # type: ignore[override]
+        """The posterior mean of the bias (``bias_mu``), or None for a layer without bias."""
+        return self._mean("bias")
+
+    # -- pruning mask (absent until pruned) --------------------------------------------------
+    def _mask(self, name: str) -> Tensor | None:
+        return getattr(self, f"{name}_mask", None)
+
+    def _masked(self, name: str, t: Tensor | None) -> Tensor | None:
+        m = self._mask(name)
+        return t if (m is None or t is None) else t * m
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+        # a deterministic layer's state (``weight``, ``bias``): it becomes the posterior mean, the
+        # posterior's rho keeps its current value (rho_init for a fresh layer)
+        for name in self._param_names:
+            key = f"{prefix}{name}"
+            if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
+                state_dict[f"{key}_mu"] = state_dict.pop(key)
+                if f"{key}_rho" not in state_dict:
+                    state_dict[f"{key}_rho"] = getattr(self, f"{name}_rho").detach().clone()
+        # a pruned checkpoint carries masks that a fresh layer has not registered yet
+        for name in self._param_names:
+            key = f"{prefix}{name}_mask"
+            if key in state_dict and f"{name}_mask" not in self._buffers:
+                self.register_buffer(f"{name}_mask", torch.empty_like(state_dict[key]))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    # -- sampling ---------------------------------------------------------------------------
+    def is_sampling(self) -> bool:
+        if self._sampling_override is not None:
+            return self._sampling_override is SamplingMode.SAMPLE
+        return self.training
+
+    def _draw(self, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample the named parameter (k samples or one) and record it for the MC KL.
+
+        Returns (mu, eps, w).
+        """
+        shared = SHARED.get()
+        if shared is not None:
+            key = (id(self), name, k)
+            hit = shared.get(key)
+            if hit is None:
+                hit = shared[key] = self._draw_new(name, k)
+            return hit
+        return self._draw_new(name, k)
+
+    def _draw_new(self, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
+        rec = RECORDER.get()
+        provider = PROVIDER.get()
+        hit = None if provider is None else provider.draw(self, name, k)
+        if hit is None:
+            mu, rho = getattr(self, f"{name}_mu"), getattr(self, f"{name}_rho")
+            shape = tuple(mu.shape) if k is None else (k, *mu.shape)
+            eps = torch.randn(shape, generator=None if rec is None else rec.generator,
+                              device=mu.device, dtype=mu.dtype)
+            hit = (mu, eps, torch.addcmul(mu, softplus(rho), eps))
+        if rec is not None:
+            rec.record(self, name, hit[1], hit[2])
+        return hit
+
+    # -- forward: one sample, k samples, or k samples folded into the batch -------------------
+    #: rank of an input with one batch dimension and no sample dimension (None: any rank >= 2)
+    _batched_rank: int | None = None
+
+    def _input_samples(self, x: Tensor) -> int | None:  # pragma: no cover - abstract
+        """k when ``x`` carries an explicit leading sample dimension, else None."""
+        raise NotImplementedError
+
+    def _forward(self, x: Tensor, k: int | None) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        fold = FOLD.get()
+        if fold is None or fold.k == 1 or not self.is_sampling():
+            return self._forward(x, self._input_samples(x))
+        k = fold.k
+        self._check_folded(x, k)
+        if self.estimator is Estimator.LOCAL:  # fresh noise per row already: nothing to unfold
+            return self._forward(x, None)
+        src = fold.source
+        if x is fold.folded and src is not None and src.dim() == (self._batched_rank or 2):
+            y = self._forward(src, k)  # k networks on one shared input: no k-fold copy
+            return y.reshape(-1, *y.shape[2:])
+        n = x.shape[0]
+        y = self._forward(x.reshape(k, n // k, *x.shape[1:]), k)
+        return y.reshape(n, *y.shape[2:])
+
+    def _check_folded(self, x: Tensor, k: int) -> None:
+        rank = self._batched_rank
+        bad = None
+        if (rank is not None and x.dim() != rank) or x.dim() < 2:
+            want = f"{rank}-d (batch, ...)" if rank is not None else "(batch, ..., features)"
+            bad = f"a {x.dim()}-d input where a {want} one was expected"
+        elif x.shape[0] % k:
+            bad = f"{x.shape[0]} rows, not a multiple of {k}"
+        if bad is not None:
+            raise UserError(
+                f"{type(self).__name__}: inside a {k}-sample pass (the samples are folded into the batch "
+                f"dimension, k*B rows) it got {bad} (shape {tuple(x.shape)}). Every layer before it must "
+                "keep dim 0 as the batch: use x.flatten(1) or x.view(x.shape[0], ...) rather than "
+                "x.view(-1, ...), and give ELBO / predict / forward_samples plain (B, ...) inputs "
+                "(no expand_samples)")
+
+    def _copy_means(self, layer: nn.Module) -> None:
+        """Set the posterior means to a deterministic layer's ``weight`` and ``bias``."""
+        with torch.no_grad():
+            for name in self.param_names():
+                src = getattr(layer, name)
+                getattr(self, f"{name}_mu").copy_(src.detach().reshape(getattr(self, f"{name}_mu").shape))
+
+    def _generator(self) -> torch.Generator | None:
+        rec = RECORDER.get()
+        return None if rec is None else rec.generator
+
+    def _mean(self, name: str) -> Tensor | None:
+        mu = getattr(self, f"{name}_mu", None)
+        return self._masked(name, mu)
+
+    # -- KL --------------------------------------------------------------------------------
+    def kl(self, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None) -> Tensor:
+        """KL[q || P] of this layer's parameters, summed over every weight.
+
+        Monte Carlo uses the samples the forward pass drew (from ``recorder``) when there are any,
+        else a fresh draw (e.g. for the local estimator, whose forward never forms weights).
+        """
+        total = None
+        gen = None if recorder is None else recorder.generator
+        for name in self.param_names():
+            s = None if recorder is None else recorder.get(self, name)
+            term = kl_term(self.posterior(name), self.prior, mode, eps=None if s is None else s.eps,
+                           w=None if s is None else s.w, generator=gen)
+            total = term if total is None else total + term
+        assert total is not None
+        return total
+
+    def extra_repr(self) -> str:
+        return f"prior={self.prior!r}, estimator={self.estimator.value}, rho_init={self.rho_init}"
+

@@ -1,0 +1,122 @@
+"""Networks and model-level helpers: :class:`BayesMLP`, :func:`bayes_modules`, :func:`model_kl` and
+:func:`sampling`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..distributions import KLMode, Prior
+from ..errors import UserError
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .layers import BayesLinear
+from .sampling import PROVIDER, SampleRecorder, SamplingMode
+
+__all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling"]
+
+
+#: in-place where the activation allows it (the layers' outputs are fresh tensors)
+_ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
+                "gelu": nn.GELU, "elu": lambda: nn.ELU(inplace=True)}
+
+
+class BayesMLP(nn.Module):
+    """A multilayer perceptron of :class:`BayesLinear` layers (the paper's MNIST network).
+
+    Example:
+        >>> net = BayesMLP(784, [400, 400], 10, prior=ScaleMixturePrior(0.25, 1.0, math.exp(-7)))
+        >>> net(torch.zeros(5, 784)).shape
+        torch.Size([5, 10])
+    """
+
+    #: takes inputs with a leading sample dimension (k, B, in) as they are (k batched networks),
+    #: so :func:`forward_samples` hands it the k samples without folding them into the batch
+    accepts_sample_dim = True
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_sizes: Sequence[int],
+        out_features: int,
+        activation: str = "relu",
+        bias: bool = True,
+        prior: Prior | dict | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        mu_init_scale: float | None = None,
+        rho_init: float = DEFAULT_RHO_INIT,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise UserError(f"unknown activation {activation!r}; choose one of: {', '.join(_ACTIVATIONS)}")
+        sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
+        if any(s <= 0 for s in sizes):
+            raise UserError(f"every layer width must be positive, got {sizes}")
+        self.sizes = sizes
+        self.activation = activation
+        self.layers = nn.ModuleList(
+            BayesLinear(a, b, bias=bias, prior=prior, estimator=estimator, mu_init_scale=mu_init_scale,
+                        rho_init=rho_init, device=device, dtype=dtype)
+            for a, b in zip(sizes[:-1], sizes[1:])
+        )
+        self.act = _ACTIVATIONS[activation]()
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers[:-1]:
+            x = self.act(layer(x))
+        return self.layers[-1](x)
+
+
+# --------------------------------------------------------------------------------------------
+# Model-level helpers
+# --------------------------------------------------------------------------------------------
+
+
+def bayes_modules(model: nn.Module) -> Iterator[BayesModule]:
+    """Every :class:`BayesModule` inside ``model`` (including itself)."""
+    for m in model.modules():
+        if isinstance(m, BayesModule):
+            yield m
+
+
+def model_kl(
+    model: nn.Module, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None
+) -> Tensor:
+    """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer."""
+    provider = PROVIDER.get()
+    if provider is not None:
+        total = provider.model_kl(model, KLMode(mode))
+        if total is not None:
+            return total
+    terms = [m.kl(mode, recorder) for m in bayes_modules(model)]
+    if not terms:
+        p = next(model.parameters(), None)
+        return torch.zeros((), device=None if p is None else p.device)
+    return torch.stack(terms).sum()
+
+
+@contextlib.contextmanager
+def sampling(model: nn.Module, mode: SamplingMode | str = "sample") -> Iterator[nn.Module]:
+    """Force every Bayesian layer in ``model`` to use the posterior ``"mean"`` or to ``"sample"``.
+
+    >>> with sampling(net, "sample"):          # Monte Carlo prediction in eval mode
+    ...     logits = net(expand_samples(x, 10))
+    """
+    try:
+        mode = SamplingMode(mode)
+    except ValueError:
+        raise UserError(f"sampling mode must be 'mean' or 'sample', got {mode!r}") from None
+    mods = list(bayes_modules(model))
+    saved = [m._sampling_override for m in mods]
+    for m in mods:
+        m._sampling_override = mode
+    try:
+        yield model
+    finally:
+        for m, s in zip(mods, saved):
+            m._sampling_override = s

@@ -36,6 +36,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_torch_save",
     "atomic_write_csv",
+    "clean_stale_tmp",
     "csv_text",
     "csv_value",
 ]
@@ -103,6 +104,11 @@ def _clean_stale(path: Path) -> None:
                 os.unlink(entry.path)
             except OSError:
                 pass
+
+
+def clean_stale_tmp(path: str | os.PathLike[str]) -> None:
+    """Remove the temporary files of ``path`` left by writers that are gone (best effort)."""
+    _clean_stale(Path(path))
 
 
 def _create_tmp(path: Path) -> tuple[int, Path]:

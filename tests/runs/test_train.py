@@ -184,6 +184,29 @@ def test_refuses_to_overwrite_and_checks_settings_on_resume(tmp_path, data):
     assert s["epochs"] == 2 and len(read_metrics(run)) == 2
 
 
+def test_resume_needs_last_pt_and_overwrite_replaces_the_run(tmp_path, data):
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match="cannot resume"):
+        train(tiny_cfg(epochs=1), run, data=data, resume=True, **QUIET)
+    assert not run.exists()
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    (run / "pruning.csv").write_text("old\n")
+    (run / "last.pt").unlink()
+    with pytest.raises(UserError, match="cannot resume"):
+        train(tiny_cfg(epochs=1), run, data=data, resume=True, **QUIET)
+    with pytest.raises(UserError, match="already holds a run"):
+        train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    with pytest.raises(UserError, match="exclude each other"):
+        train(tiny_cfg(epochs=1), run, data=data, resume=True, overwrite=True, **QUIET)
+    s = train(tiny_cfg(epochs=2), run, data=data, overwrite=True, **QUIET)
+    assert s["epochs"] == 2 and not (run / "pruning.csv").exists()
+    # "auto" resumes where last.pt exists, and starts afresh where it does not
+    s = train(tiny_cfg(epochs=3), run, data=data, resume="auto", **QUIET)
+    assert len(read_metrics(run)) == 3
+    s = train(tiny_cfg(epochs=1), tmp_path / "new", data=data, resume="auto", **QUIET)
+    assert s["epochs"] == 1
+
+
 def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
     with pytest.raises(CheckpointError, match="not found"):
         load_run(tmp_path / "nope")

@@ -21,14 +21,15 @@ from .registry import DEMO_SETTINGS
 def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
-    given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "quiet", "threads")}
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
+                                                                 "threads")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
         stored = load_checkpoint(out / "last.pt")["config"]
         cfg = TrainConfig.from_dict({**stored, **given})
     else:
         cfg = TrainConfig(**given)
-    summary = train(cfg, out, resume=args.resume, quiet=args.quiet)
+    summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     print_summary(summary, out)
     return 0
 
@@ -105,7 +106,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
           f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}", flush=True)
     data = runmodel.load_data(cfg)
-    summary = train(cfg, out, data=data, resume=True, quiet=args.quiet)
+    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet)
     ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
     print()
     print_eval(ev)

@@ -28,7 +28,10 @@ Example:
   bbb train --resume --out runs/bbb400 --epochs 20      # continue (or extend) a run
 
 The run directory gets config.json, metrics.csv (one row per epoch), summary.json,
-last.pt and best.pt (by validation error)."""
+last.pt and best.pt (by validation error). A new run refuses a directory that holds a
+previous run's files unless --overwrite is given; --resume refuses one without last.pt.
+While it trains, the run holds a lock (DIR/.lock, with its pid): a second bbb train on
+the same --out is refused."""
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
@@ -95,7 +98,12 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--eval-samples", "eval_samples", "samples of the final predictive evaluation", type=int)
     g.add_argument("--test-each-epoch", dest="test_each_epoch", action="store_true",
                    default=argparse.SUPPRESS, help="also log the test error every epoch")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from last.pt")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its last.pt (an error, changing nothing, when "
+                        "there is none)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace a previous run in --out (its files are removed first); without it a "
+                        "new run refuses a --out that holds one")
     add_quiet(g, "one line per epoch instead of a progress bar")
     add_threads(g)
 

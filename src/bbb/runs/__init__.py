@@ -10,6 +10,7 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
 * :mod:`bbb.runs.evaluate` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
 * :mod:`bbb.runs.jobs` - a run directory as a job runner sees it (epochs done, finished).
+* :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
 """
 
 from __future__ import annotations

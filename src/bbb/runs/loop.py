@@ -8,6 +8,7 @@ and leaves there::
     summary.json   final test/validation error (mean weights and k-sample average), timings
     last.pt        checkpoint of the last completed epoch (written atomically every epoch)
     best.pt        checkpoint of the epoch with the lowest validation error
+    .lock          flock-ed by the process training there (its pid); see :mod:`bbb.runs.rundir`
 
 Objective and loss scale. For ``method="bbb"`` the optimised quantity for minibatch i of M is the
 paper's minibatch free energy divided by the minibatch size B::
@@ -37,7 +38,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -54,6 +55,7 @@ from .checkpoint import CHECKPOINT_FORMAT, METRIC_COLUMNS, load_checkpoint, load
 from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged, TrainingInterrupted
 from .evaluate import error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
+from .rundir import guard_run_dir
 
 __all__ = ["batch_objective", "make_optimizer", "train", "training_step"]
 
@@ -132,7 +134,9 @@ def train(
     out: str | Path,
     *,
     data: dict[str, Tensor] | None = None,
-    resume: bool = False,
+    resume: bool | Literal["auto"] = False,
+    overwrite: bool = False,
+    lock_wait: float | None = 0.0,
     quiet: bool = False,
     log: Callable[[str], None] | None = None,
     on_epoch: Callable[[dict[str, Any]], bool | None] | None = None,
@@ -141,12 +145,18 @@ def train(
 
     Args:
         cfg: the settings.
-        out: run directory (created). Refuses to overwrite an existing checkpoint unless
-            ``resume``.
+        out: run directory (created). A fresh run refuses a directory holding any file of a
+            previous run (:data:`~bbb.runs.rundir.RUN_FILES`) unless ``overwrite``. The run holds
+            an exclusive lock on ``out/.lock`` throughout; a second process is refused.
         data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y; optional
             ``num_classes``) instead of loading ``cfg.dataset`` (tests inject tiny data this way).
-        resume: continue from ``out/last.pt`` if it exists (settings other than epochs, device,
-            data_dir, test_each_epoch, eval_samples and bf16 must match the stored ones).
+        resume: True: continue from ``out/last.pt``, which must exist (settings other than
+            epochs, device, data_dir, test_each_epoch, eval_samples and bf16 must match the
+            stored ones); ``"auto"``: continue when ``last.pt`` exists, else start afresh
+            (replacing what an interrupted start left); False: a new run.
+        overwrite: a new run removes the previous run's files in ``out`` first.
+        lock_wait: seconds to wait for another process's lock on ``out`` before refusing;
+            None takes no lock (the sweep finalises a trial whose worker Ray is still stopping).
         quiet: one log line per epoch instead of a tqdm progress bar.
         log: where log lines go (default: print to stdout); pass ``lambda s: None`` for silence.
         on_epoch: called after each epoch (once its checkpoints and metrics.csv are written)
@@ -156,18 +166,31 @@ def train(
     Raises:
         TrainingDiverged: NaN/inf loss (``last.pt`` keeps the last good epoch).
         TrainingInterrupted: Ctrl-C (``last.pt`` holds the last completed epoch).
-        UserError: bad settings, missing data, a mismatching checkpoint.
+        UserError: bad settings, missing data, a mismatching checkpoint, nothing to resume, a
+            previous run in ``out`` (fresh run without ``overwrite``), ``out`` in use by another
+            process (:class:`~bbb.runs.rundir.RunDirBusy`). Nothing in ``out`` changes then.
     """
+    out = Path(out)
+    with guard_run_dir(out, resume, overwrite, lock_wait) as resuming:
+        return _train(cfg, out, data=data, resume=resuming, quiet=quiet, log=log, on_epoch=on_epoch)
+
+
+def _train(
+    cfg: TrainConfig,
+    out: Path,
+    *,
+    data: dict[str, Tensor] | None,
+    resume: bool,
+    quiet: bool,
+    log: Callable[[str], None] | None,
+    on_epoch: Callable[[dict[str, Any]], bool | None] | None,
+) -> dict[str, Any]:
     if log is None:
         def log(s: str) -> None:
             print(s, flush=True)
-    out = Path(out)
     last_path, best_path = out / "last.pt", out / "best.pt"
     ckpt: dict[str, Any] | None = None
-    if last_path.exists():
-        if not resume:
-            raise UserError(f"{out} already holds a run (last.pt); pass --resume to continue it "
-                            "or choose another --out")
+    if resume:  # guard_run_dir made sure that last.pt exists
         ckpt = load_checkpoint(last_path)
         stored = ckpt["config"]
         now = cfg.to_dict()
@@ -225,13 +248,12 @@ def train(
         start_epoch = int(ckpt["epoch"])
         log(f"resuming {out} after epoch {start_epoch}")
 
-    out.mkdir(parents=True, exist_ok=True)
     lib_versions = versions()
-    atomic_write_json(out / "config.json", {
+    config_json = {
         **cfg.to_dict(), "versions": lib_versions, "device_used": str(device),
         "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
         "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
-    })
+    }
 
     def checkpoint(epoch: int) -> dict[str, Any]:
         return {
@@ -249,8 +271,10 @@ def train(
             "versions": lib_versions,
         }
 
-    if ckpt is None:  # epoch 0: a run killed during its first epoch can be resumed too
+    if ckpt is None:  # epoch 0 first: a run killed during its first epoch can be resumed too
         atomic_torch_save(last_path, checkpoint(0))
+    atomic_write_json(out / "config.json", config_json)
+    if ckpt is None:
         atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
 
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext

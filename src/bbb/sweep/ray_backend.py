@@ -105,7 +105,7 @@ def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
             epoch_hook(d, dict(row))
 
     try:
-        summary = train(cfg, d, data=data, resume=True, quiet=True, log=silent, on_epoch=on_epoch)
+        summary = train(cfg, d, data=data, resume="auto", quiet=True, log=silent, on_epoch=on_epoch)
     except TrainingDiverged as e:
         row = result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()))
         atomic_write_json(d / "result.json", row)

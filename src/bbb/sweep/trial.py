@@ -103,7 +103,10 @@ def finalize_trial(d: Path, cfg: Any, data: dict[str, Any]) -> dict[str, Any]:
     from ..runs import load_checkpoint, train
 
     done = int(load_checkpoint(d / "last.pt")["epoch"])
-    return train(cfg.replace(epochs=done), d, data=data, resume=True, quiet=True, log=silent)
+    # Ray may still be stopping the trial's worker, which holds the run directory's lock, and
+    # waiting here (in Ray's controller callback) would hold up that stop: no lock, as before
+    return train(cfg.replace(epochs=done), d, data=data, resume="auto", quiet=True, log=silent,
+                 lock_wait=None)
 
 
 LOCK_NAME = "trial.lock"
@@ -235,7 +238,7 @@ def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[
                 hook(d, dict(row))
 
         try:
-            summary = train(cfg, d, data=data, resume=True, quiet=True, log=silent, on_epoch=on_epoch)
+            summary = train(cfg, d, data=data, resume="auto", quiet=True, log=silent, on_epoch=on_epoch)
             row = result_row(trial, TrialStatus.DONE, summary, d)
             break
         except TrainingDiverged as e:

@@ -106,7 +106,7 @@ def run_job(job: Job, data: dict[str, Tensor], cfg: ReproduceConfig, progress: P
               f"training {job.config.epochs} epochs")
     t = progress.start(job, status)
     try:
-        summary = T.train(job.config, job.run_dir, data=data, resume=True, quiet=cfg.quiet, log=log)
+        summary = T.train(job.config, job.run_dir, data=data, resume="auto", quiet=cfg.quiet, log=log)
     except T.TrainingDiverged as e:
         atomic_write_json(job.run_dir / "diverged.json", {"message": str(e)})
         log(f"  {job.name}: {e}")

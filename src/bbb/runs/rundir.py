@@ -1,0 +1,179 @@
+"""The run directory's guard: what a new or resumed run may find there, and its lock.
+
+* A fresh run (``resume=False``) refuses a directory that holds any file of a previous run
+  (:data:`RUN_FILES`) unless ``overwrite``; then those files are first moved into a hidden
+  ``.old-run~<pid>`` folder (``last.pt`` first, so a crash midway never leaves a resumable mix of
+  old and new) and that folder is deleted; a leftover one is deleted by the next run.
+* ``resume=True`` requires ``last.pt``; without it the run refuses and changes nothing.
+  ``resume="auto"`` (the sweep, ``bbb reproduce``, ``bbb demo``) resumes when ``last.pt`` exists
+  and otherwise starts afresh, replacing what an interrupted start left.
+* The process training into the directory holds an exclusive ``flock`` on ``.lock`` (which
+  records its pid) for the whole run; a second one is refused with that pid and changes
+  nothing. The kernel releases the lock when the process dies.
+* Temporary files of killed writers (``.<name>~<host>~<pid>~<random>.tmp``) are removed when a
+  run starts (see :mod:`bbb.io`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from ..errors import UserError
+from ..io import clean_stale_tmp
+
+__all__ = ["LOCK_NAME", "RUN_FILES", "RunDirBusy", "guard_run_dir"]
+
+LOCK_NAME = ".lock"
+"""Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
+
+RUN_FILES = ("last.pt", "best.pt", "config.json", "metrics.csv", "summary.json", "eval.json", "pruning.csv")
+"""The files of a run (``last.pt`` first: without it nothing can be resumed)."""
+
+_OLD_PREFIX = ".old-run~"
+
+Resume = bool | Literal["auto"]
+
+
+class RunDirBusy(UserError):
+    """Another process is training into the run directory."""
+
+
+def _holder(fd: int) -> str:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 100).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return text.split()[0] if text else "unknown"
+
+
+def _lock(path: Path, create: bool, wait: float = 0.0) -> int | None:
+    """An fd holding an exclusive flock on ``path`` (None: no fcntl, or absent and not ``create``),
+    waiting up to ``wait`` seconds for a holder to let go."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no lock
+        return None
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+    except BlockingIOError:
+        pid = _holder(fd)
+        os.close(fd)
+        raise RunDirBusy(f"{path.parent} is in use: another bbb process (pid {pid}) is training there "
+                         f"(lock {path}); wait for it to end or choose another --out") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _existing(out: Path) -> list[str]:
+    return [n for n in RUN_FILES if (out / n).exists()]
+
+
+def _check(out: Path, resume: Resume, overwrite: bool) -> bool:
+    """Whether the run resumes; raises UserError where it may not start (read-only)."""
+    if resume is True and overwrite:
+        raise UserError("--resume and --overwrite exclude each other: --resume continues the run in "
+                        f"{out}, --overwrite replaces it")
+    has_last = (out / "last.pt").is_file()
+    if resume is True and not has_last:
+        what = "no such directory" if not out.exists() else "no last.pt there"
+        raise UserError(f"cannot resume {out}: {what}, nothing to resume; start a new run without --resume")
+    if resume is True or (resume == "auto" and has_last):
+        return True
+    found = _existing(out)
+    if found and resume is False and not overwrite:
+        raise UserError(f"{out} already holds a run ({', '.join(found)}); pass --resume to continue it, "
+                        "--overwrite to replace it, or choose another --out")
+    return False
+
+
+def _remove_old(out: Path) -> None:
+    """Move the previous run's files aside (last.pt first), then delete them."""
+    trash = out / f"{_OLD_PREFIX}{os.getpid()}"
+    trash.mkdir(exist_ok=True)
+    for name in RUN_FILES:
+        if (out / name).exists():
+            os.replace(out / name, trash / name)
+    _fsync_dir(out)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _clean(out: Path) -> None:
+    """Leftovers of killed processes: temporary files of dead writers, old-run folders."""
+    for name in RUN_FILES:
+        clean_stale_tmp(out / name)
+    for entry in out.iterdir():
+        if entry.name.startswith(_OLD_PREFIX) and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait: float | None = 0.0
+                  ) -> Iterator[bool]:
+    """Check ``out``, lock it, clean it; yields whether the run resumes. Holds the lock inside.
+    ``lock_wait``: seconds to wait for another holder of the lock before refusing; None: take
+    no lock at all (the sweep's finalisation of a trial Ray is still stopping).
+
+    Nothing in ``out`` changes when this raises.
+    """
+    if resume not in (True, False, "auto"):
+        raise UserError(f"resume must be True, False or 'auto', not {resume!r}")
+    lock = out / LOCK_NAME
+    if lock_wait is None:
+        resuming = _check(out, resume, overwrite)
+        out.mkdir(parents=True, exist_ok=True)
+        if not resuming and _existing(out):
+            _remove_old(out)
+        yield resuming
+        return
+    fd = _lock(lock, create=False, wait=lock_wait) if out.is_dir() else None  # busy: refuse before anything else
+    try:
+        _check(out, resume, overwrite)
+        if fd is None:
+            out.mkdir(parents=True, exist_ok=True)
+            fd = _lock(lock, create=True, wait=lock_wait)
+        resuming = _check(out, resume, overwrite)  # again, under the lock
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        _clean(out)
+        if not resuming and _existing(out):
+            _remove_old(out)
+        yield resuming
+    finally:
+        if fd is not None:
+            os.close(fd)
+

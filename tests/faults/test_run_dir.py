@@ -1,0 +1,188 @@
+"""The run directory's guard (issue 19), through ``python -m bbb train`` on a tiny fake MNIST:
+``--resume`` without last.pt, a new run into a previous run's directory, ``--overwrite``, two
+processes on one ``--out`` (the lock), and temporary files of killed writers. Every refusal is
+one line on stderr, exit code 2, and leaves the directory byte for byte as it was."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bbb.io import _host
+from bbb.runs.rundir import LOCK_NAME, RUN_FILES
+
+from .helpers import assert_one_line_error, bbb, env, snapshot
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
+
+
+def _idx_gz(array: np.ndarray) -> bytes:
+    header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return gzip.compress(header + array.astype(np.uint8).tobytes(), compresslevel=1)
+
+
+def fake_mnist(root: Path, n_train: int, n_test: int) -> Path:
+    """MNIST-format files whose labels can be learned (the label sets a block of pixels)."""
+    rng = np.random.default_rng(0)
+    folder = root / "mnist"
+    folder.mkdir(parents=True)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        images = rng.integers(0, 64, size=(n, 28, 28), dtype=np.uint8)
+        for c in range(10):
+            images[labels == c, 2 * c:2 * c + 2, :] = 255
+        (folder / f"{split}-images-idx3-ubyte.gz").write_bytes(_idx_gz(images))
+        (folder / f"{split}-labels-idx1-ubyte.gz").write_bytes(_idx_gz(labels))
+    return root
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return fake_mnist(tmp_path_factory.mktemp("data"), n_train=300, n_test=50)
+
+
+def train_argv(data: Path, out: Path, *extra: str, epochs: int = 1, val: int = 100) -> list[str]:
+    return ["train", "--data-dir", str(data), "--out", str(out), "--epochs", str(epochs), "--hidden", "16",
+            "--batch-size", "50", "--val-size", str(val), "--device", "cpu", "--eval-samples", "2", "--quiet",
+            *extra]
+
+
+def run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return bbb(*argv, BBB_DATA_VERIFY="0")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, data_dir) -> Path:
+    """A finished 1-epoch run, with eval.json and pruning.csv beside it."""
+    out = tmp_path_factory.mktemp("base") / "run"
+    p = run(*train_argv(data_dir, out))
+    assert p.returncode == 0, p.stderr
+    (out / "eval.json").write_text('{"test_error": 0.5}\n')
+    (out / "pruning.csv").write_text("fraction_removed\n0.0\n")
+    assert {*RUN_FILES} <= {q.name for q in out.iterdir()}
+    return out
+
+
+def copy_run(src: Path, dst: Path, *drop: str) -> Path:
+    shutil.copytree(src, dst)
+    for name in drop:
+        (dst / name).unlink()
+    return dst
+
+
+def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_dir, finished):
+    out = copy_run(finished, tmp_path / "run", "last.pt")
+    before = snapshot(out)
+    p = run(*train_argv(data_dir, out, "--resume", epochs=3))
+    assert_one_line_error(p, "cannot resume", str(out), "last.pt")
+    assert snapshot(out) == before
+    # an empty directory, and one that does not exist: the same, and nothing is created
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run(*train_argv(data_dir, tmp_path / "empty", "--resume")), "cannot resume")
+    assert list((tmp_path / "empty").iterdir()) == []
+    assert_one_line_error(run(*train_argv(data_dir, tmp_path / "none", "--resume")), "cannot resume")
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize("keep", ["all", "last.pt", "config.json", "metrics.csv", "summary.json", "best.pt",
+                                  "eval.json", "pruning.csv"])
+def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep):
+    drop = [] if keep == "all" else [n for n in RUN_FILES if n != keep]
+    out = copy_run(finished, tmp_path / "run", *drop)
+    before = snapshot(out)
+    p = run(*train_argv(data_dir, out, "--lr", "0.5"))
+    line = assert_one_line_error(p, "already holds a run", "--overwrite", "--resume")
+    assert (keep if keep != "all" else "last.pt") in line
+    assert snapshot(out) == before
+
+
+def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished):
+    out = copy_run(finished, tmp_path / "run")
+    before = snapshot(out)
+    assert_one_line_error(run(*train_argv(data_dir, out, "--resume", "--overwrite")), "--overwrite")
+    assert snapshot(out) == before
+
+
+def test_overwrite_replaces_every_file_of_the_previous_run(tmp_path, data_dir, finished):
+    out = copy_run(finished, tmp_path / "run")
+    (out / "notes.txt").write_text("mine\n")  # not a run file: kept
+    host = _host()
+    stale = [f".best.pt~{host}~999999999~abcd1234.tmp", f".metrics.csv~{host}~999999998~00000000.tmp"]
+    for name in stale:  # left by writers that were killed (their pids are gone)
+        (out / name).write_bytes(b"half")
+    p = run(*train_argv(data_dir, out, "--overwrite", "--seed", "7", epochs=2))
+    assert p.returncode == 0, p.stderr
+    names = {q.name for q in out.iterdir()}
+    assert not ({"eval.json", "pruning.csv"} & names) and "notes.txt" in names
+    assert not [n for n in names if n.endswith(".tmp") or n.startswith(".old-run")], names
+    assert '"seed": 7' in (out / "config.json").read_text()
+    assert len((out / "metrics.csv").read_text().splitlines()) == 3
+    assert _last_pid(out).isdigit()  # the lock file records the pid of the run that held it
+
+
+def _last_pid(out: Path) -> str:
+    return (out / LOCK_NAME).read_text().split()[0]
+
+
+def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
+    data = fake_mnist(tmp_path / "data", n_train=3000, n_test=100)
+    out = tmp_path / "run"
+    argv = train_argv(data, out, "--hidden", "200", epochs=60, val=500)
+    first = subprocess.Popen([sys.executable, "-m", "bbb", *argv], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=env(BBB_DATA_VERIFY="0"))
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.csv").is_file() and len((out / "metrics.csv").read_text().splitlines()) > 1):
+            assert first.poll() is None, first.stderr.read() if first.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert _last_pid(out) == str(first.pid)
+        for extra in ((), ("--resume",), ("--overwrite",)):
+            before = {k: v for k, v in snapshot(out).items() if not k.endswith(".tmp")}
+            second = run(*train_argv(data, out, *extra, epochs=60, val=500))
+            assert first.poll() is None, "the first run ended too soon for this test"
+            assert_one_line_error(second, f"pid {first.pid}", str(out), "in use")
+            # the first run keeps writing its files; the lock file still names it, none is gone
+            assert (out / LOCK_NAME).read_text().split() == [str(first.pid)]
+            assert set(before) <= set(snapshot(out))
+        assert first.wait(timeout=600) == 0, first.stderr.read() if first.stderr else ""
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    lines = (out / "metrics.csv").read_text().splitlines()
+    assert len(lines) == 61 and (out / "summary.json").is_file()
+
+
+def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished):
+    out = copy_run(finished, tmp_path / "run")
+    # a process that holds the lock, then is killed -9
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
+         "print('locked', flush=True); time.sleep(600)", str(out / LOCK_NAME)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        before = snapshot(out)
+        assert_one_line_error(run(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
+        assert snapshot(out) == before
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    stale = out / f".last.pt~{_host()}~999999999~abcd1234.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    p = run(*train_argv(data_dir, out, "--resume", epochs=2))
+    assert p.returncode == 0, p.stderr
+    assert not stale.exists() and _last_pid(out) != str(holder.pid)
+    assert len((out / "metrics.csv").read_text().splitlines()) == 3

@@ -265,6 +265,11 @@ def test_mismatched_samples_or_kl_mode_are_user_errors():
         ELBO(net, kl="mc")(x, y)
     with pytest.raises(UserError):
         Engine(net, "rmsprop")
+    for bad in ({"lr": float("nan")}, {"lr": float("inf")}, {"betas": (0.9, 1.0)},
+                {"betas": (float("nan"), 0.9)}, {"eps": 0.0}, {"momentum": 1.0}, {"seed": -1},
+                {"num_samples": 0}):
+        with pytest.raises(UserError):
+            Engine(net, "adam", **bad)
 
 
 def test_kl_left_out_of_the_loss_gets_no_kl_gradient():

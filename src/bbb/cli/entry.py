@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # MKL's strict conditional-numerical-reproducibility mode: its GEMMs give the same bits on
     # 1 or 2 threads, so a run's metrics do not depend on --threads (read at MKL's first call;
-    # measured at no cost on 2x400 and 2x1200 steps). An explicit setting by the user wins.
+    # its cost: docs/engine.md). An explicit setting by the user wins.
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
     from ..engine import tune_malloc
 

@@ -172,8 +172,12 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             self.kl_mode = KLMode(kl)
         except ValueError:
             raise UserError(f"unknown KL mode {kl!r}; choose auto, closed or mc") from None
-        if not (lr > 0):
-            raise UserError(f"lr must be > 0, got {lr}")
+        if not (lr > 0) or lr == float("inf"):
+            raise UserError(f"lr must be a finite number > 0, got {lr}")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise UserError(f"betas must be two numbers in [0, 1), got {betas}")
+        if not (eps > 0) or eps == float("inf"):
+            raise UserError(f"eps must be a finite number > 0, got {eps}")
         if not (0.0 <= momentum < 1.0):
             raise UserError(f"momentum must be in [0, 1), got {momentum}")
         if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:

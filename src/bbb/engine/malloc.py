@@ -1,12 +1,12 @@
 """glibc allocator settings for training loops that free and re-allocate large tensors.
 
-Backprop allocates every weight gradient afresh (5.8 MB for a 1200x1200 layer). glibc serves
-such blocks with mmap or returns them to the system when the top of the heap is free, so each
-step pays page faults for memory it just gave back: a 2x1200 BBB step varies between 23 and 28
-ms from one process to the next. Keeping those blocks in the heap (mmap threshold 32 MiB, the
-largest glibc accepts, and a trim threshold of 1 GiB) makes it a steady 22 ms, and costs
-nothing but the process keeping its peak heap. Process-wide, so it is opt-in: the ``bbb``
-command and the bench call it; a training script may too.
+Backprop allocates every weight gradient afresh (several MB for a wide layer). glibc serves such
+blocks with mmap or returns them to the system when the top of the heap is free, so each step
+pays page faults for memory it just gave back, and step times vary from one process to the next.
+Keeping those blocks in the heap (mmap threshold 32 MiB, the largest glibc accepts, and a trim
+threshold of 1 GiB) costs nothing but the process keeping its peak heap; the measured effect is
+in docs/engine.md. Process-wide, so it is opt-in: the ``bbb`` command and the bench call it; a
+training script may too.
 """
 
 from __future__ import annotations

@@ -686,15 +686,18 @@ def markdown(summary: dict[str, Any]) -> str:
             out.append("")
     if summary["time_to_accuracy"]:
         out += [f"## Time to {TARGET_ACCURACY:.0%} MNIST test accuracy (mean weights, checked after each epoch)", "",
-                "| system | H | reached at epoch | seconds | best accuracy | epochs run |", "|---|---:|---:|---:|---:|---:|"]
+                "| system | H | reached at epoch | seconds | best accuracy | epochs run |",
+                "|---|---:|---:|---:|---:|---:|"]
         for t in summary["time_to_accuracy"]:
             if t.get("status") != "ok":
-                out.append(f"| {t['system']} | {t.get('width')} | {t.get('status')}: {str(t.get('detail', ''))[:80]} | | | |")
+                detail = str(t.get("detail", ""))[:80]
+                out.append(f"| {t['system']} | {t.get('width')} | {t.get('status')}: {detail} | | | |")
                 continue
             best = max((c["test_accuracy"] or 0.0 for c in t["curve"]), default=None)
             reached = t.get("reached")
+            secs = reached["seconds"] if reached else (t["curve"][-1]["seconds"] if t["curve"] else None)
             out.append(f"| {t['system']} | {t['width']} | {reached['epoch'] if reached else 'not reached'} | "
-                       f"{_f(reached['seconds'] if reached else (t['curve'][-1]['seconds'] if t['curve'] else None), '{:.1f}')} | "
+                       f"{_f(secs, '{:.1f}')} | "
                        f"{_f(best, '{:.4f}')} | {len(t['curve'])} |")
         out.append("")
     if summary["targets"]:
@@ -762,7 +765,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default cpu")
     ap.add_argument("--eval-images", type=int, default=None, help="test images for evaluation (default 10000)")
     ap.add_argument("--no-tta", action="store_true", help="skip the time-to-98%% runs")
-    ap.add_argument("--max-epochs", type=int, default=None, help="cap of each time-to-accuracy run; ours decays its learning rate over it (default 10)")
+    ap.add_argument("--max-epochs", type=int, default=None,
+                    help="cap of each time-to-accuracy run; ours decays its learning rate over it (default 10)")
     ap.add_argument("--tta-width", type=int, default=400, help="width of the time-to-accuracy runs (default 400)")
     ap.add_argument("--tta-peer", default=None,
                     help="peer for the time-to-accuracy run (default: the fastest installed peer at H=--tta-width)")
@@ -907,7 +911,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                      if reached else str(r.get("status"))), file=sys.stderr)
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix(),
+                                                      *(argv if argv is not None else sys.argv[1:])]),
         "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads, "device": args.device,
         "torch": str(torch.__version__), "python": platform.python_version(), "data": source,
         "batch": 128, "steps": steps, "repeats": repeats, "warmup": warmup, "eval_images": eval_images,

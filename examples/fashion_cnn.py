@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             opt.zero_grad()
             (out.loss / len(xb)).backward()
             opt.step()
-        print(f"epoch {epoch + 1}: loss/example {float(out.loss.detach()) / len(xb):.4f}  kl {float(out.kl.detach()):.4g}")
+        loss = float(out.loss.detach()) / len(xb)
+        print(f"epoch {epoch + 1}: loss/example {loss:.4f}  kl {float(out.kl.detach()):.4g}")
 
     fx, fy = images("fashion-mnist", "test", args.test_size, args.data_dir, args.seed)
     mx, _ = images("mnist", "test", args.test_size, args.data_dir, args.seed)

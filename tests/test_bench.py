@@ -210,7 +210,8 @@ def test_engine_text():
 
     assert engine_text(None) == ""
     assert engine_text({"fused": True, "compiled": True}) == "engine fused, compiled"
-    assert engine_text({"fused": True, "compiled": False, "compile_failed": "boom"}) == "engine fused, eager (compile failed)"
+    text = engine_text({"fused": True, "compiled": False, "compile_failed": "boom"})
+    assert text == "engine fused, eager (compile failed)"
 
 
 class _Clock:
@@ -332,7 +333,8 @@ def test_summary_issue14_floors_per_optimiser_peers_k_eval_and_epoch(tmp_path):
     assert json.loads(j.read_text())["epoch"][0]["seconds_per_epoch"] == 12.25
     md = m.read_text()
     assert "## Seconds per MNIST epoch of `bbb train` (2x1200)" in md
-    assert "| bbb-paper | adam lr 0.001, blundell KL weighting | bbb 0.1.0 (engine fused, compiled) | 50000 | 41.5 | 12.2 |" in md
+    assert ("| bbb-paper | adam lr 0.001, blundell KL weighting | bbb 0.1.0 (engine fused, compiled) "
+            "| 50000 | 41.5 | 12.2 |") in md
     assert "| bbb-paper-sgd | error: timed out after 900 s |" in md
     assert "| bbb-paper-sgd | paper | sgd |" in md and "| mlp-sgd | floor | sgd |" in md
     assert "| bbb-paper-sgd step time <= 2.5x mlp-sgd's (H=1200; stretch 1.5x) | 2.78 | 2.5 | no |" in md

@@ -200,7 +200,8 @@ class ELBOOutput:
     """One minibatch's objective and its parts (all scalars, ``loss`` differentiable).
 
     ``loss = kl_weight * kl + nll``, where ``kl_weight`` is the coefficient applied (``beta`` times
-    the minibatch's weight); ``nll`` is summed over the minibatch and averaged over the k samples; ``output`` holds the network outputs, (k, B, ...) when k > 1.
+    the minibatch's weight); ``nll`` is summed over the minibatch and averaged over the k samples;
+    ``output`` holds the network outputs, (k, B, ...) when k > 1.
     """
 
     loss: Tensor

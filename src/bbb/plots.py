@@ -60,7 +60,8 @@ def figures() -> Any | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        warnings.warn("matplotlib is not installed; skipping plots (pip install 'bayes-by-backprop[plots]')", stacklevel=3)
+        warnings.warn("matplotlib is not installed; skipping plots "
+                      "(pip install 'bayes-by-backprop[plots]')", stacklevel=3)
         return None
     return Figures(Figure, FigureCanvasAgg)
 

@@ -232,7 +232,8 @@ def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
         raise UserError(f"{fn}: expected probs (B, C) and labels (B,), got {tuple(probs.shape)} "
                         f"and {tuple(labels.shape)}")
     if probs.shape[0] == 0:
-        raise UserError(f"{fn}: no examples (probs of shape {tuple(probs.shape)}); the metric of an empty set is undefined")
+        raise UserError(f"{fn}: no examples (probs of shape {tuple(probs.shape)}); "
+                        "the metric of an empty set is undefined")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise UserError(f"{fn}: labels must be integer class indices, got {labels.dtype}")
     _check_probs(probs, fn)

@@ -543,7 +543,8 @@ def test_report_writes_a_partial_table_marking_the_missing_cells(paper_tiny):
     head = rows[("bbb_mixture", 1200)]
     assert head["status"] == "incomplete" and head["test_error"] == ""
     assert "c1 'grid prior': epoch 2/4" in head["pending"] and "c2 'sigma0 x2': not started" in head["pending"]
-    assert all(r["status"] == "not run" and r["test_error"] == "" for c, r in rows.items() if c != ("bbb_mixture", 1200))
+    assert all(r["status"] == "not run" and r["test_error"] == ""
+               for c, r in rows.items() if c != ("bbb_mixture", 1200))
     md = paper_tiny["report_md"]
     assert "partial: 0 of 12 cells" in md and "**Partial table**" in md
     assert md.count("**not run yet**") == 11 and md.count("**incomplete**") == 1

@@ -87,7 +87,8 @@ class SampleProvider:
     """
 
     def draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
-        """(mu, eps, w) for ``module``'s (a :class:`~bbb.nn.BayesModule`) parameter ``name`` with k samples (or None: draw as usual)."""
+        """(mu, eps, w) for ``module``'s (a :class:`~bbb.nn.BayesModule`) parameter ``name`` with k
+        samples (or None: draw as usual)."""
         return None
 
     def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
@@ -95,7 +96,8 @@ class SampleProvider:
         return None
 
     def linear(self, module: nn.Module, x: Tensor) -> Tensor | None:
-        """The whole reparameterised forward of ``module`` (a :class:`~bbb.nn.BayesLinear`) on ``x``, or None (the layer draws)."""
+        """The whole reparameterised forward of ``module`` (a :class:`~bbb.nn.BayesLinear`) on ``x``,
+        or None (the layer draws)."""
         return None
 
 

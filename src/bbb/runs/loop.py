@@ -242,7 +242,8 @@ def _train(
             if device.type == "cuda" and ckpt["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({str(e).splitlines()[0][:160]})") from None
+            why = str(e).splitlines()[0][:160]
+            raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({why})") from None
         metrics = [dict(r) for r in ckpt.get("metrics", [])]
         best = dict(ckpt.get("best", best))
         start_epoch = int(ckpt["epoch"])

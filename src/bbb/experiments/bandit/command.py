@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
                         help=f"BBB: std of the Gaussian prior on every weight (default {d.prior_sigma:g})")
     parser.add_argument("--pi", type=float, default=d.pi, help=f"BBB mixture prior weight (default {d.pi:g})")
-    parser.add_argument("--sigma1", type=float, default=d.sigma1, help=f"BBB mixture prior std 1 (default {d.sigma1:g})")
+    parser.add_argument("--sigma1", type=float, default=d.sigma1,
+                        help=f"BBB mixture prior std 1 (default {d.sigma1:g})")
     parser.add_argument("--sigma2", type=float, default=d.sigma2, help="BBB mixture prior std 2 (default e^-6)")
     parser.add_argument("--kl-data", choices=["fill", "capacity", "seen"], default=d.kl_data,
                         help="BBB: N in the KL / N weight: the buffer's current fill, its capacity, or every "

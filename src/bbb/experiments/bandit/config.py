@@ -152,7 +152,8 @@ class BanditConfig:
     def training_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with a run that resumes it."""
         keys = ("agents", "seeds", "updates_per_step", "batch_size", "buffer", "hidden", "lr",
-                "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "decision_samples", "kl_data", "kl_scale", "bbb_optimizer", "bbb_lr", "log_every",
+                "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "decision_samples",
+                "kl_data", "kl_scale", "bbb_optimizer", "bbb_lr", "log_every",
                 "exact_noise", "workers")
         d = {k: getattr(self, k) for k in keys}
         d["agents"] = [parse_agent(a).name for a in self.agents]

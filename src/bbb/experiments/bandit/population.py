@@ -467,7 +467,8 @@ class Population:
             "members": [(m.agent.name, m.seed) for m in self.members],
             "log_steps": list(self.log_steps),
             "log_regret": torch.stack(self.log_regret).cpu() if self.log_regret else torch.zeros(0, len(self.members)),
-            "log_expected": torch.stack(self.log_expected).cpu() if self.log_expected else torch.zeros(0, len(self.members)),
+            "log_expected": (torch.stack(self.log_expected).cpu() if self.log_expected
+                             else torch.zeros(0, len(self.members))),
             "eat_rate": self.eat_rate(),
             "seconds": self.seconds,
         }

@@ -173,7 +173,8 @@ def _candidates_text(cands: Sequence[Job], summaries: dict[str, dict[str, Any] |
             res = "diverged"
         else:
             res = f"val {pct(summaries[j.name]['val_error']):.2f}%"  # type: ignore[index]
-        parts.append(f"{candidate_name(j)} {res}" + (" (selected)" if j.candidate == selected and len(cands) > 1 else ""))
+        mark = " (selected)" if j.candidate == selected and len(cands) > 1 else ""
+        parts.append(f"{candidate_name(j)} {res}{mark}")
     return "; ".join(parts)
 
 

@@ -13,9 +13,8 @@ from bbb.errors import UserError
 from bbb.experiments import regression as R
 from bbb.experiments.regression import RegressionConfig, make_data, run_regression, true_function
 
-#: a fast version of the default experiment (smaller net, fewer steps and points)
-FAST = dict(hidden=(50, 50), epochs=800, n_train=100, pred_samples=300, prior_sigma=2.0, seed=0,
-            quiet=True)
+#: a fast version of the default experiment (the defaults' scale-mixture prior; fewer steps and points)
+FAST = dict(hidden=(100, 100), epochs=1500, n_train=100, pred_samples=300, seed=0, quiet=True)
 
 
 def test_data_follow_the_paper_formula():

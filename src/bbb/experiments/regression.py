@@ -14,9 +14,7 @@ By default it is fixed at 0.05: since eps also enters the sines, the conditional
 about 0.06 on average over [0, 0.5], not 0.02. ``--learn-noise`` learns it instead, and
 ``--heteroscedastic`` learns an input-dependent noise (the network then has two outputs,
 :class:`bbb.HeteroscedasticGaussian`, with the noise output's bias started at the
-``--model-sigma`` value). A learned noise lets BBB trade fit for noise: in our runs it settled
-at 0.11-0.15 with a visibly smoother median. Started at softplus(0) = 0.69, the heteroscedastic
-BBB net explained all of the data as noise and stayed there.
+``--model-sigma`` value); results/regression/README.md says what the learned noise did.
 
 Predictive bands are quantiles of the predictive distribution of y. For BBB they come from
 weight samples plus the noise model, and the predictive variance is split into its epistemic
@@ -53,7 +51,7 @@ from ..distributions import inverse_softplus
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from ..nn import BayesMLP, sampling
+from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesMLP, sampling
 from ..options import PriorKind, choice, make_prior, resolve_device, values
 from ..uncertainty import regression_uncertainty
 
@@ -104,11 +102,11 @@ class RegressionConfig:
     epochs: int = 3000
     lr: float = 1e-2
     train_samples: int = 4
-    prior: str = "gaussian"
+    prior: str = PriorKind.MIXTURE.value
     prior_sigma: float = 1.0
-    pi: float = 0.5
-    sigma1: float = 1.0
-    sigma2: float = math.exp(-6.0)
+    pi: float = DEFAULT_PI
+    sigma1: float = DEFAULT_SIGMA1
+    sigma2: float = DEFAULT_SIGMA2
     rho_init: float = -5.0
     model_sigma: float = 0.05
     learn_noise: bool = False
@@ -493,11 +491,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-samples", type=int, default=d.train_samples,
                         help=f"BBB: weight samples per step (default {d.train_samples})")
     parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
-                        help="BBB prior (default gaussian, closed-form KL)")
+                        help="BBB prior (default mixture, Monte Carlo KL; gaussian: closed-form KL)")
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma, help="Gaussian prior std (default 1)")
-    parser.add_argument("--pi", type=float, default=d.pi, help="mixture prior weight (default 0.5)")
-    parser.add_argument("--sigma1", type=float, default=d.sigma1, help="mixture prior std 1 (default 1)")
-    parser.add_argument("--sigma2", type=float, default=d.sigma2, help="mixture prior std 2 (default e^-6)")
+    parser.add_argument("--pi", type=float, default=d.pi, help=f"mixture prior weight (default {d.pi:g})")
+    parser.add_argument("--sigma1", type=float, default=d.sigma1, help=f"mixture prior std 1 (default {d.sigma1:g})")
+    parser.add_argument("--sigma2", type=float, default=d.sigma2, help="mixture prior std 2 (default e^-7)")
     parser.add_argument("--rho-init", type=float, default=d.rho_init, help="BBB initial rho (default -5)")
     parser.add_argument("--model-sigma", type=float, default=d.model_sigma,
                         help=f"likelihood noise std (the start value when learned; default {d.model_sigma:g})")

@@ -23,7 +23,7 @@ name is importable from ``bbb.nn``.
 
 from __future__ import annotations
 
-from .base import DEFAULT_RHO_INIT, BayesModule, Estimator, default_prior
+from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, Estimator, default_prior
 from .layers import BayesConv1d, BayesConv2d, BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, model_kl, sampling
 from .sampling import (
@@ -56,5 +56,8 @@ __all__ = [
     "bayes_modules",
     "model_kl",
     "DEFAULT_RHO_INIT",
+    "DEFAULT_PI",
+    "DEFAULT_SIGMA1",
+    "DEFAULT_SIGMA2",
     "default_prior",
 ]

@@ -21,12 +21,19 @@ from ..distributions import (
 from ..errors import UserError
 from .sampling import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode
 
-__all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "default_prior"]
+__all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1", "DEFAULT_SIGMA2",
+           "default_prior"]
 
 #: sigma = softplus(-5) ~ 6.7e-3: the network starts close to a deterministic one, so early
 #: learning is not drowned in weight noise (Pyro's autoguide init_scale PR #2156, Riquelme et al.
 #: "MAP first"); large initial sigma is a known cause of divergence.
 DEFAULT_RHO_INIT = -5.0
+
+#: The default scale-mixture prior's pi, sigma1 and sigma2 (:func:`default_prior`), shared by the
+#: library, ``bbb train`` and ``bbb regression``
+DEFAULT_PI = 0.25
+DEFAULT_SIGMA1 = 1.0
+DEFAULT_SIGMA2 = math.exp(-7.0)
 
 
 def default_prior() -> ScaleMixturePrior:
@@ -34,7 +41,7 @@ def default_prior() -> ScaleMixturePrior:
     pi = 1/4, sigma1 = 1, sigma2 = e^-7, a point of the paper's grid (pi in {1/4, 1/2, 3/4},
     -log sigma1 in {0, 1, 2}, -log sigma2 in {6, 7, 8}) and the best of our MNIST model
     selection; the paper names no single best value."""
-    return ScaleMixturePrior(pi=0.25, sigma1=1.0, sigma2=math.exp(-7.0))
+    return ScaleMixturePrior(pi=DEFAULT_PI, sigma1=DEFAULT_SIGMA1, sigma2=DEFAULT_SIGMA2)
 
 
 class Estimator(str, Enum):

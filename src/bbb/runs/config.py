@@ -13,7 +13,7 @@ from ..distributions import KLMode, Prior
 from ..elbo import KLWeighting
 from ..engine import OptimizerKind
 from ..errors import UserError
-from ..nn import DEFAULT_RHO_INIT, Estimator
+from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, Estimator
 from ..options import (
     IMAGE_DATASETS,
     DeviceKind,
@@ -60,9 +60,9 @@ class TrainConfig:
     dataset: str = "mnist"
     method: str = Method.BBB.value
     prior: str = PriorKind.MIXTURE.value
-    pi: float = 0.25
-    sigma1: float = 1.0
-    sigma2: float = math.exp(-7.0)
+    pi: float = DEFAULT_PI
+    sigma1: float = DEFAULT_SIGMA1
+    sigma2: float = DEFAULT_SIGMA2
     prior_sigma: float = 1.0
     hidden: list[int] = field(default_factory=lambda: [400, 400])
     epochs: int = 10

@@ -17,7 +17,8 @@ weights of the forward pass. The recorder is an object owned by the caller, not 
 
 The package: :mod:`bbb.nn.sampling` (sampling mode, recorder, providers, shared and folded
 samples), :mod:`bbb.nn.base` (:class:`BayesModule`, estimators, defaults), :mod:`bbb.nn.layers`
-(the layers) and :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers); every public
+(the layers), :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers) and
+:mod:`bbb.nn.population` (many independent networks batched on a member dimension); every public
 name is importable from ``bbb.nn``.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, Estimator, default_prior
 from .layers import BayesConv1d, BayesConv2d, BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, model_kl, sampling
+from .population import BayesPopulation, OneHot, PopulationBayesLinear, PopulationLinear, population_linear
 from .sampling import (
     SampleProvider,
     SampleRecorder,
@@ -60,4 +62,9 @@ __all__ = [
     "DEFAULT_SIGMA1",
     "DEFAULT_SIGMA2",
     "default_prior",
+    "BayesPopulation",
+    "PopulationBayesLinear",
+    "PopulationLinear",
+    "OneHot",
+    "population_linear",
 ]

@@ -1,0 +1,374 @@
+"""Populations: many independent networks of one architecture in one module, trained together.
+
+A population holds P members of the :class:`~bbb.nn.BayesMLP` architecture (ReLU hidden layers,
+biases everywhere) with every parameter carrying a leading member dimension, so one batched
+matrix product evaluates all members and one backward pass and one optimiser step update them.
+Members never interact: the loss of a population is the *sum* of its members' losses, so each
+member's gradient is its own, and the optimisers (``torch.optim.Adam``/``SGD``,
+:class:`~bbb.engine.Engine`) are elementwise. A member trains exactly as the same network
+trained alone with the same noise, data and optimiser (``tests/test_population.py``).
+
+Members ``0 .. bayesian-1`` are Bayesian: each weight has the diagonal Gaussian posterior
+N(mu, softplus(rho)^2) of :class:`~bbb.nn.BayesLinear`, with the same prior, initialisation,
+sampling modes and KL (:func:`~bbb.nn.model_kl` sums it over every member). Members
+``bayesian .. P-1`` are deterministic: plain weights, no posterior, no KL (a network trained by
+maximum likelihood, e.g. the greedy agents of the bandit).
+
+Layout: a layer's weights are stored input-major, ``(members, in, out)`` (the transpose of
+``nn.Linear``'s), so that the row of one input feature is contiguous. Inputs are dense
+``(members, R, in)`` or :class:`OneHot` rows (the non-zero inputs of each row by index), for which
+the first layer adds up the rows of the features present (``F.embedding_bag``) instead of
+multiplying by zeros: the same sums, exactly, with a fraction of the work for one-hot inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .. import functional as BF
+from ..distributions import Prior
+from ..errors import UserError
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .model import BayesMLP
+
+__all__ = ["OneHot", "population_linear", "PopulationBayesLinear", "PopulationLinear", "BayesPopulation"]
+
+
+@dataclass(frozen=True)
+class OneHot:
+    """Sparse input rows: row r is ``sum_j value[..., r, j] * e(index[..., r, j])`` over ``features``.
+
+    ``value`` None means every listed entry is 1 (one-hot codes). Unused slots of a row with
+    fewer non-zeros carry value 0 (any index). Leading dimensions as for dense inputs:
+    ``(members, R, K)``, or ``(k, members, R, K)`` for k samples per member.
+    """
+
+    index: Tensor
+    features: int
+    value: Tensor | None = None
+
+    @classmethod
+    def from_dense(cls, x: Tensor) -> OneHot:
+        """The non-zeros of ``x`` (..., features) as index (and value) lists, in column order."""
+        if x.dim() < 1 or x.shape[-1] < 1:
+            raise UserError(f"OneHot.from_dense needs rows of features, got shape {tuple(x.shape)}")
+        flat = x.reshape(-1, x.shape[-1])
+        nz = flat != 0
+        k = max(1, int(nz.sum(1).max())) if flat.shape[0] else 1
+        # stable sort puts each row's non-zero columns first, in column order
+        order = torch.sort((~nz).to(torch.int8), dim=1, stable=True).indices[:, :k]
+        value = flat.gather(1, order)
+        index = torch.where(value != 0, order, torch.zeros_like(order))
+        lead = x.shape[:-1]
+        index = index.reshape(*lead, k)
+        if bool(((value == 0) | (value == 1)).all()) and bool(nz.sum(1).eq(k).all()):
+            return cls(index, x.shape[-1])  # every row has k ones: no values needed
+        return cls(index, x.shape[-1], value.reshape(*lead, k))
+
+    def to_dense(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        out = torch.zeros(*self.index.shape[:-1], self.features, dtype=dtype, device=self.index.device)
+        val = torch.ones(self.index.shape, dtype=dtype, device=self.index.device) if self.value is None \
+            else self.value.to(dtype)
+        return out.scatter_add_(-1, self.index, val)
+
+    def repeat(self, k: int) -> OneHot:
+        """The same rows for k samples: a new leading dimension of size k."""
+        idx = self.index.unsqueeze(0).expand(k, *self.index.shape)
+        val = None if self.value is None else self.value.unsqueeze(0).expand(k, *self.value.shape)
+        return OneHot(idx, self.features, val)
+
+    def flatten_samples(self) -> OneHot:
+        """(k, members, R, K) -> (k * members, R, K)."""
+        idx = self.index.reshape(-1, *self.index.shape[-2:])
+        val = None if self.value is None else self.value.reshape(-1, *self.value.shape[-2:])
+        return OneHot(idx, self.features, val)
+
+
+def population_linear(x: Tensor | OneHot, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """M linear layers at once: weight (M, in, out), bias (M, out); x (M, R, in) or :class:`OneHot`
+    rows (M, R, K) -> (M, R, out). Dense inputs go through :func:`bbb.functional.linear`."""
+    if not isinstance(x, OneHot):
+        return BF.linear(x, weight.transpose(-1, -2), bias)
+    m, n_in, n_out = weight.shape
+    if x.features != n_in or x.index.dim() != 3 or x.index.shape[0] != m:
+        raise UserError(f"population_linear: one-hot rows {tuple(x.index.shape)} over {x.features} features "
+                        f"do not match weights {tuple(weight.shape)} (members, in, out)")
+    r, k = x.index.shape[1:]
+    offsets = torch.arange(0, m * n_in, n_in, device=x.index.device).view(m, 1, 1)
+    flat = (x.index + offsets).view(m * r, k)
+    psw = None if x.value is None else x.value.reshape(m * r, k).to(weight.dtype)
+    y = F.embedding_bag(flat, weight.reshape(m * n_in, n_out), mode="sum", per_sample_weights=psw)
+    y = y.view(m, r, n_out)
+    return y if bias is None else y + bias.unsqueeze(1)
+
+
+def _samples_of(x: Tensor | OneHot) -> int | None:
+    rank = x.index.dim() if isinstance(x, OneHot) else x.dim()
+    return (x.index.shape[0] if isinstance(x, OneHot) else x.shape[0]) if rank == 4 else None
+
+
+def _repeat(x: Tensor | OneHot, k: int) -> Tensor | OneHot:
+    """(M, R, ...) -> (k * M, R, ...): the same rows for each of k samples."""
+    if isinstance(x, OneHot):
+        return x.repeat(k).flatten_samples()
+    return x.unsqueeze(0).expand(k, *x.shape).reshape(-1, *x.shape[1:])
+
+
+def _check_members(x: Tensor | OneHot, members: int, what: str) -> None:
+    lead = x.index.shape[:-2] if isinstance(x, OneHot) else x.shape[:-2]
+    if len(lead) not in (1, 2) or lead[-1] != members:
+        shape = tuple(x.index.shape if isinstance(x, OneHot) else x.shape)
+        raise UserError(f"{what}: expected inputs (members={members}, rows, features) or (k, members, rows, "
+                        f"features), got {shape}")
+
+
+class PopulationBayesLinear(BayesModule):
+    """``members`` independent :class:`~bbb.nn.BayesLinear` layers (reparameterisation estimator).
+
+    Parameters ``weight_mu``/``weight_rho`` (members, in, out) and ``bias_mu``/``bias_rho``
+    (members, out), initialised as :class:`~bbb.nn.BayesLinear`'s. Input (members, R, in) or
+    :class:`OneHot` rows -> (members, R, out), one weight draw per member; with a leading sample
+    dimension (k, members, R, ...) -> (k, members, R, out), k draws per member.
+    """
+
+    _param_names = ("weight", "bias")
+
+    def __init__(self, members: int, in_features: int, out_features: int, prior: Prior | dict | None = None,
+                 mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__(prior, Estimator.REPARAM, mu_init_scale, rho_init)
+        if members < 1 or in_features < 1 or out_features < 1:
+            raise UserError(f"members and layer sizes must be positive, got members={members}, "
+                            f"in_features={in_features}, out_features={out_features}")
+        self.members, self.in_features, self.out_features = int(members), int(in_features), int(out_features)
+        factory = {"device": device, "dtype": dtype}
+        self._register_posterior("weight", (members, in_features, out_features), factory)
+        self._register_posterior("bias", (members, out_features), factory)
+        self.reset_parameters()
+
+    def _fan_in(self) -> int:
+        return self.in_features
+
+    def sample(self, k: int | None = None) -> tuple[Tensor, Tensor]:
+        """The (weight, bias) a forward pass uses: one draw per member, k draws (k, members, ...)
+        with ``k``, or the posterior means (expanded to k) when the layer is not sampling. Draws
+        go through the sample providers and recorder of :mod:`bbb.nn` (engine, counter noise,
+        Monte Carlo KL) as :class:`~bbb.nn.BayesLinear`'s do."""
+        if self.is_sampling():
+            return self._draw("weight", k)[2], self._draw("bias", k)[2]
+        w, b = self.weight_mu, self.bias_mu
+        if k is not None:
+            w, b = w.expand(k, *w.shape), b.expand(k, *b.shape)
+        return w, b
+
+    def _input_samples(self, x: Tensor) -> int | None:
+        return _samples_of(x)
+
+    def _forward(self, x: Tensor, k: int | None) -> Tensor:
+        _check_members(x, self.members, type(self).__name__)
+        w, b = self.sample(k)
+        if k is None:
+            return population_linear(x, w, b)
+        xf = x.flatten_samples() if isinstance(x, OneHot) else x.reshape(-1, *x.shape[2:])
+        y = population_linear(xf, w.reshape(-1, *w.shape[2:]), b.reshape(-1, b.shape[-1]))
+        return y.view(k, self.members, *y.shape[1:])
+
+    def extra_repr(self) -> str:
+        return (f"members={self.members}, in_features={self.in_features}, out_features={self.out_features}, "
+                + super().extra_repr())
+
+
+class PopulationLinear(nn.Module):
+    """``members`` independent deterministic linear layers: ``weight`` (members, in, out) and
+    ``bias`` (members, out), initialised as ``torch.nn.Linear``'s (U(+-1/sqrt(in)))."""
+
+    def __init__(self, members: int, in_features: int, out_features: int,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        if members < 1 or in_features < 1 or out_features < 1:
+            raise UserError(f"members and layer sizes must be positive, got members={members}, "
+                            f"in_features={in_features}, out_features={out_features}")
+        self.members, self.in_features, self.out_features = int(members), int(in_features), int(out_features)
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features, **factory))
+        self.bias = nn.Parameter(torch.empty(members, out_features, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = self.in_features ** -0.5
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+            self.bias.uniform_(-bound, bound)
+
+    def forward(self, x: Tensor | OneHot) -> Tensor:
+        _check_members(x, self.members, type(self).__name__)
+        k = _samples_of(x)
+        if k is None:
+            return population_linear(x, self.weight, self.bias)
+        xf = x.flatten_samples() if isinstance(x, OneHot) else x.reshape(-1, *x.shape[2:])
+        w = self.weight.expand(k, *self.weight.shape).reshape(-1, *self.weight.shape[1:])
+        b = self.bias.expand(k, *self.bias.shape).reshape(-1, self.out_features)
+        return population_linear(xf, w, b).view(k, self.members, -1, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"members={self.members}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+class BayesPopulation(nn.Module):
+    """P = ``bayesian`` + ``deterministic`` independent ReLU MLPs of one architecture, batched.
+
+    Members ``0 .. bayesian-1`` are Bayesian (:class:`PopulationBayesLinear` layers in
+    ``self.bayes``), the others deterministic (:class:`PopulationLinear` layers in ``self.det``).
+    ``forward`` evaluates every member in one chain of batched products; an optimiser over
+    ``self.bayes`` (e.g. :class:`~bbb.engine.Engine`) and one over ``self.det`` train them.
+
+    Example:
+        >>> pop = BayesPopulation(10, [32, 32], 1, bayesian=3, deterministic=2)
+        >>> pop(torch.zeros(5, 8, 10)).shape            # (members, rows, in)
+        torch.Size([5, 8, 1])
+        >>> pop(torch.zeros(5, 8, 10), num_samples=2).shape
+        torch.Size([2, 5, 8, 1])
+    """
+
+    def __init__(self, in_features: int, hidden_sizes: Sequence[int], out_features: int, bayesian: int,
+                 deterministic: int = 0, prior: Prior | dict | None = None, mu_init_scale: float | None = None,
+                 rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
+        if any(s <= 0 for s in sizes):
+            raise UserError(f"every layer width must be positive, got {sizes}")
+        for name, v in (("bayesian", bayesian), ("deterministic", deterministic)):
+            if isinstance(v, bool) or int(v) != v or v < 0:
+                raise UserError(f"{name} must be an integer >= 0, got {v!r}")
+        if bayesian + deterministic < 1:
+            raise UserError("a population needs at least one member")
+        self.sizes = sizes
+        self.bayesian, self.deterministic = int(bayesian), int(deterministic)
+        pairs = list(zip(sizes[:-1], sizes[1:]))
+        factory = {"device": device, "dtype": dtype}
+        self.bayes = nn.ModuleList(
+            PopulationBayesLinear(bayesian, a, b, prior=prior, mu_init_scale=mu_init_scale, rho_init=rho_init,
+                                  **factory) for a, b in pairs) if bayesian else nn.ModuleList()
+        self.det = nn.ModuleList(PopulationLinear(deterministic, a, b, **factory)
+                                 for a, b in pairs) if deterministic else nn.ModuleList()
+
+    @property
+    def members(self) -> int:
+        return self.bayesian + self.deterministic
+
+    def forward(self, x: Tensor | OneHot, num_samples: int | None = None) -> Tensor:
+        """Every member on its own rows: x (members, R, in) or :class:`OneHot` (members, R, K) ->
+        (members, R, out). Bayesian members draw their weights once per call when sampling
+        (``train()`` mode, or :func:`~bbb.nn.sampling`), else use the means. ``num_samples`` = k
+        gives (k, members, R, out): k draws per Bayesian member; a deterministic member's
+        output is the same in each of the k slices."""
+        _check_members(x, self.members, type(self).__name__)
+        if _samples_of(x) is not None:
+            raise UserError("BayesPopulation takes inputs (members, rows, features); ask for samples with "
+                            "num_samples=k")
+        k = num_samples
+        if k is not None and (isinstance(k, bool) or int(k) != k or k < 1):
+            raise UserError(f"num_samples must be an integer >= 1, got {k!r}")
+        h = x if k is None else _repeat(x, k)
+        last = len(self.sizes) - 2
+        for i in range(last + 1):
+            w, b = self._layer(i, k)
+            h = population_linear(h, w, b)
+            if i < last:
+                h = F.relu(h)
+        return h if k is None else h.view(k, self.members, *h.shape[1:])
+
+    def _layer(self, i: int, k: int | None) -> tuple[Tensor, Tensor]:
+        """Layer i's weights and biases of every member, (members, ...) or (k * members, ...)."""
+        ws, bs = [], []
+        if self.bayesian:
+            w, b = self.bayes[i].sample(k)
+            ws.append(w)
+            bs.append(b)
+        if self.deterministic:
+            lin = self.det[i]
+            ws.append(lin.weight if k is None else lin.weight.expand(k, *lin.weight.shape))
+            bs.append(lin.bias if k is None else lin.bias.expand(k, *lin.bias.shape))
+        dim = 0 if k is None else 1
+        w, b = (ws[0], bs[0]) if len(ws) == 1 else (torch.cat(ws, dim), torch.cat(bs, dim))
+        if k is not None:
+            w, b = w.reshape(-1, *w.shape[2:]), b.reshape(-1, b.shape[-1])
+        return w, b
+
+    # -- members as BayesMLPs ------------------------------------------------------------------
+    def _slot(self, j: int) -> tuple[bool, int]:
+        if isinstance(j, bool) or int(j) != j or not 0 <= j < self.members:
+            raise UserError(f"member index must be in [0, {self.members}), got {j!r}")
+        return (True, int(j)) if j < self.bayesian else (False, int(j) - self.bayesian)
+
+    def member(self, j: int) -> BayesMLP:
+        """Member j as a new :class:`~bbb.nn.BayesMLP` (a copy). A deterministic member's weights
+        become the posterior means (its rho is the population's rho_init): use it in mean mode."""
+        bayes, r = self._slot(j)
+        layers = self.bayes if bayes else self.det
+        ref = layers[0].weight_mu if bayes else layers[0].weight
+        first = self.bayes[0] if self.bayesian else None
+        net = BayesMLP(self.sizes[0], self.sizes[1:-1], self.sizes[-1],
+                       prior=first.prior if first is not None else None,
+                       rho_init=first.rho_init if first is not None else DEFAULT_RHO_INIT,
+                       device=ref.device, dtype=ref.dtype)
+        with torch.no_grad():
+            for src, dst in zip(layers, net.layers):
+                if bayes:
+                    dst.weight_mu.copy_(src.weight_mu[r].T)
+                    dst.weight_rho.copy_(src.weight_rho[r].T)
+                    dst.bias_mu.copy_(src.bias_mu[r])
+                    dst.bias_rho.copy_(src.bias_rho[r])
+                else:
+                    dst.weight_mu.copy_(src.weight[r].T)
+                    dst.bias_mu.copy_(src.bias[r])
+        return net
+
+    def load_member(self, j: int, net: BayesMLP) -> None:
+        """Set member j's parameters from ``net`` (a :class:`~bbb.nn.BayesMLP` of the same sizes):
+        the means, and rho for a Bayesian member."""
+        bayes, r = self._slot(j)
+        if not isinstance(net, BayesMLP) or list(net.sizes) != self.sizes:
+            raise UserError(f"load_member needs a BayesMLP of sizes {self.sizes}, got "
+                            f"{getattr(net, 'sizes', type(net).__name__)}")
+        layers = self.bayes if bayes else self.det
+        with torch.no_grad():
+            for dst, src in zip(layers, net.layers):
+                if bayes:
+                    dst.weight_mu[r].copy_(src.weight_mu.T)
+                    dst.weight_rho[r].copy_(src.weight_rho.T)
+                    dst.bias_mu[r].copy_(src.bias_mu)
+                    dst.bias_rho[r].copy_(src.bias_rho)
+                else:
+                    dst.weight[r].copy_(src.weight_mu.T)
+                    dst.bias[r].copy_(src.bias_mu)
+
+    def reset_member(self, j: int, generator: torch.Generator | None = None) -> None:
+        """Draw member j's weights afresh as a new network would (torch.nn's U(+-1/sqrt(fan_in))
+        for weights and biases, layer by layer, weights first), from ``generator``; a Bayesian
+        member's rho goes back to rho_init. Members reset from equal generators start equal."""
+        bayes, r = self._slot(j)
+        with torch.no_grad():
+            for i, a in enumerate(self.sizes[:-1]):
+                if bayes:
+                    layer = self.bayes[i]
+                    scale = layer.mu_init_scale if layer.mu_init_scale is not None else a ** -0.5
+                    targets = [layer.weight_mu[r], layer.bias_mu[r]]
+                    layer.weight_rho[r].fill_(layer.rho_init)
+                    layer.bias_rho[r].fill_(layer.rho_init)
+                else:
+                    scale = a ** -0.5
+                    targets = [self.det[i].weight[r], self.det[i].bias[r]]
+                for t in targets:
+                    u = torch.rand(t.shape, generator=generator, dtype=t.dtype, device="cpu")
+                    t.copy_(u.mul_(2 * scale).sub_(scale))
+
+    def extra_repr(self) -> str:
+        return f"sizes={self.sizes}, bayesian={self.bayesian}, deterministic={self.deterministic}"

@@ -31,6 +31,7 @@ __all__ = [
     "Estimator",
     "Experiment",
     "IMAGE_DATASETS",
+    "KLData",
     "KLMode",
     "KLWeighting",
     "LRSchedule",
@@ -59,6 +60,14 @@ class Method(str, Enum):
 class PriorKind(str, Enum):
     GAUSSIAN = "gaussian"
     MIXTURE = "mixture"
+
+
+class KLData(str, Enum):
+    """N of the bandit's KL / N weight: every interaction ``seen`` so far, or the replay
+    ``buffer``'s fill (its capacity once full)."""
+
+    SEEN = "seen"
+    BUFFER = "buffer"
 
 
 class LRSchedule(str, Enum):

@@ -1,30 +1,37 @@
-"""The mushroom bandit: environment bookkeeping, hand-written gradients, population independence,
-a tiny end-to-end run with resume, and user errors. Everything runs on small synthetic data."""
+"""The mushroom bandit: environment bookkeeping, members that train exactly as the BayesMLPs they
+stand for, fresh and reproducible noise, a tiny end-to-end run with resume, a clean stop on
+SIGTERM and Ctrl-C, and user errors. Everything runs on small synthetic data."""
 
 from __future__ import annotations
 
 import csv
 import json
-import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from bbb.distributions import softplus
+from bbb.elbo import ELBO, Gaussian
+from bbb.engine import Layout
 from bbb.errors import UserError
 from bbb.experiments import bandit as B
 from bbb.experiments.bandit import (
     BanditConfig,
-    MLPLayout,
     Population,
     expected_rewards,
-    mlp_backward,
-    mlp_forward,
     mushroom_rewards,
     oracle_rewards,
     parse_agent,
     run_bandit,
     step_regrets,
 )
+from bbb.nn import OneHot, SampleProvider, providing_samples, sampling
+from bbb.random import normal
 
 
 def _tiny_data(n: int = 40, groups: int = 3, values: int = 3, seed: int = 0):
@@ -42,6 +49,18 @@ def _tiny_cfg(**kw) -> BanditConfig:
                 hidden=(8, 6), log_every=40, quiet=True, checkpoint_every=1e9)
     base.update(kw)
     return BanditConfig(**base)
+
+
+def _filled(cfg: BanditConfig, members, ctx, edible, steps: int = 20, **kw) -> Population:
+    """A population whose buffers hold ``steps`` interactions (acting without learning)."""
+    pop = Population(cfg, members, ctx, edible, **kw)
+    pop._ensure_env(steps)
+    u = cfg.updates_per_step
+    cfg.updates_per_step = 0
+    for t in range(steps):
+        pop._act_and_learn(t)
+    cfg.updates_per_step = u
+    return pop
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,153 +108,146 @@ def test_population_sees_the_mushrooms_and_bookkeeps_regret():
     pop = Population(cfg, [("greedy", 5), ("egreedy_1", 5)], ctx, edible)
     pop.run(30)
     idx, lucky = B.env_draws(5, 30, ctx.shape[0])
-    # replay the egreedy_1 member's decisions from its buffer: action code in the input row
-    sp = pop.subpops[0][1]
-    eat = sp.xbuf[1, :30, ctx.shape[1] + B.EAT] == 1.0
-    assert torch.equal(sp.xbuf[1, :30, : ctx.shape[1]], ctx[idx])
+    # replay the egreedy_1 member's decisions from its buffer: the action code in the input row
+    rows = pop.inputs(idx)  # the (context, action) rows of the mushrooms it saw
+    stored = pop.buf_index[1, :30]
+    eat = (stored == rows.index[:, B.EAT]).all(1)
+    assert (eat | (stored == rows.index[:, B.PASS]).all(1)).all()
     r = mushroom_rewards(edible[idx], eat, lucky)
-    assert torch.equal(sp.rbuf[1, :30], r)
+    assert torch.equal(pop.buf_reward[1, :30], r)
     realised, expected = step_regrets(edible[idx], eat, lucky)
     assert pop.cum_regret[1].item() == pytest.approx(realised.sum().item())
     assert pop.cum_expected[1].item() == pytest.approx(expected.sum().item())
     # both members of seed 5 faced the same mushrooms
-    assert torch.equal(sp.xbuf[0, :30, : ctx.shape[1]], sp.xbuf[1, :30, : ctx.shape[1]])
-
-
-# --------------------------------------------------------------------------------------------
-# Hand-written forward and backward
-# --------------------------------------------------------------------------------------------
-
-
-def _autograd_forward(layout: MLPLayout, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    h = x
-    views = layout.views(w)
-    for i, v in enumerate(views):
-        z = torch.bmm(h, v)
-        if i < len(views) - 1:
-            h = torch.cat([z.relu(), torch.ones(*z.shape[:2], 1, dtype=z.dtype)], -1)
-    return z
-
-
-def test_mlp_forward_backward_match_autograd():
-    torch.manual_seed(1)
-    layout = MLPLayout(7, [5, 4, 3], 1)
-    w = torch.randn(3, layout.size, dtype=torch.float64)
-    x = torch.randn(3, 6, 8, dtype=torch.float64)
-    x[..., -1] = 1.0
-    acts = mlp_forward(layout, w, x)
-    dout = torch.randn(3, 6, 1, dtype=torch.float64)
-    grad = mlp_backward(layout, w, acts, dout, torch.zeros_like(w))
-    wa = w.clone().requires_grad_()
-    out = _autograd_forward(layout, wa, x)
-    torch.testing.assert_close(acts.out, out.detach())
-    (out * dout).sum().backward()
-    torch.testing.assert_close(grad, wa.grad)
-
-
-@pytest.mark.parametrize("agent,prior", [("bbb", "gaussian"), ("bbb", "mixture"), ("greedy", "gaussian")])
-def test_population_gradients_match_autograd_loss(agent, prior):
-    """BBB: mean Gaussian NLL + kl_scale * KL / N (closed form for the Gaussian prior, the paper's
-    Monte Carlo log q(w) - log p(w) for the scale mixture); greedy: mean squared error / 2."""
-    from bbb.distributions import ScaleMixturePrior
-
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(agents=(agent,), seeds=(0, 1), noise_sigma=2.0, prior=prior, prior_sigma=0.7,
-                    pi=0.3, sigma1=1.0, sigma2=0.05, sigma_init=0.1, kl_scale=0.5)
-    pop = Population(cfg, [(agent, 0), (agent, 1)], ctx, edible)
-    pop._ensure_env(20)
-    cfg.updates_per_step = 0
-    for t in range(12):
-        pop._act_and_learn(t)
-    sp = pop.subpops[0][1]
-    p, s = sp.size, sp.layout.size
-    idx = torch.randint(0, 12, (p, cfg.batch_size))
-    eps = torch.randn(p, s) if sp.bayesian else None
-    sp.compute_grads(idx, eps, 12)
-    mu = sp.mu.detach().clone().requires_grad_()
-    x = sp.xbuf[torch.arange(p)[:, None], idx]
-    y = sp.rbuf.gather(1, idx)
-    if sp.bayesian:
-        log_sigma = sp.log_sigma.detach().clone().requires_grad_()
-        w = mu + log_sigma.exp() * eps
-    else:
-        w = mu
-    f = _autograd_forward(sp.layout, w, x).squeeze(-1)
-    if sp.bayesian:
-        nll = ((f - y) ** 2 / (2 * cfg.noise_sigma**2)).mean(1).sum()
-        sig = log_sigma.exp()
-        if prior == "gaussian":
-            s0 = cfg.prior_sigma
-            kl = (0.5 * ((sig / s0) ** 2 + (mu / s0) ** 2) - torch.log(sig / s0) - 0.5).sum()
-            torch.testing.assert_close(sp.kl(), (0.5 * ((sig / s0) ** 2 + (mu / s0) ** 2)
-                                                 - torch.log(sig / s0) - 0.5).sum(1).detach())
-        else:
-            log_q = -log_sigma - 0.5 * math.log(2 * math.pi) - 0.5 * eps * eps
-            kl = (log_q - ScaleMixturePrior(0.3, 1.0, 0.05).log_prob(w)).sum()
-            assert torch.isfinite(sp.kl()).all()
-        (nll + 0.5 * kl / 12).backward()
-        torch.testing.assert_close(sp.log_sigma.grad, log_sigma.grad, rtol=1e-4, atol=1e-6)
-    else:
-        (0.5 * (f - y) ** 2).mean(1).sum().backward()
-    torch.testing.assert_close(sp.mu.grad, mu.grad, rtol=1e-4, atol=1e-6)
+    assert torch.equal(pop.buf_index[0, :30, :-1], pop.buf_index[1, :30, :-1])
 
 
 def test_kl_data_size_modes():
     ctx, edible = _tiny_data()
     sizes = {}
-    for mode in ("fill", "capacity", "seen"):
+    for mode in ("buffer", "seen"):
         pop = Population(_tiny_cfg(kl_data=mode), [("bbb", 0)], ctx, edible)
         sizes[mode] = [pop.kl_data_size(t) for t in (1, 10, 32, 100)]
-    assert sizes == {"fill": [1, 10, 32, 32], "capacity": [32] * 4, "seen": [1, 10, 32, 100]}
+    assert sizes == {"buffer": [1, 10, 32, 32], "seen": [1, 10, 32, 100]}
 
 
 # --------------------------------------------------------------------------------------------
-# Population independence
+# Members train exactly as the same BayesMLP alone
 # --------------------------------------------------------------------------------------------
 
 
-def test_batched_population_equals_members_run_alone():
+class _Eps(SampleProvider):
+    """Feeds a BayesMLP the given noise per (layer, parameter) (the plain autograd path)."""
+
+    def __init__(self, net, eps):
+        self.eps = {(id(layer), n): e for layer, d in zip(net.layers, eps) for n, e in d.items()}
+
+    def draw(self, module, name, k):
+        mu, rho = getattr(module, f"{name}_mu"), getattr(module, f"{name}_rho")
+        e = self.eps[(id(module), name)]
+        return mu, e, torch.addcmul(mu, softplus(rho), e)
+
+
+def _member_noise(pop: Population, counter: int) -> list[list[dict[str, torch.Tensor]]]:
+    """The engine's noise of update ``counter``, cut per Bayesian member and layer, in the
+    BayesMLP's shapes."""
+    layout = Layout(pop.net.bayes)
+    flat = normal(layout.numel, pop.noise_seed, counter).view(1, -1)
+    out = [[{} for _ in pop.net.bayes] for _ in range(pop.num_bayesian)]
+    for slot in layout.slots:
+        i = list(pop.net.bayes).index(slot.module)
+        view = slot.view(flat)[0]
+        for j in range(pop.num_bayesian):
+            out[j][i][slot.name] = view[j].T if slot.name == "weight" else view[j]
+    return out
+
+
+@pytest.mark.parametrize("optimizer,prior,weighting", [("adam", "gaussian", "uniform"),
+                                                       ("sgd", "mixture", "blundell"),
+                                                       ("adam", "mixture", "blundell")])
+def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prior, weighting):
+    """Same start, minibatches, noise and optimiser: after 6 updates each member of the batched
+    population has the parameters of a BayesMLP trained alone on the plain autograd path
+    (bbb.ELBO, torch.optim); the deterministic members as the same network in mean mode
+    trained on the likelihood alone."""
     ctx, edible = _tiny_data()
     members = [("bbb", 0), ("greedy", 1), ("egreedy_0.05", 2), ("bbb", 3)]
-    cfg = _tiny_cfg(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3))
-    full = Population(cfg, members, ctx, edible)
-    full._ensure_env(40)
-    cfg.updates_per_step = 0
-    for t in range(20):  # fill the buffers by acting
-        full._act_and_learn(t)
+    cfg = _tiny_cfg(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3), optimizer=optimizer,
+                    lr=0.02 if optimizer == "sgd" else 0.01, prior=prior, prior_sigma=0.7, pi=0.3, sigma2=0.05,
+                    sigma_init=0.1, noise_sigma=2.0, kl_scale=0.5, kl_weighting=weighting, updates_per_step=3)
+    pop = _filled(cfg, members, ctx, edible)
+    assert [m.agent.name for m in pop.members] == ["bbb", "bbb", "greedy", "egreedy_0.05"]
+    nets = [pop.net.member(j) for j in range(4)]
+    opts = [torch.optim.Adam(n.parameters(), lr=cfg.lr) if optimizer == "adam" else
+            torch.optim.SGD(n.parameters(), lr=cfg.lr) for n in nets]
+    elbos = [ELBO(n, Gaussian(cfg.noise_sigma), num_batches=3, kl_weighting=weighting, beta=cfg.kl_scale)
+             for n in nets]
     g = torch.Generator().manual_seed(0)
-    idx = [torch.randint(0, 20, (4, cfg.batch_size), generator=g) for _ in range(4)]
-    eps = [torch.randn(2, full.layout.size, generator=g) for _ in range(4)]
-    alone = []
-    for j, (agent, seed) in enumerate(members):
-        # the member on its own, with its buffer, minibatches and noise from the population
-        sp, k = full.member_slot(j)
-        pop1 = Population(cfg, [(agent, seed)], ctx, edible)
-        sp1 = pop1.subpops[0][1]
-        sp1.xbuf.copy_(sp.xbuf[k:k + 1])
-        sp1.rbuf.copy_(sp.rbuf[k:k + 1])
-        torch.testing.assert_close(sp1.mu, sp.mu[k:k + 1])
-        for u in range(4):
-            pop1.update(20, idx=idx[u][j:j + 1], eps=eps[u][k:k + 1] if sp.bayesian else None)
-        alone.append(sp1)
-    for u in range(4):
-        full.update(20, idx=idx[u], eps=eps[u])
-    for j in range(len(members)):
-        sp, k = full.member_slot(j)
-        torch.testing.assert_close(sp.mu[k:k + 1], alone[j].mu, rtol=1e-5, atol=1e-6)
-        if sp.bayesian:
-            torch.testing.assert_close(sp.log_sigma[k:k + 1], alone[j].log_sigma, rtol=1e-5, atol=1e-6)
-        assert not torch.equal(sp.mu[k:k + 1], Population(cfg, [members[j]], ctx, edible).subpops[0][1].mu)
+    b = cfg.batch_size
+    for u in range(6):
+        idx = torch.randint(0, 20, (4, b), generator=g)
+        eps = _member_noise(pop, u)
+        num_data = 20 + u
+        pop.update(20, num_data, u % 3, idx=idx)
+        for j, (net, opt, elbo) in enumerate(zip(nets, opts, elbos)):
+            x = OneHot(pop.buf_index[j, idx[j]], pop.num_features).to_dense()
+            y = pop.buf_reward[j, idx[j]].unsqueeze(-1)
+            opt.zero_grad()
+            if j < pop.num_bayesian:
+                with providing_samples(_Eps(net, eps[j])):
+                    out = elbo(x, y, kl_weight=elbo.kl_weight(u % 3) * 3 * b / num_data)
+                (out.loss / b).backward()
+            else:
+                with sampling(net, "mean"):
+                    (-elbo.likelihood.log_prob(net(x), y).sum() / b).backward()
+            opt.step()
+    for j, net in enumerate(nets):
+        got = pop.net.member(j)
+        for (name, a), e in zip(got.named_parameters(), net.parameters()):
+            if j >= pop.num_bayesian and name.endswith("rho"):
+                continue
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5, msg=f"member {j} {name}")
+
+
+def test_training_noise_is_fresh_for_every_update_and_a_run_reproducible_from_its_seed():
+    ctx, edible = _tiny_data()
+    cfg = _tiny_cfg(agents=("bbb", "greedy"), seeds=(0,), updates_per_step=1)
+    pop = _filled(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
+    seen = []
+    for _ in range(2):
+        layer = pop.net.bayes[0]
+        with pop.engine.sampling():
+            w = layer.sample()[0].detach().clone()
+        seen.append((w - layer.weight_mu.detach()) / softplus(layer.weight_rho.detach()))
+        pop.update(20, 20, 0)
+    assert not torch.allclose(seen[0], seen[1], atol=0.1)
+    assert torch.allclose(seen[0].flatten(), _member_noise_flat(pop, 0), atol=1e-4)
+
+    def run(train_seed):
+        p = Population(_tiny_cfg(steps=40), [("bbb", 0), ("greedy", 0), ("bbb", 1)], ctx, edible,
+                       train_seed=train_seed)
+        p.run(40)
+        return p
+
+    a, b, c = run(0), run(0), run(1)
+    assert torch.equal(a.cum_regret, b.cum_regret)
+    for x, y in zip(a.net.parameters(), b.net.parameters()):
+        assert torch.equal(x, y)
+    assert not torch.equal(a.net.bayes[0].weight_mu, c.net.bayes[0].weight_mu)
+
+
+def _member_noise_flat(pop: Population, counter: int) -> torch.Tensor:
+    layout = Layout(pop.net.bayes)
+    slot = layout.slots[0]
+    return slot.view(normal(layout.numel, pop.noise_seed, counter).view(1, -1))[0].flatten()
 
 
 def test_initial_weights_depend_on_the_seed_only():
     ctx, edible = _tiny_data()
-    cfg = _tiny_cfg()
-    pop = Population(cfg, [("bbb", 0), ("greedy", 0), ("greedy", 1)], ctx, edible)
-    det = pop.subpops[0][1]
-    bbb = pop.subpops[1][1]
-    assert torch.equal(det.mu[0], bbb.mu[0])
-    assert not torch.equal(det.mu[0], det.mu[1])
+    pop = Population(_tiny_cfg(), [("bbb", 0), ("greedy", 0), ("greedy", 1)], ctx, edible)
+    assert torch.equal(pop.net.bayes[0].weight_mu[0], pop.net.det[0].weight[0])
+    assert not torch.equal(pop.net.det[0].weight[0], pop.net.det[0].weight[1])
+    assert softplus(pop.net.bayes[0].weight_rho).sub(0.05).abs().max() < 1e-6
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,7 +264,7 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
     ctx, edible = _tiny_data()
     out = tmp_path / "bandit"
     res = run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
-    assert set(res["files"]) >= {"regret.csv", "summary.csv", "regret.png", "config.json"}
+    assert set(res["files"]) >= {"regret.csv", "summary.csv", "summary.json", "regret.png", "config.json"}
     rows = _read_csv(out / "regret.csv")
     assert list(rows[0]) == B.REGRET_COLUMNS
     assert len(rows) == 3 * 4 * 2  # log points x agents x seeds
@@ -263,10 +275,15 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
     assert [s["agent"] for s in summary] == ["bbb", "greedy", "egreedy_0.01", "egreedy_0.05"]
     assert all(int(s["steps"]) == 120 and int(s["seeds"]) == 2 for s in summary)
     final = {(r["agent"], r["seed"]): float(r["cumulative_regret"]) for r in rows if r["step"] == "120"}
+    late = {(r["agent"], r["seed"]): float(r["cumulative_expected_regret"]) for r in rows if r["step"] == "120"}
     for s in summary:
         vals = [v for (a, _), v in final.items() if a == s["agent"]]
         assert float(s["final_regret_mean"]) == pytest.approx(sum(vals) / 2, rel=1e-4)
+        # fewer steps than the late window: the rate over the whole run
+        rate = sum(v for (a, _), v in late.items() if a == s["agent"]) / 2 / 120
+        assert float(s["expected_regret_per_step_late"]) == pytest.approx(rate, rel=1e-4)
     assert json.loads((out / "config.json").read_text())["steps"] == 120
+    assert [a["agent"] for a in json.loads((out / "summary.json").read_text())["agents"]] == list(B.DEFAULT_AGENTS)
     assert (out / "checkpoint" / "worker0.pt").exists()
 
     # a longer run in the same folder continues from the checkpoint
@@ -281,10 +298,21 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         run_bandit(_tiny_cfg(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
 
 
-def test_a_stopped_population_saves_and_resumes_where_it_stopped(tmp_path):
-    """A worker whose parent died (``stop`` answers True) checkpoints and returns False."""
+def test_late_regret_rate_uses_the_last_window():
+    from bbb.experiments.bandit.running import _late_rate
+
+    steps = list(range(5_000, 30_001, 5_000))
+    expected = torch.tensor([1000.0, 1500.0, 2000.0, 2300.0, 2600.0, 2900.0])
+    assert _late_rate(steps, expected) == pytest.approx(600 / 10_000)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
+    """A run stopped after 25 steps (Ctrl-C, SIGTERM, a dead parent) checkpoints and returns
+    False; resumed, it ends with the state of a run never stopped."""
     ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(steps=60, agents=("bbb", "greedy"), seeds=(0,))
+    cfg = _tiny_cfg(steps=60, agents=("bbb", "greedy"), seeds=(0,), optimizer=optimizer, lr=0.01,
+                    kl_data="seen", kl_weighting="blundell")
     members = [("bbb", 0), ("greedy", 0)]
     ck = tmp_path / "w.pt"
     calls = iter(range(100))
@@ -296,53 +324,16 @@ def test_a_stopped_population_saves_and_resumes_where_it_stopped(tmp_path):
     assert resumed.run(60, ck) is True
     whole = Population(cfg, members, ctx, edible)
     whole.run(60)
-    torch.testing.assert_close(resumed.cum_regret, whole.cum_regret)
-
-
-def test_bbb_members_can_have_their_own_optimiser(tmp_path):
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(agents=("bbb", "greedy"), seeds=(0,), bbb_optimizer="sgd", bbb_lr=0.05)
-    pop = Population(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
-    pop._ensure_env(20)
-    cfg.updates_per_step = 0
-    for t in range(12):
-        pop._act_and_learn(t)
-    det, bay = pop.subpops[0][1], pop.subpops[1][1]
-    assert [type(o).__name__ for o in pop.opts] == ["FlatAdam", "FlatSGD"]
-    mu0, ls0, det0 = bay.mu.clone(), bay.log_sigma.clone(), det.mu.clone()
-    idx = torch.randint(0, 12, (2, cfg.batch_size))
-    eps = torch.randn(1, bay.layout.size)
-    pop.update(12, idx=idx, eps=eps)
-    # plain SGD on the BBB member: a step of exactly -lr * grad
-    torch.testing.assert_close(bay.mu, mu0 - 0.05 * bay.mu.grad)
-    torch.testing.assert_close(bay.log_sigma, ls0 - 0.05 * bay.log_sigma.grad)
-    # Adam (lr 1e-3) on the greedy member: the first step moves each weight by about lr
-    moved = (det.mu - det0).abs()
-    assert moved.max() <= 1.01e-3 and moved.max() > 0.9e-3
-    ck = tmp_path / "w.pt"
-    pop.save(ck)
-    again = Population(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
-    assert again.load(ck)
-    with pytest.raises(UserError, match="bbb-optimizer"):
-        _tiny_cfg(bbb_optimizer="rmsprop").validate()
-
-
-def test_checkpoints_from_before_the_optimiser_options_still_resume(tmp_path):
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(agents=("bbb",), seeds=(0,), steps=20)
-    pop = Population(cfg, [("bbb", 0)], ctx, edible)
-    pop.run(20)
-    st = pop.state()
-    for k in ("bbb_optimizer", "bbb_lr"):
-        del st["key"][k]
-    del st["opts_extra"]
-    ck = tmp_path / "old.pt"
-    torch.save(st, ck)
-    again = Population(cfg, [("bbb", 0)], ctx, edible)
-    assert again.load(ck) and again.step == 20
+    assert torch.equal(resumed.cum_regret, whole.cum_regret)
+    for a, b in zip(resumed.net.parameters(), whole.net.parameters()):
+        assert torch.equal(a, b)
     with pytest.raises(UserError, match="other settings"):
-        Population(_tiny_cfg(agents=("bbb",), seeds=(0,), steps=20, bbb_optimizer="sgd"),
-                   [("bbb", 0)], ctx, edible).load(ck)
+        Population(_tiny_cfg(steps=60, agents=("bbb", "greedy"), seeds=(0,)), members, ctx, edible).load(ck)
+    st = torch.load(ck, weights_only=True)
+    st["format"] = 1
+    torch.save(st, ck)
+    with pytest.raises(UserError, match="another version"):
+        Population(cfg, members, ctx, edible).load(ck)
 
 
 def test_two_workers_run_and_merge(tmp_path):
@@ -356,6 +347,88 @@ def test_plot_regret_handles_zero_regret(tmp_path):
     rows = [{"step": s, "agent": "bbb", "seed": 0, "cumulative_regret": 0.0,
              "cumulative_expected_regret": 0.0} for s in (1, 2)]
     assert B.plot_regret(rows, tmp_path / "r.png").stat().st_size > 0
+
+
+# --------------------------------------------------------------------------------------------
+# SIGTERM through the command line, Ctrl-C in process
+# --------------------------------------------------------------------------------------------
+
+CHILD = r"""
+import dataclasses, sys, torch
+import bbb.data
+import bbb.experiments.bandit.command as C
+from bbb.cli.entry import main
+g = torch.Generator().manual_seed(0)
+attr = torch.randint(0, 3, (40, 3), generator=g)
+ctx = torch.zeros(40, 9)
+ctx[torch.arange(40).unsqueeze(1), attr + 3 * torch.arange(3)] = 1.0
+bbb.data.load_mushroom = lambda *a, **k: (ctx, attr[:, 0] != 0)
+plain = C.config_from_args
+C.config_from_args = lambda a: dataclasses.replace(plain(a), progress_every=0.0)  # a line every step
+sys.exit(main(sys.argv[1:]))
+"""
+
+ARGS = ["bandit", "--steps", "200", "--seeds", "0", "1", "--agents", "bbb", "greedy", "--hidden", "8", "6",
+        "--updates-per-step", "2", "--batch-size", "8", "--buffer", "32", "--log-every", "10", "--device", "cpu"]
+
+
+def _child(out: Path) -> subprocess.Popen:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", CHILD, *ARGS, "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _stop_at(p: subprocess.Popen, step: int, sig: int) -> tuple[int, str]:
+    """Send ``sig`` once the child reports ``step`` or later; its exit code and stderr."""
+    for line in p.stdout:
+        if line.startswith("bandit: step ") and int(line.split()[2].split("/")[0]) >= step:
+            p.send_signal(sig)
+            break
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err
+
+
+def test_sigterm_saves_says_what_was_kept_and_the_same_command_resumes_exactly(tmp_path):
+    ref = _child(tmp_path / "ref")
+    assert ref.wait(timeout=300) == 0, ref.stderr.read()
+    out = tmp_path / "stopped"
+    rc, err = _stop_at(_child(out), 60, signal.SIGTERM)
+    lines = err.strip().splitlines()
+    assert rc == 130 and len(lines) == 1, err
+    assert "stopped by SIGTERM at step" in lines[0] and "worker0.pt" in lines[0] and "resume" in lines[0]
+    assert 60 <= int(lines[0].split("at step ")[1].split()[0]) < 200
+    last = _child(out)
+    assert last.wait(timeout=300) == 0, last.stderr.read()
+    assert (out / "regret.csv").read_bytes() == (tmp_path / "ref" / "regret.csv").read_bytes()
+    drop = [c for c in B.SUMMARY_COLUMNS if c != "seconds"]
+    assert [[r[c] for c in drop] for r in _read_csv(out / "summary.csv")] == \
+        [[r[c] for c in drop] for r in _read_csv(tmp_path / "ref" / "summary.csv")]
+
+
+def test_ctrl_c_stops_after_the_current_step_and_resumes_exactly(tmp_path, monkeypatch):
+    """SIGINT while run_bandit runs: the step finishes, the checkpoint is saved, the one-line
+    TrainingInterrupted names what was kept; the same call resumes to the uninterrupted result."""
+    from bbb.runs import TrainingInterrupted
+
+    ctx, edible = _tiny_data()
+    cfg = _tiny_cfg(steps=80, agents=("bbb", "greedy"), log_every=10)
+    whole = run_bandit(cfg, contexts=ctx, edible=edible)
+    act = Population._act_and_learn
+
+    def act_then_interrupt(self, t):
+        act(self, t)
+        if t == 30:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(Population, "_act_and_learn", act_then_interrupt)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(TrainingInterrupted, match="stopped by SIGINT at step 31 of 80; kept") as e:
+        run_bandit(cfg, contexts=ctx, edible=edible, out=str(tmp_path))
+    assert signal.getsignal(signal.SIGINT) is before and "worker0.pt" in str(e.value)
+    monkeypatch.setattr(Population, "_act_and_learn", act)
+    resumed = run_bandit(cfg, contexts=ctx, edible=edible, out=str(tmp_path))
+    assert resumed["regret_rows"] == whole["regret_rows"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,7 +451,9 @@ def test_agent_names():
 @pytest.mark.parametrize("kw", [dict(steps=0), dict(seeds=(0, 0)), dict(seeds=()), dict(lr=-1.0),
                                 dict(batch_size=0), dict(buffer=0), dict(hidden=()), dict(agents=("bbb", "bbb")),
                                 dict(noise_sigma=0.0), dict(seeds=(-1,)), dict(device="tpu"),
-                                dict(prior="laplace"), dict(pi=1.0), dict(kl_data="all"), dict(kl_scale=0.0)])
+                                dict(prior="laplace"), dict(pi=1.0), dict(kl_data="fill"), dict(kl_scale=0.0),
+                                dict(optimizer="rmsprop"), dict(kl_weighting="linear"), dict(sigma_init=float("nan")),
+                                dict(lr=float("inf"))])
 def test_bad_settings_raise_user_error(kw):
     ctx, edible = _tiny_data()
     with pytest.raises(UserError):
@@ -397,15 +472,22 @@ def test_cli_parser_and_errors(tmp_path, capsys, monkeypatch):
     parser = argparse.ArgumentParser()
     B.add_arguments(parser)
     assert "Example" in (parser.epilog or "")
-    args = parser.parse_args(["--out", str(tmp_path), "--seed", "3", "--steps", "5", "--quiet",
-                              "--data-dir", str(tmp_path), "--device", "cpu"])
+    args = parser.parse_args(["--out", str(tmp_path), "--seeds", "3", "--steps", "5", "--quiet",
+                              "--data-dir", str(tmp_path), "--device", "cpu", "--optimizer", "sgd",
+                              "--kl-data", "seen", "--kl-weighting", "blundell", "--prior", "mixture"])
     cfg = B.config_from_args(args)
     assert cfg.seeds == (3,) and cfg.steps == 5 and cfg.quiet and cfg.data_dir == str(tmp_path)
+    assert (cfg.optimizer, cfg.kl_data, cfg.kl_weighting, cfg.prior) == ("sgd", "seen", "blundell", "mixture")
     cli = pytest.importorskip("bbb.cli")
-    rc = cli.main(["bandit", "--out", str(tmp_path / "x"), "--steps", "0"])
-    assert rc == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "steps" in err[0]
+    for argv, word in ((["--steps", "0"], "steps"), (["--optimizer", "rmsprop"], "optimizer"),
+                       (["--kl-data", "fill"], "kl-data"), (["--lr", "nan"], "lr")):
+        try:
+            rc = cli.main(["bandit", "--out", str(tmp_path / "x"), *argv])
+        except SystemExit as e:  # argparse's own one-line error (choices)
+            rc = e.code
+        assert rc == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and word in err[0], err
     # a data problem is a one-line error too
     import bbb.data
     from bbb.errors import DataError

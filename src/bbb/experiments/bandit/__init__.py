@@ -6,42 +6,41 @@ not eaten 0. The oracle eats exactly the edible mushrooms. Regret = oracle rewar
 reward, summed over steps; the *expected* regret counts 15 for eating a poisonous mushroom
 (its expected reward is -15) and 5 for passing an edible one.
 
-Agents (all on the same network: input = the 117-d one-hot context and a one-of-2 action code,
-two hidden layers of 100 ReLU units, one output = the expected reward of the pair):
+Agents, all on the same network (input = the 117-d one-hot context and a one-of-2 action code,
+two hidden layers of 100 ReLU units, one output = the expected reward of the pair), the same
+likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same optimiser
+(``--optimizer adam|sgd``, ``--lr``):
 
-* ``bbb``: Thompson sampling; the weights are sampled twice per decision and the two reward
-  predictions averaged (as in the paper). Trained on the variational free energy of the replay
-  buffer: a Gaussian likelihood on rewards with noise sigma ``--noise-sigma`` plus the KL to
-  the prior (closed form for the Gaussian prior, the paper's Monte Carlo estimate for
-  ``--prior mixture``), weighted ``kl_scale / N`` per example. N is the buffer's current fill
-  by default (the buffer is the data set; ``--kl-data`` offers its capacity or every
-  interaction seen). Per minibatch of B the loss is the mean NLL + kl_scale * KL / N.
-
-  ``kl_scale`` defaults to 0.01, a tempered posterior, and is **not** the paper's (the paper
-  gives no bandit loss; docs/notes.md has the measurements behind the default).
-  ``--bbb-optimizer sgd`` (with ``--bbb-lr``) gives the BBB members plain SGD, as public
-  reproductions do.
-* ``greedy`` and ``egreedy_<eps>``: deterministic networks trained on squared loss that pick
-  the best predicted action, or a uniformly random action with probability eps.
+* ``bbb``: Thompson sampling; the weights are sampled ``--decision-samples`` times (the paper:
+  2) per decision and the reward predictions averaged. The posterior is the library's diagonal
+  Gaussian N(mu, softplus(rho)^2), starting at sigma ``--sigma-init``; the loss of one update is
+  the negative ELBO of :class:`bbb.ELBO` per example: the minibatch's mean negative
+  log-likelihood plus ``kl_scale * pi_i * U / N`` times the KL to the prior (``--prior
+  gaussian``: closed form; ``mixture``: the paper's Monte Carlo estimate), where N is the
+  number of interactions seen or the buffer's fill (``--kl-data``) and pi_i the weight of the
+  i-th of the U updates after an interaction (``--kl-weighting uniform``: 1/U, i.e. KL / N per
+  example; ``blundell``: 2^(U-i)/(2^U-1)).
+* ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
+  no KL) trained on the same likelihood; they pick the best predicted action, or a uniformly
+  random action with probability eps.
 
 Protocol (defaults = the paper): a buffer of the 4096 latest interactions, after each
-interaction 64 Adam updates on minibatches of 64 drawn from it, 50,000 interactions, 5 seeds.
+interaction 64 updates on minibatches of 64 drawn from it, 50,000 interactions, 5 seeds.
 
-Speed: every agent and seed runs as one batched *population*; each tensor has a leading member
-dimension, the forward and backward passes are written by hand with ``torch.bmm`` (no
-autograd), and one fused Adam call updates every member (Adam is elementwise, so members stay
-independent). ``--workers`` splits the population over processes (one thread each), which
-degrades far more gracefully on a shared CPU than intra-op threads. Subnormal floats are
-flushed to zero while the population trains (Adam's decaying first moments otherwise slow
-every update down).
+The population: every agent and seed of one process is a member of one
+:class:`bbb.nn.BayesPopulation` (a leading member dimension on every parameter; the one-hot
+inputs go through the first layer as sums of rows), so one batched forward and backward pass
+updates them all. The BBB members train through :class:`bbb.Engine` (sampling, KL gradient
+and Adam/SGD in one fused, compiled kernel; counter-based noise, fresh for every update), the
+deterministic members through ``torch.optim``'s fused Adam/SGD. ``--workers`` splits the
+population over processes (one thread each).
 
 Common random numbers: the mushroom sequence and the poisonous coin flips depend on the seed
 only, and so do the initial weights, so every agent of seed s faces the same mushrooms from
 the same starting network.
 
-Training noise: the reparameterisation noise of the 64 updates per step comes from a bank of
-N(0, 1) draws read at a random offset and redrawn every 1024 updates (``--exact-noise`` draws
-fresh noise per update instead). The two Thompson samples per decision read the same bank.
+Stopping: Ctrl-C or SIGTERM stops every worker after its current step and saves its
+checkpoint (as does the periodic save every 5 minutes); the same command resumes exactly.
 """
 
 from __future__ import annotations
@@ -54,11 +53,12 @@ from .command import (  # noqa: F401
     main,
 )
 from .config import (  # noqa: F401
-    BANK_REFRESH,
+    CHECKPOINT_FORMAT,
     DEFAULT_AGENTS,
     EAT,
     ENV_CHUNK,
     EXPECTED_POISON,
+    LATE_WINDOW,
     NUM_ACTIONS,
     PASS,
     REGRET_COLUMNS,
@@ -78,35 +78,26 @@ from .env import (  # noqa: F401
     oracle_rewards,
     step_regrets,
 )
-from .mlp import (  # noqa: F401
-    KEY_DEFAULTS,
-    FlatAdam,
-    FlatSGD,
-    MLPLayout,
-    Workspace,
-    mlp_backward,
-    mlp_forward,
-)
 from .plot import (  # noqa: F401
     plot_regret,
 )
 from .population import (  # noqa: F401
     Population,
     fmt_seconds,
+    member_order,
 )
 from .running import (  # noqa: F401
+    StopRequest,
     cpu_name,
     run_bandit,
     split_members,
+    stopping_on_signals,
 )
 
 __all__ = [
     "BanditConfig",
     "Agent",
     "parse_agent",
-    "MLPLayout",
-    "mlp_forward",
-    "mlp_backward",
     "mushroom_rewards",
     "oracle_rewards",
     "expected_rewards",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
-from ...options import OptimizerKind, PriorKind, values
+from ...options import KLData, KLWeighting, OptimizerKind, PriorKind, values
 from .config import BanditConfig
 from .running import run_bandit
 
@@ -18,8 +18,9 @@ EXAMPLE = (
 DESCRIPTION = (
     "Contextual bandit on UCI Mushroom (section 5.3, Fig. 6): Thompson sampling with a BBB "
     "network vs greedy and epsilon-greedy networks, all agents and seeds trained as one batched "
-    "population. Writes regret.csv, summary.csv, regret.png and config.json to --out; a "
-    "checkpoint under --out/checkpoint lets an interrupted run resume with the same command."
+    "population (bbb.nn.BayesPopulation) with the same recipe. Writes regret.csv, summary.csv, "
+    "summary.json, regret.png and config.json to --out; a checkpoint under --out/checkpoint (saved "
+    "every 5 minutes and on Ctrl-C or SIGTERM) lets an interrupted run resume with the same command."
 )
 
 
@@ -41,35 +42,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"replay buffer: the latest N interactions (default {d.buffer})")
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden),
                         help="hidden layer widths (default: 100 100)")
-    parser.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
-    parser.add_argument("--bbb-optimizer", choices=values(OptimizerKind), default=d.bbb_optimizer,
-                        help="BBB: optimiser of the BBB members (default adam; sgd keeps the sigmas of "
-                             "weights the data does not reach near their initial value)")
-    parser.add_argument("--bbb-lr", type=float, default=d.bbb_lr,
-                        help="BBB: learning rate of the BBB members (default: --lr)")
+    parser.add_argument("--optimizer", choices=values(OptimizerKind), default=d.optimizer,
+                        help=f"every agent's optimiser: adam, or sgd (plain gradient steps, the paper's eqs. 5-6; "
+                             f"default {d.optimizer})")
+    parser.add_argument("--lr", type=float, default=d.lr, help=f"learning rate of every agent (default {d.lr:g})")
     parser.add_argument("--noise-sigma", type=float, default=d.noise_sigma,
-                        help=f"BBB: std of the Gaussian reward likelihood (default {d.noise_sigma:g})")
+                        help=f"std of the Gaussian reward likelihood of every agent (default {d.noise_sigma:g})")
     parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
-                        help="BBB prior: gaussian (closed-form KL) or the paper's scale mixture (Monte Carlo KL)")
+                        help="BBB prior: gaussian (closed-form KL) or the paper's scale mixture (Monte Carlo KL; "
+                             f"default {d.prior})")
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
                         help=f"BBB: std of the Gaussian prior on every weight (default {d.prior_sigma:g})")
     parser.add_argument("--pi", type=float, default=d.pi, help=f"BBB mixture prior weight (default {d.pi:g})")
     parser.add_argument("--sigma1", type=float, default=d.sigma1,
                         help=f"BBB mixture prior std 1 (default {d.sigma1:g})")
     parser.add_argument("--sigma2", type=float, default=d.sigma2, help="BBB mixture prior std 2 (default e^-6)")
-    parser.add_argument("--kl-data", choices=["fill", "capacity", "seen"], default=d.kl_data,
-                        help="BBB: N in the KL / N weight: the buffer's current fill, its capacity, or every "
-                             f"interaction seen so far (default {d.kl_data})")
-    parser.add_argument("--kl-scale", type=float, default=d.kl_scale,
-                        help=f"BBB: multiply the KL weight by this (< 1 tempers the posterior; default {d.kl_scale:g})")
     parser.add_argument("--sigma-init", type=float, default=d.sigma_init,
-                        help=f"BBB: initial posterior std of every weight (default {d.sigma_init:g})")
+                        help=f"BBB: initial posterior std softplus(rho) of every weight (default {d.sigma_init:g})")
+    parser.add_argument("--kl-scale", type=float, default=d.kl_scale,
+                        help=f"BBB: multiply the KL by this (< 1 tempers the posterior; default {d.kl_scale:g})")
+    parser.add_argument("--kl-data", choices=values(KLData), default=d.kl_data,
+                        help="BBB: N of the KL / N weight: every interaction seen so far, or the buffer's fill "
+                             f"(its capacity once full; default {d.kl_data})")
+    parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting,
+                        help="BBB: the KL's split over the updates of one interaction: uniform, or blundell "
+                             f"(2^(U-i)/(2^U-1), the paper's eq. 9; default {d.kl_weighting})")
     parser.add_argument("--decision-samples", type=int, default=d.decision_samples,
                         help=f"BBB: weight samples averaged per decision (default {d.decision_samples})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
                         help=f"write regret.csv rows every N steps (default {d.log_every})")
-    parser.add_argument("--exact-noise", action="store_true",
-                        help="draw fresh weight noise for every update (slower) instead of the noise bank")
     parser.add_argument("--workers", type=int, default=d.workers,
                         help="processes to split the population over (default 1; 2 uses both cores of a 2-core CPU)")
     add_threads(parser, d.threads, "torch threads per worker (default 1)")
@@ -83,12 +84,12 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
     return BanditConfig(
         steps=args.steps, agents=tuple(args.agents), seeds=tuple(args.seeds),
         updates_per_step=args.updates_per_step, batch_size=args.batch_size, buffer=args.buffer,
-        hidden=tuple(args.hidden), lr=args.lr, noise_sigma=args.noise_sigma, prior=args.prior,
-        prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
-        kl_data=args.kl_data, kl_scale=args.kl_scale, bbb_optimizer=args.bbb_optimizer, bbb_lr=args.bbb_lr,
-        sigma_init=args.sigma_init, decision_samples=args.decision_samples, log_every=args.log_every,
-        exact_noise=args.exact_noise, workers=args.workers, threads=args.threads, device=args.device,
-        data_dir=args.data_dir, out=args.out, resume=not args.fresh, quiet=args.quiet)
+        hidden=tuple(args.hidden), optimizer=args.optimizer, lr=args.lr, noise_sigma=args.noise_sigma,
+        prior=args.prior, prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
+        sigma_init=args.sigma_init, kl_scale=args.kl_scale, kl_data=args.kl_data, kl_weighting=args.kl_weighting,
+        decision_samples=args.decision_samples, log_every=args.log_every, workers=args.workers,
+        threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
+        quiet=args.quiet)
 
 
 def main(args: argparse.Namespace) -> int:

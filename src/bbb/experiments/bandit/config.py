@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ...distributions import Prior, inverse_softplus
 from ...errors import UserError
-from ...options import OptimizerKind, PriorKind, choice
+from ...options import KLData, KLWeighting, OptimizerKind, PriorKind, choice, make_prior
 
 DEFAULT_AGENTS = ("bbb", "greedy", "egreedy_0.01", "egreedy_0.05")
 
@@ -37,16 +38,22 @@ NUM_ACTIONS = 2
 REGRET_COLUMNS = ["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret"]
 
 
+#: the window of the summary's late regret rate (the learner check of issue 17)
+LATE_WINDOW = 10_000
+
+
 SUMMARY_COLUMNS = [
     "agent", "steps", "seeds", "final_regret_mean", "final_regret_sd",
-    "final_expected_regret_mean", "final_expected_regret_sd", "eat_rate_last_1000", "seconds",
+    "final_expected_regret_mean", "final_expected_regret_sd", "expected_regret_per_step_late",
+    "eat_rate_last_1000", "seconds",
 ]
 
 
 ENV_CHUNK = 10_000
 
 
-BANK_REFRESH = 1024
+#: version of the checkpoint files under ``--out/checkpoint`` (1: the hand-written population)
+CHECKPOINT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -78,10 +85,13 @@ def parse_agent(name: str) -> Agent:
 
 @dataclass
 class BanditConfig:
-    """Settings of :func:`run_bandit`; the defaults are the paper's protocol.
+    """Settings of :func:`run_bandit`. The protocol's defaults are the paper's (buffer 4096, 64
+    updates of 64 per interaction, 2x100 network, 2 Thompson samples, 50,000 steps, 5 seeds).
 
-    ``noise_sigma``, the prior, ``sigma_init``, ``kl_scale`` and ``lr`` are not stated in the
-    paper; they are our choices, tuned briefly on short runs (see the module docstring).
+    The recipe (optimiser, learning rate, prior, likelihood noise, KL weighting and scale, N of
+    the KL / N weight, initial sigma) is not stated in the paper; every agent uses the same one
+    (the deterministic agents: the same network, likelihood and optimiser, without weight noise
+    or KL). ``results/bandit/SELECTION.md`` says how the defaults were chosen.
     """
 
     steps: int = 50_000
@@ -91,6 +101,7 @@ class BanditConfig:
     batch_size: int = 64
     buffer: int = 4096
     hidden: tuple[int, ...] = (100, 100)
+    optimizer: str = "adam"
     lr: float = 1e-3
     noise_sigma: float = 1.0
     prior: str = "gaussian"
@@ -99,13 +110,11 @@ class BanditConfig:
     sigma1: float = 1.0
     sigma2: float = math.exp(-6.0)
     sigma_init: float = 0.05
-    decision_samples: int = 2
-    kl_data: str = "fill"
     kl_scale: float = 0.01
-    bbb_optimizer: str = "adam"
-    bbb_lr: float | None = None
+    kl_data: str = "buffer"
+    kl_weighting: str = "uniform"
+    decision_samples: int = 2
     log_every: int = 100
-    exact_noise: bool = False
     workers: int = 1
     threads: int = 1
     device: str = "cpu"
@@ -123,18 +132,16 @@ class BanditConfig:
             low = 0 if name == "updates_per_step" else 1  # 0: act without learning
             if isinstance(v, bool) or int(v) != v or v < low:
                 raise UserError(f"{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
+        choice("optimizer", self.optimizer, OptimizerKind)
         choice("prior", self.prior, PriorKind)
+        choice("kl-data", self.kl_data, KLData)
+        choice("kl-weighting", self.kl_weighting, KLWeighting)
         if not (0.0 < self.pi < 1.0):
             raise UserError(f"pi must be in (0, 1), got {self.pi!r}")
         for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise UserError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
-        choice("bbb-optimizer", self.bbb_optimizer, OptimizerKind)
-        if self.bbb_lr is not None and not (math.isfinite(self.bbb_lr) and self.bbb_lr > 0):
-            raise UserError(f"bbb-lr must be a finite number > 0, got {self.bbb_lr!r}")
-        if self.kl_data not in ("fill", "capacity", "seen"):
-            raise UserError(f"kl-data must be fill, capacity or seen, got {self.kl_data!r}")
         if not self.agents:
             raise UserError("give at least one agent")
         if not self.seeds:
@@ -149,12 +156,20 @@ class BanditConfig:
         if not self.hidden or any(int(h) != h or h < 1 for h in self.hidden):
             raise UserError(f"hidden sizes must be positive integers, got {list(self.hidden)}")
 
+    def make_prior(self) -> Prior:
+        return make_prior(self.prior, pi=self.pi, sigma1=self.sigma1, sigma2=self.sigma2,
+                          prior_sigma=self.prior_sigma)
+
+    @property
+    def rho_init(self) -> float:
+        """rho of the initial posterior std: softplus(rho_init) = sigma_init."""
+        return float(inverse_softplus(float(self.sigma_init)))
+
     def training_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with a run that resumes it."""
-        keys = ("agents", "seeds", "updates_per_step", "batch_size", "buffer", "hidden", "lr",
-                "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "decision_samples",
-                "kl_data", "kl_scale", "bbb_optimizer", "bbb_lr", "log_every",
-                "exact_noise", "workers")
+        keys = ("agents", "seeds", "updates_per_step", "batch_size", "buffer", "hidden", "optimizer", "lr",
+                "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "kl_scale",
+                "kl_data", "kl_weighting", "decision_samples", "log_every", "workers")
         d = {k: getattr(self, k) for k in keys}
         d["agents"] = [parse_agent(a).name for a in self.agents]
         d["seeds"] = [int(s) for s in self.seeds]

@@ -1,10 +1,9 @@
-"""The population of agents: sub-populations with their replay buffers, the environment
-loop, logging and checkpoints."""
+"""The agents of one process as a single :class:`~bbb.nn.BayesPopulation`: their replay buffers,
+decisions and training updates, the interaction loop, logging and checkpoints."""
 
 from __future__ import annotations
 
-import math
-import random
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,176 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ...elbo import ELBO, Gaussian
+from ...engine import Engine, counter_noise
 from ...errors import UserError
 from ...io import atomic_torch_save
-from ...options import make_prior
-from .config import BANK_REFRESH, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, parse_agent
+from ...nn import BayesPopulation, OneHot
+from .config import CHECKPOINT_FORMAT, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, parse_agent
 from .env import env_draws, mushroom_rewards, step_regrets
-from .mlp import KEY_DEFAULTS, FlatAdam, FlatSGD, MLPLayout, Workspace, mlp_backward, mlp_forward
-
-
-class _SubPopulation:
-    """Members sharing one kind of network: ``mu`` only, or ``mu`` and ``log_sigma`` (BBB).
-
-    The BBB posterior std is parameterised as sigma = exp(log_sigma) here rather than the
-    library's softplus(rho): for the small sigmas of this task the two coincide
-    (softplus(rho) ~ exp(rho) for rho < -3), and exp with its derivative sigma is several
-    times cheaper on a CPU than softplus with its sigmoid derivative.
-    """
-
-    def __init__(self, layout: MLPLayout, seeds: Sequence[int], bayesian: bool, cfg: BanditConfig,
-                 device: torch.device) -> None:
-        self.layout = layout
-        self.bayesian = bayesian
-        self.cfg = cfg
-        p, s = len(seeds), layout.size
-        self.size = p
-        mu = torch.empty(p, s)
-        for i, seed in enumerate(seeds):  # the initial weights depend on the seed only
-            layout.init_(mu[i:i + 1], torch.Generator().manual_seed(7_777_777 + int(seed)))
-        self.mu = mu.to(device)
-        self.mu.grad = torch.zeros_like(self.mu)
-        self.params = [self.mu]
-        if bayesian:
-            self.log_sigma = torch.full((p, s), math.log(cfg.sigma_init), device=device)
-            self.log_sigma.grad = torch.zeros_like(self.log_sigma)
-            self.params.append(self.log_sigma)
-            self.kl_scale = 1.0 / cfg.prior_sigma**2
-            self.data_scale = 1.0 / (cfg.batch_size * cfg.noise_sigma**2)
-            self.grad_w = torch.zeros_like(self.mu)
-        else:
-            self.data_scale = 1.0 / cfg.batch_size
-            self.grad_w = self.mu.grad  # dL/dw is dL/dmu
-        d = layout.in_features + 1
-        self.xbuf = torch.zeros(p, cfg.buffer, d, device=device)
-        self.xbuf[..., -1] = 1.0
-        self.rbuf = torch.zeros(p, cfg.buffer, device=device)
-        self.row_offset = (torch.arange(p, device=device) * cfg.buffer).view(p, 1)
-        self.ws = Workspace()
-
-    # -- acting ---------------------------------------------------------------------------
-    def values(self, x: Tensor, num_samples: int, noise: _NoiseBank) -> Tensor:
-        """Predicted reward of every action: x (P, A, in + 1) -> (P, A).
-
-        BBB members average ``num_samples`` sampled networks; deterministic ones use mu.
-        """
-        if not self.bayesian:
-            return mlp_forward(self.layout, self.mu, x, self.ws).out.squeeze(-1)
-        p, a, d = x.shape
-        k = num_samples
-        eps = noise.draw((p, k, self.layout.size))
-        w = torch.addcmul(self.mu.unsqueeze(1), torch.exp(self.log_sigma).unsqueeze(1), eps)
-        xk = x.unsqueeze(1).expand(p, k, a, d).reshape(p * k, a, d)
-        out = mlp_forward(self.layout, w.view(p * k, -1), xk, self.ws).out
-        return out.view(p, k, a).mean(1)
-
-    def store(self, pos: int, x: Tensor, r: Tensor) -> None:
-        self.xbuf[:, pos] = x
-        self.rbuf[:, pos] = r
-
-    # -- learning -------------------------------------------------------------------------
-    def compute_grads(self, idx: Tensor, eps: Tensor | None, num_data: int) -> Tensor:
-        """Fill ``.grad`` of the parameters for one minibatch per member; returns the outputs.
-
-        ``idx`` (P, B): buffer rows; ``eps`` (P, S): weight noise (BBB); ``num_data``: buffer fill.
-        """
-        p, b = idx.shape
-        flat = (idx + self.row_offset).view(-1)
-        x = self.xbuf.view(p * self.cfg.buffer, -1).index_select(0, flat).view(p, b, -1)
-        y = self.rbuf.view(-1).index_select(0, flat).view(p, b, 1)
-        if self.bayesian:
-            assert eps is not None
-            sigma = torch.exp(self.log_sigma)
-            w = torch.addcmul(self.mu, sigma, eps)
-        else:
-            w = self.mu
-        acts = mlp_forward(self.layout, w, x, self.ws)
-        dout = (acts.out - y).mul_(self.data_scale)
-        mlp_backward(self.layout, w, acts, dout, self.grad_w)
-        if self.bayesian and self.cfg.prior == "mixture":
-            self._mixture_grads(w, eps, sigma, self.cfg.kl_scale / num_data)
-        elif self.bayesian:
-            kw = self.cfg.kl_scale / num_data  # KL / N per example
-            g = self.grad_w
-            # d/dmu [KL(q || N(0, s^2))] = mu / s^2
-            torch.add(g, self.mu, alpha=kw * self.kl_scale, out=self.mu.grad)
-            # d/dlog_sigma: (dL/dw) eps sigma + kw (sigma^2 / s^2 - 1)
-            gs = self.log_sigma.grad
-            torch.mul(g, eps, out=gs)
-            gs.mul_(sigma)
-            gs.addcmul_(sigma, sigma, value=kw * self.kl_scale)
-            gs.sub_(kw)
-        return acts.out
-
-    def _mixture_grads(self, w: Tensor, eps: Tensor, sigma: Tensor, kw: float) -> None:
-        """Gradients of mean NLL + kw * (log q(w) - log p(w)) for the scale-mixture prior.
-
-        The Monte Carlo KL on the forward pass's own weights (the paper's estimator); with
-        log q written through eps, d/dmu log q = 0 and d/dlog_sigma log q = -1, so
-        g_w = dNLL/dw - kw dlog p/dw, g_mu = g_w and g_log_sigma = g_w eps sigma - kw.
-        -dlog p/dw = w (r1 / s1^2 + r2 / s2^2) with r the component responsibilities.
-        """
-        c = self.cfg
-        a1, a2 = 1.0 / c.sigma1**2, 1.0 / c.sigma2**2
-        # log-odds of component 1: log(pi/s1) - log((1-pi)/s2) + (a2 - a1) w^2 / 2
-        odds0 = (math.log(c.pi) - math.log(c.sigma1)) - (math.log1p(-c.pi) - math.log(c.sigma2))
-        coef = torch.mul(w, w).mul_(0.5 * (a2 - a1)).add_(odds0)
-        coef.sigmoid_().mul_(a1 - a2).add_(a2)  # r1 a1 + (1 - r1) a2
-        gmu = self.mu.grad
-        torch.addcmul(self.grad_w, w, coef, value=kw, out=gmu)
-        gs = self.log_sigma.grad
-        torch.mul(gmu, eps, out=gs)
-        gs.mul_(sigma).sub_(kw)
-
-    def kl(self) -> Tensor:
-        """KL[q || prior] of each BBB member (P,): closed form (Gaussian prior) or a 1-sample MC estimate."""
-        if self.cfg.prior == "mixture":
-            prior = make_prior("mixture", pi=self.cfg.pi, sigma1=self.cfg.sigma1,
-                               sigma2=self.cfg.sigma2)
-            sigma = torch.exp(self.log_sigma)
-            eps = torch.randn_like(sigma)
-            w = self.mu + sigma * eps
-            log_q = -self.log_sigma - 0.5 * math.log(2 * math.pi) - 0.5 * eps * eps
-            return (log_q - prior.log_prob(w)).sum(1)
-        s = self.cfg.prior_sigma
-        ratio = torch.exp(self.log_sigma) / s
-        return (0.5 * (ratio * ratio + (self.mu / s) ** 2) - torch.log(ratio) - 0.5).sum(1)
-
-    # -- checkpoints ----------------------------------------------------------------------
-    def state(self) -> dict[str, Tensor]:
-        st = {"mu": self.mu, "xbuf": self.xbuf, "rbuf": self.rbuf}
-        if self.bayesian:
-            st["log_sigma"] = self.log_sigma
-        return st
-
-    def load(self, st: dict[str, Tensor]) -> None:
-        self.mu.copy_(st["mu"])
-        self.xbuf.copy_(st["xbuf"])
-        self.rbuf.copy_(st["rbuf"])
-        if self.bayesian:
-            self.log_sigma.copy_(st["log_sigma"])
-
-
-class _NoiseBank:
-    """N(0, 1) noise for the training updates: a random window of a bank redrawn now and then."""
-
-    def __init__(self, n: int, exact: bool, generator: torch.Generator, device: torch.device,
-                 seed: int) -> None:
-        self.n, self.exact, self.gen, self.device = n, exact, generator, device
-        self.size = max(1 << 22, 16 * n)  # n: the largest draw (the decision's k samples)
-        self.rng = random.Random(seed)
-        self.calls = 0
-        self.bank = None if exact else torch.randn(self.size, generator=generator, device=device)
-
-    def draw(self, shape: tuple[int, ...]) -> Tensor:
-        if self.exact:
-            return torch.randn(shape, generator=self.gen, device=self.device)
-        n = math.prod(shape)
-        self.calls += 1
-        if self.calls % BANK_REFRESH == 0:
-            self.bank.normal_(generator=self.gen)
-        off = self.rng.randrange(0, self.size - n + 1)
-        return self.bank[off:off + n].view(shape)
 
 
 @dataclass
@@ -192,10 +28,31 @@ class _Member:
     seed: int
 
 
-class Population:
-    """Every (agent, seed) member, batched; call :meth:`run` to play ``steps`` interactions.
+def member_order(members: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The population's order of (agent, seed) pairs: the Bayesian agents' first (the
+    :class:`~bbb.nn.BayesPopulation` convention), each group in the given order."""
+    ms = [(parse_agent(a).name, int(s)) for a, s in members]
+    return [m for m in ms if parse_agent(m[0]).bayesian] + [m for m in ms if not parse_agent(m[0]).bayesian]
 
-    ``members``: (agent name, seed) pairs; ``contexts`` (n, d) float; ``edible`` (n,) bool.
+
+def _optimizer(kind: str, params: list[Tensor], lr: float) -> torch.optim.Optimizer:
+    """``torch.optim``'s Adam or plain SGD (the paper's eqs. 5-6), as the engine runs them."""
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, fused=fused)
+    return torch.optim.SGD(params, lr=lr, fused=fused)
+
+
+class Population:
+    """Every (agent, seed) member of one process, batched; :meth:`run` plays the interactions.
+
+    ``members``: (agent name, seed) pairs, kept in :func:`member_order`; ``contexts`` (n, d)
+    float; ``edible`` (n,) bool. The network is a :class:`~bbb.nn.BayesPopulation`: the BBB
+    members are Bayesian, the epsilon-greedy ones deterministic. One training update draws a
+    minibatch for every member from its own buffer and takes one step of the negative ELBO
+    (:class:`~bbb.elbo.ELBO`: Gaussian likelihood, the prior's KL) summed over the members,
+    the BBB members through :class:`~bbb.engine.Engine` (its counter-based noise is fresh for
+    every update), the others through the same ``torch.optim`` algorithm.
     """
 
     def __init__(self, cfg: BanditConfig, members: Sequence[tuple[str, int]], contexts: Tensor,
@@ -207,93 +64,100 @@ class Population:
         if contexts.shape[0] < 1:
             raise UserError("the bandit needs at least one context")
         self.cfg = cfg
-        self.device = torch.device(device)
-        self.members = [_Member(parse_agent(a), int(s)) for a, s in members]
+        self.device = dev = torch.device(device)
+        self.members = [_Member(parse_agent(a), s) for a, s in member_order(members)]
         if not self.members:
             raise UserError("the population is empty")
-        self.contexts = contexts.to(self.device, torch.float32)
-        self.edible = edible.to(self.device, torch.bool)
-        self.layout = MLPLayout(contexts.shape[1] + NUM_ACTIONS, cfg.hidden, 1)
-        self.gen = torch.Generator(device=self.device).manual_seed(10_007 * (train_seed + 1))
-        self.seed_list = sorted({m.seed for m in self.members})
-        self.bbb_idx = [i for i, m in enumerate(self.members) if m.agent.bayesian]
-        self.det_idx = [i for i, m in enumerate(self.members) if not m.agent.bayesian]
-        self.subpops: list[tuple[list[int], _SubPopulation]] = []
-        for ids, bayes in ((self.det_idx, False), (self.bbb_idx, True)):
-            if ids:
-                sp = _SubPopulation(self.layout, [self.members[i].seed for i in ids], bayes, cfg, self.device)
-                self.subpops.append((ids, sp))
-        # one fused Adam over every member; with another optimiser (or rate) for the BBB
-        # members, those get their own (still one call for all of them)
-        own = cfg.bbb_optimizer != "adam" or (cfg.bbb_lr is not None and cfg.bbb_lr != cfg.lr)
-        groups = ([[p for _, sp in self.subpops if not sp.bayesian for p in sp.params],
-                   [p for _, sp in self.subpops if sp.bayesian for p in sp.params]] if own
-                  else [[p for _, sp in self.subpops for p in sp.params]])
-        self.opts: list[FlatAdam | FlatSGD] = []
-        for i, params in enumerate(groups):
-            if not params:
-                continue
-            bbb_group = own and i == 1
-            lr = (cfg.bbb_lr or cfg.lr) if bbb_group else cfg.lr
-            self.opts.append(FlatSGD(params, lr) if bbb_group and cfg.bbb_optimizer == "sgd" else FlatAdam(params, lr))
-        p_all = len(self.members)
-        self._sub_index = [(None if len(ids) == p_all else torch.tensor(ids, device=self.device), sp)
-                           for ids, sp in self.subpops]
-        n_bbb = len(self.bbb_idx) * self.layout.size * max(1, cfg.decision_samples)
-        self.noise = _NoiseBank(n_bbb, cfg.exact_noise, self.gen, self.device, 31 * train_seed + 5)
         p = len(self.members)
-        self.epsilon = torch.tensor([m.agent.epsilon for m in self.members], device=self.device)
-        self.cum_regret = torch.zeros(p, dtype=torch.float64, device=self.device)
-        self.cum_expected = torch.zeros(p, dtype=torch.float64, device=self.device)
-        self.eat_ring = torch.zeros(1000, p, dtype=torch.bool, device=self.device)  # last 1000 decisions
+        self.num_bayesian = sum(m.agent.bayesian for m in self.members)
+        # inputs as one-hot rows: the context's non-zeros, then the action's code
+        ctx = OneHot.from_dense(contexts.to(dev, torch.float32))
+        self.ctx_index, self.ctx_value = ctx.index, ctx.value
+        self.edible = edible.to(dev, torch.bool)
+        self.num_features = contexts.shape[1] + NUM_ACTIONS
+        self.net = BayesPopulation(self.num_features, cfg.hidden, 1, bayesian=self.num_bayesian,
+                                   deterministic=p - self.num_bayesian, prior=cfg.make_prior(),
+                                   rho_init=cfg.rho_init, device=dev)
+        for j, m in enumerate(self.members):  # the initial weights depend on the seed only
+            self.net.reset_member(j, torch.Generator().manual_seed(7_777_777 + m.seed))
+        self.net.train()
+        self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))  # training noise; decisions: + 1
+        self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed)
+                       if self.num_bayesian else None)
+        det = list(self.net.det.parameters())
+        self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr) if det else None
+        updates = max(1, cfg.updates_per_step)
+        self.elbo = ELBO(self.net, Gaussian(cfg.noise_sigma), num_batches=updates,
+                         kl_weighting=cfg.kl_weighting, beta=cfg.kl_scale).to(dev)
+        k = ctx.index.shape[1] + 1
+        self.buf_index = torch.zeros(p, cfg.buffer, k, dtype=torch.long, device=dev)
+        self.buf_value = None if ctx.value is None else torch.zeros(p, cfg.buffer, k, device=dev)
+        self.buf_reward = torch.zeros(p, cfg.buffer, device=dev)
+        self.row_offset = (torch.arange(p, device=dev) * cfg.buffer).view(p, 1)
+        self.gen = torch.Generator(device=dev).manual_seed(10_007 * (int(train_seed) + 1))
+        self.seed_list = sorted({m.seed for m in self.members})
+        self._member_seed_pos = torch.tensor([self.seed_list.index(m.seed) for m in self.members], device=dev)
+        self.epsilon = torch.tensor([m.agent.epsilon for m in self.members], device=dev)
+        self.cum_regret = torch.zeros(p, dtype=torch.float64, device=dev)
+        self.cum_expected = torch.zeros(p, dtype=torch.float64, device=dev)
+        self.eat_ring = torch.zeros(1000, p, dtype=torch.bool, device=dev)  # the last 1000 decisions
         self.step = 0
         self.seconds = 0.0
         self.log_steps: list[int] = []
         self.log_regret: list[Tensor] = []
         self.log_expected: list[Tensor] = []
         self._env_steps = 0
-        self._member_seed_pos = torch.tensor([self.seed_list.index(m.seed) for m in self.members],
-                                             device=self.device)
 
-    def member_slot(self, j: int) -> tuple[_SubPopulation, int]:
-        """The sub-population holding member ``j`` and its row there."""
-        for ids, sp in self.subpops:
-            if j in ids:
-                return sp, ids.index(j)
-        raise IndexError(j)
+    @property
+    def pairs(self) -> list[tuple[str, int]]:
+        return [(m.agent.name, m.seed) for m in self.members]
 
     # -- environment ----------------------------------------------------------------------
     def _ensure_env(self, steps: int) -> None:
         if steps <= self._env_steps:
             return
-        n = self.contexts.shape[0]
+        n = self.ctx_index.shape[0]
         draws = [env_draws(s, steps, n) for s in self.seed_list]
         self.env_idx = torch.stack([d[0] for d in draws]).to(self.device)  # (seeds, steps)
         self.env_lucky = torch.stack([d[1] for d in draws]).to(self.device)
         self._env_steps = steps
 
-    # -- one interaction ------------------------------------------------------------------
+    def inputs(self, mush: Tensor) -> OneHot:
+        """The input rows of mushrooms ``mush`` (P,) with each action: (P, actions, K)."""
+        p = mush.shape[0]
+        ci = self.ctx_index[mush]
+        kc = ci.shape[1]
+        codes = torch.arange(NUM_ACTIONS, device=self.device) + (self.num_features - NUM_ACTIONS)
+        index = torch.cat([ci.unsqueeze(1).expand(p, NUM_ACTIONS, kc),
+                           codes.view(1, NUM_ACTIONS, 1).expand(p, NUM_ACTIONS, 1)], dim=2)
+        value = None
+        if self.ctx_value is not None:
+            cv = self.ctx_value[mush].unsqueeze(1).expand(p, NUM_ACTIONS, kc)
+            value = torch.cat([cv, torch.ones(p, NUM_ACTIONS, 1, device=self.device)], dim=2)
+        return OneHot(index, self.num_features, value)
+
+    # -- acting ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def values(self, x: OneHot, t: int) -> Tensor:
+        """Predicted reward of every action, (P, actions): a BBB member averages
+        ``decision_samples`` networks drawn for step ``t`` (counter-based noise, independent of
+        the training noise); a deterministic member uses its weights."""
+        k = self.cfg.decision_samples
+        noise = (counter_noise(self.net.bayes, self.noise_seed + 1, t, num_samples=k) if self.num_bayesian
+                 else contextlib.nullcontext())
+        with noise:
+            out = self.net(x, num_samples=k).squeeze(-1)  # (k, P, actions)
+        nb = self.num_bayesian
+        return torch.cat([out[:, :nb].mean(0), out[0, nb:]])
+
     def _act_and_learn(self, t: int) -> None:
         cfg = self.cfg
         p = len(self.members)
         mush = self.env_idx[self._member_seed_pos, t]  # (P,)
         lucky = self.env_lucky[self._member_seed_pos, t]
-        ctx = self.contexts[mush]  # (P, d)
         edible = self.edible[mush]
-        d = self.layout.in_features + 1
-        x = torch.zeros(p, NUM_ACTIONS, d, device=self.device)
-        x[:, :, : ctx.shape[1]] = ctx.unsqueeze(1)
-        x[:, PASS, ctx.shape[1] + PASS] = 1.0
-        x[:, EAT, ctx.shape[1] + EAT] = 1.0
-        x[:, :, -1] = 1.0
-        values = torch.empty(p, NUM_ACTIONS, device=self.device)
-        for sl, sp in self._sub_index:
-            xs = x if sl is None else x.index_select(0, sl)
-            v = sp.values(xs, cfg.decision_samples, self.noise)
-            if sl is None:
-                values = v
-            else:
-                values.index_copy_(0, sl, v)
+        x = self.inputs(mush)
+        values = self.values(x, t)
         # ties (e.g. identical predictions) go to "do not eat"
         action = (values[:, EAT] > values[:, PASS]).long()
         explore = torch.rand(p, generator=self.gen, device=self.device) < self.epsilon
@@ -306,42 +170,52 @@ class Population:
         self.cum_expected += expected.double()
         self.eat_ring[t % self.eat_ring.shape[0]] = eat
         # store the interaction: the chosen action's input row and its reward
-        chosen = x[torch.arange(p, device=self.device), action]
+        rows = torch.arange(p, device=self.device)
         pos = t % cfg.buffer
-        for sl, sp in self._sub_index:
-            sp.store(pos, chosen if sl is None else chosen.index_select(0, sl),
-                     reward if sl is None else reward.index_select(0, sl))
+        self.buf_index[:, pos] = x.index[rows, action]
+        if self.buf_value is not None:
+            self.buf_value[:, pos] = x.value[rows, action]
+        self.buf_reward[:, pos] = reward
         filled = min(t + 1, cfg.buffer)
-        for _ in range(cfg.updates_per_step):
-            self.update(filled, num_data=self.kl_data_size(t + 1))
+        num_data = self.kl_data_size(t + 1)
+        for u in range(cfg.updates_per_step):
+            self.update(filled, num_data, u)
 
     def kl_data_size(self, seen: int) -> int:
-        """N of the KL / N weight after ``seen`` interactions (see ``BanditConfig.kl_data``)."""
-        mode = self.cfg.kl_data
-        if mode == "fill":
-            return min(seen, self.cfg.buffer)
-        if mode == "capacity":
-            return self.cfg.buffer
-        return seen
+        """N of the KL / N weight after ``seen`` interactions (``BanditConfig.kl_data``)."""
+        return seen if self.cfg.kl_data == "seen" else min(seen, self.cfg.buffer)
 
-    def update(self, filled: int, idx: Tensor | None = None, eps: Tensor | None = None,
-               num_data: int | None = None) -> None:
-        """One Adam step for every member on a minibatch of its own buffer (rows < ``filled``).
+    # -- learning -------------------------------------------------------------------------
+    def update(self, filled: int, num_data: int, batch_index: int = 0, idx: Tensor | None = None) -> None:
+        """One optimiser step of every member on a minibatch of its own buffer (rows < ``filled``).
 
-        ``idx`` (P, B) in member order and ``eps`` (P_bbb, S) may be given (tests); else drawn.
+        The loss of member m is its minibatch's mean negative log-likelihood plus, for a BBB
+        member, ``kl_scale * pi_i * U / N`` times the KL, with pi_i the weight of update
+        ``batch_index`` of the U updates per interaction (``--kl-weighting``: 1/U for uniform,
+        so KL / N per example) and N = ``num_data``. ``idx`` (P, B): the buffer rows (tests);
+        drawn here when None.
         """
-        b = self.cfg.batch_size
-        for sel, sp in self._sub_index:
-            if idx is None:
-                sidx = torch.randint(0, filled, (sp.size, b), generator=self.gen, device=self.device)
-            else:
-                sidx = idx if sel is None else idx.index_select(0, sel)
-            e = None
-            if sp.bayesian:
-                e = eps if eps is not None else self.noise.draw((sp.size, self.layout.size))
-            sp.compute_grads(sidx, e, filled if num_data is None else num_data)
-        for opt in self.opts:
-            opt.step()
+        cfg = self.cfg
+        p, b = len(self.members), cfg.batch_size
+        if idx is None:
+            idx = torch.randint(0, filled, (p, b), generator=self.gen, device=self.device)
+        flat = (idx + self.row_offset).view(-1)
+        k = self.buf_index.shape[-1]
+        xi = self.buf_index.view(-1, k).index_select(0, flat).view(p, b, k)
+        xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(p, b, k)
+        y = self.buf_reward.view(-1).index_select(0, flat).view(p, b, 1)
+        coef = self.elbo.kl_weight(batch_index) * self.elbo.num_batches * b / num_data
+        with self.engine.sampling() if self.engine is not None else contextlib.nullcontext():
+            out = self.elbo(OneHot(xi, self.num_features, xv), y, kl_weight=coef)
+        if self.engine is not None:
+            self.engine.zero_grad()
+        if self.det_opt is not None:
+            self.det_opt.zero_grad()
+        (out.loss / b).backward()
+        if self.engine is not None:
+            self.engine.step()
+        if self.det_opt is not None:
+            self.det_opt.step()
 
     # -- the loop -------------------------------------------------------------------------
     def _log(self) -> None:
@@ -354,7 +228,8 @@ class Population:
         """Play until ``self.step == steps`` (continuing a resumed population).
 
         ``stop`` is asked after every step; when it answers True the population saves its
-        checkpoint and returns False (a worker whose parent died). Returns True when done.
+        checkpoint and returns False (Ctrl-C, SIGTERM, or a worker whose parent died). Returns
+        True when done.
         """
         cfg = self.cfg
         self._ensure_env(steps)
@@ -388,7 +263,7 @@ class Population:
         return True
 
     def regret_by_agent(self) -> str:
-        out = {}
+        out: dict[str, list[float]] = {}
         for i, m in enumerate(self.members):
             out.setdefault(m.agent.name, []).append(float(self.cum_regret[i]))
         return ", ".join(f"{k} {sum(v) / len(v):.0f}" for k, v in out.items())
@@ -403,13 +278,17 @@ class Population:
     # -- checkpoints ----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {
+            "format": CHECKPOINT_FORMAT,
             "key": self.cfg.training_key(),
-            "members": [(m.agent.name, m.seed) for m in self.members],
+            "members": self.pairs,
             "step": self.step,
             "seconds": self.seconds,
-            "subpops": [sp.state() for _, sp in self.subpops],
-            "adam": self.opts[0].state(),
-            "opts_extra": [o.state() for o in self.opts[1:]],
+            "net": self.net.state_dict(),
+            "engine": None if self.engine is None else self.engine.state_dict(),
+            "det_opt": None if self.det_opt is None else self.det_opt.state_dict(),
+            "buf_index": self.buf_index,
+            "buf_value": self.buf_value,
+            "buf_reward": self.buf_reward,
             "cum_regret": self.cum_regret,
             "cum_expected": self.cum_expected,
             "eat_ring": self.eat_ring,
@@ -417,9 +296,6 @@ class Population:
             "log_regret": self.log_regret,
             "log_expected": self.log_expected,
             "gen": self.gen.get_state(),
-            "noise_rng": self.noise.rng.getstate(),
-            "noise_calls": self.noise.calls,
-            "bank": self.noise.bank,
         }
 
     def save(self, path: Path) -> None:
@@ -434,41 +310,39 @@ class Population:
         except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
             raise UserError(f"cannot read the bandit checkpoint {path} ({type(e).__name__}); "
                             f"delete it or run with --fresh") from None
-        stored = {**KEY_DEFAULTS, **st.get("key", {})}
-        if stored != self.cfg.training_key() or st.get("members") != [
-                (m.agent.name, m.seed) for m in self.members]:
+        if not isinstance(st, dict) or st.get("format") != CHECKPOINT_FORMAT:
+            raise UserError(f"{path} was written by another version of bbb bandit; use another --out, or "
+                            f"--fresh to start over")
+        if st.get("key") != self.cfg.training_key() or [tuple(m) for m in st.get("members", [])] != self.pairs:
             raise UserError(f"{path} was written with other settings; use the same options, another "
                             f"--out, or --fresh to start over")
         if st["step"] > self.cfg.steps:
             raise UserError(f"{path} is at step {st['step']}, beyond --steps {self.cfg.steps}; "
                             f"raise --steps or use --fresh")
-        for (_, sp), s in zip(self.subpops, st["subpops"]):
-            sp.load(s)
-        self.opts[0].load(st["adam"])
-        for o, ost in zip(self.opts[1:], st.get("opts_extra", [])):
-            o.load(ost)
-        self.cum_regret.copy_(st["cum_regret"])
-        self.cum_expected.copy_(st["cum_expected"])
-        self.eat_ring.copy_(st["eat_ring"])
+        self.net.load_state_dict(st["net"])
+        if self.engine is not None:
+            self.engine.load_state_dict(st["engine"])
+        if self.det_opt is not None:
+            self.det_opt.load_state_dict(st["det_opt"])
+        for name in ("buf_index", "buf_reward", "cum_regret", "cum_expected", "eat_ring"):
+            getattr(self, name).copy_(st[name])
+        if self.buf_value is not None:
+            self.buf_value.copy_(st["buf_value"])
         self.step = int(st["step"])
         self.seconds = float(st["seconds"])
         self.log_steps = list(st["log_steps"])
         self.log_regret = list(st["log_regret"])
         self.log_expected = list(st["log_expected"])
         self.gen.set_state(st["gen"])
-        self.noise.rng.setstate(st["noise_rng"])
-        self.noise.calls = int(st["noise_calls"])
-        if st["bank"] is not None and self.noise.bank is not None:
-            self.noise.bank.copy_(st["bank"])
         return True
 
     def results(self) -> dict[str, Any]:
+        p = len(self.members)
         return {
-            "members": [(m.agent.name, m.seed) for m in self.members],
+            "members": self.pairs,
             "log_steps": list(self.log_steps),
-            "log_regret": torch.stack(self.log_regret).cpu() if self.log_regret else torch.zeros(0, len(self.members)),
-            "log_expected": (torch.stack(self.log_expected).cpu() if self.log_expected
-                             else torch.zeros(0, len(self.members))),
+            "log_regret": torch.stack(self.log_regret).cpu() if self.log_regret else torch.zeros(0, p),
+            "log_expected": torch.stack(self.log_expected).cpu() if self.log_expected else torch.zeros(0, p),
             "eat_rate": self.eat_rate(),
             "seconds": self.seconds,
         }

@@ -1,4 +1,5 @@
-"""Running the bandit (optionally over several worker processes) and writing its tables."""
+"""Running the bandit (optionally over several worker processes), stopping it cleanly on Ctrl-C
+or SIGTERM, and writing its tables."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import contextlib
 import dataclasses
 import os
 import platform
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +20,13 @@ from torch import Tensor
 
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...options import resolve_device
-from .config import REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
+from ...runs import TrainingInterrupted
+from .config import LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
 from .plot import plot_regret
 from .population import Population, fmt_seconds
+
+#: the signals that stop a run cleanly (its state saved first)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def split_members(members: list[tuple[str, int]], workers: int) -> list[list[tuple[str, int]]]:
@@ -27,14 +35,71 @@ def split_members(members: list[tuple[str, int]], workers: int) -> list[list[tup
     return [g for g in groups if g]
 
 
+class StopRequest:
+    """Set by SIGINT/SIGTERM (see :func:`stopping_on_signals`) or another process's event."""
+
+    def __init__(self, event: Any = None) -> None:
+        self.signal: int | None = None
+        self.event = event  # a multiprocessing Event shared with the worker processes
+
+    def __call__(self) -> bool:
+        if self.signal is None and self.event is not None and self.event.is_set():
+            self.signal = signal.SIGTERM
+        return self.signal is not None
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+        self.signal = signum
+        if self.event is not None:
+            self.event.set()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal is not None else "a stop request"
+
+
+@contextlib.contextmanager
+def stopping_on_signals(stop: StopRequest) -> Iterator[StopRequest]:
+    """While the block runs, SIGINT and SIGTERM set ``stop`` instead of killing the process (the
+    loop then saves and returns); the previous handlers come back afterwards. Only the main
+    thread can install handlers: elsewhere the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, stop.handle)
+    try:
+        yield stop
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+_WORKER_EVENT: Any = None
+
+
+def _init_worker(event: Any) -> None:
+    """Pool initializer: the parent's stop event, shared by inheritance."""
+    global _WORKER_EVENT
+    _WORKER_EVENT = event
+
+
 def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor, edible: Tensor,
             worker_id: int, checkpoint: str | None, progress: bool,
-            parent_pid: int | None = None) -> dict[str, Any]:
+            parent_pid: int | None = None, request: StopRequest | None = None) -> dict[str, Any]:
+    """One share of the population: in this process (``request``: the caller's stop request,
+    its signal handlers installed by the caller) or in a pool worker (``parent_pid``: stop when
+    the parent dies or sets the shared event; SIGINT/SIGTERM stop this worker cleanly)."""
     threads_before = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     # Adam's first moments of weights without gradient (features absent from a minibatch, dead
-    # units) decay by 0.9 per update into subnormal floats, which made each update ~2x slower
+    # units) decay by 0.9 per update into subnormal floats, which slow every update down
     flushed = torch.set_flush_denormal(True)
+    own_handlers = request is None
+    if request is None:
+        request = StopRequest(_WORKER_EVENT)
     try:
         dev = resolve_device(cfg.device)
         pop = Population(cfg, members, contexts, edible, dev, train_seed=worker_id)
@@ -43,15 +108,19 @@ def _worker(cfg: BanditConfig, members: list[tuple[str, int]], contexts: Tensor,
         if resumed and progress:
             print(f"bandit: resumed worker {worker_id} from {ck} at step {pop.step}", flush=True)
         label = f"[w{worker_id}]" if cfg.workers > 1 else ""
-        stop = None
-        if parent_pid is not None:  # a worker process: stop (checkpointed) if the parent dies
-            def stop() -> bool:
-                return os.getppid() != parent_pid
-        if not pop.run(cfg.steps, ck, progress=progress, label=label, stop=stop):
-            # the pool would catch SystemExit and keep this process waiting for work: leave now
+
+        def stop() -> bool:
+            return request() or (parent_pid is not None and os.getppid() != parent_pid)
+
+        with stopping_on_signals(request) if own_handlers else contextlib.nullcontext():
+            done = pop.run(cfg.steps, ck, progress=progress, label=label, stop=stop)
+        if not done and not request():
+            # the parent died; the pool would catch SystemExit and keep this process waiting
             print(f"bandit worker {worker_id}: the parent process ended; saved {ck}", file=sys.stderr, flush=True)
             os._exit(3)
-        return pop.results()
+        res = pop.results()
+        res.update(stopped=not done, step=pop.step, checkpoint=checkpoint)
+        return res
     finally:
         torch.set_num_threads(threads_before)
         if flushed:
@@ -64,7 +133,10 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
 
     ``contexts``/``edible`` default to UCI Mushroom (:func:`bbb.data.load_mushroom`). Returns a
     dict with ``regret_rows`` (the rows of regret.csv), ``summary`` (rows of summary.csv),
-    ``seconds`` and the written ``files``.
+    ``seconds`` and the written ``files``. Ctrl-C or SIGTERM (in the main thread) stops every
+    worker after its current step, saves its checkpoint and raises
+    :class:`~bbb.runs.TrainingInterrupted`, whose message says what was kept; the same call
+    then resumes exactly where it stopped.
     """
     cfg = dataclasses.replace(config or BanditConfig(), **overrides)
     cfg.agents = tuple(parse_agent(a).name for a in cfg.agents)
@@ -93,23 +165,28 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
             for f in ckdir.glob("worker*.pt"):
                 f.unlink()
     progress = not cfg.quiet
-    if progress:
-        print(f"bandit: {len(cfg.agents)} agents x {len(cfg.seeds)} seeds x {cfg.steps} steps, "
-              f"{cfg.updates_per_step} updates of {cfg.batch_size} per step, buffer {cfg.buffer}; "
-              f"{len(groups)} worker(s) x {cfg.threads} thread(s) on {dev}", flush=True)
     t0 = time.perf_counter()
     paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
     if len(groups) == 1:
-        results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress)]
+        request = StopRequest()
+        with stopping_on_signals(request):
+            _announce(cfg, dev, len(groups), progress)
+            results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress, request=request)]
     else:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(len(groups), mp_context=ctx) as ex:
+        request = StopRequest(ctx.Event())
+        with stopping_on_signals(request), ProcessPoolExecutor(
+                len(groups), mp_context=ctx, initializer=_init_worker, initargs=(request.event,)) as ex:
+            _announce(cfg, dev, len(groups), progress)
             futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
                     for i, g in enumerate(groups)]
             results = [f.result() for f in futs]
+    if any(r["stopped"] for r in results):
+        raise TrainingInterrupted(_stopped_message(cfg, request, results), out or Path("."),
+                                  min(r["step"] for r in results))
     wall = time.perf_counter() - t0
     seconds = max(r["seconds"] for r in results)
     rows, summary = _tabulate(cfg, results, seconds)
@@ -126,13 +203,40 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
     return res
 
 
+def _announce(cfg: BanditConfig, dev: torch.device, workers: int, progress: bool) -> None:
+    if progress:
+        print(f"bandit: {len(cfg.agents)} agents x {len(cfg.seeds)} seeds x {cfg.steps} steps, "
+              f"{cfg.updates_per_step} updates of {cfg.batch_size} per step, buffer {cfg.buffer}; "
+              f"{workers} worker(s) x {cfg.threads} thread(s) on {dev}", flush=True)
+
+
+def _stopped_message(cfg: BanditConfig, request: StopRequest, results: list[dict[str, Any]]) -> str:
+    steps = sorted({r["step"] for r in results})
+    at = f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps))
+    kept = [r["checkpoint"] for r in results if r["checkpoint"]]
+    if not kept:
+        return f"bandit stopped by {request.name} at {at} of {cfg.steps}; nothing kept (no --out)"
+    return (f"bandit stopped by {request.name} at {at} of {cfg.steps}; kept every agent and seed up to "
+            f"there in {', '.join(kept)}; run the same command to resume")
+
+
 def _sd(t: Tensor) -> float:
     return float(t.std(unbiased=True)) if t.numel() > 1 else 0.0
 
 
+def _late_rate(steps: list[int], expected: Tensor) -> float:
+    """Expected regret per step over the last LATE_WINDOW logged steps (all of them if fewer)."""
+    final = steps[-1]
+    start, base = 0, 0.0
+    for i, st in enumerate(steps):
+        if st <= final - LATE_WINDOW:
+            start, base = st, float(expected[i])
+    return (float(expected[-1]) - base) / max(final - start, 1)
+
+
 def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
     rows: list[dict[str, Any]] = []
-    final: dict[str, list[tuple[float, float, float]]] = {}
+    final: dict[str, list[tuple[float, float, float, float]]] = {}
     for r in results:
         steps = r["log_steps"]
         for j, (agent, seed) in enumerate(r["members"]):
@@ -143,6 +247,7 @@ def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
             if steps:
                 final.setdefault(agent, []).append((float(r["log_regret"][-1, j]),
                                                     float(r["log_expected"][-1, j]),
+                                                    _late_rate(steps, r["log_expected"][:, j]),
                                                     float(r["eat_rate"][j])))
     order = {a: i for i, a in enumerate(cfg.agents)}
     rows.sort(key=lambda d: (d["step"], order[d["agent"]], d["seed"]))
@@ -153,12 +258,13 @@ def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
             continue
         reg = torch.tensor([v[0] for v in vals], dtype=torch.float64)
         exp_ = torch.tensor([v[1] for v in vals], dtype=torch.float64)
-        eat = sum(v[2] for v in vals) / len(vals)
         summary.append({"agent": agent, "steps": cfg.steps, "seeds": len(vals),
                         "final_regret_mean": float(reg.mean()), "final_regret_sd": _sd(reg),
                         "final_expected_regret_mean": float(exp_.mean()),
                         "final_expected_regret_sd": _sd(exp_),
-                        "eat_rate_last_1000": eat, "seconds": round(seconds, 1)})
+                        "expected_regret_per_step_late": sum(v[2] for v in vals) / len(vals),
+                        "eat_rate_last_1000": sum(v[3] for v in vals) / len(vals),
+                        "seconds": round(seconds, 1)})
     return rows, summary
 
 
@@ -178,6 +284,9 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
                  "processor": cpu_name(), "cpu_count": os.cpu_count()})
     atomic_write_json(out / "config.json", meta)
     files.append("config.json")
+    atomic_write_json(out / "summary.json", {"late_window": LATE_WINDOW, "agents": summary,
+                                             "seconds": round(seconds, 1)})
+    files.append("summary.json")
     try:
         plot_regret(rows, out / "regret.png", agents=list(cfg.agents))
         files.append("regret.png")

@@ -125,3 +125,16 @@ def test_deterministic_or_bayesian_only_populations_and_bad_inputs():
         _pop(bayesian=1, deterministic=1)(x, num_samples=0)
     with pytest.raises(UserError, match="at least one member"):
         BayesPopulation(10, [8], 2, bayesian=0)
+
+
+def test_the_layers_alone_take_one_or_k_draws_per_member():
+    from bbb.nn import PopulationBayesLinear, PopulationLinear
+
+    layer = PopulationBayesLinear(3, 10, 4, prior=GaussianPrior(1.0), rho_init=-2.0)
+    x = _rows(3)
+    with sampling(layer, "mean"):
+        torch.testing.assert_close(layer(x), population_linear(x, layer.weight_mu, layer.bias_mu))
+    y = layer(OneHot.from_dense(x).repeat(2))
+    assert y.shape == (2, 3, 7, 4) and not torch.allclose(y[0], y[1])
+    det = PopulationLinear(3, 10, 4)
+    torch.testing.assert_close(det(x.expand(2, *x.shape))[1], det(x))

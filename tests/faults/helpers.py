@@ -1,13 +1,18 @@
 """Helpers of the fault-injection tests: run ``python -m bbb`` in a subprocess, inspect its
-stderr (one line, exit code 2, no traceback) and the processes it leaves behind."""
+stderr (one line, exit code 2, no traceback) and the processes it leaves behind; a tiny fake
+MNIST to train on."""
 
 from __future__ import annotations
 
+import gzip
 import os
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -84,3 +89,24 @@ def wait_until(cond, timeout: float, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return bool(cond())
+
+
+def _idx_gz(array: np.ndarray) -> bytes:
+    header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return gzip.compress(header + array.astype(np.uint8).tobytes(), compresslevel=1)
+
+
+def fake_mnist(root: Path, n_train: int, n_test: int) -> Path:
+    """MNIST-format files whose labels can be learned (the label sets a block of pixels); read
+    them with ``BBB_DATA_VERIFY=0`` (they have no known MD5)."""
+    rng = np.random.default_rng(0)
+    folder = root / "mnist"
+    folder.mkdir(parents=True)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        images = rng.integers(0, 64, size=(n, 28, 28), dtype=np.uint8)
+        for c in range(10):
+            images[labels == c, 2 * c:2 * c + 2, :] = 255
+        (folder / f"{split}-images-idx3-ubyte.gz").write_bytes(_idx_gz(images))
+        (folder / f"{split}-labels-idx1-ubyte.gz").write_bytes(_idx_gz(labels))
+    return root

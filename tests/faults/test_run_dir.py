@@ -5,45 +5,22 @@ one line on stderr, exit code 2, and leaves the directory byte for byte as it wa
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RUN_FILES
 
-from .helpers import assert_one_line_error, bbb, env, snapshot
+from .helpers import assert_one_line_error, bbb, env, fake_mnist, snapshot
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
-
-
-def _idx_gz(array: np.ndarray) -> bytes:
-    header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return gzip.compress(header + array.astype(np.uint8).tobytes(), compresslevel=1)
-
-
-def fake_mnist(root: Path, n_train: int, n_test: int) -> Path:
-    """MNIST-format files whose labels can be learned (the label sets a block of pixels)."""
-    rng = np.random.default_rng(0)
-    folder = root / "mnist"
-    folder.mkdir(parents=True)
-    for split, n in (("train", n_train), ("t10k", n_test)):
-        labels = (np.arange(n) % 10).astype(np.uint8)
-        images = rng.integers(0, 64, size=(n, 28, 28), dtype=np.uint8)
-        for c in range(10):
-            images[labels == c, 2 * c:2 * c + 2, :] = 255
-        (folder / f"{split}-images-idx3-ubyte.gz").write_bytes(_idx_gz(images))
-        (folder / f"{split}-labels-idx1-ubyte.gz").write_bytes(_idx_gz(labels))
-    return root
 
 
 @pytest.fixture(scope="module")

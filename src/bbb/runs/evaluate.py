@@ -21,7 +21,7 @@ from ..options import Method, choice, resolve_device
 from ..plots import plot_reliability
 from ..prune import prune, unprune
 from . import model as runmodel
-from .checkpoint import PRUNING_COLUMNS, load_checkpoint, load_run, run_dir_of
+from .checkpoint import PRUNING_COLUMNS, committed_checkpoint, model_from_checkpoint, run_dir_of
 from .config import TrainConfig
 from .model import infer_method
 
@@ -136,6 +136,14 @@ def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | N
     return runmodel.load_data(cfg)
 
 
+def _load(d: Path, which: str, device: str) -> tuple[nn.Module, TrainConfig, int, torch.device]:
+    """The committed ``which`` checkpoint of ``d``: (model in eval mode, config, epoch, device)."""
+    dev = resolve_device(device)
+    path, ckpt = committed_checkpoint(d, which)
+    model, cfg = model_from_checkpoint(ckpt, path)
+    return model.to(dev).eval(), cfg, int(ckpt["epoch"]), dev
+
+
 def evaluate_run(
     run_dir: str | Path,
     samples: int = 10,
@@ -151,13 +159,11 @@ def evaluate_run(
     d = run_dir_of(run_dir)
     if samples < 1:
         raise UserError(f"--samples must be >= 1, got {samples}")
-    dev = resolve_device(device)
-    model, cfg = load_run(d, which, device=dev)
+    model, cfg, epoch, dev = _load(d, which, device)
     data = run_data(cfg, data_dir, data)
     x, y = data["test_x"].to(dev), data["test_y"].to(dev)
     res = evaluate(model, x, y, cfg.method, samples=samples, return_probs=True)
-    ckpt_epoch = int(load_checkpoint(d / f"{which}.pt")["epoch"])
-    result = {"run": str(d), "checkpoint": which, "epoch": ckpt_epoch, "method": cfg.method,
+    result = {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method,
               "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
               "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
               "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
@@ -189,8 +195,7 @@ def prune_run(
     for f in fractions:
         if not (0.0 <= float(f) <= 1.0):
             raise UserError(f"fractions must be in [0, 1], got {f}")
-    dev = resolve_device(device)
-    model, cfg = load_run(d, which, device=dev)
+    model, cfg, _, dev = _load(d, which, device)
     if cfg.method != Method.BBB.value:
         raise UserError(f"pruning by signal-to-noise needs a bbb run; {d} was trained with --method {cfg.method}")
     data = run_data(cfg, data_dir, data)

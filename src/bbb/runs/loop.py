@@ -27,6 +27,12 @@ generator and slices. No host-device synchronisation happens inside an epoch. Al
 (initialisation, shuffling, weight noise, dropout) flows from the global torch RNG seeded with
 ``seed`` and the shuffling generator; both states are checkpointed, so a killed run resumed with
 ``resume=True`` continues exactly where it stopped (bit for bit on CPU).
+
+Commit order of an epoch: ``last.pt`` (the commit point: model, optimiser, RNG states, the
+metrics history, the best epoch so far), then ``best.pt`` when validation improved (the same
+state), then ``metrics.csv``; ``summary.json`` after the last epoch. A process killed anywhere
+leaves ``last.pt`` of the previous or of this epoch, and resuming rewrites the derived files from
+it (:func:`bbb.runs.checkpoint.repair_derived`), so the run ends as if never killed.
 """
 
 from __future__ import annotations
@@ -48,10 +54,10 @@ from torch import Tensor
 from ..elbo import ELBO
 from ..engine import Engine, OptimizerKind
 from ..errors import CheckpointError, UserError
-from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, csv_text
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..options import LRSchedule, Method, resolve_device
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, METRIC_COLUMNS, load_checkpoint, load_run
+from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged, TrainingInterrupted
 from .evaluate import error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
@@ -245,9 +251,9 @@ def _train(
             why = str(e).splitlines()[0][:160]
             raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({why})") from None
         metrics = [dict(r) for r in ckpt.get("metrics", [])]
-        best = dict(ckpt.get("best", best))
         start_epoch = int(ckpt["epoch"])
         log(f"resuming {out} after epoch {start_epoch}")
+        best = repair_derived(out, ckpt, log)  # best.pt and metrics.csv as the committed last.pt says
 
     lib_versions = versions()
     config_json = {
@@ -274,9 +280,8 @@ def _train(
 
     if ckpt is None:  # epoch 0 first: a run killed during its first epoch can be resumed too
         atomic_torch_save(last_path, checkpoint(0))
+        atomic_write_text(out / "metrics.csv", metrics_text(metrics))
     atomic_write_json(out / "config.json", config_json)
-    if ckpt is None:
-        atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
 
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     has_val = data["val_x"].shape[0] > 0
@@ -328,10 +333,10 @@ def _train(
             if improved:
                 best = {"epoch": epoch, "val_error": val_error}
             state = checkpoint(epoch)
-            atomic_torch_save(last_path, state)
+            atomic_torch_save(last_path, state)  # the commit point; the files below derive from it
             if improved:
                 atomic_torch_save(best_path, state)
-            atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
+            atomic_write_text(out / "metrics.csv", metrics_text(metrics))
             msg = (f"epoch {epoch}/{cfg.epochs}  loss {row['train_loss']:.4f}  nll {row['nll']:.4f}  "
                    f"kl {row['kl']:.4g}  val_err {_fmt(val_error, True)}")
             if test_error is not None:

@@ -4,12 +4,15 @@ MNIST to train on."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import signal
 import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +41,26 @@ def assert_one_line_error(p: subprocess.CompletedProcess[str], *words: str) -> s
     for w in words:
         assert w in lines[0], (w, lines[0])
     return lines[0]
+
+
+HOLD_LOCK = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+             "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
+             "print('locked', flush=True); time.sleep(600)")
+
+
+@contextlib.contextmanager
+def lock_held(lock: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process holding an flock on ``lock`` (its pid written there, as bbb does), killed -9 at
+    the end."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RUN_FILES
 
-from .helpers import assert_one_line_error, bbb, env, fake_mnist, snapshot
+from .helpers import assert_one_line_error, bbb, env, fake_mnist, lock_held, snapshot
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
 
@@ -143,20 +142,10 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
 
 def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished):
     out = copy_run(finished, tmp_path / "run")
-    # a process that holds the lock, then is killed -9
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
-         "print('locked', flush=True); time.sleep(600)", str(out / LOCK_NAME)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with lock_held(out / LOCK_NAME) as holder:  # a process that holds the lock, then is killed -9
         before = snapshot(out)
         assert_one_line_error(run(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
         assert snapshot(out) == before
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait()
     stale = out / f".last.pt~{_host()}~999999999~abcd1234.tmp"
     stale.write_bytes(b"half a checkpoint")
     p = run(*train_argv(data_dir, out, "--resume", epochs=2))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from .common import pct_text, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
@@ -47,31 +48,45 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..runs import evaluate_run
+    from ..runs import ResultsNotSaved, evaluate_run
 
-    r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
-                     device=args.device)
+    try:
+        r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
+                         device=args.device)
+    except ResultsNotSaved as e:
+        print_eval(e.result, saved=False)
+        raise not_saved(e) from None
     print_eval(r)
     return 0
 
 
-def print_eval(r: dict[str, Any]) -> None:
+def not_saved(e: Any) -> UserError:
+    """The one line of a :class:`~bbb.runs.ResultsNotSaved` whose results were printed."""
+    return UserError(f"cannot write {e.path} ({e.reason}); the results printed above were not saved")
+
+
+def print_eval(r: dict[str, Any], saved: bool = True) -> None:
     mean = "mean weights" if r["method"] == "bbb" else "deterministic"
     avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
     rows = [["test error", pct_text(r["test_error"]), pct_text(r["test_error_mc"])],
             ["NLL (nats)", f"{r['nll_mean']:.4f}", f"{r['nll']:.4f}"],
             ["ECE (15 bins)", pct_text(r["ece_mean"]), pct_text(r["ece"])],
             ["Brier", f"{r['brier_mean']:.4f}", f"{r['brier']:.4f}"]]
-    print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]))
-    files = ["eval.json"] + list(r.get("plots", []))
-    print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
+    print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
+    if saved:
+        files = ["eval.json"] + list(r.get("plots", []))
+        print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ..runs import prune_run
+    from ..runs import ResultsNotSaved, prune_run
 
-    rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
-                     device=args.device)
+    try:
+        rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
+                         device=args.device)
+    except ResultsNotSaved as e:
+        print_pruning(e.result)
+        raise not_saved(e) from None
     print_pruning(rows)
     print(f"wrote {Path(args.run_dir) / 'pruning.csv'}")
     return 0
@@ -83,7 +98,7 @@ def weights_text(n: int) -> str:
 
 def print_pruning(rows: Sequence[dict[str, Any]]) -> None:
     print(text_table([[f"{100 * r['fraction_removed']:g}%", weights_text(r["weights_left"]), pct_text(r["test_error"])]
-                  for r in rows], ["proportion removed", "#weights", "test error"], left=False))
+                  for r in rows], ["proportion removed", "#weights", "test error"], left=False), flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

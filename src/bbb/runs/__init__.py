@@ -37,6 +37,7 @@ from .config import (
 )
 from .evaluate import (
     EVAL_CHUNK,
+    ResultsNotSaved,
     error_rate,
     evaluate,
     evaluate_run,
@@ -61,6 +62,7 @@ __all__ = [
     "PRUNING_COLUMNS",
     "PriorKind",
     "RESUME_MUTABLE",
+    "ResultsNotSaved",
     "TrainConfig",
     "TrainingDiverged",
     "TrainingInterrupted",

@@ -32,6 +32,16 @@ def bbb(*argv: str, timeout: float = 300, **env_extra: str) -> subprocess.Comple
                           env=env(**env_extra), timeout=timeout)
 
 
+def bbb_in_process(capsys, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``bbb ARGV`` run in this process (so that a test can patch what it calls), its exit code,
+    stdout and stderr as a CompletedProcess."""
+    from bbb.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["bbb", *argv], rc, out, err)
+
+
 def assert_one_line_error(p: subprocess.CompletedProcess[str], *words: str) -> str:
     """Exit code 2 and exactly one line on stderr, ``bbb: error: ...``, holding every word."""
     assert p.returncode == 2, (p.returncode, p.stderr[-3000:])

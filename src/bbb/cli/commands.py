@@ -1,10 +1,15 @@
-"""The built-in commands: ``train``, ``evaluate``, ``prune`` and ``demo``."""
+"""The built-in commands: ``train``, ``evaluate``, ``prune`` and ``demo``.
+
+Out of memory anywhere in train, evaluate or prune is one line that says what to make smaller
+(:func:`memory_errors`); a run killed by it stays resumable.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,36 @@ from .parser import (  # noqa: F401 - the registry finds every command here
 )
 from .registry import DEMO_SETTINGS
 
+MEMORY_WORDS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """``MemoryError``, ``torch.OutOfMemoryError`` (CUDA) or an allocator's RuntimeError (CPU)."""
+    import torch
+
+    if isinstance(exc, MemoryError | getattr(torch, "OutOfMemoryError", MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in MEMORY_WORDS)
+
+
+@contextlib.contextmanager
+def memory_errors(doing: str, reduce: str, after: Callable[[], str] = lambda: "") -> Iterator[None]:
+    """Out of memory inside becomes one :class:`~bbb.runs.OutOfMemory` line: what ran out, what
+    to make smaller (``reduce``) and ``after()`` (what was kept)."""
+    from ..runs import OutOfMemory
+
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, OutOfMemory):
+            msg = str(e)
+        elif is_out_of_memory(e):
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            msg = f"out of memory while {doing} ({why}); use {reduce}"
+        else:
+            raise
+        raise OutOfMemory(msg + after()) from None
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
@@ -26,11 +61,22 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                  "threads")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
-        stored = load_checkpoint(out / "last.pt")["config"]
+        stored = load_checkpoint(out / "last.pt", mmap=True)["config"]
         cfg = TrainConfig.from_dict({**stored, **given})
     else:
         cfg = TrainConfig(**given)
-    summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
+
+    def kept() -> str:
+        try:
+            epoch = load_checkpoint(out / "last.pt", mmap=True)["epoch"]
+        except UserError:
+            return f"; nothing was saved in {out}"
+        return (f"; {out / 'last.pt'} holds epoch {epoch}: with memory freed (or another --eval-samples or "
+                f"--device) 'bbb train --resume --out {out}' continues it")
+
+    with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --samples (a new run, "
+                       "--overwrite) or fewer --eval-samples", kept):
+        summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     print_summary(summary, out)
     return 0
 
@@ -51,8 +97,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..runs import ResultsNotSaved, evaluate_run
 
     try:
-        r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
-                         device=args.device)
+        with memory_errors(f"evaluating {args.run_dir}", "fewer --samples or another --device"):
+            r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
+                             device=args.device)
     except ResultsNotSaved as e:
         print_eval(e.result, saved=False)
         raise not_saved(e) from None
@@ -82,8 +129,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from ..runs import ResultsNotSaved, prune_run
 
     try:
-        rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
-                         device=args.device)
+        with memory_errors(f"pruning {args.run_dir}", "another --device (or free memory)"):
+            rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
+                             device=args.device)
     except ResultsNotSaved as e:
         print_pruning(e.result)
         raise not_saved(e) from None

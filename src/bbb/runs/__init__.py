@@ -37,6 +37,7 @@ from .config import (
 )
 from .evaluate import (
     EVAL_CHUNK,
+    OutOfMemory,
     ResultsNotSaved,
     error_rate,
     evaluate,
@@ -59,6 +60,7 @@ __all__ = [
     "METRIC_COLUMNS",
     "Method",
     "OptimizerKind",
+    "OutOfMemory",
     "PRUNING_COLUMNS",
     "PriorKind",
     "RESUME_MUTABLE",

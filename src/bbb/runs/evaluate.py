@@ -4,12 +4,14 @@ predictive metrics (:func:`evaluate`), ``bbb evaluate`` (``eval.json``, ``reliab
 
 Both run-directory commands hold the run directory's lock (:func:`bbb.runs.rundir.lock_run_dir`)
 and, where their file cannot be written, raise :class:`ResultsNotSaved` carrying what they
-computed.
+computed. :class:`OutOfMemory` is the one-line refusal of a size that cannot fit
+(:func:`check_memory`, a lower bound checked before allocating).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +33,14 @@ from .config import TrainConfig
 from .model import infer_method
 from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "ResultsNotSaved", "error_rate", "evaluate", "evaluate_run", "mc_dropout", "mean_logits",
-           "prune_run", "run_data"]
+__all__ = ["EVAL_CHUNK", "OutOfMemory", "ResultsNotSaved", "check_memory", "device_memory", "error_rate",
+           "evaluate", "evaluate_run", "mc_dropout", "mean_logits", "prune_run", "run_data"]
 
 EVAL_CHUNK = 2048
+
+
+class OutOfMemory(UserError):
+    """A computation needs more memory than the device has; the message says what to reduce."""
 
 
 class ResultsNotSaved(UserError):
@@ -44,6 +50,43 @@ class ResultsNotSaved(UserError):
     def __init__(self, path: Path, reason: str, result: Any) -> None:
         super().__init__(f"cannot write {path} ({reason}); the results were computed but not saved")
         self.path, self.reason, self.result = path, reason, result
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of ``device``: a CUDA device's total, else the host's RAM plus swap;
+    None where unknown. An upper bound of what one process can get (other processes, limits)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            info = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        return info["MemTotal"] + info.get("SwapTotal", 0)
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(need: int, device: torch.device, what: str, reduce: str) -> None:
+    """Raise :class:`OutOfMemory` when ``need`` bytes (a lower bound of what ``what`` allocates)
+    exceed the memory of ``device`` (:func:`device_memory`); ``reduce`` says what to make smaller."""
+    have = device_memory(device)
+    if have is not None and need > have:
+        raise OutOfMemory(f"out of memory: {what} needs at least {need / 2**30:,.1f} GiB, more than the "
+                          f"{have / 2**30:,.1f} GiB of {device.type}; use {reduce}")
+
+
+def _check_eval_memory(model: nn.Module, x: Tensor, method: str, samples: int, chunk: int) -> None:
+    """One chunk of ``samples`` networks holds at least one (samples, chunk, width) activation."""
+    if method == Method.SGD.value:
+        return
+    width = max([int(x.shape[-1])] + [max(p.shape) for p in model.parameters() if p.dim() == 2])
+    check_memory(4 * samples * min(chunk, int(x.shape[0])) * width, x.device,
+                 f"evaluating {samples} samples of the network", "fewer --samples (--eval-samples when training)")
 
 
 @contextlib.contextmanager
@@ -105,6 +148,7 @@ def evaluate(
         raise UserError("cannot evaluate on an empty set")
     if samples < 1:
         raise UserError(f"samples must be >= 1, got {samples}")
+    _check_eval_memory(model, x, method, samples, chunk)
     dev = x.device
     fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
             if seed is not None else contextlib.nullcontext())

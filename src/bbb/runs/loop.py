@@ -59,7 +59,7 @@ from ..options import LRSchedule, Method, resolve_device
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged, TrainingInterrupted
-from .evaluate import error_rate, evaluate
+from .evaluate import check_memory, error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 
@@ -123,6 +123,18 @@ def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimize
     loss.backward()
     opt.step()
     return fe, nll, kl
+
+
+def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int, device: torch.device) -> None:
+    """Refuse a network whose weights and gradients alone exceed the device's memory (a lower
+    bound of what training needs), before anything is allocated."""
+    widths = [in_features, *cfg.hidden, num_classes]
+    weights = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    per_weight = 4 if cfg.method == Method.BBB.value else 2  # (mu, rho) or w, and their gradients
+    activations = cfg.samples * cfg.batch_size * max(widths)
+    check_memory(4 * (per_weight * weights + activations), device,
+                 f"training {cfg.method} {'x'.join(map(str, cfg.hidden))} ({weights:,} weights)",
+                 "a smaller --hidden, --batch-size or --samples")
 
 
 def _all_finite(model: nn.Module) -> bool:
@@ -223,6 +235,7 @@ def _train(
     bsz = cfg.batch_size
     num_batches = math.ceil(n / bsz)
 
+    _check_training_memory(cfg, in_features, num_classes, device)
     model = build_model(cfg, in_features, num_classes).to(device)
     elbo = (ELBO(model, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
                  num_samples=cfg.samples, kl=cfg.kl) if cfg.method == Method.BBB.value else None)

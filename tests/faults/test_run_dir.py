@@ -1,10 +1,12 @@
 """The run directory's guard (issue 19), through ``python -m bbb train`` on a tiny fake MNIST:
 ``--resume`` without last.pt, a new run into a previous run's directory, ``--overwrite``, two
-processes on one ``--out`` (the lock), and temporary files of killed writers. Every refusal is
-one line on stderr, exit code 2, and leaves the directory byte for byte as it was."""
+processes on one ``--out`` (the lock), temporary files of killed writers, and ``--threads``
+recorded and restored on ``--resume``. Every refusal is one line on stderr, exit code 2, and
+leaves the directory byte for byte as it was."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RUN_FILES
@@ -152,3 +155,32 @@ def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(t
     assert p.returncode == 0, p.stderr
     assert not stale.exists() and _last_pid(out) != str(holder.pid)
     assert len((out / "metrics.csv").read_text().splitlines()) == 3
+
+
+def _threads(out: Path) -> tuple[int, int]:
+    """The thread count recorded in config.json and in last.pt."""
+    return (json.loads((out / "config.json").read_text())["threads"],
+            torch.load(out / "last.pt", weights_only=True)["threads"])
+
+
+def test_threads_are_recorded_and_restored_on_resume(tmp_path, data_dir):
+    out = tmp_path / "run"
+    assert run(*train_argv(data_dir, out, "--threads", "2")).returncode == 0
+    assert _threads(out) == (2, 2)
+    # resumed without --threads (this process would take 1: OMP_NUM_THREADS=1): the recorded 2
+    p = run("train", "--resume", "--out", str(out), "--epochs", "2", "--quiet")
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    assert _threads(out) == (2, 2)
+    # another count may be asked for: one line says that the result may then differ
+    p = run("train", "--resume", "--out", str(out), "--epochs", "3", "--quiet", "--threads", "1")
+    assert p.returncode == 0, p.stderr
+    note = p.stderr.strip().splitlines()
+    assert len(note) == 1 and "--threads 1" in note[0] and "with 2" in note[0], p.stderr
+    assert _threads(out) == (1, 1)
+    # a checkpoint of a bbb that recorded no thread count resumes as before
+    ckpt = torch.load(out / "last.pt", weights_only=True)
+    del ckpt["threads"]
+    torch.save(ckpt, out / "last.pt")
+    p = run("train", "--resume", "--out", str(out), "--epochs", "4", "--quiet")
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    assert len((out / "metrics.csv").read_text().splitlines()) == 5

@@ -1,13 +1,15 @@
 """The built-in commands: ``train``, ``evaluate``, ``prune`` and ``demo``.
 
 Out of memory anywhere in train, evaluate or prune is one line that says what to make smaller
-(:func:`memory_errors`); a run killed by it stays resumable.
+(:func:`memory_errors`); a run killed by it stays resumable. ``bbb train --resume`` restores the
+thread count the run recorded (``--threads``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -54,6 +56,20 @@ def memory_errors(doing: str, reduce: str, after: Callable[[], str] = lambda: ""
         raise OutOfMemory(msg + after()) from None
 
 
+def restore_threads(given: int | None, recorded: Any) -> None:
+    """``--resume``: torch's thread count as the run recorded it, unless ``--threads`` says
+    otherwise (then one line notes that the result may differ from an uninterrupted run's)."""
+    import torch
+
+    if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 1:
+        return
+    if given is None:
+        torch.set_num_threads(recorded)
+    elif given != recorded:
+        print(f"bbb: note: resuming with --threads {given}, the run was trained with {recorded}; its results "
+              "may then differ in the last bits from those of an uninterrupted run", file=sys.stderr, flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
@@ -61,8 +77,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                  "threads")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
-        stored = load_checkpoint(out / "last.pt", mmap=True)["config"]
-        cfg = TrainConfig.from_dict({**stored, **given})
+        ckpt = load_checkpoint(out / "last.pt", mmap=True)
+        cfg = TrainConfig.from_dict({**ckpt["config"], **given})
+        restore_threads(args.threads, ckpt.get("threads"))  # absent in checkpoints of older bbb
     else:
         cfg = TrainConfig(**given)
 

@@ -3,7 +3,7 @@
 One function trains one network: :func:`train` takes a :class:`TrainConfig` and a run directory
 and leaves there::
 
-    config.json    every setting, the seed, library versions
+    config.json    every setting, the seed, library versions, torch's thread count
     metrics.csv    one row per epoch: epoch, seconds, train_loss, nll, kl, val_error, test_error
     summary.json   final test/validation error (mean weights and k-sample average), timings
     last.pt        checkpoint of the last completed epoch (written atomically every epoch)
@@ -269,8 +269,9 @@ def _train(
         best = repair_derived(out, ckpt, log)  # best.pt and metrics.csv as the committed last.pt says
 
     lib_versions = versions()
+    threads = torch.get_num_threads()
     config_json = {
-        **cfg.to_dict(), "versions": lib_versions, "device_used": str(device),
+        **cfg.to_dict(), "versions": lib_versions, "device_used": str(device), "threads": threads,
         "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
         "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
     }
@@ -289,6 +290,7 @@ def _train(
             "config": cfg.to_dict(),
             "model_info": dict(model_info),
             "versions": lib_versions,
+            "threads": threads,
         }
 
     if ckpt is None:  # epoch 0 first: a run killed during its first epoch can be resumed too

@@ -23,8 +23,9 @@ class Killed(BaseException):
     """Stands for SIGKILL: no handler of the library catches it."""
 
 
-def killed_after_commit(monkeypatch, run: Path, epoch: int) -> None:
-    """Make the run die right after the ``last.pt`` of ``epoch``, before best.pt and metrics.csv."""
+def train_killed_after_commit(monkeypatch, run: Path, epoch: int) -> None:
+    """Train 3 epochs into ``run``, dying right after the ``last.pt`` of ``epoch``, before
+    best.pt and metrics.csv."""
     real = L.atomic_torch_save
 
     def save(path, obj):
@@ -32,7 +33,10 @@ def killed_after_commit(monkeypatch, run: Path, epoch: int) -> None:
         if Path(path).name == "last.pt" and obj["epoch"] == epoch:
             raise Killed
 
-    monkeypatch.setattr(L, "atomic_torch_save", save)
+    with monkeypatch.context() as m:
+        m.setattr(L, "atomic_torch_save", save)
+        with pytest.raises(Killed):
+            train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
 
 
 def summary(run: Path) -> dict:
@@ -48,10 +52,7 @@ def full(tmp_path_factory) -> Path:
 
 def test_readers_and_resume_take_the_committed_state_after_a_kill_between_writes(tmp_path, monkeypatch, full):
     run = tmp_path / "run"
-    with monkeypatch.context() as m:
-        killed_after_commit(m, run, 2)
-        with pytest.raises(Killed):
-            train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
+    train_killed_after_commit(monkeypatch, run, 2)
     last = load_checkpoint(run / "last.pt")
     assert last["epoch"] == 2 and last["best"]["epoch"] == 2  # epoch 2 improved on validation
     assert load_checkpoint(run / "best.pt")["epoch"] == 1  # ... but best.pt was not written
@@ -77,10 +78,7 @@ def test_readers_and_resume_take_the_committed_state_after_a_kill_between_writes
 
 def test_a_finished_run_killed_before_its_metrics_and_summary_is_completed_by_resume(tmp_path, monkeypatch, full):
     run = tmp_path / "run"
-    with monkeypatch.context() as m:
-        killed_after_commit(m, run, 3)
-        with pytest.raises(Killed):
-            train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
+    train_killed_after_commit(monkeypatch, run, 3)
     assert not (run / "summary.json").exists()
     train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, **QUIET)
     assert rows_without_seconds(run) == rows_without_seconds(full) and summary(run) == summary(full)

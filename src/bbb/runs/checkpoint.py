@@ -48,13 +48,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
     """Load a checkpoint with ``weights_only=True``; any problem is a one-line CheckpointError.
 
     ``mmap=True`` maps the tensors instead of reading them: a cheap look at the epoch, the best
-    epoch and the metrics history of a large checkpoint.
+    epoch and the metrics history of a large checkpoint (read whole where mapping fails).
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        try:
+            ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        except Exception:  # noqa: BLE001 - a file system without mmap, say: read it whole
+            if not mmap:
+                raise
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({reason[:160]})") from None

@@ -127,7 +127,7 @@ def test_threads_option(capsys, tmp_path, tiny):
         rc, _, err = run_main(capsys, "train", "--epochs", "1", "--out", str(tmp_path / "r"), "--threads", "1", *TINY)
         assert rc == 0, err
         assert torch.get_num_threads() == 1
-        assert "threads" not in json.loads((tmp_path / "r" / "config.json").read_text())
+        assert json.loads((tmp_path / "r" / "config.json").read_text())["threads"] == 1  # restored on --resume
     finally:
         torch.set_num_threads(before)
     rc, _, err = run_main(capsys, "evaluate", str(tmp_path / "r"), "--threads", "0")

@@ -1,13 +1,21 @@
 """Helpers of the fault-injection tests: run ``python -m bbb`` in a subprocess, inspect its
-stderr (one line, exit code 2, no traceback) and the processes it leaves behind."""
+stderr (one line, exit code 2, no traceback) and the processes it leaves behind; a tiny fake
+MNIST to train on."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
+import signal
+import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -24,6 +32,16 @@ def bbb(*argv: str, timeout: float = 300, **env_extra: str) -> subprocess.Comple
                           env=env(**env_extra), timeout=timeout)
 
 
+def bbb_in_process(capsys, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``bbb ARGV`` run in this process (so that a test can patch what it calls), its exit code,
+    stdout and stderr as a CompletedProcess."""
+    from bbb.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["bbb", *argv], rc, out, err)
+
+
 def assert_one_line_error(p: subprocess.CompletedProcess[str], *words: str) -> str:
     """Exit code 2 and exactly one line on stderr, ``bbb: error: ...``, holding every word."""
     assert p.returncode == 2, (p.returncode, p.stderr[-3000:])
@@ -33,6 +51,26 @@ def assert_one_line_error(p: subprocess.CompletedProcess[str], *words: str) -> s
     for w in words:
         assert w in lines[0], (w, lines[0])
     return lines[0]
+
+
+HOLD_LOCK = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+             "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
+             "print('locked', flush=True); time.sleep(600)")
+
+
+@contextlib.contextmanager
+def lock_held(lock: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process holding an flock on ``lock`` (its pid written there, as bbb does), killed -9 at
+    the end."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -84,3 +122,24 @@ def wait_until(cond, timeout: float, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return bool(cond())
+
+
+def _idx_gz(array: np.ndarray) -> bytes:
+    header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return gzip.compress(header + array.astype(np.uint8).tobytes(), compresslevel=1)
+
+
+def fake_mnist(root: Path, n_train: int, n_test: int) -> Path:
+    """MNIST-format files whose labels can be learned (the label sets a block of pixels); read
+    them with ``BBB_DATA_VERIFY=0`` (they have no known MD5)."""
+    rng = np.random.default_rng(0)
+    folder = root / "mnist"
+    folder.mkdir(parents=True)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        images = rng.integers(0, 64, size=(n, 28, 28), dtype=np.uint8)
+        for c in range(10):
+            images[labels == c, 2 * c:2 * c + 2, :] = 255
+        (folder / f"{split}-images-idx3-ubyte.gz").write_bytes(_idx_gz(images))
+        (folder / f"{split}-labels-idx1-ubyte.gz").write_bytes(_idx_gz(labels))
+    return root

@@ -1,49 +1,28 @@
 """The run directory's guard (issue 19), through ``python -m bbb train`` on a tiny fake MNIST:
 ``--resume`` without last.pt, a new run into a previous run's directory, ``--overwrite``, two
-processes on one ``--out`` (the lock), and temporary files of killed writers. Every refusal is
-one line on stderr, exit code 2, and leaves the directory byte for byte as it was."""
+processes on one ``--out`` (the lock), temporary files of killed writers, and ``--threads``
+recorded and restored on ``--resume``. Every refusal is one line on stderr, exit code 2, and
+leaves the directory byte for byte as it was."""
 
 from __future__ import annotations
 
-import gzip
+import json
 import os
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
+import torch
 
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RUN_FILES
 
-from .helpers import assert_one_line_error, bbb, env, snapshot
+from .helpers import assert_one_line_error, bbb, env, fake_mnist, lock_held, snapshot
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
-
-
-def _idx_gz(array: np.ndarray) -> bytes:
-    header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return gzip.compress(header + array.astype(np.uint8).tobytes(), compresslevel=1)
-
-
-def fake_mnist(root: Path, n_train: int, n_test: int) -> Path:
-    """MNIST-format files whose labels can be learned (the label sets a block of pixels)."""
-    rng = np.random.default_rng(0)
-    folder = root / "mnist"
-    folder.mkdir(parents=True)
-    for split, n in (("train", n_train), ("t10k", n_test)):
-        labels = (np.arange(n) % 10).astype(np.uint8)
-        images = rng.integers(0, 64, size=(n, 28, 28), dtype=np.uint8)
-        for c in range(10):
-            images[labels == c, 2 * c:2 * c + 2, :] = 255
-        (folder / f"{split}-images-idx3-ubyte.gz").write_bytes(_idx_gz(images))
-        (folder / f"{split}-labels-idx1-ubyte.gz").write_bytes(_idx_gz(labels))
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -166,23 +145,42 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
 
 def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished):
     out = copy_run(finished, tmp_path / "run")
-    # a process that holds the lock, then is killed -9
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
-         "print('locked', flush=True); time.sleep(600)", str(out / LOCK_NAME)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with lock_held(out / LOCK_NAME) as holder:  # a process that holds the lock, then is killed -9
         before = snapshot(out)
         assert_one_line_error(run(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
         assert snapshot(out) == before
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait()
     stale = out / f".last.pt~{_host()}~999999999~abcd1234.tmp"
     stale.write_bytes(b"half a checkpoint")
     p = run(*train_argv(data_dir, out, "--resume", epochs=2))
     assert p.returncode == 0, p.stderr
     assert not stale.exists() and _last_pid(out) != str(holder.pid)
     assert len((out / "metrics.csv").read_text().splitlines()) == 3
+
+
+def _threads(out: Path) -> tuple[int, int]:
+    """The thread count recorded in config.json and in last.pt."""
+    return (json.loads((out / "config.json").read_text())["threads"],
+            torch.load(out / "last.pt", weights_only=True)["threads"])
+
+
+def test_threads_are_recorded_and_restored_on_resume(tmp_path, data_dir):
+    out = tmp_path / "run"
+    assert run(*train_argv(data_dir, out, "--threads", "2")).returncode == 0
+    assert _threads(out) == (2, 2)
+    # resumed without --threads (this process would take 1: OMP_NUM_THREADS=1): the recorded 2
+    p = run("train", "--resume", "--out", str(out), "--epochs", "2", "--quiet")
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    assert _threads(out) == (2, 2)
+    # another count may be asked for: one line says that the result may then differ
+    p = run("train", "--resume", "--out", str(out), "--epochs", "3", "--quiet", "--threads", "1")
+    assert p.returncode == 0, p.stderr
+    note = p.stderr.strip().splitlines()
+    assert len(note) == 1 and "--threads 1" in note[0] and "with 2" in note[0], p.stderr
+    assert _threads(out) == (1, 1)
+    # a checkpoint of a bbb that recorded no thread count resumes as before
+    ckpt = torch.load(out / "last.pt", weights_only=True)
+    del ckpt["threads"]
+    torch.save(ckpt, out / "last.pt")
+    p = run("train", "--resume", "--out", str(out), "--epochs", "4", "--quiet")
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    assert len((out / "metrics.csv").read_text().splitlines()) == 5

@@ -1,10 +1,13 @@
 """kill -9 during a BBB training run (fused engine), then resume: the same metrics as a run never
 killed, and the same on 1 or 2 threads. The child trains on generated data through
-:func:`bbb.train.train`, the code ``bbb train`` runs."""
+:func:`bbb.train.train`, the code ``bbb train`` runs. Then 50 kills of ``bbb train`` itself at
+random instants of its commit sequence (``fork_killer.py``), each resumed to the uninterrupted
+run's metrics.csv, summary.json, best.pt and last.pt."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import signal
@@ -14,6 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+from .helpers import env, fake_mnist
 
 CHILD = r"""
 import sys, torch
@@ -73,3 +79,60 @@ def test_kill_9_then_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path):
             p = _run(out, True)
         assert p.wait(timeout=600) == 0, p.stderr.read()
         assert _metrics(out) == expected, trial
+
+
+# --------------------------------------------------------------------------------------------
+# 50 kills of `bbb train` at random instants of its commit sequence, then `bbb train --resume`
+# --------------------------------------------------------------------------------------------
+
+TRAIN = ["--epochs", "3", "--hidden", "16", "--batch-size", "50", "--val-size", "100", "--samples", "2",
+         "--device", "cpu", "--eval-samples", "2", "--quiet", "--threads", "1"]
+
+
+def _tensors(obj, prefix: str = "") -> dict:
+    """Every tensor (and int) in a checkpoint by its path; the metrics' wall-clock seconds left out."""
+    if isinstance(obj, dict):
+        return {k: v for key, val in obj.items() if key != "metrics"
+                for k, v in _tensors(val, f"{prefix}/{key}").items()}
+    if isinstance(obj, list | tuple):
+        return {k: v for i, val in enumerate(obj) for k, v in _tensors(val, f"{prefix}/{i}").items()}
+    return {prefix: obj} if isinstance(obj, torch.Tensor | int) else {}
+
+
+def _same_checkpoint(a: Path, b: Path) -> bool:
+    ta, tb = (_tensors(torch.load(p, weights_only=True)) for p in (a, b))
+    return ta.keys() == tb.keys() and all(
+        torch.equal(x, tb[k]) if isinstance(x, torch.Tensor) else x == tb[k] for k, x in ta.items())
+
+
+def _summary(out: Path) -> dict:
+    return {k: v for k, v in json.loads((out / "summary.json").read_text()).items() if k != "seconds"}
+
+
+@pytest.mark.slow
+def test_50_kills_at_random_commits_then_resume_end_as_the_uninterrupted_run(tmp_path):
+    data = fake_mnist(tmp_path / "data", n_train=300, n_test=50)
+    root = tmp_path / "runs"
+    root.mkdir()
+    plan, result = tmp_path / "plan.json", tmp_path / "result.json"
+    plan.write_text(json.dumps({"argv": ["--data-dir", str(data), *TRAIN], "root": str(root), "kills": 50,
+                                "seed": 19}))
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("fork_killer.py")), str(plan), str(result)],
+                       env=env(), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(result.read_text())
+    ref = root / "ref"
+    expected, summary = _metrics(ref), _summary(ref)
+    assert len(expected) == 3 and res["writes"] >= 3 * 2 + 3
+    trials = res["trials"]
+    assert len(trials) == 50 and sum(t["killed"] for t in trials) >= 45, [t["kill"] for t in trials]
+    at = {t["epoch_at_kill"] for t in trials}
+    assert {None, 0, 1, 2, 3} <= at, at  # before the first checkpoint, in every epoch, at the end
+    for t in trials:
+        out = root / t["dir"]
+        assert t["check"] == 0 and t["resume"] == 0, t
+        assert _metrics(out) == expected, t
+        assert _summary(out) == summary, t
+        assert _same_checkpoint(out / "best.pt", ref / "best.pt"), t
+        assert _same_checkpoint(out / "last.pt", ref / "last.pt"), t
+        assert not [q.name for q in out.iterdir() if q.name.endswith(".tmp")], t

@@ -1,13 +1,21 @@
-"""The built-in commands: ``train``, ``evaluate``, ``prune`` and ``demo``."""
+"""The built-in commands: ``train``, ``evaluate``, ``prune`` and ``demo``.
+
+Out of memory anywhere in train, evaluate or prune is one line that says what to make smaller
+(:func:`memory_errors`); a run killed by it stays resumable. ``bbb train --resume`` restores the
+thread count the run recorded (``--threads``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from .common import pct_text, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
@@ -17,6 +25,50 @@ from .parser import (  # noqa: F401 - the registry finds every command here
 )
 from .registry import DEMO_SETTINGS
 
+MEMORY_WORDS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """``MemoryError``, ``torch.OutOfMemoryError`` (CUDA) or an allocator's RuntimeError (CPU)."""
+    import torch
+
+    if isinstance(exc, MemoryError | getattr(torch, "OutOfMemoryError", MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in MEMORY_WORDS)
+
+
+@contextlib.contextmanager
+def memory_errors(doing: str, reduce: str, after: Callable[[], str] = lambda: "") -> Iterator[None]:
+    """Out of memory inside becomes one :class:`~bbb.runs.OutOfMemory` line: what ran out, what
+    to make smaller (``reduce``) and ``after()`` (what was kept)."""
+    from ..runs import OutOfMemory
+
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, OutOfMemory):
+            msg = str(e)
+        elif is_out_of_memory(e):
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            msg = f"out of memory while {doing} ({why}); use {reduce}"
+        else:
+            raise
+        raise OutOfMemory(msg + after()) from None
+
+
+def restore_threads(given: int | None, recorded: Any) -> None:
+    """``--resume``: torch's thread count as the run recorded it, unless ``--threads`` says
+    otherwise (then one line notes that the result may differ from an uninterrupted run's)."""
+    import torch
+
+    if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 1:
+        return
+    if given is None:
+        torch.set_num_threads(recorded)
+    elif given != recorded:
+        print(f"bbb: note: resuming with --threads {given}, the run was trained with {recorded}; its results "
+              "may then differ in the last bits from those of an uninterrupted run", file=sys.stderr, flush=True)
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
@@ -25,11 +77,23 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                  "threads")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
-        stored = load_checkpoint(out / "last.pt")["config"]
-        cfg = TrainConfig.from_dict({**stored, **given})
+        ckpt = load_checkpoint(out / "last.pt", mmap=True)
+        cfg = TrainConfig.from_dict({**ckpt["config"], **given})
+        restore_threads(args.threads, ckpt.get("threads"))  # absent in checkpoints of older bbb
     else:
         cfg = TrainConfig(**given)
-    summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
+
+    def kept() -> str:
+        try:
+            epoch = load_checkpoint(out / "last.pt", mmap=True)["epoch"]
+        except UserError:
+            return f"; nothing was saved in {out}"
+        return (f"; {out / 'last.pt'} holds epoch {epoch}: with memory freed (or another --eval-samples or "
+                f"--device) 'bbb train --resume --out {out}' continues it")
+
+    with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --samples (a new run, "
+                       "--overwrite) or fewer --eval-samples", kept):
+        summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     print_summary(summary, out)
     return 0
 
@@ -47,31 +111,47 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..runs import evaluate_run
+    from ..runs import ResultsNotSaved, evaluate_run
 
-    r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
-                     device=args.device)
+    try:
+        with memory_errors(f"evaluating {args.run_dir}", "fewer --samples or another --device"):
+            r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
+                             device=args.device)
+    except ResultsNotSaved as e:
+        print_eval(e.result, saved=False)
+        raise not_saved(e) from None
     print_eval(r)
     return 0
 
 
-def print_eval(r: dict[str, Any]) -> None:
+def not_saved(e: Any) -> UserError:
+    """The one line of a :class:`~bbb.runs.ResultsNotSaved` whose results were printed."""
+    return UserError(f"cannot write {e.path} ({e.reason}); the results printed above were not saved")
+
+
+def print_eval(r: dict[str, Any], saved: bool = True) -> None:
     mean = "mean weights" if r["method"] == "bbb" else "deterministic"
     avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
     rows = [["test error", pct_text(r["test_error"]), pct_text(r["test_error_mc"])],
             ["NLL (nats)", f"{r['nll_mean']:.4f}", f"{r['nll']:.4f}"],
             ["ECE (15 bins)", pct_text(r["ece_mean"]), pct_text(r["ece"])],
             ["Brier", f"{r['brier_mean']:.4f}", f"{r['brier']:.4f}"]]
-    print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]))
-    files = ["eval.json"] + list(r.get("plots", []))
-    print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
+    print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
+    if saved:
+        files = ["eval.json"] + list(r.get("plots", []))
+        print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ..runs import prune_run
+    from ..runs import ResultsNotSaved, prune_run
 
-    rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
-                     device=args.device)
+    try:
+        with memory_errors(f"pruning {args.run_dir}", "another --device (or free memory)"):
+            rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
+                             device=args.device)
+    except ResultsNotSaved as e:
+        print_pruning(e.result)
+        raise not_saved(e) from None
     print_pruning(rows)
     print(f"wrote {Path(args.run_dir) / 'pruning.csv'}")
     return 0
@@ -83,7 +163,7 @@ def weights_text(n: int) -> str:
 
 def print_pruning(rows: Sequence[dict[str, Any]]) -> None:
     print(text_table([[f"{100 * r['fraction_removed']:g}%", weights_text(r["weights_left"]), pct_text(r["test_error"])]
-                  for r in rows], ["proportion removed", "#weights", "test error"], left=False))
+                  for r in rows], ["proportion removed", "#weights", "test error"], left=False), flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

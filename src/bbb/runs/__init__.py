@@ -6,7 +6,8 @@ it. A run directory is one contract, kept here:
 
 * :mod:`bbb.runs.config` - :class:`TrainConfig`, what may change on resume.
 * :mod:`bbb.runs.model` - the network and the dataset split of a configuration.
-* :mod:`bbb.runs.checkpoint` - ``last.pt`` / ``best.pt`` (format version checked), ``metrics.csv``.
+* :mod:`bbb.runs.checkpoint` - ``last.pt`` (the commit point) / ``best.pt`` (format version
+  checked), ``metrics.csv`` (checked against ``last.pt``), their repair on resume.
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
 * :mod:`bbb.runs.evaluate` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
 * :mod:`bbb.runs.jobs` - a run directory as a job runner sees it (epochs done, finished).
@@ -20,6 +21,7 @@ from .checkpoint import (
     CHECKPOINT_FORMAT,
     METRIC_COLUMNS,
     PRUNING_COLUMNS,
+    committed_checkpoint,
     load_checkpoint,
     load_run,
     model_from_checkpoint,
@@ -35,6 +37,8 @@ from .config import (
 )
 from .evaluate import (
     EVAL_CHUNK,
+    OutOfMemory,
+    ResultsNotSaved,
     error_rate,
     evaluate,
     evaluate_run,
@@ -56,15 +60,18 @@ __all__ = [
     "METRIC_COLUMNS",
     "Method",
     "OptimizerKind",
+    "OutOfMemory",
     "PRUNING_COLUMNS",
     "PriorKind",
     "RESUME_MUTABLE",
+    "ResultsNotSaved",
     "TrainConfig",
     "TrainingDiverged",
     "TrainingInterrupted",
     "batch_objective",
     "build_model",
     "check_data",
+    "committed_checkpoint",
     "error_rate",
     "evaluate",
     "evaluate_run",

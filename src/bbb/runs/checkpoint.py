@@ -3,16 +3,25 @@ checked on load), rebuilding a trained model, and ``metrics.csv``.
 
 A run directory (docs/design.md)::
 
-    config.json    every setting, the seed, library versions
+    config.json    every setting, the seed, library versions, the thread count
     metrics.csv    one row per epoch: :data:`METRIC_COLUMNS`
     summary.json   final test/validation error (mean weights and k-sample average), timings
     last.pt        checkpoint of the last completed epoch (written atomically every epoch)
     best.pt        checkpoint of the epoch with the lowest validation error
+
+``last.pt`` is the run's one commit point: it carries the metrics history and the best epoch so
+far. ``best.pt`` and ``metrics.csv`` are derived from it and written after it, so a process killed
+between the writes leaves them one epoch behind: :func:`repair_derived` rewrites them when the run
+resumes, and the readers here (:func:`load_run`, :func:`read_metrics`) take the committed state
+meanwhile (``best.pt`` one epoch behind is replaced by ``last.pt`` when that records itself as the
+best; ``metrics.csv`` is checked against the history in ``last.pt``).
 """
 
 from __future__ import annotations
 
 import csv
+import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +29,13 @@ import torch
 import torch.nn as nn
 
 from ..errors import CheckpointError, UserError
+from ..io import atomic_write_bytes, atomic_write_text, csv_text
 from ..options import Checkpoint, choice
 from .config import TrainConfig
 from .model import build_model
 
-__all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "load_checkpoint", "load_run",
-           "model_from_checkpoint", "read_metrics", "run_dir_of"]
+__all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "committed_checkpoint", "load_checkpoint",
+           "load_run", "metrics_text", "model_from_checkpoint", "read_metrics", "repair_derived", "run_dir_of"]
 
 CHECKPOINT_FORMAT = 1
 METRIC_COLUMNS = ("epoch", "seconds", "train_loss", "nll", "kl", "val_error", "test_error")
@@ -33,13 +43,23 @@ PRUNING_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_thr
                    "test_error")
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True``; any problem is a one-line CheckpointError."""
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False,
+                    ) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True``; any problem is a one-line CheckpointError.
+
+    ``mmap=True`` maps the tensors instead of reading them: a cheap look at the epoch, the best
+    epoch and the metrics history of a large checkpoint (read whole where mapping fails).
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        try:
+            ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        except Exception:  # noqa: BLE001 - a file system without mmap, say: read it whole
+            if not mmap:
+                raise
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({reason[:160]})") from None
@@ -74,27 +94,134 @@ def run_dir_of(run_dir: str | Path) -> Path:
     return d
 
 
-def load_run(run_dir: str | Path, which: str = "best", device: str | torch.device = "cpu",
-             ) -> tuple[nn.Module, TrainConfig]:
-    """Rebuild the trained model of a run directory: ``which`` is ``"best"`` or ``"last"``.
+def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = False,
+                         ) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint of a run directory that its commit point ``last.pt`` names: ``(path, ckpt)``.
 
-    Returns ``(model, config)``; the model is in eval mode on ``device``.
+    ``which="last"``: ``last.pt``. ``which="best"``: ``best.pt`` when it holds the best epoch that
+    ``last.pt`` records; when it does not (a process killed between the two writes, or a reader
+    between them), ``last.pt`` itself if it records itself as the best, else ``best.pt`` read again
+    (the trainer may have moved on meanwhile). Without ``last.pt``, ``best.pt`` as it is.
     """
     which = choice("checkpoint", which, Checkpoint)
     d = run_dir_of(run_dir)
-    path = d / f"{which}.pt"
-    model, cfg = model_from_checkpoint(load_checkpoint(path), path)
+    last_path, best_path = d / "last.pt", d / "best.pt"
+    if which == "last":
+        return last_path, load_checkpoint(last_path, mmap=mmap)
+    if not last_path.is_file():  # best.pt alone: nothing to check it against
+        return best_path, load_checkpoint(best_path, mmap=mmap)
+    best = None
+    for _ in range(3):
+        best = load_checkpoint(best_path, mmap=mmap) if best_path.is_file() else None
+        last = load_checkpoint(last_path, mmap=True)
+        want = dict(last.get("best") or {}).get("epoch")
+        if best is not None and (want is None or best["epoch"] == want):
+            return best_path, best
+        if want == last["epoch"] and want > 0:
+            return last_path, last
+    if best is None:
+        raise CheckpointError(f"checkpoint {best_path} not found")
+    return best_path, best
+
+
+def load_run(run_dir: str | Path, which: str = "best", device: str | torch.device = "cpu",
+             ) -> tuple[nn.Module, TrainConfig]:
+    """Rebuild the trained model of a run directory: ``which`` is ``"best"`` or ``"last"``
+    (the committed one: :func:`committed_checkpoint`).
+
+    Returns ``(model, config)``; the model is in eval mode on ``device``.
+    """
+    path, ckpt = committed_checkpoint(run_dir, which)
+    model, cfg = model_from_checkpoint(ckpt, path)
     return model.to(device).eval(), cfg
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``metrics.csv`` as dicts of floats (None for empty cells)."""
-    path = Path(run_dir) / "metrics.csv"
-    if not path.is_file():
-        raise CheckpointError(f"{path} not found")
+def metrics_text(rows: list[dict[str, Any]]) -> str:
+    """``metrics.csv`` of these history rows, byte for byte as the run writes it."""
+    return csv_text(METRIC_COLUMNS, rows)
+
+
+def _metric_value(column: str, text: str | None) -> Any:
+    if text in ("", None):
+        return None
+    return int(text) if column == "epoch" else float(text)
+
+
+def _parse_metrics(path: Path, text: str) -> list[dict[str, Any]]:
+    lines = list(csv.reader(io.StringIO(text)))
+    if not lines or tuple(lines[0]) != METRIC_COLUMNS:
+        got = ",".join(lines[0]) if lines else "nothing"
+        raise CheckpointError(f"{path} is damaged: its header is {got[:120]!r}, not {','.join(METRIC_COLUMNS)}")
     rows = []
-    with path.open(newline="") as f:
-        for r in csv.DictReader(f):
-            rows.append({k: (None if v in ("", None) else (int(v) if k == "epoch" else float(v)))
-                         for k, v in r.items()})
+    for n, cells in enumerate(lines[1:], start=1):
+        try:
+            if len(cells) != len(METRIC_COLUMNS):
+                raise ValueError(f"{len(cells)} cells")
+            row = {c: _metric_value(c, v) for c, v in zip(METRIC_COLUMNS, cells)}
+            if row["epoch"] != n:
+                raise ValueError(f"epoch {row['epoch']}")
+        except ValueError as e:
+            raise CheckpointError(f"{path} is damaged: row {n} is not a metrics row ({e})") from None
+        rows.append(row)
     return rows
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.csv`` as dicts of floats (None for empty cells), checked.
+
+    The file must have the columns :data:`METRIC_COLUMNS` and one row per epoch. Where
+    ``last.pt`` can be read, the file must be its metrics history byte for byte, or a prefix of
+    it (a process killed, or a reader, between the two writes; or no file yet): then the history
+    in ``last.pt`` is returned. A damaged file is a one-line :class:`CheckpointError` naming it.
+    """
+    d = Path(run_dir)
+    path = d / "metrics.csv"
+    try:
+        text: str | None = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} cannot be read ({e})") from None
+    rows = _parse_metrics(path, text) if text is not None else []
+    try:  # read after metrics.csv: the trainer writes last.pt first, so it is never behind the file
+        history = load_checkpoint(d / "last.pt", mmap=True).get("metrics") if (d / "last.pt").is_file() else None
+    except CheckpointError:
+        history = None
+    if not isinstance(history, list):
+        if text is None:
+            raise CheckpointError(f"{path} not found")
+        return rows
+    history = [{c: r.get(c) for c in METRIC_COLUMNS} for r in history]
+    if text is not None and text != metrics_text(history[:len(rows)]):
+        raise CheckpointError(f"{path} is damaged: it does not match the {len(history)}-epoch history in "
+                              f"{d / 'last.pt'}; 'bbb train --resume --out {d}' rewrites it")
+    return [{c: None if r[c] is None else (int(r[c]) if c == "epoch" else float(r[c])) for c in METRIC_COLUMNS}
+            for r in history]
+
+
+def repair_derived(out: Path, ckpt: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
+    """Bring the files derived from the committed ``out/last.pt`` (``ckpt``) up to it when a run
+    resumes: ``best.pt`` rewritten (a copy of ``last.pt``) when ``last.pt`` records itself as the
+    best and ``best.pt`` holds another epoch; ``metrics.csv`` rewritten from the history.
+
+    Returns the best-so-far record to continue with: the one in ``ckpt``, or, where ``best.pt``
+    cannot be brought up to it (a run interrupted by an older bbb between the two writes and
+    continued since), the epoch ``best.pt`` does hold, said in one log line.
+    """
+    last_path, best_path = out / "last.pt", out / "best.pt"
+    epoch = int(ckpt["epoch"])
+    best = dict(ckpt.get("best") or {"epoch": 0, "val_error": None})
+    want = best.get("epoch")
+    held = load_checkpoint(best_path, mmap=True) if best_path.is_file() else None
+    if epoch > 0 and (held is None or held["epoch"] != want):
+        if want == epoch:
+            atomic_write_bytes(best_path, last_path.read_bytes())
+        elif held is not None:
+            best = {"epoch": held["epoch"], "val_error": dict(held.get("best") or {}).get("val_error")}
+            log(f"{best_path} holds epoch {best['epoch']}, not the best epoch {want} that {last_path} records "
+                f"(an interrupted write); epoch {best['epoch']} stays the best so far")
+        else:
+            best = {"epoch": 0, "val_error": None}
+            log(f"{best_path} is missing (best epoch {want}); the next epoch becomes the best so far")
+    atomic_write_text(out / "metrics.csv", metrics_text([dict(r) for r in ckpt.get("metrics", [])]))
+    return best

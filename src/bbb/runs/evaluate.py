@@ -1,10 +1,17 @@
 """Evaluation of a model and of a run directory: the error of the mean network, the k-sample
 predictive metrics (:func:`evaluate`), ``bbb evaluate`` (``eval.json``, ``reliability.png``) and
-``bbb prune`` (``pruning.csv``, the paper's Table 2)."""
+``bbb prune`` (``pruning.csv``, the paper's Table 2).
+
+Both run-directory commands hold the run directory's lock (:func:`bbb.runs.rundir.lock_run_dir`)
+and, where their file cannot be written, raise :class:`ResultsNotSaved` carrying what they
+computed. :class:`OutOfMemory` is the one-line refusal of a size that cannot fit
+(:func:`check_memory`, a lower bound checked before allocating).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,20 +22,71 @@ from torch import Tensor
 
 from .. import uncertainty as U
 from ..errors import UserError
-from ..io import atomic_write_json, atomic_write_text, csv_text
+from ..io import DiskFullError, atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
 from ..options import Method, choice, resolve_device
 from ..plots import plot_reliability
 from ..prune import prune, unprune
 from . import model as runmodel
-from .checkpoint import PRUNING_COLUMNS, load_checkpoint, load_run, run_dir_of
+from .checkpoint import PRUNING_COLUMNS, committed_checkpoint, model_from_checkpoint, run_dir_of
 from .config import TrainConfig
 from .model import infer_method
+from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "error_rate", "evaluate", "evaluate_run", "mc_dropout", "mean_logits",
-           "prune_run", "run_data"]
+__all__ = ["EVAL_CHUNK", "OutOfMemory", "ResultsNotSaved", "check_memory", "device_memory", "error_rate",
+           "evaluate", "evaluate_run", "mc_dropout", "mean_logits", "prune_run", "run_data"]
 
 EVAL_CHUNK = 2048
+
+
+class OutOfMemory(UserError):
+    """A computation needs more memory than the device has; the message says what to reduce."""
+
+
+class ResultsNotSaved(UserError):
+    """Results were computed but their file could not be written: ``result`` holds them,
+    ``path`` is the file, ``reason`` why (one line)."""
+
+    def __init__(self, path: Path, reason: str, result: Any) -> None:
+        super().__init__(f"cannot write {path} ({reason}); the results were computed but not saved")
+        self.path, self.reason, self.result = path, reason, result
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of ``device``: a CUDA device's total, else the host's RAM plus swap;
+    None where unknown. An upper bound of what one process can get (other processes, limits)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            info = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        return info["MemTotal"] + info.get("SwapTotal", 0)
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(need: int, device: torch.device, what: str, reduce: str) -> None:
+    """Raise :class:`OutOfMemory` when ``need`` bytes (a lower bound of what ``what`` allocates)
+    exceed the memory of ``device`` (:func:`device_memory`); ``reduce`` says what to make smaller."""
+    have = device_memory(device)
+    if have is not None and need > have:
+        raise OutOfMemory(f"out of memory: {what} needs at least {need / 2**30:,.1f} GiB, more than the "
+                          f"{have / 2**30:,.1f} GiB of {device.type}; use {reduce}")
+
+
+def _check_eval_memory(model: nn.Module, x: Tensor, method: str, samples: int, chunk: int) -> None:
+    """One chunk of ``samples`` networks holds at least one (samples, chunk, width) activation."""
+    if method == Method.SGD.value:
+        return
+    width = max([int(x.shape[-1])] + [max(p.shape) for p in model.parameters() if p.dim() == 2])
+    check_memory(4 * samples * min(chunk, int(x.shape[0])) * width, x.device,
+                 f"evaluating {samples} samples of the network", "fewer --samples (--eval-samples when training)")
 
 
 @contextlib.contextmanager
@@ -90,6 +148,7 @@ def evaluate(
         raise UserError("cannot evaluate on an empty set")
     if samples < 1:
         raise UserError(f"samples must be >= 1, got {samples}")
+    _check_eval_memory(model, x, method, samples, chunk)
     dev = x.device
     fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
             if seed is not None else contextlib.nullcontext())
@@ -136,6 +195,25 @@ def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | N
     return runmodel.load_data(cfg)
 
 
+def _save(path: Path, result: Any, write: Any) -> None:
+    """``write()`` the file ``path`` of ``result``; where that fails (an unwritable directory, a
+    full disk), :class:`ResultsNotSaved` with the result."""
+    try:
+        write()
+    except DiskFullError:
+        raise ResultsNotSaved(path, "no space left on the device", result) from None
+    except OSError as e:
+        raise ResultsNotSaved(path, e.strerror or type(e).__name__, result) from None
+
+
+def _load(d: Path, which: str, device: str) -> tuple[nn.Module, TrainConfig, int, torch.device]:
+    """The committed ``which`` checkpoint of ``d``: (model in eval mode, config, epoch, device)."""
+    dev = resolve_device(device)
+    path, ckpt = committed_checkpoint(d, which)
+    model, cfg = model_from_checkpoint(ckpt, path)
+    return model.to(dev).eval(), cfg, int(ckpt["epoch"]), dev
+
+
 def evaluate_run(
     run_dir: str | Path,
     samples: int = 10,
@@ -144,32 +222,48 @@ def evaluate_run(
     device: str = "auto",
     data: dict[str, Tensor] | None = None,
     reliability: bool = True,
+    lock_wait: float | None = 0.0,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint on its test set and write ``run_dir/eval.json`` (and, with
     ``reliability`` and matplotlib installed, ``run_dir/reliability.png``: one reliability
-    diagram for the mean/deterministic network and one for the k-sample predictive average)."""
+    diagram for the mean/deterministic network and one for the k-sample predictive average).
+
+    Holds the run directory's lock (``lock_wait``: as :func:`bbb.runs.train`); another process
+    writing there is a :class:`~bbb.runs.rundir.RunDirBusy`. Where the files cannot be written,
+    :class:`ResultsNotSaved` carries the result.
+    """
     d = run_dir_of(run_dir)
     if samples < 1:
         raise UserError(f"--samples must be >= 1, got {samples}")
-    dev = resolve_device(device)
-    model, cfg = load_run(d, which, device=dev)
-    data = run_data(cfg, data_dir, data)
-    x, y = data["test_x"].to(dev), data["test_y"].to(dev)
-    res = evaluate(model, x, y, cfg.method, samples=samples, return_probs=True)
-    ckpt_epoch = int(load_checkpoint(d / f"{which}.pt")["epoch"])
-    result = {"run": str(d), "checkpoint": which, "epoch": ckpt_epoch, "method": cfg.method,
-              "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
-              "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
-              "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
-              "ece_bins": 15, "n": res["n"]}
-    if reliability:
-        panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
-                  U.reliability_bins(res["mean_probs"], y)}
-        if cfg.method != Method.SGD.value:
-            panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
-        if plot_reliability(panels, d / "reliability.png", title=f"{cfg.method} on {cfg.dataset} test") is not None:
-            result["plots"] = ["reliability.png"]
-    atomic_write_json(d / "eval.json", result)
+    with lock_run_dir(d, lock_wait):
+        model, cfg, epoch, dev = _load(d, which, device)
+        data = run_data(cfg, data_dir, data)
+        x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+        res = evaluate(model, x, y, cfg.method, samples=samples, return_probs=True)
+        result = {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method,
+                  "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
+                  "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
+                  "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
+                  "ece_bins": 15, "n": res["n"]}
+
+        def plot() -> None:
+            panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
+                      U.reliability_bins(res["mean_probs"], y)}
+            if cfg.method != Method.SGD.value:
+                panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
+            title = f"{cfg.method} on {cfg.dataset} test"
+            if plot_reliability(panels, d / "reliability.png", title=title) is not None:
+                result["plots"] = ["reliability.png"]
+
+        unsaved = None
+        if reliability:
+            try:
+                _save(d / "reliability.png", result, plot)
+            except ResultsNotSaved as e:
+                unsaved = e  # the plot, while eval.json, the results, may still be written
+        _save(d / "eval.json", result, lambda: atomic_write_json(d / "eval.json", result))
+        if unsaved is not None:
+            raise unsaved
     return result
 
 
@@ -180,26 +274,29 @@ def prune_run(
     data_dir: str | None = None,
     device: str = "auto",
     data: dict[str, Tensor] | None = None,
+    lock_wait: float | None = 0.0,
 ) -> list[dict[str, Any]]:
     """The paper's Table 2 for a BBB run: prune by |mu|/sigma and test with the mean weights.
 
-    Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`) and returns its rows.
+    Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`) and returns its rows. The
+    lock and an unwritable directory as in :func:`evaluate_run`.
     """
     d = run_dir_of(run_dir)
     for f in fractions:
         if not (0.0 <= float(f) <= 1.0):
             raise UserError(f"fractions must be in [0, 1], got {f}")
-    dev = resolve_device(device)
-    model, cfg = load_run(d, which, device=dev)
-    if cfg.method != Method.BBB.value:
-        raise UserError(f"pruning by signal-to-noise needs a bbb run; {d} was trained with --method {cfg.method}")
-    data = run_data(cfg, data_dir, data)
-    x, y = data["test_x"].to(dev), data["test_y"].to(dev)
-    rows = []
-    for f in fractions:
-        r = prune(model, float(f))
-        rows.append({"fraction_removed": float(f), "weights_left": r.kept, "weights_total": r.total,
-                     "snr_threshold": r.threshold, "test_error": error_rate(model, x, y)})
-    unprune(model)
-    atomic_write_text(d / "pruning.csv", csv_text(PRUNING_COLUMNS, rows))
+    with lock_run_dir(d, lock_wait):
+        model, cfg, _, dev = _load(d, which, device)
+        if cfg.method != Method.BBB.value:
+            raise UserError(f"pruning by signal-to-noise needs a bbb run; {d} was trained with --method {cfg.method}")
+        data = run_data(cfg, data_dir, data)
+        x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+        rows = []
+        for f in fractions:
+            r = prune(model, float(f))
+            rows.append({"fraction_removed": float(f), "weights_left": r.kept, "weights_total": r.total,
+                         "snr_threshold": r.threshold, "test_error": error_rate(model, x, y)})
+        unprune(model)
+        path = d / "pruning.csv"
+        _save(path, rows, lambda: atomic_write_text(path, csv_text(PRUNING_COLUMNS, rows)))
     return rows

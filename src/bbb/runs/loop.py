@@ -3,7 +3,7 @@
 One function trains one network: :func:`train` takes a :class:`TrainConfig` and a run directory
 and leaves there::
 
-    config.json    every setting, the seed, library versions
+    config.json    every setting, the seed, library versions, torch's thread count
     metrics.csv    one row per epoch: epoch, seconds, train_loss, nll, kl, val_error, test_error
     summary.json   final test/validation error (mean weights and k-sample average), timings
     last.pt        checkpoint of the last completed epoch (written atomically every epoch)
@@ -27,6 +27,12 @@ generator and slices. No host-device synchronisation happens inside an epoch. Al
 (initialisation, shuffling, weight noise, dropout) flows from the global torch RNG seeded with
 ``seed`` and the shuffling generator; both states are checkpointed, so a killed run resumed with
 ``resume=True`` continues exactly where it stopped (bit for bit on CPU).
+
+Commit order of an epoch: ``last.pt`` (the commit point: model, optimiser, RNG states, the
+metrics history, the best epoch so far), then ``best.pt`` when validation improved (the same
+state), then ``metrics.csv``; ``summary.json`` after the last epoch. A process killed anywhere
+leaves ``last.pt`` of the previous or of this epoch, and resuming rewrites the derived files from
+it (:func:`bbb.runs.checkpoint.repair_derived`), so the run ends as if never killed.
 """
 
 from __future__ import annotations
@@ -48,12 +54,12 @@ from torch import Tensor
 from ..elbo import ELBO
 from ..engine import Engine, OptimizerKind
 from ..errors import CheckpointError, UserError
-from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, csv_text
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..options import LRSchedule, Method, resolve_device
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, METRIC_COLUMNS, load_checkpoint, load_run
+from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged, TrainingInterrupted
-from .evaluate import error_rate, evaluate
+from .evaluate import check_memory, error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 
@@ -117,6 +123,18 @@ def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimize
     loss.backward()
     opt.step()
     return fe, nll, kl
+
+
+def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int, device: torch.device) -> None:
+    """Refuse a network whose weights and gradients alone exceed the device's memory (a lower
+    bound of what training needs), before anything is allocated."""
+    widths = [in_features, *cfg.hidden, num_classes]
+    weights = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    per_weight = 4 if cfg.method == Method.BBB.value else 2  # (mu, rho) or w, and their gradients
+    activations = cfg.samples * cfg.batch_size * max(widths)
+    check_memory(4 * (per_weight * weights + activations), device,
+                 f"training {cfg.method} {'x'.join(map(str, cfg.hidden))} ({weights:,} weights)",
+                 "a smaller --hidden, --batch-size or --samples")
 
 
 def _all_finite(model: nn.Module) -> bool:
@@ -217,6 +235,7 @@ def _train(
     bsz = cfg.batch_size
     num_batches = math.ceil(n / bsz)
 
+    _check_training_memory(cfg, in_features, num_classes, device)
     model = build_model(cfg, in_features, num_classes).to(device)
     elbo = (ELBO(model, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
                  num_samples=cfg.samples, kl=cfg.kl) if cfg.method == Method.BBB.value else None)
@@ -245,13 +264,14 @@ def _train(
             why = str(e).splitlines()[0][:160]
             raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({why})") from None
         metrics = [dict(r) for r in ckpt.get("metrics", [])]
-        best = dict(ckpt.get("best", best))
         start_epoch = int(ckpt["epoch"])
         log(f"resuming {out} after epoch {start_epoch}")
+        best = repair_derived(out, ckpt, log)  # best.pt and metrics.csv as the committed last.pt says
 
     lib_versions = versions()
+    threads = torch.get_num_threads()
     config_json = {
-        **cfg.to_dict(), "versions": lib_versions, "device_used": str(device),
+        **cfg.to_dict(), "versions": lib_versions, "device_used": str(device), "threads": threads,
         "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
         "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
     }
@@ -270,13 +290,13 @@ def _train(
             "config": cfg.to_dict(),
             "model_info": dict(model_info),
             "versions": lib_versions,
+            "threads": threads,
         }
 
     if ckpt is None:  # epoch 0 first: a run killed during its first epoch can be resumed too
         atomic_torch_save(last_path, checkpoint(0))
+        atomic_write_text(out / "metrics.csv", metrics_text(metrics))
     atomic_write_json(out / "config.json", config_json)
-    if ckpt is None:
-        atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
 
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     has_val = data["val_x"].shape[0] > 0
@@ -328,10 +348,10 @@ def _train(
             if improved:
                 best = {"epoch": epoch, "val_error": val_error}
             state = checkpoint(epoch)
-            atomic_torch_save(last_path, state)
+            atomic_torch_save(last_path, state)  # the commit point; the files below derive from it
             if improved:
                 atomic_torch_save(best_path, state)
-            atomic_write_text(out / "metrics.csv", csv_text(METRIC_COLUMNS, metrics))
+            atomic_write_text(out / "metrics.csv", metrics_text(metrics))
             msg = (f"epoch {epoch}/{cfg.epochs}  loss {row['train_loss']:.4f}  nll {row['nll']:.4f}  "
                    f"kl {row['kl']:.4g}  val_err {_fmt(val_error, True)}")
             if test_error is not None:

@@ -12,11 +12,15 @@
   nothing. The kernel releases the lock when the process dies.
 * Temporary files of killed writers (``.<name>~<host>~<pid>~<random>.tmp``) are removed when a
   run starts (see :mod:`bbb.io`).
+* ``bbb evaluate`` and ``bbb prune`` write beside a run (``eval.json``, ``pruning.csv``): they hold
+  the same lock while they run (:func:`lock_run_dir`), so they never write into a run being
+  trained, nor two of them at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import time
@@ -27,7 +31,7 @@ from typing import Literal
 from ..errors import UserError
 from ..io import clean_stale_tmp
 
-__all__ = ["LOCK_NAME", "RUN_FILES", "RunDirBusy", "guard_run_dir"]
+__all__ = ["LOCK_NAME", "RUN_FILES", "RunDirBusy", "guard_run_dir", "lock_run_dir"]
 
 LOCK_NAME = ".lock"
 """Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
@@ -53,19 +57,36 @@ def _holder(fd: int) -> str:
     return text.split()[0] if text else "unknown"
 
 
-def _lock(path: Path, create: bool, wait: float = 0.0) -> int | None:
-    """An fd holding an exclusive flock on ``path`` (None: no fcntl, or absent and not ``create``),
-    waiting up to ``wait`` seconds for a holder to let go."""
+def _open(path: Path, create: bool, read_only_dir: bool) -> int | None:
+    """The lock file open for writing (created when ``create``); None when it is absent and not
+    created. ``read_only_dir``: where it cannot be written, open it read-only (flock works on
+    that too), or None when it cannot be created."""
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, os.O_RDWR | cloexec | (os.O_CREAT if create else 0), 0o666)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as e:
+        if not read_only_dir or e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+    try:
+        return os.open(path, os.O_RDONLY | cloexec)
+    except FileNotFoundError:
+        return None
+
+
+def _lock(path: Path, create: bool, wait: float = 0.0, read_only_dir: bool = False,
+          advice: str = "wait for it to end or choose another --out") -> int | None:
+    """An fd holding an exclusive flock on ``path`` (None: no fcntl, or absent and not created:
+    :func:`_open`), waiting up to ``wait`` seconds for a holder to let go."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no lock
         return None
-    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
-    try:
-        fd = os.open(path, flags, 0o666)
-    except FileNotFoundError:
-        if create:
-            raise
+    fd = _open(path, create, read_only_dir)
+    if fd is None:
         return None
     deadline = time.monotonic() + wait
     try:
@@ -80,12 +101,22 @@ def _lock(path: Path, create: bool, wait: float = 0.0) -> int | None:
     except BlockingIOError:
         pid = _holder(fd)
         os.close(fd)
-        raise RunDirBusy(f"{path.parent} is in use: another bbb process (pid {pid}) is training there "
-                         f"(lock {path}); wait for it to end or choose another --out") from None
+        raise RunDirBusy(f"{path.parent} is in use: another bbb process (pid {pid}) is writing there "
+                         f"(lock {path}); {advice}") from None
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _record_pid(fd: int | None) -> None:
+    """Write this process's pid into the lock file it holds (not where it is read-only)."""
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
 
 
 def _existing(out: Path) -> list[str]:
@@ -165,10 +196,7 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
             out.mkdir(parents=True, exist_ok=True)
             fd = _lock(lock, create=True, wait=lock_wait)
         resuming = _check(out, resume, overwrite)  # again, under the lock
-        if fd is not None:
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, f"{os.getpid()}\n".encode())
+        _record_pid(fd)
         _clean(out)
         if not resuming and _existing(out):
             _remove_old(out)
@@ -177,3 +205,23 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
         if fd is not None:
             os.close(fd)
 
+
+
+@contextlib.contextmanager
+def lock_run_dir(out: Path, lock_wait: float | None = 0.0) -> Iterator[None]:
+    """Hold the lock of the existing run directory ``out`` (``bbb evaluate``, ``bbb prune``): a
+    process training or writing there makes this raise :class:`RunDirBusy` with its pid.
+    ``lock_wait``: seconds to wait for the holder; None takes no lock. In a directory this process
+    may not write, an existing ``.lock`` is locked read-only and none is created, so the command
+    can still compute (and report) what it then cannot save.
+    """
+    if lock_wait is None:
+        yield
+        return
+    fd = _lock(out / LOCK_NAME, create=True, wait=lock_wait, read_only_dir=True, advice="wait for it to end")
+    try:
+        _record_pid(fd)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)

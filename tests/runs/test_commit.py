@@ -1,0 +1,142 @@
+"""``last.pt`` is a run's commit point (issue 19): ``best.pt`` and ``metrics.csv`` derive from it,
+the readers take the committed state when a process died between the writes, resuming rewrites
+the derived files, and a damaged ``metrics.csv`` is named instead of used. The kill -9 version of
+these checks, at 50 random instants: ``tests/faults/test_train_kill.py``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import bbb.runs.loop as L
+from bbb.errors import CheckpointError
+from bbb.runs import committed_checkpoint, load_checkpoint, load_run, read_metrics, train
+
+from .test_train import QUIET, rows_without_seconds, tiny_cfg, tiny_data
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: no handler of the library catches it."""
+
+
+def train_killed_after_commit(monkeypatch, run: Path, epoch: int) -> None:
+    """Train 3 epochs into ``run``, dying right after the ``last.pt`` of ``epoch``, before
+    best.pt and metrics.csv."""
+    real = L.atomic_torch_save
+
+    def save(path, obj):
+        real(path, obj)
+        if Path(path).name == "last.pt" and obj["epoch"] == epoch:
+            raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(L, "atomic_torch_save", save)
+        with pytest.raises(Killed):
+            train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
+
+
+def summary(run: Path) -> dict:
+    return {k: v for k, v in json.loads((run / "summary.json").read_text()).items() if k != "seconds"}
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("full") / "run"
+    train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
+    return run
+
+
+def test_readers_and_resume_take_the_committed_state_after_a_kill_between_writes(tmp_path, monkeypatch, full):
+    run = tmp_path / "run"
+    train_killed_after_commit(monkeypatch, run, 2)
+    last = load_checkpoint(run / "last.pt")
+    assert last["epoch"] == 2 and last["best"]["epoch"] == 2  # epoch 2 improved on validation
+    assert load_checkpoint(run / "best.pt")["epoch"] == 1  # ... but best.pt was not written
+    assert len((run / "metrics.csv").read_text().splitlines()) == 2  # nor its metrics.csv row
+
+    # the readers see the committed state: two epochs, and the model of epoch 2 as the best
+    assert rows_without_seconds(run) == rows_without_seconds(full)[:2]
+    path, best = committed_checkpoint(run, "best")
+    assert path.name == "last.pt" and best["epoch"] == 2
+    model, _ = load_run(run, "best")
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, last["model"][k]), k
+
+    lines: list[str] = []
+    train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, quiet=True, log=lines.append)
+    assert rows_without_seconds(run) == rows_without_seconds(full)
+    assert summary(run) == summary(full)
+    for name in ("best.pt", "last.pt"):
+        a, b = load_checkpoint(run / name), load_checkpoint(full / name)
+        assert a["epoch"] == b["epoch"] and all(torch.equal(v, b["model"][k]) for k, v in a["model"].items())
+    assert not [s for s in lines if "best" in s]  # repaired without a word: nothing was lost
+
+
+def test_a_finished_run_killed_before_its_metrics_and_summary_is_completed_by_resume(tmp_path, monkeypatch, full):
+    run = tmp_path / "run"
+    train_killed_after_commit(monkeypatch, run, 3)
+    assert not (run / "summary.json").exists()
+    train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, **QUIET)
+    assert rows_without_seconds(run) == rows_without_seconds(full) and summary(run) == summary(full)
+
+
+def test_a_best_pt_left_behind_by_an_older_bbb_is_said_and_kept_consistent(tmp_path, full):
+    """An older bbb killed between last.pt and best.pt, then resumed, went on with best.pt one
+    epoch behind for good; the best model of the recorded epoch is lost. Resuming says so in one
+    line and carries on with the epoch best.pt does hold, so the summary describes that model."""
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    ckpt = load_checkpoint(run / "last.pt")
+    held = load_checkpoint(run / "best.pt")["epoch"]
+    assert ckpt["epoch"] == 3 and held < 3
+    other = 2 if held == 1 else 1
+    ckpt["best"] = {"epoch": other, "val_error": 0.0}  # an epoch before the last that best.pt does not hold
+    torch.save(ckpt, run / "last.pt")
+    lines: list[str] = []
+    s = train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, quiet=True, log=lines.append)
+    said = [line for line in lines if "best.pt" in line]
+    assert len(said) == 1 and f"holds epoch {held}" in said[0] and f"best epoch {other}" in said[0]
+    assert s["best_epoch"] == held and load_checkpoint(run / "best.pt")["epoch"] == held
+
+
+def other_seconds(text: str) -> str:
+    """A number changed that still reads as one: row 1's seconds."""
+    lines = text.splitlines(keepends=True)
+    cells = lines[1].split(",")
+    lines[1] = ",".join([cells[0], "1.5", *cells[2:]])
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda t: t[:-3], ["damaged"]),  # cut by 3 characters
+    (other_seconds, ["does not match", "last.pt", "--resume"]),
+    (lambda t: t.replace("val_error", "val_err"), ["header"]),
+    (lambda t: "", ["header"]),
+    (lambda t: t.replace("\n2,", "\n7,"), ["row 2"]),
+])
+def test_a_damaged_metrics_csv_is_named_not_used(tmp_path, full, damage, words):
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    path = run / "metrics.csv"
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(CheckpointError) as e:
+        read_metrics(run)
+    msg = str(e.value)
+    assert str(path) in msg and "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_metrics_without_a_checkpoint_are_checked_by_themselves(tmp_path, full):
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    (run / "last.pt").unlink()
+    assert rows_without_seconds(run) == rows_without_seconds(full)  # nothing to compare with: read as is
+    (run / "metrics.csv").write_text((run / "metrics.csv").read_text() + "4,1.0\n")
+    with pytest.raises(CheckpointError, match="row 4"):
+        read_metrics(run)
+    (run / "metrics.csv").unlink()
+    with pytest.raises(CheckpointError, match="not found"):
+        read_metrics(run)

@@ -20,22 +20,9 @@ import torch
 
 import bbb.runs.loop as L
 import bbb.runs.model as RM
-from bbb.cli import DEMO_SETTINGS, LAZY_COMMANDS, main
+from bbb.cli import DEMO_SETTINGS, LAZY_COMMANDS
 from bbb.train import PRUNING_COLUMNS, TrainConfig
-
-
-def tiny_data() -> dict[str, torch.Tensor]:
-    """Gaussian blobs, 12 features, 3 classes (as in test_train.py)."""
-    g = torch.Generator().manual_seed(0)
-    centers = 2.0 * torch.randn(3, 12, generator=g)
-
-    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.randint(0, 3, (n,), generator=g)
-        return centers[y] + torch.randn(n, 12, generator=g), y
-
-    (a, b), (e, f), (h, i) = make(240), make(60), make(60)
-    return {"train_x": a, "train_y": b, "val_x": e, "val_y": f, "test_x": h, "test_y": i}
-
+from testkit import blobs, run_main
 
 TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3",
         "--quiet"]
@@ -44,18 +31,9 @@ TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu
 @pytest.fixture
 def tiny(monkeypatch) -> dict[str, torch.Tensor]:
     """Every data load returns the tiny synthetic set."""
-    data = tiny_data()
+    data = blobs()
     monkeypatch.setattr(RM, "load_data", lambda cfg: data)
     return data
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:  # argparse's --help and its own errors
-        rc = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def assert_one_line_error(rc: int, err: str, *words: str) -> None:
@@ -298,7 +276,7 @@ def test_demo_settings_are_valid_and_the_papers_network():
 def tiny_with_ood(monkeypatch) -> dict[str, dict[str, torch.Tensor]]:
     """mnist -> the tiny blobs; fashion-mnist -> inputs near the origin, about equally far from
     every blob centre (far-away inputs would not do: ReLU nets extrapolate them confidently)."""
-    data = tiny_data()
+    data = blobs()
     g = torch.Generator().manual_seed(1)
     far = {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v) for k, v in data.items()}
     sets = {"mnist": data, "fashion-mnist": far}

@@ -34,20 +34,7 @@ from bbb.train import (
     read_metrics,
     train,
 )
-
-
-def tiny_data(n_train: int = 240, n_val: int = 60, n_test: int = 60, d: int = 12, c: int = 3,
-              seed: int = 0) -> dict[str, torch.Tensor]:
-    """Gaussian blobs: learnable in a couple of epochs by a 16-unit network."""
-    g = torch.Generator().manual_seed(seed)
-    centers = 2.0 * torch.randn(c, d, generator=g)
-
-    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.randint(0, c, (n,), generator=g)
-        return centers[y] + torch.randn(n, d, generator=g), y
-
-    (a, b), (e, f), (h, i) = make(n_train), make(n_val), make(n_test)
-    return {"train_x": a, "train_y": b, "val_x": e, "val_y": f, "test_x": h, "test_y": i}
+from testkit import blobs
 
 
 def tiny_cfg(**kw) -> TrainConfig:
@@ -61,7 +48,7 @@ QUIET = {"quiet": True, "log": lambda s: None}
 
 @pytest.fixture
 def data() -> dict[str, torch.Tensor]:
-    return tiny_data()
+    return blobs()
 
 
 def rows_without_seconds(run: Path) -> list[dict]:

@@ -24,29 +24,22 @@ import torch
 import bbb.functional as F
 import bbb.runs as T
 import bbb.runs.loop as L
-from bbb.cli import main
 from bbb.errors import UserError
 from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
 from bbb.nn import BayesMLP, bayes_modules
+from testkit import blobs, run_main
 
 D_IN, N_CLASSES = 16, 4
 SILENT = {"log": lambda s: None}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def blobs(n_train: int = 256, n_val: int = 128, n_test: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Overlapping Gaussian blobs: after one epoch the error is neither 0 nor chance."""
-    g = torch.Generator().manual_seed(seed)
-    centers = 0.6 * torch.randn(N_CLASSES, D_IN, generator=g)
-
-    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.randint(0, N_CLASSES, (n,), generator=g)
-        return centers[y] + torch.randn(n, D_IN, generator=g), y
-
-    (a, b), (c, d), (e, f) = make(n_train), make(n_val), make(n_test)
-    return {"train_x": a, "train_y": b, "val_x": c, "val_y": d, "test_x": e, "test_y": f}
+def blobs4(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Overlapping Gaussian blobs, 4 classes in 16 features: after one epoch the error is
+    neither 0 nor chance."""
+    return blobs(256, 128, 128, d=D_IN, c=N_CLASSES, spread=0.6, seed=seed)
 
 
 def eager_kernels() -> contextlib.AbstractContextManager[Any]:
@@ -54,15 +47,6 @@ def eager_kernels() -> contextlib.AbstractContextManager[Any]:
     compilation would cost more than the whole smoke run (bbb.functional.fused_backend)."""
     fused = getattr(F, "fused_backend", None)
     return fused("eager") if fused is not None else contextlib.nullcontext()
-
-
-def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:  # argparse's --help and its own errors
-        rc = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -83,16 +67,16 @@ SEED1_RUNS = sorted(M.run_name(m, w, 0, 1) for m, w in M.HEADLINE_CELLS)
 def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A smoke reproduction killed during its 4th run, resumed to the end, then given 2 seeds."""
     out = tmp_path_factory.mktemp("reproduce") / "mnist"
-    data = blobs()
+    data = blobs4()
     cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", quiet=True)
-    real_train, real_objective = T.train, L.batch_objective
+    real_objective = L.batch_objective
     calls: list[str] = []
     kill = {"armed": False}
 
-    def counting_train(tc: T.TrainConfig, run_dir: Any, **kw: Any) -> Any:
-        calls.append(Path(run_dir).name)
-        kill["armed"] = len(calls) == 4 and stage == "killed"
-        return real_train(tc, run_dir, **kw)
+    class Counting(T.JobCallbacks):  # the runs trained, in order
+        def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
+            calls.append(job.name)
+            kill["armed"] = len(calls) == 4 and stage == "killed"
 
     def objective(*a: Any, **kw: Any) -> Any:  # Ctrl-C inside the first minibatch of the 4th run
         if kill["armed"]:
@@ -100,24 +84,24 @@ def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return real_objective(*a, **kw)
 
     res: dict[str, Any] = {"out": out, "data": data}
+    run = {**SILENT, "callbacks": Counting()}
     with pytest.MonkeyPatch.context() as mp, eager_kernels():
-        mp.setattr(T, "train", counting_train)
         mp.setattr(L, "batch_objective", objective)
         stage = "killed"
         with pytest.raises(T.TrainingInterrupted) as e:
-            run_reproduce(cfg, data=data, **SILENT)
+            run_reproduce(cfg, data=data, **run)
         res["interrupt"] = str(e.value)
         res["killed_calls"] = list(calls)
         res["mtimes"] = {r: (out / "runs" / r / "last.pt").stat().st_mtime_ns for r in calls[:3]}
         stage = "resumed"
         calls.clear()
-        res["resumed"] = run_reproduce(cfg, data=data, **SILENT)
+        res["resumed"] = run_reproduce(cfg, data=data, **run)
         res["resumed_calls"] = list(calls)
         res["table1_one_seed"] = read_csv(out / "table1.csv")
         stage = "seeds"
         calls.clear()
         res["seeds"] = run_reproduce(ReproduceConfig(budget="smoke", out=str(out), device="cpu",
-                                                     quiet=True, seeds=2), data=data, **SILENT)
+                                                     quiet=True, seeds=2), data=data, **run)
         res["seeds_calls"] = list(calls)
     return res
 
@@ -471,23 +455,22 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     headline cell only: killed after epoch 2 of its second candidate, reported while killed,
     resumed to the end. The figures' axes are recorded."""
     out = tmp_path_factory.mktemp("paper") / "mnist-paper"
-    data = blobs()
+    data = blobs4()
     spec = M.BUDGETS["paper"]
     tiny = dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
                                common={**spec.common, "lr_step_size": 2}, eval_samples=2)
-    real_train, real_savefig = T.train, MF.savefig
+    real_savefig = MF.savefig
     calls: list[str] = []
     kill = {"name": "bbb_mixture_1200_c1"}
     axes: dict[str, list[str]] = {}
 
-    def killing_train(tc: T.TrainConfig, run_dir: Any, **kw: Any) -> Any:
-        calls.append(Path(run_dir).name)
-        if Path(run_dir).name == kill["name"]:
-            def stop(row: dict[str, Any]) -> None:  # the machine dies after epoch 2
-                if row["epoch"] == 2:
-                    raise KeyboardInterrupt
-            kw["on_epoch"] = stop
-        return real_train(tc, run_dir, **kw)
+    class Killing(T.JobCallbacks):  # the runs trained; the named one dies after epoch 2
+        def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
+            calls.append(job.name)
+
+        def on_epoch(self, job: Any, row: dict[str, Any]) -> None:
+            if job.name == kill["name"] and row["epoch"] == 2:
+                raise KeyboardInterrupt
 
     def savefig(fig: Any, path: Path) -> None:
         axes[path.name] = [ax.get_xscale() for ax in fig.axes]
@@ -498,16 +481,15 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", quiet=True, cells="bbb-mixture:1200", seeds=1)
     with pytest.MonkeyPatch.context() as mp, eager_kernels():
         mp.setitem(M.BUDGETS, "paper", tiny)
-        mp.setattr(T, "train", killing_train)
         mp.setattr(MF, "savefig", savefig)
         with pytest.raises(T.TrainingInterrupted) as e:
-            run_reproduce(cfg, data=data, **SILENT)
+            run_reproduce(cfg, data=data, callbacks=Killing(), **SILENT)
         res["interrupt"] = str(e.value)
         res["killed_calls"] = list(calls)
         res["metrics_killed"] = T.read_metrics(out / "runs" / "bbb_mixture_1200_c1")
         res["mtime_c0"] = (out / "runs" / "bbb_mixture_1200" / "last.pt").stat().st_mtime_ns
         calls.clear()
-        res["report"] = run_reproduce(cfg, data=data, report_only=True, **SILENT)
+        res["report"] = run_reproduce(cfg, data=data, report_only=True, callbacks=Killing(), **SILENT)
         res["report_calls"] = list(calls)
         res["report_table1"] = read_csv(out / "table1.csv")
         res["report_md"] = (out / "table1.md").read_text()
@@ -515,7 +497,9 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         res["report_files"] = sorted(p.name for p in out.iterdir())
         kill["name"] = ""
         calls.clear()
-        res["resumed"] = run_reproduce(cfg, data=data, log=logs.append)
+        # not quiet: the progress lines are logged
+        res["resumed"] = run_reproduce(dataclasses.replace(cfg, quiet=False), data=data, log=logs.append,
+                                       callbacks=Killing())
         res["resumed_calls"] = list(calls)
     return res
 
@@ -636,9 +620,9 @@ def test_out_must_be_a_folder_of_the_same_budget(tmp_path, reproduced):
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(UserError, match="is a file"):
-        run_reproduce(ReproduceConfig(out=str(f)), data=blobs(), **SILENT)
+        run_reproduce(ReproduceConfig(out=str(f)), data=blobs4(), **SILENT)
     with pytest.raises(UserError, match="budget 'smoke'.*another --out"):
-        run_reproduce(ReproduceConfig(budget="quick", out=str(reproduced["out"])), data=blobs(), **SILENT)
+        run_reproduce(ReproduceConfig(budget="quick", out=str(reproduced["out"])), data=blobs4(), **SILENT)
 
 
 def test_a_run_trained_with_other_settings_is_not_reused(tmp_path):
@@ -649,11 +633,11 @@ def test_a_run_trained_with_other_settings_is_not_reused(tmp_path):
     stored = job.config.replace(lr=0.5).to_dict()
     (run / "config.json").write_text(json.dumps(stored))
     with pytest.raises(UserError, match="lr=0.5.*another --out"):
-        run_reproduce(cfg, data=blobs(), **SILENT)
+        run_reproduce(cfg, data=blobs4(), **SILENT)
 
 
 def test_selection_needs_a_validation_split(tmp_path):
-    data = blobs()
+    data = blobs4()
     data["val_x"], data["val_y"] = data["val_x"][:0], data["val_y"][:0]
     with pytest.raises(UserError, match="validation"):
         run_reproduce(ReproduceConfig(out=str(tmp_path / "o"), device="cpu"), data=data, **SILENT)

@@ -4,6 +4,7 @@ trials held by another process are respected by run_sweep."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +13,9 @@ import torch
 
 import bbb.sweep as S
 from bbb.errors import UserError
+from bbb.runs import TrainingInterrupted
+from bbb.runs.jobs import JobCallbacks, RunJob, run_job
+from bbb.runs.rundir import RunDirBusy, guard_run_dir
 
 TINY = {"dataset": "synthetic", "synthetic_dim": 16, "synthetic_train": 64, "width": 4, "depth": 1,
         "batch_size": 32, "epochs": 1, "device": "cpu", "eval_samples": 1}
@@ -125,3 +129,41 @@ def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):
     rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False), log=lambda _: None)
     assert [r["status"] for r in rows] == ["done", "done"]
     assert len(json.loads((S.trial_dir(out, t1.trial_id) / "history.json").read_text())) == 1
+
+
+def test_finalize_trial_takes_the_run_directory_lock(tmp_path: Path):
+    """Evaluating a trial ASHA stopped waits for the worker that still holds its run directory's
+    lock, refuses after ``lock_wait``, and evaluates a trial only once."""
+    [t] = S.expand_space(space(epochs=3))
+    d, cfg, spec = S.start_trial(tmp_path, t)
+    data = S.trial_data(cfg, spec, None)
+
+    class StopAfter2(JobCallbacks):  # a stopped trial: last.pt of epoch 2, no summary
+        def on_epoch(self, job, row):
+            if row["epoch"] == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted):
+        run_job(RunJob(d, cfg), data=data, callbacks=StopAfter2(), quiet=True, log=lambda _: None)
+    with guard_run_dir(d, resume=True):  # the stopping worker's lock
+        with pytest.raises(RunDirBusy):
+            S.finalize_trial(d, cfg, data, lock_wait=0.2)
+    assert not (d / "summary.json").exists()
+    held = threading.Event()
+
+    def worker_stops_soon() -> None:
+        with guard_run_dir(d, resume=True):
+            held.set()
+            time.sleep(0.5)
+
+    th = threading.Thread(target=worker_stops_soon)
+    th.start()
+    held.wait(10)
+    try:
+        summary = S.finalize_trial(d, cfg, data, lock_wait=30)
+    finally:
+        th.join()
+    assert summary["epochs"] == 2 and json.loads((d / "summary.json").read_text()) == summary
+    stamp = (d / "summary.json").stat().st_mtime_ns
+    assert S.finalize_trial(d, cfg, data, lock_wait=0) == summary  # evaluated once
+    assert (d / "summary.json").stat().st_mtime_ns == stamp

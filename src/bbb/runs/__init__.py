@@ -10,7 +10,8 @@ it. A run directory is one contract, kept here:
   checked), ``metrics.csv`` (checked against ``last.pt``), their repair on resume.
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
 * :mod:`bbb.runs.evaluate` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
-* :mod:`bbb.runs.jobs` - a run directory as a job runner sees it (epochs done, finished).
+* :mod:`bbb.runs.jobs` - the one job runner (:func:`run_jobs`): skip finished runs, resume,
+  record divergence, retry crashes, report through :class:`JobCallbacks`.
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
 """
 
@@ -47,6 +48,7 @@ from .evaluate import (
     prune_run,
     run_data,
 )
+from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
 from .loop import batch_objective, make_optimizer, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
 
@@ -56,6 +58,8 @@ __all__ = [
     "DATA_KEYS",
     "DeviceKind",
     "EVAL_CHUNK",
+    "JobCallbacks",
+    "JobResult",
     "LRSchedule",
     "METRIC_COLUMNS",
     "Method",
@@ -65,6 +69,7 @@ __all__ = [
     "PriorKind",
     "RESUME_MUTABLE",
     "ResultsNotSaved",
+    "RunJob",
     "TrainConfig",
     "TrainingDiverged",
     "TrainingInterrupted",
@@ -76,6 +81,7 @@ __all__ = [
     "evaluate",
     "evaluate_run",
     "infer_method",
+    "job_state",
     "load_checkpoint",
     "load_data",
     "load_run",
@@ -89,6 +95,8 @@ __all__ = [
     "resolve_device",
     "run_data",
     "run_dir_of",
+    "run_job",
+    "run_jobs",
     "train",
     "training_step",
 ]

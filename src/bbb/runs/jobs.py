@@ -1,17 +1,70 @@
-"""A run directory as a job runner sees it: how many epochs it has, whether it finished.
+"""The one job runner: train a list of run directories, skipping finished work, resuming the
+rest, recording divergence, retrying crashes, and reporting through callbacks.
 
-The sweep (:mod:`bbb.sweep.trial`) and ``bbb reproduce`` (:mod:`bbb.experiments.mnist.jobs`)
-both skip finished runs and resume the others from these answers.
+A *job* is a run directory and the :class:`~bbb.runs.TrainConfig` to train there: any object
+with ``run_dir`` and ``config`` attributes (:class:`RunJob`; ``bbb reproduce``'s jobs). The sweep's
+local trials (:mod:`bbb.sweep.trial`, one job each, retried), its Ray trainable and ``bbb
+reproduce`` (:mod:`bbb.experiments.mnist`) all train through :func:`run_job` / :func:`run_jobs`.
+
+What the runner reads from a run directory (:func:`job_state`), and what it does:
+
+* ``done``: ``summary.json`` of ``config.epochs`` epochs -> skipped;
+* ``diverged``: ``diverged.json`` (written here when training diverged) -> skipped: the run
+  would diverge again at the same step, so it is never retried;
+* ``partial``: epochs in ``metrics.csv`` -> resumed from ``last.pt`` (``train(resume="auto")``);
+* ``new`` -> trained.
+
+Before anything, a run directory whose ``config.json`` differs from the job's configuration in
+a setting that may not change on resume is refused (:class:`SettingsMismatch`). A crash (any
+exception but a :class:`~bbb.errors.UserError` or an interrupt) is retried ``retries`` times,
+each attempt resuming from the last epoch saved; then it is raised, or recorded as a
+``failed`` result (``record_failures``). Interrupts (Ctrl-C: ``TrainingInterrupted``) and user
+errors always propagate. An exception raised by a callback is the job's own: raised in
+:meth:`JobCallbacks.on_epoch` it crashes the attempt (the tests inject faults this way).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["epochs_done", "finished_summary", "read_json"]
+from ..errors import UserError
+from ..io import atomic_write_json
+from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged
+
+__all__ = [
+    "DIVERGED_FILE",
+    "CallbackList",
+    "Job",
+    "JobCallbacks",
+    "JobResult",
+    "JobState",
+    "Outcome",
+    "RunJob",
+    "SettingsMismatch",
+    "State",
+    "check_settings",
+    "diverged_message",
+    "epochs_done",
+    "finished_summary",
+    "job_state",
+    "read_json",
+    "run_job",
+    "run_jobs",
+]
+
+#: written into a run directory whose training diverged: ``{"message": ...}``
+DIVERGED_FILE = "diverged.json"
+
+
+# --------------------------------------------------------------------------------------------
+# What a run directory holds
+# --------------------------------------------------------------------------------------------
 
 
 def read_json(path: str | Path) -> dict[str, Any] | None:
@@ -41,3 +94,244 @@ def finished_summary(run_dir: str | Path, epochs: int) -> dict[str, Any] | None:
     if s is None or s.get("epochs") != epochs:
         return None
     return s
+
+
+def diverged_message(run_dir: str | Path) -> str | None:
+    """Why the run diverged (its ``diverged.json``), or None when it did not."""
+    d = read_json(Path(run_dir) / DIVERGED_FILE)
+    return None if d is None else str(d.get("message", "diverged"))
+
+
+class State(str, Enum):
+    """A run directory's state as the runner sees it."""
+
+    DONE = "done"
+    DIVERGED = "diverged"
+    PARTIAL = "partial"
+    NEW = "new"
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What a run directory holds: its :class:`State`, the epochs done, the summary of a done
+    run, the message of a diverged one."""
+
+    state: State
+    epochs_done: int
+    summary: dict[str, Any] | None = None
+    message: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Done or diverged: the runner skips it."""
+        return self.state in (State.DONE, State.DIVERGED)
+
+
+def job_state(run_dir: str | Path, epochs: int) -> JobState:
+    """The state of ``run_dir`` for a job of ``epochs`` epochs (reads only)."""
+    summary = finished_summary(run_dir, epochs)
+    if summary is not None:
+        return JobState(State.DONE, epochs, summary=summary)
+    done = epochs_done(run_dir)
+    message = diverged_message(run_dir)
+    if message is not None:
+        return JobState(State.DIVERGED, done, message=message)
+    return JobState(State.PARTIAL if done else State.NEW, done)
+
+
+# --------------------------------------------------------------------------------------------
+# Jobs, results, callbacks
+# --------------------------------------------------------------------------------------------
+
+
+class Job(Protocol):
+    """What the runner needs of a job."""
+
+    run_dir: Path
+    config: TrainConfig
+
+
+@dataclass
+class RunJob:
+    """A job: train ``config`` into ``run_dir``."""
+
+    run_dir: Path
+    config: TrainConfig
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+
+class Outcome(str, Enum):
+    DONE = "done"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+
+
+@dataclass
+class JobResult:
+    """How a job ended: ``summary`` of a done run, ``error`` (the divergence, or the last crash
+    of a failed one), ``attempts`` this call made (0: it was finished already and skipped)."""
+
+    job: Any
+    outcome: Outcome
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    attempts: int = 0
+
+    @property
+    def skipped(self) -> bool:
+        return self.attempts == 0
+
+
+class SettingsMismatch(UserError):
+    """The run directory holds a run of other settings than the job's."""
+
+
+class JobCallbacks:
+    """What the runner reports. Subclass and override what you need; each method here does
+    nothing. Exceptions raised here propagate as the job's own (see the module's notes)."""
+
+    def on_start(self, job: Any, state: JobState) -> None:
+        """Before a job, with what its run directory holds (``state.finished``: it is skipped)."""
+
+    def on_attempt(self, job: Any, state: JobState, attempt: int) -> None:
+        """Before each training attempt (1, 2, ...), with the state it starts from."""
+
+    def on_epoch(self, job: Any, row: dict[str, Any]) -> bool | None:
+        """After each epoch (its checkpoint and metrics written); True stops training there."""
+        return None
+
+    def on_error(self, job: Any, error: str, attempt: int) -> None:
+        """An attempt crashed (``error``: one line); it is retried while retries are left."""
+
+    def on_end(self, job: Any, result: JobResult) -> None:
+        """After a job: skipped, done, diverged or failed."""
+
+
+class CallbackList(JobCallbacks):
+    """Several callbacks, called in order (``on_epoch`` stops when any of them says so)."""
+
+    def __init__(self, callbacks: Sequence[JobCallbacks | None]) -> None:
+        self.callbacks = [c for c in callbacks if c is not None]
+
+    def on_start(self, job: Any, state: JobState) -> None:
+        for c in self.callbacks:
+            c.on_start(job, state)
+
+    def on_attempt(self, job: Any, state: JobState, attempt: int) -> None:
+        for c in self.callbacks:
+            c.on_attempt(job, state, attempt)
+
+    def on_epoch(self, job: Any, row: dict[str, Any]) -> bool | None:
+        stop = False
+        for c in self.callbacks:
+            stop = bool(c.on_epoch(job, dict(row))) or stop
+        return stop
+
+    def on_error(self, job: Any, error: str, attempt: int) -> None:
+        for c in self.callbacks:
+            c.on_error(job, error, attempt)
+
+    def on_end(self, job: Any, result: JobResult) -> None:
+        for c in self.callbacks:
+            c.on_end(job, result)
+
+
+# --------------------------------------------------------------------------------------------
+# The runner
+# --------------------------------------------------------------------------------------------
+
+Data = Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None
+
+
+def check_settings(job: Job) -> None:
+    """Refuse a run directory trained with other settings than ``job.config`` in a setting
+    that may not change on resume (:class:`SettingsMismatch`, one line)."""
+    stored = read_json(Path(job.run_dir) / "config.json")
+    if stored is None:
+        return
+    now = job.config.to_dict()
+    diff = [k for k in now if k not in RESUME_MUTABLE and k in stored and stored[k] != now[k]]
+    if diff:
+        k = diff[0]
+        raise SettingsMismatch(f"{job.run_dir} was trained with {k}={stored[k]!r}, this plan has {now[k]!r}")
+
+
+def _one_line(text: str, limit: int | None = None) -> str:
+    text = " ".join(text.split())
+    return text if limit is None else text[:limit]
+
+
+def run_job(
+    job: Job,
+    *,
+    data: Data = None,
+    retries: int = 0,
+    record_failures: bool = False,
+    quiet: bool = True,
+    log: Callable[[str], None] | None = None,
+    callbacks: JobCallbacks | None = None,
+    lock_wait: float | None = 0.0,
+) -> JobResult:
+    """Train ``job`` unless it is finished (see the module's notes); returns how it ended.
+
+    Args:
+        job: the run directory and its configuration.
+        data: the tensors to train on (see :func:`~bbb.runs.train`), or a function of the job
+            that returns them (called only when the job trains), or None: ``config.dataset``.
+        retries: attempts after a crash, each resuming from the last epoch saved.
+        record_failures: after the last attempt, return a ``failed`` result instead of raising.
+        quiet, log: :func:`~bbb.runs.train`'s (defaults: one log line per epoch, printed).
+        callbacks: what the runner reports (:class:`JobCallbacks`).
+        lock_wait: seconds to wait for another process's lock on the run directory (None: no
+            lock; see :func:`~bbb.runs.train`).
+    """
+    cb = callbacks or JobCallbacks()
+    check_settings(job)
+    state = job_state(job.run_dir, job.config.epochs)
+    cb.on_start(job, state)
+    if state.state is State.DONE:
+        result = JobResult(job, Outcome.DONE, summary=state.summary)
+    elif state.state is State.DIVERGED:
+        result = JobResult(job, Outcome.DIVERGED, error=state.message)
+    else:
+        result = _train_job(job, data, retries, record_failures, quiet, log, cb, lock_wait)
+    cb.on_end(job, result)
+    return result
+
+
+def run_jobs(jobs: Iterable[Job], **kw: Any) -> list[JobResult]:
+    """:func:`run_job` for each job in turn (same keyword arguments); the results in order."""
+    return [run_job(job, **kw) for job in jobs]
+
+
+def _train_job(job: Job, data: Data, retries: int, record_failures: bool, quiet: bool,
+               log: Callable[[str], None] | None, cb: JobCallbacks, lock_wait: float | None) -> JobResult:
+    from .loop import train
+
+    tensors = data(job) if callable(data) else data
+    attempt = 0
+    while True:
+        attempt += 1
+        cb.on_attempt(job, job_state(job.run_dir, job.config.epochs), attempt)
+        try:
+            summary = train(job.config, job.run_dir, data=tensors, resume="auto", quiet=quiet, log=log,
+                            lock_wait=lock_wait, on_epoch=lambda row: cb.on_epoch(job, row))
+            return JobResult(job, Outcome.DONE, summary=summary, attempts=attempt)
+        except TrainingDiverged as e:
+            atomic_write_json(Path(job.run_dir) / DIVERGED_FILE, {"message": str(e)})
+            return JobResult(job, Outcome.DIVERGED, error=str(e), attempts=attempt)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a crash is retried, then raised or recorded
+            error = _one_line(f"{type(e).__name__}: {e}", 300)
+            cb.on_error(job, error, attempt)
+            if attempt > retries:
+                if not record_failures:
+                    raise
+                return JobResult(job, Outcome.FAILED, error=error, attempts=attempt)

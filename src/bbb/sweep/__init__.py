@@ -1,9 +1,9 @@
 """Hyperparameter sweeps over a search space, on this machine or on a Ray cluster (``bbb sweep``).
 
 A search space (the paper's MNIST grid by default, or a YAML/JSON file) expands into trials; each
-trial is one :func:`bbb.runs.train` run in its own directory ``OUT/trials/<trial_id>/``, where
-``trial_id`` is a stable hash of the trial's settings. Two backends run the same training
-function and write the same files:
+trial is one job of the job runner (:func:`bbb.runs.run_job`) in its own run directory
+``OUT/trials/<trial_id>/``, where ``trial_id`` is a stable hash of the trial's settings. Two
+backends run the same job runner and write the same files:
 
 - ``local``: ``--max-concurrent`` trials at a time, each in its own process (one trial at a time
   runs in the calling process); no Ray needed.
@@ -106,8 +106,10 @@ from .space import (  # noqa: F401
     yaml_loader,
 )
 from .trial import (  # noqa: F401
+    FINALIZE_LOCK_WAIT,
     LOCK_GRACE_SECONDS,
     LOCK_NAME,
+    TrialCallbacks,
     append_history,
     epochs_done,
     finalize_trial,
@@ -118,6 +120,7 @@ from .trial import (  # noqa: F401
     start_trial,
     trial_dir,
     trial_lock,
+    trial_result,
     worker_init,
 )
 

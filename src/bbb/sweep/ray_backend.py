@@ -11,9 +11,10 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json
+from ..runs.jobs import JobCallbacks, Outcome, RunJob, run_job
 from .cost import trial_data
 from .space import Trial, TrialStatus
-from .trial import append_history, epochs_done, result_row, silent, start_trial
+from .trial import append_history, epochs_done, silent, start_trial, trial_result
 
 _CKPT_FILES = ("last.pt", "best.pt", "metrics.csv", "summary.json")
 
@@ -61,7 +62,7 @@ def checkpoint_epoch(path: Path) -> int:
 
 
 def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
-    """The Ray Tune function of one trial: the same train(), reporting after every epoch.
+    """The Ray Tune function of one trial: the same job runner, reporting after every epoch.
 
     Each epoch: ``tune.report({"epoch", "val_error", ...}, checkpoint=...)`` with last.pt,
     best.pt and metrics.csv. A retry (``max_failures``) starts from ``tune.get_checkpoint()``
@@ -69,8 +70,6 @@ def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
     (:attr:`SweepOptions.epoch_hook`) runs after every epoch's report.
     """
     from ray import tune
-
-    from ..runs import TrainingDiverged, train
 
     trial = Trial.from_dict(config["trial"])
     out = Path(config["out"])
@@ -87,7 +86,6 @@ def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
                 restore_files(Path(cd), d)
                 source = "ray-checkpoint"
     append_history(d, "start", from_epoch=epochs_done(d), source=source, backend="ray")
-    data = trial_data(cfg, spec, config.get("data_dir"))
 
     def report(metrics: dict[str, Any], epoch: int, files: Sequence[str]) -> None:
         snap = _snapshot(d, epoch, files)
@@ -96,22 +94,24 @@ def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
         finally:
             shutil.rmtree(snap, ignore_errors=True)
 
-    def on_epoch(row: dict[str, Any]) -> None:
-        epoch = int(row["epoch"])
-        if epoch < cfg.epochs:  # the last epoch is reported with the summary, below
-            report({"epoch": epoch, "val_error": row["val_error"], "train_loss": row["train_loss"],
-                    "status": TrialStatus.PENDING.value}, epoch, _CKPT_FILES[:3])
-        if epoch_hook is not None:
-            epoch_hook(d, dict(row))
+    class Report(JobCallbacks):  # the job runner's callback: report each epoch to Ray Tune
+        def on_epoch(self, job: Any, row: dict[str, Any]) -> None:
+            epoch = int(row["epoch"])
+            if epoch < cfg.epochs:  # the last epoch is reported with the summary, below
+                report({"epoch": epoch, "val_error": row["val_error"], "train_loss": row["train_loss"],
+                        "status": TrialStatus.PENDING.value}, epoch, _CKPT_FILES[:3])
+            if epoch_hook is not None:
+                epoch_hook(d, dict(row))
 
-    try:
-        summary = train(cfg, d, data=data, resume="auto", quiet=True, log=silent, on_epoch=on_epoch)
-    except TrainingDiverged as e:
-        row = result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()))
+    # a crash propagates: Ray retries the trial (FailureConfig) from its latest checkpoint
+    res = run_job(RunJob(d, cfg), data=lambda _: trial_data(cfg, spec, config.get("data_dir")), quiet=True,
+                  log=silent, callbacks=Report())
+    row = trial_result(trial, res, d)
+    if res.outcome is not Outcome.DONE:  # diverged
         atomic_write_json(d / "result.json", row)
         tune.report({"epoch": epochs_done(d), "val_error": 1.0, "status": row["status"], "row": row})
         return
-    row = result_row(trial, TrialStatus.DONE, summary, d)
+    summary = res.summary or {}
     last = read_last_metrics(d)
     report({"epoch": int(summary["epochs"]), "val_error": last.get("val_error", summary["best_val_error"]),
             "train_loss": last.get("train_loss"), "status": row["status"], "row": row},

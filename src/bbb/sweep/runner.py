@@ -158,11 +158,19 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
         data_cache: dict[str, Any] = {}
         bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
 
+        stopped: set[str] = set()  # ASHA stopped them: evaluated once fit() has returned
+
         def collect(rt: Any, error: str | None = None) -> None:
             tid = rt.config["trial"]["trial_id"]
-            if tid in rows or tid not in by_id:
+            if tid in rows or tid not in by_id or tid in stopped:
                 return
-            row = _collect_ray_trial(by_id[tid], rt, out, opts, error, data_cache)
+            row = _collect_ray_trial(by_id[tid], rt, out, error)
+            if row is None:
+                stopped.add(tid)
+            else:
+                record(tid, row)
+
+        def record(tid: str, row: dict[str, Any]) -> None:
             rows[tid] = row
             atomic_write_json(trial_dir(out, tid) / "result.json", row)
             write_results(out, trials, rows, opts.backend)
@@ -207,6 +215,10 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
                 if tid in by_id and tid not in rows:
                     rt = SimpleNamespace(config=r.config, last_result=r.metrics or {}, checkpoint=r.checkpoint)
                     collect(rt, error=None if r.error is None else " ".join(str(r.error).split())[:300])
+            # a stopped trial's worker held its run directory's lock, and waiting for it inside
+            # Ray's callbacks would hold up the stop: the evaluation takes the lock now
+            for tid in sorted(stopped, key=lambda t: by_id[t].index):
+                record(tid, _finalize_stopped(by_id[tid], out, opts, data_cache))
         finally:
             bar.close()
     finally:
@@ -214,10 +226,10 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             ray.shutdown()
 
 
-def _collect_ray_trial(trial: Trial, rt: Any, out: Path, opts: SweepOptions, error: str | None,
-                       data_cache: dict[str, Any]) -> dict[str, Any]:
-    """The row of a finished Ray trial; its files are copied here from its Ray checkpoint when
-    this machine's copy is behind (another node), and a trial stopped early is evaluated here."""
+def _collect_ray_trial(trial: Trial, rt: Any, out: Path, error: str | None) -> dict[str, Any] | None:
+    """The row of a finished Ray trial, or None for a trial stopped early (to be evaluated by
+    :func:`_finalize_stopped`); its files are copied here from its Ray checkpoint when this
+    machine's copy is behind (another node)."""
     d = trial_dir(out, trial.trial_id)
     ckpt = getattr(rt, "checkpoint", None)
     if ckpt is not None:
@@ -231,11 +243,20 @@ def _collect_ray_trial(trial: Trial, rt: Any, out: Path, opts: SweepOptions, err
         return {**result["row"], "index": trial.index, "params": dict(trial.params)}
     if error is not None or not (d / "last.pt").exists():
         return result_row(trial, TrialStatus.FAILED, None, d, error=error or "no checkpoint was reported",
-                    retry=True)
+                          retry=True)
+    return None
+
+
+def _finalize_stopped(trial: Trial, out: Path, opts: SweepOptions, data_cache: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate a trial ASHA stopped early (under its run directory's lock)."""
+    d = trial_dir(out, trial.trial_id)
     cfg, spec = resolve_params(trial.params)
     key = json.dumps(spec.key())
     if key not in data_cache:
         data_cache[key] = trial_data(cfg, spec, opts.data_dir)
-    summary = finalize_trial(d, cfg, data_cache[key])
+    try:
+        summary = finalize_trial(d, cfg, data_cache[key])
+    except UserError as e:  # e.g. still locked: a re-run of the sweep trains it again
+        return result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()), retry=True)
     status = TrialStatus.STOPPED if int(summary["epochs"]) < cfg.epochs else TrialStatus.DONE
     return result_row(trial, status, summary, d)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from ..runs.jobs import epochs_done
+from ..runs.jobs import JobCallbacks, JobResult, JobState, Outcome, RunJob, epochs_done, run_job
 from .cost import trial_data
 from .space import DataSpec, Trial, TrialStatus, resolve_params
 
@@ -98,15 +98,24 @@ def start_trial(out: Path, trial: Trial) -> tuple[Path, Any, DataSpec]:
     return d, cfg, data
 
 
-def finalize_trial(d: Path, cfg: Any, data: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate a trial that stopped before ``cfg.epochs`` (train() with nothing left to run)."""
-    from ..runs import load_checkpoint, train
+#: Seconds :func:`finalize_trial` waits for the run directory's lock (held by a worker that is
+#: still stopping).
+FINALIZE_LOCK_WAIT = 60.0
+
+
+def finalize_trial(d: Path, cfg: Any, data: dict[str, Any], lock_wait: float = FINALIZE_LOCK_WAIT
+                   ) -> dict[str, Any]:
+    """Evaluate a trial that stopped before ``cfg.epochs`` (the job runner with nothing left to
+    train) and return its summary. It takes the run directory's lock, waiting up to
+    ``lock_wait`` seconds (:class:`~bbb.runs.rundir.RunDirBusy` after that); the Ray backend
+    calls it once ``tuner.fit()`` has returned, when the trial's worker has let go."""
+    from ..runs import load_checkpoint
 
     done = int(load_checkpoint(d / "last.pt")["epoch"])
-    # Ray may still be stopping the trial's worker, which holds the run directory's lock, and
-    # waiting here (in Ray's controller callback) would hold up that stop: no lock, as before
-    return train(cfg.replace(epochs=done), d, data=data, resume="auto", quiet=True, log=silent,
-                 lock_wait=None)
+    res = run_job(RunJob(d, cfg.replace(epochs=done)), data=data, quiet=True, log=silent, lock_wait=lock_wait)
+    if res.summary is None:
+        raise UserError(f"cannot evaluate the stopped trial in {d}: {res.error}")
+    return res.summary
 
 
 LOCK_NAME = "trial.lock"
@@ -219,39 +228,42 @@ def run_trial_local(payload: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(threads_before)
 
 
+class TrialCallbacks(JobCallbacks):
+    """The job runner's callbacks of a local trial: its history (each attempt, each crash) and
+    the sweep's ``epoch_hook(trial_dir, row)`` (:attr:`SweepOptions.epoch_hook`: the tests'
+    faults)."""
+
+    def __init__(self, epoch_hook: Any = None) -> None:
+        self.epoch_hook = epoch_hook
+
+    def on_attempt(self, job: Any, state: JobState, attempt: int) -> None:
+        append_history(job.run_dir, "start", from_epoch=state.epochs_done, backend="local",
+                       source="local" if (job.run_dir / "last.pt").exists() else "fresh")
+
+    def on_epoch(self, job: Any, row: dict[str, Any]) -> None:
+        if self.epoch_hook is not None:
+            self.epoch_hook(job.run_dir, dict(row))
+
+    def on_error(self, job: Any, error: str, attempt: int) -> None:
+        append_history(job.run_dir, "error", error=error)
+
+
+def trial_result(trial: Trial, res: JobResult, d: Path) -> dict[str, Any]:
+    """A trial's row from the job runner's result: done; failed when it diverged (a re-run
+    does not train it again) or crashed on every attempt (a re-run retries it)."""
+    if res.outcome is Outcome.DONE:
+        return result_row(trial, TrialStatus.DONE, res.summary, d)
+    if res.outcome is Outcome.DIVERGED:
+        return result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(res.error).split()))
+    return result_row(trial, TrialStatus.FAILED, None, d, error=f"{res.error} (after {res.attempts} attempts)",
+                      retry=True)
+
+
 def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[str, Any]:
-    from ..runs import TrainingDiverged, train
-
     d, cfg, spec = start_trial(out, trial)
-    hook = payload.get("epoch_hook")
-    data = trial_data(cfg, spec, payload.get("data_dir"))
-    max_failures = int(payload.get("max_failures", 0))
-    attempt = 0
-    while True:
-        attempt += 1
-        start = epochs_done(d)
-        append_history(d, "start", from_epoch=start, backend="local",
-                        source="local" if (d / "last.pt").exists() else "fresh")
-
-        def on_epoch(row: dict[str, Any]) -> None:
-            if hook is not None:
-                hook(d, dict(row))
-
-        try:
-            summary = train(cfg, d, data=data, resume="auto", quiet=True, log=silent, on_epoch=on_epoch)
-            row = result_row(trial, TrialStatus.DONE, summary, d)
-            break
-        except TrainingDiverged as e:
-            row = result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()))
-            break
-        except UserError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any crash of a trial is retried, then recorded
-            msg = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-            append_history(d, "error", error=msg)
-            if attempt > max_failures:
-                row = result_row(trial, TrialStatus.FAILED, None, d, error=f"{msg} (after {attempt} attempts)",
-                           retry=True)
-                break
+    res = run_job(RunJob(d, cfg), data=lambda _: trial_data(cfg, spec, payload.get("data_dir")),
+                  retries=int(payload.get("max_failures", 0)), record_failures=True, quiet=True, log=silent,
+                  callbacks=TrialCallbacks(payload.get("epoch_hook")))
+    row = trial_result(trial, res, d)
     atomic_write_json(d / "result.json", row)
     return row

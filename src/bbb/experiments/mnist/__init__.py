@@ -72,13 +72,10 @@ from .jobs import (  # noqa: F401
     Progress,
     check_same_settings,
     command_line,
-    diverged_reason,
-    finished_summary,
-    job_epochs_done,
     limit_data,
-    read_json,
-    run_job,
     select_candidate,
+    state_of,
+    train_jobs,
 )
 from .plan import (  # noqa: F401
     CELLS_HELP,

@@ -13,18 +13,9 @@ from torch import Tensor
 from ... import runs as T
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
+from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from .figures import FIG2_METHODS, figure2, figure3, figure4
-from .jobs import (
-    Progress,
-    command_line,
-    diverged_reason,
-    finished_summary,
-    job_epochs_done,
-    limit_data,
-    read_json,
-    run_job,
-    select_candidate,
-)
+from .jobs import Progress, command_line, limit_data, select_candidate, state_of, train_jobs
 from .plan import (
     Job,
     ReproduceConfig,
@@ -78,13 +69,13 @@ def _manifest(out: Path, cfg: ReproduceConfig) -> dict[str, Any]:
 
 
 def _job_state(job: Job) -> tuple[str, int]:
-    """("done" | "diverged" | "resume at epoch k" | "new", epochs done) of one run on disk."""
-    if finished_summary(job) is not None:
+    """("done" | "diverged" | "resume after k" | "new", epochs done) of one run on disk."""
+    st = state_of(job)
+    if st.state is State.DONE:
         return "done", job.config.epochs
-    if diverged_reason(job) is not None:
+    if st.state is State.DIVERGED:
         return "diverged", 0
-    done = job_epochs_done(job)
-    return (f"resume after {done}" if done else "new"), done
+    return (f"resume after {st.epochs_done}" if st.epochs_done else "new"), st.epochs_done
 
 
 def _left_seconds(job: Job, n_train: int) -> float:
@@ -136,6 +127,7 @@ def run_reproduce(
     log: Callable[[str], None] | None = None,
     plan_only: bool = False,
     report_only: bool = False,
+    callbacks: JobCallbacks | None = None,
 ) -> dict[str, Any]:
     """Train the cells ``cfg.cells`` (default: all 12), select on validation, and write the
     tables and figures of every cell finished so far in ``cfg.out``.
@@ -145,12 +137,15 @@ def run_reproduce(
         data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y), e.g.
             tiny synthetic data in tests; default: ``cfg.dataset`` through
             :func:`bbb.train.load_data`. The budget's subset limits apply either way.
-        log: where progress lines go (default: print).
+        log: where the lines go (default: print): the progress (unless ``cfg.quiet``: then only
+            the results, the tables and the files written) and the plan.
         plan_only: print the plan (cells in the order of work, candidates and why, time left)
             and return without training.
         report_only: train nothing; write the tables and figures from the runs finished so far
             (a partial table: cells not finished are rows marked as missing), e.g. while
             another process trains other cells into the same ``cfg.out``.
+        callbacks: more callbacks of the job runner (:class:`bbb.runs.JobCallbacks`), called
+            after the progress lines', e.g. to follow or stop the runs from a notebook.
 
     Returns a dict with ``table1`` and ``table2`` (the rows written), ``files`` (written, relative
     to ``cfg.out``), ``selected`` (cell -> run name, None for a cell not finished or diverged),
@@ -160,6 +155,7 @@ def run_reproduce(
     if log is None:
         def log(s: str) -> None:
             print(s, flush=True)
+    say = (lambda s: None) if cfg.quiet else log  # progress: not with --quiet
     if plan_only and report_only:
         raise UserError("--plan and --report exclude each other: --plan shows what would train, "
                         "--report writes the tables of what has trained")
@@ -175,14 +171,14 @@ def run_reproduce(
     todo = [] if report_only else [*first, *extra]
     est = sum(_left_seconds(j, n_train) for j in todo) + FIXED_OVERHEAD_S
     if report_only:
-        log(f"bbb reproduce mnist --report: budget {cfg.budget}; the tables and figures of the runs "
+        say(f"bbb reproduce mnist --report: budget {cfg.budget}; the tables and figures of the runs "
             f"finished in {out} (cells not finished are marked); trains nothing")
     else:
         what = "the 12 cells" if cfg.all_cells else f"{len(cfg.cells)} cell(s): {cells_text(cfg.cells)}"
-        log(f"bbb reproduce mnist: budget {cfg.budget} ({spec.description}); dataset {cfg.dataset}; "
+        say(f"bbb reproduce mnist: budget {cfg.budget} ({spec.description}); dataset {cfg.dataset}; "
             f"{len(todo)} training runs ({len(first)} for {what}"
             + (f", {len(extra)} extra seeds" if extra else "") + f") -> {out}")
-        log(f"estimated time left: {fmt_time(est)} (a run's own pace once it has trained an epoch, else "
+        say(f"estimated time left: {fmt_time(est)} (a run's own pace once it has trained an epoch, else "
             "measured seconds per epoch on a quiet 2-core CPU; "
             + ("a GPU is much faster" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                else "busy cores are slower")
@@ -216,9 +212,9 @@ def run_reproduce(
         manifest.update({"status": "running", "estimated_seconds": round(est, 1),
                          "cells_last_call": cells_text(cfg.cells)})
         atomic_write_json(out / "reproduce.json", manifest)
-        trained = _train_cells(cfg, first, extra, data, n_train, log, out)
+        trained = _train_cells(cfg, first, extra, data, n_train, say, out, callbacks)
 
-    res = _write_outputs(cfg, out, data, log)
+    res = _write_outputs(cfg, out, data, say)
     seconds = time.perf_counter() - t0
     manifest.update({
         "status": "complete" if res["complete"] else "partial", "files": res["files"],
@@ -235,33 +231,26 @@ def run_reproduce(
             "estimated_seconds": est, "seconds": seconds}
 
 
-def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
-                 data: dict[str, Tensor], n_train: int, log: Callable[[str], None], out: Path) -> list[str]:
+def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job], data: dict[str, Tensor],
+                 n_train: int, log: Callable[[str], None], out: Path, callbacks: JobCallbacks | None) -> list[str]:
     """Train (or resume, or skip when finished) every candidate of the requested cells in the
     order of work, then the extra seeds of the candidate each seed cell selected on validation.
     Returns the names of the runs trained or resumed."""
     progress = Progress([*first, *extra], n_train, log)
-    summaries: dict[str, dict[str, Any] | None] = {}
-    trained: list[str] = []
-
-    def run(job: Job) -> None:
-        was_finished = finished_summary(job) is not None or diverged_reason(job) is not None
-        summaries[job.name] = run_job(job, data, cfg, progress, log, out)
-        if not was_finished:
-            trained.append(job.name)
-
-    for job in first:
-        run(job)
+    runner_callbacks = CallbackList([progress, callbacks])
+    summaries = train_jobs(first, data, cfg, runner_callbacks, log, out)
     selected = {c: select_candidate([j for j in first if j.cell == c], summaries) for c in cfg.cells}
+    seeds: list[Job] = []
     for placeholder in extra:
         c = selected[placeholder.cell]
         if c is None:
-            progress.done(placeholder, 0.0, trained=False)
+            progress.skip(placeholder)
             continue
         job = make_job(cfg, placeholder.method, placeholder.hidden, c, placeholder.seed)
         progress.remaining[job.name] = progress.remaining.pop(placeholder.name, 0.0)
-        run(job)
-    return trained
+        seeds.append(job)
+    train_jobs(seeds, data, cfg, runner_callbacks, log, out)
+    return progress.trained
 
 
 def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],

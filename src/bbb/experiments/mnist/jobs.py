@@ -1,5 +1,6 @@
-"""Running the jobs: skip finished runs, resume the others, record divergence, select
-the candidate with the lowest validation error."""
+"""Running the jobs through the one job runner (:mod:`bbb.runs.jobs`: skip finished runs,
+resume the others, record divergence): the reproduction's progress lines and errors, and the
+selection of the candidate with the lowest validation error."""
 
 from __future__ import annotations
 
@@ -12,37 +13,27 @@ from torch import Tensor
 
 from ... import runs as T
 from ...errors import UserError
-from ...io import atomic_write_json
 from ...runs import jobs as runjobs
-from ...runs.jobs import read_json
+from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
 from .plan import Job, ReproduceConfig, cells_text, estimate_seconds, fmt_time
 from .recipes import METHOD_NAMES, BudgetSpec
 
 
+def _other_out(e: UserError, out: Path) -> UserError:
+    return UserError(f"{e}; use another --out than {out} (or delete that run)")
+
+
 def check_same_settings(job: Job, out: Path) -> None:
-    stored = read_json(job.run_dir / "config.json")
-    if stored is None:
-        return
-    now = job.config.to_dict()
-    diff = [k for k in now if k not in T.RESUME_MUTABLE and k in stored and stored[k] != now[k]]
-    if diff:
-        k = diff[0]
-        raise UserError(f"{job.run_dir} was trained with {k}={stored[k]!r}, this plan has {now[k]!r}; "
-                        f"use another --out than {out} (or delete that run)")
+    """Refuse a run in ``out`` trained with other settings than this plan's (one line)."""
+    try:
+        runjobs.check_settings(job)
+    except runjobs.SettingsMismatch as e:
+        raise _other_out(e, out) from None
 
 
-def finished_summary(job: Job) -> dict[str, Any] | None:
-    """The run's summary when it has finished ``job.config.epochs`` epochs, else None."""
-    return runjobs.finished_summary(job.run_dir, job.config.epochs)
-
-
-def diverged_reason(job: Job) -> str | None:
-    d = read_json(job.run_dir / "diverged.json")
-    return None if d is None else str(d.get("message", "diverged"))
-
-
-def job_epochs_done(job: Job) -> int:
-    return runjobs.epochs_done(job.run_dir)
+def state_of(job: Job) -> JobState:
+    """What ``job``'s run directory holds: done, diverged, partial or new."""
+    return runjobs.job_state(job.run_dir, job.config.epochs)
 
 
 def limit_data(data: dict[str, Tensor], spec: BudgetSpec) -> dict[str, Tensor]:
@@ -53,20 +44,33 @@ def limit_data(data: dict[str, Tensor], spec: BudgetSpec) -> dict[str, Tensor]:
     return out
 
 
-class Progress:
-    """One line per run: run i/N, the cell, elapsed time and the ETA (estimate x measured pace)."""
+def _status(job: Job, state: JobState) -> str:
+    if state.state is State.DONE:
+        return "done, skipped"
+    if state.state is State.DIVERGED:
+        return "diverged earlier, skipped"
+    if state.epochs_done:
+        return f"resuming after epoch {state.epochs_done} of {job.config.epochs}"
+    return f"training {job.config.epochs} epochs"
+
+
+class Progress(JobCallbacks):
+    """The runner's callbacks of a reproduction: one line per run (run i/N, the cell, elapsed
+    time and the ETA: estimate x measured pace), the names of the runs trained, a diverged
+    run's message."""
 
     def __init__(self, jobs: Sequence[Job], n_train: int, log: Callable[[str], None]) -> None:
-        self.n_train = n_train
         self.log = log
         self.total = len(jobs)
-        self.remaining = {j.name: estimate_seconds(j, n_train, job_epochs_done(j)) for j in jobs}
+        self.remaining = {j.name: estimate_seconds(j, n_train, state_of(j).epochs_done) for j in jobs}
         self.t0 = time.perf_counter()
+        self.t_job = self.t0
         self.spent_est = 0.0
         self.spent_real = 0.0
         self.i = 0
+        self.trained: list[str] = []
 
-    def start(self, job: Job, status: str) -> float:
+    def on_start(self, job: Job, state: JobState) -> None:
         self.i += 1
         pace = self.spent_real / self.spent_est if self.spent_est > 0 else 1.0
         eta = pace * sum(self.remaining.values())
@@ -76,52 +80,47 @@ class Progress:
             extra.append(f"candidate {job.candidate + 1}/{job.n_candidates}"
                          + (f" {job.label!r}" if job.label else ""))
         extra.append(f"seed {job.seed}")
-        self.log(f"[run {self.i}/{self.total}] {cell} ({', '.join(extra)}; {job.name}): {status}; "
+        self.log(f"[run {self.i}/{self.total}] {cell} ({', '.join(extra)}; {job.name}): {_status(job, state)}; "
                  f"elapsed {fmt_time(time.perf_counter() - self.t0)}, eta {fmt_time(eta)}")
-        return time.perf_counter()
+        self.t_job = time.perf_counter()
 
-    def done(self, job: Job, t_start: float, trained: bool) -> None:
+    def on_end(self, job: Job, result: JobResult) -> None:
         est = self.remaining.pop(job.name, 0.0)
-        if trained:
-            self.spent_est += est
-            self.spent_real += time.perf_counter() - t_start
+        if result.skipped:
+            return
+        self.trained.append(job.name)
+        self.spent_est += est
+        self.spent_real += time.perf_counter() - self.t_job
+        if result.outcome is Outcome.DIVERGED:
+            self.log(f"  {job.name}: {result.error}")
+
+    def skip(self, job: Job) -> None:
+        """A job that will not run (an extra seed of a cell that selected nothing)."""
+        self.remaining.pop(job.name, None)
 
 
-def run_job(job: Job, data: dict[str, Tensor], cfg: ReproduceConfig, progress: Progress,
-             log: Callable[[str], None], out: Path) -> dict[str, Any] | None:
-    """Train ``job`` unless it is finished; its summary, or None when it diverged."""
-    check_same_settings(job, out)
-    summary = finished_summary(job)
-    if summary is not None:
-        progress.start(job, "done, skipped")
-        progress.done(job, 0.0, trained=False)
-        return summary
-    msg = diverged_reason(job)
-    if msg is not None:
-        progress.start(job, "diverged earlier, skipped")
-        progress.done(job, 0.0, trained=False)
-        return None
-    done = job_epochs_done(job)
-    status = (f"resuming after epoch {done} of {job.config.epochs}" if done else
-              f"training {job.config.epochs} epochs")
-    t = progress.start(job, status)
-    try:
-        summary = T.train(job.config, job.run_dir, data=data, resume="auto", quiet=cfg.quiet, log=log)
-    except T.TrainingDiverged as e:
-        atomic_write_json(job.run_dir / "diverged.json", {"message": str(e)})
-        log(f"  {job.name}: {e}")
-        summary = None
-    except T.TrainingInterrupted as e:
-        raise T.TrainingInterrupted(
-            f"interrupted in {job.run_dir} (epoch {e.epoch} is saved); run the same "
-            f"'{command_line(cfg)}' to continue", e.run_dir, e.epoch,
-        ) from None
-    except UserError as e:
-        if "cannot resume" in str(e):
-            raise UserError(f"{e}; use another --out than {out}") from None
-        raise
-    progress.done(job, t, trained=True)
-    return summary
+def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfig, callbacks: JobCallbacks,
+               log: Callable[[str], None], out: Path) -> dict[str, dict[str, Any] | None]:
+    """Train ``jobs`` in turn through the runner (``log``: the training's lines), unless
+    finished; each one's summary, or None when it diverged. An interrupt, a run of other
+    settings or one that cannot resume is a one-line error that says how to go on."""
+    summaries: dict[str, dict[str, Any] | None] = {}
+    for job in jobs:
+        try:
+            res = runjobs.run_job(job, data=data, quiet=cfg.quiet, log=log, callbacks=callbacks)
+        except runjobs.SettingsMismatch as e:
+            raise _other_out(e, out) from None
+        except T.TrainingInterrupted as e:
+            raise T.TrainingInterrupted(
+                f"interrupted in {job.run_dir} (epoch {e.epoch} is saved); run the same "
+                f"'{command_line(cfg)}' to continue", e.run_dir, e.epoch,
+            ) from None
+        except UserError as e:
+            if "cannot resume" in str(e):
+                raise UserError(f"{e}; use another --out than {out}") from None
+            raise
+        summaries[job.name] = res.summary if res.outcome is Outcome.DONE else None
+    return summaries
 
 
 def command_line(cfg: ReproduceConfig, *extra: str) -> str:

@@ -14,14 +14,8 @@ import torch
 from torch import Tensor
 
 from ... import runs as T
-from .jobs import (
-    check_same_settings,
-    command_line,
-    diverged_reason,
-    finished_summary,
-    job_epochs_done,
-    select_candidate,
-)
+from ...runs.jobs import State
+from .jobs import check_same_settings, command_line, select_candidate, state_of
 from .plan import Job, ReproduceConfig, cell_jobs, fmt_time, make_job, train_config
 from .recipes import (
     BUDGETS,
@@ -88,7 +82,7 @@ def candidate_name(j: Job) -> str:
 
 
 def _run_progress(j: Job) -> str:
-    done = job_epochs_done(j)
+    done = state_of(j).epochs_done
     return f"epoch {done}/{j.config.epochs}" if done else "not started"
 
 
@@ -132,10 +126,10 @@ def cell_state(cfg: ReproduceConfig, method: str, hidden: int, out: Path) -> _Ce
     for j in cands:
         check_same_settings(j, out)
         started = started or j.run_dir.exists()
-        s = finished_summary(j)
-        if s is not None:
-            summaries[j.name] = s
-        elif diverged_reason(j) is not None:
+        st = state_of(j)
+        if st.state is State.DONE:
+            summaries[j.name] = st.summary
+        elif st.state is State.DIVERGED:
             summaries[j.name] = None
         else:
             pending.append(f"{candidate_name(j)}: {_run_progress(j)}")
@@ -150,11 +144,11 @@ def cell_state(cfg: ReproduceConfig, method: str, hidden: int, out: Path) -> _Ce
             if s >= wanted and not job.run_dir.exists():
                 break
             check_same_settings(job, out)
-            summary = finished_summary(job)
-            if summary is not None:
-                summaries[job.name] = summary
+            st = state_of(job)
+            if st.state is State.DONE:
+                summaries[job.name] = st.summary
                 seeds.append(job)
-            elif diverged_reason(job) is not None:
+            elif st.state is State.DIVERGED:
                 pending.append(f"seed {s}: diverged")
             else:
                 pending.append(f"seed {s}: {_run_progress(job)}")

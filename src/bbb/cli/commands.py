@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .common import pct_text, text_table
+from .common import pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
     add_evaluate_arguments,
@@ -93,7 +93,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):
-        summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
+        summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
+                        log=progress_log(args))
     print_summary(summary, out)
     return 0
 
@@ -183,10 +184,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     cfg = TrainConfig(**{**DEMO_SETTINGS, "epochs": args.epochs, "seed": args.seed,
                          "device": args.device, "data_dir": args.data_dir})
-    print(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
-          f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}", flush=True)
+    progress_log(args)(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
+                       f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}")
     data = runmodel.load_data(cfg)
-    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet)
+    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args))
     ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
     print()
     print_eval(ev)

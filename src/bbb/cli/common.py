@@ -1,6 +1,6 @@
 """What every command shares: the one-line-error parser, the shared options (``--device``,
-``--seed``, ``--seeds``, ``--out``, ``--quiet``, ``--threads``, ``--data-dir``) and small text
-tables."""
+``--seed``, ``--seeds``, ``--out``, ``--quiet``, ``--threads``, ``--data-dir``, ``--which``) and
+small text tables."""
 
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def add_seed(p: Any, default: int = 0, help: str = "random seed") -> None:
                    help=f"{help} (default: {default})")
 
 
-def add_seeds(p: Any, default: list[int], help: str = "seeds, one run each") -> None:
-    """``--seeds N [N ...]``: a list of integers."""
-    p.add_argument("--seeds", nargs="+", type=int, default=list(default), metavar="N",
-                   help=f"{help} (default: {' '.join(map(str, default))})")
+def add_seeds(p: Any, default: list[int] | None, help: str = "seeds, one run each") -> None:
+    """``--seeds N [N ...]``: a list of integers (``default`` None: ``help`` says what then)."""
+    p.add_argument("--seeds", nargs="+", type=int, default=None if default is None else list(default), metavar="N",
+                   help=help if default is None else f"{help} (default: {' '.join(map(str, default))})")
 
 
 def add_out(p: Any, help: str, default: str | None = None) -> None:
@@ -81,9 +81,40 @@ def add_out(p: Any, help: str, default: str | None = None) -> None:
         p.add_argument("--out", default=default, metavar="DIR", help=f"{help} (default: {default})")
 
 
-def add_quiet(p: Any, help: str = "no progress bars: plain log lines only") -> None:
-    p.add_argument("--quiet", action="store_true", help=help)
+QUIET_HELP = ("no progress output (no progress bars, no per-epoch, per-run or per-trial lines): print only the "
+              "results, and errors")
+"""What ``--quiet`` means in every command."""
+
+
+def add_quiet(p: Any, results: str | None = None) -> None:
+    """``--quiet``: :data:`QUIET_HELP`; ``results`` says what this command still prints."""
+    p.add_argument("--quiet", action="store_true",
+                   help=QUIET_HELP + (f" ({results})" if results else ""))
+
+
+def progress_log(args: Any) -> Any:
+    """Where a command's progress lines go: nowhere with ``--quiet``, else printed (flushed)."""
+    if getattr(args, "quiet", False):
+        return lambda line: None
+    return lambda line: print(line, flush=True)
+
+
+def add_which(p: Any, default: str, help: str) -> None:
+    """``--which best|last``: the checkpoint of a run directory to load."""
+    from ..options import Checkpoint, values
+
+    p.add_argument("--which", choices=values(Checkpoint), default=default, help=f"{help} (default: {default})")
 
 
 def add_data_dir(p: Any, help: str = "data folder (else $BBB_DATA, else ~/.cache/bbb)") -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR", help=help)
+
+
+def add_run_dir_arguments(p: Any, what: str, which: str, which_help: str) -> None:
+    """What the commands reading a run directory share: ``RUN_DIR`` (``what``), ``--which``
+    (default ``which``), ``--data-dir`` (default: the run's), ``--device`` and ``--threads``."""
+    p.add_argument("run_dir", metavar="RUN_DIR", help=what)
+    add_which(p, which, which_help)
+    add_data_dir(p, "data folder (default: the run's)")
+    add_device(p)
+    add_threads(p)

@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import UserError
 from .common import Parser
@@ -17,6 +18,16 @@ from .registry import COMMANDS, PROG
 def run_command(name: str, argv: Sequence[str]) -> int:
     """Import command ``name``'s module (:data:`bbb.cli.registry.COMMANDS`), build its parser
     with the module's add-arguments function, parse ``argv`` and run its main function."""
+    mod, parser = command_parser(name)
+    args = parser.parse_args(list(argv))
+    args.command = name
+    set_threads(getattr(args, "threads", None))
+    rc = getattr(mod, COMMANDS[name].main)(args)
+    return 0 if rc is None else int(rc)
+
+
+def command_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
+    """Command ``name``'s module (imported now) and its parser."""
     spec = COMMANDS[name]
     try:
         mod = importlib.import_module(spec.module)
@@ -31,11 +42,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
                     epilog=f"Example:\n  {example}",
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     getattr(mod, spec.add)(parser)
-    args = parser.parse_args(list(argv))
-    args.command = name
-    set_threads(getattr(args, "threads", None))
-    rc = getattr(mod, spec.main)(args)
-    return 0 if rc is None else int(rc)
+    return mod, parser
 
 
 def set_threads(n: int | None) -> None:

@@ -12,6 +12,7 @@ from .common import (
     add_device,
     add_out,
     add_quiet,
+    add_run_dir_arguments,
     add_seed,
     add_threads,
     fmt_default,
@@ -90,7 +91,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)
-    p.add_argument("--out", required=True, metavar="DIR", help="run directory (required)")
+    add_out(p, "run directory")
     add_g("--seed", "seed", "random seed", type=int)
     add_g("--device", "device", "auto (cuda when available), cpu, cuda or cuda:N")
     g.add_argument("--bf16", dest="bf16", action="store_true", default=argparse.SUPPRESS,
@@ -104,7 +105,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--overwrite", action="store_true",
                    help="replace a previous run in --out (its files are removed first); without it a "
                         "new run refuses a --out that holds one")
-    add_quiet(g, "one line per epoch instead of a progress bar")
+    add_quiet(g, "the summary table")
     add_threads(g)
 
 
@@ -151,13 +152,9 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
                      "k-sample predictive average, NLL, ECE and Brier score. Writes "
                      "RUN_DIR/eval.json.")
     p.epilog = "Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best"
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
+    add_run_dir_arguments(p, "a directory written by bbb train", "best",
+                          "checkpoint: best (by validation error) or last")
     p.add_argument("--samples", type=int, default=10, help="Monte Carlo samples (default: 10)")
-    p.add_argument("--which", choices=("best", "last"), default="best",
-                   help="checkpoint: best (by validation error) or last (default: best)")
-    add_data_dir(p, "data folder (default: the run's)")
-    add_device(p)
-    add_threads(p)
 
 
 def add_prune_arguments(p: argparse.ArgumentParser) -> None:
@@ -166,14 +163,10 @@ def add_prune_arguments(p: argparse.ArgumentParser) -> None:
                      "with the mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. "
                      "bbb runs only.")
     p.epilog = "Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98"
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train --method bbb")
+    add_run_dir_arguments(p, "a directory written by bbb train --method bbb", "last",
+                      "checkpoint (last: the paper prunes the end of training)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.5, 0.75, 0.95, 0.98],
                    metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")
-    p.add_argument("--which", choices=("best", "last"), default="last",
-                   help="checkpoint (default: last, as the paper prunes the end of training)")
-    add_data_dir(p, "data folder (default: the run's)")
-    add_device(p)
-    add_threads(p)
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -190,4 +183,4 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     add_device(p)
     add_threads(p)
     add_seed(p)
-    add_quiet(p, "one line per epoch instead of a progress bar")
+    add_quiet(p, "the evaluation, the pruning table and the files written")

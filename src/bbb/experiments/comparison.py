@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cli.common import add_out
 from ..errors import UserError
 from ..io import atomic_write_text
 
@@ -186,7 +187,7 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories with eval.json (and ood.json)")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for NAME.csv and NAME.md")
+    add_out(p, "folder for NAME.csv and NAME.md")
     p.add_argument("--name", default="comparison", help="file stem (default: comparison)")
     p.add_argument("--reference", default=None, choices=sorted(REFERENCES),
                    help="published numbers to print beside ours")

@@ -23,11 +23,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_data_dir, add_device, add_seed, add_threads
+from ..cli.common import add_run_dir_arguments, add_seed
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
-from ..options import IMAGE_DATASETS, Checkpoint, resolve_device, values
+from ..options import IMAGE_DATASETS, resolve_device
 from ..plots import figures, plot_reliability, save_png
 from ..runs import mc_dropout
 
@@ -219,12 +219,10 @@ def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options ``ood`` and ``uncertain`` share: which checkpoint, data, seed, device, threads."""
-    p.add_argument("--which", default="best", choices=values(Checkpoint), help="checkpoint to use")
-    add_data_dir(p)
+    """The options ``ood`` and ``uncertain`` share: the run directory, which checkpoint, data,
+    device, threads, seed."""
+    add_run_dir_arguments(p, "a run directory written by `bbb train`", "best", "checkpoint to use")
     add_seed(p, help="seed of the Monte Carlo draws")
-    add_device(p)
-    add_threads(p)
 
 
 def add_ood_arguments(p: argparse.ArgumentParser) -> None:
@@ -236,7 +234,6 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
         "RUN_DIR/ood.json and RUN_DIR/ood.png."
     )
     p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
-    p.add_argument("run_dir", help="a run directory written by `bbb train`")
     p.add_argument("--ood", default="fashion-mnist", choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: fashion-mnist)")
     p.add_argument("--samples", type=int, default=10, help="sampled networks (BBB, MC dropout); default 10")
@@ -277,7 +274,6 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
         "share of the top classes over the samples. Writes RUN_DIR/uncertain.png and uncertain.json."
     )
     p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
-    p.add_argument("run_dir", help="a run directory written by `bbb train`")
     p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
     p.add_argument("--samples", type=int, default=30, help="sampled networks (default 30)")
     _add_run_options(p)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cli.common import add_data_dir, add_quiet
 from ..errors import UserError
 from ..options import Backend, SchedulerKind
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
@@ -105,11 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage", default=None, metavar="PATH|URI",
                         help="ray: storage of Ray's checkpoints (default OUT/ray; on a multi-node cluster a "
                              "shared folder or s3://... URI)")
-    parser.add_argument("--data-dir", default=None, metavar="DIR", help="MNIST data folder (else $BBB_DATA ...)")
+    add_data_dir(parser)
     parser.add_argument("--ref-epoch-seconds", type=float, default=REF_EPOCH_SECONDS, metavar="S",
                         help="dry-run cost model: seconds per epoch of BBB 2x400 with 1 sample on your hardware "
                              f"(default {REF_EPOCH_SECONDS:g}, measured on 2 CPU cores)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(parser, "the counts of trials and the best one")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -139,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
                         data_dir=args.data_dir, progress=not args.quiet)
     t0 = time.perf_counter()
     try:
-        rows = run_sweep(space, opts, limit=args.limit)
+        rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None)
     except KeyboardInterrupt:
         print(f"bbb: sweep interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
               "command again to resume", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_threads
+from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
 from ...errors import UserError
 from ...options import Budget, Experiment
 from .experiment import run_reproduce
@@ -60,10 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of work (BBB mixture 2x1200 first; see --plan)")
     parser.add_argument("--dataset", choices=list(DATASETS), default="mnist",
                         help="mnist or fashion-mnist (paper numbers for mnist only) (default: mnist)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="N",
-                        help="the seeds of the budget's seed cells, numbered from 0: '0', '0 1', "
-                             "'0 1 2', ... (smoke, quick: BBB mixture and dropout at 2x400 and "
-                             "2x1200, default 0; paper: BBB mixture 2x1200, default 0 1)")
+    add_seeds(parser, None, "the seeds of the budget's seed cells, numbered from 0: '0', '0 1', '0 1 2', ... "
+                            "(smoke, quick: BBB mixture and dropout at 2x400 and 2x1200, default 0; paper: "
+                            "BBB mixture 2x1200, default 0 1)")
     add_device(parser)
     add_data_dir(parser)
     add_threads(parser)
@@ -75,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="train nothing: write the tables and figures of the runs finished so far "
                            "in --out (a partial table marks the missing cells), e.g. while another "
                            "process trains")
-    add_quiet(parser, "one line per epoch instead of progress bars")
+    add_quiet(parser, "Table 1, Table 2 and the files written")
 
 
 def main(args: argparse.Namespace) -> int:

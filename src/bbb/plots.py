@@ -1,10 +1,14 @@
-"""Small figures for run directories: the learning curve and the SNR histogram (Fig. 4).
+"""Small figures for run directories: the learning curve, the SNR histogram (Fig. 4) and the
+reliability diagram.
 
-matplotlib is optional (``pip install 'bayes-by-backprop[plots]'``): it is imported lazily, and when it is
-missing each function warns and returns None instead of a path. Figures are drawn on
+Every plot function draws on ``ax=`` when given (one matplotlib Axes, or a sequence of them
+for a plot of several panels: :func:`canvas`), else on a new figure; with a ``path`` it writes
+the PNG (atomically) and returns the path, without one it returns the Figure (in a notebook,
+it shows). matplotlib is optional (``pip install 'bayes-by-backprop[plots]'``): it is imported
+lazily, and when it is missing each function warns and returns None. New figures are
 ``matplotlib.figure.Figure`` objects with the Agg canvas attached directly: pyplot is never
 imported and no backend is selected, so a notebook keeps its inline plots and an interactive
-session its windows. PNG files are written atomically.
+session its windows.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Figures", "agg_figures", "figures", "learning_curve", "plot_reliability", "save_png", "snr_histogram"]
+from .errors import UserError
+
+__all__ = ["Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve", "plot_reliability", "save_png",
+           "snr_histogram"]
 
 
 class Figures:
@@ -75,13 +82,45 @@ def save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
     return path
 
 
-def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
-    """Validation (and test, when logged) error in % against epochs, and the training loss."""
+def canvas(ax: Any, panels: int, **subplots: Any) -> tuple[Any, list[Any]]:
+    """The figure and the ``panels`` Axes a plot draws on: ``ax`` (one Axes, or a sequence or
+    array of ``panels`` Axes) and its figure, or a new Agg figure's (``subplots``: its
+    ``nrows``, ``ncols``, ``figsize``, ...); (None, []) without matplotlib."""
+    if ax is not None:
+        axes = list(ax.flat) if hasattr(ax, "flat") else list(ax) if isinstance(ax, list | tuple) else [ax]
+        if len(axes) != panels:
+            raise UserError(f"ax: this plot has {panels} panel(s), got {len(axes)} Axes")
+        return axes[0].figure, axes
     plt = figures()
     if plt is None:
+        return None, []
+    nrows, ncols = subplots.pop("nrows", 1), subplots.pop("ncols", panels)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, **subplots)
+    return fig, list(axes.flat)
+
+
+def finish(fig: Any, path: str | Path | None, new: bool, dpi: int = 100) -> Any:
+    """The end of a plot function: the figure it drew on, or with a ``path`` that figure's PNG
+    (``new``: a figure the function made, laid out first and released after)."""
+    if fig is None or path is None:
+        return fig
+    if new:
+        fig.tight_layout()
+    out = save_png(fig, path, dpi=dpi)
+    if new:
+        fig.clear()
+    return out
+
+
+def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path | None = None, *, ax: Any = None) -> Any:
+    """Validation (and test, when logged) error in % against epochs, and the training loss.
+    ``ax``: two Axes (error, objective). Returns the PNG's path when ``path`` is given, else the
+    Figure (None without matplotlib)."""
+    fig, axes = canvas(ax, 2, figsize=(10, 4))
+    if fig is None:
         return None
+    ax1, ax2 = axes
     epochs = [r["epoch"] for r in metrics]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("val_error", "validation"), ("test_error", "test")):
         pts = [(e, 100 * r[key]) for e, r in zip(epochs, metrics) if r.get(key) is not None]
         if pts:
@@ -97,23 +136,23 @@ def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path) -> Path 
     ax2.set_title("training objective (per example)")
     ax2.grid(alpha=0.3)
     ax2.legend()
-    fig.tight_layout()
-    path = save_png(fig, path)
-    plt.close(fig)
-    return path
+    return finish(fig, path, new=ax is None)
 
 
-def snr_histogram(snr_db: Tensor, path: str | Path, cutoff: float = 0.75, bins: int = 100) -> Path | None:
-    """Density and CDF of the signal-to-noise ratio in dB, with a line at the ``cutoff`` quantile."""
-    plt = figures()
-    if plt is None:
+def snr_histogram(snr_db: Tensor, path: str | Path | None = None, cutoff: float = 0.75, bins: int = 100, *,
+                  ax: Any = None) -> Any:
+    """Density and CDF of the signal-to-noise ratio in dB, with a line at the ``cutoff`` quantile.
+    ``ax``: two Axes (density, CDF). Returns the PNG's path when ``path`` is given, else the
+    Figure (None without matplotlib)."""
+    fig, axes = canvas(ax, 2, nrows=2, ncols=1, figsize=(6, 6), sharex=True)
+    if fig is None:
         return None
+    ax1, ax2 = axes
     v = snr_db.detach().flatten().double().cpu()
     v = v[torch.isfinite(v)]
     q = float(torch.quantile(v[torch.randperm(v.numel(), generator=torch.Generator().manual_seed(0))[:1_000_000]],
                              cutoff)) if v.numel() else 0.0
     vals = v.numpy()
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
     ax1.hist(vals, bins=bins, density=True, color="tab:blue")
     ax1.axvline(q, color="red", label=f"{100 * cutoff:g}% cut-off")
     ax1.set_ylabel("density")
@@ -124,40 +163,36 @@ def snr_histogram(snr_db: Tensor, path: str | Path, cutoff: float = 0.75, bins: 
     ax2.axvline(q, color="red")
     ax2.set_xlabel("SNR (dB, 10 log10)")
     ax2.set_ylabel("CDF")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = save_png(fig, path)
-    plt.close(fig)
-    return path
+    for a in (ax1, ax2):
+        a.grid(alpha=0.3)
+    return finish(fig, path, new=ax is None)
 
 
-def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path, title: str = "") -> Path | None:
-    """Reliability diagram: accuracy against confidence per bin, one panel per prediction."""
-    plt = figures()
-    if plt is None:
+def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path | None = None, title: str = "", *,
+                     ax: Any = None) -> Any:
+    """Reliability diagram: accuracy against confidence per bin, one panel per prediction
+    (``ax``: as many Axes). Returns the PNG's path when ``path`` is given, else the Figure (None
+    without matplotlib)."""
+    fig, axes = canvas(ax, len(bins), figsize=(4.5 * len(bins), 4.2))
+    if fig is None:
         return None
-    fig, axes = plt.subplots(1, len(bins), figsize=(4.5 * len(bins), 4.2), squeeze=False)
-    for ax, (name, b) in zip(axes[0], bins.items()):
+    for a, (name, b) in zip(axes, bins.items()):
         edges = b["edges"].cpu()
         width = float(edges[1] - edges[0])
         centers = (edges[:-1] + width / 2).numpy()
         acc = b["accuracy"].cpu().numpy()
         has = (b["count"] > 0).cpu().numpy()
-        ax.bar(centers[has], acc[has], width=width, edgecolor="black", alpha=0.7, label="accuracy")
-        ax.bar(centers[has], (b["confidence"].cpu().numpy() - acc)[has], bottom=acc[has], width=width,
-               color="red", alpha=0.25, edgecolor="red", label="gap to confidence")
-        ax.plot([0, 1], [0, 1], "k--", lw=1)
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("confidence")
-        ax.set_ylabel("accuracy")
+        a.bar(centers[has], acc[has], width=width, edgecolor="black", alpha=0.7, label="accuracy")
+        a.bar(centers[has], (b["confidence"].cpu().numpy() - acc)[has], bottom=acc[has], width=width,
+              color="red", alpha=0.25, edgecolor="red", label="gap to confidence")
+        a.plot([0, 1], [0, 1], "k--", lw=1)
+        a.set_xlim(0, 1)
+        a.set_ylim(0, 1)
+        a.set_xlabel("confidence")
+        a.set_ylabel("accuracy")
         ece = float((b["count"] / b["count"].sum() * (b["accuracy"] - b["confidence"]).abs()).sum())
-        ax.set_title(f"{name}: ECE {100 * ece:.2f}%")
-        ax.legend(loc="upper left")
-    if title:
+        a.set_title(f"{name}: ECE {100 * ece:.2f}%")
+        a.legend(loc="upper left")
+    if title and ax is None:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = save_png(fig, path)
-    plt.close(fig)
-    return path
+    return finish(fig, path, new=ax is None)

@@ -222,6 +222,25 @@ def test_figures_are_written_with_their_data(reproduced):
     assert all((out / f).is_file() for f in manifest["files"])
 
 
+def test_figures_draw_on_given_axes_instead_of_writing_the_png(reproduced, tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    out = reproduced["out"]
+    sel = json.loads((out / "reproduce.json").read_text())["selected"]
+    cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu")
+    chosen = {m: M.make_job(cfg, m, 1200, int(sel[f"{m}_1200"].partition("_c")[2] or 0), 0)
+              for m in ("sgd", "dropout", "bbb_mixture")}
+    ax = Figure().subplots()
+    assert MF.figure2(tmp_path, chosen, ax=ax) == ["fig2_curves.csv"] and len(ax.lines) == 3
+    ax = Figure().subplots()
+    assert MF.figure3(tmp_path, chosen, ax=ax) == ["fig3_weights.csv", "fig3_weights.json"] and len(ax.lines) == 3
+    axes = Figure().subplots(2, 1)
+    assert MF.figure4(tmp_path, chosen["bbb_mixture"], ax=axes) == ["fig4_snr.csv", "fig4_snr.json"]
+    assert axes[1].get_ylabel() == "CDF" and axes[0].get_title().startswith("Figure 4")
+    assert not list(tmp_path.glob("*.png"))
+
+
 # --------------------------------------------------------------------------------------------
 # resume
 # --------------------------------------------------------------------------------------------

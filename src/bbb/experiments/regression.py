@@ -50,7 +50,7 @@ from ..cli.common import add_device, add_out, add_quiet, add_seed, add_threads
 from ..distributions import inverse_softplus
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
-from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesMLP, sampling
 from ..options import PriorKind, choice, make_prior, resolve_device, values
 from ..uncertainty import regression_uncertainty
@@ -415,16 +415,18 @@ def _write_outputs(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> lis
 # --------------------------------------------------------------------------------------------
 
 
-def plot_regression(res: dict[str, Any], path: str | os.PathLike[str],
-                    cfg: RegressionConfig | None = None) -> Path:
-    """Fig. 5: BBB (left) and the standard network (right) on the same axes."""
-    from ..plots import agg_figures
+def plot_regression(res: dict[str, Any], path: str | os.PathLike[str] | None = None,
+                    cfg: RegressionConfig | None = None, *, ax: Any = None) -> Any:
+    """Fig. 5: BBB (left) and the standard network (right) on the same axes (``ax``: two
+    matplotlib Axes). Returns the PNG's path when ``path`` is given, else the Figure. Raises
+    ImportError without matplotlib."""
+    from ..plots import agg_figures, canvas, finish
 
-    plt = agg_figures()  # Agg figures without pyplot: the caller's backend stays
+    agg_figures()  # ImportError without matplotlib; Agg figures without pyplot: the caller's backend stays
     cfg = cfg or RegressionConfig()
     grid = res["grid"].numpy()
     x, y = res["x_train"].numpy(), res["y_train"].numpy()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120, sharex=True, sharey=True)
+    fig, axes = canvas(ax, 2, figsize=(10, 4.2), dpi=120, sharex=True, sharey=True)
     titles = {"bbb": "Bayes by Backprop", "standard": "standard neural network"}
     for ax, name in zip(axes, ("bbb", "standard")):
         m = {k: v.numpy() for k, v in res[name].items()}
@@ -446,13 +448,7 @@ def plot_regression(res: dict[str, Any], path: str | os.PathLike[str],
     axes[0].set_ylim(lo - pad, hi + pad)
     axes[0].set_ylabel("y")
     axes[1].legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    path = Path(path)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return finish(fig, path, new=ax is None, dpi=120)
 
 
 # --------------------------------------------------------------------------------------------

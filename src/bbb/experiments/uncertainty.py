@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
 from ..options import IMAGE_DATASETS, resolve_device
-from ..plots import figures, plot_reliability, save_png
+from ..plots import canvas, figures, finish, plot_reliability, save_png
 from ..runs import mc_dropout
 
 __all__ = [
@@ -133,29 +133,28 @@ def most_uncertain(probs: Tensor, labels: Tensor, n: int = 64) -> dict[str, Tens
 
 
 def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor | None],
-             report: dict[str, Any], path: str | Path, names: tuple[str, str] = ("MNIST", "OOD")) -> Path | None:
-    """Histograms of each score on the in-distribution and OOD test sets, AUROC in the title."""
-    plt = figures()
-    if plt is None:
+             report: dict[str, Any], path: str | Path | None = None, names: tuple[str, str] = ("MNIST", "OOD"), *,
+             ax: Any = None) -> Any:
+    """Histograms of each score on the in-distribution and OOD test sets, AUROC in the title
+    (``ax``: one Axes per score). Returns the PNG's path when ``path`` is given, else the
+    Figure (None without matplotlib)."""
+    fig, axes = canvas(ax, len(SCORES), figsize=(14, 3.8))
+    if fig is None:
         return None
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    for ax, name in zip(axes, SCORES):
+    for panel, name in zip(axes, SCORES):
         a, b = scores_in[name], scores_out[name]
         if a is None or b is None:
-            ax.text(0.5, 0.5, "undefined for k = 1", ha="center", va="center", transform=ax.transAxes)
-            ax.set_title(name.replace("_", " "))
+            panel.text(0.5, 0.5, "undefined for k = 1", ha="center", va="center", transform=panel.transAxes)
+            panel.set_title(name.replace("_", " "))
             continue
         hi = float(max(a.max(), b.max(), 1e-6))
         bins = torch.linspace(0, hi, 51).numpy()
-        ax.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[0])
-        ax.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[1])
-        ax.set_yscale("log")
-        ax.set_title(f"{name.replace('_', ' ')}: AUROC {report[name]['auroc']:.3f}")
-        ax.legend()
-    fig.tight_layout()
-    path = save_png(fig, path)
-    plt.close(fig)
-    return path
+        panel.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[0])
+        panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[1])
+        panel.set_yscale("log")
+        panel.set_title(f"{name.replace('_', ' ')}: AUROC {report[name]['auroc']:.3f}")
+        panel.legend()
+    return finish(fig, path, new=ax is None)
 
 
 def _as_image(x: Tensor):
@@ -165,10 +164,11 @@ def _as_image(x: Tensor):
     return x.reshape(side, side).cpu().numpy() if side * side == d else x.reshape(1, d).cpu().numpy()
 
 
-def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path,
-                   samples: int) -> Path | None:
+def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path | None,
+                   samples: int) -> Any:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
-    its label and the vote shares of the sampled networks."""
+    its label and the vote shares of the sampled networks. Returns the PNG's path when
+    ``path`` is given, else the Figure (None without matplotlib)."""
     plt = figures()
     if plt is None:
         return None
@@ -192,9 +192,11 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
             top = torch.argsort(v, descending=True)[:2]
             share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
             ax.set_title(f"y={int(labels[i])} | {share}", fontsize=7)
-    path = save_png(fig, path)
-    plt.close(fig)
-    return path
+    if path is None:
+        return fig
+    out = save_png(fig, path)
+    fig.clear()
+    return out
 
 
 # --------------------------------------------------------------------------------------------

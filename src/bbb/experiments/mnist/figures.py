@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from ...distributions import softplus
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...nn import bayes_modules
-from ...plots import figures
+from ...plots import canvas, save_png
 from .plan import Job
 from .recipes import PAPER_SNR_RANGE_DB, SNR_CUTOFF
 from .tables import pct, quantile, snr_db_of, snr_sentence, snr_stats
@@ -26,10 +27,12 @@ FIG2_METHODS = (("sgd", "SGD"), ("dropout", "dropout"), ("bbb_mixture", "BBB (sc
 FIG2_LOG_TICKS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 600)
 
 
-def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False) -> list[str]:
+def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False, *, ax: Any = None) -> list[str]:
     """Figure 2: the test error per epoch of the selected 2x1200 runs (logged for this figure
     only; nothing is selected on it). ``log_epochs``: a log-scale epoch axis (the paper
-    budget's 600 epochs), with the first epochs' high errors above the plotted range."""
+    budget's 600 epochs), with the first epochs' high errors above the plotted range. Writes
+    fig2_curves.csv and .png, or draws on ``ax`` (a matplotlib Axes) instead of the PNG; returns
+    the files written."""
     curves: dict[str, list[dict[str, Any]]] = {m: T.read_metrics(runs[m].run_dir) for m, _ in FIG2_METHODS
                                                 if m in runs}
     by_epoch = {m: {r["epoch"]: r for r in rows} for m, rows in curves.items()}
@@ -44,11 +47,12 @@ def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False) -> list[s
         table.append(row)
     cols = ["epoch", *[f"{m}_{k}" for m, _ in FIG2_METHODS for k in ("test_error", "val_error")]]
     atomic_write_text(out / "fig2_curves.csv", csv_text(cols, table))
-    files = ["fig2_curves.csv"]
-    plt = figures()
-    if plt is None:
-        return files
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    return ["fig2_curves.csv", *draw(out / "fig2_curves.png", ax, 1,
+                                     lambda axes: _draw_figure2(axes[0], table, runs, log_epochs),
+                                     figsize=(6.5, 4.2))]
+
+
+def _draw_figure2(ax: Any, table: list[dict[str, Any]], runs: dict[str, Job], log_epochs: bool) -> None:
     errs: list[tuple[int, float]] = []
     for m, label in FIG2_METHODS:
         pts = [(r["epoch"], r[f"{m}_test_error"]) for r in table if r.get(f"{m}_test_error") is not None]
@@ -82,10 +86,6 @@ def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False) -> list[s
                  + (f"\nnot finished yet: {', '.join(missing)}" if missing else ""))
     ax.grid(alpha=0.3, which="both" if log_epochs else "major")
     ax.legend()
-    fig.tight_layout()
-    savefig(fig, out / "fig2_curves.png")
-    plt.close(fig)
-    return [*files, "fig2_curves.png"]
 
 
 @torch.no_grad()
@@ -120,7 +120,10 @@ def _fig3_range(samples: dict[str, Tensor]) -> float:
     return min(1.0, max(0.05, math.ceil(r / 0.05) * 0.05))
 
 
-def figure3(out: Path, runs: dict[str, Job]) -> list[str]:
+def figure3(out: Path, runs: dict[str, Job], *, ax: Any = None) -> list[str]:
+    """Figure 3: the density of the weights of the selected 2x1200 runs (BBB: one sample from
+    q). Writes fig3_weights.csv, .json and .png, or draws on ``ax`` (a matplotlib Axes) instead
+    of the PNG; returns the files written."""
     g = torch.Generator().manual_seed(0)
     samples: dict[str, Tensor] = {}
     for m, _ in FIG2_METHODS:
@@ -144,11 +147,12 @@ def figure3(out: Path, runs: dict[str, Job]) -> list[str]:
     atomic_write_json(out / "fig3_weights.json", {
         "what": "density of the weights (biases excluded) of the 2x1200 networks; BBB: one sample "
                 "from q; SGD/dropout: the trained (test-time) weights", "plot_range": rng, "methods": stats})
-    files = ["fig3_weights.csv", "fig3_weights.json"]
-    plt = figures()
-    if plt is None:
-        return files
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    return ["fig3_weights.csv", "fig3_weights.json", *draw(out / "fig3_weights.png", ax, 1,
+                                                            lambda axes: _draw_figure3(axes[0], edges, dens, rng),
+                                                            figsize=(6.5, 4.2))]
+
+
+def _draw_figure3(ax: Any, edges: Tensor, dens: dict[str, Tensor], rng: float) -> None:
     centers = ((edges[:-1] + edges[1:]) / 2).numpy()
     for m, label in FIG2_METHODS:
         if m in dens:
@@ -159,10 +163,6 @@ def figure3(out: Path, runs: dict[str, Job]) -> list[str]:
     ax.set_title("Figure 3: weights of the 2x1200 networks")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    savefig(fig, out / "fig3_weights.png")
-    plt.close(fig)
-    return [*files, "fig3_weights.png"]
 
 
 FIG4_BINS = 100
@@ -171,10 +171,11 @@ FIG4_BINS = 100
 FIG4_LOW_QUANTILE = 0.005  # the histogram starts here: a few near-zero |mu| would squash it
 
 
-def figure4(out: Path, job: Job, db: Tensor | None = None) -> list[str]:
+def figure4(out: Path, job: Job, db: Tensor | None = None, *, ax: Any = None) -> list[str]:
     """Figure 4: density and CDF of the weights' SNR in dB (``db``: from :func:`snr_db_of`),
     the 75% cut-off and the paper's range marked; fig4_snr.json states our range beside the
-    paper's."""
+    paper's. Writes fig4_snr.csv, .json and .png, or draws on ``ax`` (two matplotlib Axes:
+    density, CDF) instead of the PNG; returns the files written."""
     if db is None:
         db = snr_db_of(job)
     stats = snr_stats(db)
@@ -209,11 +210,14 @@ def figure4(out: Path, job: Job, db: Tensor | None = None) -> list[str]:
         "range_5_95_db_20log10": [stats["q05_db_20log10"], stats["q95_db_20log10"]],
         "summary": snr_sentence(stats),
         "run": f"runs/{job.name}", "checkpoint": "last"})
-    files = ["fig4_snr.csv", "fig4_snr.json"]
-    plt = figures()
-    if plt is None:
-        return files
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
+    return ["fig4_snr.csv", "fig4_snr.json", *draw(
+        out / "fig4_snr.png", ax, 2, lambda axes: _draw_figure4(axes, job, stats, edges, counts, cdf, cut, n, width),
+        nrows=2, ncols=1, figsize=(6.5, 6), sharex=True)]
+
+
+def _draw_figure4(axes: list[Any], job: Job, stats: dict[str, Any], edges: Tensor, counts: Tensor, cdf: Tensor,
+                  cut: float, n: int, width: float) -> None:
+    ax1, ax2 = axes
     ax1.stairs((counts / (n * width)).numpy(), edges.numpy(), fill=True, alpha=0.7)
     ax1.axvline(cut, color="red", label=f"{100 * SNR_CUTOFF:g}% cut-off ({cut:.2f} dB)")
     plo, phi = PAPER_SNR_RANGE_DB
@@ -232,14 +236,23 @@ def figure4(out: Path, job: Job, db: Tensor | None = None) -> list[str]:
     ax2.set_xlabel("signal-to-noise ratio (dB) = 10 log10(|mu| / sigma)")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
+
+
+def draw(path: Path, ax: Any, panels: int, plot: Callable[[list[Any]], None], **subplots: Any) -> list[str]:
+    """Draw one figure with ``plot(axes)``: on ``ax`` (the caller's Axes; nothing is written), or
+    on a new figure saved as ``path``. Returns ``[path.name]`` when the PNG was written."""
+    fig, axes = canvas(ax, panels, **subplots)
+    if fig is None:
+        return []
+    plot(axes)
+    if ax is not None:
+        return []
     fig.tight_layout()
-    savefig(fig, out / "fig4_snr.png")
-    plt.close(fig)
-    return [*files, "fig4_snr.png"]
+    savefig(fig, path)
+    fig.clear()
+    return [path.name]
 
 
 def savefig(fig: Any, path: Path) -> None:
     """Save through a temporary file and rename (a reader never sees half a PNG)."""
-    from ...io import atomic_write
-
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    save_png(fig, path, dpi=100)

@@ -525,6 +525,15 @@ def _missing(rows: Sequence[dict[str, Any]], system: str, width: int) -> str:
     return f"{system}: " + (str(r.get("status")) if r is not None else "not measured")
 
 
+def _speed_ratio(rows: Sequence[dict[str, Any]], num: str, den: str, width: int) -> tuple[float | None, str]:
+    """Steps/s of system ``num`` over those of ``den`` at ``width``; (None, which one is missing)
+    unless both were measured."""
+    a, b = _ok(rows, num, width), _ok(rows, den, width)
+    if a is None or b is None:
+        return None, _missing(rows, num if a is None else den, width)
+    return a["steps_per_s"] / b["steps_per_s"], ""
+
+
 def _target(text: str, measured: float | None, limit: float, met: bool, **kw: Any) -> dict[str, Any]:
     return {"target": text, "measured": measured, "limit": limit, "met": met, **kw}
 
@@ -558,12 +567,10 @@ def summarise(rows: list[dict[str, Any]], tta: list[dict[str, Any]], meta: dict[
         for w in widths:
             lim = floor_limit(w)
             text = f"{name} step time <= {lim}x {floor_name}'s (H={w}; stretch {TARGET_FLOOR_STRETCH}x)"
-            r, floor = _ok(rows, name, w), _ok(rows, floor_name, w)
-            if r is None or floor is None:
-                targets.append(_target(text, None, lim, False, kind="floor",
-                                       note=_missing(rows, name if r is None else floor_name, w)))
+            ratio, missing = _speed_ratio(rows, floor_name, name, w)  # our step time / the floor's
+            if ratio is None:
+                targets.append(_target(text, None, lim, False, kind="floor", note=missing))
                 continue
-            ratio = floor["steps_per_s"] / r["steps_per_s"]
             stretch = ratio <= TARGET_FLOOR_STRETCH
             targets.append(_target(text, ratio, lim, ratio <= lim, kind="floor", stretch=TARGET_FLOOR_STRETCH,
                                    stretch_met=stretch, note="stretch met" if stretch else ""))
@@ -572,13 +579,9 @@ def summarise(rows: list[dict[str, Any]], tta: list[dict[str, Any]], meta: dict[
             continue
         for w in widths:
             text = f"{name} steps/s >= {need:g}x {peer}'s (H={w})"
-            r, p = _ok(rows, name, w), _ok(rows, peer, w)
-            if r is None or p is None:
-                targets.append(_target(text, None, need, False, kind="peer",
-                                       note=_missing(rows, name if r is None else peer, w)))
-                continue
-            x = r["steps_per_s"] / p["steps_per_s"]
-            targets.append(_target(text, x, need, x >= need, kind="peer"))
+            x, missing = _speed_ratio(rows, name, peer, w)
+            targets.append(_target(text, x, need, x is not None and x >= need, kind="peer",
+                                   **({"note": missing} if missing else {})))
     if TARGET_K_SYSTEM in names:  # k = 10 prediction against ten deterministic passes
         for w in widths:
             text = (f"{TARGET_K_SYSTEM} k={K_SAMPLES} prediction <= {TARGET_K_EVAL}x {K_SAMPLES} "

@@ -101,12 +101,10 @@ class Dataset(str, Enum):
 IMAGE_DATASETS: tuple[str, ...] = (Dataset.MNIST.value, Dataset.FASHION_MNIST.value)
 
 
-class SweepDataset(str, Enum):
-    """What a sweep's trials train on: an image dataset or a small synthetic problem."""
-
-    MNIST = "mnist"
-    FASHION_MNIST = "fashion-mnist"
-    SYNTHETIC = "synthetic"
+#: What a sweep's trials train on: an image dataset (the members of :data:`IMAGE_DATASETS`, from
+#: the one list, :class:`Dataset`) or a small synthetic problem (``SYNTHETIC``).
+SweepDataset = Enum("SweepDataset", [*((d.name, d.value) for d in Dataset if d.value in IMAGE_DATASETS),
+                                     ("SYNTHETIC", "synthetic")], type=str, module=__name__)
 
 
 class Budget(str, Enum):

@@ -209,14 +209,22 @@ def labels_gz() -> bytes:
     return idx_gz(np.array([3, 1, 4, 1, 5], dtype=np.uint8))
 
 
-def test_download_verifies_and_places_file(
-    server: _Server,
-    labels_gz: bytes,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    server.routes[f"/files/{NAME}"] = (labels_gz, len(labels_gz))
-    monkeypatch.setitem(KNOWN_FILES["mnist"], NAME, md5(labels_gz))
+@pytest.fixture
+def serve(server: _Server, labels_gz: bytes, monkeypatch: pytest.MonkeyPatch):
+    """``serve(path, extra=0, checksum=None)``: the server sends the labels file at ``path``
+    (declaring ``extra`` bytes more than it sends), and mnist/NAME's known checksum is
+    ``checksum`` (default: the file's)."""
+
+    def serve(path: str, extra: int = 0, checksum: str | None = None) -> None:
+        server.routes[path] = (labels_gz, len(labels_gz) + extra)
+        monkeypatch.setitem(KNOWN_FILES["mnist"], NAME, checksum or md5(labels_gz))
+
+    return serve
+
+
+def test_download_verifies_and_places_file(server: _Server, serve, labels_gz: bytes, monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    serve(f"/files/{NAME}")
     path = ensure_file("mnist", NAME, data_dir=tmp_path, base_url=server.url + "/files/")
     assert path == tmp_path / "mnist" / NAME
     assert path.read_bytes() == labels_gz
@@ -227,26 +235,15 @@ def test_download_verifies_and_places_file(
     assert server.hits == [f"/files/{NAME}"]
 
 
-def test_download_through_mirror_env(
-    server: _Server,
-    labels_gz: bytes,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    server.routes[f"/m/mnist/{NAME}"] = (labels_gz, len(labels_gz))
-    monkeypatch.setitem(KNOWN_FILES["mnist"], NAME, md5(labels_gz))
+def test_download_through_mirror_env(server: _Server, serve, labels_gz: bytes, monkeypatch: pytest.MonkeyPatch,
+                                     tmp_path: Path) -> None:
+    serve(f"/m/mnist/{NAME}")
     monkeypatch.setenv("BBB_DATA_URL", server.url + "/m")
     assert ensure_file("mnist", NAME, data_dir=tmp_path).read_bytes() == labels_gz
 
 
-def test_checksum_mismatch_leaves_nothing(
-    server: _Server,
-    labels_gz: bytes,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    server.routes[f"/{NAME}"] = (labels_gz, len(labels_gz))
-    monkeypatch.setitem(KNOWN_FILES["mnist"], NAME, "0" * 32)
+def test_checksum_mismatch_leaves_nothing(server: _Server, serve, labels_gz: bytes, tmp_path: Path) -> None:
+    serve(f"/{NAME}", checksum="0" * 32)
     with pytest.raises(DataError) as excinfo:
         ensure_file("mnist", NAME, data_dir=tmp_path, base_url=server.url)
     msg = str(excinfo.value)
@@ -257,15 +254,8 @@ def test_checksum_mismatch_leaves_nothing(
     assert listing(tmp_path / "mnist") == []
 
 
-def test_short_transfer_leaves_nothing(
-    server: _Server,
-    labels_gz: bytes,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    # the server promises more bytes than it sends, then hangs up
-    server.routes[f"/{NAME}"] = (labels_gz, len(labels_gz) + 100)
-    monkeypatch.setitem(KNOWN_FILES["mnist"], NAME, md5(labels_gz))
+def test_short_transfer_leaves_nothing(server: _Server, serve, tmp_path: Path) -> None:
+    serve(f"/{NAME}", extra=100)  # the server promises more bytes than it sends, then hangs up
     with pytest.raises(DataError) as excinfo:
         ensure_file("mnist", NAME, data_dir=tmp_path, base_url=server.url)
     assert "\n" not in str(excinfo.value) and NAME in str(excinfo.value)

@@ -91,6 +91,19 @@ class BayesModule(nn.Module):
         self.register_parameter(f"{name}_mu", nn.Parameter(torch.empty(shape, **factory)))
         self.register_parameter(f"{name}_rho", nn.Parameter(torch.empty(shape, **factory)))
 
+    def _register_weight_and_bias(self, weight: tuple[int, ...], bias: tuple[int, ...] | None,
+                                  device: torch.device | str | None, dtype: torch.dtype | None) -> None:
+        """The posterior of the weight (shape ``weight``) and of the bias (``bias``; None: no
+        bias, ``bias_mu``/``bias_rho`` are None), initialised (:meth:`reset_parameters`)."""
+        factory = {"device": device, "dtype": dtype}
+        self._register_posterior("weight", weight, factory)
+        if bias is not None:
+            self._register_posterior("bias", bias, factory)
+        else:
+            self.register_parameter("bias_mu", None)
+            self.register_parameter("bias_rho", None)
+        self.reset_parameters()
+
     def _fan_in(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -64,14 +64,7 @@ class BayesLinear(BayesModule):
             )
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        factory = {"device": device, "dtype": dtype}
-        self._register_posterior("weight", (out_features, in_features), factory)
-        if bias:
-            self._register_posterior("bias", (out_features,), factory)
-        else:
-            self.register_parameter("bias_mu", None)
-            self.register_parameter("bias_rho", None)
-        self.reset_parameters()
+        self._register_weight_and_bias((out_features, in_features), (out_features,) if bias else None, device, dtype)
 
     def _fan_in(self) -> int:
         return self.in_features
@@ -192,14 +185,8 @@ class BayesConv2d(BayesModule):
         else:
             self.padding = _pair(padding) if self._spatial == 2 else _single(padding)
         self.groups = int(groups)
-        factory = {"device": device, "dtype": dtype}
-        self._register_posterior("weight", (out_channels, in_channels // groups, *self.kernel_size), factory)
-        if bias:
-            self._register_posterior("bias", (out_channels,), factory)
-        else:
-            self.register_parameter("bias_mu", None)
-            self.register_parameter("bias_rho", None)
-        self.reset_parameters()
+        self._register_weight_and_bias((out_channels, in_channels // groups, *self.kernel_size),
+                                       (out_channels,) if bias else None, device, dtype)
 
     def _fan_in(self) -> int:
         return (self.in_channels // self.groups) * math.prod(self.kernel_size)

@@ -14,6 +14,7 @@ from ... import runs as T
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
+from . import tables
 from .figures import FIG2_METHODS, figure2, figure3, figure4
 from .jobs import Progress, command_line, limit_data, select_candidate, state_of, train_jobs
 from .plan import (
@@ -36,20 +37,6 @@ from .recipes import (
     TABLE2_COLUMNS,
     WIDTHS,
     WORK_ORDER,
-)
-from .tables import (
-    MISSING_TEXT,
-    candidate_name,
-    cell_state,
-    hyper_text,
-    snr_db_of,
-    snr_sentence,
-    snr_stats,
-    table1_md,
-    table1_row,
-    table2_md,
-    table2_rows,
-    weights_text,
 )
 
 
@@ -108,7 +95,7 @@ def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
             for j in cj:
                 state, _ = _job_state(j)
                 lines.append(f"    {j.name:<24} {state:<18} {fmt_time(_left_seconds(j, n_train)):>9}  "
-                             f"{candidate_name(j)}: {hyper_text(m, j.config)}")
+                             f"{tables.candidate_name(j)}: {tables.hyper_text(m, j.config)}")
                 if j.reason:
                     lines.append(f"        why: {j.reason}")
             for j in sj:
@@ -259,13 +246,13 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     cells finished so far), Table 2 and Figure 4 (once BBB mixture 2x1200 is finished), all
     read from the runs in ``out``."""
     spec = cfg.spec
-    cells = {c: cell_state(cfg, c[0], c[1], out) for c in CELL_ORDER}
+    cells = {c: tables.cell_state(cfg, c[0], c[1], out) for c in CELL_ORDER}
     table_cells = [cells[(m, w)] for m in METHODS for w in WIDTHS]
-    table1 = [table1_row(cfg, c.method, c.hidden, c.cands, c.seeds, c.selected, c.summaries,
+    table1 = [tables.table1_row(cfg, c.method, c.hidden, c.cands, c.seeds, c.selected, c.summaries,
                           status=c.status, pending=c.pending) for c in table_cells]
     files: list[str] = []
     atomic_write_text(out / "table1.csv", csv_text(TABLE1_COLUMNS, table1))
-    atomic_write_text(out / "table1.md", table1_md(cfg, table1, [j for c in table_cells for j in c.cands], (
+    atomic_write_text(out / "table1.md", tables.table1_md(cfg, table1, [j for c in table_cells for j in c.cands], (
         int(data["train_x"].shape[0]), int(data["val_x"].shape[0]), int(data["test_x"].shape[0]))))
     files += ["table1.csv", "table1.md"]
     log(f"wrote {out / 'table1.md'}")
@@ -280,14 +267,14 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     mix = cells[("bbb_mixture", top)]
     if mix.selected is not None:
         job = chosen["bbb_mixture"]
-        db = snr_db_of(job)
-        snr = snr_stats(db)
-        table2 = table2_rows(cfg, job, data)
+        db = tables.snr_db_of(job)
+        snr = tables.snr_stats(db)
+        table2 = tables.table2_rows(cfg, job, data)
         atomic_write_text(out / "table2_pruning.csv", csv_text(TABLE2_COLUMNS, table2))
-        atomic_write_text(out / "table2_pruning.md", table2_md(cfg, table2, job, snr))
+        atomic_write_text(out / "table2_pruning.md", tables.table2_md(cfg, table2, job, snr))
         files += ["table2_pruning.csv", "table2_pruning.md"]
         files += figure4(out, job, db)
-        log(snr_sentence(snr))
+        log(tables.snr_sentence(snr))
     elif mix.status == "diverged":
         log("the 2x1200 BBB (scale mixture) cell diverged: no Table 2 and no Figure 4")
     else:
@@ -309,7 +296,7 @@ def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, 
     log(f"{'method':<26} {'units':>5} {'ours':>16} {'paper':>6}")
     for r in table1:
         ours = (f"{r['test_error']:.2f}%" if r.get("status") == "ok"
-                else MISSING_TEXT.get(r.get("status", ""), "diverged"))
+                else tables.MISSING_TEXT.get(r.get("status", ""), "diverged"))
         if r.get("n_seeds", 0) > 1:
             ours += f" +-{r['test_error_sd']:.2f}"
         paper = "-" if r.get("paper_test_error") is None else f"{r['paper_test_error']:.2f}%"
@@ -319,5 +306,5 @@ def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, 
         log(f"{'removed':>8} {'#weights':>9} {'ours':>7} {'paper':>6}")
         for r in table2:
             paper = "-" if r["paper_test_error"] is None else f"{r['paper_test_error']:.2f}%"
-            log(f"{100 * r['fraction_removed']:>7g}% {weights_text(r['weights_left']):>9} "
+            log(f"{100 * r['fraction_removed']:>7g}% {tables.weights_text(r['weights_left']):>9} "
                 f"{r['test_error']:>6.2f}% {paper:>6}")

@@ -82,7 +82,7 @@ def add_out(p: Any, help: str, default: str | None = None) -> None:
 
 
 QUIET_HELP = ("no progress output (no progress bars, no per-epoch, per-run or per-trial lines): print only the "
-              "results, and errors")
+              "results, warnings and errors")
 """What ``--quiet`` means in every command."""
 
 

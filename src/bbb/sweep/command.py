@@ -140,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
                         data_dir=args.data_dir, progress=not args.quiet)
     t0 = time.perf_counter()
     try:
-        rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None)
+        rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None,
+                         warn=lambda s: print(s, file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         print(f"bbb: sweep interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
               "command again to resume", file=sys.stderr)

@@ -36,12 +36,16 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
                 dynamic_ncols=True, disable=None if enabled else True)
 
 
-def _announce(bar: Any, log: Callable[[str], None], row: dict[str, Any]) -> None:
-    """One line per finished trial (through the progress bar when it is shown) and a tick."""
-    if bar.disable:
-        log(_describe(row))
+def _announce(bar: Any, log: Callable[[str], None], warn: Callable[[str], None], row: dict[str, Any]) -> None:
+    """One line per finished trial (through the progress bar when it is shown) and a tick; a
+    trial left pending (another process trains it) goes to ``warn``."""
+    line = _describe(row)
+    if not bar.disable:
+        bar.write(line)
+    elif row.get("status") == TrialStatus.PENDING.value and row.get("error"):
+        warn(line)
     else:
-        bar.write(_describe(row))
+        log(line)
     bar.update(1)
 
 
@@ -53,10 +57,14 @@ def _describe(row: dict[str, Any]) -> str:
 
 
 def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = None,
-              log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+              log: Callable[[str], None] | None = None,
+              warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Expand ``space`` and run its unfinished trials on ``opts.backend``; returns every row
-    (also ``OUT/sweep.csv`` and ``OUT/best.json``)."""
+    (also ``OUT/sweep.csv`` and ``OUT/best.json``). ``log``: where the progress lines go
+    (default: stderr); ``warn``: where a trial left to another process that trains it is
+    reported (default: ``log``)."""
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    warn = warn or log
     trials = expand_space(space, limit)
     if not trials:
         raise UserError("the search space has no trials")
@@ -74,16 +82,16 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
     write_results(out, trials, rows, opts.backend)
     if todo:
         if opts.backend == Backend.LOCAL.value:
-            _run_local(todo, trials, rows, out, opts, log)
+            _run_local(todo, trials, rows, out, opts, log, warn)
         else:
-            _run_ray(todo, trials, rows, out, opts, log)
+            _run_ray(todo, trials, rows, out, opts, log, warn)
     write_results(out, trials, rows, opts.backend)
     return [rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
             for t in trials]
 
 
 def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
-               opts: SweepOptions, log: Callable[[str], None]) -> None:
+               opts: SweepOptions, log: Callable[[str], None], warn: Callable[[str], None]) -> None:
     workers = opts.max_concurrent or 1
     threads = int(opts.cpus_per_trial) if opts.cpus_per_trial else max(1, (os.cpu_count() or 1) // workers)
     payloads = [{"trial": t.to_dict(), "out": str(out), "data_dir": opts.data_dir,
@@ -94,7 +102,7 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
     def done(row: dict[str, Any]) -> None:
         rows[row["trial_id"]] = row
         write_results(out, trials, rows, opts.backend)
-        _announce(bar, log, row)
+        _announce(bar, log, warn, row)
 
     try:
         if workers == 1 or len(todo) == 1:
@@ -122,7 +130,7 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
 
 
 def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
-             opts: SweepOptions, log: Callable[[str], None]) -> None:
+             opts: SweepOptions, log: Callable[[str], None], warn: Callable[[str], None]) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     # a forced experiment snapshot per checkpoint is fine at seconds-to-minutes per epoch
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -174,7 +182,7 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             rows[tid] = row
             atomic_write_json(trial_dir(out, tid) / "result.json", row)
             write_results(out, trials, rows, opts.backend)
-            _announce(bar, log, row)
+            _announce(bar, log, warn, row)
 
         class Collect(tune.Callback):  # runs in this process, as each trial ends
             def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:

@@ -9,7 +9,8 @@ set -x
 export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
 PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=$(pwd)/src
-O="--budget paper --out /work/paper-runs/mnist-paper --device cpu --threads 2 --quiet"
+# no --quiet: the log gets one line per epoch and per run (--quiet would leave only the tables)
+O="--budget paper --out /work/paper-runs/mnist-paper --device cpu --threads 2"
 $PY -m bbb reproduce mnist $O --cells bbb-mixture:400
 $PY -m bbb reproduce mnist $O --cells bbb-mixture:1200 --seeds 0      # the headline first
 $PY -m bbb reproduce mnist $O --cells sgd:1200,dropout:1200

@@ -15,8 +15,9 @@ import torch
 import bbb.runs.loop as L
 from bbb.errors import CheckpointError
 from bbb.runs import committed_checkpoint, load_checkpoint, load_run, read_metrics, train
+from testkit import blobs
 
-from .test_train import QUIET, rows_without_seconds, tiny_cfg, tiny_data
+from .test_train import QUIET, rows_without_seconds, tiny_cfg
 
 
 class Killed(BaseException):
@@ -36,7 +37,7 @@ def train_killed_after_commit(monkeypatch, run: Path, epoch: int) -> None:
     with monkeypatch.context() as m:
         m.setattr(L, "atomic_torch_save", save)
         with pytest.raises(Killed):
-            train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
+            train(tiny_cfg(epochs=3), run, data=blobs(), **QUIET)
 
 
 def summary(run: Path) -> dict:
@@ -46,7 +47,7 @@ def summary(run: Path) -> dict:
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("full") / "run"
-    train(tiny_cfg(epochs=3), run, data=tiny_data(), **QUIET)
+    train(tiny_cfg(epochs=3), run, data=blobs(), **QUIET)
     return run
 
 
@@ -67,7 +68,7 @@ def test_readers_and_resume_take_the_committed_state_after_a_kill_between_writes
         assert torch.equal(v, last["model"][k]), k
 
     lines: list[str] = []
-    train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, quiet=True, log=lines.append)
+    train(tiny_cfg(epochs=3), run, data=blobs(), resume=True, quiet=True, log=lines.append)
     assert rows_without_seconds(run) == rows_without_seconds(full)
     assert summary(run) == summary(full)
     for name in ("best.pt", "last.pt"):
@@ -80,7 +81,7 @@ def test_a_finished_run_killed_before_its_metrics_and_summary_is_completed_by_re
     run = tmp_path / "run"
     train_killed_after_commit(monkeypatch, run, 3)
     assert not (run / "summary.json").exists()
-    train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, **QUIET)
+    train(tiny_cfg(epochs=3), run, data=blobs(), resume=True, **QUIET)
     assert rows_without_seconds(run) == rows_without_seconds(full) and summary(run) == summary(full)
 
 
@@ -97,7 +98,7 @@ def test_a_best_pt_left_behind_by_an_older_bbb_is_said_and_kept_consistent(tmp_p
     ckpt["best"] = {"epoch": other, "val_error": 0.0}  # an epoch before the last that best.pt does not hold
     torch.save(ckpt, run / "last.pt")
     lines: list[str] = []
-    s = train(tiny_cfg(epochs=3), run, data=tiny_data(), resume=True, quiet=True, log=lines.append)
+    s = train(tiny_cfg(epochs=3), run, data=blobs(), resume=True, quiet=True, log=lines.append)
     said = [line for line in lines if "best.pt" in line]
     assert len(said) == 1 and f"holds epoch {held}" in said[0] and f"best epoch {other}" in said[0]
     assert s["best_epoch"] == held and load_checkpoint(run / "best.pt")["epoch"] == held

@@ -11,8 +11,8 @@ PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=$(pwd)/src
 # no --quiet: the log gets one line per epoch and per run (--quiet would leave only the tables)
 O="--budget paper --out /work/paper-runs/mnist-paper --device cpu --threads 2"
-$PY -m bbb reproduce mnist $O --cells bbb-mixture:400
 $PY -m bbb reproduce mnist $O --cells bbb-mixture:1200 --seeds 0      # the headline first
+$PY -m bbb reproduce mnist $O --cells bbb-mixture:400                 # its c2 stopped at epoch 121
 $PY -m bbb reproduce mnist $O --cells sgd:1200,dropout:1200
 $PY -m bbb reproduce mnist $O --cells bbb-mixture:1200                # + the second seed
 $PY -m bbb reproduce mnist $O --cells bbb-mixture:800

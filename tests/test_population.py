@@ -10,6 +10,7 @@ import torch
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
 from bbb.errors import UserError
 from bbb.nn import BayesMLP, BayesPopulation, OneHot, model_kl, population_linear, sampling
+from bbb.nn.population import DENSE_ONE_HOT_RATIO
 
 
 def _pop(prior=None, bayesian=3, deterministic=2, **kw) -> BayesPopulation:
@@ -47,6 +48,16 @@ def test_sparse_first_layer_equals_the_dense_product():
     torch.testing.assert_close(population_linear(OneHot.from_dense(x), w, b), dense)
     with pytest.raises(UserError, match="one-hot rows"):
         population_linear(OneHot.from_dense(x[:3]), w, b)
+    # wide, sparse rows take embedding_bag, narrow ones the dense product (DENSE_ONE_HOT_RATIO):
+    # the same values and gradients both ways
+    for features in (10, 200):
+        xs = (torch.rand(4, 7, features, generator=g) < 4 / features).double()
+        ws = torch.randn(4, features, 3, generator=g, dtype=torch.float64, requires_grad=True)
+        oh = OneHot.from_dense(xs)
+        assert (features <= DENSE_ONE_HOT_RATIO * oh.index.shape[-1]) == (features == 10)
+        (gs,) = torch.autograd.grad(population_linear(oh, ws, b).square().sum(), ws)
+        (gd,) = torch.autograd.grad(population_linear(xs, ws, b).square().sum(), ws)
+        torch.testing.assert_close(gs, gd)
 
 
 def test_members_are_the_bayes_mlps_they_export_in_mean_and_sampled_forward():

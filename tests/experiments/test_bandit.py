@@ -21,6 +21,7 @@ from bbb.engine import Layout
 from bbb.errors import UserError
 from bbb.experiments import bandit as B
 from bbb.experiments.bandit import (
+    DEFAULT_AGENTS,
     BanditConfig,
     Population,
     expected_rewards,
@@ -343,10 +344,28 @@ def test_two_workers_run_and_merge(tmp_path):
     assert len(res["summary"]) == 4
 
 
-def test_plot_regret_handles_zero_regret(tmp_path):
-    rows = [{"step": s, "agent": "bbb", "seed": 0, "cumulative_regret": 0.0,
-             "cumulative_expected_regret": 0.0} for s in (1, 2)]
+def test_plot_regret_handles_zero_regret_and_draws_on_ax_or_returns_the_figure(tmp_path):
+    rows = [{"step": s, "agent": a, "seed": 0, "cumulative_regret": 0.0 if a == "bbb" else 2.0 * s,
+             "cumulative_expected_regret": 0.0} for s in (1, 2) for a in ("bbb", "egreedy_0.05")]
     assert B.plot_regret(rows, tmp_path / "r.png").stat().st_size > 0
+    fig = B.plot_regret(rows)  # no path: the Figure, as bbb.plots'
+    assert fig is not None and [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "BBB (Thompson, 2 samples)", "5% greedy"]
+    other = B.plot_regret(rows, expected=True)
+    assert B.plot_regret(rows, ax=other.axes[0]) is other and len(other.axes[0].lines) == 4
+    assert B.plot_regret(rows, tmp_path / "on_ax.png", ax=fig.axes[0]).stat().st_size > 0
+
+
+def test_quiet_prints_the_results_only(tmp_path, capsys):
+    ctx, edible = _tiny_data()
+    for quiet in (True, False):
+        run_bandit(_tiny_cfg(steps=20, seeds=(0,), out=str(tmp_path / str(quiet)), quiet=quiet, progress_every=0.0),
+                   contexts=ctx, edible=edible)
+        lines = capsys.readouterr().out.splitlines()
+        assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")] == list(DEFAULT_AGENTS)
+        assert lines[-1].startswith("bandit: ") and "of training; wrote" in lines[-1]
+        progress = [ln for ln in lines if ln.startswith(("bandit: step", "bandit: 4 agents"))]
+        assert (progress == []) == quiet, lines
 
 
 # --------------------------------------------------------------------------------------------

@@ -90,9 +90,19 @@ class OneHot:
         return OneHot(idx, self.features, val)
 
 
+#: one-hot rows over at most this many times as many features as they have entries are
+#: multiplied densely by :func:`population_linear` (see there)
+DENSE_ONE_HOT_RATIO = 8
+
+
 def population_linear(x: Tensor | OneHot, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """M linear layers at once: weight (M, in, out), bias (M, out); x (M, R, in) or :class:`OneHot`
-    rows (M, R, K) -> (M, R, out). Dense inputs go through :func:`bbb.functional.linear`."""
+    rows (M, R, K) -> (M, R, out). Dense inputs go through :func:`bbb.functional.linear`.
+
+    One-hot rows add up the weight rows of their features (``F.embedding_bag``) when the rows
+    are sparse; when ``in <= DENSE_ONE_HOT_RATIO * K`` they are expanded to dense rows and
+    multiplied instead (the same sums up to float rounding): on CPU the backward of
+    ``embedding_bag`` sorts the indices and costs several times a batched matmul of that size."""
     if not isinstance(x, OneHot):
         return BF.linear(x, weight.transpose(-1, -2), bias)
     m, n_in, n_out = weight.shape
@@ -100,6 +110,8 @@ def population_linear(x: Tensor | OneHot, weight: Tensor, bias: Tensor | None = 
         raise UserError(f"population_linear: one-hot rows {tuple(x.index.shape)} over {x.features} features "
                         f"do not match weights {tuple(weight.shape)} (members, in, out)")
     r, k = x.index.shape[1:]
+    if n_in <= DENSE_ONE_HOT_RATIO * k:  # few features: a batched matmul beats embedding_bag's backward
+        return BF.linear(x.to_dense(weight.dtype), weight.transpose(-1, -2), bias)
     offsets = torch.arange(0, m * n_in, n_in, device=x.index.device).view(m, 1, 1)
     flat = (x.index + offsets).view(m * r, k)
     psw = None if x.value is None else x.value.reshape(m * r, k).to(weight.dtype)

@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_dir(parser, "data folder holding mushroom/ (else $BBB_DATA, else ~/.cache/bbb)")
     add_device(parser)
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out and start over")
-    add_quiet(parser, "print nothing but errors")
+    add_quiet(parser, "the regret summary per agent and the files written")
 
 
 def config_from_args(args: argparse.Namespace) -> BanditConfig:

@@ -2,56 +2,52 @@
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+from ...plots import canvas, finish
 
 _COLORS = {"bbb": "tab:red", "greedy": "tab:blue", "egreedy_0.01": "tab:green", "egreedy_0.05": "tab:purple"}
 
 
-def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str], agents: Sequence[str] | None = None,
-                expected: bool = False) -> Path:
-    """Cumulative regret vs step on a log y axis: the mean over seeds and a min-max band (Fig. 6)."""
-    from ...plots import agg_figures
+def _label(agent: str) -> str:
+    if agent.startswith("egreedy_"):
+        return f"{float(agent[8:]) * 100:g}% greedy"
+    return {"bbb": "BBB (Thompson, 2 samples)", "greedy": "greedy"}.get(agent, agent)
 
-    plt = agg_figures()  # Agg figures without pyplot: the caller's backend stays
 
+def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None = None,
+                agents: Sequence[str] | None = None, expected: bool = False, *, ax: Any = None) -> Any:
+    """Cumulative regret vs step on a log y axis: the mean over seeds and a min-max band (Fig. 6).
+
+    As the plots of :mod:`bbb.plots`: drawn on ``ax`` (one Axes) when given, else on a new Agg
+    figure (no pyplot, no backend switch); returns the PNG's path when ``path`` is given, else
+    the Figure (None without matplotlib).
+    """
+    fig, axes = canvas(ax, 1, figsize=(6.4, 4.4))
+    if fig is None:
+        return None
+    (ax_,) = axes
     col = "cumulative_expected_regret" if expected else "cumulative_regret"
     by: dict[str, dict[int, list[float]]] = {}
     for r in rows:
         by.setdefault(r["agent"], {}).setdefault(int(r["step"]), []).append(float(r[col]))
-    agents = list(agents) if agents else list(by)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    for i, a in enumerate(agents):
+    for i, a in enumerate(list(agents) if agents else list(by)):
         if a not in by:
             continue
         steps = sorted(by[a])
         vals = [by[a][s] for s in steps]
         mean = [sum(v) / len(v) for v in vals]
-        lo = [min(v) for v in vals]
-        hi = [max(v) for v in vals]
         c = _COLORS.get(a, f"C{i}")
-        label = {"bbb": "BBB (Thompson, 2 samples)", "greedy": "greedy"}.get(
-            a, a.replace("egreedy_", "") + " greedy" if a.startswith("egreedy_") else a)
-        if a.startswith("egreedy_"):
-            label = f"{float(a[8:]) * 100:g}% greedy"
-        ax.plot(steps, [max(m, 1e-1) for m in mean], color=c, lw=1.6, label=label)
-        ax.fill_between(steps, [max(v, 1e-1) for v in lo], [max(v, 1e-1) for v in hi], color=c, alpha=0.18, lw=0)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cumulative expected regret" if expected else "cumulative regret")
+        ax_.plot(steps, [max(m, 1e-1) for m in mean], color=c, lw=1.6, label=_label(a))
+        ax_.fill_between(steps, [max(min(v), 1e-1) for v in vals], [max(max(v), 1e-1) for v in vals], color=c,
+                         alpha=0.18, lw=0)
+    ax_.set_yscale("log")
+    ax_.set_xlabel("step")
+    ax_.set_ylabel("cumulative expected regret" if expected else "cumulative regret")
     nseeds = max((len(v) for d in by.values() for v in d.values()), default=0)
-    ax.set_title(f"Mushroom bandit: mean over {nseeds} seed(s), band = min..max")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    path = Path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    from ...io import atomic_write_bytes
-
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    ax_.set_title(f"Mushroom bandit: mean over {nseeds} seed(s), band = min..max")
+    ax_.grid(True, which="both", alpha=0.3)
+    ax_.legend(loc="lower right")
+    return finish(fig, path, new=ax is None, dpi=120)

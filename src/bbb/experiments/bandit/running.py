@@ -194,12 +194,12 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
                            "wall_seconds": wall, "config": cfg, "files": []}
     if out is not None:
         res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups))
-    if progress:
-        for s in summary:
-            print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
-                  f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_last_1000']:.1%}"
-                  f" of the last 1000")
-        print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
+    # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
+    for s in summary:
+        print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
+              f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_last_1000']:.1%}"
+              f" of the last 1000")
+    print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
     return res
 
 
@@ -287,12 +287,8 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     atomic_write_json(out / "summary.json", {"late_window": LATE_WINDOW, "agents": summary,
                                              "seconds": round(seconds, 1)})
     files.append("summary.json")
-    try:
-        plot_regret(rows, out / "regret.png", agents=list(cfg.agents))
+    if plot_regret(rows, out / "regret.png", agents=list(cfg.agents)) is not None:  # None: no matplotlib (warned)
         files.append("regret.png")
-    except ImportError:
-        print("bandit: matplotlib is not installed; skipped regret.png (pip install matplotlib)",
-              file=sys.stderr)
     return files
 
 

@@ -72,6 +72,14 @@ def add_seeds(p: Any, default: list[int] | None, help: str = "seeds, one run eac
                    help=help if default is None else f"{help} (default: {' '.join(map(str, default))})")
 
 
+def describe(p: Any, description: str | None, example: str) -> None:
+    """A command's description and its ``Example:`` epilog (unless the parser already has one)."""
+    if description is not None:
+        p.description = description
+    if not p.epilog:
+        p.epilog = "Example:\n  " + example
+
+
 def add_out(p: Any, help: str, default: str | None = None) -> None:
     """``--out DIR``: required, or a default under ``runs/`` (never into the committed
     ``results/``)."""

@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..cli.common import add_device, add_out, add_quiet, add_seed, add_threads
+from ..cli.common import add_device, add_out, add_quiet, add_seed, add_threads, describe
 from ..distributions import inverse_softplus
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
@@ -467,9 +467,7 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb regression`` options on ``parser``."""
     d = RegressionConfig()
-    parser.description = DESCRIPTION
-    if not parser.epilog:
-        parser.epilog = "Example:\n  " + EXAMPLE
+    describe(parser, DESCRIPTION, EXAMPLE)
     add_out(parser, "output folder (created)")
     parser.add_argument("--epochs", type=int, default=d.epochs,
                         help=f"full-batch Adam steps for each network (default {d.epochs})")

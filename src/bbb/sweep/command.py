@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import add_data_dir, add_quiet
+from ..cli.common import add_data_dir, add_quiet, describe
 from ..errors import UserError
 from ..options import Backend, SchedulerKind
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
@@ -68,8 +68,7 @@ def dry_run_table(trials: Sequence[Trial], out: Path | None, ref_epoch_seconds: 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb sweep`` options on ``parser``."""
-    if not parser.epilog:
-        parser.epilog = "Example:\n  " + EXAMPLE
+    describe(parser, None, EXAMPLE)
     parser.epilog += ("\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json "
                       "and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
                       "Space format and cluster set-up: docs/scale_out.md.")

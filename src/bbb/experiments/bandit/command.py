@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
+from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads, describe
 from ...options import KLData, KLWeighting, OptimizerKind, PriorKind, values
 from .config import BanditConfig
 from .running import run_bandit
@@ -27,9 +27,7 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb bandit`` options on ``parser``."""
     d = BanditConfig()
-    parser.description = DESCRIPTION
-    if not parser.epilog:
-        parser.epilog = "Example:\n  " + EXAMPLE
+    describe(parser, DESCRIPTION, EXAMPLE)
     add_out(parser, "output folder (created; resumed if it has a checkpoint)")
     parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default {d.steps})")
     parser.add_argument("--agents", nargs="+", default=list(d.agents),

@@ -244,17 +244,19 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
         self._anchor.grad = torch.zeros((), device=dev, dtype=dt)
         self._lin_anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
-        self._leaves: dict[tuple[int, str, bool], Tensor] = {}
+        # per (module, name, batched): the sample leaf, and the noise views by the parity of the noise buffer
+        self._leaves: dict[tuple[int, str, bool], tuple[Tensor, Tensor, Tensor]] = {}
         for s in layout.slots:
             for batched in (False, True):
                 if batched or k == 1:
                     leaf = s.view(self._w).detach()
                     grad = s.view(self._g)
+                    eps = [s.view(self._eps(i)) for i in (0, 1)]
                     if not batched:
-                        leaf, grad = leaf[0], grad[0]
+                        leaf, grad, eps = leaf[0], grad[0], [e[0] for e in eps]
                     leaf.requires_grad_(True)
                     leaf.grad = grad
-                    self._leaves[(id(s.module), s.name, batched)] = leaf
+                    self._leaves[(id(s.module), s.name, batched)] = (leaf, *eps)
         use_compile = compile
         if use_compile is None:
             use_compile = n >= COMPILE_MIN_NUMEL and dev.type in ("cpu", "cuda")
@@ -327,9 +329,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if (k or 1) != self.k or (k is None and self.k != 1):
             raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for "
                             f"{k or 1}; give the ELBO and the Engine the same num_samples")
-        leaf = self._leaves[(id(module), name, k is not None)]
-        eps = slot.view(self._eps(self._cur))
-        return getattr(module, f"{name}_mu"), (eps if k is not None else eps[0]), leaf
+        hit = self._leaves[(id(module), name, k is not None)]
+        return getattr(module, f"{name}_mu"), hit[1 + self._cur], hit[0]
 
     def linear(self, module, x):
         """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""

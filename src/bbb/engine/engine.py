@@ -44,7 +44,7 @@ from ..distributions import KLMode, uses_monte_carlo
 from ..errors import UserError
 from ..nn import Estimator, SampleProvider, bayes_modules, providing_samples
 from ..random import counter_keys
-from .kernels import HP_SIZE, KernelSet
+from .kernels import KernelSet
 from .layout import Layout
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
@@ -244,17 +244,19 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
         self._anchor.grad = torch.zeros((), device=dev, dtype=dt)
         self._lin_anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
-        self._leaves: dict[tuple[int, str, bool], Tensor] = {}
+        # per (module, name, batched): the sample leaf, and the noise views by the parity of the noise buffer
+        self._leaves: dict[tuple[int, str, bool], tuple[Tensor, Tensor, Tensor]] = {}
         for s in layout.slots:
             for batched in (False, True):
                 if batched or k == 1:
                     leaf = s.view(self._w).detach()
                     grad = s.view(self._g)
+                    eps = [s.view(self._eps(i)) for i in (0, 1)]
                     if not batched:
-                        leaf, grad = leaf[0], grad[0]
+                        leaf, grad, eps = leaf[0], grad[0], [e[0] for e in eps]
                     leaf.requires_grad_(True)
                     leaf.grad = grad
-                    self._leaves[(id(s.module), s.name, batched)] = leaf
+                    self._leaves[(id(s.module), s.name, batched)] = (leaf, *eps)
         use_compile = compile
         if use_compile is None:
             use_compile = n >= COMPILE_MIN_NUMEL and dev.type in ("cpu", "cuda")
@@ -266,24 +268,37 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                 use_compile = False
         self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
                                  nesterov=bool(self.param_groups[0]["nesterov"]), compile=bool(use_compile))
+        self._fused_params = tuple(self.param_groups[0]["params"])
+        # the train step's arguments before c, hp and the state, by the parity of the current noise
+        self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
+                                 self._w, self._sig, self._sr, self._dlp) for cur in (0, 1))
         self._prime()
 
     def _versions(self) -> tuple[int, ...]:
-        return tuple(p._version for p in self.param_groups[0]["params"])
+        return tuple(p._version for p in self._fused_params)
 
     def _eps(self, i: int) -> Tensor:
         return self._noise[i].view(-1)[: self.k * self.layout.numel].view(self.k, self.layout.numel)  # type: ignore[union-attr]
 
-    def _draw_noise(self, into: int) -> None:
-        keys = torch.tensor(counter_keys(self.seed, self.counter), dtype=torch.int64, device=self._index.device)
-        self.kernels.noise(self._noise[into], self._index, keys)
+    def _hyper(self) -> Tensor:
+        """The kernels' ``hp``: the hyperparameters of this step, then the keys of the noise drawn."""
+        grp = self.param_groups[0]
+        lr = float(grp["lr"])
+        if self.kind is OptimizerKind.ADAM:
+            b1, b2 = grp["betas"]
+            t = self._step_count
+            adam = (b1, b2, grp["eps"], lr / (1.0 - b1**t) if t else 0.0, (1.0 - b2**t) ** 0.5)
+        else:
+            adam = (0.0, 0.0, 0.0, 0.0, 0.0)
+        return torch.tensor((lr, *adam, float(grp["momentum"]), *counter_keys(self.seed, self.counter)),
+                            dtype=torch.float64, device=self._mu.device)
 
     def _prime(self) -> None:
         """Draw the noise of the current counter and form its sample from the current mu, rho."""
         self._cur = 0
-        self._draw_noise(0)
         with torch.no_grad():
-            self._kl = self.kernels.prime(self._mu, self._rho, self._eps(0), self._w, self._sig, self._sr, self._dlp)
+            self._kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hyper(), self._w,
+                                          self._sig, self._sr, self._dlp)
         self._seen = self._versions()
 
     @property
@@ -314,9 +329,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if (k or 1) != self.k or (k is None and self.k != 1):
             raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for "
                             f"{k or 1}; give the ELBO and the Engine the same num_samples")
-        leaf = self._leaves[(id(module), name, k is not None)]
-        eps = slot.view(self._eps(self._cur))
-        return getattr(module, f"{name}_mu"), (eps if k is not None else eps[0]), leaf
+        hit = self._leaves[(id(module), name, k is not None)]
+        return getattr(module, f"{name}_mu"), hit[1 + self._cur], hit[0]
 
     def linear(self, module, x):
         """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""
@@ -353,19 +367,6 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             self._inner.zero_grad(set_to_none=set_to_none)
         # the fused part's gradient buffer is cleared by the kernel itself
 
-    def _hyper(self) -> Tensor:
-        grp = self.param_groups[0]
-        hp = [0.0] * HP_SIZE
-        hp[0] = float(grp["lr"])
-        if self.kind is OptimizerKind.ADAM:
-            b1, b2 = grp["betas"]
-            t = self._step_count
-            hp[1], hp[2], hp[3] = b1, b2, grp["eps"]
-            hp[4] = hp[0] / (1.0 - b1**t)
-            hp[5] = (1.0 - b2**t) ** 0.5
-        hp[6] = float(grp["momentum"])
-        return torch.tensor(hp, dtype=self._mu.dtype, device=self._mu.device)
-
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         """Apply the gradients of the last backward (and the KL's), then draw the next sample."""
@@ -376,13 +377,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if self.fused:
             self._step_count += 1
             self.counter += 1
-            nxt = 1 - self._cur
-            self._draw_noise(nxt)
-            c = self._anchor.grad
-            self._kl = self.kernels.train_step(
-                self._mu, self._rho, self._g, self._eps(self._cur), self._eps(nxt), self._w, self._sig,
-                self._sr, self._dlp, c, self._hyper(), self._state)
-            self._cur = nxt
+            cur = self._cur
+            self._kl = self.kernels.train_step(*self._step_args[cur], self._anchor.grad, self._hyper(), self._state)
+            self._cur = 1 - cur
             self._seen = self._versions()
         if self._inner is not None:
             self._inner.step()

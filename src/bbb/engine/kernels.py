@@ -34,7 +34,7 @@ __all__ = ["softplus_and_sigmoid", "resample", "update", "KernelSet"]
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _log = logging.getLogger("bbb.engine")
 
-#: hyperparameter slots of the per-step tensor ``hp``
+#: hyperparameter slots of the per-step tensor ``hp`` (followed by the noise's three counter keys)
 HP_LR, HP_B1, HP_B2, HP_EPS, HP_STEP_SIZE, HP_BC2_SQRT, HP_MOMENTUM = range(7)
 HP_SIZE = 7
 
@@ -133,18 +133,30 @@ def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Ten
     c.zero_()
 
 
-def _train_step(mu, rho, g, eps, z, w, sig, sr, dlp, c, hp, state, *, prior, closed, optimizer, nesterov):
-    update(mu, rho, g, eps, sig, sr, dlp, c, hp, state, prior=prior, closed=closed, optimizer=optimizer,
-           nesterov=nesterov)
+def _noise_into(out: Tensor, index: Tensor, hp: Tensor) -> Tensor:
+    """Fill ``out`` (2, H) with the counter noise of the keys in ``hp[HP_SIZE:]``; its flat view."""
+    fill_normal_(out, index, hp[HP_SIZE:].to(torch.int64))
+    return out.view(-1)
+
+
+def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, *, prior, closed, optimizer,
+                nesterov):
+    """The step: the next sample's noise into ``noise``, the optimiser update, the next sample."""
+    z = _noise_into(noise, index, hp)[: w.numel()].view(w.shape)
+    update(mu, rho, g, eps, sig, sr, dlp, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
+           optimizer=optimizer, nesterov=nesterov)
     return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
 
 
-def _prime(mu, rho, z, w, sig, sr, dlp, *, prior, closed):
+def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed):
+    z = _noise_into(noise, index, hp)[: w.numel()].view(w.shape)
     return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
 
 
 class KernelSet:
-    """The three kernels of one engine (noise, prime, train step), compiled or eager.
+    """The two kernels of one engine, compiled or eager: prime (noise and sample) and the train
+    step (the next noise, the update and the next sample, in one call). Their ``hp`` is a float64
+    tensor: the :data:`HP_SIZE` hyperparameters, then the three counter keys of the noise.
 
     ``compile=True`` runs them through ``torch.compile``; if compiling or running the compiled
     code fails, one warning is issued and the eager kernels (the same mathematics) take over.
@@ -177,9 +189,6 @@ class KernelSet:
                           RuntimeWarning, stacklevel=3)
             _log.debug("engine kernel %s fell back to eager: %s", name, reason)
             return eager(*args)
-
-    def noise(self, out: Tensor, index: Tensor, keys: Tensor) -> None:
-        self._call("noise", fill_normal_, out, index, keys)
 
     def prime(self, *args: Any) -> Tensor:
         static = self.static

@@ -27,7 +27,14 @@ from __future__ import annotations
 from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, Estimator, default_prior
 from .layers import BayesConv1d, BayesConv2d, BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, model_kl, sampling
-from .population import BayesPopulation, OneHot, PopulationBayesLinear, PopulationLinear, population_linear
+from .population import (
+    BayesPopulation,
+    OneHot,
+    PopulationBayesLinear,
+    PopulationLinear,
+    one_hot_is_dense,
+    population_linear,
+)
 from .sampling import (
     SampleProvider,
     SampleRecorder,
@@ -67,4 +74,5 @@ __all__ = [
     "PopulationLinear",
     "OneHot",
     "population_linear",
+    "one_hot_is_dense",
 ]

@@ -37,7 +37,8 @@ from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .model import BayesMLP
 
-__all__ = ["OneHot", "population_linear", "PopulationBayesLinear", "PopulationLinear", "BayesPopulation"]
+__all__ = ["OneHot", "one_hot_is_dense", "population_linear", "PopulationBayesLinear", "PopulationLinear",
+           "BayesPopulation"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,12 @@ class OneHot:
 DENSE_ONE_HOT_RATIO = 8
 
 
+def one_hot_is_dense(features: int, entries: int) -> bool:
+    """Whether :func:`population_linear` multiplies one-hot rows of ``entries`` non-zeros over
+    ``features`` as dense rows (so a caller may keep them dense and skip the expansion)."""
+    return features <= DENSE_ONE_HOT_RATIO * entries
+
+
 def population_linear(x: Tensor | OneHot, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """M linear layers at once: weight (M, in, out), bias (M, out); x (M, R, in) or :class:`OneHot`
     rows (M, R, K) -> (M, R, out). Dense inputs go through :func:`bbb.functional.linear`.
@@ -110,7 +117,7 @@ def population_linear(x: Tensor | OneHot, weight: Tensor, bias: Tensor | None = 
         raise UserError(f"population_linear: one-hot rows {tuple(x.index.shape)} over {x.features} features "
                         f"do not match weights {tuple(weight.shape)} (members, in, out)")
     r, k = x.index.shape[1:]
-    if n_in <= DENSE_ONE_HOT_RATIO * k:  # few features: a batched matmul beats embedding_bag's backward
+    if one_hot_is_dense(n_in, k):  # few features: a batched matmul beats embedding_bag's backward
         return BF.linear(x.to_dense(weight.dtype), weight.transpose(-1, -2), bias)
     offsets = torch.arange(0, m * n_in, n_in, device=x.index.device).view(m, 1, 1)
     flat = (x.index + offsets).view(m * r, k)

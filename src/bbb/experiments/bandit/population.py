@@ -17,7 +17,7 @@ from ...elbo import ELBO, Gaussian
 from ...engine import Engine, counter_noise
 from ...errors import UserError
 from ...io import atomic_torch_save
-from ...nn import BayesPopulation, OneHot
+from ...nn import BayesPopulation, OneHot, one_hot_is_dense
 from .config import CHECKPOINT_FORMAT, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, parse_agent
 from .env import env_draws, mushroom_rewards, step_regrets
 
@@ -93,6 +93,10 @@ class Population:
         self.buf_index = torch.zeros(p, cfg.buffer, k, dtype=torch.long, device=dev)
         self.buf_value = None if ctx.value is None else torch.zeros(p, cfg.buffer, k, device=dev)
         self.buf_reward = torch.zeros(p, cfg.buffer, device=dev)
+        # the stored rows expanded once (not in every update) where the network multiplies them densely;
+        # rebuilt from buf_index / buf_value on load
+        self.buf_dense = (torch.zeros(p, cfg.buffer, self.num_features, device=dev)
+                          if one_hot_is_dense(self.num_features, k) else None)
         self.row_offset = (torch.arange(p, device=dev) * cfg.buffer).view(p, 1)
         self.gen = torch.Generator(device=dev).manual_seed(10_007 * (int(train_seed) + 1))
         self.seed_list = sorted({m.seed for m in self.members})
@@ -176,10 +180,19 @@ class Population:
         if self.buf_value is not None:
             self.buf_value[:, pos] = x.value[rows, action]
         self.buf_reward[:, pos] = reward
+        if self.buf_dense is not None:
+            self.buf_dense[:, pos] = self._rows(self.buf_index[:, pos], None if self.buf_value is None
+                                                else self.buf_value[:, pos]).to_dense()
         filled = min(t + 1, cfg.buffer)
         num_data = self.kl_data_size(t + 1)
+        # every update's minibatch rows at once (the same draws as one call per update)
+        idx = torch.randint(0, filled, (cfg.updates_per_step, p, cfg.batch_size), generator=self.gen,
+                            device=self.device)
         for u in range(cfg.updates_per_step):
-            self.update(filled, num_data, u)
+            self.update(filled, num_data, u, idx=idx[u])
+
+    def _rows(self, index: Tensor, value: Tensor | None) -> OneHot:
+        return OneHot(index, self.num_features, value)
 
     def kl_data_size(self, seen: int) -> int:
         """N of the KL / N weight after ``seen`` interactions (``BanditConfig.kl_data``)."""
@@ -200,13 +213,18 @@ class Population:
         if idx is None:
             idx = torch.randint(0, filled, (p, b), generator=self.gen, device=self.device)
         flat = (idx + self.row_offset).view(-1)
-        k = self.buf_index.shape[-1]
-        xi = self.buf_index.view(-1, k).index_select(0, flat).view(p, b, k)
-        xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(p, b, k)
+        x: Tensor | OneHot
+        if self.buf_dense is not None:
+            x = self.buf_dense.view(-1, self.num_features).index_select(0, flat).view(p, b, self.num_features)
+        else:
+            k = self.buf_index.shape[-1]
+            xi = self.buf_index.view(-1, k).index_select(0, flat).view(p, b, k)
+            xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(p, b, k)
+            x = self._rows(xi, xv)
         y = self.buf_reward.view(-1).index_select(0, flat).view(p, b, 1)
         coef = self.elbo.kl_weight(batch_index) * self.elbo.num_batches * b / num_data
         with self.engine.sampling() if self.engine is not None else contextlib.nullcontext():
-            out = self.elbo(OneHot(xi, self.num_features, xv), y, kl_weight=coef)
+            out = self.elbo(x, y, kl_weight=coef)
         if self.engine is not None:
             self.engine.zero_grad()
         if self.det_opt is not None:
@@ -328,6 +346,8 @@ class Population:
             getattr(self, name).copy_(st[name])
         if self.buf_value is not None:
             self.buf_value.copy_(st["buf_value"])
+        if self.buf_dense is not None:
+            self.buf_dense.copy_(self._rows(self.buf_index, self.buf_value).to_dense())
         self.step = int(st["step"])
         self.seconds = float(st["seconds"])
         self.log_steps = list(st["log_steps"])

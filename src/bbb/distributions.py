@@ -210,8 +210,8 @@ class GaussianPrior(Prior):
 
 #: |a - b| is capped here before exp(-|a - b|): beyond it the smaller mixture component adds
 #: less than 2e-35 to the log-density (invisible next to the larger one, even in float64), and
-#: exp of a large negative float32 lands in the denormal range, which costs ~75x more per element
-#: on x86 CPUs (measured: 6.2 ms against 0.08 ms for 313k weights).
+#: exp of a large negative float32 lands in the denormal range, which is much slower per element
+#: on x86 CPUs (docs/engine.md, "Denormals", has the measurement).
 _MAX_GAP = 80.0
 
 

@@ -1,0 +1,59 @@
+#!/bin/bash
+# The bandit recipe's selection (issue 17), on seeds 0-2 only, runs of 20,000 steps. Seeds 3-7 are
+# never run here: they are the held-out seeds of the full protocol. Resumable: every `bbb bandit`
+# run continues from its checkpoint, finished runs are skipped. Run it from a separate worktree of
+# a landed commit, e.g.
+#   git worktree add --detach /work/wt-bandit-select main && cd /work/wt-bandit-select && \
+#     setsid nohup bash results/bandit/select.sh >> /work/bandit-select/log.txt 2>&1 &
+# The plan and the criteria are fixed in SELECTION.md before any of it runs.
+set -ex
+export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
+PY=${PY:-/work/main/.venv/bin/python}
+export PYTHONPATH=$(pwd)/src
+OUT=${OUT:-/work/bandit-select}
+S="--seeds 0 1 2 --steps 20000 --workers 2"
+done_or_run() { local dir=$1; shift; [ -f "$OUT/$dir/summary.json" ] || $PY -m bbb bandit --out "$OUT/$dir" "$@"; }
+
+# Stage 1: the learner every agent shares, judged on the 5%-greedy agent (learner check) and greedy
+for L in "adam 1e-3" "adam 1e-4" "sgd 1e-2" "sgd 1e-3"; do set -- $L
+  done_or_run "learner-$1-$2" $S --agents greedy egreedy_0.05 --optimizer "$1" --lr "$2"
+done
+LEARNER=$($PY - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+best = None
+for d in sorted(Path(sys.argv[1]).glob("learner-*")):
+    rows = {a["agent"]: a for a in json.loads((d / "summary.json").read_text())["agents"]}
+    key = (abs(rows["egreedy_0.05"]["expected_regret_per_step_late"] - 0.2455), rows["greedy"]["final_regret_mean"])
+    if best is None or key < best[0]:
+        best = (key, d.name)
+_, opt, lr = best[1].split("-", 2)
+print(f"--optimizer {opt} --lr {lr}")
+PY
+)
+echo "stage 1 chose: $LEARNER"
+
+# Stage 2: the BBB recipe on that learner, untempered KL (kl-scale 1); the likelihood noise is the
+# temperature knob (a KL scale c at noise 1 is the same objective as noise sqrt(c))
+B="$S $LEARNER --agents bbb --kl-scale 1"
+G="--prior gaussian --prior-sigma 1"
+done_or_run b1-noise1-buffer     $B $G --noise-sigma 1   --kl-data buffer --sigma-init 0.05
+done_or_run b2-noise01-buffer    $B $G --noise-sigma 0.1 --kl-data buffer --sigma-init 0.05
+done_or_run b3-noise01-seen      $B $G --noise-sigma 0.1 --kl-data seen   --sigma-init 0.05
+done_or_run b4-noise01-seen-s0067 $B $G --noise-sigma 0.1 --kl-data seen  --sigma-init 0.0067
+done_or_run b5-noise03-seen      $B $G --noise-sigma 0.3 --kl-data seen   --sigma-init 0.05
+done_or_run b6-noise01-seen-blundell $B $G --noise-sigma 0.1 --kl-data seen --sigma-init 0.05 --kl-weighting blundell
+done_or_run b7-mixture-noise01-seen $B --prior mixture --pi 0.5 --sigma1 1 --sigma2 0.0025 --noise-sigma 0.1 \
+  --kl-data seen --sigma-init 0.05
+
+# The table SELECTION.md quotes: every run's agents, final regret at 20,000 steps and late rate
+$PY - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+print("| run | agent | seeds | regret at 20k (mean) | sd | expected regret per step, last 10k |")
+print("|---|---|---:|---:|---:|---:|")
+for d in sorted(Path(sys.argv[1]).glob("*/summary.json")):
+    for a in json.loads(d.read_text())["agents"]:
+        print(f"| {d.parent.name} | {a['agent']} | {a['seeds']} | {a['final_regret_mean']:.0f} | "
+              f"{a['final_regret_sd']:.0f} | {a['expected_regret_per_step_late']:.3f} |")
+PY

@@ -351,3 +351,28 @@ def test_unwritable_output_is_a_one_line_error(capsys, tmp_path):
                                                "nll": 0.3, "ece": 0.01, "brier": 0.1}))
     rc, _, err = run_main(capsys, "compare", str(run), "--out", str(blocker / "sub"))
     assert_one_line_error(rc, err, str(blocker / "sub"))
+
+
+def test_the_command_line_flushes_denormals_on_every_torch_thread():
+    """bbb's entry point sets FTZ/DAZ before torch starts its threads, so a denormal float is
+    zero on the main thread and on the OpenMP workers alike (a trained network's denormal
+    gradients slow an x86 CPU down many times; docs/engine.md)."""
+    code = (
+        "import torch\n"
+        "from bbb.cli import entry\n"
+        "calls = []\n"
+        "real = entry.flush_denormals\n"
+        "entry.flush_denormals = lambda: (calls.append(1), real())\n"
+        "try:\n"
+        "    entry.main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert calls == [1], calls\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.full((1 << 20,), 1e-39)\n"
+        "print(int((x * 1.0 != 0).sum()), int((x.view(2, -1).sum(1) != 0).sum()))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-2:] == ["0", "0"]

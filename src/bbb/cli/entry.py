@@ -56,6 +56,18 @@ def set_threads(n: int | None) -> None:
     torch.set_num_threads(n)
 
 
+def flush_denormals() -> None:
+    """Flush denormal floats to zero (FTZ/DAZ) on this thread and on the threads it starts.
+
+    A network that fits its training set drives many softmax outputs and gradients below
+    float32's smallest normal number, and x86 CPUs compute on such denormals many times more
+    slowly: a long run's steps slow down as it trains (docs/engine.md, "Denormals"). New threads
+    inherit the caller's floating-point environment, so this runs before torch starts its
+    OpenMP threads (its first parallel operation); set later, it would reach this thread only.
+    """
+    import torch
+
+    torch.set_flush_denormal(True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..engine import tune_malloc
 
     tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)
+    flush_denormals()
     try:
         if argv and argv[0] in COMMANDS:
             return run_command(argv[0], argv[1:])

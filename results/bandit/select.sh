@@ -11,7 +11,8 @@ export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEN
 PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=$(pwd)/src
 OUT=${OUT:-/work/bandit-select}
-S="--seeds 0 1 2 --steps 20000 --workers 2"
+# WORKERS=1 leaves the other core to another job; STEPS only for a smoke test of this script
+S="--seeds 0 1 2 --steps ${STEPS:-20000} --workers ${WORKERS:-2}"
 done_or_run() { local dir=$1; shift; [ -f "$OUT/$dir/summary.json" ] || $PY -m bbb bandit --out "$OUT/$dir" "$@"; }
 
 # Stage 1: the learner every agent shares, judged on the 5%-greedy agent (learner check) and greedy

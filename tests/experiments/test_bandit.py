@@ -119,6 +119,7 @@ def test_population_sees_the_mushrooms_and_bookkeeps_regret():
     realised, expected = step_regrets(edible[idx], eat, lucky)
     assert pop.cum_regret[1].item() == pytest.approx(realised.sum().item())
     assert pop.cum_expected[1].item() == pytest.approx(expected.sum().item())
+    assert pop.cum_eaten[1].item() == int(eat.sum())
     # both members of seed 5 faced the same mushrooms
     assert torch.equal(pop.buf_index[0, :30, :-1], pop.buf_index[1, :30, :-1])
 
@@ -265,7 +266,8 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
     ctx, edible = _tiny_data()
     out = tmp_path / "bandit"
     res = run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
-    assert set(res["files"]) >= {"regret.csv", "summary.csv", "summary.json", "regret.png", "config.json"}
+    assert set(res["files"]) >= {"regret.csv", "summary.csv", "summary.json", "regret.png", "eating.png",
+                                 "config.json"}
     rows = _read_csv(out / "regret.csv")
     assert list(rows[0]) == B.REGRET_COLUMNS
     assert len(rows) == 3 * 4 * 2  # log points x agents x seeds
@@ -283,6 +285,10 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         # fewer steps than the late window: the rate over the whole run
         rate = sum(v for (a, _), v in late.items() if a == s["agent"]) / 2 / 120
         assert float(s["expected_regret_per_step_late"]) == pytest.approx(rate, rel=1e-4)
+        # fewer steps than the early window: the share eaten over the whole run
+        eaten = [int(r["cumulative_eaten"]) for r in rows if r["step"] == "120" and r["agent"] == s["agent"]]
+        assert float(s["eat_rate_first_1000"]) == pytest.approx(sum(eaten) / 2 / 120, rel=1e-4)
+        assert all(0 <= e <= 120 for e in eaten)
     assert json.loads((out / "config.json").read_text())["steps"] == 120
     assert [a["agent"] for a in json.loads((out / "summary.json").read_text())["agents"]] == list(B.DEFAULT_AGENTS)
     assert (out / "checkpoint" / "worker0.pt").exists()
@@ -297,6 +303,30 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
     # other settings in the same folder: a one-line user error
     with pytest.raises(UserError, match="other settings"):
         run_bandit(_tiny_cfg(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
+
+
+def test_early_eat_rate_uses_the_first_logged_step_from_the_window_on():
+    from bbb.experiments.bandit.running import _early_eat_rate
+
+    steps = [300, 600, 900, 1200, 1500]
+    eaten = torch.tensor([0, 0, 10, 60, 200])
+    assert _early_eat_rate(steps, eaten) == pytest.approx(60 / 1200)
+    assert _early_eat_rate([500, 1000, 2000], torch.tensor([5, 7, 900])) == pytest.approx(7 / 1000)
+    assert _early_eat_rate([40, 80], torch.tensor([4, 8])) == pytest.approx(8 / 80)  # a short run
+
+
+def test_plot_eating_draws_the_windowed_share(tmp_path):
+    # seed 0 eats nothing until step 1000, then everything; seed 1 eats every other mushroom
+    rows = [{"step": s, "agent": "greedy", "seed": seed, "cumulative_eaten": e}
+            for s in range(500, 3001, 500)
+            for seed, e in ((0, max(0, s - 1000)), (1, s // 2))]
+    fig = B.plot_eating(rows, window=1000, oracle=0.52)
+    (line, oracle) = fig.axes[0].lines
+    assert list(line.get_xdata()) == [500, 1000, 1500, 2000, 2500, 3000]
+    # mean of the two seeds' share over the last 1000 steps (from step 0 while s < 1000)
+    assert list(line.get_ydata()) == pytest.approx([0.25, 0.25, 0.5, 0.75, 0.75, 0.75])
+    assert list(oracle.get_ydata()) == [0.52, 0.52]
+    assert B.plot_eating(rows, tmp_path / "e.png", ax=fig.axes[0]).stat().st_size > 0
 
 
 def test_late_regret_rate_uses_the_last_window():

@@ -55,6 +55,7 @@ from .command import (  # noqa: F401
 from .config import (  # noqa: F401
     CHECKPOINT_FORMAT,
     DEFAULT_AGENTS,
+    EARLY_WINDOW,
     EAT,
     ENV_CHUNK,
     EXPECTED_POISON,
@@ -79,6 +80,7 @@ from .env import (  # noqa: F401
     step_regrets,
 )
 from .plot import (  # noqa: F401
+    plot_eating,
     plot_regret,
 )
 from .population import (  # noqa: F401

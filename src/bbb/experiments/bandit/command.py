@@ -19,7 +19,7 @@ DESCRIPTION = (
     "Contextual bandit on UCI Mushroom (section 5.3, Fig. 6): Thompson sampling with a BBB "
     "network vs greedy and epsilon-greedy networks, all agents and seeds trained as one batched "
     "population (bbb.nn.BayesPopulation) with the same recipe. Writes regret.csv, summary.csv, "
-    "summary.json, regret.png and config.json to --out; a checkpoint under --out/checkpoint (saved "
+    "summary.json, regret.png, eating.png and config.json to --out; a checkpoint under --out/checkpoint (saved "
     "every 5 minutes and on Ctrl-C or SIGTERM) lets an interrupted run resume with the same command."
 )
 

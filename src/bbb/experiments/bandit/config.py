@@ -35,25 +35,31 @@ PASS, EAT = 0, 1
 NUM_ACTIONS = 2
 
 
-REGRET_COLUMNS = ["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret"]
+REGRET_COLUMNS = ["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret", "cumulative_eaten"]
 
 
 #: the window of the summary's late regret rate (the learner check of issue 17)
 LATE_WINDOW = 10_000
 
 
+#: the window of the summary's early eat rate (Figure 6's marks: greedy eats nothing for about the
+#: first 1,000 steps, BBB eats and passes from the start)
+EARLY_WINDOW = 1_000
+
+
 SUMMARY_COLUMNS = [
     "agent", "steps", "seeds", "final_regret_mean", "final_regret_sd",
     "final_expected_regret_mean", "final_expected_regret_sd", "expected_regret_per_step_late",
-    "eat_rate_last_1000", "seconds",
+    "eat_rate_first_1000", "eat_rate_last_1000", "seconds",
 ]
 
 
 ENV_CHUNK = 10_000
 
 
-#: version of the checkpoint files under ``--out/checkpoint`` (1: the hand-written population)
-CHECKPOINT_FORMAT = 2
+#: version of the checkpoint files under ``--out/checkpoint`` (1: the hand-written population;
+#: 2: without the eaten counts)
+CHECKPOINT_FORMAT = 3
 
 
 @dataclass(frozen=True)

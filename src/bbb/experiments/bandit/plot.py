@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -50,4 +51,45 @@ def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None 
     ax_.set_title(f"Mushroom bandit: mean over {nseeds} seed(s), band = min..max")
     ax_.grid(True, which="both", alpha=0.3)
     ax_.legend(loc="lower right")
+    return finish(fig, path, new=ax is None, dpi=120)
+
+
+def plot_eating(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None = None,
+                agents: Sequence[str] | None = None, window: int = 1000, oracle: float | None = None, *,
+                ax: Any = None) -> Any:
+    """Share of mushrooms eaten over the last ``window`` steps vs step, mean over seeds (from the
+    ``cumulative_eaten`` column): Figure 6's marks in the open (greedy eats nothing at first, 5%
+    greedy keeps eating poison, BBB eats and passes from the start). ``oracle``: the eat rate of
+    the agent that eats exactly the edible ones (the edible share), drawn dashed. Drawn and
+    returned as :func:`plot_regret`."""
+    fig, axes = canvas(ax, 1, figsize=(6.4, 4.0))
+    if fig is None:
+        return None
+    (ax_,) = axes
+    series: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for r in rows:
+        series.setdefault(r["agent"], {}).setdefault(int(r["seed"]), []).append(
+            (int(r["step"]), int(float(r["cumulative_eaten"]))))
+    for i, a in enumerate(list(agents) if agents else list(series)):
+        if a not in series:
+            continue
+        by_step: dict[int, list[float]] = {}
+        for pts in series[a].values():
+            pts = [(0, 0), *sorted(pts)]  # step 0: nothing eaten yet
+            logged = [s for s, _ in pts]
+            for s, e in pts[1:]:
+                # the latest logged point at or before s - window
+                s0, e0 = pts[max(bisect.bisect_right(logged, s - window) - 1, 0)]
+                by_step.setdefault(s, []).append((e - e0) / max(s - s0, 1))
+        steps = sorted(by_step)
+        ax_.plot(steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], color=_COLORS.get(a, f"C{i}"),
+                 lw=1.4, label=_label(a))
+    if oracle is not None:
+        ax_.axhline(oracle, color="k", ls="--", lw=1, label="eats exactly the edible ones")
+    ax_.set_ylim(-0.02, 1.02)
+    ax_.set_xlabel("step")
+    ax_.set_ylabel(f"share eaten, last {window} steps")
+    ax_.set_title("Mushroom bandit: how often each agent eats (mean over seeds)")
+    ax_.grid(True, alpha=0.3)
+    ax_.legend(loc="best", fontsize="small")
     return finish(fig, path, new=ax is None, dpi=120)

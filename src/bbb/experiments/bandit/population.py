@@ -104,12 +104,14 @@ class Population:
         self.epsilon = torch.tensor([m.agent.epsilon for m in self.members], device=dev)
         self.cum_regret = torch.zeros(p, dtype=torch.float64, device=dev)
         self.cum_expected = torch.zeros(p, dtype=torch.float64, device=dev)
+        self.cum_eaten = torch.zeros(p, dtype=torch.long, device=dev)
         self.eat_ring = torch.zeros(1000, p, dtype=torch.bool, device=dev)  # the last 1000 decisions
         self.step = 0
         self.seconds = 0.0
         self.log_steps: list[int] = []
         self.log_regret: list[Tensor] = []
         self.log_expected: list[Tensor] = []
+        self.log_eaten: list[Tensor] = []
         self._env_steps = 0
 
     @property
@@ -172,6 +174,7 @@ class Population:
         regret, expected = step_regrets(edible, eat, lucky)
         self.cum_regret += regret.double()
         self.cum_expected += expected.double()
+        self.cum_eaten += eat
         self.eat_ring[t % self.eat_ring.shape[0]] = eat
         # store the interaction: the chosen action's input row and its reward
         rows = torch.arange(p, device=self.device)
@@ -240,6 +243,7 @@ class Population:
         self.log_steps.append(self.step)
         self.log_regret.append(self.cum_regret.clone())
         self.log_expected.append(self.cum_expected.clone())
+        self.log_eaten.append(self.cum_eaten.clone())
 
     def run(self, steps: int, checkpoint: Path | None = None, progress: bool = False,
             label: str = "", stop: Callable[[], bool] | None = None) -> bool:
@@ -309,10 +313,12 @@ class Population:
             "buf_reward": self.buf_reward,
             "cum_regret": self.cum_regret,
             "cum_expected": self.cum_expected,
+            "cum_eaten": self.cum_eaten,
             "eat_ring": self.eat_ring,
             "log_steps": self.log_steps,
             "log_regret": self.log_regret,
             "log_expected": self.log_expected,
+            "log_eaten": self.log_eaten,
             "gen": self.gen.get_state(),
         }
 
@@ -342,7 +348,7 @@ class Population:
             self.engine.load_state_dict(st["engine"])
         if self.det_opt is not None:
             self.det_opt.load_state_dict(st["det_opt"])
-        for name in ("buf_index", "buf_reward", "cum_regret", "cum_expected", "eat_ring"):
+        for name in ("buf_index", "buf_reward", "cum_regret", "cum_expected", "cum_eaten", "eat_ring"):
             getattr(self, name).copy_(st[name])
         if self.buf_value is not None:
             self.buf_value.copy_(st["buf_value"])
@@ -353,6 +359,7 @@ class Population:
         self.log_steps = list(st["log_steps"])
         self.log_regret = list(st["log_regret"])
         self.log_expected = list(st["log_expected"])
+        self.log_eaten = list(st["log_eaten"])
         self.gen.set_state(st["gen"])
         return True
 
@@ -363,6 +370,8 @@ class Population:
             "log_steps": list(self.log_steps),
             "log_regret": torch.stack(self.log_regret).cpu() if self.log_regret else torch.zeros(0, p),
             "log_expected": torch.stack(self.log_expected).cpu() if self.log_expected else torch.zeros(0, p),
+            "log_eaten": (torch.stack(self.log_eaten).cpu() if self.log_eaten
+                          else torch.zeros(0, p, dtype=torch.long)),
             "eat_rate": self.eat_rate(),
             "seconds": self.seconds,
         }

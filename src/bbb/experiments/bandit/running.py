@@ -21,8 +21,8 @@ from torch import Tensor
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...options import resolve_device
 from ...runs import TrainingInterrupted
-from .config import LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
-from .plot import plot_regret
+from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
+from .plot import plot_eating, plot_regret
 from .population import Population, fmt_seconds
 
 #: the signals that stop a run cleanly (its state saved first)
@@ -193,12 +193,13 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
     res: dict[str, Any] = {"regret_rows": rows, "summary": summary, "seconds": seconds,
                            "wall_seconds": wall, "config": cfg, "files": []}
     if out is not None:
-        res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups))
+        res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups),
+                                      oracle_eat=float(edible.float().mean()))
     # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
     for s in summary:
         print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
-              f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_last_1000']:.1%}"
-              f" of the last 1000")
+              f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_first_1000']:.1%}"
+              f" of the first 1000 and {s['eat_rate_last_1000']:.1%} of the last 1000")
     print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
     return res
 
@@ -234,21 +235,31 @@ def _late_rate(steps: list[int], expected: Tensor) -> float:
     return (float(expected[-1]) - base) / max(final - start, 1)
 
 
+def _early_eat_rate(steps: list[int], eaten: Tensor) -> float:
+    """Fraction eaten over the first EARLY_WINDOW steps: at the first logged step from there on
+    (the whole run if it is shorter)."""
+    end = min(EARLY_WINDOW, steps[-1])
+    i = next(i for i, st in enumerate(steps) if st >= end)
+    return float(eaten[i]) / max(steps[i], 1)
+
+
 def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
     rows: list[dict[str, Any]] = []
-    final: dict[str, list[tuple[float, float, float, float]]] = {}
+    final: dict[str, list[tuple[float, float, float, float, float]]] = {}
     for r in results:
         steps = r["log_steps"]
         for j, (agent, seed) in enumerate(r["members"]):
             for i, st in enumerate(steps):
                 rows.append({"step": st, "agent": agent, "seed": seed,
                              "cumulative_regret": float(r["log_regret"][i, j]),
-                             "cumulative_expected_regret": float(r["log_expected"][i, j])})
+                             "cumulative_expected_regret": float(r["log_expected"][i, j]),
+                             "cumulative_eaten": int(r["log_eaten"][i, j])})
             if steps:
                 final.setdefault(agent, []).append((float(r["log_regret"][-1, j]),
                                                     float(r["log_expected"][-1, j]),
                                                     _late_rate(steps, r["log_expected"][:, j]),
-                                                    float(r["eat_rate"][j])))
+                                                    float(r["eat_rate"][j]),
+                                                    _early_eat_rate(steps, r["log_eaten"][:, j])))
     order = {a: i for i, a in enumerate(cfg.agents)}
     rows.sort(key=lambda d: (d["step"], order[d["agent"]], d["seed"]))
     summary = []
@@ -263,6 +274,7 @@ def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
                         "final_expected_regret_mean": float(exp_.mean()),
                         "final_expected_regret_sd": _sd(exp_),
                         "expected_regret_per_step_late": sum(v[2] for v in vals) / len(vals),
+                        "eat_rate_first_1000": sum(v[4] for v in vals) / len(vals),
                         "eat_rate_last_1000": sum(v[3] for v in vals) / len(vals),
                         "seconds": round(seconds, 1)})
     return rows, summary
@@ -272,7 +284,8 @@ def _cell(v: Any) -> Any:
     return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)
 
 
-def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, workers: int) -> list[str]:
+def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, workers: int,
+                   oracle_eat: float | None = None) -> list[str]:
     files = []
     atomic_write_text(out / "regret.csv", csv_text(REGRET_COLUMNS, rows, _cell))
     files.append("regret.csv")
@@ -289,6 +302,8 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     files.append("summary.json")
     if plot_regret(rows, out / "regret.png", agents=list(cfg.agents)) is not None:  # None: no matplotlib (warned)
         files.append("regret.png")
+    if plot_eating(rows, out / "eating.png", agents=list(cfg.agents), oracle=oracle_eat) is not None:
+        files.append("eating.png")
     return files
 
 

@@ -597,6 +597,38 @@ def test_a_finished_headline_cell_gives_its_row_table2_and_figures(paper_tiny):
     assert man["selected"]["bbb_mixture_1200"] == names[best] and man["selected"]["sgd_1200"] is None
 
 
+def test_a_report_from_the_runs_small_files_alone_keeps_what_needs_checkpoints(paper_tiny, tmp_path):
+    """A results folder holds each finished run's config, metrics and summary, not its
+    checkpoints (results/mnist-paper/sync.sh): --report there rebuilds Table 1 and Figure 2
+    from them and keeps Figure 3, Table 2 and Figure 4 as they were, saying why."""
+    src, dst = paper_tiny["out"], tmp_path / "mnist-paper"
+    for f in src.iterdir():
+        if f.is_file():
+            (dst / f.name).parent.mkdir(parents=True, exist_ok=True)
+            (dst / f.name).write_bytes(f.read_bytes())
+    for run in (src / "runs").iterdir():
+        if (run / "summary.json").is_file():
+            (dst / "runs" / run.name).mkdir(parents=True)
+            for name in ("config.json", "metrics.csv", "summary.json"):
+                (dst / "runs" / run.name / name).write_bytes((run / name).read_bytes())
+    kept = {n: (dst / n).read_bytes() for n in ("fig3_weights.csv", "table2_pruning.csv", "fig4_snr.json")}
+    (dst / "table1.csv").unlink()
+    logs: list[str] = []
+    cfg = ReproduceConfig(budget="paper", out=str(dst), device="cpu", cells="bbb-mixture:1200", seeds=1)
+    spec = M.BUDGETS["paper"]
+    tiny = dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
+                               common={**spec.common, "lr_step_size": 2}, eval_samples=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(M.BUDGETS, "paper", tiny)
+        res = run_reproduce(cfg, data=paper_tiny["data"], report_only=True, log=logs.append)
+    assert read_csv(dst / "table1.csv") == read_csv(src / "table1.csv")
+    assert "fig2_curves.csv" in res["files"] and "fig3_weights.csv" not in res["files"]
+    assert "table2_pruning.csv" not in res["files"] and res["table2"] == []
+    assert {n: (dst / n).read_bytes() for n in kept} == kept
+    said = [line for line in logs if "not rewritten" in line]
+    assert len(said) == 2 and all("last.pt" in line and "not on this machine" in line for line in said)
+
+
 def test_snr_share_in_the_paper_range():
     db = torch.tensor([-10.0, -7.5, -3.0, -1.0, 0.0, 2.0, float("-inf")], dtype=torch.float64)
     st = M.snr_stats(db)

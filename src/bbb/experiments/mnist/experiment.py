@@ -262,10 +262,16 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
               for (m, w), c in cells.items() if w == top and c.selected is not None}
     if any(m in chosen for m, _ in FIG2_METHODS):
         files += figure2(out, chosen, spec.log_epochs)
-        files += figure3(out, chosen)
+        absent = [j.name for j in chosen.values() if not _has_last(j)]
+        if absent:
+            log(f"Figure 3 not rewritten: {_absent_text(absent)}")
+        else:
+            files += figure3(out, chosen)
     table2: list[dict[str, Any]] = []
     mix = cells[("bbb_mixture", top)]
-    if mix.selected is not None:
+    if mix.selected is not None and not _has_last(chosen["bbb_mixture"]):
+        log(f"Table 2 and Figure 4 not rewritten: {_absent_text([chosen['bbb_mixture'].name])}")
+    elif mix.selected is not None:
         job = chosen["bbb_mixture"]
         db = tables.snr_db_of(job)
         snr = tables.snr_stats(db)
@@ -288,6 +294,17 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
         "missing": [f"{m}_{w}" for (m, w), c in cells.items() if not c.complete],
         "complete": all(c.complete for c in cells.values()),
     }
+
+
+def _has_last(job: Job) -> bool:
+    """Whether ``job``'s final checkpoint is on this machine: a finished run's small files
+    (config, metrics, summary) may come from a results folder without the checkpoints."""
+    return (job.run_dir / "last.pt").is_file()
+
+
+def _absent_text(names: Sequence[str]) -> str:
+    return (f"the checkpoint (last.pt) of {', '.join(names)} is not on this machine (only its "
+            "config, metrics and summary are), so the files made from it are kept as they are")
 
 
 def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, Any]],

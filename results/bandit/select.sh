@@ -2,15 +2,17 @@
 # The bandit recipe's selection (issue 17), on seeds 0-2 only, runs of 20,000 steps. Seeds 3-7 are
 # never run here: they are the held-out seeds of the full protocol. Resumable: every `bbb bandit`
 # run continues from its checkpoint, finished runs are skipped. Run it from a separate worktree of
-# a landed commit, e.g.
+# a landed commit, with OUT pointing at the checkout where the finished runs are committed, e.g.
 #   git worktree add --detach /work/wt-bandit-select main && cd /work/wt-bandit-select && \
-#     setsid nohup bash results/bandit/select.sh >> /work/bandit-select/log.txt 2>&1 &
+#     OUT=/work/main/results/bandit/selection setsid nohup bash results/bandit/select.sh >> /work/bandit-select.log 2>&1 &
+# A run is finished when its folder has summary.json; commit those folders (their checkpoint/ is
+# ignored by git). A new machine then skips them and starts the others afresh.
 # The plan and the criteria are fixed in SELECTION.md before any of it runs.
 set -ex
 export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
 PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=$(pwd)/src
-OUT=${OUT:-/work/bandit-select}
+OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/selection}
 # WORKERS=1 leaves the other core to another job; STEPS only for a smoke test of this script
 S="--seeds 0 1 2 --steps ${STEPS:-20000} --workers ${WORKERS:-2}"
 done_or_run() { local dir=$1; shift; [ -f "$OUT/$dir/summary.json" ] || $PY -m bbb bandit --out "$OUT/$dir" "$@"; }

@@ -6,8 +6,9 @@
 # the finished runs and tables are committed, e.g.
 #   git worktree add --detach /work/wt-paper main && cd /work/wt-paper && \
 #     RESULTS=/work/main/results/mnist-paper setsid nohup bash results/mnist-paper/run.sh >> /work/paper-runs/log.txt 2>&1 &
-# CELLS=sgd:400,dropout:400 runs those cells only (a sitting too short for a 2x1200 BBB run:
-# about 1.5 h on a quiet 2-core Xeon, 2.6 h on the 2-core AMD EPYC of the fourth sitting).
+# CELLS=sgd:400,dropout:400 runs those cells only, and CANDIDATES=c2 only those candidates of them
+# (for a sitting too short for a whole cell: a 2x1200 BBB candidate took about 1.5 h on a quiet
+# 2-core Xeon, and would take 2.6 h on the 2-core AMD EPYC of the fourth sitting).
 # Working run directories (with checkpoints): $OUT. After each step the finished runs are copied to
 # $RESULTS/runs (sync.sh export: commit them), and the tables and figures are written in $RESULTS.
 set -x
@@ -23,7 +24,7 @@ O="--budget paper --out $OUT --device ${DEVICE:-cpu} --threads ${THREADS:-2}"
 bash "$here/sync.sh" import
 step() { $PY -m bbb reproduce mnist $O "$@"; bash "$here/sync.sh" export; }
 if [ -n "${CELLS:-}" ]; then
-  step --cells "$CELLS" --seeds 0
+  step --cells "$CELLS" ${CANDIDATES:+--candidates "$CANDIDATES"} --seeds 0
 else
   step --cells bbb-mixture:1200 --seeds 0      # the headline first
   step --cells sgd:1200,dropout:1200

@@ -15,6 +15,7 @@ import csv
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -468,6 +469,13 @@ def test_paper_recipes_sit_beside_the_quick_ones_in_table1_md():
 TINY_EPOCHS = 4
 
 
+def tiny_paper_spec() -> M.BudgetSpec:
+    """The paper budget cut to 4 epochs, the rate dropping after epoch 2."""
+    spec = M.BUDGETS["paper"]
+    return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
+                               common={**spec.common, "lr_step_size": 2}, eval_samples=2)
+
+
 @pytest.fixture(scope="module")
 def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The paper budget cut to 4 epochs (the rate drops after epoch 2) on tiny data, run for the
@@ -475,9 +483,7 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     resumed to the end. The figures' axes are recorded."""
     out = tmp_path_factory.mktemp("paper") / "mnist-paper"
     data = blobs4()
-    spec = M.BUDGETS["paper"]
-    tiny = dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
-                               common={**spec.common, "lr_step_size": 2}, eval_samples=2)
+    tiny = tiny_paper_spec()
     real_savefig = MF.savefig
     calls: list[str] = []
     kill = {"name": "bbb_mixture_1200_c1"}
@@ -615,11 +621,8 @@ def test_a_report_from_the_runs_small_files_alone_keeps_what_needs_checkpoints(p
     (dst / "table1.csv").unlink()
     logs: list[str] = []
     cfg = ReproduceConfig(budget="paper", out=str(dst), device="cpu", cells="bbb-mixture:1200", seeds=1)
-    spec = M.BUDGETS["paper"]
-    tiny = dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
-                               common={**spec.common, "lr_step_size": 2}, eval_samples=2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(M.BUDGETS, "paper", tiny)
+        mp.setitem(M.BUDGETS, "paper", tiny_paper_spec())
         res = run_reproduce(cfg, data=paper_tiny["data"], report_only=True, log=logs.append)
     assert read_csv(dst / "table1.csv") == read_csv(src / "table1.csv")
     assert "fig2_curves.csv" in res["files"] and "fig3_weights.csv" not in res["files"]
@@ -627,6 +630,58 @@ def test_a_report_from_the_runs_small_files_alone_keeps_what_needs_checkpoints(p
     assert {n: (dst / n).read_bytes() for n in kept} == kept
     said = [line for line in logs if "not rewritten" in line]
     assert len(said) == 2 and all("last.pt" in line and "not on this machine" in line for line in said)
+
+
+def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_finished(tmp_path, monkeypatch):
+    """--candidates: a sitting trains some candidates of a cell; the seed of the selected
+    candidate waits until every candidate has finished, and is then trained."""
+    monkeypatch.setitem(M.BUDGETS, "paper", tiny_paper_spec())
+    out, data = tmp_path / "mnist-paper", blobs4()
+    calls: list[str] = []
+
+    class Counting(T.JobCallbacks):
+        def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
+            calls.append(job.name)
+
+    def sitting(cands: str) -> list[str]:
+        logs: list[str] = []
+        calls.clear()
+        cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
+                              candidates=cands, seeds=2)
+        run_reproduce(cfg, data=data, log=logs.append, callbacks=Counting())
+        return logs
+
+    logs = sitting("c1")
+    assert calls == ["bbb_mixture_1200_c1"]
+    assert any("seed 1 of bbb-mixture:1200 not trained" in line and "c0, c2 of the cell are not finished" in line
+               for line in logs)
+    rows = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}
+    assert rows[("bbb_mixture", 1200)]["status"] == "incomplete"
+    sitting("0,2")
+    names = ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2"]
+    vals = [summary(out, n)["val_error"] for n in names]
+    best = min(range(3), key=lambda i: (vals[i], i))
+    assert calls == ["bbb_mixture_1200", "bbb_mixture_1200_c2", M.run_name("bbb_mixture", 1200, best, 1)]
+    row = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}[("bbb_mixture", 1200)]
+    assert row["status"] == "ok" and int(row["candidate"]) == best and int(row["n_seeds"]) == 2
+
+
+@pytest.mark.parametrize("cands, words", [
+    ("c", "is not a candidate"), ("x1", "is not a candidate"), (",", "names no candidate"),
+    ("c3", "has 3 candidate(s) at the paper budget (c0,c1,c2), not c3"),
+])
+def test_bad_candidates_are_one_line_errors(tmp_path, cands, words):
+    with pytest.raises(UserError, match=re.escape(words)) as e:
+        ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200", candidates=cands)
+    assert "\n" not in str(e.value)
+
+
+def test_candidates_filter_the_plan_and_the_resume_line(tmp_path):
+    cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200,sgd:1200", candidates="c1")
+    first, extra = M.plan_jobs(cfg)
+    assert [j.name for j in first] == ["bbb_mixture_1200_c1", "sgd_1200_c1"]
+    assert M.parse_candidates([2, "c0"]) == (0, 2) and M.parse_candidates(None) is None
+    assert "--candidates c1" in M.command_line(cfg)
 
 
 def test_snr_share_in_the_paper_range():

@@ -8,7 +8,7 @@ from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seed
 from ...errors import UserError
 from ...options import Budget, Experiment
 from .experiment import run_reproduce
-from .plan import CELLS_HELP, ReproduceConfig
+from .plan import CANDIDATES_HELP, CELLS_HELP, ReproduceConfig
 from .recipes import BUDGETS, DATASETS
 
 EXAMPLE = (
@@ -18,6 +18,7 @@ EXAMPLE = (
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --plan  # candidates, reasons, time\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells sgd:1200,dropout:1200\n"
+    "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200 --candidates c2\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --report  # tables of the cells done so far"
 )
 
@@ -58,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cells", default=None, metavar="CELLS",
                         help=f"train only these cells: {CELLS_HELP}; default: all 12, in the order "
                              "of work (BBB mixture 2x1200 first; see --plan)")
+    parser.add_argument("--candidates", default=None, metavar="CANDS",
+                        help=f"train only these candidates of those cells: {CANDIDATES_HELP}; a cell is "
+                             "selected (and its extra seeds trained) once all its candidates have "
+                             "finished, so a sitting too short for a whole cell can train one candidate; "
+                             "default: all")
     parser.add_argument("--dataset", choices=list(DATASETS), default="mnist",
                         help="mnist or fashion-mnist (paper numbers for mnist only) (default: mnist)")
     add_seeds(parser, None, "the seeds of the budget's seed cells, numbered from 0: '0', '0 1', '0 1 2', ... "
@@ -81,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
     """``bbb reproduce mnist``: returns the exit code."""
     cfg = ReproduceConfig(experiment=args.experiment, budget=args.budget, out=args.out,
                           dataset=args.dataset, seeds=seed_count(args.seeds), device=args.device,
-                          data_dir=args.data_dir, quiet=args.quiet, cells=args.cells)
+                          data_dir=args.data_dir, quiet=args.quiet, cells=args.cells,
+                          candidates=args.candidates)
     run_reproduce(cfg, plan_only=args.plan, report_only=args.report)
     return 0

@@ -20,6 +20,7 @@ from .jobs import Progress, command_line, limit_data, select_candidate, state_of
 from .plan import (
     Job,
     ReproduceConfig,
+    cell_jobs,
     cells_text,
     estimate_seconds,
     fmt_time,
@@ -89,7 +90,9 @@ def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
             cj = [j for j in first if j.cell == (m, w)]
             sj = [j for j in extra if j.cell == (m, w)]
             c_est = sum(_left_seconds(j, n_train) for j in [*cj, *sj])
-            lines.append(f"  {METHOD_NAMES[m]} 2x{w} (--cells {method_arg(m)}:{w}): {len(cj)} candidate(s)"
+            n_all = len(cell_jobs(cfg, m, w))
+            lines.append(f"  {METHOD_NAMES[m]} 2x{w} (--cells {method_arg(m)}:{w}): "
+                         + (f"{len(cj)} of {n_all} candidates" if len(cj) < n_all else f"{len(cj)} candidate(s)")
                          + (f" + {len(sj)} extra seed(s) of the selected one" if sj else "")
                          + f", {cj[0].config.epochs} epochs each; {fmt_time(c_est)} left")
             for j in cj:
@@ -226,18 +229,45 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
     progress = Progress([*first, *extra], n_train, log)
     runner_callbacks = CallbackList([progress, callbacks])
     summaries = train_jobs(first, data, cfg, runner_callbacks, log, out)
-    selected = {c: select_candidate([j for j in first if j.cell == c], summaries) for c in cfg.cells}
+    selected = {c: _selection(cfg, c, summaries) for c in cfg.cells}
     seeds: list[Job] = []
     for placeholder in extra:
         c = selected[placeholder.cell]
-        if c is None:
+        if not isinstance(c, int):
             progress.skip(placeholder)
+            if c:
+                log(f"seed {placeholder.seed} of {cells_text([placeholder.cell])} not trained: it is a seed of "
+                    f"the candidate selected on validation, and {c}")
             continue
         job = make_job(cfg, placeholder.method, placeholder.hidden, c, placeholder.seed)
         progress.remaining[job.name] = progress.remaining.pop(placeholder.name, 0.0)
         seeds.append(job)
     train_jobs(seeds, data, cfg, runner_callbacks, log, out)
     return progress.trained
+
+
+def _selection(cfg: ReproduceConfig, cell: tuple[str, int], summaries: dict[str, dict[str, Any] | None],
+               ) -> int | str | None:
+    """The candidate of ``cell`` selected on validation, among all of its candidates: those
+    trained by this call (``summaries``) and those finished earlier (``--candidates``). None:
+    every candidate diverged; a text: which candidates are not finished yet."""
+    cands = cell_jobs(cfg, *cell)
+    found: dict[str, dict[str, Any] | None] = {}
+    waiting = []
+    for j in cands:
+        if j.name in summaries:
+            found[j.name] = summaries[j.name]
+            continue
+        st = state_of(j)
+        if st.state is State.DONE:
+            found[j.name] = st.summary
+        elif st.state is State.DIVERGED:
+            found[j.name] = None
+        else:
+            waiting.append(f"c{j.candidate}")
+    if waiting:
+        return f"{', '.join(waiting)} of the cell {'is' if len(waiting) == 1 else 'are'} not finished yet"
+    return select_candidate(cands, found)
 
 
 def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],

@@ -15,7 +15,7 @@ from ... import runs as T
 from ...errors import UserError
 from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
-from .plan import Job, ReproduceConfig, cells_text, estimate_seconds, fmt_time
+from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time
 from .recipes import METHOD_NAMES, BudgetSpec
 
 
@@ -130,6 +130,8 @@ def command_line(cfg: ReproduceConfig, *extra: str) -> str:
         parts.append(f"--dataset {cfg.dataset}")
     if not cfg.all_cells and "--report" not in extra:  # a report covers every cell
         parts.append(f"--cells {cells_text(cfg.cells)}")
+    if cfg.candidates is not None and "--report" not in extra:
+        parts.append(f"--candidates {candidates_text(cfg.candidates)}")
     if cfg.seeds != cfg.spec.seeds:
         parts.append("--seeds " + " ".join(str(i) for i in range(int(cfg.seeds or 1))))
     return " ".join([*parts, *extra])

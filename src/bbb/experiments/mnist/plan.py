@@ -79,6 +79,34 @@ def parse_cells(cells: str | Sequence[Any] | None) -> tuple[tuple[str, int], ...
     return tuple(c for c in CELL_ORDER if c in chosen)
 
 
+CANDIDATES_HELP = ("candidates by number, comma-separated: c0,c2 (or 0,2); --plan lists each cell's "
+                   "candidates")
+
+
+def parse_candidates(candidates: str | Sequence[Any] | None) -> tuple[int, ...] | None:
+    """The candidate numbers named by ``--candidates`` (``"c0,c2"``, ``"0,2"`` or a sequence of
+    ints), sorted; None: every candidate. A bad item is a one-line :class:`UserError`."""
+    if candidates is None:
+        return None
+    items = candidates.split(",") if isinstance(candidates, str) else list(candidates)
+    chosen: set[int] = set()
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        digits = text[1:] if text[:1] in ("c", "C") else text
+        if not digits.isdigit():
+            raise UserError(f"--candidates: {text!r} is not a candidate; use {CANDIDATES_HELP}")
+        chosen.add(int(digits))
+    if not chosen:
+        raise UserError(f"--candidates names no candidate; use {CANDIDATES_HELP}")
+    return tuple(sorted(chosen))
+
+
+def candidates_text(candidates: Sequence[int]) -> str:
+    return ",".join(f"c{c}" for c in candidates)
+
+
 def cells_text(cells: Sequence[tuple[str, int]]) -> str:
     return ",".join(f"{method_arg(m)}:{w}" for m, w in cells)
 
@@ -97,6 +125,10 @@ class ReproduceConfig:
     experiment: str = Experiment.MNIST.value
     #: the cells to train (``--cells``; see :func:`parse_cells`); None: all 12
     cells: Any = None
+    #: the candidates of those cells to train (``--candidates``; see :func:`parse_candidates`), so
+    #: that a sitting can train one candidate of a cell; None: all. A cell is selected, and its
+    #: extra seeds trained, only once all of its candidates have finished.
+    candidates: Any = None
 
     def __post_init__(self) -> None:
         self.experiment = choice("experiment", self.experiment, Experiment)
@@ -112,6 +144,13 @@ class ReproduceConfig:
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
         self.cells = parse_cells(self.cells)
+        self.candidates = parse_candidates(self.candidates)
+        for m, w in self.cells if self.candidates is not None else ():
+            n = len(cell_candidates(self.spec, m, w))
+            if self.candidates[-1] >= n:
+                raise UserError(f"--candidates: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget} "
+                                f"budget ({candidates_text(range(n))}), not c{self.candidates[-1]}; "
+                                "choose --cells and --candidates that match (see --plan)")
 
     @property
     def spec(self) -> BudgetSpec:
@@ -176,9 +215,11 @@ def cell_jobs(cfg: ReproduceConfig, method: str, hidden: int) -> list[Job]:
 
 def plan_jobs(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     """The runs of ``cfg.cells`` in the order of work (:data:`CELL_ORDER`): (the selection
-    runs: every candidate of every cell with seed 0; the extra seeds of the budget's seed
-    cells, with their first candidate as a placeholder until selection is done)."""
-    first = [j for m, w in cfg.cells for j in cell_jobs(cfg, m, w)]
+    runs: every candidate of every cell (those of ``cfg.candidates``) with seed 0; the extra
+    seeds of the budget's seed cells, with their first candidate as a placeholder until
+    selection is done)."""
+    first = [j for m, w in cfg.cells for j in cell_jobs(cfg, m, w)
+             if cfg.candidates is None or j.candidate in cfg.candidates]
     extra = [make_job(cfg, m, w, 0, s) for (m, w) in cfg.cells if (m, w) in cfg.spec.seed_cells
              for s in range(1, int(cfg.seeds or 1))]
     return first, extra

@@ -653,8 +653,8 @@ def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_fini
 
     logs = sitting("c1")
     assert calls == ["bbb_mixture_1200_c1"]
-    assert any("seed 1 of bbb-mixture:1200 not trained" in line and "c0, c2 of the cell are not finished" in line
-               for line in logs)
+    waits = "c0 'recipe': not started; c2 'sigma0 x2': not started"
+    assert any("seed 1 of bbb-mixture:1200 not trained" in line and waits in line for line in logs)
     rows = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}
     assert rows[("bbb_mixture", 1200)]["status"] == "incomplete"
     sitting("0,2")

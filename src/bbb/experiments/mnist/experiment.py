@@ -16,7 +16,7 @@ from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from . import tables
 from .figures import FIG2_METHODS, figure2, figure3, figure4
-from .jobs import Progress, command_line, limit_data, select_candidate, state_of, train_jobs
+from .jobs import Progress, command_line, limit_data, state_of, train_jobs
 from .plan import (
     Job,
     ReproduceConfig,
@@ -228,8 +228,8 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
     Returns the names of the runs trained or resumed."""
     progress = Progress([*first, *extra], n_train, log)
     runner_callbacks = CallbackList([progress, callbacks])
-    summaries = train_jobs(first, data, cfg, runner_callbacks, log, out)
-    selected = {c: _selection(cfg, c, summaries) for c in cfg.cells}
+    train_jobs(first, data, cfg, runner_callbacks, log, out)
+    selected = {c: _selection(cfg, c, out) for c in cfg.cells}
     seeds: list[Job] = []
     for placeholder in extra:
         c = selected[placeholder.cell]
@@ -246,28 +246,14 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
     return progress.trained
 
 
-def _selection(cfg: ReproduceConfig, cell: tuple[str, int], summaries: dict[str, dict[str, Any] | None],
-               ) -> int | str | None:
-    """The candidate of ``cell`` selected on validation, among all of its candidates: those
-    trained by this call (``summaries``) and those finished earlier (``--candidates``). None:
-    every candidate diverged; a text: which candidates are not finished yet."""
-    cands = cell_jobs(cfg, *cell)
-    found: dict[str, dict[str, Any] | None] = {}
-    waiting = []
-    for j in cands:
-        if j.name in summaries:
-            found[j.name] = summaries[j.name]
-            continue
-        st = state_of(j)
-        if st.state is State.DONE:
-            found[j.name] = st.summary
-        elif st.state is State.DIVERGED:
-            found[j.name] = None
-        else:
-            waiting.append(f"c{j.candidate}")
-    if waiting:
-        return f"{', '.join(waiting)} of the cell {'is' if len(waiting) == 1 else 'are'} not finished yet"
-    return select_candidate(cands, found)
+def _selection(cfg: ReproduceConfig, cell: tuple[str, int], out: Path) -> int | str | None:
+    """The candidate of ``cell`` selected on validation among all of its candidates, as found
+    in ``out`` (those trained by this call and by earlier ones: ``--candidates``). None: every
+    candidate diverged; a text: what is not finished yet."""
+    st = tables.cell_state(cfg, cell[0], cell[1], out)
+    if st.selected is None and st.status != "diverged":
+        return f"not every candidate of the cell has finished ({'; '.join(st.pending)})"
+    return st.selected
 
 
 def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],

@@ -377,7 +377,8 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
     ]
     if missing:
         lines += [f"**Partial table**: {len(missing)} cell(s) are not finished and are marked "
-                  "*not run yet* or *incomplete* (what is left is listed in their row); rerun "
+                  "*not run yet* or *incomplete* (their row lists each candidate: its validation error "
+                  "once finished, else how far it is); rerun "
                   f"`{command_line(cfg, '--report')}` when they are.", ""]
     lines += [
         "| method | units/layer | test error (ours) | paper | val error | epochs (best) | "
@@ -389,8 +390,9 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
         paper = "-" if r.get("paper_test_error") is None else f"{r['paper_test_error']:.2f}%"
         name = METHOD_NAMES[r["method"]]
         if r.get("status") in MISSING_TEXT:
+            # every candidate: the validation error of those finished, the progress of the others
             lines.append(f"| {name} | {r['hidden']} | **{MISSING_TEXT[r['status']]}** | {paper} | - | - | - | "
-                         f"left: {r.get('pending') or '-'} | - |")
+                         f"{r.get('candidates_val_error') or '-'} | - |")
             continue
         if r.get("status") != "ok":
             lines.append(f"| {name} | {r['hidden']} | diverged | {paper} | - | - | - | - | - |")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -154,18 +153,6 @@ def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed):
     return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
 
 
-def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with a code object of its own. Dynamo keeps its compiled graphs, and counts its
-    recompilations against ``torch._dynamo.config.recompile_limit`` (8), per code object: were
-    every engine to compile the same function, each new engine's prior would recompile it and
-    the ninth engine of a process (a reproduction's or a sweep's ninth run) would fall back to
-    the eager kernels. With its own code object, an engine's kernels compile once for it, and
-    are freed with it."""
-    f = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    f.__kwdefaults__ = fn.__kwdefaults__
-    return f
-
-
 class KernelSet:
     """The two kernels of one engine, compiled or eager: prime (noise and sample) and the train
     step (the next noise, the update and the next sample, in one call). Their ``hp`` is a float64
@@ -185,7 +172,7 @@ class KernelSet:
     def _fn(self, name: str, eager: Callable[..., Any]) -> Callable[..., Any]:
         fn = self._fns.get(name)
         if fn is None:
-            fn = torch.compile(_own_code(eager), fullgraph=True, dynamic=False) if self.compiled else eager
+            fn = torch.compile(eager, fullgraph=True, dynamic=False) if self.compiled else eager
             self._fns[name] = fn
         return fn
 

@@ -333,6 +333,43 @@ def test_compiled_kernels_equal_eager_in_a_subprocess():
     assert r.stdout.split() == ["compiled", "0", "compiled", "0"], r.stdout + r.stderr[-2000:]
 
 
+_MANY_ENGINES = textwrap.dedent("""
+    import math, warnings, torch
+    torch._dynamo.config.recompile_limit = 2  # 8 by default: three engines are enough to tell
+    from bbb.nn import BayesMLP
+    from bbb.elbo import ELBO
+    from bbb.distributions import ScaleMixturePrior
+    from bbb.engine import Engine
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+    compiled = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in (0, 1, 2, 0):  # each run of a sweep: its own prior and width; the last as the first
+            net = BayesMLP(20, [16 + i], 4, prior=ScaleMixturePrior(0.25 + 0.1 * i, 1.0, math.exp(-7)))
+            elbo = ELBO(net, num_batches=4, kl="mc")
+            eng = Engine(net, "adam", lr=0.02, kl="mc", seed=4, compile=True)
+            for _ in range(2):
+                with eng.sampling():
+                    out = elbo(x, y, batch_index=0)
+                eng.zero_grad(); (out.loss / 16).backward(); eng.step()
+            compiled.append(eng.compiled)
+    from bbb.engine import kernels
+    print(*compiled, len([w for w in caught if "eager" in str(w.message)]), len(kernels._COMPILED))
+""")
+
+
+@pytest.mark.slow
+def test_every_engine_of_a_process_stays_compiled():
+    """Dynamo's recompile limit counts per code object: engines that shared one kernel function
+    recompiled it for each new prior, and past the limit fell back to eager (a reproduction's
+    ninth run). Each setting's kernels have their own code object, so none falls back; an engine
+    with the settings of an earlier one reuses its compiled kernels (2 kernels x 3 settings)."""
+    r = subprocess.run([sys.executable, "-c", _MANY_ENGINES], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True", "True", "True", "True", "0", "6"], r.stdout + r.stderr[-2000:]
+
+
 def test_failing_compile_falls_back_to_eager_with_one_warning():
     patch = ("def _broken(fn, **kw):\n"
              "    def run(*a, **k):\n"

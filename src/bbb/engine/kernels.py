@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import math
+import types
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -153,13 +155,57 @@ def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed):
     return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
 
 
+def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with a code object of its own (see :data:`_COMPILED`)."""
+    f = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    f.__kwdefaults__ = fn.__kwdefaults__
+    return f
+
+
+def _signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What dynamo guards on in the kernels' arguments: each tensor's shape, dtype and device."""
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append((tuple(a.shape), a.dtype, str(a.device)))
+        elif isinstance(a, tuple):
+            out.append(_signature(a))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+#: compiled kernels of this process by (kernel, static settings, argument signature), oldest first.
+#: Dynamo counts recompilations per code object against ``torch._dynamo.config.recompile_limit``
+#: (8): were every engine to compile one shared function, each new prior or width would recompile
+#: it, and a process's ninth such engine (a reproduction's or a sweep's ninth run) would fall
+#: back to the eager kernels. So each key compiles a copy of the function with a code object of
+#: its own, once; engines with the same key (the same prior, optimiser and shapes) share it.
+_COMPILED: OrderedDict[tuple[Any, ...], Callable[..., Any]] = OrderedDict()
+_COMPILED_MAX = 64
+
+
+def _compiled(key: tuple[Any, ...], eager: Callable[..., Any]) -> Callable[..., Any]:
+    fn = _COMPILED.get(key)
+    if fn is None:
+        fn = torch.compile(_own_code(eager), fullgraph=True, dynamic=False)
+        _COMPILED[key] = fn
+        while len(_COMPILED) > _COMPILED_MAX:
+            _COMPILED.popitem(last=False)
+    else:
+        _COMPILED.move_to_end(key)
+    return fn
+
+
 class KernelSet:
     """The two kernels of one engine, compiled or eager: prime (noise and sample) and the train
     step (the next noise, the update and the next sample, in one call). Their ``hp`` is a float64
     tensor: the :data:`HP_SIZE` hyperparameters, then the three counter keys of the noise.
 
-    ``compile=True`` runs them through ``torch.compile``; if compiling or running the compiled
-    code fails, one warning is issued and the eager kernels (the same mathematics) take over.
+    ``compile=True`` runs them through ``torch.compile``, shared with the other engines of the
+    process that have the same settings and shapes (:data:`_COMPILED`); if compiling or running
+    the compiled code fails, one warning is issued and the eager kernels (the same mathematics)
+    take over.
     """
 
     def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool) -> None:
@@ -169,18 +215,21 @@ class KernelSet:
         self.failed: str | None = None
         self._fns: dict[str, Callable[..., Any]] = {}
 
-    def _fn(self, name: str, eager: Callable[..., Any]) -> Callable[..., Any]:
+    def _fn(self, name: str, static: dict[str, Any], args: tuple[Any, ...]) -> Callable[..., Any]:
         fn = self._fns.get(name)
         if fn is None:
-            fn = torch.compile(eager, fullgraph=True, dynamic=False) if self.compiled else eager
+            kernel = _prime if name == "prime" else _train_step
+            key = (name, tuple(static.items()), _signature(args))
+            fn = _compiled(key, lambda *a: kernel(*a, **static))
             self._fns[name] = fn
         return fn
 
-    def _call(self, name: str, eager: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, name: str, static: dict[str, Any], *args: Any) -> Any:
+        eager = _prime if name == "prime" else _train_step
         if not self.compiled:
-            return eager(*args)
+            return eager(*args, **static)
         try:
-            return self._fn(name, eager)(*args)
+            return self._fn(name, static, args)(*args)
         except Exception as e:  # noqa: BLE001 - any compiler failure: the eager kernels take over
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             self.failed = reason
@@ -188,12 +237,10 @@ class KernelSet:
             warnings.warn(f"torch.compile failed in bbb's engine ({reason}); using its eager kernels",
                           RuntimeWarning, stacklevel=3)
             _log.debug("engine kernel %s fell back to eager: %s", name, reason)
-            return eager(*args)
+            return eager(*args, **static)
 
     def prime(self, *args: Any) -> Tensor:
-        static = self.static
-        return self._call("prime", lambda *a: _prime(*a, **static), *args)
+        return self._call("prime", self.static, *args)
 
     def train_step(self, *args: Any) -> Tensor:
-        static = self.step_static
-        return self._call("step", lambda *a: _train_step(*a, **static), *args)
+        return self._call("step", self.step_static, *args)

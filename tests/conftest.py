@@ -4,12 +4,19 @@ import os
 
 # before torch starts its thread pool: threads sleep instead of spinning on a shared CPU
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# as `bbb`'s entry point does (bbb.cli.entry.main): MKL's GEMMs give the same bits on 1 or 2
+# threads. Set here, before MKL's first call, so an in-process run does not depend on which test
+# happened to call the entry point first (MKL reads it once per process).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# as `bbb` runs (bbb.cli.entry.flush_denormals), before torch starts its threads: the tests that
+# compare an in-process run with a `bbb` subprocess compare the same floating-point arithmetic
+torch.set_flush_denormal(True)
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 

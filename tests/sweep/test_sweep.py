@@ -322,7 +322,8 @@ def test_killed_local_sweep_resumes(tmp_path):
     # killed between its summary.json and its result.json: trained to the end, not trained again
     evaluated = {tid for tid in partial if (S.trial_dir(out, tid) / "summary.json").exists()}
 
-    rows = S.run_sweep(space, quiet_opts(out), log=silent)
+    # on one thread, as the killed sweep and the reference run below
+    rows = S.run_sweep(space, quiet_opts(out, cpus_per_trial=1), log=silent)
     assert [r["status"] for r in rows] == ["done"] * 4
     for tid in done_before:  # skipped: not touched
         assert (S.trial_dir(out, tid) / "last.pt").stat().st_mtime_ns == stamps[tid]

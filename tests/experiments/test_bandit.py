@@ -305,6 +305,23 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         run_bandit(_tiny_cfg(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
 
 
+def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
+    """Two processes on one --out would train and save the same checkpoints: while one holds the
+    folder (here this test, through the run directories' lock), a bandit run there is a one-line
+    UserError naming the holder, and nothing is written; once it lets go, the run goes ahead."""
+    from bbb.runs import RunDirBusy, lock_run_dir
+
+    ctx, edible = _tiny_data()
+    out = tmp_path / "bandit"
+    out.mkdir()
+    with lock_run_dir(out):
+        with pytest.raises(RunDirBusy, match=rf"in use: another bbb process \(pid {os.getpid()}\)"):
+            run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
+    assert not (out / "checkpoint").exists() and not (out / "summary.json").exists()
+    run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
+    assert (out / "summary.json").exists()
+
+
 def test_early_eat_rate_uses_the_first_logged_step_from_the_window_on():
     from bbb.experiments.bandit.running import _early_eat_rate
 

@@ -51,6 +51,7 @@ from .evaluate import (
 from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
 from .loop import batch_objective, make_optimizer, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
+from .rundir import RunDirBusy, lock_run_dir
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -69,6 +70,7 @@ __all__ = [
     "PriorKind",
     "RESUME_MUTABLE",
     "ResultsNotSaved",
+    "RunDirBusy",
     "RunJob",
     "TrainConfig",
     "TrainingDiverged",
@@ -85,6 +87,7 @@ __all__ = [
     "load_checkpoint",
     "load_data",
     "load_run",
+    "lock_run_dir",
     "make_optimizer",
     "mc_dropout",
     "mean_logits",

@@ -209,8 +209,9 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
 
 @contextlib.contextmanager
 def lock_run_dir(out: Path, lock_wait: float | None = 0.0) -> Iterator[None]:
-    """Hold the lock of the existing run directory ``out`` (``bbb evaluate``, ``bbb prune``): a
-    process training or writing there makes this raise :class:`RunDirBusy` with its pid.
+    """Hold the lock of the existing run directory ``out`` (``bbb evaluate``, ``bbb prune``, the
+    output folder of ``bbb bandit``): a process training or writing there makes this raise
+    :class:`RunDirBusy` with its pid.
     ``lock_wait``: seconds to wait for the holder; None takes no lock. In a directory this process
     may not write, an existing ``.lock`` is locked read-only and none is created, so the command
     can still compute (and report) what it then cannot save.

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...options import resolve_device
-from ...runs import TrainingInterrupted
+from ...runs import TrainingInterrupted, lock_run_dir
 from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
 from .plot import plot_eating, plot_regret
 from .population import Population, fmt_seconds
@@ -156,52 +156,56 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         workers = 1
     groups = split_members(members, workers)
     out = Path(cfg.out) if cfg.out else None
-    ckdir = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        ckdir = out / "checkpoint"
-        ckdir.mkdir(exist_ok=True)
-        if not cfg.resume:
-            for f in ckdir.glob("worker*.pt"):
-                f.unlink()
-    progress = not cfg.quiet
-    t0 = time.perf_counter()
-    paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
-    if len(groups) == 1:
-        request = StopRequest()
-        with stopping_on_signals(request):
-            _announce(cfg, dev, len(groups), progress)
-            results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress, request=request)]
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+    # one process per --out: a second one is refused in one line naming the holder's pid, instead
+    # of two processes training the same checkpoints (the workers write under the parent's lock)
+    with lock_run_dir(out) if out is not None else contextlib.nullcontext():
+        ckdir = None
+        if out is not None:
+            ckdir = out / "checkpoint"
+            ckdir.mkdir(exist_ok=True)
+            if not cfg.resume:
+                for f in ckdir.glob("worker*.pt"):
+                    f.unlink()
+        progress = not cfg.quiet
+        t0 = time.perf_counter()
+        paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
+        if len(groups) == 1:
+            request = StopRequest()
+            with stopping_on_signals(request):
+                _announce(cfg, dev, len(groups), progress)
+                results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress, request=request)]
+        else:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
 
-        ctx = mp.get_context("spawn")
-        request = StopRequest(ctx.Event())
-        with stopping_on_signals(request), ProcessPoolExecutor(
-                len(groups), mp_context=ctx, initializer=_init_worker, initargs=(request.event,)) as ex:
-            _announce(cfg, dev, len(groups), progress)
-            futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
-                    for i, g in enumerate(groups)]
-            results = [f.result() for f in futs]
-    if any(r["stopped"] for r in results):
-        raise TrainingInterrupted(_stopped_message(cfg, request, results), out or Path("."),
-                                  min(r["step"] for r in results))
-    wall = time.perf_counter() - t0
-    seconds = max(r["seconds"] for r in results)
-    rows, summary = _tabulate(cfg, results, seconds)
-    res: dict[str, Any] = {"regret_rows": rows, "summary": summary, "seconds": seconds,
-                           "wall_seconds": wall, "config": cfg, "files": []}
-    if out is not None:
-        res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups),
-                                      oracle_eat=float(edible.float().mean()))
-    # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
-    for s in summary:
-        print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
-              f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_first_1000']:.1%}"
-              f" of the first 1000 and {s['eat_rate_last_1000']:.1%} of the last 1000")
-    print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
-    return res
+            ctx = mp.get_context("spawn")
+            request = StopRequest(ctx.Event())
+            with stopping_on_signals(request), ProcessPoolExecutor(
+                    len(groups), mp_context=ctx, initializer=_init_worker, initargs=(request.event,)) as ex:
+                _announce(cfg, dev, len(groups), progress)
+                futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
+                        for i, g in enumerate(groups)]
+                results = [f.result() for f in futs]
+        if any(r["stopped"] for r in results):
+            raise TrainingInterrupted(_stopped_message(cfg, request, results), out or Path("."),
+                                      min(r["step"] for r in results))
+        wall = time.perf_counter() - t0
+        seconds = max(r["seconds"] for r in results)
+        rows, summary = _tabulate(cfg, results, seconds)
+        res: dict[str, Any] = {"regret_rows": rows, "summary": summary, "seconds": seconds,
+                               "wall_seconds": wall, "config": cfg, "files": []}
+        if out is not None:
+            res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups),
+                                          oracle_eat=float(edible.float().mean()))
+        # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
+        for s in summary:
+            print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
+                  f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_first_1000']:.1%}"
+                  f" of the first 1000 and {s['eat_rate_last_1000']:.1%} of the last 1000")
+        print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
+        return res
 
 
 def _announce(cfg: BanditConfig, dev: torch.device, workers: int, progress: bool) -> None:

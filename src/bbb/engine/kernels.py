@@ -215,21 +215,20 @@ class KernelSet:
         self.failed: str | None = None
         self._fns: dict[str, Callable[..., Any]] = {}
 
-    def _fn(self, name: str, static: dict[str, Any], args: tuple[Any, ...]) -> Callable[..., Any]:
+    def _fn(self, name: str, eager: Callable[..., Any], static: dict[str, Any],
+            args: tuple[Any, ...]) -> Callable[..., Any]:
         fn = self._fns.get(name)
         if fn is None:
-            kernel = _prime if name == "prime" else _train_step
             key = (name, tuple(static.items()), _signature(args))
-            fn = _compiled(key, lambda *a: kernel(*a, **static))
+            fn = _compiled(key, lambda *a: eager(*a, **static))
             self._fns[name] = fn
         return fn
 
-    def _call(self, name: str, static: dict[str, Any], *args: Any) -> Any:
-        eager = _prime if name == "prime" else _train_step
+    def _call(self, name: str, eager: Callable[..., Any], static: dict[str, Any], *args: Any) -> Any:
         if not self.compiled:
             return eager(*args, **static)
         try:
-            return self._fn(name, static, args)(*args)
+            return self._fn(name, eager, static, args)(*args)
         except Exception as e:  # noqa: BLE001 - any compiler failure: the eager kernels take over
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             self.failed = reason
@@ -240,7 +239,7 @@ class KernelSet:
             return eager(*args, **static)
 
     def prime(self, *args: Any) -> Tensor:
-        return self._call("prime", self.static, *args)
+        return self._call("prime", _prime, self.static, *args)
 
     def train_step(self, *args: Any) -> Tensor:
-        return self._call("step", self.step_static, *args)
+        return self._call("step", _train_step, self.step_static, *args)

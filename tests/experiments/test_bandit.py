@@ -164,19 +164,22 @@ def _member_noise(pop: Population, counter: int) -> list[list[dict[str, torch.Te
     return out
 
 
-@pytest.mark.parametrize("optimizer,prior,weighting", [("adam", "gaussian", "uniform"),
-                                                       ("sgd", "mixture", "blundell"),
-                                                       ("adam", "mixture", "blundell")])
-def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prior, weighting):
+@pytest.mark.parametrize("optimizer,prior,weighting,wd", [("adam", "gaussian", "uniform", 0.0),
+                                                          ("sgd", "mixture", "blundell", 0.0),
+                                                          ("adam", "mixture", "blundell", 0.0),
+                                                          ("sgd", "gaussian", "uniform", 0.3),
+                                                          ("adam", "gaussian", "blundell", 0.3)])
+def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prior, weighting, wd):
     """Same start, minibatches, noise and optimiser: after 6 updates each member of the batched
     population has the parameters of a BayesMLP trained alone on the plain autograd path
     (bbb.ELBO, torch.optim); the deterministic members as the same network in mean mode
-    trained on the likelihood alone."""
+    trained on the likelihood plus the L2 penalty wd/2 |w|^2 (the BBB members never see it)."""
     ctx, edible = _tiny_data()
     members = [("bbb", 0), ("greedy", 1), ("egreedy_0.05", 2), ("bbb", 3)]
     cfg = _tiny_cfg(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3), optimizer=optimizer,
                     lr=0.02 if optimizer == "sgd" else 0.01, prior=prior, prior_sigma=0.7, pi=0.3, sigma2=0.05,
-                    sigma_init=0.1, noise_sigma=2.0, kl_scale=0.5, kl_weighting=weighting, updates_per_step=3)
+                    sigma_init=0.1, noise_sigma=2.0, kl_scale=0.5, kl_weighting=weighting, updates_per_step=3,
+                    weight_decay=wd)
     pop = _filled(cfg, members, ctx, edible)
     assert [m.agent.name for m in pop.members] == ["bbb", "bbb", "greedy", "egreedy_0.05"]
     nets = [pop.net.member(j) for j in range(4)]
@@ -201,7 +204,9 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
                 (out.loss / b).backward()
             else:
                 with sampling(net, "mean"):
-                    (-elbo.likelihood.log_prob(net(x), y).sum() / b).backward()
+                    nll = -elbo.likelihood.log_prob(net(x), y).sum() / b
+                penalty = sum(p.square().sum() for n, p in net.named_parameters() if not n.endswith("rho"))
+                (nll + wd / 2 * penalty).backward()
             opt.step()
     for j, net in enumerate(nets):
         got = pop.net.member(j)
@@ -519,7 +524,7 @@ def test_agent_names():
                                 dict(noise_sigma=0.0), dict(seeds=(-1,)), dict(device="tpu"),
                                 dict(prior="laplace"), dict(pi=1.0), dict(kl_data="fill"), dict(kl_scale=0.0),
                                 dict(optimizer="rmsprop"), dict(kl_weighting="linear"), dict(sigma_init=float("nan")),
-                                dict(lr=float("inf"))])
+                                dict(lr=float("inf")), dict(weight_decay=-0.1), dict(weight_decay=float("nan"))])
 def test_bad_settings_raise_user_error(kw):
     ctx, edible = _tiny_data()
     with pytest.raises(UserError):
@@ -540,8 +545,11 @@ def test_cli_parser_and_errors(tmp_path, capsys, monkeypatch):
     assert "Example" in (parser.epilog or "")
     args = parser.parse_args(["--out", str(tmp_path), "--seeds", "3", "--steps", "5", "--quiet",
                               "--data-dir", str(tmp_path), "--device", "cpu", "--optimizer", "sgd",
-                              "--kl-data", "seen", "--kl-weighting", "blundell", "--prior", "mixture"])
+                              "--kl-data", "seen", "--kl-weighting", "blundell", "--prior", "mixture",
+                              "--weight-decay", "0.001"])
     cfg = B.config_from_args(args)
+    assert cfg.weight_decay == 0.001 and cfg.training_key()["weight_decay"] == 0.001
+    assert "weight_decay" not in B.BanditConfig().training_key()  # checkpoints from before the option resume
     assert cfg.seeds == (3,) and cfg.steps == 5 and cfg.quiet and cfg.data_dir == str(tmp_path)
     assert (cfg.optimizer, cfg.kl_data, cfg.kl_weighting, cfg.prior) == ("sgd", "seen", "blundell", "mixture")
     cli = pytest.importorskip("bbb.cli")

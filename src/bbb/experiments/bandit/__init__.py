@@ -21,7 +21,8 @@ likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same opti
   i-th of the U updates after an interaction (``--kl-weighting uniform``: 1/U, i.e. KL / N per
   example; ``blundell``: 2^(U-i)/(2^U-1)).
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
-  no KL) trained on the same likelihood; they pick the best predicted action, or a uniformly
+  no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` (the
+  MAP counterpart of a Gaussian prior); they pick the best predicted action, or a uniformly
   random action with probability eps.
 
 Protocol (defaults = the paper): a buffer of the 4096 latest interactions, after each

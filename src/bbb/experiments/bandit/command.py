@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting,
                         help="BBB: the KL's split over the updates of one interaction: uniform, or blundell "
                              f"(2^(U-i)/(2^U-1), the paper's eq. 9; default {d.kl_weighting})")
+    parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                        help="greedy and epsilon-greedy agents: L2 penalty weight_decay/2 * |w|^2 added to their "
+                             "per-example loss (a Gaussian prior's MAP; BBB has its KL instead; "
+                             f"default {d.weight_decay:g})")
     parser.add_argument("--decision-samples", type=int, default=d.decision_samples,
                         help=f"BBB: weight samples averaged per decision (default {d.decision_samples})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
@@ -85,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         hidden=tuple(args.hidden), optimizer=args.optimizer, lr=args.lr, noise_sigma=args.noise_sigma,
         prior=args.prior, prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
         sigma_init=args.sigma_init, kl_scale=args.kl_scale, kl_data=args.kl_data, kl_weighting=args.kl_weighting,
+        weight_decay=args.weight_decay,
         decision_samples=args.decision_samples, log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
         quiet=args.quiet)

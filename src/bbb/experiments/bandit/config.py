@@ -97,7 +97,8 @@ class BanditConfig:
     The recipe (optimiser, learning rate, prior, likelihood noise, KL weighting and scale, N of
     the KL / N weight, initial sigma) is not stated in the paper; every agent uses the same one
     (the deterministic agents: the same network, likelihood and optimiser, without weight noise
-    or KL). ``results/bandit/SELECTION.md`` says how the defaults were chosen.
+    or KL; ``weight_decay`` adds an L2 penalty to theirs, the MAP counterpart of BBB's prior).
+    ``results/bandit/SELECTION.md`` says how the defaults were chosen.
     """
 
     steps: int = 50_000
@@ -119,6 +120,7 @@ class BanditConfig:
     kl_scale: float = 0.01
     kl_data: str = "buffer"
     kl_weighting: str = "uniform"
+    weight_decay: float = 0.0
     decision_samples: int = 2
     log_every: int = 100
     workers: int = 1
@@ -148,6 +150,9 @@ class BanditConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise UserError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
+        wd = self.weight_decay
+        if not (isinstance(wd, (int, float)) and math.isfinite(wd) and wd >= 0):
+            raise UserError(f"weight-decay must be a finite number >= 0, got {wd!r}")
         if not self.agents:
             raise UserError("give at least one agent")
         if not self.seeds:
@@ -180,4 +185,6 @@ class BanditConfig:
         d["agents"] = [parse_agent(a).name for a in self.agents]
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]
+        if self.weight_decay:  # absent when 0, so that checkpoints from before the option still resume
+            d["weight_decay"] = float(self.weight_decay)
         return d

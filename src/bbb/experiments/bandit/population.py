@@ -35,12 +35,13 @@ def member_order(members: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     return [m for m in ms if parse_agent(m[0]).bayesian] + [m for m in ms if not parse_agent(m[0]).bayesian]
 
 
-def _optimizer(kind: str, params: list[Tensor], lr: float) -> torch.optim.Optimizer:
-    """``torch.optim``'s Adam or plain SGD (the paper's eqs. 5-6), as the engine runs them."""
+def _optimizer(kind: str, params: list[Tensor], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """``torch.optim``'s Adam or plain SGD (the paper's eqs. 5-6), as the engine runs them;
+    ``weight_decay`` adds ``weight_decay * w`` to every gradient (an L2 penalty on the loss)."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
     if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, fused=fused)
-    return torch.optim.SGD(params, lr=lr, fused=fused)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused)
+    return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, fused=fused)
 
 
 class Population:
@@ -85,7 +86,7 @@ class Population:
         self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed)
                        if self.num_bayesian else None)
         det = list(self.net.det.parameters())
-        self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr) if det else None
+        self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr, cfg.weight_decay) if det else None
         updates = max(1, cfg.updates_per_step)
         self.elbo = ELBO(self.net, Gaussian(cfg.noise_sigma), num_batches=updates,
                          kl_weighting=cfg.kl_weighting, beta=cfg.kl_scale).to(dev)

@@ -173,7 +173,7 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
     """Same start, minibatches, noise and optimiser: after 6 updates each member of the batched
     population has the parameters of a BayesMLP trained alone on the plain autograd path
     (bbb.ELBO, torch.optim); the deterministic members as the same network in mean mode
-    trained on the likelihood plus the L2 penalty wd/2 |w|^2 (the BBB members never see it)."""
+    trained on the likelihood plus the L2 penalty wd |w|^2 / (2 noise^2) (the BBB members never see it)."""
     ctx, edible = _tiny_data()
     members = [("bbb", 0), ("greedy", 1), ("egreedy_0.05", 2), ("bbb", 3)]
     cfg = _tiny_cfg(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3), optimizer=optimizer,
@@ -206,7 +206,7 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
                 with sampling(net, "mean"):
                     nll = -elbo.likelihood.log_prob(net(x), y).sum() / b
                 penalty = sum(p.square().sum() for n, p in net.named_parameters() if not n.endswith("rho"))
-                (nll + wd / 2 * penalty).backward()
+                (nll + wd / (2 * cfg.noise_sigma**2) * penalty).backward()
             opt.step()
     for j, net in enumerate(nets):
         got = pop.net.member(j)

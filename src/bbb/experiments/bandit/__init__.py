@@ -21,8 +21,9 @@ likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same opti
   i-th of the U updates after an interaction (``--kl-weighting uniform``: 1/U, i.e. KL / N per
   example; ``blundell``: 2^(U-i)/(2^U-1)).
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
-  no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` (the
-  MAP counterpart of a Gaussian prior); they pick the best predicted action, or a uniformly
+  no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` wd (the
+  MAP counterpart of a Gaussian prior; per example ((y - f)^2 + wd |w|^2) / (2 noise^2), so
+  that under Adam their fit does not depend on ``--noise-sigma``); they pick the best predicted action, or a uniformly
   random action with probability eps.
 
 Protocol (defaults = the paper): a buffer of the 4096 latest interactions, after each

@@ -66,8 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BBB: the KL's split over the updates of one interaction: uniform, or blundell "
                              f"(2^(U-i)/(2^U-1), the paper's eq. 9; default {d.kl_weighting})")
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
-                        help="greedy and epsilon-greedy agents: L2 penalty weight_decay/2 * |w|^2 added to their "
-                             "per-example loss (a Gaussian prior's MAP; BBB has its KL instead; "
+                        help="greedy and epsilon-greedy agents: an L2 penalty, per example ((y - f)^2 + weight_decay "
+                             "* |w|^2) / (2 noise_sigma^2) (a Gaussian prior's MAP; BBB has its KL instead; "
                              f"default {d.weight_decay:g})")
     parser.add_argument("--decision-samples", type=int, default=d.decision_samples,
                         help=f"BBB: weight samples averaged per decision (default {d.decision_samples})")

@@ -86,7 +86,10 @@ class Population:
         self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed)
                        if self.num_bayesian else None)
         det = list(self.net.det.parameters())
-        self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr, cfg.weight_decay) if det else None
+        # the penalty is set against the squared error: per example ((y - f)^2 + wd |w|^2) / (2 noise^2),
+        # so that (under Adam) the deterministic agents' fit does not change with --noise-sigma
+        wd = cfg.weight_decay / cfg.noise_sigma**2
+        self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr, wd) if det else None
         updates = max(1, cfg.updates_per_step)
         self.elbo = ELBO(self.net, Gaussian(cfg.noise_sigma), num_batches=updates,
                          kl_weighting=cfg.kl_weighting, beta=cfg.kl_scale).to(dev)

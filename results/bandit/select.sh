@@ -21,19 +21,7 @@ done_or_run() { local dir=$1; shift; [ -f "$OUT/$dir/summary.json" ] || $PY -m b
 for L in "adam 1e-3" "adam 1e-4" "sgd 1e-2" "sgd 1e-3"; do set -- $L
   done_or_run "learner-$1-$2" $S --agents greedy egreedy_0.05 --optimizer "$1" --lr "$2"
 done
-LEARNER=$($PY - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-best = None
-for d in sorted(Path(sys.argv[1]).glob("learner-*")):
-    rows = {a["agent"]: a for a in json.loads((d / "summary.json").read_text())["agents"]}
-    key = (abs(rows["egreedy_0.05"]["expected_regret_per_step_late"] - 0.2455), rows["greedy"]["final_regret_mean"])
-    if best is None or key < best[0]:
-        best = (key, d.name)
-_, opt, lr = best[1].split("-", 2)
-print(f"--optimizer {opt} --lr {lr}")
-PY
-)
+LEARNER=$($PY "$(dirname "$0")/choose.py" "$OUT" --learner)
 echo "stage 1 chose: $LEARNER"
 
 # Stage 2: the BBB recipe on that learner, untempered KL (kl-scale 1); the likelihood noise is the
@@ -49,14 +37,5 @@ done_or_run b6-noise01-seen-blundell $B $G --noise-sigma 0.1 --kl-data seen --si
 done_or_run b7-mixture-noise01-seen $B --prior mixture --pi 0.5 --sigma1 1 --sigma2 0.0025 --noise-sigma 0.1 \
   --kl-data seen --sigma-init 0.05
 
-# The table SELECTION.md quotes: every run's agents, final regret at 20,000 steps and late rate
-$PY - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-print("| run | agent | seeds | regret at 20k (mean) | sd | expected regret per step, last 10k |")
-print("|---|---|---:|---:|---:|---:|")
-for d in sorted(Path(sys.argv[1]).glob("*/summary.json")):
-    for a in json.loads(d.read_text())["agents"]:
-        print(f"| {d.parent.name} | {a['agent']} | {a['seeds']} | {a['final_regret_mean']:.0f} | "
-              f"{a['final_regret_sd']:.0f} | {a['expected_regret_per_step_late']:.3f} |")
-PY
+# The table SELECTION.md quotes and both stages' choices
+$PY "$(dirname "$0")/choose.py" "$OUT"

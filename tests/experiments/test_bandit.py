@@ -295,7 +295,9 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         assert float(s["eat_rate_first_1000"]) == pytest.approx(sum(eaten) / 2 / 120, rel=1e-4)
         assert all(0 <= e <= 120 for e in eaten)
     assert json.loads((out / "config.json").read_text())["steps"] == 120
-    assert [a["agent"] for a in json.loads((out / "summary.json").read_text())["agents"]] == list(B.DEFAULT_AGENTS)
+    written = json.loads((out / "summary.json").read_text())
+    assert [a["agent"] for a in written["agents"]] == list(B.DEFAULT_AGENTS)
+    assert written["marks"] == res["marks"] and len(res["marks"]) == 8
     assert (out / "checkpoint" / "worker0.pt").exists()
 
     # a longer run in the same folder continues from the checkpoint
@@ -359,6 +361,46 @@ def test_late_regret_rate_uses_the_last_window():
     assert _late_rate(steps, expected) == pytest.approx(600 / 10_000)
 
 
+def test_exploration_floor_is_the_papers_0_2455_and_matches_a_simulated_perfect_agent():
+    assert B.exploration_floor(0.05, 0.518) == pytest.approx(0.2455, abs=1e-4)
+    g = torch.Generator().manual_seed(1)
+    n = 400_000
+    edible = torch.rand(n, generator=g) < 0.518
+    explore = torch.rand(n, generator=g) < 0.05
+    eat = torch.where(explore, torch.rand(n, generator=g) < 0.5, edible)
+    _, e = step_regrets(edible, eat, torch.rand(n, generator=g) < 0.5)
+    assert e.mean().item() == pytest.approx(B.exploration_floor(0.05, edible.float().mean().item()), abs=0.01)
+
+
+def _summary_row(agent, final, late, early):
+    return {"agent": agent, "final_regret_mean": final, "expected_regret_per_step_late": late,
+            "eat_rate_first_1000": early}
+
+
+def test_figure6_marks_hold_or_fail_on_the_numbers_compared():
+    summary = [_summary_row("bbb", 900.0, 0.05, 0.45), _summary_row("greedy", 1000.0, 0.08, 0.10),
+               _summary_row("egreedy_0.05", 3000.0, 0.62, 0.40)]
+    rows = [{"step": st, "agent": a, "seed": s, "cumulative_regret": v * st / 100}
+            for st in (50, 100) for a, s, v in (("bbb", 0, 800), ("bbb", 1, 1000), ("bbb", 2, 900),
+                                                ("greedy", 0, 900), ("greedy", 1, 950), ("greedy", 2, 1150),
+                                                ("egreedy_0.05", 0, 3000), ("egreedy_0.05", 1, 3000),
+                                                ("egreedy_0.05", 2, 3000))]
+    marks = {m["mark"].split(":")[0].split(" (")[0]: m for m in B.figure6_marks(summary, rows, 0.518)}
+    assert marks["BBB has the lowest mean realised regret"]["holds"]
+    seeds = marks["BBB below greedy on most seeds"]
+    assert seeds["holds"] and seeds["measured"] == "2 of 3 seeds"  # seed 1: 1000 vs 950
+    assert marks["greedy is reluctant to eat early, BBB explores from the start"]["holds"]
+    assert marks["BBB flattens"]["holds"]
+    assert marks["egreedy_0.05 over-explores"]["holds"]
+    check = marks["egreedy_0.05 within 0.1 per step of its exploration floor 0.2455"]
+    assert not check["holds"] and "+0.374 over the floor" in check["measured"]
+    # the other way round, and marks of agents not run are left out
+    summary = [_summary_row("bbb", 1100.0, 0.09, 0.05), _summary_row("greedy", 1000.0, 0.08, 0.10)]
+    marks = B.figure6_marks(summary, [r for r in rows if r["agent"] != "egreedy_0.05"], 0.518)
+    assert [m["holds"] for m in marks] == [False, True, False, False]
+    assert B.figure6_marks([_summary_row("greedy", 1.0, 0.1, 0.1)], [], 0.5) == []
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
     """A run stopped after 25 steps (Ctrl-C, SIGTERM, a dead parent) checkpoints and returns
@@ -414,7 +456,9 @@ def test_quiet_prints_the_results_only(tmp_path, capsys):
         run_bandit(_tiny_cfg(steps=20, seeds=(0,), out=str(tmp_path / str(quiet)), quiet=quiet, progress_every=0.0),
                    contexts=ctx, edible=edible)
         lines = capsys.readouterr().out.splitlines()
-        assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")] == list(DEFAULT_AGENTS)
+        results = [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")]
+        assert results[:4] == list(DEFAULT_AGENTS)
+        assert len(results) == 4 + 8 and set(results[4:]) <= {"holds", "fails"}  # Figure 6's marks
         assert lines[-1].startswith("bandit: ") and "of training; wrote" in lines[-1]
         progress = [ln for ln in lines if ln.startswith(("bandit: step", "bandit: 4 agents"))]
         assert (progress == []) == quiet, lines

@@ -81,6 +81,11 @@ from .env import (  # noqa: F401
     oracle_rewards,
     step_regrets,
 )
+from .marks import (  # noqa: F401
+    LEARNER_CHECK_MARGIN,
+    exploration_floor,
+    figure6_marks,
+)
 from .plot import (  # noqa: F401
     plot_eating,
     plot_regret,
@@ -108,6 +113,8 @@ __all__ = [
     "step_regrets",
     "Population",
     "run_bandit",
+    "figure6_marks",
+    "exploration_floor",
     "add_arguments",
     "main",
     "EXAMPLE",

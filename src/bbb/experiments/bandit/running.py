@@ -22,6 +22,7 @@ from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...options import resolve_device
 from ...runs import TrainingInterrupted, lock_run_dir
 from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
+from .marks import figure6_marks
 from .plot import plot_eating, plot_regret
 from .population import Population, fmt_seconds
 
@@ -194,16 +195,20 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         wall = time.perf_counter() - t0
         seconds = max(r["seconds"] for r in results)
         rows, summary = _tabulate(cfg, results, seconds)
-        res: dict[str, Any] = {"regret_rows": rows, "summary": summary, "seconds": seconds,
+        edible_share = float(edible.float().mean())
+        marks = figure6_marks(summary, rows, edible_share)
+        res: dict[str, Any] = {"regret_rows": rows, "summary": summary, "marks": marks, "seconds": seconds,
                                "wall_seconds": wall, "config": cfg, "files": []}
         if out is not None:
             res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups),
-                                          oracle_eat=float(edible.float().mean()))
+                                          oracle_eat=edible_share, marks=marks)
         # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
         for s in summary:
             print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
                   f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_first_1000']:.1%}"
                   f" of the first 1000 and {s['eat_rate_last_1000']:.1%} of the last 1000")
+        for m in marks:
+            print(f"  {'holds' if m['holds'] else 'fails'}: {m['mark']} ({m['measured']})")
         print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
         return res
 
@@ -289,7 +294,7 @@ def _cell(v: Any) -> Any:
 
 
 def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, workers: int,
-                   oracle_eat: float | None = None) -> list[str]:
+                   oracle_eat: float | None = None, marks: list[dict[str, Any]] | None = None) -> list[str]:
     files = []
     atomic_write_text(out / "regret.csv", csv_text(REGRET_COLUMNS, rows, _cell))
     files.append("regret.csv")
@@ -302,7 +307,7 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     atomic_write_json(out / "config.json", meta)
     files.append("config.json")
     atomic_write_json(out / "summary.json", {"late_window": LATE_WINDOW, "agents": summary,
-                                             "seconds": round(seconds, 1)})
+                                             "marks": marks or [], "seconds": round(seconds, 1)})
     files.append("summary.json")
     if plot_regret(rows, out / "regret.png", agents=list(cfg.agents)) is not None:  # None: no matplotlib (warned)
         files.append("regret.png")

@@ -1,0 +1,77 @@
+"""Figure 6's qualitative marks, measured on a finished run: which of them hold.
+
+The paper (section 5.3) says: the greedy agent eats nothing at first and then does much better;
+5% greedy over-explores; BBB explores from the start and converges to an almost flat regret
+curve, the lowest of the agents. Each mark is a comparison of numbers from the summary (and the
+per-seed finals of regret.csv); a mark whose agents were not run is left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import EXPECTED_POISON, REWARD_EDIBLE, REWARD_PASS, parse_agent
+
+#: how far above its floor an epsilon-greedy agent's late rate may lie (issue 17's learner check)
+LEARNER_CHECK_MARGIN = 0.1
+
+
+def exploration_floor(epsilon: float, edible_share: float) -> float:
+    """Expected regret per step of uniformly random actions taken with probability ``epsilon``
+    by an agent that is otherwise perfect (the wrong action half the time: 5 for passing an edible
+    mushroom, 15 for eating a poisonous one)."""
+    miss_edible = REWARD_EDIBLE - REWARD_PASS
+    miss_poison = REWARD_PASS - EXPECTED_POISON
+    return epsilon * 0.5 * (edible_share * miss_edible + (1.0 - edible_share) * miss_poison)
+
+
+def _finals(rows: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """The realised regret of every (agent, seed) at its last logged step."""
+    last: dict[tuple[str, int], tuple[int, float]] = {}
+    for r in rows:
+        key = (r["agent"], int(r["seed"]))
+        if key not in last or r["step"] >= last[key][0]:
+            last[key] = (r["step"], float(r["cumulative_regret"]))
+    return {k: v[1] for k, v in last.items()}
+
+
+def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
+                  edible_share: float) -> list[dict[str, Any]]:
+    """The marks that the run's agents allow: dicts with ``mark`` (the claim), ``holds`` (bool)
+    and ``measured`` (the numbers compared, in words)."""
+    by = {s["agent"]: s for s in summary}
+    marks: list[dict[str, Any]] = []
+
+    def add(mark: str, holds: bool, measured: str) -> None:
+        marks.append({"mark": mark, "holds": bool(holds), "measured": measured})
+
+    late = {a: s["expected_regret_per_step_late"] for a, s in by.items()}
+    if "bbb" in by and len(by) > 1:
+        others = {a: s["final_regret_mean"] for a, s in by.items() if a != "bbb"}
+        best = min(others, key=others.get)  # type: ignore[arg-type]
+        add("BBB has the lowest mean realised regret", by["bbb"]["final_regret_mean"] < others[best],
+            f"bbb {by['bbb']['final_regret_mean']:.0f}, next {best} {others[best]:.0f}")
+    if "bbb" in by and "greedy" in by:
+        finals = _finals(rows)
+        seeds = sorted({s for a, s in finals if a == "bbb"} & {s for a, s in finals if a == "greedy"})
+        wins = sum(finals[("bbb", s)] < finals[("greedy", s)] for s in seeds)
+        add("BBB below greedy on most seeds", 2 * wins > len(seeds), f"{wins} of {len(seeds)} seeds")
+        add("greedy is reluctant to eat early, BBB explores from the start",
+            by["greedy"]["eat_rate_first_1000"] < by["bbb"]["eat_rate_first_1000"],
+            f"eaten in the first 1,000 steps: greedy {by['greedy']['eat_rate_first_1000']:.1%}, "
+            f"bbb {by['bbb']['eat_rate_first_1000']:.1%}")
+        add("BBB flattens: its regret per step over the late window is below greedy's",
+            late["bbb"] < late["greedy"], f"bbb {late['bbb']:.3f}, greedy {late['greedy']:.3f}")
+    for a in by:
+        eps = parse_agent(a).epsilon
+        if eps <= 0:
+            continue
+        floor = exploration_floor(eps, edible_share)
+        rest = {b: v for b, v in late.items() if b != a}
+        if rest:
+            add(f"{a} over-explores: the highest regret per step over the late window",
+                all(late[a] > v for v in rest.values()),
+                f"{a} {late[a]:.3f}; " + ", ".join(f"{b} {v:.3f}" for b, v in rest.items()))
+        add(f"{a} within {LEARNER_CHECK_MARGIN} per step of its exploration floor {floor:.4f} (learner check)",
+            late[a] - floor <= LEARNER_CHECK_MARGIN, f"{late[a]:.3f} per step, {late[a] - floor:+.3f} over the floor")
+    return marks

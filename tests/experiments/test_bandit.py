@@ -387,8 +387,8 @@ def test_figure6_marks_hold_or_fail_on_the_numbers_compared():
                                                 ("egreedy_0.05", 2, 3000))]
     marks = {m["mark"].split(":")[0].split(" (")[0]: m for m in B.figure6_marks(summary, rows, 0.518)}
     assert marks["BBB has the lowest mean realised regret"]["holds"]
-    seeds = marks["BBB below greedy on most seeds"]
-    assert seeds["holds"] and seeds["measured"] == "2 of 3 seeds"  # seed 1: 1000 vs 950
+    seeds = marks["BBB below greedy on at least 80% of the seeds"]
+    assert not seeds["holds"] and seeds["measured"] == "2 of 3 seeds"  # seed 1: 1000 vs 950
     assert marks["greedy is reluctant to eat early, BBB explores from the start"]["holds"]
     assert marks["BBB flattens"]["holds"]
     assert marks["egreedy_0.05 over-explores"]["holds"]
@@ -397,7 +397,9 @@ def test_figure6_marks_hold_or_fail_on_the_numbers_compared():
     # the other way round, and marks of agents not run are left out
     summary = [_summary_row("bbb", 1100.0, 0.09, 0.05), _summary_row("greedy", 1000.0, 0.08, 0.10)]
     marks = B.figure6_marks(summary, [r for r in rows if r["agent"] != "egreedy_0.05"], 0.518)
-    assert [m["holds"] for m in marks] == [False, True, False, False]
+    assert [m["holds"] for m in marks] == [False, False, False, False]
+    rows = [dict(r, cumulative_regret=0.0) if r["agent"] == "bbb" else r for r in rows]
+    assert B.figure6_marks(summary, rows, 0.518)[1]["holds"]  # 3 of 3 seeds
     assert B.figure6_marks([_summary_row("greedy", 1.0, 0.1, 0.1)], [], 0.5) == []
 
 

@@ -23,8 +23,11 @@ likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same opti
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
   no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` wd (the
   MAP counterpart of a Gaussian prior; per example ((y - f)^2 + wd |w|^2) / (2 noise^2), so
-  that under Adam their fit does not depend on ``--noise-sigma``); they pick the best predicted action, or a uniformly
-  random action with probability eps.
+  that under Adam their fit does not depend on ``--noise-sigma``); they pick the best
+  predicted action, or a uniformly random action with probability eps.
+
+Every finished run measures Figure 6's marks (:func:`figure6_marks`): which of the paper's
+observations hold, printed with the results and written to ``summary.json``.
 
 Protocol (defaults = the paper): a buffer of the 4096 latest interactions, after each
 interaction 64 updates on minibatches of 64 drawn from it, 50,000 interactions, 5 seeds.

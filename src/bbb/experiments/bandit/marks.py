@@ -12,10 +12,10 @@ from typing import Any
 
 from .config import EXPECTED_POISON, REWARD_EDIBLE, REWARD_PASS, parse_agent
 
-#: the share of seeds on which BBB must end below greedy (issue 17's target: 4 of 5)
+#: the share of seeds on which BBB must end below greedy (4 of the paper's 5)
 SEED_SHARE = 0.8
 
-#: how far above its floor an epsilon-greedy agent's late rate may lie (issue 17's learner check)
+#: how far above its floor an epsilon-greedy agent's late rate may lie (the learner check)
 LEARNER_CHECK_MARGIN = 0.1
 
 
@@ -58,7 +58,7 @@ def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
         finals = _finals(rows)
         seeds = sorted({s for a, s in finals if a == "bbb"} & {s for a, s in finals if a == "greedy"})
         wins = sum(finals[("bbb", s)] < finals[("greedy", s)] for s in seeds)
-        add(f"BBB below greedy on at least {SEED_SHARE:.0%} of the seeds (issue 17: 4 of 5)",
+        add(f"BBB below greedy on at least {SEED_SHARE:.0%} of the seeds",
             bool(seeds) and wins >= SEED_SHARE * len(seeds), f"{wins} of {len(seeds)} seeds")
         add("greedy is reluctant to eat early, BBB explores from the start",
             by["greedy"]["eat_rate_first_1000"] < by["bbb"]["eat_rate_first_1000"],

@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("run", type=Path, help="a finished bbb bandit --out folder with checkpoint/worker0.pt")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if not (args.run / "config.json").is_file():
+        raise SystemExit(f"{args.run} has no config.json: give the --out folder of a finished bbb bandit run")
     c = json.loads((args.run / "config.json").read_text())
     names = {f.name for f in dataclasses.fields(BanditConfig)}
     cfg = BanditConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items() if k in names})

@@ -339,7 +339,7 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
             cands = M.cell_candidates(spec, m, w)
             assert 1 <= len(cands) <= 3, (m, w)
             if m.startswith("bbb"):
-                assert len(cands) == 3
+                assert len(cands) == (3 if w == 400 else 2)
             assert all(c.label and len(c.reason) > 40 for c in cands)
             assert len({c.label for c in cands}) == len(cands)
     for w in M.WIDTHS:
@@ -357,8 +357,8 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
             assert c.settings["pi"] in (0.25, 0.5, 0.75)
             assert round(-math.log(c.settings["sigma1"]), 6) in (0, 1, 2)
             assert round(-math.log(c.settings["sigma2"]), 6) in (6, 7, 8)
-        # another sigma0 (rho_init is a per-candidate setting)
-        assert any(c.settings["rho_init"] != r["rho_init"] for c in mix)
+        # another sigma0 (rho_init is a per-candidate setting) at 2x400, where the screen starts
+        assert any(c.settings["rho_init"] != r["rho_init"] for c in mix) == (w == 400)
 
 
 def test_paper_budget_configs_follow_the_paper_protocol():
@@ -410,7 +410,7 @@ def test_the_order_of_work_puts_the_headline_first():
                                 ("bbb_mixture", 400), ("bbb_mixture", 800))
     assert sorted(M.CELL_ORDER) == sorted(M.PAPER_TABLE1)
     names = [j.name for j in paper_jobs()]
-    assert names[:3] == ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2"]
+    assert names[:2] == ["bbb_mixture_1200", "bbb_mixture_1200_c1"] and names[2] == "sgd_1200"
     assert names.index("sgd_1200") < names.index("bbb_mixture_400") < names.index("bbb_gaussian_400")
 
 
@@ -436,14 +436,16 @@ def test_paper_plan_lists_every_candidate_with_its_reason_and_the_time(tmp_path,
         if not j.seed:
             assert j.name in out and j.reason in out and f"c{j.candidate} '{j.label}'" in out
     assert out.index("bbb_mixture_1200 ") < out.index("sgd_1200 ") < out.index("bbb_mixture_400 ")
+    # the screened candidates are named, with why, where they are not trained
+    assert out.count("not trained here, 'sigma0 x2'") == 2 and "bbb_mixture_1200_c2" not in out
     assert not (tmp_path / "p").exists()
     rc, out, _ = run_main(capsys, "reproduce", "mnist", "--budget", "paper", "--out", str(tmp_path / "p"),
-                          "--plan", "--cells", "sgd:1200")
-    assert rc == 0 and "sgd_1200_c1" in out and "bbb_mixture" not in out and "dropout_1200" not in out
+                          "--plan", "--cells", "dropout:1200")
+    assert rc == 0 and "dropout_1200_c1" in out and "bbb_mixture" not in out and "sgd_1200" not in out
 
 
 def test_selection_uses_the_validation_error_only(tmp_path):
-    cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200")
+    cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:400")
     jobs = M.plan_jobs(cfg)[0]
     # candidate 2 has the lowest validation error, candidate 0 the lowest test error
     val, test = [0.020, 0.018, 0.015], [0.010, 0.019, 0.030]
@@ -470,10 +472,30 @@ TINY_EPOCHS = 4
 
 
 def tiny_paper_spec() -> M.BudgetSpec:
-    """The paper budget cut to 4 epochs, the rate dropping after epoch 2."""
+    """The paper budget cut to 4 epochs, the rate dropping after epoch 2; its headline cell keeps
+    all three mixture candidates of 2x400 (no screen), so that selection among three is tested."""
     spec = M.BUDGETS["paper"]
+    cands = {**spec.candidates, ("bbb_mixture", 1200): M.cell_candidates(spec, "bbb_mixture", 400)}
     return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
-                               common={**spec.common, "lr_step_size": 2}, eval_samples=2)
+                               common={**spec.common, "lr_step_size": 2}, eval_samples=2, candidates=cands,
+                               screened={})
+
+
+def test_the_screen_drops_at_800_and_1200_only_the_candidates_it_names_and_says_why():
+    spec = M.BUDGETS["paper"]
+    assert spec.screened and set(spec.screened_widths) == {800, 1200}
+    for m in M.METHODS:
+        at400 = [c.label for c in M.cell_candidates(spec, m, 400)]
+        dropped = set(spec.screened.get(m, {}))
+        assert dropped <= set(at400)  # it names real candidates
+        for w in (800, 1200):
+            # the same candidates in the same order (so c0, c1 keep their names), less the dropped
+            assert [c.label for c in M.cell_candidates(spec, m, w)] == [x for x in at400 if x not in dropped]
+            assert {label for label, _ in M.screen_lines(spec, m, w)} == dropped
+            assert all("2x400 validation" in why and "0.2 pp" in why for _, why in M.screen_lines(spec, m, w))
+        assert M.screen_lines(spec, m, 400) == []
+    # the recipe and one more point of the paper's prior grid stay in the headline cell
+    assert [c.label for c in M.cell_candidates(spec, "bbb_mixture", 1200)] == ["recipe", "grid prior"]
 
 
 @pytest.fixture(scope="module")
@@ -672,14 +694,17 @@ def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_fini
 ])
 def test_bad_candidates_are_one_line_errors(tmp_path, cands, words):
     with pytest.raises(UserError, match=re.escape(words)) as e:
-        ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200", candidates=cands)
+        ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:400", candidates=cands)
     assert "\n" not in str(e.value)
 
 
 def test_candidates_filter_the_plan_and_the_resume_line(tmp_path):
-    cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200,sgd:1200", candidates="c1")
+    cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200,dropout:1200", candidates="c1")
     first, extra = M.plan_jobs(cfg)
-    assert [j.name for j in first] == ["bbb_mixture_1200_c1", "sgd_1200_c1"]
+    assert [j.name for j in first] == ["bbb_mixture_1200_c1", "dropout_1200_c1"]
+    # a candidate the screen removed from a cell is not there to ask for
+    with pytest.raises(UserError, match=re.escape("sgd:1200 has 1 candidate(s) at the paper budget (c0), not c1")):
+        ReproduceConfig(budget="paper", out=str(tmp_path), cells="sgd:1200", candidates="c1")
     assert M.parse_candidates([2, "c0"]) == (0, 2) and M.parse_candidates(None) is None
     assert "--candidates c1" in M.command_line(cfg)
 

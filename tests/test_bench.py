@@ -26,7 +26,8 @@ def _load_run():
 
 
 run = _load_run()
-from peers import NotInstalled, Pair, System, all_systems  # noqa: E402  (bench/ is on sys.path now)
+import child  # noqa: E402  (bench/ is on sys.path now)
+from peers import NotInstalled, Pair, System, all_systems  # noqa: E402
 
 PEER_MODULES = {
     "bayesian-torch-reparam": "bayesian_torch.layers.variational_layers.linear_variational",
@@ -99,7 +100,7 @@ def _spec(data, system, **kw):
 
 
 def test_child_speed_measures_steps_memory_and_evaluation(tiny_data):
-    r = run.child_speed(_spec(tiny_data, "bbb-paper", profile=2))
+    r = child.child_speed(_spec(tiny_data, "bbb-paper", profile=2))
     assert r["status"] == "ok" and r["repeats"] == 2 and len(r["steps_per_s_all"]) == 2
     assert r["steps_per_s"] > 0 and r["peak_rss_mb"] >= r["rss_before_mb"] > 0
     assert r["eval_mean_images_per_s"] > 0 and r["eval_k_images_per_s"] > 0 and r["eval_images"] == 64
@@ -112,8 +113,8 @@ def test_child_reports_a_missing_peer_instead_of_crashing(tiny_data, monkeypatch
         def build(self, width, device):
             raise NotInstalled("nopeer: ModuleNotFoundError")
 
-    monkeypatch.setattr(run, "all_systems", lambda: {"nopeer": Missing("nopeer", Pair.GAUSS, "nopeer")})
-    r = run.child_speed(_spec(tiny_data, "nopeer"))
+    monkeypatch.setattr(child, "all_systems", lambda: {"nopeer": Missing("nopeer", Pair.GAUSS, "nopeer")})
+    r = child.child_speed(_spec(tiny_data, "nopeer"))
     assert r["status"] == "not installed" and "nopeer" in r["detail"]
 
 
@@ -125,14 +126,14 @@ def test_run_child_runs_one_job_in_a_subprocess(tiny_data):
 
 
 def test_time_to_accuracy_for_ours_and_a_peer_style_loop(tiny_data):
-    ours = run.child_tta({"kind": "tta", "system": "bbb-paper", "width": 8, "threads": 1, "device": "cpu",
+    ours = child.child_tta({"kind": "tta", "system": "bbb-paper", "width": 8, "threads": 1, "device": "cpu",
                           "data": tiny_data, "batch": 64, "target": 0.0, "max_epochs": 2})
     assert ours["status"] == "ok" and ours["reached"]["epoch"] == 1  # target 0: reached after epoch 1
     assert ours["recipe"]["prior"] == "mixture" and ours["curve"][0]["seconds"] > 0
     system = all_systems()["mlp"]
     system.build(8, torch.device("cpu"))
     data = torch.load(tiny_data, weights_only=True)
-    peer = run._tta_peer({"batch": 64, "max_epochs": 2, "target": 1.01}, system, data, torch.device("cpu"))
+    peer = child._tta_peer({"batch": 64, "max_epochs": 2, "target": 1.01}, system, data, torch.device("cpu"))
     assert peer["reached"] is None and len(peer["curve"]) == 2  # unreachable target: runs the cap
     assert peer["curve"][1]["seconds"] > peer["curve"][0]["seconds"]
 
@@ -230,31 +231,31 @@ class _Clock:
 
 def test_warmup_goes_on_until_the_steps_settle(monkeypatch):
     clock = _Clock([30.0, 0.1, 0.1, 0.1, 4.0, 0.1, 0.1, 0.1])  # compile, then a late recompilation
-    monkeypatch.setattr(run.time, "perf_counter", clock.perf_counter)
-    times = run.warmup_steps(clock.step, 5)
+    monkeypatch.setattr(child.time, "perf_counter", clock.perf_counter)
+    times = child.warmup_steps(clock.step, 5)
     assert times == pytest.approx([30.0, 0.1, 0.1, 0.1, 4.0, 0.1]) and clock.calls == 6  # one more: the last is steady
     clock = _Clock([30.0, 0.1, 0.1])
-    monkeypatch.setattr(run.time, "perf_counter", clock.perf_counter)
-    assert run.warmup_steps(clock.step, 2) == pytest.approx([30.0, 0.1])  # compilation in the first step only: no more
+    monkeypatch.setattr(child.time, "perf_counter", clock.perf_counter)
+    assert child.warmup_steps(clock.step, 2) == pytest.approx([30.0, 0.1])  # compiled in step 1 only
     clock = _Clock([1.0 * (i + 1) for i in range(100)])  # never settles: capped
-    monkeypatch.setattr(run.time, "perf_counter", clock.perf_counter)
-    assert len(run.warmup_steps(clock.step, 3)) == 3 + run.WARMUP_EXTRA_FACTOR * 3
-    assert run.warmup_steps(clock.step, 0) == []
+    monkeypatch.setattr(child.time, "perf_counter", clock.perf_counter)
+    assert len(child.warmup_steps(clock.step, 3)) == 3 + child.WARMUP_EXTRA_FACTOR * 3
+    assert child.warmup_steps(clock.step, 0) == []
 
 
 def test_child_speed_reports_the_optimiser_and_the_engine(tiny_data):
-    r = run.child_speed(_spec(tiny_data, "bbb-paper-sgd", warmup=2))
+    r = child.child_speed(_spec(tiny_data, "bbb-paper-sgd", warmup=2))
     assert r["status"] == "ok" and r["optimizer"] == "sgd" and r["pair"] == "paper"
     assert r["engine"]["fused"] and "engine fused" in r["version"]
     assert r["warmup_steps"] >= 2 and len(r["warmup_step_seconds"]) == r["warmup_steps"]
     assert r["build_seconds"] > 0
-    floor = run.child_speed(_spec(tiny_data, "mlp-sgd"))
+    floor = child.child_speed(_spec(tiny_data, "mlp-sgd"))
     assert floor["status"] == "ok" and floor["optimizer"] == "sgd" and "engine" in floor and floor["engine"] is None
 
 
 @pytest.mark.parametrize("name", sorted(run.EPOCH_RECIPES))
 def test_child_epoch_runs_bbb_train_and_reports_each_epoch(tiny_data, name):
-    r = run.child_epoch({"kind": "epoch", "system": name, "width": 8, "threads": 1, "device": "cpu",
+    r = child.child_epoch({"kind": "epoch", "system": name, "width": 8, "threads": 1, "device": "cpu",
                          "data": tiny_data, "batch": 128, "recipe": run.EPOCH_RECIPES[name], "epochs": 2})
     assert r["status"] == "ok", r
     assert len(r["epoch_seconds"]) == 2 and all(t > 0 for t in r["epoch_seconds"])

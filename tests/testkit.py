@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 
+import bbb.functional as F
 from bbb.cli import main
 
 
@@ -33,3 +40,33 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
         rc = int(e.code or 0)
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+# -- bbb reproduce mnist (tests/experiments/test_reproduce_mnist*.py) ---------------------------
+
+D_IN, N_CLASSES = 16, 4
+SILENT = {"log": lambda s: None}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def blobs4(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Overlapping Gaussian blobs, 4 classes in 16 features: after one epoch the error is
+    neither 0 nor chance."""
+    return blobs(256, 128, 128, d=D_IN, c=N_CLASSES, spread=0.6, seed=seed)
+
+
+def eager_kernels() -> contextlib.AbstractContextManager[Any]:
+    """The eager BBB kernels: the pipeline is under test here, and torch.compile's one-off
+    compilation would cost more than the whole smoke run (bbb.functional.fused_backend)."""
+    fused = getattr(F, "fused_backend", None)
+    return fused("eager") if fused is not None else contextlib.nullcontext()
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def summary(out: Path, run: str) -> dict[str, Any]:
+    return json.loads((out / "runs" / run / "summary.json").read_text())
+

@@ -38,9 +38,9 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
     for m in M.METHODS:
         for w in M.WIDTHS:
             cands = M.cell_candidates(spec, m, w)
-            assert 1 <= len(cands) <= 3, (m, w)
+            assert 1 <= len(cands) <= 4, (m, w)
             if m.startswith("bbb"):
-                assert len(cands) == (3 if w == 400 else 2)
+                assert len(cands) == ({"bbb_mixture": 4, "bbb_gaussian": 3}[m] if w == 400 else 2)
             assert all(c.label and len(c.reason) > 40 for c in cands)
             assert len({c.label for c in cands}) == len(cands)
     for w in M.WIDTHS:
@@ -58,8 +58,10 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
             assert c.settings["pi"] in (0.25, 0.5, 0.75)
             assert round(-math.log(c.settings["sigma1"]), 6) in (0, 1, 2)
             assert round(-math.log(c.settings["sigma2"]), 6) in (6, 7, 8)
-        # another sigma0 (rho_init is a per-candidate setting) at 2x400, where the screen starts
+        # another sigma0 (rho_init is a per-candidate setting) and another point of the paper's
+        # grid of samples (1, 2, 5, 10) at 2x400, where the screen starts
         assert any(c.settings["rho_init"] != r["rho_init"] for c in mix) == (w == 400)
+        assert {c.settings["samples"] for c in mix} == ({1, 2} if w == 400 else {1})
 
 
 def test_paper_budget_configs_follow_the_paper_protocol():
@@ -174,9 +176,9 @@ TINY_EPOCHS = 4
 
 def tiny_paper_spec() -> M.BudgetSpec:
     """The paper budget cut to 4 epochs, the rate dropping after epoch 2; its headline cell keeps
-    all three mixture candidates of 2x400 (no screen), so that selection among three is tested."""
+    the first three mixture candidates of 2x400 (no screen), so that selection among three is tested."""
     spec = M.BUDGETS["paper"]
-    cands = {**spec.candidates, ("bbb_mixture", 1200): M.cell_candidates(spec, "bbb_mixture", 400)}
+    cands = {**spec.candidates, ("bbb_mixture", 1200): M.cell_candidates(spec, "bbb_mixture", 400)[:3]}
     return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
                                common={**spec.common, "lr_step_size": 2}, eval_samples=2, candidates=cands,
                                screened={})
@@ -193,7 +195,9 @@ def test_the_screen_drops_at_800_and_1200_only_the_candidates_it_names_and_says_
             # the same candidates in the same order (so c0, c1 keep their names), less the dropped
             assert [c.label for c in M.cell_candidates(spec, m, w)] == [x for x in at400 if x not in dropped]
             assert {label for label, _ in M.screen_lines(spec, m, w)} == dropped
-            assert all("2x400 validation" in why and "0.2 pp" in why for _, why in M.screen_lines(spec, m, w))
+            for _, why in M.screen_lines(spec, m, w):
+                # lost the screen (by how much, and the rule), or waits for its 2x400 run
+                assert ("2x400 validation" in why and "0.2 pp" in why) or "its 2x400 run comes first" in why
         assert M.screen_lines(spec, m, 400) == []
     # the recipe and one more point of the paper's prior grid stay in the headline cell
     assert [c.label for c in M.cell_candidates(spec, "bbb_mixture", 1200)] == ["recipe", "grid prior"]
@@ -395,7 +399,7 @@ def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_fini
 ])
 def test_bad_candidates_are_one_line_errors(tmp_path, cands, words):
     with pytest.raises(UserError, match=re.escape(words)) as e:
-        ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:400", candidates=cands)
+        ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-gaussian:400", candidates=cands)
     assert "\n" not in str(e.value)
 
 

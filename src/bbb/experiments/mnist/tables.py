@@ -29,7 +29,6 @@ from .recipes import (
     PAPER_TABLE1,
     PAPER_TABLE2,
     PRUNE_FRACTIONS,
-    SCREEN_PP,
     WIDTHS,
     BudgetSpec,
     Candidate,
@@ -314,8 +313,7 @@ def recipes_md() -> list[str]:
 
 def screen_lines(spec: BudgetSpec, method: str, hidden: int) -> list[tuple[str, str]]:
     """(label, why) of each candidate the budget's screen removed from this cell."""
-    return [(label, f"{why} (the screen: more than {SCREEN_PP:g} pp behind the cell's best validation "
-                    "error at 2x400)") for label, why in spec.screened_at(method, hidden).items()]
+    return list(spec.screened_at(method, hidden).items())
 
 
 def _candidates_md(cfg: ReproduceConfig) -> list[str]:

@@ -236,7 +236,6 @@ _SCREEN_RULE = (f"the screen: more than {SCREEN_PP:g} pp behind its cell's best 
 PAPER_SCREENED: dict[str, dict[str, str]] = {
     "bbb_mixture": {
         "sigma0 x2": f"0.44 pp behind c1 'grid prior' on the 2x400 validation set ({_SCREEN_RULE})",
-        "grid prior, 2 samples": "not screened yet: its 2x400 run comes first, then the screen decides",
     },
     "bbb_gaussian": {
         "sigma_p e^-2": f"0.22 pp behind c0 'sigma_p e^-1' on the 2x400 validation set ({_SCREEN_RULE})"},

@@ -194,11 +194,11 @@ def test_the_screen_drops_at_800_and_1200_only_the_candidates_it_names_and_says_
         for w in (800, 1200):
             # the same candidates in the same order (so c0, c1 keep their names), less the dropped
             assert [c.label for c in M.cell_candidates(spec, m, w)] == [x for x in at400 if x not in dropped]
-            assert {label for label, _ in M.screen_lines(spec, m, w)} == dropped
-            for _, why in M.screen_lines(spec, m, w):
+            assert {label for label, _ in spec.screened_at(m, w).items()} == dropped
+            for _, why in spec.screened_at(m, w).items():
                 # how far behind it was, and the rule
                 assert "2x400 validation" in why and "0.2 pp" in why
-        assert M.screen_lines(spec, m, 400) == []
+        assert spec.screened_at(m, 400) == {}
     # the recipe and one more point of the paper's prior grid stay in the headline cell
     assert [c.label for c in M.cell_candidates(spec, "bbb_mixture", 1200)] == [
         "recipe", "grid prior", "grid prior, 2 samples"]

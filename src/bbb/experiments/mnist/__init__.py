@@ -138,7 +138,6 @@ from .tables import (  # noqa: F401
     pct,
     quantile,
     recipes_md,
-    screen_lines,
     snr_db_of,
     snr_sentence,
     snr_stats,

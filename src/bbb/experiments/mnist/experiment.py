@@ -101,7 +101,7 @@ def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
                              f"{tables.candidate_name(j)}: {tables.hyper_text(m, j.config)}")
                 if j.reason:
                     lines.append(f"        why: {j.reason}")
-            for label, why in tables.screen_lines(cfg.spec, m, w):
+            for label, why in cfg.spec.screened_at(m, w).items():
                 lines.append(f"    not trained here, {label!r}: {why}")
             for j in sj:
                 state, _ = _job_state(j)

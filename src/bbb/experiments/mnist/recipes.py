@@ -182,7 +182,7 @@ _PAPER_MIXTURE: list[Candidate] = [
               "the paper's other tuned setting, the number of weight samples averaged per gradient "
               "(its grid: 1, 2, 5, 10; chosen on validation): 2, the cheapest step from 1 (about "
               "1.8x the time of an epoch), on c1 'grid prior', the 2x400 cell's selection; "
-              "added in the seventh sitting, after the other three had finished at 2x400"),
+              "added after the other three had finished at 2x400"),
 ]
 
 
@@ -246,18 +246,13 @@ PAPER_SCREENED: dict[str, dict[str, str]] = {
 SCREENED_WIDTHS = (800, 1200)
 
 
-def _screened(method: str, cands: list[Candidate]) -> list[Candidate]:
-    drop = PAPER_SCREENED.get(method, {})
-    return [c for c in cands if c.label not in drop]
-
-
-#: The paper budget's candidates, per cell: every candidate at 2x400, the screened lists at
-#: 2x800 and 2x1200
+#: The paper budget's candidates, per cell (the same lists at every width; :func:`cell_candidates`
+#: leaves out what the budget's screen removed at a width)
 _PAPER_CANDIDATES: dict[tuple[str, int], list[Candidate]] = {
-    (m, w): (_screened(m, cands) if w in SCREENED_WIDTHS else cands)
-    for m, cands in (("bbb_mixture", _PAPER_MIXTURE), ("bbb_gaussian", _PAPER_GAUSSIAN),
-                     ("sgd", _PAPER_SGD), ("dropout", _PAPER_DROPOUT))
-    for w in WIDTHS
+    **{("bbb_mixture", w): _PAPER_MIXTURE for w in WIDTHS},
+    **{("bbb_gaussian", w): _PAPER_GAUSSIAN for w in WIDTHS},
+    **{("sgd", w): _PAPER_SGD for w in WIDTHS},
+    **{("dropout", w): _PAPER_DROPOUT for w in WIDTHS},
 }
 
 
@@ -333,11 +328,13 @@ BUDGETS: dict[str, BudgetSpec] = {
 
 
 def cell_candidates(spec: BudgetSpec, method: str, hidden: int) -> list[Candidate]:
-    """The candidates of one cell: ``spec.candidates[(method, hidden)]``, else ``[method]``."""
+    """The candidates of one cell: ``spec.candidates[(method, hidden)]``, else ``[method]``, less
+    those the budget's screen removed at this width (:meth:`BudgetSpec.screened_at`), in order."""
     cands = spec.candidates.get((method, hidden))
     if cands is None:
         cands = spec.candidates[method]
-    return list(cands)
+    drop = spec.screened_at(method, hidden)
+    return [c for c in cands if c.label not in drop]
 
 
 #: Seconds per epoch on the full 50,000 images, training plus the validation pass (where they

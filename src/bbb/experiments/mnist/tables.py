@@ -30,7 +30,6 @@ from .recipes import (
     PAPER_TABLE2,
     PRUNE_FRACTIONS,
     WIDTHS,
-    BudgetSpec,
     Candidate,
     cell_candidates,
     rho_sigma,
@@ -311,11 +310,6 @@ def recipes_md() -> list[str]:
     return lines
 
 
-def screen_lines(spec: BudgetSpec, method: str, hidden: int) -> list[tuple[str, str]]:
-    """(label, why) of each candidate the budget's screen removed from this cell."""
-    return list(spec.screened_at(method, hidden).items())
-
-
 def _candidates_md(cfg: ReproduceConfig) -> list[str]:
     """Every candidate of this budget with the reason it is there (one list per method when
     the widths share it)."""
@@ -339,7 +333,8 @@ def _candidates_md(cfg: ReproduceConfig) -> list[str]:
                 tc = train_config(cfg, m, widths[0], c.settings, 0)
                 lines.append(f"  - c{i}{f' {c.label!r}' if c.label else ''}: {hyper_text(m, tc)}. "
                              f"Why: {c.reason}.")
-            lines += [f"  - not trained here, {label!r}: {why}" for label, why in screen_lines(spec, m, widths[0])]
+            lines += [f"  - not trained here, {label!r}: {why}"
+                      for label, why in spec.screened_at(m, widths[0]).items()]
     return lines
 
 

@@ -13,6 +13,7 @@ import torch
 
 import bbb.functional as F
 from bbb.cli import main
+from bbb.experiments.bandit import BanditConfig
 
 
 def blobs(n_train: int = 240, n_val: int = 60, n_test: int = 60, d: int = 12, c: int = 3, spread: float = 2.0,
@@ -70,3 +71,20 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def summary(out: Path, run: str) -> dict[str, Any]:
     return json.loads((out / "runs" / run / "summary.json").read_text())
 
+
+def tiny_mushrooms(n: int = 40, groups: int = 3, values: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """One-hot contexts of ``groups`` attributes with ``values`` values each; edibility a rule."""
+    g = torch.Generator().manual_seed(seed)
+    attr = torch.randint(0, values, (n, groups), generator=g)
+    ctx = torch.zeros(n, groups * values)
+    ctx[torch.arange(n).unsqueeze(1), attr + values * torch.arange(groups)] = 1.0
+    edible = attr[:, 0] != 0
+    return ctx, edible
+
+
+def tiny_bandit_config(**kw: Any) -> BanditConfig:
+    """A bandit config small enough for a test: two seeds, a 8x6 network, 120 steps."""
+    base = dict(steps=120, seeds=(0, 1), updates_per_step=2, batch_size=8, buffer=32,
+                hidden=(8, 6), log_every=40, quiet=True, checkpoint_every=1e9)
+    base.update(kw)
+    return BanditConfig(**base)

@@ -1,16 +1,11 @@
 """The mushroom bandit: environment bookkeeping, members that train exactly as the BayesMLPs they
-stand for, fresh and reproducible noise, a tiny end-to-end run with resume, a clean stop on
-SIGTERM and Ctrl-C, and user errors. Everything runs on small synthetic data."""
+stand for, fresh and reproducible noise, a tiny end-to-end run with resume (stops and user errors:
+test_bandit_cli.py). Everything runs on small synthetic data."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,29 +22,12 @@ from bbb.experiments.bandit import (
     expected_rewards,
     mushroom_rewards,
     oracle_rewards,
-    parse_agent,
     run_bandit,
     step_regrets,
 )
 from bbb.nn import OneHot, SampleProvider, providing_samples, sampling
 from bbb.random import normal
-
-
-def _tiny_data(n: int = 40, groups: int = 3, values: int = 3, seed: int = 0):
-    """One-hot contexts of ``groups`` attributes with ``values`` values each; edibility a rule."""
-    g = torch.Generator().manual_seed(seed)
-    attr = torch.randint(0, values, (n, groups), generator=g)
-    ctx = torch.zeros(n, groups * values)
-    ctx[torch.arange(n).unsqueeze(1), attr + values * torch.arange(groups)] = 1.0
-    edible = attr[:, 0] != 0
-    return ctx, edible
-
-
-def _tiny_cfg(**kw) -> BanditConfig:
-    base = dict(steps=120, seeds=(0, 1), updates_per_step=2, batch_size=8, buffer=32,
-                hidden=(8, 6), log_every=40, quiet=True, checkpoint_every=1e9)
-    base.update(kw)
-    return BanditConfig(**base)
+from testkit import read_csv, tiny_bandit_config, tiny_mushrooms
 
 
 def _filled(cfg: BanditConfig, members, ctx, edible, steps: int = 20, **kw) -> Population:
@@ -104,8 +82,8 @@ def test_env_draws_depend_on_seed_only_and_extend():
 
 
 def test_population_sees_the_mushrooms_and_bookkeeps_regret():
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(steps=30, agents=("greedy", "egreedy_1"), seeds=(5,))
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(steps=30, agents=("greedy", "egreedy_1"), seeds=(5,))
     pop = Population(cfg, [("greedy", 5), ("egreedy_1", 5)], ctx, edible)
     pop.run(30)
     idx, lucky = B.env_draws(5, 30, ctx.shape[0])
@@ -125,10 +103,10 @@ def test_population_sees_the_mushrooms_and_bookkeeps_regret():
 
 
 def test_kl_data_size_modes():
-    ctx, edible = _tiny_data()
+    ctx, edible = tiny_mushrooms()
     sizes = {}
     for mode in ("buffer", "seen"):
-        pop = Population(_tiny_cfg(kl_data=mode), [("bbb", 0)], ctx, edible)
+        pop = Population(tiny_bandit_config(kl_data=mode), [("bbb", 0)], ctx, edible)
         sizes[mode] = [pop.kl_data_size(t) for t in (1, 10, 32, 100)]
     assert sizes == {"buffer": [1, 10, 32, 32], "seen": [1, 10, 32, 100]}
 
@@ -174,9 +152,9 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
     population has the parameters of a BayesMLP trained alone on the plain autograd path
     (bbb.ELBO, torch.optim); the deterministic members as the same network in mean mode
     trained on the likelihood plus the L2 penalty wd |w|^2 / (2 noise^2) (the BBB members never see it)."""
-    ctx, edible = _tiny_data()
+    ctx, edible = tiny_mushrooms()
     members = [("bbb", 0), ("greedy", 1), ("egreedy_0.05", 2), ("bbb", 3)]
-    cfg = _tiny_cfg(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3), optimizer=optimizer,
+    cfg = tiny_bandit_config(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3), optimizer=optimizer,
                     lr=0.02 if optimizer == "sgd" else 0.01, prior=prior, prior_sigma=0.7, pi=0.3, sigma2=0.05,
                     sigma_init=0.1, noise_sigma=2.0, kl_scale=0.5, kl_weighting=weighting, updates_per_step=3,
                     weight_decay=wd)
@@ -217,8 +195,8 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
 
 
 def test_training_noise_is_fresh_for_every_update_and_a_run_reproducible_from_its_seed():
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(agents=("bbb", "greedy"), seeds=(0,), updates_per_step=1)
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(agents=("bbb", "greedy"), seeds=(0,), updates_per_step=1)
     pop = _filled(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
     seen = []
     for _ in range(2):
@@ -231,7 +209,7 @@ def test_training_noise_is_fresh_for_every_update_and_a_run_reproducible_from_it
     assert torch.allclose(seen[0].flatten(), _member_noise_flat(pop, 0), atol=1e-4)
 
     def run(train_seed):
-        p = Population(_tiny_cfg(steps=40), [("bbb", 0), ("greedy", 0), ("bbb", 1)], ctx, edible,
+        p = Population(tiny_bandit_config(steps=40), [("bbb", 0), ("greedy", 0), ("bbb", 1)], ctx, edible,
                        train_seed=train_seed)
         p.run(40)
         return p
@@ -250,8 +228,8 @@ def _member_noise_flat(pop: Population, counter: int) -> torch.Tensor:
 
 
 def test_initial_weights_depend_on_the_seed_only():
-    ctx, edible = _tiny_data()
-    pop = Population(_tiny_cfg(), [("bbb", 0), ("greedy", 0), ("greedy", 1)], ctx, edible)
+    ctx, edible = tiny_mushrooms()
+    pop = Population(tiny_bandit_config(), [("bbb", 0), ("greedy", 0), ("greedy", 1)], ctx, edible)
     assert torch.equal(pop.net.bayes[0].weight_mu[0], pop.net.det[0].weight[0])
     assert not torch.equal(pop.net.det[0].weight[0], pop.net.det[0].weight[1])
     assert softplus(pop.net.bayes[0].weight_rho).sub(0.05).abs().max() < 1e-6
@@ -262,23 +240,18 @@ def test_initial_weights_depend_on_the_seed_only():
 # --------------------------------------------------------------------------------------------
 
 
-def _read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
-    ctx, edible = _tiny_data()
+    ctx, edible = tiny_mushrooms()
     out = tmp_path / "bandit"
-    res = run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
+    res = run_bandit(tiny_bandit_config(out=str(out)), contexts=ctx, edible=edible)
     assert set(res["files"]) >= {"regret.csv", "summary.csv", "summary.json", "regret.png", "eating.png",
                                  "config.json"}
-    rows = _read_csv(out / "regret.csv")
+    rows = read_csv(out / "regret.csv")
     assert list(rows[0]) == B.REGRET_COLUMNS
     assert len(rows) == 3 * 4 * 2  # log points x agents x seeds
     assert {r["agent"] for r in rows} == {"bbb", "greedy", "egreedy_0.01", "egreedy_0.05"}
     assert {int(r["step"]) for r in rows} == {40, 80, 120}
-    summary = _read_csv(out / "summary.csv")
+    summary = read_csv(out / "summary.csv")
     assert list(summary[0]) == B.SUMMARY_COLUMNS
     assert [s["agent"] for s in summary] == ["bbb", "greedy", "egreedy_0.01", "egreedy_0.05"]
     assert all(int(s["steps"]) == 120 and int(s["seeds"]) == 2 for s in summary)
@@ -301,15 +274,15 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
     assert (out / "checkpoint" / "worker0.pt").exists()
 
     # a longer run in the same folder continues from the checkpoint
-    res2 = run_bandit(_tiny_cfg(out=str(out), steps=160), contexts=ctx, edible=edible)
-    rows2 = _read_csv(out / "regret.csv")
+    res2 = run_bandit(tiny_bandit_config(out=str(out), steps=160), contexts=ctx, edible=edible)
+    rows2 = read_csv(out / "regret.csv")
     assert {int(r["step"]) for r in rows2} == {40, 80, 120, 160}
     assert [r for r in rows2 if int(r["step"]) <= 120] == rows
     assert res2["summary"][0]["steps"] == 160
 
     # other settings in the same folder: a one-line user error
     with pytest.raises(UserError, match="other settings"):
-        run_bandit(_tiny_cfg(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
+        run_bandit(tiny_bandit_config(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
 
 
 def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
@@ -318,14 +291,14 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
     UserError naming the holder, and nothing is written; once it lets go, the run goes ahead."""
     from bbb.runs import RunDirBusy, lock_run_dir
 
-    ctx, edible = _tiny_data()
+    ctx, edible = tiny_mushrooms()
     out = tmp_path / "bandit"
     out.mkdir()
     with lock_run_dir(out):
         with pytest.raises(RunDirBusy, match=rf"in use: another bbb process \(pid {os.getpid()}\)"):
-            run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
+            run_bandit(tiny_bandit_config(out=str(out)), contexts=ctx, edible=edible)
     assert not (out / "checkpoint").exists() and not (out / "summary.json").exists()
-    run_bandit(_tiny_cfg(out=str(out)), contexts=ctx, edible=edible)
+    run_bandit(tiny_bandit_config(out=str(out)), contexts=ctx, edible=edible)
     assert (out / "summary.json").exists()
 
 
@@ -407,8 +380,8 @@ def test_figure6_marks_hold_or_fail_on_the_numbers_compared():
 def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
     """A run stopped after 25 steps (Ctrl-C, SIGTERM, a dead parent) checkpoints and returns
     False; resumed, it ends with the state of a run never stopped."""
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(steps=60, agents=("bbb", "greedy"), seeds=(0,), optimizer=optimizer, lr=0.01,
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(steps=60, agents=("bbb", "greedy"), seeds=(0,), optimizer=optimizer, lr=0.01,
                     kl_data="seen", kl_weighting="blundell")
     members = [("bbb", 0), ("greedy", 0)]
     ck = tmp_path / "w.pt"
@@ -425,7 +398,7 @@ def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
     for a, b in zip(resumed.net.parameters(), whole.net.parameters()):
         assert torch.equal(a, b)
     with pytest.raises(UserError, match="other settings"):
-        Population(_tiny_cfg(steps=60, agents=("bbb", "greedy"), seeds=(0,)), members, ctx, edible).load(ck)
+        Population(tiny_bandit_config(steps=60, agents=("bbb", "greedy"), seeds=(0,)), members, ctx, edible).load(ck)
     st = torch.load(ck, weights_only=True)
     st["format"] = 1
     torch.save(st, ck)
@@ -434,8 +407,8 @@ def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
 
 
 def test_two_workers_run_and_merge(tmp_path):
-    ctx, edible = _tiny_data()
-    res = run_bandit(_tiny_cfg(out=str(tmp_path), workers=2, steps=40), contexts=ctx, edible=edible)
+    ctx, edible = tiny_mushrooms()
+    res = run_bandit(tiny_bandit_config(out=str(tmp_path), workers=2, steps=40), contexts=ctx, edible=edible)
     assert len(res["regret_rows"]) == 1 * 4 * 2
     assert len(res["summary"]) == 4
 
@@ -453,10 +426,10 @@ def test_plot_regret_handles_zero_regret_and_draws_on_ax_or_returns_the_figure(t
 
 
 def test_quiet_prints_the_results_only(tmp_path, capsys):
-    ctx, edible = _tiny_data()
+    ctx, edible = tiny_mushrooms()
     for quiet in (True, False):
-        run_bandit(_tiny_cfg(steps=20, seeds=(0,), out=str(tmp_path / str(quiet)), quiet=quiet, progress_every=0.0),
-                   contexts=ctx, edible=edible)
+        cfg = tiny_bandit_config(steps=20, seeds=(0,), out=str(tmp_path / str(quiet)), quiet=quiet, progress_every=0.0)
+        run_bandit(cfg, contexts=ctx, edible=edible)
         lines = capsys.readouterr().out.splitlines()
         results = [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")]
         assert results[:4] == list(DEFAULT_AGENTS)
@@ -466,156 +439,3 @@ def test_quiet_prints_the_results_only(tmp_path, capsys):
         assert (progress == []) == quiet, lines
 
 
-# --------------------------------------------------------------------------------------------
-# SIGTERM through the command line, Ctrl-C in process
-# --------------------------------------------------------------------------------------------
-
-CHILD = r"""
-import dataclasses, sys, torch
-import bbb.data
-import bbb.experiments.bandit.command as C
-from bbb.cli.entry import main
-g = torch.Generator().manual_seed(0)
-attr = torch.randint(0, 3, (40, 3), generator=g)
-ctx = torch.zeros(40, 9)
-ctx[torch.arange(40).unsqueeze(1), attr + 3 * torch.arange(3)] = 1.0
-bbb.data.load_mushroom = lambda *a, **k: (ctx, attr[:, 0] != 0)
-plain = C.config_from_args
-C.config_from_args = lambda a: dataclasses.replace(plain(a), progress_every=0.0)  # a line every step
-sys.exit(main(sys.argv[1:]))
-"""
-
-ARGS = ["bandit", "--steps", "200", "--seeds", "0", "1", "--agents", "bbb", "greedy", "--hidden", "8", "6",
-        "--updates-per-step", "2", "--batch-size", "8", "--buffer", "32", "--log-every", "10", "--device", "cpu"]
-
-
-def _child(out: Path) -> subprocess.Popen:
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", CHILD, *ARGS, "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-
-
-def _stop_at(p: subprocess.Popen, step: int, sig: int) -> tuple[int, str]:
-    """Send ``sig`` once the child reports ``step`` or later; its exit code and stderr."""
-    for line in p.stdout:
-        if line.startswith("bandit: step ") and int(line.split()[2].split("/")[0]) >= step:
-            p.send_signal(sig)
-            break
-    _, err = p.communicate(timeout=120)
-    return p.returncode, err
-
-
-def test_sigterm_saves_says_what_was_kept_and_the_same_command_resumes_exactly(tmp_path):
-    ref = _child(tmp_path / "ref")
-    assert ref.wait(timeout=300) == 0, ref.stderr.read()
-    out = tmp_path / "stopped"
-    rc, err = _stop_at(_child(out), 60, signal.SIGTERM)
-    lines = err.strip().splitlines()
-    assert rc == 130 and len(lines) == 1, err
-    assert "stopped by SIGTERM at step" in lines[0] and "worker0.pt" in lines[0] and "resume" in lines[0]
-    assert 60 <= int(lines[0].split("at step ")[1].split()[0]) < 200
-    last = _child(out)
-    assert last.wait(timeout=300) == 0, last.stderr.read()
-    assert (out / "regret.csv").read_bytes() == (tmp_path / "ref" / "regret.csv").read_bytes()
-    drop = [c for c in B.SUMMARY_COLUMNS if c != "seconds"]
-    assert [[r[c] for c in drop] for r in _read_csv(out / "summary.csv")] == \
-        [[r[c] for c in drop] for r in _read_csv(tmp_path / "ref" / "summary.csv")]
-
-
-def test_ctrl_c_stops_after_the_current_step_and_resumes_exactly(tmp_path, monkeypatch):
-    """SIGINT while run_bandit runs: the step finishes, the checkpoint is saved, the one-line
-    TrainingInterrupted names what was kept; the same call resumes to the uninterrupted result."""
-    from bbb.runs import TrainingInterrupted
-
-    ctx, edible = _tiny_data()
-    cfg = _tiny_cfg(steps=80, agents=("bbb", "greedy"), log_every=10)
-    whole = run_bandit(cfg, contexts=ctx, edible=edible)
-    act = Population._act_and_learn
-
-    def act_then_interrupt(self, t):
-        act(self, t)
-        if t == 30:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(Population, "_act_and_learn", act_then_interrupt)
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(TrainingInterrupted, match="stopped by SIGINT at step 31 of 80; kept") as e:
-        run_bandit(cfg, contexts=ctx, edible=edible, out=str(tmp_path))
-    assert signal.getsignal(signal.SIGINT) is before and "worker0.pt" in str(e.value)
-    monkeypatch.setattr(Population, "_act_and_learn", act)
-    resumed = run_bandit(cfg, contexts=ctx, edible=edible, out=str(tmp_path))
-    assert resumed["regret_rows"] == whole["regret_rows"]
-
-
-# --------------------------------------------------------------------------------------------
-# User errors
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["thompson", "egreedy_2", "egreedy_x", ""])
-def test_bad_agent_names(name):
-    with pytest.raises(UserError):
-        parse_agent(name)
-
-
-def test_agent_names():
-    assert parse_agent("BBB").bayesian
-    assert parse_agent("egreedy_0.05").epsilon == 0.05
-    assert not parse_agent("greedy").bayesian
-
-
-@pytest.mark.parametrize("kw", [dict(steps=0), dict(seeds=(0, 0)), dict(seeds=()), dict(lr=-1.0),
-                                dict(batch_size=0), dict(buffer=0), dict(hidden=()), dict(agents=("bbb", "bbb")),
-                                dict(noise_sigma=0.0), dict(seeds=(-1,)), dict(device="tpu"),
-                                dict(prior="laplace"), dict(pi=1.0), dict(kl_data="fill"), dict(kl_scale=0.0),
-                                dict(optimizer="rmsprop"), dict(kl_weighting="linear"), dict(sigma_init=float("nan")),
-                                dict(lr=float("inf")), dict(weight_decay=-0.1), dict(weight_decay=float("nan"))])
-def test_bad_settings_raise_user_error(kw):
-    ctx, edible = _tiny_data()
-    with pytest.raises(UserError):
-        run_bandit(_tiny_cfg(**kw), contexts=ctx, edible=edible)
-
-
-def test_bad_data_raises_user_error():
-    ctx, edible = _tiny_data()
-    with pytest.raises(UserError):
-        Population(_tiny_cfg(), [("bbb", 0)], ctx, edible[:-1])
-
-
-def test_cli_parser_and_errors(tmp_path, capsys, monkeypatch):
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    B.add_arguments(parser)
-    assert "Example" in (parser.epilog or "")
-    args = parser.parse_args(["--out", str(tmp_path), "--seeds", "3", "--steps", "5", "--quiet",
-                              "--data-dir", str(tmp_path), "--device", "cpu", "--optimizer", "sgd",
-                              "--kl-data", "seen", "--kl-weighting", "blundell", "--prior", "mixture",
-                              "--weight-decay", "0.001"])
-    cfg = B.config_from_args(args)
-    assert cfg.weight_decay == 0.001 and cfg.training_key()["weight_decay"] == 0.001
-    assert "weight_decay" not in B.BanditConfig().training_key()  # checkpoints from before the option resume
-    assert cfg.seeds == (3,) and cfg.steps == 5 and cfg.quiet and cfg.data_dir == str(tmp_path)
-    assert (cfg.optimizer, cfg.kl_data, cfg.kl_weighting, cfg.prior) == ("sgd", "seen", "blundell", "mixture")
-    cli = pytest.importorskip("bbb.cli")
-    for argv, word in ((["--steps", "0"], "steps"), (["--optimizer", "rmsprop"], "optimizer"),
-                       (["--kl-data", "fill"], "kl-data"), (["--lr", "nan"], "lr")):
-        try:
-            rc = cli.main(["bandit", "--out", str(tmp_path / "x"), *argv])
-        except SystemExit as e:  # argparse's own one-line error (choices)
-            rc = e.code
-        assert rc == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and word in err[0], err
-    # a data problem is a one-line error too
-    import bbb.data
-    from bbb.errors import DataError
-
-    def missing(*a, **k):
-        raise DataError("mushroom/agaricus-lepiota.data not found")
-
-    monkeypatch.setattr(bbb.data, "load_mushroom", missing)
-    rc = cli.main(["bandit", "--out", str(tmp_path / "y"), "--steps", "3"])
-    assert rc == 2
-    assert "agaricus" in capsys.readouterr().err

@@ -260,13 +260,16 @@ class ScaleMixturePrior(Prior):
         b = self._c2 + self._h2 * w2
         diff = a - b
         e = torch.exp(-torch.abs(diff).clamp_(max=_MAX_GAP))  # in [e^-80, 1]
-        lp = torch.maximum(a, b).add_(torch.log(e.add_(1.0)))
+        e1 = e + 1.0
+        lp = torch.maximum(a, b).add_(torch.log(e1))
         # d/dw = 2 w (h1 r1 + h2 r2) = 2 w (h1 + (h2 - h1) r2), with r2 = sigmoid(b - a) the
         # responsibility of component 2. Written through r2, not r1: where component 1 dominates
         # (r1 = 1 in float32) h1 + (h2 - h1) r2 stays exact, whereas h2 + (h1 - h2) r1 cancels
         # two numbers of size |h2| ~ 6e5 (sigma2 = e^-7) down to h1 = -0.5 with an error of
-        # up to 0.1. The clamp keeps exp inside sigmoid out of the denormal range (see _MAX_GAP).
-        r2 = torch.sigmoid(diff.neg_().clamp_(-_MAX_GAP, _MAX_GAP))
+        # up to 0.1. sigmoid(b - a) from the same e = exp(-|a - b|): e / (1 + e) where a >= b,
+        # else 1 / (1 + e); one exp per weight for the density and the responsibility.
+        inv = e1.reciprocal_()
+        r2 = torch.where(diff >= 0, e * inv, inv)
         g = w * r2.mul_(2.0 * (self._h2 - self._h1)).add_(2.0 * self._h1)
         return lp, g
 

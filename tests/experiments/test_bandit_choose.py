@@ -83,3 +83,30 @@ def test_stage_two_falls_back_to_the_lowest_regret_when_no_run_is_flatter_than_g
 def test_no_learner_run_is_a_one_line_error(tmp_path):
     r = _choose(tmp_path)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "learner-" in r.stderr
+
+
+STAGE_TWO_RUNS = 7  # b1-b7 in SELECTION.md's plan
+
+
+def test_bbb_bandit_defaults_are_the_committed_selections_choice():
+    """Once the seven stage-2 runs are committed, ``bbb bandit``'s defaults must be the recipe that
+    choose.py picks from them (SELECTION.md: the chosen flags become the CLI's defaults)."""
+    from bbb.experiments.bandit import BanditConfig
+
+    root = CHOOSE.parent / "selection"
+    done = sorted(p.parent.name for p in root.glob("b*/summary.json"))
+    if len(done) < STAGE_TWO_RUNS:
+        pytest.skip(f"the selection is not finished ({len(done)} of {STAGE_TWO_RUNS} stage-2 runs committed)")
+    r = _choose(root)
+    assert r.returncode == 0, r.stderr
+    recipe = r.stdout.strip().splitlines()[-1]
+    assert recipe.startswith("the recipe: ")
+    words = recipe[len("the recipe: "):].split()
+    default = BanditConfig()
+    for flag, value in zip(words[::2], words[1::2]):
+        attr = flag.lstrip("-").replace("-", "_")
+        have = getattr(default, attr)
+        if isinstance(have, str):
+            assert have == value, (flag, have, value)
+        else:
+            assert have == pytest.approx(float(value), rel=1e-3), (flag, have, value)

@@ -36,6 +36,8 @@ done_or_run b5-noise03-seen      $B $G --noise-sigma 0.3 --kl-data seen   --sigm
 done_or_run b6-noise01-seen-blundell $B $G --noise-sigma 0.1 --kl-data seen --sigma-init 0.05 --kl-weighting blundell
 done_or_run b7-mixture-noise01-seen $B --prior mixture --pi 0.5 --sigma1 1 --sigma2 0.0025 --noise-sigma 0.1 \
   --kl-data seen --sigma-init 0.05
+# b8, added after b1-b6 had finished (SELECTION.md): b4's sigma0 and b6's KL weighting together
+done_or_run b8-noise01-seen-blundell-s0067 $B $G --noise-sigma 0.1 --kl-data seen --sigma-init 0.0067 --kl-weighting blundell
 
 # The table SELECTION.md quotes and both stages' choices
 $PY "$(dirname "$0")/choose.py" "$OUT"

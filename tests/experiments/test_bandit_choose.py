@@ -85,11 +85,11 @@ def test_no_learner_run_is_a_one_line_error(tmp_path):
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "learner-" in r.stderr
 
 
-STAGE_TWO_RUNS = 7  # b1-b7 in SELECTION.md's plan
+STAGE_TWO_RUNS = 8  # b1-b8 in SELECTION.md's plan
 
 
 def test_bbb_bandit_defaults_are_the_committed_selections_choice():
-    """Once the seven stage-2 runs are committed, ``bbb bandit``'s defaults must be the recipe that
+    """Once every stage-2 run of the plan is committed, ``bbb bandit``'s defaults must be the recipe that
     choose.py picks from them (SELECTION.md: the chosen flags become the CLI's defaults)."""
     from bbb.experiments.bandit import BanditConfig
 

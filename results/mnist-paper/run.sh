@@ -33,4 +33,5 @@ else
   step --cells bbb-mixture:800
   step --cells bbb-gaussian,sgd:400,sgd:800,dropout:400,dropout:800
 fi
-$PY -m bbb reproduce mnist --budget paper --out "$RESULTS" --report
+# from the checkout RESULTS lies in, so that the tables name the folder as the repository does
+(cd "$RESULTS/../.." && $PY -m bbb reproduce mnist --budget paper --out "results/$(basename "$RESULTS")" --report)

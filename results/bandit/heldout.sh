@@ -8,6 +8,7 @@
 #     WORKERS=1 setsid nohup bash results/bandit/heldout.sh >> /work/bandit-heldout.log 2>&1 &
 # Working folder (with checkpoints): $OUT. When the run has finished, its results (not its
 # checkpoints) are copied into $RESULTS (default: this folder), replacing the previous run's; commit them.
+# `python results/bandit/tables.py results/bandit` then prints the README's tables from them.
 set -ex -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg

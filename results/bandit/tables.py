@@ -61,7 +61,16 @@ def main() -> int:
     if not (args.folder / "summary.csv").is_file():
         print(f"{args.folder} has no summary.csv: the run is not finished", file=sys.stderr)
         return 1
-    agents, curves = load(args.folder)
+    try:
+        return report(args.folder)
+    except (OSError, KeyError, ValueError) as e:  # a missing file or column, an older run's format
+        print(f"{args.folder}: cannot read its regret.csv / summary.csv ({type(e).__name__}: {e}); "
+              "give a folder written by this version of bbb bandit", file=sys.stderr)
+        return 1
+
+
+def report(folder: Path) -> int:
+    agents, curves = load(folder)
     seeds = sorted({s for _, s in curves})
     last = min(max(c) for c in curves.values())
     head = "| | " + " | ".join(name(a) for a in agents) + " |\n|---|" + "---:|" * len(agents)
@@ -69,7 +78,7 @@ def main() -> int:
     print(f"Final regret at {last:,} steps (summary.csv; mean +- sd over {len(seeds)} seeds):\n")
     print("| agent | realised regret | expected regret | expected regret per step, last 10,000 | "
           "eats, first / last 1,000 steps |\n|---|---:|---:|---:|---:|")
-    with (args.folder / "summary.csv").open(newline="") as f:
+    with (folder / "summary.csv").open(newline="") as f:
         for r in csv.DictReader(f):
             realised = f"{float(r['final_regret_mean']):,.0f} +- {float(r['final_regret_sd']):,.0f}"
             print(f"| {name(r['agent'])} | {realised} | "

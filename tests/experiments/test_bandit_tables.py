@@ -45,3 +45,12 @@ def test_tables_mark_the_lowest_mean_and_count_bbbs_seeds_below_greedy(tmp_path)
 def test_an_unfinished_run_is_a_one_line_error(tmp_path):
     r = subprocess.run([sys.executable, str(TABLES), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "not finished" in r.stderr
+
+
+def test_an_older_runs_summary_is_a_one_line_error(tmp_path):
+    _run(tmp_path)
+    rows = (tmp_path / "summary.csv").read_text().splitlines()
+    old = [",".join(r.split(",")[:7]) for r in rows]  # without the late rate and the eat rates
+    (tmp_path / "summary.csv").write_text("\n".join(old) + "\n")
+    r = subprocess.run([sys.executable, str(TABLES), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "this version" in r.stderr

@@ -1,8 +1,9 @@
 """Why an epsilon-greedy agent misses its regret floor: what its final network decides.
 
-Loads a finished `bbb bandit` run's checkpoint (its folder's checkpoint/worker0.pt; a run of one
-worker) and prints, for every member: the share of poisonous mushrooms its network would eat and
-of edible ones it would pass (over all 8,124, greedy decisions), the expected regret per step of
+Loads a finished `bbb bandit` run's checkpoints (its folder's checkpoint/worker<i>.pt, one per
+worker, members split as the run split them) and prints, for every member: the share of
+poisonous mushrooms its network would eat and of edible ones it would pass (over all 8,124,
+greedy decisions; a BBB member decides with its Thompson draws), the expected regret per step of
 those decisions, the poisonous eats in its replay buffer (+5 and -35), and how far (in differing
 attributes) the poisonous mushrooms it wrongly eats lie from a buffered poisonous eat that paid
 +5 or -35, against the same distances for every poisonous mushroom.
@@ -24,6 +25,7 @@ import torch
 from bbb.data import load_mushroom
 from bbb.experiments.bandit.config import EAT, PASS, BanditConfig
 from bbb.experiments.bandit.population import Population
+from bbb.experiments.bandit.running import split_members
 
 
 def _nearest(ci: torch.Tensor, targets: torch.Tensor, sources: torch.Tensor, width: int) -> torch.Tensor:
@@ -37,7 +39,7 @@ def _nearest(ci: torch.Tensor, targets: torch.Tensor, sources: torch.Tensor, wid
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", type=Path, help="a finished bbb bandit --out folder with checkpoint/worker0.pt")
+    ap.add_argument("run", type=Path, help="a finished bbb bandit --out folder with its checkpoint/ folder")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if not (args.run / "config.json").is_file():
@@ -47,9 +49,19 @@ def main() -> None:
     cfg = BanditConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items() if k in names})
     ctx, edible = load_mushroom(data_dir=os.environ.get("BBB_DATA"))[:2]
     e = edible.bool()
-    pop = Population(cfg, [(a, s) for a in cfg.agents for s in cfg.seeds], ctx, edible)
-    if not pop.load(args.run / "checkpoint" / "worker0.pt"):
-        raise SystemExit(f"{args.run}/checkpoint/worker0.pt not found (a run of one worker is needed)")
+    members = [(a, s) for a in cfg.agents for s in cfg.seeds]
+    groups = split_members(members, min(int(c.get("workers_used", cfg.workers)), len(members)))
+    printed = False
+    for i, group in enumerate(groups):
+        pop = Population(cfg, group, ctx, edible)
+        if not pop.load(args.run / "checkpoint" / f"worker{i}.pt"):
+            raise SystemExit(f"{args.run}/checkpoint/worker{i}.pt not found: give a run folder with its checkpoints")
+        _report(args.run, pop, ctx, e, header=not printed)
+        printed = True
+
+
+def _report(run: Path, pop: Population, ctx: torch.Tensor, e: torch.Tensor, header: bool) -> None:
+    """Print one worker's members (with the table header first if ``header``)."""
     n, p = ctx.shape[0], len(pop.members)
     with torch.no_grad():
         values = torch.stack([pop.values(pop.inputs(torch.full((p,), i)), 0) for i in range(n)], 1)
@@ -58,11 +70,12 @@ def main() -> None:
     lookup = {tuple(r): i for i, r in enumerate(ci.tolist())}
     eat_code = pop.num_features - 2 + EAT
     poisonous = torch.nonzero(~e).flatten()
-    print(f"{args.run} at step {pop.step}")
-    print("| member | poisonous eaten | edible passed | expected regret/step of these decisions | "
-          "buffered poisonous eats +5 / -35 | wrongly eaten: nearest buffered +5 / -35 (median attributes; "
-          "identical to a +5) | every poisonous: nearest +5 / -35 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    if header:
+        print(f"{run} at step {pop.step}")
+        print("| member | poisonous eaten | edible passed | expected regret/step of these decisions | "
+              "buffered poisonous eats +5 / -35 | wrongly eaten: nearest buffered +5 / -35 (median attributes; "
+              "identical to a +5) | every poisonous: nearest +5 / -35 |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
     for j, m in enumerate(pop.members):
         pe = eats[j][~e].float().mean().item()
         ep = (~eats[j][e]).float().mean().item()

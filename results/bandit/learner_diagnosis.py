@@ -53,7 +53,7 @@ def main() -> None:
     groups = split_members(members, min(int(c.get("workers_used", cfg.workers)), len(members)))
     printed = False
     for i, group in enumerate(groups):
-        pop = Population(cfg, group, ctx, edible)
+        pop = Population(cfg, group, ctx, edible, train_seed=i)  # as the run built worker i
         if not pop.load(args.run / "checkpoint" / f"worker{i}.pt"):
             raise SystemExit(f"{args.run}/checkpoint/worker{i}.pt not found: give a run folder with its checkpoints")
         _report(args.run, pop, ctx, e, header=not printed)

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from bbb.data import load_mushroom
+from bbb.errors import UserError
 from bbb.experiments.bandit.config import EAT, PASS, BanditConfig
 from bbb.experiments.bandit.population import Population
 from bbb.experiments.bandit.running import split_members
@@ -94,4 +95,7 @@ def _report(run: Path, pop: Population, ctx: torch.Tensor, e: torch.Tensor, head
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as e:  # an unreadable or mismatched checkpoint: one line, exit 1
+        raise SystemExit(f"error: {e}") from None

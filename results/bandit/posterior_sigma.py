@@ -33,12 +33,16 @@ def main() -> None:
           f"| sigma > {AT_PRIOR} |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for ck in files:
-        st = torch.load(ck, map_location="cpu", weights_only=True)
-        seeds = [int(s) for a, s in st["members"] if a == "bbb"]
+        try:
+            st = torch.load(ck, map_location="cpu", weights_only=True)
+            net, members = st["net"], st["members"]
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
+            raise SystemExit(f"cannot read {ck} as a bbb bandit checkpoint ({type(e).__name__})") from None
+        seeds = [int(s) for a, s in members if a == "bbb"]
         q = torch.tensor([0.05, 0.5, 0.95])
-        for layer in range(len({k.split(".")[1] for k in st["net"] if k.startswith("bayes.")})):
-            mu = st["net"][f"bayes.{layer}.weight_mu"]
-            sigma = F.softplus(st["net"][f"bayes.{layer}.weight_rho"])
+        for layer in range(len({k.split(".")[1] for k in net if k.startswith("bayes.")})):
+            mu = net[f"bayes.{layer}.weight_mu"]
+            sigma = F.softplus(net[f"bayes.{layer}.weight_rho"])
             for j, seed in enumerate(seeds):
                 s, m = sigma[j].flatten(), mu[j].abs().flatten()
                 lo, med, hi = torch.quantile(s, q).tolist()

@@ -11,6 +11,9 @@
 # 2-core Xeon, and would take 2.6 h on the 2-core AMD EPYC of the fourth sitting).
 # Working run directories (with checkpoints): $OUT. After each step the finished runs are copied to
 # $RESULTS/runs (sync.sh export: commit them), and the tables and figures are written in $RESULTS.
+# A sitting may end on a machine that the next one does not get back, OUT and all: at the end of
+# each sitting stop the jobs, `sync.sh park` (the unfinished runs, checkpoints included, into
+# $RESULTS/inflight) and commit; the next run.sh imports them and they resume.
 set -x
 here=$(cd "$(dirname "$0")" && pwd)
 export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg

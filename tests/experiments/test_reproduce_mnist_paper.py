@@ -394,6 +394,57 @@ def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_fini
     assert row["status"] == "ok" and int(row["candidate"]) == best and int(row["n_seeds"]) == 2
 
 
+def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monkeypatch):
+    """--seeds-of: while other candidates train elsewhere, the extra seed of a named candidate
+    trains now; it counts once the selection, made on validation as before, picks that candidate."""
+    monkeypatch.setitem(M.BUDGETS, "paper", tiny_paper_spec())
+    out, data = tmp_path / "mnist-paper", blobs4()
+    calls: list[str] = []
+
+    class Counting(T.JobCallbacks):
+        def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
+            calls.append(job.name)
+
+    logs: list[str] = []
+    cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
+                          candidates="c1", seeds=2, seeds_of="c0")
+    run_reproduce(cfg, data=data, log=logs.append, callbacks=Counting())
+    assert calls == ["bbb_mixture_1200_c1", "bbb_mixture_1200_s1"]
+    assert any("a seed of c0 trained ahead of the selection" in line and "c0 'recipe': not started" in line
+               for line in logs)
+    row = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}[("bbb_mixture", 1200)]
+    assert row["status"] == "incomplete"
+    calls.clear()
+    cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
+                          candidates="c0,c2", seeds=2)
+    run_reproduce(cfg, data=data, log=lambda s: None, callbacks=Counting())
+    names = ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2"]
+    vals = [summary(out, n)["val_error"] for n in names]
+    best = min(range(3), key=lambda i: (vals[i], i))
+    # the seed trained ahead is not trained again; another selection trains its own
+    assert calls == names[::2] + ([] if best == 0 else [M.run_name("bbb_mixture", 1200, best, 1)])
+    row = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}[("bbb_mixture", 1200)]
+    assert row["status"] == "ok" and int(row["candidate"]) == best and int(row["n_seeds"]) == 2
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"seeds_of": "c0,c1"}, "--seeds-of names one candidate, got c0,c1"),
+    ({"seeds_of": "x"}, "--seeds-of: 'x' is not a candidate"),
+    ({"seeds_of": "c5"}, "bbb-mixture:1200 has 3 candidate(s) at the paper budget (c0,c1,c2), not c5"),
+    ({"seeds_of": "c0", "cells": "sgd:1200"}, "none of the cells sgd:1200 has extra seeds"),
+    ({"seeds_of": "c0", "seeds": 1}, "add them: --seeds 0 1"),
+])
+def test_bad_seeds_of_is_a_one_line_error(tmp_path, kwargs, words):
+    with pytest.raises(UserError) as e:
+        ReproduceConfig(**{"budget": "paper", "out": str(tmp_path), "cells": "bbb-mixture:1200", **kwargs})
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_seeds_of_is_in_the_resume_line(tmp_path):
+    cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200", candidates="c1", seeds_of="c0")
+    assert M.command_line(cfg).endswith("--cells bbb-mixture:1200 --candidates c1 --seeds-of c0")
+
+
 @pytest.mark.parametrize("cands, words", [
     ("c", "is not a candidate"), ("x1", "is not a candidate"), (",", "names no candidate"),
     ("c3", "has 3 candidate(s) at the paper budget (c0,c1,c2), not c3"),

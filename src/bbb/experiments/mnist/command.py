@@ -64,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "selected (and its extra seeds trained) once all its candidates have "
                              "finished, so a sitting too short for a whole cell can train one candidate; "
                              "default: all")
+    parser.add_argument("--seeds-of", default=None, metavar="CAND",
+                        help="train the extra seeds of this one candidate (e.g. c0) now, before the cell's "
+                             "selection is final, so that a free core need not wait for the other "
+                             "candidates (training elsewhere); they count only if the validation error "
+                             "then selects it; default: wait for the selection")
     parser.add_argument("--dataset", choices=list(DATASETS), default="mnist",
                         help="mnist or fashion-mnist (paper numbers for mnist only) (default: mnist)")
     add_seeds(parser, None, "the seeds of the budget's seed cells, numbered from 0: '0', '0 1', '0 1 2', ... "
@@ -88,6 +93,6 @@ def main(args: argparse.Namespace) -> int:
     cfg = ReproduceConfig(experiment=args.experiment, budget=args.budget, out=args.out,
                           dataset=args.dataset, seeds=seed_count(args.seeds), device=args.device,
                           data_dir=args.data_dir, quiet=args.quiet, cells=args.cells,
-                          candidates=args.candidates)
+                          candidates=args.candidates, seeds_of=args.seeds_of)
     run_reproduce(cfg, plan_only=args.plan, report_only=args.report)
     return 0

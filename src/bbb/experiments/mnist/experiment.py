@@ -235,6 +235,11 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
     seeds: list[Job] = []
     for placeholder in extra:
         c = selected[placeholder.cell]
+        if isinstance(c, str) and cfg.seeds_of is not None:
+            log(f"seed {placeholder.seed} of {cells_text([placeholder.cell])}: a seed of c{cfg.seeds_of} trained ahead "
+                f"of the selection (--seeds-of); it counts only if the validation error selects c{cfg.seeds_of} "
+                f"({c})")
+            c = cfg.seeds_of
         if not isinstance(c, int):
             progress.skip(placeholder)
             if c:

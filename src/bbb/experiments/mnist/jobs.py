@@ -132,6 +132,8 @@ def command_line(cfg: ReproduceConfig, *extra: str) -> str:
         parts.append(f"--cells {cells_text(cfg.cells)}")
     if cfg.candidates is not None and "--report" not in extra:
         parts.append(f"--candidates {candidates_text(cfg.candidates)}")
+    if cfg.seeds_of is not None and "--report" not in extra:
+        parts.append(f"--seeds-of c{cfg.seeds_of}")
     if cfg.seeds != cfg.spec.seeds:
         parts.append("--seeds " + " ".join(str(i) for i in range(int(cfg.seeds or 1))))
     return " ".join([*parts, *extra])

@@ -83,9 +83,11 @@ CANDIDATES_HELP = ("candidates by number, comma-separated: c0,c2 (or 0,2); --pla
                    "candidates")
 
 
-def parse_candidates(candidates: str | Sequence[Any] | None) -> tuple[int, ...] | None:
+def parse_candidates(candidates: str | Sequence[Any] | None, option: str = "--candidates",
+                     ) -> tuple[int, ...] | None:
     """The candidate numbers named by ``--candidates`` (``"c0,c2"``, ``"0,2"`` or a sequence of
-    ints), sorted; None: every candidate. A bad item is a one-line :class:`UserError`."""
+    ints), sorted; None: every candidate. A bad item is a one-line :class:`UserError` that names
+    ``option``."""
     if candidates is None:
         return None
     items = candidates.split(",") if isinstance(candidates, str) else list(candidates)
@@ -96,10 +98,10 @@ def parse_candidates(candidates: str | Sequence[Any] | None) -> tuple[int, ...] 
             continue
         digits = text[1:] if text[:1] in ("c", "C") else text
         if not digits.isdigit():
-            raise UserError(f"--candidates: {text!r} is not a candidate; use {CANDIDATES_HELP}")
+            raise UserError(f"{option}: {text!r} is not a candidate; use {CANDIDATES_HELP}")
         chosen.add(int(digits))
     if not chosen:
-        raise UserError(f"--candidates names no candidate; use {CANDIDATES_HELP}")
+        raise UserError(f"{option} names no candidate; use {CANDIDATES_HELP}")
     return tuple(sorted(chosen))
 
 
@@ -129,6 +131,10 @@ class ReproduceConfig:
     #: that a sitting can train one candidate of a cell; None: all. A cell is selected, and its
     #: extra seeds trained, only once all of its candidates have finished.
     candidates: Any = None
+    #: the one candidate whose extra seeds are trained before its cell's selection is final
+    #: (``--seeds-of``), so that a free core need not wait for the other candidates; those seeds
+    #: count only if the validation error then selects this candidate. None: wait.
+    seeds_of: Any = None
 
     def __post_init__(self) -> None:
         self.experiment = choice("experiment", self.experiment, Experiment)
@@ -151,6 +157,23 @@ class ReproduceConfig:
                 raise UserError(f"--candidates: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget} "
                                 f"budget ({candidates_text(range(n))}), not c{self.candidates[-1]}; "
                                 "choose --cells and --candidates that match (see --plan)")
+        if self.seeds_of is not None:
+            picked = parse_candidates(self.seeds_of, "--seeds-of") or ()
+            if len(picked) != 1:
+                raise UserError(f"--seeds-of names one candidate, got {candidates_text(picked)}")
+            self.seeds_of = picked[0]
+            if self.seeds < 2:
+                raise UserError("--seeds-of trains extra seeds, but --seeds asks for seed 0 only; "
+                                "add them: --seeds 0 1")
+            cells = [c for c in self.cells if c in self.spec.seed_cells]
+            if not cells:
+                raise UserError(f"--seeds-of: none of the cells {cells_text(self.cells)} has extra seeds at the "
+                                f"{self.budget} budget; its seed cells: {cells_text(sorted(self.spec.seed_cells))}")
+            for m, w in cells:
+                n = len(cell_candidates(self.spec, m, w))
+                if self.seeds_of >= n:
+                    raise UserError(f"--seeds-of: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget} "
+                                    f"budget ({candidates_text(range(n))}), not c{self.seeds_of}")
 
     @property
     def spec(self) -> BudgetSpec:

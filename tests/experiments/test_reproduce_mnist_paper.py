@@ -425,6 +425,16 @@ def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monk
     assert calls == names[::2] + ([] if best == 0 else [M.run_name("bbb_mixture", 1200, best, 1)])
     row = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}[("bbb_mixture", 1200)]
     assert row["status"] == "ok" and int(row["candidate"]) == best and int(row["n_seeds"]) == 2
+    # the selected run's checkpoint lost with a machine: Table 2 and Figures 3-4 come from its
+    # extra seed, and say so
+    selected, seed1 = names[best], M.run_name("bbb_mixture", 1200, best, 1)
+    (out / "runs" / selected / "last.pt").unlink()
+    cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200", seeds=2)
+    res = run_reproduce(cfg, data=data, report_only=True, log=lambda s: None)
+    assert {"table2_pruning.csv", "fig3_weights.json", "fig4_snr.json"} <= set(res["files"])
+    md = (out / "table2_pruning.md").read_text()
+    assert f"Run `runs/{seed1}`" in md and f"The selected run `runs/{selected}` has no checkpoint here" in md
+    assert json.loads((out / "fig3_weights.json").read_text())["methods"]["bbb_mixture"]["run"] == f"runs/{seed1}"
 
 
 @pytest.mark.parametrize("kwargs, words", [

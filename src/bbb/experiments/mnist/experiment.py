@@ -283,24 +283,28 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     top = max(WIDTHS)
     chosen = {m: next(j for j in c.cands if j.candidate == c.selected)
               for (m, w), c in cells.items() if w == top and c.selected is not None}
+    # the networks of Figures 3-4 and Table 2: the selected run, or where its checkpoint is not on
+    # this machine (a machine lost with it), an extra seed of the same candidate that has one
+    trained = {m: next((j for j in (job, *cells[(m, top)].seeds) if _has_last(j)), job) for m, job in chosen.items()}
     if any(m in chosen for m, _ in FIG2_METHODS):
         files += figure2(out, chosen, spec.log_epochs)
-        absent = [j.name for j in chosen.values() if not _has_last(j)]
+        absent = [j.name for j in trained.values() if not _has_last(j)]
         if absent:
             log(f"Figure 3 not rewritten: {_absent_text(absent)}")
         else:
-            files += figure3(out, chosen)
+            files += figure3(out, trained)
     table2: list[dict[str, Any]] = []
     mix = cells[("bbb_mixture", top)]
-    if mix.selected is not None and not _has_last(chosen["bbb_mixture"]):
+    if mix.selected is not None and not _has_last(trained["bbb_mixture"]):
         log(f"Table 2 and Figure 4 not rewritten: {_absent_text([chosen['bbb_mixture'].name])}")
     elif mix.selected is not None:
-        job = chosen["bbb_mixture"]
+        job = trained["bbb_mixture"]
         db = tables.snr_db_of(job)
         snr = tables.snr_stats(db)
         table2 = tables.table2_rows(cfg, job, data)
         atomic_write_text(out / "table2_pruning.csv", csv_text(TABLE2_COLUMNS, table2))
-        atomic_write_text(out / "table2_pruning.md", tables.table2_md(cfg, table2, job, snr))
+        atomic_write_text(out / "table2_pruning.md", tables.table2_md(
+            cfg, table2, job, snr, instead_of=None if job is chosen["bbb_mixture"] else chosen["bbb_mixture"]))
         files += ["table2_pruning.csv", "table2_pruning.md"]
         files += figure4(out, job, db)
         log(tables.snr_sentence(snr))

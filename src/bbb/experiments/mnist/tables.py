@@ -472,7 +472,9 @@ def weights_text(n: int | None) -> str:
 
 
 def table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job,
-               snr: dict[str, Any] | None = None) -> str:
+               snr: dict[str, Any] | None = None, instead_of: Job | None = None) -> str:
+    """Table 2 of ``job``; ``instead_of``: the selected run, whose checkpoint ``job`` (an extra
+    seed of the same candidate) stands in for."""
     lines = [
         f"# Table 2: pruning BBB 2x1200 by signal-to-noise ratio (budget `{cfg.budget}`)",
         "",
@@ -484,6 +486,10 @@ def table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job,
         "test error (paper) | cost (paper, pp) | SNR threshold (dB) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    if instead_of is not None:
+        lines[4:4] = [f"The selected run `runs/{instead_of.name}` has no checkpoint here (only its config, "
+                      f"metrics and summary were kept), so this is seed {job.seed} of the same candidate: "
+                      "the same settings, another seed.", ""]
 
     def pp(v: float | None) -> str:
         return "-" if v is None else f"{v:+.2f}"

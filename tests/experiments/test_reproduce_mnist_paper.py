@@ -360,23 +360,30 @@ def test_a_report_from_the_runs_small_files_alone_keeps_what_needs_checkpoints(p
     assert len(said) == 2 and all("last.pt" in line and "not on this machine" in line for line in said)
 
 
+class Counting(T.JobCallbacks):
+    """Records the name of each run attempted."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
+        self.calls.append(job.name)
+
+
 def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_finished(tmp_path, monkeypatch):
     """--candidates: a sitting trains some candidates of a cell; the seed of the selected
     candidate waits until every candidate has finished, and is then trained."""
     monkeypatch.setitem(M.BUDGETS, "paper", tiny_paper_spec())
     out, data = tmp_path / "mnist-paper", blobs4()
-    calls: list[str] = []
-
-    class Counting(T.JobCallbacks):
-        def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
-            calls.append(job.name)
+    counting = Counting()
+    calls = counting.calls
 
     def sitting(cands: str) -> list[str]:
         logs: list[str] = []
         calls.clear()
         cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
                               candidates=cands, seeds=2)
-        run_reproduce(cfg, data=data, log=logs.append, callbacks=Counting())
+        run_reproduce(cfg, data=data, log=logs.append, callbacks=counting)
         return logs
 
     logs = sitting("c1")
@@ -399,16 +406,13 @@ def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monk
     trains now; it counts once the selection, made on validation as before, picks that candidate."""
     monkeypatch.setitem(M.BUDGETS, "paper", tiny_paper_spec())
     out, data = tmp_path / "mnist-paper", blobs4()
-    calls: list[str] = []
-
-    class Counting(T.JobCallbacks):
-        def on_attempt(self, job: Any, state: Any, attempt: int) -> None:
-            calls.append(job.name)
+    counting = Counting()
+    calls = counting.calls
 
     logs: list[str] = []
     cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
                           candidates="c1", seeds=2, seeds_of="c0")
-    run_reproduce(cfg, data=data, log=logs.append, callbacks=Counting())
+    run_reproduce(cfg, data=data, log=logs.append, callbacks=counting)
     assert calls == ["bbb_mixture_1200_c1", "bbb_mixture_1200_s1"]
     assert any("a seed of c0 trained ahead of the selection" in line and "c0 'recipe': not started" in line
                for line in logs)
@@ -417,7 +421,7 @@ def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monk
     calls.clear()
     cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
                           candidates="c0,c2", seeds=2)
-    run_reproduce(cfg, data=data, log=lambda s: None, callbacks=Counting())
+    run_reproduce(cfg, data=data, log=lambda s: None, callbacks=counting)
     names = ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2"]
     vals = [summary(out, n)["val_error"] for n in names]
     best = min(range(3), key=lambda i: (vals[i], i))

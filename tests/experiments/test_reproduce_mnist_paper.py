@@ -456,6 +456,7 @@ def test_bad_seeds_of_is_a_one_line_error(tmp_path, kwargs, words):
 
 def test_seeds_of_is_in_the_resume_line(tmp_path):
     cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200", candidates="c1", seeds_of="c0")
+    assert cfg.seeds_of == 0 and dataclasses.replace(cfg).seeds_of == 0
     assert M.command_line(cfg).endswith("--cells bbb-mixture:1200 --candidates c1 --seeds-of c0")
 
 

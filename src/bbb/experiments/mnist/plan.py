@@ -158,7 +158,8 @@ class ReproduceConfig:
                                 f"budget ({candidates_text(range(n))}), not c{self.candidates[-1]}; "
                                 "choose --cells and --candidates that match (see --plan)")
         if self.seeds_of is not None:
-            picked = parse_candidates(self.seeds_of, "--seeds-of") or ()
+            one = [self.seeds_of] if isinstance(self.seeds_of, int) else self.seeds_of  # after replace()
+            picked = parse_candidates(one, "--seeds-of") or ()
             if len(picked) != 1:
                 raise UserError(f"--seeds-of names one candidate, got {candidates_text(picked)}")
             self.seeds_of = picked[0]

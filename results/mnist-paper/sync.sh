@@ -40,8 +40,8 @@ if [ -d "$from" ]; then
       cmp -s "$run/last.pt" "$to/$name/last.pt" && continue         # parked as it is
     else
       finished "$run" || continue  # not finished
-      # a run already finished at the destination is left alone (the same settings and seed train
-      # the same run; a partial one there is replaced by the finished one)
+      # a run already finished at the destination is left alone (it is the one reported; a partial
+      # one there is replaced by the finished one)
       finished "$to/$name" && continue
     fi
     copy_run "$run" "$to/$name" $files

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 
-from bbb.random import counter_keys, normal
+from bbb.random import counter_keys, hash_pairs, key_tensor, normal, normal_pairs
 
 N = 1 << 20
 
@@ -74,3 +77,70 @@ def test_keys_are_validated():
     with pytest.raises(ValueError):
         counter_keys(-1, 0)
     assert counter_keys(0, 0) != counter_keys(0, 1)
+
+
+def _reference_hash(j: int, keys: tuple[int, int, int]) -> tuple[int, int]:
+    """The hash in Python's exact integers (the definition; no tensor arithmetic)."""
+    def mix(x):
+        x ^= x >> 16
+        x = (x * 0x45D9F3B) & 0xFFFFFFFF
+        x ^= x >> 16
+        x = (x * 0x45D9F3B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+    a = mix((j + keys[0]) & 0xFFFFFFFF)
+    return mix(a ^ keys[1]) >> 8, mix(a ^ keys[2]) >> 8
+
+
+# indices at both ends of int32, and draws whose keys have the top bit set (negative in int32)
+_INDICES = [0, 1, 2, 12345, (1 << 31) - 2, (1 << 31) - 1]
+_DRAWS = [(0, 0), (7, 3), (5, 9), (11, 2**40 + 1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_the_hash_is_the_same_integers_in_int32_and_int64(dtype):
+    for seed, counter in _DRAWS:
+        keys = counter_keys(seed, counter)
+        h1, h2 = hash_pairs(torch.tensor(_INDICES, dtype=dtype), key_tensor(seed, counter, dtype=dtype))
+        assert h1.dtype == dtype
+        assert [(int(a), int(b)) for a, b in zip(h1, h2)] == [_reference_hash(j, keys) for j in _INDICES]
+    assert any(k >= 1 << 31 for s, c in _DRAWS for k in counter_keys(s, c))  # the wrap is exercised
+
+
+def test_normal_is_the_same_numbers_from_int32_or_int64():
+    index = torch.arange(50_001, dtype=torch.int64)
+    for dtype in (torch.float32, torch.float64):
+        z0, z1 = normal_pairs(index, key_tensor(7, 3, dtype=torch.int64), dtype)
+        assert torch.equal(normal(100_002, 7, 3, dtype=dtype), torch.cat([z0, z1]))
+
+
+def test_key_tensor_rejects_other_dtypes():
+    with pytest.raises(ValueError, match="int32 or torch.int64"):
+        key_tensor(0, 0, dtype=torch.float32)
+    assert key_tensor(11, 2**40 + 1).tolist() == [k - (1 << 32) if k >= 1 << 31 else k
+                                                  for k in counter_keys(11, 2**40 + 1)]
+
+
+_COMPILED = textwrap.dedent("""
+    import torch
+    from bbb.random import hash_pairs, key_tensor, normal_pairs
+    def f(index, keys):
+        h1, h2 = hash_pairs(index, keys)
+        z0, z1 = normal_pairs(index, keys)
+        return torch.stack([h1.to(torch.int64), h2.to(torch.int64)]), torch.stack([z0, z1])
+    c = torch.compile(f, fullgraph=True, dynamic=False)
+    index = torch.cat([torch.arange(100_003), torch.arange((1 << 31) - 1000, 1 << 31)])
+    for seed, counter in ((0, 0), (11, 2**40 + 1)):
+        got = {dt: c(index.to(dt), key_tensor(seed, counter, dtype=dt)) for dt in (torch.int32, torch.int64)}
+        want = f(index, key_tensor(seed, counter, dtype=torch.int64))
+        for h, z in got.values():
+            assert torch.equal(h, want[0])
+            torch.testing.assert_close(z, want[1], rtol=0, atol=4e-6)
+    print("ok")
+""")
+
+
+def test_compiled_hash_in_int32_and_int64_equals_eager_in_a_subprocess():
+    """The int32 form's wrapping products, compiled (vectorised), give the eager integers."""
+    r = subprocess.run([sys.executable, "-c", _COMPILED], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["ok"], r.stdout + r.stderr[-2000:]

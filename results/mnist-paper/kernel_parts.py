@@ -1,7 +1,8 @@
 """Time the compiled parts of the engine's step kernel over the 2x1200 network's weights, one
-thread (results/mnist-paper/README.md, "Sitting twelve"): the counter-based noise, its int64 hash
-alone, the int64->float and int32->float conversions, Box-Muller, the scale mixture's
-log_prob_and_grad, softplus with sigmoid. Run it on idle cores:
+thread (results/mnist-paper/README.md, "Sitting twelve" and "Sitting thirteen"): the counter-based
+noise and its hash alone, each on int64 and on int32 (the engine's since sitting thirteen), the
+int64->float and int32->float conversions, Box-Muller, the scale mixture's log_prob_and_grad,
+softplus with sigmoid. Run it on idle cores:
 
     python results/mnist-paper/kernel_parts.py [--repeats 15]
 """
@@ -16,10 +17,9 @@ import torch
 
 from bbb.distributions import ScaleMixturePrior
 from bbb.engine.kernels import softplus_and_sigmoid
-from bbb.random import _mix32, counter_keys, normal_pairs
+from bbb.random import hash_pairs, key_tensor, normal_pairs
 
 N = 2395210  # the weights of 784-1200-1200-10
-MASK = 0xFFFFFFFF
 
 
 def noise(idx, keys, out):
@@ -28,8 +28,8 @@ def noise(idx, keys, out):
 
 
 def hash_only(idx, keys, out):
-    a = _mix32((idx + keys[0]) & MASK)
-    out.copy_(torch.stack([(_mix32(a ^ keys[1]) >> 8).to(torch.float32), (_mix32(a ^ keys[2]) >> 8).to(torch.float32)]))
+    h1, h2 = hash_pairs(idx, keys)
+    out.copy_(torch.stack([h1.to(torch.float32), h2.to(torch.float32)]))
 
 
 def to_float(iv, out):
@@ -50,8 +50,8 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     half = N // 2 + 1
-    idx = torch.arange(half, dtype=torch.int64)
-    keys = torch.tensor(counter_keys(0, 1), dtype=torch.int64)
+    idx = {dt: torch.arange(half, dtype=dt) for dt in (torch.int64, torch.int32)}
+    keys = {dt: key_tensor(0, 1, dtype=dt) for dt in (torch.int64, torch.int32)}
     out, o1, o2 = torch.empty(2, half), torch.empty(N), torch.empty(N)
     prior = ScaleMixturePrior(0.75, 1.0, math.exp(-8))
 
@@ -68,11 +68,15 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     w = torch.randn(N, generator=g) * 0.05
     rho = torch.full((N,), -3.25) + 0.01 * torch.randn(N, generator=g)
-    i64 = torch.randint(0, 2**32, (half,), dtype=torch.int64, generator=g)
-    i32 = torch.randint(0, 2**24, (half,), dtype=torch.int32, generator=g)
-    parts = {"noise (normal_pairs)": (noise, (idx, keys, out)), "its hash, to float": (hash_only, (idx, keys, out)),
-             "int64 -> float": (to_float, (i64, out)), "int32 -> float": (to_float, (i32, out)),
-             "Box-Muller from int32": (box_muller, (i32, out)),
+    r64 = torch.randint(0, 2**32, (half,), dtype=torch.int64, generator=g)
+    r32 = torch.randint(0, 2**24, (half,), dtype=torch.int32, generator=g)
+    i64, i32 = torch.int64, torch.int32
+    parts = {"noise, int64 (normal_pairs)": (noise, (idx[i64], keys[i64], out)),
+             "its hash, to float, int64": (hash_only, (idx[i64], keys[i64], out)),
+             "noise, int32 (normal_pairs)": (noise, (idx[i32], keys[i32], out)),
+             "its hash, to float, int32": (hash_only, (idx[i32], keys[i32], out)),
+             "int64 -> float": (to_float, (r64, out)), "int32 -> float": (to_float, (r32, out)),
+             "Box-Muller from int32": (box_muller, (r32, out)),
              "mixture log_prob_and_grad": (mixture, (w, o1, o2)), "softplus + sigmoid": (softplus, (rho, o1, o2))}
     for name, (fn, a) in parts.items():
         f = torch.compile(fn, fullgraph=True, dynamic=False)

@@ -9,10 +9,15 @@ autograd path (eager), so the two can be compared trajectory for trajectory.
 The construction: the host mixes (seed, counter) with SplitMix64 into three 32-bit keys; each
 pair index j gets two 24-bit uniforms from a 32-bit integer hash of (j, keys), and Box-Muller
 turns them into two normals, written to positions j and j + n/2 (n is rounded up to an even
-count and the last number dropped). The hash uses only 64-bit integer arithmetic on values
-below 2^32 multiplied by constants below 2^27, so no product overflows (no undefined behaviour
-in generated C++). Uniforms are (h + 1/2) / 2^24, so |z| <= sqrt(2 ln 2^25) ~ 5.9; the
-statistical checks (moments, lag correlation, tail quantiles) are in tests/test_random.py.
+count and the last number dropped). The hash is arithmetic modulo 2^32 and runs on int32
+tensors (the engine's and :func:`normal`'s) or int64 ones, with the same integers: int32 sums
+and products wrap by themselves (two's complement; the compiled kernels multiply with
+vectorised wrapping instructions) and right shifts are masked to be logical; on int64 the
+values stay below 2^32, are multiplied by a constant below 2^27 (no overflow) and masked.
+int32 is the fast form where the processor has no 64-bit vector multiply (AVX2). Uniforms are
+(h + 1/2) / 2^24, so |z| <= sqrt(2 ln 2^25) ~ 5.9; the statistical checks (moments, lag
+correlation, tail quantiles) and the check against a pure-Python hash are in
+tests/test_random.py.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["counter_keys", "normal", "normal_pairs", "fill_normal_"]
+__all__ = ["counter_keys", "hash_pairs", "key_tensor", "normal", "normal_pairs", "fill_normal_"]
 
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -47,25 +52,51 @@ def counter_keys(seed: int, counter: int) -> tuple[int, int, int]:
     return s & _M32, s >> 32, t & _M32
 
 
+def key_tensor(seed: int, counter: int, *, dtype: torch.dtype = torch.int32,
+               device: torch.device | str | None = None) -> Tensor:
+    """:func:`counter_keys` as a tensor for :func:`normal_pairs`: int32 (two's complement) or int64."""
+    keys = counter_keys(seed, counter)
+    if dtype == torch.int32:
+        keys = tuple(k - (1 << 32) if k >= 1 << 31 else k for k in keys)
+    elif dtype != torch.int64:
+        raise ValueError(f"dtype must be torch.int32 or torch.int64, got {dtype}")
+    return torch.tensor(keys, dtype=dtype, device=device)
+
+
+def _wrap(x: Tensor) -> Tensor:
+    """``x`` modulo 2^32: int32 arithmetic wraps by itself, int64 is masked."""
+    return x if x.dtype == torch.int32 else x & _M32
+
+
+def _shr(x: Tensor, n: int) -> Tensor:
+    """The logical right shift of 32-bit values by ``n`` (int32's ``>>`` is arithmetic)."""
+    return (x >> n) & ((1 << (32 - n)) - 1) if x.dtype == torch.int32 else x >> n
+
+
 def _mix32(x: Tensor) -> Tensor:
-    x = x ^ (x >> 16)
-    x = (x * _HASH_MUL) & _M32
-    x = x ^ (x >> 16)
-    x = (x * _HASH_MUL) & _M32
-    return x ^ (x >> 16)
+    x = x ^ _shr(x, 16)
+    x = _wrap(x * _HASH_MUL)
+    x = x ^ _shr(x, 16)
+    x = _wrap(x * _HASH_MUL)
+    return x ^ _shr(x, 16)
+
+
+def hash_pairs(index: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """The two 24-bit integers behind pair ``index``'s normals (see :func:`normal_pairs`)."""
+    a = _mix32(_wrap(index + keys[0]))
+    return _shr(_mix32(a ^ keys[1]), 8), _shr(_mix32(a ^ keys[2]), 8)
 
 
 def normal_pairs(index: Tensor, keys: Tensor, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-    """Two independent standard normals per pair index (an int64 tensor of values < 2^32).
+    """Two independent standard normals per pair index.
 
-    ``keys`` is an int64 tensor holding :func:`counter_keys`. Pure tensor arithmetic, so it runs
-    eagerly or inside ``torch.compile`` (where it becomes one vectorised loop).
+    ``index`` holds pair indices below 2^31 and ``keys`` :func:`key_tensor`, both int32 or both
+    int64 (the same numbers either way). Pure tensor arithmetic, so it runs eagerly or inside
+    ``torch.compile`` (where it becomes one vectorised loop).
     """
-    a = _mix32((index + keys[0]) & _M32)
-    h1 = _mix32(a ^ keys[1])
-    h2 = _mix32(a ^ keys[2])
-    u1 = ((h1 >> 8).to(dtype) + 0.5) * _INV_24
-    theta = (h2 >> 8).to(dtype) * _TWO_PI_24
+    h1, h2 = hash_pairs(index, keys)
+    u1 = (h1.to(dtype) + 0.5) * _INV_24
+    theta = h2.to(dtype) * _TWO_PI_24
     r = torch.sqrt(-2.0 * torch.log(u1))
     return r * torch.cos(theta), r * torch.sin(theta)
 
@@ -82,8 +113,10 @@ def normal(n: int, seed: int, counter: int, *, device: torch.device | str | None
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     half = (n + 1) // 2
-    index = torch.arange(half, device=device, dtype=torch.int64)
-    keys = torch.tensor(counter_keys(seed, counter), device=device, dtype=torch.int64)
+    if half >= 1 << 31:
+        raise ValueError(f"n must be below 2^32, got {n}")
+    index = torch.arange(half, device=device, dtype=torch.int32)
+    keys = key_tensor(seed, counter, device=device)
     buf = torch.empty((2, half), device=device, dtype=dtype)
     fill_normal_(buf, index, keys)
     return buf.view(-1)[:n]

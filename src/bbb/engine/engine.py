@@ -233,7 +233,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             getattr(s.module, f"{s.name}_rho").data = s.view(self._rho)
         half = (k * n + 1) // 2
         self._noise = [torch.zeros((2, half), device=dev, dtype=dt) for _ in range(2)]
-        self._index = torch.arange(half, device=dev, dtype=torch.int64)
+        if half >= 1 << 31:
+            raise ValueError(f"the engine draws at most 2^32 numbers a step; {k} samples of {n} weights are more")
+        self._index = torch.arange(half, device=dev, dtype=torch.int32)
         self._w = torch.zeros((k, n), device=dev, dtype=dt)
         self._g = torch.zeros((k, n), device=dev, dtype=dt)
         self._sig = torch.zeros(n, device=dev, dtype=dt)

@@ -136,8 +136,11 @@ def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Ten
 
 
 def _noise_into(out: Tensor, index: Tensor, hp: Tensor) -> Tensor:
-    """Fill ``out`` (2, H) with the counter noise of the keys in ``hp[HP_SIZE:]``; its flat view."""
-    fill_normal_(out, index, hp[HP_SIZE:].to(torch.int64))
+    """Fill ``out`` (2, H) with the counter noise of the keys in ``hp[HP_SIZE:]``; its flat view.
+
+    The keys (below 2^32, exact in float64) become ``index``'s dtype; to int32 they wrap to two's
+    complement, the same bits."""
+    fill_normal_(out, index, hp[HP_SIZE:].to(torch.int64).to(index.dtype))
     return out.view(-1)
 
 

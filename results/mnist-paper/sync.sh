@@ -7,8 +7,9 @@
 #                   # (and diverged.json), so that `bbb reproduce` skips it, and each parked run
 #                   # (below) that OUT lacks, whole, so that it resumes (run.sh does this first)
 #   sync.sh export  # OUT -> RESULTS: the same files of every run that has finished since, and its
-#                   # checkpoints (ignored by git; Table 2 and Figures 3-4 need last.pt); commit
-#                   # RESULTS/runs afterwards. A finished run's parked copy is removed.
+#                   # checkpoints (ignored by git, except the last.pt of the 2x1200 mixture, SGD and
+#                   # dropout runs, which Table 2 and Figures 3-4 read); commit RESULTS/runs
+#                   # afterwards. A finished run's parked copy is removed.
 #   sync.sh park    # OUT -> RESULTS/inflight/<OUT's name>: every run not finished, whole (config.json,
 #                   # metrics.csv, last.pt, best.pt; git keeps these checkpoints): stop the jobs,
 #                   # park, and commit RESULTS/inflight at the end of a sitting

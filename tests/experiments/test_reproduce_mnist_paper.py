@@ -77,8 +77,8 @@ def test_paper_budget_configs_follow_the_paper_protocol():
         if tc.method == "bbb":
             assert tc.kl_weighting == "uniform" and tc.samples in (1, 2, 5, 10)
             assert tc.kl == ("mc" if tc.prior == "mixture" else "auto")
-    # a second seed of the headline cell, by default
-    assert [j.name for j in jobs if j.seed] == ["bbb_mixture_1200_s1"]
+    # a second seed of the headline cell and of Figure 3's SGD and dropout cells, by default
+    assert sorted(j.name for j in jobs if j.seed) == ["bbb_mixture_1200_s1", "dropout_1200_s1", "sgd_1200_s1"]
 
 
 def test_paper_step_schedule_drops_the_rate_after_epoch_300():
@@ -445,7 +445,7 @@ def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monk
     ({"seeds_of": "c0,c1"}, "--seeds-of names one candidate, got c0,c1"),
     ({"seeds_of": "x"}, "--seeds-of: 'x' is not a candidate"),
     ({"seeds_of": "c5"}, "bbb-mixture:1200 has 3 candidate(s) at the paper budget (c0,c1,c2), not c5"),
-    ({"seeds_of": "c0", "cells": "sgd:1200"}, "none of the cells sgd:1200 has extra seeds"),
+    ({"seeds_of": "c0", "cells": "sgd:800"}, "none of the cells sgd:800 has extra seeds"),
     ({"seeds_of": "c0", "seeds": 1}, "add them: --seeds 0 1"),
 ])
 def test_bad_seeds_of_is_a_one_line_error(tmp_path, kwargs, words):

@@ -295,14 +295,14 @@ def _all_widths(n: int) -> dict[int, int]:
     return {w: n for w in WIDTHS}
 
 
-#: The budgets. Epochs of ``quick`` are fixed (its results in results/mnist were made with them);
-#: ``--plan`` estimates the time from :data:`SECONDS_PER_EPOCH`.
 #: the paper budget's cells with a second seed: the headline (the issue asks for two seeds), and
 #: SGD and dropout 2x1200, the networks of Figure 3 beside it, so that a machine lost with one
 #: seed's checkpoint leaves the other, and the 2x1200 comparison has two seeds on each side
 PAPER_SEED_CELLS: tuple[tuple[str, int], ...] = (("bbb_mixture", 1200), ("sgd", 1200), ("dropout", 1200))
 
 
+#: The budgets. Epochs of ``quick`` are fixed (its results in results/mnist were made with them);
+#: ``--plan`` estimates the time from :data:`SECONDS_PER_EPOCH`.
 BUDGETS: dict[str, BudgetSpec] = {
     "smoke": BudgetSpec(
         description="1 epoch per cell on the first 1,024 training and 1,000 validation/test images "

@@ -90,9 +90,10 @@ def hash_pairs(index: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
 def normal_pairs(index: Tensor, keys: Tensor, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
     """Two independent standard normals per pair index.
 
-    ``index`` holds pair indices below 2^31 and ``keys`` :func:`key_tensor`, both int32 or both
-    int64 (the same numbers either way). Pure tensor arithmetic, so it runs eagerly or inside
-    ``torch.compile`` (where it becomes one vectorised loop).
+    ``index`` holds pair indices (below 2^31 in int32, 2^32 in int64) and ``keys``
+    :func:`key_tensor`, both int32 or both int64 (the same numbers either way). Pure tensor
+    arithmetic, so it runs eagerly or inside ``torch.compile`` (where it becomes one vectorised
+    loop).
     """
     h1, h2 = hash_pairs(index, keys)
     u1 = (h1.to(dtype) + 0.5) * _INV_24
@@ -114,7 +115,7 @@ def normal(n: int, seed: int, counter: int, *, device: torch.device | str | None
         raise ValueError(f"n must be >= 0, got {n}")
     half = (n + 1) // 2
     if half >= 1 << 31:
-        raise ValueError(f"n must be below 2^32, got {n}")
+        raise ValueError(f"n must be at most 2^32 - 2 (pair indices below 2^31), got {n}")
     index = torch.arange(half, device=device, dtype=torch.int32)
     keys = key_tensor(seed, counter, device=device)
     buf = torch.empty((2, half), device=device, dtype=dtype)

@@ -46,17 +46,25 @@ def _data(dtype, n=8):
     return torch.randn(n, 6, generator=g, dtype=dtype), torch.randint(0, 3, (n,), generator=g)
 
 
-def _train(net, kl, opt, momentum, k, steps, engine, lr=0.05, seed=3, sched=False):
+def _groups(net, lr, rho_scale):
+    """torch.optim's parameter groups for rho's learning rate lr * rho_scale (the specification)."""
+    named = list(net.named_parameters())
+    return [{"params": [p for n, p in named if not n.endswith("_rho")]},
+            {"params": [p for n, p in named if n.endswith("_rho")], "lr": lr * rho_scale}]
+
+
+def _train(net, kl, opt, momentum, k, steps, engine, lr=0.05, seed=3, sched=False, rho_scale=1.0):
     x, y = _data(next(net.parameters()).dtype)
     elbo = ELBO(net, "categorical", num_batches=4, kl_weighting="blundell", num_samples=k, kl=kl)
     kls = []
     if engine:
-        o = Engine(net, opt, lr=lr, momentum=momentum, kl=kl, num_samples=k, seed=seed, compile=False)
+        o = Engine(net, opt, lr=lr, momentum=momentum, kl=kl, num_samples=k, seed=seed, compile=False,
+                   rho_lr_scale=rho_scale)
         assert o.fused, o.fallback_reason
     elif opt == "adam":
-        o = torch.optim.Adam(net.parameters(), lr=lr)
+        o = torch.optim.Adam(_groups(net, lr, rho_scale), lr=lr)
     else:
-        o = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+        o = torch.optim.SGD(_groups(net, lr, rho_scale), lr=lr, momentum=momentum)
     s = torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5) if sched else None
     for i in range(steps):
         if engine:
@@ -101,6 +109,56 @@ def test_fifty_step_float32_trajectory_stays_with_the_plain_path(prior, kl, opt,
     for u, v in zip(a, b):
         torch.testing.assert_close(u, v, rtol=1e-4, atol=2e-5)
     assert kla[-1] == pytest.approx(klb[-1], rel=1e-4)
+
+
+@pytest.mark.parametrize("opt,momentum", OPTS)
+@pytest.mark.parametrize("kl", ["mc", "auto"])
+def test_rho_lr_scale_equals_a_parameter_group_for_rho(opt, momentum, kl):
+    """rho steps at lr * rho_lr_scale, mu at lr, through a learning-rate schedule; and it matters."""
+    prior = MIXTURE if kl == "mc" else GaussianPrior(0.7)
+    a, kla = _train(_net(prior, torch.float64), kl, opt, momentum, 2, 3, engine=True, sched=True, rho_scale=30.0)
+    b, klb = _train(_net(prior, torch.float64), kl, opt, momentum, 2, 3, engine=False, sched=True, rho_scale=30.0)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-11, atol=1e-12)
+    assert kla == pytest.approx(klb, rel=1e-11)
+    c, _ = _train(_net(prior, torch.float64), kl, opt, momentum, 2, 3, engine=True, sched=True)
+    names = [n for n, _ in _net(prior, torch.float64).named_parameters()]
+    for n, u, v in zip(names, a, c):  # the scale changes the trajectory of every rho
+        if n.endswith("_rho"):
+            assert not torch.allclose(u, v)
+
+
+def test_rho_lr_scale_on_the_plain_path_and_in_the_state_dict():
+    """Where the kernel does not apply, rho gets a torch.optim group of its own; the scale is saved."""
+    def run(engine, steps=3, state=None):
+        torch.manual_seed(0)
+        net = BayesMLP(6, [7], 3, prior=MIXTURE, rho_init=-3.0, estimator="local").double()
+        x, y = _data(torch.float64)
+        elbo = ELBO(net, num_batches=4, kl="mc")
+        o = (Engine(net, "sgd", lr=0.05, kl="mc", seed=3, rho_lr_scale=10.0, compile=False) if engine
+             else torch.optim.SGD(_groups(net, 0.05, 10.0), lr=0.05))
+        if engine:
+            assert not o.fused
+        for i in range(steps):
+            torch.manual_seed(100 + i)
+            out = elbo(x, y, batch_index=i % 4)
+            o.zero_grad()
+            (out.loss / len(x)).backward()
+            o.step()
+        return [p.detach().clone() for p in net.parameters()], o
+
+    (a, _), (b, _) = run(True), run(False)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+    fused = Engine(_net(MIXTURE, torch.float32), "sgd", kl="mc", rho_lr_scale=7.0, compile=False)
+    assert fused.state_dict()["groups"][0]["rho_lr_scale"] == 7.0
+    old = fused.state_dict()
+    del old["groups"][0]["rho_lr_scale"]  # a state saved before the option existed
+    again = Engine(_net(MIXTURE, torch.float32), "sgd", kl="mc", compile=False)
+    again.load_state_dict(old)
+    assert again.param_groups[0]["rho_lr_scale"] == 1.0
+    with pytest.raises(UserError, match="rho_lr_scale"):
+        Engine(_net(MIXTURE, torch.float32), "sgd", kl="mc", rho_lr_scale=0.0)
 
 
 def test_no_bias_pruned_model_and_lr_schedule_equal_the_plain_path():
@@ -297,13 +355,13 @@ _SUBPROCESS = textwrap.dedent("""
     from bbb.distributions import ScaleMixturePrior, GaussianPrior
     from bbb.engine import Engine
     {patch}
-    def run(prior, kl, opt, compile, k):
+    def run(prior, kl, opt, compile, k, scale):
         torch.manual_seed(0)
         net = BayesMLP(20, [16], 4, prior=prior, rho_init=-3.0)
         g = torch.Generator().manual_seed(1)
         x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
         elbo = ELBO(net, num_batches=4, num_samples=k, kl=kl, kl_weighting="uniform")
-        eng = Engine(net, opt, lr=0.02, kl=kl, seed=4, num_samples=k, compile=compile)
+        eng = Engine(net, opt, lr=0.02, kl=kl, seed=4, num_samples=k, compile=compile, rho_lr_scale=scale)
         kls = []
         for i in range(5):
             with eng.sampling():
@@ -311,12 +369,12 @@ _SUBPROCESS = textwrap.dedent("""
             eng.zero_grad(); (out.loss / 16).backward(); eng.step()
             kls.append(float(out.kl.detach()))
         return [p.detach() for p in net.parameters()], kls, eng.compiled
-    for prior, kl, opt, k in [(ScaleMixturePrior(0.25, 1.0, math.exp(-7)), "mc", "adam", 1),
-                              (GaussianPrior(1.0), "auto", "sgd", 2)]:
+    for prior, kl, opt, k, scale in [(ScaleMixturePrior(0.25, 1.0, math.exp(-7)), "mc", "adam", 1, 1.0),
+                                     (GaussianPrior(1.0), "auto", "sgd", 2, 20.0)]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            a, kla, was_compiled = run(prior, kl, opt, True, k)
-        b, klb, _ = run(prior, kl, opt, False, k)
+            a, kla, was_compiled = run(prior, kl, opt, True, k, scale)
+        b, klb, _ = run(prior, kl, opt, False, k, scale)
         for u, v in zip(a, b):
             torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
         assert all(abs(p - q) <= 1e-4 * abs(q) for p, q in zip(kla, klb)), (kla, klb)

@@ -77,6 +77,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--lr", "lr", "learning rate", type=float)
     add_g("--optimizer", "optimizer", "the update rule", choices=O.values(O.OptimizerKind))
     add_g("--momentum", "momentum", "momentum of --optimizer sgd", type=float)
+    add_g("--rho-lr-scale", "rho_lr_scale", "bbb: rho's learning rate is --lr times this (lets sigma move "
+          "under plain SGD)", type=float)
     add_g("--lr-schedule", "lr_schedule", "none, cosine (to 0 over --epochs) or step",
           choices=O.values(O.LRSchedule))
     add_g("--lr-step-size", "lr_step_size", "epochs per step of --lr-schedule step (0: epochs // 3)", type=int)

@@ -140,6 +140,10 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         eps: Adam's, as ``torch.optim.Adam``.
         momentum: SGD's, as ``torch.optim.SGD``.
         nesterov: SGD's, as ``torch.optim.SGD``.
+        rho_lr_scale: rho's learning rate is ``lr * rho_lr_scale`` (mu's is ``lr``). Under plain
+            SGD sigma barely moves from its initial value at the paper's learning rates; a larger
+            step for rho lets it move. Kept in the parameter group (``"rho_lr_scale"``), so it is
+            saved with the state dict; learning-rate schedulers scale both steps alike.
         num_samples: k weight samples per step (:class:`~bbb.elbo.ELBO` with the same
             ``num_samples`` evaluates them, folded into the batch dimension or with an explicit
             leading sample dimension).
@@ -159,6 +163,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         eps: float = 1e-8,
         momentum: float = 0.0,
         nesterov: bool = False,
+        rho_lr_scale: float = 1.0,
         num_samples: int = 1,
         kl: KLMode | str = KLMode.AUTO,
         seed: int = 0,
@@ -180,6 +185,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             raise UserError(f"eps must be a finite number > 0, got {eps}")
         if not (0.0 <= momentum < 1.0):
             raise UserError(f"momentum must be in [0, 1), got {momentum}")
+        if not (rho_lr_scale > 0) or rho_lr_scale == float("inf"):
+            raise UserError(f"rho_lr_scale must be a finite number > 0, got {rho_lr_scale}")
         if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
             raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
         if isinstance(seed, bool) or int(seed) != seed or seed < 0:
@@ -195,13 +202,21 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                         if layout is not None else set())
         others = [p for p in model.parameters() if id(p) not in fused_params]
         defaults = {"lr": float(lr), "betas": tuple(betas), "eps": float(eps), "momentum": float(momentum),
-                    "nesterov": bool(nesterov)}
+                    "nesterov": bool(nesterov), "rho_lr_scale": float(rho_lr_scale)}
         self._inner: torch.optim.Optimizer | None = None
         if others:
+            # what is not fused steps with torch's optimiser; the rho of Bayesian layers that are
+            # not fused (the plain path) in a group of its own, at lr * rho_lr_scale (with a scale
+            # of 1, one group: the state dicts saved before the scale existed load)
+            rhos = ({id(getattr(m, f"{n}_rho")) for m in bayes_modules(model) for n in m.param_names()}
+                    if rho_lr_scale != 1.0 else set())
+            inner_groups = [{"params": [p for p in others if id(p) not in rhos]},
+                            {"params": [p for p in others if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
+            inner_groups = [g for g in inner_groups if g["params"]]
             if self.kind is OptimizerKind.ADAM:
-                self._inner = torch.optim.Adam(others, lr=lr, betas=betas, eps=eps)
+                self._inner = torch.optim.Adam(inner_groups, lr=lr, betas=betas, eps=eps)
             else:
-                self._inner = torch.optim.SGD(others, lr=lr, momentum=momentum, nesterov=nesterov)
+                self._inner = torch.optim.SGD(inner_groups, lr=lr, momentum=momentum, nesterov=nesterov)
         groups: list[dict[str, Any]] = []
         if layout is not None:
             groups.append({"params": [getattr(s.module, f"{s.name}_{x}") for s in layout.slots
@@ -292,8 +307,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             adam = (b1, b2, grp["eps"], lr / (1.0 - b1**t) if t else 0.0, (1.0 - b2**t) ** 0.5)
         else:
             adam = (0.0, 0.0, 0.0, 0.0, 0.0)
-        return torch.tensor((lr, *adam, float(grp["momentum"]), *counter_keys(self.seed, self.counter)),
-                            dtype=torch.float64, device=self._mu.device)
+        hyper = (lr, *adam, float(grp["momentum"]), float(grp["rho_lr_scale"]))
+        return torch.tensor((*hyper, *counter_keys(self.seed, self.counter)), dtype=torch.float64,
+                            device=self._mu.device)
 
     def _prime(self) -> None:
         """Draw the noise of the current counter and form its sample from the current mu, rho."""

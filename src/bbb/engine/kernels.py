@@ -10,9 +10,10 @@ with g = dL/dw from backprop (k sample rows), c = dL/dKL (from autograd, see
 * closed form: dL/dmu = sum_k g + c dKL/dmu, dL/drho = (sum_k g * eps + c dKL/dsigma) * s;
 
 then the optimiser's update of mu and rho (Adam exactly as ``torch.optim.Adam``, SGD with or
-without momentum as ``torch.optim.SGD``), and the *next* sample: w = mu + sigma * z for the fresh
-noise z, with sigma, s and (Monte Carlo) dlogp/dw at w kept for the next step, and the KL value of
-that sample. The prior supplies its own ``log_prob_and_grad`` / ``kl_closed_form``.
+without momentum as ``torch.optim.SGD``; rho's learning rate is lr times ``HP_RHO_SCALE``), and
+the *next* sample: w = mu + sigma * z for the fresh noise z, with sigma, s and (Monte Carlo)
+dlogp/dw at w kept for the next step, and the KL value of that sample. The prior supplies its own
+``log_prob_and_grad`` / ``kl_closed_form``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _log = logging.getLogger("bbb.engine")
 
 #: hyperparameter slots of the per-step tensor ``hp`` (followed by the noise's three counter keys)
-HP_LR, HP_B1, HP_B2, HP_EPS, HP_STEP_SIZE, HP_BC2_SQRT, HP_MOMENTUM = range(7)
-HP_SIZE = 7
+HP_LR, HP_B1, HP_B2, HP_EPS, HP_STEP_SIZE, HP_BC2_SQRT, HP_MOMENTUM, HP_RHO_SCALE = range(8)
+HP_SIZE = 8
 
 
 def softplus_and_sigmoid(rho: Tensor) -> tuple[Tensor, Tensor]:
@@ -108,29 +109,30 @@ def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Ten
         t = g - (c / k) * dlp
         gmu = t.sum(0)
         grho = ((t * eps).sum(0) - c / sig) * sr
-    lr = hp[HP_LR]
+    lr, scale = hp[HP_LR], hp[HP_RHO_SCALE]  # rho's learning rate is lr * scale
     if optimizer == "adam":
         b1, b2, aeps = hp[HP_B1], hp[HP_B2], hp[HP_EPS]
         step_size, bc2 = hp[HP_STEP_SIZE], hp[HP_BC2_SQRT]
         out = []
-        for p, grad, m, v in ((mu, gmu, state[0], state[1]), (rho, grho, state[2], state[3])):
+        for p, grad, m, v, a in ((mu, gmu, state[0], state[1], step_size),
+                                 (rho, grho, state[2], state[3], step_size * scale)):
             nm = m + (1.0 - b1) * (grad - m)
             nv = b2 * v + (1.0 - b2) * grad * grad
-            out.append((p, p - step_size * (nm / (torch.sqrt(nv) / bc2 + aeps)), m, nm, v, nv))
+            out.append((p, p - a * (nm / (torch.sqrt(nv) / bc2 + aeps)), m, nm, v, nv))
         for p, np_, m, nm, v, nv in out:
             m.copy_(nm)
             v.copy_(nv)
             p.copy_(np_)
     elif state:  # SGD with momentum (dampening 0; the first step's buffer is g, as torch's)
         mom = hp[HP_MOMENTUM]
-        for p, grad, buf in ((mu, gmu, state[0]), (rho, grho, state[1])):
+        for p, grad, buf, a in ((mu, gmu, state[0], lr), (rho, grho, state[1], lr * scale)):
             nb = mom * buf + grad
             d = grad + mom * nb if nesterov else nb
             buf.copy_(nb)
-            p.copy_(p - lr * d)
+            p.copy_(p - a * d)
     else:  # plain gradient steps, eqs. 5-6 of the paper
         mu.copy_(mu - lr * gmu)
-        rho.copy_(rho - lr * grho)
+        rho.copy_(rho - (lr * scale) * grho)
     g.zero_()
     c.zero_()
 

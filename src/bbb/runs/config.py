@@ -69,6 +69,7 @@ class TrainConfig:
     lr: float = 1e-3
     optimizer: str = OptimizerKind.ADAM.value
     momentum: float = 0.9
+    rho_lr_scale: float = 1.0
     lr_schedule: str = LRSchedule.NONE.value
     lr_step_size: int = 0
     lr_gamma: float = 0.1
@@ -116,6 +117,7 @@ class TrainConfig:
         self.momentum = float(self.momentum)
         if not (0.0 <= self.momentum < 1.0):
             raise UserError(f"momentum must be in [0, 1), got {self.momentum}")
+        self.rho_lr_scale = _positive("rho-lr-scale", self.rho_lr_scale)
         self.lr_step_size = _integer("lr step size", self.lr_step_size, 0)
         self.lr_gamma = _positive("lr gamma", self.lr_gamma)
         self.batch_size = _integer("batch size", self.batch_size, 1)

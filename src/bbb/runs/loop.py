@@ -72,7 +72,7 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     deterministic methods ``torch.optim.SGD`` or the fused ``torch.optim.Adam``."""
     if cfg.method == Method.BBB.value:
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
-                      num_samples=cfg.samples, kl=cfg.kl, seed=cfg.seed)
+                      rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, seed=cfg.seed)
     if cfg.optimizer == OptimizerKind.SGD.value:
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     params = list(model.parameters())

@@ -79,6 +79,7 @@ NUMERIC_KEYS: dict[str, tuple[str, float | None, float | None]] = {
     "neg_log_sigma2": ("float", -700, 700),
     "lr": ("float", None, None),
     "momentum": ("float", None, None),
+    "rho_lr_scale": ("float", None, None),
     "lr_gamma": ("float", None, None),
     "rho_init": ("float", None, None),
     "mu_init_scale": ("float", None, None),

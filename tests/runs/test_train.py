@@ -171,6 +171,23 @@ def test_refuses_to_overwrite_and_checks_settings_on_resume(tmp_path, data):
     assert s["epochs"] == 2 and len(read_metrics(run)) == 2
 
 
+def test_a_setting_added_after_a_run_was_written_counts_as_its_default_on_resume(tmp_path, data):
+    """A checkpoint from before ``rho_lr_scale`` existed resumes with the default, not with another."""
+    from bbb.runs.config import resume_conflicts
+
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    ckpt = torch.load(run / "last.pt", weights_only=True)
+    del ckpt["config"]["rho_lr_scale"]
+    torch.save(ckpt, run / "last.pt")
+    assert resume_conflicts(ckpt["config"], tiny_cfg(epochs=2)) == []
+    assert resume_conflicts(ckpt["config"], tiny_cfg(rho_lr_scale=3.0)) == [("rho_lr_scale", 1.0, 3.0)]
+    with pytest.raises(UserError, match="'rho_lr_scale' was 1.0, now 3.0"):
+        train(tiny_cfg(epochs=2, rho_lr_scale=3.0), run, data=data, resume=True, **QUIET)
+    s = train(tiny_cfg(epochs=2), run, data=data, resume=True, **QUIET)
+    assert s["epochs"] == 2 and len(read_metrics(run)) == 2
+
+
 def test_resume_needs_last_pt_and_overwrite_replaces_the_run(tmp_path, data):
     run = tmp_path / "run"
     with pytest.raises(UserError, match="cannot resume"):

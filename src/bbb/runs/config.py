@@ -25,7 +25,7 @@ from ..options import (
     make_prior,
 )
 
-__all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "TrainingDiverged", "TrainingInterrupted"]
+__all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "TrainingDiverged", "TrainingInterrupted", "resume_conflicts"]
 
 DATASETS = IMAGE_DATASETS
 
@@ -166,6 +166,30 @@ class TrainConfig:
 
 #: settings that may change when a run is resumed (they do not alter the trajectory)
 RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16"})
+
+
+def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:
+    """(setting, stored value, new value) for each setting outside :data:`RESUME_MUTABLE` that
+    differs between a run's stored config and ``now``. A setting the stored config lacks (added
+    to :class:`TrainConfig` after the run was written) counts as its default, the behaviour the
+    run was trained with."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    out = []
+    for k, v in now.to_dict().items():
+        if k in RESUME_MUTABLE:
+            continue
+        f = fields.get(k)
+        if k in stored:
+            old = stored[k]
+        elif f is not None and f.default is not dataclasses.MISSING:
+            old = f.default
+        elif f is not None and f.default_factory is not dataclasses.MISSING:
+            old = f.default_factory()
+        else:
+            old = None
+        if old != v:
+            out.append((k, old, v))
+    return out
 
 
 class TrainingDiverged(UserError):

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged
+from .config import TrainConfig, TrainingDiverged, resume_conflicts
 
 __all__ = [
     "DIVERGED_FILE",
@@ -255,11 +255,10 @@ def check_settings(job: Job) -> None:
     stored = read_json(Path(job.run_dir) / "config.json")
     if stored is None:
         return
-    now = job.config.to_dict()
-    diff = [k for k in now if k not in RESUME_MUTABLE and k in stored and stored[k] != now[k]]
+    diff = resume_conflicts(stored, job.config)
     if diff:
-        k = diff[0]
-        raise SettingsMismatch(f"{job.run_dir} was trained with {k}={stored[k]!r}, this plan has {now[k]!r}")
+        k, was, new = diff[0]
+        raise SettingsMismatch(f"{job.run_dir} was trained with {k}={was!r}, this plan has {new!r}")
 
 
 def _one_line(text: str, limit: int | None = None) -> str:

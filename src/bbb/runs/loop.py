@@ -58,7 +58,7 @@ from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..options import LRSchedule, Method, resolve_device
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
-from .config import RESUME_MUTABLE, TrainConfig, TrainingDiverged, TrainingInterrupted
+from .config import TrainConfig, TrainingDiverged, TrainingInterrupted, resume_conflicts
 from .evaluate import check_memory, error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
@@ -210,12 +210,10 @@ def _train(
     ckpt: dict[str, Any] | None = None
     if resume:  # guard_run_dir made sure that last.pt exists
         ckpt = load_checkpoint(last_path)
-        stored = ckpt["config"]
-        now = cfg.to_dict()
-        diff = [k for k in now if k not in RESUME_MUTABLE and stored.get(k) != now[k]]
+        diff = resume_conflicts(ckpt["config"], cfg)
         if diff:
-            k = diff[0]
-            raise UserError(f"cannot resume {out}: setting {k!r} was {stored.get(k)!r}, now {now[k]!r} "
+            k, was, new = diff[0]
+            raise UserError(f"cannot resume {out}: setting {k!r} was {was!r}, now {new!r} "
                             "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16 may change)")
 
     device = resolve_device(cfg.device)

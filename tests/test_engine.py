@@ -130,7 +130,7 @@ def test_rho_lr_scale_equals_a_parameter_group_for_rho(opt, momentum, kl):
 
 def test_rho_lr_scale_on_the_plain_path_and_in_the_state_dict():
     """Where the kernel does not apply, rho gets a torch.optim group of its own; the scale is saved."""
-    def run(engine, steps=3, state=None):
+    def run(engine, steps=3):
         torch.manual_seed(0)
         net = BayesMLP(6, [7], 3, prior=MIXTURE, rho_init=-3.0, estimator="local").double()
         x, y = _data(torch.float64)

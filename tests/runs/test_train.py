@@ -20,6 +20,7 @@ import torch.nn as nn
 import bbb.runs.loop as L
 from bbb.errors import CheckpointError, UserError
 from bbb.nn import BayesMLP
+from bbb.runs.config import resume_conflicts
 from bbb.train import (
     METRIC_COLUMNS,
     PRUNING_COLUMNS,
@@ -173,8 +174,6 @@ def test_refuses_to_overwrite_and_checks_settings_on_resume(tmp_path, data):
 
 def test_a_setting_added_after_a_run_was_written_counts_as_its_default_on_resume(tmp_path, data):
     """A checkpoint from before ``rho_lr_scale`` existed resumes with the default, not with another."""
-    from bbb.runs.config import resume_conflicts
-
     run = tmp_path / "run"
     train(tiny_cfg(epochs=1), run, data=data, **QUIET)
     ckpt = torch.load(run / "last.pt", weights_only=True)

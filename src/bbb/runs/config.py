@@ -173,23 +173,9 @@ def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str
     differs between a run's stored config and ``now``. A setting the stored config lacks (added
     to :class:`TrainConfig` after the run was written) counts as its default, the behaviour the
     run was trained with."""
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    out = []
-    for k, v in now.to_dict().items():
-        if k in RESUME_MUTABLE:
-            continue
-        f = fields.get(k)
-        if k in stored:
-            old = stored[k]
-        elif f is not None and f.default is not dataclasses.MISSING:
-            old = f.default
-        elif f is not None and f.default_factory is not dataclasses.MISSING:
-            old = f.default_factory()
-        else:
-            old = None
-        if old != v:
-            out.append((k, old, v))
-    return out
+    defaults = TrainConfig().to_dict()
+    return [(k, stored.get(k, defaults[k]), v) for k, v in now.to_dict().items()
+            if k not in RESUME_MUTABLE and stored.get(k, defaults[k]) != v]
 
 
 class TrainingDiverged(UserError):

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which experiment to reproduce (mnist: Table 1, Figures 2-4, Table 2)")
     parser.add_argument("--budget", choices=[b.value for b in Budget], default=Budget.SMOKE.value,
                         help="smoke (seconds, a pipeline test), quick (~35 min on 2 CPU cores) or "
-                             "paper (plain SGD, 600 epochs, 1-4 candidates per cell chosen on "
+                             "paper (plain SGD, 600 epochs, 1-5 candidates per cell chosen on "
                              "validation) (default: smoke)")
     add_out(parser, "output folder; rerunning with the same folder resumes",
             default=DEFAULT_OUT)

@@ -330,7 +330,7 @@ BUDGETS: dict[str, BudgetSpec] = {
     "paper": BudgetSpec(
         description="the paper's protocol: plain SGD (momentum 0) at the paper's learning rates "
                     "(x128: our loss is per example), 600 epochs with the rate x0.1 after epoch "
-                    "300, 1-4 candidates per cell chosen on the validation error only (at 2x800 and 2x1200 "
+                    "300, 1-5 candidates per cell chosen on the validation error only (at 2x800 and 2x1200 "
                     "without those far behind at 2x400; days on a 2-core CPU: run it in sittings with "
                     "--cells)",
         epochs={m: _all_widths(PAPER_EPOCHS) for m in METHODS},

@@ -4,7 +4,8 @@ Usage: python results/mnist-paper/snr_stats.py RUN_DIR [RUN_DIR ...] [--which be
 
 Per run: the 5th / 50th / 95th percentiles of SNR = 10 log10(|mu|/sigma) over the Bayesian
 weights (biases excluded, as ``bbb prune`` ranks them), the share in the paper's Figure 4 range
-of about -7.5 to 0 dB, the percentiles of sigma and the median |mu|.
+of about -7.5 to 0 dB, the percentiles of sigma, the median |mu| and the share of means within
++-0.01 (Figure 3's measure).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def main() -> None:
         mu = torch.cat([m.weight_mu.detach().flatten() for m in mods]).double()
         sigma = mu.abs() / snr
         in_range = ((db >= -7.5) & (db <= 0.0)).double().mean().item()
+        near_zero = (mu.abs() < 0.01).double().mean().item()
         print(
             f"{run} ({args.which}): {db.numel()} weights; SNR dB p5/p50/p95 "
             f"{' / '.join(f'{v:.1f}' for v in _quantiles(db, q))}; in [-7.5, 0] dB {100 * in_range:.1f}%; "
             f"sigma p5/p50/p95 {' / '.join(f'{v:.3f}' for v in _quantiles(sigma, q))}; "
-            f"median |mu| {mu.abs().median().item():.3f}"
+            f"median |mu| {mu.abs().median().item():.3f}; |mu| < 0.01 {100 * near_zero:.1f}%"
         )
 
 

@@ -62,7 +62,7 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
         # grid of samples (1, 2, 5, 10) at 2x400, where the screen starts
         assert any(c.settings["rho_init"] != r["rho_init"] for c in mix) == (w == 400)
         assert {c.settings["samples"] for c in mix} == {1, 2}  # c3 passed the screen
-        # the slab's other grid point, on the recipe (added in the sixteenth sitting)
+        # the slab's other grid point, on the recipe
         assert mix[-1].settings == {**r, "sigma1": pytest.approx(math.exp(-1))}
 
 

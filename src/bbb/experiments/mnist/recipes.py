@@ -185,11 +185,10 @@ _PAPER_MIXTURE: list[Candidate] = [
               "added after the other three had finished at 2x400"),
     Candidate({**JINKEHE_RECIPE, "sigma1": E(-1.0)}, "recipe, sigma1 e^-1",
               "the recipe with the slab at the paper's grid point sigma1=e^-1 (JINKEHE's other "
-              "run: 1.36%). With sigma0 far above sigma2 the slab sets the pull on the means: "
-              "sigma1=1 gives almost none (1/sigma1^2 per 50,000 examples), e^-1 gives that of the "
-              "Gaussian prior e^-1, whose 2x1200 run was 0.2 pp below every mixture candidate on "
-              "validation over epochs 251-300 and kept its training NLL near 0.012 where theirs fell "
-              "to 0.001-0.003; added in the sixteenth sitting"),
+              "run: 1.36%). The slab sets the prior's pull on the means (a weight decay of "
+              "1/(sigma1^2 N) per example): sigma1=1 gives almost none, e^-1 that of the Gaussian "
+              "prior e^-1, which led the 2x1200 cells on validation; added after the other four had "
+              "finished at 2x400 (results/mnist-paper/README.md)"),
 ]
 
 

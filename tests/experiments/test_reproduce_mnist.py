@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 import pytest
@@ -329,6 +330,30 @@ def test_a_run_trained_with_other_settings_is_not_reused(tmp_path):
     (run / "config.json").write_text(json.dumps(stored))
     with pytest.raises(UserError, match="lr=0.5.*another --out"):
         run_reproduce(cfg, data=blobs4(), **SILENT)
+
+
+def test_a_run_another_process_trains_is_skipped_and_the_rest_of_the_plan_trains(tmp_path):
+    # two lanes sharing one plan: the run held by the other lane's lock is skipped, not an error
+    out = tmp_path / "o"
+    cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", cells="sgd:400,dropout:400")
+    held = out / "runs" / M.run_name("sgd", 400, 0, 0)
+    held.mkdir(parents=True)
+    lines: list[str] = []
+    with eager_kernels(), T.lock_run_dir(held):
+        with pytest.raises(T.RunDirBusy, match="in use"):  # the function alone raises, as before
+            M.train_jobs([j for j in M.plan_jobs(cfg)[0] if j.name == held.name], blobs4(), cfg,
+                         T.JobCallbacks(), lambda s: None, out)
+        res = run_reproduce(cfg, data=blobs4(), log=lines.append)
+    assert res["busy"] == [held.name]
+    assert held.name not in res["trained"] and M.run_name("dropout", 400, 0, 0) in res["trained"]
+    assert not (held / "metrics.csv").exists()  # nothing written into the run the other holds
+    assert any(held.name in ln and "in use" in ln and str(os.getpid()) in ln for ln in lines), lines
+    assert "run 'bbb reproduce mnist" in lines[-1] and held.name in lines[-1]
+    assert json.loads((out / "reproduce.json").read_text())["busy_last_call"] == [held.name]
+    # once the other process lets go, the same command trains it (and only it)
+    with eager_kernels():
+        again = run_reproduce(cfg, data=blobs4(), **SILENT)
+    assert again["trained"] == [held.name] and again["busy"] == []
 
 
 def test_selection_needs_a_validation_split(tmp_path):

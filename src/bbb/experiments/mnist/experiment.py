@@ -142,7 +142,8 @@ def run_reproduce(
     Returns a dict with ``table1`` and ``table2`` (the rows written), ``files`` (written, relative
     to ``cfg.out``), ``selected`` (cell -> run name, None for a cell not finished or diverged),
     ``missing`` (cells not finished), ``complete``, ``trained`` (run names trained or resumed by
-    this call), ``estimated_seconds`` and ``seconds``.
+    this call), ``busy`` (runs skipped because another process was training them),
+    ``estimated_seconds`` and ``seconds``.
     """
     if log is None:
         def log(s: str) -> None:
@@ -177,7 +178,7 @@ def run_reproduce(
             + "); runs already finished in --out are skipped")
     if plan_only:
         log(_plan_text(cfg, first, extra, n_train))
-        return {"table1": [], "table2": [], "files": [], "selected": {}, "trained": [], "missing": [],
+        return {"table1": [], "table2": [], "files": [], "selected": {}, "trained": [], "busy": [], "missing": [],
                 "complete": False, "estimated_seconds": est, "seconds": time.perf_counter() - t0}
     if report_only and not (out / "runs").is_dir():
         raise UserError(f"{out} holds no runs yet, so there is nothing to report; train cells "
@@ -200,11 +201,12 @@ def run_reproduce(
                 "device": cfg.device, "num_train": int(data["train_x"].shape[0]),
                 "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0])}
     trained: list[str] = []
+    busy: list[str] = []
     if not report_only:
         manifest.update({"status": "running", "estimated_seconds": round(est, 1),
                          "cells_last_call": cells_text(cfg.cells)})
         atomic_write_json(out / "reproduce.json", manifest)
-        trained = _train_cells(cfg, first, extra, data, n_train, say, out, callbacks)
+        trained = _train_cells(cfg, first, extra, data, n_train, say, out, callbacks, busy)
 
     res = _write_outputs(cfg, out, data, say)
     seconds = time.perf_counter() - t0
@@ -212,25 +214,33 @@ def run_reproduce(
         "status": "complete" if res["complete"] else "partial", "files": res["files"],
         "seconds_last_call": round(seconds, 1), "selected": res["selected"],
         "cells_done": res["done"], "cells_missing": res["missing"], "runs": res["runs"],
-        "trained_last_call": trained,
+        "trained_last_call": trained, "busy_last_call": busy,
     })
     atomic_write_json(out / "reproduce.json", manifest)
     _print_summary(res["table1"], res["table2"], log)
     log(f"wrote {', '.join(res['files'])} in {out} ({fmt_time(seconds)})"
         + (f"; not finished yet: {', '.join(res['missing'])}" if res["missing"] else ""))
+    if busy:
+        log(f"skipped {len(busy)} run(s) that another process is training ({', '.join(busy)}); once it "
+            f"has finished, run '{command_line(cfg)}' again for what waits on them (a cell's extra seeds)")
     return {"table1": res["table1"], "table2": res["table2"], "files": res["files"], "trained": trained,
+            "busy": busy,
             "selected": res["selected"], "missing": res["missing"], "complete": res["complete"],
             "estimated_seconds": est, "seconds": seconds}
 
 
 def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job], data: dict[str, Tensor],
-                 n_train: int, log: Callable[[str], None], out: Path, callbacks: JobCallbacks | None) -> list[str]:
+                 n_train: int, log: Callable[[str], None], out: Path, callbacks: JobCallbacks | None,
+                 busy: list[str]) -> list[str]:
     """Train (or resume, or skip when finished) every candidate of the requested cells in the
     order of work, then the extra seeds of the candidate each seed cell selected on validation.
-    Returns the names of the runs trained or resumed."""
+    Runs that another process is training are skipped and named in ``busy``. Returns the names
+    of the runs trained or resumed."""
     progress = Progress([*first, *extra], n_train, log)
     runner_callbacks = CallbackList([progress, callbacks])
-    train_jobs(first, data, cfg, runner_callbacks, log, out)
+    train_jobs(first, data, cfg, runner_callbacks, log, out, busy=busy)
+    for name in busy:
+        progress.remaining.pop(name, None)
     selected = {c: _selection(cfg, c, out) for c in cfg.cells}
     seeds: list[Job] = []
     for placeholder in extra:
@@ -249,7 +259,7 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
         job = make_job(cfg, placeholder.method, placeholder.hidden, c, placeholder.seed)
         progress.remaining[job.name] = progress.remaining.pop(placeholder.name, 0.0)
         seeds.append(job)
-    train_jobs(seeds, data, cfg, runner_callbacks, log, out)
+    train_jobs(seeds, data, cfg, runner_callbacks, log, out, busy=busy)
     return progress.trained
 
 

@@ -100,14 +100,25 @@ class Progress(JobCallbacks):
 
 
 def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfig, callbacks: JobCallbacks,
-               log: Callable[[str], None], out: Path) -> dict[str, dict[str, Any] | None]:
+               log: Callable[[str], None], out: Path,
+               busy: list[str] | None = None) -> dict[str, dict[str, Any] | None]:
     """Train ``jobs`` in turn through the runner (``log``: the training's lines), unless
     finished; each one's summary, or None when it diverged. An interrupt, a run of other
-    settings or one that cannot resume is a one-line error that says how to go on."""
+    settings or one that cannot resume is a one-line error that says how to go on.
+
+    A run that another process is training (its run directory's lock) raises
+    :class:`~bbb.runs.RunDirBusy`, or, when ``busy`` is a list, is skipped: its name is
+    appended there and the next job runs (two processes can then share one plan)."""
     summaries: dict[str, dict[str, Any] | None] = {}
     for job in jobs:
         try:
             res = runjobs.run_job(job, data=data, quiet=cfg.quiet, log=log, callbacks=callbacks)
+        except T.RunDirBusy as e:
+            if busy is None:
+                raise
+            log(f"  skipped {job.name}: {str(e).split('; ')[0]}")
+            busy.append(job.name)
+            continue
         except runjobs.SettingsMismatch as e:
             raise _other_out(e, out) from None
         except T.TrainingInterrupted as e:

@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dropout, BBB Gaussian prior, BBB scale mixture; 2x400, 2x800, 2x1200), select on the "
         "validation split only, and write table1.csv/.md, fig2_curves.png, fig3_weights.png, "
         "table2_pruning.csv/.md and fig4_snr.png (with CSV/JSON beside each figure) to --out. "
-        "Resumable: rerun the same command to continue. --cells trains a subset (the paper "
+        "Resumable: rerun the same command to continue. Several processes may share one --out "
+        "(e.g. one per core): each skips the runs another is training. --cells trains a subset (the paper "
         "budget takes days on a CPU: run it cell by cell, headline first); every call writes the "
         "tables of the cells finished so far, the others marked as missing. Budgets: "
         + "; ".join(f"{b}: {s.description}" for b, s in BUDGETS.items()) + ".")

@@ -347,7 +347,7 @@ def test_a_run_another_process_trains_is_skipped_and_the_rest_of_the_plan_trains
     assert res["busy"] == [held.name]
     assert held.name not in res["trained"] and M.run_name("dropout", 400, 0, 0) in res["trained"]
     assert not (held / "metrics.csv").exists()  # nothing written into the run the other holds
-    assert any(held.name in ln and "in use" in ln and str(os.getpid()) in ln for ln in lines), lines
+    assert any(held.name in ln and f"another bbb process (pid {os.getpid()})" in ln for ln in lines), lines
     assert "run 'bbb reproduce mnist" in lines[-1] and held.name in lines[-1]
     assert json.loads((out / "reproduce.json").read_text())["busy_last_call"] == [held.name]
     # once the other process lets go, the same command trains it (and only it)

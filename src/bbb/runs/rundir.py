@@ -45,7 +45,12 @@ Resume = bool | Literal["auto"]
 
 
 class RunDirBusy(UserError):
-    """Another process is training into the run directory."""
+    """Another process is training into the run directory; ``holder``: its pid as its lock file
+    records it (text, "unknown" where it could not be read)."""
+
+    def __init__(self, message: str, holder: str = "unknown") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 def _holder(fd: int) -> str:
@@ -102,7 +107,7 @@ def _lock(path: Path, create: bool, wait: float = 0.0, read_only_dir: bool = Fal
         pid = _holder(fd)
         os.close(fd)
         raise RunDirBusy(f"{path.parent} is in use: another bbb process (pid {pid}) is writing there "
-                         f"(lock {path}); {advice}") from None
+                         f"(lock {path}); {advice}", holder=pid) from None
     except BaseException:
         os.close(fd)
         raise

@@ -116,7 +116,7 @@ def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfi
         except T.RunDirBusy as e:
             if busy is None:
                 raise
-            log(f"  skipped {job.name}: {str(e).split('; ')[0]}")
+            log(f"  skipped {job.name}: another bbb process (pid {e.holder}) is training it")
             busy.append(job.name)
             continue
         except runjobs.SettingsMismatch as e:

@@ -118,6 +118,68 @@ def test_mc_kl_uses_the_forward_pass_samples_and_averages_k():
     torch.testing.assert_close(out.nll, nll, rtol=1e-5, atol=1e-5)
 
 
+def test_kl_samples_average_the_forward_samples_and_draws_of_their_own():
+    """kl_samples K > k: the Monte Carlo KL averages the k samples of the forward pass (common
+    random numbers) and K - k drawn for the KL alone, after the forward's, from the same generator;
+    the likelihood still sees k samples."""
+    torch.manual_seed(0)
+    net = BayesMLP(5, [8], 3, prior=ScaleMixturePrior(0.5, 1.0, 0.01), rho_init=-1.0)
+    x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    k, big_k = 2, 5
+    elbo = ELBO(net, "categorical", num_batches=1, num_samples=k, kl="mc", kl_samples=big_k)
+    out = elbo(x, y, generator=torch.Generator().manual_seed(11))
+    plain = ELBO(net, "categorical", num_batches=1, num_samples=k, kl="mc")(
+        x, y, generator=torch.Generator().manual_seed(11))
+    assert out.output.shape == (k, 6, 3)
+    torch.testing.assert_close(out.nll, plain.nll)
+    g = torch.Generator().manual_seed(11)
+    params = [(layer, name) for layer in net.layers for name in ("weight", "bias")]
+    eps = {(id(m), n): m.posterior(n).sample_eps((k,), generator=g) for m, n in params}
+    kl = 0.0
+    for m, n in params:
+        q = m.posterior(n)
+        e = torch.cat([eps[(id(m), n)], q.sample_eps((big_k - k,), generator=g)])
+        w = q.rsample(e)
+        kl = kl + (q.log_prob(w) - m.prior.log_prob(w)).sum() / big_k
+    torch.testing.assert_close(out.kl, kl, rtol=1e-4, atol=1e-3)
+    assert "kl_samples=5" in repr(elbo)
+
+
+def test_more_kl_samples_lower_the_variance_of_the_kl_gradient():
+    """The point of kl_samples: the KL's gradient with respect to mu, over repeated draws, has
+    about 1/K the variance (the spike of a scale mixture: rare large kicks)."""
+    torch.manual_seed(0)
+    layer = BayesLinear(20, 10, prior=ScaleMixturePrior(0.75, 0.4, math.exp(-3)), rho_init=-3.0)
+    g = torch.Generator().manual_seed(3)
+
+    def grad_var(big_k):
+        grads = []
+        for _ in range(300):
+            layer.zero_grad()
+            layer.kl("mc", bbb.SampleRecorder(g), num_samples=big_k).backward()
+            grads.append(layer.weight_mu.grad.clone())
+        return torch.stack(grads).var(0).mean().item()
+
+    ratio = grad_var(1) / grad_var(8)
+    assert 5.0 < ratio < 12.0, ratio
+
+
+def test_kl_samples_fewer_than_the_likelihoods_or_not_an_integer_are_user_errors():
+    net = BayesMLP(5, [8], 3)
+    with pytest.raises(bbb.UserError, match="at least"):
+        ELBO(net, num_samples=3, kl_samples=2)
+    for bad in (0, 2.5, "4", True):
+        with pytest.raises(bbb.UserError, match="kl_samples"):
+            ELBO(net, kl_samples=bad)
+
+
+def test_a_closed_form_kl_ignores_kl_samples():
+    net = BayesMLP(5, [8], 3, prior=GaussianPrior(0.5))
+    x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    a = ELBO(net, kl="auto", kl_samples=7)(x, y).kl
+    torch.testing.assert_close(a, model_kl(net, "closed"))
+
+
 @pytest.mark.parametrize("estimator", ["reparam", "local", "flipout"])
 def test_elbo_backward_through_every_estimator(estimator):
     net = BayesMLP(5, [8], 3, estimator=estimator)

@@ -36,6 +36,7 @@ __all__ = [
     "uses_monte_carlo",
     "mc_kl",
     "kl_term",
+    "check_kl_samples",
     "softplus",
     "inverse_softplus",
     "prior_from_config",
@@ -452,11 +453,17 @@ def kl_term(
     eps: Tensor | None = None,
     w: Tensor | None = None,
     generator: torch.Generator | None = None,
+    num_samples: int | None = None,
+    extra_eps: Tensor | None = None,
 ) -> Tensor:
     """KL[q || p] summed over all elements (a scalar).
 
     With Monte Carlo and ``eps`` of shape ``(k, *q.mu.shape)``, the k estimates are averaged.
-    Without ``eps``, one fresh sample is drawn.
+    Without ``eps``, one fresh sample is drawn. ``num_samples`` (Monte Carlo only) is the number
+    of weight samples the estimate averages over: None takes the given samples (or one fresh
+    draw); a larger number adds ``num_samples - k`` draws of the KL's own to the k given ones
+    (``extra_eps`` of shape ``(num_samples - k, *q.mu.shape)`` when supplied, else fresh noise
+    from ``generator``). A closed-form KL needs no samples and ignores it.
     """
     mode = KLMode(mode)
     if mode is not KLMode.MC:
@@ -467,11 +474,27 @@ def kl_term(
             raise UserError(
                 f"no closed-form KL for a {type(p).__name__}; use kl='mc' or kl='auto'"
             )
-    if eps is None:
-        eps = q.sample_eps(generator=generator)
-        w = None
-    extra = eps.dim() - q.mu.dim()
-    total = mc_kl(q, p, eps, w).sum()
-    if extra > 0:
-        total = total / math.prod(eps.shape[:extra])
-    return total
+    given = 0 if eps is None else math.prod(eps.shape[: eps.dim() - q.mu.dim()])
+    want = max(given, 1) if num_samples is None else check_kl_samples(num_samples, given)
+    total = mc_kl(q, p, eps, w).sum() if given else None
+    if want > given:
+        if extra_eps is None:
+            extra_eps = q.sample_eps((want - given,), generator=generator)
+        elif tuple(extra_eps.shape) != (want - given, *q.mu.shape):
+            raise UserError(f"extra_eps must have shape {(want - given, *q.mu.shape)}, got {tuple(extra_eps.shape)}")
+        more = mc_kl(q, p, extra_eps).sum()
+        total = more if total is None else total + more
+    assert total is not None
+    return total / want if want > 1 else total
+
+
+def check_kl_samples(num_samples: object, given: int = 1) -> int:
+    """``num_samples`` of the Monte Carlo KL as an int: at least 1 and at least the ``given``
+    samples of the likelihood (the KL averages over those and adds draws of its own)."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int | float) or int(num_samples) != num_samples:
+        raise UserError(f"kl_samples must be an integer >= 1, got {num_samples!r}")
+    n = int(num_samples)
+    if n < max(given, 1):
+        raise UserError(f"kl_samples ({n}) must be at least the likelihood's weight samples ({max(given, 1)}): "
+                        "the KL averages over those and adds samples of its own")
+    return n

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .distributions import KLMode, inverse_softplus, softplus
+from .distributions import KLMode, check_kl_samples, inverse_softplus, softplus
 from .errors import UserError
 from .nn import SampleRecorder, forward_samples, model_kl
 
@@ -224,6 +224,11 @@ class ELBO(nn.Module):
             samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
             network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
         kl: ``"auto"`` (closed form when it exists), ``"closed"`` or ``"mc"`` (the paper's choice).
+        kl_samples: the weight samples a Monte Carlo KL averages over. None (the default, the
+            paper's estimator) uses the k samples of the likelihood (common random numbers); a
+            larger number K adds K - k samples drawn for the KL alone, which lowers the variance
+            of its gradient without another forward pass (the KL's cost grows with K, the
+            likelihood's does not). A closed-form KL is exact and ignores it.
         beta: a fixed scale on the KL term (tempering): ``loss = nll + beta * kl_weight_i * KL``.
             1 (the default) is the variational free energy of the paper; beta < 1 down-weights
             the prior (a "cold" posterior), beta > 1 up-weights it. Unlike ``kl_weighting``
@@ -253,6 +258,7 @@ class ELBO(nn.Module):
         num_samples: int = 1,
         kl: KLMode | str = KLMode.AUTO,
         beta: float = 1.0,
+        kl_samples: int | None = None,
     ) -> None:
         super().__init__()
         try:
@@ -273,6 +279,7 @@ class ELBO(nn.Module):
         self.__dict__["model"] = model  # referenced, not a submodule: not in state_dict / parameters()
         self.likelihood = likelihood_from_name(likelihood)
         self.num_samples = int(num_samples)
+        self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.num_samples)
         self.kl_weighting = kl_weighting
         self.num_batches = int(num_batches)
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
@@ -301,7 +308,7 @@ class ELBO(nn.Module):
         with SampleRecorder(generator) as rec:
             output = self.model(x) if k == 1 else forward_samples(self.model, x, k)
         nll = -self.likelihood.log_prob(output, y).sum() / k
-        kl = model_kl(self.model, self.kl_mode, rec)
+        kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
         weight = self.beta * (self.kl_weight(batch_index) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
 
@@ -309,4 +316,5 @@ class ELBO(nn.Module):
         kw = self.kl_weighting if isinstance(self.kl_weighting, str) else getattr(
             self.kl_weighting, "value", "custom")
         return (f"num_batches={self.num_batches}, kl_weighting={kw}, num_samples={self.num_samples}, "
-                f"kl={self.kl_mode.value}, beta={self.beta:g}")
+                f"kl={self.kl_mode.value}, beta={self.beta:g}"
+                + ("" if self.kl_samples is None else f", kl_samples={self.kl_samples}"))

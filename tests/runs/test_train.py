@@ -81,6 +81,10 @@ def rows_without_seconds(run: Path) -> list[dict]:
     ({"lr_schedule": "linear"}, "lr schedule"),
     ({"kl": "closed"}, "closed-form"),
     ({"sigma1": float("nan")}, "sigma1"),
+    ({"kl_samples": 0}, "kl-samples"),
+    ({"samples": 3, "kl_samples": 2}, "kl-samples"),
+    ({"kl_samples": 2.5}, "kl-samples"),
+    ({"prior": "gaussian", "kl_samples": 4}, "--kl mc"),
 ])
 def test_config_validation(kw, words):
     with pytest.raises(UserError) as e:
@@ -249,6 +253,7 @@ def _interrupt_at(monkeypatch, call: int, exc: BaseException | None = None, nan:
 
 
 @pytest.mark.parametrize("method, extra", [("bbb", {}), ("bbb", {"estimator": "flipout", "samples": 2}),
+                                           ("bbb", {"kl": "mc", "kl_samples": 3}),
                                            ("dropout", {"optimizer": "sgd", "lr_schedule": "step"})])
 def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, data, monkeypatch, method, extra):
     cfg = tiny_cfg(method=method, epochs=3, **extra)

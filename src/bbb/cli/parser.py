@@ -85,6 +85,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--lr-gamma", "lr_gamma", "factor per step of --lr-schedule step", type=float)
     add_g("--batch-size", "batch_size", "minibatch size", type=int)
     add_g("--samples", "samples", "Monte Carlo weight samples per step (k)", type=int)
+    add_g("--kl-samples", "kl_samples", "bbb: weight samples the Monte Carlo KL averages over, >= --samples; "
+          "the extra ones are drawn for the KL alone (a lower-variance KL gradient, no extra forward pass; "
+          "default: the --samples of the likelihood, the paper's estimator)", type=int, show_default=False)
     add_g("--kl-weighting", "kl_weighting",
           "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)",
           choices=O.values(O.KLWeighting))

@@ -40,7 +40,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..distributions import KLMode, uses_monte_carlo
+from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
 from ..errors import UserError
 from ..nn import Estimator, SampleProvider, bayes_modules, providing_samples
 from ..random import counter_keys
@@ -148,6 +148,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             ``num_samples`` evaluates them, folded into the batch dimension or with an explicit
             leading sample dimension).
         kl: ``"auto"``, ``"mc"`` or ``"closed"``, as the ELBO's (they must agree).
+        kl_samples: the weight samples a Monte Carlo KL averages over, as the ELBO's (they must
+            agree): None, the k of ``num_samples``; K > k adds K - k samples of the KL's own,
+            drawn by the fused kernel from the same counter-based noise (after the k rows).
         seed: the noise is a function of (seed, step counter) alone.
         compile: ``True``/``False``, or ``None``: compile when the model has at least
             :data:`COMPILE_MIN_NUMEL` Bayesian weights on CPU or CUDA.
@@ -166,6 +169,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         rho_lr_scale: float = 1.0,
         num_samples: int = 1,
         kl: KLMode | str = KLMode.AUTO,
+        kl_samples: int | None = None,
         seed: int = 0,
         compile: bool | None = None,
     ) -> None:
@@ -193,6 +197,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             raise UserError(f"seed must be an integer >= 0, got {seed!r}")
         self.model = model
         self.k = int(num_samples)
+        self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.k)
         self.seed = int(seed)
         self.counter = 0
         self._step_count = 0
@@ -240,22 +245,25 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         n, k = layout.numel, self.k
         self._prior = first.module.prior
         self._closed = not uses_monte_carlo(self._prior, self.kl_mode)
+        # the KL's own samples (Monte Carlo only: a closed form needs none)
+        kl_extra = 0 if self._closed or self.kl_samples is None else self.kl_samples - k
         with torch.no_grad():
             self._mu = layout.gather("mu").to(dev, dt).contiguous()
             self._rho = layout.gather("rho").to(dev, dt).contiguous()
         for s in layout.slots:  # the parameters become views of the flat buffers
             getattr(s.module, f"{s.name}_mu").data = s.view(self._mu)
             getattr(s.module, f"{s.name}_rho").data = s.view(self._rho)
-        half = (k * n + 1) // 2
+        half = ((k + kl_extra) * n + 1) // 2
         self._noise = [torch.zeros((2, half), device=dev, dtype=dt) for _ in range(2)]
         if half >= 1 << 31:
-            raise ValueError(f"the engine draws at most 2^32 numbers a step; {k} samples of {n} weights are more")
+            raise ValueError(f"the engine draws at most 2^32 numbers a step; {k + kl_extra} samples of {n} "
+                             "weights are more")
         self._index = torch.arange(half, device=dev, dtype=torch.int32)
         self._w = torch.zeros((k, n), device=dev, dtype=dt)
         self._g = torch.zeros((k, n), device=dev, dtype=dt)
         self._sig = torch.zeros(n, device=dev, dtype=dt)
         self._sr = torch.zeros(n, device=dev, dtype=dt)
-        self._dlp = None if self._closed else torch.zeros((k, n), device=dev, dtype=dt)
+        self._dlp = None if self._closed else torch.zeros((2 if kl_extra else k, n), device=dev, dtype=dt)
         nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0]["momentum"] > 0 else 0)
         self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
         self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
@@ -284,7 +292,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             except ImportError:  # pragma: no cover
                 use_compile = False
         self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
-                                 nesterov=bool(self.param_groups[0]["nesterov"]), compile=bool(use_compile))
+                                 nesterov=bool(self.param_groups[0]["nesterov"]), compile=bool(use_compile),
+                                 kl_extra=kl_extra)
         self._fused_params = tuple(self.param_groups[0]["params"])
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
@@ -364,7 +373,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             b, gb = bs.view(self._w)[0], bs.view(self._g)[0]
         return _LinearIntoBuffers.apply(x, w, b, gw, gb, self._lin_anchor)
 
-    def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
+    def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
         if self.layout is None:
             return None
         if not self.layout.covers(model):
@@ -372,6 +381,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if uses_monte_carlo(self._prior, mode) == self._closed:
             raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with "
                             f"kl={self.kl_mode.value}; give both the same kl")
+        if kl_samples != self.kl_samples and not self._closed:
+            raise UserError(f"the ELBO asks for kl_samples={kl_samples} but the engine was built with "
+                            f"kl_samples={self.kl_samples}; give both the same kl_samples")
         return _KLCoefficient.apply(self._kl, self._anchor)
 
     @property
@@ -413,6 +425,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             "counter": self.counter,
             "step": self._step_count,
             "num_samples": self.k,
+            "kl_samples": self.kl_samples,
             "groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
             "state": [t.clone() for t in self._state] if self.fused else [],
             "inner": None if self._inner is None else self._inner.state_dict(),
@@ -425,8 +438,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
             raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
                                   "bbb?); start a new run")
-        mine = (self.kind.value, self.fused, self.seed, self.k, len(self.param_groups))
-        theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], len(state["groups"]))
+        mine = (self.kind.value, self.fused, self.seed, self.k, self.kl_samples, len(self.param_groups))
+        theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], state.get("kl_samples"),
+                  len(state["groups"]))
         if mine != theirs:
             raise CheckpointError(f"engine state does not match this engine ({theirs} vs {mine})")
         for g, saved in zip(self.param_groups, state["groups"]):

@@ -6,7 +6,10 @@ with g = dL/dw from backprop (k sample rows), c = dL/dKL (from autograd, see
 :class:`~bbb.engine.Engine`), sigma = softplus(rho) and s = sigmoid(rho):
 
 * Monte Carlo KL (eqs. 3-4): with t = g - (c / k) dlogp/dw,
-  dL/dmu = sum_k t and dL/drho = (sum_k t * eps - c / sigma) * s;
+  dL/dmu = sum_k t and dL/drho = (sum_k t * eps - c / sigma) * s; with K > k KL samples (the
+  likelihood's k and K - k of the KL's own), dL/dmu = sum_k g - (c / K) sum_K dlogp/dw and
+  dL/drho = (sum_k g * eps - (c / K) sum_K dlogp/dw * z - c / sigma) * s, the two sums over K
+  kept from the sampling step;
 * closed form: dL/dmu = sum_k g + c dKL/dmu, dL/drho = (sum_k g * eps + c dKL/dsigma) * s;
 
 then the optimiser's update of mu and rho (Adam exactly as ``torch.optim.Adam``, SGD with or
@@ -72,11 +75,13 @@ def fixed_order_sum(t: Tensor) -> Tensor:
 
 
 def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor,
-             dlp: Tensor | None, *, prior: Prior, closed: bool) -> Tensor:
+             dlp: Tensor | None, *, prior: Prior, closed: bool, kl_extra: int = 0) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
 
-    mu, rho, sig, sr: (n,); z, w, dlp: (k, n). The KL is the closed form, or the Monte Carlo
-    estimate sum[log q(w) - log p(w)] averaged over the k rows.
+    mu, rho, sig, sr: (n,); z: (K, n) with K = k + kl_extra; w: (k, n), the first k rows; dlp:
+    (k, n), or with ``kl_extra`` > 0 (2, n): the sums over the K rows of dlogp/dw and of
+    dlogp/dw * z. The KL is the closed form, or the Monte Carlo estimate sum[log q(w) - log p(w)]
+    averaged over the K rows.
     """
     s, r = softplus_and_sigmoid(rho)
     wn = mu + s * z
@@ -85,11 +90,15 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     else:
         assert dlp is not None
         lp, g = prior.log_prob_and_grad(wn)
-        k = z.shape[0]
-        terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / k
+        big_k = z.shape[0]
+        terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / big_k
         kl = fixed_order_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
-        dlp.copy_(g)
-    w.copy_(wn)
+        if kl_extra:
+            dlp[0].copy_(g.sum(0))
+            dlp[1].copy_((g * z).sum(0))
+        else:
+            dlp.copy_(g)
+    w.copy_(wn[: w.shape[0]] if kl_extra else wn)
     sig.copy_(s)
     sr.copy_(r)
     return kl
@@ -97,13 +106,18 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
 
 def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
            dlp: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
-           prior: Prior, closed: bool, optimizer: str, nesterov: bool) -> None:
+           prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0) -> None:
     """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
     k = g.shape[0]
     if closed:
         _, dmu, dsig = prior.kl_closed_form(mu, sig)  # type: ignore[misc]
         gmu = g.sum(0) + c * dmu
         grho = ((g * eps).sum(0) + c * dsig) * sr
+    elif kl_extra:
+        assert dlp is not None
+        ck = c / (k + kl_extra)
+        gmu = g.sum(0) - ck * dlp[0]
+        grho = ((g * eps).sum(0) - ck * dlp[1] - c / sig) * sr
     else:
         assert dlp is not None
         t = g - (c / k) * dlp
@@ -146,18 +160,24 @@ def _noise_into(out: Tensor, index: Tensor, hp: Tensor) -> Tensor:
     return out.view(-1)
 
 
+def _sample_noise(noise: Tensor, index: Tensor, hp: Tensor, w: Tensor, kl_extra: int) -> Tensor:
+    """The (k + kl_extra, n) noise of one step: the likelihood's k rows first, then the KL's own."""
+    rows = w.shape[0] + kl_extra
+    return _noise_into(noise, index, hp)[: rows * w.shape[1]].view(rows, w.shape[1])
+
+
 def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, *, prior, closed, optimizer,
-                nesterov):
+                nesterov, kl_extra=0):
     """The step: the next sample's noise into ``noise``, the optimiser update, the next sample."""
-    z = _noise_into(noise, index, hp)[: w.numel()].view(w.shape)
+    z = _sample_noise(noise, index, hp, w, kl_extra)
     update(mu, rho, g, eps, sig, sr, dlp, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
-           optimizer=optimizer, nesterov=nesterov)
-    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
+           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra)
+    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra)
 
 
-def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed):
-    z = _noise_into(noise, index, hp)[: w.numel()].view(w.shape)
-    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed)
+def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed, kl_extra=0):
+    z = _sample_noise(noise, index, hp, w, kl_extra)
+    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra)
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -213,8 +233,9 @@ class KernelSet:
     take over.
     """
 
-    def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool) -> None:
-        self.static = {"prior": prior, "closed": closed}
+    def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool,
+                 kl_extra: int = 0) -> None:
+        self.static = {"prior": prior, "closed": closed, "kl_extra": int(kl_extra)}
         self.step_static = {**self.static, "optimizer": optimizer, "nesterov": nesterov}
         self.compiled = bool(compile)
         self.failed: str | None = None

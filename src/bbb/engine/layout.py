@@ -74,8 +74,8 @@ class Layout:
 
 
 class _CounterNoise(SampleProvider):
-    def __init__(self, layout: Layout, eps: Tensor, k: int | None) -> None:
-        self.layout, self.eps, self.k = layout, eps, k
+    def __init__(self, layout: Layout, eps: Tensor, k: int | None, kl_eps: Tensor) -> None:
+        self.layout, self.eps, self.k, self.kl_eps = layout, eps, k, kl_eps
 
     def draw(self, module, name, k):
         slot = self.layout.slot(module, name)
@@ -89,23 +89,34 @@ class _CounterNoise(SampleProvider):
             eps = eps[0]
         return mu, eps, torch.addcmul(mu, torch.nn.functional.softplus(rho), eps)
 
-    def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
+    def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
         return None  # the plain KL on the recorded samples
+
+    def kl_noise(self, module, name, n):
+        slot = self.layout.slot(module, name)
+        if slot is None:
+            return None
+        if n != self.kl_eps.shape[0]:
+            raise ValueError(f"counter_noise was opened for {self.kl_eps.shape[0]} KL samples of its own, "
+                             f"the KL asked for {n}")
+        return slot.view(self.kl_eps)
 
 
 @contextlib.contextmanager
 def counter_noise(model: nn.Module, seed: int, counter: int, num_samples: int | None = None,
-                  ) -> Iterator[SampleProvider]:
+                  kl_samples: int | None = None) -> Iterator[SampleProvider]:
     """The plain autograd path fed with the engine's noise for draw ``counter`` of ``seed``.
 
     Inside the block every Bayesian layer of ``model`` samples w = mu + softplus(rho) * eps with
     the eps that :class:`~bbb.engine.Engine` would use at that counter, so the two paths can be
     compared trajectory for trajectory. ``num_samples`` is k for inputs with a leading sample
-    dimension (None: inputs without one).
+    dimension (None: inputs without one). ``kl_samples`` K > k supplies the K - k samples of the
+    KL's own (an ELBO with that ``kl_samples``), the engine's rows after the k.
     """
     layout = Layout(model)
     k = 1 if num_samples is None else int(num_samples)
+    rows = k if kl_samples is None else max(k, int(kl_samples))
     p = next(iter(model.parameters()))
-    eps = normal(k * layout.numel, seed, counter, device=p.device, dtype=p.dtype).view(k, layout.numel)
-    with providing_samples(_CounterNoise(layout, eps, num_samples)) as provider:
+    noise = normal(rows * layout.numel, seed, counter, device=p.device, dtype=p.dtype).view(rows, layout.numel)
+    with providing_samples(_CounterNoise(layout, noise[:k], num_samples, noise[k:])) as provider:
         yield provider

@@ -258,18 +258,29 @@ class BayesModule(nn.Module):
         return self._masked(name, mu)
 
     # -- KL --------------------------------------------------------------------------------
-    def kl(self, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None) -> Tensor:
+    def kl(self, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None,
+           num_samples: int | None = None) -> Tensor:
         """KL[q || P] of this layer's parameters, summed over every weight.
 
         Monte Carlo uses the samples the forward pass drew (from ``recorder``) when there are any,
         else a fresh draw (e.g. for the local estimator, whose forward never forms weights).
+        ``num_samples`` (the ELBO's ``kl_samples``) averages the Monte Carlo estimate over that
+        many weight samples: the forward pass's, plus draws of the KL's own (from the active
+        :class:`SampleProvider`'s ``kl_noise`` when it supplies them).
         """
         total = None
         gen = None if recorder is None else recorder.generator
+        provider = PROVIDER.get()
         for name in self.param_names():
             s = None if recorder is None else recorder.get(self, name)
-            term = kl_term(self.posterior(name), self.prior, mode, eps=None if s is None else s.eps,
-                           w=None if s is None else s.w, generator=gen)
+            q = self.posterior(name)
+            extra = None
+            if num_samples is not None and provider is not None:
+                given = 0 if s is None else math.prod(s.eps.shape[: s.eps.dim() - q.mu.dim()])
+                if num_samples > given:
+                    extra = provider.kl_noise(self, name, num_samples - given)
+            term = kl_term(q, self.prior, mode, eps=None if s is None else s.eps,
+                           w=None if s is None else s.w, generator=gen, num_samples=num_samples, extra_eps=extra)
             total = term if total is None else total + term
         assert total is not None
         return total

@@ -85,15 +85,19 @@ def bayes_modules(model: nn.Module) -> Iterator[BayesModule]:
 
 
 def model_kl(
-    model: nn.Module, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None
+    model: nn.Module, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None,
+    num_samples: int | None = None,
 ) -> Tensor:
-    """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer."""
+    """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer.
+
+    ``num_samples``: the weight samples a Monte Carlo KL averages over (None: those the forward
+    pass drew, in ``recorder``; see :meth:`BayesModule.kl`)."""
     provider = PROVIDER.get()
     if provider is not None:
-        total = provider.model_kl(model, KLMode(mode))
+        total = provider.model_kl(model, KLMode(mode), num_samples)
         if total is not None:
             return total
-    terms = [m.kl(mode, recorder) for m in bayes_modules(model)]
+    terms = [m.kl(mode, recorder, num_samples) for m in bayes_modules(model)]
     if not terms:
         p = next(model.parameters(), None)
         return torch.zeros((), device=None if p is None else p.device)

@@ -91,8 +91,14 @@ class SampleProvider:
         samples (or None: draw as usual)."""
         return None
 
-    def model_kl(self, model: nn.Module, mode: KLMode) -> Tensor | None:
-        """The KL of the whole ``model`` for the samples provided, or None (computed as usual)."""
+    def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
+        """The KL of the whole ``model`` for the samples provided (averaged over ``kl_samples``
+        weight samples, None: the likelihood's), or None (computed as usual)."""
+        return None
+
+    def kl_noise(self, module: nn.Module, name: str, n: int) -> Tensor | None:
+        """The noise (n, *shape) of ``n`` weight samples that the Monte Carlo KL of ``module``'s
+        parameter ``name`` draws beyond the likelihood's (``kl_samples``), or None (fresh draws)."""
         return None
 
     def linear(self, module: nn.Module, x: Tensor) -> Tensor | None:

@@ -75,6 +75,7 @@ class TrainConfig:
     lr_gamma: float = 0.1
     batch_size: int = 128
     samples: int = 1
+    kl_samples: int | None = None
     estimator: str = Estimator.REPARAM.value
     kl_weighting: str = KLWeighting.BLUNDELL.value
     kl: str = KLMode.AUTO.value
@@ -122,6 +123,8 @@ class TrainConfig:
         self.lr_gamma = _positive("lr gamma", self.lr_gamma)
         self.batch_size = _integer("batch size", self.batch_size, 1)
         self.samples = _integer("samples", self.samples, 1)
+        if self.kl_samples is not None:
+            self.kl_samples = _integer("kl-samples", self.kl_samples, self.samples)
         self.rho_init = float(self.rho_init)
         if not math.isfinite(self.rho_init):
             raise UserError(f"rho-init must be finite, got {self.rho_init}")
@@ -143,6 +146,10 @@ class TrainConfig:
             self.data_dir = str(self.data_dir)
         if self.method == Method.BBB.value and self.prior == PriorKind.MIXTURE.value and self.kl == "closed":
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
+        if (self.method == Method.BBB.value and self.kl_samples is not None and self.prior == PriorKind.GAUSSIAN.value
+                and self.kl != KLMode.MC.value):
+            raise UserError("--kl-samples averages a Monte Carlo KL, and the Gaussian prior's KL is in closed "
+                            "form here; add --kl mc, or leave out --kl-samples")
 
     # -- conversion ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

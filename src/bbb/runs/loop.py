@@ -72,7 +72,8 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     deterministic methods ``torch.optim.SGD`` or the fused ``torch.optim.Adam``."""
     if cfg.method == Method.BBB.value:
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
-                      rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, seed=cfg.seed)
+                      rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
+                      seed=cfg.seed)
     if cfg.optimizer == OptimizerKind.SGD.value:
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     params = list(model.parameters())
@@ -236,7 +237,8 @@ def _train(
     _check_training_memory(cfg, in_features, num_classes, device)
     model = build_model(cfg, in_features, num_classes).to(device)
     elbo = (ELBO(model, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
-                 num_samples=cfg.samples, kl=cfg.kl) if cfg.method == Method.BBB.value else None)
+                 num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples)
+            if cfg.method == Method.BBB.value else None)
     opt = make_optimizer(cfg, model)
     sched = _make_scheduler(cfg, opt)
     gen = torch.Generator().manual_seed(cfg.seed)

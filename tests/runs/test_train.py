@@ -85,6 +85,7 @@ def rows_without_seconds(run: Path) -> list[dict]:
     ({"samples": 3, "kl_samples": 2}, "kl-samples"),
     ({"kl_samples": 2.5}, "kl-samples"),
     ({"prior": "gaussian", "kl_samples": 4}, "--kl mc"),
+    ({"kl": "split", "kl_samples": 4}, "--kl split"),
 ])
 def test_config_validation(kw, words):
     with pytest.raises(UserError) as e:
@@ -253,7 +254,7 @@ def _interrupt_at(monkeypatch, call: int, exc: BaseException | None = None, nan:
 
 
 @pytest.mark.parametrize("method, extra", [("bbb", {}), ("bbb", {"estimator": "flipout", "samples": 2}),
-                                           ("bbb", {"kl": "mc", "kl_samples": 3}),
+                                           ("bbb", {"kl": "mc", "kl_samples": 3}), ("bbb", {"kl": "split"}),
                                            ("dropout", {"optimizer": "sgd", "lr_schedule": "step"})])
 def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, data, monkeypatch, method, extra):
     cfg = tiny_cfg(method=method, epochs=3, **extra)

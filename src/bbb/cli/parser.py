@@ -91,7 +91,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--kl-weighting", "kl_weighting",
           "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)",
           choices=O.values(O.KLWeighting))
-    add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed or mc",
+    add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed, mc (the paper's) or split "
+          "(closed-form parts + one importance sample for the rest: the mixture's spike without its noise)",
           choices=O.values(O.KLMode))
 
     g = p.add_argument_group("run")

@@ -121,7 +121,10 @@ def _unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
             return f"the {m.estimator.value} estimator is not fused (only reparam)"
         if m.prior != prior:
             return "its layers have different priors"
-    if uses_monte_carlo(prior, kl):
+    if KLMode(kl) is KLMode.SPLIT:
+        if not prior.has_split:
+            return f"{type(prior).__name__} has no split KL"
+    elif uses_monte_carlo(prior, kl):
         if not prior.has_analytic_grad:
             return f"{type(prior).__name__} does not write out log_prob_and_grad"
     elif not prior.has_closed_form:
@@ -244,9 +247,10 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         dev, dt = ref.device, ref.dtype
         n, k = layout.numel, self.k
         self._prior = first.module.prior
-        self._closed = not uses_monte_carlo(self._prior, self.kl_mode)
-        # the KL's own samples (Monte Carlo only: a closed form needs none)
-        kl_extra = 0 if self._closed or self.kl_samples is None else self.kl_samples - k
+        self._split, self._closed = self._kl_kind(self.kl_mode)
+        # the rows of noise the KL draws of its own: the split's importance sample, or the Monte
+        # Carlo KL's samples beyond the likelihood's (a closed form needs none)
+        kl_extra = 1 if self._split else 0 if self._closed or self.kl_samples is None else self.kl_samples - k
         with torch.no_grad():
             self._mu = layout.gather("mu").to(dev, dt).contiguous()
             self._rho = layout.gather("rho").to(dev, dt).contiguous()
@@ -293,12 +297,17 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                 use_compile = False
         self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
                                  nesterov=bool(self.param_groups[0]["nesterov"]), compile=bool(use_compile),
-                                 kl_extra=kl_extra)
+                                 kl_extra=kl_extra, split=self._split)
         self._fused_params = tuple(self.param_groups[0]["params"])
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
                                  self._w, self._sig, self._sr, self._dlp) for cur in (0, 1))
         self._prime()
+
+    def _kl_kind(self, mode: KLMode) -> tuple[bool, bool]:
+        """(split, closed) of a KL mode for this engine's prior (a split with a closed form is closed)."""
+        split = KLMode(mode) is KLMode.SPLIT and not self._prior.has_closed_form
+        return split, not split and not uses_monte_carlo(self._prior, mode)
 
     def _versions(self) -> tuple[int, ...]:
         return tuple(p._version for p in self._fused_params)
@@ -378,10 +387,10 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             return None
         if not self.layout.covers(model):
             raise UserError("the KL under an Engine is that of the whole model it was built for")
-        if uses_monte_carlo(self._prior, mode) == self._closed:
+        if self._kl_kind(mode) != (self._split, self._closed):
             raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with "
                             f"kl={self.kl_mode.value}; give both the same kl")
-        if kl_samples != self.kl_samples and not self._closed:
+        if kl_samples != self.kl_samples and not (self._closed or self._split):
             raise UserError(f"the ELBO asks for kl_samples={kl_samples} but the engine was built with "
                             f"kl_samples={self.kl_samples}; give both the same kl_samples")
         return _KLCoefficient.apply(self._kl, self._anchor)

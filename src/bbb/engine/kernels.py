@@ -11,6 +11,8 @@ with g = dL/dw from backprop (k sample rows), c = dL/dKL (from autograd, see
   dL/drho = (sum_k g * eps - (c / K) sum_K dlogp/dw * z - c / sigma) * s, the two sums over K
   kept from the sampling step;
 * closed form: dL/dmu = sum_k g + c dKL/dmu, dL/drho = (sum_k g * eps + c dKL/dsigma) * s;
+* split (``kl="split"``): the same with the estimates of :meth:`~bbb.distributions.Prior.kl_split`
+  (its importance sample drawn from one row of noise after the k), kept from the sampling step;
 
 then the optimiser's update of mu and rho (Adam exactly as ``torch.optim.Adam``, SGD with or
 without momentum as ``torch.optim.SGD``; rho's learning rate is lr times ``HP_RHO_SCALE``), and
@@ -75,15 +77,26 @@ def fixed_order_sum(t: Tensor) -> Tensor:
 
 
 def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor,
-             dlp: Tensor | None, *, prior: Prior, closed: bool, kl_extra: int = 0) -> Tensor:
+             dlp: Tensor | None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
 
     mu, rho, sig, sr: (n,); z: (K, n) with K = k + kl_extra; w: (k, n), the first k rows; dlp:
     (k, n), or with ``kl_extra`` > 0 (2, n): the sums over the K rows of dlogp/dw and of
     dlogp/dw * z. The KL is the closed form, or the Monte Carlo estimate sum[log q(w) - log p(w)]
-    averaged over the K rows.
+    averaged over the K rows; with ``split``, the split estimate from the row after the k (dlp:
+    its dKL/dmu and dKL/dsigma).
     """
     s, r = softplus_and_sigmoid(rho)
+    if split:
+        assert dlp is not None
+        kl_e, dmu, dsig = prior.kl_split(mu, s, z[w.shape[0]])  # type: ignore[misc]
+        kl = fixed_order_sum(kl_e)
+        dlp[0].copy_(dmu)
+        dlp[1].copy_(dsig)
+        w.copy_(mu + s * z[: w.shape[0]])
+        sig.copy_(s)
+        sr.copy_(r)
+        return kl
     wn = mu + s * z
     if closed:
         kl = fixed_order_sum(prior.kl_closed_form(mu, s)[0])  # type: ignore[index]
@@ -106,10 +119,15 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
 
 def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
            dlp: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
-           prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0) -> None:
+           prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0,
+           split: bool = False) -> None:
     """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
     k = g.shape[0]
-    if closed:
+    if split:
+        assert dlp is not None
+        gmu = g.sum(0) + c * dlp[0]
+        grho = ((g * eps).sum(0) + c * dlp[1]) * sr
+    elif closed:
         _, dmu, dsig = prior.kl_closed_form(mu, sig)  # type: ignore[misc]
         gmu = g.sum(0) + c * dmu
         grho = ((g * eps).sum(0) + c * dsig) * sr
@@ -167,17 +185,17 @@ def _sample_noise(noise: Tensor, index: Tensor, hp: Tensor, w: Tensor, kl_extra:
 
 
 def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, *, prior, closed, optimizer,
-                nesterov, kl_extra=0):
+                nesterov, kl_extra=0, split=False):
     """The step: the next sample's noise into ``noise``, the optimiser update, the next sample."""
     z = _sample_noise(noise, index, hp, w, kl_extra)
     update(mu, rho, g, eps, sig, sr, dlp, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
-           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra)
-    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra)
+           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split)
+    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
 
 
-def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed, kl_extra=0):
+def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed, kl_extra=0, split=False):
     z = _sample_noise(noise, index, hp, w, kl_extra)
-    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra)
+    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -234,8 +252,8 @@ class KernelSet:
     """
 
     def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool,
-                 kl_extra: int = 0) -> None:
-        self.static = {"prior": prior, "closed": closed, "kl_extra": int(kl_extra)}
+                 kl_extra: int = 0, split: bool = False) -> None:
+        self.static = {"prior": prior, "closed": closed, "kl_extra": int(kl_extra), "split": bool(split)}
         self.step_static = {**self.static, "optimizer": optimizer, "nesterov": nesterov}
         self.compiled = bool(compile)
         self.failed: str | None = None

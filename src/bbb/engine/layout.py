@@ -104,18 +104,19 @@ class _CounterNoise(SampleProvider):
 
 @contextlib.contextmanager
 def counter_noise(model: nn.Module, seed: int, counter: int, num_samples: int | None = None,
-                  kl_samples: int | None = None) -> Iterator[SampleProvider]:
+                  kl_rows: int = 0) -> Iterator[SampleProvider]:
     """The plain autograd path fed with the engine's noise for draw ``counter`` of ``seed``.
 
     Inside the block every Bayesian layer of ``model`` samples w = mu + softplus(rho) * eps with
     the eps that :class:`~bbb.engine.Engine` would use at that counter, so the two paths can be
     compared trajectory for trajectory. ``num_samples`` is k for inputs with a leading sample
-    dimension (None: inputs without one). ``kl_samples`` K > k supplies the K - k samples of the
-    KL's own (an ELBO with that ``kl_samples``), the engine's rows after the k.
+    dimension (None: inputs without one). ``kl_rows`` is the rows of noise the KL draws of its own,
+    the engine's rows after the k: K - k for an ELBO with ``kl_samples=K`` (Monte Carlo), 1 for
+    ``kl="split"``.
     """
     layout = Layout(model)
     k = 1 if num_samples is None else int(num_samples)
-    rows = k if kl_samples is None else max(k, int(kl_samples))
+    rows = k + int(kl_rows)
     p = next(iter(model.parameters()))
     noise = normal(rows * layout.numel, seed, counter, device=p.device, dtype=p.dtype).view(rows, layout.numel)
     with providing_samples(_CounterNoise(layout, noise[:k], num_samples, noise[k:])) as provider:

@@ -275,7 +275,9 @@ class BayesModule(nn.Module):
             s = None if recorder is None else recorder.get(self, name)
             q = self.posterior(name)
             extra = None
-            if num_samples is not None and provider is not None:
+            if provider is not None and KLMode(mode) is KLMode.SPLIT:
+                extra = provider.kl_noise(self, name, 1)  # the split's importance sample
+            elif num_samples is not None and provider is not None:
                 given = 0 if s is None else math.prod(s.eps.shape[: s.eps.dim() - q.mu.dim()])
                 if num_samples > given:
                     extra = provider.kl_noise(self, name, num_samples - given)

@@ -146,10 +146,13 @@ class TrainConfig:
             self.data_dir = str(self.data_dir)
         if self.method == Method.BBB.value and self.prior == PriorKind.MIXTURE.value and self.kl == "closed":
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
-        if (self.method == Method.BBB.value and self.kl_samples is not None and self.prior == PriorKind.GAUSSIAN.value
-                and self.kl != KLMode.MC.value):
-            raise UserError("--kl-samples averages a Monte Carlo KL, and the Gaussian prior's KL is in closed "
-                            "form here; add --kl mc, or leave out --kl-samples")
+        if self.method == Method.BBB.value and self.kl_samples is not None:
+            if self.kl == KLMode.SPLIT.value:
+                raise UserError("--kl-samples averages a Monte Carlo KL; --kl split draws one importance sample "
+                                "of its own: leave out --kl-samples, or use --kl mc")
+            if self.prior == PriorKind.GAUSSIAN.value and self.kl != KLMode.MC.value:
+                raise UserError("--kl-samples averages a Monte Carlo KL, and the Gaussian prior's KL is in closed "
+                                "form here; add --kl mc, or leave out --kl-samples")
 
     # -- conversion ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

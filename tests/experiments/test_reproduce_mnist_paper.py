@@ -38,9 +38,9 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
     for m in M.METHODS:
         for w in M.WIDTHS:
             cands = M.cell_candidates(spec, m, w)
-            assert 1 <= len(cands) <= 5, (m, w)
+            assert 1 <= len(cands) <= 6, (m, w)
             if m.startswith("bbb"):
-                assert len(cands) == {"bbb_mixture": 5 if w == 400 else 4, "bbb_gaussian": 3 if w == 400 else 2}[m]
+                assert len(cands) == {"bbb_mixture": 6 if w == 400 else 5, "bbb_gaussian": 3 if w == 400 else 2}[m]
             assert all(c.label and len(c.reason) > 40 for c in cands)
             assert len({c.label for c in cands}) == len(cands)
     for w in M.WIDTHS:
@@ -62,8 +62,9 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
         # grid of samples (1, 2, 5, 10) at 2x400, where the screen starts
         assert any(c.settings["rho_init"] != r["rho_init"] for c in mix) == (w == 400)
         assert {c.settings["samples"] for c in mix} == {1, 2}  # c3 passed the screen
-        # the slab's other grid point, on the recipe
-        assert mix[-1].settings == {**r, "sigma1": pytest.approx(math.exp(-1))}
+        # the slab's other grid point, on the recipe; then the same with the split KL estimate
+        assert mix[-2].settings == {**r, "sigma1": pytest.approx(math.exp(-1))}
+        assert mix[-1].settings == {**mix[-2].settings, "kl": "split"}
 
 
 def test_paper_budget_configs_follow_the_paper_protocol():
@@ -78,7 +79,8 @@ def test_paper_budget_configs_follow_the_paper_protocol():
         assert tc.batch_size == 128 and tc.test_each_epoch and tc.val_size == 10000
         if tc.method == "bbb":
             assert tc.kl_weighting == "uniform" and tc.samples in (1, 2, 5, 10)
-            assert tc.kl == ("mc" if tc.prior == "mixture" else "auto")
+            # the paper's Monte Carlo KL for the mixture (one candidate: its unbiased split estimate)
+            assert tc.kl == ("auto" if tc.prior == "gaussian" else "split" if "split KL" in j.label else "mc")
     # a second seed of the headline cell and of Figure 3's SGD and dropout cells, by default
     assert sorted(j.name for j in jobs if j.seed) == ["bbb_mixture_1200_s1", "dropout_1200_s1", "sgd_1200_s1"]
 
@@ -115,8 +117,9 @@ def test_the_order_of_work_puts_the_headline_first():
                                 ("bbb_mixture", 400), ("bbb_mixture", 800))
     assert sorted(M.CELL_ORDER) == sorted(M.PAPER_TABLE1)
     names = [j.name for j in paper_jobs()]
-    assert names[:4] == ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2", "bbb_mixture_1200_c3"]
-    assert names[4] == "sgd_1200"
+    assert names[:5] == ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2", "bbb_mixture_1200_c3",
+                         "bbb_mixture_1200_c4"]
+    assert names[5] == "sgd_1200"
     assert names.index("sgd_1200") < names.index("bbb_mixture_400") < names.index("bbb_gaussian_400")
 
 
@@ -144,7 +147,7 @@ def test_paper_plan_lists_every_candidate_with_its_reason_and_the_time(tmp_path,
     assert out.index("bbb_mixture_1200 ") < out.index("sgd_1200 ") < out.index("bbb_mixture_400 ")
     # the screened candidates are named, with why, where they are not trained
     assert out.count("not trained here, 'sigma0 x2'") == 2 and "bbb_mixture_400_c4 " in out
-    assert "bbb_mixture_1200_c3 " in out and "bbb_mixture_1200_c4" not in out
+    assert "bbb_mixture_1200_c4 " in out and "bbb_mixture_1200_c5" not in out
     assert not (tmp_path / "p").exists()
     rc, out, _ = run_main(capsys, "reproduce", "mnist", "--budget", "paper", "--out", str(tmp_path / "p"),
                           "--plan", "--cells", "dropout:1200")
@@ -205,7 +208,7 @@ def test_the_screen_drops_at_800_and_1200_only_the_candidates_it_names_and_says_
         assert spec.screened_at(m, 400) == {}
     # the recipe and one more point of the paper's prior grid stay in the headline cell
     assert [c.label for c in M.cell_candidates(spec, "bbb_mixture", 1200)] == [
-        "recipe", "grid prior", "grid prior, 2 samples", "recipe, sigma1 e^-1"]
+        "recipe", "grid prior", "grid prior, 2 samples", "recipe, sigma1 e^-1", "recipe, sigma1 e^-1, split KL"]
 
 
 @pytest.fixture(scope="module")
@@ -448,7 +451,7 @@ def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monk
 @pytest.mark.parametrize("kwargs, words", [
     ({"seeds_of": "c0,c1"}, "--seeds-of names one candidate, got c0,c1"),
     ({"seeds_of": "x"}, "--seeds-of: 'x' is not a candidate"),
-    ({"seeds_of": "c5"}, "bbb-mixture:1200 has 4 candidate(s) at the paper budget (c0,c1,c2,c3), not c5"),
+    ({"seeds_of": "c6"}, "bbb-mixture:1200 has 5 candidate(s) at the paper budget (c0,c1,c2,c3,c4), not c6"),
     ({"seeds_of": "c0", "cells": "sgd:800"}, "none of the cells sgd:800 has extra seeds"),
     ({"seeds_of": "c0", "seeds": 1}, "add them: --seeds 0 1"),
 ])

@@ -66,7 +66,7 @@ def hyper_text(method: str, tc: T.TrainConfig) -> str:
         parts += [f"N(0, sigma={_e_text(tc.prior_sigma)})", f"k={tc.samples}", f"{tc.kl_weighting} KL"]
     if method == "bbb_mixture":
         parts += [f"pi={tc.pi:g}, -log s1={_neglog(tc.sigma1)}, -log s2={_neglog(tc.sigma2)}",
-                  f"k={tc.samples}", f"{tc.kl_weighting} KL"]
+                  f"k={tc.samples}", f"{tc.kl_weighting} KL" + ("" if tc.kl == "mc" else f" ({tc.kl})")]
     if method.startswith("bbb"):
         parts.append(_init_text(tc))
     return ", ".join(parts)
@@ -292,7 +292,8 @@ def _recipe_column(budget: str) -> dict[str, str]:
                       "validation error" if many else "the best-validation epoch of the one run"),
         "BBB samples": ", ".join(_uniq([str(tc.samples) for tc in bbb])),
         "BBB KL": ", ".join(_uniq([f"{tc.kl_weighting} weighting (1/M)" for tc in bbb]))
-                  + "; Monte Carlo (mixture), closed form (Gaussian)",
+                  + "; " + ", ".join(_uniq([{"mc": "Monte Carlo", "split": "split (kl=split)"}.get(tc.kl, tc.kl)
+                                           for tc in confs["bbb_mixture"]])) + " (mixture), closed form (Gaussian)",
         "BBB initialisation": "; ".join(_uniq([_init_text(tc) for tc in bbb])),
         "scale-mixture prior": "; ".join(_uniq([f"pi={tc.pi:g}, sigma1={_e_text(tc.sigma1)}, "
                                                 f"sigma2={_e_text(tc.sigma2)}" for tc in confs["bbb_mixture"]])),

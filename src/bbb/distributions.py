@@ -300,7 +300,9 @@ class ScaleMixturePrior(Prior):
         sigma >> sigma2 (the paper's regime: sigma ~ 0.04, sigma2 = e^-8) the single-sample
         Monte Carlo KL meets the spike only on rare draws, with gradients of order w / sigma2^2
         (mean-zero kicks hundreds of times the mean pull); this estimate keeps the pull and drops
-        almost all of that noise.
+        almost all of that noise. Where sigma is far below sigma2 the roles turn: its gradient,
+        a weighted score q'/q, has noise of order 1/sigma, and the Monte Carlo KL is the better
+        estimate there.
         """
         # closed form: E_q[log q] - E_q[log(pi N(w; 0, sigma1^2))]
         kl = -torch.log(sigma) - (_LOG_SQRT_2PI + 0.5) - self._c1 - self._h1 * (mu * mu + sigma * sigma)

@@ -229,3 +229,13 @@ def test_split_kl_needs_a_prior_that_splits():
     q = DiagonalNormal(torch.zeros(3), torch.ones(3))
     with pytest.raises(bbb.UserError, match="split"):
         kl_term(q, TorchPrior(torch.distributions.Laplace(0.0, 1.0)), "split")
+
+
+def test_split_kl_of_a_mixture_with_pi_1_is_the_gaussian_closed_form():
+    from bbb.distributions import GaussianPrior, ScaleMixturePrior
+
+    mu, s = torch.tensor([0.0, 0.3, -1.2]), torch.tensor([0.05, 0.2, 1.0])
+    got = ScaleMixturePrior(1.0, 0.5, 0.01).kl_split(mu, s, torch.randn(3))
+    want = GaussianPrior(0.5).kl_closed_form(mu, s)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

@@ -223,7 +223,9 @@ class ELBO(nn.Module):
         num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop). The k
             samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
             network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
-        kl: ``"auto"`` (closed form when it exists), ``"closed"`` or ``"mc"`` (the paper's choice).
+        kl: ``"auto"`` (closed form when it exists), ``"closed"``, ``"mc"`` (the paper's choice) or
+            ``"split"`` (closed-form parts, the rest from one importance sample per weight:
+            :class:`~bbb.distributions.KLMode`).
         kl_samples: the weight samples a Monte Carlo KL averages over. None (the default, the
             paper's estimator) uses the k samples of the likelihood (common random numbers); a
             larger number K adds K - k samples drawn for the KL alone, which lowers the variance
@@ -273,7 +275,7 @@ class ELBO(nn.Module):
         try:
             self.kl_mode = KLMode(kl)
         except ValueError:
-            raise UserError(f"unknown KL mode {kl!r}; choose 'auto', 'closed' or 'mc'") from None
+            raise UserError(f"unknown KL mode {kl!r}; choose 'auto', 'closed', 'mc' or 'split'") from None
         if not isinstance(model, nn.Module):
             raise UserError(f"ELBO needs the network (an nn.Module) first, got {type(model).__name__}")
         self.__dict__["model"] = model  # referenced, not a submodule: not in state_dict / parameters()

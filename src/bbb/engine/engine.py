@@ -150,7 +150,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         num_samples: k weight samples per step (:class:`~bbb.elbo.ELBO` with the same
             ``num_samples`` evaluates them, folded into the batch dimension or with an explicit
             leading sample dimension).
-        kl: ``"auto"``, ``"mc"`` or ``"closed"``, as the ELBO's (they must agree).
+        kl: ``"auto"``, ``"mc"``, ``"closed"`` or ``"split"``, as the ELBO's (they must agree).
         kl_samples: the weight samples a Monte Carlo KL averages over, as the ELBO's (they must
             agree): None, the k of ``num_samples``; K > k adds K - k samples of the KL's own,
             drawn by the fused kernel from the same counter-based noise (after the k rows).
@@ -183,7 +183,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         try:
             self.kl_mode = KLMode(kl)
         except ValueError:
-            raise UserError(f"unknown KL mode {kl!r}; choose auto, closed or mc") from None
+            raise UserError(f"unknown KL mode {kl!r}; choose auto, closed, mc or split") from None
         if not (lr > 0) or lr == float("inf"):
             raise UserError(f"lr must be a finite number > 0, got {lr}")
         if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):

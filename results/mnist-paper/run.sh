@@ -12,8 +12,9 @@
 # Working run directories (with checkpoints): $OUT. After each step the finished runs are copied to
 # $RESULTS/runs (sync.sh export: commit them), and the tables and figures are written in $RESULTS.
 # A sitting may end on a machine that the next one does not get back, OUT and all: at the end of
-# each sitting stop the jobs, `sync.sh park` (the unfinished runs, checkpoints included, into
-# $RESULTS/inflight) and commit; the next run.sh imports them and they resume.
+# each sitting stop the jobs and `sync.sh pack FILE.tar` (the unfinished runs, checkpoints
+# included, and the finished runs' last.pt), and carry FILE.tar off the machine (not through git);
+# on the next machine `sync.sh unpack FILE.tar` before run.sh, and they resume.
 set -x
 here=$(cd "$(dirname "$0")" && pwd)
 export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg

@@ -367,6 +367,35 @@ def test_a_report_from_the_runs_small_files_alone_keeps_what_needs_checkpoints(p
     assert len(said) == 2 and all("last.pt" in line and "not on this machine" in line for line in said)
 
 
+def test_a_report_reads_the_checkpoints_from_the_folder_named(paper_tiny, tmp_path):
+    """--checkpoints DIR: the runs' small files in the results folder, their last.pt in another
+    folder (as carried from the machine that trained them): Table 2 and Figures 3-4 are made
+    from those checkpoints, the same as where they trained."""
+    src, dst, ck = paper_tiny["out"], tmp_path / "mnist-paper", tmp_path / "carried"
+    for f in src.iterdir():
+        if f.is_file():
+            dst.mkdir(parents=True, exist_ok=True)
+            (dst / f.name).write_bytes(f.read_bytes())
+    for run in (src / "runs").iterdir():
+        if (run / "summary.json").is_file():
+            (dst / "runs" / run.name).mkdir(parents=True)
+            for name in ("config.json", "metrics.csv", "summary.json"):
+                (dst / "runs" / run.name / name).write_bytes((run / name).read_bytes())
+            if (run / "last.pt").is_file():
+                (ck / run.name).mkdir(parents=True)
+                (ck / run.name / "last.pt").write_bytes((run / "last.pt").read_bytes())
+    (dst / "table2_pruning.csv").unlink()
+    cfg = ReproduceConfig(budget="paper", out=str(dst), device="cpu", cells="bbb-mixture:1200", seeds=1,
+                          checkpoints=str(ck))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(M.BUDGETS, "paper", tiny_paper_spec())
+        res = run_reproduce(cfg, data=paper_tiny["data"], report_only=True, log=lambda s: None)
+    assert "fig3_weights.csv" in res["files"] and "table2_pruning.csv" in res["files"]
+    assert read_csv(dst / "table2_pruning.csv") == read_csv(src / "table2_pruning.csv")
+    with pytest.raises(UserError, match="--checkpoints"):
+        ReproduceConfig(budget="paper", out=str(dst), checkpoints=str(tmp_path / "nowhere"))
+
+
 class Counting(T.JobCallbacks):
     """Records the name of each run attempted."""
 

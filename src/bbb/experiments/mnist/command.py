@@ -19,7 +19,8 @@ EXAMPLE = (
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells sgd:1200,dropout:1200\n"
     "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200 --candidates c2\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --report  # tables of the cells done so far"
+    "  bbb reproduce mnist --budget paper --out results/mnist-paper --report  # tables of the cells done so far\n"
+    "  bbb reproduce mnist --budget paper --out results/mnist-paper --report --checkpoints ~/paper-runs/runs"
 )
 
 #: where ``bbb reproduce`` writes by default (never into the committed ``results/``)
@@ -86,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="train nothing: write the tables and figures of the runs finished so far "
                            "in --out (a partial table marks the missing cells), e.g. while another "
                            "process trains")
+    parser.add_argument("--checkpoints", default=None, metavar="DIR",
+                        help="the folder holding <run name>/last.pt of the finished runs (e.g. the "
+                             "--out/runs of the machine that trained them): Table 2 and Figures 3-4 are "
+                             "made from these checkpoints; without them those files are kept as they "
+                             "are and the rest is rebuilt from the runs' CSV/JSON (default: --out/runs)")
     add_quiet(parser, "Table 1, Table 2 and the files written")
 
 
@@ -94,6 +100,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = ReproduceConfig(experiment=args.experiment, budget=args.budget, out=args.out,
                           dataset=args.dataset, seeds=seed_count(args.seeds), device=args.device,
                           data_dir=args.data_dir, quiet=args.quiet, cells=args.cells,
-                          candidates=args.candidates, seeds_of=args.seeds_of)
+                          candidates=args.candidates, seeds_of=args.seeds_of,
+                          checkpoints=args.checkpoints)
     run_reproduce(cfg, plan_only=args.plan, report_only=args.report)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -295,18 +296,21 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
               for (m, w), c in cells.items() if w == top and c.selected is not None}
     # the networks of Figures 3-4 and Table 2: the selected run, or where its checkpoint is not on
     # this machine (a machine lost with it), an extra seed of the same candidate that has one
-    trained = {m: next((j for j in (job, *cells[(m, top)].seeds) if _has_last(j)), job) for m, job in chosen.items()}
+    # (read from --checkpoints when given: the run directory with the job's checkpoint)
+    stored = {m: [replace(j, run_dir=cfg.checkpoint_dir(j)) for j in (job, *cells[(m, top)].seeds)]
+              for m, job in chosen.items()}
+    trained = {m: next((j for j in js if _has_last(j)), js[0]) for m, js in stored.items()}
     if any(m in chosen for m, _ in FIG2_METHODS):
         files += figure2(out, chosen, spec.log_epochs)
         absent = [j.name for j in trained.values() if not _has_last(j)]
         if absent:
-            log(f"Figure 3 not rewritten: {_absent_text(absent)}")
+            log(f"Figure 3 not rewritten: {_absent_text(absent, cfg)}")
         else:
             files += figure3(out, trained)
     table2: list[dict[str, Any]] = []
     mix = cells[("bbb_mixture", top)]
     if mix.selected is not None and not _has_last(trained["bbb_mixture"]):
-        log(f"Table 2 and Figure 4 not rewritten: {_absent_text([chosen['bbb_mixture'].name])}")
+        log(f"Table 2 and Figure 4 not rewritten: {_absent_text([chosen['bbb_mixture'].name], cfg)}")
     elif mix.selected is not None:
         job = trained["bbb_mixture"]
         db = tables.snr_db_of(job)
@@ -314,7 +318,8 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
         table2 = tables.table2_rows(cfg, job, data)
         atomic_write_text(out / "table2_pruning.csv", csv_text(TABLE2_COLUMNS, table2))
         atomic_write_text(out / "table2_pruning.md", tables.table2_md(
-            cfg, table2, job, snr, instead_of=None if job is chosen["bbb_mixture"] else chosen["bbb_mixture"]))
+            cfg, table2, job, snr,
+            instead_of=None if job.name == chosen["bbb_mixture"].name else chosen["bbb_mixture"]))
         files += ["table2_pruning.csv", "table2_pruning.md"]
         files += figure4(out, job, db)
         log(tables.snr_sentence(snr))
@@ -339,9 +344,11 @@ def _has_last(job: Job) -> bool:
     return (job.run_dir / "last.pt").is_file()
 
 
-def _absent_text(names: Sequence[str]) -> str:
-    return (f"the checkpoint (last.pt) of {', '.join(names)} is not on this machine (only its "
-            "config, metrics and summary are), so the files made from it are kept as they are")
+def _absent_text(names: Sequence[str], cfg: ReproduceConfig) -> str:
+    where = f"in {cfg.checkpoints}" if cfg.checkpoints is not None else "on this machine"
+    return (f"the checkpoint (last.pt) of {', '.join(names)} is not {where} (only its config, metrics "
+            "and summary are), so the files made from it are kept as they are; --checkpoints DIR "
+            "names a folder holding <run>/last.pt")
 
 
 def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, Any]],

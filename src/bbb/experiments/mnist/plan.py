@@ -135,6 +135,11 @@ class ReproduceConfig:
     #: (``--seeds-of``), so that a free core need not wait for the other candidates; those seeds
     #: count only if the validation error then selects this candidate. None: wait.
     seeds_of: Any = None
+    #: where the finished runs' checkpoints are (``--checkpoints``): a folder holding
+    #: ``<run name>/last.pt`` (as ``--out``'s ``runs/`` does where the runs trained). Table 2 and
+    #: Figures 3-4 are made from them; a run whose checkpoint is not there keeps those files as
+    #: committed. None: ``--out``'s ``runs/``.
+    checkpoints: str | None = None
 
     def __post_init__(self) -> None:
         self.experiment = choice("experiment", self.experiment, Experiment)
@@ -149,6 +154,12 @@ class ReproduceConfig:
             raise UserError("--out must name a folder")
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
+        if self.checkpoints is not None:
+            self.checkpoints = str(self.checkpoints)
+            if not Path(self.checkpoints).is_dir():
+                raise UserError(f"--checkpoints {self.checkpoints}: no such folder; name the folder that "
+                                "holds <run name>/last.pt for each run (e.g. the --out/runs of the machine "
+                                "that trained them)")
         self.cells = parse_cells(self.cells)
         self.candidates = parse_candidates(self.candidates)
         for m, w in self.cells if self.candidates is not None else ():
@@ -183,6 +194,11 @@ class ReproduceConfig:
     @property
     def all_cells(self) -> bool:
         return set(self.cells) == set(CELL_ORDER)
+
+    def checkpoint_dir(self, job: Job) -> Path:
+        """The folder whose ``last.pt`` holds ``job``'s trained network: ``--checkpoints/<run>``
+        when given, else the run's own directory."""
+        return job.run_dir if self.checkpoints is None else Path(self.checkpoints) / job.name
 
 
 @dataclass

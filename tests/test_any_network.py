@@ -132,7 +132,7 @@ def test_a_batch_reshape_that_mixes_samples_is_a_clear_error():
         def forward(self, x):
             return self.fc(x.reshape(-1, 12))  # (k*B, 4) -> rows no longer k*B
 
-    with pytest.raises(bbb.UserError, match=r"BayesLinear: inside a 3-sample pass.*keep dim 0 as the batch"):
+    with pytest.raises(bbb.UserError, match=r"BayesLinear: inside a 3-sample pass.*keep the batch dimension"):
         predict(Bad(), torch.randn(1, 4), num_samples=3)
     net = nn.Sequential(BayesConv2d(1, 2, 3))
     with pytest.raises(bbb.UserError, match="BayesConv2d: inside a 2-sample pass"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
@@ -19,7 +20,7 @@ from ..distributions import (
     softplus,
 )
 from ..errors import UserError
-from .sampling import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode
+from .sampling import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
 
 __all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1", "DEFAULT_SIGMA2",
            "default_prior"]
@@ -61,6 +62,11 @@ class BayesModule(nn.Module):
     """Base of layers with a diagonal Gaussian posterior over ``weight`` (and ``bias``)."""
 
     _param_names: tuple[str, ...] = ("weight",)
+    #: the ``torch.nn`` layer types this class converts (exact types: :func:`bbb.bayesianize`'s
+    #: registry, :func:`bbb.register_conversion`), each through :meth:`from_torch`
+    converts: ClassVar[tuple[type[nn.Module], ...]] = ()
+    #: the estimators defined for this layer type (another is a one-line error)
+    estimators: ClassVar[frozenset[Estimator]] = frozenset(Estimator)
 
     def __init__(
         self,
@@ -77,6 +83,10 @@ class BayesModule(nn.Module):
                 f"unknown estimator {estimator!r}; choose one of: "
                 + ", ".join(e.value for e in Estimator)
             ) from None
+        if self.estimator not in self.estimators:
+            raise UserError(
+                f"{type(self).__name__}: the {self.estimator.value} estimator is not defined for this layer "
+                f"type; choose one of: {', '.join(e.value for e in Estimator if e in self.estimators)}")
         self.prior = default_prior() if prior is None else prior_from_config(prior)
         if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
             raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
@@ -85,6 +95,20 @@ class BayesModule(nn.Module):
         self.mu_init_scale = mu_init_scale
         self.rho_init = float(rho_init)
         self._sampling_override: SamplingMode | None = None
+
+    @classmethod
+    def from_torch(
+        cls,
+        layer: nn.Module,
+        prior: Prior | dict | Any | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        rho_init: float = DEFAULT_RHO_INIT,
+        from_weights: bool = True,
+    ) -> BayesModule:
+        """A Bayesian copy of ``layer`` (one of :attr:`converts`): same sizes and options, device
+        and dtype. ``from_weights=True`` starts the posterior means at the layer's weights (a warm
+        start), ``False`` draws them as a new layer would; sigma starts at softplus(rho_init)."""
+        raise NotImplementedError(f"{cls.__name__} converts no torch.nn layer")
 
     # -- parameters ----------------------------------------------------------------------
     def _register_posterior(self, name: str, shape: tuple[int, ...], factory: dict) -> None:
@@ -210,37 +234,42 @@ class BayesModule(nn.Module):
     def _forward(self, x: Tensor, k: int | None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _fold_dim(self, x: Tensor, fold_dim: int) -> int:
+        """The dimension of ``x`` that holds the batch inside a fold whose model input has its
+        batch in ``fold_dim`` (0 or 1): a linear layer's is ``fold_dim`` when ``x`` has a
+        dimension after it besides the features, else 0; convolutions override it (always 0)."""
+        return fold_dim if x.dim() >= fold_dim + 2 else 0
+
     def forward(self, x: Tensor) -> Tensor:
         fold = FOLD.get()
         if fold is None or fold.k == 1 or not self.is_sampling():
             return self._forward(x, self._input_samples(x))
         k = fold.k
-        self._check_folded(x, k)
+        d = self._fold_dim(x, fold.dim)
+        self._check_folded(x, k, d)
         if self.estimator is Estimator.LOCAL:  # fresh noise per row already: nothing to unfold
             return self._forward(x, None)
         src = fold.source
-        if x is fold.folded and src is not None and src.dim() == (self._batched_rank or 2):
+        if d == 0 and x is fold.folded and src is not None and src.dim() == (self._batched_rank or 2):
             y = self._forward(src, k)  # k networks on one shared input: no k-fold copy
             return y.reshape(-1, *y.shape[2:])
-        n = x.shape[0]
-        y = self._forward(x.reshape(k, n // k, *x.shape[1:]), k)
-        return y.reshape(n, *y.shape[2:])
+        return refold(self._forward(unfold(x, k, d, type(self).__name__), k), d)
 
-    def _check_folded(self, x: Tensor, k: int) -> None:
+    def _check_folded(self, x: Tensor, k: int, d: int = 0) -> None:
         rank = self._batched_rank
         bad = None
         if (rank is not None and x.dim() != rank) or x.dim() < 2:
             want = f"{rank}-d (batch, ...)" if rank is not None else "(batch, ..., features)"
             bad = f"a {x.dim()}-d input where a {want} one was expected"
-        elif x.shape[0] % k:
-            bad = f"{x.shape[0]} rows, not a multiple of {k}"
+        elif x.shape[d] % k:
+            bad = f"{x.shape[d]} rows along dim {d}, not a multiple of {k}"
         if bad is not None:
             raise UserError(
                 f"{type(self).__name__}: inside a {k}-sample pass (the samples are folded into the batch "
                 f"dimension, k*B rows) it got {bad} (shape {tuple(x.shape)}). Every layer before it must "
-                "keep dim 0 as the batch: use x.flatten(1) or x.view(x.shape[0], ...) rather than "
-                "x.view(-1, ...), and give ELBO / predict / forward_samples plain (B, ...) inputs "
-                "(no expand_samples)")
+                "keep the batch dimension: use x.flatten(1) or x.view(x.shape[0], ...) rather than "
+                "x.view(-1, ...), give ELBO / predict / forward_samples plain (B, ...) inputs "
+                "(no expand_samples), and for a sequence-first model (batch_first=False) batch_dim=1")
 
     def _copy_means(self, layer: nn.Module) -> None:
         """Set the posterior means to a deterministic layer's ``weight`` and ``bias``."""

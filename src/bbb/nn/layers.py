@@ -44,6 +44,8 @@ class BayesLinear(BayesModule):
     """
 
     _param_names = ("weight", "bias")
+    # torch's own Linear subclass inside nn.MultiheadAttention behaves as a Linear
+    converts = (nn.Linear, nn.modules.linear.NonDynamicallyQuantizableLinear)
 
     def __init__(
         self,
@@ -85,11 +87,16 @@ class BayesLinear(BayesModule):
         """
         if not isinstance(layer, nn.Linear):
             raise UserError(f"from_linear needs an nn.Linear, got {type(layer).__name__}")
+        if hasattr(layer, "parametrizations"):
+            raise UserError(f"{type(layer).__name__} carries a parametrization (weight norm, spectral norm...) "
+                            "that a Bayesian copy would lose; remove it or skip the layer")
         new = cls(layer.in_features, layer.out_features, bias=layer.bias is not None, prior=prior,
                   estimator=estimator, rho_init=rho_init, device=layer.weight.device, dtype=layer.weight.dtype)
         if from_weights:
             new._copy_means(layer)
         return new
+
+    from_torch = from_linear  # type: ignore[assignment]
 
     def _input_samples(self, x: Tensor) -> int | None:
         return x.shape[0] if x.dim() >= 3 else None
@@ -147,6 +154,7 @@ class BayesConv2d(BayesModule):
     _param_names = ("weight", "bias")
     _batched_rank = 4
     _spatial = 2
+    converts = (nn.Conv2d,)
 
     def __init__(
         self,
@@ -215,6 +223,8 @@ class BayesConv2d(BayesModule):
             new._copy_means(layer)
         return new
 
+    from_torch = from_conv  # type: ignore[assignment]
+
     def _conv_args(self) -> tuple:
         if isinstance(self.padding, str):  # "same" / "valid"
             if self._spatial == 2:
@@ -230,6 +240,9 @@ class BayesConv2d(BayesModule):
 
     def _input_samples(self, x: Tensor) -> int | None:
         return x.shape[0] if x.dim() == self._batched_rank + 1 else None
+
+    def _fold_dim(self, x: Tensor, fold_dim: int) -> int:
+        return 0  # (B, C, ...) whatever the model's layout
 
     def _forward(self, x: Tensor, k: int | None) -> Tensor:
         if self._spatial == 1:
@@ -282,6 +295,7 @@ class BayesConv1d(BayesConv2d):
 
     _batched_rank = 3
     _spatial = 1
+    converts = (nn.Conv1d,)
 
 
 class PerSample(nn.Module):

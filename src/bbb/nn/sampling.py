@@ -27,6 +27,10 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "fold_samples",
+    "unfold",
+    "refold",
+    "model_batch_dim",
     "RECORDER",
     "PROVIDER",
     "SHARED",
@@ -165,6 +169,7 @@ class _Fold:
     k: int
     source: Tensor | None = None  # the (B, ...) input whose k copies the model was given
     folded: Tensor | None = None  # that (k*B, ...) input
+    dim: int = 0  # the batch dimension of the model's input: 0 (batch first) or 1 (sequence first)
 
 
 #: k samples folded into the batch dimension (None outside :func:`folded_samples` and
@@ -172,64 +177,124 @@ class _Fold:
 FOLD: contextvars.ContextVar[_Fold | None] = contextvars.ContextVar("bbb_folded_samples", default=None)
 
 
+def _check_k(k: Any, what: str = "the number of samples") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k or k < 1:
+        raise UserError(f"{what} must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def _check_dim(dim: Any) -> int:
+    if dim not in (0, 1) or isinstance(dim, bool):
+        raise UserError(f"batch_dim must be 0 (inputs batch first) or 1 (sequence first), got {dim!r}")
+    return int(dim)
+
+
 @contextlib.contextmanager
-def folded_samples(k: int) -> Iterator[None]:
-    """Inside the block, every batch is ``k`` folded Monte Carlo samples: ``(k*B, ...)`` rows.
+def folded_samples(k: int, batch_dim: int = 0) -> Iterator[None]:
+    """Inside the block, every batch is ``k`` folded Monte Carlo samples: ``k*B`` rows.
 
     Each Bayesian layer views its input as ``(k, B, ...)``, evaluates it with ``k`` weight samples
-    (sample ``j`` on rows ``j*B .. j*B+B-1``) and returns ``(k*B, ...)`` again, so every other
-    layer (pooling, ``Flatten``, normalisation, dropout, reshapes that keep dim 0, residual adds)
-    sees an ordinary, larger batch and needs no wrapping. :func:`forward_samples` (used by
-    :class:`~bbb.elbo.ELBO` and :func:`~bbb.uncertainty.predict`) opens this block for you.
+    (sample ``j`` on rows ``j*B .. j*B+B-1`` of the batch dimension) and returns ``k*B`` rows
+    again, so every other layer (pooling, ``Flatten``, normalisation, dropout, reshapes that keep
+    the batch dimension, residual adds) sees an ordinary, larger batch and needs no wrapping.
+    ``batch_dim`` is the batch dimension of the model's input: 0, or 1 for a sequence-first
+    model (``batch_first=False`` recurrent or attention layers, inputs ``(T, B, ...)``). Recurrent
+    and attention layers read their own ``batch_first``; linear layers fold along ``batch_dim``
+    when their input has a dimension after it besides the features, else along 0; convolutions
+    along 0. :func:`forward_samples` (used by :class:`~bbb.elbo.ELBO` and
+    :func:`~bbb.uncertainty.predict`) opens this block for you.
 
     Caveat: a layer that mixes rows of the batch mixes samples too. ``BatchNorm`` in training mode
     normalises over all ``k*B`` rows (statistics over the k networks' activations together); in
     ``eval()`` mode it uses its running statistics and the samples stay independent.
     """
-    if isinstance(k, bool) or int(k) != k or k < 1:
-        raise UserError(f"the number of samples must be an integer >= 1, got {k!r}")
-    token = FOLD.set(_Fold(int(k)))
+    token = FOLD.set(_Fold(_check_k(k), dim=_check_dim(batch_dim)))
     try:
         yield
     finally:
         FOLD.reset(token)
 
 
-def forward_samples(model: nn.Module, x: Tensor, num_samples: int) -> Tensor:
+def fold_samples() -> int | None:
+    """k while a k-sample fold with k >= 2 is active (inside :func:`forward_samples`), else None."""
+    fold = FOLD.get()
+    return None if fold is None or fold.k == 1 else fold.k
+
+
+def unfold(t: Tensor, k: int, dim: int, who: str = "a layer") -> Tensor:
+    """``k*B`` rows along ``dim`` -> a leading sample dimension: ``(..., k*B, ...)`` ->
+    ``(k, ..., B, ...)`` (a view where the layout allows). A one-line error when ``t`` cannot hold
+    ``k`` folded samples along ``dim``."""
+    if t.dim() <= dim or t.shape[dim] % k:
+        got = f"{t.dim()}-d" if t.dim() <= dim else f"{t.shape[dim]} rows along dim {dim}, not a multiple of {k}"
+        raise UserError(
+            f"{who}: inside a {k}-sample pass (the samples folded into the batch dimension) it got {got} "
+            f"(shape {tuple(t.shape)}). Keep the batch dimension in forward (x.flatten(1), not x.view(-1, ...)); "
+            "for a sequence-first model (batch_first=False) the batch is dim 1: forward_samples(..., "
+            "batch_dim=1)")
+    return t.unflatten(dim, (k, t.shape[dim] // k)).movedim(dim, 0)
+
+
+def refold(t: Tensor, dim: int) -> Tensor:
+    """The inverse of :func:`unfold`: ``(k, ..., B, ...)`` -> ``(..., k*B, ...)``."""
+    return t.movedim(0, dim).flatten(dim, dim + 1)
+
+
+def model_batch_dim(model: nn.Module) -> int:
+    """The batch dimension of ``model``'s input as its layers declare it: 1 when every layer with
+    a ``batch_first`` attribute (recurrent, attention) has it False, else 0. A one-line error
+    when they disagree (pass ``batch_dim`` explicitly)."""
+    firsts = {bool(m.batch_first) for m in model.modules()
+              if isinstance(getattr(m, "batch_first", None), bool)}
+    if len(firsts) > 1:
+        raise UserError(f"{type(model).__name__} mixes batch_first=True and batch_first=False layers, so the "
+                        "batch dimension of its input is not known: pass batch_dim=0 or batch_dim=1")
+    return 1 if firsts == {False} else 0
+
+
+def forward_samples(model: nn.Module, x: Tensor, num_samples: int, batch_dim: int | None = None) -> Tensor:
     """``model`` on ``x`` (B, ...) with ``num_samples`` = k weight samples: output (k, B, ...).
 
-    Works for any network whose layers keep dim 0 as the batch (see :func:`folded_samples`): the
+    Works for any network whose layers keep the batch dimension (see :func:`folded_samples`): the
     input is repeated k times along the batch dimension, every Bayesian layer uses one weight
     sample per copy, and the output is unfolded. The model's own sampling mode still applies
     (``train()`` samples, ``eval()`` uses the mean unless inside :func:`sampling`).
 
+    ``batch_dim``: the batch dimension of ``x``; None reads it from the model (1 for a
+    sequence-first model, inputs ``(T, B, ...)``: :func:`model_batch_dim`). The output's samples are
+    unfolded from the same dimension when it has ``k*B`` rows there, else from dim 0 (e.g. a
+    sequence-first classifier that pools over time); the sample dimension always comes first.
+
     >>> with sampling(net, "sample"):
     ...     logits = forward_samples(net, x, 10)     # (10, B, classes), 10 different networks
     """
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-        raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
-    k = int(num_samples)
+    k = _check_k(num_samples, "num_samples")
     if not isinstance(x, Tensor) or x.dim() < 1:
         raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {x!r:.80}")
+    d = model_batch_dim(model) if batch_dim is None else _check_dim(batch_dim)
+    if x.dim() <= d:
+        raise UserError(f"an input of shape {tuple(x.shape)} has no batch dimension {d}")
+    b = x.shape[d]
     if k == 1:
-        return _unfold_output(model(x), 1, x.shape[0])
-    if getattr(model, "accepts_sample_dim", False):  # (k, B, ...) natively: no folding, no copies
+        return _unfold_output(model(x), 1, b, d)
+    if d == 0 and getattr(model, "accepts_sample_dim", False):  # (k, B, ...) natively: no folding
         return model(BF.expand_samples(x, k))
-    b = x.shape[0]
-    xf = BF.expand_samples(x, k).reshape(k * b, *x.shape[1:])
-    token = FOLD.set(_Fold(k, x, xf))
+    xf = refold(x.unsqueeze(0).expand(k, *x.shape), d)
+    token = FOLD.set(_Fold(k, x if d == 0 else None, xf if d == 0 else None, d))
     try:
         y = model(xf)
     finally:
         FOLD.reset(token)
-    return _unfold_output(y, k, b)
+    return _unfold_output(y, k, b, d)
 
 
-def _unfold_output(y: Any, k: int, b: int) -> Tensor:
+def _unfold_output(y: Any, k: int, b: int, d: int = 0) -> Tensor:
     if not isinstance(y, Tensor):
         raise UserError(f"forward_samples needs a network that returns a tensor, got {type(y).__name__}")
+    if d != 0 and y.dim() > d and y.shape[d] == k * b:
+        return unfold(y, k, d)
     if y.dim() < 1 or y.shape[0] != k * b:
         raise UserError(f"the network returned shape {tuple(y.shape)} for a batch of {k}x{b} rows ({k} "
-                        "samples folded into the batch dimension): keep dim 0 as the batch in forward "
+                        "samples folded into the batch dimension): keep the batch dimension in forward "
                         "(e.g. x.flatten(1), not x.view(-1))")
     return y.reshape(k, b, *y.shape[1:])

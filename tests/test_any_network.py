@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 import torch.nn as nn
@@ -144,12 +142,14 @@ def test_a_batch_reshape_that_mixes_samples_is_a_clear_error():
 # --------------------------------------------------------------------------------------------
 
 
-def test_bayesianize_converts_and_warm_starts(caplog):
+def test_bayesianize_converts_and_warm_starts():
     torch.manual_seed(0)
     det = ResBlock()
     sd = {k: v.clone() for k, v in det.state_dict().items()}
-    with caplog.at_level(logging.INFO, logger="bbb.convert"):
+    with pytest.warns(UserWarning, match=r"2 module\(s\) with parameters stay deterministic: bn1 \(BatchNorm2d\), "
+                      r"bn2 \(BatchNorm2d\); 9\d\.\d% of the weights are Bayesian") as said:
         net = bbb.bayesianize(det, prior=torch.distributions.Normal(0.0, 0.5), rho_init=-4.0)
+    assert len(said) == 1
     assert isinstance(net.conv1, BayesConv2d) and isinstance(net.head, BayesLinear)
     assert net.conv2.bias is None and net.conv2.bias_mu is None
     torch.testing.assert_close(net.conv1.weight, sd["conv1.weight"])
@@ -158,7 +158,6 @@ def test_bayesianize_converts_and_warm_starts(caplog):
     assert float(net.conv1.weight_rho.detach().mean()) == -4.0
     left = dict(bbb.deterministic_layers(net))
     assert left == {"bn1": "BatchNorm2d", "bn2": "BatchNorm2d"}
-    assert "bn1 (BatchNorm2d)" in caplog.text
     # mean mode equals the deterministic network
     det2 = ResBlock()
     det2.load_state_dict(sd)
@@ -168,7 +167,7 @@ def test_bayesianize_converts_and_warm_starts(caplog):
     torch.testing.assert_close(net(x), det2(x))
 
 
-def test_bayesianize_skip_and_bare_layers():
+def test_bayesianize_skip_and_bare_layers(recwarn):
     net = bbb.bayesianize(lenet(), skip=["10"])
     assert isinstance(net[10], nn.Linear) and not isinstance(net[10], BayesModule)
     assert ("10", "Linear") in bbb.deterministic_layers(net)
@@ -182,8 +181,7 @@ def test_bayesianize_skip_and_bare_layers():
     torch.testing.assert_close(b.weight, lin.weight)
     fresh = bbb.bayesianize(nn.Linear(3, 2), from_weights=False)
     assert isinstance(fresh, BayesLinear)
-    reflect = nn.Conv2d(1, 1, 3, padding=1, padding_mode="reflect")
-    assert bbb.bayesianize(nn.Sequential(reflect))[0] is reflect
+    assert not recwarn.list  # what skip names stays deterministic without a warning
 
 
 def test_deterministic_state_dict_loads_into_a_converted_model():
@@ -308,3 +306,65 @@ def test_bayesianize_keeps_a_shared_layer_shared():
     bbb.bayesianize(net)
     assert isinstance(net[0], BayesLinear) and net[0] is net[2]
     assert len(list(net.parameters())) == 4
+
+
+# --------------------------------------------------------------------------------------------
+# bayesianize says what it did
+# --------------------------------------------------------------------------------------------
+
+
+def test_bayesianize_refuses_a_model_with_nothing_to_convert():
+    with pytest.raises(bbb.UserError, match="has no layer to make Bayesian"):
+        bbb.bayesianize(nn.Sequential(nn.ReLU(), nn.BatchNorm1d(3)))
+
+
+def test_bayesianize_refuses_a_skip_that_names_no_module():
+    with pytest.raises(bbb.UserError, match="skip names no module of the model: fc9"):
+        bbb.bayesianize(lenet(), skip=["fc9"])
+
+
+def test_bayesianize_strict_raises_on_what_stays_deterministic():
+    with pytest.raises(bbb.UserError, match=r"bn1 \(BatchNorm2d\), bn2 \(BatchNorm2d\)"):
+        bbb.bayesianize(ResBlock(), strict=True)
+    net = bbb.bayesianize(ResBlock(), strict=True, skip=[nn.BatchNorm2d])  # said: no error
+    assert isinstance(net.conv1, BayesConv2d)
+
+
+def test_bayesianize_names_a_parameter_held_by_the_model_itself():
+    class WithPos(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pos = nn.Parameter(torch.zeros(4))
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x + self.pos)
+
+    with pytest.warns(UserWarning, match=r"\(the model\) \(WithPos\)"):
+        bbb.bayesianize(WithPos())
+
+
+def test_layer_summary_counts_each_bayesian_weight_once():
+    net = bbb.bayesianize(ResBlock(), skip=[nn.BatchNorm2d])
+    s = bbb.layer_summary(net)
+    rows = {r[0]: r for r in s.rows}
+    assert rows["conv1"][2:] == (True, 4 * 9 + 4, "reparam")
+    assert rows["bn1"][2:] == (False, 8, "")
+    assert s.total_weights == sum(p.numel() for p in ResBlock().parameters())
+    assert 0.9 < s.bayesian_share < 1.0
+    text = str(s)
+    assert "conv1" in text and "BatchNorm2d" in text and "weights Bayesian" in text
+
+
+def test_register_conversion_adds_a_type_without_editing_convert():
+    class MyLinear(nn.Linear):
+        pass
+
+    net = nn.Sequential(MyLinear(3, 2))
+    with pytest.raises(bbb.UserError, match="has no layer to make Bayesian"):
+        bbb.bayesianize(net)
+    try:
+        bbb.register_conversion(MyLinear, BayesLinear)
+        assert isinstance(bbb.bayesianize(nn.Sequential(MyLinear(3, 2)))[0], BayesLinear)
+    finally:
+        bbb.convert.CONVERTIBLE.pop(MyLinear)

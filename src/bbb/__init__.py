@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
     from . import convert, distributions, engine, functional, nn, prune, random, uncertainty
-    from .convert import bayesianize, deterministic_layers
+    from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (
         DiagonalNormal,
         GaussianPrior,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stay
 _EXPORTS = {
     **dict.fromkeys(["convert", "distributions", "engine", "functional", "nn", "prune", "random",
                      "uncertainty"]),
-    **dict.fromkeys(["bayesianize", "deterministic_layers"], "convert"),
+    **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
     **dict.fromkeys(["DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
                      "TorchPrior", "kl_divergence", "register_kl"], "distributions"),
     **dict.fromkeys(["ELBO", "Categorical", "ELBOOutput", "Gaussian", "HeteroscedasticGaussian",
@@ -110,6 +110,8 @@ __all__ = [
     "convert",
     "counter_noise",
     "deterministic_layers",
+    "layer_summary",
+    "register_conversion",
     "distributions",
     "engine",
     "expand_samples",

@@ -1,44 +1,73 @@
 """Make a network you already have Bayesian: :func:`bayesianize`.
 
-Every ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` is replaced, in place, by the matching
-:mod:`bbb.nn` layer (:class:`~bbb.nn.BayesLinear`, :class:`~bbb.nn.BayesConv1d`,
-:class:`~bbb.nn.BayesConv2d`) with the same sizes, device and dtype; everything else (activations,
-pooling, normalisation, embeddings...) stays as it is. The module names do not change, so a
-deterministic ``state_dict`` loads into the converted model (``weight`` becomes ``weight_mu``),
-and the Bayesian layers expose ``.weight``/``.bias`` (the posterior mean) for code that reads them.
+Every layer of a type in the registry (:data:`CONVERTIBLE`: linear, convolutions of every
+dimension and their transposes, embeddings, recurrent layers, multi-head attention) is replaced, in
+place, by the matching :mod:`bbb.nn` layer with the same sizes, options, device and dtype; each
+Bayesian layer type converts through its own ``from_torch``, and :func:`register_conversion` adds
+a type without editing this module. The module names do not change, so a deterministic
+``state_dict`` loads into the converted model (``weight`` becomes ``weight_mu``), and the Bayesian
+layers expose ``.weight``/``.bias`` (the posterior mean) for code that reads them.
+
+What stays deterministic is said: a ``UserWarning`` names every module with parameters of its own
+that is not Bayesian and gives the share of weights that became Bayesian (``strict=True`` raises
+instead); :func:`layer_summary` prints the whole table.
 
 >>> net = nn.Sequential(nn.Flatten(), nn.Linear(784, 400), nn.ReLU(), nn.Linear(400, 10))
 >>> net.load_state_dict(torch.load("trained.pt"))      # optional: a trained network
 >>> bbb.bayesianize(net, from_weights=True)            # posterior means start at its weights
+>>> print(bbb.layer_summary(net))
 >>> elbo = bbb.ELBO(net, "categorical", num_batches=len(loader), num_samples=2)
 """
 
 from __future__ import annotations
 
-import logging
+import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch.nn as nn
 
 from .errors import UserError
-from .nn import DEFAULT_RHO_INIT, BayesConv1d, BayesConv2d, BayesLinear, BayesModule, Estimator
+from .nn import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .nn import layer_types as _layer_types
 
-__all__ = ["bayesianize", "deterministic_layers", "CONVERTIBLE"]
+__all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
+           "CONVERTIBLE"]
 
-_log = logging.getLogger("bbb.convert")
+#: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=) -> its Bayesian copy
+Converter = Callable[..., nn.Module]
 
-#: the torch.nn layer types :func:`bayesianize` replaces, and by what
-CONVERTIBLE: dict[type[nn.Module], type[BayesModule]] = {
-    nn.Linear: BayesLinear,
-    nn.Conv1d: BayesConv1d,
-    nn.Conv2d: BayesConv2d,
-}
+#: the torch.nn layer types :func:`bayesianize` replaces (exact types), and how
+CONVERTIBLE: dict[type[nn.Module], Converter] = {}
+
+
+def register_conversion(torch_type: type[nn.Module], converter: type[BayesModule] | Converter) -> None:
+    """Let :func:`bayesianize` convert layers of exactly ``torch_type``: ``converter`` is a
+    :class:`~bbb.nn.BayesModule` subclass (its ``from_torch`` is called) or a callable taking
+    the layer and the keywords ``prior``, ``estimator``, ``rho_init``, ``from_weights`` and
+    returning the replacement module. A later registration of the same type replaces the earlier.
+
+    >>> bbb.register_conversion(MyLinear, lambda layer, **kw: bbb.nn.BayesLinear.from_linear(layer.inner, **kw))
+    """
+    if not (isinstance(torch_type, type) and issubclass(torch_type, nn.Module)):
+        raise UserError(f"register_conversion needs an nn.Module type, got {torch_type!r}")
+    if isinstance(converter, type) and issubclass(converter, BayesModule):
+        CONVERTIBLE[torch_type] = converter.from_torch
+    elif callable(converter):
+        CONVERTIBLE[torch_type] = converter
+    else:
+        raise UserError(f"register_conversion needs a BayesModule subclass or a callable, got {converter!r}")
+
+
+for _cls in _layer_types():
+    for _t in _cls.converts:
+        register_conversion(_t, _cls)
 
 Skip = Iterable[str | type] | Callable[[str, nn.Module], bool] | None
 
 
-def _skipper(skip: Skip) -> Callable[[str, nn.Module], bool]:
+def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
     if skip is None:
         return lambda name, mod: False
     if callable(skip) and not isinstance(skip, type):
@@ -51,6 +80,11 @@ def _skipper(skip: Skip) -> Callable[[str, nn.Module], bool]:
     bad = [s for s in items if not isinstance(s, (str, type))]
     if bad:
         raise UserError(f"skip takes module names, module types or a callable (name, module) -> bool, got {bad!r}")
+    known = {n for n, _ in model.named_modules(remove_duplicate=False)}
+    unknown = sorted(n for n in names if n not in known)
+    if unknown:
+        raise UserError(f"skip names no module of the model: {', '.join(unknown)} (its modules are named as in "
+                        "model.named_modules(), e.g. 'encoder.layers.0.linear1')")
 
     def fn(name: str, mod: nn.Module) -> bool:
         # a name skips that module and everything inside it
@@ -59,11 +93,12 @@ def _skipper(skip: Skip) -> Callable[[str, nn.Module], bool]:
     return fn
 
 
-def _convert(layer: nn.Module, **kw: Any) -> BayesModule:
-    cls = CONVERTIBLE[type(layer)]
-    if cls is BayesLinear:
-        return BayesLinear.from_linear(layer, **kw)  # type: ignore[arg-type]
-    return cls.from_conv(layer, **kw)  # type: ignore[attr-defined]
+def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
+    try:
+        return CONVERTIBLE[type(layer)](layer, **kw)
+    except UserError as e:
+        raise UserError(f"bayesianize: {full or 'the model'} ({type(layer).__name__}): {e}; pass "
+                        f"skip=[{full!r}] to leave it deterministic") from None
 
 
 def bayesianize(
@@ -73,36 +108,41 @@ def bayesianize(
     rho_init: float = DEFAULT_RHO_INIT,
     from_weights: bool = True,
     skip: Skip = None,
+    strict: bool = False,
 ) -> nn.Module:
-    """Replace the ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` layers of ``model`` by Bayesian ones.
+    """Replace every convertible layer of ``model`` by a Bayesian one (:data:`CONVERTIBLE`).
 
     Args:
-        model: any ``nn.Module``; converted in place (and returned). A bare ``nn.Linear`` or conv
-            layer cannot be replaced in place: the Bayesian layer is returned.
+        model: any ``nn.Module``; converted in place (and returned). A bare convertible layer
+            cannot be replaced in place: the Bayesian layer is returned.
         prior: a :class:`~bbb.distributions.Prior`, a ``torch.distributions`` distribution (e.g.
             ``Normal(0., 1.)``), or None for the default (:func:`bbb.nn.default_prior`).
-        estimator: ``"reparam"`` (the paper), ``"local"`` or ``"flipout"``.
+        estimator: ``"reparam"`` (the paper), ``"local"`` or ``"flipout"``; a layer type for which
+            it is not defined (e.g. flipout for an embedding, local for a recurrent layer) is a
+            one-line error naming the module (skip it, or choose another estimator).
         rho_init: initial rho of every weight (sigma = softplus(rho_init), about 0.0067 by default).
         from_weights: start each posterior mean at the layer's current weights (warm start from
             a trained network); False draws fresh means as a new Bayesian layer would.
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
-            a name covers everything inside it), module types, or a callable ``(name, module) ->
-            bool``.
+            a name covers everything inside it; a name that is no module of the model is an
+            error), module types, or a callable ``(name, module) -> bool``.
+        strict: raise instead of warning when a module with parameters stays deterministic
+            (other than those ``skip`` names).
 
-    Only exact ``nn.Linear``/``nn.Conv1d``/``nn.Conv2d`` instances are converted (subclasses may
-    carry behaviour a copy would lose); convolutions with a ``padding_mode`` other than
-    ``"zeros"`` are left as they are. Every layer with parameters that stays deterministic is
-    logged (logger ``bbb.convert``, INFO) and listed by :func:`deterministic_layers`; its
-    parameters are trained as point estimates by the same optimiser.
+    Only exact instances of the registered types convert (a subclass may carry behaviour a copy
+    would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
+    error. Every module with parameters that stays deterministic is named in one
+    ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
+    the table; :func:`deterministic_layers` lists them); its parameters are trained as point
+    estimates by the same optimiser.
     """
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
-    skipped = _skipper(skip)
+    skipped = _skipper(skip, model)
     kw = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}
     if type(model) in CONVERTIBLE and not skipped("", model):
-        return _convert(model, **kw)
-    converted: list[str] = []
-    done: dict[int, BayesModule] = {}  # a layer used in several places (tied) stays one layer
+        return _convert(model, "", **kw)
+    done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
     for name, mod in list(model.named_modules(remove_duplicate=False)):
         for child_name, child in list(mod._modules.items()):  # (named_children skips repeats)
             if child is None:
@@ -111,24 +151,45 @@ def bayesianize(
             if id(child) in done:
                 setattr(mod, child_name, done[id(child)])
                 continue
-            if type(child) not in CONVERTIBLE or skipped(full, child):
+            if type(child) not in CONVERTIBLE or skipped(full, child) or _inside_bayes(name, model):
                 continue
-            if getattr(child, "padding_mode", "zeros") != "zeros":
-                continue
-            done[id(child)] = new = _convert(child, **kw)
+            done[id(child)] = new = _convert(child, full, **kw)
             setattr(mod, child_name, new)
-            converted.append(full)
-    left = deterministic_layers(model)
-    _log.info("bayesianize: %d layer(s) made Bayesian (%s); left deterministic: %s", len(converted),
-              ", ".join(converted) or "none",
-              ", ".join(f"{n} ({t})" for n, t in left) or "none")
+    if not any(isinstance(m, BayesModule) for m in model.modules()):
+        raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
+                        f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
+                        "with bbb.register_conversion")
+    for m in model.modules():  # fast paths that would read the posterior mean instead of sampling
+        if isinstance(m, nn.TransformerEncoder):
+            m.use_nested_tensor = False
+    left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
+    if left:
+        s = layer_summary(model)
+        what = ", ".join(f"{n or '(the model)'} ({t})" for n, t in left)
+        msg = (f"bayesianize: {len(left)} module(s) with parameters stay deterministic: {what}; "
+               f"{100 * s.bayesian_share:.1f}% of the weights are Bayesian. Pass skip=[...] to say so, "
+               "or register_conversion for their types (bbb.layer_summary(model) prints the table)")
+        if strict:
+            raise UserError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=2)
     return model
+
+
+def _inside_bayes(name: str, model: nn.Module) -> bool:
+    """Whether the module ``name`` lies inside a Bayesian layer (its own children are its business)."""
+    parts = name.split(".") if name else []
+    mod: nn.Module = model
+    for p in parts:
+        if isinstance(mod, BayesModule):
+            return True
+        mod = mod._modules[p]  # type: ignore[assignment]
+    return isinstance(mod, BayesModule)
 
 
 def deterministic_layers(model: nn.Module) -> list[tuple[str, str]]:
     """(qualified name, type name) of every module that has parameters of its own and is not a
-    Bayesian layer: what :func:`bayesianize` left as point estimates (norm layers, embeddings,
-    skipped or unsupported layers)."""
+    Bayesian layer: what :func:`bayesianize` left as point estimates (norm layers, skipped or
+    unsupported layers, parameters held by the model itself)."""
     out = []
     for name, mod in model.named_modules():
         if isinstance(mod, BayesModule):
@@ -136,3 +197,49 @@ def deterministic_layers(model: nn.Module) -> list[tuple[str, str]]:
         if any(True for _ in mod.parameters(recurse=False)):
             out.append((name, type(mod).__name__))
     return out
+
+
+@dataclass(frozen=True)
+class LayerSummary:
+    """Every module with parameters of its own: ``rows`` of (name, type, Bayesian, weights,
+    estimator or ""); ``str()`` is a table."""
+
+    rows: tuple[tuple[str, str, bool, int, str], ...]
+
+    @property
+    def bayesian_weights(self) -> int:
+        return sum(r[3] for r in self.rows if r[2])
+
+    @property
+    def total_weights(self) -> int:
+        return sum(r[3] for r in self.rows)
+
+    @property
+    def bayesian_share(self) -> float:
+        """The share of the model's weights with a posterior (a Bayesian weight counts once, not
+        once for mu and once for rho)."""
+        return self.bayesian_weights / max(self.total_weights, 1)
+
+    def __str__(self) -> str:
+        head = ("module", "type", "bayesian", "weights", "estimator")
+        body = [(n or "(model)", t, "yes" if b else "no", f"{w:,}", e) for n, t, b, w, e in self.rows]
+        widths = [max(len(r[i]) for r in (head, *body)) for i in range(5)]
+        line = lambda r: "  ".join(c.rjust(w) if i == 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+        total = (f"{self.bayesian_weights:,} of {self.total_weights:,} weights Bayesian "
+                 f"({100 * self.bayesian_share:.1f}%)")
+        return "\n".join([line(head), *(line(r) for r in body), total])
+
+
+def layer_summary(model: nn.Module) -> LayerSummary:
+    """The table of what :func:`bayesianize` made of ``model``: every module with parameters of
+    its own, Bayesian or not, its weights (a Bayesian weight counted once) and its estimator."""
+    rows = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, BayesModule):
+            n = sum(getattr(mod, f"{p}_mu").numel() for p in mod.param_names())
+            rows.append((name, type(mod).__name__, True, n, mod.estimator.value))
+            continue
+        n = sum(p.numel() for p in mod.parameters(recurse=False))
+        if n:
+            rows.append((name, type(mod).__name__, False, n, ""))
+    return LayerSummary(tuple(rows))

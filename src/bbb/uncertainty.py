@@ -19,7 +19,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .errors import UserError
-from .nn import forward_samples, sampling, shared_samples
+from .nn import forward_samples, model_batch_dim, sampling, shared_samples
 
 __all__ = [
     "predict",
@@ -97,16 +97,19 @@ def predict(
     was_training = model.training
     model.eval()
     try:
+        d = model_batch_dim(model)  # 1 for a sequence-first model: inputs (T, B, ...)
         if is_tensor:
             batches: Iterable[tuple[Tensor, Tensor | None]] = (
-                [(x, None)] if batch_size is None else [(c, None) for c in torch.split(x, batch_size)])
+                [(x, None)] if batch_size is None else [(c, None) for c in torch.split(x, batch_size, dim=d)])
         else:
             batches = _batches(x)
         outs, targets = [], []
         with sampling(model, mode), shared_samples():
+            sizes = []
             for xc, yc in batches:
                 if not is_tensor and dev is not None:
                     xc = xc.to(dev)
+                sizes.append(xc.shape[d] if xc.dim() > d else -1)
                 if mode == "mean":
                     outs.append(model(xc).unsqueeze(0))
                 else:
@@ -117,7 +120,9 @@ def predict(
                     targets.append(yc.to(outs[-1].device))
         if not outs:
             raise UserError("predict: the DataLoader yielded no batches")
-        out = torch.cat(outs, dim=1)
+        # the outputs' batch: dim 1 after the samples, or 2 for a sequence-first output (k, T, B, ...)
+        per_step = d == 1 and all(o.dim() > 2 and o.shape[2] == xs for o, xs in zip(outs, sizes))
+        out = torch.cat(outs, dim=2 if per_step else 1)
         return (out, torch.cat(targets)) if return_targets else out
     finally:
         model.train(was_training)

@@ -40,12 +40,20 @@ from .sampling import (
     SampleRecorder,
     folded_samples,
     forward_samples,
+    model_batch_dim,
     providing_samples,
     shared_samples,
 )
 from .sampling import (
     SamplingMode as SamplingMode,  # not in __all__, importable from bbb.nn as before
 )
+
+
+def layer_types() -> tuple[type[BayesModule], ...]:
+    """The Bayesian layer types that convert a ``torch.nn`` layer (their ``converts``), in the
+    order :func:`bbb.bayesianize` registers them."""
+    return (BayesLinear, BayesConv1d, BayesConv2d)
+
 
 __all__ = [
     "Estimator",
@@ -62,6 +70,7 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "model_batch_dim",
     "bayes_modules",
     "model_kl",
     "DEFAULT_RHO_INIT",
@@ -69,6 +78,7 @@ __all__ = [
     "DEFAULT_SIGMA1",
     "DEFAULT_SIGMA2",
     "default_prior",
+    "layer_types",
     "BayesPopulation",
     "PopulationBayesLinear",
     "PopulationLinear",

@@ -137,3 +137,14 @@ def test_other_errors_pass_through(tmp_path: Path) -> None:
 def test_atomic_torch_save_round_trip(tmp_path: Path) -> None:
     bio.atomic_torch_save(tmp_path / "s.pt", {"w": torch.arange(3)})
     assert torch.equal(torch.load(tmp_path / "s.pt")["w"], torch.arange(3))
+
+
+def test_a_cuda_device_beyond_the_count_is_a_one_line_error(monkeypatch):
+    """--device cuda:N with N >= the device count: not torch's raw "invalid device ordinal"."""
+    from bbb.options import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(UserError, match=r"cuda:3: this machine has 1 CUDA device\(s\), numbered 0 to 0"):
+        resolve_device("cuda:3")

@@ -185,6 +185,10 @@ def resolve_device(device: Any) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name} was asked for but no CUDA device is available; "
                         "use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        raise UserError(f"--device {name}: this machine has {n} CUDA device(s), numbered 0 to {n - 1}; "
+                        "choose one of them (or --device cuda)")
     return dev
 
 

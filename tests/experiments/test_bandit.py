@@ -406,6 +406,35 @@ def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
         Population(cfg, members, ctx, edible).load(ck)
 
 
+def test_a_checkpoint_loads_whatever_device_the_population_is_on(tmp_path, monkeypatch):
+    """The saved generator state stays a CPU tensor whatever device the run is on (torch.load onto
+    a CUDA device moved it there and Generator.set_state raised TypeError: reproduced on a CPU by
+    naming the meta device), and a checkpoint written on another device kind is refused."""
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(steps=20, agents=("bbb", "greedy"), seeds=(0,))
+    members = [("bbb", 0), ("greedy", 0)]
+    ck = tmp_path / "w.pt"
+    calls = iter(range(100))
+    pop = Population(cfg, members, ctx, edible)
+    assert pop.run(20, ck, stop=lambda: next(calls) >= 5) is False
+    resumed = Population(cfg, members, ctx, edible)
+    loads = []
+    real_load = torch.load
+
+    def load_watching(path, map_location=None, **kw):
+        loads.append(map_location)
+        return real_load(path, map_location="meta" if map_location != "cpu" else "cpu", **kw)
+
+    monkeypatch.setattr(torch, "load", load_watching)
+    assert resumed.load(ck) and resumed.step == 5 and loads == ["cpu"]
+    monkeypatch.undo()
+    st = torch.load(ck, weights_only=True)
+    st["device"] = "cuda"
+    torch.save(st, ck)
+    with pytest.raises(UserError, match="was written on cuda, and this run is on cpu"):
+        Population(cfg, members, ctx, edible).load(ck)
+
+
 def test_two_workers_run_and_merge(tmp_path):
     ctx, edible = tiny_mushrooms()
     res = run_bandit(tiny_bandit_config(out=str(tmp_path), workers=2, steps=40), contexts=ctx, edible=edible)

@@ -306,6 +306,7 @@ class Population:
         return {
             "format": CHECKPOINT_FORMAT,
             "key": self.cfg.training_key(),
+            "device": self.device.type,  # the random streams differ between device kinds
             "members": self.pairs,
             "step": self.step,
             "seconds": self.seconds,
@@ -334,7 +335,9 @@ class Population:
         if not path.exists():
             return False
         try:
-            st = torch.load(path, map_location=self.device, weights_only=True)
+            # onto the CPU: the generator's state must stay a CPU tensor (set_state), and the
+            # buffers below are copied to this run's device
+            st = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
             raise UserError(f"cannot read the bandit checkpoint {path} ({type(e).__name__}); "
                             f"delete it or run with --fresh") from None
@@ -344,6 +347,10 @@ class Population:
         if st.get("key") != self.cfg.training_key() or [tuple(m) for m in st.get("members", [])] != self.pairs:
             raise UserError(f"{path} was written with other settings; use the same options, another "
                             f"--out, or --fresh to start over")
+        if st.get("device", "cpu") != self.device.type:
+            raise UserError(f"{path} was written on {st.get('device', 'cpu')}, and this run is on {self.device.type}: "
+                            "their random streams differ, so it cannot resume exactly; use --device "
+                            f"{st.get('device', 'cpu')}, another --out, or --fresh to start over")
         if st["step"] > self.cfg.steps:
             raise UserError(f"{path} is at step {st['step']}, beyond --steps {self.cfg.steps}; "
                             f"raise --steps or use --fresh")

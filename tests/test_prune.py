@@ -75,3 +75,26 @@ def test_prune_rejects_bad_fraction():
         prune(_net(), 1.5)
     with pytest.raises(ValueError, match="no Bayesian layers"):
         prune(torch.nn.Linear(2, 2), 0.5)
+
+
+def test_pruning_reaches_every_weight_of_a_recurrent_layer():
+    """A recurrent layer's weights are named weight_ih_l0, weight_hh_l0...: all pruned by |mu|/sigma,
+    and the pruned weights are 0 in the network's output (the means the layer runs with)."""
+    import torch.nn as nn
+
+    import bbb
+
+    torch.manual_seed(0)
+    net = bbb.bayesianize(nn.Sequential(nn.LSTM(3, 4, batch_first=True)))
+    lstm = net[0]
+    total, _ = count_weights(net)
+    assert total == sum(getattr(lstm, f"{n}_mu").numel() for n in lstm.param_names() if not n.startswith("bias"))
+    net.eval()
+    x = torch.randn(2, 5, 3)
+    before = net(x)[0]
+    r = prune(net, 0.5)
+    assert r.kept == total - total // 2
+    after = net(x)[0]
+    assert not torch.allclose(before, after)
+    unprune(net)
+    torch.testing.assert_close(net(x)[0], before)

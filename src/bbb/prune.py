@@ -22,9 +22,15 @@ from .nn import BayesModule, bayes_modules
 __all__ = ["signal_to_noise", "prune", "unprune", "PruneResult", "count_weights", "snr_db"]
 
 
+def _is_bias(name: str) -> bool:
+    """A bias posterior: ``bias``, ``bias_ih_l0`` (recurrent), ``in_proj_bias`` (attention)..."""
+    return name == "bias" or name.startswith("bias_") or name.endswith("_bias")
+
+
 def _targets(model: nn.Module, include_bias: bool) -> list[tuple[BayesModule, str]]:
-    names = ("weight", "bias") if include_bias else ("weight",)
-    out = [(m, n) for m in bayes_modules(model) for n in names if n in m.param_names()]
+    """Every weight posterior of every Bayesian layer (``weight``, a recurrent layer's
+    ``weight_ih_l0``..., attention's ``in_proj_weight``), and the biases with ``include_bias``."""
+    out = [(m, n) for m in bayes_modules(model) for n in m.param_names() if include_bias or not _is_bias(n)]
     if not out:
         raise UserError("the model has no Bayesian layers to prune")
     return out

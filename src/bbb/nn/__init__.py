@@ -35,6 +35,7 @@ from .population import (
     one_hot_is_dense,
     population_linear,
 )
+from .recurrent import BayesGRU, BayesLSTM, BayesRNN
 from .sampling import (
     SampleProvider,
     SampleRecorder,
@@ -52,7 +53,7 @@ from .sampling import (
 def layer_types() -> tuple[type[BayesModule], ...]:
     """The Bayesian layer types that convert a ``torch.nn`` layer (their ``converts``), in the
     order :func:`bbb.bayesianize` registers them."""
-    return (BayesLinear, BayesConv1d, BayesConv2d)
+    return (BayesLinear, BayesConv1d, BayesConv2d, BayesRNN, BayesLSTM, BayesGRU)
 
 
 __all__ = [
@@ -62,6 +63,9 @@ __all__ = [
     "BayesConv1d",
     "BayesConv2d",
     "BayesMLP",
+    "BayesRNN",
+    "BayesLSTM",
+    "BayesGRU",
     "PerSample",
     "SampleRecorder",
     "SampleProvider",

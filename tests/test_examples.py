@@ -30,7 +30,15 @@ def _data(*datasets: str) -> list[str]:
 
 def test_examples_folder_is_complete():
     names = {p.stem for p in EXAMPLES.glob("*.py")}
-    assert {"fashion_cnn", "convert_pretrained", "lightning_module", "heteroscedastic_regression"} <= names
+    assert {"fashion_cnn", "convert_pretrained", "lightning_module", "heteroscedastic_regression",
+            "transformer_text"} <= names
+
+
+def test_transformer_text(capsys):
+    res = _load("transformer_text").main(["--steps", "20", "--train-size", "256", "--samples", "4"])
+    assert 0 <= res["test_error"] <= 1
+    assert res["mutual_information_unseen_tokens"] > 0
+    assert "weights Bayesian" in capsys.readouterr().out
 
 
 def test_fashion_cnn(capsys):

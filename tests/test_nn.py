@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import bbb
 from bbb import functional as BF
 from bbb.distributions import GaussianPrior, ScaleMixturePrior, softplus
-from bbb.nn import BayesConv2d, BayesLinear, BayesMLP, SampleRecorder, model_kl, sampling
+from bbb.nn import BayesConv2d, BayesLinear, BayesMLP, SampleRecorder, leading_samples, model_kl, sampling
 
 ESTIMATORS = ["reparam", "local", "flipout"]
 
@@ -56,7 +56,7 @@ def test_output_moments_match_weight_sampling(estimator):
     layer = BayesLinear(5, 3, estimator=estimator, rho_init=-1.0)
     x = torch.randn(4, 5)
     k = 40_000
-    with torch.no_grad():
+    with torch.no_grad(), leading_samples():
         out = layer(bbb.expand_samples(x, k))  # (k, 4, 3): k independent networks
         mean = F.linear(x, layer.weight_mu, layer.bias_mu)
         var = F.linear(x * x, softplus(layer.weight_rho) ** 2, softplus(layer.bias_rho) ** 2)
@@ -64,6 +64,23 @@ def test_output_moments_match_weight_sampling(estimator):
     assert ((out.mean(0) - mean).abs() < 5 * se).all()
     # sample variance has relative sd sqrt(2/k) ~ 0.7%; allow 5%
     torch.testing.assert_close(out.var(0), var, rtol=0.05, atol=0)
+
+
+def test_a_sequence_is_one_sample_and_a_leading_sample_dimension_is_explicit():
+    """(B, T, in) is a sequence for a linear layer (one weight sample, as nn.Linear reads it);
+    k samples on a leading dimension need leading_samples() (or BayesMLP, forward_samples), and
+    expand_samples outside it is a one-line error, not k copies of one network."""
+    torch.manual_seed(0)
+    layer = BayesLinear(5, 3, rho_init=-1.0)
+    x = torch.randn(4, 6, 5)
+    with SampleRecorder() as rec:
+        layer(x)
+    assert rec.get(layer, "weight").w.shape == (3, 5)  # one weight sample for the whole batch
+    with pytest.raises(bbb.UserError, match=r"outside bbb.nn.leading_samples\(\)"):
+        layer(bbb.expand_samples(x[:, 0], 4))
+    with leading_samples():
+        out = layer(bbb.expand_samples(x[:, 0], 4))
+    assert not torch.allclose(out[0], out[1])
 
 
 def test_flipout_perturbs_by_sigma_eps_only():

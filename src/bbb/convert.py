@@ -29,7 +29,7 @@ from typing import Any
 import torch.nn as nn
 
 from .errors import UserError
-from .nn import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .nn import DEFAULT_RHO_INIT, BayesModule, Estimator, no_fast_path
 from .nn import layer_types as _layer_types
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
@@ -159,9 +159,7 @@ def bayesianize(
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
                         f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
                         "with bbb.register_conversion")
-    for m in model.modules():  # fast paths that would read the posterior mean instead of sampling
-        if isinstance(m, nn.TransformerEncoder):
-            m.use_nested_tensor = False
+    no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
     if left:
         s = layer_summary(model)

@@ -7,9 +7,12 @@ Each weight has a diagonal Gaussian posterior with parameters ``*_mu`` and ``*_r
 Sampling mode: in ``train()`` mode a layer samples, in ``eval()`` mode it uses the posterior mean.
 :func:`sampling` switches explicitly (e.g. Monte Carlo prediction in eval mode).
 
-Monte Carlo samples: an input with a leading sample dimension, ``(k, B, in)`` for linear layers
-and ``(k, B, C, H, W)`` for convolutions, is evaluated by ``k`` independently sampled networks
-in one batched call (:func:`bbb.functional.expand_samples` builds such an input without a copy).
+Monte Carlo samples: :func:`forward_samples` (used by the ELBO and ``predict``) runs any network
+with k weight samples folded into the batch dimension. An input with an explicit leading sample
+dimension, ``(k, B, in)`` for a stack of linear layers inside :func:`leading_samples` (or a
+:class:`BayesMLP`) and ``(k, B, C, H, W)`` for convolutions, is evaluated by ``k`` independently
+sampled networks in one batched call (:func:`bbb.functional.expand_samples` builds it without a
+copy).
 
 Common random numbers: while a :class:`SampleRecorder` is active (the ELBO opens one), each layer
 hands the noise and weights it drew to the recorder, so the Monte Carlo KL uses exactly the
@@ -17,15 +20,26 @@ weights of the forward pass. The recorder is an object owned by the caller, not 
 
 The package: :mod:`bbb.nn.sampling` (sampling mode, recorder, providers, shared and folded
 samples), :mod:`bbb.nn.base` (:class:`BayesModule`, estimators, defaults), :mod:`bbb.nn.layers`
-(the layers), :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers) and
-:mod:`bbb.nn.population` (many independent networks batched on a member dimension); every public
-name is importable from ``bbb.nn``.
+(linear), :mod:`bbb.nn.conv` (convolutions), :mod:`bbb.nn.recurrent` (RNN, LSTM, GRU),
+:mod:`bbb.nn.attention` (multi-head attention), :mod:`bbb.nn.embedding`, :mod:`bbb.nn.model`
+(:class:`BayesMLP` and model-level helpers) and :mod:`bbb.nn.population` (many independent
+networks batched on a member dimension); every public name is importable from ``bbb.nn``.
 """
 
 from __future__ import annotations
 
+from .attention import BayesMultiheadAttention, no_fast_path
 from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, Estimator, default_prior
-from .layers import BayesConv1d, BayesConv2d, BayesLinear, PerSample
+from .conv import (
+    BayesConv1d,
+    BayesConv2d,
+    BayesConv3d,
+    BayesConvTranspose1d,
+    BayesConvTranspose2d,
+    BayesConvTranspose3d,
+)
+from .embedding import BayesEmbedding, BayesEmbeddingBag
+from .layers import BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, model_kl, sampling
 from .population import (
     BayesPopulation,
@@ -41,6 +55,7 @@ from .sampling import (
     SampleRecorder,
     folded_samples,
     forward_samples,
+    leading_samples,
     model_batch_dim,
     providing_samples,
     shared_samples,
@@ -53,7 +68,9 @@ from .sampling import (
 def layer_types() -> tuple[type[BayesModule], ...]:
     """The Bayesian layer types that convert a ``torch.nn`` layer (their ``converts``), in the
     order :func:`bbb.bayesianize` registers them."""
-    return (BayesLinear, BayesConv1d, BayesConv2d, BayesRNN, BayesLSTM, BayesGRU)
+    return (BayesLinear, BayesConv1d, BayesConv2d, BayesConv3d, BayesConvTranspose1d, BayesConvTranspose2d,
+            BayesConvTranspose3d, BayesEmbedding, BayesEmbeddingBag, BayesRNN, BayesLSTM, BayesGRU,
+            BayesMultiheadAttention)
 
 
 __all__ = [
@@ -62,6 +79,14 @@ __all__ = [
     "BayesLinear",
     "BayesConv1d",
     "BayesConv2d",
+    "BayesConv3d",
+    "BayesConvTranspose1d",
+    "BayesConvTranspose2d",
+    "BayesConvTranspose3d",
+    "BayesEmbedding",
+    "BayesEmbeddingBag",
+    "BayesMultiheadAttention",
+    "no_fast_path",
     "BayesMLP",
     "BayesRNN",
     "BayesLSTM",
@@ -74,6 +99,7 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "leading_samples",
     "model_batch_dim",
     "bayes_modules",
     "model_kl",

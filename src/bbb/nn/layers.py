@@ -1,10 +1,8 @@
-"""The Bayesian layers: :class:`BayesLinear`, :class:`BayesConv2d`, :class:`BayesConv1d`, and
-:class:`PerSample`."""
+"""The Bayesian layers: :class:`BayesLinear` and :class:`PerSample`; the convolutions live in
+:mod:`bbb.nn.conv` (re-exported here: ``from bbb.nn.layers import BayesConv2d`` still works)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -15,9 +13,15 @@ from .. import functional as BF
 from ..distributions import Prior, softplus
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
-from .sampling import PROVIDER
+from .conv import BayesConv1d as BayesConv1d
+from .conv import BayesConv2d as BayesConv2d
+from .conv import BayesConv3d as BayesConv3d
+from .conv import BayesConvTranspose1d as BayesConvTranspose1d
+from .conv import BayesConvTranspose2d as BayesConvTranspose2d
+from .conv import BayesConvTranspose3d as BayesConvTranspose3d
+from .sampling import LEADING, PROVIDER
 
-__all__ = ["BayesLinear", "BayesConv1d", "BayesConv2d", "PerSample"]
+__all__ = ["BayesLinear", "PerSample"]
 
 
 class BayesLinear(BayesModule):
@@ -99,7 +103,17 @@ class BayesLinear(BayesModule):
     from_torch = from_linear  # type: ignore[assignment]
 
     def _input_samples(self, x: Tensor) -> int | None:
-        return x.shape[0] if x.dim() >= 3 else None
+        if x.dim() < 3:
+            return None
+        if LEADING.get():
+            return x.shape[0]
+        if x.stride(0) == 0 and x.shape[0] > 1 and self.is_sampling():  # expand_samples(x, k) outside the block
+            raise UserError(f"{type(self).__name__} got an input with a leading sample dimension "
+                            f"(shape {tuple(x.shape)}, expand_samples) outside bbb.nn.leading_samples(): a "
+                            "linear layer reads leading dims as nn.Linear does, so its k rows would share one "
+                            "weight sample; use forward_samples(net, x, k) (any network) or open "
+                            "`with bbb.nn.leading_samples():` around a stack of Bayesian linear layers")
+        return None
 
     def _forward(self, x: Tensor, k: int | None) -> Tensor:
         if not self.is_sampling():
@@ -131,171 +145,6 @@ class BayesLinear(BayesModule):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias_mu is not None}, " + super().extra_repr())
-
-
-def _pair(v: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    t = tuple(int(i) for i in v)
-    if len(t) != 2:
-        raise UserError(f"expected an int or a pair, got {v!r}")
-    return t  # type: ignore[return-value]
-
-
-class BayesConv2d(BayesModule):
-    """Bayesian 2-d convolution with the same options as :class:`BayesLinear`.
-
-    Shape: (B, C, H, W) -> (B, O, H', W'); (k, B, C, H, W) -> (k, B, O, H', W') with k weight
-    samples. Inside :func:`forward_samples` (the ELBO, :func:`~bbb.uncertainty.predict`) the k
-    samples travel folded into the batch dimension, so pooling, ``Flatten`` and normalisation
-    layers need no wrapping.
-    """
-
-    _param_names = ("weight", "bias")
-    _batched_rank = 4
-    _spatial = 2
-    converts = (nn.Conv2d,)
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        prior: Prior | dict | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        mu_init_scale: float | None = None,
-        rho_init: float = DEFAULT_RHO_INIT,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(prior, estimator, mu_init_scale, rho_init)
-        if in_channels <= 0 or out_channels <= 0 or groups <= 0:
-            raise UserError("in_channels, out_channels and groups must be positive")
-        if in_channels % groups or out_channels % groups:
-            raise UserError(f"in_channels and out_channels must be divisible by groups={groups}")
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        if self._spatial == 2:
-            self.kernel_size = _pair(kernel_size)
-            self.stride, self.dilation = _pair(stride), _pair(dilation)
-        else:
-            self.kernel_size = _single(kernel_size)
-            self.stride, self.dilation = _single(stride), _single(dilation)
-        self.padding: Any
-        if isinstance(padding, str):
-            if padding not in ("same", "valid"):
-                raise UserError(f"padding must be a number, a tuple, 'same' or 'valid', got {padding!r}")
-            self.padding = padding
-        else:
-            self.padding = _pair(padding) if self._spatial == 2 else _single(padding)
-        self.groups = int(groups)
-        self._register_weight_and_bias((out_channels, in_channels // groups, *self.kernel_size),
-                                       (out_channels,) if bias else None, device, dtype)
-
-    def _fan_in(self) -> int:
-        return (self.in_channels // self.groups) * math.prod(self.kernel_size)
-
-    @classmethod
-    def from_conv(
-        cls,
-        layer: nn.Conv1d | nn.Conv2d,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> BayesConv2d:
-        """A Bayesian copy of ``layer`` (an ``nn.Conv2d`` for :class:`BayesConv2d`, an
-        ``nn.Conv1d`` for :class:`BayesConv1d`), as :meth:`BayesLinear.from_linear`."""
-        want = nn.Conv2d if cls._spatial == 2 else nn.Conv1d
-        if type(layer) is not want:
-            raise UserError(f"{cls.__name__}.from_conv needs an {want.__name__}, got {type(layer).__name__}")
-        if layer.padding_mode != "zeros":
-            raise UserError(f"{cls.__name__}: padding_mode={layer.padding_mode!r} is not supported (only 'zeros')")
-        new = cls(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
-                  padding=layer.padding, dilation=layer.dilation, groups=layer.groups,
-                  bias=layer.bias is not None, prior=prior, estimator=estimator, rho_init=rho_init,
-                  device=layer.weight.device, dtype=layer.weight.dtype)
-        if from_weights:
-            new._copy_means(layer)
-        return new
-
-    from_torch = from_conv  # type: ignore[assignment]
-
-    def _conv_args(self) -> tuple:
-        if isinstance(self.padding, str):  # "same" / "valid"
-            if self._spatial == 2:
-                return (self.stride, self.padding, self.dilation, self.groups)
-            return ((1, *self.stride), self.padding, (1, *self.dilation), self.groups)
-        if self._spatial == 2:
-            return (self.stride, self.padding, self.dilation, self.groups)
-        return ((1, *self.stride), (0, *self.padding), (1, *self.dilation), self.groups)
-
-    # 1-d convolutions run as 2-d ones of height 1 (weights (O, C, 1, kw), inputs (B, C, 1, L))
-    def _w2d(self, t: Tensor | None) -> Tensor | None:
-        return t if (t is None or self._spatial == 2 or t.dim() == 1) else t.unsqueeze(-2)
-
-    def _input_samples(self, x: Tensor) -> int | None:
-        return x.shape[0] if x.dim() == self._batched_rank + 1 else None
-
-    def _fold_dim(self, x: Tensor, fold_dim: int) -> int:
-        return 0  # (B, C, ...) whatever the model's layout
-
-    def _forward(self, x: Tensor, k: int | None) -> Tensor:
-        if self._spatial == 1:
-            return self._forward2d(x.unsqueeze(-2), k).squeeze(-2)
-        return self._forward2d(x, k)
-
-    def _forward2d(self, x: Tensor, k: int | None) -> Tensor:
-        w2 = self._w2d
-        if not self.is_sampling():
-            return BF.conv2d(x, w2(self._mean("weight")), self._mean("bias"), *self._conv_args())
-        has_bias = self.bias_mu is not None
-        if self.estimator is Estimator.REPARAM:
-            w = self._draw("weight", k)[2]
-            b = self._draw("bias", k)[2] if has_bias else None
-            return BF.conv2d(x, w2(self._masked("weight", w)), self._masked("bias", b), *self._conv_args())
-        if self.estimator is Estimator.LOCAL:
-            w_sigma = self._masked("weight", softplus(self.weight_rho))
-            b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
-            return BF.conv2d_local(x, w2(self._mean("weight")), w2(w_sigma), self._mean("bias"), b_sigma,
-                                   *self._conv_args(), generator=self._generator())
-        mw, _, w = self._draw("weight", k)
-        dw = self._masked("weight", w - mw)
-        db = None
-        if has_bias:
-            mb, _, b = self._draw("bias", k)
-            db = self._masked("bias", b - mb)
-        return BF.conv2d_flipout(x, w2(self._mean("weight")), w2(dw), self._mean("bias"), db,
-                                 *self._conv_args(), generator=self._generator())
-
-    def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, " + super().extra_repr())
-
-
-def _single(v: int | Sequence[int]) -> tuple[int]:
-    if isinstance(v, int):
-        return (v,)
-    t = tuple(int(i) for i in v)
-    if len(t) != 1:
-        raise UserError(f"expected an int or a 1-tuple, got {v!r}")
-    return t  # type: ignore[return-value]
-
-
-class BayesConv1d(BayesConv2d):
-    """Bayesian 1-d convolution, as ``torch.nn.Conv1d``, with the options of :class:`BayesLinear`.
-
-    Shape: (B, C, L) -> (B, O, L'); (k, B, C, L) -> (k, B, O, L') with k weight samples.
-    Parameters ``weight_mu``/``weight_rho`` are (O, C/groups, kernel_size), as ``nn.Conv1d``'s weight.
-    """
-
-    _batched_rank = 3
-    _spatial = 1
-    converts = (nn.Conv1d,)
 
 
 class PerSample(nn.Module):

@@ -14,7 +14,7 @@ from ..distributions import KLMode, Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
-from .sampling import PROVIDER, SampleRecorder, SamplingMode
+from .sampling import LEADING, PROVIDER, SampleRecorder, SamplingMode, leading_samples
 
 __all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling"]
 
@@ -67,6 +67,9 @@ class BayesMLP(nn.Module):
         self.act = _ACTIVATIONS[activation]()
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dim() >= 3 and not LEADING.get():  # (k, B, in): k weight samples
+            with leading_samples():
+                return self.forward(x)
         for layer in self.layers[:-1]:
             x = self.act(layer(x))
         return self.layers[-1](x)

@@ -27,6 +27,8 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "leading_samples",
+    "LEADING",
     "fold_samples",
     "unfold",
     "refold",
@@ -110,6 +112,11 @@ class SampleProvider:
         or None (the layer draws)."""
         return None
 
+    def trains(self, param: Tensor) -> bool | None:
+        """Whether the optimiser behind this provider updates ``param`` (None: it is no optimiser).
+        The ELBO asks it of its own parameters (a learned noise) and refuses a False."""
+        return None
+
 
 #: the active :class:`SampleRecorder` (None outside one); the layers record their draws in it
 RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
@@ -162,6 +169,31 @@ def shared_samples() -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # k samples folded into the batch dimension
 # --------------------------------------------------------------------------------------------
+
+
+#: an explicit leading sample dimension: inside :func:`leading_samples`, a linear layer reads a
+#: (k, *, in) input as k weight samples (outside it, as ``nn.Linear`` does: any leading dims)
+LEADING: contextvars.ContextVar[bool] = contextvars.ContextVar("bbb_leading_samples", default=False)
+
+
+@contextlib.contextmanager
+def leading_samples() -> Iterator[None]:
+    """Inside the block, the first dimension of a linear layer's input of 3 or more dims is the
+    sample dimension: ``(k, B, in)`` is evaluated by k weight samples in one batched call
+    (convolutions read a ``(k, B, C, ...)`` input so anywhere). :class:`BayesMLP` opens it for its
+    own 3-d inputs, and :func:`forward_samples` for a model with ``accepts_sample_dim``; open it
+    for a stack of Bayesian linear layers of your own. Outside it a linear layer treats leading
+    dims as ``nn.Linear`` does (one weight sample for a ``(B, T, in)`` sequence), so
+    :func:`forward_samples` (the samples folded into the batch) is the way for any other network.
+
+    >>> with sampling(net, "sample"), leading_samples():
+    ...     logits = net(expand_samples(x, 10))    # (10, B, classes)
+    """
+    token = LEADING.set(True)
+    try:
+        yield
+    finally:
+        LEADING.reset(token)
 
 
 @dataclass
@@ -278,7 +310,8 @@ def forward_samples(model: nn.Module, x: Tensor, num_samples: int, batch_dim: in
     if k == 1:
         return _unfold_output(model(x), 1, b, d)
     if d == 0 and getattr(model, "accepts_sample_dim", False):  # (k, B, ...) natively: no folding
-        return model(BF.expand_samples(x, k))
+        with leading_samples():
+            return model(BF.expand_samples(x, k))
     xf = refold(x.unsqueeze(0).expand(k, *x.shape), d)
     token = FOLD.set(_Fold(k, x if d == 0 else None, xf if d == 0 else None, d))
     try:

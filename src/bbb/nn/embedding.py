@@ -1,0 +1,261 @@
+"""Bayesian embeddings: :class:`BayesEmbedding` (``torch.nn.Embedding``) and
+:class:`BayesEmbeddingBag` (``torch.nn.EmbeddingBag``), with a diagonal Gaussian posterior over the
+table (``weight_mu``/``weight_rho``; ``.weight`` reads the posterior mean, a deterministic
+``state_dict`` loads).
+
+Estimators: ``reparam`` samples the whole table (one sample per forward pass, or per block of B
+rows inside a k-sample fold: sample j looks up in its own table, one ``F.embedding`` call into
+the (k*V, D) stacked tables); ``local`` samples each looked-up row afresh, mu[i] + sigma[i] * eps
+per lookup (a lookup reads one row, so this is local reparameterisation). ``flipout`` has no
+meaning for a lookup (a one-line error), nor have ``max_norm`` (torch renormalises the weights in
+place) and ``sparse`` gradients. The ``padding_idx`` row outputs exactly 0 and gets no gradient
+from the data, as torch's zero-initialised row that never trains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..distributions import Prior, softplus
+from ..errors import UserError
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .sampling import FOLD
+
+__all__ = ["BayesEmbedding", "BayesEmbeddingBag"]
+
+
+class BayesEmbedding(BayesModule):
+    """Bayesian ``torch.nn.Embedding``: indices (*) -> (*, embedding_dim).
+
+    Args:
+        num_embeddings, embedding_dim, padding_idx, scale_grad_by_freq: as ``torch.nn.Embedding``.
+        max_norm, sparse: accepted for the signature; set, a one-line error.
+        prior, estimator (``"reparam"`` or ``"local"``), rho_init: as :class:`~bbb.nn.BayesLinear`.
+        mu_init_scale: mu ~ U(-s, s); None: N(0, 1) as torch (the ``padding_idx`` row 0).
+
+    Inside a k-sample fold the indices' batch dimension is the fold's (1 for a sequence-first
+    model) when they have at least that many dimensions + 1, else 0.
+    """
+
+    _param_names = ("weight",)
+    converts = (nn.Embedding,)
+    estimators = frozenset({Estimator.REPARAM, Estimator.LOCAL})
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        prior: Prior | dict | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        mu_init_scale: float | None = None,
+        rho_init: float = DEFAULT_RHO_INIT,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(prior, estimator, mu_init_scale, rho_init)
+        name = type(self).__name__
+        for what, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise UserError(f"{name}: {what} must be an integer > 0, got {v!r}")
+        if max_norm is not None:
+            raise UserError(f"{name}: max_norm is not supported (torch renormalises the weights in place, "
+                            "which a posterior cannot follow); drop it")
+        if sparse:
+            raise UserError(f"{name}: sparse=True is not supported (the posterior's gradients are dense)")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise UserError(f"{name}: padding_idx={padding_idx} is outside [-{num_embeddings}, {num_embeddings})")
+            padding_idx = padding_idx % num_embeddings
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
+        self.max_norm, self.norm_type, self.sparse = None, float(norm_type), False
+        self.scale_grad_by_freq = bool(scale_grad_by_freq)
+        self._register_posterior("weight", (num_embeddings, embedding_dim), {"device": device, "dtype": dtype})
+        self.reset_parameters()
+
+    def _fan_in(self) -> int:
+        return self.embedding_dim
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            if self.mu_init_scale is None:
+                self.weight_mu.normal_()
+            else:
+                self.weight_mu.uniform_(-self.mu_init_scale, self.mu_init_scale)
+            if self.padding_idx is not None:
+                self.weight_mu[self.padding_idx].zero_()
+            self.weight_rho.fill_(self.rho_init)
+
+    @classmethod
+    def _options(cls, layer: nn.Module) -> dict[str, Any]:
+        return {"padding_idx": layer.padding_idx, "scale_grad_by_freq": layer.scale_grad_by_freq}
+
+    @classmethod
+    def from_torch(
+        cls,
+        layer: nn.Module,
+        prior: Prior | dict | Any | None = None,
+        estimator: Estimator | str = Estimator.REPARAM,
+        rho_init: float = DEFAULT_RHO_INIT,
+        from_weights: bool = True,
+    ) -> BayesEmbedding:
+        """A Bayesian copy of ``layer`` (an ``nn.Embedding`` for this class, an ``nn.EmbeddingBag``
+        for :class:`BayesEmbeddingBag`), as :meth:`BayesLinear.from_linear`."""
+        want = cls.converts[0]
+        if type(layer) is not want:
+            raise UserError(f"{cls.__name__}.from_torch needs an {want.__name__}, got {type(layer).__name__}")
+        if hasattr(layer, "parametrizations"):
+            raise UserError(f"{type(layer).__name__} carries a parametrization that a Bayesian copy would lose; "
+                            "remove it or skip the layer")
+        new = cls(layer.num_embeddings, layer.embedding_dim, max_norm=layer.max_norm, norm_type=layer.norm_type,
+                  sparse=layer.sparse, prior=prior, estimator=estimator, rho_init=rho_init,
+                  device=layer.weight.device, dtype=layer.weight.dtype, **cls._options(layer))
+        if from_weights:
+            new._copy_means(layer)
+        return new
+
+    def _local_rows(self, idx: Tensor) -> Tensor:
+        """mu[idx] + sigma[idx] * eps, fresh noise per lookup."""
+        mu = F.embedding(idx, self._mean("weight"), scale_grad_by_freq=self.scale_grad_by_freq)
+        sigma = F.embedding(idx, self._masked("weight", softplus(self.weight_rho)),
+                            scale_grad_by_freq=self.scale_grad_by_freq)
+        eps = torch.randn(mu.shape, generator=self._generator(), device=mu.device, dtype=mu.dtype)
+        return torch.addcmul(mu, sigma, eps)
+
+    def _stacked(self, idx: Tensor, sample: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The indices into k stacked weight samples (sample j's rows at j*V..) and those (k*V, D) weights."""
+        v = self.num_embeddings
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= v):
+            raise UserError(f"{type(self).__name__}: an index is outside [0, {v})")
+        w = self._masked("weight", self._draw("weight", k)[2])
+        return idx + sample * v, w.reshape(k * v, self.embedding_dim)  # type: ignore[union-attr]
+
+    def forward(self, input: Tensor) -> Tensor:
+        idx = input
+        fold = FOLD.get()
+        if not self.is_sampling():
+            out = F.embedding(idx, self._mean("weight"), scale_grad_by_freq=self.scale_grad_by_freq)
+        elif self.estimator is Estimator.LOCAL:  # fresh noise per lookup: nothing to unfold in a fold
+            out = self._local_rows(idx)
+        elif fold is None or fold.k == 1:
+            w = self._masked("weight", self._draw("weight", None)[2])
+            out = F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)
+        else:
+            k = fold.k
+            d = fold.dim if idx.dim() >= fold.dim + 1 else 0
+            if idx.dim() == 0 or idx.shape[d] % k:
+                raise UserError(f"{type(self).__name__}: inside a {k}-sample pass (the samples folded into the batch "
+                                f"dimension) it got indices of shape {tuple(idx.shape)}, not k*B rows along dim {d}; "
+                                "keep the batch dimension (for a sequence-first model batch_dim=1); index a "
+                                "table shared by the batch (positions) per example, e.g. with "
+                                "torch.arange(T).expand(B, -1)")
+            shape = [1] * idx.dim()
+            shape[d] = idx.shape[d]
+            sample = torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
+            sidx, w = self._stacked(idx, sample, k)
+            out = F.embedding(sidx, w, scale_grad_by_freq=self.scale_grad_by_freq)
+        if self.padding_idx is not None:
+            out = out.masked_fill((idx == self.padding_idx).unsqueeze(-1), 0.0)
+        return out
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.scale_grad_by_freq:
+            s += ", scale_grad_by_freq=True"
+        return s + ", " + super().extra_repr()
+
+
+class BayesEmbeddingBag(BayesEmbedding):
+    """Bayesian ``torch.nn.EmbeddingBag``: sums, means or maxima of bags of embeddings.
+
+    Input (B, L) bags of equal length, or 1-d indices with ``offsets``; ``per_sample_weights``,
+    ``include_last_offset`` and ``padding_idx`` (excluded from the bags) as torch. Inside a k-sample
+    fold the bags are k*B (sample j: bags j*B..j*B+B-1). ``local`` samples each looked-up row afresh
+    before the bag is reduced (any mode).
+    """
+
+    converts = (nn.EmbeddingBag,)
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if mode not in ("sum", "mean", "max"):
+            raise UserError(f"{type(self).__name__}: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+                         sparse, **kwargs)
+        self.mode = mode
+        self.include_last_offset = bool(include_last_offset)
+
+    @classmethod
+    def _options(cls, layer: nn.Module) -> dict[str, Any]:
+        return {**super()._options(layer), "mode": layer.mode, "include_last_offset": layer.include_last_offset}
+
+    def _bag(self, idx: Tensor, w: Tensor, offsets: Tensor | None, psw: Tensor | None, padding_idx: int | None,
+             scale: bool) -> Tensor:
+        return F.embedding_bag(idx, w, offsets, None, self.norm_type, scale, self.mode, False, psw,
+                               self.include_last_offset, padding_idx)
+
+    def _bag_samples(self, idx: Tensor, offsets: Tensor | None, k: int) -> Tensor:
+        """The sample (0..k-1) of each index: that of its bag, bags j*B..j*B+B-1 for sample j."""
+        if idx.dim() == 2:
+            bags = idx.shape[0]
+            bag = torch.arange(bags, device=idx.device).unsqueeze(1)
+        elif idx.dim() == 1 and offsets is not None:
+            bags = offsets.shape[0] - (1 if self.include_last_offset else 0)
+            pos = torch.arange(idx.shape[0], device=idx.device)
+            bag = torch.bucketize(pos, offsets[:bags].to(pos.dtype), right=True) - 1
+        else:
+            raise UserError(f"{type(self).__name__}: expected 2-d bags or 1-d indices with offsets, "
+                            f"got shape {tuple(idx.shape)}")
+        if bags % k:
+            raise UserError(f"{type(self).__name__}: inside a {k}-sample pass (the samples folded into the batch "
+                            f"dimension) it got {bags} bags, not a multiple of {k}; keep the batch dimension")
+        return bag // (bags // k)
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None,  # type: ignore[override]
+                per_sample_weights: Tensor | None = None) -> Tensor:
+        fold = FOLD.get()
+        p, scale = self.padding_idx, self.scale_grad_by_freq
+        if not self.is_sampling():
+            return self._bag(input, self._mean("weight"), offsets, per_sample_weights, p, scale)  # type: ignore[arg-type]
+        if self.estimator is Estimator.LOCAL:  # sampled rows per lookup, then the bag over them
+            rows = self._local_rows(input).reshape(-1, self.embedding_dim)
+            pos = torch.arange(rows.shape[0], device=input.device).view(input.shape)
+            pad = None
+            if p is not None:  # padding entries point at an extra row that the bag excludes
+                pad = rows.shape[0]
+                rows = torch.cat([rows, rows.new_zeros(1, self.embedding_dim)])
+                pos = pos.masked_fill(input == p, pad)
+            return self._bag(pos, rows, offsets, per_sample_weights, pad, False)
+        if fold is None or fold.k == 1:
+            w = self._masked("weight", self._draw("weight", None)[2])
+            return self._bag(input, w, offsets, per_sample_weights, p, scale)  # type: ignore[arg-type]
+        sidx, w = self._stacked(input, self._bag_samples(input, offsets, fold.k), fold.k)
+        if p is not None:  # padding entries keep index p (sample 0's row), which the bag excludes
+            sidx = sidx.masked_fill(input == p, p)
+        return self._bag(sidx, w, offsets, per_sample_weights, p, scale)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr().replace(", prior=", f", mode={self.mode}, prior=", 1)

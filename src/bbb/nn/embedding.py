@@ -135,10 +135,11 @@ class BayesEmbedding(BayesModule):
     def _stacked(self, idx: Tensor, sample: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The indices into k stacked weight samples (sample j's rows at j*V..) and those (k*V, D) weights."""
         v = self.num_embeddings
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= v):
-            raise UserError(f"{type(self).__name__}: an index is outside [0, {v})")
+        # an index outside [0, V) stays outside [0, k*V) (torch's lookup then raises, as for one
+        # table) rather than reading another sample's rows; no host sync, no graph break
+        sidx = torch.where((idx >= 0) & (idx < v), idx + sample * v, k * v)
         w = self._masked("weight", self._draw("weight", k)[2])
-        return idx + sample * v, w.reshape(k * v, self.embedding_dim)  # type: ignore[union-attr]
+        return sidx, w.reshape(k * v, self.embedding_dim)  # type: ignore[union-attr]
 
     def forward(self, input: Tensor) -> Tensor:
         idx = input

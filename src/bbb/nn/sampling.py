@@ -5,11 +5,11 @@ dimension. The context variables below are read by the layers during ``forward``
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 import torch.nn as nn
@@ -38,6 +38,31 @@ __all__ = [
     "SHARED",
     "FOLD",
 ]
+
+
+T = TypeVar("T")
+
+
+class ContextSlot(threading.local, Generic[T]):
+    """A per-thread value with ``contextvars.ContextVar``'s ``get``/``set``/``reset``, which
+    ``torch.compile`` traces (Dynamo breaks the graph at ``ContextVar.get``): the layers read the
+    sampling state below during ``forward`` without a graph break, and a compiled function
+    recompiles (guards) when the state it was traced with changes."""
+
+    def __init__(self, name: str, default: T) -> None:
+        self.name = name
+        self.value = default
+
+    def get(self) -> T:
+        return self.value
+
+    def set(self, value: T) -> T:
+        """Set the value; returns the token (the previous value) that :meth:`reset` restores."""
+        token, self.value = self.value, value
+        return token
+
+    def reset(self, token: T) -> None:
+        self.value = token
 
 
 class SamplingMode(str, Enum):
@@ -119,11 +144,11 @@ class SampleProvider:
 
 
 #: the active :class:`SampleRecorder` (None outside one); the layers record their draws in it
-RECORDER: contextvars.ContextVar[SampleRecorder | None] = contextvars.ContextVar(
+RECORDER: ContextSlot[SampleRecorder | None] = ContextSlot(
     "bbb_sample_recorder", default=None
 )
 #: the active :class:`SampleProvider` (None outside :func:`providing_samples`)
-PROVIDER: contextvars.ContextVar[SampleProvider | None] = contextvars.ContextVar(
+PROVIDER: ContextSlot[SampleProvider | None] = ContextSlot(
     "bbb_sample_provider", default=None
 )
 
@@ -139,8 +164,8 @@ def providing_samples(provider: SampleProvider) -> Iterator[SampleProvider]:
 
 
 #: (id(module), parameter name, k) -> (mu, eps, w) while :func:`shared_samples` is active
-SHARED: contextvars.ContextVar[dict[tuple[int, str, int | None], tuple[Tensor, Tensor, Tensor]] | None] = (
-    contextvars.ContextVar("bbb_shared_samples", default=None))
+SHARED: ContextSlot[dict[tuple[int, str, int | None], tuple[Tensor, Tensor, Tensor]] | None] = (
+    ContextSlot("bbb_shared_samples", None))
 
 
 @contextlib.contextmanager
@@ -173,7 +198,7 @@ def shared_samples() -> Iterator[None]:
 
 #: an explicit leading sample dimension: inside :func:`leading_samples`, a linear layer reads a
 #: (k, *, in) input as k weight samples (outside it, as ``nn.Linear`` does: any leading dims)
-LEADING: contextvars.ContextVar[bool] = contextvars.ContextVar("bbb_leading_samples", default=False)
+LEADING: ContextSlot[bool] = ContextSlot("bbb_leading_samples", False)
 
 
 @contextlib.contextmanager
@@ -206,7 +231,7 @@ class _Fold:
 
 #: k samples folded into the batch dimension (None outside :func:`folded_samples` and
 #: :func:`forward_samples`)
-FOLD: contextvars.ContextVar[_Fold | None] = contextvars.ContextVar("bbb_folded_samples", default=None)
+FOLD: ContextSlot[_Fold | None] = ContextSlot("bbb_folded_samples", None)
 
 
 def _check_k(k: Any, what: str = "the number of samples") -> int:

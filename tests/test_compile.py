@@ -56,7 +56,8 @@ SCRIPT = textwrap.dedent('''
 
     out = {}
     torch.manual_seed(2)
-    cases = {"lenet": (lenet, torch.randn(8, 1, 28, 28)), "transformer": (TextTransformer, torch.randint(0, 20, (8, 5)))}
+    cases = {"lenet": (lenet, torch.randn(8, 1, 28, 28)),
+             "transformer": (TextTransformer, torch.randint(0, 20, (8, 5)))}
     for name, (make, x) in cases.items():
         y = torch.randint(0, 3, (8,))
         le, pe, _ = run(make, x, y, False)

@@ -25,6 +25,7 @@ from torch import Tensor
 from .distributions import KLMode, check_kl_samples, inverse_softplus, softplus
 from .errors import UserError
 from .nn import SampleRecorder, forward_samples, model_kl
+from .nn.sampling import PROVIDER
 
 __all__ = [
     "KLWeighting",
@@ -243,6 +244,9 @@ class ELBO(nn.Module):
     ``[*net.parameters(), *elbo.parameters()]`` to learn the likelihood's parameters too. For the
     same reason ``elbo.train()``, ``elbo.eval()`` and ``elbo.to(...)`` act on the likelihood only:
     switch and move the network itself (``elbo.model`` is the network).
+    Under :class:`~bbb.engine.Engine` build the engine from the ELBO (``Engine(elbo, ...)``) or pass
+    ``params=elbo.parameters()``; an ELBO whose parameters the engine does not train is a one-line
+    error inside ``engine.sampling()``.
 
     Example:
         >>> elbo = ELBO(net, "categorical", num_batches=len(loader), kl_weighting="blundell")
@@ -306,6 +310,9 @@ class ELBO(nn.Module):
                 raise UserError(f"kl_weight must be a number >= 0, got {kl_weight!r}") from None
             if not (w >= 0 and math.isfinite(w)):
                 raise UserError(f"kl_weight must be a finite number >= 0, got {kl_weight!r}")
+        provider = PROVIDER.get()
+        if provider is not None:
+            self._check_trained(provider)
         k = self.num_samples
         with SampleRecorder(generator) as rec:
             output = self.model(x) if k == 1 else forward_samples(self.model, x, k)
@@ -313,6 +320,13 @@ class ELBO(nn.Module):
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
         weight = self.beta * (self.kl_weight(batch_index) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
+
+    def _check_trained(self, provider) -> None:
+        """Under an optimiser that samples (:class:`~bbb.engine.Engine`): it must train our parameters."""
+        for name, p in self.named_parameters():
+            if p.requires_grad and provider.trains(p) is False:
+                raise UserError(f"the ELBO's parameter {name} is not trained by the Engine: build it with "
+                                "Engine(elbo, ...) or pass params=elbo.parameters()")
 
     def extra_repr(self) -> str:
         kw = self.kl_weighting if isinstance(self.kl_weighting, str) else getattr(

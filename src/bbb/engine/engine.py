@@ -23,8 +23,19 @@ What the fused kernel covers: ``reparam`` layers (:class:`~bbb.nn.BayesLinear`,
 (Monte Carlo KL) or closed form (closed-form KL), one dtype and device, Adam (no weight decay,
 no amsgrad) or SGD (dampening 0). Anything else -- other estimators, custom priors without
 ``log_prob_and_grad`` -- runs the plain autograd path with a ``torch.optim`` optimiser of the
-same kind inside the engine (same loop, same results as ``torch.optim``), logged once at debug
-level. Parameters outside the Bayesian layers are updated by that optimiser too.
+same kind inside the engine (same loop, same results as ``torch.optim``), with one
+``UserWarning`` that names the reason (``fused=True`` makes it an error, ``fused=False`` chooses the
+plain path silently). Parameters outside the Bayesian layers are updated by that optimiser too, and
+so are the ELBO's own (a learned noise): build the engine from the ELBO, ``Engine(elbo, ...)``, or
+pass them, ``params=elbo.parameters()``; an ELBO whose parameters the engine does not train is a
+one-line error when it runs under ``engine.sampling()``.
+
+The fused mu and rho never get a ``.grad`` (their gradient is the engine's): clip with
+:meth:`Engine.clip_grad_norm_`, not ``torch.nn.utils.clip_grad_norm_(model.parameters())``, which
+does not see them. A fused ``step()`` with no forward under ``engine.sampling()`` since the last one
+warns once and leaves mu and rho as they are; with a gradient that a forward outside the block put
+on mu or rho it is a one-line error. Under ``DistributedDataParallel`` the engine averages its own
+gradient across the processes (:mod:`bbb.engine.distributed`).
 """
 
 from __future__ import annotations
@@ -41,11 +52,14 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
+from ..elbo import ELBO
 from ..errors import UserError
-from ..nn import Estimator, SampleProvider, bayes_modules, providing_samples
+from ..nn import SampleProvider, bayes_modules, providing_samples
 from ..random import counter_keys
+from . import distributed as ddp_
 from .kernels import KernelSet
 from .layout import Layout
+from .support import clip_grad_norm, new_params, param_groups, unsupported_reason
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
 
@@ -106,37 +120,13 @@ class _KLCoefficient(torch.autograd.Function):
         return None, grad
 
 
-def _unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
-    mods = list(bayes_modules(model))
-    if not mods:
-        return "the model has no Bayesian layers"
-    params = [p for m in mods for n in m.param_names() for p in (getattr(m, f"{n}_mu"), getattr(m, f"{n}_rho"))]
-    if len({(p.dtype, p.device) for p in params}) != 1:
-        return "its Bayesian parameters differ in dtype or device"
-    if not params[0].is_floating_point():
-        return "its parameters are not floating point"
-    prior = mods[0].prior
-    for m in mods:
-        if m.estimator is not Estimator.REPARAM:
-            return f"the {m.estimator.value} estimator is not fused (only reparam)"
-        if m.prior != prior:
-            return "its layers have different priors"
-    if KLMode(kl) is KLMode.SPLIT:
-        if not prior.has_split:
-            return f"{type(prior).__name__} has no split KL"
-    elif uses_monte_carlo(prior, kl):
-        if not prior.has_analytic_grad:
-            return f"{type(prior).__name__} does not write out log_prob_and_grad"
-    elif not prior.has_closed_form:
-        return f"{type(prior).__name__} has no kl_closed_form"
-    return None
-
-
 class Engine(torch.optim.Optimizer, SampleProvider):
     """Adam or SGD for a Bayesian model, fused with weight sampling and the KL gradient.
 
     Args:
-        model: the network (create the engine after moving it to its device).
+        model: the network (create the engine after moving it to its device), or its
+            :class:`~bbb.elbo.ELBO`: then the ELBO's own parameters (a learned noise) are trained
+            too, as with ``params=elbo.parameters()``.
         optimizer: ``"adam"`` or ``"sgd"``.
         lr: the learning rate (Adam and SGD).
         betas: Adam's, as ``torch.optim.Adam``.
@@ -157,6 +147,11 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         seed: the noise is a function of (seed, step counter) alone.
         compile: ``True``/``False``, or ``None``: compile when the model has at least
             :data:`COMPILE_MIN_NUMEL` Bayesian weights on CPU or CUDA.
+        params: more parameters the loss depends on (tensors, or parameter groups as dicts with
+            options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser.
+        fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one
+            ``UserWarning`` naming the reason; ``True`` makes that a one-line :class:`UserError`;
+            ``False`` takes the plain path, silently.
     """
 
     def __init__(
@@ -175,6 +170,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         kl_samples: int | None = None,
         seed: int = 0,
         compile: bool | None = None,
+        params: Any = None,
+        fused: bool | None = None,
     ) -> None:
         try:
             self.kind = OptimizerKind(optimizer)
@@ -198,21 +195,33 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
         if isinstance(seed, bool) or int(seed) != seed or seed < 0:
             raise UserError(f"seed must be an integer >= 0, got {seed!r}")
+        extra = param_groups(params)
+        if isinstance(model, ELBO):
+            extra = [*param_groups(model.parameters()), *extra]
+            model = model.model
+        if fused not in (None, True, False):
+            raise UserError(f"fused must be None, True or False, got {fused!r}")
         self.model = model
         self.k = int(num_samples)
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.k)
         self.seed = int(seed)
         self.counter = 0
         self._step_count = 0
-        reason = _unsupported_reason(model, self.kl_mode)
+        reason = "fused=False" if fused is False else unsupported_reason(model, self.kl_mode)
+        if reason is not None and fused:
+            raise UserError(f"bbb.Engine(fused=True) cannot fuse {type(model).__name__}: {reason}; leave fused "
+                            "unset for the plain autograd path")
         layout = Layout(model) if reason is None else None
+        if layout is not None and ddp_.is_ddp(model):
+            ddp_.check_ddp(model, [getattr(s.module, f"{s.name}_{x}") for s in layout.slots for x in ("mu", "rho")])
         fused_params = ({id(getattr(s.module, f"{s.name}_{x}")) for s in layout.slots for x in ("mu", "rho")}
                         if layout is not None else set())
         others = [p for p in model.parameters() if id(p) not in fused_params]
+        extra = new_params(extra, fused_params | {id(p) for p in others})
         defaults = {"lr": float(lr), "betas": tuple(betas), "eps": float(eps), "momentum": float(momentum),
                     "nesterov": bool(nesterov), "rho_lr_scale": float(rho_lr_scale)}
         self._inner: torch.optim.Optimizer | None = None
-        if others:
+        if others or extra:
             # what is not fused steps with torch's optimiser; the rho of Bayesian layers that are
             # not fused (the plain path) in a group of its own, at lr * rho_lr_scale (with a scale
             # of 1, one group: the state dicts saved before the scale existed load)
@@ -220,7 +229,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                     if rho_lr_scale != 1.0 else set())
             inner_groups = [{"params": [p for p in others if id(p) not in rhos]},
                             {"params": [p for p in others if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
-            inner_groups = [g for g in inner_groups if g["params"]]
+            inner_groups = [g for g in inner_groups if g["params"]] + extra
             if self.kind is OptimizerKind.ADAM:
                 self._inner = torch.optim.Adam(inner_groups, lr=lr, betas=betas, eps=eps)
             else:
@@ -233,10 +242,21 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if layout is None:
             self.param_groups = self._inner.param_groups if self._inner is not None else self.param_groups
             _log.debug("bbb.engine: plain path for %s: %s", type(model).__name__, reason)
+            if fused is None:
+                warnings.warn(f"bbb.Engine: the fused kernel does not apply to this {type(model).__name__}: "
+                              f"{reason}; it trains on the plain autograd path with torch.optim (the same "
+                              "results, slower); fused=False silences this", UserWarning, stacklevel=2)
         elif self._inner is not None:
             self.param_groups.extend(self._inner.param_groups)  # the same dicts: schedulers reach both
         self.fallback_reason = reason
         self.layout = layout
+        self._extra = [p for grp in extra for p in grp["params"]]
+        self._trained: tuple[int, frozenset[int]] = (-1, frozenset())
+        self._drawn = False  # a forward drew the engine's sample (or its KL) since the last step
+        self._warned_idle = False
+        self._ddp: ddp_.Averager | None = None
+        self._dist_checked = False
+        self._averaged = False
         if layout is not None:
             self._build(layout, compile)
 
@@ -350,15 +370,31 @@ class Engine(torch.optim.Optimizer, SampleProvider):
     @contextlib.contextmanager
     def sampling(self) -> Iterator[Engine]:
         """Inside the block, the model's Bayesian layers use the engine's current weights."""
-        if not self.fused:
-            yield self
-            return
-        if self._versions() != self._seen:  # mu or rho were changed from outside (load_state_dict...)
+        if self.fused and self._versions() != self._seen:  # mu or rho changed from outside (load_state_dict...)
             self._prime()
-        with providing_samples(self):
+        with providing_samples(self):  # on the plain path too: it draws nothing, but sees the forward
             yield self
 
+    def _forward_seen(self) -> None:
+        """The first draw of a step: note it, and whether it runs inside DistributedDataParallel."""
+        self._drawn = True
+        if self._ddp is None:
+            ddp = ddp_.active_ddp()
+            if ddp is not None:
+                self._join(ddp)
+
+    def _join(self, ddp: Any) -> None:
+        """The first forward inside ``ddp``: check it, take its process group, start from one state."""
+        if self.fused:
+            ddp_.check_ddp(ddp, self._fused_params)
+        self._ddp = ddp_.Averager(ddp, self._extra)
+        self._ddp.broadcast([self._mu, self._rho] if self.fused else [])
+        if self.fused:
+            self._prime()
+
     def draw(self, module, name, k):
+        if not self._drawn:
+            self._forward_seen()
         slot = self.layout.slot(module, name) if self.layout is not None else None
         if slot is None:
             return None
@@ -370,6 +406,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
 
     def linear(self, module, x):
         """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""
+        if not self._drawn:
+            self._forward_seen()
         if self.layout is None or self.k != 1 or x.dim() != 2 or torch.is_autocast_enabled(x.device.type):
             return None  # (a leading sample dimension takes the batched path)
         ws = self.layout.slot(module, "weight")
@@ -393,7 +431,15 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if kl_samples != self.kl_samples and not (self._closed or self._split):
             raise UserError(f"the ELBO asks for kl_samples={kl_samples} but the engine was built with "
                             f"kl_samples={self.kl_samples}; give both the same kl_samples")
+        self._drawn = True
         return _KLCoefficient.apply(self._kl, self._anchor)
+
+    def trains(self, param: Tensor) -> bool | None:
+        """Whether ``param`` is among the parameters this engine updates."""
+        if self._trained[0] != len(self.param_groups):
+            self._trained = (len(self.param_groups),
+                             frozenset(id(p) for g in self.param_groups for p in g["params"]))
+        return id(param) in self._trained[1]
 
     @property
     def kl(self) -> Tensor | None:
@@ -406,6 +452,38 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             self._inner.zero_grad(set_to_none=set_to_none)
         # the fused part's gradient buffer is cleared by the kernel itself
 
+    def _average(self) -> None:
+        """Under DistributedDataParallel: this step's gradient averaged across the processes, once."""
+        if self._ddp is not None and not self._averaged:
+            self._averaged = True
+            self._ddp.average(self._g if self.fused else None, self._anchor.grad if self.fused else None)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> Tensor:
+        """Clip the whole gradient the next ``step()`` applies, as ``torch.nn.utils.clip_grad_norm_``.
+
+        The norm covers the fused dL/dmu and dL/drho (the KL's part included; they never reach
+        ``.grad``, so torch's function does not see them) and the ``.grad`` of every other parameter
+        of the engine; returns the total norm. Call it between ``backward()`` and ``step()``. Costs
+        one pass over the buffers, only when called: the kernel's gradients are linear in the data
+        gradient g and the KL coefficient c, so clipping scales those two.
+        """
+        self._average()
+        return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
+
+    def _idle_step(self) -> bool:
+        """No forward drew the engine's sample since the last step: a gradient that went elsewhere is
+        an error; else one warning, and the kernel does not run (False), as torch.optim skips a
+        parameter without a gradient."""
+        if any(p.grad is not None for p in self._fused_params):
+            raise UserError("engine.step(): the model ran outside `with engine.sampling():` (its mu and rho "
+                            "got a .grad, which the engine does not read); run the forward inside the block")
+        if not self._warned_idle:
+            self._warned_idle = True
+            warnings.warn("engine.step() with no forward under `with engine.sampling():` since the last step: "
+                          "nothing to apply, the Bayesian parameters are left as they are", UserWarning,
+                          stacklevel=4)
+        return False
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         """Apply the gradients of the last backward (and the KL's), then draw the next sample."""
@@ -413,13 +491,20 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self.fused:
+        if not self._dist_checked:
+            self._dist_checked = True
+            if self._ddp is None and (self.fused or self._extra):
+                ddp_.warn_without_ddp()
+        self._average()
+        self._averaged = False
+        if self.fused and (self._drawn or self._idle_step()):
             self._step_count += 1
             self.counter += 1
             cur = self._cur
             self._kl = self.kernels.train_step(*self._step_args[cur], self._anchor.grad, self._hyper(), self._state)
             self._cur = 1 - cur
             self._seen = self._versions()
+        self._drawn = False
         if self._inner is not None:
             self._inner.step()
         return loss

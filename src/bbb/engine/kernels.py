@@ -37,7 +37,7 @@ from torch import Tensor
 from ..distributions import Prior
 from ..random import fill_normal_
 
-__all__ = ["softplus_and_sigmoid", "resample", "update", "KernelSet"]
+__all__ = ["softplus_and_sigmoid", "resample", "gradients", "update", "KernelSet"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _log = logging.getLogger("bbb.engine")
@@ -117,11 +117,9 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     return kl
 
 
-def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
-           dlp: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
-           prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0,
-           split: bool = False) -> None:
-    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
+def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None, c: Tensor, *,
+              prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> tuple[Tensor, Tensor]:
+    """(dL/dmu, dL/drho) from the data gradient g and the KL coefficient c (linear in both)."""
     k = g.shape[0]
     if split:
         assert dlp is not None
@@ -141,6 +139,15 @@ def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Ten
         t = g - (c / k) * dlp
         gmu = t.sum(0)
         grho = ((t * eps).sum(0) - c / sig) * sr
+    return gmu, grho
+
+
+def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
+           dlp: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
+           prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0,
+           split: bool = False) -> None:
+    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
+    gmu, grho = gradients(mu, g, eps, sig, sr, dlp, c, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
     lr, scale = hp[HP_LR], hp[HP_RHO_SCALE]  # rho's learning rate is lr * scale
     if optimizer == "adam":
         b1, b2, aeps = hp[HP_B1], hp[HP_B2], hp[HP_EPS]

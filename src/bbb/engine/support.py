@@ -1,0 +1,104 @@
+"""What the engine trains, whether its kernel applies, and gradient clipping across both paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..distributions import KLMode, uses_monte_carlo
+from ..errors import UserError
+from ..nn import Estimator, bayes_modules
+from .kernels import gradients
+
+__all__ = ["unsupported_reason", "param_groups", "new_params", "clip_grad_norm"]
+
+
+def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
+    """Why the fused kernel cannot train ``model`` (None: it can)."""
+    mods = list(bayes_modules(model))
+    if not mods:
+        return "the model has no Bayesian layers"
+    params = [p for m in mods for n in m.param_names() for p in (getattr(m, f"{n}_mu"), getattr(m, f"{n}_rho"))]
+    if len({(p.dtype, p.device) for p in params}) != 1:
+        return "its Bayesian parameters differ in dtype or device"
+    if not params[0].is_floating_point():
+        return "its parameters are not floating point"
+    prior = mods[0].prior
+    for m in mods:
+        if m.estimator is not Estimator.REPARAM:
+            return f"the {m.estimator.value} estimator is not fused (only reparam)"
+        if m.prior != prior:
+            return "its layers have different priors"
+    if KLMode(kl) is KLMode.SPLIT:
+        if not prior.has_split:
+            return f"{type(prior).__name__} has no split KL"
+    elif uses_monte_carlo(prior, kl):
+        if not prior.has_analytic_grad:
+            return f"{type(prior).__name__} does not write out log_prob_and_grad"
+    elif not prior.has_closed_form:
+        return f"{type(prior).__name__} has no kl_closed_form"
+    return None
+
+
+def param_groups(params: Any) -> list[dict[str, Any]]:
+    """``params=`` (None, parameters, or parameter groups as dicts) as a list of groups (copies)."""
+    if params is None:
+        return []
+    try:
+        items = [params] if isinstance(params, (Tensor, dict)) else list(params)
+    except TypeError:
+        items = [params]
+    groups = [dict(g) for g in items if isinstance(g, dict)]
+    tensors = [p for p in items if not isinstance(p, dict)]
+    if tensors:
+        groups.append({"params": tensors})
+    for g in groups:
+        ps = g.get("params")
+        g["params"] = [ps] if isinstance(ps, Tensor) else list(ps or [])
+        if not all(isinstance(p, Tensor) for p in g["params"]):
+            raise UserError("params must be parameters (tensors) or parameter groups ({'params': [...], ...})")
+    return groups
+
+
+def new_params(groups: list[dict[str, Any]], seen: set[int]) -> list[dict[str, Any]]:
+    """``groups`` without the parameters in ``seen`` or in an earlier group (each trained once)."""
+    out = []
+    for g in groups:
+        ps = []
+        for p in g["params"]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                ps.append(p)
+        if ps:
+            out.append({**g, "params": ps})
+    return out
+
+
+@torch.no_grad()
+def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonfinite: bool) -> Tensor:
+    """:meth:`Engine.clip_grad_norm_` (after the distributed average): torch's arithmetic, with the
+    fused dL/dmu and dL/drho formed from g and c (the kernel's formula) and clipped by scaling g and c."""
+    inner = engine._inner.param_groups if engine._inner is not None else []
+    grads = [p.grad for g in inner for p in g["params"] if p.grad is not None]
+    parts = list(grads)
+    if engine.fused:
+        parts[:0] = gradients(engine._mu, engine._g, engine._eps(engine._cur), engine._sig, engine._sr,
+                              engine._dlp, engine._anchor.grad, **engine.kernels.static)
+    if not parts:
+        return torch.tensor(0.0)
+    dev = parts[0].device
+    total = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(t, norm_type).to(dev) for t in parts]), norm_type)
+    if error_if_nonfinite and not bool(torch.isfinite(total)):
+        raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so it cannot "
+                           "be clipped; error_if_nonfinite=False turns this off")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    if engine.fused:
+        engine._g.mul_(coef.to(engine._g.dtype))
+        engine._anchor.grad.mul_(coef.to(engine._g.dtype))
+    for t in grads:
+        t.mul_(coef.to(t.device, t.dtype))
+    return total

@@ -1,0 +1,342 @@
+"""The engine where the plain loop's habits meet it: DDP, gradient clipping, a step without
+``engine.sampling()``, parameters of the ELBO's own, and the fallback to the plain path.
+
+Each either works as with ``torch.optim`` (checked against the plain path fed with the engine's
+noise, ``counter_noise``) or is a one-line error or warning.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from bbb.distributions import GaussianPrior, ScaleMixturePrior
+from bbb.elbo import ELBO, Gaussian
+from bbb.engine import Engine, counter_noise
+from bbb.errors import UserError
+from bbb.nn import BayesLinear, BayesMLP
+
+MIXTURE = ScaleMixturePrior(0.5, 1.0, math.exp(-2))
+
+
+def _data(n=8, d=6, seed=1, classes=3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.randint(0, classes, (n,), generator=g) if classes else torch.randn(n, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def _net(prior=MIXTURE, deterministic=False, seed=0, out=3):
+    """A Bayesian MLP (float64), with a deterministic layer in front when asked (inner parameters)."""
+    torch.manual_seed(seed)
+    layers = [BayesLinear(6, 7, prior=prior, rho_init=-3.0), nn.Tanh(), BayesLinear(7, out, prior=prior, rho_init=-3.0)]
+    if deterministic:
+        layers = [nn.Linear(6, 6), nn.Tanh(), *layers]
+    return nn.Sequential(*layers).double()
+
+
+def _run(net, elbo, opt, engine, steps, seed=3, k=None, clip=None, x=None, y=None):
+    """``steps`` of the plain loop (the engine's, or torch.optim's on the engine's noise); clip: the
+    engine's clip_grad_norm_ arguments, or None. Returns the norms it measured."""
+    if x is None:
+        x, y = _data()
+    norms = []
+    for i in range(steps):
+        with (opt.sampling() if engine else counter_noise(net, seed, i, k)):
+            out = elbo(x, y, batch_index=i % elbo.num_batches)
+        opt.zero_grad()
+        (out.loss / len(x)).backward()
+        if clip is not None:
+            norms.append(float(opt.clip_grad_norm_(*clip)))
+        opt.step()
+    return norms
+
+
+def _close(a, b, rtol=1e-10, atol=1e-12):
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u.detach(), v.detach(), rtol=rtol, atol=atol)
+
+
+# -- 2. gradient clipping --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prior,kl,opt,k,norm_type", [
+    (MIXTURE, "mc", "adam", 1, 2.0),
+    (GaussianPrior(0.7), "auto", "sgd", 2, 2.0),
+    (MIXTURE, "mc", "sgd", 1, math.inf),
+    (MIXTURE, "split", "adam", 1, 2.0),
+])
+def test_clip_grad_norm_equals_clipping_on_the_plain_path(prior, kl, opt, k, norm_type):
+    """engine.clip_grad_norm_ clips dL/dmu and dL/drho (KL included) and the inner parameters
+    together, as torch.nn.utils.clip_grad_norm_ on the plain path: same norms, same parameters."""
+    results = []
+    for engine in (True, False):
+        net = _net(prior, deterministic=True)
+        elbo = ELBO(net, num_batches=2, num_samples=k, kl=kl)
+        if engine:
+            o = Engine(net, opt, lr=0.05, kl=kl, num_samples=k, seed=3, compile=False)
+            assert o.fused
+        else:
+            o = (torch.optim.Adam if opt == "adam" else torch.optim.SGD)(net.parameters(), lr=0.05)
+        rows = 1 if kl == "split" else 0
+        if engine:
+            norms = _run(net, elbo, o, True, 3, k=None if k == 1 else k, clip=(0.3, norm_type))
+        else:
+            x, y = _data()
+            norms = []
+            for i in range(3):
+                with counter_noise(net, 3, i, None if k == 1 else k, kl_rows=rows):
+                    out = elbo(x, y, batch_index=i % 2)
+                o.zero_grad()
+                (out.loss / len(x)).backward()
+                norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.3, norm_type)))
+                o.step()
+        results.append((list(net.parameters()), norms))
+    (a, na), (b, nb) = results
+    assert na == pytest.approx(nb, rel=1e-10)
+    assert min(na) > 0.3  # it clipped
+    _close(a, b)
+
+
+def test_clip_grad_norm_that_does_not_clip_changes_nothing_and_plain_path_engine_clips_too():
+    def run(max_norm, fused):
+        net = _net(deterministic=True)
+        elbo = ELBO(net, num_batches=2, kl="mc")
+        o = Engine(net, "adam", lr=0.05, kl="mc", seed=3, compile=False, fused=fused)
+        norms = _run(net, elbo, o, True, 2, clip=None if max_norm is None else (max_norm,))
+        return list(net.parameters()), norms
+
+    a, _ = run(None, None)
+    b, nb = run(1e9, None)
+    _close(a, b, rtol=1e-14, atol=0)
+    assert nb[0] > 0
+    # the plain path (fused=False): the engine clips its torch.optim parameters as torch does
+    net = _net(deterministic=True)
+    elbo = ELBO(net, num_batches=2, kl="mc")
+    eng = Engine(net, "sgd", lr=0.05, kl="mc", fused=False)
+    x, y = _data()
+    with eng.sampling():
+        out = elbo(x, y)
+    eng.zero_grad()
+    out.loss.backward()
+    want = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in net.parameters()]))
+    assert float(eng.clip_grad_norm_(0.1)) == pytest.approx(float(want), rel=1e-12)
+    assert float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in net.parameters()]))) == \
+        pytest.approx(0.1, rel=1e-5)
+
+
+# -- 3. a step without engine.sampling() ----------------------------------------------------------
+
+def test_step_without_a_forward_under_sampling_is_an_error_or_a_warning():
+    net = _net()
+    x, y = _data()
+    elbo = ELBO(net, kl="mc")
+    eng = Engine(net, "adam", lr=0.05, kl="mc", compile=False)
+    out = elbo(x, y)  # outside the block: mu and rho get .grad, which the kernel never reads
+    eng.zero_grad()
+    out.loss.backward()
+    with pytest.raises(UserError, match="sampling") as err:
+        eng.step()
+    assert "\n" not in str(err.value)
+    for p in net.parameters():
+        p.grad = None
+    before = [p.detach().clone() for p in net.parameters()]
+    with pytest.warns(UserWarning, match="no forward"):
+        eng.step()  # nothing at all since the last step: nothing to apply
+    _close(before, list(net.parameters()), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eng.step()  # once per engine
+        with eng.sampling():
+            out = elbo(x, y)
+        eng.zero_grad()
+        out.loss.backward()
+        eng.step()
+    assert any(not torch.equal(u, v) for u, v in zip(before, net.parameters()))
+
+
+# -- 4. parameters of the ELBO's own ---------------------------------------------------------------
+
+def _regression(engine_kind):
+    net = _net(GaussianPrior(1.0), deterministic=True, out=1)
+    lik = Gaussian(0.5, learn_sigma=True).double()
+    elbo = ELBO(net, lik, num_batches=2, kl="mc")
+    if engine_kind == "elbo":
+        o = Engine(elbo, "adam", lr=0.05, kl="mc", seed=3, compile=False)
+    elif engine_kind == "params":
+        o = Engine(net, "adam", lr=0.05, kl="mc", seed=3, compile=False, params=[{"params": elbo.parameters()}])
+    else:
+        o = torch.optim.Adam([*net.parameters(), *elbo.parameters()], lr=0.05)
+    x, y = _data(classes=0)
+    _run(net, elbo, o, engine_kind != "torch", 4, x=x, y=y)
+    return [*net.parameters(), *elbo.parameters()], lik
+
+
+def test_learned_noise_is_trained_as_by_torch_optim():
+    ref, lik = _regression("torch")
+    assert float(lik.sigma.detach()) != pytest.approx(0.5, abs=1e-3)  # it moved
+    for kind in ("elbo", "params"):
+        got, _ = _regression(kind)
+        _close(got, ref)
+
+
+def test_an_elbo_parameter_the_engine_does_not_train_is_an_error():
+    net = _net(GaussianPrior(1.0), out=1)
+    elbo = ELBO(net, Gaussian(learn_sigma=True).double(), kl="mc")
+    eng = Engine(net, "adam", kl="mc", compile=False)
+    x, y = _data(classes=0)
+    with pytest.raises(UserError, match="raw_sigma.*Engine\\(elbo") as err, eng.sampling():
+        elbo(x, y)
+    assert "\n" not in str(err.value)
+    ELBO(net, Gaussian(learn_sigma=True).double(), kl="mc")(x, y)  # outside an engine: the user's optimiser
+    with pytest.raises(UserError, match="params"):
+        Engine(net, params=[1.0])
+
+
+# -- 5. the fallback -------------------------------------------------------------------------------
+
+def test_fallback_warns_once_raises_with_fused_true_and_is_silent_with_fused_false():
+    flip = BayesMLP(6, [5], 3, estimator="flipout", prior=GaussianPrior(1.0))
+    with pytest.warns(UserWarning, match="flipout estimator is not fused") as rec:
+        eng = Engine(flip, "adam")
+    assert len(rec) == 1 and not eng.fused and "flipout" in eng.fallback_reason
+    with pytest.raises(UserError, match="flipout") as err:
+        Engine(flip, "adam", fused=True)
+    assert "\n" not in str(err.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not Engine(flip, "adam", fused=False).fused
+        assert Engine(_net(), "adam", kl="mc", fused=True, compile=False).fused
+        # a fusable model on the plain path: torch.optim's results
+        a, b = _net(), _net()
+        x, y = _data()
+        eng = Engine(a, "adam", lr=0.05, kl="mc", fused=False)
+        opt = torch.optim.Adam(b.parameters(), lr=0.05)
+        assert not eng.fused and eng.fallback_reason == "fused=False"
+        for net, o in ((a, eng), (b, opt)):
+            torch.manual_seed(5)
+            with (o.sampling() if o is eng else torch.enable_grad()):
+                out = ELBO(net, kl="mc")(x, y)
+            o.zero_grad()
+            out.loss.backward()
+            o.step()
+        _close(a.parameters(), b.parameters(), rtol=0, atol=0)
+    with pytest.raises(UserError, match="fused"):
+        Engine(_net(), fused="yes")
+
+
+# -- 1. DistributedDataParallel --------------------------------------------------------------------
+
+STEPS = 4
+
+
+def _ddp_setup(seed, sigma):
+    """A converted MLP (a deterministic layer kept) and a regression ELBO with a learned noise."""
+    from bbb.convert import bayesianize
+
+    torch.manual_seed(seed)
+    base = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the deterministic layer kept
+        net = bayesianize(base, prior=GaussianPrior(1.0), rho_init=-3.0, skip=["2"]).double()
+    return net, Gaussian(sigma, learn_sigma=True).double()
+
+
+def _ddp_batch(step, rank):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return torch.randn(5, 3, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)
+
+
+def _flat(net, lik):
+    return torch.cat([p.detach().reshape(-1) for p in [*net.parameters(), *lik.parameters()]])
+
+
+def _ddp_worker(rank, port, out):  # pragma: no cover - runs in the spawned processes
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    res = {}
+    try:
+        for variant in ("before", "after"):
+            net, lik = _ddp_setup(seed=rank, sigma=1.0 + rank)  # the ranks start apart
+            if variant == "before":  # engine first, then DDP (find_unused_parameters)
+                eng = Engine(net, "adam", lr=0.05, kl="mc", seed=3, compile=False, params=lik.parameters())
+                elbo = ELBO(DDP(net, find_unused_parameters=True), lik, num_batches=2, kl="mc")
+            else:  # DDP first (static_graph), the engine from the ELBO
+                elbo = ELBO(DDP(net, static_graph=True), lik, num_batches=2, kl="mc")
+                eng = Engine(elbo, "adam", lr=0.05, kl="mc", seed=3, compile=False)
+            for i in range(STEPS):
+                x, y = _ddp_batch(i, rank)
+                with eng.sampling():
+                    o = elbo(x, y, batch_index=i % 2)
+                eng.zero_grad()
+                (o.loss / len(x)).backward()
+                if variant == "after":
+                    eng.clip_grad_norm_(0.5)
+                eng.step()
+            res[variant] = _flat(net, lik)
+        net, lik = _ddp_setup(seed=0, sigma=1.0)
+        with pytest.raises(UserError, match="find_unused_parameters"):
+            Engine(DDP(net), kl="mc", compile=False)  # DDP would fail at its second iteration
+        net, lik = _ddp_setup(seed=0, sigma=1.0)
+        eng = Engine(net, kl="mc", compile=False)
+        elbo = ELBO(DDP(net), "gaussian", kl="mc")
+        with pytest.raises(UserError, match="find_unused_parameters"), eng.sampling():
+            elbo(*_ddp_batch(0, rank))  # the engine built first: the first forward inside DDP says so
+        net, lik = _ddp_setup(seed=0, sigma=1.0)
+        eng = Engine(net, "adam", kl="mc", compile=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with eng.sampling():
+                o = ELBO(net, "gaussian", kl="mc")(*_ddp_batch(0, rank))
+            o.loss.backward()
+            eng.step()
+        res["warned"] = [str(w.message) for w in caught]
+    except BaseException as e:
+        res["error"] = repr(e)
+        raise
+    finally:
+        torch.save(res, os.path.join(out, f"rank{rank}.pt"))
+        dist.destroy_process_group()
+
+
+def _reference(clip):
+    """One process: the engine on the mean of the two ranks' losses (the mean of their gradients)."""
+    net, lik = _ddp_setup(seed=0, sigma=1.0)
+    elbo = ELBO(net, lik, num_batches=2, kl="mc")
+    eng = Engine(elbo, "adam", lr=0.05, kl="mc", seed=3, compile=False)
+    for i in range(STEPS):
+        with eng.sampling():
+            outs = [elbo(*_ddp_batch(i, r), batch_index=i % 2) for r in (0, 1)]
+        eng.zero_grad()
+        (sum(o.loss / 5 for o in outs) / 2).backward()
+        if clip:
+            eng.clip_grad_norm_(0.5)
+        eng.step()
+    return _flat(net, lik)
+
+
+def test_ddp_ranks_stay_identical_and_equal_the_averaged_gradient(tmp_path):
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available():
+        pytest.skip("torch without distributed support")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert "error" not in r0 and "error" not in r1, (r0.get("error"), r1.get("error"))
+    for variant, clip in (("before", False), ("after", True)):
+        assert torch.equal(r0[variant], r1[variant]), variant
+        torch.testing.assert_close(r0[variant], _reference(clip), rtol=0, atol=1e-6)
+    assert any("DistributedDataParallel" in m for m in r0["warned"]), r0["warned"]

@@ -47,6 +47,7 @@ case "${1:-}" in
     list=$(mktemp)
     for run in "$OUT"/runs/*/; do
       name=$(basename "$run")
+      [ -f "$run/last.pt" ] || continue  # not started (or no epoch yet): nothing to carry
       if finished "$run"; then files="last.pt"; else files="config.json metrics.csv last.pt best.pt"; fi
       for f in $files; do [ -f "$run/$f" ] && echo "$name/$f" >> "$list"; done
     done

@@ -417,3 +417,14 @@ def test_one_line_errors():
         BayesEmbedding(5, 2)(torch.tensor([1, 7]))
     with pytest.raises(err, match="not a multiple of 2"), folded_samples(2):
         BayesEmbeddingBag(5, 2)(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2]))
+
+
+def test_expand_samples_into_an_embedding_is_a_one_line_error():
+    """(k, B, L) from expand_samples: an embedding would read it as a batch (and a mean over dim
+    1 would average the batch): said, not silently wrong."""
+    import bbb
+
+    emb = BayesEmbedding(10, 4)
+    emb.train()
+    with pytest.raises(bbb.UserError, match="leading sample dimension.*forward_samples"):
+        emb(bbb.expand_samples(torch.randint(0, 10, (3, 5)), 4))

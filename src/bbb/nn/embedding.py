@@ -144,6 +144,11 @@ class BayesEmbedding(BayesModule):
     def forward(self, input: Tensor) -> Tensor:
         idx = input
         fold = FOLD.get()
+        if idx.dim() >= 2 and idx.stride(0) == 0 and idx.shape[0] > 1 and self.is_sampling():
+            raise UserError(f"{type(self).__name__} got indices with a leading sample dimension (shape "
+                            f"{tuple(idx.shape)}, expand_samples): an embedding reads every dimension as the "
+                            "batch's, so the k copies would share one weight sample and a mean over dim 1 would "
+                            "average the batch; use forward_samples(net, x, k) or predict(net, x, k)")
         if not self.is_sampling():
             out = F.embedding(idx, self._mean("weight"), scale_grad_by_freq=self.scale_grad_by_freq)
         elif self.estimator is Estimator.LOCAL:  # fresh noise per lookup: nothing to unfold in a fold

@@ -201,14 +201,15 @@ class ELBOOutput:
     """One minibatch's objective and its parts (all scalars, ``loss`` differentiable).
 
     ``loss = kl_weight * kl + nll``, where ``kl_weight`` is the coefficient applied (``beta`` times
-    the minibatch's weight); ``nll`` is summed over the minibatch and averaged over the k samples;
-    ``output`` holds the network outputs, (k, B, ...) when k > 1.
+    the minibatch's weight; a tensor when the weight was given as one); ``nll`` is summed over the
+    minibatch and averaged over the k samples; ``output`` holds the network outputs, (k, B, ...)
+    when k > 1.
     """
 
     loss: Tensor
     nll: Tensor
     kl: Tensor
-    kl_weight: float
+    kl_weight: float | Tensor
     output: Tensor
 
 
@@ -300,10 +301,18 @@ class ELBO(nn.Module):
         x: Tensor,
         y: Tensor,
         batch_index: int = 0,
-        kl_weight: float | None = None,
+        kl_weight: float | Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> ELBOOutput:
-        if kl_weight is not None:
+        """The objective of minibatch ``batch_index`` (its KL weight), or with the KL weight
+        ``kl_weight``: a number, or a one-element floating tensor, read where it lives (a training
+        loop on a GPU keeps it on the device and updates it in place: no host sync, and a captured
+        CUDA graph reads each batch's weight); a tensor's value is not checked (that would read it)."""
+        if isinstance(kl_weight, Tensor):
+            if kl_weight.numel() != 1 or not kl_weight.is_floating_point():
+                raise UserError(f"kl_weight must be a number or a one-element floating tensor, got a "
+                                f"{kl_weight.dtype} tensor of shape {tuple(kl_weight.shape)}")
+        elif kl_weight is not None:
             try:
                 w = float(kl_weight)
             except (TypeError, ValueError, RuntimeError):
@@ -318,7 +327,13 @@ class ELBO(nn.Module):
             output = self.model(x) if k == 1 else forward_samples(self.model, x, k)
         nll = -self.likelihood.log_prob(output, y).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
-        weight = self.beta * (self.kl_weight(batch_index) if kl_weight is None else float(kl_weight))
+        weight: float | Tensor
+        if isinstance(kl_weight, Tensor):
+            weight = kl_weight.reshape(()).to(kl.dtype)  # (a 0-d float64 weight would promote the loss)
+            if self.beta != 1.0:
+                weight = weight * self.beta
+        else:
+            weight = self.beta * (self.kl_weight(batch_index) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
 
     def _check_trained(self, provider) -> None:

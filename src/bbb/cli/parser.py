@@ -105,6 +105,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--eval-samples", "eval_samples", "samples of the final predictive evaluation", type=int)
     g.add_argument("--test-each-epoch", dest="test_each_epoch", action="store_true",
                    default=argparse.SUPPRESS, help="also log the test error every epoch")
+    add_g("--checkpoint-every", "checkpoint_every", "write last.pt (with best.pt and metrics.csv) every N epochs, "
+          "and at the end and when stopped; the epochs between are kept in memory (on a GPU a checkpoint "
+          "can cost as much as an epoch)", type=int, metavar="N")
     g.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last.pt (an error, changing nothing, when "
                         "there is none)")

@@ -57,9 +57,9 @@ from ..errors import UserError
 from ..nn import SampleProvider, bayes_modules, providing_samples
 from ..random import counter_keys
 from . import distributed as ddp_
-from .kernels import KernelSet
+from .kernels import HP_SIZE, KernelSet, seed_mix
 from .layout import Layout
-from .support import clip_grad_norm, new_params, param_groups, unsupported_reason
+from .support import clip_grad_norm, compile_default, new_params, param_groups, unsupported_reason
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
 
@@ -70,10 +70,15 @@ _log = logging.getLogger("bbb.engine")
 # intended; torch notes once that such a gradient "does not obey the layout contract".
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
-#: below this many Bayesian weights, ``compile=None`` keeps the eager kernels (compiling costs
-#: seconds, which a toy network never earns back)
+#: on the CPU, below this many Bayesian weights, ``compile=None`` keeps the eager kernels (compiling
+#: costs seconds, which a toy network never earns back); on CUDA the engine compiles at any size (the
+#: eager kernels launch dozens of kernels a step, the compiled ones a few)
 COMPILE_MIN_NUMEL = 1 << 15
 ENGINE_FORMAT = 1
+#: device types whose engine forms each step's hyperparameters on the host and writes them into its
+#: ``hp`` tensor in place (the host's memory: no copy); elsewhere the kernel forms them on the device
+#: from the engine's counter tensor, and the host writes ``hp`` only when a hyperparameter changes
+HOST_HP_DEVICES = ("cpu",)
 
 
 class OptimizerKind(str, Enum):
@@ -145,8 +150,9 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             agree): None, the k of ``num_samples``; K > k adds K - k samples of the KL's own,
             drawn by the fused kernel from the same counter-based noise (after the k rows).
         seed: the noise is a function of (seed, step counter) alone.
-        compile: ``True``/``False``, or ``None``: compile when the model has at least
-            :data:`COMPILE_MIN_NUMEL` Bayesian weights on CPU or CUDA.
+        compile: ``True``/``False``, or ``None``: on CUDA compile at any size (when Triton is
+            installed; without it one warning, and the eager kernels), on the CPU when the model
+            has at least :data:`COMPILE_MIN_NUMEL` Bayesian weights.
         params: more parameters the loss depends on (tensors, or parameter groups as dicts with
             options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser.
         fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one
@@ -306,18 +312,16 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                     leaf.requires_grad_(True)
                     leaf.grad = grad
                     self._leaves[(id(s.module), s.name, batched)] = (leaf, *eps)
-        use_compile = compile
-        if use_compile is None:
-            use_compile = n >= COMPILE_MIN_NUMEL and dev.type in ("cpu", "cuda")
-        if use_compile and dev.type == "cuda":
-            try:
-                from torch.utils._triton import has_triton
-                use_compile = bool(has_triton())
-            except ImportError:  # pragma: no cover
-                use_compile = False
+        # the kernels' hp (hyperparameters, then the noise's keys: float64) and, where they are formed
+        # on the device, the counter they come from (step, noise counter, SplitMix64(seed): int64)
+        self._hp = torch.zeros(HP_SIZE + 3, device=dev, dtype=torch.float64)
+        self._on_device = dev.type not in HOST_HP_DEVICES
+        self._hp_np = None if self._on_device else self._hp.numpy()
+        self._ctr = torch.zeros(3, device=dev, dtype=torch.int64) if self._on_device else None
+        self._hp_key: tuple[Any, ...] | None = None  # the hyperparameters in hp (device form)
         self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
-                                 nesterov=bool(self.param_groups[0]["nesterov"]), compile=bool(use_compile),
-                                 kl_extra=kl_extra, split=self._split)
+                                 nesterov=bool(self.param_groups[0]["nesterov"]), kl_extra=kl_extra, split=self._split,
+                                 compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device)
         self._fused_params = tuple(self.param_groups[0]["params"])
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
@@ -335,8 +339,13 @@ class Engine(torch.optim.Optimizer, SampleProvider):
     def _eps(self, i: int) -> Tensor:
         return self._noise[i].view(-1)[: self.k * self.layout.numel].view(self.k, self.layout.numel)  # type: ignore[union-attr]
 
-    def _hyper(self) -> Tensor:
-        """The kernels' ``hp``: the hyperparameters of this step, then the keys of the noise drawn."""
+    def _hyper_key(self) -> tuple[Any, ...]:
+        """The hyperparameters in ``hp`` that do not change from step to step."""
+        grp = self.param_groups[0]
+        return grp["lr"], grp["betas"], grp["eps"], grp["momentum"], grp["rho_lr_scale"]
+
+    def _hyper_values(self) -> tuple[float, ...]:
+        """The kernels' ``hp`` as numbers: the hyperparameters of this step, then the keys of the noise drawn."""
         grp = self.param_groups[0]
         lr = float(grp["lr"])
         if self.kind is OptimizerKind.ADAM:
@@ -345,15 +354,31 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             adam = (b1, b2, grp["eps"], lr / (1.0 - b1**t) if t else 0.0, (1.0 - b2**t) ** 0.5)
         else:
             adam = (0.0, 0.0, 0.0, 0.0, 0.0)
-        hyper = (lr, *adam, float(grp["momentum"]), float(grp["rho_lr_scale"]))
-        return torch.tensor((*hyper, *counter_keys(self.seed, self.counter)), dtype=torch.float64,
-                            device=self._mu.device)
+        return (lr, *adam, float(grp["momentum"]), float(grp["rho_lr_scale"]), *counter_keys(self.seed, self.counter))
+
+    def _write_hyper(self) -> None:
+        """Bring ``hp`` (and ``ctr``) to this step from the host, in place.
+
+        Host memory: the numbers written into it, every step (no tensor is made). A device: one
+        asynchronous copy from pinned memory (no synchronisation), only when called, i.e. when the
+        engine is primed or a hyperparameter changed; the kernel advances the rest itself.
+        """
+        if self._hp_np is not None:
+            self._hp_np[:] = self._hyper_values()
+            return
+        self._hp_key = self._hyper_key()
+        hp = torch.tensor(self._hyper_values(), dtype=torch.float64)
+        ctr = torch.tensor((self._step_count, self.counter, seed_mix(self.seed)), dtype=torch.int64)
+        cuda = self._hp.device.type == "cuda"
+        self._hp.copy_(hp.pin_memory() if cuda else hp, non_blocking=cuda)
+        self._ctr.copy_(ctr.pin_memory() if cuda else ctr, non_blocking=cuda)  # type: ignore[union-attr]
 
     def _prime(self) -> None:
         """Draw the noise of the current counter and form its sample from the current mu, rho."""
         self._cur = 0
+        self._write_hyper()
         with torch.no_grad():
-            self._kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hyper(), self._w,
+            self._kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
                                           self._sig, self._sr, self._dlp)
         self._seen = self._versions()
 
@@ -370,10 +395,25 @@ class Engine(torch.optim.Optimizer, SampleProvider):
     @contextlib.contextmanager
     def sampling(self) -> Iterator[Engine]:
         """Inside the block, the model's Bayesian layers use the engine's current weights."""
-        if self.fused and self._versions() != self._seen:  # mu or rho changed from outside (load_state_dict...)
-            self._prime()
+        if self.fused:
+            self._check_placement()
+            if self._versions() != self._seen:  # mu or rho changed from outside (load_state_dict...)
+                self._prime()
         with providing_samples(self):  # on the plain path too: it draws nothing, but sees the forward
             yield self
+
+    def _check_placement(self) -> None:
+        """The layers' mu and rho must still be views of the engine's buffers: ``model.to(...)``
+        after the engine was built gives them new tensors (another device or dtype), which the
+        engine neither reads nor updates. A one-line error, from Python attributes alone (no sync)."""
+        first = self.layout.slots[0]  # type: ignore[union-attr]
+        p, mu = first.module._parameters[f"{first.name}_mu"], self._mu  # (a conversion may replace it)
+        if p.data_ptr() == mu.data_ptr() and p.dtype == mu.dtype and p.device == mu.device:  # (at offset 0)
+            return
+        raise UserError(f"bbb.Engine: the model's parameters were moved or converted (now {p.device}, "
+                        f"{str(p.dtype).replace('torch.', '')}) after the Engine was built on {mu.device}, "
+                        f"{str(mu.dtype).replace('torch.', '')}: build the Engine after moving the model to its "
+                        "device (model.to(device), then Engine(model, ...))")
 
     def _forward_seen(self) -> None:
         """The first draw of a step: note it, and whether it runs inside DistributedDataParallel."""
@@ -498,10 +538,15 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._average()
         self._averaged = False
         if self.fused and (self._drawn or self._idle_step()):
+            if self._hp_np is None and self._hyper_key() != self._hp_key:  # a scheduler changed lr, say
+                self._write_hyper()  # hp of the last step with the new values: the kernel advances it
             self._step_count += 1
             self.counter += 1
+            if self._hp_np is not None:
+                self._hp_np[:] = self._hyper_values()
             cur = self._cur
-            self._kl = self.kernels.train_step(*self._step_args[cur], self._anchor.grad, self._hyper(), self._state)
+            self._kl = self.kernels.train_step(*self._step_args[cur], self._anchor.grad, self._hp, self._state,
+                                               self._ctr)
             self._cur = 1 - cur
             self._seen = self._versions()
         self._drawn = False

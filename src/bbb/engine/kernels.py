@@ -37,7 +37,8 @@ from torch import Tensor
 from ..distributions import Prior
 from ..random import fill_normal_
 
-__all__ = ["softplus_and_sigmoid", "resample", "gradients", "update", "KernelSet"]
+__all__ = ["softplus_and_sigmoid", "resample", "gradients", "update", "KernelSet", "advance_hyper",
+           "counter_keys_tensor", "seed_mix"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _log = logging.getLogger("bbb.engine")
@@ -45,6 +46,56 @@ _log = logging.getLogger("bbb.engine")
 #: hyperparameter slots of the per-step tensor ``hp`` (followed by the noise's three counter keys)
 HP_LR, HP_B1, HP_B2, HP_EPS, HP_STEP_SIZE, HP_BC2_SQRT, HP_MOMENTUM, HP_RHO_SCALE = range(8)
 HP_SIZE = 8
+#: slots of the device counter ``ctr`` (int64) of an engine whose step-dependent values are formed on
+#: its device: the optimiser step, the noise counter, and SplitMix64(seed) (see :func:`counter_keys_tensor`)
+CTR_STEP, CTR_COUNTER, CTR_SEED_MIX = range(3)
+
+_M64 = (1 << 64) - 1
+
+
+def _signed64(x: int) -> int:
+    """An unsigned 64-bit constant as the int64 with the same bits (tensor scalars are signed)."""
+    x &= _M64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_SM_GOLDEN, _SM_MUL1, _SM_MUL2 = (_signed64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _lsr64(x: Tensor, n: int) -> Tensor:
+    """The logical right shift of int64 ``x`` by ``n`` (torch's ``>>`` is arithmetic)."""
+    return (x >> n) & ((1 << (64 - n)) - 1)
+
+
+def _splitmix64_tensor(x: Tensor) -> Tensor:
+    """:func:`bbb.random`'s SplitMix64 on int64 tensors: sums and products wrap modulo 2^64."""
+    x = x + _SM_GOLDEN
+    x = (x ^ _lsr64(x, 30)) * _SM_MUL1
+    x = (x ^ _lsr64(x, 27)) * _SM_MUL2
+    return x ^ _lsr64(x, 31)
+
+
+def seed_mix(seed: int) -> int:
+    """SplitMix64(seed), the part of :func:`bbb.random.counter_keys` that does not change with the
+    counter, as a signed int64 (the ``ctr[CTR_SEED_MIX]`` of an engine)."""
+    x = (int(seed) + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return _signed64(x ^ (x >> 31))
+
+
+def counter_keys_tensor(mix: Tensor | int, counter: Tensor) -> Tensor:
+    """:func:`bbb.random.counter_keys` on the device: the keys (..., 3), int64 in [0, 2^32), of
+    the counters ``counter`` (int64, >= 0) of the seed whose :func:`seed_mix` is ``mix``.
+
+    Formed from the counter where it lives (no host value, no copy to the device): the engine
+    advances its noise counter inside its kernel with it, and the bandit draws its table of
+    decision keys at once.
+    """
+    s = _splitmix64_tensor(counter ^ mix)
+    t = _splitmix64_tensor(s)
+    m32 = 0xFFFFFFFF
+    return torch.stack([s & m32, _lsr64(s, 32), t & m32], dim=-1)
 
 
 def softplus_and_sigmoid(rho: Tensor) -> tuple[Tensor, Tensor]:
@@ -191,9 +242,37 @@ def _sample_noise(noise: Tensor, index: Tensor, hp: Tensor, w: Tensor, kl_extra:
     return _noise_into(noise, index, hp)[: rows * w.shape[1]].view(rows, w.shape[1])
 
 
-def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, *, prior, closed, optimizer,
-                nesterov, kl_extra=0, split=False):
-    """The step: the next sample's noise into ``noise``, the optimiser update, the next sample."""
+def advance_hyper(hp: Tensor, ctr: Tensor, *, adam: bool) -> Tensor:
+    """The next step's ``hp`` formed on the device, written into ``hp`` and returned; ``ctr`` advanced.
+
+    ``ctr`` (int64: :data:`CTR_STEP`, :data:`CTR_COUNTER`, :data:`CTR_SEED_MIX`) counts one step
+    more; the noise's keys become those of the new counter and Adam's bias corrections those of
+    the new step (``lr / (1 - b1^t)`` and ``sqrt(1 - b2^t)`` in float64, as the host forms them),
+    from the hyperparameters already in ``hp``. No value crosses from the host: the host only
+    writes ``hp`` when a hyperparameter changes (a scheduler).
+    """
+    nxt = ctr[:2] + 1
+    keys = counter_keys_tensor(ctr[CTR_SEED_MIX], nxt[CTR_COUNTER]).to(hp.dtype)
+    if adam:
+        t = nxt[CTR_STEP].to(hp.dtype)
+        corr = torch.stack([hp[HP_LR] / (1.0 - hp[HP_B1] ** t), torch.sqrt(1.0 - hp[HP_B2] ** t)])
+        new = torch.cat([hp[:HP_STEP_SIZE], corr, hp[HP_BC2_SQRT + 1:HP_SIZE], keys])
+    else:
+        new = torch.cat([hp[:HP_SIZE], keys])
+    hp.copy_(new)
+    ctr[:2].copy_(nxt)
+    return new
+
+
+def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, ctr=None, *, prior, closed, optimizer,
+                nesterov, kl_extra=0, split=False, advance=False):
+    """The step: the next sample's noise into ``noise``, the optimiser update, the next sample.
+
+    ``advance``: ``hp`` and ``ctr`` are moved to the next step first (:func:`advance_hyper`), on the
+    device; else the host wrote this step's ``hp``.
+    """
+    if advance:
+        hp = advance_hyper(hp, ctr, adam=optimizer == "adam")
     z = _sample_noise(noise, index, hp, w, kl_extra)
     update(mu, rho, g, eps, sig, sr, dlp, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
            optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split)
@@ -250,7 +329,9 @@ def _compiled(key: tuple[Any, ...], eager: Callable[..., Any]) -> Callable[..., 
 class KernelSet:
     """The two kernels of one engine, compiled or eager: prime (noise and sample) and the train
     step (the next noise, the update and the next sample, in one call). Their ``hp`` is a float64
-    tensor: the :data:`HP_SIZE` hyperparameters, then the three counter keys of the noise.
+    tensor: the :data:`HP_SIZE` hyperparameters, then the three counter keys of the noise. With
+    ``advance`` the train step forms the step-dependent part of ``hp`` itself, on the device, from
+    the engine's counter ``ctr`` (:func:`advance_hyper`).
 
     ``compile=True`` runs them through ``torch.compile``, shared with the other engines of the
     process that have the same settings and shapes (:data:`_COMPILED`); if compiling or running
@@ -259,9 +340,9 @@ class KernelSet:
     """
 
     def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool,
-                 kl_extra: int = 0, split: bool = False) -> None:
+                 kl_extra: int = 0, split: bool = False, advance: bool = False) -> None:
         self.static = {"prior": prior, "closed": closed, "kl_extra": int(kl_extra), "split": bool(split)}
-        self.step_static = {**self.static, "optimizer": optimizer, "nesterov": nesterov}
+        self.step_static = {**self.static, "optimizer": optimizer, "nesterov": nesterov, "advance": bool(advance)}
         self.compiled = bool(compile)
         self.failed: str | None = None
         self._fns: dict[str, Callable[..., Any]] = {}

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..distributions import KLMode
 from ..nn import BayesModule, SampleProvider, bayes_modules, providing_samples
-from ..random import normal
+from ..random import fill_normal_, normal
 
 __all__ = ["Slot", "Layout", "counter_noise"]
 
@@ -102,9 +102,20 @@ class _CounterNoise(SampleProvider):
         return slot.view(self.kl_eps)
 
 
+def _noise(n: int, seed: int, counter: int, keys: Tensor | None, device: torch.device,
+           dtype: torch.dtype) -> Tensor:
+    """:func:`bbb.random.normal` of (seed, counter), or of ``keys`` already on the device (no copy)."""
+    if keys is None:
+        return normal(n, seed, counter, device=device, dtype=dtype)
+    half = (n + 1) // 2
+    buf = torch.empty((2, half), device=device, dtype=dtype)
+    fill_normal_(buf, torch.arange(half, device=device, dtype=torch.int32), keys.to(device, torch.int32))
+    return buf.view(-1)[:n]
+
+
 @contextlib.contextmanager
 def counter_noise(model: nn.Module, seed: int, counter: int, num_samples: int | None = None,
-                  kl_rows: int = 0) -> Iterator[SampleProvider]:
+                  kl_rows: int = 0, *, keys: Tensor | None = None) -> Iterator[SampleProvider]:
     """The plain autograd path fed with the engine's noise for draw ``counter`` of ``seed``.
 
     Inside the block every Bayesian layer of ``model`` samples w = mu + softplus(rho) * eps with
@@ -112,12 +123,15 @@ def counter_noise(model: nn.Module, seed: int, counter: int, num_samples: int | 
     compared trajectory for trajectory. ``num_samples`` is k for inputs with a leading sample
     dimension (None: inputs without one). ``kl_rows`` is the rows of noise the KL draws of its own,
     the engine's rows after the k: K - k for an ELBO with ``kl_samples=K`` (Monte Carlo), 1 for
-    ``kl="split"``.
+    ``kl="split"``. ``keys``: the draw's three counter keys as a tensor on the model's device
+    (:func:`bbb.random.key_tensor`'s, or :func:`bbb.engine.kernels.counter_keys_tensor`'s: int32 or
+    int64), in place of ``seed`` and ``counter``: a loop on a GPU then copies nothing from the host
+    per draw (a blocking copy).
     """
     layout = Layout(model)
     k = 1 if num_samples is None else int(num_samples)
     rows = k + int(kl_rows)
     p = next(iter(model.parameters()))
-    noise = normal(rows * layout.numel, seed, counter, device=p.device, dtype=p.dtype).view(rows, layout.numel)
+    noise = _noise(rows * layout.numel, seed, counter, keys, p.device, p.dtype).view(rows, layout.numel)
     with providing_samples(_CounterNoise(layout, noise[:k], num_samples, noise[k:])) as provider:
         yield provider

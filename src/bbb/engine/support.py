@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -13,7 +14,33 @@ from ..errors import UserError
 from ..nn import Estimator, bayes_modules
 from .kernels import gradients
 
-__all__ = ["unsupported_reason", "param_groups", "new_params", "clip_grad_norm"]
+__all__ = ["unsupported_reason", "param_groups", "new_params", "clip_grad_norm", "compile_default", "has_triton"]
+
+_warned_no_triton = False
+
+
+def has_triton() -> bool:
+    """Whether torch.compile can generate CUDA kernels here (Triton is installed)."""
+    try:
+        from torch.utils._triton import has_triton as torch_has_triton
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(torch_has_triton())
+
+
+def compile_default(compile: bool | None, dev: torch.device, numel: int, min_numel: int) -> bool:
+    """Whether the engine compiles: ``compile`` where given; else on CUDA at any size, on the CPU
+    from ``min_numel`` weights. On CUDA without Triton: the eager kernels, with one warning a process."""
+    global _warned_no_triton
+    use = (dev.type == "cuda" or (dev.type == "cpu" and numel >= min_numel)) if compile is None else compile
+    if use and dev.type == "cuda" and not has_triton():
+        use = False
+        if not _warned_no_triton:
+            _warned_no_triton = True
+            warnings.warn("bbb.Engine: Triton is not installed, so the engine's CUDA kernels run eagerly (many "
+                          "small kernels a step, slower); install triton to compile them", RuntimeWarning,
+                          stacklevel=5)
+    return bool(use)
 
 
 def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:

@@ -40,6 +40,7 @@ from .evaluate import (
     EVAL_CHUNK,
     OutOfMemory,
     ResultsNotSaved,
+    error_count,
     error_rate,
     evaluate,
     evaluate_run,
@@ -49,7 +50,7 @@ from .evaluate import (
     run_data,
 )
 from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
-from .loop import batch_objective, make_optimizer, train, training_step
+from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
 from .rundir import RunDirBusy, lock_run_dir
 
@@ -79,11 +80,13 @@ __all__ = [
     "build_model",
     "check_data",
     "committed_checkpoint",
+    "error_count",
     "error_rate",
     "evaluate",
     "evaluate_run",
     "infer_method",
     "job_state",
+    "kl_weight_table",
     "load_checkpoint",
     "load_data",
     "load_run",
@@ -98,6 +101,7 @@ __all__ = [
     "resolve_device",
     "run_data",
     "run_dir_of",
+    "run_epoch",
     "run_job",
     "run_jobs",
     "train",

@@ -92,6 +92,7 @@ class TrainConfig:
     eval_samples: int = 10
     test_each_epoch: bool = False
     data_dir: str | None = None
+    checkpoint_every: int = 1
 
     def __post_init__(self) -> None:
         self.dataset = choice("dataset", self.dataset, DATASETS)
@@ -142,6 +143,7 @@ class TrainConfig:
         self.split_seed = _integer("split seed", self.split_seed, 0)
         self.eval_samples = _integer("eval samples", self.eval_samples, 1)
         self.test_each_epoch = bool(self.test_each_epoch)
+        self.checkpoint_every = _integer("checkpoint-every", self.checkpoint_every, 1)
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
         if self.method == Method.BBB.value and self.prior == PriorKind.MIXTURE.value and self.kl == "closed":
@@ -175,7 +177,8 @@ class TrainConfig:
 
 
 #: settings that may change when a run is resumed (they do not alter the trajectory)
-RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16"})
+RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16",
+                            "checkpoint_every"})
 
 
 def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:

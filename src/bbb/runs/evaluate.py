@@ -33,7 +33,7 @@ from .config import TrainConfig
 from .model import infer_method
 from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "OutOfMemory", "ResultsNotSaved", "check_memory", "device_memory", "error_rate",
+__all__ = ["EVAL_CHUNK", "OutOfMemory", "ResultsNotSaved", "check_memory", "device_memory", "error_count", "error_rate",
            "evaluate", "evaluate_run", "mc_dropout", "mean_logits", "prune_run", "run_data"]
 
 EVAL_CHUNK = 2048
@@ -111,6 +111,15 @@ def mean_logits(model: nn.Module, x: Tensor, chunk: int = EVAL_CHUNK) -> Tensor:
         return torch.cat([model(xc) for xc in torch.split(x, chunk)]) if x.shape[0] else x.new_zeros(0, 0)
     finally:
         model.train(was)
+
+
+@torch.no_grad()
+def error_count(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """The misclassified examples with the posterior mean / deterministic network, as an int64
+    tensor on the device, unread (no sync: the training loop reads it with the epoch's sums)."""
+    if x.shape[0] == 0:
+        return torch.zeros((), dtype=torch.int64, device=x.device)
+    return (mean_logits(model, x).argmax(-1) != y).sum()
 
 
 @torch.no_grad()

@@ -6,7 +6,8 @@ and leaves there::
     config.json    every setting, the seed, library versions, torch's thread count
     metrics.csv    one row per epoch: epoch, seconds, train_loss, nll, kl, val_error, test_error
     summary.json   final test/validation error (mean weights and k-sample average), timings
-    last.pt        checkpoint of the last completed epoch (written atomically every epoch)
+    last.pt        checkpoint of the last completed epoch (written atomically every epoch, or
+                   every ``checkpoint_every`` epochs, see below)
     best.pt        checkpoint of the epoch with the lowest validation error
     .lock          flock-ed by the process training there (its pid); see :mod:`bbb.runs.rundir`
 
@@ -23,7 +24,11 @@ same. The logged ``train_loss`` is the epoch's free energy per training example,
 of the full KL in nats (summed over every weight).
 
 Data live on the device as tensors; each epoch shuffles with ``torch.randperm`` from a seeded
-generator and slices. No host-device synchronisation happens inside an epoch. All randomness
+generator and slices. No host-device synchronisation happens inside an epoch (:func:`run_epoch`):
+the permutation goes to a GPU by an asynchronous copy from pinned memory, the minibatch's KL weight
+is a device scalar updated in place from a device table, the engine forms its per-step numbers on
+the device, and the epoch's sums, the divergence check and the validation (and test) error counts
+are read together once after it. All randomness
 (initialisation, shuffling, weight noise, dropout) flows from the global torch RNG seeded with
 ``seed`` and the shuffling generator; both states are checkpointed, so a killed run resumed with
 ``resume=True`` continues exactly where it stopped (bit for bit on CPU).
@@ -33,11 +38,19 @@ metrics history, the best epoch so far), then ``best.pt`` when validation improv
 state), then ``metrics.csv``; ``summary.json`` after the last epoch. A process killed anywhere
 leaves ``last.pt`` of the previous or of this epoch, and resuming rewrites the derived files from
 it (:func:`bbb.runs.checkpoint.repair_derived`), so the run ends as if never killed.
+
+``checkpoint_every`` N > 1 (``--checkpoint-every``; a checkpoint of a large network on a GPU costs
+as much as an epoch) commits every N-th epoch and the last, and keeps the epochs between in memory
+(a copy of the state, on the device): Ctrl-C, a divergence or another exception first commits the
+last completed epoch, so ``last.pt`` loses nothing that a clean stop would keep; a process killed
+outright resumes from the last commit, exactly. ``best.pt`` and ``metrics.csv`` follow ``last.pt``
+as before (written with it: ``best.pt`` the best epoch so far, which may lie between two commits).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import sys
 import time
@@ -59,11 +72,11 @@ from ..options import LRSchedule, Method, resolve_device
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import TrainConfig, TrainingDiverged, TrainingInterrupted, resume_conflicts
-from .evaluate import check_memory, error_rate, evaluate
+from .evaluate import check_memory, error_count, error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 
-__all__ = ["batch_objective", "make_optimizer", "train", "training_step"]
+__all__ = ["batch_objective", "kl_weight_table", "make_optimizer", "run_epoch", "train", "training_step"]
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
@@ -94,16 +107,19 @@ def _make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
 
 
 def batch_objective(
-    model: nn.Module, elbo: ELBO | None, xb: Tensor, yb: Tensor, batch_index: int
+    model: nn.Module, elbo: ELBO | None, xb: Tensor, yb: Tensor, batch_index: int,
+    kl_weight: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(loss to optimise, free-energy term, summed NLL, KL) of one minibatch.
 
     bbb: ``out.loss / B`` is optimised (the paper's minibatch free energy per example);
     sgd/dropout: the mean cross-entropy. The other three are detached, for the epoch sums.
+    ``kl_weight``: the minibatch's KL weight as a device scalar (:func:`kl_weight_table`), else
+    the ELBO's weight of ``batch_index``.
     """
     b = xb.shape[0]
     if elbo is not None:
-        out = elbo(xb, yb, batch_index=batch_index)
+        out = elbo(xb, yb, batch_index=batch_index, kl_weight=kl_weight)
         return out.loss / b, out.loss.detach(), out.nll.detach(), out.kl.detach()
     nll = F.cross_entropy(model(xb).float(), yb, reduction="sum")
     zero = torch.zeros((), device=xb.device)
@@ -111,7 +127,7 @@ def batch_objective(
 
 
 def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, xb: Tensor, yb: Tensor,
-                  batch_index: int) -> tuple[Tensor, Tensor, Tensor]:
+                  batch_index: int, kl_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One optimisation step on a minibatch; returns its (free energy, summed NLL, KL), detached.
 
     The step ``bbb train`` takes (and the bench times): the objective under the engine's weight
@@ -119,11 +135,54 @@ def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimize
     """
     ctx = opt.sampling() if isinstance(opt, Engine) else contextlib.nullcontext()
     with ctx:
-        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index)
+        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index, kl_weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     return fe, nll, kl
+
+
+def kl_weight_table(elbo: ELBO | None, model: nn.Module, device: torch.device) -> Tensor | None:
+    """The ELBO's M minibatch KL weights as a tensor on ``device`` in the model's dtype (the
+    values the ELBO applies, rounded as it rounds them), made once per run; None without an ELBO."""
+    if elbo is None:
+        return None
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    weights = torch.tensor([elbo.kl_weight(i) for i in range(elbo.num_batches)], dtype=torch.float64)
+    return weights.to(dtype).to(device)
+
+
+def run_epoch(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
+              perm: Tensor, batch_size: int, *, kl_weights: Tensor | None = None,
+              autocast: Callable[[], Any] = contextlib.nullcontext, steps: Any = None) -> Tensor:
+    """The training steps of one epoch over ``x[perm]``, ``y[perm]`` in minibatches of ``batch_size``.
+
+    Returns the epoch's sums (free energy, NLL, KL) as a float64 tensor on the device, unread: the
+    loop has no host-device synchronisation (what ``torch.cuda.set_sync_debug_mode("error")``
+    checks). ``kl_weights``: :func:`kl_weight_table`; each minibatch's weight is copied into one
+    device scalar, in place. ``steps``: the minibatch indices to run (a progress bar over
+    ``range(M)``), default all M.
+    """
+    sums = torch.zeros(3, dtype=torch.float64, device=x.device)  # free energy, nll, kl
+    kl_w = None if kl_weights is None else torch.zeros((), dtype=kl_weights.dtype, device=kl_weights.device)
+    if steps is None:
+        steps = range(math.ceil(perm.shape[0] / batch_size))
+    for i in steps:
+        idx = perm[i * batch_size:(i + 1) * batch_size]
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        if kl_w is not None:
+            kl_w.copy_(kl_weights[i])  # type: ignore[index]
+        with autocast():
+            fe, nll, kl = training_step(model, elbo, opt, xb, yb, i, kl_w)
+        sums += torch.stack([fe.double(), nll.double(), kl.double()])
+    return sums
+
+
+def _to_device(t: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on ``device``: to a GPU asynchronously, from pinned memory (no sync)."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int, device: torch.device) -> None:
@@ -138,8 +197,9 @@ def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int,
                  "a smaller --hidden, --batch-size or --samples")
 
 
-def _all_finite(model: nn.Module) -> bool:
-    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+def _all_finite(model: nn.Module) -> Tensor:
+    """Whether every parameter is finite, as a device boolean (read with the epoch's sums)."""
+    return torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
@@ -170,8 +230,8 @@ def train(
         data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y; optional
             ``num_classes``) instead of loading ``cfg.dataset`` (tests inject tiny data this way).
         resume: True: continue from ``out/last.pt``, which must exist (settings other than
-            epochs, device, data_dir, test_each_epoch, eval_samples and bf16 must match the
-            stored ones); ``"auto"``: continue when ``last.pt`` exists, else start afresh
+            epochs, device, data_dir, test_each_epoch, eval_samples, bf16 and checkpoint_every must
+            match the stored ones); ``"auto"``: continue when ``last.pt`` exists, else start afresh
             (replacing what an interrupted start left); False: a new run.
         overwrite: a new run removes the previous run's files in ``out`` first.
         lock_wait: seconds to wait for another process's lock on ``out`` before refusing;
@@ -215,7 +275,8 @@ def _train(
         if diff:
             k, was, new = diff[0]
             raise UserError(f"cannot resume {out}: setting {k!r} was {was!r}, now {new!r} "
-                            "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16 may change)")
+                            "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16, checkpoint-every "
+                            "may change)")
 
     device = resolve_device(cfg.device)
     use_bf16 = cfg.bf16 and device.type == "cuda"
@@ -300,12 +361,31 @@ def _train(
 
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     has_val = data["val_x"].shape[0] > 0
+    kl_table = kl_weight_table(elbo, model, device)
+    every = cfg.checkpoint_every
+    # with every > 1: the last completed epoch's state and the best epoch's, where not yet on disk (copies)
+    pending: dict[str, Any] | None = None
+    pending_best: dict[str, Any] | None = None
+
+    def commit(state: dict[str, Any], best_state: dict[str, Any] | None) -> None:
+        """last.pt (the commit point), then best.pt when the best epoch is not on disk yet, then metrics.csv."""
+        nonlocal pending, pending_best
+        atomic_torch_save(last_path, state)
+        pending = pending_best = None  # committed (best_state is the caller's)
+        if best_state is not None:
+            atomic_torch_save(best_path, best_state)
+        atomic_write_text(out / "metrics.csv", metrics_text(state["metrics"]))
+
+    def flush() -> None:
+        """Commit the completed epochs held in memory (a stop, a divergence, an error)."""
+        if pending is not None:
+            commit(pending, pending_best)
+
     try:
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             t0 = time.perf_counter()
             model.train()
-            perm = torch.randperm(n, generator=gen).to(device)
-            sums = torch.zeros(3, dtype=torch.float64, device=device)  # free energy, nll, kl
+            perm = _to_device(torch.randperm(n, generator=gen), device)
             bar = None
             steps: Any = range(num_batches)
             if not quiet:
@@ -317,23 +397,26 @@ def _train(
                 if last:
                     bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], True))
                 steps = bar
-            for i in steps:
-                idx = perm[i * bsz:(i + 1) * bsz]
-                xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-                with autocast():
-                    fe, nll, kl = training_step(model, elbo, opt, xb, yb, i)
-                sums += torch.stack([fe.double(), nll.double(), kl.double()])
+            sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast, steps=steps)
             if bar is not None:
                 bar.close()
-            fe_sum, nll_sum, kl_sum = sums.tolist()  # the epoch's one synchronisation
-            if not (math.isfinite(fe_sum) and _all_finite(model)):
+            # the epoch's one synchronisation: its sums, whether the weights are finite, the error counts
+            parts = [sums, _all_finite(model).double().view(1)]
+            if has_val:
+                parts.append(error_count(model, data["val_x"], data["val_y"]).double().view(1))
+            if cfg.test_each_epoch:
+                parts.append(error_count(model, data["test_x"], data["test_y"]).double().view(1))
+            read = torch.cat(parts).tolist()
+            fe_sum, nll_sum, kl_sum = read[:3]
+            if not (math.isfinite(fe_sum) and read[3]):
                 raise TrainingDiverged(
                     f"training diverged in epoch {epoch} (loss {fe_sum}); {last_path} keeps epoch "
                     f"{epoch - 1}; try a lower --lr")
             if sched is not None:
                 sched.step()
-            val_error = error_rate(model, data["val_x"], data["val_y"]) if has_val else None
-            test_error = error_rate(model, data["test_x"], data["test_y"]) if cfg.test_each_epoch else None
+            val_error = read[4] / data["val_x"].shape[0] if has_val else None
+            n_test = data["test_x"].shape[0]
+            test_error = read[-1] / n_test if cfg.test_each_epoch and n_test else None
             row = {
                 "epoch": epoch,
                 "seconds": time.perf_counter() - t0,
@@ -348,10 +431,12 @@ def _train(
             if improved:
                 best = {"epoch": epoch, "val_error": val_error}
             state = checkpoint(epoch)
-            atomic_torch_save(last_path, state)  # the commit point; the files below derive from it
-            if improved:
-                atomic_torch_save(best_path, state)
-            atomic_write_text(out / "metrics.csv", metrics_text(metrics))
+            if every == 1 or epoch % every == 0 or epoch == cfg.epochs:
+                commit(state, state if improved else pending_best)  # the files below derive from last.pt
+            else:  # kept until the next commit (or a stop): a copy, as training goes on in place
+                pending = copy.deepcopy(state)
+                if improved:
+                    pending_best = pending
             msg = (f"epoch {epoch}/{cfg.epochs}  loss {row['train_loss']:.4f}  nll {row['nll']:.4f}  "
                    f"kl {row['kl']:.4g}  val_err {_fmt(val_error, True)}")
             if test_error is not None:
@@ -364,11 +449,17 @@ def _train(
                 print(msg, file=sys.stderr, flush=True)
             if on_epoch is not None and on_epoch(dict(row)):
                 break
+        flush()
     except KeyboardInterrupt:
+        flush()
         done = metrics[-1]["epoch"] if metrics else 0
         raise TrainingInterrupted(
             f"interrupted during epoch {done + 1}; {last_path} holds epoch {done}; "
             f"resume with: bbb train --resume --out {out}", out, done) from None
+    except Exception:
+        with contextlib.suppress(Exception):  # keep the completed epochs; the error itself is what is said
+            flush()
+        raise
 
     return _finish(out, cfg, data, model, metrics, best)
 

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ...elbo import ELBO, Gaussian
 from ...engine import Engine, counter_noise
+from ...engine.kernels import counter_keys_tensor, seed_mix
 from ...errors import UserError
 from ...io import atomic_torch_save
 from ...nn import BayesPopulation, OneHot, one_hot_is_dense
@@ -130,6 +131,10 @@ class Population:
         draws = [env_draws(s, steps, n) for s in self.seed_list]
         self.env_idx = torch.stack([d[0] for d in draws]).to(self.device)  # (seeds, steps)
         self.env_lucky = torch.stack([d[1] for d in draws]).to(self.device)
+        # the decision noise's counter keys of every step, formed at once on the device: a step
+        # reads its row (no copy from the host, which would block the loop on a GPU)
+        self.decision_keys = counter_keys_tensor(seed_mix(self.noise_seed + 1),
+                                                 torch.arange(steps, device=self.device)).to(torch.int32)
         self._env_steps = steps
 
     def inputs(self, mush: Tensor) -> OneHot:
@@ -153,8 +158,9 @@ class Population:
         ``decision_samples`` networks drawn for step ``t`` (counter-based noise, independent of
         the training noise); a deterministic member uses its weights."""
         k = self.cfg.decision_samples
-        noise = (counter_noise(self.net.bayes, self.noise_seed + 1, t, num_samples=k) if self.num_bayesian
-                 else contextlib.nullcontext())
+        keys = self.decision_keys[t] if t < self._env_steps else None  # else: formed on the host
+        noise = (counter_noise(self.net.bayes, self.noise_seed + 1, t, num_samples=k, keys=keys)
+                 if self.num_bayesian else contextlib.nullcontext())
         with noise:
             out = self.net(x, num_samples=k).squeeze(-1)  # (k, P, actions)
         nb = self.num_bayesian

@@ -428,3 +428,12 @@ def test_expand_samples_into_an_embedding_is_a_one_line_error():
     emb.train()
     with pytest.raises(bbb.UserError, match="leading sample dimension.*forward_samples"):
         emb(bbb.expand_samples(torch.randint(0, 10, (3, 5)), 4))
+
+
+def test_a_broadcast_index_that_is_not_a_sample_dimension_is_no_error():
+    """Positions indexed per example with expand (stride 0, like expand_samples' view) are a
+    batch, not samples: only expand_samples' own views are refused."""
+    emb = BayesEmbedding(12, 4)
+    emb.train()
+    pos = torch.arange(12).expand(3, -1)
+    assert emb(pos).shape == (3, 12, 4)

@@ -51,10 +51,21 @@ LRT_EPS = 1e-8
 
 
 def expand_samples(x: Tensor, k: int) -> Tensor:
-    """View ``x`` of shape (B, ...) as (k, B, ...) without copying (k >= 1)."""
+    """View ``x`` of shape (B, ...) as (k, B, ...) without copying (k >= 1).
+
+    The view is marked (:func:`is_expanded_samples`), so that a layer that would read the new
+    dimension as a batch (a linear layer outside :func:`bbb.nn.leading_samples`, an embedding)
+    can say so instead of giving k copies of one network."""
     if k < 1:
         raise ValueError(f"number of samples must be >= 1, got {k}")
-    return x.unsqueeze(0).expand(k, *x.shape)
+    out = x.unsqueeze(0).expand(k, *x.shape)
+    out._bbb_sample_dim = True  # type: ignore[attr-defined]
+    return out
+
+
+def is_expanded_samples(x: Tensor) -> bool:
+    """Whether ``x`` is a view made by :func:`expand_samples` (a leading sample dimension)."""
+    return x.dim() >= 2 and x.stride(0) == 0 and x.shape[0] > 1 and getattr(x, "_bbb_sample_dim", False)
 
 
 def _is_shared(x: Tensor, k_dim_rank: int) -> bool:

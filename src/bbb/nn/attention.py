@@ -67,14 +67,14 @@ def _rows(t: Tensor | None, i: int, dim: int) -> Tensor | None:
 class BayesMultiheadAttention(BayesModule):
     """Bayesian ``torch.nn.MultiheadAttention`` (same arguments, same forward, same outputs).
 
-    Args:
-        embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first:
-            as ``torch.nn.MultiheadAttention`` (``dropout`` acts on the attention weights in
-            ``train()`` mode).
-        prior, estimator, mu_init_scale, rho_init: as :class:`~bbb.nn.BayesLinear`. ``local``
-            samples the q, k and v projections per example and position (they are linear in
-            the input); ``flipout`` flips the signs of their weight perturbation per example and
-            position. ``mu_init_scale`` None initialises as torch does (Xavier, zero biases).
+    The arguments ``embed_dim``, ``num_heads``, ``dropout``, ``bias``, ``add_bias_kv``,
+    ``add_zero_attn``, ``kdim``, ``vdim`` and ``batch_first`` are those of
+    ``torch.nn.MultiheadAttention`` (``dropout`` acts on the attention weights in ``train()``
+    mode); ``prior``, ``estimator``, ``mu_init_scale`` and ``rho_init`` those of
+    :class:`~bbb.nn.BayesLinear`. ``local`` samples the q, k and v projections per example and
+    position (they are linear in the input); ``flipout`` flips the signs of their weight
+    perturbation per example and position. ``mu_init_scale`` None initialises as torch does
+    (Xavier, zero biases).
 
     Shape: batched inputs (B, L, E) with ``batch_first`` else (L, B, E), unbatched (L, E); the
     output and the attention weights (``need_weights``) as torch's.

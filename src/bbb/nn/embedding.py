@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import functional as BF
 from ..distributions import Prior, softplus
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
@@ -32,11 +33,11 @@ __all__ = ["BayesEmbedding", "BayesEmbeddingBag"]
 class BayesEmbedding(BayesModule):
     """Bayesian ``torch.nn.Embedding``: indices (*) -> (*, embedding_dim).
 
-    Args:
-        num_embeddings, embedding_dim, padding_idx, scale_grad_by_freq: as ``torch.nn.Embedding``.
-        max_norm, sparse: accepted for the signature; set, a one-line error.
-        prior, estimator (``"reparam"`` or ``"local"``), rho_init: as :class:`~bbb.nn.BayesLinear`.
-        mu_init_scale: mu ~ U(-s, s); None: N(0, 1) as torch (the ``padding_idx`` row 0).
+    ``num_embeddings``, ``embedding_dim``, ``padding_idx`` and ``scale_grad_by_freq`` as
+    ``torch.nn.Embedding``; ``max_norm`` and ``sparse`` are accepted for the signature and, set,
+    a one-line error; ``prior``, ``estimator`` (``"reparam"`` or ``"local"``) and ``rho_init`` as
+    :class:`~bbb.nn.BayesLinear`; ``mu_init_scale``: mu ~ U(-s, s), None: N(0, 1) as torch (the
+    ``padding_idx`` row 0).
 
     Inside a k-sample fold the indices' batch dimension is the fold's (1 for a sequence-first
     model) when they have at least that many dimensions + 1, else 0.
@@ -144,7 +145,7 @@ class BayesEmbedding(BayesModule):
     def forward(self, input: Tensor) -> Tensor:
         idx = input
         fold = FOLD.get()
-        if idx.dim() >= 2 and idx.stride(0) == 0 and idx.shape[0] > 1 and self.is_sampling():
+        if BF.is_expanded_samples(idx) and self.is_sampling():
             raise UserError(f"{type(self).__name__} got indices with a leading sample dimension (shape "
                             f"{tuple(idx.shape)}, expand_samples): an embedding reads every dimension as the "
                             "batch's, so the k copies would share one weight sample and a mean over dim 1 would "

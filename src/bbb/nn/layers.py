@@ -107,7 +107,7 @@ class BayesLinear(BayesModule):
             return None
         if LEADING.get():
             return x.shape[0]
-        if x.stride(0) == 0 and x.shape[0] > 1 and self.is_sampling():  # expand_samples(x, k) outside the block
+        if BF.is_expanded_samples(x) and self.is_sampling():  # expand_samples(x, k) outside the block
             raise UserError(f"{type(self).__name__} got an input with a leading sample dimension "
                             f"(shape {tuple(x.shape)}, expand_samples) outside bbb.nn.leading_samples(): a "
                             "linear layer reads leading dims as nn.Linear does, so its k rows would share one "

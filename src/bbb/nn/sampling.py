@@ -15,7 +15,6 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .. import functional as BF
 from ..distributions import KLMode
 from ..errors import UserError
 
@@ -336,7 +335,7 @@ def forward_samples(model: nn.Module, x: Tensor, num_samples: int, batch_dim: in
         return _unfold_output(model(x), 1, b, d)
     if d == 0 and getattr(model, "accepts_sample_dim", False):  # (k, B, ...) natively: no folding
         with leading_samples():
-            return model(BF.expand_samples(x, k))
+            return model(x.unsqueeze(0).expand(k, *x.shape))
     xf = refold(x.unsqueeze(0).expand(k, *x.shape), d)
     token = FOLD.set(_Fold(k, x if d == 0 else None, xf if d == 0 else None, d))
     try:

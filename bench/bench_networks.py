@@ -300,7 +300,7 @@ def _version(system: str) -> str:
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Steps/s of one system on one architecture (run in a child process by :func:`main`)."""
     import torch
-    from child import _peak_rss_mb, _sync, warmup_steps
+    from child import peak_rss_mb, sync_device, warmup_steps
     from peers.ours import engine_info, engine_text
 
     torch.set_num_threads(spec["threads"])
@@ -327,21 +327,21 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         step_fn(x, y, i)
 
     t0 = time.perf_counter()
-    warm = warmup_steps(step, spec["warmup"], lambda: _sync(device)) if spec["warmup"] else []
+    warm = warmup_steps(step, spec["warmup"], lambda: sync_device(device)) if spec["warmup"] else []
     res.update(warmup_seconds=time.perf_counter() - t0, warmup_steps=len(warm), warmup_step_seconds=warm[:50])
     rates = []
     i = len(warm)
     for _ in range(spec["repeats"]):
-        _sync(device)
+        sync_device(device)
         t = time.perf_counter()
         for _ in range(spec["steps"]):
             step(i)
             i += 1
-        _sync(device)
+        sync_device(device)
         rates.append(spec["steps"] / (time.perf_counter() - t))
     rate = statistics.median(rates)
     res.update(steps_timed=spec["steps"], repeats=len(rates), steps_per_s=rate, ms_per_step=1e3 / rate,
-               steps_per_s_all=rates, peak_rss_mb=_peak_rss_mb())
+               steps_per_s_all=rates, peak_rss_mb=peak_rss_mb())
     if engine is not None:  # after the steps: a compilation that failed has fallen back by now
         res["engine"] = engine_info(engine)
         res["version"] += f" ({engine_text(res['engine'])})"
@@ -525,26 +525,6 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_report(summary: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    from bbb.io import atomic_write_json, atomic_write_text
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    j = atomic_write_json(out_dir / f"{stem}.json", summary)
-    m = atomic_write_text(out_dir / f"{stem}.md", markdown(summary) + "\n")
-    return j, m
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _csv(value: str | None, choices: Sequence[str], what: str) -> list[str]:
     if not value:
         return list(choices)
@@ -622,6 +602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             what = (f"{r['steps_per_s']:8.1f} steps/s" if r.get("status") == "ok"
                     else f"{r.get('status')}: {r.get('detail', '')}")
             print(f"{arch:<12} {system:<15} {what}  ({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+    from run import cpu_name, write_report  # the side-by-side bench's report writer and machine name
+
     try:
         import importlib.metadata as md
 
@@ -633,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix() if argv is None
                                                       else "bench/bench_networks.py",
                                                       *(argv if argv is not None else sys.argv[1:])]),
-        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": args.threads, "device": args.device,
+        "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": args.threads, "device": args.device,
         "torch": str(torch.__version__), "bbb": __import__("bbb").__version__, "bayesian_torch": bt_version,
         "python": platform.python_version(), "archs": archs, "systems": systems,
         "batches": {a: ARCHS[a]["batch"] for a in archs}, "arch_text": {a: ARCHS[a]["text"] for a in archs},
@@ -645,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "One run on one machine; on a shared machine other jobs compete for the cores."),
     }
     summary = summarise(rows, meta)
-    j, m = write_report(summary, Path(args.out), stem)
+    j, m = write_report(summary, Path(args.out), stem, render=markdown)
     print(markdown(summary))
     print(f"\nwrote {j} and {m} ({meta['wall_seconds']:.0f} s)", file=sys.stderr)
     return 0

@@ -55,7 +55,7 @@ def _rss_mb() -> float:
         return float("nan")
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (the kernel's high-water mark lags the current
     value by a few pages, hence the max)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -64,7 +64,7 @@ def _peak_rss_mb() -> float:
     return max(peak, now) if math.isfinite(now) else peak
 
 
-def _sync(device) -> None:
+def sync_device(device) -> None:
     import torch
 
     if device.type == "cuda":
@@ -152,7 +152,7 @@ def child_speed(spec: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     warmup = max(1, spec["warmup"] // system.step_divisor) if spec["warmup"] else 0
-    warm = warmup_steps(step, warmup, lambda: _sync(device))
+    warm = warmup_steps(step, warmup, lambda: sync_device(device))
     warmup = len(warm)
     last = warm[-1] if warm else None
     res["warmup_seconds"] = time.perf_counter() - t0  # includes compilation, if any
@@ -165,15 +165,15 @@ def child_speed(spec: dict[str, Any]) -> dict[str, Any]:
     rates = []
     i = warmup
     for _ in range(spec["repeats"]):
-        _sync(device)
+        sync_device(device)
         t = time.perf_counter()
         for _ in range(steps):
             step(i)
             i += 1
-        _sync(device)
+        sync_device(device)
         rates.append(steps / (time.perf_counter() - t))
     res.update(steps_timed=steps, repeats=len(rates), steps_per_s=statistics.median(rates),
-               steps_per_s_all=rates, peak_rss_mb=_peak_rss_mb(), rss_before_mb=rss0)
+               steps_per_s_all=rates, peak_rss_mb=peak_rss_mb(), rss_before_mb=rss0)
     _engine_state(system, res)  # after the steps: a compilation that failed has fallen back by now
     if device.type == "cuda":
         res["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -191,19 +191,19 @@ def child_speed(spec: dict[str, Any]) -> dict[str, Any]:
         n_k = min(n_k, 2 * cap)
     with torch.no_grad():
         system.predict_mean(xt[:64])  # warm-up (lazy initialisation, allocator)
-        _sync(device)
+        sync_device(device)
         t = time.perf_counter()
         logits = torch.cat([system.predict_mean(xc) for xc in torch.split(xt, EVAL_CHUNK)])
-        _sync(device)
+        sync_device(device)
         res["eval_mean_images_per_s"] = xt.shape[0] / (time.perf_counter() - t)
         res["test_accuracy_mean"] = float((logits.argmax(-1) == yt).float().mean())
         if system.pair is not Pair.FLOOR:
             xk = xt[:n_k]
             system.predict_samples(xk[:64], 2)
-            _sync(device)
+            sync_device(device)
             t = time.perf_counter()
             probs = system.predict_probs_dataset(xk, K_SAMPLES, EVAL_CHUNK if cap is None else cap)
-            _sync(device)
+            sync_device(device)
             res["eval_k_images_per_s"] = xk.shape[0] / (time.perf_counter() - t)
             res["eval_k_images"] = int(xk.shape[0])
             res["test_accuracy_k"] = float((probs.argmax(-1) == yt[:n_k]).float().mean())

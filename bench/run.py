@@ -45,7 +45,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -375,16 +375,19 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_report(summary: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
+def write_report(summary: dict[str, Any], out_dir: Path, stem: str,
+                 render: Callable[[dict[str, Any]], str] | None = None) -> tuple[Path, Path]:
+    """``<stem>.json`` (the summary) and ``<stem>.md`` (``render(summary)``, default: this bench's
+    tables), written atomically in ``out_dir``."""
     from bbb.io import atomic_write_json, atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     j = atomic_write_json(out_dir / f"{stem}.json", summary)
-    m = atomic_write_text(out_dir / f"{stem}.md", markdown(summary) + "\n")
+    m = atomic_write_text(out_dir / f"{stem}.md", (render or markdown)(summary) + "\n")
     return j, m
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -568,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix(),
                                                       *(argv if argv is not None else sys.argv[1:])]),
-        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads, "device": args.device,
+        "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": threads, "device": args.device,
         "torch": str(torch.__version__), "python": platform.python_version(), "data": source,
         "batch": 128, "steps": steps, "repeats": repeats, "warmup": warmup, "eval_images": eval_images,
         "repeat_seconds": repeat_seconds, "peer_k_images": PEER_K_IMAGES,

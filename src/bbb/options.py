@@ -126,6 +126,7 @@ class CellMethod(str, Enum):
 
 class Experiment(str, Enum):
     MNIST = "mnist"
+    UCI = "uci"
 
 
 class Backend(str, Enum):

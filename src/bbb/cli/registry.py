@@ -37,9 +37,9 @@ COMMANDS: dict[str, Command] = {
                       "the paper)"),
     "sweep": Command("bbb.sweep",
                      "Hyperparameter sweep over a search space, locally or on a Ray cluster"),
-    "reproduce": Command("bbb.experiments.mnist",
+    "reproduce": Command("bbb.experiments.reproduce",
                          "Reproduce the paper's MNIST Table 1, Figures 2-4 and Table 2 (section "
-                         "5.1 of the paper)"),
+                         "5.1 of the paper), or the UCI regression benchmark"),
     "ood": Command("bbb.experiments.uncertainty",
                    "Out-of-distribution detection of a trained run (AUROC/AUPR of entropy, MI, "
                    "max-prob)", "add_ood_arguments", "main_ood"),

@@ -1,4 +1,4 @@
-"""Data sets of the paper: MNIST, Fashion-MNIST and UCI Mushroom.
+"""Data sets of the paper (MNIST, Fashion-MNIST, UCI Mushroom) and the UCI regression benchmark.
 
 Files are found in (or downloaded to) ``<data dir>/<dataset>/<original file name>``; see
 :func:`resolve_data_dir`. Every problem with a file raises :class:`bbb.errors.DataError`
@@ -23,6 +23,8 @@ from bbb.data.sources import (
     verify_files,
     verify_md5,
 )
+from bbb.data.tabular import Standardizer
+from bbb.data.uci import UCI_DATASETS, UCIData, load_uci
 
 __all__ = [
     "BASE_URLS",
@@ -32,12 +34,16 @@ __all__ = [
     "MNIST_FILES",
     "MUSHROOM_ATTRIBUTES",
     "MUSHROOM_FILE",
+    "Standardizer",
+    "UCIData",
+    "UCI_DATASETS",
     "download_dataset",
     "ensure_file",
     "ensure_files",
     "file_md5",
     "load_mnist",
     "load_mushroom",
+    "load_uci",
     "mnist_splits",
     "parse_mushroom",
     "read_idx",

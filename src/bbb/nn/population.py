@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import Prior
+from ..distributions import Prior, softplus
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .model import BayesMLP
@@ -148,20 +148,31 @@ def _check_members(x: Tensor | OneHot, members: int, what: str) -> None:
 
 
 class PopulationBayesLinear(BayesModule):
-    """``members`` independent :class:`~bbb.nn.BayesLinear` layers (reparameterisation estimator).
+    """``members`` independent :class:`~bbb.nn.BayesLinear` layers (reparameterisation or local
+    reparameterisation estimator).
 
     Parameters ``weight_mu``/``weight_rho`` (members, in, out) and ``bias_mu``/``bias_rho``
     (members, out), initialised as :class:`~bbb.nn.BayesLinear`'s. Input (members, R, in) or
     :class:`OneHot` rows -> (members, R, out), one weight draw per member; with a leading sample
-    dimension (k, members, R, ...) -> (k, members, R, out), k draws per member.
+    dimension (k, members, R, ...) -> (k, members, R, out), k draws per member. With
+    ``estimator="local"`` the pre-activations are drawn instead (as :class:`~bbb.nn.BayesLinear`'s
+    local reparameterisation: N(x mu + b_mu, x^2 sigma^2 + b_sigma^2), fresh noise per row and
+    sample); dense inputs only.
     """
 
     _param_names = ("weight", "bias")
 
     def __init__(self, members: int, in_features: int, out_features: int, prior: Prior | dict | None = None,
                  mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
-        super().__init__(prior, Estimator.REPARAM, mu_init_scale, rho_init)
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                 estimator: Estimator | str = Estimator.REPARAM) -> None:
+        try:
+            est = Estimator(estimator)
+        except ValueError:
+            raise UserError(f"unknown estimator {estimator!r} for a population; choose reparam or local") from None
+        if est not in (Estimator.REPARAM, Estimator.LOCAL):
+            raise UserError(f"a population layer supports the reparam and local estimators, not {est.value}")
+        super().__init__(prior, est, mu_init_scale, rho_init)
         if members < 1 or in_features < 1 or out_features < 1:
             raise UserError(f"members and layer sizes must be positive, got members={members}, "
                             f"in_features={in_features}, out_features={out_features}")
@@ -191,12 +202,29 @@ class PopulationBayesLinear(BayesModule):
 
     def _forward(self, x: Tensor, k: int | None) -> Tensor:
         _check_members(x, self.members, type(self).__name__)
+        if self.estimator is Estimator.LOCAL and self.is_sampling():
+            return self._forward_local(x, k)
         w, b = self.sample(k)
         if k is None:
             return population_linear(x, w, b)
         xf = x.flatten_samples() if isinstance(x, OneHot) else x.reshape(-1, *x.shape[2:])
         y = population_linear(xf, w.reshape(-1, *w.shape[2:]), b.reshape(-1, b.shape[-1]))
         return y.view(k, self.members, *y.shape[1:])
+
+    def _forward_local(self, x: Tensor | OneHot, k: int | None) -> Tensor:
+        """Local reparameterisation: the mean and variance of each pre-activation, one normal draw
+        per output (the sqrt sees ``var + LRT_EPS``, never 0)."""
+        if isinstance(x, OneHot):
+            raise UserError("the local estimator of a population takes dense inputs; pass OneHot.to_dense()")
+        xm = x if k is None else x.transpose(0, 1).reshape(self.members, -1, x.shape[-1])  # (M, k*R, in)
+        ws, bs = softplus(self.weight_rho), softplus(self.bias_rho)
+        mean = population_linear(xm, self.weight_mu, self.bias_mu)
+        var = population_linear(xm * xm, ws * ws, bs * bs)
+        noise = torch.randn(mean.shape, generator=self._generator(), device=mean.device, dtype=mean.dtype)
+        y = torch.addcmul(mean, torch.sqrt(var + BF.LRT_EPS), noise)
+        if k is None:
+            return y
+        return y.view(self.members, k, -1, self.out_features).transpose(0, 1)
 
     def extra_repr(self) -> str:
         return (f"members={self.members}, in_features={self.in_features}, out_features={self.out_features}, "
@@ -258,7 +286,7 @@ class BayesPopulation(nn.Module):
     def __init__(self, in_features: int, hidden_sizes: Sequence[int], out_features: int, bayesian: int,
                  deterministic: int = 0, prior: Prior | dict | None = None, mu_init_scale: float | None = None,
                  rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, estimator: Estimator | str = Estimator.REPARAM) -> None:
         super().__init__()
         sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
         if any(s <= 0 for s in sizes):
@@ -274,7 +302,10 @@ class BayesPopulation(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.bayes = nn.ModuleList(
             PopulationBayesLinear(bayesian, a, b, prior=prior, mu_init_scale=mu_init_scale, rho_init=rho_init,
-                                  **factory) for a, b in pairs) if bayesian else nn.ModuleList()
+                                  estimator=estimator, **factory) for a, b in pairs) if bayesian else nn.ModuleList()
+        self.local = bool(bayesian) and self.bayes[0].estimator is Estimator.LOCAL
+        if self.local and deterministic:
+            raise UserError("a population with the local estimator holds Bayesian members only (deterministic=0)")
         self.det = nn.ModuleList(PopulationLinear(deterministic, a, b, **factory)
                                  for a, b in pairs) if deterministic else nn.ModuleList()
 
@@ -295,8 +326,15 @@ class BayesPopulation(nn.Module):
         k = num_samples
         if k is not None and (isinstance(k, bool) or int(k) != k or k < 1):
             raise UserError(f"num_samples must be an integer >= 1, got {k!r}")
-        h = x if k is None else _repeat(x, k)
         last = len(self.sizes) - 2
+        if self.local:  # pre-activations are drawn per layer: each layer sees (k, members, R, ...)
+            h = x if k is None else (x.repeat(k) if isinstance(x, OneHot) else x.unsqueeze(0).expand(k, *x.shape))
+            for i, layer in enumerate(self.bayes):
+                h = layer(h)
+                if i < last:
+                    h = F.relu(h)
+            return h
+        h = x if k is None else _repeat(x, k)
         for i in range(last + 1):
             w, b = self._layer(i, k)
             h = population_linear(h, w, b)
@@ -390,4 +428,5 @@ class BayesPopulation(nn.Module):
                     t.copy_(u.mul_(2 * scale).sub_(scale))
 
     def extra_repr(self) -> str:
-        return f"sizes={self.sizes}, bayesian={self.bayesian}, deterministic={self.deterministic}"
+        return (f"sizes={self.sizes}, bayesian={self.bayesian}, deterministic={self.deterministic}"
+                + (", estimator=local" if self.local else ""))

@@ -6,7 +6,7 @@ import argparse
 
 from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
 from ...errors import UserError
-from ...options import Budget, Experiment
+from ...options import Budget
 from .experiment import run_reproduce
 from .plan import CANDIDATES_HELP, CELLS_HELP, ReproduceConfig
 from .recipes import BUDGETS, DATASETS
@@ -50,8 +50,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "budget takes days on a CPU: run it cell by cell, headline first); every call writes the "
         "tables of the cells finished so far, the others marked as missing. Budgets: "
         + "; ".join(f"{b}: {s.description}" for b, s in BUDGETS.items()) + ".")
-    parser.add_argument("experiment", choices=[e.value for e in Experiment],
-                        help="which experiment to reproduce (mnist: Table 1, Figures 2-4, Table 2)")
     parser.add_argument("--budget", choices=[b.value for b in Budget], default=Budget.SMOKE.value,
                         help="smoke (seconds, a pipeline test), quick (~35 min on 2 CPU cores) or "
                              "paper (plain SGD, 600 epochs, 1-5 candidates per cell chosen on "

@@ -1,0 +1,214 @@
+"""``bbb reproduce uci`` on synthetic data laid out as the benchmark's folders (the real split
+files are CC BY-NC and never enter the tests): loading and split checks, standardisation per
+split, the validation part, selection, resume after a kill, the tables and the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from bbb.data.uci import load_uci, validation_split
+from bbb.errors import DataError
+from bbb.experiments.uci import report as R
+from bbb.experiments.uci import train as TR
+from bbb.experiments.uci.runner import plan_jobs, run_uci
+from bbb.experiments.uci.settings import VARIANTS, Phase, UCIConfig, schedule_for
+from testkit import read_csv, run_main
+
+N_ROWS, N_SPLITS = 60, 3
+
+
+def write_dataset(root: Path, name: str = "yacht", n: int = N_ROWS, splits: int = N_SPLITS, seed: int = 0) -> Path:
+    """A synthetic dataset in the benchmark's layout: y = sin(3 x0) + x1 / 2 + noise, plus a constant
+    column (standardised with sd 1), and ``splits`` random 90/10 splits."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, generator=g) * 4 - 2
+    x[:, 2] = 5.0
+    y = torch.sin(3 * x[:, 0]) + x[:, 1] / 2 + 0.1 * torch.randn(n, generator=g)
+    folder = root / "uci" / name
+    folder.mkdir(parents=True)
+    rows = torch.cat([x, y[:, None]], 1)
+    (folder / "data.txt").write_text("\n".join(" ".join(f"{v:.6f}" for v in r.tolist()) for r in rows) + "\n")
+    (folder / "index_features.txt").write_text("0\n1\n2\n")
+    (folder / "index_target.txt").write_text("3\n")
+    (folder / "n_splits.txt").write_text(f"{splits}\n")
+    for k in range(splits):
+        perm = torch.randperm(n, generator=g)
+        cut = int(0.9 * n)
+        (folder / f"index_train_{k}.txt").write_text("\n".join(map(str, perm[:cut].tolist())) + "\n")
+        (folder / f"index_test_{k}.txt").write_text("\n".join(map(str, perm[cut:].tolist())) + "\n")
+    return root
+
+
+@pytest.fixture
+def data_root(tmp_path):
+    return write_dataset(tmp_path / "data")
+
+
+def smoke_cfg(root: Path, out: Path, **kw) -> UCIConfig:
+    base = dict(out=str(out), datasets=["yacht"], data_dir=str(root), budget="smoke", samples=8, quiet=True)
+    base.update(kw)
+    return UCIConfig(**base)  # type: ignore[arg-type]
+
+
+def test_load_checks_the_splits(data_root):
+    d = load_uci("yacht", data_root)
+    assert d.x.shape == (N_ROWS, 3) and d.y.shape == (N_ROWS,) and d.num_splits == N_SPLITS
+    xtr, ytr, xte, yte = d.split(1)
+    assert xtr.shape[0] + xte.shape[0] == N_ROWS
+    bad = data_root / "uci" / "yacht" / "index_test_2.txt"
+    bad.write_text("0\n")  # overlaps the training rows and misses others
+    with pytest.raises(DataError, match="partition"):
+        load_uci("yacht", data_root)
+    with pytest.raises(DataError, match="unknown UCI dataset"):
+        load_uci("cifar", data_root)
+
+
+def test_validation_split_is_a_seeded_partition():
+    fit, val = validation_split(50, 0.2, seed=3)
+    assert len(val) == 10 and len(fit) == 40
+    assert sorted(torch.cat([fit, val]).tolist()) == list(range(50))
+    assert torch.equal(validation_split(50, 0.2, seed=3)[1], val)
+    assert not torch.equal(validation_split(50, 0.2, seed=4)[1], val)
+
+
+@pytest.mark.parametrize("phase", [Phase.VALIDATION, Phase.TEST])
+def test_job_data_standardises_each_split_on_its_fitting_rows(data_root, phase):
+    d = load_uci("yacht", data_root)
+    jd = TR.job_data(d, (0, 2), phase)
+    for j, k in enumerate((0, 2)):
+        xtr, ytr, xte, yte = d.split(k)
+        n_fit = round(0.8 * len(ytr)) if phase is Phase.VALIDATION else len(ytr)
+        assert jd.x_fit.shape[1] == n_fit
+        assert torch.allclose(jd.x_fit[j, :, :2].mean(0), torch.zeros(2), atol=1e-5)
+        assert torch.allclose(jd.x_fit[j, :, :2].std(0, unbiased=False), torch.ones(2), atol=1e-4)
+        assert torch.all(jd.x_fit[j, :, 2] == 0)  # the constant column: sd taken as 1
+        # the targets come back exactly: the scored rows are the split's (test or held-out) rows
+        back = jd.y_eval[j].double() * jd.scale[j] + jd.shift[j]
+        pool = yte if phase is Phase.TEST else ytr
+        assert all(torch.isclose(pool, v, atol=1e-4).any() for v in back)
+        if phase is Phase.TEST:
+            assert torch.allclose(back, yte, atol=1e-4)
+            assert math.isclose(float(jd.shift[j]), float(ytr.mean()), rel_tol=1e-9)
+
+
+def test_score_matches_a_direct_float64_computation(data_root):
+    d = load_uci("yacht", data_root)
+    jd = TR.job_data(d, (0, 1), Phase.TEST)
+    k, s, r = 5, 2, jd.y_eval.shape[1]
+    g = torch.Generator().manual_seed(0)
+    means = torch.randn(k, s, r, generator=g, dtype=torch.float64)
+    sds = torch.rand(k, s, r, generator=g, dtype=torch.float64) + 0.2
+    got = TR.score(means, sds, jd, scales=(0.5, 1.0))
+    for j in range(s):
+        y = jd.y_eval[j].double() * jd.scale[j] + jd.shift[j]
+        mu = means[:, j] * jd.scale[j] + jd.shift[j]
+        for ci, c in enumerate((0.5, 1.0)):
+            sd = sds[:, j] * c * jd.scale[j]
+            dens = (torch.exp(-0.5 * ((y - mu) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))).mean(0)
+            assert math.isclose(got["ll"][j][ci], float(torch.log(dens).mean()), rel_tol=1e-9, abs_tol=1e-9)
+        rmse = float(((mu.mean(0) - y) ** 2).mean().sqrt())
+        assert math.isclose(got["rmse"][j], rmse, rel_tol=1e-9)
+
+
+def _val_result(lls: list[list[list[float]]], epochs=(1, 2), scales=(0.5, 1.0)) -> dict:
+    """A validation job's JSON: lls[checkpoint][member][scale]."""
+    return {"splits": [0, 1], "epochs": list(epochs), "noise_scales": list(scales),
+            "scores": [{"ll": ll, "rmse": [1.0, 1.0]} for ll in lls]}
+
+
+def test_selection_takes_the_highest_validation_ll_first_on_ties():
+    a = _val_result([[[-1.0, -0.9], [-2.0, -2.0]], [[-1.2, -0.5], [-2.0, -2.0]]])
+    b = _val_result([[[-3.0, -3.0], [-1.5, -1.0]], [[-3.0, -3.0], [-1.0, -1.5]]])
+    vals = {VARIANTS[0].name: a, VARIANTS[1].name: b}
+    assert R.select(vals, 0) == (VARIANTS[0].name, 2, 1.0)
+    assert R.select(vals, 1) == (VARIANTS[1].name, 1, 1.0)  # tie (-1.0 twice): the first
+    assert R.select_variant(a, 0, scales=[0.5]) == (-1.0, 1, 0.5)
+
+
+def test_resume_after_a_kill_gives_the_uninterrupted_result(data_root, tmp_path):
+    d = load_uci("yacht", data_root)
+    cfg = smoke_cfg(data_root, tmp_path / "o")
+    job = TR.Job("yacht", VARIANTS[0], Phase.VALIDATION, (0, 1), schedule_for(54, "smoke"))
+    (tmp_path / "a").mkdir()
+    whole = TR.run_job(job, d, cfg, tmp_path / "a")
+
+    class Kill(Exception):
+        pass
+
+    seen = []
+
+    def killer(n):
+        seen.append(n)
+        if len(seen) == 3:
+            raise Kill
+
+    folder = tmp_path / "b"
+    folder.mkdir()
+    with pytest.raises(Kill):
+        TR.run_job(job, d, cfg, folder, killer)
+    assert (folder / f"{job.name}.state.pt").is_file() and not (folder / f"{job.name}.json").exists()
+    resumed = TR.run_job(job, d, cfg, folder)
+    assert resumed["epochs"] == whole["epochs"]
+    assert resumed["scores"] == whole["scores"]
+    assert not (folder / f"{job.name}.state.pt").exists()
+
+
+def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
+    out = tmp_path / "o"
+    res = run_uci(smoke_cfg(data_root, out))
+    rows = read_csv(out / "table.csv")
+    assert [r["dataset"] for r in rows] == ["yacht"] and rows[0]["n_splits"] == str(N_SPLITS)
+    assert list(rows[0])[:6] == R.TABLE_COLUMNS
+    assert all(math.isfinite(float(rows[0][c])) for c in R.TABLE_COLUMNS[2:])
+    for name in ("splits.csv", "variants.csv", "table.md", "table.png", "run.json"):
+        assert (out / name).is_file(), name
+    split_rows = read_csv(out / "splits.csv")
+    assert len(split_rows) == N_SPLITS and all(0 <= float(r["coverage_95"]) <= 1 for r in split_rows)
+    assert {r["variant"] for r in read_csv(out / "variants.csv")} >= {v.name for v in VARIANTS}
+    assert "MC dropout" in (out / "table.md").read_text()
+    jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
+    assert len(jobs) == 2 * len(VARIANTS)
+    stamp = {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs}
+    again = run_uci(smoke_cfg(data_root, out))  # everything finished: nothing retrains
+    assert {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs} == stamp
+    assert again["rows"][0]["ll_mean"] == pytest.approx(res["rows"][0]["ll_mean"])
+
+
+def test_test_jobs_target_the_validation_choices(data_root, tmp_path):
+    out = tmp_path / "o"
+    cfg = smoke_cfg(data_root, out, splits=[0, 2])
+    run_uci(cfg)
+    vals = {v.name: json.loads((out / "jobs" / f"yacht-{v.name}-validation.json").read_text()) for v in VARIANTS}
+    jobs = plan_jobs(cfg, "yacht", Phase.TEST, vals)
+    for s in (0, 2):
+        v, e, c = R.select(vals, s)
+        job = next(j for j in jobs if j.variant.name == v)
+        assert (e, c) in job.targets[s]
+    split_rows = read_csv(out / "splits.csv")
+    assert [int(r["split"]) for r in split_rows] == [0, 2]
+
+
+def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
+    rc, out, err = run_main(capsys, "reproduce", "uci", "--datasets", "yacht", "--budget", "smoke", "--samples", "4",
+                            "--splits", "0", "--data-dir", str(data_root), "--out", str(tmp_path / "o"), "--quiet")
+    assert rc == 0, err
+    assert "yacht" in out and "table.csv" in out
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--datasets", "mnist", "--out", str(tmp_path / "x"))
+    assert rc != 0 and "unknown UCI dataset" in err and "Traceback" not in err
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--workers", "0", "--out", str(tmp_path / "x"))
+    assert rc != 0 and "--workers" in err and len(err.strip().splitlines()) == 1
+    rc, out, _ = run_main(capsys, "reproduce", "uci", "--help")
+    assert rc == 0 and "Example" in out and "--workers" in out
+
+
+def test_schedule_steps_and_checkpoints():
+    small, large = schedule_for(277), schedule_for(41_157)
+    assert small.batch_size == 32 and large.batch_size == 128
+    assert small.epochs <= 2000 and large.epochs >= 100
+    for s in (small, large):
+        assert s.checkpoints[-1] == s.epochs and list(s.checkpoints) == sorted(set(s.checkpoints))

@@ -122,7 +122,18 @@ class Categorical(Likelihood):
 class Gaussian(Likelihood):
     """y ~ N(f, sigma^2) with a fixed or learned noise standard deviation ``sigma``.
 
-    A learned sigma is stored raw (``raw_sigma``, sigma = softplus(raw_sigma)).
+    ``ELBO(net, "gaussian")`` means ``Gaussian()``: a *fixed* noise sd of 1, which suits targets
+    standardised to sd 1 (:class:`bbb.data.Standardizer`) only as a crude default; the noise is not
+    learned. Pass ``Gaussian(learn_sigma=True)`` (optionally ``sigma=`` its initial value) to learn
+    it, and train its parameter too (``[*net.parameters(), *elbo.parameters()]``, or
+    ``Engine(elbo, ...)``), or ``"heteroscedastic"`` (:class:`HeteroscedasticGaussian`) for a
+    network that predicts its own noise. A learned sigma is stored raw (``raw_sigma``,
+    sigma = softplus(raw_sigma)). For evaluation, :func:`bbb.uncertainty.evaluate` takes it as
+    ``likelihood=elbo.likelihood``.
+
+    Example:
+        >>> elbo = ELBO(net, Gaussian(learn_sigma=True), num_batches=len(loader), kl_weighting="uniform")
+        >>> float(elbo.likelihood.sigma)     # after training: the noise sd, in the targets' units
     """
 
     def __init__(self, sigma: float = 1.0, learn_sigma: bool = False) -> None:
@@ -219,9 +230,17 @@ class ELBO(nn.Module):
     Args:
         model: a network of :mod:`bbb.nn` layers (any ``nn.Module``; deterministic parts allowed).
         likelihood: ``"categorical"``, ``"gaussian"``, ``"heteroscedastic"`` or a :class:`Likelihood`.
+            ``"gaussian"`` is :class:`Gaussian` with a *fixed* noise sd of 1 (in the units of the
+            targets, so meant for standardised ones); to learn the noise pass
+            ``Gaussian(learn_sigma=True)`` (and train ``elbo.parameters()`` too), or
+            ``"heteroscedastic"`` for a network with 2 outputs that predicts its own noise.
         num_batches: M, minibatches per epoch (for the KL weights).
         kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
-            the default), ``"uniform"`` (1/M) or a callable M -> weights.
+            the default), ``"uniform"`` (1/M) or a callable M -> weights. ``"blundell"``
+            front-loads the KL onto the first minibatches of every epoch (the first carries half
+            of it, the last ones almost none), so most steps see little of the prior; for
+            regression, and any training of many epochs, use ``"uniform"``: the KL counted once
+            per epoch, 1/M of it on each minibatch.
         num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop). The k
             samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
             network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
@@ -254,7 +273,14 @@ class ELBO(nn.Module):
         >>> opt = torch.optim.Adam([*net.parameters(), *elbo.parameters()], lr=1e-3)
         >>> out = elbo(x, y, batch_index=i)   # i = 0 .. M-1 within the epoch
         >>> out.loss.backward()
+
+        Regression on standardised targets, the noise learned (docs/regression.md):
+
+        >>> elbo = ELBO(net, Gaussian(learn_sigma=True), num_batches=len(loader), kl_weighting="uniform")
     """
+
+    model: nn.Module
+    """The network: referenced, not a submodule (not in ``state_dict()`` nor ``parameters()``)."""
 
     def __init__(
         self,

@@ -5,6 +5,7 @@ only the results (and errors)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 
@@ -17,9 +18,20 @@ from bbb.cli.entry import command_parser
 from testkit import blobs, run_main
 
 
-def options(name: str) -> dict[str, object]:
+def parsers(parser) -> list:
+    """A command's parser and those of its subcommands (``bbb reproduce mnist|uci``)."""
+    out = [parser]
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out += parsers(sub)
+    return out
+
+
+def options(name: str) -> list[dict[str, object]]:
+    """The options of each parser of command ``name`` (one dict per parser)."""
     _, parser = command_parser(name)
-    return {opt: a for a in parser._actions for opt in a.option_strings}
+    return [{opt: a for a in p._actions for opt in a.option_strings} for p in parsers(parser)]
 
 
 def flat(text: str | None) -> str:
@@ -28,7 +40,11 @@ def flat(text: str | None) -> str:
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_shared_options_mean_the_same_in_every_command(name):
-    opts = options(name)
+    for opts in options(name):
+        check_shared(name, opts)
+
+
+def check_shared(name: str, opts: dict) -> None:
     if "--device" in opts:
         assert "default: auto" in flat(opts["--device"].help), name
     if "--seed" in opts:
@@ -48,8 +64,8 @@ def test_shared_options_mean_the_same_in_every_command(name):
 
 
 def test_quiet_is_documented_in_the_help_of_the_commands_that_print_progress(capsys):
-    for name in ("train", "demo", "reproduce", "sweep", "regression"):
-        rc, out, _ = run_main(capsys, name, "--help")
+    for name in ("train", "demo", "reproduce mnist", "reproduce uci", "sweep", "regression"):
+        rc, out, _ = run_main(capsys, *name.split(), "--help")
         assert rc == 0 and QUIET_HELP in flat(out), name
 
 

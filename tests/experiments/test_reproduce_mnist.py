@@ -379,9 +379,11 @@ def test_cli_errors_are_one_line(capsys, tmp_path, argv, words):
 
 
 def test_help_has_an_example(capsys):
-    rc, out, _ = run_main(capsys, "reproduce", "--help")
+    rc, out, _ = run_main(capsys, "reproduce", "mnist", "--help")
     assert rc == 0
     assert "Example" in out and "bbb reproduce mnist --budget quick" in out and "--seeds" in out
+    rc, out, _ = run_main(capsys, "reproduce", "--help")  # the experiments, each with an example
+    assert rc == 0 and "mnist" in out and "uci" in out and "bbb reproduce uci" in out
 
 
 # --------------------------------------------------------------------------------------------

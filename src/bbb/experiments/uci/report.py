@@ -86,12 +86,12 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
     own validation choice; ``learned-noise`` variants keep the noise as trained, scale 1)."""
     per_split = []
     for s in splits:
-        v, e, c = select(vals, s)
-        full = tests[v]["full"].get(f"{s}:{e}:{c:g}", {})
-        rmse, ll = _test_at(tests[v], s, e, c)
-        per_split.append({"dataset": dataset, "split": s, "variant": v, "epochs": e, "noise_scale": c,
+        name, e, c = select(vals, s)
+        full = tests[name]["full"].get(f"{s}:{e}:{c:g}", {})
+        rmse, ll = _test_at(tests[name], s, e, c)
+        per_split.append({"dataset": dataset, "split": s, "variant": name, "epochs": e, "noise_scale": c,
                           "rmse": rmse, "ll": ll, **{k: full[k] for k in sorted(full) if k.startswith("coverage")},
-                          "val_ll": select_variant(vals[v], s)[0]})
+                          "val_ll": select_variant(vals[name], s)[0]})
     rm, rse = _mean_se([r["rmse"] for r in per_split])
     lm, lse = _mean_se([r["ll"] for r in per_split])
     count = Counter(r["variant"] for r in per_split)
@@ -99,7 +99,7 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
                            "ll_mean": lm, "ll_se": lse}
     for key in sorted({k for r in per_split for k in r if k.startswith("coverage")}):
         row[key] = sum(r.get(key, math.nan) for r in per_split) / len(per_split)
-    row["variants"] = " ".join(f"{v}:{n}" for v, n in count.most_common())
+    row["variants"] = " ".join(f"{name}:{n}" for name, n in count.most_common())
     row["epochs_median"] = sorted(r["epochs"] for r in per_split)[len(per_split) // 2]
     row["noise_scale_median"] = sorted(r["noise_scale"] for r in per_split)[len(per_split) // 2]
     variants = []

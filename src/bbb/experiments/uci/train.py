@@ -84,8 +84,8 @@ def job_data(data: UCIData, splits: Sequence[int], phase: Phase, seed: int = 0) 
                       torch.as_tensor(sy.mean, dtype=torch.float64).reshape(()),
                       torch.as_tensor(sy.std, dtype=torch.float64).reshape(())))
     cols = list(zip(*parts))
-    f32 = [torch.stack(c).float() for c in cols[:4]]
-    return JobData(*f32, torch.stack(cols[4]), torch.stack(cols[5]))
+    x_fit, y_fit, x_eval, y_eval = (torch.stack(c).float() for c in cols[:4])
+    return JobData(x_fit, y_fit, x_eval, y_eval, torch.stack(cols[4]), torch.stack(cols[5]))
 
 
 class _Model:

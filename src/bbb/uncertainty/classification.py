@@ -1,0 +1,201 @@
+"""Classification from Monte Carlo samples: ``logits`` are (k, B, C), one slice per sampled
+network; ``probs`` are (B, C) predictive probabilities. The predictive distribution averages
+*probabilities*, never log-probabilities (the latter is a geometric mean, a known peer bug).
+
+Entropy decomposition (all in nats): predictive entropy H[E_w p(y|x,w)] = expected entropy
+E_w H[p(y|x,w)] (aleatoric) + mutual information I[y; w | x] (epistemic)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..errors import UserError
+
+__all__ = ["predictive_probs", "entropy", "predictive_entropy", "expected_entropy", "mutual_information",
+           "reliability_bins", "expected_calibration_error", "negative_log_likelihood", "brier_score",
+           "error_rate", "auroc", "aupr"]
+
+
+def _check_logits(logits: Tensor, fn: str) -> None:
+    """Logits (k, B, C): a tensor of floats with at least one sample and one class, no NaN."""
+    if not isinstance(logits, Tensor):
+        raise UserError(f"{fn}: expected a tensor of logits (k, B, C), got {type(logits).__name__}")
+    if logits.dim() < 2:
+        raise UserError(f"{fn}: expected logits (k, B, C) with a leading sample dimension, "
+                        f"got shape {tuple(logits.shape)}")
+    if logits.shape[0] == 0 or logits.shape[-1] == 0:
+        raise UserError(f"{fn}: empty logits of shape {tuple(logits.shape)} (need >= 1 sample and >= 1 class)")
+    if not logits.is_floating_point():
+        raise UserError(f"{fn}: logits must be floating point, got {logits.dtype}")
+    if logits.numel() and bool((torch.isnan(logits) | (logits == math.inf)).any()):
+        raise UserError(f"{fn}: logits contain NaN or +inf")
+
+
+def _prob_tolerance(dtype: torch.dtype) -> float:
+    """Round-off allowed on [0, 1] and on row sums (probabilities may have passed through bf16)."""
+    return 1e-2 if dtype in (torch.float32, torch.float64) else 3e-2
+
+
+def _check_probs(probs: Tensor, fn: str) -> None:
+    """Probabilities (..., C): floats in [0, 1] whose rows sum to 1 (logits are refused)."""
+    if not isinstance(probs, Tensor):
+        raise UserError(f"{fn}: expected a tensor of probabilities, got {type(probs).__name__}")
+    if probs.dim() < 1 or probs.shape[-1] == 0:
+        raise UserError(f"{fn}: empty probabilities of shape {tuple(probs.shape)} (need >= 1 class)")
+    if not probs.is_floating_point():
+        raise UserError(f"{fn}: probabilities must be floating point, got {probs.dtype}")
+    if probs.numel() == 0:
+        return
+    tol = _prob_tolerance(probs.dtype)
+    lo, hi = float(probs.min()), float(probs.max())
+    if math.isnan(lo) or math.isnan(hi) or lo < -tol or hi > 1 + tol:
+        raise UserError(
+            f"{fn}: probabilities must be in [0, 1], got values in [{lo:.4g}, {hi:.4g}]; if these are "
+            "logits, pass torch.softmax(logits, -1) (or predictive_probs(logits) for k samples)")
+    worst = float((probs.sum(-1, dtype=torch.float64) - 1).abs().max())
+    if worst > tol:
+        raise UserError(f"{fn}: each row of probabilities must sum to 1, but one is off by {worst:.3g}; "
+                        "normalise them (e.g. torch.softmax(logits, -1))")
+
+
+def predictive_probs(logits: Tensor) -> Tensor:
+    """Mean over samples of the softmax: (k, B, C) -> (B, C)."""
+    _check_logits(logits, "predictive_probs")
+    return torch.softmax(logits, dim=-1).mean(0)
+
+
+def entropy(probs: Tensor) -> Tensor:
+    """Entropy in nats along the last dim (0 log 0 = 0)."""
+    _check_probs(probs, "entropy")
+    return -torch.special.xlogy(probs, probs).sum(-1)
+
+
+def predictive_entropy(logits: Tensor) -> Tensor:
+    return entropy(predictive_probs(logits))
+
+
+def expected_entropy(logits: Tensor) -> Tensor:
+    """Mean over samples of each network's entropy (aleatoric part)."""
+    _check_logits(logits, "expected_entropy")
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).mean(0)  # 0 log 0 = 0
+
+
+def mutual_information(logits: Tensor) -> Tensor:
+    """Predictive entropy minus expected entropy (epistemic part), clamped at 0 against round-off."""
+    return (predictive_entropy(logits) - expected_entropy(logits)).clamp_min(0.0)
+
+
+def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
+    """Probabilities (B, C) and class indices (B,): same B >= 1, labels in 0..C-1."""
+    if not isinstance(probs, Tensor) or not isinstance(labels, Tensor):
+        raise UserError(f"{fn}: expected tensors probs (B, C) and labels (B,), got "
+                        f"{type(probs).__name__} and {type(labels).__name__}")
+    if probs.dim() != 2 or labels.dim() != 1 or labels.shape[0] != probs.shape[0]:
+        raise UserError(f"{fn}: expected probs (B, C) and labels (B,), got {tuple(probs.shape)} "
+                        f"and {tuple(labels.shape)}")
+    if probs.shape[0] == 0:
+        raise UserError(f"{fn}: no examples (probs of shape {tuple(probs.shape)}); "
+                        "the metric of an empty set is undefined")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise UserError(f"{fn}: labels must be integer class indices, got {labels.dtype}")
+    _check_probs(probs, fn)
+    c = probs.shape[1]
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= c:
+        raise UserError(f"{fn}: labels must be class indices in 0..{c - 1}, got values in {lo}..{hi}")
+
+
+def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
+    """Equal-width confidence bins: per bin the count, mean confidence and accuracy."""
+    _check(probs, labels, "reliability_bins")
+    if isinstance(num_bins, bool) or int(num_bins) != num_bins or num_bins < 1:
+        raise UserError(f"num_bins must be >= 1, got {num_bins}")
+    conf, pred = probs.max(-1)
+    correct = (pred == labels).to(probs.dtype)
+    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0
+    idx = (torch.ceil(conf * num_bins) - 1).clamp(0, num_bins - 1).long()
+    count = torch.zeros(num_bins, dtype=probs.dtype, device=probs.device).index_add_(0, idx, torch.ones_like(conf))
+    conf_sum = torch.zeros_like(count).index_add_(0, idx, conf)
+    acc_sum = torch.zeros_like(count).index_add_(0, idx, correct)
+    safe = count.clamp_min(1)
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=probs.dtype, device=probs.device)
+    return {"count": count, "confidence": conf_sum / safe, "accuracy": acc_sum / safe, "edges": edges}
+
+
+def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
+    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins."""
+    _check(probs, labels, "expected_calibration_error")
+    bins = reliability_bins(probs, labels, num_bins)
+    n = bins["count"].sum()
+    return float((bins["count"] / n * (bins["accuracy"] - bins["confidence"]).abs()).sum())
+
+
+def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = 1e-12) -> float:
+    """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``)."""
+    _check(probs, labels, "negative_log_likelihood")
+    return float(-torch.log(probs.gather(1, labels[:, None]).clamp_min(eps)).mean())
+
+
+def brier_score(probs: Tensor, labels: Tensor) -> float:
+    """Mean over examples of sum_c (p_c - 1[y = c])^2 (0 is perfect, 2 the worst)."""
+    _check(probs, labels, "brier_score")
+    onehot = torch.nn.functional.one_hot(labels, probs.shape[-1]).to(probs.dtype)
+    return float(((probs - onehot) ** 2).sum(-1).mean())
+
+
+def error_rate(probs: Tensor, labels: Tensor) -> float:
+    _check(probs, labels, "error_rate")
+    return float((probs.argmax(-1) != labels).to(torch.float64).mean())
+
+
+def _scores(negative: Tensor, positive: Tensor, fn: str) -> tuple[Tensor, Tensor]:
+    neg = torch.as_tensor(negative).detach().flatten().double().cpu()
+    pos = torch.as_tensor(positive).detach().flatten().double().cpu()
+    if neg.numel() == 0 or pos.numel() == 0:
+        raise UserError(f"{fn} needs at least one score in each group")
+    if not bool(torch.isfinite(neg).all() and torch.isfinite(pos).all()):
+        raise UserError(f"{fn}: scores must be finite (found NaN or inf)")
+    return neg, pos
+
+
+def auroc(scores_negative: Tensor, scores_positive: Tensor) -> float:
+    """Area under the ROC curve for "positive scores higher" (Mann-Whitney U, ties count 1/2)."""
+    neg, pos = _scores(scores_negative, scores_positive, "AUROC")
+    allv = torch.cat([neg, pos])
+    # average ranks with ties
+    order = torch.argsort(allv, stable=True)
+    sorted_v = allv[order]
+    ranks = torch.empty_like(allv)
+    uniq, inverse, counts = torch.unique_consecutive(sorted_v, return_inverse=True, return_counts=True)
+    ends = torch.cumsum(counts, 0).double()
+    avg_rank = ends - (counts.double() - 1) / 2  # 1-based average rank of each tie group
+    ranks[order] = avg_rank[inverse]
+    n_pos, n_neg = pos.numel(), neg.numel()
+    u = ranks[neg.numel():].sum() - n_pos * (n_pos + 1) / 2
+    return float(u / (n_pos * n_neg))
+
+
+def aupr(scores_negative: Tensor, scores_positive: Tensor) -> float:
+    """Area under the precision-recall curve (average precision) with the positives as targets."""
+    neg, pos = _scores(scores_negative, scores_positive, "AUPR")
+    scores = torch.cat([pos, neg])
+    target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+    order = torch.argsort(scores, descending=True, stable=True)
+    s, t = scores[order], target[order]
+    tp = torch.cumsum(t, 0)
+    fp = torch.cumsum(1 - t, 0)
+    # evaluate only at the last index of each group of tied scores
+    last = torch.ones_like(s, dtype=torch.bool)
+    last[:-1] = s[1:] != s[:-1]
+    tp, fp = tp[last], fp[last]
+    precision = tp / (tp + fp)
+    recall = tp / pos.numel()
+    prev = torch.cat([torch.zeros(1, dtype=recall.dtype), recall[:-1]])
+    return float(((recall - prev) * precision).sum())
+
+

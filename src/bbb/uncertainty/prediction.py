@@ -1,0 +1,269 @@
+"""Monte Carlo prediction (:func:`predict`) and the metrics of a model on data (:func:`evaluate`):
+classification, or regression with ``likelihood=``."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
+from ..errors import UserError
+from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples
+from ..nn.sampling import PROVIDER
+from .classification import (
+    brier_score,
+    entropy,
+    error_rate,
+    expected_calibration_error,
+    mutual_information,
+    negative_log_likelihood,
+    predictive_probs,
+)
+from .regression import regression_metrics
+
+__all__ = ["predict", "evaluate"]
+
+
+def _batches(data: Any) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """(inputs, targets or None) per batch of a DataLoader / iterable of tensors or (x, y, ...) tuples."""
+    for batch in data:
+        if isinstance(batch, Tensor):
+            yield batch, None
+        elif isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+            y = batch[1] if len(batch) > 1 and isinstance(batch[1], Tensor) else None
+            yield batch[0], y
+        elif isinstance(batch, dict) and isinstance(x := batch.get("x", batch.get("input")), Tensor):
+            y = batch.get("y", batch.get("target", batch.get("label")))
+            yield x, y if isinstance(y, Tensor) else None
+        else:
+            raise UserError("expected batches that are tensors, (inputs, targets) tuples or dicts with 'x'/'y', "
+                            f"got {type(batch).__name__}")
+
+
+def _device(model: nn.Module) -> torch.device | None:
+    p = next(model.parameters(), None)
+    return None if p is None else p.device
+
+
+def _as_generator(generator: torch.Generator | int | None, device: torch.device | None,
+                  fn: str) -> torch.Generator | None:
+    """``generator=``: None, a ``torch.Generator`` on the model's device type, or an int seed (a new
+    generator on the model's device, seeded with it)."""
+    if generator is None:
+        return None
+    dev = torch.device("cpu") if device is None else device
+    if isinstance(generator, torch.Generator):
+        if generator.device.type != dev.type:
+            raise UserError(f"{fn}: generator= is a {generator.device.type} generator but the model is on {dev}: "
+                            f"use torch.Generator(device={dev.type!r}) or pass an int seed")
+        return generator
+    if isinstance(generator, bool) or not isinstance(generator, numbers.Integral) or generator < 0:
+        raise UserError(f"{fn}: generator= must be a torch.Generator or an int seed >= 0, got {generator!r}")
+    return torch.Generator(device=dev).manual_seed(int(generator))
+
+
+def _rng_states(device: torch.device | None) -> list[Tensor]:
+    """torch's global random states that a forward on ``device`` may draw from (CPU, and CUDA's)."""
+    states = [torch.get_rng_state()]
+    if device is not None and device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def _set_rng_states(states: list[Tensor], device: torch.device | None) -> None:
+    torch.set_rng_state(states[0])
+    if len(states) > 1 and device is not None:
+        torch.cuda.set_rng_state(states[1], device)
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    x: Tensor | Iterable,
+    num_samples: int = 10,
+    mode: str = "sample",
+    batch_size: int | None = None,
+    return_targets: bool = False,
+    generator: torch.Generator | int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Network outputs for ``x`` (B, ...): (k, B, ...) sampled, or (1, B, ...) with ``mode="mean"``.
+
+    ``x`` is a tensor, or a ``DataLoader`` (any iterable of batches: tensors, ``(inputs, targets)``
+    tuples or dicts with ``"x"``/``"y"``), whose batches are moved to the model's device.
+    The k networks run batched (the samples folded into the batch dimension, so any network
+    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking a tensor, and
+    every chunk or batch sees the same k networks (weights drawn once,
+    :func:`bbb.nn.shared_samples`). ``return_targets=True`` (DataLoader only) also returns the
+    concatenated targets: ``(outputs, targets)``.
+
+    ``generator``: a ``torch.Generator`` (on the model's device type) or an int seed. When given,
+    all weight noise (reparameterisation, local reparameterisation and Flipout draws) comes from it,
+    so equal seeds give equal outputs, and torch's global random state is left exactly as it was
+    (it is restored on return, so a DataLoader's own draws are undone too and evaluating does not
+    perturb a training run). A layer that draws from the global generator anyway (a custom layer
+    that ignores :class:`bbb.nn.SampleRecorder`'s generator) is a one-line :class:`UserError`. None
+    (the default): torch's global generator, as before.
+
+    >>> logits, labels = predict(net, test_loader, num_samples=20, return_targets=True)
+    >>> expected_calibration_error(predictive_probs(logits), labels)
+    >>> torch.equal(predict(net, x, generator=0), predict(net, x, generator=0))
+    True
+    """
+    if mode not in ("sample", "mean"):
+        raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise UserError(f"num_samples must be an integer >= 1, got {num_samples}")
+    if not isinstance(x, Tensor) and not isinstance(x, Iterable):
+        raise UserError(f"predict takes a tensor or a DataLoader of inputs, got {type(x).__name__}")
+    if isinstance(x, Tensor) and return_targets:
+        raise UserError("return_targets needs a DataLoader (a tensor of inputs carries no targets)")
+    dev = _device(model)
+    gen = _as_generator(generator, dev, "predict")
+    if gen is not None and PROVIDER.get() is not None:
+        raise UserError("predict: generator= has no effect inside engine.sampling() (the engine supplies the "
+                        "weights): call predict outside the block")
+    saved = None if gen is None else _rng_states(dev)
+    was_training = model.training
+    model.eval()
+    try:
+        return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved)
+    finally:
+        model.train(was_training)
+        if saved is not None:
+            _set_rng_states(saved, dev)
+
+
+def _predict(model: nn.Module, x: Tensor | Iterable, num_samples: int, mode: str, batch_size: int | None,
+             return_targets: bool, dev: torch.device | None, gen: torch.Generator | None,
+             saved: list[Tensor] | None) -> Tensor | tuple[Tensor, Tensor]:
+    d = model_batch_dim(model)  # 1 for a sequence-first model: inputs (T, B, ...)
+    batches: Iterable[tuple[Tensor, Tensor | None]]
+    if isinstance(x, Tensor):
+        batches = [(x, None)] if batch_size is None else [(c, None) for c in torch.split(x, batch_size, dim=d)]
+    else:
+        batches = _batches(x)
+    outs, targets = [], []
+    record: AbstractContextManager[Any] = SampleRecorder(gen) if gen is not None else nullcontext()
+    with sampling(model, mode), shared_samples(), record:
+        sizes = []
+        for xc, yc in batches:
+            if not isinstance(x, Tensor) and dev is not None:
+                xc = xc.to(dev)
+            sizes.append(xc.shape[d] if xc.dim() > d else -1)
+            before = None if saved is None else _rng_states(dev)
+            out = model(xc).unsqueeze(0) if mode == "mean" else forward_samples(model, xc, num_samples)
+            if before is not None and any(not torch.equal(a, b) for a, b in zip(before, _rng_states(dev))):
+                raise UserError(f"predict: generator= was given, but {type(model).__name__} drew from torch's global "
+                                "random generator (a layer that ignores bbb.nn.SampleRecorder's generator), so "
+                                "its noise is not reproducible: route that layer's draws through the recorder")
+            outs.append(out)
+            if return_targets:
+                if yc is None:
+                    raise UserError("return_targets: the DataLoader's batches carry no targets")
+                targets.append(yc.to(out.device))
+    if not outs:
+        raise UserError("predict: the DataLoader yielded no batches")
+    # the outputs' batch: dim 1 after the samples, or 2 for a sequence-first output (k, T, B, ...)
+    per_step = d == 1 and all(o.dim() > 2 and o.shape[2] == xs for o, xs in zip(outs, sizes))
+    result = torch.cat(outs, dim=2 if per_step else 1)
+    return (result, torch.cat(targets)) if return_targets else result
+
+
+def evaluate(
+    model: nn.Module,
+    data: Iterable | tuple[Tensor, Tensor],
+    num_samples: int = 10,
+    num_bins: int = 15,
+    *,
+    likelihood: Likelihood | str | None = None,
+    shift: float | Tensor = 0.0,
+    scale: float | Tensor = 1.0,
+    generator: torch.Generator | int | None = None,
+) -> dict[str, float]:
+    """Metrics of the Monte Carlo predictive on a DataLoader or ``(x, targets)``, each a float.
+
+    Classification (integer labels; ``likelihood`` None or categorical): error rate, NLL, Brier
+    score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats).
+
+    Regression: pass the training likelihood, ``likelihood=elbo.likelihood``. A
+    :class:`~bbb.elbo.Gaussian` gives every sampled network the noise sd ``likelihood.sigma`` (learned
+    or fixed); a :class:`~bbb.elbo.HeteroscedasticGaussian` reads each sampled output's mean and
+    noise with its ``split``. The predictive is the equal-weight mixture of the k Gaussians and the
+    result is :func:`regression_metrics` (``rmse``, ``log_likelihood``, ``nll``, ``coverage_50`` /
+    ``_90`` / ``_95``, ``mean_sd``), in the original units of a target that was standardised as
+    ``(y - shift) / scale`` for training (the data's targets are the standardised ones, as the
+    network was trained on). Use ``num_samples >= 100`` for regression: the log-likelihood and the
+    coverage of a mixture of a few components are noisy. Floating-point targets without a
+    likelihood are a :class:`UserError` (say which noise the network was trained with).
+
+    ``generator`` (a ``torch.Generator`` or an int seed): the weight noise, as :func:`predict`'s;
+    torch's global random state is left as it was.
+
+    >>> bbb.uncertainty.evaluate(net, test_loader, num_samples=20)["ece"]
+    >>> evaluate(net, (x_test, y_test_n), num_samples=100, likelihood=elbo.likelihood,
+    ...          shift=ys.mean, scale=ys.std, generator=0)["rmse"]
+    """
+    if likelihood is not None:
+        likelihood = likelihood_from_name(likelihood)
+        if not isinstance(likelihood, (Categorical, Gaussian, HeteroscedasticGaussian)):
+            raise UserError(f"evaluate: likelihood= must be a Categorical, Gaussian or HeteroscedasticGaussian, got "
+                            f"{type(likelihood).__name__}")
+    regression = isinstance(likelihood, (Gaussian, HeteroscedasticGaussian))
+    if not regression and not (_is_default(shift, 0.0) and _is_default(scale, 1.0)):
+        raise UserError("evaluate: shift= and scale= apply to regression only (pass likelihood=, a Gaussian)")
+    outputs: Tensor
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data):
+        outputs = predict(model, data[0], num_samples, generator=generator)  # type: ignore[assignment]
+        targets = data[1].to(outputs.device)
+    else:
+        outputs, targets = predict(model, data, num_samples, return_targets=True,  # type: ignore[misc]
+                                   generator=generator)
+    if regression:
+        means, sigmas, target = _regression_outputs(likelihood, outputs, targets)  # type: ignore[arg-type]
+        return regression_metrics(means, sigmas, target, shift=shift, scale=scale)
+    if targets.is_floating_point():
+        raise UserError("evaluate: the targets are floating point (regression?): pass likelihood=, a "
+                        "bbb.elbo.Gaussian with the noise sd (e.g. elbo.likelihood) or the HeteroscedasticGaussian")
+    probs = predictive_probs(outputs)
+    return {
+        "error": error_rate(probs, targets),
+        "nll": negative_log_likelihood(probs, targets),
+        "brier": brier_score(probs, targets),
+        "ece": expected_calibration_error(probs, targets, num_bins),
+        "entropy": float(entropy(probs).mean()),
+        "mutual_information": float(mutual_information(outputs).mean()),
+    }
+
+
+def _is_default(v: float | Tensor, default: float) -> bool:
+    try:
+        return float(v) == default
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _regression_outputs(likelihood: Gaussian | HeteroscedasticGaussian, outputs: Tensor,
+                        targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(means (k, B), sigmas (k, B) or 0-d, targets (B,)) of k sampled regressors' outputs."""
+    if targets.dim() == 2 and targets.shape[-1] == 1:
+        targets = targets.squeeze(-1)
+    if targets.dim() != 1:
+        raise UserError(f"evaluate: regression metrics take one target per example, targets (B,), got "
+                        f"{tuple(targets.shape)}")
+    if isinstance(likelihood, HeteroscedasticGaussian):
+        means, sigmas = likelihood.split(outputs)
+    else:
+        means = outputs.squeeze(-1) if outputs.dim() == 3 and outputs.shape[-1] == 1 else outputs
+        sigmas = likelihood.sigma.detach().to(outputs.device)
+    if means.dim() != 2 or means.shape[1] != targets.shape[0]:
+        raise UserError(f"evaluate: network outputs of shape {tuple(outputs.shape)} do not give one mean per target "
+                        f"({targets.shape[0]} targets) for the {type(likelihood).__name__} likelihood")
+    return means, sigmas, targets.to(means.dtype if targets.is_floating_point() else torch.float64)
+
+

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from bbb.engine.engine import OptimizerKind
 from bbb.experiments.bandit import (
     DEFAULT_AGENTS,
     BanditConfig,
@@ -35,7 +36,7 @@ from bbb.experiments.bandit import (
     cpu_name,
     split_members,
 )
-from bbb.options import OptimizerKind, PriorKind, values
+from bbb.options import PriorKind, values
 
 FULL_STEPS = 50_000
 

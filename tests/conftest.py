@@ -9,6 +9,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # happened to call the entry point first (MKL reads it once per process).
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -23,6 +24,19 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The user's cache (the stamps of verified data files, ``BBB_CACHE``) is one folder of this
+    session, never ~/.cache; subprocesses inherit it."""
+    before = os.environ.get("BBB_CACHE")
+    os.environ["BBB_CACHE"] = str(cache := tmp_path_factory.mktemp("user-cache"))
+    yield cache
+    if before is None:
+        os.environ.pop("BBB_CACHE", None)
+    else:
+        os.environ["BBB_CACHE"] = before
 
 
 @pytest.fixture

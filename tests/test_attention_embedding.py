@@ -12,7 +12,7 @@ import bbb
 from bbb.nn import BayesLinear, BayesModule, SampleProvider, SampleRecorder, folded_samples, forward_samples, sampling
 from bbb.nn.attention import BayesMultiheadAttention, no_fast_path
 from bbb.nn.embedding import BayesEmbedding, BayesEmbeddingBag
-from bbb.nn.sampling import providing_samples
+from bbb.nn.samples import providing_samples
 
 ESTIMATORS = ["reparam", "local", "flipout"]
 

@@ -26,7 +26,7 @@ from bbb.nn.conv import (
     BayesConvTranspose2d,
     BayesConvTranspose3d,
 )
-from bbb.nn.sampling import forward_samples
+from bbb.nn.samples import forward_samples
 
 ESTIMATORS = ["reparam", "local", "flipout"]
 BAYES = {nn.Conv1d: BayesConv1d, nn.Conv2d: BayesConv2d, nn.Conv3d: BayesConv3d,

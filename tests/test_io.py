@@ -141,7 +141,7 @@ def test_atomic_torch_save_round_trip(tmp_path: Path) -> None:
 
 def test_a_cuda_device_beyond_the_count_is_a_one_line_error(monkeypatch):
     """--device cuda:N with N >= the device count: not torch's raw "invalid device ordinal"."""
-    from bbb.options import resolve_device
+    from bbb.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

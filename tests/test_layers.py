@@ -22,7 +22,7 @@ LAYER_NAMES = {CORE: "core", RUNS: "runs", APPS: "applications"}
 LAYERS = {
     "__init__": CORE, "errors": CORE, "io": CORE, "options": CORE, "distributions": CORE,
     "functional": CORE, "nn": CORE, "elbo": CORE, "engine": CORE, "random": CORE,
-    "uncertainty": CORE, "prune": CORE, "data": CORE, "plots": CORE, "convert": CORE,
+    "uncertainty": CORE, "prune": CORE, "data": CORE, "plots": CORE, "convert": CORE, "devices": CORE,
     "runs": RUNS, "train": RUNS,
     "cli": APPS, "__main__": APPS, "sweep": APPS, "experiments": APPS,
 }

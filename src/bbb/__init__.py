@@ -40,13 +40,13 @@ if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stay
         BayesConv2d,
         BayesLinear,
         BayesMLP,
-        Estimator,
         SampleRecorder,
         forward_samples,
         model_kl,
         sampling,
         shared_samples,
     )
+    from .nn.base import Estimator
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
@@ -60,7 +60,8 @@ _EXPORTS = {
     **dict.fromkeys(["Engine", "counter_noise"], "engine"),
     **dict.fromkeys(["DataError", "UserError"], "errors"),
     "expand_samples": "functional",
-    **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP", "Estimator",
+    "Estimator": "nn.base",
+    **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP",
                      "SampleRecorder", "forward_samples", "model_kl", "sampling", "shared_samples"],
                     "nn"),
 }

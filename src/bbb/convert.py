@@ -29,8 +29,9 @@ from typing import Any
 import torch.nn as nn
 
 from .errors import UserError
-from .nn import DEFAULT_RHO_INIT, BayesModule, Estimator, no_fast_path
+from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
+from .nn.base import Estimator
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE"]

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import UserError
+from .options import PriorKind, choice
 
 __all__ = [
     "DiagonalNormal",
@@ -41,6 +42,7 @@ __all__ = [
     "softplus",
     "inverse_softplus",
     "prior_from_config",
+    "make_prior",
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -408,6 +410,16 @@ def prior_from_config(cfg: dict[str, Any] | Prior | torch.distributions.Distribu
         raise UserError(f"a torch.distributions prior ({cfg.get('repr')}) cannot be rebuilt from a checkpoint; "
                         "pass the distribution again (prior=...) when building the model")
     raise UserError(f"unknown prior type {kind!r}; expected 'gaussian' or 'mixture'")
+
+
+def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = 0.0025,
+               prior_sigma: float = 1.0) -> Prior:
+    """The prior a configuration's flat fields describe: ``gaussian`` N(0, prior_sigma^2) or the
+    scale ``mixture`` pi N(0, sigma1^2) + (1 - pi) N(0, sigma2^2) (:class:`bbb.options.PriorKind`)."""
+    kind = choice("prior", kind, PriorKind)
+    if kind == PriorKind.GAUSSIAN.value:
+        return GaussianPrior(prior_sigma)
+    return ScaleMixturePrior(pi, sigma1, sigma2)
 
 
 # --------------------------------------------------------------------------------------------

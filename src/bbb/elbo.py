@@ -25,7 +25,7 @@ from torch import Tensor
 from .distributions import KLMode, check_kl_samples, inverse_softplus, softplus
 from .errors import UserError
 from .nn import SampleRecorder, forward_samples, model_kl
-from .nn.sampling import PROVIDER
+from .nn.samples import PROVIDER
 
 __all__ = [
     "KLWeighting",

@@ -1,6 +1,14 @@
-"""Every option a user picks from a list, in one place: str-Enums, the one parse helper
-(:func:`choice`, whose error is the one-line ``unknown <what> <value>; choose one of: ...``),
-the one list of datasets, the one device resolver and the one prior builder.
+"""The options a user picks from a list that more than one part of the package reads: str-Enums,
+the one list of datasets, and the one parse helper (:func:`choice`, whose error is the one-line
+``unknown <what> <value>; choose one of: ...``).
+
+A leaf: this module imports the standard library only (no torch, no other ``bbb`` module at import
+time), so a data loader or the command line can read the vocabulary without loading the library.
+Each Enum has one address, the module that defines it: the core's own (``KLMode`` in
+:mod:`bbb.distributions`, ``KLWeighting`` in :mod:`bbb.elbo`, ``Estimator`` in :mod:`bbb.nn.base`,
+``OptimizerKind`` in :mod:`bbb.engine.engine`) live beside the code they configure, and the
+options of a single application (the sweep, ``bbb reproduce mnist``, the bandit) in that
+application's package.
 
 Configurations store the option's string value (so ``config.json`` stays plain JSON and
 ``cfg.method == "bbb"`` reads naturally); the Enums name the values and feed ``argparse``'s
@@ -13,38 +21,16 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
-import torch
-
-from .distributions import GaussianPrior, KLMode, Prior, ScaleMixturePrior
-from .elbo import KLWeighting
-from .engine import OptimizerKind
-from .errors import UserError
-from .nn import Estimator
-
 __all__ = [
-    "Backend",
-    "Budget",
-    "CellMethod",
     "Checkpoint",
     "Dataset",
     "DeviceKind",
-    "Estimator",
-    "Experiment",
     "IMAGE_DATASETS",
-    "KLData",
-    "KLMode",
-    "KLWeighting",
     "LRSchedule",
     "Method",
-    "OptimizerKind",
     "PriorKind",
-    "SchedulerKind",
-    "SweepDataset",
-    "ValueKind",
     "choice",
     "device_name",
-    "make_prior",
-    "resolve_device",
     "values",
 ]
 
@@ -58,16 +44,10 @@ class Method(str, Enum):
 
 
 class PriorKind(str, Enum):
+    """The prior of a configuration's flat fields (:func:`bbb.distributions.make_prior`)."""
+
     GAUSSIAN = "gaussian"
     MIXTURE = "mixture"
-
-
-class KLData(str, Enum):
-    """N of the bandit's KL / N weight: every interaction ``seen`` so far, or the replay
-    ``buffer``'s fill (its capacity once full)."""
-
-    SEEN = "seen"
-    BUFFER = "buffer"
 
 
 class LRSchedule(str, Enum):
@@ -101,103 +81,35 @@ class Dataset(str, Enum):
 IMAGE_DATASETS: tuple[str, ...] = (Dataset.MNIST.value, Dataset.FASHION_MNIST.value)
 
 
-#: What a sweep's trials train on: an image dataset (the members of :data:`IMAGE_DATASETS`, from
-#: the one list, :class:`Dataset`) or a small synthetic problem (``SYNTHETIC``).
-SweepDataset = Enum("SweepDataset", [*((d.name, d.value) for d in Dataset if d.value in IMAGE_DATASETS),
-                                     ("SYNTHETIC", "synthetic")], type=str, module=__name__)
-
-
-class Budget(str, Enum):
-    """How much ``bbb reproduce`` trains (docs and :data:`bbb.experiments.mnist.BUDGETS`)."""
-
-    SMOKE = "smoke"
-    QUICK = "quick"
-    PAPER = "paper"
-
-
-class CellMethod(str, Enum):
-    """The methods of the paper's Table 1."""
-
-    SGD = "sgd"
-    DROPOUT = "dropout"
-    BBB_GAUSSIAN = "bbb_gaussian"
-    BBB_MIXTURE = "bbb_mixture"
-
-
-class Experiment(str, Enum):
-    MNIST = "mnist"
-    UCI = "uci"
-
-
-class Backend(str, Enum):
-    """Where ``bbb sweep`` runs its trials."""
-
-    LOCAL = "local"
-    RAY = "ray"
-
-
-class SchedulerKind(str, Enum):
-    NONE = "none"
-    ASHA = "asha"
-
-
-class ValueKind(str, Enum):
-    """How a sweep's search space gives the values of one key."""
-
-    GRID = "grid"
-    CHOICE = "choice"
-    UNIFORM = "uniform"
-    LOGUNIFORM = "loguniform"
-    RANDINT = "randint"
-
-
 def values(options: type[Enum] | Sequence[str]) -> list[str]:
     """The allowed strings of an Enum (or a sequence of strings), in order: ``choices=`` lists."""
     return [e.value for e in options] if isinstance(options, type) else [str(v) for v in options]
 
 
+def _user_error(message: str) -> Exception:
+    """The one-line :class:`bbb.errors.UserError`, imported only when there is one to raise (so
+    this module imports nothing of ``bbb``)."""
+    from .errors import UserError
+
+    return UserError(message)
+
+
 def choice(name: str, value: Any, options: type[Enum] | Sequence[str]) -> str:
     """``value`` (a string or an Enum member) as the allowed string it names; any other value
-    raises :class:`UserError` ``unknown <name> <value>; choose one of: a, b, c``."""
+    raises :class:`bbb.errors.UserError` ``unknown <name> <value>; choose one of: a, b, c``."""
     allowed = values(options)
     v = value.value if isinstance(value, Enum) else value
     if v not in allowed:
-        raise UserError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+        raise _user_error(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
     return str(v)
 
 
 def device_name(device: Any) -> str:
     """A device option as stored in a configuration: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``;
-    anything else is the one-line ``unknown device`` error."""
+    anything else is the one-line ``unknown device`` error (:func:`bbb.devices.resolve_device`
+    turns it into a ``torch.device``)."""
     name = str(device.value if isinstance(device, Enum) else device)
     head, _, index = name.partition(":")
     if name in values(DeviceKind) or (head == DeviceKind.CUDA.value and index.isdigit()):
         return name
-    raise UserError(f"unknown device {device!r}; choose one of: auto, cpu, cuda, cuda:N")
-
-
-def resolve_device(device: Any) -> torch.device:
-    """``auto`` (CUDA when there is one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; asking
-    for CUDA where there is none is a :class:`UserError` that says to use ``--device cpu``."""
-    name = device_name(device)
-    if name == DeviceKind.AUTO.value:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name} was asked for but no CUDA device is available; "
-                        "use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        n = torch.cuda.device_count()
-        raise UserError(f"--device {name}: this machine has {n} CUDA device(s), numbered 0 to {n - 1}; "
-                        "choose one of them (or --device cuda)")
-    return dev
-
-
-def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = 0.0025,
-               prior_sigma: float = 1.0) -> Prior:
-    """The prior a configuration's flat fields describe: ``gaussian`` N(0, prior_sigma^2) or the
-    scale ``mixture`` pi N(0, sigma1^2) + (1 - pi) N(0, sigma2^2)."""
-    kind = choice("prior", kind, PriorKind)
-    if kind == PriorKind.GAUSSIAN.value:
-        return GaussianPrior(prior_sigma)
-    return ScaleMixturePrior(pi, sigma1, sigma2)
+    raise _user_error(f"unknown device {device!r}; choose one of: auto, cpu, cuda, cuda:N")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from cudakit import F32, MILD, MIXTURE, data, engine_step, net, params, sync_errors
 
+from bbb.devices import resolve_device
 from bbb.elbo import ELBO
 from bbb.engine import COMPILE_MIN_NUMEL, Engine, counter_noise
 from bbb.errors import UserError
-from bbb.options import resolve_device
 
 
 def _has_triton() -> bool:

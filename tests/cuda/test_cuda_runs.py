@@ -15,7 +15,7 @@ from bbb.elbo import ELBO
 from bbb.engine import Engine
 from bbb.prune import prune
 from bbb.runs import evaluate, load_checkpoint, load_run, train
-from bbb.runs.evaluate import mean_logits
+from bbb.runs.evaluation import mean_logits
 from bbb.uncertainty import predict
 
 

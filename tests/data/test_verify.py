@@ -1,29 +1,39 @@
-"""MD5 check of data files already present, once per file version (stamps), and its errors."""
+"""MD5 check of data files already present, once per file version (stamps in the user's cache,
+never in the data folder), and its errors."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import json
+import logging
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from bbb.data import KNOWN_FILES, ensure_files, load_mushroom, sources, verify_files
+from bbb.data import KNOWN_FILES, ensure_files, load_mushroom, read_idx, sources, verify_files
 from bbb.errors import DataError
 
 SHARED = Path(os.environ.get("BBB_SHARED_DATA", "/work/shared/data"))
 NAME = "t10k-labels-idx1-ubyte.gz"
 
 
+LEGACY_STAMP = ".bbb-verified.json"  # where stamps were once written: beside the data files
+
+
 @pytest.fixture(autouse=True)
 def _cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """Stamps that cannot go beside the files go to a cache under tmp_path, never ~/.cache."""
-    cache = tmp_path / "xdg-cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    """The user's cache ($BBB_CACHE) under tmp_path, never ~/.cache."""
+    cache = tmp_path / "user-cache"
+    monkeypatch.setenv(sources.CACHE_ENV, str(cache))
     monkeypatch.delenv(sources.VERIFY_ENV, raising=False)
-    return cache / "bbb"
+    return cache
+
+
+def stamps(cache: Path) -> list[Path]:
+    return sorted((cache / "verified").glob("*.json"))
 
 
 def one_good_file(root: Path, monkeypatch: pytest.MonkeyPatch, body: bytes = b"labels") -> Path:
@@ -47,13 +57,24 @@ def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_good_file_is_hashed_once_then_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_good_file_is_hashed_once_then_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               _cache: Path) -> None:
     path = one_good_file(tmp_path / "data", monkeypatch)
     calls = count_hashes(monkeypatch)
     assert ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False) == [path]
-    assert (path.parent / sources.STAMP_NAME).is_file()
+    assert [p.name for p in path.parent.iterdir()] == [NAME]  # nothing written beside the data
+    assert len(stamps(_cache)) == 1
     ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False)
     assert calls == [NAME]
+
+
+def test_the_cache_follows_xdg_without_bbb_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(sources.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    path = one_good_file(tmp_path / "data", monkeypatch)
+    ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False)
+    assert len(stamps(tmp_path / "xdg" / "bbb")) == 1
+    assert [p.name for p in path.parent.iterdir()] == [NAME]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "replace"])
@@ -88,40 +109,84 @@ def test_verification_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.Monk
     assert ensure_files("mnist", [NAME], data_dir=tmp_path, download=False) == [path]
 
 
-def test_read_only_folder_stamps_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              _cache: Path) -> None:
-    path = one_good_file(tmp_path / "data", monkeypatch)
-    path.parent.chmod(0o555)  # read-only for everyone (root included, by our rule)
-    try:
-        calls = count_hashes(monkeypatch)
-        ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False)
-        ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False)
-        assert calls == [NAME]
-        assert not (path.parent / sources.STAMP_NAME).exists()
-        assert len(list((_cache / "verified").glob("*.json"))) == 1
-    finally:
-        path.parent.chmod(0o755)
-
-
-def test_nowhere_to_stamp_still_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = one_good_file(tmp_path / "data", monkeypatch)
-    path.parent.chmod(0o555)
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("a file where the cache folder should be")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+def test_read_only_data_folder_loads_verifies_and_stays_untouched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  _cache: Path) -> None:
+    body = bytes([0, 0, 8, 1]) + (3).to_bytes(4, "big") + bytes([7, 1, 4])  # an IDX file of 3 labels
+    path = one_good_file(tmp_path / "data", monkeypatch, body=body)
+    root = tmp_path / "data"
+    for d in (path.parent, root):
+        d.chmod(0o555)  # read-only for everyone (root included)
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
     try:
         calls = count_hashes(monkeypatch)
         for _ in range(2):
+            assert ensure_files("mnist", [NAME], data_dir=root, download=False) == [path]
+            assert read_idx(path).tolist() == [7, 1, 4]  # loads
+        assert calls == [NAME]  # verified once, then trusted from the cache
+        assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # nothing created there
+        assert len(stamps(_cache)) == 1
+    finally:
+        for d in (root, path.parent):
+            d.chmod(0o755)
+
+
+def test_a_damaged_file_in_a_read_only_folder_is_still_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            _cache: Path) -> None:
+    path = one_good_file(tmp_path / "data", monkeypatch)
+    path.write_bytes(b"damaged")
+    path.parent.chmod(0o555)
+    try:
+        with pytest.raises(DataError, match="damaged or truncated"):
             ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False)
-        assert calls == [NAME, NAME]  # hashed every time, but no error
+        assert stamps(_cache) == []
     finally:
         path.parent.chmod(0o755)
 
 
-def test_corrupt_stamp_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stamp_left_beside_the_data_is_neither_trusted_nor_rewritten(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     path = one_good_file(tmp_path, monkeypatch)
-    (path.parent / sources.STAMP_NAME).write_text("{not json")
+    st = path.stat()
+    legacy = {"version": 1, "folder": str(path.parent.absolute()),
+              "files": {NAME: {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+                               "md5": KNOWN_FILES["mnist"][NAME]}}}
+    (path.parent / LEGACY_STAMP).write_text(json.dumps(legacy))
+    calls = count_hashes(monkeypatch)
     ensure_files("mnist", [NAME], data_dir=tmp_path, download=False)
+    assert calls == [NAME]
+    assert json.loads((path.parent / LEGACY_STAMP).read_text()) == legacy
+
+
+@pytest.mark.parametrize("blocked", ["cache", "cache/verified"])
+def test_an_unwritable_cache_is_skipped_silently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture, blocked: str) -> None:
+    """A file where the cache (or its ``verified`` folder) should be: unwritable even for root."""
+    path = one_good_file(tmp_path / "data", monkeypatch)
+    path.parent.chmod(0o555)
+    (tmp_path / blocked).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / blocked).write_text("a file where a folder should be")
+    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "cache"))
+    try:
+        calls = count_hashes(monkeypatch)
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                ensure_files("mnist", [NAME], data_dir=tmp_path / "data", download=False)
+        assert calls == [NAME, NAME]  # hashed every time, but no error and nothing said
+        assert caplog.records == []
+        assert [p.name for p in path.parent.iterdir()] == [NAME]
+    finally:
+        path.parent.chmod(0o755)
+
+
+def test_corrupt_stamp_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache: Path) -> None:
+    path = one_good_file(tmp_path, monkeypatch)
+    ensure_files("mnist", [NAME], data_dir=tmp_path, download=False)
+    (stamp,) = stamps(_cache)
+    stamp.write_text("{not json")
+    calls = count_hashes(monkeypatch)
+    ensure_files("mnist", [NAME], data_dir=tmp_path, download=False)
+    assert calls == [NAME]  # hashed again, and stamped again
+    assert json.loads(stamp.read_text())["files"][NAME]["md5"] == KNOWN_FILES["mnist"][NAME]
     path.write_bytes(b"damaged")
     with pytest.raises(DataError, match="damaged or truncated"):
         ensure_files("mnist", [NAME], data_dir=tmp_path, download=False)
@@ -150,8 +215,9 @@ def test_shared_data_passes_and_rerun_is_cheap(monkeypatch: pytest.MonkeyPatch, 
     for dataset, files in KNOWN_FILES.items():
         verify_files(dataset, [SHARED / dataset / n for n in files])
     assert calls == [] and time.perf_counter() - t0 < 0.5
-    # the shared folders are read-only: nothing was added there
+    # nothing was added to the (read-only, shared) data folders; the stamps are in the cache
     assert sorted(p.name for p in (SHARED / "mnist").iterdir()) == before
+    assert len(stamps(_cache)) == len(KNOWN_FILES)
 
 
 def test_good_files_are_stamped_even_when_another_is_damaged(tmp_path: Path,

@@ -64,7 +64,7 @@ def test_truncated_mnist_is_named_by_train(tmp_path: Path) -> None:
     run = tmp_path / "run"
     before = precious_run_dir(run)
     p = bbb("train", "--data-dir", str(tmp_path / "data"), "--out", str(run), "--epochs", "1", "--hidden", "8",
-            "--device", "cpu", "--quiet", timeout=300, XDG_CACHE_HOME=str(tmp_path / "cache"))
+            "--device", "cpu", "--quiet", timeout=300, BBB_CACHE=str(tmp_path / "cache"))
     assert_one_line_error(p, str(folder / "train-images-idx3-ubyte.gz"), "damaged or truncated")
     assert kept(run, before)
 

@@ -5,20 +5,18 @@ gigabytes); an allocation failing inside torch is simulated by patching it in-pr
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+import bbb.runs.evaluation as E
 import bbb.runs.loop as L
 import bbb.uncertainty as U
 from bbb.runs.rundir import RUN_FILES
 
 from .helpers import assert_one_line_error, bbb, bbb_in_process, fake_mnist
-
-E = importlib.import_module("bbb.runs.evaluate")  # the module: bbb.runs.evaluate is also a function's name
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,10 @@ the same --out is refused."""
 def add_train_options(p: argparse.ArgumentParser) -> None:
     """The ``bbb train`` options; every default is SUPPRESS so that --resume can tell what was given."""
     from .. import options as O
+    from ..distributions import KLMode
+    from ..elbo import KLWeighting
+    from ..engine.engine import OptimizerKind
+    from ..nn.base import Estimator
     from ..runs import TrainConfig
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
@@ -64,7 +68,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--prior-sigma", "prior_sigma", "std of the Gaussian prior (--prior gaussian)", type=float)
     add_g("--estimator", "estimator",
           "reparam (the paper), local (local reparameterisation) or flipout",
-          choices=O.values(O.Estimator))
+          choices=O.values(Estimator))
     add_g("--rho-init", "rho_init", "initial rho (sigma = softplus(rho))", type=float)
     add_g("--mu-init-scale", "mu_init_scale", "mu ~ U(-b, b) with this b (default 1/sqrt(fan_in))",
           type=float, show_default=False)
@@ -75,7 +79,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g = suppressed_adder(g, defaults)
     add_g("--epochs", "epochs", "training epochs", type=int)
     add_g("--lr", "lr", "learning rate", type=float)
-    add_g("--optimizer", "optimizer", "the update rule", choices=O.values(O.OptimizerKind))
+    add_g("--optimizer", "optimizer", "the update rule", choices=O.values(OptimizerKind))
     add_g("--momentum", "momentum", "momentum of --optimizer sgd", type=float)
     add_g("--rho-lr-scale", "rho_lr_scale", "bbb: rho's learning rate is --lr times this (lets sigma move "
           "under plain SGD)", type=float)
@@ -90,10 +94,10 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "default: the --samples of the likelihood, the paper's estimator)", type=int, show_default=False)
     add_g("--kl-weighting", "kl_weighting",
           "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)",
-          choices=O.values(O.KLWeighting))
+          choices=O.values(KLWeighting))
     add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed, mc (the paper's) or split "
           "(closed-form parts + one importance sample for the rest: the mixture's spike without its noise)",
-          choices=O.values(O.KLMode))
+          choices=O.values(KLMode))
 
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)

@@ -11,12 +11,13 @@ never left behind. ``BBB_DATA_URL`` points downloads at a mirror laid out like t
 directory (``<BBB_DATA_URL>/<dataset>/<file name>``).
 
 A file that is already there is checked against its official MD5 once: a stamp (its size,
-modification time and inode) is then kept in ``<dataset>/.bbb-verified.json`` beside it, or,
-when that folder is read-only (for anyone: no write bit), in ``<cache>/verified/`` (``$XDG_CACHE_HOME/bbb``, else
-``~/.cache/bbb``), so later runs do not hash it again; where neither is writable the file is
-hashed on every run (about 0.1 s for MNIST). A damaged or truncated file is named in a
-:class:`bbb.errors.DataError` instead of used. ``BBB_DATA_VERIFY=0`` turns the check off (for
-a copy that differs from the official file on purpose).
+modification time and inode) is then kept in the user's cache, ``<cache>/verified/<folder
+key>.json`` (the cache: ``$BBB_CACHE``, else ``$XDG_CACHE_HOME/bbb``, else ``~/.cache/bbb``), so
+later runs do not hash it again. Verifying never writes into the data folder (which may be
+read-only or shared): only a download adds files there. Where the cache cannot be written the
+file is hashed on every run (about 0.1 s for MNIST), silently. A damaged or truncated file is
+named in a :class:`bbb.errors.DataError` instead of used. ``BBB_DATA_VERIFY=0`` turns the check
+off (for a copy that differs from the official file on purpose).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ __all__ = [
     "BASE_URLS",
     "DATASETS",
     "DOWNLOAD_TIMEOUT",
+    "CACHE_ENV",
     "KNOWN_FILES",
-    "STAMP_NAME",
     "VERIFY_ENV",
     "download_dataset",
     "ensure_file",
@@ -90,8 +91,9 @@ DOWNLOAD_TIMEOUT = 30.0
 
 _CHUNK = 1 << 20
 
-STAMP_NAME = ".bbb-verified.json"
-"""File name of the stamp of verified files kept in each data-set folder."""
+CACHE_ENV = "BBB_CACHE"
+"""Environment variable: the folder of the user's cache (the stamps of verified files), instead of
+``$XDG_CACHE_HOME/bbb`` or ``~/.cache/bbb``."""
 
 VERIFY_ENV = "BBB_DATA_VERIFY"
 """Environment variable: ``0`` (or ``no``, ``false``, ``off``) skips the MD5 check of files present."""
@@ -191,16 +193,22 @@ def _verify_wanted(verify: bool | None) -> bool:
 
 
 def _cache_root() -> Path:
+    """The user's cache: ``$BBB_CACHE``, else ``$XDG_CACHE_HOME/bbb`` (when absolute), else
+    ``~/.cache/bbb``."""
+    own = os.environ.get(CACHE_ENV, "")
+    if own:
+        return Path(own).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if xdg and Path(xdg).expanduser().is_absolute():
         return Path(xdg).expanduser() / "bbb"
     return Path.home() / ".cache" / "bbb"
 
 
-def _stamp_paths(folder: Path) -> list[Path]:
-    """Where the stamp of ``folder`` may be: beside the files, else in the per-user cache."""
+def _stamp_path(folder: Path) -> Path:
+    """Where the stamp of the data-set folder ``folder`` is kept: in the user's cache, one file per
+    folder (never in the data folder itself)."""
     key = hashlib.sha1(str(folder.absolute()).encode(), usedforsecurity=False).hexdigest()[:16]
-    return [folder / STAMP_NAME, _cache_root() / "verified" / f"{key}.json"]
+    return _cache_root() / "verified" / f"{key}.json"
 
 
 def _read_stamp(path: Path, folder: Path) -> dict[str, Any]:
@@ -220,28 +228,20 @@ def _fingerprint(st: os.stat_result, md5: str) -> dict[str, Any]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "md5": md5.lower()}
 
 
-def _dir_writable(folder: Path) -> bool:
-    """Whether we may add a file to ``folder``: allowed, and not a folder marked read-only
-    (no write bit at all), which root could write to but should leave alone."""
-    try:
-        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
-    except OSError:
-        return False
-
-
 def _write_stamp(folder: Path, verified: dict[str, dict[str, Any]]) -> None:
-    """Record ``verified`` (file name -> fingerprint) in the first writable stamp location."""
-    for i, path in enumerate(_stamp_paths(folder)):
-        files = {**_read_stamp(path, folder), **verified}
-        obj = {"version": _STAMP_VERSION, "folder": str(folder.absolute()), "files": files}
-        if i == 0 and not _dir_writable(folder):
-            continue
-        try:
-            atomic_write(path, lambda f, o=obj: f.write(
-                (json.dumps(o, indent=1, sort_keys=True) + "\n").encode()))
-            return
-        except (OSError, UserError) as exc:  # read-only or full: try the next place, else skip
-            log.debug("cannot write the data stamp %s: %s", path, exc)
+    """Record ``verified`` (file name -> fingerprint) in the user's cache; skipped (silently)
+    where the cache cannot be written."""
+    path = _stamp_path(folder)
+    files = {**_read_stamp(path, folder), **verified}
+    obj = {"version": _STAMP_VERSION, "folder": str(folder.absolute()), "files": files}
+
+    def write(f: BinaryIO) -> None:
+        f.write((json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
+
+    try:
+        atomic_write(path, write)
+    except (OSError, UserError) as exc:  # read-only, not a folder, or full: hash again next time
+        log.debug("cannot write the data stamp %s: %s", path, exc)
 
 
 def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
@@ -249,7 +249,8 @@ def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
     """Check files of ``dataset`` against their official MD5, once per file version.
 
     Files whose stamp (size, modification time, inode and expected MD5) matches are not
-    hashed again; see the module's docstring for where stamps live.
+    hashed again; the stamps live in the user's cache (see the module's docstring), never
+    beside the files.
 
     Raises
     ------
@@ -264,9 +265,7 @@ def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
         p = Path(p)
         by_folder.setdefault(p.parent, []).append(p)
     for folder, files in by_folder.items():
-        stamps: dict[str, Any] = {}
-        for sp in reversed(_stamp_paths(folder)):  # the stamp beside the files wins
-            stamps.update(_read_stamp(sp, folder))
+        stamps = _read_stamp(_stamp_path(folder), folder)
         verified: dict[str, dict[str, Any]] = {}
         try:
             for path in files:

@@ -11,7 +11,8 @@ from torch import Tensor
 
 from ..distributions import KLMode, uses_monte_carlo
 from ..errors import UserError
-from ..nn import Estimator, bayes_modules
+from ..nn import bayes_modules
+from ..nn.base import Estimator
 from .kernels import gradients
 
 __all__ = ["unsupported_reason", "param_groups", "new_params", "clip_grad_norm", "compile_default", "has_triton"]

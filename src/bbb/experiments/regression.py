@@ -47,12 +47,13 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..cli.common import add_device, add_out, add_quiet, add_seed, add_threads, describe
-from ..distributions import inverse_softplus
+from ..devices import resolve_device
+from ..distributions import inverse_softplus, make_prior
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesMLP, sampling
-from ..options import PriorKind, choice, make_prior, resolve_device, values
+from ..options import PriorKind, choice, values
 from ..uncertainty import regression_uncertainty
 
 __all__ = [

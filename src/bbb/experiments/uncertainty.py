@@ -24,10 +24,11 @@ from torch import Tensor
 
 from .. import uncertainty as U
 from ..cli.common import add_run_dir_arguments, add_seed
+from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
-from ..options import IMAGE_DATASETS, resolve_device
+from ..options import IMAGE_DATASETS
 from ..plots import canvas, figures, finish, plot_reliability, save_png
 from ..runs import mc_dropout
 

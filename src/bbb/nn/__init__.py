@@ -18,18 +18,20 @@ Common random numbers: while a :class:`SampleRecorder` is active (the ELBO opens
 hands the noise and weights it drew to the recorder, so the Monte Carlo KL uses exactly the
 weights of the forward pass. The recorder is an object owned by the caller, not module state.
 
-The package: :mod:`bbb.nn.sampling` (sampling mode, recorder, providers, shared and folded
-samples), :mod:`bbb.nn.base` (:class:`BayesModule`, estimators, defaults), :mod:`bbb.nn.layers`
-(linear), :mod:`bbb.nn.conv` (convolutions), :mod:`bbb.nn.recurrent` (RNN, LSTM, GRU),
-:mod:`bbb.nn.attention` (multi-head attention), :mod:`bbb.nn.embedding`, :mod:`bbb.nn.model`
-(:class:`BayesMLP` and model-level helpers) and :mod:`bbb.nn.population` (many independent
-networks batched on a member dimension); every public name is importable from ``bbb.nn``.
+The package: :mod:`bbb.nn.samples` (sampling mode, recorder, providers, shared and folded
+samples), :mod:`bbb.nn.base` (:class:`BayesModule`, the :class:`~bbb.nn.base.Estimator` enum,
+defaults), :mod:`bbb.nn.layers` (linear), :mod:`bbb.nn.conv` (convolutions),
+:mod:`bbb.nn.recurrent` (RNN, LSTM, GRU), :mod:`bbb.nn.attention` (multi-head attention),
+:mod:`bbb.nn.embedding`, :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers) and
+:mod:`bbb.nn.population` (many independent networks batched on a member dimension); every public
+name is importable from ``bbb.nn`` except the Enums (``Estimator``, ``SamplingMode``), which have
+one address, the module that defines them.
 """
 
 from __future__ import annotations
 
 from .attention import BayesMultiheadAttention, no_fast_path
-from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, Estimator, default_prior
+from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, default_prior
 from .conv import (
     BayesConv1d,
     BayesConv2d,
@@ -50,7 +52,7 @@ from .population import (
     population_linear,
 )
 from .recurrent import BayesGRU, BayesLSTM, BayesRNN
-from .sampling import (
+from .samples import (
     SampleProvider,
     SampleRecorder,
     folded_samples,
@@ -59,9 +61,6 @@ from .sampling import (
     model_batch_dim,
     providing_samples,
     shared_samples,
-)
-from .sampling import (
-    SamplingMode as SamplingMode,  # not in __all__, importable from bbb.nn as before
 )
 
 
@@ -74,7 +73,6 @@ def layer_types() -> tuple[type[BayesModule], ...]:
 
 
 __all__ = [
-    "Estimator",
     "BayesModule",
     "BayesLinear",
     "BayesConv1d",

@@ -31,7 +31,7 @@ from ..distributions import Prior, softplus
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
-from .sampling import fold_samples, unfold
+from .samples import fold_samples, unfold
 
 __all__ = ["BayesMultiheadAttention", "no_fast_path"]
 

@@ -20,7 +20,7 @@ from ..distributions import (
     softplus,
 )
 from ..errors import UserError
-from .sampling import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
+from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
 
 __all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1", "DEFAULT_SIGMA2",
            "default_prior"]

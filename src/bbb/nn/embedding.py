@@ -25,7 +25,7 @@ from .. import functional as BF
 from ..distributions import Prior, softplus
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
-from .sampling import FOLD
+from .samples import FOLD
 
 __all__ = ["BayesEmbedding", "BayesEmbeddingBag"]
 

@@ -19,7 +19,7 @@ from .conv import BayesConv3d as BayesConv3d
 from .conv import BayesConvTranspose1d as BayesConvTranspose1d
 from .conv import BayesConvTranspose2d as BayesConvTranspose2d
 from .conv import BayesConvTranspose3d as BayesConvTranspose3d
-from .sampling import LEADING, PROVIDER
+from .samples import LEADING, PROVIDER
 
 __all__ = ["BayesLinear", "PerSample"]
 

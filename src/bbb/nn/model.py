@@ -14,7 +14,7 @@ from ..distributions import KLMode, Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
-from .sampling import LEADING, PROVIDER, SampleRecorder, SamplingMode, leading_samples
+from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, leading_samples
 
 __all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling"]
 

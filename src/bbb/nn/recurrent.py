@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
-from .sampling import fold_samples, refold, unfold
+from .samples import fold_samples, refold, unfold
 
 __all__ = ["BayesRNN", "BayesLSTM", "BayesGRU"]
 

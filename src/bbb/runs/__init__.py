@@ -9,7 +9,7 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.checkpoint` - ``last.pt`` (the commit point) / ``best.pt`` (format version
   checked), ``metrics.csv`` (checked against ``last.pt``), their repair on resume.
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
-* :mod:`bbb.runs.evaluate` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
+* :mod:`bbb.runs.evaluation` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
 * :mod:`bbb.runs.jobs` - the one job runner (:func:`run_jobs`): skip finished runs, resume,
   record divergence, retry crashes, report through :class:`JobCallbacks`.
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
@@ -17,7 +17,6 @@ it. A run directory is one contract, kept here:
 
 from __future__ import annotations
 
-from ..options import DeviceKind, LRSchedule, Method, OptimizerKind, PriorKind, resolve_device
 from .checkpoint import (
     CHECKPOINT_FORMAT,
     METRIC_COLUMNS,
@@ -36,7 +35,7 @@ from .config import (
     TrainingDiverged,
     TrainingInterrupted,
 )
-from .evaluate import (
+from .evaluation import (
     EVAL_CHUNK,
     OutOfMemory,
     ResultsNotSaved,
@@ -58,17 +57,12 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "DATASETS",
     "DATA_KEYS",
-    "DeviceKind",
     "EVAL_CHUNK",
     "JobCallbacks",
     "JobResult",
-    "LRSchedule",
     "METRIC_COLUMNS",
-    "Method",
-    "OptimizerKind",
     "OutOfMemory",
     "PRUNING_COLUMNS",
-    "PriorKind",
     "RESUME_MUTABLE",
     "ResultsNotSaved",
     "RunDirBusy",
@@ -98,7 +92,6 @@ __all__ = [
     "num_weights",
     "prune_run",
     "read_metrics",
-    "resolve_device",
     "run_data",
     "run_dir_of",
     "run_epoch",

@@ -9,21 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..distributions import KLMode, Prior
+from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
-from ..engine import OptimizerKind
+from ..engine.engine import OptimizerKind
 from ..errors import UserError
-from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, Estimator
-from ..options import (
-    IMAGE_DATASETS,
-    DeviceKind,
-    LRSchedule,
-    Method,
-    PriorKind,
-    choice,
-    device_name,
-    make_prior,
-)
+from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
+from ..nn.base import Estimator
+from ..options import IMAGE_DATASETS, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
 __all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "TrainingDiverged", "TrainingInterrupted", "resume_conflicts"]
 

@@ -64,15 +64,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..devices import resolve_device
 from ..elbo import ELBO
-from ..engine import Engine, OptimizerKind
+from ..engine import Engine
+from ..engine.engine import OptimizerKind
 from ..errors import CheckpointError, UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
-from ..options import LRSchedule, Method, resolve_device
+from ..options import LRSchedule, Method
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import TrainConfig, TrainingDiverged, TrainingInterrupted, resume_conflicts
-from .evaluate import check_memory, error_count, error_rate, evaluate
+from .evaluation import check_memory, error_count, error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 

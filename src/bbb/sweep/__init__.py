@@ -49,8 +49,6 @@ smoke runs).
 
 from __future__ import annotations
 
-from ..options import Backend, SchedulerKind
-from ..options import SweepDataset as DatasetKind
 from .command import (  # noqa: F401
     EXAMPLE,
     add_arguments,
@@ -94,7 +92,6 @@ from .space import (  # noqa: F401
     SWEEP_KEYS,
     DataSpec,
     Trial,
-    TrialStatus,
     apply_overrides,
     count_trials,
     expand_space,
@@ -125,10 +122,6 @@ from .trial import (  # noqa: F401
 )
 
 __all__ = [
-    "Backend",
-    "SchedulerKind",
-    "TrialStatus",
-    "DatasetKind",
     "Trial",
     "SweepOptions",
     "PAPER_SPACE",

@@ -12,9 +12,8 @@ from typing import Any
 
 from ..cli.common import add_data_dir, add_quiet, describe
 from ..errors import UserError
-from ..options import Backend, SchedulerKind
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
-from .results import SweepOptions
+from .results import Backend, SchedulerKind, SweepOptions
 from .runner import run_sweep
 from .space import (
     Trial,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..options import SweepDataset as DatasetKind
-from .space import DataSpec, resolve_params
+from .space import DataSpec, SweepDataset, resolve_params
 
 #: Cost model of --dry-run: seconds per epoch = REF_EPOCH_SECONDS x (FIXED_FRACTION + (1 -
 #: FIXED_FRACTION) x weights / REF_WEIGHTS) x (SAMPLE_FIXED + (1 - SAMPLE_FIXED) x samples) x
@@ -47,7 +46,7 @@ def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]
 
     key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale], "dir": data_dir})
     if key not in _DATA_CACHE:
-        if data.kind == DatasetKind.SYNTHETIC.value:
+        if data.kind == SweepDataset.SYNTHETIC.value:
             _DATA_CACHE[key] = synthetic_data(data.dim, data.n_train, data.classes, cfg.split_seed)
         else:
             _DATA_CACHE[key] = load_data(cfg.replace(data_dir=data_dir) if data_dir else cfg)
@@ -56,7 +55,7 @@ def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]
 
 def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
     """(training examples, input features, classes) without loading the data."""
-    if data.kind == DatasetKind.SYNTHETIC.value:
+    if data.kind == SweepDataset.SYNTHETIC.value:
         return data.n_train, data.dim, data.classes
     return 60_000 - cfg.val_size, 784, 10
 

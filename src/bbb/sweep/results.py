@@ -14,9 +14,22 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
-from ..options import Backend, SchedulerKind
 from .space import RESULT_COLUMNS, Trial, TrialStatus
 from .trial import result_row, trial_dir
+
+
+class Backend(str, Enum):
+    """Where ``bbb sweep`` runs its trials."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
+class SchedulerKind(str, Enum):
+    """Which trials ``bbb sweep`` stops early: none, or Ray Tune's ASHA."""
+
+    NONE = "none"
+    ASHA = "asha"
 
 
 @dataclass

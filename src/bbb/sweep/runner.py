@@ -13,10 +13,9 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from ..options import Backend, SchedulerKind
 from .cost import trial_data
 from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
-from .results import SweepOptions, write_results
+from .results import Backend, SchedulerKind, SweepOptions, write_results
 from .space import Trial, TrialStatus, expand_space, resolve_params
 from .trial import (
     epochs_done,

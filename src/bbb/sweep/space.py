@@ -15,8 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..options import SweepDataset as DatasetKind
-from ..options import ValueKind
+from ..options import Dataset
+
+
+class SweepDataset(str, Enum):
+    """What a sweep's trials train on: an image dataset (the members of
+    :data:`bbb.options.IMAGE_DATASETS`, from the one list, :class:`bbb.options.Dataset`) or a small
+    synthetic problem (``SYNTHETIC``)."""
+
+    MNIST = Dataset.MNIST.value
+    FASHION_MNIST = Dataset.FASHION_MNIST.value
+    SYNTHETIC = "synthetic"
+
+
+class ValueKind(str, Enum):
+    """How a sweep's search space gives the values of one key."""
+
+    GRID = "grid"
+    CHOICE = "choice"
+    UNIFORM = "uniform"
+    LOGUNIFORM = "loguniform"
+    RANDINT = "randint"
 
 
 class TrialStatus(str, Enum):
@@ -269,13 +288,13 @@ class Trial:
 class DataSpec:
     """Where a trial's data come from: MNIST / Fashion-MNIST (TrainConfig) or synthetic blobs."""
 
-    kind: str = DatasetKind.MNIST.value
+    kind: str = SweepDataset.MNIST.value
     dim: int = 64
     n_train: int = 400
     classes: int = 4
 
     def key(self) -> dict[str, Any]:
-        if self.kind != DatasetKind.SYNTHETIC.value:
+        if self.kind != SweepDataset.SYNTHETIC.value:
             return {"dataset": self.kind}
         return {"dataset": self.kind, "dim": self.dim, "n_train": self.n_train, "classes": self.classes}
 
@@ -361,12 +380,12 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
     from ..runs import TrainConfig
 
     p = dict(params)
-    kind = p.pop("dataset", DatasetKind.MNIST.value)
-    if kind not in {k.value for k in DatasetKind}:
+    kind = p.pop("dataset", SweepDataset.MNIST.value)
+    if kind not in {k.value for k in SweepDataset}:
         raise UserError(f"search space: unknown dataset {kind!r}; choose one of: "
-                        f"{', '.join(k.value for k in DatasetKind)}")
+                        f"{', '.join(k.value for k in SweepDataset)}")
     syn = {k: p.pop(k) for k in _SYNTHETIC_DEFAULTS if k in p}
-    if syn and kind != DatasetKind.SYNTHETIC.value:
+    if syn and kind != SweepDataset.SYNTHETIC.value:
         raise UserError(f"search space: {', '.join(syn)} only apply to dataset: synthetic")
     syn = {**_SYNTHETIC_DEFAULTS, **syn}
     data = DataSpec(kind, _int("synthetic_dim", syn["synthetic_dim"], 1),
@@ -386,7 +405,7 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise UserError(f"search space: neg_log_sigma{i} must be a number, got {v!r}")
             p[f"sigma{i}"] = math.exp(-float(v))
-    if kind != DatasetKind.SYNTHETIC.value:
+    if kind != SweepDataset.SYNTHETIC.value:
         p["dataset"] = kind
     try:
         cfg = TrainConfig.from_dict(p)
@@ -397,7 +416,7 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
         raise UserError(f"search space: {msg}") from None
     except TypeError as e:
         raise UserError(f"search space: {e}") from None
-    if kind != DatasetKind.SYNTHETIC.value and cfg.val_size < 1:
+    if kind != SweepDataset.SYNTHETIC.value and cfg.val_size < 1:
         raise UserError("search space: a sweep selects models on the validation set; val_size must be >= 1")
     return cfg, data
 

@@ -15,7 +15,7 @@ from torch import Tensor
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
 from ..errors import UserError
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples
-from ..nn.sampling import PROVIDER
+from ..nn.samples import PROVIDER
 from .classification import (
     brier_score,
     entropy,

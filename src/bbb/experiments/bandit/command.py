@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads, describe
-from ...options import KLData, KLWeighting, OptimizerKind, PriorKind, values
-from .config import BanditConfig
+from ...elbo import KLWeighting
+from ...engine.engine import OptimizerKind
+from ...options import PriorKind, values
+from .config import BanditConfig, KLData
 from .running import run_bandit
 
 EXAMPLE = (

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-from ...distributions import Prior, inverse_softplus
+from ...distributions import Prior, inverse_softplus, make_prior
+from ...elbo import KLWeighting
+from ...engine.engine import OptimizerKind
 from ...errors import UserError
-from ...options import KLData, KLWeighting, OptimizerKind, PriorKind, choice, make_prior
+from ...options import PriorKind, choice
+
+
+class KLData(str, Enum):
+    """N of the bandit's KL / N weight: every interaction ``seen`` so far, or the replay
+    ``buffer``'s fill (its capacity once full)."""
+
+    SEEN = "seen"
+    BUFFER = "buffer"
+
 
 DEFAULT_AGENTS = ("bbb", "greedy", "egreedy_0.01", "egreedy_0.05")
 

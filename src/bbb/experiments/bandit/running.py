@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ...devices import resolve_device
 from ...io import atomic_write_json, atomic_write_text, csv_text
-from ...options import resolve_device
 from ...runs import TrainingInterrupted, lock_run_dir
 from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
 from .marks import figure6_marks

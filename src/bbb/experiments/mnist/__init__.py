@@ -149,8 +149,6 @@ from .tables import (  # noqa: F401
 )
 
 __all__ = [
-    "Budget",
-    "CellMethod",
     "BudgetSpec",
     "Candidate",
     "BUDGETS",

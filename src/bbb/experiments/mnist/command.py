@@ -6,10 +6,9 @@ import argparse
 
 from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
 from ...errors import UserError
-from ...options import Budget
 from .experiment import run_reproduce
 from .plan import CANDIDATES_HELP, CELLS_HELP, ReproduceConfig
-from .recipes import BUDGETS, DATASETS
+from .recipes import BUDGETS, DATASETS, Budget
 
 EXAMPLE = (
     "bbb reproduce mnist --budget quick --out results/mnist --threads 2\n"

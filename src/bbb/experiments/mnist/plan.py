@@ -5,12 +5,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from ... import runs as T
 from ...errors import UserError
-from ...options import Budget, DeviceKind, Experiment, choice, device_name
+from ...options import DeviceKind, choice, device_name
 from .recipes import (
     BUDGETS,
     CELL_ORDER,
@@ -20,6 +21,7 @@ from .recipes import (
     METHODS,
     SECONDS_PER_EPOCH,
     WIDTHS,
+    Budget,
     BudgetSpec,
     cell_candidates,
 )
@@ -111,6 +113,13 @@ def candidates_text(candidates: Sequence[int]) -> str:
 
 def cells_text(cells: Sequence[tuple[str, int]]) -> str:
     return ",".join(f"{method_arg(m)}:{w}" for m, w in cells)
+
+
+class Experiment(str, Enum):
+    """Which experiment a :class:`ReproduceConfig` describes (stored in ``reproduce.json``)."""
+
+    MNIST = "mnist"
+    UCI = "uci"
 
 
 @dataclass

@@ -5,10 +5,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from ... import runs as T
-from ...options import CellMethod
+
+
+class Budget(str, Enum):
+    """How much ``bbb reproduce mnist`` trains (docs and :data:`BUDGETS`)."""
+
+    SMOKE = "smoke"
+    QUICK = "quick"
+    PAPER = "paper"
+
+
+class CellMethod(str, Enum):
+    """The methods of the paper's Table 1."""
+
+    SGD = "sgd"
+    DROPOUT = "dropout"
+    BBB_GAUSSIAN = "bbb_gaussian"
+    BBB_MIXTURE = "bbb_mixture"
+
 
 WIDTHS: tuple[int, ...] = (400, 800, 1200)
 

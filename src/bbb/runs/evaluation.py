@@ -21,10 +21,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
+from ..devices import resolve_device
 from ..errors import UserError
 from ..io import DiskFullError, atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
-from ..options import Method, choice, resolve_device
+from ..options import Method, choice
 from ..plots import plot_reliability
 from ..prune import prune, unprune
 from . import model as runmodel

@@ -212,3 +212,13 @@ def test_schedule_steps_and_checkpoints():
     assert small.epochs <= 2000 and large.epochs >= 100
     for s in (small, large):
         assert s.checkpoints[-1] == s.epochs and list(s.checkpoints) == sorted(set(s.checkpoints))
+
+
+def test_protein_has_the_protocols_wider_layer(data_root, tmp_path):
+    cfg = smoke_cfg(data_root, tmp_path / "o")
+    assert cfg.hidden_for("protein-tertiary-structure") == 100
+    assert cfg.hidden_for("yacht") == cfg.hidden_for("bostonHousing") == 50
+    d = load_uci("yacht", data_root)
+    jd = TR.job_data(d, (0,), Phase.TEST)
+    model = TR.PopulationModel(VARIANTS[0], 1, jd.x_fit.shape[-1], cfg.hidden_for("protein-tertiary-structure"), cfg, 0)
+    assert model.pop.sizes == [3, 100, 1]

@@ -30,7 +30,7 @@ from ...nn import BayesPopulation, SampleRecorder, model_kl, sampling
 from ...uncertainty import gaussian_mixture_log_prob, regression_metrics
 from .settings import NOISE_SCALES, Phase, Schedule, UCIConfig, Variant
 
-__all__ = ["Job", "JobData", "job_data", "run_job", "SAVE_SECONDS"]
+__all__ = ["Job", "JobData", "PopulationModel", "job_data", "run_job", "score", "full_metrics", "SAVE_SECONDS"]
 
 #: a running job also saves its state after this many seconds without a checkpoint
 SAVE_SECONDS = 60.0
@@ -88,13 +88,14 @@ def job_data(data: UCIData, splits: Sequence[int], phase: Phase, seed: int = 0) 
     return JobData(x_fit, y_fit, x_eval, y_eval, torch.stack(cols[4]), torch.stack(cols[5]))
 
 
-class _Model:
+class PopulationModel:
     """The population, its noise and its engine for one variant."""
 
-    def __init__(self, variant: Variant, members: int, features: int, cfg: UCIConfig, seed: int) -> None:
+    def __init__(self, variant: Variant, members: int, features: int, hidden: int, cfg: UCIConfig,
+                 seed: int) -> None:
         torch.manual_seed(seed)
         self.hetero = variant.likelihood == "heteroscedastic"
-        self.pop = BayesPopulation(features, [cfg.hidden], 2 if self.hetero else 1, bayesian=members,
+        self.pop = BayesPopulation(features, [hidden], 2 if self.hetero else 1, bayesian=members,
                                    prior=GaussianPrior(cfg.prior_sigma), estimator=variant.estimator)
         self.lik = HeteroscedasticGaussian() if self.hetero else None
         raw = float(inverse_softplus(float(cfg.noise_init)))
@@ -120,13 +121,13 @@ class _Model:
         self.engine.load_state_dict(st["engine"])
 
 
-def _nll(model: _Model, xb: Tensor, yb: Tensor) -> Tensor:
+def _nll(model: PopulationModel, xb: Tensor, yb: Tensor) -> Tensor:
     mean, sd = model.mean_sd(model.pop(xb))
     return (0.5 * ((yb - mean) / sd) ** 2 + torch.log(sd)).sum() + 0.5 * math.log(2 * math.pi) * yb.numel()
 
 
 @torch.no_grad()
-def _predict(model: _Model, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+def _predict(model: PopulationModel, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """k sampled (mean, noise sd) per member and row: (k, S, R) each, float64."""
     means, sds = [], []
     with sampling(model.pop, "sample"), SampleRecorder(generator):
@@ -168,7 +169,7 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     jd = job_data(data, job.splits, job.phase, cfg.seed)
     members, n, d = jd.x_fit.shape
     seed = cfg.seed * 1_000_003 + zlib.crc32(job.name.encode())
-    model = _Model(job.variant, members, d, cfg, seed)
+    model = PopulationModel(job.variant, members, d, cfg.hidden_for(job.dataset), cfg, seed)
     order = torch.Generator().manual_seed(seed)
     sched = job.schedule
     batch = min(sched.batch_size, n)

@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast lint demo clean docs wheel-check
+.PHONY: venv test test-fast lint typecheck demo clean docs wheel-check
 
 venv: $(STAMP)
 
@@ -22,16 +22,28 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
 	touch $(STAMP)
 
+# The suite on TEST_WORKERS processes (pytest-xdist, from the dev extra), a test module to each
+# (--dist loadscope: a module's shared fixtures are built once; the modules with tests marked
+# slow first, tests/conftest.py, hence --no-loadscope-reorder); TEST_WORKERS=0 runs it in this
+# process alone. Two workers on 2 cores: the slow tests wait mostly on one-threaded subprocesses
+# (torch.compile, kill-and-resume, the command line), so the second core is otherwise idle.
+TEST_WORKERS ?= 2
+PYTEST_WORKERS = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_WORKERS)
 
 # The development lane: everything but the tests marked slow (real data, long training).
 # `make test` (and CI) still run everything.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# The package ships py.typed: its annotations are checked (CI).
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy src/bbb
 
 demo: $(STAMP)
 	$(PY) -m bbb demo

@@ -89,7 +89,7 @@ PROFILED = ("mlp", "mlp-sgd", "bbb-paper", "bbb-paper-sgd")
 #: seconds per epoch of ``bbb train`` (2x``--epoch-width``): the paper's configuration (scale
 #: mixture pi 1/4, sigma1 1, sigma2 e^-7, Monte Carlo KL, reparameterisation, one sample) with
 #: Adam 1e-3 (``bbb train``'s other defaults), and the paper budget's plain-SGD recipe for the
-#: same prior (``bbb.experiments.mnist``: the "grid prior" candidate, JINKEHE's recipe: SGD
+#: same prior (``bbb.experiments.mnist``: the "grid prior" candidate, the public reproduction's recipe: SGD
 #: momentum 0, lr 0.128 = 1e-3 on the summed loss, rho0 -3.25, mu0 ~ U(+-0.03), uniform KL
 #: weighting; its step schedule changes nothing in two epochs)
 EPOCH_PAPER: dict[str, Any] = {"method": "bbb", "prior": "mixture", "pi": 0.25, "sigma1": 1.0,

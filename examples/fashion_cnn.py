@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--train-size", type=int, default=60000)
     p.add_argument("--test-size", type=int, default=10000)
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--samples", type=int, default=2, help="Monte Carlo samples per training step")
+    p.add_argument("--train-samples", type=int, default=2, help="weight samples per training step")
     p.add_argument("--eval-samples", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     x, y = images("fashion-mnist", "train", args.train_size, args.data_dir, args.seed)
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True)
     net = bbb.bayesianize(lenet(), from_weights=False)   # a fresh network: no trained weights
-    elbo = bbb.ELBO(net, "categorical", num_batches=len(loader), num_samples=args.samples)
+    elbo = bbb.ELBO(net, "categorical", num_batches=len(loader), num_samples=args.train_samples)
     opt = torch.optim.Adam([*net.parameters(), *elbo.parameters()], lr=1e-3)
     for epoch in range(args.epochs):
         net.train()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -387,6 +388,37 @@ def test_mismatched_samples_or_kl_mode_are_user_errors():
             Engine(net, "adam", **bad)
 
 
+def test_an_engine_built_from_the_elbo_takes_its_settings():
+    """The ELBO owns num_samples, kl and kl_samples: Engine(elbo) takes them, so the two cannot
+    disagree; a different value given to the engine too is a one-line error when it is built."""
+    net = _net(MIXTURE, torch.float32)
+    x, y = _data(torch.float32)
+    elbo = ELBO(net, num_batches=2, num_samples=2, kl="mc", kl_samples=3)
+    eng = Engine(elbo, "adam", compile=False)
+    assert (eng.k, eng.kl_mode.value, eng.kl_samples) == (2, "mc", 3) and eng.fused
+    with eng.sampling():
+        out = elbo(x, y)
+    eng.zero_grad()
+    out.loss.backward()
+    eng.step()
+    assert Engine(elbo, num_samples=2, kl="mc", kl_samples=3, compile=False).k == 2  # the same values: fine
+    for bad, words in (({"num_samples": 1}, "num_samples=1) but the ELBO has num_samples=2"),
+                       ({"kl": "closed"}, "kl='closed') but the ELBO has kl='mc'"),
+                       ({"kl_samples": 4}, "kl_samples=4) but the ELBO has kl_samples=3")):
+        with pytest.raises(UserError, match=re.escape(words)) as e:
+            Engine(elbo, "adam", compile=False, **bad)
+        assert "\n" not in str(e.value) and "leave" in str(e.value)
+    plain = ELBO(net)
+    assert (Engine(plain, compile=False).k, Engine(plain, compile=False).kl_mode.value) == (1, "auto")
+    with pytest.raises(UserError, match="kl_samples=2\\) but the ELBO has kl_samples=None"):
+        Engine(plain, kl_samples=2, compile=False)
+    # built from the network, the engine keeps its own arguments (defaults: 1 sample, kl auto)
+    eng = Engine(net, "adam", num_samples=3, kl="mc", kl_samples=4, compile=False)
+    assert (eng.k, eng.kl_mode.value, eng.kl_samples) == (3, "mc", 4)
+    eng = Engine(net, compile=False)
+    assert (eng.k, eng.kl_mode.value, eng.kl_samples) == (1, "auto", None)
+
+
 def test_kl_left_out_of_the_loss_gets_no_kl_gradient():
     """The KL coefficient comes from autograd: a loss without the KL trains on the data alone."""
     net = _net(MIXTURE, torch.float64)
@@ -486,6 +518,22 @@ def test_every_engine_of_a_process_stays_compiled():
     r = subprocess.run([sys.executable, "-c", _MANY_ENGINES], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["True", "True", "True", "True", "0", "6"], r.stdout + r.stderr[-2000:]
+
+
+def test_testkit_eager_kernels_keeps_a_reproductions_network_eager():
+    """The reproduction tests train 2x400-2x1200 networks inside ``testkit.eager_kernels()``: there
+    the engine keeps its eager kernels, where on the CPU a network that large would compile."""
+    import bbb.engine.engine
+    import bbb.engine.support as S
+    from testkit import D_IN, N_CLASSES, eager_kernels
+
+    net = BayesMLP(D_IN, [400, 400], N_CLASSES)  # the smallest of a reproduction test's networks
+    cpu, numel = torch.device("cpu"), sum(p.numel() for n, p in net.named_parameters() if n.endswith("_mu"))
+    assert S.compile_default(None, cpu, numel, bbb.engine.engine.COMPILE_MIN_NUMEL)
+    with eager_kernels():
+        eng = Engine(net, "adam", kl="mc")
+        assert eng.fused and not eng.compiled
+    assert bbb.engine.engine.COMPILE_MIN_NUMEL == 1 << 15  # restored
 
 
 def test_failing_compile_falls_back_to_eager_with_one_warning():

@@ -26,7 +26,7 @@ from bbb.distributions import ScaleMixturePrior
 from bbb.elbo import ELBO
 from bbb.engine import COMPILE_MIN_NUMEL, Engine, counter_noise
 from bbb.engine.kernels import counter_keys_tensor, seed_mix
-from bbb.errors import UserError
+from bbb.errors import TrainingDiverged, TrainingInterrupted, UserError
 from bbb.experiments.bandit import Population
 from bbb.nn import BayesMLP
 from bbb.random import counter_keys
@@ -329,7 +329,7 @@ def test_checkpoint_every_keeps_the_last_epoch_when_interrupted_and_resumes_exac
 
     with monkeypatch.context() as m:
         m.setattr(L, "run_epoch", interrupted)
-        with pytest.raises(L.TrainingInterrupted, match="holds epoch 3"):
+        with pytest.raises(TrainingInterrupted, match="holds epoch 3"):
             train(_cfg(checkpoint_every=3), run, data=blobs(), **QUIET)
     assert [e for name, e in saved if name == "last.pt"] == [0, 3]
     assert load_checkpoint(run / "last.pt")["epoch"] == 3
@@ -347,7 +347,7 @@ def test_checkpoint_every_commits_the_held_epoch_on_a_divergence(tmp_path, monke
         return sums * math.nan if next(epochs) == 2 else sums
 
     monkeypatch.setattr(L, "run_epoch", diverging)
-    with pytest.raises(L.TrainingDiverged, match="keeps epoch 1"):
+    with pytest.raises(TrainingDiverged, match="keeps epoch 1"):
         train(_cfg(checkpoint_every=5), run, data=blobs(), **QUIET)
     assert load_checkpoint(run / "last.pt")["epoch"] == 1
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bbb import io as bio
-from bbb.errors import UserError
+from bbb.errors import BBBError, DiskFullError, UserError
 
 
 def tmp_files(folder: Path) -> list[str]:
@@ -101,7 +101,7 @@ class _FullAfter(io.RawIOBase):
 
 
 @pytest.mark.parametrize("how", ["oserror", "torch", "runtime-message", "quota"])
-def test_full_disk_is_a_one_line_user_error_and_keeps_the_old_file(tmp_path: Path, how: str) -> None:
+def test_full_disk_is_a_one_line_os_error_and_keeps_the_old_file(tmp_path: Path, how: str) -> None:
     path = tmp_path / "last.pt"
     path.write_bytes(b"the previous checkpoint")
 
@@ -117,10 +117,12 @@ def test_full_disk_is_a_one_line_user_error_and_keeps_the_old_file(tmp_path: Pat
             raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed "
                                "writing file data/0: file write failed: No space left on device")
 
-    with pytest.raises(UserError) as excinfo:
+    with pytest.raises(OSError) as excinfo:
         bio.atomic_write(path, write)
     msg = str(excinfo.value)
-    assert isinstance(excinfo.value, bio.DiskFullError)
+    assert isinstance(excinfo.value, DiskFullError) and isinstance(excinfo.value, BBBError)
+    assert not isinstance(excinfo.value, ValueError)
+    assert excinfo.value.errno == (errno.EDQUOT if how == "quota" else errno.ENOSPC)
     assert "\n" not in msg and str(path) in msg and "free some space" in msg
     assert path.read_bytes() == b"the previous checkpoint"
     assert tmp_files(tmp_path) == []

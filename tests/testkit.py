@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-import bbb.functional as F
+import bbb.engine.engine as engine_module
 from bbb.cli import main
 from bbb.experiments.bandit import BanditConfig
 
@@ -56,11 +58,16 @@ def blobs4(seed: int = 0) -> dict[str, torch.Tensor]:
     return blobs(256, 128, 128, d=D_IN, c=N_CLASSES, spread=0.6, seed=seed)
 
 
-def eager_kernels() -> contextlib.AbstractContextManager[Any]:
+@contextlib.contextmanager
+def eager_kernels() -> Iterator[None]:
     """The eager BBB kernels: the pipeline is under test here, and torch.compile's one-off
-    compilation would cost more than the whole smoke run (bbb.functional.fused_backend)."""
-    fused = getattr(F, "fused_backend", None)
-    return fused("eager") if fused is not None else contextlib.nullcontext()
+    compilation would cost more than the whole smoke run. The engines made inside take
+    ``compile=None``'s eager choice at every size (``bbb.engine.engine.COMPILE_MIN_NUMEL``; on the
+    CPU the 2x400+ networks of a reproduction would compile otherwise). Compiled kernels equal to
+    the eager ones: tests/test_engine.py."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine_module, "COMPILE_MIN_NUMEL", sys.maxsize)
+        yield
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

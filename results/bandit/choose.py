@@ -22,7 +22,7 @@ FLOOR = 0.2455
 #: the recipe's flags, as `bbb bandit` spells them (config.json key -> flag)
 RECIPE = {"optimizer": "--optimizer", "lr": "--lr", "noise_sigma": "--noise-sigma", "prior": "--prior",
           "prior_sigma": "--prior-sigma", "pi": "--pi", "sigma1": "--sigma1", "sigma2": "--sigma2",
-          "sigma_init": "--sigma-init", "kl_scale": "--kl-scale", "kl_data": "--kl-data",
+          "sigma_init": "--sigma-init", "kl_scale": "--beta", "kl_data": "--kl-data",
           "kl_weighting": "--kl-weighting", "weight_decay": "--weight-decay"}
 
 

@@ -24,9 +24,9 @@ done
 LEARNER=$($PY "$(dirname "$0")/choose.py" "$OUT" --learner)
 echo "stage 1 chose: $LEARNER"
 
-# Stage 2: the BBB recipe on that learner, untempered KL (kl-scale 1); the likelihood noise is the
+# Stage 2: the BBB recipe on that learner, untempered KL (beta 1); the likelihood noise is the
 # temperature knob (a KL scale c at noise 1 is the same objective as noise sqrt(c))
-B="$S $LEARNER --agents bbb --kl-scale 1"
+B="$S $LEARNER --agents bbb --beta 1"
 G="--prior gaussian --prior-sigma 1"
 done_or_run b1-noise1-buffer     $B $G --noise-sigma 1   --kl-data buffer --sigma-init 0.05
 done_or_run b2-noise01-buffer    $B $G --noise-sigma 0.1 --kl-data buffer --sigma-init 0.05

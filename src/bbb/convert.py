@@ -24,7 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch.nn as nn
 
@@ -55,8 +55,8 @@ def register_conversion(torch_type: type[nn.Module], converter: type[BayesModule
         raise UserError(f"register_conversion needs an nn.Module type, got {torch_type!r}")
     if isinstance(converter, type) and issubclass(converter, BayesModule):
         CONVERTIBLE[torch_type] = converter.from_torch
-    elif callable(converter):
-        CONVERTIBLE[torch_type] = converter
+    elif callable(converter):  # (mypy narrows a class that is no BayesModule to type[object])
+        CONVERTIBLE[torch_type] = cast(Converter, converter)
     else:
         raise UserError(f"register_conversion needs a BayesModule subclass or a callable, got {converter!r}")
 
@@ -72,10 +72,10 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
     if skip is None:
         return lambda name, mod: False
     if callable(skip) and not isinstance(skip, type):
-        return skip  # type: ignore[return-value]
+        return skip
     if isinstance(skip, (str, type)):
         skip = [skip]
-    items = list(skip)  # type: ignore[arg-type]
+    items = list(skip)
     names = {s for s in items if isinstance(s, str)}
     types = tuple(s for s in items if isinstance(s, type))
     bad = [s for s in items if not isinstance(s, (str, type))]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import UserError
+from .errors import UserError, check_int
 from .options import PriorKind, choice
 
 __all__ = [
@@ -551,7 +551,7 @@ def kl_term(
             )
     given = 0 if eps is None else math.prod(eps.shape[: eps.dim() - q.mu.dim()])
     want = max(given, 1) if num_samples is None else check_kl_samples(num_samples, given)
-    total = mc_kl(q, p, eps, w).sum() if given else None
+    total = mc_kl(q, p, eps, w).sum() if eps is not None and given else None
     if want > given:
         if extra_eps is None:
             extra_eps = q.sample_eps((want - given,), generator=generator)
@@ -587,9 +587,7 @@ def _check_split(p: Prior) -> None:
 def check_kl_samples(num_samples: object, given: int = 1) -> int:
     """``num_samples`` of the Monte Carlo KL as an int: at least 1 and at least the ``given``
     samples of the likelihood (the KL averages over those and adds draws of its own)."""
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int | float) or int(num_samples) != num_samples:
-        raise UserError(f"kl_samples must be an integer >= 1, got {num_samples!r}")
-    n = int(num_samples)
+    n = check_int("kl_samples", num_samples)
     if n < max(given, 1):
         raise UserError(f"kl_samples ({n}) must be at least the likelihood's weight samples ({max(given, 1)}): "
                         "the KL averages over those and adds samples of its own")

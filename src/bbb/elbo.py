@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .distributions import KLMode, check_kl_samples, inverse_softplus, softplus
-from .errors import UserError
+from .errors import UserError, check_float, check_int
 from .nn import SampleRecorder, forward_samples, model_kl
 from .nn.samples import PROVIDER
 
@@ -58,9 +58,7 @@ def kl_weights(
     overflow-free form in float64 (later weights underflow to 0 for large M, as they should).
     A callable receives M and returns M non-negative weights (normalised here).
     """
-    if isinstance(num_batches, bool) or int(num_batches) != num_batches or num_batches < 1:
-        raise UserError(f"num_batches must be a positive integer, got {num_batches!r}")
-    m = int(num_batches)
+    m = check_int("num_batches", num_batches)
     if callable(scheme) and not isinstance(scheme, KLWeighting):
         w = torch.as_tensor(scheme(m), dtype=torch.float64).flatten()
         if w.numel() != m or not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
@@ -264,7 +262,9 @@ class ELBO(nn.Module):
     ``[*net.parameters(), *elbo.parameters()]`` to learn the likelihood's parameters too. For the
     same reason ``elbo.train()``, ``elbo.eval()`` and ``elbo.to(...)`` act on the likelihood only:
     switch and move the network itself (``elbo.model`` is the network).
-    Under :class:`~bbb.engine.Engine` build the engine from the ELBO (``Engine(elbo, ...)``) or pass
+    Under :class:`~bbb.engine.Engine` build the engine from the ELBO (``Engine(elbo, ...)``): it
+    then takes ``num_samples``, ``kl`` and ``kl_samples`` from the ELBO, which owns them, and trains
+    the ELBO's parameters. An engine built from the network needs the same three given again and
     ``params=elbo.parameters()``; an ELBO whose parameters the engine does not train is a one-line
     error inside ``engine.sampling()``.
 
@@ -294,15 +294,9 @@ class ELBO(nn.Module):
         kl_samples: int | None = None,
     ) -> None:
         super().__init__()
-        try:
-            beta_f = float(beta)
-        except (TypeError, ValueError):
-            raise UserError(f"beta must be a number >= 0, got {beta!r}") from None
-        if not (beta_f >= 0 and math.isfinite(beta_f)):
-            raise UserError(f"beta must be a finite number >= 0, got {beta!r}")
-        self.beta = beta_f
-        if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-            raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        self.beta = check_float("beta", beta, 0.0)
+        num_samples = check_int("num_samples", num_samples)
+        num_batches = check_int("num_batches", num_batches)
         try:
             self.kl_mode = KLMode(kl)
         except ValueError:
@@ -311,10 +305,10 @@ class ELBO(nn.Module):
             raise UserError(f"ELBO needs the network (an nn.Module) first, got {type(model).__name__}")
         self.__dict__["model"] = model  # referenced, not a submodule: not in state_dict / parameters()
         self.likelihood = likelihood_from_name(likelihood)
-        self.num_samples = int(num_samples)
+        self.num_samples = num_samples
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.num_samples)
         self.kl_weighting = kl_weighting
-        self.num_batches = int(num_batches)
+        self.num_batches = num_batches
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
 
     def kl_weight(self, batch_index: int) -> float:
@@ -339,12 +333,7 @@ class ELBO(nn.Module):
                 raise UserError(f"kl_weight must be a number or a one-element floating tensor, got a "
                                 f"{kl_weight.dtype} tensor of shape {tuple(kl_weight.shape)}")
         elif kl_weight is not None:
-            try:
-                w = float(kl_weight)
-            except (TypeError, ValueError, RuntimeError):
-                raise UserError(f"kl_weight must be a number >= 0, got {kl_weight!r}") from None
-            if not (w >= 0 and math.isfinite(w)):
-                raise UserError(f"kl_weight must be a finite number >= 0, got {kl_weight!r}")
+            kl_weight = check_float("kl_weight", kl_weight, 0.0)
         provider = PROVIDER.get()
         if provider is not None:
             self._check_trained(provider)

@@ -1,13 +1,55 @@
-"""User-facing errors: one line that says what was wrong and what to do.
+"""Every exception bbb raises, and the checks of its arguments.
 
-The command line turns any :class:`UserError` into that one line on stderr and exit code 2,
-never a traceback.
+Each class derives from :class:`BBBError` (``except BBBError`` catches anything bbb raises on
+purpose) and from the builtin it is an instance of: a bad value is a ``ValueError``
+(:class:`UserError`), a full disk an ``OSError`` (:class:`DiskFullError`), an allocation that
+cannot fit a ``MemoryError`` (:class:`OutOfMemory`), Ctrl-C during training a
+``KeyboardInterrupt`` (:class:`TrainingInterrupted`). The command line turns every
+:class:`BBBError` into one line on stderr, never a traceback: exit code 130 for an interrupt,
+2 for the others.
+
+:func:`check_int` and :func:`check_float` are the one check of a numeric argument: they return
+the number, or raise a one-line :class:`UserError` that names the argument.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
+from typing import TYPE_CHECKING, Any
 
-class UserError(ValueError):
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "BBBError",
+    "UserError",
+    "DataError",
+    "CheckpointError",
+    "SettingsMismatch",
+    "TrainingDiverged",
+    "RunDirBusy",
+    "DiskFullError",
+    "ResultsNotSaved",
+    "NetworkError",
+    "OutOfMemory",
+    "TrainingInterrupted",
+    "check_int",
+    "check_float",
+]
+
+
+class BBBError(BaseException):
+    """The base of every bbb exception: ``except BBBError`` catches them all.
+
+    It derives from ``BaseException`` only, so that :class:`TrainingInterrupted` can be one and
+    stay a ``KeyboardInterrupt`` (``except Exception`` does not catch Ctrl-C); every other class
+    here is also an ``Exception`` through its builtin. Never raised by itself.
+    """
+
+
+class UserError(BBBError, ValueError):
     """A mistake in what the user asked for (bad argument, missing file, corrupt input)."""
 
 
@@ -17,3 +59,107 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A run directory or checkpoint is missing or cannot be read."""
+
+
+class SettingsMismatch(UserError):
+    """The run directory holds a run of other settings than the job's."""
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite (settings that diverge); the last good checkpoint is kept."""
+
+
+class RunDirBusy(UserError):
+    """Another process is training into the run directory; ``holder``: its pid as its lock file
+    records it (text, "unknown" where it could not be read)."""
+
+    def __init__(self, message: str, holder: str = "unknown") -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class DiskFullError(BBBError, OSError):
+    """No space left (or quota exceeded) while writing a file; the old file is unchanged.
+    ``errno`` is the ``ENOSPC`` or ``EDQUOT`` behind it (None where unknown)."""
+
+
+class ResultsNotSaved(BBBError, OSError):
+    """Results were computed but their file could not be written: ``result`` holds them,
+    ``path`` is the file, ``reason`` why (one line)."""
+
+    def __init__(self, path: Path, reason: str, result: Any) -> None:
+        super().__init__(f"cannot write {path} ({reason}); the results were computed but not saved")
+        self.path, self.reason, self.result = path, reason, result
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (pickled across processes: the sweep's workers)
+        return type(self), (self.path, self.reason, self.result)
+
+
+class NetworkError(BBBError, ConnectionError):
+    """A failure talking to a download server (as opposed to writing the local file)."""
+
+
+class OutOfMemory(BBBError, MemoryError):
+    """A computation needs more memory than the device has; the message says what to reduce."""
+
+
+class TrainingInterrupted(BBBError, KeyboardInterrupt):
+    """Ctrl-C during training; ``last.pt`` holds the last completed epoch (``epoch``, in
+    ``run_dir``). A ``KeyboardInterrupt``: ``except Exception`` does not catch it."""
+
+    def __init__(self, message: str, run_dir: Path, epoch: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_dir = run_dir
+        self.epoch = epoch
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message, self.run_dir, self.epoch)
+
+
+def check_int(name: str, value: Any, minimum: int | None = 1) -> int:
+    """``value`` as an ``int`` when it is an integer >= ``minimum`` (None: any integer).
+
+    Integers are ``int`` (not ``bool``), numpy integers, one-element integer tensors, and
+    floats with an integral value (``2.0``). Anything else (a bool, a string, None, ``1.5``,
+    NaN) and a value below ``minimum`` raise ``UserError("NAME must be an integer >= MINIMUM,
+    got VALUE")``.
+    """
+    n: int | None = None
+    if not isinstance(value, bool):
+        try:
+            n = operator.index(value)
+        except TypeError:
+            f = float(value) if isinstance(value, numbers.Real) else math.nan
+            if math.isfinite(f) and f.is_integer():
+                n = int(f)
+    if n is None or (minimum is not None and n < minimum):
+        at_least = "" if minimum is None else f" >= {minimum}"
+        raise UserError(f"{name} must be an integer{at_least}, got {value!r}")
+    return n
+
+
+def check_float(name: str, value: Any, minimum: float | None = None, *, above: bool = False,
+                finite: bool = True) -> float:
+    """``value`` as a ``float`` when it is a real number >= ``minimum`` (> ``minimum`` with
+    ``above``; None: no bound), finite unless ``finite=False`` (NaN is always refused).
+
+    Numbers are ``int``, ``float``, numpy scalars and one-element tensors, not ``bool`` nor
+    strings; anything else raises ``UserError("NAME must be a finite number > 0, got VALUE")``
+    (the words follow the bounds).
+    """
+    v: float | None = None
+    if not isinstance(value, bool | str | bytes):
+        try:
+            v = float(value)
+        except (TypeError, ValueError, RuntimeError):
+            v = None
+    ok = (v is not None and not math.isnan(v) and (math.isfinite(v) or not finite)
+          and (minimum is None or (v > minimum if above else v >= minimum)))
+    if not ok or v is None:
+        bound = "" if minimum is None else f" {'>' if above else '>='} {minimum:g}"
+        raise UserError(f"{name} must be a {'finite ' if finite else ''}number{bound}, got {value!r}")
+    return v

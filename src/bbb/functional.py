@@ -172,7 +172,7 @@ def linear_flipout(
 #: the ``padding_mode`` values of ``torch.nn`` convolutions
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
-_CONV_OPS = {
+_CONV_OPS: dict[tuple[int, bool], Callable[..., Tensor]] = {
     (1, False): F.conv1d, (2, False): F.conv2d, (3, False): F.conv3d,
     (1, True): F.conv_transpose1d, (2, True): F.conv_transpose2d, (3, True): F.conv_transpose3d,
 }

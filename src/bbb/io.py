@@ -7,8 +7,8 @@ which is fsynced and then renamed over the target. The temporary file is created
 A writer killed before the rename leaves its temporary file behind; the next write of the same
 target removes the temporary files of writers on this host that are no longer running (and
 any older than a day). A full disk (``ENOSPC``, ``EDQUOT``; also when ``torch.save`` wraps it
-in a ``RuntimeError``) becomes a one-line :class:`bbb.errors.UserError` saying to free space;
-the old file is left as it was.
+in a ``RuntimeError``) becomes a one-line :class:`bbb.errors.DiskFullError` (an ``OSError``)
+saying to free space; the old file is left as it was.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import UserError
+from .errors import DiskFullError
 
 __all__ = [
-    "DiskFullError",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -46,10 +45,6 @@ _STALE_SECONDS = 24 * 3600
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _LEGACY_TMP = re.compile(r"\.[A-Za-z0-9_]{8}\.tmp$")  # mkstemp's names before the pid was recorded
-
-
-class DiskFullError(UserError):
-    """No space left (or quota exceeded) while writing a file; the old file is unchanged."""
 
 
 def _host() -> str:
@@ -174,12 +169,17 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
 
 def _full_error(path: Path, exc: OSError) -> DiskFullError:
     what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
-    return DiskFullError(f"{what} while writing {path}; free some space there (or write elsewhere) and run "
-                         f"the command again; {path.name} was left as it was")
+    err = DiskFullError(f"{what} while writing {path}; free some space there (or write elsewhere) and run "
+                        f"the command again; {path.name} was left as it was")
+    err.errno = exc.errno
+    return err
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    return atomic_write(path, lambda f: f.write(data))
+    def write(f: BinaryIO) -> None:
+        f.write(data)
+
+    return atomic_write(path, write)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -13,6 +13,7 @@ session its windows.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,7 +74,7 @@ def figures() -> Any | None:
     return Figures(Figure, FigureCanvasAgg)
 
 
-def save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
+def save_png(fig: Any, path: str | os.PathLike[str], dpi: int = 100) -> Path:
     """Save ``fig`` as PNG through a temporary file and a rename (never half a file)."""
     from .io import atomic_write
 
@@ -99,7 +100,7 @@ def canvas(ax: Any, panels: int, **subplots: Any) -> tuple[Any, list[Any]]:
     return fig, list(axes.flat)
 
 
-def finish(fig: Any, path: str | Path | None, new: bool, dpi: int = 100) -> Any:
+def finish(fig: Any, path: str | os.PathLike[str] | None, new: bool, dpi: int = 100) -> Any:
     """The end of a plot function: the figure it drew on, or with a ``path`` that figure's PNG
     (``new``: a figure the function made, laid out first and released after)."""
     if fig is None or path is None:

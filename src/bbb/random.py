@@ -55,7 +55,7 @@ def counter_keys(seed: int, counter: int) -> tuple[int, int, int]:
 def key_tensor(seed: int, counter: int, *, dtype: torch.dtype = torch.int32,
                device: torch.device | str | None = None) -> Tensor:
     """:func:`counter_keys` as a tensor for :func:`normal_pairs`: int32 (two's complement) or int64."""
-    keys = counter_keys(seed, counter)
+    keys: tuple[int, ...] = counter_keys(seed, counter)
     if dtype == torch.int32:
         keys = tuple(k - (1 << 32) if k >= 1 << 31 else k for k in keys)
     elif dtype != torch.int64:

@@ -1,19 +1,30 @@
 """The options every command spells the same way (``bbb.cli.common``): ``--device`` defaults to
 auto, ``--seed`` is one int and ``--seeds`` a list, ``--out`` is required or under ``runs/``,
 ``--which`` lists its choices, and ``--quiet`` means one thing everywhere: no progress output,
-only the results (and errors)."""
+only the results (and errors). One vocabulary: every option of the table of shared flags
+(``SHARED_FLAGS``) has its meaning's type and help in every command and subcommand that has it,
+and a retired spelling (``--rho-init``, ``--kl-scale``, ``--decision-samples``, ``bbb train
+--samples``) lives on only as a hidden alias of the option that replaced it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 import bbb.runs.model as RM
 from bbb.cli import COMMANDS
-from bbb.cli.common import QUIET_HELP
+from bbb.cli.common import (
+    QUIET_HELP,
+    RETIRED_FLAGS,
+    RETIRED_IN_COMMAND,
+    SHARED_FLAGS,
+    DeprecatedAlias,
+    sigma_of_rho,
+)
 from bbb.cli.entry import command_parser
 from testkit import blobs, run_main
 
@@ -42,6 +53,85 @@ def flat(text: str | None) -> str:
 def test_shared_options_mean_the_same_in_every_command(name):
     for opts in options(name):
         check_shared(name, opts)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_speaks_the_one_vocabulary(name):
+    retired = {**RETIRED_FLAGS, **RETIRED_IN_COMMAND.get(name, {})}
+    for opts in options(name):
+        for flag, action in opts.items():
+            if isinstance(action, DeprecatedAlias):  # a retired spelling: hidden, into the new option's dest
+                assert retired.get(flag) == action.new, (name, flag)
+                assert action.help == argparse.SUPPRESS and action.default == argparse.SUPPRESS, (name, flag)
+                new = opts[action.new]
+                assert new.dest == action.dest and not isinstance(new, DeprecatedAlias), (name, flag)
+                continue
+            assert flag not in retired, f"bbb {name} {flag}: a retired spelling (now {retired.get(flag)})"
+            shared = SHARED_FLAGS.get(flag)
+            if shared is None:
+                continue
+            types = shared.type if isinstance(shared.type, tuple) else (shared.type,)
+            assert action.type in types, (name, flag, action.type)
+            assert action.nargs == shared.nargs, (name, flag, action.nargs)
+            assert flat(action.help).startswith(shared.meaning), (name, flag, action.help)
+
+
+def test_the_table_names_the_library_where_it_has_a_name():
+    assert SHARED_FLAGS["--train-samples"].library.startswith("ELBO(num_samples=")
+    assert "predict(num_samples=" in SHARED_FLAGS["--samples"].library
+    assert SHARED_FLAGS["--beta"].library == "ELBO(beta=)"
+    assert "standard deviation" in SHARED_FLAGS["--sigma-init"].meaning
+    assert set(RETIRED_FLAGS.values()) | {"--train-samples"} <= set(SHARED_FLAGS)
+
+
+def test_docs_cli_md_tabulates_the_vocabulary_and_the_retired_spellings():
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    section = text[text.index("## One vocabulary"):]
+    for flag in SHARED_FLAGS:
+        assert f"`{flag}" in section, flag
+    for old in RETIRED_FLAGS:
+        assert old in section, old
+    for command, flags in RETIRED_IN_COMMAND.items():
+        assert all(f"bbb {command} {old}" in section for old in flags), command
+
+
+@pytest.mark.parametrize("argv, old, new, dest, value", [
+    (["train", "--out", "x", "--samples", "3"], "--samples", "--train-samples 3", "samples", 3),
+    (["train", "--out", "x", "--rho-init", "-3.25"], "--rho-init", f"--sigma-init {sigma_of_rho(-3.25)!r}",
+     "rho_init", -3.25),
+    (["regression", "--out", "x", "--rho-init", "-4"], "--rho-init", "--sigma-init", "rho_init", -4.0),
+    (["bandit", "--out", "x", "--kl-scale", "1e-4"], "--kl-scale", "--beta 0.0001", "kl_scale", 1e-4),
+    (["bandit", "--out", "x", "--decision-samples", "5"], "--decision-samples", "--samples 5", "decision_samples",
+     5),
+])
+def test_a_retired_spelling_still_works_with_one_warning_line(capsys, argv, old, new, dest, value):
+    _, parser = command_parser(argv[0])
+    args = parser.parse_args(argv[1:])
+    assert getattr(args, dest) == value
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "DeprecationWarning" in err and old in err and new in err
+    suggested = err.split("; use ")[1].split()  # the new spelling with the value, exactly as before
+    assert getattr(parser.parse_args([*argv[1:-2], *suggested]), dest) == value
+    rc, out, _ = run_main(capsys, argv[0], "--help")
+    assert rc == 0 and f"{old} " not in out
+
+
+def test_sigma_init_is_a_standard_deviation_everywhere(capsys):
+    for name, dest in (("train", "rho_init"), ("regression", "rho_init"), ("bandit", "sigma_init")):
+        _, parser = command_parser(name)
+        v = getattr(parser.parse_args(["--out", "x", "--sigma-init", "0.05"]), dest)
+        assert (sigma_of_rho(v) if dest == "rho_init" else v) == pytest.approx(0.05), name
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--out", "x", "--sigma-init", "-1"])
+        assert "standard deviation" in capsys.readouterr().err
+
+
+def test_train_records_the_sigma_as_rho_init_in_config_json(capsys, tmp_path, tiny):
+    rc, _, err = run_main(capsys, "train", "--out", str(tmp_path / "r"), "--quiet", "--sigma-init", "0.02",
+                          "--train-samples", "2", *TRAIN)
+    assert rc == 0 and err == ""
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert sigma_of_rho(cfg["rho_init"]) == pytest.approx(0.02) and cfg["samples"] == 2
 
 
 def check_shared(name: str, opts: dict) -> None:

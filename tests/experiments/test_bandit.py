@@ -289,7 +289,8 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
     """Two processes on one --out would train and save the same checkpoints: while one holds the
     folder (here this test, through the run directories' lock), a bandit run there is a one-line
     UserError naming the holder, and nothing is written; once it lets go, the run goes ahead."""
-    from bbb.runs import RunDirBusy, lock_run_dir
+    from bbb.errors import RunDirBusy
+    from bbb.runs import lock_run_dir
 
     ctx, edible = tiny_mushrooms()
     out = tmp_path / "bandit"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bbb.cli.entry import command_parser
+
 CHOOSE = Path(__file__).resolve().parents[2] / "results" / "bandit" / "choose.py"
 
 
@@ -103,9 +105,10 @@ def test_bbb_bandit_defaults_are_the_committed_selections_choice():
     assert recipe.startswith("the recipe: ")
     words = recipe[len("the recipe: "):].split()
     default = BanditConfig()
+    _, parser = command_parser("bandit")
+    dests = {opt: a.dest for a in parser._actions for opt in a.option_strings}  # --beta -> kl_scale
     for flag, value in zip(words[::2], words[1::2]):
-        attr = flag.lstrip("-").replace("-", "_")
-        have = getattr(default, attr)
+        have = getattr(default, dests[flag])
         if isinstance(have, str):
             assert have == value, (flag, have, value)
         else:

@@ -76,7 +76,7 @@ def test_sigterm_saves_says_what_was_kept_and_the_same_command_resumes_exactly(t
 def test_ctrl_c_stops_after_the_current_step_and_resumes_exactly(tmp_path, monkeypatch):
     """SIGINT while run_bandit runs: the step finishes, the checkpoint is saved, the one-line
     TrainingInterrupted names what was kept; the same call resumes to the uninterrupted result."""
-    from bbb.runs import TrainingInterrupted
+    from bbb.errors import TrainingInterrupted
 
     ctx, edible = tiny_mushrooms()
     cfg = tiny_bandit_config(steps=80, agents=("bbb", "greedy"), log_every=10)

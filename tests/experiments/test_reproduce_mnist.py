@@ -20,7 +20,7 @@ import torch
 
 import bbb.runs as T
 import bbb.runs.loop as L
-from bbb.errors import UserError
+from bbb.errors import RunDirBusy, TrainingInterrupted, UserError
 from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
@@ -30,6 +30,13 @@ from testkit import D_IN, N_CLASSES, PNG_MAGIC, SILENT, blobs4, eager_kernels, r
 ALL_RUNS = sorted(M.run_name(m, w, c, 0) for m in M.METHODS for w in M.WIDTHS
                   for c in range(len(M.BUDGETS["smoke"].candidates[m])))
 SEED1_RUNS = sorted(M.run_name(m, w, 0, 1) for m, w in M.HEADLINE_CELLS)
+
+
+@pytest.fixture(autouse=True)
+def _eager_engine():
+    """Every reproduction trained here runs the eager BBB kernels (testkit.eager_kernels)."""
+    with eager_kernels():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +64,7 @@ def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp, eager_kernels():
         mp.setattr(L, "batch_objective", objective)
         stage = "killed"
-        with pytest.raises(T.TrainingInterrupted) as e:
+        with pytest.raises(TrainingInterrupted) as e:
             run_reproduce(cfg, data=data, **run)
         res["interrupt"] = str(e.value)
         res["killed_calls"] = list(calls)
@@ -340,7 +347,7 @@ def test_a_run_another_process_trains_is_skipped_and_the_rest_of_the_plan_trains
     held.mkdir(parents=True)
     lines: list[str] = []
     with eager_kernels(), T.lock_run_dir(held):
-        with pytest.raises(T.RunDirBusy, match="in use"):  # the function alone raises, as before
+        with pytest.raises(RunDirBusy, match="in use"):  # the function alone raises, as before
             M.train_jobs([j for j in M.plan_jobs(cfg)[0] if j.name == held.name], blobs4(), cfg,
                          T.JobCallbacks(), lambda s: None, out)
         res = run_reproduce(cfg, data=blobs4(), log=lines.append)

@@ -17,11 +17,19 @@ import pytest
 import torch
 
 import bbb.runs as T
-from bbb.errors import UserError
+from bbb.errors import TrainingInterrupted, UserError
 from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
 from testkit import SILENT, blobs4, eager_kernels, read_csv, run_main, summary
+
+
+@pytest.fixture(autouse=True)
+def _eager_engine():
+    """Every reproduction trained here runs the eager BBB kernels (testkit.eager_kernels)."""
+    with eager_kernels():
+        yield
+
 
 # --------------------------------------------------------------------------------------------
 # the paper budget: candidates, protocol, --cells, partial tables (issue 15)
@@ -45,9 +53,9 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
             assert len({c.label for c in cands}) == len(cands)
     for w in M.WIDTHS:
         mix = M.cell_candidates(spec, "bbb_mixture", w)
-        # the JINKEHE recipe, verbatim, first
-        assert mix[0].settings == M.JINKEHE_RECIPE
-        r = M.JINKEHE_RECIPE
+        # the public reproduction's recipe, verbatim, first
+        assert mix[0].settings == M.PUBLIC_REPRODUCTION_RECIPE
+        r = M.PUBLIC_REPRODUCTION_RECIPE
         assert (r["pi"], r["sigma1"], r["samples"], r["rho_init"]) == (0.75, 1.0, 1, -3.25)
         assert r["sigma2"] == pytest.approx(math.exp(-8)) and r["lr"] == pytest.approx(128 * 1e-3)
         # another point of the paper's prior grid
@@ -65,6 +73,28 @@ def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
         # the slab's other grid point, on the recipe; then the same with the split KL estimate
         assert mix[-2].settings == {**r, "sigma1": pytest.approx(math.exp(-1))}
         assert mix[-1].settings == {**mix[-2].settings, "kl": "split"}
+
+
+def test_the_recipes_are_data_read_from_recipes_json():
+    """Budgets, candidates and the reasons for them live in recipes.json (package data), not in
+    code; the reader refuses what it does not know, naming where."""
+    from bbb.experiments.mnist import recipes as R
+
+    text = (Path(R.__file__).parent / R.RECIPES_FILE).read_text()
+    data = json.loads(text)
+    assert set(data["budgets"]) == {b.value for b in R.Budget}
+    again = R.load_recipes(text)
+    assert again["budgets"] == M.BUDGETS and again["recipes"]["public-reproduction"] == M.PUBLIC_REPRODUCTION_RECIPE
+    assert M.PUBLIC_REPRODUCTION_RECIPE["sigma2"] == math.exp(-8)  # "exp(-8)", exactly
+    assert M.BUDGETS["paper"].screened["sgd"]["lr 1e-4"].endswith(f"(the screen: more than {M.SCREEN_PP:g} pp "
+                                                                  "behind its cell's best validation error at 2x400)")
+    for bad, where in [({"budgets": {**data["budgets"], "quick": {**data["budgets"]["quick"], "seed": 2}}},
+                        "budgets.quick"),
+                       ({"common": {**data["common"], "learning_rate": 1}}, "'learning_rate' is not a setting")]:
+        with pytest.raises(ValueError, match=re.escape(where)):
+            R.load_recipes(json.dumps({**data, **bad}))
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert "experiments/mnist/recipes.json" in pyproject and "cli/epoch_seconds.json" in pyproject
 
 
 def test_paper_budget_configs_follow_the_paper_protocol():
@@ -242,7 +272,7 @@ def paper_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp, eager_kernels():
         mp.setitem(M.BUDGETS, "paper", tiny)
         mp.setattr(MF, "savefig", savefig)
-        with pytest.raises(T.TrainingInterrupted) as e:
+        with pytest.raises(TrainingInterrupted) as e:
             run_reproduce(cfg, data=data, callbacks=Killing(), **SILENT)
         res["interrupt"] = str(e.value)
         res["killed_calls"] = list(calls)

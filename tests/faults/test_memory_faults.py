@@ -37,7 +37,7 @@ def train_argv(data: Path, out: Path, *extra: str) -> list[str]:
 def test_a_network_that_cannot_fit_is_refused_before_allocating(tmp_path, data):
     out = tmp_path / "run"
     p = bbb(*train_argv(data, out, "--hidden", "1000000", "1000000"), BBB_DATA_VERIFY="0", timeout=120)
-    assert_one_line_error(p, "out of memory", "GiB", "--hidden", "--batch-size", "--samples", "nothing was saved")
+    assert_one_line_error(p, "out of memory", "GiB", "--hidden", "--batch-size", "--train-samples", "nothing was saved")
     assert not [n for n in RUN_FILES if (out / n).exists()]
     assert E.device_memory(torch.device("cpu")) > 2**20
 
@@ -56,7 +56,7 @@ def test_out_of_memory_in_training_is_one_line_and_the_run_resumes(capsys, tmp_p
     with monkeypatch.context() as m:
         m.setattr(L, "training_step", step)
         p = bbb_in_process(capsys, *train_argv(data, run, "--epochs", "3"))
-    assert_one_line_error(p, "out of memory while training", "--batch-size", "--hidden", "--samples",
+    assert_one_line_error(p, "out of memory while training", "--batch-size", "--hidden", "--train-samples",
                           "holds epoch 1", f"bbb train --resume --out {run}")
     p = bbb_in_process(capsys, "train", "--resume", "--out", str(run), "--quiet")
     assert p.returncode == 0, p.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -113,34 +114,50 @@ def _last_pid(out: Path) -> str:
     return (out / LOCK_NAME).read_text().split()[0]
 
 
+def _metric_lines(out: Path) -> int:
+    f = out / "metrics.csv"
+    return len(f.read_text().splitlines()) if f.is_file() else 0
+
+
 def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
-    data = fake_mnist(tmp_path / "data", n_train=3000, n_test=100)
+    """Three refused attempts (plain, --resume, --overwrite), each after the first run has
+    committed one more epoch. The first run is paused (SIGSTOP) while each attempt runs, so that
+    it is certainly still training, whatever the machine's load, without running 60 long epochs
+    to make sure; it holds its lock while paused, then trains on to its end."""
+    epochs = 20
+    data = fake_mnist(tmp_path / "data", n_train=1000, n_test=50)
     out = tmp_path / "run"
-    argv = train_argv(data, out, "--hidden", "200", epochs=60, val=500)
+    argv = train_argv(data, out, epochs=epochs)
     first = subprocess.Popen([sys.executable, "-m", "bbb", *argv], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, env=env(BBB_DATA_VERIFY="0"))
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "metrics.csv").is_file() and len((out / "metrics.csv").read_text().splitlines()) > 1):
-            assert first.poll() is None, first.stderr.read() if first.stderr else ""
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        assert _last_pid(out) == str(first.pid)
-        for extra in ((), ("--resume",), ("--overwrite",)):
-            before = {k: v for k, v in snapshot(out).items() if not k.endswith(".tmp")}
-            second = run(*train_argv(data, out, *extra, epochs=60, val=500))
-            assert first.poll() is None, "the first run ended too soon for this test"
-            assert_one_line_error(second, f"pid {first.pid}", str(out), "in use")
-            # the first run keeps writing its files; the lock file still names it, none is gone
-            assert (out / LOCK_NAME).read_text().split() == [str(first.pid)]
-            assert set(before) <= set(snapshot(out))
+        for k, extra in enumerate(((), ("--resume",), ("--overwrite",)), start=1):
+            # the first run keeps training and writing its files between the attempts
+            deadline = time.monotonic() + 120
+            while _metric_lines(out) <= k:
+                assert first.poll() is None, first.stderr.read() if first.stderr else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            os.kill(first.pid, signal.SIGSTOP)
+            try:
+                assert first.poll() is None and _metric_lines(out) <= epochs, "the first run ended too soon"
+                assert _last_pid(out) == str(first.pid)
+                before = {n: b for n, b in snapshot(out).items() if not n.endswith(".tmp")}
+                second = run(*train_argv(data, out, *extra, epochs=epochs))
+                assert first.poll() is None
+                assert_one_line_error(second, f"pid {first.pid}", str(out), "in use")
+                # the lock file still names the first run, none of its files is gone or changed
+                assert (out / LOCK_NAME).read_text().split() == [str(first.pid)]
+                assert before.items() <= snapshot(out).items()
+            finally:
+                os.kill(first.pid, signal.SIGCONT)
         assert first.wait(timeout=600) == 0, first.stderr.read() if first.stderr else ""
     finally:
         if first.poll() is None:
             first.kill()
             first.wait()
     lines = (out / "metrics.csv").read_text().splitlines()
-    assert len(lines) == 61 and (out / "summary.json").is_file()
+    assert len(lines) == epochs + 1 and (out / "summary.json").is_file()
 
 
 def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished):

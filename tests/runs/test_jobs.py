@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bbb.errors import UserError
-from bbb.runs import TrainConfig, TrainingInterrupted, read_metrics
+from bbb.errors import SettingsMismatch, TrainingInterrupted, UserError
+from bbb.runs import TrainConfig, read_metrics
 from bbb.runs import jobs as J
 from testkit import blobs
 
@@ -126,7 +126,7 @@ def test_a_diverged_job_is_recorded_and_never_trained_again(tmp_path, data):
 def test_a_run_of_other_settings_is_refused_and_user_errors_are_not_retried(tmp_path, data):
     J.run_job(J.RunJob(tmp_path / "run", tiny_cfg(epochs=1)), data=data, **QUIET)
     before = sorted(p.name for p in (tmp_path / "run").iterdir())
-    with pytest.raises(J.SettingsMismatch) as e:
+    with pytest.raises(SettingsMismatch) as e:
         J.run_job(J.RunJob(tmp_path / "run", tiny_cfg(epochs=1, lr=0.5)), data=data, **QUIET)
     assert "lr=0.01" in str(e.value) and "0.5" in str(e.value) and "\n" not in str(e.value)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before

@@ -18,15 +18,13 @@ import torch
 import torch.nn as nn
 
 import bbb.runs.loop as L
-from bbb.errors import CheckpointError, UserError
+from bbb.errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
 from bbb.nn import BayesMLP
 from bbb.runs.config import resume_conflicts
 from bbb.train import (
     METRIC_COLUMNS,
     PRUNING_COLUMNS,
     TrainConfig,
-    TrainingDiverged,
-    TrainingInterrupted,
     build_model,
     evaluate,
     evaluate_run,
@@ -381,6 +379,7 @@ def test_prune_needs_a_bbb_run(tmp_path, data):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_epoch_bbb_2x400_on_real_mnist(tmp_path, data_dir):
     """The paper's network, one epoch on the 50k training split: at least 95% test accuracy.
 

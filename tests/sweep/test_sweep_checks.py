@@ -12,10 +12,9 @@ import pytest
 import torch
 
 import bbb.sweep as S
-from bbb.errors import UserError
-from bbb.runs import TrainingInterrupted
+from bbb.errors import RunDirBusy, TrainingInterrupted, UserError
 from bbb.runs.jobs import JobCallbacks, RunJob, run_job
-from bbb.runs.rundir import RunDirBusy, guard_run_dir
+from bbb.runs.rundir import guard_run_dir
 
 TINY = {"dataset": "synthetic", "synthetic_dim": 16, "synthetic_train": 64, "width": 4, "depth": 1,
         "batch_size": 32, "epochs": 1, "device": "cpu", "eval_samples": 1}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import OutOfMemory, ResultsNotSaved, UserError
 from .common import pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
@@ -39,10 +39,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def memory_errors(doing: str, reduce: str, after: Callable[[], str] = lambda: "") -> Iterator[None]:
-    """Out of memory inside becomes one :class:`~bbb.runs.OutOfMemory` line: what ran out, what
+    """Out of memory inside becomes one :class:`~bbb.errors.OutOfMemory` line: what ran out, what
     to make smaller (``reduce``) and ``after()`` (what was kept)."""
-    from ..runs import OutOfMemory
-
     try:
         yield
     except Exception as e:
@@ -91,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return (f"; {out / 'last.pt'} holds epoch {epoch}: with memory freed (or another --eval-samples or "
                 f"--device) 'bbb train --resume --out {out}' continues it")
 
-    with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --samples (a new run, "
+    with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --train-samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):
         summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
                         log=progress_log(args))
@@ -112,7 +110,7 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..runs import ResultsNotSaved, evaluate_run
+    from ..runs import evaluate_run
 
     try:
         with memory_errors(f"evaluating {args.run_dir}", "fewer --samples or another --device"):
@@ -126,7 +124,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def not_saved(e: Any) -> UserError:
-    """The one line of a :class:`~bbb.runs.ResultsNotSaved` whose results were printed."""
+    """The one line of a :class:`~bbb.errors.ResultsNotSaved` whose results were printed."""
     return UserError(f"cannot write {e.path} ({e.reason}); the results printed above were not saved")
 
 
@@ -144,7 +142,7 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ..runs import ResultsNotSaved, prune_run
+    from ..runs import prune_run
 
     try:
         with memory_errors(f"pruning {args.run_dir}", "another --device (or free memory)"):

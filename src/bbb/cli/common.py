@@ -1,12 +1,15 @@
-"""What every command shares: the one-line-error parser, the shared options (``--device``,
-``--seed``, ``--seeds``, ``--out``, ``--quiet``, ``--threads``, ``--data-dir``, ``--which``) and
-small text tables."""
+"""What every command shares: the one-line-error parser, one vocabulary of options
+(:data:`SHARED_FLAGS`: ``--device``, ``--seed``, ``--out``, ``--samples``, ``--train-samples``,
+``--sigma-init``, ``--beta``, ...; the retired spellings kept as hidden aliases,
+:data:`RETIRED_FLAGS`) and small text tables."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,7 +48,7 @@ def pct_text(v: float | None) -> str:
 # The options every command spells the same way
 # --------------------------------------------------------------------------------------------
 
-THREADS_HELP = ("CPU threads for torch (default: torch's choice; use 1 when other jobs share "
+THREADS_HELP = ("torch threads on the CPU (default: torch's choice; use 1 when other jobs share "
                 "the cores)")
 
 
@@ -66,7 +69,7 @@ def add_seed(p: Any, default: int = 0, help: str = "random seed") -> None:
                    help=f"{help} (default: {default})")
 
 
-def add_seeds(p: Any, default: list[int] | None, help: str = "seeds, one run each") -> None:
+def add_seeds(p: Any, default: list[int] | None, help: str = "random seeds, one run each") -> None:
     """``--seeds N [N ...]``: a list of integers (``default`` None: ``help`` says what then)."""
     p.add_argument("--seeds", nargs="+", type=int, default=None if default is None else list(default), metavar="N",
                    help=help if default is None else f"{help} (default: {' '.join(map(str, default))})")
@@ -126,3 +129,135 @@ def add_run_dir_arguments(p: Any, what: str, which: str, which_help: str) -> Non
     add_data_dir(p, "data folder (default: the run's)")
     add_device(p)
     add_threads(p)
+
+
+# --------------------------------------------------------------------------------------------
+# One vocabulary: an option means one thing in every command that has it
+# --------------------------------------------------------------------------------------------
+
+
+def std(text: str) -> float:
+    """argparse type of a standard deviation (``--sigma-init``): a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"a standard deviation must be a finite number > 0, got {text!r}")
+    return v
+
+
+def std_as_rho(text: str) -> float:
+    """argparse type of ``--sigma-init`` where the configuration holds rho (``rho_init`` of
+    ``bbb train`` and ``bbb regression``): reads a standard deviation sigma (:func:`std`) and
+    returns the rho with softplus(rho) = sigma: the shortest such number, so that the sigma of
+    a rho (:func:`sigma_of_rho`) gives that rho back exactly (-3.25, not -3.2500000000000004)."""
+    from ..distributions import inverse_softplus
+
+    sigma = std(text)
+    rho = float(inverse_softplus(sigma))
+    for digits in range(1, 17):
+        if sigma_of_rho(round(rho, digits)) == sigma:
+            return round(rho, digits)
+    return rho
+
+
+def sigma_of_rho(rho: float) -> float:
+    """softplus(rho): the standard deviation a posterior's rho stands for."""
+    return rho + math.log1p(math.exp(-rho)) if rho > 0 else math.log1p(math.exp(rho))
+
+
+class SharedFlag(NamedTuple):
+    """What one option means in every command that has it: the words its help starts with
+    (``meaning``), the argparse ``type`` that reads it (a tuple: any of these; None: a string, a
+    choice or a switch), its ``nargs``, and the library's name for it."""
+
+    meaning: str
+    type: Any = None
+    nargs: int | str | None = None
+    library: str = ""
+
+
+#: The options that mean one thing in every command that has them: flag -> meaning, type,
+#: nargs and the library's name. Every command builds its help from ``meaning``
+#: (:func:`shared_help`); tests/cli/test_shared_options.py walks every command's parser against
+#: this table. The three sample counts: ``--train-samples`` per training step, ``--samples``
+#: per prediction, and ``bbb train --eval-samples`` for the evaluation that ends training
+#: (``bbb train --samples`` is the retired spelling of ``--train-samples``: :data:`RETIRED_FLAGS`).
+SHARED_FLAGS: dict[str, SharedFlag] = {
+    "--train-samples": SharedFlag("weight samples per training step", int,
+                                  library="ELBO(num_samples=)"),
+    "--samples": SharedFlag("weight samples of the predictive", int,
+                            library="bbb.uncertainty.predict(num_samples=)"),
+    "--eval-samples": SharedFlag("weight samples of the predictive", int,
+                                 library="bbb.uncertainty.predict(num_samples=), at the end of training"),
+    "--sigma-init": SharedFlag("initial posterior standard deviation sigma = softplus(rho) of every weight",
+                               (std, std_as_rho), library="rho_init = softplus^-1(sigma) of the Bayesian layers"),
+    "--beta": SharedFlag("KL scale beta", float, library="ELBO(beta=)"),
+    "--kl-weighting": SharedFlag("KL split over the", library="ELBO(kl_weighting=)"),
+    "--prior": SharedFlag("BBB prior"),
+    "--pi": SharedFlag("mixture prior: weight of the wide component", float, library="ScaleMixturePrior(pi=)"),
+    "--sigma1": SharedFlag("mixture prior: std of the wide component", float,
+                           library="ScaleMixturePrior(sigma1=)"),
+    "--sigma2": SharedFlag("mixture prior: std of the narrow component", float,
+                           library="ScaleMixturePrior(sigma2=)"),
+    "--prior-sigma": SharedFlag("Gaussian prior: std of every weight", float, library="GaussianPrior(sigma=)"),
+    "--hidden": SharedFlag("hidden layer widths", int, "+"),
+    "--epochs": SharedFlag("training epochs", int),
+    "--lr": SharedFlag("learning rate", float),
+    "--optimizer": SharedFlag("the optimiser"),
+    "--batch-size": SharedFlag("minibatch size", int),
+    "--dataset": SharedFlag("data set"),
+    "--data-dir": SharedFlag("data folder"),
+    "--out": SharedFlag("output folder"),
+    "--which": SharedFlag("checkpoint"),
+    "--device": SharedFlag("auto (cuda when available), cpu, cuda or cuda:N", library="bbb.devices.resolve_device"),
+    "--seed": SharedFlag("random seed", int),
+    "--seeds": SharedFlag("random seeds", int, "+"),
+    "--threads": SharedFlag("torch threads", int, library="torch.set_num_threads"),
+    "--quiet": SharedFlag(QUIET_HELP, nargs=0),
+}
+
+
+def shared_help(flag: str, rest: str = "") -> str:
+    """The help of ``flag`` (a key of :data:`SHARED_FLAGS`): its meaning, then ``rest``."""
+    return SHARED_FLAGS[flag].meaning + rest
+
+
+#: Retired spellings -> the option that replaced them. Each is still accepted for one release,
+#: as a hidden alias (:func:`add_deprecated_alias`); config.json keys are unchanged.
+RETIRED_FLAGS: dict[str, str] = {
+    "--rho-init": "--sigma-init",  # a rho, where every command now takes the standard deviation
+    "--kl-scale": "--beta",
+    "--decision-samples": "--samples",
+}
+
+#: Retired in one command only: ``bbb train --samples`` meant the training samples.
+RETIRED_IN_COMMAND: dict[str, dict[str, str]] = {"train": {"--samples": "--train-samples"}}
+
+
+class DeprecatedAlias(argparse.Action):
+    """A retired spelling of option ``new``: not in ``--help``, it stores into ``new``'s dest
+    and prints one line on stderr that says what to write instead (``shown``: the value as
+    ``new`` takes it)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str,
+                 shown: Any = None, **kw: Any) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.new = new
+        self.shown = shown
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        v = values if self.shown is None else self.shown(values)
+        text = repr(v) if isinstance(v, float) else str(v)  # a float exactly, as the new option reads it
+        print(f"{parser.prog}: DeprecationWarning: {option_string} is deprecated and will be removed in "
+              f"the next release; use {self.new} {text}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(p: Any, old: str, new: str, dest: str, type: Any = None, shown: Any = None) -> None:
+    """Accept ``old``, the retired spelling of ``new`` (:data:`RETIRED_FLAGS`), for one more
+    release: hidden, stored into ``dest`` (``new``'s), one DeprecationWarning line on stderr."""
+    p.add_argument(old, dest=dest, type=type, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                   action=DeprecatedAlias, new=new, shown=shown)

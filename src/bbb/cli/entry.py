@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import UserError
+from ..errors import BBBError, TrainingInterrupted, UserError
 from .common import Parser
 from .parser import build_parser
 from .registry import COMMANDS, PROG
@@ -76,8 +76,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (docs/notes.md). libgomp reads this when torch loads, so it is set here, before anything
     # imports torch (``import bbb`` does not); an explicit setting by the user wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from ..runs import TrainingInterrupted
-
     argv = list(sys.argv[1:] if argv is None else argv)
     # MKL's strict conditional-numerical-reproducibility mode: its GEMMs give the same bits on
     # 1 or 2 threads, so a run's metrics do not depend on --threads (read at MKL's first call;
@@ -92,17 +90,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_command(argv[0], argv[1:])
         args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
         return run_command(args.command, [])
-    except UserError as e:
+    except TrainingInterrupted as e:  # (a BBBError too: first)
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 130
+    except BBBError as e:  # a bad value, a full disk, out of memory...: the one line bbb wrote
         msg = " ".join(str(e).split()) or type(e).__name__
         print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
-    except OSError as e:  # an unwritable --out, a full disk, a file that vanished: the user's to fix
+    except OSError as e:  # an unwritable --out, a file that vanished: the user's to fix
         where = f" ({e.filename})" if e.filename else ""
         print(f"{PROG}: error: {e.strerror or e}{where}; check the path and its permissions", file=sys.stderr)
         return 2
-    except TrainingInterrupted as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 130
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@ from typing import Any
 from .common import (
     Parser,
     add_data_dir,
+    add_deprecated_alias,
     add_device,
     add_out,
     add_quiet,
@@ -16,13 +17,16 @@ from .common import (
     add_seed,
     add_threads,
     fmt_default,
+    shared_help,
+    sigma_of_rho,
+    std_as_rho,
 )
 from .registry import COMMANDS, DEMO_SETTINGS, PROG
 
 TRAIN_EXAMPLE = """\
 Example:
   bbb train --dataset mnist --method bbb --prior mixture --pi 0.25 --sigma1 1 --sigma2 0.0009 \\
-      --hidden 400 400 --epochs 10 --lr 1e-3 --samples 1 --estimator reparam \\
+      --hidden 400 400 --epochs 10 --lr 1e-3 --train-samples 1 --estimator reparam \\
       --kl-weighting blundell --seed 0 --device auto --out runs/bbb400
 
   bbb train --method dropout --hidden 1200 1200 --epochs 100 --out runs/dropout1200
@@ -44,13 +48,13 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     from ..nn.base import Estimator
     from ..runs import TrainConfig
 
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
-                for f in dataclasses.fields(TrainConfig)}
+    defaults: dict[str, Any] = {f.name: f.default_factory() if callable(f.default_factory) else f.default
+                                for f in dataclasses.fields(TrainConfig)}
 
     g = p.add_argument_group("data")
     add_g = suppressed_adder(g, defaults)
-    add_g("--dataset", "dataset", "data set", choices=O.IMAGE_DATASETS)
-    add_g("--data-dir", "data_dir", "data folder (else $BBB_DATA, else ~/.cache/bbb)", metavar="DIR",
+    add_g("--dataset", "dataset", shared_help("--dataset"), choices=O.IMAGE_DATASETS)
+    add_g("--data-dir", "data_dir", shared_help("--data-dir", " (else $BBB_DATA, else ~/.cache/bbb)"), metavar="DIR",
           show_default=False)
     add_g("--scale", "scale", "pixels are divided by this (the paper: 126)", type=float)
     add_g("--val-size", "val_size", "training images held out for validation", type=int)
@@ -59,17 +63,20 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g = suppressed_adder(g, defaults)
     add_g("--method", "method", "bbb (Bayes by Backprop), sgd (plain MLP) or dropout",
           choices=O.values(O.Method))
-    add_g("--hidden", "hidden", "hidden layer widths", type=int, nargs="+", metavar="N")
-    add_g("--prior", "prior", "bbb prior: mixture (scale mixture, eq. 7) or gaussian",
+    add_g("--hidden", "hidden", shared_help("--hidden"), type=int, nargs="+", metavar="N")
+    add_g("--prior", "prior", shared_help("--prior", ": mixture (scale mixture, eq. 7) or gaussian"),
           choices=O.values(O.PriorKind))
-    add_g("--pi", "pi", "mixture weight of the wide component, in (0, 1]", type=float)
-    add_g("--sigma1", "sigma1", "std of the wide mixture component", type=float)
-    add_g("--sigma2", "sigma2", "std of the narrow mixture component", type=float)
-    add_g("--prior-sigma", "prior_sigma", "std of the Gaussian prior (--prior gaussian)", type=float)
+    add_g("--pi", "pi", shared_help("--pi", ", in (0, 1]"), type=float)
+    add_g("--sigma1", "sigma1", shared_help("--sigma1"), type=float)
+    add_g("--sigma2", "sigma2", shared_help("--sigma2"), type=float)
+    add_g("--prior-sigma", "prior_sigma", shared_help("--prior-sigma", " (--prior gaussian)"), type=float)
     add_g("--estimator", "estimator",
           "reparam (the paper), local (local reparameterisation) or flipout",
           choices=O.values(Estimator))
-    add_g("--rho-init", "rho_init", "initial rho (sigma = softplus(rho))", type=float)
+    rho = defaults["rho_init"]
+    add_g("--sigma-init", "rho_init", shared_help("--sigma-init", f" (bbb; default: {sigma_of_rho(rho):.2g}, "
+          f"rho {rho:g}; config.json keeps rho_init)"), type=std_as_rho, metavar="S", show_default=False)
+    add_deprecated_alias(g, "--rho-init", "--sigma-init", "rho_init", float, sigma_of_rho)
     add_g("--mu-init-scale", "mu_init_scale", "mu ~ U(-b, b) with this b (default 1/sqrt(fan_in))",
           type=float, show_default=False)
     add_g("--dropout-input", "dropout_input", "dropout rate on the inputs (--method dropout)", type=float)
@@ -77,9 +84,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("objective and optimisation")
     add_g = suppressed_adder(g, defaults)
-    add_g("--epochs", "epochs", "training epochs", type=int)
-    add_g("--lr", "lr", "learning rate", type=float)
-    add_g("--optimizer", "optimizer", "the update rule", choices=O.values(OptimizerKind))
+    add_g("--epochs", "epochs", shared_help("--epochs"), type=int)
+    add_g("--lr", "lr", shared_help("--lr"), type=float)
+    add_g("--optimizer", "optimizer", shared_help("--optimizer", " (the update rule)"), choices=O.values(OptimizerKind))
     add_g("--momentum", "momentum", "momentum of --optimizer sgd", type=float)
     add_g("--rho-lr-scale", "rho_lr_scale", "bbb: rho's learning rate is --lr times this (lets sigma move "
           "under plain SGD)", type=float)
@@ -87,13 +94,15 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           choices=O.values(O.LRSchedule))
     add_g("--lr-step-size", "lr_step_size", "epochs per step of --lr-schedule step (0: epochs // 3)", type=int)
     add_g("--lr-gamma", "lr_gamma", "factor per step of --lr-schedule step", type=float)
-    add_g("--batch-size", "batch_size", "minibatch size", type=int)
-    add_g("--samples", "samples", "Monte Carlo weight samples per step (k)", type=int)
-    add_g("--kl-samples", "kl_samples", "bbb: weight samples the Monte Carlo KL averages over, >= --samples; "
+    add_g("--batch-size", "batch_size", shared_help("--batch-size"), type=int)
+    add_g("--train-samples", "samples", shared_help("--train-samples", " (k; config.json: samples)"), type=int,
+          metavar="K")
+    add_deprecated_alias(g, "--samples", "--train-samples", "samples", int)
+    add_g("--kl-samples", "kl_samples", "bbb: weight samples the Monte Carlo KL averages over, >= --train-samples; "
           "the extra ones are drawn for the KL alone (a lower-variance KL gradient, no extra forward pass; "
-          "default: the --samples of the likelihood, the paper's estimator)", type=int, show_default=False)
+          "default: the --train-samples of the likelihood, the paper's estimator)", type=int, show_default=False)
     add_g("--kl-weighting", "kl_weighting",
-          "minibatch KL weights: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)",
+          shared_help("--kl-weighting", " minibatches of an epoch: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)"),
           choices=O.values(KLWeighting))
     add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed, mc (the paper's) or split "
           "(closed-form parts + one importance sample for the rest: the mixture's spike without its noise)",
@@ -101,12 +110,13 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)
-    add_out(p, "run directory")
-    add_g("--seed", "seed", "random seed", type=int)
-    add_g("--device", "device", "auto (cuda when available), cpu, cuda or cuda:N")
+    add_out(p, shared_help("--out", ": the run directory"))
+    add_g("--seed", "seed", shared_help("--seed"), type=int)
+    add_g("--device", "device", shared_help("--device"))
     g.add_argument("--bf16", dest="bf16", action="store_true", default=argparse.SUPPRESS,
                    help="bf16 autocast (CUDA only; ignored with a warning on CPU)")
-    add_g("--eval-samples", "eval_samples", "samples of the final predictive evaluation", type=int)
+    add_g("--eval-samples", "eval_samples", shared_help("--eval-samples", " average that evaluates the trained "
+          "network"), type=int, metavar="K")
     g.add_argument("--test-each-epoch", dest="test_each_epoch", action="store_true",
                    default=argparse.SUPPRESS, help="also log the test error every epoch")
     add_g("--checkpoint-every", "checkpoint_every", "write last.pt (with best.pt and metrics.csv) every N epochs, "
@@ -167,7 +177,8 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = "Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best"
     add_run_dir_arguments(p, "a directory written by bbb train", "best",
                           "checkpoint: best (by validation error) or last")
-    p.add_argument("--samples", type=int, default=10, help="Monte Carlo samples (default: 10)")
+    p.add_argument("--samples", type=int, default=10, metavar="K",
+                   help=shared_help("--samples", " average (default: 10)"))
 
 
 def add_prune_arguments(p: argparse.ArgumentParser) -> None:
@@ -189,9 +200,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
                      "the pruning table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
                      "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.")
     p.epilog = "Example:\n  bbb demo --out runs/demo --epochs 10"
-    add_out(p, "run directory", default="runs/demo")
+    add_out(p, shared_help("--out", ": the run directory"), default="runs/demo")
     p.add_argument("--epochs", type=int, default=DEMO_SETTINGS["epochs"],
-                   help=f"training epochs (default: {DEMO_SETTINGS['epochs']})")
+                   help=shared_help("--epochs", f" (default: {DEMO_SETTINGS['epochs']})"))
     add_data_dir(p)
     add_device(p)
     add_threads(p)

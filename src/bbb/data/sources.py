@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bbb.errors import DataError, UserError
+from bbb.errors import DataError, DiskFullError, NetworkError, UserError
 from bbb.io import atomic_write
 from bbb.options import Dataset
 
@@ -286,10 +286,6 @@ def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
                 _write_stamp(folder, verified)
 
 
-class _NetworkError(Exception):
-    """A failure talking to the server (as opposed to writing the local file)."""
-
-
 def _progress(total: int | None, desc: str) -> Any:
     """A tqdm bar when stderr is a terminal, else ``None``."""
     stderr = sys.stderr
@@ -306,7 +302,7 @@ def _download(url: str, dest: Path, md5: str, timeout: float) -> None:
         request = urllib.request.Request(url, headers={"User-Agent": "bbb-data/0.1"})
         response = urllib.request.urlopen(request, timeout=timeout)
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise _NetworkError(exc) from exc
+        raise NetworkError(exc) from exc
     with response:
         length = response.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
@@ -320,7 +316,7 @@ def _download(url: str, dest: Path, md5: str, timeout: float) -> None:
                     try:
                         chunk = response.read(_CHUNK)
                     except (OSError, http.client.HTTPException) as exc:
-                        raise _NetworkError(exc) from exc
+                        raise NetworkError(exc) from exc
                     if not chunk:
                         break
                     f.write(chunk)
@@ -332,7 +328,7 @@ def _download(url: str, dest: Path, md5: str, timeout: float) -> None:
                 if bar is not None:
                     bar.close()
             if total is not None and received != total:
-                raise _NetworkError(f"connection closed after {received} of {total} bytes")
+                raise NetworkError(f"connection closed after {received} of {total} bytes")
             got = h.hexdigest()
             if got != md5.lower():
                 raise DataError(
@@ -410,8 +406,10 @@ def ensure_files(
         log.info("downloading %s to %s", url, path)
         try:
             _download(url, path, KNOWN_FILES[dataset][path.name], DOWNLOAD_TIMEOUT)
-        except _NetworkError as exc:
+        except NetworkError as exc:
             raise missing_error(f"download from {url} failed: {exc.__cause__ or exc}") from None
+        except DiskFullError:  # (an OSError) its own line: free some space
+            raise
         except OSError as exc:
             raise DataError(
                 _one_line(

@@ -59,7 +59,7 @@ def active_ddp() -> Any | None:
 
 def _covered(ddp: Any) -> set[int]:
     """ids of the parameters ``ddp`` averages (those of its module it does not ignore)."""
-    ignored = getattr(ddp, "parameters_to_ignore", set())
+    ignored: set[str] = getattr(ddp, "parameters_to_ignore", set())
     return {id(p) for n, p in ddp.module.named_parameters() if n not in ignored}
 
 

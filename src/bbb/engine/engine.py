@@ -9,8 +9,8 @@ the next sample from the counter-based generator (:mod:`bbb.random`). The KL coe
 whatever the loss multiplies the KL by (read from autograd), so the training loop is the same
 code as on the plain path::
 
-    engine = Engine(net, "adam", lr=1e-3, kl="mc", seed=0)
     elbo = ELBO(net, num_batches=M, kl="mc")
+    engine = Engine(elbo, "adam", lr=1e-3, seed=0)   # num_samples, kl, kl_samples: the ELBO's
     for i, (x, y) in enumerate(loader):
         with engine.sampling():
             out = elbo(x, y, batch_index=i)
@@ -45,7 +45,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -53,7 +53,7 @@ from torch import Tensor
 
 from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
 from ..elbo import ELBO
-from ..errors import UserError
+from ..errors import UserError, check_float, check_int
 from ..nn import SampleProvider, bayes_modules, providing_samples
 from ..random import counter_keys
 from . import distributed as ddp_
@@ -65,10 +65,6 @@ __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
 
 _log = logging.getLogger("bbb.engine")
 
-# With k > 1 samples each layer's weight sample is a strided view of the (k, n) buffers, and
-# autograd accumulates its gradient in place into the matching view of the gradient buffer, as
-# intended; torch notes once that such a gradient "does not obey the layout contract".
-warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 #: on the CPU, below this many Bayesian weights, ``compile=None`` keeps the eager kernels (compiling
 #: costs seconds, which a toy network never earns back); on CUDA the engine compiles at any size (the
@@ -79,6 +75,32 @@ ENGINE_FORMAT = 1
 #: ``hp`` tensor in place (the host's memory: no copy); elsewhere the kernel forms them on the device
 #: from the engine's counter tensor, and the host writes ``hp`` only when a hyperparameter changes
 HOST_HP_DEVICES = ("cpu",)
+
+
+_LAYOUT_NOTICE = "grad and param do not obey the gradient layout contract"
+_layout_notice_spent = False
+
+
+def _spend_layout_notice() -> None:
+    """Spend, silently, torch's one notice per process that a gradient "does not obey the layout
+    contract" (``TORCH_WARN_ONCE`` in autograd's gradient accumulation).
+
+    With k > 1 samples each layer's weight sample is a strided view of the (k, n) buffers, and
+    autograd accumulates its gradient in place into the matching view of the gradient buffer, as
+    intended; torch notes that once, from inside the caller's ``backward()``, where no filter of
+    the engine's can be scoped. So the engine triggers that one notice here, on two tiny tensors,
+    under a filter that ends with this function: no process-wide warnings filter, and no notice
+    later (unless ``torch.set_warn_always(True)`` asks for every one).
+    """
+    global _layout_notice_spent
+    if _layout_notice_spent:
+        return
+    _layout_notice_spent = True
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.enable_grad():
+        warnings.filterwarnings("ignore", message=_LAYOUT_NOTICE)
+        leaf = torch.zeros(2, 3)[:, :2].detach().requires_grad_(True)  # not dense: like a sample view
+        leaf.grad = torch.zeros(2, 3)[:, :2]
+        leaf.sum().backward()
 
 
 class OptimizerKind(str, Enum):
@@ -125,13 +147,31 @@ class _KLCoefficient(torch.autograd.Function):
         return None, grad
 
 
+def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
+                 kl_samples: int | None) -> tuple[int, KLMode, int | None]:
+    """The ELBO's ``num_samples``, ``kl`` and ``kl_samples``, which an engine built from it takes;
+    a value given to the engine too that differs from the ELBO's is a one-line :class:`UserError`."""
+    def text(v: Any) -> str:
+        return repr(v.value if isinstance(v, KLMode) else v)
+
+    for name, given, owned in (("num_samples", k, elbo.num_samples), ("kl", kl_mode, elbo.kl_mode),
+                               ("kl_samples", kl_samples, elbo.kl_samples)):
+        if given is not None and given != owned:
+            raise UserError(f"Engine(elbo, {name}={text(given)}) but the ELBO has {name}={text(owned)}: an engine "
+                            f"built from an ELBO takes num_samples, kl and kl_samples from it; leave {name} out "
+                            "of the Engine (or give it to the ELBO)")
+    return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
+
+
 class Engine(torch.optim.Optimizer, SampleProvider):
     """Adam or SGD for a Bayesian model, fused with weight sampling and the KL gradient.
 
     Args:
-        model: the network (create the engine after moving it to its device), or its
-            :class:`~bbb.elbo.ELBO`: then the ELBO's own parameters (a learned noise) are trained
-            too, as with ``params=elbo.parameters()``.
+        model: the :class:`~bbb.elbo.ELBO` of the network (the documented way), or the network
+            itself (create the engine after moving the network to its device). From an ELBO the
+            engine takes ``num_samples``, ``kl`` and ``kl_samples`` (the ELBO owns them: leave
+            them out here; a different value is a one-line :class:`UserError`) and trains the
+            ELBO's own parameters too (a learned noise), as with ``params=elbo.parameters()``.
         optimizer: ``"adam"`` or ``"sgd"``.
         lr: the learning rate (Adam and SGD).
         betas: Adam's, as ``torch.optim.Adam``.
@@ -142,13 +182,15 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             SGD sigma barely moves from its initial value at the paper's learning rates; a larger
             step for rho lets it move. Kept in the parameter group (``"rho_lr_scale"``), so it is
             saved with the state dict; learning-rate schedulers scale both steps alike.
-        num_samples: k weight samples per step (:class:`~bbb.elbo.ELBO` with the same
-            ``num_samples`` evaluates them, folded into the batch dimension or with an explicit
-            leading sample dimension).
-        kl: ``"auto"``, ``"mc"``, ``"closed"`` or ``"split"``, as the ELBO's (they must agree).
-        kl_samples: the weight samples a Monte Carlo KL averages over, as the ELBO's (they must
-            agree): None, the k of ``num_samples``; K > k adds K - k samples of the KL's own,
-            drawn by the fused kernel from the same counter-based noise (after the k rows).
+        num_samples: k weight samples per step; None: the ELBO's (1 when built from the
+            network; an :class:`~bbb.elbo.ELBO` with the same ``num_samples`` evaluates them,
+            folded into the batch dimension or with an explicit leading sample dimension).
+        kl: ``"auto"``, ``"mc"``, ``"closed"`` or ``"split"``; None: the ELBO's (``"auto"`` when
+            built from the network, then the ELBO's must agree).
+        kl_samples: the weight samples a Monte Carlo KL averages over; None: the ELBO's (built
+            from the network: the k of ``num_samples``, and the ELBO's must agree); K > k adds
+            K - k samples of the KL's own, drawn by the fused kernel from the same counter-based
+            noise (after the k rows).
         seed: the noise is a function of (seed, step counter) alone.
         compile: ``True``/``False``, or ``None``: on CUDA compile at any size (when Triton is
             installed; without it one warning, and the eager kernels), on the CPU when the model
@@ -171,8 +213,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         momentum: float = 0.0,
         nesterov: bool = False,
         rho_lr_scale: float = 1.0,
-        num_samples: int = 1,
-        kl: KLMode | str = KLMode.AUTO,
+        num_samples: int | None = None,
+        kl: KLMode | str | None = None,
         kl_samples: int | None = None,
         seed: int = 0,
         compile: bool | None = None,
@@ -184,33 +226,31 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         except ValueError:
             raise UserError(f"unknown optimizer {optimizer!r}; choose adam or sgd") from None
         try:
-            self.kl_mode = KLMode(kl)
+            kl_mode = None if kl is None else KLMode(kl)
         except ValueError:
             raise UserError(f"unknown KL mode {kl!r}; choose auto, closed, mc or split") from None
-        if not (lr > 0) or lr == float("inf"):
-            raise UserError(f"lr must be a finite number > 0, got {lr}")
+        lr = check_float("lr", lr, 0.0, above=True)
         if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
             raise UserError(f"betas must be two numbers in [0, 1), got {betas}")
-        if not (eps > 0) or eps == float("inf"):
-            raise UserError(f"eps must be a finite number > 0, got {eps}")
+        eps = check_float("eps", eps, 0.0, above=True)
         if not (0.0 <= momentum < 1.0):
             raise UserError(f"momentum must be in [0, 1), got {momentum}")
-        if not (rho_lr_scale > 0) or rho_lr_scale == float("inf"):
-            raise UserError(f"rho_lr_scale must be a finite number > 0, got {rho_lr_scale}")
-        if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-            raise UserError(f"num_samples must be an integer >= 1, got {num_samples!r}")
-        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
-            raise UserError(f"seed must be an integer >= 0, got {seed!r}")
+        rho_lr_scale = check_float("rho_lr_scale", rho_lr_scale, 0.0, above=True)
+        k = None if num_samples is None else check_int("num_samples", num_samples)
+        self.seed = check_int("seed", seed, 0)
+        if kl_samples is not None:
+            kl_samples = check_kl_samples(kl_samples, 1 if k is None else k)
         extra = param_groups(params)
         if isinstance(model, ELBO):
+            k, kl_mode, kl_samples = _settings_of(model, k, kl_mode, kl_samples)
             extra = [*param_groups(model.parameters()), *extra]
             model = model.model
         if fused not in (None, True, False):
             raise UserError(f"fused must be None, True or False, got {fused!r}")
         self.model = model
-        self.k = int(num_samples)
+        self.k = 1 if k is None else k
+        self.kl_mode = KLMode.AUTO if kl_mode is None else kl_mode
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.k)
-        self.seed = int(seed)
         self.counter = 0
         self._step_count = 0
         reason = "fused=False" if fused is False else unsupported_reason(model, self.kl_mode)
@@ -233,7 +273,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             # of 1, one group: the state dicts saved before the scale existed load)
             rhos = ({id(getattr(m, f"{n}_rho")) for m in bayes_modules(model) for n in m.param_names()}
                     if rho_lr_scale != 1.0 else set())
-            inner_groups = [{"params": [p for p in others if id(p) not in rhos]},
+            inner_groups: list[dict[str, Any]] = [{"params": [p for p in others if id(p) not in rhos]},
                             {"params": [p for p in others if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
             inner_groups = [g for g in inner_groups if g["params"]] + extra
             if self.kind is OptimizerKind.ADAM:
@@ -274,6 +314,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         n, k = layout.numel, self.k
         self._prior = first.module.prior
         self._split, self._closed = self._kl_kind(self.kl_mode)
+        if k > 1:
+            _spend_layout_notice()
         # the rows of noise the KL draws of its own: the split's importance sample, or the Monte
         # Carlo KL's samples beyond the likelihood's (a closed form needs none)
         kl_extra = 1 if self._split else 0 if self._closed or self.kl_samples is None else self.kl_samples - k
@@ -311,7 +353,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                         leaf, grad, eps = leaf[0], grad[0], [e[0] for e in eps]
                     leaf.requires_grad_(True)
                     leaf.grad = grad
-                    self._leaves[(id(s.module), s.name, batched)] = (leaf, *eps)
+                    self._leaves[(id(s.module), s.name, batched)] = (leaf, eps[0], eps[1])
         # the kernels' hp (hyperparameters, then the noise's keys: float64) and, where they are formed
         # on the device, the counter they come from (step, noise counter, SplitMix64(seed): int64)
         self._hp = torch.zeros(HP_SIZE + 3, device=dev, dtype=torch.float64)
@@ -407,7 +449,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         after the engine was built gives them new tensors (another device or dtype), which the
         engine neither reads nor updates. A one-line error, from Python attributes alone (no sync)."""
         first = self.layout.slots[0]  # type: ignore[union-attr]
-        p, mu = first.module._parameters[f"{first.name}_mu"], self._mu  # (a conversion may replace it)
+        p, mu = cast(Tensor, first.module._parameters[f"{first.name}_mu"]), self._mu  # (a conversion may replace it)
         if p.data_ptr() == mu.data_ptr() and p.dtype == mu.dtype and p.device == mu.device:  # (at offset 0)
             return
         raise UserError(f"bbb.Engine: the model's parameters were moved or converted (now {p.device}, "
@@ -439,8 +481,8 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if slot is None:
             return None
         if (k or 1) != self.k or (k is None and self.k != 1):
-            raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for "
-                            f"{k or 1}; give the ELBO and the Engine the same num_samples")
+            raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for {k or 1}; "
+                            "build the Engine from the ELBO, Engine(elbo, ...), so that they share num_samples")
         hit = self._leaves[(id(module), name, k is not None)]
         return getattr(module, f"{name}_mu"), hit[1 + self._cur], hit[0]
 
@@ -466,11 +508,12 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if not self.layout.covers(model):
             raise UserError("the KL under an Engine is that of the whole model it was built for")
         if self._kl_kind(mode) != (self._split, self._closed):
-            raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with "
-                            f"kl={self.kl_mode.value}; give both the same kl")
+            raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with kl={self.kl_mode.value}; "
+                            "build the Engine from the ELBO, Engine(elbo, ...), so that they share kl")
         if kl_samples != self.kl_samples and not (self._closed or self._split):
             raise UserError(f"the ELBO asks for kl_samples={kl_samples} but the engine was built with "
-                            f"kl_samples={self.kl_samples}; give both the same kl_samples")
+                            f"kl_samples={self.kl_samples}; build the Engine from the ELBO, Engine(elbo, ...), "
+                            "so that they share kl_samples")
         self._drawn = True
         return _KLCoefficient.apply(self._kl, self._anchor)
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import add_out
+from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_text
 
@@ -25,7 +25,7 @@ __all__ = ["COLUMNS", "REFERENCES", "collect", "comparison_rows", "write_compari
 EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
            "--out results/uncertainty --name comparison")
 
-#: The CSV's columns, in order (the issue's contract first, then context).
+#: The CSV's columns, in order (the comparison's metrics first, then context).
 COLUMNS = ("method", "hidden", "dataset", "test_error", "nll", "ece", "brier", "auroc_entropy", "auroc_mi",
            "auroc_max_prob", "aupr_entropy", "aupr_mi", "test_error_mean_weights", "reference_test_error",
            "samples", "epochs", "seconds", "run")
@@ -187,7 +187,7 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories with eval.json (and ood.json)")
-    add_out(p, "folder for NAME.csv and NAME.md")
+    add_out(p, shared_help("--out", " for NAME.csv and NAME.md"))
     p.add_argument("--name", default="comparison", help="file stem (default: comparison)")
     p.add_argument("--reference", default=None, choices=sorted(REFERENCES),
                    help="published numbers to print beside ours")

@@ -46,13 +46,24 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..cli.common import add_device, add_out, add_quiet, add_seed, add_threads, describe
+from ..cli.common import (
+    add_deprecated_alias,
+    add_device,
+    add_out,
+    add_quiet,
+    add_seed,
+    add_threads,
+    describe,
+    shared_help,
+    sigma_of_rho,
+    std_as_rho,
+)
 from ..devices import resolve_device
 from ..distributions import inverse_softplus, make_prior
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
-from ..errors import UserError
+from ..errors import UserError, check_float, check_int
 from ..io import atomic_write_json, atomic_write_text
-from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesMLP, sampling
+from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesMLP, sampling
 from ..options import PriorKind, choice, values
 from ..uncertainty import regression_uncertainty
 
@@ -121,13 +132,9 @@ class RegressionConfig:
 
     def validate(self) -> None:
         for name in ("n_train", "n_grid", "epochs", "train_samples", "pred_samples", "threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise UserError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+            check_int(name.replace("_", "-"), getattr(self, name))
         for name in ("noise_std", "lr", "prior_sigma", "sigma1", "sigma2", "model_sigma"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise UserError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
+            check_float(name.replace("_", "-"), getattr(self, name), 0.0, above=True)
         for name in ("x_low", "x_high", "grid_low", "grid_high", "rho_init"):
             if not math.isfinite(getattr(self, name)):
                 raise UserError(f"{name.replace('_', '-')} must be finite")
@@ -174,7 +181,7 @@ def _prior(cfg: RegressionConfig):
                       prior_sigma=cfg.prior_sigma)
 
 
-def _likelihood(cfg: RegressionConfig) -> nn.Module:
+def _likelihood(cfg: RegressionConfig) -> Gaussian | HeteroscedasticGaussian:
     if cfg.heteroscedastic:
         return HeteroscedasticGaussian()
     return Gaussian(sigma=cfg.model_sigma, learn_sigma=cfg.learn_noise)
@@ -198,7 +205,7 @@ def _noise_bias(cfg: RegressionConfig) -> float:
     return float(inverse_softplus(cfg.model_sigma))
 
 
-def _noise_sigma(lik: nn.Module, output: Tensor) -> tuple[Tensor, Tensor]:
+def _noise_sigma(lik: Gaussian | HeteroscedasticGaussian, output: Tensor) -> tuple[Tensor, Tensor]:
     """(mean, noise std) of the predictive per network output (..., B, out)."""
     if isinstance(lik, HeteroscedasticGaussian):
         return lik.split(output)
@@ -211,8 +218,10 @@ def _train_bbb(cfg: RegressionConfig, x: Tensor, y: Tensor, gen: torch.Generator
     net = BayesMLP(1, cfg.hidden, out_dim, activation=cfg.activation, prior=_prior(cfg),
                    rho_init=cfg.rho_init, device=dev)
     if cfg.heteroscedastic:
+        head = net.layers[-1]
+        assert isinstance(head, BayesLinear)
         with torch.no_grad():
-            net.layers[-1].bias_mu[1] = _noise_bias(cfg)
+            head.mu("bias")[1] = _noise_bias(cfg)
     lik = _likelihood(cfg).to(dev)
     elbo = ELBO(net, lik, num_batches=1, num_samples=cfg.train_samples,
                 kl="auto" if cfg.prior == "gaussian" else "mc")
@@ -232,8 +241,10 @@ def _train_standard(cfg: RegressionConfig, x: Tensor, y: Tensor, dev: torch.devi
     out_dim = 2 if cfg.heteroscedastic else 1
     net = _standard_net(cfg, out_dim).to(dev)
     if cfg.heteroscedastic:
+        head = net[-1]
+        assert isinstance(head, nn.Linear)
         with torch.no_grad():
-            net[-1].bias[1] = _noise_bias(cfg)
+            head.bias[1] = _noise_bias(cfg)
     lik = _likelihood(cfg).to(dev)
     opt = torch.optim.Adam(list(net.parameters()) + list(lik.parameters()), lr=cfg.lr)
     xin = x.unsqueeze(-1)
@@ -251,7 +262,7 @@ def _train_standard(cfg: RegressionConfig, x: Tensor, y: Tensor, dev: torch.devi
 
 
 @torch.no_grad()
-def _bbb_predict(cfg: RegressionConfig, net: BayesMLP, lik: nn.Module, grid: Tensor,
+def _bbb_predict(cfg: RegressionConfig, net: BayesMLP, lik: Gaussian | HeteroscedasticGaussian, grid: Tensor,
                  gen: torch.Generator) -> dict[str, Tensor]:
     net.eval()
     k = cfg.pred_samples
@@ -273,7 +284,7 @@ def _bbb_predict(cfg: RegressionConfig, net: BayesMLP, lik: nn.Module, grid: Ten
 
 
 @torch.no_grad()
-def _standard_predict(net: nn.Module, lik: nn.Module, grid: Tensor) -> dict[str, Tensor]:
+def _standard_predict(net: nn.Module, lik: Gaussian | HeteroscedasticGaussian, grid: Tensor) -> dict[str, Tensor]:
     """Exact quantiles of N(f(x), sigma(x)^2): a plain network's only uncertainty is its noise."""
     net.eval()
     mean, sig = _noise_sigma(lik, net(grid.unsqueeze(-1)))
@@ -471,8 +482,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     describe(parser, DESCRIPTION, EXAMPLE)
     add_out(parser, "output folder (created)")
     parser.add_argument("--epochs", type=int, default=d.epochs,
-                        help=f"full-batch Adam steps for each network (default {d.epochs})")
-    add_seed(parser, d.seed, "seed of data and training")
+                        help=shared_help("--epochs", f" (full-batch Adam steps) of each network (default {d.epochs})"))
+    add_seed(parser, d.seed, shared_help("--seed", " of data and training"))
     parser.add_argument("--n-train", type=int, default=d.n_train, help=f"training points (default {d.n_train})")
     parser.add_argument("--x-range", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.x_low, d.x_high],
                         help="training inputs ~ U[LOW, HIGH] (default 0 0.5; the paper does not say)")
@@ -480,28 +491,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"std of the data noise eps (default {d.noise_std:g})")
     parser.add_argument("--grid", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.grid_low, d.grid_high],
                         help="prediction range (default -0.2 1.2)")
-    parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), help="hidden widths (default 100 100)")
+    parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), metavar="N",
+                        help=shared_help("--hidden", " (default 100 100)"))
     parser.add_argument("--activation", choices=sorted(_ACTS), default=d.activation)
-    parser.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
-    parser.add_argument("--train-samples", type=int, default=d.train_samples,
-                        help=f"BBB: weight samples per step (default {d.train_samples})")
+    parser.add_argument("--lr", type=float, default=d.lr, help=shared_help("--lr", f" of Adam (default {d.lr:g})"))
+    parser.add_argument("--train-samples", type=int, default=d.train_samples, metavar="K",
+                        help=shared_help("--train-samples", f" (BBB; default {d.train_samples})"))
     parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
-                        help="BBB prior (default mixture, Monte Carlo KL; gaussian: closed-form KL)")
-    parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma, help="Gaussian prior std (default 1)")
-    parser.add_argument("--pi", type=float, default=d.pi, help=f"mixture prior weight (default {d.pi:g})")
-    parser.add_argument("--sigma1", type=float, default=d.sigma1, help=f"mixture prior std 1 (default {d.sigma1:g})")
-    parser.add_argument("--sigma2", type=float, default=d.sigma2, help="mixture prior std 2 (default e^-7)")
-    parser.add_argument("--rho-init", type=float, default=d.rho_init, help="BBB initial rho (default -5)")
+                        help=shared_help("--prior", " (default mixture, Monte Carlo KL; gaussian: closed-form KL)"))
+    parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
+                        help=shared_help("--prior-sigma", f" (default {d.prior_sigma:g})"))
+    parser.add_argument("--pi", type=float, default=d.pi, help=shared_help("--pi", f" (default {d.pi:g})"))
+    parser.add_argument("--sigma1", type=float, default=d.sigma1,
+                        help=shared_help("--sigma1", f" (default {d.sigma1:g})"))
+    parser.add_argument("--sigma2", type=float, default=d.sigma2, help=shared_help("--sigma2", " (default e^-7)"))
+    parser.add_argument("--sigma-init", dest="rho_init", type=std_as_rho, default=d.rho_init, metavar="S",
+                        help=shared_help("--sigma-init", f" (BBB; default {sigma_of_rho(d.rho_init):.2g}, "
+                                                         f"rho {d.rho_init:g})"))
+    add_deprecated_alias(parser, "--rho-init", "--sigma-init", "rho_init", float, sigma_of_rho)
     parser.add_argument("--model-sigma", type=float, default=d.model_sigma,
                         help=f"likelihood noise std (the start value when learned; default {d.model_sigma:g})")
     parser.add_argument("--learn-noise", action="store_true",
                         help="learn the likelihood noise (starting at --model-sigma) instead of fixing it")
     parser.add_argument("--heteroscedastic", action="store_true",
                         help="learn an input-dependent noise (the networks output mean and noise)")
-    parser.add_argument("--samples", type=int, default=d.pred_samples,
-                        help=f"BBB weight samples for the predictive quantiles (default {d.pred_samples})")
+    parser.add_argument("--samples", type=int, default=d.pred_samples, metavar="K",
+                        help=shared_help("--samples", f" quantiles (BBB; default {d.pred_samples})"))
     add_device(parser)
-    add_threads(parser, d.threads, "torch threads (default 1: the nets are tiny)")
+    add_threads(parser, d.threads, shared_help("--threads", " (default 1: the nets are tiny)"))
     add_quiet(parser, "its one line of results")
 
 

@@ -23,7 +23,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dir_arguments, add_seed
+from ..cli.common import add_run_dir_arguments, add_seed, shared_help
 from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
@@ -116,7 +116,9 @@ def most_uncertain(probs: Tensor, labels: Tensor, n: int = 64) -> dict[str, Tens
     Also each class's vote share: the fraction of samples whose argmax is that class."""
     k, b, c = probs.shape
     scores = ood_scores(probs)
-    disagreement = scores["mutual_information"] if scores["mutual_information"] is not None else scores["entropy"]
+    mi, entropy = scores["mutual_information"], scores["entropy"]
+    assert entropy is not None  # (always defined; only the mutual information needs k > 1)
+    disagreement = mi if mi is not None else entropy
     n = min(n, b)
     top = torch.argsort(disagreement, descending=True, stable=True)[:n]
     mean = probs.mean(0)
@@ -148,7 +150,7 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
             panel.text(0.5, 0.5, "undefined for k = 1", ha="center", va="center", transform=panel.transAxes)
             panel.set_title(name.replace("_", " "))
             continue
-        hi = float(max(a.max(), b.max(), 1e-6))
+        hi = max(float(a.max()), float(b.max()), 1e-6)
         bins = torch.linspace(0, hi, 51).numpy()
         panel.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[0])
         panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[1])
@@ -225,7 +227,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     """The options ``ood`` and ``uncertain`` share: the run directory, which checkpoint, data,
     device, threads, seed."""
     add_run_dir_arguments(p, "a run directory written by `bbb train`", "best", "checkpoint to use")
-    add_seed(p, help="seed of the Monte Carlo draws")
+    add_seed(p, help=shared_help("--seed", " of the Monte Carlo draws"))
 
 
 def add_ood_arguments(p: argparse.ArgumentParser) -> None:
@@ -239,7 +241,8 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
     p.add_argument("--ood", default="fashion-mnist", choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: fashion-mnist)")
-    p.add_argument("--samples", type=int, default=10, help="sampled networks (BBB, MC dropout); default 10")
+    p.add_argument("--samples", type=int, default=10, metavar="K",
+                   help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default 10)"))
     _add_run_options(p)
 
 
@@ -278,7 +281,8 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
     p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
-    p.add_argument("--samples", type=int, default=30, help="sampled networks (default 30)")
+    p.add_argument("--samples", type=int, default=30, metavar="K",
+                   help=shared_help("--samples", " vote: the sampled networks (default 30)"))
     _add_run_options(p)
 
 

@@ -139,7 +139,7 @@ class BayesMultiheadAttention(BayesModule):
             else:
                 self._register_posterior(name, shape, factory)
         self.out_proj = BayesLinear(embed_dim, embed_dim, bias=bias, prior=self.prior, estimator=self.estimator,
-                                    mu_init_scale=mu_init_scale, rho_init=rho_init, **factory)
+                                    mu_init_scale=mu_init_scale, rho_init=rho_init, device=device, dtype=dtype)
         self.reset_parameters()
 
     def _fan_in(self) -> int:
@@ -152,7 +152,7 @@ class BayesMultiheadAttention(BayesModule):
         s = self.mu_init_scale
         with torch.no_grad():
             for name in self.param_names():
-                mu = getattr(self, f"{name}_mu")
+                mu = self.mu(name)
                 if s is not None:
                     mu.uniform_(-s, s)
                 elif name == "in_proj_bias":
@@ -161,9 +161,9 @@ class BayesMultiheadAttention(BayesModule):
                     nn.init.xavier_normal_(mu)
                 else:
                     nn.init.xavier_uniform_(mu)
-                getattr(self, f"{name}_rho").fill_(self.rho_init)
+                self.rho(name).fill_(self.rho_init)
             if s is None and self.out_proj.bias_mu is not None:
-                self.out_proj.bias_mu.zero_()
+                self.out_proj.mu("bias").zero_()
 
     @classmethod
     def from_torch(
@@ -204,7 +204,8 @@ class BayesMultiheadAttention(BayesModule):
     bias_v = property(lambda self: self._mean("bias_v"), doc="posterior mean (add_bias_kv)")
 
     # -- forward ----------------------------------------------------------------------------------
-    def forward(
+    # torch.nn.MultiheadAttention's signature, not BayesModule's generic forward(x) -> Tensor
+    def forward(  # type: ignore[override]
         self,
         query: Tensor,
         key: Tensor,
@@ -310,7 +311,7 @@ class BayesMultiheadAttention(BayesModule):
         if not self.is_sampling():
             return self._mean(name), None
         if self.estimator is Estimator.LOCAL:
-            return self._mean(name), self._masked(name, softplus(getattr(self, f"{name}_rho")))
+            return self._mean(name), self._masked(name, softplus(self.rho(name)))
         mu, _, w = self._draw(name, k)
         if self.estimator is Estimator.REPARAM:
             return None, self._masked(name, w)
@@ -356,16 +357,16 @@ class BayesMultiheadAttention(BayesModule):
         N/k rows, or (local) a fresh sample per row."""
         e = self.embed_dim
         if not self.is_sampling():
-            return self._mean(name).reshape(1, 1, e).expand(n, 1, e)  # type: ignore[union-attr]
+            return self._masked(name, self.mu(name)).reshape(1, 1, e).expand(n, 1, e)
         if self.estimator is Estimator.LOCAL:
-            mu = self._mean(name).reshape(1, 1, e)  # type: ignore[union-attr]
-            sigma = self._masked(name, softplus(getattr(self, f"{name}_rho"))).reshape(1, 1, e)  # type: ignore[union-attr]
+            mu = self._masked(name, self.mu(name)).reshape(1, 1, e)
+            sigma = self._masked(name, softplus(self.rho(name))).reshape(1, 1, e)
             eps = torch.randn((n, 1, e), generator=self._generator(), device=mu.device, dtype=mu.dtype)
             return torch.addcmul(mu, sigma, eps)
         w = self._masked(name, self._draw(name, k)[2])
         if k is None:
-            return w.reshape(1, 1, e).expand(n, 1, e)  # type: ignore[union-attr]
-        return w.reshape(k, 1, e).repeat_interleave(n // k, dim=0)  # type: ignore[union-attr]
+            return w.reshape(1, 1, e).expand(n, 1, e)
+        return w.reshape(k, 1, e).repeat_interleave(n // k, dim=0)
 
     def extra_repr(self) -> str:
         opts = [f"embed_dim={self.embed_dim}", f"num_heads={self.num_heads}"]

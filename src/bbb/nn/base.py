@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import torch
 import torch.nn as nn
@@ -40,8 +40,8 @@ DEFAULT_SIGMA2 = math.exp(-7.0)
 def default_prior() -> ScaleMixturePrior:
     """The default prior, the same as ``bbb train``'s: the paper's scale mixture (eq. 7) with
     pi = 1/4, sigma1 = 1, sigma2 = e^-7, a point of the paper's grid (pi in {1/4, 1/2, 3/4},
-    -log sigma1 in {0, 1, 2}, -log sigma2 in {6, 7, 8}) and the best of our MNIST model
-    selection; the paper names no single best value."""
+    -log sigma1 in {0, 1, 2}, -log sigma2 in {6, 7, 8}); the paper names no single best value
+    (how it fares: docs/defaults.md)."""
     return ScaleMixturePrior(pi=DEFAULT_PI, sigma1=DEFAULT_SIGMA1, sigma2=DEFAULT_SIGMA2)
 
 
@@ -115,6 +115,24 @@ class BayesModule(nn.Module):
         self.register_parameter(f"{name}_mu", nn.Parameter(torch.empty(shape, **factory)))
         self.register_parameter(f"{name}_rho", nn.Parameter(torch.empty(shape, **factory)))
 
+    def mu(self, name: str) -> Tensor:
+        """The posterior mean of the weight ``name``: the parameter ``{name}_mu`` (its
+        ``state_dict`` key), unmasked. AttributeError when the layer has no such posterior."""
+        return self._posterior_param(f"{name}_mu")
+
+    def rho(self, name: str) -> Tensor:
+        """The posterior's rho of the weight ``name`` (sigma = softplus(rho)): the parameter
+        ``{name}_rho``. AttributeError when the layer has no such posterior."""
+        return self._posterior_param(f"{name}_rho")
+
+    def _posterior_param(self, key: str) -> Tensor:
+        # the names are built at run time (``_register_posterior``), so attribute access types
+        # them as torch's ``Tensor | Module``: this is the one place that checks them
+        t = getattr(self, key, None)
+        if not isinstance(t, Tensor):
+            raise AttributeError(f"{type(self).__name__} has no posterior parameter {key!r}")
+        return t
+
     def _register_weight_and_bias(self, weight: tuple[int, ...], bias: tuple[int, ...] | None,
                                   device: torch.device | str | None, dtype: torch.dtype | None) -> None:
         """The posterior of the weight (shape ``weight``) and of the bias (``bias``; None: no
@@ -136,21 +154,21 @@ class BayesModule(nn.Module):
         bound = self.mu_init_scale if self.mu_init_scale is not None else 1.0 / math.sqrt(self._fan_in())
         with torch.no_grad():
             for name in self.param_names():
-                getattr(self, f"{name}_mu").uniform_(-bound, bound)
-                getattr(self, f"{name}_rho").fill_(self.rho_init)
+                self.mu(name).uniform_(-bound, bound)
+                self.rho(name).fill_(self.rho_init)
 
     def param_names(self) -> tuple[str, ...]:
         return tuple(n for n in self._param_names if getattr(self, f"{n}_mu", None) is not None)
 
     def posterior(self, name: str = "weight") -> DiagonalNormal:
-        return DiagonalNormal(getattr(self, f"{name}_mu"), softplus(getattr(self, f"{name}_rho")))
+        return DiagonalNormal(self.mu(name), softplus(self.rho(name)))
 
     def posteriors(self) -> dict[str, DiagonalNormal]:
         return {n: self.posterior(n) for n in self.param_names()}
 
     @property
     def weight_sigma(self) -> Tensor:
-        return softplus(self.weight_rho)
+        return softplus(self.rho("weight"))
 
     # -- the deterministic view: what code written for nn.Linear / nn.Conv reads ---------------
     @property
@@ -161,7 +179,7 @@ class BayesModule(nn.Module):
         return self._mean("weight")  # type: ignore[return-value]
 
     @property
-    def bias(self) -> Tensor | None:  # type: ignore[override]
+    def bias(self) -> Tensor | None:
         """The posterior mean of the bias (``bias_mu``), or None for a layer without bias."""
         return self._mean("bias")
 
@@ -169,11 +187,17 @@ class BayesModule(nn.Module):
     def _mask(self, name: str) -> Tensor | None:
         return getattr(self, f"{name}_mask", None)
 
+    @overload
+    def _masked(self, name: str, t: Tensor) -> Tensor: ...
+    @overload
+    def _masked(self, name: str, t: None) -> None: ...
+    @overload
+    def _masked(self, name: str, t: Tensor | None) -> Tensor | None: ...
     def _masked(self, name: str, t: Tensor | None) -> Tensor | None:
         m = self._mask(name)
         return t if (m is None or t is None) else t * m
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # a deterministic layer's state (``weight``, ``bias``): it becomes the posterior mean, the
         # posterior's rho keeps its current value (rho_init for a fresh layer)
         for name in self._param_names:
@@ -181,7 +205,7 @@ class BayesModule(nn.Module):
             if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
                 state_dict[f"{key}_mu"] = state_dict.pop(key)
                 if f"{key}_rho" not in state_dict:
-                    state_dict[f"{key}_rho"] = getattr(self, f"{name}_rho").detach().clone()
+                    state_dict[f"{key}_rho"] = self.rho(name).detach().clone()
         # a pruned checkpoint carries masks that a fresh layer has not registered yet
         for name in self._param_names:
             key = f"{prefix}{name}_mask"
@@ -214,7 +238,7 @@ class BayesModule(nn.Module):
         provider = PROVIDER.get()
         hit = None if provider is None else provider.draw(self, name, k)
         if hit is None:
-            mu, rho = getattr(self, f"{name}_mu"), getattr(self, f"{name}_rho")
+            mu, rho = self.mu(name), self.rho(name)
             shape = tuple(mu.shape) if k is None else (k, *mu.shape)
             eps = torch.randn(shape, generator=None if rec is None else rec.generator,
                               device=mu.device, dtype=mu.dtype)
@@ -276,7 +300,8 @@ class BayesModule(nn.Module):
         with torch.no_grad():
             for name in self.param_names():
                 src = getattr(layer, name)
-                getattr(self, f"{name}_mu").copy_(src.detach().reshape(getattr(self, f"{name}_mu").shape))
+                mu = self.mu(name)
+                mu.copy_(src.detach().reshape(mu.shape))
 
     def _generator(self) -> torch.Generator | None:
         rec = RECORDER.get()

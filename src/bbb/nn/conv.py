@@ -144,7 +144,7 @@ class _BayesConvNd(BayesModule):
 
     def _fan_in(self) -> int:
         # torch's default init: fan_in = weight.size(1) * receptive field
-        return int(self.weight_mu.shape[1]) * math.prod(self.kernel_size)
+        return int(self.mu("weight").shape[1]) * math.prod(self.kernel_size)
 
     # -- conversion ------------------------------------------------------------------------------
     @classmethod
@@ -221,17 +221,17 @@ class _BayesConvNd(BayesModule):
         self._check_input(x, k)
         opts = self._options()
         if not self.is_sampling():
-            return BF.conv(x, self._mean("weight"), self._mean("bias"), **opts)
+            return BF.conv(x, self.weight, self.bias, **opts)
         has_bias = self.bias_mu is not None
         if self.estimator is Estimator.REPARAM:
             w = self._draw("weight", k)[2]
             b = self._draw("bias", k)[2] if has_bias else None
             return BF.conv(x, self._masked("weight", w), self._masked("bias", b), **opts)
         if self.estimator is Estimator.LOCAL:
-            w_sigma = self._masked("weight", softplus(self.weight_rho))
-            b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
+            w_sigma = self._masked("weight", softplus(self.rho("weight")))
+            b_sigma = self._masked("bias", softplus(self.rho("bias"))) if has_bias else None
             num = k if (k is not None and x.dim() == self._nd + 2) else None
-            return BF.conv_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma, **opts,
+            return BF.conv_local(x, self.weight, w_sigma, self.bias, b_sigma, **opts,
                                  num_samples=num, generator=self._generator())
         # flipout: the perturbation delta = w - mu = sigma * eps
         mw, _, w = self._draw("weight", k)
@@ -240,7 +240,7 @@ class _BayesConvNd(BayesModule):
         if has_bias:
             mb, _, b = self._draw("bias", k)
             db = self._masked("bias", b - mb)
-        return BF.conv_flipout(x, self._mean("weight"), dw, self._mean("bias"), db, **opts,
+        return BF.conv_flipout(x, self.weight, dw, self.bias, db, **opts,
                                generator=self._generator())
 
     def extra_repr(self) -> str:

@@ -14,7 +14,7 @@ from the data, as torch's zero-initialised row that never trains.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
@@ -44,7 +44,7 @@ class BayesEmbedding(BayesModule):
     """
 
     _param_names = ("weight",)
-    converts = (nn.Embedding,)
+    converts: ClassVar[tuple[type[nn.Embedding] | type[nn.EmbeddingBag], ...]] = (nn.Embedding,)
     estimators = frozenset({Estimator.REPARAM, Estimator.LOCAL})
 
     def __init__(
@@ -88,14 +88,15 @@ class BayesEmbedding(BayesModule):
         return self.embedding_dim
 
     def reset_parameters(self) -> None:
+        mu = self.mu("weight")
         with torch.no_grad():
             if self.mu_init_scale is None:
-                self.weight_mu.normal_()
+                mu.normal_()
             else:
-                self.weight_mu.uniform_(-self.mu_init_scale, self.mu_init_scale)
+                mu.uniform_(-self.mu_init_scale, self.mu_init_scale)
             if self.padding_idx is not None:
-                self.weight_mu[self.padding_idx].zero_()
-            self.weight_rho.fill_(self.rho_init)
+                mu[self.padding_idx].zero_()
+            self.rho("weight").fill_(self.rho_init)
 
     @classmethod
     def _options(cls, layer: nn.Module) -> dict[str, Any]:
@@ -127,8 +128,8 @@ class BayesEmbedding(BayesModule):
 
     def _local_rows(self, idx: Tensor) -> Tensor:
         """mu[idx] + sigma[idx] * eps, fresh noise per lookup."""
-        mu = F.embedding(idx, self._mean("weight"), scale_grad_by_freq=self.scale_grad_by_freq)
-        sigma = F.embedding(idx, self._masked("weight", softplus(self.weight_rho)),
+        mu = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
+        sigma = F.embedding(idx, self._masked("weight", softplus(self.rho("weight"))),
                             scale_grad_by_freq=self.scale_grad_by_freq)
         eps = torch.randn(mu.shape, generator=self._generator(), device=mu.device, dtype=mu.dtype)
         return torch.addcmul(mu, sigma, eps)
@@ -140,7 +141,7 @@ class BayesEmbedding(BayesModule):
         # table) rather than reading another sample's rows; no host sync, no graph break
         sidx = torch.where((idx >= 0) & (idx < v), idx + sample * v, k * v)
         w = self._masked("weight", self._draw("weight", k)[2])
-        return sidx, w.reshape(k * v, self.embedding_dim)  # type: ignore[union-attr]
+        return sidx, w.reshape(k * v, self.embedding_dim)
 
     def forward(self, input: Tensor) -> Tensor:
         idx = input
@@ -151,7 +152,7 @@ class BayesEmbedding(BayesModule):
                             "batch's, so the k copies would share one weight sample and a mean over dim 1 would "
                             "average the batch; use forward_samples(net, x, k) or predict(net, x, k)")
         if not self.is_sampling():
-            out = F.embedding(idx, self._mean("weight"), scale_grad_by_freq=self.scale_grad_by_freq)
+            out = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
         elif self.estimator is Estimator.LOCAL:  # fresh noise per lookup: nothing to unfold in a fold
             out = self._local_rows(idx)
         elif fold is None or fold.k == 1:
@@ -241,12 +242,12 @@ class BayesEmbeddingBag(BayesEmbedding):
                             f"dimension) it got {bags} bags, not a multiple of {k}; keep the batch dimension")
         return bag // (bags // k)
 
-    def forward(self, input: Tensor, offsets: Tensor | None = None,  # type: ignore[override]
+    def forward(self, input: Tensor, offsets: Tensor | None = None,
                 per_sample_weights: Tensor | None = None) -> Tensor:
         fold = FOLD.get()
         p, scale = self.padding_idx, self.scale_grad_by_freq
         if not self.is_sampling():
-            return self._bag(input, self._mean("weight"), offsets, per_sample_weights, p, scale)  # type: ignore[arg-type]
+            return self._bag(input, self.weight, offsets, per_sample_weights, p, scale)
         if self.estimator is Estimator.LOCAL:  # sampled rows per lookup, then the bag over them
             rows = self._local_rows(input).reshape(-1, self.embedding_dim)
             pos = torch.arange(rows.shape[0], device=input.device).view(input.shape)
@@ -258,7 +259,7 @@ class BayesEmbeddingBag(BayesEmbedding):
             return self._bag(pos, rows, offsets, per_sample_weights, pad, False)
         if fold is None or fold.k == 1:
             w = self._masked("weight", self._draw("weight", None)[2])
-            return self._bag(input, w, offsets, per_sample_weights, p, scale)  # type: ignore[arg-type]
+            return self._bag(input, w, offsets, per_sample_weights, p, scale)
         sidx, w = self._stacked(input, self._bag_samples(input, offsets, fold.k), fold.k)
         if p is not None:  # padding entries keep index p (sample 0's row), which the bag excludes
             sidx = sidx.masked_fill(input == p, p)

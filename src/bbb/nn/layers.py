@@ -117,7 +117,7 @@ class BayesLinear(BayesModule):
 
     def _forward(self, x: Tensor, k: int | None) -> Tensor:
         if not self.is_sampling():
-            return BF.linear(x, self._mean("weight"), self._mean("bias"))
+            return BF.linear(x, self.weight, self.bias)
         has_bias = self.bias_mu is not None
         if self.estimator is Estimator.REPARAM:
             provider = PROVIDER.get()
@@ -128,9 +128,9 @@ class BayesLinear(BayesModule):
             b = self._draw("bias", k)[2] if has_bias else None
             return BF.linear(x, self._masked("weight", w), self._masked("bias", b))
         if self.estimator is Estimator.LOCAL:
-            w_sigma = self._masked("weight", softplus(self.weight_rho))
-            b_sigma = self._masked("bias", softplus(self.bias_rho)) if has_bias else None
-            return BF.linear_local(x, self._mean("weight"), w_sigma, self._mean("bias"), b_sigma,
+            w_sigma = self._masked("weight", softplus(self.rho("weight")))
+            b_sigma = self._masked("bias", softplus(self.rho("bias"))) if has_bias else None
+            return BF.linear_local(x, self.weight, w_sigma, self.bias, b_sigma,
                                    generator=self._generator())
         # flipout: the perturbation delta = w - mu = sigma * eps
         mw, _, w = self._draw("weight", k)
@@ -139,7 +139,7 @@ class BayesLinear(BayesModule):
         if has_bias:
             mb, _, b = self._draw("bias", k)
             db = self._masked("bias", b - mb)
-        return BF.linear_flipout(x, self._mean("weight"), dw, self._mean("bias"), db,
+        return BF.linear_flipout(x, self.weight, dw, self.bias, db,
                                  generator=self._generator())
 
     def extra_repr(self) -> str:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -20,8 +20,9 @@ __all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling"]
 
 
 #: in-place where the activation allows it (the layers' outputs are fresh tensors)
-_ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
-                "gelu": nn.GELU, "elu": lambda: nn.ELU(inplace=True)}
+_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
+    "elu": lambda: nn.ELU(inplace=True)}
 
 
 class BayesMLP(nn.Module):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn as nn
@@ -33,8 +34,9 @@ from torch import Tensor
 
 from .. import functional as BF
 from ..distributions import Prior, softplus
-from ..errors import UserError
+from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .layers import BayesLinear
 from .model import BayesMLP
 
 __all__ = ["OneHot", "one_hot_is_dense", "population_linear", "PopulationBayesLinear", "PopulationLinear",
@@ -147,6 +149,18 @@ def _check_members(x: Tensor | OneHot, members: int, what: str) -> None:
                         f"features), got {shape}")
 
 
+_M = TypeVar("_M", bound=nn.Module)
+
+
+def _layer_at(layers: nn.ModuleList, i: int, cls: type[_M]) -> _M:
+    """``layers[i]``, checked to be the ``cls`` the constructor put there (a ``ModuleList``'s
+    items are plain ``nn.Module`` to a type checker)."""
+    layer = layers[i]
+    if not isinstance(layer, cls):  # pragma: no cover - the constructors fill the lists
+        raise TypeError(f"layer {i} is a {type(layer).__name__}, expected a {cls.__name__}")
+    return layer
+
+
 class PopulationBayesLinear(BayesModule):
     """``members`` independent :class:`~bbb.nn.BayesLinear` layers (reparameterisation or local
     reparameterisation estimator).
@@ -192,7 +206,7 @@ class PopulationBayesLinear(BayesModule):
         Monte Carlo KL) as :class:`~bbb.nn.BayesLinear`'s do."""
         if self.is_sampling():
             return self._draw("weight", k)[2], self._draw("bias", k)[2]
-        w, b = self.weight_mu, self.bias_mu
+        w, b = self.mu("weight"), self.mu("bias")
         if k is not None:
             w, b = w.expand(k, *w.shape), b.expand(k, *b.shape)
         return w, b
@@ -217,8 +231,8 @@ class PopulationBayesLinear(BayesModule):
         if isinstance(x, OneHot):
             raise UserError("the local estimator of a population takes dense inputs; pass OneHot.to_dense()")
         xm = x if k is None else x.transpose(0, 1).reshape(self.members, -1, x.shape[-1])  # (M, k*R, in)
-        ws, bs = softplus(self.weight_rho), softplus(self.bias_rho)
-        mean = population_linear(xm, self.weight_mu, self.bias_mu)
+        ws, bs = softplus(self.rho("weight")), softplus(self.rho("bias"))
+        mean = population_linear(xm, self.mu("weight"), self.mu("bias"))
         var = population_linear(xm * xm, ws * ws, bs * bs)
         noise = torch.randn(mean.shape, generator=self._generator(), device=mean.device, dtype=mean.dtype)
         y = torch.addcmul(mean, torch.sqrt(var + BF.LRT_EPS), noise)
@@ -242,9 +256,8 @@ class PopulationLinear(nn.Module):
             raise UserError(f"members and layer sizes must be positive, got members={members}, "
                             f"in_features={in_features}, out_features={out_features}")
         self.members, self.in_features, self.out_features = int(members), int(in_features), int(out_features)
-        factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(members, in_features, out_features, **factory))
-        self.bias = nn.Parameter(torch.empty(members, out_features, **factory))
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(members, out_features, device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -291,27 +304,33 @@ class BayesPopulation(nn.Module):
         sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
         if any(s <= 0 for s in sizes):
             raise UserError(f"every layer width must be positive, got {sizes}")
-        for name, v in (("bayesian", bayesian), ("deterministic", deterministic)):
-            if isinstance(v, bool) or int(v) != v or v < 0:
-                raise UserError(f"{name} must be an integer >= 0, got {v!r}")
+        bayesian, deterministic = check_int("bayesian", bayesian, 0), check_int("deterministic", deterministic, 0)
         if bayesian + deterministic < 1:
             raise UserError("a population needs at least one member")
         self.sizes = sizes
-        self.bayesian, self.deterministic = int(bayesian), int(deterministic)
+        self.bayesian, self.deterministic = bayesian, deterministic
         pairs = list(zip(sizes[:-1], sizes[1:]))
-        factory = {"device": device, "dtype": dtype}
         self.bayes = nn.ModuleList(
             PopulationBayesLinear(bayesian, a, b, prior=prior, mu_init_scale=mu_init_scale, rho_init=rho_init,
-                                  estimator=estimator, **factory) for a, b in pairs) if bayesian else nn.ModuleList()
+                                  estimator=estimator, device=device, dtype=dtype)
+            for a, b in pairs) if bayesian else nn.ModuleList()
         self.local = bool(bayesian) and self.bayes[0].estimator is Estimator.LOCAL
         if self.local and deterministic:
             raise UserError("a population with the local estimator holds Bayesian members only (deterministic=0)")
-        self.det = nn.ModuleList(PopulationLinear(deterministic, a, b, **factory)
+        self.det = nn.ModuleList(PopulationLinear(deterministic, a, b, device=device, dtype=dtype)
                                  for a, b in pairs) if deterministic else nn.ModuleList()
 
     @property
     def members(self) -> int:
         return self.bayesian + self.deterministic
+
+    def _bayes(self, i: int) -> PopulationBayesLinear:
+        """Layer i of the Bayesian members."""
+        return _layer_at(self.bayes, i, PopulationBayesLinear)
+
+    def _det(self, i: int) -> PopulationLinear:
+        """Layer i of the deterministic members."""
+        return _layer_at(self.det, i, PopulationLinear)
 
     def forward(self, x: Tensor | OneHot, num_samples: int | None = None) -> Tensor:
         """Every member on its own rows: x (members, R, in) or :class:`OneHot` (members, R, K) ->
@@ -323,9 +342,7 @@ class BayesPopulation(nn.Module):
         if _samples_of(x) is not None:
             raise UserError("BayesPopulation takes inputs (members, rows, features); ask for samples with "
                             "num_samples=k")
-        k = num_samples
-        if k is not None and (isinstance(k, bool) or int(k) != k or k < 1):
-            raise UserError(f"num_samples must be an integer >= 1, got {k!r}")
+        k = None if num_samples is None else check_int("num_samples", num_samples)
         last = len(self.sizes) - 2
         if self.local:  # pre-activations are drawn per layer: each layer sees (k, members, R, ...)
             h = x if k is None else (x.repeat(k) if isinstance(x, OneHot) else x.unsqueeze(0).expand(k, *x.shape))
@@ -333,6 +350,7 @@ class BayesPopulation(nn.Module):
                 h = layer(h)
                 if i < last:
                     h = F.relu(h)
+            assert isinstance(h, Tensor)  # a layer's output (there is at least one layer)
             return h
         h = x if k is None else _repeat(x, k)
         for i in range(last + 1):
@@ -340,17 +358,18 @@ class BayesPopulation(nn.Module):
             h = population_linear(h, w, b)
             if i < last:
                 h = F.relu(h)
+        assert isinstance(h, Tensor)  # a layer's output (there is at least one layer)
         return h if k is None else h.view(k, self.members, *h.shape[1:])
 
     def _layer(self, i: int, k: int | None) -> tuple[Tensor, Tensor]:
         """Layer i's weights and biases of every member, (members, ...) or (k * members, ...)."""
         ws, bs = [], []
         if self.bayesian:
-            w, b = self.bayes[i].sample(k)
+            w, b = self._bayes(i).sample(k)
             ws.append(w)
             bs.append(b)
         if self.deterministic:
-            lin = self.det[i]
+            lin = self._det(i)
             ws.append(lin.weight if k is None else lin.weight.expand(k, *lin.weight.shape))
             bs.append(lin.bias if k is None else lin.bias.expand(k, *lin.bias.shape))
         dim = 0 if k is None else 1
@@ -369,23 +388,25 @@ class BayesPopulation(nn.Module):
         """Member j as a new :class:`~bbb.nn.BayesMLP` (a copy). A deterministic member's weights
         become the posterior means (its rho is the population's rho_init): use it in mean mode."""
         bayes, r = self._slot(j)
-        layers = self.bayes if bayes else self.det
-        ref = layers[0].weight_mu if bayes else layers[0].weight
-        first = self.bayes[0] if self.bayesian else None
+        ref = self._bayes(0).mu("weight") if bayes else self._det(0).weight
+        first = self._bayes(0) if self.bayesian else None
         net = BayesMLP(self.sizes[0], self.sizes[1:-1], self.sizes[-1],
                        prior=first.prior if first is not None else None,
                        rho_init=first.rho_init if first is not None else DEFAULT_RHO_INIT,
                        device=ref.device, dtype=ref.dtype)
         with torch.no_grad():
-            for src, dst in zip(layers, net.layers):
+            for i in range(len(self.sizes) - 1):
+                dst = _layer_at(net.layers, i, BayesLinear)
                 if bayes:
-                    dst.weight_mu.copy_(src.weight_mu[r].T)
-                    dst.weight_rho.copy_(src.weight_rho[r].T)
-                    dst.bias_mu.copy_(src.bias_mu[r])
-                    dst.bias_rho.copy_(src.bias_rho[r])
+                    src = self._bayes(i)
+                    dst.mu("weight").copy_(src.mu("weight")[r].T)
+                    dst.rho("weight").copy_(src.rho("weight")[r].T)
+                    dst.mu("bias").copy_(src.mu("bias")[r])
+                    dst.rho("bias").copy_(src.rho("bias")[r])
                 else:
-                    dst.weight_mu.copy_(src.weight[r].T)
-                    dst.bias_mu.copy_(src.bias[r])
+                    det = self._det(i)
+                    dst.mu("weight").copy_(det.weight[r].T)
+                    dst.mu("bias").copy_(det.bias[r])
         return net
 
     def load_member(self, j: int, net: BayesMLP) -> None:
@@ -395,17 +416,19 @@ class BayesPopulation(nn.Module):
         if not isinstance(net, BayesMLP) or list(net.sizes) != self.sizes:
             raise UserError(f"load_member needs a BayesMLP of sizes {self.sizes}, got "
                             f"{getattr(net, 'sizes', type(net).__name__)}")
-        layers = self.bayes if bayes else self.det
         with torch.no_grad():
-            for dst, src in zip(layers, net.layers):
+            for i in range(len(self.sizes) - 1):
+                src = _layer_at(net.layers, i, BayesLinear)
                 if bayes:
-                    dst.weight_mu[r].copy_(src.weight_mu.T)
-                    dst.weight_rho[r].copy_(src.weight_rho.T)
-                    dst.bias_mu[r].copy_(src.bias_mu)
-                    dst.bias_rho[r].copy_(src.bias_rho)
+                    dst = self._bayes(i)
+                    dst.mu("weight")[r].copy_(src.mu("weight").T)
+                    dst.rho("weight")[r].copy_(src.rho("weight").T)
+                    dst.mu("bias")[r].copy_(src.mu("bias"))
+                    dst.rho("bias")[r].copy_(src.rho("bias"))
                 else:
-                    dst.weight[r].copy_(src.weight_mu.T)
-                    dst.bias[r].copy_(src.bias_mu)
+                    det = self._det(i)
+                    det.weight[r].copy_(src.mu("weight").T)
+                    det.bias[r].copy_(src.mu("bias"))
 
     def reset_member(self, j: int, generator: torch.Generator | None = None) -> None:
         """Draw member j's weights afresh as a new network would (torch.nn's U(+-1/sqrt(fan_in))
@@ -415,14 +438,15 @@ class BayesPopulation(nn.Module):
         with torch.no_grad():
             for i, a in enumerate(self.sizes[:-1]):
                 if bayes:
-                    layer = self.bayes[i]
+                    layer = self._bayes(i)
                     scale = layer.mu_init_scale if layer.mu_init_scale is not None else a ** -0.5
-                    targets = [layer.weight_mu[r], layer.bias_mu[r]]
-                    layer.weight_rho[r].fill_(layer.rho_init)
-                    layer.bias_rho[r].fill_(layer.rho_init)
+                    targets = [layer.mu("weight")[r], layer.mu("bias")[r]]
+                    layer.rho("weight")[r].fill_(layer.rho_init)
+                    layer.rho("bias")[r].fill_(layer.rho_init)
                 else:
                     scale = a ** -0.5
-                    targets = [self.det[i].weight[r], self.det[i].bias[r]]
+                    det = self._det(i)
+                    targets = [det.weight[r], det.bias[r]]
                 for t in targets:
                     u = torch.rand(t.shape, generator=generator, dtype=t.dtype, device="cpu")
                     t.copy_(u.mul_(2 * scale).sub_(scale))

@@ -13,6 +13,7 @@ with one weight sample per block of B rows.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,7 +84,8 @@ class _BayesRNNBase(BayesModule):
             for direction in range(self.num_directions):
                 sfx = f"l{layer}" + ("_reverse" if direction else "")
                 inp = input_size if layer == 0 else out * self.num_directions
-                shapes = [(f"weight_ih_{sfx}", (gate, inp)), (f"weight_hh_{sfx}", (gate, out))]
+                shapes: list[tuple[str, tuple[int, ...]]] = [(f"weight_ih_{sfx}", (gate, inp)),
+                                                             (f"weight_hh_{sfx}", (gate, out))]
                 if bias:
                     shapes += [(f"bias_ih_{sfx}", (gate,)), (f"bias_hh_{sfx}", (gate,))]
                 if proj_size:
@@ -102,12 +104,12 @@ class _BayesRNNBase(BayesModule):
         return 2 if self.bidirectional else 1
 
     @property
-    def bias(self) -> bool:  # type: ignore[override]
+    def bias(self) -> bool:  # type: ignore[override]  # torch's RNNBase.bias is a flag, not a tensor
         """Whether the layer has biases (a bool, as on ``torch.nn.RNNBase``)."""
         return self._has_bias
 
     @property
-    def weight(self) -> Tensor:  # type: ignore[override]
+    def weight(self) -> Tensor:
         raise AttributeError(f"{type(self).__name__} has no 'weight'; its weights are {', '.join(self._param_names)}")
 
     @property
@@ -117,7 +119,7 @@ class _BayesRNNBase(BayesModule):
     @property
     def all_weights(self) -> list[list[Tensor]]:
         """The posterior means, per layer and direction, as ``torch.nn.RNNBase.all_weights``."""
-        return [[self._mean(n) for n in names] for names in self._all_weights]  # type: ignore[misc]
+        return [[self._masked(n, self.mu(n)) for n in names] for names in self._all_weights]
 
     def __getattr__(self, name: str) -> Any:
         # the torch names (weight_ih_l0, ...) read the posterior mean (masked once pruned)
@@ -144,19 +146,20 @@ class _BayesRNNBase(BayesModule):
     ) -> _BayesRNNBase:
         """A Bayesian copy of ``layer`` (one of :attr:`converts`): same sizes, options, device and
         dtype; ``from_weights`` starts the posterior means at the layer's weights."""
-        if type(layer) not in cls.converts:
+        if not isinstance(layer, nn.RNNBase) or type(layer) not in cls.converts:
             want = " or ".join(f"nn.{t.__name__}" for t in cls.converts)
             raise UserError(f"{cls.__name__}.from_torch needs an {want}, got {type(layer).__name__}")
         if hasattr(layer, "parametrizations"):
             raise UserError(f"{type(layer).__name__} carries a parametrization (weight norm...) that a Bayesian "
                             "copy would lose; remove it or skip the layer")
-        ref = layer.weight_ih_l0
+        ref = layer.get_parameter("weight_ih_l0")
+        make: Callable[..., _BayesRNNBase] = cls  # a concrete class: (input_size, hidden_size, ...), no mode
         with warnings.catch_warnings():  # torch has already warned about dropout with one layer
-            warnings.simplefilter("ignore")
-            new = cls(layer.input_size, layer.hidden_size, num_layers=layer.num_layers, bias=layer.bias,
-                      batch_first=layer.batch_first, dropout=layer.dropout, bidirectional=layer.bidirectional,
-                      **cls._torch_kwargs(layer), prior=prior, estimator=estimator, rho_init=rho_init,
-                      device=ref.device, dtype=ref.dtype)
+            warnings.filterwarnings("ignore", message=".*dropout acts between recurrent layers", category=UserWarning)
+            new = make(layer.input_size, layer.hidden_size, num_layers=layer.num_layers, bias=layer.bias,
+                       batch_first=layer.batch_first, dropout=layer.dropout, bidirectional=layer.bidirectional,
+                       **cls._torch_kwargs(layer), prior=prior, estimator=estimator, rho_init=rho_init,
+                       device=ref.device, dtype=ref.dtype)
         if from_weights:
             new._copy_means(layer)
         return new
@@ -176,7 +179,9 @@ class _BayesRNNBase(BayesModule):
         out, h = _OPS[self.mode](x, hs[0], *args)
         return out, [h]
 
-    def forward(self, input: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Any]:
+    # torch.nn.RNNBase's signature, not BayesModule's generic forward(x) -> Tensor
+    def forward(self, input: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None  # type: ignore[override]
+                ) -> tuple[Tensor, Any]:
         """``input`` (B, T, in) with ``batch_first``, else (T, B, in), or unbatched (T, in);
         returns (output, h_n), for the LSTM (output, (h_n, c_n)), as the torch layer."""
         name = type(self).__name__
@@ -229,7 +234,7 @@ class _BayesRNNBase(BayesModule):
                 hs = [t if t.shape[1] == n else t.repeat(1, n // rows, 1) for t in hs]
 
         if not self.is_sampling():
-            out, hn = self._run(input, hs, [self._mean(p) for p in self._param_names])  # type: ignore[misc]
+            out, hn = self._run(input, hs, [self._masked(p, self.mu(p)) for p in self._param_names])
         elif k is None:
             out, hn = self._run(input, hs, [self._masked(p, self._draw(p, None)[2]) for p in self._param_names])
         else:

@@ -16,7 +16,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import KLMode
-from ..errors import UserError
+from ..errors import UserError, check_int
 
 __all__ = [
     "SamplingMode",
@@ -233,12 +233,6 @@ class _Fold:
 FOLD: ContextSlot[_Fold | None] = ContextSlot("bbb_folded_samples", None)
 
 
-def _check_k(k: Any, what: str = "the number of samples") -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k or k < 1:
-        raise UserError(f"{what} must be an integer >= 1, got {k!r}")
-    return int(k)
-
-
 def _check_dim(dim: Any) -> int:
     if dim not in (0, 1) or isinstance(dim, bool):
         raise UserError(f"batch_dim must be 0 (inputs batch first) or 1 (sequence first), got {dim!r}")
@@ -264,7 +258,7 @@ def folded_samples(k: int, batch_dim: int = 0) -> Iterator[None]:
     normalises over all ``k*B`` rows (statistics over the k networks' activations together); in
     ``eval()`` mode it uses its running statistics and the samples stay independent.
     """
-    token = FOLD.set(_Fold(_check_k(k), dim=_check_dim(batch_dim)))
+    token = FOLD.set(_Fold(check_int("the number of samples", k), dim=_check_dim(batch_dim)))
     try:
         yield
     finally:
@@ -324,7 +318,7 @@ def forward_samples(model: nn.Module, x: Tensor, num_samples: int, batch_dim: in
     >>> with sampling(net, "sample"):
     ...     logits = forward_samples(net, x, 10)     # (10, B, classes), 10 different networks
     """
-    k = _check_k(num_samples, "num_samples")
+    k = check_int("num_samples", num_samples)
     if not isinstance(x, Tensor) or x.dim() < 1:
         raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {x!r:.80}")
     d = model_batch_dim(model) if batch_dim is None else _check_dim(batch_dim)

@@ -32,13 +32,9 @@ from .config import (
     DATASETS,
     RESUME_MUTABLE,
     TrainConfig,
-    TrainingDiverged,
-    TrainingInterrupted,
 )
 from .evaluation import (
     EVAL_CHUNK,
-    OutOfMemory,
-    ResultsNotSaved,
     error_count,
     error_rate,
     evaluate,
@@ -51,7 +47,7 @@ from .evaluation import (
 from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
 from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
-from .rundir import RunDirBusy, lock_run_dir
+from .rundir import lock_run_dir
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -61,15 +57,10 @@ __all__ = [
     "JobCallbacks",
     "JobResult",
     "METRIC_COLUMNS",
-    "OutOfMemory",
     "PRUNING_COLUMNS",
     "RESUME_MUTABLE",
-    "ResultsNotSaved",
-    "RunDirBusy",
     "RunJob",
     "TrainConfig",
-    "TrainingDiverged",
-    "TrainingInterrupted",
     "batch_objective",
     "build_model",
     "check_data",

@@ -1,23 +1,22 @@
 """The settings of one training run: :class:`TrainConfig` (validated, round-trips through
-``config.json``), what may change on resume, and the run's two exceptions."""
+``config.json``) and what may change on resume."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
 from ..engine.engine import OptimizerKind
-from ..errors import UserError
+from ..errors import UserError, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "TrainingDiverged", "TrainingInterrupted", "resume_conflicts"]
+__all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "resume_conflicts"]
 
 DATASETS = IMAGE_DATASETS
 
@@ -31,14 +30,6 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
     if not ok:
         raise UserError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value}")
     return v
-
-
-def _integer(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise UserError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise UserError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 @dataclass
@@ -105,19 +96,19 @@ class TrainConfig:
         self.prior_sigma = _positive("prior-sigma", self.prior_sigma)
         if isinstance(self.hidden, int | float):
             self.hidden = [self.hidden]
-        self.hidden = [_integer("hidden width", h, 1) for h in self.hidden]
-        self.epochs = _integer("epochs", self.epochs, 0)
+        self.hidden = [check_int("hidden width", h, 1) for h in self.hidden]
+        self.epochs = check_int("epochs", self.epochs, 0)
         self.lr = _positive("lr", self.lr)
         self.momentum = float(self.momentum)
         if not (0.0 <= self.momentum < 1.0):
             raise UserError(f"momentum must be in [0, 1), got {self.momentum}")
         self.rho_lr_scale = _positive("rho-lr-scale", self.rho_lr_scale)
-        self.lr_step_size = _integer("lr step size", self.lr_step_size, 0)
+        self.lr_step_size = check_int("lr step size", self.lr_step_size, 0)
         self.lr_gamma = _positive("lr gamma", self.lr_gamma)
-        self.batch_size = _integer("batch size", self.batch_size, 1)
-        self.samples = _integer("samples", self.samples, 1)
+        self.batch_size = check_int("batch size", self.batch_size, 1)
+        self.samples = check_int("samples", self.samples, 1)
         if self.kl_samples is not None:
-            self.kl_samples = _integer("kl-samples", self.kl_samples, self.samples)
+            self.kl_samples = check_int("kl-samples", self.kl_samples, self.samples)
         self.rho_init = float(self.rho_init)
         if not math.isfinite(self.rho_init):
             raise UserError(f"rho-init must be finite, got {self.rho_init}")
@@ -128,14 +119,14 @@ class TrainConfig:
             if not (0.0 <= p < 1.0):
                 raise UserError(f"{name.replace('_', '-')} must be in [0, 1), got {p}")
             setattr(self, name, p)
-        self.seed = _integer("seed", self.seed, 0)
+        self.seed = check_int("seed", self.seed, 0)
         self.bf16 = bool(self.bf16)
         self.scale = _positive("scale", self.scale)
-        self.val_size = _integer("val size", self.val_size, 0)
-        self.split_seed = _integer("split seed", self.split_seed, 0)
-        self.eval_samples = _integer("eval samples", self.eval_samples, 1)
+        self.val_size = check_int("val size", self.val_size, 0)
+        self.split_seed = check_int("split seed", self.split_seed, 0)
+        self.eval_samples = check_int("eval samples", self.eval_samples, 1)
         self.test_each_epoch = bool(self.test_each_epoch)
-        self.checkpoint_every = _integer("checkpoint-every", self.checkpoint_every, 1)
+        self.checkpoint_every = check_int("checkpoint-every", self.checkpoint_every, 1)
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
         if self.method == Method.BBB.value and self.prior == PriorKind.MIXTURE.value and self.kl == "closed":
@@ -181,20 +172,3 @@ def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str
     defaults = TrainConfig().to_dict()
     return [(k, stored.get(k, defaults[k]), v) for k, v in now.to_dict().items()
             if k not in RESUME_MUTABLE and stored.get(k, defaults[k]) != v]
-
-
-class TrainingDiverged(UserError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training; ``last.pt`` holds the last completed epoch."""
-
-    def __init__(self, message: str, run_dir: Path, epoch: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.run_dir = run_dir
-        self.epoch = epoch
-
-    def __str__(self) -> str:
-        return self.message

@@ -3,8 +3,8 @@ predictive metrics (:func:`evaluate`), ``bbb evaluate`` (``eval.json``, ``reliab
 ``bbb prune`` (``pruning.csv``, the paper's Table 2).
 
 Both run-directory commands hold the run directory's lock (:func:`bbb.runs.rundir.lock_run_dir`)
-and, where their file cannot be written, raise :class:`ResultsNotSaved` carrying what they
-computed. :class:`OutOfMemory` is the one-line refusal of a size that cannot fit
+and, where their file cannot be written, raise :class:`~bbb.errors.ResultsNotSaved` carrying what
+they computed. :class:`~bbb.errors.OutOfMemory` is the one-line refusal of a size that cannot fit
 (:func:`check_memory`, a lower bound checked before allocating).
 """
 
@@ -22,8 +22,8 @@ from torch import Tensor
 
 from .. import uncertainty as U
 from ..devices import resolve_device
-from ..errors import UserError
-from ..io import DiskFullError, atomic_write_json, atomic_write_text, csv_text
+from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, check_int
+from ..io import atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
 from ..options import Method, choice
 from ..plots import plot_reliability
@@ -34,23 +34,10 @@ from .config import TrainConfig
 from .model import infer_method
 from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "OutOfMemory", "ResultsNotSaved", "check_memory", "device_memory", "error_count", "error_rate",
-           "evaluate", "evaluate_run", "mc_dropout", "mean_logits", "prune_run", "run_data"]
+__all__ = ["EVAL_CHUNK", "check_memory", "device_memory", "error_count", "error_rate", "evaluate", "evaluate_run",
+           "mc_dropout", "mean_logits", "prune_run", "run_data"]
 
 EVAL_CHUNK = 2048
-
-
-class OutOfMemory(UserError):
-    """A computation needs more memory than the device has; the message says what to reduce."""
-
-
-class ResultsNotSaved(UserError):
-    """Results were computed but their file could not be written: ``result`` holds them,
-    ``path`` is the file, ``reason`` why (one line)."""
-
-    def __init__(self, path: Path, reason: str, result: Any) -> None:
-        super().__init__(f"cannot write {path} ({reason}); the results were computed but not saved")
-        self.path, self.reason, self.result = path, reason, result
 
 
 def device_memory(device: torch.device) -> int | None:
@@ -156,8 +143,7 @@ def evaluate(
     method = infer_method(model) if method is None else choice("method", method, Method)
     if x.shape[0] == 0:
         raise UserError("cannot evaluate on an empty set")
-    if samples < 1:
-        raise UserError(f"samples must be >= 1, got {samples}")
+    samples = check_int("samples", samples)
     _check_eval_memory(model, x, method, samples, chunk)
     dev = x.device
     fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
@@ -239,12 +225,11 @@ def evaluate_run(
     diagram for the mean/deterministic network and one for the k-sample predictive average).
 
     Holds the run directory's lock (``lock_wait``: as :func:`bbb.runs.train`); another process
-    writing there is a :class:`~bbb.runs.rundir.RunDirBusy`. Where the files cannot be written,
+    writing there is a :class:`~bbb.errors.RunDirBusy`. Where the files cannot be written,
     :class:`ResultsNotSaved` carries the result.
     """
     d = run_dir_of(run_dir)
-    if samples < 1:
-        raise UserError(f"--samples must be >= 1, got {samples}")
+    samples = check_int("--samples", samples)
     with lock_run_dir(d, lock_wait):
         model, cfg, epoch, dev = _load(d, which, device)
         data = run_data(cfg, data_dir, data)

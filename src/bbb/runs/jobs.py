@@ -15,12 +15,13 @@ What the runner reads from a run directory (:func:`job_state`), and what it does
 * ``new`` -> trained.
 
 Before anything, a run directory whose ``config.json`` differs from the job's configuration in
-a setting that may not change on resume is refused (:class:`SettingsMismatch`). A crash (any
-exception but a :class:`~bbb.errors.UserError` or an interrupt) is retried ``retries`` times,
-each attempt resuming from the last epoch saved; then it is raised, or recorded as a
-``failed`` result (``record_failures``). Interrupts (Ctrl-C: ``TrainingInterrupted``) and user
-errors always propagate. An exception raised by a callback is the job's own: raised in
-:meth:`JobCallbacks.on_epoch` it crashes the attempt (the tests inject faults this way).
+a setting that may not change on resume is refused (:class:`~bbb.errors.SettingsMismatch`). A
+crash (any exception but a :class:`~bbb.errors.BBBError` or an interrupt) is retried ``retries``
+times, each attempt resuming from the last epoch saved; then it is raised, or recorded as a
+``failed`` result (``record_failures``). Interrupts (Ctrl-C: ``TrainingInterrupted``) and bbb's
+own errors (a bad setting, a full disk, out of memory...) always propagate. An exception raised
+by a callback is the job's own: raised in :meth:`JobCallbacks.on_epoch` it crashes the attempt
+(the tests inject faults this way).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import UserError
+from ..errors import BBBError, SettingsMismatch, TrainingDiverged
 from ..io import atomic_write_json
-from .config import TrainConfig, TrainingDiverged, resume_conflicts
+from .config import TrainConfig, resume_conflicts
 
 __all__ = [
     "DIVERGED_FILE",
@@ -46,7 +47,6 @@ __all__ = [
     "JobState",
     "Outcome",
     "RunJob",
-    "SettingsMismatch",
     "State",
     "check_settings",
     "diverged_message",
@@ -188,10 +188,6 @@ class JobResult:
         return self.attempts == 0
 
 
-class SettingsMismatch(UserError):
-    """The run directory holds a run of other settings than the job's."""
-
-
 class JobCallbacks:
     """What the runner reports. Subclass and override what you need; each method here does
     nothing. Exceptions raised here propagate as the job's own (see the module's notes)."""
@@ -251,7 +247,7 @@ Data = Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None
 
 def check_settings(job: Job) -> None:
     """Refuse a run directory trained with other settings than ``job.config`` in a setting
-    that may not change on resume (:class:`SettingsMismatch`, one line)."""
+    that may not change on resume (:class:`~bbb.errors.SettingsMismatch`, one line)."""
     stored = read_json(Path(job.run_dir) / "config.json")
     if stored is None:
         return
@@ -313,7 +309,8 @@ def _train_job(job: Job, data: Data, retries: int, record_failures: bool, quiet:
                log: Callable[[str], None] | None, cb: JobCallbacks, lock_wait: float | None) -> JobResult:
     from .loop import train
 
-    tensors = data(job) if callable(data) else data
+    given = data(job) if callable(data) else data
+    tensors = None if given is None else dict(given)
     attempt = 0
     while True:
         attempt += 1
@@ -325,7 +322,7 @@ def _train_job(job: Job, data: Data, retries: int, record_failures: bool, quiet:
         except TrainingDiverged as e:
             atomic_write_json(Path(job.run_dir) / DIVERGED_FILE, {"message": str(e)})
             return JobResult(job, Outcome.DIVERGED, error=str(e), attempts=attempt)
-        except UserError:
+        except BBBError:
             raise
         except Exception as e:  # noqa: BLE001 - a crash is retried, then raised or recorded
             error = _one_line(f"{type(e).__name__}: {e}", 300)

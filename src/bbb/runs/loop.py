@@ -68,12 +68,12 @@ from ..devices import resolve_device
 from ..elbo import ELBO
 from ..engine import Engine
 from ..engine.engine import OptimizerKind
-from ..errors import CheckpointError, UserError
+from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..options import LRSchedule, Method
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
-from .config import TrainConfig, TrainingDiverged, TrainingInterrupted, resume_conflicts
+from .config import TrainConfig, resume_conflicts
 from .evaluation import check_memory, error_count, error_rate, evaluate
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
@@ -196,7 +196,7 @@ def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int,
     activations = cfg.samples * cfg.batch_size * max(widths)
     check_memory(4 * (per_weight * weights + activations), device,
                  f"training {cfg.method} {'x'.join(map(str, cfg.hidden))} ({weights:,} weights)",
-                 "a smaller --hidden, --batch-size or --samples")
+                 "a smaller --hidden, --batch-size or --train-samples")
 
 
 def _all_finite(model: nn.Module) -> Tensor:
@@ -249,7 +249,10 @@ def train(
         TrainingInterrupted: Ctrl-C (``last.pt`` holds the last completed epoch).
         UserError: bad settings, missing data, a mismatching checkpoint, nothing to resume, a
             previous run in ``out`` (fresh run without ``overwrite``), ``out`` in use by another
-            process (:class:`~bbb.runs.rundir.RunDirBusy`). Nothing in ``out`` changes then.
+            process (:class:`~bbb.errors.RunDirBusy`). Nothing in ``out`` changes then.
+        OutOfMemory: the network cannot fit the device (checked before allocating).
+        DiskFullError: no space left while writing a file (an ``OSError``; the files written keep
+            their last complete version).
     """
     out = Path(out)
     with guard_run_dir(out, resume, overwrite, lock_wait) as resuming:
@@ -429,7 +432,7 @@ def _train(
                 "test_error": test_error,
             }
             metrics.append(row)
-            improved = (not has_val) or best["val_error"] is None or val_error < best["val_error"]
+            improved = val_error is None or best["val_error"] is None or val_error < best["val_error"]
             if improved:
                 best = {"epoch": epoch, "val_error": val_error}
             state = checkpoint(epoch)

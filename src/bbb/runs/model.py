@@ -79,6 +79,6 @@ def versions() -> dict[str, str]:
 
 def num_weights(model: nn.Module) -> int:
     if infer_method(model) == Method.BBB.value:
-        return sum(m.weight_mu.numel() + (0 if m.bias_mu is None else m.bias_mu.numel())
-                   for m in bayes_modules(model))
+        mus = (getattr(m, f"{name}_mu", None) for m in bayes_modules(model) for name in ("weight", "bias"))
+        return sum(mu.numel() for mu in mus if mu is not None)
     return sum(p.numel() for p in model.parameters())

@@ -28,10 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ..errors import UserError
+from ..errors import RunDirBusy, UserError
 from ..io import clean_stale_tmp
 
-__all__ = ["LOCK_NAME", "RUN_FILES", "RunDirBusy", "guard_run_dir", "lock_run_dir"]
+__all__ = ["LOCK_NAME", "RUN_FILES", "guard_run_dir", "lock_run_dir"]
 
 LOCK_NAME = ".lock"
 """Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
@@ -42,15 +42,6 @@ RUN_FILES = ("last.pt", "best.pt", "config.json", "metrics.csv", "summary.json",
 _OLD_PREFIX = ".old-run~"
 
 Resume = bool | Literal["auto"]
-
-
-class RunDirBusy(UserError):
-    """Another process is training into the run directory; ``holder``: its pid as its lock file
-    records it (text, "unknown" where it could not be read)."""
-
-    def __init__(self, message: str, holder: str = "unknown") -> None:
-        super().__init__(message)
-        self.holder = holder
 
 
 def _holder(fd: int) -> str:
@@ -216,7 +207,7 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
 def lock_run_dir(out: Path, lock_wait: float | None = 0.0) -> Iterator[None]:
     """Hold the lock of the existing run directory ``out`` (``bbb evaluate``, ``bbb prune``, the
     output folder of ``bbb bandit``): a process training or writing there makes this raise
-    :class:`RunDirBusy` with its pid.
+    :class:`~bbb.errors.RunDirBusy` with its pid.
     ``lock_wait``: seconds to wait for the holder; None takes no lock. In a directory this process
     may not write, an existing ``.lock`` is locked read-only and none is created, so the command
     can still compute (and report) what it then cannot save.

@@ -56,11 +56,7 @@ from .command import (  # noqa: F401
     main,
 )
 from .cost import (  # noqa: F401
-    FIXED_FRACTION,
     REF_EPOCH_SECONDS,
-    REF_TRAIN,
-    REF_WEIGHTS,
-    SAMPLE_FIXED,
     epoch_seconds_estimate,
     synthetic_data,
     trial_data,

@@ -68,9 +68,10 @@ def dry_run_table(trials: Sequence[Trial], out: Path | None, ref_epoch_seconds: 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb sweep`` options on ``parser``."""
     describe(parser, None, EXAMPLE)
-    parser.epilog += ("\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json "
-                      "and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
-                      "Space format and cluster set-up: docs/scale_out.md.")
+    parser.epilog = (parser.epilog or "") + (
+        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json "
+        "and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
+        "Space format and cluster set-up: docs/scale_out.md.")
     parser.add_argument("--space", default="paper", metavar="paper|FILE",
                         help="search space: 'paper' (the paper's MNIST grid, 972 trials) or a YAML/JSON file "
                              "(default paper)")
@@ -82,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="list the trials and their estimated cost; run nothing")
     parser.add_argument("--show-space", action="store_true",
                         help="print the space (after --set) as YAML, to start a space file from; run nothing")
-    parser.add_argument("--out", metavar="DIR", help="sweep folder (required unless --dry-run/--show-space)")
+    parser.add_argument("--out", metavar="DIR", help="output folder of the sweep (required unless "
+                                                     "--dry-run/--show-space)")
     parser.add_argument("--backend", default=Backend.LOCAL.value, choices=[b.value for b in Backend],
                         help="local: processes on this machine; ray: Ray Tune trials (default local)")
     parser.add_argument("--address", default=None, metavar="ADDRESS",
@@ -107,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_dir(parser)
     parser.add_argument("--ref-epoch-seconds", type=float, default=REF_EPOCH_SECONDS, metavar="S",
                         help="dry-run cost model: seconds per epoch of BBB 2x400 with 1 sample on your hardware "
-                             f"(default {REF_EPOCH_SECONDS:g}, measured on 2 CPU cores)")
+                             f"(default {REF_EPOCH_SECONDS:g}, measured on 2 CPU cores: bbb.cli.cost)")
     add_quiet(parser, "the counts of trials and the best one")
 
 

@@ -6,17 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..cli.cost import epoch_seconds, reference_epoch_seconds
 from .space import DataSpec, SweepDataset, resolve_params
 
-#: Cost model of --dry-run: seconds per epoch = REF_EPOCH_SECONDS x (FIXED_FRACTION + (1 -
-#: FIXED_FRACTION) x weights / REF_WEIGHTS) x (SAMPLE_FIXED + (1 - SAMPLE_FIXED) x samples) x
-#: (training examples / REF_TRAIN), halved for sgd/dropout. The constants come from `make bench`
-#: (their measurements: docs/notes.md).
-REF_EPOCH_SECONDS = 9.2
-FIXED_FRACTION = 0.367
-SAMPLE_FIXED = 0.4
-REF_WEIGHTS = 478_410
-REF_TRAIN = 50_000
+#: The unit of ``--ref-epoch-seconds``: the cost model's seconds per epoch of BBB 2x400 with one
+#: sample on MNIST (:mod:`bbb.cli.cost`, the one cost model, with ``bbb reproduce mnist --plan``)
+REF_EPOCH_SECONDS = reference_epoch_seconds()
 
 
 def synthetic_data(dim: int = 64, n_train: int = 400, classes: int = 4, seed: int = 0) -> dict[str, Any]:
@@ -61,11 +56,8 @@ def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
 
 
 def epoch_seconds_estimate(params: dict[str, Any], ref_epoch_seconds: float = REF_EPOCH_SECONDS) -> float:
-    """Estimated seconds per epoch of a trial (the module's cost model; see REF_EPOCH_SECONDS)."""
+    """Estimated seconds per epoch of a trial: the cost model's (:func:`bbb.cli.cost.epoch_seconds`),
+    rescaled so that BBB 2x400 with one sample on MNIST takes ``ref_epoch_seconds``."""
     cfg, data = resolve_params(params)
     n, d, c = _shape(cfg, data)
-    sizes = [d, *cfg.hidden, c]
-    weights = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-    factor = SAMPLE_FIXED + (1 - SAMPLE_FIXED) * cfg.samples if cfg.method == "bbb" else 0.5
-    size = FIXED_FRACTION + (1 - FIXED_FRACTION) * weights / REF_WEIGHTS
-    return ref_epoch_seconds * size * factor * n / REF_TRAIN
+    return epoch_seconds(cfg.method, cfg.hidden, cfg.samples, n, d, c) * ref_epoch_seconds / REF_EPOCH_SECONDS

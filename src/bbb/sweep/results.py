@@ -97,8 +97,9 @@ def _csv_value(v: Any) -> Any:
 
 def _sort_key(row: dict[str, Any]) -> tuple[int, float, int]:
     v = row.get("val_error")
-    ok = row["status"] in (TrialStatus.DONE.value, TrialStatus.STOPPED.value) and v is not None
-    return (0 if ok else 1, float(v) if ok else math.inf, int(row.get("index", 0)))
+    if row["status"] not in (TrialStatus.DONE.value, TrialStatus.STOPPED.value) or v is None:
+        return (1, math.inf, int(row.get("index", 0)))
+    return (0, float(v), int(row.get("index", 0)))
 
 
 def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, Any]],

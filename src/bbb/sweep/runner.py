@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..errors import UserError
+from ..errors import DiskFullError, OutOfMemory, UserError
 from ..io import atomic_write_json
 from .cost import trial_data
 from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
@@ -183,7 +183,9 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             write_results(out, trials, rows, opts.backend)
             _announce(bar, log, warn, row)
 
-        class Collect(tune.Callback):  # runs in this process, as each trial ends
+        callback: Any = tune.Callback  # (tune, imported at run time, is untyped here)
+
+        class Collect(callback):  # runs in this process, as each trial ends
             def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
                 collect(trial)
 
@@ -263,7 +265,7 @@ def _finalize_stopped(trial: Trial, out: Path, opts: SweepOptions, data_cache: d
         data_cache[key] = trial_data(cfg, spec, opts.data_dir)
     try:
         summary = finalize_trial(d, cfg, data_cache[key])
-    except UserError as e:  # e.g. still locked: a re-run of the sweep trains it again
+    except (UserError, DiskFullError, OutOfMemory) as e:  # e.g. still locked: a re-run of the sweep trains it again
         return result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()), retry=True)
     status = TrialStatus.STOPPED if int(summary["epochs"]) < cfg.epochs else TrialStatus.DONE
     return result_row(trial, status, summary, d)

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, check_int
 from ..options import Dataset
 
 
@@ -300,10 +300,7 @@ class DataSpec:
 
 
 def _int(key: str, v: Any, minimum: int) -> int:
-    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v
-            or v < minimum):
-        raise UserError(f"search space: {key} must be an integer >= {minimum}, got {v!r}")
-    return int(v)
+    return check_int(f"search space: {key}", v, minimum)
 
 
 def _check_number(key: str, v: Any, where: str = "") -> None:

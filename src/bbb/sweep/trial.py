@@ -107,7 +107,7 @@ def finalize_trial(d: Path, cfg: Any, data: dict[str, Any], lock_wait: float = F
                    ) -> dict[str, Any]:
     """Evaluate a trial that stopped before ``cfg.epochs`` (the job runner with nothing left to
     train) and return its summary. It takes the run directory's lock, waiting up to
-    ``lock_wait`` seconds (:class:`~bbb.runs.rundir.RunDirBusy` after that); the Ray backend
+    ``lock_wait`` seconds (:class:`~bbb.errors.RunDirBusy` after that); the Ray backend
     calls it once ``tuner.fit()`` has returned, when the trial's worker has let go."""
     from ..runs import load_checkpoint
 

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..errors import UserError
+from ..errors import UserError, check_int
 
 __all__ = ["predictive_probs", "entropy", "predictive_entropy", "expected_entropy", "mutual_information",
            "reliability_bins", "expected_calibration_error", "negative_log_likelihood", "brier_score",
@@ -113,8 +113,7 @@ def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
 def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
     """Equal-width confidence bins: per bin the count, mean confidence and accuracy."""
     _check(probs, labels, "reliability_bins")
-    if isinstance(num_bins, bool) or int(num_bins) != num_bins or num_bins < 1:
-        raise UserError(f"num_bins must be >= 1, got {num_bins}")
+    num_bins = check_int("num_bins", num_bins)
     conf, pred = probs.max(-1)
     correct = (pred == labels).to(probs.dtype)
     # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0

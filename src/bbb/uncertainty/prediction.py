@@ -6,14 +6,14 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
-from ..errors import UserError
+from ..errors import UserError, check_int
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples
 from ..nn.samples import PROVIDER
 from .classification import (
@@ -82,6 +82,18 @@ def _set_rng_states(states: list[Tensor], device: torch.device | None) -> None:
         torch.cuda.set_rng_state(states[1], device)
 
 
+@overload
+def predict(model: nn.Module, x: Tensor | Iterable, num_samples: int = ..., mode: str = ...,
+            batch_size: int | None = ..., return_targets: Literal[False] = ...,
+            generator: torch.Generator | int | None = ...) -> Tensor: ...
+@overload
+def predict(model: nn.Module, x: Tensor | Iterable, num_samples: int = ..., mode: str = ...,
+            batch_size: int | None = ..., *, return_targets: Literal[True],
+            generator: torch.Generator | int | None = ...) -> tuple[Tensor, Tensor]: ...
+@overload
+def predict(model: nn.Module, x: Tensor | Iterable, num_samples: int = ..., mode: str = ...,
+            batch_size: int | None = ..., return_targets: bool = ...,
+            generator: torch.Generator | int | None = ...) -> Tensor | tuple[Tensor, Tensor]: ...
 @torch.no_grad()
 def predict(
     model: nn.Module,
@@ -117,8 +129,7 @@ def predict(
     """
     if mode not in ("sample", "mean"):
         raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-        raise UserError(f"num_samples must be an integer >= 1, got {num_samples}")
+    num_samples = check_int("num_samples", num_samples)
     if not isinstance(x, Tensor) and not isinstance(x, Iterable):
         raise UserError(f"predict takes a tensor or a DataLoader of inputs, got {type(x).__name__}")
     if isinstance(x, Tensor) and return_targets:
@@ -219,10 +230,10 @@ def evaluate(
         raise UserError("evaluate: shift= and scale= apply to regression only (pass likelihood=, a Gaussian)")
     outputs: Tensor
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data):
-        outputs = predict(model, data[0], num_samples, generator=generator)  # type: ignore[assignment]
+        outputs = predict(model, data[0], num_samples, generator=generator)
         targets = data[1].to(outputs.device)
     else:
-        outputs, targets = predict(model, data, num_samples, return_targets=True,  # type: ignore[misc]
+        outputs, targets = predict(model, data, num_samples, return_targets=True,
                                    generator=generator)
     if regression:
         means, sigmas, target = _regression_outputs(likelihood, outputs, targets)  # type: ignore[arg-type]

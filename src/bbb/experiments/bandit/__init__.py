@@ -11,11 +11,11 @@ two hidden layers of 100 ReLU units, one output = the expected reward of the pai
 likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same optimiser
 (``--optimizer adam|sgd``, ``--lr``):
 
-* ``bbb``: Thompson sampling; the weights are sampled ``--decision-samples`` times (the paper:
-  2) per decision and the reward predictions averaged. The posterior is the library's diagonal
+* ``bbb``: Thompson sampling; the weights are sampled ``--samples`` times (the paper: 2) per
+  decision and the reward predictions averaged. The posterior is the library's diagonal
   Gaussian N(mu, softplus(rho)^2), starting at sigma ``--sigma-init``; the loss of one update is
   the negative ELBO of :class:`bbb.ELBO` per example: the minibatch's mean negative
-  log-likelihood plus ``kl_scale * pi_i * U / N`` times the KL to the prior (``--prior
+  log-likelihood plus ``beta * pi_i * U / N`` times the KL to the prior (``--beta``; ``--prior
   gaussian``: closed form; ``mixture``: the paper's Monte Carlo estimate), where N is the
   number of interactions seen or the buffer's fill (``--kl-data``) and pi_i the weight of the
   i-th of the U updates after an interaction (``--kl-weighting uniform``: 1/U, i.e. KL / N per

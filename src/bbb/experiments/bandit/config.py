@@ -10,7 +10,7 @@ from typing import Any
 from ...distributions import Prior, inverse_softplus, make_prior
 from ...elbo import KLWeighting
 from ...engine.engine import OptimizerKind
-from ...errors import UserError
+from ...errors import UserError, check_int
 from ...options import PriorKind, choice
 
 
@@ -50,7 +50,7 @@ NUM_ACTIONS = 2
 REGRET_COLUMNS = ["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret", "cumulative_eaten"]
 
 
-#: the window of the summary's late regret rate (the learner check of issue 17)
+#: the window of the summary's late regret rate (whether a learner still learns at the end)
 LATE_WINDOW = 10_000
 
 
@@ -99,6 +99,11 @@ def parse_agent(name: str) -> Agent:
             raise UserError(f"bad agent {name!r}: epsilon must be a number in [0, 1], e.g. egreedy_0.05")
         return Agent(key, False, eps)
     raise UserError(f"unknown agent {name!r}; choose bbb, greedy or egreedy_<eps> (e.g. egreedy_0.05)")
+
+
+#: the ``bbb bandit`` options whose name is not their setting's (the library's vocabulary:
+#: bbb.cli.common.SHARED_FLAGS), for the messages
+FLAG_NAMES = {"decision_samples": "samples", "kl_scale": "beta"}
 
 
 @dataclass
@@ -151,10 +156,8 @@ class BanditConfig:
     def validate(self) -> None:
         for name in ("steps", "updates_per_step", "batch_size", "buffer", "decision_samples",
                      "log_every", "workers", "threads"):
-            v = getattr(self, name)
             low = 0 if name == "updates_per_step" else 1  # 0: act without learning
-            if isinstance(v, bool) or int(v) != v or v < low:
-                raise UserError(f"{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
+            check_int(FLAG_NAMES.get(name, name.replace("_", "-")), getattr(self, name), low)
         choice("optimizer", self.optimizer, OptimizerKind)
         choice("prior", self.prior, PriorKind)
         choice("kl-data", self.kl_data, KLData)
@@ -164,7 +167,8 @@ class BanditConfig:
         for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise UserError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
+                raise UserError(f"{FLAG_NAMES.get(name, name.replace('_', '-'))} must be a finite number > 0, "
+                                f"got {v!r}")
         wd = self.weight_decay
         if not (isinstance(wd, (int, float)) and math.isfinite(wd) and wd >= 0):
             raise UserError(f"weight-decay must be a finite number >= 0, got {wd!r}")

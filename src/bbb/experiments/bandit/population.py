@@ -36,7 +36,7 @@ def member_order(members: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     return [m for m in ms if parse_agent(m[0]).bayesian] + [m for m in ms if not parse_agent(m[0]).bayesian]
 
 
-def _optimizer(kind: str, params: list[Tensor], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def _optimizer(kind: str, params: Sequence[Tensor], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """``torch.optim``'s Adam or plain SGD (the paper's eqs. 5-6), as the engine runs them;
     ``weight_decay`` adds ``weight_decay * w`` to every gradient (an L2 penalty on the loss)."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
@@ -190,7 +190,7 @@ class Population:
         rows = torch.arange(p, device=self.device)
         pos = t % cfg.buffer
         self.buf_index[:, pos] = x.index[rows, action]
-        if self.buf_value is not None:
+        if self.buf_value is not None and x.value is not None:  # both or neither (the contexts' kind)
             self.buf_value[:, pos] = x.value[rows, action]
         self.buf_reward[:, pos] = reward
         if self.buf_dense is not None:

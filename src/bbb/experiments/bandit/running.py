@@ -19,8 +19,9 @@ import torch
 from torch import Tensor
 
 from ...devices import resolve_device
+from ...errors import TrainingInterrupted
 from ...io import atomic_write_json, atomic_write_text, csv_text
-from ...runs import TrainingInterrupted, lock_run_dir
+from ...runs import lock_run_dir
 from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
 from .marks import figure6_marks
 from .plot import plot_eating, plot_regret
@@ -136,7 +137,7 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
     dict with ``regret_rows`` (the rows of regret.csv), ``summary`` (rows of summary.csv),
     ``seconds`` and the written ``files``. Ctrl-C or SIGTERM (in the main thread) stops every
     worker after its current step, saves its checkpoint and raises
-    :class:`~bbb.runs.TrainingInterrupted`, whose message says what was kept; the same call
+    :class:`~bbb.errors.TrainingInterrupted`, whose message says what was kept; the same call
     then resumes exactly where it stopped.
     """
     cfg = dataclasses.replace(config or BanditConfig(), **overrides)

@@ -25,7 +25,7 @@ reported. The test error is logged every epoch for Figure 2 only; it never choos
 Table 2, Figure 3 and Figure 4 use the end of training (``last.pt``), as the paper's Table 2
 does.
 
-Budgets (the module-level dict :data:`BUDGETS`): ``smoke`` trains every cell for one epoch on
+Budgets (the module-level dict :data:`BUDGETS`, read from recipes.json): ``smoke`` trains every cell for one epoch on
 a 1,024-image subset (seconds; for tests); ``quick`` trains one fixed recipe per cell, chosen
 beforehand and not tuned, with Adam and a cosine learning-rate decay, epochs sized for about 35
 minutes on a quiet 2-core CPU; ``paper`` follows the paper's protocol: plain SGD (eqs. 5-6,
@@ -101,7 +101,6 @@ from .recipes import (  # noqa: F401
     FIXED_OVERHEAD_S,
     HEADLINE_CELLS,
     HYPER_BY_METHOD,
-    JINKEHE_RECIPE,
     LOSS_BATCH,
     METHOD_NAMES,
     METHOD_SETTINGS,
@@ -115,8 +114,8 @@ from .recipes import (  # noqa: F401
     PAPER_TABLE1,
     PAPER_TABLE2,
     PRUNE_FRACTIONS,
+    PUBLIC_REPRODUCTION_RECIPE,
     SCREEN_PP,
-    SECONDS_PER_EPOCH,
     SNR_CUTOFF,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
@@ -124,10 +123,9 @@ from .recipes import (  # noqa: F401
     WORK_ORDER,
     BudgetSpec,
     Candidate,
-    E,
     cell_candidates,
+    load_recipes,
     paper_lr,
-    rho_sigma,
 )
 from .tables import (  # noqa: F401
     MISSING_TEXT,
@@ -157,7 +155,7 @@ __all__ = [
     "WORK_ORDER",
     "CELL_ORDER",
     "PAPER_LR_GRID",
-    "JINKEHE_RECIPE",
+    "PUBLIC_REPRODUCTION_RECIPE",
     "paper_lr",
     "cell_candidates",
     "parse_candidates",
@@ -166,7 +164,6 @@ __all__ = [
     "PAPER_TABLE2",
     "TABLE1_COLUMNS",
     "TABLE2_COLUMNS",
-    "SECONDS_PER_EPOCH",
     "ReproduceConfig",
     "Job",
     "plan_jobs",

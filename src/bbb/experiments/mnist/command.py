@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads
+from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads, shared_help
 from ...errors import UserError
 from .experiment import run_reproduce
 from .plan import CANDIDATES_HELP, CELLS_HELP, ReproduceConfig
@@ -69,10 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "candidates (training elsewhere); they count only if the validation error "
                              "then selects it; default: wait for the selection")
     parser.add_argument("--dataset", choices=list(DATASETS), default="mnist",
-                        help="mnist or fashion-mnist (paper numbers for mnist only) (default: mnist)")
-    add_seeds(parser, None, "the seeds of the budget's seed cells, numbered from 0: '0', '0 1', '0 1 2', ... "
-                            "(smoke, quick: BBB mixture and dropout at 2x400 and 2x1200, default 0; paper: "
-                            "BBB mixture 2x1200, default 0 1)")
+                        help=shared_help("--dataset", ": mnist or fashion-mnist (paper numbers for mnist only) "
+                                                      "(default: mnist)"))
+    add_seeds(parser, None, shared_help("--seeds", " of the budget's seed cells, numbered from 0: '0', '0 1', "
+                                                   "'0 1 2', ... (smoke, quick: BBB mixture and dropout at 2x400 "
+                                                   "and 2x1200, default 0; paper: BBB mixture 2x1200, default 0 1)"))
     add_device(parser)
     add_data_dir(parser)
     add_threads(parser)

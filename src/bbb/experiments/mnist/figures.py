@@ -100,7 +100,7 @@ def weight_sample(model: nn.Module, generator: torch.Generator | None = None) ->
     bayes = list(bayes_modules(model))
     if bayes:
         for m in bayes:
-            mu, sigma = m.weight_mu.detach().float().cpu(), softplus(m.weight_rho.detach().float().cpu())
+            mu, sigma = m.mu("weight").detach().float().cpu(), softplus(m.rho("weight").detach().float().cpu())
             eps = torch.randn(mu.shape, generator=generator)
             parts.append((mu + sigma * eps).flatten())
     else:

@@ -11,8 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ... import runs as T
-from ...errors import UserError
+from ...errors import RunDirBusy, SettingsMismatch, TrainingInterrupted, UserError
 from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
 from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time
@@ -27,7 +26,7 @@ def check_same_settings(job: Job, out: Path) -> None:
     """Refuse a run in ``out`` trained with other settings than this plan's (one line)."""
     try:
         runjobs.check_settings(job)
-    except runjobs.SettingsMismatch as e:
+    except SettingsMismatch as e:
         raise _other_out(e, out) from None
 
 
@@ -107,22 +106,22 @@ def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfi
     settings or one that cannot resume is a one-line error that says how to go on.
 
     A run that another process is training (its run directory's lock) raises
-    :class:`~bbb.runs.RunDirBusy`, or, when ``busy`` is a list, is skipped: its name is
+    :class:`~bbb.errors.RunDirBusy`, or, when ``busy`` is a list, is skipped: its name is
     appended there and the next job runs (two processes can then share one plan)."""
     summaries: dict[str, dict[str, Any] | None] = {}
     for job in jobs:
         try:
             res = runjobs.run_job(job, data=data, quiet=cfg.quiet, log=log, callbacks=callbacks)
-        except T.RunDirBusy as e:
+        except RunDirBusy as e:
             if busy is None:
                 raise
             log(f"  skipped {job.name}: another bbb process (pid {e.holder}) is training it")
             busy.append(job.name)
             continue
-        except runjobs.SettingsMismatch as e:
+        except SettingsMismatch as e:
             raise _other_out(e, out) from None
-        except T.TrainingInterrupted as e:
-            raise T.TrainingInterrupted(
+        except TrainingInterrupted as e:
+            raise TrainingInterrupted(
                 f"interrupted in {job.run_dir} (epoch {e.epoch} is saved); run the same "
                 f"'{command_line(cfg)}' to continue", e.run_dir, e.epoch,
             ) from None

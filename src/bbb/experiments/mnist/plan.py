@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import runs as T
-from ...errors import UserError
+from ...cli.cost import epoch_costs, epoch_seconds
+from ...errors import UserError, check_int
 from ...options import DeviceKind, choice, device_name
 from .recipes import (
     BUDGETS,
@@ -19,7 +20,6 @@ from .recipes import (
     DATASETS,
     METHOD_SETTINGS,
     METHODS,
-    SECONDS_PER_EPOCH,
     WIDTHS,
     Budget,
     BudgetSpec,
@@ -157,8 +157,7 @@ class ReproduceConfig:
         self.device = device_name(self.device)
         if self.seeds is None:
             self.seeds = BUDGETS[self.budget].seeds
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise UserError(f"--seeds must be an integer >= 1, got {self.seeds!r}")
+        self.seeds = check_int("--seeds", self.seeds)
         if not str(self.out):
             raise UserError("--out must name a folder")
         if self.data_dir is not None:
@@ -275,12 +274,8 @@ def plan_jobs(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
 
 
 def _epoch_seconds(job: Job, n_train: int) -> float:
-    kind = "bbb" if job.config.method == "bbb" else job.config.method
-    base = SECONDS_PER_EPOCH.get((kind, job.hidden))
-    if base is None:  # another width: scale with the number of weights of 2x400
-        base = SECONDS_PER_EPOCH[(kind, 400)] * (784 * job.hidden + job.hidden ** 2) / (784 * 400 + 400 ** 2)
-    samples = job.config.samples if job.config.method == "bbb" else 1
-    return base * samples * n_train / 50000.0
+    """The cost model's seconds per epoch of ``job`` (:func:`bbb.cli.cost.epoch_seconds`)."""
+    return epoch_seconds(job.config.method, job.config.hidden, job.config.samples, n_train)
 
 
 def _measured_epoch_seconds(job: Job) -> float | None:
@@ -298,10 +293,10 @@ def _measured_epoch_seconds(job: Job) -> float | None:
 
 def estimate_seconds(job: Job, n_train: int = 50000, epochs_done: int = 0, measured: bool = True) -> float:
     """Estimated seconds of ``job`` (training plus final evaluation): the run's own measured
-    pace when it has trained an epoch already (``measured``), else :data:`SECONDS_PER_EPOCH`
-    (a quiet 2-core CPU)."""
+    pace when it has trained an epoch already (``measured``), else the cost model's (a quiet
+    2-core CPU: :func:`bbb.cli.cost.epoch_seconds`)."""
     per_epoch = (_measured_epoch_seconds(job) if measured else None) or _epoch_seconds(job, n_train)
-    evals = 0.5 if job.config.method == "bbb" else 0.1  # final Monte Carlo evaluation, in epochs
+    evals = epoch_costs()["reproduce"]["final_evaluation_epochs"][job.config.method]  # in epochs
     return per_epoch * (max(0, job.config.epochs - epochs_done) + evals)
 
 

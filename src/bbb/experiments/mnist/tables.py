@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ... import runs as T
+from ...cli.common import sigma_of_rho
 from ...runs.jobs import State
 from .jobs import check_same_settings, command_line, select_candidate, state_of
 from .plan import Job, ReproduceConfig, cell_jobs, fmt_time, make_job, train_config
@@ -32,7 +33,6 @@ from .recipes import (
     WIDTHS,
     Candidate,
     cell_candidates,
-    rho_sigma,
 )
 
 
@@ -74,7 +74,7 @@ def hyper_text(method: str, tc: T.TrainConfig) -> str:
 
 def _init_text(tc: T.TrainConfig) -> str:
     mu = "1/sqrt(fan_in)" if tc.mu_init_scale is None else f"{tc.mu_init_scale:g}"
-    return f"rho0 {tc.rho_init:g} (sigma0 {rho_sigma(tc.rho_init):.2g}), mu0 ~ U(+-{mu})"
+    return f"rho0 {tc.rho_init:g} (sigma0 {sigma_of_rho(tc.rho_init):.2g}), mu0 ~ U(+-{mu})"
 
 
 def candidate_name(j: Job) -> str:
@@ -434,9 +434,7 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
               + ("this budget trains far fewer, so the comparison is indicative only."
                  if any(spec.epochs[m][w] < PAPER_EPOCHS for m in METHODS for w in WIDTHS)
                  else "so does this budget."),
-              *(["", "The quick recipes were fixed before any quick run: the scale mixture is `bbb demo`'s "
-                 "recipe; the Gaussian prior's sigma = e^-1 had the lowest validation error in a 3-epoch "
-                 "2x400 probe over e^0, e^-1, e^-2, e^-3."] if cfg.budget == "quick" else []),
+              *(["", spec.note] if spec.note else []),
               "", "The two budgets' recipes side by side (learning rates on our loss, the summed "
               "minibatch loss / 128; the paper's grid is {1e-3, 1e-4, 1e-5} on the summed loss):", "",
               *recipes_md(),

@@ -145,7 +145,7 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's targets counted on the datasets present: LL above MC dropout's and PBP's,
+    """The benchmark's targets counted on the datasets present: LL above MC dropout's and PBP's,
     RMSE at or below MC dropout's, LL within deep ensembles' +- or above."""
     pub = published()
     count = {"ll_above_mc_dropout": 0, "ll_above_pbp": 0, "rmse_at_or_below_mc_dropout": 0,

@@ -29,13 +29,9 @@ from pathlib import Path
 import torch
 
 from bbb.engine.engine import OptimizerKind
-from bbb.experiments.bandit import (
-    DEFAULT_AGENTS,
-    BanditConfig,
-    Population,
-    cpu_name,
-    split_members,
-)
+from bbb.experiments.bandit import BanditConfig, Population
+from bbb.experiments.bandit.config import DEFAULT_AGENTS
+from bbb.experiments.bandit.running import cpu_name, split_members
 from bbb.options import PriorKind, values
 
 FULL_STEPS = 50_000

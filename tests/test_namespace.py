@@ -75,6 +75,22 @@ def test_star_import_works(name: str):
     assert set(MODULES[name].__all__) <= set(namespace)
 
 
+@pytest.mark.parametrize("name", sorted(PACKAGES))
+def test_a_package_binds_its_all_and_nothing_more(name: str):
+    """A package's own imports bind exactly its ``__all__`` (besides its submodules, private and
+    dunder names and ``from __future__ import annotations``): internals are imported from the
+    module that defines them, never through the package address."""
+    pkg = PACKAGES[name]
+    assert "__all__" in vars(pkg), f"{name} has no __all__"
+    for public in pkg.__all__:  # resolve the lazily imported names (the top-level ``bbb``)
+        getattr(pkg, public)
+    subs = set(_submodules(pkg))
+    bound = {n for n in vars(pkg) if not n.startswith("_")} - subs - {"annotations"}
+    wanted = set(pkg.__all__) - subs
+    assert not bound - wanted, f"{name} binds names not in its __all__: {sorted(bound - wanted)}"
+    assert not wanted - bound, f"{name}.__all__ names what {name} does not bind: {sorted(wanted - bound)}"
+
+
 def _enums() -> dict[type[enum.Enum], str]:
     """Every Enum defined in bbb -> the module that defines it."""
     return {obj: obj.__module__ for m in MODULES.values() for obj in vars(m).values()

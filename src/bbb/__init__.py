@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 import importlib as _importlib
-from typing import TYPE_CHECKING
+import typing as _typing
 
-if TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
+if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
     from . import convert, distributions, engine, functional, nn, prune, random, uncertainty
     from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (

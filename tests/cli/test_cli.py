@@ -1,7 +1,7 @@
 """The ``bbb`` command line: help texts, one-line errors with exit code 2, and the run commands.
 
 Commands run in-process through ``bbb.cli.main`` with tiny synthetic data patched in for
-``bbb.train.load_data``; two checks go through a real ``python -m bbb`` subprocess.
+``bbb.runs.load_data``; two checks go through a real ``python -m bbb`` subprocess.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import torch
 
 import bbb.runs.loop as L
 import bbb.runs.model as RM
-from bbb.cli import DEMO_SETTINGS, LAZY_COMMANDS
-from bbb.train import PRUNING_COLUMNS, TrainConfig
+from bbb.cli import DEMO_SETTINGS
+from bbb.cli.registry import LAZY_COMMANDS
+from bbb.runs import PRUNING_COLUMNS, TrainConfig
 from testkit import blobs, run_main
 
 TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3",

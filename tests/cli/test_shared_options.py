@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 import bbb.runs.model as RM
-from bbb.cli import COMMANDS
 from bbb.cli.common import (
     QUIET_HELP,
     RETIRED_FLAGS,
@@ -26,6 +25,7 @@ from bbb.cli.common import (
     sigma_of_rho,
 )
 from bbb.cli.entry import command_parser
+from bbb.cli.registry import COMMANDS
 from testkit import blobs, run_main
 
 

@@ -16,7 +16,6 @@ from bbb.engine import Layout
 from bbb.errors import UserError
 from bbb.experiments import bandit as B
 from bbb.experiments.bandit import (
-    DEFAULT_AGENTS,
     BanditConfig,
     Population,
     expected_rewards,
@@ -25,6 +24,9 @@ from bbb.experiments.bandit import (
     run_bandit,
     step_regrets,
 )
+from bbb.experiments.bandit.config import DEFAULT_AGENTS, EAT, PASS
+from bbb.experiments.bandit.env import env_draws
+from bbb.experiments.bandit.plot import plot_eating, plot_regret
 from bbb.nn import OneHot, SampleProvider, providing_samples, sampling
 from bbb.random import normal
 from testkit import read_csv, tiny_bandit_config, tiny_mushrooms
@@ -72,10 +74,10 @@ def test_oracle_agent_has_zero_regret_and_random_agent_the_textbook_rate():
 
 
 def test_env_draws_depend_on_seed_only_and_extend():
-    a_idx, a_lucky = B.env_draws(3, 12_000, 50)
-    b_idx, b_lucky = B.env_draws(3, 25_000, 50)
+    a_idx, a_lucky = env_draws(3, 12_000, 50)
+    b_idx, b_lucky = env_draws(3, 25_000, 50)
     assert torch.equal(a_idx, b_idx[:12_000]) and torch.equal(a_lucky, b_lucky[:12_000])
-    c_idx, _ = B.env_draws(4, 12_000, 50)
+    c_idx, _ = env_draws(4, 12_000, 50)
     assert not torch.equal(a_idx, c_idx)
     assert int(a_idx.min()) >= 0 and int(a_idx.max()) < 50
     assert abs(a_lucky.float().mean().item() - 0.5) < 0.03
@@ -86,12 +88,12 @@ def test_population_sees_the_mushrooms_and_bookkeeps_regret():
     cfg = tiny_bandit_config(steps=30, agents=("greedy", "egreedy_1"), seeds=(5,))
     pop = Population(cfg, [("greedy", 5), ("egreedy_1", 5)], ctx, edible)
     pop.run(30)
-    idx, lucky = B.env_draws(5, 30, ctx.shape[0])
+    idx, lucky = env_draws(5, 30, ctx.shape[0])
     # replay the egreedy_1 member's decisions from its buffer: the action code in the input row
     rows = pop.inputs(idx)  # the (context, action) rows of the mushrooms it saw
     stored = pop.buf_index[1, :30]
-    eat = (stored == rows.index[:, B.EAT]).all(1)
-    assert (eat | (stored == rows.index[:, B.PASS]).all(1)).all()
+    eat = (stored == rows.index[:, EAT]).all(1)
+    assert (eat | (stored == rows.index[:, PASS]).all(1)).all()
     r = mushroom_rewards(edible[idx], eat, lucky)
     assert torch.equal(pop.buf_reward[1, :30], r)
     realised, expected = step_regrets(edible[idx], eat, lucky)
@@ -269,7 +271,7 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         assert all(0 <= e <= 120 for e in eaten)
     assert json.loads((out / "config.json").read_text())["steps"] == 120
     written = json.loads((out / "summary.json").read_text())
-    assert [a["agent"] for a in written["agents"]] == list(B.DEFAULT_AGENTS)
+    assert [a["agent"] for a in written["agents"]] == list(DEFAULT_AGENTS)
     assert written["marks"] == res["marks"] and len(res["marks"]) == 8
     assert (out / "checkpoint" / "worker0.pt").exists()
 
@@ -318,13 +320,13 @@ def test_plot_eating_draws_the_windowed_share(tmp_path):
     rows = [{"step": s, "agent": "greedy", "seed": seed, "cumulative_eaten": e}
             for s in range(500, 3001, 500)
             for seed, e in ((0, max(0, s - 1000)), (1, s // 2))]
-    fig = B.plot_eating(rows, window=1000, oracle=0.52)
+    fig = plot_eating(rows, window=1000, oracle=0.52)
     (line, oracle) = fig.axes[0].lines
     assert list(line.get_xdata()) == [500, 1000, 1500, 2000, 2500, 3000]
     # mean of the two seeds' share over the last 1000 steps (from step 0 while s < 1000)
     assert list(line.get_ydata()) == pytest.approx([0.25, 0.25, 0.5, 0.75, 0.75, 0.75])
     assert list(oracle.get_ydata()) == [0.52, 0.52]
-    assert B.plot_eating(rows, tmp_path / "e.png", ax=fig.axes[0]).stat().st_size > 0
+    assert plot_eating(rows, tmp_path / "e.png", ax=fig.axes[0]).stat().st_size > 0
 
 
 def test_late_regret_rate_uses_the_last_window():
@@ -446,13 +448,13 @@ def test_two_workers_run_and_merge(tmp_path):
 def test_plot_regret_handles_zero_regret_and_draws_on_ax_or_returns_the_figure(tmp_path):
     rows = [{"step": s, "agent": a, "seed": 0, "cumulative_regret": 0.0 if a == "bbb" else 2.0 * s,
              "cumulative_expected_regret": 0.0} for s in (1, 2) for a in ("bbb", "egreedy_0.05")]
-    assert B.plot_regret(rows, tmp_path / "r.png").stat().st_size > 0
-    fig = B.plot_regret(rows)  # no path: the Figure, as bbb.plots'
+    assert plot_regret(rows, tmp_path / "r.png").stat().st_size > 0
+    fig = plot_regret(rows)  # no path: the Figure, as bbb.plots'
     assert fig is not None and [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
         "BBB (Thompson, 2 samples)", "5% greedy"]
-    other = B.plot_regret(rows, expected=True)
-    assert B.plot_regret(rows, ax=other.axes[0]) is other and len(other.axes[0].lines) == 4
-    assert B.plot_regret(rows, tmp_path / "on_ax.png", ax=fig.axes[0]).stat().st_size > 0
+    other = plot_regret(rows, expected=True)
+    assert plot_regret(rows, ax=other.axes[0]) is other and len(other.axes[0].lines) == 4
+    assert plot_regret(rows, tmp_path / "on_ax.png", ax=fig.axes[0]).stat().st_size > 0
 
 
 def test_quiet_prints_the_results_only(tmp_path, capsys):

@@ -14,6 +14,7 @@ import pytest
 from bbb.errors import UserError
 from bbb.experiments import bandit as B
 from bbb.experiments.bandit import Population, parse_agent, run_bandit
+from bbb.experiments.bandit.command import config_from_args
 from testkit import read_csv, tiny_bandit_config, tiny_mushrooms
 
 # --------------------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def test_cli_parser_and_errors(tmp_path, capsys, monkeypatch):
                               "--data-dir", str(tmp_path), "--device", "cpu", "--optimizer", "sgd",
                               "--kl-data", "seen", "--kl-weighting", "blundell", "--prior", "mixture",
                               "--weight-decay", "0.001"])
-    cfg = B.config_from_args(args)
+    cfg = config_from_args(args)
     assert cfg.weight_decay == 0.001 and cfg.training_key()["weight_decay"] == 0.001
     assert "weight_decay" not in B.BanditConfig().training_key()  # checkpoints from before the option resume
     assert cfg.seeds == (3,) and cfg.steps == 5 and cfg.quiet and cfg.data_dir == str(tmp_path)

@@ -24,12 +24,16 @@ from bbb.errors import RunDirBusy, TrainingInterrupted, UserError
 from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
+from bbb.experiments.mnist.jobs import train_jobs
+from bbb.experiments.mnist.plan import make_job, run_name
+from bbb.experiments.mnist.recipes import FIXED_OVERHEAD_S, METHOD_NAMES, METHODS
+from bbb.experiments.mnist.tables import table1_row
 from bbb.nn import BayesMLP, bayes_modules
 from testkit import D_IN, N_CLASSES, PNG_MAGIC, SILENT, blobs4, eager_kernels, read_csv, run_main, summary
 
-ALL_RUNS = sorted(M.run_name(m, w, c, 0) for m in M.METHODS for w in M.WIDTHS
+ALL_RUNS = sorted(run_name(m, w, c, 0) for m in METHODS for w in M.WIDTHS
                   for c in range(len(M.BUDGETS["smoke"].candidates[m])))
-SEED1_RUNS = sorted(M.run_name(m, w, 0, 1) for m, w in M.HEADLINE_CELLS)
+SEED1_RUNS = sorted(run_name(m, w, 0, 1) for m, w in M.HEADLINE_CELLS)
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +116,7 @@ def test_table1_has_the_contract_columns_and_one_row_per_cell(reproduced):
         if r["method"] in ("sgd", "dropout"):
             assert cfg["method"] == r["method"] and r["pi"] == "" and r["samples"] == ""
     md = (out / "table1.md").read_text()
-    names = set(M.METHOD_NAMES.values())
+    names = set(METHOD_NAMES.values())
     assert sum(line.split(" | ")[0][2:] in names for line in md.splitlines() if line.startswith("| ")) == 12
     assert "validation" in md and "smoke" in md
 
@@ -121,7 +125,7 @@ def test_table1_reports_the_test_error_of_the_run_chosen_on_validation(reproduce
     out = reproduced["out"]
     for r in reproduced["table1_one_seed"]:
         m, w = r["method"], int(r["hidden"])
-        cands = [M.run_name(m, w, c, 0) for c in range(len(M.BUDGETS["smoke"].candidates[m]))]
+        cands = [run_name(m, w, c, 0) for c in range(len(M.BUDGETS["smoke"].candidates[m]))]
         vals = [summary(out, c)["val_error"] for c in cands]
         chosen = cands[min(range(len(cands)), key=lambda i: (vals[i], i))]
         assert r["run"] == f"runs/{chosen}"
@@ -205,7 +209,7 @@ def test_figures_draw_on_given_axes_instead_of_writing_the_png(reproduced, tmp_p
     out = reproduced["out"]
     sel = json.loads((out / "reproduce.json").read_text())["selected"]
     cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu")
-    chosen = {m: M.make_job(cfg, m, 1200, int(sel[f"{m}_1200"].partition("_c")[2] or 0), 0)
+    chosen = {m: make_job(cfg, m, 1200, int(sel[f"{m}_1200"].partition("_c")[2] or 0), 0)
               for m in ("sgd", "dropout", "bbb_mixture")}
     ax = Figure().subplots()
     assert MF.figure2(tmp_path, chosen, ax=ax) == ["fig2_curves.csv"] and len(ax.lines) == 3
@@ -234,7 +238,7 @@ def test_a_killed_reproduction_resumes_without_retraining_finished_runs(reproduc
         assert (out / "runs" / r / "last.pt").stat().st_mtime_ns == t, r
     # raising --seeds later trains only the new seeds of the headline cells
     assert sorted(reproduced["seeds_calls"]) == sorted(
-        M.run_name(m, w, int(reproduced["seeds"]["selected"][f"{m}_{w}"].partition("_c")[2] or 0), 1)
+        run_name(m, w, int(reproduced["seeds"]["selected"][f"{m}_{w}"].partition("_c")[2] or 0), 1)
         for m, w in M.HEADLINE_CELLS)
     for r in ALL_RUNS:
         assert summary(out, r)["epochs"] == 1
@@ -249,7 +253,7 @@ def test_the_quick_budget_fits_the_hour_and_covers_every_cell():
     cfg = ReproduceConfig(budget="quick", out="unused")
     first, extra = M.plan_jobs(cfg)
     assert len(first) == 12 and extra == []
-    total = sum(M.estimate_seconds(j) for j in first) + M.FIXED_OVERHEAD_S
+    total = sum(M.estimate_seconds(j) for j in first) + FIXED_OVERHEAD_S
     assert 5 * 60 < total < 45 * 60
     three = ReproduceConfig(budget="quick", out="unused", seeds=3)
     assert len(M.plan_jobs(three)[1]) == 2 * len(M.HEADLINE_CELLS)
@@ -259,7 +263,7 @@ def test_the_quick_budget_fits_the_hour_and_covers_every_cell():
         if j.config.method == "bbb":
             assert j.config.kl_weighting == "uniform"
     ep = {(j.method, j.hidden): j.config.epochs for j in first}
-    assert all(ep[(m, 1200)] <= ep[(m, 400)] for m in M.METHODS)
+    assert all(ep[(m, 1200)] <= ep[(m, 400)] for m in METHODS)
     # the quick recipe did not change with the paper budget's (its runs in results/mnist resume)
     assert all(j.config.optimizer == "adam" and j.config.lr_schedule == "cosine" for j in first)
 
@@ -291,7 +295,7 @@ def test_paper_numbers_only_for_mnist(tmp_path):
     for dataset, paper in (("mnist", 1.36), ("fashion-mnist", None)):
         cfg = ReproduceConfig(out=str(tmp_path), dataset=dataset)
         jobs = [j for j in M.plan_jobs(cfg)[0] if j.cell == ("bbb_mixture", 400)]
-        row = M.table1_row(cfg, "bbb_mixture", 400, jobs, [], 1, {j.name: fake for j in jobs})
+        row = table1_row(cfg, "bbb_mixture", 400, jobs, [], 1, {j.name: fake for j in jobs})
         assert row["paper_test_error"] == paper
         assert row["test_error"] == pytest.approx(2.0) and row["candidate"] == 1
         assert row["run"] == "runs/bbb_mixture_400_c1" and row["seconds_all"] == pytest.approx(3.0)
@@ -343,16 +347,16 @@ def test_a_run_another_process_trains_is_skipped_and_the_rest_of_the_plan_trains
     # two lanes sharing one plan: the run held by the other lane's lock is skipped, not an error
     out = tmp_path / "o"
     cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", cells="sgd:400,dropout:400")
-    held = out / "runs" / M.run_name("sgd", 400, 0, 0)
+    held = out / "runs" / run_name("sgd", 400, 0, 0)
     held.mkdir(parents=True)
     lines: list[str] = []
     with eager_kernels(), T.lock_run_dir(held):
         with pytest.raises(RunDirBusy, match="in use"):  # the function alone raises, as before
-            M.train_jobs([j for j in M.plan_jobs(cfg)[0] if j.name == held.name], blobs4(), cfg,
+            train_jobs([j for j in M.plan_jobs(cfg)[0] if j.name == held.name], blobs4(), cfg,
                          T.JobCallbacks(), lambda s: None, out)
         res = run_reproduce(cfg, data=blobs4(), log=lines.append)
     assert res["busy"] == [held.name]
-    assert held.name not in res["trained"] and M.run_name("dropout", 400, 0, 0) in res["trained"]
+    assert held.name not in res["trained"] and run_name("dropout", 400, 0, 0) in res["trained"]
     assert not (held / "metrics.csv").exists()  # nothing written into the run the other holds
     assert any(held.name in ln and f"another bbb process (pid {os.getpid()})" in ln for ln in lines), lines
     assert "run 'bbb reproduce mnist" in lines[-1] and held.name in lines[-1]

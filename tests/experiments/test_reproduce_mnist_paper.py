@@ -21,6 +21,10 @@ from bbb.errors import TrainingInterrupted, UserError
 from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
+from bbb.experiments.mnist.jobs import command_line, select_candidate
+from bbb.experiments.mnist.plan import run_name
+from bbb.experiments.mnist.recipes import METHODS, SCREEN_PP
+from bbb.experiments.mnist.tables import recipes_md, snr_stats
 from testkit import SILENT, blobs4, eager_kernels, read_csv, run_main, summary
 
 
@@ -43,7 +47,7 @@ def paper_jobs(**kw: Any) -> list[M.Job]:
 
 def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
     spec = M.BUDGETS["paper"]
-    for m in M.METHODS:
+    for m in METHODS:
         for w in M.WIDTHS:
             cands = M.cell_candidates(spec, m, w)
             assert 1 <= len(cands) <= 6, (m, w)
@@ -86,7 +90,7 @@ def test_the_recipes_are_data_read_from_recipes_json():
     again = R.load_recipes(text)
     assert again["budgets"] == M.BUDGETS and again["recipes"]["public-reproduction"] == M.PUBLIC_REPRODUCTION_RECIPE
     assert M.PUBLIC_REPRODUCTION_RECIPE["sigma2"] == math.exp(-8)  # "exp(-8)", exactly
-    assert M.BUDGETS["paper"].screened["sgd"]["lr 1e-4"].endswith(f"(the screen: more than {M.SCREEN_PP:g} pp "
+    assert M.BUDGETS["paper"].screened["sgd"]["lr 1e-4"].endswith(f"(the screen: more than {SCREEN_PP:g} pp "
                                                                   "behind its cell's best validation error at 2x400)")
     for bad, where in [({"budgets": {**data["budgets"], "quick": {**data["budgets"]["quick"], "seed": 2}}},
                         "budgets.quick"),
@@ -191,15 +195,15 @@ def test_selection_uses_the_validation_error_only(tmp_path):
     val, test = [0.020, 0.018, 0.015], [0.010, 0.019, 0.030]
     summaries = {j.name: {"val_error": v, "test_error": t, "seconds": 1.0, "epochs": 600}
                  for j, v, t in zip(jobs, val, test)}
-    assert M.select_candidate(jobs, summaries) == 2
+    assert select_candidate(jobs, summaries) == 2
     summaries[jobs[0].name]["val_error"] = 0.015  # a tie: the earlier candidate
-    assert M.select_candidate(jobs, summaries) == 0
+    assert select_candidate(jobs, summaries) == 0
     summaries[jobs[0].name] = None  # diverged
-    assert M.select_candidate(jobs, summaries) == 2
+    assert select_candidate(jobs, summaries) == 2
 
 
 def test_paper_recipes_sit_beside_the_quick_ones_in_table1_md():
-    lines = M.recipes_md()
+    lines = recipes_md()
     assert lines[0] == "| setting | quick | paper |"
     rows = {line.split(" | ")[0][2:]: line for line in lines[2:]}
     assert "Adam" in rows["optimiser"] and "SGD, momentum 0" in rows["optimiser"]
@@ -216,7 +220,7 @@ def tiny_paper_spec() -> M.BudgetSpec:
     the first three mixture candidates of 2x400 (no screen), so that selection among three is tested."""
     spec = M.BUDGETS["paper"]
     cands = {**spec.candidates, ("bbb_mixture", 1200): M.cell_candidates(spec, "bbb_mixture", 400)[:3]}
-    return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in M.METHODS},
+    return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in METHODS},
                                common={**spec.common, "lr_step_size": 2}, eval_samples=2, candidates=cands,
                                screened={})
 
@@ -224,7 +228,7 @@ def tiny_paper_spec() -> M.BudgetSpec:
 def test_the_screen_drops_at_800_and_1200_only_the_candidates_it_names_and_says_why():
     spec = M.BUDGETS["paper"]
     assert spec.screened and set(spec.screened_widths) == {800, 1200}
-    for m in M.METHODS:
+    for m in METHODS:
         at400 = [c.label for c in M.cell_candidates(spec, m, 400)]
         dropped = set(spec.screened.get(m, {}))
         assert dropped <= set(at400)  # it names real candidates
@@ -462,7 +466,7 @@ def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_fini
     names = ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2"]
     vals = [summary(out, n)["val_error"] for n in names]
     best = min(range(3), key=lambda i: (vals[i], i))
-    assert calls == ["bbb_mixture_1200", "bbb_mixture_1200_c2", M.run_name("bbb_mixture", 1200, best, 1)]
+    assert calls == ["bbb_mixture_1200", "bbb_mixture_1200_c2", run_name("bbb_mixture", 1200, best, 1)]
     row = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}[("bbb_mixture", 1200)]
     assert row["status"] == "ok" and int(row["candidate"]) == best and int(row["n_seeds"]) == 2
 
@@ -492,12 +496,12 @@ def test_seeds_of_trains_a_candidates_seed_ahead_of_the_selection(tmp_path, monk
     vals = [summary(out, n)["val_error"] for n in names]
     best = min(range(3), key=lambda i: (vals[i], i))
     # the seed trained ahead is not trained again; another selection trains its own
-    assert calls == names[::2] + ([] if best == 0 else [M.run_name("bbb_mixture", 1200, best, 1)])
+    assert calls == names[::2] + ([] if best == 0 else [run_name("bbb_mixture", 1200, best, 1)])
     row = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}[("bbb_mixture", 1200)]
     assert row["status"] == "ok" and int(row["candidate"]) == best and int(row["n_seeds"]) == 2
     # the selected run's checkpoint lost with a machine: Table 2 and Figures 3-4 come from its
     # extra seed, and say so
-    selected, seed1 = names[best], M.run_name("bbb_mixture", 1200, best, 1)
+    selected, seed1 = names[best], run_name("bbb_mixture", 1200, best, 1)
     (out / "runs" / selected / "last.pt").unlink()
     cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200", seeds=2)
     res = run_reproduce(cfg, data=data, report_only=True, log=lambda s: None)
@@ -523,7 +527,7 @@ def test_bad_seeds_of_is_a_one_line_error(tmp_path, kwargs, words):
 def test_seeds_of_is_in_the_resume_line(tmp_path):
     cfg = ReproduceConfig(budget="paper", out=str(tmp_path), cells="bbb-mixture:1200", candidates="c1", seeds_of="c0")
     assert cfg.seeds_of == 0 and dataclasses.replace(cfg).seeds_of == 0
-    assert M.command_line(cfg).endswith("--cells bbb-mixture:1200 --candidates c1 --seeds-of c0")
+    assert command_line(cfg).endswith("--cells bbb-mixture:1200 --candidates c1 --seeds-of c0")
 
 
 @pytest.mark.parametrize("cands, words", [
@@ -544,12 +548,12 @@ def test_candidates_filter_the_plan_and_the_resume_line(tmp_path):
     with pytest.raises(UserError, match=re.escape("sgd:1200 has 1 candidate(s) at the paper budget (c0), not c1")):
         ReproduceConfig(budget="paper", out=str(tmp_path), cells="sgd:1200", candidates="c1")
     assert M.parse_candidates([2, "c0"]) == (0, 2) and M.parse_candidates(None) is None
-    assert "--candidates c1" in M.command_line(cfg)
+    assert "--candidates c1" in command_line(cfg)
 
 
 def test_snr_share_in_the_paper_range():
     db = torch.tensor([-10.0, -7.5, -3.0, -1.0, 0.0, 2.0, float("-inf")], dtype=torch.float64)
-    st = M.snr_stats(db)
+    st = snr_stats(db)
     assert st["n_finite"] == 6
     assert st["fraction_in_paper_range"] == pytest.approx(4 / 6)
     assert st["fraction_in_paper_range_20log10"] == pytest.approx(3 / 6)  # -3, -1, 0 dB are within [-3.75, 0]

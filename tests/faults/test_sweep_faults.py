@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import bbb.sweep as S
+from bbb.sweep.trial import LOCK_NAME, epochs_done, trial_dir
 
 from .helpers import alive, assert_one_line_error, bbb, descendants, env, snapshot, wait_until
 
@@ -70,7 +71,7 @@ def test_kill_9_of_a_parallel_sweep_leaves_no_worker(tmp_path: Path) -> None:
     kids: set[int] = set()
     try:
         def two_training() -> bool:
-            return sum(S.epochs_done(S.trial_dir(out, t.trial_id)) >= 1 for t in trials) >= 2
+            return sum(epochs_done(trial_dir(out, t.trial_id)) >= 1 for t in trials) >= 2
 
         assert wait_until(two_training, 240, 0.1), "the workers did not start training"
         kids = descendants(proc.pid)
@@ -82,7 +83,7 @@ def test_kill_9_of_a_parallel_sweep_leaves_no_worker(tmp_path: Path) -> None:
         survivors = [k for k in kids if alive(k)]
         assert gone, f"still running {time.monotonic() - t0:.1f} s after kill -9 of the sweep: {survivors}"
         # no queued trial was started by an orphan: only the two that were running have files
-        started = [t for t in trials if (S.trial_dir(out, t.trial_id) / "metrics.csv").exists()]
+        started = [t for t in trials if (trial_dir(out, t.trial_id) / "metrics.csv").exists()]
         assert len(started) == 2
         err = proc.stderr.read().decode()
         assert "Traceback" not in err
@@ -111,9 +112,9 @@ def test_rerun_skips_a_trial_still_running_elsewhere(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     f = write_space(tmp_path / "s.json", seed={"grid": [0, 1]})
     t0, t1 = S.expand_space(json.loads(f.read_text()))
-    d0 = S.trial_dir(out, t0.trial_id)
+    d0 = trial_dir(out, t0.trial_id)
     d0.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(d0 / S.LOCK_NAME)], stdout=subprocess.PIPE,
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(d0 / LOCK_NAME)], stdout=subprocess.PIPE,
                               text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -122,7 +123,7 @@ def test_rerun_skips_a_trial_still_running_elsewhere(tmp_path: Path) -> None:
         assert f"running in another process (pid {holder.pid}" in p.stderr
         assert "1 done, 1 pending" in p.stdout
         assert not (d0 / "metrics.csv").exists() and not (d0 / "last.pt").exists()
-        assert (S.trial_dir(out, t1.trial_id) / "result.json").exists()
+        assert (trial_dir(out, t1.trial_id) / "result.json").exists()
     finally:
         holder.kill()
         holder.wait(timeout=30)

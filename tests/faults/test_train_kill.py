@@ -23,7 +23,7 @@ from .helpers import env, fake_mnist
 
 CHILD = r"""
 import sys, torch
-from bbb.train import TrainConfig, train
+from bbb.runs import TrainConfig, train
 out, resume, threads = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
 torch.set_num_threads(threads)
 g = torch.Generator().manual_seed(0)

@@ -20,8 +20,7 @@ import torch.nn as nn
 import bbb.runs.loop as L
 from bbb.errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
 from bbb.nn import BayesMLP
-from bbb.runs.config import resume_conflicts
-from bbb.train import (
+from bbb.runs import (
     METRIC_COLUMNS,
     PRUNING_COLUMNS,
     TrainConfig,
@@ -33,6 +32,7 @@ from bbb.train import (
     read_metrics,
     train,
 )
+from bbb.runs.config import resume_conflicts
 from testkit import blobs
 
 

@@ -22,7 +22,10 @@ import pytest
 import bbb.sweep as S
 from bbb.cli import main as cli_main
 from bbb.cli.cost import epoch_seconds
-from bbb.train import read_metrics
+from bbb.runs import read_metrics
+from bbb.sweep.cost import REF_EPOCH_SECONDS
+from bbb.sweep.space import trial_id_of, yaml_loader
+from bbb.sweep.trial import epochs_done, run_trial_local, trial_dir
 from sweep_hooks import FailOnce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +52,7 @@ def rows_without_seconds(run: Path) -> list[dict]:
 
 
 def history(out: Path, tid: str) -> list[dict]:
-    return json.loads((S.trial_dir(out, tid) / "history.json").read_text())
+    return json.loads((trial_dir(out, tid) / "history.json").read_text())
 
 
 def quiet_opts(out: Path, **kw) -> S.SweepOptions:
@@ -85,25 +88,25 @@ def test_docs_show_the_paper_space():
     text = (ROOT / "docs" / "scale_out.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
     assert blocks, "docs/scale_out.md has no yaml block"
-    shown = yaml.load(blocks[0], Loader=S.yaml_loader())
+    shown = yaml.load(blocks[0], Loader=yaml_loader())
     assert shown == S.PAPER_SPACE
     for block in blocks[1:]:  # the other examples are valid spaces
-        assert S.expand_space(yaml.load(block, Loader=S.yaml_loader()))
+        assert S.expand_space(yaml.load(block, Loader=yaml_loader()))
 
 
 def test_trial_ids_are_stable_hashes_of_what_is_computed():
     base = {**TINY, "lr": 0.01}
-    tid = S.trial_id_of(base)
+    tid = trial_id_of(base)
     assert re.fullmatch(r"[0-9a-f]{12}", tid)
-    assert S.trial_id_of(dict(base)) == tid
+    assert trial_id_of(dict(base)) == tid
     # where it runs is not part of the id; the same network spelled differently is the same trial
-    assert S.trial_id_of({**base, "device": "auto", "data_dir": "/elsewhere"}) == tid
+    assert trial_id_of({**base, "device": "auto", "data_dir": "/elsewhere"}) == tid
     spelled = {k: v for k, v in base.items() if k not in ("width", "depth")} | {"hidden": [8]}
-    assert S.trial_id_of(spelled) == tid
-    assert S.trial_id_of({**base, "neg_log_sigma2": 7}) == S.trial_id_of({**base, "sigma2": math.exp(-7)})
+    assert trial_id_of(spelled) == tid
+    assert trial_id_of({**base, "neg_log_sigma2": 7}) == trial_id_of({**base, "sigma2": math.exp(-7)})
     # what it computes is
-    assert len({tid, S.trial_id_of({**base, "lr": 0.02}), S.trial_id_of({**base, "seed": 1}),
-                S.trial_id_of({**base, "epochs": 5}), S.trial_id_of({**base, "synthetic_dim": 32})}) == 5
+    assert len({tid, trial_id_of({**base, "lr": 0.02}), trial_id_of({**base, "seed": 1}),
+                trial_id_of({**base, "epochs": 5}), trial_id_of({**base, "synthetic_dim": 32})}) == 5
 
 
 def test_space_file_grid_random_set_and_limit(tmp_path):
@@ -183,7 +186,7 @@ def test_cost_model_matches_the_measured_epoch_times():
     measured seconds per MNIST epoch on 2 idle cores (make bench), BBB 2x400 3.5 s, 2x1200 10.5 s."""
     small = S.epoch_seconds_estimate({"width": 400})
     large = S.epoch_seconds_estimate({"width": 1200})
-    assert small == epoch_seconds("bbb", [400, 400]) == S.REF_EPOCH_SECONDS == 3.5
+    assert small == epoch_seconds("bbb", [400, 400]) == REF_EPOCH_SECONDS == 3.5
     assert large == epoch_seconds("bbb", [1200, 1200]) == 10.5
     five = S.epoch_seconds_estimate({"width": 400, "samples": 5})
     assert small < five < 5 * small  # k samples share one batched matmul: less than k times
@@ -196,7 +199,7 @@ def test_cost_model_matches_the_measured_epoch_times():
 def test_show_space_round_trips(capsys):
     yaml = pytest.importorskip("yaml")
     assert cli_main(["sweep", "--space", "paper", "--set", "epochs=3", "--show-space"]) == 0
-    shown = yaml.load(capsys.readouterr().out, Loader=S.yaml_loader())
+    shown = yaml.load(capsys.readouterr().out, Loader=yaml_loader())
     assert shown["params"]["epochs"] == 3
     assert {k: v for k, v in shown["params"].items() if k != "epochs"} == {
         k: v for k, v in S.PAPER_SPACE["params"].items() if k != "epochs"}
@@ -259,7 +262,7 @@ def test_local_crash_is_retried_from_the_checkpoint(tmp_path):
     [row] = S.run_sweep(space, quiet_opts(out, max_failures=1, epoch_hook=FailOnce(2)), log=silent)
     rows = [plain_row, row]
     assert [r["status"] for r in rows] == ["done", "done"]
-    plain, crashed = S.trial_dir(tmp_path / "plain", plain_row["trial_id"]), S.trial_dir(out, row["trial_id"])
+    plain, crashed = trial_dir(tmp_path / "plain", plain_row["trial_id"]), trial_dir(out, row["trial_id"])
     hist = history(out, row["trial_id"])
     assert [(h["event"], h.get("source"), h.get("from_epoch")) for h in hist] == [
         ("start", "fresh", 0), ("error", None, None), ("start", "local", 2)]
@@ -300,9 +303,9 @@ def test_killed_local_sweep_resumes(tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            finished = [t for t in trials if (S.trial_dir(out, t.trial_id) / "result.json").exists()]
+            finished = [t for t in trials if (trial_dir(out, t.trial_id) / "result.json").exists()]
             partial = [t.trial_id for t in trials if t not in finished
-                       and S.epochs_done(S.trial_dir(out, t.trial_id)) >= 2]
+                       and epochs_done(trial_dir(out, t.trial_id)) >= 2]
             if finished and partial:
                 os.killpg(proc.pid, signal.SIGKILL)
                 break
@@ -318,17 +321,17 @@ def test_killed_local_sweep_resumes(tmp_path):
     with (out / "sweep.csv").open(newline="") as fh:
         table = list(csv.reader(fh))
     assert len(table) == 5 and all(len(r) == len(table[0]) for r in table)
-    done_before = {t.trial_id for t in trials if (S.trial_dir(out, t.trial_id) / "result.json").exists()}
-    stamps = {tid: (S.trial_dir(out, tid) / "last.pt").stat().st_mtime_ns for tid in done_before}
-    killed_at = {tid: S.epochs_done(S.trial_dir(out, tid)) for tid in partial}
+    done_before = {t.trial_id for t in trials if (trial_dir(out, t.trial_id) / "result.json").exists()}
+    stamps = {tid: (trial_dir(out, tid) / "last.pt").stat().st_mtime_ns for tid in done_before}
+    killed_at = {tid: epochs_done(trial_dir(out, tid)) for tid in partial}
     # killed between its summary.json and its result.json: trained to the end, not trained again
-    evaluated = {tid for tid in partial if (S.trial_dir(out, tid) / "summary.json").exists()}
+    evaluated = {tid for tid in partial if (trial_dir(out, tid) / "summary.json").exists()}
 
     # on one thread, as the killed sweep and the reference run below
     rows = S.run_sweep(space, quiet_opts(out, cpus_per_trial=1), log=silent)
     assert [r["status"] for r in rows] == ["done"] * 4
     for tid in done_before:  # skipped: not touched
-        assert (S.trial_dir(out, tid) / "last.pt").stat().st_mtime_ns == stamps[tid]
+        assert (trial_dir(out, tid) / "last.pt").stat().st_mtime_ns == stamps[tid]
         assert len(history(out, tid)) == 1
     for tid, epoch in killed_at.items():
         starts = [h for h in history(out, tid) if h["event"] == "start"]
@@ -339,8 +342,8 @@ def test_killed_local_sweep_resumes(tmp_path):
     # the resumed trial ends bit for bit like an uninterrupted run of the same trial
     tid = partial[0]
     trial = next(t for t in trials if t.trial_id == tid)
-    ref = S.run_trial_local({"trial": trial.to_dict(), "out": str(tmp_path / "ref"), "threads": 1})
-    assert rows_without_seconds(S.trial_dir(tmp_path / "ref", tid)) == rows_without_seconds(S.trial_dir(out, tid))
+    ref = run_trial_local({"trial": trial.to_dict(), "out": str(tmp_path / "ref"), "threads": 1})
+    assert rows_without_seconds(trial_dir(tmp_path / "ref", tid)) == rows_without_seconds(trial_dir(out, tid))
     got = next(r for r in rows if r["trial_id"] == tid)
     assert (got["val_error"], got["test_error"], got["test_nll"]) == (
         ref["val_error"], ref["test_error"], ref["test_nll"])
@@ -381,7 +384,7 @@ def test_ray_asha_sweep_stops_poor_trials_and_matches_local(ray_cluster, tmp_pat
     assert all(r["params"]["lr"] == 1e-2 for r in by_status["done"]) and by_status["done"]
     assert all(r["epochs_run"] == 6 for r in by_status["done"])
     for r in rows:  # every trial has its run directory here, with a test error of its best epoch
-        d = S.trial_dir(out, r["trial_id"])
+        d = trial_dir(out, r["trial_id"])
         assert len(read_metrics(d)) == r["epochs_run"]
         assert r["test_error"] is not None and r["best_epoch"] <= r["epochs_run"]
     # the same results table and best.json as the local backend; a finished trial is identical
@@ -392,8 +395,8 @@ def test_ray_asha_sweep_stops_poor_trials_and_matches_local(ray_cluster, tmp_pat
     assert lrow["trial_id"] == done["trial_id"]
     for k in ("val_error", "test_error", "test_error_mc", "test_nll", "best_epoch", "epochs_run"):
         assert lrow[k] == done[k]
-    assert rows_without_seconds(S.trial_dir(local, done["trial_id"])) == rows_without_seconds(
-        S.trial_dir(out, done["trial_id"]))
+    assert rows_without_seconds(trial_dir(local, done["trial_id"])) == rows_without_seconds(
+        trial_dir(out, done["trial_id"]))
     ray_table, local_table = S.read_sweep(out), S.read_sweep(local)
     assert list(ray_table[0]) == list(local_table[0])
     assert set(json.loads((out / "best.json").read_text())) == set(json.loads((local / "best.json").read_text()))
@@ -421,7 +424,7 @@ def test_ray_trial_crash_resumes_from_ray_checkpoint(ray_cluster, tmp_path):
     [row] = S.run_sweep(space, opts, log=silent)
     rows = [plain_row, row]
     assert [r["status"] for r in rows] == ["done", "done"]
-    plain, crashed = S.trial_dir(tmp_path / "plain", plain_row["trial_id"]), S.trial_dir(out, row["trial_id"])
+    plain, crashed = trial_dir(tmp_path / "plain", plain_row["trial_id"]), trial_dir(out, row["trial_id"])
     starts = [(h["source"], h["from_epoch"]) for h in history(out, row["trial_id"])]
     assert starts == [("fresh", 0), ("ray-checkpoint", 2)]
     assert rows_without_seconds(crashed) == rows_without_seconds(plain)

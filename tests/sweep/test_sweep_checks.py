@@ -15,6 +15,8 @@ import bbb.sweep as S
 from bbb.errors import RunDirBusy, TrainingInterrupted, UserError
 from bbb.runs.jobs import JobCallbacks, RunJob, run_job
 from bbb.runs.rundir import guard_run_dir
+from bbb.sweep.cost import trial_data
+from bbb.sweep.trial import finalize_trial, start_trial, trial_dir, trial_lock
 
 TINY = {"dataset": "synthetic", "synthetic_dim": 16, "synthetic_train": 64, "width": 4, "depth": 1,
         "batch_size": 32, "epochs": 1, "device": "cpu", "eval_samples": 1}
@@ -114,28 +116,28 @@ def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):
     sp = space(seed={"grid": [0, 1]})
     t0, t1 = S.expand_space(sp)
     logged: list[str] = []
-    with S.trial_lock(S.trial_dir(out, t0.trial_id)) as holder:  # another open file: another holder
+    with trial_lock(trial_dir(out, t0.trial_id)) as holder:  # another open file: another holder
         assert holder is None
         rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False), log=logged.append)
     by_id = {r["trial_id"]: r for r in rows}
     assert by_id[t1.trial_id]["status"] == "done"
     assert by_id[t0.trial_id]["status"] == "pending"
     assert "running in another process" in by_id[t0.trial_id]["error"]
-    d0 = S.trial_dir(out, t0.trial_id)
+    d0 = trial_dir(out, t0.trial_id)
     assert not (d0 / "last.pt").exists() and not (d0 / "result.json").exists()
     assert any("running in another process" in line for line in logged)
     # released: the next run trains it, and the finished one is skipped
     rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False), log=lambda _: None)
     assert [r["status"] for r in rows] == ["done", "done"]
-    assert len(json.loads((S.trial_dir(out, t1.trial_id) / "history.json").read_text())) == 1
+    assert len(json.loads((trial_dir(out, t1.trial_id) / "history.json").read_text())) == 1
 
 
 def test_finalize_trial_takes_the_run_directory_lock(tmp_path: Path):
     """Evaluating a trial ASHA stopped waits for the worker that still holds its run directory's
     lock, refuses after ``lock_wait``, and evaluates a trial only once."""
     [t] = S.expand_space(space(epochs=3))
-    d, cfg, spec = S.start_trial(tmp_path, t)
-    data = S.trial_data(cfg, spec, None)
+    d, cfg, spec = start_trial(tmp_path, t)
+    data = trial_data(cfg, spec, None)
 
     class StopAfter2(JobCallbacks):  # a stopped trial: last.pt of epoch 2, no summary
         def on_epoch(self, job, row):
@@ -146,7 +148,7 @@ def test_finalize_trial_takes_the_run_directory_lock(tmp_path: Path):
         run_job(RunJob(d, cfg), data=data, callbacks=StopAfter2(), quiet=True, log=lambda _: None)
     with guard_run_dir(d, resume=True):  # the stopping worker's lock
         with pytest.raises(RunDirBusy):
-            S.finalize_trial(d, cfg, data, lock_wait=0.2)
+            finalize_trial(d, cfg, data, lock_wait=0.2)
     assert not (d / "summary.json").exists()
     held = threading.Event()
 
@@ -159,10 +161,10 @@ def test_finalize_trial_takes_the_run_directory_lock(tmp_path: Path):
     th.start()
     held.wait(10)
     try:
-        summary = S.finalize_trial(d, cfg, data, lock_wait=30)
+        summary = finalize_trial(d, cfg, data, lock_wait=30)
     finally:
         th.join()
     assert summary["epochs"] == 2 and json.loads((d / "summary.json").read_text()) == summary
     stamp = (d / "summary.json").stat().st_mtime_ns
-    assert S.finalize_trial(d, cfg, data, lock_wait=0) == summary  # evaluated once
+    assert finalize_trial(d, cfg, data, lock_wait=0) == summary  # evaluated once
     assert (d / "summary.json").stat().st_mtime_ns == stamp

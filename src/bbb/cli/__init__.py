@@ -14,39 +14,14 @@ code 130 and a line saying how to resume.
 
 from __future__ import annotations
 
-from .commands import (  # noqa: F401
-    cmd_demo,
-    cmd_evaluate,
-    cmd_prune,
-    cmd_train,
-    print_eval,
-    print_pruning,
-    print_summary,
-    weights_text,
-)
-from .common import (  # noqa: F401
-    Parser,
-    fmt_default,
-    pct_text,
-    text_table,
-)
 from .entry import (  # noqa: F401
     main,
-    run_command,
-    set_threads,
 )
 from .parser import (  # noqa: F401
-    TRAIN_EXAMPLE,
-    add_train_options,
     build_parser,
-    suppressed_adder,
 )
 from .registry import (  # noqa: F401
-    COMMANDS,
     DEMO_SETTINGS,
-    LAZY_COMMANDS,
-    PROG,
-    Command,
 )
 
 __all__ = ["main", "build_parser", "DEMO_SETTINGS"]

@@ -52,69 +52,32 @@ from __future__ import annotations
 from .command import (  # noqa: F401
     EXAMPLE,
     add_arguments,
-    dry_run_table,
     main,
 )
 from .cost import (  # noqa: F401
-    REF_EPOCH_SECONDS,
     epoch_seconds_estimate,
     synthetic_data,
-    trial_data,
-)
-from .ray_backend import (  # noqa: F401
-    checkpoint_epoch,
-    import_ray,
-    ray_dirname,
-    ray_trainable,
-    read_last_metrics,
-    restore_files,
 )
 from .results import (  # noqa: F401
     SweepOptions,
     read_sweep,
-    write_results,
 )
 from .runner import (  # noqa: F401
     run_sweep,
 )
 from .space import (  # noqa: F401
-    BUILTIN_SPACES,
     MAX_TRIALS,
-    MAX_WIDTH,
     NUMERIC_KEYS,
     PAPER_SPACE,
     RESULT_COLUMNS,
-    SPACE_KEYS,
     SWEEP_KEYS,
-    DataSpec,
     Trial,
     apply_overrides,
     count_trials,
     expand_space,
     load_space,
     resolve_params,
-    trial_id_of,
     validate_space,
-    varied_keys,
-    yaml_loader,
-)
-from .trial import (  # noqa: F401
-    FINALIZE_LOCK_WAIT,
-    LOCK_GRACE_SECONDS,
-    LOCK_NAME,
-    TrialCallbacks,
-    append_history,
-    epochs_done,
-    finalize_trial,
-    finished_row,
-    result_row,
-    run_trial_local,
-    silent,
-    start_trial,
-    trial_dir,
-    trial_lock,
-    trial_result,
-    worker_init,
 )
 
 __all__ = [

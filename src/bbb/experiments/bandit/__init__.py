@@ -51,59 +51,32 @@ checkpoint (as does the periodic save every 5 minutes); the same command resumes
 from __future__ import annotations
 
 from .command import (  # noqa: F401
-    DESCRIPTION,
     EXAMPLE,
     add_arguments,
-    config_from_args,
     main,
 )
 from .config import (  # noqa: F401
-    CHECKPOINT_FORMAT,
-    DEFAULT_AGENTS,
-    EARLY_WINDOW,
-    EAT,
-    ENV_CHUNK,
-    EXPECTED_POISON,
-    LATE_WINDOW,
-    NUM_ACTIONS,
-    PASS,
     REGRET_COLUMNS,
-    REWARD_EDIBLE,
-    REWARD_PASS,
-    REWARD_POISON_BAD,
-    REWARD_POISON_LUCKY,
     SUMMARY_COLUMNS,
     Agent,
     BanditConfig,
     parse_agent,
 )
 from .env import (  # noqa: F401
-    env_draws,
     expected_rewards,
     mushroom_rewards,
     oracle_rewards,
     step_regrets,
 )
 from .marks import (  # noqa: F401
-    LEARNER_CHECK_MARGIN,
     exploration_floor,
     figure6_marks,
 )
-from .plot import (  # noqa: F401
-    plot_eating,
-    plot_regret,
-)
 from .population import (  # noqa: F401
     Population,
-    fmt_seconds,
-    member_order,
 )
 from .running import (  # noqa: F401
-    StopRequest,
-    cpu_name,
     run_bandit,
-    split_members,
-    stopping_on_signals,
 )
 
 __all__ = [

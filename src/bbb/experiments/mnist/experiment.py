@@ -129,7 +129,7 @@ def run_reproduce(
         cfg: the settings (budget, output folder, cells, seeds, device, data).
         data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y), e.g.
             tiny synthetic data in tests; default: ``cfg.dataset`` through
-            :func:`bbb.train.load_data`. The budget's subset limits apply either way.
+            :func:`bbb.runs.load_data`. The budget's subset limits apply either way.
         log: where the lines go (default: print): the progress (unless ``cfg.quiet``: then only
             the results, the tables and the files written) and the plan.
         plan_only: print the plan (cells in the order of work, candidates and why, time left)

@@ -1,7 +1,7 @@
 """The import layers of ``src/bbb`` (docs/design.md), checked by walking every import with ``ast``.
 
 core (the library: layers, priors, the ELBO, the engine, metrics, data, small helpers)
-  <- runs (``bbb.runs``: a run directory, the epoch loop, the job runner; ``bbb.train`` re-exports)
+  <- runs (``bbb.runs``: a run directory, the epoch loop, the job runner)
   <- applications (the command line, the sweep, the paper's experiments).
 
 A module may import its own layer or a lower one, never a higher one; no module imports another
@@ -23,7 +23,7 @@ LAYERS = {
     "__init__": CORE, "errors": CORE, "io": CORE, "options": CORE, "distributions": CORE,
     "functional": CORE, "nn": CORE, "elbo": CORE, "engine": CORE, "random": CORE,
     "uncertainty": CORE, "prune": CORE, "data": CORE, "plots": CORE, "convert": CORE, "devices": CORE,
-    "runs": RUNS, "train": RUNS,
+    "runs": RUNS,
     "cli": APPS, "__main__": APPS, "sweep": APPS, "experiments": APPS,
 }
 #: third-party packages the core may import at module level (others only lazily, inside functions)
@@ -89,7 +89,7 @@ def _edges(name: str) -> list[tuple[str, int]]:
 
 def test_every_module_has_a_layer():
     missing = sorted({n.split(".")[1] for n in MODULES if "." in n} - set(LAYERS))
-    assert not missing, f"give these modules a layer in tests/test_layers.py: {missing}"
+    assert not missing, f"give these modules a layer in tests/test_import_layers.py: {missing}"
 
 
 def test_no_upward_import():
@@ -160,7 +160,7 @@ def test_import_bbb_leaves_the_environment_alone():
     import subprocess
     import sys
 
-    code = ("import os; before = dict(os.environ); import bbb, bbb.nn, bbb.train; "
+    code = ("import os; before = dict(os.environ); import bbb, bbb.nn, bbb.runs; "
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())")
     env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)

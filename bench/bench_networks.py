@@ -27,7 +27,6 @@ import json  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -372,19 +371,10 @@ def child_main(spec_json: str) -> int:
 
 
 def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"arch": spec["arch"], "system": spec["system"], "status": "error",
-                "detail": f"timed out after {timeout:.0f} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"arch": spec["arch"], "system": spec["system"], "status": "error",
-            "detail": f"child exited with {proc.returncode}: {tail[:300]}"}
+    """One child process of this script (run.py's runner, with this bench's result line)."""
+    from run import run_child as run_script
+
+    return run_script(spec, timeout, script=Path(__file__), mark=RESULT_MARK, ident=("arch", "system"))
 
 
 def run_in_process(spec: dict[str, Any], timeout: float) -> dict[str, Any]:

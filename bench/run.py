@@ -109,20 +109,22 @@ EPOCHS_RUN = 2
 # --------------------------------------------------------------------------------------------
 
 
-def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+def run_child(spec: dict[str, Any], timeout: float, script: Path | None = None, mark: str = RESULT_MARK,
+              ident: tuple[str, ...] = ("system", "width")) -> dict[str, Any]:
+    """Run ``script --child SPEC`` (this file by default) in a fresh process with the spec's threads;
+    its result is the stdout line after ``mark``, else an error row keyed by the spec's ``ident``."""
+    cmd = [sys.executable, str((script or Path(__file__)).resolve()), "--child", json.dumps(spec)]
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
+    error = {k: spec[k] for k in ident}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return {"system": spec["system"], "width": spec["width"], "status": "error",
-                "detail": f"timed out after {timeout:.0f} s"}
+        return {**error, "status": "error", "detail": f"timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
+        if line.startswith(mark):
+            return json.loads(line[len(mark):])
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"system": spec["system"], "width": spec["width"], "status": "error",
-            "detail": f"child exited with {proc.returncode}: {tail[:300]}"}
+    return {**error, "status": "error", "detail": f"child exited with {proc.returncode}: {tail[:300]}"}
 
 
 def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[str, str]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bbb.random import counter_keys, hash_pairs, key_tensor, normal, normal_pairs
+from testkit import reference_hash
 
 N = 1 << 20
 
@@ -79,18 +80,6 @@ def test_keys_are_validated():
     assert counter_keys(0, 0) != counter_keys(0, 1)
 
 
-def _reference_hash(j: int, keys: tuple[int, int, int]) -> tuple[int, int]:
-    """The hash in Python's exact integers (the definition; no tensor arithmetic)."""
-    def mix(x):
-        x ^= x >> 16
-        x = (x * 0x45D9F3B) & 0xFFFFFFFF
-        x ^= x >> 16
-        x = (x * 0x45D9F3B) & 0xFFFFFFFF
-        return x ^ (x >> 16)
-    a = mix((j + keys[0]) & 0xFFFFFFFF)
-    return mix(a ^ keys[1]) >> 8, mix(a ^ keys[2]) >> 8
-
-
 # indices at both ends of int32, and draws whose keys have the top bit set (negative in int32)
 _INDICES = [0, 1, 2, 12345, (1 << 31) - 2, (1 << 31) - 1]
 _DRAWS = [(0, 0), (7, 3), (5, 9), (11, 2**40 + 1)]
@@ -102,7 +91,7 @@ def test_the_hash_is_the_same_integers_in_int32_and_int64(dtype):
         keys = counter_keys(seed, counter)
         h1, h2 = hash_pairs(torch.tensor(_INDICES, dtype=dtype), key_tensor(seed, counter, dtype=dtype))
         assert h1.dtype == dtype
-        assert [(int(a), int(b)) for a, b in zip(h1, h2)] == [_reference_hash(j, keys) for j in _INDICES]
+        assert [(int(a), int(b)) for a, b in zip(h1, h2)] == [reference_hash(j, keys) for j in _INDICES]
     assert any(k >= 1 << 31 for s, c in _DRAWS for k in counter_keys(s, c))  # the wrap is exercised
 
 

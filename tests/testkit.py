@@ -79,6 +79,18 @@ def summary(out: Path, run: str) -> dict[str, Any]:
     return json.loads((out / "runs" / run / "summary.json").read_text())
 
 
+def reference_hash(j: int, keys: tuple[int, int, int]) -> tuple[int, int]:
+    """bbb.random's counter hash in Python's exact integers (the definition; no tensor arithmetic)."""
+    def mix(x: int) -> int:
+        x ^= x >> 16
+        x = (x * 0x45D9F3B) & 0xFFFFFFFF
+        x ^= x >> 16
+        x = (x * 0x45D9F3B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+    a = mix((j + keys[0]) & 0xFFFFFFFF)
+    return mix(a ^ keys[1]) >> 8, mix(a ^ keys[2]) >> 8
+
+
 def tiny_mushrooms(n: int = 40, groups: int = 3, values: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """One-hot contexts of ``groups`` attributes with ``values`` values each; edibility a rule."""
     g = torch.Generator().manual_seed(seed)

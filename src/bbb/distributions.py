@@ -25,6 +25,7 @@ from .errors import UserError, check_int
 from .options import PriorKind, choice
 
 __all__ = [
+    "normal_log_prob",
     "DiagonalNormal",
     "Prior",
     "GaussianPrior",
@@ -46,6 +47,13 @@ __all__ = [
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def normal_log_prob(x: Tensor, mean: Tensor, sigma: Tensor) -> Tensor:
+    """log N(x; mean, sigma^2), elementwise (broadcasting): the one Gaussian log density of the
+    likelihoods, the regression metrics and the UCI benchmark."""
+    z = (x - mean) / sigma
+    return -0.5 * z * z - torch.log(sigma) - _LOG_SQRT_2PI
 
 
 def softplus(rho: Tensor) -> Tensor:

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .distributions import KLMode, check_kl_samples, inverse_softplus, softplus
+from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
 from .nn import SampleRecorder, forward_samples, model_kl
 from .nn.samples import PROVIDER
@@ -159,9 +159,7 @@ class Gaussian(Likelihood):
                                 "outputs per example give targets (B, D)")
             output = output.squeeze(-1)
         self._check_shapes("Gaussian", output.shape, target, str(shown))
-        sigma = self.sigma
-        z = (target - output) / sigma
-        lp = -0.5 * z * z - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
+        lp = normal_log_prob(target, output, self.sigma)
         return lp.sum(-1) if target.dim() >= 2 else lp
 
     def extra_repr(self) -> str:
@@ -187,8 +185,7 @@ class HeteroscedasticGaussian(Likelihood):
         mean, sigma = self.split(output)
         self._check_shapes("heteroscedastic Gaussian", mean.shape, target,
                            f"{tuple(output.shape)} (..., 2: mean and noise)")
-        z = (target - mean) / sigma
-        return -0.5 * z * z - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
+        return normal_log_prob(target, mean, sigma)
 
 
 def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:

@@ -4,9 +4,10 @@ and an interaction (decision and updates) does not synchronise with the host."""
 from __future__ import annotations
 
 import torch
-from cudakit import sync_errors, tiny_bandit_config, tiny_mushrooms
+from cudakit import sync_errors
 
 from bbb.experiments.bandit import Population
+from testkit import tiny_bandit_config, tiny_mushrooms
 
 
 def test_a_stopped_population_on_cuda_saves_and_resumes_exactly(tmp_path):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cudakit import reference_hash
 
 from bbb.engine.kernels import counter_keys_tensor, seed_mix
 from bbb.random import counter_keys, hash_pairs, key_tensor, normal
+from testkit import reference_hash
 
 # indices at both ends of int32, and draws whose keys have the top bit set (negative in int32)
 INDICES = [0, 1, 2, 12345, (1 << 31) - 2, (1 << 31) - 1]

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from cudakit import F32, QUIET, blobs, sync_errors, tiny_cfg
+from cudakit import F32, QUIET, sync_errors, tiny_cfg
 
 import bbb.runs.loop as L
 from bbb.elbo import ELBO
@@ -17,6 +17,7 @@ from bbb.prune import prune
 from bbb.runs import evaluate, load_checkpoint, load_run, train
 from bbb.runs.evaluation import mean_logits
 from bbb.uncertainty import predict
+from testkit import blobs
 
 
 def _model_state(run, name="last.pt"):

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
+from ..distributions import normal_log_prob
 from ..errors import UserError
 
 __all__ = ["gaussian_mixture_log_prob", "gaussian_mixture_quantiles", "interval_coverage", "regression_metrics",
@@ -102,8 +103,7 @@ def gaussian_mixture_log_prob(target: Tensor, means: Tensor, sigmas: Tensor | fl
     """
     mu, s, t = _mixture("gaussian_mixture_log_prob", means, sigmas, target)
     assert t is not None
-    z = (t - mu) / s
-    lp = -0.5 * z * z - torch.log(s) - 0.5 * math.log(2 * math.pi)
+    lp = normal_log_prob(t, mu, s)
     out = torch.logsumexp(lp, dim=0) - math.log(mu.shape[0])
     return out.to(torch.promote_types(means.dtype, target.dtype) if target.is_floating_point() else means.dtype)
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ...data import Standardizer
 from ...data.uci import UCIData, validation_split
-from ...distributions import GaussianPrior, inverse_softplus, softplus
+from ...distributions import GaussianPrior, inverse_softplus, normal_log_prob, softplus
 from ...elbo import HeteroscedasticGaussian
 from ...engine import Engine
 from ...io import atomic_torch_save, atomic_write_json
@@ -123,7 +123,7 @@ class PopulationModel:
 
 def _nll(model: PopulationModel, xb: Tensor, yb: Tensor) -> Tensor:
     mean, sd = model.mean_sd(model.pop(xb))
-    return (0.5 * ((yb - mean) / sd) ** 2 + torch.log(sd)).sum() + 0.5 * math.log(2 * math.pi) * yb.numel()
+    return -normal_log_prob(yb, mean, sd).sum()
 
 
 @torch.no_grad()

@@ -18,8 +18,9 @@ from ...cli.common import (
 )
 from ...elbo import KLWeighting
 from ...engine.engine import OptimizerKind
+from ...nn.base import Estimator
 from ...options import PriorKind, values
-from .config import BanditConfig, KLData
+from .config import BanditConfig, BanditLikelihood, KLData
 from .running import run_bandit
 
 EXAMPLE = (
@@ -59,8 +60,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                         f"paper's eqs. 5-6; default {d.optimizer})"))
     parser.add_argument("--lr", type=float, default=d.lr,
                         help=shared_help("--lr", f" of every agent (default {d.lr:g})"))
+    parser.add_argument("--likelihood", choices=values(BanditLikelihood), default=d.likelihood,
+                        help="reward likelihood of every agent: gaussian (noise std --noise-sigma), or "
+                             "heteroscedastic (a second network output sets the noise of each mushroom and action, "
+                             f"floored at --noise-sigma; default {d.likelihood})")
     parser.add_argument("--noise-sigma", type=float, default=d.noise_sigma,
-                        help=f"std of the Gaussian reward likelihood of every agent (default {d.noise_sigma:g})")
+                        help=f"std of the Gaussian reward likelihood of every agent, the floor of the "
+                             f"heteroscedastic one (default {d.noise_sigma:g})")
+    parser.add_argument("--estimator", choices=[Estimator.REPARAM.value, Estimator.LOCAL.value], default=d.estimator,
+                        help="BBB's gradient estimator: reparam (weight draws), or local (local "
+                             "reparameterisation; BBB agents only; decisions still draw whole networks; "
+                             f"default {d.estimator})")
+    parser.add_argument("--kl-warmup", type=int, default=d.kl_warmup, metavar="N",
+                        help="BBB: the first N interactions' updates fit the data without the KL "
+                             f"(default {d.kl_warmup})")
     parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
                         help=shared_help("--prior", ": gaussian (closed-form KL) or the paper's scale mixture "
                                                     f"(Monte Carlo KL; default {d.prior})"))
@@ -110,7 +123,8 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         hidden=tuple(args.hidden), optimizer=args.optimizer, lr=args.lr, noise_sigma=args.noise_sigma,
         prior=args.prior, prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
         sigma_init=args.sigma_init, kl_scale=args.kl_scale, kl_data=args.kl_data, kl_weighting=args.kl_weighting,
-        weight_decay=args.weight_decay,
+        weight_decay=args.weight_decay, likelihood=args.likelihood, estimator=args.estimator,
+        kl_warmup=args.kl_warmup,
         decision_samples=args.decision_samples, log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
         quiet=args.quiet)

@@ -11,7 +11,17 @@ from ...distributions import Prior, inverse_softplus, make_prior
 from ...elbo import KLWeighting
 from ...engine.engine import OptimizerKind
 from ...errors import UserError, check_int
+from ...nn.base import Estimator
 from ...options import PriorKind, choice
+
+
+class BanditLikelihood(str, Enum):
+    """The reward likelihood of every agent: ``gaussian`` (noise std ``noise_sigma``) or
+    ``heteroscedastic`` (the network's second output sets the noise of each input and action,
+    :class:`~bbb.elbo.HeteroscedasticGaussian`, floored at ``noise_sigma``)."""
+
+    GAUSSIAN = "gaussian"
+    HETEROSCEDASTIC = "heteroscedastic"
 
 
 class KLData(str, Enum):
@@ -142,6 +152,9 @@ class BanditConfig:
     kl_weighting: str = "blundell"
     weight_decay: float = 0.0
     decision_samples: int = 2
+    estimator: str = "reparam"
+    likelihood: str = "gaussian"
+    kl_warmup: int = 0
     log_every: int = 100
     workers: int = 1
     threads: int = 1
@@ -158,6 +171,14 @@ class BanditConfig:
                      "log_every", "workers", "threads"):
             low = 0 if name == "updates_per_step" else 1  # 0: act without learning
             check_int(FLAG_NAMES.get(name, name.replace("_", "-")), getattr(self, name), low)
+        check_int("kl-warmup", self.kl_warmup, 0)
+        est = Estimator(choice("estimator", self.estimator, Estimator))
+        if est is Estimator.FLIPOUT:
+            raise UserError("the bandit's population supports the reparam and local estimators, not flipout")
+        if est is Estimator.LOCAL and any(not parse_agent(a).bayesian for a in self.agents):
+            raise UserError("--estimator local trains the BBB agents only: run the other agents separately "
+                            "(e.g. --agents bbb)")
+        choice("likelihood", self.likelihood, BanditLikelihood)
         choice("optimizer", self.optimizer, OptimizerKind)
         choice("prior", self.prior, PriorKind)
         choice("kl-data", self.kl_data, KLData)
@@ -204,6 +225,12 @@ class BanditConfig:
         d["agents"] = [parse_agent(a).name for a in self.agents]
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]
-        if self.weight_decay:  # absent when 0, so that checkpoints from before the option still resume
+        # absent at their defaults, so that checkpoints from before these options still resume
+        if self.weight_decay:
             d["weight_decay"] = float(self.weight_decay)
+        for name, default in (("estimator", "reparam"), ("likelihood", "gaussian"), ("kl_warmup", 0)):
+            value = getattr(self, name)
+            value = value.value if isinstance(value, Enum) else value
+            if value != default:
+                d[name] = value
         return d

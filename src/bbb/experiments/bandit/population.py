@@ -13,13 +13,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...elbo import ELBO, Gaussian
+from ...elbo import ELBO, Gaussian, HeteroscedasticGaussian, Likelihood
 from ...engine import Engine, counter_noise
 from ...engine.kernels import counter_keys_tensor, seed_mix
 from ...errors import UserError
 from ...io import atomic_torch_save
 from ...nn import BayesPopulation, OneHot, one_hot_is_dense
-from .config import CHECKPOINT_FORMAT, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, parse_agent
+from ...nn.base import Estimator
+from .config import CHECKPOINT_FORMAT, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, BanditLikelihood, parse_agent
 from .env import env_draws, mushroom_rewards, step_regrets
 
 
@@ -77,14 +78,20 @@ class Population:
         self.ctx_index, self.ctx_value = ctx.index, ctx.value
         self.edible = edible.to(dev, torch.bool)
         self.num_features = contexts.shape[1] + NUM_ACTIONS
-        self.net = BayesPopulation(self.num_features, cfg.hidden, 1, bayesian=self.num_bayesian,
+        self.hetero = BanditLikelihood(cfg.likelihood) is BanditLikelihood.HETEROSCEDASTIC
+        self.local = Estimator(cfg.estimator) is Estimator.LOCAL
+        if self.local:  # its pre-activation noise is torch's global stream: seeded, and checkpointed
+            torch.manual_seed(10_007 * (int(train_seed) + 1) + 3)
+        self.net = BayesPopulation(self.num_features, cfg.hidden, 2 if self.hetero else 1, bayesian=self.num_bayesian,
                                    deterministic=p - self.num_bayesian, prior=cfg.make_prior(),
-                                   rho_init=cfg.rho_init, device=dev)
+                                   rho_init=cfg.rho_init, device=dev, estimator=cfg.estimator)
         for j, m in enumerate(self.members):  # the initial weights depend on the seed only
             self.net.reset_member(j, torch.Generator().manual_seed(7_777_777 + m.seed))
         self.net.train()
         self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))  # training noise; decisions: + 1
-        self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed)
+        # local reparameterisation has no fused kernel: the engine's plain path, chosen (no warning)
+        self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed,
+                              fused=False if self.local else None)
                        if self.num_bayesian else None)
         det = list(self.net.det.parameters())
         # the penalty is set against the squared error: per example ((y - f)^2 + wd |w|^2) / (2 noise^2),
@@ -92,7 +99,8 @@ class Population:
         wd = cfg.weight_decay / cfg.noise_sigma**2
         self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr, wd) if det else None
         updates = max(1, cfg.updates_per_step)
-        self.elbo = ELBO(self.net, Gaussian(cfg.noise_sigma), num_batches=updates,
+        lik: Likelihood = HeteroscedasticGaussian(cfg.noise_sigma) if self.hetero else Gaussian(cfg.noise_sigma)
+        self.elbo = ELBO(self.net, lik, num_batches=updates,
                          kl_weighting=cfg.kl_weighting, beta=cfg.kl_scale).to(dev)
         k = ctx.index.shape[1] + 1
         self.buf_index = torch.zeros(p, cfg.buffer, k, dtype=torch.long, device=dev)
@@ -101,7 +109,7 @@ class Population:
         # the stored rows expanded once (not in every update) where the network multiplies them densely;
         # rebuilt from buf_index / buf_value on load
         self.buf_dense = (torch.zeros(p, cfg.buffer, self.num_features, device=dev)
-                          if one_hot_is_dense(self.num_features, k) else None)
+                          if self.local or one_hot_is_dense(self.num_features, k) else None)
         self.row_offset = (torch.arange(p, device=dev) * cfg.buffer).view(p, 1)
         self.gen = torch.Generator(device=dev).manual_seed(10_007 * (int(train_seed) + 1))
         self.seed_list = sorted({m.seed for m in self.members})
@@ -156,13 +164,15 @@ class Population:
     def values(self, x: OneHot, t: int) -> Tensor:
         """Predicted reward of every action, (P, actions): a BBB member averages
         ``decision_samples`` networks drawn for step ``t`` (counter-based noise, independent of
-        the training noise); a deterministic member uses its weights."""
+        the training noise; whole networks also under the local estimator, which trains with
+        per-row pre-activation noise); a deterministic member uses its weights. With the
+        heteroscedastic likelihood the value is the predicted mean (output 0)."""
         k = self.cfg.decision_samples
         keys = self.decision_keys[t] if t < self._env_steps else None  # else: formed on the host
         noise = (counter_noise(self.net.bayes, self.noise_seed + 1, t, num_samples=k, keys=keys)
                  if self.num_bayesian else contextlib.nullcontext())
         with noise:
-            out = self.net(x, num_samples=k).squeeze(-1)  # (k, P, actions)
+            out = self.net.forward_weights(x, num_samples=k)[..., 0]  # (k, P, actions)
         nb = self.num_bayesian
         return torch.cat([out[:, :nb].mean(0), out[0, nb:]])
 
@@ -201,8 +211,9 @@ class Population:
         # every update's minibatch rows at once (the same draws as one call per update)
         idx = torch.randint(0, filled, (cfg.updates_per_step, p, cfg.batch_size), generator=self.gen,
                             device=self.device)
+        kl_on = t >= cfg.kl_warmup  # the first kl_warmup interactions fit the data alone
         for u in range(cfg.updates_per_step):
-            self.update(filled, num_data, u, idx=idx[u])
+            self.update(filled, num_data, u, idx=idx[u], kl_on=kl_on)
 
     def _rows(self, index: Tensor, value: Tensor | None) -> OneHot:
         return OneHot(index, self.num_features, value)
@@ -212,14 +223,15 @@ class Population:
         return seen if self.cfg.kl_data == "seen" else min(seen, self.cfg.buffer)
 
     # -- learning -------------------------------------------------------------------------
-    def update(self, filled: int, num_data: int, batch_index: int = 0, idx: Tensor | None = None) -> None:
+    def update(self, filled: int, num_data: int, batch_index: int = 0, idx: Tensor | None = None,
+               kl_on: bool = True) -> None:
         """One optimiser step of every member on a minibatch of its own buffer (rows < ``filled``).
 
         The loss of member m is its minibatch's mean negative log-likelihood plus, for a BBB
         member, ``kl_scale * pi_i * U / N`` times the KL, with pi_i the weight of update
         ``batch_index`` of the U updates per interaction (``--kl-weighting``: 1/U for uniform,
-        so KL / N per example) and N = ``num_data``. ``idx`` (P, B): the buffer rows (tests);
-        drawn here when None.
+        so KL / N per example) and N = ``num_data``; 0 while ``kl_on`` is False (the warm-up,
+        ``BanditConfig.kl_warmup``). ``idx`` (P, B): the buffer rows (tests); drawn here when None.
         """
         cfg = self.cfg
         p, b = len(self.members), cfg.batch_size
@@ -234,8 +246,8 @@ class Population:
             xi = self.buf_index.view(-1, k).index_select(0, flat).view(p, b, k)
             xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(p, b, k)
             x = self._rows(xi, xv)
-        y = self.buf_reward.view(-1).index_select(0, flat).view(p, b, 1)
-        coef = self.elbo.kl_weight(batch_index) * self.elbo.num_batches * b / num_data
+        y = self.buf_reward.view(-1).index_select(0, flat).view((p, b) if self.hetero else (p, b, 1))
+        coef = self.elbo.kl_weight(batch_index) * self.elbo.num_batches * b / num_data if kl_on else 0.0
         with self.engine.sampling() if self.engine is not None else contextlib.nullcontext():
             out = self.elbo(x, y, kl_weight=coef)
         if self.engine is not None:
@@ -331,6 +343,7 @@ class Population:
             "log_expected": self.log_expected,
             "log_eaten": self.log_eaten,
             "gen": self.gen.get_state(),
+            "torch_rng": torch.get_rng_state() if self.local else None,
         }
 
     def save(self, path: Path) -> None:
@@ -378,6 +391,8 @@ class Population:
         self.log_expected = list(st["log_expected"])
         self.log_eaten = list(st["log_eaten"])
         self.gen.set_state(st["gen"])
+        if self.local:
+            torch.set_rng_state(st["torch_rng"])
         return True
 
     def results(self) -> dict[str, Any]:

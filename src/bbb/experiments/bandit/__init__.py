@@ -8,8 +8,9 @@ reward, summed over steps; the *expected* regret counts 15 for eating a poisonou
 
 Agents, all on the same network (input = the 117-d one-hot context and a one-of-2 action code,
 two hidden layers of 100 ReLU units, one output = the expected reward of the pair), the same
-likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same optimiser
-(``--optimizer adam|sgd``, ``--lr``):
+likelihood (Gaussian rewards with noise std ``--noise-sigma``; ``--likelihood heteroscedastic``:
+a second output sets the noise of each mushroom and action, floored at ``--noise-sigma``) and
+the same optimiser (``--optimizer adam|sgd``, ``--lr``):
 
 * ``bbb``: Thompson sampling; the weights are sampled ``--samples`` times (the paper: 2) per
   decision and the reward predictions averaged. The posterior is the library's diagonal
@@ -19,7 +20,9 @@ likelihood (Gaussian rewards with noise std ``--noise-sigma``) and the same opti
   gaussian``: closed form; ``mixture``: the paper's Monte Carlo estimate), where N is the
   number of interactions seen or the buffer's fill (``--kl-data``) and pi_i the weight of the
   i-th of the U updates after an interaction (``--kl-weighting uniform``: 1/U, i.e. KL / N per
-  example; ``blundell``: 2^(U-i)/(2^U-1)).
+  example; ``blundell``: 2^(U-i)/(2^U-1)); ``--kl-warmup N``: 0 for the first N interactions.
+  ``--estimator local`` trains with local reparameterisation (BBB agents only); decisions then
+  still draw whole networks (:meth:`bbb.nn.BayesPopulation.forward_weights`).
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
   no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` wd (the
   MAP counterpart of a Gaussian prior; per example ((y - f)^2 + wd |w|^2) / (2 noise^2), so

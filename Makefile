@@ -1,5 +1,5 @@
-# Fresh machine: `make demo` (main job) and `make test` (the suite; `make test-fast` skips the
-# slow tests). Each creates .venv on first use.
+# Fresh machine: `make demo` (main job) and `make test` (the suite; `make test-fast`: the core's and
+# the runs' tests except the slow ones). Each creates .venv on first use.
 PYTHON ?= python3
 # Installed first and alone, so no other torch build (several GB of CUDA wheels) is ever pulled.
 TORCH ?= torch==2.13.0
@@ -30,13 +30,17 @@ $(STAMP): pyproject.toml
 TEST_WORKERS ?= 2
 PYTEST_WORKERS = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 
+# Everything (pyproject's testpaths): tests/ (core/, runs/, applications/, cuda/: skipped without
+# a GPU) and bench/tests/. CI runs this (.ci/run).
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_WORKERS)
 
-# The development lane: everything but the tests marked slow (real data, long training).
-# `make test` (and CI) still run everything.
+# The development lane: the tests of the library's two lower layers, tests/core and tests/runs,
+# except those marked slow (real data, long training, torch.compile, kill-and-resume), on the same
+# workers. The command line, the sweep, the experiments, the examples, the docs and the bench
+# (tests/applications, bench/tests) are left to `make test`, which (with CI) runs everything.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow"
+	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests/core tests/runs
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

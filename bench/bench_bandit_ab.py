@@ -38,11 +38,13 @@ def _copy_as_ref(src: Path, dest: Path) -> None:
 
 def _population(pkg: str, worker: int):
     bandit = importlib.import_module(pkg + ".experiments.bandit")
+    config = importlib.import_module(pkg + ".experiments.bandit.config")
+    running = importlib.import_module(pkg + ".experiments.bandit.running")
     data = importlib.import_module(pkg + ".data")
     ctx, edible = data.load_mushroom(download=False)
-    members = [(a, s) for a in bandit.DEFAULT_AGENTS for s in range(5)]
+    members = [(a, s) for a in config.DEFAULT_AGENTS for s in range(5)]
     cfg = bandit.BanditConfig(steps=10_000, threads=1)
-    pop = bandit.Population(cfg, bandit.split_members(members, 2)[worker], ctx, edible)
+    pop = bandit.Population(cfg, running.split_members(members, 2)[worker], ctx, edible)
     pop._ensure_env(10_000)
     u, cfg.updates_per_step = cfg.updates_per_step, 0
     for t in range(4200):  # fill the buffer, acting without training

@@ -49,7 +49,7 @@ DATA_BATCHES = 4
 BT_PRIOR = {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0, "posterior_rho_init": -3.0,
             "type": "Reparameterization", "moped_enable": False, "moped_delta": 0.5}
 #: below this share of Bayesian weights a conversion is "does not convert" (the contract of
-#: tests/test_model_zoo.py: more than 95% of the weights Bayesian)
+#: tests/core/test_model_zoo.py: more than 95% of the weights Bayesian)
 CONVERT_MIN_SHARE = 0.95
 #: targets of the issue: bbb steps/s >= this x bayesian-torch's where it converts; the converted
 #: CNN's step time <= this x the deterministic step

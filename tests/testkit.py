@@ -45,7 +45,7 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
     return rc, out, err
 
 
-# -- bbb reproduce mnist (tests/experiments/test_reproduce_mnist*.py) ---------------------------
+# -- bbb reproduce mnist (tests/applications/experiments/test_reproduce_mnist*.py) ------------
 
 D_IN, N_CLASSES = 16, 4
 SILENT = {"log": lambda s: None}
@@ -64,7 +64,7 @@ def eager_kernels() -> Iterator[None]:
     compilation would cost more than the whole smoke run. The engines made inside take
     ``compile=None``'s eager choice at every size (``bbb.engine.engine.COMPILE_MIN_NUMEL``; on the
     CPU the 2x400+ networks of a reproduction would compile otherwise). Compiled kernels equal to
-    the eager ones: tests/test_engine.py."""
+    the eager ones: tests/core/test_engine.py."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine_module, "COMPILE_MIN_NUMEL", sys.maxsize)
         yield

@@ -17,7 +17,7 @@ values stay below 2^32, are multiplied by a constant below 2^27 (no overflow) an
 int32 is the fast form where the processor has no 64-bit vector multiply (AVX2). Uniforms are
 (h + 1/2) / 2^24, so |z| <= sqrt(2 ln 2^25) ~ 5.9; the statistical checks (moments, lag
 correlation, tail quantiles) and the check against a pure-Python hash are in
-tests/test_random.py.
+tests/core/test_random.py.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from bbb.runs import TrainConfig
 
 MIXTURE = ScaleMixturePrior(0.25, 1.0, math.exp(-7))
 #: a mixture whose narrow component is wide enough for a multi-step float32 comparison (with
-#: sigma2 = e^-7 the spike's gradient makes tiny runs chaotic: see tests/test_engine.py)
+#: sigma2 = e^-7 the spike's gradient makes tiny runs chaotic: see tests/core/test_engine.py)
 MILD = ScaleMixturePrior(0.5, 1.0, math.exp(-2))
 QUIET: dict[str, Any] = {"quiet": True, "log": lambda s: None}
-#: the stated tolerance of a float32 trajectory against another (tests/test_engine.py)
+#: the stated tolerance of a float32 trajectory against another (tests/core/test_engine.py)
 F32 = {"rtol": 1e-4, "atol": 2e-5}
 
 

@@ -63,7 +63,7 @@ def test_the_engine_compiles_on_cuda_at_any_size_and_follows_the_cpu(cuda, opt):
 
 def _fused_and_plain(cuda, dtype, steps, lr):
     """The engine (compiled where Triton is) against the plain autograd path fed with the same
-    counter noise and torch's Adam, both on CUDA (tests/test_engine.py's specification)."""
+    counter noise and torch's Adam, both on CUDA (tests/core/test_engine.py's specification)."""
     res = []
     for fused in (True, False):
         model = net(cuda, dtype, prior=MILD)

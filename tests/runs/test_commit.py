@@ -1,7 +1,7 @@
 """``last.pt`` is a run's commit point (issue 19): ``best.pt`` and ``metrics.csv`` derive from it,
 the readers take the committed state when a process died between the writes, resuming rewrites
 the derived files, and a damaged ``metrics.csv`` is named instead of used. The kill -9 version of
-these checks, at 50 random instants: ``tests/faults/test_train_kill.py``."""
+these checks, at 50 random instants: ``tests/runs/test_train_kill.py``."""
 
 from __future__ import annotations
 

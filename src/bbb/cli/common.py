@@ -180,7 +180,7 @@ class SharedFlag(NamedTuple):
 
 #: The options that mean one thing in every command that has them: flag -> meaning, type,
 #: nargs and the library's name. Every command builds its help from ``meaning``
-#: (:func:`shared_help`); tests/cli/test_shared_options.py walks every command's parser against
+#: (:func:`shared_help`); tests/applications/cli/test_shared_options.py walks every command's parser against
 #: this table. The three sample counts: ``--train-samples`` per training step, ``--samples``
 #: per prediction, and ``bbb train --eval-samples`` for the evaluation that ends training
 #: (``bbb train --samples`` is the retired spelling of ``--train-samples``: :data:`RETIRED_FLAGS`).

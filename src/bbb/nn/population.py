@@ -6,7 +6,7 @@ matrix product evaluates all members and one backward pass and one optimiser ste
 Members never interact: the loss of a population is the *sum* of its members' losses, so each
 member's gradient is its own, and the optimisers (``torch.optim.Adam``/``SGD``,
 :class:`~bbb.engine.Engine`) are elementwise. A member trains exactly as the same network
-trained alone with the same noise, data and optimiser (``tests/test_population.py``).
+trained alone with the same noise, data and optimiser (``tests/core/nn/test_population.py``).
 
 Members ``0 .. bayesian-1`` are Bayesian: each weight has the diagonal Gaussian posterior
 N(mu, softplus(rho)^2) of :class:`~bbb.nn.BayesLinear`, with the same prior, initialisation,

@@ -1,0 +1,382 @@
+"""The ``bbb`` command line: help texts, one-line errors with exit code 2, and the run commands.
+
+Commands run in-process through ``bbb.cli.main`` with tiny synthetic data patched in for
+``bbb.runs.load_data``; two checks go through a real ``python -m bbb`` subprocess.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import bbb.runs.loop as L
+import bbb.runs.model as RM
+from bbb.cli import DEMO_SETTINGS
+from bbb.cli.registry import LAZY_COMMANDS
+from bbb.runs import PRUNING_COLUMNS, TrainConfig
+from testkit import blobs, run_main
+
+TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3",
+        "--quiet"]
+
+
+@pytest.fixture
+def tiny(monkeypatch) -> dict[str, torch.Tensor]:
+    """Every data load returns the tiny synthetic set."""
+    data = blobs()
+    monkeypatch.setattr(RM, "load_data", lambda cfg: data)
+    return data
+
+
+def assert_one_line_error(rc: int, err: str, *words: str) -> None:
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "error:" in lines[0]
+    for w in words:
+        assert w in lines[0], (w, err)
+
+
+# --------------------------------------------------------------------------------------------
+# help
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "prune", "demo", *LAZY_COMMANDS])
+def test_help_of_every_subcommand(capsys, command):
+    if command in LAZY_COMMANDS and importlib.util.find_spec(LAZY_COMMANDS[command][0]) is None:
+        pytest.skip(f"{LAZY_COMMANDS[command][0]} is not there yet")
+    rc, out, _ = run_main(capsys, command, "--help")
+    assert rc == 0 and "Example" in out and f"bbb {command}" in out
+
+
+def test_top_level_help_lists_commands(capsys):
+    rc, out, _ = run_main(capsys, "--help")
+    assert rc == 0 and "Example" in out
+    for c in ("train", "evaluate", "prune", "demo", "regression", "bandit"):
+        assert c in out
+
+
+def test_train_help_names_the_contract_options(capsys):
+    _, out, _ = run_main(capsys, "train", "--help")
+    for opt in ("--dataset", "--method", "--prior", "--pi", "--sigma1", "--sigma2", "--hidden", "--epochs",
+                "--lr", "--train-samples", "--estimator", "--kl-weighting", "--seed", "--device", "--out",
+                "--data-dir", "--batch-size", "--optimizer", "--momentum", "--kl", "--sigma-init",
+                "--prior-sigma", "--dropout-input", "--dropout-hidden", "--scale", "--test-each-epoch",
+                "--resume", "--quiet", "--bf16", "--eval-samples"):
+        assert opt in out, opt
+    for retired in ("--rho-init", " --samples"):  # hidden aliases (tests/applications/cli/test_shared_options.py)
+        assert retired not in out, retired
+
+
+# --------------------------------------------------------------------------------------------
+# one-line errors
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sigma1", "-1"], ["sigma1"]),
+    (["--sigma2", "0"], ["sigma2"]),
+    (["--prior-sigma", "-2", "--prior", "gaussian"], ["prior-sigma"]),
+    (["--pi", "0"], ["pi"]),
+    (["--pi", "1.5"], ["pi"]),
+    (["--hidden", "400", "0"], ["hidden"]),
+    (["--dataset", "cifar10"], ["dataset", "mnist"]),
+    (["--method", "hmc"], ["method"]),
+    (["--estimator", "nope"], ["estimator"]),
+    (["--lr", "abc"], ["--lr"]),
+    (["--epochs", "-3"], ["epochs"]),
+])
+def test_bad_train_arguments(capsys, tmp_path, args, words):
+    rc, _, err = run_main(capsys, "train", "--out", str(tmp_path / "r"), *args)
+    assert_one_line_error(rc, err, *words)
+    assert not (tmp_path / "r" / "last.pt").exists()
+
+
+def test_threads_option(capsys, tmp_path, tiny):
+    before = torch.get_num_threads()
+    try:
+        rc, _, err = run_main(capsys, "train", "--epochs", "1", "--out", str(tmp_path / "r"), "--threads", "1", *TINY)
+        assert rc == 0, err
+        assert torch.get_num_threads() == 1
+        assert json.loads((tmp_path / "r" / "config.json").read_text())["threads"] == 1  # restored on --resume
+    finally:
+        torch.set_num_threads(before)
+    rc, _, err = run_main(capsys, "evaluate", str(tmp_path / "r"), "--threads", "0")
+    assert_one_line_error(rc, err, "--threads")
+
+
+def test_missing_out_and_unknown_command(capsys):
+    assert_one_line_error(*run_main(capsys, "train")[::2], "--out")
+    assert_one_line_error(*run_main(capsys, "fly")[::2], "fly")
+
+
+def test_missing_run_dir(capsys, tmp_path):
+    for cmd in ("evaluate", "prune"):
+        rc, _, err = run_main(capsys, cmd, str(tmp_path / "nowhere"))
+        assert_one_line_error(rc, err, "not found")
+
+
+def test_corrupt_checkpoint(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    (run / "best.pt").write_bytes(b"\x00garbage" * 10)
+    (run / "last.pt").write_bytes(b"")
+    for argv in (["evaluate", str(run)], ["prune", str(run)], ["train", "--resume", "--out", str(run)]):
+        rc, _, err = run_main(capsys, *argv)
+        assert_one_line_error(rc, err, "corrupt")
+
+
+def test_missing_data(capsys, tmp_path, monkeypatch):
+    """No data files and no network: a one-line message naming the files and BBB_DATA."""
+    import bbb.data.sources as S
+    from bbb.errors import NetworkError
+
+    def offline(url, *a, **k):
+        raise NetworkError(OSError("network is unreachable"))
+
+    monkeypatch.setattr(S, "_download", offline)
+    rc, _, err = run_main(capsys, "train", "--data-dir", str(tmp_path / "empty"), "--out", str(tmp_path / "r"),
+                          "--device", "cpu")
+    assert_one_line_error(rc, err, "not found", "BBB_DATA")
+
+
+def test_missing_experiment_module(capsys, monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def fake(name, *a, **k):
+        if name == "bbb.experiments.bandit":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+    rc, _, err = run_main(capsys, "bandit", "--help")
+    assert_one_line_error(rc, err, "bandit")
+
+
+def test_lazy_command_dispatch(capsys, monkeypatch):
+    """regression/bandit: the module's add_arguments builds the parser, its main gets the args."""
+    import types
+
+    mod = types.ModuleType("bbb.experiments.regression")
+    seen = {}
+    mod.add_arguments = lambda p: p.add_argument("--steps", type=int, default=5)
+    mod.main = lambda args: seen.setdefault("steps", args.steps) and 0
+    monkeypatch.setitem(sys.modules, "bbb.experiments.regression", mod)
+    rc, _, _ = run_main(capsys, "regression", "--steps", "7")
+    assert rc == 0 and seen == {"steps": 7}
+
+
+def test_subprocess_errors_are_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    for argv in (["train", "--sigma1", "-1", "--out", str(tmp_path / "r")], ["evaluate", str(tmp_path / "no")]):
+        p = subprocess.run([sys.executable, "-m", "bbb", *argv], capture_output=True, text=True, env=env,
+                           timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith("bbb: error: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "Traceback" not in p.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the run commands on tiny data
+# --------------------------------------------------------------------------------------------
+
+
+def test_train_evaluate_prune(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    rc, out, err = run_main(capsys, "train", "--epochs", "2", "--out", str(run), *TINY)
+    assert rc == 0, err
+    assert "test error" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert 0 <= summary["test_error"] <= 1
+
+    rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "4", "--which", "last", "--device", "cpu")
+    assert rc == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    assert {"test_error", "test_error_mc", "nll", "ece", "brier"} <= set(ev) and ev["samples"] == 4
+    assert "ECE" in out and "Brier" in out
+
+    rc, out, err = run_main(capsys, "prune", str(run), "--fractions", "0", "0.5", "0.75", "--device", "cpu")
+    assert rc == 0, err
+    with (run / "pruning.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == PRUNING_COLUMNS and [float(r["fraction_removed"]) for r in rows] == [0, 0.5, 0.75]
+    assert "proportion removed" in out and "75%" in out
+
+
+def test_train_resume_via_cli(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    rc, _, err = run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)
+    assert_one_line_error(rc, err, "--resume")
+    # --resume takes the stored settings; only what is given (here --epochs) changes
+    rc, _, err = run_main(capsys, "train", "--resume", "--epochs", "2", "--out", str(run), "--quiet")
+    assert rc == 0, err
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 2
+    rc, _, err = run_main(capsys, "train", "--resume", "--lr", "0.5", "--out", str(run))
+    assert_one_line_error(rc, err, "lr")
+
+
+def test_prune_rejects_non_bbb_run(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--method", "sgd", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    assert_one_line_error(*run_main(capsys, "prune", str(run))[::2], "bbb run")
+
+
+def test_ctrl_c_exits_130_with_resume_hint(capsys, tmp_path, tiny, monkeypatch):
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(L, "batch_objective", interrupt)
+    rc, _, err = run_main(capsys, "train", "--epochs", "2", "--out", str(tmp_path / "r"), *TINY)
+    assert rc == 130 and len(err.strip().splitlines()) == 1
+    assert "bbb train --resume --out" in err and "Traceback" not in err
+    assert torch.load(tmp_path / "r" / "last.pt", weights_only=True)["epoch"] == 0
+
+
+def test_demo_pipeline_on_tiny_data(capsys, tmp_path, tiny, monkeypatch):
+    """The demo's steps (train, evaluate, prune, plots) end to end, on tiny data and a tiny net."""
+    import bbb.cli as C
+
+    monkeypatch.setitem(C.DEMO_SETTINGS, "hidden", [16])
+    monkeypatch.setitem(C.DEMO_SETTINGS, "batch_size", 32)
+    monkeypatch.setitem(C.DEMO_SETTINGS, "lr", 1e-2)
+    run = tmp_path / "demo"
+    rc, out, err = run_main(capsys, "demo", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet")
+    assert rc == 0, err
+    for name in ("metrics.csv", "summary.json", "eval.json", "pruning.csv"):
+        assert (run / name).is_file(), name
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (run / "learning_curve.png").stat().st_size > 0 and (run / "snr.png").stat().st_size > 0
+    assert "test error" in out and "proportion removed" in out
+    # running it again reuses the finished run instead of failing
+    rc, _, err = run_main(capsys, "demo", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet")
+    assert rc == 0, err
+
+
+def test_demo_settings_are_valid_and_the_papers_network():
+    cfg = TrainConfig(**DEMO_SETTINGS)
+    assert cfg.method == "bbb" and cfg.prior == "mixture" and cfg.hidden == [400, 400]
+    assert cfg.dataset == "mnist" and cfg.batch_size == 128
+
+
+# --------------------------------------------------------------------------------------------
+# evaluate's reliability diagram; ood and uncertain (issue: uncertainty users can check)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_with_ood(monkeypatch) -> dict[str, dict[str, torch.Tensor]]:
+    """mnist -> the tiny blobs; fashion-mnist -> inputs near the origin, about equally far from
+    every blob centre (far-away inputs would not do: ReLU nets extrapolate them confidently)."""
+    data = blobs()
+    g = torch.Generator().manual_seed(1)
+    far = {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v) for k, v in data.items()}
+    sets = {"mnist": data, "fashion-mnist": far}
+    monkeypatch.setattr(RM, "load_data", lambda cfg: sets[cfg.dataset])
+    return sets
+
+
+def test_evaluate_reports_mean_and_averaged_calibration_with_reliability_png(capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "2", "--out", str(run), *TINY)[0] == 0
+    rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "5", "--device", "cpu")
+    assert rc == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    for key in ("nll", "ece", "brier", "nll_mean", "ece_mean", "brier_mean"):
+        assert math.isfinite(ev[key]) and ev[key] >= 0, key
+    assert ev["ece_bins"] == 15 and ev["samples"] == 5
+    assert (run / "reliability.png").stat().st_size > 1000
+    assert "mean weights" in out and "5-sample average" in out and "reliability.png" in out
+
+
+@pytest.mark.parametrize("method", ["bbb", "dropout", "sgd"])
+def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, method):
+    run = tmp_path / method
+    assert run_main(capsys, "train", "--method", method, "--epochs", "3", "--out", str(run), *TINY)[0] == 0
+    rc, out, err = run_main(capsys, "ood", str(run), "--ood", "fashion-mnist", "--samples", "6")
+    assert rc == 0, err
+    rep = json.loads((run / "ood.json").read_text())
+    assert rep["method"] == method and rep["ood"] == "fashion-mnist"
+    assert rep["samples"] == (1 if method == "sgd" else 6)
+    assert rep["n_in"] == 60 and rep["n_out"] == 60
+    # inputs between the blobs: every score that is defined separates them from the blobs
+    assert rep["scores"]["entropy"]["auroc"] > 0.7
+    assert rep["scores"]["max_prob"]["auroc"] > 0.7
+    if method == "sgd":
+        assert rep["scores"]["mutual_information"]["auroc"] is None
+    else:
+        assert 0.0 <= rep["scores"]["mutual_information"]["auroc"] <= 1.0
+    assert (run / "ood.png").exists() and "AUROC" in out
+
+    rc, out, err = run_main(capsys, "uncertain", str(run), "--n", "8", "--samples", "5")
+    assert rc == 0, err
+    unc = json.loads((run / "uncertain.json").read_text())
+    groups = [d["group"] for d in unc["digits"]]
+    assert groups.count("uncertain") == 8
+    for d in unc["digits"]:
+        assert abs(sum(d["votes"]) - 1.0) < 1e-3 and len(d["votes"]) == 3
+    assert (run / "uncertain.png").exists()
+
+
+def test_ood_and_uncertain_bad_input(capsys, tmp_path, tiny_with_ood):
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "1", "--out", str(run), *TINY)[0] == 0
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood", "mnist")
+    assert_one_line_error(rc, err, "own dataset")
+    rc, _, err = run_main(capsys, "ood", str(run), "--samples", "0")
+    assert_one_line_error(rc, err, "samples")
+    rc, _, err = run_main(capsys, "uncertain", str(run), "--n", "0")
+    assert_one_line_error(rc, err, "--n")
+    rc, _, err = run_main(capsys, "ood", str(tmp_path / "missing"))
+    assert_one_line_error(rc, err)
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood", "cifar")
+    assert_one_line_error(rc, err, "cifar")
+
+
+def test_unwritable_output_is_a_one_line_error(capsys, tmp_path):
+    """An OSError (here: --out under a regular file) is the user's to fix: one line, exit 2."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval.json").write_text(json.dumps({"method": "sgd", "test_error": 0.1, "test_error_mc": 0.1,
+                                               "nll": 0.3, "ece": 0.01, "brier": 0.1}))
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(blocker / "sub"))
+    assert_one_line_error(rc, err, str(blocker / "sub"))
+
+
+def test_the_command_line_flushes_denormals_on_every_torch_thread():
+    """bbb's entry point sets FTZ/DAZ before torch starts its threads, so a denormal float is
+    zero on the main thread and on the OpenMP workers alike (a trained network's denormal
+    gradients slow an x86 CPU down many times; docs/engine.md)."""
+    code = (
+        "import torch\n"
+        "from bbb.cli import entry\n"
+        "calls = []\n"
+        "real = entry.flush_denormals\n"
+        "entry.flush_denormals = lambda: (calls.append(1), real())\n"
+        "try:\n"
+        "    entry.main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert calls == [1], calls\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.full((1 << 20,), 1e-39)\n"
+        "print(int((x * 1.0 != 0).sum()), int((x.view(2, -1).sum(1) != 0).sum()))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-2:] == ["0", "0"]

@@ -1,0 +1,202 @@
+"""The options every command spells the same way (``bbb.cli.common``): ``--device`` defaults to
+auto, ``--seed`` is one int and ``--seeds`` a list, ``--out`` is required or under ``runs/``,
+``--which`` lists its choices, and ``--quiet`` means one thing everywhere: no progress output,
+only the results (and errors). One vocabulary: every option of the table of shared flags
+(``SHARED_FLAGS``) has its meaning's type and help in every command and subcommand that has it,
+and a retired spelling (``--rho-init``, ``--kl-scale``, ``--decision-samples``, ``bbb train
+--samples``) lives on only as a hidden alias of the option that replaced it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import bbb.runs.model as RM
+from bbb.cli.common import (
+    QUIET_HELP,
+    RETIRED_FLAGS,
+    RETIRED_IN_COMMAND,
+    SHARED_FLAGS,
+    DeprecatedAlias,
+    sigma_of_rho,
+)
+from bbb.cli.entry import command_parser
+from bbb.cli.registry import COMMANDS
+from testkit import blobs, run_main
+
+
+def parsers(parser) -> list:
+    """A command's parser and those of its subcommands (``bbb reproduce mnist|uci``)."""
+    out = [parser]
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out += parsers(sub)
+    return out
+
+
+def options(name: str) -> list[dict[str, object]]:
+    """The options of each parser of command ``name`` (one dict per parser)."""
+    _, parser = command_parser(name)
+    return [{opt: a for a in p._actions for opt in a.option_strings} for p in parsers(parser)]
+
+
+def flat(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_shared_options_mean_the_same_in_every_command(name):
+    for opts in options(name):
+        check_shared(name, opts)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_speaks_the_one_vocabulary(name):
+    retired = {**RETIRED_FLAGS, **RETIRED_IN_COMMAND.get(name, {})}
+    for opts in options(name):
+        for flag, action in opts.items():
+            if isinstance(action, DeprecatedAlias):  # a retired spelling: hidden, into the new option's dest
+                assert retired.get(flag) == action.new, (name, flag)
+                assert action.help == argparse.SUPPRESS and action.default == argparse.SUPPRESS, (name, flag)
+                new = opts[action.new]
+                assert new.dest == action.dest and not isinstance(new, DeprecatedAlias), (name, flag)
+                continue
+            assert flag not in retired, f"bbb {name} {flag}: a retired spelling (now {retired.get(flag)})"
+            shared = SHARED_FLAGS.get(flag)
+            if shared is None:
+                continue
+            types = shared.type if isinstance(shared.type, tuple) else (shared.type,)
+            assert action.type in types, (name, flag, action.type)
+            assert action.nargs == shared.nargs, (name, flag, action.nargs)
+            assert flat(action.help).startswith(shared.meaning), (name, flag, action.help)
+
+
+def test_the_table_names_the_library_where_it_has_a_name():
+    assert SHARED_FLAGS["--train-samples"].library.startswith("ELBO(num_samples=")
+    assert "predict(num_samples=" in SHARED_FLAGS["--samples"].library
+    assert SHARED_FLAGS["--beta"].library == "ELBO(beta=)"
+    assert "standard deviation" in SHARED_FLAGS["--sigma-init"].meaning
+    assert set(RETIRED_FLAGS.values()) | {"--train-samples"} <= set(SHARED_FLAGS)
+
+
+def test_docs_cli_md_tabulates_the_vocabulary_and_the_retired_spellings():
+    text = (Path(__file__).parents[3] / "docs" / "cli.md").read_text()
+    section = text[text.index("## One vocabulary"):]
+    for flag in SHARED_FLAGS:
+        assert f"`{flag}" in section, flag
+    for old in RETIRED_FLAGS:
+        assert old in section, old
+    for command, flags in RETIRED_IN_COMMAND.items():
+        assert all(f"bbb {command} {old}" in section for old in flags), command
+
+
+@pytest.mark.parametrize("argv, old, new, dest, value", [
+    (["train", "--out", "x", "--samples", "3"], "--samples", "--train-samples 3", "samples", 3),
+    (["train", "--out", "x", "--rho-init", "-3.25"], "--rho-init", f"--sigma-init {sigma_of_rho(-3.25)!r}",
+     "rho_init", -3.25),
+    (["regression", "--out", "x", "--rho-init", "-4"], "--rho-init", "--sigma-init", "rho_init", -4.0),
+    (["bandit", "--out", "x", "--kl-scale", "1e-4"], "--kl-scale", "--beta 0.0001", "kl_scale", 1e-4),
+    (["bandit", "--out", "x", "--decision-samples", "5"], "--decision-samples", "--samples 5", "decision_samples",
+     5),
+])
+def test_a_retired_spelling_still_works_with_one_warning_line(capsys, argv, old, new, dest, value):
+    _, parser = command_parser(argv[0])
+    args = parser.parse_args(argv[1:])
+    assert getattr(args, dest) == value
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "DeprecationWarning" in err and old in err and new in err
+    suggested = err.split("; use ")[1].split()  # the new spelling with the value, exactly as before
+    assert getattr(parser.parse_args([*argv[1:-2], *suggested]), dest) == value
+    rc, out, _ = run_main(capsys, argv[0], "--help")
+    assert rc == 0 and f"{old} " not in out
+
+
+def test_sigma_init_is_a_standard_deviation_everywhere(capsys):
+    for name, dest in (("train", "rho_init"), ("regression", "rho_init"), ("bandit", "sigma_init")):
+        _, parser = command_parser(name)
+        v = getattr(parser.parse_args(["--out", "x", "--sigma-init", "0.05"]), dest)
+        assert (sigma_of_rho(v) if dest == "rho_init" else v) == pytest.approx(0.05), name
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--out", "x", "--sigma-init", "-1"])
+        assert "standard deviation" in capsys.readouterr().err
+
+
+def test_train_records_the_sigma_as_rho_init_in_config_json(capsys, tmp_path, tiny):
+    rc, _, err = run_main(capsys, "train", "--out", str(tmp_path / "r"), "--quiet", "--sigma-init", "0.02",
+                          "--train-samples", "2", *TRAIN)
+    assert rc == 0 and err == ""
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert sigma_of_rho(cfg["rho_init"]) == pytest.approx(0.02) and cfg["samples"] == 2
+
+
+def check_shared(name: str, opts: dict) -> None:
+    if "--device" in opts:
+        assert "default: auto" in flat(opts["--device"].help), name
+    if "--seed" in opts:
+        assert opts["--seed"].type is int and opts["--seed"].nargs is None, name
+    if "--seeds" in opts:
+        assert opts["--seeds"].type is int and opts["--seeds"].nargs == "+", name
+    if "--out" in opts:
+        out = opts["--out"]
+        assert out.required or out.default is None or str(out.default).startswith("runs/"), name
+        assert not str(out.default or "").startswith("results"), name
+    if "--quiet" in opts:
+        assert flat(opts["--quiet"].help).startswith(QUIET_HELP), name
+    if "--which" in opts:
+        assert list(opts["--which"].choices) == ["best", "last"], name
+    if "--threads" in opts:
+        assert opts["--threads"].type is int, name
+
+
+def test_quiet_is_documented_in_the_help_of_the_commands_that_print_progress(capsys):
+    for name in ("train", "demo", "reproduce mnist", "reproduce uci", "sweep", "regression"):
+        rc, out, _ = run_main(capsys, *name.split(), "--help")
+        assert rc == 0 and QUIET_HELP in flat(out), name
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    data = blobs()
+    monkeypatch.setattr(RM, "load_data", lambda cfg: data)
+    return data
+
+
+TRAIN = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "2",
+         "--epochs", "2"]
+
+
+def test_quiet_train_prints_only_its_summary(capsys, tmp_path, tiny):
+    rc, out, err = run_main(capsys, "train", "--out", str(tmp_path / "q"), "--quiet", *TRAIN)
+    assert rc == 0 and err == ""
+    assert out.splitlines()[0].startswith("run ") and "test error" in out and "epoch 1/" not in out
+    rc, out, err = run_main(capsys, "train", "--out", str(tmp_path / "p"), *TRAIN)
+    assert rc == 0 and "epoch 1/2" in err and "epoch 2/2" in err  # progress, one line per epoch
+    assert "test error" in out
+
+
+def test_quiet_sweep_prints_only_its_counts(capsys, tmp_path):
+    space = {"params": {"dataset": "synthetic", "synthetic_dim": 16, "synthetic_train": 64, "width": 4, "depth": 1,
+                        "batch_size": 32, "epochs": 1, "device": "cpu", "eval_samples": 1,
+                        "seed": {"grid": [0, 1]}}}
+    f = tmp_path / "space.json"
+    f.write_text(json.dumps(space))
+    rc, out, err = run_main(capsys, "sweep", "--space", str(f), "--out", str(tmp_path / "q"), "--quiet")
+    assert rc == 0 and err == ""
+    assert out.splitlines()[0].startswith("2 trials: 2 done") and "best by validation" in out
+    rc, out, err = run_main(capsys, "sweep", "--space", str(f), "--out", str(tmp_path / "p"))
+    assert rc == 0 and len(re.findall(r"trial [0-9a-f]{12} done", err)) == 2  # one progress line per trial
+
+
+def test_quiet_reproduce_prints_only_its_tables(capsys, tmp_path, tiny):
+    argv = ["reproduce", "mnist", "--budget", "smoke", "--cells", "sgd:400", "--device", "cpu"]
+    rc, out, err = run_main(capsys, *argv, "--out", str(tmp_path / "q"), "--quiet")
+    assert rc == 0 and err == ""
+    assert "[run " not in out and "epoch 1/" not in out and "estimated time" not in out
+    assert re.search(r"^method +units +ours +paper$", out, re.M) and "wrote table1.csv" in out
+    rc, out, err = run_main(capsys, *argv, "--out", str(tmp_path / "p"))
+    assert rc == 0 and "[run 1/1]" in out and "estimated time" in out and "epoch 1/1" in err

@@ -1,0 +1,56 @@
+"""results/bandit/tables.py: the README's tables from a made-up finished run (no training)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+TABLES = Path(__file__).resolve().parents[3] / "results" / "bandit" / "tables.py"
+SUMMARY = ["agent", "steps", "seeds", "final_regret_mean", "final_regret_sd", "final_expected_regret_mean",
+           "final_expected_regret_sd", "expected_regret_per_step_late", "eat_rate_first_1000", "eat_rate_last_1000",
+           "seconds"]
+
+
+def _run(folder: Path) -> None:
+    # BBB's regret grows 0.1 per step on seeds 0-1 and 0.3 on seed 2; greedy's 0.2 everywhere
+    slope = {("bbb", 0): 0.1, ("bbb", 1): 0.1, ("bbb", 2): 0.3, ("greedy", 0): 0.2, ("greedy", 1): 0.2,
+             ("greedy", 2): 0.2}
+    with (folder / "regret.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret", "cumulative_eaten"])
+        for step in range(100, 5_001, 100):
+            for (agent, seed), k in slope.items():
+                w.writerow([step, agent, seed, round(k * step), k * step, step // 2])
+    with (folder / "summary.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SUMMARY)
+        w.writerow(["bbb", 5000, 3, 833, 577, 833, 577, 0.167, 0.5, 0.5, 1.0])
+        w.writerow(["greedy", 5000, 3, 1000, 0, 1000, 0, 0.2, 0.5, 0.5, 1.0])
+
+
+def test_tables_mark_the_lowest_mean_and_count_bbbs_seeds_below_greedy(tmp_path):
+    _run(tmp_path)
+    r = subprocess.run([sys.executable, str(TABLES), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "| BBB, Thompson, 2 samples | 833 +- 577 | 833 +- 577 | 0.167 | 50.0% / 50.0% |" in lines
+    assert "| 5,000 | **833** | 1,000 |" in lines  # mean cumulative regret at the last checkpoint
+    assert "| 1,000-5,000 | **0.17** | 0.20 |" in lines  # expected regret per step over the stretch
+    assert "| 2 | 1,500 | **1,000** |" in lines  # per seed: greedy lower on seed 2
+    assert lines[-1] == "BBB ends below greedy on 2 of 3 seeds."
+
+
+def test_an_unfinished_run_is_a_one_line_error(tmp_path):
+    r = subprocess.run([sys.executable, str(TABLES), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "not finished" in r.stderr
+
+
+def test_an_older_runs_summary_is_a_one_line_error(tmp_path):
+    _run(tmp_path)
+    rows = (tmp_path / "summary.csv").read_text().splitlines()
+    old = [",".join(r.split(",")[:7]) for r in rows]  # without the late rate and the eat rates
+    (tmp_path / "summary.csv").write_text("\n".join(old) + "\n")
+    r = subprocess.run([sys.executable, str(TABLES), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "this version" in r.stderr

@@ -1,0 +1,69 @@
+"""The scripts in examples/ run, at a tiny size: on the real data where $BBB_DATA has it, on
+generated data otherwise."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bbb_example_{name}", EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _data(*datasets: str) -> list[str]:
+    d = os.environ.get("BBB_DATA")
+    if d and all((Path(d) / ds / "t10k-images-idx3-ubyte.gz").exists() for ds in datasets):
+        return ["--data-dir", d]
+    return ["--data-dir", ""]
+
+
+def test_examples_folder_is_complete():
+    names = {p.stem for p in EXAMPLES.glob("*.py")}
+    assert {"fashion_cnn", "convert_pretrained", "lightning_module", "heteroscedastic_regression",
+            "transformer_text"} <= names
+
+
+def test_transformer_text(capsys):
+    res = _load("transformer_text").main(["--steps", "20", "--train-size", "256", "--samples", "4"])
+    assert 0 <= res["test_error"] <= 1
+    assert res["mutual_information_unseen_tokens"] > 0
+    assert "weights Bayesian" in capsys.readouterr().out
+
+
+def test_fashion_cnn(capsys):
+    res = _load("fashion_cnn").main([*_data("fashion-mnist", "mnist"), "--train-size", "256", "--test-size", "64",
+                                     "--batch-size", "64", "--eval-samples", "3"])
+    assert 0 <= res["fashion_test_error"] <= 1
+    assert res["entropy_fashion_test"] > 0 and res["entropy_mnist_digits"] > 0
+    assert "entropy_mnist_digits" in capsys.readouterr().out
+
+
+def test_convert_pretrained():
+    res = _load("convert_pretrained").main([*_data("mnist"), "--train-size", "512", "--test-size", "128",
+                                            "--epochs", "1", "--bbb-epochs", "1", "--eval-samples", "3"])
+    for part in ("deterministic", "bayesian"):
+        assert set(res[part]) == {"error", "nll", "ece", "brier"}
+
+
+def test_heteroscedastic_regression():
+    res = _load("heteroscedastic_regression").main(["--n", "64", "--steps", "30", "--samples", "5"])
+    assert all(v >= 0 for v in res.values())
+
+
+def test_lightning_module(tmp_path):
+    pytest.importorskip("pytorch_lightning", reason="the lightning extra is not installed: "
+                        "pip install -e '.[lightning]'")
+    res = _load("lightning_module").main([*_data("mnist"), "--train-size", "256", "--test-size", "64",
+                                          "--out", str(tmp_path)])
+    assert "val/error" in res

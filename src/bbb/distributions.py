@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 import torch
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import UserError, check_int
-from .options import PriorKind, choice
+from .options import PriorKind, StrOption, choice
 
 __all__ = [
     "normal_log_prob",
@@ -435,7 +434,7 @@ def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float
 # --------------------------------------------------------------------------------------------
 
 
-class KLMode(str, Enum):
+class KLMode(StrOption):
     """How the complexity cost KL[q || P] is computed.
 
     ``auto``: closed form when one is registered for the (posterior, prior) pair, else Monte Carlo.

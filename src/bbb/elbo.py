@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 import torch.nn as nn
@@ -26,6 +25,7 @@ from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_lo
 from .errors import UserError, check_float, check_int
 from .nn import SampleRecorder, forward_samples, model_kl
 from .nn.samples import PROVIDER
+from .options import StrOption
 
 __all__ = [
     "KLWeighting",
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-class KLWeighting(str, Enum):
+class KLWeighting(StrOption):
     """How one epoch's KL is split over its M minibatches (:func:`kl_weights`)."""
 
     UNIFORM = "uniform"

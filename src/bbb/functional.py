@@ -129,9 +129,16 @@ def linear_local(
     mean = F.linear(x, weight_mu, bias_mu)
     var = F.linear(x * x, weight_sigma * weight_sigma,
                    None if bias_sigma is None else bias_sigma * bias_sigma)
+    return _normal_sample(mean, var, noise, num_samples, generator)
+
+
+def _normal_sample(mean: Tensor, var: Tensor, noise: Tensor | None, num_samples: int | None,
+                   generator: torch.Generator | None) -> Tensor:
+    """mean + sqrt(var + LRT_EPS) * noise: the local reparameterisation's draw of the
+    pre-activations (``noise`` None: standard normal, ``num_samples`` draws when given)."""
     std = torch.sqrt(var + LRT_EPS)
-    shape = mean.shape if num_samples is None else (num_samples, *mean.shape)
     if noise is None:
+        shape = mean.shape if num_samples is None else (num_samples, *mean.shape)
         noise = torch.randn(shape, generator=generator, device=mean.device, dtype=mean.dtype)
     return torch.addcmul(mean, std, noise)
 
@@ -334,11 +341,7 @@ def conv_local(
     mean = _batched_conv(x, weight_mu, bias_mu, groups, nd, op)
     var = _batched_conv(x * x, weight_sigma * weight_sigma,
                         None if bias_sigma is None else bias_sigma * bias_sigma, groups, nd, op)
-    std = torch.sqrt(var + LRT_EPS)
-    shape = mean.shape if num_samples is None else (num_samples, *mean.shape)
-    if noise is None:
-        noise = torch.randn(shape, generator=generator, device=mean.device, dtype=mean.dtype)
-    return torch.addcmul(mean, std, noise)
+    return _normal_sample(mean, var, noise, num_samples, generator)
 
 
 def conv_flipout(

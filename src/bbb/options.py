@@ -29,13 +29,26 @@ __all__ = [
     "LRSchedule",
     "Method",
     "PriorKind",
+    "StrOption",
     "choice",
     "device_name",
     "values",
 ]
 
 
-class Method(str, Enum):
+class StrOption(str, Enum):
+    """A str-Enum whose ``str()`` and ``format()`` are its string value (as ``enum.StrEnum`` of
+    Python 3.11): a configuration's field holds the member, and an f-string, a CSV cell, a
+    path or a log line shows ``"sgd"``, never ``"OptimizerKind.SGD"``."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
+
+
+class Method(StrOption):
     """How ``bbb train`` trains the network."""
 
     BBB = "bbb"
@@ -43,33 +56,33 @@ class Method(str, Enum):
     DROPOUT = "dropout"
 
 
-class PriorKind(str, Enum):
+class PriorKind(StrOption):
     """The prior of a configuration's flat fields (:func:`bbb.distributions.make_prior`)."""
 
     GAUSSIAN = "gaussian"
     MIXTURE = "mixture"
 
 
-class LRSchedule(str, Enum):
+class LRSchedule(StrOption):
     NONE = "none"
     COSINE = "cosine"
     STEP = "step"
 
 
-class DeviceKind(str, Enum):
+class DeviceKind(StrOption):
     AUTO = "auto"
     CPU = "cpu"
     CUDA = "cuda"
 
 
-class Checkpoint(str, Enum):
+class Checkpoint(StrOption):
     """Which checkpoint of a run directory to load."""
 
     BEST = "best"
     LAST = "last"
 
 
-class Dataset(str, Enum):
+class Dataset(StrOption):
     """Every dataset the package knows (:mod:`bbb.data` downloads and verifies them)."""
 
     MNIST = "mnist"

@@ -129,9 +129,15 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     """
     if data_dir is not None and str(data_dir) != "":
         return Path(data_dir).expanduser().absolute()
-    env = os.environ.get("BBB_DATA", "")
-    if env:
-        return Path(env).expanduser().absolute()
+    return _env_or_user_cache("BBB_DATA")
+
+
+def _env_or_user_cache(env: str) -> Path:
+    """The folder ``$env`` when that is set and non-empty, else the user's cache for bbb:
+    ``$XDG_CACHE_HOME/bbb`` (when that is an absolute path), else ``~/.cache/bbb``."""
+    own = os.environ.get(env, "")
+    if own:
+        return Path(own).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if xdg and Path(xdg).expanduser().is_absolute():
         return Path(xdg).expanduser() / "bbb"
@@ -195,13 +201,7 @@ def _verify_wanted(verify: bool | None) -> bool:
 def _cache_root() -> Path:
     """The user's cache: ``$BBB_CACHE``, else ``$XDG_CACHE_HOME/bbb`` (when absolute), else
     ``~/.cache/bbb``."""
-    own = os.environ.get(CACHE_ENV, "")
-    if own:
-        return Path(own).expanduser().absolute()
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if xdg and Path(xdg).expanduser().is_absolute():
-        return Path(xdg).expanduser() / "bbb"
-    return Path.home() / ".cache" / "bbb"
+    return _env_or_user_cache(CACHE_ENV)
 
 
 def _stamp_path(folder: Path) -> Path:

@@ -44,7 +44,6 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
-from enum import Enum
 from typing import Any, cast
 
 import torch
@@ -55,6 +54,7 @@ from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
 from ..elbo import ELBO
 from ..errors import UserError, check_float, check_int
 from ..nn import SampleProvider, bayes_modules, providing_samples
+from ..options import StrOption
 from ..random import counter_keys
 from . import distributed as ddp_
 from .kernels import HP_SIZE, KernelSet, seed_mix
@@ -103,7 +103,7 @@ def _spend_layout_notice() -> None:
         leaf.sum().backward()
 
 
-class OptimizerKind(str, Enum):
+class OptimizerKind(StrOption):
     ADAM = "adam"
     SGD = "sgd"
 

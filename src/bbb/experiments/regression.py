@@ -99,7 +99,8 @@ class RegressionConfig:
     ``noise_std`` generates the data; ``model_sigma`` is the likelihood's noise std (the
     initial value when ``learn_noise``). ``prior`` is ``"gaussian"`` (``prior_sigma``,
     closed-form KL) or ``"mixture"`` (the paper's scale mixture with ``pi``, ``sigma1``,
-    ``sigma2``; Monte Carlo KL).
+    ``sigma2``; Monte Carlo KL): a :class:`~bbb.options.PriorKind` after construction, given
+    the member or its string value (``summary.json`` stores the string).
     """
 
     n_train: int = 200
@@ -114,7 +115,7 @@ class RegressionConfig:
     epochs: int = 3000
     lr: float = 1e-2
     train_samples: int = 4
-    prior: str = PriorKind.MIXTURE.value
+    prior: PriorKind = PriorKind.MIXTURE
     prior_sigma: float = 1.0
     pi: float = DEFAULT_PI
     sigma1: float = DEFAULT_SIGMA1
@@ -130,6 +131,9 @@ class RegressionConfig:
     out: str | None = None
     quiet: bool = False
 
+    def __post_init__(self) -> None:
+        self.prior = PriorKind(choice("prior", self.prior, PriorKind))
+
     def validate(self) -> None:
         for name in ("n_train", "n_grid", "epochs", "train_samples", "pred_samples", "threads"):
             check_int(name.replace("_", "-"), getattr(self, name))
@@ -143,7 +147,7 @@ class RegressionConfig:
         if not self.grid_low < self.grid_high:
             raise UserError(f"the prediction grid needs low < high, got [{self.grid_low}, {self.grid_high}]")
         self.activation = choice("activation", self.activation, list(_ACTS))
-        self.prior = choice("prior", self.prior, PriorKind)
+        self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         if not (0 < self.pi <= 1):
             raise UserError(f"pi must be in (0, 1], got {self.pi}")
         if not self.hidden or any(int(h) != h or h < 1 for h in self.hidden):
@@ -224,7 +228,7 @@ def _train_bbb(cfg: RegressionConfig, x: Tensor, y: Tensor, gen: torch.Generator
             head.mu("bias")[1] = _noise_bias(cfg)
     lik = _likelihood(cfg).to(dev)
     elbo = ELBO(net, lik, num_batches=1, num_samples=cfg.train_samples,
-                kl="auto" if cfg.prior == "gaussian" else "mc")
+                kl="auto" if cfg.prior is PriorKind.GAUSSIAN else "mc")
     opt = torch.optim.Adam(list(net.parameters()) + list(lik.parameters()), lr=cfg.lr)
     n = x.shape[0]
     xin = x.unsqueeze(-1)
@@ -497,7 +501,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=d.lr, help=shared_help("--lr", f" of Adam (default {d.lr:g})"))
     parser.add_argument("--train-samples", type=int, default=d.train_samples, metavar="K",
                         help=shared_help("--train-samples", f" (BBB; default {d.train_samples})"))
-    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
+    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior.value,
                         help=shared_help("--prior", " (default mixture, Monte Carlo KL; gaussian: closed-form KL)"))
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
                         help=shared_help("--prior-sigma", f" (default {d.prior_sigma:g})"))

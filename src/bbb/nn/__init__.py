@@ -30,16 +30,10 @@ one address, the module that defines them.
 
 from __future__ import annotations
 
+from . import conv
 from .attention import BayesMultiheadAttention, no_fast_path
 from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, default_prior
-from .conv import (
-    BayesConv1d,
-    BayesConv2d,
-    BayesConv3d,
-    BayesConvTranspose1d,
-    BayesConvTranspose2d,
-    BayesConvTranspose3d,
-)
+from .conv import *  # noqa: F403 - the names of conv.__all__, which __all__ takes in (below)
 from .embedding import BayesEmbedding, BayesEmbeddingBag
 from .layers import BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, model_kl, sampling
@@ -67,20 +61,14 @@ from .samples import (
 def layer_types() -> tuple[type[BayesModule], ...]:
     """The Bayesian layer types that convert a ``torch.nn`` layer (their ``converts``), in the
     order :func:`bbb.bayesianize` registers them."""
-    return (BayesLinear, BayesConv1d, BayesConv2d, BayesConv3d, BayesConvTranspose1d, BayesConvTranspose2d,
-            BayesConvTranspose3d, BayesEmbedding, BayesEmbeddingBag, BayesRNN, BayesLSTM, BayesGRU,
-            BayesMultiheadAttention)
+    return (BayesLinear, conv.BayesConv1d, conv.BayesConv2d, conv.BayesConv3d, conv.BayesConvTranspose1d,
+            conv.BayesConvTranspose2d, conv.BayesConvTranspose3d, BayesEmbedding, BayesEmbeddingBag, BayesRNN,
+            BayesLSTM, BayesGRU, BayesMultiheadAttention)
 
 
 __all__ = [
     "BayesModule",
     "BayesLinear",
-    "BayesConv1d",
-    "BayesConv2d",
-    "BayesConv3d",
-    "BayesConvTranspose1d",
-    "BayesConvTranspose2d",
-    "BayesConvTranspose3d",
     "BayesEmbedding",
     "BayesEmbeddingBag",
     "BayesMultiheadAttention",
@@ -114,3 +102,4 @@ __all__ = [
     "population_linear",
     "one_hot_is_dense",
 ]
+__all__ += conv.__all__  # the convolutions, one of each torch.nn convolution

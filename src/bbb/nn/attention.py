@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import Prior, softplus
+from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
@@ -133,11 +133,7 @@ class BayesMultiheadAttention(BayesModule):
             "bias_v": (1, 1, embed_dim) if add_bias_kv else None,
         }
         for name, shape in shapes.items():
-            if shape is None:
-                self.register_parameter(f"{name}_mu", None)
-                self.register_parameter(f"{name}_rho", None)
-            else:
-                self._register_posterior(name, shape, factory)
+            self._register_posterior(name, shape, factory)
         self.out_proj = BayesLinear(embed_dim, embed_dim, bias=bias, prior=self.prior, estimator=self.estimator,
                                     mu_init_scale=mu_init_scale, rho_init=rho_init, device=device, dtype=dtype)
         self.reset_parameters()
@@ -165,34 +161,21 @@ class BayesMultiheadAttention(BayesModule):
             if s is None and self.out_proj.bias_mu is not None:
                 self.out_proj.mu("bias").zero_()
 
+    # -- conversion (:meth:`BayesModule.from_torch`) ----------------------------------------------
+    _torch_option_names = ("embed_dim", "num_heads", "dropout", "add_zero_attn", "kdim", "vdim", "batch_first")
+
     @classmethod
-    def from_torch(
-        cls,
-        layer: nn.Module,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> BayesMultiheadAttention:
-        """A Bayesian copy of ``layer`` (an ``nn.MultiheadAttention``): every option, device and
-        dtype; ``from_weights=True`` starts the posterior means at its weights."""
-        if type(layer) is not nn.MultiheadAttention:
-            raise UserError(f"{cls.__name__}.from_torch needs an nn.MultiheadAttention, got {type(layer).__name__}")
-        if hasattr(layer, "parametrizations") or hasattr(layer.out_proj, "parametrizations"):
-            raise UserError(f"{type(layer).__name__} carries a parametrization that a Bayesian copy would lose; "
-                            "remove it or skip the layer")
-        ref = layer.out_proj.weight
-        new = cls(layer.embed_dim, layer.num_heads, dropout=layer.dropout, bias=layer.in_proj_bias is not None,
-                  add_bias_kv=layer.bias_k is not None, add_zero_attn=layer.add_zero_attn, kdim=layer.kdim,
-                  vdim=layer.vdim, batch_first=layer.batch_first, prior=prior, estimator=estimator,
-                  rho_init=rho_init, device=ref.device, dtype=ref.dtype)
-        if new._packed != layer._qkv_same_embed_dim or (layer.out_proj.bias is None) != (layer.in_proj_bias is None):
+    def _torch_options(cls, layer: Any) -> dict[str, Any]:
+        packed = layer.kdim == layer.embed_dim and layer.vdim == layer.embed_dim
+        if packed != layer._qkv_same_embed_dim or (layer.out_proj.bias is None) != (layer.in_proj_bias is None):
             raise UserError(f"{cls.__name__}.from_torch: {type(layer).__name__}'s projections are not laid out "
                             "as torch builds them")
-        if from_weights:
-            new._copy_means(layer)
-            new.out_proj._copy_means(layer.out_proj)
-        return new
+        return dict(super()._torch_options(layer), bias=layer.in_proj_bias is not None,
+                    add_bias_kv=layer.bias_k is not None)
+
+    def _copy_means(self, layer: nn.Module) -> None:
+        super()._copy_means(layer)  # the projections; out_proj is a BayesLinear of its own
+        self.out_proj._copy_means(layer.get_submodule("out_proj"))
 
     # -- the deterministic view: torch's attribute names read the posterior means ---------------
     in_proj_weight = property(lambda self: self._mean("in_proj_weight"), doc="posterior mean (packed)")
@@ -311,11 +294,10 @@ class BayesMultiheadAttention(BayesModule):
         if not self.is_sampling():
             return self._mean(name), None
         if self.estimator is Estimator.LOCAL:
-            return self._mean(name), self._masked(name, softplus(self.rho(name)))
-        mu, _, w = self._draw(name, k)
+            return self._mean(name), self._masked_sigma(name)
         if self.estimator is Estimator.REPARAM:
-            return None, self._masked(name, w)
-        return self._mean(name), self._masked(name, w - mu)
+            return None, self._masked(name, self._draw(name, k)[2])
+        return self._mean(name), self._flipout_delta(name, k)
 
     def _linear(self, x: Tensor, w: tuple[Tensor | None, Tensor | None], b: tuple[Tensor | None, Tensor | None]
                 ) -> Tensor:
@@ -360,7 +342,7 @@ class BayesMultiheadAttention(BayesModule):
             return self._masked(name, self.mu(name)).reshape(1, 1, e).expand(n, 1, e)
         if self.estimator is Estimator.LOCAL:
             mu = self._masked(name, self.mu(name)).reshape(1, 1, e)
-            sigma = self._masked(name, softplus(self.rho(name))).reshape(1, 1, e)
+            sigma = self._masked_sigma(name).reshape(1, 1, e)
             eps = torch.randn((n, 1, e), generator=self._generator(), device=mu.device, dtype=mu.dtype)
             return torch.addcmul(mu, sigma, eps)
         w = self._masked(name, self._draw(name, k)[2])

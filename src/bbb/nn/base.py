@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
-from typing import Any, ClassVar, overload
+from typing import Any, ClassVar, Self, overload
 
 import torch
 import torch.nn as nn
@@ -20,6 +19,7 @@ from ..distributions import (
     softplus,
 )
 from ..errors import UserError
+from ..options import StrOption
 from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
 
 __all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1", "DEFAULT_SIGMA2",
@@ -45,7 +45,7 @@ def default_prior() -> ScaleMixturePrior:
     return ScaleMixturePrior(pi=DEFAULT_PI, sigma1=DEFAULT_SIGMA1, sigma2=DEFAULT_SIGMA2)
 
 
-class Estimator(str, Enum):
+class Estimator(StrOption):
     """How the layer turns the weight posterior into activations."""
 
     REPARAM = "reparam"
@@ -104,16 +104,58 @@ class BayesModule(nn.Module):
         estimator: Estimator | str = Estimator.REPARAM,
         rho_init: float = DEFAULT_RHO_INIT,
         from_weights: bool = True,
-    ) -> BayesModule:
+    ) -> Self:
         """A Bayesian copy of ``layer`` (one of :attr:`converts`): same sizes and options, device
         and dtype. ``from_weights=True`` starts the posterior means at the layer's weights (a warm
         start), ``False`` draws them as a new layer would; sigma starts at softplus(rho_init)."""
-        raise NotImplementedError(f"{cls.__name__} converts no torch.nn layer")
+        if not cls.converts:
+            raise NotImplementedError(f"{cls.__name__} converts no torch.nn layer")
+        if not cls._converts_layer(layer):
+            raise UserError(f"{cls.__name__}.from_torch needs an {cls._torch_name()}, got {type(layer).__name__}")
+        if any(hasattr(m, "parametrizations") for m in layer.modules()):
+            raise UserError(f"{type(layer).__name__} carries a parametrization (weight norm, spectral norm...) "
+                            "that a Bayesian copy would lose; remove it or skip the layer")
+        ref = next(layer.parameters())
+        new = cls._from_options(dict(cls._torch_options(layer), prior=prior, estimator=estimator, rho_init=rho_init,
+                                     device=ref.device, dtype=ref.dtype))
+        if from_weights:
+            new._copy_means(layer)
+        return new
+
+    # -- conversion hooks (:meth:`from_torch`) --------------------------------------------------
+    @classmethod
+    def _converts_layer(cls, layer: nn.Module) -> bool:
+        """Whether :meth:`from_torch` takes ``layer``: exactly one of :attr:`converts`."""
+        return type(layer) in cls.converts
+
+    @classmethod
+    def _torch_name(cls) -> str:
+        """What :meth:`from_torch` needs, in its error."""
+        return f"nn.{cls.converts[0].__name__}"
+
+    #: the constructor's arguments that :meth:`_torch_options` reads off the torch layer, whose
+    #: attributes have the same names
+    _torch_option_names: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def _torch_options(cls, layer: Any) -> dict[str, Any]:
+        """The constructor's arguments that ``layer`` (one of :attr:`converts`) fixes: its sizes and
+        options, by keyword (not prior, estimator, rho_init, device nor dtype); here the layer's
+        attributes :attr:`_torch_option_names`."""
+        return {name: getattr(layer, name) for name in cls._torch_option_names}
+
+    @classmethod
+    def _from_options(cls, options: dict[str, Any]) -> Self:
+        """The layer :meth:`from_torch` builds from the constructor's arguments ``options``."""
+        return cls(**options)
 
     # -- parameters ----------------------------------------------------------------------
-    def _register_posterior(self, name: str, shape: tuple[int, ...], factory: dict) -> None:
-        self.register_parameter(f"{name}_mu", nn.Parameter(torch.empty(shape, **factory)))
-        self.register_parameter(f"{name}_rho", nn.Parameter(torch.empty(shape, **factory)))
+    def _register_posterior(self, name: str, shape: tuple[int, ...] | None, factory: dict) -> None:
+        """The parameters ``{name}_mu`` and ``{name}_rho`` of shape ``shape`` (uninitialised;
+        ``factory``: device and dtype), or None for both when the layer has no such weight."""
+        for part in ("mu", "rho"):
+            self.register_parameter(f"{name}_{part}", None if shape is None else
+                                    nn.Parameter(torch.empty(shape, **factory)))
 
     def mu(self, name: str) -> Tensor:
         """The posterior mean of the weight ``name``: the parameter ``{name}_mu`` (its
@@ -139,11 +181,7 @@ class BayesModule(nn.Module):
         bias, ``bias_mu``/``bias_rho`` are None), initialised (:meth:`reset_parameters`)."""
         factory = {"device": device, "dtype": dtype}
         self._register_posterior("weight", weight, factory)
-        if bias is not None:
-            self._register_posterior("bias", bias, factory)
-        else:
-            self.register_parameter("bias_mu", None)
-            self.register_parameter("bias_rho", None)
+        self._register_posterior("bias", bias, factory)
         self.reset_parameters()
 
     def _fan_in(self) -> int:  # pragma: no cover - abstract
@@ -302,6 +340,15 @@ class BayesModule(nn.Module):
                 src = getattr(layer, name)
                 mu = self.mu(name)
                 mu.copy_(src.detach().reshape(mu.shape))
+
+    def _masked_sigma(self, name: str) -> Tensor:
+        """The posterior's sigma of ``name``, masked once pruned (what the local estimator reads)."""
+        return self._masked(name, softplus(self.rho(name)))
+
+    def _flipout_delta(self, name: str, k: int | None) -> Tensor:
+        """Flipout's perturbation of ``name``: a draw less the mean, w - mu = sigma * eps, masked."""
+        mu, _, w = self._draw(name, k)
+        return self._masked(name, w - mu)
 
     def _generator(self) -> torch.Generator | None:
         rec = RECORDER.get()

@@ -29,7 +29,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import Prior, softplus
+from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 
@@ -71,8 +71,6 @@ class _BayesConvNd(BayesModule):
     _nd: ClassVar[int] = 2
     #: transposed convolution
     _transposed: ClassVar[bool] = False
-    #: the torch layer the class mirrors (and converts)
-    _torch_type: ClassVar[type[nn.Module]] = nn.Conv2d
     #: the output padding of the current forward when torch's ``output_size`` was given (transposed)
     _output_padding_override: tuple[int, ...] | None = None
 
@@ -80,26 +78,21 @@ class _BayesConvNd(BayesModule):
         super().__init_subclass__(**kwargs)
         cls._batched_rank = cls._nd + 2
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: _Size,
-        stride: _Size,
-        padding: _Size | str,
-        dilation: _Size,
-        groups: int,
-        bias: bool,
-        prior: Prior | dict | None,
-        estimator: Estimator | str,
-        mu_init_scale: float | None,
-        rho_init: float,
-        device: torch.device | str | None,
-        dtype: torch.dtype | None,
-        padding_mode: str,
-        output_padding: _Size = 0,
-    ) -> None:
+    # torch.nn.Conv{1,2,3}d's arguments, in their order (the transposed ones: theirs)
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
+                 padding: _Size | str = 0, dilation: _Size = 1, groups: int = 1, bias: bool = True,
+                 prior: Prior | dict | None = None, estimator: Estimator | str = Estimator.REPARAM,
+                 mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
+                 padding_mode: str = "zeros") -> None:
         super().__init__(prior, estimator, mu_init_scale, rho_init)
+        self._setup(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, device, dtype,
+                    padding_mode, 0)
+
+    def _setup(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size, padding: _Size | str,
+               dilation: _Size, groups: int, bias: bool, device: torch.device | str | None,
+               dtype: torch.dtype | None, padding_mode: str, output_padding: _Size) -> None:
+        """The constructors' body: check and keep the options, register the weights."""
         name, nd = type(self).__name__, self._nd
         for what, v in (("in_channels", in_channels), ("out_channels", out_channels), ("groups", groups)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -146,51 +139,16 @@ class _BayesConvNd(BayesModule):
         # torch's default init: fan_in = weight.size(1) * receptive field
         return int(self.mu("weight").shape[1]) * math.prod(self.kernel_size)
 
-    # -- conversion ------------------------------------------------------------------------------
-    @classmethod
-    def from_torch(
-        cls,
-        layer: nn.Module,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> _BayesConvNd:
-        """A Bayesian copy of ``layer`` (exactly a ``torch.nn`` layer of :attr:`converts`): every
-        option (kernel, stride, padding, dilation, groups, bias, ``padding_mode``,
-        ``output_padding``), device and dtype. ``from_weights=True`` starts the posterior means at
-        the layer's weights (a warm start), ``False`` draws them as a new layer would; sigma starts
-        at softplus(rho_init)."""
-        if type(layer) not in cls.converts:
-            raise UserError(f"{cls.__name__}.from_torch needs an nn.{cls._torch_type.__name__}, "
-                            f"got {type(layer).__name__}")
-        if hasattr(layer, "parametrizations"):
-            raise UserError(f"{type(layer).__name__} carries a parametrization (weight norm, spectral norm...) "
-                            "that a Bayesian copy would lose; remove it or skip the layer")
-        conv: Any = layer
-        kw: dict[str, Any] = dict(
-            stride=conv.stride, padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
-            bias=conv.bias is not None, prior=prior, estimator=estimator, rho_init=rho_init,
-            device=conv.weight.device, dtype=conv.weight.dtype, padding_mode=conv.padding_mode)
-        if cls._transposed:
-            kw["output_padding"] = conv.output_padding
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, **kw)
-        if from_weights:
-            new._copy_means(layer)
-        return new
+    # -- conversion (:meth:`BayesModule.from_torch`) ----------------------------------------------
+    _torch_option_names: ClassVar[tuple[str, ...]] = ("in_channels", "out_channels", "kernel_size", "stride", "padding",
+                                                      "dilation", "groups", "padding_mode")
 
     @classmethod
-    def from_conv(
-        cls,
-        layer: nn.Module,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> _BayesConvNd:
-        """The same as :meth:`from_torch` (the name of earlier versions)."""
-        return cls.from_torch(layer, prior=prior, estimator=estimator, rho_init=rho_init,
-                              from_weights=from_weights)
+    def _torch_options(cls, layer: Any) -> dict[str, Any]:
+        return dict(super()._torch_options(layer), bias=layer.bias is not None)
+
+    #: :meth:`from_torch` under the name of earlier versions
+    from_conv = vars(BayesModule)["from_torch"]
 
     # -- forward ---------------------------------------------------------------------------------
     def _input_samples(self, x: Tensor) -> int | None:
@@ -228,18 +186,14 @@ class _BayesConvNd(BayesModule):
             b = self._draw("bias", k)[2] if has_bias else None
             return BF.conv(x, self._masked("weight", w), self._masked("bias", b), **opts)
         if self.estimator is Estimator.LOCAL:
-            w_sigma = self._masked("weight", softplus(self.rho("weight")))
-            b_sigma = self._masked("bias", softplus(self.rho("bias"))) if has_bias else None
+            w_sigma = self._masked_sigma("weight")
+            b_sigma = self._masked_sigma("bias") if has_bias else None
             num = k if (k is not None and x.dim() == self._nd + 2) else None
             return BF.conv_local(x, self.weight, w_sigma, self.bias, b_sigma, **opts,
                                  num_samples=num, generator=self._generator())
         # flipout: the perturbation delta = w - mu = sigma * eps
-        mw, _, w = self._draw("weight", k)
-        dw = self._masked("weight", w - mw)
-        db = None
-        if has_bias:
-            mb, _, b = self._draw("bias", k)
-            db = self._masked("bias", b - mb)
+        dw = self._flipout_delta("weight", k)
+        db = self._flipout_delta("bias", k) if has_bias else None
         return BF.conv_flipout(x, self.weight, dw, self.bias, db, **opts,
                                generator=self._generator())
 
@@ -264,6 +218,18 @@ class _BayesConvTransposeNd(_BayesConvNd):
     """Transposed convolutions: ``forward`` also takes torch's ``output_size``."""
 
     _transposed = True
+    _torch_option_names = (*_BayesConvNd._torch_option_names, "output_padding")
+
+    # torch.nn.ConvTranspose{1,2,3}d's arguments, in their order
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
+                 padding: _Size = 0, output_padding: _Size = 0, groups: int = 1, bias: bool = True,
+                 dilation: _Size = 1, prior: Prior | dict | None = None,
+                 estimator: Estimator | str = Estimator.REPARAM, mu_init_scale: float | None = None,
+                 rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None, *, padding_mode: str = "zeros") -> None:
+        BayesModule.__init__(self, prior, estimator, mu_init_scale, rho_init)
+        self._setup(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, device, dtype,
+                    padding_mode, output_padding)
 
     def forward(self, x: Tensor, output_size: Sequence[int] | None = None) -> Tensor:
         if output_size is None:
@@ -310,17 +276,7 @@ class BayesConv1d(_BayesConvNd):
     """
 
     _nd = 1
-    _torch_type = nn.Conv1d
     converts = (nn.Conv1d,)
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
-                 padding: _Size | str = 0, dilation: _Size = 1, groups: int = 1, bias: bool = True,
-                 prior: Prior | dict | None = None, estimator: Estimator | str = Estimator.REPARAM,
-                 mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
-                 padding_mode: str = "zeros") -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, prior,
-                         estimator, mu_init_scale, rho_init, device, dtype, padding_mode)
 
 
 class BayesConv2d(_BayesConvNd):
@@ -334,17 +290,7 @@ class BayesConv2d(_BayesConvNd):
     """
 
     _nd = 2
-    _torch_type = nn.Conv2d
     converts = (nn.Conv2d,)
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
-                 padding: _Size | str = 0, dilation: _Size = 1, groups: int = 1, bias: bool = True,
-                 prior: Prior | dict | None = None, estimator: Estimator | str = Estimator.REPARAM,
-                 mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
-                 padding_mode: str = "zeros") -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, prior,
-                         estimator, mu_init_scale, rho_init, device, dtype, padding_mode)
 
 
 class BayesConv3d(_BayesConvNd):
@@ -355,17 +301,7 @@ class BayesConv3d(_BayesConvNd):
     """
 
     _nd = 3
-    _torch_type = nn.Conv3d
     converts = (nn.Conv3d,)
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
-                 padding: _Size | str = 0, dilation: _Size = 1, groups: int = 1, bias: bool = True,
-                 prior: Prior | dict | None = None, estimator: Estimator | str = Estimator.REPARAM,
-                 mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
-                 padding_mode: str = "zeros") -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, prior,
-                         estimator, mu_init_scale, rho_init, device, dtype, padding_mode)
 
 
 class BayesConvTranspose1d(_BayesConvTransposeNd):
@@ -378,17 +314,7 @@ class BayesConvTranspose1d(_BayesConvTransposeNd):
     """
 
     _nd = 1
-    _torch_type = nn.ConvTranspose1d
     converts = (nn.ConvTranspose1d,)
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
-                 padding: _Size = 0, output_padding: _Size = 0, groups: int = 1, bias: bool = True,
-                 dilation: _Size = 1, prior: Prior | dict | None = None,
-                 estimator: Estimator | str = Estimator.REPARAM, mu_init_scale: float | None = None,
-                 rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None, *, padding_mode: str = "zeros") -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, prior,
-                         estimator, mu_init_scale, rho_init, device, dtype, padding_mode, output_padding)
 
 
 class BayesConvTranspose2d(_BayesConvTransposeNd):
@@ -400,17 +326,7 @@ class BayesConvTranspose2d(_BayesConvTransposeNd):
     """
 
     _nd = 2
-    _torch_type = nn.ConvTranspose2d
     converts = (nn.ConvTranspose2d,)
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
-                 padding: _Size = 0, output_padding: _Size = 0, groups: int = 1, bias: bool = True,
-                 dilation: _Size = 1, prior: Prior | dict | None = None,
-                 estimator: Estimator | str = Estimator.REPARAM, mu_init_scale: float | None = None,
-                 rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None, *, padding_mode: str = "zeros") -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, prior,
-                         estimator, mu_init_scale, rho_init, device, dtype, padding_mode, output_padding)
 
 
 class BayesConvTranspose3d(_BayesConvTransposeNd):
@@ -422,14 +338,4 @@ class BayesConvTranspose3d(_BayesConvTransposeNd):
     """
 
     _nd = 3
-    _torch_type = nn.ConvTranspose3d
     converts = (nn.ConvTranspose3d,)
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size, stride: _Size = 1,
-                 padding: _Size = 0, output_padding: _Size = 0, groups: int = 1, bias: bool = True,
-                 dilation: _Size = 1, prior: Prior | dict | None = None,
-                 estimator: Estimator | str = Estimator.REPARAM, mu_init_scale: float | None = None,
-                 rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None, *, padding_mode: str = "zeros") -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, prior,
-                         estimator, mu_init_scale, rho_init, device, dtype, padding_mode, output_padding)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import Prior, softplus
+from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .samples import FOLD
@@ -98,38 +98,18 @@ class BayesEmbedding(BayesModule):
                 mu[self.padding_idx].zero_()
             self.rho("weight").fill_(self.rho_init)
 
+    # -- conversion (:meth:`BayesModule.from_torch`) ----------------------------------------------
     @classmethod
-    def _options(cls, layer: nn.Module) -> dict[str, Any]:
-        return {"padding_idx": layer.padding_idx, "scale_grad_by_freq": layer.scale_grad_by_freq}
+    def _torch_name(cls) -> str:
+        return cls.converts[0].__name__
 
-    @classmethod
-    def from_torch(
-        cls,
-        layer: nn.Module,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> BayesEmbedding:
-        """A Bayesian copy of ``layer`` (an ``nn.Embedding`` for this class, an ``nn.EmbeddingBag``
-        for :class:`BayesEmbeddingBag`), as :meth:`BayesLinear.from_linear`."""
-        want = cls.converts[0]
-        if type(layer) is not want:
-            raise UserError(f"{cls.__name__}.from_torch needs an {want.__name__}, got {type(layer).__name__}")
-        if hasattr(layer, "parametrizations"):
-            raise UserError(f"{type(layer).__name__} carries a parametrization that a Bayesian copy would lose; "
-                            "remove it or skip the layer")
-        new = cls(layer.num_embeddings, layer.embedding_dim, max_norm=layer.max_norm, norm_type=layer.norm_type,
-                  sparse=layer.sparse, prior=prior, estimator=estimator, rho_init=rho_init,
-                  device=layer.weight.device, dtype=layer.weight.dtype, **cls._options(layer))
-        if from_weights:
-            new._copy_means(layer)
-        return new
+    _torch_option_names: ClassVar[tuple[str, ...]] = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm",
+                                                      "norm_type", "scale_grad_by_freq", "sparse")
 
     def _local_rows(self, idx: Tensor) -> Tensor:
         """mu[idx] + sigma[idx] * eps, fresh noise per lookup."""
         mu = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
-        sigma = F.embedding(idx, self._masked("weight", softplus(self.rho("weight"))),
+        sigma = F.embedding(idx, self._masked_sigma("weight"),
                             scale_grad_by_freq=self.scale_grad_by_freq)
         eps = torch.randn(mu.shape, generator=self._generator(), device=mu.device, dtype=mu.dtype)
         return torch.addcmul(mu, sigma, eps)
@@ -195,6 +175,7 @@ class BayesEmbeddingBag(BayesEmbedding):
     """
 
     converts = (nn.EmbeddingBag,)
+    _torch_option_names = (*BayesEmbedding._torch_option_names, "mode", "include_last_offset")
 
     def __init__(
         self,
@@ -215,10 +196,6 @@ class BayesEmbeddingBag(BayesEmbedding):
                          sparse, **kwargs)
         self.mode = mode
         self.include_last_offset = bool(include_last_offset)
-
-    @classmethod
-    def _options(cls, layer: nn.Module) -> dict[str, Any]:
-        return {**super()._options(layer), "mode": layer.mode, "include_last_offset": layer.include_last_offset}
 
     def _bag(self, idx: Tensor, w: Tensor, offsets: Tensor | None, psw: Tensor | None, padding_idx: int | None,
              scale: bool) -> Tensor:

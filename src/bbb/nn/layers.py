@@ -10,7 +10,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import Prior, softplus
+from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .conv import BayesConv1d as BayesConv1d
@@ -76,31 +76,17 @@ class BayesLinear(BayesModule):
         return self.in_features
 
     @classmethod
-    def from_linear(
-        cls,
-        layer: nn.Linear,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> BayesLinear:
-        """A Bayesian copy of ``layer`` (same sizes, device and dtype).
+    def _converts_layer(cls, layer: nn.Module) -> bool:
+        return isinstance(layer, nn.Linear)  # any nn.Linear, subclasses included
 
-        ``from_weights=True`` starts the posterior mean at the layer's trained weights (a warm
-        start); ``False`` draws it afresh as a new layer would. sigma starts at softplus(rho_init).
-        """
-        if not isinstance(layer, nn.Linear):
-            raise UserError(f"from_linear needs an nn.Linear, got {type(layer).__name__}")
-        if hasattr(layer, "parametrizations"):
-            raise UserError(f"{type(layer).__name__} carries a parametrization (weight norm, spectral norm...) "
-                            "that a Bayesian copy would lose; remove it or skip the layer")
-        new = cls(layer.in_features, layer.out_features, bias=layer.bias is not None, prior=prior,
-                  estimator=estimator, rho_init=rho_init, device=layer.weight.device, dtype=layer.weight.dtype)
-        if from_weights:
-            new._copy_means(layer)
-        return new
+    _torch_option_names = ("in_features", "out_features")
 
-    from_torch = from_linear  # type: ignore[assignment]
+    @classmethod
+    def _torch_options(cls, layer: Any) -> dict[str, Any]:
+        return dict(super()._torch_options(layer), bias=layer.bias is not None)
+
+    #: :meth:`from_torch` under the name of earlier versions
+    from_linear = vars(BayesModule)["from_torch"]
 
     def _input_samples(self, x: Tensor) -> int | None:
         if x.dim() < 3:
@@ -128,17 +114,13 @@ class BayesLinear(BayesModule):
             b = self._draw("bias", k)[2] if has_bias else None
             return BF.linear(x, self._masked("weight", w), self._masked("bias", b))
         if self.estimator is Estimator.LOCAL:
-            w_sigma = self._masked("weight", softplus(self.rho("weight")))
-            b_sigma = self._masked("bias", softplus(self.rho("bias"))) if has_bias else None
+            w_sigma = self._masked_sigma("weight")
+            b_sigma = self._masked_sigma("bias") if has_bias else None
             return BF.linear_local(x, self.weight, w_sigma, self.bias, b_sigma,
                                    generator=self._generator())
         # flipout: the perturbation delta = w - mu = sigma * eps
-        mw, _, w = self._draw("weight", k)
-        dw = self._masked("weight", w - mw)
-        db = None
-        if has_bias:
-            mb, _, b = self._draw("bias", k)
-            db = self._masked("bias", b - mb)
+        dw = self._flipout_delta("weight", k)
+        db = self._flipout_delta("bias", k) if has_bias else None
         return BF.linear_flipout(x, self.weight, dw, self.bias, db,
                                  generator=self._generator())
 

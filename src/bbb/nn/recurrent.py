@@ -13,8 +13,7 @@ with one weight sample per block of B rows.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import torch
 import torch.nn as nn
@@ -33,13 +32,15 @@ _OPS = {"GRU": torch.gru, "RNN_TANH": torch.rnn_tanh, "RNN_RELU": torch.rnn_relu
 
 
 class _BayesRNNBase(BayesModule):
-    """The shared body of the Bayesian recurrent layers (``mode`` as torch's ``RNNBase``)."""
+    """The shared body of the Bayesian recurrent layers; its constructor takes
+    ``torch.nn.LSTM``'s arguments (:class:`BayesLSTM`'s), the other layers pass ``proj_size=0``."""
 
     estimators = frozenset({Estimator.REPARAM})
+    #: torch's ``RNNBase.mode``: "LSTM", "GRU", "RNN_TANH" or "RNN_RELU" (set by each class)
+    mode: str
 
     def __init__(
         self,
-        mode: str,
         input_size: int,
         hidden_size: int,
         num_layers: int = 1,
@@ -66,16 +67,16 @@ class _BayesRNNBase(BayesModule):
             raise UserError(f"{name}: proj_size must be an integer in [0, hidden_size={hidden_size}), "
                             f"got {proj_size!r}")
         if dropout > 0 and num_layers == 1:
+            direct = type(self).__init__ is _BayesRNNBase.__init__  # BayesLSTM: called by the user's code
             warnings.warn(f"{name}: dropout acts between recurrent layers, so dropout={dropout} with "
-                          "num_layers=1 has no effect", stacklevel=3)
-        self.mode = mode
+                          "num_layers=1 has no effect", stacklevel=2 if direct else 3)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self._has_bias = bool(bias)
         self.batch_first = bool(batch_first)
         self.dropout = float(dropout)
         self.bidirectional = bool(bidirectional)
         self.proj_size = proj_size
-        gate = _GATES[mode] * hidden_size
+        gate = _GATES[self.mode] * hidden_size
         out = proj_size or hidden_size
         factory = {"device": device, "dtype": dtype}
         names: list[str] = []
@@ -130,39 +131,15 @@ class _BayesRNNBase(BayesModule):
     def _fan_in(self) -> int:
         return self.hidden_size  # torch's init: U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))
 
-    # -- conversion ------------------------------------------------------------------------------
-    @classmethod
-    def _torch_kwargs(cls, layer: nn.RNNBase) -> dict[str, Any]:
-        return {}
+    # -- conversion (:meth:`BayesModule.from_torch`) ----------------------------------------------
+    _torch_option_names: ClassVar[tuple[str, ...]] = ("input_size", "hidden_size", "num_layers", "bias", "batch_first",
+                                                      "dropout", "bidirectional")
 
     @classmethod
-    def from_torch(
-        cls,
-        layer: nn.Module,
-        prior: Prior | dict | Any | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        rho_init: float = DEFAULT_RHO_INIT,
-        from_weights: bool = True,
-    ) -> _BayesRNNBase:
-        """A Bayesian copy of ``layer`` (one of :attr:`converts`): same sizes, options, device and
-        dtype; ``from_weights`` starts the posterior means at the layer's weights."""
-        if not isinstance(layer, nn.RNNBase) or type(layer) not in cls.converts:
-            want = " or ".join(f"nn.{t.__name__}" for t in cls.converts)
-            raise UserError(f"{cls.__name__}.from_torch needs an {want}, got {type(layer).__name__}")
-        if hasattr(layer, "parametrizations"):
-            raise UserError(f"{type(layer).__name__} carries a parametrization (weight norm...) that a Bayesian "
-                            "copy would lose; remove it or skip the layer")
-        ref = layer.get_parameter("weight_ih_l0")
-        make: Callable[..., _BayesRNNBase] = cls  # a concrete class: (input_size, hidden_size, ...), no mode
+    def _from_options(cls, options: dict[str, Any]) -> Self:
         with warnings.catch_warnings():  # torch has already warned about dropout with one layer
             warnings.filterwarnings("ignore", message=".*dropout acts between recurrent layers", category=UserWarning)
-            new = make(layer.input_size, layer.hidden_size, num_layers=layer.num_layers, bias=layer.bias,
-                       batch_first=layer.batch_first, dropout=layer.dropout, bidirectional=layer.bidirectional,
-                       **cls._torch_kwargs(layer), prior=prior, estimator=estimator, rho_init=rho_init,
-                       device=ref.device, dtype=ref.dtype)
-        if from_weights:
-            new._copy_means(layer)
-        return new
+            return super()._from_options(options)
 
     # -- forward -------------------------------------------------------------------------------
     def _hidden_shapes(self, n: int) -> list[tuple[int, int, int]]:
@@ -281,6 +258,8 @@ class BayesRNN(_BayesRNNBase):
     """
 
     converts = (nn.RNN,)
+    mode = "RNN_TANH"
+    _torch_option_names = (*_BayesRNNBase._torch_option_names, "nonlinearity")
 
     def __init__(
         self,
@@ -301,14 +280,11 @@ class BayesRNN(_BayesRNNBase):
     ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise UserError(f"BayesRNN: unknown nonlinearity {nonlinearity!r}; choose 'tanh' or 'relu'")
-        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size,
-                         num_layers, bias, batch_first, dropout, bidirectional, 0, prior, estimator,
-                         mu_init_scale, rho_init, device, dtype)
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0, prior,
+                         estimator, mu_init_scale, rho_init, device, dtype)
         self.nonlinearity = nonlinearity
-
-    @classmethod
-    def _torch_kwargs(cls, layer: nn.RNNBase) -> dict[str, Any]:
-        return {"nonlinearity": layer.nonlinearity}
+        if nonlinearity == "relu":  # the same weights as tanh's, another kernel
+            self.mode = "RNN_RELU"
 
 
 class BayesLSTM(_BayesRNNBase):
@@ -320,30 +296,8 @@ class BayesLSTM(_BayesRNNBase):
     """
 
     converts = (nn.LSTM,)
-
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        proj_size: int = 0,
-        prior: Prior | dict | None = None,
-        estimator: Estimator | str = Estimator.REPARAM,
-        mu_init_scale: float | None = None,
-        rho_init: float = DEFAULT_RHO_INIT,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         proj_size, prior, estimator, mu_init_scale, rho_init, device, dtype)
-
-    @classmethod
-    def _torch_kwargs(cls, layer: nn.RNNBase) -> dict[str, Any]:
-        return {"proj_size": layer.proj_size}
+    mode = "LSTM"
+    _torch_option_names = (*_BayesRNNBase._torch_option_names, "proj_size")
 
 
 class BayesGRU(_BayesRNNBase):
@@ -355,6 +309,7 @@ class BayesGRU(_BayesRNNBase):
     """
 
     converts = (nn.GRU,)
+    mode = "GRU"
 
     def __init__(
         self,
@@ -372,6 +327,5 @@ class BayesGRU(_BayesRNNBase):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         0, prior, estimator, mu_init_scale, rho_init, device, dtype)
-
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0, prior,
+                         estimator, mu_init_scale, rho_init, device, dtype)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from ..distributions import KLMode, Prior, make_prior
@@ -37,12 +38,15 @@ class TrainConfig:
     """Every setting of one training run (the command line's ``bbb train`` options).
 
     Construction validates and normalises every field; a bad value raises :class:`UserError`
-    with a one-line message. ``to_dict`` / ``from_dict`` round-trip through plain JSON types.
+    with a one-line message. A field of a choice holds its Enum member (``cfg.optimizer is
+    OptimizerKind.SGD``) whether it was given the member or its string value (``"sgd"``).
+    ``to_dict`` / ``from_dict`` round-trip through plain JSON types: ``to_dict`` writes each
+    member as its string value, so ``config.json`` and the checkpoint's ``config`` hold strings.
     """
 
     dataset: str = "mnist"
-    method: str = Method.BBB.value
-    prior: str = PriorKind.MIXTURE.value
+    method: Method = Method.BBB
+    prior: PriorKind = PriorKind.MIXTURE
     pi: float = DEFAULT_PI
     sigma1: float = DEFAULT_SIGMA1
     sigma2: float = DEFAULT_SIGMA2
@@ -50,18 +54,18 @@ class TrainConfig:
     hidden: list[int] = field(default_factory=lambda: [400, 400])
     epochs: int = 10
     lr: float = 1e-3
-    optimizer: str = OptimizerKind.ADAM.value
+    optimizer: OptimizerKind = OptimizerKind.ADAM
     momentum: float = 0.9
     rho_lr_scale: float = 1.0
-    lr_schedule: str = LRSchedule.NONE.value
+    lr_schedule: LRSchedule = LRSchedule.NONE
     lr_step_size: int = 0
     lr_gamma: float = 0.1
     batch_size: int = 128
     samples: int = 1
     kl_samples: int | None = None
-    estimator: str = Estimator.REPARAM.value
-    kl_weighting: str = KLWeighting.BLUNDELL.value
-    kl: str = KLMode.AUTO.value
+    estimator: Estimator = Estimator.REPARAM
+    kl_weighting: KLWeighting = KLWeighting.BLUNDELL
+    kl: KLMode = KLMode.AUTO
     rho_init: float = DEFAULT_RHO_INIT
     mu_init_scale: float | None = None
     dropout_input: float = 0.2
@@ -79,13 +83,13 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.dataset = choice("dataset", self.dataset, DATASETS)
-        self.method = choice("method", self.method, Method)
-        self.prior = choice("prior", self.prior, PriorKind)
-        self.optimizer = choice("optimizer", self.optimizer, OptimizerKind)
-        self.lr_schedule = choice("lr schedule", self.lr_schedule, LRSchedule)
-        self.estimator = choice("estimator", self.estimator, Estimator)
-        self.kl_weighting = choice("KL weighting", self.kl_weighting, KLWeighting)
-        self.kl = choice("KL mode", self.kl, KLMode)
+        self.method = Method(choice("method", self.method, Method))
+        self.prior = PriorKind(choice("prior", self.prior, PriorKind))
+        self.optimizer = OptimizerKind(choice("optimizer", self.optimizer, OptimizerKind))
+        self.lr_schedule = LRSchedule(choice("lr schedule", self.lr_schedule, LRSchedule))
+        self.estimator = Estimator(choice("estimator", self.estimator, Estimator))
+        self.kl_weighting = KLWeighting(choice("KL weighting", self.kl_weighting, KLWeighting))
+        self.kl = KLMode(choice("KL mode", self.kl, KLMode))
         self.device = device_name(self.device)
         pi = float(self.pi)
         if not (0.0 < pi <= 1.0):
@@ -129,19 +133,21 @@ class TrainConfig:
         self.checkpoint_every = check_int("checkpoint-every", self.checkpoint_every, 1)
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
-        if self.method == Method.BBB.value and self.prior == PriorKind.MIXTURE.value and self.kl == "closed":
+        if self.method is Method.BBB and self.prior is PriorKind.MIXTURE and self.kl is KLMode.CLOSED:
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
-        if self.method == Method.BBB.value and self.kl_samples is not None:
-            if self.kl == KLMode.SPLIT.value:
+        if self.method is Method.BBB and self.kl_samples is not None:
+            if self.kl is KLMode.SPLIT:
                 raise UserError("--kl-samples averages a Monte Carlo KL; --kl split draws one importance sample "
                                 "of its own: leave out --kl-samples, or use --kl mc")
-            if self.prior == PriorKind.GAUSSIAN.value and self.kl != KLMode.MC.value:
+            if self.prior is PriorKind.GAUSSIAN and self.kl is not KLMode.MC:
                 raise UserError("--kl-samples averages a Monte Carlo KL, and the Gaussian prior's KL is in closed "
                                 "form here; add --kl mc, or leave out --kl-samples")
 
     # -- conversion ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The settings as plain JSON types: an Enum member as its string value (the
+        ``config.json`` of every version, and what :func:`resume_conflicts` compares)."""
+        return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:

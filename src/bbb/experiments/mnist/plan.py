@@ -5,14 +5,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from ... import runs as T
 from ...cli.cost import epoch_costs, epoch_seconds
 from ...errors import UserError, check_int
-from ...options import DeviceKind, choice, device_name
+from ...options import (
+    DeviceKind,
+    StrOption,
+    choice,
+    device_name,
+)
 from .recipes import (
     BUDGETS,
     CELL_ORDER,
@@ -115,7 +119,7 @@ def cells_text(cells: Sequence[tuple[str, int]]) -> str:
     return ",".join(f"{method_arg(m)}:{w}" for m, w in cells)
 
 
-class Experiment(str, Enum):
+class Experiment(StrOption):
     """Which experiment a :class:`ReproduceConfig` describes (stored in ``reproduce.json``)."""
 
     MNIST = "mnist"
@@ -124,16 +128,19 @@ class Experiment(str, Enum):
 
 @dataclass
 class ReproduceConfig:
-    """Settings of :func:`run_reproduce` (the ``bbb reproduce mnist`` options)."""
+    """Settings of :func:`run_reproduce` (the ``bbb reproduce mnist`` options).
 
-    budget: str = Budget.SMOKE.value
+    ``budget`` and ``experiment`` hold their Enum member, given the member or its string value;
+    ``reproduce.json`` stores the string value."""
+
+    budget: Budget = Budget.SMOKE
     out: str = "runs/reproduce-mnist"
     dataset: str = "mnist"
     seeds: int | None = None  # None: the budget's default
     device: str = DeviceKind.AUTO.value
     data_dir: str | None = None
     quiet: bool = False
-    experiment: str = Experiment.MNIST.value
+    experiment: Experiment = Experiment.MNIST
     #: the cells to train (``--cells``; see :func:`parse_cells`); None: all 12
     cells: Any = None
     #: the candidates of those cells to train (``--candidates``; see :func:`parse_candidates`), so
@@ -151,8 +158,8 @@ class ReproduceConfig:
     checkpoints: str | None = None
 
     def __post_init__(self) -> None:
-        self.experiment = choice("experiment", self.experiment, Experiment)
-        self.budget = choice("budget", self.budget, Budget)
+        self.experiment = Experiment(choice("experiment", self.experiment, Experiment))
+        self.budget = Budget(choice("budget", self.budget, Budget))
         self.dataset = choice("dataset", self.dataset, DATASETS)
         self.device = device_name(self.device)
         if self.seeds is None:
@@ -173,7 +180,7 @@ class ReproduceConfig:
         for m, w in self.cells if self.candidates is not None else ():
             n = len(cell_candidates(self.spec, m, w))
             if self.candidates[-1] >= n:
-                raise UserError(f"--candidates: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget} "
+                raise UserError(f"--candidates: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget.value} "
                                 f"budget ({candidates_text(range(n))}), not c{self.candidates[-1]}; "
                                 "choose --cells and --candidates that match (see --plan)")
         if self.seeds_of is not None:
@@ -188,11 +195,12 @@ class ReproduceConfig:
             cells = [c for c in self.cells if c in self.spec.seed_cells]
             if not cells:
                 raise UserError(f"--seeds-of: none of the cells {cells_text(self.cells)} has extra seeds at the "
-                                f"{self.budget} budget; its seed cells: {cells_text(sorted(self.spec.seed_cells))}")
+                                f"{self.budget.value} budget; its seed cells: "
+                                f"{cells_text(sorted(self.spec.seed_cells))}")
             for m, w in cells:
                 n = len(cell_candidates(self.spec, m, w))
                 if self.seeds_of >= n:
-                    raise UserError(f"--seeds-of: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget} "
+                    raise UserError(f"--seeds-of: {method_arg(m)}:{w} has {n} candidate(s) at the {self.budget.value} "
                                     f"budget ({candidates_text(range(n))}), not c{self.seeds_of}")
 
     @property

@@ -14,11 +14,12 @@ from importlib import resources
 from typing import Any, NoReturn
 
 from ...cli.cost import epoch_costs
+from ...options import StrOption
 from ...runs.config import DATASETS as RUN_DATASETS
 from ...runs.config import TrainConfig
 
 
-class Budget(str, Enum):
+class Budget(StrOption):
     """How much ``bbb reproduce mnist`` trains (docs and :data:`BUDGETS`)."""
 
     SMOKE = "smoke"

@@ -31,6 +31,7 @@ from .recipes import (
     PAPER_TABLE2,
     PRUNE_FRACTIONS,
     WIDTHS,
+    Budget,
     Candidate,
     cell_candidates,
 )
@@ -250,7 +251,7 @@ def _by_method(texts: dict[str, str]) -> str:
 
 def _budget_configs(budget: str) -> dict[str, list[T.TrainConfig]]:
     """Every candidate's TrainConfig of ``budget`` per method (all widths, seed 0)."""
-    c = ReproduceConfig(budget=budget, out="-")
+    c = ReproduceConfig(budget=Budget(budget), out="-")
     return {m: [train_config(c, m, w, cand.settings, 0) for w in WIDTHS
                 for cand in cell_candidates(c.spec, m, w)] for m in METHODS}
 

@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ...data.uci import UCI_DATASETS
+from ...options import (
+    StrOption,
+    choice,
+)
 
-__all__ = ["Phase", "Variant", "VARIANTS", "NOISE_SCALES", "Schedule", "schedule_for", "UCIConfig",
+__all__ = ["Phase", "UCIBudget", "Variant", "VARIANTS", "NOISE_SCALES", "Schedule", "schedule_for", "UCIConfig",
            "SMOKE_EPOCHS"]
 
 
@@ -19,6 +23,14 @@ class Phase(str, Enum):
 
     VALIDATION = "validation"
     TEST = "test"
+
+
+class UCIBudget(StrOption):
+    """How long ``bbb reproduce uci`` trains: ``full`` (the benchmark's schedules,
+    :func:`schedule_for`) or ``smoke`` (:data:`SMOKE_EPOCHS` epochs, a pipeline test)."""
+
+    FULL = "full"
+    SMOKE = "smoke"
 
 
 @dataclass(frozen=True)
@@ -60,13 +72,13 @@ class Schedule:
     checkpoints: tuple[int, ...]
 
 
-def schedule_for(n_train: int, budget: str = "full") -> Schedule:
+def schedule_for(n_train: int, budget: UCIBudget | str = UCIBudget.FULL) -> Schedule:
     """The schedule of a dataset with ``n_train`` training rows: about the same number of
     gradient steps for every dataset (the small ones many epochs, the large ones few; between
     ``MIN_EPOCHS`` and ``MAX_EPOCHS``),
     checkpoints at 1/16, 1/8, 1/4, 1/2, 3/4 and all of the epochs."""
     batch = 32 if n_train < 2000 else 128
-    if budget == "smoke":
+    if budget == UCIBudget.SMOKE:
         epochs = SMOKE_EPOCHS
     else:
         steps_per_epoch = math.ceil(n_train / batch)
@@ -82,7 +94,9 @@ MIN_EPOCHS, MAX_EPOCHS = 150, 2000
 
 @dataclass
 class UCIConfig:
-    """One ``bbb reproduce uci`` invocation."""
+    """One ``bbb reproduce uci`` invocation. ``budget`` holds its :class:`UCIBudget` member,
+    given the member or its string value (``run.json`` stores the string); another value is a
+    one-line :class:`~bbb.errors.UserError`."""
 
     out: str = "results/uci"
     datasets: list[str] = field(default_factory=lambda: list(UCI_DATASETS))
@@ -90,7 +104,7 @@ class UCIConfig:
     workers: int = 1
     threads: int = 1
     data_dir: str | None = None
-    budget: str = "full"
+    budget: UCIBudget = UCIBudget.FULL
     samples: int = 100
     hidden: int = 50
     #: the protocol's wider layer for the largest dataset (its n_hidden.txt)
@@ -105,3 +119,6 @@ class UCIConfig:
     seed: int = 0
     quiet: bool = False
     report_only: bool = False
+
+    def __post_init__(self) -> None:
+        self.budget = UCIBudget(choice("budget", self.budget, UCIBudget))

@@ -137,3 +137,36 @@ def test_a_run_with_the_new_recipe_writes_it_into_config_json(tmp_path):
     run_bandit(cfg, contexts=ctx, edible=edible)
     meta = json.loads((out / "config.json").read_text())
     assert meta["likelihood"] == "heteroscedastic" and meta["kl_warmup"] == 4 and meta["estimator"] == "reparam"
+
+
+def test_the_choices_are_enum_members_and_files_hold_their_strings(tmp_path):
+    """String or member in, member held; the checkpoint key and config.json hold the strings, and
+    the committed results/bandit/config.json loads to a config that writes its values back."""
+    from dataclasses import asdict, fields
+    from pathlib import Path
+
+    from bbb.elbo import KLWeighting
+    from bbb.engine.engine import OptimizerKind
+    from bbb.experiments.bandit.config import BanditLikelihood, KLData
+    from bbb.nn.base import Estimator
+    from bbb.options import PriorKind
+
+    members = dict(optimizer=OptimizerKind.SGD, prior=PriorKind.MIXTURE, kl_data=KLData.BUFFER,
+                   kl_weighting=KLWeighting.UNIFORM, estimator=Estimator.LOCAL,
+                   likelihood=BanditLikelihood.HETEROSCEDASTIC)
+    a = BanditConfig(agents=("bbb",), **members)
+    b = BanditConfig(agents=("bbb",), **{k: v.value for k, v in members.items()})
+    assert a == b and all(getattr(b, k) is v for k, v in members.items())
+    assert all(type(v) is not str or k == "device" for k, v in vars(BanditConfig()).items()
+               if k in members)
+    key = b.training_key()
+    assert all(type(key[k]) is str for k in members if k in key)
+    torch.save(key, tmp_path / "k.pt")
+    assert torch.load(tmp_path / "k.pt", weights_only=True) == key  # a checkpoint stays loadable
+    committed = json.loads((Path(__file__).resolve().parents[3] / "results/bandit/config.json").read_text())
+    names = {f.name for f in fields(BanditConfig)}
+    cfg = BanditConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in committed.items() if k in names})
+    back = json.loads(json.dumps(asdict(cfg)))
+    assert {k: back[k] for k in committed if k in names} == {k: committed[k] for k in committed if k in names}
+    with pytest.raises(UserError, match="unknown kl-data 'nope'"):
+        BanditConfig(kl_data="nope")

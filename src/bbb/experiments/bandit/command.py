@@ -55,26 +55,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"replay buffer: the latest N interactions (default {d.buffer})")
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), metavar="N",
                         help=shared_help("--hidden", " (default: 100 100)"))
-    parser.add_argument("--optimizer", choices=values(OptimizerKind), default=d.optimizer,
+    parser.add_argument("--optimizer", choices=values(OptimizerKind), default=d.optimizer.value,
                         help=shared_help("--optimizer", " of every agent: adam, or sgd (plain gradient steps, the "
                                                         f"paper's eqs. 5-6; default {d.optimizer})"))
     parser.add_argument("--lr", type=float, default=d.lr,
                         help=shared_help("--lr", f" of every agent (default {d.lr:g})"))
-    parser.add_argument("--likelihood", choices=values(BanditLikelihood), default=d.likelihood,
+    parser.add_argument("--likelihood", choices=values(BanditLikelihood), default=d.likelihood.value,
                         help="reward likelihood of every agent: gaussian (noise std --noise-sigma), or "
                              "heteroscedastic (a second network output sets the noise of each mushroom and action, "
                              f"floored at --noise-sigma; default {d.likelihood})")
     parser.add_argument("--noise-sigma", type=float, default=d.noise_sigma,
                         help=f"std of the Gaussian reward likelihood of every agent, the floor of the "
                              f"heteroscedastic one (default {d.noise_sigma:g})")
-    parser.add_argument("--estimator", choices=[Estimator.REPARAM.value, Estimator.LOCAL.value], default=d.estimator,
+    parser.add_argument("--estimator", choices=[Estimator.REPARAM.value, Estimator.LOCAL.value],
+                        default=d.estimator.value,
                         help="BBB's gradient estimator: reparam (weight draws), or local (local "
                              "reparameterisation; BBB agents only; decisions still draw whole networks; "
                              f"default {d.estimator})")
     parser.add_argument("--kl-warmup", type=int, default=d.kl_warmup, metavar="N",
                         help="BBB: the first N interactions' updates fit the data without the KL "
                              f"(default {d.kl_warmup})")
-    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior,
+    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior.value,
                         help=shared_help("--prior", ": gaussian (closed-form KL) or the paper's scale mixture "
                                                     f"(Monte Carlo KL; default {d.prior})"))
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
@@ -90,10 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=shared_help("--beta", ": the KL is multiplied by this (BBB; < 1 tempers the posterior; "
                                                    f"config.json: kl_scale; default {d.kl_scale:g})"))
     add_deprecated_alias(parser, "--kl-scale", "--beta", "kl_scale", float)
-    parser.add_argument("--kl-data", choices=values(KLData), default=d.kl_data,
+    parser.add_argument("--kl-data", choices=values(KLData), default=d.kl_data.value,
                         help="BBB: N of the KL / N weight: every interaction seen so far, or the buffer's fill "
                              f"(its capacity once full; default {d.kl_data})")
-    parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting,
+    parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting.value,
                         help=shared_help("--kl-weighting", " updates of one interaction (BBB): uniform, or blundell "
                                                            f"(2^(U-i)/(2^U-1), the paper's eq. 9; default "
                                                            f"{d.kl_weighting})"))

@@ -12,10 +12,10 @@ from ...elbo import KLWeighting
 from ...engine.engine import OptimizerKind
 from ...errors import UserError, check_int
 from ...nn.base import Estimator
-from ...options import PriorKind, choice
+from ...options import PriorKind, StrOption, choice
 
 
-class BanditLikelihood(str, Enum):
+class BanditLikelihood(StrOption):
     """The reward likelihood of every agent: ``gaussian`` (noise std ``noise_sigma``) or
     ``heteroscedastic`` (the network's second output sets the noise of each input and action,
     :class:`~bbb.elbo.HeteroscedasticGaussian`, floored at ``noise_sigma``)."""
@@ -24,7 +24,7 @@ class BanditLikelihood(str, Enum):
     HETEROSCEDASTIC = "heteroscedastic"
 
 
-class KLData(str, Enum):
+class KLData(StrOption):
     """N of the bandit's KL / N weight: every interaction ``seen`` so far, or the replay
     ``buffer``'s fill (its capacity once full)."""
 
@@ -138,22 +138,22 @@ class BanditConfig:
     batch_size: int = 64
     buffer: int = 4096
     hidden: tuple[int, ...] = (100, 100)
-    optimizer: str = "adam"
+    optimizer: OptimizerKind = OptimizerKind.ADAM
     lr: float = 1e-3
     noise_sigma: float = 0.1
-    prior: str = "gaussian"
+    prior: PriorKind = PriorKind.GAUSSIAN
     prior_sigma: float = 1.0
     pi: float = 0.5
     sigma1: float = 1.0
     sigma2: float = math.exp(-6.0)
     sigma_init: float = 0.05
     kl_scale: float = 1.0
-    kl_data: str = "seen"
-    kl_weighting: str = "blundell"
+    kl_data: KLData = KLData.SEEN
+    kl_weighting: KLWeighting = KLWeighting.BLUNDELL
     weight_decay: float = 0.0
     decision_samples: int = 2
-    estimator: str = "reparam"
-    likelihood: str = "gaussian"
+    estimator: Estimator = Estimator.REPARAM
+    likelihood: BanditLikelihood = BanditLikelihood.GAUSSIAN
     kl_warmup: int = 0
     log_every: int = 100
     workers: int = 1
@@ -165,6 +165,16 @@ class BanditConfig:
     resume: bool = True
     quiet: bool = False
     progress_every: float = 30.0
+
+    def __post_init__(self) -> None:
+        # the choices as their enums, whether given as the enum or its string (a bad string: the
+        # one-line error); config.json and the checkpoint's key hold the strings
+        self.optimizer = OptimizerKind(choice("optimizer", self.optimizer, OptimizerKind))
+        self.prior = PriorKind(choice("prior", self.prior, PriorKind))
+        self.kl_data = KLData(choice("kl-data", self.kl_data, KLData))
+        self.kl_weighting = KLWeighting(choice("kl-weighting", self.kl_weighting, KLWeighting))
+        self.estimator = Estimator(choice("estimator", self.estimator, Estimator))
+        self.likelihood = BanditLikelihood(choice("likelihood", self.likelihood, BanditLikelihood))
 
     def validate(self) -> None:
         for name in ("steps", "updates_per_step", "batch_size", "buffer", "decision_samples",
@@ -221,7 +231,7 @@ class BanditConfig:
         keys = ("agents", "seeds", "updates_per_step", "batch_size", "buffer", "hidden", "optimizer", "lr",
                 "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "kl_scale",
                 "kl_data", "kl_weighting", "decision_samples", "log_every", "workers")
-        d = {k: getattr(self, k) for k in keys}
+        d = {k: (v.value if isinstance(v, Enum) else v) for k, v in ((k, getattr(self, k)) for k in keys)}
         d["agents"] = [parse_agent(a).name for a in self.agents]
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]

@@ -352,7 +352,7 @@ class BayesPopulation(nn.Module):
                     h = F.relu(h)
             assert isinstance(h, Tensor)  # a layer's output (there is at least one layer)
             return h
-        return self.forward_weights(x, k)
+        return self._weight_forward(x, k)
 
     def forward_weights(self, x: Tensor | OneHot, num_samples: int | None = None) -> Tensor:
         """:meth:`forward` with whole weight draws whatever the estimator: each of the k draws is
@@ -360,7 +360,10 @@ class BayesPopulation(nn.Module):
         estimator, whose :meth:`forward` draws pre-activations per row instead. Draws go through
         the sample providers (e.g. :func:`~bbb.engine.counter_noise`) as :meth:`forward`'s do."""
         _check_members(x, self.members, type(self).__name__)
-        k = None if num_samples is None else check_int("num_samples", num_samples)
+        return self._weight_forward(x, None if num_samples is None else check_int("num_samples", num_samples))
+
+    def _weight_forward(self, x: Tensor | OneHot, k: int | None) -> Tensor:
+        """:meth:`forward_weights` on checked inputs (the forward path checks them once)."""
         last = len(self.sizes) - 2
         h = x if k is None else _repeat(x, k)
         for i in range(last + 1):

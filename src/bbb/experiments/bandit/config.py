@@ -231,16 +231,17 @@ class BanditConfig:
         keys = ("agents", "seeds", "updates_per_step", "batch_size", "buffer", "hidden", "optimizer", "lr",
                 "noise_sigma", "prior", "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "kl_scale",
                 "kl_data", "kl_weighting", "decision_samples", "log_every", "workers")
-        d = {k: (v.value if isinstance(v, Enum) else v) for k, v in ((k, getattr(self, k)) for k in keys)}
+
+        def plain(v: Any) -> Any:  # the string of an enum member (a checkpoint holds no Enum)
+            return v.value if isinstance(v, Enum) else v
+
+        d = {k: plain(getattr(self, k)) for k in keys}
         d["agents"] = [parse_agent(a).name for a in self.agents]
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]
         # absent at their defaults, so that checkpoints from before these options still resume
-        if self.weight_decay:
-            d["weight_decay"] = float(self.weight_decay)
-        for name, default in (("estimator", "reparam"), ("likelihood", "gaussian"), ("kl_warmup", 0)):
-            value = getattr(self, name)
-            value = value.value if isinstance(value, Enum) else value
-            if value != default:
+        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup"):
+            value = plain(getattr(self, name))
+            if value != plain(BanditConfig.__dataclass_fields__[name].default):
                 d[name] = value
         return d

@@ -79,6 +79,7 @@ from .population import (  # noqa: F401
     Population,
 )
 from .running import (  # noqa: F401
+    merge_runs,
     run_bandit,
 )
 
@@ -91,6 +92,7 @@ __all__ = [
     "expected_rewards",
     "step_regrets",
     "Population",
+    "merge_runs",
     "run_bandit",
     "figure6_marks",
     "exploration_floor",

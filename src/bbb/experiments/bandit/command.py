@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ...cli.common import (
     add_data_dir,
@@ -18,14 +19,16 @@ from ...cli.common import (
 )
 from ...elbo import KLWeighting
 from ...engine.engine import OptimizerKind
+from ...errors import UserError
 from ...nn.base import Estimator
 from ...options import PriorKind, values
 from .config import BanditConfig, BanditLikelihood, KLData
-from .running import run_bandit
+from .running import merge_runs, run_bandit
 
 EXAMPLE = (
     "bbb bandit --out results/bandit                      # the paper: 4 agents x 5 seeds x 50,000 steps\n"
-    "  bbb bandit --out runs/bandit-quick --steps 2000 --seeds 0 1   # a quick look"
+    "  bbb bandit --out runs/bandit-quick --steps 2000 --seeds 0 1   # a quick look\n"
+    "  bbb bandit --out runs/all --merge runs/bbb-greedy runs/egreedy   # two runs that split the agents, as one"
 )
 
 
@@ -115,6 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out and start over")
     add_quiet(parser, "the regret summary per agent and the files written")
+    parser.add_argument("--merge", nargs="+", metavar="RUN",
+                        help="instead of running: merge finished runs of the same settings and seeds that split the "
+                             "agents between them into one run in --out (e.g. --agents bbb greedy on one machine, "
+                             "--agents egreedy_0.01 egreedy_0.05 on another); takes --out and --data-dir only")
 
 
 def config_from_args(args: argparse.Namespace) -> BanditConfig:
@@ -132,6 +139,19 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    """``bbb bandit``: run and write the outputs; returns the exit code."""
-    run_bandit(config_from_args(args))
+    """``bbb bandit``: run and write the outputs (or merge runs: ``--merge``); returns the exit code."""
+    cfg = config_from_args(args)
+    if args.merge:
+        if not cfg.out:
+            raise UserError("--merge writes the merged run to --out: give it")
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)  # the command line's own defaults: an option given with --merge would be ignored
+        plain = config_from_args(parser.parse_args(["--out", cfg.out]))
+        changed = [f.name for f in dataclasses.fields(cfg) if f.name not in ("data_dir", "quiet")
+                   and getattr(cfg, f.name) != getattr(plain, f.name)]
+        if changed:
+            raise UserError(f"--merge takes the settings from the runs it merges; drop {', '.join(changed)}")
+        merge_runs(args.merge, cfg.out, cfg.data_dir)
+        return 0
+    run_bandit(cfg)
     return 0

@@ -4,7 +4,9 @@ or SIGTERM, and writing its tables."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
+import json
 import os
 import platform
 import signal
@@ -19,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ...devices import resolve_device
-from ...errors import TrainingInterrupted
+from ...errors import TrainingInterrupted, UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
 from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
@@ -295,7 +297,8 @@ def _cell(v: Any) -> Any:
 
 
 def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, workers: int,
-                   oracle_eat: float | None = None, marks: list[dict[str, Any]] | None = None) -> list[str]:
+                   oracle_eat: float | None = None, marks: list[dict[str, Any]] | None = None,
+                   extra: dict[str, Any] | None = None) -> list[str]:
     files = []
     atomic_write_text(out / "regret.csv", csv_text(REGRET_COLUMNS, rows, _cell))
     files.append("regret.csv")
@@ -305,6 +308,7 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     meta.update({"seconds": round(seconds, 1), "workers_used": workers, "torch": torch.__version__,
                  "python": platform.python_version(), "machine": platform.machine(),
                  "processor": cpu_name(), "cpu_count": os.cpu_count()})
+    meta.update(extra or {})
     atomic_write_json(out / "config.json", meta)
     files.append("config.json")
     atomic_write_json(out / "summary.json", {"late_window": LATE_WINDOW, "agents": summary,
@@ -315,6 +319,87 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     if plot_eating(rows, out / "eating.png", agents=list(cfg.agents), oracle=oracle_eat) is not None:
         files.append("eating.png")
     return files
+
+
+#: config.json entries that may differ between the parts of one merged run (how and where each ran)
+_PART_FREE = {"agents", "out", "seconds", "workers", "workers_used", "threads", "quiet", "resume", "data_dir",
+              "device", "torch", "python", "machine", "processor", "cpu_count", "checkpoint_every",
+              "progress_every", "parts"}
+
+
+def _read_part(part: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(config, regret rows, summary rows) of a finished run folder; UserError if it is not one."""
+    files = [part / f for f in ("config.json", "summary.json", "regret.csv")]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise UserError(f"{part} is not a finished bbb bandit run (no {', '.join(missing)}); finish it first "
+                        "(run its command again to resume)")
+    try:
+        cfg = json.loads(files[0].read_text())
+        summary = json.loads(files[1].read_text())["agents"]
+        with open(files[2], newline="") as f:
+            rows = [{"step": int(r["step"]), "agent": r["agent"], "seed": int(r["seed"]),
+                     "cumulative_regret": float(r["cumulative_regret"]),
+                     "cumulative_expected_regret": float(r["cumulative_expected_regret"]),
+                     "cumulative_eaten": int(float(r["cumulative_eaten"]))} for r in csv.DictReader(f)]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"cannot read the run in {part} ({type(e).__name__}: {e})") from None
+    return cfg, rows, summary
+
+
+def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
+               data_dir: str | None = None, edible: Tensor | None = None) -> dict[str, Any]:
+    """One run's outputs in ``out`` from finished runs of the same settings and seeds that split
+    the agents between them (e.g. ``--agents bbb greedy`` and ``--agents egreedy_0.01
+    egreedy_0.05`` run on two machines or days). The agents' rows and summaries are copied as they
+    are: agents never interact (each has its own network, buffer and optimiser state, and every
+    agent of a seed faces the same mushrooms), though which random draws a member gets depends on
+    the population it ran in, as with ``--workers``. Figure 6's marks are measured on the whole
+    (``edible``: the contexts' edibility, for the oracle's eat rate; default UCI Mushroom's), and
+    config.json lists the parts (``parts``: each one's folder, agents and seconds). UserError when
+    a part is unfinished, another settings' run, or shares an agent with another part."""
+    if len(parts) < 2:
+        raise UserError("--merge needs at least two finished runs")
+    read = [(Path(p), *_read_part(Path(p))) for p in parts]
+    first_path, first, _, _ = read[0]
+    agents: list[str] = []
+    for path, part_cfg, _, _ in read:
+        for key in sorted((set(part_cfg) | set(first)) - _PART_FREE):
+            if part_cfg.get(key) != first.get(key):
+                raise UserError(f"{path} ran with {key}={part_cfg.get(key)!r} and {first_path} with "
+                                f"{first.get(key)!r}: only runs of the same settings and seeds merge")
+        shared = set(agents) & set(part_cfg["agents"])
+        if shared:
+            raise UserError(f"{path} repeats agent(s) {', '.join(sorted(shared))} of another part: each agent once")
+        agents += part_cfg["agents"]
+    fields = {f.name for f in dataclasses.fields(BanditConfig)}
+    kept = {k: v for k, v in first.items() if k in fields}
+    kept.update(agents=tuple(agents), seeds=tuple(first["seeds"]), hidden=tuple(first["hidden"]), out=str(out),
+                data_dir=data_dir)
+    cfg = BanditConfig(**kept)
+    cfg.validate()
+    order = {a: i for i, a in enumerate(agents)}
+    rows = sorted((r for _, _, rs, _ in read for r in rs), key=lambda d: (d["step"], order[d["agent"]], d["seed"]))
+    summary = sorted((s for _, _, _, ss in read for s in ss), key=lambda s: order[s["agent"]])
+    if edible is None:
+        from ...data import load_mushroom
+
+        _, edible = load_mushroom(data_dir)
+    edible_share = float(torch.as_tensor(edible).float().mean())
+    marks = figure6_marks(summary, rows, edible_share)
+    seconds = sum(float(c.get("seconds", 0.0)) for _, c, _, _ in read)
+    outp = Path(out)
+    outp.mkdir(parents=True, exist_ok=True)
+    parts_meta = [{"out": str(p), "agents": c["agents"], "seconds": c.get("seconds")} for p, c, _, _ in read]
+    with lock_run_dir(outp):
+        files = _write_outputs(outp, cfg, rows, summary, seconds, int(first.get("workers_used", 1)),
+                               oracle_eat=edible_share, marks=marks, extra={"parts": parts_meta})
+    for m in marks:
+        print(f"  {'holds' if m['holds'] else 'fails'}: {m['mark']} ({m['measured']})")
+    print(f"bandit: merged {len(read)} runs ({', '.join(' '.join(c['agents']) for _, c, _, _ in read)}); "
+          f"wrote {outp}", flush=True)
+    return {"regret_rows": rows, "summary": summary, "marks": marks, "seconds": seconds, "files": files,
+            "config": cfg}
 
 
 def cpu_name() -> str:

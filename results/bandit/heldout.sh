@@ -1,14 +1,19 @@
 #!/bin/bash
-# The reported run of issue 17: the recipe chosen in SELECTION.md (bbb bandit's defaults once it is
-# chosen) on the held-out seeds 3-7, which never influenced the choice, with the paper's protocol
-# (greedy, 1% and 5% greedy and BBB, 50,000 interactions each). Resumable: the same command
-# continues from the checkpoints after a kill (keep WORKERS the same: the worker split is part of a
-# run's settings). Run it from a separate worktree of a landed commit, e.g.
+# The reported run of issue 45: `bbb bandit`'s defaults (the recipe chosen in SELECTION.md, stage 3)
+# on the held-out seeds 8-12, which never influenced the choice, with the paper's protocol (BBB,
+# greedy, 1% and 5% greedy, 50,000 interactions each). The full protocol takes longer than one
+# 3-hour session on 2 cores (bench/README.md), and a session's files outside git do not reach the
+# next, so it runs as two parts that split the agents, each within a session, merged at the end:
+#   PART=1   --agents bbb greedy                 (the comparison of the targets)
+#   PART=2   --agents egreedy_0.01 egreedy_0.05
+#   PART=merge   `bbb bandit --merge` of the two into $RESULTS (this folder)
+# Each part is resumable within its session (the same command continues from its checkpoints; keep
+# WORKERS the same). A finished part's results (not its checkpoints) are copied into
+# $RESULTS/parts/partN/: commit them, so that the merge can run in a later session. Start a part
+# from a worktree of a landed commit at the start of a session, e.g.
 #   git worktree add --detach /work/wt-heldout main && cd /work/wt-heldout && \
-#     WORKERS=1 setsid nohup bash results/bandit/heldout.sh >> /work/bandit-heldout.log 2>&1 &
-# Working folder (with checkpoints): $OUT. When the run has finished, its results (not its
-# checkpoints) are copied into $RESULTS (default: this folder), replacing the previous run's; commit them.
-# `python results/bandit/tables.py results/bandit` then prints the README's tables from them.
+#     PART=1 setsid nohup bash results/bandit/heldout.sh >> /work/bandit-heldout.log 2>&1 &
+# `python results/bandit/tables.py results/bandit` then prints the README's tables.
 set -ex -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
@@ -16,11 +21,26 @@ PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=$here/../../src
 OUT=${OUT:-/work/bandit-runs/heldout}
 RESULTS=${RESULTS:-$here}
-mkdir -p "$(dirname "$OUT")"
+SEEDS="8 9 10 11 12"
+case "${PART:?set PART=1, 2 or merge}" in
+  1) agents="bbb greedy" ;;
+  2) agents="egreedy_0.01 egreedy_0.05" ;;
+  merge)
+    $PY -m bbb bandit --out "$RESULTS" --merge "$RESULTS/parts/part1" "$RESULTS/parts/part2" 2>&1 \
+      | tee "$RESULTS/merge.log"
+    exit 0 ;;
+  *) echo "PART must be 1, 2 or merge" >&2; exit 2 ;;
+esac
+run="$OUT-part$PART"
+mkdir -p "$(dirname "$run")"
 # STEPS only for a smoke test of this script
-$PY -m bbb bandit --out "$OUT" --seeds 3 4 5 6 7 --steps ${STEPS:-50000} --workers "${WORKERS:-2}" 2>&1 | tee -a "$OUT.log"
-[ -f "$OUT/summary.json" ] || { echo "not finished: rerun this script to continue" >&2; exit 1; }
+# shellcheck disable=SC2086  # the agents are separate words
+$PY -m bbb bandit --out "$run" --agents $agents --seeds $SEEDS --steps "${STEPS:-50000}" \
+  --workers "${WORKERS:-2}" 2>&1 | tee -a "$run.log"
+[ -f "$run/summary.json" ] || { echo "not finished: rerun this script to continue" >&2; exit 1; }
+dest="$RESULTS/parts/part$PART"
+mkdir -p "$dest"
 for f in config.json regret.csv regret.png eating.png summary.csv summary.json; do
-  [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RESULTS/$f"
+  [ -f "$run/$f" ] && cp "$run/$f" "$dest/$f"
 done
-cp "$OUT.log" "$RESULTS/run.log"
+cp "$run.log" "$dest/run.log"

@@ -44,7 +44,6 @@ from .population import (
     PopulationLinear,
     one_hot_is_dense,
     population_linear,
-    population_mlp,
 )
 from .recurrent import BayesGRU, BayesLSTM, BayesRNN
 from .samples import (
@@ -101,7 +100,6 @@ __all__ = [
     "PopulationLinear",
     "OneHot",
     "population_linear",
-    "population_mlp",
     "one_hot_is_dense",
 ]
 __all__ += conv.__all__  # the convolutions, one of each torch.nn convolution

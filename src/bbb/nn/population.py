@@ -19,16 +19,13 @@ Layout: a layer's weights are stored input-major, ``(members, in, out)`` (the tr
 ``(members, R, in)`` or :class:`OneHot` rows (the non-zero inputs of each row by index), for which
 the first layer adds up the rows of the features present (``F.embedding_bag``) instead of
 multiplying by zeros: the same sums, exactly, with a fraction of the work for one-hot inputs.
-A training forward (gradients enabled, one draw, dense rows) runs the whole chain as one autograd
-node, :func:`population_mlp`, whose backward is written out: on a CPU a population's step of
-small layers is dominated by per-operation overhead, not by its products.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.nn as nn
@@ -42,8 +39,8 @@ from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .model import BayesMLP
 
-__all__ = ["OneHot", "one_hot_is_dense", "population_linear", "population_mlp", "PopulationBayesLinear",
-           "PopulationLinear", "BayesPopulation"]
+__all__ = ["OneHot", "one_hot_is_dense", "population_linear", "PopulationBayesLinear", "PopulationLinear",
+           "BayesPopulation"]
 
 
 @dataclass(frozen=True)
@@ -130,104 +127,6 @@ def population_linear(x: Tensor | OneHot, weight: Tensor, bias: Tensor | None = 
     y = F.embedding_bag(flat, weight.reshape(m * n_in, n_out), mode="sum", per_sample_weights=psw)
     y = y.view(m, r, n_out)
     return y if bias is None else y + bias.unsqueeze(1)
-
-
-class _PopulationMLP(torch.autograd.Function):
-    """The forward and backward of a population's ReLU chain as one autograd node (see
-    :func:`population_mlp`): the same batched products as a layer-by-layer chain, without a node,
-    a concatenation and its backward per layer."""
-
-    @staticmethod
-    def forward(x: Tensor, layers: int, groups: int, *params: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
-        """(output, then what the backward needs: every layer's input and its whole weight)."""
-        ws = [_cat(params[i * groups:(i + 1) * groups]) for i in range(layers)]
-        off = layers * groups
-        bs = [_cat(params[off + i * groups:off + (i + 1) * groups]) for i in range(layers)]
-        h, acts = x, []
-        for i, (w, b) in enumerate(zip(ws, bs)):
-            acts.append(h)
-            h = _bmm(h, w, b)
-            if i < layers - 1:
-                h = h.relu_()
-        return (h, *acts[1:], *ws)
-
-    @staticmethod
-    def setup_context(ctx, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-        x, layers, groups, *params = inputs
-        ctx.save_for_backward(x, *output[1:])
-        ctx.layers, ctx.groups = layers, groups
-        ctx.sizes = [int(p.shape[0]) for p in params[:groups]]
-        ctx.mark_non_differentiable(*output[1:])
-
-    @staticmethod
-    def backward(ctx, grad: Tensor, *_: Tensor):  # type: ignore[override]
-        layers, groups, sizes = ctx.layers, ctx.groups, ctx.sizes
-        saved = ctx.saved_tensors
-        acts, ws = saved[:layers], saved[layers:]
-        need = ctx.needs_input_grad
-        gw: list[tuple[Tensor, ...] | None] = [None] * layers
-        gb: list[tuple[Tensor, ...] | None] = [None] * layers
-        gx = None
-        g = grad.contiguous()
-        for i in reversed(range(layers)):
-            wi = 3 + i * groups
-            bi = 3 + (layers + i) * groups
-            if any(need[wi:wi + groups]):
-                gw[i] = _bmm(acts[i].transpose(1, 2), g).split(sizes)
-            if any(need[bi:bi + groups]):
-                gb[i] = g.sum(1).split(sizes)
-            if i > 0:  # through the ReLU: the input of layer i is the previous layer's output
-                g = torch.ops.aten.threshold_backward(_bmm(g, ws[i].transpose(1, 2)), acts[i], 0)
-            elif need[0]:
-                gx = _bmm(g, ws[0].transpose(1, 2))
-        out: list[Tensor | None] = [gx, None, None]
-        for parts in (gw, gb):
-            for i in range(layers):
-                out.extend(parts[i] if parts[i] is not None else [None] * groups)  # type: ignore[arg-type]
-        return tuple(out)
-
-
-#: a batched product with at most this many output columns is formed transposed (see :func:`_bmm`)
-NARROW_COLUMNS = 8
-
-
-def _bmm(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``a @ b`` (+ ``bias`` (M, n) on every row) for a (M, m, k), b (M, k, n), in the form the CPU's
-    batched GEMM runs fastest: an outer product (k = 1) as a broadcast multiplication (exact), a
-    narrow result (n <= NARROW_COLUMNS < m, e.g. a one-output layer) as (b^T a^T)^T, for which the
-    GEMM is 4-8x faster than with a single output column; else ``baddbmm``/``bmm``."""
-    m, n = a.shape[1], b.shape[2]
-    if a.shape[2] == 1:
-        out = a * b
-        return out if bias is None else out.add_(bias.unsqueeze(1))
-    if n <= NARROW_COLUMNS < m:
-        at, bt = a.transpose(1, 2), b.transpose(1, 2)
-        if bias is None:
-            return torch.bmm(bt, at).transpose(1, 2)
-        return torch.baddbmm(bias.unsqueeze(2).expand(b.shape[0], n, m), bt, at).transpose(1, 2)
-    if bias is None:
-        return torch.bmm(a, b)
-    return torch.baddbmm(bias.unsqueeze(1).expand(b.shape[0], m, n), a, b)
-
-
-def _cat(parts: Sequence[Tensor]) -> Tensor:
-    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
-
-
-def population_mlp(x: Tensor, weights: Sequence[Sequence[Tensor]], biases: Sequence[Sequence[Tensor]]) -> Tensor:
-    """A population's ReLU MLP on dense rows: x (M, R, in) -> (M, R, out), ReLU between layers.
-
-    ``weights[i]`` / ``biases[i]``: layer i's (m_g, in, out) / (m_g, out) for each group g of
-    members (e.g. the Bayesian members' draw and the deterministic members' weights), the groups'
-    members adding up to M in order. The same sums as :func:`population_linear` layer by layer
-    (one ``baddbmm`` per layer), as a single autograd node whose backward is written out: a
-    training step of a population spends most of its overhead in per-layer autograd nodes."""
-    layers, groups = len(weights), len(weights[0])
-    if layers < 1 or len(biases) != layers or any(len(w) != groups or len(b) != groups
-                                                   for w, b in zip(weights, biases)):
-        raise UserError("population_mlp needs one list of weight and bias groups per layer, all of one length")
-    flat = [t for ws in weights for t in ws] + [t for bs in biases for t in bs]
-    return _PopulationMLP.apply(x, layers, groups, *flat)[0]
 
 
 def _samples_of(x: Tensor | OneHot) -> int | None:
@@ -466,10 +365,6 @@ class BayesPopulation(nn.Module):
     def _weight_forward(self, x: Tensor | OneHot, k: int | None) -> Tensor:
         """:meth:`forward_weights` on checked inputs (the forward path checks them once)."""
         last = len(self.sizes) - 2
-        if k is None and torch.is_grad_enabled():
-            dense = x if isinstance(x, Tensor) else (x.to_dense(self._dtype()) if self._dense_one_hot(x) else None)
-            if dense is not None:  # training: the whole chain as one autograd node (population_mlp)
-                return population_mlp(dense, *self._layer_groups())
         h = x if k is None else _repeat(x, k)
         for i in range(last + 1):
             w, b = self._layer(i, k)
@@ -478,28 +373,6 @@ class BayesPopulation(nn.Module):
                 h = F.relu(h)
         assert isinstance(h, Tensor)  # a layer's output (there is at least one layer)
         return h if k is None else h.view(k, self.members, *h.shape[1:])
-
-    def _dtype(self) -> torch.dtype:
-        return (self._bayes(0).mu("weight") if self.bayesian else self._det(0).weight).dtype
-
-    def _dense_one_hot(self, x: OneHot) -> bool:
-        return one_hot_is_dense(x.features, x.index.shape[-1])
-
-    def _layer_groups(self) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
-        """Every layer's weights and biases by group (the Bayesian members' draw, then the
-        deterministic members'), uncatenated: (weights per layer, biases per layer)."""
-        ws: list[list[Tensor]] = [[] for _ in self.sizes[1:]]
-        bs: list[list[Tensor]] = [[] for _ in self.sizes[1:]]
-        for i in range(len(self.sizes) - 1):
-            if self.bayesian:
-                w, b = self._bayes(i).sample(None)
-                ws[i].append(w)
-                bs[i].append(b)
-            if self.deterministic:
-                lin = self._det(i)
-                ws[i].append(lin.weight)
-                bs[i].append(lin.bias)
-        return ws, bs
 
     def _layer(self, i: int, k: int | None) -> tuple[Tensor, Tensor]:
         """Layer i's weights and biases of every member, (members, ...) or (k * members, ...)."""

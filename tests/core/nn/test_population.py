@@ -9,7 +9,7 @@ import torch
 
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
 from bbb.errors import UserError
-from bbb.nn import BayesMLP, BayesPopulation, OneHot, model_kl, population_linear, population_mlp, sampling
+from bbb.nn import BayesMLP, BayesPopulation, OneHot, model_kl, population_linear, sampling
 from bbb.nn.population import DENSE_ONE_HOT_RATIO
 
 
@@ -149,72 +149,3 @@ def test_the_layers_alone_take_one_or_k_draws_per_member():
     assert y.shape == (2, 3, 7, 4) and not torch.allclose(y[0], y[1])
     det = PopulationLinear(3, 10, 4)
     torch.testing.assert_close(det(x.expand(2, *x.shape))[1], det(x))
-
-
-def _chain(x, weights, biases):
-    """The reference: population_linear layer by layer on the concatenated groups, ReLU between."""
-    h = x
-    for i, (w, b) in enumerate(zip(weights, biases)):
-        h = population_linear(h, torch.cat(w), torch.cat(b))
-        if i < len(weights) - 1:
-            h = torch.relu(h)
-    return h
-
-
-@pytest.mark.parametrize("sizes,groups", [([10, 8, 6, 1], (3, 2)), ([1, 12, 3], (4,)), ([7, 9, 16], (1, 1, 2))])
-def test_population_mlp_matches_the_layer_by_layer_chain_in_value_and_gradient(sizes, groups):
-    # one-output layers (a transposed product), one-input layers (an outer product) and plain ones
-    g = torch.Generator().manual_seed(3)
-    m, r = sum(groups), 11
-    weights = [[torch.randn(n, a, b, generator=g, dtype=torch.float64, requires_grad=True) for n in groups]
-               for a, b in zip(sizes[:-1], sizes[1:])]
-    biases = [[torch.randn(n, b, generator=g, dtype=torch.float64, requires_grad=True) for n in groups]
-              for b in sizes[1:]]
-    x = torch.randn(m, r, sizes[0], generator=g, dtype=torch.float64, requires_grad=True)
-    leaves = [x, *[t for ws in weights for t in ws], *[t for bs in biases for t in bs]]
-    up = torch.randn(m, r, sizes[-1], generator=g, dtype=torch.float64)
-    fast = population_mlp(x, weights, biases)
-    ref = _chain(x, weights, biases)
-    torch.testing.assert_close(fast, ref)
-    torch.testing.assert_close(torch.autograd.grad((fast * up).sum(), leaves),
-                               torch.autograd.grad((ref * up).sum(), leaves))
-    n = len(weights)
-    assert torch.autograd.gradcheck(
-        lambda x, *t: population_mlp(x, [list(t[i * len(groups):(i + 1) * len(groups)]) for i in range(n)],
-                                     [list(t[(n + i) * len(groups):(n + i + 1) * len(groups)]) for i in range(n)]),
-        tuple(leaves))
-
-
-def test_population_mlp_rejects_ragged_groups_and_trains_a_population_through_torch_func():
-    w = [[torch.zeros(2, 3, 4)], [torch.zeros(2, 4, 1), torch.zeros(1, 4, 1)]]
-    b = [[torch.zeros(2, 4)], [torch.zeros(2, 1)]]
-    with pytest.raises(UserError, match="one list of weight and bias groups per layer"):
-        population_mlp(torch.zeros(2, 5, 3), w, b)
-    # the training forward is one autograd.Function with setup_context: torch.func transforms see through it
-    pop = BayesPopulation(6, [5], 1, bayesian=0, deterministic=3, dtype=torch.float64)
-    x = torch.randn(3, 4, 6, dtype=torch.float64)
-    params = dict(pop.named_parameters())
-
-    def loss(p):
-        return torch.func.functional_call(pop, p, (x,)).pow(2).sum()
-
-    got = torch.func.grad(loss)(params)
-    want = torch.autograd.grad(loss(params), list(params.values()))
-    for name, ref in zip(params, want):
-        torch.testing.assert_close(got[name], ref)
-
-
-def test_a_population_trains_through_the_chain_and_decides_through_the_layers_alike():
-    """The training forward (grad enabled: population_mlp) and the layer-by-layer forward (no grad,
-    as a decision runs) give the same outputs for the same draw."""
-    pop = _pop()
-    x = _rows(5)
-    torch.manual_seed(4)
-    trained = pop(x)
-    torch.manual_seed(4)
-    with torch.no_grad():
-        decided = pop(x)
-    assert "PopulationMLP" in type(trained.grad_fn).__name__ and decided.grad_fn is None
-    torch.testing.assert_close(trained.detach(), decided)
-    with torch.no_grad():
-        assert not torch.allclose(pop.eval()(x), decided)  # the two were draws, not the means

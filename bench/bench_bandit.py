@@ -2,13 +2,14 @@
 
 Usage:
   python bench/bench_bandit.py [--members-per-agent 5] [--updates 640] [--threads 1] [--workers 1 2]
-                               [--optimizer adam|sgd] [--prior gaussian|mixture]
+                               [--optimizer adam|sgd] [--prior gaussian|mixture] [--agents bbb greedy]
 
 Times ``Population.update`` (one training step of every member on its own minibatch: the batched
 forward and backward pass of the :class:`bbb.nn.BayesPopulation`, the engine's fused step of the
 BBB members and ``torch.optim``'s of the others) and whole interactions (decision +
 ``updates_per_step`` updates) on the real UCI Mushroom data (or a random stand-in with
---synthetic), then projects the full protocol (4 agents x 5 seeds x 50,000 steps x 64 updates).
+--synthetic), then projects the full protocol (4 agents x 5 seeds x 50,000 steps x 64 updates; or
+the ``--agents`` given, e.g. one part of a run split by agents, ``bbb bandit --merge``).
 The warm-up updates absorb the engine's compilation. With ``--workers N`` the population is
 split over N processes, each timing its share concurrently, as ``bbb bandit --workers N`` runs
 it. Writes bench/results/bandit.json.
@@ -90,6 +91,8 @@ def _time_share(members, threads: int, updates: int, steps: int, synthetic: bool
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members-per-agent", type=int, default=5, help="seeds per agent (default 5)")
+    ap.add_argument("--agents", nargs="+", default=list(DEFAULT_AGENTS),
+                    help="the agents (default: the protocol's four); e.g. bbb greedy for one part of a split run")
     ap.add_argument("--updates", type=int, default=640, help="timed updates (default 640)")
     ap.add_argument("--steps", type=int, default=10, help="timed whole interactions (default 10)")
     ap.add_argument("--threads", type=int, default=1)
@@ -99,7 +102,7 @@ def main() -> None:
     ap.add_argument("--synthetic", action="store_true", help="random contexts instead of UCI Mushroom")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bandit.json"))
     args = ap.parse_args()
-    members = [(a, s) for a in DEFAULT_AGENTS for s in range(args.members_per_agent)]
+    members = [(a, s) for a in args.agents for s in range(args.members_per_agent)]
     recipe = {"optimizer": args.optimizer, "prior": args.prior}
     updates_total = FULL_STEPS * 64
     results = []
@@ -130,7 +133,7 @@ def main() -> None:
     load = os.getloadavg()
     info = {"results": results, "torch": torch.__version__, "python": platform.python_version(),
             "cpu": cpu_name(), "cpu_count": os.cpu_count(), "load_average_1_5_15": load,
-            "recipe": recipe, "synthetic": args.synthetic,
+            "recipe": recipe, "agents": list(args.agents), "synthetic": args.synthetic,
             "note": "timings on a shared machine; the load average shows how busy it was"}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,10 +3,14 @@
 # on the held-out seeds 8-12, which never influenced the choice, with the paper's protocol (BBB,
 # greedy, 1% and 5% greedy, 50,000 interactions each). The full protocol takes longer than one
 # 3-hour session on 2 cores (bench/README.md), and a session's files outside git do not reach the
-# next, so it runs as two parts that split the agents, each within a session, merged at the end:
-#   PART=1   --agents bbb greedy                 (the comparison of the targets)
-#   PART=2   --agents egreedy_0.01 egreedy_0.05
+# next, so it runs as two parts that split the agents, each within a session, merged at the end
+# (projected on 2 idle cores by `bench/bench_bandit.py --workers 2 --agents ...`: BBB alone 88 min,
+# the three greedy agents 118 min, the four together 203-225 min):
+#   PART=1   --agents bbb
+#   PART=2   --agents greedy egreedy_0.01 egreedy_0.05
 #   PART=merge   `bbb bandit --merge` of the two into $RESULTS (this folder)
+# Within a seed every agent faces the same mushrooms and coin flips from the same initial weights,
+# whichever part it runs in.
 # Each part is resumable within its session (the same command continues from its checkpoints; keep
 # WORKERS the same). A finished part's results (not its checkpoints) are copied into
 # $RESULTS/parts/partN/: commit them, so that the merge can run in a later session. Start a part
@@ -23,8 +27,8 @@ OUT=${OUT:-/work/bandit-runs/heldout}
 RESULTS=${RESULTS:-$here}
 SEEDS="8 9 10 11 12"
 case "${PART:?set PART=1, 2 or merge}" in
-  1) agents="bbb greedy" ;;
-  2) agents="egreedy_0.01 egreedy_0.05" ;;
+  1) agents="bbb" ;;
+  2) agents="greedy egreedy_0.01 egreedy_0.05" ;;
   merge)
     $PY -m bbb bandit --out "$RESULTS" --merge "$RESULTS/parts/part1" "$RESULTS/parts/part2" 2>&1 \
       | tee "$RESULTS/merge.log"

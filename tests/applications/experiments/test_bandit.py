@@ -4,6 +4,7 @@ test_bandit_cli.py). Everything runs on small synthetic data."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -384,8 +385,9 @@ def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
     """A run stopped after 25 steps (Ctrl-C, SIGTERM, a dead parent) checkpoints and returns
     False; resumed, it ends with the state of a run never stopped."""
     ctx, edible = tiny_mushrooms()
+    # noise 0.1: plain SGD at lr 0.01 diverges at the default 0.001 (its step is lr / noise^2)
     cfg = tiny_bandit_config(steps=60, agents=("bbb", "greedy"), seeds=(0,), optimizer=optimizer, lr=0.01,
-                    kl_data="seen", kl_weighting="blundell")
+                             noise_sigma=0.1, kl_data="seen", kl_weighting="blundell")
     members = [("bbb", 0), ("greedy", 0)]
     ck = tmp_path / "w.pt"
     calls = iter(range(100))
@@ -407,6 +409,20 @@ def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
     torch.save(st, ck)
     with pytest.raises(UserError, match="another version"):
         Population(cfg, members, ctx, edible).load(ck)
+
+
+def test_a_diverged_run_is_a_one_line_error_that_says_what_to_change():
+    """Plain SGD's step is lr / noise^2: at lr 0.01 and noise 0.001 the weights blow up; the run
+    stops at the next log step with a UserError naming the step size, instead of writing regret
+    rows of networks that output NaN (and so never eat)."""
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(steps=60, agents=("bbb", "greedy"), seeds=(0,), optimizer="sgd", lr=0.01,
+                             noise_sigma=0.001, log_every=10)
+    pop = Population(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
+    with pytest.raises(UserError, match=r"diverged by step 10 .*lr / noise_sigma\^2 = 10000: lower --lr"):
+        pop.run(60)
+    ok = Population(dataclasses.replace(cfg, noise_sigma=0.1), [("bbb", 0), ("greedy", 0)], ctx, edible)
+    assert ok.run(60) and len(ok.log_steps) == 6
 
 
 def test_a_checkpoint_loads_whatever_device_the_population_is_on(tmp_path, monkeypatch):

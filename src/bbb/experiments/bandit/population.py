@@ -262,10 +262,21 @@ class Population:
 
     # -- the loop -------------------------------------------------------------------------
     def _log(self) -> None:
+        self._check_finite()
         self.log_steps.append(self.step)
         self.log_regret.append(self.cum_regret.clone())
         self.log_expected.append(self.cum_expected.clone())
         self.log_eaten.append(self.cum_eaten.clone())
+
+    def _check_finite(self) -> None:
+        """A diverged member (a non-finite weight) is a one-line error, not regret rows of a network
+        that only outputs NaN (which never eats). Checked at every log step: one reduction."""
+        bad = [n for n, p in self.net.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            hint = (f"plain SGD's step on the loss is lr / noise_sigma^2 = {self.cfg.lr / self.cfg.noise_sigma**2:g}: "
+                    "lower --lr or raise --noise-sigma" if self.cfg.optimizer == "sgd" else
+                    "lower --lr or raise --noise-sigma")
+            raise UserError(f"bandit training diverged by step {self.step} (non-finite {bad[0]}); {hint}")
 
     def run(self, steps: int, checkpoint: Path | None = None, progress: bool = False,
             label: str = "", stop: Callable[[], bool] | None = None) -> bool:

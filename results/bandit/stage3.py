@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 BASE = "b6-noise01-seen-blundell"
+CHOICE_STEP = 20_000  # the rule's step: the choice among b6 and the confirmed screens
 LEARNERS = ("learner-adam-1e-3", "learner-sgd-1e-2", "learner-sgd-1e-3", "learner-adam-1e-4")
 
 
@@ -102,6 +103,8 @@ def main() -> int:
     if ranked:
         best = min(ranked, key=lambda r: (r["diff"], r["mean"]))
         print(f"lowest BBB - greedy at {args.step:,}: {best['run']} ({best['diff']:+,.0f}; BBB {best['mean']:,.0f})")
+        if args.step == CHOICE_STEP:
+            print(f"the choice: {best['run']}")
     return 0
 
 

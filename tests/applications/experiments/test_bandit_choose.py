@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from bbb.cli.entry import command_parser
-
 CHOOSE = Path(__file__).resolve().parents[3] / "results" / "bandit" / "choose.py"
 
 
@@ -87,29 +85,28 @@ def test_no_learner_run_is_a_one_line_error(tmp_path):
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "learner-" in r.stderr
 
 
-STAGE_TWO_RUNS = 8  # b1-b8 in SELECTION.md's plan
+STAGE3 = CHOOSE.parent / "stage3.py"
+#: the settings of a recipe: every agent's learner and BBB's posterior, prior, KL and decisions
+RECIPE = ("updates_per_step", "batch_size", "buffer", "hidden", "optimizer", "lr", "noise_sigma", "prior",
+          "prior_sigma", "pi", "sigma1", "sigma2", "sigma_init", "kl_scale", "kl_data", "kl_weighting",
+          "weight_decay", "decision_samples", "likelihood", "estimator", "kl_warmup")
 
 
 def test_bbb_bandit_defaults_are_the_committed_selections_choice():
-    """Once every stage-2 run of the plan is committed, ``bbb bandit``'s defaults must be the recipe that
-    choose.py picks from them (SELECTION.md: the chosen flags become the CLI's defaults)."""
+    """``bbb bandit``'s defaults are the recipe that the last stage of the selection chose from the
+    committed runs (SELECTION.md, stage 3: among b6 and the screens confirmed at 20,000 steps, the
+    lowest BBB - greedy; the chosen flags become the CLI's defaults)."""
     from bbb.experiments.bandit import BanditConfig
 
     root = CHOOSE.parent / "selection"
-    done = sorted(p.parent.name for p in root.glob("b*/summary.json"))
-    if len(done) < STAGE_TWO_RUNS:
-        pytest.skip(f"the selection is not finished ({len(done)} of {STAGE_TWO_RUNS} stage-2 runs committed)")
-    r = _choose(root)
+    r = subprocess.run([sys.executable, str(STAGE3), str(root), "--step", "20000"], capture_output=True,
+                       text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    recipe = r.stdout.strip().splitlines()[-1]
-    assert recipe.startswith("the recipe: ")
-    words = recipe[len("the recipe: "):].split()
+    choice = r.stdout.strip().splitlines()[-1]
+    assert choice.startswith("the choice: ")
+    chosen = json.loads((root / choice[len("the choice: "):] / "config.json").read_text())
     default = BanditConfig()
-    _, parser = command_parser("bandit")
-    dests = {opt: a.dest for a in parser._actions for opt in a.option_strings}  # --beta -> kl_scale
-    for flag, value in zip(words[::2], words[1::2]):
-        have = getattr(default, dests[flag])
-        if isinstance(have, str):
-            assert have == value, (flag, have, value)
-        else:
-            assert have == pytest.approx(float(value), rel=1e-3), (flag, have, value)
+    for key in RECIPE:
+        have = getattr(default, key)
+        have = list(have) if isinstance(have, tuple) else str(have) if isinstance(have, str) else have
+        assert have == (pytest.approx(chosen[key], rel=1e-9) if isinstance(have, float) else chosen[key]), key

@@ -140,7 +140,7 @@ class BanditConfig:
     hidden: tuple[int, ...] = (100, 100)
     optimizer: OptimizerKind = OptimizerKind.ADAM
     lr: float = 1e-3
-    noise_sigma: float = 0.1
+    noise_sigma: float = 0.001
     prior: PriorKind = PriorKind.GAUSSIAN
     prior_sigma: float = 1.0
     pi: float = 0.5

@@ -25,7 +25,8 @@ PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=$here/../../src
 OUT=${OUT:-/work/bandit-runs/heldout}
 RESULTS=${RESULTS:-$here}
-SEEDS="8 9 10 11 12"
+# SEEDS and STEPS only for a smoke test of this script, on other seeds than the held-out 8-12
+SEEDS=${SEEDS:-8 9 10 11 12}
 case "${PART:?set PART=1, 2 or merge}" in
   1) agents="bbb" ;;
   2) agents="greedy egreedy_0.01 egreedy_0.05" ;;
@@ -37,7 +38,6 @@ case "${PART:?set PART=1, 2 or merge}" in
 esac
 run="$OUT-part$PART"
 mkdir -p "$(dirname "$run")"
-# STEPS only for a smoke test of this script
 # shellcheck disable=SC2086  # the agents are separate words
 $PY -m bbb bandit --out "$run" --agents $agents --seeds $SEEDS --steps "${STEPS:-50000}" \
   --workers "${WORKERS:-2}" 2>&1 | tee -a "$run.log"

@@ -45,7 +45,7 @@ def test_merged_runs_hold_every_agents_rows_and_summary_as_run_and_the_marks_of_
     assert {"regret.png", "eating.png"} <= set(res["files"])
 
 
-def test_merging_other_settings_a_repeated_agent_or_an_unfinished_run_is_refused(parts, tmp_path):
+def test_merging_other_settings_a_repeated_agent_an_unfinished_run_or_onto_a_part_is_refused(parts, tmp_path):
     out, ctx, edible = parts
     other = tmp_path / "other"
     run_bandit(tiny_bandit_config(out=str(other), agents=("egreedy_0.05",), lr=0.5), contexts=ctx, edible=edible)
@@ -57,6 +57,10 @@ def test_merging_other_settings_a_repeated_agent_or_an_unfinished_run_is_refused
         merge_runs([out["a"], tmp_path / "nothing"], tmp_path / "m3", edible=edible)
     with pytest.raises(UserError, match="at least two"):
         merge_runs([out["a"]], tmp_path / "m4", edible=edible)
+    before = (out["a"] / "regret.csv").read_text()
+    with pytest.raises(UserError, match="is one of the runs to merge"):
+        merge_runs([out["a"], out["b"]], out["a"], edible=edible)
+    assert (out["a"] / "regret.csv").read_text() == before
     assert not (tmp_path / "m1").exists()
 
 

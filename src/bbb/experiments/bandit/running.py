@@ -360,6 +360,8 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     a part is unfinished, another settings' run, or shares an agent with another part."""
     if len(parts) < 2:
         raise UserError("--merge needs at least two finished runs")
+    if any(Path(p).resolve() == Path(out).resolve() for p in parts):
+        raise UserError(f"--out {out} is one of the runs to merge: write the merged run to another folder")
     read = [(Path(p), *_read_part(Path(p))) for p in parts]
     first_path, first, _, _ = read[0]
     agents: list[str] = []

@@ -273,10 +273,10 @@ class Population:
         that only outputs NaN (which never eats). Checked at every log step: one reduction."""
         bad = [n for n, p in self.net.named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
-            hint = (f"plain SGD's step on the loss is lr / noise_sigma^2 = {self.cfg.lr / self.cfg.noise_sigma**2:g}: "
-                    "lower --lr or raise --noise-sigma" if self.cfg.optimizer == "sgd" else
-                    "lower --lr or raise --noise-sigma")
-            raise UserError(f"bandit training diverged by step {self.step} (non-finite {bad[0]}); {hint}")
+            step = (f"plain SGD's step on the loss is lr / noise_sigma^2 = {self.cfg.lr / self.cfg.noise_sigma**2:g}: "
+                    if self.cfg.optimizer == "sgd" else "")
+            raise UserError(f"bandit training diverged by step {self.step} (non-finite {bad[0]}); {step}"
+                            "lower --lr or raise --noise-sigma")
 
     def run(self, steps: int, checkpoint: Path | None = None, progress: bool = False,
             label: str = "", stop: Callable[[], bool] | None = None) -> bool:

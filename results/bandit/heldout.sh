@@ -3,12 +3,14 @@
 # on the held-out seeds 8-12, which never influenced the choice, with the paper's protocol (BBB,
 # greedy, 1% and 5% greedy, 50,000 interactions each). The full protocol takes longer than one
 # 3-hour session on 2 cores (bench/README.md), and a session's files outside git do not reach the
-# next, so it runs as two parts that split the agents, each within a session, merged at the end
+# next, so it runs as three parts that split the agents, each within a session, merged at the end
 # (projected on 2 idle cores by `bench/bench_bandit.py --workers 2 --agents ...`: BBB alone 88 min,
-# the three greedy agents 118 min, the four together 203-225 min):
+# 1% + 5% greedy 74-76 min, the four together 203-225 min; greedy alone follows part 1 in the same
+# session):
 #   PART=1   --agents bbb
-#   PART=2   --agents greedy egreedy_0.01 egreedy_0.05
-#   PART=merge   `bbb bandit --merge` of the two into $RESULTS (this folder)
+#   PART=2   --agents greedy
+#   PART=3   --agents egreedy_0.01 egreedy_0.05
+#   PART=merge   `bbb bandit --merge` of the three into $RESULTS (this folder)
 # Within a seed every agent faces the same mushrooms and coin flips from the same initial weights,
 # whichever part it runs in.
 # Each part is resumable within its session (the same command continues from its checkpoints; keep
@@ -27,14 +29,15 @@ OUT=${OUT:-/work/bandit-runs/heldout}
 RESULTS=${RESULTS:-$here}
 # SEEDS and STEPS only for a smoke test of this script, on other seeds than the held-out 8-12
 SEEDS=${SEEDS:-8 9 10 11 12}
-case "${PART:?set PART=1, 2 or merge}" in
+case "${PART:?set PART=1, 2, 3 or merge}" in
   1) agents="bbb" ;;
-  2) agents="greedy egreedy_0.01 egreedy_0.05" ;;
+  2) agents="greedy" ;;
+  3) agents="egreedy_0.01 egreedy_0.05" ;;
   merge)
-    $PY -m bbb bandit --out "$RESULTS" --merge "$RESULTS/parts/part1" "$RESULTS/parts/part2" 2>&1 \
+    $PY -m bbb bandit --out "$RESULTS" --merge "$RESULTS"/parts/part{1,2,3} 2>&1 \
       | tee "$RESULTS/merge.log"
     exit 0 ;;
-  *) echo "PART must be 1, 2 or merge" >&2; exit 2 ;;
+  *) echo "PART must be 1, 2, 3 or merge" >&2; exit 2 ;;
 esac
 run="$OUT-part$PART"
 mkdir -p "$(dirname "$run")"

@@ -39,6 +39,7 @@ def test_tables_mark_the_lowest_mean_and_count_bbbs_seeds_below_greedy(tmp_path)
     assert "| 5,000 | **833** | 1,000 |" in lines  # mean cumulative regret at the last checkpoint
     assert "| 1,000-5,000 | **0.17** | 0.20 |" in lines  # expected regret per step over the stretch
     assert "| 2 | 1,500 | **1,000** |" in lines  # per seed: greedy lower on seed 2
+    assert "| seeds | 2 | 2 | 2 |" in lines  # below greedy at steps 1,000, 2,000 and 5,000
     assert lines[-1] == "BBB ends below greedy on 2 of 3 seeds."
 
 

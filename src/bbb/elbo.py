@@ -208,8 +208,8 @@ class ELBOOutput:
 
     ``loss = kl_weight * kl + nll``, where ``kl_weight`` is the coefficient applied (``beta`` times
     the minibatch's weight; a tensor when the weight was given as one); ``nll`` is summed over the
-    minibatch and averaged over the k samples; ``output`` holds the network outputs, (k, B, ...)
-    when k > 1.
+    minibatch and averaged over the k samples; ``output`` holds the network outputs (the tensor
+    the ELBO's ``output=`` selects, e.g. a ``ModelOutput``'s logits), (k, B, ...) when k > 1.
     """
 
     loss: Tensor

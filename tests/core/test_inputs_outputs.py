@@ -79,7 +79,9 @@ def test_every_tensor_with_the_batch_dimension_is_folded():
     assert [c["b"].tolist() for c in chunks] == [[0], [1]] and all(c["table"].shape == (1, 3) for c in chunks)
     assert split_targets({"input_ids": x["a"], "labels": x["b"]})[1] is x["b"]
     assert split_targets({"x": x["a"], "y": x["b"]}) == (x["a"], x["b"])
-    assert split_targets({"x": x["a"], "other": x["b"]})[1] is None  # a model's keyword x: not split
+    assert split_targets({"x": x["a"], "y": x["b"], "index": x["b"]}) == (x["a"], x["b"])  # (as before)
+    other = {"x": x["a"], "mask": x["b"]}
+    assert split_targets(other) == (other, None)  # a model's keywords x and mask: all inputs
 
 
 def test_outputs_tuple_mapping_and_output_key():
@@ -113,6 +115,11 @@ def test_a_table_shared_by_the_batch_is_each_samples_own():
     per_example = _samples(net, {"input_ids": ids, "position_ids": torch.arange(T).expand(4, -1)}, 4)
     assert torch.equal(shared, per_example)
     assert all(not torch.allclose(shared[a, 0], shared[b, 0]) for a in range(4) for b in range(a + 1, 4))
+    local = Keywords("tensor")
+    local.pos = BayesEmbedding(16, D, estimator="local")  # fresh noise per lookup: k lookups, then broadcast
+    out = _samples(local, ids[:1].expand(2, -1), 4)
+    assert torch.equal(out[:, 0], out[:, 1])  # the same example twice: each sample's B rows alike
+    assert all(not torch.allclose(out[a, 0], out[b, 0]) for a in range(4) for b in range(a + 1, 4))
     # any other row count is still the clear error
     with pytest.raises(bbb.UserError, match="BayesEmbedding: inside a 4-sample pass"):
         _samples(net, {"input_ids": ids, "position_ids": torch.arange(T).expand(2, -1)}, 4)

@@ -40,7 +40,9 @@ class BayesEmbedding(BayesModule):
     ``padding_idx`` row 0).
 
     Inside a k-sample fold the indices' batch dimension is the fold's (1 for a sequence-first
-    model) when they have at least that many dimensions + 1, else 0.
+    model) when they have at least that many dimensions + 1, else 0. Indices with one row there
+    (a table shared by the batch: Hugging Face's ``position_ids`` of shape (1, T)) are looked up
+    by each of the k sampled tables and broadcast over its B rows: the output has k*B rows.
     """
 
     _param_names = ("weight",)

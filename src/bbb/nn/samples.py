@@ -427,15 +427,18 @@ def split_inputs(inputs: Any, size: int, batch_dim: int = 0) -> list[Any]:
 
 def split_targets(batch: Any) -> tuple[Any, Tensor | None]:
     """(the model's inputs, the targets or None) of a batch: a mapping's ``"labels"`` (Hugging Face)
-    is the target and is left out of the inputs; a ``{"x": inputs, "y": targets}`` mapping (keys
-    ``x``/``input`` and ``y``/``target``/``label`` only) gives ``x`` and ``y``; anything else is
-    all inputs. A ``(inputs, targets)`` tuple is *not* split (a tuple is the model's arguments)."""
+    is the target and is left out of the inputs; a ``{"x": inputs, "y": targets}`` mapping (a key
+    ``x``/``input`` with one of ``y``/``target``/``label``, or ``x`` alone) gives ``x`` and ``y``
+    (other keys are not read, as in earlier versions); anything else is all inputs. A
+    ``(inputs, targets)`` tuple is *not* split (a tuple is the model's arguments)."""
     if not isinstance(batch, Mapping):
         return batch, None
     if any(key in batch for key in TARGET_KEYS):
         y = next(batch[key] for key in TARGET_KEYS if key in batch)
         return {key: v for key, v in batch.items() if key not in TARGET_KEYS}, y
-    if set(batch) <= {*_OLD_INPUT_KEYS, *_OLD_TARGET_KEYS} and any(key in batch for key in _OLD_INPUT_KEYS):
+    old = any(key in batch for key in _OLD_INPUT_KEYS) and (
+        any(key in batch for key in _OLD_TARGET_KEYS) or set(batch) <= {*_OLD_INPUT_KEYS, *_OLD_TARGET_KEYS})
+    if old:
         x = next(batch[key] for key in _OLD_INPUT_KEYS if key in batch)
         y = next((batch[key] for key in _OLD_TARGET_KEYS if key in batch), None)
         return x, y if isinstance(y, Tensor) else None

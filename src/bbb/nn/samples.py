@@ -430,7 +430,10 @@ def split_targets(batch: Any) -> tuple[Any, Tensor | None]:
     is the target and is left out of the inputs; a ``{"x": inputs, "y": targets}`` mapping (a key
     ``x``/``input`` with one of ``y``/``target``/``label``, or ``x`` alone) gives ``x`` and ``y``
     (other keys are not read, as in earlier versions); anything else is all inputs. A
-    ``(inputs, targets)`` tuple is *not* split (a tuple is the model's arguments)."""
+    ``(inputs, targets)`` tuple is *not* split (a tuple is the model's arguments).
+
+    >>> inputs, labels = split_targets({"input_ids": ids, "attention_mask": mask, "labels": y})
+    """
     if not isinstance(batch, Mapping):
         return batch, None
     if any(key in batch for key in TARGET_KEYS):
@@ -447,7 +450,10 @@ def split_targets(batch: Any) -> tuple[Any, Tensor | None]:
 
 def call_model(model: Callable[..., Any], inputs: Any) -> Any:
     """``model(*x)`` for a tuple/list, ``model(**x)`` for a mapping, else ``model(x)`` (a tensor, or
-    any other one value: a named tuple, an object of the model's own)."""
+    any other one value: a named tuple, an object of the model's own).
+
+    >>> logits = select_output(call_model(bert, {"input_ids": ids, "attention_mask": mask}))
+    """
     if isinstance(inputs, Mapping):
         return model(**inputs)
     if _is_args(inputs):
@@ -465,7 +471,11 @@ def check_output(output: Any) -> str | int | None:
 def select_output(y: Any, output: str | int | None = None) -> Tensor:
     """The tensor of a model's output: the output itself when it is a tensor; of a tuple/list its
     first element; of a mapping or a transformers ``ModelOutput`` its ``"logits"``. ``output``
-    names another key (or a tuple's index). Anything else is a one-line error naming what there is."""
+    names another key (or a tuple's index). Anything else is a one-line error naming what there is.
+
+    >>> select_output({"loss": loss, "logits": logits}) is logits
+    True
+    """
     check_output(output)
     if isinstance(y, Tensor) and output is None:
         return y

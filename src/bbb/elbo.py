@@ -23,8 +23,8 @@ from torch import Tensor
 
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
-from .nn import SampleRecorder, forward_samples, model_kl
-from .nn.samples import PROVIDER
+from .nn import SampleRecorder, forward_samples, model_kl, warn_not_bayesian
+from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
 from .options import StrOption
 
 __all__ = [
@@ -208,8 +208,8 @@ class ELBOOutput:
 
     ``loss = kl_weight * kl + nll``, where ``kl_weight`` is the coefficient applied (``beta`` times
     the minibatch's weight; a tensor when the weight was given as one); ``nll`` is summed over the
-    minibatch and averaged over the k samples; ``output`` holds the network outputs, (k, B, ...)
-    when k > 1.
+    minibatch and averaged over the k samples; ``output`` holds the network outputs (the tensor
+    the ELBO's ``output=`` selects, e.g. a ``ModelOutput``'s logits), (k, B, ...) when k > 1.
     """
 
     loss: Tensor
@@ -252,6 +252,9 @@ class ELBO(nn.Module):
             the prior (a "cold" posterior), beta > 1 up-weights it. Unlike ``kl_weighting``
             (the split of one KL over the M minibatches of an epoch, normalised to sum to 1),
             beta changes the objective.
+        output: which part of the model's output holds the predictions when it is not a tensor:
+            None takes a tuple's first element and a mapping's or a transformers ``ModelOutput``'s
+            ``"logits"``; a key (or a tuple's index) names another (:func:`bbb.nn.samples.select_output`).
 
     The ELBO does not own the model: ``elbo.state_dict()`` and ``elbo.parameters()`` hold only the
     likelihood's own state (e.g. a learned noise ``raw_sigma``), so keeping both ``net`` and
@@ -271,6 +274,11 @@ class ELBO(nn.Module):
         >>> out = elbo(x, y, batch_index=i)   # i = 0 .. M-1 within the epoch
         >>> out.loss.backward()
 
+        A Hugging Face model and batch as they come: the mapping's ``"labels"`` are the targets,
+        the rest the model's keyword inputs, the output's ``logits`` the predictions:
+
+        >>> out = ELBO(bert, num_batches=len(loader), num_samples=4)(batch, batch_index=i)
+
         Regression on standardised targets, the noise learned (docs/regression.md):
 
         >>> elbo = ELBO(net, Gaussian(learn_sigma=True), num_batches=len(loader), kl_weighting="uniform")
@@ -289,8 +297,10 @@ class ELBO(nn.Module):
         kl: KLMode | str = KLMode.AUTO,
         beta: float = 1.0,
         kl_samples: int | None = None,
+        output: str | int | None = None,
     ) -> None:
         super().__init__()
+        self.output = check_output(output)
         self.beta = check_float("beta", beta, 0.0)
         num_samples = check_int("num_samples", num_samples)
         num_batches = check_int("num_batches", num_batches)
@@ -315,8 +325,8 @@ class ELBO(nn.Module):
 
     def forward(
         self,
-        x: Tensor,
-        y: Tensor,
+        inputs: Inputs,
+        y: Tensor | None = None,
         batch_index: int = 0,
         kl_weight: float | Tensor | None = None,
         generator: torch.Generator | None = None,
@@ -324,7 +334,18 @@ class ELBO(nn.Module):
         """The objective of minibatch ``batch_index`` (its KL weight), or with the KL weight
         ``kl_weight``: a number, or a one-element floating tensor, read where it lives (a training
         loop on a GPU keeps it on the device and updates it in place: no host sync, and a captured
-        CUDA graph reads each batch's weight); a tensor's value is not checked (that would read it)."""
+        CUDA graph reads each batch's weight); a tensor's value is not checked (that would read it).
+
+        ``inputs``: a tensor (``model(x)``), a tuple of arguments (``model(*x)``) or a mapping of
+        keyword tensors (``model(**x)``). ``y``: the targets; None takes them from a mapping
+        batch, its ``"labels"`` (Hugging Face) or the ``"y"`` of an ``{"x", "y"}`` batch, which are
+        then not passed to the model (:func:`bbb.nn.samples.split_targets`). The model's output may
+        be a tensor, a tuple, a mapping or a ``ModelOutput`` (the ELBO's ``output=``)."""
+        if y is None:
+            inputs, y = split_targets(inputs)
+            if y is None:
+                raise UserError(f"the ELBO needs targets: pass y, or a mapping batch with 'labels' (got "
+                                f"{type(inputs).__name__})")
         if isinstance(kl_weight, Tensor):
             if kl_weight.numel() != 1 or not kl_weight.is_floating_point():
                 raise UserError(f"kl_weight must be a number or a one-element floating tensor, got a "
@@ -335,8 +356,13 @@ class ELBO(nn.Module):
         if provider is not None:
             self._check_trained(provider)
         k = self.num_samples
+        if not torch.compiler.is_compiling():
+            warn_not_bayesian(self.model, "the ELBO")
         with SampleRecorder(generator) as rec:
-            output = self.model(x) if k == 1 else forward_samples(self.model, x, k)
+            if k == 1:
+                output = select_output(call_model(self.model, inputs), self.output)
+            else:
+                output = forward_samples(self.model, inputs, k, output=self.output)
         nll = -self.likelihood.log_prob(output, y).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
         weight: float | Tensor
@@ -360,4 +386,5 @@ class ELBO(nn.Module):
             self.kl_weighting, "value", "custom")
         return (f"num_batches={self.num_batches}, kl_weighting={kw}, num_samples={self.num_samples}, "
                 f"kl={self.kl_mode.value}, beta={self.beta:g}"
-                + ("" if self.kl_samples is None else f", kl_samples={self.kl_samples}"))
+                + ("" if self.kl_samples is None else f", kl_samples={self.kl_samples}")
+                + ("" if self.output is None else f", output={self.output!r}"))

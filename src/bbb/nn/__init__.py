@@ -36,7 +36,7 @@ from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, 
 from .conv import *  # noqa: F403 - the names of conv.__all__, which __all__ takes in (below)
 from .embedding import BayesEmbedding, BayesEmbeddingBag
 from .layers import BayesLinear, PerSample
-from .model import BayesMLP, bayes_modules, model_kl, sampling
+from .model import BayesMLP, bayes_modules, mark_deterministic, model_kl, sampling, warn_not_bayesian
 from .population import (
     BayesPopulation,
     OneHot,
@@ -49,12 +49,15 @@ from .recurrent import BayesGRU, BayesLSTM, BayesRNN
 from .samples import (
     SampleProvider,
     SampleRecorder,
+    call_model,
     folded_samples,
     forward_samples,
     leading_samples,
     model_batch_dim,
     providing_samples,
+    select_output,
     shared_samples,
+    split_targets,
 )
 
 
@@ -85,10 +88,15 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "call_model",
+    "select_output",
+    "split_targets",
     "leading_samples",
     "model_batch_dim",
     "bayes_modules",
     "model_kl",
+    "warn_not_bayesian",
+    "mark_deterministic",
     "DEFAULT_RHO_INIT",
     "DEFAULT_PI",
     "DEFAULT_SIGMA1",

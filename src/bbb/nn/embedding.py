@@ -40,7 +40,9 @@ class BayesEmbedding(BayesModule):
     ``padding_idx`` row 0).
 
     Inside a k-sample fold the indices' batch dimension is the fold's (1 for a sequence-first
-    model) when they have at least that many dimensions + 1, else 0.
+    model) when they have at least that many dimensions + 1, else 0. Indices with one row there
+    (a table shared by the batch: Hugging Face's ``position_ids`` of shape (1, T)) are looked up
+    by each of the k sampled tables and broadcast over its B rows: the output has k*B rows.
     """
 
     _param_names = ("weight",)
@@ -123,6 +125,21 @@ class BayesEmbedding(BayesModule):
         w = self._masked("weight", self._draw("weight", k)[2])
         return sidx, w.reshape(k * v, self.embedding_dim)
 
+    def _forward_folded(self, idx: Tensor, k: int, d: int) -> Tensor:
+        """Indices with k*B rows along ``d`` (sample j's on rows j*B..), each looked up in its sample's table."""
+        if self.estimator is Estimator.LOCAL:  # fresh noise per lookup
+            return self._local_rows(idx)
+        if idx.dim() == 0 or idx.shape[d] % k:
+            raise UserError(f"{type(self).__name__}: inside a {k}-sample pass (the samples folded into the batch "
+                            f"dimension) it got indices of shape {tuple(idx.shape)}, not k*B rows along dim {d} "
+                            "(nor 1 row, a table shared by the batch); keep the batch dimension (for a "
+                            "sequence-first model batch_dim=1)")
+        shape = [1] * idx.dim()
+        shape[d] = idx.shape[d]
+        sample = torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
+        sidx, w = self._stacked(idx, sample, k)
+        return F.embedding(sidx, w, scale_grad_by_freq=self.scale_grad_by_freq)
+
     def forward(self, input: Tensor) -> Tensor:
         idx = input
         fold = FOLD.get()
@@ -131,7 +148,13 @@ class BayesEmbedding(BayesModule):
                             f"{tuple(idx.shape)}, expand_samples): an embedding reads every dimension as the "
                             "batch's, so the k copies would share one weight sample and a mean over dim 1 would "
                             "average the batch; use forward_samples(net, x, k) or predict(net, x, k)")
-        if not self.is_sampling():
+        d = 0 if fold is None else (fold.dim if idx.dim() >= fold.dim + 1 else 0)
+        if fold is not None and fold.k > 1 and self.is_sampling() and fold.shared(idx, d):
+            # indices shared by the batch (positions (1, T)): each of the k samples looks them up
+            # in its own table once, broadcast over its B rows
+            out = fold.broadcast(self._forward_folded(idx.expand(*idx.shape[:d], fold.k, *idx.shape[d + 1:]),
+                                                      fold.k, d).unsqueeze(d + 1).movedim(d, 0), d)
+        elif not self.is_sampling():
             out = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
         elif self.estimator is Estimator.LOCAL:  # fresh noise per lookup: nothing to unfold in a fold
             out = self._local_rows(idx)
@@ -139,19 +162,7 @@ class BayesEmbedding(BayesModule):
             w = self._masked("weight", self._draw("weight", None)[2])
             out = F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)
         else:
-            k = fold.k
-            d = fold.dim if idx.dim() >= fold.dim + 1 else 0
-            if idx.dim() == 0 or idx.shape[d] % k:
-                raise UserError(f"{type(self).__name__}: inside a {k}-sample pass (the samples folded into the batch "
-                                f"dimension) it got indices of shape {tuple(idx.shape)}, not k*B rows along dim {d}; "
-                                "keep the batch dimension (for a sequence-first model batch_dim=1); index a "
-                                "table shared by the batch (positions) per example, e.g. with "
-                                "torch.arange(T).expand(B, -1)")
-            shape = [1] * idx.dim()
-            shape[d] = idx.shape[d]
-            sample = torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
-            sidx, w = self._stacked(idx, sample, k)
-            out = F.embedding(sidx, w, scale_grad_by_freq=self.scale_grad_by_freq)
+            out = self._forward_folded(idx, fold.k, d)
         if self.padding_idx is not None:
             out = out.masked_fill((idx == self.padding_idx).unsqueeze(-1), 0.0)
         return out

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -16,7 +18,7 @@ from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, leading_samples
 
-__all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling"]
+__all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling", "warn_not_bayesian", "mark_deterministic"]
 
 
 #: in-place where the activation allows it (the layers' outputs are fresh tensors)
@@ -86,6 +88,34 @@ def bayes_modules(model: nn.Module) -> Iterator[BayesModule]:
     for m in model.modules():
         if isinstance(m, BayesModule):
             yield m
+
+
+#: the models :func:`warn_not_bayesian` has looked at (or :func:`mark_deterministic` named): each is looked at once
+_LOOKED_AT: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def warn_not_bayesian(model: nn.Module, who: str) -> None:
+    """Warn (``UserWarning``), once per model, that ``model`` has no Bayesian layer: ``who``
+    (predict, evaluate, the ELBO) then samples nothing (k equal samples, a KL of 0). A model named
+    by :func:`mark_deterministic` is not warned about."""
+    if model in _LOOKED_AT:
+        return
+    _LOOKED_AT.add(model)
+    if next(bayes_modules(model), None) is None:
+        warnings.warn(f"{who}: {type(model).__name__} has no Bayesian layer, so nothing is sampled (the k samples are "
+                      "equal, the KL is 0): convert it with bbb.bayesianize(model) first, or call "
+                      "bbb.nn.mark_deterministic(model) for a deterministic baseline", UserWarning, stacklevel=3)
+
+
+def mark_deterministic(model: nn.Module) -> nn.Module:
+    """Say that ``model`` is deterministic on purpose (a baseline): :func:`~bbb.uncertainty.predict`,
+    :func:`~bbb.uncertainty.evaluate` and the :class:`~bbb.elbo.ELBO` then do not warn that it has no
+    Bayesian layer. Returns ``model``.
+
+    >>> baseline = bbb.nn.mark_deterministic(nn.Sequential(nn.Linear(4, 2)))
+    """
+    _LOOKED_AT.add(model)
+    return model
 
 
 def model_kl(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -26,6 +26,18 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "Inputs",
+    "TARGET_KEYS",
+    "call_model",
+    "select_output",
+    "check_output",
+    "split_targets",
+    "map_inputs",
+    "input_tensors",
+    "check_inputs",
+    "input_batch_size",
+    "fold_inputs",
+    "split_inputs",
     "leading_samples",
     "LEADING",
     "fold_samples",
@@ -226,6 +238,19 @@ class _Fold:
     source: Tensor | None = None  # the (B, ...) input whose k copies the model was given
     folded: Tensor | None = None  # that (k*B, ...) input
     dim: int = 0  # the batch dimension of the model's input: 0 (batch first) or 1 (sequence first)
+    b: int | None = None  # B, the examples of the batch (None: not known, inside folded_samples)
+
+    def shared(self, t: Tensor, d: int) -> bool:
+        """Whether ``t`` (a layer's input, batch along ``d``) is a table shared by the batch: 1 row
+        where k*B are expected. Each of the k samples then computes it once, broadcast over B rows."""
+        return self.b is not None and t.dim() > d and t.shape[d] == 1 and self.k * self.b != 1
+
+    def broadcast(self, y: Tensor, d: int) -> Tensor:
+        """(k, ..., 1, ...) -> (..., k*B, ...): each sample's result repeated over its B rows."""
+        assert self.b is not None
+        shape = list(y.shape)
+        shape[d + 1] = self.b
+        return refold(y.expand(shape), d)
 
 
 #: k samples folded into the batch dimension (None outside :func:`folded_samples` and
@@ -302,46 +327,227 @@ def model_batch_dim(model: nn.Module) -> int:
     return 1 if firsts == {False} else 0
 
 
-def forward_samples(model: nn.Module, x: Tensor, num_samples: int, batch_dim: int | None = None) -> Tensor:
-    """``model`` on ``x`` (B, ...) with ``num_samples`` = k weight samples: output (k, B, ...).
+# --------------------------------------------------------------------------------------------
+# The model's inputs and outputs as models have them: a tensor, a tuple of arguments or a mapping
+# of keyword tensors in; a tensor, a tuple, a mapping or a transformers ModelOutput out
+# --------------------------------------------------------------------------------------------
+
+#: a model's inputs: a tensor (``model(x)``), a tuple/list of arguments (``model(*x)``) or a mapping of
+#: keyword arguments (``model(**x)``, e.g. a Hugging Face batch)
+Inputs = Tensor | tuple | list | Mapping[str, Any]
+
+#: the keys of a mapping batch that hold the targets (not passed to the model): Hugging Face's
+#: ``labels``; the ``{"x": inputs, "y": targets}`` batches of earlier versions read ``y``/``target``/``label``
+TARGET_KEYS = ("labels",)
+_OLD_INPUT_KEYS, _OLD_TARGET_KEYS = ("x", "input"), ("y", "target", "label")
+
+
+def _is_args(inputs: Any) -> bool:
+    """A tuple or list of model arguments (a named tuple, e.g. a ``PackedSequence``, is one value)."""
+    return isinstance(inputs, (tuple, list)) and not hasattr(type(inputs), "_fields")
+
+
+def _describe(inputs: Any) -> str:
+    if isinstance(inputs, Tensor):
+        return f"a tensor of shape {tuple(inputs.shape)}"
+    if isinstance(inputs, Mapping):
+        return f"a mapping with keys {', '.join(map(str, inputs))}"
+    return f"a {type(inputs).__name__}"
+
+
+def map_inputs(inputs: Any, fn: Callable[[Tensor], Any]) -> Any:
+    """``inputs`` with ``fn`` applied to every tensor in it (inside tuples, lists and mappings, a
+    mapping comes back a ``dict``); anything else is kept as it is."""
+    if isinstance(inputs, Tensor):
+        return fn(inputs)
+    if isinstance(inputs, Mapping):
+        return {key: map_inputs(v, fn) for key, v in inputs.items()}
+    if _is_args(inputs):
+        items = [map_inputs(v, fn) for v in inputs]
+        return items if isinstance(inputs, list) else tuple(items)
+    return inputs
+
+
+def input_tensors(inputs: Any) -> Iterator[Tensor]:
+    """Every tensor in ``inputs``, in order (arguments, then keywords in the mapping's order)."""
+    if isinstance(inputs, Tensor):
+        yield inputs
+    elif isinstance(inputs, Mapping):
+        for v in inputs.values():
+            yield from input_tensors(v)
+    elif _is_args(inputs):
+        for v in inputs:
+            yield from input_tensors(v)
+
+
+def check_inputs(inputs: Any, who: str = "the model's inputs") -> None:
+    """A one-line error unless ``inputs`` is a tensor, a tuple/list or a mapping with a tensor in it."""
+    if not (isinstance(inputs, (Tensor, Mapping)) or _is_args(inputs)):
+        raise UserError(f"{who}: expected a tensor, a tuple of model arguments or a mapping of keyword tensors "
+                        f"(model(x), model(*x), model(**x)), got {type(inputs).__name__}")
+
+
+def input_batch_size(inputs: Any, batch_dim: int = 0) -> int:
+    """B: the size along ``batch_dim`` of the first tensor of ``inputs`` that has that dimension
+    (the first argument, or a mapping's first key, e.g. ``input_ids``)."""
+    check_inputs(inputs)
+    for t in input_tensors(inputs):
+        if t.dim() > batch_dim:
+            return t.shape[batch_dim]
+    raise UserError(f"the model's inputs ({_describe(inputs)}) hold no tensor with a batch dimension {batch_dim}"
+                    + (f" (shape {tuple(inputs.shape)})" if isinstance(inputs, Tensor) else ""))
+
+
+def _batched(t: Tensor, b: int, d: int) -> bool:
+    return t.dim() > d and t.shape[d] == b
+
+
+def fold_inputs(inputs: Any, k: int, batch_dim: int = 0, batch_size: int | None = None) -> Any:
+    """``inputs`` with every tensor that has the batch dimension (``batch_size`` rows along
+    ``batch_dim``; None: :func:`input_batch_size`) repeated ``k`` times along it, copy j on rows
+    ``j*B .. j*B+B-1``: the input of a k-sample pass. Other tensors (a shared table, a scalar) and
+    non-tensors are passed as they are."""
+    b = input_batch_size(inputs, batch_dim) if batch_size is None else batch_size
+    return map_inputs(inputs, lambda t: refold(t.unsqueeze(0).expand(k, *t.shape), batch_dim)
+                      if _batched(t, b, batch_dim) else t)
+
+
+def split_inputs(inputs: Any, size: int, batch_dim: int = 0) -> list[Any]:
+    """``inputs`` in chunks of ``size`` examples: every tensor with the batch dimension is split
+    along it (as ``torch.split``), the rest is passed to every chunk as it is."""
+    size = check_int("batch_size", size)
+    b = input_batch_size(inputs, batch_dim)
+
+    def chunk(start: int) -> Any:
+        n = min(size, b - start)
+        return map_inputs(inputs, lambda t: t.narrow(batch_dim, start, n) if _batched(t, b, batch_dim) else t)
+
+    return [chunk(start) for start in range(0, b, size)]
+
+
+def split_targets(batch: Any) -> tuple[Any, Tensor | None]:
+    """(the model's inputs, the targets or None) of a batch: a mapping's ``"labels"`` (Hugging Face)
+    is the target and is left out of the inputs; a ``{"x": inputs, "y": targets}`` mapping (a key
+    ``x``/``input`` with one of ``y``/``target``/``label``, or ``x`` alone) gives ``x`` and ``y``
+    (other keys are not read, as in earlier versions); anything else is all inputs. A
+    ``(inputs, targets)`` tuple is *not* split (a tuple is the model's arguments).
+
+    >>> inputs, labels = split_targets({"input_ids": ids, "attention_mask": mask, "labels": y})
+    """
+    if not isinstance(batch, Mapping):
+        return batch, None
+    if any(key in batch for key in TARGET_KEYS):
+        y = next(batch[key] for key in TARGET_KEYS if key in batch)
+        return {key: v for key, v in batch.items() if key not in TARGET_KEYS}, y
+    old = any(key in batch for key in _OLD_INPUT_KEYS) and (
+        any(key in batch for key in _OLD_TARGET_KEYS) or set(batch) <= {*_OLD_INPUT_KEYS, *_OLD_TARGET_KEYS})
+    if old:
+        x = next(batch[key] for key in _OLD_INPUT_KEYS if key in batch)
+        y = next((batch[key] for key in _OLD_TARGET_KEYS if key in batch), None)
+        return x, y if isinstance(y, Tensor) else None
+    return batch, None
+
+
+def call_model(model: Callable[..., Any], inputs: Any) -> Any:
+    """``model(*x)`` for a tuple/list, ``model(**x)`` for a mapping, else ``model(x)`` (a tensor, or
+    any other one value: a named tuple, an object of the model's own).
+
+    >>> logits = select_output(call_model(bert, {"input_ids": ids, "attention_mask": mask}))
+    """
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    if _is_args(inputs):
+        return model(*inputs)
+    return model(inputs)
+
+
+def check_output(output: Any) -> str | int | None:
+    """``output=`` (:func:`select_output`): None, a key (str) or an index (int); else a one-line error."""
+    if isinstance(output, bool) or not (output is None or isinstance(output, (str, int))):
+        raise UserError(f"output= must be a key of the model's output (a str), an index or None, got {output!r}")
+    return output
+
+
+def select_output(y: Any, output: str | int | None = None) -> Tensor:
+    """The tensor of a model's output: the output itself when it is a tensor; of a tuple/list its
+    first element; of a mapping or a transformers ``ModelOutput`` its ``"logits"``. ``output``
+    names another key (or a tuple's index). Anything else is a one-line error naming what there is.
+
+    >>> select_output({"loss": loss, "logits": logits}) is logits
+    True
+    """
+    check_output(output)
+    if isinstance(y, Tensor) and output is None:
+        return y
+    if isinstance(y, Mapping):
+        key = "logits" if output is None else output
+        got = y.get(key) if isinstance(key, str) else None
+        if isinstance(got, Tensor):
+            return got
+        keys = ", ".join(map(str, y)) or "(none)"
+        raise UserError(f"the model returned a {type(y).__name__} with keys {keys}, {key!r} not a tensor among "
+                        "them: pass output= the key of the network's predictions (e.g. ELBO(..., output='logits'))")
+    if _is_args(y) and y:
+        i = 0 if output is None else output
+        if isinstance(i, int) and -len(y) <= i < len(y) and isinstance(y[i], Tensor):
+            return y[i]
+        kinds = ", ".join(type(v).__name__ for v in y)
+        raise UserError(f"the model returned a {type(y).__name__} ({kinds}): output={output!r} selects no tensor "
+                        "in it; pass output= the index of its predictions")
+    what = "a tensor" if isinstance(y, Tensor) else f"a {type(y).__name__}"
+    raise UserError(f"the model returned {what}, where a tensor, a tuple, a mapping or a ModelOutput was expected"
+                    + ("" if output is None else f" (output={output!r} selects a key or an index)"))
+
+
+def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_dim: int | None = None,
+                    output: str | int | None = None) -> Tensor:
+    """``model`` on ``inputs`` (B examples) with ``num_samples`` = k weight samples: output (k, B, ...).
 
     Works for any network whose layers keep the batch dimension (see :func:`folded_samples`): the
     input is repeated k times along the batch dimension, every Bayesian layer uses one weight
     sample per copy, and the output is unfolded. The model's own sampling mode still applies
     (``train()`` samples, ``eval()`` uses the mean unless inside :func:`sampling`).
 
-    ``batch_dim``: the batch dimension of ``x``; None reads it from the model (1 for a
+    ``inputs``: a tensor (``model(x)``), a tuple/list of arguments (``model(*x)``) or a mapping of
+    keyword arguments (``model(**x)``, e.g. ``{"input_ids": ..., "attention_mask": ...}``). B is the
+    batch size of its first tensor; every tensor with B rows along the batch dimension is repeated
+    k times (:func:`fold_inputs`), the rest passed as is. A table shared by the batch (a
+    ``position_ids`` of shape (1, T)) reaches each Bayesian layer with 1 row: each of the k sampled
+    networks reads its own table, broadcast over its B rows. ``output``: which part of the model's
+    output holds the predictions (:func:`select_output`: a tuple's first element, a mapping's or a
+    ``ModelOutput``'s ``"logits"`` by default).
+
+    ``batch_dim``: the batch dimension of the inputs; None reads it from the model (1 for a
     sequence-first model, inputs ``(T, B, ...)``: :func:`model_batch_dim`). The output's samples are
     unfolded from the same dimension when it has ``k*B`` rows there, else from dim 0 (e.g. a
     sequence-first classifier that pools over time); the sample dimension always comes first.
 
     >>> with sampling(net, "sample"):
     ...     logits = forward_samples(net, x, 10)     # (10, B, classes), 10 different networks
+    ...     logits = forward_samples(bert, {"input_ids": ids, "attention_mask": mask}, 10)
     """
     k = check_int("num_samples", num_samples)
-    if not isinstance(x, Tensor) or x.dim() < 1:
-        raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {x!r:.80}")
+    if isinstance(inputs, Tensor) and inputs.dim() < 1:
+        raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {inputs!r:.80}")
+    check_inputs(inputs, "forward_samples")
     d = model_batch_dim(model) if batch_dim is None else _check_dim(batch_dim)
-    if x.dim() <= d:
-        raise UserError(f"an input of shape {tuple(x.shape)} has no batch dimension {d}")
-    b = x.shape[d]
+    b = input_batch_size(inputs, d)
     if k == 1:
-        return _unfold_output(model(x), 1, b, d)
-    if d == 0 and getattr(model, "accepts_sample_dim", False):  # (k, B, ...) natively: no folding
-        with leading_samples():
-            return model(x.unsqueeze(0).expand(k, *x.shape))
-    xf = refold(x.unsqueeze(0).expand(k, *x.shape), d)
-    token = FOLD.set(_Fold(k, x if d == 0 else None, xf if d == 0 else None, d))
+        return _unfold_output(select_output(call_model(model, inputs), output), 1, b, d)
+    if isinstance(inputs, Tensor) and d == 0 and getattr(model, "accepts_sample_dim", False):
+        with leading_samples():  # (k, B, ...) natively: no folding
+            return select_output(model(inputs.unsqueeze(0).expand(k, *inputs.shape)), output)
+    folded = fold_inputs(inputs, k, d, b)
+    src = inputs if isinstance(inputs, Tensor) and d == 0 else None  # a layer fed it reads it unfolded
+    token = FOLD.set(_Fold(k, src, folded if src is not None else None, d, b))
     try:
-        y = model(xf)
+        y = call_model(model, folded)
     finally:
         FOLD.reset(token)
-    return _unfold_output(y, k, b, d)
+    return _unfold_output(select_output(y, output), k, b, d)
 
 
-def _unfold_output(y: Any, k: int, b: int, d: int = 0) -> Tensor:
-    if not isinstance(y, Tensor):
-        raise UserError(f"forward_samples needs a network that returns a tensor, got {type(y).__name__}")
+def _unfold_output(y: Tensor, k: int, b: int, d: int = 0) -> Tensor:
     if d != 0 and y.dim() > d and y.shape[d] == k * b:
         return unfold(y, k, d)
     if y.dim() < 1 or y.shape[0] != k * b:

@@ -4,9 +4,9 @@ classification, or regression with ``likelihood=``."""
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import torch
 import torch.nn as nn
@@ -14,8 +14,18 @@ from torch import Tensor
 
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
 from ..errors import UserError, check_int
-from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples
-from ..nn.samples import PROVIDER
+from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
+from ..nn.samples import (
+    PROVIDER,
+    Inputs,
+    call_model,
+    check_output,
+    input_batch_size,
+    map_inputs,
+    select_output,
+    split_inputs,
+    split_targets,
+)
 from .classification import (
     brier_score,
     entropy,
@@ -30,20 +40,26 @@ from .regression import regression_metrics
 __all__ = ["predict", "evaluate"]
 
 
-def _batches(data: Any) -> Iterator[tuple[Tensor, Tensor | None]]:
-    """(inputs, targets or None) per batch of a DataLoader / iterable of tensors or (x, y, ...) tuples."""
+def _batches(data: Any) -> Iterator[tuple[Any, Tensor | None]]:
+    """(inputs, targets or None) per batch of a DataLoader / iterable of batches: tensors,
+    ``(inputs, targets, ...)`` tuples (inputs a tensor, a tuple of model arguments or a mapping) or
+    mappings (:func:`bbb.nn.samples.split_targets`: Hugging Face batches, ``labels`` the targets, or
+    ``{"x", "y"}``)."""
     for batch in data:
-        if isinstance(batch, Tensor):
-            yield batch, None
-        elif isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+        if isinstance(batch, (Tensor, Mapping)):
+            yield split_targets(batch)
+        elif isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], (Tensor, tuple, list, Mapping)):
             y = batch[1] if len(batch) > 1 and isinstance(batch[1], Tensor) else None
             yield batch[0], y
-        elif isinstance(batch, dict) and isinstance(x := batch.get("x", batch.get("input")), Tensor):
-            y = batch.get("y", batch.get("target", batch.get("label")))
-            yield x, y if isinstance(y, Tensor) else None
         else:
-            raise UserError("expected batches that are tensors, (inputs, targets) tuples or dicts with 'x'/'y', "
-                            f"got {type(batch).__name__}")
+            raise UserError("expected batches that are tensors, (inputs, targets) tuples or mappings (Hugging Face "
+                            f"batches, or dicts with 'x'/'y'), got {type(batch).__name__}")
+
+
+def _one_batch(x: Any) -> bool:
+    """Whether predict's ``x`` is one batch of inputs (a tensor, a tuple of model arguments or a
+    mapping), not an iterable of batches (a DataLoader, a list of batches)."""
+    return isinstance(x, (Tensor, tuple, Mapping))
 
 
 def _device(model: nn.Module) -> torch.device | None:
@@ -83,36 +99,44 @@ def _set_rng_states(states: list[Tensor], device: torch.device | None) -> None:
 
 
 @overload
-def predict(model: nn.Module, x: Tensor | Iterable, num_samples: int = ..., mode: str = ...,
+def predict(model: nn.Module, x: Inputs | Iterable, num_samples: int = ..., mode: str = ...,
             batch_size: int | None = ..., return_targets: Literal[False] = ...,
-            generator: torch.Generator | int | None = ...) -> Tensor: ...
+            generator: torch.Generator | int | None = ..., output: str | int | None = ...) -> Tensor: ...
 @overload
-def predict(model: nn.Module, x: Tensor | Iterable, num_samples: int = ..., mode: str = ...,
+def predict(model: nn.Module, x: Inputs | Iterable, num_samples: int = ..., mode: str = ...,
             batch_size: int | None = ..., *, return_targets: Literal[True],
-            generator: torch.Generator | int | None = ...) -> tuple[Tensor, Tensor]: ...
+            generator: torch.Generator | int | None = ...,
+            output: str | int | None = ...) -> tuple[Tensor, Tensor]: ...
 @overload
-def predict(model: nn.Module, x: Tensor | Iterable, num_samples: int = ..., mode: str = ...,
+def predict(model: nn.Module, x: Inputs | Iterable, num_samples: int = ..., mode: str = ...,
             batch_size: int | None = ..., return_targets: bool = ...,
-            generator: torch.Generator | int | None = ...) -> Tensor | tuple[Tensor, Tensor]: ...
+            generator: torch.Generator | int | None = ...,
+            output: str | int | None = ...) -> Tensor | tuple[Tensor, Tensor]: ...
 @torch.no_grad()
 def predict(
     model: nn.Module,
-    x: Tensor | Iterable,
+    x: Inputs | Iterable,
     num_samples: int = 10,
     mode: str = "sample",
     batch_size: int | None = None,
     return_targets: bool = False,
     generator: torch.Generator | int | None = None,
+    output: str | int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Network outputs for ``x`` (B, ...): (k, B, ...) sampled, or (1, B, ...) with ``mode="mean"``.
+    """Network outputs for ``x`` (B examples): (k, B, ...) sampled, or (1, B, ...) with ``mode="mean"``.
 
-    ``x`` is a tensor, or a ``DataLoader`` (any iterable of batches: tensors, ``(inputs, targets)``
-    tuples or dicts with ``"x"``/``"y"``), whose batches are moved to the model's device.
+    ``x`` is one batch of the model's inputs: a tensor (``model(x)``), a tuple of arguments
+    (``model(*x)``) or a mapping of keyword tensors (``model(**x)``, e.g. a tokenizer's
+    ``{"input_ids", "attention_mask"}``; its ``"labels"`` are not passed). Or a ``DataLoader`` (any
+    other iterable of batches, a list of batches included: tensors, ``(inputs, targets)`` tuples,
+    Hugging Face mappings with ``"labels"`` or dicts with ``"x"``/``"y"``), whose batches are moved
+    to the model's device. The model's output may be a tensor, a tuple (its first element), a
+    mapping or a ``ModelOutput`` (its ``"logits"``, or the key ``output=`` names).
     The k networks run batched (the samples folded into the batch dimension, so any network
-    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking a tensor, and
-    every chunk or batch sees the same k networks (weights drawn once,
-    :func:`bbb.nn.shared_samples`). ``return_targets=True`` (DataLoader only) also returns the
-    concatenated targets: ``(outputs, targets)``.
+    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking one batch
+    (every tensor with the batch dimension is split), and every chunk or batch sees the same k
+    networks (weights drawn once, :func:`bbb.nn.shared_samples`). ``return_targets=True``
+    (DataLoader only) also returns the concatenated targets: ``(outputs, targets)``.
 
     ``generator``: a ``torch.Generator`` (on the model's device type) or an int seed. When given,
     all weight noise (reparameterisation, local reparameterisation and Flipout draws) comes from it,
@@ -120,20 +144,24 @@ def predict(
     (it is restored on return, so a DataLoader's own draws are undone too and evaluating does not
     perturb a training run). A layer that draws from the global generator anyway (a custom layer
     that ignores :class:`bbb.nn.SampleRecorder`'s generator) is a one-line :class:`UserError`. None
-    (the default): torch's global generator, as before.
+    (the default): torch's global generator, as before. A model with no Bayesian layer warns once.
 
     >>> logits, labels = predict(net, test_loader, num_samples=20, return_targets=True)
     >>> expected_calibration_error(predictive_probs(logits), labels)
     >>> torch.equal(predict(net, x, generator=0), predict(net, x, generator=0))
     True
+    >>> logits = predict(bert, {"input_ids": ids, "attention_mask": mask}, num_samples=8)  # (8, B, C)
     """
     if mode not in ("sample", "mean"):
         raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
     num_samples = check_int("num_samples", num_samples)
-    if not isinstance(x, Tensor) and not isinstance(x, Iterable):
-        raise UserError(f"predict takes a tensor or a DataLoader of inputs, got {type(x).__name__}")
-    if isinstance(x, Tensor) and return_targets:
-        raise UserError("return_targets needs a DataLoader (a tensor of inputs carries no targets)")
+    check_output(output)
+    if not _one_batch(x) and not isinstance(x, Iterable):
+        raise UserError(f"predict takes a tensor, a tuple or mapping of model inputs, or a DataLoader, got "
+                        f"{type(x).__name__}")
+    if _one_batch(x) and return_targets:
+        raise UserError("return_targets needs a DataLoader (one batch of inputs carries no targets)")
+    warn_not_bayesian(model, "predict")
     dev = _device(model)
     gen = _as_generator(generator, dev, "predict")
     if gen is not None and PROVIDER.get() is not None:
@@ -143,20 +171,22 @@ def predict(
     was_training = model.training
     model.eval()
     try:
-        return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved)
+        return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved, output)
     finally:
         model.train(was_training)
         if saved is not None:
             _set_rng_states(saved, dev)
 
 
-def _predict(model: nn.Module, x: Tensor | Iterable, num_samples: int, mode: str, batch_size: int | None,
+def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str, batch_size: int | None,
              return_targets: bool, dev: torch.device | None, gen: torch.Generator | None,
-             saved: list[Tensor] | None) -> Tensor | tuple[Tensor, Tensor]:
+             saved: list[Tensor] | None, output: str | int | None) -> Tensor | tuple[Tensor, Tensor]:
     d = model_batch_dim(model)  # 1 for a sequence-first model: inputs (T, B, ...)
-    batches: Iterable[tuple[Tensor, Tensor | None]]
-    if isinstance(x, Tensor):
-        batches = [(x, None)] if batch_size is None else [(c, None) for c in torch.split(x, batch_size, dim=d)]
+    batches: Iterable[tuple[Any, Tensor | None]]
+    one = _one_batch(x)
+    if one:
+        x = split_targets(x)[0]
+        batches = [(x, None)] if batch_size is None else [(c, None) for c in split_inputs(x, batch_size, d)]
     else:
         batches = _batches(x)
     outs, targets = [], []
@@ -164,11 +194,14 @@ def _predict(model: nn.Module, x: Tensor | Iterable, num_samples: int, mode: str
     with sampling(model, mode), shared_samples(), record:
         sizes = []
         for xc, yc in batches:
-            if not isinstance(x, Tensor) and dev is not None:
-                xc = xc.to(dev)
-            sizes.append(xc.shape[d] if xc.dim() > d else -1)
+            if not one and dev is not None:
+                xc = map_inputs(xc, lambda t: t.to(dev))
+            sizes.append(_size(xc, d))
             before = None if saved is None else _rng_states(dev)
-            out = model(xc).unsqueeze(0) if mode == "mean" else forward_samples(model, xc, num_samples)
+            if mode == "mean":
+                out = select_output(call_model(model, xc), output).unsqueeze(0)
+            else:
+                out = forward_samples(model, xc, num_samples, output=output)
             if before is not None and any(not torch.equal(a, b) for a, b in zip(before, _rng_states(dev))):
                 raise UserError(f"predict: generator= was given, but {type(model).__name__} drew from torch's global "
                                 "random generator (a layer that ignores bbb.nn.SampleRecorder's generator), so "
@@ -186,9 +219,17 @@ def _predict(model: nn.Module, x: Tensor | Iterable, num_samples: int, mode: str
     return (result, torch.cat(targets)) if return_targets else result
 
 
+def _size(inputs: Any, d: int) -> int:
+    """The batch size of ``inputs`` along ``d``, or -1 when none of its tensors has that dimension."""
+    try:
+        return input_batch_size(inputs, d)
+    except UserError:
+        return -1
+
+
 def evaluate(
     model: nn.Module,
-    data: Iterable | tuple[Tensor, Tensor],
+    data: Iterable | tuple[Inputs, Tensor] | Mapping[str, Any],
     num_samples: int = 10,
     num_bins: int = 15,
     *,
@@ -196,8 +237,15 @@ def evaluate(
     shift: float | Tensor = 0.0,
     scale: float | Tensor = 1.0,
     generator: torch.Generator | int | None = None,
+    output: str | int | None = None,
 ) -> dict[str, float]:
     """Metrics of the Monte Carlo predictive on a DataLoader or ``(x, targets)``, each a float.
+
+    ``data``: a DataLoader (any iterable of batches, as :func:`predict` takes them, with targets),
+    ``(inputs, targets)`` (inputs a tensor, a tuple of model arguments or a mapping of keyword
+    tensors) or one mapping batch with its targets (a Hugging Face batch's ``"labels"``, or
+    ``{"x", "y"}``). ``output``: the part of the model's output that holds the predictions, as
+    :func:`predict`'s. A model with no Bayesian layer warns once.
 
     Classification (integer labels; ``likelihood`` None or categorical): error rate, NLL, Brier
     score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats).
@@ -217,6 +265,7 @@ def evaluate(
     torch's global random state is left as it was.
 
     >>> bbb.uncertainty.evaluate(net, test_loader, num_samples=20)["ece"]
+    >>> evaluate(bert, {"input_ids": ids, "attention_mask": mask, "labels": labels})["error"]
     >>> evaluate(net, (x_test, y_test_n), num_samples=100, likelihood=elbo.likelihood,
     ...          shift=ys.mean, scale=ys.std, generator=0)["rmse"]
     """
@@ -228,13 +277,24 @@ def evaluate(
     regression = isinstance(likelihood, (Gaussian, HeteroscedasticGaussian))
     if not regression and not (_is_default(shift, 0.0) and _is_default(scale, 1.0)):
         raise UserError("evaluate: shift= and scale= apply to regression only (pass likelihood=, a Gaussian)")
+    check_output(output)
+    warn_not_bayesian(model, "evaluate")
     outputs: Tensor
-    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data):
-        outputs = predict(model, data[0], num_samples, generator=generator)
-        targets = data[1].to(outputs.device)
+    one: tuple[Any, Tensor | None] | None = None
+    if isinstance(data, Mapping):
+        one = split_targets(data)
+        if one[1] is None:
+            raise UserError(f"evaluate: a mapping batch needs its targets under 'labels' (or 'y'), got keys "
+                            f"{', '.join(map(str, data))}")
+    elif (isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[1], Tensor)
+          and _one_batch(data[0])):
+        one = (data[0], data[1])
+    if one is not None:
+        outputs = predict(model, one[0], num_samples, generator=generator, output=output)
+        targets = cast(Tensor, one[1]).to(outputs.device)
     else:
         outputs, targets = predict(model, data, num_samples, return_targets=True,
-                                   generator=generator)
+                                   generator=generator, output=output)
     if regression:
         means, sigmas, target = _regression_outputs(likelihood, outputs, targets)  # type: ignore[arg-type]
         return regression_metrics(means, sigmas, target, shift=shift, scale=scale)

@@ -18,7 +18,7 @@ from ...engine import Engine, counter_noise
 from ...engine.kernels import counter_keys_tensor, seed_mix
 from ...errors import UserError
 from ...io import atomic_torch_save
-from ...nn import BayesPopulation, OneHot, one_hot_is_dense
+from ...nn import BayesPopulation, OneHot, mark_deterministic, one_hot_is_dense
 from ...nn.base import Estimator
 from .config import CHECKPOINT_FORMAT, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, BanditLikelihood, parse_agent
 from .env import env_draws, mushroom_rewards, step_regrets
@@ -88,6 +88,8 @@ class Population:
         for j, m in enumerate(self.members):  # the initial weights depend on the seed only
             self.net.reset_member(j, torch.Generator().manual_seed(7_777_777 + m.seed))
         self.net.train()
+        if not self.num_bayesian:  # greedy agents alone: deterministic on purpose (the ELBO does not warn)
+            mark_deterministic(self.net)
         self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))  # training noise; decisions: + 1
         # local reparameterisation has no fused kernel: the engine's plain path, chosen (no warning)
         self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed,

@@ -50,15 +50,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
+from ..distributions import KLMode, check_kl_samples
 from ..elbo import ELBO
 from ..errors import UserError, check_float, check_int
-from ..nn import SampleProvider, bayes_modules, providing_samples
+from ..nn import bayes_modules, providing_samples
 from ..options import StrOption
 from ..random import counter_keys
 from . import distributed as ddp_
 from .kernels import HP_SIZE, KernelSet, seed_mix
 from .layout import Layout
+from .sampler import Sampler, kl_kind
 from .support import clip_grad_norm, compile_default, new_params, param_groups, unsupported_reason
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
@@ -77,74 +78,9 @@ ENGINE_FORMAT = 1
 HOST_HP_DEVICES = ("cpu",)
 
 
-_LAYOUT_NOTICE = "grad and param do not obey the gradient layout contract"
-_layout_notice_spent = False
-
-
-def _spend_layout_notice() -> None:
-    """Spend, silently, torch's one notice per process that a gradient "does not obey the layout
-    contract" (``TORCH_WARN_ONCE`` in autograd's gradient accumulation).
-
-    With k > 1 samples each layer's weight sample is a strided view of the (k, n) buffers, and
-    autograd accumulates its gradient in place into the matching view of the gradient buffer, as
-    intended; torch notes that once, from inside the caller's ``backward()``, where no filter of
-    the engine's can be scoped. So the engine triggers that one notice here, on two tiny tensors,
-    under a filter that ends with this function: no process-wide warnings filter, and no notice
-    later (unless ``torch.set_warn_always(True)`` asks for every one).
-    """
-    global _layout_notice_spent
-    if _layout_notice_spent:
-        return
-    _layout_notice_spent = True
-    with warnings.catch_warnings(), torch.inference_mode(False), torch.enable_grad():
-        warnings.filterwarnings("ignore", message=_LAYOUT_NOTICE)
-        leaf = torch.zeros(2, 3)[:, :2].detach().requires_grad_(True)  # not dense: like a sample view
-        leaf.grad = torch.zeros(2, 3)[:, :2]
-        leaf.sum().backward()
-
-
 class OptimizerKind(StrOption):
     ADAM = "adam"
     SGD = "sgd"
-
-
-class _LinearIntoBuffers(torch.autograd.Function):
-    """y = x w^T + b whose backward adds dL/dw and dL/db into the engine's gradient buffers.
-
-    The weight gradient goes straight into its place in the flat buffer (``addmm_``), so backprop
-    allocates no weight-sized temporary and makes no separate accumulation pass; ``anchor`` (a
-    leaf that requires grad) makes autograd call the backward even for the first layer.
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, b: Tensor | None, gw: Tensor, gb: Tensor | None,  # type: ignore[override]
-                anchor: Tensor) -> Tensor:
-        ctx.save_for_backward(x, w)
-        ctx.gw, ctx.gb = gw, gb
-        return torch.nn.functional.linear(x, w, b)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, go: Tensor):  # type: ignore[override]
-        x, w = ctx.saved_tensors
-        go2, x2 = go.reshape(-1, go.shape[-1]), x.reshape(-1, x.shape[-1])
-        ctx.gw.addmm_(go2.t(), x2)
-        if ctx.gb is not None:
-            ctx.gb.add_(go2.sum(0))
-        gx = go @ w if ctx.needs_input_grad[0] else None
-        return gx, None, None, None, None, None
-
-
-class _KLCoefficient(torch.autograd.Function):
-    """Forward: the KL value. Backward: routes dL/dKL into ``anchor.grad`` (the kernel's c)."""
-
-    @staticmethod
-    def forward(ctx, value: Tensor, anchor: Tensor) -> Tensor:  # type: ignore[override]
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
-        return None, grad
 
 
 def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
@@ -163,7 +99,7 @@ def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
     return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
 
 
-class Engine(torch.optim.Optimizer, SampleProvider):
+class Engine(torch.optim.Optimizer):
     """Adam or SGD for a Bayesian model, fused with weight sampling and the KL gradient.
 
     Args:
@@ -297,12 +233,12 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self.fallback_reason = reason
         self.layout = layout
         self._extra = [p for grp in extra for p in grp["params"]]
-        self._trained: tuple[int, frozenset[int]] = (-1, frozenset())
-        self._drawn = False  # a forward drew the engine's sample (or its KL) since the last step
         self._warned_idle = False
         self._ddp: ddp_.Averager | None = None
         self._dist_checked = False
         self._averaged = False
+        self._sampler = Sampler(self, self.k, self.kl_mode, self.kl_samples)  # what the forward reads
+        self._sampler.groups = self.param_groups
         if layout is not None:
             self._build(layout, compile)
 
@@ -313,9 +249,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         dev, dt = ref.device, ref.dtype
         n, k = layout.numel, self.k
         self._prior = first.module.prior
-        self._split, self._closed = self._kl_kind(self.kl_mode)
-        if k > 1:
-            _spend_layout_notice()
+        self._split, self._closed = kl_kind(self._prior, self.kl_mode)
         # the rows of noise the KL draws of its own: the split's importance sample, or the Monte
         # Carlo KL's samples beyond the likelihood's (a closed form needs none)
         kl_extra = 1 if self._split else 0 if self._closed or self.kl_samples is None else self.kl_samples - k
@@ -338,22 +272,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._dlp = None if self._closed else torch.zeros((2 if kl_extra else k, n), device=dev, dtype=dt)
         nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0]["momentum"] > 0 else 0)
         self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
-        self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
-        self._anchor.grad = torch.zeros((), device=dev, dtype=dt)
-        self._lin_anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
-        # per (module, name, batched): the sample leaf, and the noise views by the parity of the noise buffer
-        self._leaves: dict[tuple[int, str, bool], tuple[Tensor, Tensor, Tensor]] = {}
-        for s in layout.slots:
-            for batched in (False, True):
-                if batched or k == 1:
-                    leaf = s.view(self._w).detach()
-                    grad = s.view(self._g)
-                    eps = [s.view(self._eps(i)) for i in (0, 1)]
-                    if not batched:
-                        leaf, grad, eps = leaf[0], grad[0], [e[0] for e in eps]
-                    leaf.requires_grad_(True)
-                    leaf.grad = grad
-                    self._leaves[(id(s.module), s.name, batched)] = (leaf, eps[0], eps[1])
+        self._sampler.bind(layout, self._prior, self._w, self._g, (self._eps(0), self._eps(1)))
         # the kernels' hp (hyperparameters, then the noise's keys: float64) and, where they are formed
         # on the device, the counter they come from (step, noise counter, SplitMix64(seed): int64)
         self._hp = torch.zeros(HP_SIZE + 3, device=dev, dtype=torch.float64)
@@ -369,11 +288,6 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
                                  self._w, self._sig, self._sr, self._dlp) for cur in (0, 1))
         self._prime()
-
-    def _kl_kind(self, mode: KLMode) -> tuple[bool, bool]:
-        """(split, closed) of a KL mode for this engine's prior (a split with a closed form is closed)."""
-        split = KLMode(mode) is KLMode.SPLIT and not self._prior.has_closed_form
-        return split, not split and not uses_monte_carlo(self._prior, mode)
 
     def _versions(self) -> tuple[int, ...]:
         return tuple(p._version for p in self._fused_params)
@@ -417,10 +331,10 @@ class Engine(torch.optim.Optimizer, SampleProvider):
 
     def _prime(self) -> None:
         """Draw the noise of the current counter and form its sample from the current mu, rho."""
-        self._cur = 0
+        self._sampler.cur = 0
         self._write_hyper()
         with torch.no_grad():
-            self._kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
+            self._sampler.kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
                                           self._sig, self._sr, self._dlp)
         self._seen = self._versions()
 
@@ -441,7 +355,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             self._check_placement()
             if self._versions() != self._seen:  # mu or rho changed from outside (load_state_dict...)
                 self._prime()
-        with providing_samples(self):  # on the plain path too: it draws nothing, but sees the forward
+        with providing_samples(self._sampler):  # on the plain path too: it draws nothing, but sees the forward
             yield self
 
     def _check_placement(self) -> None:
@@ -457,14 +371,6 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                         f"{str(mu.dtype).replace('torch.', '')}: build the Engine after moving the model to its "
                         "device (model.to(device), then Engine(model, ...))")
 
-    def _forward_seen(self) -> None:
-        """The first draw of a step: note it, and whether it runs inside DistributedDataParallel."""
-        self._drawn = True
-        if self._ddp is None:
-            ddp = ddp_.active_ddp()
-            if ddp is not None:
-                self._join(ddp)
-
     def _join(self, ddp: Any) -> None:
         """The first forward inside ``ddp``: check it, take its process group, start from one state."""
         if self.fused:
@@ -474,60 +380,10 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if self.fused:
             self._prime()
 
-    def draw(self, module, name, k):
-        if not self._drawn:
-            self._forward_seen()
-        slot = self.layout.slot(module, name) if self.layout is not None else None
-        if slot is None:
-            return None
-        if (k or 1) != self.k or (k is None and self.k != 1):
-            raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for {k or 1}; "
-                            "build the Engine from the ELBO, Engine(elbo, ...), so that they share num_samples")
-        hit = self._leaves[(id(module), name, k is not None)]
-        return getattr(module, f"{name}_mu"), hit[1 + self._cur], hit[0]
-
-    def linear(self, module, x):
-        """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""
-        if not self._drawn:
-            self._forward_seen()
-        if self.layout is None or self.k != 1 or x.dim() != 2 or torch.is_autocast_enabled(x.device.type):
-            return None  # (a leading sample dimension takes the batched path)
-        ws = self.layout.slot(module, "weight")
-        if ws is None or module._mask("weight") is not None or module._mask("bias") is not None:
-            return None
-        bs = self.layout.slot(module, "bias")
-        w, gw = ws.view(self._w)[0], ws.view(self._g)[0]
-        b = gb = None
-        if bs is not None:
-            b, gb = bs.view(self._w)[0], bs.view(self._g)[0]
-        return _LinearIntoBuffers.apply(x, w, b, gw, gb, self._lin_anchor)
-
-    def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
-        if self.layout is None:
-            return None
-        if not self.layout.covers(model):
-            raise UserError("the KL under an Engine is that of the whole model it was built for")
-        if self._kl_kind(mode) != (self._split, self._closed):
-            raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with kl={self.kl_mode.value}; "
-                            "build the Engine from the ELBO, Engine(elbo, ...), so that they share kl")
-        if kl_samples != self.kl_samples and not (self._closed or self._split):
-            raise UserError(f"the ELBO asks for kl_samples={kl_samples} but the engine was built with "
-                            f"kl_samples={self.kl_samples}; build the Engine from the ELBO, Engine(elbo, ...), "
-                            "so that they share kl_samples")
-        self._drawn = True
-        return _KLCoefficient.apply(self._kl, self._anchor)
-
-    def trains(self, param: Tensor) -> bool | None:
-        """Whether ``param`` is among the parameters this engine updates."""
-        if self._trained[0] != len(self.param_groups):
-            self._trained = (len(self.param_groups),
-                             frozenset(id(p) for g in self.param_groups for p in g["params"]))
-        return id(param) in self._trained[1]
-
     @property
     def kl(self) -> Tensor | None:
         """The KL value of the current weight sample (None on the plain path)."""
-        return self._kl.detach() if self.fused else None
+        return self._sampler.kl.detach() if self.fused else None
 
     # -- optimisation --------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -539,7 +395,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         """Under DistributedDataParallel: this step's gradient averaged across the processes, once."""
         if self._ddp is not None and not self._averaged:
             self._averaged = True
-            self._ddp.average(self._g if self.fused else None, self._anchor.grad if self.fused else None)
+            self._ddp.average(self._g if self.fused else None, self._sampler.anchor.grad if self.fused else None)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> Tensor:
         """Clip the whole gradient the next ``step()`` applies, as ``torch.nn.utils.clip_grad_norm_``.
@@ -580,19 +436,20 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                 ddp_.warn_without_ddp()
         self._average()
         self._averaged = False
-        if self.fused and (self._drawn or self._idle_step()):
+        sampler = self._sampler
+        if self.fused and (sampler.drawn or self._idle_step()):
             if self._hp_np is None and self._hyper_key() != self._hp_key:  # a scheduler changed lr, say
                 self._write_hyper()  # hp of the last step with the new values: the kernel advances it
             self._step_count += 1
             self.counter += 1
             if self._hp_np is not None:
                 self._hp_np[:] = self._hyper_values()
-            cur = self._cur
-            self._kl = self.kernels.train_step(*self._step_args[cur], self._anchor.grad, self._hp, self._state,
-                                               self._ctr)
-            self._cur = 1 - cur
+            cur = sampler.cur
+            sampler.kl = self.kernels.train_step(*self._step_args[cur], sampler.anchor.grad, self._hp, self._state,
+                                                 self._ctr)
+            sampler.cur = 1 - cur
             self._seen = self._versions()
-        self._drawn = False
+        sampler.drawn = False
         if self._inner is not None:
             self._inner.step()
         return loss

@@ -113,8 +113,8 @@ def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonf
     grads = [p.grad for g in inner for p in g["params"] if p.grad is not None]
     parts = list(grads)
     if engine.fused:
-        parts[:0] = gradients(engine._mu, engine._g, engine._eps(engine._cur), engine._sig, engine._sr,
-                              engine._dlp, engine._anchor.grad, **engine.kernels.static)
+        parts[:0] = gradients(engine._mu, engine._g, engine._eps(engine._sampler.cur), engine._sig, engine._sr,
+                              engine._dlp, engine._sampler.anchor.grad, **engine.kernels.static)
     if not parts:
         return torch.tensor(0.0)
     dev = parts[0].device
@@ -126,7 +126,7 @@ def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonf
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     if engine.fused:
         engine._g.mul_(coef.to(engine._g.dtype))
-        engine._anchor.grad.mul_(coef.to(engine._g.dtype))
+        engine._sampler.anchor.grad.mul_(coef.to(engine._g.dtype))
     for t in grads:
         t.mul_(coef.to(t.device, t.dtype))
     return total

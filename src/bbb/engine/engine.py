@@ -60,7 +60,7 @@ from . import distributed as ddp_
 from .kernels import HP_SIZE, KernelSet, seed_mix
 from .layout import Layout
 from .sampler import Sampler, kl_kind
-from .support import clip_grad_norm, compile_default, new_params, param_groups, unsupported_reason
+from .support import clip_grad_norm, compile_default, new_params, param_groups, torch_optimizer, unsupported_reason
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
 
@@ -212,10 +212,7 @@ class Engine(torch.optim.Optimizer):
             inner_groups: list[dict[str, Any]] = [{"params": [p for p in others if id(p) not in rhos]},
                             {"params": [p for p in others if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
             inner_groups = [g for g in inner_groups if g["params"]] + extra
-            if self.kind is OptimizerKind.ADAM:
-                self._inner = torch.optim.Adam(inner_groups, lr=lr, betas=betas, eps=eps)
-            else:
-                self._inner = torch.optim.SGD(inner_groups, lr=lr, momentum=momentum, nesterov=nesterov)
+            self._inner = torch_optimizer(self.kind is OptimizerKind.ADAM, inner_groups, defaults)
         groups: list[dict[str, Any]] = []
         if layout is not None:
             groups.append({"params": [getattr(s.module, f"{s.name}_{x}") for s in layout.slots
@@ -269,6 +266,7 @@ class Engine(torch.optim.Optimizer):
         self._g = torch.zeros((k, n), device=dev, dtype=dt)
         self._sig = torch.zeros(n, device=dev, dtype=dt)
         self._sr = torch.zeros(n, device=dev, dtype=dt)
+        self._kl_mask = layout.kl_mask(dev, dt)  # None: every weight counts in the KL
         self._dlp = None if self._closed else torch.zeros((2 if kl_extra else k, n), device=dev, dtype=dt)
         nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0]["momentum"] > 0 else 0)
         self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
@@ -286,7 +284,7 @@ class Engine(torch.optim.Optimizer):
         self._fused_params = tuple(self.param_groups[0]["params"])
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
-                                 self._w, self._sig, self._sr, self._dlp) for cur in (0, 1))
+                                 self._w, self._sig, self._sr, self._dlp, self._kl_mask) for cur in (0, 1))
         self._prime()
 
     def _versions(self) -> tuple[int, ...]:
@@ -335,7 +333,7 @@ class Engine(torch.optim.Optimizer):
         self._write_hyper()
         with torch.no_grad():
             self._sampler.kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
-                                          self._sig, self._sr, self._dlp)
+                                          self._sig, self._sr, self._dlp, self._kl_mask)
         self._seen = self._versions()
 
     @property
@@ -386,6 +384,32 @@ class Engine(torch.optim.Optimizer):
         return self._sampler.kl.detach() if self.fused else None
 
     # -- optimisation --------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Train one more parameter group (as ``torch.optim``'s): the engine's inner ``torch.optim``
+        optimiser steps it (created now if the engine had none), with the engine's options where
+        the group sets none. A parameter the engine already trains is a one-line :class:`UserError`."""
+        if "_sampler" not in self.__dict__:  # torch.optim.Optimizer.__init__ adding the engine's own groups
+            super().add_param_group(param_group)
+            return
+        if not isinstance(param_group, dict):
+            raise UserError("engine.add_param_group takes a parameter group: {'params': [...], ...}")
+        group = param_groups(param_group)[0]
+        trained = {id(p) for g in self.param_groups for p in g["params"]}
+        again = [p for p in group["params"] if id(p) in trained]
+        if again or len({id(p) for p in group["params"]}) != len(group["params"]):
+            raise UserError(f"engine.add_param_group: {max(len(again), 1)} of its parameters are already trained "
+                            "by this engine (or listed twice); add each parameter once")
+        if self._ddp is not None:
+            raise UserError("engine.add_param_group after the first forward under DistributedDataParallel: "
+                            "add the group before training (or pass it as params= to the Engine)")
+        if self._inner is None:
+            self._inner = torch_optimizer(self.kind is OptimizerKind.ADAM, [group], self.defaults)
+        else:
+            self._inner.add_param_group(group)
+        if self._inner.param_groups is not self.param_groups:
+            self.param_groups.append(self._inner.param_groups[-1])  # the same dict: schedulers reach it
+        self._extra.extend(group["params"])
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._inner is not None:
             self._inner.zero_grad(set_to_none=set_to_none)

@@ -153,7 +153,7 @@ def test_the_padding_row_is_not_in_the_plain_kl(kl):
     q = emb.posterior("weight")
     keep = [i for i in range(10) if i != 3]
     want = kl_term(DiagonalNormal(q.mu[keep], q.sigma[keep]), prior, "auto")
-    assert float(emb.kl("auto").detach()) == pytest.approx(float(want), rel=1e-12)
+    assert float(emb.kl("auto").detach()) == pytest.approx(float(want.detach()), rel=1e-12)
     # Monte Carlo on the forward's samples: the padding row's weights change nothing, and get no gradient
     net = Tokens(prior, padding_idx=3).double()
     x, y = _tokens()
@@ -206,3 +206,82 @@ def test_the_engine_leaves_the_padding_row_out_of_the_kl_as_the_plain_path(prior
         torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
     for (u, nu), (v, nv) in zip(ka, kb):
         assert u == pytest.approx(v, rel=1e-10) and nu == pytest.approx(nv, rel=1e-10)
+
+
+# -- torch's clipping idiom under the engine ---------------------------------------------------------
+
+def _mlp(prior, deterministic=True):
+    torch.manual_seed(0)
+    layers = [BayesLinear(6, 7, prior=prior, rho_init=-3.0), nn.Tanh(), BayesLinear(7, 3, prior=prior, rho_init=-3.0)]
+    return nn.Sequential(*([nn.Linear(6, 6), nn.Tanh()] if deterministic else []), *layers).double()
+
+
+@pytest.mark.parametrize("prior,kl,opt,k,norm_type", [
+    (MIXTURE, "mc", "adam", 1, 2.0),
+    (GaussianPrior(0.7), "auto", "sgd", 2, 2.0),
+    (MIXTURE, "mc", "sgd", 1, math.inf),
+    (MIXTURE, "split", "adam", 1, 2.0),
+])
+def test_torch_clip_grad_norm_under_the_engine_clips_the_real_gradient(prior, kl, opt, k, norm_type):
+    """torch.nn.utils.clip_grad_norm_(model.parameters()) under the engine: the fused mu's and rho's
+    .grad are the engine's gradient (KL included), so the norm and the clipped step are the plain
+    path's, and engine.clip_grad_norm_ measures the same norm."""
+    x, y = _data()
+    results = []
+    for engine in (True, False):
+        net = _mlp(prior)
+        elbo = ELBO(net, num_batches=2, num_samples=k, kl=kl)
+        if engine:
+            o = Engine(elbo, opt, lr=0.05, seed=3, compile=False)
+            assert o.fused
+        else:
+            o = (torch.optim.Adam if opt == "adam" else torch.optim.SGD)(net.parameters(), lr=0.05)
+        norms = []
+        for i in range(3):
+            rows = 1 if kl == "split" else 0
+            with (o.sampling() if engine else counter_noise(net, 3, i, None if k == 1 else k, kl_rows=rows)):
+                out = elbo(x, y, batch_index=i % 2)
+            o.zero_grad()
+            if engine:
+                assert net[2].weight_mu.grad is None  # no backward yet: no gradient, as after zero_grad
+            (out.loss / len(x)).backward()
+            if engine and i == 0:
+                assert float(o.clip_grad_norm_(1e9, norm_type)) == pytest.approx(
+                    float(torch.nn.utils.clip_grad_norm_(net.parameters(), 1e9, norm_type)), rel=1e-10)
+            norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.3, norm_type)))
+            o.step()
+            if engine:
+                assert net[2].weight_mu.grad is None  # the step used it
+        results.append(([p.detach().clone() for p in net.parameters()], norms))
+    (a, na), (b, nb) = results
+    assert na == pytest.approx(nb, rel=1e-10)
+    assert min(na) > 0.3  # it clipped
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_grad_edits_in_place_are_applied_and_assignment_or_ddp_is_an_error():
+    x, y = _data()
+    results = []
+    for engine in (True, False):
+        net = _mlp(MIXTURE, deterministic=False)
+        elbo = ELBO(net, num_batches=1, kl="mc")
+        o = Engine(elbo, "sgd", lr=0.05, seed=3, compile=False) if engine else torch.optim.SGD(net.parameters(), 0.05)
+        with (o.sampling() if engine else counter_noise(net, 3, 0)):
+            out = elbo(x, y)
+        o.zero_grad()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_value_(net.parameters(), 0.01)
+        if engine:
+            with pytest.raises(UserError, match="edit it in place"):
+                net[0].weight_mu.grad = torch.zeros_like(net[0].weight_mu)
+            o._ddp = object()  # as under DistributedDataParallel: the gradient is not averaged yet
+            with pytest.raises(UserError, match="engine.clip_grad_norm_"):
+                net[0].weight_rho.grad  # noqa: B018
+            o._ddp = None
+        o.step()
+        results.append([p.detach().clone() for p in net.parameters()])
+    for u, v in zip(*results):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+    net.zero_grad()  # model.zero_grad() and the state dict as with any parameter
+    assert type(net.state_dict()["0.weight_mu"]) is torch.Tensor

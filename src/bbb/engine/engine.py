@@ -57,6 +57,7 @@ from ..nn import bayes_modules, providing_samples
 from ..options import StrOption
 from ..random import counter_keys
 from . import distributed as ddp_
+from .grads import FusedGrads
 from .kernels import HP_SIZE, KernelSet, seed_mix
 from .layout import Layout
 from .sampler import Sampler, kl_kind
@@ -235,6 +236,7 @@ class Engine(torch.optim.Optimizer):
         self._dist_checked = False
         self._averaged = False
         self._sampler = Sampler(self, self.k, self.kl_mode, self.kl_samples)  # what the forward reads
+        self._grads = FusedGrads(self)  # the fused mu's and rho's .grad
         self._sampler.groups = self.param_groups
         if layout is not None:
             self._build(layout, compile)
@@ -282,6 +284,7 @@ class Engine(torch.optim.Optimizer):
                                  nesterov=bool(self.param_groups[0]["nesterov"]), kl_extra=kl_extra, split=self._split,
                                  compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device)
         self._fused_params = tuple(self.param_groups[0]["params"])
+        self._grads.adopt(layout)
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
                                  self._w, self._sig, self._sr, self._dlp, self._kl_mask) for cur in (0, 1))
@@ -333,7 +336,8 @@ class Engine(torch.optim.Optimizer):
         self._write_hyper()
         with torch.no_grad():
             self._sampler.kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
-                                          self._sig, self._sr, self._dlp, self._kl_mask)
+                                                  self._sig, self._sr, self._dlp, self._kl_mask)
+        self._clean = self._grads.versions()  # g and c as no backward left them
         self._seen = self._versions()
 
     @property
@@ -469,8 +473,11 @@ class Engine(torch.optim.Optimizer):
             if self._hp_np is not None:
                 self._hp_np[:] = self._hyper_values()
             cur = sampler.cur
-            sampler.kl = self.kernels.train_step(*self._step_args[cur], sampler.anchor.grad, self._hp, self._state,
-                                                 self._ctr)
+            args = (*self._step_args[cur], sampler.anchor.grad, self._hp, self._state, self._ctr)
+            given = self._grads.edited()  # a .grad edited in place (torch's clipping): apply it as it is
+            sampler.kl = (self.kernels.train_step(*args) if given is None else
+                          self.kernels.train_step_given(*args, given))
+            self._clean = self._grads.versions()
             sampler.cur = 1 - cur
             self._seen = self._versions()
         sampler.drawn = False

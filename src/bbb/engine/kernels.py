@@ -209,10 +209,14 @@ def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: 
 def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
            dlp: Tensor | None, m: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
            prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0,
-           split: bool = False) -> None:
-    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
-    gmu, grho = gradients(mu, g, eps, sig, sr, dlp, c, m, prior=prior, closed=closed, kl_extra=kl_extra,
-                          split=split)
+           split: bool = False, given: Tensor | None = None) -> None:
+    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c, or from
+    ``given`` (2, n): dL/dmu and dL/drho as the user left them in ``.grad`` (see :mod:`bbb.engine.grads`)."""
+    if given is None:
+        gmu, grho = gradients(mu, g, eps, sig, sr, dlp, c, m, prior=prior, closed=closed, kl_extra=kl_extra,
+                              split=split)
+    else:
+        gmu, grho = given[0], given[1]
     lr, scale = hp[HP_LR], hp[HP_RHO_SCALE]  # rho's learning rate is lr * scale
     if optimizer == "adam":
         b1, b2, aeps = hp[HP_B1], hp[HP_B2], hp[HP_EPS]
@@ -278,8 +282,8 @@ def advance_hyper(hp: Tensor, ctr: Tensor, *, adam: bool) -> Tensor:
     return new
 
 
-def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state, ctr=None, *, prior, closed,
-                optimizer, nesterov, kl_extra=0, split=False, advance=False):
+def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state, ctr=None, given=None, *, prior,
+                closed, optimizer, nesterov, kl_extra=0, split=False, advance=False):
     """The step: the next sample's noise into ``noise``, the optimiser update, the next sample.
 
     ``advance``: ``hp`` and ``ctr`` are moved to the next step first (:func:`advance_hyper`), on the
@@ -289,7 +293,7 @@ def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state,
         hp = advance_hyper(hp, ctr, adam=optimizer == "adam")
     z = _sample_noise(noise, index, hp, w, kl_extra)
     update(mu, rho, g, eps, sig, sr, dlp, m, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
-           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split)
+           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split, given=given)
     return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
 
 
@@ -426,3 +430,7 @@ class KernelSet:
 
     def train_step(self, *args: Any) -> Tensor:
         return self._call("step", _train_step, self.step_static, *args)
+
+    def train_step_given(self, *args: Any) -> Tensor:
+        """The train step on a given gradient (the last argument, (2, n)): the ``.grad`` a user edited."""
+        return self._call("step_given", _train_step, self.step_static, *args)

@@ -102,10 +102,10 @@ class KLCoefficient(torch.autograd.Function):
         return None, grad
 
 
-@torch.compiler.disable
 def _join_ddp(engine: Any, ddp: Any) -> None:
-    """The first forward inside ``ddp`` (eager even in a compiled forward: it communicates)."""
-    engine._join(ddp)
+    """The first forward inside ``ddp``, eager even in a compiled forward (it communicates; the
+    decorator is applied here, not at import: importing bbb does not import Dynamo)."""
+    torch.compiler.disable(engine._join)(ddp)
 
 
 class Sampler(SampleProvider):

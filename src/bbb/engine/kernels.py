@@ -354,7 +354,7 @@ def _announce(name: str, seconds: float | None) -> None:
                   file=sys.stderr, flush=True)
         return
     _COMPILE_NOTICE.append(seconds)
-    if name == "step":
+    if name != "prime":  # the train step (on a given gradient too, where .grad was clipped)
         print(f"bbb.Engine: kernels compiled in {sum(_COMPILE_NOTICE):.1f} s", file=sys.stderr, flush=True)
         _COMPILE_NOTICE = None
 

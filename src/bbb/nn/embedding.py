@@ -104,8 +104,8 @@ class BayesEmbedding(BayesModule):
         posterior), so it does not count in the KL, here or in :class:`~bbb.engine.Engine`."""
         if self.padding_idx is None:
             return None
-        v, r = self.num_embeddings, self.padding_idx
-        return torch.cat([torch.arange(r), torch.arange(r + 1, v)]).to(self.mu(name).device)
+        v, r, dev = self.num_embeddings, self.padding_idx, self.mu(name).device
+        return torch.cat([torch.arange(r, device=dev), torch.arange(r + 1, v, device=dev)])  # (no host copy)
 
     # -- conversion (:meth:`BayesModule.from_torch`) ----------------------------------------------
     @classmethod

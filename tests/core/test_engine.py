@@ -518,6 +518,9 @@ def test_every_engine_of_a_process_stays_compiled():
     r = subprocess.run([sys.executable, "-c", _MANY_ENGINES], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["True", "True", "True", "True", "0", "6"], r.stdout + r.stderr[-2000:]
+    # the process's first compile is announced, once, and its time said once (issue 53)
+    assert r.stderr.count("bbb.Engine: compiling its kernels") == 1, r.stderr[-2000:]
+    assert len(re.findall(r"bbb\.Engine: kernels compiled in \d+\.\d s", r.stderr)) == 1, r.stderr[-2000:]
 
 
 def test_testkit_eager_kernels_keeps_a_reproductions_network_eager():

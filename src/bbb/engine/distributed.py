@@ -22,7 +22,7 @@ module's parameters when it is built; this covers parameters it was told to igno
 the current sample. Processes that run the model outside DDP train independently, as with
 ``torch.optim``; with a process group of several processes the engine warns once about that.
 
-DDP itself: mu and rho never get a ``.grad`` (their gradient is the engine's), which DDP reports
+DDP itself: autograd never writes mu's and rho's ``.grad`` (their gradient is the engine's), which DDP reports
 at its second iteration unless it was built with ``find_unused_parameters=True`` or
 ``static_graph=True``; the engine says so in one line before (:func:`check_ddp`).
 """

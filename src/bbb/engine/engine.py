@@ -19,7 +19,8 @@ code as on the plain path::
         engine.step()
 
 What the fused kernel covers: ``reparam`` layers (:class:`~bbb.nn.BayesLinear`,
-:class:`~bbb.nn.BayesConv2d`, pruned or not) whose priors write out their log-density gradient
+:class:`~bbb.nn.BayesConv2d`, pruned or not; an embedding's padding row is left out of the KL, as on
+the plain path) whose priors write out their log-density gradient
 (Monte Carlo KL) or closed form (closed-form KL), one dtype and device, Adam (no weight decay,
 no amsgrad) or SGD (dampening 0). Anything else -- other estimators, custom priors without
 ``log_prob_and_grad`` -- runs the plain autograd path with a ``torch.optim`` optimiser of the
@@ -30,12 +31,18 @@ so are the ELBO's own (a learned noise): build the engine from the ELBO, ``Engin
 pass them, ``params=elbo.parameters()``; an ELBO whose parameters the engine does not train is a
 one-line error when it runs under ``engine.sampling()``.
 
-The fused mu and rho never get a ``.grad`` (their gradient is the engine's): clip with
-:meth:`Engine.clip_grad_norm_`, not ``torch.nn.utils.clip_grad_norm_(model.parameters())``, which
-does not see them. A fused ``step()`` with no forward under ``engine.sampling()`` since the last one
-warns once and leaves mu and rho as they are; with a gradient that a forward outside the block put
-on mu or rho it is a one-line error. Under ``DistributedDataParallel`` the engine averages its own
-gradient across the processes (:mod:`bbb.engine.distributed`).
+Inside ``engine.sampling()`` the layers read :class:`~bbb.engine.sampler.Sampler` (the engine's
+side of the forward, a plain object so that a compiled loss or network, ``torch.compile``, trains
+as eager). The fused mu's and rho's ``.grad`` reads the engine's gradient, formed when read
+(:mod:`bbb.engine.grads`): ``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` clips the
+real gradient, and what it leaves there is what ``step()`` applies; :meth:`Engine.clip_grad_norm_`
+does the same in one pass without forming it. A fused ``step()`` with no forward under
+``engine.sampling()`` since the last one warns once and leaves mu and rho as they are; with a
+gradient that a forward outside the block put on mu or rho it is a one-line error. A parameter
+group added later (``add_param_group``) is trained by the inner ``torch.optim`` optimiser. Under
+``DistributedDataParallel`` the engine averages its own gradient across the processes
+(:mod:`bbb.engine.distributed`). The process's first compile of the kernels says so on stderr,
+with its time.
 """
 
 from __future__ import annotations
@@ -50,16 +57,18 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
+from ..distributions import KLMode, check_kl_samples
 from ..elbo import ELBO
 from ..errors import UserError, check_float, check_int
-from ..nn import SampleProvider, bayes_modules, providing_samples
+from ..nn import bayes_modules, providing_samples
 from ..options import StrOption
 from ..random import counter_keys
 from . import distributed as ddp_
+from .grads import FusedGrads
 from .kernels import HP_SIZE, KernelSet, seed_mix
 from .layout import Layout
-from .support import clip_grad_norm, compile_default, new_params, param_groups, unsupported_reason
+from .sampler import Sampler, kl_kind
+from .support import clip_grad_norm, compile_default, new_params, param_groups, torch_optimizer, unsupported_reason
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
 
@@ -77,74 +86,9 @@ ENGINE_FORMAT = 1
 HOST_HP_DEVICES = ("cpu",)
 
 
-_LAYOUT_NOTICE = "grad and param do not obey the gradient layout contract"
-_layout_notice_spent = False
-
-
-def _spend_layout_notice() -> None:
-    """Spend, silently, torch's one notice per process that a gradient "does not obey the layout
-    contract" (``TORCH_WARN_ONCE`` in autograd's gradient accumulation).
-
-    With k > 1 samples each layer's weight sample is a strided view of the (k, n) buffers, and
-    autograd accumulates its gradient in place into the matching view of the gradient buffer, as
-    intended; torch notes that once, from inside the caller's ``backward()``, where no filter of
-    the engine's can be scoped. So the engine triggers that one notice here, on two tiny tensors,
-    under a filter that ends with this function: no process-wide warnings filter, and no notice
-    later (unless ``torch.set_warn_always(True)`` asks for every one).
-    """
-    global _layout_notice_spent
-    if _layout_notice_spent:
-        return
-    _layout_notice_spent = True
-    with warnings.catch_warnings(), torch.inference_mode(False), torch.enable_grad():
-        warnings.filterwarnings("ignore", message=_LAYOUT_NOTICE)
-        leaf = torch.zeros(2, 3)[:, :2].detach().requires_grad_(True)  # not dense: like a sample view
-        leaf.grad = torch.zeros(2, 3)[:, :2]
-        leaf.sum().backward()
-
-
 class OptimizerKind(StrOption):
     ADAM = "adam"
     SGD = "sgd"
-
-
-class _LinearIntoBuffers(torch.autograd.Function):
-    """y = x w^T + b whose backward adds dL/dw and dL/db into the engine's gradient buffers.
-
-    The weight gradient goes straight into its place in the flat buffer (``addmm_``), so backprop
-    allocates no weight-sized temporary and makes no separate accumulation pass; ``anchor`` (a
-    leaf that requires grad) makes autograd call the backward even for the first layer.
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, b: Tensor | None, gw: Tensor, gb: Tensor | None,  # type: ignore[override]
-                anchor: Tensor) -> Tensor:
-        ctx.save_for_backward(x, w)
-        ctx.gw, ctx.gb = gw, gb
-        return torch.nn.functional.linear(x, w, b)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, go: Tensor):  # type: ignore[override]
-        x, w = ctx.saved_tensors
-        go2, x2 = go.reshape(-1, go.shape[-1]), x.reshape(-1, x.shape[-1])
-        ctx.gw.addmm_(go2.t(), x2)
-        if ctx.gb is not None:
-            ctx.gb.add_(go2.sum(0))
-        gx = go @ w if ctx.needs_input_grad[0] else None
-        return gx, None, None, None, None, None
-
-
-class _KLCoefficient(torch.autograd.Function):
-    """Forward: the KL value. Backward: routes dL/dKL into ``anchor.grad`` (the kernel's c)."""
-
-    @staticmethod
-    def forward(ctx, value: Tensor, anchor: Tensor) -> Tensor:  # type: ignore[override]
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
-        return None, grad
 
 
 def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
@@ -163,7 +107,7 @@ def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
     return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
 
 
-class Engine(torch.optim.Optimizer, SampleProvider):
+class Engine(torch.optim.Optimizer):
     """Adam or SGD for a Bayesian model, fused with weight sampling and the KL gradient.
 
     Args:
@@ -276,10 +220,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             inner_groups: list[dict[str, Any]] = [{"params": [p for p in others if id(p) not in rhos]},
                             {"params": [p for p in others if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
             inner_groups = [g for g in inner_groups if g["params"]] + extra
-            if self.kind is OptimizerKind.ADAM:
-                self._inner = torch.optim.Adam(inner_groups, lr=lr, betas=betas, eps=eps)
-            else:
-                self._inner = torch.optim.SGD(inner_groups, lr=lr, momentum=momentum, nesterov=nesterov)
+            self._inner = torch_optimizer(self.kind is OptimizerKind.ADAM, inner_groups, defaults)
         groups: list[dict[str, Any]] = []
         if layout is not None:
             groups.append({"params": [getattr(s.module, f"{s.name}_{x}") for s in layout.slots
@@ -297,12 +238,13 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self.fallback_reason = reason
         self.layout = layout
         self._extra = [p for grp in extra for p in grp["params"]]
-        self._trained: tuple[int, frozenset[int]] = (-1, frozenset())
-        self._drawn = False  # a forward drew the engine's sample (or its KL) since the last step
         self._warned_idle = False
         self._ddp: ddp_.Averager | None = None
         self._dist_checked = False
         self._averaged = False
+        self._sampler = Sampler(self, self.k, self.kl_mode, self.kl_samples)  # what the forward reads
+        self._grads = FusedGrads(self)  # the fused mu's and rho's .grad
+        self._sampler.groups = self.param_groups
         if layout is not None:
             self._build(layout, compile)
 
@@ -313,9 +255,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         dev, dt = ref.device, ref.dtype
         n, k = layout.numel, self.k
         self._prior = first.module.prior
-        self._split, self._closed = self._kl_kind(self.kl_mode)
-        if k > 1:
-            _spend_layout_notice()
+        self._split, self._closed = kl_kind(self._prior, self.kl_mode)
         # the rows of noise the KL draws of its own: the split's importance sample, or the Monte
         # Carlo KL's samples beyond the likelihood's (a closed form needs none)
         kl_extra = 1 if self._split else 0 if self._closed or self.kl_samples is None else self.kl_samples - k
@@ -335,25 +275,11 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         self._g = torch.zeros((k, n), device=dev, dtype=dt)
         self._sig = torch.zeros(n, device=dev, dtype=dt)
         self._sr = torch.zeros(n, device=dev, dtype=dt)
+        self._kl_mask = layout.kl_mask(dev, dt)  # None: every weight counts in the KL
         self._dlp = None if self._closed else torch.zeros((2 if kl_extra else k, n), device=dev, dtype=dt)
         nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0]["momentum"] > 0 else 0)
         self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
-        self._anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
-        self._anchor.grad = torch.zeros((), device=dev, dtype=dt)
-        self._lin_anchor = torch.zeros((), device=dev, dtype=dt, requires_grad=True)
-        # per (module, name, batched): the sample leaf, and the noise views by the parity of the noise buffer
-        self._leaves: dict[tuple[int, str, bool], tuple[Tensor, Tensor, Tensor]] = {}
-        for s in layout.slots:
-            for batched in (False, True):
-                if batched or k == 1:
-                    leaf = s.view(self._w).detach()
-                    grad = s.view(self._g)
-                    eps = [s.view(self._eps(i)) for i in (0, 1)]
-                    if not batched:
-                        leaf, grad, eps = leaf[0], grad[0], [e[0] for e in eps]
-                    leaf.requires_grad_(True)
-                    leaf.grad = grad
-                    self._leaves[(id(s.module), s.name, batched)] = (leaf, eps[0], eps[1])
+        self._sampler.bind(layout, self._prior, self._w, self._g, (self._eps(0), self._eps(1)))
         # the kernels' hp (hyperparameters, then the noise's keys: float64) and, where they are formed
         # on the device, the counter they come from (step, noise counter, SplitMix64(seed): int64)
         self._hp = torch.zeros(HP_SIZE + 3, device=dev, dtype=torch.float64)
@@ -365,15 +291,11 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                                  nesterov=bool(self.param_groups[0]["nesterov"]), kl_extra=kl_extra, split=self._split,
                                  compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device)
         self._fused_params = tuple(self.param_groups[0]["params"])
+        self._grads.adopt(layout)
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
-                                 self._w, self._sig, self._sr, self._dlp) for cur in (0, 1))
+                                 self._w, self._sig, self._sr, self._dlp, self._kl_mask) for cur in (0, 1))
         self._prime()
-
-    def _kl_kind(self, mode: KLMode) -> tuple[bool, bool]:
-        """(split, closed) of a KL mode for this engine's prior (a split with a closed form is closed)."""
-        split = KLMode(mode) is KLMode.SPLIT and not self._prior.has_closed_form
-        return split, not split and not uses_monte_carlo(self._prior, mode)
 
     def _versions(self) -> tuple[int, ...]:
         return tuple(p._version for p in self._fused_params)
@@ -417,11 +339,12 @@ class Engine(torch.optim.Optimizer, SampleProvider):
 
     def _prime(self) -> None:
         """Draw the noise of the current counter and form its sample from the current mu, rho."""
-        self._cur = 0
+        self._sampler.cur = 0
         self._write_hyper()
         with torch.no_grad():
-            self._kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
-                                          self._sig, self._sr, self._dlp)
+            self._sampler.kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
+                                                  self._sig, self._sr, self._dlp, self._kl_mask)
+        self._clean = self._grads.versions()  # g and c as no backward left them
         self._seen = self._versions()
 
     @property
@@ -441,7 +364,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
             self._check_placement()
             if self._versions() != self._seen:  # mu or rho changed from outside (load_state_dict...)
                 self._prime()
-        with providing_samples(self):  # on the plain path too: it draws nothing, but sees the forward
+        with providing_samples(self._sampler):  # on the plain path too: it draws nothing, but sees the forward
             yield self
 
     def _check_placement(self) -> None:
@@ -457,14 +380,6 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                         f"{str(mu.dtype).replace('torch.', '')}: build the Engine after moving the model to its "
                         "device (model.to(device), then Engine(model, ...))")
 
-    def _forward_seen(self) -> None:
-        """The first draw of a step: note it, and whether it runs inside DistributedDataParallel."""
-        self._drawn = True
-        if self._ddp is None:
-            ddp = ddp_.active_ddp()
-            if ddp is not None:
-                self._join(ddp)
-
     def _join(self, ddp: Any) -> None:
         """The first forward inside ``ddp``: check it, take its process group, start from one state."""
         if self.fused:
@@ -474,62 +389,38 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         if self.fused:
             self._prime()
 
-    def draw(self, module, name, k):
-        if not self._drawn:
-            self._forward_seen()
-        slot = self.layout.slot(module, name) if self.layout is not None else None
-        if slot is None:
-            return None
-        if (k or 1) != self.k or (k is None and self.k != 1):
-            raise UserError(f"the engine draws {self.k} weight sample(s) per step, the model asked for {k or 1}; "
-                            "build the Engine from the ELBO, Engine(elbo, ...), so that they share num_samples")
-        hit = self._leaves[(id(module), name, k is not None)]
-        return getattr(module, f"{name}_mu"), hit[1 + self._cur], hit[0]
-
-    def linear(self, module, x):
-        """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""
-        if not self._drawn:
-            self._forward_seen()
-        if self.layout is None or self.k != 1 or x.dim() != 2 or torch.is_autocast_enabled(x.device.type):
-            return None  # (a leading sample dimension takes the batched path)
-        ws = self.layout.slot(module, "weight")
-        if ws is None or module._mask("weight") is not None or module._mask("bias") is not None:
-            return None
-        bs = self.layout.slot(module, "bias")
-        w, gw = ws.view(self._w)[0], ws.view(self._g)[0]
-        b = gb = None
-        if bs is not None:
-            b, gb = bs.view(self._w)[0], bs.view(self._g)[0]
-        return _LinearIntoBuffers.apply(x, w, b, gw, gb, self._lin_anchor)
-
-    def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
-        if self.layout is None:
-            return None
-        if not self.layout.covers(model):
-            raise UserError("the KL under an Engine is that of the whole model it was built for")
-        if self._kl_kind(mode) != (self._split, self._closed):
-            raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with kl={self.kl_mode.value}; "
-                            "build the Engine from the ELBO, Engine(elbo, ...), so that they share kl")
-        if kl_samples != self.kl_samples and not (self._closed or self._split):
-            raise UserError(f"the ELBO asks for kl_samples={kl_samples} but the engine was built with "
-                            f"kl_samples={self.kl_samples}; build the Engine from the ELBO, Engine(elbo, ...), "
-                            "so that they share kl_samples")
-        self._drawn = True
-        return _KLCoefficient.apply(self._kl, self._anchor)
-
-    def trains(self, param: Tensor) -> bool | None:
-        """Whether ``param`` is among the parameters this engine updates."""
-        if self._trained[0] != len(self.param_groups):
-            self._trained = (len(self.param_groups),
-                             frozenset(id(p) for g in self.param_groups for p in g["params"]))
-        return id(param) in self._trained[1]
-
     @property
     def kl(self) -> Tensor | None:
         """The KL value of the current weight sample (None on the plain path)."""
-        return self._kl.detach() if self.fused else None
+        return self._sampler.kl.detach() if self.fused else None
 
     # -- optimisation --------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Train one more parameter group (as ``torch.optim``'s): the engine's inner ``torch.optim``
+        optimiser steps it (created now if the engine had none), with the engine's options where
+        the group sets none. A parameter the engine already trains is a one-line :class:`UserError`."""
+        if "_sampler" not in self.__dict__:  # torch.optim.Optimizer.__init__ adding the engine's own groups
+            super().add_param_group(param_group)
+            return
+        if not isinstance(param_group, dict):
+            raise UserError("engine.add_param_group takes a parameter group: {'params': [...], ...}")
+        group = param_groups(param_group)[0]
+        trained = {id(p) for g in self.param_groups for p in g["params"]}
+        again = [p for p in group["params"] if id(p) in trained]
+        if again or len({id(p) for p in group["params"]}) != len(group["params"]):
+            raise UserError(f"engine.add_param_group: {max(len(again), 1)} of its parameters are already trained "
+                            "by this engine (or listed twice); add each parameter once")
+        if self._ddp is not None:
+            raise UserError("engine.add_param_group after the first forward under DistributedDataParallel: "
+                            "add the group before training (or pass it as params= to the Engine)")
+        if self._inner is None:
+            self._inner = torch_optimizer(self.kind is OptimizerKind.ADAM, [group], self.defaults)
+        else:
+            self._inner.add_param_group(group)
+        if self._inner.param_groups is not self.param_groups:
+            self.param_groups.append(self._inner.param_groups[-1])  # the same dict: schedulers reach it
+        self._extra.extend(group["params"])
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._inner is not None:
             self._inner.zero_grad(set_to_none=set_to_none)
@@ -539,16 +430,22 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         """Under DistributedDataParallel: this step's gradient averaged across the processes, once."""
         if self._ddp is not None and not self._averaged:
             self._averaged = True
-            self._ddp.average(self._g if self.fused else None, self._anchor.grad if self.fused else None)
+            self._ddp.average(self._g if self.fused else None, self._sampler.anchor.grad if self.fused else None)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> Tensor:
         """Clip the whole gradient the next ``step()`` applies, as ``torch.nn.utils.clip_grad_norm_``.
 
-        The norm covers the fused dL/dmu and dL/drho (the KL's part included; they never reach
-        ``.grad``, so torch's function does not see them) and the ``.grad`` of every other parameter
-        of the engine; returns the total norm. Call it between ``backward()`` and ``step()``. Costs
-        one pass over the buffers, only when called: the kernel's gradients are linear in the data
-        gradient g and the KL coefficient c, so clipping scales those two.
+        The norm covers the fused dL/dmu and dL/drho (the KL's part included, as their ``.grad``
+        reads it) and the ``.grad`` of every other parameter of the engine; returns the total norm
+        (``torch.nn.utils.clip_grad_norm_`` over the same parameters gives the same; under
+        DistributedDataParallel only this one, which averages the gradient first). Call it between
+        ``backward()`` and ``step()``. Costs one pass over the buffers, only when called: the
+        kernel's gradients are linear in the data gradient g and the KL coefficient c, so clipping
+        scales those two::
+
+            (out.loss / len(x)).backward()
+            engine.clip_grad_norm_(1.0)
+            engine.step()
         """
         self._average()
         return clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite)
@@ -580,19 +477,23 @@ class Engine(torch.optim.Optimizer, SampleProvider):
                 ddp_.warn_without_ddp()
         self._average()
         self._averaged = False
-        if self.fused and (self._drawn or self._idle_step()):
+        sampler = self._sampler
+        if self.fused and (sampler.drawn or self._idle_step()):
             if self._hp_np is None and self._hyper_key() != self._hp_key:  # a scheduler changed lr, say
                 self._write_hyper()  # hp of the last step with the new values: the kernel advances it
             self._step_count += 1
             self.counter += 1
             if self._hp_np is not None:
                 self._hp_np[:] = self._hyper_values()
-            cur = self._cur
-            self._kl = self.kernels.train_step(*self._step_args[cur], self._anchor.grad, self._hp, self._state,
-                                               self._ctr)
-            self._cur = 1 - cur
+            cur = sampler.cur
+            args = (*self._step_args[cur], sampler.anchor.grad, self._hp, self._state, self._ctr)
+            given = self._grads.edited()  # a .grad edited in place (torch's clipping): apply it as it is
+            sampler.kl = (self.kernels.train_step(*args) if given is None else
+                          self.kernels.train_step_given(*args, given))
+            self._clean = self._grads.versions()
+            sampler.cur = 1 - cur
             self._seen = self._versions()
-        self._drawn = False
+        sampler.drawn = False
         if self._inner is not None:
             self._inner.step()
         return loss

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+import time
 import types
 import warnings
 from collections import OrderedDict
@@ -127,20 +129,23 @@ def fixed_order_sum(t: Tensor) -> Tensor:
     return head.sum() + t[r * SUM_PARTS:].sum()
 
 
-def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor,
-             dlp: Tensor | None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> Tensor:
+def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None,
+             m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
 
     mu, rho, sig, sr: (n,); z: (K, n) with K = k + kl_extra; w: (k, n), the first k rows; dlp:
     (k, n), or with ``kl_extra`` > 0 (2, n): the sums over the K rows of dlogp/dw and of
     dlogp/dw * z. The KL is the closed form, or the Monte Carlo estimate sum[log q(w) - log p(w)]
     averaged over the K rows; with ``split``, the split estimate from the row after the k (dlp:
-    its dKL/dmu and dKL/dsigma).
+    its dKL/dmu and dKL/dsigma). ``m`` (n,): 1 where a weight counts in the KL, 0 where not (an
+    embedding's padding row); None: every weight counts. dlp is kept multiplied by it.
     """
     s, r = softplus_and_sigmoid(rho)
     if split:
         assert dlp is not None
         kl_e, dmu, dsig = prior.kl_split(mu, s, z[w.shape[0]])  # type: ignore[misc]
+        if m is not None:
+            kl_e, dmu, dsig = kl_e * m, dmu * m, dsig * m
         kl = fixed_order_sum(kl_e)
         dlp[0].copy_(dmu)
         dlp[1].copy_(dsig)
@@ -150,13 +155,18 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
         return kl
     wn = mu + s * z
     if closed:
-        kl = fixed_order_sum(prior.kl_closed_form(mu, s)[0])  # type: ignore[index]
+        kl_e = prior.kl_closed_form(mu, s)[0]  # type: ignore[index]
+        kl = fixed_order_sum(kl_e if m is None else kl_e * m)
     else:
         assert dlp is not None
         lp, g = prior.log_prob_and_grad(wn)
         big_k = z.shape[0]
         terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / big_k
-        kl = fixed_order_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
+        if m is None:
+            kl = fixed_order_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
+        else:
+            kl = fixed_order_sum((terms - _HALF_LOG_2PI) * m)
+            g = g * m
         if kl_extra:
             dlp[0].copy_(g.sum(0))
             dlp[1].copy_((g * z).sum(0))
@@ -168,37 +178,45 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     return kl
 
 
-def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None, c: Tensor, *,
-              prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> tuple[Tensor, Tensor]:
-    """(dL/dmu, dL/drho) from the data gradient g and the KL coefficient c (linear in both)."""
+def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None, c: Tensor,
+              m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0,
+              split: bool = False) -> tuple[Tensor, Tensor]:
+    """(dL/dmu, dL/drho) from the data gradient g and the KL coefficient c (linear in both); ``m``:
+    the KL's weights (:func:`resample`), which ``dlp`` already carries."""
     k = g.shape[0]
+    cm = c if m is None else c * m  # the KL coefficient of each weight
     if split:
         assert dlp is not None
         gmu = g.sum(0) + c * dlp[0]
         grho = ((g * eps).sum(0) + c * dlp[1]) * sr
     elif closed:
         _, dmu, dsig = prior.kl_closed_form(mu, sig)  # type: ignore[misc]
-        gmu = g.sum(0) + c * dmu
-        grho = ((g * eps).sum(0) + c * dsig) * sr
+        gmu = g.sum(0) + cm * dmu
+        grho = ((g * eps).sum(0) + cm * dsig) * sr
     elif kl_extra:
         assert dlp is not None
         ck = c / (k + kl_extra)
         gmu = g.sum(0) - ck * dlp[0]
-        grho = ((g * eps).sum(0) - ck * dlp[1] - c / sig) * sr
+        grho = ((g * eps).sum(0) - ck * dlp[1] - cm / sig) * sr
     else:
         assert dlp is not None
         t = g - (c / k) * dlp
         gmu = t.sum(0)
-        grho = ((t * eps).sum(0) - c / sig) * sr
+        grho = ((t * eps).sum(0) - cm / sig) * sr
     return gmu, grho
 
 
 def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
-           dlp: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
+           dlp: Tensor | None, m: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
            prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0,
-           split: bool = False) -> None:
-    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c."""
-    gmu, grho = gradients(mu, g, eps, sig, sr, dlp, c, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
+           split: bool = False, given: Tensor | None = None) -> None:
+    """One optimiser step of mu and rho from the data gradient g and the KL coefficient c, or from
+    ``given`` (2, n): dL/dmu and dL/drho as the user left them in ``.grad`` (see :mod:`bbb.engine.grads`)."""
+    if given is None:
+        gmu, grho = gradients(mu, g, eps, sig, sr, dlp, c, m, prior=prior, closed=closed, kl_extra=kl_extra,
+                              split=split)
+    else:
+        gmu, grho = given[0], given[1]
     lr, scale = hp[HP_LR], hp[HP_RHO_SCALE]  # rho's learning rate is lr * scale
     if optimizer == "adam":
         b1, b2, aeps = hp[HP_B1], hp[HP_B2], hp[HP_EPS]
@@ -264,8 +282,8 @@ def advance_hyper(hp: Tensor, ctr: Tensor, *, adam: bool) -> Tensor:
     return new
 
 
-def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, ctr=None, *, prior, closed, optimizer,
-                nesterov, kl_extra=0, split=False, advance=False):
+def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state, ctr=None, given=None, *, prior,
+                closed, optimizer, nesterov, kl_extra=0, split=False, advance=False):
     """The step: the next sample's noise into ``noise``, the optimiser update, the next sample.
 
     ``advance``: ``hp`` and ``ctr`` are moved to the next step first (:func:`advance_hyper`), on the
@@ -274,14 +292,14 @@ def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, c, hp, state, ct
     if advance:
         hp = advance_hyper(hp, ctr, adam=optimizer == "adam")
     z = _sample_noise(noise, index, hp, w, kl_extra)
-    update(mu, rho, g, eps, sig, sr, dlp, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
-           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split)
-    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
+    update(mu, rho, g, eps, sig, sr, dlp, m, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
+           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split, given=given)
+    return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
 
 
-def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, *, prior, closed, kl_extra=0, split=False):
+def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, m, *, prior, closed, kl_extra=0, split=False):
     z = _sample_noise(noise, index, hp, w, kl_extra)
-    return resample(mu, rho, z, w, sig, sr, dlp, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
+    return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -312,6 +330,33 @@ def _signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
 #: its own, once; engines with the same key (the same prior, optimiser and shapes) share it.
 _COMPILED: OrderedDict[tuple[Any, ...], Callable[..., Any]] = OrderedDict()
 _COMPILED_MAX = 64
+
+
+#: the process's one notice that the engine compiles (:func:`_announce`): seconds spent so far, or
+#: None once it has been said
+_COMPILE_NOTICE: list[float] | None = []
+
+
+def _announce(name: str, seconds: float | None) -> None:
+    """Tell the user, once per process, that the engine compiles its kernels and how long it took.
+
+    Called before (``seconds`` None) and after each fresh compile: the first one (the sample's
+    kernel, at the engine's build) prints that it is compiling; the train step's (at the first
+    ``step()``, which completes the compile) prints the time both took. On stderr: compiling takes
+    seconds to tens of seconds on a CPU, which would otherwise pass without a word.
+    """
+    global _COMPILE_NOTICE
+    if _COMPILE_NOTICE is None:
+        return
+    if seconds is None:
+        if not _COMPILE_NOTICE:
+            print("bbb.Engine: compiling its kernels, once per process (compile=False skips this) ...",
+                  file=sys.stderr, flush=True)
+        return
+    _COMPILE_NOTICE.append(seconds)
+    if name != "prime":  # the train step (on a given gradient too, where .grad was clipped)
+        print(f"bbb.Engine: kernels compiled in {sum(_COMPILE_NOTICE):.1f} s", file=sys.stderr, flush=True)
+        _COMPILE_NOTICE = None
 
 
 def _compiled(key: tuple[Any, ...], eager: Callable[..., Any]) -> Callable[..., Any]:
@@ -348,19 +393,29 @@ class KernelSet:
         self._fns: dict[str, Callable[..., Any]] = {}
 
     def _fn(self, name: str, eager: Callable[..., Any], static: dict[str, Any],
-            args: tuple[Any, ...]) -> Callable[..., Any]:
+            args: tuple[Any, ...]) -> tuple[Callable[..., Any], bool]:
+        """The compiled kernel, and whether this process has not compiled it yet."""
         fn = self._fns.get(name)
+        fresh = False
         if fn is None:
             key = (name, tuple(static.items()), _signature(args))
+            fresh = key not in _COMPILED
             fn = _compiled(key, lambda *a: eager(*a, **static))
             self._fns[name] = fn
-        return fn
+        return fn, fresh
 
     def _call(self, name: str, eager: Callable[..., Any], static: dict[str, Any], *args: Any) -> Any:
         if not self.compiled:
             return eager(*args, **static)
         try:
-            return self._fn(name, eager, static, args)(*args)
+            fn, fresh = self._fn(name, eager, static, args)
+            if not fresh:
+                return fn(*args)
+            _announce(name, None)
+            start = time.perf_counter()
+            out = fn(*args)
+            _announce(name, time.perf_counter() - start)
+            return out
         except Exception as e:  # noqa: BLE001 - any compiler failure: the eager kernels take over
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             self.failed = reason
@@ -375,3 +430,7 @@ class KernelSet:
 
     def train_step(self, *args: Any) -> Tensor:
         return self._call("step", _train_step, self.step_static, *args)
+
+    def train_step_given(self, *args: Any) -> Tensor:
+        """The train step on a given gradient (the last argument, (2, n)): the ``.grad`` a user edited."""
+        return self._call("step_given", _train_step, self.step_static, *args)

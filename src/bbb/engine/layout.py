@@ -67,6 +67,18 @@ class Layout:
         """``model`` holds exactly the layers of this layout."""
         return [id(m) for m in bayes_modules(model)] == [id(m) for m in self.modules]
 
+    def kl_mask(self, device: torch.device, dtype: torch.dtype) -> Tensor | None:
+        """(n,): 1 where a weight counts in the KL, 0 where its layer leaves it out (``kl_rows``, e.g.
+        an embedding's padding row); None when every weight counts."""
+        rows = [(s, s.module.kl_rows(s.name)) for s in self.slots]
+        if all(r is None for _, r in rows):
+            return None
+        m = torch.ones(self.numel, device=device, dtype=dtype)
+        for s, r in rows:
+            if r is not None:
+                s.view(m).zero_().index_fill_(0, r.to(device), 1.0)
+        return m
+
     def gather(self, suffix: str) -> Tensor:
         """The parameters ``{name}_{suffix}`` concatenated into one flat tensor (a copy)."""
         parts = [getattr(s.module, f"{s.name}_{suffix}").detach().reshape(-1) for s in self.slots]

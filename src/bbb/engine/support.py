@@ -15,7 +15,8 @@ from ..nn import bayes_modules
 from ..nn.base import Estimator
 from .kernels import gradients
 
-__all__ = ["unsupported_reason", "param_groups", "new_params", "clip_grad_norm", "compile_default", "has_triton"]
+__all__ = ["unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm", "compile_default",
+           "has_triton"]
 
 _warned_no_triton = False
 
@@ -91,6 +92,14 @@ def param_groups(params: Any) -> list[dict[str, Any]]:
     return groups
 
 
+def torch_optimizer(adam: bool, groups: list[dict[str, Any]], defaults: dict[str, Any]) -> torch.optim.Optimizer:
+    """The engine's inner optimiser (what it does not fuse): ``torch.optim.Adam`` or ``SGD`` with the
+    engine's options (``defaults``) for the groups that set none of their own."""
+    if adam:
+        return torch.optim.Adam(groups, lr=defaults["lr"], betas=defaults["betas"], eps=defaults["eps"])
+    return torch.optim.SGD(groups, lr=defaults["lr"], momentum=defaults["momentum"], nesterov=defaults["nesterov"])
+
+
 def new_params(groups: list[dict[str, Any]], seen: set[int]) -> list[dict[str, Any]]:
     """``groups`` without the parameters in ``seen`` or in an earlier group (each trained once)."""
     out = []
@@ -113,8 +122,8 @@ def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonf
     grads = [p.grad for g in inner for p in g["params"] if p.grad is not None]
     parts = list(grads)
     if engine.fused:
-        parts[:0] = gradients(engine._mu, engine._g, engine._eps(engine._cur), engine._sig, engine._sr,
-                              engine._dlp, engine._anchor.grad, **engine.kernels.static)
+        parts[:0] = gradients(engine._mu, engine._g, engine._eps(engine._sampler.cur), engine._sig, engine._sr,
+                              engine._dlp, engine._sampler.anchor.grad, engine._kl_mask, **engine.kernels.static)
     if not parts:
         return torch.tensor(0.0)
     dev = parts[0].device
@@ -126,7 +135,7 @@ def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonf
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     if engine.fused:
         engine._g.mul_(coef.to(engine._g.dtype))
-        engine._anchor.grad.mul_(coef.to(engine._g.dtype))
+        engine._sampler.anchor.grad.mul_(coef.to(engine._g.dtype))
     for t in grads:
         t.mul_(coef.to(t.device, t.dtype))
     return total

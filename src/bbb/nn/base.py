@@ -382,11 +382,21 @@ class BayesModule(nn.Module):
                 given = 0 if s is None else math.prod(s.eps.shape[: s.eps.dim() - q.mu.dim()])
                 if num_samples > given:
                     extra = provider.kl_noise(self, name, num_samples - given)
-            term = kl_term(q, self.prior, mode, eps=None if s is None else s.eps,
-                           w=None if s is None else s.w, generator=gen, num_samples=num_samples, extra_eps=extra)
+            eps, w = (None, None) if s is None else (s.eps, s.w)
+            rows = self.kl_rows(name)
+            if rows is not None:  # only these rows count (an embedding's padding row does not)
+                q = DiagonalNormal(q.mu.index_select(0, rows), q.sigma.index_select(0, rows))
+                eps, w, extra = (None if t is None else t.index_select(t.dim() - q.mu.dim(), rows)
+                                 for t in (eps, w, extra))
+            term = kl_term(q, self.prior, mode, eps=eps, w=w, generator=gen, num_samples=num_samples,
+                           extra_eps=extra)
             total = term if total is None else total + term
         assert total is not None
         return total
+
+    def kl_rows(self, name: str) -> Tensor | None:
+        """The rows (indices along dim 0) of parameter ``name`` that the KL counts; None: all of them."""
+        return None
 
     def extra_repr(self) -> str:
         return f"prior={self.prior!r}, estimator={self.estimator.value}, rho_init={self.rho_init}"

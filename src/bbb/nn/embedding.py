@@ -9,7 +9,8 @@ the (k*V, D) stacked tables); ``local`` samples each looked-up row afresh, mu[i]
 per lookup (a lookup reads one row, so this is local reparameterisation). ``flipout`` has no
 meaning for a lookup (a one-line error), nor have ``max_norm`` (torch renormalises the weights in
 place) and ``sparse`` gradients. The ``padding_idx`` row outputs exactly 0 and gets no gradient
-from the data, as torch's zero-initialised row that never trains.
+from the data, as torch's zero-initialised row that never trains; nor does it count in the KL
+(:meth:`BayesEmbedding.kl_rows`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ class BayesEmbedding(BayesModule):
             if self.padding_idx is not None:
                 mu[self.padding_idx].zero_()
             self.rho("weight").fill_(self.rho_init)
+
+    def kl_rows(self, name: str) -> Tensor | None:
+        """Every row but ``padding_idx``'s: that row outputs 0 whatever its weights (no data informs its
+        posterior), so it does not count in the KL, here or in :class:`~bbb.engine.Engine`."""
+        if self.padding_idx is None:
+            return None
+        v, r, dev = self.num_embeddings, self.padding_idx, self.mu(name).device
+        return torch.cat([torch.arange(r, device=dev), torch.arange(r + 1, v, device=dev)])  # (no host copy)
 
     # -- conversion (:meth:`BayesModule.from_torch`) ----------------------------------------------
     @classmethod

@@ -1,0 +1,287 @@
+"""The engine where more habits of a ``torch.optim`` loop meet it (issues 53 and 55): a parameter
+group added after the build, the announcement of its first compile, and an embedding's padding row
+(not counted in the KL, on the plain path and in the engine).
+
+Each works as with ``torch.optim`` (checked against the plain path fed with the engine's noise,
+``counter_noise``) or is a one-line error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn as nn
+
+from bbb.distributions import GaussianPrior, ScaleMixturePrior
+from bbb.elbo import ELBO
+from bbb.engine import Engine, counter_noise, kernels
+from bbb.errors import UserError
+from bbb.nn import BayesEmbedding, BayesLinear
+
+MIXTURE = ScaleMixturePrior(0.5, 1.0, math.exp(-2))
+
+
+class Scaled(nn.Module):
+    """A Bayesian MLP whose output a plain parameter ``scale`` (outside the engine's build) scales."""
+
+    def __init__(self, prior=MIXTURE):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(BayesLinear(6, 7, prior=prior, rho_init=-3.0), nn.Tanh(),
+                                  BayesLinear(7, 3, prior=prior, rho_init=-3.0))
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return self.body(x) * self.scale
+
+
+def _data(n=8, d=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=g, dtype=torch.float64), torch.randint(0, 3, (n,), generator=g)
+
+
+# -- a parameter group added after the build ----------------------------------------------------
+
+@pytest.mark.parametrize("opt", ["adam", "sgd"])
+@pytest.mark.parametrize("fused", [None, False])
+def test_a_parameter_group_added_after_the_build_is_trained_as_by_torch_optim(opt, fused):
+    x, y = _data()
+    results = []
+    for engine in (True, False):
+        net = Scaled().double()
+        elbo = ELBO(net, num_batches=2, kl="mc")
+        bayes = list(net.body.parameters())
+        if engine:
+            o = Engine(net.body, opt, lr=0.05, kl="mc", seed=3, compile=False, fused=fused)
+            assert o.fused is (fused is None)
+            o.add_param_group({"params": [net.scale], "lr": 0.2})
+            assert o.param_groups[-1]["lr"] == 0.2
+        else:
+            cls = torch.optim.Adam if opt == "adam" else torch.optim.SGD
+            o = cls([{"params": bayes}, {"params": [net.scale], "lr": 0.2}], lr=0.05)
+        torch.manual_seed(5)  # the plain path's draws (fused=False): the same on both sides
+        for i in range(3):
+            plain = counter_noise(net.body, 3, i) if fused is None else contextlib.nullcontext()
+            with (o.sampling() if engine else plain):
+                out = elbo(x, y, batch_index=i % 2)
+            o.zero_grad()
+            out.loss.backward()
+            o.step()
+        results.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert float(results[0][0]) != 1.0  # the added parameter (the first of net.parameters()) moved
+
+
+def test_adding_a_parameter_the_engine_trains_is_an_error_and_an_engine_without_inner_gets_one():
+    net = Scaled().double()
+    o = Engine(net.body, "adam", lr=0.05, kl="mc", compile=False)
+    assert o._inner is None  # nothing outside the fused layers: no torch.optim inside yet
+    with pytest.raises(UserError, match="already trained by this engine"):
+        o.add_param_group({"params": [net.body[0].weight_mu]})
+    with pytest.raises(UserError, match="already trained by this engine"):
+        o.add_param_group({"params": [net.scale, net.scale]})
+    o.add_param_group({"params": net.scale})
+    assert o._inner is not None and len(o.param_groups) == 2
+    assert o.param_groups[-1]["lr"] == 0.05
+    state = o.state_dict()
+    o2 = Engine(Scaled().double().body, "adam", lr=0.05, kl="mc", compile=False)
+    with pytest.raises(Exception, match="does not match"):
+        o2.load_state_dict(state)  # a state with the added group needs the group added
+
+
+# -- the first compile of a process is announced -------------------------------------------------
+
+def test_the_first_compile_of_a_process_is_announced_once_with_its_time(monkeypatch, capsys):
+    """Compiling the kernels takes seconds (15-33 s for the 2x1200 network on 2 cores): the process's
+    first compile says so on stderr, once, and how long it took (torch.compile is stubbed here: the
+    real compile is checked in test_engine.py's subprocess)."""
+    monkeypatch.setattr(kernels, "_COMPILED", OrderedDict())
+    monkeypatch.setattr(kernels, "_COMPILE_NOTICE", [])
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    x, y = _data()
+    for opt in ("adam", "sgd", "adam"):  # a second setting compiles too, silently
+        net = Scaled().double()
+        elbo = ELBO(net.body, num_batches=2, kl="mc")
+        o = Engine(net.body, opt, lr=0.05, kl="mc", compile=True)
+        assert o.compiled
+        for i in range(2):
+            with o.sampling():
+                out = elbo(x, y, batch_index=i)
+            o.zero_grad()
+            out.loss.backward()
+            o.step()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("bbb.Engine")]
+    assert len(lines) == 2, err
+    assert "compiling its kernels" in lines[0] and "compile=False" in lines[0]
+    assert re.fullmatch(r"bbb\.Engine: kernels compiled in \d+\.\d s", lines[1])
+    assert len(kernels._COMPILED) == 3  # one prime (the optimiser does not enter it), a step for adam and for sgd
+
+
+# -- an embedding's padding row does not count in the KL -------------------------------------------
+
+class Tokens(nn.Module):
+    def __init__(self, prior, padding_idx=0):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = BayesEmbedding(10, 4, padding_idx=padding_idx, prior=prior, rho_init=-3.0)
+        self.head = BayesLinear(4, 3, prior=prior, rho_init=-3.0)
+
+    def forward(self, t):
+        return self.head(self.emb(t).mean(1))
+
+
+def _tokens(n=8, t=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, 10, (n, t), generator=g)
+    idx[:, -1] = 0  # padding in every sequence
+    return idx, torch.randint(0, 3, (n,), generator=g)
+
+
+@pytest.mark.parametrize("kl", ["auto", "mc"])
+def test_the_padding_row_is_not_in_the_plain_kl(kl):
+    from bbb.distributions import DiagonalNormal, kl_term
+
+    prior = GaussianPrior(0.7)
+    emb = BayesEmbedding(10, 4, padding_idx=3, prior=prior, rho_init=-3.0).double()
+    q = emb.posterior("weight")
+    keep = [i for i in range(10) if i != 3]
+    want = kl_term(DiagonalNormal(q.mu[keep], q.sigma[keep]), prior, "auto")
+    assert float(emb.kl("auto").detach()) == pytest.approx(float(want.detach()), rel=1e-12)
+    # Monte Carlo on the forward's samples: the padding row's weights change nothing, and get no gradient
+    net = Tokens(prior, padding_idx=3).double()
+    x, y = _tokens()
+    elbo = ELBO(net, num_batches=1, kl=kl)
+    with counter_noise(net, 0, 0):
+        a = elbo(x, y)
+    with torch.no_grad():
+        net.emb.weight_mu[3].add_(0.5)
+        net.emb.weight_rho[3].add_(-1.0)
+    with counter_noise(net, 0, 0):
+        b = elbo(x, y)
+    assert float(a.kl) == pytest.approx(float(b.kl), rel=1e-12)
+    b.loss.backward()
+    assert float(net.emb.weight_mu.grad[3].abs().max()) == 0.0
+    assert float(net.emb.weight_rho.grad[3].abs().max()) == 0.0
+    assert float(net.emb.weight_rho.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("prior,kl", [(MIXTURE, "mc"), (GaussianPrior(0.7), "auto"), (MIXTURE, "split")])
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_engine_leaves_the_padding_row_out_of_the_kl_as_the_plain_path(prior, kl, k):
+    x, y = _tokens()
+    results = []
+    for engine in (True, False):
+        net = Tokens(prior).double()
+        elbo = ELBO(net, num_batches=2, num_samples=k, kl=kl)
+        if engine:
+            o = Engine(elbo, "adam", lr=0.05, seed=3, compile=False)
+            assert o.fused and o._kl_mask is not None
+        else:
+            o = torch.optim.Adam(net.parameters(), lr=0.05)
+        kls = []
+        for i in range(3):
+            with (o.sampling() if engine else counter_noise(net, 3, i, None if k == 1 else k,
+                                                              kl_rows=1 if kl == "split" else 0)):
+                out = elbo(x, y, batch_index=i % 2)
+            o.zero_grad()
+            (out.loss / len(x)).backward()
+            if engine:
+                n = float(o.clip_grad_norm_(1e9))  # the norm sees the masked KL gradient too
+            else:
+                n = float(torch.nn.utils.clip_grad_norm_(net.parameters(), 1e9))
+            o.step()
+            kls.append((float(out.kl.detach()), n))
+        results.append(([p.detach().clone() for p in net.parameters()], kls))
+        rho0 = Tokens(prior).double().emb.weight_rho[0]
+        assert torch.equal(net.emb.weight_rho[0], rho0)  # no gradient reached the padding row
+    (a, ka), (b, kb) = results
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+    for (u, nu), (v, nv) in zip(ka, kb):
+        assert u == pytest.approx(v, rel=1e-10) and nu == pytest.approx(nv, rel=1e-10)
+
+
+# -- torch's clipping idiom under the engine ---------------------------------------------------------
+
+def _mlp(prior, deterministic=True):
+    torch.manual_seed(0)
+    layers = [BayesLinear(6, 7, prior=prior, rho_init=-3.0), nn.Tanh(), BayesLinear(7, 3, prior=prior, rho_init=-3.0)]
+    return nn.Sequential(*([nn.Linear(6, 6), nn.Tanh()] if deterministic else []), *layers).double()
+
+
+@pytest.mark.parametrize("prior,kl,opt,k,norm_type", [
+    (MIXTURE, "mc", "adam", 1, 2.0),
+    (GaussianPrior(0.7), "auto", "sgd", 2, 2.0),
+    (MIXTURE, "mc", "sgd", 1, math.inf),
+    (MIXTURE, "split", "adam", 1, 2.0),
+])
+def test_torch_clip_grad_norm_under_the_engine_clips_the_real_gradient(prior, kl, opt, k, norm_type):
+    """torch.nn.utils.clip_grad_norm_(model.parameters()) under the engine: the fused mu's and rho's
+    .grad are the engine's gradient (KL included), so the norm and the clipped step are the plain
+    path's, and engine.clip_grad_norm_ measures the same norm."""
+    x, y = _data()
+    results = []
+    for engine in (True, False):
+        net = _mlp(prior)
+        elbo = ELBO(net, num_batches=2, num_samples=k, kl=kl)
+        if engine:
+            o = Engine(elbo, opt, lr=0.05, seed=3, compile=False)
+            assert o.fused
+        else:
+            o = (torch.optim.Adam if opt == "adam" else torch.optim.SGD)(net.parameters(), lr=0.05)
+        norms = []
+        for i in range(3):
+            rows = 1 if kl == "split" else 0
+            with (o.sampling() if engine else counter_noise(net, 3, i, None if k == 1 else k, kl_rows=rows)):
+                out = elbo(x, y, batch_index=i % 2)
+            o.zero_grad()
+            if engine:
+                assert net[2].weight_mu.grad is None  # no backward yet: no gradient, as after zero_grad
+            (out.loss / len(x)).backward()
+            if engine and i == 0:
+                assert float(o.clip_grad_norm_(1e9, norm_type)) == pytest.approx(
+                    float(torch.nn.utils.clip_grad_norm_(net.parameters(), 1e9, norm_type)), rel=1e-10)
+            norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.3, norm_type)))
+            o.step()
+            if engine:
+                assert net[2].weight_mu.grad is None  # the step used it
+        results.append(([p.detach().clone() for p in net.parameters()], norms))
+    (a, na), (b, nb) = results
+    assert na == pytest.approx(nb, rel=1e-10)
+    assert min(na) > 0.3  # it clipped
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_grad_edits_in_place_are_applied_and_assignment_or_ddp_is_an_error():
+    x, y = _data()
+    results = []
+    for engine in (True, False):
+        net = _mlp(MIXTURE, deterministic=False)
+        elbo = ELBO(net, num_batches=1, kl="mc")
+        o = Engine(elbo, "sgd", lr=0.05, seed=3, compile=False) if engine else torch.optim.SGD(net.parameters(), 0.05)
+        with (o.sampling() if engine else counter_noise(net, 3, 0)):
+            out = elbo(x, y)
+        o.zero_grad()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_value_(net.parameters(), 0.01)
+        if engine:
+            with pytest.raises(UserError, match="edit it in place"):
+                net[0].weight_mu.grad = torch.zeros_like(net[0].weight_mu)
+            o._ddp = object()  # as under DistributedDataParallel: the gradient is not averaged yet
+            with pytest.raises(UserError, match="engine.clip_grad_norm_"):
+                net[0].weight_rho.grad  # noqa: B018
+            o._ddp = None
+        o.step()
+        results.append([p.detach().clone() for p in net.parameters()])
+    for u, v in zip(*results):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+    net.zero_grad()  # model.zero_grad() and the state dict as with any parameter
+    assert type(net.state_dict()["0.weight_mu"]) is torch.Tensor

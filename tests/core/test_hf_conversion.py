@@ -27,10 +27,14 @@ from bbb.nn import (
     forward_samples,
     model_kl,
     sampling,
+    shared_samples,
 )
+from bbb.uncertainty import predict
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+if not transformers.utils.is_torch_available():  # transformers' own torch floor (2.6 for 5.x)
+    pytest.skip("transformers does not take this torch", allow_module_level=True)
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.pytorch_utils import Conv1D  # noqa: E402
 
@@ -209,9 +213,51 @@ def test_tied_weight_engine_equals_plain_path():
         assert torch.allclose(a[k], b[k], atol=1e-5), k
 
 
+@pytest.mark.slow
+def test_tied_weight_under_torch_compile():
+    torch.manual_seed(0)
+    net = bbb.bayesianize(_TiedToy(), rho_init=-2.0).train()
+    compiled = torch.compile(net)
+    x = torch.randint(0, 11, (5, 3))
+    for _ in range(2):  # a fresh sample each call, both uses reading it
+        with SampleRecorder() as rec:
+            out = compiled(x)
+        w = rec.get(net.emb, "weight").w
+        h = torch.tanh(F.linear(F.embedding(x, w), rec.get(net.mid, "weight").w, rec.get(net.mid, "bias").w))
+        assert torch.allclose(out, F.linear(h, w), atol=1e-5)
+
+
+def test_gpt2_trains_on_the_fused_engine():
+    class LastToken(nn.Module):  # a tensor in, a tensor out: no dependence on the mapping API
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(ids).logits[:, -1]
+
+    model = _convert(_gpt2())
+    net = LastToken(model).train()
+    elbo = ELBO(net, "categorical", num_batches=1)
+    engine = Engine(elbo, "adam", lr=1e-2, fused=True, compile=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x, y = _ids(4, 5), _ids(1, 4, seed=2)[0]
+    for _ in range(3):
+        with engine.sampling():
+            loss = elbo(x, y).loss
+        engine.zero_grad()
+        loss.backward()
+        engine.step()
+    assert torch.isfinite(loss)
+    for name in ("transformer.wte.weight_mu", "transformer.h.0.attn.c_attn.weight_mu",
+                 "transformer.h.1.mlp.c_proj.weight_rho"):
+        assert not torch.equal(dict(model.named_parameters())[name], before[name]), name
+
+
 def test_untied_tie_is_named_in_the_warning():
     net = _TiedToy()
-    with pytest.warns(UserWarning, match=r"emb\.weight, head\.weight were one tensor.*skip all of them"):
+    match = r"emb\.weight, head\.weight were one tensor.*head\.weight kept the deterministic.*skip every"
+    with pytest.warns(UserWarning, match=match):
         bbb.bayesianize(net, skip=["head"])
 
 
@@ -229,6 +275,13 @@ def test_generate_greedy_and_sampling_on_a_converted_gpt2():
         b = model.generate(prompt, max_new_tokens=5, do_sample=True)
     assert a.shape == (2, 8) and torch.equal(a[:, :3], prompt) and torch.equal(a, b)
     assert int(a.min()) >= 0 and int(a.max()) < 50
+    # one sampled network for a whole generation: shared_samples around generate
+    with sampling(model, "sample"), shared_samples():
+        c = model.generate(prompt, max_new_tokens=5, do_sample=False)
+        d = model.generate(prompt, max_new_tokens=5, do_sample=False)
+        full = model(c).logits  # the same network scores the sequence it wrote greedily
+    assert torch.equal(c, d)
+    assert torch.equal(full[:, 2:-1].argmax(-1), c[:, 3:])
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,3 +338,26 @@ def test_save_pretrained_refuses_what_it_cannot_write(tmp_path):
     with pytest.raises(UserError, match="model.safetensors"):
         bbb.from_pretrained(tmp_path / "nothing")
     assert isinstance(BayesEmbedding(3, 2), BayesModule)
+
+
+# --------------------------------------------------------------------------------------------
+# the agreed input/output API (h1's part of issue 53): HF batches through the ELBO and predict
+# --------------------------------------------------------------------------------------------
+
+
+def test_gpt2_elbo_and_predict_with_mapping_inputs():
+    from transformers import GPT2ForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=32, pad_token_id=0, num_labels=3)
+    model = _convert(GPT2ForSequenceClassification(cfg)).train()
+    ids, mask = _ids(4, 6), torch.ones(4, 6, dtype=torch.long)
+    ids[0, 4:], mask[0, 4:] = 0, 0  # a padded row
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 2, 1])}
+    for k in (1, 4):
+        model.zero_grad()
+        out = ELBO(model, "categorical", num_batches=2, num_samples=k)(batch)
+        out.loss.backward()
+        assert torch.isfinite(out.loss) and model.transformer.wte.weight_mu.grad.abs().sum() > 0
+    probs = predict(model, {"input_ids": ids, "attention_mask": mask}, num_samples=4)
+    assert probs.shape == (4, 4, 3) and not torch.equal(probs[0], probs[1])

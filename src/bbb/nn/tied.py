@@ -198,9 +198,12 @@ def tie_converted(model: nn.Module, groups: list[list[tuple[str, str]]]) -> list
                 tied = True
                 continue
         names = ", ".join(f"{n}.{p}" if n else p for n, p in group)
-        untied.append(f"{names} were one tensor and now are not (only linear layers sharing a Bayesian layer's "
-                      "weight stay tied): to keep the tie, skip all of them (one deterministic tensor) or "
-                      "none with the same estimator")
+        kept = [f"{n}.{p}" if n else p for n, p, m in mods if not isinstance(m, BayesModule)]
+        why = (f"{', '.join(kept)} kept the deterministic tensor" if kept else
+               "only linear layers reading another Bayesian layer's weight stay tied")
+        untied.append(f"{names} were one tensor and now are not ({why}): to keep one tensor, skip every module "
+                      "of the tie; a holder that its forward does not use (transformers' resize bookkeeping) "
+                      "can be left")
     if tied and not any(isinstance(getattr(h, "__self__", None), _TieScope) for h in model._forward_pre_hooks.values()):
         scope = _TieScope()
         model.register_forward_pre_hook(scope.enter)

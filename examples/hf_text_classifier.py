@@ -13,7 +13,8 @@ own takes:
 3. train with the ELBO on the same batches, ``{"input_ids", "attention_mask", "labels"}``
    (``"labels"`` is the target; the model's ``SequenceClassifierOutput`` gives its ``logits``);
 4. ``predict`` k networks on the test sequences and on sequences of unseen tokens: the mutual
-   information (the networks' disagreement) should be larger on the unseen ones;
+   information (the networks' disagreement) should be larger on the unseen ones (its AUROC as an
+   out-of-distribution score, next to the deterministic model's entropy's);
 5. ``bbb.save_pretrained`` / ``bbb.from_pretrained``: the posterior comes back exact.
 
     python examples/hf_text_classifier.py
@@ -29,7 +30,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 
 import bbb
-from bbb.uncertainty import mutual_information, predict, predictive_entropy, predictive_probs
+from bbb.uncertainty import auroc, mutual_information, predict, predictive_entropy, predictive_probs
 
 VOCAB, LENGTH, CLASSES, SEEN, PAD = 64, 12, 3, 32, 0
 
@@ -66,12 +67,15 @@ def build_model(seed: int) -> nn.Module:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="example: python examples/hf_text_classifier.py --bbb-epochs 3")
+                                epilog="example: python examples/hf_text_classifier.py --bbb-epochs 3 --samples 50")
     p.add_argument("--train-size", type=int, default=2048)
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--finetune-epochs", type=int, default=3, help="deterministic fine-tuning (default: 3)")
-    p.add_argument("--bbb-epochs", type=int, default=3, help="ELBO epochs after bayesianize (default: 3)")
+    p.add_argument("--finetune-epochs", type=int, default=6, help="deterministic fine-tuning (default: 6)")
+    p.add_argument("--bbb-epochs", type=int, default=5, help="ELBO epochs after bayesianize (default: 5)")
+    p.add_argument("--lr", type=float, default=2e-3, help="the ELBO's learning rate (default: 2e-3)")
+    p.add_argument("--rho-lr-scale", type=float, default=10.0,
+                   help="rho's learning rate is lr * this (default: 10), so that sigma moves in a short fine-tune")
     p.add_argument("--samples", type=int, default=20, help="weight samples per prediction (default: 20)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -94,8 +98,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             loss.backward()
             opt.step()
     model.eval()
-    with torch.no_grad():
-        det_error = float((model(**test).logits.argmax(-1) != test_labels).float().mean())
+    with torch.no_grad():  # its error, and its entropy as an out-of-distribution score
+        det_logits, det_ood = model(**test).logits.unsqueeze(0), model(**unseen).logits.unsqueeze(0)
+    det_error = float((det_logits[0].argmax(-1) != test_labels).float().mean())
 
     # 2. Bayesian, the posterior means at the fine-tuned weights
     bbb.bayesianize(model, skip=[nn.LayerNorm])  # the norms stay point estimates, on purpose
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     # 3. the ELBO on Hugging Face batches; rho's larger step lets sigma move in a short fine-tune
     elbo = bbb.ELBO(model, "categorical", num_batches=len(train), num_samples=2)
-    engine = bbb.Engine(elbo, "adam", lr=1e-3, rho_lr_scale=10.0, seed=args.seed)
+    engine = bbb.Engine(elbo, "adam", lr=args.lr, rho_lr_scale=args.rho_lr_scale, seed=args.seed)
     model.train()
     for _ in range(args.bbb_epochs):
         for i, batch in enumerate(train):
@@ -126,11 +131,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     res = {
         "deterministic_test_error": det_error,
+        "deterministic_entropy_auroc": auroc(predictive_entropy(det_logits), predictive_entropy(det_ood)),
         "test_error": float((predictive_probs(logits).argmax(-1) != test_labels).float().mean()),
         "entropy_test": float(predictive_entropy(logits).mean()),
         "entropy_unseen_tokens": float(predictive_entropy(ood).mean()),
         "mutual_information_test": float(mutual_information(logits).mean()),
         "mutual_information_unseen_tokens": float(mutual_information(ood).mean()),
+        "mutual_information_auroc": auroc(mutual_information(logits), mutual_information(ood)),
         "bayesian_share": bbb.layer_summary(model).bayesian_share,
         "reloaded_exact": float(exact),
     }

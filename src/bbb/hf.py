@@ -132,10 +132,12 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
         folder: a local folder (nothing is downloaded).
         model_class: the transformers class (e.g. ``GPT2LMHeadModel``); None: the one
             ``config.json`` names (``architectures``).
-        prior, estimator: for every Bayesian layer, in place of the recorded ones: needed for a
+        prior: the prior of every Bayesian layer, in place of the recorded ones: needed for a
             folder that transformers' own ``save_pretrained`` wrote (no ``bbb_conversion.json``)
-            from a model converted with other than the defaults, or for a prior that cannot be
-            written (a ``torch.distributions`` one).
+            from a model converted with another prior, or for a prior that cannot be written (a
+            ``torch.distributions`` one).
+        estimator: the estimator of every Bayesian layer, in place of the recorded ones (needed,
+            as ``prior``, for a folder without ``bbb_conversion.json`` and another estimator).
 
     >>> model = bbb.from_pretrained("out/gpt2-bayes")
     >>> model.generate(ids, max_new_tokens=20)        # the posterior mean; bbb.nn.sampling to sample

@@ -3,6 +3,8 @@ weights kept tied, generate, and save/load exact. Tiny configs, random init, not
 
 from __future__ import annotations
 
+import copy as copy_module
+import pickle
 import subprocess
 import sys
 import warnings
@@ -141,6 +143,9 @@ def test_gpt2_converts_over_95_percent_with_the_tie_kept():
         model.load_state_dict(bad)
     model.tie_weights()  # transformers' own re-tie is a no-op on the tied layer
     assert model.lm_head.source is model.transformer.wte
+    for copy in (copy_module.deepcopy(model), pickle.loads(pickle.dumps(model))):  # the tie travels
+        assert copy.lm_head.source is copy.transformer.wte
+        assert torch.equal(copy(x).logits, logits)
 
 
 class _TiedToy(nn.Module):

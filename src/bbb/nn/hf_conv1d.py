@@ -41,7 +41,12 @@ class BayesHFConv1D(BayesModule):
         nf: output features (transformers' order: ``Conv1D(nf, nx)``).
         nx: input features.
         bias: learn a Bayesian bias (transformers' ``Conv1D`` always has one).
-        prior, estimator, mu_init_scale, rho_init, device, dtype: as :class:`~bbb.nn.BayesLinear`.
+        prior: as :class:`~bbb.nn.BayesLinear`.
+        estimator: ``"reparam"``, ``"local"`` or ``"flipout"``.
+        mu_init_scale: mu ~ U(-b, b) with this b (default 1/sqrt(nx)).
+        rho_init: initial rho (default -5).
+        device: as ``torch.nn`` layers.
+        dtype: as ``torch.nn`` layers.
 
     The weight posterior is ``(nx, nf)`` as transformers stores it; every estimator, pruning mask
     and k-sample pass works as for :class:`~bbb.nn.BayesLinear` (the same kernels on the

@@ -11,7 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
-    from . import convert, distributions, engine, functional, nn, prune, random, uncertainty
+    from . import convert, distributions, engine, functional, hf, nn, prune, random, uncertainty
     from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (
         DiagonalNormal,
@@ -35,6 +35,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
     from .engine import Engine, counter_noise
     from .errors import DataError, UserError
     from .functional import expand_samples
+    from .hf import from_pretrained, save_pretrained
     from .nn import (
         BayesConv1d,
         BayesConv2d,
@@ -50,7 +51,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
-    **dict.fromkeys(["convert", "distributions", "engine", "functional", "nn", "prune", "random",
+    **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "nn", "prune", "random",
                      "uncertainty"]),
     **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
     **dict.fromkeys(["DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
@@ -60,6 +61,7 @@ _EXPORTS = {
     **dict.fromkeys(["Engine", "counter_noise"], "engine"),
     **dict.fromkeys(["DataError", "UserError"], "errors"),
     "expand_samples": "functional",
+    **dict.fromkeys(["from_pretrained", "save_pretrained"], "hf"),
     "Estimator": "nn.base",
     **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP",
                      "SampleRecorder", "forward_samples", "model_kl", "sampling", "shared_samples"],
@@ -117,7 +119,9 @@ __all__ = [
     "engine",
     "expand_samples",
     "forward_samples",
+    "from_pretrained",
     "functional",
+    "hf",
     "kl_divergence",
     "kl_weights",
     "model_kl",
@@ -126,6 +130,7 @@ __all__ = [
     "random",
     "register_kl",
     "sampling",
+    "save_pretrained",
     "shared_samples",
     "uncertainty",
 ]

@@ -1,16 +1,18 @@
 """Make a network you already have Bayesian: :func:`bayesianize`.
 
-Every layer of a type in the registry (:data:`CONVERTIBLE`: linear, convolutions of every
-dimension and their transposes, embeddings, recurrent layers, multi-head attention) is replaced, in
-place, by the matching :mod:`bbb.nn` layer with the same sizes, options, device and dtype; each
-Bayesian layer type converts through its own ``from_torch``, and :func:`register_conversion` adds
-a type without editing this module. The module names do not change, so a deterministic
-``state_dict`` loads into the converted model (``weight`` becomes ``weight_mu``), and the Bayesian
-layers expose ``.weight``/``.bias`` (the posterior mean) for code that reads them.
+Every layer of a type in the registry (:data:`CONVERTIBLE`: linear, convolutions of every dimension
+and their transposes, embeddings, recurrent layers, multi-head attention; transformers' ``Conv1D``
+when transformers is loaded) is replaced, in place, by the matching :mod:`bbb.nn` layer with the
+same sizes, options, device and dtype; each Bayesian layer type converts through its own
+``from_torch``, and :func:`register_conversion` adds a type without editing this module. The module
+names do not change, so a deterministic ``state_dict`` loads into the converted model (``weight``
+becomes ``weight_mu``), and the Bayesian layers expose ``.weight``/``.bias`` (the posterior mean)
+for code that reads them.
 
 What stays deterministic is said: a ``UserWarning`` names every module with parameters of its own
 that is not Bayesian and gives the share of weights that became Bayesian (``strict=True`` raises
-instead); :func:`layer_summary` prints the whole table.
+instead); :func:`layer_summary` prints the whole table. Tied weights stay tied (one posterior, one
+sample per forward, the KL counted once: :mod:`bbb.nn.tied`), or the warning names the tie.
 
 >>> net = nn.Sequential(nn.Flatten(), nn.Linear(784, 400), nn.ReLU(), nn.Linear(400, 10))
 >>> net.load_state_dict(torch.load("trained.pt"))      # optional: a trained network
@@ -21,6 +23,7 @@ instead); :func:`layer_summary` prints the whole table.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,6 +35,8 @@ from .errors import UserError
 from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator
+from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
+from .nn.tied import tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE"]
@@ -39,7 +44,8 @@ __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_
 #: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=) -> its Bayesian copy
 Converter = Callable[..., nn.Module]
 
-#: the torch.nn layer types :func:`bayesianize` replaces (exact types), and how
+#: the torch.nn layer types :func:`bayesianize` replaces (exact types), and how; transformers'
+#: ``Conv1D`` joins on the first :func:`bayesianize` after transformers is imported
 CONVERTIBLE: dict[type[nn.Module], Converter] = {}
 
 
@@ -64,6 +70,19 @@ def register_conversion(torch_type: type[nn.Module], converter: type[BayesModule
 for _cls in _layer_types():
     for _t in _cls.converts:
         register_conversion(_t, _cls)
+
+
+
+def _register_optional() -> None:
+    """Register transformers' ``Conv1D`` (:class:`~bbb.nn.BayesHFConv1D`) once transformers is
+    loaded (a model holding one has loaded it), unless a conversion of it is registered already;
+    ``import bbb`` never imports transformers."""
+    if "transformers" not in sys.modules:
+        return
+    t = transformers_conv1d()
+    if t is not None and t not in CONVERTIBLE:
+        register_conversion(t, BayesHFConv1D)
+
 
 Skip = Iterable[str | type] | Callable[[str, nn.Module], bool] | None
 
@@ -136,13 +155,21 @@ def bayesianize(
     ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
     the table; :func:`deterministic_layers` lists them); its parameters are trained as point
     estimates by the same optimiser.
+
+    Tied weights (one tensor held by several modules: GPT-2's ``lm_head`` and ``wte``, anything
+    transformers' ``tie_weights`` ties) stay one posterior: the linear layers that shared a
+    converted layer's weight become :class:`~bbb.nn.TiedBayesLinear` (one weight sample per forward
+    for both uses, the KL counted once, one entry in the ``state_dict``); a tie that cannot be kept
+    is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``).
     """
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
+    _register_optional()
     skipped = _skipper(skip, model)
     kw = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}
     if type(model) in CONVERTIBLE and not skipped("", model):
         return _convert(model, "", **kw)
+    ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
     for name, mod in list(model.named_modules(remove_duplicate=False)):
         for child_name, child in list(mod._modules.items()):  # (named_children skips repeats)
@@ -160,6 +187,7 @@ def bayesianize(
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
                         f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
                         "with bbb.register_conversion")
+    untied = tie_converted(model, ties)
     no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
     if left:
@@ -168,6 +196,11 @@ def bayesianize(
         msg = (f"bayesianize: {len(left)} module(s) with parameters stay deterministic: {what}; "
                f"{100 * s.bayesian_share:.1f}% of the weights are Bayesian. Pass skip=[...] to say so, "
                "or register_conversion for their types (bbb.layer_summary(model) prints the table)")
+        if strict:
+            raise UserError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=2)
+    if untied:
+        msg = f"bayesianize: {len(untied)} tied weight(s) untied: " + "; ".join(untied)
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)

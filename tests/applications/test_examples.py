@@ -31,13 +31,23 @@ def _data(*datasets: str) -> list[str]:
 def test_examples_folder_is_complete():
     names = {p.stem for p in EXAMPLES.glob("*.py")}
     assert {"fashion_cnn", "convert_pretrained", "lightning_module", "heteroscedastic_regression",
-            "transformer_text"} <= names
+            "transformer_text", "hf_text_classifier"} <= names
 
 
 def test_transformer_text(capsys):
     res = _load("transformer_text").main(["--steps", "20", "--train-size", "256", "--samples", "4"])
     assert 0 <= res["test_error"] <= 1
     assert res["mutual_information_unseen_tokens"] > 0
+    assert "weights Bayesian" in capsys.readouterr().out
+
+
+def test_hf_text_classifier(capsys):
+    pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    res = _load("hf_text_classifier").main(["--train-size", "128", "--test-size", "32", "--finetune-epochs", "1",
+                                            "--bbb-epochs", "1", "--samples", "3"])
+    assert 0 <= res["test_error"] <= 1 and res["bayesian_share"] > 0.95
+    assert res["mutual_information_unseen_tokens"] > 0 and res["reloaded_exact"] == 1.0
     assert "weights Bayesian" in capsys.readouterr().out
 
 

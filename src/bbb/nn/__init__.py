@@ -22,7 +22,8 @@ The package: :mod:`bbb.nn.samples` (sampling mode, recorder, providers, shared a
 samples), :mod:`bbb.nn.base` (:class:`BayesModule`, the :class:`~bbb.nn.base.Estimator` enum,
 defaults), :mod:`bbb.nn.layers` (linear), :mod:`bbb.nn.conv` (convolutions),
 :mod:`bbb.nn.recurrent` (RNN, LSTM, GRU), :mod:`bbb.nn.attention` (multi-head attention),
-:mod:`bbb.nn.embedding`, :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers) and
+:mod:`bbb.nn.embedding`, :mod:`bbb.nn.hf_conv1d` (transformers' ``Conv1D``), :mod:`bbb.nn.tied`
+(tied weights), :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers) and
 :mod:`bbb.nn.population` (many independent networks batched on a member dimension); every public
 name is importable from ``bbb.nn`` except the Enums (``Estimator``, ``SamplingMode``), which have
 one address, the module that defines them.
@@ -35,6 +36,7 @@ from .attention import BayesMultiheadAttention, no_fast_path
 from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, default_prior
 from .conv import *  # noqa: F403 - the names of conv.__all__, which __all__ takes in (below)
 from .embedding import BayesEmbedding, BayesEmbeddingBag
+from .hf_conv1d import BayesHFConv1D
 from .layers import BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, mark_deterministic, model_kl, sampling, warn_not_bayesian
 from .population import (
@@ -59,6 +61,7 @@ from .samples import (
     shared_samples,
     split_targets,
 )
+from .tied import TiedBayesLinear
 
 
 def layer_types() -> tuple[type[BayesModule], ...]:
@@ -74,6 +77,8 @@ __all__ = [
     "BayesLinear",
     "BayesEmbedding",
     "BayesEmbeddingBag",
+    "BayesHFConv1D",
+    "TiedBayesLinear",
     "BayesMultiheadAttention",
     "no_fast_path",
     "BayesMLP",

@@ -1,0 +1,193 @@
+"""Save a converted Hugging Face model and load it back exact: :func:`save_pretrained` and
+:func:`from_pretrained`.
+
+A folder as Hugging Face users expect it: ``config.json`` (and ``generation_config.json``) written
+by transformers, the weights in ``model.safetensors`` (the posterior: every ``*_mu``/``*_rho``, the
+deterministic parameters and buffers, pruning masks), plus ``bbb_conversion.json``, what
+:func:`bbb.bayesianize` made of the model (every Bayesian layer with its type, estimator, prior and
+``rho_init``; the dtype). :func:`from_pretrained` builds the model from the config (random init,
+nothing downloaded), converts the same layers the same way and loads the weights: every posterior
+is bit-exact.
+
+transformers' own ``model.save_pretrained(folder)`` on a converted model writes the same
+``config.json`` and ``model.safetensors`` (without ``bbb_conversion.json``), but
+``AutoModel...from_pretrained(folder)`` builds the *deterministic* model: it reports every
+``*_mu``/``*_rho`` as unexpected, every ``weight``/``bias`` of a converted layer as missing, and
+returns those layers randomly initialised. :func:`from_pretrained` reads such a folder too (the
+Bayesian layers are those with ``*_mu`` keys; pass ``prior=``/``estimator=`` if they were not the
+defaults).
+
+transformers and safetensors are imported inside the functions only.
+
+>>> bbb.bayesianize(model)                        # e.g. a GPT2LMHeadModel
+>>> bbb.save_pretrained(model, "gpt2-bayes")
+>>> again = bbb.from_pretrained("gpt2-bayes")     # the class from config.architectures
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .convert import bayesianize
+from .distributions import prior_from_config
+from .errors import UserError
+from .nn import BayesModule
+from .nn.base import Estimator
+from .nn.tied import tie_groups
+
+__all__ = ["save_pretrained", "from_pretrained", "conversion_record", "CONVERSION_FILE", "WEIGHTS_FILE"]
+
+#: the file that records what bayesianize made of the model
+CONVERSION_FILE = "bbb_conversion.json"
+#: the weights, as transformers names them
+WEIGHTS_FILE = "model.safetensors"
+_FORMAT = 1
+
+
+def conversion_record(model: nn.Module) -> dict[str, Any]:
+    """What :func:`bbb.bayesianize` made of ``model``: every Bayesian layer (qualified name ->
+    type, estimator, prior config or None when it cannot be written, rho_init) and the dtype."""
+    layers = {}
+    for name, m in model.named_modules():
+        if isinstance(m, BayesModule):
+            prior: Any = m.prior.to_config()
+            try:
+                json.dumps(prior)
+                prior_from_config(prior)
+            except (TypeError, ValueError, UserError):
+                prior = None
+            layers[name] = {"type": type(m).__name__, "estimator": m.estimator.value, "prior": prior,
+                            "rho_init": m.rho_init}
+    if not layers:
+        raise UserError(f"{type(model).__name__} has no Bayesian layer: run bbb.bayesianize(model) first, or use "
+                        "transformers' model.save_pretrained for a deterministic model")
+    p = next(model.parameters())
+    return {"format": _FORMAT, "dtype": str(p.dtype).removeprefix("torch."), "class": type(model).__name__,
+            "layers": layers}
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state with every tensor contiguous and no two sharing memory (safetensors' rule)."""
+    out, seen = {}, set()
+    for k, v in state.items():
+        v = v.detach()
+        key = (v.untyped_storage().data_ptr(), v.storage_offset()) if v.numel() else None
+        out[k] = v.clone().contiguous() if key in seen or not v.is_contiguous() else v
+        if key is not None:
+            seen.add(key)
+    return out
+
+
+def save_pretrained(model: nn.Module, folder: str | Path) -> Path:
+    """Write a converted transformers model to ``folder``: ``config.json`` (+
+    ``generation_config.json``), ``model.safetensors`` (the whole ``state_dict``: every posterior)
+    and ``bbb_conversion.json`` (:func:`conversion_record`). Returns the folder.
+
+    >>> bbb.save_pretrained(bbb.bayesianize(model), "out/bert-bayes")
+    """
+    from safetensors.torch import save_file
+
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "save_pretrained"):
+        raise UserError(f"save_pretrained needs a transformers model (with .config), got {type(model).__name__}; "
+                        "for any other model save model.state_dict() (torch.save) and bayesianize before loading")
+    record = conversion_record(model)
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    config.architectures = [type(model).__name__]
+    config.save_pretrained(out)
+    gen = getattr(model, "generation_config", None)
+    if gen is not None and hasattr(gen, "save_pretrained"):
+        gen.save_pretrained(out)
+    save_file(_unshared(model.state_dict()), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out / CONVERSION_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+def _model_class(config: Any, model_class: Any) -> Any:
+    if model_class is not None:
+        return model_class
+    import transformers
+
+    names = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, names[0], None) if names else None
+    if cls is None:
+        raise UserError(f"the folder's config.json names no transformers class (architectures={names!r}); "
+                        "pass model_class=, e.g. from_pretrained(folder, GPT2LMHeadModel)")
+    return cls
+
+
+def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any = None,
+                    estimator: Estimator | str | None = None) -> nn.Module:
+    """The model :func:`save_pretrained` wrote to ``folder``, every posterior exact, in ``eval()``
+    mode (as transformers' ``from_pretrained``; ``train()`` samples again).
+
+    Args:
+        folder: a local folder (nothing is downloaded).
+        model_class: the transformers class (e.g. ``GPT2LMHeadModel``); None: the one
+            ``config.json`` names (``architectures``).
+        prior: the prior of every Bayesian layer, in place of the recorded ones: needed for a
+            folder that transformers' own ``save_pretrained`` wrote (no ``bbb_conversion.json``)
+            from a model converted with another prior, or for a prior that cannot be written (a
+            ``torch.distributions`` one).
+        estimator: the estimator of every Bayesian layer, in place of the recorded ones (needed,
+            as ``prior``, for a folder without ``bbb_conversion.json`` and another estimator).
+
+    >>> model = bbb.from_pretrained("out/gpt2-bayes")
+    >>> model.generate(ids, max_new_tokens=20)        # the posterior mean; bbb.nn.sampling to sample
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    src = Path(folder)
+    if not (src / WEIGHTS_FILE).is_file():
+        raise UserError(f"{src} holds no {WEIGHTS_FILE}: save the model with bbb.save_pretrained(model, folder)")
+    state = load_file(str(src / WEIGHTS_FILE))
+    record_path = src / CONVERSION_FILE
+    record = json.loads(record_path.read_text()) if record_path.is_file() else None
+    if record is not None and record.get("format") != _FORMAT:
+        raise UserError(f"{record_path} has format {record.get('format')!r}; this bbb reads format {_FORMAT}")
+    if record is not None:
+        layers: dict[str, dict[str, Any]] = record["layers"]
+    else:  # transformers' own save_pretrained: the Bayesian layers are those with a posterior
+        layers = {k.rsplit(".", 1)[0]: {} for k in state if k.endswith(("weight_mu", "bias_mu"))}
+        if not layers:
+            raise UserError(f"{src / WEIGHTS_FILE} holds no posterior (no *_mu key): load it with transformers")
+    config = AutoConfig.from_pretrained(str(src))
+    model = _model_class(config, model_class)(config)
+    if record is None:  # a tied layer holds no posterior of its own: it follows its source
+        for group in tie_groups(model):
+            if any(n in layers for n, _ in group):
+                layers.update({n: {} for n, _ in group if n not in layers})
+    if record is not None:
+        model.to(getattr(torch, record["dtype"]))
+    first = next(iter(layers.values()))
+    chosen_prior = prior if prior is not None else first.get("prior")
+    if prior is None and any(v.get("prior", 0) is None for v in layers.values()):
+        raise UserError(f"{record_path} could not record the prior (a torch.distributions one?): pass prior=")
+    with warnings.catch_warnings():  # what stays deterministic was said when the model was converted
+        warnings.simplefilter("ignore", UserWarning)
+        bayesianize(model, prior=chosen_prior, estimator=estimator or first.get("estimator", Estimator.REPARAM),
+                    skip=lambda name, mod: name not in layers)
+    made = {n for n, m in model.named_modules() if isinstance(m, BayesModule)}
+    if made != set(layers):
+        diff = sorted(made ^ set(layers))[:5]
+        raise UserError(f"{type(model).__name__} built from {src} converts differently from the saved model "
+                        f"(layers {', '.join(diff)}...): pass the class it was saved from, model_class=")
+    for name, spec in layers.items():  # a layer set apart after conversion keeps its own settings
+        m = model.get_submodule(name)
+        assert isinstance(m, BayesModule)
+        if prior is None and spec.get("prior") is not None:
+            m.prior = prior_from_config(spec["prior"])
+        if estimator is None and "estimator" in spec:
+            m.estimator = Estimator(spec["estimator"])
+        if "rho_init" in spec:
+            m.rho_init = float(spec["rho_init"])
+    model.load_state_dict(state, strict=True)
+    return model.eval()

@@ -3,7 +3,8 @@
 weights Bayesian -> 3 steps with ``torch.optim`` and 3 with :class:`bbb.engine.Engine`, k = 1 and 4
 (the batch a mapping with ``labels``, the output a ``ModelOutput``) -> ``predict`` with attention
 masks: k distinct samples per example, padding- and batch-invariant -> ``state_dict`` round trip.
-GPT-2 (transformers' ``Conv1D``) is converted and tested with the Hugging Face integration."""
+GPT-2 (transformers' ``Conv1D``) runs the same contract as a sequence classifier; its language model
+(the tied head, ``generate``, save and load) is tested in test_hf_conversion.py."""
 
 from __future__ import annotations
 
@@ -40,7 +41,13 @@ def _vit() -> torch.nn.Module:
     return transformers.ViTForImageClassification(cfg)
 
 
-TEXT: dict[str, Callable[[], torch.nn.Module]] = {"bert": _bert, "distilbert": _distilbert}
+def _gpt2() -> torch.nn.Module:
+    cfg = transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=2, n_positions=64, num_labels=C,
+                                  pad_token_id=0)  # the classifier reads the last token that is not padding
+    return transformers.GPT2ForSequenceClassification(cfg)
+
+
+TEXT: dict[str, Callable[[], torch.nn.Module]] = {"bert": _bert, "distilbert": _distilbert, "gpt2": _gpt2}
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {**TEXT, "vit": _vit}
 
 

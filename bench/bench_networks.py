@@ -532,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example:\n"
                "  .venv/bin/python bench/bench_networks.py --threads 2            # the full bench: bench/results\n"
-               "  .venv/bin/python bench/bench_networks.py --quick --out /tmp/nb  # smoke run, meaningless numbers\n"
+               "  .venv/bin/python bench/bench_networks.py --quick --out runs/nb  # smoke run, meaningless numbers\n"
                "  .venv/bin/python bench/bench_networks.py --archs lenet --systems deterministic,bbb\n\n"
                "Architectures: " + ", ".join(ARCHS) + ". Systems: " + ", ".join(SYSTEMS) + ".")
     ap.add_argument("--quick", action="store_true",

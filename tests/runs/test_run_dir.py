@@ -2,7 +2,10 @@
 ``--resume`` without last.pt, a new run into a previous run's directory, ``--overwrite``, two
 processes on one ``--out`` (the lock), temporary files of killed writers, and ``--threads``
 recorded and restored on ``--resume``. Every refusal is one line on stderr, exit code 2, and
-leaves the directory byte for byte as it was."""
+leaves the directory byte for byte as it was. A refusal that comes before any training is checked
+once end to end in a subprocess and otherwise in this process (``bbb_in_process``: the same
+``main``, without the seconds of a fresh interpreter importing torch); what needs a second process
+(the lock, a kill, the thread count a process starts with) always runs in one."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import torch
 
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RUN_FILES
-from faultkit import assert_one_line_error, bbb, env, fake_mnist, lock_held, snapshot
+from faultkit import assert_one_line_error, bbb, bbb_in_process, env, fake_mnist, lock_held, snapshot
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
 
@@ -38,6 +41,13 @@ def train_argv(data: Path, out: Path, *extra: str, epochs: int = 1, val: int = 1
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return bbb(*argv, BBB_DATA_VERIFY="0")
+
+
+@pytest.fixture
+def run_here(capsys, monkeypatch):
+    """``bbb ARGV`` in this process, as :func:`run` runs it in a subprocess (unverified data)."""
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
+    return lambda *argv: bbb_in_process(capsys, *argv)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +69,7 @@ def copy_run(src: Path, dst: Path, *drop: str) -> Path:
     return dst
 
 
-def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_dir, finished):
+def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_dir, finished, run_here):
     out = copy_run(finished, tmp_path / "run", "last.pt")
     before = snapshot(out)
     p = run(*train_argv(data_dir, out, "--resume", epochs=3))
@@ -67,28 +77,29 @@ def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_di
     assert snapshot(out) == before
     # an empty directory, and one that does not exist: the same, and nothing is created
     (tmp_path / "empty").mkdir()
-    assert_one_line_error(run(*train_argv(data_dir, tmp_path / "empty", "--resume")), "cannot resume")
+    assert_one_line_error(run_here(*train_argv(data_dir, tmp_path / "empty", "--resume")), "cannot resume")
     assert list((tmp_path / "empty").iterdir()) == []
-    assert_one_line_error(run(*train_argv(data_dir, tmp_path / "none", "--resume")), "cannot resume")
+    assert_one_line_error(run_here(*train_argv(data_dir, tmp_path / "none", "--resume")), "cannot resume")
     assert not (tmp_path / "none").exists()
 
 
 @pytest.mark.parametrize("keep", ["all", "last.pt", "config.json", "metrics.csv", "summary.json", "best.pt",
                                   "eval.json", "pruning.csv"])
-def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep):
+def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep,
+                                                                      run_here):
     drop = [] if keep == "all" else [n for n in RUN_FILES if n != keep]
     out = copy_run(finished, tmp_path / "run", *drop)
     before = snapshot(out)
-    p = run(*train_argv(data_dir, out, "--lr", "0.5"))
+    p = (run if keep == "all" else run_here)(*train_argv(data_dir, out, "--lr", "0.5"))
     line = assert_one_line_error(p, "already holds a run", "--overwrite", "--resume")
     assert (keep if keep != "all" else "last.pt") in line
     assert snapshot(out) == before
 
 
-def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished):
+def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished, run_here):
     out = copy_run(finished, tmp_path / "run")
     before = snapshot(out)
-    assert_one_line_error(run(*train_argv(data_dir, out, "--resume", "--overwrite")), "--overwrite")
+    assert_one_line_error(run_here(*train_argv(data_dir, out, "--resume", "--overwrite")), "--overwrite")
     assert snapshot(out) == before
 
 

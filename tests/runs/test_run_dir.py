@@ -129,11 +129,12 @@ def _metric_lines(out: Path) -> int:
     return len(f.read_text().splitlines()) if f.is_file() else 0
 
 
-def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
+def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path, run_here):
     """Three refused attempts (plain, --resume, --overwrite), each after the first run has
     committed one more epoch. The first run is paused (SIGSTOP) while each attempt runs, so that
     it is certainly still training, whatever the machine's load, without running 60 long epochs
-    to make sure; it holds its lock while paused, then trains on to its end."""
+    to make sure; it holds its lock while paused, then trains on to its end. The attempts are this
+    process (the first run is the other one)."""
     epochs = 20
     data = fake_mnist(tmp_path / "data", n_train=1000, n_test=50)
     out = tmp_path / "run"
@@ -153,7 +154,7 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
                 assert first.poll() is None and _metric_lines(out) <= epochs, "the first run ended too soon"
                 assert _last_pid(out) == str(first.pid)
                 before = {n: b for n, b in snapshot(out).items() if not n.endswith(".tmp")}
-                second = run(*train_argv(data, out, *extra, epochs=epochs))
+                second = run_here(*train_argv(data, out, *extra, epochs=epochs))
                 assert first.poll() is None
                 assert_one_line_error(second, f"pid {first.pid}", str(out), "in use")
                 # the lock file still names the first run, none of its files is gone or changed

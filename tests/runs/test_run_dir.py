@@ -171,11 +171,12 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
     assert len(lines) == epochs + 1 and (out / "summary.json").is_file()
 
 
-def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished):
+def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished,
+                                                                              run_here):
     out = copy_run(finished, tmp_path / "run")
     with lock_held(out / LOCK_NAME) as holder:  # a process that holds the lock, then is killed -9
         before = snapshot(out)
-        assert_one_line_error(run(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
+        assert_one_line_error(run_here(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
         assert snapshot(out) == before
     stale = out / f".last.pt~{_host()}~999999999~abcd1234.tmp"
     stale.write_bytes(b"half a checkpoint")

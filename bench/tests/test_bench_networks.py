@@ -44,8 +44,9 @@ def test_quick_in_process_run_writes_every_row_and_the_targets(tmp_path, capsys)
     assert "--quick" in meta["command"]
     assert len(d["rows"]) == len(nb.ARCHS) * len(nb.SYSTEMS)
     bt = importlib.util.find_spec("bayesian_torch") is not None
+    hf = importlib.util.find_spec("transformers") is not None
     for r in d["rows"]:
-        if r["system"] == "bayesian-torch" and not bt:
+        if (r["system"] == "bayesian-torch" and not bt) or (r["arch"] == "bert" and not hf):
             assert r["status"] == "not installed"
             continue
         if r["system"] == "bayesian-torch" and r["arch"] == "transformer":
@@ -64,12 +65,14 @@ def test_quick_in_process_run_writes_every_row_and_the_targets(tmp_path, capsys)
     assert [e["arch"] for e in d["table"]] == list(nb.ARCHS)
     for e in d["table"]:
         assert set(e["steps_per_s"]) == set(nb.SYSTEMS)
+        if e["arch"] == "bert" and not hf:
+            continue
         assert e["bbb_x_deterministic"] > 0 and e["bbb-mixture_x_deterministic"] > 0
     targets = {t["target"]: t for t in d["targets"]}
-    for arch in ("lenet", "bert", "resnet18"):
+    for arch in ("lenet", "bert", "resnet18") if hf else ("lenet", "resnet18"):
         cnn = targets[f"{arch}: bbb step time <= 1.3x the deterministic step"]
         assert cnn["measured"] > 0 and cnn["met"] in (True, False)
-    assert all(e["bbb-optim_x_deterministic"] > 0 for e in d["table"])
+    assert all(e["bbb-optim_x_deterministic"] > 0 for e in d["table"] if hf or e["arch"] != "bert")
     peer = targets["transformer: bbb steps/s >= 2x bayesian-torch's"]
     assert peer["met"] is None if bt else peer["met"] is False
     md = (tmp_path / "networks-quick.md").read_text()

@@ -67,7 +67,7 @@ wheel-check: $(STAMP)
 	PY=$(PY) bash .ci/wheel-check
 
 # Side-by-side speed bench against the peer libraries (bench/README.md); MNIST from $$BBB_DATA
-# (e.g. `BBB_DATA=../shared/data make bench`), extra options in BENCH_ARGS (e.g. --quick).
+# (e.g. `BBB_DATA=$$HOME/bbb-data make bench`), extra options in BENCH_ARGS (e.g. --quick).
 # The peers never touch torch: everything is installed against a constraint pinning it.
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_ARGS ?=

@@ -6,7 +6,7 @@ samples travel folded into the batch, so no layer needs wrapping). Afterwards th
 entropy on Fashion-MNIST test images is compared with that on MNIST digits, which the network
 has never seen: a Bayesian network should be less certain on them.
 
-    python examples/fashion_cnn.py --data-dir ../shared/data --epochs 1
+    python examples/fashion_cnn.py --data-dir $BBB_DATA --epochs 1
 
 Without the data (no --data-dir, no $BBB_DATA) it runs on generated images, as a smoke test.
 """

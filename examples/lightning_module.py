@@ -7,7 +7,7 @@ network (it does not own it), so the checkpoint holds each weight once, and
 
 Needs the ``lightning`` extra: ``pip install 'bayes-by-backprop[lightning]'``.
 
-    python examples/lightning_module.py --data-dir ../shared/data --epochs 1
+    python examples/lightning_module.py --data-dir $BBB_DATA --epochs 1
 """
 
 from __future__ import annotations

@@ -16,16 +16,17 @@
 # Each part is resumable within its session (the same command continues from its checkpoints; keep
 # WORKERS the same). A finished part's results (not its checkpoints) are copied into
 # $RESULTS/parts/partN/: commit them, so that the merge can run in a later session. Start a part
-# from a worktree of a landed commit at the start of a session, e.g.
-#   git worktree add --detach /work/wt-heldout main && cd /work/wt-heldout && \
-#     PART=1 setsid nohup bash results/bandit/heldout.sh >> /work/bandit-heldout.log 2>&1 &
+# from a worktree of a landed commit at the start of a session, e.g. from the root of a clone
+# (the data through $BBB_DATA, else ~/.cache/bbb):
+#   git worktree add --detach ../bbb-heldout main && cd ../bbb-heldout && \
+#     PART=1 setsid nohup bash results/bandit/heldout.sh >> bandit-heldout.log 2>&1 &
 # `python results/bandit/tables.py results/bandit` then prints the README's tables.
 set -ex -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
-PY=${PY:-/work/main/.venv/bin/python}
+export OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
+PY=${PY:-python}
 export PYTHONPATH=$here/../../src
-OUT=${OUT:-/work/bandit-runs/heldout}
+OUT=${OUT:-runs/bandit-heldout}
 RESULTS=${RESULTS:-$here}
 # SEEDS and STEPS only for a smoke test of this script, on other seeds than the held-out 8-12
 SEEDS=${SEEDS:-8 9 10 11 12}

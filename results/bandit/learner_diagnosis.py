@@ -8,7 +8,7 @@ those decisions, the poisonous eats in its replay buffer (+5 and -35), and how f
 attributes) the poisonous mushrooms it wrongly eats lie from a buffered poisonous eat that paid
 +5 or -35, against the same distances for every poisonous mushroom.
 
-    PYTHONPATH=src BBB_DATA=../shared/data .venv/bin/python results/bandit/learner_diagnosis.py \\
+    PYTHONPATH=src python results/bandit/learner_diagnosis.py \\
         results/bandit/selection/learner-adam-1e-3
 """
 

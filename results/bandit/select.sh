@@ -3,14 +3,15 @@
 # never run here: they are the held-out seeds of the full protocol. Resumable: every `bbb bandit`
 # run continues from its checkpoint, finished runs are skipped. Run it from a separate worktree of
 # a landed commit, with OUT pointing at the checkout where the finished runs are committed, e.g.
-#   git worktree add --detach /work/wt-bandit-select main && cd /work/wt-bandit-select && \
-#     OUT=/work/main/results/bandit/selection setsid nohup bash results/bandit/select.sh >> /work/bandit-select.log 2>&1 &
+# from the root of a clone (the data through $BBB_DATA, else ~/.cache/bbb):
+#   git worktree add --detach ../bbb-select main && cd ../bbb-select && \
+#     OUT=$OLDPWD/results/bandit/selection setsid nohup bash results/bandit/select.sh >> bandit-select.log 2>&1 &
 # A run is finished when its folder has summary.json; commit those folders (their checkpoint/ is
 # ignored by git). A new machine then skips them and starts the others afresh.
 # The plan and the criteria are fixed in SELECTION.md before any of it runs.
 set -ex
-export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
-PY=${PY:-/work/main/.venv/bin/python}
+export OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
+PY=${PY:-python}
 export PYTHONPATH=$(pwd)/src
 OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/selection}
 # WORKERS=1 leaves the other core to another job; STEPS only for a smoke test of this script

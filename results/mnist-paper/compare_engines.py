@@ -1,5 +1,5 @@
 """Two checkouts' engines on the 2x1200 mixture network, side by side: do they train the same bits,
-and how long does a step take (results/mnist-paper/README.md, "Sitting thirteen").
+and how long does a step take (docs/performance.md, "The noise hash on int32").
 
 Each checkout's ``src`` runs in its own child process (one thread, random inputs, the c0/c2
 settings: Adam 1e-3, scale mixture pi 0.75, sigma1 1, sigma2 e^-8, Monte Carlo KL). ``same``
@@ -7,8 +7,8 @@ trains 4 steps with k = 2 samples, compiled and eager, and compares every parame
 ``time`` prints the median and minimum of steps 11-45, for k = 1 and 2, alternating the two
 checkouts twice. Time only on idle cores (pause the training jobs: ``kill -STOP``/``-CONT``):
 
-    git worktree add --detach /tmp/old <commit>
-    python results/mnist-paper/compare_engines.py /tmp/old/src src [--what same|time|both]
+    git worktree add --detach ../bbb-old <commit>
+    python results/mnist-paper/compare_engines.py ../bbb-old/src src [--what same|time|both]
 """
 
 from __future__ import annotations

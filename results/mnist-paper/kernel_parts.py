@@ -1,6 +1,6 @@
 """Time the compiled parts of the engine's step kernel over the 2x1200 network's weights, one
-thread (results/mnist-paper/README.md, "Sitting twelve" and "Sitting thirteen"): the counter-based
-noise and its hash alone, each on int64 and on int32 (the engine's since sitting thirteen), the
+thread (docs/performance.md, "The noise hash on int32"): the counter-based noise and its hash
+alone, each on int64 and on int32 (the engine's since e38b3f1), the
 int64->float and int32->float conversions, Box-Muller, the scale mixture's log_prob_and_grad,
 softplus with sigmoid. Run it on idle cores:
 

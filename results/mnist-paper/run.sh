@@ -3,23 +3,23 @@
 # rerunning it continues every run from its last epoch and skips finished ones, those committed
 # in results/mnist-paper/runs included (sync.sh import). Run it from a separate worktree of a
 # landed commit so edits never reach a running job, with RESULTS pointing at the checkout where
-# the finished runs and tables are committed, e.g.
-#   git worktree add --detach /work/wt-paper main && cd /work/wt-paper && \
-#     RESULTS=/work/main/results/mnist-paper setsid nohup bash results/mnist-paper/run.sh >> /work/paper-runs/log.txt 2>&1 &
+# the finished runs and tables are committed, e.g. from the root of a clone:
+#   git worktree add --detach ../bbb-paper main && cd ../bbb-paper && \
+#     RESULTS=$OLDPWD/results/mnist-paper OUT=$HOME/paper-runs setsid nohup bash results/mnist-paper/run.sh >> paper-runs.log 2>&1 &
 # CELLS=sgd:400,dropout:400 runs those cells only, and CANDIDATES=c2 only those candidates of them
-# (for a sitting too short for a whole cell: a 2x1200 BBB candidate took about 1.5 h on a quiet
-# 2-core Xeon, and would take 2.6 h on the 2-core AMD EPYC of the fourth sitting).
+# (for a time slot too short for a whole cell: a 2x1200 BBB candidate took about 1.5 h on a quiet
+# 2-core Xeon, and 2.6 h on a 2-core AMD EPYC).
 # Working run directories (with checkpoints): $OUT. After each step the finished runs are copied to
 # $RESULTS/runs (sync.sh export: commit them), and the tables and figures are written in $RESULTS.
-# A sitting may end on a machine that the next one does not get back, OUT and all: at the end of
-# each sitting stop the jobs and `sync.sh pack FILE.tar` (the unfinished runs, checkpoints
+# Where the machine may be lost, OUT and all: before it goes, stop the jobs and
+# `sync.sh pack FILE.tar` (the unfinished runs, checkpoints
 # included, and the finished runs' last.pt), and carry FILE.tar off the machine (not through git);
 # on the next machine `sync.sh unpack FILE.tar` before run.sh, and they resume.
 set -x
 here=$(cd "$(dirname "$0")" && pwd)
-export BBB_DATA=${BBB_DATA:-/work/shared/data} OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg
-export OUT=${OUT:-/work/paper-runs/mnist-paper} RESULTS=${RESULTS:-$here}
-PY=${PY:-/work/main/.venv/bin/python}
+export OMP_WAIT_POLICY=PASSIVE MPLBACKEND=Agg  # data: --data-dir, then $BBB_DATA, then ~/.cache/bbb
+export OUT=${OUT:-runs/mnist-paper} RESULTS=${RESULTS:-$here}
+PY=${PY:-python}
 export PYTHONPATH=$here/../../src
 # no --quiet: the log gets one line per epoch and per run (--quiet would leave only the tables)
 # THREADS=1: two single-thread jobs on 2 cores train 1.24x more epochs per hour than one 2-thread job

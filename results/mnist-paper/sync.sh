@@ -20,7 +20,7 @@
 #   git show 86c2d0c:results/mnist-paper/runs/bbb_mixture_1200_c3/last.pt > last.pt
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-/work/paper-runs/mnist-paper}
+OUT=${OUT:-runs/mnist-paper}
 RESULTS=${RESULTS:-$here}
 finished() { [ -f "$1/summary.json" ] || [ -f "$1/diverged.json" ]; }
 # copy <files> of run <from> to <to> through a temporary folder, replacing what <to> held

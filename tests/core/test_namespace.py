@@ -119,4 +119,47 @@ def test_the_renamed_modules_are_modules():
     import bbb.runs.evaluation as evaluation
 
     assert isinstance(samples, ModuleType) and isinstance(evaluation, ModuleType)
-    assert callable(bbb.nn.sampling) and callable(bbb.runs.evaluate)  # the functions keep their names
+    assert callable(bbb.nn.sampling) and callable(bbb.runs.classifier_metrics)  # the functions keep their names
+
+
+#: the library (core) and the run layer: above them, the applications' commands each bind their
+#: own ``main`` / ``add_arguments`` / ``EXAMPLE`` by convention.
+LIBRARY = ("distributions", "functional", "nn", "elbo", "engine", "uncertainty", "prune", "data", "options", "io",
+           "errors", "convert", "random", "devices", "plots", "runs")
+
+
+def _public_bindings(modules: dict[str, ModuleType]) -> dict[str, dict[int, str]]:
+    """Public name -> {id of the object it is bound to: the first module whose ``__all__`` has it}."""
+    seen: dict[str, dict[int, str]] = {}
+    for name, module in modules.items():
+        for attr in getattr(module, "__all__", []):
+            obj = getattr(module, attr, None)
+            if obj is None or inspect.ismodule(obj):
+                continue
+            seen.setdefault(attr, {}).setdefault(id(obj), name)
+    return seen
+
+
+def _two_things(modules: dict[str, ModuleType]) -> list[str]:
+    return [f"{attr}: {sorted(where.values())}" for attr, where in sorted(_public_bindings(modules).items())
+            if len(where) > 1]
+
+
+def test_one_public_name_one_thing_across_the_library_and_runs():
+    """A name in the ``__all__`` of two library/runs modules is the same object (a re-export), never
+    two different functions, classes or constants (``bbb.runs.evaluate`` beside
+    ``bbb.uncertainty.evaluate`` was one)."""
+    modules = {n: m for n, m in MODULES.items() if n == "bbb" or n.split(".")[1] in LIBRARY}
+    assert {"bbb.uncertainty", "bbb.runs.evaluation", "bbb.nn"} <= set(modules)
+    bad = _two_things(modules)
+    assert not bad, "one public name bound to different objects:\n" + "\n".join(bad)
+
+
+def test_the_check_catches_two_functions_of_one_name():
+    def evaluate() -> None: ...
+
+    a, b = ModuleType("a"), ModuleType("b")
+    a.__all__, b.__all__ = ["evaluate", "same"], ["evaluate", "same"]  # type: ignore[attr-defined]
+    a.evaluate, b.evaluate = evaluate, bbb.uncertainty.evaluate  # type: ignore[attr-defined]
+    a.same = b.same = bbb.uncertainty.evaluate  # type: ignore[attr-defined]
+    assert _two_things({"a": a, "b": b}) == ["evaluate: ['a', 'b']"]

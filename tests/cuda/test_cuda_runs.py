@@ -14,7 +14,7 @@ import bbb.runs.loop as L
 from bbb.elbo import ELBO
 from bbb.engine import Engine
 from bbb.prune import prune
-from bbb.runs import evaluate, load_checkpoint, load_run, train
+from bbb.runs import classifier_metrics, load_checkpoint, load_run, train
 from bbb.runs.evaluation import mean_logits
 from bbb.uncertainty import predict
 from testkit import blobs
@@ -123,7 +123,8 @@ def test_evaluate_predict_and_prune_on_cuda_match_the_cpu(tmp_path):
     xc, yc = x.cuda(), y.cuda()
     torch.testing.assert_close(mean_logits(cuda_model, xc).cpu(), mean_logits(cpu_model, x), **F32)
     torch.testing.assert_close(predict(cuda_model, xc, mode="mean").cpu(), predict(cpu_model, x, mode="mean"), **F32)
-    a, b = evaluate(cpu_model, x, y, "bbb", samples=8), evaluate(cuda_model, xc, yc, "bbb", samples=8)
+    a = classifier_metrics(cpu_model, x, y, "bbb", samples=8)
+    b = classifier_metrics(cuda_model, xc, yc, "bbb", samples=8)
     assert a["error"] == b["error"] and a["samples"] == b["samples"] == 8
     for k in ("error_mc", "nll", "ece", "brier"):  # other noise (the device's generator): close, not equal
         assert math.isfinite(b[k]) and abs(a[k] - b[k]) < 0.25, (k, a[k], b[k])

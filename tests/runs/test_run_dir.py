@@ -2,7 +2,10 @@
 ``--resume`` without last.pt, a new run into a previous run's directory, ``--overwrite``, two
 processes on one ``--out`` (the lock), temporary files of killed writers, and ``--threads``
 recorded and restored on ``--resume``. Every refusal is one line on stderr, exit code 2, and
-leaves the directory byte for byte as it was."""
+leaves the directory byte for byte as it was. A refusal that comes before any training is checked
+once end to end in a subprocess and otherwise in this process (``bbb_in_process``: the same
+``main``, without the seconds of a fresh interpreter importing torch); what needs a second process
+(the lock, a kill, the thread count a process starts with) always runs in one."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import torch
 
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RUN_FILES
-from faultkit import assert_one_line_error, bbb, env, fake_mnist, lock_held, snapshot
+from faultkit import assert_one_line_error, bbb, bbb_in_process, env, fake_mnist, lock_held, snapshot
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
 
@@ -38,6 +41,13 @@ def train_argv(data: Path, out: Path, *extra: str, epochs: int = 1, val: int = 1
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return bbb(*argv, BBB_DATA_VERIFY="0")
+
+
+@pytest.fixture
+def run_here(capsys, monkeypatch):
+    """``bbb ARGV`` in this process, as :func:`run` runs it in a subprocess (unverified data)."""
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
+    return lambda *argv: bbb_in_process(capsys, *argv)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +69,7 @@ def copy_run(src: Path, dst: Path, *drop: str) -> Path:
     return dst
 
 
-def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_dir, finished):
+def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_dir, finished, run_here):
     out = copy_run(finished, tmp_path / "run", "last.pt")
     before = snapshot(out)
     p = run(*train_argv(data_dir, out, "--resume", epochs=3))
@@ -67,28 +77,29 @@ def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_di
     assert snapshot(out) == before
     # an empty directory, and one that does not exist: the same, and nothing is created
     (tmp_path / "empty").mkdir()
-    assert_one_line_error(run(*train_argv(data_dir, tmp_path / "empty", "--resume")), "cannot resume")
+    assert_one_line_error(run_here(*train_argv(data_dir, tmp_path / "empty", "--resume")), "cannot resume")
     assert list((tmp_path / "empty").iterdir()) == []
-    assert_one_line_error(run(*train_argv(data_dir, tmp_path / "none", "--resume")), "cannot resume")
+    assert_one_line_error(run_here(*train_argv(data_dir, tmp_path / "none", "--resume")), "cannot resume")
     assert not (tmp_path / "none").exists()
 
 
 @pytest.mark.parametrize("keep", ["all", "last.pt", "config.json", "metrics.csv", "summary.json", "best.pt",
                                   "eval.json", "pruning.csv"])
-def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep):
+def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep,
+                                                                      run_here):
     drop = [] if keep == "all" else [n for n in RUN_FILES if n != keep]
     out = copy_run(finished, tmp_path / "run", *drop)
     before = snapshot(out)
-    p = run(*train_argv(data_dir, out, "--lr", "0.5"))
+    p = (run if keep == "all" else run_here)(*train_argv(data_dir, out, "--lr", "0.5"))
     line = assert_one_line_error(p, "already holds a run", "--overwrite", "--resume")
     assert (keep if keep != "all" else "last.pt") in line
     assert snapshot(out) == before
 
 
-def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished):
+def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished, run_here):
     out = copy_run(finished, tmp_path / "run")
     before = snapshot(out)
-    assert_one_line_error(run(*train_argv(data_dir, out, "--resume", "--overwrite")), "--overwrite")
+    assert_one_line_error(run_here(*train_argv(data_dir, out, "--resume", "--overwrite")), "--overwrite")
     assert snapshot(out) == before
 
 
@@ -118,11 +129,12 @@ def _metric_lines(out: Path) -> int:
     return len(f.read_text().splitlines()) if f.is_file() else 0
 
 
-def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
+def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path, run_here):
     """Three refused attempts (plain, --resume, --overwrite), each after the first run has
     committed one more epoch. The first run is paused (SIGSTOP) while each attempt runs, so that
     it is certainly still training, whatever the machine's load, without running 60 long epochs
-    to make sure; it holds its lock while paused, then trains on to its end."""
+    to make sure; it holds its lock while paused, then trains on to its end. The attempts are this
+    process (the first run is the other one)."""
     epochs = 20
     data = fake_mnist(tmp_path / "data", n_train=1000, n_test=50)
     out = tmp_path / "run"
@@ -142,7 +154,7 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
                 assert first.poll() is None and _metric_lines(out) <= epochs, "the first run ended too soon"
                 assert _last_pid(out) == str(first.pid)
                 before = {n: b for n, b in snapshot(out).items() if not n.endswith(".tmp")}
-                second = run(*train_argv(data, out, *extra, epochs=epochs))
+                second = run_here(*train_argv(data, out, *extra, epochs=epochs))
                 assert first.poll() is None
                 assert_one_line_error(second, f"pid {first.pid}", str(out), "in use")
                 # the lock file still names the first run, none of its files is gone or changed
@@ -159,11 +171,12 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
     assert len(lines) == epochs + 1 and (out / "summary.json").is_file()
 
 
-def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished):
+def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished,
+                                                                              run_here):
     out = copy_run(finished, tmp_path / "run")
     with lock_held(out / LOCK_NAME) as holder:  # a process that holds the lock, then is killed -9
         before = snapshot(out)
-        assert_one_line_error(run(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
+        assert_one_line_error(run_here(*train_argv(data_dir, out, "--resume", epochs=2)), f"pid {holder.pid}")
         assert snapshot(out) == before
     stale = out / f".last.pt~{_host()}~999999999~abcd1234.tmp"
     stale.write_bytes(b"half a checkpoint")

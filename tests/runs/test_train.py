@@ -25,7 +25,7 @@ from bbb.runs import (
     PRUNING_COLUMNS,
     TrainConfig,
     build_model,
-    evaluate,
+    classifier_metrics,
     evaluate_run,
     load_run,
     prune_run,
@@ -332,19 +332,19 @@ def test_evaluate_metrics(data):
     torch.manual_seed(0)
     for method in ("bbb", "sgd", "dropout"):
         model = build_model(tiny_cfg(method=method), 12, 3)
-        r = evaluate(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
+        r = classifier_metrics(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
         assert {"error", "error_mc", "nll", "ece", "brier"} <= set(r)
         assert all(0 <= r[k] <= 1 for k in ("error", "error_mc", "ece"))
         assert r["nll"] > 0 and 0 <= r["brier"] <= 2
         if method == "sgd":
             assert r["error"] == r["error_mc"]
-        again = evaluate(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
+        again = classifier_metrics(model, data["test_x"], data["test_y"], method, samples=5, chunk=16)
         assert again == r  # the Monte Carlo draws are seeded
-        assert evaluate(model, data["test_x"], data["test_y"], method, chunk=60)["error"] == r["error"]
+        assert classifier_metrics(model, data["test_x"], data["test_y"], method, chunk=60)["error"] == r["error"]
         if method == "bbb":  # the same k networks score every chunk, so chunking changes nothing
-            whole = evaluate(model, data["test_x"], data["test_y"], method, samples=5,
+            whole = classifier_metrics(model, data["test_x"], data["test_y"], method, samples=5,
                              chunk=len(data["test_x"]), return_probs=True)
-            torch.testing.assert_close(evaluate(model, data["test_x"], data["test_y"], method, samples=5,
+            torch.testing.assert_close(classifier_metrics(model, data["test_x"], data["test_y"], method, samples=5,
                                                 chunk=16, return_probs=True)["probs"], whole["probs"])
         assert model.training  # the caller's mode is restored
 

@@ -29,18 +29,17 @@ from .checkpoint import (
     run_dir_of,
 )
 from .config import (
-    DATASETS,
     RESUME_MUTABLE,
     TrainConfig,
 )
 from .evaluation import (
     EVAL_CHUNK,
+    classifier_metrics,
     error_count,
-    error_rate,
-    evaluate,
     evaluate_run,
     mc_dropout,
     mean_logits,
+    mean_network_error,
     prune_run,
     run_data,
 )
@@ -51,7 +50,6 @@ from .rundir import lock_run_dir
 
 __all__ = [
     "CHECKPOINT_FORMAT",
-    "DATASETS",
     "DATA_KEYS",
     "EVAL_CHUNK",
     "JobCallbacks",
@@ -65,9 +63,8 @@ __all__ = [
     "build_model",
     "check_data",
     "committed_checkpoint",
+    "classifier_metrics",
     "error_count",
-    "error_rate",
-    "evaluate",
     "evaluate_run",
     "infer_method",
     "job_state",
@@ -79,6 +76,7 @@ __all__ = [
     "make_optimizer",
     "mc_dropout",
     "mean_logits",
+    "mean_network_error",
     "model_from_checkpoint",
     "num_weights",
     "prune_run",

@@ -17,9 +17,7 @@ from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["DATASETS", "RESUME_MUTABLE", "TrainConfig", "resume_conflicts"]
-
-DATASETS = IMAGE_DATASETS
+__all__ = ["RESUME_MUTABLE", "TrainConfig", "resume_conflicts"]
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
@@ -82,7 +80,7 @@ class TrainConfig:
     checkpoint_every: int = 1
 
     def __post_init__(self) -> None:
-        self.dataset = choice("dataset", self.dataset, DATASETS)
+        self.dataset = choice("dataset", self.dataset, IMAGE_DATASETS)
         self.method = Method(choice("method", self.method, Method))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         self.optimizer = OptimizerKind(choice("optimizer", self.optimizer, OptimizerKind))

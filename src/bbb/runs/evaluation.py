@@ -1,6 +1,7 @@
-"""Evaluation of a model and of a run directory: the error of the mean network, the k-sample
-predictive metrics (:func:`evaluate`), ``bbb evaluate`` (``eval.json``, ``reliability.png``) and
-``bbb prune`` (``pruning.csv``, the paper's Table 2).
+"""Evaluation of a model and of a run directory: the error of the mean network
+(:func:`mean_network_error`), the k-sample predictive metrics (:func:`classifier_metrics`),
+``bbb evaluate`` (``eval.json``, ``reliability.png``) and ``bbb prune`` (``pruning.csv``, the
+paper's Table 2).
 
 Both run-directory commands hold the run directory's lock (:func:`bbb.runs.rundir.lock_run_dir`)
 and, where their file cannot be written, raise :class:`~bbb.errors.ResultsNotSaved` carrying what
@@ -34,8 +35,8 @@ from .config import TrainConfig
 from .model import infer_method
 from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "check_memory", "device_memory", "error_count", "error_rate", "evaluate", "evaluate_run",
-           "mc_dropout", "mean_logits", "prune_run", "run_data"]
+__all__ = ["EVAL_CHUNK", "check_memory", "classifier_metrics", "device_memory", "error_count", "evaluate_run",
+           "mc_dropout", "mean_logits", "mean_network_error", "prune_run", "run_data"]
 
 EVAL_CHUNK = 2048
 
@@ -111,15 +112,19 @@ def error_count(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def error_rate(model: nn.Module, x: Tensor, y: Tensor) -> float | None:
-    """Error rate with the posterior mean / deterministic network (one sync); None if empty."""
+def mean_network_error(model: nn.Module, x: Tensor, y: Tensor) -> float | None:
+    """Error rate of the posterior mean / deterministic network on ``(x, y)`` (one sync); None if
+    empty. Not :func:`bbb.uncertainty.error_rate`, which scores given probabilities.
+
+    Example: ``mean_network_error(model, data["test_x"], data["test_y"])``.
+    """
     if x.shape[0] == 0:
         return None
     return float((mean_logits(model, x).argmax(-1) != y).double().mean())
 
 
 @torch.no_grad()
-def evaluate(
+def classifier_metrics(
     model: nn.Module,
     x: Tensor,
     y: Tensor,
@@ -139,6 +144,10 @@ def evaluate(
     ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``.
     Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
     draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
+    The library's :func:`bbb.uncertainty.evaluate` is the method-agnostic Monte Carlo predictive;
+    this is the run layer's, for the three training methods of a run.
+
+    Example: ``classifier_metrics(model, x, y, "bbb", samples=10)["error_mc"]``.
     """
     method = infer_method(model) if method is None else choice("method", method, Method)
     if x.shape[0] == 0:
@@ -234,7 +243,7 @@ def evaluate_run(
         model, cfg, epoch, dev = _load(d, which, device)
         data = run_data(cfg, data_dir, data)
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
-        res = evaluate(model, x, y, cfg.method, samples=samples, return_probs=True)
+        res = classifier_metrics(model, x, y, cfg.method, samples=samples, return_probs=True)
         result = {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method,
                   "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
                   "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
@@ -290,7 +299,7 @@ def prune_run(
         for f in fractions:
             r = prune(model, float(f))
             rows.append({"fraction_removed": float(f), "weights_left": r.kept, "weights_total": r.total,
-                         "snr_threshold": r.threshold, "test_error": error_rate(model, x, y)})
+                         "snr_threshold": r.threshold, "test_error": mean_network_error(model, x, y)})
         unprune(model)
         path = d / "pruning.csv"
         _save(path, rows, lambda: atomic_write_text(path, csv_text(PRUNING_COLUMNS, rows)))

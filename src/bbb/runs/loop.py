@@ -74,7 +74,7 @@ from ..options import LRSchedule, Method
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import TrainConfig, resume_conflicts
-from .evaluation import check_memory, error_count, error_rate, evaluate
+from .evaluation import check_memory, classifier_metrics, error_count, mean_network_error
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 
@@ -474,18 +474,18 @@ def _finish(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Modu
     """Evaluate the best and last models on the test set and write summary.json."""
     done = metrics[-1]["epoch"] if metrics else 0
     device = data["test_x"].device
-    last_test = error_rate(model, data["test_x"], data["test_y"])
-    last_val = error_rate(model, data["val_x"], data["val_y"])
+    last_test = mean_network_error(model, data["test_x"], data["test_y"])
+    last_val = mean_network_error(model, data["val_x"], data["val_y"])
     which = "best" if (out / "best.pt").exists() else "last"
     eval_model = model
     if which == "best" and best.get("epoch") != done:
         eval_model, _ = load_run(out, "best", device=device)
-    res = evaluate(eval_model, data["test_x"], data["test_y"], cfg.method, samples=cfg.eval_samples)
+    res = classifier_metrics(eval_model, data["test_x"], data["test_y"], cfg.method, samples=cfg.eval_samples)
     summary = {
         "model": which,
         "test_error": res["error"],
         "test_error_mc": res["error_mc"],
-        "val_error": error_rate(eval_model, data["val_x"], data["val_y"]),
+        "val_error": mean_network_error(eval_model, data["val_x"], data["val_y"]),
         "test_nll": res["nll"],
         "test_ece": res["ece"],
         "test_brier": res["brier"],

@@ -200,3 +200,13 @@ def test_quiet_reproduce_prints_only_its_tables(capsys, tmp_path, tiny):
     assert re.search(r"^method +units +ours +paper$", out, re.M) and "wrote table1.csv" in out
     rc, out, err = run_main(capsys, *argv, "--out", str(tmp_path / "p"))
     assert rc == 0 and "[run 1/1]" in out and "estimated time" in out and "epoch 1/1" in err
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_prints_no_doubled_percent(name):
+    """argparse %-formats an option's help (where ``%%`` is one ``%``) but prints a description
+    as written: ``bbb reproduce uci --help`` once said "20%%"."""
+    _, parser = command_parser(name)
+    for p in parsers(parser):
+        text = p.format_help()
+        assert "%%" not in text, f"{p.prog} --help prints '%%'"

@@ -440,15 +440,15 @@ class Counting(T.JobCallbacks):
         self.calls.append(job.name)
 
 
-def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_finished(tmp_path, monkeypatch):
-    """--candidates: a sitting trains some candidates of a cell; the seed of the selected
+def test_a_cell_trained_one_candidate_per_call_is_selected_once_all_have_finished(tmp_path, monkeypatch):
+    """--candidates: a call trains some candidates of a cell; the seed of the selected
     candidate waits until every candidate has finished, and is then trained."""
     monkeypatch.setitem(M.BUDGETS, "paper", tiny_paper_spec())
     out, data = tmp_path / "mnist-paper", blobs4()
     counting = Counting()
     calls = counting.calls
 
-    def sitting(cands: str) -> list[str]:
+    def call(cands: str) -> list[str]:
         logs: list[str] = []
         calls.clear()
         cfg = ReproduceConfig(budget="paper", out=str(out), device="cpu", cells="bbb-mixture:1200",
@@ -456,13 +456,13 @@ def test_a_cell_trained_one_candidate_per_sitting_is_selected_once_all_have_fini
         run_reproduce(cfg, data=data, log=logs.append, callbacks=counting)
         return logs
 
-    logs = sitting("c1")
+    logs = call("c1")
     assert calls == ["bbb_mixture_1200_c1"]
     waits = "c0 'recipe': not started; c2 'sigma0 x2': not started"
     assert any("seed 1 of bbb-mixture:1200 not trained" in line and waits in line for line in logs)
     rows = {(r["method"], int(r["hidden"])): r for r in read_csv(out / "table1.csv")}
     assert rows[("bbb_mixture", 1200)]["status"] == "incomplete"
-    sitting("0,2")
+    call("0,2")
     names = ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2"]
     vals = [summary(out, n)["val_error"] for n in names]
     best = min(range(3), key=lambda i: (vals[i], i))

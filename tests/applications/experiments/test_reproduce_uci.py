@@ -222,3 +222,21 @@ def test_protein_has_the_protocols_wider_layer(data_root, tmp_path):
     jd = TR.job_data(d, (0,), Phase.TEST)
     model = TR.PopulationModel(VARIANTS[0], 1, jd.x_fit.shape[-1], cfg.hidden_for("protein-tertiary-structure"), cfg, 0)
     assert model.pop.sizes == [3, 100, 1]
+
+
+def test_the_tables_show_a_command_a_user_can_run_from_a_clone(tmp_path):
+    """run.json keeps the command as typed; table.md shows a machine's folders as placeholders,
+    each said once (the committed results/uci tables were once written with the machine's)."""
+    cmd = "bbb reproduce uci --out /srv/runs/uci --workers 2 --data-dir=/home/me/data --datasets yacht"
+    assert R.portable_command(cmd) == ("bbb reproduce uci --out $OUT --workers 2 --data-dir=$BBB_DATA "
+                                       "--datasets yacht", ["$OUT", "$BBB_DATA"])
+    assert R.portable_command("bbb reproduce uci --out results/uci") == ("bbb reproduce uci --out results/uci", [])
+    assert R.portable_command("bbb reproduce uci --data-dir ../data")[1] == ["$BBB_DATA"]
+    R.write_tables(tmp_path, [], [], [], {"command": cmd})
+    line = (tmp_path / "table.md").read_text().splitlines()[2]
+    assert "/srv" not in line and "/home" not in line and "`$OUT`: the output folder" in line
+    root = Path(__file__).resolve().parents[3]
+    for d in (root / "results" / "uci", root / "results" / "uci" / "first-run"):
+        shown = (d / "table.md").read_text().splitlines()[2]
+        command = json.loads((d / "run.json").read_text())["command"]
+        assert f"`{R.portable_command(command)[0]}`" in shown, d

@@ -1,6 +1,8 @@
 """Fault injection on ``bbb sweep`` through a real subprocess: bad spaces and huge grids give one
 line and exit code 2 and create nothing; a sweep killed with -9 leaves no worker running; a
-re-run never trains a trial that another live process holds."""
+re-run never trains a trial that another live process holds. Of the bad values, the first is
+refused in a subprocess, the others by the same ``main`` in this process (a refusal before any
+work; a fresh interpreter would cost seconds each)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 
 import bbb.sweep as S
 from bbb.sweep.trial import LOCK_NAME, epochs_done, trial_dir
-from faultkit import alive, assert_one_line_error, bbb, descendants, env, snapshot, wait_until
+from faultkit import alive, assert_one_line_error, bbb, bbb_in_process, descendants, env, snapshot, wait_until
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -36,12 +38,13 @@ def write_space(path: Path, **params) -> Path:
     ("pi=abc", "pi must be a number"),
     ("neg_log_sigma1=-1000", "neg_log_sigma1 must be >= -700"),
 ])
-def test_bad_space_values_are_one_line_and_touch_nothing(tmp_path: Path, setting: str, words: str) -> None:
+def test_bad_space_values_are_one_line_and_touch_nothing(tmp_path: Path, setting: str, words: str, capsys) -> None:
     out = tmp_path / "sweep"
     out.mkdir()
     (out / "sweep.csv").write_text("an earlier sweep's results\n")
     before = snapshot(out)
-    p = bbb("sweep", "--space", str(write_space(tmp_path / "s.json")), "--set", setting, "--out", str(out))
+    argv = ("sweep", "--space", str(write_space(tmp_path / "s.json")), "--set", setting, "--out", str(out))
+    p = bbb(*argv) if setting.startswith("width") else bbb_in_process(capsys, *argv)
     assert_one_line_error(p, words)
     assert snapshot(out) == before
 

@@ -36,7 +36,7 @@ validation error. Every budget trains BBB with uniform minibatch KL weighting (1
 weighting gives lower error after few epochs but leaves sigma near its initial value, so pruning
 by |mu|/sigma fails.
 
-The paper budget takes days on a CPU, so it runs in sittings: ``--cells`` trains a subset of the
+The paper budget takes days on a CPU, so it runs in parts: ``--cells`` trains a subset of the
 cells (the plan follows :data:`WORK_ORDER`: the headline BBB 2x1200 cell first), every call
 writes the tables for the cells finished so far (the others are rows marked as missing), and
 ``--report`` writes them without training, e.g. while another process trains. Runs are

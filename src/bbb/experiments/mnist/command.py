@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidates", default=None, metavar="CANDS",
                         help=f"train only these candidates of those cells: {CANDIDATES_HELP}; a cell is "
                              "selected (and its extra seeds trained) once all its candidates have "
-                             "finished, so a sitting too short for a whole cell can train one candidate; "
+                             "finished, so a time slot too short for a whole cell can train one candidate; "
                              "default: all")
     parser.add_argument("--seeds-of", default=None, metavar="CAND",
                         help="train the extra seeds of this one candidate (e.g. c0) now, before the cell's "

@@ -144,7 +144,7 @@ class ReproduceConfig:
     #: the cells to train (``--cells``; see :func:`parse_cells`); None: all 12
     cells: Any = None
     #: the candidates of those cells to train (``--candidates``; see :func:`parse_candidates`), so
-    #: that a sitting can train one candidate of a cell; None: all. A cell is selected, and its
+    #: that one call can train one candidate of a cell; None: all. A cell is selected, and its
     #: extra seeds trained, only once all of its candidates have finished.
     candidates: Any = None
     #: the one candidate whose extra seeds are trained before its cell's selection is final

@@ -14,8 +14,7 @@ from importlib import resources
 from typing import Any, NoReturn
 
 from ...cli.cost import epoch_costs
-from ...options import StrOption
-from ...runs.config import DATASETS as RUN_DATASETS
+from ...options import IMAGE_DATASETS, StrOption
 from ...runs.config import TrainConfig
 
 
@@ -42,7 +41,7 @@ WIDTHS: tuple[int, ...] = (400, 800, 1200)
 METHODS: tuple[str, ...] = tuple(m.value for m in CellMethod)
 
 
-DATASETS: tuple[str, ...] = RUN_DATASETS
+DATASETS: tuple[str, ...] = IMAGE_DATASETS
 
 
 #: the cells that get ``--seeds`` independent seeds at the smoke and quick budgets

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "The UCI regression benchmark (Hernandez-Lobato & Adams 2015): 9 datasets, their fixed splits "
         "(20; protein 5), one hidden layer of 50 ReLU units (100 for protein), BBB variants only. For each "
         "split the variant, the epochs and the predictive noise scale are chosen on a validation part "
-        "(20%%) of its training rows; test RMSE and log-likelihood (the mixture over --samples weight "
+        "(20%) of its training rows; test RMSE and log-likelihood (the mixture over --samples weight "
         "samples) in the target's units, mean +- standard error over the splits, beside the published "
         "methods. Writes table.csv/.md/.png, splits.csv, variants.csv and run.json to --out; jobs/ holds "
         "each population's scores and, while it trains, its resumable state.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 from importlib import resources
@@ -20,7 +21,7 @@ from ...io import atomic_write_csv, atomic_write_text
 from .settings import VARIANTS
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
-           "PUBLISHED_METHODS"]
+           "PUBLISHED_METHODS", "portable_command"]
 
 #: the columns of table.csv (then the chosen settings)
 TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_se"]
@@ -29,6 +30,39 @@ PUBLISHED_METHODS = {"vi": "VI (Graves)", "pbp": "PBP", "mc_dropout": "MC dropou
                      "deep_ensembles": "deep ensembles"}
 
 Choice = tuple[str, int, float]  # (variant, epoch, noise scale)
+
+#: the placeholder shown for a folder of the machine that ran a command, by option
+PLACEHOLDERS = {"--out": "$OUT", "--data-dir": "$BBB_DATA"}
+
+
+def _machine_path(arg: str) -> bool:
+    """A folder of the machine, not of the repository: absolute, in a home, or above the checkout."""
+    return arg.startswith(("/", "~", "..")) or "/../" in arg
+
+
+def portable_command(command: str) -> tuple[str, list[str]]:
+    """``command`` as a user runs it from a clone: a machine's folder (an absolute path, one in a
+    home or above the checkout) becomes ``$OUT`` after ``--out``, ``$BBB_DATA`` after
+    ``--data-dir`` and ``DIR`` elsewhere. Returns it and the placeholders used, e.g.
+    ``portable_command("bbb reproduce uci --out /srv/u --data-dir /d")`` is
+    ``("bbb reproduce uci --out $OUT --data-dir $BBB_DATA", ["$OUT", "$BBB_DATA"])``."""
+    args = shlex.split(command)
+    out: list[str] = []
+    used: list[str] = []
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=") if a.startswith("--") else ("", "", "")
+        if eq and _machine_path(value):
+            ph = PLACEHOLDERS.get(flag, "DIR")
+            out.append(f"{shlex.quote(flag)}={ph}")
+        elif i and not a.startswith("-") and _machine_path(a):
+            ph = PLACEHOLDERS.get(args[i - 1], "DIR")
+            out.append(ph)
+        else:
+            out.append(shlex.quote(a))
+            continue
+        if ph.startswith("$") and ph not in used:
+            used.append(ph)
+    return " ".join(out), used
 
 
 def _candidates(result: dict[str, Any], member: int, scales: Sequence[float] | None) -> list[tuple[float, int, float]]:
@@ -169,7 +203,10 @@ def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, A
     written.append(atomic_write_csv(out / "splits.csv", split_cols, splits))
     written.append(atomic_write_csv(out / "variants.csv", list(variants[0]) if variants else ["dataset"], variants))
     hit = targets(rows) if rows else {}
-    md = ["# bbb reproduce uci", "", f"Command: `{meta.get('command', '')}`", "",
+    command, used = portable_command(meta.get("command", ""))
+    said = {"$OUT": "`$OUT`: the output folder", "$BBB_DATA": "`$BBB_DATA`: the data folder"}
+    where = f" ({'; '.join(said[u] for u in used)})" if used else ""
+    md = ["# bbb reproduce uci", "", f"Command, from the root of a clone: `{command}`{where}", "",
           f"Wall time: {meta.get('wall_seconds', 0) / 60:.1f} min ({meta.get('workers', 1)} worker(s); "
           f"training {meta.get('job_seconds', 0) / 60:.1f} worker-min)", "", _markdown(rows),
           "Targets counted on these datasets: " + ", ".join(f"{k} {v}" for k, v in hit.items()), ""]

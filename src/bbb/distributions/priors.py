@@ -1,132 +1,22 @@
-"""Posteriors, priors and the KL between them.
-
-One contract for every distribution (as in ``torch.distributions``): ``log_prob(w)`` is
-elementwise, ``sample(shape)`` draws. The KL is chosen by type through a registry
-(:func:`register_kl`); :func:`kl_divergence` raises ``NotImplementedError`` when no closed form
-is registered, and :func:`kl_term` falls back to the Monte Carlo estimate
-``log q(w) - log p(w)`` on the very weight samples used in the forward pass (the paper's
-common random numbers).
-
-All scale arguments are standard deviations, never variances.
-"""
+"""The priors: :class:`Prior` (the contract), :class:`GaussianPrior`, the paper's
+:class:`ScaleMixturePrior`, :class:`TorchPrior` (any ``torch.distributions`` distribution),
+:class:`CenteredPrior` (a prior centred on given weights), and the builders
+:func:`prior_from_config` and :func:`make_prior` (re-exported by :mod:`bbb.distributions`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import UserError, check_int
-from .options import PriorKind, StrOption, choice
+from ..errors import UserError
+from ..options import PriorKind, choice
+from .normal import LOG_SQRT_2PI, check_sigma, softplus
 
-__all__ = [
-    "normal_log_prob",
-    "DiagonalNormal",
-    "Prior",
-    "GaussianPrior",
-    "ScaleMixturePrior",
-    "TorchPrior",
-    "KLMode",
-    "register_kl",
-    "kl_divergence",
-    "has_closed_form_kl",
-    "uses_monte_carlo",
-    "mc_kl",
-    "kl_term",
-    "check_kl_samples",
-    "split_kl",
-    "softplus",
-    "inverse_softplus",
-    "prior_from_config",
-    "make_prior",
-]
-
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-def normal_log_prob(x: Tensor, mean: Tensor, sigma: Tensor) -> Tensor:
-    """log N(x; mean, sigma^2), elementwise (broadcasting): the one Gaussian log density of the
-    likelihoods, the regression metrics and the UCI benchmark."""
-    z = (x - mean) / sigma
-    return -0.5 * z * z - torch.log(sigma) - _LOG_SQRT_2PI
-
-
-def softplus(rho: Tensor) -> Tensor:
-    """sigma = log(1 + exp(rho)), stable for any rho (finite, > 0 down to rho ~ -87 in float32)."""
-    return F.softplus(rho)
-
-
-def inverse_softplus(sigma: float | Tensor) -> float | Tensor:
-    """rho such that softplus(rho) = sigma (sigma > 0)."""
-    if isinstance(sigma, Tensor):
-        return sigma + torch.log(-torch.expm1(-sigma))
-    if sigma <= 0:
-        raise UserError(f"sigma must be > 0 to invert softplus, got {sigma}")
-    return sigma + math.log(-math.expm1(-sigma))
-
-
-def _check_sigma(name: str, value: float) -> float:
-    value = float(value)
-    if not (value > 0.0) or not math.isfinite(value):
-        raise UserError(f"{name} must be a finite standard deviation > 0, got {value}")
-    return value
-
-
-# --------------------------------------------------------------------------------------------
-# Variational posterior
-# --------------------------------------------------------------------------------------------
-
-
-class DiagonalNormal:
-    """Fully factorised Gaussian q(w) = prod_j N(w_j | mu_j, sigma_j^2).
-
-    A light view over tensors (usually a layer's ``mu`` and ``softplus(rho)``), not a module:
-    building one costs nothing and keeps gradients flowing to the parameters.
-    """
-
-    def __init__(self, mu: Tensor, sigma: Tensor) -> None:
-        self.mu = mu
-        self.sigma = sigma
-
-    @classmethod
-    def from_rho(cls, mu: Tensor, rho: Tensor) -> DiagonalNormal:
-        return cls(mu, softplus(rho))
-
-    def rsample(self, eps: Tensor) -> Tensor:
-        """w = mu + sigma * eps for standard normal noise ``eps`` (broadcast over leading dims)."""
-        return torch.addcmul(self.mu, self.sigma, eps)
-
-    def sample_eps(self, shape: tuple[int, ...] = (), generator: torch.Generator | None = None) -> Tensor:
-        return torch.randn(
-            (*shape, *self.mu.shape), generator=generator, device=self.mu.device, dtype=self.mu.dtype
-        )
-
-    def log_prob(self, w: Tensor) -> Tensor:
-        z = (w - self.mu) / self.sigma
-        return -torch.log(self.sigma) - _LOG_SQRT_2PI - 0.5 * z * z
-
-    def log_prob_eps(self, eps: Tensor) -> Tensor:
-        """log q(mu + sigma*eps), written through eps: exact, cheaper and free of the division.
-
-        Its total derivative with respect to (mu, rho) equals that of ``log_prob(rsample(eps))``:
-        d/dmu is 0 and d/dsigma is -1/sigma either way.
-        """
-        return -torch.log(self.sigma) - _LOG_SQRT_2PI - 0.5 * eps * eps
-
-    def entropy(self) -> Tensor:
-        return torch.log(self.sigma) + _LOG_SQRT_2PI + 0.5
-
-    def __repr__(self) -> str:
-        return f"DiagonalNormal(shape={tuple(self.mu.shape)})"
-
-
-# --------------------------------------------------------------------------------------------
-# Priors
-# --------------------------------------------------------------------------------------------
+__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "TorchPrior", "CenteredPrior", "prior_from_config",
+           "make_prior"]
 
 
 class Prior:
@@ -204,7 +94,7 @@ class GaussianPrior(Prior):
     name = "gaussian"
 
     def __init__(self, sigma: float = 1.0, mu: float = 0.0) -> None:
-        self.sigma = _check_sigma("sigma", sigma)
+        self.sigma = check_sigma("sigma", sigma)
         self.mu = float(mu)
         if not math.isfinite(self.mu):
             raise UserError(f"prior mean must be finite, got {mu}")
@@ -212,11 +102,11 @@ class GaussianPrior(Prior):
 
     def log_prob(self, w: Tensor) -> Tensor:
         z = (w - self.mu) / self.sigma
-        return -0.5 * z * z - (self._log_sigma + _LOG_SQRT_2PI)
+        return -0.5 * z * z - (self._log_sigma + LOG_SQRT_2PI)
 
     def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
         d = w - self.mu if self.mu else w
-        lp = d * d * (-0.5 / self.sigma**2) - (self._log_sigma + _LOG_SQRT_2PI)
+        lp = d * d * (-0.5 / self.sigma**2) - (self._log_sigma + LOG_SQRT_2PI)
         return lp, d * (-1.0 / self.sigma**2)
 
     def kl_closed_form(self, mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -257,11 +147,11 @@ class ScaleMixturePrior(Prior):
         if not (0.0 < pi <= 1.0):
             raise UserError(f"mixture weight pi must be in (0, 1], got {pi}")
         self.pi = pi
-        self.sigma1 = _check_sigma("sigma1", sigma1)
-        self.sigma2 = _check_sigma("sigma2", sigma2)
+        self.sigma1 = check_sigma("sigma1", sigma1)
+        self.sigma2 = check_sigma("sigma2", sigma2)
         # log of each component's weight and normaliser, folded into constants
-        self._c1 = math.log(pi) - math.log(self.sigma1) - _LOG_SQRT_2PI
-        self._c2 = (math.log1p(-pi) if pi < 1.0 else -math.inf) - math.log(self.sigma2) - _LOG_SQRT_2PI
+        self._c1 = math.log(pi) - math.log(self.sigma1) - LOG_SQRT_2PI
+        self._c2 = (math.log1p(-pi) if pi < 1.0 else -math.inf) - math.log(self.sigma2) - LOG_SQRT_2PI
         self._h1 = -0.5 / self.sigma1**2
         self._h2 = -0.5 / self.sigma2**2
 
@@ -314,7 +204,7 @@ class ScaleMixturePrior(Prior):
         """
         # closed form: E_q[log q] - E_q[log(pi N(w; 0, sigma1^2))]
         log_s = torch.log(sigma)
-        kl = -log_s - (_LOG_SQRT_2PI + 0.5) - self._c1 - self._h1 * (mu * mu + sigma * sigma)
+        kl = -log_s - (LOG_SQRT_2PI + 0.5) - self._c1 - self._h1 * (mu * mu + sigma * sigma)
         dmu = (-2.0 * self._h1) * mu
         dsig = (-2.0 * self._h1) * sigma - 1.0 / sigma
         if self.pi == 1.0:
@@ -389,6 +279,99 @@ class TorchPrior(Prior):
         return id(self.dist)
 
 
+class CenteredPrior(Prior):
+    """P(w) = base(w - mean): each weight's prior centred on its own value in ``mean``. With a
+    Gaussian base, N(w | w0, s^2) per weight; centred on a trained network's weights it is the
+    empirical-Bayes prior of fine-tuning (Krishnan et al. 2020, MOPED), which pulls each posterior
+    mean towards its trained weight rather than towards 0.
+
+    ``base``: a :class:`Prior` (a float ``s`` is ``GaussianPrior(s)``). ``mean``: the centres (a
+    tensor the weights broadcast against), or None for the prior a layer is given
+    (``bayesianize(net, prior=CenteredPrior(0.1))``): each Bayesian layer then centres it on its
+    own posterior means (:meth:`bbb.nn.BayesModule.center_prior`, which ``bayesianize`` and
+    ``from_torch`` call on the trained weights; the centres are buffers ``{name}_prior_mean`` of
+    the layer's ``state_dict``) and reads it through :meth:`~bbb.nn.BayesModule.prior_for`.
+
+    Everything is the base's, shifted: the closed-form KL where the base has one (Gaussian:
+    KL[N(mu, sigma^2) || N(w0, s^2)] = log(s / sigma) + (sigma^2 + (mu - w0)^2) / (2 s^2) - 1/2),
+    the Monte Carlo ``log_prob`` and the split otherwise. A prior without ``mean`` has none of
+    them (a one-line error), so :class:`bbb.Engine`, whose fused kernel takes one prior for all
+    the weights, trains such a model on its plain path (it says so).
+
+    >>> p = CenteredPrior(0.1, mean=w0)                  # N(w0, 0.1^2) per weight
+    >>> kl_term(DiagonalNormal(mu, sigma), p)            # closed form
+    >>> bbb.bayesianize(net, prior=CenteredPrior(0.1))   # centred on net's trained weights
+    """
+
+    name = "centered"
+
+    def __init__(self, base: Prior | float = 1.0, mean: Tensor | None = None) -> None:
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            base = GaussianPrior(base)
+        if not isinstance(base, Prior) or isinstance(base, CenteredPrior):
+            raise UserError(f"CenteredPrior's base must be a Prior that is not itself centred (or a float sigma), "
+                            f"got {base!r}")
+        if mean is not None and not isinstance(mean, Tensor):
+            raise UserError(f"CenteredPrior's mean must be a tensor (or None), got {type(mean).__name__}")
+        self.base = base
+        self.mean = mean
+
+    def at(self, mean: Tensor) -> CenteredPrior:
+        """The same prior centred on ``mean``."""
+        return CenteredPrior(self.base, mean)
+
+    def _centre(self) -> Tensor:
+        if self.mean is None:
+            raise UserError("this CenteredPrior has no mean: a layer centres its prior on its weights "
+                            "(layer.center_prior(); bayesianize and from_torch do it) and reads layer.prior_for(name)")
+        return self.mean
+
+    def _shift(self, w: Tensor) -> Tensor:
+        return w - self._centre()
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        return self.base.log_prob(self._shift(w))
+
+    def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        return self.base.log_prob_and_grad(self._shift(w))
+
+    def kl_closed_form(self, mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        # d(mu - mean)/dmu = 1: the base's derivatives are this prior's
+        return self.base.kl_closed_form(self._shift(mu), sigma) if self.base.has_closed_form else None
+
+    def kl_split(self, mu: Tensor, sigma: Tensor, z: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        return self.base.kl_split(self._shift(mu), sigma, z)
+
+    @property
+    def has_closed_form(self) -> bool:
+        return self.mean is not None and self.base.has_closed_form
+
+    @property
+    def has_split(self) -> bool:
+        return self.mean is not None and self.base.has_split
+
+    @property
+    def has_analytic_grad(self) -> bool:
+        return self.mean is not None and self.base.has_analytic_grad
+
+    def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
+        return self.base.sample(shape, generator=generator, device=device, dtype=dtype) + self._centre()
+
+    def to_config(self) -> dict[str, Any]:
+        return {"type": self.name, "base": self.base.to_config()}
+
+    def __repr__(self) -> str:
+        where = "" if self.mean is None else f", mean={tuple(self.mean.shape)}"
+        return f"CenteredPrior({self.base!r}{where})"
+
+    def __eq__(self, other: object) -> bool:
+        # the centres are the layer's state (its buffers), not part of the rule
+        return isinstance(other, CenteredPrior) and other.base == self.base
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.base))
+
+
 def _from_torch(dist: torch.distributions.Distribution) -> Prior:
     """A scalar ``Normal`` becomes a :class:`GaussianPrior` (closed form, fused); others wrap."""
     if type(dist) is torch.distributions.Normal and dist.loc.numel() == 1 and dist.scale.numel() == 1:
@@ -413,10 +396,12 @@ def prior_from_config(cfg: dict[str, Any] | Prior | torch.distributions.Distribu
         return GaussianPrior(**cfg)
     if kind == ScaleMixturePrior.name:
         return ScaleMixturePrior(**cfg)
+    if kind == CenteredPrior.name:
+        return CenteredPrior(prior_from_config(cfg["base"]))
     if kind == TorchPrior.name:
         raise UserError(f"a torch.distributions prior ({cfg.get('repr')}) cannot be rebuilt from a checkpoint; "
                         "pass the distribution again (prior=...) when building the model")
-    raise UserError(f"unknown prior type {kind!r}; expected 'gaussian' or 'mixture'")
+    raise UserError(f"unknown prior type {kind!r}; expected 'gaussian', 'mixture' or 'centered'")
 
 
 def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = 0.0025,
@@ -427,175 +412,3 @@ def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float
     if kind == PriorKind.GAUSSIAN.value:
         return GaussianPrior(prior_sigma)
     return ScaleMixturePrior(pi, sigma1, sigma2)
-
-
-# --------------------------------------------------------------------------------------------
-# KL dispatch
-# --------------------------------------------------------------------------------------------
-
-
-class KLMode(StrOption):
-    """How the complexity cost KL[q || P] is computed.
-
-    ``auto``: closed form when one is registered for the (posterior, prior) pair, else Monte Carlo.
-    ``closed``: closed form, error when none exists. ``mc``: Monte Carlo always (the paper's choice).
-    ``split``: closed form where it exists for a part of the KL, the rest estimated without bias
-    from one importance sample per weight (:meth:`Prior.kl_split`; for the scale mixture, the
-    narrow component's share); the same as ``closed`` for a prior with a closed form.
-    """
-
-    AUTO = "auto"
-    CLOSED = "closed"
-    MC = "mc"
-    SPLIT = "split"
-
-
-_KL_REGISTRY: dict[tuple[type, type], Callable[[Any, Any], Tensor]] = {}
-
-
-def register_kl(q_type: type, p_type: type):
-    """Decorator registering an elementwise closed-form KL[q || p] for a pair of types."""
-
-    def deco(fn: Callable[[Any, Any], Tensor]) -> Callable[[Any, Any], Tensor]:
-        _KL_REGISTRY[(q_type, p_type)] = fn
-        return fn
-
-    return deco
-
-
-def _lookup_types(q_type: type, p: Any) -> Callable[[Any, Any], Tensor] | None:
-    for qt in q_type.__mro__:
-        for pt in type(p).__mro__:
-            fn = _KL_REGISTRY.get((qt, pt))
-            if fn is _kl_normal_prior and not p.has_closed_form:
-                continue
-            if fn is not None:
-                return fn
-    return None
-
-
-def _lookup(q: Any, p: Any) -> Callable[[Any, Any], Tensor] | None:
-    return _lookup_types(type(q), p)
-
-
-def has_closed_form_kl(q: Any, p: Any) -> bool:
-    return _lookup(q, p) is not None
-
-
-def uses_monte_carlo(p: Any, mode: KLMode | str, q_type: type = DiagonalNormal) -> bool:
-    """Whether ``kl_term`` with this mode estimates KL[q || p] by Monte Carlo."""
-    mode = KLMode(mode)
-    if mode is KLMode.MC:
-        return True
-    if mode is KLMode.SPLIT:
-        _check_split(p)
-        return False
-    closed = _lookup_types(q_type, p) is not None
-    if mode is KLMode.CLOSED and not closed:
-        raise UserError(f"no closed-form KL for a {type(p).__name__}; use kl='mc' or kl='auto'")
-    return not closed
-
-
-def kl_divergence(q: Any, p: Any) -> Tensor:
-    """Elementwise closed-form KL[q || p]; ``NotImplementedError`` when none is registered."""
-    fn = _lookup(q, p)
-    if fn is None:
-        raise NotImplementedError(
-            f"no closed-form KL between {type(q).__name__} and {type(p).__name__}; use Monte Carlo"
-        )
-    return fn(q, p)
-
-
-@register_kl(DiagonalNormal, Prior)
-def _kl_normal_prior(q: DiagonalNormal, p: Prior) -> Tensor:
-    """Any prior that states its closed form (:meth:`Prior.kl_closed_form`)."""
-    out = p.kl_closed_form(q.mu, q.sigma)
-    if out is None:
-        raise NotImplementedError(f"{type(p).__name__} has no closed-form KL; use Monte Carlo")
-    return out[0]
-
-
-def mc_kl(q: DiagonalNormal, p: Prior, eps: Tensor, w: Tensor | None = None) -> Tensor:
-    """Elementwise single-sample estimate log q(w) - log p(w) at w = mu + sigma * eps.
-
-    ``eps`` may carry leading sample dimensions; pass ``w`` when it was already formed (the
-    forward pass's own weights: common random numbers, no recomputation).
-    """
-    if w is None:
-        w = q.rsample(eps)
-    return q.log_prob_eps(eps) - p.log_prob(w)
-
-
-def kl_term(
-    q: DiagonalNormal,
-    p: Prior,
-    mode: KLMode | str = KLMode.AUTO,
-    eps: Tensor | None = None,
-    w: Tensor | None = None,
-    generator: torch.Generator | None = None,
-    num_samples: int | None = None,
-    extra_eps: Tensor | None = None,
-) -> Tensor:
-    """KL[q || p] summed over all elements (a scalar).
-
-    With Monte Carlo and ``eps`` of shape ``(k, *q.mu.shape)``, the k estimates are averaged.
-    Without ``eps``, one fresh sample is drawn. ``num_samples`` (Monte Carlo only) is the number
-    of weight samples the estimate averages over: None takes the given samples (or one fresh
-    draw); a larger number adds ``num_samples - k`` draws of the KL's own to the k given ones
-    (``extra_eps`` of shape ``(num_samples - k, *q.mu.shape)`` when supplied, else fresh noise
-    from ``generator``). A closed-form KL needs no samples and ignores it.
-    """
-    mode = KLMode(mode)
-    if mode is KLMode.SPLIT:
-        return split_kl(q, p, extra_eps, generator)
-    if mode is not KLMode.MC:
-        fn = _lookup(q, p)
-        if fn is not None:
-            return fn(q, p).sum()
-        if mode is KLMode.CLOSED:
-            raise UserError(
-                f"no closed-form KL for a {type(p).__name__}; use kl='mc' or kl='auto'"
-            )
-    given = 0 if eps is None else math.prod(eps.shape[: eps.dim() - q.mu.dim()])
-    want = max(given, 1) if num_samples is None else check_kl_samples(num_samples, given)
-    total = mc_kl(q, p, eps, w).sum() if eps is not None and given else None
-    if want > given:
-        if extra_eps is None:
-            extra_eps = q.sample_eps((want - given,), generator=generator)
-        elif tuple(extra_eps.shape) != (want - given, *q.mu.shape):
-            raise UserError(f"extra_eps must have shape {(want - given, *q.mu.shape)}, got {tuple(extra_eps.shape)}")
-        more = mc_kl(q, p, extra_eps).sum()
-        total = more if total is None else total + more
-    assert total is not None
-    return total / want if want > 1 else total
-
-
-def split_kl(q: DiagonalNormal, p: Prior, z: Tensor | None = None,
-             generator: torch.Generator | None = None) -> Tensor:
-    """KL[q || p] summed, by :meth:`Prior.kl_split` with the noise ``z`` (one row, ``(1, *shape)``
-    or ``shape``; None: a fresh draw from ``generator``). Differentiable: its gradients with
-    respect to mu and sigma are the split's estimates (the value is the estimate's)."""
-    _check_split(p)
-    if z is None:
-        z = q.sample_eps(generator=generator)
-    z = z.reshape(q.mu.shape)
-    out = p.kl_split(q.mu.detach(), q.sigma.detach(), z)
-    assert out is not None
-    kl, dmu, dsig = (t.detach() for t in out)
-    # the value of the estimate, with dmu and dsig as its gradients (first order)
-    return (kl + dmu * (q.mu - q.mu.detach()) + dsig * (q.sigma - q.sigma.detach())).sum()
-
-
-def _check_split(p: Prior) -> None:
-    if not p.has_split:
-        raise UserError(f"no split KL for a {type(p).__name__}; use kl='mc' or kl='auto'")
-
-
-def check_kl_samples(num_samples: object, given: int = 1) -> int:
-    """``num_samples`` of the Monte Carlo KL as an int: at least 1 and at least the ``given``
-    samples of the likelihood (the KL averages over those and adds draws of its own)."""
-    n = check_int("kl_samples", num_samples)
-    if n < max(given, 1):
-        raise UserError(f"kl_samples ({n}) must be at least the likelihood's weight samples ({max(given, 1)}): "
-                        "the KL averages over those and adds samples of its own")
-    return n

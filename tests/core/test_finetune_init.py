@@ -180,3 +180,42 @@ def test_the_engine_trains_a_centred_prior_on_its_plain_path():
     loss.backward()
     engine.step()
     assert not torch.equal(net[3].mu("weight"), before)
+
+
+def _fine_tune_sigma_change(recipe: bool) -> float:
+    """Median |log(sigma_after / sigma_before)| over one epoch (32 steps) of fine-tuning a trained MLP."""
+    torch.manual_seed(0)
+    x = torch.randn(1024, 10)
+    y = (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()
+    det = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.Adam(det.parameters(), lr=1e-2)
+    for _ in range(50):
+        loss = nn.functional.cross_entropy(det(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if recipe:  # the documented recipe (docs/your_network.md, "Fine-tuning a trained network")
+        net = bbb.bayesianize(det, prior=CenteredPrior(0.1), sigma_init=RelativeSigma(1.0))
+        elbo = bbb.ELBO(net, "categorical", num_batches=32, kl_weighting="uniform")
+        scale = 10.0
+    else:  # the defaults
+        net = bbb.bayesianize(det)
+        elbo = bbb.ELBO(net, "categorical", num_batches=32)
+        scale = 1.0
+    rhos = [p for n, p in net.named_parameters() if n.endswith("_rho")]
+    mus = [p for n, p in net.named_parameters() if not n.endswith("_rho")]
+    before = torch.cat([softplus(r).detach().flatten() for r in rhos])
+    opt = torch.optim.Adam([{"params": mus}, {"params": rhos, "lr": 1e-3 * scale}], lr=1e-3)
+    net.train()
+    for i, idx in enumerate(torch.randperm(1024).split(32)):
+        out = elbo(x[idx], y[idx], batch_index=i)
+        opt.zero_grad()
+        (out.loss / len(idx)).backward()
+        opt.step()
+    after = torch.cat([softplus(r).detach().flatten() for r in rhos])
+    return float((after / before).log().abs().median())
+
+
+def test_the_fine_tuning_recipe_moves_sigma_where_the_defaults_do_not():
+    assert _fine_tune_sigma_change(recipe=False) < 0.02
+    assert _fine_tune_sigma_change(recipe=True) > 0.08  # (Adam's steps on rho add up to 0.32 at most)

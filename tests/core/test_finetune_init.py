@@ -219,3 +219,24 @@ def _fine_tune_sigma_change(recipe: bool) -> float:
 def test_the_fine_tuning_recipe_moves_sigma_where_the_defaults_do_not():
     assert _fine_tune_sigma_change(recipe=False) < 0.02
     assert _fine_tune_sigma_change(recipe=True) > 0.08  # (Adam's steps on rho add up to 0.32 at most)
+
+
+def test_the_centred_kl_is_a_function_of_parameters_and_buffers():
+    net = bbb.bayesianize(trained(), prior=CenteredPrior(0.1))
+    state = {f"net.{k}": v.detach().clone() for k, v in net.state_dict().items()}
+    moved = {k: (v + 1.0 if k.endswith("_prior_mean") else v) for k, v in state.items()}
+    base = torch.func.functional_call(_KL(net), state, ())
+    shifted = torch.func.functional_call(_KL(net), moved, ())
+    torch.testing.assert_close(base, model_kl(net))
+    assert shifted > base  # the centres it was handed, not ones captured at conversion
+
+
+class _KL(nn.Module):
+    """The model's KL as a module's forward (for torch.func.functional_call)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self) -> torch.Tensor:
+        return model_kl(self.net)

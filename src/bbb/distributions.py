@@ -1,6 +1,14 @@
-"""The KL between the posterior and the prior: :class:`KLMode`, the registry of closed forms
-(:func:`register_kl`, :func:`kl_divergence`), the Monte Carlo estimate and :func:`kl_term`, which
-chooses between them (re-exported by :mod:`bbb.distributions`)."""
+"""Posteriors, priors and the KL between them.
+
+One contract for every distribution (as in ``torch.distributions``): ``log_prob(w)`` is
+elementwise, ``sample(shape)`` draws. The KL is chosen by type through a registry
+(:func:`register_kl`); :func:`kl_divergence` raises ``NotImplementedError`` when no closed form
+is registered, and :func:`kl_term` falls back to the Monte Carlo estimate
+``log q(w) - log p(w)`` on the very weight samples used in the forward pass (the paper's
+common random numbers). The priors are defined in :mod:`bbb.priors` and importable from here.
+
+All scale arguments are standard deviations, never variances.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +17,118 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import UserError, check_int
-from ..options import StrOption
-from .normal import DiagonalNormal
-from .priors import CenteredPrior, Prior
+from .errors import UserError, check_int
+from .options import StrOption
+from .priors import (
+    LOG_SQRT_2PI,
+    CenteredPrior,
+    GaussianPrior,
+    Prior,
+    ScaleMixturePrior,
+    TorchPrior,
+    make_prior,
+    prior_from_config,
+)
 
-__all__ = ["KLMode", "register_kl", "kl_divergence", "has_closed_form_kl", "uses_monte_carlo", "mc_kl", "kl_term",
-           "check_kl_samples", "split_kl"]
+__all__ = [
+    "normal_log_prob",
+    "DiagonalNormal",
+    "Prior",
+    "GaussianPrior",
+    "ScaleMixturePrior",
+    "TorchPrior",
+    "CenteredPrior",
+    "KLMode",
+    "register_kl",
+    "kl_divergence",
+    "has_closed_form_kl",
+    "uses_monte_carlo",
+    "mc_kl",
+    "kl_term",
+    "check_kl_samples",
+    "split_kl",
+    "softplus",
+    "inverse_softplus",
+    "prior_from_config",
+    "make_prior",
+]
+
+
+def normal_log_prob(x: Tensor, mean: Tensor, sigma: Tensor) -> Tensor:
+    """log N(x; mean, sigma^2), elementwise (broadcasting): the one Gaussian log density of the
+    likelihoods, the regression metrics and the UCI benchmark."""
+    z = (x - mean) / sigma
+    return -0.5 * z * z - torch.log(sigma) - LOG_SQRT_2PI
+
+
+def softplus(rho: Tensor) -> Tensor:
+    """sigma = log(1 + exp(rho)), stable for any rho (finite, > 0 down to rho ~ -87 in float32)."""
+    return F.softplus(rho)
+
+
+def inverse_softplus(sigma: float | Tensor) -> float | Tensor:
+    """rho such that softplus(rho) = sigma (sigma > 0)."""
+    if isinstance(sigma, Tensor):
+        return sigma + torch.log(-torch.expm1(-sigma))
+    if sigma <= 0:
+        raise UserError(f"sigma must be > 0 to invert softplus, got {sigma}")
+    return sigma + math.log(-math.expm1(-sigma))
+
+
+# --------------------------------------------------------------------------------------------
+# Variational posterior
+# --------------------------------------------------------------------------------------------
+
+
+class DiagonalNormal:
+    """Fully factorised Gaussian q(w) = prod_j N(w_j | mu_j, sigma_j^2).
+
+    A light view over tensors (usually a layer's ``mu`` and ``softplus(rho)``), not a module:
+    building one costs nothing and keeps gradients flowing to the parameters.
+    """
+
+    def __init__(self, mu: Tensor, sigma: Tensor) -> None:
+        self.mu = mu
+        self.sigma = sigma
+
+    @classmethod
+    def from_rho(cls, mu: Tensor, rho: Tensor) -> DiagonalNormal:
+        return cls(mu, softplus(rho))
+
+    def rsample(self, eps: Tensor) -> Tensor:
+        """w = mu + sigma * eps for standard normal noise ``eps`` (broadcast over leading dims)."""
+        return torch.addcmul(self.mu, self.sigma, eps)
+
+    def sample_eps(self, shape: tuple[int, ...] = (), generator: torch.Generator | None = None) -> Tensor:
+        return torch.randn(
+            (*shape, *self.mu.shape), generator=generator, device=self.mu.device, dtype=self.mu.dtype
+        )
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        z = (w - self.mu) / self.sigma
+        return -torch.log(self.sigma) - LOG_SQRT_2PI - 0.5 * z * z
+
+    def log_prob_eps(self, eps: Tensor) -> Tensor:
+        """log q(mu + sigma*eps), written through eps: exact, cheaper and free of the division.
+
+        Its total derivative with respect to (mu, rho) equals that of ``log_prob(rsample(eps))``:
+        d/dmu is 0 and d/dsigma is -1/sigma either way.
+        """
+        return -torch.log(self.sigma) - LOG_SQRT_2PI - 0.5 * eps * eps
+
+    def entropy(self) -> Tensor:
+        return torch.log(self.sigma) + LOG_SQRT_2PI + 0.5
+
+    def __repr__(self) -> str:
+        return f"DiagonalNormal(shape={tuple(self.mu.shape)})"
+
+
+# --------------------------------------------------------------------------------------------
+# KL dispatch
+# --------------------------------------------------------------------------------------------
 
 
 class KLMode(StrOption):

@@ -1,7 +1,11 @@
 """The priors: :class:`Prior` (the contract), :class:`GaussianPrior`, the paper's
 :class:`ScaleMixturePrior`, :class:`TorchPrior` (any ``torch.distributions`` distribution),
 :class:`CenteredPrior` (a prior centred on given weights), and the builders
-:func:`prior_from_config` and :func:`make_prior` (re-exported by :mod:`bbb.distributions`)."""
+:func:`prior_from_config` and :func:`make_prior`. :mod:`bbb.distributions` re-exports them (the
+KL between a posterior and a prior is there).
+
+All scale arguments are standard deviations, never variances.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,24 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import UserError
-from ..options import PriorKind, choice
-from .normal import LOG_SQRT_2PI, check_sigma, softplus
+from .errors import UserError
+from .options import PriorKind, choice
 
 __all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "TorchPrior", "CenteredPrior", "prior_from_config",
-           "make_prior"]
+           "make_prior", "LOG_SQRT_2PI"]
+
+#: log sqrt(2 pi), the Gaussian normaliser
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _check_sigma(name: str, value: float) -> float:
+    value = float(value)
+    if not (value > 0.0) or not math.isfinite(value):
+        raise UserError(f"{name} must be a finite standard deviation > 0, got {value}")
+    return value
 
 
 class Prior:
@@ -94,7 +108,7 @@ class GaussianPrior(Prior):
     name = "gaussian"
 
     def __init__(self, sigma: float = 1.0, mu: float = 0.0) -> None:
-        self.sigma = check_sigma("sigma", sigma)
+        self.sigma = _check_sigma("sigma", sigma)
         self.mu = float(mu)
         if not math.isfinite(self.mu):
             raise UserError(f"prior mean must be finite, got {mu}")
@@ -147,8 +161,8 @@ class ScaleMixturePrior(Prior):
         if not (0.0 < pi <= 1.0):
             raise UserError(f"mixture weight pi must be in (0, 1], got {pi}")
         self.pi = pi
-        self.sigma1 = check_sigma("sigma1", sigma1)
-        self.sigma2 = check_sigma("sigma2", sigma2)
+        self.sigma1 = _check_sigma("sigma1", sigma1)
+        self.sigma2 = _check_sigma("sigma2", sigma2)
         # log of each component's weight and normaliser, folded into constants
         self._c1 = math.log(pi) - math.log(self.sigma1) - LOG_SQRT_2PI
         self._c2 = (math.log1p(-pi) if pi < 1.0 else -math.inf) - math.log(self.sigma2) - LOG_SQRT_2PI
@@ -218,7 +232,7 @@ class ScaleMixturePrior(Prior):
         t = torch.sqrt(t2)
         u = t2 * inv_s2 * m0 + t * z
         x = (self._c2 - self._c1) + h12 * u * u  # log r(u)
-        log_h = torch.where(x < -30.0, x, torch.log(softplus(x)))  # h(u) = softplus(x) = log(1 + r(u))
+        log_h = torch.where(x < -30.0, x, torch.log(F.softplus(x)))  # h(u) = softplus(x) = log(1 + r(u))
         d = (u - mu) / sigma
         # log[h(u) q(u) / g(u)]: q(u) = N(u; mu, sigma^2), g(u) = N(u; m, t^2) (the 2 pi cancel)
         v = torch.exp(log_h - log_s + torch.log(t) - 0.5 * d * d + 0.5 * z * z)

@@ -148,8 +148,8 @@ def bayesianize(
 
     Each new layer keeps the ``training`` flag of the module it replaces (a model converted in
     ``eval()``, as ``from_pretrained`` returns it, predicts with the posterior means until
-    ``train()``). Only exact instances of the registered types convert (a subclass may carry behaviour a copy
-    would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
+    ``train()``). Only exact instances of the registered types convert (a subclass may carry
+    behaviour a copy would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
     error. Every module with parameters that stays deterministic is named in one
     ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
     the table; :func:`deterministic_layers` lists them); its parameters are trained as point

@@ -5,7 +5,7 @@ network (it does not own it), so the checkpoint holds each weight once, and
 ``self.parameters()`` already includes the likelihood's own parameters (none for
 ``"categorical"``; a learned noise for ``bbb.Gaussian(learn_sigma=True)``).
 
-Needs the ``lightning`` extra: ``pip install 'bayes-by-backprop[lightning]'``.
+Needs the ``lightning`` extra: ``pip install '.[lightning]'`` (from a clone).
 
     python examples/lightning_module.py --data-dir $BBB_DATA --epochs 1
 """

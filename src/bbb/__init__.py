@@ -14,6 +14,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
     from . import convert, distributions, engine, functional, hf, nn, prune, random, uncertainty
     from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (
+        CenteredPrior,
         DiagonalNormal,
         GaussianPrior,
         KLMode,
@@ -47,14 +48,14 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
         sampling,
         shared_samples,
     )
-    from .nn.base import Estimator
+    from .nn.base import Estimator, RelativeSigma
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
     **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "nn", "prune", "random",
                      "uncertainty"]),
     **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
-    **dict.fromkeys(["DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
+    **dict.fromkeys(["CenteredPrior", "DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
                      "TorchPrior", "kl_divergence", "register_kl"], "distributions"),
     **dict.fromkeys(["ELBO", "Categorical", "ELBOOutput", "Gaussian", "HeteroscedasticGaussian",
                      "KLWeighting", "kl_weights"], "elbo"),
@@ -63,6 +64,7 @@ _EXPORTS = {
     "expand_samples": "functional",
     **dict.fromkeys(["from_pretrained", "save_pretrained"], "hf"),
     "Estimator": "nn.base",
+    "RelativeSigma": "nn.base",
     **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP",
                      "SampleRecorder", "forward_samples", "model_kl", "sampling", "shared_samples"],
                     "nn"),
@@ -93,6 +95,7 @@ __all__ = [
     "BayesLinear",
     "BayesMLP",
     "Categorical",
+    "CenteredPrior",
     "DataError",
     "DiagonalNormal",
     "ELBO",
@@ -105,6 +108,7 @@ __all__ = [
     "KLMode",
     "KLWeighting",
     "Prior",
+    "RelativeSigma",
     "SampleRecorder",
     "ScaleMixturePrior",
     "TorchPrior",

@@ -34,14 +34,15 @@ import torch.nn as nn
 from .errors import UserError
 from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
-from .nn.base import Estimator
+from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.tied import tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE"]
 
-#: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=) -> its Bayesian copy
+#: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=[, sigma_init=]) -> its
+#: Bayesian copy (``sigma_init`` is passed only when given)
 Converter = Callable[..., nn.Module]
 
 #: the torch.nn layer types :func:`bayesianize` replaces (exact types), and how; transformers'
@@ -52,8 +53,9 @@ CONVERTIBLE: dict[type[nn.Module], Converter] = {}
 def register_conversion(torch_type: type[nn.Module], converter: type[BayesModule] | Converter) -> None:
     """Let :func:`bayesianize` convert layers of exactly ``torch_type``: ``converter`` is a
     :class:`~bbb.nn.BayesModule` subclass (its ``from_torch`` is called) or a callable taking
-    the layer and the keywords ``prior``, ``estimator``, ``rho_init``, ``from_weights`` and
-    returning the replacement module. A later registration of the same type replaces the earlier.
+    the layer and the keywords ``prior``, ``estimator``, ``rho_init``, ``from_weights`` (and
+    ``sigma_init`` when :func:`bayesianize` is given one) and returning the replacement module.
+    A later registration of the same type replaces the earlier.
 
     >>> bbb.register_conversion(MyLinear, lambda layer, **kw: bbb.nn.BayesLinear.from_linear(layer.inner, **kw))
     """
@@ -115,10 +117,17 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
 
 def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
     try:
-        return CONVERTIBLE[type(layer)](layer, **kw)
+        new = CONVERTIBLE[type(layer)](layer, **kw)
     except UserError as e:
         raise UserError(f"bayesianize: {full or 'the model'} ({type(layer).__name__}): {e}; pass "
                         f"skip=[{full!r}] to leave it deterministic") from None
+    except TypeError as e:
+        if "sigma_init" not in str(e):
+            raise
+        raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
+                        "accept it (**kw) in the converter, or skip the layer") from None
+    new.train(layer.training)  # a model converted in eval() stays in eval()
+    return new
 
 
 def bayesianize(
@@ -129,6 +138,7 @@ def bayesianize(
     from_weights: bool = True,
     skip: Skip = None,
     strict: bool = False,
+    sigma_init: RelativeSigma | None = None,
 ) -> nn.Module:
     """Replace every convertible layer of ``model`` by a Bayesian one (:data:`CONVERTIBLE`).
 
@@ -136,11 +146,17 @@ def bayesianize(
         model: any ``nn.Module``; converted in place (and returned). A bare convertible layer
             cannot be replaced in place: the Bayesian layer is returned.
         prior: a :class:`~bbb.distributions.Prior`, a ``torch.distributions`` distribution (e.g.
-            ``Normal(0., 1.)``), or None for the default (:func:`bbb.nn.default_prior`).
+            ``Normal(0., 1.)``), or None for the default (:func:`bbb.nn.default_prior`). A
+            :class:`~bbb.distributions.CenteredPrior` (``CenteredPrior(0.1)``: N(w0, 0.1^2) per
+            weight) is centred on each layer's trained weights w0 (empirical Bayes; it needs
+            ``from_weights=True``).
         estimator: ``"reparam"`` (the paper), ``"local"`` or ``"flipout"``; a layer type for which
             it is not defined (e.g. flipout for an embedding, local for a recurrent layer) is a
             one-line error naming the module (skip it, or choose another estimator).
         rho_init: initial rho of every weight (sigma = softplus(rho_init), about 0.0067 by default).
+        sigma_init: the initial sigma relative to each weight instead,
+            :class:`~bbb.nn.RelativeSigma` (``RelativeSigma(delta=0.1)``: sigma0 = 0.1 |w|,
+            at least ``min_sigma``; MOPED): not with a ``rho_init`` of its own.
         from_weights: start each posterior mean at the layer's current weights (warm start from
             a trained network); False draws fresh means as a new Bayesian layer would.
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
@@ -149,8 +165,10 @@ def bayesianize(
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
 
-    Only exact instances of the registered types convert (a subclass may carry behaviour a copy
-    would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
+    Each new layer keeps the ``training`` flag of the module it replaces (a model converted in
+    ``eval()``, as ``from_pretrained`` returns it, predicts with the posterior means until
+    ``train()``). Only exact instances of the registered types convert (a subclass may carry
+    behaviour a copy would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
     error. Every module with parameters that stays deterministic is named in one
     ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
     the table; :func:`deterministic_layers` lists them); its parameters are trained as point
@@ -166,7 +184,13 @@ def bayesianize(
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
     _register_optional()
     skipped = _skipper(skip, model)
-    kw = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}
+    kw: dict[str, Any] = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}
+    if sigma_init is not None:
+        if not isinstance(sigma_init, RelativeSigma):
+            raise UserError(f"sigma_init must be a bbb.nn.RelativeSigma (or None), got {type(sigma_init).__name__}")
+        if rho_init != DEFAULT_RHO_INIT:
+            raise UserError("rho_init and sigma_init both set the initial sigma: pass one of them")
+        kw["sigma_init"] = sigma_init
     if type(model) in CONVERTIBLE and not skipped("", model):
         return _convert(model, "", **kw)
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)

@@ -64,6 +64,9 @@ def test_convert_pretrained():
                                             "--epochs", "1", "--bbb-epochs", "1", "--eval-samples", "3"])
     for part in ("deterministic", "bayesian"):
         assert set(res[part]) == {"error", "nll", "ece", "brier"}
+    assert set(res["ood_auroc"]) == {"deterministic_entropy", "bayesian_entropy", "bayesian_mutual_information"}
+    assert all(0 <= v <= 1 for v in res["ood_auroc"].values())
+    assert res["sigma"]["median_abs_log_change"] > 0  # the fine-tune moved sigma
 
 
 def test_heteroscedastic_regression():

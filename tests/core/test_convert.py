@@ -368,3 +368,22 @@ def test_register_conversion_adds_a_type_without_editing_convert():
         assert isinstance(bbb.bayesianize(nn.Sequential(MyLinear(3, 2)))[0], BayesLinear)
     finally:
         bbb.convert.CONVERTIBLE.pop(MyLinear)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_bayesianize_keeps_each_modules_training_flag(arch):
+    torch.manual_seed(0)
+    x = _input(arch, 4)
+    net = bbb.bayesianize(ARCHS[arch]().eval(), skip=[nn.BatchNorm2d], rho_init=-2.0)
+    assert not any(m.training for m in net.modules())
+    assert torch.equal(net(x), net(x))  # eval: the posterior means, as the model it replaced
+    net.train()
+    assert not torch.equal(net(x), net(x))  # train: a fresh weight sample per call
+    # a model converted in train mode stays in train mode, a module left in eval stays in eval
+    det = ARCHS[arch]()
+    det[1].eval() if isinstance(det, nn.Sequential) else det.head.eval()
+    flags = {n: m.training for n, m in det.named_modules()}
+    net = bbb.bayesianize(det, skip=[nn.BatchNorm2d])
+    assert {n: m.training for n, m in net.named_modules()} == flags
+    layer = bbb.bayesianize(nn.Linear(3, 2).eval())  # a bare layer
+    assert isinstance(layer, BayesLinear) and not layer.training

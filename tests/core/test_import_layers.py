@@ -20,7 +20,7 @@ CORE, RUNS, APPS = 0, 1, 2
 LAYER_NAMES = {CORE: "core", RUNS: "runs", APPS: "applications"}
 #: top-level name under bbb -> layer (a package covers its submodules)
 LAYERS = {
-    "__init__": CORE, "errors": CORE, "io": CORE, "options": CORE, "distributions": CORE,
+    "__init__": CORE, "errors": CORE, "io": CORE, "options": CORE, "distributions": CORE, "priors": CORE,
     "functional": CORE, "nn": CORE, "elbo": CORE, "engine": CORE, "random": CORE,
     "uncertainty": CORE, "prune": CORE, "data": CORE, "plots": CORE, "convert": CORE, "devices": CORE,
     "hf": CORE,

@@ -187,6 +187,23 @@ def test_regression_metrics_check_scale_and_shapes():
         U.regression_metrics(mu, s, y, levels=(0.9, 0.901))
 
 
+def test_regression_metrics_take_predicts_one_unit_output():
+    mu, s, y = _normalised_problem()
+    want = U.regression_metrics(mu, s, y, shift=1.0, scale=2.0)
+    assert U.regression_metrics(mu[..., None], s, y, shift=1.0, scale=2.0) == want  # (k, B, 1)
+    assert U.regression_metrics(mu[..., None], s[..., None], y[:, None], shift=1.0, scale=2.0) == want
+    assert U.regression_metrics(mu[..., None], 0.3, y) == U.regression_metrics(mu, 0.3, y)
+    with pytest.raises(UserError, match=r"\(k, B, 2\) output splits"):
+        U.regression_metrics(torch.stack([mu, s], -1), 0.3, y)
+    # a network's own output, as predict returns it
+    torch.manual_seed(0)
+    x, yy = _regression_data()
+    net = BayesMLP(3, [8], 1)
+    out = U.predict(net, x, num_samples=4, generator=0)
+    assert out.shape == (4, len(x), 1)
+    assert U.regression_metrics(out, 0.5, yy) == U.regression_metrics(out[..., 0], 0.5, yy)
+
+
 # --------------------------------------------------------------------------------------------
 # evaluate's regression path and predict's generator
 # --------------------------------------------------------------------------------------------

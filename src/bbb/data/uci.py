@@ -30,8 +30,9 @@ UCI_DATASETS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class UCIData:
-    """One dataset: inputs ``x`` (N, D) and targets ``y`` (N,) in float64, and its splits as
-    0-based row indices (``train[k]``, ``test[k]``)."""
+    """One dataset: inputs ``x`` (N, D) and targets ``y`` (N,) (in the dtype :func:`load_uci` was
+    given: torch's default float dtype unless asked), and its splits as 0-based row indices
+    (``train[k]``, ``test[k]``)."""
 
     name: str
     x: Tensor
@@ -69,9 +70,18 @@ def _read_ints(path: Path) -> list[int]:
         raise DataError(f"cannot read the indices in {path}: {exc}") from None
 
 
-def load_uci(name: str, data_dir: str | os.PathLike[str] | None = None) -> UCIData:
+def load_uci(name: str, data_dir: str | os.PathLike[str] | None = None, dtype: torch.dtype | None = None) -> UCIData:
     """Read dataset ``name`` and all its splits (the row indices are checked to be disjoint,
-    in range and to cover every row)."""
+    in range and to cover every row). ``x`` and ``y`` come in ``dtype``: None is torch's default
+    float dtype (``torch.get_default_dtype()``, float32 unless changed), so they train as they come;
+    ``bbb reproduce uci`` asks for float64 (it standardises and scores in float64).
+
+    >>> d = load_uci("yacht")
+    >>> x_train, y_train, x_test, y_test = d.split(0)
+    """
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise DataError(f"load_uci: dtype must be a floating torch.dtype, got {dtype!r}")
     folder = uci_folder(name, data_dir)
     try:
         rows = [[float(t) for t in line.split()] for line in (folder / "data.txt").read_text().splitlines()
@@ -96,7 +106,8 @@ def load_uci(name: str, data_dir: str | os.PathLike[str] | None = None) -> UCIDa
             raise DataError(f"{folder}: split {k}'s train and test rows must partition the {n} rows of data.txt")
         train.append(tr)
         test.append(te)
-    return UCIData(name, data[:, features].contiguous(), data[:, target[0]].contiguous(), tuple(train), tuple(test))
+    return UCIData(name, data[:, features].to(dtype).contiguous(), data[:, target[0]].to(dtype).contiguous(),
+                   tuple(train), tuple(test))
 
 
 def validation_split(n: int, fraction: float = 0.2, seed: int = 0) -> tuple[Tensor, Tensor]:

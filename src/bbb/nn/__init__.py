@@ -33,7 +33,15 @@ from __future__ import annotations
 
 from . import conv
 from .attention import BayesMultiheadAttention, no_fast_path
-from .base import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesModule, default_prior
+from .base import (
+    DEFAULT_PI,
+    DEFAULT_RHO_INIT,
+    DEFAULT_SIGMA1,
+    DEFAULT_SIGMA2,
+    BayesModule,
+    RelativeSigma,
+    default_prior,
+)
 from .conv import *  # noqa: F403 - the names of conv.__all__, which __all__ takes in (below)
 from .embedding import BayesEmbedding, BayesEmbeddingBag
 from .hf_conv1d import BayesHFConv1D
@@ -107,6 +115,7 @@ __all__ = [
     "DEFAULT_SIGMA1",
     "DEFAULT_SIGMA2",
     "default_prior",
+    "RelativeSigma",
     "layer_types",
     "BayesPopulation",
     "PopulationBayesLinear",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self, overload
 
 import torch
@@ -10,10 +11,12 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import (
+    CenteredPrior,
     DiagonalNormal,
     KLMode,
     Prior,
     ScaleMixturePrior,
+    inverse_softplus,
     kl_term,
     prior_from_config,
     softplus,
@@ -22,8 +25,8 @@ from ..errors import UserError
 from ..options import StrOption
 from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
 
-__all__ = ["Estimator", "BayesModule", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1", "DEFAULT_SIGMA2",
-           "default_prior"]
+__all__ = ["Estimator", "BayesModule", "RelativeSigma", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1",
+           "DEFAULT_SIGMA2", "default_prior"]
 
 #: sigma = softplus(-5) ~ 6.7e-3: the network starts close to a deterministic one, so early
 #: learning is not drowned in weight noise (Pyro's autoguide init_scale PR #2156, Riquelme et al.
@@ -43,6 +46,34 @@ def default_prior() -> ScaleMixturePrior:
     -log sigma1 in {0, 1, 2}, -log sigma2 in {6, 7, 8}); the paper names no single best value
     (how it fares: docs/defaults.md)."""
     return ScaleMixturePrior(pi=DEFAULT_PI, sigma1=DEFAULT_SIGMA1, sigma2=DEFAULT_SIGMA2)
+
+
+@dataclass(frozen=True)
+class RelativeSigma:
+    """The posterior's initial sigma relative to each weight: sigma0 = max(delta * |w|, min_sigma),
+    w the posterior mean it starts from (the trained weight when converting with
+    ``from_weights=True``): MOPED (Krishnan et al. 2020). A large weight gets room to move, a weight
+    near 0 a small sigma; ``min_sigma`` keeps sigma > 0 (rho finite) where w = 0. It replaces
+    ``rho_init`` (one initial sigma for all) in :func:`bbb.bayesianize` and ``from_torch``.
+
+    >>> bbb.bayesianize(net, sigma_init=bbb.nn.RelativeSigma(delta=0.1))
+    """
+
+    #: sigma0 / |w|: 0.1 is MOPED's usual value
+    delta: float = 0.1
+    #: the least initial sigma (where |w| < min_sigma / delta, e.g. a weight of exactly 0)
+    min_sigma: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("delta", "min_sigma"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+                raise UserError(f"RelativeSigma's {name} must be a finite number > 0, got {v!r}")
+
+    def rho(self, mu: Tensor) -> Tensor:
+        """rho with softplus(rho) = max(delta * |mu|, min_sigma), elementwise."""
+        sigma = (self.delta * mu.detach().abs()).clamp_min(self.min_sigma)
+        return inverse_softplus(sigma)  # type: ignore[return-value]
 
 
 class Estimator(StrOption):
@@ -88,12 +119,17 @@ class BayesModule(nn.Module):
                 f"{type(self).__name__}: the {self.estimator.value} estimator is not defined for this layer "
                 f"type; choose one of: {', '.join(e.value for e in Estimator if e in self.estimators)}")
         self.prior = default_prior() if prior is None else prior_from_config(prior)
+        if isinstance(self.prior, CenteredPrior) and self.prior.mean is not None:
+            raise UserError("a layer's CenteredPrior takes no mean: the layer centres it on its own posterior means "
+                            "(layer.center_prior(); bayesianize and from_torch centre it on the trained weights)")
         if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
             raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
         if not math.isfinite(rho_init):
             raise UserError(f"rho_init must be finite, got {rho_init}")
         self.mu_init_scale = mu_init_scale
         self.rho_init = float(rho_init)
+        #: the rule the posterior's sigma started from when not ``rho_init`` (``from_torch``)
+        self.sigma_init: RelativeSigma | None = None
         self._sampling_override: SamplingMode | None = None
 
     @classmethod
@@ -104,10 +140,26 @@ class BayesModule(nn.Module):
         estimator: Estimator | str = Estimator.REPARAM,
         rho_init: float = DEFAULT_RHO_INIT,
         from_weights: bool = True,
+        sigma_init: RelativeSigma | None = None,
     ) -> Self:
         """A Bayesian copy of ``layer`` (one of :attr:`converts`): same sizes and options, device
         and dtype. ``from_weights=True`` starts the posterior means at the layer's weights (a warm
-        start), ``False`` draws them as a new layer would; sigma starts at softplus(rho_init)."""
+        start), ``False`` draws them as a new layer would; sigma starts at softplus(rho_init), or
+        relative to each mean with ``sigma_init`` (:class:`RelativeSigma`; not with a ``rho_init``
+        of its own). A :class:`~bbb.distributions.CenteredPrior` is centred on the layer's weights
+        (it needs ``from_weights=True``).
+
+        >>> BayesLinear.from_torch(trained, prior=CenteredPrior(0.1), sigma_init=RelativeSigma(0.1))
+        """
+        if sigma_init is not None and not isinstance(sigma_init, RelativeSigma):
+            raise UserError(f"sigma_init must be a bbb.nn.RelativeSigma (or None), got {type(sigma_init).__name__}")
+        if sigma_init is not None and rho_init != DEFAULT_RHO_INIT:
+            raise UserError("rho_init and sigma_init both set the initial sigma: pass one of them")
+        prior = None if prior is None else prior_from_config(prior)
+        centred = isinstance(prior, CenteredPrior)
+        if centred and not from_weights:
+            raise UserError("a CenteredPrior is centred on the trained weights, which from_weights=False discards: "
+                            "pass from_weights=True (or another prior)")
         if not cls.converts:
             raise NotImplementedError(f"{cls.__name__} converts no torch.nn layer")
         if not cls._converts_layer(layer):
@@ -120,6 +172,12 @@ class BayesModule(nn.Module):
                                      device=ref.device, dtype=ref.dtype))
         if from_weights:
             new._copy_means(layer)
+        for m in new.modules():  # (a layer may hold Bayesian layers of its own: attention's out_proj)
+            if isinstance(m, BayesModule):
+                if sigma_init is not None:
+                    m._init_relative_sigma(sigma_init)
+                if centred:
+                    m.center_prior()
         return new
 
     # -- conversion hooks (:meth:`from_torch`) --------------------------------------------------
@@ -204,6 +262,42 @@ class BayesModule(nn.Module):
     def posteriors(self) -> dict[str, DiagonalNormal]:
         return {n: self.posterior(n) for n in self.param_names()}
 
+    def _init_relative_sigma(self, rule: RelativeSigma) -> None:
+        self.sigma_init = rule
+        with torch.no_grad():
+            for name in self.param_names():
+                self.rho(name).copy_(rule.rho(self.mu(name)))
+
+    def center_prior(self) -> None:
+        """Centre the layer's :class:`~bbb.distributions.CenteredPrior` on its current posterior
+        means (the buffers ``{name}_prior_mean``, saved in the ``state_dict``); ``bayesianize`` and
+        ``from_torch`` call it on the trained weights. Its own posteriors only (not those of
+        Bayesian layers inside it).
+
+        >>> layer = BayesLinear(10, 2, prior=CenteredPrior(0.1)); layer.center_prior()
+        """
+        if not isinstance(self.prior, CenteredPrior):
+            raise UserError(f"center_prior needs a layer with a CenteredPrior, this one has {self.prior!r}")
+        for name in self.param_names():
+            mean = self.mu(name).detach().clone()
+            key = f"{name}_prior_mean"
+            buf = self._buffers.get(key)
+            if buf is not None:
+                buf.copy_(mean)
+            else:
+                self.register_buffer(key, mean)
+
+    def prior_for(self, name: str) -> Prior:
+        """The prior of the weight ``name``: the layer's, centred on ``{name}_prior_mean`` for a
+        :class:`~bbb.distributions.CenteredPrior` (a one-line error before :meth:`center_prior`)."""
+        if not isinstance(self.prior, CenteredPrior):
+            return self.prior
+        mean = self._buffers.get(f"{name}_prior_mean")
+        if mean is None:
+            raise UserError(f"{type(self).__name__} has a CenteredPrior that is not centred yet: call "
+                            "layer.center_prior() (bayesianize and from_torch centre it on the trained weights)")
+        return self.prior.at(mean)
+
     @property
     def weight_sigma(self) -> Tensor:
         return softplus(self.rho("weight"))
@@ -237,13 +331,20 @@ class BayesModule(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # a deterministic layer's state (``weight``, ``bias``): it becomes the posterior mean, the
-        # posterior's rho keeps its current value (rho_init for a fresh layer)
+        # posterior's rho keeps its current value (rho_init for a fresh layer), and a CenteredPrior
+        # is centred on it (the trained weights)
+        centred = isinstance(self.prior, CenteredPrior)
         for name in self._param_names:
             key = f"{prefix}{name}"
             if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
                 state_dict[f"{key}_mu"] = state_dict.pop(key)
                 if f"{key}_rho" not in state_dict:
                     state_dict[f"{key}_rho"] = self.rho(name).detach().clone()
+                if centred and f"{key}_prior_mean" not in state_dict:
+                    state_dict[f"{key}_prior_mean"] = state_dict[f"{key}_mu"]
+            # a centred checkpoint loads into a layer not centred yet
+            if centred and f"{key}_prior_mean" in state_dict and f"{name}_prior_mean" not in self._buffers:
+                self.register_buffer(f"{name}_prior_mean", torch.empty_like(state_dict[f"{key}_prior_mean"]))
         # a pruned checkpoint carries masks that a fresh layer has not registered yet
         for name in self._param_names:
             key = f"{prefix}{name}_mask"
@@ -383,12 +484,15 @@ class BayesModule(nn.Module):
                 if num_samples > given:
                     extra = provider.kl_noise(self, name, num_samples - given)
             eps, w = (None, None) if s is None else (s.eps, s.w)
+            prior = self.prior_for(name)
             rows = self.kl_rows(name)
             if rows is not None:  # only these rows count (an embedding's padding row does not)
                 q = DiagonalNormal(q.mu.index_select(0, rows), q.sigma.index_select(0, rows))
                 eps, w, extra = (None if t is None else t.index_select(t.dim() - q.mu.dim(), rows)
                                  for t in (eps, w, extra))
-            term = kl_term(q, self.prior, mode, eps=eps, w=w, generator=gen, num_samples=num_samples,
+                if isinstance(prior, CenteredPrior) and prior.mean is not None:  # its centres: the same rows
+                    prior = prior.at(prior.mean.index_select(0, rows))
+            term = kl_term(q, prior, mode, eps=eps, w=w, generator=gen, num_samples=num_samples,
                            extra_eps=extra)
             total = term if total is None else total + term
         assert total is not None
@@ -399,5 +503,6 @@ class BayesModule(nn.Module):
         return None
 
     def extra_repr(self) -> str:
-        return f"prior={self.prior!r}, estimator={self.estimator.value}, rho_init={self.rho_init}"
+        init = f"sigma_init={self.sigma_init}" if self.sigma_init is not None else f"rho_init={self.rho_init}"
+        return f"prior={self.prior!r}, estimator={self.estimator.value}, {init}"
 

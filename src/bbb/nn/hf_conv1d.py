@@ -20,7 +20,7 @@ from torch import Tensor
 from .. import functional as BF
 from ..distributions import Prior
 from ..errors import UserError
-from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator, RelativeSigma
 from .layers import BayesLinear
 
 __all__ = ["BayesHFConv1D", "transformers_conv1d"]
@@ -85,13 +85,13 @@ class BayesHFConv1D(BayesModule):
     @classmethod
     def from_torch(cls, layer: nn.Module, prior: Prior | dict | Any | None = None,
                    estimator: Estimator | str = Estimator.REPARAM, rho_init: float = DEFAULT_RHO_INIT,
-                   from_weights: bool = True) -> Self:
+                   from_weights: bool = True, sigma_init: RelativeSigma | None = None) -> Self:
         """A Bayesian copy of a transformers ``Conv1D`` (see :meth:`BayesModule.from_torch`)."""
         t = transformers_conv1d()
         if t is None or type(layer) is not t:
             raise UserError(f"{cls.__name__}.from_torch needs a transformers Conv1D, got {type(layer).__name__}")
         cls.converts = (t,)
-        return super().from_torch(layer, prior, estimator, rho_init, from_weights)
+        return super().from_torch(layer, prior, estimator, rho_init, from_weights, sigma_init)
 
     @classmethod
     def _torch_name(cls) -> str:

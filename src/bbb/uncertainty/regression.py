@@ -235,7 +235,9 @@ def regression_metrics(
     """Regression metrics of k sampled Gaussian regressors, in the target's original units.
 
     ``means`` (k, B) and ``sigmas`` (as :func:`gaussian_mixture_log_prob`'s) are each sampled
-    network's predictive mean and noise sd, and ``target`` (B,) the targets, all in the normalised
+    network's predictive mean and noise sd, and ``target`` (B,) the targets; a network's output
+    with one unit as :func:`~bbb.uncertainty.predict` returns it, means (k, B, 1), is taken as
+    (k, B) (and sigmas (k, B, 1), a target (B, 1) likewise). All in the normalised
     units the network was trained on, y_n = (y - shift) / scale (:class:`bbb.data.Standardizer`:
     ``shift=ys.mean, scale=ys.std``; floats or 0-d tensors). The predictive is the equal-weight
     mixture of the k Gaussians. Returns floats:
@@ -253,8 +255,19 @@ def regression_metrics(
     Example:
         >>> m = regression_metrics(means, sigma, y_n, shift=ys.mean, scale=ys.std)
         >>> m["rmse"], m["log_likelihood"], m["coverage_95"]
+        >>> regression_metrics(predict(net, x_test, num_samples=20), sigma, y_test)  # (k, B, 1)
     """
     fn = "regression_metrics"
+    if isinstance(means, Tensor) and means.dim() == 3:
+        if means.shape[-1] != 1:
+            raise UserError(f"{fn}: means of shape {tuple(means.shape)}: a (k, B, 1) output of one unit or (k, B) "
+                            "means; a heteroscedastic network's (k, B, 2) output splits into means and sigmas "
+                            "first (bbb.HeteroscedasticGaussian().split(outputs))")
+        means = means[..., 0]
+        if isinstance(sigmas, Tensor) and sigmas.dim() == 3 and sigmas.shape[-1] == 1:
+            sigmas = sigmas[..., 0]
+        if isinstance(target, Tensor) and target.dim() == 2 and target.shape[-1] == 1:
+            target = target[:, 0]
     lv = _levels(levels, fn)
     names = [f"coverage_{round(100 * lvl)}" for lvl in lv]
     if len(set(names)) != len(names):

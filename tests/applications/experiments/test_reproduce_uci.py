@@ -14,6 +14,7 @@ import torch
 from bbb.data.uci import load_uci, validation_split
 from bbb.errors import DataError
 from bbb.experiments.uci import report as R
+from bbb.experiments.uci import runner as RU
 from bbb.experiments.uci import train as TR
 from bbb.experiments.uci.runner import plan_jobs, run_uci
 from bbb.experiments.uci.settings import VARIANTS, Phase, UCIConfig, schedule_for
@@ -58,6 +59,12 @@ def smoke_cfg(root: Path, out: Path, **kw) -> UCIConfig:
 def test_load_checks_the_splits(data_root):
     d = load_uci("yacht", data_root)
     assert d.x.shape == (N_ROWS, 3) and d.y.shape == (N_ROWS,) and d.num_splits == N_SPLITS
+    assert d.x.dtype == d.y.dtype == torch.get_default_dtype()  # trains as it comes (issue 53)
+    d64 = load_uci("yacht", data_root, dtype=torch.float64)  # what bbb reproduce uci reads
+    assert d64.x.dtype == d64.y.dtype == torch.float64 and torch.equal(d64.x.float(), d.x)
+    assert RU._data("yacht", str(data_root)).x.dtype == torch.float64  # noqa: SLF001 - the runner reads float64
+    with pytest.raises(DataError, match="floating"):
+        load_uci("yacht", data_root, dtype=torch.int64)
     xtr, ytr, xte, yte = d.split(1)
     assert xtr.shape[0] + xte.shape[0] == N_ROWS
     bad = data_root / "uci" / "yacht" / "index_test_2.txt"
@@ -78,7 +85,7 @@ def test_validation_split_is_a_seeded_partition():
 
 @pytest.mark.parametrize("phase", [Phase.VALIDATION, Phase.TEST])
 def test_job_data_standardises_each_split_on_its_fitting_rows(data_root, phase):
-    d = load_uci("yacht", data_root)
+    d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     jd = TR.job_data(d, (0, 2), phase)
     for j, k in enumerate((0, 2)):
         xtr, ytr, xte, yte = d.split(k)
@@ -97,7 +104,7 @@ def test_job_data_standardises_each_split_on_its_fitting_rows(data_root, phase):
 
 
 def test_score_matches_a_direct_float64_computation(data_root):
-    d = load_uci("yacht", data_root)
+    d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     jd = TR.job_data(d, (0, 1), Phase.TEST)
     k, s, r = 5, 2, jd.y_eval.shape[1]
     g = torch.Generator().manual_seed(0)
@@ -131,7 +138,7 @@ def test_selection_takes_the_highest_validation_ll_first_on_ties():
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_result(data_root, tmp_path):
-    d = load_uci("yacht", data_root)
+    d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     cfg = smoke_cfg(data_root, tmp_path / "o")
     job = TR.Job("yacht", VARIANTS[0], Phase.VALIDATION, (0, 1), schedule_for(54, "smoke"))
     (tmp_path / "a").mkdir()
@@ -218,7 +225,7 @@ def test_protein_has_the_protocols_wider_layer(data_root, tmp_path):
     cfg = smoke_cfg(data_root, tmp_path / "o")
     assert cfg.hidden_for("protein-tertiary-structure") == 100
     assert cfg.hidden_for("yacht") == cfg.hidden_for("bostonHousing") == 50
-    d = load_uci("yacht", data_root)
+    d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     jd = TR.job_data(d, (0,), Phase.TEST)
     model = TR.PopulationModel(VARIANTS[0], 1, jd.x_fit.shape[-1], cfg.hidden_for("protein-tertiary-structure"), cfg, 0)
     assert model.pop.sizes == [3, 100, 1]

@@ -29,7 +29,7 @@ _DATA: dict[tuple[str, str | None], UCIData] = {}
 def _data(name: str, data_dir: str | None) -> UCIData:
     key = (name, data_dir)
     if key not in _DATA:
-        _DATA[key] = load_uci(name, data_dir)
+        _DATA[key] = load_uci(name, data_dir, dtype=torch.float64)  # standardised and scored in float64
     return _DATA[key]
 
 

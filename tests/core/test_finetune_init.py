@@ -240,3 +240,21 @@ class _KL(nn.Module):
 
     def forward(self) -> torch.Tensor:
         return model_kl(self.net)
+
+
+def test_centred_prior_on_an_embedding_leaves_the_padding_row_out_with_its_centre():
+    """The padding row's KL is left out (issue 55) and the centres of the rows that count stay
+    aligned with their rows: the closed form equals the sum over the other rows by hand."""
+    torch.manual_seed(0)
+    emb = nn.Embedding(6, 4, padding_idx=2)
+    with torch.no_grad():
+        emb.weight[2].zero_()
+    net = bbb.bayesianize(nn.Sequential(emb), prior=CenteredPrior(0.3), sigma_init=RelativeSigma(0.2))
+    layer = net[0]
+    with torch.no_grad():
+        layer.weight_mu.add_(0.05 * torch.randn_like(layer.weight_mu))  # away from the centres
+    rows = torch.tensor([0, 1, 3, 4, 5])
+    mu, sigma = layer.weight_mu[rows], softplus(layer.weight_rho)[rows]
+    w0 = layer.weight_prior_mean[rows]
+    by_hand = (torch.log(0.3 / sigma) + (sigma ** 2 + (mu - w0) ** 2) / (2 * 0.3 ** 2) - 0.5).sum()
+    assert float(model_kl(net, "closed").detach()) == pytest.approx(float(by_hand.detach()), rel=1e-5)

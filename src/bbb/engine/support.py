@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..distributions import KLMode, uses_monte_carlo
+from ..distributions import CenteredPrior, KLMode, uses_monte_carlo
 from ..errors import UserError
 from ..nn import bayes_modules
 from ..nn.base import Estimator
@@ -61,6 +61,8 @@ def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
             return f"the {m.estimator.value} estimator is not fused (only reparam)"
         if m.prior != prior:
             return "its layers have different priors"
+    if isinstance(prior, CenteredPrior):
+        return "a prior centred per weight (CenteredPrior) is not fused: the kernel takes one prior for all weights"
     if KLMode(kl) is KLMode.SPLIT:
         if not prior.has_split:
             return f"{type(prior).__name__} has no split KL"

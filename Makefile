@@ -42,6 +42,24 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests/core tests/runs
 
+# The fast lane under another torch release, e.g. `make test-torch TORCH=torch==2.5.1`: its own
+# environment .venv-torch-2.5.1 (git-ignored; from the package index: CUDA wheels, which run on
+# the CPU), torch installed first and alone, then bbb's dev extra against a constraint pinning it.
+# CI (.ci/run) runs it for pyproject's floor and for 2.11 (the GPU machines' torch).
+TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
+.PHONY: test-torch
+test-torch: $(TORCH_VENV)/.installed
+	$(TORCH_VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests/core tests/runs
+
+.venv-torch-%/.installed: pyproject.toml
+	rm -rf .venv-torch-$*
+	$(PYTHON) -m venv .venv-torch-$*
+	.venv-torch-$*/bin/python -m pip install -q --upgrade pip
+	.venv-torch-$*/bin/python -m pip install -q "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	printf "%s\n" "torch==$*" > .venv-torch-$*/torch-constraint.txt
+	.venv-torch-$*/bin/python -m pip install -q -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"
+	touch $@
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -82,4 +100,4 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	touch $(BENCH_STAMP)
 
 clean:
-	rm -rf $(VENV) build dist site src/*.egg-info
+	rm -rf $(VENV) .venv-torch-* build dist site src/*.egg-info

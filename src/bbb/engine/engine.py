@@ -50,6 +50,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..devices import autocast_enabled
 from ..distributions import KLMode, check_kl_samples, uses_monte_carlo
 from ..elbo import ELBO
 from ..errors import UserError, check_float, check_int
@@ -490,7 +491,7 @@ class Engine(torch.optim.Optimizer, SampleProvider):
         """Single-sample, unpruned ``BayesLinear`` without autocast: the fused linear above."""
         if not self._drawn:
             self._forward_seen()
-        if self.layout is None or self.k != 1 or x.dim() != 2 or torch.is_autocast_enabled(x.device.type):
+        if self.layout is None or self.k != 1 or x.dim() != 2 or autocast_enabled(x.device.type):
             return None  # (a leading sample dimension takes the batched path)
         ws = self.layout.slot(module, "weight")
         if ws is None or module._mask("weight") is not None or module._mask("bias") is not None:

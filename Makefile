@@ -99,5 +99,14 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q --no-deps -c $(VENV)/torch-constraint.txt "bayesian-torch==0.5.0" "blitz-bayesian-pytorch==0.2.8"
 	touch $(BENCH_STAMP)
 
+# The GPU check (bench/README.md "The GPU check"), the first command on a GPU machine: tests/cuda,
+# the bench on CUDA at 2x1200, seconds per 2x1200 paper epoch -> bench/results/gpu.{json,md} in
+# <= 9 minutes, from the checkout with PYTHONPATH=src (no venv, nothing installed; $(PYTHON) is the
+# machine's python3 with torch). GPU_CHECK_ARGS: e.g. --out DIR, --dry-run (the CPU, tiny sizes).
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check
+gpu-check:
+	PYTHON=$(PYTHON) bash bench/gpu_check.sh $(GPU_CHECK_ARGS)
+
 clean:
 	rm -rf $(VENV) .venv-torch-* build dist site src/*.egg-info

@@ -44,7 +44,9 @@ test-fast: $(STAMP)
 
 # The fast lane under another torch release, e.g. `make test-torch TORCH=torch==2.5.1`: its own
 # environment .venv-torch-2.5.1 (git-ignored; from the package index: CUDA wheels, which run on
-# the CPU), torch installed first and alone, then bbb's dev extra against a constraint pinning it.
+# the CPU), torch installed first and alone, then bbb's dev extra against a constraint pinning it;
+# setuptools upgraded (Python 3.11's venv seeds setuptools 65, which torch <= 2.5's Triton imports
+# and which then installs a warnings filter of its own).
 # CI (.ci/run) runs it for pyproject's floor and for 2.11 (the GPU machines' torch).
 TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
 .PHONY: test-torch
@@ -54,7 +56,7 @@ test-torch: $(TORCH_VENV)/.installed
 .venv-torch-%/.installed: pyproject.toml
 	rm -rf .venv-torch-$*
 	$(PYTHON) -m venv .venv-torch-$*
-	.venv-torch-$*/bin/python -m pip install -q --upgrade pip
+	.venv-torch-$*/bin/python -m pip install -q --upgrade pip setuptools
 	.venv-torch-$*/bin/python -m pip install -q "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	printf "%s\n" "torch==$*" > .venv-torch-$*/torch-constraint.txt
 	.venv-torch-$*/bin/python -m pip install -q -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"

@@ -42,6 +42,26 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests/core tests/runs
 
+# The fast lane under another torch release, e.g. `make test-torch TORCH=torch==2.5.1`: its own
+# environment .venv-torch-2.5.1 (git-ignored; from the package index: CUDA wheels, which run on
+# the CPU), torch installed first and alone, then bbb's dev extra against a constraint pinning it;
+# setuptools upgraded (Python 3.11's venv seeds setuptools 65, which torch <= 2.5's Triton imports
+# and which then installs a warnings filter of its own).
+# CI (.ci/run) runs it for pyproject's floor and for 2.11 (the GPU machines' torch).
+TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
+.PHONY: test-torch
+test-torch: $(TORCH_VENV)/.installed
+	$(TORCH_VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests/core tests/runs
+
+.venv-torch-%/.installed: pyproject.toml
+	rm -rf .venv-torch-$*
+	$(PYTHON) -m venv .venv-torch-$*
+	.venv-torch-$*/bin/python -m pip install -q --upgrade pip setuptools
+	.venv-torch-$*/bin/python -m pip install -q "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	printf "%s\n" "torch==$*" > .venv-torch-$*/torch-constraint.txt
+	.venv-torch-$*/bin/python -m pip install -q -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"
+	touch $@
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -81,5 +101,14 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q --no-deps -c $(VENV)/torch-constraint.txt "bayesian-torch==0.5.0" "blitz-bayesian-pytorch==0.2.8"
 	touch $(BENCH_STAMP)
 
+# The GPU check (bench/README.md "The GPU check"), the first command on a GPU machine: tests/cuda,
+# the bench on CUDA at 2x1200, seconds per 2x1200 paper epoch -> bench/results/gpu.{json,md} in
+# <= 9 minutes, from the checkout with PYTHONPATH=src (no venv, nothing installed; $(PYTHON) is the
+# machine's python3 with torch). GPU_CHECK_ARGS: e.g. --out DIR, --dry-run (the CPU, tiny sizes).
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check
+gpu-check:
+	PYTHON=$(PYTHON) bash bench/gpu_check.sh $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) build dist site src/*.egg-info
+	rm -rf $(VENV) .venv-torch-* build dist site src/*.egg-info

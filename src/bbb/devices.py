@@ -1,5 +1,6 @@
 """The one device resolver: a device option (``auto``, ``cpu``, ``cuda``, ``cuda:N``; see
-:func:`bbb.options.device_name`) as the ``torch.device`` it names on this machine."""
+:func:`bbb.options.device_name`) as the ``torch.device`` it names on this machine; and the
+device questions whose torch call changed between the releases bbb supports."""
 
 from __future__ import annotations
 
@@ -10,7 +11,44 @@ import torch
 from .errors import UserError
 from .options import DeviceKind, device_name
 
-__all__ = ["resolve_device"]
+__all__ = ["resolve_device", "autocast_enabled", "torch_release"]
+
+
+def torch_release() -> tuple[int, int]:
+    """The installed torch's (major, minor), e.g. ``(2, 5)`` for ``2.5.1+cu124``.
+
+    Example::
+
+        >>> torch_release() >= (2, 3)
+        True
+    """
+    major, minor = str(torch.__version__).split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+# torch.is_autocast_enabled(device_type) takes its argument from torch 2.4 on; before, it asks
+# about CUDA alone and each other device type has its own is_autocast_<type>_enabled().
+_AUTOCAST_TAKES_DEVICE = torch_release() >= (2, 4)
+
+
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (``"cpu"``, ``"cuda"``, ...), on every torch
+    bbb supports (``torch.is_autocast_enabled(device_type)`` exists from torch 2.4 on).
+
+    Example::
+
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     autocast_enabled("cpu")
+        True
+        >>> autocast_enabled("cpu")
+        False
+    """
+    if _AUTOCAST_TAKES_DEVICE:
+        return bool(torch.is_autocast_enabled(device_type))
+    if device_type == "cuda":
+        return bool(torch.is_autocast_enabled())
+    query = getattr(torch, f"is_autocast_{device_type}_enabled", None)
+    return bool(query()) if query is not None else False
 
 
 def resolve_device(device: Any) -> torch.device:

@@ -278,6 +278,12 @@ def _batched_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, n
     b, c = x.shape[1], x.shape[2]
     xg = x.transpose(0, 1).reshape(b, k * c, *x.shape[3:])
     wg = weight.reshape(k * weight.shape[1], *weight.shape[2:])
+    if bias is not None and torch.compiler.is_compiling():
+        # compiled: the bias added after the convolution, (k, C) or (C) broadcast over (B, k, C, ...)
+        # (Inductor's convolution lowering of torch 2.11 cannot take a reshaped bias; it fuses the add)
+        y = op(xg, wg, None, groups * k)
+        y = y.view(b, k, -1, *y.shape[2:]) + bias.view(*bias.shape, *[1] * nd)
+        return y.transpose(0, 1)
     bg = None if bias is None else (bias.reshape(-1) if bias.dim() == 2 else bias.repeat(k))
     y = op(xg, wg, bg, groups * k)
     return y.view(b, k, -1, *y.shape[2:]).transpose(0, 1)

@@ -1,6 +1,6 @@
 """The GPU tests: every test in this folder is skipped where CUDA is not available.
 
-Run on a machine with a GPU and torch >= 2.3, from the repository root, without installing bbb:
+Run on a machine with a GPU and torch >= 2.8, from the repository root, without installing bbb:
 
     PYTHONPATH=src python -m pytest tests/cuda -q
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..devices import autocast_enabled
 from ..distributions import KLMode, Prior, uses_monte_carlo
 from ..errors import UserError
 from ..nn import SampleProvider
@@ -177,7 +178,7 @@ class Sampler(SampleProvider):
             self._first_draw()
         if torch.compiler.is_compiling():
             return None  # compiled: the layer takes the sample leaf (draw), whose .grad is the buffer's
-        if self.layout is None or self.k != 1 or x.dim() != 2 or torch.is_autocast_enabled(x.device.type):
+        if self.layout is None or self.k != 1 or x.dim() != 2 or autocast_enabled(x.device.type):
             return None  # (a leading sample dimension takes the batched path)
         ws = self.layout.slot(module, "weight")
         if ws is None or module._mask("weight") is not None or module._mask("bias") is not None:

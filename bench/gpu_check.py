@@ -1,0 +1,266 @@
+"""The GPU check (``make gpu-check``, ``bash bench/gpu_check.sh``): what a GPU machine is for, in one
+command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothing installed.
+
+1. ``tests/cuda`` (pytest): the passed and failed counts, the failing tests named.
+2. The speed bench (``bench/run.py``'s children, one process each) on CUDA at 2x1200: the
+   deterministic MLP (``mlp``), bbb in the paper's configuration (``bbb-paper``: scale mixture,
+   Monte Carlo KL, one sample, Adam) and bayesian-torch's ``LinearReparameterization``
+   (``bayesian-torch-reparam``) where it is importable (its wheel carried, bench/README.md).
+3. Seconds per epoch of ``bbb train`` at 2x1200 in the paper's configuration on real MNIST (two
+   epochs, the second reported), or, without MNIST, projected from the bench's steps/s.
+
+Writes ``gpu.json`` (``device``, ``torch``, ``epoch_s_2x1200_paper``, ``ratio_vs_deterministic_2x1200``,
+``speedup_vs_bayesian_torch_2x1200``, ``cuda_tests_passed``, ``cuda_tests_failed``, then the details)
+and ``gpu.md`` into ``--out``. ``--dry-run``: the same steps on the CPU at tiny sizes on random data
+(bench/tests runs it, so that the check works the day a GPU comes). A step that fails or runs out
+of time leaves its fields ``null`` and says why; the check itself does not fail.
+
+Example:
+    PYTHONPATH=src python3 bench/gpu_check.py --out bench/results
+    PYTHONPATH=src python3 bench/gpu_check.py --dry-run --out /tmp/gpu-dry
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bbb/__init__.py: before torch loads
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import xml.etree.ElementTree as ET  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import run as bench  # noqa: E402  (bench/run.py: its children, data and recipes)
+
+#: the systems of the speed part: the deterministic floor, ours in the paper's configuration, the peer
+FLOOR, OURS, PEER = "mlp", "bbb-paper", "bayesian-torch-reparam"
+WIDTH = 1200
+#: minibatches of 128 in an epoch of 50,000 MNIST training images (bench/run.py's s/epoch)
+EPOCH_STEPS = 391
+#: the whole check's budget in seconds (a GPU machine's command runs at most 10 minutes)
+BUDGET = 530.0
+#: seconds for tests/cuda at most, and for one bench child at most
+CUDA_TESTS_LIMIT = 270.0
+CHILD_LIMIT = 150.0
+REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(None)),
+            "ratio_vs_deterministic_2x1200": (float, type(None)),
+            "speedup_vs_bayesian_torch_2x1200": (float, type(None)),
+            "cuda_tests_passed": (int, type(None)), "cuda_tests_failed": (int, type(None))}
+
+
+class Clock:
+    """What is left of the budget, and the limit for the next step (never past the budget)."""
+
+    def __init__(self, budget: float) -> None:
+        self.t0, self.budget = time.perf_counter(), budget
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def limit(self, cap: float) -> float:
+        return max(0.0, min(cap, self.budget - self.elapsed()))
+
+
+def cuda_tests(folder: Path, limit: float, tmp: Path) -> dict[str, Any]:
+    """``pytest tests/cuda`` in a subprocess; counts from its JUnit XML."""
+    out: dict[str, Any] = {"cuda_tests_passed": None, "cuda_tests_failed": None, "cuda_tests_skipped": None,
+                           "cuda_tests_failing": [], "cuda_tests_seconds": None, "cuda_tests_note": None}
+    if limit < 10:
+        out["cuda_tests_note"] = "not run: no time left"
+        return out
+    xml = tmp / "cuda.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", str(folder)]
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        out["cuda_tests_note"] = f"timed out after {limit:.0f} s"
+        return out
+    out["cuda_tests_seconds"] = round(time.perf_counter() - t, 1)
+    if not xml.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        out["cuda_tests_note"] = f"pytest exited with {proc.returncode}: {tail[0][:300]}"
+        return out
+    tests = failed = skipped = 0
+    for suite in ET.parse(xml).getroot().iter("testsuite"):
+        tests += int(suite.get("tests", 0))
+        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped += int(suite.get("skipped", 0))
+        for case in suite.iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                out["cuda_tests_failing"].append(f"{case.get('classname')}::{case.get('name')}")
+    out.update(cuda_tests_passed=tests - failed - skipped, cuda_tests_failed=failed, cuda_tests_skipped=skipped)
+    if proc.returncode not in (0, 1, 5):
+        out["cuda_tests_note"] = f"pytest exited with {proc.returncode}"
+    return out
+
+
+def tiny_data(folder: Path) -> str:
+    """The dry run's data: random images of MNIST's shape, with a validation split for ``bbb train``."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int) -> tuple[Any, Any]:
+        return torch.rand(n, 784, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+    (tx, ty), (vx, vy), (sx, sy) = split(1024), split(128), split(128)
+    path = folder / "data.pt"
+    torch.save({"train_x": tx, "train_y": ty, "val_x": vx, "val_y": vy, "test_x": sx, "test_y": sy}, path)
+    return str(path)
+
+
+def _ok(row: dict[str, Any] | None) -> bool:
+    return bool(row) and row.get("status") == "ok" and bool(row.get("steps_per_s"))
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"cpu ({bench.cpu_name()})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/gpu_check.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(HERE / "results"),
+                    help="folder for gpu.json and gpu.md (default bench/results)")
+    ap.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at tiny sizes, random data")
+    ap.add_argument("--budget", type=float, default=BUDGET, help=f"seconds for the whole check (default {BUDGET:.0f})")
+    args = ap.parse_args(argv)
+    import torch
+
+    clock = Clock(args.budget)
+    dry = args.dry_run
+    device = "cpu" if dry else "cuda"
+    if not dry and not torch.cuda.is_available():
+        raise SystemExit("bench/gpu_check.py: error: no CUDA device here "
+                         "(--dry-run checks the script on the CPU)")
+    width = 16 if dry else WIDTH
+    threads = 1 if dry else torch.get_num_threads()
+    result: dict[str, Any] = {"device": device_name(device), "torch": str(torch.__version__)}
+    with tempfile.TemporaryDirectory(prefix="bbb-gpu-check-") as tmp_:
+        tmp = Path(tmp_)
+        result.update(cuda_tests(ROOT / "tests" / "cuda", clock.limit(CUDA_TESTS_LIMIT), tmp))
+        if dry:
+            data, source = tiny_data(tmp), "random (dry run)"
+        else:
+            ns = argparse.Namespace(random_data=False, data_dir=None)
+            data, source = bench.prepare_data(ns, tmp)
+        base = {"threads": threads, "device": device, "data": data, "batch": 128}
+        speed = {"kind": "speed", "width": width, "steps": 2 if dry else 30, "repeats": 1 if dry else 3,
+                 "warmup": 1 if dry else 5, "eval_images": 64 if dry else 10_000,
+                 "repeat_seconds": 0.0 if dry else 2.0, "profile": 0}
+        rows: dict[str, dict[str, Any]] = {}
+        for system in (FLOOR, OURS, PEER):
+            limit = clock.limit(CHILD_LIMIT)
+            if system == PEER and importlib.util.find_spec("bayesian_torch") is None:
+                rows[system] = {"system": system, "width": width, "status": "not installed",
+                                "detail": "no bayesian_torch here (carry its wheel in .whl/, bench/README.md)"}
+            elif limit < 10:
+                rows[system] = {"system": system, "width": width, "status": "not run: no time left"}
+            else:
+                rows[system] = bench.run_child({**base, **speed, "system": system}, limit)
+        epoch: dict[str, Any] | None = None
+        if source != "random":
+            limit = clock.limit(CHILD_LIMIT)
+            job = {**base, "kind": "epoch", "system": OURS, "width": width, "recipe": bench.EPOCH_RECIPES[OURS],
+                   "epochs": bench.EPOCHS_RUN, "train_size": 512 if dry else None}
+            epoch = bench.run_child(job, limit) if limit >= 10 else {"status": "not run: no time left"}
+    floor, ours, peer = rows[FLOOR], rows[OURS], rows[PEER]
+    epoch_s, epoch_source = None, None
+    if epoch is not None and epoch.get("status") == "ok" and epoch.get("seconds_per_epoch") is not None:
+        epoch_s = float(epoch["seconds_per_epoch"])
+        epoch_source = (f"bbb train, epoch {bench.EPOCHS_RUN} of {bench.EPOCHS_RUN} on "
+                        f"{epoch['train_images']:,} {source} images (training, validation, checkpoint)")
+    elif _ok(ours):
+        epoch_s = EPOCH_STEPS / float(ours["steps_per_s"])
+        epoch_source = (f"projected: {EPOCH_STEPS} steps / the bench's steps/s ({source} data"
+                        + ("" if epoch is None else f"; the bbb train epoch: {epoch.get('status')} "
+                           f"{epoch.get('detail', '')}".rstrip()) + ")")
+    result.update({
+        "epoch_s_2x1200_paper": epoch_s,
+        "ratio_vs_deterministic_2x1200": (float(floor["steps_per_s"]) / float(ours["steps_per_s"])
+                                          if _ok(floor) and _ok(ours) else None),
+        "speedup_vs_bayesian_torch_2x1200": (float(ours["steps_per_s"]) / float(peer["steps_per_s"])
+                                             if _ok(ours) and _ok(peer) else None),
+    })
+    result.update({
+        "dry_run": dry, "width": width, "data": source, "epoch_source": epoch_source,
+        "bench": {k: {f: r.get(f) for f in ("status", "detail", "steps_per_s", "version", "peak_cuda_mb",
+                                           "warmup_seconds", "build_seconds")}
+                  for k, r in rows.items()},
+        "epoch": None if epoch is None else {f: epoch.get(f) for f in ("status", "detail", "epoch_seconds",
+                                                                       "train_images", "version")},
+        "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "seconds": round(clock.elapsed(), 1),
+        "command": "bash bench/gpu_check.sh" + (" --dry-run" if dry else ""),
+    })
+    for key, kind in REQUIRED.items():  # the file's promise (bench/tests/test_gpu_check.py checks it too)
+        assert isinstance(result[key], kind) and not isinstance(result[key], bool), (key, result[key])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "gpu.md").write_text(markdown(result))
+    print(markdown(result))
+    print(f"wrote {out / 'gpu.json'} and {out / 'gpu.md'} ({result['seconds']:.0f} s)", file=sys.stderr)
+    return 0
+
+
+def _f(v: Any, fmt: str = "{:.3g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    w = r["width"]
+    lines = [
+        "# GPU check" + (" (dry run on the CPU: tiny sizes, meaningless numbers)" if r["dry_run"] else ""),
+        "",
+        f"`{r['command']}` on {r['date']}: device {r['device']}, torch {r['torch']}, Python {r['python']}; "
+        f"{r['seconds']:.0f} s in all.",
+        "",
+        "| measure | value |",
+        "|---|---:|",
+        f"| seconds per 2x{w} epoch, bbb paper configuration | {_f(r['epoch_s_2x1200_paper'])} |",
+        f"| step time / the deterministic MLP's (`{OURS}` / `{FLOOR}`, 2x{w}, Adam) | "
+        f"{_f(r['ratio_vs_deterministic_2x1200'])} |",
+        f"| speed-up over bayesian-torch (`{OURS}` / `{PEER}` steps/s, 2x{w}) | "
+        f"{_f(r['speedup_vs_bayesian_torch_2x1200'])} |",
+        f"| tests/cuda passed / failed / skipped | {_f(r['cuda_tests_passed'], '{}')} / "
+        f"{_f(r['cuda_tests_failed'], '{}')} / {_f(r['cuda_tests_skipped'], '{}')} |",
+        "",
+        f"Epoch: {r['epoch_source'] or 'not measured'}.",
+    ]
+    if r["cuda_tests_note"]:
+        lines.append(f"tests/cuda: {r['cuda_tests_note']}.")
+    if r["cuda_tests_failing"]:
+        lines += ["", "Failing tests/cuda tests:", ""] + [f"- `{t}`" for t in r["cuda_tests_failing"][:30]]
+    lines += ["", "| system | status | steps/s | s/epoch (391 steps) | peak CUDA MB | version |",
+              "|---|---|---:|---:|---:|---|"]
+    for name, row in r["bench"].items():
+        sps = row.get("steps_per_s")
+        status = row.get("status") or "-"
+        if row.get("detail") and status != "ok":
+            status += f": {row['detail']}"
+        lines.append(f"| `{name}` | {status} | {_f(sps)} | {_f(None if not sps else EPOCH_STEPS / sps)} | "
+                     f"{_f(row.get('peak_cuda_mb'), '{:.0f}')} | {row.get('version') or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

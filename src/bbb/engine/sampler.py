@@ -143,11 +143,11 @@ class Sampler(SampleProvider):
         for s in layout.slots:
             for batched in (False, True):
                 if batched or self.k == 1:
-                    leaf = s.view(w).detach()
-                    grad = s.view(g)
-                    noise = [s.view(e) for e in eps]
-                    if not batched:
-                        leaf, grad, noise = leaf[0], grad[0], [e[0] for e in noise]
+                    # one sample: views of the buffers' first row, shaped directly (an indexed (1, *shape)
+                    # view as .grad breaks Dynamo's fake-tensor copy of the leaf before torch 2.13)
+                    leaf = (s.view(w) if batched else s.view(w[0])).detach()
+                    grad = s.view(g) if batched else s.view(g[0])
+                    noise = [s.view(e) if batched else s.view(e[0]) for e in eps]
                     leaf.requires_grad_(True)
                     leaf.grad = grad
                     self.leaves[(id(s.module), s.name, batched)] = (leaf, noise[0], noise[1])

@@ -13,6 +13,7 @@ import torch
 
 from bbb.data.uci import load_uci, validation_split
 from bbb.errors import DataError
+from bbb.experiments.uci import models as M
 from bbb.experiments.uci import report as R
 from bbb.experiments.uci import runner as RU
 from bbb.experiments.uci import train as TR
@@ -122,25 +123,42 @@ def test_score_matches_a_direct_float64_computation(data_root):
         assert math.isclose(got["rmse"][j], rmse, rel_tol=1e-9)
 
 
-def _val_result(lls: list[list[list[float]]], epochs=(1, 2), scales=(0.5, 1.0)) -> dict:
-    """A validation job's JSON: lls[checkpoint][member][scale]."""
-    return {"splits": [0, 1], "epochs": list(epochs), "noise_scales": list(scales),
-            "scores": [{"ll": ll, "rmse": [1.0, 1.0]} for ll in lls]}
+def _val_result(lls: list[list[list[float]]], epochs=(1, 2), scales=(0.5, 1.0),
+                members=((0, 0), (1, 0))) -> dict:
+    """A validation job's JSON: lls[checkpoint][member][scale], members (split, grid point)."""
+    return {"splits": [s for s, _ in members], "members": [list(m) for m in members], "epochs": list(epochs),
+            "noise_scales": list(scales), "scores": [{"ll": ll, "rmse": [1.0] * len(members)} for ll in lls]}
 
 
 def test_selection_takes_the_highest_validation_ll_first_on_ties():
     a = _val_result([[[-1.0, -0.9], [-2.0, -2.0]], [[-1.2, -0.5], [-2.0, -2.0]]])
     b = _val_result([[[-3.0, -3.0], [-1.5, -1.0]], [[-3.0, -3.0], [-1.0, -1.5]]])
     vals = {VARIANTS[0].name: a, VARIANTS[1].name: b}
-    assert R.select(vals, 0) == (VARIANTS[0].name, 2, 1.0)
-    assert R.select(vals, 1) == (VARIANTS[1].name, 1, 1.0)  # tie (-1.0 twice): the first
-    assert R.select_variant(a, 0, scales=[0.5]) == (-1.0, 1, 0.5)
+    assert R.select(vals, 0, VARIANTS[:2]) == (VARIANTS[0].name, 0, 2, 1.0)
+    assert R.select(vals, 1, VARIANTS[:2]) == (VARIANTS[1].name, 0, 1, 1.0)  # tie (-1.0 twice): the first
+    assert R.select_variant(a, 0, scales=[0.5]) == (-1.0, 0, 1, 0.5)
 
 
-def test_resume_after_a_kill_gives_the_uninterrupted_result(data_root, tmp_path):
+def test_selection_over_a_grid_of_members():
+    """Members (split, grid point) in the validation layout: split 0 at grid points 0 and 1,
+    split 1 at both; each split's choice is its best member, epoch and scale."""
+    members = ((0, 0), (1, 0), (0, 1), (1, 1))
+    v = _val_result([[[-2.0, -1.9], [-1.0, -1.0], [-1.5, -3.0], [-0.9, -1.1]],
+                     [[-2.0, -2.0], [-1.0, -1.0], [-1.6, -1.2], [-1.0, -1.0]]], members=members)
+    assert R.select_variant(v, 0) == (-1.2, 1, 2, 1.0)
+    assert R.select_variant(v, 1) == (-0.9, 1, 1, 0.5)
+    # only a method's own variants compete
+    other = _val_result([[[0.0, 0.0]] * 4] * 2, members=members)
+    vals = {"mc_dropout": v, "deep_ensemble": other}
+    dropout = [x for x in VARIANTS if x.name == "mc_dropout"]
+    assert R.select(vals, 0, dropout) == ("mc_dropout", 1, 2, 1.0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_resume_after_a_kill_gives_the_uninterrupted_result(data_root, tmp_path, variant):
     d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     cfg = smoke_cfg(data_root, tmp_path / "o")
-    job = TR.Job("yacht", VARIANTS[0], Phase.VALIDATION, (0, 1), schedule_for(54, "smoke"))
+    job = TR.Job("yacht", variant, Phase.VALIDATION, ((0, 0), (1, 0), (0, 1)), schedule_for(54, "smoke"))
     (tmp_path / "a").mkdir()
     whole = TR.run_job(job, d, cfg, tmp_path / "a")
 
@@ -175,9 +193,17 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
     for name in ("splits.csv", "variants.csv", "table.md", "table.png", "run.json"):
         assert (out / name).is_file(), name
     split_rows = read_csv(out / "splits.csv")
-    assert len(split_rows) == N_SPLITS and all(0 <= float(r["coverage_95"]) <= 1 for r in split_rows)
-    assert {r["variant"] for r in read_csv(out / "variants.csv")} >= {v.name for v in VARIANTS}
-    assert "MC dropout" in (out / "table.md").read_text()
+    assert len(split_rows) == 3 * N_SPLITS and all(0 <= float(r["coverage_95"]) <= 1 for r in split_rows)
+    assert sorted({r["method"] for r in split_rows}) == ["bbb", "deep_ensemble", "mc_dropout"]
+    assert {r["variant"] for r in read_csv(out / "variants.csv")} == {v.name for v in VARIANTS}
+    methods = read_csv(out / "methods.csv")
+    assert [r["method"] for r in methods] == ["bbb", "mc_dropout", "deep_ensemble"]
+    assert list(methods[0])[:7] == ["method", *R.TABLE_COLUMNS]
+    bbb_row = next(r for r in methods if r["method"] == "bbb")
+    assert all(bbb_row[c] == rows[0][c] for c in R.TABLE_COLUMNS)
+    md = (out / "table.md").read_text()
+    assert "MC dropout (published)" in md and "MC dropout (ours)" in md and "deep ens. (ours)" in md
+    assert "BBB against our own baselines" in md
     jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
     assert len(jobs) == 2 * len(VARIANTS)
     stamp = {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs}
@@ -193,11 +219,14 @@ def test_test_jobs_target_the_validation_choices(data_root, tmp_path):
     vals = {v.name: json.loads((out / "jobs" / f"yacht-{v.name}-validation.json").read_text()) for v in VARIANTS}
     jobs = plan_jobs(cfg, "yacht", Phase.TEST, vals)
     for s in (0, 2):
-        v, e, c = R.select(vals, s)
+        v, g, e, c = R.select(vals, s, cfg.variants[:2])
         job = next(j for j in jobs if j.variant.name == v)
-        assert (e, c) in job.targets[s]
+        assert (e, c) in job.targets[s] and (s, g) in job.members
+    for job in jobs:  # each split once, at its own variant's validation choice
+        assert job.splits == (0, 2)
+        assert all(R.select_variant(vals[job.variant.name], s)[1] == g for s, g in job.members)
     split_rows = read_csv(out / "splits.csv")
-    assert [int(r["split"]) for r in split_rows] == [0, 2]
+    assert [int(r["split"]) for r in split_rows if r["method"] == "bbb"] == [0, 2]
 
 
 def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
@@ -209,6 +238,12 @@ def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
     assert rc != 0 and "unknown UCI dataset" in err and "Traceback" not in err
     rc, _, err = run_main(capsys, "reproduce", "uci", "--workers", "0", "--out", str(tmp_path / "x"))
     assert rc != 0 and "--workers" in err and len(err.strip().splitlines()) == 1
+    for bad, said in (("svgp", "unknown method 'svgp'"), ("", "--methods names no method"),
+                      (" , ", "--methods names no method")):
+        rc, _, err = run_main(capsys, "reproduce", "uci", "--methods", bad, "--out", str(tmp_path / "x"))
+        assert rc != 0 and said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--adversarial-eps", "-1", "--out", str(tmp_path / "x"))
+    assert rc != 0 and "--adversarial-eps" in err
     rc, out, _ = run_main(capsys, "reproduce", "uci", "--help")
     assert rc == 0 and "Example" in out and "--workers" in out
 
@@ -227,8 +262,9 @@ def test_protein_has_the_protocols_wider_layer(data_root, tmp_path):
     assert cfg.hidden_for("yacht") == cfg.hidden_for("bostonHousing") == 50
     d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     jd = TR.job_data(d, (0,), Phase.TEST)
-    model = TR.PopulationModel(VARIANTS[0], 1, jd.x_fit.shape[-1], cfg.hidden_for("protein-tertiary-structure"), cfg, 0)
-    assert model.pop.sizes == [3, 100, 1]
+    model = M.build_regressor(VARIANTS[1], VARIANTS[1].grid[:1], jd.x_fit.shape[-1],
+                              cfg.hidden_for("protein-tertiary-structure"))
+    assert isinstance(model, M.BBBRegressor) and model.pop.sizes == [3, 100, 1]
 
 
 def test_the_tables_show_a_command_a_user_can_run_from_a_clone(tmp_path):
@@ -243,7 +279,19 @@ def test_the_tables_show_a_command_a_user_can_run_from_a_clone(tmp_path):
     line = (tmp_path / "table.md").read_text().splitlines()[2]
     assert "/srv" not in line and "/home" not in line and "`$OUT`: the output folder" in line
     root = Path(__file__).resolve().parents[3]
-    for d in (root / "results" / "uci", root / "results" / "uci" / "first-run"):
+    runs = [d for d in (root / "results" / "uci").glob("**/") if (d / "run.json").is_file()]
+    assert len(runs) >= 2  # the first and the second run at least
+    for d in runs:
         shown = (d / "table.md").read_text().splitlines()[2]
         command = json.loads((d / "run.json").read_text())["command"]
         assert f"`{R.portable_command(command)[0]}`" in shown, d
+
+
+def test_one_method_alone_trains_only_its_jobs(data_root, tmp_path):
+    out = tmp_path / "o"
+    res = run_uci(UCIConfig(out=str(out), datasets=["yacht"], data_dir=str(data_root), budget="smoke", samples=4,
+                            quiet=True, methods=["mc_dropout"], splits=[0, 1]))
+    assert sorted(p.name for p in (out / "jobs").glob("*.json")) == ["yacht-mc_dropout-test.json",
+                                                                     "yacht-mc_dropout-validation.json"]
+    assert [r["method"] for r in res["method_rows"]] == ["mc_dropout"] and res["rows"] == []
+    assert not res["missing"]

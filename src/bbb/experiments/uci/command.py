@@ -10,12 +10,13 @@ from ...cli.common import add_data_dir, add_out, add_quiet, add_seed, text_table
 from ...data.uci import UCI_DATASETS
 from ...errors import UserError
 from .runner import run_uci
-from .settings import UCIConfig
+from .settings import ADVERSARIAL_EPS, UCIConfig, UCIMethod
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
 
 EXAMPLE = (
     "bbb reproduce uci --out runs/uci --workers 2          # the whole benchmark (resumable)\n"
+    "  bbb reproduce uci --methods bbb --datasets yacht --out runs/uci-bbb   # one method, one dataset\n"
     "  bbb reproduce uci --datasets yacht bostonHousing --splits 0 1 2 --out runs/uci-small\n"
     "  bbb reproduce uci --out runs/uci --report           # the tables of what is finished"
 )
@@ -28,12 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb reproduce uci`` options on ``parser``."""
     parser.description = (
         "The UCI regression benchmark (Hernandez-Lobato & Adams 2015): 9 datasets, their fixed splits "
-        "(20; protein 5), one hidden layer of 50 ReLU units (100 for protein), BBB variants only. For each "
-        "split the variant, the epochs and the predictive noise scale are chosen on a validation part "
-        "(20%) of its training rows; test RMSE and log-likelihood (the mixture over --samples weight "
-        "samples) in the target's units, mean +- standard error over the splits, beside the published "
-        "methods. Writes table.csv/.md/.png, splits.csv, variants.csv and run.json to --out; jobs/ holds "
-        "each population's scores and, while it trains, its resumable state.")
+        "(20; protein 5), one hidden layer of 50 ReLU units (100 for protein), and three methods in one "
+        "protocol: BBB, MC dropout and deep ensembles (--methods). For each split and method the variant, "
+        "its grid point (learning rate; BBB's prior sd and KL weight; the dropout rate), the epochs and the "
+        "predictive noise are chosen on a validation part (20%) of its training rows; test RMSE and "
+        "log-likelihood (the predictive Gaussian mixture) in the target's units, mean +- standard error "
+        "over the splits, beside the published methods. Writes table.csv (BBB), methods.csv (every "
+        "method), table.md/.png, splits.csv, variants.csv and run.json to --out; jobs/ holds each "
+        "population's scores and, while it trains, its resumable state.")
     parser.add_argument("--datasets", nargs="+", default=list(UCI_DATASETS), metavar="NAME",
                         help="the datasets, folder names under <data dir>/uci (default: all 9)")
     parser.add_argument("--splits", nargs="+", type=int, default=None, metavar="K",
@@ -44,8 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch threads per worker (default: 1)")
     parser.add_argument("--budget", choices=["full", "smoke"], default="full",
                         help="full: the benchmark's schedules; smoke: 4 epochs (a pipeline test) (default: full)")
+    parser.add_argument("--methods", default=",".join(m.value for m in UCIMethod), metavar="M[,M]",
+                        help="the methods, comma-separated: " + ", ".join(m.value for m in UCIMethod)
+                        + " (default: all three)")
     parser.add_argument("--samples", type=int, default=100, metavar="K",
-                        help="weight samples of the predictive mixture (default: 100)")
+                        help="weight samples of the predictive mixture (BBB; MC dropout: dropout masks) "
+                             "(default: 100)")
+    parser.add_argument("--adversarial-eps", type=float, default=ADVERSARIAL_EPS, metavar="E",
+                        help="the deep ensembles' adversarial step, a fraction of each input's range; 0: no "
+                             f"adversarial training (default: {ADVERSARIAL_EPS})")
     add_seed(parser)
     add_out(parser, "output folder; rerunning with the same folder resumes", default=DEFAULT_OUT)
     add_data_dir(parser)
@@ -61,11 +71,17 @@ def config_from_args(args: argparse.Namespace) -> UCIConfig:
     for name in ("workers", "threads", "samples"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    methods = [m.strip() for m in str(args.methods).split(",") if m.strip()]
+    if not methods:
+        raise UserError("--methods names no method; choose from: " + ", ".join(m.value for m in UCIMethod))
+    if not args.adversarial_eps >= 0:
+        raise UserError(f"--adversarial-eps must be >= 0, got {args.adversarial_eps}")
     if args.splits is not None and any(s < 0 for s in args.splits):
         raise UserError(f"--splits are numbered from 0, got {args.splits}")
     return UCIConfig(out=args.out, datasets=list(dict.fromkeys(args.datasets)),
                      splits=None if args.splits is None else sorted(set(args.splits)), workers=args.workers,
                      threads=args.threads, data_dir=args.data_dir, budget=args.budget, samples=args.samples,
+                     methods=methods, adversarial_eps=args.adversarial_eps,  # type: ignore[arg-type]
                      seed=args.seed, quiet=args.quiet, report_only=args.report)
 
 
@@ -76,11 +92,11 @@ def main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(cfg.threads)
     res = run_uci(cfg, command="bbb " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    rows = res["rows"]
+    rows = res["method_rows"]
     if rows:
-        print(text_table([[r["dataset"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
+        print(text_table([[r["dataset"], r["method"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
                            f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}"] for r in rows],
-                         ["dataset", "splits", "test RMSE", "test LL"]))
+                         ["dataset", "method", "splits", "test RMSE", "test LL"]))
     if res["missing"]:
         print(f"not finished: {', '.join(res['missing'])}" + (" (rerun without --report)" if cfg.report_only else ""))
     for p in res["written"]:

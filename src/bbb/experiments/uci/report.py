@@ -1,9 +1,10 @@
 """Selection on validation, and the tables of ``bbb reproduce uci``.
 
-The rule (also in results/uci/README.md): for each split, among every variant, checkpoint epoch
-and noise scale, the one with the highest validation log-likelihood (mean over the validation
-rows, in the target's units; ties: the first in the order variants x epochs x scales). The test
-numbers of a split are read at that choice only.
+The rule (also in results/uci/README.md), the same for every method: for each split, among the
+method's variants, their grid points, checkpoint epochs and noise scales, the one with the
+highest validation log-likelihood (mean over the validation rows, in the target's units; ties:
+the first in the order variants x grid x epochs x scales). The test numbers of a split are read
+at that choice only.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ...io import atomic_write_csv, atomic_write_text
-from .settings import VARIANTS
+from .settings import VARIANTS, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
-           "PUBLISHED_METHODS", "portable_command"]
+           "PUBLISHED_METHODS", "OUR_METHODS", "portable_command", "by_method", "head_to_head", "targets"]
 
 #: the columns of table.csv (then the chosen settings)
 TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_se"]
@@ -29,7 +30,7 @@ TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_s
 PUBLISHED_METHODS = {"vi": "VI (Graves)", "pbp": "PBP", "mc_dropout": "MC dropout",
                      "deep_ensembles": "deep ensembles"}
 
-Choice = tuple[str, int, float]  # (variant, epoch, noise scale)
+Choice = tuple[str, int, int, float]  # (variant, grid point, epoch, noise scale)
 
 #: the placeholder shown for a folder of the machine that ran a command, by option
 PLACEHOLDERS = {"--out": "$OUT", "--data-dir": "$BBB_DATA"}
@@ -65,34 +66,44 @@ def portable_command(command: str) -> tuple[str, list[str]]:
     return " ".join(out), used
 
 
-def _candidates(result: dict[str, Any], member: int, scales: Sequence[float] | None) -> list[tuple[float, int, float]]:
-    """(validation LL, epoch, scale) of one member at every checkpoint and allowed scale."""
+def _candidates(result: dict[str, Any], split: int,
+                scales: Sequence[float] | None) -> list[tuple[float, int, int, float]]:
+    """(validation LL, grid point, epoch, scale) of every member of ``split`` in one validation
+    job, at every checkpoint and allowed scale, in the order grid x epochs x scales."""
     out = []
     all_scales = result["noise_scales"]
-    for e, sc in zip(result["epochs"], result["scores"]):
-        for ci, c in enumerate(all_scales):
-            if scales is None or c in scales:
-                out.append((sc["ll"][member][ci], e, c))
+    members = result.get("members") or [[s, 0] for s in result["splits"]]
+    for j, (s, g) in enumerate(members):
+        if s != split:
+            continue
+        for e, sc in zip(result["epochs"], result["scores"]):
+            for ci, c in enumerate(all_scales):
+                if scales is None or c in scales:
+                    out.append((sc["ll"][j][ci], g, e, c))
     return out
 
 
-def select_variant(val: dict[str, Any], split: int, scales: Sequence[float] | None = None) -> tuple[float, int, float]:
-    """(best validation LL, epoch, scale) of one variant's validation job for ``split``."""
-    j = val["splits"].index(split)
-    cands = _candidates(val, j, scales)
+def select_variant(val: dict[str, Any], split: int,
+                   scales: Sequence[float] | None = None) -> tuple[float, int, int, float]:
+    """(best validation LL, grid point, epoch, scale) of one variant's validation job for
+    ``split``; ties go to the first in the order grid x epochs x scales."""
+    cands = _candidates(val, split, scales)
+    if not cands:
+        raise ValueError(f"no validation result for split {split}")
     best = max(range(len(cands)), key=lambda i: (cands[i][0], -i))
     return cands[best]
 
 
-def select(vals: dict[str, dict[str, Any]], split: int) -> Choice:
-    """The split's choice over every variant (in :data:`VARIANTS` order), epoch and scale."""
+def select(vals: dict[str, dict[str, Any]], split: int, variants: Sequence[Variant] = VARIANTS) -> Choice:
+    """The split's choice over ``variants`` (one method's, in :data:`VARIANTS` order), their grid
+    points, epochs and scales: the highest validation log-likelihood, the first on ties."""
     best: tuple[float, Choice] | None = None
-    for v in VARIANTS:
+    for v in variants:
         if v.name not in vals:
             continue
-        ll, e, c = select_variant(vals[v.name], split)
+        ll, g, e, c = select_variant(vals[v.name], split)
         if best is None or ll > best[0]:
-            best = (ll, (v.name, e, c))
+            best = (ll, (v.name, g, e, c))
     if best is None:
         raise ValueError(f"no validation result for split {split}")
     return best[1]
@@ -115,16 +126,20 @@ def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
 
 
 def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, dict[str, Any]],
-              splits: Sequence[int]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The dataset's row of table.csv, its rows per split and per variant (each variant at its
-    own validation choice; ``learned-noise`` variants keep the noise as trained, scale 1)."""
+              splits: Sequence[int], variants: Sequence[Variant] = VARIANTS,
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """One method's row of the tables for ``dataset`` (its ``variants``), its rows per split and
+    per variant (each variant at its own validation choice)."""
+    method = variants[0].method.value if variants else ""
+    grids = {v.name: v.grid for v in variants}
     per_split = []
     for s in splits:
-        name, e, c = select(vals, s)
+        name, g, e, c = select(vals, s, variants)
         full = tests[name]["full"].get(f"{s}:{e}:{c:g}", {})
         rmse, ll = _test_at(tests[name], s, e, c)
-        per_split.append({"dataset": dataset, "split": s, "variant": name, "epochs": e, "noise_scale": c,
-                          "rmse": rmse, "ll": ll, **{k: full[k] for k in sorted(full) if k.startswith("coverage")},
+        per_split.append({"dataset": dataset, "method": method, "split": s, "variant": name,
+                          "setting": grids[name][g].label(), "epochs": e, "noise_scale": c, "rmse": rmse, "ll": ll,
+                          **{k: full[k] for k in sorted(full) if k.startswith("coverage")},
                           "val_ll": select_variant(vals[name], s)[0]})
     rm, rse = _mean_se([r["rmse"] for r in per_split])
     lm, lse = _mean_se([r["ll"] for r in per_split])
@@ -134,20 +149,23 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
     for key in sorted({k for r in per_split for k in r if k.startswith("coverage")}):
         row[key] = sum(r.get(key, math.nan) for r in per_split) / len(per_split)
     row["variants"] = " ".join(f"{name}:{n}" for name, n in count.most_common())
+    row["settings"] = " ".join(f"{lab.replace(' ', ',')}:{n}"
+                               for lab, n in Counter(r["setting"] for r in per_split).most_common(3))
     row["epochs_median"] = sorted(r["epochs"] for r in per_split)[len(per_split) // 2]
     row["noise_scale_median"] = sorted(r["noise_scale"] for r in per_split)[len(per_split) // 2]
-    variants = []
-    for v in VARIANTS:
+    row["seconds"] = round(sum(vals[v.name].get("seconds", 0.0) + tests[v.name].get("seconds", 0.0)
+                               for v in variants if v.name in vals and v.name in tests), 1)
+    row["method"] = method
+    rows_v = []
+    for v in variants:
         if v.name not in vals or v.name not in tests:
             continue
-        for label, scales in ((v.name, [1.0]), (f"{v.name}+val-noise", None)):
-            picks = [(s, *select_variant(vals[v.name], s, scales)[1:]) for s in splits]
-            res = [_test_at(tests[v.name], s, e, c) for s, e, c in picks]
-            a, ase = _mean_se([r[0] for r in res])
-            b, bse = _mean_se([r[1] for r in res])
-            variants.append({"dataset": dataset, "variant": label, "rmse_mean": a, "rmse_se": ase,
-                             "ll_mean": b, "ll_se": bse})
-    return row, per_split, variants
+        res = [_test_at(tests[v.name], s, *select_variant(vals[v.name], s)[2:]) for s in splits]
+        a, ase = _mean_se([r[0] for r in res])
+        b, bse = _mean_se([r[1] for r in res])
+        rows_v.append({"dataset": dataset, "method": method, "variant": v.name, "rmse_mean": a, "rmse_se": ase,
+                       "ll_mean": b, "ll_se": bse})
+    return row, per_split, rows_v
 
 
 def published() -> dict[tuple[str, str, str], tuple[float, float]]:
@@ -163,19 +181,54 @@ def _cell(value: tuple[float, float] | None) -> str:
     return "-" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}"
 
 
-def _markdown(rows: list[dict[str, Any]]) -> str:
+#: our methods in the tables, by :class:`UCIMethod` value
+OUR_METHODS = {UCIMethod.BBB.value: "bbb", UCIMethod.MC_DROPOUT.value: "MC dropout (ours)",
+               UCIMethod.DEEP_ENSEMBLE.value: "deep ens. (ours)"}
+
+
+def by_method(method_rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """method -> dataset -> row."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in method_rows:
+        out.setdefault(r["method"], {})[r["dataset"]] = r
+    return out
+
+
+def _markdown(method_rows: list[dict[str, Any]]) -> str:
     pub = published()
+    ours = by_method(method_rows)
+    names = [m for m in OUR_METHODS if m in ours]
+    datasets = list(dict.fromkeys(r["dataset"] for r in method_rows))
     lines = []
     for metric, title, better in (("rmse", "Test RMSE", "lower"), ("ll", "Test log-likelihood", "higher")):
         lines += [f"### {title} ({better} is better)", "",
-                  "| dataset | bbb (this run) | " + " | ".join(PUBLISHED_METHODS.values()) + " |",
-                  "|---|---|" + "---|" * len(PUBLISHED_METHODS)]
-        for r in rows:
-            ours = f"{r[f'{metric}_mean']:.2f} +- {r[f'{metric}_se']:.2f}"
-            cells = [_cell(pub.get((r["dataset"], metric, k))) for k in PUBLISHED_METHODS]
-            lines.append(f"| {r['dataset']} (n={r['n_splits']}) | {ours} | " + " | ".join(cells) + " |")
+                  "| dataset | " + " | ".join(OUR_METHODS[m] for m in names) + " | "
+                  + " | ".join(f"{v} (published)" for v in PUBLISHED_METHODS.values()) + " |",
+                  "|---|" + "---|" * (len(names) + len(PUBLISHED_METHODS))]
+        for d in datasets:
+            cells = [_cell((ours[m][d][f"{metric}_mean"], ours[m][d][f"{metric}_se"])) if d in ours[m] else "-"
+                     for m in names]
+            cells += [_cell(pub.get((d, metric, k))) for k in PUBLISHED_METHODS]
+            n = next(ours[m][d]["n_splits"] for m in names if d in ours[m])
+            lines.append(f"| {d} (n={n}) | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
+    """On how many datasets BBB's mean test LL is above, and its RMSE below, each of our other
+    methods' (the datasets both have)."""
+    ours = by_method(method_rows)
+    bbb = ours.get(UCIMethod.BBB.value, {})
+    out: dict[str, int] = {}
+    for m in (UCIMethod.MC_DROPOUT.value, UCIMethod.DEEP_ENSEMBLE.value):
+        both = [d for d in bbb if d in ours.get(m, {})]
+        if not both:
+            continue
+        out[f"datasets_vs_{m}"] = len(both)
+        out[f"ll_above_{m}"] = sum(bbb[d]["ll_mean"] > ours[m][d]["ll_mean"] for d in both)
+        out[f"rmse_below_{m}"] = sum(bbb[d]["rmse_mean"] < ours[m][d]["rmse_mean"] for d in both)
+    return out
 
 
 def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -195,10 +248,16 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, Any]],
-                 variants: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:
-    """table.csv / table.md, splits.csv, variants.csv (and the plot) under ``out``."""
+                 variants: list[dict[str, Any]], meta: dict[str, Any],
+                 method_rows: list[dict[str, Any]] | None = None) -> list[Path]:
+    """table.csv (BBB's rows), methods.csv (every method's), table.md, splits.csv, variants.csv
+    and the plot under ``out``."""
+    method_rows = rows if method_rows is None else method_rows
     cols = TABLE_COLUMNS + [k for k in rows[0] if k not in TABLE_COLUMNS] if rows else TABLE_COLUMNS
     written = [atomic_write_csv(out / "table.csv", cols, rows)]
+    mcols = ["method"] + TABLE_COLUMNS + [k for r in method_rows[:1] for k in r if k not in TABLE_COLUMNS
+                                          and k != "method"]
+    written.append(atomic_write_csv(out / "methods.csv", mcols, method_rows))
     split_cols = list(dict.fromkeys(k for r in splits for k in r))
     written.append(atomic_write_csv(out / "splits.csv", split_cols, splits))
     written.append(atomic_write_csv(out / "variants.csv", list(variants[0]) if variants else ["dataset"], variants))
@@ -206,18 +265,26 @@ def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, A
     command, used = portable_command(meta.get("command", ""))
     said = {"$OUT": "`$OUT`: the output folder", "$BBB_DATA": "`$BBB_DATA`: the data folder"}
     where = f" ({'; '.join(said[u] for u in used)})" if used else ""
+    times = by_method(method_rows)
+    per = ", ".join(f"{OUR_METHODS.get(m, m)} {sum(r.get('seconds', 0.0) for r in t.values()) / 60:.1f}"
+                    for m, t in times.items())
     md = ["# bbb reproduce uci", "", f"Command, from the root of a clone: `{command}`{where}", "",
           f"Wall time: {meta.get('wall_seconds', 0) / 60:.1f} min ({meta.get('workers', 1)} worker(s); "
-          f"training {meta.get('job_seconds', 0) / 60:.1f} worker-min)", "", _markdown(rows),
-          "Targets counted on these datasets: " + ", ".join(f"{k} {v}" for k, v in hit.items()), ""]
+          f"training {meta.get('job_seconds', 0) / 60:.1f} worker-min" + (f": {per}" if per else "") + ")", "",
+          _markdown(method_rows) if method_rows else "",
+          "Targets counted on these datasets (BBB against the published columns): "
+          + ", ".join(f"{k} {v}" for k, v in hit.items()), "",
+          "BBB against our own baselines (one protocol): "
+          + (", ".join(f"{k} {v}" for k, v in head_to_head(method_rows).items()) or "-"), ""]
     written.append(atomic_write_text(out / "table.md", "\n".join(md)))
-    written += _plot(out, rows)
+    written += _plot(out, rows, method_rows)
     return written
 
 
-def _plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
-    """table.png: our LL and RMSE against MC dropout's per dataset (differences / ratios)."""
-    if not rows:
+def _plot(out: Path, rows: list[dict[str, Any]], method_rows: list[dict[str, Any]]) -> list[Path]:
+    """table.png: each method's test LL and RMSE against the published MC dropout's per dataset
+    (differences / ratios): the published columns and our three methods."""
+    if not method_rows:
         return []
     import matplotlib
 
@@ -225,17 +292,24 @@ def _plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
     import matplotlib.pyplot as plt
 
     pub = published()
-    names = [r["dataset"] for r in rows]
+    names = list(dict.fromkeys(r["dataset"] for r in method_rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    x = range(len(rows))
-    for key, label in (("pbp", "PBP"), ("deep_ensembles", "deep ensembles"), ("bbb", "bbb")):
-        dl = [(r["ll_mean"] if key == "bbb" else pub[(r["dataset"], "ll", key)][0])
-              - pub[(r["dataset"], "ll", "mc_dropout")][0] for r in rows]
-        rr = [(r["rmse_mean"] if key == "bbb" else pub[(r["dataset"], "rmse", key)][0])
-              / max(pub[(r["dataset"], "rmse", "mc_dropout")][0], 1e-9) for r in rows]
-        err = [r["ll_se"] for r in rows] if key == "bbb" else None
-        axes[0].errorbar(list(x), dl, yerr=err, fmt="o", label=label)
-        axes[1].plot(list(x), rr, "o", label=label)
+    x = range(len(names))
+    ours = by_method(method_rows)
+    for key, label in (("pbp", "PBP (published)"), ("deep_ensembles", "deep ensembles (published)")):
+        dl = [pub[(d, "ll", key)][0] - pub[(d, "ll", "mc_dropout")][0] for d in names]
+        rr = [pub[(d, "rmse", key)][0] / max(pub[(d, "rmse", "mc_dropout")][0], 1e-9) for d in names]
+        axes[0].plot(list(x), dl, "x", color="0.6" if key == "pbp" else "0.3", label=label)
+        axes[1].plot(list(x), rr, "x", color="0.6" if key == "pbp" else "0.3", label=label)
+    for m, label in OUR_METHODS.items():
+        if m not in ours:
+            continue
+        got = [ours[m].get(d) for d in names]
+        xs = [i for i, r in enumerate(got) if r is not None]
+        dl = [got[i]["ll_mean"] - pub[(names[i], "ll", "mc_dropout")][0] for i in xs]  # type: ignore[index]
+        rr = [got[i]["rmse_mean"] / max(pub[(names[i], "rmse", "mc_dropout")][0], 1e-9) for i in xs]  # type: ignore[index]
+        axes[0].errorbar(xs, dl, yerr=[got[i]["ll_se"] for i in xs], fmt="o", label=label)  # type: ignore[index]
+        axes[1].plot(xs, rr, "o", label=label)
     axes[0].axhline(0, color="k", lw=0.8)
     axes[1].axhline(1, color="k", lw=0.8)
     axes[0].set_ylabel("test LL minus MC dropout's (nats)")

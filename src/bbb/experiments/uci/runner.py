@@ -17,8 +17,8 @@ import torch
 from ...data.uci import UCIData, load_uci
 from ...errors import UserError
 from ...io import atomic_write_json
-from .report import select, select_variant, summarise, write_tables
-from .settings import VARIANTS, Phase, UCIConfig, schedule_for
+from .report import select_variant, summarise, write_tables
+from .settings import ENSEMBLE_SIZE, Phase, UCIConfig, UCIMethod, schedule_for, variants_of
 from .train import Job, run_job
 
 __all__ = ["run_uci", "plan_jobs"]
@@ -43,21 +43,22 @@ def _splits(cfg: UCIConfig, data: UCIData) -> tuple[int, ...]:
 
 
 def plan_jobs(cfg: UCIConfig, name: str, phase: Phase, vals: dict[str, dict[str, Any]] | None = None) -> list[Job]:
-    """The jobs of one dataset and phase; a test job's targets are each split's choices."""
+    """The jobs of one dataset and phase, one per variant of ``cfg.methods``: in validation every
+    split with every grid point; in test each split once at its validation choice (given
+    ``vals``, the variants' validation results; a variant without one has no test job)."""
     data = _data(name, cfg.data_dir)
     splits = _splits(cfg, data)
     sched = schedule_for(data.train[0].numel(), cfg.budget)
     jobs = []
-    for v in VARIANTS:
-        targets: dict[int, list[tuple[int, float]]] = {}
-        if phase is Phase.TEST and vals is not None:
-            for s in splits:
-                picks = {select_variant(vals[v.name], s)[1:]}
-                chosen = select(vals, s)
-                if chosen[0] == v.name:
-                    picks.add(chosen[1:])
-                targets[s] = sorted(picks)
-        jobs.append(Job(name, v, phase, splits, sched, targets))
+    for v in cfg.variants:
+        if phase is Phase.VALIDATION:
+            jobs.append(Job(name, v, phase, tuple((s, g) for g in range(len(v.grid)) for s in splits), sched))
+            continue
+        if vals is None or v.name not in vals:
+            continue
+        picks = {s: select_variant(vals[v.name], s) for s in splits}
+        jobs.append(Job(name, v, phase, tuple((s, picks[s][1]) for s in splits), sched,
+                        {s: [picks[s][2:]] for s in splits}))
     return jobs
 
 
@@ -86,6 +87,19 @@ def _bar(total: int, quiet: bool) -> Any:
     return tqdm(total=total, desc="uci epochs", unit="epoch", file=sys.stderr, dynamic_ncols=True)
 
 
+def _work_estimate(job: Job, n_train: int) -> float:
+    """A job's training work, roughly: its networks x training rows x epochs."""
+    copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    return float(len(job.members) * copies * job.schedule.epochs * n_train)
+
+
+def _matches(result: dict[str, Any] | None, job: Job) -> bool:
+    """Whether a finished job's file is this job's (the same members, and every test target)."""
+    if result is None or result.get("members") != [list(m) for m in job.members]:
+        return False
+    return all(f"{s}:{e}:{c:g}" in result["full"] for s, picks in job.targets.items() for e, c in picks)
+
+
 def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     """Train what is missing under ``cfg.out/jobs`` and write the tables; returns the summary."""
     out = Path(cfg.out)
@@ -98,20 +112,21 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     for d in cfg.datasets:
         for job in plan_jobs(cfg, d, Phase.VALIDATION):
             got = _load(folder / f"{job.name}.json")
-            if got is not None and list(got["splits"]) == list(job.splits):
+            if _matches(got, job):
+                assert got is not None
                 vals[d][job.variant.name] = got
             elif not cfg.report_only:
                 pending.append(job)
-    total = 0 if cfg.report_only else sum(j.schedule.epochs for j in pending) + sum(
-        j.schedule.epochs for d in cfg.datasets for j in plan_jobs(cfg, d, Phase.TEST)
-        if not (folder / f"{j.name}.json").is_file())
+    epochs = {d: schedule_for(_data(d, cfg.data_dir).train[0].numel(), cfg.budget).epochs for d in cfg.datasets}
+    total = 0 if cfg.report_only else sum(epochs[j.dataset] for j in pending) + sum(
+        epochs[d] for d in cfg.datasets for v in cfg.variants
+        if not (folder / f"{d}-{v.name}-{Phase.TEST.value}.json").is_file())
     bar = _bar(total, cfg.quiet)
     inline = cfg.workers <= 1
     pool = None if inline else ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn"),
                                                    initializer=_worker_init, initargs=(cfg.threads,))
     queue = None if inline else mp.get_context("spawn").Manager().Queue()
     running: dict[Future, Job] = {}
-    tested: set[str] = set()
 
     def progress(n: int) -> None:
         if bar is not None:
@@ -124,27 +139,27 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
             assert pool is not None
             running[pool.submit(_work, job, cfg, str(folder), queue)] = job
 
-    def ready(d: str) -> None:
-        """Submit a dataset's test jobs once its validation jobs are all in."""
-        if d in tested or len(vals[d]) < len(VARIANTS):
-            return
-        tested.add(d)
-        for job in plan_jobs(cfg, d, Phase.TEST, vals[d]):
+    def ready(d: str, variant: str) -> None:
+        """Submit a variant's test job once its validation job is in."""
+        for job in plan_jobs(cfg, d, Phase.TEST, {variant: vals[d][variant]}):
             got = _load(folder / f"{job.name}.json")
-            if got is not None and list(got["splits"]) == list(job.splits) and _covers(got, job):
-                tests[d][job.variant.name] = got
+            if _matches(got, job):
+                assert got is not None
+                tests[d][variant] = got
             elif not cfg.report_only:
                 submit(job)
 
     def done(job: Job, result: dict[str, Any]) -> None:
         (vals if job.phase is Phase.VALIDATION else tests)[job.dataset][job.variant.name] = result
         if job.phase is Phase.VALIDATION:
-            ready(job.dataset)
+            ready(job.dataset, job.variant.name)
 
     try:
         for d in cfg.datasets:
-            ready(d)
-        for job in pending:
+            for v in list(vals[d]):
+                ready(d, v)
+        rows_of = {d: _data(d, cfg.data_dir).train[0].numel() for d in cfg.datasets}
+        for job in sorted(pending, key=lambda j: _work_estimate(j, rows_of[j.dataset]), reverse=True):  # longest first
             submit(job)
         while running:
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
@@ -158,26 +173,30 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
             pool.shutdown(cancel_futures=True)
         if bar is not None:
             bar.close()
-    rows, per_split, variants = [], [], []
+    rows, method_rows, per_split, variants = [], [], [], []
+    missing = []
     for d in cfg.datasets:
-        if len(tests[d]) < len(VARIANTS):
-            continue
-        row, sp, va = summarise(d, vals[d], tests[d], _splits(cfg, _data(d, cfg.data_dir)))
-        rows.append(row)
-        per_split += sp
-        variants += va
+        splits = _splits(cfg, _data(d, cfg.data_dir))
+        for m in cfg.methods:
+            vs = variants_of([m])
+            if any(v.name not in tests[d] for v in vs):
+                missing.append(f"{d}:{m.value}")
+                continue
+            row, sp, va = summarise(d, vals[d], tests[d], splits, vs)
+            method_rows.append(row)
+            if m is UCIMethod.BBB:
+                rows.append(row)
+            per_split += sp
+            variants += va
     job_seconds = sum(r.get("seconds", 0.0) for ph in (vals, tests) for dd in ph.values() for r in dd.values())
     meta = {"command": command, "config": asdict(cfg), "wall_seconds": round(time.perf_counter() - start, 1),
-            "job_seconds": round(job_seconds, 1), "workers": cfg.workers,
-            "missing": [d for d in cfg.datasets if len(tests[d]) < len(VARIANTS)]}
+            "job_seconds": round(job_seconds, 1), "workers": cfg.workers, "missing": missing}
     if not cfg.report_only:
+        prev = _load(out / "run.json")
+        if prev is not None and prev.get("config", {}).get("out") == cfg.out:
+            meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0), 1)
         atomic_write_json(out / "run.json", meta)
     elif (out / "run.json").is_file():
         meta = {**json.loads((out / "run.json").read_text()), "missing": meta["missing"]}
-    written = write_tables(out, rows, per_split, variants, meta) if rows else []
-    return {"rows": rows, "written": [str(p) for p in written], **meta}
-
-
-def _covers(result: dict[str, Any], job: Job) -> bool:
-    """Whether a finished test job holds the full metrics at every target of ``job``."""
-    return all(f"{s}:{e}:{c:g}" in result["full"] for s, picks in job.targets.items() for e, c in picks)
+    written = write_tables(out, rows, per_split, variants, meta, method_rows) if method_rows else []
+    return {"rows": rows, "method_rows": method_rows, "written": [str(p) for p in written], **meta}

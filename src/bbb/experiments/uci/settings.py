@@ -4,17 +4,19 @@ the grid that validation chooses from. Nothing here is a measured result."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ...data.uci import UCI_DATASETS
+from ...errors import UserError
 from ...options import (
     StrOption,
     choice,
 )
 
-__all__ = ["Phase", "UCIBudget", "Variant", "VARIANTS", "NOISE_SCALES", "Schedule", "schedule_for", "UCIConfig",
-           "SMOKE_EPOCHS"]
+__all__ = ["Phase", "UCIBudget", "UCIMethod", "Setting", "Variant", "VARIANTS", "NOISE_SCALES", "DROPOUT_NOISE_SDS",
+           "ENSEMBLE_SIZE", "Schedule", "schedule_for", "UCIConfig", "SMOKE_EPOCHS", "variants_of"]
 
 
 class Phase(str, Enum):
@@ -33,30 +35,98 @@ class UCIBudget(StrOption):
     SMOKE = "smoke"
 
 
+class UCIMethod(StrOption):
+    """The methods ``bbb reproduce uci`` compares in one protocol: ``bbb`` (Bayes by Backprop),
+    ``mc_dropout`` (Gal & Ghahramani 2016) and ``deep_ensemble`` (Lakshminarayanan et al. 2017)."""
+
+    BBB = "bbb"
+    MC_DROPOUT = "mc_dropout"
+    DEEP_ENSEMBLE = "deep_ensemble"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of a variant's validation grid: Adam's learning rate, and for BBB the prior's
+    standard deviation and the KL weight ``beta`` (the free energy's KL times beta), for MC
+    dropout the dropout rate."""
+
+    lr: float
+    prior_sigma: float = 1.0
+    beta: float = 1.0
+    dropout: float = 0.0
+
+    def label(self) -> str:
+        parts = [f"lr={self.lr:g}"]
+        if self.dropout:
+            parts.append(f"p={self.dropout:g}")
+        if self.prior_sigma != 1.0 or self.beta != 1.0:
+            parts += [f"prior={self.prior_sigma:g}", f"beta={self.beta:g}"]
+        return " ".join(parts)
+
+
+#: BBB's grid (stated before the run, results/uci/README.md): prior sd x learning rate x beta
+BBB_GRID: tuple[Setting, ...] = tuple(Setting(lr, prior_sigma=p, beta=b)
+                                      for p in (0.5, 1.0) for lr in (1e-3, 3e-3) for b in (0.3, 1.0))
+#: MC dropout's grid: the dropout rates of Gal & Ghahramani's UCI code (its precision tau is
+#: chosen on validation as the noise sd of :data:`DROPOUT_NOISE_SDS`)
+DROPOUT_GRID: tuple[Setting, ...] = tuple(Setting(1e-3, dropout=p) for p in (0.005, 0.01, 0.05, 0.1))
+#: the deep ensembles' grid: the learning rate
+ENSEMBLE_GRID: tuple[Setting, ...] = (Setting(1e-3), Setting(3e-3))
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One BBB training recipe (one population trained per dataset and phase).
+    """One training recipe of one method (one population trained per dataset and phase), with
+    the grid its validation chooses from.
 
-    ``likelihood``: ``"learned"`` (homoscedastic Gaussian, its noise sd learned with the weights)
-    or ``"heteroscedastic"`` (the network predicts its noise, :class:`bbb.elbo.HeteroscedasticGaussian`);
-    ``estimator``: ``"reparam"`` or ``"local"``."""
+    ``likelihood``: ``"learned"`` (homoscedastic Gaussian, its noise sd learned with the weights),
+    ``"heteroscedastic"`` (the network predicts its noise, :class:`bbb.elbo.HeteroscedasticGaussian`)
+    or ``"fixed"`` (MC dropout: the noise sd tau^-1/2 is chosen on validation);
+    ``estimator``: ``"reparam"`` or ``"local"`` for BBB, ``"dropout"``, ``"ensemble"``."""
 
     name: str
+    method: UCIMethod
     likelihood: str
     estimator: str
     doc: str
+    grid: tuple[Setting, ...] = ()
 
 
-#: the recipes that compete; validation chooses among them (and their epochs and noise scale)
+#: the recipes that compete within their method; validation chooses among them (and their grid
+#: point, epochs and noise scale)
 VARIANTS: tuple[Variant, ...] = (
-    Variant("learned", "learned", "reparam", "learned homoscedastic noise, reparameterisation"),
-    Variant("heteroscedastic", "heteroscedastic", "reparam", "the network predicts its noise sd"),
-    Variant("local", "learned", "local", "learned homoscedastic noise, local reparameterisation"),
+    Variant("heteroscedastic", UCIMethod.BBB, "heteroscedastic", "reparam", "the network predicts its noise sd",
+            BBB_GRID),
+    Variant("local", UCIMethod.BBB, "learned", "local", "learned homoscedastic noise, local reparameterisation",
+            BBB_GRID),
+    Variant("mc_dropout", UCIMethod.MC_DROPOUT, "fixed", "dropout",
+            "dropout on the inputs and the hidden layer, weight decay as Gal & Ghahramani", DROPOUT_GRID),
+    Variant("deep_ensemble", UCIMethod.DEEP_ENSEMBLE, "heteroscedastic", "ensemble",
+            "5 networks each predicting a mean and a noise sd, Gaussian NLL, adversarial training", ENSEMBLE_GRID),
 )
+
+
+def variants_of(methods: Sequence[UCIMethod | str]) -> tuple[Variant, ...]:
+    """The variants of ``methods``, in :data:`VARIANTS` order."""
+    chosen = {UCIMethod(m) for m in methods}
+    return tuple(v for v in VARIANTS if v.method in chosen)
+
+
+#: networks in a deep ensemble; its predictive is the equal mixture of their Gaussians
+ENSEMBLE_SIZE = 5
+#: the adversarial perturbation of the deep ensembles: this fraction of each input's range
+ADVERSARIAL_EPS = 0.01
+#: MC dropout's weight decay is l^2 (1 - p) / (2 N tau) (Gal & Ghahramani's code) with this
+#: prior lengthscale l and tau = 1 (standardised targets)
+DROPOUT_LENGTHSCALE = 1e-2
 
 #: multipliers of the predictive noise sd that validation chooses from (1: the noise as trained);
 #: the MC-dropout protocol chooses its noise precision tau on validation the same way
 NOISE_SCALES: tuple[float, ...] = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
+
+#: MC dropout's predictive noise sd (standardised units, tau^-1/2) that validation chooses from:
+#: 0.01 ... 1, geometric
+DROPOUT_NOISE_SDS: tuple[float, ...] = tuple(round(10 ** (-2 + i / 10), 5) for i in range(21))
 
 #: epochs of the smoke budget (a pipeline test, seconds)
 SMOKE_EPOCHS = 4
@@ -106,6 +176,9 @@ class UCIConfig:
     data_dir: str | None = None
     budget: UCIBudget = UCIBudget.FULL
     samples: int = 100
+    methods: list[UCIMethod] = field(default_factory=lambda: list(UCIMethod))
+    #: the deep ensembles' adversarial training (0: none)
+    adversarial_eps: float = ADVERSARIAL_EPS
     hidden: int = 50
     #: the protocol's wider layer for the largest dataset (its n_hidden.txt)
     hidden_overrides: dict[str, int] = field(default_factory=lambda: {"protein-tertiary-structure": 100})
@@ -113,8 +186,6 @@ class UCIConfig:
     def hidden_for(self, dataset: str) -> int:
         """Hidden units of ``dataset``'s network: 50, 100 for protein (the benchmark's protocol)."""
         return self.hidden_overrides.get(dataset, self.hidden)
-    lr: float = 1e-3
-    prior_sigma: float = 1.0
     noise_init: float = 1.0
     seed: int = 0
     quiet: bool = False
@@ -122,3 +193,11 @@ class UCIConfig:
 
     def __post_init__(self) -> None:
         self.budget = UCIBudget(choice("budget", self.budget, UCIBudget))
+        if not self.methods:
+            raise UserError("--methods names no method; choose from: " + ", ".join(m.value for m in UCIMethod))
+        self.methods = [UCIMethod(choice("method", m, UCIMethod)) for m in dict.fromkeys(self.methods)]
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """The variants of the chosen methods."""
+        return variants_of(self.methods)

@@ -1,10 +1,11 @@
-"""One job of the UCI benchmark: a population of BBB networks, one member per split, trained on
-one dataset with one variant in one phase, scored at the schedule's checkpoints.
+"""One job of the UCI benchmark: a population of networks of one method's variant
+(:mod:`~bbb.experiments.uci.models`), one member per (split, grid point), trained on one dataset
+in one phase, scored at the schedule's checkpoints.
 
-The members of a population never interact (:class:`bbb.nn.BayesPopulation`): member s sees only
-split s's rows, standardised with that split's fitting rows, and has its own learned noise. The
-job saves its state at every checkpoint (and every ``SAVE_SECONDS``) and resumes from it exactly
-(the engine's counter noise, the data order's generator, the optimiser's moments).
+The members of a population never interact: a member sees only its split's rows, standardised
+with that split's fitting rows, and trains with its own grid point. The job saves its state at
+every checkpoint (and every ``SAVE_SECONDS``) and resumes from it exactly (the random streams,
+the data order's generator, the optimiser's moments).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,38 +23,44 @@ from torch import Tensor
 
 from ...data import Standardizer
 from ...data.uci import UCIData, validation_split
-from ...distributions import GaussianPrior, inverse_softplus, normal_log_prob, softplus
-from ...elbo import HeteroscedasticGaussian
-from ...engine import Engine
 from ...io import atomic_torch_save, atomic_write_json
-from ...nn import BayesPopulation, SampleRecorder, model_kl, sampling
 from ...uncertainty import gaussian_mixture_log_prob, regression_metrics
-from .settings import NOISE_SCALES, Phase, Schedule, UCIConfig, Variant
+from .models import build_regressor
+from .settings import DROPOUT_NOISE_SDS, ENSEMBLE_SIZE, NOISE_SCALES, Phase, Schedule, Setting, UCIConfig, Variant
 
-__all__ = ["Job", "JobData", "PopulationModel", "job_data", "run_job", "score", "full_metrics", "SAVE_SECONDS"]
+__all__ = ["Job", "JobData", "job_data", "run_job", "score", "full_metrics", "scales_of", "SAVE_SECONDS"]
 
 #: a running job also saves its state after this many seconds without a checkpoint
 SAVE_SECONDS = 60.0
 
-#: samples drawn per chunk when scoring (bounds the memory of k x members x rows)
-CHUNK = 25
-
 
 @dataclass(frozen=True)
 class Job:
-    """What one population trains: ``targets`` (test phase only) maps a split to the (epoch,
-    noise scale) pairs at which the full metrics (coverage) are computed."""
+    """What one population trains: ``members`` its (split, index into the variant's grid)
+    pairs (validation: every split with every grid point; test: each split once, at the grid
+    point its validation chose); ``targets`` (test phase only) maps a split to the (epoch, noise
+    scale) pairs at which the full metrics (coverage) are computed."""
 
     dataset: str
     variant: Variant
     phase: Phase
-    splits: tuple[int, ...]
+    members: tuple[tuple[int, int], ...]
     schedule: Schedule
     targets: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return f"{self.dataset}-{self.variant.name}-{self.phase.value}"
+
+    @property
+    def splits(self) -> tuple[int, ...]:
+        """Each member's split."""
+        return tuple(s for s, _ in self.members)
+
+    @property
+    def settings(self) -> list[Setting]:
+        """Each member's grid point."""
+        return [self.variant.grid[g] for _, g in self.members]
 
 
 @dataclass
@@ -74,7 +81,11 @@ def job_data(data: UCIData, splits: Sequence[int], phase: Phase, seed: int = 0) 
     other 20% are scored (a seeded partition per split); in the test phase the training rows fit
     and the test rows are scored. Inputs and target standardised with the fitting rows."""
     parts: list[tuple[Tensor, ...]] = []
+    cache: dict[int, tuple[Tensor, ...]] = {}
     for k in splits:
+        if k in cache:
+            parts.append(cache[k])
+            continue
         xtr, ytr, xte, yte = data.split(k)
         if phase is Phase.VALIDATION:
             fit, val = validation_split(xtr.shape[0], 0.2, seed=seed * 1000 + k)
@@ -83,60 +94,10 @@ def job_data(data: UCIData, splits: Sequence[int], phase: Phase, seed: int = 0) 
         parts.append((sx.transform(xtr), sy.transform(ytr), sx.transform(xte), sy.transform(yte),
                       torch.as_tensor(sy.mean, dtype=torch.float64).reshape(()),
                       torch.as_tensor(sy.std, dtype=torch.float64).reshape(())))
+        cache[k] = parts[-1]
     cols = list(zip(*parts))
     x_fit, y_fit, x_eval, y_eval = (torch.stack(c).float() for c in cols[:4])
     return JobData(x_fit, y_fit, x_eval, y_eval, torch.stack(cols[4]), torch.stack(cols[5]))
-
-
-class PopulationModel:
-    """The population, its noise and its engine for one variant."""
-
-    def __init__(self, variant: Variant, members: int, features: int, hidden: int, cfg: UCIConfig,
-                 seed: int) -> None:
-        torch.manual_seed(seed)
-        self.hetero = variant.likelihood == "heteroscedastic"
-        self.pop = BayesPopulation(features, [hidden], 2 if self.hetero else 1, bayesian=members,
-                                   prior=GaussianPrior(cfg.prior_sigma), estimator=variant.estimator)
-        self.lik = HeteroscedasticGaussian() if self.hetero else None
-        raw = float(inverse_softplus(float(cfg.noise_init)))
-        self.raw_noise = torch.nn.Parameter(torch.full((members,), raw))
-        extra = [] if self.hetero else [self.raw_noise]
-        self.engine = Engine(self.pop.bayes, "adam", lr=cfg.lr, seed=seed, params=extra,
-                             fused=None if variant.estimator == "reparam" else False)
-
-    def mean_sd(self, out: Tensor) -> tuple[Tensor, Tensor]:
-        """(mean, noise sd) of outputs (..., S, R, out) in standardised units."""
-        if self.lik is not None:
-            return self.lik.split(out)
-        return out[..., 0], softplus(self.raw_noise).view(-1, 1).expand(out.shape[:-1])
-
-    def state(self) -> dict[str, Any]:
-        return {"pop": self.pop.state_dict(), "raw_noise": self.raw_noise.detach().clone(),
-                "engine": self.engine.state_dict()}
-
-    def load(self, st: dict[str, Any]) -> None:
-        self.pop.load_state_dict(st["pop"])
-        with torch.no_grad():
-            self.raw_noise.copy_(st["raw_noise"])
-        self.engine.load_state_dict(st["engine"])
-
-
-def _nll(model: PopulationModel, xb: Tensor, yb: Tensor) -> Tensor:
-    mean, sd = model.mean_sd(model.pop(xb))
-    return -normal_log_prob(yb, mean, sd).sum()
-
-
-@torch.no_grad()
-def _predict(model: PopulationModel, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """k sampled (mean, noise sd) per member and row: (k, S, R) each, float64."""
-    means, sds = [], []
-    with sampling(model.pop, "sample"), SampleRecorder(generator):
-        for start in range(0, samples, CHUNK):
-            k = min(CHUNK, samples - start)
-            m, s = model.mean_sd(model.pop(x, num_samples=k))
-            means.append(m.double())
-            sds.append(s.double())
-    return torch.cat(means), torch.cat(sds)
 
 
 def score(means: Tensor, sds: Tensor, data: JobData, scales: Sequence[float] = NOISE_SCALES) -> dict[str, Any]:
@@ -160,6 +121,13 @@ def full_metrics(means: Tensor, sds: Tensor, data: JobData, member: int, scale: 
                               shift=float(data.shift[member]), scale=float(data.scale[member]))
 
 
+def scales_of(variant: Variant) -> tuple[float, ...]:
+    """What validation chooses the predictive noise from: for MC dropout its noise sd
+    (:data:`DROPOUT_NOISE_SDS`, standardised units), else a multiplier of the noise as trained
+    (:data:`NOISE_SCALES`)."""
+    return DROPOUT_NOISE_SDS if variant.likelihood == "fixed" else NOISE_SCALES
+
+
 def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Train and score ``job`` (resuming from ``folder/<job>.state.pt``), write
@@ -169,17 +137,24 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     jd = job_data(data, job.splits, job.phase, cfg.seed)
     members, n, d = jd.x_fit.shape
     seed = cfg.seed * 1_000_003 + zlib.crc32(job.name.encode())
-    model = PopulationModel(job.variant, members, d, cfg.hidden_for(job.dataset), cfg, seed)
+    copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    x_fit, y_fit = jd.x_fit.repeat(copies, 1, 1), jd.y_fit.repeat(copies, 1)
+    x_range = (x_fit.amax(1) - x_fit.amin(1)) if copies > 1 else None
+    model = build_regressor(job.variant, job.settings, d, cfg.hidden_for(job.dataset), noise_init=cfg.noise_init,
+                            adversarial_eps=cfg.adversarial_eps, x_range=x_range, seed=seed)
+    nets = members * model.copies
     order = torch.Generator().manual_seed(seed)
     sched = job.schedule
     batch = min(sched.batch_size, n)
     steps = math.ceil(n / batch)
+    scales = scales_of(job.variant)
     record: dict[str, Any] = {"epochs": [], "scores": [], "full": {}}
     epoch, elapsed = 0, 0.0
     if state_path.is_file():
         st = torch.load(state_path, map_location="cpu", weights_only=True)
         model.load(st["model"])
         order.set_state(st["order"])
+        torch.set_rng_state(st["rng"])
         epoch, elapsed, record = int(st["epoch"]), float(st["elapsed"]), st["record"]
         if progress is not None:
             progress(epoch)
@@ -187,31 +162,25 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     eval_gen = torch.Generator()
 
     def save() -> None:
-        atomic_torch_save(state_path, {"model": model.state(), "order": order.get_state(), "epoch": epoch,
-                                       "elapsed": elapsed + time.perf_counter() - start, "record": record})
+        atomic_torch_save(state_path, {"model": model.state(), "order": order.get_state(), "rng": torch.get_rng_state(),
+                                       "epoch": epoch, "elapsed": elapsed + time.perf_counter() - start,
+                                       "record": record})
 
     while epoch < sched.epochs:
-        model.pop.train()
-        with model.engine.sampling():
-            perm = torch.argsort(torch.rand(members, n, generator=order), dim=1)
-            for i in range(steps):
-                idx = perm[:, i * batch:(i + 1) * batch]
-                xb = torch.gather(jd.x_fit, 1, idx.unsqueeze(-1).expand(-1, -1, d))
-                yb = torch.gather(jd.y_fit, 1, idx)
-                # uniform KL weighting: each minibatch carries KL / M, the epoch the whole KL
-                loss = _nll(model, xb, yb) + model_kl(model.pop.bayes) * (idx.shape[1] / n)
-                model.engine.zero_grad()
-                loss.backward()
-                model.engine.step()
+        perm = torch.argsort(torch.rand(nets, n, generator=order), dim=1)
+        for i in range(steps):
+            idx = perm[:, i * batch:(i + 1) * batch]
+            xb = torch.gather(x_fit, 1, idx.unsqueeze(-1).expand(-1, -1, d))
+            yb = torch.gather(y_fit, 1, idx)
+            model.train_step(xb, yb, n)
         epoch += 1
         if progress is not None:
             progress(1)
         if epoch in sched.checkpoints:
-            model.pop.eval()
             eval_gen.manual_seed(cfg.seed * 1_000_003 + epoch)
-            means, sds = _predict(model, jd.x_eval, cfg.samples, eval_gen)
+            means, sds = model.predict(jd.x_eval, cfg.samples, eval_gen)
             record["epochs"].append(epoch)
-            record["scores"].append(score(means, sds, jd))
+            record["scores"].append(score(means, sds, jd, scales))
             for j, split in enumerate(job.splits):
                 for e, c in job.targets.get(split, []):
                     if e == epoch:
@@ -221,8 +190,9 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
         elif time.perf_counter() - last_save > SAVE_SECONDS:
             save()
             last_save = time.perf_counter()
-    result = {"dataset": job.dataset, "variant": job.variant.name, "phase": job.phase.value,
-              "splits": list(job.splits), "batch_size": batch, "noise_scales": list(NOISE_SCALES),
+    result = {"dataset": job.dataset, "variant": job.variant.name, "method": job.variant.method.value,
+              "phase": job.phase.value, "splits": list(job.splits), "members": [list(m) for m in job.members],
+              "grid": [asdict(g) for g in job.variant.grid], "batch_size": batch, "noise_scales": list(scales),
               "seconds": round(elapsed + time.perf_counter() - start, 1), **record}
     atomic_write_json(done, result)
     state_path.unlink(missing_ok=True)

@@ -87,10 +87,12 @@ def _bar(total: int, quiet: bool) -> Any:
     return tqdm(total=total, desc="uci epochs", unit="epoch", file=sys.stderr, dynamic_ncols=True)
 
 
-def _work_estimate(job: Job, n_train: int) -> float:
-    """A job's training work, roughly: its networks x training rows x epochs."""
+def _work_estimate(job: Job, n_train: int, hidden: int) -> float:
+    """A job's work, roughly: its networks x training rows x epochs x hidden units, times 2.5
+    for the local estimator (two products per layer, and its sampled evaluation)."""
     copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
-    return float(len(job.members) * copies * job.schedule.epochs * n_train)
+    local = 2.5 if job.variant.estimator == "local" else 1.0
+    return float(len(job.members) * copies * job.schedule.epochs * n_train * hidden) * local
 
 
 def _matches(result: dict[str, Any] | None, job: Job) -> bool:
@@ -159,7 +161,8 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
             for v in list(vals[d]):
                 ready(d, v)
         rows_of = {d: _data(d, cfg.data_dir).train[0].numel() for d in cfg.datasets}
-        for job in sorted(pending, key=lambda j: _work_estimate(j, rows_of[j.dataset]), reverse=True):  # longest first
+        for job in sorted(pending, key=lambda j: _work_estimate(j, rows_of[j.dataset], cfg.hidden_for(j.dataset)),
+                          reverse=True):  # the longest first
             submit(job)
         while running:
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)

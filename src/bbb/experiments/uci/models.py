@@ -19,6 +19,21 @@ Every model gives its predictive as k components per member, ``predict -> (means
 (k, members, rows) in standardised units: the same Gaussian mixture and the same scores
 (:func:`bbb.uncertainty.gaussian_mixture_log_prob`) for all three. Each member has its own
 learning rate (:class:`MemberAdam`), so one population holds a whole validation grid.
+
+On your own data (one member; inputs and target standardised)::
+
+    from bbb.experiments.uci import MCDropoutRegressor, Setting
+    from bbb.uncertainty import gaussian_mixture_log_prob
+
+    model = MCDropoutRegressor([Setting(1e-3, dropout=0.05)], features=x.shape[1], hidden=50)
+    for epoch in range(100):
+        for idx in torch.randperm(len(y)).split(32):
+            model.train_step(x[idx][None], y[idx][None], n_fit=len(y))
+    means, sds = model.predict(x_test[None], 100, torch.Generator().manual_seed(0))  # (100, 1, R)
+    log_lik = gaussian_mixture_log_prob(y_test, means[:, 0], 0.1 * sds[:, 0])  # noise sd 0.1
+
+(``DeepEnsembleRegressor(settings, features, hidden, eps=0.01, x_range=...)`` and
+``BBBRegressor(variant, settings, features, hidden)`` alike.)
 """
 
 from __future__ import annotations

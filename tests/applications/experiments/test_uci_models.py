@@ -136,3 +136,16 @@ def test_deep_ensemble_networks_adversarial_step_and_mixture():
     assert torch.allclose(model.loss(xb, yb, 40), want, rtol=1e-6)
     plain = M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.0, x_range=x_range, seed=0)
     assert torch.allclose(plain.loss(xb, yb, 40), model._nll(xb, yb))  # noqa: SLF001
+
+
+def test_prediction_memory_is_bounded_by_chunks(monkeypatch):
+    """A prediction holds at most CHUNK_ELEMENTS activations a chunk (protein's local estimator
+    once needed 15 GB at 25 samples a chunk): fewer samples per chunk, the same number in all."""
+    assert M.chunk_size(40, 7317, 100) * 40 * 7317 * 100 <= M.CHUNK_ELEMENTS
+    assert M.chunk_size(1, 10, 5) == M.CHUNK and M.chunk_size(10**4, 10**4, 10**3) == 1
+    monkeypatch.setattr(M, "CHUNK_ELEMENTS", 2 * 3 * 4 * 5)  # 2 samples a chunk
+    for name, grid in (("local", V["local"].grid[:3]), ("mc_dropout", [Setting(1e-3, dropout=0.5)] * 3)):
+        model = M.build_regressor(V[name], grid, 2, 5, seed=0)
+        means, sds = model.predict(torch.randn(3, 4, 2), 7, torch.Generator().manual_seed(0))
+        assert means.shape == sds.shape == (7, 3, 4)
+        assert not torch.equal(means[0], means[1]) and not torch.equal(means[1], means[2])  # drawn per sample

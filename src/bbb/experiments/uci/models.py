@@ -50,10 +50,19 @@ from ...elbo import HeteroscedasticGaussian
 from ...nn import BayesPopulation, PopulationLinear, SampleRecorder, population_linear, sampling
 from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, Setting, Variant
 
-__all__ = ["MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor", "Regressor", "build_regressor"]
+__all__ = ["chunk_size", "MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor", "Regressor",
+           "build_regressor"]
 
-#: samples drawn per chunk when predicting (bounds the memory of k x members x rows)
+#: samples drawn per chunk when predicting, at most; and the most activations (samples x members
+#: x rows x hidden units) one chunk holds, which bounds the memory of a prediction (about 0.4 GB a
+#: tensor; the local estimator keeps several alive)
 CHUNK = 25
+CHUNK_ELEMENTS = 100_000_000
+
+
+def chunk_size(members: int, rows: int, width: int) -> int:
+    """Samples per chunk for ``members`` x ``rows`` inputs through layers of ``width`` units."""
+    return max(1, min(CHUNK, CHUNK_ELEMENTS // max(1, members * rows * width)))
 
 
 class MemberAdam:
@@ -182,9 +191,10 @@ class BBBRegressor(Regressor):
     def predict(self, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """k weight samples' (mean, noise sd) per member and row: (k, members, R), float64."""
         means, sds = [], []
+        step = chunk_size(x.shape[0], x.shape[1], max(self.pop.sizes[1:-1]))
         with sampling(self.pop, "sample"), SampleRecorder(generator):
-            for start in range(0, samples, CHUNK):
-                m, s = self.mean_sd(self.pop(x, num_samples=min(CHUNK, samples - start)))
+            for start in range(0, samples, step):
+                m, s = self.mean_sd(self.pop(x, num_samples=min(step, samples - start)))
                 means.append(m.double())
                 sds.append(s.double())
         return torch.cat(means), torch.cat(sds)
@@ -237,8 +247,9 @@ class MCDropoutRegressor(Regressor):
         (the noise sd is the scale chosen on validation, :data:`DROPOUT_NOISE_SDS`)."""
         members, rows = x.shape[0], x.shape[1]
         means = []
-        for start in range(0, samples, CHUNK):
-            k = min(CHUNK, samples - start)
+        step = chunk_size(members, rows, self.net.l1.out_features)
+        for start in range(0, samples, step):
+            k = min(step, samples - start)
             xs = x.unsqueeze(1).expand(members, k, rows, x.shape[2]).reshape(members, k * rows, -1)
             means.append(self.forward(xs, generator).view(members, k, rows).transpose(0, 1).double())
         out = torch.cat(means)

@@ -127,6 +127,10 @@ def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
         raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
+    if kw["from_weights"]:  # (the ELBO's default KL weighting warns on such a model)
+        for m in new.modules():
+            if isinstance(m, BayesModule):
+                m.from_weights = True
     return new
 
 

@@ -13,6 +13,7 @@ epoch add up to the full-data free energy.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from torch import Tensor
 
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
-from .nn import SampleRecorder, forward_samples, model_kl, warn_not_bayesian
+from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, warn_not_bayesian
 from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
 from .options import StrOption
 
@@ -231,11 +232,14 @@ class ELBO(nn.Module):
             ``"heteroscedastic"`` for a network with 2 outputs that predicts its own noise.
         num_batches: M, minibatches per epoch (for the KL weights).
         kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
-            the default), ``"uniform"`` (1/M) or a callable M -> weights. ``"blundell"``
+            the default, None), ``"uniform"`` (1/M) or a callable M -> weights. ``"blundell"``
             front-loads the KL onto the first minibatches of every epoch (the first carries half
             of it, the last ones almost none), so most steps see little of the prior; for
             regression, and any training of many epochs, use ``"uniform"``: the KL counted once
-            per epoch, 1/M of it on each minibatch.
+            per epoch, 1/M of it on each minibatch. Left at the default on a model that
+            :func:`bbb.bayesianize` made from a network's weights (``from_weights=True``), with
+            M > 1, it warns once: a short fine-tune then barely moves sigma (docs/your_network.md,
+            "Fine-tuning a trained network"); pass it explicitly to choose.
         num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop). The k
             samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
             network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
@@ -292,7 +296,7 @@ class ELBO(nn.Module):
         model: nn.Module,
         likelihood: str | Likelihood = "categorical",
         num_batches: int = 1,
-        kl_weighting: KLWeighting | str | Callable[[int], Tensor] = KLWeighting.BLUNDELL,
+        kl_weighting: KLWeighting | str | Callable[[int], Tensor] | None = None,
         num_samples: int = 1,
         kl: KLMode | str = KLMode.AUTO,
         beta: float = 1.0,
@@ -314,6 +318,15 @@ class ELBO(nn.Module):
         self.likelihood = likelihood_from_name(likelihood)
         self.num_samples = num_samples
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.num_samples)
+        if kl_weighting is None:
+            kl_weighting = KLWeighting.BLUNDELL
+            if num_batches > 1 and any(m.from_weights for m in bayes_modules(model)):
+                warnings.warn("ELBO: the model was made Bayesian from a network's weights (bayesianize, "
+                              "from_weights=True) and kl_weighting is left at its default 'blundell', which puts "
+                              "half of each epoch's KL on its first minibatch and nearly all of it on the first "
+                              "ten, so a short fine-tune from trained weights barely moves sigma: pass "
+                              "kl_weighting='uniform' (docs/your_network.md, 'Fine-tuning a trained network'), or "
+                              "kl_weighting='blundell' to keep the paper's scheme", UserWarning, stacklevel=2)
         self.kl_weighting = kl_weighting
         self.num_batches = num_batches
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()

@@ -61,12 +61,26 @@ def test_fashion_cnn(capsys):
 
 def test_convert_pretrained():
     res = _load("convert_pretrained").main([*_data("mnist"), "--train-size", "512", "--test-size", "128",
-                                            "--epochs", "1", "--bbb-epochs", "1", "--eval-samples", "3"])
+                                            "--epochs", "1", "--bbb-epochs", "1", "--eval-samples", "3",
+                                            "--rho-lr-scale", "3", "10"])
     for part in ("deterministic", "bayesian"):
         assert set(res[part]) == {"error", "nll", "ece", "brier"}
     assert set(res["ood_auroc"]) == {"deterministic_entropy", "bayesian_entropy", "bayesian_mutual_information"}
     assert all(0 <= v <= 1 for v in res["ood_auroc"].values())
     assert res["sigma"]["median_abs_log_change"] > 0  # the fine-tune moved sigma
+    # one fine-tune per scale, the larger step the wider; the one kept follows the stated rule on the
+    # validation rows: the widest no worse than the deterministic network, else the lowest error
+    cands, choice = res["candidates"], res["choice"]
+    assert set(cands) == {"rho_lr_scale=3", "rho_lr_scale=10"}
+    assert cands["rho_lr_scale=10"]["sigma_median"] > cands["rho_lr_scale=3"]["sigma_median"]
+    ok = [c for c in cands.values() if c["val_error"] <= choice["deterministic_val_error"] + 0.0025
+          and c["val_nll"] <= choice["deterministic_val_nll"]]
+    kept = cands[f"rho_lr_scale={choice['rho_lr_scale']:g}"]
+    if ok:
+        assert kept["sigma_median"] == max(c["sigma_median"] for c in ok)
+    else:
+        assert kept["val_error"] == min(c["val_error"] for c in cands.values())
+    assert res["sigma"]["median_after"] == kept["sigma_median"]
 
 
 def test_heteroscedastic_regression():

@@ -198,9 +198,10 @@ def _fine_tune_sigma_change(recipe: bool) -> float:
         net = bbb.bayesianize(det, prior=CenteredPrior(0.1), sigma_init=RelativeSigma(1.0))
         elbo = bbb.ELBO(net, "categorical", num_batches=32, kl_weighting="uniform")
         scale = 10.0
-    else:  # the defaults
+    else:  # the defaults, which say so
         net = bbb.bayesianize(det)
-        elbo = bbb.ELBO(net, "categorical", num_batches=32)
+        with pytest.warns(UserWarning, match="barely moves sigma: pass kl_weighting='uniform'"):
+            elbo = bbb.ELBO(net, "categorical", num_batches=32)
         scale = 1.0
     rhos = [p for n, p in net.named_parameters() if n.endswith("_rho")]
     mus = [p for n, p in net.named_parameters() if not n.endswith("_rho")]
@@ -219,6 +220,36 @@ def _fine_tune_sigma_change(recipe: bool) -> float:
 def test_the_fine_tuning_recipe_moves_sigma_where_the_defaults_do_not():
     assert _fine_tune_sigma_change(recipe=False) < 0.02
     assert _fine_tune_sigma_change(recipe=True) > 0.08  # (Adam's steps on rho add up to 0.32 at most)
+
+
+def test_the_default_kl_weighting_warns_once_on_a_model_converted_from_weights():
+    net = bbb.bayesianize(trained())  # from_weights=True, the default: the means at its weights
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        elbo = bbb.ELBO(net, "categorical", num_batches=10)
+    said = [str(w.message) for w in rec]
+    assert len(said) == 1 and "from_weights=True" in said[0] and "kl_weighting='uniform'" in said[0], said
+    assert "docs/your_network.md" in said[0] and "\n" not in said[0]
+    assert elbo.kl_weighting == "blundell" and elbo.kl_weight(0) == pytest.approx(0.5 / (1 - 2.0 ** -10))
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(3):  # once per ELBO, at its construction: nothing in forward
+            elbo(x, y, batch_index=i).loss.backward()
+        bbb.ELBO(net, num_batches=10, kl_weighting="blundell")  # chosen: no warning
+        bbb.ELBO(net, num_batches=10, kl_weighting="uniform")
+        bbb.ELBO(net, num_batches=1)  # one minibatch: the two weightings are the same
+        bbb.ELBO(bbb.bayesianize(trained(), from_weights=False), num_batches=10)  # fresh means
+        bbb.ELBO(nn.Sequential(nn.Flatten(), BayesLinear(36, 2)), num_batches=10)  # built Bayesian
+        bbb.ELBO(bbb.nn.BayesMLP(4, [8], 2), num_batches=10)
+    # the marker is a plain attribute: not in the state_dict, kept by deepcopy
+    fresh = bbb.bayesianize(trained(), from_weights=False)
+    assert not any(m.from_weights for m in bayes_modules(fresh))
+    fresh.load_state_dict(net.state_dict())  # (strict: the same keys)
+    copied = copy.deepcopy(net)
+    assert all(m.from_weights for m in bayes_modules(copied)) and len(list(bayes_modules(copied))) == 3
+    with pytest.warns(UserWarning, match="from_weights=True"):
+        bbb.ELBO(copied, num_batches=10)
 
 
 def test_the_centred_kl_is_a_function_of_parameters_and_buffers():

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(bbb.layer_summary(model))
 
     # 3. the ELBO on Hugging Face batches; rho's larger step lets sigma move in a short fine-tune
-    elbo = bbb.ELBO(model, "categorical", num_batches=len(train), num_samples=2)
+    elbo = bbb.ELBO(model, "categorical", num_batches=len(train), num_samples=2,
+                    kl_weighting="uniform")  # the KL spread evenly: a fine-tune (docs/your_network.md)
     engine = bbb.Engine(elbo, "adam", lr=args.lr, rho_lr_scale=args.rho_lr_scale, seed=args.seed)
     model.train()
     for _ in range(args.bbb_epochs):

@@ -15,8 +15,8 @@ from __future__ import annotations
 from .command import EXAMPLE, add_arguments, main
 from .models import BBBRegressor, DeepEnsembleRegressor, MCDropoutRegressor, MemberAdam, build_regressor
 from .runner import run_uci
-from .settings import VARIANTS, Setting, UCIConfig, UCIMethod
+from .settings import VARIANTS, Setting, UCIConfig
 
-__all__ = ["EXAMPLE", "add_arguments", "main", "run_uci", "UCIConfig", "UCIMethod", "VARIANTS", "Setting",
+__all__ = ["EXAMPLE", "add_arguments", "main", "run_uci", "UCIConfig", "VARIANTS", "Setting",
            "BBBRegressor",
            "MCDropoutRegressor", "DeepEnsembleRegressor", "MemberAdam", "build_regressor"]

@@ -275,6 +275,8 @@ def test_the_tables_show_a_command_a_user_can_run_from_a_clone(tmp_path):
                                        "--datasets yacht", ["$OUT", "$BBB_DATA"])
     assert R.portable_command("bbb reproduce uci --out results/uci") == ("bbb reproduce uci --out results/uci", [])
     assert R.portable_command("bbb reproduce uci --data-dir ../data")[1] == ["$BBB_DATA"]
+    portable = R.portable_command(cmd)[0]
+    assert R.portable_command(portable)[0] == portable  # a command already portable stays as it is
     R.write_tables(tmp_path, [], [], [], {"command": cmd})
     line = (tmp_path / "table.md").read_text().splitlines()[2]
     assert "/srv" not in line and "/home" not in line and "`$OUT`: the output folder" in line

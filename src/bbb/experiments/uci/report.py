@@ -59,7 +59,8 @@ def portable_command(command: str) -> tuple[str, list[str]]:
             ph = PLACEHOLDERS.get(args[i - 1], "DIR")
             out.append(ph)
         else:
-            out.append(shlex.quote(a))
+            portable = (*PLACEHOLDERS.values(), "DIR")
+            out.append(a if a in portable or (eq and value in portable) else shlex.quote(a))  # already portable
             continue
         if ph.startswith("$") and ph not in used:
             used.append(ph)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from bbb.errors import UserError
 from bbb.experiments.uci import models as M
 from bbb.experiments.uci.settings import VARIANTS, Setting
 from bbb.experiments.uci.train import JobData, score
@@ -134,6 +136,8 @@ def test_deep_ensemble_networks_adversarial_step_and_mixture():
     (g,) = torch.autograd.grad(model._nll(xg, yb), xg)  # noqa: SLF001 - the method's own NLL
     want = model._nll(xb, yb) + model._nll(xb + 0.01 * x_range.unsqueeze(1) * g.sign(), yb)  # noqa: SLF001
     assert torch.allclose(model.loss(xb, yb, 40), want, rtol=1e-6)
+    with pytest.raises(UserError, match="x_range"):  # never an adversarial step silently skipped
+        M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.01, x_range=None)
     plain = M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.0, x_range=x_range, seed=0)
     assert torch.allclose(plain.loss(xb, yb, 40), model._nll(xb, yb))  # noqa: SLF001
 

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from ...distributions import GaussianPrior, inverse_softplus, normal_log_prob, softplus
 from ...elbo import HeteroscedasticGaussian
+from ...errors import UserError
 from ...nn import BayesPopulation, PopulationLinear, SampleRecorder, population_linear, sampling
 from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, Setting, Variant
 
@@ -264,6 +265,9 @@ class DeepEnsembleRegressor(Regressor):
 
     def __init__(self, settings: Sequence[Setting], features: int, hidden: int, eps: float,
                  x_range: Tensor | None = None) -> None:
+        if eps > 0 and x_range is None:
+            raise UserError("DeepEnsembleRegressor: adversarial training (eps > 0) needs x_range, each network's "
+                            "input ranges (members * copies, features); or pass eps=0")
         members = len(settings)
         self.net = _MLP(members * self.copies, features, hidden, 2)
         self.lik = HeteroscedasticGaussian()
@@ -283,8 +287,9 @@ class DeepEnsembleRegressor(Regressor):
 
     def loss(self, xb: Tensor, yb: Tensor, n_fit: int) -> Tensor:
         """Every network's Gaussian NLL, plus that of its adversarial inputs when eps > 0."""
-        if self.step_size is None or self.eps == 0.0:
+        if self.eps == 0.0:
             return self._nll(xb, yb)
+        assert self.step_size is not None
         xg = xb.detach().requires_grad_(True)
         nll = self._nll(xg, yb)
         (g,) = torch.autograd.grad(nll, xg, retain_graph=True)

@@ -195,8 +195,10 @@ def add_prune_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb demo``."""
-    p.description = ("Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about 5 "
-                     "minutes on 2 cores), then evaluate and prune it: prints the test error and "
+    from .timings import DEMO_MINUTES
+
+    p.description = ("Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about "
+                     f"{DEMO_MINUTES} minutes on 2 cores), then evaluate and prune it: prints the test error and "
                      "the pruning table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
                      "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.")
     p.epilog = "Example:\n  bbb demo --out runs/demo --epochs 10"

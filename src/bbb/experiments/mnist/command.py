@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads, shared_help
+from ...cli.timings import QUICK_BUDGET_MINUTES
 from ...errors import UserError
 from .experiment import run_reproduce
 from .plan import CANDIDATES_HELP, CELLS_HELP, ReproduceConfig
@@ -50,9 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tables of the cells finished so far, the others marked as missing. Budgets: "
         + "; ".join(f"{b}: {s.description}" for b, s in BUDGETS.items()) + ".")
     parser.add_argument("--budget", choices=[b.value for b in Budget], default=Budget.SMOKE.value,
-                        help="smoke (seconds, a pipeline test), quick (~35 min on 2 CPU cores) or "
-                             "paper (plain SGD, 600 epochs, 1-5 candidates per cell chosen on "
-                             "validation) (default: smoke)")
+                        help=f"smoke (seconds, a pipeline test), quick (about {QUICK_BUDGET_MINUTES} minutes on "
+                             f"2 CPU cores) or paper (plain SGD, 600 epochs, {BUDGETS['paper'].candidates_per_cell()} "
+                             "candidates per cell chosen on validation) (default: smoke)")
     add_out(parser, "output folder; rerunning with the same folder resumes",
             default=DEFAULT_OUT)
     parser.add_argument("--cells", default=None, metavar="CELLS",

@@ -141,6 +141,21 @@ class BudgetSpec:
         """The candidates of ``method`` the screen removed at width ``hidden`` (label -> why)."""
         return dict(self.screened.get(method, {})) if hidden in self.screened_widths else {}
 
+    def cell_candidates(self, method: str, hidden: int) -> list[Candidate]:
+        """The candidates of one cell: ``candidates[(method, hidden)]``, else ``[method]``, less
+        those the screen removed at this width (:meth:`screened_at`), in order."""
+        cands = self.candidates.get((method, hidden))
+        if cands is None:
+            cands = self.candidates[method]
+        drop = self.screened_at(method, hidden)
+        return [c for c in cands if c.label not in drop]
+
+    def candidates_per_cell(self) -> str:
+        """How many candidates a cell has, over the 12 cells: ``"1"`` or a range, ``"1-6"``. The
+        budget's description says it as ``{candidates_per_cell}`` (``--help``, table1.md)."""
+        counts = [len(self.cell_candidates(m, w)) for m in METHODS for w in WIDTHS]
+        return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+
 
 #: The paper's learning-rate grid. The paper's updates (eqs. 5-6) are steps on the summed
 #: minibatch free energy; our loss is that sum divided by the minibatch size (128), so the same
@@ -256,8 +271,10 @@ class _Reader:
             extra["screened"] = {m: {label: f"{why} ({rule})" for label, why in d.items()} for m, d in dropped.items()}
             extra["screened_widths"] = tuple(int(w) for w in s["widths"])
             self.screen_pp = float(s["pp"])
-        return BudgetSpec(description=str(b["description"]), epochs=self.epochs(f"{where}.epochs", b["epochs"]),
+        spec = BudgetSpec(description=str(b["description"]), epochs=self.epochs(f"{where}.epochs", b["epochs"]),
                           candidates=cands, **extra)
+        return dataclasses.replace(spec, description=spec.description.replace(
+            "{candidates_per_cell}", spec.candidates_per_cell()))
 
 
 def load_recipes(text: str | None = None) -> dict[str, Any]:
@@ -322,11 +339,7 @@ SCREENED_WIDTHS: tuple[int, ...] = BUDGETS[Budget.PAPER.value].screened_widths
 def cell_candidates(spec: BudgetSpec, method: str, hidden: int) -> list[Candidate]:
     """The candidates of one cell: ``spec.candidates[(method, hidden)]``, else ``[method]``, less
     those the budget's screen removed at this width (:meth:`BudgetSpec.screened_at`), in order."""
-    cands = spec.candidates.get((method, hidden))
-    if cands is None:
-        cands = spec.candidates[method]
-    drop = spec.screened_at(method, hidden)
-    return [c for c in cands if c.label not in drop]
+    return spec.cell_candidates(method, hidden)
 
 
 #: seconds of one ``bbb reproduce mnist`` call beyond its runs: data, pruning, figures (the cost

@@ -110,6 +110,9 @@ def test_the_python_blocks_of_a_page_run_as_written(path: Path, tmp_path, monkey
         except Exception as e:
             raise AssertionError(f"{_rel(path)}, the block at line {_line_of(path, block)} fails as written: "
                                  f"{type(e).__name__}: {e}") from e
+    if path.name == "README.md":  # what its example says it shows: the spread grows away from the data
+        sd = namespace["pred"].std(0)
+        assert bool((sd[1:] > sd[:-1]).all()), f"README.md's example: the predictive sd {sd.tolist()} does not grow"
 
 
 @pytest.mark.parametrize(("path", "line", "reason"), SKIPPED, ids=[f"{_rel(p)}:{n}" for p, n, _ in SKIPPED])

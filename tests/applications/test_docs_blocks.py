@@ -87,6 +87,8 @@ TOLERATED_WARNINGS = [r"ELBO: the model was made Bayesian from a network's weigh
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=_rel)
 def test_the_python_blocks_of_a_page_run_as_written(path: Path, tmp_path, monkeypatch):
+    import torch
+
     import bbb.engine.engine
 
     monkeypatch.chdir(tmp_path)
@@ -98,7 +100,7 @@ def test_the_python_blocks_of_a_page_run_as_written(path: Path, tmp_path, monkey
         if skip_reason(block) is not None:
             continue
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), torch.random.fork_rng():  # the blocks seed torch: not the suite's
                 warnings.simplefilter("error")  # a block a reader copies prints no warning
                 for message in TOLERATED_WARNINGS:
                     warnings.filterwarnings("ignore", message=message)

@@ -162,3 +162,13 @@ def test_prediction_memory_is_bounded_by_chunks(monkeypatch):
         assert means.shape == sds.shape == (7, 3, 4)
         assert not torch.equal(means[0], means[1]) and not torch.equal(means[1], means[2])  # drawn per sample
         assert torch.equal(means, whole[0]) and torch.equal(sds, whole[1])  # a sample's noise is its own
+
+
+def test_bbbs_grid_reaches_below_the_third_runs_edge():
+    """The third run chose beta = 0.3, its grid's smallest, on 119 of 165 splits: the grid now
+    crosses both learning rates with beta down to 0.03, still 8 points (results/uci/README.md)."""
+    from bbb.experiments.uci.settings import BBB_GRID
+
+    assert len(BBB_GRID) == 8 == len(set(BBB_GRID))
+    assert {(s.lr, s.beta) for s in BBB_GRID} == {(lr, b) for lr in (1e-3, 3e-3) for b in (0.03, 0.1, 0.3, 1.0)}
+    assert {s.prior_sigma for s in BBB_GRID} == {1.0} and V["heteroscedastic"].grid == V["local"].grid == BBB_GRID

@@ -143,3 +143,18 @@ def test_a_split_row_is_the_same_alone_beside_others_on_two_workers_and_resumed(
             f"scenario(Path({str(data_root)!r}), Path({str(tmp_path)!r}))")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_state_saved_by_the_old_code_is_refused_not_continued(data_root, tmp_path):
+    """A job's state from before per-network streams would continue other random numbers: a
+    one-line error that says to delete it."""
+    from bbb.errors import UserError
+    from bbb.io import atomic_torch_save
+
+    d = load_uci("yacht", data_root, dtype=torch.float64)
+    job = TR.Job("yacht", VARIANTS[2], Phase.VALIDATION, ((0, 0),), schedule_for(54, "smoke"))
+    atomic_torch_save(tmp_path / f"{job.name}.state.pt", {"model": {}, "epoch": 1, "elapsed": 0.0, "record": {},
+                                                          "order": torch.Generator().get_state()})
+    with pytest.raises(UserError, match="older bbb.*delete it") as err:
+        TR.run_job(job, d, smoke_cfg(data_root, tmp_path / "o"), tmp_path)
+    assert "\n" not in str(err.value)

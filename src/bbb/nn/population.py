@@ -38,6 +38,7 @@ from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .model import BayesMLP
+from .samples import PROVIDER
 
 __all__ = ["OneHot", "one_hot_is_dense", "population_linear", "PopulationBayesLinear", "PopulationLinear",
            "BayesPopulation"]
@@ -135,10 +136,13 @@ def _samples_of(x: Tensor | OneHot) -> int | None:
 
 
 def _repeat(x: Tensor | OneHot, k: int) -> Tensor | OneHot:
-    """(M, R, ...) -> (k * M, R, ...): the same rows for each of k samples."""
+    """(M, R, ...) -> (k * M, R, ...): the same rows for each of k samples, in memory: for one
+    member a broadcast view would take :func:`bbb.functional.linear`'s shared-input product,
+    whose rounding differs from the batched one, and a member's outputs would depend on how many
+    members stand beside it."""
     if isinstance(x, OneHot):
         return x.repeat(k).flatten_samples()
-    return x.unsqueeze(0).expand(k, *x.shape).reshape(-1, *x.shape[1:])
+    return x.unsqueeze(0).expand(k, *x.shape).reshape(-1, *x.shape[1:]).contiguous()
 
 
 def _check_members(x: Tensor | OneHot, members: int, what: str) -> None:
@@ -171,7 +175,8 @@ class PopulationBayesLinear(BayesModule):
     dimension (k, members, R, ...) -> (k, members, R, out), k draws per member. With
     ``estimator="local"`` the pre-activations are drawn instead (as :class:`~bbb.nn.BayesLinear`'s
     local reparameterisation: N(x mu + b_mu, x^2 sigma^2 + b_sigma^2), fresh noise per row and
-    sample); dense inputs only.
+    sample; a :class:`~bbb.nn.SampleProvider` may supply that noise, ``preactivation_noise``);
+    dense inputs only.
     """
 
     _param_names = ("weight", "bias")
@@ -234,7 +239,10 @@ class PopulationBayesLinear(BayesModule):
         ws, bs = softplus(self.rho("weight")), softplus(self.rho("bias"))
         mean = population_linear(xm, self.mu("weight"), self.mu("bias"))
         var = population_linear(xm * xm, ws * ws, bs * bs)
-        noise = torch.randn(mean.shape, generator=self._generator(), device=mean.device, dtype=mean.dtype)
+        provider = PROVIDER.get()
+        noise = None if provider is None else provider.preactivation_noise(self, tuple(mean.shape))
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=self._generator(), device=mean.device, dtype=mean.dtype)
         y = torch.addcmul(mean, torch.sqrt(var + BF.LRT_EPS), noise)
         if k is None:
             return y

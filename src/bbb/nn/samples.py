@@ -143,6 +143,11 @@ class SampleProvider:
         parameter ``name`` draws beyond the likelihood's (``kl_samples``), or None (fresh draws)."""
         return None
 
+    def preactivation_noise(self, module: nn.Module, shape: tuple[int, ...]) -> Tensor | None:
+        """The standard normal noise (of ``shape``) of a population layer's local
+        reparameterisation, one number per pre-activation, or None (the layer draws)."""
+        return None
+
     def linear(self, module: nn.Module, x: Tensor) -> Tensor | None:
         """The whole reparameterised forward of ``module`` (a :class:`~bbb.nn.BayesLinear`) on ``x``,
         or None (the layer draws)."""

@@ -192,6 +192,8 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
     assert all(math.isfinite(float(rows[0][c])) for c in R.TABLE_COLUMNS[2:])
     for name in ("splits.csv", "variants.csv", "table.md", "table.png", "run.json"):
         assert (out / name).is_file(), name
+    meta = json.loads((out / "run.json").read_text())  # what the rows' last digits depend on
+    assert meta["torch"] == torch.__version__ and meta["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     split_rows = read_csv(out / "splits.csv")
     assert len(split_rows) == 3 * N_SPLITS and all(0 <= float(r["coverage_95"]) <= 1 for r in split_rows)
     assert sorted({r["method"] for r in split_rows}) == ["bbb", "deep_ensemble", "mc_dropout"]

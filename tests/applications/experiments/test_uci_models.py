@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from bbb.errors import UserError
 from bbb.experiments.uci import models as M
 from bbb.experiments.uci.settings import VARIANTS, Setting
+from bbb.experiments.uci.streams import MemberStreams, eval_stream
 from bbb.experiments.uci.train import JobData, score
 
 V = {v.name: v for v in VARIANTS}
@@ -53,7 +54,7 @@ def test_member_adam_is_adam_per_member_with_its_own_rate():
 
 def test_bbb_kl_and_free_energy_per_member():
     grid = [Setting(1e-3, prior_sigma=0.5, beta=0.3), Setting(1e-3, prior_sigma=1.0, beta=1.0)]
-    model = M.build_regressor(V["heteroscedastic"], grid, 3, 5, seed=1)
+    model = M.build_regressor(V["heteroscedastic"], grid, 3, 5)
     assert isinstance(model, M.BBBRegressor)
     kl = model.kl()
     for j, s in enumerate((0.5, 1.0)):
@@ -76,20 +77,22 @@ def test_bbb_kl_and_free_energy_per_member():
 
 def test_mc_dropout_masks_predictive_and_score_in_float64():
     grid = [Setting(1e-3, dropout=0.1), Setting(1e-3, dropout=0.5)]
-    model = M.build_regressor(V["mc_dropout"], grid, 3, 6, seed=0)
+    streams = MemberStreams([11, 12])
+    model = M.build_regressor(V["mc_dropout"], grid, 3, 6, streams=streams)
     assert isinstance(model, M.MCDropoutRegressor)
     x = torch.randn(2, 5, 3)
     k = 7
-    means, sds = model.predict(x, k, torch.Generator().manual_seed(4))
+    means, sds = model.predict(x, k, streams, eval_stream(4))
     assert means.shape == (k, 2, 5) and torch.all(sds == 1)
-    g = torch.Generator().manual_seed(4)  # the same masks, drawn in the same order
+    # the masks: sample i's uniforms are row i of the stream, inputs' masks then the hidden units'
+    u = streams.uniform(eval_stream(4), 0, k, model.noise_width(5)).values
     xs = x.unsqueeze(1).expand(2, k, 5, 3).reshape(2, k * 5, 3)
     keep = torch.tensor([0.9, 0.5]).view(2, 1, 1)
-    m1 = (torch.rand(xs.shape, generator=g) < keep).double()
+    m1 = (u[:, :, :15].reshape(2, k * 5, 3) < keep).double()
     w1, b1, w2, b2 = (t.detach().double() for t in (model.net.l1.weight, model.net.l1.bias,
                                                       model.net.l2.weight, model.net.l2.bias))
     h = torch.relu(torch.einsum("mri,mio->mro", xs.double() * m1 / keep, w1) + b1[:, None])
-    m2 = (torch.rand(h.shape, generator=g) < keep).double()
+    m2 = (u[:, :, 15:].reshape(2, k * 5, 6) < keep).double()
     out = (torch.einsum("mri,mio->mro", h * m2 / keep, w2) + b2[:, None])[..., 0]
     direct = out.view(2, k, 5).transpose(0, 1)
     assert torch.allclose(means, direct, atol=1e-5)
@@ -112,11 +115,11 @@ def test_mc_dropout_masks_predictive_and_score_in_float64():
 def test_deep_ensemble_networks_adversarial_step_and_mixture():
     grid = [Setting(1e-3), Setting(3e-3)]
     x_range = torch.rand(2 * M.ENSEMBLE_SIZE, 3) + 1
-    model = M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.01, x_range=x_range, seed=0)
+    model = M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.01, x_range=x_range)
     assert isinstance(model, M.DeepEnsembleRegressor) and model.copies == 5
     assert torch.equal(model.opt.lr, torch.tensor([1e-3, 3e-3] * 5))  # network e*2+m has member m's rate
     x = torch.randn(2, 6, 3)
-    means, sds = model.predict(x, 100, torch.Generator())
+    means, sds = model.predict(x, 100)
     assert means.shape == sds.shape == (5, 2, 6)
     w1, b1, w2, b2 = (t.detach().double() for t in (model.net.l1.weight, model.net.l1.bias,
                                                       model.net.l2.weight, model.net.l2.bias))
@@ -138,7 +141,7 @@ def test_deep_ensemble_networks_adversarial_step_and_mixture():
     assert torch.allclose(model.loss(xb, yb, 40), want, rtol=1e-6)
     with pytest.raises(UserError, match="x_range"):  # never an adversarial step silently skipped
         M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.01, x_range=None)
-    plain = M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.0, x_range=x_range, seed=0)
+    plain = M.build_regressor(V["deep_ensemble"], grid, 3, 4, adversarial_eps=0.0, x_range=x_range)
     assert torch.allclose(plain.loss(xb, yb, 40), model._nll(xb, yb))  # noqa: SLF001
 
 
@@ -147,9 +150,25 @@ def test_prediction_memory_is_bounded_by_chunks(monkeypatch):
     once needed 15 GB at 25 samples a chunk): fewer samples per chunk, the same number in all."""
     assert M.chunk_size(40, 7317, 100) * 40 * 7317 * 100 <= M.CHUNK_ELEMENTS
     assert M.chunk_size(1, 10, 5) == M.CHUNK and M.chunk_size(10**4, 10**4, 10**3) == 1
-    monkeypatch.setattr(M, "CHUNK_ELEMENTS", 2 * 3 * 4 * 5)  # 2 samples a chunk
-    for name, grid in (("local", V["local"].grid[:3]), ("mc_dropout", [Setting(1e-3, dropout=0.5)] * 3)):
-        model = M.build_regressor(V[name], grid, 2, 5, seed=0)
-        means, sds = model.predict(torch.randn(3, 4, 2), 7, torch.Generator().manual_seed(0))
+    x = torch.randn(3, 4, 2)
+    for name, grid in (("local", V["local"].grid[:3]), ("heteroscedastic", V["heteroscedastic"].grid[:3]),
+                       ("mc_dropout", [Setting(1e-3, dropout=0.5)] * 3)):
+        streams = MemberStreams([1, 2, 3])
+        model = M.build_regressor(V[name], grid, 2, 5, streams=streams)
+        whole = model.predict(x, 7, streams, 5)  # one chunk
+        with monkeypatch.context() as mp:
+            mp.setattr(M, "CHUNK_ELEMENTS", 2 * 3 * 4 * 5)  # 2 samples a chunk
+            means, sds = model.predict(x, 7, streams, 5)
         assert means.shape == sds.shape == (7, 3, 4)
         assert not torch.equal(means[0], means[1]) and not torch.equal(means[1], means[2])  # drawn per sample
+        assert torch.equal(means, whole[0]) and torch.equal(sds, whole[1])  # a sample's noise is its own
+
+
+def test_bbbs_grid_reaches_below_the_third_runs_edge():
+    """The third run chose beta = 0.3, its grid's smallest, on 119 of 165 splits: the grid now
+    crosses both learning rates with beta down to 0.03, still 8 points (results/uci/README.md)."""
+    from bbb.experiments.uci.settings import BBB_GRID
+
+    assert len(BBB_GRID) == 8 == len(set(BBB_GRID))
+    assert {(s.lr, s.beta) for s in BBB_GRID} == {(lr, b) for lr in (1e-3, 3e-3) for b in (0.03, 0.1, 0.3, 1.0)}
+    assert {s.prior_sigma for s in BBB_GRID} == {1.0} and V["heteroscedastic"].grid == V["local"].grid == BBB_GRID

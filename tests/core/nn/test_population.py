@@ -149,3 +149,40 @@ def test_the_layers_alone_take_one_or_k_draws_per_member():
     assert y.shape == (2, 3, 7, 4) and not torch.allclose(y[0], y[1])
     det = PopulationLinear(3, 10, 4)
     torch.testing.assert_close(det(x.expand(2, *x.shape))[1], det(x))
+
+
+def test_a_sample_provider_supplies_the_local_estimators_noise():
+    """``SampleProvider.preactivation_noise``: the local estimator's pre-activations are
+    mean + sd * the provider's noise (here zeros: the mean; then ones)."""
+    from bbb.nn import PopulationBayesLinear, SampleProvider, providing_samples
+
+    class Given(SampleProvider):
+        def __init__(self, value: float) -> None:
+            self.value, self.shapes = value, []
+
+        def preactivation_noise(self, module, shape):
+            self.shapes.append(shape)
+            return torch.full(shape, self.value)
+
+    layer = PopulationBayesLinear(3, 10, 4, prior=GaussianPrior(1.0), rho_init=-2.0, estimator="local")
+    x = _rows(3)
+    mean = population_linear(x, layer.weight_mu, layer.bias_mu)
+    with providing_samples(zero := Given(0.0)):
+        torch.testing.assert_close(layer(x), mean)
+    assert zero.shapes == [(3, 7, 4)]
+    sd = torch.sqrt(population_linear(x * x, torch.nn.functional.softplus(layer.weight_rho) ** 2,
+                                      torch.nn.functional.softplus(layer.bias_rho) ** 2) + 1e-16)
+    with providing_samples(Given(1.0)):
+        torch.testing.assert_close(layer(x), mean + sd, rtol=1e-4, atol=1e-5)
+
+
+def test_one_member_predicts_as_it_does_beside_others():
+    """k samples of a population of one go through the same batched product as of several (a
+    broadcast input would take another kernel and round differently): every digit the same."""
+    g = torch.Generator().manual_seed(3)
+    three = BayesPopulation(50, [2], 1, bayesian=3, prior=GaussianPrior(1.0))
+    one = BayesPopulation(50, [2], 1, bayesian=1, prior=GaussianPrior(1.0))
+    one.load_member(0, three.member(2))
+    x = torch.randn(3, 30, 50, generator=g)
+    with sampling(three, "mean"), sampling(one, "mean"):
+        assert torch.equal(one(x[2:], num_samples=4)[:, 0], three(x, num_samples=4)[:, 2])

@@ -20,20 +20,27 @@ Every model gives its predictive as k components per member, ``predict -> (means
 (:func:`bbb.uncertainty.gaussian_mixture_log_prob`) for all three. Each member has its own
 learning rate (:class:`MemberAdam`), so one population holds a whole validation grid.
 
+Every random number of a network is its own (:mod:`~bbb.experiments.uci.streams`): its
+initialisation from its key, the noise of a training step from ``draw(streams, TRAIN, step, 1,
+batch)`` (weight or pre-activation noise, dropout masks), the predictive's samples from
+``predict(..., streams, stream)``; so a member trains and scores exactly as it would alone.
+
 On your own data (one member; inputs and target standardised)::
 
     from bbb.experiments.uci import MCDropoutRegressor, Setting
+    from bbb.experiments.uci.streams import TRAIN, MemberStreams, eval_stream
     from bbb.uncertainty import gaussian_mixture_log_prob
 
-    model = MCDropoutRegressor([Setting(1e-3, dropout=0.05)], features=x.shape[1], hidden=50)
-    for epoch in range(100):
-        for idx in torch.randperm(len(y)).split(32):
-            model.train_step(x[idx][None], y[idx][None], n_fit=len(y))
-    means, sds = model.predict(x_test[None], 100, torch.Generator().manual_seed(0))  # (100, 1, R)
+    streams = MemberStreams([0])  # one network, key 0
+    model = MCDropoutRegressor([Setting(1e-3, dropout=0.05)], features=x.shape[1], hidden=50, streams=streams)
+    for step, idx in enumerate(i for _ in range(100) for i in torch.randperm(len(y)).split(32)):
+        model.train_step(x[idx][None], y[idx][None], len(y), model.draw(streams, TRAIN, step, 1, 32))
+    means, sds = model.predict(x_test[None], 100, streams, eval_stream(0))  # (100, 1, R)
     log_lik = gaussian_mixture_log_prob(y_test, means[:, 0], 0.1 * sds[:, 0])  # noise sd 0.1
 
 (``DeepEnsembleRegressor(settings, features, hidden, eps=0.01, x_range=...)`` and
-``BBBRegressor(variant, settings, features, hidden)`` alike.)
+``BBBRegressor(variant, settings, features, hidden)`` alike; without ``streams`` a model is
+initialised from keys 0, 1, ... and trains on torch's global random numbers.)
 """
 
 from __future__ import annotations
@@ -48,8 +55,17 @@ from torch import Tensor
 from ...distributions import GaussianPrior, inverse_softplus, normal_log_prob, softplus
 from ...elbo import HeteroscedasticGaussian
 from ...errors import UserError
-from ...nn import BayesPopulation, PopulationLinear, SampleRecorder, population_linear, sampling
+from ...nn import (
+    BayesModule,
+    BayesPopulation,
+    PopulationLinear,
+    SampleProvider,
+    population_linear,
+    providing_samples,
+    sampling,
+)
 from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, Setting, Variant
+from .streams import Draw, MemberStreams
 
 __all__ = ["chunk_size", "MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor", "Regressor",
            "build_regressor"]
@@ -110,26 +126,84 @@ def _column(settings: Sequence[Setting], field: str) -> Tensor:
     return torch.tensor([float(getattr(s, field)) for s in settings])
 
 
+def _streams(streams: MemberStreams | None, nets: int) -> MemberStreams:
+    if streams is None:
+        return MemberStreams(range(nets))
+    if len(streams) != nets:
+        raise UserError(f"the population has {nets} networks but streams has {len(streams)} keys")
+    return streams
+
+
+class _GivenNoise(SampleProvider):
+    """Hands a population's Bayesian layers their noise from a :class:`Draw` (rows: 1 for a
+    training step, k for k predictive samples): weight noise layer by layer, weight before bias,
+    or the local estimator's pre-activation noise."""
+
+    def __init__(self, noise: Draw) -> None:
+        self.noise = noise
+
+    def draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
+        assert isinstance(module, BayesModule)
+        mu, rho = module.mu(name), module.rho(name)
+        if (k or 1) != self.noise.rows:
+            raise ValueError(f"a draw of {self.noise.rows} rows was asked for {k} samples")
+        got = self.noise.take(mu[0].numel())  # (members, rows, per member)
+        eps = got[:, 0].reshape(mu.shape) if k is None else got.transpose(0, 1).reshape(k, *mu.shape)
+        return mu, eps, torch.addcmul(mu, softplus(rho), eps)
+
+    def preactivation_noise(self, module: nn.Module, shape: tuple[int, ...]) -> Tensor:
+        return self.noise.like(shape)
+
+
 class Regressor:
     """What the training loop needs of a method: ``copies`` networks per member (a deep
     ensemble's size), ``loss`` summed over members (each member's own, so gradients never mix),
-    ``step``, ``predict`` and a state to resume from."""
+    ``step``, ``predict`` and a state to resume from; ``noise`` the kind of random numbers a
+    forward pass takes (``"normal"``, ``"uniform"`` or None) and :meth:`noise_width` how many."""
 
     copies = 1
+    noise: str | None = None
     params: Sequence[Tensor]
     opt: MemberAdam
 
-    def loss(self, xb: Tensor, yb: Tensor, n_fit: int) -> Tensor:  # pragma: no cover - abstract
+    def noise_width(self, rows: int) -> int:
+        """Random numbers per network that one forward pass over ``rows`` inputs takes."""
+        return 0
+
+    def draw(self, streams: MemberStreams, stream: int, first: int, rows: int, inputs: int) -> Draw | None:
+        """Each network's random numbers for ``rows`` forward passes (rows first, first + 1, ...
+        of ``stream``) over ``inputs`` inputs each, or None for a model that takes none."""
+        width = self.noise_width(inputs)
+        if self.noise is None or width == 0:
+            return None
+        if self.noise == "normal":
+            return streams.normal(stream, first, rows, width)
+        return streams.uniform(stream, first, rows, width)
+
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:  # pragma: no cover
         raise NotImplementedError
 
-    def train_step(self, xb: Tensor, yb: Tensor, n_fit: int) -> None:
-        """One Adam step of every member on its minibatch (members, B, D) / (members, B)."""
+    def train_step(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> None:
+        """One Adam step of every member on its minibatch (members, B, D) / (members, B), with
+        the step's random numbers ``noise`` (:meth:`draw`; None: torch's global generator)."""
         self.opt.zero_grad()
-        self.loss(xb, yb, n_fit).backward()
+        self.loss(xb, yb, n_fit, noise).backward()
         self.opt.step()
 
-    def predict(self, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
         raise NotImplementedError  # pragma: no cover - abstract
+
+    def _chunks(self, x: Tensor, samples: int, width: int, streams: MemberStreams | None,
+                stream: int) -> list[tuple[int, Draw | None]]:
+        """The predictive's chunks of samples: (samples in the chunk, their random numbers: rows
+        start .. start + k - 1 of ``stream``, so a sample's numbers never depend on the chunking)."""
+        step = chunk_size(x.shape[0], x.shape[1], width)
+        out = []
+        for start in range(0, samples, step):
+            k = min(step, samples - start)
+            out.append((k, None if streams is None else self.draw(streams, stream, start, k, x.shape[1])))
+        return out
 
     def modules(self) -> nn.Module:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -145,12 +219,18 @@ class Regressor:
 class BBBRegressor(Regressor):
     """Bayes by Backprop, one member per (split, grid point); see the module's docstring."""
 
+    noise = "normal"
+
     def __init__(self, variant: Variant, settings: Sequence[Setting], features: int, hidden: int,
-                 noise_init: float = 1.0) -> None:
+                 noise_init: float = 1.0, streams: MemberStreams | None = None) -> None:
         members = len(settings)
         self.hetero = variant.likelihood == "heteroscedastic"
-        self.pop = BayesPopulation(features, [hidden], 2 if self.hetero else 1, bayesian=members,
-                                   prior=GaussianPrior(1.0), estimator=variant.estimator)
+        with torch.random.fork_rng(devices=[]):  # the constructor's draws, replaced below
+            self.pop = BayesPopulation(features, [hidden], 2 if self.hetero else 1, bayesian=members,
+                                       prior=GaussianPrior(1.0), estimator=variant.estimator)
+        keys = _streams(streams, members)
+        for j in range(members):
+            self.pop.reset_member(j, keys.generator(j))
         self.lik = HeteroscedasticGaussian() if self.hetero else None
         self.raw_noise = nn.Parameter(torch.full((members,), float(inverse_softplus(float(noise_init)))))
         self.prior_sigma, self.beta = _column(settings, "prior_sigma"), _column(settings, "beta")
@@ -182,47 +262,80 @@ class BBBRegressor(Regressor):
                     total = total + mask * out[0].flatten(1).sum(1)
         return total
 
-    def loss(self, xb: Tensor, yb: Tensor, n_fit: int) -> Tensor:
+    def noise_width(self, rows: int) -> int:
+        """The weights of a network (weight noise), or rows x its units (the local estimator's
+        pre-activation noise)."""
+        pairs = list(zip(self.pop.sizes[:-1], self.pop.sizes[1:]))
+        if self.pop.local:
+            return rows * sum(b for _, b in pairs)
+        return sum(a * b + b for a, b in pairs)
+
+    def _out(self, x: Tensor, k: int | None, noise: Draw | None) -> Tensor:
+        if noise is None:
+            return self.pop(x, num_samples=k)
+        with providing_samples(_GivenNoise(noise)):
+            out = self.pop(x, num_samples=k)
+        if noise.used != noise.values.shape[2] and not self.pop.local:
+            raise ValueError(f"a forward pass took {noise.used} of its draw's {noise.values.shape[2]} numbers")
+        return out
+
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:
         """Each member's minibatch free energy, NLL + beta KL B/N (the KL spread uniformly)."""
-        mean, sd = self.mean_sd(self.pop(xb))
+        mean, sd = self.mean_sd(self._out(xb, None, noise))
         nll = -normal_log_prob(yb, mean, sd).sum()
         return nll + (self.beta * self.kl()).sum() * (xb.shape[1] / n_fit)
 
     @torch.no_grad()
-    def predict(self, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """k weight samples' (mean, noise sd) per member and row: (k, members, R), float64."""
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
+        """k weight samples' (mean, noise sd) per member and row: (k, members, R), float64;
+        sample i's noise is row i of ``stream`` (None: torch's global generator)."""
         means, sds = [], []
-        step = chunk_size(x.shape[0], x.shape[1], max(self.pop.sizes[1:-1]))
-        with sampling(self.pop, "sample"), SampleRecorder(generator):
-            for start in range(0, samples, step):
-                m, s = self.mean_sd(self.pop(x, num_samples=min(step, samples - start)))
+        with sampling(self.pop, "sample"):
+            for k, noise in self._chunks(x, samples, max(self.pop.sizes[1:-1]), streams, stream):
+                m, s = self.mean_sd(self._out(x, k, noise))
                 means.append(m.double())
                 sds.append(s.double())
         return torch.cat(means), torch.cat(sds)
 
 
 class _MLP(nn.Module):
-    """``members`` one-hidden-layer ReLU networks (deterministic population layers)."""
+    """``members`` one-hidden-layer ReLU networks (deterministic population layers), network j
+    initialised from ``streams``' generator j (torch.nn's U(+-1/sqrt(fan_in)), weight then bias,
+    layer by layer)."""
 
-    def __init__(self, members: int, features: int, hidden: int, out: int) -> None:
+    def __init__(self, members: int, features: int, hidden: int, out: int, streams: MemberStreams | None) -> None:
         super().__init__()
-        self.l1 = PopulationLinear(members, features, hidden)
-        self.l2 = PopulationLinear(members, hidden, out)
+        with torch.random.fork_rng(devices=[]):  # the constructors' draws, replaced below
+            self.l1 = PopulationLinear(members, features, hidden)
+            self.l2 = PopulationLinear(members, hidden, out)
+        keys = _streams(streams, members)
+        with torch.no_grad():
+            for j in range(members):
+                g = keys.generator(j)
+                for lay in (self.l1, self.l2):
+                    b = lay.in_features ** -0.5
+                    for t in (lay.weight[j], lay.bias[j]):
+                        t.copy_(torch.rand(t.shape, generator=g).mul_(2 * b).sub_(b))
 
 
-def _drop(x: Tensor, keep: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Inverted dropout of x (members, R, F) with each member's keep probability (members,)."""
+def _drop(x: Tensor, keep: Tensor, noise: Draw | None) -> Tensor:
+    """Inverted dropout of x (members, R, F) with each member's keep probability (members,); the
+    uniforms from ``noise`` (None: torch's global generator)."""
     k = keep.view(-1, 1, 1).to(x.dtype)
-    mask = torch.rand(x.shape, generator=generator, dtype=x.dtype) < k
-    return x * mask / k
+    u = torch.rand(x.shape, dtype=x.dtype) if noise is None else noise.like(x.shape)
+    return x * (u < k) / k
 
 
 class MCDropoutRegressor(Regressor):
     """MC dropout, one member per (split, dropout rate); see the module's docstring."""
 
-    def __init__(self, settings: Sequence[Setting], features: int, hidden: int) -> None:
+    noise = "uniform"
+
+    def __init__(self, settings: Sequence[Setting], features: int, hidden: int,
+                 streams: MemberStreams | None = None) -> None:
         members = len(settings)
-        self.net = _MLP(members, features, hidden, 1)
+        self.net = _MLP(members, features, hidden, 1, streams)
         self.keep = 1.0 - _column(settings, "dropout")
         self.params = list(self.net.parameters())
         self.opt = MemberAdam(self.params, _column(settings, "lr"))
@@ -230,29 +343,33 @@ class MCDropoutRegressor(Regressor):
     def modules(self) -> nn.Module:
         return self.net
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        h = torch.relu(population_linear(_drop(x, self.keep, generator), self.net.l1.weight, self.net.l1.bias))
-        return population_linear(_drop(h, self.keep, generator), self.net.l2.weight, self.net.l2.bias)[..., 0]
+    def noise_width(self, rows: int) -> int:
+        """A mask per input and hidden unit of each row."""
+        return rows * (self.net.l1.in_features + self.net.l1.out_features)
 
-    def loss(self, xb: Tensor, yb: Tensor, n_fit: int) -> Tensor:
+    def forward(self, x: Tensor, noise: Draw | None = None) -> Tensor:
+        h = torch.relu(population_linear(_drop(x, self.keep, noise), self.net.l1.weight, self.net.l1.bias))
+        return population_linear(_drop(h, self.keep, noise), self.net.l2.weight, self.net.l2.bias)[..., 0]
+
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:
         """Each member's mean squared error plus its weight decay l^2 (1 - p) / (2 N) ||W||^2
         (tau = 1 in standardised units; Keras' l2 on the kernels, not the biases)."""
-        mse = ((self.forward(xb) - yb) ** 2).mean(1)
+        mse = ((self.forward(xb, noise) - yb) ** 2).mean(1)
         reg = DROPOUT_LENGTHSCALE ** 2 * self.keep / (2 * n_fit)
         sq = sum(lay.weight.pow(2).flatten(1).sum(1) for lay in (self.net.l1, self.net.l2))
         return (mse + reg * sq).sum()
 
     @torch.no_grad()
-    def predict(self, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
         """k dropout masks' outputs per member and row: (k, members, R), float64; the sds are 1
-        (the noise sd is the scale chosen on validation, :data:`DROPOUT_NOISE_SDS`)."""
+        (the noise sd is the scale chosen on validation, :data:`DROPOUT_NOISE_SDS`); sample i's
+        masks are row i of ``stream`` (None: torch's global generator)."""
         members, rows = x.shape[0], x.shape[1]
         means = []
-        step = chunk_size(members, rows, self.net.l1.out_features)
-        for start in range(0, samples, step):
-            k = min(step, samples - start)
+        for k, noise in self._chunks(x, samples, self.net.l1.out_features, streams, stream):
             xs = x.unsqueeze(1).expand(members, k, rows, x.shape[2]).reshape(members, k * rows, -1)
-            means.append(self.forward(xs, generator).view(members, k, rows).transpose(0, 1).double())
+            means.append(self.forward(xs, noise).view(members, k, rows).transpose(0, 1).double())
         out = torch.cat(means)
         return out, torch.ones_like(out)
 
@@ -264,12 +381,12 @@ class DeepEnsembleRegressor(Regressor):
     copies = ENSEMBLE_SIZE
 
     def __init__(self, settings: Sequence[Setting], features: int, hidden: int, eps: float,
-                 x_range: Tensor | None = None) -> None:
+                 x_range: Tensor | None = None, streams: MemberStreams | None = None) -> None:
         if eps > 0 and x_range is None:
             raise UserError("DeepEnsembleRegressor: adversarial training (eps > 0) needs x_range, each network's "
                             "input ranges (members * copies, features); or pass eps=0")
         members = len(settings)
-        self.net = _MLP(members * self.copies, features, hidden, 2)
+        self.net = _MLP(members * self.copies, features, hidden, 2, streams)
         self.lik = HeteroscedasticGaussian()
         self.eps = float(eps)
         #: (members * copies, 1, D): each network's input step, eps times its rows' range
@@ -285,8 +402,9 @@ class DeepEnsembleRegressor(Regressor):
         mean, sd = self.lik.split(population_linear(h, self.net.l2.weight, self.net.l2.bias))
         return -normal_log_prob(y, mean, sd).sum()
 
-    def loss(self, xb: Tensor, yb: Tensor, n_fit: int) -> Tensor:
-        """Every network's Gaussian NLL, plus that of its adversarial inputs when eps > 0."""
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:
+        """Every network's Gaussian NLL, plus that of its adversarial inputs when eps > 0 (no
+        random numbers: the adversarial step is deterministic)."""
         if self.eps == 0.0:
             return self._nll(xb, yb)
         assert self.step_size is not None
@@ -296,8 +414,10 @@ class DeepEnsembleRegressor(Regressor):
         return nll + self._nll((xb + self.step_size * g.sign()).detach(), yb)
 
     @torch.no_grad()
-    def predict(self, x: Tensor, samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Each network's (mean, noise sd) per member and row: (copies, members, R), float64."""
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
+        """Each network's (mean, noise sd) per member and row: (copies, members, R), float64 (no
+        random numbers: ``samples`` and the streams are not used)."""
         xs = x.repeat(self.copies, 1, 1)
         h = torch.relu(population_linear(xs, self.net.l1.weight, self.net.l1.bias))
         mean, sd = self.lik.split(population_linear(h, self.net.l2.weight, self.net.l2.bias))
@@ -307,13 +427,13 @@ class DeepEnsembleRegressor(Regressor):
 
 def build_regressor(variant: Variant, settings: Sequence[Setting], features: int, hidden: int, *,
                     noise_init: float = 1.0, adversarial_eps: float = 0.0, x_range: Tensor | None = None,
-                    seed: int = 0) -> Regressor:
-    """The population of ``variant`` with one member per entry of ``settings`` (initialised from
-    ``seed``). ``x_range`` (members * copies, D): the deep ensembles' input ranges."""
-    torch.manual_seed(seed)
+                    streams: MemberStreams | None = None) -> Regressor:
+    """The population of ``variant`` with one member per entry of ``settings``, network j
+    initialised from ``streams``' key j (members * copies keys; None: keys 0, 1, ...).
+    ``x_range`` (members * copies, D): the deep ensembles' input ranges."""
     if variant.estimator == "dropout":
-        return MCDropoutRegressor(settings, features, hidden)
+        return MCDropoutRegressor(settings, features, hidden, streams)
     if variant.estimator == "ensemble":
-        return DeepEnsembleRegressor(settings, features, hidden, adversarial_eps, x_range)
-    return BBBRegressor(variant, settings, features, hidden, noise_init)
+        return DeepEnsembleRegressor(settings, features, hidden, adversarial_eps, x_range, streams)
+    return BBBRegressor(variant, settings, features, hidden, noise_init, streams)
 

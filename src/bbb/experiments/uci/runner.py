@@ -193,7 +193,9 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
             variants += va
     job_seconds = sum(r.get("seconds", 0.0) for ph in (vals, tests) for dd in ph.values() for r in dd.values())
     meta = {"command": command, "config": asdict(cfg), "wall_seconds": round(time.perf_counter() - start, 1),
-            "job_seconds": round(job_seconds, 1), "workers": cfg.workers, "missing": missing}
+            "job_seconds": round(job_seconds, 1), "workers": cfg.workers, "missing": missing,
+            # what a row's last digits depend on (results/uci/README.md, checking one number)
+            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if not cfg.report_only:
         prev = _load(out / "run.json")
         if prev is not None and prev.get("config", {}).get("out") == cfg.out:

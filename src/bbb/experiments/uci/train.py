@@ -3,16 +3,18 @@
 in one phase, scored at the schedule's checkpoints.
 
 The members of a population never interact: a member sees only its split's rows, standardised
-with that split's fitting rows, and trains with its own grid point. The job saves its state at
-every checkpoint (and every ``SAVE_SECONDS``) and resumes from it exactly (the random streams,
-the data order's generator, the optimiser's moments).
+with that split's fitting rows, and trains with its own grid point and its own random numbers
+(:mod:`~bbb.experiments.uci.streams`, keyed by :func:`network_key`: initialisation, data order,
+weight noise or dropout masks, the predictive's samples), so its scores are the same whatever
+trains beside it (other splits, grid points, methods, datasets, workers). The job saves its state
+at every checkpoint (and every ``SAVE_SECONDS``) and resumes from it exactly (the parameters, the
+optimiser's moments; the random numbers are a function of the epoch and step).
 """
 
 from __future__ import annotations
 
 import math
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,15 +25,20 @@ from torch import Tensor
 
 from ...data import Standardizer
 from ...data.uci import UCIData, validation_split
+from ...errors import UserError
 from ...io import atomic_torch_save, atomic_write_json
 from ...uncertainty import gaussian_mixture_log_prob, regression_metrics
 from .models import build_regressor
 from .settings import DROPOUT_NOISE_SDS, ENSEMBLE_SIZE, NOISE_SCALES, Phase, Schedule, Setting, UCIConfig, Variant
+from .streams import ORDER, TRAIN, MemberStreams, eval_stream, member_key
 
-__all__ = ["Job", "JobData", "job_data", "run_job", "score", "full_metrics", "scales_of", "SAVE_SECONDS"]
+__all__ = ["Job", "JobData", "job_data", "run_job", "score", "full_metrics", "scales_of", "SAVE_SECONDS",
+           "network_key", "job_streams"]
 
 #: a running job also saves its state after this many seconds without a checkpoint
 SAVE_SECONDS = 60.0
+#: the random numbers a saved state continues (2: per network, :mod:`~bbb.experiments.uci.streams`)
+STATE_STREAMS = 2
 
 
 @dataclass(frozen=True)
@@ -128,22 +135,46 @@ def scales_of(variant: Variant) -> tuple[float, ...]:
     return DROPOUT_NOISE_SDS if variant.likelihood == "fixed" else NOISE_SCALES
 
 
+def network_key(dataset: str, variant: Variant, phase: Phase, split: int, setting: Setting, copy: int,
+                seed: int) -> int:
+    """The key of one network's random numbers: its identity (dataset, method, variant, phase,
+    split, grid point by value, ensemble copy, seed) and nothing else."""
+    return member_key("uci", dataset, variant.method.value, variant.name, phase.value, split,
+                      repr(sorted(asdict(setting).items())), copy, seed)
+
+
+def job_streams(job: Job, seed: int, pad: int = 0) -> MemberStreams:
+    """The streams of a job's networks in the population's order (network ``e * members + m``
+    is copy e of member m), and ``pad`` networks after them (copy -1, -2, ...; see :func:`run_job`)."""
+    copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    split, g = job.members[0]
+    return MemberStreams([network_key(job.dataset, job.variant, job.phase, split, job.variant.grid[g], e, seed)
+                          for e in range(copies) for split, g in job.members]
+                         + [network_key(job.dataset, job.variant, job.phase, split, job.variant.grid[g], -1 - i, seed)
+                            for i in range(pad)])
+
+
 def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Train and score ``job`` (resuming from ``folder/<job>.state.pt``), write
-    ``folder/<job>.json`` and return its content."""
+    ``folder/<job>.json`` and return its content.
+
+    A population of one network trains beside a second one (its own key, its scores dropped):
+    torch multiplies a batch of one matrix by another kernel (matrix-vector products) than a
+    batch of several, so a lone network would round differently from the same network beside
+    others."""
     done = folder / f"{job.name}.json"
     state_path = folder / f"{job.name}.state.pt"
-    jd = job_data(data, job.splits, job.phase, cfg.seed)
-    members, n, d = jd.x_fit.shape
-    seed = cfg.seed * 1_000_003 + zlib.crc32(job.name.encode())
     copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    pad = 1 if len(job.members) * copies == 1 else 0
+    jd = job_data(data, job.splits + job.splits[:pad], job.phase, cfg.seed)
+    _, n, d = jd.x_fit.shape
     x_fit, y_fit = jd.x_fit.repeat(copies, 1, 1), jd.y_fit.repeat(copies, 1)
     x_range = (x_fit.amax(1) - x_fit.amin(1)) if copies > 1 else None
-    model = build_regressor(job.variant, job.settings, d, cfg.hidden_for(job.dataset), noise_init=cfg.noise_init,
-                            adversarial_eps=cfg.adversarial_eps, x_range=x_range, seed=seed)
-    nets = members * model.copies
-    order = torch.Generator().manual_seed(seed)
+    streams = job_streams(job, cfg.seed, pad)
+    model = build_regressor(job.variant, job.settings + job.settings[:pad], d, cfg.hidden_for(job.dataset),
+                            noise_init=cfg.noise_init, adversarial_eps=cfg.adversarial_eps, x_range=x_range,
+                            streams=streams)
     sched = job.schedule
     batch = min(sched.batch_size, n)
     steps = math.ceil(n / batch)
@@ -152,35 +183,34 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     epoch, elapsed = 0, 0.0
     if state_path.is_file():
         st = torch.load(state_path, map_location="cpu", weights_only=True)
+        if st.get("streams") != STATE_STREAMS:
+            raise UserError(f"{state_path} was saved by an older bbb (one random stream per job, not per network); "
+                            "delete it to train that job again")
         model.load(st["model"])
-        order.set_state(st["order"])
-        torch.set_rng_state(st["rng"])
         epoch, elapsed, record = int(st["epoch"]), float(st["elapsed"]), st["record"]
         if progress is not None:
             progress(epoch)
     start, last_save = time.perf_counter(), time.perf_counter()
-    eval_gen = torch.Generator()
 
     def save() -> None:
-        atomic_torch_save(state_path, {"model": model.state(), "order": order.get_state(), "rng": torch.get_rng_state(),
-                                       "epoch": epoch, "elapsed": elapsed + time.perf_counter() - start,
-                                       "record": record})
+        atomic_torch_save(state_path, {"model": model.state(), "streams": STATE_STREAMS, "epoch": epoch,
+                                       "elapsed": elapsed + time.perf_counter() - start, "record": record})
 
     while epoch < sched.epochs:
-        perm = torch.argsort(torch.rand(nets, n, generator=order), dim=1)
+        perm = streams.order(ORDER, epoch, n)
         for i in range(steps):
             idx = perm[:, i * batch:(i + 1) * batch]
             xb = torch.gather(x_fit, 1, idx.unsqueeze(-1).expand(-1, -1, d))
             yb = torch.gather(y_fit, 1, idx)
-            model.train_step(xb, yb, n)
+            model.train_step(xb, yb, n, model.draw(streams, TRAIN, epoch * steps + i, 1, batch))
         epoch += 1
         if progress is not None:
             progress(1)
         if epoch in sched.checkpoints:
-            eval_gen.manual_seed(cfg.seed * 1_000_003 + epoch)
-            means, sds = model.predict(jd.x_eval, cfg.samples, eval_gen)
+            means, sds = model.predict(jd.x_eval, cfg.samples, streams, eval_stream(epoch))
             record["epochs"].append(epoch)
-            record["scores"].append(score(means, sds, jd, scales))
+            got = score(means, sds, jd, scales)
+            record["scores"].append({k: v[:len(job.members)] for k, v in got.items()})
             for j, split in enumerate(job.splits):
                 for e, c in job.targets.get(split, []):
                     if e == epoch:

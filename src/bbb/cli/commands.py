@@ -72,7 +72,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
-                                                                 "threads")}
+                                                                 "threads", "no_compile")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt", mmap=True)

@@ -64,7 +64,7 @@ def restore_threads(given: int | None, recorded: Any) -> None:
     if given is None:
         torch.set_num_threads(recorded)
     elif given != recorded:
-        print(f"bbb: note: resuming with --threads {given}, the run was trained with {recorded}; its results "
+        print(f"bbb train: note: resuming with --threads {given}, the run was trained with {recorded}; its results "
               "may then differ in the last bits from those of an uninterrupted run", file=sys.stderr, flush=True)
 
 

@@ -146,9 +146,8 @@ def add_quiet(p: Any, results: str | None = None) -> None:
                    help=QUIET_HELP + (f" ({results})" if results else ""))
 
 
-NO_COMPILE_HELP = ("never torch.compile the training engine's kernels: its eager kernels, the same mathematics, "
-                   "without the 10-60 s a first compile takes on a CPU (the environment's BBB_COMPILE=0 does the "
-                   "same; default: compile where it pays, on a GPU or for a CPU network of 32k+ Bayesian weights)")
+NO_COMPILE_HELP = ("never torch.compile the training engine's kernels: the eager ones, the same mathematics, "
+                   "without a first compile's 10-60 s on a CPU (as BBB_COMPILE=0)")
 """What ``--no-compile`` means in every command."""
 
 

@@ -143,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
         rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None,
                          warn=lambda s: print(s, file=sys.stderr, flush=True))
     except KeyboardInterrupt:
-        print(f"bbb: sweep interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
+        print(f"bbb sweep: interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
               "command again to resume", file=sys.stderr)
         return 130
     counts = {s.value: sum(1 for r in rows if r["status"] == s.value) for s in TrialStatus}

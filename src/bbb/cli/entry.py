@@ -30,10 +30,25 @@ def run_command(name: str, argv: Sequence[str]) -> int:
             rc = getattr(mod, COMMANDS[name].main)(args)
     except SettingError as e:
         flag = flag_of_setting(parser, e.setting)
-        if flag is None:
-            raise
-        raise UserError(f"{flag} {e.problem}") from None
+        err = e if flag is None else UserError(f"{flag} {e.problem}")
+        err.prog = leaf_prog(parser, argv)  # type: ignore[attr-defined]
+        raise err from None
+    except BaseException as e:  # (main's line about it names the subcommand too)
+        with contextlib.suppress(AttributeError):
+            e.prog = leaf_prog(parser, argv)  # type: ignore[attr-defined]
+        raise
     return 0 if rc is None else int(rc)
+
+
+def leaf_prog(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
+    """The name of the (sub)command ``argv`` ran, as its own errors give it: ``bbb reproduce
+    mnist``, where argparse says ``bbb reproduce mnist: error:``."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for i, word in enumerate(argv):
+                if word in a.choices:
+                    return leaf_prog(a.choices[word], argv[i + 1:])
+    return parser.prog
 
 
 @contextlib.contextmanager
@@ -130,18 +145,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
         return run_command(args.command, [])
     except TrainingInterrupted as e:  # (a BBBError too: first)
-        print(f"{prog}: {e}", file=sys.stderr)
+        print(f"{getattr(e, 'prog', prog)}: {e}", file=sys.stderr)
         return 130
     except BBBError as e:  # a bad value, a full disk, out of memory...: the one line bbb wrote
         msg = " ".join(str(e).split()) or type(e).__name__
-        print(f"{prog}: error: {msg}", file=sys.stderr)
+        print(f"{getattr(e, 'prog', prog)}: error: {msg}", file=sys.stderr)
         return 2
     except OSError as e:  # an unwritable --out, a file that vanished: the user's to fix
         where = f" ({e.filename})" if e.filename else ""
-        print(f"{prog}: error: {e.strerror or e}{where}; check the path and its permissions", file=sys.stderr)
+        print(f"{getattr(e, 'prog', prog)}: error: {e.strerror or e}{where}; check the path and its permissions",
+              file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"{getattr(e, 'prog', prog)}: interrupted", file=sys.stderr)
         return 130
 
 

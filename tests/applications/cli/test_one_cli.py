@@ -93,6 +93,12 @@ def test_val_size_beyond_the_data_names_the_flag(capsys, tmp_path, monkeypatch):
     assert rc == 2 and err == "bbb train: error: --val-size must be in 0..49, got 50\n", err
 
 
+def test_a_subcommands_errors_say_its_full_name(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--out", "X", "--workers", "0")
+    assert rc == 2 and err == "bbb reproduce uci: error: --workers must be >= 1, got 0\n", err
+
+
 def test_the_mapping_is_the_parsers_own():
     _, train = command_parser("train")
     assert flag_of_setting(train, "val_size") == "--val-size"

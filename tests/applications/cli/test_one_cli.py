@@ -137,3 +137,17 @@ def test_no_compile_keeps_the_engine_eager_and_quiet_silences_the_notice(capsys,
     with compute_settings(args):
         assert os.environ["BBB_COMPILE_NOTICE"] == "0"  # (for the engine's notice, and the processes started)
     assert "BBB_COMPILE_NOTICE" not in os.environ or os.environ["BBB_COMPILE_NOTICE"] != "0"
+
+
+def test_plain_text_drops_restructuredtext_markup():
+    from bbb.cli.common import plain_text
+
+    assert plain_text("(``bbb sweep``), :func:`~bbb.runs.load_run`, :mod:`bbb.cli.cost`, `bbb train`, "
+                      ":doc:`the guide <guide>`") == "(bbb sweep), load_run, bbb.cli.cost, bbb train, the guide"
+    assert plain_text("2^(M-i)/(2^M-1); 'lr={grid: [0.001, 0.01]}'") == "2^(M-i)/(2^M-1); 'lr={grid: [0.001, 0.01]}'"
+
+
+def test_a_commands_own_shared_option_is_kept():
+    _, regression = command_parser("regression")
+    threads = [a for a in regression._actions if "--threads" in a.option_strings]
+    assert len(threads) == 1 and threads[0].default == 1  # its own default (tiny nets), not added twice

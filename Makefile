@@ -1,5 +1,6 @@
-# Fresh machine: `make demo` (main job) and `make test` (the suite; `make test-fast`: the core's and
-# the runs' tests except the slow ones). Each creates .venv on first use.
+# Fresh machine: `make demo` (main job; installs torch and bbb[plots] only) and `make test` (the
+# suite, with the dev, ray and lightning extras; `make test-fast`: the core's and the runs' tests
+# except the slow ones). Each creates .venv on first use.
 PYTHON ?= python3
 # Installed first and alone, so no other torch build (several GB of CUDA wheels) is ever pulled.
 TORCH ?= torch==2.13.0
@@ -8,17 +9,25 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 VENV := .venv
 PY := $(VENV)/bin/python
+# .venv in two stages: DEMO_STAMP, what `make demo` needs (torch, then bbb with its plots extra);
+# STAMP, the rest of what the suite, lint, typecheck and the docs need (the dev, ray and lightning
+# extras: pytest, ruff, mypy, transformers, ray, lightning).
+DEMO_STAMP := $(VENV)/.demo-installed
 STAMP := $(VENV)/.installed
 
 .PHONY: venv test test-fast lint typecheck demo clean docs wheel-check
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	printf "%s\n" "$(TORCH)" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[plots]"
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP) pyproject.toml
 	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
 	touch $(STAMP)
 
@@ -69,7 +78,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/bbb
 
-demo: $(STAMP)
+# the main job, in an environment of torch and bbb[plots] only (DEMO_STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m bbb demo
 
 # The API reference site (mkdocs-material + mkdocstrings), built strictly: any warning fails.

@@ -43,11 +43,16 @@ def bbb_in_process(capsys, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def assert_one_line_error(p: subprocess.CompletedProcess[str], *words: str) -> str:
-    """Exit code 2 and exactly one line on stderr, ``bbb: error: ...``, holding every word."""
+    """Exit code 2 and exactly one line on stderr, ``bbb COMMAND: error: ...``, holding every word."""
     assert p.returncode == 2, (p.returncode, p.stderr[-3000:])
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr[-3000:]
-    assert "Traceback" not in p.stderr and lines[0].startswith("bbb: error: "), p.stderr
+    from bbb.cli.registry import COMMANDS
+
+    argv = list(p.args)
+    command = argv[argv.index("bbb") + 1] if len(argv) > argv.index("bbb") + 1 else ""
+    prefix = f"bbb {command}: error: " if command in COMMANDS else "bbb: error: "
+    assert "Traceback" not in p.stderr and lines[0].startswith(prefix), p.stderr
     for w in words:
         assert w in lines[0], (w, lines[0])
     return lines[0]

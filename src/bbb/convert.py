@@ -23,12 +23,14 @@ sample per forward, the KL counted once: :mod:`bbb.nn.tied`), or the warning nam
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import torch
 import torch.nn as nn
 
 from .errors import UserError
@@ -39,7 +41,7 @@ from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.tied import tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
-           "CONVERTIBLE"]
+           "CONVERTIBLE", "at_initialisation"]
 
 #: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=[, sigma_init=]) -> its
 #: Bayesian copy (``sigma_init`` is passed only when given)
@@ -127,11 +129,75 @@ def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
         raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
-    if kw["from_weights"]:  # (the ELBO's default KL weighting warns on such a model)
+    return new
+
+
+#: the torch layer types whose ``reset_parameters`` draws every parameter from a bounded range
+#: that :func:`at_initialisation` knows: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the weight and
+#: the bias of linear and convolution layers, U(-1/sqrt(hidden_size), ...) for recurrent ones
+_FAN_IN_INIT = (nn.Linear, nn.modules.linear.NonDynamicallyQuantizableLinear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
+                nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+_RECURRENT_INIT = (nn.RNN, nn.LSTM, nn.GRU)
+
+
+def _init_bounds(layer: nn.Module) -> dict[str, float] | None:
+    """The bound b of U(-b, b) (0: a constant 0) that torch's default initialisation draws each
+    parameter of ``layer`` from, by the parameter's name; None where it is not bounded or not known
+    (an embedding's N(0, 1), transformers' Conv1D's N(0, 0.02), a registered type)."""
+    if type(layer) in _FAN_IN_INIT:
+        shape = tuple(cast(torch.Tensor, layer.weight).shape)
+        fan_in = shape[1] * math.prod(shape[2:]) if len(shape) > 1 else 0
+        b = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        return {n: b for n, _ in layer.named_parameters(recurse=False)}
+    if type(layer) in _RECURRENT_INIT:
+        hidden = int(cast(int, layer.hidden_size))
+        b = 1.0 / math.sqrt(hidden) if hidden > 0 else 0.0
+        return {n: b for n, _ in layer.named_parameters()}
+    if type(layer) is nn.MultiheadAttention:
+        if layer.bias_k is not None:  # (xavier_normal: unbounded)
+            return None
+        out = {f"out_proj.{n}": b for n, b in (_init_bounds(layer.out_proj) or {}).items()}
+        out["out_proj.bias"] = 0.0  # (zeroed by the attention's own reset)
+        for n, p in layer.named_parameters(recurse=False):  # xavier_uniform projections, zero biases
+            out[n] = 0.0 if n.endswith("bias") else math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
+        return out
+    return None
+
+
+def at_initialisation(layer: nn.Module) -> bool | None:
+    """Whether ``layer``'s parameters may still be those torch's default initialisation drew:
+    every one within the range its ``reset_parameters`` draws from (:func:`_init_bounds`). True
+    (they may: a freshly built layer), False (some parameter left that range: trained, or
+    initialised otherwise), or None where the range is unknown or unbounded (an embedding,
+    transformers' Conv1D). Training moves the weights near the range's edges in every direction,
+    so a few steps take some weight of a layer out of it (one step, where the layer has thousands
+    of weights); a layer of a few weights trained very briefly may still look fresh."""
+    bounds = _init_bounds(layer)
+    if bounds is None:
+        return None
+    for name, p in layer.named_parameters():
+        b = bounds.get(name)
+        if b is None:
+            return None
+        if p.numel() == 0 or p.is_meta:
+            continue
+        tol = 4 * torch.finfo(p.dtype).eps if p.is_floating_point() else 0.0
+        if float(p.detach().abs().max()) > b * (1 + tol):
+            return False
+    return True
+
+
+def _mark_from_weights(converted: list[tuple[nn.Module, nn.Module]]) -> None:
+    """Set :attr:`BayesModule.from_weights` (what the ELBO's default KL weighting warns on) on the
+    new layers of one :func:`bayesianize` call: the network counts as trained when some converted
+    layer's weights left their default initialisation's range (:func:`at_initialisation`), or when
+    no layer's range is known (then the warning errs on the side of saying it)."""
+    seen = [at_initialisation(old) for old, _ in converted]
+    trained = any(v is False for v in seen) or all(v is None for v in seen)
+    for _, new in converted:
         for m in new.modules():
             if isinstance(m, BayesModule):
-                m.from_weights = True
-    return new
+                m.from_weights = trained
 
 
 def bayesianize(
@@ -162,7 +228,14 @@ def bayesianize(
             :class:`~bbb.nn.RelativeSigma` (``RelativeSigma(delta=0.1)``: sigma0 = 0.1 |w|,
             at least ``min_sigma``; MOPED): not with a ``rho_init`` of its own.
         from_weights: start each posterior mean at the layer's current weights (warm start from
-            a trained network); False draws fresh means as a new Bayesian layer would.
+            a trained network); False draws fresh means as a new Bayesian layer would. With
+            True, the new layers' :attr:`~bbb.nn.BayesModule.from_weights` (on which the ELBO's
+            default KL weighting warns that a short fine-tune barely moves sigma) says whether
+            the weights were trained: it is set when some converted layer's weights left the
+            range torch's default initialisation draws them from (:func:`at_initialisation`:
+            linear, convolution, recurrent and attention layers; a few training steps leave it), or
+            when no converted layer's range is known (embeddings, transformers' ``Conv1D``), and
+            not for a freshly built network, whose warm start is a fresh start.
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
             a name covers everything inside it; a name that is no module of the model is an
             error), module types, or a callable ``(name, module) -> bool``.
@@ -196,9 +269,13 @@ def bayesianize(
             raise UserError("rho_init and sigma_init both set the initial sigma: pass one of them")
         kw["sigma_init"] = sigma_init
     if type(model) in CONVERTIBLE and not skipped("", model):
-        return _convert(model, "", **kw)
+        new = _convert(model, "", **kw)
+        if from_weights:
+            _mark_from_weights([(model, new)])
+        return new
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
+    converted: list[tuple[nn.Module, nn.Module]] = []  # (the torch layer, its Bayesian copy)
     for name, mod in list(model.named_modules(remove_duplicate=False)):
         for child_name, child in list(mod._modules.items()):  # (named_children skips repeats)
             if child is None:
@@ -210,11 +287,14 @@ def bayesianize(
             if type(child) not in CONVERTIBLE or skipped(full, child) or _inside_bayes(name, model):
                 continue
             done[id(child)] = new = _convert(child, full, **kw)
+            converted.append((child, new))
             setattr(mod, child_name, new)
     if not any(isinstance(m, BayesModule) for m in model.modules()):
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
                         f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
                         "with bbb.register_conversion")
+    if from_weights:
+        _mark_from_weights(converted)
     untied = tie_converted(model, ties)
     no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]

@@ -237,9 +237,11 @@ class ELBO(nn.Module):
             of it, the last ones almost none), so most steps see little of the prior; for
             regression, and any training of many epochs, use ``"uniform"``: the KL counted once
             per epoch, 1/M of it on each minibatch. Left at the default on a model that
-            :func:`bbb.bayesianize` made from a network's weights (``from_weights=True``), with
-            M > 1, it warns once: a short fine-tune then barely moves sigma (docs/your_network.md,
-            "Fine-tuning a trained network"); pass it explicitly to choose.
+            :func:`bbb.bayesianize` made from a trained network's weights (``from_weights=True``
+            on weights that left their default initialisation; a freshly built network does not
+            count: :attr:`bbb.nn.BayesModule.from_weights`), with M > 1, it warns once: a short
+            fine-tune then barely moves sigma (docs/your_network.md, "Fine-tuning a trained
+            network"); pass it explicitly to choose.
         num_samples: k, Monte Carlo samples per step, evaluated batched (no Python loop). The k
             samples are folded into the batch dimension (:func:`bbb.nn.forward_samples`), so any
             network whose layers keep dim 0 as the batch works (pooling, ``Flatten``, norms...).
@@ -321,7 +323,7 @@ class ELBO(nn.Module):
         if kl_weighting is None:
             kl_weighting = KLWeighting.BLUNDELL
             if num_batches > 1 and any(m.from_weights for m in bayes_modules(model)):
-                warnings.warn("ELBO: the model was made Bayesian from a network's weights (bayesianize, "
+                warnings.warn("ELBO: the model was made Bayesian from a trained network's weights (bayesianize, "
                               "from_weights=True) and kl_weighting is left at its default 'blundell', which puts "
                               "half of each epoch's KL on its first minibatch and nearly all of it on the first "
                               "ten, so a short fine-tune from trained weights barely moves sigma: pass "

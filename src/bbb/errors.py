@@ -9,7 +9,8 @@ cannot fit a ``MemoryError`` (:class:`OutOfMemory`), Ctrl-C during training a
 2 for the others.
 
 :func:`check_int` and :func:`check_float` are the one check of a numeric argument: they return
-the number, or raise a one-line :class:`UserError` that names the argument.
+the number, or raise a one-line :class:`SettingError` (a :class:`UserError`) that names the
+argument.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BBBError",
     "UserError",
+    "SettingError",
     "DataError",
     "CheckpointError",
     "SettingsMismatch",
@@ -51,6 +53,20 @@ class BBBError(BaseException):
 
 class UserError(BBBError, ValueError):
     """A mistake in what the user asked for (bad argument, missing file, corrupt input)."""
+
+
+class SettingError(UserError):
+    """A bad value of one named setting (an argument, a configuration key such as ``val_size``):
+    ``setting`` names it, ``problem`` says what is wrong (``"must be an integer >= 1, got 0"``); the
+    message is the two joined. The command line says it with the flag that sets the value
+    (``--val-size must be ...``)."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        super().__init__(f"{setting} {problem}")
+        self.setting, self.problem = setting, problem
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (pickled across processes: the sweep's workers)
+        return type(self), (self.setting, self.problem)
 
 
 class DataError(UserError):
@@ -138,7 +154,7 @@ def check_int(name: str, value: Any, minimum: int | None = 1) -> int:
                 n = int(f)
     if n is None or (minimum is not None and n < minimum):
         at_least = "" if minimum is None else f" >= {minimum}"
-        raise UserError(f"{name} must be an integer{at_least}, got {value!r}")
+        raise SettingError(name, f"must be an integer{at_least}, got {value!r}")
     return n
 
 
@@ -161,5 +177,5 @@ def check_float(name: str, value: Any, minimum: float | None = None, *, above: b
           and (minimum is None or (v > minimum if above else v >= minimum)))
     if not ok or v is None:
         bound = "" if minimum is None else f" {'>' if above else '>='} {minimum:g}"
-        raise UserError(f"{name} must be a {'finite ' if finite else ''}number{bound}, got {value!r}")
+        raise SettingError(name, f"must be a {'finite ' if finite else ''}number{bound}, got {value!r}")
     return v

@@ -25,6 +25,7 @@ from bbb.errors import BBBError, UserError, check_float, check_int
 #: each class of bbb.errors -> the builtin it must also be
 BUILTIN = {
     E.UserError: ValueError,
+    E.SettingError: ValueError,
     E.DataError: ValueError,
     E.CheckpointError: ValueError,
     E.SettingsMismatch: ValueError,
@@ -40,6 +41,7 @@ BUILTIN = {
 #: one instance of each, as bbb raises them
 INSTANCES = [
     E.UserError("bad value"),
+    E.SettingError("val_size", "must be in 0..59999, got 60000"),
     E.DataError("f.bin: checksum mismatch"),
     E.CheckpointError("last.pt not found"),
     E.SettingsMismatch("trained with lr=0.1, this plan has 0.2"),
@@ -94,13 +96,14 @@ def test_ctrl_c_is_no_exception():
 
 
 def test_the_attributes_and_messages_stay():
-    busy, unsaved, stopped = INSTANCES[5], INSTANCES[7], INSTANCES[10]
+    busy, unsaved, stopped = INSTANCES[6], INSTANCES[8], INSTANCES[11]
     assert busy.holder == "7" and str(busy).startswith("out is in use")
     assert unsaved.path == Path("out/eval.json") and unsaved.result == {"error": 0.01}
     assert str(unsaved) == f"cannot write {Path('out/eval.json')} (read-only file system); the results were " \
                            "computed but not saved"
     assert (stopped.run_dir, stopped.epoch, str(stopped)) == (Path("out"), 2, stopped.message)
-    assert str(INSTANCES[8]) == "network is unreachable"
+    assert str(INSTANCES[9]) == "network is unreachable"
+    assert str(INSTANCES[1]) == "val_size must be in 0..59999, got 60000" and INSTANCES[1].setting == "val_size"
 
 
 @pytest.mark.parametrize("exc", INSTANCES, ids=lambda e: type(e).__name__)
@@ -135,7 +138,7 @@ def test_the_command_line_prints_each_as_one_line(exc, monkeypatch, capsys):
     rc = entry.main(["train"])
     err = capsys.readouterr().err
     assert rc == (130 if isinstance(exc, KeyboardInterrupt) else 2)
-    assert err.count("\n") == 1 and err.startswith("bbb: ") and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("bbb train: ") and "Traceback" not in err, err
     assert " ".join(str(exc).split()) in err
 
 

@@ -199,7 +199,7 @@ def _fine_tune_sigma_change(recipe: bool) -> float:
         elbo = bbb.ELBO(net, "categorical", num_batches=32, kl_weighting="uniform")
         scale = 10.0
     else:  # the defaults, which say so
-        net = bbb.bayesianize(det)
+        net = bbb.bayesianize(det)  # (det was trained above)
         with pytest.warns(UserWarning, match="barely moves sigma: pass kl_weighting='uniform'"):
             elbo = bbb.ELBO(net, "categorical", num_batches=32)
         scale = 1.0
@@ -222,8 +222,18 @@ def test_the_fine_tuning_recipe_moves_sigma_where_the_defaults_do_not():
     assert _fine_tune_sigma_change(recipe=True) > 0.08  # (Adam's steps on rho add up to 0.32 at most)
 
 
+def stepped(net: nn.Module, steps: int = 1) -> nn.Module:
+    """``net`` after ``steps`` Adam steps on random data: weights that left their initialisation."""
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(torch.randn(16, 1, 6, 6)), torch.randint(0, 2, (16,))).backward()
+        opt.step()
+    return net
+
+
 def test_the_default_kl_weighting_warns_once_on_a_model_converted_from_weights():
-    net = bbb.bayesianize(trained())  # from_weights=True, the default: the means at its weights
+    net = bbb.bayesianize(stepped(trained()))  # from_weights=True, the default: the means at its weights
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         elbo = bbb.ELBO(net, "categorical", num_batches=10)
@@ -250,6 +260,33 @@ def test_the_default_kl_weighting_warns_once_on_a_model_converted_from_weights()
     assert all(m.from_weights for m in bayes_modules(copied)) and len(list(bayes_modules(copied))) == 3
     with pytest.warns(UserWarning, match="from_weights=True"):
         bbb.ELBO(copied, num_batches=10)
+
+
+def test_a_freshly_built_network_and_the_elbo_defaults_print_nothing():
+    """The getting-started path: a network just built, bayesianize's and the ELBO's defaults."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for net in (trained(),  # (freshly initialised; one bias zeroed: still inside its range)
+                    nn.Sequential(nn.Flatten(), nn.Linear(784, 400), nn.ReLU(), nn.Linear(400, 10)),
+                    nn.Sequential(nn.Embedding(20, 8), nn.Flatten(), nn.Linear(40, 3)),  # an embedding abstains
+                    nn.LSTM(4, 6), nn.MultiheadAttention(8, 2), nn.Conv1d(3, 4, 5).double()):
+            net = bbb.bayesianize(net)
+            assert not any(m.from_weights for m in bayes_modules(net)), net
+            bbb.ELBO(net, num_batches=100)
+    # one step of training is enough to count as trained, for every layer type with a known range
+    for net in (nn.LSTM(4, 6), nn.MultiheadAttention(8, 2), nn.ConvTranspose2d(2, 3, 3), nn.Linear(50, 20)):
+        assert bbb.convert.at_initialisation(net) is True
+        with torch.no_grad():
+            p = next(net.parameters())
+            p.view(-1)[0] = 2 * p.abs().max() + 1e-6  # outside the range the initialisation draws from
+        assert bbb.convert.at_initialisation(net) is False, net
+    net = stepped(trained())  # one step: the linear layer's 384 weights leave the range, the convolution's 30 may not
+    assert bbb.convert.at_initialisation(net[3]) is False
+    assert all(m.from_weights for m in bayes_modules(bbb.bayesianize(net)))
+    assert bbb.convert.at_initialisation(nn.Embedding(5, 3)) is None
+    # a network whose layers' ranges are all unknown counts as trained: the warning is said
+    with pytest.warns(UserWarning, match="trained network's weights"):
+        bbb.ELBO(bbb.bayesianize(nn.Sequential(nn.Embedding(20, 8))), num_batches=10)
 
 
 def test_the_centred_kl_is_a_function_of_parameters_and_buffers():

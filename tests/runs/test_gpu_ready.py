@@ -353,7 +353,7 @@ def test_checkpoint_every_commits_the_held_epoch_on_a_divergence(tmp_path, monke
 
 
 def test_checkpoint_every_is_a_validated_setting_that_may_change_on_resume(capsys):
-    with pytest.raises(UserError, match="checkpoint-every"):
+    with pytest.raises(UserError, match="checkpoint_every"):  # (the command line: --checkpoint-every)
         _cfg(checkpoint_every=0)
     assert resume_conflicts(_cfg().to_dict(), _cfg(checkpoint_every=4)) == []
     rc, out, err = run_main(capsys, "train", "--help")

@@ -1,7 +1,7 @@
 """The ``bbb`` command line: train, evaluate, prune, demo, ood, uncertain, regression, bandit, ...
 
 Every user mistake (bad argument, missing run directory or data, corrupt checkpoint) ends with
-one line on stderr, ``bbb: error: ...``, and exit code 2; Ctrl-C during training ends with exit
+one line on stderr, ``bbb COMMAND: error: ...``, and exit code 2; Ctrl-C during training ends with exit
 code 130 and a line saying how to resume.
 
 * :mod:`bbb.cli.registry` - the one registry of commands (:data:`COMMANDS`): each names the

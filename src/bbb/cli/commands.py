@@ -64,7 +64,7 @@ def restore_threads(given: int | None, recorded: Any) -> None:
     if given is None:
         torch.set_num_threads(recorded)
     elif given != recorded:
-        print(f"bbb: note: resuming with --threads {given}, the run was trained with {recorded}; its results "
+        print(f"bbb train: note: resuming with --threads {given}, the run was trained with {recorded}; its results "
               "may then differ in the last bits from those of an uninterrupted run", file=sys.stderr, flush=True)
 
 
@@ -72,7 +72,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
-                                                                 "threads")}
+                                                                 "threads", "no_compile")}
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt", mmap=True)

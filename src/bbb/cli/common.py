@@ -7,17 +7,59 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, NoReturn
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error message (exit code 2, as argparse)."""
+    """argparse with a one-line error message (exit code 2, as argparse: ``bbb COMMAND: error:
+    ...``, the prefix of every error line of a command) and a help in plain text
+    (:func:`plain_text`: the descriptions come from docstrings, which the API reference renders)."""
 
     def error(self, message: str) -> NoReturn:
         msg = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {msg} (see '{self.prog} --help')\n")
+
+    def format_help(self) -> str:
+        return plain_text(super().format_help())
+
+    def format_usage(self) -> str:
+        return plain_text(super().format_usage())
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :func:`~a.b.c`, :doc:`text <x>`
+_LITERAL = re.compile(r"``([^`]+)``|`([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reStructuredText's inline markup, as a terminal shows it: ````x```` and
+    ```x``` -> x, ``:func:`~bbb.a.f``` -> f, ``:mod:`bbb.cli``` -> bbb.cli."""
+    def role(m: re.Match[str]) -> str:
+        target = m.group(1)
+        return target.rsplit(".", 1)[-1] if m.group(0).split("`", 1)[1].startswith("~") else target
+
+    text = _ROLE.sub(role, text)
+    return _LITERAL.sub(lambda m: m.group(1) or m.group(2), text)
+
+
+def flag_of_setting(parser: argparse.ArgumentParser, setting: str) -> str | None:
+    """The option of ``parser`` (or of one of its subcommands) that sets ``setting`` (its dest:
+    the configuration's key), as the user types it (``val_size`` -> ``--val-size``); None where
+    no option sets it. The one mapping from a setting's name to its flag
+    (:class:`~bbb.errors.SettingError`, :func:`bbb.cli.main`)."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                flag = flag_of_setting(sub, setting)
+                if flag is not None:
+                    return flag
+        elif a.dest == setting and not isinstance(a, DeprecatedAlias):
+            longs = [o for o in a.option_strings if o.startswith("--")]
+            if longs:
+                return longs[0]
+    return None
 
 
 def fmt_default(v: Any) -> str:
@@ -92,7 +134,8 @@ def add_out(p: Any, help: str, default: str | None = None) -> None:
         p.add_argument("--out", default=default, metavar="DIR", help=f"{help} (default: {default})")
 
 
-QUIET_HELP = ("no progress output (no progress bars, no per-epoch, per-run or per-trial lines): print only the "
+QUIET_HELP = ("no progress output (no progress bars, no per-epoch, per-run or per-trial lines, no compile notice): "
+              "print only the "
               "results, warnings and errors")
 """What ``--quiet`` means in every command."""
 
@@ -101,6 +144,38 @@ def add_quiet(p: Any, results: str | None = None) -> None:
     """``--quiet``: :data:`QUIET_HELP`; ``results`` says what this command still prints."""
     p.add_argument("--quiet", action="store_true",
                    help=QUIET_HELP + (f" ({results})" if results else ""))
+
+
+NO_COMPILE_HELP = ("never torch.compile the training engine's kernels: the eager ones, the same mathematics, "
+                   "without a first compile's 10-60 s on a CPU (as BBB_COMPILE=0)")
+"""What ``--no-compile`` means in every command."""
+
+
+def add_no_compile(p: Any) -> None:
+    """``--no-compile``: :data:`NO_COMPILE_HELP` (applied by :func:`bbb.cli.main`)."""
+    p.add_argument("--no-compile", action="store_true", help=NO_COMPILE_HELP)
+
+
+#: The options of every command that computes (:attr:`bbb.cli.registry.Command.shared`), each
+#: added to a command's parser (to each of its subcommands') that lacks it, and applied by
+#: :func:`bbb.cli.main` for the whole process and those it starts: ``--threads`` (torch's
+#: threads), ``--quiet`` (also silences the engine's compile notice) and ``--no-compile``.
+COMPUTE_FLAGS: dict[str, Any] = {"--quiet": add_quiet, "--threads": add_threads, "--no-compile": add_no_compile}
+
+
+def add_compute_options(p: argparse.ArgumentParser, flags: Sequence[str] = tuple(COMPUTE_FLAGS)) -> None:
+    """Add each of ``flags`` (keys of :data:`COMPUTE_FLAGS`) that ``p`` lacks to ``p``, or to each
+    of its subcommands' parsers where it has subcommands (``bbb reproduce mnist|uci``)."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if subs:
+        for a in subs:
+            for sub in dict.fromkeys(a.choices.values()):
+                add_compute_options(sub, flags)
+        return
+    have = {o for a in p._actions for o in a.option_strings}
+    for flag in flags:
+        if flag not in have:
+            COMPUTE_FLAGS[flag](p)
 
 
 def progress_log(args: Any) -> Any:
@@ -216,6 +291,7 @@ SHARED_FLAGS: dict[str, SharedFlag] = {
     "--seeds": SharedFlag("random seeds", int, "+"),
     "--threads": SharedFlag("torch threads", int, library="torch.set_num_threads"),
     "--quiet": SharedFlag(QUIET_HELP, nargs=0),
+    "--no-compile": SharedFlag(NO_COMPILE_HELP, nargs=0, library="BBB_COMPILE=0, Engine(compile=False)"),
 }
 
 

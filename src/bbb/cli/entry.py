@@ -3,27 +3,75 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import BBBError, TrainingInterrupted, UserError
-from .common import Parser
+from ..errors import BBBError, SettingError, TrainingInterrupted, UserError
+from .common import Parser, add_compute_options, flag_of_setting
 from .parser import build_parser
 from .registry import COMMANDS, PROG
 
 
 def run_command(name: str, argv: Sequence[str]) -> int:
     """Import command ``name``'s module (:data:`bbb.cli.registry.COMMANDS`), build its parser
-    with the module's add-arguments function, parse ``argv`` and run its main function."""
+    with the module's add-arguments function, parse ``argv`` and run its main function (under
+    the shared options' settings: :func:`compute_settings`). A bad setting
+    (:class:`~bbb.errors.SettingError`) is said with the flag that sets it
+    (:func:`bbb.cli.common.flag_of_setting`), not its name in the configuration."""
     mod, parser = command_parser(name)
     args = parser.parse_args(list(argv))
     args.command = name
-    set_threads(getattr(args, "threads", None))
-    rc = getattr(mod, COMMANDS[name].main)(args)
+    try:
+        with compute_settings(args):
+            rc = getattr(mod, COMMANDS[name].main)(args)
+    except SettingError as e:
+        flag = flag_of_setting(parser, e.setting)
+        err = e if flag is None else UserError(f"{flag} {e.problem}")
+        err.prog = leaf_prog(parser, argv)  # type: ignore[attr-defined]
+        raise err from None
+    except BaseException as e:  # (main's line about it names the subcommand too)
+        with contextlib.suppress(AttributeError):
+            e.prog = leaf_prog(parser, argv)  # type: ignore[attr-defined]
+        raise
     return 0 if rc is None else int(rc)
+
+
+def leaf_prog(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
+    """The name of the (sub)command ``argv`` ran, as its own errors give it: ``bbb reproduce
+    mnist``, where argparse says ``bbb reproduce mnist: error:``."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for i, word in enumerate(argv):
+                if word in a.choices:
+                    return leaf_prog(a.choices[word], argv[i + 1:])
+    return parser.prog
+
+
+@contextlib.contextmanager
+def compute_settings(args: argparse.Namespace) -> Iterator[None]:
+    """The shared options of a command that computes, for the command's process and those it
+    starts: ``--threads`` (torch's threads), ``--no-compile`` (``BBB_COMPILE=0``) and ``--quiet``
+    (``BBB_COMPILE_NOTICE=0``: no compile notice); the environment restored afterwards."""
+    from ..engine.kernels import COMPILE_NOTICE_ENV
+    from ..engine.support import COMPILE_ENV
+
+    set_threads(getattr(args, "threads", None))
+    env = {COMPILE_ENV: "0" if getattr(args, "no_compile", False) else None,
+           COMPILE_NOTICE_ENV: "0" if getattr(args, "quiet", False) else None}
+    before = {k: os.environ.get(k) for k, v in env.items() if v is not None}
+    os.environ.update({k: v for k, v in env.items() if v is not None})
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
 
 
 def command_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
@@ -42,6 +90,7 @@ def command_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
                     epilog=f"Example:\n  {example}",
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     getattr(mod, spec.add)(parser)
+    add_compute_options(parser, spec.shared)
     return mod, parser
 
 
@@ -85,24 +134,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)
     flush_denormals()
+    # every line bbb writes about a command starts "bbb COMMAND:", as argparse's own errors do
+    prog = f"{PROG} {argv[0]}" if argv and argv[0] in COMMANDS else PROG
     try:
-        if argv and argv[0] in COMMANDS:
+        if not argv:  # bare bbb: what it can do
+            build_parser().print_help()
+            return 0
+        if argv[0] in COMMANDS:
             return run_command(argv[0], argv[1:])
         args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
         return run_command(args.command, [])
     except TrainingInterrupted as e:  # (a BBBError too: first)
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print(f"{getattr(e, 'prog', prog)}: {e}", file=sys.stderr)
         return 130
     except BBBError as e:  # a bad value, a full disk, out of memory...: the one line bbb wrote
         msg = " ".join(str(e).split()) or type(e).__name__
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        print(f"{getattr(e, 'prog', prog)}: error: {msg}", file=sys.stderr)
         return 2
     except OSError as e:  # an unwritable --out, a file that vanished: the user's to fix
         where = f" ({e.filename})" if e.filename else ""
-        print(f"{PROG}: error: {e.strerror or e}{where}; check the path and its permissions", file=sys.stderr)
+        print(f"{getattr(e, 'prog', prog)}: error: {e.strerror or e}{where}; check the path and its permissions",
+              file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"{getattr(e, 'prog', prog)}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -77,7 +77,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--sigma-init", "rho_init", shared_help("--sigma-init", f" (bbb; default: {sigma_of_rho(rho):.2g}, "
           f"rho {rho:g}; config.json keeps rho_init)"), type=std_as_rho, metavar="S", show_default=False)
     add_deprecated_alias(g, "--rho-init", "--sigma-init", "rho_init", float, sigma_of_rho)
-    add_g("--mu-init-scale", "mu_init_scale", "mu ~ U(-b, b) with this b (default 1/sqrt(fan_in))",
+    add_g("--mu-init-scale", "mu_init_scale", "mu ~ U(-b, b) with this b (default: 1/sqrt(fan_in))",
           type=float, show_default=False)
     add_g("--dropout-input", "dropout_input", "dropout rate on the inputs (--method dropout)", type=float)
     add_g("--dropout-hidden", "dropout_hidden", "dropout rate after hidden layers (--method dropout)", type=float)

@@ -11,12 +11,15 @@ PROG = "bbb"
 
 class Command(NamedTuple):
     """One ``bbb`` command: the module that holds it (imported only when the command runs), its
-    one-line help, and the names of its add-arguments and main functions in that module."""
+    one-line help, the names of its add-arguments and main functions in that module, and the
+    options of a command that computes it takes (:data:`bbb.cli.common.COMPUTE_FLAGS`: added where
+    its parser lacks them; a command that computes nothing takes none)."""
 
     module: str
     help: str
     add: str = "add_arguments"
     main: str = "main"
+    shared: tuple[str, ...] = ("--quiet", "--threads", "--no-compile")
 
 
 #: Every command, in the order ``bbb --help`` lists them.
@@ -36,7 +39,8 @@ COMMANDS: dict[str, Command] = {
                       "Contextual bandit on UCI Mushroom with Thompson sampling (section 5.3 of "
                       "the paper)"),
     "sweep": Command("bbb.sweep",
-                     "Hyperparameter sweep over a search space, locally or on a Ray cluster"),
+                     "Hyperparameter sweep over a search space, locally or on a Ray cluster",
+                     shared=("--quiet", "--no-compile")),  # (the trials' threads: --cpus-per-trial)
     "reproduce": Command("bbb.experiments.reproduce",
                          "Reproduce the paper's MNIST Table 1, Figures 2-4 and Table 2 (section "
                          "5.1 of the paper), or the UCI regression benchmark"),
@@ -48,7 +52,7 @@ COMMANDS: dict[str, Command] = {
                          "(vote shares)", "add_uncertain_arguments", "main_uncertain"),
     "compare": Command("bbb.experiments.comparison",
                        "Side-by-side table of runs: error, NLL, ECE, Brier, OOD AUROC (CSV + "
-                       "markdown)"),
+                       "markdown)", shared=()),  # (reads the runs' results: computes nothing)
 }
 
 #: the commands whose module lies outside :mod:`bbb.cli` (the experiments, the sweep)

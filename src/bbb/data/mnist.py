@@ -8,7 +8,7 @@ import torch
 
 from bbb.data.idx import read_idx_pair
 from bbb.data.sources import ensure_files
-from bbb.errors import DataError, UserError
+from bbb.errors import DataError, SettingError
 from bbb.options import IMAGE_DATASETS
 
 __all__ = ["MNIST_DATASETS", "MNIST_FILES", "load_mnist", "mnist_splits"]
@@ -119,12 +119,12 @@ def mnist_splits(
         ``int64 (N,)``.
     """
     if not scale > 0:
-        raise UserError(f"scale must be > 0, got {scale}")
+        raise SettingError("scale", f"must be > 0, got {scale}")
     train_images, train_labels = load_mnist("train", dataset, data_dir, download, verify)
     test_images, test_labels = load_mnist("test", dataset, data_dir, download, verify)
     n = train_images.shape[0]
     if not 0 <= val_size < n:
-        raise UserError(f"val_size must be in 0..{n - 1}, got {val_size}")
+        raise SettingError("val_size", f"must be in 0..{n - 1}, got {val_size}")
     generator = torch.Generator().manual_seed(seed)
     perm = torch.randperm(n, generator=generator)
     val_idx, train_idx = perm[:val_size], perm[val_size:]

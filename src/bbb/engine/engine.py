@@ -136,9 +136,10 @@ class Engine(torch.optim.Optimizer):
             K - k samples of the KL's own, drawn by the fused kernel from the same counter-based
             noise (after the k rows).
         seed: the noise is a function of (seed, step counter) alone.
-        compile: ``True``/``False``, or ``None``: on CUDA compile at any size (when Triton is
-            installed; without it one warning, and the eager kernels), on the CPU when the model
-            has at least :data:`COMPILE_MIN_NUMEL` Bayesian weights.
+        compile: ``True``/``False``, or ``None``: the environment's ``BBB_COMPILE`` where set (``0``:
+            never, ``1``: always; :data:`bbb.engine.support.COMPILE_ENV`), else on CUDA compile at
+            any size (when Triton is installed; without it one warning, and the eager kernels), on
+            the CPU when the model has at least :data:`COMPILE_MIN_NUMEL` Bayesian weights.
         params: more parameters the loss depends on (tensors, or parameter groups as dicts with
             options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser.
         fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 import types
@@ -336,6 +337,10 @@ _COMPILED_MAX = 64
 #: None once it has been said
 _COMPILE_NOTICE: list[float] | None = []
 
+#: the environment variable that silences the compile notice: ``0`` (the ``bbb`` command's
+#: ``--quiet`` sets it, for its own process and those it starts)
+COMPILE_NOTICE_ENV = "BBB_COMPILE_NOTICE"
+
 
 def _announce(name: str, seconds: float | None) -> None:
     """Tell the user, once per process, that the engine compiles its kernels and how long it took.
@@ -343,15 +348,16 @@ def _announce(name: str, seconds: float | None) -> None:
     Called before (``seconds`` None) and after each fresh compile: the first one (the sample's
     kernel, at the engine's build) prints that it is compiling; the train step's (at the first
     ``step()``, which completes the compile) prints the time both took. On stderr: compiling takes
-    seconds to tens of seconds on a CPU, which would otherwise pass without a word.
+    seconds to tens of seconds on a CPU, which would otherwise pass without a word. Silent where
+    :data:`COMPILE_NOTICE_ENV` is ``0``.
     """
     global _COMPILE_NOTICE
-    if _COMPILE_NOTICE is None:
+    if _COMPILE_NOTICE is None or os.environ.get(COMPILE_NOTICE_ENV, "").strip() == "0":
         return
     if seconds is None:
         if not _COMPILE_NOTICE:
-            print("bbb.Engine: compiling its kernels, once per process (compile=False skips this) ...",
-                  file=sys.stderr, flush=True)
+            print("bbb.Engine: compiling its kernels, once per process (compile=False, BBB_COMPILE=0 or bbb's "
+                  "--no-compile skips this) ...", file=sys.stderr, flush=True)
         return
     _COMPILE_NOTICE.append(seconds)
     if name != "prime":  # the train step (on a given gradient too, where .grad was clipped)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -16,7 +17,14 @@ from ..nn.base import Estimator
 from .kernels import gradients
 
 __all__ = ["unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm", "compile_default",
-           "has_triton"]
+           "has_triton", "COMPILE_ENV", "compile_from_env"]
+
+#: the environment variable that sets the engine's ``compile=None`` for the whole process (and the
+#: processes it starts): ``0`` never compiles (the eager kernels, the same mathematics; no seconds
+#: spent compiling), ``1`` compiles at any size, ``auto`` (or unset) leaves the choice to the
+#: engine (:func:`compile_default`). An engine's explicit ``compile=True``/``False`` wins. The
+#: ``bbb`` command's ``--no-compile`` sets it to ``0``.
+COMPILE_ENV = "BBB_COMPILE"
 
 _warned_no_triton = False
 
@@ -30,10 +38,26 @@ def has_triton() -> bool:
     return bool(torch_has_triton())
 
 
+def compile_from_env() -> bool | None:
+    """:data:`COMPILE_ENV` read: False (``0``), True (``1``) or None (``auto`` or unset); any other
+    value is a one-line :class:`UserError`."""
+    v = os.environ.get(COMPILE_ENV, "").strip().lower()
+    if v in ("", "auto"):
+        return None
+    if v in ("0", "false", "no", "off"):
+        return False
+    if v in ("1", "true", "yes", "on"):
+        return True
+    raise UserError(f"{COMPILE_ENV} must be 0 (never compile), 1 (always) or auto, got {v!r}")
+
+
 def compile_default(compile: bool | None, dev: torch.device, numel: int, min_numel: int) -> bool:
-    """Whether the engine compiles: ``compile`` where given; else on CUDA at any size, on the CPU
-    from ``min_numel`` weights. On CUDA without Triton: the eager kernels, with one warning a process."""
+    """Whether the engine compiles: ``compile`` where given; else :data:`COMPILE_ENV` where set;
+    else on CUDA at any size, on the CPU from ``min_numel`` weights. On CUDA without Triton: the
+    eager kernels, with one warning a process."""
     global _warned_no_triton
+    if compile is None:
+        compile = compile_from_env()
     use = (dev.type == "cuda" or (dev.type == "cpu" and numel >= min_numel)) if compile is None else compile
     if use and dev.type == "cuda" and not has_triton():
         use = False

@@ -61,7 +61,7 @@ from ..cli.common import (
 from ..devices import resolve_device
 from ..distributions import inverse_softplus, make_prior
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
-from ..errors import UserError, check_float, check_int
+from ..errors import SettingError, UserError, check_float, check_int
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesMLP, sampling
 from ..options import PriorKind, choice, values
@@ -136,12 +136,12 @@ class RegressionConfig:
 
     def validate(self) -> None:
         for name in ("n_train", "n_grid", "epochs", "train_samples", "pred_samples", "threads"):
-            check_int(name.replace("_", "-"), getattr(self, name))
+            check_int(name, getattr(self, name))  # (the command line names the flag)
         for name in ("noise_std", "lr", "prior_sigma", "sigma1", "sigma2", "model_sigma"):
-            check_float(name.replace("_", "-"), getattr(self, name), 0.0, above=True)
+            check_float(name, getattr(self, name), 0.0, above=True)
         for name in ("x_low", "x_high", "grid_low", "grid_high", "rho_init"):
             if not math.isfinite(getattr(self, name)):
-                raise UserError(f"{name.replace('_', '-')} must be finite")
+                raise SettingError(name, "must be finite")
         if not self.x_low < self.x_high:
             raise UserError(f"the training range needs low < high, got [{self.x_low}, {self.x_high}]")
         if not self.grid_low < self.grid_high:
@@ -486,43 +486,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     describe(parser, DESCRIPTION, EXAMPLE)
     add_out(parser, "output folder (created)")
     parser.add_argument("--epochs", type=int, default=d.epochs,
-                        help=shared_help("--epochs", f" (full-batch Adam steps) of each network (default {d.epochs})"))
+                        help=shared_help("--epochs", f" (full-batch Adam steps) of each network (default: {d.epochs})"))
     add_seed(parser, d.seed, shared_help("--seed", " of data and training"))
-    parser.add_argument("--n-train", type=int, default=d.n_train, help=f"training points (default {d.n_train})")
+    parser.add_argument("--n-train", type=int, default=d.n_train, help=f"training points (default: {d.n_train})")
     parser.add_argument("--x-range", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.x_low, d.x_high],
-                        help="training inputs ~ U[LOW, HIGH] (default 0 0.5; the paper does not say)")
+                        help="training inputs ~ U[LOW, HIGH] (default: 0 0.5; the paper does not say)")
     parser.add_argument("--noise-std", type=float, default=d.noise_std,
-                        help=f"std of the data noise eps (default {d.noise_std:g})")
+                        help=f"std of the data noise eps (default: {d.noise_std:g})")
     parser.add_argument("--grid", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.grid_low, d.grid_high],
-                        help="prediction range (default -0.2 1.2)")
+                        help="prediction range (default: -0.2 1.2)")
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), metavar="N",
-                        help=shared_help("--hidden", " (default 100 100)"))
+                        help=shared_help("--hidden", " (default: 100 100)"))
     parser.add_argument("--activation", choices=sorted(_ACTS), default=d.activation)
-    parser.add_argument("--lr", type=float, default=d.lr, help=shared_help("--lr", f" of Adam (default {d.lr:g})"))
+    parser.add_argument("--lr", type=float, default=d.lr, help=shared_help("--lr", f" of Adam (default: {d.lr:g})"))
     parser.add_argument("--train-samples", type=int, default=d.train_samples, metavar="K",
-                        help=shared_help("--train-samples", f" (BBB; default {d.train_samples})"))
+                        help=shared_help("--train-samples", f" (BBB; default: {d.train_samples})"))
     parser.add_argument("--prior", choices=values(PriorKind), default=d.prior.value,
-                        help=shared_help("--prior", " (default mixture, Monte Carlo KL; gaussian: closed-form KL)"))
+                        help=shared_help("--prior", " (default: mixture, Monte Carlo KL; gaussian: closed-form KL)"))
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
-                        help=shared_help("--prior-sigma", f" (default {d.prior_sigma:g})"))
-    parser.add_argument("--pi", type=float, default=d.pi, help=shared_help("--pi", f" (default {d.pi:g})"))
+                        help=shared_help("--prior-sigma", f" (default: {d.prior_sigma:g})"))
+    parser.add_argument("--pi", type=float, default=d.pi, help=shared_help("--pi", f" (default: {d.pi:g})"))
     parser.add_argument("--sigma1", type=float, default=d.sigma1,
-                        help=shared_help("--sigma1", f" (default {d.sigma1:g})"))
-    parser.add_argument("--sigma2", type=float, default=d.sigma2, help=shared_help("--sigma2", " (default e^-7)"))
+                        help=shared_help("--sigma1", f" (default: {d.sigma1:g})"))
+    parser.add_argument("--sigma2", type=float, default=d.sigma2, help=shared_help("--sigma2", " (default: e^-7)"))
     parser.add_argument("--sigma-init", dest="rho_init", type=std_as_rho, default=d.rho_init, metavar="S",
-                        help=shared_help("--sigma-init", f" (BBB; default {sigma_of_rho(d.rho_init):.2g}, "
+                        help=shared_help("--sigma-init", f" (BBB; default: {sigma_of_rho(d.rho_init):.2g}, "
                                                          f"rho {d.rho_init:g})"))
     add_deprecated_alias(parser, "--rho-init", "--sigma-init", "rho_init", float, sigma_of_rho)
     parser.add_argument("--model-sigma", type=float, default=d.model_sigma,
-                        help=f"likelihood noise std (the start value when learned; default {d.model_sigma:g})")
+                        help=f"likelihood noise std (the start value when learned; default: {d.model_sigma:g})")
     parser.add_argument("--learn-noise", action="store_true",
                         help="learn the likelihood noise (starting at --model-sigma) instead of fixing it")
     parser.add_argument("--heteroscedastic", action="store_true",
                         help="learn an input-dependent noise (the networks output mean and noise)")
-    parser.add_argument("--samples", type=int, default=d.pred_samples, metavar="K",
-                        help=shared_help("--samples", f" quantiles (BBB; default {d.pred_samples})"))
+    parser.add_argument("--samples", dest="pred_samples", type=int, default=d.pred_samples, metavar="K",
+                        help=shared_help("--samples", f" quantiles (BBB; default: {d.pred_samples})"))
     add_device(parser)
-    add_threads(parser, d.threads, shared_help("--threads", " (default 1: the nets are tiny)"))
+    add_threads(parser, d.threads, shared_help("--threads", " (default: 1, the nets are tiny)"))
     add_quiet(parser, "its one line of results")
 
 
@@ -533,7 +533,7 @@ def config_from_args(args: argparse.Namespace) -> RegressionConfig:
         epochs=args.epochs, lr=args.lr, train_samples=args.train_samples, prior=args.prior,
         prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
         rho_init=args.rho_init, model_sigma=args.model_sigma, learn_noise=args.learn_noise,
-        heteroscedastic=args.heteroscedastic, pred_samples=args.samples, seed=args.seed,
+        heteroscedastic=args.heteroscedastic, pred_samples=args.pred_samples, seed=args.seed,
         device=args.device, threads=args.threads, out=args.out,
         quiet=False)  # --quiet hides progress, and there is none: the result line stays
 

@@ -242,7 +242,7 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ood", default="fashion-mnist", choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: fashion-mnist)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
-                   help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default 10)"))
+                   help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default: 10)"))
     _add_run_options(p)
 
 
@@ -280,9 +280,9 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
         "share of the top classes over the samples. Writes RUN_DIR/uncertain.png and uncertain.json."
     )
     p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
-    p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")
+    p.add_argument("--n", type=int, default=64, help="digits per grid (default: 64)")
     p.add_argument("--samples", type=int, default=30, metavar="K",
-                   help=shared_help("--samples", " vote: the sampled networks (default 30)"))
+                   help=shared_help("--samples", " vote: the sampled networks (default: 30)"))
     _add_run_options(p)
 
 

@@ -98,8 +98,9 @@ class BayesModule(nn.Module):
     converts: ClassVar[tuple[type[nn.Module], ...]] = ()
     #: the estimators defined for this layer type (another is a one-line error)
     estimators: ClassVar[frozenset[Estimator]] = frozenset(Estimator)
-    #: whether :func:`bbb.bayesianize` made this layer with its posterior means at a network's
-    #: weights (``from_weights=True``; a plain attribute, not in the ``state_dict``)
+    #: whether :func:`bbb.bayesianize` made this layer with its posterior means at a trained
+    #: network's weights (``from_weights=True`` on weights that left their default initialisation:
+    #: :func:`bbb.convert.at_initialisation`; a plain attribute, not in the ``state_dict``)
     from_weights: bool = False
 
     def __init__(

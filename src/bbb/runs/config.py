@@ -12,7 +12,7 @@ from typing import Any
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
 from ..engine.engine import OptimizerKind
-from ..errors import UserError, check_int
+from ..errors import SettingError, UserError, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
@@ -24,10 +24,10 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number, got {value!r}") from None
+        raise SettingError(name, f"must be a number, got {value!r}") from None
     ok = (v >= 0 if allow_zero else v > 0) and math.isfinite(v)
     if not ok:
-        raise UserError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value}")
+        raise SettingError(name, f"must be {'>= 0' if allow_zero else '> 0'} and finite, got {value}")
     return v
 
 
@@ -35,8 +35,9 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
 class TrainConfig:
     """Every setting of one training run (the command line's ``bbb train`` options).
 
-    Construction validates and normalises every field; a bad value raises :class:`UserError`
-    with a one-line message. A field of a choice holds its Enum member (``cfg.optimizer is
+    Construction validates and normalises every field; a bad value raises a one-line
+    :class:`~bbb.errors.SettingError` that names the field (``val_size must be ...``; the command
+    line names its flag instead). A field of a choice holds its Enum member (``cfg.optimizer is
     OptimizerKind.SGD``) whether it was given the member or its string value (``"sgd"``).
     ``to_dict`` / ``from_dict`` round-trip through plain JSON types: ``to_dict`` writes each
     member as its string value, so ``config.json`` and the checkpoint's ``config`` hold strings.
@@ -91,44 +92,44 @@ class TrainConfig:
         self.device = device_name(self.device)
         pi = float(self.pi)
         if not (0.0 < pi <= 1.0):
-            raise UserError(f"pi (mixture weight) must be in (0, 1], got {self.pi}")
+            raise SettingError("pi", f"(the mixture weight) must be in (0, 1], got {self.pi}")
         self.pi = pi
         self.sigma1 = _positive("sigma1", self.sigma1)
         self.sigma2 = _positive("sigma2", self.sigma2)
-        self.prior_sigma = _positive("prior-sigma", self.prior_sigma)
+        self.prior_sigma = _positive("prior_sigma", self.prior_sigma)
         if isinstance(self.hidden, int | float):
             self.hidden = [self.hidden]
-        self.hidden = [check_int("hidden width", h, 1) for h in self.hidden]
+        self.hidden = [check_int("hidden", h, 1) for h in self.hidden]
         self.epochs = check_int("epochs", self.epochs, 0)
         self.lr = _positive("lr", self.lr)
         self.momentum = float(self.momentum)
         if not (0.0 <= self.momentum < 1.0):
-            raise UserError(f"momentum must be in [0, 1), got {self.momentum}")
-        self.rho_lr_scale = _positive("rho-lr-scale", self.rho_lr_scale)
-        self.lr_step_size = check_int("lr step size", self.lr_step_size, 0)
-        self.lr_gamma = _positive("lr gamma", self.lr_gamma)
-        self.batch_size = check_int("batch size", self.batch_size, 1)
+            raise SettingError("momentum", f"must be in [0, 1), got {self.momentum}")
+        self.rho_lr_scale = _positive("rho_lr_scale", self.rho_lr_scale)
+        self.lr_step_size = check_int("lr_step_size", self.lr_step_size, 0)
+        self.lr_gamma = _positive("lr_gamma", self.lr_gamma)
+        self.batch_size = check_int("batch_size", self.batch_size, 1)
         self.samples = check_int("samples", self.samples, 1)
         if self.kl_samples is not None:
-            self.kl_samples = check_int("kl-samples", self.kl_samples, self.samples)
+            self.kl_samples = check_int("kl_samples", self.kl_samples, self.samples)
         self.rho_init = float(self.rho_init)
         if not math.isfinite(self.rho_init):
-            raise UserError(f"rho-init must be finite, got {self.rho_init}")
+            raise SettingError("rho_init", f"must be finite, got {self.rho_init}")
         if self.mu_init_scale is not None:
-            self.mu_init_scale = _positive("mu-init-scale", self.mu_init_scale)
+            self.mu_init_scale = _positive("mu_init_scale", self.mu_init_scale)
         for name in ("dropout_input", "dropout_hidden"):
             p = float(getattr(self, name))
             if not (0.0 <= p < 1.0):
-                raise UserError(f"{name.replace('_', '-')} must be in [0, 1), got {p}")
+                raise SettingError(name, f"must be in [0, 1), got {p}")
             setattr(self, name, p)
         self.seed = check_int("seed", self.seed, 0)
         self.bf16 = bool(self.bf16)
         self.scale = _positive("scale", self.scale)
-        self.val_size = check_int("val size", self.val_size, 0)
-        self.split_seed = check_int("split seed", self.split_seed, 0)
-        self.eval_samples = check_int("eval samples", self.eval_samples, 1)
+        self.val_size = check_int("val_size", self.val_size, 0)
+        self.split_seed = check_int("split_seed", self.split_seed, 0)
+        self.eval_samples = check_int("eval_samples", self.eval_samples, 1)
         self.test_each_epoch = bool(self.test_each_epoch)
-        self.checkpoint_every = check_int("checkpoint-every", self.checkpoint_every, 1)
+        self.checkpoint_every = check_int("checkpoint_every", self.checkpoint_every, 1)
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
         if self.method is Method.BBB and self.prior is PriorKind.MIXTURE and self.kl is KLMode.CLOSED:

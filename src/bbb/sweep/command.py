@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Space format and cluster set-up: docs/scale_out.md.")
     parser.add_argument("--space", default="paper", metavar="paper|FILE",
                         help="search space: 'paper' (the paper's MNIST grid, 972 trials) or a YAML/JSON file "
-                             "(default paper)")
+                             "(default: paper)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override one key of the space, e.g. epochs=2 or 'lr={grid: [0.001, 0.01]}' "
                              "(repeatable)")
@@ -86,30 +86,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="output folder of the sweep (required unless "
                                                      "--dry-run/--show-space)")
     parser.add_argument("--backend", default=Backend.LOCAL.value, choices=[b.value for b in Backend],
-                        help="local: processes on this machine; ray: Ray Tune trials (default local)")
+                        help="local: processes on this machine; ray: Ray Tune trials (default: local)")
     parser.add_argument("--address", default=None, metavar="ADDRESS",
                         help="ray: 'auto' or ray://HOST:PORT to join a cluster (default: start a local one)")
     parser.add_argument("--scheduler", default=SchedulerKind.NONE.value, choices=[s.value for s in SchedulerKind],
-                        help="ray: asha stops poor trials early on the per-epoch validation error (default none)")
+                        help="ray: asha stops poor trials early on the per-epoch validation error (default: none)")
     parser.add_argument("--grace-period", type=int, default=None, metavar="EPOCHS",
-                        help="asha: epochs before a trial may be stopped (default epochs/10)")
+                        help="asha: epochs before a trial may be stopped (default: epochs/10)")
     parser.add_argument("--reduction-factor", type=float, default=4.0,
-                        help="asha: keep 1/this of the trials at each rung (default 4)")
+                        help="asha: keep 1/this of the trials at each rung (default: 4)")
     parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
-                        help="trials at a time (local default 1; ray default: as many as resources allow)")
+                        help="trials at a time (local default: 1; ray default: as many as resources allow)")
     parser.add_argument("--gpus-per-trial", type=float, default=0.0, metavar="F",
-                        help="ray: GPUs per trial, may be fractional (0.25: four trials per GPU; default 0)")
+                        help="ray: GPUs per trial, may be fractional (0.25: four trials per GPU; default: 0)")
     parser.add_argument("--cpus-per-trial", type=float, default=None, metavar="F",
-                        help="CPUs per trial, also torch threads (ray default 1; local default cores/max-concurrent)")
+                        help="CPUs per trial, also torch threads (ray default: 1; local default: cores/max-concurrent)")
     parser.add_argument("--max-failures", type=int, default=2,
-                        help="retries of a crashed trial, each from its latest checkpoint (default 2)")
+                        help="retries of a crashed trial, each from its latest checkpoint (default: 2)")
     parser.add_argument("--storage", default=None, metavar="PATH|URI",
-                        help="ray: storage of Ray's checkpoints (default OUT/ray; on a multi-node cluster a "
+                        help="ray: storage of Ray's checkpoints (default: OUT/ray; on a multi-node cluster a "
                              "shared folder or s3://... URI)")
     add_data_dir(parser)
     parser.add_argument("--ref-epoch-seconds", type=float, default=REF_EPOCH_SECONDS, metavar="S",
                         help="dry-run cost model: seconds per epoch of BBB 2x400 with 1 sample on your hardware "
-                             f"(default {REF_EPOCH_SECONDS:g}, measured on 2 CPU cores: bbb.cli.cost)")
+                             f"(default: {REF_EPOCH_SECONDS:g}, measured on 2 CPU cores: bbb.cli.cost)")
     add_quiet(parser, "the counts of trials and the best one")
 
 
@@ -143,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
         rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None,
                          warn=lambda s: print(s, file=sys.stderr, flush=True))
     except KeyboardInterrupt:
-        print(f"bbb: sweep interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
+        print(f"bbb sweep: interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
               "command again to resume", file=sys.stderr)
         return 130
     counts = {s.value: sum(1 for r in rows if r["status"] == s.value) for s in TrialStatus}

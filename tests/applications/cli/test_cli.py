@@ -184,7 +184,7 @@ def test_subprocess_errors_are_one_line(tmp_path):
         p = subprocess.run([sys.executable, "-m", "bbb", *argv], capture_output=True, text=True, env=env,
                            timeout=120)
         assert p.returncode == 2, p.stderr
-        assert p.stderr.startswith("bbb: error: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert p.stderr.startswith(f"bbb {argv[0]}: error: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert "Traceback" not in p.stderr
 
 

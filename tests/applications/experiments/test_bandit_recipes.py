@@ -19,7 +19,7 @@ from testkit import tiny_bandit_config, tiny_mushrooms
     (dict(estimator="nope"), "unknown estimator"),
     (dict(estimator="local", agents=("bbb", "greedy")), "BBB agents only"),
     (dict(likelihood="student"), "unknown likelihood"),
-    (dict(kl_warmup=-1), "kl-warmup"),
+    (dict(kl_warmup=-1), "kl_warmup"),
 ])
 def test_bad_recipe_options_are_one_line_errors(kw, match):
     with pytest.raises(UserError, match=match):

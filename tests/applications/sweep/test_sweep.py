@@ -159,7 +159,7 @@ def test_sweep_errors_are_one_line(argv, words, capsys, tmp_path, monkeypatch):
     rc = cli_main(["sweep", "--space", "paper", *argv, *dry])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("bbb: error:") and err.count("\n") == 1 and words in err
+    assert err.startswith("bbb sweep: error:") and err.count("\n") == 1 and words in err
     assert not (tmp_path / "X").exists()
 
 

@@ -46,74 +46,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = BanditConfig()
     describe(parser, DESCRIPTION, EXAMPLE)
     add_out(parser, "output folder (created; resumed if it has a checkpoint)")
-    parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default {d.steps})")
+    parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default: {d.steps})")
     parser.add_argument("--agents", nargs="+", default=list(d.agents),
-                        help="bbb, greedy, egreedy_<eps> (default: %(default)s)")
+                        help=f"bbb, greedy, egreedy_<eps> (default: {' '.join(d.agents)})")
     add_seeds(parser, list(d.seeds), shared_help("--seeds", "; each is one run of every agent"))
     parser.add_argument("--updates-per-step", type=int, default=d.updates_per_step,
-                        help=f"minibatch updates after each interaction (default {d.updates_per_step})")
+                        help=f"minibatch updates after each interaction (default: {d.updates_per_step})")
     parser.add_argument("--batch-size", type=int, default=d.batch_size,
-                        help=shared_help("--batch-size", f" (default {d.batch_size})"))
+                        help=shared_help("--batch-size", f" (default: {d.batch_size})"))
     parser.add_argument("--buffer", type=int, default=d.buffer,
-                        help=f"replay buffer: the latest N interactions (default {d.buffer})")
+                        help=f"replay buffer: the latest N interactions (default: {d.buffer})")
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), metavar="N",
                         help=shared_help("--hidden", " (default: 100 100)"))
     parser.add_argument("--optimizer", choices=values(OptimizerKind), default=d.optimizer.value,
                         help=shared_help("--optimizer", " of every agent: adam, or sgd (plain gradient steps, the "
-                                                        f"paper's eqs. 5-6; default {d.optimizer})"))
+                                                        f"paper's eqs. 5-6; default: {d.optimizer})"))
     parser.add_argument("--lr", type=float, default=d.lr,
-                        help=shared_help("--lr", f" of every agent (default {d.lr:g})"))
+                        help=shared_help("--lr", f" of every agent (default: {d.lr:g})"))
     parser.add_argument("--likelihood", choices=values(BanditLikelihood), default=d.likelihood.value,
                         help="reward likelihood of every agent: gaussian (noise std --noise-sigma), or "
                              "heteroscedastic (a second network output sets the noise of each mushroom and action, "
-                             f"floored at --noise-sigma; default {d.likelihood})")
+                             f"floored at --noise-sigma; default: {d.likelihood})")
     parser.add_argument("--noise-sigma", type=float, default=d.noise_sigma,
                         help=f"std of the Gaussian reward likelihood of every agent, the floor of the "
-                             f"heteroscedastic one (default {d.noise_sigma:g})")
+                             f"heteroscedastic one (default: {d.noise_sigma:g})")
     parser.add_argument("--estimator", choices=[Estimator.REPARAM.value, Estimator.LOCAL.value],
                         default=d.estimator.value,
                         help="BBB's gradient estimator: reparam (weight draws), or local (local "
                              "reparameterisation; BBB agents only; decisions still draw whole networks; "
-                             f"default {d.estimator})")
+                             f"default: {d.estimator})")
     parser.add_argument("--kl-warmup", type=int, default=d.kl_warmup, metavar="N",
                         help="BBB: the first N interactions' updates fit the data without the KL "
-                             f"(default {d.kl_warmup})")
+                             f"(default: {d.kl_warmup})")
     parser.add_argument("--prior", choices=values(PriorKind), default=d.prior.value,
                         help=shared_help("--prior", ": gaussian (closed-form KL) or the paper's scale mixture "
-                                                    f"(Monte Carlo KL; default {d.prior})"))
+                                                    f"(Monte Carlo KL; default: {d.prior})"))
     parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
-                        help=shared_help("--prior-sigma", f" (BBB; default {d.prior_sigma:g})"))
-    parser.add_argument("--pi", type=float, default=d.pi, help=shared_help("--pi", f" (BBB; default {d.pi:g})"))
+                        help=shared_help("--prior-sigma", f" (BBB; default: {d.prior_sigma:g})"))
+    parser.add_argument("--pi", type=float, default=d.pi, help=shared_help("--pi", f" (BBB; default: {d.pi:g})"))
     parser.add_argument("--sigma1", type=float, default=d.sigma1,
-                        help=shared_help("--sigma1", f" (BBB; default {d.sigma1:g})"))
+                        help=shared_help("--sigma1", f" (BBB; default: {d.sigma1:g})"))
     parser.add_argument("--sigma2", type=float, default=d.sigma2,
-                        help=shared_help("--sigma2", " (BBB; default e^-6)"))
+                        help=shared_help("--sigma2", " (BBB; default: e^-6)"))
     parser.add_argument("--sigma-init", type=std, default=d.sigma_init, metavar="S",
-                        help=shared_help("--sigma-init", f" (BBB; default {d.sigma_init:g})"))
+                        help=shared_help("--sigma-init", f" (BBB; default: {d.sigma_init:g})"))
     parser.add_argument("--beta", dest="kl_scale", type=float, default=d.kl_scale, metavar="BETA",
                         help=shared_help("--beta", ": the KL is multiplied by this (BBB; < 1 tempers the posterior; "
-                                                   f"config.json: kl_scale; default {d.kl_scale:g})"))
+                                                   f"config.json: kl_scale; default: {d.kl_scale:g})"))
     add_deprecated_alias(parser, "--kl-scale", "--beta", "kl_scale", float)
     parser.add_argument("--kl-data", choices=values(KLData), default=d.kl_data.value,
                         help="BBB: N of the KL / N weight: every interaction seen so far, or the buffer's fill "
-                             f"(its capacity once full; default {d.kl_data})")
+                             f"(its capacity once full; default: {d.kl_data})")
     parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting.value,
                         help=shared_help("--kl-weighting", " updates of one interaction (BBB): uniform, or blundell "
-                                                           f"(2^(U-i)/(2^U-1), the paper's eq. 9; default "
+                                                           f"(2^(U-i)/(2^U-1), the paper's eq. 9; default: "
                                                            f"{d.kl_weighting})"))
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
                         help="greedy and epsilon-greedy agents: an L2 penalty, per example ((y - f)^2 + weight_decay "
                              "* |w|^2) / (2 noise_sigma^2) (a Gaussian prior's MAP; BBB has its KL instead; "
-                             f"default {d.weight_decay:g})")
+                             f"default: {d.weight_decay:g})")
     parser.add_argument("--samples", dest="decision_samples", type=int, default=d.decision_samples, metavar="K",
                         help=shared_help("--samples", " average of each decision (BBB's Thompson sampling; "
-                                                      f"config.json: decision_samples; default {d.decision_samples})"))
+                                                      f"config.json: decision_samples; default: {d.decision_samples})"))
     add_deprecated_alias(parser, "--decision-samples", "--samples", "decision_samples", int)
     parser.add_argument("--log-every", type=int, default=d.log_every,
-                        help=f"write regret.csv rows every N steps (default {d.log_every})")
+                        help=f"write regret.csv rows every N steps (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
-                        help="processes to split the population over (default 1; 2 uses both cores of a 2-core CPU)")
-    add_threads(parser, d.threads, shared_help("--threads", " per worker (default 1)"))
+                        help="processes to split the population over (default: 1; 2 uses both cores of a 2-core CPU)")
+    add_threads(parser, d.threads, shared_help("--threads", " per worker (default: 1)"))
     add_data_dir(parser, shared_help("--data-dir", " holding mushroom/ (else $BBB_DATA, else ~/.cache/bbb)"))
     add_device(parser)
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out and start over")

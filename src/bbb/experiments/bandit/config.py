@@ -10,7 +10,7 @@ from typing import Any
 from ...distributions import Prior, inverse_softplus, make_prior
 from ...elbo import KLWeighting
 from ...engine.engine import OptimizerKind
-from ...errors import UserError, check_int
+from ...errors import SettingError, UserError, check_int
 from ...nn.base import Estimator
 from ...options import PriorKind, StrOption, choice
 
@@ -113,9 +113,6 @@ def parse_agent(name: str) -> Agent:
 
 #: the ``bbb bandit`` options whose name is not their setting's (the library's vocabulary:
 #: bbb.cli.common.SHARED_FLAGS), for the messages
-FLAG_NAMES = {"decision_samples": "samples", "kl_scale": "beta"}
-
-
 @dataclass
 class BanditConfig:
     """Settings of :func:`run_bandit`. The protocol's defaults are the paper's (buffer 4096, 64
@@ -180,8 +177,8 @@ class BanditConfig:
         for name in ("steps", "updates_per_step", "batch_size", "buffer", "decision_samples",
                      "log_every", "workers", "threads"):
             low = 0 if name == "updates_per_step" else 1  # 0: act without learning
-            check_int(FLAG_NAMES.get(name, name.replace("_", "-")), getattr(self, name), low)
-        check_int("kl-warmup", self.kl_warmup, 0)
+            check_int(name, getattr(self, name), low)  # (the command line names the flag)
+        check_int("kl_warmup", self.kl_warmup, 0)
         est = Estimator(choice("estimator", self.estimator, Estimator))
         if est is Estimator.FLIPOUT:
             raise UserError("the bandit's population supports the reparam and local estimators, not flipout")
@@ -194,15 +191,14 @@ class BanditConfig:
         choice("kl-data", self.kl_data, KLData)
         choice("kl-weighting", self.kl_weighting, KLWeighting)
         if not (0.0 < self.pi < 1.0):
-            raise UserError(f"pi must be in (0, 1), got {self.pi!r}")
+            raise SettingError("pi", f"must be in (0, 1), got {self.pi!r}")
         for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise UserError(f"{FLAG_NAMES.get(name, name.replace('_', '-'))} must be a finite number > 0, "
-                                f"got {v!r}")
+                raise SettingError(name, f"must be a finite number > 0, got {v!r}")
         wd = self.weight_decay
         if not (isinstance(wd, (int, float)) and math.isfinite(wd) and wd >= 0):
-            raise UserError(f"weight-decay must be a finite number >= 0, got {wd!r}")
+            raise SettingError("weight_decay", f"must be a finite number >= 0, got {wd!r}")
         if not self.agents:
             raise UserError("give at least one agent")
         if not self.seeds:

@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                       "(default: mnist)"))
     add_seeds(parser, None, shared_help("--seeds", " of the budget's seed cells, numbered from 0: '0', '0 1', "
                                                    "'0 1 2', ... (smoke, quick: BBB mixture and dropout at 2x400 "
-                                                   "and 2x1200, default 0; paper: BBB mixture 2x1200, default 0 1)"))
+                                                   "and 2x1200, default: 0; paper: BBB mixture 2x1200, default: 0 1)"))
     add_device(parser)
     add_data_dir(parser)
     add_threads(parser)

@@ -136,7 +136,7 @@ class Preprocess:
         Every training feature column must be there (others, like the target, are ignored); a
         missing value or an unseen category is a one-line error naming row and column."""
         if self.kind != "table":
-            raise UserError(f"{where}: this run was trained on {self._trained_on()}, not on a CSV table")
+            raise UserError(f"{where}: this run was trained on {self.trained_on()}, not on a CSV table")
         index = {h: j for j, h in enumerate(header)}
         absent = [c["name"] for c in self.columns if c["name"] not in index]
         if absent:
@@ -211,7 +211,7 @@ class Preprocess:
     def _standardise(self, x: Tensor) -> Tensor:
         return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
 
-    def _trained_on(self) -> str:
+    def trained_on(self) -> str:
         return {"table": "a CSV table", "arrays": "arrays (.npz)", "image": "28x28 images"}.get(self.kind, self.kind)
 
     def target_values(self, y: Tensor) -> Tensor:

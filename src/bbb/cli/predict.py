@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
     p.add_argument("input", metavar="INPUT", help="a CSV file, a .npy/.npz array or a folder of PNG/JPEG images")
     p.add_argument("--out", metavar="FILE.csv", default=None,
-                   help="write the predictions here (default: print them as CSV)")
+                   help="output file: the predictions as CSV (default: print them)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average (default: 10)"))
     p.add_argument("--target-error", type=float, default=None, metavar="E",
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="data folder of the run's validation data (default: the run's)")
     add_device(p)
-    add_seed(p, help="seed of the Monte Carlo samples")
+    add_seed(p, help="random seed of the Monte Carlo samples")
     add_threads(p)
     add_quiet(p, "the predictions")
 

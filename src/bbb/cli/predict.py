@@ -115,8 +115,13 @@ def main(args: argparse.Namespace) -> int:
     x, ids, ys = _read_input(model, Path(args.input))
     with torch.no_grad():
         s = uncertainty_scores(model, model.sample_outputs(x, args.samples, args.seed))
-        referral = None if args.no_refer else refer_threshold(model, args.target_error, args.samples, args.seed,
-                                                              args.data_dir)
+        referral = None
+        if not args.no_refer:
+            try:
+                referral = refer_threshold(model, args.target_error, args.samples, args.seed, args.data_dir)
+            except UserError as e:  # the run's data moved, say: the predictions need not wait for it
+                raise UserError(f"{e} (the refer column needs the run's validation data; --no-refer leaves it "
+                                "out)") from None
     columns = [ids[0][0]] + (["target"] if ys is not None else []) + ["prediction"]
     rows: list[dict[str, Any]] = []
     score = s["score"].cpu()

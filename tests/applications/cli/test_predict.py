@@ -48,6 +48,8 @@ def test_train_on_a_csv_and_predict_equals_the_library(capsys, tmp_path):
                             "--out", str(run), *TINY)
     assert rc == 0, err
     assert "test error" in out
+    rc, out, err = run_main(capsys, "train", "--resume", "--out", str(run), "--epochs", "4", "--quiet")
+    assert rc == 0 and "of 4)" in out, err  # the model line: best (epoch E of 4)
     rc, _, err = run_main(capsys, "predict", str(run), str(path), "--out", str(tmp_path / "p.csv"),
                           "--samples", "5", "--seed", "3", "--device", "cpu")
     assert rc == 0, err

@@ -168,4 +168,7 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monk
     assert_one_line_error(rc, err, "folder of images", "CSV table")
     rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(path), "--target-error", "-1")
     assert_one_line_error(rc, err, "--target-error")
+    for command in ("ood", "uncertain"):  # image commands: a table run is refused, not drawn as digits
+        rc, _, err = run_main(capsys, command, str(tmp_path / "run"), "--device", "cpu")
+        assert_one_line_error(rc, err, "trained on images", "t.csv")
     assert not (tmp_path / "p.csv").exists()

@@ -13,6 +13,8 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.jobs` - the one job runner (:func:`run_jobs`): skip finished runs, resume,
   record divergence, retry crashes, report through :class:`JobCallbacks`.
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
+* :mod:`bbb.runs.trained` - :func:`load_model` (``bbb.load_model``): a trained run as a model
+  that takes raw inputs (its preprocessing kept in the checkpoint).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
 from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
 from .rundir import lock_run_dir
+from .trained import TrainedModel, load_model
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -59,6 +62,7 @@ __all__ = [
     "RESUME_MUTABLE",
     "RunJob",
     "TrainConfig",
+    "TrainedModel",
     "batch_objective",
     "build_model",
     "check_data",
@@ -71,6 +75,7 @@ __all__ = [
     "kl_weight_table",
     "load_checkpoint",
     "load_data",
+    "load_model",
     "load_run",
     "lock_run_dir",
     "make_optimizer",

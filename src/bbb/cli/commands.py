@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutOfMemory, ResultsNotSaved, UserError
-from .common import pct_text, progress_log, text_table
+from .common import loggers_of, pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
     add_evaluate_arguments,
@@ -72,7 +72,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
-                                                                 "threads")}
+                                                                 "threads", "log")}
+    loggers = loggers_of(args)
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt", mmap=True)
@@ -92,7 +93,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --train-samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):
         summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
-                        log=progress_log(args))
+                        log=progress_log(args), loggers=loggers)
     print_summary(summary, out)
     return 0
 
@@ -184,8 +185,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                          "device": args.device, "data_dir": args.data_dir})
     progress_log(args)(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
                        f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}")
+    loggers = loggers_of(args)
     data = runmodel.load_data(cfg)
-    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args))
+    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args), loggers=loggers)
     ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
     print()
     print_eval(ev)

@@ -11,6 +11,7 @@ from .common import (
     add_data_dir,
     add_deprecated_alias,
     add_device,
+    add_log,
     add_out,
     add_quiet,
     add_run_dir_arguments,
@@ -129,6 +130,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                    help="replace a previous run in --out (its files are removed first); without it a "
                         "new run refuses a --out that holds one")
     add_quiet(g, "the summary table")
+    add_log(g)
     add_threads(g)
 
 
@@ -208,3 +210,4 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     add_threads(p)
     add_seed(p)
     add_quiet(p, "the evaluation, the pruning table and the files written")
+    add_log(p)

@@ -14,7 +14,8 @@ predictive is their equal-weight mixture (:func:`gaussian_mixture_log_prob`,
 the target's original units.
 
 The functions live in :mod:`~bbb.uncertainty.prediction` (``predict``, ``evaluate``),
-:mod:`~bbb.uncertainty.classification` and :mod:`~bbb.uncertainty.regression`.
+:mod:`~bbb.uncertainty.classification`, :mod:`~bbb.uncertainty.regression` and
+:mod:`~bbb.uncertainty.selective` (risk-coverage curve, AURC, the threshold for a target error).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .regression import (
     regression_metrics,
     regression_uncertainty,
 )
+from .selective import aurc, risk_at_coverage, risk_coverage, threshold_for_target_error
 
 __all__ = [
     "predict",
@@ -62,5 +64,9 @@ __all__ = [
     "gaussian_mixture_quantiles",
     "interval_coverage",
     "regression_metrics",
+    "risk_coverage",
+    "aurc",
+    "risk_at_coverage",
+    "threshold_for_target_error",
 ]
 

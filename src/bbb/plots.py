@@ -1,5 +1,5 @@
-"""Small figures for run directories: the learning curve, the SNR histogram (Fig. 4) and the
-reliability diagram.
+"""Small figures for run directories: the learning curve, the SNR histogram (Fig. 4), the
+reliability diagram and the risk-coverage curve.
 
 Every plot function draws on ``ax=`` when given (one matplotlib Axes, or a sequence of them
 for a plot of several panels: :func:`canvas`), else on a new figure; with a ``path`` it writes
@@ -24,8 +24,8 @@ from torch import Tensor
 
 from .errors import UserError
 
-__all__ = ["Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve", "plot_reliability", "save_png",
-           "snr_histogram"]
+__all__ = ["Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve", "plot_reliability",
+           "plot_risk_coverage", "save_png", "snr_histogram"]
 
 
 class Figures:
@@ -196,4 +196,29 @@ def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path | None
         a.legend(loc="upper left")
     if title and ax is None:
         fig.suptitle(title)
+    return finish(fig, path, new=ax is None)
+
+
+def plot_risk_coverage(curves: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path | None = None, *,
+                       error: float | None = None, title: str = "", ax: Any = None) -> Any:
+    """Risk-coverage curves: the error (%) among the kept predictions against the fraction kept,
+    when the most uncertain are handed over first; one line per uncertainty (``curves``: name ->
+    (coverage, risk), e.g. ``eval.json``'s ``selective``), and ``error``, the error of all, as a
+    dashed line (a ranking no better than chance). Returns the PNG's path when ``path`` is
+    given, else the Figure (None without matplotlib)."""
+    fig, axes = canvas(ax, 1, figsize=(5.5, 4.2))
+    if fig is None:
+        return None
+    a = axes[0]
+    for name, (coverage, risk) in curves.items():
+        a.plot(list(coverage), [100 * r for r in risk], label=name)
+    if error is not None:
+        a.axhline(100 * error, color="gray", ls="--", lw=1, label="all kept")
+    a.set_xlim(0, 1)
+    a.set_ylim(bottom=0)
+    a.set_xlabel("coverage (fraction of predictions kept)")
+    a.set_ylabel("error among the kept (%)")
+    a.set_title(title or "risk-coverage", fontsize=10)
+    a.grid(alpha=0.3)
+    a.legend()
     return finish(fig, path, new=ax is None)

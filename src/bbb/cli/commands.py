@@ -137,6 +137,13 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
             ["ECE (15 bins)", pct_text(r["ece_mean"]), pct_text(r["ece"])],
             ["Brier", f"{r['brier_mean']:.4f}", f"{r['brier']:.4f}"]]
     print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
+    sel = r.get("selective")
+    if sel:  # selective prediction with the averaged predictive (bbb.runs.selective_prediction)
+        print(text_table([[k, pct_text(sel[k]["aurc"]), pct_text(sel[k]["risk_at_90"])]
+                          for k in ("entropy", "mi") if k in sel],
+                         ["handing over the most uncertain, by", "AURC", "error at 90% kept"]), flush=True)
+        print(f"(all kept: error {pct_text(sel['error'])}; the least AURC any ranking reaches: "
+              f"{pct_text(sel['oracle_aurc'])})", flush=True)
     if saved:
         files = ["eval.json"] + list(r.get("plots", []))
         print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")

@@ -174,8 +174,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb evaluate``."""
     p.description = ("Evaluate a run on its test set: error with the mean weights and with the "
-                     "k-sample predictive average, NLL, ECE and Brier score. Writes "
-                     "RUN_DIR/eval.json.")
+                     "k-sample predictive average, NLL, ECE and Brier score, and selective prediction: "
+                     "the error among the kept predictions as the most uncertain (by predictive entropy, "
+                     "and by mutual information) are handed over, its area (AURC) and the error at 90% "
+                     "kept. Writes RUN_DIR/eval.json, reliability.png and risk_coverage.png.")
     p.epilog = "Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best"
     add_run_dir_arguments(p, "a directory written by bbb train", "best",
                           "checkpoint: best (by validation error) or last")

@@ -11,6 +11,7 @@ the console stays empty.
 from __future__ import annotations
 
 import html.parser
+import os
 import shutil
 from pathlib import Path
 
@@ -94,6 +95,8 @@ def test_nothing_refers_outside_the_file(runs):
 
 def test_the_page_renders_in_a_real_browser(runs, tmp_path):
     exe = chromium()
+    if exe is None and os.environ.get("BBB_REQUIRE_CHROMIUM"):
+        pytest.fail(f"BBB_REQUIRE_CHROMIUM is set but there is no chromium ({INSTALL})")
     if exe is None:
         pytest.skip(f"chromium is not installed ({INSTALL}; .ci/run installs it)")
     page_file = write_report(list(runs), tmp_path / "report.html")

@@ -139,3 +139,13 @@ def test_a_logger_error_stops_training_with_the_epoch_kept(tmp_path):
     with pytest.raises(RuntimeError, match="tracker down"):
         train(tiny_cfg(epochs=3), run, data=blobs(), loggers=[Broken()], **QUIET)
     assert torch.load(run / "last.pt", weights_only=True)["epoch"] == 2
+
+
+def test_every_number_of_a_metrics_row_is_a_scalar():
+    from bbb.runs.loggers import epoch_scalars
+
+    row = {"epoch": 3, "seconds": 1.5, "train_loss": 2.0, "nll": 1.5, "kl": 40.0, "val_error": None,
+           "test_error": 0.1, "val_rmse": 0.7, "grad_norm": 3.0}
+    assert epoch_scalars(row, 0.1) == {"train/elbo": -2.0, "train/nll": 1.5, "train/kl": 40.0, "lr": 0.1,
+                                       "time/epoch_seconds": 1.5, "test/error": 0.1, "val/rmse": 0.7,
+                                       "metrics/grad_norm": 3.0}

@@ -61,6 +61,7 @@ SCALARS: dict[str, str] = {
     "val/error": "validation error of the mean network (when there is a validation set)",
     "test/error": "test error of the mean network (with --test-each-epoch)",
     "lr": "the learning rate of the epoch",
+    "time/epoch_seconds": "the epoch's wall-clock seconds (metrics.csv's seconds)",
 }
 
 
@@ -137,13 +138,20 @@ def make_loggers(names: Sequence[str] | None) -> list[TrainLogger]:
 
 
 def epoch_scalars(row: Mapping[str, Any], lr: float | None) -> dict[str, float]:
-    """The :data:`SCALARS` of one metrics.csv row (those it has) and the epoch's learning rate."""
+    """The :data:`SCALARS` of one metrics.csv row (those it has) and the epoch's learning rate.
+    Any other number of the row is logged too, ``val_X`` as ``val/X`` (``train_``, ``test_``
+    alike), else as ``metrics/X``."""
     out = {"train/elbo": -float(row["train_loss"]), "train/nll": float(row["nll"]), "train/kl": float(row["kl"])}
-    for key, tag in (("val_error", "val/error"), ("test_error", "test/error")):
-        if row.get(key) is not None:
-            out[tag] = float(row[key])
     if lr is not None:
         out["lr"] = float(lr)
+    for key, v in row.items():
+        if key in ("epoch", "train_loss", "nll", "kl") or v is None or isinstance(v, bool) \
+                or not isinstance(v, int | float):
+            continue
+        split, _, rest = key.partition("_")
+        tag = "time/epoch_seconds" if key == "seconds" else \
+            f"{split}/{rest}" if split in ("train", "val", "test") and rest else f"metrics/{key}"
+        out[tag] = float(v)
     return out
 
 

@@ -113,22 +113,24 @@ def finish(fig: Any, path: str | os.PathLike[str] | None, new: bool, dpi: int = 
     return out
 
 
-def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path | None = None, *, ax: Any = None) -> Any:
-    """Validation (and test, when logged) error in % against epochs, and the training loss.
-    ``ax``: two Axes (error, objective). Returns the PNG's path when ``path`` is given, else the
-    Figure (None without matplotlib)."""
+def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path | None = None, *, ax: Any = None,
+                   rmse: bool = False) -> Any:
+    """Validation (and test, when logged) error in % against epochs (``rmse``: a regression run's
+    metrics, whose ``val_error`` and ``test_error`` are RMSEs, drawn as they are), and the
+    training loss. ``ax``: two Axes (error, objective). Returns the PNG's path when ``path`` is
+    given, else the Figure (None without matplotlib)."""
     fig, axes = canvas(ax, 2, figsize=(10, 4))
     if fig is None:
         return None
     ax1, ax2 = axes
     epochs = [r["epoch"] for r in metrics]
     for key, label in (("val_error", "validation"), ("test_error", "test")):
-        pts = [(e, 100 * r[key]) for e, r in zip(epochs, metrics) if r.get(key) is not None]
+        pts = [(e, (1 if rmse else 100) * r[key]) for e, r in zip(epochs, metrics) if r.get(key) is not None]
         if pts:
             ax1.plot(*zip(*pts), marker="o", label=label)
     ax1.set_xlabel("epoch")
-    ax1.set_ylabel("error (%)")
-    ax1.set_title("error with the mean weights")
+    ax1.set_ylabel("RMSE" if rmse else "error (%)")
+    ax1.set_title(f"{'RMSE' if rmse else 'error'} with the mean weights")
     ax1.grid(alpha=0.3)
     ax1.legend()
     ax2.plot(epochs, [r["train_loss"] for r in metrics], marker="o", label="free energy / N")

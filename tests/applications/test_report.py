@@ -29,6 +29,24 @@ TINY = ["--hidden", "8", "--batch-size", "64", "--lr", "0.01", "--device", "cpu"
 
 
 @pytest.fixture(scope="module")
+def regression_run(tmp_path_factory) -> Path:
+    """A regression run trained on a CSV and evaluated."""
+    root = tmp_path_factory.mktemp("report-regression")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(150, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.1 * torch.randn(150, generator=g)
+    table = root / "t.csv"
+    table.write_text("a,b,c,y\n" + "".join(f"{r[0]:.5f},{r[1]:.5f},{r[2]:.5f},{t:.5f}\n"
+                                            for r, t in zip(x.tolist(), y.tolist())))
+    run = root / "regression"
+    for argv in (["train", "--csv", str(table), "--target", "y", "--task", "regression", "--epochs", "2",
+                  "--out", str(run), *TINY],
+                 ["evaluate", str(run), "--samples", "3", "--device", "cpu"]):
+        assert main(argv) == 0, argv
+    return run
+
+
+@pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[Path, Path]:
     """(a bbb run with every file, an sgd run with only its training)."""
     root = tmp_path_factory.mktemp("report")
@@ -93,22 +111,30 @@ def test_nothing_refers_outside_the_file(runs):
     assert "url(" not in text and "@import" not in text and "http" not in text.replace("http-equiv", "")
 
 
-def test_the_page_renders_in_a_real_browser(runs, tmp_path):
+def test_a_regression_run_shows_its_rmse_and_aurc(runs, regression_run):
+    text = report_html([runs[0], regression_run])
+    for row in ("test RMSE (mean weights)", "test log-likelihood", "AURC of the squared error by predictive sd"):
+        assert row in text, row
+    assert "<td>predictive sd</td>" in text
+    assert parse(text).tags.count("img") == 6  # bbb's 5, the regression run's learning curve
+
+
+def test_the_page_renders_in_a_real_browser(runs, regression_run, tmp_path):
     exe = chromium()
     if exe is None and os.environ.get("BBB_REQUIRE_CHROMIUM"):
         pytest.fail(f"BBB_REQUIRE_CHROMIUM is set but there is no chromium ({INSTALL})")
     if exe is None:
         pytest.skip(f"chromium is not installed ({INSTALL}; .ci/run installs it)")
-    page_file = write_report(list(runs), tmp_path / "report.html")
+    page_file = write_report([*runs, regression_run], tmp_path / "report.html")
     with open_page(page_file, exe) as page:
         images = page.evaluate("[...document.images].map(i => [i.alt, i.complete, i.naturalWidth])")
-        assert len(images) == 6
+        assert len(images) == 7
         for alt, complete, width in images:
             assert complete and width > 0, alt
         outside = [u for u in page.requests if not (u.startswith("data:") or u == page_file.resolve().as_uri())]
         assert outside == []
         assert page.errors == []
-        assert page.evaluate("document.title") == "bbb report: bbb, sgd"
+        assert page.evaluate("document.title") == "bbb report: bbb, sgd, regression"
 
 
 def test_cli_writes_one_file_or_into_a_folder(runs, tmp_path, capsys):
@@ -136,3 +162,11 @@ def test_runs_of_the_same_name_are_told_apart(runs, tmp_path):
         shutil.copytree(runs[1], tmp_path / parent / "run")
     text = report_html([tmp_path / "a" / "run", tmp_path / "b" / "run"])
     assert "<h3>a/run</h3>" in text and "<h3>b/run</h3>" in text
+
+
+def test_the_learning_curve_of_a_regression_run_is_in_its_units():
+    pytest.importorskip("matplotlib")
+    from bbb import plots
+
+    fig = plots.learning_curve([{"epoch": 1, "val_error": 0.5, "train_loss": 1.0, "nll": 1.0}], rmse=True)
+    assert fig.axes[0].get_ylabel() == "RMSE" and list(fig.axes[0].lines[0].get_ydata()) == [0.5]

@@ -149,3 +149,18 @@ def test_every_number_of_a_metrics_row_is_a_scalar():
     assert epoch_scalars(row, 0.1) == {"train/elbo": -2.0, "train/nll": 1.5, "train/kl": 40.0, "lr": 0.1,
                                        "time/epoch_seconds": 1.5, "test/error": 0.1, "val/rmse": 0.7,
                                        "metrics/grad_norm": 3.0}
+    assert epoch_scalars(row, None, "rmse")["test/rmse"] == 0.1  # a regression run's error
+
+
+def test_a_regression_run_logs_its_rmse(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(120, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.1 * torch.randn(120, generator=g)
+    csv_file = tmp_path / "t.csv"
+    csv_file.write_text("a,b,c,y\n" + "".join(f"{r[0]:.5f},{r[1]:.5f},{r[2]:.5f},{t:.5f}\n"
+                                              for r, t in zip(x.tolist(), y.tolist())))
+    rec = Recorder()
+    train(tiny_cfg(data_file=str(csv_file), target="y", task="regression"), tmp_path / "r", loggers=[rec], **QUIET)
+    (_, _, scalars, hists), *_ = [c for c in rec.calls if c[0] == "epoch"]
+    assert "val/rmse" in scalars and "val/error" not in scalars and scalars["val/rmse"] > 0
+    assert any(k.startswith("sigma/") for k in hists)

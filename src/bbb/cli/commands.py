@@ -75,6 +75,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                  "threads", "log")}
     loggers = loggers_of(args)
     out = Path(args.out)
+    if given.get("data_file"):  # the run must find its file from any folder (evaluate, predict, resume)
+        given["data_file"] = str(Path(given["data_file"]).expanduser().absolute())
     if args.resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt", mmap=True)
         cfg = TrainConfig.from_dict({**ckpt["config"], **given})
@@ -99,6 +101,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def print_summary(s: dict[str, Any], out: Path) -> None:
+    if s.get("task") == "regression":
+        rows = [["test RMSE (mean weights)", f"{s['test_rmse']:.4g}"],
+                [f"test RMSE ({s['eval_samples']}-sample average)", f"{s['test_rmse_mc']:.4g}"],
+                ["test log-likelihood", f"{s['test_log_likelihood']:.4f}"],
+                ["test 95% interval coverage", pct_text(s["test_coverage_95"])],
+                ["validation RMSE", f"{s['best_val_rmse']:.4g}" if s["best_val_rmse"] is not None else "-"],
+                ["model", f"{s['model']} (epoch {s['best_epoch']} of {s['epochs']})"],
+                ["training time", f"{s['seconds']:.1f} s"]]
+        print(text_table(rows, ["run " + str(out), ""]))
+        return
     rows = [
         ["test error (mean weights)", pct_text(s["test_error"])],
         [f"test error ({s['eval_samples']}-sample average)", pct_text(s["test_error_mc"])],
@@ -132,6 +144,15 @@ def not_saved(e: Any) -> UserError:
 def print_eval(r: dict[str, Any], saved: bool = True) -> None:
     mean = "mean weights" if r["method"] == "bbb" else "deterministic"
     avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
+    if r.get("task") == "regression":
+        rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],
+                ["log-likelihood", "", f"{r['log_likelihood']:.4f}"],
+                ["95% interval coverage", "", pct_text(r["coverage_95"])],
+                ["RMSE of the 90% most certain", "", f"{r['rmse_at_90_coverage']:.4g}"]]
+        print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
+        if saved:
+            print(f"wrote {Path(r['run']) / 'eval.json'}")
+        return
     rows = [["test error", pct_text(r["test_error"]), pct_text(r["test_error_mc"])],
             ["NLL (nats)", f"{r['nll_mean']:.4f}", f"{r['nll']:.4f}"],
             ["ECE (15 bins)", pct_text(r["ece_mean"]), pct_text(r["ece"])],

@@ -32,6 +32,7 @@ Example:
 
   bbb train --method dropout --hidden 1200 1200 --epochs 100 --out runs/dropout1200
   bbb train --resume --out runs/bbb400 --epochs 20      # continue (or extend) a run
+  bbb train --csv table.csv --target price --hidden 50 --epochs 40 --out runs/price
 
 The run directory gets config.json, metrics.csv (one row per epoch), summary.json,
 last.pt and best.pt (by validation error). A new run refuses a directory that holds a
@@ -59,6 +60,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           show_default=False)
     add_g("--scale", "scale", "pixels are divided by this (the paper: 126)", type=float)
     add_g("--val-size", "val_size", "training images held out for validation", type=int)
+    add_g("--train-size", "train_size", "train on this many training rows/images only (a seeded subset, for a "
+          "quick trial; default: all)", type=int, metavar="N", show_default=False)
+    add_own_data_options(p, defaults)
 
     g = p.add_argument_group("model")
     add_g = suppressed_adder(g, defaults)
@@ -132,6 +136,28 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_quiet(g, "the summary table")
     add_log(g)
     add_threads(g)
+
+
+def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
+    """``bbb train --csv / --npz``: your own data (docs/your_data.md)."""
+    from ..runs.config import LIKELIHOODS, TASKS
+
+    g = p.add_argument_group("your own data (instead of --dataset; docs/your_data.md)")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--csv", dest="data_file", metavar="FILE", default=argparse.SUPPRESS,
+                     help="a CSV table with a header row: numeric columns are standardised, text columns one-hot "
+                          "encoded; needs --target")
+    src.add_argument("--npz", dest="data_file", metavar="FILE", default=argparse.SUPPRESS,
+                     help="NumPy arrays x (N, ...) and y (N,) in one .npz file (np.savez)")
+    add_g = suppressed_adder(g, defaults)
+    add_g("--target", "target", "the CSV column to predict", metavar="COLUMN", show_default=False)
+    add_g("--task", "task", "classification or regression (default: text targets are classes, numbers a "
+          "quantity; a column of whole numbers must say)", choices=TASKS, show_default=False)
+    add_g("--likelihood", "likelihood", "regression: heteroscedastic (the network predicts the noise sd of "
+          "each input) or homoscedastic (one noise sd, learned)", choices=LIKELIHOODS)
+    add_g("--val-fraction", "val_fraction", "rows held out for validation (per class for classification)",
+          type=float)
+    add_g("--test-fraction", "test_fraction", "rows held out for the test set", type=float)
 
 
 def suppressed_adder(group: Any, defaults: dict[str, Any]) -> Any:

@@ -21,8 +21,10 @@ class Command(NamedTuple):
 
 #: Every command, in the order ``bbb --help`` lists them.
 COMMANDS: dict[str, Command] = {
-    "train": Command("bbb.cli.commands", "train a network on MNIST / Fashion-MNIST",
+    "train": Command("bbb.cli.commands", "train a network on MNIST / Fashion-MNIST or your own CSV / arrays",
                      "add_train_arguments", "cmd_train"),
+    "predict": Command("bbb.cli.predict", "predictions with uncertainty of a trained run on new inputs (CSV, "
+                       "arrays, images), and which to refer to a person"),
     "evaluate": Command("bbb.cli.commands", "test error, NLL, ECE, Brier of a trained run",
                         "add_evaluate_arguments", "cmd_evaluate"),
     "prune": Command("bbb.cli.commands", "the paper's Table 2: prune by signal-to-noise ratio",

@@ -54,6 +54,9 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     ev = _read_json(d / "eval.json")
     if ev is None:
         raise UserError(f"{d} has no eval.json; run `bbb evaluate {d}` first")
+    if ev.get("task") == "regression":
+        raise UserError(f"{d} is a regression run: bbb compare tabulates classifiers; its eval.json holds test_rmse "
+                        "and log_likelihood")
     cfg = _read_json(d / "config.json") or {}
     summary = _read_json(d / "summary.json") or {}
     ood = _read_json(d / "ood.json")

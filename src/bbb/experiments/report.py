@@ -74,6 +74,8 @@ class RunFiles:
         self.ood = _json(self.dir / "ood.json")
         self.uncertain = _json(self.dir / "uncertain.json")
         self.pruning = _csv(self.dir / "pruning.csv")
+        self.regression = "regression" in ((self.summary or {}).get("task"), (self.eval or {}).get("task"),
+                                           self.config.get("task"))
 
     def png(self, name: str) -> bytes | None:
         """The bytes of ``name`` when it is a PNG file of the run, else None."""
@@ -98,7 +100,7 @@ class RunFiles:
             return None
         if not rows:
             return None
-        fig = plots.learning_curve(rows)
+        fig = plots.learning_curve(rows, rmse=self.regression)
         if fig is None:
             return None
         buf = io.BytesIO()
@@ -196,11 +198,17 @@ def _result_rows(r: RunFiles) -> dict[str, str]:
     k = ev.get("samples", s.get("eval_samples"))
     scores = ood.get("scores") or {}
     return {
+        "test RMSE (mean weights)": _num(ev.get("test_rmse", s.get("test_rmse"))),
+        "test RMSE (k-sample average)": _num(ev.get("test_rmse_mc", s.get("test_rmse_mc"))),
+        "test log-likelihood": _num(ev.get("log_likelihood", s.get("test_log_likelihood"))),
+        "95% interval coverage": _pct(ev.get("coverage_95", s.get("test_coverage_95"))),
+        "AURC of the squared error by predictive sd": _num(ev.get("aurc_sd")),
+        "RMSE of the 90% most certain": _num(ev.get("rmse_at_90_coverage")),
         "test error (mean weights)": _pct(ev.get("test_error", s.get("test_error"))),
-        "test error (k-sample average)": _pct(ev.get("test_error_mc", s.get("test_error_mc")))
-        + (f" (k={k})" if k else ""),
+        "test error (k-sample average)": _with_k(_pct(ev.get("test_error_mc", s.get("test_error_mc"))), k),
         "validation error": _pct(s.get("val_error")),
         "test NLL (nats)": _num(ev.get("nll", s.get("test_nll"))),
+        "validation RMSE (best epoch)": _num(s.get("best_val_rmse")),
         "test ECE": _pct(ev.get("ece", s.get("test_ece"))),
         "test Brier": _num(ev.get("brier", s.get("test_brier"))),
         "AURC by entropy": _pct((sel.get("entropy") or {}).get("aurc")),
@@ -212,6 +220,10 @@ def _result_rows(r: RunFiles) -> dict[str, str]:
         "model": E(f"{s['model']} (epoch {s.get('best_epoch')} of {s.get('epochs')})") if "model" in s else "-",
         "training time": f"{s['seconds']:.1f} s" if isinstance(s.get("seconds"), int | float) else "-",
     }
+
+
+def _with_k(text: str, k: Any) -> str:
+    return text if text == "-" or not k else f"{text} (k={k})"
 
 
 def _results_section(runs: Sequence[RunFiles]) -> str:
@@ -239,7 +251,11 @@ def _learning(r: RunFiles) -> str:
 
 
 def _risk(r: RunFiles) -> str:
-    sel = (r.eval or {}).get("selective")
+    ev = r.eval or {}
+    if r.regression and "aurc_sd" in ev:  # bbb evaluate of a regression run: numbers, no curve
+        return _table(["handing over by", "AURC (squared error)", "RMSE of the 90% kept"],
+                      [["predictive sd", _num(ev.get("aurc_sd")), _num(ev.get("rmse_at_90_coverage"))]])
+    sel = ev.get("selective")
     img = _image_cell(r, "risk_coverage.png", "risk-coverage curve", "bbb evaluate")
     if not sel:
         return img

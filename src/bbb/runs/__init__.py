@@ -15,6 +15,8 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.jobs` - the one job runner (:func:`run_jobs`): skip finished runs, resume,
   record divergence, retry crashes, report through :class:`JobCallbacks`.
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
+* :mod:`bbb.runs.trained` - :func:`load_model` (``bbb.load_model``): a trained run as a model
+  that takes raw inputs (its preprocessing kept in the checkpoint).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from .loggers import TensorBoardLogger, TrainLogger
 from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
 from .rundir import lock_run_dir
+from .trained import TrainedModel, load_model
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -64,6 +67,7 @@ __all__ = [
     "TensorBoardLogger",
     "TrainConfig",
     "TrainLogger",
+    "TrainedModel",
     "batch_objective",
     "build_model",
     "check_data",
@@ -76,6 +80,7 @@ __all__ = [
     "kl_weight_table",
     "load_checkpoint",
     "load_data",
+    "load_model",
     "load_run",
     "lock_run_dir",
     "make_optimizer",

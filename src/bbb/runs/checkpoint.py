@@ -79,7 +79,8 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, 
     except UserError as e:
         raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from None
     info = ckpt["model_info"]
-    model = build_model(cfg, int(info["in_features"]), int(info["num_classes"]))
+    model = build_model(cfg, int(info["in_features"]), int(info["num_classes"]),
+                        str(info.get("task", "classification")))
     try:
         model.load_state_dict(ckpt["model"])
     except Exception as e:  # noqa: BLE001

@@ -9,15 +9,22 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..data.files import TASKS
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
 from ..engine.engine import OptimizerKind
 from ..errors import UserError, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
-from ..options import IMAGE_DATASETS, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
+from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["RESUME_MUTABLE", "TrainConfig", "resume_conflicts"]
+__all__ = ["FILE_DATASET", "LIKELIHOODS", "RESUME_MUTABLE", "TrainConfig", "resume_conflicts"]
+
+#: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
+FILE_DATASET = "file"
+#: the Gaussian of a regression run: the network predicts its noise sd per input
+#: (heteroscedastic) or learns one sd for all inputs (homoscedastic)
+LIKELIHOODS = ("heteroscedastic", "homoscedastic")
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
@@ -78,9 +85,18 @@ class TrainConfig:
     test_each_epoch: bool = False
     data_dir: str | None = None
     checkpoint_every: int = 1
+    # your own data (--csv / --npz): the file, the CSV's target column, the task, the split
+    data_file: str | None = None
+    target: str | None = None
+    task: str | None = None
+    likelihood: str = "heteroscedastic"
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    train_size: int | None = None
 
     def __post_init__(self) -> None:
-        self.dataset = choice("dataset", self.dataset, IMAGE_DATASETS)
+        self._check_data_file()
+        self.dataset = choice("dataset", self.dataset, (*IMAGE_DATASETS, FILE_DATASET))
         self.method = Method(choice("method", self.method, Method))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         self.optimizer = OptimizerKind(choice("optimizer", self.optimizer, OptimizerKind))
@@ -141,6 +157,40 @@ class TrainConfig:
                 raise UserError("--kl-samples averages a Monte Carlo KL, and the Gaussian prior's KL is in closed "
                                 "form here; add --kl mc, or leave out --kl-samples")
 
+    def _check_data_file(self) -> None:
+        """The settings of a data file (``data_file``; ``dataset`` becomes ``"file"``) and of an
+        image dataset exclude each other: one given with the other is a one-line error."""
+        if self.data_file is not None:
+            self.data_file = str(self.data_file)
+            if self.dataset not in (Dataset.MNIST.value, FILE_DATASET):
+                raise UserError(f"--dataset {self.dataset} and --csv/--npz exclude each other: give one")
+            self.dataset = FILE_DATASET
+            if self.val_size != 10000:
+                raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
+            if self.task is not None:
+                self.task = choice("task", self.task, TASKS)
+            self.likelihood = choice("likelihood", self.likelihood, LIKELIHOODS)
+            for name in ("val_fraction", "test_fraction"):
+                v = float(getattr(self, name))
+                if not (0.0 <= v < 1.0):
+                    raise UserError(f"--{name.replace('_', '-')} must be in [0, 1), got {v}")
+                setattr(self, name, v)
+            if self.val_fraction + self.test_fraction >= 1.0:
+                raise UserError(f"--val-fraction {self.val_fraction} and --test-fraction {self.test_fraction} "
+                                "leave no rows to train on: make their sum < 1")
+        else:
+            if self.dataset == FILE_DATASET:
+                raise UserError("dataset 'file' needs the file: --csv FILE or --npz FILE")
+            given = [f"--{k.replace('_', '-')}" for k in ("target", "task") if getattr(self, k) is not None]
+            given += [f"--{k.replace('_', '-')}" for k, d in (("val_fraction", 0.1), ("test_fraction", 0.1),
+                                                             ("likelihood", "heteroscedastic"))
+                      if getattr(self, k) != d]
+            if given:
+                raise UserError(f"{given[0]} applies to your own data (--csv FILE or --npz FILE), not to "
+                                f"--dataset {self.dataset}")
+        if self.train_size is not None:
+            self.train_size = check_int("--train-size", self.train_size, 1)
+
     # -- conversion ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain JSON types: an Enum member as its string value (the
@@ -165,7 +215,7 @@ class TrainConfig:
 
 #: settings that may change when a run is resumed (they do not alter the trajectory)
 RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16",
-                            "checkpoint_every"})
+                            "checkpoint_every", "data_file"})  # data_file: the same MD5 is checked
 
 
 def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:

@@ -23,7 +23,10 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
+from ..data.files import Preprocess
+from ..data.tabular import Standardizer
 from ..devices import resolve_device
+from ..elbo import HeteroscedasticGaussian
 from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, check_int
 from ..io import atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
@@ -37,8 +40,8 @@ from .model import infer_method
 from .rundir import lock_run_dir
 
 __all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory", "error_count",
-           "evaluate_run", "mc_dropout", "mean_logits", "mean_network_error", "prune_run", "run_data",
-           "selective_prediction"]
+           "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits", "mean_network_error", "prune_run",
+           "regressor_metrics", "run_data", "selective_prediction", "squared_error_sum"]
 
 EVAL_CHUNK = 2048
 #: the coverage at which eval.json reports the error among the kept predictions (``risk_at_90``)
@@ -113,6 +116,66 @@ def error_count(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     if x.shape[0] == 0:
         return torch.zeros((), dtype=torch.int64, device=x.device)
     return (mean_logits(model, x).argmax(-1) != y).sum()
+
+
+@torch.no_grad()
+def squared_error_sum(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """A regression network's summed squared error of its mean output (output 0) on ``(x, y)``
+    with the posterior mean / deterministic network, a device tensor, unread (as :func:`error_count`)."""
+    if x.shape[0] == 0:
+        return torch.zeros((), dtype=torch.float64, device=x.device)
+    return ((mean_logits(model, x)[:, 0].double() - y.double()) ** 2).sum()
+
+
+@torch.no_grad()
+def mc_outputs(model: nn.Module, x: Tensor, method: str, samples: int, chunk: int = EVAL_CHUNK) -> Tensor:
+    """(k, N, C) network outputs: bbb ``samples`` weight samples (:func:`bbb.uncertainty.predict`,
+    the same k networks for every chunk), dropout MC dropout, sgd the one network (k = 1). Draws
+    from torch's global RNG (fork it for reproducible draws, as :func:`classifier_metrics` does)."""
+    method = choice("method", method, Method)
+    if method == Method.SGD.value:
+        return mean_logits(model, x, chunk).unsqueeze(0)
+    _check_eval_memory(model, x, method, samples, chunk)
+    if method == Method.BBB.value:
+        with shared_samples():
+            return torch.cat([U.predict(model, xc, samples) for xc in torch.split(x, chunk)], 1)
+    with mc_dropout(model):
+        return torch.cat([model(xc.unsqueeze(0).expand(samples, *xc.shape)) for xc in torch.split(x, chunk)], 1)
+
+
+@torch.no_grad()
+def regressor_metrics(model: nn.Module, x: Tensor, y: Tensor, method: str | None = None, samples: int = 10,
+                      target: Standardizer | None = None, seed: int | None = 0) -> dict[str, Any]:
+    """Regression metrics of a run's network (outputs (mean, noise) of a Gaussian,
+    :class:`bbb.HeteroscedasticGaussian`) on ``(x, y)``, ``y`` standardised by ``target`` (None:
+    in its own units): ``rmse`` of the mean network's mean, and of the ``samples``-sample
+    predictive (``rmse_mc``), its ``log_likelihood`` and interval coverage
+    (:func:`bbb.uncertainty.regression_metrics`, the mixture of the k Gaussians, in the target's
+    units), and per input the predictive ``mean`` and ``sd`` (tensors, target units)."""
+    method = infer_method(model) if method is None else choice("method", method, Method)
+    if x.shape[0] == 0:
+        raise UserError("cannot evaluate on an empty set")
+    samples = check_int("samples", samples)
+    dev = x.device
+    fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
+            if seed is not None else contextlib.nullcontext())
+    with fork:
+        if seed is not None:
+            torch.manual_seed(seed)
+        out = mc_outputs(model, x, method, samples).double()
+        mean_out = mean_logits(model, x).double()
+    lik = HeteroscedasticGaussian()
+    means, sigmas = lik.split(out)
+    shift = 0.0 if target is None else float(target.mean)
+    scale = 1.0 if target is None else float(target.std)
+    y = y.to(means.device).double()
+    res: dict[str, Any] = dict(U.regression_metrics(means, sigmas, y, shift=shift, scale=scale))
+    res["rmse_mc"] = res.pop("rmse")
+    res["rmse"] = float(torch.sqrt(((mean_out[:, 0] - y) ** 2).mean())) * scale
+    unc = U.regression_uncertainty(means, sigmas)
+    res["mean"], res["sd"] = unc["mean"] * scale + shift, unc["std"] * scale
+    res["samples"], res["n"] = int(out.shape[0]), int(x.shape[0])
+    return res
 
 
 @torch.no_grad()
@@ -231,12 +294,15 @@ def selective_prediction(probs: Tensor, y: Tensor, mi: Tensor | None, points: in
     return out
 
 
-def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | None) -> dict[str, Tensor]:
+def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | None,
+             stored: dict[str, Any] | None = None) -> dict[str, Tensor]:
+    """``data``, else the split of ``cfg`` (``data_dir`` instead of its own); ``stored``: the run's
+    recorded preprocessing (a data file must have its MD5: :func:`bbb.runs.model.load_split`)."""
     if data is not None:
         return data
     if data_dir is not None:
         cfg = cfg.replace(data_dir=data_dir)
-    return runmodel.load_data(cfg)
+    return runmodel.load_split(cfg, stored)[0]
 
 
 def _save(path: Path, result: Any, write: Any) -> None:
@@ -250,12 +316,13 @@ def _save(path: Path, result: Any, write: Any) -> None:
         raise ResultsNotSaved(path, e.strerror or type(e).__name__, result) from None
 
 
-def _load(d: Path, which: str, device: str) -> tuple[nn.Module, TrainConfig, int, torch.device]:
-    """The committed ``which`` checkpoint of ``d``: (model in eval mode, config, epoch, device)."""
+def _load(d: Path, which: str, device: str) -> tuple[nn.Module, TrainConfig, int, torch.device, dict[str, Any]]:
+    """The committed ``which`` checkpoint of ``d``: (model in eval mode, config, epoch, device,
+    the checkpoint's ``model_info``)."""
     dev = resolve_device(device)
     path, ckpt = committed_checkpoint(d, which)
     model, cfg = model_from_checkpoint(ckpt, path)
-    return model.to(dev).eval(), cfg, int(ckpt["epoch"]), dev
+    return model.to(dev).eval(), cfg, int(ckpt["epoch"]), dev, dict(ckpt["model_info"])
 
 
 def evaluate_run(
@@ -284,9 +351,13 @@ def evaluate_run(
     d = run_dir_of(run_dir)
     samples = check_int("--samples", samples)
     with lock_run_dir(d, lock_wait):
-        model, cfg, epoch, dev = _load(d, which, device)
-        data = run_data(cfg, data_dir, data)
+        model, cfg, epoch, dev, info = _load(d, which, device)
+        data = run_data(cfg, data_dir, data, info.get("preprocess"))
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+        if info.get("task") == "regression":
+            reg = _evaluate_regression(d, which, epoch, cfg, info, model, x, y, samples)
+            _save(d / "eval.json", reg, lambda: atomic_write_json(d / "eval.json", reg))
+            return reg
         res = classifier_metrics(model, x, y, cfg.method, samples=samples, return_probs=True)
         result = {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method,
                   "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
@@ -325,6 +396,24 @@ def evaluate_run(
     return result
 
 
+def _evaluate_regression(d: Path, which: str, epoch: int, cfg: TrainConfig, info: dict[str, Any], model: nn.Module,
+                         x: Tensor, y: Tensor, samples: int) -> dict[str, Any]:
+    """eval.json of a regression run: RMSE (mean network and k-sample predictive), log-likelihood
+    and interval coverage in the target's units, and selective prediction by the predictive sd
+    (the squared error kept as the most uncertain inputs are handed over: AURC and the RMSE of
+    the 90% most certain)."""
+    pre = Preprocess.from_dict(info["preprocess"]) if info.get("preprocess") else None
+    res = regressor_metrics(model, x, y, cfg.method, samples=samples, target=None if pre is None else pre.y)
+    y_units = y.double().cpu() if pre is None or pre.y is None else pre.y.inverse(y.double().cpu())
+    sq = (res["mean"].cpu() - y_units) ** 2
+    return {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method, "dataset": cfg.dataset,
+            "task": "regression", "test_rmse": res["rmse"], "test_rmse_mc": res["rmse_mc"],
+            "log_likelihood": res["log_likelihood"], "nll": res["nll"], "coverage_50": res["coverage_50"],
+            "coverage_90": res["coverage_90"], "coverage_95": res["coverage_95"], "mean_sd": res["mean_sd"],
+            "aurc_sd": U.aurc(res["sd"], sq), "rmse_at_90_coverage": U.risk_at_coverage(res["sd"], sq, 0.9) ** 0.5,
+            "samples": res["samples"], "n": res["n"]}
+
+
 def prune_run(
     run_dir: str | Path,
     fractions: Sequence[float] = (0.0, 0.5, 0.75, 0.95, 0.98),
@@ -344,10 +433,12 @@ def prune_run(
         if not (0.0 <= float(f) <= 1.0):
             raise UserError(f"fractions must be in [0, 1], got {f}")
     with lock_run_dir(d, lock_wait):
-        model, cfg, _, dev = _load(d, which, device)
+        model, cfg, _, dev, info = _load(d, which, device)
         if cfg.method != Method.BBB.value:
             raise UserError(f"pruning by signal-to-noise needs a bbb run; {d} was trained with --method {cfg.method}")
-        data = run_data(cfg, data_dir, data)
+        if info.get("task") == "regression":
+            raise UserError(f"bbb prune reports the test error of a classifier; {d} is a regression run")
+        data = run_data(cfg, data_dir, data, info.get("preprocess"))
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
         rows = []
         for f in fractions:

@@ -58,8 +58,8 @@ SCALARS: dict[str, str] = {
     "train/elbo": "the evidence lower bound per training example: minus metrics.csv's train_loss (the free energy)",
     "train/nll": "the mean negative log-likelihood per training example (metrics.csv's nll)",
     "train/kl": "the KL divergence of the posterior from the prior in nats (metrics.csv's kl)",
-    "val/error": "validation error of the mean network (when there is a validation set)",
-    "test/error": "test error of the mean network (with --test-each-epoch)",
+    "val/error": "validation error of the mean network (when there is a validation set; regression: val/rmse)",
+    "test/error": "test error of the mean network (with --test-each-epoch; regression: test/rmse)",
     "lr": "the learning rate of the epoch",
     "time/epoch_seconds": "the epoch's wall-clock seconds (metrics.csv's seconds)",
 }
@@ -137,10 +137,11 @@ def make_loggers(names: Sequence[str] | None) -> list[TrainLogger]:
     return out
 
 
-def epoch_scalars(row: Mapping[str, Any], lr: float | None) -> dict[str, float]:
+def epoch_scalars(row: Mapping[str, Any], lr: float | None, error: str = "error") -> dict[str, float]:
     """The :data:`SCALARS` of one metrics.csv row (those it has) and the epoch's learning rate.
     Any other number of the row is logged too, ``val_X`` as ``val/X`` (``train_``, ``test_``
-    alike), else as ``metrics/X``."""
+    alike), else as ``metrics/X``. ``error``: what the row's ``val_error`` and ``test_error``
+    are (a regression run's: ``rmse``, logged as ``val/rmse``)."""
     out = {"train/elbo": -float(row["train_loss"]), "train/nll": float(row["nll"]), "train/kl": float(row["kl"])}
     if lr is not None:
         out["lr"] = float(lr)
@@ -149,6 +150,7 @@ def epoch_scalars(row: Mapping[str, Any], lr: float | None) -> dict[str, float]:
                 or not isinstance(v, int | float):
             continue
         split, _, rest = key.partition("_")
+        rest = error if rest == "error" else rest
         tag = "time/epoch_seconds" if key == "seconds" else \
             f"{split}/{rest}" if split in ("train", "val", "test") and rest else f"metrics/{key}"
         out[tag] = float(v)
@@ -171,10 +173,12 @@ def epoch_histograms(model: nn.Module) -> dict[str, Tensor]:
     return out
 
 
-def report_epoch(loggers: Sequence[TrainLogger], model: nn.Module, row: Mapping[str, Any], lr: float | None) -> None:
-    """Each logger's :meth:`TrainLogger.log_epoch` of the epoch ``row`` (the histograms made once)."""
+def report_epoch(loggers: Sequence[TrainLogger], model: nn.Module, row: Mapping[str, Any], lr: float | None,
+                 error: str = "error") -> None:
+    """Each logger's :meth:`TrainLogger.log_epoch` of the epoch ``row`` (the histograms made once;
+    ``error``: as :func:`epoch_scalars`)."""
     if not loggers:
         return
-    scalars, hists = epoch_scalars(row, lr), epoch_histograms(model)
+    scalars, hists = epoch_scalars(row, lr, error), epoch_histograms(model)
     for lg in loggers:
         lg.log_epoch(int(row["epoch"]), dict(scalars), dict(hists))

@@ -64,8 +64,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..data.files import Preprocess
 from ..devices import resolve_device
-from ..elbo import ELBO
+from ..elbo import ELBO, HeteroscedasticGaussian, Likelihood
 from ..engine import Engine
 from ..engine.engine import OptimizerKind
 from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
@@ -74,7 +75,14 @@ from ..options import LRSchedule, Method
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import TrainConfig, resume_conflicts
-from .evaluation import check_memory, classifier_metrics, error_count, mean_network_error
+from .evaluation import (
+    check_memory,
+    classifier_metrics,
+    error_count,
+    mean_network_error,
+    regressor_metrics,
+    squared_error_sum,
+)
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
@@ -111,12 +119,13 @@ def _make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
 
 def batch_objective(
     model: nn.Module, elbo: ELBO | None, xb: Tensor, yb: Tensor, batch_index: int,
-    kl_weight: Tensor | None = None,
+    kl_weight: Tensor | None = None, likelihood: Likelihood | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(loss to optimise, free-energy term, summed NLL, KL) of one minibatch.
 
     bbb: ``out.loss / B`` is optimised (the paper's minibatch free energy per example);
-    sgd/dropout: the mean cross-entropy. The other three are detached, for the epoch sums.
+    sgd/dropout: the mean cross-entropy, or the mean negative log-likelihood of ``likelihood``
+    (a regression run's Gaussian). The other three are detached, for the epoch sums.
     ``kl_weight``: the minibatch's KL weight as a device scalar (:func:`kl_weight_table`), else
     the ELBO's weight of ``batch_index``.
     """
@@ -124,13 +133,17 @@ def batch_objective(
     if elbo is not None:
         out = elbo(xb, yb, batch_index=batch_index, kl_weight=kl_weight)
         return out.loss / b, out.loss.detach(), out.nll.detach(), out.kl.detach()
-    nll = F.cross_entropy(model(xb).float(), yb, reduction="sum")
+    if likelihood is not None:
+        nll = -likelihood.log_prob(model(xb).float(), yb).sum()
+    else:
+        nll = F.cross_entropy(model(xb).float(), yb, reduction="sum")
     zero = torch.zeros((), device=xb.device)
     return nll / b, nll.detach(), nll.detach(), zero
 
 
 def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, xb: Tensor, yb: Tensor,
-                  batch_index: int, kl_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  batch_index: int, kl_weight: Tensor | None = None, likelihood: Likelihood | None = None,
+                  ) -> tuple[Tensor, Tensor, Tensor]:
     """One optimisation step on a minibatch; returns its (free energy, summed NLL, KL), detached.
 
     The step ``bbb train`` takes (and the bench times): the objective under the engine's weight
@@ -138,7 +151,7 @@ def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimize
     """
     ctx = opt.sampling() if isinstance(opt, Engine) else contextlib.nullcontext()
     with ctx:
-        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index, kl_weight)
+        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index, kl_weight, likelihood)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -157,14 +170,15 @@ def kl_weight_table(elbo: ELBO | None, model: nn.Module, device: torch.device) -
 
 def run_epoch(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
               perm: Tensor, batch_size: int, *, kl_weights: Tensor | None = None,
-              autocast: Callable[[], Any] = contextlib.nullcontext, steps: Any = None) -> Tensor:
+              autocast: Callable[[], Any] = contextlib.nullcontext, steps: Any = None,
+              likelihood: Likelihood | None = None) -> Tensor:
     """The training steps of one epoch over ``x[perm]``, ``y[perm]`` in minibatches of ``batch_size``.
 
     Returns the epoch's sums (free energy, NLL, KL) as a float64 tensor on the device, unread: the
     loop has no host-device synchronisation (what ``torch.cuda.set_sync_debug_mode("error")``
     checks). ``kl_weights``: :func:`kl_weight_table`; each minibatch's weight is copied into one
     device scalar, in place. ``steps``: the minibatch indices to run (a progress bar over
-    ``range(M)``), default all M.
+    ``range(M)``), default all M. ``likelihood``: a regression run's (sgd/dropout; bbb's is the ELBO's).
     """
     sums = torch.zeros(3, dtype=torch.float64, device=x.device)  # free energy, nll, kl
     kl_w = None if kl_weights is None else torch.zeros((), dtype=kl_weights.dtype, device=kl_weights.device)
@@ -176,7 +190,7 @@ def run_epoch(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x
         if kl_w is not None:
             kl_w.copy_(kl_weights[i])  # type: ignore[index]
         with autocast():
-            fe, nll, kl = training_step(model, elbo, opt, xb, yb, i, kl_w)
+            fe, nll, kl = training_step(model, elbo, opt, xb, yb, i, kl_w, likelihood)
         sums += torch.stack([fe.double(), nll.double(), kl.double()])
     return sums
 
@@ -216,6 +230,7 @@ def train(
     out: str | Path,
     *,
     data: dict[str, Tensor] | None = None,
+    preprocess: Preprocess | None = None,
     resume: bool | Literal["auto"] = False,
     overwrite: bool = False,
     lock_wait: float | None = 0.0,
@@ -232,7 +247,12 @@ def train(
             previous run (:data:`~bbb.runs.rundir.RUN_FILES`) unless ``overwrite``. The run holds
             an exclusive lock on ``out/.lock`` throughout; a second process is refused.
         data: pre-loaded tensors (keys train_x, train_y, val_x, val_y, test_x, test_y; optional
-            ``num_classes``) instead of loading ``cfg.dataset`` (tests inject tiny data this way).
+            ``num_classes``) instead of loading ``cfg.dataset`` (tests inject tiny data this way);
+            float targets make a regression run (standardised targets, or ``preprocess.y`` says
+            how to bring them back to their units).
+        preprocess: what was done to ``data``'s raw inputs (:class:`bbb.data.files.Preprocess`),
+            kept in the checkpoint so :func:`bbb.load_run` and ``bbb predict`` take raw inputs;
+            without ``data``, the loaded split's own.
         resume: True: continue from ``out/last.pt``, which must exist (settings other than
             epochs, device, data_dir, test_each_epoch, eval_samples, bf16 and checkpoint_every must
             match the stored ones); ``"auto"``: continue when ``last.pt`` exists, else start afresh
@@ -262,8 +282,8 @@ def train(
     out = Path(out)
     with guard_run_dir(out, resume, overwrite, lock_wait) as resuming:
         try:
-            return _train(cfg, out, data=data, resume=resuming, quiet=quiet, log=log, on_epoch=on_epoch,
-                          loggers=loggers)
+            return _train(cfg, out, data=data, preprocess=preprocess, resume=resuming, quiet=quiet, log=log,
+                          on_epoch=on_epoch, loggers=loggers)
         finally:
             for lg in loggers:
                 lg.close()
@@ -274,6 +294,7 @@ def _train(
     out: Path,
     *,
     data: dict[str, Tensor] | None,
+    preprocess: Preprocess | None,
     resume: bool,
     quiet: bool,
     log: Callable[[str], None] | None,
@@ -301,19 +322,32 @@ def _train(
 
     torch.manual_seed(cfg.seed)
     if data is None:
-        data = runmodel.load_data(cfg)
+        stored = dict(ckpt["model_info"]).get("preprocess") if ckpt is not None else None
+        data, preprocess = runmodel.load_split(cfg, stored)
     check_data(data)
-    num_classes = int(data.get("num_classes", 0)) or int(
-        max(int(data[k].max()) for k in ("train_y", "val_y", "test_y") if data[k].numel()) + 1)
-    data = {k: data[k].to(device, torch.float32 if k.endswith("_x") else torch.int64) for k in DATA_KEYS}
+    regression = bool(data["train_y"].is_floating_point())
+    task = "regression" if regression else "classification"
+    if preprocess is not None and preprocess.task != task:
+        raise UserError(f"the data's targets are for {task} but the preprocessing says {preprocess.task}")
+    if not regression and cfg.likelihood != "heteroscedastic":
+        raise UserError("--likelihood applies to regression; this run's target is a class label")
+    if regression:
+        num_classes = 2  # the Gaussian's mean and noise
+        y_scale = float(preprocess.y.std) if preprocess is not None and preprocess.y is not None else 1.0
+    else:
+        num_classes = int(data.get("num_classes", 0)) or int(
+            max(int(data[k].max()) for k in ("train_y", "val_y", "test_y") if data[k].numel()) + 1)
+    data = {k: data[k].to(device, torch.float32 if k.endswith("_x") or regression else torch.int64)
+            for k in DATA_KEYS}
     x, y = data["train_x"], data["train_y"]
     n, in_features = x.shape[0], int(x.shape[1])
     bsz = cfg.batch_size
     num_batches = math.ceil(n / bsz)
 
     _check_training_memory(cfg, in_features, num_classes, device)
-    model = build_model(cfg, in_features, num_classes).to(device)
-    elbo = (ELBO(model, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
+    model = build_model(cfg, in_features, num_classes, task).to(device)
+    likelihood = HeteroscedasticGaussian() if regression else None
+    elbo = (ELBO(model, likelihood or "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
                  num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples)
             if cfg.method == Method.BBB.value else None)
     opt = make_optimizer(cfg, model)
@@ -322,7 +356,10 @@ def _train(
     metrics: list[dict[str, Any]] = []
     best = {"epoch": 0, "val_error": None}
     start_epoch = 0
-    model_info = {"in_features": in_features, "num_classes": num_classes, "num_train": n}
+    model_info: dict[str, Any] = {"in_features": in_features, "num_classes": num_classes, "num_train": n,
+                                  "task": task}
+    if preprocess is not None:
+        model_info["preprocess"] = preprocess.to_dict()
 
     if ckpt is not None:
         if dict(ckpt["model_info"]).get("in_features") != in_features or \
@@ -350,8 +387,10 @@ def _train(
     config_json = {
         **cfg.to_dict(), "versions": lib_versions, "device_used": str(device), "threads": threads,
         "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
-        "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
+        "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:], "task": task,
     }
+    if preprocess is not None and preprocess.kind != "image":
+        config_json["preprocess"] = preprocess.to_dict()
 
     def checkpoint(epoch: int) -> dict[str, Any]:
         return {
@@ -416,15 +455,17 @@ def _train(
                 if last:
                     bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], True))
                 steps = bar
-            sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast, steps=steps)
+            sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast, steps=steps,
+                             likelihood=likelihood if elbo is None else None)
             if bar is not None:
                 bar.close()
             # the epoch's one synchronisation: its sums, whether the weights are finite, the error counts
             parts = [sums, _all_finite(model).double().view(1)]
+            count = squared_error_sum if regression else error_count
             if has_val:
-                parts.append(error_count(model, data["val_x"], data["val_y"]).double().view(1))
+                parts.append(count(model, data["val_x"], data["val_y"]).double().view(1))
             if cfg.test_each_epoch:
-                parts.append(error_count(model, data["test_x"], data["test_y"]).double().view(1))
+                parts.append(count(model, data["test_x"], data["test_y"]).double().view(1))
             read = torch.cat(parts).tolist()
             fe_sum, nll_sum, kl_sum = read[:3]
             if not (math.isfinite(fe_sum) and read[3]):
@@ -436,6 +477,9 @@ def _train(
             val_error = read[4] / data["val_x"].shape[0] if has_val else None
             n_test = data["test_x"].shape[0]
             test_error = read[-1] / n_test if cfg.test_each_epoch and n_test else None
+            if regression:  # the root mean squared error, in the target's units
+                val_error = None if val_error is None else math.sqrt(val_error) * y_scale
+                test_error = None if test_error is None else math.sqrt(test_error) * y_scale
             row = {
                 "epoch": epoch,
                 "seconds": time.perf_counter() - t0,
@@ -456,17 +500,18 @@ def _train(
                 pending = copy.deepcopy(state)
                 if improved:
                     pending_best = pending
+            name = "rmse" if regression else "err"
             msg = (f"epoch {epoch}/{cfg.epochs}  loss {row['train_loss']:.4f}  nll {row['nll']:.4f}  "
-                   f"kl {row['kl']:.4g}  val_err {_fmt(val_error, True)}")
+                   f"kl {row['kl']:.4g}  val_{name} {_fmt(val_error, not regression)}")
             if test_error is not None:
-                msg += f"  test_err {_fmt(test_error, True)}"
+                msg += f"  test_{name} {_fmt(test_error, not regression)}"
             msg += f"  ({row['seconds']:.1f}s)"
             if quiet:
                 log(msg)
             else:
                 # tqdm's bar is gone (leave=False); keep one line per epoch on stderr
                 print(msg, file=sys.stderr, flush=True)
-            report_epoch(loggers, model, row, lr)
+            report_epoch(loggers, model, row, lr, "rmse" if regression else "error")
             if on_epoch is not None and on_epoch(dict(row)):
                 break
         flush()
@@ -481,7 +526,32 @@ def _train(
             flush()
         raise
 
+    if regression:
+        return _finish_regression(out, cfg, data, model, metrics, best, preprocess)
     return _finish(out, cfg, data, model, metrics, best)
+
+
+def _finish_regression(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Module,
+                       metrics: list[dict[str, Any]], best: dict[str, Any], preprocess: Preprocess | None,
+                       ) -> dict[str, Any]:
+    """A regression run's summary.json: RMSE, log-likelihood and interval coverage of the best
+    model on the test set, in the target's units; ``val_error`` columns are validation RMSEs."""
+    done = metrics[-1]["epoch"] if metrics else 0
+    eval_model = model
+    if (out / "best.pt").exists() and best.get("epoch") != done:
+        eval_model, _ = load_run(out, "best", device=data["test_x"].device)
+    res = regressor_metrics(eval_model, data["test_x"], data["test_y"], cfg.method, samples=cfg.eval_samples,
+                            target=None if preprocess is None else preprocess.y)
+    summary = {
+        "model": "best" if (out / "best.pt").exists() else "last", "task": "regression",
+        "test_rmse": res["rmse"], "test_rmse_mc": res["rmse_mc"], "test_log_likelihood": res["log_likelihood"],
+        "test_coverage_95": res["coverage_95"], "eval_samples": res["samples"],
+        "best_epoch": best.get("epoch"), "best_val_rmse": best.get("val_error"), "epochs": done,
+        "seconds": float(sum(r["seconds"] for r in metrics)), "method": cfg.method, "dataset": cfg.dataset,
+        "hidden": list(cfg.hidden), "num_weights": num_weights(model),
+    }
+    atomic_write_json(out / "summary.json", summary)
+    return summary
 
 
 def _finish(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Module,

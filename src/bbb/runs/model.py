@@ -4,22 +4,43 @@ method of a loaded model, the dataset split, and what ``config.json`` records ab
 from __future__ import annotations
 
 import platform
+from typing import Any
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..data.files import Preprocess
 from ..errors import UserError
 from ..nn import BayesMLP, bayes_modules
 from ..options import Method
 from .config import TrainConfig
 
-__all__ = ["DATA_KEYS", "build_model", "check_data", "infer_method", "load_data", "num_weights",
-           "versions"]
+__all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "infer_method", "load_data", "load_split",
+           "num_weights", "versions"]
 
 
-def build_model(cfg: TrainConfig, in_features: int = 784, num_classes: int = 10) -> nn.Module:
-    """The network of ``cfg.method``: BayesMLP (bbb), a ReLU MLP (sgd) or one with dropout."""
+class ConstantNoise(nn.Module):
+    """The noise output of a homoscedastic regression network: one learned value for every input,
+    appended to the network's one output, (..., 1) -> (..., 2) = (mean, noise), which
+    :class:`bbb.HeteroscedasticGaussian` reads as it reads a network that predicts its noise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw = nn.Parameter(torch.zeros(()))  # noise sd softplus(0) = 0.69 target sd at the start
+
+    def forward(self, out: Tensor) -> Tensor:
+        return torch.cat([out, self.raw.to(out.dtype).expand_as(out)], -1)
+
+
+def build_model(cfg: TrainConfig, in_features: int = 784, num_classes: int = 10,
+                task: str = "classification") -> nn.Module:
+    """The network of ``cfg.method``: BayesMLP (bbb), a ReLU MLP (sgd) or one with dropout.
+
+    ``task="regression"``: ``num_classes`` is 2 outputs, (mean, noise) of a Gaussian; with
+    ``cfg.likelihood == "homoscedastic"`` the network has one output and a :class:`ConstantNoise`."""
+    if task == "regression" and cfg.likelihood == "homoscedastic":
+        return nn.Sequential(build_model(cfg, in_features, 1), ConstantNoise())
     if cfg.method == Method.BBB.value:
         return BayesMLP(in_features, cfg.hidden, num_classes, prior=cfg.make_prior(),
                         estimator=cfg.estimator, rho_init=cfg.rho_init,
@@ -47,11 +68,44 @@ def infer_method(model: nn.Module) -> str:
 
 
 def load_data(cfg: TrainConfig) -> dict[str, Tensor]:
-    """The train/validation/test split of ``cfg.dataset`` (flat pixels / ``cfg.scale``)."""
+    """The train/validation/test split of ``cfg.dataset`` (flat pixels / ``cfg.scale``; the first
+    ``cfg.train_size`` training images of the seeded split), or of ``cfg.data_file``
+    (:func:`load_split`)."""
     from ..data import mnist_splits
 
-    return mnist_splits(cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale,
+    if cfg.data_file is not None:
+        return _file_split(cfg, None)[0]
+    data = mnist_splits(cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale,
                         val_size=cfg.val_size, seed=cfg.split_seed)
+    if cfg.train_size is not None:
+        n = data["train_x"].shape[0]
+        if cfg.train_size > n:
+            raise UserError(f"--train-size must be in 1..{n} (the training images), got {cfg.train_size}")
+        data["train_x"], data["train_y"] = data["train_x"][:cfg.train_size], data["train_y"][:cfg.train_size]
+    return data
+
+
+def load_split(cfg: TrainConfig, stored: dict[str, Any] | None = None) -> tuple[dict[str, Tensor], Preprocess]:
+    """The split of ``cfg`` and its :class:`~bbb.data.files.Preprocess`: MNIST-like images
+    (:func:`load_data`), or your own file (``cfg.data_file``:
+    :func:`bbb.data.files.load_file_splits`). ``stored``: the preprocessing a run recorded; a
+    file whose MD5 differs from it is a one-line error (the split would not be the run's)."""
+    if cfg.data_file is not None:
+        return _file_split(cfg, stored)
+    return load_data(cfg), Preprocess.image(cfg.scale)
+
+
+def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None) -> tuple[dict[str, Tensor], Preprocess]:
+    from ..data.files import load_file_splits
+
+    assert cfg.data_file is not None
+    data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=cfg.task, val_fraction=cfg.val_fraction,
+                                 test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size)
+    was = (stored or {}).get("source", {}).get("md5")
+    if was is not None and was != pre.source.get("md5"):
+        raise UserError(f"{cfg.data_file} is not the file this run was trained on (its MD5 is "
+                        f"{pre.source.get('md5')}, the run's {was}); give the original file")
+    return data, pre
 
 
 DATA_KEYS = ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y")

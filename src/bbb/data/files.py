@@ -1,0 +1,421 @@
+"""Your own data: a CSV table or NumPy arrays as a run's train/validation/test split, and the
+preprocessing that turns new raw inputs into what the trained network takes.
+
+:func:`load_file_splits` reads ``FILE.csv`` (a header row; one column is the target) or
+``FILE.npz`` (arrays ``x`` (N, ...) and ``y`` (N,)) and returns the six tensors of a run's
+split (``train_x`` ... ``test_y``) together with a :class:`Preprocess`, the record of what was
+done to the inputs, kept in the run so that new inputs get the same treatment:
+
+* a CSV column whose every cell is a number is a numeric feature; any other column is text,
+  one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
+  else a one-line error naming the column: an identifier or free text is no feature);
+* the numeric features (and each array feature, flattened) are standardised with the mean and
+  standard deviation of the *training* rows (:class:`~bbb.data.Standardizer`); one-hot columns
+  stay 0/1;
+* an empty cell, or ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` (any case), is a missing value:
+  a one-line error naming its row (1 = the first row after the header) and column;
+* the task: ``classification`` when the target is text (or an integer array), ``regression``
+  when it holds numbers that are not all integers (or a float array); an integer-valued CSV
+  target needs ``task`` said. A regression target is standardised too (its statistics are kept,
+  so predictions come back in the target's units);
+* the split: a seeded permutation (``seed``), ``val_fraction`` and ``test_fraction`` of the rows
+  held out, per class for classification (stratified: each class in the same proportions);
+  ``train_size`` keeps that many training rows (a seeded subset) for a quick trial.
+
+:meth:`Preprocess.encode_table` and :meth:`Preprocess.encode_array` apply the stored
+preprocessing to new raw inputs (a CSV's rows by column name, or an array of the training
+feature shape); :meth:`Preprocess.to_dict` / :meth:`Preprocess.from_dict` round-trip it through
+plain JSON types (a run's checkpoint holds it).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import DataError, UserError
+from .tabular import Standardizer
+
+__all__ = ["MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv"]
+
+#: the most categories a text column may have to be one-hot encoded
+MAX_CATEGORIES = 100
+#: cell texts (lower case) that mean "missing"; an empty cell is missing too
+MISSING = frozenset({"na", "n/a", "nan", "null", "none"})
+TASKS = ("classification", "regression")
+
+
+def _number(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _is_missing(cell: str) -> bool:
+    return cell.strip() == "" or cell.strip().lower() in MISSING
+
+
+def read_csv(path: str | os.PathLike[str]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a CSV file, every row as long as the header; cells stripped.
+
+    A file that cannot be read, has no header or no rows, a repeated column name, or a row of
+    another length is a one-line :class:`DataError` naming the file (and the row)."""
+    p = Path(path)
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            lines = list(csv.reader(f))
+    except FileNotFoundError:
+        raise DataError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{p}: cannot be read as a CSV file ({' '.join(str(e).split())[:120]})") from None
+    lines = [row for row in lines if any(c.strip() for c in row)]  # blank lines are not rows
+    if not lines:
+        raise DataError(f"{p}: empty file; a CSV needs a header row and at least one row of data")
+    header = [c.strip() for c in lines[0]]
+    if any(not h for h in header):
+        raise DataError(f"{p}: column {header.index('') + 1} of the header row has no name")
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise DataError(f"{p}: the column name {dup[0]!r} appears more than once in the header row")
+    rows = []
+    for i, row in enumerate(lines[1:], start=1):
+        if len(row) != len(header):
+            raise DataError(f"{p}: row {i} has {len(row)} cells but the header has {len(header)} columns")
+        rows.append([c.strip() for c in row])
+    if not rows:
+        raise DataError(f"{p}: a header row but no rows of data")
+    return header, rows
+
+
+def _file_md5(p: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(p, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Preprocess:
+    """What a run did to its raw inputs and targets (see the module's notes).
+
+    ``kind``: ``"table"`` (a CSV: ``columns``, each ``{"name", "kind": "numeric"|"onehot",
+    "categories"}``), ``"arrays"`` (an .npz: ``feature_shape``) or ``"image"`` (MNIST-like
+    pixels: ``feature_shape`` (1, 28, 28), ``scale``: pixels 0..255 divided by it).
+    ``x``: the standardiser of the encoded features (None for images); ``task``; ``classes``
+    (the label of each class index, classification) or ``y`` (the target's standardiser,
+    regression); ``target``: the CSV's target column; ``source``: the file, its MD5, its rows.
+    """
+
+    kind: str
+    task: str = "classification"
+    columns: list[dict[str, Any]] = field(default_factory=list)
+    feature_shape: list[int] = field(default_factory=list)
+    scale: float = 1.0
+    x: Standardizer | None = None
+    y: Standardizer | None = None
+    classes: list[str] | None = None
+    target: str | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+
+    # -- new inputs ----------------------------------------------------------------------------
+    def encode_table(self, header: Sequence[str], rows: Sequence[Sequence[str]], where: str = "input") -> Tensor:
+        """CSV rows (cells by ``header``'s column names) -> the network's (N, D) float32 inputs.
+        Every training feature column must be there (others, like the target, are ignored); a
+        missing value or an unseen category is a one-line error naming row and column."""
+        if self.kind != "table":
+            raise UserError(f"{where}: this run was trained on {self.trained_on()}, not on a CSV table")
+        index = {h: j for j, h in enumerate(header)}
+        absent = [c["name"] for c in self.columns if c["name"] not in index]
+        if absent:
+            raise UserError(f"{where}: the column {absent[0]!r} that the run was trained with is missing "
+                            f"(the run's feature columns: {', '.join(c['name'] for c in self.columns)})")
+        n = len(rows)
+        parts: list[np.ndarray] = []
+        for col in self.columns:
+            j = index[col["name"]]
+            cells = [r[j] for r in rows]
+            for i, cell in enumerate(cells, start=1):
+                if _is_missing(cell):
+                    raise UserError(f"{where}: row {i}, column {col['name']!r}: missing value; fill it in or "
+                                    "drop the row")
+            if col["kind"] == "numeric":
+                vals = np.empty(n)
+                for i, cell in enumerate(cells):
+                    v = _number(cell)
+                    if v is None:
+                        raise UserError(f"{where}: row {i + 1}, column {col['name']!r}: {cell[:40]!r} is not a "
+                                        "number (the column was numeric in training)")
+                    vals[i] = v
+                parts.append(vals[:, None])
+            else:
+                cats = {c: k for k, c in enumerate(col["categories"])}
+                onehot = np.zeros((n, len(cats)))
+                for i, cell in enumerate(cells):
+                    if cell not in cats:
+                        raise UserError(f"{where}: row {i + 1}, column {col['name']!r}: the category {cell[:40]!r} "
+                                        f"was not seen in training (known: {', '.join(col['categories'][:10])}"
+                                        f"{', ...' if len(cats) > 10 else ''})")
+                    onehot[i, cats[cell]] = 1.0
+                parts.append(onehot)
+        x = torch.from_numpy(np.concatenate(parts, axis=1) if parts else np.zeros((n, 0)))
+        return self._standardise(x)
+
+    def encode_array(self, x: Any, where: str = "input") -> Tensor:
+        """An array of inputs -> the network's (N, D) float32 inputs.
+
+        ``arrays``: (N, *feature_shape) or (N, D) flat. ``image``: (N, 1, 28, 28), (N, 28, 28) or
+        (N, 784) pixels, either uint8 (or integers) in 0..255 or floats in 0..1; floats above 1
+        are read as 0..255. ``table``: (N, D) numbers in the CSV's feature columns, in order,
+        only where every column is numeric."""
+        t = torch.as_tensor(np.asarray(x)) if not isinstance(x, Tensor) else x.detach().cpu()
+        if t.is_complex() or t.dtype == torch.bool:
+            raise UserError(f"{where}: inputs must be real numbers, got {t.dtype}")
+        if t.dim() < 1 or t.shape[0] == 0:
+            raise UserError(f"{where}: no inputs (an array of shape {tuple(t.shape)})")
+        d = int(np.prod(self.feature_shape)) if self.feature_shape else len(self.columns)
+        shape = tuple(self.feature_shape) if self.feature_shape else (d,)
+        ok = tuple(t.shape[1:]) in {shape, (d,)} or (self.kind == "image" and tuple(t.shape[1:]) == shape[-2:])
+        if not ok:
+            raise UserError(f"{where}: inputs of shape {tuple(t.shape)} do not fit this run's inputs (N, "
+                            f"{', '.join(map(str, shape))}) or (N, {d})")
+        if self.kind == "table" and any(c["kind"] != "numeric" for c in self.columns):
+            raise UserError(f"{where}: this run one-hot encodes text columns; give a CSV with the column names "
+                            "instead of an array")
+        flat = t.reshape(t.shape[0], -1)
+        if self.kind == "image":
+            pixels = flat.to(torch.float64)
+            if not bool(torch.isfinite(pixels).all()):
+                raise UserError(f"{where}: the images contain NaN or inf")
+            if flat.is_floating_point() and float(pixels.max()) <= 1.0:
+                pixels = pixels * 255.0  # 0..1 -> 0..255, the training pixels' range
+            return (pixels / self.scale).to(torch.float32)
+        x64 = flat.to(torch.float64)
+        if not bool(torch.isfinite(x64).all()):
+            bad = int(torch.nonzero(~torch.isfinite(x64).all(1))[0]) + 1
+            raise UserError(f"{where}: input {bad} contains NaN or inf")
+        return self._standardise(x64)
+
+    def _standardise(self, x: Tensor) -> Tensor:
+        return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
+
+    def trained_on(self) -> str:
+        return {"table": "a CSV table", "arrays": "arrays (.npz)", "image": "28x28 images"}.get(self.kind, self.kind)
+
+    def target_values(self, y: Tensor) -> Tensor:
+        """Standardised regression targets back in the target's units (identity otherwise)."""
+        return self.y.inverse(y) if self.y is not None else y
+
+    # -- storage -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "task": self.task, "columns": [dict(c) for c in self.columns],
+                "feature_shape": list(self.feature_shape), "scale": self.scale,
+                "x": None if self.x is None else self.x.to_dict(), "y": None if self.y is None else self.y.to_dict(),
+                "classes": self.classes, "target": self.target, "source": dict(self.source)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Preprocess:
+        try:
+            return cls(kind=str(d["kind"]), task=str(d.get("task", "classification")),
+                       columns=[dict(c) for c in d.get("columns", [])],
+                       feature_shape=[int(s) for s in d.get("feature_shape", [])], scale=float(d.get("scale", 1.0)),
+                       x=None if d.get("x") is None else Standardizer.from_dict(d["x"]),
+                       y=None if d.get("y") is None else Standardizer.from_dict(d["y"]),
+                       classes=None if d.get("classes") is None else [str(c) for c in d["classes"]],
+                       target=d.get("target"), source=dict(d.get("source", {})))
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"the stored preprocessing is damaged ({e})") from None
+
+    @classmethod
+    def image(cls, scale: float, classes: list[str] | None = None) -> Preprocess:
+        """MNIST / Fashion-MNIST pixels: 0..255 divided by ``scale``, 28x28, one channel."""
+        return cls(kind="image", feature_shape=[1, 28, 28], scale=float(scale), classes=classes)
+
+
+# -- reading a file into a split ----------------------------------------------------------------
+
+
+def _task_of(values: list[str], task: str | None, target: str, where: str) -> str:
+    nums = [_number(v) for v in values]
+    if any(v is None for v in nums):
+        if task == "regression":
+            bad = next(v for v, n in zip(values, nums) if n is None)
+            raise UserError(f"{where}: --task regression needs a numeric target, but column {target!r} holds "
+                            f"{bad[:40]!r}")
+        return "classification"
+    if task is not None:
+        return task
+    if all(float(v).is_integer() for v in nums if v is not None):
+        raise UserError(f"{where}: the target column {target!r} holds whole numbers: say --task classification "
+                        "(class labels) or --task regression (a quantity)")
+    return "regression"
+
+
+def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str
+                    ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The feature columns' descriptions (numeric or one-hot), checked for missing values."""
+    columns = []
+    for j, name in enumerate(header):
+        cells = [r[j] for r in rows]
+        for i, cell in enumerate(cells, start=1):
+            if _is_missing(cell):
+                raise UserError(f"{where}: row {i}, column {name!r}: missing value; fill it in or drop the row")
+        if name == target:
+            continue
+        nums = [_number(c) for c in cells]
+        if all(v is not None for v in nums):
+            columns.append({"name": name, "kind": "numeric", "categories": []})
+            continue
+        cats = sorted(set(cells))
+        numeric_share = sum(v is not None for v in nums) / len(nums)
+        if numeric_share >= 0.9:
+            i = next(i for i, v in enumerate(nums, start=1) if v is None)
+            raise UserError(f"{where}: row {i}, column {name!r}: {cells[i - 1][:40]!r} in a column of numbers; "
+                            "fix or drop that row (a missing value?)")
+        if len(cats) > MAX_CATEGORIES:
+            raise UserError(f"{where}: the text column {name!r} has {len(cats)} distinct values (one-hot encoding "
+                            f"takes at most {MAX_CATEGORIES}); drop it from the file (an identifier or free text?)")
+        columns.append({"name": name, "kind": "onehot", "categories": cats})
+    return columns, [r[header.index(target)] for r in rows]
+
+
+def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: float, seed: int
+           ) -> tuple[Tensor, Tensor, Tensor]:
+    """(train, val, test) row indices: a seeded permutation; per class when ``labels`` are given."""
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.arange(n)] if labels is None else [torch.nonzero(labels == c).flatten()
+                                                        for c in torch.unique(labels)]
+    parts: list[list[Tensor]] = [[], [], []]
+    for idx in groups:
+        idx = idx[torch.randperm(idx.numel(), generator=g)]
+        nv, nt = round(val_fraction * idx.numel()), round(test_fraction * idx.numel())
+        parts[1].append(idx[:nv])
+        parts[2].append(idx[nv:nv + nt])
+        parts[0].append(idx[nv + nt:])
+    out = []
+    for p in parts:  # one seeded order across the classes
+        cat = torch.cat(p)
+        out.append(cat[torch.randperm(cat.numel(), generator=g)])
+    return out[0], out[1], out[2]
+
+
+def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
+                     val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
+                     train_size: int | None = None) -> tuple[dict[str, Tensor], Preprocess]:
+    """A CSV or .npz file as a run's split and its :class:`Preprocess` (see the module's notes).
+
+    Returns ``({"train_x", "train_y", "val_x", "val_y", "test_x", "test_y"}, preprocess)``:
+    inputs float32 (N, D), standardised; targets int64 class indices (classification) or float32
+    standardised values (regression)."""
+    p = Path(path)
+    where = str(p)
+    if task is not None and task not in TASKS:
+        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise UserError(f"--val-fraction {val_fraction} and --test-fraction {test_fraction} must each be in [0, 1) "
+                        "and leave rows to train on")
+    if not p.is_file():
+        raise DataError(f"{p}: no such file")
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        if not target:
+            raise UserError(f"{where}: say which column to predict: --target COLUMN")
+        header, rows = read_csv(p)
+        if target not in header:
+            raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}")
+        columns, raw_y = _encode_columns(header, rows, target, where)
+        if not columns:
+            raise UserError(f"{where}: no feature columns besides the target {target!r}")
+        task = _task_of(raw_y, task, target, where)
+        pre = Preprocess(kind="table", task=task, columns=columns, target=target)
+        raw_x = _raw_table(pre, header, rows, where)
+    elif suffix == ".npz":
+        if target is not None:
+            raise UserError(f"{where}: --target names a CSV column; an .npz file holds arrays x and y")
+        x_arr, y_arr = _read_npz(p)
+        if task is None:
+            task = "regression" if np.issubdtype(y_arr.dtype, np.floating) else "classification"
+        pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))
+        raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
+        raw_y = [str(v) for v in y_arr.tolist()] if task == "classification" else y_arr.astype(np.float64).tolist()
+    else:
+        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)")
+    n = raw_x.shape[0]
+    if task == "classification":
+        cats = sorted(set(map(str, raw_y)), key=lambda c: (_number(c) is None, _number(c) or 0.0, c))
+        if len(cats) < 2:
+            raise UserError(f"{where}: the target holds one class ({cats[0]!r}); classification needs two or more")
+        index = {c: k for k, c in enumerate(cats)}
+        y = torch.tensor([index[str(v)] for v in raw_y], dtype=torch.int64)
+        pre.classes = cats
+    else:
+        y = torch.tensor([float(v) for v in raw_y], dtype=torch.float64)
+    train_idx, val_idx, test_idx = _split(n, y if task == "classification" else None, val_fraction, test_fraction,
+                                          seed)
+    if train_size is not None:
+        if not 1 <= train_size <= train_idx.numel():
+            raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
+        train_idx = train_idx[:train_size]
+    pre.x = _fit_features(pre, raw_x[train_idx])
+    if task == "regression":
+        pre.y = Standardizer.fit(y[train_idx])
+        y = pre.y.transform(y).to(torch.float32)
+    pre.source = {"file": p.name, "md5": _file_md5(p), "rows": int(n)}
+    x = pre._standardise(raw_x)
+    data = {"train_x": x[train_idx], "train_y": y[train_idx], "val_x": x[val_idx], "val_y": y[val_idx],
+            "test_x": x[test_idx], "test_y": y[test_idx]}
+    return data, pre
+
+
+def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], where: str) -> Tensor:
+    """The encoded but not yet standardised features of a CSV's rows."""
+    x_scaler, pre.x = pre.x, None
+    try:
+        return pre.encode_table(header, rows, where).to(torch.float64)
+    finally:
+        pre.x = x_scaler
+
+
+def _fit_features(pre: Preprocess, x: Tensor) -> Standardizer:
+    """Standardise the numeric features on the training rows; one-hot columns stay 0/1."""
+    s = Standardizer.fit(x)
+    if pre.kind != "table":
+        return s
+    keep = torch.cat([torch.full((len(c["categories"]) if c["kind"] == "onehot" else 1,), c["kind"] == "numeric")
+                      for c in pre.columns])
+    return Standardizer(torch.where(keep, s.mean, 0.0), torch.where(keep, s.std, 1.0))
+
+
+def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            missing = [k for k in ("x", "y") if k not in z.files]
+            if missing:
+                raise UserError(f"{p}: no array {missing[0]!r}; an .npz for bbb holds x (N, ...) and y (N,) "
+                                f"(found: {', '.join(z.files) or 'none'})")
+            x, y = z["x"], z["y"]
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign file is one user problem
+        raise DataError(f"{p}: cannot be read as an .npz file ({' '.join(str(e).split())[:120]})") from None
+    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise UserError(f"{p}: x must be (N, ...) and y (N,) with the same N >= 1, got {x.shape} and {y.shape}")
+    for name, a in (("x", x), ("y", y)):
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
+            raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}")
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            i = int(np.nonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(1))[0][0])
+            raise UserError(f"{p}: {name}[{i}] is NaN or inf (a missing value); fill it in or drop that row")
+    return x, y

@@ -1,0 +1,56 @@
+"""A folder of image files as an array of grey pixels (Pillow: the ``images`` extra).
+
+:func:`load_image_folder` reads every ``.png``, ``.jpg`` and ``.jpeg`` file of a folder (sorted by
+name), converts each to grey (Pillow's ``"L"``: ITU-R 601 luma), resizes it to the size a run was
+trained on (28x28 for MNIST and Fashion-MNIST; Lanczos) and returns uint8 pixels 0..255, (N, 1, H,
+W), which a run's preprocessing then scales as its training images were. Nothing else is done:
+MNIST digits are white on black, so a photo of a dark digit on white paper must be inverted by its
+owner. A file that cannot be read as an image is a one-line :class:`~bbb.errors.DataError` naming
+it; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, UserError
+
+__all__ = ["IMAGE_SUFFIXES", "load_image_folder"]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
+                      ) -> tuple[list[str], np.ndarray, list[str]]:
+    """``(names, pixels, others)``: the image files' names, their uint8 grey pixels (N, 1, H, W)
+    with ``size = (H, W)``, and the names of the other files in the folder (not read)."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise UserError("reading images needs Pillow: pip install 'bayes-by-backprop[images]' "
+                        "(or pip install pillow)") from None
+    d = Path(folder)
+    if not d.is_dir():
+        raise DataError(f"{d}: no such folder")
+    files = sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    others = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix.lower() not in IMAGE_SUFFIXES
+                    and not p.name.startswith("."))
+    if not files:
+        raise DataError(f"{d}: no .png, .jpg or .jpeg files")
+    h, w = size
+    out = np.empty((len(files), 1, h, w), dtype=np.uint8)
+    for i, p in enumerate(files):
+        try:
+            with Image.open(p) as im:
+                im.load()
+                grey = im.convert("L")
+                if grey.size != (w, h):
+                    grey = grey.resize((w, h), Image.Resampling.LANCZOS)
+                out[i, 0] = np.asarray(grey, dtype=np.uint8)
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+            why = " ".join(str(e).split())[:120] or type(e).__name__
+            raise DataError(f"{p}: not a readable image ({why})") from None
+    return [p.name for p in files], out, others

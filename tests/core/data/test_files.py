@@ -1,0 +1,179 @@
+"""Your own data (bbb.data.files, bbb.data.images): a CSV or arrays as a split, the stored
+preprocessing applied to new inputs, and each bad input a one-line error naming where it is."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bbb.data.files import Preprocess, load_file_splits
+from bbb.data.images import load_image_folder
+from bbb.errors import DataError, UserError
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[object]]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def table(path: Path, n: int = 120, seed: int = 0, target: str = "label") -> Path:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        a, b = rng.normal(), 10 + 3 * rng.normal()
+        colour = ["red", "green", "blue"][i % 3]
+        label = "yes" if i % 4 == 0 else "no"  # 1 in 4: a stratified split keeps that share
+        rows.append([f"{a:.4f}", f"{b:.4f}", colour, label if target == "label" else f"{a + b:.4f}"])
+    return write_csv(path, ["a", "b", "colour", target], rows)
+
+
+def one_line(info: pytest.ExceptionInfo[BaseException], *words: str) -> None:
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_csv_classification_split_encoding_and_stored_preprocessing(tmp_path):
+    path = table(tmp_path / "t.csv")
+    data, pre = load_file_splits(path, target="label", val_fraction=0.25, test_fraction=0.25, seed=3)
+    assert pre.task == "classification" and pre.classes == ["no", "yes"]
+    assert [c["kind"] for c in pre.columns] == ["numeric", "numeric", "onehot"]
+    assert pre.columns[2]["categories"] == ["blue", "green", "red"]
+    assert data["train_x"].shape == (60, 5) and data["val_x"].shape[0] == 30 and data["test_x"].shape[0] == 30
+    # numeric columns standardised on the training rows; one-hot columns stay 0/1
+    tx = data["train_x"].double()
+    torch.testing.assert_close(tx[:, :2].mean(0), torch.zeros(2, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(tx[:, :2].std(0, unbiased=False), torch.ones(2, dtype=torch.float64), atol=1e-5,
+                               rtol=0)
+    assert set(tx[:, 2:].unique().tolist()) == {0.0, 1.0}
+    # stratified: each part keeps the 1-in-4 share of "yes"
+    for part in ("train", "val", "test"):
+        y = data[f"{part}_y"]
+        assert abs(float((y == 1).double().mean()) - 0.25) < 0.04, part
+    # the preprocessing survives JSON and encodes the file's rows to the same inputs
+    again = Preprocess.from_dict(json.loads(json.dumps(pre.to_dict())))
+    with open(path) as f:
+        lines = list(csv.reader(f))
+    x_all = again.encode_table(lines[0], lines[1:])
+    all_rows = torch.cat([data["train_x"], data["val_x"], data["test_x"]])
+    assert x_all.shape == (120, 5)
+    # every row of the split is one row of the file, encoded the same way
+    d = torch.cdist(all_rows.double(), x_all.double()).min(1).values
+    assert float(d.max()) < 1e-5
+    # the same seed gives the same split; train_size keeps a subset of the training rows
+    data2, _ = load_file_splits(path, target="label", val_fraction=0.25, test_fraction=0.25, seed=3, train_size=10)
+    torch.testing.assert_close(data2["val_y"], data["val_y"])
+    torch.testing.assert_close(data2["val_x"][:, 2:], data["val_x"][:, 2:])  # (the scaling: 10 rows' statistics)
+    assert data2["train_x"].shape[0] == 10
+
+
+def test_csv_regression_standardises_the_target(tmp_path):
+    path = table(tmp_path / "r.csv", target="y")
+    data, pre = load_file_splits(path, target="y")
+    assert pre.task == "regression" and pre.y is not None and data["train_y"].dtype == torch.float32
+    assert abs(float(data["train_y"].double().mean())) < 1e-5
+    back = pre.target_values(data["train_y"].double())
+    assert float(back.mean()) == pytest.approx(float(pre.y.mean), abs=1e-6)
+
+
+def test_csv_bad_inputs_are_one_line_errors(tmp_path):
+    rows = [[str(i), "x" if i % 2 else "z", f"{i * 0.5}"] for i in range(20)]
+    missing = [r[:] for r in rows]
+    missing[6][1] = ""
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "m.csv", ["n", "kind", "y"], missing), target="y")
+    one_line(info, "row 7", "'kind'", "missing")
+    na = [r[:] for r in rows]
+    na[3][0] = "NA"
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "na.csv", ["n", "kind", "y"], na), target="y")
+    one_line(info, "row 4", "'n'", "missing")
+    ids = [[f"id{i}", str(i), f"{i * 0.5}"] for i in range(150)]
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "ids.csv", ["name", "n", "y"], ids), target="y")
+    one_line(info, "'name'", "150 distinct")
+    whole = [[str(i), str(i % 3)] for i in range(30)]
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "w.csv", ["n", "k"], whole), target="k")
+    one_line(info, "--task")
+    data, pre = load_file_splits(tmp_path / "w.csv", target="k", task="classification")
+    assert pre.classes == ["0", "1", "2"]
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "w.csv", target="nope")
+    one_line(info, "'nope'", "columns are n, k")
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("a,b\n1,2\n3\n")
+    with pytest.raises(DataError) as info:
+        load_file_splits(ragged, target="b")
+    one_line(info, "row 2")
+
+
+def test_new_rows_with_an_unseen_category_or_a_missing_column(tmp_path):
+    _, pre = load_file_splits(table(tmp_path / "t.csv"), target="label")
+    with pytest.raises(UserError) as info:
+        pre.encode_table(["a", "b", "colour"], [["0.1", "10", "purple"]])
+    one_line(info, "row 1", "'colour'", "'purple'")
+    with pytest.raises(UserError) as info:
+        pre.encode_table(["a", "colour"], [["0.1", "red"]])
+    one_line(info, "'b'")
+
+
+def test_npz_arrays_keep_their_feature_shape(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "a.npz", x=rng.normal(size=(50, 2, 3)).astype(np.float32), y=rng.normal(size=50))
+    data, pre = load_file_splits(tmp_path / "a.npz")
+    assert pre.kind == "arrays" and pre.task == "regression" and pre.feature_shape == [2, 3]
+    assert data["train_x"].shape[1] == 6
+    raw = rng.normal(size=(4, 2, 3))
+    torch.testing.assert_close(pre.encode_array(raw), pre.encode_array(raw.reshape(4, 6)))
+    np.savez(tmp_path / "c.npz", x=rng.normal(size=(50, 4)), y=rng.integers(0, 3, 50))
+    assert load_file_splits(tmp_path / "c.npz")[1].task == "classification"
+    np.savez(tmp_path / "bad.npz", inputs=np.zeros((3, 2)))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "bad.npz")
+    one_line(info, "'x'")
+    nan = rng.normal(size=(10, 2))
+    nan[4, 1] = np.nan
+    np.savez(tmp_path / "nan.npz", x=nan, y=np.arange(10) % 2)
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "nan.npz")
+    one_line(info, "x[4]")
+
+
+def test_image_preprocessing_takes_uint8_or_unit_floats():
+    pre = Preprocess.image(126.0)
+    pixels = torch.randint(0, 256, (3, 1, 28, 28), dtype=torch.uint8)
+    want = pixels.flatten(1).float() / 126.0
+    torch.testing.assert_close(pre.encode_array(pixels), want)
+    torch.testing.assert_close(pre.encode_array(pixels.float() / 255.0), want)
+    torch.testing.assert_close(pre.encode_array(pixels.numpy()[:, 0]), want)
+    with pytest.raises(UserError) as info:
+        pre.encode_array(torch.zeros(2, 3, 32, 32))
+    one_line(info, "(N, 1, 28, 28)")
+
+
+def test_image_folder_grey_resized_and_a_corrupt_file_named(tmp_path):
+    pil = pytest.importorskip("PIL.Image")
+    rgb = np.zeros((56, 56, 3), dtype=np.uint8)
+    rgb[:28, :, 0] = 255  # the top half red
+    pil.fromarray(rgb).save(tmp_path / "b.png")
+    pil.fromarray(np.full((28, 28), 200, dtype=np.uint8)).save(tmp_path / "a.jpg")
+    (tmp_path / "notes.txt").write_text("not an image")
+    names, pixels, others = load_image_folder(tmp_path)
+    assert names == ["a.jpg", "b.png"] and others == ["notes.txt"]
+    assert pixels.shape == (2, 1, 28, 28) and pixels.dtype == np.uint8
+    assert abs(int(pixels[0, 0, 14, 14]) - 200) <= 2  # JPEG rounding
+    assert pixels[1, 0, 2, 14] == 76 and pixels[1, 0, 25, 14] == 0  # red -> luma 0.299 * 255
+    (tmp_path / "c.png").write_bytes(b"\x89PNG broken")
+    with pytest.raises(DataError) as info:
+        load_image_folder(tmp_path)
+    one_line(info, "c.png")

@@ -227,7 +227,7 @@ SHARED_FLAGS: dict[str, SharedFlag] = {
     "--batch-size": SharedFlag("minibatch size", int),
     "--dataset": SharedFlag("data set"),
     "--data-dir": SharedFlag("data folder"),
-    "--out": SharedFlag("output folder"),
+    "--out": SharedFlag("output"),  # "output folder" of a run; "output file" where one file is written
     "--which": SharedFlag("checkpoint"),
     "--device": SharedFlag("auto (cuda when available), cpu, cuda or cuda:N", library="bbb.devices.resolve_device"),
     "--seed": SharedFlag("random seed", int),

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
     p.add_argument("input", metavar="INPUT", help="a CSV file, a .npy/.npz array or a folder of PNG/JPEG images")
     p.add_argument("--out", metavar="FILE.csv", default=None,
-                   help="write the predictions here (default: print them as CSV)")
+                   help="output file: the predictions as CSV (default: print them)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average (default: 10)"))
     p.add_argument("--target-error", type=float, default=None, metavar="E",
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="data folder of the run's validation data (default: the run's)")
     add_device(p)
-    add_seed(p, help="seed of the Monte Carlo samples")
+    add_seed(p, help="random seed of the Monte Carlo samples")
     add_threads(p)
     add_quiet(p, "the predictions")
 
@@ -115,8 +115,13 @@ def main(args: argparse.Namespace) -> int:
     x, ids, ys = _read_input(model, Path(args.input))
     with torch.no_grad():
         s = uncertainty_scores(model, model.sample_outputs(x, args.samples, args.seed))
-        referral = None if args.no_refer else refer_threshold(model, args.target_error, args.samples, args.seed,
-                                                              args.data_dir)
+        referral = None
+        if not args.no_refer:
+            try:
+                referral = refer_threshold(model, args.target_error, args.samples, args.seed, args.data_dir)
+            except UserError as e:  # the run's data moved, say: the predictions need not wait for it
+                raise UserError(f"{e} (the refer column needs the run's validation data; --no-refer leaves it "
+                                "out)") from None
     columns = [ids[0][0]] + (["target"] if ys is not None else []) + ["prediction"]
     rows: list[dict[str, Any]] = []
     score = s["score"].cpu()

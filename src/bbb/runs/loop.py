@@ -387,7 +387,7 @@ def _train(
     config_json = {
         **cfg.to_dict(), "versions": lib_versions, "device_used": str(device), "threads": threads,
         "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
-        "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:], "task": task,
+        "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
     }
     if preprocess is not None and preprocess.kind != "image":
         config_json["preprocess"] = preprocess.to_dict()

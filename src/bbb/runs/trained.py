@@ -170,7 +170,7 @@ def refer_threshold(model: TrainedModel, target_error: float | None = None, samp
     x, y = data["val_x"], data["val_y"]
     if x.shape[0] == 0:
         raise UserError(f"{model.run_dir} has no validation set to choose the referral threshold on "
-                        "(trained with --val-size 0 or --val-fraction 0); --no-refer leaves the column out")
+                        "(trained with --val-size 0 or --val-fraction 0)")
     s = uncertainty_scores(model, model.sample_outputs(x.to(model.device()), samples, seed))
     if model.task == "regression":
         y_units = model.preprocess.target_values(y.double().cpu()) if model.preprocess.y is not None else y.double()

@@ -1,0 +1,169 @@
+"""``bbb train --csv/--npz`` and ``bbb predict``: predictions equal to the library's own
+``bbb.uncertainty.predict`` on the same inputs, the refer column as chosen on the validation set,
+and each bad input a one-line error (exit 2) that names it, with nothing written."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bbb
+import bbb.runs.model as RM
+from bbb import uncertainty as U
+from bbb.runs import TrainConfig, train
+from bbb.runs.trained import refer_threshold
+from testkit import read_csv, run_main
+
+TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
+
+
+def assert_one_line_error(rc: int, err: str, *words: str) -> None:
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "error:" in lines[0], err
+    for w in words:
+        assert w in lines[0], (w, err)
+
+
+def table(path: Path, n: int = 150, regression: bool = False) -> Path:
+    rng = np.random.default_rng(0)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "kind", "target"])
+        for i in range(n):
+            x1, x2, kind = rng.normal(), rng.normal(), ["a", "b", "c"][i % 3]
+            y = f"{2 * x1 + x2 + 0.1 * rng.normal():.5f}" if regression else ("hi" if x1 + x2 > 0 else "lo")
+            w.writerow([f"{x1:.5f}", f"{x2:.5f}", kind, y])
+    return path
+
+
+def test_train_on_a_csv_and_predict_equals_the_library(capsys, tmp_path):
+    path = table(tmp_path / "t.csv")
+    run = tmp_path / "run"
+    rc, out, err = run_main(capsys, "train", "--csv", str(path), "--target", "target", "--epochs", "3",
+                            "--out", str(run), *TINY)
+    assert rc == 0, err
+    assert "test error" in out
+    rc, _, err = run_main(capsys, "predict", str(run), str(path), "--out", str(tmp_path / "p.csv"),
+                          "--samples", "5", "--seed", "3", "--device", "cpu")
+    assert rc == 0, err
+    assert "refer" in err and "validation inputs" in err
+    rows = read_csv(tmp_path / "p.csv")
+    assert len(rows) == 150 and list(rows[0]) == ["row", "target", "prediction", "p_hi", "p_lo", "entropy",
+                                                  "mutual_information", "refer"]
+    model = bbb.load_model(run)
+    x, _, _ = model.encode_csv(path)
+    probs = U.predictive_probs(U.predict(model.network, x, 5, generator=3).double())
+    got = torch.tensor([[float(r["p_hi"]), float(r["p_lo"])] for r in rows], dtype=torch.float64)
+    torch.testing.assert_close(got, probs, atol=1e-5, rtol=0)
+    assert [r["prediction"] for r in rows] == [model.classes[i] for i in probs.argmax(-1).tolist()]
+    ent = torch.tensor([float(r["entropy"]) for r in rows], dtype=torch.float64)
+    torch.testing.assert_close(ent, U.entropy(probs), atol=1e-5, rtol=0)
+    assert rows[0]["target"] in ("hi", "lo")
+    # refer: the entropy above the threshold chosen on the validation set for the default target
+    ref = refer_threshold(model, None, 5, 3)
+    assert ref.default and ref.target_error == pytest.approx(ref.full_error / 2)
+    want = [("true" if e > ref.threshold else "false") for e in U.entropy(probs).tolist()]
+    assert [r["refer"] for r in rows] == want
+    # an explicit --target-error of 1 refers nothing seen on validation; the CSV goes to stdout
+    rc, out, err = run_main(capsys, "predict", str(run), str(path), "--target-error", "1", "--device", "cpu")
+    assert rc == 0 and out.startswith("row,target,prediction") and "--target-error" in err
+
+
+def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 2, 2)).astype(np.float32)
+    np.savez(tmp_path / "a.npz", x=x, y=(x.reshape(120, -1).sum(1) + 0.1 * rng.normal(size=120)))
+    run = tmp_path / "run"
+    rc, out, err = run_main(capsys, "train", "--npz", str(tmp_path / "a.npz"), "--epochs", "2", "--out", str(run),
+                            "--train-size", "50", *TINY)
+    assert rc == 0 and "test RMSE" in out, err
+    np.save(tmp_path / "new.npy", x[:7])
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "4",
+                            "--device", "cpu", "--no-refer")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert len(rows) == 7 and list(rows[0]) == ["row", "prediction", "sd", "lower_95", "upper_95", "epistemic_sd",
+                                                "aleatoric_sd"]
+    model = bbb.load_model(run)
+    reg = model.regression(U.predict(model, torch.from_numpy(x[:7]), 4, generator=0))
+    torch.testing.assert_close(torch.tensor([float(r["prediction"]) for r in rows], dtype=torch.float64),
+                               reg["mean"], atol=1e-4, rtol=1e-5)
+    for r in rows:
+        assert float(r["lower_95"]) < float(r["prediction"]) < float(r["upper_95"]) and float(r["sd"]) > 0
+    assert "num_train" in (run / "config.json").read_text() and '"num_train": 50' in (run / "config.json").read_text()
+    rc, _, err = run_main(capsys, "evaluate", str(run), "--device", "cpu", "--samples", "3")
+    assert rc == 0 and (run / "eval.json").exists(), err
+
+
+def image_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    data = {}
+    for s, n in (("train", 64), ("val", 32), ("test", 16)):
+        data[f"{s}_x"] = torch.randint(0, 256, (n, 784), generator=g).float() / 126.0
+        data[f"{s}_y"] = torch.randint(0, 10, (n,), generator=g)
+    monkeypatch.setattr(RM, "load_data", lambda cfg: data)
+    train(TrainConfig(hidden=[8], epochs=1, device="cpu", eval_samples=2), tmp_path / "run", quiet=True,
+          log=lambda s: None)
+    return tmp_path / "run", data
+
+
+def test_predict_on_a_folder_of_images(capsys, tmp_path, monkeypatch):
+    pil = pytest.importorskip("PIL.Image")
+    run, _ = image_run(tmp_path, monkeypatch)
+    folder = tmp_path / "digits"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (3, 28, 28)).astype(np.uint8)
+    for i, p in enumerate(pixels):
+        pil.fromarray(p).save(folder / f"d{i}.png")
+    pil.fromarray(np.repeat(pixels[0][:, :, None], 3, 2)).resize((56, 56)).save(folder / "big_rgb.png")
+    rc, out, err = run_main(capsys, "predict", str(run), str(folder), "--samples", "3", "--device", "cpu")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [r["file"] for r in rows] == ["big_rgb.png", "d0.png", "d1.png", "d2.png"]
+    assert {"p_0", "p_9", "entropy", "mutual_information", "refer"} <= set(rows[0])
+    model = bbb.load_model(run)
+    probs = U.predictive_probs(U.predict(model, torch.from_numpy(pixels[:, None]), 3, generator=0).double())
+    got = torch.tensor([[float(r[f"p_{c}"]) for c in range(10)] for r in rows[1:]], dtype=torch.float64)
+    torch.testing.assert_close(got, probs, atol=1e-5, rtol=0)
+    (folder / "broken.jpg").write_bytes(b"not a jpeg")
+    rc, out, err = run_main(capsys, "predict", str(run), str(folder), "--out", str(tmp_path / "p.csv"),
+                            "--device", "cpu")
+    assert_one_line_error(rc, err, "broken.jpg")
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monkeypatch):
+    path = table(tmp_path / "t.csv")
+    lines = path.read_text().splitlines()
+    lines[5] = ",".join(["0.1", "", "a", "hi"])
+    (tmp_path / "missing.csv").write_text("\n".join(lines) + "\n")
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "missing.csv"), "--target", "target",
+                          "--epochs", "1", "--out", str(tmp_path / "r1"), *TINY)
+    assert_one_line_error(rc, err, "row 5", "'x2'", "missing")
+    assert not (tmp_path / "r1" / "last.pt").exists()
+    rc, _, err = run_main(capsys, "train", "--csv", str(path), "--epochs", "1", "--out", str(tmp_path / "r2"),
+                          *TINY)
+    assert_one_line_error(rc, err, "--target")
+    rc, _, err = run_main(capsys, "train", "--target", "y", "--epochs", "1", "--out", str(tmp_path / "r3"), *TINY)
+    assert_one_line_error(rc, err, "--target", "--csv")
+    rc, _, err = run_main(capsys, "train", "--csv", str(path), "--target", "target", "--epochs", "1",
+                          "--out", str(tmp_path / "run"), *TINY)
+    assert rc == 0, err
+    (tmp_path / "no_x2.csv").write_text("x1,kind\n0.5,a\n")
+    rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "no_x2.csv"),
+                          "--out", str(tmp_path / "p.csv"))
+    assert_one_line_error(rc, err, "'x2'")
+    rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "nothing.csv"))
+    assert_one_line_error(rc, err, "nothing.csv")
+    (tmp_path / "folder").mkdir()
+    rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "folder"))
+    assert_one_line_error(rc, err, "folder of images", "CSV table")
+    rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(path), "--target-error", "-1")
+    assert_one_line_error(rc, err, "--target-error")
+    assert not (tmp_path / "p.csv").exists()

@@ -1,0 +1,154 @@
+"""Runs on your own data (TrainConfig.data_file): the run directory contract (resume exactly,
+evaluate), regression runs, and bbb.load_model taking raw inputs as the run's evaluation does."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bbb
+from bbb import uncertainty as U
+from bbb.errors import UserError
+from bbb.runs import TrainConfig, evaluate_run, load_run, read_metrics, train
+from bbb.runs.model import load_split
+
+SMALL = {"hidden": [8], "batch_size": 16, "lr": 0.01, "device": "cpu", "eval_samples": 3}
+
+
+def regression_csv(path: Path, n: int = 160, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "kind", "y"])
+        for i in range(n):
+            x1, x2, kind = rng.normal(), rng.normal(), ["a", "b"][i % 2]
+            w.writerow([f"{x1:.5f}", f"{x2:.5f}", kind, f"{3 * x1 - x2 + (kind == 'a') + 0.1 * rng.normal():.5f}"])
+    return path
+
+
+def classification_csv(path: Path, n: int = 160, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "kind", "label"])
+        for i in range(n):
+            x1, x2, kind = rng.normal(), rng.normal(), ["a", "b", "c"][i % 3]
+            w.writerow([f"{x1:.5f}", f"{x2:.5f}", kind, "up" if x1 + x2 > 0 else "down"])
+    return path
+
+
+def test_regression_run_resumes_exactly_and_evaluates(tmp_path):
+    path = regression_csv(tmp_path / "t.csv")
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=3, **SMALL)
+    full = train(cfg, tmp_path / "full", quiet=True, log=lambda s: None)
+    train(cfg.replace(epochs=2), tmp_path / "part", quiet=True, log=lambda s: None)
+    resumed = train(cfg, tmp_path / "part", resume=True, quiet=True, log=lambda s: None)
+    assert read_metrics(tmp_path / "full")[-1]["val_error"] == read_metrics(tmp_path / "part")[-1]["val_error"]
+    assert resumed["test_rmse"] == full["test_rmse"] and full["task"] == "regression"
+    conf = json.loads((tmp_path / "full" / "config.json").read_text())
+    assert conf["preprocess"]["task"] == "regression" and conf["preprocess"]["target"] == "y"
+    ev = evaluate_run(tmp_path / "full", samples=4, device="cpu")
+    assert ev["task"] == "regression" and ev["test_rmse"] > 0 and 0 <= ev["coverage_95"] <= 1
+    assert ev["aurc_sd"] > 0 and json.loads((tmp_path / "full" / "eval.json").read_text())["n"] == 16
+    # the val_error column is the validation RMSE in the target's units
+    model = bbb.load_model(tmp_path / "full")
+    data, pre = load_split(cfg)
+    with torch.no_grad():
+        mean = pre.target_values(model.network(data["val_x"])[:, 0].double())
+    rmse = float(((mean - pre.target_values(data["val_y"].double())) ** 2).mean().sqrt())
+    best = json.loads((tmp_path / "full" / "summary.json").read_text())["best_epoch"]
+    assert read_metrics(tmp_path / "full")[best - 1]["val_error"] == pytest.approx(rmse, rel=1e-4)
+
+
+def test_a_changed_file_is_refused_on_resume(tmp_path):
+    path = regression_csv(tmp_path / "t.csv")
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, **SMALL)
+    train(cfg, tmp_path / "run", quiet=True, log=lambda s: None)
+    regression_csv(path, seed=1)
+    with pytest.raises(UserError) as info:
+        train(cfg.replace(epochs=2), tmp_path / "run", resume=True, quiet=True, log=lambda s: None)
+    assert "MD5" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(UserError):
+        evaluate_run(tmp_path / "run", device="cpu")
+
+
+@pytest.mark.parametrize("method", ["bbb", "sgd"])
+def test_homoscedastic_regression_learns_one_noise_sd(tmp_path, method):
+    path = regression_csv(tmp_path / "t.csv")
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=2, likelihood="homoscedastic", method=method, **SMALL)
+    train(cfg, tmp_path / "run", quiet=True, log=lambda s: None)
+    model = bbb.load_model(tmp_path / "run")
+    raw = model.network[-1].raw
+    assert float(raw.detach()) != 0.0  # trained (it starts at 0)
+    data, _ = load_split(cfg)
+    with torch.no_grad():
+        out = model.network(data["test_x"])
+    assert out.shape[-1] == 2 and torch.all(out[:, 1] == out[0, 1])
+    assert evaluate_run(tmp_path / "run", samples=2, device="cpu")["task"] == "regression"
+
+
+def test_settings_of_a_file_and_of_mnist_exclude_each_other():
+    for bad in ({"target": "y"}, {"val_fraction": 0.2}, {"likelihood": "homoscedastic"}):
+        with pytest.raises(UserError) as info:
+            TrainConfig(**bad)
+        assert "--csv" in str(info.value)
+    with pytest.raises(UserError):
+        TrainConfig(data_file="t.csv", val_size=100)
+    with pytest.raises(UserError):
+        TrainConfig(data_file="t.csv", val_fraction=0.6, test_fraction=0.5)
+    assert TrainConfig(data_file="t.csv").dataset == "file"
+
+
+def test_load_model_takes_raw_csv_rows_and_arrays(tmp_path):
+    path = classification_csv(tmp_path / "c.csv")
+    cfg = TrainConfig(data_file=str(path), target="label", epochs=2, **SMALL)
+    train(cfg, tmp_path / "run", quiet=True, log=lambda s: None)
+    model = bbb.load_model(tmp_path / "run")
+    assert model.classes == ["down", "up"] and model.task == "classification" and not model.training
+    x, header, rows = model.encode_csv(path)
+    assert x.shape == (160, 5) and header[-1] == "label"
+    net, _ = load_run(tmp_path / "run")
+    data, _ = load_split(cfg)
+    with torch.no_grad():  # the encoded file holds the split's test rows, scored alike
+        d = torch.cdist(data["test_x"].double(), x.double())
+        idx = d.argmin(1)
+        assert float(d.min(1).values.max()) < 1e-5
+        torch.testing.assert_close(net(data["test_x"]), net(x[idx]))
+    # arrays: a table of numbers only goes in as an array
+    np.savez(tmp_path / "a.npz", x=np.random.default_rng(0).normal(size=(80, 3)).astype(np.float32),
+             y=np.arange(80) % 2)
+    cfg2 = TrainConfig(data_file=str(tmp_path / "a.npz"), epochs=1, **SMALL)
+    train(cfg2, tmp_path / "arr", quiet=True, log=lambda s: None)
+    m2 = bbb.load_model(tmp_path / "arr")
+    raw = torch.from_numpy(np.random.default_rng(1).normal(size=(5, 3)))
+    torch.testing.assert_close(U.predict(m2, raw, 4, generator=0), U.predict(m2.network, m2.encode(raw), 4,
+                                                                             generator=0))
+
+
+def test_load_model_of_an_image_run_takes_raw_pixels(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    pixels = {s: torch.randint(0, 256, (n, 1, 28, 28), generator=g, dtype=torch.uint8)
+              for s, n in (("train", 64), ("val", 16), ("test", 16))}
+    data = {f"{s}_x": p.flatten(1).float() / 126.0 for s, p in pixels.items()}
+    data.update({f"{s}_y": torch.randint(0, 10, (p.shape[0],), generator=g) for s, p in pixels.items()})
+    data["num_classes"] = torch.tensor(10)
+    cfg = TrainConfig(epochs=1, **SMALL)
+    train(cfg, tmp_path / "run", data=data, quiet=True, log=lambda s: None)
+    model = bbb.load_model(tmp_path / "run")
+    net, _ = load_run(tmp_path / "run")
+    images = pixels["test"]
+    with torch.no_grad():
+        want = net(data["test_x"])  # the run's evaluation path: flat pixels / scale
+        torch.testing.assert_close(model(images), want)
+        torch.testing.assert_close(model(images.float() / 255.0), want)
+        torch.testing.assert_close(model(images.numpy()), want)
+        torch.manual_seed(0)
+        a = U.predict(model, images, 3)  # the library's predict takes the raw images too
+        torch.manual_seed(0)
+        torch.testing.assert_close(a, U.predict(net, data["test_x"], 3))
+    assert model.classes == [str(c) for c in range(10)]

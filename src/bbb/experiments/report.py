@@ -347,7 +347,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "wrote there). Images are embedded: the file opens offline and can be sent as it is.",
              "bbb report runs/bbb400 runs/dropout1200 --out report.html")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by bbb train or bbb demo")
-    add_out(p, shared_help("--out", " for report.html, or the .html file to write"))
+    add_out(p, shared_help("--out", " file FILE.html, or a folder for report.html"))
     p.add_argument("--title", default=None, help="the page's title (default: bbb report: the runs' names)")
 
 

@@ -164,3 +164,19 @@ def test_a_regression_run_logs_its_rmse(tmp_path):
     (_, _, scalars, hists), *_ = [c for c in rec.calls if c[0] == "epoch"]
     assert "val/rmse" in scalars and "val/error" not in scalars and scalars["val/rmse"] > 0
     assert any(k.startswith("sigma/") for k in hists)
+
+
+def test_demo_log_tensorboard(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import bbb.cli as C
+
+    monkeypatch.setattr(RM, "load_data", lambda cfg: blobs())
+    for key, value in (("hidden", [8]), ("batch_size", 64), ("lr", 1e-2)):
+        monkeypatch.setitem(C.DEMO_SETTINGS, key, value)
+    run = tmp_path / "demo"
+    rc, _, err = run_main(capsys, "demo", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet",
+                          "--log", "tensorboard")
+    assert rc == 0, err
+    acc = accumulator(run)
+    assert [e.step for e in acc.Scalars("test/error")] == [1, 2]  # the demo tests each epoch
+    assert "snr_db/layers.1.weight" in acc.Tags()["histograms"]

@@ -94,6 +94,15 @@ def test_a_resumed_run_continues_the_same_curves(tmp_path):
     assert [e.step for e in accumulator(run).Scalars("train/nll")] == [1, 2, 3]
 
 
+def test_a_run_started_anew_replaces_the_old_curves(tmp_path):
+    pytest.importorskip("tensorboard")
+    run, data = tmp_path / "r", blobs()
+    train(tiny_cfg(epochs=2), run, data=data, loggers=[TensorBoardLogger()], **QUIET)
+    train(tiny_cfg(epochs=1, lr=5e-3), run, data=data, overwrite=True, loggers=[TensorBoardLogger()], **QUIET)
+    assert [e.step for e in accumulator(run).Scalars("train/nll")] == [1]
+    assert len(list((run / "tb").iterdir())) == 1
+
+
 def test_cli_log_tensorboard(capsys, tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     monkeypatch.setattr(RM, "load_data", lambda cfg: blobs())

@@ -38,6 +38,7 @@ without which making one is a one-line :class:`~bbb.errors.UserError` that says 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ def _writer_class() -> Any:
 class TensorBoardLogger(TrainLogger):
     """Event files for TensorBoard in ``log_dir`` (default: ``RUN/tb``). A resumed run continues
     the same curves: the events a killed process wrote after its last checkpoint are purged
-    (SummaryWriter's ``purge_step``). Raises :class:`~bbb.errors.UserError` at once when the
+    (SummaryWriter's ``purge_step``); a new run (``--overwrite``, or one started afresh) removes
+    the default ``RUN/tb`` of the run it replaces. Raises :class:`~bbb.errors.UserError` at once when the
     tensorboard package is not installed."""
 
     def __init__(self, log_dir: str | Path | None = None) -> None:
@@ -103,7 +105,10 @@ class TensorBoardLogger(TrainLogger):
     def start(self, run_dir: Path, epoch: int, config: Mapping[str, Any]) -> None:
         self.close()
         log_dir = self.log_dir if self.log_dir is not None else Path(run_dir) / "tb"
-        self.writer = _writer_class()(str(log_dir), purge_step=epoch + 1 if epoch else None)
+        if not epoch and self.log_dir is None:  # a new run (or --overwrite): the old run's curves go
+            shutil.rmtree(log_dir, ignore_errors=True)
+        # the events after the last commit (a killed process's) are dropped; at epoch 0: all earlier ones
+        self.writer = _writer_class()(str(log_dir), purge_step=epoch + 1)
         if not epoch:
             self.writer.add_text("config", "```\n" + json.dumps(dict(config), indent=1, default=str) + "\n```", 0)
 

@@ -7,7 +7,9 @@ the split of the run's config), K sampled networks (one for sgd). Classification
 log-likelihood (mean log p(y|x)), AURC and the error among the 90% most certain, ranked by the
 predictive entropy (and, for bbb, by the mutual information). Regression: RMSE and
 log-likelihood in the target's units, AURC of the squared error and the RMSE of the 90% most
-certain, ranked by the predictive sd.
+certain, ranked by the predictive sd. Then the refer rule of ``bbb predict`` (its default
+target: half the validation error, the threshold chosen on the validation split) applied to the
+test split: the share of test inputs kept and their error (RMSE) beside the target.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 import bbb
 from bbb import uncertainty as U
 from bbb.runs.model import load_split
+from bbb.runs.trained import refer_threshold
 
 
 def row(run: str, samples: int) -> dict[str, object]:
@@ -37,7 +40,7 @@ def row(run: str, samples: int) -> dict[str, object]:
         sq = (reg["mean"] - pre.target_values(y.double())) ** 2
         r.update(rmse=m["rmse"], log_likelihood=m["log_likelihood"], aurc=U.aurc(reg["sd"], sq),
                  at90=math.sqrt(U.risk_at_coverage(reg["sd"], sq, 0.9)), coverage_95=m["coverage_95"])
-        return r
+        return refer(model, r, reg["sd"], sq, samples, regression=True)
     probs = U.predictive_probs(out)
     wrong = (probs.argmax(-1) != y).double()
     ent = U.entropy(probs)
@@ -46,6 +49,16 @@ def row(run: str, samples: int) -> dict[str, object]:
     if out.shape[0] > 1:
         mi = U.mutual_information(out)
         r.update(aurc_mi=U.aurc(mi, wrong), at90_mi=U.risk_at_coverage(mi, wrong, 0.9))
+    return refer(model, r, ent, wrong, samples, regression=False)
+
+
+def refer(model: bbb.runs.TrainedModel, r: dict[str, object], score: torch.Tensor, errors: torch.Tensor,
+          samples: int, regression: bool) -> dict[str, object]:
+    ref = refer_threshold(model, None, samples, 0)
+    kept = score <= ref.threshold
+    err = float(errors[kept].mean()) if bool(kept.any()) else float("nan")
+    r.update(refer_target=ref.target_error, val_kept=ref.coverage, test_kept=float(kept.double().mean()),
+             test_kept_error=math.sqrt(err) if regression else err)
     return r
 
 

@@ -211,6 +211,9 @@ def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
     from .. import runs as T
 
     model, cfg = T.load_run(run_dir, which, device=resolve_device(device))
+    if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
+        raise UserError(f"bbb ood and bbb uncertain take runs trained on images (MNIST, Fashion-MNIST); {run_dir} "
+                        f"was trained on {cfg.data_file}")
     if data_dir is not None:
         cfg = cfg.replace(data_dir=data_dir)
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)

@@ -251,7 +251,7 @@ def train(
             float targets make a regression run (standardised targets, or ``preprocess.y`` says
             how to bring them back to their units).
         preprocess: what was done to ``data``'s raw inputs (:class:`bbb.data.files.Preprocess`),
-            kept in the checkpoint so :func:`bbb.load_run` and ``bbb predict`` take raw inputs;
+            kept in the checkpoint so :func:`bbb.load_model` and ``bbb predict`` take raw inputs;
             without ``data``, the loaded split's own.
         resume: True: continue from ``out/last.pt``, which must exist (settings other than
             epochs, device, data_dir, test_each_epoch, eval_samples, bf16 and checkpoint_every must
@@ -453,7 +453,7 @@ def _train(
                 bar = tqdm(steps, desc=f"epoch {epoch}/{cfg.epochs}", leave=False, dynamic_ncols=True,
                            file=sys.stderr, disable=None)  # no bar when stderr is not a terminal
                 if last:
-                    bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], True))
+                    bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], not regression))
                 steps = bar
             sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast, steps=steps,
                              likelihood=likelihood if elbo is None else None)

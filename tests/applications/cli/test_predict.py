@@ -48,6 +48,8 @@ def test_train_on_a_csv_and_predict_equals_the_library(capsys, tmp_path):
                             "--out", str(run), *TINY)
     assert rc == 0, err
     assert "test error" in out
+    rc, out, err = run_main(capsys, "train", "--resume", "--out", str(run), "--epochs", "4", "--quiet")
+    assert rc == 0 and "of 4)" in out, err  # the model line: best (epoch E of 4)
     rc, _, err = run_main(capsys, "predict", str(run), str(path), "--out", str(tmp_path / "p.csv"),
                           "--samples", "5", "--seed", "3", "--device", "cpu")
     assert rc == 0, err
@@ -166,4 +168,7 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monk
     assert_one_line_error(rc, err, "folder of images", "CSV table")
     rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(path), "--target-error", "-1")
     assert_one_line_error(rc, err, "--target-error")
+    for command in ("ood", "uncertain"):  # image commands: a table run is refused, not drawn as digits
+        rc, _, err = run_main(capsys, command, str(tmp_path / "run"), "--device", "cpu")
+        assert_one_line_error(rc, err, "trained on images", "t.csv")
     assert not (tmp_path / "p.csv").exists()

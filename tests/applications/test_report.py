@@ -11,6 +11,7 @@ the console stays empty.
 from __future__ import annotations
 
 import html.parser
+import json
 import os
 import shutil
 from pathlib import Path
@@ -160,8 +161,14 @@ def test_not_a_run_directory_is_one_line(runs, tmp_path, capsys):
 def test_runs_of_the_same_name_are_told_apart(runs, tmp_path):
     for parent in ("a", "b"):
         shutil.copytree(runs[1], tmp_path / parent / "run")
+    for parent, argv in (("a", ["train", "--epochs", "1", "--out", "a/run"]), ("b", ["-q", "my_script.py"])):
+        config = tmp_path / parent / "run" / "config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "argv": argv}))
     text = report_html([tmp_path / "a" / "run", tmp_path / "b" / "run"])
     assert "<h3>a/run</h3>" in text and "<h3>b/run</h3>" in text
+    # the command that trained each: bbb's, or a program calling the library
+    assert "<code>bbb train --epochs 1 --out a/run</code>" in text
+    assert "from Python (arguments: <code>-q my_script.py</code>)" in text
 
 
 def test_the_learning_curve_of_a_regression_run_is_in_its_units():

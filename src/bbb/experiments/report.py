@@ -186,10 +186,20 @@ def _config_section(runs: Sequence[RunFiles]) -> str:
     diff = [len({c for c in row[1:]}) > 1 for row in rows]
     rows.append(["versions", *(E(", ".join(f"{k} {v}" for k, v in (r.config or {}).get("versions", {}).items()))
                                for r in runs)])
-    rows.append(["command", *("<code>" + E(" ".join(["bbb", *map(str, (r.config or {}).get("argv", []))])) + "</code>"
-                              for r in runs)])
+    rows.append(["command", *(_command(r) for r in runs)])
     note = "<p>Settings that differ between the runs are marked.</p>" if len(runs) > 1 and any(diff) else ""
     return note + _table(["setting", *(E(r.name) for r in runs)], rows, diff)
+
+
+def _command(r: RunFiles) -> str:
+    """The bbb command that trained the run (config.json's argv), or the argv of the program that
+    called the library."""
+    from ..cli.registry import COMMANDS
+
+    argv = [str(a) for a in (r.config or {}).get("argv", [])]
+    if argv and argv[0] in COMMANDS:
+        return "<code>" + E(" ".join(["bbb", *argv])) + "</code>"
+    return "from Python" + (f" (arguments: <code>{E(' '.join(argv))}</code>)" if argv else "")
 
 
 def _result_rows(r: RunFiles) -> dict[str, str]:

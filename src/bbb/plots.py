@@ -1,5 +1,5 @@
-"""Small figures for run directories: the learning curve, the SNR histogram (Fig. 4) and the
-reliability diagram.
+"""Small figures for run directories: the learning curve, the SNR histogram (Fig. 4), the
+reliability diagram and the risk-coverage curve.
 
 Every plot function draws on ``ax=`` when given (one matplotlib Axes, or a sequence of them
 for a plot of several panels: :func:`canvas`), else on a new figure; with a ``path`` it writes
@@ -24,8 +24,8 @@ from torch import Tensor
 
 from .errors import UserError
 
-__all__ = ["Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve", "plot_reliability", "save_png",
-           "snr_histogram"]
+__all__ = ["Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve", "plot_reliability",
+           "plot_risk_coverage", "save_png", "snr_histogram"]
 
 
 class Figures:
@@ -113,22 +113,24 @@ def finish(fig: Any, path: str | os.PathLike[str] | None, new: bool, dpi: int = 
     return out
 
 
-def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path | None = None, *, ax: Any = None) -> Any:
-    """Validation (and test, when logged) error in % against epochs, and the training loss.
-    ``ax``: two Axes (error, objective). Returns the PNG's path when ``path`` is given, else the
-    Figure (None without matplotlib)."""
+def learning_curve(metrics: Sequence[dict[str, Any]], path: str | Path | None = None, *, ax: Any = None,
+                   rmse: bool = False) -> Any:
+    """Validation (and test, when logged) error in % against epochs (``rmse``: a regression run's
+    metrics, whose ``val_error`` and ``test_error`` are RMSEs, drawn as they are), and the
+    training loss. ``ax``: two Axes (error, objective). Returns the PNG's path when ``path`` is
+    given, else the Figure (None without matplotlib)."""
     fig, axes = canvas(ax, 2, figsize=(10, 4))
     if fig is None:
         return None
     ax1, ax2 = axes
     epochs = [r["epoch"] for r in metrics]
     for key, label in (("val_error", "validation"), ("test_error", "test")):
-        pts = [(e, 100 * r[key]) for e, r in zip(epochs, metrics) if r.get(key) is not None]
+        pts = [(e, (1 if rmse else 100) * r[key]) for e, r in zip(epochs, metrics) if r.get(key) is not None]
         if pts:
             ax1.plot(*zip(*pts), marker="o", label=label)
     ax1.set_xlabel("epoch")
-    ax1.set_ylabel("error (%)")
-    ax1.set_title("error with the mean weights")
+    ax1.set_ylabel("RMSE" if rmse else "error (%)")
+    ax1.set_title(f"{'RMSE' if rmse else 'error'} with the mean weights")
     ax1.grid(alpha=0.3)
     ax1.legend()
     ax2.plot(epochs, [r["train_loss"] for r in metrics], marker="o", label="free energy / N")
@@ -196,4 +198,29 @@ def plot_reliability(bins: dict[str, dict[str, Tensor]], path: str | Path | None
         a.legend(loc="upper left")
     if title and ax is None:
         fig.suptitle(title)
+    return finish(fig, path, new=ax is None)
+
+
+def plot_risk_coverage(curves: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path | None = None, *,
+                       error: float | None = None, title: str = "", ax: Any = None) -> Any:
+    """Risk-coverage curves: the error (%) among the kept predictions against the fraction kept,
+    when the most uncertain are handed over first; one line per uncertainty (``curves``: name ->
+    (coverage, risk), e.g. ``eval.json``'s ``selective``), and ``error``, the error of all, as a
+    dashed line (a ranking no better than chance). Returns the PNG's path when ``path`` is
+    given, else the Figure (None without matplotlib)."""
+    fig, axes = canvas(ax, 1, figsize=(5.5, 4.2))
+    if fig is None:
+        return None
+    a = axes[0]
+    for name, (coverage, risk) in curves.items():
+        a.plot(list(coverage), [100 * r for r in risk], label=name)
+    if error is not None:
+        a.axhline(100 * error, color="gray", ls="--", lw=1, label="all kept")
+    a.set_xlim(0, 1)
+    a.set_ylim(bottom=0)
+    a.set_xlabel("coverage (fraction of predictions kept)")
+    a.set_ylabel("error among the kept (%)")
+    a.set_title(title or "risk-coverage", fontsize=10)
+    a.grid(alpha=0.3)
+    a.legend()
     return finish(fig, path, new=ax is None)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutOfMemory, ResultsNotSaved, UserError
-from .common import pct_text, progress_log, text_table
+from .common import loggers_of, pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
     add_evaluate_arguments,
@@ -72,7 +72,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
-                                                                 "threads", "no_compile")}
+                                                                 "threads", "no_compile", "log")}
+    loggers = loggers_of(args)
     out = Path(args.out)
     if given.get("data_file"):  # the run must find its file from any folder (evaluate, predict, resume)
         given["data_file"] = str(Path(given["data_file"]).expanduser().absolute())
@@ -94,7 +95,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --train-samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):
         summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
-                        log=progress_log(args))
+                        log=progress_log(args), loggers=loggers)
     print_summary(summary, out)
     return 0
 
@@ -157,6 +158,13 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
             ["ECE (15 bins)", pct_text(r["ece_mean"]), pct_text(r["ece"])],
             ["Brier", f"{r['brier_mean']:.4f}", f"{r['brier']:.4f}"]]
     print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
+    sel = r.get("selective")
+    if sel:  # selective prediction with the averaged predictive (bbb.runs.selective_prediction)
+        print(text_table([[k, pct_text(sel[k]["aurc"]), pct_text(sel[k]["risk_at_90"])]
+                          for k in ("entropy", "mi") if k in sel],
+                         ["handing over the most uncertain, by", "AURC", "error at 90% kept"]), flush=True)
+        print(f"(all kept: error {pct_text(sel['error'])}; the least AURC any ranking reaches: "
+              f"{pct_text(sel['oracle_aurc'])})", flush=True)
     if saved:
         files = ["eval.json"] + list(r.get("plots", []))
         print(f"wrote {', '.join(str(Path(r['run']) / f) for f in files)}")
@@ -205,8 +213,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                          "device": args.device, "data_dir": args.data_dir})
     progress_log(args)(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
                        f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}")
+    loggers = loggers_of(args)
     data = runmodel.load_data(cfg)
-    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args))
+    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args), loggers=loggers)
     ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
     print()
     print_eval(ev)

@@ -185,6 +185,24 @@ def progress_log(args: Any) -> Any:
     return lambda line: print(line, flush=True)
 
 
+LOG_HELP = ("experiment logger: tensorboard writes event files into RUN/tb/ (ELBO, NLL, KL, error, learning rate "
+            "each epoch; sigma and SNR histograms per Bayesian layer; view with tensorboard --logdir RUN/tb); "
+            "needs pip install 'bayes-by-backprop[tensorboard]'")
+"""What ``--log`` means in every training command."""
+
+
+def add_log(p: Any) -> None:
+    """``--log NAME``: an experiment logger of :data:`bbb.runs.loggers.LOGGERS` (repeat for several)."""
+    p.add_argument("--log", action="append", choices=["tensorboard"], default=None, metavar="NAME", help=LOG_HELP)
+
+
+def loggers_of(args: Any) -> list[Any]:
+    """The loggers ``--log`` names, made now (a missing package: one line before anything trains)."""
+    from ..runs.loggers import make_loggers
+
+    return make_loggers(getattr(args, "log", None))
+
+
 def add_which(p: Any, default: str, help: str) -> None:
     """``--which best|last``: the checkpoint of a run directory to load."""
     from ..options import Checkpoint, values
@@ -292,6 +310,7 @@ SHARED_FLAGS: dict[str, SharedFlag] = {
     "--threads": SharedFlag("torch threads", int, library="torch.set_num_threads"),
     "--quiet": SharedFlag(QUIET_HELP, nargs=0),
     "--no-compile": SharedFlag(NO_COMPILE_HELP, nargs=0, library="BBB_COMPILE=0, Engine(compile=False)"),
+    "--log": SharedFlag(LOG_HELP, library="train(loggers=), bbb.runs.TrainLogger"),
 }
 
 

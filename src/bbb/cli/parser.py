@@ -11,6 +11,7 @@ from .common import (
     add_data_dir,
     add_deprecated_alias,
     add_device,
+    add_log,
     add_out,
     add_quiet,
     add_run_dir_arguments,
@@ -133,6 +134,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                    help="replace a previous run in --out (its files are removed first); without it a "
                         "new run refuses a --out that holds one")
     add_quiet(g, "the summary table")
+    add_log(g)
     add_threads(g)
 
 
@@ -198,8 +200,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb evaluate``."""
     p.description = ("Evaluate a run on its test set: error with the mean weights and with the "
-                     "k-sample predictive average, NLL, ECE and Brier score. Writes "
-                     "RUN_DIR/eval.json.")
+                     "k-sample predictive average, NLL, ECE and Brier score, and selective prediction: "
+                     "the error among the kept predictions as the most uncertain (by predictive entropy, "
+                     "and by mutual information) are handed over, its area (AURC) and the error at 90% "
+                     "kept. Writes RUN_DIR/eval.json, reliability.png and risk_coverage.png.")
     p.epilog = "Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best"
     add_run_dir_arguments(p, "a directory written by bbb train", "best",
                           "checkpoint: best (by validation error) or last")
@@ -236,3 +240,4 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     add_threads(p)
     add_seed(p)
     add_quiet(p, "the evaluation, the pruning table and the files written")
+    add_log(p)

@@ -55,6 +55,9 @@ COMMANDS: dict[str, Command] = {
     "compare": Command("bbb.experiments.comparison",
                        "Side-by-side table of runs: error, NLL, ECE, Brier, OOD AUROC (CSV + "
                        "markdown)", shared=()),  # (reads the runs' results: computes nothing)
+    "report": Command("bbb.experiments.report",
+                      "One self-contained HTML page of runs side by side: configuration, results, curves, "
+                      "reliability, risk-coverage, pruning, OOD, uncertain inputs", shared=()),  # reads results only
 }
 
 #: the commands whose module lies outside :mod:`bbb.cli` (the experiments, the sweep)

@@ -10,6 +10,8 @@ it. A run directory is one contract, kept here:
   checked), ``metrics.csv`` (checked against ``last.pt``), their repair on resume.
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
 * :mod:`bbb.runs.evaluation` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
+* :mod:`bbb.runs.loggers` - :class:`TrainLogger`, the protocol of experiment loggers
+  (TensorBoard, W&B, MLflow), and :class:`TensorBoardLogger`.
 * :mod:`bbb.runs.jobs` - the one job runner (:func:`run_jobs`): skip finished runs, resume,
   record divergence, retry crashes, report through :class:`JobCallbacks`.
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
@@ -46,6 +48,7 @@ from .evaluation import (
     run_data,
 )
 from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
+from .loggers import TensorBoardLogger, TrainLogger
 from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
 from .rundir import lock_run_dir
@@ -61,7 +64,9 @@ __all__ = [
     "PRUNING_COLUMNS",
     "RESUME_MUTABLE",
     "RunJob",
+    "TensorBoardLogger",
     "TrainConfig",
+    "TrainLogger",
     "TrainedModel",
     "batch_objective",
     "build_model",

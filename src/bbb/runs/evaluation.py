@@ -12,6 +12,7 @@ they computed. :class:`~bbb.errors.OutOfMemory` is the one-line refusal of a siz
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, che
 from ..io import atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
 from ..options import Method, choice
-from ..plots import plot_reliability
+from ..plots import plot_reliability, plot_risk_coverage
 from ..prune import prune, unprune
 from . import model as runmodel
 from .checkpoint import PRUNING_COLUMNS, committed_checkpoint, model_from_checkpoint, run_dir_of
@@ -38,11 +39,13 @@ from .config import TrainConfig
 from .model import infer_method
 from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "check_memory", "classifier_metrics", "device_memory", "error_count", "evaluate_run",
-           "mc_dropout", "mc_outputs", "mean_logits", "mean_network_error", "prune_run", "regressor_metrics",
-           "run_data", "squared_error_sum"]
+__all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory", "error_count",
+           "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits", "mean_network_error", "prune_run",
+           "regressor_metrics", "run_data", "selective_prediction", "squared_error_sum"]
 
 EVAL_CHUNK = 2048
+#: the coverage at which eval.json reports the error among the kept predictions (``risk_at_90``)
+SELECTIVE_COVERAGE = 0.9
 
 
 def device_memory(device: torch.device) -> int | None:
@@ -205,7 +208,8 @@ def classifier_metrics(
     samples via :func:`bbb.uncertainty.predict`; dropout: MC dropout; sgd: equal to ``error``),
     and ``nll``, ``ece``, ``brier`` of that predictive distribution (``nll_mean``, ``ece_mean``,
     ``brier_mean`` for the mean network, so the value of averaging is visible). With
-    ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``.
+    ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``,
+    and ``mi``, the (N,) mutual information of the samples (None for sgd: one network).
     Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
     draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
     The library's :func:`bbb.uncertainty.evaluate` is the method-agnostic Monte Carlo predictive;
@@ -225,16 +229,24 @@ def classifier_metrics(
         if seed is not None:
             torch.manual_seed(seed)
         mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
+        mi: list[Tensor] = []  # the mutual information of each input (return_probs; bbb, dropout)
         if method == Method.BBB.value:
+            parts = []
             with shared_samples():  # the same k networks score every chunk
-                parts = [U.predictive_probs(U.predict(model, xc, samples).float()) for xc in torch.split(x, chunk)]
+                for xc in torch.split(x, chunk):
+                    logits = U.predict(model, xc, samples).float()
+                    parts.append(U.predictive_probs(logits))
+                    if return_probs:
+                        mi.append(U.mutual_information(logits))
             probs = torch.cat(parts)
         elif method == Method.DROPOUT.value:
             parts = []
             with mc_dropout(model):
                 for xc in torch.split(x, chunk):
-                    logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
-                    parts.append(torch.softmax(logits.float(), -1).mean(0))
+                    logits = model(xc.unsqueeze(0).expand(samples, *xc.shape)).float()
+                    parts.append(torch.softmax(logits, -1).mean(0))
+                    if return_probs:
+                        mi.append(U.mutual_information(logits))
             probs = torch.cat(parts)
         else:
             probs = mean_probs
@@ -253,7 +265,33 @@ def classifier_metrics(
     }
     if return_probs:
         res["probs"], res["mean_probs"] = probs, mean_probs
+        res["mi"] = torch.cat(mi) if mi else None
     return res
+
+
+def selective_prediction(probs: Tensor, y: Tensor, mi: Tensor | None, points: int = 100) -> dict[str, Any]:
+    """Selective prediction with the predictive ``probs`` (N, C): the risk-coverage curve of its
+    errors as the most uncertain inputs are handed over, ranked by the predictive entropy and
+    (``mi`` given: the samples' mutual information, (N,)) by MI (:mod:`bbb.uncertainty.selective`).
+
+    Returns ``error`` (all kept), ``oracle_aurc`` (the errors handed over first: the least AURC
+    any ranking reaches), ``coverage`` (``points`` coverages up to 1) and, per uncertainty,
+    ``aurc``, ``risk_at_90`` (the error among the :data:`SELECTIVE_COVERAGE` most certain) and
+    ``risk`` (the curve at ``coverage``). Lists of plain floats, for eval.json.
+    """
+    errors = (probs.argmax(-1) != y.to(probs.device)).double().cpu()
+    n = errors.numel()
+    idx = sorted({min(n, max(1, math.ceil(j * n / points))) for j in range(1, points + 1)})
+    scores = {"entropy": U.entropy(probs.double())} if mi is None else \
+        {"entropy": U.entropy(probs.double()), "mi": mi}
+    out: dict[str, Any] = {"error": float(errors.mean()), "oracle_aurc": U.aurc(errors, errors),
+                           "coverage": [m / n for m in idx]}
+    for name, u in scores.items():
+        _, risk = U.risk_coverage(u, errors)
+        out[name] = {"aurc": float(risk.mean()),
+                     "risk_at_90": U.risk_at_coverage(u, errors, SELECTIVE_COVERAGE),
+                     "risk": [float(risk[m - 1]) for m in idx]}
+    return out
 
 
 def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | None,
@@ -298,8 +336,13 @@ def evaluate_run(
     lock_wait: float | None = 0.0,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint on its test set and write ``run_dir/eval.json`` (and, with
-    ``reliability`` and matplotlib installed, ``run_dir/reliability.png``: one reliability
-    diagram for the mean/deterministic network and one for the k-sample predictive average).
+    ``reliability`` and matplotlib installed, the figures ``run_dir/reliability.png``: one
+    reliability diagram for the mean/deterministic network and one for the k-sample predictive
+    average, and ``run_dir/risk_coverage.png``: the risk-coverage curves of ``selective``).
+
+    ``selective`` in the result: selective prediction with the k-sample predictive
+    (:func:`selective_prediction`): its AURC and its error at 90% coverage when the inputs of
+    the highest predictive entropy, or mutual information (not for sgd), are handed over.
 
     Holds the run directory's lock (``lock_wait``: as :func:`bbb.runs.train`); another process
     writing there is a :class:`~bbb.errors.RunDirBusy`. Where the files cannot be written,
@@ -320,7 +363,16 @@ def evaluate_run(
                   "dataset": cfg.dataset, "test_error": res["error"], "test_error_mc": res["error_mc"],
                   "samples": res["samples"], "nll": res["nll"], "ece": res["ece"], "brier": res["brier"],
                   "nll_mean": res["nll_mean"], "ece_mean": res["ece_mean"], "brier_mean": res["brier_mean"],
-                  "ece_bins": 15, "n": res["n"]}
+                  "ece_bins": 15, "n": res["n"],
+                  "selective": selective_prediction(res["probs"], y, res["mi"])}
+
+        def plot_risk() -> None:
+            curves = {k: (result["selective"]["coverage"], result["selective"][k]["risk"])
+                      for k in ("entropy", "mi") if k in result["selective"]}
+            title = f"{cfg.method} on {cfg.dataset} test, {res['samples']}-sample average"
+            if plot_risk_coverage(curves, d / "risk_coverage.png", error=result["selective"]["error"],
+                                  title=title) is not None:
+                result.setdefault("plots", []).append("risk_coverage.png")
 
         def plot() -> None:
             panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
@@ -329,14 +381,15 @@ def evaluate_run(
                 panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
             title = f"{cfg.method} on {cfg.dataset} test"
             if plot_reliability(panels, d / "reliability.png", title=title) is not None:
-                result["plots"] = ["reliability.png"]
+                result.setdefault("plots", []).append("reliability.png")
 
         unsaved = None
         if reliability:
-            try:
-                _save(d / "reliability.png", result, plot)
-            except ResultsNotSaved as e:
-                unsaved = e  # the plot, while eval.json, the results, may still be written
+            for name, draw in (("reliability.png", plot), ("risk_coverage.png", plot_risk)):
+                try:
+                    _save(d / name, result, draw)
+                except ResultsNotSaved as e:
+                    unsaved = unsaved or e  # the plot, while eval.json, the results, may still be written
         _save(d / "eval.json", result, lambda: atomic_write_json(d / "eval.json", result))
         if unsaved is not None:
             raise unsaved

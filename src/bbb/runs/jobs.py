@@ -272,6 +272,7 @@ def run_job(
     log: Callable[[str], None] | None = None,
     callbacks: JobCallbacks | None = None,
     lock_wait: float | None = 0.0,
+    loggers: Sequence[Any] = (),
 ) -> JobResult:
     """Train ``job`` unless it is finished (see the module's notes); returns how it ended.
 
@@ -285,6 +286,8 @@ def run_job(
         callbacks: what the runner reports (:class:`JobCallbacks`).
         lock_wait: seconds to wait for another process's lock on the run directory (None: no
             lock; see :func:`~bbb.runs.train`).
+        loggers: experiment loggers (:class:`~bbb.runs.loggers.TrainLogger`), started anew for
+            each attempt in the job's run directory.
     """
     cb = callbacks or JobCallbacks()
     check_settings(job)
@@ -295,7 +298,7 @@ def run_job(
     elif state.state is State.DIVERGED:
         result = JobResult(job, Outcome.DIVERGED, error=state.message)
     else:
-        result = _train_job(job, data, retries, record_failures, quiet, log, cb, lock_wait)
+        result = _train_job(job, data, retries, record_failures, quiet, log, cb, lock_wait, loggers)
     cb.on_end(job, result)
     return result
 
@@ -306,7 +309,8 @@ def run_jobs(jobs: Iterable[Job], **kw: Any) -> list[JobResult]:
 
 
 def _train_job(job: Job, data: Data, retries: int, record_failures: bool, quiet: bool,
-               log: Callable[[str], None] | None, cb: JobCallbacks, lock_wait: float | None) -> JobResult:
+               log: Callable[[str], None] | None, cb: JobCallbacks, lock_wait: float | None,
+               loggers: Sequence[Any] = ()) -> JobResult:
     from .loop import train
 
     given = data(job) if callable(data) else data
@@ -317,7 +321,7 @@ def _train_job(job: Job, data: Data, retries: int, record_failures: bool, quiet:
         cb.on_attempt(job, job_state(job.run_dir, job.config.epochs), attempt)
         try:
             summary = train(job.config, job.run_dir, data=tensors, resume="auto", quiet=quiet, log=log,
-                            lock_wait=lock_wait, on_epoch=lambda row: cb.on_epoch(job, row))
+                            lock_wait=lock_wait, on_epoch=lambda row: cb.on_epoch(job, row), loggers=loggers)
             return JobResult(job, Outcome.DONE, summary=summary, attempts=attempt)
         except TrainingDiverged as e:
             atomic_write_json(Path(job.run_dir) / DIVERGED_FILE, {"message": str(e)})

@@ -55,7 +55,7 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +83,7 @@ from .evaluation import (
     regressor_metrics,
     squared_error_sum,
 )
+from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 
@@ -236,6 +237,7 @@ def train(
     quiet: bool = False,
     log: Callable[[str], None] | None = None,
     on_epoch: Callable[[dict[str, Any]], bool | None] | None = None,
+    loggers: Sequence[TrainLogger] = (),
 ) -> dict[str, Any]:
     """Train ``cfg`` into the run directory ``out`` and return the summary (also summary.json).
 
@@ -263,6 +265,9 @@ def train(
         on_epoch: called after each epoch (once its checkpoints and metrics.csv are written)
             with a copy of the metrics row; returning True stops training there, and the
             summary is written for the epochs done (``bbb sweep`` reports to Ray Tune here).
+        loggers: experiment loggers (:class:`~bbb.runs.loggers.TrainLogger`: TensorBoard, W&B,
+            MLflow...), given each epoch's ELBO, NLL, KL, errors, learning rate and the per-layer
+            sigma and SNR histograms.
 
     Raises:
         TrainingDiverged: NaN/inf loss (``last.pt`` keeps the last good epoch).
@@ -276,8 +281,12 @@ def train(
     """
     out = Path(out)
     with guard_run_dir(out, resume, overwrite, lock_wait) as resuming:
-        return _train(cfg, out, data=data, preprocess=preprocess, resume=resuming, quiet=quiet, log=log,
-                      on_epoch=on_epoch)
+        try:
+            return _train(cfg, out, data=data, preprocess=preprocess, resume=resuming, quiet=quiet, log=log,
+                          on_epoch=on_epoch, loggers=loggers)
+        finally:
+            for lg in loggers:
+                lg.close()
 
 
 def _train(
@@ -290,6 +299,7 @@ def _train(
     quiet: bool,
     log: Callable[[str], None] | None,
     on_epoch: Callable[[dict[str, Any]], bool | None] | None,
+    loggers: Sequence[TrainLogger] = (),
 ) -> dict[str, Any]:
     if log is None:
         def log(s: str) -> None:
@@ -403,6 +413,8 @@ def _train(
         atomic_torch_save(last_path, checkpoint(0))
         atomic_write_text(out / "metrics.csv", metrics_text(metrics))
     atomic_write_json(out / "config.json", config_json)
+    for lg in loggers:
+        lg.start(out, start_epoch, config_json)
 
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     has_val = data["val_x"].shape[0] > 0
@@ -429,6 +441,7 @@ def _train(
     try:
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             t0 = time.perf_counter()
+            lr = float(opt.param_groups[0]["lr"])  # this epoch's (the scheduler steps after it)
             model.train()
             perm = _to_device(torch.randperm(n, generator=gen), device)
             bar = None
@@ -498,6 +511,7 @@ def _train(
             else:
                 # tqdm's bar is gone (leave=False); keep one line per epoch on stderr
                 print(msg, file=sys.stderr, flush=True)
+            report_epoch(loggers, model, row, lr, "rmse" if regression else "error")
             if on_epoch is not None and on_epoch(dict(row)):
                 break
         flush()

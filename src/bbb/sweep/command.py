@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import add_data_dir, add_quiet, describe
+from ..cli.common import add_data_dir, add_log, add_quiet, describe
 from ..errors import UserError
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
 from .results import Backend, SchedulerKind, SweepOptions
@@ -111,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dry-run cost model: seconds per epoch of BBB 2x400 with 1 sample on your hardware "
                              f"(default: {REF_EPOCH_SECONDS:g}, measured on 2 CPU cores: bbb.cli.cost)")
     add_quiet(parser, "the counts of trials and the best one")
+    add_log(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -137,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
                         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
                         max_failures=args.max_failures, grace_period=args.grace_period,
                         reduction_factor=args.reduction_factor, storage=args.storage,
-                        data_dir=args.data_dir, progress=not args.quiet)
+                        data_dir=args.data_dir, progress=not args.quiet, loggers=tuple(args.log or ()))
     t0 = time.perf_counter()
     try:
         rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None,

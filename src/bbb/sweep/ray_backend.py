@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..runs.jobs import JobCallbacks, Outcome, RunJob, run_job
+from ..runs.loggers import make_loggers
 from .cost import trial_data
 from .space import Trial, TrialStatus
 from .trial import append_history, epochs_done, silent, start_trial, trial_result
@@ -105,7 +106,7 @@ def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
 
     # a crash propagates: Ray retries the trial (FailureConfig) from its latest checkpoint
     res = run_job(RunJob(d, cfg), data=lambda _: trial_data(cfg, spec, config.get("data_dir")), quiet=True,
-                  log=silent, callbacks=Report())
+                  log=silent, callbacks=Report(), loggers=make_loggers(config.get("loggers")))
     row = trial_result(trial, res, d)
     if res.outcome is not Outcome.DONE:  # diverged
         atomic_write_json(d / "result.json", row)

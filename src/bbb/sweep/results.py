@@ -53,9 +53,16 @@ class SweepOptions:
     #: process that trains it; raising makes the trial crash there (the tests' fault injection).
     #: Must be picklable (a module-level function) for parallel local trials and for Ray.
     epoch_hook: Callable[[Path, dict[str, Any]], None] | None = None
+    #: experiment loggers of every trial (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`),
+    #: made in the process that trains it: each trial's events go to its run directory's ``tb/``
+    loggers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from ..runs.loggers import make_loggers
+
         self.out = Path(self.out)
+        self.loggers = tuple(self.loggers or ())
+        make_loggers(self.loggers)  # an unknown name or a missing package: one line, before any trial
         for name, enum in (("backend", Backend), ("scheduler", SchedulerKind)):
             v = getattr(self, name)
             v = v.value if isinstance(v, Enum) else v

@@ -95,7 +95,7 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
     threads = int(opts.cpus_per_trial) if opts.cpus_per_trial else max(1, (os.cpu_count() or 1) // workers)
     payloads = [{"trial": t.to_dict(), "out": str(out), "data_dir": opts.data_dir,
                  "max_failures": opts.max_failures, "threads": threads,
-                 "epoch_hook": opts.epoch_hook} for t in todo]
+                 "epoch_hook": opts.epoch_hook, "loggers": list(opts.loggers)} for t in todo]
     bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
 
     def done(row: dict[str, Any]) -> None:
@@ -207,7 +207,7 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
         tuner = tune.Tuner(
             tune.with_resources(trainable, resources),
             param_space={"trial": tune.grid_search([t.to_dict() for t in todo]), "out": str(out),
-                         "data_dir": opts.data_dir, "threads": max(1, int(cpus))},
+                         "data_dir": opts.data_dir, "threads": max(1, int(cpus)), "loggers": list(opts.loggers)},
             tune_config=tune.TuneConfig(metric="val_error", mode="min", scheduler=scheduler,
                                         max_concurrent_trials=opts.max_concurrent,
                                         reuse_actors=True,  # one worker (torch import, data) for many trials

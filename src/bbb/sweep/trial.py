@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..runs.jobs import JobCallbacks, JobResult, JobState, Outcome, RunJob, epochs_done, run_job
+from ..runs.loggers import make_loggers
 from .cost import trial_data
 from .space import DataSpec, Trial, TrialStatus, resolve_params
 
@@ -263,7 +264,7 @@ def _run_trial_locked(payload: dict[str, Any], trial: Trial, out: Path) -> dict[
     d, cfg, spec = start_trial(out, trial)
     res = run_job(RunJob(d, cfg), data=lambda _: trial_data(cfg, spec, payload.get("data_dir")),
                   retries=int(payload.get("max_failures", 0)), record_failures=True, quiet=True, log=silent,
-                  callbacks=TrialCallbacks(payload.get("epoch_hook")))
+                  callbacks=TrialCallbacks(payload.get("epoch_hook")), loggers=make_loggers(payload.get("loggers")))
     row = trial_result(trial, res, d)
     atomic_write_json(d / "result.json", row)
     return row

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from ...cli.common import add_data_dir, add_device, add_out, add_quiet, add_seeds, add_threads, shared_help
+from ...cli.common import (
+    add_data_dir,
+    add_device,
+    add_log,
+    add_out,
+    add_quiet,
+    add_seeds,
+    add_threads,
+    shared_help,
+)
 from ...cli.timings import QUICK_BUDGET_MINUTES
 from ...errors import UserError
 from .experiment import run_reproduce
@@ -92,6 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "made from these checkpoints; without them those files are kept as they "
                              "are and the rest is rebuilt from the runs' CSV/JSON (default: --out/runs)")
     add_quiet(parser, "Table 1, Table 2 and the files written")
+    add_log(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -100,6 +110,6 @@ def main(args: argparse.Namespace) -> int:
                           dataset=args.dataset, seeds=seed_count(args.seeds), device=args.device,
                           data_dir=args.data_dir, quiet=args.quiet, cells=args.cells,
                           candidates=args.candidates, seeds_of=args.seeds_of,
-                          checkpoints=args.checkpoints)
+                          checkpoints=args.checkpoints, loggers=tuple(args.log or ()))
     run_reproduce(cfg, plan_only=args.plan, report_only=args.report)
     return 0

@@ -14,6 +14,7 @@ from torch import Tensor
 from ...errors import RunDirBusy, SettingsMismatch, TrainingInterrupted, UserError
 from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
+from ...runs.loggers import make_loggers
 from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time
 from .recipes import METHOD_NAMES, BudgetSpec
 
@@ -111,7 +112,8 @@ def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfi
     summaries: dict[str, dict[str, Any] | None] = {}
     for job in jobs:
         try:
-            res = runjobs.run_job(job, data=data, quiet=cfg.quiet, log=log, callbacks=callbacks)
+            res = runjobs.run_job(job, data=data, quiet=cfg.quiet, log=log, callbacks=callbacks,
+                                  loggers=make_loggers(cfg.loggers))
         except RunDirBusy as e:
             if busy is None:
                 raise
@@ -146,6 +148,8 @@ def command_line(cfg: ReproduceConfig, *extra: str) -> str:
         parts.append(f"--seeds-of c{cfg.seeds_of}")
     if cfg.seeds != cfg.spec.seeds:
         parts.append("--seeds " + " ".join(str(i) for i in range(int(cfg.seeds or 1))))
+    if "--report" not in extra and "--plan" not in extra:
+        parts += [f"--log {name}" for name in cfg.loggers]
     return " ".join([*parts, *extra])
 
 

@@ -17,6 +17,7 @@ from ...options import (
     choice,
     device_name,
 )
+from ...runs.loggers import make_loggers
 from .recipes import (
     BUDGETS,
     CELL_ORDER,
@@ -156,6 +157,8 @@ class ReproduceConfig:
     #: Figures 3-4 are made from them; a run whose checkpoint is not there keeps those files as
     #: committed. None: ``--out``'s ``runs/``.
     checkpoints: str | None = None
+    #: experiment loggers of every run trained (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`)
+    loggers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.experiment = Experiment(choice("experiment", self.experiment, Experiment))
@@ -169,6 +172,8 @@ class ReproduceConfig:
             raise UserError("--out must name a folder")
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
+        self.loggers = tuple(self.loggers or ())
+        make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything runs
         if self.checkpoints is not None:
             self.checkpoints = str(self.checkpoints)
             if not Path(self.checkpoints).is_dir():

@@ -85,7 +85,8 @@ def _move_b(model: nn.Module) -> None:
 def _batch(name: str, b: int = B, seed: int = 1) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     if name == "vit":
-        return {"pixel_values": torch.randn(b, 3, 16, 16, generator=g), "labels": torch.randint(0, C, (b,), generator=g)}
+        pixels = torch.randn(b, 3, 16, 16, generator=g)
+        return {"pixel_values": pixels, "labels": torch.randint(0, C, (b,), generator=g)}
     ids = torch.randint(1, V, (b, T), generator=g)
     mask = torch.ones(b, T, dtype=torch.long)
     mask[-1, T // 2:] = 0  # the last example is shorter: padded on the right

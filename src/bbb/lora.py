@@ -38,12 +38,13 @@ import torch.nn as nn
 from .errors import UserError
 from .nn import BayesModule
 
-__all__ = ["LoraMode", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
-           "untrained_adapters", "warn_untrained", "load_pretrained", "ADAPTER_CONFIG", "CONFIG_MARK"]
+__all__ = ["LORA_MODES", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
+           "untrained_adapters", "warn_untrained", "load_pretrained", "optim_groups", "LORA_RHO_LR_SCALE",
+           "ADAPTER_CONFIG", "CONFIG_MARK"]
 
-#: which adapter matrices are Bayesian: "A" (BLoB: A only, B a point estimate) or "AB"
-LoraMode = str
-_MODES: dict[str, tuple[str, ...]] = {"A": ("lora_A",), "AB": ("lora_A", "lora_B")}
+#: ``lora=`` of :func:`bbb.bayesianize`: which adapter matrices are Bayesian, "A" (BLoB: A only, B a
+#: point estimate) or "AB"
+LORA_MODES: dict[str, tuple[str, ...]] = {"A": ("lora_A",), "AB": ("lora_A", "lora_B")}
 
 #: the prior's standard deviation on a LoRA model when ``prior=None``: N(0, 0.2^2), BLoB's
 LORA_PRIOR_SIGMA = 0.2
@@ -113,7 +114,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
     """:func:`bbb.bayesianize` on a model with peft LoRA layers (its ``lora=`` and ``modules_to_save=``):
     ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``)."""
     mode = "A" if lora is None else lora
-    if mode not in _MODES:
+    if mode not in LORA_MODES:
         raise UserError(f"bayesianize: lora={lora!r}; choose 'A' (A Bayesian, B a point estimate: BLoB) or 'AB' "
                         "(both adapter matrices Bayesian)")
     if not kw["from_weights"]:
@@ -124,7 +125,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
         _check_layer(name, layer)
     done = 0
     for name, layer in layers:
-        for part in _MODES[mode]:
+        for part in LORA_MODES[mode]:
             adapters: nn.ModuleDict = getattr(layer, part)
             for key in list(adapters.keys()):
                 mod = adapters[key]
@@ -363,6 +364,25 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
         raise UserError(f"the adapter in {src} did not load exact: {len(missing)} missing key(s) "
                         f"({', '.join(missing[:2])}), {len(unexpected)} unexpected ({', '.join(unexpected[:2])})")
     return model.eval()
+
+
+#: rho's learning rate over the means' that the docs recommend for a Bayesian LoRA fine-tune with Adam
+#: (bench/lora_sigma.py: at 1x sigma barely leaves its initial value in 500 steps)
+LORA_RHO_LR_SCALE = 10.0
+
+
+def optim_groups(model: nn.Module, lr: float, rho_lr_scale: float = LORA_RHO_LR_SCALE) -> list[dict[str, Any]]:
+    """``torch.optim`` parameter groups of ``model``'s trainable parameters: every posterior's rho at
+    ``lr * rho_lr_scale``, the rest (the means, ``lora_B``, the head) at ``lr`` (what
+    ``bbb.Engine(..., rho_lr_scale=)`` does). Frozen parameters are left out.
+
+    >>> opt = torch.optim.AdamW(bbb.lora.optim_groups(model, lr=1e-3), weight_decay=0.0)
+    """
+    rhos = {id(m.rho(n)) for m in model.modules() if isinstance(m, BayesModule) for n in m.param_names()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if id(p) not in rhos], "lr": float(lr)},
+              {"params": [p for p in params if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
+    return [g for g in groups if g["params"]]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ def _convert_keep_grad(layer: nn.Module, full: str, convert: Callable[..., nn.Mo
 
 def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                      skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
-                     kw: dict[str, Any]) -> nn.Module:
+                     kw: dict[str, Any], strict: bool = False) -> nn.Module:
     """:func:`bbb.bayesianize` on a model with peft LoRA layers (its ``lora=`` and ``modules_to_save=``):
     ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``)."""
     mode = "A" if lora is None else lora
@@ -139,7 +139,28 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
         raise UserError(f"bayesianize: {type(model).__name__} has LoRA layers but no adapter to make Bayesian "
                         "(all skipped?)")
     _mark(model, mode, modules_to_save)
+    _warn_left(model, mode, modules_to_save, skipped, strict)
     return model
+
+
+def _warn_left(model: nn.Module, mode: str, modules_to_save: bool, skipped: Callable[[str, nn.Module], bool],
+               strict: bool) -> None:
+    """Name the modules with trainable parameters that stay point estimates though nothing said so
+    (``lora_B`` with ``lora="A"`` and peft's head without ``modules_to_save=True`` are said so; a frozen
+    module is not trained: neither Bayesian nor missed)."""
+    said: tuple[str, ...] = (".lora_B.",) if mode == "A" else ()
+    if not modules_to_save:
+        said += (".modules_to_save.",)
+    left = [f"{n} ({type(m).__name__})" for n, m in model.named_modules()
+            if not isinstance(m, BayesModule) and any(p.requires_grad for p in m.parameters(recurse=False))
+            and not any(s in f".{n}." for s in said) and not skipped(n, m)]
+    if left:
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        msg = (f"bayesianize: {len(left)} trained module(s) stay point estimates: {', '.join(left[:5])}{more}; "
+               "pass skip=[...] to say so")
+        if strict:
+            raise UserError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
@@ -239,17 +260,27 @@ def _adapter_folders(save_directory: str | Path, adapters: list[str]) -> Iterato
         yield a, Path(save_directory) if a == "default" else Path(save_directory) / a
 
 
-def _peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's ``state_dict`` with each Bayesian adapter's mean under peft's own key (``weight``,
-    ``bias``): peft's loader then loads the means onto a plain LoRA model, bbb's the whole posterior."""
-    state = model.state_dict()
+def _peft_keys(saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A saved adapter's state with each Bayesian mean under peft's own key (``X.weight_mu`` beside an
+    ``X.weight_rho`` -> ``X.weight``; ``bias`` alike): peft's loader then loads the means onto a plain
+    LoRA model, bbb's the whole posterior (:func:`_bbb_state`)."""
     out = {}
-    for k, v in state.items():
-        head, _, last = k.rpartition(".")
-        if last.endswith("_mu") and last[:-3] in ("weight", "bias"):
-            k = f"{head}.{last[:-3]}"
+    for k, v in saved.items():
+        if k.endswith(("weight_mu", "bias_mu")) and f"{k[:-3]}_rho" in saved:
+            k = k[:-3]
         out[k] = v
     return out
+
+
+def _rewrite_saved(folder: Path) -> None:
+    """Rename the means in the adapter file peft wrote to ``folder`` (:func:`_peft_keys`), in place."""
+    st, pt = folder / "adapter_model.safetensors", folder / "adapter_model.bin"
+    if st.is_file():
+        from safetensors.torch import load_file, save_file
+
+        save_file(_peft_keys(load_file(str(st))), str(st), metadata={"format": "pt"})
+    elif pt.is_file():
+        torch.save(_peft_keys(torch.load(pt, weights_only=True)), pt)
 
 
 def _bbb_state(saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -273,11 +304,12 @@ class _BayesPeftModel:
         conversion record ``bbb_conversion.json`` (and a mark in ``adapter_config.json``)."""
         from .hf import CONVERSION_FILE
 
-        if "state_dict" not in kwargs:
-            kwargs["state_dict"] = _peft_state(self)  # type: ignore[arg-type]
         super().save_pretrained(save_directory, *args, selected_adapters=selected_adapters, **kwargs)  # type: ignore[misc]
+        if not kwargs.get("is_main_process", True):
+            return  # peft wrote nothing
         adapters = list(self.peft_config) if selected_adapters is None else list(selected_adapters)  # type: ignore[attr-defined]
         for adapter, folder in _adapter_folders(save_directory, adapters):
+            _rewrite_saved(folder)
             record = lora_record(self, adapter)  # type: ignore[arg-type]
             (folder / CONVERSION_FILE).write_text(json.dumps(record, indent=1) + "\n")
             cfg_path = folder / ADAPTER_CONFIG

@@ -449,3 +449,56 @@ def test_loading_a_lora_folder_needs_the_base_model(tmp_path):
     model.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="base_model"):
         bbb.from_pretrained(tmp_path)
+
+
+def test_the_summary_counts_the_base_as_frozen_and_a_trained_point_estimate_warns():
+    model = _lora_gpt2()
+    model.base_model.model.transformer.ln_f.requires_grad_(True)  # a user trains the final norm
+    with pytest.warns(UserWarning, match=r"1 trained module\(s\) stay point estimates: .*ln_f \(LayerNorm\)"):
+        bbb.bayesianize(model)
+    s = bbb.layer_summary(model)
+    frozen = sum(p.numel() for m in model.modules() for p in m.parameters(recurse=False)  # (lm_head: tied,
+                 if not p.requires_grad)                                                  # a row of its own)
+    assert s.frozen_weights == frozen and "frozen" in str(s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # lora_B and the head: point estimates by the documented choice
+        bbb.bayesianize(_lora_gpt2())
+
+
+def test_optim_groups_step_rho_faster_and_leave_frozen_out():
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    groups = bbb.lora.optim_groups(model, lr=1e-3)
+    rhos = {id(m.weight_rho) for m in bayes_modules(model)}
+    assert [g["lr"] for g in groups] == [1e-3, pytest.approx(1e-2)]
+    assert {id(p) for p in groups[1]["params"]} == rhos
+    assert all(p.requires_grad for g in groups for p in g["params"])
+    assert sum(len(g["params"]) for g in groups) == sum(p.requires_grad for p in model.parameters())
+
+
+def test_flipout_adapters_train_on_the_plain_path():
+    model = _lora_gpt2()
+    bbb.bayesianize(model, estimator="flipout")
+    before = _frozen(model)
+    with pytest.warns(UserWarning, match="flipout"):
+        losses = _train(model, 6, engine=True, beta=0.1)
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(dict(model.named_parameters())[n], t) for n, t in before.items())
+
+
+def test_several_adapters_save_each_with_its_record_and_load_by_name(tmp_path):
+    model = _lora_gpt2()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.add_adapter("other", LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True))
+    bbb.bayesianize(model, lora="AB")
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".other." in n:
+                p.normal_()
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "bbb_conversion.json").is_file() and (tmp_path / "other" / "bbb_conversion.json").is_file()
+    again = bbb.from_pretrained(tmp_path / "other", base_model=_gpt2(), adapter_name="other")
+    mine = {k: v for k, v in model.state_dict().items() if ".other." in k}
+    theirs = {k: v for k, v in again.state_dict().items() if ".other." in k}
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)

@@ -502,3 +502,17 @@ def test_several_adapters_save_each_with_its_record_and_load_by_name(tmp_path):
     mine = {k: v for k, v in model.state_dict().items() if ".other." in k}
     theirs = {k: v for k, v in again.state_dict().items() if ".other." in k}
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_evaluate_on_a_causal_lm_scores_the_next_token():
+    model = _lora_gpt2()
+    bbb.bayesianize(model)  # B = 0: every sample is the base model
+    ids = _ids(3, 7)
+    labels = ids.clone()
+    labels[1, :4] = -100
+    model.eval()
+    ref = float(model(input_ids=ids, labels=labels).loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the untrained adapter
+        got = bbb.uncertainty.evaluate(model, {"input_ids": ids, "labels": labels}, num_samples=2)
+    assert got["nll"] == pytest.approx(ref, rel=1e-5)

@@ -209,15 +209,34 @@ def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Modu
 _SWAPPED: dict[tuple[type, type], type] = {}
 
 
-def _swap_class(obj: nn.Module, mixin: type) -> None:
-    """Give ``obj`` the class ``mixin + type(obj)`` (made once per pair): peft's API with bbb's additions."""
-    cls = type(obj)
-    if issubclass(cls, mixin):
-        return
+def _swapped(mixin: type, cls: type) -> type:
+    """The class ``mixin + cls``, made once per pair, named ``{mixin}_{cls}`` in this module (where
+    pickle finds it again: :func:`__getattr__`)."""
     key = (mixin, cls)
     if key not in _SWAPPED:
-        _SWAPPED[key] = type(f"Bayes{cls.__name__}", (mixin, cls), {"__module__": __name__})
-    obj.__class__ = _SWAPPED[key]
+        name = f"{mixin.__name__.lstrip('_')}_{cls.__name__}"
+        _SWAPPED[key] = type(name, (mixin, cls), {"__module__": __name__, "__qualname__": name})
+    return _SWAPPED[key]
+
+
+def _swap_class(obj: nn.Module, mixin: type) -> None:
+    """Give ``obj`` the class ``mixin + type(obj)``: peft's API with bbb's additions."""
+    if not isinstance(obj, mixin):
+        obj.__class__ = _swapped(mixin, type(obj))
+
+
+def __getattr__(name: str) -> type:
+    """A swapped class by its name (``BayesPeftModel_PeftModelForCausalLM``), for pickle: the peft
+    class is looked up in peft's namespace."""
+    for mixin in (_BayesPeftModel, _BayesTuner):
+        prefix = mixin.__name__.lstrip("_") + "_"
+        if name.startswith(prefix):
+            import peft
+
+            cls = getattr(peft, name[len(prefix):], None)
+            if isinstance(cls, type):
+                return _swapped(mixin, cls)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _mark(model: nn.Module, mode: str, modules_to_save: bool) -> None:

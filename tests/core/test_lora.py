@@ -516,3 +516,17 @@ def test_evaluate_on_a_causal_lm_scores_the_next_token():
         warnings.simplefilter("ignore")  # the untrained adapter
         got = bbb.uncertainty.evaluate(model, {"input_ids": ids, "labels": labels}, num_samples=2)
     assert got["nll"] == pytest.approx(ref, rel=1e-5)
+
+
+def test_a_bayesian_lora_model_pickles_and_deep_copies():
+    import copy
+    import pickle
+
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    again = pickle.loads(pickle.dumps(model))
+    assert type(again) is type(model) and type(again.base_model) is type(model.base_model)
+    twin = copy.deepcopy(model)
+    assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), model.state_dict().values()))
+    with pytest.warns(UserWarning, match="posterior mean"):
+        twin.merge_and_unload()

@@ -132,11 +132,27 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
         raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
+    _keep_requires_grad(layer, new)
     if kw["from_weights"]:  # (the ELBO's default KL weighting warns on such a model)
         for m in new.modules():
             if isinstance(m, BayesModule):
                 m.from_weights = True
     return new
+
+
+def _keep_requires_grad(layer: nn.Module, new: nn.Module) -> None:
+    """A frozen weight stays frozen: each posterior's mu and rho take the ``requires_grad`` of the
+    weight they replace (by name; a weight not found by name: frozen when every weight of the layer was)."""
+    grads = {n: p.requires_grad for n, p in layer.named_parameters()}
+    if all(grads.values()):
+        return
+    default = any(grads.values())
+    for sub, m in new.named_modules():
+        if isinstance(m, BayesModule):
+            for n in m.param_names():
+                keep = grads.get(f"{sub}.{n}" if sub else n, default)
+                m.mu(n).requires_grad_(keep)
+                m.rho(n).requires_grad_(keep)
 
 
 def bayesianize(
@@ -191,8 +207,10 @@ def bayesianize(
 
     Each new layer keeps the ``training`` flag of the module it replaces (a model converted in
     ``eval()``, as ``from_pretrained`` returns it, predicts with the posterior means until
-    ``train()``). Only exact instances of the registered types convert (a subclass may carry
-    behaviour a copy would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
+    ``train()``), and each posterior's mu and rho the ``requires_grad`` of the weight it replaces (a
+    frozen weight stays frozen: no optimiser, ``bbb.Engine`` included, updates it). Only exact
+    instances of the registered types convert (a subclass may carry behaviour a copy would lose:
+    :func:`register_conversion` adds it). A model with nothing convertible is an
     error. Every module with parameters that stays deterministic is named in one
     ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
     the table; :func:`deterministic_layers` lists them); its parameters are trained as point

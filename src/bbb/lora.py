@@ -96,16 +96,8 @@ def _check_layer(name: str, layer: nn.Module) -> None:
 
 
 def _convert_keep_grad(layer: nn.Module, full: str, convert: Callable[..., nn.Module], kw: dict[str, Any]) -> nn.Module:
-    """The Bayesian copy of ``layer``, each posterior's mu and rho trainable as the weight was."""
-    grads = {n: p.requires_grad for n, p in layer.named_parameters()}
-    new = convert(layer, full, **kw)
-    for m in new.modules():
-        if isinstance(m, BayesModule):
-            for n in m.param_names():
-                keep = grads.get(n, True)
-                m.mu(n).requires_grad_(keep)
-                m.rho(n).requires_grad_(keep)
-    return new
+    """The Bayesian copy of ``layer`` (``convert`` keeps each weight's ``requires_grad``)."""
+    return convert(layer, full, **kw)
 
 
 def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,

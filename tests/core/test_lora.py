@@ -530,3 +530,14 @@ def test_a_bayesian_lora_model_pickles_and_deep_copies():
     assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), model.state_dict().values()))
     with pytest.warns(UserWarning, match="posterior mean"):
         twin.merge_and_unload()
+
+
+def test_bayesianize_keeps_requires_grad_on_any_model():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    net[0].requires_grad_(False)
+    net[2].bias.requires_grad_(False)
+    bbb.bayesianize(net)
+    assert not any(p.requires_grad for p in net[0].parameters())
+    assert net[2].weight_mu.requires_grad and net[2].weight_rho.requires_grad
+    assert not net[2].bias_mu.requires_grad and not net[2].bias_rho.requires_grad

@@ -451,6 +451,15 @@ def test_loading_a_lora_folder_needs_the_base_model(tmp_path):
         bbb.from_pretrained(tmp_path)
 
 
+def test_bbb_save_pretrained_on_a_lora_model_writes_the_adapter_folder(tmp_path):
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    bbb.save_pretrained(model, tmp_path)
+    assert (tmp_path / "adapter_config.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    again = bbb.from_pretrained(tmp_path, base_model=_gpt2())
+    assert len(list(bayes_modules(again))) == len(list(bayes_modules(model)))
+
+
 def test_the_summary_counts_the_base_as_frozen_and_a_trained_point_estimate_warns():
     model = _lora_gpt2()
     model.base_model.model.transformer.ln_f.requires_grad_(True)  # a user trains the final norm

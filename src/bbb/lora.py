@@ -95,11 +95,6 @@ def _check_layer(name: str, layer: nn.Module) -> None:
                         f"skip=[{name!r}] to keep it a point estimate")
 
 
-def _convert_keep_grad(layer: nn.Module, full: str, convert: Callable[..., nn.Module], kw: dict[str, Any]) -> nn.Module:
-    """The Bayesian copy of ``layer`` (``convert`` keeps each weight's ``requires_grad``)."""
-    return convert(layer, full, **kw)
-
-
 def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                      skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
                      kw: dict[str, Any], strict: bool = False) -> nn.Module:
@@ -123,7 +118,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                 mod = adapters[key]
                 if isinstance(mod, BayesModule):
                     continue  # converted already
-                adapters[key] = _convert_keep_grad(mod, f"{name}.{part}.{key}", convert, kw)
+                adapters[key] = convert(mod, f"{name}.{part}.{key}", **kw)
                 done += 1
     if modules_to_save:
         done += _convert_heads(model, skipped, convert, kw)
@@ -170,7 +165,7 @@ def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], 
         for key in list(copies.keys()):
             full = f"{name}.modules_to_save.{key}"
             if type(copies[key]) in CONVERTIBLE:
-                copies[key] = _convert_keep_grad(copies[key], full, convert, kw)
+                copies[key] = convert(copies[key], full, **kw)
                 n += 1
             else:
                 n += _convert_inside(copies[key], full, convert, kw)
@@ -187,7 +182,7 @@ def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Modu
             continue
         full = f"{prefix}.{child_name}"
         if type(child) in CONVERTIBLE:
-            setattr(root, child_name, _convert_keep_grad(child, full, convert, kw))
+            setattr(root, child_name, convert(child, full, **kw))
             n += 1
         else:
             n += _convert_inside(child, full, convert, kw)

@@ -11,7 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
-    from . import convert, distributions, engine, functional, hf, nn, prune, random, uncertainty
+    from . import convert, distributions, engine, functional, hf, lora, nn, prune, random, uncertainty
     from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (
         CenteredPrior,
@@ -55,6 +55,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
 _EXPORTS = {
     **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "nn", "prune", "random",
                      "uncertainty"]),
+    "lora": None,
     **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
     **dict.fromkeys(["CenteredPrior", "DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
                      "TorchPrior", "kl_divergence", "register_kl"], "distributions"),
@@ -121,6 +122,7 @@ __all__ = [
     "deterministic_layers",
     "layer_summary",
     "load_model",
+    "lora",
     "register_conversion",
     "distributions",
     "engine",

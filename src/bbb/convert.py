@@ -33,7 +33,9 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
+from .distributions import GaussianPrior
 from .errors import UserError
+from .lora import LORA_PRIOR_SIGMA, bayesianize_lora, is_lora_model
 from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
@@ -41,7 +43,7 @@ from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.tied import tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
-           "CONVERTIBLE", "at_initialisation"]
+           "CONVERTIBLE", "at_initialisation", "convert_layer"]
 
 #: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=[, sigma_init=]) -> its
 #: Bayesian copy (``sigma_init`` is passed only when given)
@@ -117,7 +119,10 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
     return fn
 
 
-def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
+def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
+    """The Bayesian copy of ``layer`` (a registered type; ``full``: its name, for errors), made by
+    its conversion with the keywords of :func:`bayesianize` (``prior``, ``estimator``, ``rho_init``,
+    ``from_weights``[, ``sigma_init``]), in the layer's ``training`` mode."""
     try:
         new = CONVERTIBLE[type(layer)](layer, **kw)
     except UserError as e:
@@ -129,6 +134,7 @@ def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
         raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
+    _keep_requires_grad(layer, new)
     return new
 
 
@@ -200,6 +206,31 @@ def _mark_from_weights(converted: list[tuple[nn.Module, nn.Module]]) -> None:
                 m.from_weights = trained
 
 
+def _convert_adapter(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
+    """:func:`convert_layer` for a LoRA adapter: a fine-tune of a pretrained model by construction, so
+    its layers count as made from trained weights (:attr:`BayesModule.from_weights`)."""
+    new = convert_layer(layer, full, **kw)
+    for m in new.modules():
+        if isinstance(m, BayesModule):
+            m.from_weights = True
+    return new
+
+
+def _keep_requires_grad(layer: nn.Module, new: nn.Module) -> None:
+    """A frozen weight stays frozen: each posterior's mu and rho take the ``requires_grad`` of the
+    weight they replace (by name; a weight not found by name: frozen when every weight of the layer was)."""
+    grads = {n: p.requires_grad for n, p in layer.named_parameters()}
+    if all(grads.values()):
+        return
+    default = any(grads.values())
+    for sub, m in new.named_modules():
+        if isinstance(m, BayesModule):
+            for n in m.param_names():
+                keep = grads.get(f"{sub}.{n}" if sub else n, default)
+                m.mu(n).requires_grad_(keep)
+                m.rho(n).requires_grad_(keep)
+
+
 def bayesianize(
     model: nn.Module,
     prior: Any = None,
@@ -209,8 +240,12 @@ def bayesianize(
     skip: Skip = None,
     strict: bool = False,
     sigma_init: RelativeSigma | None = None,
+    *,
+    lora: str | None = None,
+    modules_to_save: bool = False,
 ) -> nn.Module:
-    """Replace every convertible layer of ``model`` by a Bayesian one (:data:`CONVERTIBLE`).
+    """Replace every convertible layer of ``model`` by a Bayesian one (:data:`CONVERTIBLE`); on a
+    ``peft`` LoRA model, its adapters only (Bayesian LoRA, :mod:`bbb.lora`, docs/bayesian_lora.md).
 
     Args:
         model: any ``nn.Module``; converted in place (and returned). A bare convertible layer
@@ -241,11 +276,24 @@ def bayesianize(
             error), module types, or a callable ``(name, module) -> bool``.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
+        lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become
+            Bayesian: ``"A"`` (None means it: A Bayesian, B a point estimate, as BLoB) or ``"AB"``
+            (both). Only the adapters convert: the frozen base model is never copied nor made
+            Bayesian, and each weight keeps its ``requires_grad``. ``prior=None`` there means
+            ``GaussianPrior(0.2)`` (BLoB's N(0, 0.2^2)); ``skip`` names LoRA layers to leave as
+            point estimates. A DoRA adapter, a LoRA variant or a LoRA layer type bbb does not convert
+            (e.g. on an ``nn.Embedding``) is a one-line error naming it. On a model without LoRA
+            layers ``lora`` is an error.
+        modules_to_save: on a peft model, make the modules peft trains in full (``modules_to_save``,
+            e.g. a classifier head; their trainable copies) Bayesian too; False (the default) keeps
+            them point estimates.
 
     Each new layer keeps the ``training`` flag of the module it replaces (a model converted in
     ``eval()``, as ``from_pretrained`` returns it, predicts with the posterior means until
-    ``train()``). Only exact instances of the registered types convert (a subclass may carry
-    behaviour a copy would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
+    ``train()``), and each posterior's mu and rho the ``requires_grad`` of the weight it replaces (a
+    frozen weight stays frozen: no optimiser, ``bbb.Engine`` included, updates it). Only exact
+    instances of the registered types convert (a subclass may carry behaviour a copy would lose:
+    :func:`register_conversion` adds it). A model with nothing convertible is an
     error. Every module with parameters that stays deterministic is named in one
     ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
     the table; :func:`deterministic_layers` lists them); its parameters are trained as point
@@ -268,8 +316,16 @@ def bayesianize(
         if rho_init != DEFAULT_RHO_INIT:
             raise UserError("rho_init and sigma_init both set the initial sigma: pass one of them")
         kw["sigma_init"] = sigma_init
+    if is_lora_model(model):
+        if prior is None:
+            kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
+        return bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict)
+    if lora is not None or modules_to_save:
+        what = "lora=" if lora is not None else "modules_to_save=True"
+        raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "
+                        f"{type(model).__name__} holds no LoRA layer")
     if type(model) in CONVERTIBLE and not skipped("", model):
-        new = _convert(model, "", **kw)
+        new = convert_layer(model, "", **kw)
         if from_weights:
             _mark_from_weights([(model, new)])
         return new
@@ -286,7 +342,7 @@ def bayesianize(
                 continue
             if type(child) not in CONVERTIBLE or skipped(full, child) or _inside_bayes(name, model):
                 continue
-            done[id(child)] = new = _convert(child, full, **kw)
+            done[id(child)] = new = convert_layer(child, full, **kw)
             converted.append((child, new))
             setattr(mod, child_name, new)
     if not any(isinstance(m, BayesModule) for m in model.modules()):
@@ -342,9 +398,16 @@ def deterministic_layers(model: nn.Module) -> list[tuple[str, str]]:
 @dataclass(frozen=True)
 class LayerSummary:
     """Every module with parameters of its own: ``rows`` of (name, type, Bayesian, weights,
-    estimator or ""); ``str()`` is a table."""
+    estimator or ""); ``frozen``: the names of the rows whose parameters are all frozen
+    (``requires_grad=False``: a peft model's base); ``str()`` is a table."""
 
     rows: tuple[tuple[str, str, bool, int, str], ...]
+    frozen: frozenset[str] = frozenset()
+
+    @property
+    def frozen_weights(self) -> int:
+        """The weights of the modules that are frozen (not trained: neither Bayesian nor missed)."""
+        return sum(r[3] for r in self.rows if r[0] in self.frozen)
 
     @property
     def bayesian_weights(self) -> int:
@@ -362,24 +425,29 @@ class LayerSummary:
 
     def __str__(self) -> str:
         head = ("module", "type", "bayesian", "weights", "estimator")
-        body = [(n or "(model)", t, "yes" if b else "no", f"{w:,}", e) for n, t, b, w, e in self.rows]
+        body = [(n or "(model)", t, "yes" if b else "no (frozen)" if n in self.frozen else "no", f"{w:,}", e)
+                for n, t, b, w, e in self.rows]
         widths = [max(len(r[i]) for r in (head, *body)) for i in range(5)]
         line = lambda r: "  ".join(c.rjust(w) if i == 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
         total = (f"{self.bayesian_weights:,} of {self.total_weights:,} weights Bayesian "
-                 f"({100 * self.bayesian_share:.1f}%)")
+                 f"({100 * self.bayesian_share:.1f}%)"
+                 + (f"; {self.frozen_weights:,} frozen" if self.frozen else ""))
         return "\n".join([line(head), *(line(r) for r in body), total])
 
 
 def layer_summary(model: nn.Module) -> LayerSummary:
     """The table of what :func:`bayesianize` made of ``model``: every module with parameters of
     its own, Bayesian or not, its weights (a Bayesian weight counted once) and its estimator."""
-    rows = []
+    rows, frozen = [], set()
     for name, mod in model.named_modules():
         if isinstance(mod, BayesModule):
             n = sum(getattr(mod, f"{p}_mu").numel() for p in mod.param_names())
             rows.append((name, type(mod).__name__, True, n, mod.estimator.value))
             continue
-        n = sum(p.numel() for p in mod.parameters(recurse=False))
+        own = list(mod.parameters(recurse=False))
+        n = sum(p.numel() for p in own)
         if n:
             rows.append((name, type(mod).__name__, False, n, ""))
-    return LayerSummary(tuple(rows))
+            if not any(p.requires_grad for p in own):
+                frozen.add(name)
+    return LayerSummary(tuple(rows), frozenset(frozen))

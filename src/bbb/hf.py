@@ -27,6 +27,7 @@ transformers and safetensors are imported inside the functions only.
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ from .nn import BayesModule
 from .nn.base import Estimator
 from .nn.tied import tie_groups
 
-__all__ = ["save_pretrained", "from_pretrained", "conversion_record", "CONVERSION_FILE", "WEIGHTS_FILE"]
+__all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
+           "CONVERSION_FILE",
+           "WEIGHTS_FILE"]
 
 #: the file that records what bayesianize made of the model
 CONVERSION_FILE = "bbb_conversion.json"
@@ -50,20 +53,80 @@ WEIGHTS_FILE = "model.safetensors"
 _FORMAT = 1
 
 
+def causal_lm(model: nn.Module) -> bool:
+    """Whether ``model`` is a transformers causal language model (a class of transformers'
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: GPT-2, Llama...; a peft model is looked through): its
+    ``labels`` are the input tokens, which the model shifts to score the next token. Nothing is
+    imported: False when transformers is not loaded."""
+    if "transformers" not in sys.modules:
+        return False
+    inner = model
+    get = getattr(model, "get_base_model", None)
+    if callable(get):
+        inner = get()
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:  # pragma: no cover - another transformers layout
+        return False
+    names = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    return any(c.__name__ in names for c in type(inner).__mro__)
+
+
+def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kwargs: Any) -> torch.Tensor:
+    """Text from a Bayesian causal LM (converted whole, or a Bayesian LoRA model): transformers'
+    ``model.generate`` with the posterior mean, or with ``num_samples`` networks drawn from the
+    posterior, **one network per sequence**.
+
+    ``inputs``: the prompt ids (B, T) or a mapping (``{"input_ids", "attention_mask"}``). ``kwargs``
+    go to ``generate`` (``max_new_tokens``, ``do_sample``...). ``num_samples=None``: one network, the
+    posterior mean (the deterministic choice; greedy decoding then writes what the mean model writes);
+    returns (B, T'). ``num_samples=k``: k networks drawn from the posterior, network j writing the whole
+    of its copy of every prompt (the same draw at every step, through the KV cache): what the
+    posterior says the model might write, for diversity or uncertainty over whole answers; returns
+    (k, B, T'). The k networks run batched (the prompts repeated k times in one ``generate`` call).
+
+    >>> texts = bbb.hf.generate(model, {"input_ids": ids, "attention_mask": mask}, num_samples=5,
+    ...                         max_new_tokens=20)       # (5, B, T'): 5 adapters drawn from q
+    """
+    from .nn import folded_samples, sampling, shared_samples
+    from .nn.samples import fold_inputs, input_batch_size
+
+    if not hasattr(model, "generate"):
+        raise UserError(f"generate needs a transformers model with .generate, got {type(model).__name__}")
+    kw = dict(inputs) if isinstance(inputs, dict) else {"input_ids": inputs}
+    if num_samples is None:
+        with torch.no_grad(), sampling(model, "mean"):
+            return model.generate(**kw, **kwargs)  # type: ignore[operator]
+    from .errors import check_int
+    from .lora import warn_untrained
+
+    k = check_int("num_samples", num_samples)
+    b = input_batch_size(kw, 0)
+    warn_untrained(model, "generate")
+    with torch.no_grad(), sampling(model, "sample"), shared_samples(), folded_samples(k):
+        out = model.generate(**fold_inputs(kw, k, 0, b), **kwargs)  # type: ignore[operator]
+    if not isinstance(out, torch.Tensor):
+        raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
+                        "return_dict_in_generate unset")
+    return out.view(k, b, *out.shape[1:])
+
+
+def layer_spec(m: BayesModule) -> dict[str, Any]:
+    """One Bayesian layer's entry in a conversion record: type, estimator, prior config (None when it
+    cannot be written) and rho_init."""
+    prior: Any = m.prior.to_config()
+    try:
+        json.dumps(prior)
+        prior_from_config(prior)
+    except (TypeError, ValueError, UserError):
+        prior = None
+    return {"type": type(m).__name__, "estimator": m.estimator.value, "prior": prior, "rho_init": m.rho_init}
+
+
 def conversion_record(model: nn.Module) -> dict[str, Any]:
     """What :func:`bbb.bayesianize` made of ``model``: every Bayesian layer (qualified name ->
     type, estimator, prior config or None when it cannot be written, rho_init) and the dtype."""
-    layers = {}
-    for name, m in model.named_modules():
-        if isinstance(m, BayesModule):
-            prior: Any = m.prior.to_config()
-            try:
-                json.dumps(prior)
-                prior_from_config(prior)
-            except (TypeError, ValueError, UserError):
-                prior = None
-            layers[name] = {"type": type(m).__name__, "estimator": m.estimator.value, "prior": prior,
-                            "rho_init": m.rho_init}
+    layers = {name: layer_spec(m) for name, m in model.named_modules() if isinstance(m, BayesModule)}
     if not layers:
         raise UserError(f"{type(model).__name__} has no Bayesian layer: run bbb.bayesianize(model) first, or use "
                         "transformers' model.save_pretrained for a deterministic model")
@@ -87,12 +150,20 @@ def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def save_pretrained(model: nn.Module, folder: str | Path) -> Path:
     """Write a converted transformers model to ``folder``: ``config.json`` (+
     ``generation_config.json``), ``model.safetensors`` (the whole ``state_dict``: every posterior)
-    and ``bbb_conversion.json`` (:func:`conversion_record`). Returns the folder.
+    and ``bbb_conversion.json`` (:func:`conversion_record`). Returns the folder. A Bayesian LoRA
+    model (a peft model after :func:`bbb.bayesianize`) writes its adapter folder instead, as its
+    own ``save_pretrained`` does (:mod:`bbb.lora`).
 
     >>> bbb.save_pretrained(bbb.bayesianize(model), "out/bert-bayes")
     """
     from safetensors.torch import save_file
 
+    from .lora import is_lora_model
+
+    if is_lora_model(model) and "bbb_lora" in model.__dict__ and hasattr(model, "save_pretrained"):
+        save: Any = model.save_pretrained
+        save(str(folder))  # a Bayesian LoRA model: peft's adapter folder (adapters only)
+        return Path(folder)
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "save_pretrained"):
         raise UserError(f"save_pretrained needs a transformers model (with .config), got {type(model).__name__}; "
@@ -124,9 +195,13 @@ def _model_class(config: Any, model_class: Any) -> Any:
 
 
 def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any = None,
-                    estimator: Estimator | str | None = None) -> nn.Module:
+                    estimator: Estimator | str | None = None, base_model: nn.Module | None = None,
+                    adapter_name: str = "default", is_trainable: bool = False) -> nn.Module:
     """The model :func:`save_pretrained` wrote to ``folder``, every posterior exact, in ``eval()``
-    mode (as transformers' ``from_pretrained``; ``train()`` samples again).
+    mode (as transformers' ``from_pretrained``; ``train()`` samples again). A Bayesian LoRA adapter
+    folder (peft's ``adapter_config.json``, written by the peft model's ``save_pretrained``) loads
+    onto ``base_model``: :func:`bbb.lora.load_pretrained` (``adapter_name``, ``is_trainable`` as
+    peft's ``PeftModel.from_pretrained``).
 
     Args:
         folder: a local folder (nothing is downloaded).
@@ -146,6 +221,15 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
     from transformers import AutoConfig
 
     src = Path(folder)
+    from .lora import ADAPTER_CONFIG, load_pretrained
+
+    if (src / ADAPTER_CONFIG).is_file():
+        if base_model is None:
+            raise UserError(f"{src} holds a LoRA adapter: pass the model it adapts, "
+                            "bbb.from_pretrained(folder, base_model=AutoModel...from_pretrained(...))")
+        return load_pretrained(src, base_model, adapter_name=adapter_name, is_trainable=is_trainable)
+    if base_model is not None:
+        raise UserError(f"base_model= is for a LoRA adapter folder, and {src} holds no {ADAPTER_CONFIG}")
     if not (src / WEIGHTS_FILE).is_file():
         raise UserError(f"{src} holds no {WEIGHTS_FILE}: save the model with bbb.save_pretrained(model, folder)")
     state = load_file(str(src / WEIGHTS_FILE))

@@ -71,7 +71,7 @@ def compile_default(compile: bool | None, dev: torch.device, numel: int, min_num
 
 def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
     """Why the fused kernel cannot train ``model`` (None: it can)."""
-    mods = list(bayes_modules(model))
+    mods = list(bayes_modules(model, active=True))
     if not mods:
         return "the model has no Bayesian layers"
     params = [p for m in mods for n in m.param_names() for p in (getattr(m, f"{n}_mu"), getattr(m, f"{n}_rho"))]
@@ -79,6 +79,10 @@ def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
         return "its Bayesian parameters differ in dtype or device"
     if not params[0].is_floating_point():
         return "its parameters are not floating point"
+    frozen = sum(not p.requires_grad for p in params)
+    if frozen:
+        return (f"{frozen} of its {len(params)} Bayesian parameters are frozen (requires_grad=False), which the "
+                "fused kernel would update")
     prior = mods[0].prior
     for m in mods:
         if m.estimator is not Estimator.REPARAM:

@@ -14,6 +14,8 @@ from torch import Tensor
 
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
 from ..errors import UserError, check_int
+from ..hf import causal_lm
+from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
 from ..nn.samples import (
     PROVIDER,
@@ -144,7 +146,9 @@ def predict(
     (it is restored on return, so a DataLoader's own draws are undone too and evaluating does not
     perturb a training run). A layer that draws from the global generator anyway (a custom layer
     that ignores :class:`bbb.nn.SampleRecorder`'s generator) is a one-line :class:`UserError`. None
-    (the default): torch's global generator, as before. A model with no Bayesian layer warns once.
+    (the default): torch's global generator, as before. A model with no Bayesian layer warns once;
+    a Bayesian LoRA model whose adapter is still at peft's init (A Bayesian, B = 0, so every sample
+    is the base model) warns at each sampled prediction (:func:`bbb.lora.warn_untrained`).
 
     >>> logits, labels = predict(net, test_loader, num_samples=20, return_targets=True)
     >>> expected_calibration_error(predictive_probs(logits), labels)
@@ -162,6 +166,8 @@ def predict(
     if _one_batch(x) and return_targets:
         raise UserError("return_targets needs a DataLoader (one batch of inputs carries no targets)")
     warn_not_bayesian(model, "predict")
+    if mode == "sample":
+        warn_untrained(model, "predict")
     dev = _device(model)
     gen = _as_generator(generator, dev, "predict")
     if gen is not None and PROVIDER.get() is not None:
@@ -248,7 +254,9 @@ def evaluate(
     :func:`predict`'s. A model with no Bayesian layer warns once.
 
     Classification (integer labels; ``likelihood`` None or categorical): error rate, NLL, Brier
-    score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats).
+    score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats). On a
+    transformers causal LM (:func:`bbb.hf.causal_lm`) with labels per token: per scored token, the
+    logits at t against the label at t + 1 (labels of -100 ignored), as the model's own loss.
 
     Regression: pass the training likelihood, ``likelihood=elbo.likelihood``. A
     :class:`~bbb.elbo.Gaussian` gives every sampled network the noise sd ``likelihood.sigma`` (learned
@@ -295,6 +303,11 @@ def evaluate(
     else:
         outputs, targets = predict(model, data, num_samples, return_targets=True,
                                    generator=generator, output=output)
+    if not regression and causal_lm(model) and outputs.dim() == targets.dim() + 2 and targets.dim() >= 2:
+        # a causal LM's labels are its input ids: the logits at t score the label at t + 1, -100 ignored
+        outputs, targets = outputs[..., :-1, :], targets[..., 1:]
+        keep = targets != -100
+        outputs, targets = outputs[:, keep], targets[keep]
     if regression:
         means, sigmas, target = _regression_outputs(likelihood, outputs, targets)  # type: ignore[arg-type]
         return regression_metrics(means, sigmas, target, shift=shift, scale=scale)

@@ -1,8 +1,8 @@
 """Progress bars that behave both in a terminal and in a log file.
 
 On a terminal (stderr is a TTY) :func:`progress_bar` is a tqdm bar on stderr; where the terminal
-reports no width (0 columns: some IDE consoles, ``script``, ``docker exec -t``), tqdm would draw
-nothing at all, so the bar gets a fixed width instead. Elsewhere (stderr a file or a pipe) nothing
+reports no size (0 columns or 0 rows: some IDE consoles, ``script``, ``docker exec -t``), tqdm
+would draw nothing at all, so the bar gets a fixed size instead. Elsewhere (stderr a file or a pipe) nothing
 writes carriage returns into the log: a bar is either silent, or, for long work that asks for it
 (``lines_every``), one plain line at most every so many seconds (:class:`LineProgress`).
 """
@@ -17,9 +17,11 @@ from typing import Any
 
 __all__ = ["LineProgress", "progress_bar", "stderr_is_terminal"]
 
-#: the bar's width where the terminal reports fewer columns than :data:`MIN_COLUMNS`
+#: the bar's width where the terminal reports fewer columns than :data:`MIN_COLUMNS`, and the
+#: rows tqdm is told of where it reports none (tqdm draws nothing on a screen of 0 rows)
 FALLBACK_COLUMNS = 100
 MIN_COLUMNS = 20
+FALLBACK_ROWS = 24
 
 
 def stderr_is_terminal() -> bool:
@@ -31,11 +33,13 @@ def stderr_is_terminal() -> bool:
         return False
 
 
-def _columns() -> int:
+def _terminal_size() -> tuple[int, int]:
+    """(columns, rows) of the terminal on stderr; (0, 0) where it reports none."""
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
+        size = os.get_terminal_size(sys.stderr.fileno())
     except (AttributeError, ValueError, OSError):
-        return 0
+        return 0, 0
+    return size.columns, size.lines
 
 
 class LineProgress:
@@ -87,16 +91,18 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, total: int | None = N
                  unit: str = "it", leave: bool = False, lines_every: float | None = None, **kwargs: Any) -> Any:
     """A progress bar on stderr over ``iterable`` (or updated by hand up to ``total``).
 
-    On a terminal: a tqdm bar (``kwargs`` go to tqdm), of a fixed width where the terminal reports
+    On a terminal: a tqdm bar (``kwargs`` go to tqdm), of a fixed size where the terminal reports
     none. Not on a terminal: with ``lines_every``, a :class:`LineProgress` (a plain line at most
     every ``lines_every`` seconds), else a disabled tqdm (silent; it iterates and counts as usual).
     """
     from tqdm import tqdm
 
     if stderr_is_terminal():
-        if _columns() < MIN_COLUMNS:
+        columns, rows = _terminal_size()
+        if columns < MIN_COLUMNS or rows < 2:  # (a terminal of no size: tqdm would draw nothing)
             kwargs.pop("dynamic_ncols", None)
-            kwargs["ncols"] = FALLBACK_COLUMNS
+            kwargs.setdefault("ncols", max(columns, FALLBACK_COLUMNS) if columns < MIN_COLUMNS else columns)
+            kwargs.setdefault("nrows", rows if rows >= 2 else FALLBACK_ROWS)
         else:
             kwargs.setdefault("dynamic_ncols", True)
         return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr, **kwargs)

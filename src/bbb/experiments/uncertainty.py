@@ -158,9 +158,10 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
             continue
         hi = max(float(a.max()), float(b.max()), 1e-6)
         bins = torch.linspace(0, hi, 51).numpy()
-        panel.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[0])
-        panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[1])
+        panel.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=f"{names[0]} (in)")
+        panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=f"{names[1]} (OOD)")
         panel.set_yscale("log")
+        panel.set_ylabel("density")
         panel.set_title(f"{SCORE_LABELS[name]}: AUROC {report[name]['auroc']:.3f}")
         panel.set_xlabel(SCORE_LABELS[name])
         panel.legend()
@@ -277,7 +278,9 @@ def main_ood(args: argparse.Namespace) -> int:
                             f"--ood ({', '.join(IMAGE_DATASETS)})")
         args.ood = others[0]
     if args.ood == cfg.dataset:
-        raise UserError(f"--ood {args.ood} is the run's own dataset; pick the other one")
+        other = [d for d in IMAGE_DATASETS if d != cfg.dataset]
+        raise UserError(f"--ood {args.ood} is the run's own dataset; use --ood {' or '.join(other)}, or leave --ood "
+                        "out for the other data set")
     ood = _load_ood(cfg, args.ood)
     dev = next(model.parameters()).device
     p_in = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()

@@ -6,7 +6,7 @@ curve, the lowest of the agents. Each mark is a comparison of numbers from the s
 per-seed finals of regret.csv); a mark whose agents were not run is left out. A mark measured on
 a window (the first :data:`EARLY_WINDOW` steps, the last :data:`LATE_WINDOW`) is not judged on a
 run shorter than twice its window, where the window would be most or all of the run: ``holds``
-is then None and ``measured`` says why (:data:`NOT_JUDGED`).
+is then None (printed as :data:`NOT_JUDGED`) and ``measured`` says why.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ SEED_SHARE = 0.8
 #: how far above its floor an epsilon-greedy agent's late rate may lie (the learner check)
 LEARNER_CHECK_MARGIN = 0.1
 
-#: how ``measured`` begins for a mark not judged (a run too short for its window)
+#: how a mark not judged (``holds`` None: a run too short for its window) is printed
 NOT_JUDGED = "not judged"
 
 
@@ -60,8 +60,8 @@ def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
     def add(mark: str, holds: bool, measured: str, window: int = 0) -> None:
         if steps is not None and steps < 2 * window:
             marks.append({"mark": mark, "holds": None,
-                          "measured": f"{NOT_JUDGED}: a {steps:,}-step run is shorter than twice its {window:,}-step "
-                                      f"window (run at least {2 * window:,} steps)"})
+                          "measured": f"a {steps:,}-step run is shorter than twice its {window:,}-step window; "
+                                      f"run at least {2 * window:,} steps"})
             return
         marks.append({"mark": mark, "holds": bool(holds), "measured": measured})
 

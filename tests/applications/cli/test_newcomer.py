@@ -361,3 +361,30 @@ def test_a_terminal_gets_a_bar_within_the_epoch_even_when_it_reports_no_width(mo
     bar.close()
     assert (bar.ncols, bar.nrows) == (P.FALLBACK_COLUMNS, P.FALLBACK_ROWS)
     assert "epoch 1/1:" in term.getvalue() and "30/30" in term.getvalue()
+
+
+# -- more of the same: the UCI report without matplotlib (it crashed at the end of a long run) --
+
+
+def _results_csv(name: str) -> list[dict]:
+    import csv
+
+    def cell(v: str):
+        try:
+            return float(v) if v != "" else None
+        except ValueError:
+            return v
+
+    with (ROOT / "results" / "uci" / name).open(newline="") as f:
+        return [{k: cell(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def test_the_uci_report_without_matplotlib_writes_its_tables_and_skips_the_plot(tmp_path, no_matplotlib):
+    from bbb.experiments.uci.report import write_tables
+
+    meta = json.loads((ROOT / "results" / "uci" / "run.json").read_text())
+    with pytest.warns(UserWarning, match="matplotlib is not installed"):
+        written = write_tables(tmp_path, _results_csv("table.csv"), _results_csv("splits.csv"),
+                               _results_csv("variants.csv"), meta, _results_csv("methods.csv"))
+    assert [p.name for p in written] == ["table.csv", "methods.csv", "splits.csv", "variants.csv", "table.md"]
+    assert not (tmp_path / "table.png").exists()

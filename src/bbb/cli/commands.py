@@ -166,10 +166,13 @@ def print_pruning(rows: Sequence[dict[str, Any]]) -> None:
 
 
 def demo_command(args: argparse.Namespace) -> str:
-    """The ``bbb demo`` command line that continues the demo of ``args`` (its --out and the
-    settings that differ from the defaults)."""
+    """The ``bbb demo`` command line that continues the demo of ``args``: the one the user typed
+    (``sys.argv``) when it is a ``bbb demo``, else its --out and the settings that differ from the
+    defaults."""
     import shlex
 
+    if sys.argv[1:2] == ["demo"]:
+        return "bbb " + shlex.join(sys.argv[1:])
     parts = ["bbb", "demo", "--out", shlex.quote(str(args.out))]
     if args.epochs != DEMO_SETTINGS["epochs"]:
         parts += ["--epochs", str(args.epochs)]

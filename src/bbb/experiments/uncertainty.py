@@ -258,7 +258,7 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
         "dataset's test set by predictive entropy, mutual information (epistemic) and 1 - max "
         "probability; AUROC and AUPR of each, OOD as the positive class. Works for bbb (weight "
         "samples), dropout (MC dropout, same k) and sgd (softmax only) runs. Writes "
-        "RUN_DIR/ood.json and RUN_DIR/ood.png."
+        "RUN_DIR/ood.json and RUN_DIR/ood.png (with matplotlib)."
     )
     p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
     p.add_argument("--ood", default=None, choices=IMAGE_DATASETS,
@@ -309,9 +309,11 @@ def main_ood(args: argparse.Namespace) -> int:
 
 def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Grids of the test digits on which the sampled networks disagree most (mutual "
-        "information), and of the most confident errors, each titled with the label and the vote "
-        "share of the top classes over the samples. Writes RUN_DIR/uncertain.png and uncertain.json."
+        "Grids of the test digits on which the sampled networks disagree most (ranked by mutual "
+        "information; by predictive entropy for an sgd run), and of the most confident errors (ranked by the "
+        "predicted class's mean probability), each titled with the label and the vote "
+        "share of the top classes over the samples. Writes RUN_DIR/uncertain.json and RUN_DIR/uncertain.png "
+        "(with matplotlib)."
     )
     p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
     p.add_argument("--n", type=int, default=64, help="digits per grid (default 64)")

@@ -215,14 +215,30 @@ def _example(name: str, *argv: str, env: dict[str, str] | None = None) -> subpro
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})})
 
 
-@pytest.mark.parametrize("name", ["fashion_cnn", "convert_pretrained"])
-def test_examples_without_data_stop_with_one_line_where_bbb_looks(tmp_path, name):
+def test_an_example_without_data_stops_with_one_line_where_bbb_looks(tmp_path):
     empty = tmp_path / "no-data"
-    p = _example(name, "--epochs", "1", env={"BBB_DATA": str(empty), "BBB_DATA_URL": f"file://{tmp_path}/none"})
+    p = _example("fashion_cnn", "--epochs", "1",
+                 env={"BBB_DATA": str(empty), "BBB_DATA_URL": f"file://{tmp_path}/none"})
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"{name}.py: error:") and str(empty) in lines[0], p.stderr
+    assert len(lines) == 1 and lines[0].startswith("fashion_cnn.py: error:") and str(empty) in lines[0], p.stderr
     assert "not found" in lines[0] and "Traceback" not in p.stderr and p.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["convert_pretrained", "lightning_module"])
+def test_the_other_examples_on_mnist_look_where_bbb_looks_too(tmp_path, monkeypatch, name):
+    from bbb.errors import DataError
+
+    monkeypatch.setenv("BBB_DATA", str(tmp_path / "no-data"))
+    monkeypatch.setenv("BBB_DATA_URL", f"file://{tmp_path}/none")
+    spec = importlib.util.spec_from_file_location(f"bbb_example_nodata_{name}", EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as e:  # an optional extra (lightning) not installed here
+        pytest.skip(f"{name}: {e}")
+    with pytest.raises(DataError, match="not found in .*no-data"):
+        mod.main(["--train-size", "64", "--test-size", "16"])
 
 
 def test_fashion_cnn_with_synthetic_data_says_so(capsys):

@@ -29,7 +29,9 @@
 What it printed, for several seeds and settings, and what holds: docs/your_network.md,
 "Fine-tuning a trained network".
 
-Without the data (no --data-dir, no $BBB_DATA) it runs on generated data, as a smoke test.
+The data are found where ``bbb`` finds them: ``--data-dir``, else ``$BBB_DATA``, else
+``~/.cache/bbb`` (downloaded there when missing); without them it stops with a one-line error.
+``--synthetic`` runs on generated data instead, as a smoke test, and says so.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -46,6 +49,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import bbb
 from bbb.data import load_mnist
+from bbb.errors import BBBError
 
 
 def mlp() -> nn.Module:
@@ -53,9 +57,12 @@ def mlp() -> nn.Module:
                          nn.Linear(400, 10))
 
 
-def load(split: str, limit: int, data_dir: str | None, seed: int = 0, dataset: str = "mnist"):
-    if data_dir:
-        x, y = load_mnist(split, dataset, data_dir, download=False)
+def load(split: str, limit: int, data_dir: str | None, seed: int = 0, dataset: str = "mnist",
+         synthetic: bool = False):
+    """(N, 28, 28) floats in [0, 1] and labels: the data set found where ``bbb`` looks
+    (``data_dir``, else $BBB_DATA, else ~/.cache/bbb), or generated ones when ``synthetic``."""
+    if not synthetic:
+        x, y = load_mnist(split, dataset, data_dir)
         return x[:limit].float() / 255.0, y[:limit]
     # generated: 10 noisy class templates; the out-of-distribution set has templates of its own
     g = torch.Generator().manual_seed(seed + (split == "test") + 2 * (dataset != "mnist"))
@@ -108,41 +115,57 @@ def finetune(det: nn.Module, loader: DataLoader, rho_lr_scale: float,
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", default=os.environ.get("BBB_DATA"))
-    p.add_argument("--train-size", type=int, default=60000, help="training rows loaded, validation rows included")
-    p.add_argument("--val-size", type=int, default=None,
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="Example: OMP_NUM_THREADS=1 python examples/convert_pretrained.py")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="data folder with mnist/ and fashion-mnist/ (default: $BBB_DATA, else ~/.cache/bbb, as bbb)")
+    p.add_argument("--synthetic", action="store_true",
+                   help="generated data instead of the data sets: a smoke test whose numbers mean nothing")
+    p.add_argument("--train-size", type=int, default=60000, metavar="N",
+                   help="training rows loaded, validation rows included (default: 60000)")
+    p.add_argument("--val-size", type=int, default=None, metavar="N",
                    help="the last rows of the training set held out to choose the fine-tune (default: 1/6 of "
                         "--train-size, 10,000 of 60,000)")
-    p.add_argument("--test-size", type=int, default=10000)
-    p.add_argument("--epochs", type=int, default=3, help="deterministic training epochs")
-    p.add_argument("--bbb-epochs", type=int, default=1, help="Bayesian fine-tuning epochs")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--test-size", type=int, default=10000, metavar="N",
+                   help="test images used, of MNIST and of Fashion-MNIST (out of distribution) (default: 10000)")
+    p.add_argument("--epochs", type=int, default=3, metavar="N", help="deterministic training epochs (default: 3)")
+    p.add_argument("--bbb-epochs", type=int, default=1, metavar="N", help="Bayesian fine-tuning epochs (default: 1)")
+    p.add_argument("--batch-size", type=int, default=128, metavar="N", help="minibatch size (default: 128)")
+    p.add_argument("--lr", type=float, default=1e-3,
+                   help="Adam's learning rate, of the training and of the fine-tune's means (default: 1e-3)")
     p.add_argument("--means-lr", choices=["cosine", "constant"], default="cosine",
-                   help="the means' learning rate over the fine-tune: decayed to 0 (cosine) or --lr throughout")
+                   help="the means' learning rate over the fine-tune: decayed to 0 (cosine) or --lr throughout "
+                        "(default: cosine)")
     p.add_argument("--delta", type=float, default=0.0,
-                   help="initial sigma = delta * |w| (MOPED); 0: bbb's default, sigma = softplus(-5) for all")
+                   help="initial sigma = delta * |w| (MOPED); 0: bbb's default, sigma = softplus(-5) for all "
+                        "(default: 0)")
     p.add_argument("--prior-sigma", type=float, default=0.0,
-                   help="s > 0: the prior N(w0, s^2) centred on the trained weights w0; 0: N(0, 1)")
+                   help="s > 0: the prior N(w0, s^2) centred on the trained weights w0; 0: N(0, 1) (default: 0)")
     p.add_argument("--rho-lr-scale", type=float, nargs="+", default=[3.0, 5.0, 7.0, 10.0],
                    help="rho's learning rate is --lr times this; several: one fine-tune each, the one kept "
-                        "chosen on the validation rows")
+                        "chosen on the validation rows (default: 3 5 7 10)")
     p.add_argument("--max-error-increase", type=float, default=0.0025,
-                   help="the choice's error bound: validation error at most this above the deterministic network's")
+                   help="the choice's error bound: validation error at most this above the deterministic network's "
+                        "(default: 0.0025)")
     p.add_argument("--kl-weighting", choices=["uniform", "blundell"], default="uniform",
-                   help="how an epoch's KL is spread over its minibatches (blundell: half on the first)")
-    p.add_argument("--eval-samples", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+                   help="how an epoch's KL is spread over its minibatches (blundell: half on the first; "
+                        "default: uniform)")
+    p.add_argument("--eval-samples", type=int, default=20, metavar="K",
+                   help="weight samples of the predictive (default: 20)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default: 0)")
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     n_val = args.train_size // 6 if args.val_size is None else args.val_size
     if len(args.rho_lr_scale) > 1 and n_val <= 0:
         p.error("choosing among several --rho-lr-scale values needs validation rows (--val-size > 0)")
-    x, y = load("train", args.train_size, args.data_dir, args.seed)
+    if args.synthetic:
+        print("convert_pretrained: --synthetic: generated data, not MNIST; a smoke test, the numbers below say "
+              "nothing about real data", file=sys.stderr)
+    x, y = load("train", args.train_size, args.data_dir, args.seed, synthetic=args.synthetic)
     x, y, vx, vy = x[:len(x) - n_val], y[:len(y) - n_val], x[len(x) - n_val:], y[len(y) - n_val:]
-    tx, ty = load("test", args.test_size, args.data_dir, args.seed)
-    ox, _ = load("test", args.test_size, args.data_dir, args.seed, dataset="fashion-mnist")  # out of distribution
+    tx, ty = load("test", args.test_size, args.data_dir, args.seed, synthetic=args.synthetic)
+    ox, _ = load("test", args.test_size, args.data_dir, args.seed, dataset="fashion-mnist",  # out of distribution
+                 synthetic=args.synthetic)
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True)
     u = bbb.uncertainty
 
@@ -221,4 +244,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BBBError as e:  # missing data, a bad value: one line, as bbb says it
+        print(f"{Path(__file__).name}: error: {e}", file=sys.stderr)
+        sys.exit(2)

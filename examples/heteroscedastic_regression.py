@@ -29,11 +29,14 @@ def data(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=256)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--samples", type=int, default=50, help="Monte Carlo samples for prediction")
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="Example: python examples/heteroscedastic_regression.py --steps 3000")
+    p.add_argument("--n", type=int, default=256, metavar="N",
+                   help="training points, generated: sin(3x) with noise growing in x (default: 256)")
+    p.add_argument("--steps", type=int, default=3000, metavar="N", help="full-batch Adam steps (default: 3000)")
+    p.add_argument("--samples", type=int, default=50, metavar="K",
+                   help="weight samples of the predictive (default: 50)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default: 0)")
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     x, y = data(args.n, args.seed)

@@ -67,17 +67,18 @@ def build_model(seed: int) -> nn.Module:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="example: python examples/hf_text_classifier.py --bbb-epochs 3 --samples 50")
-    p.add_argument("--train-size", type=int, default=2048)
-    p.add_argument("--test-size", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=64)
+                                epilog="Example: python examples/hf_text_classifier.py --bbb-epochs 3 --samples 50")
+    p.add_argument("--train-size", type=int, default=2048, metavar="N",
+                   help="training sequences, generated (default: 2048)")
+    p.add_argument("--test-size", type=int, default=512, metavar="N", help="test sequences, generated (default: 512)")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="minibatch size (default: 64)")
     p.add_argument("--finetune-epochs", type=int, default=6, help="deterministic fine-tuning (default: 6)")
     p.add_argument("--bbb-epochs", type=int, default=5, help="ELBO epochs after bayesianize (default: 5)")
     p.add_argument("--lr", type=float, default=2e-3, help="the ELBO's learning rate (default: 2e-3)")
     p.add_argument("--rho-lr-scale", type=float, default=10.0,
                    help="rho's learning rate is lr * this (default: 10), so that sigma moves in a short fine-tune")
     p.add_argument("--samples", type=int, default=20, help="weight samples per prediction (default: 20)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default: 0)")
     args = p.parse_args(argv)
     import transformers
 

@@ -53,12 +53,14 @@ def make_data(n: int, gen: torch.Generator, unseen: bool = False) -> tuple[torch
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="example: python examples/transformer_text.py --steps 300 --samples 20")
-    p.add_argument("--steps", type=int, default=300, help="training steps (default: 300)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--train-size", type=int, default=2048)
-    p.add_argument("--samples", type=int, default=20, help="weight samples per prediction (default: 20)")
-    p.add_argument("--seed", type=int, default=0)
+                                epilog="Example: python examples/transformer_text.py --steps 300 --samples 20")
+    p.add_argument("--steps", type=int, default=300, metavar="N", help="training steps (default: 300)")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="minibatch size (default: 64)")
+    p.add_argument("--train-size", type=int, default=2048, metavar="N",
+                   help="training sequences, generated (default: 2048)")
+    p.add_argument("--samples", type=int, default=20, metavar="K",
+                   help="weight samples per prediction (default: 20)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default: 0)")
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)

@@ -148,7 +148,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
     except OSError as exc:
         if exc.errno in _FULL:
             raise _full_error(path, exc) from None
-        raise
+        raise _naming(exc, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -163,8 +163,21 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
         full = _disk_full(exc) if isinstance(exc, Exception) else None
         if full is not None:
             raise _full_error(path, full) from None
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from None
         raise
     return path
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` about the file a user asked for, ``path``, where it names its temporary file (the
+    name of a temporary file means nothing to the user, and it is gone)."""
+    tmp_prefix = f".{path.name}~"
+    names = [n for n in (exc.filename, exc.filename2) if n is not None]
+    if type(exc).__module__ != "builtins" or exc.errno is None or not any(
+            Path(os.fsdecode(n)).name.startswith(tmp_prefix) for n in names):
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
 
 
 def _full_error(path: Path, exc: OSError) -> DiskFullError:

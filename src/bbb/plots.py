@@ -4,8 +4,8 @@ reliability diagram and the risk-coverage curve.
 Every plot function draws on ``ax=`` when given (one matplotlib Axes, or a sequence of them
 for a plot of several panels: :func:`canvas`), else on a new figure; with a ``path`` it writes
 the PNG (atomically) and returns the path, without one it returns the Figure (in a notebook,
-it shows). matplotlib is optional (``pip install 'bayes-by-backprop[plots]'``): it is imported
-lazily, and when it is missing each function warns and returns None. New figures are
+it shows). matplotlib is optional (:data:`INSTALL_HINT`): it is imported lazily, and when it is
+missing each function warns and returns None. New figures are
 ``matplotlib.figure.Figure`` objects with the Agg canvas attached directly: pyplot is never
 imported and no backend is selected, so a notebook keeps its inline plots and an interactive
 session its windows.
@@ -24,8 +24,12 @@ from torch import Tensor
 
 from .errors import UserError
 
-__all__ = ["Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve", "plot_reliability",
-           "plot_risk_coverage", "save_png", "snr_histogram"]
+__all__ = ["INSTALL_HINT", "Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve",
+           "plot_reliability", "plot_risk_coverage", "save_png", "snr_histogram"]
+
+#: How to get matplotlib, said wherever a plot is skipped without it. bbb is installed from a clone
+#: (it is not on PyPI under its distribution name), so the extra is named by path.
+INSTALL_HINT = "pip install matplotlib, or pip install '.[plots]' in a clone of bbb"
 
 
 class Figures:
@@ -68,8 +72,7 @@ def figures() -> Any | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        warnings.warn("matplotlib is not installed; skipping plots "
-                      "(pip install 'bayes-by-backprop[plots]')", stacklevel=3)
+        warnings.warn(f"matplotlib is not installed; skipping plots ({INSTALL_HINT})", stacklevel=3)
         return None
     return Figures(Figure, FigureCanvasAgg)
 

@@ -1,5 +1,5 @@
 """The scripts in examples/ run, at a tiny size: on the real data where $BBB_DATA has it, on
-generated data otherwise."""
+generated data (``--synthetic``) otherwise."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _data(*datasets: str) -> list[str]:
     d = os.environ.get("BBB_DATA")
     if d and all((Path(d) / ds / "t10k-images-idx3-ubyte.gz").exists() for ds in datasets):
         return ["--data-dir", d]
-    return ["--data-dir", ""]
+    return ["--synthetic"]
 
 
 def test_examples_folder_is_complete():

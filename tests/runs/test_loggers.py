@@ -122,7 +122,7 @@ def test_without_tensorboard_the_flag_is_one_line_saying_how_to_install(capsys, 
     run = tmp_path / "r"
     rc, _, err = run_main(capsys, "train", "--epochs", "1", "--out", str(run), "--log", "tensorboard")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert "pip install 'bayes-by-backprop[tensorboard]'" in err
+    assert "pip install tensorboard" in err
     assert not run.exists()  # refused before anything was written
 
 

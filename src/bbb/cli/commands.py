@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import OutOfMemory, ResultsNotSaved, UserError
+from ..errors import OutOfMemory, ResultsNotSaved, TrainingInterrupted, UserError
 from .common import loggers_of, pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
@@ -194,6 +194,30 @@ def print_pruning(rows: Sequence[dict[str, Any]]) -> None:
                   for r in rows], ["proportion removed", "#weights", "test error"], left=False), flush=True)
 
 
+def demo_command(args: argparse.Namespace) -> str:
+    """The ``bbb demo`` command line that continues the demo of ``args``: the one the user typed
+    (``sys.argv``) when it is a ``bbb demo``, else its --out and the settings that differ from the
+    defaults."""
+    import shlex
+
+    if sys.argv[1:2] == ["demo"]:
+        return "bbb " + shlex.join(sys.argv[1:])
+    parts = ["bbb", "demo", "--out", shlex.quote(str(args.out))]
+    if args.epochs != DEMO_SETTINGS["epochs"]:
+        parts += ["--epochs", str(args.epochs)]
+    if args.seed != 0:
+        parts += ["--seed", str(args.seed)]
+    if args.data_dir is not None:
+        parts += ["--data-dir", shlex.quote(str(args.data_dir))]
+    if args.device != "auto":
+        parts += ["--device", shlex.quote(args.device)]
+    if getattr(args, "no_compile", False):
+        parts += ["--no-compile"]
+    for name in getattr(args, "log", None) or []:
+        parts += ["--log", shlex.quote(name)]
+    return " ".join(parts)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .. import plots
     from ..prune import signal_to_noise, snr_db
@@ -215,7 +239,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
                        f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}")
     loggers = loggers_of(args)
     data = runmodel.load_data(cfg)
-    summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args), loggers=loggers)
+    try:
+        summary = train(cfg, out, data=data, resume="auto", quiet=args.quiet, log=progress_log(args),
+                        loggers=loggers)
+    except TrainingInterrupted as e:  # the demo resumes itself, then evaluates, prunes and plots
+        raise TrainingInterrupted(f"{e.message.split('; resume with:')[0]}; resume with: {demo_command(args)} "
+                                  "(it continues the training, then evaluates, prunes and plots)",
+                                  e.run_dir, e.epoch) from None
     ev = evaluate_run(out, samples=cfg.eval_samples, which="best", device=args.device, data=data)
     print()
     print_eval(ev)

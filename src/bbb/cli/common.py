@@ -187,7 +187,7 @@ def progress_log(args: Any) -> Any:
 
 LOG_HELP = ("experiment logger: tensorboard writes event files into RUN/tb/ (ELBO, NLL, KL, error, learning rate "
             "each epoch; sigma and SNR histograms per Bayesian layer; view with tensorboard --logdir RUN/tb); "
-            "needs pip install 'bayes-by-backprop[tensorboard]'")
+            "needs pip install tensorboard (or '.[tensorboard]' in a clone of bbb)")
 """What ``--log`` means in every training command."""
 
 

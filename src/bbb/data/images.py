@@ -30,8 +30,8 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
-        raise UserError("reading images needs Pillow: pip install 'bayes-by-backprop[images]' "
-                        "(or pip install pillow)") from None
+        raise UserError("reading images needs Pillow: pip install pillow (or pip install '.[images]' in a "
+                        "clone of bbb)") from None
     d = Path(folder)
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")

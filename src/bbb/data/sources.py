@@ -27,7 +27,6 @@ import http.client
 import json
 import logging
 import os
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
@@ -287,13 +286,12 @@ def verify_files(dataset: str, paths: Iterable[str | os.PathLike[str]],
 
 
 def _progress(total: int | None, desc: str) -> Any:
-    """A tqdm bar when stderr is a terminal, else ``None``."""
-    stderr = sys.stderr
-    if stderr is None or not stderr.isatty():
-        return None
-    from tqdm import tqdm
+    """A tqdm bar when stderr is a terminal (:func:`bbb.progress.progress_bar`), else ``None``."""
+    from ..progress import progress_bar, stderr_is_terminal
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False)
+    if not stderr_is_terminal():
+        return None
+    return progress_bar(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
 
 
 def _download(url: str, dest: Path, md5: str, timeout: float) -> None:

@@ -1,8 +1,9 @@
 """Side-by-side table of trained runs: test error, NLL, ECE, Brier and OOD AUROC.
 
-Reads what ``bbb evaluate`` (``eval.json``) and ``bbb ood`` (``ood.json``) wrote in each run
-directory and writes ``NAME.csv`` and its markdown twin ``NAME.md``. Percentages (test error,
-ECE) are in percent; NLL in nats per example; Brier is the mean squared error of the probability
+Reads what ``bbb evaluate`` (``eval.json``; without it, the evaluation that ended ``bbb train``
+in ``summary.json``) and ``bbb ood`` (``ood.json``) wrote in each run directory and writes
+``NAME.csv`` and its markdown twin ``NAME.md``, one row per run. Percentages (test error, ECE) are
+in percent; NLL in nats per example; Brier is the mean squared error of the probability
 vector (0-2). Metrics are those of the k-sample predictive distribution (BBB: weight samples,
 dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it.
 """
@@ -28,7 +29,7 @@ EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd
 #: The CSV's columns, in order (the comparison's metrics first, then context).
 COLUMNS = ("method", "hidden", "dataset", "test_error", "nll", "ece", "brier", "auroc_entropy", "auroc_mi",
            "auroc_max_prob", "aupr_entropy", "aupr_mi", "test_error_mean_weights", "reference_test_error",
-           "samples", "epochs", "seconds", "run")
+           "samples", "epochs", "seconds", "run", "metrics_from")
 
 #: Published numbers to print beside ours: name -> (dataset, method, {hidden: test error %}, source).
 REFERENCES: dict[str, tuple[str, str, dict[int, float], str]] = {
@@ -47,18 +48,26 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def collect(run_dir: str | Path) -> dict[str, Any]:
-    """One row from a run directory (needs eval.json; ood.json is optional)."""
+    """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
+    summary.json (the evaluation at the end of ``bbb train``); ood.json is optional."""
     d = Path(run_dir)
     if not d.is_dir():
         raise UserError(f"run directory {d} does not exist")
     ev = _read_json(d / "eval.json")
-    if ev is None:
-        raise UserError(f"{d} has no eval.json; run `bbb evaluate {d}` first")
-    if ev.get("task") == "regression":
-        raise UserError(f"{d} is a regression run: bbb compare tabulates classifiers; its eval.json holds test_rmse "
-                        "and log_likelihood")
     cfg = _read_json(d / "config.json") or {}
     summary = _read_json(d / "summary.json") or {}
+    if (ev or {}).get("task") == "regression" or cfg.get("task") == "regression":
+        raise UserError(f"{d} is a regression run: bbb compare tabulates classifiers; its eval.json holds test_rmse "
+                        "and log_likelihood")
+    source = "eval.json"
+    if ev is None:
+        if "test_error_mc" not in summary:
+            raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "
+                            "first (on a folder `bbb train --out` wrote)")
+        source = "summary.json"
+        ev = {"method": summary.get("method"), "dataset": summary.get("dataset"), "test_error": summary["test_error"],
+              "test_error_mc": summary["test_error_mc"], "nll": summary["test_nll"], "ece": summary["test_ece"],
+              "brier": summary["test_brier"], "samples": summary.get("eval_samples")}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
 
@@ -86,6 +95,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         "epochs": summary.get("epochs"),
         "seconds": summary.get("seconds"),
         "run": str(d),
+        "metrics_from": source,
         "ood": (ood or {}).get("ood"),
     }
 
@@ -112,6 +122,11 @@ def _fmt(v: Any, digits: int = 2) -> str:
 
 _DIGITS = {"nll": 4, "brier": 4, "auroc_entropy": 4, "auroc_mi": 4, "auroc_max_prob": 4, "aupr_entropy": 4,
            "aupr_mi": 4, "seconds": 0}
+
+
+def _md_cell(text: str) -> str:
+    """A markdown table cell: a ``|`` in it (a folder's name) escaped."""
+    return text.replace("|", "\\|")
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
@@ -156,10 +171,10 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
     csv_path = out / f"{name}.csv"
     atomic_write_text(csv_path, "\n".join(lines) + "\n")
 
-    shown = ["method", "hidden", "dataset", "test_error", "test_error_mean_weights", "nll", "ece", "brier",
+    shown = ["run", "method", "hidden", "dataset", "test_error", "test_error_mean_weights", "nll", "ece", "brier",
              "auroc_entropy", "auroc_mi", "auroc_max_prob", "samples", "epochs", "seconds"]
     if any(r["reference_test_error"] is not None for r in rows):
-        shown.insert(4, "reference_test_error")
+        shown.insert(shown.index("test_error") + 1, "reference_test_error")
     heads = {"test_error": "test error %", "test_error_mean_weights": "error % (mean weights)",
              "nll": "NLL", "ece": "ECE %", "brier": "Brier", "auroc_entropy": "AUROC entropy",
              "auroc_mi": "AUROC MI", "auroc_max_prob": "AUROC max-prob", "reference_test_error": "reference %",
@@ -168,13 +183,17 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
     if command:
         md += ["Made by:", "", "```", command, "```", ""]
     md += ["| " + " | ".join(heads.get(c, c) for c in shown) + " |",
-           "|" + "|".join("---" if c in ("method", "dataset") else "---:" for c in shown) + "|"]
+           "|" + "|".join("---" if c in ("run", "method", "dataset") else "---:" for c in shown) + "|"]
     for r in rows:
-        md.append("| " + " | ".join(_fmt(r[c], _DIGITS.get(c, 2)) or "-" for c in shown) + " |")
+        md.append("| " + " | ".join(_md_cell(_fmt(r[c], _DIGITS.get(c, 2))) or "-" for c in shown) + " |")
     oods = sorted({r["ood"] for r in rows if r.get("ood")})
     md += ["", "Test error, NLL, ECE (15 equal-width bins) and Brier are those of the k-sample predictive "
            "distribution (BBB: weight samples; dropout: MC dropout; SGD: its softmax, k = 1); "
            "\"mean weights\" is the posterior-mean (BBB) or deterministic (dropout off) network."]
+    from_summary = [r["run"] for r in rows if r.get("metrics_from") == "summary.json"]
+    if from_summary:
+        md.append(f"No eval.json in {', '.join(from_summary)}: their metrics are those of the evaluation that ended "
+                  "`bbb train` (summary.json: the best checkpoint, the run's --eval-samples).")
     if oods:
         md.append(f"OOD: the in-distribution test set against the {', '.join(oods)} test set (OOD = positive "
                   "class); mutual information is undefined for SGD (one network).")
@@ -189,7 +208,9 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories with eval.json (and ood.json)")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                   help="run directories of `bbb train` (eval.json of `bbb evaluate` when there, else summary.json; "
+                        "ood.json of `bbb ood` when there)")
     add_out(p, shared_help("--out", " for NAME.csv and NAME.md"))
     p.add_argument("--name", default="comparison", help="file stem (default: comparison)")
     p.add_argument("--reference", default=None, choices=sorted(REFERENCES),

@@ -61,10 +61,11 @@ from ..cli.common import (
 from ..devices import resolve_device
 from ..distributions import inverse_softplus, make_prior
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
-from ..errors import SettingError, UserError, check_float, check_int
+from ..errors import DiskFullError, ResultsNotSaved, SettingError, UserError, check_float, check_int
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesMLP, sampling
 from ..options import PriorKind, choice, values
+from ..plots import INSTALL_HINT
 from ..uncertainty import regression_uncertainty
 
 __all__ = [
@@ -357,17 +358,25 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
     })
     res = {"summary": summary, "grid": grid, "true_f": truth, "x_train": x, "y_train": y,
            "bbb": bbb, "standard": std, "files": []}
-    if cfg.out:
-        res["files"] = _write_outputs(Path(cfg.out), cfg, res)
-    if not cfg.quiet:
+    if not cfg.quiet:  # the result first: a file that cannot be written then loses nothing of it
         s = summary
         print(f"regression: BBB median RMSE vs the noise-free curve in the data "
               f"{s['rmse_bbb_median_in_data']:.4f} (standard {s['rmse_standard_median_in_data']:.4f}); "
               f"BBB interquartile width {s['bbb_iqr_mean_in_data']:.3f} in the data, "
               f"{s['bbb_iqr_at_far_end']:.3f} at x={cfg.grid_high:g} "
               f"({s['bbb_iqr_ratio_far_to_in_data']:.1f}x); standard {s['standard_iqr_mean_in_data']:.3f} and "
-              f"{s['standard_iqr_at_far_end']:.3f}; {s['seconds']:.1f} s"
-              + (f"; wrote {cfg.out}" if cfg.out else ""))
+              f"{s['standard_iqr_at_far_end']:.3f}; {s['seconds']:.1f} s", flush=True)
+    if cfg.out:
+        try:
+            files = _write_outputs(Path(cfg.out), cfg, res)
+        except DiskFullError:  # (its one line names the file and what to do)
+            raise
+        except OSError as e:
+            where = Path(os.fsdecode(e.filename)) if e.filename is not None else Path(cfg.out)
+            raise ResultsNotSaved(where, e.strerror or str(e), res) from None
+        if not cfg.quiet:
+            print(f"regression: wrote {', '.join(files)} in {cfg.out}", flush=True)
+        res["files"] = files
     return res
 
 
@@ -421,7 +430,7 @@ def _write_outputs(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> lis
     except ImportError:
         import sys
 
-        print("regression: matplotlib is not installed; skipped regression.png (pip install matplotlib)",
+        print(f"regression: matplotlib is not installed; skipped regression.png ({INSTALL_HINT})",
               file=sys.stderr)
     return files
 
@@ -540,7 +549,10 @@ def config_from_args(args: argparse.Namespace) -> RegressionConfig:
 
 def main(args: argparse.Namespace) -> int:
     """``bbb regression``: fit, predict, write; returns the exit code."""
-    run_regression(config_from_args(args))
+    try:
+        run_regression(config_from_args(args))
+    except ResultsNotSaved as e:
+        raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
     return 0
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "plot_reliability",
     "plot_ood",
     "plot_uncertain",
+    "ranking_titles",
     "add_ood_arguments",
     "main_ood",
     "add_uncertain_arguments",
@@ -47,6 +48,11 @@ __all__ = [
 ]
 
 SCORES = ("entropy", "mutual_information", "max_prob")
+
+#: What each score is, as the plots label it (``max_prob`` is 1 - max probability: higher = more
+#: likely OOD, like the other two).
+SCORE_LABELS = {"entropy": "predictive entropy", "mutual_information": "mutual information",
+                "max_prob": "1 - max probability"}
 
 
 @torch.no_grad()
@@ -148,14 +154,16 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
         a, b = scores_in[name], scores_out[name]
         if a is None or b is None:
             panel.text(0.5, 0.5, "undefined for k = 1", ha="center", va="center", transform=panel.transAxes)
-            panel.set_title(name.replace("_", " "))
+            panel.set_title(SCORE_LABELS[name])
             continue
         hi = max(float(a.max()), float(b.max()), 1e-6)
         bins = torch.linspace(0, hi, 51).numpy()
-        panel.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[0])
-        panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=names[1])
+        panel.hist(a.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=f"{names[0]} (in)")
+        panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=f"{names[1]} (OOD)")
         panel.set_yscale("log")
-        panel.set_title(f"{name.replace('_', ' ')}: AUROC {report[name]['auroc']:.3f}")
+        panel.set_ylabel("density")
+        panel.set_title(f"{SCORE_LABELS[name]}: AUROC {report[name]['auroc']:.3f}")
+        panel.set_xlabel(SCORE_LABELS[name])
         panel.legend()
     return finish(fig, path, new=ax is None)
 
@@ -167,23 +175,37 @@ def _as_image(x: Tensor):
     return x.reshape(side, side).cpu().numpy() if side * side == d else x.reshape(1, d).cpu().numpy()
 
 
+def ranking_titles(samples: int) -> tuple[str, str]:
+    """The titles of :func:`plot_uncertain`'s two grids, each saying how :func:`most_uncertain`
+    ranked its digits (``samples``: the sampled networks; 1: one network, ranked by entropy)."""
+    if samples > 1:
+        disputed = (f"most disputed: highest mutual information between {samples} sampled networks "
+                    "(their disagreement), highest first")
+    else:
+        disputed = "most uncertain: highest predictive entropy of the one network, highest first"
+    errors = ("most confident errors: wrong predictions ranked by the predicted class's mean probability"
+              f"{f' over {samples} samples' if samples > 1 else ''}, highest first")
+    return disputed, errors
+
+
 def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path | None,
                    samples: int) -> Any:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
-    its label and the vote shares of the sampled networks. Returns the PNG's path when
-    ``path`` is given, else the Figure (None without matplotlib)."""
+    its label and the vote shares of the sampled networks; each grid's title says how it ranks
+    (:func:`ranking_titles`). Returns the PNG's path when ``path`` is given, else the Figure (None
+    without matplotlib)."""
     plt = figures()
     if plt is None:
         return None
-    groups = [("most disagreement between sampled networks", result["uncertain"]),
-              ("most confident errors", result["confident_errors"])]
+    disputed, errors = ranking_titles(samples)
+    groups = [(disputed, result["uncertain"]), (errors, result["confident_errors"])]
     n = max(len(idx) for _, idx in groups)
     cols = min(8, max(n, 1))
     rows = [math.ceil(len(idx) / cols) for _, idx in groups]
     fig = plt.figure(figsize=(1.55 * cols, 1.75 * sum(max(r, 1) for r in rows) + 1.0))
     sub = fig.subfigures(2, 1, height_ratios=[max(r, 1) for r in rows])
     for sf, (title, idx), r in zip(sub, groups, rows):
-        sf.suptitle(f"{title} ({samples} samples)", fontsize=11)
+        sf.suptitle(title, fontsize=11)
         if len(idx) == 0:
             continue
         axes = sf.subplots(max(r, 1), cols, squeeze=False)
@@ -239,11 +261,12 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
         "dataset's test set by predictive entropy, mutual information (epistemic) and 1 - max "
         "probability; AUROC and AUPR of each, OOD as the positive class. Works for bbb (weight "
         "samples), dropout (MC dropout, same k) and sgd (softmax only) runs. Writes "
-        "RUN_DIR/ood.json and RUN_DIR/ood.png."
+        "RUN_DIR/ood.json and RUN_DIR/ood.png (with matplotlib)."
     )
     p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
-    p.add_argument("--ood", default="fashion-mnist", choices=IMAGE_DATASETS,
-                   help="out-of-distribution test set (default: fashion-mnist)")
+    p.add_argument("--ood", default=None, choices=IMAGE_DATASETS,
+                   help="out-of-distribution test set (default: the other of mnist and fashion-mnist than the "
+                        "run's)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default: 10)"))
     _add_run_options(p)
@@ -251,8 +274,16 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
 
 def main_ood(args: argparse.Namespace) -> int:
     model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir, args.device)
+    if args.ood is None:
+        others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
+        if cfg.dataset not in IMAGE_DATASETS or len(others) != 1:
+            raise UserError(f"the run's data set is {cfg.dataset}: name the out-of-distribution test set with "
+                            f"--ood ({', '.join(IMAGE_DATASETS)})")
+        args.ood = others[0]
     if args.ood == cfg.dataset:
-        raise UserError(f"--ood {args.ood} is the run's own dataset; pick the other one")
+        other = [d for d in IMAGE_DATASETS if d != cfg.dataset]
+        raise UserError(f"--ood {args.ood} is the run's own dataset; use --ood {' or '.join(other)}, or leave --ood "
+                        "out for the other data set")
     ood = _load_ood(cfg, args.ood)
     dev = next(model.parameters()).device
     p_in = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()
@@ -263,24 +294,29 @@ def main_ood(args: argparse.Namespace) -> int:
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
     d = Path(args.run_dir)
     atomic_write_json(d / "ood.json", out)
-    plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood))
+    written = [d / "ood.json"]
+    if plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood)) is not None:
+        written.append(d / "ood.png")  # (None: no matplotlib; warned)
     print(f"OOD detection: {cfg.dataset} (in) vs {args.ood} (out), {method}, k={out['samples']}")
-    print(f"{'score':<20}{'AUROC':>8}{'AUPR':>8}")
+    print(f"{'score':<22}{'AUROC':>8}{'AUPR':>8}")
+
     def fmt(v: float | None) -> str:
         return f"{v:8.4f}" if v is not None else f"{'n/a':>8}"
 
     for name in SCORES:
         r = report[name]
-        print(f"{name:<20}{fmt(r['auroc'])}{fmt(r['aupr'])}")
-    print(f"wrote {d / 'ood.json'} and {d / 'ood.png'}")
+        print(f"{SCORE_LABELS[name]:<22}{fmt(r['auroc'])}{fmt(r['aupr'])}")
+    print(f"wrote {' and '.join(map(str, written))}")
     return 0
 
 
 def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Grids of the test digits on which the sampled networks disagree most (mutual "
-        "information), and of the most confident errors, each titled with the label and the vote "
-        "share of the top classes over the samples. Writes RUN_DIR/uncertain.png and uncertain.json."
+        "Grids of the test digits on which the sampled networks disagree most (ranked by mutual "
+        "information; by predictive entropy for an sgd run), and of the most confident errors (ranked by the "
+        "predicted class's mean probability), each titled with the label and the vote "
+        "share of the top classes over the samples. Writes RUN_DIR/uncertain.json and RUN_DIR/uncertain.png "
+        "(with matplotlib)."
     )
     p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
     p.add_argument("--n", type=int, default=64, help="digits per grid (default: 64)")
@@ -297,7 +333,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
     probs = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()
     res = most_uncertain(probs, data["test_y"], args.n)
     d = Path(args.run_dir)
-    plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
+    plotted = plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
     rows = []
     for group in ("uncertain", "confident_errors"):
         for i in res[group].tolist():
@@ -305,7 +341,10 @@ def main_uncertain(args: argparse.Namespace) -> int:
                          "prediction": int(res["prediction"][i]), "confidence": float(res["confidence"][i]),
                          "disagreement": float(res["disagreement"][i]),
                          "votes": [round(float(v), 4) for v in res["votes"][i]]})
-    atomic_write_json(d / "uncertain.json", {"method": method, "samples": int(probs.shape[0]), "digits": rows})
-    print(f"wrote {d / 'uncertain.png'} and {d / 'uncertain.json'} ({len(res['uncertain'])} disputed, "
+    disputed, errors = ranking_titles(int(probs.shape[0]))
+    atomic_write_json(d / "uncertain.json", {"method": method, "samples": int(probs.shape[0]), "digits": rows,
+                                             "ranking": {"uncertain": disputed, "confident_errors": errors}})
+    written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
+    print(f"wrote {' and '.join(map(str, written))} ({len(res['uncertain'])} disputed, "
           f"{len(res['confident_errors'])} confident errors)")
     return 0

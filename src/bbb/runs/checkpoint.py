@@ -92,6 +92,9 @@ def run_dir_of(run_dir: str | Path) -> Path:
     d = Path(run_dir)
     if not d.is_dir():
         raise CheckpointError(f"run directory {d} not found")
+    if not ((d / "last.pt").is_file() or (d / "best.pt").is_file()):
+        raise CheckpointError(f"{d} is not a run directory: it holds no last.pt or best.pt (a run of `bbb train` "
+                              "does); give the folder that `bbb train --out` wrote")
     return d
 
 

@@ -116,7 +116,7 @@ class TrainConfig:
         if isinstance(self.hidden, int | float):
             self.hidden = [self.hidden]
         self.hidden = [check_int("hidden", h, 1) for h in self.hidden]
-        self.epochs = check_int("epochs", self.epochs, 0)
+        self.epochs = check_int("epochs", self.epochs, 1)
         self.lr = _positive("lr", self.lr)
         self.momentum = float(self.momentum)
         if not (0.0 <= self.momentum < 1.0):

@@ -31,7 +31,7 @@ exception raised by a logger stops training as any other error does (``last.pt``
 completed epoch).
 
 :class:`TensorBoardLogger` writes event files into ``RUN/tb/`` (``tensorboard --logdir RUN/tb``);
-it needs the optional ``tensorboard`` package (``pip install 'bayes-by-backprop[tensorboard]'``),
+it needs the optional ``tensorboard`` package (``pip install tensorboard``),
 without which making one is a one-line :class:`~bbb.errors.UserError` that says so.
 """
 
@@ -86,7 +86,7 @@ def _writer_class() -> Any:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise UserError("TensorBoard logging (--log tensorboard) needs the tensorboard package: "
-                        "pip install 'bayes-by-backprop[tensorboard]' (or pip install tensorboard)") from None
+                        "pip install tensorboard (or pip install '.[tensorboard]' in a clone of bbb)") from None
     return SummaryWriter
 
 

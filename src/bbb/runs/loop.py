@@ -72,6 +72,7 @@ from ..engine.engine import OptimizerKind
 from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..options import LRSchedule, Method
+from ..progress import progress_bar
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
 from .config import TrainConfig, resume_conflicts
@@ -447,11 +448,9 @@ def _train(
             bar = None
             steps: Any = range(num_batches)
             if not quiet:
-                from tqdm import tqdm
-
                 last = metrics[-1] if metrics else {}
-                bar = tqdm(steps, desc=f"epoch {epoch}/{cfg.epochs}", leave=False, dynamic_ncols=True,
-                           file=sys.stderr, disable=None)  # no bar when stderr is not a terminal
+                # a bar over the epoch's minibatches on a terminal; nothing in a log (the epoch's line below)
+                bar = progress_bar(steps, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch")
                 if last:
                     bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], not regression))
                 steps = bar

@@ -186,20 +186,38 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
         yield resuming
         return
     fd = _lock(lock, create=False, wait=lock_wait) if out.is_dir() else None  # busy: refuse before anything else
+    made_dir = made_lock = False
     try:
         _check(out, resume, overwrite)
         if fd is None:
+            made_dir = not out.exists()
             out.mkdir(parents=True, exist_ok=True)
+            new_lock = not lock.exists()
             fd = _lock(lock, create=True, wait=lock_wait)
+            made_lock = new_lock  # (and held: not another process's)
         resuming = _check(out, resume, overwrite)  # again, under the lock
         _record_pid(fd)
         _clean(out)
         if not resuming and _existing(out):
             _remove_old(out)
         yield resuming
+    except BaseException:
+        if made_lock and not _existing(out):  # nothing of a run was written: leave no trace of it
+            _unmake(out, lock, made_dir)
+        raise
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _unmake(out: Path, lock: Path, made_dir: bool) -> None:
+    """Remove the lock file a run that failed before writing anything created, and ``out`` too
+    when the run created it and it is now empty (best effort)."""
+    with contextlib.suppress(OSError):
+        lock.unlink()
+    if made_dir:
+        with contextlib.suppress(OSError):
+            out.rmdir()  # only when empty
 
 
 

@@ -10,7 +10,7 @@ backends run the same job runner and write the same files:
 - ``ray``: every trial is a Ray Tune trial. ``--address auto`` / ``ray://HOST:PORT`` joins a
   running cluster, no address starts a local one; ``--gpus-per-trial`` may be fractional;
   ``--scheduler asha`` stops trials early on the validation error reported every epoch.
-  Ray is an optional extra: ``pip install 'bayes-by-backprop[ray]'``.
+  Ray is an optional extra: ``pip install '.[ray]'`` in a clone of bbb.
 
 Fault tolerance. Every epoch ends with ``last.pt`` in the trial directory (atomically written)
 and, on Ray, a checkpoint reported through ``tune.report(..., checkpoint=...)``. A failed trial is

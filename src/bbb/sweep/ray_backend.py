@@ -26,7 +26,7 @@ def import_ray() -> tuple[Any, Any]:
         from ray import tune
     except ImportError as e:
         raise UserError(f"--backend ray needs Ray Tune, which is not installed ({e.name or e}): "
-                        "pip install 'bayes-by-backprop[ray]'") from None
+                        "pip install 'ray[tune,client]>=2.41', or pip install '.[ray]' in a clone of bbb") from None
     return ray, tune
 
 

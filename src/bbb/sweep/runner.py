@@ -29,10 +29,15 @@ from .trial import (
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:
+    """The trials' bar: on a terminal when ``enabled`` (:func:`bbb.progress.progress_bar`), else a
+    disabled one (the finished trials are then logged one line each)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc="trials", unit="trial", file=sys.stderr,
-                dynamic_ncols=True, disable=None if enabled else True)
+    from ..progress import progress_bar
+
+    if enabled:
+        return progress_bar(total=total, initial=initial, desc="trials", unit="trial", leave=True)
+    return tqdm(total=total, initial=initial, file=sys.stderr, disable=True)
 
 
 def _announce(bar: Any, log: Callable[[str], None], warn: Callable[[str], None], row: dict[str, Any]) -> None:

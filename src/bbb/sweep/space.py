@@ -205,7 +205,7 @@ def load_space(space: str | Path) -> dict[str, Any]:
         try:
             import yaml
         except ImportError:
-            raise UserError(f"reading {path} needs PyYAML: pip install 'bayes-by-backprop[yaml]' "
+            raise UserError(f"reading {path} needs PyYAML: pip install pyyaml "
                             "(or write the space as .json)") from None
         try:
             obj = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader subclass

@@ -213,7 +213,7 @@ def test_ray_is_optional(tmp_path, capsys, monkeypatch):
     rc = cli_main(["sweep", "--space", "paper", "--set", "epochs=1", "--limit", "1", "--backend", "ray",
                    "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "pip install 'bayes-by-backprop[ray]'" in err
+    assert rc == 2 and err.count("\n") == 1 and "pip install '.[ray]'" in err
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,20 +3,31 @@
 The paper (section 5.3) says: the greedy agent eats nothing at first and then does much better;
 5% greedy over-explores; BBB explores from the start and converges to an almost flat regret
 curve, the lowest of the agents. Each mark is a comparison of numbers from the summary (and the
-per-seed finals of regret.csv); a mark whose agents were not run is left out.
+per-seed finals of regret.csv); a mark whose agents were not run is left out. A mark measured on
+a window (the first :data:`EARLY_WINDOW` steps, the last :data:`LATE_WINDOW`) is not judged on a
+run shorter than twice its window, where the window would be most or all of the run: ``holds``
+is then None (printed as :data:`NOT_JUDGED`) and ``measured`` says why.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .config import EXPECTED_POISON, REWARD_EDIBLE, REWARD_PASS, parse_agent
+from .config import EARLY_WINDOW, EXPECTED_POISON, LATE_WINDOW, REWARD_EDIBLE, REWARD_PASS, parse_agent
 
 #: the share of seeds on which BBB must end below greedy (4 of the paper's 5)
 SEED_SHARE = 0.8
 
 #: how far above its floor an epsilon-greedy agent's late rate may lie (the learner check)
 LEARNER_CHECK_MARGIN = 0.1
+
+#: how a mark not judged (``holds`` None: a run too short for its window) is printed
+NOT_JUDGED = "not judged"
+
+
+def mark_word(holds: bool | None) -> str:
+    """How a mark's verdict is printed: holds, fails, or not judged (None)."""
+    return NOT_JUDGED if holds is None else "holds" if holds else "fails"
 
 
 def exploration_floor(epsilon: float, edible_share: float) -> float:
@@ -44,8 +55,14 @@ def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
     and ``measured`` (the numbers compared, in words)."""
     by = {s["agent"]: s for s in summary}
     marks: list[dict[str, Any]] = []
+    steps = max((int(s["steps"]) for s in summary if s.get("steps") is not None), default=None)
 
-    def add(mark: str, holds: bool, measured: str) -> None:
+    def add(mark: str, holds: bool, measured: str, window: int = 0) -> None:
+        if steps is not None and steps < 2 * window:
+            marks.append({"mark": mark, "holds": None,
+                          "measured": f"a {steps:,}-step run is shorter than twice its {window:,}-step window; "
+                                      f"run at least {2 * window:,} steps"})
+            return
         marks.append({"mark": mark, "holds": bool(holds), "measured": measured})
 
     late = {a: s["expected_regret_per_step_late"] for a, s in by.items()}
@@ -63,9 +80,9 @@ def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
         add("greedy is reluctant to eat early, BBB explores from the start",
             by["greedy"]["eat_rate_first_1000"] < by["bbb"]["eat_rate_first_1000"],
             f"eaten in the first 1,000 steps: greedy {by['greedy']['eat_rate_first_1000']:.1%}, "
-            f"bbb {by['bbb']['eat_rate_first_1000']:.1%}")
+            f"bbb {by['bbb']['eat_rate_first_1000']:.1%}", EARLY_WINDOW)
         add("BBB flattens: its regret per step over the late window is below greedy's",
-            late["bbb"] < late["greedy"], f"bbb {late['bbb']:.3f}, greedy {late['greedy']:.3f}")
+            late["bbb"] < late["greedy"], f"bbb {late['bbb']:.3f}, greedy {late['greedy']:.3f}", LATE_WINDOW)
     for a in by:
         eps = parse_agent(a).epsilon
         if eps <= 0:
@@ -75,7 +92,8 @@ def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
         if rest:
             add(f"{a} over-explores: the highest regret per step over the late window",
                 all(late[a] > v for v in rest.values()),
-                f"{a} {late[a]:.3f}; " + ", ".join(f"{b} {v:.3f}" for b, v in rest.items()))
+                f"{a} {late[a]:.3f}; " + ", ".join(f"{b} {v:.3f}" for b, v in rest.items()), LATE_WINDOW)
         add(f"{a} within {LEARNER_CHECK_MARGIN} per step of its exploration floor {floor:.4f} (learner check)",
-            late[a] - floor <= LEARNER_CHECK_MARGIN, f"{late[a]:.3f} per step, {late[a] - floor:+.3f} over the floor")
+            late[a] - floor <= LEARNER_CHECK_MARGIN, f"{late[a]:.3f} per step, {late[a] - floor:+.3f} over the floor",
+            LATE_WINDOW)
     return marks

@@ -25,7 +25,7 @@ from ...errors import TrainingInterrupted, UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
 from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
-from .marks import figure6_marks
+from .marks import figure6_marks, mark_word
 from .plot import plot_eating, plot_regret
 from .population import Population, fmt_seconds
 
@@ -206,12 +206,13 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
             res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups),
                                           oracle_eat=edible_share, marks=marks)
         # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
+        first = min(EARLY_WINDOW, cfg.steps)  # (the summary's columns keep their names)
         for s in summary:
             print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
                   f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_first_1000']:.1%}"
-                  f" of the first 1000 and {s['eat_rate_last_1000']:.1%} of the last 1000")
+                  f" of the first {first} and {s['eat_rate_last_1000']:.1%} of the last {first}")
         for m in marks:
-            print(f"  {'holds' if m['holds'] else 'fails'}: {m['mark']} ({m['measured']})")
+            print(f"  {mark_word(m['holds'])}: {m['mark']} ({m['measured']})")
         print(f"bandit: {fmt_seconds(seconds)} of training" + (f"; wrote {out}" if out else ""), flush=True)
         return res
 
@@ -397,7 +398,7 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
         files = _write_outputs(outp, cfg, rows, summary, seconds, int(first.get("workers_used", 1)),
                                oracle_eat=edible_share, marks=marks, extra={"parts": parts_meta})
     for m in marks:
-        print(f"  {'holds' if m['holds'] else 'fails'}: {m['mark']} ({m['measured']})")
+        print(f"  {mark_word(m['holds'])}: {m['mark']} ({m['measured']})")
     print(f"bandit: merged {len(read)} runs ({', '.join(' '.join(c['agents']) for _, c, _, _ in read)}); "
           f"wrote {outp}", flush=True)
     return {"regret_rows": rows, "summary": summary, "marks": marks, "seconds": seconds, "files": files,

@@ -287,11 +287,11 @@ def _plot(out: Path, rows: list[dict[str, Any]], method_rows: list[dict[str, Any
     (differences / ratios): the published columns and our three methods."""
     if not method_rows:
         return []
-    import matplotlib
+    from ...plots import figures, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = figures()  # Agg figures, no pyplot: the caller's backend stays; None without matplotlib (warned)
+    if plt is None:
+        return []
     pub = published()
     names = list(dict.fromkeys(r["dataset"] for r in method_rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -319,7 +319,6 @@ def _plot(out: Path, rows: list[dict[str, Any]], method_rows: list[dict[str, Any
         ax.set_xticks(list(x), names, rotation=45, ha="right", fontsize=8)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path = out / "table.png"
-    fig.savefig(path, dpi=110)
+    path = save_png(fig, out / "table.png", dpi=110)  # atomically
     plt.close(fig)
     return [path]

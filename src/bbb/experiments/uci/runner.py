@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict
@@ -17,6 +16,7 @@ import torch
 from ...data.uci import UCIData, load_uci
 from ...errors import UserError
 from ...io import atomic_write_json
+from ...progress import progress_bar
 from .report import select_variant, summarise, write_tables
 from .settings import ENSEMBLE_SIZE, Phase, UCIConfig, UCIMethod, schedule_for, variants_of
 from .train import Job, run_job
@@ -80,11 +80,10 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 
 def _bar(total: int, quiet: bool) -> Any:
+    """The epochs' progress: a bar on a terminal, a line a minute in a log (no carriage returns)."""
     if quiet:
         return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="uci epochs", unit="epoch", file=sys.stderr, dynamic_ncols=True)
+    return progress_bar(total=total, desc="uci epochs", unit="epoch", leave=True, lines_every=60.0)
 
 
 def _work_estimate(job: Job, n_train: int, hidden: int) -> float:

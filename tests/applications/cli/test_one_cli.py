@@ -37,7 +37,8 @@ def every_help() -> list[tuple[str, str]]:
     out = [("bbb", build_parser().format_help())]
     for name in COMMANDS:
         _, parser = command_parser(name)
-        out += [(p.prog, p.format_help()) for p in {parser, *leaves(parser)}]
+        # (one order in every process: pytest-xdist's workers must collect the same list)
+        out += sorted({(p.prog, p.format_help()) for p in {parser, *leaves(parser)}})
     return out
 
 
@@ -66,7 +67,7 @@ def test_every_command_that_computes_takes_quiet_threads_and_no_compile(name):
     for p in leaves(parser):
         flags = {o for a in p._actions for o in a.option_strings}
         assert set(shared) <= flags, (p.prog, set(shared) - flags)
-    if name not in ("compare", "sweep"):  # compare reads results; the sweep's trials: --cpus-per-trial
+    if name not in ("compare", "report", "sweep"):  # compare, report read results; the sweep's trials: --cpus-per-trial
         assert shared == tuple(COMPUTE_FLAGS), name
 
 

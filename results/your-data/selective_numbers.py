@@ -2,7 +2,7 @@
 
 Usage: python results/your-data/numbers.py RUN [RUN ...] [--samples K]
 
-For each run (bbb train --csv ...): its best checkpoint on its own test split (bbb.load_model,
+For each run (bbb train --csv ...): its best checkpoint on its own test split (bbb.runs.load_model,
 the split of the run's config), K sampled networks (one for sgd). Classification: test error,
 log-likelihood (mean log p(y|x)), AURC and the error among the 90% most certain, ranked by the
 predictive entropy (and, for bbb, by the mutual information). Regression: RMSE and
@@ -26,7 +26,7 @@ from bbb.runs.trained import refer_threshold
 
 
 def row(run: str, samples: int) -> dict[str, object]:
-    model = bbb.load_model(run)
+    model = bbb.runs.load_model(run)
     data, _ = load_split(model.config, model.preprocess.to_dict())
     x, y = data["test_x"], data["test_y"]
     with torch.no_grad():

@@ -49,7 +49,6 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
         shared_samples,
     )
     from .nn.base import Estimator, RelativeSigma
-    from .runs.trained import load_model
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
@@ -66,7 +65,6 @@ _EXPORTS = {
     "expand_samples": "functional",
     **dict.fromkeys(["from_pretrained", "save_pretrained"], "hf"),
     "Estimator": "nn.base",
-    "load_model": "runs.trained",
     "RelativeSigma": "nn.base",
     **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP",
                      "SampleRecorder", "forward_samples", "model_kl", "sampling", "shared_samples"],
@@ -121,7 +119,6 @@ __all__ = [
     "counter_noise",
     "deterministic_layers",
     "layer_summary",
-    "load_model",
     "lora",
     "register_conversion",
     "distributions",

@@ -319,7 +319,7 @@ def bayesianize(
     if is_lora_model(model):
         if prior is None:
             kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
-        return bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict)
+        return bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict, CONVERTIBLE)
     if lora is not None or modules_to_save:
         what = "lora=" if lora is not None else "modules_to_save=True"
         raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "

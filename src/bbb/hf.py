@@ -41,13 +41,12 @@ from .errors import UserError
 from .nn import BayesModule
 from .nn.base import Estimator
 from .nn.tied import tie_groups
+from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
            "CONVERSION_FILE",
            "WEIGHTS_FILE"]
 
-#: the file that records what bayesianize made of the model
-CONVERSION_FILE = "bbb_conversion.json"
 #: the weights, as transformers names them
 WEIGHTS_FILE = "model.safetensors"
 _FORMAT = 1
@@ -109,18 +108,6 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
                         "return_dict_in_generate unset")
     return out.view(k, b, *out.shape[1:])
-
-
-def layer_spec(m: BayesModule) -> dict[str, Any]:
-    """One Bayesian layer's entry in a conversion record: type, estimator, prior config (None when it
-    cannot be written) and rho_init."""
-    prior: Any = m.prior.to_config()
-    try:
-        json.dumps(prior)
-        prior_from_config(prior)
-    except (TypeError, ValueError, UserError):
-        prior = None
-    return {"type": type(m).__name__, "estimator": m.estimator.value, "prior": prior, "rho_init": m.rho_init}
 
 
 def conversion_record(model: nn.Module) -> dict[str, Any]:
@@ -227,7 +214,8 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
         if base_model is None:
             raise UserError(f"{src} holds a LoRA adapter: pass the model it adapts, "
                             "bbb.from_pretrained(folder, base_model=AutoModel...from_pretrained(...))")
-        return load_pretrained(src, base_model, adapter_name=adapter_name, is_trainable=is_trainable)
+        return load_pretrained(src, base_model, adapter_name=adapter_name, is_trainable=is_trainable,
+                               bayesianize=bayesianize)
     if base_model is not None:
         raise UserError(f"base_model= is for a LoRA adapter folder, and {src} holds no {ADAPTER_CONFIG}")
     if not (src / WEIGHTS_FILE).is_file():

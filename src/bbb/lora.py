@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import torch.nn as nn
 
 from .errors import UserError
 from .nn import BayesModule
+from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["LORA_MODES", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
            "untrained_adapters", "warn_untrained", "load_pretrained", "optim_groups", "LORA_RHO_LR_SCALE",
@@ -97,9 +98,12 @@ def _check_layer(name: str, layer: nn.Module) -> None:
 
 def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                      skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
-                     kw: dict[str, Any], strict: bool = False) -> nn.Module:
+                     kw: dict[str, Any], strict: bool = False,
+                     convertible: Container[type] = ()) -> nn.Module:
     """:func:`bbb.bayesianize` on a model with peft LoRA layers (its ``lora=`` and ``modules_to_save=``):
-    ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``)."""
+    ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``), of the
+    types ``convertible`` (``bbb.convert.CONVERTIBLE``; both passed in: this module sits below
+    :mod:`bbb.convert`, which calls it)."""
     mode = "A" if lora is None else lora
     if mode not in LORA_MODES:
         raise UserError(f"bayesianize: lora={lora!r}; choose 'A' (A Bayesian, B a point estimate: BLoB) or 'AB' "
@@ -121,7 +125,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                 adapters[key] = convert(mod, f"{name}.{part}.{key}", **kw)
                 done += 1
     if modules_to_save:
-        done += _convert_heads(model, skipped, convert, kw)
+        done += _convert_heads(model, skipped, convert, kw, convertible)
     if not done and not any(isinstance(m, BayesModule) for m in model.modules()):
         raise UserError(f"bayesianize: {type(model).__name__} has LoRA layers but no adapter to make Bayesian "
                         "(all skipped?)")
@@ -151,11 +155,9 @@ def _warn_left(model: nn.Module, mode: str, modules_to_save: bool, skipped: Call
 
 
 def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
-                   kw: dict[str, Any]) -> int:
+                   kw: dict[str, Any], convertible: Container[type]) -> int:
     """Make the trainable copies of peft's ``modules_to_save`` (the head) Bayesian; how many layers."""
     from peft.utils.other import ModulesToSaveWrapper
-
-    from .convert import CONVERTIBLE
 
     n = 0
     for name, wrapper in list(model.named_modules()):
@@ -164,28 +166,27 @@ def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], 
         copies: nn.ModuleDict = wrapper.modules_to_save
         for key in list(copies.keys()):
             full = f"{name}.modules_to_save.{key}"
-            if type(copies[key]) in CONVERTIBLE:
+            if type(copies[key]) in convertible:
                 copies[key] = convert(copies[key], full, **kw)
                 n += 1
             else:
-                n += _convert_inside(copies[key], full, convert, kw)
+                n += _convert_inside(copies[key], full, convert, kw, convertible)
     return n
 
 
-def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Module], kw: dict[str, Any]) -> int:
+def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Module], kw: dict[str, Any],
+                    convertible: Container[type]) -> int:
     """Convert the convertible layers inside ``root`` (not inside one converted already); how many."""
-    from .convert import CONVERTIBLE
-
     n = 0
     for child_name, child in list(root._modules.items()):
         if child is None or isinstance(child, BayesModule):
             continue
         full = f"{prefix}.{child_name}"
-        if type(child) in CONVERTIBLE:
+        if type(child) in convertible:
             setattr(root, child_name, convert(child, full, **kw))
             n += 1
         else:
-            n += _convert_inside(child, full, convert, kw)
+            n += _convert_inside(child, full, convert, kw, convertible)
     return n
 
 
@@ -244,7 +245,6 @@ def lora_record(model: nn.Module, adapter: str) -> dict[str, Any]:
     """What :func:`bbb.bayesianize` made of adapter ``adapter`` of ``model``: the LoRA mode, whether the
     head is Bayesian, and every Bayesian layer of the adapter (name without the adapter key -> type,
     estimator, prior config, rho_init)."""
-    from .hf import layer_spec
 
     info = model.__dict__.get("bbb_lora")
     if info is None:
@@ -308,8 +308,6 @@ class _BayesPeftModel:
                         **kwargs: Any) -> None:
         """peft's ``save_pretrained`` (adapters only), the posterior with it, and per adapter the
         conversion record ``bbb_conversion.json`` (and a mark in ``adapter_config.json``)."""
-        from .hf import CONVERSION_FILE
-
         super().save_pretrained(save_directory, *args, selected_adapters=selected_adapters, **kwargs)  # type: ignore[misc]
         if not kwargs.get("is_main_process", True):
             return  # peft wrote nothing
@@ -343,18 +341,17 @@ class _BayesTuner:
 
 
 def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str = "default",
-                    is_trainable: bool = False) -> nn.Module:
+                    is_trainable: bool = False, *, bayesianize: Callable[..., nn.Module]) -> nn.Module:
     """The Bayesian LoRA model a peft model's ``save_pretrained`` wrote to ``folder`` (an adapter
     folder with ``bbb_conversion.json``), on ``base_model`` (a fresh copy of the model it adapts):
     the adapter added as peft does, converted as recorded, every posterior loaded exact. In ``eval()``
     mode; ``is_trainable=False`` (peft's default) freezes the adapter. Called by
-    :func:`bbb.from_pretrained` (``base_model=``)."""
+    :func:`bbb.from_pretrained` (``base_model=``), which passes :func:`bbb.bayesianize` (this module sits
+    below :mod:`bbb.convert`)."""
     from peft import PeftConfig, get_peft_model
     from peft.utils import load_peft_weights, set_peft_model_state_dict
 
-    from .convert import bayesianize
     from .distributions import prior_from_config
-    from .hf import CONVERSION_FILE
     from .nn.base import Estimator
 
     src = Path(folder)

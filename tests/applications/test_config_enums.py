@@ -241,7 +241,7 @@ BAD = [
     (TrainConfig, "prior", "unknown prior 'adamw'; choose one of: gaussian, mixture"),
     (TrainConfig, "lr_schedule", "unknown lr schedule 'adamw'; choose one of: none, cosine, step"),
     (TrainConfig, "estimator", "unknown estimator 'adamw'; choose one of: reparam, local, flipout"),
-    (TrainConfig, "kl_weighting", "unknown KL weighting 'adamw'; choose one of: uniform, blundell"),
+    (TrainConfig, "kl_weighting", "unknown KL weighting 'adamw'; choose one of: uniform, blundell, blob"),
     (TrainConfig, "kl", "unknown KL mode 'adamw'; choose one of: auto, closed, mc, split"),
     (ReproduceConfig, "budget", "unknown budget 'adamw'; choose one of: smoke, quick, paper"),
     (ReproduceConfig, "experiment", "unknown experiment 'adamw'; choose one of: mnist, uci"),
@@ -259,5 +259,5 @@ def test_a_bad_value_is_the_one_line_user_error(cls, name, message):
 
 
 def test_a_bad_value_from_json_is_the_same_error():
-    with pytest.raises(UserError, match=r"^unknown KL weighting 'linear'; choose one of: uniform, blundell$"):
+    with pytest.raises(UserError, match=r"^unknown KL weighting 'linear'; choose one of: uniform, blundell, blob$"):
         TrainConfig.from_dict({"kl_weighting": "linear"})

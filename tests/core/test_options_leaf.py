@@ -80,8 +80,12 @@ def test_a_train_config_written_before_loads_unchanged():
     from bbb.runs import TrainConfig
 
     cfg = TrainConfig.from_dict(TRAIN_CONFIG_BEFORE)
-    assert cfg.to_dict() == TRAIN_CONFIG_BEFORE
-    assert json.loads(json.dumps(cfg.to_dict())) == TRAIN_CONFIG_BEFORE
+    now = json.loads(json.dumps(cfg.to_dict()))
+    assert {k: now[k] for k in TRAIN_CONFIG_BEFORE} == TRAIN_CONFIG_BEFORE
+    # the settings added since (training on a user's own file) take their defaults: an image run's
+    added = {k: v for k, v in now.items() if k not in TRAIN_CONFIG_BEFORE}
+    assert added == {k: v for k, v in TrainConfig().to_dict().items() if k in added}
+    assert added.get("data_file") is None and added.get("train_size") is None
     assert type(cfg.make_prior()).__name__ == "GaussianPrior"
 
 

@@ -1,5 +1,5 @@
 """Runs on your own data (TrainConfig.data_file): the run directory contract (resume exactly,
-evaluate), regression runs, and bbb.load_model taking raw inputs as the run's evaluation does."""
+evaluate), regression runs, and bbb.runs.load_model taking raw inputs as the run's evaluation does."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_regression_run_resumes_exactly_and_evaluates(tmp_path):
     assert ev["task"] == "regression" and ev["test_rmse"] > 0 and 0 <= ev["coverage_95"] <= 1
     assert ev["aurc_sd"] > 0 and json.loads((tmp_path / "full" / "eval.json").read_text())["n"] == 16
     # the val_error column is the validation RMSE in the target's units
-    model = bbb.load_model(tmp_path / "full")
+    model = bbb.runs.load_model(tmp_path / "full")
     data, pre = load_split(cfg)
     with torch.no_grad():
         mean = pre.target_values(model.network(data["val_x"])[:, 0].double())
@@ -82,7 +82,7 @@ def test_homoscedastic_regression_learns_one_noise_sd(tmp_path, method):
     path = regression_csv(tmp_path / "t.csv")
     cfg = TrainConfig(data_file=str(path), target="y", epochs=2, likelihood="homoscedastic", method=method, **SMALL)
     train(cfg, tmp_path / "run", quiet=True, log=lambda s: None)
-    model = bbb.load_model(tmp_path / "run")
+    model = bbb.runs.load_model(tmp_path / "run")
     raw = model.network[-1].raw
     assert float(raw.detach()) != 0.0  # trained (it starts at 0)
     data, _ = load_split(cfg)
@@ -108,7 +108,7 @@ def test_load_model_takes_raw_csv_rows_and_arrays(tmp_path):
     path = classification_csv(tmp_path / "c.csv")
     cfg = TrainConfig(data_file=str(path), target="label", epochs=2, **SMALL)
     train(cfg, tmp_path / "run", quiet=True, log=lambda s: None)
-    model = bbb.load_model(tmp_path / "run")
+    model = bbb.runs.load_model(tmp_path / "run")
     assert model.classes == ["down", "up"] and model.task == "classification" and not model.training
     x, header, rows = model.encode_csv(path)
     assert x.shape == (160, 5) and header[-1] == "label"
@@ -124,7 +124,7 @@ def test_load_model_takes_raw_csv_rows_and_arrays(tmp_path):
              y=np.arange(80) % 2)
     cfg2 = TrainConfig(data_file=str(tmp_path / "a.npz"), epochs=1, **SMALL)
     train(cfg2, tmp_path / "arr", quiet=True, log=lambda s: None)
-    m2 = bbb.load_model(tmp_path / "arr")
+    m2 = bbb.runs.load_model(tmp_path / "arr")
     raw = torch.from_numpy(np.random.default_rng(1).normal(size=(5, 3)))
     torch.testing.assert_close(U.predict(m2, raw, 4, generator=0), U.predict(m2.network, m2.encode(raw), 4,
                                                                              generator=0))
@@ -139,7 +139,7 @@ def test_load_model_of_an_image_run_takes_raw_pixels(tmp_path):
     data["num_classes"] = torch.tensor(10)
     cfg = TrainConfig(epochs=1, **SMALL)
     train(cfg, tmp_path / "run", data=data, quiet=True, log=lambda s: None)
-    model = bbb.load_model(tmp_path / "run")
+    model = bbb.runs.load_model(tmp_path / "run")
     net, _ = load_run(tmp_path / "run")
     images = pixels["test"]
     with torch.no_grad():

@@ -15,7 +15,7 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.jobs` - the one job runner (:func:`run_jobs`): skip finished runs, resume,
   record divergence, retry crashes, report through :class:`JobCallbacks`.
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
-* :mod:`bbb.runs.trained` - :func:`load_model` (``bbb.load_model``): a trained run as a model
+* :mod:`bbb.runs.trained` - :func:`load_model` (``bbb.runs.load_model``): a trained run as a model
   that takes raw inputs (its preprocessing kept in the checkpoint).
 """
 

@@ -252,7 +252,7 @@ def train(
             float targets make a regression run (standardised targets, or ``preprocess.y`` says
             how to bring them back to their units).
         preprocess: what was done to ``data``'s raw inputs (:class:`bbb.data.files.Preprocess`),
-            kept in the checkpoint so :func:`bbb.load_model` and ``bbb predict`` take raw inputs;
+            kept in the checkpoint so :func:`bbb.runs.load_model` and ``bbb predict`` take raw inputs;
             without ``data``, the loaded split's own.
         resume: True: continue from ``out/last.pt``, which must exist (settings other than
             epochs, device, data_dir, test_each_epoch, eval_samples, bf16 and checkpoint_every must

@@ -1,11 +1,11 @@
-"""A trained run as a model that takes raw inputs: :func:`load_model` (``bbb.load_model``).
+"""A trained run as a model that takes raw inputs: :func:`load_model` (``bbb.runs.load_model``).
 
 ``bbb.runs.load_run`` rebuilds a run's network, which takes the *preprocessed* inputs it was
 trained on (pixels / 126, flattened; standardised table columns). :func:`load_model` wraps that
 network with the run's preprocessing (:class:`bbb.data.files.Preprocess`, kept in the checkpoint;
 for the MNIST-like runs of older checkpoints, made from the config), so raw inputs go straight in::
 
-    model = bbb.load_model("runs/bbb400")                 # eval mode, on the CPU
+    model = bbb.runs.load_model("runs/bbb400")                 # eval mode, on the CPU
     logits = bbb.uncertainty.predict(model, images, 10)   # images (N, 1, 28, 28), uint8 0..255 or 0..1
     model.classes                                         # the label of each output
 

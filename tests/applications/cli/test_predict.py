@@ -57,7 +57,7 @@ def test_train_on_a_csv_and_predict_equals_the_library(capsys, tmp_path):
     rows = read_csv(tmp_path / "p.csv")
     assert len(rows) == 150 and list(rows[0]) == ["row", "target", "prediction", "p_hi", "p_lo", "entropy",
                                                   "mutual_information", "refer"]
-    model = bbb.load_model(run)
+    model = bbb.runs.load_model(run)
     x, _, _ = model.encode_csv(path)
     probs = U.predictive_probs(U.predict(model.network, x, 5, generator=3).double())
     got = torch.tensor([[float(r["p_hi"]), float(r["p_lo"])] for r in rows], dtype=torch.float64)
@@ -91,7 +91,7 @@ def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
     rows = list(csv.DictReader(out.splitlines()))
     assert len(rows) == 7 and list(rows[0]) == ["row", "prediction", "sd", "lower_95", "upper_95", "epistemic_sd",
                                                 "aleatoric_sd"]
-    model = bbb.load_model(run)
+    model = bbb.runs.load_model(run)
     reg = model.regression(U.predict(model, torch.from_numpy(x[:7]), 4, generator=0))
     torch.testing.assert_close(torch.tensor([float(r["prediction"]) for r in rows], dtype=torch.float64),
                                reg["mean"], atol=1e-4, rtol=1e-5)
@@ -129,7 +129,7 @@ def test_predict_on_a_folder_of_images(capsys, tmp_path, monkeypatch):
     rows = list(csv.DictReader(out.splitlines()))
     assert [r["file"] for r in rows] == ["big_rgb.png", "d0.png", "d1.png", "d2.png"]
     assert {"p_0", "p_9", "entropy", "mutual_information", "refer"} <= set(rows[0])
-    model = bbb.load_model(run)
+    model = bbb.runs.load_model(run)
     probs = U.predictive_probs(U.predict(model, torch.from_numpy(pixels[:, None]), 3, generator=0).double())
     got = torch.tensor([[float(r[f"p_{c}"]) for c in range(10)] for r in rows[1:]], dtype=torch.float64)
     torch.testing.assert_close(got, probs, atol=1e-5, rtol=0)

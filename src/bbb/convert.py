@@ -31,7 +31,9 @@ from typing import Any, cast
 
 import torch.nn as nn
 
+from .distributions import GaussianPrior
 from .errors import UserError
+from .lora import LORA_PRIOR_SIGMA, bayesianize_lora, is_lora_model
 from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
@@ -39,7 +41,7 @@ from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.tied import tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
-           "CONVERTIBLE"]
+           "CONVERTIBLE", "convert_layer"]
 
 #: a conversion: (the torch layer, prior=, estimator=, rho_init=, from_weights=[, sigma_init=]) -> its
 #: Bayesian copy (``sigma_init`` is passed only when given)
@@ -115,7 +117,10 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
     return fn
 
 
-def _convert(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
+def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
+    """The Bayesian copy of ``layer`` (a registered type; ``full``: its name, for errors), made by
+    its conversion with the keywords of :func:`bayesianize` (``prior``, ``estimator``, ``rho_init``,
+    ``from_weights``[, ``sigma_init``]), in the layer's ``training`` mode."""
     try:
         new = CONVERTIBLE[type(layer)](layer, **kw)
     except UserError as e:
@@ -143,8 +148,12 @@ def bayesianize(
     skip: Skip = None,
     strict: bool = False,
     sigma_init: RelativeSigma | None = None,
+    *,
+    lora: str | None = None,
+    modules_to_save: bool = False,
 ) -> nn.Module:
-    """Replace every convertible layer of ``model`` by a Bayesian one (:data:`CONVERTIBLE`).
+    """Replace every convertible layer of ``model`` by a Bayesian one (:data:`CONVERTIBLE`); on a
+    ``peft`` LoRA model, its adapters only (Bayesian LoRA, :mod:`bbb.lora`, docs/bayesian_lora.md).
 
     Args:
         model: any ``nn.Module``; converted in place (and returned). A bare convertible layer
@@ -168,6 +177,17 @@ def bayesianize(
             error), module types, or a callable ``(name, module) -> bool``.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
+        lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become
+            Bayesian: ``"A"`` (None means it: A Bayesian, B a point estimate, as BLoB) or ``"AB"``
+            (both). Only the adapters convert: the frozen base model is never copied nor made
+            Bayesian, and each weight keeps its ``requires_grad``. ``prior=None`` there means
+            ``GaussianPrior(0.2)`` (BLoB's N(0, 0.2^2)); ``skip`` names LoRA layers to leave as
+            point estimates. A DoRA adapter, a LoRA variant or a LoRA layer type bbb does not convert
+            (e.g. on an ``nn.Embedding``) is a one-line error naming it. On a model without LoRA
+            layers ``lora`` is an error.
+        modules_to_save: on a peft model, make the modules peft trains in full (``modules_to_save``,
+            e.g. a classifier head; their trainable copies) Bayesian too; False (the default) keeps
+            them point estimates.
 
     Each new layer keeps the ``training`` flag of the module it replaces (a model converted in
     ``eval()``, as ``from_pretrained`` returns it, predicts with the posterior means until
@@ -195,8 +215,16 @@ def bayesianize(
         if rho_init != DEFAULT_RHO_INIT:
             raise UserError("rho_init and sigma_init both set the initial sigma: pass one of them")
         kw["sigma_init"] = sigma_init
+    if is_lora_model(model):
+        if prior is None:
+            kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
+        return bayesianize_lora(model, lora, modules_to_save, skipped, convert_layer, kw)
+    if lora is not None or modules_to_save:
+        what = "lora=" if lora is not None else "modules_to_save=True"
+        raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "
+                        f"{type(model).__name__} holds no LoRA layer")
     if type(model) in CONVERTIBLE and not skipped("", model):
-        return _convert(model, "", **kw)
+        return convert_layer(model, "", **kw)
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
     for name, mod in list(model.named_modules(remove_duplicate=False)):
@@ -209,7 +237,7 @@ def bayesianize(
                 continue
             if type(child) not in CONVERTIBLE or skipped(full, child) or _inside_bayes(name, model):
                 continue
-            done[id(child)] = new = _convert(child, full, **kw)
+            done[id(child)] = new = convert_layer(child, full, **kw)
             setattr(mod, child_name, new)
     if not any(isinstance(m, BayesModule) for m in model.modules()):
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "

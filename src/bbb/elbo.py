@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
+from .hf import causal_lm
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, warn_not_bayesian
 from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
 from .options import StrOption
@@ -256,6 +257,12 @@ class ELBO(nn.Module):
             the prior (a "cold" posterior), beta > 1 up-weights it. Unlike ``kl_weighting``
             (the split of one KL over the M minibatches of an epoch, normalised to sum to 1),
             beta changes the objective.
+        shift_labels: score the next token, as a causal language model's labels mean: the outputs
+            at positions 0..T-2 against the targets at 1..T-1 (targets -100 ignored, as transformers
+            does). None (the default): True for a transformers causal LM (GPT-2, Llama..., converted
+            whole or through a peft model: :func:`bbb.hf.causal_lm`), else False. The targets are then
+            the labels as transformers takes them (the input ids, unshifted), whether from the
+            batch's ``"labels"`` or given as ``y``; the NLL is summed over the scored tokens.
         output: which part of the model's output holds the predictions when it is not a tensor:
             None takes a tuple's first element and a mapping's or a transformers ``ModelOutput``'s
             ``"logits"``; a key (or a tuple's index) names another (:func:`bbb.nn.samples.select_output`).
@@ -302,9 +309,12 @@ class ELBO(nn.Module):
         beta: float = 1.0,
         kl_samples: int | None = None,
         output: str | int | None = None,
+        shift_labels: bool | None = None,
     ) -> None:
         super().__init__()
         self.output = check_output(output)
+        if shift_labels not in (None, True, False):
+            raise UserError(f"shift_labels must be None, True or False, got {shift_labels!r}")
         self.beta = check_float("beta", beta, 0.0)
         num_samples = check_int("num_samples", num_samples)
         num_batches = check_int("num_batches", num_batches)
@@ -315,6 +325,7 @@ class ELBO(nn.Module):
         if not isinstance(model, nn.Module):
             raise UserError(f"ELBO needs the network (an nn.Module) first, got {type(model).__name__}")
         self.__dict__["model"] = model  # referenced, not a submodule: not in state_dict / parameters()
+        self.shift_labels = causal_lm(model) if shift_labels is None else bool(shift_labels)
         self.likelihood = likelihood_from_name(likelihood)
         self.num_samples = num_samples
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.num_samples)
@@ -376,7 +387,8 @@ class ELBO(nn.Module):
                 output = select_output(call_model(self.model, inputs), self.output)
             else:
                 output = forward_samples(self.model, inputs, k, output=self.output)
-        nll = -self.likelihood.log_prob(output, y).sum() / k
+        scored, target = (output[..., :-1, :], y[..., 1:]) if self.shift_labels else (output, y)
+        nll = -self.likelihood.log_prob(scored, target).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
         weight: float | Tensor
         if isinstance(kl_weight, Tensor):
@@ -400,4 +412,5 @@ class ELBO(nn.Module):
         return (f"num_batches={self.num_batches}, kl_weighting={kw}, num_samples={self.num_samples}, "
                 f"kl={self.kl_mode.value}, beta={self.beta:g}"
                 + ("" if self.kl_samples is None else f", kl_samples={self.kl_samples}")
+                + (", shift_labels=True" if self.shift_labels else "")
                 + ("" if self.output is None else f", output={self.output!r}"))

@@ -27,6 +27,7 @@ transformers and safetensors are imported inside the functions only.
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ from .nn import BayesModule
 from .nn.base import Estimator
 from .nn.tied import tie_groups
 
-__all__ = ["save_pretrained", "from_pretrained", "conversion_record", "CONVERSION_FILE", "WEIGHTS_FILE"]
+__all__ = ["save_pretrained", "from_pretrained", "conversion_record", "layer_spec", "causal_lm", "CONVERSION_FILE",
+           "WEIGHTS_FILE"]
 
 #: the file that records what bayesianize made of the model
 CONVERSION_FILE = "bbb_conversion.json"
@@ -50,20 +52,41 @@ WEIGHTS_FILE = "model.safetensors"
 _FORMAT = 1
 
 
+def causal_lm(model: nn.Module) -> bool:
+    """Whether ``model`` is a transformers causal language model (a class of transformers'
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: GPT-2, Llama...; a peft model is looked through): its
+    ``labels`` are the input tokens, which the model shifts to score the next token. Nothing is
+    imported: False when transformers is not loaded."""
+    if "transformers" not in sys.modules:
+        return False
+    inner = model
+    get = getattr(model, "get_base_model", None)
+    if callable(get):
+        inner = get()
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:  # pragma: no cover - another transformers layout
+        return False
+    names = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    return any(c.__name__ in names for c in type(inner).__mro__)
+
+
+def layer_spec(m: BayesModule) -> dict[str, Any]:
+    """One Bayesian layer's entry in a conversion record: type, estimator, prior config (None when it
+    cannot be written) and rho_init."""
+    prior: Any = m.prior.to_config()
+    try:
+        json.dumps(prior)
+        prior_from_config(prior)
+    except (TypeError, ValueError, UserError):
+        prior = None
+    return {"type": type(m).__name__, "estimator": m.estimator.value, "prior": prior, "rho_init": m.rho_init}
+
+
 def conversion_record(model: nn.Module) -> dict[str, Any]:
     """What :func:`bbb.bayesianize` made of ``model``: every Bayesian layer (qualified name ->
     type, estimator, prior config or None when it cannot be written, rho_init) and the dtype."""
-    layers = {}
-    for name, m in model.named_modules():
-        if isinstance(m, BayesModule):
-            prior: Any = m.prior.to_config()
-            try:
-                json.dumps(prior)
-                prior_from_config(prior)
-            except (TypeError, ValueError, UserError):
-                prior = None
-            layers[name] = {"type": type(m).__name__, "estimator": m.estimator.value, "prior": prior,
-                            "rho_init": m.rho_init}
+    layers = {name: layer_spec(m) for name, m in model.named_modules() if isinstance(m, BayesModule)}
     if not layers:
         raise UserError(f"{type(model).__name__} has no Bayesian layer: run bbb.bayesianize(model) first, or use "
                         "transformers' model.save_pretrained for a deterministic model")

@@ -206,8 +206,12 @@ class Engine(torch.optim.Optimizer):
             ddp_.check_ddp(model, [getattr(s.module, f"{s.name}_{x}") for s in layout.slots for x in ("mu", "rho")])
         fused_params = ({id(getattr(s.module, f"{s.name}_{x}")) for s in layout.slots for x in ("mu", "rho")}
                         if layout is not None else set())
-        others = [p for p in model.parameters() if id(p) not in fused_params]
+        # a frozen tensor (requires_grad=False) is never updated: not fused (above), not in torch's optimiser
+        others = [p for p in model.parameters() if id(p) not in fused_params and p.requires_grad]
         extra = new_params(extra, fused_params | {id(p) for p in others})
+        if layout is None and not others and not extra:
+            raise UserError(f"bbb.Engine: {type(model).__name__} has no parameter to train (every one has "
+                            "requires_grad=False)")
         defaults = {"lr": float(lr), "betas": tuple(betas), "eps": float(eps), "momentum": float(momentum),
                     "nesterov": bool(nesterov), "rho_lr_scale": float(rho_lr_scale)}
         self._inner: torch.optim.Optimizer | None = None

@@ -55,6 +55,10 @@ def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
         return "its Bayesian parameters differ in dtype or device"
     if not params[0].is_floating_point():
         return "its parameters are not floating point"
+    frozen = sum(not p.requires_grad for p in params)
+    if frozen:
+        return (f"{frozen} of its {len(params)} Bayesian parameters are frozen (requires_grad=False), which the "
+                "fused kernel would update")
     prior = mods[0].prior
     for m in mods:
         if m.estimator is not Estimator.REPARAM:

@@ -1,0 +1,323 @@
+"""Bayesian LoRA: Bayes by Backprop on the adapters of a frozen pretrained model (Hugging Face ``peft``).
+
+:func:`bbb.bayesianize` on a ``peft`` model (``get_peft_model(model, LoraConfig(...))``) converts the
+LoRA adapters and nothing else: each adapter's ``lora_A`` (``lora="A"``, the default: BLoB, Wang et al.
+NeurIPS 2024) or ``lora_A`` and ``lora_B`` (``lora="AB"``) becomes the matching Bayesian layer
+(:class:`~bbb.nn.BayesLinear`, :class:`~bbb.nn.BayesConv2d`...), its posterior mean at the adapter's
+weights (peft's init: A random, B = 0), each weight keeping its ``requires_grad``. The frozen base
+model is never copied nor made Bayesian, and the head peft trains in full (``modules_to_save``) stays a
+point estimate unless ``modules_to_save=True``. The KL of the ELBO is then the adapters' alone.
+
+The converted model keeps peft's API: ``set_adapter``, several adapters, ``lora_dropout``, rsLoRA
+scaling; ``model.save_pretrained(folder)`` writes peft's adapter folder (the posterior: the mean under
+peft's own key ``lora_A.weight``, sigma's parameter as ``lora_A.weight_rho``) with the conversion record
+``bbb_conversion.json``; :func:`bbb.from_pretrained` (``base_model=``) loads it back exact.
+``PeftModel.from_pretrained`` on such a folder loads the posterior means, with peft's warning that the
+config key ``bbb_bayesian_lora`` is ignored. ``merge_and_unload()`` / ``merge_adapter()`` merge the
+posterior mean, with a warning that says so.
+
+>>> model = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+>>> bbb.bayesianize(model, prior=bbb.GaussianPrior(0.2))          # lora="A": BLoB
+>>> elbo = bbb.ELBO(model, num_batches=len(loader), kl_weighting="uniform", beta=0.01)
+
+``peft`` is imported by the caller (a peft model has imported it); ``import bbb`` never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .errors import UserError
+from .nn import BayesModule
+
+__all__ = ["LoraMode", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
+           "untrained_adapters", "warn_untrained", "ADAPTER_CONFIG", "CONFIG_MARK"]
+
+#: which adapter matrices are Bayesian: "A" (BLoB: A only, B a point estimate) or "AB"
+LoraMode = str
+_MODES: dict[str, tuple[str, ...]] = {"A": ("lora_A",), "AB": ("lora_A", "lora_B")}
+
+#: the prior's standard deviation on a LoRA model when ``prior=None``: N(0, 0.2^2), BLoB's
+LORA_PRIOR_SIGMA = 0.2
+
+#: peft's adapter config file, and the key bbb adds to it (peft's own loader warns that it ignores it)
+ADAPTER_CONFIG = "adapter_config.json"
+CONFIG_MARK = "bbb_bayesian_lora"
+_FORMAT = 1
+
+
+def _peft_lora_layer() -> type | None:
+    mod = sys.modules.get("peft.tuners.lora.layer")
+    t = getattr(mod, "LoraLayer", None)
+    return t if isinstance(t, type) else None
+
+
+def lora_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(qualified name, layer) of every peft LoRA layer of ``model`` (none when peft is not imported)."""
+    t = _peft_lora_layer()
+    if t is None:
+        return []
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, t)]  # type: ignore[misc]
+
+
+def is_lora_model(model: nn.Module) -> bool:
+    """Whether ``model`` holds peft LoRA layers."""
+    return bool(lora_layers(model))
+
+
+def _check_layer(name: str, layer: nn.Module) -> None:
+    """A one-line error for a LoRA layer whose adapters bbb cannot make Bayesian."""
+    from peft.tuners import lora
+
+    variants = {a: type(v).__name__ for a, v in getattr(layer, "lora_variant", {}).items()}
+    if any(getattr(layer, "use_dora", {}).values()) or any("Dora" in v for v in variants.values()):
+        raise UserError(f"bayesianize: {name} is a DoRA adapter (use_dora=True), which bbb does not make Bayesian "
+                        "(its magnitude normalises by the weight the mean gives); use LoraConfig(use_dora=False)")
+    if variants:
+        raise UserError(f"bayesianize: {name} is a LoRA variant ({', '.join(sorted(set(variants.values())))}) that "
+                        "bbb does not make Bayesian; use plain LoRA, or skip=[{name!r}]")
+    if isinstance(layer, lora.Embedding):
+        raise UserError(f"bayesianize: {name} is a LoRA adapter on an nn.Embedding, which bbb does not make "
+                        f"Bayesian yet; leave it out of target_modules, or pass skip=[{name!r}] to keep it a "
+                        "point estimate")
+    if not isinstance(layer, (lora.Linear, lora.layer._ConvNd)):
+        raise UserError(f"bayesianize: {name} is a LoRA layer of type {type(layer).__name__}, which bbb does not "
+                        f"make Bayesian (it does nn.Linear, transformers' Conv1D and convolutions); pass "
+                        f"skip=[{name!r}] to keep it a point estimate")
+
+
+def _convert_keep_grad(layer: nn.Module, full: str, convert: Callable[..., nn.Module], kw: dict[str, Any]) -> nn.Module:
+    """The Bayesian copy of ``layer``, each posterior's mu and rho trainable as the weight was."""
+    grads = {n: p.requires_grad for n, p in layer.named_parameters()}
+    new = convert(layer, full, **kw)
+    for m in new.modules():
+        if isinstance(m, BayesModule):
+            for n in m.param_names():
+                keep = grads.get(n, True)
+                m.mu(n).requires_grad_(keep)
+                m.rho(n).requires_grad_(keep)
+    return new
+
+
+def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
+                     skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
+                     kw: dict[str, Any]) -> nn.Module:
+    """:func:`bbb.bayesianize` on a model with peft LoRA layers (its ``lora=`` and ``modules_to_save=``):
+    ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``)."""
+    mode = "A" if lora is None else lora
+    if mode not in _MODES:
+        raise UserError(f"bayesianize: lora={lora!r}; choose 'A' (A Bayesian, B a point estimate: BLoB) or 'AB' "
+                        "(both adapter matrices Bayesian)")
+    if not kw["from_weights"]:
+        raise UserError("bayesianize: from_weights=False would redraw the LoRA adapters (B = 0 at peft's init); "
+                        "a LoRA model's posterior means start at its adapters")
+    layers = [(n, m) for n, m in lora_layers(model) if not skipped(n, m)]
+    for name, layer in layers:
+        _check_layer(name, layer)
+    done = 0
+    for name, layer in layers:
+        for part in _MODES[mode]:
+            adapters: nn.ModuleDict = getattr(layer, part)
+            for key in list(adapters.keys()):
+                mod = adapters[key]
+                if isinstance(mod, BayesModule):
+                    continue  # converted already
+                adapters[key] = _convert_keep_grad(mod, f"{name}.{part}.{key}", convert, kw)
+                done += 1
+    if modules_to_save:
+        done += _convert_heads(model, skipped, convert, kw)
+    if not done and not any(isinstance(m, BayesModule) for m in model.modules()):
+        raise UserError(f"bayesianize: {type(model).__name__} has LoRA layers but no adapter to make Bayesian "
+                        "(all skipped?)")
+    _mark(model, mode, modules_to_save)
+    return model
+
+
+def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
+                   kw: dict[str, Any]) -> int:
+    """Make the trainable copies of peft's ``modules_to_save`` (the head) Bayesian; how many layers."""
+    from peft.utils.other import ModulesToSaveWrapper
+
+    from .convert import CONVERTIBLE
+
+    n = 0
+    for name, wrapper in list(model.named_modules()):
+        if not isinstance(wrapper, ModulesToSaveWrapper) or skipped(name, wrapper):
+            continue
+        copies: nn.ModuleDict = wrapper.modules_to_save
+        for key in list(copies.keys()):
+            full = f"{name}.modules_to_save.{key}"
+            if type(copies[key]) in CONVERTIBLE:
+                copies[key] = _convert_keep_grad(copies[key], full, convert, kw)
+                n += 1
+            else:
+                n += _convert_inside(copies[key], full, convert, kw)
+    return n
+
+
+def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Module], kw: dict[str, Any]) -> int:
+    """Convert the convertible layers inside ``root`` (not inside one converted already); how many."""
+    from .convert import CONVERTIBLE
+
+    n = 0
+    for child_name, child in list(root._modules.items()):
+        if child is None or isinstance(child, BayesModule):
+            continue
+        full = f"{prefix}.{child_name}"
+        if type(child) in CONVERTIBLE:
+            setattr(root, child_name, _convert_keep_grad(child, full, convert, kw))
+            n += 1
+        else:
+            n += _convert_inside(child, full, convert, kw)
+    return n
+
+
+# ------------------------------------------------------------------------------------------------
+# What the model says about itself: the conversion record, saving, merging
+# ------------------------------------------------------------------------------------------------
+
+_SWAPPED: dict[tuple[type, type], type] = {}
+
+
+def _swap_class(obj: nn.Module, mixin: type) -> None:
+    """Give ``obj`` the class ``mixin + type(obj)`` (made once per pair): peft's API with bbb's additions."""
+    cls = type(obj)
+    if issubclass(cls, mixin):
+        return
+    key = (mixin, cls)
+    if key not in _SWAPPED:
+        _SWAPPED[key] = type(f"Bayes{cls.__name__}", (mixin, cls), {"__module__": __name__})
+    obj.__class__ = _SWAPPED[key]
+
+
+def _mark(model: nn.Module, mode: str, modules_to_save: bool) -> None:
+    """Note the conversion on the model (a plain attribute, as peft keeps its config) and give the
+    peft model and its tuner bbb's ``save_pretrained`` and merge warnings."""
+    model.__dict__["bbb_lora"] = {"lora": mode, "modules_to_save": bool(modules_to_save)}
+    if hasattr(model, "peft_config") and hasattr(model, "base_model") and hasattr(model, "save_pretrained"):
+        _swap_class(model, _BayesPeftModel)
+        tuner = model.base_model
+        if isinstance(tuner, nn.Module) and hasattr(tuner, "_unload_and_optionally_merge"):
+            _swap_class(tuner, _BayesTuner)
+            tuner.__dict__["bbb_lora"] = model.__dict__["bbb_lora"]
+    elif hasattr(model, "_unload_and_optionally_merge"):
+        _swap_class(model, _BayesTuner)
+
+
+def lora_record(model: nn.Module, adapter: str) -> dict[str, Any]:
+    """What :func:`bbb.bayesianize` made of adapter ``adapter`` of ``model``: the LoRA mode, whether the
+    head is Bayesian, and every Bayesian layer of the adapter (name without the adapter key -> type,
+    estimator, prior config, rho_init)."""
+    from .hf import layer_spec
+
+    info = model.__dict__.get("bbb_lora")
+    if info is None:
+        raise UserError(f"{type(model).__name__} is no Bayesian LoRA model: run bbb.bayesianize(model) first")
+    layers = {}
+    for name, m in model.named_modules():
+        if isinstance(m, BayesModule) and f".{adapter}" in f".{name}.":
+            parts = name.split(".")
+            if adapter in parts:
+                layers[".".join(p for p in parts if p != adapter)] = layer_spec(m)
+    p = next(model.parameters())
+    return {"format": _FORMAT, "kind": "lora", "adapter": adapter, "lora": info["lora"],
+            "modules_to_save": info["modules_to_save"], "dtype": str(p.dtype).removeprefix("torch."),
+            "layers": layers}
+
+
+def _adapter_folders(save_directory: str | Path, adapters: list[str]) -> Iterator[tuple[str, Path]]:
+    for a in adapters:  # peft's layout: "default" in the folder, the others in subfolders
+        yield a, Path(save_directory) if a == "default" else Path(save_directory) / a
+
+
+def _peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's ``state_dict`` with each Bayesian adapter's mean under peft's own key (``weight``,
+    ``bias``): peft's loader then loads the means onto a plain LoRA model, bbb's the whole posterior."""
+    state = model.state_dict()
+    out = {}
+    for k, v in state.items():
+        head, _, last = k.rpartition(".")
+        if last.endswith("_mu") and last[:-3] in ("weight", "bias"):
+            k = f"{head}.{last[:-3]}"
+        out[k] = v
+    return out
+
+
+class _BayesPeftModel:
+    """bbb's additions to a peft model made Bayesian (a mixin of its class)."""
+
+    def save_pretrained(self, save_directory: str, *args: Any, selected_adapters: list[str] | None = None,
+                        **kwargs: Any) -> None:
+        """peft's ``save_pretrained`` (adapters only), the posterior with it, and per adapter the
+        conversion record ``bbb_conversion.json`` (and a mark in ``adapter_config.json``)."""
+        from .hf import CONVERSION_FILE
+
+        if "state_dict" not in kwargs:
+            kwargs["state_dict"] = _peft_state(self)  # type: ignore[arg-type]
+        super().save_pretrained(save_directory, *args, selected_adapters=selected_adapters, **kwargs)  # type: ignore[misc]
+        adapters = list(self.peft_config) if selected_adapters is None else list(selected_adapters)  # type: ignore[attr-defined]
+        for adapter, folder in _adapter_folders(save_directory, adapters):
+            record = lora_record(self, adapter)  # type: ignore[arg-type]
+            (folder / CONVERSION_FILE).write_text(json.dumps(record, indent=1) + "\n")
+            cfg_path = folder / ADAPTER_CONFIG
+            cfg = json.loads(cfg_path.read_text())
+            cfg[CONFIG_MARK] = (f"Bayesian LoRA ({record['lora']}) by bbb: peft loads the posterior means; "
+                                "bbb.from_pretrained(folder, base_model=...) the posterior")
+            cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+_MERGE_NOTE = ("{what}: the Bayesian LoRA adapters are merged at their posterior mean (the weights' sigma is "
+               "dropped): the merged model is one deterministic network, not the posterior")
+
+
+class _BayesTuner:
+    """bbb's additions to peft's tuner (``LoraModel``): merging says that it merges the posterior mean."""
+
+    def merge_adapter(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(_MERGE_NOTE.format(what="merge_adapter"), UserWarning, stacklevel=2)
+        super().merge_adapter(*args, **kwargs)  # type: ignore[misc]
+
+    def _unload_and_optionally_merge(self, merge: bool = True, *args: Any, **kwargs: Any) -> Any:
+        if merge:
+            warnings.warn(_MERGE_NOTE.format(what="merge_and_unload"), UserWarning, stacklevel=3)
+        return super()._unload_and_optionally_merge(merge, *args, **kwargs)  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------------------
+# An adapter still at peft's init (B = 0): every sample is the base model
+# ------------------------------------------------------------------------------------------------
+
+def untrained_adapters(model: nn.Module) -> list[str]:
+    """The LoRA layers (qualified names, with the adapter) whose active adapter has a Bayesian A and a
+    deterministic B that is exactly 0 (peft's init): the samples of A all give the base model."""
+    out = []
+    for name, layer in lora_layers(model):
+        As: Any = layer.lora_A
+        Bs: Any = layer.lora_B
+        for key in getattr(layer, "active_adapters", []):
+            a, b = As[key] if key in As else None, Bs[key] if key in Bs else None
+            if isinstance(a, BayesModule) and b is not None and not isinstance(b, BayesModule):
+                w = getattr(b, "weight", None)
+                if isinstance(w, torch.Tensor) and not bool(w.detach().any()):
+                    out.append(f"{name} ({key})")
+    return out
+
+
+def warn_untrained(model: nn.Module, who: str) -> None:
+    """Warn when a Bayesian-A adapter of ``model`` is untrained (B = 0): ``who``'s samples are then equal."""
+    if not _peft_lora_layer():
+        return
+    left = untrained_adapters(model)
+    if left:
+        more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+        warnings.warn(f"{who}: the LoRA adapter's B is 0 (peft's init, untrained) in {', '.join(left[:3])}{more}: "
+                      "with A Bayesian and B = 0 every sample is the base model, so the samples are identical "
+                      "until training moves B", UserWarning, stacklevel=3)

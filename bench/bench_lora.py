@@ -113,7 +113,7 @@ def _build(system: str, args: argparse.Namespace) -> tuple[Any, Any, Any, dict[s
         model = get_peft_model(base, LoraConfig(r=args.rank, lora_alpha=2 * args.rank, target_modules=["c_attn"],
                                                 fan_in_fan_out=True))
         if system != "lora":
-            model = bbb.bayesianize(model, matrices="A" if system == "bayes_a" else "AB")
+            model = bbb.bayesianize(model, lora="A" if system == "bayes_a" else "AB")
     params = [p for p in model.parameters() if p.requires_grad]
     info["trainable"] = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=1e-4)

@@ -73,7 +73,7 @@ def test_choose_takes_the_lowest_mean_held_out_nll():
 def test_mc_dropout_samples_differ_and_mle_is_one_network():
     bb = build_backbone(Arch.CNN)
     x = torch.randn(6, 32 * 7 * 7)
-    drop = _lora_model(bb, LoraMethod.MC_DROPOUT, 4, 8.0, 0)
+    drop = _lora_model(bb, LoraMethod.MC_DROPOUT, 4, 8, 0, Setting())
     with torch.no_grad():  # move B off zero so that the adapters change the output
         for n, p in drop.named_parameters():
             if "lora_B" in n:
@@ -81,7 +81,7 @@ def test_mc_dropout_samples_differ_and_mle_is_one_network():
     out = predictive_logits([drop], LoraMethod.MC_DROPOUT, x, seed=0, samples=4)
     assert out.shape == (4, 6, 5) and not torch.allclose(out[0], out[1])
     assert torch.equal(out, predictive_logits([drop], LoraMethod.MC_DROPOUT, x, seed=0, samples=4))  # seeded
-    mle = _lora_model(bb, LoraMethod.MLE, 4, 8.0, 0)
+    mle = _lora_model(bb, LoraMethod.MLE, 4, 8, 0, Setting())
     assert predictive_logits([mle], LoraMethod.MLE, x, seed=0).shape == (1, 6, 5)
     trainable = {n for n, p in mle.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)  # only the adapters train
@@ -90,20 +90,24 @@ def test_mc_dropout_samples_differ_and_mle_is_one_network():
 def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path):
     out = tmp_path / "lora"
     argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
-            "--methods", "mle", "map", "ensemble", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
+            "--methods", "mle", "map", "ensemble", "bbb_a", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
     code, stdout, _ = run_main(capsys, *argv)
     assert code == 0, stdout
     for name in ("methods.csv", "seeds.csv", "sweep.csv", "table.md", "results.json", "run.json"):
         assert (out / name).is_file(), name
     res = json.loads((out / "results.json").read_text())
     methods = {g["method"]: g for g in res["methods"]}
-    assert set(methods) == {"mle", "map", "ensemble"}
+    assert set(methods) == {"mle", "map", "ensemble", "bbb_a"}
     for g in methods.values():
         assert 0 <= g["acc"] <= 1 and 0 <= g["ece"] <= 1 and g["nll"] > 0
         assert 0 <= g["auroc_entropy_mnist0-4"] <= 1
     assert methods["mle"]["auroc_mi_fashion"] is None  # one network: no mutual information
     assert methods["ensemble"]["auroc_mi_fashion"] is not None
     assert methods["map"]["setting"].startswith("prior=")  # chosen on the held-out slice
+    assert methods["bbb_a"]["setting"].startswith("kl=") and methods["bbb_a"]["auroc_mi_fashion"] is not None
+    assert 0 <= methods["bbb_a"]["mean_acc"] <= 1  # BLoB's N = 0 (the posterior mean) beside the k samples
+    sweep = (out / "sweep.csv").read_text()
+    assert sweep.count("bbb_a") == len(BBB_GRID) and sweep.count("map") == 3
     curve = json.loads(next((out / "jobs").glob("*-mle-test.json")).read_text())
     steps = [p["step"] for p in next(iter(curve["settings"].values()))["curve"]]
     assert steps[0] == 0 and steps[-1] == SCHEDULES[LoraBudget.SMOKE].steps

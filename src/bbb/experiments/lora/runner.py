@@ -18,7 +18,7 @@ import torch
 
 from ...io import atomic_write_json
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
-from .settings import ENSEMBLE_SIZE, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
+from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
 from .train import Job, run_job
 
 __all__ = ["plan", "choose", "run_lora"]
@@ -40,17 +40,17 @@ def _context(cfg: LoraExpConfig, arch: Arch, task: Task, log: Callable[[str], No
 def plan(cfg: LoraExpConfig, phase: Phase, chosen: dict[tuple[str, str, int, str], Setting] | None = None
          ) -> list[Job]:
     """The jobs of one phase: in validation, one per method with a grid (MAP, BBB) and few-shot
-    set, over its grid; in test, one per method and few-shot set at the chosen setting (a method
-    whose validation is not finished has none)."""
+    set of the first ``VAL_SEEDS`` seeds, over its grid; in test, one per method and few-shot set at
+    the chosen setting (a method whose validation is not finished has none)."""
     jobs = []
     for arch in cfg.archs:
         for task in cfg.tasks:
             for k in cfg.shots:
-                for seed in cfg.run_seeds:
+                for i, seed in enumerate(cfg.run_seeds):
                     for m in cfg.methods:
                         grid = grid_of(m)
                         if phase is Phase.VALIDATION:
-                            if len(grid) > 1:
+                            if len(grid) > 1 and i < VAL_SEEDS:
                                 jobs.append(Job(arch, task, k, seed, m, phase, grid))
                             continue
                         pick = grid[0] if len(grid) == 1 else (chosen or {}).get((str(arch), str(task), k, str(m)))

@@ -31,6 +31,7 @@ from ...uncertainty import (
 )
 from .backbones import LORA_TARGETS, NUM_CLASSES, Backbone, TaskData
 from .settings import (
+    BBB_RHO_INIT,
     ENSEMBLE_SIZE,
     MC_DROPOUT_P,
     TEST_SAMPLES,
@@ -83,8 +84,11 @@ def few_shot(data: TaskData, job: Job) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return data.pool[t], data.pool_y[t], data.pool[v], data.pool_y[v]
 
 
-def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_seed: int) -> nn.Module:
-    """A fresh copy of the frozen body with peft LoRA adapters (seeded initialisation)."""
+def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_seed: int,
+                setting: Setting) -> nn.Module:
+    """A fresh copy of the frozen body with peft LoRA adapters (seeded initialisation); for BBB the
+    adapters converted by :func:`bbb.bayesianize` (A, or A and B; flipout, as BLoB; the Gaussian
+    prior of ``setting``; the posterior means start at peft's initialisation)."""
     from peft import LoraConfig, get_peft_model
 
     body = copy.deepcopy(bb.body)
@@ -95,7 +99,8 @@ def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_se
     if method in BAYES:
         import bbb
 
-        model = bbb.bayesianize(model, matrices="A" if method is LoraMethod.BBB_A else "AB")
+        model = bbb.bayesianize(model, prior=bbb.GaussianPrior(setting.prior_sigma), estimator="flipout",
+                                rho_init=BBB_RHO_INIT, lora="A" if method is LoraMethod.BBB_A else "AB")
     return model
 
 
@@ -223,7 +228,7 @@ def run_job(job: Job, bb: Backbone, data: TaskData, sched: Schedule, rank: int, 
     result: dict[str, Any] = {"job": job.name, "n_train": len(ty), "settings": {}}
     for setting in job.settings:
         init = 1000 * job.seed + 7
-        models = [_lora_model(bb, job.method, rank, alpha, init + j) for j in range(n_members)]
+        models = [_lora_model(bb, job.method, rank, alpha, init + j, setting) for j in range(n_members)]
         objectives = [_Objective(m, job.method, setting, len(ty), sched.batch_size) for m in models]
         curve = _Curve(models, job, data, sched) if job.phase is Phase.TEST else None
         _train(models, objectives, tx, ty, sched, job.seed, progress, curve)

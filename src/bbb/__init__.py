@@ -11,7 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
-    from . import convert, distributions, engine, functional, hf, nn, prune, random, uncertainty
+    from . import convert, distributions, engine, functional, hf, lora, nn, prune, random, uncertainty
     from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (
         CenteredPrior,
@@ -54,6 +54,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
 _EXPORTS = {
     **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "nn", "prune", "random",
                      "uncertainty"]),
+    "lora": None,
     **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
     **dict.fromkeys(["CenteredPrior", "DiagonalNormal", "GaussianPrior", "KLMode", "Prior", "ScaleMixturePrior",
                      "TorchPrior", "kl_divergence", "register_kl"], "distributions"),
@@ -118,6 +119,7 @@ __all__ = [
     "counter_noise",
     "deterministic_layers",
     "layer_summary",
+    "lora",
     "register_conversion",
     "distributions",
     "engine",

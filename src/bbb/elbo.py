@@ -47,6 +47,7 @@ class KLWeighting(StrOption):
 
     UNIFORM = "uniform"
     BLUNDELL = "blundell"
+    BLOB = "blob"
 
 
 def kl_weights(
@@ -58,6 +59,9 @@ def kl_weights(
 
     ``"blundell"``: pi_i = 2^(M-i) / (2^M - 1) = 2^-i / (1 - 2^-M), computed in that second,
     overflow-free form in float64 (later weights underflow to 0 for large M, as they should).
+    ``"blob"``: Blundell's reversed, pi_i = 2^(i-1) / (2^M - 1), almost all of the KL on the last
+    minibatches of each cycle of M: BLoB's KL re-weighting (Wang et al. 2024, 2^i / (2^(M+1) - 1),
+    which sums to 1 - 1/(2^(M+1) - 1); normalised here), with M its cycle length (``num_batches``).
     A callable receives M and returns M non-negative weights (normalised here).
     """
     m = check_int("num_batches", num_batches)
@@ -69,12 +73,13 @@ def kl_weights(
     try:
         scheme = KLWeighting(scheme)
     except ValueError:
-        raise UserError(f"unknown KL weighting {scheme!r}; choose 'uniform' or 'blundell'") from None
+        raise UserError(f"unknown KL weighting {scheme!r}; choose 'uniform', 'blundell' or 'blob'") from None
     if scheme is KLWeighting.UNIFORM:
         return torch.full((m,), 1.0 / m, dtype=dtype)
     i = torch.arange(1, m + 1, dtype=torch.float64)
     log_w = -i * math.log(2.0) - math.log1p(-(2.0 ** -m))
-    return torch.exp(log_w).to(dtype)
+    w = torch.exp(log_w)
+    return (w.flip(0) if scheme is KLWeighting.BLOB else w).to(dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +238,9 @@ class ELBO(nn.Module):
             ``"heteroscedastic"`` for a network with 2 outputs that predicts its own noise.
         num_batches: M, minibatches per epoch (for the KL weights).
         kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
-            the default, None), ``"uniform"`` (1/M) or a callable M -> weights. ``"blundell"``
+            the default, None), ``"uniform"`` (1/M), ``"blob"`` (Blundell's reversed: BLoB's
+            re-weighting, most of the KL on the last minibatches of each cycle of M) or a callable
+            M -> weights. ``"blundell"``
             front-loads the KL onto the first minibatches of every epoch (the first carries half
             of it, the last ones almost none), so most steps see little of the prior; for
             regression, and any training of many epochs, use ``"uniform"``: the KL counted once

@@ -42,7 +42,8 @@ from .nn import BayesModule
 from .nn.base import Estimator
 from .nn.tied import tie_groups
 
-__all__ = ["save_pretrained", "from_pretrained", "conversion_record", "layer_spec", "causal_lm", "CONVERSION_FILE",
+__all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
+           "CONVERSION_FILE",
            "WEIGHTS_FILE"]
 
 #: the file that records what bayesianize made of the model
@@ -69,6 +70,45 @@ def causal_lm(model: nn.Module) -> bool:
         return False
     names = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
     return any(c.__name__ in names for c in type(inner).__mro__)
+
+
+def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kwargs: Any) -> torch.Tensor:
+    """Text from a Bayesian causal LM (converted whole, or a Bayesian LoRA model): transformers'
+    ``model.generate`` with the posterior mean, or with ``num_samples`` networks drawn from the
+    posterior, **one network per sequence**.
+
+    ``inputs``: the prompt ids (B, T) or a mapping (``{"input_ids", "attention_mask"}``). ``kwargs``
+    go to ``generate`` (``max_new_tokens``, ``do_sample``...). ``num_samples=None``: one network, the
+    posterior mean (the deterministic choice; greedy decoding then writes what the mean model writes);
+    returns (B, T'). ``num_samples=k``: k networks drawn from the posterior, network j writing the whole
+    of its copy of every prompt (the same draw at every step, through the KV cache): what the
+    posterior says the model might write, for diversity or uncertainty over whole answers; returns
+    (k, B, T'). The k networks run batched (the prompts repeated k times in one ``generate`` call).
+
+    >>> texts = bbb.hf.generate(model, {"input_ids": ids, "attention_mask": mask}, num_samples=5,
+    ...                         max_new_tokens=20)       # (5, B, T'): 5 adapters drawn from q
+    """
+    from .nn import folded_samples, sampling, shared_samples
+    from .nn.samples import fold_inputs, input_batch_size
+
+    if not hasattr(model, "generate"):
+        raise UserError(f"generate needs a transformers model with .generate, got {type(model).__name__}")
+    kw = dict(inputs) if isinstance(inputs, dict) else {"input_ids": inputs}
+    if num_samples is None:
+        with torch.no_grad(), sampling(model, "mean"):
+            return model.generate(**kw, **kwargs)  # type: ignore[operator]
+    from .errors import check_int
+    from .lora import warn_untrained
+
+    k = check_int("num_samples", num_samples)
+    b = input_batch_size(kw, 0)
+    warn_untrained(model, "generate")
+    with torch.no_grad(), sampling(model, "sample"), shared_samples(), folded_samples(k):
+        out = model.generate(**fold_inputs(kw, k, 0, b), **kwargs)  # type: ignore[operator]
+    if not isinstance(out, torch.Tensor):
+        raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
+                        "return_dict_in_generate unset")
+    return out.view(k, b, *out.shape[1:])
 
 
 def layer_spec(m: BayesModule) -> dict[str, Any]:
@@ -147,9 +187,13 @@ def _model_class(config: Any, model_class: Any) -> Any:
 
 
 def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any = None,
-                    estimator: Estimator | str | None = None) -> nn.Module:
+                    estimator: Estimator | str | None = None, base_model: nn.Module | None = None,
+                    adapter_name: str = "default", is_trainable: bool = False) -> nn.Module:
     """The model :func:`save_pretrained` wrote to ``folder``, every posterior exact, in ``eval()``
-    mode (as transformers' ``from_pretrained``; ``train()`` samples again).
+    mode (as transformers' ``from_pretrained``; ``train()`` samples again). A Bayesian LoRA adapter
+    folder (peft's ``adapter_config.json``, written by the peft model's ``save_pretrained``) loads
+    onto ``base_model``: :func:`bbb.lora.load_pretrained` (``adapter_name``, ``is_trainable`` as
+    peft's ``PeftModel.from_pretrained``).
 
     Args:
         folder: a local folder (nothing is downloaded).
@@ -169,6 +213,15 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
     from transformers import AutoConfig
 
     src = Path(folder)
+    from .lora import ADAPTER_CONFIG, load_pretrained
+
+    if (src / ADAPTER_CONFIG).is_file():
+        if base_model is None:
+            raise UserError(f"{src} holds a LoRA adapter: pass the model it adapts, "
+                            "bbb.from_pretrained(folder, base_model=AutoModel...from_pretrained(...))")
+        return load_pretrained(src, base_model, adapter_name=adapter_name, is_trainable=is_trainable)
+    if base_model is not None:
+        raise UserError(f"base_model= is for a LoRA adapter folder, and {src} holds no {ADAPTER_CONFIG}")
     if not (src / WEIGHTS_FILE).is_file():
         raise UserError(f"{src} holds no {WEIGHTS_FILE}: save the model with bbb.save_pretrained(model, folder)")
     state = load_file(str(src / WEIGHTS_FILE))

@@ -38,12 +38,13 @@ import torch.nn as nn
 from .errors import UserError
 from .nn import BayesModule
 
-__all__ = ["LoraMode", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
-           "untrained_adapters", "warn_untrained", "ADAPTER_CONFIG", "CONFIG_MARK"]
+__all__ = ["LORA_MODES", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
+           "untrained_adapters", "warn_untrained", "load_pretrained", "optim_groups", "LORA_RHO_LR_SCALE",
+           "ADAPTER_CONFIG", "CONFIG_MARK"]
 
-#: which adapter matrices are Bayesian: "A" (BLoB: A only, B a point estimate) or "AB"
-LoraMode = str
-_MODES: dict[str, tuple[str, ...]] = {"A": ("lora_A",), "AB": ("lora_A", "lora_B")}
+#: ``lora=`` of :func:`bbb.bayesianize`: which adapter matrices are Bayesian, "A" (BLoB: A only, B a
+#: point estimate) or "AB"
+LORA_MODES: dict[str, tuple[str, ...]] = {"A": ("lora_A",), "AB": ("lora_A", "lora_B")}
 
 #: the prior's standard deviation on a LoRA model when ``prior=None``: N(0, 0.2^2), BLoB's
 LORA_PRIOR_SIGMA = 0.2
@@ -113,7 +114,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
     """:func:`bbb.bayesianize` on a model with peft LoRA layers (its ``lora=`` and ``modules_to_save=``):
     ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``)."""
     mode = "A" if lora is None else lora
-    if mode not in _MODES:
+    if mode not in LORA_MODES:
         raise UserError(f"bayesianize: lora={lora!r}; choose 'A' (A Bayesian, B a point estimate: BLoB) or 'AB' "
                         "(both adapter matrices Bayesian)")
     if not kw["from_weights"]:
@@ -124,7 +125,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
         _check_layer(name, layer)
     done = 0
     for name, layer in layers:
-        for part in _MODES[mode]:
+        for part in LORA_MODES[mode]:
             adapters: nn.ModuleDict = getattr(layer, part)
             for key in list(adapters.keys()):
                 mod = adapters[key]
@@ -251,6 +252,18 @@ def _peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _bbb_state(saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`_peft_state` on a saved adapter: a mean saved under peft's key (``weight``
+    beside a ``weight_rho``) back under bbb's (``weight_mu``), for peft's key mapping."""
+    out = {}
+    for k, v in saved.items():
+        head, _, last = k.rpartition(".")
+        if last in ("weight", "bias") and f"{k}_rho" in saved:
+            k = f"{head}.{last}_mu"
+        out[k] = v
+    return out
+
+
 class _BayesPeftModel:
     """bbb's additions to a peft model made Bayesian (a mixin of its class)."""
 
@@ -289,6 +302,87 @@ class _BayesTuner:
         if merge:
             warnings.warn(_MERGE_NOTE.format(what="merge_and_unload"), UserWarning, stacklevel=3)
         return super()._unload_and_optionally_merge(merge, *args, **kwargs)  # type: ignore[misc]
+
+
+def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str = "default",
+                    is_trainable: bool = False) -> nn.Module:
+    """The Bayesian LoRA model a peft model's ``save_pretrained`` wrote to ``folder`` (an adapter
+    folder with ``bbb_conversion.json``), on ``base_model`` (a fresh copy of the model it adapts):
+    the adapter added as peft does, converted as recorded, every posterior loaded exact. In ``eval()``
+    mode; ``is_trainable=False`` (peft's default) freezes the adapter. Called by
+    :func:`bbb.from_pretrained` (``base_model=``)."""
+    from peft import PeftConfig, get_peft_model
+    from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+    from .convert import bayesianize
+    from .distributions import prior_from_config
+    from .hf import CONVERSION_FILE
+    from .nn.base import Estimator
+
+    src = Path(folder)
+    rec_path = src / CONVERSION_FILE
+    if not rec_path.is_file():
+        raise UserError(f"{src} holds a LoRA adapter without {CONVERSION_FILE}: a plain peft adapter, load it with "
+                        "peft.PeftModel.from_pretrained (then bbb.bayesianize to make it Bayesian)")
+    record = json.loads(rec_path.read_text())
+    if record.get("format") != _FORMAT or record.get("kind") != "lora":
+        raise UserError(f"{rec_path} is no Bayesian LoRA record of format {_FORMAT} (kind {record.get('kind')!r}, "
+                        f"format {record.get('format')!r})")
+    with warnings.catch_warnings():  # peft's note that it ignores bbb's mark in the config
+        warnings.filterwarnings("ignore", message=rf".*{CONFIG_MARK}.*")
+        config = PeftConfig.from_pretrained(str(src))
+    config.inference_mode = not is_trainable
+    layers: dict[str, dict[str, Any]] = record["layers"]
+    first = next(iter(layers.values()), {})
+    if any(v.get("prior") is None for v in layers.values()):
+        raise UserError(f"{rec_path} could not record the prior (a torch.distributions one?); load with peft and "
+                        "bbb.bayesianize, then load_state_dict")
+    model = get_peft_model(base_model, config, adapter_name=adapter_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        bayesianize(model, prior=prior_from_config(first["prior"]), estimator=first.get("estimator", "reparam"),
+                    lora=record["lora"], modules_to_save=record["modules_to_save"])
+    made = {}
+    for name, m in model.named_modules():
+        parts = name.split(".")
+        if isinstance(m, BayesModule) and adapter_name in parts:
+            made[".".join(p for p in parts if p != adapter_name)] = m
+    if set(made) != set(layers):
+        diff = sorted(set(made) ^ set(layers))[:3]
+        raise UserError(f"the LoRA adapter in {src} does not fit this base model: layers {', '.join(diff)} differ "
+                        "(pass a fresh copy of the model it was trained on)")
+    for name, spec in layers.items():  # each layer's own settings, as recorded
+        m = made[name]
+        m.prior = prior_from_config(spec["prior"])
+        m.estimator = Estimator(spec["estimator"])
+        m.rho_init = float(spec["rho_init"])
+    weights = _bbb_state(load_peft_weights(str(src)))
+    result: Any = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
+    missing = [k for k in result.missing_keys if f".{adapter_name}." in k]
+    unexpected = [k for k in result.unexpected_keys]
+    if missing or unexpected:
+        raise UserError(f"the adapter in {src} did not load exact: {len(missing)} missing key(s) "
+                        f"({', '.join(missing[:2])}), {len(unexpected)} unexpected ({', '.join(unexpected[:2])})")
+    return model.eval()
+
+
+#: rho's learning rate over the means' that the docs recommend for a Bayesian LoRA fine-tune with Adam
+#: (bench/lora_sigma.py: at 1x sigma barely leaves its initial value in 500 steps)
+LORA_RHO_LR_SCALE = 10.0
+
+
+def optim_groups(model: nn.Module, lr: float, rho_lr_scale: float = LORA_RHO_LR_SCALE) -> list[dict[str, Any]]:
+    """``torch.optim`` parameter groups of ``model``'s trainable parameters: every posterior's rho at
+    ``lr * rho_lr_scale``, the rest (the means, ``lora_B``, the head) at ``lr`` (what
+    ``bbb.Engine(..., rho_lr_scale=)`` does). Frozen parameters are left out.
+
+    >>> opt = torch.optim.AdamW(bbb.lora.optim_groups(model, lr=1e-3), weight_decay=0.0)
+    """
+    rhos = {id(m.rho(n)) for m in model.modules() if isinstance(m, BayesModule) for n in m.param_names()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if id(p) not in rhos], "lr": float(lr)},
+              {"params": [p for p in params if id(p) in rhos], "lr": float(lr) * float(rho_lr_scale)}]
+    return [g for g in groups if g["params"]]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import torch.nn as nn
 
 import bbb
 from bbb.errors import UserError
-from bbb.nn import BayesLinear, BayesModule, bayes_modules
+from bbb.nn import BayesConv2d, BayesLinear, BayesModule, bayes_modules
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
@@ -209,3 +209,243 @@ def test_elbo_scores_the_next_token_as_transformers(make, how):
     scored = int((labels[:, 1:] != -100).sum())
     torch.testing.assert_close(out.nll / scored, ref, rtol=1e-5, atol=1e-6)
     assert not bbb.ELBO(nn.Sequential(bbb.nn.BayesLinear(3, 2))).shift_labels
+
+
+# --------------------------------------------------------------------------------------------
+# every LoRA target type peft has on the CPU; adapters, dropout, rsLoRA, DoRA, the head
+# --------------------------------------------------------------------------------------------
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(8, 3)
+        self.head = nn.Linear(4 * 5 * 5, 3)
+
+    def forward(self, x):
+        return self.head(self.conv(x).flatten(1))
+
+
+def _peft(net: nn.Module, **kw) -> nn.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return get_peft_model(net, LoraConfig(r=2, **kw))
+
+
+def _move_b(model: nn.Module, seed: int = 0) -> None:
+    """Train-like B (peft's init is 0): the adapters then change the output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+
+
+def test_conv2d_adapter_converts_and_the_head_stays_a_point_estimate_unless_asked():
+    torch.manual_seed(0)
+    model = _peft(_Net(), target_modules=["conv"], modules_to_save=["head"])
+    _move_b(model)
+    x = torch.randn(3, 1, 5, 5)
+    ref = model(x)
+    bbb.bayesianize(model)
+    inner = model.base_model.model
+    assert isinstance(inner.conv.lora_A["default"], BayesConv2d)
+    assert type(inner.head.modules_to_save["default"]) is nn.Linear
+    model.eval()
+    torch.testing.assert_close(model(x), ref)
+    samples = bbb.uncertainty.predict(model, x, num_samples=3)
+    assert not torch.equal(samples[0], samples[1])
+    asked = _peft(_Net(), target_modules=["conv"], modules_to_save=["head"])
+    bbb.bayesianize(asked, modules_to_save=True)
+    head = asked.base_model.model.head
+    assert isinstance(head.modules_to_save["default"], BayesLinear)
+    assert type(head.original_module) is nn.Linear and not head.original_module.weight.requires_grad
+    assert head.modules_to_save["default"].weight_rho.requires_grad
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(target_modules=["emb"]), "nn.Embedding"),
+    (dict(target_modules=["fc"], use_dora=True), "DoRA"),
+])
+def test_unsupported_adapters_are_one_line_errors_naming_the_module(kw, match):
+    model = _peft(_Net(), **kw)
+    with pytest.raises(UserError, match=match) as e:
+        bbb.bayesianize(model)
+    assert "base_model.model." in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_embedding_adapter_skipped_stays_a_point_estimate():
+    model = _peft(_Net(), target_modules=["emb", "conv"])
+    bbb.bayesianize(model, skip=["base_model.model.emb"])
+    assert isinstance(model.base_model.model.conv.lora_A["default"], BayesConv2d)
+    assert not any(isinstance(m, BayesModule) for m in model.base_model.model.emb.modules())
+
+
+def test_rslora_scaling_and_dropout_are_kept():
+    torch.manual_seed(0)
+    model = _lora_gpt2(use_rslora=True, lora_dropout=0.5, r=4, lora_alpha=8)
+    layer = model.base_model.model.transformer.h[0].attn.c_attn
+    assert layer.scaling["default"] == pytest.approx(8 / 2)  # alpha / sqrt(r)
+    _move_b(model)
+    ids = _ids()
+    model.eval()
+    ref = model(input_ids=ids).logits
+    bbb.bayesianize(model)
+    assert layer.scaling["default"] == pytest.approx(4.0)
+    assert isinstance(layer.lora_dropout["default"], nn.Dropout)
+    model.eval()
+    torch.testing.assert_close(model(input_ids=ids).logits, ref)
+    model.train()  # dropout and sampling: two forwards differ
+    assert not torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_several_adapters_set_adapter_and_the_kl_of_the_active_one():
+    model = _lora_gpt2()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.add_adapter("other", LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True))
+    bbb.bayesianize(model)
+    layer = model.base_model.model.transformer.h[0].attn.c_attn
+    assert isinstance(layer.lora_A["other"], BayesLinear) and isinstance(layer.lora_A["default"], BayesLinear)
+    _move_b(model)
+    ids = _ids()
+    elbo = bbb.ELBO(model, num_batches=1, kl_weighting="uniform")
+    kl_default = float(elbo({"input_ids": ids, "labels": ids}).kl)
+    model.set_adapter("other")
+    assert layer.lora_A["other"].weight_rho.requires_grad and not layer.lora_A["default"].weight_rho.requires_grad
+    kl_other = float(elbo({"input_ids": ids, "labels": ids}).kl)
+    want = sum(float(m.kl()) for n, m in model.named_modules() if isinstance(m, BayesModule) and n.endswith(".other"))
+    assert kl_other == pytest.approx(want, rel=1e-5) and kl_other != pytest.approx(kl_default)
+    before = _frozen(model)
+    losses = _train(model, 5, engine=True, beta=0.1)  # fused over the active adapter; the other left alone
+    assert all(torch.equal(dict(model.named_parameters())[n], t) for n, t in before.items())
+    assert losses[-1] < losses[0]
+
+
+# --------------------------------------------------------------------------------------------
+# prediction and generation; an untrained adapter warns
+# --------------------------------------------------------------------------------------------
+
+
+def test_predict_on_an_untrained_a_only_adapter_warns_and_samples_are_equal():
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    ids = _ids()
+    with pytest.warns(UserWarning, match="B is 0"):
+        out = bbb.uncertainty.predict(model, {"input_ids": ids}, num_samples=3)
+    assert torch.equal(out[0], out[1])  # every sample is the base model until B moves
+    _move_b(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = bbb.uncertainty.predict(model, {"input_ids": ids}, num_samples=3)
+        mean = bbb.uncertainty.predict(model, {"input_ids": ids}, mode="mean")
+    assert not torch.equal(out[0], out[1]) and mean.shape == (1, *out.shape[1:])
+    model.eval()
+    torch.testing.assert_close(mean[0], model(input_ids=ids).logits)
+
+
+def test_generate_one_network_per_sequence_or_the_mean():
+    model = _lora_gpt2()
+    bbb.bayesianize(model, lora="AB")
+    _move_b(model)
+    for m in bayes_modules(model):
+        with torch.no_grad():
+            m.weight_rho.fill_(0.0)  # sigma ~0.7: the samples write different text
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    model.eval()
+    mean = bbb.hf.generate(model, prompt, **kw)
+    assert torch.equal(mean, model.generate(input_ids=prompt, **kw))
+    torch.manual_seed(0)
+    out = bbb.hf.generate(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, num_samples=3, **kw)
+    assert out.shape == (3, 2, 8) and torch.equal(out[:, :, :3], prompt.expand(3, 2, 3))
+    assert len({tuple(out[j, 0].tolist()) for j in range(3)}) > 1
+    # each sequence is the greedy text of one network: replaying the same draws (the first forward draws
+    # each layer's k samples, in the same order), the argmax at every step is the token written, up to
+    # the end-of-sequence token (0), after which generate pads
+    torch.manual_seed(0)
+    with torch.no_grad(), bbb.nn.sampling(model, "sample"), bbb.nn.shared_samples(), bbb.nn.folded_samples(3):
+        logits = model(input_ids=out.reshape(6, 8)).logits
+    written = out.reshape(6, 8)[:, 3:]
+    before_eos = (written == 0).int().cumsum(1) - (written == 0).int() == 0
+    assert before_eos.sum() > 15
+    assert torch.equal(logits[:, 2:-1].argmax(-1)[before_eos], written[before_eos])
+
+
+def test_kl_weighting_blob_is_blundell_reversed():
+    w = bbb.kl_weights(6, "blob", dtype=torch.float64)
+    assert torch.equal(w, bbb.kl_weights(6, "blundell", dtype=torch.float64).flip(0))
+    assert float(w.sum()) == pytest.approx(1.0) and w[-1] > 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# save and load as peft users do; merge
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lora", ["A", "AB"])
+def test_save_pretrained_and_load_every_posterior_exact(tmp_path, lora):
+    model = _lora_gpt2()
+    bbb.bayesianize(model, lora=lora, prior=bbb.GaussianPrior(0.3))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_()
+    model.save_pretrained(tmp_path)
+    files = {p.name for p in tmp_path.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "bbb_conversion.json"} <= files
+    assert (tmp_path / "adapter_model.safetensors").stat().st_size < 20_000  # the adapters only
+    again = bbb.from_pretrained(tmp_path, base_model=_gpt2())
+    mine = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+    theirs = {k: v for k, v in again.state_dict().items() if "lora_" in k}
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert all(m.prior.sigma == 0.3 for m in bayes_modules(again))
+    assert not any(p.requires_grad for p in again.parameters())  # peft's default: inference mode
+    trainable = bbb.from_pretrained(tmp_path, base_model=_gpt2(), is_trainable=True)
+    assert all(m.weight_rho.requires_grad for m in bayes_modules(trainable))
+    ids = _ids()
+    model.eval()
+    torch.testing.assert_close(again(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_peft_loader_on_a_bayesian_adapter_loads_the_means_with_a_warning(tmp_path):
+    from peft import PeftModel
+
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    _move_b(model)
+    with torch.no_grad():
+        for m in bayes_modules(model):
+            m.weight_mu.normal_()
+    model.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="bbb_bayesian_lora"):
+        plain = PeftModel.from_pretrained(_gpt2(), tmp_path)
+    a = plain.base_model.model.transformer.h[0].attn.c_attn.lora_A["default"]
+    assert type(a) is nn.Linear
+    assert torch.equal(a.weight, model.base_model.model.transformer.h[0].attn.c_attn.lora_A["default"].weight_mu)
+    ids = _ids()
+    model.eval()
+    torch.testing.assert_close(plain(input_ids=ids).logits, model(input_ids=ids).logits)  # the mean model
+
+
+def test_merge_and_unload_merges_the_posterior_mean_and_says_so():
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    _move_b(model)
+    ids = _ids()
+    model.eval()
+    ref = model(input_ids=ids).logits
+    with pytest.warns(UserWarning, match="posterior mean"):
+        merged = model.merge_and_unload()
+    assert not any(isinstance(m, BayesModule) for m in merged.modules())
+    torch.testing.assert_close(merged(input_ids=ids).logits, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_loading_a_lora_folder_needs_the_base_model(tmp_path):
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    model.save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="base_model"):
+        bbb.from_pretrained(tmp_path)

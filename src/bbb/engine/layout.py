@@ -45,10 +45,11 @@ class Slot:
 
 
 class Layout:
-    """The flat arrangement of a model's Bayesian parameters."""
+    """The flat arrangement of a model's Bayesian parameters (those of its active adapters: a peft
+    model's other adapters are neither sampled, trained nor counted in the KL)."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.modules = list(bayes_modules(model))
+        self.modules = list(bayes_modules(model, active=True))
         slots, offset = [], 0
         for m in self.modules:
             for name in m.param_names():
@@ -65,7 +66,7 @@ class Layout:
 
     def covers(self, model: nn.Module) -> bool:
         """``model`` holds exactly the layers of this layout."""
-        return [id(m) for m in bayes_modules(model)] == [id(m) for m in self.modules]
+        return [id(m) for m in bayes_modules(model, active=True)] == [id(m) for m in self.modules]
 
     def kl_mask(self, device: torch.device, dtype: torch.dtype) -> Tensor | None:
         """(n,): 1 where a weight counts in the KL, 0 where its layer leaves it out (``kl_rows``, e.g.

@@ -194,7 +194,8 @@ class Sampler(SampleProvider):
         if self.layout is None:
             return None
         if not self.layout.covers(model):
-            raise UserError("the KL under an Engine is that of the whole model it was built for")
+            raise UserError("the KL under an Engine is that of the whole model it was built for (after a peft "
+                            "model's set_adapter, build a new Engine)")
         if kl_kind(self.prior, mode) != (self.split, self.closed):
             raise UserError(f"the ELBO asks for kl={mode.value} but the engine was built with kl={self.kl_mode.value}; "
                             "build the Engine from the ELBO, Engine(elbo, ...), so that they share kl")

@@ -47,7 +47,7 @@ def compile_default(compile: bool | None, dev: torch.device, numel: int, min_num
 
 def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
     """Why the fused kernel cannot train ``model`` (None: it can)."""
-    mods = list(bayes_modules(model))
+    mods = list(bayes_modules(model, active=True))
     if not mods:
         return "the model has no Bayesian layers"
     params = [p for m in mods for n in m.param_names() for p in (getattr(m, f"{n}_mu"), getattr(m, f"{n}_rho"))]

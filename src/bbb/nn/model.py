@@ -83,11 +83,36 @@ class BayesMLP(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def bayes_modules(model: nn.Module) -> Iterator[BayesModule]:
-    """Every :class:`BayesModule` inside ``model`` (including itself)."""
+def bayes_modules(model: nn.Module, active: bool = False) -> Iterator[BayesModule]:
+    """Every :class:`BayesModule` inside ``model`` (including itself). ``active=True`` leaves out those
+    of an adapter that is not active (a peft model's ``set_adapter``: its forward does not use them):
+    the layers of the model's posterior, whose KL counts (:func:`model_kl`, the Engine)."""
+    idle = inactive_adapter_modules(model) if active else set()
     for m in model.modules():
-        if isinstance(m, BayesModule):
+        if isinstance(m, BayesModule) and id(m) not in idle:
             yield m
+
+
+def inactive_adapter_modules(model: nn.Module) -> set[int]:
+    """ids of the modules inside adapters that are not active: a module that names its adapter
+    containers (peft's ``adapter_layer_names``: LoRA layers, ``modules_to_save`` wrappers) and its
+    ``active_adapters`` holds the others' modules idle. Nothing is imported (duck typing)."""
+    out: set[int] = set()
+    for m in model.modules():
+        names = getattr(type(m), "adapter_layer_names", None)
+        if not names:
+            continue
+        try:
+            active = set(m.active_adapters)  # type: ignore[arg-type]
+        except (AttributeError, TypeError):
+            continue
+        for attr in names:
+            container = getattr(m, attr, None)
+            if isinstance(container, nn.ModuleDict):
+                for key, sub in container.items():
+                    if key not in active:
+                        out.update(id(x) for x in sub.modules())
+    return out
 
 
 #: the models :func:`warn_not_bayesian` has looked at (or :func:`mark_deterministic` named): each is looked at once
@@ -122,7 +147,8 @@ def model_kl(
     model: nn.Module, mode: KLMode | str = KLMode.AUTO, recorder: SampleRecorder | None = None,
     num_samples: int | None = None,
 ) -> Tensor:
-    """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer.
+    """KL[q(w) || P(w)] of the whole model: a sum over every weight of every Bayesian layer (the
+    adapters of a peft model that are active: :func:`bayes_modules` with ``active=True``).
 
     ``num_samples``: the weight samples a Monte Carlo KL averages over (None: those the forward
     pass drew, in ``recorder``; see :meth:`BayesModule.kl`)."""
@@ -131,7 +157,7 @@ def model_kl(
         total = provider.model_kl(model, KLMode(mode), num_samples)
         if total is not None:
             return total
-    terms = [m.kl(mode, recorder, num_samples) for m in bayes_modules(model)]
+    terms = [m.kl(mode, recorder, num_samples) for m in bayes_modules(model, active=True)]
     if not terms:
         p = next(model.parameters(), None)
         return torch.zeros((), device=None if p is None else p.device)

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
 from ..errors import UserError, check_int
+from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
 from ..nn.samples import (
     PROVIDER,
@@ -144,7 +145,9 @@ def predict(
     (it is restored on return, so a DataLoader's own draws are undone too and evaluating does not
     perturb a training run). A layer that draws from the global generator anyway (a custom layer
     that ignores :class:`bbb.nn.SampleRecorder`'s generator) is a one-line :class:`UserError`. None
-    (the default): torch's global generator, as before. A model with no Bayesian layer warns once.
+    (the default): torch's global generator, as before. A model with no Bayesian layer warns once;
+    a Bayesian LoRA model whose adapter is still at peft's init (A Bayesian, B = 0, so every sample
+    is the base model) warns at each sampled prediction (:func:`bbb.lora.warn_untrained`).
 
     >>> logits, labels = predict(net, test_loader, num_samples=20, return_targets=True)
     >>> expected_calibration_error(predictive_probs(logits), labels)
@@ -162,6 +165,8 @@ def predict(
     if _one_batch(x) and return_targets:
         raise UserError("return_targets needs a DataLoader (one batch of inputs carries no targets)")
     warn_not_bayesian(model, "predict")
+    if mode == "sample":
+        warn_untrained(model, "predict")
     dev = _device(model)
     gen = _as_generator(generator, dev, "predict")
     if gen is not None and PROVIDER.get() is not None:

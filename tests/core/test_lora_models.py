@@ -1,0 +1,170 @@
+"""Contract tests of Bayesian LoRA on the four model families (issue 63): BERT (sequence classifier,
+its head in peft's modules_to_save), GPT-2 (transformers' Conv1D), Llama (q_proj/v_proj) and ViT
+(image classifier), each a tiny config with random init (nothing downloaded) under peft's LoRA, then
+``bbb.bayesianize``: only the adapters (and the head) train; k samples distinct; padding- and
+batch-invariant; save/load exact; a few steps lower the loss."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+
+import bbb
+from bbb.nn import BayesModule, bayes_modules
+from bbb.uncertainty import predict
+
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+from peft import LoraConfig, TaskType, get_peft_model  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+V, T, B, C = 60, 8, 3, 2  # vocabulary, sequence length, batch, classes
+
+
+def _bert() -> nn.Module:
+    cfg = transformers.BertConfig(vocab_size=V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=32, max_position_embeddings=32, num_labels=C)
+    return transformers.BertForSequenceClassification(cfg)
+
+
+def _gpt2() -> nn.Module:
+    cfg = transformers.GPT2Config(vocab_size=V, n_embd=16, n_layer=2, n_head=2, n_positions=32, bos_token_id=0,
+                                  eos_token_id=0, pad_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _llama() -> nn.Module:
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
+                                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _vit() -> nn.Module:
+    cfg = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=16, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=32, num_labels=C)
+    return transformers.ViTForImageClassification(cfg)
+
+
+#: the base model and peft's LoraConfig of each family
+FAMILIES: dict[str, tuple[Callable[[], nn.Module], dict]] = {
+    "bert": (_bert, dict(task_type=TaskType.SEQ_CLS, target_modules=["query", "value"])),  # head: modules_to_save
+    "gpt2": (_gpt2, dict(task_type=TaskType.CAUSAL_LM, target_modules=["c_attn"], fan_in_fan_out=True)),
+    "llama": (_llama, dict(task_type=TaskType.CAUSAL_LM, target_modules=["q_proj", "v_proj"])),
+    "vit": (_vit, dict(target_modules=["q_proj", "v_proj"], modules_to_save=["classifier"])),
+}
+NAMES = sorted(FAMILIES)
+
+
+def _base(name: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return FAMILIES[name][0]()
+
+
+def _model(name: str, seed: int = 0, **kw) -> nn.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_peft_model(_base(name, seed), LoraConfig(r=4, lora_alpha=8, **FAMILIES[name][1]))
+    bbb.bayesianize(model, **kw)
+    return model
+
+
+def _move_b(model: nn.Module) -> None:
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+
+
+def _batch(name: str, b: int = B, seed: int = 1) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    if name == "vit":
+        pixels = torch.randn(b, 3, 16, 16, generator=g)
+        return {"pixel_values": pixels, "labels": torch.randint(0, C, (b,), generator=g)}
+    ids = torch.randint(1, V, (b, T), generator=g)
+    mask = torch.ones(b, T, dtype=torch.long)
+    mask[-1, T // 2:] = 0  # the last example is shorter: padded on the right
+    labels = torch.randint(0, C, (b,), generator=g) if name == "bert" else torch.where(mask.bool(), ids, -100)
+    return {"input_ids": ids * mask, "attention_mask": mask, "labels": labels}
+
+
+def _inputs(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_only_the_adapters_and_the_head_train(name):
+    model = _model(name)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_" in n or ".modules_to_save." in n for n in trainable)
+    bayes = [n for n, m in model.named_modules() if isinstance(m, BayesModule)]
+    assert bayes and all(n.endswith("lora_A.default") for n in bayes)
+    heads = [n for n in trainable if ".modules_to_save." in n]
+    assert bool(heads) is (name in ("bert", "vit"))  # the head: a point estimate
+    assert not any(n.endswith(("_mu", "_rho")) for n in heads)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_k_samples_distinct_padding_and_batch_invariant(name):
+    model = _model(name)
+    _move_b(model)
+    batch = _inputs(_batch(name))
+    out = predict(model, batch, num_samples=3, generator=0)  # (3, B, ...)
+    assert not torch.allclose(out[0], out[1]) and not torch.allclose(out[1], out[2])
+    # batch-invariant: each example alone, with the same draws, gives its row of the batch
+    for i in range(B):
+        alone = {k: v[i:i + 1] for k, v in batch.items()}
+        if "attention_mask" in alone:  # its own length, no padding at all
+            n = int(alone["attention_mask"].sum())
+            alone = {k: v[:, :n] for k, v in alone.items()}
+        one = predict(model, alone, num_samples=3, generator=0)
+        got = out[:, i:i + 1]
+        if name in ("gpt2", "llama"):  # a causal LM: every position that is not padding
+            got = got[:, :, : one.shape[2]]
+        torch.testing.assert_close(one, got, rtol=1e-4, atol=1e-5)
+    mean = predict(model, batch, mode="mean")
+    assert mean.shape == (1, *out.shape[1:])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_save_and_load_exact(name, tmp_path):
+    model = _model(name)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path)
+    again = bbb.from_pretrained(tmp_path, base_model=_base(name))
+    mine = {k: v for k, v in model.state_dict().items() if ".lora_" in k or ".modules_to_save." in k}
+    theirs = {k: v for k, v in again.state_dict().items() if ".lora_" in k or ".modules_to_save." in k}
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    batch = _inputs(_batch(name))
+    torch.testing.assert_close(predict(again, batch, num_samples=2, generator=5),
+                               predict(model, batch, num_samples=2, generator=5))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_few_steps_lower_the_loss_and_leave_the_base(name):
+    model = _model(name)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    batch = _batch(name, b=4)
+    elbo = bbb.ELBO(model, num_batches=10, kl_weighting="uniform", beta=0.1, num_samples=2)
+    engine = bbb.Engine(elbo, "adam", lr=2e-2)
+    model.train()
+    losses = []
+    for _ in range(8):
+        with engine.sampling():
+            out = elbo(batch)
+        engine.zero_grad()
+        (out.loss / 4).backward()
+        engine.step()
+        losses.append(float(out.nll.detach()))
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(dict(model.named_parameters())[n], t) for n, t in before.items())
+    assert engine.fused and {id(m) for m in engine.layout.modules} == {id(m) for m in bayes_modules(model)}

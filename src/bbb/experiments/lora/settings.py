@@ -9,8 +9,7 @@ from ...errors import UserError
 from ...options import StrOption
 
 __all__ = ["Arch", "Task", "LoraMethod", "Phase", "LoraBudget", "Schedule", "SCHEDULES", "Setting", "grid_of",
-           "LoraExpConfig", "ENSEMBLE_SIZE", "MC_DROPOUT_P", "TEST_SAMPLES", "VAL_FRACTION", "VAL_SEEDS",
-           "BBB_RHO_INIT"]
+           "LoraExpConfig", "ENSEMBLE_SIZE", "MC_DROPOUT_P", "TEST_SAMPLES", "VAL_FRACTION", "VAL_SEEDS"]
 
 
 class Arch(StrOption):
@@ -89,11 +88,6 @@ MC_DROPOUT_P = 0.1  #: BLoB's MC-dropout baseline: LoRA dropout 0.1
 TEST_SAMPLES = 10  #: samples of the predictive (MC dropout masks, BBB adapters), BLoB's N = 10
 VAL_FRACTION = 0.2  #: the held-out slice of the few-shot set (at least one image per class)
 VAL_SEEDS = 2  #: the choice pools the held-out slices of the run's first VAL_SEEDS seeds (the budget's cost)
-#: BBB's initial posterior sd: softplus(-3) = 0.049, the scale of LoRA A's initialisation (kaiming
-#: bound 1/sqrt(fan_in): 0.025-0.125 here). At bayesianize's default (-5: 0.0067) Adam at lr 1e-3
-#: moves rho by at most ~0.6 in 600 steps, so sigma could not leave ~0.01: the posterior would stay
-#: at its initial width (BLoB's sigma = G^2 grows fast under Adam; softplus does not)
-BBB_RHO_INIT = -3.0
 
 
 @dataclass(frozen=True)
@@ -114,9 +108,9 @@ class Setting:
         return " ".join(parts) or "-"
 
 
-#: BBB's grid: the KL weight x the prior's sd (the full ELBO, KL weight 1, swamped the adapter in
-#: the pilot of docs/reference and in a one-seed look here: accuracy -6 to -16 points; not searched)
-BBB_GRID = tuple(Setting(kl, p) for kl in (0.1, 0.01) for p in (0.2, 1.0))
+#: BBB's grid: the KL weight x the prior's sd. The full ELBO (KL weight 1) swamped the adapter in the
+#: pilot (docs/bayesian_lora.md: -16 points of accuracy) and in a one-seed look here (-6): not searched
+BBB_GRID = tuple(Setting(kl, p) for kl in (0.1, 0.01) for p in (0.05, 0.2))
 #: MAP's grid: the Gaussian prior's sd (its L2 is ||theta||^2 / (2 sd^2 N))
 MAP_GRID = tuple(Setting(0.0, p) for p in (0.05, 0.2, 1.0))
 

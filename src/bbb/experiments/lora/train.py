@@ -31,7 +31,6 @@ from ...uncertainty import (
 )
 from .backbones import LORA_TARGETS, NUM_CLASSES, Backbone, TaskData
 from .settings import (
-    BBB_RHO_INIT,
     ENSEMBLE_SIZE,
     MC_DROPOUT_P,
     TEST_SAMPLES,
@@ -88,7 +87,7 @@ def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_se
                 setting: Setting) -> nn.Module:
     """A fresh copy of the frozen body with peft LoRA adapters (seeded initialisation); for BBB the
     adapters converted by :func:`bbb.bayesianize` (A, or A and B; flipout, as BLoB; the Gaussian
-    prior of ``setting``; the posterior means start at peft's initialisation)."""
+    prior of ``setting``; the means start at peft's initialisation, sigma at bbb's default)."""
     from peft import LoraConfig, get_peft_model
 
     body = copy.deepcopy(bb.body)
@@ -100,7 +99,7 @@ def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_se
         import bbb
 
         model = bbb.bayesianize(model, prior=bbb.GaussianPrior(setting.prior_sigma), estimator="flipout",
-                                rho_init=BBB_RHO_INIT, lora="A" if method is LoraMethod.BBB_A else "AB")
+                                lora="A" if method is LoraMethod.BBB_A else "AB")
     return model
 
 
@@ -129,10 +128,6 @@ class _Objective:
         if self.method is LoraMethod.MAP:
             loss = loss + _prior_l2(self.model, self.setting.prior_sigma) / self.n
         return loss
-
-
-def _trainable(model: nn.Module) -> list[nn.Parameter]:
-    return [p for p in model.parameters() if p.requires_grad]
 
 
 @torch.no_grad()
@@ -172,9 +167,12 @@ def scores(logits: Tensor, labels: Tensor) -> dict[str, float]:
 def _train(models: list[nn.Module], objectives: list[_Objective], x: Tensor, y: Tensor, sched: Schedule,
            seed: int, progress: Callable[[int], None], on_step: Callable[[int], None] | None = None) -> None:
     """``sched.steps`` AdamW steps (no weight decay; MAP's prior is in its loss) on minibatches of
-    shuffled epochs; ``on_step(step)`` before the first step and after the chosen ones."""
-    params = [p for m in models for p in _trainable(m)]
-    opt = torch.optim.AdamW(params, lr=sched.lr, weight_decay=0.0)
+    shuffled epochs, the parameter groups of :func:`bbb.lora.optim_groups` (the posteriors' rho at
+    10x the learning rate, docs/bayesian_lora.md; every other trainable parameter at ``sched.lr``);
+    ``on_step(step)`` before the first step and after the chosen ones."""
+    from ...lora import optim_groups
+
+    opt = torch.optim.AdamW([g for m in models for g in optim_groups(m, sched.lr)], lr=sched.lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
     batch = min(sched.batch_size, len(y))
     order: list[int] = []

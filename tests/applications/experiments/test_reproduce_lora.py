@@ -115,6 +115,11 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
     assert code == 0
     assert {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()} == stamps
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["out"] == "$OUT" and str(tmp_path) not in (out / "run.json").read_text()  # as from a clone
+    code, stdout, _ = run_main(capsys, *argv, "--report")  # the tables only, the run's own command kept
+    assert code == 0 and "bbb_a" in stdout
+    assert json.loads((out / "run.json").read_text())["command"] == run["command"]
 
 
 @pytest.mark.parametrize("bad, what", [(["--shots", "1"], "--shots"), (["--workers", "0"], "--workers"),

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ...io import atomic_write_json
+from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
 from .train import Job, run_job
@@ -173,17 +174,25 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
             bar.close()
     done = {j.name: _load(folder / f"{j.name}.json") for j in test_jobs if _finished(folder, j)}
     finished = {k: v for k, v in done.items() if v is not None}
-    meta = {"command": command, "config": {k: (list(v) if isinstance(v, tuple) else v)
+    meta = {"command": portable_command(command)[0], "config": {k: (list(v) if isinstance(v, tuple) else v)
                                            for k, v in asdict(cfg).items()},
             "wall_seconds": round(time.perf_counter() - start, 1),
             "job_seconds": round(sum(r.get("seconds", 0.0) for r in finished.values()) + sum(
                 r.get("seconds", 0.0) for j in val_jobs if (r := _load(folder / f"{j.name}.json")) is not None), 1),
             "backbones": backbones, "missing": [j.name for j in plan(cfg, Phase.TEST, _any_choice(cfg))
                                                 if j.name not in finished]}
-    if not cfg.report_only:
-        prev = _load(out / "run.json")
+    meta["config"]["out"] = "$OUT"  # as a user runs it from a clone (portable_command)
+    if meta["config"]["data_dir"] is not None:
+        meta["config"]["data_dir"] = "$BBB_DATA"
+    prev = _load(out / "run.json")
+    if cfg.report_only:
+        if prev is not None:  # the tables of a finished run: its own command and times
+            meta = {**prev, "missing": meta["missing"], "command": portable_command(prev.get("command", ""))[0],
+                    "config": {**prev.get("config", {}), "out": "$OUT"}}
+    else:
         if prev is not None:
             meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0), 1)
+            meta["commands_before"] = [*prev.get("commands_before", []), prev.get("command", "")]
         atomic_write_json(out / "run.json", meta)
     written = write_report(out, test_jobs, finished, sweeps, meta)
     return {"written": [str(p) for p in written], **meta}

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of MNIST 5-9 or Fashion-MNIST 0-4 through the pretrained 5-way head, trained long with no early "
         "stopping. Methods: MLE LoRA, MAP LoRA, MC dropout on the adapters, an ensemble of 3 adapters, Bayes "
         "by Backprop on A (BLoB's choice) and on A and B. MAP's prior and BBB's KL weight and prior are chosen "
-        "on a held-out slice of the few-shot data (20%%), never on test. Test accuracy, ECE (15 bins), NLL, "
+        "on a held-out slice of the few-shot data (20%), never on test. Test accuracy, ECE (15 bins), NLL, "
         "Brier, OOD AUROC (entropy; MI), reliability diagrams and NLL/ECE against steps. Writes methods.csv, "
         "seeds.csv, sweep.csv, target.csv, table.md, results.json, run.json and PNG figures to --out.")
     parser.add_argument("--archs", nargs="+", default=[str(a) for a in Arch], choices=values(Arch),

@@ -29,10 +29,25 @@ def _mean_se(values: list[Any]) -> tuple[float | None, float | None]:
     return m, math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1) / len(v))
 
 
+#: the out-of-distribution sets by their role: the backbone's held-back classes, or the other data set
+OOD_ROLES = {"mnist0-4": "held", "fashion5-9": "held", "fashion": "other", "mnist": "other"}
+
+
+def _role(key: str) -> str:
+    """``auroc_entropy_mnist0-4`` -> ``auroc_entropy_held``: one column per role for both tasks
+    (digits: held = MNIST 0-4, other = Fashion-MNIST; fashion: held = Fashion 5-9, other = MNIST)."""
+    for name, role in OOD_ROLES.items():
+        for kind in ("entropy", "mi"):
+            if key == f"auroc_{kind}_{name}":
+                return f"auroc_{kind}_{role}"
+    return key
+
+
 def _row(job: Job, result: dict[str, Any]) -> dict[str, Any]:
     (label, r), = result["settings"].items()
     return {"arch": str(job.arch), "task": str(job.task), "shots": job.shots, "method": str(job.method),
-            "seed": job.seed, "setting": label, **{k: v for k, v in r.items() if k not in ("curve", "bins")}}
+            "seed": job.seed, "setting": label,
+            **{_role(k): v for k, v in r.items() if k not in ("curve", "bins")}}
 
 
 def summarise(jobs: list[Job], results: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -82,8 +97,10 @@ def _fmt(v: Any, se: Any = None, pct: bool = False) -> str:
 def _markdown(groups: list[dict[str, Any]], targets: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"Command: `{meta.get('command', '')}`", "",
              "Mean ± standard error over seeds; ACC and ECE (15 bins) in %, NLL of the averaged "
-             "probabilities, Brier (sum over classes); OOD: AUROC of the predictive entropy (MI for the "
-             "sampled methods) against the held-back classes / the other data set.", ""]
+             "probabilities, Brier (sum over classes), mean confidence; OOD: AUROC of the predictive entropy "
+             "(H) and of the mutual information (MI, sampled methods) against the held-back classes (held: "
+             "MNIST 0-4 for digits, Fashion 5-9 for fashion) and the other data set (other: Fashion-MNIST, "
+             "MNIST).", ""]
     ood = sorted({k[len("auroc_entropy_"):] for g in groups for k in g if k.startswith("auroc_entropy_")
                   and not k.endswith("_se")})
     head = ["backbone", "task", "K", "method", "setting", "ACC", "ECE", "NLL", "Brier", "conf."]

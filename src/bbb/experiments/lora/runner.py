@@ -188,11 +188,14 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     if cfg.report_only:
         if prev is not None:  # the tables of a finished run: its own command and times
             meta = {**prev, "missing": meta["missing"], "command": portable_command(prev.get("command", ""))[0],
+                    "commands_before": [portable_command(c)[0] for c in prev.get("commands_before", [])],
                     "config": {**prev.get("config", {}), "out": "$OUT"}}
+            atomic_write_json(out / "run.json", meta)  # the same record, its commands as run from a clone
     else:
         if prev is not None:
             meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0), 1)
-            meta["commands_before"] = [*prev.get("commands_before", []), prev.get("command", "")]
+            meta["commands_before"] = [portable_command(c)[0] for c in
+                                       (*prev.get("commands_before", []), prev.get("command", ""))]
         atomic_write_json(out / "run.json", meta)
     written = write_report(out, test_jobs, finished, sweeps, meta)
     return {"written": [str(p) for p in written], **meta}

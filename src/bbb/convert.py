@@ -132,11 +132,27 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
         raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
+    _keep_requires_grad(layer, new)
     if kw["from_weights"]:  # (the ELBO's default KL weighting warns on such a model)
         for m in new.modules():
             if isinstance(m, BayesModule):
                 m.from_weights = True
     return new
+
+
+def _keep_requires_grad(layer: nn.Module, new: nn.Module) -> None:
+    """A frozen weight stays frozen: each posterior's mu and rho take the ``requires_grad`` of the
+    weight they replace (by name; a weight not found by name: frozen when every weight of the layer was)."""
+    grads = {n: p.requires_grad for n, p in layer.named_parameters()}
+    if all(grads.values()):
+        return
+    default = any(grads.values())
+    for sub, m in new.named_modules():
+        if isinstance(m, BayesModule):
+            for n in m.param_names():
+                keep = grads.get(f"{sub}.{n}" if sub else n, default)
+                m.mu(n).requires_grad_(keep)
+                m.rho(n).requires_grad_(keep)
 
 
 def bayesianize(
@@ -191,8 +207,10 @@ def bayesianize(
 
     Each new layer keeps the ``training`` flag of the module it replaces (a model converted in
     ``eval()``, as ``from_pretrained`` returns it, predicts with the posterior means until
-    ``train()``). Only exact instances of the registered types convert (a subclass may carry
-    behaviour a copy would lose: :func:`register_conversion` adds it). A model with nothing convertible is an
+    ``train()``), and each posterior's mu and rho the ``requires_grad`` of the weight it replaces (a
+    frozen weight stays frozen: no optimiser, ``bbb.Engine`` included, updates it). Only exact
+    instances of the registered types convert (a subclass may carry behaviour a copy would lose:
+    :func:`register_conversion` adds it). A model with nothing convertible is an
     error. Every module with parameters that stays deterministic is named in one
     ``UserWarning`` with the share of weights that became Bayesian (:func:`layer_summary` prints
     the table; :func:`deterministic_layers` lists them); its parameters are trained as point
@@ -218,7 +236,7 @@ def bayesianize(
     if is_lora_model(model):
         if prior is None:
             kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
-        return bayesianize_lora(model, lora, modules_to_save, skipped, convert_layer, kw)
+        return bayesianize_lora(model, lora, modules_to_save, skipped, convert_layer, kw, strict)
     if lora is not None or modules_to_save:
         what = "lora=" if lora is not None else "modules_to_save=True"
         raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "
@@ -290,9 +308,16 @@ def deterministic_layers(model: nn.Module) -> list[tuple[str, str]]:
 @dataclass(frozen=True)
 class LayerSummary:
     """Every module with parameters of its own: ``rows`` of (name, type, Bayesian, weights,
-    estimator or ""); ``str()`` is a table."""
+    estimator or ""); ``frozen``: the names of the rows whose parameters are all frozen
+    (``requires_grad=False``: a peft model's base); ``str()`` is a table."""
 
     rows: tuple[tuple[str, str, bool, int, str], ...]
+    frozen: frozenset[str] = frozenset()
+
+    @property
+    def frozen_weights(self) -> int:
+        """The weights of the modules that are frozen (not trained: neither Bayesian nor missed)."""
+        return sum(r[3] for r in self.rows if r[0] in self.frozen)
 
     @property
     def bayesian_weights(self) -> int:
@@ -310,24 +335,29 @@ class LayerSummary:
 
     def __str__(self) -> str:
         head = ("module", "type", "bayesian", "weights", "estimator")
-        body = [(n or "(model)", t, "yes" if b else "no", f"{w:,}", e) for n, t, b, w, e in self.rows]
+        body = [(n or "(model)", t, "yes" if b else "no (frozen)" if n in self.frozen else "no", f"{w:,}", e)
+                for n, t, b, w, e in self.rows]
         widths = [max(len(r[i]) for r in (head, *body)) for i in range(5)]
         line = lambda r: "  ".join(c.rjust(w) if i == 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
         total = (f"{self.bayesian_weights:,} of {self.total_weights:,} weights Bayesian "
-                 f"({100 * self.bayesian_share:.1f}%)")
+                 f"({100 * self.bayesian_share:.1f}%)"
+                 + (f"; {self.frozen_weights:,} frozen" if self.frozen else ""))
         return "\n".join([line(head), *(line(r) for r in body), total])
 
 
 def layer_summary(model: nn.Module) -> LayerSummary:
     """The table of what :func:`bayesianize` made of ``model``: every module with parameters of
     its own, Bayesian or not, its weights (a Bayesian weight counted once) and its estimator."""
-    rows = []
+    rows, frozen = [], set()
     for name, mod in model.named_modules():
         if isinstance(mod, BayesModule):
             n = sum(getattr(mod, f"{p}_mu").numel() for p in mod.param_names())
             rows.append((name, type(mod).__name__, True, n, mod.estimator.value))
             continue
-        n = sum(p.numel() for p in mod.parameters(recurse=False))
+        own = list(mod.parameters(recurse=False))
+        n = sum(p.numel() for p in own)
         if n:
             rows.append((name, type(mod).__name__, False, n, ""))
-    return LayerSummary(tuple(rows))
+            if not any(p.requires_grad for p in own):
+                frozen.add(name)
+    return LayerSummary(tuple(rows), frozenset(frozen))

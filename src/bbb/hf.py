@@ -150,12 +150,20 @@ def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def save_pretrained(model: nn.Module, folder: str | Path) -> Path:
     """Write a converted transformers model to ``folder``: ``config.json`` (+
     ``generation_config.json``), ``model.safetensors`` (the whole ``state_dict``: every posterior)
-    and ``bbb_conversion.json`` (:func:`conversion_record`). Returns the folder.
+    and ``bbb_conversion.json`` (:func:`conversion_record`). Returns the folder. A Bayesian LoRA
+    model (a peft model after :func:`bbb.bayesianize`) writes its adapter folder instead, as its
+    own ``save_pretrained`` does (:mod:`bbb.lora`).
 
     >>> bbb.save_pretrained(bbb.bayesianize(model), "out/bert-bayes")
     """
     from safetensors.torch import save_file
 
+    from .lora import is_lora_model
+
+    if is_lora_model(model) and "bbb_lora" in model.__dict__ and hasattr(model, "save_pretrained"):
+        save: Any = model.save_pretrained
+        save(str(folder))  # a Bayesian LoRA model: peft's adapter folder (adapters only)
+        return Path(folder)
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "save_pretrained"):
         raise UserError(f"save_pretrained needs a transformers model (with .config), got {type(model).__name__}; "

@@ -95,22 +95,9 @@ def _check_layer(name: str, layer: nn.Module) -> None:
                         f"skip=[{name!r}] to keep it a point estimate")
 
 
-def _convert_keep_grad(layer: nn.Module, full: str, convert: Callable[..., nn.Module], kw: dict[str, Any]) -> nn.Module:
-    """The Bayesian copy of ``layer``, each posterior's mu and rho trainable as the weight was."""
-    grads = {n: p.requires_grad for n, p in layer.named_parameters()}
-    new = convert(layer, full, **kw)
-    for m in new.modules():
-        if isinstance(m, BayesModule):
-            for n in m.param_names():
-                keep = grads.get(n, True)
-                m.mu(n).requires_grad_(keep)
-                m.rho(n).requires_grad_(keep)
-    return new
-
-
 def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                      skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
-                     kw: dict[str, Any]) -> nn.Module:
+                     kw: dict[str, Any], strict: bool = False) -> nn.Module:
     """:func:`bbb.bayesianize` on a model with peft LoRA layers (its ``lora=`` and ``modules_to_save=``):
     ``convert(layer, name, **kw)`` makes one layer Bayesian (``bbb.convert.convert_layer``)."""
     mode = "A" if lora is None else lora
@@ -131,7 +118,7 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
                 mod = adapters[key]
                 if isinstance(mod, BayesModule):
                     continue  # converted already
-                adapters[key] = _convert_keep_grad(mod, f"{name}.{part}.{key}", convert, kw)
+                adapters[key] = convert(mod, f"{name}.{part}.{key}", **kw)
                 done += 1
     if modules_to_save:
         done += _convert_heads(model, skipped, convert, kw)
@@ -139,7 +126,28 @@ def bayesianize_lora(model: nn.Module, lora: str | None, modules_to_save: bool,
         raise UserError(f"bayesianize: {type(model).__name__} has LoRA layers but no adapter to make Bayesian "
                         "(all skipped?)")
     _mark(model, mode, modules_to_save)
+    _warn_left(model, mode, modules_to_save, skipped, strict)
     return model
+
+
+def _warn_left(model: nn.Module, mode: str, modules_to_save: bool, skipped: Callable[[str, nn.Module], bool],
+               strict: bool) -> None:
+    """Name the modules with trainable parameters that stay point estimates though nothing said so
+    (``lora_B`` with ``lora="A"`` and peft's head without ``modules_to_save=True`` are said so; a frozen
+    module is not trained: neither Bayesian nor missed)."""
+    said: tuple[str, ...] = (".lora_B.",) if mode == "A" else ()
+    if not modules_to_save:
+        said += (".modules_to_save.",)
+    left = [f"{n} ({type(m).__name__})" for n, m in model.named_modules()
+            if not isinstance(m, BayesModule) and any(p.requires_grad for p in m.parameters(recurse=False))
+            and not any(s in f".{n}." for s in said) and not skipped(n, m)]
+    if left:
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        msg = (f"bayesianize: {len(left)} trained module(s) stay point estimates: {', '.join(left[:5])}{more}; "
+               "pass skip=[...] to say so")
+        if strict:
+            raise UserError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], convert: Callable[..., nn.Module],
@@ -157,7 +165,7 @@ def _convert_heads(model: nn.Module, skipped: Callable[[str, nn.Module], bool], 
         for key in list(copies.keys()):
             full = f"{name}.modules_to_save.{key}"
             if type(copies[key]) in CONVERTIBLE:
-                copies[key] = _convert_keep_grad(copies[key], full, convert, kw)
+                copies[key] = convert(copies[key], full, **kw)
                 n += 1
             else:
                 n += _convert_inside(copies[key], full, convert, kw)
@@ -174,7 +182,7 @@ def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Modu
             continue
         full = f"{prefix}.{child_name}"
         if type(child) in CONVERTIBLE:
-            setattr(root, child_name, _convert_keep_grad(child, full, convert, kw))
+            setattr(root, child_name, convert(child, full, **kw))
             n += 1
         else:
             n += _convert_inside(child, full, convert, kw)
@@ -188,15 +196,34 @@ def _convert_inside(root: nn.Module, prefix: str, convert: Callable[..., nn.Modu
 _SWAPPED: dict[tuple[type, type], type] = {}
 
 
-def _swap_class(obj: nn.Module, mixin: type) -> None:
-    """Give ``obj`` the class ``mixin + type(obj)`` (made once per pair): peft's API with bbb's additions."""
-    cls = type(obj)
-    if issubclass(cls, mixin):
-        return
+def _swapped(mixin: type, cls: type) -> type:
+    """The class ``mixin + cls``, made once per pair, named ``{mixin}_{cls}`` in this module (where
+    pickle finds it again: :func:`__getattr__`)."""
     key = (mixin, cls)
     if key not in _SWAPPED:
-        _SWAPPED[key] = type(f"Bayes{cls.__name__}", (mixin, cls), {"__module__": __name__})
-    obj.__class__ = _SWAPPED[key]
+        name = f"{mixin.__name__.lstrip('_')}_{cls.__name__}"
+        _SWAPPED[key] = type(name, (mixin, cls), {"__module__": __name__, "__qualname__": name})
+    return _SWAPPED[key]
+
+
+def _swap_class(obj: nn.Module, mixin: type) -> None:
+    """Give ``obj`` the class ``mixin + type(obj)``: peft's API with bbb's additions."""
+    if not isinstance(obj, mixin):
+        obj.__class__ = _swapped(mixin, type(obj))
+
+
+def __getattr__(name: str) -> type:
+    """A swapped class by its name (``BayesPeftModel_PeftModelForCausalLM``), for pickle: the peft
+    class is looked up in peft's namespace."""
+    for mixin in (_BayesPeftModel, _BayesTuner):
+        prefix = mixin.__name__.lstrip("_") + "_"
+        if name.startswith(prefix):
+            import peft
+
+            cls = getattr(peft, name[len(prefix):], None)
+            if isinstance(cls, type):
+                return _swapped(mixin, cls)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _mark(model: nn.Module, mode: str, modules_to_save: bool) -> None:
@@ -239,17 +266,27 @@ def _adapter_folders(save_directory: str | Path, adapters: list[str]) -> Iterato
         yield a, Path(save_directory) if a == "default" else Path(save_directory) / a
 
 
-def _peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's ``state_dict`` with each Bayesian adapter's mean under peft's own key (``weight``,
-    ``bias``): peft's loader then loads the means onto a plain LoRA model, bbb's the whole posterior."""
-    state = model.state_dict()
+def _peft_keys(saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A saved adapter's state with each Bayesian mean under peft's own key (``X.weight_mu`` beside an
+    ``X.weight_rho`` -> ``X.weight``; ``bias`` alike): peft's loader then loads the means onto a plain
+    LoRA model, bbb's the whole posterior (:func:`_bbb_state`)."""
     out = {}
-    for k, v in state.items():
-        head, _, last = k.rpartition(".")
-        if last.endswith("_mu") and last[:-3] in ("weight", "bias"):
-            k = f"{head}.{last[:-3]}"
+    for k, v in saved.items():
+        if k.endswith(("weight_mu", "bias_mu")) and f"{k[:-3]}_rho" in saved:
+            k = k[:-3]
         out[k] = v
     return out
+
+
+def _rewrite_saved(folder: Path) -> None:
+    """Rename the means in the adapter file peft wrote to ``folder`` (:func:`_peft_keys`), in place."""
+    st, pt = folder / "adapter_model.safetensors", folder / "adapter_model.bin"
+    if st.is_file():
+        from safetensors.torch import load_file, save_file
+
+        save_file(_peft_keys(load_file(str(st))), str(st), metadata={"format": "pt"})
+    elif pt.is_file():
+        torch.save(_peft_keys(torch.load(pt, weights_only=True)), pt)
 
 
 def _bbb_state(saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -273,11 +310,12 @@ class _BayesPeftModel:
         conversion record ``bbb_conversion.json`` (and a mark in ``adapter_config.json``)."""
         from .hf import CONVERSION_FILE
 
-        if "state_dict" not in kwargs:
-            kwargs["state_dict"] = _peft_state(self)  # type: ignore[arg-type]
         super().save_pretrained(save_directory, *args, selected_adapters=selected_adapters, **kwargs)  # type: ignore[misc]
+        if not kwargs.get("is_main_process", True):
+            return  # peft wrote nothing
         adapters = list(self.peft_config) if selected_adapters is None else list(selected_adapters)  # type: ignore[attr-defined]
         for adapter, folder in _adapter_folders(save_directory, adapters):
+            _rewrite_saved(folder)
             record = lora_record(self, adapter)  # type: ignore[arg-type]
             (folder / CONVERSION_FILE).write_text(json.dumps(record, indent=1) + "\n")
             cfg_path = folder / ADAPTER_CONFIG

@@ -449,3 +449,104 @@ def test_loading_a_lora_folder_needs_the_base_model(tmp_path):
     model.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="base_model"):
         bbb.from_pretrained(tmp_path)
+
+
+def test_bbb_save_pretrained_on_a_lora_model_writes_the_adapter_folder(tmp_path):
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    bbb.save_pretrained(model, tmp_path)
+    assert (tmp_path / "adapter_config.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    again = bbb.from_pretrained(tmp_path, base_model=_gpt2())
+    assert len(list(bayes_modules(again))) == len(list(bayes_modules(model)))
+
+
+def test_the_summary_counts_the_base_as_frozen_and_a_trained_point_estimate_warns():
+    model = _lora_gpt2()
+    model.base_model.model.transformer.ln_f.requires_grad_(True)  # a user trains the final norm
+    with pytest.warns(UserWarning, match=r"1 trained module\(s\) stay point estimates: .*ln_f \(LayerNorm\)"):
+        bbb.bayesianize(model)
+    s = bbb.layer_summary(model)
+    frozen = sum(p.numel() for m in model.modules() for p in m.parameters(recurse=False)  # (lm_head: tied,
+                 if not p.requires_grad)                                                  # a row of its own)
+    assert s.frozen_weights == frozen and "frozen" in str(s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # lora_B and the head: point estimates by the documented choice
+        bbb.bayesianize(_lora_gpt2())
+
+
+def test_optim_groups_step_rho_faster_and_leave_frozen_out():
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    groups = bbb.lora.optim_groups(model, lr=1e-3)
+    rhos = {id(m.weight_rho) for m in bayes_modules(model)}
+    assert [g["lr"] for g in groups] == [1e-3, pytest.approx(1e-2)]
+    assert {id(p) for p in groups[1]["params"]} == rhos
+    assert all(p.requires_grad for g in groups for p in g["params"])
+    assert sum(len(g["params"]) for g in groups) == sum(p.requires_grad for p in model.parameters())
+
+
+def test_flipout_adapters_train_on_the_plain_path():
+    model = _lora_gpt2()
+    bbb.bayesianize(model, estimator="flipout")
+    before = _frozen(model)
+    with pytest.warns(UserWarning, match="flipout"):
+        losses = _train(model, 6, engine=True, beta=0.1)
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(dict(model.named_parameters())[n], t) for n, t in before.items())
+
+
+def test_several_adapters_save_each_with_its_record_and_load_by_name(tmp_path):
+    model = _lora_gpt2()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.add_adapter("other", LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True))
+    bbb.bayesianize(model, lora="AB")
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".other." in n:
+                p.normal_()
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "bbb_conversion.json").is_file() and (tmp_path / "other" / "bbb_conversion.json").is_file()
+    again = bbb.from_pretrained(tmp_path / "other", base_model=_gpt2(), adapter_name="other")
+    mine = {k: v for k, v in model.state_dict().items() if ".other." in k}
+    theirs = {k: v for k, v in again.state_dict().items() if ".other." in k}
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_evaluate_on_a_causal_lm_scores_the_next_token():
+    model = _lora_gpt2()
+    bbb.bayesianize(model)  # B = 0: every sample is the base model
+    ids = _ids(3, 7)
+    labels = ids.clone()
+    labels[1, :4] = -100
+    model.eval()
+    ref = float(model(input_ids=ids, labels=labels).loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the untrained adapter
+        got = bbb.uncertainty.evaluate(model, {"input_ids": ids, "labels": labels}, num_samples=2)
+    assert got["nll"] == pytest.approx(ref, rel=1e-5)
+
+
+def test_a_bayesian_lora_model_pickles_and_deep_copies():
+    import copy
+    import pickle
+
+    model = _lora_gpt2()
+    bbb.bayesianize(model)
+    again = pickle.loads(pickle.dumps(model))
+    assert type(again) is type(model) and type(again.base_model) is type(model.base_model)
+    twin = copy.deepcopy(model)
+    assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), model.state_dict().values()))
+    with pytest.warns(UserWarning, match="posterior mean"):
+        twin.merge_and_unload()
+
+
+def test_bayesianize_keeps_requires_grad_on_any_model():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    net[0].requires_grad_(False)
+    net[2].bias.requires_grad_(False)
+    bbb.bayesianize(net)
+    assert not any(p.requires_grad for p in net[0].parameters())
+    assert net[2].weight_mu.requires_grad and net[2].weight_rho.requires_grad
+    assert not net[2].bias_mu.requires_grad and not net[2].bias_rho.requires_grad

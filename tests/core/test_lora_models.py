@@ -132,9 +132,9 @@ def test_k_samples_distinct_padding_and_batch_invariant(name):
     assert mean.shape == (1, *out.shape[1:])
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_save_and_load_exact(name, tmp_path):
-    model = _model(name)
+@pytest.mark.parametrize("name,kw", [*((n, {}) for n in NAMES), ("bert", dict(lora="AB", modules_to_save=True))])
+def test_save_and_load_exact(name, kw, tmp_path):
+    model = _model(name, **kw)
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
@@ -144,6 +144,7 @@ def test_save_and_load_exact(name, tmp_path):
     mine = {k: v for k, v in model.state_dict().items() if ".lora_" in k or ".modules_to_save." in k}
     theirs = {k: v for k, v in again.state_dict().items() if ".lora_" in k or ".modules_to_save." in k}
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert [type(m).__name__ for m in bayes_modules(again)] == [type(m).__name__ for m in bayes_modules(model)]
     batch = _inputs(_batch(name))
     torch.testing.assert_close(predict(again, batch, num_samples=2, generator=5),
                                predict(model, batch, num_samples=2, generator=5))

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
 from ..errors import UserError, check_int
+from ..hf import causal_lm
 from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
 from ..nn.samples import (
@@ -253,7 +254,9 @@ def evaluate(
     :func:`predict`'s. A model with no Bayesian layer warns once.
 
     Classification (integer labels; ``likelihood`` None or categorical): error rate, NLL, Brier
-    score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats).
+    score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats). On a
+    transformers causal LM (:func:`bbb.hf.causal_lm`) with labels per token: per scored token, the
+    logits at t against the label at t + 1 (labels of -100 ignored), as the model's own loss.
 
     Regression: pass the training likelihood, ``likelihood=elbo.likelihood``. A
     :class:`~bbb.elbo.Gaussian` gives every sampled network the noise sd ``likelihood.sigma`` (learned
@@ -300,6 +303,11 @@ def evaluate(
     else:
         outputs, targets = predict(model, data, num_samples, return_targets=True,
                                    generator=generator, output=output)
+    if not regression and causal_lm(model) and outputs.dim() == targets.dim() + 2 and targets.dim() >= 2:
+        # a causal LM's labels are its input ids: the logits at t score the label at t + 1, -100 ignored
+        outputs, targets = outputs[..., :-1, :], targets[..., 1:]
+        keep = targets != -100
+        outputs, targets = outputs[:, keep], targets[keep]
     if regression:
         means, sigmas, target = _regression_outputs(likelihood, outputs, targets)  # type: ignore[arg-type]
         return regression_metrics(means, sigmas, target, shift=shift, scale=scale)

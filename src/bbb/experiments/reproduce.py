@@ -1,5 +1,6 @@
-"""``bbb reproduce mnist|uci``: the paper's MNIST results (section 5.1) or the UCI regression
-benchmark, each with its own options (``bbb reproduce mnist --help``, ``bbb reproduce uci --help``)."""
+"""``bbb reproduce mnist|uci|lora``: the paper's MNIST results (section 5.1), the UCI regression
+benchmark or few-shot Bayesian LoRA, each with its own options (``bbb reproduce mnist --help``,
+``bbb reproduce uci --help``, ``bbb reproduce lora --help``)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,23 @@ __all__ = ["EXAMPLE", "add_arguments", "main"]
 EXAMPLE = (
     "bbb reproduce mnist --budget quick --out results/mnist --threads 2\n"
     "  bbb reproduce uci --out results/uci --workers 2\n"
+    "  bbb reproduce lora --out runs/lora --workers 2\n"
     "  bbb reproduce mnist --help    # the options of one experiment"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One subcommand per experiment, each with its module's options."""
+    from .lora import command as lora
     from .mnist import command as mnist
     from .uci import command as uci
 
-    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{mnist,uci}", parser_class=Parser)
+    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{mnist,uci,lora}", parser_class=Parser)
     for name, mod, help in (
             ("mnist", mnist, "Table 1, Figures 2-4 and Table 2 of the paper (MNIST)"),
-            ("uci", uci, "the UCI regression benchmark (9 datasets, standard splits) beside published methods")):
+            ("uci", uci, "the UCI regression benchmark (9 datasets, standard splits) beside published methods"),
+            ("lora", lora, "few-shot LoRA on pretrained backbones: MLE, MAP, MC dropout, ensembles, BBB on "
+                           "the adapters")):
         p = sub.add_parser(name, help=help, epilog=f"Example:\n  {mod.EXAMPLE}",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
@@ -32,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the chosen experiment; returns the exit code."""
+    if args.experiment == "lora":
+        from .lora import command as lora
+
+        return lora.main(args)
     if args.experiment == "uci":
         from .uci import command as uci
 

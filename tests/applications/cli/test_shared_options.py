@@ -154,7 +154,7 @@ def check_shared(name: str, opts: dict) -> None:
 
 
 def test_quiet_is_documented_in_the_help_of_the_commands_that_print_progress(capsys):
-    for name in ("train", "demo", "reproduce mnist", "reproduce uci", "sweep", "regression"):
+    for name in ("train", "demo", "reproduce mnist", "reproduce uci", "reproduce lora", "sweep", "regression"):
         rc, out, _ = run_main(capsys, *name.split(), "--help")
         assert rc == 0 and QUIET_HELP in flat(out), name
 

@@ -1,0 +1,214 @@
+"""Running ``bbb reproduce lora``: the backbones (pretrained once, cached), the validation jobs,
+the choice of each method's setting, then the test jobs; in worker processes, resumable (one
+JSON per finished job under ``<out>/jobs``), with one progress bar; then the tables and figures."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...io import atomic_write_json
+from ..uci.report import portable_command
+from .backbones import Backbone, TaskData, load_or_pretrain, task_data
+from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
+from .train import Job, run_job
+
+__all__ = ["plan", "choose", "run_lora"]
+
+_CACHE: dict[tuple[str, str], tuple[Backbone, TaskData]] = {}
+
+
+def _context(cfg: LoraExpConfig, arch: Arch, task: Task, log: Callable[[str], None] | None = None
+             ) -> tuple[Backbone, TaskData]:
+    key = (str(arch), str(task))
+    if key not in _CACHE:
+        sched = cfg.schedule
+        bb, _ = load_or_pretrain(arch, Path(cfg.out) / "backbones", sched.pretrain_steps, cfg.backbone_seed,
+                                 cfg.data_dir, log)
+        _CACHE[key] = (bb, task_data(task, bb, sched.n_test, sched.n_ood, cfg.data_dir))
+    return _CACHE[key]
+
+
+def plan(cfg: LoraExpConfig, phase: Phase, chosen: dict[tuple[str, str, int, str], Setting] | None = None
+         ) -> list[Job]:
+    """The jobs of one phase: in validation, one per method with a grid (MAP, BBB) and few-shot
+    set of the first ``VAL_SEEDS`` seeds, over its grid; in test, one per method and few-shot set at
+    the chosen setting (a method whose validation is not finished has none)."""
+    jobs = []
+    for arch in cfg.archs:
+        for task in cfg.tasks:
+            for k in cfg.shots:
+                for i, seed in enumerate(cfg.run_seeds):
+                    for m in cfg.methods:
+                        grid = grid_of(m)
+                        if phase is Phase.VALIDATION:
+                            if len(grid) > 1 and i < VAL_SEEDS:
+                                jobs.append(Job(arch, task, k, seed, m, phase, grid))
+                            continue
+                        pick = grid[0] if len(grid) == 1 else (chosen or {}).get((str(arch), str(task), k, str(m)))
+                        if pick is not None:
+                            jobs.append(Job(arch, task, k, seed, m, phase, (pick,)))
+    return jobs
+
+
+def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Setting, dict[str, float]]:
+    """The setting with the lowest held-out NLL, averaged over the seeds' held-out slices (the
+    slices of the few-shot data, never the test set); with every setting's mean NLL."""
+    means = {s.label(): sum(r["settings"][s.label()]["nll"] for r in results) / len(results) for s in grid}
+    best = min(grid, key=lambda s: means[s.label()])
+    return best, means
+
+
+def _finished(folder: Path, job: Job) -> bool:
+    """Whether ``job`` has a result file for its settings (a test job rerun at another choice,
+    e.g. after seeds were added, trains again)."""
+    r = _load(folder / f"{job.name}.json")
+    return r is not None and set(r["settings"]) == {s.label() for s in job.settings}
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _worker_init(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _work(job: Job, cfg: LoraExpConfig, queue: Any) -> dict[str, Any]:
+    bb, data = _context(cfg, job.arch, job.task)
+    return run_job(job, bb, data, cfg.schedule, cfg.rank, cfg.alpha, lambda n: queue.put(n))
+
+
+def _steps(job: Job, steps: int) -> int:
+    return steps * len(job.settings) * (ENSEMBLE_SIZE if job.method is LoraMethod.ENSEMBLE else 1)
+
+
+def _run_phase(cfg: LoraExpConfig, jobs: list[Job], folder: Path, bar: Any, pool: Any, queue: Any) -> None:
+    """Train ``jobs`` (those not finished), the longest first, writing each result on arrival."""
+    steps = cfg.schedule.steps
+    todo = sorted(jobs, key=lambda j: (j.arch is Arch.VIT, _steps(j, steps)), reverse=True)
+    if pool is None:
+        for job in todo:
+            bb, data = _context(cfg, job.arch, job.task)
+            atomic_write_json(folder / f"{job.name}.json",
+                              run_job(job, bb, data, cfg.schedule, cfg.rank, cfg.alpha,
+                                      bar.update if bar is not None else (lambda n: None)))
+        return
+    running: dict[Future, Job] = {pool.submit(_work, j, cfg, queue): j for j in todo}
+    try:
+        while running:
+            finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+            while not queue.empty():
+                n = queue.get()
+                if bar is not None:
+                    bar.update(n)
+            for f in finished:
+                job = running.pop(f)
+                atomic_write_json(folder / f"{job.name}.json", f.result())
+    finally:
+        for f in running:
+            f.cancel()
+
+
+def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train what is missing under ``cfg.out`` and write the tables; returns the summary."""
+    from .report import write_report
+
+    cfg.check()
+    out = Path(cfg.out)
+    folder = out / "jobs"
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    backbones = {}
+    for arch in cfg.archs:  # pretrained here, once, before any worker starts
+        backbones[str(arch)] = load_or_pretrain(arch, out / "backbones", cfg.schedule.pretrain_steps,
+                                                cfg.backbone_seed, cfg.data_dir, log)[1]
+    val_jobs = plan(cfg, Phase.VALIDATION)
+
+    def missing(jobs: list[Job]) -> list[Job]:
+        return [j for j in jobs if not _finished(folder, j)]
+
+    steps = cfg.schedule.steps
+    todo_val = [] if cfg.report_only else missing(val_jobs)
+    # the test phase's size before the choices are known: one setting per job
+    test_guess = [j for j in plan(cfg, Phase.TEST, _any_choice(cfg)) if not (folder / f"{j.name}.json").is_file()]
+    total = 0 if cfg.report_only else sum(_steps(j, steps) for j in todo_val + test_guess)
+    bar = None
+    if not cfg.quiet and total:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="lora steps", unit="step", file=sys.stderr, dynamic_ncols=True)
+    pool = queue = None
+    if cfg.workers > 1 and total:
+        ctx = mp.get_context("spawn")
+        pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init, initargs=(cfg.threads,))
+        queue = ctx.Manager().Queue()
+    try:
+        if todo_val:
+            _run_phase(cfg, todo_val, folder, bar, pool, queue)
+        chosen, sweeps = {}, []
+        for key, jobs in _groups(val_jobs).items():
+            results = [r for r in (_load(folder / f"{j.name}.json") for j in jobs) if r is not None]
+            if len(results) < len(jobs):
+                continue
+            best, means = choose(results, jobs[0].settings)
+            chosen[key] = best
+            sweeps += [{"arch": key[0], "task": key[1], "shots": key[2], "method": key[3], "setting": s,
+                        "val_nll": v, "chosen": s == best.label()} for s, v in means.items()]
+        test_jobs = plan(cfg, Phase.TEST, chosen)
+        if not cfg.report_only:
+            _run_phase(cfg, missing(test_jobs), folder, bar, pool, queue)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        if bar is not None:
+            bar.close()
+    done = {j.name: _load(folder / f"{j.name}.json") for j in test_jobs if _finished(folder, j)}
+    finished = {k: v for k, v in done.items() if v is not None}
+    meta = {"command": portable_command(command)[0], "config": {k: (list(v) if isinstance(v, tuple) else v)
+                                           for k, v in asdict(cfg).items()},
+            "wall_seconds": round(time.perf_counter() - start, 1),
+            "job_seconds": round(sum(r.get("seconds", 0.0) for r in finished.values()) + sum(
+                r.get("seconds", 0.0) for j in val_jobs if (r := _load(folder / f"{j.name}.json")) is not None), 1),
+            "backbones": backbones, "missing": [j.name for j in plan(cfg, Phase.TEST, _any_choice(cfg))
+                                                if j.name not in finished]}
+    meta["config"]["out"] = "$OUT"  # as a user runs it from a clone (portable_command)
+    if meta["config"]["data_dir"] is not None:
+        meta["config"]["data_dir"] = "$BBB_DATA"
+    prev = _load(out / "run.json")
+    if cfg.report_only:
+        if prev is not None:  # the tables of a finished run: its own command and times
+            meta = {**prev, "missing": meta["missing"], "command": portable_command(prev.get("command", ""))[0],
+                    "commands_before": [portable_command(c)[0] for c in prev.get("commands_before", [])],
+                    "config": {**prev.get("config", {}), "out": "$OUT"}}
+            atomic_write_json(out / "run.json", meta)  # the same record, its commands as run from a clone
+    else:
+        if prev is not None:
+            meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0), 1)
+            meta["commands_before"] = [portable_command(c)[0] for c in
+                                       (*prev.get("commands_before", []), prev.get("command", ""))]
+        atomic_write_json(out / "run.json", meta)
+    written = write_report(out, test_jobs, finished, sweeps, meta)
+    return {"written": [str(p) for p in written], **meta}
+
+
+def _any_choice(cfg: LoraExpConfig) -> dict[tuple[str, str, int, str], Setting]:
+    """A placeholder choice for every grid (to count the test jobs before validation ends)."""
+    return {(str(a), str(t), k, str(m)): grid_of(m)[0] for a in cfg.archs for t in cfg.tasks for k in cfg.shots
+            for m in cfg.methods}
+
+
+def _groups(jobs: list[Job]) -> dict[tuple[str, str, int, str], list[Job]]:
+    out: dict[tuple[str, str, int, str], list[Job]] = {}
+    for j in jobs:
+        out.setdefault((*j.group, str(j.method)), []).append(j)
+    return out

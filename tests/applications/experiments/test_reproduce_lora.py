@@ -1,0 +1,130 @@
+"""``bbb reproduce lora`` on fake MNIST-format data (labels set a block of pixels): the few-shot
+split, the choice on the held-out slice, the methods' predictives, a smoke run end to end with
+its files, resume, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from bbb.experiments.lora import runner as RU  # noqa: E402
+from bbb.experiments.lora.backbones import TaskData, build_backbone  # noqa: E402
+from bbb.experiments.lora.settings import (  # noqa: E402
+    BBB_GRID,
+    SCHEDULES,
+    Arch,
+    LoraBudget,
+    LoraMethod,
+    Phase,
+    Setting,
+    Task,
+)
+from bbb.experiments.lora.train import Job, _lora_model, few_shot, predictive_logits  # noqa: E402
+from faultkit import fake_mnist  # noqa: E402
+from testkit import run_main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fake_data(tmp_path_factory):
+    root = fake_mnist(tmp_path_factory.mktemp("data"), n_train=300, n_test=100)
+    shutil.copytree(root / "mnist", root / "fashion-mnist")
+    return root
+
+
+@pytest.fixture
+def no_verify(monkeypatch):
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
+
+
+def _pool(per_class: int = 12) -> TaskData:
+    y = torch.arange(5).repeat_interleave(per_class)
+    x = torch.randn(len(y), 32 * 7 * 7)
+    return TaskData(pool=x, pool_y=y, test=x[:10], test_y=y[:10], ood={})
+
+
+def test_few_shot_holds_out_a_slice_of_every_class():
+    data = _pool()
+    for k in (2, 5, 10):
+        job = Job(Arch.CNN, Task.DIGITS, k, 0, LoraMethod.MLE, Phase.VALIDATION, (Setting(),))
+        tx, ty, vx, vy = few_shot(data, job)
+        assert len(ty) + len(vy) == 5 * k
+        assert torch.bincount(vy, minlength=5).min() >= 1  # every class held out
+        assert torch.bincount(ty, minlength=5).min() >= 1
+        rows = {tuple(r.tolist()) for r in tx}
+        assert not any(tuple(r.tolist()) in rows for r in vx)  # disjoint
+    a = few_shot(data, Job(Arch.CNN, Task.DIGITS, 5, 0, LoraMethod.MLE, Phase.TEST, (Setting(),)))
+    b = few_shot(data, Job(Arch.CNN, Task.DIGITS, 5, 1, LoraMethod.MLE, Phase.TEST, (Setting(),)))
+    assert not torch.equal(a[1], b[1]) or not torch.equal(a[0], b[0])  # seeds draw different sets
+
+
+def test_choose_takes_the_lowest_mean_held_out_nll():
+    grid = BBB_GRID[:3]
+    results = [{"settings": {s.label(): {"nll": nll} for s, nll in zip(grid, nlls)}}
+               for nlls in ((0.9, 0.5, 0.7), (0.8, 0.7, 0.8))]
+    best, means = RU.choose(results, grid)
+    assert best == grid[1] and means[grid[1].label()] == pytest.approx(0.6)
+
+
+def test_mc_dropout_samples_differ_and_mle_is_one_network():
+    bb = build_backbone(Arch.CNN)
+    x = torch.randn(6, 32 * 7 * 7)
+    drop = _lora_model(bb, LoraMethod.MC_DROPOUT, 4, 8, 0, Setting())
+    with torch.no_grad():  # move B off zero so that the adapters change the output
+        for n, p in drop.named_parameters():
+            if "lora_B" in n:
+                p.normal_()
+    out = predictive_logits([drop], LoraMethod.MC_DROPOUT, x, seed=0, samples=4)
+    assert out.shape == (4, 6, 5) and not torch.allclose(out[0], out[1])
+    assert torch.equal(out, predictive_logits([drop], LoraMethod.MC_DROPOUT, x, seed=0, samples=4))  # seeded
+    mle = _lora_model(bb, LoraMethod.MLE, 4, 8, 0, Setting())
+    assert predictive_logits([mle], LoraMethod.MLE, x, seed=0).shape == (1, 6, 5)
+    trainable = {n for n, p in mle.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)  # only the adapters train
+
+
+def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path):
+    out = tmp_path / "lora"
+    argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
+            "--methods", "mle", "map", "ensemble", "bbb_a", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
+    code, stdout, _ = run_main(capsys, *argv)
+    assert code == 0, stdout
+    for name in ("methods.csv", "seeds.csv", "sweep.csv", "table.md", "results.json", "run.json"):
+        assert (out / name).is_file(), name
+    res = json.loads((out / "results.json").read_text())
+    methods = {g["method"]: g for g in res["methods"]}
+    assert set(methods) == {"mle", "map", "ensemble", "bbb_a"}
+    for g in methods.values():
+        assert 0 <= g["acc"] <= 1 and 0 <= g["ece"] <= 1 and g["nll"] > 0
+        assert 0 <= g["auroc_entropy_held"] <= 1
+    assert methods["mle"]["auroc_mi_other"] is None  # one network: no mutual information
+    assert methods["ensemble"]["auroc_mi_other"] is not None
+    assert methods["map"]["setting"].startswith("prior=")  # chosen on the held-out slice
+    assert methods["bbb_a"]["setting"].startswith("kl=") and methods["bbb_a"]["auroc_mi_other"] is not None
+    assert 0 <= methods["bbb_a"]["mean_acc"] <= 1  # BLoB's N = 0 (the posterior mean) beside the k samples
+    sweep = (out / "sweep.csv").read_text()
+    assert sweep.count("bbb_a") == len(BBB_GRID) and sweep.count("map") == 3
+    curve = json.loads(next((out / "jobs").glob("*-mle-test.json")).read_text())
+    steps = [p["step"] for p in next(iter(curve["settings"].values()))["curve"]]
+    assert steps[0] == 0 and steps[-1] == SCHEDULES[LoraBudget.SMOKE].steps
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()}
+    code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
+    assert code == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()} == stamps
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["out"] == "$OUT" and str(tmp_path) not in (out / "run.json").read_text()  # as from a clone
+    code, stdout, _ = run_main(capsys, *argv, "--report")  # the tables only, the run's own command kept
+    assert code == 0 and "bbb_a" in stdout
+    assert json.loads((out / "run.json").read_text())["command"] == run["command"]
+
+
+@pytest.mark.parametrize("bad, what", [(["--shots", "1"], "--shots"), (["--workers", "0"], "--workers"),
+                                       (["--methods", "nope"], "--methods")])
+def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
+    code, out, err = run_main(capsys, "reproduce", "lora", "--out", str(tmp_path), *bad)
+    assert code == 2
+    assert what in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

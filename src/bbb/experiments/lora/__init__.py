@@ -8,6 +8,7 @@ transformers."""
 from __future__ import annotations
 
 from .command import EXAMPLE, add_arguments, main
-from .settings import Arch, LoraBudget, LoraExpConfig, LoraMethod, Task
+from .settings import LoraExpConfig
 
-__all__ = ["EXAMPLE", "add_arguments", "main", "Arch", "LoraBudget", "LoraExpConfig", "LoraMethod", "Task"]
+# (its enums, Arch, LoraBudget, LoraMethod and Task, have one address: bbb.experiments.lora.settings)
+__all__ = ["EXAMPLE", "add_arguments", "main", "LoraExpConfig"]

@@ -8,7 +8,7 @@ with G0 ~ U(eps/sqrt2, eps), eps = 0.05 (a torch parametrization of rho). Metric
 slice of the MNIST training split (digits 5-9, not the few-shot examples; the test split is not
 read): accuracy, NLL and ECE (15 bins) of 10 averaged samples, and the mean sigma of A at the end.
 
-    BBB_DATA=/work/shared/data python bench/lora_sigma.py --seeds 3
+    python bench/lora_sigma.py --seeds 3      # MNIST through $BBB_DATA
 """
 
 from __future__ import annotations

@@ -99,6 +99,18 @@ def mc_dropout(model: nn.Module) -> Iterator[None]:
         model.train(was)
 
 
+@contextlib.contextmanager
+def _seeded(seed: int | None, dev: torch.device) -> Iterator[None]:
+    """The block's draws from torch's generator seeded with ``seed`` (the caller's generator state
+    restored after it); None: the generator as it is."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
 @torch.no_grad()
 def mean_logits(model: nn.Module, x: Tensor, chunk: int = EVAL_CHUNK) -> Tensor:
     was = model.training
@@ -156,12 +168,7 @@ def regressor_metrics(model: nn.Module, x: Tensor, y: Tensor, method: str | None
     if x.shape[0] == 0:
         raise UserError("cannot evaluate on an empty set")
     samples = check_int("samples", samples)
-    dev = x.device
-    fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
-            if seed is not None else contextlib.nullcontext())
-    with fork:
-        if seed is not None:
-            torch.manual_seed(seed)
+    with _seeded(seed, x.device):
         out = mc_outputs(model, x, method, samples).double()
         mean_out = mean_logits(model, x).double()
     lik = HeteroscedasticGaussian()
@@ -222,12 +229,7 @@ def classifier_metrics(
         raise UserError("cannot evaluate on an empty set")
     samples = check_int("samples", samples)
     _check_eval_memory(model, x, method, samples, chunk)
-    dev = x.device
-    fork = (torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
-            if seed is not None else contextlib.nullcontext())
-    with fork:
-        if seed is not None:
-            torch.manual_seed(seed)
+    with _seeded(seed, x.device):
         mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
         mi: list[Tensor] = []  # the mutual information of each input (return_probs; bbb, dropout)
         if method == Method.BBB.value:

@@ -283,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     meta = {"command": "python bench/bench_lora.py " + " ".join(shlex.quote(a) for a in raw),
-            "device": args.device, "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "device": args.device, "torch": torch.__version__,
+            "machine": (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
+                        else platform.processor() or platform.machine()),
             "threads": args.threads, "batch": args.batch, "seq": args.seq, "layers": args.layers, "width": args.width}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

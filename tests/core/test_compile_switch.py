@@ -55,3 +55,19 @@ def test_the_compile_notice_is_silenced_by_its_variable(monkeypatch, capsys):
     K._announce("step", 2.0)
     err = capsys.readouterr().err
     assert "compiling its kernels" in err and "BBB_COMPILE=0" in err and "kernels compiled in 3.0 s" in err
+
+
+def test_a_gpu_kernel_compiles_in_inductors_deterministic_mode():
+    """Triton would pick a reduction's block sizes by timing, once per process: a resumed run in a
+    new process could sum in another order. On a GPU the engine asks inductor not to (its
+    ``deterministic`` option, where this torch has it); the CPU, which does not time, gets none.
+    (tests/cuda/test_cuda_runs.py checks two processes' bits on a GPU.)"""
+    import torch._inductor.config as inductor_config
+
+    on = {"deterministic": True} if hasattr(inductor_config, "deterministic") else {}
+    cpu = ((3, 4), torch.float32, "cpu")
+    gpu = ((3, 4), torch.float32, "cuda:0")
+    assert K.compile_options(("prime", (cpu, (cpu, 2)), 7)) == {}
+    assert K.compile_options((cpu, (cpu, gpu))) == on
+    assert K.compile_options((gpu,)) == on
+    assert K.compile_options(((3, 4), "cuda", 1)) == {}  # not a tensor's signature: no device

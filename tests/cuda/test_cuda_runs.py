@@ -5,6 +5,10 @@ evaluate / predict / prune against the CPU."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,6 +53,30 @@ def test_train_on_cuda_resumes_bit_for_bit(tmp_path):
     assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in b["metrics"]]
     assert {k: v for k, v in s_parts.items() if k != "seconds"} == {k: v for k, v in s_whole.items() if k != "seconds"}
     assert torch.load(whole / "last.pt", map_location="cpu", weights_only=True)["rng"]["cuda"] is not None
+
+
+_TRAIN_IN_A_PROCESS = """
+import sys
+sys.path[:0] = sys.argv[2:]
+from cudakit import tiny_cfg, QUIET
+from testkit import blobs
+from bbb.runs import train
+train(tiny_cfg(epochs=2, hidden=[512, 512]), sys.argv[1], data=blobs(), **QUIET)
+"""
+
+
+def test_two_processes_train_to_the_same_bits(tmp_path):
+    """A resume after a kill runs in a new process, which compiles the engine's kernels afresh:
+    each process, with an inductor cache of its own (nothing carried over), trains to the same
+    bits (bbb.engine.kernels.compile_options: no reduction block size picked by timing)."""
+    here = Path(__file__).resolve().parent
+    src = here.parents[1] / "src"
+    for name in ("a", "b"):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}"),
+               "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+        subprocess.run([sys.executable, "-c", _TRAIN_IN_A_PROCESS, str(tmp_path / name), str(here), str(here.parent)],
+                       check=True, env=env, timeout=600)
+    _equal_states(_model_state(tmp_path / "a"), _model_state(tmp_path / "b"))
 
 
 @pytest.mark.parametrize("first, then", [("cpu", "cuda"), ("cuda", "cpu")])

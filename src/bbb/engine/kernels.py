@@ -40,8 +40,8 @@ from torch import Tensor
 from ..distributions import Prior
 from ..random import fill_normal_
 
-__all__ = ["softplus_and_sigmoid", "resample", "gradients", "update", "KernelSet", "advance_hyper",
-           "counter_keys_tensor", "seed_mix"]
+__all__ = ["softplus_and_sigmoid", "compile_options", "resample", "gradients", "update", "KernelSet",
+           "advance_hyper", "counter_keys_tensor", "seed_mix"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _log = logging.getLogger("bbb.engine")
@@ -365,10 +365,35 @@ def _announce(name: str, seconds: float | None) -> None:
         _COMPILE_NOTICE = None
 
 
+def compile_options(signature: tuple[Any, ...]) -> dict[str, Any]:
+    """Inductor's options for a kernel whose arguments have this :func:`_signature`: on a GPU its
+    deterministic mode (``deterministic``: no on-device benchmarking where it changes numerics).
+    Without it Triton picks each reduction's block sizes by timing its candidates, once per
+    process: two processes (a run and its resume after a kill) could sum in another order, and the
+    resume would no longer give the uninterrupted run's bits. The CPU does not benchmark: no option.
+    An older torch without the option gets none."""
+
+    def devices(sig: tuple[Any, ...]) -> set[str]:
+        out: set[str] = set()
+        for a in sig:
+            if isinstance(a, tuple) and len(a) == 3 and isinstance(a[1], torch.dtype):
+                out.add(str(a[2]).split(":")[0])
+            elif isinstance(a, tuple):
+                out |= devices(a)
+        return out
+
+    import torch._inductor.config as inductor_config
+
+    if devices(signature) - {"cpu", "meta"} and hasattr(inductor_config, "deterministic"):
+        return {"deterministic": True}
+    return {}
+
+
 def _compiled(key: tuple[Any, ...], eager: Callable[..., Any]) -> Callable[..., Any]:
     fn = _COMPILED.get(key)
     if fn is None:
-        fn = torch.compile(_own_code(eager), fullgraph=True, dynamic=False)
+        options = compile_options(key[-1])
+        fn = torch.compile(_own_code(eager), fullgraph=True, dynamic=False, options=options or None)
         _COMPILED[key] = fn
         while len(_COMPILED) > _COMPILED_MAX:
             _COMPILED.popitem(last=False)

@@ -185,15 +185,19 @@ def progress_log(args: Any) -> Any:
     return lambda line: print(line, flush=True)
 
 
-LOG_HELP = ("experiment logger: tensorboard writes event files into RUN/tb/ (ELBO, NLL, KL, error, learning rate "
-            "each epoch; sigma and SNR histograms per Bayesian layer; view with tensorboard --logdir RUN/tb); "
-            "needs pip install tensorboard (or '.[tensorboard]' in a clone of bbb)")
-"""What ``--log`` means in every training command."""
+LOG_HELP = "experiment logger: tensorboard writes event files"
+"""What ``--log`` means in every training command (each says then where and what)."""
+
+LOG_RUN_HELP = (" into RUN/tb/ (ELBO, NLL, KL, error, learning rate each epoch; sigma and SNR histograms per "
+                "Bayesian layer; view with tensorboard --logdir RUN/tb)")
+LOG_INSTALL = "; needs pip install tensorboard (or '.[tensorboard]' in a clone of bbb)"
 
 
-def add_log(p: Any) -> None:
-    """``--log NAME``: an experiment logger of :data:`bbb.runs.loggers.LOGGERS` (repeat for several)."""
-    p.add_argument("--log", action="append", choices=["tensorboard"], default=None, metavar="NAME", help=LOG_HELP)
+def add_log(p: Any, where: str = LOG_RUN_HELP) -> None:
+    """``--log NAME``: an experiment logger of :data:`bbb.runs.loggers.LOGGERS` (repeat for several);
+    ``where``: where its event files go and what they hold, after :data:`LOG_HELP`."""
+    p.add_argument("--log", action="append", choices=["tensorboard"], default=None, metavar="NAME",
+                   help=LOG_HELP + where + LOG_INSTALL)
 
 
 def loggers_of(args: Any) -> list[Any]:

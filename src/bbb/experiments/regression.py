@@ -25,7 +25,9 @@ has the same width far from the data as inside it (the over-confidence of Fig. 5
 
 Writes ``regression.png`` (BBB left, standard right, same axes: training points as black
 crosses, median as a red line, interquartile range as a band, the 2.5-97.5% range lighter),
-``regression.csv`` (one row per grid point) and ``summary.json``.
+``regression.csv`` (one row per grid point) and ``summary.json``. ``--log tensorboard`` writes
+each network's curves into ``OUT/tb/bbb`` and ``OUT/tb/standard`` (ELBO, NLL, KL, learning rate
+and the learned noise each epoch; BBB's sigma and SNR histograms every 1% of the epochs).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import io
 import math
 import os
 import platform
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +52,7 @@ from torch import Tensor
 from ..cli.common import (
     add_deprecated_alias,
     add_device,
+    add_log,
     add_out,
     add_quiet,
     add_seed,
@@ -66,6 +70,7 @@ from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesMLP, sampling
 from ..options import PriorKind, choice, values
 from ..plots import INSTALL_HINT
+from ..runs.loggers import TrainLogger, log_step, make_loggers, opened_loggers
 from ..uncertainty import regression_uncertainty
 
 __all__ = [
@@ -131,9 +136,12 @@ class RegressionConfig:
     threads: int = 1
     out: str | None = None
     quiet: bool = False
+    #: experiment loggers (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`): OUT/tb/bbb, OUT/tb/standard
+    loggers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
+        self.loggers = tuple(self.loggers or ())
 
     def validate(self) -> None:
         for name in ("n_train", "n_grid", "epochs", "train_samples", "pred_samples", "threads"):
@@ -155,6 +163,9 @@ class RegressionConfig:
             raise UserError(f"hidden sizes must be positive integers, got {list(self.hidden)}")
         if int(self.seed) != self.seed or self.seed < 0:
             raise UserError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.loggers and not self.out:
+            raise UserError("--log writes its event files into OUT/tb: give --out")
+        make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything trains
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +229,17 @@ def _noise_sigma(lik: Gaussian | HeteroscedasticGaussian, output: Tensor) -> tup
     return mean, lik.sigma.detach().expand_as(mean)
 
 
-def _train_bbb(cfg: RegressionConfig, x: Tensor, y: Tensor, gen: torch.Generator, dev: torch.device):
+def _log_epoch(cfg: RegressionConfig, loggers: list[TrainLogger], epoch: int, scalars: dict[str, float],
+               lik: Gaussian | HeteroscedasticGaussian, net: nn.Module | None = None) -> None:
+    """One full-batch epoch's scalars (and every 1% of the epochs BBB's histograms) to ``loggers``."""
+    if isinstance(lik, Gaussian):
+        scalars["train/noise_sigma"] = float(lik.sigma.detach())
+    due = epoch % max(1, cfg.epochs // 100) == 0 or epoch == cfg.epochs
+    log_step(loggers, epoch, {**scalars, "lr": cfg.lr}, net if due else None)
+
+
+def _train_bbb(cfg: RegressionConfig, x: Tensor, y: Tensor, gen: torch.Generator, dev: torch.device,
+               loggers: list[TrainLogger]):
     out_dim = 2 if cfg.heteroscedastic else 1
     net = BayesMLP(1, cfg.hidden, out_dim, activation=cfg.activation, prior=_prior(cfg),
                    rho_init=cfg.rho_init, device=dev)
@@ -234,15 +255,19 @@ def _train_bbb(cfg: RegressionConfig, x: Tensor, y: Tensor, gen: torch.Generator
     n = x.shape[0]
     xin = x.unsqueeze(-1)
     net.train()
-    for _ in range(cfg.epochs):
+    for epoch in range(1, cfg.epochs + 1):
         res = elbo(xin, y, generator=gen)
         opt.zero_grad(set_to_none=True)
         (res.loss / n).backward()  # per-example scale; the KL weight is 1 (one full batch)
         opt.step()
+        if loggers:
+            _log_epoch(cfg, loggers, epoch, {"train/elbo": -float(res.loss.detach()) / n,
+                                             "train/nll": float(res.nll.detach()) / n,
+                                             "train/kl": float(res.kl.detach())}, lik, net)
     return net, lik, {"final_nll": float(res.nll.detach()) / n, "final_kl": float(res.kl.detach())}
 
 
-def _train_standard(cfg: RegressionConfig, x: Tensor, y: Tensor, dev: torch.device):
+def _train_standard(cfg: RegressionConfig, x: Tensor, y: Tensor, dev: torch.device, loggers: list[TrainLogger]):
     out_dim = 2 if cfg.heteroscedastic else 1
     net = _standard_net(cfg, out_dim).to(dev)
     if cfg.heteroscedastic:
@@ -253,11 +278,13 @@ def _train_standard(cfg: RegressionConfig, x: Tensor, y: Tensor, dev: torch.devi
     lik = _likelihood(cfg).to(dev)
     opt = torch.optim.Adam(list(net.parameters()) + list(lik.parameters()), lr=cfg.lr)
     xin = x.unsqueeze(-1)
-    for _ in range(cfg.epochs):
+    for epoch in range(1, cfg.epochs + 1):
         loss = -lik.log_prob(net(xin), y).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if loggers:
+            _log_epoch(cfg, loggers, epoch, {"train/nll": float(loss.detach())}, lik)
     return net, lik, {"final_nll": float(loss.detach())}
 
 
@@ -328,13 +355,19 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
             x, y = x.to(dev), y.to(dev)
             grid = torch.linspace(cfg.grid_low, cfg.grid_high, cfg.n_grid, device=dev)
 
+            tb = Path(cfg.out or ".") / "tb"
+            if cfg.loggers:
+                shutil.rmtree(tb, ignore_errors=True)  # an earlier run's curves in this folder go
+            settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}
             t0 = time.perf_counter()
-            bbb_net, bbb_lik, bbb_info = _train_bbb(cfg, x, y, gen, dev)
+            with opened_loggers(cfg.loggers, tb / "bbb", settings) as loggers:
+                bbb_net, bbb_lik, bbb_info = _train_bbb(cfg, x, y, gen, dev, loggers)
             bbb = _bbb_predict(cfg, bbb_net, bbb_lik, grid, gen)
             t_bbb = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            std_net, std_lik, std_info = _train_standard(cfg, x, y, dev)
+            with opened_loggers(cfg.loggers, tb / "standard", settings) as loggers:
+                std_net, std_lik, std_info = _train_standard(cfg, x, y, dev, loggers)
             std = _standard_predict(std_net, std_lik, grid)
             t_std = time.perf_counter() - t0
     finally:
@@ -352,7 +385,8 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
         "standard_noise_sigma": None if cfg.heteroscedastic else float(std_lik.sigma.detach()),
         "seconds_bbb": round(t_bbb, 2), "seconds_standard": round(t_std, 2),
         "seconds": round(time.perf_counter() - t_start, 2),
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()},
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()
+                   if k != "loggers"},  # (how it was watched, not what it computed)
         "torch": torch.__version__, "python": platform.python_version(),
         "torch_threads": cfg.threads,
     })
@@ -533,6 +567,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     add_threads(parser, d.threads, shared_help("--threads", " (default: 1, the nets are tiny)"))
     add_quiet(parser, "its one line of results")
+    add_log(parser, " of each network into OUT/tb/bbb/ and OUT/tb/standard/ (ELBO, NLL, KL, noise, learning rate "
+                    "each epoch; BBB's sigma and SNR histograms per layer every 1%% of the epochs)")
 
 
 def config_from_args(args: argparse.Namespace) -> RegressionConfig:
@@ -543,7 +579,7 @@ def config_from_args(args: argparse.Namespace) -> RegressionConfig:
         prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
         rho_init=args.rho_init, model_sigma=args.model_sigma, learn_noise=args.learn_noise,
         heteroscedastic=args.heteroscedastic, pred_samples=args.pred_samples, seed=args.seed,
-        device=args.device, threads=args.threads, out=args.out,
+        device=args.device, threads=args.threads, out=args.out, loggers=tuple(args.log or ()),
         quiet=False)  # --quiet hides progress, and there is none: the result line stays
 
 

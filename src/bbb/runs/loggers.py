@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ from ..errors import UserError
 from ..nn import BayesModule
 
 __all__ = ["LOGGERS", "SCALARS", "TensorBoardLogger", "TrainLogger", "epoch_histograms", "epoch_scalars",
-           "make_loggers", "report_epoch"]
+           "log_step", "make_loggers", "opened_loggers", "report_epoch"]
 
 #: The scalar tags of each epoch and what they are (per training example where a loss).
 SCALARS: dict[str, str] = {
@@ -131,15 +132,44 @@ class TensorBoardLogger(TrainLogger):
 LOGGERS: dict[str, type[TrainLogger]] = {"tensorboard": TensorBoardLogger}
 
 
-def make_loggers(names: Sequence[str] | None) -> list[TrainLogger]:
+def make_loggers(names: Sequence[str] | None, log_dir: str | Path | None = None) -> list[TrainLogger]:
     """The loggers ``names`` (keys of :data:`LOGGERS`), each made now: a missing package is a
-    one-line UserError before anything trains."""
+    one-line UserError before anything trains. ``log_dir``: where each writes instead of
+    ``RUN/tb`` (an experiment of several networks in one folder: ``OUT/tb/<network>``)."""
     out = []
     for name in names or ():
         if name not in LOGGERS:
             raise UserError(f"unknown logger {name!r}; choose one of: {', '.join(LOGGERS)}")
-        out.append(LOGGERS[name]())
+        factory: Any = LOGGERS[name]
+        out.append(factory() if log_dir is None else factory(log_dir))
     return out
+
+
+@contextmanager
+def opened_loggers(names: Sequence[str] | None, log_dir: str | Path,
+                   config: Mapping[str, Any]) -> Iterator[list[TrainLogger]]:
+    """The loggers ``names`` writing into ``log_dir`` (:func:`make_loggers`), started at epoch 0
+    with ``config`` and closed on leaving: for the experiments that train outside
+    :func:`~bbb.runs.train` (``bbb regression``, ``bbb bandit``)."""
+    loggers = make_loggers(names, log_dir)
+    try:
+        for lg in loggers:
+            lg.start(Path(log_dir), 0, config)
+        yield loggers
+    finally:
+        for lg in loggers:
+            lg.close()
+
+
+def log_step(loggers: Sequence[TrainLogger], step: int, scalars: Mapping[str, float],
+             model: nn.Module | None = None) -> None:
+    """Each logger's :meth:`TrainLogger.log_epoch` of ``step``: ``scalars`` and, with ``model``,
+    the sigma and SNR histograms of its Bayesian layers (:func:`epoch_histograms`)."""
+    if not loggers:
+        return
+    hists = epoch_histograms(model) if model is not None else {}
+    for lg in loggers:
+        lg.log_epoch(step, dict(scalars), dict(hists))
 
 
 def epoch_scalars(row: Mapping[str, Any], lr: float | None, error: str = "error") -> dict[str, float]:

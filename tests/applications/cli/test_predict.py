@@ -102,6 +102,26 @@ def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
     assert rc == 0 and (run / "eval.json").exists(), err
 
 
+def test_image_shaped_arrays_are_flattened_for_the_mlp(capsys, tmp_path):
+    """An (N, 28, 28) npz trains the command line's MLP on 784 flattened features, and predict
+    takes the same (n, 28, 28) arrays (docs/your_data.md)."""
+    rng = np.random.default_rng(1)
+    x = rng.random(size=(90, 28, 28)).astype(np.float32)
+    y = (x[:, :14].mean((1, 2)) > x[:, 14:].mean((1, 2))).astype(np.int64)
+    np.savez(tmp_path / "img.npz", x=x, y=y)
+    run = tmp_path / "run"
+    rc, out, err = run_main(capsys, "train", "--npz", str(tmp_path / "img.npz"), "--epochs", "1", "--out", str(run),
+                            *TINY)
+    assert rc == 0 and "test error" in out, err
+    assert next(m for m in bbb.runs.load_model(run).modules() if hasattr(m, "in_features")).in_features == 28 * 28
+    np.save(tmp_path / "new.npy", x[:5])
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "3",
+                            "--device", "cpu", "--no-refer")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert len(rows) == 5 and all(r["prediction"] in ("0", "1") for r in rows)
+
+
 def image_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     data = {}

@@ -9,6 +9,7 @@ from ...cli.common import (
     add_data_dir,
     add_deprecated_alias,
     add_device,
+    add_log,
     add_out,
     add_quiet,
     add_seeds,
@@ -118,6 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out and start over")
     add_quiet(parser, "the regret summary per agent and the files written")
+    add_log(parser, " of each agent and seed into OUT/tb/AGENT-seedS/ when the run ends: cumulative regret, "
+                    "expected regret and arm pulls every --log-every steps")
     parser.add_argument("--merge", nargs="+", metavar="RUN",
                         help="instead of running: merge finished runs of the same settings and seeds that split the "
                              "agents between them into one run in --out (e.g. --agents bbb greedy on one machine, "
@@ -135,7 +138,7 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         kl_warmup=args.kl_warmup,
         decision_samples=args.decision_samples, log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
-        quiet=args.quiet)
+        quiet=args.quiet, loggers=tuple(args.log or ()))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -147,7 +150,7 @@ def main(args: argparse.Namespace) -> int:
         parser = argparse.ArgumentParser()
         add_arguments(parser)  # the command line's own defaults: an option given with --merge would be ignored
         plain = config_from_args(parser.parse_args(["--out", cfg.out]))
-        changed = [f.name for f in dataclasses.fields(cfg) if f.name not in ("data_dir", "quiet")
+        changed = [f.name for f in dataclasses.fields(cfg) if f.name not in ("data_dir", "quiet", "loggers")
                    and getattr(cfg, f.name) != getattr(plain, f.name)]
         if changed:
             raise UserError(f"--merge takes the settings from the runs it merges; drop {', '.join(changed)}")

@@ -162,6 +162,8 @@ class BanditConfig:
     resume: bool = True
     quiet: bool = False
     progress_every: float = 30.0
+    #: experiment loggers (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`): OUT/tb/AGENT-seedS
+    loggers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # the choices as their enums, whether given as the enum or its string (a bad string: the
@@ -201,6 +203,11 @@ class BanditConfig:
             raise SettingError("weight_decay", f"must be a finite number >= 0, got {wd!r}")
         if not self.agents:
             raise UserError("give at least one agent")
+        if self.loggers and not self.out:
+            raise UserError("--log writes its event files into OUT/tb: give --out")
+        from ...runs.loggers import make_loggers
+
+        make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything runs
         if not self.seeds:
             raise UserError("give at least one seed")
         if len(set(self.seeds)) != len(self.seeds):

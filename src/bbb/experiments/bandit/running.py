@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import signal
 import sys
 import threading
@@ -205,6 +206,8 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         if out is not None:
             res["files"] = _write_outputs(out, cfg, rows, summary, seconds, len(groups),
                                           oracle_eat=edible_share, marks=marks)
+            if cfg.loggers:
+                _write_events(out, cfg, rows)
         # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
         first = min(EARLY_WINDOW, cfg.steps)  # (the summary's columns keep their names)
         for s in summary:
@@ -293,6 +296,25 @@ def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
     return rows, summary
 
 
+def _write_events(out: Path, cfg: BanditConfig, rows: list[dict[str, Any]]) -> None:
+    """``--log``: each member's curves of regret.csv (every ``log_every`` steps) into
+    ``OUT/tb/AGENT-seedS``: cumulative regret, cumulative expected regret, and the arm pulls (eat,
+    pass) so far. Written once the run ends (the members train in worker processes)."""
+    from ...runs.loggers import log_step, opened_loggers
+
+    shutil.rmtree(out / "tb", ignore_errors=True)  # rewritten whole: a resumed run's curves are not doubled
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}
+    for agent in cfg.agents:
+        for seed in cfg.seeds:
+            mine = [r for r in rows if r["agent"] == agent and r["seed"] == seed]
+            with opened_loggers(cfg.loggers, out / "tb" / f"{agent}-seed{seed}", config) as loggers:
+                for r in mine:
+                    log_step(loggers, r["step"], {
+                        "regret/cumulative": r["cumulative_regret"],
+                        "regret/cumulative_expected": r["cumulative_expected_regret"],
+                        "arms/eat_pulls": r["cumulative_eaten"], "arms/pass_pulls": r["step"] - r["cumulative_eaten"]})
+
+
 def _cell(v: Any) -> Any:
     return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)
 
@@ -324,7 +346,7 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
 
 #: config.json entries that may differ between the parts of one merged run (how and where each ran)
 _PART_FREE = {"agents", "out", "seconds", "workers", "workers_used", "threads", "quiet", "resume", "data_dir",
-              "device", "torch", "python", "machine", "processor", "cpu_count", "checkpoint_every",
+              "loggers", "device", "torch", "python", "machine", "processor", "cpu_count", "checkpoint_every",
               "progress_every", "parts"}
 
 

@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from ...cli.common import add_data_dir, add_out, add_quiet, add_seeds, progress_log, text_table
+from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seeds, progress_log, text_table
 from ...errors import UserError
 from ...options import values
 from .settings import Arch, LoraBudget, LoraExpConfig, LoraMethod, Task
@@ -55,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of what is finished in --out")
     add_quiet(parser, "the table and the files written")
+    add_log(parser, ": not for this experiment (refused in one line; see docs/cli.md)")
 
 
 def config_from_args(args: argparse.Namespace) -> LoraExpConfig:
@@ -76,6 +77,9 @@ def config_from_args(args: argparse.Namespace) -> LoraExpConfig:
 
 def main(args: argparse.Namespace) -> int:
     """``bbb reproduce lora``: returns the exit code."""
+    if getattr(args, "log", None):
+        raise UserError("--log: not available for bbb reproduce lora (each job trains its models, an ensemble's "
+                        "members in one summed loss, in a worker process with no logger hook); use bbb train --log")
     cfg = config_from_args(args)
     import torch
 

@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from ...cli.common import add_data_dir, add_out, add_quiet, add_seed, text_table
+from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seed, text_table
 from ...data.uci import UCI_DATASETS
 from ...errors import UserError
 from .runner import run_uci
@@ -65,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of the datasets finished in --out")
     add_quiet(parser, "the table and the files written")
+    add_log(parser, ": not for this experiment (refused in one line; see docs/cli.md)")
 
 
 def config_from_args(args: argparse.Namespace) -> UCIConfig:
@@ -89,6 +90,10 @@ def config_from_args(args: argparse.Namespace) -> UCIConfig:
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "log", None):
+        raise UserError("--log: not available for bbb reproduce uci (its networks train as members of one "
+                        "vectorised population per job, with no per-run logger hook); each job's scores at its "
+                        "checkpoint epochs are in its JSON file under --out")
     """``bbb reproduce uci``: returns the exit code."""
     cfg = config_from_args(args)
     import torch

@@ -1,8 +1,9 @@
 """``--log tensorboard`` on the experiments that train outside bbb.runs.train: ``bbb regression``
 (each network's curves in OUT/tb/bbb and OUT/tb/standard, live each epoch) and ``bbb bandit``
-(each agent and seed's regret and arm pulls in OUT/tb/AGENT-seedS, written when the run ends);
-``bbb reproduce uci`` and ``bbb reproduce lora`` refuse the flag in one line; without the
-tensorboard package the flag is one line before anything trains. Tiny sizes only."""
+(each agent and seed's regret and arm pulls in OUT/tb/AGENT-seedS, written when the run ends or a
+``--merge`` writes the merged run); without the tensorboard package the flag is one line before
+anything trains. ``bbb reproduce uci`` and ``lora`` (written from their job files at the end):
+tests/applications/experiments/test_reproduce_uci.py and test_reproduce_lora.py. Tiny sizes only."""
 
 from __future__ import annotations
 
@@ -66,16 +67,29 @@ def test_bandit_logs_each_member_when_the_run_ends(tmp_path):
     assert [a + b.value for a, b in zip(eat, acc.Scalars("arms/pass_pulls"))] == [10, 20, 30, 40]
 
 
-@pytest.mark.parametrize("which", ["uci", "lora"])
-def test_reproduce_uci_and_lora_refuse_log_in_one_line(tmp_path, capsys, which):
-    out = tmp_path / which
-    rc, _, err = run_main(capsys, "reproduce", which, "--out", str(out), "--log", "tensorboard")
-    assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith(f"bbb reproduce {which}: error: --log: not available"), err
-    assert not out.exists()
+def test_bandit_merge_writes_the_merged_rows_events(tmp_path, capsys, monkeypatch):
+    """``bbb bandit --merge ... --log tensorboard``: the merged run's curves, as a run writes them."""
+    pytest.importorskip("tensorboard")
+    ctx, edible = tiny_mushrooms()
+    parts = []
+    for agents in (("greedy",), ("egreedy_0.05",)):
+        parts.append(tmp_path / agents[0])
+        run_bandit(tiny_bandit_config(steps=40, agents=agents, log_every=10, out=str(parts[-1])),
+                   contexts=ctx, edible=edible)
+    monkeypatch.setattr("bbb.data.load_mushroom", lambda data_dir=None: (ctx, edible))
+    out = tmp_path / "merged"
+    rc, _, err = run_main(capsys, "bandit", "--out", str(out), "--merge", *map(str, parts), "--log", "tensorboard")
+    assert rc == 0, err
+    assert sorted(p.name for p in (out / "tb").iterdir()) == ["egreedy_0.05-seed0", "egreedy_0.05-seed1",
+                                                             "greedy-seed0", "greedy-seed1"]
+    mine = [r for r in read_csv(out / "regret.csv") if r["agent"] == "egreedy_0.05" and r["seed"] == "0"]
+    acc = accumulator(out / "tb" / "egreedy_0.05-seed0")
+    assert [(e.step, e.value) for e in acc.Scalars("regret/cumulative")] == [
+        (int(r["step"]), pytest.approx(float(r["cumulative_regret"]))) for r in mine]
+    assert [int(r["step"]) for r in mine] == [10, 20, 30, 40]
 
 
-def test_without_tensorboard_regression_and_bandit_refuse_in_one_line(tmp_path, monkeypatch, capsys):
+def test_without_tensorboard_the_experiments_refuse_in_one_line(tmp_path, monkeypatch, capsys):
     for mod in ("tensorboard", "torch.utils.tensorboard"):
         monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(UserError, match="pip install tensorboard"):
@@ -89,6 +103,9 @@ def test_without_tensorboard_regression_and_bandit_refuse_in_one_line(tmp_path, 
     assert not (tmp_path / "b").exists()
     rc, _, err = run_main(capsys, "bandit", "--out", str(tmp_path / "b"), "--log", "tensorboard")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "pip install tensorboard" in err, err
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--out", str(tmp_path / "u"), "--log", "tensorboard")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "pip install tensorboard" in err, err
+    assert not (tmp_path / "u").exists()
 
 
 def test_log_needs_an_output_folder():

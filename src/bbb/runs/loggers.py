@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from ..errors import UserError
 from ..nn import BayesModule
 
 __all__ = ["LOGGERS", "SCALARS", "TensorBoardLogger", "TrainLogger", "epoch_histograms", "epoch_scalars",
-           "log_step", "make_loggers", "opened_loggers", "report_epoch"]
+           "log_step", "make_loggers", "opened_loggers", "report_epoch", "write_points"]
 
 #: The scalar tags of each epoch and what they are (per training example where a loss).
 SCALARS: dict[str, str] = {
@@ -170,6 +170,21 @@ def log_step(loggers: Sequence[TrainLogger], step: int, scalars: Mapping[str, fl
     hists = epoch_histograms(model) if model is not None else {}
     for lg in loggers:
         lg.log_epoch(step, dict(scalars), dict(hists))
+
+
+def write_points(names: Sequence[str] | None, log_dir: str | Path, config: Mapping[str, Any],
+                 points: Iterable[tuple[int, Mapping[str, float | None]]]) -> None:
+    """Event files in ``log_dir`` written at once from stored ``(step, scalars)`` points, in
+    step order (the scalars of one step merged; a ``None`` value left out), replacing what
+    ``log_dir`` held: for the experiments whose networks train where no logger runs (``bbb
+    reproduce uci`` and ``lora``: written from each job's file when the run ends)."""
+    steps: dict[int, dict[str, float]] = {}
+    for step, scalars in points:
+        steps.setdefault(int(step), {}).update({k: float(v) for k, v in scalars.items() if v is not None})
+    shutil.rmtree(log_dir, ignore_errors=True)
+    with opened_loggers(names, log_dir, config) as loggers:
+        for step in sorted(steps):
+            log_step(loggers, step, steps[step])
 
 
 def epoch_scalars(row: Mapping[str, Any], lr: float | None, error: str = "error") -> dict[str, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 import torch
@@ -128,3 +129,53 @@ def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
     code, out, err = run_main(capsys, "reproduce", "lora", "--out", str(tmp_path), *bad)
     assert code == 2
     assert what in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_log_writes_each_jobs_curves_and_scores_from_its_file(fake_data, no_verify, capsys, tmp_path):
+    """``--log tensorboard``: when the jobs end, a test job's stored NLL/ECE/accuracy curve against
+    steps and its final metrics in OUT/tb/JOB; a validation job's held-out scores per setting in
+    OUT/tb/JOB/SETTING. Resumed with --report: written again whole, not doubled."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(folder):
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+    out = tmp_path / "lora"
+    argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
+            "--methods", "mle", "map", "--out", str(out), "--data-dir", str(fake_data), "--quiet",
+            "--log", "tensorboard"]
+    code, said, err = run_main(capsys, *argv)
+    assert code == 0, err
+    assert f"wrote {out / 'tb'}" in said
+    tb = out / "tb"
+    assert sorted(p.name for p in tb.iterdir()) == ["cnn-digits-k3-s0-map-test", "cnn-digits-k3-s0-map-validation",
+                                                     "cnn-digits-k3-s0-mle-test"]
+    steps = SCHEDULES[LoraBudget.SMOKE].steps
+    job = json.loads((out / "jobs" / "cnn-digits-k3-s0-mle-test.json").read_text())
+    (row,) = job["settings"].values()
+    got = scalars(tb / "cnn-digits-k3-s0-mle-test")
+    assert got["curve/nll"] == [(p["step"], pytest.approx(p["nll"], rel=1e-6)) for p in row["curve"]]
+    assert [s for s, _ in got["curve/ece"]] == [0, steps]
+    for k in ("acc", "ece", "nll", "brier", "confidence", "auroc_entropy_mnist0-4", "auroc_entropy_fashion"):
+        assert got[f"test/{k}"] == [(steps, pytest.approx(row[k], rel=1e-6))], k
+    assert row["auroc_mi_fashion"] is None and "test/auroc_mi_fashion" not in got  # one network: no MI
+    val = json.loads((out / "jobs" / "cnn-digits-k3-s0-map-validation.json").read_text())
+    folders = {p.name: p for p in (tb / "cnn-digits-k3-s0-map-validation").iterdir()}
+    assert sorted(folders) == sorted(label.replace(" ", "_") for label in val["settings"]) and len(folders) == 3
+    for label, r in val["settings"].items():
+        assert scalars(folders[label.replace(" ", "_")])["val/nll"] == [(steps, pytest.approx(r["nll"], rel=1e-6))]
+    code, _, err = run_main(capsys, *argv, "--report")
+    assert code == 0, err
+    assert [s for s, _ in scalars(tb / "cnn-digits-k3-s0-mle-test")["curve/nll"]] == [0, steps]
+    assert "loggers" not in json.loads((out / "run.json").read_text())["config"]
+
+
+def test_log_without_tensorboard_is_one_line_before_anything(monkeypatch, capsys, tmp_path):
+    for mod in ("tensorboard", "torch.utils.tensorboard"):
+        monkeypatch.setitem(sys.modules, mod, None)
+    code, _, err = run_main(capsys, "reproduce", "lora", "--out", str(tmp_path / "o"), "--log", "tensorboard")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "pip install tensorboard" in err, err
+    assert not (tmp_path / "o").exists()

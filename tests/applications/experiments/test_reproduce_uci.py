@@ -299,3 +299,48 @@ def test_one_method_alone_trains_only_its_jobs(data_root, tmp_path):
                                                                      "yacht-mc_dropout-validation.json"]
     assert [r["method"] for r in res["method_rows"]] == ["mc_dropout"] and res["rows"] == []
     assert not res["missing"]
+
+
+def test_log_writes_each_networks_scores_from_the_job_files(data_root, tmp_path, capsys):
+    """``--log tensorboard``: when the jobs end, one event folder per network (OUT/tb/JOB/MEMBER)
+    with the scores its job file holds at each checkpoint epoch; a resume rewrites them, not doubles."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "o"
+    argv = ["reproduce", "uci", "--datasets", "yacht", "--budget", "smoke", "--samples", "4", "--splits", "0",
+            "--methods", "bbb", "--data-dir", str(data_root), "--out", str(out), "--quiet", "--log", "tensorboard"]
+    rc, said, err = run_main(capsys, *argv)
+    assert rc == 0, err
+    assert f"wrote {out / 'tb'}" in said
+    tb = out / "tb"
+    assert sorted(p.name for p in tb.iterdir()) == ["yacht-heteroscedastic-test", "yacht-heteroscedastic-validation",
+                                                     "yacht-local-test", "yacht-local-validation"]
+    val = json.loads((out / "jobs" / "yacht-local-validation.json").read_text())
+    assert len(list((tb / "yacht-local-validation").iterdir())) == len(val["members"]) == 8
+    test = json.loads((out / "jobs" / "yacht-local-test.json").read_text())
+    (member,) = (tb / "yacht-local-test").iterdir()
+    (split, g), = test["members"]
+    assert member.name == f"split{split}-" + "_".join(VARIANTS[1].grid[g].label().split())
+
+    def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+    got = scalars(member)
+    assert [s for s, _ in got["test/rmse"]] == test["epochs"] == [1, 2, 3, 4]
+    assert [v for _, v in got["test/rmse"]] == pytest.approx([sc["rmse"][0] for sc in test["scores"]], rel=1e-6)
+    one = test["noise_scales"].index(1.0)
+    assert [v for _, v in got["test/ll"]] == pytest.approx([sc["ll"][0][one] for sc in test["scores"]], rel=1e-6)
+    assert {f"test/ll_noise_x{c:g}" for c in test["noise_scales"]} | {"test/noise_sd"} <= set(got)
+    (key, chosen), = test["full"].items()
+    assert got["test/selected/rmse"] == [(int(key.split(":")[1]), pytest.approx(chosen["rmse"], rel=1e-6))]
+    vmember = tb / "yacht-local-validation" / member.name  # the same network's grid point in validation
+    assert [s for s, _ in scalars(vmember)["val/rmse"]] == [1, 2, 3, 4]
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()}
+    rc, _, err = run_main(capsys, *argv)  # resumed: nothing trains, the curves are written again whole
+    assert rc == 0, err
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()} == stamps
+    assert [s for s, _ in scalars(next((tb / "yacht-local-test").iterdir()))["test/rmse"]] == [1, 2, 3, 4]
+    assert "loggers" not in json.loads((out / "run.json").read_text())["config"]

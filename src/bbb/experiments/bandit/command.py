@@ -119,8 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out and start over")
     add_quiet(parser, "the regret summary per agent and the files written")
-    add_log(parser, " of each agent and seed into OUT/tb/AGENT-seedS/ when the run ends: cumulative regret, "
-                    "expected regret and arm pulls every --log-every steps")
+    add_log(parser, " of each agent and seed into OUT/tb/AGENT-seedS/ when the run (or --merge) ends: cumulative "
+                    "regret, expected regret and arm pulls every --log-every steps")
     parser.add_argument("--merge", nargs="+", metavar="RUN",
                         help="instead of running: merge finished runs of the same settings and seeds that split the "
                              "agents between them into one run in --out (e.g. --agents bbb greedy on one machine, "
@@ -154,7 +154,7 @@ def main(args: argparse.Namespace) -> int:
                    and getattr(cfg, f.name) != getattr(plain, f.name)]
         if changed:
             raise UserError(f"--merge takes the settings from the runs it merges; drop {', '.join(changed)}")
-        merge_runs(args.merge, cfg.out, cfg.data_dir)
+        merge_runs(args.merge, cfg.out, cfg.data_dir, loggers=cfg.loggers)
         return 0
     run_bandit(cfg)
     return 0

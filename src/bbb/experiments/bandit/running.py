@@ -371,7 +371,8 @@ def _read_part(part: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
 
 
 def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
-               data_dir: str | None = None, edible: Tensor | None = None) -> dict[str, Any]:
+               data_dir: str | None = None, edible: Tensor | None = None,
+               loggers: tuple[str, ...] = ()) -> dict[str, Any]:
     """One run's outputs in ``out`` from finished runs of the same settings and seeds that split
     the agents between them (e.g. ``--agents bbb greedy`` and ``--agents egreedy_0.01
     egreedy_0.05`` run on two machines or days). The agents' rows and summaries are copied as they
@@ -379,8 +380,10 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     agent of a seed faces the same mushrooms), though which random draws a member gets depends on
     the population it ran in, as with ``--workers``. Figure 6's marks are measured on the whole
     (``edible``: the contexts' edibility, for the oracle's eat rate; default UCI Mushroom's), and
-    config.json lists the parts (``parts``: each one's folder, agents and seconds). UserError when
-    a part is unfinished, another settings' run, or shares an agent with another part."""
+    config.json lists the parts (``parts``: each one's folder, agents and seconds). ``loggers``
+    (``--log``): the merged rows' event files in ``out/tb/AGENT-seedS``, as a run writes them at its
+    end. UserError when a part is unfinished, another settings' run, or shares an agent with
+    another part."""
     if len(parts) < 2:
         raise UserError("--merge needs at least two finished runs")
     if any(Path(p).resolve() == Path(out).resolve() for p in parts):
@@ -400,7 +403,7 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     fields = {f.name for f in dataclasses.fields(BanditConfig)}
     kept = {k: v for k, v in first.items() if k in fields}
     kept.update(agents=tuple(agents), seeds=tuple(first["seeds"]), hidden=tuple(first["hidden"]), out=str(out),
-                data_dir=data_dir)
+                data_dir=data_dir, loggers=tuple(loggers))  # (how the merge is watched, not a part's)
     cfg = BanditConfig(**kept)
     cfg.validate()
     order = {a: i for i, a in enumerate(agents)}
@@ -419,6 +422,8 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     with lock_run_dir(outp):
         files = _write_outputs(outp, cfg, rows, summary, seconds, int(first.get("workers_used", 1)),
                                oracle_eat=edible_share, marks=marks, extra={"parts": parts_meta})
+        if cfg.loggers:
+            _write_events(outp, cfg, rows)
     for m in marks:
         print(f"  {mark_word(m['holds'])}: {m['mark']} ({m['measured']})")
     print(f"bandit: merged {len(read)} runs ({', '.join(' '.join(c['agents']) for _, c, _, _ in read)}); "

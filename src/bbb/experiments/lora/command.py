@@ -55,7 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of what is finished in --out")
     add_quiet(parser, "the table and the files written")
-    add_log(parser, ": not for this experiment (refused in one line; see docs/cli.md)")
+    add_log(parser, " when the jobs end (and for jobs finished before, on a resume or with --report), from "
+                    "each job's file in OUT/jobs: a test job's NLL, ECE and accuracy against training steps "
+                    "(curve/, on the first test images) and its final test metrics (test/) in OUT/tb/JOB, a "
+                    "validation job's held-out scores per setting in OUT/tb/JOB/SETTING; not live (the jobs "
+                    "train in worker processes), and no training loss or KL (the jobs do not store them)")
 
 
 def config_from_args(args: argparse.Namespace) -> LoraExpConfig:
@@ -70,16 +74,14 @@ def config_from_args(args: argparse.Namespace) -> LoraExpConfig:
                                                                             dict.fromkeys(args.methods)),
                         seeds=None if args.seeds is None else tuple(sorted(set(args.seeds))),
                         budget=LoraBudget(args.budget), workers=args.workers, threads=args.threads,
-                        data_dir=args.data_dir, quiet=args.quiet, report_only=args.report)
+                        data_dir=args.data_dir, quiet=args.quiet, report_only=args.report,
+                        loggers=tuple(args.log or ()))
     cfg.check()
     return cfg
 
 
 def main(args: argparse.Namespace) -> int:
     """``bbb reproduce lora``: returns the exit code."""
-    if getattr(args, "log", None):
-        raise UserError("--log: not available for bbb reproduce lora (each job trains its models, an ensemble's "
-                        "members in one summed loss, in a worker process with no logger hook); use bbb train --log")
     cfg = config_from_args(args)
     import torch
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
 from .train import Job, run_job
 
-__all__ = ["plan", "choose", "run_lora"]
+__all__ = ["plan", "choose", "run_lora", "write_events"]
 
 _CACHE: dict[tuple[str, str], tuple[Backbone, TaskData]] = {}
 
@@ -175,7 +176,7 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     done = {j.name: _load(folder / f"{j.name}.json") for j in test_jobs if _finished(folder, j)}
     finished = {k: v for k, v in done.items() if v is not None}
     meta = {"command": portable_command(command)[0], "config": {k: (list(v) if isinstance(v, tuple) else v)
-                                           for k, v in asdict(cfg).items()},
+                                           for k, v in asdict(cfg).items() if k != "loggers"},
             "wall_seconds": round(time.perf_counter() - start, 1),
             "job_seconds": round(sum(r.get("seconds", 0.0) for r in finished.values()) + sum(
                 r.get("seconds", 0.0) for j in val_jobs if (r := _load(folder / f"{j.name}.json")) is not None), 1),
@@ -198,6 +199,8 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
                                        (*prev.get("commands_before", []), prev.get("command", ""))]
         atomic_write_json(out / "run.json", meta)
     written = write_report(out, test_jobs, finished, sweeps, meta)
+    if cfg.loggers and write_events(out, cfg, [j for j in val_jobs + test_jobs if _finished(folder, j)]):
+        written.append(out / "tb")
     return {"written": [str(p) for p in written], **meta}
 
 
@@ -212,3 +215,38 @@ def _groups(jobs: list[Job]) -> dict[tuple[str, str, int, str], list[Job]]:
     for j in jobs:
         out.setdefault((*j.group, str(j.method)), []).append(j)
     return out
+
+
+#: a test row's entries that are not metrics (the setting; the curve and the reliability bins, logged otherwise)
+_NOT_METRICS = {"kl_weight", "prior_sigma", "curve", "bins"}
+
+
+def write_events(out: Path, cfg: LoraExpConfig, jobs: list[Job]) -> int:
+    """``--log``: the finished ``jobs``' files as event files, replacing each job's earlier ones: a
+    test job in ``out/tb/<job>``, its NLL, ECE and accuracy against training steps on the first
+    test images (``curve/``, the points it stored) and its final test metrics (``test/``, at the
+    last step); a validation job in ``out/tb/<job>/<setting>``, each setting's held-out scores
+    (``val/``, at the last step). Returns the folders written."""
+    from ...runs.loggers import write_points
+
+    last = cfg.schedule.steps
+    n = 0
+    for job in jobs:
+        r = _load(out / "jobs" / f"{job.name}.json")
+        if r is None:
+            continue
+        shutil.rmtree(out / "tb" / job.name, ignore_errors=True)
+        for label, row in r["settings"].items():
+            config = {"job": job.name, "arch": str(job.arch), "task": str(job.task), "shots": job.shots,
+                      "seed": job.seed, "method": str(job.method), "phase": str(job.phase), "setting": label,
+                      "n_train": r["n_train"], "steps": last}
+            metrics = {k: v for k, v in row.items() if k not in _NOT_METRICS and isinstance(v, (int, float))}
+            if job.phase is Phase.VALIDATION:
+                write_points(cfg.loggers, out / "tb" / job.name / label.replace(" ", "_"), config,
+                             [(last, {f"val/{k}": v for k, v in metrics.items()})])
+            else:
+                points = [(p["step"], {f"curve/{k}": v for k, v in p.items() if k != "step"}) for p in row["curve"]]
+                write_points(cfg.loggers, out / "tb" / job.name, config,
+                             [*points, (last, {f"test/{k}": v for k, v in metrics.items()})])
+            n += 1
+    return n

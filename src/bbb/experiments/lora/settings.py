@@ -143,6 +143,9 @@ class LoraExpConfig:
     report_only: bool = False
     rank: int = 4
     alpha: int = 8
+    #: experiment loggers (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`): OUT/tb/JOB, written
+    #: from the job files when the run ends (not in run.json: how it is watched)
+    loggers: tuple[str, ...] = ()
 
     @property
     def schedule(self) -> Schedule:
@@ -160,3 +163,6 @@ class LoraExpConfig:
                 raise UserError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.seeds is not None and any(s < 0 for s in self.seeds):
             raise UserError(f"--seeds must be >= 0, got {list(self.seeds)}")
+        from ...runs.loggers import make_loggers
+
+        make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything trains

@@ -65,7 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of the datasets finished in --out")
     add_quiet(parser, "the table and the files written")
-    add_log(parser, ": not for this experiment (refused in one line; see docs/cli.md)")
+    add_log(parser, " when the jobs end (and for jobs finished before, on a resume or with --report), from "
+                    "each job's scores in OUT/jobs: one folder per network, OUT/tb/JOB/splitS-SETTING, with "
+                    "val/ or test/ RMSE, log-likelihood (at each noise choice) and noise sd at each checkpoint "
+                    "epoch, and a test network's metrics at its chosen epoch; not live (the networks train as "
+                    "one population per job)")
 
 
 def config_from_args(args: argparse.Namespace) -> UCIConfig:
@@ -86,14 +90,10 @@ def config_from_args(args: argparse.Namespace) -> UCIConfig:
                      splits=None if args.splits is None else sorted(set(args.splits)), workers=args.workers,
                      threads=args.threads, data_dir=args.data_dir, budget=args.budget, samples=args.samples,
                      methods=methods, adversarial_eps=args.adversarial_eps,  # type: ignore[arg-type]
-                     seed=args.seed, quiet=args.quiet, report_only=args.report)
+                     seed=args.seed, quiet=args.quiet, report_only=args.report, loggers=list(args.log or ()))
 
 
 def main(args: argparse.Namespace) -> int:
-    if getattr(args, "log", None):
-        raise UserError("--log: not available for bbb reproduce uci (its networks train as members of one "
-                        "vectorised population per job, with no per-run logger hook); each job's scores at its "
-                        "checkpoint epochs are in its JSON file under --out")
     """``bbb reproduce uci``: returns the exit code."""
     cfg = config_from_args(args)
     import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict
@@ -18,10 +19,10 @@ from ...errors import UserError
 from ...io import atomic_write_json
 from ...progress import progress_bar
 from .report import select_variant, summarise, write_tables
-from .settings import ENSEMBLE_SIZE, Phase, UCIConfig, UCIMethod, schedule_for, variants_of
+from .settings import ENSEMBLE_SIZE, VARIANTS, Phase, Setting, UCIConfig, UCIMethod, schedule_for, variants_of
 from .train import Job, run_job
 
-__all__ = ["run_uci", "plan_jobs"]
+__all__ = ["run_uci", "plan_jobs", "write_events"]
 
 _DATA: dict[tuple[str, str | None], UCIData] = {}
 
@@ -190,8 +191,11 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
                 rows.append(row)
             per_split += sp
             variants += va
+    tb = write_events(out, cfg, [r for ph in (vals, tests) for dd in ph.values() for r in dd.values()]) \
+        if cfg.loggers else 0
     job_seconds = sum(r.get("seconds", 0.0) for ph in (vals, tests) for dd in ph.values() for r in dd.values())
-    meta = {"command": command, "config": asdict(cfg), "wall_seconds": round(time.perf_counter() - start, 1),
+    meta = {"command": command, "config": {k: v for k, v in asdict(cfg).items() if k != "loggers"},  # (how watched)
+            "wall_seconds": round(time.perf_counter() - start, 1),
             "job_seconds": round(job_seconds, 1), "workers": cfg.workers, "missing": missing,
             # what a row's last digits depend on (results/uci/README.md, checking one number)
             "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
@@ -203,4 +207,48 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     elif (out / "run.json").is_file():
         meta = {**json.loads((out / "run.json").read_text()), "missing": meta["missing"]}
     written = write_tables(out, rows, per_split, variants, meta, method_rows) if method_rows else []
+    if tb:
+        written.append(out / "tb")
     return {"rows": rows, "method_rows": method_rows, "written": [str(p) for p in written], **meta}
+
+
+def write_events(out: Path, cfg: UCIConfig, results: list[dict[str, Any]]) -> int:
+    """``--log``: each finished job's scores (``results``: the files under ``out/jobs``) as event
+    files, one folder per member, ``out/tb/<job>/split<S>-<grid point>``, replacing the job's
+    earlier ones. At each checkpoint epoch, on the part it scores (``val/``: the held-out 20%
+    of the split's training rows; ``test/``: the test rows): ``rmse``, ``noise_sd`` and ``ll`` (the
+    noise as trained) in the target's units, and the log-likelihood at each noise choice
+    (``ll_noise_xC``: the noise times C; MC dropout's ``ll_noise_sdC``: noise sd C, standardised);
+    a test member also its every metric at its validation's choice (``test/selected/...``, at the
+    chosen epoch). Returns the member folders written."""
+    from ...runs.loggers import write_points
+
+    fixed = {v.name for v in VARIANTS if v.likelihood == "fixed"}
+    n = 0
+    for r in results:
+        job = f"{r['dataset']}-{r['variant']}-{r['phase']}"
+        part = "val" if r["phase"] == Phase.VALIDATION.value else "test"
+        noise = "ll_noise_sd" if r["variant"] in fixed else "ll_noise_x"
+        shutil.rmtree(out / "tb" / job, ignore_errors=True)
+        for j, (split, g) in enumerate(r["members"]):
+            setting = r["grid"][g]
+            label = Setting(**setting).label()
+            points = []
+            for epoch, sc in zip(r["epochs"], r["scores"]):
+                got = {f"{part}/rmse": sc["rmse"][j], f"{part}/noise_sd": sc["noise_sd"][j]}
+                for c, ll in zip(r["noise_scales"], sc["ll"][j]):
+                    got[f"{part}/{noise}{c:g}"] = ll
+                    if c == 1.0 and r["variant"] not in fixed:
+                        got[f"{part}/ll"] = ll
+                points.append((epoch, got))
+            for key, metrics in r["full"].items():
+                s, e, _ = key.split(":")
+                if int(s) == split:
+                    points.append((int(e), {f"test/selected/{k}": v for k, v in metrics.items()
+                                            if isinstance(v, (int, float))}))
+            config = {"job": job, "dataset": r["dataset"], "method": r["method"], "variant": r["variant"],
+                      "phase": r["phase"], "split": split, "setting": setting, "batch_size": r["batch_size"],
+                      "samples": cfg.samples, "seed": cfg.seed}
+            write_points(cfg.loggers, out / "tb" / job / f"split{split}-{label.replace(' ', '_')}", config, points)
+            n += 1
+    return n

@@ -194,8 +194,14 @@ class UCIConfig:
     seed: int = 0
     quiet: bool = False
     report_only: bool = False
+    #: experiment loggers (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`): OUT/tb/JOB/MEMBER,
+    #: written from the job files when the run ends (not in run.json: how it is watched)
+    loggers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        from ...runs.loggers import make_loggers
+
+        make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything trains
         self.budget = UCIBudget(choice("budget", self.budget, UCIBudget))
         if not self.methods:
             raise UserError("--methods names no method; choose from: " + ", ".join(m.value for m in UCIMethod))

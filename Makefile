@@ -57,10 +57,19 @@ test-fast: $(STAMP)
 # setuptools upgraded (Python 3.11's venv seeds setuptools 65, which torch <= 2.5's Triton imports
 # and which then installs a warnings filter of its own).
 # CI (.ci/run) runs it for pyproject's floor and for 2.11 (the GPU machines' torch).
+# TORCH_TESTS: what it runs (default the fast lane); CI gives 2.11 the models lane, TORCH_TESTS_MODELS:
+# the tests of the claim "every torch.nn block and Hugging Face / peft model converts and trains
+# right", without the run directory's, the faults' and the command line's tests, which call the
+# same few torch functions on every release (2.8, the floor, runs them all).
 TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
+TORCH_TESTS ?= -m "not slow" tests/core tests/runs
+TORCH_TESTS_MODELS = -m "not slow" tests/core/nn tests/core/test_torch_versions.py tests/core/test_model_zoo.py \
+	tests/core/test_convert.py tests/core/test_hf_conversion.py tests/core/test_hf_models.py tests/core/test_lora.py \
+	tests/core/test_lora_models.py tests/core/test_engine.py tests/core/test_elbo.py tests/core/test_distributions.py \
+	tests/core/test_random.py tests/core/test_finetune_init.py tests/core/test_compile_switch.py
 .PHONY: test-torch
 test-torch: $(TORCH_VENV)/.installed
-	$(TORCH_VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests/core tests/runs
+	$(TORCH_VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) $(TORCH_TESTS)
 
 .venv-torch-%/.installed: pyproject.toml
 	rm -rf .venv-torch-$*

@@ -2,7 +2,7 @@
 
 Usage:
   python bench/bench_bandit_ab.py --ref-src ../main/src/bbb [--rounds 8] [--updates 64] [--steps 2]
-                                  [--worker 0] [--profile N]
+                                  [--worker 0] [--profile N] [--fill 4200] [--warmup 40]
 
 On a shared machine absolute timings drift with the load, so both trees run in the same process
 on 1 thread, interleaved (A, B, A, B...): the reference tree is copied into a temporary folder as
@@ -36,7 +36,7 @@ def _copy_as_ref(src: Path, dest: Path) -> None:
         f.write_text(re.sub(r"\b(from|import) bbb(\.| )", r"\1 bbb_ref\2", text))
 
 
-def _population(pkg: str, worker: int):
+def _population(pkg: str, worker: int, fill: int = 4200, warmup: int = 40):
     bandit = importlib.import_module(pkg + ".experiments.bandit")
     config = importlib.import_module(pkg + ".experiments.bandit.config")
     running = importlib.import_module(pkg + ".experiments.bandit.running")
@@ -47,10 +47,10 @@ def _population(pkg: str, worker: int):
     pop = bandit.Population(cfg, running.split_members(members, 2)[worker], ctx, edible)
     pop._ensure_env(10_000)
     u, cfg.updates_per_step = cfg.updates_per_step, 0
-    for t in range(4200):  # fill the buffer, acting without training
+    for t in range(fill):  # fill the buffer, acting without training
         pop._act_and_learn(t)
-    cfg.updates_per_step, pop.step = u, 4200
-    for i in range(40):  # includes the engine's compilation
+    cfg.updates_per_step, pop.step = u, fill
+    for i in range(warmup):  # includes the engine's compilation
         pop.update(cfg.buffer, pop.step, i % u)
     return pop
 
@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed interactions per round and tree")
     ap.add_argument("--worker", type=int, choices=(0, 1), default=0)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
+    ap.add_argument("--fill", type=int, default=4200, help="interactions that fill the buffer before timing")
+    ap.add_argument("--warmup", type=int, default=40, help="untimed updates (the engine's compilation)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)  # as bbb bandit does
@@ -70,7 +72,8 @@ def main() -> None:
     try:
         _copy_as_ref(Path(args.ref_src), tmp)
         sys.path.insert(0, str(tmp))
-        pops = {"ref": _population("bbb_ref", args.worker), "new": _population("bbb", args.worker)}
+        pops = {n: _population(pkg, args.worker, args.fill, args.warmup)
+                for n, pkg in (("ref", "bbb_ref"), ("new", "bbb"))}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     upd: dict[str, list[float]] = {n: [] for n in pops}

@@ -33,7 +33,7 @@ from bbb.runs import (
     train,
 )
 from bbb.runs.config import resume_conflicts
-from testkit import blobs
+from testkit import blobs, eager_kernels
 
 
 def tiny_cfg(**kw) -> TrainConfig:
@@ -392,7 +392,8 @@ def test_one_epoch_bbb_2x400_on_real_mnist(tmp_path, data_dir):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        s = train(cfg, tmp_path / "mnist", **QUIET)
+        with eager_kernels():  # the learning is under test; compiled kernels equal eager: test_engine.py
+            s = train(cfg, tmp_path / "mnist", **QUIET)
     finally:
         torch.set_num_threads(threads)
     cfg_json = json.loads((tmp_path / "mnist" / "config.json").read_text())

@@ -179,3 +179,33 @@ def test_log_without_tensorboard_is_one_line_before_anything(monkeypatch, capsys
     code, _, err = run_main(capsys, "reproduce", "lora", "--out", str(tmp_path / "o"), "--log", "tensorboard")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "pip install tensorboard" in err, err
     assert not (tmp_path / "o").exists()
+
+
+class _LogStderr:
+    """A log file as stderr: not a terminal."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.parts.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_progress_in_a_log_is_plain_lines(fake_data, no_verify, capsys, tmp_path, monkeypatch):
+    """Not on a terminal (a nohup log), the benchmark's progress is a plain line now and then
+    (bbb.progress), never a bar redrawn with carriage returns."""
+    log = _LogStderr()
+    monkeypatch.setattr(sys, "stderr", log)
+    argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
+            "--methods", "mle", "--out", str(tmp_path / "lora"), "--data-dir", str(fake_data)]
+    code, stdout, _ = run_main(capsys, *argv)
+    assert code == 0, stdout
+    text = "".join(log.parts)
+    assert "\r" not in text and "lora steps:" in text, text[-2000:]

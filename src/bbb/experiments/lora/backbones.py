@@ -8,7 +8,6 @@ adapted layer (computed once per image: the CNN's convolutions; nothing for the 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,10 +126,9 @@ def load_or_pretrain(arch: Arch, folder: Path, steps: int, seed: int, data_dir: 
     model.train()
     bar = None
     if log is not None:
-        from tqdm import tqdm
+        from ...progress import progress_bar
 
-        bar = tqdm(total=steps, desc=f"pretraining the {arch}", unit="step", file=sys.stderr, dynamic_ncols=True,
-                   leave=False)
+        bar = progress_bar(total=steps, desc=f"pretraining the {arch}", unit="step")
     for _ in range(steps):
         idx = torch.randint(len(x), (64,), generator=g)
         loss = nn.functional.cross_entropy(model(x[idx]), y[idx])

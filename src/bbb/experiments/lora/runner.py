@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -145,9 +144,10 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     total = 0 if cfg.report_only else sum(_steps(j, steps) for j in todo_val + test_guess)
     bar = None
     if not cfg.quiet and total:
-        from tqdm import tqdm
+        from ...progress import progress_bar
 
-        bar = tqdm(total=total, desc="lora steps", unit="step", file=sys.stderr, dynamic_ncols=True)
+        # a bar on a terminal, a plain line a minute in a log
+        bar = progress_bar(total=total, desc="lora steps", unit="step", leave=True, lines_every=60.0)
     pool = queue = None
     if cfg.workers > 1 and total:
         ctx = mp.get_context("spawn")

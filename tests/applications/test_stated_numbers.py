@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from bbb.cli.entry import command_parser
-from bbb.cli.timings import DEMO_MINUTES, QUICK_BUDGET_MINUTES
+from bbb.cli.timings import DEMO_MINUTES, LORA_MINUTES, QUICK_BUDGET_MINUTES
 from bbb.experiments.mnist import BUDGETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +43,8 @@ def test_help_states_the_one_source():
     reproduce = _help("reproduce", "mnist")
     assert f"quick (about {QUICK_BUDGET_MINUTES} minutes on 2 CPU cores)" in reproduce
     assert f"{BUDGETS['paper'].candidates_per_cell()} candidates per cell" in reproduce
+    lora = " ".join(_help("reproduce", "lora").split())
+    assert f"about {LORA_MINUTES} minutes on 2 CPU cores with --workers 2" in lora
 
 
 def test_readme_states_the_demo_and_budget_times_of_the_help():

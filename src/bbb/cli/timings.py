@@ -6,7 +6,7 @@ runs behind them are in docs/results.md.
 
 from __future__ import annotations
 
-__all__ = ["DEMO_MINUTES", "QUICK_BUDGET_MINUTES"]
+__all__ = ["DEMO_MINUTES", "LORA_MINUTES", "QUICK_BUDGET_MINUTES"]
 
 #: ``bbb demo`` (15 epochs of BBB 2x400 on MNIST, then evaluation and pruning) on 2 idle CPU cores
 #: once the environment exists: 65 s, 2 min 11 s and 2 min 43 s on three machines
@@ -16,3 +16,7 @@ DEMO_MINUTES = "1-3"
 #: ``bbb reproduce mnist --budget quick`` with its default seed (12 runs) on 2 CPU cores: about the
 #: 12/20 of the 57.5 min that ``--seeds 0 1 2`` (20 runs) took (results/mnist/, docs/results.md).
 QUICK_BUDGET_MINUTES = "35"
+
+#: ``bbb reproduce lora`` at its default budget (2 backbones, 2 tasks, K = 5 10 50, 5 seeds) with
+#: ``--workers 2`` on 2 CPU cores: 49.4 minutes wall-clock (results/lora/README.md, run.json).
+LORA_MINUTES = "50"

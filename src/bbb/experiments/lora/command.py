@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seeds, progress_log, text_table
+from ...cli.timings import LORA_MINUTES
 from ...errors import UserError
 from ...options import values
 from .settings import Arch, LoraBudget, LoraExpConfig, LoraMethod, Task
@@ -45,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_seeds(parser, None, "random seeds, one few-shot draw and adapter initialisation each (default: the "
                             "budget's: 0-4, quick 0 1, smoke 0)")
     parser.add_argument("--budget", choices=values(LoraBudget), default=str(LoraBudget.DEFAULT),
-                        help="default: the benchmark (600 steps); quick: 300 steps, 2 seeds; smoke: a few steps "
-                             "(a pipeline test) (default: default)")
+                        help=f"default: the benchmark (600 steps; about {LORA_MINUTES} minutes on 2 CPU cores with "
+                             "--workers 2); quick: 300 steps, 2 seeds; smoke: a few steps (a pipeline test) "
+                             "(default: default)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="jobs trained at once, each in its own process (default: 1)")
     parser.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads per worker (default: 1)")

@@ -153,3 +153,54 @@ def test_callback_lists_call_each_in_order_and_stop_when_one_says_so(tmp_path, d
     res = J.run_job(J.RunJob(tmp_path / "run", tiny_cfg()), data=data, callbacks=J.CallbackList(
         [Stop("a", False), None, Stop("b", True)]), **QUIET)
     assert calls == ["a1", "b1"] and res.summary["epochs"] == 1
+
+
+_ORPHAN = r"""
+import multiprocessing as mp, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from bbb.runs.jobs import watch_parent
+
+def init(parent):
+    watch_parent(parent, "test worker")
+
+def work(_):
+    time.sleep(60)
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"), initializer=init, initargs=(os.getpid(),))
+    futures = [pool.submit(work, i) for i in range(2)]
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_pools_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
+    """bbb reproduce uci / lora and the sweep start their workers with ``watch_parent``: killed
+    with -9 (or by a SIGTERM, which skips the pool's shutdown), the parent leaves no worker
+    training on as an orphan; each says so in one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from faultkit import alive, descendants, env, wait_until
+
+    script = tmp_path / "pool.py"
+    script.write_text(_ORPHAN)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    kids: set[int] = set()
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert wait_until(lambda: len(descendants(proc.pid)) >= 2, 60, 0.1)
+        kids = descendants(proc.pid)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert wait_until(lambda: not any(alive(k) for k in kids), 10), [k for k in kids if alive(k)]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for k in kids:
+            if alive(k):
+                os.kill(k, signal.SIGKILL)
+

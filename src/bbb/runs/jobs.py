@@ -28,9 +28,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from multiprocessing.context import BaseContext
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +62,8 @@ __all__ = [
     "read_json",
     "run_job",
     "run_jobs",
+    "watch_parent",
+    "watched_manager",
 ]
 
 #: written into a run directory whose training diverged: ``{"message": ...}``
@@ -335,3 +343,37 @@ def _train_job(job: Job, data: Data, retries: int, record_failures: bool, quiet:
                 if not record_failures:
                     raise
                 return JobResult(job, Outcome.FAILED, error=error, attempts=attempt)
+
+
+def _watch(parent_pid: int, who: str, interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        if os.getppid() != parent_pid:
+            try:
+                sys.stderr.write(f"{who} {os.getpid()}: the process {parent_pid} that started it is gone; "
+                                 "stopping (a re-run resumes from what was saved)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(3)
+
+
+def watch_parent(parent_pid: int, who: str, interval: float = 0.25) -> None:
+    """In a worker process (a process pool's initializer): end it (``os._exit``) as soon as the
+    process that started it, ``parent_pid``, is gone (killed with -9, or by a SIGTERM that skips
+    its ``finally``), so that no worker trains on as an orphan; ``who`` names it in the one line it
+    prints. Exits at once where the parent is already gone."""
+    if os.getppid() != parent_pid:
+        os._exit(3)
+    threading.Thread(target=_watch, args=(parent_pid, who, interval), daemon=True,
+                     name="bbb-parent-watchdog").start()
+
+
+def watched_manager(ctx: BaseContext, who: str) -> SyncManager:
+    """A started ``multiprocessing`` manager (its process serves, e.g., a progress queue to a
+    pool's workers) that ends itself, like a worker under :func:`watch_parent`, as soon as the
+    process that started it is gone, so that a ``kill -9`` leaves no server process behind. Shut
+    it down (``manager.shutdown()``) when the pool is done."""
+    manager = SyncManager(ctx=ctx)
+    manager.start(watch_parent, (os.getpid(), who))
+    return manager

@@ -8,8 +8,6 @@ import errno
 import json
 import os
 import socket
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from ..runs.jobs import JobCallbacks, JobResult, JobState, Outcome, RunJob, epochs_done, run_job
+from ..runs.jobs import JobCallbacks, JobResult, JobState, Outcome, RunJob, epochs_done, run_job, watch_parent
 from ..runs.loggers import make_loggers
 from .cost import trial_data
 from .space import DataSpec, Trial, TrialStatus, resolve_params
@@ -173,28 +171,13 @@ def trial_lock(d: Path, grace: float | None = None) -> Iterator[str | None]:
         os.close(fd)
 
 
-def _watch_parent(parent_pid: int, interval: float) -> None:
-    while True:
-        time.sleep(interval)
-        if os.getppid() != parent_pid:
-            try:
-                sys.stderr.write(f"bbb sweep worker {os.getpid()}: the sweep process {parent_pid} is gone; "
-                                 "stopping (a re-run resumes the trial from its last epoch)\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-            os._exit(3)
-
-
 def worker_init(parent_pid: int, interval: float = 0.25) -> None:
     """Initializer of the local backend's worker processes: a daemon thread ends the worker
     (``os._exit``) as soon as the sweep process that started it is gone (killed with -9 too), so
-    no worker trains on, or starts a queued trial, as an orphan. Each epoch's checkpoint is
-    written atomically, so the trial resumes from its last epoch when the sweep is re-run."""
-    if os.getppid() != parent_pid:
-        os._exit(3)
-    threading.Thread(target=_watch_parent, args=(parent_pid, interval), daemon=True,
-                     name="bbb-sweep-parent-watchdog").start()
+    no worker trains on, or starts a queued trial, as an orphan (:func:`bbb.runs.jobs.watch_parent`).
+    Each epoch's checkpoint is written atomically, so the trial resumes from its last epoch when
+    the sweep is re-run."""
+    watch_parent(parent_pid, "bbb sweep worker", interval)
 
 
 def run_trial_local(payload: dict[str, Any]) -> dict[str, Any]:

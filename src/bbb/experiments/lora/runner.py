@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from ...io import atomic_write_json
+from ...runs.jobs import watch_parent, watched_manager
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
@@ -79,8 +81,9 @@ def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent_pid: int) -> None:
     torch.set_num_threads(threads)
+    watch_parent(parent_pid, "bbb reproduce lora worker")  # no orphan trains on when this process is killed
 
 
 def _work(job: Job, cfg: LoraExpConfig, queue: Any) -> dict[str, Any]:
@@ -148,11 +151,13 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
 
         # a bar on a terminal, a plain line a minute in a log
         bar = progress_bar(total=total, desc="lora steps", unit="step", leave=True, lines_every=60.0)
-    pool = queue = None
+    pool = queue = manager = None
     if cfg.workers > 1 and total:
         ctx = mp.get_context("spawn")
-        pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init, initargs=(cfg.threads,))
-        queue = ctx.Manager().Queue()
+        pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(cfg.threads, os.getpid()))
+        manager = watched_manager(ctx, "bbb reproduce lora's progress queue")
+        queue = manager.Queue()
     try:
         if todo_val:
             _run_phase(cfg, todo_val, folder, bar, pool, queue)
@@ -171,6 +176,8 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if manager is not None:
+            manager.shutdown()
         if bar is not None:
             bar.close()
     done = {j.name: _load(folder / f"{j.name}.json") for j in test_jobs if _finished(folder, j)}

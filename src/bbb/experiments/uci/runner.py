@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -18,6 +19,7 @@ from ...data.uci import UCIData, load_uci
 from ...errors import UserError
 from ...io import atomic_write_json
 from ...progress import progress_bar
+from ...runs.jobs import watch_parent, watched_manager
 from .report import select_variant, summarise, write_tables
 from .settings import ENSEMBLE_SIZE, VARIANTS, Phase, Setting, UCIConfig, UCIMethod, schedule_for, variants_of
 from .train import Job, run_job
@@ -63,8 +65,9 @@ def plan_jobs(cfg: UCIConfig, name: str, phase: Phase, vals: dict[str, dict[str,
     return jobs
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent_pid: int) -> None:
     torch.set_num_threads(threads)
+    watch_parent(parent_pid, "bbb reproduce uci worker")  # no orphan trains on when this process is killed
 
 
 def _work(job: Job, cfg: UCIConfig, folder: str, queue: Any) -> dict[str, Any]:
@@ -126,8 +129,9 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     bar = _bar(total, cfg.quiet)
     inline = cfg.workers <= 1
     pool = None if inline else ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn"),
-                                                   initializer=_worker_init, initargs=(cfg.threads,))
-    queue = None if inline else mp.get_context("spawn").Manager().Queue()
+                                                   initializer=_worker_init, initargs=(cfg.threads, os.getpid()))
+    manager = None if inline else watched_manager(mp.get_context("spawn"), "bbb reproduce uci's progress queue")
+    queue = None if manager is None else manager.Queue()
     running: dict[Future, Job] = {}
 
     def progress(n: int) -> None:
@@ -174,6 +178,8 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if manager is not None:
+            manager.shutdown()
         if bar is not None:
             bar.close()
     rows, method_rows, per_split, variants = [], [], [], []

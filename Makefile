@@ -27,9 +27,18 @@ $(DEMO_STAMP): pyproject.toml
 	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[plots]"
 	touch $(DEMO_STAMP)
 
-$(STAMP): $(DEMO_STAMP) pyproject.toml
-	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
+$(STAMP): $(DEMO_STAMP) pyproject.toml | $(UV)
+	$(UV) pip install -q --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
 	touch $(STAMP)
+
+# uv (PyPI's), in an environment of its own, installs what the suite, the docs and the torch lanes
+# need beside the torch already installed: on a machine with nothing cached the dev extras took pip
+# 50 s and uv 16 s, a CUDA build of torch 2.8 pip 102 s (81 s of CPU) and uv 46 s (43 s of CPU).
+# The torch of .venv comes from pip, which finds the local CPU wheel (uv does not look there).
+UV := .venv-uv/bin/uv
+$(UV):
+	$(PYTHON) -m venv .venv-uv
+	.venv-uv/bin/python -m pip install -q uv
 
 # The suite on TEST_WORKERS processes (pytest-xdist, from the dev extra), a test module to each
 # (--dist loadscope: a module's shared fixtures are built once; the modules with tests marked
@@ -71,13 +80,13 @@ TORCH_TESTS_MODELS = -m "not slow" tests/core/nn tests/core/test_torch_versions.
 test-torch: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) $(TORCH_TESTS)
 
-.venv-torch-%/.installed: pyproject.toml
+.venv-torch-%/.installed: pyproject.toml | $(UV)
 	rm -rf .venv-torch-$*
 	$(PYTHON) -m venv .venv-torch-$*
-	.venv-torch-$*/bin/python -m pip install -q --upgrade pip setuptools
-	.venv-torch-$*/bin/python -m pip install -q "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(UV) pip install -q --python .venv-torch-$*/bin/python --upgrade setuptools
+	$(UV) pip install -q --python .venv-torch-$*/bin/python "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	printf "%s\n" "torch==$*" > .venv-torch-$*/torch-constraint.txt
-	.venv-torch-$*/bin/python -m pip install -q -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"
+	$(UV) pip install -q --python .venv-torch-$*/bin/python -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"
 	touch $@
 
 lint: $(STAMP)
@@ -97,7 +106,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[docs]"
+	$(UV) pip install -q --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[docs]"
 	touch $(DOCS_STAMP)
 
 # Build the wheel, install it into a fresh venv outside the repo, run `bbb --help` and a
@@ -130,4 +139,4 @@ gpu-check:
 	PYTHON=$(PYTHON) bash bench/gpu_check.sh $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-torch-* build dist site src/*.egg-info
+	rm -rf $(VENV) .venv-torch-* .venv-uv build dist site src/*.egg-info

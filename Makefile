@@ -9,6 +9,11 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 VENV := .venv
 PY := $(VENV)/bin/python
+# uv (PyPI's), in an environment of its own, installs what the suite, the docs and the torch lanes
+# need beside the torch already installed: on a machine with nothing cached the dev extras took pip
+# 50 s and uv 16 s, a CUDA build of torch 2.8 pip 102 s (81 s of CPU) and uv 46 s (43 s of CPU).
+# The torch of .venv comes from pip, which finds the local CPU wheel (uv does not look there).
+UV := .venv-uv/bin/uv
 # .venv in two stages: DEMO_STAMP, what `make demo` needs (torch, then bbb with its plots extra);
 # STAMP, the rest of what the suite, lint, typecheck and the docs need (the dev, ray and lightning
 # extras: pytest, ruff, mypy, transformers, ray, lightning).
@@ -31,11 +36,6 @@ $(STAMP): $(DEMO_STAMP) pyproject.toml | $(UV)
 	$(UV) pip install -q --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
 	touch $(STAMP)
 
-# uv (PyPI's), in an environment of its own, installs what the suite, the docs and the torch lanes
-# need beside the torch already installed: on a machine with nothing cached the dev extras took pip
-# 50 s and uv 16 s, a CUDA build of torch 2.8 pip 102 s (81 s of CPU) and uv 46 s (43 s of CPU).
-# The torch of .venv comes from pip, which finds the local CPU wheel (uv does not look there).
-UV := .venv-uv/bin/uv
 $(UV):
 	$(PYTHON) -m venv .venv-uv
 	.venv-uv/bin/python -m pip install -q uv

@@ -68,3 +68,16 @@ def test_the_demo_runs_without_the_other_extras(tmp_path):
                                                     "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr[-3000:]
     assert "test error" in p.stdout and (tmp_path / "demo" / "snr.png").exists(), p.stdout
+
+
+@pytest.mark.parametrize("target", ["test", ".venv-torch-2.8.0/.installed"])
+def test_uv_is_installed_before_it_installs_anything(target):
+    """uv (the suite's and the torch lanes' installer) lives in .venv-uv: its environment is
+    made before the first `uv pip install` (a variable defined after the rule that names it as a
+    prerequisite expands to nothing there, and CI stopped at `.venv-uv/bin/uv: not found`)."""
+    p = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), target], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    made = next(i for i, line in enumerate(lines) if "pip install -q uv" in line)
+    used = next(i for i, line in enumerate(lines) if "/uv pip install" in line)
+    assert made < used, lines

@@ -129,6 +129,27 @@ def wait_until(cond, timeout: float, step: float = 0.05) -> bool:
     return bool(cond())
 
 
+def kill_9_leaves_no_descendant(proc: subprocess.Popen[str], at_least: int, start: float, settle: float,
+                                grace: float) -> None:
+    """Once ``proc`` (started with ``start_new_session=True``) has ``at_least`` descendants
+    (within ``start`` s) and ``settle`` s more have passed, SIGKILL it alone and assert that every
+    one of those descendants ends within ``grace`` s; whatever is left is killed afterwards."""
+    kids: set[int] = set()
+    try:
+        assert wait_until(lambda: len(descendants(proc.pid)) >= at_least, start, 0.1)
+        time.sleep(settle)
+        kids = descendants(proc.pid)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert wait_until(lambda: not any(alive(k) for k in kids), grace), [k for k in kids if alive(k)]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for k in kids:
+            if alive(k):
+                os.kill(k, signal.SIGKILL)
+
+
 def _idx_gz(array: np.ndarray) -> bytes:
     header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
     return gzip.compress(header + array.astype(np.uint8).tobytes(), compresslevel=1)

@@ -177,30 +177,16 @@ if __name__ == "__main__":
 def test_a_pools_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     """bbb reproduce uci / lora and the sweep start their workers with ``watch_parent``: killed
     with -9 (or by a SIGTERM, which skips the pool's shutdown), the parent leaves no worker
-    training on as an orphan; each says so in one line."""
-    import os
-    import signal
+    training on as an orphan."""
     import subprocess
     import sys
 
-    from faultkit import alive, descendants, env, wait_until
+    from faultkit import env, kill_9_leaves_no_descendant
 
     script = tmp_path / "pool.py"
     script.write_text(_ORPHAN)
     proc = subprocess.Popen([sys.executable, str(script)], env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    kids: set[int] = set()
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        assert wait_until(lambda: len(descendants(proc.pid)) >= 2, 60, 0.1)
-        kids = descendants(proc.pid)
-        proc.kill()
-        proc.wait(timeout=30)
-        assert wait_until(lambda: not any(alive(k) for k in kids), 10), [k for k in kids if alive(k)]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        for k in kids:
-            if alive(k):
-                os.kill(k, signal.SIGKILL)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    kill_9_leaves_no_descendant(proc, at_least=2, start=60, settle=0.0, grace=10)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -350,30 +349,17 @@ def test_log_writes_each_networks_scores_from_the_job_files(data_root, tmp_path,
 def test_kill_9_of_the_command_leaves_no_worker_training(data_root, tmp_path):
     """Killed with -9 (or SIGTERM), ``bbb reproduce uci --workers 2`` leaves no process of its
     pool training on as an orphan (``bbb.runs.jobs.watch_parent``); a re-run resumes."""
-    import os
-    import signal
     import subprocess
     import sys
 
-    from faultkit import alive, descendants, env, wait_until
+    from faultkit import env, kill_9_leaves_no_descendant
 
     proc = subprocess.Popen([sys.executable, "-m", "bbb", "reproduce", "uci", "--datasets", "yacht", "--workers", "2",
                              "--data-dir", str(data_root), "--out", str(tmp_path / "o"), "--quiet"],
                             env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    kids: set[int] = set()
-    try:
-        assert wait_until(lambda: len(descendants(proc.pid)) >= 3, 120, 0.1)  # 2 workers and the queue's manager
-        time.sleep(2.0)  # the workers are training
-        kids = descendants(proc.pid)
-        proc.kill()
-        proc.wait(timeout=30)
-        assert wait_until(lambda: not any(alive(k) for k in kids), 15), [k for k in kids if alive(k)]
+    try:  # 2 workers and the queue's manager; then the workers train
+        kill_9_leaves_no_descendant(proc, at_least=3, start=120, settle=2.0, grace=15)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        for k in kids:
-            if alive(k):
-                os.kill(k, signal.SIGKILL)
         assert proc.stderr is not None
         proc.stderr.close()

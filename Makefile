@@ -12,15 +12,24 @@ PY := $(VENV)/bin/python
 # uv (PyPI's), in an environment of its own, installs what the suite, the docs and the torch lanes
 # need beside the torch already installed: on a machine with nothing cached the dev extras took pip
 # 50 s and uv 16 s, a CUDA build of torch 2.8 pip 102 s (81 s of CPU) and uv 46 s (43 s of CPU).
-# The torch of .venv comes from pip, which finds the local CPU wheel (uv does not look there).
-# --compile-bytecode, as pip does: without it every test process compiled torch's and transformers'
-# modules on import (the torch lanes took 216 and 142 s instead of 143 and 86 s).
+# The torch of .venv: uv takes it from TORCH_FIND_LINKS (default: pip's PIP_FIND_LINKS, where a
+# machine keeps a local CPU wheel, which uv does not look for by itself): 15 s instead of pip's
+# 33 s on a machine with nothing cached. Without such a folder `make test` installs torch with pip,
+# as `make demo` always does.
+# UV_BYTECODE: uv compiles every module at install (--compile-bytecode, as pip does) only where
+# Python is told not to write the bytecode of what it imports (PYTHONDONTWRITEBYTECODE set, as on
+# this project's machines): there every process compiled torch's and transformers' modules again on
+# import (the torch lanes took 216 and 142 s instead of 143 and 86 s). Elsewhere the first import
+# writes the bytecode of the modules used, a fraction of those installed (a CUDA torch 2.8 with bbb's
+# dev extra: 44 s of CPU to compile at install). .ci/run unsets the variable.
+UV_BYTECODE = $(if $(PYTHONDONTWRITEBYTECODE),--compile-bytecode)
 UV := .venv-uv/bin/uv
 # .venv in two stages: DEMO_STAMP, what `make demo` needs (torch, then bbb with its plots extra);
 # STAMP, the rest of what the suite, lint, typecheck and the docs need (the dev, ray and lightning
 # extras: pytest, ruff, mypy, transformers, ray, lightning).
 DEMO_STAMP := $(VENV)/.demo-installed
 STAMP := $(VENV)/.installed
+TORCH_FIND_LINKS ?= $(PIP_FIND_LINKS)
 
 .PHONY: venv test test-fast lint typecheck demo clean docs wheel-check
 
@@ -34,9 +43,13 @@ $(DEMO_STAMP): pyproject.toml
 	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[plots]"
 	touch $(DEMO_STAMP)
 
-$(STAMP): $(DEMO_STAMP) pyproject.toml | $(UV)
-	$(UV) pip install -q --compile-bytecode --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[dev,ray,lightning]"
-	touch $(STAMP)
+# (a .venv made by `make demo` keeps its torch: uv finds it satisfies the constraint)
+$(STAMP): pyproject.toml | $(UV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_FIND_LINKS),$(UV) pip install -q $(UV_BYTECODE) --python $(PY) --find-links $(TORCH_FIND_LINKS),$(PY) -m pip install -q) "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	printf "%s\n" "$(TORCH)" > $(VENV)/torch-constraint.txt
+	$(UV) pip install -q $(UV_BYTECODE) --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[plots,dev,ray,lightning]"
+	touch $(DEMO_STAMP) $(STAMP)
 
 $(UV):
 	$(PYTHON) -m venv .venv-uv
@@ -71,24 +84,28 @@ test-fast: $(STAMP)
 # TORCH_TESTS: what it runs (default the fast lane); CI gives 2.11 the models lane, TORCH_TESTS_MODELS:
 # the tests of the claim "every torch.nn block and Hugging Face / peft model converts and trains
 # right", without the run directory's, the faults' and the command line's tests, which call the
-# same few torch functions on every release (2.8, the floor, runs them all).
+# same few torch functions on every release (2.8, the floor, runs them). Both lanes deselect the
+# tests marked release_independent (pyproject.toml: locks, kills, unwritable, full or damaged
+# files, matplotlib's backend: the operating system's side, the same under every torch), which the
+# main suite runs: 25 tests, 79 of the floor lane's 203 test-seconds (torch 2.8, measured).
 TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
-TORCH_TESTS ?= -m "not slow" tests/core tests/runs
-TORCH_TESTS_MODELS = -m "not slow" tests/core/nn tests/core/test_torch_versions.py tests/core/test_model_zoo.py \
+TORCH_LANE = -m "not slow and not release_independent"
+TORCH_TESTS ?= $(TORCH_LANE) tests/core tests/runs
+TORCH_TESTS_MODELS = $(TORCH_LANE) tests/core/nn tests/core/test_torch_versions.py tests/core/test_model_zoo.py \
 	tests/core/test_convert.py tests/core/test_hf_conversion.py tests/core/test_hf_models.py tests/core/test_lora.py \
 	tests/core/test_lora_models.py tests/core/test_engine.py tests/core/test_elbo.py tests/core/test_distributions.py \
 	tests/core/test_random.py tests/core/test_finetune_init.py tests/core/test_compile_switch.py
 .PHONY: test-torch
 test-torch: $(TORCH_VENV)/.installed
-	$(TORCH_VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) $(TORCH_TESTS)
+	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(TORCH_TESTS)
 
 .venv-torch-%/.installed: pyproject.toml | $(UV)
 	rm -rf .venv-torch-$*
 	$(PYTHON) -m venv .venv-torch-$*
-	$(UV) pip install -q --compile-bytecode --python .venv-torch-$*/bin/python --upgrade setuptools
-	$(UV) pip install -q --compile-bytecode --python .venv-torch-$*/bin/python "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(UV) pip install -q $(UV_BYTECODE) --python .venv-torch-$*/bin/python --upgrade setuptools
+	$(UV) pip install -q $(UV_BYTECODE) --python .venv-torch-$*/bin/python "torch==$*" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	printf "%s\n" "torch==$*" > .venv-torch-$*/torch-constraint.txt
-	$(UV) pip install -q --compile-bytecode --python .venv-torch-$*/bin/python -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"
+	$(UV) pip install -q $(UV_BYTECODE) --python .venv-torch-$*/bin/python -c .venv-torch-$*/torch-constraint.txt -e ".[dev]"
 	touch $@
 
 lint: $(STAMP)
@@ -108,7 +125,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(UV) pip install -q --compile-bytecode --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[docs]"
+	$(UV) pip install -q $(UV_BYTECODE) --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[docs]"
 	touch $(DOCS_STAMP)
 
 # Build the wheel, install it into a fresh venv outside the repo, run `bbb --help` and a

@@ -17,6 +17,8 @@ import pytest
 from bbb import io as bio
 from faultkit import assert_one_line_error, bbb, env, snapshot, wait_until
 
+pytestmark = pytest.mark.release_independent  # (Makefile: the torch lanes deselect it)
+
 WRITER = r"""
 import sys, time
 from bbb.io import atomic_write

@@ -47,6 +47,7 @@ print("ok")
 """
 
 
+@pytest.mark.release_independent
 def test_plots_keep_the_users_backend_and_figures(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": SRC, "MPLBACKEND": ""}
     p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True,
@@ -58,6 +59,7 @@ def test_plots_keep_the_users_backend_and_figures(tmp_path: Path) -> None:
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
 
 
+@pytest.mark.release_independent
 def test_plots_do_not_import_pyplot(tmp_path: Path) -> None:
     code = ("import sys, torch; from bbb import plots; "
             "plots.snr_histogram(torch.randn(100), sys.argv[1]); "

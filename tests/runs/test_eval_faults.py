@@ -16,7 +16,7 @@ import pytest
 from bbb.runs.rundir import LOCK_NAME
 from faultkit import assert_one_line_error, bbb, bbb_in_process, fake_mnist, lock_held, snapshot
 
-pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock")
+pytestmark = [pytest.mark.skipif(os.name == "nt", reason="flock"), pytest.mark.release_independent]
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:

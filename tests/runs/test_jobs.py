@@ -174,6 +174,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.release_independent
 def test_a_pools_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     """bbb reproduce uci / lora and the sweep start their workers with ``watch_parent``: killed
     with -9 (or by a SIGTERM, which skips the pool's shutdown), the parent leaves no worker

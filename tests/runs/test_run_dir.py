@@ -69,6 +69,7 @@ def copy_run(src: Path, dst: Path, *drop: str) -> Path:
     return dst
 
 
+@pytest.mark.release_independent
 def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_dir, finished, run_here):
     out = copy_run(finished, tmp_path / "run", "last.pt")
     before = snapshot(out)
@@ -85,6 +86,7 @@ def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_di
 
 @pytest.mark.parametrize("keep", ["all", "last.pt", "config.json", "metrics.csv", "summary.json", "best.pt",
                                   "eval.json", "pruning.csv"])
+@pytest.mark.release_independent
 def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep,
                                                                       run_here):
     drop = [] if keep == "all" else [n for n in RUN_FILES if n != keep]
@@ -96,6 +98,7 @@ def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, 
     assert snapshot(out) == before
 
 
+@pytest.mark.release_independent
 def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished, run_here):
     out = copy_run(finished, tmp_path / "run")
     before = snapshot(out)
@@ -103,6 +106,7 @@ def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished, r
     assert snapshot(out) == before
 
 
+@pytest.mark.release_independent
 def test_overwrite_replaces_every_file_of_the_previous_run(tmp_path, data_dir, finished):
     out = copy_run(finished, tmp_path / "run")
     (out / "notes.txt").write_text("mine\n")  # not a run file: kept
@@ -129,6 +133,7 @@ def _metric_lines(out: Path) -> int:
     return len(f.read_text().splitlines()) if f.is_file() else 0
 
 
+@pytest.mark.release_independent
 def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path, run_here):
     """Three refused attempts (plain, --resume, --overwrite), each after the first run has
     committed one more epoch. The first run is paused (SIGSTOP) while each attempt runs, so that
@@ -171,6 +176,7 @@ def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_pa
     assert len(lines) == epochs + 1 and (out / "summary.json").is_file()
 
 
+@pytest.mark.release_independent
 def test_a_killed_holder_releases_the_lock_and_its_temporary_files_are_cleaned(tmp_path, data_dir, finished,
                                                                               run_here):
     out = copy_run(finished, tmp_path / "run")

@@ -13,6 +13,8 @@ import pytest
 
 from faultkit import assert_one_line_error, bbb, snapshot
 
+pytestmark = pytest.mark.release_independent  # (Makefile: the torch lanes deselect it)
+
 SHARED = Path(os.environ.get("BBB_SHARED_DATA", "/work/shared/data"))
 needs_shared = pytest.mark.skipif(not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").is_file(),
                                   reason=f"no real data in {SHARED} (set BBB_SHARED_DATA)")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seed, text_table
 from ...data.uci import UCI_DATASETS
 from ...errors import UserError
 from .runner import run_uci
+from .seeds import seed_runs, write_seed_spread
 from .settings import ADVERSARIAL_EPS, UCIConfig, UCIMethod
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
@@ -18,7 +20,8 @@ EXAMPLE = (
     "bbb reproduce uci --out runs/uci --workers 2          # the whole benchmark (resumable)\n"
     "  bbb reproduce uci --methods bbb --datasets yacht --out runs/uci-bbb   # one method, one dataset\n"
     "  bbb reproduce uci --datasets yacht bostonHousing --splits 0 1 2 --out runs/uci-small\n"
-    "  bbb reproduce uci --out runs/uci --report           # the tables of what is finished"
+    "  bbb reproduce uci --out runs/uci --report           # the tables of what is finished\n"
+    "  bbb reproduce uci --out runs/uci --report --seed-runs runs/uci-seed1 runs/uci-seed2   # the seed spread"
 )
 
 #: where ``bbb reproduce uci`` writes by default (never into the committed ``results/``)
@@ -64,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_dir(parser)
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of the datasets finished in --out")
+    parser.add_argument("--seed-runs", nargs="+", default=None, metavar="OUT",
+                        help="the folders of finished runs that differ from this one only in --seed: writes "
+                             "seeds.csv and seeds.md to --out, each method's test RMSE and log-likelihood (averaged "
+                             "over the splits) by seed, their mean and their standard deviation over the seeds")
     add_quiet(parser, "the table and the files written")
     add_log(parser, " when the jobs end (and for jobs finished before, on a resume or with --report), from "
                     "each job's scores in OUT/jobs: one folder per network, OUT/tb/JOB/splitS-SETTING, with "
@@ -101,10 +108,20 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(cfg.threads)
     res = run_uci(cfg, command="bbb " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     rows = res["method_rows"]
+    spread = []
+    if args.seed_runs:
+        if not rows:
+            raise UserError(f"--seed-runs: {cfg.out} holds no finished dataset to compare")
+        spread = seed_runs(res["config"], rows, [Path(p) for p in args.seed_runs])
+        res["written"] += [str(p) for p in write_seed_spread(Path(cfg.out), spread)]
     if rows:
         print(text_table([[r["dataset"], r["method"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
                            f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}"] for r in rows],
                          ["dataset", "method", "splits", "test RMSE", "test LL"]))
+    if spread:
+        print(text_table([[r["dataset"], r["method"], r["seeds"], f"{r['rmse_mean']:.3f} ({r['rmse_sd']:.3f})",
+                           f"{r['ll_mean']:.3f} ({r['ll_sd']:.3f})"] for r in spread],
+                         ["dataset", "method", "seeds", "test RMSE: mean (sd)", "test LL: mean (sd)"]))
     if res["missing"]:
         print(f"not finished: {', '.join(res['missing'])}" + (" (rerun without --report)" if cfg.report_only else ""))
     for p in res["written"]:

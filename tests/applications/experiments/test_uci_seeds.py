@@ -61,7 +61,10 @@ def test_seed_runs_writes_the_spread_and_refuses_runs_it_cannot_compare(tmp_path
             assert v == pytest.approx(float(m["rmse_mean"]), abs=5e-5)
         assert math.isfinite(float(r["rmse_sd"])) and float(r["rmse_sd"]) > 0  # the seed moves the numbers
     assert "seeds.csv" in out and "test RMSE: mean (sd)" in out
-    assert "| yacht | bbb | 2 |" in (outs[0] / "seeds.md").read_text()
+    md = (outs[0] / "seeds.md").read_text()
+    assert "| yacht | bbb | 2 |" in md
+    assert (f"Command: `bbb reproduce uci --report --datasets yacht --splits 0 1 --out {outs[0]} --seed-runs {outs[1]} "
+            f"{outs[2]}`") in md
     # --report of the finished run gives the same spread (its seed from run.json, not the default)
     report = ["reproduce", "uci", "--report", "--datasets", "yacht", "--splits", "0", "1", "--data-dir", str(data)]
     rc, _, err = run_main(capsys, *report, "--out", str(outs[1]), "--seed-runs", str(outs[0]), str(outs[2]), "--quiet")

@@ -113,7 +113,10 @@ def main(args: argparse.Namespace) -> int:
         if not rows:
             raise UserError(f"--seed-runs: {cfg.out} holds no finished dataset to compare")
         spread = seed_runs(res["config"], rows, [Path(p) for p in args.seed_runs])
-        res["written"] += [str(p) for p in write_seed_spread(Path(cfg.out), spread)]
+        res["written"] += [str(p) for p in write_seed_spread(Path(cfg.out), spread, shlex.join(
+            ["bbb", "reproduce", "uci", "--report", "--datasets", *cfg.datasets]
+            + (["--splits", *map(str, cfg.splits)] if cfg.splits is not None else [])
+            + ["--out", cfg.out, "--seed-runs", *args.seed_runs]))]
     if rows:
         print(text_table([[r["dataset"], r["method"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
                            f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}"] for r in rows],

@@ -92,10 +92,11 @@ def seed_runs(config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     return seed_spread(runs)
 
 
-def write_seed_spread(out: Path, spread: list[dict[str, Any]]) -> list[Path]:
-    """seeds.csv and seeds.md under ``out``."""
+def write_seed_spread(out: Path, spread: list[dict[str, Any]], command: str = "") -> list[Path]:
+    """seeds.csv and seeds.md under ``out``; seeds.md opens with ``command``, the ``--report``
+    that writes them again from the finished runs."""
     seeds = spread[0]["seeds"] if spread else ""
-    md = ["# The seed spread", "",
+    md = ["# The seed spread", "", *([f"Command: `{command}`", ""] if command else []),
           f"Runs of `bbb reproduce uci` that differ only in `--seed` ({seeds}): each method's test score "
           "averaged over the splits, then its mean and standard deviation (sd) over the seeds. A difference "
           "between two methods below about twice the sd is within what the seed alone moves.", "",

@@ -10,7 +10,7 @@
 #                                  # already there is rewritten only if OUT holds more files
 #   sync.sh unpack OUT [RESULTS]   # RESULTS/*.tar.xz -> OUT/jobs, never over a file OUT has
 # Each also carries the run's run.json (its settings and --seed, which --seed-runs compares) as
-# RESULTS/run.json, never over one that is there.
+# RESULTS/run.carried.json (not run.json: a results folder with run.json holds its tables), never over one there.
 # RESULTS defaults to results/uci/fourth-run/jobs (the run of --seed 0); the seed runs use
 # results/uci/fourth-run/seed1 and seed2.
 set -euo pipefail
@@ -21,8 +21,8 @@ case "$cmd" in
   pack)
     [ -d "$OUT/jobs" ] || { echo "sync.sh: $OUT/jobs does not exist" >&2; exit 2; }
     mkdir -p "$RESULTS"
-    if [ -f "$OUT/run.json" ] && [ ! -f "$RESULTS/run.json" ]; then
-      cp "$OUT/run.json" "$RESULTS/run.json"; echo "sync.sh: copied $OUT/run.json to $RESULTS"
+    if [ -f "$OUT/run.json" ] && [ ! -f "$RESULTS/run.carried.json" ]; then
+      cp "$OUT/run.json" "$RESULTS/run.carried.json"; echo "sync.sh: copied $OUT/run.json to $RESULTS/run.carried.json"
     fi
     for d in $(ls "$OUT/jobs" | sed -n 's/^\(.*\)-\(heteroscedastic\|local\|learned\|mc_dropout\|deep_ensemble\)-\(validation\|test\)\.json$/\1/p' | sort -u); do
       if compgen -G "$OUT/jobs/$d-*.state.pt" > /dev/null; then
@@ -40,7 +40,7 @@ case "$cmd" in
     done ;;
   unpack)
     mkdir -p "$OUT/jobs"
-    if [ -f "$RESULTS/run.json" ] && [ ! -f "$OUT/run.json" ]; then cp "$RESULTS/run.json" "$OUT/run.json"; fi
+    if [ -f "$RESULTS/run.carried.json" ] && [ ! -f "$OUT/run.json" ]; then cp "$RESULTS/run.carried.json" "$OUT/run.json"; fi
     for a in "$RESULTS"/*.tar.xz; do
       [ -f "$a" ] || continue
       tar -C "$OUT/jobs" --skip-old-files -xJf "$a"

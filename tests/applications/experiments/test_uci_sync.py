@@ -30,7 +30,7 @@ def test_pack_then_unpack_carries_finished_datasets_and_the_run_json(tmp_path):
     p = sync("pack", out, results)
     assert p.returncode == 0, p.stderr
     assert "energy still has a job training" in p.stdout
-    assert sorted(q.name for q in results.iterdir()) == ["run.json", "yacht.tar.xz"]
+    assert sorted(q.name for q in results.iterdir()) == ["run.carried.json", "yacht.tar.xz"]
     (again / "jobs").mkdir(parents=True)
     (again / "jobs" / "yacht-mc_dropout-test.json").write_text("mine")  # never written over
     assert sync("unpack", again, results).returncode == 0

@@ -13,20 +13,19 @@ PY := $(VENV)/bin/python
 # need beside the torch already installed: on a machine with nothing cached the dev extras took pip
 # 50 s and uv 16 s, a CUDA build of torch 2.8 pip 102 s (81 s of CPU) and uv 46 s (43 s of CPU).
 # The torch of .venv: uv takes it from TORCH_FIND_LINKS (default: pip's PIP_FIND_LINKS, where a
-# machine keeps a local CPU wheel, which uv does not look for by itself): 15 s instead of pip's
-# 33 s on a machine with nothing cached. Without such a folder `make test` installs torch with pip,
-# as `make demo` always does.
+# machine keeps a local CPU wheel, which uv does not look for by itself), faster than pip there.
+# Without such a folder `make test` installs torch with pip, as `make demo` always does.
 # UV_BYTECODE: uv compiles every module at install (--compile-bytecode, as pip does) only where
 # Python is told not to write the bytecode of what it imports (PYTHONDONTWRITEBYTECODE set, as on
 # this project's machines): there every process compiled torch's and transformers' modules again on
-# import (the torch lanes took 216 and 142 s instead of 143 and 86 s). Elsewhere the first import
-# writes the bytecode of the modules used, a fraction of those installed (a CUDA torch 2.8 with bbb's
-# dev extra: 44 s of CPU to compile at install). .ci/run unsets the variable.
+# import. Elsewhere the first import writes the bytecode of the modules used, a fraction of those
+# installed (docs/results.md, "Where CI's time goes"). .ci/run unsets the variable.
 UV_BYTECODE = $(if $(PYTHONDONTWRITEBYTECODE),--compile-bytecode)
 UV := .venv-uv/bin/uv
 # .venv in two stages: DEMO_STAMP, what `make demo` needs (torch, then bbb with its plots extra);
-# STAMP, the rest of what the suite, lint, typecheck and the docs need (the dev, ray and lightning
-# extras: pytest, ruff, mypy, transformers, ray, lightning).
+# STAMP, what the suite, lint, typecheck and the docs need (torch, then the plots, dev, ray and
+# lightning extras: matplotlib, pytest, ruff, mypy, transformers, ray, lightning), made on top of
+# DEMO_STAMP's environment where there is one, and counting as DEMO_STAMP too.
 DEMO_STAMP := $(VENV)/.demo-installed
 STAMP := $(VENV)/.installed
 TORCH_FIND_LINKS ?= $(PIP_FIND_LINKS)
@@ -87,7 +86,7 @@ test-fast: $(STAMP)
 # same few torch functions on every release (2.8, the floor, runs them). Both lanes deselect the
 # tests marked release_independent (pyproject.toml: locks, kills, unwritable, full or damaged
 # files, matplotlib's backend: the operating system's side, the same under every torch), which the
-# main suite runs: 25 tests, 79 of the floor lane's 203 test-seconds (torch 2.8, measured).
+# main suite runs (docs/results.md, "Where CI's time goes").
 TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
 TORCH_LANE = -m "not slow and not release_independent"
 TORCH_TESTS ?= $(TORCH_LANE) tests/core tests/runs

@@ -9,8 +9,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # happened to call the entry point first (MKL reads it once per process).
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 # Inductor checks that gcc builds each vector instruction set the CPU reports by compiling a test
-# program per set, once per cache folder, and loading it in every process: 16 s of a cold process's
-# first compile, 3 s of a warm one's (measured, torch 2.13; CI starts with an empty cache). The
+# program per set, once per cache folder, and loading it in every process: most of a cold process's
+# first compile (docs/results.md, "Where CI's time goes"; CI starts with an empty cache). The
 # tests compare compiled training with eager, not that check: the sets the CPU reports are taken
 # as buildable (the kernels are the same; a compiler that could not build them fails the test).
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
@@ -31,8 +31,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (``make test``: ``--dist loadscope``, a module to a worker at a time),
     the longest units of work start first instead of finishing the run on one worker while the
     other waits: the modules that hold tests marked slow, then the other modules that start
-    ``bbb`` processes (those outside tests/core; tests/runs' came last and left one worker alone
-    for the last 51 s of a cold CI run), then tests/core's, short and many, which fill the gaps.
+    ``bbb`` processes (those outside tests/core; tests/runs' had come last and left one worker
+    alone at the end), then tests/core's, short and many, which fill the gaps.
     Each group in its usual order, and the order within a module, and a run without xdist,
     unchanged."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):

@@ -83,5 +83,20 @@ def test_seed_runs_writes_the_spread_and_refuses_runs_it_cannot_compare(tmp_path
     meta["config"]["samples"] = 100
     (other / "run.json").write_text(json.dumps(meta))
     assert "samples=100" in refused(str(other)) and "differ only in --seed" in refused(str(other))
+    meta["config"]["samples"] = 4
+    del meta["config"]["seed"]
+    (other / "run.json").write_text(json.dumps(meta))
+    assert "cannot be read" in refused(str(other))
+    (other / "run.json").write_text(json.dumps({**meta, "config": {**meta["config"], "seed": 5}}))
     (other / "methods.csv").write_text("method,dataset\nbbb,yacht\n")
     assert "cannot be read" in refused(str(other))
+    # a run of other datasets shares nothing to compare
+    (other / "methods.csv").write_text((outs[1] / "methods.csv").read_text().replace("yacht", "energy"))
+    assert "no dataset and method with the same splits is finished in every run" in refused(str(other))
+    # one of this run's methods missing from another run: the rest compared, what is left out said
+    lines = (outs[1] / "methods.csv").read_text().splitlines()
+    (other / "methods.csv").write_text("\n".join(line for line in lines if not line.startswith("bbb,")) + "\n")
+    rc, out, err = run_main(capsys, *report, "--out", str(outs[0]), "--seed-runs", str(other))
+    assert rc == 0, err
+    assert [r["method"] for r in read_csv(outs[0] / "seeds.csv")] == ["mc_dropout", "deep_ensemble"]
+    assert "not in every seed run (left out of seeds.csv): yacht/bbb" in out

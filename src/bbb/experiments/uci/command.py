@@ -117,6 +117,10 @@ def main(args: argparse.Namespace) -> int:
             ["bbb", "reproduce", "uci", "--report", "--datasets", *cfg.datasets]
             + (["--splits", *map(str, cfg.splits)] if cfg.splits is not None else [])
             + ["--out", cfg.out, "--seed-runs", *args.seed_runs]))]
+        compared = {(r["dataset"], r["method"]) for r in spread}
+        left = [f"{r['dataset']}/{r['method']}" for r in rows if (r["dataset"], r["method"]) not in compared]
+        if left:
+            print(f"not in every seed run (left out of seeds.csv): {', '.join(left)}")
     if rows:
         print(text_table([[r["dataset"], r["method"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
                            f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}"] for r in rows],

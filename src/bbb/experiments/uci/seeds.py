@@ -40,6 +40,7 @@ def read_seed_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                         f"methods.csv); run `bbb reproduce uci --report --out {folder}` first")
     try:
         config = json.loads(meta.read_text())["config"]
+        config = {**config, "seed": int(config["seed"])}
         with table.open(newline="") as f:
             rows = [{"dataset": r["dataset"], "method": r["method"], "n_splits": int(r["n_splits"]),
                      "rmse_mean": float(r["rmse_mean"]), "ll_mean": float(r["ll_mean"])} for r in csv.DictReader(f)]
@@ -84,12 +85,16 @@ def seed_runs(config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             if other.get(k) != config.get(k):
                 raise UserError(f"--seed-runs: {folder} ran with {k}={other.get(k)!r}, this run with "
                                 f"{config.get(k)!r}: a seed spread compares runs that differ only in --seed")
-        seed = int(other["seed"])
+        seed = other["seed"]
         if seed in runs:
             raise UserError(f"--seed-runs: {folder} ran with --seed {seed}, as another of the runs; give runs "
                             "of different seeds")
         runs[seed] = other_rows
-    return seed_spread(runs)
+    spread = seed_spread(runs)
+    if not spread:
+        raise UserError("--seed-runs: no dataset and method with the same splits is finished in every run; "
+                        "compare runs of the same --datasets and --splits")
+    return spread
 
 
 def write_seed_spread(out: Path, spread: list[dict[str, Any]], command: str = "") -> list[Path]:

@@ -287,8 +287,62 @@ def test_the_tables_show_a_command_a_user_can_run_from_a_clone(tmp_path):
     assert len(runs) >= 2  # the first and the second run at least
     for d in runs:
         shown = (d / "table.md").read_text().splitlines()[2]
-        command = json.loads((d / "run.json").read_text())["command"]
-        assert f"`{R.portable_command(command)[0]}`" in shown, d
+        meta = json.loads((d / "run.json").read_text())
+        # a run's tables show its command; a --report's, the one command that trains the datasets it shows
+        datasets = list(dict.fromkeys(r["dataset"] for r in read_csv(next(d / f for f in ("methods.csv", "table.csv")
+                                                                         if (d / f).is_file()))))
+        trains = R.training_command(meta["config"], datasets) or meta["command"]
+        assert any(f"`{R.portable_command(c)[0]}`" in shown for c in (meta["command"], trains)), d
+
+
+def test_the_training_command_sets_what_run_json_holds():
+    """``training_command`` gives the options that make run.json's config, its defaults left out;
+    parsed again, it is the same configuration (for the datasets asked)."""
+    import argparse
+
+    from bbb.experiments.uci.command import add_arguments, config_from_args
+
+    base = UCIConfig(out="/srv/o", data_dir="/d", datasets=["yacht"], workers=2)
+    config = json.loads(json.dumps(RU.asdict(base), default=lambda v: v.value))  # as run.json holds it
+    assert R.training_command(config, ["yacht", "concrete"]) == (
+        "bbb reproduce uci --datasets yacht concrete --out /srv/o --workers 2 --data-dir /d")
+    changed = {**config, "seed": 2, "budget": "smoke", "samples": 8, "adversarial_eps": 0.0, "splits": [0, 3],
+               "methods": ["bbb", "deep_ensemble"], "threads": 2}
+    command = R.training_command(changed, ["yacht"])
+    assert command is not None
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(command.split()[3:])  # after "bbb reproduce uci"
+    again = RU.asdict(config_from_args(args))
+    for key in ("seed", "budget", "samples", "adversarial_eps", "splits", "methods", "threads", "workers", "out",
+                "data_dir", "hidden", "noise_init"):
+        assert json.loads(json.dumps(again[key], default=lambda v: v.value)) == changed[key], key
+    from bbb.data.uci import UCI_DATASETS
+    assert "--datasets" not in (R.training_command(config, list(UCI_DATASETS)) or "")
+    assert R.training_command({**config, "hidden": 20}, ["yacht"]) is None  # no option sets it
+
+
+def test_report_of_a_folder_filled_a_dataset_at_a_time_shows_the_command_for_all(tmp_path):
+    """Two invocations, a dataset each, into one folder: --report's table.md names the one command that
+    trains both (not the last invocation's), their worker-minutes together and the wall time of both."""
+    root = tmp_path / "data"
+    write_dataset(root)
+    write_dataset(root, "concrete", seed=1)
+    out = tmp_path / "o"
+    first = run_uci(smoke_cfg(root, out, methods=["mc_dropout"]), command="bbb reproduce uci --datasets yacht")
+    second = run_uci(smoke_cfg(root, out, methods=["mc_dropout"], datasets=["concrete"]),
+                     command="bbb reproduce uci --datasets concrete")
+    res = run_uci(smoke_cfg(root, out, methods=["mc_dropout"], datasets=["yacht", "concrete"], report_only=True))
+    assert res["command"] == R.training_command({**res["config"]}, ["yacht", "concrete"])
+    assert "--datasets yacht concrete" in res["command"] and "--methods mc_dropout" in res["command"]
+    assert res["job_seconds"] == pytest.approx(first["job_seconds"] + second["job_seconds"], abs=0.11)
+    md = (out / "table.md").read_text().splitlines()
+    assert f"`{R.portable_command(res['command'])[0]}`" in md[2]
+    assert "in all its invocations" in md[4]
+    assert json.loads((out / "run.json").read_text())["command"] == "bbb reproduce uci --datasets concrete"
+    (out / "run.json").unlink()
+    run_uci(smoke_cfg(root, out, methods=["mc_dropout"], datasets=["yacht", "concrete"], report_only=True))
+    assert "Wall time: unknown (no run.json)" in (out / "table.md").read_text()
 
 
 def test_one_method_alone_trains_only_its_jobs(data_root, tmp_path):

@@ -66,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "output folder; rerunning with the same folder resumes", default=DEFAULT_OUT)
     add_data_dir(parser)
     parser.add_argument("--report", action="store_true",
-                        help="train nothing: write the tables of the datasets finished in --out")
+                        help="train nothing: write the tables of the datasets finished in --out; table.md names "
+                             "the one command that trains them (a folder filled a dataset at a time included) and "
+                             "their time over all its invocations")
     parser.add_argument("--seed-runs", nargs="+", default=None, metavar="OUT",
                         help="the folders of finished runs that differ from this one only in --seed: writes "
                              "seeds.csv and seeds.md to --out, each method's test RMSE and log-likelihood (averaged "

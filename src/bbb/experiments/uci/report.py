@@ -13,16 +13,19 @@ import csv
 import math
 import shlex
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from enum import Enum
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ...data.uci import UCI_DATASETS
 from ...io import atomic_write_csv, atomic_write_text
-from .settings import VARIANTS, UCIMethod, Variant
+from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
-           "PUBLISHED_METHODS", "OUR_METHODS", "portable_command", "by_method", "head_to_head", "targets"]
+           "PUBLISHED_METHODS", "OUR_METHODS", "portable_command", "training_command", "by_method", "head_to_head",
+           "targets"]
 
 #: the columns of table.csv (then the chosen settings)
 TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_se"]
@@ -65,6 +68,47 @@ def portable_command(command: str) -> tuple[str, list[str]]:
         if ph.startswith("$") and ph not in used:
             used.append(ph)
     return " ".join(out), used
+
+
+#: the run.json settings that are options of ``bbb reproduce uci`` and change a result, by option
+_RESULT_OPTIONS = {"budget": "--budget", "samples": "--samples", "adversarial_eps": "--adversarial-eps",
+                   "seed": "--seed"}
+#: the run.json settings a command cannot set (the protocol's network and noise)
+_FIXED = ("hidden", "hidden_overrides", "noise_init")
+
+
+def training_command(config: Mapping[str, Any], datasets: Sequence[str]) -> str | None:
+    """The one ``bbb reproduce uci`` command that trains ``datasets`` as run.json's ``config``
+    did, or None when ``config`` holds a setting no option sets. A split's rows do not depend on
+    what trains beside it, so this command gives the rows of a folder filled by several
+    invocations, a dataset at a time (what ``--report`` shows). Options at their default are left
+    out; ``--workers`` and ``--threads`` are kept (they change the time, not a digit)."""
+    base = UCIConfig()
+
+    def plain(v: Any) -> Any:
+        return [plain(x) for x in v] if isinstance(v, list) else v.value if isinstance(v, Enum) else v
+
+    if any(config.get(k, getattr(base, k)) != getattr(base, k) for k in _FIXED):
+        return None
+    args = ["bbb", "reproduce", "uci"]
+    if list(datasets) != list(UCI_DATASETS):
+        args += ["--datasets", *datasets]
+    if config.get("splits") is not None:
+        args += ["--splits", *map(str, config["splits"])]
+    methods = plain(list(config.get("methods", base.methods)))
+    if methods != plain(base.methods):
+        args += ["--methods", ",".join(methods)]
+    for key, flag in _RESULT_OPTIONS.items():
+        value = plain(config.get(key, getattr(base, key)))
+        if value != plain(getattr(base, key)):
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    args += ["--out", str(config.get("out", base.out))]
+    for key in ("workers", "threads"):
+        if config.get(key, 1) != 1:
+            args += [f"--{key}", str(config[key])]
+    if config.get("data_dir"):
+        args += ["--data-dir", str(config["data_dir"])]
+    return shlex.join(args)
 
 
 def _candidates(result: dict[str, Any], split: int,
@@ -269,8 +313,13 @@ def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, A
     times = by_method(method_rows)
     per = ", ".join(f"{OUR_METHODS.get(m, m)} {sum(r.get('seconds', 0.0) for r in t.values()) / 60:.1f}"
                     for m, t in times.items())
-    md = ["# bbb reproduce uci", "", f"Command, from the root of a clone: `{command}`{where}", "",
-          f"Wall time: {meta.get('wall_seconds', 0) / 60:.1f} min ({meta.get('workers', 1)} worker(s); "
+    env = ("; every digit with `ATEN_CPU_CAPABILITY=default` in the environment, as it ran"
+           if meta.get("cpu_capability") == "DEFAULT" else "")
+    wall, before = meta.get("wall_seconds"), meta.get("wall_seconds_before", 0)
+    over = "unknown (no run.json)" if wall is None else f"{(wall + before) / 60:.1f} min" + (
+        f" in all its invocations ({wall / 60:.1f} min the last)" if before else "")
+    md = ["# bbb reproduce uci", "", f"Command, from the root of a clone: `{command}`{where}{env}", "",
+          f"Wall time: {over} ({meta.get('workers', 1)} worker(s); "
           f"training {meta.get('job_seconds', 0) / 60:.1f} worker-min" + (f": {per}" if per else "") + ")", "",
           _markdown(method_rows) if method_rows else "",
           "Targets counted on these datasets (BBB against the published columns): "

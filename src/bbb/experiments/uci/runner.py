@@ -20,7 +20,7 @@ from ...errors import UserError
 from ...io import atomic_write_json
 from ...progress import progress_bar
 from ...runs.jobs import watch_parent, watched_manager
-from .report import select_variant, summarise, write_tables
+from .report import select_variant, summarise, training_command, write_tables
 from .settings import ENSEMBLE_SIZE, VARIANTS, Phase, Setting, UCIConfig, UCIMethod, schedule_for, variants_of
 from .train import Job, run_job
 
@@ -210,8 +210,14 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
         if prev is not None and prev.get("config", {}).get("out") == cfg.out:
             meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0), 1)
         atomic_write_json(out / "run.json", meta)
-    elif (out / "run.json").is_file():
-        meta = {**json.loads((out / "run.json").read_text()), "missing": meta["missing"]}
+    else:  # --report: what trained (run.json, when there is one) and the one command that trains these tables
+        prev = _load(out / "run.json") or {}
+        shown = list(dict.fromkeys(r["dataset"] for r in method_rows))
+        config = {**prev.get("config", meta["config"]), "splits": cfg.splits, "methods": cfg.methods, "out": cfg.out}
+        meta = {**meta, **prev, "missing": meta["missing"], "job_seconds": meta["job_seconds"],
+                "command": training_command(config, shown) or prev.get("command", "")}
+        if not prev:
+            del meta["wall_seconds"]  # the training's is unknown: no run.json
     written = write_tables(out, rows, per_split, variants, meta, method_rows) if method_rows else []
     if tb:
         written.append(out / "tb")

@@ -95,6 +95,25 @@ def test_the_hash_is_the_same_integers_in_int32_and_int64(dtype):
     assert any(k >= 1 << 31 for s, c in _DRAWS for k in counter_keys(s, c))  # the wrap is exercised
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_numpy_and_torch_forms_of_the_hash_give_the_same_integers(dtype):
+    """Eager on the CPU the hash runs in numpy; traced (``torch.compile``, here its eager backend:
+    no Inductor) or on another device, in torch's ops: the same integers, broadcast as torch does
+    (a population's (members, 1, 1) keys over (1, rows, pairs) positions)."""
+    g = torch.Generator().manual_seed(0)
+    index = torch.cat([torch.randint(0, 1 << 31, (3_000,), generator=g), torch.tensor(_INDICES)]).view(1, 6, 501)
+    keys = torch.tensor([counter_keys(s, c) for s, c in _DRAWS]).T.reshape(3, 4, 1, 1)
+    if dtype == torch.int32:
+        keys = torch.where(keys >= 1 << 31, keys - (1 << 32), keys)
+    index, keys = index.to(dtype), keys.to(dtype)
+    traced = torch.compile(hash_pairs, backend="eager", fullgraph=True, dynamic=False)
+    for got, want in zip(hash_pairs(index, keys), traced(index, keys)):
+        assert got.dtype == want.dtype == dtype and got.shape == (4, 6, 501)
+        assert torch.equal(got, want)
+    assert torch.equal(hash_pairs(index, keys)[0][1, 0, -1], torch.tensor(reference_hash(
+        int(index[0, 0, -1]), counter_keys(*_DRAWS[1]))[0], dtype=dtype))
+
+
 def test_normal_is_the_same_numbers_from_int32_or_int64():
     index = torch.arange(50_001, dtype=torch.int64)
     for dtype in (torch.float32, torch.float64):

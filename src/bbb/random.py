@@ -14,7 +14,9 @@ tensors (the engine's and :func:`normal`'s) or int64 ones, with the same integer
 and products wrap by themselves (two's complement; the compiled kernels multiply with
 vectorised wrapping instructions) and right shifts are masked to be logical; on int64 the
 values stay below 2^32, are multiplied by a constant below 2^27 (no overflow) and masked.
-int32 is the fast form where the processor has no 64-bit vector multiply (AVX2). Uniforms are
+int32 is the fast form where the processor has no 64-bit vector multiply (AVX2). Eagerly on the
+CPU the same hash runs in numpy's uint32 (:func:`hash_pairs`), whose integer ops are vectorised
+even where torch's are not (``ATEN_CPU_CAPABILITY=default``). Uniforms are
 (h + 1/2) / 2^24, so |z| <= sqrt(2 ln 2^25) ~ 5.9; the statistical checks (moments, lag
 correlation, tail quantiles) and the check against a pure-Python hash are in
 tests/core/test_random.py.
@@ -95,8 +97,8 @@ def _mix32_numpy(x: np.ndarray) -> np.ndarray:
 
 def _hash_pairs_numpy(index: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     """:func:`hash_pairs` on the CPU outside ``torch.compile``: the same integers in numpy's uint32,
-    in place, vectorised whatever ``ATEN_CPU_CAPABILITY`` says (6x faster than torch's ops under
-    ``default``, docs/performance.md)."""
+    in place, vectorised whatever ``ATEN_CPU_CAPABILITY`` says (torch's integer ops are not under
+    ``default``; measured in docs/performance.md)."""
     def u32(t: Tensor) -> np.ndarray:
         a = t.numpy()
         return a.view(np.uint32) if t.dtype == torch.int32 else a.astype(np.uint32)

@@ -98,20 +98,27 @@ def _mix32_numpy(x: np.ndarray) -> np.ndarray:
 def _hash_pairs_numpy(index: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     """:func:`hash_pairs` on the CPU outside ``torch.compile``: the same integers in numpy's uint32,
     in place, vectorised whatever ``ATEN_CPU_CAPABILITY`` says (torch's integer ops are not under
-    ``default``; measured in docs/performance.md)."""
+    ``default``; measured in docs/performance.md). The results are written into tensors torch
+    allocates (no tensor made from a host array: the engine's GPU-readiness checks hold on the CPU)."""
     def u32(t: Tensor) -> np.ndarray:
         a = t.numpy()
         return a.view(np.uint32) if t.dtype == torch.int32 else a.astype(np.uint32)
 
+    shape = torch.broadcast_shapes(index.shape, keys.shape[1:])
+    h1, h2 = torch.empty(shape, dtype=index.dtype), torch.empty(shape, dtype=index.dtype)
+    narrow = index.dtype == torch.int32
+    a = h2.numpy().view(np.uint32) if narrow else np.empty(shape, np.uint32)
+    b = h1.numpy().view(np.uint32) if narrow else np.empty(shape, np.uint32)
     i, k = u32(index), u32(keys)
-    a = _mix32_numpy(i + k[0])
-    h1 = _mix32_numpy(a ^ k[1])
-    h2 = _mix32_numpy(np.bitwise_xor(a, k[2], out=a))
-    h1 >>= 8
-    h2 >>= 8
-    if index.dtype == torch.int32:
-        return torch.from_numpy(h1.view(np.int32)), torch.from_numpy(h2.view(np.int32))
-    return torch.from_numpy(h1.astype(np.int64)), torch.from_numpy(h2.astype(np.int64))
+    _mix32_numpy(np.add(i, k[0], out=a))
+    _mix32_numpy(np.bitwise_xor(a, k[1], out=b))
+    _mix32_numpy(np.bitwise_xor(a, k[2], out=a))
+    a >>= 8
+    b >>= 8
+    if not narrow:
+        np.copyto(h1.numpy(), b)
+        np.copyto(h2.numpy(), a)
+    return h1, h2
 
 
 def hash_pairs(index: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:

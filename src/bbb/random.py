@@ -125,7 +125,7 @@ def hash_pairs(index: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     """The two 24-bit integers behind pair ``index``'s normals (see :func:`normal_pairs`); on the
     CPU outside ``torch.compile`` computed by numpy (the same integers)."""
     if (index.device.type == keys.device.type == "cpu" and type(index) is type(keys) is Tensor
-            and not torch.compiler.is_compiling()):
+            and index.dtype == keys.dtype and not torch.compiler.is_compiling()):
         return _hash_pairs_numpy(index, keys)
     a = _mix32(_wrap(index + keys[0]))
     return _shr(_mix32(a ^ keys[1]), 8), _shr(_mix32(a ^ keys[2]), 8)

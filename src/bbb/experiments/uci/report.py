@@ -319,7 +319,7 @@ def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, A
     over = "unknown (no run.json)" if wall is None else f"{(wall + before) / 60:.1f} min" + (
         f" in all its invocations ({wall / 60:.1f} min the last)" if before else "")
     md = ["# bbb reproduce uci", "", f"Command, from the root of a clone: `{command}`{where}{env}", "",
-          f"Wall time: {over} ({meta.get('workers', 1)} worker(s); "
+          f"Wall time: {over} (" + (f"{meta['workers']} worker(s); " if "workers" in meta else "") +
           f"training {meta.get('job_seconds', 0) / 60:.1f} worker-min" + (f": {per}" if per else "") + ")", "",
           _markdown(method_rows) if method_rows else "",
           "Targets counted on these datasets (BBB against the published columns): "

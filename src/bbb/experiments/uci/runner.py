@@ -215,9 +215,9 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
         shown = list(dict.fromkeys(r["dataset"] for r in method_rows))
         config = {**prev.get("config", meta["config"]), "splits": cfg.splits, "methods": cfg.methods, "out": cfg.out}
         meta = {**meta, **prev, "missing": meta["missing"], "job_seconds": meta["job_seconds"],
-                "command": training_command(config, shown) or prev.get("command", "")}
+                "command": (training_command(config, shown) if shown else None) or prev.get("command", "")}
         if not prev:  # how it trained is unknown: no run.json
-            for key in ("wall_seconds", "torch", "cpu_capability"):
+            for key in ("wall_seconds", "workers", "torch", "cpu_capability"):
                 del meta[key]
     written = write_tables(out, rows, per_split, variants, meta, method_rows) if method_rows else []
     if tb:

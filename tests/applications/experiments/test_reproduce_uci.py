@@ -206,6 +206,8 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
     md = (out / "table.md").read_text()
     assert "MC dropout (published)" in md and "MC dropout (ours)" in md and "deep ens. (ours)" in md
     assert "BBB against our own baselines" in md
+    rows_md = [line for line in md.splitlines() if line.startswith("| yacht")]
+    assert len(rows_md) == 2 and all(line.count("**") == 2 for line in rows_md)  # the best of ours, once
     jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
     assert len(jobs) == 2 * len(VARIANTS)
     stamp = {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs}
@@ -248,6 +250,15 @@ def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
     assert rc != 0 and "--adversarial-eps" in err
     rc, out, _ = run_main(capsys, "reproduce", "uci", "--help")
     assert rc == 0 and "Example" in out and "--workers" in out
+
+
+def test_table_cells_show_the_standard_error_to_two_significant_digits():
+    assert R.cell((3.2793, 0.20096)) == "3.28 +- 0.20"
+    assert R.cell((0.08345, 0.00070)) == "0.08345 +- 0.00070"  # kin8nm, not 0.08 +- 0.00
+    assert R.cell((0.000640, 0.0000213)) == "0.000640 +- 0.000021"  # naval, at the 6 decimals' cap
+    assert R.cell((5.63, 0.0)) == "5.63 +- 0.00" and R.cell((1.0, float("nan"))) == "1.00 +- nan"
+    assert R.cell((0.6, 0.013), bold=True) == "**0.600 +- 0.013**" and R.cell(None) == "-"
+    assert R.cell((0.10, 0.0), decimals=2) == "0.10 +- 0.00"  # the published columns, as published
 
 
 def test_schedule_steps_and_checkpoints():

@@ -222,8 +222,22 @@ def published() -> dict[tuple[str, str, str], tuple[float, float]]:
     return out
 
 
-def _cell(value: tuple[float, float] | None) -> str:
-    return "-" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}"
+def decimals_for(pm: float) -> int:
+    """The decimals that show ``pm`` (a standard error) to two significant digits: at least 2, at
+    most 6 (so kin8nm's 0.0834 +- 0.0007 and naval's 0.00064 are not all 0.08 or 0.00)."""
+    if not pm > 0 or not math.isfinite(pm):
+        return 2
+    return min(6, max(2, 1 - math.floor(math.log10(pm))))
+
+
+def cell(value: tuple[float, float] | None, bold: bool = False, decimals: int | None = None) -> str:
+    """``mean +- pm`` to ``decimals`` (by default those of :func:`decimals_for`); ``-`` for none;
+    in bold for the best of ours."""
+    if value is None:
+        return "-"
+    d = decimals_for(value[1]) if decimals is None else decimals
+    text = f"{value[0]:.{d}f} +- {value[1]:.{d}f}"
+    return f"**{text}**" if bold else text
 
 
 #: our methods in the tables, by :class:`UCIMethod` value
@@ -251,9 +265,11 @@ def _markdown(method_rows: list[dict[str, Any]]) -> str:
                   + " | ".join(f"{v} (published)" for v in PUBLISHED_METHODS.values()) + " |",
                   "|---|" + "---|" * (len(names) + len(PUBLISHED_METHODS))]
         for d in datasets:
-            cells = [_cell((ours[m][d][f"{metric}_mean"], ours[m][d][f"{metric}_se"])) if d in ours[m] else "-"
+            means = {m: ours[m][d][f"{metric}_mean"] for m in names if d in ours[m]}
+            best = (min if metric == "rmse" else max)(means.values()) if len(means) > 1 else None
+            cells = [cell((means[m], ours[m][d][f"{metric}_se"]), bold=means[m] == best) if m in means else "-"
                      for m in names]
-            cells += [_cell(pub.get((d, metric, k))) for k in PUBLISHED_METHODS]
+            cells += [cell(pub.get((d, metric, k)), decimals=2) for k in PUBLISHED_METHODS]  # as published
             n = next(ours[m][d]["n_splits"] for m in names if d in ours[m])
             lines.append(f"| {d} (n={n}) | " + " | ".join(cells) + " |")
         lines.append("")

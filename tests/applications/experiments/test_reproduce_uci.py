@@ -412,6 +412,35 @@ def test_log_writes_each_networks_scores_from_the_job_files(data_root, tmp_path,
     assert "loggers" not in json.loads((out / "run.json").read_text())["config"]
 
 
+def test_a_worker_killed_for_memory_is_one_line_that_says_to_resume(data_root, tmp_path, monkeypatch):
+    """The fourth run's protein: the system killed a worker for memory, and the command ended in
+    concurrent.futures' traceback. Now one OutOfMemory line (the CLI's one error line, exit 2)
+    that names the job and says the work is kept and how to resume."""
+    import queue
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+    from types import SimpleNamespace
+
+    from bbb.errors import OutOfMemory
+
+    class DyingPool:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def submit(self, *args, **kwargs) -> Future:
+            f: Future = Future()
+            f.set_exception(BrokenProcessPool("A process in the process pool was terminated abruptly"))
+            return f
+
+        def shutdown(self, **kwargs) -> None:
+            pass
+
+    monkeypatch.setattr(RU, "ProcessPoolExecutor", DyingPool)
+    monkeypatch.setattr(RU, "watched_manager", lambda *a: SimpleNamespace(Queue=queue.Queue, shutdown=lambda: None))
+    with pytest.raises(OutOfMemory, match=r"a worker died while training yacht-.*run the same command again"):
+        run_uci(smoke_cfg(data_root, tmp_path / "o", workers=2))
+
+
 def test_kill_9_of_the_command_leaves_no_worker_training(data_root, tmp_path):
     """Killed with -9 (or SIGTERM), ``bbb reproduce uci --workers 2`` leaves no process of its
     pool training on as an orphan (``bbb.runs.jobs.watch_parent``); a re-run resumes."""

@@ -162,6 +162,16 @@ def test_prediction_memory_is_bounded_by_chunks(monkeypatch):
         assert means.shape == sds.shape == (7, 3, 4)
         assert not torch.equal(means[0], means[1]) and not torch.equal(means[1], means[2])  # drawn per sample
         assert torch.equal(means, whole[0]) and torch.equal(sds, whole[1])  # a sample's noise is its own
+        # each chunk's numbers drawn when it is reached, not all at once (the fourth run's protein,
+        # local estimator: 100 samples' noise drawn up front held 13 GB, and a worker was killed)
+        drawn: list[int] = []
+        with monkeypatch.context() as mp:
+            mp.setattr(M, "CHUNK_ELEMENTS", 2 * 3 * 4 * 5)
+            mp.setattr(model, "draw", lambda *a, _d=model.draw, _n=drawn: _n.append(a[2]) or _d(*a))
+            chunks = model._chunks(x, 7, 5, streams, 5)  # noqa: SLF001
+            assert drawn == []
+            for i, (k, _) in enumerate(chunks):
+                assert drawn == [0, 2, 4, 6][: i + 1] and k == min(2, 7 - 2 * i)
 
 
 def test_bbbs_grid_reaches_below_the_third_runs_edge():

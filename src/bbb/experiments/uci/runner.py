@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from ...data.uci import UCIData, load_uci
-from ...errors import UserError
+from ...errors import OutOfMemory, UserError
 from ...io import atomic_write_json
 from ...progress import progress_bar
 from ...runs.jobs import watch_parent, watched_manager
@@ -174,7 +175,14 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
                 progress(queue.get())
             for f in finished:
                 job = running.pop(f)
-                done(job, f.result())
+                try:
+                    result = f.result()
+                except BrokenProcessPool:
+                    raise OutOfMemory(
+                        f"a worker died while training {job.name} (killed by the system, most often for "
+                        "memory): the finished jobs and every job's last checkpoint are kept; run the same "
+                        "command again to resume, with fewer --workers if memory is short") from None
+                done(job, result)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

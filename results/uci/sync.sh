@@ -12,7 +12,8 @@
 # Each also carries the run's run.json (its settings and --seed, which --seed-runs compares) as
 # RESULTS/run.carried.json (not run.json: a results folder with run.json holds its tables), never over one there.
 # RESULTS defaults to results/uci/fourth-run/jobs (the run of --seed 0); the seed runs use
-# results/uci/fourth-run/seed1 and seed2.
+# results/uci/fourth-run/seed1 and seed2. The fourth run's archives left HEAD once its tables were
+# written: `git checkout 21ef883 -- results/uci/fourth-run` brings them back.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}; OUT=${2:-}; RESULTS=${3:-$here/fourth-run/jobs}

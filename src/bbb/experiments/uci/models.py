@@ -199,7 +199,7 @@ class Regressor:
         """The predictive's chunks of samples: (samples in the chunk, their random numbers: rows
         start .. start + k - 1 of ``stream``, so a sample's numbers never depend on the chunking).
         Each chunk's numbers are drawn when it is reached: drawn all at once they would hold the
-        memory the chunks bound (protein's local-estimator population: 13 GB)."""
+        memory the chunks bound."""
         step = chunk_size(x.shape[0], x.shape[1], width)
         for start in range(0, samples, step):
             k = min(step, samples - start)

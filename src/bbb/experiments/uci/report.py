@@ -223,8 +223,8 @@ def published() -> dict[tuple[str, str, str], tuple[float, float]]:
 
 
 def decimals_for(pm: float) -> int:
-    """The decimals that show ``pm`` (a standard error) to two significant digits: at least 2, at
-    most 6 (so kin8nm's 0.0834 +- 0.0007 and naval's 0.00064 are not all 0.08 or 0.00)."""
+    """The decimals that show ``pm`` (a standard error) to two significant digits: at least 2 (a
+    dataset's scale of tenths), at most 6 (a target in thousandths still shows its digits)."""
     if not pm > 0 or not math.isfinite(pm):
         return 2
     return min(6, max(2, 1 - math.floor(math.log10(pm))))

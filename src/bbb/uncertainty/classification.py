@@ -113,23 +113,30 @@ def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
 def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
     """Equal-width confidence bins: per bin the count, mean confidence and accuracy."""
     _check(probs, labels, "reliability_bins")
+    return {k: v.to(probs.device) for k, v in _bins_on_cpu(probs, labels, num_bins).items()}
+
+
+def _bins_on_cpu(probs: Tensor, labels: Tensor, num_bins: int) -> dict[str, Tensor]:
     num_bins = check_int("num_bins", num_bins)
     conf, pred = probs.max(-1)
     correct = (pred == labels).to(probs.dtype)
     # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0
     idx = (torch.ceil(conf * num_bins) - 1).clamp(0, num_bins - 1).long()
-    count = torch.zeros(num_bins, dtype=probs.dtype, device=probs.device).index_add_(0, idx, torch.ones_like(conf))
+    # the sums on the CPU, in order: CUDA's index_add_ adds floats by atomics in no fixed order, and a
+    # run's ECE then differed in the 8th digit from one evaluation to the next (tests/cuda)
+    idx, conf, correct = idx.cpu(), conf.cpu(), correct.cpu()
+    count = torch.zeros(num_bins, dtype=probs.dtype).index_add_(0, idx, torch.ones_like(conf))
     conf_sum = torch.zeros_like(count).index_add_(0, idx, conf)
     acc_sum = torch.zeros_like(count).index_add_(0, idx, correct)
     safe = count.clamp_min(1)
-    edges = torch.linspace(0, 1, num_bins + 1, dtype=probs.dtype, device=probs.device)
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=probs.dtype)
     return {"count": count, "confidence": conf_sum / safe, "accuracy": acc_sum / safe, "edges": edges}
 
 
 def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
     """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins."""
     _check(probs, labels, "expected_calibration_error")
-    bins = reliability_bins(probs, labels, num_bins)
+    bins = _bins_on_cpu(probs, labels, check_int("num_bins", num_bins))
     n = bins["count"].sum()
     return float((bins["count"] / n * (bins["accuracy"] - bins["confidence"]).abs()).sum())
 

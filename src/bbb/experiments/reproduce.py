@@ -11,8 +11,8 @@ from ..cli.common import Parser
 __all__ = ["EXAMPLE", "add_arguments", "main"]
 
 EXAMPLE = (
-    "bbb reproduce mnist --budget quick --out results/mnist --threads 2\n"
-    "  bbb reproduce uci --out results/uci --workers 2\n"
+    "bbb reproduce mnist --budget quick --out runs/mnist --threads 2\n"
+    "  bbb reproduce uci --out runs/uci --workers 2\n"
     "  bbb reproduce lora --out runs/lora --workers 2\n"
     "  bbb reproduce mnist --help    # the options of one experiment"
 )

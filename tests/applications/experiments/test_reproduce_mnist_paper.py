@@ -172,6 +172,15 @@ def test_bad_cells_are_one_line_errors_listing_the_choices(text, words):
         assert w in str(e.value)
 
 
+def test_the_plan_gives_one_total_at_its_top_and_its_bottom(tmp_path, capsys):
+    """The estimate printed first and the plan's total are the same sum (the call's own work
+    beyond its runs counted in both; the top once said 10m39s and the bottom 9m39s)."""
+    rc, out, _ = run_main(capsys, "reproduce", "mnist", "--budget", "quick", "--out", str(tmp_path / "q"), "--plan")
+    top = re.search(r"estimated time left: (\S+) ", out)
+    bottom = re.search(r"total left: (\S+)", out)
+    assert rc == 0 and top and bottom and top.group(1) == bottom.group(1)
+
+
 def test_paper_plan_lists_every_candidate_with_its_reason_and_the_time(tmp_path, capsys):
     rc, out, _ = run_main(capsys, "reproduce", "mnist", "--budget", "paper", "--out", str(tmp_path / "p"), "--plan")
     assert rc == 0 and "estimated time" in out and "total left" in out

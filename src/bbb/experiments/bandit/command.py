@@ -27,7 +27,7 @@ from .config import BanditConfig, BanditLikelihood, KLData
 from .running import merge_runs, run_bandit
 
 EXAMPLE = (
-    "bbb bandit --out results/bandit                      # the paper: 4 agents x 5 seeds x 50,000 steps\n"
+    "bbb bandit --out runs/bandit          # the paper: 4 agents x 5 seeds x 50,000 steps (hours on 2 cores)\n"
     "  bbb bandit --out runs/bandit-quick --steps 2000 --seeds 0 1   # a quick look\n"
     "  bbb bandit --out runs/all --merge runs/bbb-greedy runs/egreedy   # two runs that split the agents, as one"
 )

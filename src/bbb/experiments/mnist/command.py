@@ -21,15 +21,15 @@ from .plan import CANDIDATES_HELP, CELLS_HELP, ReproduceConfig
 from .recipes import BUDGETS, DATASETS, Budget
 
 EXAMPLE = (
-    "bbb reproduce mnist --budget quick --out results/mnist --threads 2\n"
-    "  bbb reproduce mnist --budget quick --out results/mnist --seeds 0 1 2  # rerun: adds seeds 1, 2\n"
-    "  bbb reproduce mnist --budget quick --out results/mnist --plan      # the plan and time estimate only\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --plan  # candidates, reasons, time\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells sgd:1200,dropout:1200\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --cells bbb-mixture:1200 --candidates c2\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --report  # tables of the cells done so far\n"
-    "  bbb reproduce mnist --budget paper --out results/mnist-paper --report --checkpoints ~/paper-runs/runs"
+    "bbb reproduce mnist --budget quick --out runs/mnist --threads 2\n"
+    "  bbb reproduce mnist --budget quick --out runs/mnist --seeds 0 1 2  # rerun: adds seeds 1, 2\n"
+    "  bbb reproduce mnist --budget quick --out runs/mnist --plan      # the plan and time estimate only\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --plan  # candidates, reasons, time (days)\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells bbb-mixture:1200\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells sgd:1200,dropout:1200\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells bbb-mixture:1200 --candidates c2\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --report  # tables of the cells done so far\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --report --checkpoints ~/paper-runs/runs"
 )
 
 #: where ``bbb reproduce`` writes by default (never into the committed ``results/``)

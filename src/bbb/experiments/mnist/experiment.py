@@ -109,7 +109,8 @@ def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
                 lines.append(f"    {f'{m}_{w}[_cN]_s{j.seed}':<24} "
                              f"{state:<18} {fmt_time(_left_seconds(j, n_train)):>9}  seed {j.seed} of "
                              "the candidate selected on validation")
-    lines += ["", f"total left: {fmt_time(total)}"]
+    lines += ["", f"the call's own work beyond its runs (data, pruning, figures): {fmt_time(FIXED_OVERHEAD_S)}",
+              f"total left: {fmt_time(total + FIXED_OVERHEAD_S)}"]
     return "\n".join(lines)
 
 

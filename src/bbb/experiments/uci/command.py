@@ -12,7 +12,7 @@ from ...data.uci import UCI_DATASETS
 from ...errors import UserError
 from .runner import run_uci
 from .seeds import seed_runs, write_seed_spread
-from .settings import ADVERSARIAL_EPS, UCIConfig, UCIMethod
+from .settings import ADVERSARIAL_EPS, DEFAULT_OUT, UCIConfig, UCIMethod
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
 
@@ -24,8 +24,6 @@ EXAMPLE = (
     "  bbb reproduce uci --out runs/uci --report --seed-runs runs/uci-seed1 runs/uci-seed2   # the seed spread"
 )
 
-#: where ``bbb reproduce uci`` writes by default (never into the committed ``results/``)
-DEFAULT_OUT = "runs/reproduce-uci"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,8 @@ from ...options import (
     choice,
 )
 
-__all__ = ["Phase", "UCIBudget", "UCIMethod", "Setting", "Variant", "VARIANTS", "NOISE_SCALES", "DROPOUT_NOISE_SDS",
-           "ENSEMBLE_SIZE", "Schedule", "schedule_for", "UCIConfig", "SMOKE_EPOCHS", "variants_of"]
+__all__ = ["DEFAULT_OUT", "Phase", "UCIBudget", "UCIMethod", "Setting", "Variant", "VARIANTS", "NOISE_SCALES",
+           "DROPOUT_NOISE_SDS", "ENSEMBLE_SIZE", "Schedule", "schedule_for", "UCIConfig", "SMOKE_EPOCHS", "variants_of"]
 
 
 class Phase(str, Enum):
@@ -166,13 +166,17 @@ STEPS = 18_000
 MIN_EPOCHS, MAX_EPOCHS = 150, 2000
 
 
+#: where ``bbb reproduce uci`` writes by default (never into the committed ``results/``)
+DEFAULT_OUT = "runs/reproduce-uci"
+
+
 @dataclass
 class UCIConfig:
     """One ``bbb reproduce uci`` invocation. ``budget`` holds its :class:`UCIBudget` member,
     given the member or its string value (``run.json`` stores the string); another value is a
     one-line :class:`~bbb.errors.UserError`."""
 
-    out: str = "results/uci"
+    out: str = DEFAULT_OUT
     datasets: list[str] = field(default_factory=lambda: list(UCI_DATASETS))
     splits: list[int] | None = None
     workers: int = 1

@@ -15,13 +15,19 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["LineProgress", "progress_bar", "stderr_is_terminal"]
+__all__ = ["LineProgress", "plural", "progress_bar", "stderr_is_terminal"]
 
 #: the bar's width where the terminal reports fewer columns than :data:`MIN_COLUMNS`, and the
 #: rows tqdm is told of where it reports none (tqdm draws nothing on a screen of 0 rows)
 FALLBACK_COLUMNS = 100
 MIN_COLUMNS = 20
 FALLBACK_ROWS = 24
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` and the noun, singular for one: ``1 epoch``, ``3 epochs`` (``nouns``: a plural that
+    is not ``noun + "s"``)."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def stderr_is_terminal() -> bool:

@@ -53,7 +53,7 @@ def test_a_run_dir_in_use_is_refused_with_the_holders_pid(tmp_path, trained, com
     monkeypatch.setenv("BBB_DATA_VERIFY", "0")
     p = bbb_in_process(capsys, command, str(out), "--data-dir", str(data), "--device", "cpu", *extra)  # it is gone
     assert p.returncode == 0, p.stderr
-    assert (out / name).is_file() and (out / LOCK_NAME).read_text().split() != [str(holder.pid)]
+    assert (out / name).is_file() and not (out / LOCK_NAME).exists()  # the killed holder's lock file removed
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def read_only(tmp_path):
 def test_an_unwritable_run_dir_keeps_the_printed_results_and_is_one_line(tmp_path, trained, read_only, command):
     data, finished = trained
     out = tmp_path / "run"
-    shutil.copytree(finished, out)  # with the .lock of its training: locked read-only
+    shutil.copytree(finished, out)  # (no .lock: its training removed it; none can be created there)
     name, table, extra = COMMANDS[command]
     read_only(out)
     before = snapshot(out)

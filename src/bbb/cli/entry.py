@@ -119,6 +119,24 @@ def flush_denormals() -> None:
     torch.set_flush_denormal(True)
 
 
+#: the exit code of a command whose output pipe closed, as the shell gives one that SIGPIPE ended
+BROKEN_PIPE_EXIT = 128 + 13
+
+
+def closed_pipe() -> int:
+    """A command's stdout (or stderr) was closed by its reader (``bbb sweep --dry-run | head``):
+    end quietly, as Unix tools do, with the exit code the shell gives one that SIGPIPE ended. No
+    line is printed (there is no one to read it), and stdout is pointed at the null device so that
+    Python's flush at exit does not say the same thing as a traceback."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # (not a real file: nothing to flush)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    return BROKEN_PIPE_EXIT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bbb`` console script and ``python -m bbb``; returns the exit code."""
     # Passive OpenMP waiting: spinning threads slow torch down badly on shared cores
@@ -137,13 +155,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # every line bbb writes about a command starts "bbb COMMAND:", as argparse's own errors do
     prog = f"{PROG} {argv[0]}" if argv and argv[0] in COMMANDS else PROG
     try:
-        if not argv:  # bare bbb: what it can do
-            build_parser().print_help()
-            return 0
-        if argv[0] in COMMANDS:
-            return run_command(argv[0], argv[1:])
-        args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
-        return run_command(args.command, [])
+        try:
+            if not argv:  # bare bbb: what it can do
+                build_parser().print_help()
+                return 0
+            if argv[0] in COMMANDS:
+                return run_command(argv[0], argv[1:])
+            args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
+            return run_command(args.command, [])
+        finally:
+            sys.stdout.flush()  # (what is left to print: a closed pipe raises here, not at exit)
+    except BrokenPipeError:  # (an OSError: first) `bbb ... | head`: the reader has what it wanted
+        return closed_pipe()
     except TrainingInterrupted as e:  # (a BBBError too: first)
         print(f"{getattr(e, 'prog', prog)}: {e}", file=sys.stderr)
         return 130

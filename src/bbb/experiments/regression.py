@@ -167,7 +167,7 @@ class RegressionConfig:
             raise UserError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.loggers and not self.out:
             raise UserError("--log writes its event files into OUT/tb: give --out")
-        held = [f for f in OUTPUT_FILES if self.out and (Path(self.out) / f).exists()]
+        held = [f for f in OUTPUT_FILES if self.out and (Path(self.out) / f).is_file()]
         if held and not self.overwrite:
             raise UserError(f"{self.out} already holds {', '.join(held)} of an earlier call: give another --out, "
                             "or --overwrite to replace them")

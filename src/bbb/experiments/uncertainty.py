@@ -6,8 +6,9 @@ with the same k) and SGD (the softmax alone: k = 1, so its mutual information is
 * :func:`sample_probs` - (k, B, C) class probabilities of k sampled networks.
 * :func:`ood_report` - in-distribution test set (positives = OOD) scored by predictive entropy,
   mutual information and 1 - max probability; AUROC and AUPR of each (OOD is the positive class).
-* :func:`most_uncertain` - the test digits on which the sampled networks disagree most, and the
-  most confident errors, with each class's vote share over the samples.
+* :func:`most_uncertain` - the test digits on which the sampled networks disagree most (by their
+  votes, then by mutual information), and the most confident errors, with each class's vote share
+  over the samples.
 """
 
 from __future__ import annotations
@@ -117,23 +118,28 @@ def ood_report(probs_in: Tensor, probs_out: Tensor) -> dict[str, Any]:
 
 
 def most_uncertain(probs: Tensor, labels: Tensor, n: int = 64) -> dict[str, Tensor]:
-    """Indices of the ``n`` examples with the highest disagreement between sampled networks
-    (mutual information; predictive entropy when k = 1), and of the ``n`` most confident errors.
-    Also each class's vote share: the fraction of samples whose argmax is that class."""
+    """Indices of the ``n`` examples the sampled networks dispute most, and of the ``n`` most
+    confident errors. Disputed: the largest share of the k networks voting against the class most
+    of them vote for (``dissent``) first, ties (among them the examples all k agree on) by the
+    mutual information between them (``disagreement``; predictive entropy when k = 1, where every
+    vote is unanimous). Also each class's vote share: the fraction of samples whose argmax is that
+    class."""
     k, b, c = probs.shape
     scores = ood_scores(probs)
     mi, entropy = scores["mutual_information"], scores["entropy"]
     assert entropy is not None  # (always defined; only the mutual information needs k > 1)
     disagreement = mi if mi is not None else entropy
+    votes = torch.nn.functional.one_hot(probs.argmax(-1), c).float().mean(0)  # (B, C)
+    dissent = 1.0 - votes.max(-1).values  # (equal vote counts: equal floats, so ties are exact)
     n = min(n, b)
-    top = torch.argsort(disagreement, descending=True, stable=True)[:n]
+    by_mi = torch.argsort(disagreement, descending=True, stable=True)
+    top = by_mi[torch.argsort(dissent[by_mi], descending=True, stable=True)][:n]
     mean = probs.mean(0)
     conf, pred = mean.max(-1)
     wrong = (pred != labels).nonzero().flatten()
     conf_err = wrong[torch.argsort(conf[wrong], descending=True, stable=True)[:n]]
-    votes = torch.nn.functional.one_hot(probs.argmax(-1), c).float().mean(0)  # (B, C)
-    return {"uncertain": top, "confident_errors": conf_err, "votes": votes, "disagreement": disagreement,
-            "prediction": pred, "confidence": conf}
+    return {"uncertain": top, "confident_errors": conf_err, "votes": votes, "dissent": dissent,
+            "disagreement": disagreement, "prediction": pred, "confidence": conf}
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,10 +185,12 @@ def ranking_titles(samples: int) -> tuple[str, str]:
     """The titles of :func:`plot_uncertain`'s two grids, each saying how :func:`most_uncertain`
     ranked its digits (``samples``: the sampled networks; 1: one network, ranked by entropy)."""
     if samples > 1:
-        disputed = (f"most disputed: highest mutual information between {samples} sampled networks "
-                    "(their disagreement), highest first")
+        disputed = (f"most disputed: the most votes against the majority class of {samples} sampled networks "
+                    f"first, then the highest mutual information between {samples} sampled networks; "
+                    "above each digit: its label y, the vote shares, the mutual information (MI, nats)")
     else:
-        disputed = "most uncertain: highest predictive entropy of the one network, highest first"
+        disputed = ("most uncertain: highest predictive entropy of the one network, highest first; above each "
+                    "digit: its label y, the one network's vote, the entropy (H, nats)")
     errors = ("most confident errors: wrong predictions ranked by the predicted class's mean probability"
               f"{f' over {samples} samples' if samples > 1 else ''}, highest first")
     return disputed, errors
@@ -191,9 +199,10 @@ def ranking_titles(samples: int) -> tuple[str, str]:
 def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path | None,
                    samples: int) -> Any:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
-    its label and the vote shares of the sampled networks; each grid's title says how it ranks
-    (:func:`ranking_titles`). Returns the PNG's path when ``path`` is given, else the Figure (None
-    without matplotlib)."""
+    its label, the vote shares of the sampled networks and the quantity the disputed grid is
+    ranked by after the votes (mutual information; entropy when k = 1); each grid's title says how
+    it ranks (:func:`ranking_titles`). Returns the PNG's path when ``path`` is given, else the
+    Figure (None without matplotlib)."""
     plt = figures()
     if plt is None:
         return None
@@ -202,13 +211,17 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
     n = max(len(idx) for _, idx in groups)
     cols = min(8, max(n, 1))
     rows = [math.ceil(len(idx) / cols) for _, idx in groups]
-    fig = plt.figure(figsize=(1.55 * cols, 1.75 * sum(max(r, 1) for r in rows) + 1.0))
-    sub = fig.subfigures(2, 1, height_ratios=[max(r, 1) for r in rows])
-    for sf, (title, idx), r in zip(sub, groups, rows):
-        sf.suptitle(title, fontsize=11)
+    heads = [title.replace("; ", ";\n").replace(" first, then ", " first,\nthen ") for title, _ in groups]
+    above = [0.25 + 0.2 * (h.count("\n") + 1) for h in heads]  # inches: each grid's title lines
+    heights = [1.75 * max(r, 1) + a for r, a in zip(rows, above)]
+    fig = plt.figure(figsize=(1.55 * cols, sum(heights)))
+    sub = fig.subfigures(2, 1, height_ratios=heights)
+    for sf, (_, idx), r, head, a, h in zip(sub, groups, rows, heads, above, heights):
+        sf.suptitle(head, fontsize=11)
         if len(idx) == 0:
             continue
         axes = sf.subplots(max(r, 1), cols, squeeze=False)
+        sf.subplots_adjust(top=1 - a / h, bottom=0.02)
         for ax in axes.flat:
             ax.axis("off")
         for ax, i in zip(axes.flat, idx.tolist()):
@@ -216,7 +229,8 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
             v = result["votes"][i]
             top = torch.argsort(v, descending=True)[:2]
             share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
-            ax.set_title(f"y={int(labels[i])} | {share}", fontsize=7)
+            score = f"{'MI' if samples > 1 else 'H'} {float(result['disagreement'][i]):.3f}"
+            ax.set_title(f"y={int(labels[i])}, {score}\n{share}", fontsize=10)  # (readable in bbb report)
     if path is None:
         return fig
     out = save_png(fig, path)
@@ -312,11 +326,11 @@ def main_ood(args: argparse.Namespace) -> int:
 
 def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Grids of the test digits on which the sampled networks disagree most (ranked by mutual "
-        "information; by predictive entropy for an sgd run), and of the most confident errors (ranked by the "
-        "predicted class's mean probability), each titled with the label and the vote "
-        "share of the top classes over the samples. Writes RUN_DIR/uncertain.json and RUN_DIR/uncertain.png "
-        "(with matplotlib)."
+        "Grids of the test digits on which the sampled networks disagree most (ranked by the share of "
+        "votes against the majority class, then by mutual information; by predictive entropy for an sgd "
+        "run), and of the most confident errors (ranked by the predicted class's mean probability), each "
+        "titled with the label, the vote share of the top classes over the samples and the mutual "
+        "information. Writes RUN_DIR/uncertain.json and RUN_DIR/uncertain.png (with matplotlib)."
     )
     p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
     p.add_argument("--n", type=int, default=64, help="digits per grid (default: 64)")
@@ -339,7 +353,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
         for i in res[group].tolist():
             rows.append({"group": group, "index": i, "label": int(data["test_y"][i]),
                          "prediction": int(res["prediction"][i]), "confidence": float(res["confidence"][i]),
-                         "disagreement": float(res["disagreement"][i]),
+                         "disagreement": float(res["disagreement"][i]), "dissent": float(res["dissent"][i]),
                          "votes": [round(float(v), 4) for v in res["votes"][i]]})
     disputed, errors = ranking_titles(int(probs.shape[0]))
     atomic_write_json(d / "uncertain.json", {"method": method, "samples": int(probs.shape[0]), "digits": rows,

@@ -9,7 +9,9 @@
   and otherwise starts afresh, replacing what an interrupted start left.
 * The process training into the directory holds an exclusive ``flock`` on ``.lock`` (which
   records its pid) for the whole run; a second one is refused with that pid and changes
-  nothing. The kernel releases the lock when the process dies.
+  nothing. The kernel releases the lock when the process dies; a process that ends removes the
+  file, still holding the lock (so a finished run has no ``.lock``), and a process that waited
+  on a lock file removed so retries on the file now at ``.lock`` (:func:`_lock`).
 * Temporary files of killed writers (``.<name>~<host>~<pid>~<random>.tmp``) are removed when a
   run starts (see :mod:`bbb.io`).
 * ``bbb evaluate`` and ``bbb prune`` write beside a run (``eval.json``, ``pruning.csv``): they hold
@@ -81,28 +83,56 @@ def _lock(path: Path, create: bool, wait: float = 0.0, read_only_dir: bool = Fal
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no lock
         return None
-    fd = _open(path, create, read_only_dir)
-    if fd is None:
-        return None
     deadline = time.monotonic() + wait
+    while True:
+        fd = _open(path, create, read_only_dir)
+        if fd is None:
+            return None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.05)
+        except BlockingIOError:
+            pid = _holder(fd)
+            os.close(fd)
+            raise RunDirBusy(f"{path.parent} is in use: another bbb process (pid {pid}) is writing there "
+                             f"(lock {path}); {advice}", holder=pid) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            return fd
+        # the holder removed the file as it let go, after this process opened it: a lock on it
+        # excludes no one (a third process may create and lock a new .lock); take the one at path
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the file open as ``fd`` (not removed, nor replaced)."""
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
-    except BlockingIOError:
-        pid = _holder(fd)
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _release(fd: int | None, path: Path, remove: bool = True) -> None:
+    """Let go of the lock ``fd`` on ``path``; with ``remove``, remove the file first, while still
+    holding the lock (only a holder removes it, so no other process holds a lock on a removed
+    file: one that waited for it sees that it is gone and retries, :func:`_lock`)."""
+    if fd is None:
+        return
+    try:
+        if remove and _same_file(fd, path):
+            with contextlib.suppress(OSError):  # (a directory this process may not write: it stays)
+                path.unlink()
+    finally:
         os.close(fd)
-        raise RunDirBusy(f"{path.parent} is in use: another bbb process (pid {pid}) is writing there "
-                         f"(lock {path}); {advice}", holder=pid) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _record_pid(fd: int | None) -> None:
@@ -132,6 +162,10 @@ def _check(out: Path, resume: Resume, overwrite: bool) -> bool:
         return True
     found = _existing(out)
     if found and resume is False and not overwrite:
+        if has_last and "summary.json" not in found:  # stopped (Ctrl-C, a kill) before its end
+            raise UserError(f"{out} already holds a run that was stopped before its end (last.pt, no summary.json); "
+                            "add --resume to the same command to continue it, --overwrite to start it afresh, "
+                            "or choose another --out")
         raise UserError(f"{out} already holds a run ({', '.join(found)}); pass --resume to continue it, "
                         "--overwrite to replace it, or choose another --out")
     return False
@@ -169,11 +203,12 @@ def _clean(out: Path) -> None:
 @contextlib.contextmanager
 def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait: float | None = 0.0
                   ) -> Iterator[bool]:
-    """Check ``out``, lock it, clean it; yields whether the run resumes. Holds the lock inside.
+    """Check ``out``, lock it, clean it; yields whether the run resumes. Holds the lock inside and
+    removes ``.lock`` when the body ends, however it ends.
     ``lock_wait``: seconds to wait for another holder of the lock before refusing; None: take
     no lock at all (the sweep's finalisation of a trial Ray is still stopping).
 
-    Nothing in ``out`` changes when this raises.
+    Nothing in ``out`` changes when this raises before the body.
     """
     if resume not in (True, False, "auto"):
         raise UserError(f"resume must be True, False or 'auto', not {resume!r}")
@@ -200,24 +235,17 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
         _clean(out)
         if not resuming and _existing(out):
             _remove_old(out)
+        made_lock = True  # the run's from here on: removed however it ends
         yield resuming
     except BaseException:
-        if made_lock and not _existing(out):  # nothing of a run was written: leave no trace of it
-            _unmake(out, lock, made_dir)
+        _release(fd, lock, remove=made_lock)
+        fd = None
+        if made_dir:  # a run that failed before writing anything: no empty folder of it either
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty
         raise
     finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _unmake(out: Path, lock: Path, made_dir: bool) -> None:
-    """Remove the lock file a run that failed before writing anything created, and ``out`` too
-    when the run created it and it is now empty (best effort)."""
-    with contextlib.suppress(OSError):
-        lock.unlink()
-    if made_dir:
-        with contextlib.suppress(OSError):
-            out.rmdir()  # only when empty
+        _release(fd, lock)
 
 
 
@@ -228,15 +256,15 @@ def lock_run_dir(out: Path, lock_wait: float | None = 0.0) -> Iterator[None]:
     :class:`~bbb.errors.RunDirBusy` with its pid.
     ``lock_wait``: seconds to wait for the holder; None takes no lock. In a directory this process
     may not write, an existing ``.lock`` is locked read-only and none is created, so the command
-    can still compute (and report) what it then cannot save.
+    can still compute (and report) what it then cannot save. ``.lock`` is removed as it lets go.
     """
     if lock_wait is None:
         yield
         return
-    fd = _lock(out / LOCK_NAME, create=True, wait=lock_wait, read_only_dir=True, advice="wait for it to end")
+    lock = out / LOCK_NAME
+    fd = _lock(lock, create=True, wait=lock_wait, read_only_dir=True, advice="wait for it to end")
     try:
         _record_pid(fd)
         yield
     finally:
-        if fd is not None:
-            os.close(fd)
+        _release(fd, lock)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..cli.common import add_data_dir, add_log, add_quiet, describe
 from ..errors import UserError
+from ..progress import plural
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
 from .results import Backend, SchedulerKind, SweepOptions
 from .runner import run_sweep
@@ -127,8 +128,8 @@ def main(args: argparse.Namespace) -> int:
         text, total = dry_run_table(trials, Path(args.out) if args.out else None, args.ref_epoch_seconds)
         print(text)
         epochs = sum(resolve_params(t.params)[0].epochs for t in trials)
-        print(f"\n{len(trials)} trials, {epochs} epochs; estimated {total / 3600:.1f} machine-hours "
-              f"({total / 86400:.1f} days) at {args.ref_epoch_seconds:g} s per epoch of BBB 2x400 "
+        print(f"\n{plural(len(trials), 'trial')}, {plural(epochs, 'epoch')}; estimated {total / 3600:.1f} "
+              f"machine-hours ({total / 86400:.1f} days) at {args.ref_epoch_seconds:g} s per epoch of BBB 2x400 "
               "(scaled by weights and samples; see docs/scale_out.md)")
         return 0
     if not args.out:
@@ -148,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
               "command again to resume", file=sys.stderr)
         return 130
     counts = {s.value: sum(1 for r in rows if r["status"] == s.value) for s in TrialStatus}
-    print(f"{len(rows)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"{plural(len(rows), 'trial')}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
           + f" ({time.perf_counter() - t0:.0f} s)")
     best_path = opts.out / "best.json"
     if best_path.is_file():

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import DiskFullError, OutOfMemory, UserError
 from ..io import atomic_write_json
+from ..progress import plural
 from .cost import trial_data
 from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
 from .results import Backend, SchedulerKind, SweepOptions, write_results
@@ -56,7 +57,9 @@ def _announce(bar: Any, log: Callable[[str], None], warn: Callable[[str], None],
 def _describe(row: dict[str, Any]) -> str:
     v = row.get("val_error")
     err = f" ({row['error']})" if row.get("error") else ""
-    return (f"trial {row['trial_id']} {row['status']}: {row.get('epochs_run')} epochs, val error "
+    n = row.get("epochs_run")
+    epochs = plural(n, "epoch") if isinstance(n, int) else f"{n} epochs"
+    return (f"trial {row['trial_id']} {row['status']}: {epochs}, val error "
             f"{'-' if v is None else f'{100 * v:.2f}%'}{err}")
 
 

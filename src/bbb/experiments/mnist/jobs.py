@@ -12,6 +12,7 @@ from typing import Any
 from torch import Tensor
 
 from ...errors import RunDirBusy, SettingsMismatch, TrainingInterrupted, UserError
+from ...progress import plural
 from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
 from ...runs.loggers import make_loggers
@@ -51,7 +52,7 @@ def _status(job: Job, state: JobState) -> str:
         return "diverged earlier, skipped"
     if state.epochs_done:
         return f"resuming after epoch {state.epochs_done} of {job.config.epochs}"
-    return f"training {job.config.epochs} epochs"
+    return f"training {plural(job.config.epochs, 'epoch')}"
 
 
 class Progress(JobCallbacks):

@@ -14,6 +14,7 @@ from torch import Tensor
 from ... import runs as T
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
+from ...progress import plural
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from . import tables
 from .figures import FIG2_METHODS, figure2, figure3, figure4
@@ -95,7 +96,7 @@ def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
             lines.append(f"  {METHOD_NAMES[m]} 2x{w} (--cells {method_arg(m)}:{w}): "
                          + (f"{len(cj)} of {n_all} candidates" if len(cj) < n_all else f"{len(cj)} candidate(s)")
                          + (f" + {len(sj)} extra seed(s) of the selected one" if sj else "")
-                         + f", {cj[0].config.epochs} epochs each; {fmt_time(c_est)} left")
+                         + f", {plural(cj[0].config.epochs, 'epoch')} each; {fmt_time(c_est)} left")
             for j in cj:
                 state, _ = _job_state(j)
                 lines.append(f"    {j.name:<24} {state:<18} {fmt_time(_left_seconds(j, n_train)):>9}  "

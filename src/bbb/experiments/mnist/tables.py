@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ... import runs as T
 from ...cli.common import sigma_of_rho
+from ...progress import plural
 from ...runs.jobs import State
 from .jobs import check_same_settings, command_line, select_candidate, state_of
 from .plan import Job, ReproduceConfig, cell_jobs, fmt_time, make_job, train_config
@@ -478,7 +479,7 @@ def table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job,
     lines = [
         f"# Table 2: pruning BBB 2x1200 by signal-to-noise ratio (budget `{cfg.budget}`)",
         "",
-        f"Run `runs/{job.name}` ({METHOD_NAMES[job.method]}, {job.config.epochs} epochs), end of "
+        f"Run `runs/{job.name}` ({METHOD_NAMES[job.method]}, {plural(job.config.epochs, 'epoch')}), end of "
         "training (`last.pt`), as in the paper. The weights with the lowest |mu|/sigma are set to 0, "
         "the others to mu; biases are kept. Test error with the remaining mean weights.",
         "",

@@ -91,13 +91,17 @@ def parse(text: str) -> Refs:
 def test_the_page_has_every_section_of_each_run_side_by_side(runs):
     full, bare = runs
     text = report_html([full, bare])
-    for heading in ("Configuration", "Results", "Learning curves", "Reliability", "risk-coverage", "Pruning",
-                    "Out-of-distribution", "Uncertain inputs"):
+    for heading in ("Settings", "Results", "Learning curves", "Reliability", "risk-coverage", "Pruning",
+                    "Out-of-distribution", "Uncertain inputs", "Next steps"):
         assert heading in text, heading
     assert text.count("<h3>bbb</h3>") == 6 and text.count("<h3>sgd</h3>") == 6  # one column per run and section
-    assert "AURC by entropy" in text and "OOD AUROC by entropy (fashion-mnist)" in text
-    assert '<tr class=diff><td>method</td><td>bbb</td><td>sgd</td>' in text  # what differs is marked
-    assert f"none yet: bbb evaluate {bare}" in text and f"no pruning.csv: bbb prune {bare}" in text
+    assert "AURC by entropy" in text and "OOD AUROC by entropy (vs fashion-mnist)" in text
+    # what differs is marked
+    assert '<tr class=diff><td>method</td><td>Bayes by Backprop (--method bbb)</td><td>a plain network (SGD) ' \
+           '(--method sgd)</td>' in text
+    # what the bare run lacks: the command that writes it, by the run's name (no path); pruning is bbb's
+    assert "none yet: <code><span>bbb</span> <span>evaluate</span> <span>sgd</span></code> writes it" in text
+    assert "pruning by signal-to-noise needs a bbb classifier" in text and str(bare) not in text
     refs = parse(text)
     # bbb: learning curve (drawn from metrics.csv), reliability, risk-coverage, ood, uncertain; sgd: learning curve
     assert refs.tags.count("img") == 6
@@ -114,7 +118,7 @@ def test_nothing_refers_outside_the_file(runs):
 
 def test_a_regression_run_shows_its_rmse_and_aurc(runs, regression_run):
     text = report_html([runs[0], regression_run])
-    for row in ("test RMSE (mean weights)", "test log-likelihood", "AURC of the squared error by predictive sd"):
+    for row in ("test RMSE (mean weights)", "test log-likelihood", "AURC (squared error, by predictive sd)"):
         assert row in text, row
     assert "<td>predictive sd</td>" in text
     assert parse(text).tags.count("img") == 6  # bbb's 5, the regression run's learning curve
@@ -135,7 +139,9 @@ def test_the_page_renders_in_a_real_browser(runs, regression_run, tmp_path):
         outside = [u for u in page.requests if not (u.startswith("data:") or u == page_file.resolve().as_uri())]
         assert outside == []
         assert page.errors == []
-        assert page.evaluate("document.title") == "bbb report: bbb, sgd, regression"
+        assert page.evaluate("document.title") == ("Bayes by Backprop vs a plain network (SGD) on MNIST (digit "
+                                                   "classification, 240 training images); Bayes by Backprop on t.csv "
+                                                   "(regression, 150 rows)")
 
 
 def test_cli_writes_one_file_or_into_a_folder(runs, tmp_path, capsys):
@@ -167,7 +173,8 @@ def test_runs_of_the_same_name_are_told_apart(runs, tmp_path):
     text = report_html([tmp_path / "a" / "run", tmp_path / "b" / "run"])
     assert "<h3>a/run</h3>" in text and "<h3>b/run</h3>" in text
     # the command that trained each: bbb's, or a program calling the library
-    assert "<code>bbb train --epochs 1 --out a/run</code>" in text
+    assert "<code><span>bbb</span> <span>train</span> <span>--epochs</span> <span>1</span> <span>--out</span> " \
+           "<span>run</span></code>" in text
     assert "from Python (arguments: <code>-q my_script.py</code>)" in text
 
 

@@ -97,7 +97,8 @@ def test_plot_functions_draw_on_the_given_axes_or_return_the_figure(tmp_path: Pa
     assert [a.get_title() for a in axes] == ["predictive entropy: AUROC 0.500", "mutual information: AUROC 0.500",
                                              "1 - max probability: AUROC 0.500"]  # the score it plots
     assert isinstance(EU.plot_ood(scores, scores, report), Figure)
-    result = {"uncertain": torch.arange(3), "confident_errors": torch.arange(2), "votes": torch.rand(10, 4)}
+    result = {"uncertain": torch.arange(3), "confident_errors": torch.arange(2), "votes": torch.rand(10, 4),
+              "disagreement": torch.rand(10), "dissent": torch.rand(10)}
     assert isinstance(EU.plot_uncertain(torch.rand(10, 16), torch.arange(10) % 4, result, None, 5), Figure)
     assert not list(tmp_path.iterdir())  # nothing was written
     fig, axes = figure_axes(3)

@@ -1,26 +1,35 @@
-"""``bbb report RUN [RUN ...] --out report.html``: one self-contained HTML page of runs, side by side.
+"""``bbb report RUN [RUN ...] --out report.html``: one self-contained HTML page of runs, side by side,
+for the person it is sent to.
 
-The page reads what the commands already wrote in each run directory, and nothing else:
+The page opens with what was trained and how well (its title names the data file, by its base name
+only, or the dataset, the task and the size), then the results with a line on what each metric
+means, the plots with what they show, the settings that matter (and the others only where they
+differ from the defaults for that kind of data), and the commands that would fill what the page
+lacks, only those that run on that kind of run (the words: bbb.experiments.report_text). It reads
+what the commands already wrote in each run directory, and nothing else:
 
 =====================  =====================================================================
 section                files
 =====================  =====================================================================
-configuration          ``config.json`` (``bbb train``; the settings that differ between the
+settings               ``config.json`` (``bbb train``; the settings that differ between the
                        runs are marked)
 results                ``summary.json`` (``bbb train``), ``eval.json`` (``bbb evaluate``),
                        ``ood.json`` (``bbb ood``)
 learning curves        ``learning_curve.png`` (``bbb demo``), else drawn from ``metrics.csv``
-reliability            ``reliability.png`` (``bbb evaluate``)
+reliability            ``reliability.png`` (``bbb evaluate``; classification)
 risk-coverage          ``risk_coverage.png`` and ``eval.json``'s ``selective`` (``bbb evaluate``)
-pruning                ``pruning.csv`` (``bbb prune``) and ``snr.png`` (``bbb demo``)
-out-of-distribution    ``ood.json`` and ``ood.png`` (``bbb ood``)
-uncertain inputs       ``uncertain.png`` and ``uncertain.json`` (``bbb uncertain``)
+pruning                ``pruning.csv`` (``bbb prune``; a bbb classifier) and ``snr.png``
+                       (``bbb demo``)
+out-of-distribution    ``ood.json`` and ``ood.png`` (``bbb ood``; MNIST, Fashion-MNIST)
+uncertain inputs       ``uncertain.png`` and ``uncertain.json`` (``bbb uncertain``; images)
 =====================  =====================================================================
 
-One column per run, headed by its name (the directory's, made unique); a run without a section's
-files shows the command that writes them. Every image is embedded as a ``data:`` URI and the page
-has no script, font, style sheet or link to anything outside it: it opens offline, mailed or
-archived as one file (tests/applications/test_report.py opens it in headless chromium).
+One column per run, headed by its name (the directory's, made unique); a section no run can have
+is left out, and a run without a section's files says why, or names the command that writes them.
+No absolute path appears on the page. Every image is embedded as a ``data:`` URI and the page has
+no script, font, style sheet or link to anything outside it: it opens offline, mailed or archived
+as one file (tests/applications/test_report.py opens it in headless chromium,
+tests/applications/test_report_page.py checks the words and runs each suggested command).
 """
 
 from __future__ import annotations
@@ -38,22 +47,31 @@ from typing import Any
 from ..cli.common import add_out, describe, shared_help
 from ..errors import UserError
 from ..io import atomic_write_text
+from ..progress import plural
+from . import report_text as RT
 
-__all__ = ["RunFiles", "read_run", "report_html", "write_report"]
+__all__ = ["RunFiles", "read_run", "report_html", "result_rows", "write_report"]
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; font-size: 0.85em; }
-td, th { border: 1px solid #ddd; padding: 2px 8px; text-align: right; vertical-align: top; }
-td:first-child, th:first-child { text-align: left; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; padding: 0 1em; color: #222;
+       line-height: 1.4; }
+h1 { font-size: 1.45em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.9em; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: right; vertical-align: top; }
+td:first-child, th:first-child, table.text td, table.text th { text-align: left; }
+table.results td:last-child, table.results th:last-child { text-align: left; color: #555; font-size: 0.92em;
+                                                         max-width: 36em; }
+code span { white-space: nowrap; }
 tr.diff td { background: #fff6d5; }
 .runs { display: grid; gap: 1em; }
 .run { min-width: 0; }
 .run h3 { font-size: 0.95em; margin: 0.3em 0; }
 .run img { max-width: 100%; height: auto; border: 1px solid #eee; }
-.missing { color: #888; font-style: italic; font-size: 0.85em; }
-code { font-size: 0.85em; word-break: break-all; }
+.missing { color: #777; font-style: italic; font-size: 0.9em; }
+.caption { color: #444; font-size: 0.92em; max-width: 60em; }
+.lead { font-size: 1.02em; }
+code { font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 0.9em; background: #f4f4f4;
+       padding: 0 3px; }
 """
 
 
@@ -65,17 +83,26 @@ class RunFiles:
         self.name = name
         if not self.dir.is_dir():
             raise UserError(f"run directory {self.dir} not found")
-        self.config = _json(self.dir / "config.json")
-        if self.config is None:
+        config = _json(self.dir / "config.json")
+        if config is None:
             raise UserError(f"{self.dir} is not a run directory (no readable config.json); "
                             "give the folders that bbb train or bbb demo wrote")
+        self.config: dict[str, Any] = config
         self.summary = _json(self.dir / "summary.json")
         self.eval = _json(self.dir / "eval.json")
         self.ood = _json(self.dir / "ood.json")
         self.uncertain = _json(self.dir / "uncertain.json")
         self.pruning = _csv(self.dir / "pruning.csv")
         self.regression = "regression" in ((self.summary or {}).get("task"), (self.eval or {}).get("task"),
-                                           self.config.get("task"))
+                                           self.config.get("task"), (self.config.get("preprocess") or {}).get("task"))
+        #: image, table (classification) or regression: what sections and commands apply
+        self.kind = RT.kind_of(self.config, self.regression)
+
+    def suggestions(self) -> list[tuple[str, str]]:
+        """(command, what it adds) for each command that runs on this kind of run and would write a
+        file the run lacks (:func:`report_text.suggested_commands`)."""
+        have = {f for f in ("eval.json", "pruning.csv", "ood.json", "uncertain.json") if (self.dir / f).is_file()}
+        return RT.suggested_commands(self.name, self.config, self.regression, have)
 
     def png(self, name: str) -> bytes | None:
         """The bytes of ``name`` when it is a PNG file of the run, else None."""
@@ -165,85 +192,151 @@ def _num(v: Any) -> str:
     return "-" if not isinstance(v, int | float) or isinstance(v, bool) else f"{v:.4g}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], marked: Sequence[bool] = ()) -> str:
-    """A table of already escaped cells (``marked`` rows get the ``diff`` class)."""
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], marked: Sequence[bool] = (),
+           cls: str = "") -> str:
+    """A table of already escaped cells (``marked`` rows get the ``diff`` class; ``cls``: the
+    table's class, ``text`` for every column left-aligned)."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = "".join(f'<tr{" class=diff" if i < len(marked) and marked[i] else ""}>'
                    + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for i, r in enumerate(rows))
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f'<table{f" class={cls}" if cls else ""}><tr>{head}</tr>{body}</table>'
 
 
-def _config_section(runs: Sequence[RunFiles]) -> str:
+def _settings_section(runs: Sequence[RunFiles]) -> str:
+    per_run = [dict(RT.settings_rows(r.config, r.regression)) for r in runs]
     keys: list[str] = []
-    for r in runs:
-        keys += [k for k in (r.config or {}) if k not in keys and k not in ("argv", "versions")]
-
-    def cell(r: RunFiles, k: str) -> str:
-        v = (r.config or {}).get(k, "")
-        return E(" ".join(map(str, v)) if isinstance(v, list) else str(v))
-
-    rows = [[E(k), *(cell(r, k) for r in runs)] for k in keys]
-    diff = [len({c for c in row[1:]}) > 1 for row in rows]
-    rows.append(["versions", *(E(", ".join(f"{k} {v}" for k, v in (r.config or {}).get("versions", {}).items()))
+    for rows in per_run:
+        keys += [k for k in rows if k not in keys]
+    body = [[E(k), *(E(rows.get(k, "-")) for rows in per_run)] for k in keys]
+    diff = [len(set(row[1:])) > 1 for row in body]
+    body.append(["command", *(_command(r) for r in runs)])
+    body.append(["versions", *(E(", ".join(f"{k} {v}" for k, v in (r.config.get("versions") or {}).items()))
                                for r in runs)])
-    rows.append(["command", *(_command(r) for r in runs)])
-    note = "<p>Settings that differ between the runs are marked.</p>" if len(runs) > 1 and any(diff) else ""
-    return note + _table(["setting", *(E(r.name) for r in runs)], rows, diff)
+    note = ("<p class=caption>The settings that matter, then any other that differs from the defaults for "
+            "that kind of data" + ("; those that differ between the runs are marked" if len(runs) > 1 and any(diff)
+                                    else "") + ".</p>")
+    return note + _table(["setting", *(E(r.name) for r in runs)], body, diff, cls="text")
 
 
 def _command(r: RunFiles) -> str:
-    """The bbb command that trained the run (config.json's argv), or the argv of the program that
-    called the library."""
+    """The bbb command that trained the run (config.json's argv, paths cut to their base names), or
+    the arguments of the program that called the library."""
     from ..cli.registry import COMMANDS
 
-    argv = [str(a) for a in (r.config or {}).get("argv", [])]
+    argv = [str(a) for a in r.config.get("argv", [])]
     if argv and argv[0] in COMMANDS:
-        return "<code>" + E(" ".join(["bbb", *argv])) + "</code>"
-    return "from Python" + (f" (arguments: <code>{E(' '.join(argv))}</code>)" if argv else "")
+        return _code(RT.command_text(argv))
+    shown = " ".join(RT.plain_path(a) for a in argv)
+    return "from Python" + (f" (arguments: <code>{E(shown)}</code>)" if argv else "")
 
 
-def _result_rows(r: RunFiles) -> dict[str, str]:
+def _k(text: str, k: Any) -> str:
+    return text if text == "-" or not k else f"{text} (k={k})"
+
+
+def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
+    """(key of :data:`report_text.EXPLAIN`, label, value) of the run's results; ``-`` where it has none."""
     ev, s, ood = r.eval or {}, r.summary or {}, r.ood or {}
     sel = ev.get("selective") or {}
     k = ev.get("samples", s.get("eval_samples"))
     scores = ood.get("scores") or {}
-    return {
-        "test RMSE (mean weights)": _num(ev.get("test_rmse", s.get("test_rmse"))),
-        "test RMSE (k-sample average)": _num(ev.get("test_rmse_mc", s.get("test_rmse_mc"))),
-        "test log-likelihood": _num(ev.get("log_likelihood", s.get("test_log_likelihood"))),
-        "95% interval coverage": _pct(ev.get("coverage_95", s.get("test_coverage_95"))),
-        "AURC of the squared error by predictive sd": _num(ev.get("aurc_sd")),
-        "RMSE of the 90% most certain": _num(ev.get("rmse_at_90_coverage")),
-        "test error (mean weights)": _pct(ev.get("test_error", s.get("test_error"))),
-        "test error (k-sample average)": _with_k(_pct(ev.get("test_error_mc", s.get("test_error_mc"))), k),
-        "validation error": _pct(s.get("val_error")),
-        "test NLL (nats)": _num(ev.get("nll", s.get("test_nll"))),
-        "validation RMSE (best epoch)": _num(s.get("best_val_rmse")),
-        "test ECE": _pct(ev.get("ece", s.get("test_ece"))),
-        "test Brier": _num(ev.get("brier", s.get("test_brier"))),
-        "AURC by entropy": _pct((sel.get("entropy") or {}).get("aurc")),
-        "AURC by MI": _pct((sel.get("mi") or {}).get("aurc")),
-        "error at 90% kept (entropy)": _pct((sel.get("entropy") or {}).get("risk_at_90")),
-        "error at 90% kept (MI)": _pct((sel.get("mi") or {}).get("risk_at_90")),
-        f"OOD AUROC by entropy ({ood.get('ood', '-')})": _num((scores.get("entropy") or {}).get("auroc")),
-        f"OOD AUROC by MI ({ood.get('ood', '-')})": _num((scores.get("mutual_information") or {}).get("auroc")),
-        "model": E(f"{s['model']} (epoch {s.get('best_epoch')} of {s.get('epochs')})") if "model" in s else "-",
-        "training time": f"{s['seconds']:.1f} s" if isinstance(s.get("seconds"), int | float) else "-",
-    }
-
-
-def _with_k(text: str, k: Any) -> str:
-    return text if text == "-" or not k else f"{text} (k={k})"
+    other = str(ood.get("ood", "-"))
+    y = (r.config.get("preprocess") or {}).get("y") or {}
+    if r.regression:
+        rows = [
+            ("test_rmse_mc", "test RMSE (k-sample average)",
+             _k(_num(ev.get("test_rmse_mc", s.get("test_rmse_mc"))), k)),
+            ("test_rmse", "test RMSE (mean weights)", _num(ev.get("test_rmse", s.get("test_rmse")))),
+            ("target_sd", "the target's sd", _num(y.get("std"))),
+            ("log_likelihood", "test log-likelihood", _num(ev.get("log_likelihood", s.get("test_log_likelihood")))),
+            ("coverage_95", "95% interval coverage", _pct(ev.get("coverage_95", s.get("test_coverage_95")))),
+            ("aurc_sd", "AURC (squared error, by predictive sd)", _num(ev.get("aurc_sd"))),
+            ("rmse90", "RMSE of the 90% most certain", _num(ev.get("rmse_at_90_coverage"))),
+            ("best_val_rmse", "validation RMSE", _num(s.get("best_val_rmse"))),
+        ]
+    else:
+        rows = [
+            ("test_error_mc", "test error (k-sample average)",
+             _k(_pct(ev.get("test_error_mc", s.get("test_error_mc"))), k)),
+            ("test_error", "test error (mean weights)", _pct(ev.get("test_error", s.get("test_error")))),
+            ("nll", "test NLL (nats)", _num(ev.get("nll", s.get("test_nll")))),
+            ("ece", "test ECE", _pct(ev.get("ece", s.get("test_ece")))),
+            ("brier", "test Brier", _num(ev.get("brier", s.get("test_brier")))),
+            ("aurc_entropy", "AURC by entropy", _pct((sel.get("entropy") or {}).get("aurc"))),
+            ("aurc_mi", "AURC by MI", _pct((sel.get("mi") or {}).get("aurc"))),
+            ("risk90_entropy", "error at 90% kept (entropy)", _pct((sel.get("entropy") or {}).get("risk_at_90"))),
+            ("risk90_mi", "error at 90% kept (MI)", _pct((sel.get("mi") or {}).get("risk_at_90"))),
+            ("val_error", "validation error", _pct(s.get("val_error"))),
+            ("ood_entropy", f"OOD AUROC by entropy (vs {other})", _num((scores.get("entropy") or {}).get("auroc"))),
+            ("ood_mi", f"OOD AUROC by MI (vs {other})", _num((scores.get("mutual_information") or {}).get("auroc"))),
+        ]
+    model = E(f"{s['model']} (epoch {s.get('best_epoch')} of {s.get('epochs')})") if "model" in s else "-"
+    seconds = f"{s['seconds']:.1f} s" if isinstance(s.get("seconds"), int | float) else "-"
+    return [*rows, ("model", "model", model), ("seconds", "training time", seconds)]
 
 
 def _results_section(runs: Sequence[RunFiles]) -> str:
-    per_run = [_result_rows(r) for r in runs]
+    per_run = [{label: (key, v) for key, label, v in result_rows(r)} for r in runs]
     labels: list[str] = []
     for rows in per_run:  # OOD rows are named after each run's OOD set
         labels += [k for k in rows if k not in labels]
-    body = [[E(k), *(rows.get(k, "-") for rows in per_run)] for k in labels]
-    body = [row for row in body if any(c != "-" for c in row[1:])]
-    return _table(["", *(E(r.name) for r in runs)], body)
+    body = []
+    for label in labels:
+        cells = [rows[label][1] if label in rows else "-" for rows in per_run]
+        if any(c != "-" for c in cells):
+            key = next(rows[label][0] for rows in per_run if label in rows)
+            body.append([E(label), *cells, E(RT.EXPLAIN[key])])
+    if not body:
+        return _missing("no results yet (no summary.json or eval.json): see the next steps below")
+    return _table(["", *(E(r.name) for r in runs), "what it means"], body, cls="results")
+
+
+def _lead(r: RunFiles) -> str:
+    """What was trained, on what, and how well, in two sentences."""
+    c, s, ev = r.config, r.summary or {}, r.eval or {}
+    settings = dict(RT.settings_rows(c, r.regression))
+    unit = "images" if r.kind == "image" else "rows"
+    target = f" to predict {settings['target']}" if "target" in settings else ""
+    n_train = c.get("num_train")
+    on = (f"{n_train:,} {unit} of {RT.data_phrase(c, r.regression).split(' (')[0]}" if isinstance(n_train, int)
+          else RT.data_phrase(c, r.regression))
+    epochs = plural(c["epochs"], "epoch") if isinstance(c.get("epochs"), int) else "- epochs"
+    what = f"{RT.method_name(c)}, trained {epochs} on {on}{target}: {settings['network']}."
+    n = ev.get("n", c.get("num_test"))
+    held = f"On the {n:,} held-out test {unit}" if isinstance(n, int) else "On the held-out test set"
+    k = ev.get("samples", s.get("eval_samples"))
+    by = f"averaging {k} sampled networks" if k and c.get("method") != "sgd" else "with its one network"
+    if r.regression:
+        rmse = ev.get("test_rmse_mc", s.get("test_rmse_mc"))
+        cov = ev.get("coverage_95", s.get("test_coverage_95"))
+        sd = ((c.get("preprocess") or {}).get("y") or {}).get("std")
+        how = (f"{held}: RMSE {_num(rmse)} in the target's units, {by} (the target's sd: {_num(sd)}); "
+               f"{_pct(cov)} of the true values inside their 95% interval.") if rmse is not None else ""
+    else:
+        err = ev.get("test_error_mc", s.get("test_error_mc", ev.get("test_error", s.get("test_error"))))
+        how = f"{held}: {_pct(err)} wrong, {_pct(1 - err)} right, {by}." if isinstance(err, int | float) else ""
+    return f'<p class="lead"><b>{E(r.name)}</b>: {E(what)} {E(how or "Not tested yet: see the next steps below.")}</p>'
+
+
+def _code(command: str) -> str:
+    """A command, broken only between its words."""
+    return "<code>" + " ".join(f"<span>{E(w)}</span>" for w in command.split(" ")) + "</code>"
+
+
+def _next_section(runs: Sequence[RunFiles]) -> str:
+    items = []
+    for r in runs:
+        for cmd, what in r.suggestions():
+            items.append(f"<li>{_code(cmd)}: {E(what)}</li>")
+    if not items:
+        return ""
+    return ("<h2>Next steps</h2><p class=caption>Commands that add what this page lacks, run where the run folders "
+            "are (each folder is named as in the column heads):</p><ul>" + "".join(items) + "</ul>")
+
+
+# --------------------------------------------------------------------------------------------
+# the sections of images, one column per run
+# --------------------------------------------------------------------------------------------
 
 
 def _side_by_side(runs: Sequence[RunFiles], cell: Callable[[RunFiles], str]) -> str:
@@ -251,8 +344,16 @@ def _side_by_side(runs: Sequence[RunFiles], cell: Callable[[RunFiles], str]) -> 
     return f'<div class="runs" style="grid-template-columns: repeat({len(runs)}, minmax(0, 1fr))">{cols}</div>'
 
 
-def _image_cell(r: RunFiles, name: str, alt: str, hint: str) -> str:
-    return _img(r.png(name), f"{alt} of {r.name}") or _missing(f"none yet: {hint} {r.dir}")
+def _to_do(r: RunFiles, command: str) -> str:
+    """``none yet: <command> <run>`` for a command that runs on ``r`` (else why the section is empty)."""
+    cmds = [c for c, _ in r.suggestions() if c.split()[1] == command]
+    if cmds:
+        return f'<p class="missing">none yet: {_code(cmds[0])} writes it</p>'
+    return _missing(f"none: {r.name} has no {command} output")
+
+
+def _image_cell(r: RunFiles, name: str, alt: str, command: str) -> str:
+    return _img(r.png(name), f"{alt} of {r.name}") or _to_do(r, command)
 
 
 def _learning(r: RunFiles) -> str:
@@ -260,29 +361,39 @@ def _learning(r: RunFiles) -> str:
         "no metrics.csv to draw (or matplotlib is not installed)")
 
 
+def _reliability(r: RunFiles) -> str:
+    if r.regression:
+        return _missing("a regression run has no classes to be confident in: see the 95% interval coverage above")
+    return _image_cell(r, "reliability.png", "reliability diagram", "evaluate")
+
+
 def _risk(r: RunFiles) -> str:
     ev = r.eval or {}
-    if r.regression and "aurc_sd" in ev:  # bbb evaluate of a regression run: numbers, no curve
+    if r.regression:
+        if "aurc_sd" not in ev:
+            return _to_do(r, "evaluate")
         return _table(["handing over by", "AURC (squared error)", "RMSE of the 90% kept"],
                       [["predictive sd", _num(ev.get("aurc_sd")), _num(ev.get("rmse_at_90_coverage"))]])
     sel = ev.get("selective")
-    img = _image_cell(r, "risk_coverage.png", "risk-coverage curve", "bbb evaluate")
+    img = _image_cell(r, "risk_coverage.png", "risk-coverage curve", "evaluate")
     if not sel:
         return img
     rows = [[E(k), _pct(sel[k].get("aurc")), _pct(sel[k].get("risk_at_90"))] for k in ("entropy", "mi") if k in sel]
     return img + _table(["handing over by", "AURC", "error at 90% kept"], rows) + (
-        f'<p class="missing">all kept: {_pct(sel.get("error"))}; least AURC of any ranking: '
+        f'<p class="missing">all kept: {_pct(sel.get("error"))} wrong; the least AURC any ranking reaches: '
         f'{_pct(sel.get("oracle_aurc"))}</p>')
 
 
 def _pruning(r: RunFiles) -> str:
+    if r.regression or r.config.get("method", "bbb") != "bbb":
+        return _missing("pruning by signal-to-noise needs a bbb classifier")
     out = ""
     if r.pruning:
         rows = [[_pct(_float(p.get("fraction_removed"))), E(str(p.get("weights_left", ""))),
                  _pct(_float(p.get("test_error")))] for p in r.pruning]
         out += _table(["removed", "weights left", "test error"], rows)
     else:
-        out += _missing(f"no pruning.csv: bbb prune {r.dir} (bbb runs)")
+        out += _to_do(r, "prune")
     snr = _img(r.png("snr.png"), f"signal-to-noise histogram of {r.name}")
     return out + (snr or "")
 
@@ -295,7 +406,9 @@ def _float(v: Any) -> float | None:
 
 
 def _ood(r: RunFiles) -> str:
-    img = _image_cell(r, "ood.png", "OOD scores", "bbb ood")
+    if r.kind != "image":
+        return _missing("out-of-distribution detection compares image sets (MNIST, Fashion-MNIST)")
+    img = _image_cell(r, "ood.png", "OOD scores", "ood")
     if not r.ood:
         return img
     scores = r.ood.get("scores") or {}
@@ -305,21 +418,38 @@ def _ood(r: RunFiles) -> str:
 
 
 def _uncertain(r: RunFiles) -> str:
-    img = _image_cell(r, "uncertain.png", "most uncertain inputs", "bbb uncertain")
+    if r.kind != "image":
+        return _missing("the grids of uncertain inputs are drawn for image runs")
+    img = _image_cell(r, "uncertain.png", "most uncertain inputs", "uncertain")
     if not r.uncertain:
         return img
     digits = r.uncertain.get("digits") or []
     n = {g: sum(1 for d in digits if d.get("group") == g) for g in ("uncertain", "confident_errors")}
-    return f"<p>{n['uncertain']} most disputed, {n['confident_errors']} most confident errors</p>" + img
+    k = r.uncertain.get("samples")
+    return (f"<p class=caption>{n['uncertain']} most disputed, {n['confident_errors']} most confident errors. "
+            f"Above each image: y, its true class; MI, how much the {E(str(k))} sampled networks disagree on it (H, "
+            "the entropy, for one network); then the two classes most of them voted for, each with its share of "
+            "the votes (5:30% = 30% of the networks voted 5).</p>" + img)
 
 
-SECTIONS: list[tuple[str, Callable[[RunFiles], str]]] = [
-    ("Learning curves", _learning),
-    ("Reliability", lambda r: _image_cell(r, "reliability.png", "reliability diagram", "bbb evaluate")),
-    ("Selective prediction: risk-coverage", _risk),
-    ("Pruning by signal-to-noise", _pruning),
-    ("Out-of-distribution detection", _ood),
-    ("Uncertain inputs", _uncertain),
+#: (heading, what it shows, the cell of a run, whether it can apply to a run)
+SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], bool]]] = [
+    ("Learning curves", "The validation error (RMSE for regression) and the training objective, epoch by epoch.",
+     _learning, lambda r: True),
+    ("Reliability", "Confidence against the share right, in bins of confidence: a calibrated model's bars reach "
+     "the diagonal; bars below it are overconfident. Left: the mean weights, right: the k-sample average.",
+     _reliability, lambda r: not r.regression),
+    ("Selective prediction: risk-coverage", "The error among the test inputs kept when the most uncertain are "
+     "handed over first (to a person, say): the further right, the more kept. AURC is the area under this curve.",
+     _risk, lambda r: True),
+    ("Pruning by signal-to-noise", "The test error after removing the weights whose mean is smallest against "
+     "their spread (|mean|/sd): how many weights the network needs.",
+     _pruning, lambda r: not r.regression and r.config.get("method", "bbb") == "bbb"),
+    ("Out-of-distribution detection", "How well each uncertainty score tells images of another data set from "
+     "the run's own test images (AUROC: 0.5 is chance, 1 perfect; AUPR: the same with the other set as positives).",
+     _ood, lambda r: r.kind == "image"),
+    ("Uncertain inputs", "The test images the sampled networks dispute most, and the errors made with the most "
+     "confidence.", _uncertain, lambda r: r.kind == "image"),
 ]
 
 
@@ -329,15 +459,16 @@ def report_html(run_dirs: Sequence[str | Path], title: str | None = None) -> str
         raise UserError("give at least one run directory")
     dirs = [Path(d) for d in run_dirs]
     runs = [read_run(d, n) for d, n in zip(dirs, _names(dirs))]
-    title = title or "bbb report: " + ", ".join(r.name for r in runs)
-    parts = [f"<h1>{E(title)}</h1>", "<h2>Configuration</h2>", _config_section(runs),
-             "<h2>Results</h2>", _results_section(runs)]
-    for heading, cell in SECTIONS:
-        parts += [f"<h2>{E(heading)}</h2>", _side_by_side(runs, cell)]
+    title = title or RT.page_title([(r.config, r.regression) for r in runs])
+    parts = [f"<h1>{E(title)}</h1>", *(_lead(r) for r in runs), "<h2>Results</h2>", _results_section(runs)]
+    for heading, caption, cell, applies in SECTIONS:
+        if any(applies(r) for r in runs):
+            parts += [f"<h2>{E(heading)}</h2>", f"<p class=caption>{E(caption)}</p>", _side_by_side(runs, cell)]
+    parts += ["<h2>Settings</h2>", _settings_section(runs), _next_section(runs)]
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{E(title)}</title><style>{STYLE}</style></head>\n<body>\n"
-            + "\n".join(parts) + "\n</body></html>\n")
+            + "\n".join(p for p in parts if p) + "\n</body></html>\n")
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | None = None) -> Path:
@@ -351,14 +482,17 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    describe(p, "One self-contained HTML page of one or more runs side by side: the configuration, the results, "
-                "the learning curves, reliability diagram, risk-coverage curve, pruning, OOD detection and "
-                "uncertain inputs of each run that has them (what bbb train, evaluate, prune, ood and uncertain "
-                "wrote there). Images are embedded: the file opens offline and can be sent as it is.",
+    describe(p, "One self-contained HTML page of one or more runs side by side, for the person it is sent to: "
+                "what was trained and how well, the results with what each metric means, the learning curves, "
+                "reliability diagram, risk-coverage curve, pruning, OOD detection and uncertain inputs of each run "
+                "that has them (what bbb train, evaluate, prune, ood and uncertain wrote there), the settings that "
+                "matter, and the commands that would add what is missing. Images are embedded and no local path "
+                "is shown: the file opens offline and can be sent as it is.",
              "bbb report runs/bbb400 runs/dropout1200 --out report.html")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by bbb train or bbb demo")
     add_out(p, shared_help("--out", " file FILE.html, or a folder for report.html"))
-    p.add_argument("--title", default=None, help="the page's title (default: bbb report: the runs' names)")
+    p.add_argument("--title", default=None, help="the page's title (default: the method(s) and the data, e.g. "
+                                                 "'Bayes by Backprop on customers.csv (classification, 600 rows)')")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -221,7 +221,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
         if len(idx) == 0:
             continue
         axes = sf.subplots(max(r, 1), cols, squeeze=False)
-        sf.subplots_adjust(top=1 - a / h, bottom=0.02)
+        sf.subplots_adjust(top=1 - (a + 0.4) / h, bottom=0.02)  # 0.4 in: the first row's two label lines
         for ax in axes.flat:
             ax.axis("off")
         for ax, i in zip(axes.flat, idx.tolist()):

@@ -3,11 +3,16 @@
 >>> import bbb
 >>> net = bbb.nn.BayesMLP(784, [400, 400], 10, prior=bbb.ScaleMixturePrior(0.25, 1.0, 0.0009))
 >>> elbo = bbb.ELBO(net, "categorical", num_batches=391, kl_weighting="blundell")
+>>> model = bbb.load_model("runs/bbb400")     # a trained run, with its preprocessing: raw inputs in
+
+Every subpackage is reachable after ``import bbb`` (``bbb.runs``, ``bbb.data``, ``bbb.elbo``...),
+imported on first use.
 """
 
 from __future__ import annotations
 
 import importlib as _importlib
+import importlib.util as _importlib_util
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
@@ -49,6 +54,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
         shared_samples,
     )
     from .nn.base import Estimator, RelativeSigma
+    # load_model: bbb.runs.trained.load_model, above the core layer, so never imported from here
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
@@ -69,6 +75,14 @@ _EXPORTS = {
     **dict.fromkeys(["BayesConv1d", "BayesConv2d", "BayesLinear", "BayesMLP",
                      "SampleRecorder", "forward_samples", "model_kl", "sampling", "shared_samples"],
                     "nn"),
+    # the one name from the runs layer (imported on first use, as the rest): the loaded run to predict with
+    "load_model": "runs.trained",
+}
+
+#: names a user may reach for that are not here -> what to use instead
+_INSTEAD = {
+    "load_run": "a trained run with its preprocessing (raw inputs in) is bbb.load_model(RUN); "
+                "bbb.runs.load_run(RUN) gives the bare network and its config",
 }
 
 
@@ -76,7 +90,12 @@ def __getattr__(name: str):
     """Import the public names on first use: ``import bbb`` (and so the ``bbb`` command, which
     sets its process environment before torch loads) does not import torch by itself."""
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'bbb' has no attribute {name!r}")
+        if not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
+            module = _importlib.import_module(f".{name}", __name__)  # a subpackage: bbb.runs, bbb.data...
+            globals()[name] = module
+            return module
+        hint = f": {_INSTEAD[name]}" if name in _INSTEAD else ""
+        raise AttributeError(f"module 'bbb' has no attribute {name!r}{hint}")
     where = _EXPORTS[name]
     value = (_importlib.import_module(f".{name}", __name__) if where is None
              else getattr(_importlib.import_module(f".{where}", __name__), name))
@@ -85,7 +104,10 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    import pkgutil
+
+    subpackages = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+    return sorted(set(globals()) | set(_EXPORTS) | subpackages)
 
 
 __version__ = "0.1.0"
@@ -130,6 +152,7 @@ __all__ = [
     "hf",
     "kl_divergence",
     "kl_weights",
+    "load_model",
     "model_kl",
     "nn",
     "prune",

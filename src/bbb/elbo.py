@@ -13,6 +13,9 @@ epoch add up to the full-data free energy.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, warn_n
 from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
 from .options import StrOption
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
 __all__ = [
     "KLWeighting",
     "kl_weights",
@@ -350,6 +354,7 @@ class ELBO(nn.Module):
         self.kl_weighting = kl_weighting
         self.num_batches = num_batches
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
+        self._warned_batch_index = False
 
     def kl_weight(self, batch_index: int) -> float:
         if not 0 <= batch_index < self.num_batches:
@@ -360,7 +365,7 @@ class ELBO(nn.Module):
         self,
         inputs: Inputs,
         y: Tensor | None = None,
-        batch_index: int = 0,
+        batch_index: int | None = None,
         kl_weight: float | Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> ELBOOutput:
@@ -368,6 +373,12 @@ class ELBO(nn.Module):
         ``kl_weight``: a number, or a one-element floating tensor, read where it lives (a training
         loop on a GPU keeps it on the device and updates it in place: no host sync, and a captured
         CUDA graph reads each batch's weight); a tensor's value is not checked (that would read it).
+
+        ``batch_index``: the minibatch's position in the epoch, 0 .. M-1 (``enumerate(loader)``).
+        Left out, minibatch 0's weight is used, which is right only when the M weights are equal
+        (``kl_weighting="uniform"``, or M = 1); otherwise (the default ``"blundell"`` puts half of
+        the KL on minibatch 0) every step would get the first minibatch's weight, so the ELBO warns
+        once: pass ``batch_index=i`` or ``kl_weight=``.
 
         ``inputs``: a tensor (``model(x)``), a tuple of arguments (``model(*x)``) or a mapping of
         keyword tensors (``model(**x)``). ``y``: the targets; None takes them from a mapping
@@ -405,8 +416,30 @@ class ELBO(nn.Module):
             if self.beta != 1.0:
                 weight = weight * self.beta
         else:
-            weight = self.beta * (self.kl_weight(batch_index) if kl_weight is None else float(kl_weight))
+            if kl_weight is None and batch_index is None:
+                self._warn_no_batch_index()
+            weight = self.beta * (self.kl_weight(batch_index or 0) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
+
+    def _warn_no_batch_index(self) -> None:
+        """Once per ELBO: no ``batch_index`` where the M minibatches' KL weights differ."""
+        w = self._weights
+        if self._warned_batch_index or max(w) == min(w):
+            return
+        self._warned_batch_index = True
+        kw = self.kl_weighting
+        name = kw.value if isinstance(kw, KLWeighting) else kw if isinstance(kw, str) else "custom"
+        level = 2
+        if not torch.compiler.is_compiling():  # point at the caller's line, past torch's Module.__call__
+            frame: types.FrameType | None = sys._getframe(1)
+            while frame is not None and (frame.f_code.co_filename == __file__
+                                         or frame.f_code.co_filename.startswith(_TORCH_DIR)):
+                level, frame = level + 1, frame.f_back
+        warnings.warn(f"ELBO: no batch_index given, so with kl_weighting={name!r} over num_batches="
+                      f"{self.num_batches} every minibatch gets minibatch 0's KL weight ({w[0]:.3g}; "
+                      f"{w[0] * self.num_batches:.3g}x the KL over an epoch, not 1x): pass batch_index=i, the "
+                      f"minibatch's position in the epoch (0..{self.num_batches - 1}: for i, (x, y) in "
+                      "enumerate(loader)), or kl_weighting='uniform'", UserWarning, stacklevel=level)
 
     def _check_trained(self, provider) -> None:
         """Under an optimiser that samples (:class:`~bbb.engine.Engine`): it must train our parameters."""

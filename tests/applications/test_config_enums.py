@@ -228,7 +228,7 @@ def test_the_committed_regression_summary_is_written_byte_for_byte(tmp_path):
     cfg = RegressionConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in summary["config"].items()})
     assert cfg.prior is PriorKind(summary["config"]["prior"])
     stored = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()
-              if k != "loggers"}  # (--log: not in summary.json)
+              if k not in ("loggers", "overwrite")}  # (--log, --overwrite: not in summary.json)
     assert _written(tmp_path, {**summary, "config": stored}) == text
     again = json.loads(json.dumps(stored))
     assert RegressionConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in again.items()}) == cfg

@@ -42,8 +42,8 @@ def test_regression_logs_each_network_each_epoch(tmp_path, capsys):
     # the standard network has no KL and no weight posteriors
     assert set(std.Tags()["scalars"]) == {"train/nll", "train/noise_sigma", "lr"} and not std.Tags()["histograms"]
     assert [e.step for e in std.Scalars("train/nll")] == list(range(1, 13))
-    # a rerun into the same folder replaces the curves, not doubles them
-    assert run_main(capsys, *REGRESSION, "--out", str(out), "--epochs", "3")[0] == 0
+    # a rerun into the same folder (--overwrite) replaces the curves, not doubles them
+    assert run_main(capsys, *REGRESSION, "--out", str(out), "--epochs", "3", "--overwrite")[0] == 0
     assert [e.step for e in accumulator(out / "tb" / "bbb").Scalars("train/nll")] == [1, 2, 3]
 
 

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
         elbo = bbb.ELBO(torch.compile(net, backend=backend) if compiled == "net" else net, "categorical", num_batches=4,
                         num_samples=k)
         engine = bbb.Engine(elbo, "adam", lr=1e-2, seed=0)
-        loss_of = lambda a, b: elbo(a, b).loss
+        loss_of = lambda a, b: elbo(a, b, batch_index=0).loss  # (one minibatch's weight, as every step here)
         fn = torch.compile(loss_of, backend=backend) if compiled == "loss" else loss_of
         breaks = None
         if compiled == "loss":

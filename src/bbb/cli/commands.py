@@ -75,11 +75,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                  "threads", "no_compile", "log")}
     loggers = loggers_of(args)
     out = Path(args.out)
-    if given.get("data_file"):  # the run must find its file from any folder (evaluate, predict, resume)
-        given["data_file"] = str(Path(given["data_file"]).expanduser().absolute())
     if args.resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt", mmap=True)
-        cfg = TrainConfig.from_dict({**ckpt["config"], **given})
+        cfg = TrainConfig.from_stored({**ckpt["config"], **given})
         restore_threads(args.threads, ckpt.get("threads"))  # absent in checkpoints of older bbb
     else:
         cfg = TrainConfig(**given)
@@ -115,7 +113,7 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
         ["test error (mean weights)", pct_text(s["test_error"])],
         [f"test error ({s['eval_samples']}-sample average)", pct_text(s["test_error_mc"])],
         ["validation error", pct_text(s["val_error"])],
-        ["test NLL / ECE / Brier", f"{s['test_nll']:.4f} / {s['test_ece']:.4f} / {s['test_brier']:.4f}"],
+        ["test NLL / ECE / Brier", f"{s['test_nll']:.4f} / {pct_text(s['test_ece'])} / {s['test_brier']:.4f}"],
         ["model", f"{s['model']} (epoch {s['best_epoch']} of {s['epochs']})"],
         ["training time", f"{s['seconds']:.1f} s"],
     ]
@@ -128,7 +126,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     try:
         with memory_errors(f"evaluating {args.run_dir}", "fewer --samples or another --device"):
             r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
-                             device=args.device)
+                             device=args.device, data_file=args.data_file)
     except ResultsNotSaved as e:
         print_eval(e.result, saved=False)
         raise not_saved(e) from None
@@ -220,6 +218,7 @@ def demo_command(args: argparse.Namespace) -> str:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .. import plots
+    from ..progress import plural
     from ..prune import signal_to_noise, snr_db
     from ..runs import (
         TrainConfig,
@@ -236,7 +235,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     cfg = TrainConfig(**{**DEMO_SETTINGS, "epochs": args.epochs, "seed": args.seed,
                          "device": args.device, "data_dir": args.data_dir})
     progress_log(args)(f"bbb demo: BBB 2x400, scale-mixture prior (pi={cfg.pi}, sigma1={cfg.sigma1}, "
-                       f"sigma2=e^-7), {cfg.epochs} epochs on MNIST (50k train / 10k validation) -> {out}")
+                       f"sigma2=e^-7), {plural(cfg.epochs, 'epoch')} on MNIST (50k train / 10k validation) -> {out}")
     loggers = loggers_of(args)
     data = runmodel.load_data(cfg)
     try:

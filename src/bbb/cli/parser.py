@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from .common import (
     Parser,
@@ -35,8 +35,10 @@ Example:
   bbb train --csv table.csv --target price --hidden 50 --epochs 40 --out runs/price
 
 The run directory gets config.json, metrics.csv (one row per epoch), summary.json,
-last.pt and best.pt (by validation error). A new run refuses a directory that holds a
+last.pt and best.pt (the best epoch by --select-by). A new run refuses a directory that holds a
 previous run's files unless --overwrite is given; --resume refuses one without last.pt.
+Your own data (--csv, --npz) has defaults of its own, sized for a table: a default shown as
+"X; --csv/--npz: Y" is X for MNIST and Y for your data (docs/defaults.md).
 While it trains, the run holds a lock (DIR/.lock, with its pid): a second bbb train on
 the same --out is refused."""
 
@@ -49,9 +51,12 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     from ..engine.engine import OptimizerKind
     from ..nn.base import Estimator
     from ..runs import TrainConfig
+    from ..runs.config import DATA_DEFAULTS, SELECT_BY
 
     defaults: dict[str, Any] = {f.name: f.default_factory() if callable(f.default_factory) else f.default
                                 for f in dataclasses.fields(TrainConfig)}
+    for name, value in DATA_DEFAULTS["image"].items():  # the defaults that depend on the data: both
+        defaults[name] = ByData(value, DATA_DEFAULTS["file"][name])
 
     g = p.add_argument_group("data")
     add_g = suppressed_adder(g, defaults)
@@ -124,6 +129,10 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "network"), type=int, metavar="K")
     g.add_argument("--test-each-epoch", dest="test_each_epoch", action="store_true",
                    default=argparse.SUPPRESS, help="also log the test error every epoch")
+    add_g("--select-by", "select_by", "what picks best.pt (which evaluate and predict use): nll, the epoch of the "
+          "lowest validation NLL of the mean weights (a continuous score: on a small validation set the error "
+          "moves in steps and an undertrained epoch can win it by luck), or error, the lowest validation error "
+          "(RMSE for regression; the paper's early stopping); ties go to the earlier epoch", choices=SELECT_BY)
     add_g("--checkpoint-every", "checkpoint_every", "write last.pt (with best.pt and metrics.csv) every N epochs, "
           "and at the end and when stopped; the epochs between are kept in memory (on a GPU a checkpoint "
           "can cost as much as an epoch)", type=int, metavar="N")
@@ -160,12 +169,23 @@ def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -
     add_g("--test-fraction", "test_fraction", "rows held out for the test set", type=float)
 
 
+class ByData(NamedTuple):
+    """A default that depends on the data (:data:`bbb.runs.config.DATA_DEFAULTS`): MNIST's and your own data's."""
+
+    image: Any
+    file: Any
+
+
 def suppressed_adder(group: Any, defaults: dict[str, Any]) -> Any:
-    """An add_argument for ``group`` whose default is SUPPRESS and whose help names the real default."""
+    """An add_argument for ``group`` whose default is SUPPRESS and whose help names the real default
+    (both where it depends on the data: :class:`ByData`)."""
 
     def add(flag: str, dest: str, help: str, show_default: bool = True, **kw: Any) -> None:
         if show_default:
-            help = f"{help} (default: {fmt_default(defaults.get(dest))})"
+            d = defaults.get(dest)
+            shown = (f"{fmt_default(d.image)}; --csv/--npz: {fmt_default(d.file)}" if isinstance(d, ByData)
+                     else fmt_default(d))
+            help = f"{help} (default: {shown})"
         group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help, **kw)
     return add
 
@@ -206,9 +226,12 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
                      "kept. Writes RUN_DIR/eval.json, reliability.png and risk_coverage.png.")
     p.epilog = "Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best"
     add_run_dir_arguments(p, "a directory written by bbb train", "best",
-                          "checkpoint: best (by validation error) or last")
+                          "checkpoint: best (the run's best epoch, by its --select-by) or last")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average (default: 10)"))
+    from .predict import add_moved_data
+
+    add_moved_data(p)
 
 
 def add_prune_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,20 +1,29 @@
 """Predict with uncertainty on new inputs of a trained run.
 
-INPUT is a CSV with the run's feature columns (its target column, if there, is reported beside
-the prediction), a .npy array or an .npz with an array x (and y, reported as the target), or a
-folder of PNG/JPEG images (for a run trained on 28x28 digits or clothes: converted to grey,
-resized to 28x28 and scaled as the training images were; needs Pillow, the ``images`` extra).
+INPUT is a CSV with the run's feature columns (its target column, if there, is carried along), a
+.npy array or an .npz with an array x (and y, reported as the target), or a folder of PNG/JPEG
+images (for a run trained on 28x28 digits or clothes: converted to grey, resized to 28x28 and
+scaled as the training images were; needs Pillow, the ``images`` extra).
 
-One row per input: the prediction; a classifier's probability of each class, the predictive
-entropy and the mutual information (nats; the epistemic part); a regressor's predictive mean,
-sd, 95% interval and the sd's epistemic and aleatoric parts, in the target's units. ``refer``
-is true where the uncertainty (a classifier's entropy, a regressor's sd) is above a threshold
-chosen on the run's validation set: the largest share of predictions kept whose error among
-the kept is at most ``--target-error`` (classification: the error rate; regression: the RMSE).
-The default target is half the error of all validation predictions: no one number suits every
-task (an easy table's error is near 0, a hard one's 30%), while halving the error is a trade-off
-that means the same on any; the threshold, the validation coverage it keeps and the error among
-the kept are printed, so a user sees what the referral costs and can set their own target.
+One row per input, in the input's order. First what joins it back to the input: a CSV's own
+columns (all of them, or ``--id COLUMN`` and the target column), an array's ``row`` (1 = the
+first) and ``target``, or an image's ``file``. Then the prediction; a classifier's probability
+of each class, the predictive entropy and the mutual information (nats; the epistemic part); a
+regressor's predictive mean, sd, 95% interval and the sd's epistemic and aleatoric parts, in the
+target's units. A CSV's ``warning`` names what the network never saw in a row: a category unseen
+in training is encoded as none of the known ones, the row predicted, flagged and referred
+(``--unseen error`` refuses the file instead).
+
+``refer`` is true where the uncertainty (a classifier's entropy, a regressor's sd) is above a
+threshold chosen on the run's validation set. The default keeps 80% of the validation
+predictions, the most certain (``--coverage C`` another share): a coverage is reachable on any
+task, while an error target is not where the noise is irreducible (no share of a noisy
+regression's predictions has an RMSE below the noise). ``--target-error E`` keeps instead the
+largest share whose error among the kept is at most E, with a warning where no share reaches
+it. The threshold, the validation coverage it keeps and the error among the kept are printed.
+
+``--out FILE`` refuses an existing file unless ``--overwrite`` is given, and never replaces the
+input, the run's data file or a file of the run directory; it is written atomically.
 """
 
 from __future__ import annotations
@@ -29,55 +38,122 @@ from ..errors import UserError
 from .common import add_device, add_quiet, add_seed, add_threads, add_which, shared_help
 
 EXAMPLE = ("bbb predict runs/price new_rows.csv --out predictions.csv --samples 20\n"
+           "  bbb predict runs/price new_rows.csv --id customer_id --coverage 0.9\n"
            "  bbb predict runs/bbb400 my_digits/ --target-error 0.01     # a folder of 28x28 PNGs")
+
+#: what ``--unseen`` does with a category of a CSV's text column that training never saw
+UNSEEN = ("flag", "error")
+
+
+def add_moved_data(p: argparse.ArgumentParser) -> None:
+    """``--csv FILE`` / ``--npz FILE``: where the file of a run on your own data is now (bbb
+    evaluate, bbb predict); its MD5 must be the run's."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--csv", dest="data_file", metavar="FILE", default=None,
+                   help="the run's training CSV where it is now, if it moved (its MD5 must be the run's: the same "
+                        "file; default: the path the run recorded)")
+    g.add_argument("--npz", dest="data_file", metavar="FILE", default=None,
+                   help="the same for a run trained on an .npz file")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
     p.add_argument("input", metavar="INPUT", help="a CSV file, a .npy/.npz array or a folder of PNG/JPEG images")
     p.add_argument("--out", metavar="FILE.csv", default=None,
-                   help="output file: the predictions as CSV (default: print them)")
+                   help="output file: the predictions as CSV (default: print them); an existing file is refused "
+                        "without --overwrite, the input always")
+    p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
+    p.add_argument("--id", dest="id_column", metavar="COLUMN", default=None,
+                   help="carry only this column of the input CSV (and its target column) to the output, to join "
+                        "the predictions back (default: carry every input column)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average (default: 10)"))
-    p.add_argument("--target-error", type=float, default=None, metavar="E",
-                   help="refer inputs so that the error among the kept validation predictions is at most E "
-                        "(classification: error rate, e.g. 0.01; regression: RMSE in the target's units; "
-                        "default: half the error of all validation predictions)")
+    rule = p.add_mutually_exclusive_group()
+    rule.add_argument("--coverage", type=float, default=None, metavar="C",
+                      help="refer all but the share C of the predictions, the most certain kept: the threshold keeps "
+                           "C of the validation predictions (default: 0.8; a share is reachable on any task, while "
+                           "an error target is not where the noise is irreducible)")
+    rule.add_argument("--target-error", type=float, default=None, metavar="E",
+                      help="instead, keep the largest share of the validation predictions whose error is at most E "
+                           "(classification: error rate, e.g. 0.01; regression: RMSE in the target's units); "
+                           "where the noise is irreducible no share may reach E: then every input is referred, "
+                           "with a warning")
     p.add_argument("--no-refer", action="store_true",
                    help="leave out the refer column (it needs the run's validation data)")
+    p.add_argument("--unseen", choices=UNSEEN, default="flag",
+                   help="a category of a CSV text column unseen in training: flag (predict the row with the "
+                        "category as none of the known ones, name it in the warning column, refer it) or error "
+                        "(refuse the file) (default: flag)")
     add_which(p, "best", "checkpoint: best (by validation error) or last")
     p.add_argument("--data-dir", default=None, metavar="DIR",
-                   help="data folder of the run's validation data (default: the run's)")
+                   help="data folder of an MNIST-like run's validation data (default: the run's)")
+    add_moved_data(p)
     add_device(p)
     add_seed(p, help="random seed of the Monte Carlo samples")
     add_threads(p)
     add_quiet(p, "the predictions")
 
 
-def _read_input(model: Any, path: Path) -> tuple[Any, list[tuple[str, str]], list[str] | None]:
-    """(network inputs, [(id column name, id)], targets as text or None) of INPUT."""
+class _Input:
+    """What INPUT gives: the encoded inputs ``x``, the columns that join the output back to it
+    (``columns``, one list of values per input in ``values``) and a CSV's ``warnings``, one text
+    per input ("" where none; None for other inputs); ``notes``: lines for stderr, printed once
+    the predictions are written."""
+
+    def __init__(self, x: Any, columns: list[str], values: list[list[str]],
+                 warnings: list[str] | None = None, notes: list[str] | None = None) -> None:
+        self.x, self.columns, self.values, self.warnings = x, columns, values, warnings
+        self.notes = notes or []
+
+
+def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
+    found: list[tuple[int, str, str]] = []
+    x, header, rows = model.encode_csv(path, unseen=found if unseen == "flag" else None)
+    target = model.preprocess.target
+    if id_column is None:
+        keep = list(range(len(header)))
+    elif id_column not in header:
+        raise UserError(f"--id {id_column}: {path} has no such column (its columns: {', '.join(header)[:300]})")
+    else:
+        keep = [header.index(id_column)] + ([header.index(target)] if target in header and target != id_column
+                                            else [])
+    warnings = [""] * len(rows)
+    for row, column, value in found:
+        text = f"category {value[:40]!r} of column {column!r} unseen in training"
+        warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
+    notes = []
+    if found:
+        rows_text = ", ".join(str(r) for r in sorted({r for r, _, _ in found})[:5])
+        n = len({r for r, _, _ in found})
+        first = found[0]
+        notes.append(f"bbb predict: warning: {n} row(s) of {path} have a category unseen in training (row {rows_text}"
+              f"{', ...' if n > 5 else ''}; first: {first[2][:40]!r} in column {first[1]!r}): predicted with it as "
+              f"none of the known categories, named in the warning column{' and referred' if refer else ''} "
+              "(--unseen error refuses the file instead)")
+    return _Input(x, [header[j] for j in keep], [[r[j] for j in keep] for r in rows], warnings, notes)
+
+
+def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
     import numpy as np
 
     from ..data.images import load_image_folder
 
+    if id_column is not None and not (path.is_file() and path.suffix.lower() == ".csv"):
+        raise UserError(f"--id names a column of a CSV input; {path} is not a .csv file")
     if path.is_dir():
         if model.preprocess.kind != "image":
             raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on "
                             f"{model.preprocess.trained_on()}")
         h, w = model.preprocess.feature_shape[-2:]
         names, pixels, others = load_image_folder(path, (h, w))
-        if others:
-            print(f"bbb predict: note: {len(others)} file(s) in {path} are not .png/.jpg/.jpeg and were not read "
-                  f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})", file=sys.stderr)
-        return model.encode(pixels), [("file", n) for n in names], None
+        notes = [f"bbb predict: note: {len(others)} file(s) in {path} are not .png/.jpg/.jpeg and were not read "
+                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"] if others else []
+        return _Input(model.encode(pixels), ["file"], [[n] for n in names], notes=notes)
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        x, header, rows = model.encode_csv(path)
-        target = model.preprocess.target
-        ys = [r[header.index(target)] for r in rows] if target is not None and target in header else None
-        return x, [("row", str(i)) for i in range(1, len(rows) + 1)], ys
+        return _read_csv_input(model, path, id_column, unseen, refer)
     if suffix in (".npy", ".npz"):
         try:
             if suffix == ".npy":
@@ -91,13 +167,60 @@ def _read_input(model: Any, path: Path) -> tuple[Any, list[tuple[str, str]], lis
             raise UserError(f"{path}: no array 'x' (found: {', '.join(arrays) or 'none'})")
         x = model.encode(arrays["x"])
         y = arrays.get("y")
-        ys = None if y is None else [str(v) for v in np.asarray(y).reshape(len(y), -1)[:, 0].tolist()]
-        return x, [("row", str(i)) for i in range(1, x.shape[0] + 1)], ys
+        rows = [[str(i)] for i in range(1, x.shape[0] + 1)]
+        if y is None:
+            return _Input(x, ["row"], rows)
+        ys = [str(v) for v in np.asarray(y).reshape(len(y), -1)[:, 0].tolist()]
+        return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)])
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
+
+
+def check_out(out: Path, overwrite: bool, input_path: Path, run_dir: Path, data_file: str | None) -> None:
+    """Refuse an ``--out`` that would lose a file: the input, the run's data file or a file of the
+    run directory (even with ``--overwrite``), a folder, or any existing file without
+    ``--overwrite``. Checked before anything is computed."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; give a file name, e.g. {out / 'predictions.csv'}")
+    if _same(out, input_path):
+        raise UserError(f"--out {out} is the input {input_path}; give another file (--overwrite never replaces "
+                        "the input)")
+    if data_file is not None and _same(out, Path(data_file)):
+        raise UserError(f"--out {out} is the file the run was trained on; give another file")
+    if out.exists() and run_dir.resolve() in out.resolve().parents:
+        raise UserError(f"--out {out} is a file of the run directory {run_dir}; give a file outside it")
+    if out.exists() and not overwrite:
+        raise UserError(f"--out {out} exists; give --overwrite to replace it, or another file")
 
 
 def _fmt(v: float) -> str:
     return f"{v:.6g}"
+
+
+def _referral_text(referral: Any, task: str, n_ref: int, n: int) -> str:
+    unit = "RMSE" if task == "regression" else "error"
+    rule = (f"{referral.score} above {referral.threshold:.4g}" if math.isfinite(referral.threshold)
+            else "the threshold keeps none")
+    if referral.target_coverage is not None:
+        how = (f"to keep {100 * referral.target_coverage:g}% of them, the most certain "
+               f"({'the default; --coverage C or --target-error E to change' if referral.default else '--coverage'})")
+    else:
+        how = f"for {unit} <= {referral.target_error:.4g} among the kept (--target-error)"
+    kept = (f"it keeps {100 * referral.coverage:.1f}% of them with {unit} {referral.kept_error:.4g}"
+            if referral.coverage > 0 else "it keeps none")
+    text = (f"bbb predict: refer {n_ref} of {n} inputs ({rule}); chosen on the run's {referral.n} validation inputs "
+            f"{how}: {kept} (all of them: {unit} {referral.full_error:.4g})")
+    if referral.coverage == 0:
+        text += (f"\nbbb predict: warning: no share of the validation predictions reaches {unit} <= "
+                 f"{referral.target_error if referral.target_error is not None else 0:.4g} (the noise may be "
+                 "irreducible), so every input is referred; give a larger --target-error, or --coverage C")
+    return text
 
 
 def main(args: argparse.Namespace) -> int:
@@ -105,37 +228,55 @@ def main(args: argparse.Namespace) -> int:
 
     from ..devices import resolve_device
     from ..io import atomic_write_text, csv_text
+    from ..runs.model import point_data
     from ..runs.trained import load_model, refer_threshold, uncertainty_scores
 
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     if args.target_error is not None and not (math.isfinite(args.target_error) and args.target_error >= 0):
         raise UserError(f"--target-error must be a number >= 0, got {args.target_error}")
+    if args.coverage is not None and not (math.isfinite(args.coverage) and 0 < args.coverage <= 1):
+        raise UserError(f"--coverage must be a share in (0, 1], e.g. 0.8, got {args.coverage}")
+    if args.no_refer:
+        unused = [f for f, v in (("--coverage", args.coverage), ("--target-error", args.target_error),
+                                 ("--data-dir", args.data_dir), ("--csv/--npz", args.data_file)) if v is not None]
+        if unused:
+            raise UserError(f"{unused[0]} serves the refer column, which --no-refer leaves out: give one of the two")
     model = load_model(args.run_dir, args.which, resolve_device(args.device))
-    x, ids, ys = _read_input(model, Path(args.input))
+    if not args.no_refer:  # a --data-dir or --csv/--npz that does not fit the run: refused before any work
+        point_data(model.config, args.data_dir, args.data_file)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_out(out, args.overwrite, Path(args.input), Path(args.run_dir), model.config.data_file)
+    got = _read_input(model, Path(args.input), args.id_column, args.unseen, not args.no_refer)
     with torch.no_grad():
-        s = uncertainty_scores(model, model.sample_outputs(x, args.samples, args.seed))
+        s = uncertainty_scores(model, model.sample_outputs(got.x, args.samples, args.seed))
         referral = None
         if not args.no_refer:
             try:
-                referral = refer_threshold(model, args.target_error, args.samples, args.seed, args.data_dir)
+                referral = refer_threshold(model, args.target_error, args.samples, args.seed, args.data_dir,
+                                           coverage=args.coverage, data_file=args.data_file)
             except UserError as e:  # the run's data moved, say: the predictions need not wait for it
                 raise UserError(f"{e} (the refer column needs the run's validation data; --no-refer leaves it "
                                 "out)") from None
-    columns = [ids[0][0]] + (["target"] if ys is not None else []) + ["prediction"]
-    rows: list[dict[str, Any]] = []
+    columns = list(got.columns) + ["prediction"]
     score = s["score"].cpu()
     if model.task == "regression":
         columns += ["sd", "lower_95", "upper_95", "epistemic_sd", "aleatoric_sd"]
     else:
         labels = model.classes or []
         columns += [f"p_{c}" for c in labels] + ["entropy", "mutual_information"]
+    if got.warnings is not None:
+        columns.append("warning")
     if referral is not None:
         columns.append("refer")
-    for i, (key, ident) in enumerate(ids):
-        row: dict[str, Any] = {key: ident}
-        if ys is not None:
-            row["target"] = ys[i]
+    clash = [c for c in got.columns if c in columns[len(got.columns):]]
+    if clash:
+        raise UserError(f"{args.input}: its column {clash[0]!r} has the name of an output column; rename it, or "
+                        "give --id COLUMN to carry one column")
+    rows: list[dict[str, Any]] = []
+    for i, values in enumerate(got.values):
+        row: dict[str, Any] = dict(zip(got.columns, values))
         if model.task == "regression":
             row["prediction"] = _fmt(float(s["mean"][i]))
             for c, k in (("sd", "sd"), ("lower_95", "lower"), ("upper_95", "upper"),
@@ -147,25 +288,23 @@ def main(args: argparse.Namespace) -> int:
                 row[f"p_{c}"] = _fmt(float(s["probs"][i, j]))
             row["entropy"] = _fmt(float(s["entropy"][i]))
             row["mutual_information"] = _fmt(float(s["mutual_information"][i]))
-        if referral is not None:
-            row["refer"] = "true" if float(score[i]) > referral.threshold else "false"
+        if got.warnings is not None:
+            row["warning"] = got.warnings[i]
+        if referral is not None:  # an input unlike any seen in training is handed over whatever its score
+            unseen = got.warnings is not None and got.warnings[i] != ""
+            row["refer"] = "true" if unseen or float(score[i]) > referral.threshold else "false"
         rows.append(row)
     text = csv_text(columns, rows, value=lambda v: "" if v is None else v)
-    if args.out:
-        atomic_write_text(Path(args.out), text)
+    if out is not None:
+        atomic_write_text(out, text)
     else:
         sys.stdout.write(text)
+        sys.stdout.flush()
+    for note in got.notes:
+        print(note, file=sys.stderr)
     if referral is not None:
-        unit = "RMSE" if model.task == "regression" else "error"
-        said = "the default: half the error of all" if referral.default else "--target-error"
-        n_ref = sum(r["refer"] == "true" for r in rows)
-        rule = (f"{referral.score} above {referral.threshold:.4g}" if math.isfinite(referral.threshold)
-                else "no share of the validation predictions meets the target")
-        kept = (f"it keeps {100 * referral.coverage:.1f}% of them with {unit} {referral.kept_error:.4g}"
-                if referral.coverage > 0 else "it keeps none")
-        print(f"bbb predict: refer {n_ref} of {len(rows)} inputs ({rule}); chosen on the run's {referral.n} "
-              f"validation inputs for {unit} <= {referral.target_error:.4g} among the kept ({said}, "
-              f"{referral.full_error:.4g}): {kept}", file=sys.stderr)
-    if args.out and not args.quiet:
-        print(f"wrote {args.out} ({len(rows)} rows)", file=sys.stderr)
+        print(_referral_text(referral, model.task, sum(r["refer"] == "true" for r in rows), len(rows)),
+              file=sys.stderr)
+    if out is not None and not args.quiet:
+        print(f"wrote {out} ({len(rows)} rows)", file=sys.stderr)
     return 0

@@ -6,6 +6,8 @@ preprocessing that turns new raw inputs into what the trained network takes.
 split (``train_x`` ... ``test_y``) together with a :class:`Preprocess`, the record of what was
 done to the inputs, kept in the run so that new inputs get the same treatment:
 
+* a CSV's cells are separated by commas, or by semicolons or tabs where its first line has no
+  comma (:func:`read_csv`; a decimal comma in such a file is a one-line error);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
   one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
   else a one-line error naming the column: an identifier or free text is no feature);
@@ -34,6 +36,7 @@ import csv
 import hashlib
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,13 +49,16 @@ from torch import Tensor
 from ..errors import DataError, UserError
 from .tabular import Standardizer
 
-__all__ = ["MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv"]
+__all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv"]
 
 #: the most categories a text column may have to be one-hot encoded
 MAX_CATEGORIES = 100
 #: cell texts (lower case) that mean "missing"; an empty cell is missing too
 MISSING = frozenset({"na", "n/a", "nan", "null", "none"})
 TASKS = ("classification", "regression")
+#: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
+DELIMITERS = (",", ";", "\t")
+_DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")
 
 
 def _number(text: str) -> float | None:
@@ -67,15 +73,44 @@ def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
 
+def _delimiter(first: str) -> str:
+    """The cell separator of a CSV whose first line is ``first``: a comma, unless that line has
+    none but has semicolons or tabs (a spreadsheet's export in a locale with decimal commas)."""
+    if "," in first:
+        return ","
+    counts = {d: first.count(d) for d in DELIMITERS[1:]}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list[list[str]]) -> None:
+    """A file separated by ``;`` or tabs may write numbers with a decimal comma (``3,5``): read as
+    text they would be one-hot categories, silently wrong; a one-line error instead."""
+    if delimiter == ",":
+        return
+    for i, row in enumerate(rows, start=1):
+        for name, cell in zip(header, row):
+            if _DECIMAL_COMMA.fullmatch(cell):
+                raise DataError(f"{p}: row {i}, column {name!r}: {cell!r} has a decimal comma; bbb reads numbers "
+                                f"with a decimal point: convert the file first (e.g. pandas.read_csv(FILE, "
+                                f"sep={delimiter!r}, decimal=',').to_csv(NEW, index=False))")
+
+
 def read_csv(path: str | os.PathLike[str]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of a CSV file, every row as long as the header; cells stripped.
 
-    A file that cannot be read, has no header or no rows, a repeated column name, or a row of
-    another length is a one-line :class:`DataError` naming the file (and the row)."""
+    The cells are separated by commas, or by semicolons or tabs where the first line has no
+    comma but has those (:data:`DELIMITERS`); such a file with a decimal comma in a number
+    (``3,5``) is a one-line error. A file that cannot be read, has no header or no rows, a
+    repeated column name, or a row of another length is a one-line :class:`DataError` naming
+    the file (and the row)."""
     p = Path(path)
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
-            lines = list(csv.reader(f))
+            first = f.readline()
+            f.seek(0)
+            delimiter = _delimiter(first)
+            lines = list(csv.reader(f, delimiter=delimiter))
     except FileNotFoundError:
         raise DataError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
@@ -96,6 +131,7 @@ def read_csv(path: str | os.PathLike[str]) -> tuple[list[str], list[list[str]]]:
         rows.append([c.strip() for c in row])
     if not rows:
         raise DataError(f"{p}: a header row but no rows of data")
+    _check_decimal_commas(p, delimiter, header, rows)
     return header, rows
 
 
@@ -131,10 +167,13 @@ class Preprocess:
     source: dict[str, Any] = field(default_factory=dict)
 
     # -- new inputs ----------------------------------------------------------------------------
-    def encode_table(self, header: Sequence[str], rows: Sequence[Sequence[str]], where: str = "input") -> Tensor:
+    def encode_table(self, header: Sequence[str], rows: Sequence[Sequence[str]], where: str = "input",
+                     unseen: list[tuple[int, str, str]] | None = None) -> Tensor:
         """CSV rows (cells by ``header``'s column names) -> the network's (N, D) float32 inputs.
         Every training feature column must be there (others, like the target, are ignored); a
-        missing value or an unseen category is a one-line error naming row and column."""
+        missing value or an unseen category is a one-line error naming row and column. Given a
+        list ``unseen``, an unseen category is instead encoded as none of the known ones (its
+        one-hot all zeros) and ``(row, column, value)`` appended to the list (row 1 = the first)."""
         if self.kind != "table":
             raise UserError(f"{where}: this run was trained on {self.trained_on()}, not on a CSV table")
         index = {h: j for j, h in enumerate(header)}
@@ -164,6 +203,9 @@ class Preprocess:
                 cats = {c: k for k, c in enumerate(col["categories"])}
                 onehot = np.zeros((n, len(cats)))
                 for i, cell in enumerate(cells):
+                    if cell not in cats and unseen is not None:
+                        unseen.append((i + 1, col["name"], cell))
+                        continue
                     if cell not in cats:
                         raise UserError(f"{where}: row {i + 1}, column {col['name']!r}: the category {cell[:40]!r} "
                                         f"was not seen in training (known: {', '.join(col['categories'][:10])}"
@@ -189,8 +231,9 @@ class Preprocess:
         shape = tuple(self.feature_shape) if self.feature_shape else (d,)
         ok = tuple(t.shape[1:]) in {shape, (d,)} or (self.kind == "image" and tuple(t.shape[1:]) == shape[-2:])
         if not ok:
+            alt = "" if shape == (d,) else f" or (N, {d})"
             raise UserError(f"{where}: inputs of shape {tuple(t.shape)} do not fit this run's inputs (N, "
-                            f"{', '.join(map(str, shape))}) or (N, {d})")
+                            f"{', '.join(map(str, shape))}){alt}")
         if self.kind == "table" and any(c["kind"] != "numeric" for c in self.columns):
             raise UserError(f"{where}: this run one-hot encodes text columns; give a CSV with the column names "
                             "instead of an array")

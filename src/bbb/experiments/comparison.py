@@ -5,7 +5,9 @@ in ``summary.json``) and ``bbb ood`` (``ood.json``) wrote in each run directory 
 ``NAME.csv`` and its markdown twin ``NAME.md``, one row per run. Percentages (test error, ECE) are
 in percent; NLL in nats per example; Brier is the mean squared error of the probability
 vector (0-2). Metrics are those of the k-sample predictive distribution (BBB: weight samples,
-dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it.
+dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it. ``hidden`` is
+the whole architecture (:func:`architecture`: ``2x400``, ``1x400``, ``400-200``), and "Who wins"
+compares BBB only with the runs of its own architecture and dataset.
 """
 
 from __future__ import annotations
@@ -21,21 +23,35 @@ from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_text
 
-__all__ = ["COLUMNS", "REFERENCES", "collect", "comparison_rows", "write_comparison", "add_arguments", "main"]
+__all__ = ["COLUMNS", "REFERENCES", "add_arguments", "architecture", "collect", "comparison_rows", "main",
+           "write_comparison"]
 
 EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
-           "--out results/uncertainty --name comparison")
+           "--out runs/comparison --name comparison")
 
 #: The CSV's columns, in order (the comparison's metrics first, then context).
 COLUMNS = ("method", "hidden", "dataset", "test_error", "nll", "ece", "brier", "auroc_entropy", "auroc_mi",
            "auroc_max_prob", "aupr_entropy", "aupr_mi", "test_error_mean_weights", "reference_test_error",
            "samples", "epochs", "seconds", "run", "metrics_from")
 
-#: Published numbers to print beside ours: name -> (dataset, method, {hidden: test error %}, source).
-REFERENCES: dict[str, tuple[str, str, dict[int, float], str]] = {
-    "fashion-seminar": ("fashion-mnist", "bbb", {200: 12.63, 400: 13.2, 800: 12.81},
+#: Published numbers to print beside ours: name -> (dataset, method, {architecture: test error %}, source);
+#: the architecture as :func:`architecture` writes it ("2x400": two hidden layers of 400 units).
+REFERENCES: dict[str, tuple[str, str, dict[str, float], str]] = {
+    "fashion-seminar": ("fashion-mnist", "bbb", {"2x200": 12.63, "2x400": 13.2, "2x800": 12.81},
                         "the seminar notebook's BBB on Fashion-MNIST, 10 epochs"),
 }
+
+
+def architecture(hidden: Sequence[int] | None) -> str | None:
+    """The hidden layers as one label: ``[400, 400]`` -> ``"2x400"``, ``[400]`` -> ``"1x400"``,
+    ``[400, 200]`` -> ``"400-200"``; None for no hidden layer recorded. Runs are compared only
+    with runs of the same label (the whole architecture, not its first width)."""
+    if not hidden:
+        return None
+    widths = [int(h) for h in hidden]
+    if len(set(widths)) == 1:
+        return f"{len(widths)}x{widths[0]}"
+    return "-".join(map(str, widths))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -78,7 +94,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     hidden = cfg.get("hidden") or summary.get("hidden") or []
     return {
         "method": ev.get("method") or cfg.get("method"),
-        "hidden": int(hidden[0]) if hidden else None,
+        "hidden": architecture(hidden),
         "dataset": ev.get("dataset") or cfg.get("dataset"),
         "test_error": 100.0 * ev["test_error_mc"],
         "nll": ev["nll"],
@@ -130,19 +146,42 @@ def _md_cell(text: str) -> str:
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
-    """Plain statements of who wins, computed from the rows (never asserted in advance)."""
+    """Plain statements of who wins, computed from the rows (never asserted in advance). BBB is
+    compared with the SGD and dropout runs of its own architecture and dataset; where one of
+    these has two runs or more, the verdict names them instead of picking one."""
     out = []
-    by = {(r["method"], r["hidden"]): r for r in rows}
-    for (method, hidden), r in sorted(by.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0])):
-        if method != "bbb":
+    datasets = {r["dataset"] for r in rows}
+    groups: dict[tuple[Any, Any], dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        groups.setdefault((r["dataset"], r["hidden"]), {}).setdefault(r["method"], []).append(r)
+
+    def order(key: tuple[Any, Any]) -> tuple[str, list[int]]:
+        dataset, arch = key
+        if not arch:
+            return str(dataset), []
+        n, x, w = arch.partition("x")
+        return str(dataset), [int(w)] * int(n) if x else [int(v) for v in arch.split("-")]
+
+    for key in sorted(groups, key=order):
+        dataset, hidden = key
+        by = groups[key]
+        if "bbb" not in by:
             continue
-        sgd, drop = by.get(("sgd", hidden)), by.get(("dropout", hidden))
+        where = f"{hidden or 'no hidden layer'}" + (f" on {dataset}" if len(datasets) > 1 else "")
+        several = [m for m in ("bbb", "sgd", "dropout") if len(by.get(m, [])) > 1]
+        if several:
+            runs = ", ".join(r["run"] for m in several for r in by[m])
+            out.append(f"{where}: no verdict: several {' and '.join(several)} runs ({runs}); give one run per "
+                       "method and architecture")
+            continue
+        r = by["bbb"][0]
+        sgd, drop = (by[m][0] if m in by else None for m in ("sgd", "dropout"))
         if sgd is not None:
             word = "lower" if r["ece"] < sgd["ece"] else "NOT lower"
-            out.append(f"2x{hidden}: BBB's ECE ({r['ece']:.2f}%) is {word} than SGD's ({sgd['ece']:.2f}%).")
+            out.append(f"{where}: BBB's ECE ({r['ece']:.2f}%) is {word} than SGD's ({sgd['ece']:.2f}%).")
         if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
             word = "higher" if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher"
-            out.append(f"2x{hidden}: BBB's OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
+            out.append(f"{where}: BBB's OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
                        f"than MC dropout's ({drop['auroc_mi']:.4f}).")
         for name, label in (("test_error", "test error"), ("nll", "NLL"), ("brier", "Brier score"),
                             ("auroc_entropy", "OOD AUROC by entropy")):
@@ -153,11 +192,11 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
             best_other = max(others, key=lambda o: o[name]) if name.startswith("auroc") else \
                 min(others, key=lambda o: o[name])
             word = "best" if better(r[name], best_other[name]) else f"not the best ({best_other['method']} wins)"
-            out.append(f"2x{hidden}: BBB's {label} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
+            out.append(f"{where}: BBB's {label} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
                        f"{_fmt(best_other[name], _DIGITS.get(name, 2))}.")
         if r["reference_test_error"] is not None:
             word = "beats" if r["test_error"] < r["reference_test_error"] else "does NOT beat"
-            out.append(f"2x{hidden}: our {r['test_error']:.2f}% {word} the reference {r['reference_test_error']:.2f}%.")
+            out.append(f"{where}: our {r['test_error']:.2f}% {word} the reference {r['reference_test_error']:.2f}%.")
     return out
 
 

@@ -392,7 +392,7 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
         "seconds_bbb": round(t_bbb, 2), "seconds_standard": round(t_std, 2),
         "seconds": round(time.perf_counter() - t_start, 2),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()
-                   if k != "loggers"},  # (how it was watched, not what it computed)
+                   if k not in ("loggers", "overwrite")},  # (how it was watched or written, not what it computed)
         "torch": torch.__version__, "python": platform.python_version(),
         "torch_threads": cfg.threads,
     })

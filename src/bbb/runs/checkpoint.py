@@ -7,7 +7,7 @@ A run directory (docs/design.md)::
     metrics.csv    one row per epoch: :data:`METRIC_COLUMNS`
     summary.json   final test/validation error (mean weights and k-sample average), timings
     last.pt        checkpoint of the last completed epoch (written atomically every epoch)
-    best.pt        checkpoint of the epoch with the lowest validation error
+    best.pt        checkpoint of the best epoch: the lowest validation NLL or error (``select_by``)
 
 ``last.pt`` is the run's one commit point: it carries the metrics history and the best epoch so
 far. ``best.pt`` and ``metrics.csv`` are derived from it and written after it, so a process killed
@@ -34,11 +34,14 @@ from ..options import Checkpoint, choice
 from .config import TrainConfig
 from .model import build_model
 
-__all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "committed_checkpoint", "load_checkpoint",
-           "load_run", "metrics_text", "model_from_checkpoint", "read_metrics", "repair_derived", "run_dir_of"]
+__all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "committed_checkpoint", "improves",
+           "load_checkpoint", "load_run", "metrics_text", "model_from_checkpoint", "read_metrics", "repair_derived",
+           "run_dir_of"]
 
 CHECKPOINT_FORMAT = 1
-METRIC_COLUMNS = ("epoch", "seconds", "train_loss", "nll", "kl", "val_error", "test_error")
+METRIC_COLUMNS = ("epoch", "seconds", "train_loss", "nll", "kl", "val_error", "test_error", "val_nll")
+#: the columns of the metrics.csv an older bbb wrote (before ``val_nll``); still read
+_COLUMNS_BEFORE_VAL_NLL = METRIC_COLUMNS[:7]
 PRUNING_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",
                    "test_error")
 
@@ -75,7 +78,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
 
 def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, TrainConfig]:
     try:
-        cfg = TrainConfig.from_dict(ckpt["config"])
+        cfg = TrainConfig.from_stored(ckpt["config"])
     except UserError as e:
         raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from None
     info = ckpt["model_info"]
@@ -140,9 +143,10 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     return model.to(device).eval(), cfg
 
 
-def metrics_text(rows: list[dict[str, Any]]) -> str:
-    """``metrics.csv`` of these history rows, byte for byte as the run writes it."""
-    return csv_text(METRIC_COLUMNS, rows)
+def metrics_text(rows: list[dict[str, Any]], columns: tuple[str, ...] = METRIC_COLUMNS) -> str:
+    """``metrics.csv`` of these history rows, byte for byte as the run writes it (``columns``:
+    those of an older bbb's file, to compare it)."""
+    return csv_text(columns, rows)
 
 
 def _metric_value(column: str, text: str | None) -> Any:
@@ -153,15 +157,17 @@ def _metric_value(column: str, text: str | None) -> Any:
 
 def _parse_metrics(path: Path, text: str) -> list[dict[str, Any]]:
     lines = list(csv.reader(io.StringIO(text)))
-    if not lines or tuple(lines[0]) != METRIC_COLUMNS:
+    if not lines or tuple(lines[0]) not in (METRIC_COLUMNS, _COLUMNS_BEFORE_VAL_NLL):
         got = ",".join(lines[0]) if lines else "nothing"
         raise CheckpointError(f"{path} is damaged: its header is {got[:120]!r}, not {','.join(METRIC_COLUMNS)}")
+    columns = tuple(lines[0])
     rows = []
     for n, cells in enumerate(lines[1:], start=1):
         try:
-            if len(cells) != len(METRIC_COLUMNS):
+            if len(cells) != len(columns):
                 raise ValueError(f"{len(cells)} cells")
-            row = {c: _metric_value(c, v) for c, v in zip(METRIC_COLUMNS, cells)}
+            row = {c: _metric_value(c, v) for c, v in zip(columns, cells)}
+            row.setdefault("val_nll", None)
             if row["epoch"] != n:
                 raise ValueError(f"epoch {row['epoch']}")
         except ValueError as e:
@@ -173,7 +179,8 @@ def _parse_metrics(path: Path, text: str) -> list[dict[str, Any]]:
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of ``metrics.csv`` as dicts of floats (None for empty cells), checked.
 
-    The file must have the columns :data:`METRIC_COLUMNS` and one row per epoch. Where
+    The file must have the columns :data:`METRIC_COLUMNS` (or those before ``val_nll``, an
+    older bbb's: ``val_nll`` is None then) and one row per epoch. Where
     ``last.pt`` can be read, the file must be its metrics history byte for byte, or a prefix of
     it (a process killed, or a reader, between the two writes; or no file yet): then the history
     in ``last.pt`` is returned. A damaged file is a one-line :class:`CheckpointError` naming it.
@@ -187,6 +194,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} cannot be read ({e})") from None
     rows = _parse_metrics(path, text) if text is not None else []
+    columns = METRIC_COLUMNS if text is None or text.startswith(",".join(METRIC_COLUMNS)) else _COLUMNS_BEFORE_VAL_NLL
     try:  # read after metrics.csv: the trainer writes last.pt first, so it is never behind the file
         history = load_checkpoint(d / "last.pt", mmap=True).get("metrics") if (d / "last.pt").is_file() else None
     except CheckpointError:
@@ -196,11 +204,21 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
             raise CheckpointError(f"{path} not found")
         return rows
     history = [{c: r.get(c) for c in METRIC_COLUMNS} for r in history]
-    if text is not None and text != metrics_text(history[:len(rows)]):
+    if text is not None and text != metrics_text(history[:len(rows)], columns):
         raise CheckpointError(f"{path} is damaged: it does not match the {len(history)}-epoch history in "
                               f"{d / 'last.pt'}; 'bbb train --resume --out {d}' rewrites it")
     return [{c: None if r[c] is None else (int(r[c]) if c == "epoch" else float(r[c])) for c in METRIC_COLUMNS}
             for r in history]
+
+
+def improves(select_by: str, row: dict[str, Any], best: dict[str, Any]) -> bool:
+    """Whether the epoch of metrics ``row`` becomes the best so far (``best``, the record a
+    checkpoint carries): a strictly lower validation NLL (``select_by="nll"``) or error
+    (``"error"``), so ties go to the earlier epoch; every epoch without validation data; the
+    first epoch after a record without that number (a run resumed from an older bbb's)."""
+    key = "val_nll" if select_by == "nll" else "val_error"
+    now, was = row.get(key), best.get(key)
+    return now is None or was is None or now < was
 
 
 def repair_derived(out: Path, ckpt: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
@@ -214,18 +232,20 @@ def repair_derived(out: Path, ckpt: dict[str, Any], log: Callable[[str], None]) 
     """
     last_path, best_path = out / "last.pt", out / "best.pt"
     epoch = int(ckpt["epoch"])
-    best = dict(ckpt.get("best") or {"epoch": 0, "val_error": None})
+    best = dict(ckpt.get("best") or {"epoch": 0, "val_error": None, "val_nll": None})
     want = best.get("epoch")
     held = load_checkpoint(best_path, mmap=True) if best_path.is_file() else None
     if epoch > 0 and (held is None or held["epoch"] != want):
         if want == epoch:
             atomic_write_bytes(best_path, last_path.read_bytes())
         elif held is not None:
-            best = {"epoch": held["epoch"], "val_error": dict(held.get("best") or {}).get("val_error")}
+            held_best = dict(held.get("best") or {})
+            best = {"epoch": held["epoch"], "val_error": held_best.get("val_error"),
+                    "val_nll": held_best.get("val_nll")}
             log(f"{best_path} holds epoch {best['epoch']}, not the best epoch {want} that {last_path} records "
                 f"(an interrupted write); epoch {best['epoch']} stays the best so far")
         else:
-            best = {"epoch": 0, "val_error": None}
+            best = {"epoch": 0, "val_error": None, "val_nll": None}
             log(f"{best_path} is missing (best epoch {want}); the next epoch becomes the best so far")
     atomic_write_text(out / "metrics.csv", metrics_text([dict(r) for r in ckpt.get("metrics", [])]))
     return best

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from ..data.files import TASKS
@@ -18,13 +19,38 @@ from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["FILE_DATASET", "LIKELIHOODS", "RESUME_MUTABLE", "TrainConfig", "resume_conflicts"]
+__all__ = ["BY_DATA", "DATA_DEFAULTS", "FILE_DATASET", "LIKELIHOODS", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE",
+           "TrainConfig", "resume_conflicts"]
 
 #: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
 FILE_DATASET = "file"
 #: the Gaussian of a regression run: the network predicts its noise sd per input
 #: (heteroscedastic) or learns one sd for all inputs (homoscedastic)
 LIKELIHOODS = ("heteroscedastic", "homoscedastic")
+#: what picks ``best.pt`` among the epochs: the lowest validation NLL of the mean weights (ties to
+#: the earlier epoch), or the lowest validation error (an RMSE for regression; ties to the earlier
+#: epoch: the paper's early stopping on MNIST)
+SELECT_BY = ("nll", "error")
+
+#: the default of a :class:`TrainConfig` field left at :data:`BY_DATA`
+BY_DATA: Any = None
+
+#: The one home of the defaults that depend on the data (a field left at :data:`BY_DATA` takes
+#: these): ``image``, MNIST and Fashion-MNIST (the paper's settings, docs/defaults.md); ``file``,
+#: your own table or arrays (``--csv`` / ``--npz``): a network and an objective sized for hundreds
+#: to thousands of rows, where the paper's 2x400 with the scale-mixture prior and Blundell's
+#: weighting lets the KL swamp the data (chosen on validation splits: docs/your_data.md).
+#: Explicit values always win; ``config.json`` records the values used.
+DATA_DEFAULTS: dict[str, dict[str, Any]] = {
+    "image": {"hidden": [400, 400], "prior": "mixture", "kl_weighting": "blundell", "epochs": 10, "batch_size": 128,
+              "select_by": "error"},
+    "file": {"hidden": [100, 100], "prior": "gaussian", "kl_weighting": "uniform", "epochs": 200, "batch_size": 32,
+             "select_by": "nll"},
+}
+
+#: settings added after runs were written with the behaviour that this value names (a stored
+#: config that lacks one was trained so: every run before ``select_by`` chose by validation error)
+STORED_BEFORE: dict[str, Any] = {"select_by": "error"}
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
@@ -48,17 +74,20 @@ class TrainConfig:
     OptimizerKind.SGD``) whether it was given the member or its string value (``"sgd"``).
     ``to_dict`` / ``from_dict`` round-trip through plain JSON types: ``to_dict`` writes each
     member as its string value, so ``config.json`` and the checkpoint's ``config`` hold strings.
+    A field whose default is :data:`BY_DATA` (the network, prior, KL weighting, epochs, batch
+    size, and ``select_by``) takes the default of the kind of data,
+    :data:`DATA_DEFAULTS`: MNIST's for images, a table's for ``data_file``.
     """
 
     dataset: str = "mnist"
     method: Method = Method.BBB
-    prior: PriorKind = PriorKind.MIXTURE
+    prior: PriorKind = BY_DATA
     pi: float = DEFAULT_PI
     sigma1: float = DEFAULT_SIGMA1
     sigma2: float = DEFAULT_SIGMA2
     prior_sigma: float = 1.0
-    hidden: list[int] = field(default_factory=lambda: [400, 400])
-    epochs: int = 10
+    hidden: list[int] = BY_DATA
+    epochs: int = BY_DATA
     lr: float = 1e-3
     optimizer: OptimizerKind = OptimizerKind.ADAM
     momentum: float = 0.9
@@ -66,11 +95,11 @@ class TrainConfig:
     lr_schedule: LRSchedule = LRSchedule.NONE
     lr_step_size: int = 0
     lr_gamma: float = 0.1
-    batch_size: int = 128
+    batch_size: int = BY_DATA
     samples: int = 1
     kl_samples: int | None = None
     estimator: Estimator = Estimator.REPARAM
-    kl_weighting: KLWeighting = KLWeighting.BLUNDELL
+    kl_weighting: KLWeighting = BY_DATA
     kl: KLMode = KLMode.AUTO
     rho_init: float = DEFAULT_RHO_INIT
     mu_init_scale: float | None = None
@@ -94,9 +123,15 @@ class TrainConfig:
     val_fraction: float = 0.1
     test_fraction: float = 0.1
     train_size: int | None = None
+    # what picks best.pt: "nll" or "error" (SELECT_BY)
+    select_by: str = BY_DATA
 
     def __post_init__(self) -> None:
         self._check_data_file()
+        for name, value in DATA_DEFAULTS[self.data_kind].items():
+            if getattr(self, name) is BY_DATA:
+                setattr(self, name, list(value) if isinstance(value, list) else value)
+        self.select_by = choice("select_by", self.select_by, SELECT_BY)
         self.dataset = choice("dataset", self.dataset, (*IMAGE_DATASETS, FILE_DATASET))
         self.method = Method(choice("method", self.method, Method))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
@@ -162,7 +197,13 @@ class TrainConfig:
         """The settings of a data file (``data_file``; ``dataset`` becomes ``"file"``) and of an
         image dataset exclude each other: one given with the other is a one-line error."""
         if self.data_file is not None:
-            self.data_file = str(self.data_file)
+            # one rule for the stored path, from the CLI and from Python: absolute and resolved, so the
+            # run finds its file from any folder (a moved file: --csv/--npz FILE on evaluate, predict)
+            self.data_file = str(Path(self.data_file).expanduser().resolve())
+            if self.data_dir is not None:
+                raise UserError("--data-dir is the folder of MNIST and Fashion-MNIST, and this run reads its own "
+                                f"file ({self.data_file}): leave --data-dir out (a moved file: give --csv FILE or "
+                                "--npz FILE)")
             if self.dataset not in (Dataset.MNIST.value, FILE_DATASET):
                 raise UserError(f"--dataset {self.dataset} and --csv/--npz exclude each other: give one")
             self.dataset = FILE_DATASET
@@ -192,6 +233,30 @@ class TrainConfig:
         if self.train_size is not None:
             self.train_size = check_int("--train-size", self.train_size, 1)
 
+    @property
+    def data_kind(self) -> str:
+        """``"file"`` (your own table or arrays: ``data_file``) or ``"image"``: the key of
+        :data:`DATA_DEFAULTS` whose defaults this configuration takes."""
+        return "file" if self.data_file is not None else "image"
+
+    def check_split(self, train: int, val: int, test: int) -> None:
+        """Refuse a split of ``train``, ``val`` and ``test`` rows that this run cannot use (one
+        line naming the sizes and the option to change), before anything is trained or written:
+        no training rows, no test rows (a run ends by evaluating on its test set), or, for your
+        own data, no validation rows though ``val_fraction`` asks for some."""
+        own = self.data_file is not None
+        sizes = f"the split has {train} training, {val} validation and {test} test {'rows' if own else 'examples'}"
+        if train == 0:
+            raise UserError(f"{sizes}: nothing to train on; "
+                            + ("give more rows, or lower --val-fraction and --test-fraction" if own else "give data"))
+        if test == 0:
+            raise UserError(f"{sizes}; a run ends by evaluating on its test set: "
+                            + ("raise --test-fraction (e.g. 0.1) or give more rows" if own else "give test data"))
+        if own and val == 0 and self.val_fraction > 0:
+            raise UserError(f"{sizes}; --val-fraction {self.val_fraction:g} asks for validation rows to choose the "
+                            "best epoch on: raise it or give more rows (--val-fraction 0: no validation, best.pt is "
+                            "the last epoch)")
+
     # -- conversion ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain JSON types: an Enum member as its string value (the
@@ -200,11 +265,22 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """The settings of ``d``; a setting it lacks takes its default (for the kind of data)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
             raise UserError(f"unknown setting(s) {', '.join(unknown)}")
         return cls(**d)
+
+    @classmethod
+    def from_stored(cls, d: dict[str, Any]) -> TrainConfig:
+        """The settings a run was trained with, from its stored config (a checkpoint's, or
+        ``config.json``'s keys): a setting added since (:data:`STORED_BEFORE`) takes the value
+        that names the behaviour of the bbb that wrote the run, not today's default."""
+        d = {**{k: v for k, v in STORED_BEFORE.items() if k not in d}, **d}
+        if d.get("data_file") is not None and d.get("data_dir") is not None:
+            d["data_dir"] = None  # stored by a bbb that ignored it for a file's run: never read
+        return cls.from_dict(d)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -222,8 +298,8 @@ RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "
 def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:
     """(setting, stored value, new value) for each setting outside :data:`RESUME_MUTABLE` that
     differs between a run's stored config and ``now``. A setting the stored config lacks (added
-    to :class:`TrainConfig` after the run was written) counts as its default, the behaviour the
-    run was trained with."""
-    defaults = TrainConfig().to_dict()
+    to :class:`TrainConfig` after the run was written) counts as the behaviour the run was
+    trained with: :data:`STORED_BEFORE`'s value, else its default."""
+    defaults = {**TrainConfig().to_dict(), **STORED_BEFORE}
     return [(k, stored.get(k, defaults[k]), v) for k, v in now.to_dict().items()
             if k not in RESUME_MUTABLE and stored.get(k, defaults[k]) != v]

@@ -297,14 +297,13 @@ def selective_prediction(probs: Tensor, y: Tensor, mi: Tensor | None, points: in
 
 
 def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | None,
-             stored: dict[str, Any] | None = None) -> dict[str, Tensor]:
-    """``data``, else the split of ``cfg`` (``data_dir`` instead of its own); ``stored``: the run's
-    recorded preprocessing (a data file must have its MD5: :func:`bbb.runs.model.load_split`)."""
+             stored: dict[str, Any] | None = None, data_file: str | None = None) -> dict[str, Tensor]:
+    """``data``, else the split of ``cfg`` (``data_dir`` instead of its own folder, ``data_file``
+    instead of its own file: :func:`bbb.runs.model.point_data`); ``stored``: the run's recorded
+    preprocessing (a data file must have its MD5: :func:`bbb.runs.model.load_split`)."""
     if data is not None:
         return data
-    if data_dir is not None:
-        cfg = cfg.replace(data_dir=data_dir)
-    return runmodel.load_split(cfg, stored)[0]
+    return runmodel.load_split(runmodel.point_data(cfg, data_dir, data_file), stored)[0]
 
 
 def _save(path: Path, result: Any, write: Any) -> None:
@@ -336,6 +335,7 @@ def evaluate_run(
     data: dict[str, Tensor] | None = None,
     reliability: bool = True,
     lock_wait: float | None = 0.0,
+    data_file: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint on its test set and write ``run_dir/eval.json`` (and, with
     ``reliability`` and matplotlib installed, the figures ``run_dir/reliability.png``: one
@@ -346,6 +346,9 @@ def evaluate_run(
     (:func:`selective_prediction`): its AURC and its error at 90% coverage when the inputs of
     the highest predictive entropy, or mutual information (not for sgd), are handed over.
 
+    ``data_dir``: the folder of an MNIST-like run's data; ``data_file``: the moved file of a run on
+    your own data (its MD5 must be the run's); each refused for the other kind of run.
+
     Holds the run directory's lock (``lock_wait``: as :func:`bbb.runs.train`); another process
     writing there is a :class:`~bbb.errors.RunDirBusy`. Where the files cannot be written,
     :class:`ResultsNotSaved` carries the result.
@@ -354,7 +357,7 @@ def evaluate_run(
     samples = check_int("--samples", samples)
     with lock_run_dir(d, lock_wait):
         model, cfg, epoch, dev, info = _load(d, which, device)
-        data = run_data(cfg, data_dir, data, info.get("preprocess"))
+        data = run_data(cfg, data_dir, data, info.get("preprocess"), data_file)
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
         if info.get("task") == "regression":
             reg = _evaluate_regression(d, which, epoch, cfg, info, model, x, y, samples)
@@ -368,10 +371,12 @@ def evaluate_run(
                   "ece_bins": 15, "n": res["n"],
                   "selective": selective_prediction(res["probs"], y, res["mi"])}
 
+        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset  # (never a local folder)
+
         def plot_risk() -> None:
             curves = {k: (result["selective"]["coverage"], result["selective"][k]["risk"])
                       for k in ("entropy", "mi") if k in result["selective"]}
-            title = f"{cfg.method} on {cfg.dataset} test, {res['samples']}-sample average"
+            title = f"{cfg.method} on {data_name} test, {res['samples']}-sample average"
             if plot_risk_coverage(curves, d / "risk_coverage.png", error=result["selective"]["error"],
                                   title=title) is not None:
                 result.setdefault("plots", []).append("risk_coverage.png")
@@ -381,7 +386,7 @@ def evaluate_run(
                       U.reliability_bins(res["mean_probs"], y)}
             if cfg.method != Method.SGD.value:
                 panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
-            title = f"{cfg.method} on {cfg.dataset} test"
+            title = f"{cfg.method} on {data_name} test"
             if plot_reliability(panels, d / "reliability.png", title=title) is not None:
                 result.setdefault("plots", []).append("reliability.png")
 

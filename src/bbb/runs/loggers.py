@@ -61,6 +61,7 @@ SCALARS: dict[str, str] = {
     "train/nll": "the mean negative log-likelihood per training example (metrics.csv's nll)",
     "train/kl": "the KL divergence of the posterior from the prior in nats (metrics.csv's kl)",
     "val/error": "validation error of the mean network (when there is a validation set; regression: val/rmse)",
+    "val/nll": "validation NLL per example of the mean network (metrics.csv's val_nll; --select-by nll picks by it)",
     "test/error": "test error of the mean network (with --test-each-epoch; regression: test/rmse)",
     "lr": "the learning rate of the epoch",
     "time/epoch_seconds": "the epoch's wall-clock seconds (metrics.csv's seconds)",

@@ -4,12 +4,20 @@ One function trains one network: :func:`train` takes a :class:`TrainConfig` and 
 and leaves there::
 
     config.json    every setting, the seed, library versions, torch's thread count
-    metrics.csv    one row per epoch: epoch, seconds, train_loss, nll, kl, val_error, test_error
+    metrics.csv    one row per epoch: epoch, seconds, train_loss, nll, kl, val_error, test_error,
+                   val_nll
     summary.json   final test/validation error (mean weights and k-sample average), timings
     last.pt        checkpoint of the last completed epoch (written atomically every epoch, or
                    every ``checkpoint_every`` epochs, see below)
-    best.pt        checkpoint of the epoch with the lowest validation error
+    best.pt        checkpoint of the best epoch by ``select_by``: the lowest validation NLL
+                   (``"nll"``, the default for your own data) or error (``"error"``, MNIST's)
     .lock          flock-ed by the process training there (its pid); see :mod:`bbb.runs.rundir`
+
+The best epoch (``select_by``): ``"error"``, the paper's early stopping, takes the lowest
+validation error (a regressor's RMSE); ``"nll"``, the default for your own data, the lowest
+validation NLL per example of the mean weights (in the target's units for regression): on a
+table's validation set of tens of rows the error moves in large steps, and an undertrained
+early epoch can win it by luck. Ties go to the earlier epoch; ``metrics.csv`` holds both.
 
 Objective and loss scale. For ``method="bbb"`` the optimised quantity for minibatch i of M is the
 paper's minibatch free energy divided by the minibatch size B::
@@ -52,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import shlex
 import sys
 import time
 import warnings
@@ -69,21 +78,15 @@ from ..devices import resolve_device
 from ..elbo import ELBO, HeteroscedasticGaussian, Likelihood
 from ..engine import Engine
 from ..engine.engine import OptimizerKind
+from ..engine.support import compile_from_env
 from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..options import LRSchedule, Method
 from ..progress import progress_bar
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, load_checkpoint, load_run, metrics_text, repair_derived
-from .config import TrainConfig, resume_conflicts
-from .evaluation import (
-    check_memory,
-    classifier_metrics,
-    error_count,
-    mean_network_error,
-    regressor_metrics,
-    squared_error_sum,
-)
+from .checkpoint import CHECKPOINT_FORMAT, improves, load_checkpoint, load_run, metrics_text, repair_derived
+from .config import FILE_DATASET, TrainConfig, resume_conflicts
+from .evaluation import check_memory, classifier_metrics, mean_logits, mean_network_error, regressor_metrics
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
@@ -94,11 +97,18 @@ __all__ = ["batch_objective", "kl_weight_table", "make_optimizer", "run_epoch", 
 def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     """The optimiser of ``cfg``: for ``bbb``, the fused :class:`~bbb.engine.Engine` (seeded with
     ``cfg.seed``; it takes the plain path by itself where its kernel does not apply); for the
-    deterministic methods ``torch.optim.SGD`` or the fused ``torch.optim.Adam``."""
+    deterministic methods ``torch.optim.SGD`` or the fused ``torch.optim.Adam``.
+
+    A run on your own data (``data_file``) uses the eager kernels unless ``BBB_COMPILE=1``: a
+    table's network is small and its run short, so a first compile costs more than it saves;
+    the image datasets keep the engine's choice (:func:`bbb.engine.support.compile_default`)."""
     if cfg.method == Method.BBB.value:
+        compile = compile_from_env()
+        if compile is None and cfg.dataset == FILE_DATASET:
+            compile = False
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
-                      seed=cfg.seed)
+                      seed=cfg.seed, compile=compile)
     if cfg.optimizer == OptimizerKind.SGD.value:
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     params = list(model.parameters())
@@ -215,6 +225,23 @@ def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int,
                  "a smaller --hidden, --batch-size or --train-samples")
 
 
+@torch.no_grad()
+def validation_sums(model: nn.Module, x: Tensor, y: Tensor, likelihood: Likelihood | None = None) -> Tensor:
+    """(errors, summed NLL) of the mean weights on ``(x, y)``, a float64 device tensor read with the
+    epoch's sums: the misclassified count and the cross-entropy, or with ``likelihood`` (a
+    regression run's) the squared error of the mean output and the Gaussian NLL."""
+    if x.shape[0] == 0:
+        return torch.zeros(2, dtype=torch.float64, device=x.device)
+    out = mean_logits(model, x).float()
+    if likelihood is None:
+        errors = (out.argmax(-1) != y).sum().double()
+        nll = F.cross_entropy(out, y, reduction="sum").double()
+    else:
+        errors = ((out[:, 0].double() - y.double()) ** 2).sum()
+        nll = -likelihood.log_prob(out, y).double().sum()
+    return torch.stack([errors, nll])
+
+
 def _all_finite(model: nn.Module) -> Tensor:
     """Whether every parameter is finite, as a device boolean (read with the epoch's sums)."""
     return torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
@@ -326,6 +353,7 @@ def _train(
         stored = dict(ckpt["model_info"]).get("preprocess") if ckpt is not None else None
         data, preprocess = runmodel.load_split(cfg, stored)
     check_data(data)
+    cfg.check_split(*(int(data[f"{k}_x"].shape[0]) for k in ("train", "val", "test")))
     regression = bool(data["train_y"].is_floating_point())
     task = "regression" if regression else "classification"
     if preprocess is not None and preprocess.task != task:
@@ -355,7 +383,7 @@ def _train(
     sched = _make_scheduler(cfg, opt)
     gen = torch.Generator().manual_seed(cfg.seed)
     metrics: list[dict[str, Any]] = []
-    best = {"epoch": 0, "val_error": None}
+    best: dict[str, Any] = {"epoch": 0, "val_error": None, "val_nll": None}
     start_epoch = 0
     model_info: dict[str, Any] = {"in_features": in_features, "num_classes": num_classes, "num_train": n,
                                   "task": task}
@@ -460,11 +488,10 @@ def _train(
                 bar.close()
             # the epoch's one synchronisation: its sums, whether the weights are finite, the error counts
             parts = [sums, _all_finite(model).double().view(1)]
-            count = squared_error_sum if regression else error_count
             if has_val:
-                parts.append(count(model, data["val_x"], data["val_y"]).double().view(1))
+                parts.append(validation_sums(model, data["val_x"], data["val_y"], likelihood))
             if cfg.test_each_epoch:
-                parts.append(count(model, data["test_x"], data["test_y"]).double().view(1))
+                parts.append(validation_sums(model, data["test_x"], data["test_y"], likelihood)[:1])
             read = torch.cat(parts).tolist()
             fe_sum, nll_sum, kl_sum = read[:3]
             if not (math.isfinite(fe_sum) and read[3]):
@@ -474,10 +501,12 @@ def _train(
             if sched is not None:
                 sched.step()
             val_error = read[4] / data["val_x"].shape[0] if has_val else None
+            val_nll = read[5] / data["val_x"].shape[0] if has_val else None
             n_test = data["test_x"].shape[0]
             test_error = read[-1] / n_test if cfg.test_each_epoch and n_test else None
-            if regression:  # the root mean squared error, in the target's units
+            if regression:  # the root mean squared error and the NLL, in the target's units
                 val_error = None if val_error is None else math.sqrt(val_error) * y_scale
+                val_nll = None if val_nll is None else val_nll + math.log(y_scale)
                 test_error = None if test_error is None else math.sqrt(test_error) * y_scale
             row = {
                 "epoch": epoch,
@@ -487,11 +516,12 @@ def _train(
                 "kl": kl_sum / num_batches,
                 "val_error": val_error,
                 "test_error": test_error,
+                "val_nll": val_nll,
             }
             metrics.append(row)
-            improved = val_error is None or best["val_error"] is None or val_error < best["val_error"]
+            improved = improves(cfg.select_by, row, best)
             if improved:
-                best = {"epoch": epoch, "val_error": val_error}
+                best = {"epoch": epoch, "val_error": val_error, "val_nll": val_nll}
             state = checkpoint(epoch)
             if every == 1 or epoch % every == 0 or epoch == cfg.epochs:
                 commit(state, state if improved else pending_best)  # the files below derive from last.pt
@@ -501,7 +531,7 @@ def _train(
                     pending_best = pending
             name = "rmse" if regression else "err"
             msg = (f"epoch {epoch}/{cfg.epochs}  loss {row['train_loss']:.4f}  nll {row['nll']:.4f}  "
-                   f"kl {row['kl']:.4g}  val_{name} {_fmt(val_error, not regression)}")
+                   f"kl {row['kl']:.4g}  val_{name} {_fmt(val_error, not regression)}  val_nll {_fmt(val_nll)}")
             if test_error is not None:
                 msg += f"  test_{name} {_fmt(test_error, not regression)}"
             msg += f"  ({row['seconds']:.1f}s)"
@@ -519,7 +549,7 @@ def _train(
         done = metrics[-1]["epoch"] if metrics else 0
         raise TrainingInterrupted(
             f"interrupted during epoch {done + 1}; {last_path} holds epoch {done}; "
-            f"resume with: bbb train --resume --out {out}", out, done) from None
+            f"resume with: bbb train --resume --out {shlex.quote(str(out))}", out, done) from None
     except Exception:
         with contextlib.suppress(Exception):  # keep the completed epochs; the error itself is what is said
             flush()
@@ -545,7 +575,8 @@ def _finish_regression(out: Path, cfg: TrainConfig, data: dict[str, Tensor], mod
         "model": "best" if (out / "best.pt").exists() else "last", "task": "regression",
         "test_rmse": res["rmse"], "test_rmse_mc": res["rmse_mc"], "test_log_likelihood": res["log_likelihood"],
         "test_coverage_95": res["coverage_95"], "eval_samples": res["samples"],
-        "best_epoch": best.get("epoch"), "best_val_rmse": best.get("val_error"), "epochs": done,
+        "best_epoch": best.get("epoch"), "best_val_rmse": best.get("val_error"), "best_val_nll": best.get("val_nll"),
+        "selected_by": cfg.select_by, "epochs": done,
         "seconds": float(sum(r["seconds"] for r in metrics)), "method": cfg.method, "dataset": cfg.dataset,
         "hidden": list(cfg.hidden), "num_weights": num_weights(model),
     }
@@ -578,6 +609,8 @@ def _finish(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Modu
         "last_val_error": last_val,
         "best_epoch": best.get("epoch"),
         "best_val_error": best.get("val_error"),
+        "best_val_nll": best.get("val_nll"),
+        "selected_by": cfg.select_by,
         "epochs": done,
         "seconds": float(sum(r["seconds"] for r in metrics)),
         "method": cfg.method,

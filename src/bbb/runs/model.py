@@ -3,7 +3,9 @@ method of a loaded model, the dataset split, and what ``config.json`` records ab
 
 from __future__ import annotations
 
+import hashlib
 import platform
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +19,7 @@ from ..options import Method
 from .config import TrainConfig
 
 __all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "infer_method", "load_data", "load_split",
-           "num_weights", "versions"]
+           "num_weights", "point_data", "versions"]
 
 
 class ConstantNoise(nn.Module):
@@ -95,17 +97,54 @@ def load_split(cfg: TrainConfig, stored: dict[str, Any] | None = None) -> tuple[
     return load_data(cfg), Preprocess.image(cfg.scale)
 
 
+def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | None = None) -> TrainConfig:
+    """``cfg`` reading its data elsewhere: ``data_file``, the moved file of a run on your own data
+    (``--csv FILE`` / ``--npz FILE``; :func:`load_split` checks its MD5 against the run's), or
+    ``data_dir``, the folder of an MNIST-like run's images (``--data-dir``). Each given to the
+    other kind of run is a one-line error: never silently ignored."""
+    if data_file is not None:
+        if cfg.data_file is None:
+            raise UserError(f"--csv/--npz give a run on your own data its moved file; this run was trained on "
+                            f"--dataset {cfg.dataset} (its folder: --data-dir DIR)")
+        was, now = Path(cfg.data_file).suffix.lower(), Path(data_file).suffix.lower()
+        if was != now:
+            raise UserError(f"{data_file} is not a {was} file like {cfg.data_file}, the file this run was trained "
+                            f"on; give --{was.lstrip('.')} FILE")
+        cfg = cfg.replace(data_file=str(data_file))
+    if data_dir is not None:
+        cfg = cfg.replace(data_dir=data_dir)  # a run on your own file refuses it (TrainConfig)
+    return cfg
+
+
 def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None) -> tuple[dict[str, Tensor], Preprocess]:
     from ..data.files import load_file_splits
 
     assert cfg.data_file is not None
+    if not Path(cfg.data_file).is_file():
+        flag = "--npz" if Path(cfg.data_file).suffix.lower() == ".npz" else "--csv"
+        raise UserError(f"{cfg.data_file}, the file this run was trained on, is not there (moved or deleted?); "
+                        f"give its new place with {flag} FILE (bbb evaluate, bbb predict, bbb train --resume)")
+    was = (stored or {}).get("source", {}).get("md5")
+    if was is not None:  # before reading it: another file's columns or rows would only confuse
+        _check_md5(cfg.data_file, was)
     data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=cfg.task, val_fraction=cfg.val_fraction,
                                  test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size)
-    was = (stored or {}).get("source", {}).get("md5")
-    if was is not None and was != pre.source.get("md5"):
-        raise UserError(f"{cfg.data_file} is not the file this run was trained on (its MD5 is "
-                        f"{pre.source.get('md5')}, the run's {was}); give the original file")
+    if was is not None:
+        _check_md5(cfg.data_file, was, pre.source.get("md5"))
     return data, pre
+
+
+def _check_md5(path: str, was: str, md5: str | None = None) -> None:
+    """A one-line error unless the file ``path`` (its MD5 ``md5``, else computed) is the run's."""
+    if md5 is None:
+        h = hashlib.md5(usedforsecurity=False)
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        md5 = h.hexdigest()
+    if md5 != was:
+        raise UserError(f"{path} is not the file this run was trained on (its MD5 is {md5}, the run's {was}); "
+                        "give the original file")
 
 
 DATA_KEYS = ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y")

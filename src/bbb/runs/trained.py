@@ -1,11 +1,16 @@
-"""A trained run as a model that takes raw inputs: :func:`load_model` (``bbb.runs.load_model``).
+"""A trained run as a model that takes raw inputs: :func:`load_model` (``bbb.load_model``,
+``bbb.runs.load_model``).
 
-``bbb.runs.load_run`` rebuilds a run's network, which takes the *preprocessed* inputs it was
-trained on (pixels / 126, flattened; standardised table columns). :func:`load_model` wraps that
-network with the run's preprocessing (:class:`bbb.data.files.Preprocess`, kept in the checkpoint;
-for the MNIST-like runs of older checkpoints, made from the config), so raw inputs go straight in::
+One input convention: a :class:`TrainedModel` takes *raw* inputs everywhere (``model(x)``,
+``bbb.uncertainty.predict(model, x, ...)``, :meth:`TrainedModel.sample_outputs`) and encodes them
+with the run's preprocessing (:class:`bbb.data.files.Preprocess`, kept in the checkpoint; for the
+MNIST-like runs of older checkpoints, made from the config): pixels / 126, flattened; a table's
+text columns one-hot, every column standardised. What :meth:`TrainedModel.encode` and
+:meth:`TrainedModel.encode_csv` return is marked as encoded (:class:`EncodedInputs`), and a marked
+tensor goes through every entry point as it is: never encoded twice. The bare network,
+``model.network`` (what ``bbb.runs.load_run`` rebuilds), takes encoded inputs::
 
-    model = bbb.runs.load_model("runs/bbb400")                 # eval mode, on the CPU
+    model = bbb.load_model("runs/bbb400")                     # eval mode, on the CPU
     logits = bbb.uncertainty.predict(model, images, 10)   # images (N, 1, 28, 28), uint8 0..255 or 0..1
     model.classes                                         # the label of each output
 
@@ -17,11 +22,17 @@ in the target's units. ``bbb predict`` is this module on the command line.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -30,19 +41,95 @@ from .. import uncertainty as U
 from ..data.files import Preprocess, read_csv
 from ..elbo import HeteroscedasticGaussian
 from ..errors import UserError, check_int
+from ..nn.samples import FOLD, fold_inputs
 from ..options import Method
 from . import model as runmodel
 from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig
 from .evaluation import mc_outputs
 
-__all__ = ["Referral", "TrainedModel", "load_model", "refer_threshold", "uncertainty_scores"]
+__all__ = ["EncodedInputs", "Referral", "TrainedModel", "load_model", "refer_threshold", "uncertainty_scores"]
+
+T = torch.Tensor
+#: what keeps the mark of :class:`EncodedInputs`: moves, copies, dtype changes, reshapes, indexing,
+#: splitting and joining (so DataLoader batches, chunks and the k folded copies of a k-sample pass
+#: stay marked); anything that computes returns a plain tensor
+_KEEPS_MARK: frozenset[Callable[..., Any]] = frozenset({
+    T.to, T.cpu, T.cuda, T.float, T.double, T.half, T.bfloat16, T.type, T.clone, T.detach, T.contiguous,
+    T.pin_memory, T.requires_grad_, T.__getitem__, T.index_select, T.narrow, T.split, T.chunk, T.tensor_split,
+    T.unbind, T.view, T.reshape, T.flatten, T.unflatten, T.expand, T.expand_as, T.unsqueeze, T.squeeze,
+    T.movedim, T.repeat, T.repeat_interleave,
+    torch.cat, torch.concat, torch.stack, torch.split, torch.chunk, torch.tensor_split, torch.unbind,
+    torch.index_select, torch.narrow, torch.flatten, torch.reshape, torch.unsqueeze, torch.squeeze, torch.movedim,
+    torch.repeat_interleave,
+})
+del T
+
+
+class EncodedInputs(Tensor):
+    """A tensor of a run's *encoded* inputs, as :meth:`TrainedModel.encode` and
+    :meth:`TrainedModel.encode_csv` return it: the mark that keeps them from being encoded twice.
+
+    A :class:`TrainedModel` passes marked inputs to its network as they are (and refuses those of
+    another run's preprocessing, ``run``); any other tensor or array is raw and is encoded. The
+    mark survives moves, dtype changes, indexing, reshapes, splits and concatenation; a tensor
+    computed from it (``x + 0``, a layer's output) is a plain tensor. ``x.as_subclass(torch.Tensor)``
+    drops the mark: the values are then indistinguishable from raw numbers.
+    """
+
+    run: str | None = None  #: the fingerprint of the preprocessing that encoded them
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
+        out = super().__torch_function__(func, types, args, kwargs)
+        if func in _KEEPS_MARK:
+            return _retag(out, _run_of(args))
+        return _unmark(out)
+
+
+def _run_of(args: Any) -> str | None:
+    for a in args:
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, EncodedInputs):
+                return t.run
+    return None
+
+
+def _retag(out: Any, run: str | None) -> Any:
+    if isinstance(out, EncodedInputs):
+        out.run = run
+    elif isinstance(out, (list, tuple)):
+        for t in out:
+            _retag(t, run)
+    return out
+
+
+def _unmark(out: Any) -> Any:
+    if isinstance(out, EncodedInputs):
+        return out.as_subclass(Tensor)
+    if isinstance(out, (list, tuple)) and any(isinstance(t, EncodedInputs) for t in out):
+        return type(out)(_unmark(t) for t in out)
+    return out
+
+
+def _mark(x: Tensor, run: str) -> EncodedInputs:
+    enc = x.as_subclass(EncodedInputs)
+    assert isinstance(enc, EncodedInputs)
+    enc.run = run
+    return enc
+
+
+def _fingerprint(pre: Preprocess) -> str:
+    text = json.dumps(pre.to_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class TrainedModel(nn.Module):
     """A run's network behind its preprocessing: ``forward(raw)`` = ``network(encode(raw))``.
 
-    Attributes: ``network`` (takes preprocessed inputs), ``config`` (the run's
+    Every entry point takes raw inputs (see the module's notes), or the marked
+    :class:`EncodedInputs` that :meth:`encode` / :meth:`encode_csv` return, which go in as they are.
+    Attributes: ``network`` (the bare network: takes encoded inputs), ``config`` (the run's
     :class:`TrainConfig`), ``preprocess``, ``task`` (``"classification"`` or ``"regression"``),
     ``classes`` (the label of each output of a classifier; None for regression),
     ``run_dir``, ``epoch``.
@@ -58,6 +145,7 @@ class TrainedModel(nn.Module):
         self.task = task
         self.run_dir = run_dir
         self.epoch = epoch
+        self.fingerprint = _fingerprint(preprocess)
 
     @property
     def classes(self) -> list[str] | None:
@@ -70,31 +158,91 @@ class TrainedModel(nn.Module):
     def device(self) -> torch.device:
         return next(self.network.parameters()).device
 
-    def encode(self, x: Any) -> Tensor:
+    def encode(self, x: Any) -> EncodedInputs:
         """Raw inputs (an array or tensor; see :meth:`bbb.data.files.Preprocess.encode_array`) ->
-        the network's (N, D) float32 inputs, on the network's device."""
-        if isinstance(x, Tensor) and x.device != torch.device("cpu"):
-            x = x.cpu()
-        return self.preprocess.encode_array(x).to(self.device())
+        the network's (N, D) float32 inputs on the network's device, marked as encoded
+        (:class:`EncodedInputs`). Inputs that are marked already come back as they are (those
+        of another run's preprocessing are a one-line error)."""
+        if isinstance(x, EncodedInputs):
+            if x.run != self.fingerprint:
+                raise UserError(f"these inputs (shape {tuple(x.shape)}) were encoded by another run's preprocessing: "
+                                f"encode the raw inputs with this model, {self.run_dir}")
+            return x if x.device == self.device() else _mark(x.to(self.device()), self.fingerprint)
+        if isinstance(x, Tensor):
+            t = x.detach().cpu()
+        else:
+            arr = np.asarray(x)
+            if arr.dtype.kind in "OSU":
+                raise UserError(f"inputs of shape {arr.shape} hold text: give the table as a CSV, "
+                                "model.encode_csv(path)")
+            t = torch.as_tensor(arr)
+        if self.preprocess.kind == "table":
+            self._check_table(t)
+        return _mark(self.preprocess.encode_array(t).to(self.device()), self.fingerprint)
 
-    def encode_csv(self, path: str | Path) -> tuple[Tensor, list[str], list[list[str]]]:
-        """A CSV with the training feature columns -> (network inputs, header, rows)."""
+    def _check_table(self, t: Tensor) -> None:
+        """A one-line error that says what to call when an array cannot be this table's raw rows."""
+        cols = self.preprocess.columns
+        raw = len(cols)
+        encoded = sum(1 if c["kind"] == "numeric" else len(c["categories"]) for c in cols)
+        names = ", ".join(c["name"] for c in cols[:8]) + (", ..." if raw > 8 else "")
+        shape = tuple(t.shape)
+        if t.dim() == 2 and t.shape[1] == encoded != raw:
+            raise UserError(f"inputs of shape {shape} have the network's {encoded} encoded inputs, not this run's "
+                            f"{raw} raw columns ({names}): pass the CSV through model.encode_csv(path), whose "
+                            "output goes in as it is, or give inputs you encoded yourself to model.network")
+        if t.dim() != 2 or t.shape[1] != raw:
+            raise UserError(f"inputs of shape {shape} do not fit this run's raw rows (N, {raw}), the columns "
+                            f"{names}: give an (N, {raw}) array or the CSV, model.encode_csv(path)")
+        text = [c["name"] for c in cols if c["kind"] != "numeric"]
+        if text:
+            raise UserError(f"this run one-hot encodes the text column{'s' if len(text) > 1 else ''} "
+                            f"{', '.join(text)}, which an array of shape {shape} cannot hold: give the table "
+                            "as a CSV, model.encode_csv(path)")
+
+    def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None
+                   ) -> tuple[EncodedInputs, list[str], list[list[str]]]:
+        """A CSV with the training feature columns -> (the network's inputs, marked as encoded
+        (:class:`EncodedInputs`), the header, the rows). The inputs go straight to ``model(x)``,
+        ``bbb.uncertainty.predict(model, x, ...)`` or :meth:`sample_outputs`. A category unseen in
+        training is an error, or with a list ``unseen`` encoded as none of the known ones and listed
+        there (:meth:`bbb.data.files.Preprocess.encode_table`)."""
         header, rows = read_csv(path)
-        return self.preprocess.encode_table(header, rows, str(path)).to(self.device()), header, rows
+        x = self.preprocess.encode_table(header, rows, str(path), unseen).to(self.device())
+        return _mark(x, self.fingerprint), header, rows
 
     def forward(self, x: Any) -> Tensor:
-        return self.network(self.encode(x))
+        fold = FOLD.get()
+        if fold is not None and fold.k > 1 and fold.source is not None and x is fold.folded:
+            # inside a k-sample pass (bbb.uncertainty.predict): encode the inputs as the caller gave
+            # them (an error names their shape), once, and fold the encoded ones
+            src = self.encode(fold.source).as_subclass(Tensor)
+            folded = fold_inputs(src, fold.k, 0, src.shape[0])
+            token = FOLD.set(dataclasses.replace(fold, source=src, folded=folded))
+            try:
+                return self.network(folded)
+            finally:
+                FOLD.reset(token)
+        return self.network(self.encode(x).as_subclass(Tensor))
 
-    def sample_outputs(self, inputs: Tensor, samples: int = 10, seed: int | None = 0) -> Tensor:
-        """(k, N, C) outputs of the network on *encoded* ``inputs``: bbb weight samples through
-        :func:`bbb.uncertainty.predict` (``generator=seed``), MC dropout, or the one sgd network."""
-        samples = check_int("--samples", samples)
+    def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0, *,
+                       samples: int | None = None) -> Tensor:
+        """(k, N, C) outputs of the network on ``inputs`` (raw, or marked as encoded: see the
+        module's notes), k = ``num_samples``: bbb weight samples through
+        :func:`bbb.uncertainty.predict` (``generator=seed``), MC dropout, or the one sgd network.
+        ``samples=``: the old name of ``num_samples`` (deprecated)."""
+        if samples is not None:
+            warnings.warn("sample_outputs(samples=) is deprecated: use num_samples=, the name "
+                          "bbb.uncertainty.predict uses", DeprecationWarning, stacklevel=2)
+            num_samples = samples
+        num_samples = check_int("num_samples", num_samples)
+        x = self.encode(inputs).as_subclass(Tensor)
         if self.config.method == Method.BBB.value:
-            return U.predict(self.network, inputs, samples, batch_size=2048, generator=seed)
+            return U.predict(self.network, x, num_samples, batch_size=2048, generator=seed)
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
-            return mc_outputs(self.network, inputs, self.config.method, samples)
+            return mc_outputs(self.network, x, self.config.method, num_samples)
 
     def regression(self, outputs: Tensor, level: float = 0.95) -> dict[str, Tensor]:
         """k sampled (mean, noise) outputs (k, N, 2) -> per input the predictive ``mean``, ``sd``,
@@ -113,8 +261,24 @@ class TrainedModel(nn.Module):
 
 
 def load_model(run_dir: str | Path, which: str = "best", device: str | torch.device = "cpu") -> TrainedModel:
-    """The trained model of a run directory with its preprocessing (see the module's notes), in
-    eval mode on ``device``; ``which``: ``"best"`` (by validation) or ``"last"``."""
+    """The trained model of a run directory, with the preprocessing it was trained with: a
+    :class:`TrainedModel` in eval mode on ``device``, which takes raw inputs.
+
+    ``which``: ``"best"`` (the epoch chosen by validation) or ``"last"``. The model takes raw
+    inputs everywhere: ``model(x)``, ``bbb.uncertainty.predict(model, x, num_samples)`` and
+    ``model.sample_outputs(x, num_samples)``, with ``x`` an array of images (uint8 0..255 or floats
+    0..1) or of a numeric table's rows, or the inputs :meth:`TrainedModel.encode_csv` reads from a
+    CSV (a table with text columns goes in only that way). Those come back marked as encoded
+    (:class:`EncodedInputs`) and are never encoded twice. ``model.network`` is the bare network,
+    on encoded inputs; ``model.classes`` the label of each output of a classifier;
+    ``model.regression(outputs)`` a regressor's mean, sd and interval in the target's units.
+    ``bbb.runs.load_run`` gives the bare network and its config instead.
+
+    >>> model = bbb.load_model("runs/houses")
+    >>> x, header, rows = model.encode_csv("new_houses.csv")
+    >>> pred = model.regression(model.sample_outputs(x, num_samples=20))   # pred["mean"], pred["sd"]
+    >>> logits = bbb.uncertainty.predict(bbb.load_model("runs/bbb400"), images, num_samples=20)
+    """
     path, ckpt = committed_checkpoint(run_dir, which)
     network, cfg = model_from_checkpoint(ckpt, path)
     info = dict(ckpt["model_info"])
@@ -143,35 +307,50 @@ def uncertainty_scores(model: TrainedModel, outputs: Tensor) -> dict[str, Tensor
 @dataclass
 class Referral:
     """The referral rule chosen on a run's validation set: refer an input whose ``score``
-    (:func:`uncertainty_scores`) is above ``threshold``. ``target_error``: the error allowed
-    among the kept predictions (classification: the error rate; regression: the RMSE, target
-    units); ``default``: whether it is the default, half the error of all validation
-    predictions (``full_error``). ``coverage`` and ``kept_error``: the share of the validation
-    inputs kept and their error at the threshold; ``n``: validation inputs."""
+    (:func:`uncertainty_scores`) is above ``threshold``. The rule keeps ``target_coverage`` of
+    the validation inputs (the default: :data:`bbb.uncertainty.selective.DEFAULT_COVERAGE`), or
+    the most of them whose error is at most ``target_error`` (classification: the error rate;
+    regression: the RMSE, target units); the other target is None. ``default``: whether the
+    rule is the default. ``full_error``: the error of all validation predictions; ``coverage``
+    and ``kept_error``: the share of the validation inputs kept and their error at the
+    threshold; ``n``: validation inputs."""
 
     threshold: float
-    target_error: float
+    target_error: float | None
     default: bool
     full_error: float
     coverage: float
     kept_error: float
     n: int
     score: str
+    target_coverage: float | None = None
 
 
 def refer_threshold(model: TrainedModel, target_error: float | None = None, samples: int = 10, seed: int = 0,
-                    data_dir: str | None = None) -> Referral:
+                    data_dir: str | None = None, *, coverage: float | None = None,
+                    data_file: str | None = None) -> Referral:
     """Choose the referral threshold on the run's validation split (loaded again, its file's MD5
-    checked): :func:`bbb.uncertainty.threshold_for_target_error` of the score against the errors
-    (classification: wrong or right; regression: squared error against ``target_error ** 2``).
-    ``target_error`` None: half the error of all validation predictions (see ``bbb predict``)."""
-    cfg = model.config if data_dir is None else model.config.replace(data_dir=data_dir)
+    checked; ``data_file``: the run's moved file, ``data_dir``: an MNIST-like run's folder):
+    :func:`bbb.uncertainty.threshold_for_coverage` of the score (``coverage``; neither target
+    given: keep 80%, a target every run reaches), or :func:`bbb.uncertainty.threshold_for_target_error`
+    of the score against the errors (classification: wrong or right; regression: squared error
+    against ``target_error ** 2``), which a noisy regression may not reach (then all are referred)."""
+    if target_error is not None and coverage is not None:
+        raise UserError("give --coverage or --target-error, not both")
+    default = target_error is None and coverage is None
+    if default:
+        coverage = U.selective.DEFAULT_COVERAGE
+    if coverage is not None and not (isinstance(coverage, (int, float)) and 0 < coverage <= 1):
+        raise UserError(f"--coverage must be a share in (0, 1], e.g. 0.8, got {coverage}")
+    cfg = runmodel.point_data(model.config, data_dir, data_file)
     data, _ = runmodel.load_split(cfg, model.preprocess.to_dict() if model.preprocess.kind != "image" else None)
     x, y = data["val_x"], data["val_y"]
     if x.shape[0] == 0:
         raise UserError(f"{model.run_dir} has no validation set to choose the referral threshold on "
                         "(trained with --val-size 0 or --val-fraction 0)")
-    s = uncertainty_scores(model, model.sample_outputs(x.to(model.device()), samples, seed))
+    # the split's inputs are encoded already: marked, so they are not encoded again
+    s = uncertainty_scores(model, model.sample_outputs(_mark(x.to(model.device()), model.fingerprint),
+                                                       samples, seed))
     if model.task == "regression":
         y_units = model.preprocess.target_values(y.double().cpu()) if model.preprocess.y is not None else y.double()
         errors = (s["mean"].cpu() - y_units) ** 2
@@ -179,16 +358,19 @@ def refer_threshold(model: TrainedModel, target_error: float | None = None, samp
     else:
         errors = (s["prediction"].cpu() != y.cpu()).double()
         full = float(errors.mean())
-    default = target_error is None
-    target = full / 2 if target_error is None else float(target_error)
-    if not (math.isfinite(target) and target >= 0):
-        raise UserError(f"--target-error must be a number >= 0, got {target_error}")
-    allowed = target ** 2 if model.task == "regression" else target
     score = s["score"].cpu()
-    t = U.threshold_for_target_error(score, errors, allowed)
+    if target_error is None:
+        assert coverage is not None
+        t = U.threshold_for_coverage(score, float(coverage))
+    else:
+        if not (math.isfinite(target_error) and target_error >= 0):
+            raise UserError(f"--target-error must be a number >= 0, got {target_error}")
+        t = U.threshold_for_target_error(score, errors, target_error ** 2 if model.task == "regression"
+                                         else target_error)
     kept = score <= t
     kept_err = float(errors[kept].mean()) if bool(kept.any()) else 0.0
-    return Referral(threshold=t, target_error=target, default=default, full_error=full,
-                    coverage=float(kept.double().mean()),
+    return Referral(threshold=t, target_error=None if target_error is None else float(target_error), default=default,
+                    full_error=full, coverage=float(kept.double().mean()),
                     kept_error=math.sqrt(kept_err) if model.task == "regression" else kept_err,
-                    n=int(x.shape[0]), score="sd" if model.task == "regression" else "entropy")
+                    n=int(x.shape[0]), score="sd" if model.task == "regression" else "entropy",
+                    target_coverage=None if coverage is None else float(coverage))

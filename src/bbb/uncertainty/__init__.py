@@ -15,7 +15,8 @@ the target's original units.
 
 The functions live in :mod:`~bbb.uncertainty.prediction` (``predict``, ``evaluate``),
 :mod:`~bbb.uncertainty.classification`, :mod:`~bbb.uncertainty.regression` and
-:mod:`~bbb.uncertainty.selective` (risk-coverage curve, AURC, the threshold for a target error).
+:mod:`~bbb.uncertainty.selective` (risk-coverage curve, AURC, the threshold for a coverage or a
+target error).
 """
 
 from __future__ import annotations
@@ -42,7 +43,13 @@ from .regression import (
     regression_metrics,
     regression_uncertainty,
 )
-from .selective import aurc, risk_at_coverage, risk_coverage, threshold_for_target_error
+from .selective import (
+    aurc,
+    risk_at_coverage,
+    risk_coverage,
+    threshold_for_coverage,
+    threshold_for_target_error,
+)
 
 __all__ = [
     "predict",
@@ -67,6 +74,7 @@ __all__ = [
     "risk_coverage",
     "aurc",
     "risk_at_coverage",
+    "threshold_for_coverage",
     "threshold_for_target_error",
 ]
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, cast, overload
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -127,9 +128,9 @@ def predict(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Network outputs for ``x`` (B examples): (k, B, ...) sampled, or (1, B, ...) with ``mode="mean"``.
 
-    ``x`` is one batch of the model's inputs: a tensor (``model(x)``), a tuple of arguments
-    (``model(*x)``) or a mapping of keyword tensors (``model(**x)``, e.g. a tokenizer's
-    ``{"input_ids", "attention_mask"}``; its ``"labels"`` are not passed). Or a ``DataLoader`` (any
+    ``x`` is one batch of the model's inputs: a tensor (``model(x)``; a numpy array is one too), a
+    tuple of arguments (``model(*x)``) or a mapping of keyword tensors (``model(**x)``, e.g. a
+    tokenizer's ``{"input_ids", "attention_mask"}``; its ``"labels"`` are not passed). Or a ``DataLoader`` (any
     other iterable of batches, a list of batches included: tensors, ``(inputs, targets)`` tuples,
     Hugging Face mappings with ``"labels"`` or dicts with ``"x"``/``"y"``), whose batches are moved
     to the model's device. The model's output may be a tensor, a tuple (its first element), a
@@ -150,6 +151,11 @@ def predict(
     a Bayesian LoRA model whose adapter is still at peft's init (A Bayesian, B = 0, so every sample
     is the base model) warns at each sampled prediction (:func:`bbb.lora.warn_untrained`).
 
+    A loaded run (``bbb.load_model(RUN)``, a :class:`bbb.runs.TrainedModel`) takes raw inputs
+    here, as its ``forward`` does, or the inputs its ``encode_csv`` / ``encode`` return (marked as
+    encoded, so never encoded twice); its bare network, ``model.network``, takes encoded inputs.
+    An input that does not fit is an error that names the shape you gave, not the folded one.
+
     >>> logits, labels = predict(net, test_loader, num_samples=20, return_targets=True)
     >>> expected_calibration_error(predictive_probs(logits), labels)
     >>> torch.equal(predict(net, x, generator=0), predict(net, x, generator=0))
@@ -160,6 +166,11 @@ def predict(
         raise UserError(f"mode must be 'sample' or 'mean', got {mode!r}")
     num_samples = check_int("num_samples", num_samples)
     check_output(output)
+    if isinstance(x, np.ndarray):  # one batch, not an iterable of its rows
+        if x.dtype.kind not in "biuf":
+            raise UserError(f"predict takes numbers, got an array of {x.dtype} (shape {x.shape}); a table with "
+                            "text columns goes through its run: bbb.load_model(RUN).encode_csv(path)")
+        x = torch.as_tensor(x)
     if not _one_batch(x) and not isinstance(x, Iterable):
         raise UserError(f"predict takes a tensor, a tuple or mapping of model inputs, or a DataLoader, got "
                         f"{type(x).__name__}")

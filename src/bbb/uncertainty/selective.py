@@ -12,6 +12,11 @@ certain and kept in that order.
 * :func:`threshold_for_target_error` chooses the uncertainty threshold that keeps the most
   inputs while the error among the kept stays at or below a target (e.g. on a validation set);
   new inputs whose uncertainty is above it are referred.
+* :func:`threshold_for_coverage` chooses the threshold that keeps a given share of the inputs
+  (:data:`DEFAULT_COVERAGE`, 80%, is ``bbb predict``'s default). A coverage target is always
+  reachable; an error target is not where the noise is irreducible (a regression's RMSE cannot
+  fall below the noise sd, whatever is kept), which is why selective prediction is usually
+  stated at a coverage (the risk at 80% or 90% kept).
 
 Ties: inputs of equal uncertainty cannot be told apart, so the curve does not depend on the
 order in which they happen to be stored. Where m stops inside a group of tied inputs, the risk
@@ -33,7 +38,11 @@ from torch import Tensor
 
 from ..errors import UserError
 
-__all__ = ["risk_coverage", "aurc", "risk_at_coverage", "threshold_for_target_error"]
+__all__ = ["DEFAULT_COVERAGE", "risk_coverage", "aurc", "risk_at_coverage", "threshold_for_coverage",
+           "threshold_for_target_error"]
+
+#: the share of the inputs that ``bbb predict`` keeps by default (the rest are referred)
+DEFAULT_COVERAGE = 0.8
 
 
 def _inputs(uncertainty: Any, errors: Any, fn: str) -> tuple[Tensor, Tensor]:
@@ -121,6 +130,28 @@ def threshold_for_target_error(uncertainty: Any, errors: Any, target_error: floa
     values, _, counts, sums = _sorted(u, e)
     risk = torch.cumsum(sums, 0) / torch.cumsum(counts, 0).double()
     ok = torch.nonzero(risk <= target_error + 1e-12).flatten()
+    if ok.numel() == 0:
+        return -math.inf
+    return float(values[int(ok[-1])])
+
+
+def threshold_for_coverage(uncertainty: Any, coverage: float) -> float:
+    """The uncertainty threshold that keeps the largest share of the inputs that is at most
+    ``coverage`` (in (0, 1]): inputs with ``uncertainty <= t`` are kept, the rest referred.
+
+    A threshold keeps or refers each group of tied inputs whole, so the share kept is the
+    largest one a threshold can reach without exceeding ``coverage`` (up to 1e-12 of round-off).
+    When even the most certain tie group is a larger share, it returns ``-inf``: every input is
+    referred. ``coverage`` 1 returns the largest uncertainty seen, so a new input more uncertain
+    than all of them is referred.
+    """
+    if (not isinstance(coverage, (int, float)) or isinstance(coverage, bool) or not math.isfinite(coverage)
+            or not 0 < coverage <= 1):
+        raise UserError(f"threshold_for_coverage: coverage must be a number in (0, 1], got {coverage!r}")
+    u, _ = _inputs(uncertainty, uncertainty, "threshold_for_coverage")
+    values, _, counts, _ = _sorted(u, u)
+    share = torch.cumsum(counts, 0).double() / u.numel()
+    ok = torch.nonzero(share <= coverage + 1e-12).flatten()
     if ok.numel() == 0:
         return -math.inf
     return float(values[int(ok[-1])])

@@ -55,8 +55,8 @@ def test_train_on_a_csv_and_predict_equals_the_library(capsys, tmp_path):
     assert rc == 0, err
     assert "refer" in err and "validation inputs" in err
     rows = read_csv(tmp_path / "p.csv")
-    assert len(rows) == 150 and list(rows[0]) == ["row", "target", "prediction", "p_hi", "p_lo", "entropy",
-                                                  "mutual_information", "refer"]
+    assert len(rows) == 150 and list(rows[0]) == ["x1", "x2", "kind", "target", "prediction", "p_hi", "p_lo",
+                                                  "entropy", "mutual_information", "warning", "refer"]
     model = bbb.runs.load_model(run)
     x, _, _ = model.encode_csv(path)
     probs = U.predictive_probs(U.predict(model.network, x, 5, generator=3).double())
@@ -66,14 +66,14 @@ def test_train_on_a_csv_and_predict_equals_the_library(capsys, tmp_path):
     ent = torch.tensor([float(r["entropy"]) for r in rows], dtype=torch.float64)
     torch.testing.assert_close(ent, U.entropy(probs), atol=1e-5, rtol=0)
     assert rows[0]["target"] in ("hi", "lo")
-    # refer: the entropy above the threshold chosen on the validation set for the default target
+    # refer: the entropy above the threshold chosen on the validation set for the default coverage
     ref = refer_threshold(model, None, 5, 3)
-    assert ref.default and ref.target_error == pytest.approx(ref.full_error / 2)
+    assert ref.default and ref.target_coverage == 0.8 and ref.target_error is None
     want = [("true" if e > ref.threshold else "false") for e in U.entropy(probs).tolist()]
     assert [r["refer"] for r in rows] == want
     # an explicit --target-error of 1 refers nothing seen on validation; the CSV goes to stdout
     rc, out, err = run_main(capsys, "predict", str(run), str(path), "--target-error", "1", "--device", "cpu")
-    assert rc == 0 and out.startswith("row,target,prediction") and "--target-error" in err
+    assert rc == 0 and out.startswith("x1,x2,kind,target,prediction") and "--target-error" in err
 
 
 def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):

@@ -1,0 +1,200 @@
+"""Issue 72, "your own data, never silently wrong": ``bbb predict --out`` never loses a file and
+carries the input's columns (item 4); a noisy regression's ``refer`` keeps a reachable share by
+default (item 8); a run whose data moved is pointed at it with ``--csv`` on evaluate and predict,
+its stored path is absolute from the CLI and from Python, and ``--data-dir`` on a file run is an
+error (item 9); one unseen category no longer refuses the whole file (item 12k)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bbb
+from bbb.runs import TrainConfig, train
+from bbb.runs.trained import refer_threshold
+from bbb.uncertainty import threshold_for_coverage
+from testkit import read_csv, run_main
+
+TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
+
+
+def one_line_error(rc: int, err: str, *words: str) -> None:
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, err)
+
+
+def noisy_table(path: Path, n: int = 200) -> Path:
+    """A regression whose noise (sd 3) is most of the target's spread: no share of the
+    predictions can have an RMSE near half the error of all of them."""
+    rng = np.random.default_rng(0)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "colour", "price"])
+        for i in range(n):
+            x1, x2 = rng.normal(), rng.normal()
+            w.writerow([f"{x1:.5f}", f"{x2:.5f}", ["red", "blue"][i % 2], f"{20 + x1 + 3 * rng.normal():.4f}"])
+    return path
+
+
+def new_rows(path: Path, colours: list[str]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["customer", "x1", "x2", "colour"])
+        for i, c in enumerate(colours):
+            w.writerow([f"c{100 + i}", f"{0.1 * i:.2f}", "0.5", c])
+    return path
+
+
+@pytest.fixture
+def run(capsys, tmp_path) -> Path:
+    data = noisy_table(tmp_path / "houses.csv")
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "price", "--task", "regression",
+                          "--epochs", "3", "--out", str(out), *TINY)
+    assert rc == 0, err
+    return out
+
+
+# -- item 4: --out ------------------------------------------------------------------------------
+
+
+def test_out_refuses_an_existing_file_and_never_replaces_the_input(capsys, tmp_path, run):
+    new = new_rows(tmp_path / "new.csv", ["red", "blue", "red"])
+    before = new.read_text()
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(new), "--overwrite")
+    one_line_error(rc, err, "is the input")
+    assert new.read_text() == before
+    (tmp_path / "p.csv").write_text("keep me\n")
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(tmp_path / "p.csv"))
+    one_line_error(rc, err, "exists", "--overwrite")
+    assert (tmp_path / "p.csv").read_text() == "keep me\n"
+    for kept in (run / "config.json", tmp_path / "houses.csv"):  # the run's files and its data: never
+        was = kept.read_bytes()
+        rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(kept), "--overwrite")
+        assert rc == 2 and kept.read_bytes() == was, err
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(tmp_path / "p.csv"), "--overwrite")
+    assert rc == 0, err
+    rows = read_csv(tmp_path / "p.csv")
+    assert list(rows[0])[:4] == ["customer", "x1", "x2", "colour"]  # the input's columns, to join on
+    assert [r["customer"] for r in rows] == ["c100", "c101", "c102"]
+
+
+def test_id_carries_one_column_and_the_target(capsys, tmp_path, run):
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "houses.csv"), "--id", "x1", "--no-refer")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert list(rows[0])[:3] == ["x1", "price", "prediction"] and len(rows) == 200
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "houses.csv"), "--id", "nope")
+    one_line_error(rc, err, "--id nope", "x1")
+
+
+def test_an_input_column_named_like_an_output_is_refused(capsys, tmp_path, run):
+    (tmp_path / "clash.csv").write_text("x1,x2,colour,sd\n0.1,0.2,red,1\n")
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "clash.csv"), "--no-refer")
+    one_line_error(rc, err, "'sd'", "--id")
+
+
+# -- item 12k: an unseen category -----------------------------------------------------------------
+
+
+def test_an_unseen_category_flags_its_row_and_predicts_the_others(capsys, tmp_path, run):
+    new = new_rows(tmp_path / "new.csv", ["red", "green", "blue", "green"])
+    rc, out, err = run_main(capsys, "predict", str(run), str(new))
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert len(rows) == 4 and all(math.isfinite(float(r["prediction"])) for r in rows)
+    assert [r["warning"] for r in rows] == ["", "category 'green' of column 'colour' unseen in training", "",
+                                            "category 'green' of column 'colour' unseen in training"]
+    assert rows[1]["refer"] == rows[3]["refer"] == "true"  # unlike anything seen: handed over
+    assert "2 row(s)" in err and "row 2, 4" in err and "--unseen error" in err
+    # a known row is predicted as it is without the unseen ones beside it
+    rc, out2, _ = run_main(capsys, "predict", str(run), str(new_rows(tmp_path / "ok.csv", ["red"])))
+    ok = list(csv.DictReader(out2.splitlines()))
+    assert rc == 0 and (ok[0]["prediction"], ok[0]["sd"]) == (rows[0]["prediction"], rows[0]["sd"])
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--unseen", "error")
+    one_line_error(rc, err, "row 2", "'colour'", "green")
+
+
+# -- item 8: refer on a noisy regression ------------------------------------------------------------
+
+
+def test_refer_on_a_noisy_regression_keeps_a_reachable_share(capsys, tmp_path, run):
+    model = bbb.runs.load_model(run)
+    ref = refer_threshold(model, None, 5, 0)
+    assert ref.default and ref.target_coverage == 0.8
+    assert ref.coverage == pytest.approx(0.8, abs=1 / ref.n) and math.isfinite(ref.threshold)
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "houses.csv"), "--samples", "5")
+    assert rc == 0, err
+    refer = [r["refer"] for r in csv.DictReader(out.splitlines())]
+    assert 0 < refer.count("true") < len(refer)  # neither every input nor none
+    assert "to keep 80% of them" in err and "warning" not in err
+    # an error target below the noise is unreachable: every input referred, and said so
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "houses.csv"), "--target-error", "0.01",
+                            "--samples", "5")
+    assert rc == 0 and "warning: no share of the validation predictions reaches RMSE <= 0.01" in err, err
+    assert {r["refer"] for r in csv.DictReader(out.splitlines())} == {"true"}
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "houses.csv"), "--coverage", "1.5")
+    one_line_error(rc, err, "--coverage")
+
+
+def test_threshold_for_coverage():
+    u = np.array([0.3, 0.1, 0.2, 0.4, 0.5])
+    assert threshold_for_coverage(u, 0.8) == 0.4
+    assert threshold_for_coverage(u, 1.0) == 0.5
+    assert threshold_for_coverage(u, 0.1) == -math.inf  # less than one input
+    ties = np.array([0.2, 0.2, 0.2, 0.9])
+    assert threshold_for_coverage(ties, 0.5) == -math.inf  # a tie group is kept or referred whole
+    assert threshold_for_coverage(ties, 0.75) == 0.2
+    with pytest.raises(bbb.errors.UserError, match="coverage"):
+        threshold_for_coverage(u, 0)
+
+
+# -- item 9: the stored path, a moved file, --data-dir ------------------------------------------------
+
+
+def test_the_stored_path_is_absolute_from_python_and_from_the_cli(capsys, tmp_path, monkeypatch, run):
+    monkeypatch.chdir(tmp_path)
+    cfg = TrainConfig(data_file="houses.csv", target="price", task="regression", hidden=[4], epochs=1,
+                      device="cpu", eval_samples=2)
+    train(cfg, "py-run", quiet=True, log=lambda line: None)
+    stored = json.loads((tmp_path / "py-run" / "config.json").read_text())["data_file"]
+    assert stored == str((tmp_path / "houses.csv").resolve())
+    assert json.loads((run / "config.json").read_text())["data_file"] == stored
+
+
+def test_a_moved_file_is_named_by_csv_on_evaluate_and_predict(capsys, tmp_path, run):
+    new = new_rows(tmp_path / "new.csv", ["red"])
+    moved = tmp_path / "elsewhere.csv"
+    (tmp_path / "houses.csv").rename(moved)
+    rc, _, err = run_main(capsys, "evaluate", str(run), "--samples", "2", "--device", "cpu")
+    one_line_error(rc, err, "houses.csv", "is not there", "--csv FILE")
+    rc, _, err = run_main(capsys, "predict", str(run), str(new))
+    one_line_error(rc, err, "--csv FILE", "--no-refer")
+    rc, _, err = run_main(capsys, "evaluate", str(run), "--samples", "2", "--device", "cpu", "--csv", str(moved))
+    assert rc == 0 and (run / "eval.json").exists(), err
+    rc, out, err = run_main(capsys, "predict", str(run), str(new), "--csv", str(moved))
+    assert rc == 0 and "refer" in out.splitlines()[0], err
+    # another file is refused by its MD5, before its columns are read
+    rc, _, err = run_main(capsys, "evaluate", str(run), "--csv", str(new), "--device", "cpu")
+    one_line_error(rc, err, "not the file this run was trained on")
+    rc, _, err = run_main(capsys, "evaluate", str(run), "--npz", str(tmp_path / "x.npz"), "--device", "cpu")
+    one_line_error(rc, err, "not a .csv file", "--csv FILE")
+
+
+def test_data_dir_on_a_file_run_is_an_error(capsys, tmp_path, run):
+    for argv in (("evaluate", str(run), "--data-dir", str(tmp_path)),
+                 ("predict", str(run), str(tmp_path / "houses.csv"), "--data-dir", str(tmp_path)),
+                 ("predict", str(run), str(tmp_path / "houses.csv"), "--no-refer", "--data-dir", str(tmp_path)),
+                 ("train", "--csv", str(tmp_path / "houses.csv"), "--target", "price", "--data-dir", str(tmp_path),
+                  "--out", str(tmp_path / "r2"), *TINY)):
+        rc, _, err = run_main(capsys, *argv)
+        one_line_error(rc, err, "--data-dir")
+    assert not (tmp_path / "r2").exists()

@@ -1,0 +1,36 @@
+"""A CSV separated by semicolons or tabs (a spreadsheet's export in many locales) is read by its
+columns, and a decimal comma in it is a one-line error, never a number read as a category
+(issue 72, item 12l)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bbb.data.files import load_file_splits, read_csv
+from bbb.errors import DataError
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_semicolon_or_tab_separated_table_is_read_by_its_columns(tmp_path, sep):
+    path = tmp_path / "t.csv"
+    rows = [["x1", "kind", "y"]] + [[f"{i / 10:.1f}", "ab"[i % 2], f"{i * 1.5:.2f}"] for i in range(40)]
+    path.write_text("".join(sep.join(r) + "\n" for r in rows))
+    header, body = read_csv(path)
+    assert header == ["x1", "kind", "y"] and body[3] == ["0.3", "b", "4.50"]
+    data, pre = load_file_splits(path, target="y", task="regression")
+    assert [c["kind"] for c in pre.columns] == ["numeric", "onehot"] and data["train_x"].shape[1] == 3
+
+
+def test_a_comma_separated_table_with_semicolons_in_its_cells_stays_comma_separated(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,note\n1,"x;y"\n2,z\n')
+    assert read_csv(path) == (["a", "note"], [["1", "x;y"], ["2", "z"]])
+
+
+def test_a_decimal_comma_is_a_one_line_error(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("x1;y\n1,5;2\n2,25;3\n")
+    with pytest.raises(DataError, match="decimal comma") as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "row 1" in msg and "'x1'" in msg and "decimal=','" in msg

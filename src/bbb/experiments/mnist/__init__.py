@@ -27,8 +27,8 @@ does.
 
 Budgets (the module-level dict :data:`BUDGETS`, read from recipes.json): ``smoke`` trains every cell for one epoch on
 a 1,024-image subset (seconds; for tests); ``quick`` trains one fixed recipe per cell, chosen
-beforehand and not tuned, with Adam and a cosine learning-rate decay, epochs sized for about 35
-minutes on a quiet 2-core CPU; ``paper`` follows the paper's protocol: plain SGD (eqs. 5-6,
+beforehand and not tuned, with Adam and a cosine learning-rate decay, epochs sized for minutes on a
+quiet 2-core CPU (``--plan`` estimates them); ``paper`` follows the paper's protocol: plain SGD (eqs. 5-6,
 momentum 0) at the paper's learning rates {1e-3, 1e-4} on the summed minibatch loss (x128 on
 our per-example loss), 600 epochs with the learning rate x0.1 after epoch 300, and a small list
 of candidates per cell (:class:`Candidate`, each with the reason it is there) chosen on the

@@ -16,7 +16,7 @@ import importlib.util as _importlib_util
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
-    from . import convert, distributions, engine, functional, hf, lora, nn, prune, random, uncertainty
+    from . import convert, distributions, engine, functional, hf, ivon, lora, nn, prune, random, uncertainty
     from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
     from .distributions import (
         CenteredPrior,
@@ -42,6 +42,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
     from .errors import DataError, UserError
     from .functional import expand_samples
     from .hf import from_pretrained, save_pretrained
+    from .ivon import IVON
     from .nn import (
         BayesConv1d,
         BayesConv2d,
@@ -58,7 +59,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
 
 #: public name -> the submodule that defines it (None: the name is a submodule)
 _EXPORTS = {
-    **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "nn", "prune", "random",
+    **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "ivon", "nn", "prune", "random",
                      "uncertainty"]),
     "lora": None,
     **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
@@ -67,6 +68,7 @@ _EXPORTS = {
     **dict.fromkeys(["ELBO", "Categorical", "ELBOOutput", "Gaussian", "HeteroscedasticGaussian",
                      "KLWeighting", "kl_weights"], "elbo"),
     **dict.fromkeys(["Engine", "counter_noise"], "engine"),
+    "IVON": "ivon",
     **dict.fromkeys(["DataError", "UserError"], "errors"),
     "expand_samples": "functional",
     **dict.fromkeys(["from_pretrained", "save_pretrained"], "hf"),
@@ -128,6 +130,7 @@ __all__ = [
     "Gaussian",
     "GaussianPrior",
     "HeteroscedasticGaussian",
+    "IVON",
     "KLMode",
     "KLWeighting",
     "Prior",
@@ -150,6 +153,7 @@ __all__ = [
     "from_pretrained",
     "functional",
     "hf",
+    "ivon",
     "kl_divergence",
     "kl_weights",
     "load_model",

@@ -43,6 +43,8 @@ import torch.nn as nn
 from torch import Tensor
 
 from .distributions import KLMode
+from .engine.engine import COMPILE_MIN_NUMEL
+from .engine.support import compile_default
 from .errors import UserError
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
@@ -55,6 +57,24 @@ def inverse_softplus(sigma: Tensor) -> Tensor:
     """rho with softplus(rho) = sigma (sigma > 0): log(expm1(sigma)), and sigma itself above 20
     (where softplus is the identity to working precision, as ``F.softplus``'s threshold)."""
     return torch.where(sigma > 20.0, sigma, torch.log(torch.expm1(torch.clamp(sigma, max=20.0))))
+
+
+def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tensor, sigma: Tensor,
+                hp: Tensor) -> tuple[Tensor, Tensor]:
+    """One IVON step of one weight tensor, in place on ``mu``, ``momentum`` and ``hess``; returns
+    the new (sigma, rho). ``g``: the gradient at the sampled weights (summed over the samples of a
+    mean loss), ``gz``: the same sum of gradient * eps; ``hp`` (float64): beta1, beta2,
+    weight_decay, the step of m (lr, rescaled), 1 - beta1^t, ess, clip_radius.
+    Plain tensor arithmetic: ``torch.compile`` makes one loop of it."""
+    b1, b2, wd, lr, bc1, ess, clip = (hp[i].to(mu.dtype) for i in range(7))
+    h_hat = gz / sigma
+    momentum.copy_(b1 * momentum + (1.0 - b1) * g)
+    new_h = b2 * hess + (1.0 - b2) * h_hat + 0.5 * (1.0 - b2) ** 2 * (hess - h_hat) ** 2 / (hess + wd)
+    hess.copy_(new_h)
+    direction = torch.clamp((momentum / bc1 + wd * mu) / (new_h + wd), -clip, clip)
+    mu.copy_(mu - lr * direction)
+    new_sigma = torch.rsqrt(ess * (new_h + wd))
+    return new_sigma, inverse_softplus(new_sigma)
 
 
 class IVON(torch.optim.Optimizer, SampleProvider):
@@ -74,6 +94,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         rescale_lr: the step of m is ``lr * (hess_init + weight_decay)`` (as the published
             implementation by default), so that ``lr`` means the same for any ``hess_init``.
         seed: the seed of the optimiser's noise generator (None: drawn from torch's global one).
+        compile: run the step's arithmetic (:func:`ivon_update`) through ``torch.compile``; None:
+            as :class:`bbb.Engine` decides (``BBB_COMPILE``; on CUDA, or on the CPU from
+            ``bbb.engine.COMPILE_MIN_NUMEL`` weights). The same numbers either way, to rounding.
 
     The loss must be the *mean* over the minibatch (and over the weight samples when a forward
     draws k of them, ``bbb.forward_samples``: their gradients are summed, as those of one mean):
@@ -82,7 +105,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
 
     def __init__(self, model: nn.Module, lr: float, ess: float, hess_init: float = 1.0,
                  weight_decay: float = 1e-4, beta1: float = 0.9, beta2: float = 0.99999,
-                 clip_radius: float = math.inf, rescale_lr: bool = True, seed: int | None = None) -> None:
+                 clip_radius: float = math.inf, rescale_lr: bool = True, seed: int | None = None,
+                 compile: bool | None = None) -> None:
         for name, value, low in (("lr", lr, 0.0), ("ess", ess, 0.0), ("hess_init", hess_init, 0.0)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > low):
                 raise UserError(f"IVON: {name} must be a positive number, got {value!r}")
@@ -118,7 +142,11 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self.generator = torch.Generator(device=dev)
         self.generator.manual_seed(int(seed) if seed is not None else int(torch.randint(2**62, ()).item()))
         self._drawn: dict[int, list[tuple[Tensor, Tensor, bool]]] = {}
+        self._sig: dict[int, Tensor] = {}
         self._warned_kl = False
+        numel = sum(m.mu(n).numel() for m, n in self.pairs)
+        self._update = (torch.compile(ivon_update, dynamic=True)
+                        if compile_default(compile, dev, numel, COMPILE_MIN_NUMEL) else ivon_update)
         for m, n in self.pairs:
             mu = m.mu(n)
             self.state[mu] = {"step": 0, "momentum": torch.zeros_like(mu, memory_format=torch.preserve_format),
@@ -127,12 +155,17 @@ class IVON(torch.optim.Optimizer, SampleProvider):
 
     # -- the posterior in the layers ----------------------------------------------------------
     def _sigma(self, mu: Tensor) -> Tensor:
-        g = self.param_groups[0]
-        return torch.rsqrt(g["ess"] * (self.state[mu]["hess"] + g["weight_decay"]))
+        """sigma = 1 / sqrt(ess (h + weight_decay)) of the mean ``mu`` (kept from the last step)."""
+        sig = self._sig.get(id(mu))
+        if sig is None:
+            g = self.param_groups[0]
+            sig = self._sig[id(mu)] = torch.rsqrt(g["ess"] * (self.state[mu]["hess"] + g["weight_decay"]))
+        return sig
 
     @torch.no_grad()
     def _write_sigma(self) -> None:
         """Every trained ``*_rho`` from h: sigma = 1 / sqrt(ess (h + weight_decay))."""
+        self._sig.clear()
         for m, n in self.pairs:
             m.rho(n).copy_(inverse_softplus(self._sigma(m.mu(n))))
 
@@ -151,7 +184,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         sigma = self._sigma(mu)
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
         eps = self.normal(shape, mu).detach()
-        w = (mu.detach() + sigma * eps).requires_grad_(True)
+        w = torch.addcmul(mu.detach(), sigma, eps).requires_grad_(True)
         self._drawn.setdefault(id(mu), []).append((eps, w, k is not None))
         return mu, eps, w
 
@@ -177,8 +210,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
         group = self.param_groups[0]
-        b1, b2, wd = group["beta1"], group["beta2"], group["weight_decay"]
+        b1, wd = group["beta1"], group["weight_decay"]
         lr = group["lr"] * ((group["hess_init"] + wd) if group["rescale_lr"] else 1.0)
+        hps: dict[tuple[int, torch.device], Tensor] = {}
         for m, n in self.pairs:
             mu = m.mu(n)
             drawn = self._drawn.get(id(mu), [])
@@ -187,19 +221,20 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             if not grads:
                 continue  # not used by this step's forward (an inactive branch): left as it is
             st = self.state[mu]
-            sigma = self._sigma(mu)
-            g = torch.stack([gw.sum(0) if rows else gw for _, gw, rows in grads]).sum(0)
-            h_hat = torch.stack([(gw * eps).sum(0) if rows else gw * eps for eps, gw, rows in grads]).sum(0) / sigma
+            if len(grads) == 1 and not grads[0][2]:
+                g, gz = grads[0][1], grads[0][1] * grads[0][0]
+            else:
+                g = torch.stack([gw.sum(0) if rows else gw for _, gw, rows in grads]).sum(0)
+                gz = torch.stack([(gw * eps).sum(0) if rows else gw * eps for eps, gw, rows in grads]).sum(0)
             st["step"] += 1
-            st["momentum"].mul_(b1).add_(g, alpha=1.0 - b1)
-            h = st["hess"]
-            h.copy_(b2 * h + (1.0 - b2) * h_hat + 0.5 * (1.0 - b2) ** 2 * (h - h_hat) ** 2 / (h + wd))
-            direction = (st["momentum"] / (1.0 - b1 ** st["step"]) + wd * mu) / (h + wd)
-            if math.isfinite(group["clip_radius"]):
-                direction = direction.clamp(-group["clip_radius"], group["clip_radius"])
-            mu.sub_(lr * direction)
+            key = (st["step"], mu.device)
+            if key not in hps:
+                hps[key] = torch.tensor([b1, group["beta2"], wd, lr, 1.0 - b1 ** st["step"], group["ess"],
+                                         group["clip_radius"]], dtype=torch.float64, device=mu.device)
+            sigma, rho = self._update(mu, st["momentum"], st["hess"], g, gz, self._sigma(mu), hps[key])
+            self._sig[id(mu)] = sigma
+            m.rho(n).copy_(rho)
         self._drawn.clear()
-        self._write_sigma()
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -176,3 +176,15 @@ def test_each_step_is_ivon_opts_step(kind):
         ours.step()
         for mu, ref in zip(mus, means[step]):
             torch.testing.assert_close(mu.detach(), ref, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_the_compiled_step_gives_the_eager_steps_numbers():
+    x, y = _data()
+    a, b = _mlp(), _mlp()
+    opt_a = IVON(a, lr=0.05, ess=64, hess_init=0.5, seed=1, compile=False)
+    opt_b = IVON(b, lr=0.05, ess=64, hess_init=0.5, seed=1, compile=True)
+    _train(a, opt_a, 4, x, y)
+    _train(b, opt_b, 4, x, y)
+    for (k, u), v in zip(a.state_dict().items(), b.state_dict().values()):
+        torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-7, msg=k)

@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any
 
 __all__ = [
+    "BAYESIAN_METHODS",
     "Checkpoint",
     "Dataset",
     "DeviceKind",
@@ -32,6 +33,7 @@ __all__ = [
     "StrOption",
     "choice",
     "device_name",
+    "is_bayesian",
     "values",
 ]
 
@@ -54,6 +56,19 @@ class Method(StrOption):
     BBB = "bbb"
     SGD = "sgd"
     DROPOUT = "dropout"
+    IVON = "ivon"
+
+
+#: the methods whose network is Bayesian (a posterior over every weight, in ``*_mu`` / ``*_rho``):
+#: Bayes by Backprop, and IVON (:class:`bbb.IVON`) on the same network
+BAYESIAN_METHODS: tuple[str, ...] = (Method.BBB.value, Method.IVON.value)
+
+
+def is_bayesian(method: Any) -> bool:
+    """Whether a run of ``method`` (a :class:`Method` or its string) learns a posterior over its
+    weights, which evaluation samples, ``bbb prune`` ranks by |mu|/sigma and ``bbb predict`` draws
+    networks from: ``bbb`` and ``ivon``. The one test of it (every ``bbb`` command asks here)."""
+    return str(method.value if isinstance(method, Enum) else method) in BAYESIAN_METHODS
 
 
 class PriorKind(StrOption):

@@ -238,7 +238,7 @@ def test_the_committed_regression_summary_is_written_byte_for_byte(tmp_path):
 
 BAD = [
     (TrainConfig, "optimizer", "unknown optimizer 'adamw'; choose one of: adam, sgd"),
-    (TrainConfig, "method", "unknown method 'adamw'; choose one of: bbb, sgd, dropout"),
+    (TrainConfig, "method", "unknown method 'adamw'; choose one of: bbb, sgd, dropout, ivon"),
     (TrainConfig, "prior", "unknown prior 'adamw'; choose one of: gaussian, mixture"),
     (TrainConfig, "lr_schedule", "unknown lr schedule 'adamw'; choose one of: none, cosine, step"),
     (TrainConfig, "estimator", "unknown estimator 'adamw'; choose one of: reparam, local, flipout"),

@@ -54,7 +54,7 @@ def test_the_choice_error_is_the_one_line_user_error():
     from bbb.options import Method, choice, device_name
 
     assert choice("method", Method.SGD, Method) == "sgd"
-    with pytest.raises(UserError, match=r"^unknown method 'svi'; choose one of: bbb, sgd, dropout$"):
+    with pytest.raises(UserError, match=r"^unknown method 'svi'; choose one of: bbb, sgd, dropout, ivon$"):
         choice("method", "svi", Method)
     assert device_name("cuda:1") == "cuda:1"
     with pytest.raises(UserError, match="unknown device 'tpu'"):

@@ -81,6 +81,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         restore_threads(args.threads, ckpt.get("threads"))  # absent in checkpoints of older bbb
     else:
         cfg = TrainConfig(**given)
+    cfg.refuse_unused(given)  # an option the method does not read, given even at its default value
 
     def kept() -> str:
         try:
@@ -140,7 +141,9 @@ def not_saved(e: Any) -> UserError:
 
 
 def print_eval(r: dict[str, Any], saved: bool = True) -> None:
-    mean = "mean weights" if r["method"] == "bbb" else "deterministic"
+    from ..options import is_bayesian
+
+    mean = "mean weights" if is_bayesian(r["method"]) else "deterministic"
     avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
     if r.get("task") == "regression":
         rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],

@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-__all__ = ["epoch_costs", "epoch_seconds", "mlp_weights", "reference_epoch_seconds"]
+__all__ = ["COSTED_AS", "epoch_costs", "epoch_seconds", "mlp_weights", "reference_epoch_seconds"]
+
+#: methods without measurements of their own, costed as another's: ivon trains the same network as
+#: bbb with one (or k) weight samples per step, and its update is of the same order of arithmetic as
+#: the engine's (a guess, not a measurement, for ``bbb sweep --dry-run``'s estimate)
+COSTED_AS = {"ivon": "bbb"}
 
 
 @functools.cache
@@ -49,6 +54,7 @@ def epoch_seconds(method: str, hidden: Sequence[int], samples: int = 1, images: 
     (1 - fixed) ``samples``) for BBB, x ``images`` / 50,000 training images."""
     costs = epoch_costs()
     net = costs["network"]
+    method = COSTED_AS.get(str(method), str(method))
     try:
         table = costs["seconds_per_epoch"][str(method)]
     except KeyError:

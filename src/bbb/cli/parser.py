@@ -31,6 +31,7 @@ Example:
       --kl-weighting blundell --seed 0 --device auto --out runs/bbb400
 
   bbb train --method dropout --hidden 1200 1200 --epochs 100 --out runs/dropout1200
+  bbb train --method ivon --epochs 10 --out runs/ivon400   # the same 2x400, trained by IVON
   bbb train --resume --out runs/bbb400 --epochs 20      # continue (or extend) a run
   bbb train --csv table.csv --target price --hidden 50 --epochs 40 --out runs/price
 
@@ -51,12 +52,17 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     from ..engine.engine import OptimizerKind
     from ..nn.base import Estimator
     from ..runs import TrainConfig
-    from ..runs.config import DATA_DEFAULTS, SELECT_BY
+    from ..runs.config import DATA_DEFAULTS, METHOD_DEFAULTS, SELECT_BY
 
     defaults: dict[str, Any] = {f.name: f.default_factory() if callable(f.default_factory) else f.default
                                 for f in dataclasses.fields(TrainConfig)}
     for name, value in DATA_DEFAULTS["image"].items():  # the defaults that depend on the data: both
         defaults[name] = ByData(value, DATA_DEFAULTS["file"][name])
+    ivon = METHOD_DEFAULTS[O.Method.IVON.value]
+    # the defaults that depend on the method (METHOD_DEFAULTS): the learning rate's, and IVON's own
+    bbb_lr = METHOD_DEFAULTS[O.Method.BBB.value]["lr"]
+    defaults["lr"] = f"{fmt_default(bbb_lr)}; --method ivon: {fmt_default(ivon['lr'])}"
+    defaults.update({k: ivon[k] for k in ("hess_init", "weight_decay")})
 
     g = p.add_argument_group("data")
     add_g = suppressed_adder(g, defaults)
@@ -71,7 +77,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("model")
     add_g = suppressed_adder(g, defaults)
-    add_g("--method", "method", "bbb (Bayes by Backprop), sgd (plain MLP) or dropout",
+    add_g("--method", "method", "bbb (Bayes by Backprop), ivon (the same Bayesian network trained by IVON, a "
+          "natural-gradient optimiser: --ess, --hess-init, --weight-decay), sgd (plain MLP) or dropout",
           choices=O.values(O.Method))
     add_g("--hidden", "hidden", shared_help("--hidden"), type=int, nargs="+", metavar="N")
     add_g("--prior", "prior", shared_help("--prior", ": mixture (scale mixture, eq. 7) or gaussian"),
@@ -117,6 +124,13 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed, mc (the paper's) or split "
           "(closed-form parts + one importance sample for the rest: the mixture's spike without its noise)",
           choices=O.values(KLMode))
+    add_g("--ess", "ess", "--method ivon: the effective sample size, the weight of the data against IVON's prior "
+          "(default: the training set's size, the Bayesian choice; larger: a colder posterior; config.json's "
+          "ess_used holds the value used)", type=float, metavar="N", show_default=False)
+    add_g("--hess-init", "hess_init", "--method ivon: the Hessian estimate h at the start (sigma at the start is "
+          "1/sqrt(ess (h + weight decay)))", type=float, metavar="H")
+    add_g("--weight-decay", "weight_decay", "--method ivon: the precision of IVON's Gaussian prior on every weight "
+          "(an L2 penalty per example)", type=float, metavar="D")
 
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)
@@ -212,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb train``."""
-    p.description = "Train one network (bbb, sgd or dropout) and write a run directory."
+    p.description = "Train one network (bbb, ivon, sgd or dropout) and write a run directory."
     p.epilog = TRAIN_EXAMPLE
     add_train_options(p)
 
@@ -238,9 +252,9 @@ def add_prune_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb prune``."""
     p.description = ("Remove the weights with the lowest |mu|/sigma and report the test error "
                      "with the mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. "
-                     "bbb runs only.")
+                     "bbb and ivon runs only.")
     p.epilog = "Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98"
-    add_run_dir_arguments(p, "a directory written by bbb train --method bbb", "last",
+    add_run_dir_arguments(p, "a directory written by bbb train --method bbb (or ivon)", "last",
                       "checkpoint (last: the paper prunes the end of training)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.5, 0.75, 0.95, 0.98],
                    metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")

@@ -145,10 +145,14 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+#: the Bayesian methods whose runs the verdicts compare with SGD and dropout, and their names there
+BAYESIAN_LABELS = {"bbb": "BBB", "ivon": "IVON"}
+
+
 def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
-    """Plain statements of who wins, computed from the rows (never asserted in advance). BBB is
-    compared with the SGD and dropout runs of its own architecture and dataset; where one of
-    these has two runs or more, the verdict names them instead of picking one."""
+    """Plain statements of who wins, computed from the rows (never asserted in advance). BBB (and
+    IVON) is compared with the SGD and dropout runs of its own architecture and dataset; where one
+    of these has two runs or more, the verdict names them instead of picking one."""
     out = []
     datasets = {r["dataset"] for r in rows}
     groups: dict[tuple[Any, Any], dict[str, list[dict[str, Any]]]] = {}
@@ -165,38 +169,48 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
     for key in sorted(groups, key=order):
         dataset, hidden = key
         by = groups[key]
-        if "bbb" not in by:
+        bayes = [m for m in BAYESIAN_LABELS if m in by]
+        if not bayes:
             continue
         where = f"{hidden or 'no hidden layer'}" + (f" on {dataset}" if len(datasets) > 1 else "")
-        several = [m for m in ("bbb", "sgd", "dropout") if len(by.get(m, [])) > 1]
+        several = [m for m in (*BAYESIAN_LABELS, "sgd", "dropout") if len(by.get(m, [])) > 1]
         if several:
             runs = ", ".join(r["run"] for m in several for r in by[m])
             out.append(f"{where}: no verdict: several {' and '.join(several)} runs ({runs}); give one run per "
                        "method and architecture")
             continue
-        r = by["bbb"][0]
         sgd, drop = (by[m][0] if m in by else None for m in ("sgd", "dropout"))
-        if sgd is not None:
-            word = "lower" if r["ece"] < sgd["ece"] else "NOT lower"
-            out.append(f"{where}: BBB's ECE ({r['ece']:.2f}%) is {word} than SGD's ({sgd['ece']:.2f}%).")
-        if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
-            word = "higher" if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher"
-            out.append(f"{where}: BBB's OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
-                       f"than MC dropout's ({drop['auroc_mi']:.4f}).")
-        for name, label in (("test_error", "test error"), ("nll", "NLL"), ("brier", "Brier score"),
-                            ("auroc_entropy", "OOD AUROC by entropy")):
-            others = [o for o in (sgd, drop) if o is not None and o[name] is not None]
-            if not others or r[name] is None:
-                continue
-            better = (lambda a, b: a > b) if name.startswith("auroc") else (lambda a, b: a < b)
-            best_other = max(others, key=lambda o: o[name]) if name.startswith("auroc") else \
-                min(others, key=lambda o: o[name])
-            word = "best" if better(r[name], best_other[name]) else f"not the best ({best_other['method']} wins)"
-            out.append(f"{where}: BBB's {label} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
-                       f"{_fmt(best_other[name], _DIGITS.get(name, 2))}.")
-        if r["reference_test_error"] is not None:
-            word = "beats" if r["test_error"] < r["reference_test_error"] else "does NOT beat"
-            out.append(f"{where}: our {r['test_error']:.2f}% {word} the reference {r['reference_test_error']:.2f}%.")
+        for method in bayes:
+            out += _method_verdicts(where, BAYESIAN_LABELS[method], by[method][0], sgd, drop)
+    return out
+
+
+def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
+                     drop: dict[str, Any] | None) -> list[str]:
+    """The verdicts of one Bayesian run ``r`` (``label``: BBB, IVON) against the SGD and dropout
+    runs of its architecture and dataset."""
+    out = []
+    if sgd is not None:
+        word = "lower" if r["ece"] < sgd["ece"] else "NOT lower"
+        out.append(f"{where}: {label}'s ECE ({r['ece']:.2f}%) is {word} than SGD's ({sgd['ece']:.2f}%).")
+    if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
+        word = "higher" if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher"
+        out.append(f"{where}: {label}'s OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
+                   f"than MC dropout's ({drop['auroc_mi']:.4f}).")
+    for name, text in (("test_error", "test error"), ("nll", "NLL"), ("brier", "Brier score"),
+                       ("auroc_entropy", "OOD AUROC by entropy")):
+        others = [o for o in (sgd, drop) if o is not None and o[name] is not None]
+        if not others or r[name] is None:
+            continue
+        better = (lambda a, b: a > b) if name.startswith("auroc") else (lambda a, b: a < b)
+        best_other = max(others, key=lambda o: o[name]) if name.startswith("auroc") else \
+            min(others, key=lambda o: o[name])
+        word = "best" if better(r[name], best_other[name]) else f"not the best ({best_other['method']} wins)"
+        out.append(f"{where}: {label}'s {text} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
+                   f"{_fmt(best_other[name], _DIGITS.get(name, 2))}.")
+    if r["reference_test_error"] is not None:
+        word = "beats" if r["test_error"] < r["reference_test_error"] else "does NOT beat"
+        out.append(f"{where}: our {r['test_error']:.2f}% {word} the reference {r['reference_test_error']:.2f}%.")
     return out
 
 
@@ -227,8 +241,8 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
         md.append("| " + " | ".join(_md_cell(_fmt(r[c], _DIGITS.get(c, 2))) or "-" for c in shown) + " |")
     oods = sorted({r["ood"] for r in rows if r.get("ood")})
     md += ["", "Test error, NLL, ECE (15 equal-width bins) and Brier are those of the k-sample predictive "
-           "distribution (BBB: weight samples; dropout: MC dropout; SGD: its softmax, k = 1); "
-           "\"mean weights\" is the posterior-mean (BBB) or deterministic (dropout off) network."]
+           "distribution (BBB, IVON: weight samples; dropout: MC dropout; SGD: its softmax, k = 1); "
+           "\"mean weights\" is the posterior-mean (BBB, IVON) or deterministic (dropout off) network."]
     from_summary = [r["run"] for r in rows if r.get("metrics_from") == "summary.json"]
     if from_summary:
         md.append(f"No eval.json in {', '.join(from_summary)}: their metrics are those of the evaluation that ended "

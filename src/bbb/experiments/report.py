@@ -47,6 +47,7 @@ from typing import Any
 from ..cli.common import add_out, describe, shared_help
 from ..errors import UserError
 from ..io import atomic_write_text
+from ..options import is_bayesian
 from ..progress import plural
 from . import report_text as RT
 
@@ -385,8 +386,8 @@ def _risk(r: RunFiles) -> str:
 
 
 def _pruning(r: RunFiles) -> str:
-    if r.regression or r.config.get("method", "bbb") != "bbb":
-        return _missing("pruning by signal-to-noise needs a bbb classifier")
+    if r.regression or not is_bayesian(r.config.get("method", "bbb")):
+        return _missing("pruning by signal-to-noise needs a bbb classifier (or an ivon one)")
     out = ""
     if r.pruning:
         rows = [[_pct(_float(p.get("fraction_removed"))), E(str(p.get("weights_left", ""))),
@@ -444,7 +445,7 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
      _risk, lambda r: True),
     ("Pruning by signal-to-noise", "The test error after removing the weights whose mean is smallest against "
      "their spread (|mean|/sd): how many weights the network needs.",
-     _pruning, lambda r: not r.regression and r.config.get("method", "bbb") == "bbb"),
+     _pruning, lambda r: not r.regression and is_bayesian(r.config.get("method", "bbb"))),
     ("Out-of-distribution detection", "How well each uncertainty score tells images of another data set from "
      "the run's own test images (AUROC: 0.5 is chance, 1 perfect; AUPR: the same with the other set as positives).",
      _ood, lambda r: r.kind == "image"),

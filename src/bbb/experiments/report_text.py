@@ -19,10 +19,13 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from ..options import is_bayesian
+
 __all__ = ["EXPLAIN", "METHOD_NAMES", "command_text", "data_phrase", "kind_of", "method_name", "page_title",
            "plain_path", "settings_rows", "suggested_commands", "task_of"]
 
-METHOD_NAMES = {"bbb": "Bayes by Backprop", "sgd": "a plain network (SGD)", "dropout": "MC dropout"}
+METHOD_NAMES = {"bbb": "Bayes by Backprop", "sgd": "a plain network (SGD)", "dropout": "MC dropout",
+                "ivon": "IVON (the Bayesian network trained by a natural-gradient optimiser)"}
 DATASET_NAMES = {"mnist": ("MNIST", "digit"), "fashion-mnist": ("Fashion-MNIST", "clothing")}
 
 #: one line per row of the results table (the key of :func:`bbb.experiments.report.result_rows`)
@@ -76,7 +79,8 @@ EXPLAIN = {
 HIDDEN = {"argv", "versions", "preprocess", "device", "device_used", "threads", "data_dir", "data_file", "dataset",
           "checkpoint_every", "num_train", "num_val", "num_test", "num_weights", "num_batches", "test_each_epoch",
           "train_size", "target", "task", "method", "hidden", "prior", "pi", "sigma1", "sigma2", "prior_sigma",
-          "dropout_input", "dropout_hidden", "epochs", "samples", "eval_samples", "seed", "compile", "no_compile"}
+          "dropout_input", "dropout_hidden", "epochs", "samples", "eval_samples", "seed", "compile", "no_compile",
+          "ess", "ess_used", "weight_decay"}
 BBB_ONLY = {"estimator", "kl", "kl_samples", "kl_weighting", "rho_init", "rho_lr_scale", "mu_init_scale",
             "sigma_init"}
 IMAGE_ONLY = {"scale", "val_size"}
@@ -162,6 +166,10 @@ def _network(config: dict[str, Any]) -> str:
 
 
 def _prior(config: dict[str, Any]) -> str:
+    if config.get("method") == "ivon":  # IVON's own: a Gaussian of precision weight_decay, weighed by ess
+        wd, ess = config.get("weight_decay"), config.get("ess_used", config.get("ess"))
+        return ("Gaussian" + (f", precision {wd:g} (IVON's weight decay)" if isinstance(wd, int | float) else "")
+                + (f", weighed by ess {ess:,g}" if isinstance(ess, int | float) else ""))
     if config.get("prior") == "gaussian":
         sd = config.get("prior_sigma")
         return f"Gaussian, sd {sd:g}" if isinstance(sd, int | float) else "Gaussian"
@@ -192,7 +200,9 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
 
 def _applies(key: str, config: dict[str, Any], kind: str) -> bool:
     method = config.get("method", "bbb")
-    if key in BBB_ONLY and method != "bbb":
+    if key in BBB_ONLY and method != "bbb" and not (method == "ivon" and key == "mu_init_scale"):
+        return False
+    if key == "hess_init" and method != "ivon":
         return False
     if key in IMAGE_ONLY and kind != "image":
         return False
@@ -211,7 +221,7 @@ def defaults_of(config: dict[str, Any]) -> dict[str, Any]:
     """The defaults of today's bbb for the run's kind of data (empty when they cannot be made)."""
     from ..runs import TrainConfig
 
-    given = {k: config[k] for k in ("dataset", "data_file", "task") if config.get(k) is not None}
+    given = {k: config[k] for k in ("dataset", "data_file", "task", "method") if config.get(k) is not None}
     try:
         return TrainConfig.from_dict(given).to_dict()
     except Exception:  # noqa: BLE001 - a config of another bbb: then every setting is shown
@@ -226,12 +236,12 @@ def settings_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, s
     rows = _data_rows(config, regression)
     rows.append(("method", f"{method_name(config)} (--method {method})"))
     rows.append(("network", _network(config)))
-    if method == "bbb":
+    if is_bayesian(method):
         rows.append(("prior", _prior(config)))
     if method == "dropout":
         rows.append(("dropout", f"input {config.get('dropout_input')}, hidden {config.get('dropout_hidden')}"))
     rows.append(("epochs", str(config.get("epochs", "-"))))
-    if method == "bbb":
+    if is_bayesian(method):
         rows.append(("weight samples per training step", str(config.get("samples", "-"))))
     if method != "sgd":
         rows.append(("networks sampled for the test (k)", str(config.get("eval_samples", "-"))))
@@ -257,7 +267,7 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
     if "eval.json" not in have:
         out.append((f"bbb evaluate {run}", "the test metrics, the reliability diagram and the risk-coverage curve"
                     if not regression else "the test RMSE, log-likelihood, interval coverage and AURC"))
-    if kind != "regression" and method == "bbb" and "pruning.csv" not in have:
+    if kind != "regression" and is_bayesian(method) and "pruning.csv" not in have:
         out.append((f"bbb prune {run}", "the test error with the weights of lowest signal-to-noise removed"))
     if kind == "image":
         if "ood.json" not in have:

@@ -19,8 +19,8 @@ from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["BY_DATA", "DATA_DEFAULTS", "FILE_DATASET", "LIKELIHOODS", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE",
-           "TrainConfig", "resume_conflicts"]
+__all__ = ["BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "FILE_DATASET", "IVON_ONLY", "LIKELIHOODS", "METHOD_DEFAULTS",
+           "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig", "resume_conflicts"]
 
 #: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
 FILE_DATASET = "file"
@@ -48,12 +48,42 @@ DATA_DEFAULTS: dict[str, dict[str, Any]] = {
              "select_by": "nll"},
 }
 
+#: the default of a :class:`TrainConfig` field left at :data:`BY_METHOD`
+BY_METHOD: Any = None
+
+#: The one home of the defaults that depend on the method (a field left at :data:`BY_METHOD` takes
+#: these; a field a method does not list stays None, unused): the learning rate of each method's
+#: optimiser, and IVON's own settings (``--method ivon``: :class:`bbb.IVON`). IVON's were chosen by
+#: short trials on MNIST's validation split, beside the published Fashion-MNIST LeNet-5 setting
+#: (docs/defaults.md has the trials and their commands). Explicit values always win.
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    Method.BBB.value: {"lr": 1e-3},
+    Method.SGD.value: {"lr": 1e-3},
+    Method.DROPOUT.value: {"lr": 1e-3},
+    Method.IVON.value: {"lr": 0.5, "hess_init": 0.5, "weight_decay": 5e-4},
+}
+
+#: IVON's own settings (``--ess``, ``--hess-init``, ``--weight-decay``): given with another method,
+#: a one-line error (no other method reads them)
+IVON_ONLY = ("ess", "hess_init", "weight_decay")
+
+#: the settings of Bayes by Backprop's prior, KL and optimiser, and of dropout, which IVON does not
+#: read (its prior is a Gaussian of precision ``weight_decay`` weighed by ``ess``, its update rule
+#: its own, sigma at the start set by ``hess_init``): given with ``--method ivon``, a one-line error
+NOT_FOR_IVON = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
+                "rho_lr_scale", "optimizer", "momentum", "dropout_input", "dropout_hidden")
+
 #: settings added after runs were written with the behaviour that this value names (a stored
 #: config that lacks one was trained so: every run before ``select_by`` chose by validation error)
 STORED_BEFORE: dict[str, Any] = {"select_by": "error"}
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> float:
+def _plain(v: Any) -> Any:
+    """A setting's value as ``config.json`` holds it (an Enum member as its string)."""
+    return v.value if isinstance(v, Enum) else v
+
+
+def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -88,7 +118,7 @@ class TrainConfig:
     prior_sigma: float = 1.0
     hidden: list[int] = BY_DATA
     epochs: int = BY_DATA
-    lr: float = 1e-3
+    lr: float = BY_METHOD
     optimizer: OptimizerKind = OptimizerKind.ADAM
     momentum: float = 0.9
     rho_lr_scale: float = 1.0
@@ -125,15 +155,24 @@ class TrainConfig:
     train_size: int | None = None
     # what picks best.pt: "nll" or "error" (SELECT_BY)
     select_by: str = BY_DATA
+    # IVON (--method ivon): the effective sample size (None: the training set's size), the Hessian
+    # estimate h at the start, the prior precision (METHOD_DEFAULTS)
+    ess: float | None = None
+    hess_init: float | None = BY_METHOD
+    weight_decay: float | None = BY_METHOD
 
     def __post_init__(self) -> None:
         self._check_data_file()
+        self.method = Method(choice("method", self.method, Method))
+        given_ivon = [name for name in IVON_ONLY if getattr(self, name) is not None]
         for name, value in DATA_DEFAULTS[self.data_kind].items():
             if getattr(self, name) is BY_DATA:
                 setattr(self, name, list(value) if isinstance(value, list) else value)
+        for name, value in METHOD_DEFAULTS[self.method.value].items():
+            if getattr(self, name) is BY_METHOD:
+                setattr(self, name, value)
         self.select_by = choice("select_by", self.select_by, SELECT_BY)
         self.dataset = choice("dataset", self.dataset, (*IMAGE_DATASETS, FILE_DATASET))
-        self.method = Method(choice("method", self.method, Method))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         self.optimizer = OptimizerKind(choice("optimizer", self.optimizer, OptimizerKind))
         self.lr_schedule = LRSchedule(choice("lr schedule", self.lr_schedule, LRSchedule))
@@ -183,6 +222,7 @@ class TrainConfig:
         self.checkpoint_every = check_int("checkpoint_every", self.checkpoint_every, 1)
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
+        self._check_ivon(given_ivon)
         if self.method is Method.BBB and self.prior is PriorKind.MIXTURE and self.kl is KLMode.CLOSED:
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
         if self.method is Method.BBB and self.kl_samples is not None:
@@ -192,6 +232,43 @@ class TrainConfig:
             if self.prior is PriorKind.GAUSSIAN and self.kl is not KLMode.MC:
                 raise UserError("--kl-samples averages a Monte Carlo KL, and the Gaussian prior's KL is in closed "
                                 "form here; add --kl mc, or leave out --kl-samples")
+
+    def _check_ivon(self, given_ivon: list[str]) -> None:
+        """IVON's settings: valid for ``--method ivon`` and refused with any other method; with
+        ivon, every setting it does not read (:data:`NOT_FOR_IVON`) refused where it differs from
+        its default (the command line refuses one given at all: :meth:`refuse_unused`)."""
+        if self.method is not Method.IVON:
+            self.refuse_unused(given_ivon)
+            return
+        if self.ess is not None:
+            self.ess = _positive("ess", self.ess)
+        self.hess_init = _positive("hess_init", self.hess_init)
+        self.weight_decay = _positive("weight_decay", self.weight_decay, allow_zero=True)
+        defaults = {**{f.name: f.default for f in dataclasses.fields(self)}, **DATA_DEFAULTS[self.data_kind]}
+        self.refuse_unused([k for k in NOT_FOR_IVON if _plain(getattr(self, k)) != _plain(defaults[k])])
+        if self.estimator is not Estimator.REPARAM:
+            raise SettingError("estimator", f"{self.estimator.value} cannot train with --method ivon: IVON's Hessian "
+                               "estimate needs the gradient of each sampled weight (--estimator reparam)")
+        if self.data_file is not None and self.likelihood == "homoscedastic":
+            raise UserError("--likelihood homoscedastic learns one noise sd, a plain parameter, and IVON trains "
+                            "Bayesian weights only: use --likelihood heteroscedastic with --method ivon")
+
+    def refuse_unused(self, names: Any) -> None:
+        """A one-line :class:`~bbb.errors.SettingError` for the first of the settings ``names`` that
+        this configuration's method does not read: IVON's own (:data:`IVON_ONLY`) with another
+        method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon. ``bbb
+        train`` passes the options given (so that one given at its default value is refused too)."""
+        ivon = self.method is Method.IVON
+        for name in names:
+            if ivon and name in NOT_FOR_IVON:
+                owner = ("dropout" if name.startswith("dropout") else
+                         "bbb, sgd or dropout" if name in ("optimizer", "momentum") else "bbb")
+                raise SettingError(name, f"applies to --method {owner}, not to --method ivon: IVON's prior is a "
+                                   "Gaussian of precision --weight-decay weighed by --ess, its update rule its own, "
+                                   "sigma at the start set by --hess-init; leave it out")
+            if not ivon and name in IVON_ONLY:
+                raise SettingError(name, f"is a setting of --method ivon (IVON's optimiser), not of --method "
+                                   f"{self.method.value}; leave it out, or train with --method ivon")
 
     def _check_data_file(self) -> None:
         """The settings of a data file (``data_file``; ``dataset`` becomes ``"file"``) and of an

@@ -30,7 +30,7 @@ from ..elbo import HeteroscedasticGaussian
 from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, check_int
 from ..io import atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
-from ..options import Method, choice
+from ..options import Method, choice, is_bayesian
 from ..plots import plot_reliability, plot_risk_coverage
 from ..prune import prune, unprune
 from . import model as runmodel
@@ -141,14 +141,14 @@ def squared_error_sum(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 
 @torch.no_grad()
 def mc_outputs(model: nn.Module, x: Tensor, method: str, samples: int, chunk: int = EVAL_CHUNK) -> Tensor:
-    """(k, N, C) network outputs: bbb ``samples`` weight samples (:func:`bbb.uncertainty.predict`,
+    """(k, N, C) network outputs: bbb and ivon ``samples`` weight samples (:func:`bbb.uncertainty.predict`,
     the same k networks for every chunk), dropout MC dropout, sgd the one network (k = 1). Draws
     from torch's global RNG (fork it for reproducible draws, as :func:`classifier_metrics` does)."""
     method = choice("method", method, Method)
     if method == Method.SGD.value:
         return mean_logits(model, x, chunk).unsqueeze(0)
     _check_eval_memory(model, x, method, samples, chunk)
-    if method == Method.BBB.value:
+    if is_bayesian(method):
         with shared_samples():
             return torch.cat([U.predict(model, xc, samples) for xc in torch.split(x, chunk)], 1)
     with mc_dropout(model):
@@ -232,7 +232,7 @@ def classifier_metrics(
     with _seeded(seed, x.device):
         mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
         mi: list[Tensor] = []  # the mutual information of each input (return_probs; bbb, dropout)
-        if method == Method.BBB.value:
+        if is_bayesian(method):
             parts = []
             with shared_samples():  # the same k networks score every chunk
                 for xc in torch.split(x, chunk):
@@ -382,7 +382,7 @@ def evaluate_run(
                 result.setdefault("plots", []).append("risk_coverage.png")
 
         def plot() -> None:
-            panels = {"mean weights" if cfg.method == Method.BBB.value else "deterministic":
+            panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic":
                       U.reliability_bins(res["mean_probs"], y)}
             if cfg.method != Method.SGD.value:
                 panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
@@ -430,7 +430,8 @@ def prune_run(
     data: dict[str, Tensor] | None = None,
     lock_wait: float | None = 0.0,
 ) -> list[dict[str, Any]]:
-    """The paper's Table 2 for a BBB run: prune by |mu|/sigma and test with the mean weights.
+    """The paper's Table 2 for a BBB run (or an ivon run: the same posterior): prune by
+    |mu|/sigma and test with the mean weights.
 
     Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`) and returns its rows. The
     lock and an unwritable directory as in :func:`evaluate_run`.
@@ -441,8 +442,9 @@ def prune_run(
             raise UserError(f"fractions must be in [0, 1], got {f}")
     with lock_run_dir(d, lock_wait):
         model, cfg, _, dev, info = _load(d, which, device)
-        if cfg.method != Method.BBB.value:
-            raise UserError(f"pruning by signal-to-noise needs a bbb run; {d} was trained with --method {cfg.method}")
+        if not is_bayesian(cfg.method):
+            raise UserError(f"pruning by signal-to-noise needs a bbb run (or an ivon run); {d} was trained with "
+                            f"--method {cfg.method}")
         if info.get("task") == "regression":
             raise UserError(f"bbb prune reports the test error of a classifier; {d} is a regression run")
         data = run_data(cfg, data_dir, data, info.get("preprocess"))

@@ -29,7 +29,10 @@ the loss on a per-example scale, so learning rates are comparable with the deter
 baselines (``sgd``, ``dropout``), which minimise the mean cross-entropy; the minimiser is the
 same. The logged ``train_loss`` is the epoch's free energy per training example,
 (sum_i loss_i) / N; ``nll`` the mean per-example NLL; ``kl`` the mean over the epoch's minibatches
-of the full KL in nats (summed over every weight).
+of the full KL in nats (summed over every weight). For ``method="ivon"`` (:class:`bbb.IVON`, on the
+same network as ``bbb``) the loss is the mean NLL under IVON's weight samples, with no KL term
+(IVON's prior, a Gaussian of precision ``weight_decay`` weighed by ``ess``, is in its update):
+``train_loss`` and ``nll`` are then that NLL and ``kl`` is 0.
 
 Data live on the device as tensors; each epoch shuffles with ``torch.randperm`` from a seeded
 generator and slices. No host-device synchronisation happens inside an epoch (:func:`run_epoch`):
@@ -81,31 +84,44 @@ from ..engine.engine import OptimizerKind
 from ..engine.support import compile_from_env
 from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
-from ..options import LRSchedule, Method
+from ..ivon import IVON
+from ..nn import forward_samples
+from ..options import LRSchedule, Method, is_bayesian
 from ..progress import progress_bar
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, improves, load_checkpoint, load_run, metrics_text, repair_derived
+from .checkpoint import CHECKPOINT_FORMAT, improves, load_checkpoint, metrics_text, repair_derived
 from .config import FILE_DATASET, TrainConfig, resume_conflicts
-from .evaluation import check_memory, classifier_metrics, mean_logits, mean_network_error, regressor_metrics
+from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
+from .summary import finish_classifier, finish_regression
 
 __all__ = ["batch_objective", "kl_weight_table", "make_optimizer", "run_epoch", "train", "training_step"]
 
 
-def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None) -> torch.optim.Optimizer:
     """The optimiser of ``cfg``: for ``bbb``, the fused :class:`~bbb.engine.Engine` (seeded with
-    ``cfg.seed``; it takes the plain path by itself where its kernel does not apply); for the
-    deterministic methods ``torch.optim.SGD`` or the fused ``torch.optim.Adam``.
+    ``cfg.seed``; it takes the plain path by itself where its kernel does not apply); for ``ivon``,
+    :class:`bbb.IVON` (its noise seeded with ``cfg.seed``; ``ess`` = ``cfg.ess``, else
+    ``num_train``, the training set's size); for the deterministic methods ``torch.optim.SGD`` or
+    the fused ``torch.optim.Adam``.
 
     A run on your own data (``data_file``) uses the eager kernels unless ``BBB_COMPILE=1``: a
     table's network is small and its run short, so a first compile costs more than it saves;
     the image datasets keep the engine's choice (:func:`bbb.engine.support.compile_default`)."""
+    compile = compile_from_env()
+    if compile is None and cfg.dataset == FILE_DATASET:
+        compile = False
+    if cfg.method == Method.IVON.value:
+        ess = cfg.ess if cfg.ess is not None else num_train
+        if ess is None:
+            raise UserError("make_optimizer: --method ivon needs its effective sample size: set cfg.ess, or pass "
+                            "num_train (the training set's size)")
+        assert cfg.hess_init is not None and cfg.weight_decay is not None  # (TrainConfig fills them for ivon)
+        return IVON(model, lr=cfg.lr, ess=ess, hess_init=cfg.hess_init, weight_decay=cfg.weight_decay,
+                    seed=cfg.seed, compile=compile)
     if cfg.method == Method.BBB.value:
-        compile = compile_from_env()
-        if compile is None and cfg.dataset == FILE_DATASET:
-            compile = False
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
                       seed=cfg.seed, compile=compile)
@@ -130,21 +146,29 @@ def _make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
 
 def batch_objective(
     model: nn.Module, elbo: ELBO | None, xb: Tensor, yb: Tensor, batch_index: int,
-    kl_weight: Tensor | None = None, likelihood: Likelihood | None = None,
+    kl_weight: Tensor | None = None, likelihood: Likelihood | None = None, num_samples: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(loss to optimise, free-energy term, summed NLL, KL) of one minibatch.
 
     bbb: ``out.loss / B`` is optimised (the paper's minibatch free energy per example);
-    sgd/dropout: the mean cross-entropy, or the mean negative log-likelihood of ``likelihood``
-    (a regression run's Gaussian). The other three are detached, for the epoch sums.
-    ``kl_weight``: the minibatch's KL weight as a device scalar (:func:`kl_weight_table`), else
-    the ELBO's weight of ``batch_index``.
+    sgd/dropout and ivon (inside :meth:`bbb.IVON.sampling`: no KL term, IVON's prior is its own):
+    the mean cross-entropy, or the mean negative log-likelihood of ``likelihood`` (a regression
+    run's Gaussian, the one bbb's ELBO uses), averaged over ``num_samples`` weight samples
+    (:func:`bbb.forward_samples`; ivon's ``--train-samples``). The other three are detached, for
+    the epoch sums. ``kl_weight``: the minibatch's KL weight as a device scalar
+    (:func:`kl_weight_table`), else the ELBO's weight of ``batch_index``.
     """
     b = xb.shape[0]
     if elbo is not None:
         out = elbo(xb, yb, batch_index=batch_index, kl_weight=kl_weight)
         return out.loss / b, out.loss.detach(), out.nll.detach(), out.kl.detach()
-    if likelihood is not None:
+    if num_samples > 1:  # (k, B, C): the NLL of each sample, averaged over the k
+        logits = forward_samples(model, xb, num_samples).float()
+        if likelihood is not None:
+            nll = -likelihood.log_prob(logits, yb).sum() / num_samples
+        else:
+            nll = F.cross_entropy(logits.flatten(0, 1), yb.repeat(num_samples), reduction="sum") / num_samples
+    elif likelihood is not None:
         nll = -likelihood.log_prob(model(xb).float(), yb).sum()
     else:
         nll = F.cross_entropy(model(xb).float(), yb, reduction="sum")
@@ -154,15 +178,17 @@ def batch_objective(
 
 def training_step(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, xb: Tensor, yb: Tensor,
                   batch_index: int, kl_weight: Tensor | None = None, likelihood: Likelihood | None = None,
-                  ) -> tuple[Tensor, Tensor, Tensor]:
+                  num_samples: int = 1) -> tuple[Tensor, Tensor, Tensor]:
     """One optimisation step on a minibatch; returns its (free energy, summed NLL, KL), detached.
 
-    The step ``bbb train`` takes (and the bench times): the objective under the engine's weight
-    sample when ``opt`` is an :class:`~bbb.engine.Engine`, then zero_grad / backward / step.
+    The step ``bbb train`` takes (and the bench times): the objective under the optimiser's weight
+    sample when ``opt`` is an :class:`~bbb.engine.Engine` or a :class:`bbb.IVON`, then zero_grad /
+    backward / step. ``num_samples``: :func:`batch_objective`'s (without an ELBO).
     """
-    ctx = opt.sampling() if isinstance(opt, Engine) else contextlib.nullcontext()
+    ctx = opt.sampling() if isinstance(opt, Engine | IVON) else contextlib.nullcontext()
     with ctx:
-        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index, kl_weight, likelihood)
+        loss, fe, nll, kl = batch_objective(model, elbo, xb, yb, batch_index, kl_weight, likelihood,
+                                            num_samples=num_samples)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -182,14 +208,15 @@ def kl_weight_table(elbo: ELBO | None, model: nn.Module, device: torch.device) -
 def run_epoch(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
               perm: Tensor, batch_size: int, *, kl_weights: Tensor | None = None,
               autocast: Callable[[], Any] = contextlib.nullcontext, steps: Any = None,
-              likelihood: Likelihood | None = None) -> Tensor:
+              likelihood: Likelihood | None = None, num_samples: int = 1) -> Tensor:
     """The training steps of one epoch over ``x[perm]``, ``y[perm]`` in minibatches of ``batch_size``.
 
     Returns the epoch's sums (free energy, NLL, KL) as a float64 tensor on the device, unread: the
     loop has no host-device synchronisation (what ``torch.cuda.set_sync_debug_mode("error")``
     checks). ``kl_weights``: :func:`kl_weight_table`; each minibatch's weight is copied into one
     device scalar, in place. ``steps``: the minibatch indices to run (a progress bar over
-    ``range(M)``), default all M. ``likelihood``: a regression run's (sgd/dropout; bbb's is the ELBO's).
+    ``range(M)``), default all M. ``likelihood``: a regression run's (sgd/dropout/ivon; bbb's is the
+    ELBO's). ``num_samples``: weight samples per step without an ELBO (ivon's ``--train-samples``).
     """
     sums = torch.zeros(3, dtype=torch.float64, device=x.device)  # free energy, nll, kl
     kl_w = None if kl_weights is None else torch.zeros((), dtype=kl_weights.dtype, device=kl_weights.device)
@@ -201,7 +228,7 @@ def run_epoch(model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x
         if kl_w is not None:
             kl_w.copy_(kl_weights[i])  # type: ignore[index]
         with autocast():
-            fe, nll, kl = training_step(model, elbo, opt, xb, yb, i, kl_w, likelihood)
+            fe, nll, kl = training_step(model, elbo, opt, xb, yb, i, kl_w, likelihood, num_samples)
         sums += torch.stack([fe.double(), nll.double(), kl.double()])
     return sums
 
@@ -218,7 +245,7 @@ def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int,
     bound of what training needs), before anything is allocated."""
     widths = [in_features, *cfg.hidden, num_classes]
     weights = sum(a * b + b for a, b in zip(widths, widths[1:]))
-    per_weight = 4 if cfg.method == Method.BBB.value else 2  # (mu, rho) or w, and their gradients
+    per_weight = 4 if is_bayesian(cfg.method) else 2  # (mu, rho) or w, and their gradients
     activations = cfg.samples * cfg.batch_size * max(widths)
     check_memory(4 * (per_weight * weights + activations), device,
                  f"training {cfg.method} {'x'.join(map(str, cfg.hidden))} ({weights:,} weights)",
@@ -379,7 +406,7 @@ def _train(
     elbo = (ELBO(model, likelihood or "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
                  num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples)
             if cfg.method == Method.BBB.value else None)
-    opt = make_optimizer(cfg, model)
+    opt = make_optimizer(cfg, model, n)
     sched = _make_scheduler(cfg, opt)
     gen = torch.Generator().manual_seed(cfg.seed)
     metrics: list[dict[str, Any]] = []
@@ -418,6 +445,8 @@ def _train(
         "num_train": n, "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
         "num_batches": num_batches, "num_weights": num_weights(model), "argv": sys.argv[1:],
     }
+    if isinstance(opt, IVON):  # the effective sample size used (the setting ess: null means num_train)
+        config_json["ess_used"] = opt.param_groups[0]["ess"]
     if preprocess is not None and preprocess.kind != "image":
         config_json["preprocess"] = preprocess.to_dict()
 
@@ -483,7 +512,8 @@ def _train(
                     bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], not regression))
                 steps = bar
             sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast, steps=steps,
-                             likelihood=likelihood if elbo is None else None)
+                             likelihood=likelihood if elbo is None else None,
+                             num_samples=cfg.samples if cfg.method == Method.IVON.value else 1)
             if bar is not None:
                 bar.close()
             # the epoch's one synchronisation: its sums, whether the weights are finite, the error counts
@@ -556,67 +586,5 @@ def _train(
         raise
 
     if regression:
-        return _finish_regression(out, cfg, data, model, metrics, best, preprocess)
-    return _finish(out, cfg, data, model, metrics, best)
-
-
-def _finish_regression(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Module,
-                       metrics: list[dict[str, Any]], best: dict[str, Any], preprocess: Preprocess | None,
-                       ) -> dict[str, Any]:
-    """A regression run's summary.json: RMSE, log-likelihood and interval coverage of the best
-    model on the test set, in the target's units; ``val_error`` columns are validation RMSEs."""
-    done = metrics[-1]["epoch"] if metrics else 0
-    eval_model = model
-    if (out / "best.pt").exists() and best.get("epoch") != done:
-        eval_model, _ = load_run(out, "best", device=data["test_x"].device)
-    res = regressor_metrics(eval_model, data["test_x"], data["test_y"], cfg.method, samples=cfg.eval_samples,
-                            target=None if preprocess is None else preprocess.y)
-    summary = {
-        "model": "best" if (out / "best.pt").exists() else "last", "task": "regression",
-        "test_rmse": res["rmse"], "test_rmse_mc": res["rmse_mc"], "test_log_likelihood": res["log_likelihood"],
-        "test_coverage_95": res["coverage_95"], "eval_samples": res["samples"],
-        "best_epoch": best.get("epoch"), "best_val_rmse": best.get("val_error"), "best_val_nll": best.get("val_nll"),
-        "selected_by": cfg.select_by, "epochs": done,
-        "seconds": float(sum(r["seconds"] for r in metrics)), "method": cfg.method, "dataset": cfg.dataset,
-        "hidden": list(cfg.hidden), "num_weights": num_weights(model),
-    }
-    atomic_write_json(out / "summary.json", summary)
-    return summary
-
-
-def _finish(out: Path, cfg: TrainConfig, data: dict[str, Tensor], model: nn.Module,
-            metrics: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate the best and last models on the test set and write summary.json."""
-    done = metrics[-1]["epoch"] if metrics else 0
-    device = data["test_x"].device
-    last_test = mean_network_error(model, data["test_x"], data["test_y"])
-    last_val = mean_network_error(model, data["val_x"], data["val_y"])
-    which = "best" if (out / "best.pt").exists() else "last"
-    eval_model = model
-    if which == "best" and best.get("epoch") != done:
-        eval_model, _ = load_run(out, "best", device=device)
-    res = classifier_metrics(eval_model, data["test_x"], data["test_y"], cfg.method, samples=cfg.eval_samples)
-    summary = {
-        "model": which,
-        "test_error": res["error"],
-        "test_error_mc": res["error_mc"],
-        "val_error": mean_network_error(eval_model, data["val_x"], data["val_y"]),
-        "test_nll": res["nll"],
-        "test_ece": res["ece"],
-        "test_brier": res["brier"],
-        "eval_samples": res["samples"],
-        "last_test_error": last_test,
-        "last_val_error": last_val,
-        "best_epoch": best.get("epoch"),
-        "best_val_error": best.get("val_error"),
-        "best_val_nll": best.get("val_nll"),
-        "selected_by": cfg.select_by,
-        "epochs": done,
-        "seconds": float(sum(r["seconds"] for r in metrics)),
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "hidden": list(cfg.hidden),
-        "num_weights": num_weights(model),
-    }
-    atomic_write_json(out / "summary.json", summary)
-    return summary
+        return finish_regression(out, cfg, data, model, metrics, best, preprocess)
+    return finish_classifier(out, cfg, data, model, metrics, best)

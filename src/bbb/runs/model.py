@@ -15,7 +15,7 @@ from torch import Tensor
 from ..data.files import Preprocess
 from ..errors import UserError
 from ..nn import BayesMLP, bayes_modules
-from ..options import Method
+from ..options import Method, is_bayesian
 from .config import TrainConfig
 
 __all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "infer_method", "load_data", "load_split",
@@ -37,13 +37,14 @@ class ConstantNoise(nn.Module):
 
 def build_model(cfg: TrainConfig, in_features: int = 784, num_classes: int = 10,
                 task: str = "classification") -> nn.Module:
-    """The network of ``cfg.method``: BayesMLP (bbb), a ReLU MLP (sgd) or one with dropout.
+    """The network of ``cfg.method``: BayesMLP (bbb, and ivon: the same network, its posterior
+    trained by :class:`bbb.IVON`), a ReLU MLP (sgd) or one with dropout.
 
     ``task="regression"``: ``num_classes`` is 2 outputs, (mean, noise) of a Gaussian; with
     ``cfg.likelihood == "homoscedastic"`` the network has one output and a :class:`ConstantNoise`."""
     if task == "regression" and cfg.likelihood == "homoscedastic":
         return nn.Sequential(build_model(cfg, in_features, 1), ConstantNoise())
-    if cfg.method == Method.BBB.value:
+    if is_bayesian(cfg.method):
         return BayesMLP(in_features, cfg.hidden, num_classes, prior=cfg.make_prior(),
                         estimator=cfg.estimator, rho_init=cfg.rho_init,
                         mu_init_scale=cfg.mu_init_scale)
@@ -62,6 +63,8 @@ def build_model(cfg: TrainConfig, in_features: int = 784, num_classes: int = 10,
 
 
 def infer_method(model: nn.Module) -> str:
+    """``bbb`` for a network with Bayesian layers (a run of ``bbb`` or ``ivon``: sampled alike),
+    ``dropout`` for one with dropout layers, else ``sgd``."""
     if any(True for _ in bayes_modules(model)):
         return Method.BBB.value
     if any(isinstance(m, nn.Dropout) for m in model.modules()):

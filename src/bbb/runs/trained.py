@@ -42,7 +42,7 @@ from ..data.files import Preprocess, read_csv
 from ..elbo import HeteroscedasticGaussian
 from ..errors import UserError, check_int
 from ..nn.samples import FOLD, fold_inputs
-from ..options import Method
+from ..options import is_bayesian
 from . import model as runmodel
 from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig
@@ -228,7 +228,7 @@ class TrainedModel(nn.Module):
     def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0, *,
                        samples: int | None = None) -> Tensor:
         """(k, N, C) outputs of the network on ``inputs`` (raw, or marked as encoded: see the
-        module's notes), k = ``num_samples``: bbb weight samples through
+        module's notes), k = ``num_samples``: bbb or ivon weight samples through
         :func:`bbb.uncertainty.predict` (``generator=seed``), MC dropout, or the one sgd network.
         ``samples=``: the old name of ``num_samples`` (deprecated)."""
         if samples is not None:
@@ -237,7 +237,7 @@ class TrainedModel(nn.Module):
             num_samples = samples
         num_samples = check_int("num_samples", num_samples)
         x = self.encode(inputs).as_subclass(Tensor)
-        if self.config.method == Method.BBB.value:
+        if is_bayesian(self.config.method):
             return U.predict(self.network, x, num_samples, batch_size=2048, generator=seed)
         with torch.random.fork_rng(devices=[]):
             if seed is not None:

@@ -105,11 +105,14 @@ NUMERIC_KEYS: dict[str, tuple[str, float | None, float | None]] = {
     "dropout_input": ("float", None, None),
     "dropout_hidden": ("float", None, None),
     "scale": ("float", None, None),
+    "ess": ("float", None, None),
+    "hess_init": ("float", None, None),
+    "weight_decay": ("float", None, None),
 }
 
 
-#: numeric keys whose value may be null (their default is None)
-_NULLABLE = frozenset({"mu_init_scale"})
+#: numeric keys whose value may be null (their default is None; ess: the training set's size)
+_NULLABLE = frozenset({"mu_init_scale", "ess"})
 
 
 _MAX_DEPTH = 1_000

@@ -337,8 +337,8 @@ def child_epoch(spec: dict[str, Any]) -> dict[str, Any]:
     made: list[Any] = []
     make = L.make_optimizer
 
-    def spy(cfg: Any, model: Any) -> Any:  # to see whether the engine ran fused and compiled
-        made.append(make(cfg, model))
+    def spy(cfg: Any, model: Any, *args: Any, **kwargs: Any) -> Any:  # did the engine run fused, compiled?
+        made.append(make(cfg, model, *args, **kwargs))
         return made[-1]
 
     L.make_optimizer = spy

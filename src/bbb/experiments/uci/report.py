@@ -331,9 +331,9 @@ def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, A
                     for m, t in times.items())
     env = ("; every digit with `ATEN_CPU_CAPABILITY=default` in the environment, as it ran"
            if meta.get("cpu_capability") == "DEFAULT" else "")
-    wall, before = meta.get("wall_seconds"), meta.get("wall_seconds_before", 0)
-    over = "unknown (no run.json)" if wall is None else f"{(wall + before) / 60:.1f} min" + (
-        f" in all its invocations ({wall / 60:.1f} min the last)" if before else "")
+    wall, before = meta.get("wall_seconds"), meta.get("wall_seconds_before")  # (before: earlier invocations)
+    over = "unknown (no run.json)" if wall is None else f"{(wall + (before or 0.0)) / 60:.1f} min" + (
+        f" in all its invocations ({wall / 60:.1f} min the last)" if before is not None else "")
     md = ["# bbb reproduce uci", "", f"Command, from the root of a clone: `{command}`{where}{env}", "",
           f"Wall time: {over} (" + (f"{meta['workers']} worker(s); " if "workers" in meta else "") +
           f"training {meta.get('job_seconds', 0) / 60:.1f} worker-min" + (f": {per}" if per else "") + ")", "",

@@ -231,9 +231,15 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             if key not in hps:
                 hps[key] = torch.tensor([b1, group["beta2"], wd, lr, 1.0 - b1 ** st["step"], group["ess"],
                                          group["clip_radius"]], dtype=torch.float64, device=mu.device)
-            sigma, rho = self._update(mu, st["momentum"], st["hess"], g, gz, self._sigma(mu), hps[key])
-            self._sig[id(mu)] = sigma
-            m.rho(n).copy_(rho)
+            # one flat (n,) view of each: one compiled loop for every weight tensor's shape and rank
+            flat = [t.view(-1) for t in (mu, st["momentum"], st["hess"])]  # (written in place: views, never copies)
+            flat += [t.reshape(-1) for t in (g, gz, self._sigma(mu))]
+            if self._update is not ivon_update:
+                for t in flat:
+                    torch._dynamo.mark_dynamic(t, 0)
+            sigma, rho = self._update(flat[0], flat[1], flat[2], flat[3], flat[4], flat[5], hps[key])
+            self._sig[id(mu)] = sigma.view_as(mu)
+            m.rho(n).copy_(rho.view_as(mu))
         self._drawn.clear()
         return loss
 

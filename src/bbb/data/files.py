@@ -306,11 +306,29 @@ def _task_of(values: list[str], task: str | None, target: str, where: str) -> st
     return "regression"
 
 
-def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str
-                    ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The feature columns' descriptions (numeric or one-hot), checked for missing values."""
+#: a numeric column is taken for a row identifier from this many rows (see :func:`_identifier`)
+MIN_IDENTIFIER_ROWS = 20
+
+
+def _identifier(nums: list[float]) -> bool:
+    """Whether a numeric column is a row identifier: whole numbers, one per row, a run of
+    consecutive integers in some order (0..N-1, 1..N, 1000..1000+N-1). A quantity measured on the
+    rows is all but never that; as a feature an identifier only lets the network learn row order."""
+    if len(nums) < MIN_IDENTIFIER_ROWS or any(v != int(v) for v in nums):
+        return False
+    return len(set(nums)) == len(nums) and max(nums) - min(nums) == len(nums) - 1
+
+
+def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str,
+                    ignore: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+    """The feature columns' descriptions (numeric or one-hot), checked for missing values;
+    the ``ignore`` columns left out (not read at all); a column that numbers the rows is an error
+    once every column's cells are checked."""
     columns = []
+    numbering = ""
     for j, name in enumerate(header):
+        if name in ignore:
+            continue
         cells = [r[j] for r in rows]
         for i, cell in enumerate(cells, start=1):
             if _is_missing(cell):
@@ -319,6 +337,11 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             continue
         nums = [_number(c) for c in cells]
         if all(v is not None for v in nums):
+            values = [float(v) for v in nums if v is not None]
+            if _identifier(values) and not numbering:
+                numbering = f"column {name!r} numbers the rows (each row a different whole number, " \
+                            f"{min(values):g} to {max(values):g}: an identifier, not a feature)"
+                numbering += f"; leave it out with --ignore {name} (bbb predict then carries it through to its output)"
             columns.append({"name": name, "kind": "numeric", "categories": []})
             continue
         cats = sorted(set(cells))
@@ -331,6 +354,8 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             raise UserError(f"{where}: the text column {name!r} has {len(cats)} distinct values (one-hot encoding "
                             f"takes at most {MAX_CATEGORIES}); drop it from the file (an identifier or free text?)")
         columns.append({"name": name, "kind": "onehot", "categories": cats})
+    if numbering:
+        raise UserError(f"{where}: {numbering}")
     return columns, [r[header.index(target)] for r in rows]
 
 
@@ -356,8 +381,9 @@ def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: fl
 
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
                      val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                     train_size: int | None = None) -> tuple[dict[str, Tensor], Preprocess]:
+                     train_size: int | None = None, ignore: Sequence[str] = ()) -> tuple[dict[str, Tensor], Preprocess]:
     """A CSV or .npz file as a run's split and its :class:`Preprocess` (see the module's notes).
+    ``ignore``: CSV columns that are not features (an identifier, a note); not read.
 
     Returns ``({"train_x", "train_y", "val_x", "val_y", "test_x", "test_y"}, preprocess)``:
     inputs float32 (N, D), standardised; targets int64 class indices (classification) or float32
@@ -378,15 +404,20 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         header, rows = read_csv(p)
         if target not in header:
             raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}")
-        columns, raw_y = _encode_columns(header, rows, target, where)
+        for name in ignore:
+            if name not in header or name == target:
+                raise UserError(f"{where}: --ignore {name}: " + ("that is the target" if name == target else
+                                f"no such column; the columns are {', '.join(header)[:300]}"))
+        columns, raw_y = _encode_columns(header, rows, target, where, ignore)
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
         task = _task_of(raw_y, task, target, where)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
         raw_x = _raw_table(pre, header, rows, where)
     elif suffix == ".npz":
-        if target is not None:
-            raise UserError(f"{where}: --target names a CSV column; an .npz file holds arrays x and y")
+        if target is not None or ignore:
+            raise UserError(f"{where}: --{'target' if target is not None else 'ignore'} names a CSV column; an .npz "
+                            "file holds arrays x and y")
         x_arr, y_arr = _read_npz(p)
         if task is None:
             task = "regression" if np.issubdtype(y_arr.dtype, np.floating) else "classification"

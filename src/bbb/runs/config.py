@@ -153,6 +153,8 @@ class TrainConfig:
     val_fraction: float = 0.1
     test_fraction: float = 0.1
     train_size: int | None = None
+    # CSV columns that are not features (an identifier, a note): left out of the inputs
+    ignore_columns: list[str] | None = None
     # what picks best.pt: "nll" or "error" (SELECT_BY)
     select_by: str = BY_DATA
     # IVON (--method ivon): the effective sample size (None: the training set's size), the Hessian
@@ -288,6 +290,8 @@ class TrainConfig:
                 raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
             if self.task is not None:
                 self.task = choice("task", self.task, TASKS)
+            if self.ignore_columns is not None:
+                self.ignore_columns = [str(c) for c in self.ignore_columns] or None
             self.likelihood = choice("likelihood", self.likelihood, LIKELIHOODS)
             for name in ("val_fraction", "test_fraction"):
                 v = float(getattr(self, name))
@@ -301,6 +305,7 @@ class TrainConfig:
             if self.dataset == FILE_DATASET:
                 raise UserError("dataset 'file' needs the file: --csv FILE or --npz FILE")
             given = [f"--{k.replace('_', '-')}" for k in ("target", "task") if getattr(self, k) is not None]
+            given += ["--ignore"] if self.ignore_columns else []
             given += [f"--{k.replace('_', '-')}" for k, d in (("val_fraction", 0.1), ("test_fraction", 0.1),
                                                              ("likelihood", "heteroscedastic"))
                       if getattr(self, k) != d]

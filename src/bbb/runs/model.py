@@ -131,7 +131,8 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None) -> tuple[dict[s
     if was is not None:  # before reading it: another file's columns or rows would only confuse
         _check_md5(cfg.data_file, was)
     data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=cfg.task, val_fraction=cfg.val_fraction,
-                                 test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size)
+                                 test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size,
+                                 ignore=cfg.ignore_columns or ())
     if was is not None:
         _check_md5(cfg.data_file, was, pre.source.get("md5"))
     return data, pre

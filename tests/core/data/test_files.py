@@ -101,7 +101,7 @@ def test_csv_bad_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "ids.csv", ["name", "n", "y"], ids), target="y")
     one_line(info, "'name'", "150 distinct")
-    whole = [[str(i), str(i % 3)] for i in range(30)]
+    whole = [[str(2 * i), str(i % 3)] for i in range(30)]  # (2i: not a run of consecutive numbers, an identifier)
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "w.csv", ["n", "k"], whole), target="k")
     one_line(info, "--task")

@@ -1,0 +1,74 @@
+"""A column that numbers the rows is not a feature (issue 72, own data never silently wrong): one
+line that names it and the flag, ``--ignore COL`` to leave it out, carried through by predict."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from bbb.data.files import load_file_splits
+from bbb.errors import UserError
+from bbb.runs import TrainConfig
+
+
+def _table(path: Path, n: int = 60, start: int = 1, id_name: str = "id") -> Path:
+    rng = random.Random(0)
+    ids = list(range(start, start + n))
+    rng.shuffle(ids)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([id_name, "income", "plan", "label"])
+        for i in ids:
+            w.writerow([i, rng.randint(20_000, 90_000), rng.choice(["a", "b"]), rng.choice(["yes", "no"])])
+    return path
+
+
+@pytest.mark.parametrize("start", [0, 1, 1000])
+def test_a_column_numbering_the_rows_is_one_line_naming_ignore(tmp_path, start):
+    with pytest.raises(UserError, match=r"column 'id' numbers the rows.*--ignore id") as e:
+        load_file_splits(_table(tmp_path / "t.csv", start=start), target="label")
+    assert "\n" not in str(e.value)
+
+
+def test_ignore_leaves_the_column_out(tmp_path):
+    data, pre = load_file_splits(_table(tmp_path / "t.csv"), target="label", ignore=["id"])
+    assert [c["name"] for c in pre.columns] == ["income", "plan"]
+    assert data["train_x"].shape[1] == 1 + 2
+
+
+def test_unique_whole_numbers_that_are_not_a_run_stay_a_feature(tmp_path):
+    """Incomes in whole euros are distinct in every row but not consecutive: a quantity."""
+    _, pre = load_file_splits(_table(tmp_path / "t.csv", n=19), target="label")  # too few rows to judge
+    assert "id" in [c["name"] for c in pre.columns]
+    _, pre = load_file_splits(_table(tmp_path / "t.csv"), target="label", ignore=["id"])
+    assert "income" in [c["name"] for c in pre.columns]
+
+
+def test_ignore_refuses_what_it_cannot_leave_out(tmp_path):
+    t = _table(tmp_path / "t.csv")
+    with pytest.raises(UserError, match="--ignore nope: no such column"):
+        load_file_splits(t, target="label", ignore=["nope"])
+    with pytest.raises(UserError, match="--ignore label: that is the target"):
+        load_file_splits(t, target="label", ignore=["label", "id"])
+    with pytest.raises(UserError, match="--ignore applies to your own data"):
+        TrainConfig(ignore_columns=["id"])
+
+
+def test_a_run_records_its_ignored_columns_and_predict_carries_them(tmp_path, capsys):
+    from testkit import run_main
+
+    t = _table(tmp_path / "t.csv", n=120)
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--csv", str(t), "--target", "label", "--ignore", "id", "--epochs", "2",
+                          "--out", str(out), "--quiet", "--device", "cpu")
+    assert rc == 0, err
+    assert json.loads((out / "config.json").read_text())["ignore_columns"] == ["id"]
+    rc, _, err = run_main(capsys, "predict", str(out), str(t), "--out", str(tmp_path / "p.csv"))
+    assert rc == 0, err
+    with (tmp_path / "p.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 120 and "id" in rows[0]

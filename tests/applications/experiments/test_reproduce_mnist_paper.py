@@ -23,7 +23,7 @@ from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
 from bbb.experiments.mnist.jobs import command_line, select_candidate
 from bbb.experiments.mnist.plan import run_name
-from bbb.experiments.mnist.recipes import METHODS, SCREEN_PP
+from bbb.experiments.mnist.recipes import SCREEN_PP
 from bbb.experiments.mnist.tables import recipes_md, snr_stats
 from testkit import SILENT, blobs4, eager_kernels, read_csv, run_main, summary
 
@@ -47,7 +47,7 @@ def paper_jobs(**kw: Any) -> list[M.Job]:
 
 def test_paper_candidates_are_few_each_with_a_label_and_a_reason():
     spec = M.BUDGETS["paper"]
-    for m in METHODS:
+    for m in spec.methods:
         for w in M.WIDTHS:
             cands = M.cell_candidates(spec, m, w)
             assert 1 <= len(cands) <= 6, (m, w)
@@ -149,7 +149,7 @@ def test_cells_parse_in_the_order_of_work(text, cells):
 def test_the_order_of_work_puts_the_headline_first():
     assert M.CELL_ORDER[:5] == (("bbb_mixture", 1200), ("sgd", 1200), ("dropout", 1200),
                                 ("bbb_mixture", 400), ("bbb_mixture", 800))
-    assert sorted(M.CELL_ORDER) == sorted(M.PAPER_TABLE1)
+    assert sorted(M.BUDGETS["paper"].cells) == sorted(M.PAPER_TABLE1)
     names = [j.name for j in paper_jobs()]
     assert names[:5] == ["bbb_mixture_1200", "bbb_mixture_1200_c1", "bbb_mixture_1200_c2", "bbb_mixture_1200_c3",
                          "bbb_mixture_1200_c4"]
@@ -229,7 +229,7 @@ def tiny_paper_spec() -> M.BudgetSpec:
     the first three mixture candidates of 2x400 (no screen), so that selection among three is tested."""
     spec = M.BUDGETS["paper"]
     cands = {**spec.candidates, ("bbb_mixture", 1200): M.cell_candidates(spec, "bbb_mixture", 400)[:3]}
-    return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in METHODS},
+    return dataclasses.replace(spec, epochs={m: {w: TINY_EPOCHS for w in M.WIDTHS} for m in spec.methods},
                                common={**spec.common, "lr_step_size": 2}, eval_samples=2, candidates=cands,
                                screened={})
 
@@ -237,7 +237,7 @@ def tiny_paper_spec() -> M.BudgetSpec:
 def test_the_screen_drops_at_800_and_1200_only_the_candidates_it_names_and_says_why():
     spec = M.BUDGETS["paper"]
     assert spec.screened and set(spec.screened_widths) == {800, 1200}
-    for m in METHODS:
+    for m in spec.methods:
         at400 = [c.label for c in M.cell_candidates(spec, m, 400)]
         dropped = set(spec.screened.get(m, {}))
         assert dropped <= set(at400)  # it names real candidates

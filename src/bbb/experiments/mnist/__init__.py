@@ -2,7 +2,9 @@
 
 ``bbb reproduce mnist --budget smoke|quick|paper --out DIR`` trains the 12 cells of Table 1
 (SGD, dropout, BBB with a Gaussian prior and BBB with the scale-mixture prior, each with two
-hidden ReLU layers of 400, 800 and 1200 units) and writes into DIR::
+hidden ReLU layers of 400, 800 and 1200 units), at the smoke and quick budgets three cells of
+IVON too (``bbb train --method ivon``, not in the paper: rows without a paper number, curves in
+Figures 2-3, not pruned in Table 2), and writes into DIR::
 
     table1.csv, table1.md        our test error beside the paper's, per cell, with the epochs,
                                  the selected candidate and hyperparameters and the wall time;

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb reproduce`` options on ``parser``."""
     parser.description = (
         "Reproduce the paper's MNIST results (section 5.1): train the 12 cells of Table 1 (SGD, "
-        "dropout, BBB Gaussian prior, BBB scale mixture; 2x400, 2x800, 2x1200), select on the "
+        "dropout, BBB Gaussian prior, BBB scale mixture; 2x400, 2x800, 2x1200), and at the smoke and "
+        "quick budgets 3 of IVON (bbb train --method ivon, not in the paper), select on the "
         "validation split only, and write table1.csv/.md, fig2_curves.png, fig3_weights.png, "
         "table2_pruning.csv/.md and fig4_snr.png (with CSV/JSON beside each figure) to --out. "
         "Resumable: rerun the same command to continue. Several processes may share one --out "
@@ -66,8 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "output folder; rerunning with the same folder resumes",
             default=DEFAULT_OUT)
     parser.add_argument("--cells", default=None, metavar="CELLS",
-                        help=f"train only these cells: {CELLS_HELP}; default: all 12, in the order "
-                             "of work (BBB mixture 2x1200 first; see --plan)")
+                        help=f"train only these cells: {CELLS_HELP}; default: all of the budget's (12, "
+                             "and IVON's 3 at smoke and quick), in the order of work (BBB mixture 2x1200 "
+                             "first; see --plan)")
     parser.add_argument("--candidates", default=None, metavar="CANDS",
                         help=f"train only these candidates of those cells: {CANDIDATES_HELP}; a cell is "
                              "selected (and its extra seeds trained) once all its candidates have "

@@ -32,10 +32,8 @@ from .plan import (
     run_name,
 )
 from .recipes import (
-    CELL_ORDER,
     FIXED_OVERHEAD_S,
     METHOD_NAMES,
-    METHODS,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     WIDTHS,
@@ -124,7 +122,7 @@ def run_reproduce(
     report_only: bool = False,
     callbacks: JobCallbacks | None = None,
 ) -> dict[str, Any]:
-    """Train the cells ``cfg.cells`` (default: all 12), select on validation, and write the
+    """Train the cells ``cfg.cells`` (default: all of the budget's), select on validation, and write the
     tables and figures of every cell finished so far in ``cfg.out``.
 
     Args:
@@ -170,7 +168,7 @@ def run_reproduce(
         say(f"bbb reproduce mnist --report: budget {cfg.budget}; the tables and figures of the runs "
             f"finished in {out} (cells not finished are marked); trains nothing")
     else:
-        what = "the 12 cells" if cfg.all_cells else f"{len(cfg.cells)} cell(s): {cells_text(cfg.cells)}"
+        what = f"the {len(spec.cells)} cells" if cfg.all_cells else f"{len(cfg.cells)} cell(s): {cells_text(cfg.cells)}"
         say(f"bbb reproduce mnist: budget {cfg.budget} ({spec.description}); dataset {cfg.dataset}; "
             f"{len(todo)} training runs ({len(first)} for {what}"
             + (f", {len(extra)} extra seeds" if extra else "") + f") -> {out}")
@@ -282,8 +280,8 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     cells finished so far), Table 2 and Figure 4 (once BBB mixture 2x1200 is finished), all
     read from the runs in ``out``."""
     spec = cfg.spec
-    cells = {c: tables.cell_state(cfg, c[0], c[1], out) for c in CELL_ORDER}
-    table_cells = [cells[(m, w)] for m in METHODS for w in WIDTHS]
+    cells = {c: tables.cell_state(cfg, c[0], c[1], out) for c in spec.cells}
+    table_cells = [cells[(m, w)] for m in spec.methods for w in WIDTHS]
     table1 = [tables.table1_row(cfg, c.method, c.hidden, c.cands, c.seeds, c.selected, c.summaries,
                           status=c.status, pending=c.pending) for c in table_cells]
     files: list[str] = []
@@ -302,13 +300,14 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     stored = {m: [replace(j, run_dir=cfg.checkpoint_dir(j)) for j in (job, *cells[(m, top)].seeds)]
               for m, job in chosen.items()}
     trained = {m: next((j for j in js if _has_last(j)), js[0]) for m, js in stored.items()}
-    if any(m in chosen for m, _ in FIG2_METHODS):
-        files += figure2(out, chosen, spec.log_epochs)
+    fig_methods = [m for m, _ in FIG2_METHODS if m in spec.methods]
+    if any(m in chosen for m in fig_methods):
+        files += figure2(out, chosen, spec.log_epochs, methods=fig_methods)
         absent = [j.name for j in trained.values() if not _has_last(j)]
         if absent:
             log(f"Figure 3 not rewritten: {_absent_text(absent, cfg)}")
         else:
-            files += figure3(out, trained)
+            files += figure3(out, trained, methods=fig_methods)
     table2: list[dict[str, Any]] = []
     mix = cells[("bbb_mixture", top)]
     if mix.selected is not None and not _has_last(trained["bbb_mixture"]):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +16,37 @@ from ...distributions import softplus
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...nn import bayes_modules
+from ...options import is_bayesian
 from ...plots import canvas, save_png
 from .plan import Job
-from .recipes import PAPER_SNR_RANGE_DB, SNR_CUTOFF
+from .recipes import PAPER_METHODS, PAPER_SNR_RANGE_DB, SNR_CUTOFF
 from .tables import pct, quantile, snr_db_of, snr_sentence, snr_stats
 
-FIG2_METHODS = (("sgd", "SGD"), ("dropout", "dropout"), ("bbb_mixture", "BBB (scale mixture)"))
+#: the methods of Figures 2 and 3: the paper's three, and IVON (not in the paper) where the budget
+#: trains it
+FIG2_METHODS = (("sgd", "SGD"), ("dropout", "dropout"), ("bbb_mixture", "BBB (scale mixture)"), ("ivon", "IVON"))
+
+
+def _fig_methods(runs: dict[str, Job], methods: Sequence[str] | None) -> list[tuple[str, str]]:
+    """The (method, label) pairs of :data:`FIG2_METHODS` a figure covers: ``methods`` (those of the
+    budget), default the paper's three and any other in ``runs``."""
+    keep = [m for m, _ in FIG2_METHODS if m in PAPER_METHODS or m in runs] if methods is None else methods
+    return [(m, label) for m, label in FIG2_METHODS if m in keep]
 
 
 FIG2_LOG_TICKS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 600)
 
 
-def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False, *, ax: Any = None) -> list[str]:
+def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False, *, ax: Any = None,
+            methods: Sequence[str] | None = None) -> list[str]:
     """Figure 2: the test error per epoch of the selected 2x1200 runs (logged for this figure
     only; nothing is selected on it). ``log_epochs``: a log-scale epoch axis (the paper
-    budget's 600 epochs), with the first epochs' high errors above the plotted range. Writes
-    fig2_curves.csv and .png, or draws on ``ax`` (a matplotlib Axes) instead of the PNG; returns
-    the files written."""
-    curves: dict[str, list[dict[str, Any]]] = {m: T.read_metrics(runs[m].run_dir) for m, _ in FIG2_METHODS
-                                                if m in runs}
+    budget's 600 epochs), with the first epochs' high errors above the plotted range.
+    ``methods``: those of the budget (:func:`_fig_methods`); one of them without a run is named
+    as not finished. Writes fig2_curves.csv and .png, or draws on ``ax`` (a matplotlib Axes)
+    instead of the PNG; returns the files written."""
+    pairs = _fig_methods(runs, methods)
+    curves: dict[str, list[dict[str, Any]]] = {m: T.read_metrics(runs[m].run_dir) for m, _ in pairs if m in runs}
     by_epoch = {m: {r["epoch"]: r for r in rows} for m, rows in curves.items()}
     epochs = sorted({e for rows in by_epoch.values() for e in rows})
     table = []
@@ -45,25 +57,27 @@ def figure2(out: Path, runs: dict[str, Job], log_epochs: bool = False, *, ax: An
             row[f"{m}_test_error"] = None if r is None else pct(r.get("test_error"))
             row[f"{m}_val_error"] = None if r is None else pct(r.get("val_error"))
         table.append(row)
-    cols = ["epoch", *[f"{m}_{k}" for m, _ in FIG2_METHODS for k in ("test_error", "val_error")]]
+    cols = ["epoch", *[f"{m}_{k}" for m, _ in pairs for k in ("test_error", "val_error")]]
     atomic_write_text(out / "fig2_curves.csv", csv_text(cols, table))
     return ["fig2_curves.csv", *draw(out / "fig2_curves.png", ax, 1,
-                                     lambda axes: _draw_figure2(axes[0], table, runs, log_epochs),
+                                     lambda axes: _draw_figure2(axes[0], table, runs, log_epochs, pairs),
                                      figsize=(6.5, 4.2))]
 
 
-def _draw_figure2(ax: Any, table: list[dict[str, Any]], runs: dict[str, Job], log_epochs: bool) -> None:
+def _draw_figure2(ax: Any, table: list[dict[str, Any]], runs: dict[str, Job], log_epochs: bool,
+                  pairs: list[tuple[str, str]]) -> None:
     errs: list[tuple[int, float]] = []
-    for m, label in FIG2_METHODS:
+    for m, label in pairs:
         pts = [(r["epoch"], r[f"{m}_test_error"]) for r in table if r.get(f"{m}_test_error") is not None]
         if pts:
             ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, ms=3, label=label)
             errs += pts
-    drops = sorted({j.config.lr_step_size for j in runs.values() if j.config.lr_schedule == "step"
+    shown = {m: j for m, j in runs.items() if m in dict(pairs)}
+    drops = sorted({j.config.lr_step_size for j in shown.values() if j.config.lr_schedule == "step"
                     and 0 < j.config.lr_step_size < j.config.epochs})
     for i, d in enumerate(drops):
         ax.axvline(d, color="grey", ls="--", lw=0.8,
-                   label=f"learning rate x{runs[next(iter(runs))].config.lr_gamma:g}" if i == 0 else None)
+                   label=f"learning rate x{shown[next(iter(shown))].config.lr_gamma:g}" if i == 0 else None)
     last = max((e for e, _ in errs), default=1)
     if log_epochs:
         from matplotlib.ticker import NullFormatter
@@ -81,7 +95,7 @@ def _draw_figure2(ax: Any, table: list[dict[str, Any]], runs: dict[str, Job], lo
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("epoch")
     ax.set_ylabel("test error (%)")
-    missing = [label for m, label in FIG2_METHODS if m not in runs]
+    missing = [label for m, label in pairs if m not in runs]
     ax.set_title("Figure 2: test error of 2x1200 networks (mean weights)"
                  + (f"\nnot finished yet: {', '.join(missing)}" if missing else ""))
     ax.grid(alpha=0.3, which="both" if log_epochs else "major")
@@ -120,13 +134,13 @@ def _fig3_range(samples: dict[str, Tensor]) -> float:
     return min(1.0, max(0.05, math.ceil(r / 0.05) * 0.05))
 
 
-def figure3(out: Path, runs: dict[str, Job], *, ax: Any = None) -> list[str]:
-    """Figure 3: the density of the weights of the selected 2x1200 runs (BBB: one sample from
-    q). Writes fig3_weights.csv, .json and .png, or draws on ``ax`` (a matplotlib Axes) instead
-    of the PNG; returns the files written."""
+def figure3(out: Path, runs: dict[str, Job], *, ax: Any = None, methods: Sequence[str] | None = None) -> list[str]:
+    """Figure 3: the density of the weights of the selected 2x1200 runs (BBB and IVON: one
+    sample from q), of ``methods`` (as :func:`figure2`'s). Writes fig3_weights.csv, .json and
+    .png, or draws on ``ax`` (a matplotlib Axes) instead of the PNG; returns the files written."""
     g = torch.Generator().manual_seed(0)
     samples: dict[str, Tensor] = {}
-    for m, _ in FIG2_METHODS:
+    for m, _ in _fig_methods(runs, methods):
         if m in runs:
             model, _cfg = T.load_run(runs[m].run_dir, "last", device="cpu")
             samples[m] = weight_sample(model, g)
@@ -145,8 +159,8 @@ def figure3(out: Path, runs: dict[str, Job], *, ax: Any = None) -> list[str]:
                  "run": f"runs/{runs[m].name}", "checkpoint": "last"}
              for m, v in samples.items()}
     atomic_write_json(out / "fig3_weights.json", {
-        "what": "density of the weights (biases excluded) of the 2x1200 networks; BBB: one sample "
-                "from q; SGD/dropout: the trained (test-time) weights", "plot_range": rng, "methods": stats})
+        "what": "density of the weights (biases excluded) of the 2x1200 networks; BBB and IVON: one "
+                "sample from q; SGD/dropout: the trained (test-time) weights", "plot_range": rng, "methods": stats})
     return ["fig3_weights.csv", "fig3_weights.json", *draw(out / "fig3_weights.png", ax, 1,
                                                             lambda axes: _draw_figure3(axes[0], edges, dens, rng),
                                                             figsize=(6.5, 4.2))]
@@ -156,7 +170,7 @@ def _draw_figure3(ax: Any, edges: Tensor, dens: dict[str, Tensor], rng: float) -
     centers = ((edges[:-1] + edges[1:]) / 2).numpy()
     for m, label in FIG2_METHODS:
         if m in dens:
-            ax.plot(centers, dens[m].numpy(), label=label + (" (samples from q)" if m.startswith("bbb") else ""))
+            ax.plot(centers, dens[m].numpy(), label=label + (" (samples from q)" if _bayesian(m) else ""))
     ax.set_xlabel("weight")
     ax.set_ylabel("density")
     ax.set_xlim(-rng, rng)
@@ -169,6 +183,11 @@ FIG4_BINS = 100
 
 
 FIG4_LOW_QUANTILE = 0.005  # the histogram starts here: a few near-zero |mu| would squash it
+
+
+def _bayesian(cell_method: str) -> bool:
+    """Whether a cell's method trains a posterior (BBB's two priors, IVON)."""
+    return is_bayesian(cell_method.split("_")[0])
 
 
 def figure4(out: Path, job: Job, db: Tensor | None = None, *, ax: Any = None) -> list[str]:

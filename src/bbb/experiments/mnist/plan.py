@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import runs as T
-from ...cli.cost import epoch_costs, epoch_seconds
+from ...cli.cost import COSTED_AS, epoch_costs, epoch_seconds
 from ...errors import UserError, check_int
 from ...options import (
     DeviceKind,
@@ -42,16 +42,19 @@ CELLS_HELP = (
     + " (e.g. bbb-mixture:1200,sgd:1200)")
 
 
-def parse_cells(cells: str | Sequence[Any] | None) -> tuple[tuple[str, int], ...]:
+def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None = None,
+                ) -> tuple[tuple[str, int], ...]:
     """The cells named by ``--cells`` in the order of work (:data:`CELL_ORDER`).
 
-    ``cells``: None or ``"all"`` (every cell), or comma-separated items ``METHOD`` (its three
-    widths) or ``METHOD:WIDTH``, e.g. ``"bbb-mixture:1200,sgd:1200"`` (``-`` or ``_`` in the
-    method's name), or a sequence of such items or of ``(method, width)`` pairs. A bad item
-    raises a one-line :class:`UserError` listing the valid choices.
+    ``cells``: None or ``"all"`` (every cell of ``budget``; without a budget, every cell), or
+    comma-separated items ``METHOD`` (its three widths) or ``METHOD:WIDTH``, e.g.
+    ``"bbb-mixture:1200,sgd:1200"`` (``-`` or ``_`` in the method's name), or a sequence of such
+    items or of ``(method, width)`` pairs. A bad item, or a method the budget does not train
+    (IVON at the paper budget), raises a one-line :class:`UserError` that says what to use.
     """
+    every = CELL_ORDER if budget is None else BUDGETS[Budget(budget)].cells
     if cells is None:
-        return CELL_ORDER
+        return every
     items: list[Any] = cells.split(",") if isinstance(cells, str) else list(cells)
     chosen: set[tuple[str, int]] = set()
     for item in items:
@@ -64,13 +67,17 @@ def parse_cells(cells: str | Sequence[Any] | None) -> tuple[tuple[str, int], ...
                 continue
             name, sep, width = text.partition(":")
             if text.lower() == "all":
-                chosen.update(CELL_ORDER)
+                chosen.update(every)
                 continue
             if not sep:
                 width = ""
         method = name.strip().lower().replace("-", "_")
         if method not in METHODS:
             raise UserError(f"--cells: unknown method {name.strip()!r} in {text!r}; use {CELLS_HELP}")
+        if budget is not None and method not in BUDGETS[Budget(budget)].methods:
+            trains = [b.value for b in (Budget.QUICK, Budget.SMOKE, Budget.PAPER) if method in BUDGETS[b].methods]
+            raise UserError(f"--cells {text}: the {Budget(budget).value} budget does not train {method_arg(method)} "
+                            f"(not in the paper's Table 1); use --budget {' or '.join(trains)} for it")
         if not width.strip():
             chosen.update((method, w) for w in WIDTHS)
             continue
@@ -142,7 +149,7 @@ class ReproduceConfig:
     data_dir: str | None = None
     quiet: bool = False
     experiment: Experiment = Experiment.MNIST
-    #: the cells to train (``--cells``; see :func:`parse_cells`); None: all 12
+    #: the cells to train (``--cells``; see :func:`parse_cells`); None: all of the budget's
     cells: Any = None
     #: the candidates of those cells to train (``--candidates``; see :func:`parse_candidates`), so
     #: that one call can train one candidate of a cell; None: all. A cell is selected, and its
@@ -180,7 +187,10 @@ class ReproduceConfig:
                 raise UserError(f"--checkpoints {self.checkpoints}: no such folder; name the folder that "
                                 "holds <run name>/last.pt for each run (e.g. the --out/runs of the machine "
                                 "that trained them)")
-        self.cells = parse_cells(self.cells)
+        if not isinstance(self.cells, str | type(None)) and any(
+                {tuple(c) for c in self.cells} == set(b.cells) for b in BUDGETS.values()):
+            self.cells = None  # every cell of another budget (dataclasses.replace(cfg, budget=...)): every cell
+        self.cells = parse_cells(self.cells, self.budget)
         self.candidates = parse_candidates(self.candidates)
         for m, w in self.cells if self.candidates is not None else ():
             n = len(cell_candidates(self.spec, m, w))
@@ -214,7 +224,7 @@ class ReproduceConfig:
 
     @property
     def all_cells(self) -> bool:
-        return set(self.cells) == set(CELL_ORDER)
+        return set(self.cells) == set(self.spec.cells)
 
     def checkpoint_dir(self, job: Job) -> Path:
         """The folder whose ``last.pt`` holds ``job``'s trained network: ``--checkpoints/<run>``
@@ -309,7 +319,8 @@ def estimate_seconds(job: Job, n_train: int = 50000, epochs_done: int = 0, measu
     pace when it has trained an epoch already (``measured``), else the cost model's (a quiet
     2-core CPU: :func:`bbb.cli.cost.epoch_seconds`)."""
     per_epoch = (_measured_epoch_seconds(job) if measured else None) or _epoch_seconds(job, n_train)
-    evals = epoch_costs()["reproduce"]["final_evaluation_epochs"][job.config.method]  # in epochs
+    method = COSTED_AS.get(job.config.method, job.config.method)  # ivon: costed as bbb (the same network)
+    evals = epoch_costs()["reproduce"]["final_evaluation_epochs"][method]  # in epochs
     return per_epoch * (max(0, job.config.epochs - epochs_done) + evals)
 
 

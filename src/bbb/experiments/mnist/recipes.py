@@ -27,18 +27,24 @@ class Budget(StrOption):
 
 
 class CellMethod(str, Enum):
-    """The methods of the paper's Table 1."""
+    """The methods of Table 1: the paper's four, and IVON (``bbb train --method ivon``, not in the
+    paper: the smoke and quick budgets train it, the paper budget does not)."""
 
     SGD = "sgd"
     DROPOUT = "dropout"
     BBB_GAUSSIAN = "bbb_gaussian"
     BBB_MIXTURE = "bbb_mixture"
+    IVON = "ivon"
 
 
 WIDTHS: tuple[int, ...] = (400, 800, 1200)
 
 
 METHODS: tuple[str, ...] = tuple(m.value for m in CellMethod)
+
+
+#: the methods of the paper's Table 1, which every budget trains (a budget may add others: IVON)
+PAPER_METHODS: tuple[str, ...] = ("sgd", "dropout", "bbb_gaussian", "bbb_mixture")
 
 
 DATASETS: tuple[str, ...] = IMAGE_DATASETS
@@ -61,6 +67,8 @@ WORK_ORDER: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = (
     ("4. BBB Gaussian prior at three widths, SGD and dropout 2x400 and 2x800",
      (("bbb_gaussian", 400), ("bbb_gaussian", 800), ("bbb_gaussian", 1200),
       ("sgd", 400), ("sgd", 800), ("dropout", 400), ("dropout", 800))),
+    ("5. IVON at three widths (not in the paper: the smoke and quick budgets only)",
+     (("ivon", 400), ("ivon", 800), ("ivon", 1200))),
 )
 
 
@@ -99,7 +107,8 @@ PAPER_SNR_RANGE_DB: tuple[float, float] = (-7.5, 0.0)
 
 
 METHOD_NAMES = {"sgd": "SGD (no regularisation)", "dropout": "SGD, dropout",
-                "bbb_gaussian": "BBB, Gaussian prior", "bbb_mixture": "BBB, scale mixture prior"}
+                "bbb_gaussian": "BBB, Gaussian prior", "bbb_mixture": "BBB, scale mixture prior",
+                "ivon": "IVON (not in the paper)"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,17 @@ class BudgetSpec:
     #: a paragraph on how the budget's recipes were fixed (table1.md)
     note: str = ""
 
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods this budget trains, in the order of :data:`METHODS`: the paper's four and
+        any other it has epochs and candidates for (IVON at the smoke and quick budgets)."""
+        return tuple(m for m in METHODS if m in self.epochs)
+
+    @property
+    def cells(self) -> tuple[tuple[str, int], ...]:
+        """The cells of this budget in the order of work (:data:`CELL_ORDER`)."""
+        return tuple(c for c in CELL_ORDER if c[0] in self.methods)
+
     def screened_at(self, method: str, hidden: int) -> dict[str, str]:
         """The candidates of ``method`` the screen removed at width ``hidden`` (label -> why)."""
         return dict(self.screened.get(method, {})) if hidden in self.screened_widths else {}
@@ -151,9 +171,9 @@ class BudgetSpec:
         return [c for c in cands if c.label not in drop]
 
     def candidates_per_cell(self) -> str:
-        """How many candidates a cell has, over the 12 cells: ``"1"`` or a range, ``"1-6"``. The
-        budget's description says it as ``{candidates_per_cell}`` (``--help``, table1.md)."""
-        counts = [len(self.cell_candidates(m, w)) for m in METHODS for w in WIDTHS]
+        """How many candidates a cell has, over the budget's cells: ``"1"`` or a range, ``"1-6"``.
+        The budget's description says it as ``{candidates_per_cell}`` (``--help``, table1.md)."""
+        counts = [len(self.cell_candidates(m, w)) for m, w in self.cells]
         return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
 
 
@@ -236,9 +256,10 @@ class _Reader:
         return Candidate(settings, str(c["label"]), str(c["reason"]))
 
     def epochs(self, where: str, obj: Any) -> dict[str, dict[int, int]]:
-        """Per method: one number for every width, or width -> epochs."""
+        """Per method (the paper's four, and any other of :data:`METHODS`): one number for every
+        width, or width -> epochs."""
         out = {}
-        for m, e in self.keys(where, obj, set(METHODS)).items():
+        for m, e in self.keys(where, obj, set(METHODS), set(PAPER_METHODS)).items():
             if isinstance(e, int):
                 out[m] = {w: e for w in WIDTHS}
             else:
@@ -252,9 +273,13 @@ class _Reader:
                                               "eval_limit", "eval_samples", "common", "seed_cells", "log_epochs",
                                               "screen", "note"}, {"description", "epochs", "candidates"})
         cands: dict[Any, list[Candidate]] = {}
-        for m, lst in self.keys(f"{where}.candidates", b["candidates"], set(METHODS)).items():
+        for m, lst in self.keys(f"{where}.candidates", b["candidates"], set(METHODS), set(PAPER_METHODS)).items():
             if isinstance(lst, str):  # another budget's list of this method
-                lst = self.keys(f"budgets.{lst}.candidates", budgets.get(lst, {}).get("candidates"), set(METHODS))[m]
+                other = self.keys(f"budgets.{lst}.candidates", budgets.get(lst, {}).get("candidates"), set(METHODS),
+                                  set(PAPER_METHODS))
+                if m not in other:
+                    self.fail(f"{where}.candidates.{m}", f"budget {lst!r} has no candidates of {m}")
+                lst = other[m]
             cands[m] = [self.candidate(f"{where}.candidates.{m}[{i}]", c) for i, c in enumerate(lst)]
         extra: dict[str, Any] = {k: b[k] for k in ("seeds", "train_limit", "eval_limit", "eval_samples",
                                                    "log_epochs", "note") if k in b}
@@ -271,8 +296,10 @@ class _Reader:
             extra["screened"] = {m: {label: f"{why} ({rule})" for label, why in d.items()} for m, d in dropped.items()}
             extra["screened_widths"] = tuple(int(w) for w in s["widths"])
             self.screen_pp = float(s["pp"])
-        spec = BudgetSpec(description=str(b["description"]), epochs=self.epochs(f"{where}.epochs", b["epochs"]),
-                          candidates=cands, **extra)
+        epochs = self.epochs(f"{where}.epochs", b["epochs"])
+        if set(epochs) != set(cands):
+            self.fail(where, f"epochs and candidates name other methods: {sorted(epochs)} and {sorted(cands)}")
+        spec = BudgetSpec(description=str(b["description"]), epochs=epochs, candidates=cands, **extra)
         return dataclasses.replace(spec, description=spec.description.replace(
             "{candidates_per_cell}", spec.candidates_per_cell()))
 
@@ -353,7 +380,7 @@ TABLE1_COLUMNS = (
     "n_candidates", "lr", "optimizer", "lr_schedule", "batch_size", "samples", "kl_weighting",
     "prior", "prior_sigma", "pi", "sigma1", "sigma2", "dropout_input", "dropout_hidden", "weights",
     "run", "status", "candidate_label", "gap_vs_paper_pp", "momentum", "lr_step_size", "lr_gamma",
-    "rho_init", "mu_init_scale", "candidates_val_error", "pending")
+    "rho_init", "mu_init_scale", "candidates_val_error", "pending", "hess_init", "weight_decay")
 
 
 TABLE2_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",
@@ -368,4 +395,6 @@ HYPER_BY_METHOD = {
                      "prior", "prior_sigma"),
     "bbb_mixture": ("lr", "optimizer", "lr_schedule", "batch_size", "samples", "kl_weighting",
                     "prior", "pi", "sigma1", "sigma2"),
+    # IVON's optimiser is IVON itself (table1.csv's optimizer column says "ivon")
+    "ivon": ("lr", "lr_schedule", "batch_size", "samples", "hess_init", "weight_decay"),
 }

@@ -54,7 +54,9 @@ def _e_text(s: float) -> str:
 
 
 def hyper_text(method: str, tc: T.TrainConfig) -> str:
-    if tc.optimizer == "sgd":
+    if method == "ivon":
+        parts = [f"IVON lr {tc.lr:g}"]
+    elif tc.optimizer == "sgd":
         parts = [f"sgd lr {tc.lr:g} (= {tc.lr / LOSS_BATCH:.3g} x 128), momentum {tc.momentum:g}"]
     else:
         parts = [f"{tc.optimizer} lr {tc.lr:g}"]
@@ -71,6 +73,9 @@ def hyper_text(method: str, tc: T.TrainConfig) -> str:
                   f"k={tc.samples}", f"{tc.kl_weighting} KL" + ("" if tc.kl == "mc" else f" ({tc.kl})")]
     if method.startswith("bbb"):
         parts.append(_init_text(tc))
+    if method == "ivon":
+        parts += [f"hess-init {tc.hess_init:g}", f"weight decay {tc.weight_decay:g}",
+                  "ess " + ("the number of training images" if tc.ess is None else f"{tc.ess:g}"), f"k={tc.samples}"]
     return ", ".join(parts)
 
 
@@ -219,7 +224,9 @@ def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[J
     })
     for k in HYPER_BY_METHOD[method]:
         row[k] = getattr(tc, k)
-    if tc.optimizer == "sgd":
+    if method == "ivon":
+        row["optimizer"] = "ivon"  # IVON is its own optimiser (the config's optimizer is unused)
+    elif tc.optimizer == "sgd":
         row["momentum"] = tc.momentum
     if tc.lr_schedule == "step":
         row["lr_step_size"], row["lr_gamma"] = tc.lr_step_size, tc.lr_gamma
@@ -228,7 +235,8 @@ def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[J
     return row
 
 
-SHORT_NAMES = {"sgd": "SGD", "dropout": "dropout", "bbb_gaussian": "BBB Gaussian", "bbb_mixture": "BBB mixture"}
+SHORT_NAMES = {"sgd": "SGD", "dropout": "dropout", "bbb_gaussian": "BBB Gaussian", "bbb_mixture": "BBB mixture",
+               "ivon": "IVON"}
 
 
 def _uniq(values: Sequence[str]) -> list[str]:
@@ -251,10 +259,10 @@ def _by_method(texts: dict[str, str]) -> str:
 
 
 def _budget_configs(budget: str) -> dict[str, list[T.TrainConfig]]:
-    """Every candidate's TrainConfig of ``budget`` per method (all widths, seed 0)."""
+    """Every candidate's TrainConfig of ``budget`` per method it trains (all widths, seed 0)."""
     c = ReproduceConfig(budget=Budget(budget), out="-")
     return {m: [train_config(c, m, w, cand.settings, 0) for w in WIDTHS
-                for cand in cell_candidates(c.spec, m, w)] for m in METHODS}
+                for cand in cell_candidates(c.spec, m, w)] for m in c.spec.methods}
 
 
 def _recipe_column(budget: str) -> dict[str, str]:
@@ -276,18 +284,19 @@ def _recipe_column(budget: str) -> dict[str, str]:
             return f"x{tc.lr_gamma:g} after epoch {tc.lr_step_size} (step)"
         return "cosine decay to 0 over the run" if tc.lr_schedule == "cosine" else "constant"
 
-    n_cands = {(m, w): len(cell_candidates(spec, m, w)) for m in METHODS for w in WIDTHS}
+    n_cands = {(m, w): len(cell_candidates(spec, m, w)) for m, w in spec.cells}
     seed_cells = ", ".join(f"{SHORT_NAMES[m]} 2x{w}" for m, w in spec.seed_cells)
     many = max(n_cands.values()) > 1
     return {
         "optimiser": ", ".join(_uniq([("SGD, momentum " + f"{tc.momentum:g}") if tc.optimizer == "sgd" else "Adam"
-                                      for tc in allc])),
+                                      for m, tcs in confs.items() if m != "ivon" for tc in tcs]))
+                     + (" (IVON: its own)" if "ivon" in confs else ""),
         "learning rate (our per-example loss)": _by_method({m: lr_text(tcs) for m, tcs in confs.items()}),
         "learning-rate schedule": ", ".join(_uniq([sched(tc) for tc in allc])),
         "epochs": _by_method({m: ", ".join(f"{spec.epochs[m][w]}" for w in WIDTHS) + " (2x400, 2x800, 2x1200)"
                               if len({spec.epochs[m][w] for w in WIDTHS}) > 1 else f"{spec.epochs[m][400]}"
-                              for m in METHODS}),
-        "candidates per cell": _by_method({m: str(n_cands[(m, 400)]) for m in METHODS}),
+                              for m in spec.methods}),
+        "candidates per cell": _by_method({m: str(n_cands[(m, 400)]) for m in spec.methods}),
         "seeds": (f"{spec.seeds} for {seed_cells}, 1 elsewhere (--seeds N)" if spec.seeds > 1
                   else f"1 (--seeds N adds seeds to {seed_cells})"),
         "selection": ("the best-validation epoch of each run, then the candidate with the lowest "
@@ -302,6 +311,10 @@ def _recipe_column(budget: str) -> dict[str, str]:
         "Gaussian prior sigma": ", ".join(_uniq([_e_text(tc.prior_sigma) for tc in confs["bbb_gaussian"]])),
         "dropout (input / hidden)": ", ".join(_uniq([f"{tc.dropout_input:g} / {tc.dropout_hidden:g}"
                                                      for tc in confs["dropout"]])),
+        "IVON": "; ".join(_uniq([f"lr {tc.lr:g}, hess-init {tc.hess_init:g}, weight decay "
+                                                    f"{tc.weight_decay:g}, ess the number of training images, "
+                                                    f"{tc.samples} sample per step" for tc in confs["ivon"]]))
+                                   if "ivon" in confs else "not trained at this budget",
     }
 
 
@@ -318,7 +331,7 @@ def _candidates_md(cfg: ReproduceConfig) -> list[str]:
     the widths share it)."""
     spec = cfg.spec
     lines: list[str] = []
-    for m in METHODS:
+    for m in spec.methods:
         lists = {w: cell_candidates(spec, m, w) for w in WIDTHS}
         groups: list[tuple[list[int], list[Candidate]]] = []
         for w, cands in lists.items():
@@ -342,24 +355,27 @@ def _candidates_md(cfg: ReproduceConfig) -> list[str]:
 
 
 def _orderings_md(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Our ordering of the methods at each width beside the paper's (same cells only)."""
+    """Our ordering of the methods at each width beside the paper's: the order of the paper's
+    methods compared on the same cells; a method not in the paper (IVON) placed in ours only."""
     ok = {(r["method"], r["hidden"]): r["test_error"] for r in rows if r.get("status") == "ok"}
     lines = []
     for w in WIDTHS:
         ms = [m for m in METHODS if (m, w) in ok and (m, w) in PAPER_TABLE1]
         if len(ms) < 2:
             continue
-        ours = sorted(ms, key=lambda m: ok[(m, w)])
+        ours = sorted([m for m in METHODS if (m, w) in ok], key=lambda m: ok[(m, w)])
         paper = sorted(ms, key=lambda m: PAPER_TABLE1[(m, w)])
         lines.append(f"- 2x{w}: ours " + " < ".join(f"{SHORT_NAMES[m]} {ok[(m, w)]:.2f}" for m in ours)
                      + "; paper " + " < ".join(f"{SHORT_NAMES[m]} {PAPER_TABLE1[(m, w)]:.2f}" for m in paper)
-                     + (" (same order)" if ours == paper else " (order differs)"))
+                     + (" (same order" if [m for m in ours if m in ms] == paper else " (order differs")
+                     + (" among the paper's methods)" if len(ours) > len(ms) else ")"))
     for m in METHODS:
         ws = [w for w in WIDTHS if (m, w) in ok]
         if len(ws) < 2:
             continue
         lines.append(f"- {METHOD_NAMES[m]} by width: ours " + ", ".join(f"2x{w} {ok[(m, w)]:.2f}" for w in ws)
-                     + "; paper " + ", ".join(f"2x{w} {PAPER_TABLE1[(m, w)]:.2f}" for w in ws))
+                     + ("; paper " + ", ".join(f"2x{w} {PAPER_TABLE1[(m, w)]:.2f}" for w in ws)
+                        if all((m, w) in PAPER_TABLE1 for w in ws) else ""))
     return lines
 
 
@@ -373,13 +389,17 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
         "",
         f"Budget `{cfg.budget}`: {spec.description}.",
         "",
-        "Test error with the posterior mean weights (BBB) or the deterministic network (SGD; dropout "
+        "Test error with the posterior mean weights (BBB, IVON) or the deterministic network (SGD; dropout "
         "at test time), for the checkpoint with the lowest **validation** error; when a cell has "
         "several candidate settings, the one with the lowest validation error is reported. The test "
         "set never selects anything. Where n > 1, mean +- sample standard deviation over n "
         "independent seeds (initialisation, shuffling and noise; same data split).",
         "",
     ]
+    if "ivon" in spec.methods:
+        lines += ["IVON (`bbb train --method ivon`, Shen et al. 2024) is not in the paper: its rows have no "
+                  "paper number; it trains the BBB network's mu and sigma with bbb.IVON (no KL term: its prior, "
+                  "a Gaussian of precision weight decay x ess, is in its update).", ""]
     if missing:
         lines += [f"**Partial table**: {len(missing)} cell(s) are not finished and are marked "
                   "*not run yet* or *incomplete* (their row lists each candidate: its validation error "
@@ -434,7 +454,7 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
               "reported run; `seconds_all` in table1.csv adds every candidate and seed. The paper "
               "trains for up to 600 epochs; "
               + ("this budget trains far fewer, so the comparison is indicative only."
-                 if any(spec.epochs[m][w] < PAPER_EPOCHS for m in METHODS for w in WIDTHS)
+                 if any(spec.epochs[m][w] < PAPER_EPOCHS for m, w in spec.cells)
                  else "so does this budget."),
               *(["", spec.note] if spec.note else []),
               "", "The two budgets' recipes side by side (learning rates on our loss, the summed "
@@ -506,6 +526,10 @@ def table2_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], job: Job,
               "20 log10 would double every dB value)."]
     if snr is not None:
         lines += ["", snr_sentence(snr)]
+    if "ivon" in cfg.spec.methods:
+        lines += ["", "IVON's 2x1200 network (not in the paper) is not pruned here: Table 2 and Figure 4 are "
+                  "the paper's, of the BBB network; IVON's posterior has mu and sigma too, so `bbb prune "
+                  "runs/ivon_1200 --which last` prunes it by the same |mu|/sigma."]
     return "\n".join(lines) + "\n"
 
 

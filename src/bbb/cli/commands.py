@@ -177,7 +177,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     try:
         with memory_errors(f"pruning {args.run_dir}", "another --device (or free memory)"):
             rows = prune_run(args.run_dir, args.fractions, which=args.which, data_dir=args.data_dir,
-                             device=args.device)
+                             device=args.device, data_file=args.data_file)
     except ResultsNotSaved as e:
         print_pruning(e.result)
         raise not_saved(e) from None

@@ -260,6 +260,9 @@ def add_prune_arguments(p: argparse.ArgumentParser) -> None:
                       "checkpoint (last: the paper prunes the end of training)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.5, 0.75, 0.95, 0.98],
                    metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")
+    from .predict import add_moved_data
+
+    add_moved_data(p)
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:

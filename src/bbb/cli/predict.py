@@ -47,7 +47,7 @@ UNSEEN = ("flag", "error")
 
 def add_moved_data(p: argparse.ArgumentParser) -> None:
     """``--csv FILE`` / ``--npz FILE``: where the file of a run on your own data is now (bbb
-    evaluate, bbb predict); its MD5 must be the run's."""
+    evaluate, bbb prune, bbb predict); its MD5 must be the run's."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--csv", dest="data_file", metavar="FILE", default=None,
                    help="the run's training CSV where it is now, if it moved (its MD5 must be the run's: the same "

@@ -429,12 +429,14 @@ def prune_run(
     device: str = "auto",
     data: dict[str, Tensor] | None = None,
     lock_wait: float | None = 0.0,
+    data_file: str | None = None,
 ) -> list[dict[str, Any]]:
     """The paper's Table 2 for a BBB run (or an ivon run: the same posterior): prune by
     |mu|/sigma and test with the mean weights.
 
     Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`) and returns its rows. The
-    lock and an unwritable directory as in :func:`evaluate_run`.
+    lock, an unwritable directory, ``data_dir`` and ``data_file`` (a moved file) as in
+    :func:`evaluate_run`.
     """
     d = run_dir_of(run_dir)
     for f in fractions:
@@ -447,7 +449,7 @@ def prune_run(
                             f"--method {cfg.method}")
         if info.get("task") == "regression":
             raise UserError(f"bbb prune reports the test error of a classifier; {d} is a regression run")
-        data = run_data(cfg, data_dir, data, info.get("preprocess"))
+        data = run_data(cfg, data_dir, data, info.get("preprocess"), data_file)
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
         rows = []
         for f in fractions:

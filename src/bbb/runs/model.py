@@ -126,7 +126,8 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None) -> tuple[dict[s
     if not Path(cfg.data_file).is_file():
         flag = "--npz" if Path(cfg.data_file).suffix.lower() == ".npz" else "--csv"
         raise UserError(f"{cfg.data_file}, the file this run was trained on, is not there (moved or deleted?); "
-                        f"give its new place with {flag} FILE (bbb evaluate, bbb predict, bbb train --resume)")
+                        f"give its new place with {flag} FILE (bbb evaluate, bbb prune, bbb predict, "
+                        "bbb train --resume)")
     was = (stored or {}).get("source", {}).get("md5")
     if was is not None:  # before reading it: another file's columns or rows would only confuse
         _check_md5(cfg.data_file, was)

@@ -243,10 +243,13 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._drawn.clear()
         return loss
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """The sampled weights are new leaves each step: nothing to clear but the means' own
-        gradients (set by a forward outside :meth:`sampling`)."""
-        super().zero_grad(set_to_none)
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """The group of the model's Bayesian weights is IVON's only one (its hyperparameters are
+        read from it): a second group is a one-line error, not a group whose settings are ignored."""
+        if self.param_groups:
+            raise UserError("IVON keeps one group, the model's Bayesian weights: build another IVON for another "
+                            "model, or change lr, ess, weight_decay in optimizer.param_groups[0]")
+        super().add_param_group(param_group)
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]

@@ -102,6 +102,8 @@ def test_ivon_refuses_what_it_cannot_train():
         IVON(_mlp(), lr=0.1, ess=0)
     net = _mlp()
     opt = IVON(net, lr=0.1, ess=10)
+    with pytest.raises(UserError, match="one group"):  # its settings would be ignored
+        opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)], "lr": 1.0})
     x, y = _data(8)
     F.cross_entropy(net(x), y).backward()  # outside sampling(): the layers drew their own weights
     with pytest.raises(UserError, match="sampling"):

@@ -18,9 +18,15 @@ compilation or allocator state shared; peak memory is the child's), warm-up firs
 ``--repeats`` repeats of ``--steps`` steps, the median. Writes ``<out>/ivon-cost.json`` and
 ``ivon-cost.md``.
 
+``--device cuda``: the data and the networks on the GPU, ``torch.cuda.synchronize()`` before each
+clock read, and the peak memory ``torch.cuda.max_memory_allocated`` (each child's own) instead of
+the process's resident memory; the Markdown names the GPU. ``--device cpu`` (the default): as
+before.
+
 Example:
     python bench/bench_ivon.py --threads 2 --out bench/results
     python bench/bench_ivon.py --tiny --steps 1 --repeats 1 --out /tmp/ivon-cost   # a smoke run
+    PYTHONPATH=src python3 bench/bench_ivon.py --device cuda --out DIR             # on a GPU machine
 """
 
 from __future__ import annotations
@@ -68,7 +74,9 @@ def build_network(arch: str, tiny: bool):
     return other(arch, tiny)
 
 
-def batch_of(arch: str, batch: int, tiny: bool):
+def batch_of(arch: str, batch: int, tiny: bool, device: Any = "cpu"):
+    """One random (input, label) minibatch of the architecture's shape, drawn on the CPU (the same
+    numbers on every device), on ``device``."""
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -79,11 +87,13 @@ def batch_of(arch: str, batch: int, tiny: bool):
     else:
         from networks_models import make_batches
 
-        return make_batches(arch, batch, torch.device("cpu"), n=1, tiny=tiny)[0]
-    return x, torch.randint(0, 10, (batch,), generator=g)
+        return make_batches(arch, batch, torch.device(device), n=1, tiny=tiny)[0]
+    return x.to(device), torch.randint(0, 10, (batch,), generator=g).to(device)
 
 
-def build_step(system: str, arch: str, tiny: bool) -> tuple[Callable[[Any, Any], None], str]:
+def build_step(system: str, arch: str, tiny: bool, device: Any = "cpu") -> tuple[Callable[[Any, Any], None], str]:
+    """The training step of ``system`` on ``arch``, its network on ``device`` (moved there before
+    its optimiser is built), and the version line of its row."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -91,6 +101,8 @@ def build_step(system: str, arch: str, tiny: bool) -> tuple[Callable[[Any, Any],
     import bbb
 
     net = build_network(arch, tiny).train()
+    if system in ("adam", "ivon-opt"):
+        net.to(device)
     if system == "adam":
         opt = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
 
@@ -119,6 +131,7 @@ def build_step(system: str, arch: str, tiny: bool) -> tuple[Callable[[Any, Any],
         for m in net.modules():
             if isinstance(m, tuple(norms)):
                 m.requires_grad_(False)
+        net.to(device)
         opt_i = bbb.IVON(net, **IVON_SETTINGS, seed=0)
 
         def step(x, y):
@@ -130,6 +143,7 @@ def build_step(system: str, arch: str, tiny: bool) -> tuple[Callable[[Any, Any],
         how = "eager" if opt_i._update is bbb.ivon.ivon_update else "compiled"
         return step, f"bbb {bbb.__version__} (IVON, step {how})"
     bbb.bayesianize(net, prior=bbb.GaussianPrior(1.0), skip=norms)
+    net.to(device)
     elbo = bbb.ELBO(net, "categorical", num_batches=391, kl_weighting="uniform")
     eng = bbb.Engine(net, "adam", lr=1e-3)
 
@@ -148,22 +162,43 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
+    device = torch.device(spec.get("device", "cpu"))
+    on_gpu = device.type == "cuda"
+    if on_gpu:  # (a fresh process; the reset says that its peak is this child's own)
+        torch.cuda.init()
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def sync() -> None:  # before each clock read: the GPU's queued work is part of the steps timed
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
     res: dict[str, Any] = {"arch": spec["arch"], "system": spec["system"], "batch": spec["batch"]}
     try:
-        step, version = build_step(spec["system"], spec["arch"], spec["tiny"])
+        step, version = build_step(spec["system"], spec["arch"], spec["tiny"], device)
     except ModuleNotFoundError as e:
         return {**res, "status": "not installed", "detail": str(e)}
-    x, y = batch_of(spec["arch"], spec["batch"], spec["tiny"])
-    warmup_steps(lambda i: step(x, y), spec["warmup"])
+    x, y = batch_of(spec["arch"], spec["batch"], spec["tiny"], device)
+    warmup_steps(lambda i: step(x, y), spec["warmup"], sync=sync)
     rates = []
     for _ in range(spec["repeats"]):
+        sync()
         t = time.perf_counter()
         for _ in range(spec["steps"]):
             step(x, y)
+        sync()
         rates.append(spec["steps"] / (time.perf_counter() - t))
     rate = statistics.median(rates)
-    return {**res, "status": "ok", "version": version, "steps_per_s": rate, "ms_per_step": 1e3 / rate,
-            "steps_per_s_all": rates, "peak_rss_mb": peak_rss_mb()}
+    out = {**res, "status": "ok", "version": version, "steps_per_s": rate, "ms_per_step": 1e3 / rate,
+           "steps_per_s_all": rates, "peak_rss_mb": peak_rss_mb()}
+    if on_gpu:
+        out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def memory_key(meta: dict[str, Any]) -> str:
+    """The row field of peak memory: the GPU's allocations on CUDA, the process's resident memory
+    on the CPU."""
+    return "peak_cuda_mb" if meta.get("device") == "cuda" else "peak_rss_mb"
 
 
 def run_child(spec: dict[str, Any], timeout: float = 900.0) -> dict[str, Any]:
@@ -178,13 +213,20 @@ def run_child(spec: dict[str, Any], timeout: float = 900.0) -> dict[str, Any]:
 
 def markdown(summary: dict[str, Any]) -> str:
     meta = summary["meta"]
+    if meta.get("device") == "cuda":
+        where = (f"{meta['gpu']} (CUDA), host {meta['cpu']}; torch {meta['torch']}; torch.cuda.synchronize() "
+                 "before each clock read; peak memory: torch.cuda.max_memory_allocated")
+        memory = "ivon peak GPU MB / adam's"
+    else:
+        where = f"{meta['cpu']}, {meta['threads']} torch thread(s), CPU; torch {meta['torch']}"
+        memory = "ivon peak MB / adam's"
     out = ["# IVON's cost beside Adam's and BBB's", "",
-           f"{meta['date']}; {meta['cpu']}, {meta['threads']} torch thread(s), CPU; torch {meta['torch']}; "
+           f"{meta['date']}; {where}; "
            f"{meta['warmup']} warm-up steps, {meta['repeats']} repeat(s) of {meta['steps']} steps, median; "
            f"one child process per measurement; {meta['seconds']:.0f} s in all. One run on one machine.", "",
            f"Command: `{meta['command']}`", "",
            "| network | batch | " + " | ".join(f"{s} steps/s" for s in SYSTEMS)
-           + " | ivon x adam (step time) | ivon-opt x adam | bbb x adam | ivon peak MB / adam's |",
+           + f" | ivon x adam (step time) | ivon-opt x adam | bbb x adam | {memory} |",
            "|---|---:|" + "---:|" * (len(SYSTEMS) + 4)]
 
     def f(v: Any, fmt: str) -> str:
@@ -213,7 +255,7 @@ def summarise(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any
     for arch in meta["archs"]:
         by = {r["system"]: r for r in rows if r["arch"] == arch}
         rate = {s: by[s]["steps_per_s"] if by.get(s, {}).get("status") == "ok" else None for s in SYSTEMS}
-        mem = {s: by[s].get("peak_rss_mb") if s in by else None for s in SYSTEMS}
+        mem = {s: by[s].get(memory_key(meta)) if s in by else None for s in SYSTEMS}
         adam = rate["adam"]
         batch = next((r.get("batch") for r in by.values() if r.get("batch")), ARCHS[arch])
         entry: dict[str, Any] = {"arch": arch, "batch": batch, "steps_per_s": rate,
@@ -247,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tiny", action="store_true", help="tiny networks (a smoke run; no meaningful number)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the data and networks live (cuda: synchronised clock reads, the GPU's peak memory)")
     ap.add_argument("--out", type=Path, default=None, help="folder for ivon-cost.json and ivon-cost.md (required)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -257,19 +301,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--out DIR is required")
     import torch
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: CUDA is not available here (run on a GPU machine, or leave --device out)")
     t0 = time.perf_counter()
     rows = []
     for arch in args.archs:
         for system in SYSTEMS:
             spec = {"arch": arch, "system": system, "batch": 4 if args.tiny else ARCHS[arch], "tiny": args.tiny,
-                    "threads": args.threads, "steps": args.steps, "repeats": args.repeats, "warmup": args.warmup}
+                    "threads": args.threads, "steps": args.steps, "repeats": args.repeats, "warmup": args.warmup,
+                    "device": args.device}
             rows.append(run_child(spec))
             print(f"{arch} {system}: {rows[-1].get('status')} {rows[-1].get('steps_per_s', '')}", flush=True)
     meta = {"archs": args.archs, "threads": args.threads, "steps": args.steps, "repeats": args.repeats,
             "warmup": args.warmup, "tiny": args.tiny, "torch": torch.__version__, "cpu": platform.processor() or
             platform.machine(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "seconds": time.perf_counter() - t0,
+            "seconds": time.perf_counter() - t0, "device": args.device,
             "command": " ".join(["python bench/bench_ivon.py", *_without_out(list(argv or sys.argv[1:])), "--out DIR"])}
+    if args.device == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name(0)
     summary = summarise(rows, meta)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ivon-cost.json").write_text(json.dumps(summary, indent=1) + "\n")

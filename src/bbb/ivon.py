@@ -229,8 +229,11 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             st["step"] += 1
             key = (st["step"], mu.device)
             if key not in hps:
-                hps[key] = torch.tensor([b1, group["beta2"], wd, lr, 1.0 - b1 ** st["step"], group["ess"],
-                                         group["clip_radius"]], dtype=torch.float64, device=mu.device)
+                hp = torch.tensor([b1, group["beta2"], wd, lr, 1.0 - b1 ** st["step"], group["ess"],
+                                   group["clip_radius"]], dtype=torch.float64)
+                # to a GPU from pinned memory, asynchronously: no host synchronisation in the step
+                hps[key] = hp.pin_memory().to(mu.device, non_blocking=True) if mu.device.type == "cuda" \
+                    else hp.to(mu.device)
             # one flat (n,) view of each: one compiled loop for every weight tensor's shape and rank
             flat = [t.view(-1) for t in (mu, st["momentum"], st["hess"])]  # (written in place: views, never copies)
             flat += [t.reshape(-1) for t in (g, gz, self._sigma(mu))]

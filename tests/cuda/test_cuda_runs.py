@@ -116,13 +116,14 @@ def test_a_training_epoch_does_not_synchronise(optimizer):
     with sync_errors():
         perm = L._to_device(torch.randperm(256, generator=gen), dev)
         sums = L.run_epoch(model, elbo, opt, d["train_x"], d["train_y"], perm, 32, kl_weights=table)
-        count = L.error_count(model, d["val_x"], d["val_y"])
-    assert bool(torch.isfinite(sums).all()) and 0 <= int(count) <= 60
+        val = L.validation_sums(model, d["val_x"], d["val_y"])  # (errors, summed NLL) of the mean weights
+    assert bool(torch.isfinite(sums).all()) and 0 <= int(val[0]) <= 60 and float(val[1]) > 0
 
 
 def test_a_train_call_reads_the_device_once_per_epoch(tmp_path, monkeypatch):
     """train() on CUDA: the epoch's numbers come from one read (a .tolist() of the epoch's sums,
-    the finiteness flag and the error counts), whatever the number of minibatches."""
+    the finiteness flag, the validation errors and NLL, the test errors), whatever the number of
+    minibatches."""
     reads = []
     real = torch.Tensor.tolist
 
@@ -133,7 +134,7 @@ def test_a_train_call_reads_the_device_once_per_epoch(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, "tolist", tolist)
     train(tiny_cfg(epochs=2, test_each_epoch=True), tmp_path / "run", data=blobs(), **QUIET)
-    assert reads[:2] == [(6,), (6,)], reads  # 3 sums, finite, val errors, test errors
+    assert reads[:2] == [(7,), (7,)], reads  # 3 sums, finite, val errors and NLL, test errors
 
 
 def _trained_pair(tmp_path):

@@ -1,0 +1,175 @@
+"""``bbb reproduce fashion`` on fake MNIST-format data: the LeNet-5, the plan, the choice on the
+validation split, a smoke run end to end with its files, resume (a finished job is not trained
+again; a job stopped mid-way goes on to the same bits), the ensemble from its members, and
+one-line errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+
+from bbb.errors import UserError
+from bbb.experiments.fashion import runner as RU
+from bbb.experiments.fashion.settings import (
+    BBB_GRID,
+    DROPOUT_GRID,
+    ENSEMBLE_SIZE,
+    SCHEDULES,
+    FashionBudget,
+    FashionConfig,
+    FashionMethod,
+    Phase,
+    Schedule,
+    Setting,
+)
+from bbb.experiments.fashion.train import NUM_WEIGHTS, Job, lenet5, run_job
+from faultkit import fake_mnist
+from testkit import run_main
+
+spec = importlib.util.find_spec
+SMALL = Schedule(epochs=2, n_train=300, n_test=100, test_samples=2, val_size=200)
+
+
+@pytest.fixture(scope="module")
+def fake_data(tmp_path_factory):
+    root = fake_mnist(tmp_path_factory.mktemp("data"), n_train=1200, n_test=200)
+    shutil.copytree(root / "mnist", root / "fashion-mnist")
+    return root
+
+
+@pytest.fixture
+def no_verify(monkeypatch):
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
+
+
+def test_lenet5_is_the_published_network():
+    net = lenet5()
+    assert sum(p.numel() for p in net.parameters()) == NUM_WEIGHTS == 44_426
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert sum(isinstance(m, torch.nn.Dropout) for m in lenet5(0.25).modules()) == 3
+
+
+def test_plan_validates_the_grids_on_the_first_seed_and_builds_ensembles_of_adamw_members():
+    cfg = FashionConfig(out="x", seeds=(3, 4))
+    val = RU.plan(cfg, Phase.VALIDATION)
+    assert {j.seed for j in val} == {3} and len(val) == len(BBB_GRID) + len(DROPOUT_GRID)
+    test = RU.plan(cfg, Phase.TEST)  # nothing chosen yet: no BBB or MC dropout test job
+    methods = [j.method for j in test]
+    assert FashionMethod.BBB not in methods and FashionMethod.MC_DROPOUT not in methods
+    adamw = sorted(j.seed for j in test if j.method is FashionMethod.ADAMW)
+    assert adamw == sorted(s + 1000 * k for s in (3, 4) for k in range(ENSEMBLE_SIZE))  # the row's own is member 0
+    chosen = {"bbb": BBB_GRID[3], "mc_dropout": DROPOUT_GRID[0]}
+    test = RU.plan(cfg, Phase.TEST, chosen)
+    assert {j.setting for j in test if j.method is FashionMethod.BBB} == {BBB_GRID[3]}
+
+
+def test_choose_takes_the_lowest_validation_nll():
+    results = [{"setting": s.label(), "nll": nll} for s, nll in zip(BBB_GRID, (0.5, 0.4, 0.3, 0.35, 0.6, 0.7))]
+    best, nll = RU.choose(results, BBB_GRID)
+    assert best == BBB_GRID[2] and nll[BBB_GRID[5].label()] == 0.7
+
+
+@pytest.mark.parametrize("method, setting", [(FashionMethod.ADAMW, Setting()), (FashionMethod.IVON, Setting()),
+                                             (FashionMethod.BBB, Setting(beta=0.1, estimator="reparam")),
+                                             (FashionMethod.MC_DROPOUT, Setting(dropout=0.25))])
+def test_a_job_stopped_after_an_epoch_goes_on_to_the_same_bits(fake_data, no_verify, tmp_path, method, setting):
+    job = Job(method, 0, Phase.TEST, setting)
+    whole = run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path / "a")
+
+    def stop_after_one(n):
+        raise KeyboardInterrupt  # as a kill after the first epoch's checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path / "b", stop_after_one)
+    assert torch.load(tmp_path / "b" / job.name / "last.pt", weights_only=True)["epoch"] == 1
+    resumed = run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path / "b")
+    same = ("acc", "nll", "ece", "brier", "ood_auroc", "final_train_loss", "epochs")
+    assert {k: resumed[k] for k in same} == {k: whole[k] for k in same}
+    a = torch.load(tmp_path / "a" / job.name / "probs.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / job.name / "probs.pt", weights_only=True)
+    assert torch.equal(a["eval"], b["eval"]) and torch.equal(a["ood"], b["ood"])
+
+
+def test_a_job_started_on_another_device_is_one_line(fake_data, no_verify, tmp_path):
+    job = Job(FashionMethod.ADAMW, 0, Phase.TEST, Setting())
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path, lambda n: (_ for _ in ()).throw(
+            KeyboardInterrupt))
+    path = tmp_path / job.name / "last.pt"
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, "device": "cuda"}, path)
+    with pytest.raises(UserError, match="started on cuda.*--device cuda"):
+        run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path)
+
+
+def test_the_ivon_opt_row_without_its_package_is_one_line(fake_data, no_verify, monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "ivon", None)  # import ivon raises ImportError
+    with pytest.raises(UserError, match="pip install ivon-opt"):  # a job that imports it
+        run_job(Job(FashionMethod.IVON_OPT, 0, Phase.TEST, Setting()), SMALL, str(fake_data), torch.device("cpu"),
+                tmp_path)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ivon" else spec(name, *a))
+    code, _, err = run_main(capsys, "reproduce", "fashion", "--budget", "smoke", "--methods", "adamw", "ivon_opt",
+                            "--out", str(tmp_path / "run"), "--data-dir", str(fake_data), "--quiet")
+    assert code != 0 and "pip install ivon-opt" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "jobs").exists()  # before anything trains
+
+
+def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(SCHEDULES, FashionBudget.SMOKE, SMALL)
+    out = tmp_path / "fashion"
+    argv = ["reproduce", "fashion", "--budget", "smoke", "--methods", "adamw", "ivon", "bbb", "mc_dropout",
+            "ensemble", "--seeds", "0", "1", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
+    code, stdout, err = run_main(capsys, *argv)
+    assert code == 0, err
+    for name in ("methods.csv", "seeds.csv", "sweep.csv", "table.md", "run.json"):
+        assert (out / name).is_file(), name
+    rows = {r.split(",")[0]: r for r in (out / "methods.csv").read_text().splitlines()[1:]}
+    assert set(rows) == {"adamw", "ivon", "bbb", "mc_dropout", "ensemble"}
+    sweep = (out / "sweep.csv").read_text().splitlines()
+    assert len(sweep) == 1 + len(BBB_GRID) + len(DROPOUT_GRID)
+    chosen = [line.split(",")[1] for line in sweep if line.endswith(",True") and line.startswith("bbb")]
+    assert len(chosen) == 1 and chosen[0] in rows["bbb"]  # the row is trained at the validation's choice
+    firsts = [line.split(",")[0] for line in (out / "seeds.csv").read_text().splitlines()]
+    assert firsts.count("ensemble") == 2 and firsts.count("adamw") == 2  # members are not rows of their own
+    table = (out / "table.md").read_text()
+    assert "IVON (published)" in table and "91.1" in table and str(tmp_path) not in table
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")}
+    assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + 2 * (ENSEMBLE_SIZE + 3)
+    code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
+    assert code == 0 and {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")} == stamps
+    run = json.loads((out / "run.json").read_text())
+    code, stdout, _ = run_main(capsys, *argv[:-1], "--report")
+    assert code == 0 and "deep ensemble of 5" in stdout
+    assert json.loads((out / "run.json").read_text())["command"] == run["command"]
+
+
+@pytest.mark.parametrize("bad, what", [(["--seeds", "1000"], "seeds"), (["--workers", "0"], "--workers"),
+                                       (["--methods", "nope"], "--methods"), (["--budget", "big"], "--budget")])
+def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
+    code, _, err = run_main(capsys, "reproduce", "fashion", "--out", str(tmp_path), *bad)
+    assert code in (1, 2) and what in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_run_killed_before_its_end_leaves_its_command_for_the_report(fake_data, no_verify, tmp_path, monkeypatch):
+    """run.json is written before the first job too: the tables of a killed run (``--report``) name
+    the command, device and worker count it ran with, not the report's own."""
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RU, "run_job", killed)
+    cfg = FashionConfig(out=str(tmp_path), methods=(FashionMethod.ADAMW,), seeds=(0,), budget=FashionBudget.SMOKE,
+                        device="cpu", workers=1, threads=1, data_dir=str(fake_data), quiet=True)
+    with pytest.raises(KeyboardInterrupt):
+        RU.run_fashion(cfg, command="bbb reproduce fashion --workers 1 --threads 1")
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["running"] and run["command"] == "bbb reproduce fashion --workers 1 --threads 1"
+    report = FashionConfig(**{**cfg.__dict__, "report_only": True, "workers": 7})
+    RU.run_fashion(report, command="bbb reproduce fashion --report")
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["command"].endswith("--threads 1") and run["workers"] == 1 and "running" not in run
+    assert "with 1 job(s) at once" in (tmp_path / "table.md").read_text()

@@ -1,0 +1,281 @@
+"""``bbb reproduce which``: docs/which_method.md, written from the committed results' files (never
+typed by hand): for each benchmark, each method's score per task with its standard error, the
+winner of each task (methods within two combined standard errors of the best are a tie: a
+difference inside the noise is not a win), the methods' costs where the files record them, and the
+choice this implies. ``--check`` says whether the committed page is what the files give."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..cli.common import add_out
+from ..errors import UserError
+from ..io import atomic_write_text
+
+__all__ = ["Score", "Task", "Benchmark", "winners", "load_benchmarks", "render", "add_arguments", "main",
+           "EXAMPLE", "TIE_SE"]
+
+EXAMPLE = ("bbb reproduce which --out docs/which_method.md   # the committed page, from results/\n"
+           "  bbb reproduce which --check docs/which_method.md   # is it what results/ gives?")
+
+#: two methods tie on a task when their scores differ by at most this many combined standard errors
+TIE_SE = 2.0
+
+
+@dataclass(frozen=True)
+class Score:
+    mean: float
+    se: float | None  #: standard error (over seeds or splits); None: one run, no spread
+    #: the values per split or seed when the tasks' methods share them (paired: the comparison of two
+    #: methods is then the standard error of their per-unit differences)
+    units: dict[str, float] | None = None
+
+
+@dataclass
+class Task:
+    name: str
+    scores: dict[str, Score]
+
+
+@dataclass
+class Benchmark:
+    name: str
+    source: str  #: the files it is read from
+    score: str  #: what is compared, e.g. "test log-likelihood"
+    higher_is_better: bool
+    spread: str  #: what the standard errors are over
+    tasks: list[Task]
+    cost: dict[str, float] = field(default_factory=dict)  #: a method's cost, in ``cost_unit``
+    cost_unit: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def difference_se(a: Score, b: Score) -> float:
+    """The standard error of ``a.mean - b.mean``: of the per-unit differences where both have the
+    same units (splits or seeds, at least two: paired), else of independent means."""
+    if a.units and b.units and set(a.units) == set(b.units) and len(a.units) > 1:
+        d = [a.units[u] - b.units[u] for u in a.units]
+        m = sum(d) / len(d)
+        return math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
+    return math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
+
+
+def winners(task: Task, higher_is_better: bool, tie_se: float = TIE_SE) -> list[str]:
+    """The best method of ``task`` and those tied with it: within ``tie_se`` standard errors of the
+    difference from the best (paired over splits or seeds where the files give them; a method with
+    no spread ties only on an equal score), best first."""
+    sign = 1.0 if higher_is_better else -1.0
+    best = max(task.scores, key=lambda m: sign * task.scores[m].mean)
+    b = task.scores[best]
+    out = [m for m, s in task.scores.items() if sign * (b.mean - s.mean) <= tie_se * difference_se(b, s)]
+    return sorted(out, key=lambda m: -sign * task.scores[m].mean)
+
+
+def _units(path: Path, key: Callable[[dict[str, str]], tuple[str, str]], unit: str, value: str
+           ) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (task, method): ``{unit: value}`` from a per-split or per-seed CSV (empty when missing)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    if path.is_file():
+        for r in _rows(path):
+            if (v := _num(r.get(value))) is not None:
+                out.setdefault(key(r), {})[r[unit]] = v
+    return out
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _num(v: str | None) -> float | None:
+    try:
+        x = float(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _uci(root: Path) -> Benchmark | None:
+    path = root / "uci" / "methods.csv"
+    if not path.is_file():
+        return None
+    tasks: dict[str, Task] = {}
+    cost: dict[str, float] = {}
+    units = _units(root / "uci" / "splits.csv", lambda r: (r["dataset"], r["method"]), "split", "ll")
+    for r in _rows(path):
+        mean = _num(r["ll_mean"])
+        if mean is None:
+            continue
+        tasks.setdefault(r["dataset"], Task(r["dataset"], {})).scores[r["method"]] = Score(
+            mean, _num(r["ll_se"]), units.get((r["dataset"], r["method"])))
+        cost[r["method"]] = cost.get(r["method"], 0.0) + (_num(r.get("seconds")) or 0.0) / 60.0
+    return Benchmark("UCI regression (9 datasets, standard splits)", "results/uci/methods.csv", "test log-likelihood",
+                     True, "the splits", list(tasks.values()), cost, "worker-minutes over the 9 datasets, "
+                     "validation grid included")
+
+
+def _lora(root: Path) -> Benchmark | None:
+    path = root / "lora" / "methods.csv"
+    if not path.is_file():
+        return None
+    tasks: dict[str, Task] = {}
+    units = _units(root / "lora" / "seeds.csv", lambda r: (f"{r['arch']} {r['task']} K={r['shots']}", r["method"]),
+                   "seed", "nll")
+    for r in _rows(path):
+        mean = _num(r["nll"])
+        if mean is None:
+            continue
+        name = f"{r['arch']} {r['task']} K={r['shots']}"
+        tasks.setdefault(name, Task(name, {})).scores[r["method"]] = Score(mean, _num(r["nll_se"]),
+                                                                          units.get((name, r["method"])))
+    return Benchmark("Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)", "results/lora/methods.csv",
+                     "test NLL", False, "the seeds", list(tasks.values()),
+                     notes=["Cost: not in results/lora's files (its job files, which hold the seconds, are not "
+                            "committed)."])
+
+
+def _mnist(root: Path) -> Benchmark | None:
+    path = root / "mnist" / "table1.csv"
+    if not path.is_file():
+        return None
+    tasks: dict[str, Task] = {}
+    seconds: dict[str, list[float]] = {}
+    for r in _rows(path):
+        err, n = _num(r["test_error"]), int(_num(r.get("n_seeds")) or 1)
+        if err is None or r.get("status", "ok") != "ok":
+            continue
+        sd = _num(r.get("test_error_sd"))
+        name = f"{r['hidden']} units/layer"
+        tasks.setdefault(name, Task(name, {})).scores[r["method"]] = Score(err, sd / math.sqrt(n) if sd and n > 1
+                                                                          else None)
+        if (s := _num(r.get("seconds"))) is not None:
+            seconds.setdefault(r["method"], []).append(s)
+    return Benchmark("MNIST, the paper's MLPs (quick budget)", "results/mnist/table1.csv", "test error %", False,
+                     "the seeds where n > 1", list(tasks.values()), {m: sum(v) / 60.0 for m, v in seconds.items()},
+                     "minutes of one run per cell, summed over the widths")
+
+
+def _fashion(root: Path) -> Benchmark | None:
+    runs = sorted((root / "fashion").glob("*/methods.csv"))
+    if not runs:
+        return None
+    path = runs[-1]
+    task = Task("LeNet-5", {})
+    units = _units(path.parent / "seeds.csv", lambda r: ("LeNet-5", r["method"]), "seed", "nll")
+    for r in _rows(path):
+        if (mean := _num(r["nll"])) is not None:
+            task.scores[r["method"]] = Score(mean, _num(r["nll_se"]), units.get(("LeNet-5", r["method"])))
+    return Benchmark("Fashion-MNIST LeNet-5 (the IVON paper's protocol)", f"results/fashion/{path.parent.name}/"
+                     "methods.csv", "test NLL", False, "the seeds", [task] if task.scores else [],
+                     notes=["Cost: seconds per epoch there were measured with 12 jobs sharing one GPU; "
+                            "bench/results/ivon-cost*.md has each method's step alone."])
+
+
+LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (_uci, _lora, _mnist, _fashion)
+
+
+def load_benchmarks(results: Path) -> list[Benchmark]:
+    """Every benchmark whose files are under ``results``."""
+    return [b for load in LOADERS if (b := load(results)) is not None]
+
+
+def _fmt(s: Score, decimals: int) -> str:
+    return f"{s.mean:.{decimals}f}" + ("" if s.se is None else f" +- {s.se:.{decimals}f}")
+
+
+def render(benchmarks: list[Benchmark], command: str) -> str:
+    """The page: per benchmark, the tasks' scores with their winners in bold, each method's count
+    of tasks won alone and tied, its cost, and the choice this implies."""
+    out = ["# Which method when", "",
+           f"Written by `{command}` from the committed results' files (do not edit by hand). A task's winner is "
+           f"its best method; methods within {TIE_SE:g} standard errors of their difference from it **tie** (a "
+           "difference inside the noise is not a win). The difference's standard error is paired (over the splits "
+           "or seeds both methods share) where the files give each split's or seed's score, else that of two "
+           "independent means; a method with no spread (one run) ties only on an equal score.",
+           ""]
+    for b in benchmarks:
+        methods = list(dict.fromkeys(m for t in b.tasks for m in t.scores))
+        decimals = 3 if b.score != "test error %" else 2
+        out += [f"## {b.name}", "", f"{b.score} ({'higher' if b.higher_is_better else 'lower'} is better; +- the "
+                f"standard error over {b.spread}); from `{b.source}`.", ""]
+        if not b.tasks:
+            out += ["No finished rows yet.", ""]
+            continue
+        out += ["| task | " + " | ".join(methods) + " | winner |", "|---|" + "---:|" * len(methods) + "---|"]
+        alone: dict[str, int] = dict.fromkeys(methods, 0)
+        tied: dict[str, int] = dict.fromkeys(methods, 0)
+        for t in b.tasks:
+            win = winners(t, b.higher_is_better)
+            if len(win) == 1:
+                alone[win[0]] += 1
+            else:
+                for m in win:
+                    tied[m] += 1
+            cells = [("**" + _fmt(t.scores[m], decimals) + "**" if m in win else _fmt(t.scores[m], decimals))
+                     if m in t.scores else "-" for m in methods]
+            verdict = win[0] if len(win) == 1 else "tie: " + ", ".join(win)
+            out.append(f"| {t.name} | " + " | ".join(cells) + f" | {verdict} |")
+        n = len(b.tasks)
+        out += ["", "| method | best alone | tied for best | " + (f"cost ({b.cost_unit})" if b.cost else "") + " |",
+                "|---|---:|---:|" + ("---:|" if b.cost else "|")]
+        for m in methods:
+            c = f" {b.cost[m]:.1f} |" if m in b.cost else (" - |" if b.cost else " |")
+            out.append(f"| {m} | {alone[m]} of {n} | {tied[m]} of {n} |{c}")
+        out += ["", _choice(methods, alone, tied, n, b), ""]
+        out += [*b.notes, ""] if b.notes else []
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _choice(methods: list[str], alone: dict[str, int], tied: dict[str, int], n: int, b: Benchmark) -> str:
+    """One sentence: the method best on most tasks (alone, then tied), the others that won any
+    alone, and the leader's cost against the cheapest method's."""
+    lead = max(methods, key=lambda m: (alone[m] + tied[m], alone[m]))
+    text = (f"**Choice here:** {lead}, best on {alone[lead] + tied[lead]} of {n} task{'s' if n != 1 else ''} "
+            f"({alone[lead]} alone, {tied[lead]} tied)")
+    others = [f"{m} alone on {alone[m]}" for m in methods if m != lead and alone[m]]
+    if others:
+        text += "; " + ", ".join(others)
+    if lead in b.cost and len(b.cost) > 1:
+        cheap = min(b.cost, key=b.cost.__getitem__)
+        if cheap != lead:
+            text += (f"; it costs {b.cost[lead] / b.cost[cheap]:.1f}x the cheapest, {cheap} ({b.cost[lead]:.1f} "
+                     f"against {b.cost[cheap]:.1f} {b.cost_unit.split(' ')[0]})")
+    return text + "."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("docs/which_method.md from the committed results: each benchmark's winner per task, ties "
+                          f"within {TIE_SE:g} combined standard errors, the methods' costs and the choice they imply.")
+    parser.add_argument("--results", default="results", metavar="DIR", help="the results folder (default: results)")
+    add_out(parser, "output page (Markdown); the committed one is docs/which_method.md", default=DEFAULT_OUT)
+    parser.add_argument("--check", metavar="FILE", default=None,
+                        help="write nothing: exit 1 when FILE (e.g. docs/which_method.md) differs from what --results "
+                             "gives")
+
+
+COMMAND = "bbb reproduce which --results results --out docs/which_method.md"
+#: where the page goes by default (never into the committed docs/ unless asked)
+DEFAULT_OUT = "runs/which_method.md"
+
+
+def main(args: argparse.Namespace) -> int:
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UserError(f"bbb reproduce which: no results folder {results} (run it from a clone of bbb, or pass "
+                        "--results DIR)")
+    text = render(load_benchmarks(results), COMMAND)
+    if args.check is not None:
+        page = Path(args.check)
+        same = page.is_file() and page.read_text() == text
+        print(f"{page}: " + ("up to date" if same else f"differs from what {results} gives: run {COMMAND}"))
+        return 0 if same else 1
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, text)
+    print(f"wrote {out}")
+    return 0

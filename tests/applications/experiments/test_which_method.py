@@ -1,0 +1,59 @@
+"""``bbb reproduce which``: ties within the noise (paired over splits or seeds where the files give
+them), the page written from the results' files, and the committed docs/which_method.md is what
+the committed results give (``--check``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bbb.experiments.which import Benchmark, Score, Task, difference_se, load_benchmarks, render, winners
+from testkit import run_main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_difference_inside_two_standard_errors_is_a_tie():
+    t = Task("x", {"a": Score(1.0, 0.1), "b": Score(0.85, 0.05), "c": Score(0.5, 0.05)})
+    assert winners(t, higher_is_better=True) == ["a", "b"]  # 0.15 < 2 * sqrt(0.1^2 + 0.05^2)
+    assert winners(t, higher_is_better=False) == ["c"]
+
+
+def test_paired_units_separate_what_independent_means_call_a_tie():
+    """Two methods that move together over splits: their means' standard errors overlap, but one is
+    better on every split, so the paired difference is a clear win."""
+    a = {str(i): float(i) + 0.1 for i in range(10)}
+    b = {str(i): float(i) for i in range(10)}
+    sa, sb = Score(sum(a.values()) / 10, 0.9, a), Score(sum(b.values()) / 10, 0.9, b)
+    assert difference_se(sa, sb) < 1e-9
+    assert winners(Task("x", {"a": sa, "b": sb}), True) == ["a"]
+    unpaired = Task("x", {"a": Score(sa.mean, 0.9), "b": Score(sb.mean, 0.9)})
+    assert winners(unpaired, True) == ["a", "b"]
+
+
+def test_a_method_without_spread_ties_only_on_an_equal_score():
+    assert winners(Task("x", {"a": Score(1.5, None), "b": Score(1.4, None)}), False) == ["b"]
+    assert winners(Task("x", {"a": Score(1.4, None), "b": Score(1.4, None)}), False) == ["a", "b"]
+
+
+def test_the_page_counts_wins_and_ties_and_names_the_cost():
+    b = Benchmark("bench", "f.csv", "test NLL", False, "the seeds",
+                  [Task("t1", {"x": Score(0.2, 0.01), "y": Score(0.5, 0.01)}),
+                   Task("t2", {"x": Score(0.3, 0.1), "y": Score(0.31, 0.1)})], {"x": 10.0, "y": 2.0}, "minutes")
+    text = render([b], "cmd")
+    assert "| t1 | **0.200 +- 0.010** | 0.500 +- 0.010 | x |" in text
+    assert "tie: x, y" in text and "| x | 1 of 2 | 1 of 2 | 10.0 |" in text
+    assert "x, best on 2 of 2 tasks (1 alone, 1 tied)" in text and "5.0x the cheapest, y" in text
+
+
+def test_the_committed_page_is_what_the_committed_results_give(capsys):
+    """docs/which_method.md is written by the command, never by hand: regenerate it
+    (`bbb reproduce which`) whenever results/ changes."""
+    code, out, _ = run_main(capsys, "reproduce", "which", "--results", str(ROOT / "results"), "--check",
+                            str(ROOT / "docs" / "which_method.md"))
+    assert code == 0, out
+    assert {b.source.split("/")[1] for b in load_benchmarks(ROOT / "results")} >= {"uci", "lora", "mnist", "fashion"}
+
+
+def test_no_results_folder_is_one_line(capsys, tmp_path):
+    code, _, err = run_main(capsys, "reproduce", "which", "--results", str(tmp_path / "none"))
+    assert code != 0 and "no results folder" in err and len(err.strip().splitlines()) == 1

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError, check_int
+from ..errors import SettingError, UserError, check_int
 from ..options import Dataset
 
 
@@ -391,6 +391,7 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
     data = DataSpec(kind, _int("synthetic_dim", syn["synthetic_dim"], 1),
                     _int("synthetic_train", syn["synthetic_train"], 4),
                     _int("synthetic_classes", syn["synthetic_classes"], 2))
+    named = {k: k for k in p}  # a TrainConfig setting -> the space's key that gave it
     width, depth = p.pop("width", None), p.pop("depth", None)
     if width is not None or depth is not None:
         if "hidden" in p:
@@ -405,20 +406,42 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise UserError(f"search space: neg_log_sigma{i} must be a number, got {v!r}")
             p[f"sigma{i}"] = math.exp(-float(v))
+            named[f"sigma{i}"] = f"neg_log_sigma{i}"
     if kind != SweepDataset.SYNTHETIC.value:
         p["dataset"] = kind
     try:
         cfg = TrainConfig.from_dict(p)
     except UserError as e:
-        msg = str(e)
+        msg = _in_space(str(e))
         if msg.startswith("unknown setting"):
             msg += f" (allowed: TrainConfig fields and {', '.join(SWEEP_KEYS)})"
         raise UserError(f"search space: {msg}") from None
     except TypeError as e:
         raise UserError(f"search space: {e}") from None
+    _refuse_unused(cfg, [n for n in p if n != "dataset"], named)
     if kind != SweepDataset.SYNTHETIC.value and cfg.val_size < 1:
         raise UserError("search space: a sweep selects models on the validation set; val_size must be >= 1")
     return cfg, data
+
+
+def _in_space(problem: str) -> str:
+    """TrainConfig's line for a setting its method does not read, as said of a space."""
+    if "leave it out" not in problem:
+        return problem
+    return (problem.replace("leave it out", "leave it out of the space")
+            + " (to sweep several methods, give each a space of its own)")
+
+
+def _refuse_unused(cfg: Any, given: list[str], named: dict[str, str]) -> None:
+    """A setting of the space that the trial's method does not read (IVON's ``ess``, ``hess_init``,
+    ``weight_decay`` with another method; Bayes by Backprop's prior, KL and optimiser settings with
+    ``method: ivon``) is a one-line error naming the space's key, even at its default value (as
+    ``bbb train`` refuses one given at all): never a value listed in sweep.csv that trained nothing."""
+    for name in given:
+        try:
+            cfg.refuse_unused([name])
+        except SettingError as e:
+            raise UserError(f"search space: {named.get(name, name)} {_in_space(e.problem)}") from None
 
 
 def trial_id_of(params: dict[str, Any]) -> str:

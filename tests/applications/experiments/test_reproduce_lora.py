@@ -17,6 +17,7 @@ from bbb.experiments.lora import runner as RU  # noqa: E402
 from bbb.experiments.lora.backbones import TaskData, build_backbone  # noqa: E402
 from bbb.experiments.lora.settings import (  # noqa: E402
     BBB_GRID,
+    IVON_GRID,
     SCHEDULES,
     Arch,
     LoraBudget,
@@ -91,14 +92,15 @@ def test_mc_dropout_samples_differ_and_mle_is_one_network():
 def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path):
     out = tmp_path / "lora"
     argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
-            "--methods", "mle", "map", "ensemble", "bbb_a", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
+            "--methods", "mle", "map", "ensemble", "bbb_a", "ivon", "--out", str(out), "--data-dir", str(fake_data),
+            "--quiet"]
     code, stdout, _ = run_main(capsys, *argv)
     assert code == 0, stdout
     for name in ("methods.csv", "seeds.csv", "sweep.csv", "table.md", "results.json", "run.json"):
         assert (out / name).is_file(), name
     res = json.loads((out / "results.json").read_text())
     methods = {g["method"]: g for g in res["methods"]}
-    assert set(methods) == {"mle", "map", "ensemble", "bbb_a"}
+    assert set(methods) == {"mle", "map", "ensemble", "bbb_a", "ivon"}
     for g in methods.values():
         assert 0 <= g["acc"] <= 1 and 0 <= g["ece"] <= 1 and g["nll"] > 0
         assert 0 <= g["auroc_entropy_held"] <= 1
@@ -107,8 +109,14 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     assert methods["map"]["setting"].startswith("prior=")  # chosen on the held-out slice
     assert methods["bbb_a"]["setting"].startswith("kl=") and methods["bbb_a"]["auroc_mi_other"] is not None
     assert 0 <= methods["bbb_a"]["mean_acc"] <= 1  # BLoB's N = 0 (the posterior mean) beside the k samples
+    # IVON: its (lr, ess) chosen on the held-out slice, sampled (MI) and at the mean, its setting not a metric
+    assert methods["ivon"]["setting"].startswith("lr=") and "ess=" in methods["ivon"]["setting"]
+    assert methods["ivon"]["auroc_mi_other"] is not None and 0 <= methods["ivon"]["mean_acc"] <= 1
+    assert not {"lr", "lr_se", "ess", "ess_se"} & set(methods["ivon"])
     sweep = (out / "sweep.csv").read_text()
     assert sweep.count("bbb_a") == len(BBB_GRID) and sweep.count("map") == 3
+    assert sweep.count("ivon") == len(IVON_GRID)
+    assert "| ivon |" in (out / "table.md").read_text() and (out / "reliability-cnn-digits.png").is_file()
     curve = json.loads(next((out / "jobs").glob("*-mle-test.json")).read_text())
     steps = [p["step"] for p in next(iter(curve["settings"].values()))["curve"]]
     assert steps[0] == 0 and steps[-1] == SCHEDULES[LoraBudget.SMOKE].steps

@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "digits 0-4 (cached in <out>/backbones), frozen, then LoRA adapters (peft) fit to K images per class "
         "of MNIST 5-9 or Fashion-MNIST 0-4 through the pretrained 5-way head, trained long with no early "
         "stopping. Methods: MLE LoRA, MAP LoRA, MC dropout on the adapters, an ensemble of 3 adapters, Bayes "
-        "by Backprop on A (BLoB's choice) and on A and B. MAP's prior and BBB's KL weight and prior are chosen "
-        "on a held-out slice of the few-shot data (20%), never on test. Test accuracy, ECE (15 bins), NLL, "
+        "by Backprop on A (BLoB's choice) and on A and B, and IVON on A and B (bbb.IVON). MAP's prior, BBB's KL "
+        "weight and prior, and IVON's learning rate and effective sample size are chosen on a held-out slice of "
+        "the few-shot data (20%), never on test. Test accuracy, ECE (15 bins), NLL, "
         "Brier, OOD AUROC (entropy; MI), reliability diagrams and NLL/ECE against steps. Writes methods.csv, "
         "seeds.csv, sweep.csv, target.csv, table.md, results.json, run.json and PNG figures to --out.")
     parser.add_argument("--archs", nargs="+", default=[str(a) for a in Arch], choices=values(Arch),
@@ -47,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "budget's: 0-4, quick 0 1, smoke 0)")
     parser.add_argument("--budget", choices=values(LoraBudget), default=str(LoraBudget.DEFAULT),
                         help=f"default: the benchmark (600 steps; about {LORA_MINUTES} minutes on 2 CPU cores with "
-                             "--workers 2); quick: 300 steps, 2 seeds; smoke: a few steps (a pipeline test) "
+                             "--workers 2, measured before ivon joined the methods: it adds its jobs); quick: 300 "
+                             "steps, 2 seeds; smoke: a few steps (a pipeline test) "
                              "(default: default)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="jobs trained at once, each in its own process (default: 1)")

@@ -14,9 +14,11 @@ from ...io import atomic_write_csv, atomic_write_json, atomic_write_text
 from .settings import LoraMethod
 from .train import Job
 
-__all__ = ["write_report", "summarise", "target_rows", "METRICS"]
+__all__ = ["write_report", "summarise", "target_rows", "METRICS", "SETTING_KEYS"]
 
 METRICS = ("acc", "ece", "nll", "brier", "confidence")
+#: a result row's entries that are its setting (Setting.record), not metrics
+SETTING_KEYS = ("kl_weight", "prior_sigma", "lr", "ess")
 
 
 def _mean_se(values: list[Any]) -> tuple[float | None, float | None]:
@@ -60,8 +62,7 @@ def summarise(jobs: list[Job], results: dict[str, dict[str, Any]]) -> tuple[list
     for (arch, task, shots, method), rs in groups.items():
         row: dict[str, Any] = {"arch": arch, "task": task, "shots": shots, "method": method, "seeds": len(rs),
                                "setting": rs[0]["setting"]}
-        keys = [k for k in rs[0] if k not in ("arch", "task", "shots", "method", "seed", "setting", "kl_weight",
-                                              "prior_sigma")]
+        keys = [k for k in rs[0] if k not in ("arch", "task", "shots", "method", "seed", "setting", *SETTING_KEYS)]
         for k in keys:
             m, se = _mean_se([r.get(k) for r in rs])
             row[k], row[f"{k}_se"] = m, se

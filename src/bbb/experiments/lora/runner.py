@@ -21,6 +21,7 @@ from ...io import atomic_write_json
 from ...runs.jobs import watch_parent, watched_manager
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
+from .report import SETTING_KEYS
 from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
 from .train import Job, run_job
 
@@ -225,7 +226,7 @@ def _groups(jobs: list[Job]) -> dict[tuple[str, str, int, str], list[Job]]:
 
 
 #: a test row's entries that are not metrics (the setting; the curve and the reliability bins, logged otherwise)
-_NOT_METRICS = {"kl_weight", "prior_sigma", "curve", "bins"}
+_NOT_METRICS = {*SETTING_KEYS, "curve", "bins"}
 
 
 def write_events(out: Path, cfg: LoraExpConfig, jobs: list[Job]) -> int:

@@ -9,7 +9,8 @@ from ...errors import UserError
 from ...options import StrOption
 
 __all__ = ["Arch", "Task", "LoraMethod", "Phase", "LoraBudget", "Schedule", "SCHEDULES", "Setting", "grid_of",
-           "LoraExpConfig", "ENSEMBLE_SIZE", "MC_DROPOUT_P", "TEST_SAMPLES", "VAL_FRACTION", "VAL_SEEDS"]
+           "LoraExpConfig", "ENSEMBLE_SIZE", "MC_DROPOUT_P", "TEST_SAMPLES", "VAL_FRACTION", "VAL_SEEDS",
+           "IVON_GRID", "IVON_HESS_INIT", "IVON_WEIGHT_DECAY"]
 
 
 class Arch(StrOption):
@@ -32,7 +33,8 @@ class Task(StrOption):
 class LoraMethod(StrOption):
     """``mle`` (plain LoRA), ``map`` (LoRA with a Gaussian prior on the adapters: L2), ``mc_dropout``
     (lora_dropout kept on at test), ``ensemble`` (3 adapters), ``bbb_a`` (Bayes by Backprop on
-    LoRA's A: BLoB's choice) and ``bbb_ab`` (on A and B)."""
+    LoRA's A: BLoB's choice), ``bbb_ab`` (on A and B) and ``ivon`` (the same Gaussian posterior on A
+    and B as ``bbb_ab``, trained by :class:`bbb.IVON`: IVON-LoRA, not in BLoB's table)."""
 
     MLE = "mle"
     MAP = "map"
@@ -40,6 +42,7 @@ class LoraMethod(StrOption):
     ENSEMBLE = "ensemble"
     BBB_A = "bbb_a"
     BBB_AB = "bbb_ab"
+    IVON = "ivon"
 
 
 class Phase(StrOption):
@@ -85,7 +88,7 @@ SCHEDULES: dict[LoraBudget, Schedule] = {
 
 ENSEMBLE_SIZE = 3
 MC_DROPOUT_P = 0.1  #: BLoB's MC-dropout baseline: LoRA dropout 0.1
-TEST_SAMPLES = 10  #: samples of the predictive (MC dropout masks, BBB adapters), BLoB's N = 10
+TEST_SAMPLES = 10  #: samples of the predictive (MC dropout masks, BBB and IVON adapters), BLoB's N = 10
 VAL_FRACTION = 0.2  #: the held-out slice of the few-shot set (at least one image per class)
 VAL_SEEDS = 2  #: the choice pools the held-out slices of the run's first VAL_SEEDS seeds (the budget's cost)
 
@@ -93,11 +96,16 @@ VAL_SEEDS = 2  #: the choice pools the held-out slices of the run's first VAL_SE
 @dataclass(frozen=True)
 class Setting:
     """One point of a method's grid: ``kl_weight`` (BBB: the loss is NLL/N + kl_weight * KL/N, a
-    temperature; 1 is the ELBO) and ``prior_sigma`` (the Gaussian prior's standard deviation on
-    the Bayesian adapters; MAP: the L2 of the same prior)."""
+    temperature; 1 is the ELBO), ``prior_sigma`` (the Gaussian prior's standard deviation on
+    the Bayesian adapters; MAP: the L2 of the same prior), and IVON's ``lr`` and ``ess`` (its
+    effective sample size: above the few-shot set's size, a cold posterior). A setting left at 0 is
+    not the method's (its label leaves it out: the labels of the other methods' settings, the keys
+    of their stored results, are those they had before IVON)."""
 
     kl_weight: float = 0.0
     prior_sigma: float = 0.0
+    lr: float = 0.0
+    ess: float = 0.0
 
     def label(self) -> str:
         parts = []
@@ -105,7 +113,17 @@ class Setting:
             parts.append(f"kl={self.kl_weight:g}")
         if self.prior_sigma:
             parts.append(f"prior={self.prior_sigma:g}")
+        if self.lr:
+            parts.append(f"lr={self.lr:g}")
+        if self.ess:
+            parts.append(f"ess={self.ess:g}")
         return " ".join(parts) or "-"
+
+    def record(self) -> dict[str, float]:
+        """The setting's values as a result row stores them (IVON's only where set)."""
+        out = {"kl_weight": self.kl_weight, "prior_sigma": self.prior_sigma}
+        out.update({k: v for k, v in (("lr", self.lr), ("ess", self.ess)) if v})
+        return out
 
 
 #: BBB's grid: the KL weight x the prior's sd. The full ELBO (KL weight 1) swamped the adapter in the
@@ -113,6 +131,16 @@ class Setting:
 BBB_GRID = tuple(Setting(kl, p) for kl in (0.1, 0.01) for p in (0.05, 0.2))
 #: MAP's grid: the Gaussian prior's sd (its L2 is ||theta||^2 / (2 sd^2 N))
 MAP_GRID = tuple(Setting(0.0, p) for p in (0.05, 0.2, 1.0))
+#: IVON's grid: its learning rate x its effective sample size, around the published LoRA recipe
+#: (lr 0.03, ess 1e6-1e8: cold posteriors; the few-shot sets hold 25-250 images). A one-seed look at
+#: the held-out slices (cnn, digits K=10 and 50, fashion K=10; never test) found ess 1e5 and below
+#: swamping the adapters with noise at lr 0.1, and lr 0.3 diverging: not searched. One sample a
+#: step; the predictive averages TEST_SAMPLES draws, as BBB's
+IVON_GRID = tuple(Setting(lr=lr, ess=ess) for lr in (0.03, 0.1) for ess in (1e6, 1e7))
+#: IVON's Hessian at the start (the published LoRA range: 3e-4 to 1e-3; sigma at the start is
+#: 1 / sqrt(ess (hess_init + weight_decay))) and its prior precision (bbb.IVON's default)
+IVON_HESS_INIT = 1e-3
+IVON_WEIGHT_DECAY = 1e-4
 
 
 def grid_of(method: LoraMethod) -> tuple[Setting, ...]:
@@ -121,6 +149,8 @@ def grid_of(method: LoraMethod) -> tuple[Setting, ...]:
         return BBB_GRID
     if method is LoraMethod.MAP:
         return MAP_GRID
+    if method is LoraMethod.IVON:
+        return IVON_GRID
     return (Setting(),)
 
 

@@ -8,6 +8,7 @@ curve along training and the reliability bins."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -33,6 +34,8 @@ from ...uncertainty import (
 from .backbones import LORA_TARGETS, NUM_CLASSES, Backbone, TaskData
 from .settings import (
     ENSEMBLE_SIZE,
+    IVON_HESS_INIT,
+    IVON_WEIGHT_DECAY,
     MC_DROPOUT_P,
     TEST_SAMPLES,
     VAL_FRACTION,
@@ -46,7 +49,10 @@ from .settings import (
 
 __all__ = ["Job", "few_shot", "run_job", "scores"]
 
-BAYES = (LoraMethod.BBB_A, LoraMethod.BBB_AB)
+#: the methods trained by Bayes by Backprop's ELBO
+ELBO_METHODS = (LoraMethod.BBB_A, LoraMethod.BBB_AB)
+#: the methods whose adapters carry a posterior in their layers (sampled at test, and at the mean)
+BAYES = (*ELBO_METHODS, LoraMethod.IVON)
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,11 @@ def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_se
                 setting: Setting) -> nn.Module:
     """A fresh copy of the frozen body with peft LoRA adapters (seeded initialisation); for BBB the
     adapters converted by :func:`bbb.bayesianize` (A, or A and B; flipout, as BLoB; the Gaussian
-    prior of ``setting``; the means start at peft's initialisation, sigma at bbb's default)."""
+    prior of ``setting``; the means start at peft's initialisation, sigma at bbb's default); for
+    IVON A and B converted with the reparameterisation estimator (IVON's Hessian estimate needs each
+    sampled weight's gradient; sigma at the start is IVON's). The adapters are every trainable
+    parameter for each method (peft freezes the body, the head included: it carries adapters), so
+    IVON, which trains Bayesian weights only, trains what the other methods train."""
     from peft import LoraConfig, get_peft_model
 
     body = copy.deepcopy(bb.body)
@@ -96,11 +106,15 @@ def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_se
     cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=LORA_TARGETS[bb.arch],
                      lora_dropout=MC_DROPOUT_P if method is LoraMethod.MC_DROPOUT else 0.0)
     model: nn.Module = get_peft_model(body, cfg)
-    if method in BAYES:
+    if method in ELBO_METHODS:
         import bbb
 
         model = bbb.bayesianize(model, prior=bbb.GaussianPrior(setting.prior_sigma), estimator="flipout",
                                 lora="A" if method is LoraMethod.BBB_A else "AB")
+    elif method is LoraMethod.IVON:
+        import bbb
+
+        model = bbb.bayesianize(model, estimator="reparam", lora="AB")  # the prior is IVON's own
     return model
 
 
@@ -110,12 +124,13 @@ def _prior_l2(model: nn.Module, sigma: float) -> Tensor:
 
 
 class _Objective:
-    """The per-example loss of one method at one setting on a training set of ``n`` images."""
+    """The per-example loss of one method at one setting on a training set of ``n`` images (IVON's:
+    the mean NLL, its prior being in its update)."""
 
     def __init__(self, model: nn.Module, method: LoraMethod, setting: Setting, n: int, batch: int) -> None:
         self.model, self.method, self.setting, self.n = model, method, setting, n
         self.elbo = None
-        if method in BAYES:
+        if method in ELBO_METHODS:
             import bbb
 
             # loss = NLL summed over the batch + beta * KL / M; divided by the batch: NLL/B + kl_weight * KL / N
@@ -136,7 +151,7 @@ def predictive_logits(models: list[nn.Module], method: LoraMethod, x: Tensor, se
                       samples: int = TEST_SAMPLES, mode: str = "sample", batch: int = 500) -> Tensor:
     """The method's predictive as logits (k, B, C): one network (MLE, MAP), the ensemble's members,
     ``samples`` dropout masks (MC dropout: only peft's lora_dropout on) or ``samples`` adapters
-    drawn from the posterior (BBB, :func:`bbb.uncertainty.predict`; ``mode="mean"``: the mean)."""
+    drawn from the posterior (BBB, IVON: :func:`bbb.uncertainty.predict`; ``mode="mean"``: the mean)."""
     if method in BAYES:
         from ...uncertainty import predict
 
@@ -170,10 +185,13 @@ def _train(models: list[nn.Module], objectives: list[_Objective], x: Tensor, y: 
     """``sched.steps`` AdamW steps (no weight decay; MAP's prior is in its loss) on minibatches of
     shuffled epochs, the parameter groups of :func:`bbb.lora.optim_groups` (the posteriors' rho at
     10x the learning rate, docs/bayesian_lora.md; every other trainable parameter at ``sched.lr``);
-    ``on_step(step)`` before the first step and after the chosen ones."""
+    IVON: as many :class:`bbb.IVON` steps (the setting's lr and ess, one sample a step, noise seeded
+    by ``seed``); ``on_step(step)`` before the first step and after the chosen ones."""
     from ...lora import optim_groups
 
-    opt = torch.optim.AdamW([g for m in models for g in optim_groups(m, sched.lr)], lr=sched.lr, weight_decay=0.0)
+    ivon = _ivon(models, objectives, seed)
+    opt = ivon if ivon is not None else torch.optim.AdamW(
+        [g for m in models for g in optim_groups(m, sched.lr)], lr=sched.lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
     batch = min(sched.batch_size, len(y))
     order: list[int] = []
@@ -186,7 +204,8 @@ def _train(models: list[nn.Module], objectives: list[_Objective], x: Tensor, y: 
         if len(order) < batch:
             order += torch.randperm(len(y), generator=g).tolist()
         idx, order = order[:batch], order[batch:]
-        loss = sum((obj(x[idx], y[idx]) for obj in objectives), torch.zeros(()))
+        with ivon.sampling() if ivon is not None else contextlib.nullcontext():
+            loss = sum((obj(x[idx], y[idx]) for obj in objectives), torch.zeros(()))
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[union-attr]
         opt.step()
@@ -195,6 +214,17 @@ def _train(models: list[nn.Module], objectives: list[_Objective], x: Tensor, y: 
         if step % 50 == 0 or step == sched.steps:
             progress((step - done) * len(models))  # an ensemble's members each take the step
             done = step
+
+
+def _ivon(models: list[nn.Module], objectives: list[_Objective], seed: int) -> Any:
+    """IVON's optimiser of the (one) model at its setting, or None for the other methods."""
+    if objectives[0].method is not LoraMethod.IVON:
+        return None
+    from ...ivon import IVON
+
+    (model,), setting = models, objectives[0].setting
+    return IVON(model, lr=setting.lr, ess=setting.ess, hess_init=IVON_HESS_INIT, weight_decay=IVON_WEIGHT_DECAY,
+                seed=seed)
 
 
 class _Curve:
@@ -236,14 +266,12 @@ def run_job(job: Job, bb: Backbone, data: TaskData, sched: Schedule, rank: int, 
         _train(models, objectives, tx, ty, sched, job.seed, progress, curve)
         if job.phase is Phase.VALIDATION:
             result["settings"][setting.label()] = {
-                "kl_weight": setting.kl_weight, "prior_sigma": setting.prior_sigma,
-                **scores(predictive_logits(models, job.method, vx, seed=job.seed), vy)}
+                **setting.record(), **scores(predictive_logits(models, job.method, vx, seed=job.seed), vy)}
             continue
         logits = predictive_logits(models, job.method, data.test, seed=job.seed)
         probs = predictive_probs(logits.double())
-        row: dict[str, Any] = {"kl_weight": setting.kl_weight, "prior_sigma": setting.prior_sigma,
-                               **scores(logits, data.test_y), "curve": curve.points if curve else [],
-                               "confidence": float(probs.max(-1).values.mean())}
+        row: dict[str, Any] = {**setting.record(), **scores(logits, data.test_y),
+                               "curve": curve.points if curve else [], "confidence": float(probs.max(-1).values.mean())}
         bins = reliability_bins(probs, data.test_y, 15)
         row["bins"] = {"count": bins["count"].tolist(),
                        "conf_sum": (bins["confidence"] * bins["count"]).tolist(),

@@ -37,7 +37,8 @@ LANGUAGES = {"python", "bash", "yaml", "text"}
 NOT_RUNNABLE = re.compile(r"^\s*# Not runnable as written: (.+)$")
 INCLUDE = re.compile(r'^\s*--8<-- "([^"]+)"\s*$')
 #: modules of an extra, not of the core: a page that imports one is skipped where it is missing
-OPTIONAL_MODULES = {"transformers": "pip install '.[hf]'", "matplotlib": "pip install '.[plots]'"}
+OPTIONAL_MODULES = {"transformers": "pip install '.[hf]'", "matplotlib": "pip install '.[plots]'",
+                    "laplace": "pip install '.[laplace]'"}
 
 
 def _rel(path: Path) -> str:

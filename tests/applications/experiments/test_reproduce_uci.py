@@ -18,10 +18,25 @@ from bbb.experiments.uci import report as R
 from bbb.experiments.uci import runner as RU
 from bbb.experiments.uci import train as TR
 from bbb.experiments.uci.runner import plan_jobs, run_uci
-from bbb.experiments.uci.settings import VARIANTS, Phase, UCIConfig, schedule_for
+from bbb.experiments.uci.settings import (
+    DEFAULT_METHODS,
+    VARIANTS,
+    Phase,
+    UCIConfig,
+    UCIMethod,
+    schedule_for,
+    variants_of,
+)
+from bbb.laplace import laplace_available
 from testkit import read_csv, run_main
 
 N_ROWS, N_SPLITS = 60, 3
+#: the variants of a run without --methods (the Laplace needs the laplace extra)
+DEFAULT_VARIANTS = variants_of(DEFAULT_METHODS)
+#: every variant as a test parameter, the Laplace's skipped where laplace-torch is not installed
+VARIANT_PARAMS = [pytest.param(v, id=v.name, marks=pytest.mark.skipif(
+    v.method is UCIMethod.LAPLACE and not laplace_available(), reason="laplace-torch is not installed"))
+    for v in VARIANTS]
 
 
 def write_dataset(root: Path, name: str = "yacht", n: int = N_ROWS, splits: int = N_SPLITS, seed: int = 0) -> Path:
@@ -154,7 +169,7 @@ def test_selection_over_a_grid_of_members():
     assert R.select(vals, 0, dropout) == ("mc_dropout", 1, 2, 1.0)
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", VARIANT_PARAMS)
 def test_resume_after_a_kill_gives_the_uninterrupted_result(data_root, tmp_path, variant):
     d = load_uci("yacht", data_root, dtype=torch.float64)  # as the runner reads it
     cfg = smoke_cfg(data_root, tmp_path / "o")
@@ -197,7 +212,7 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
     split_rows = read_csv(out / "splits.csv")
     assert len(split_rows) == 3 * N_SPLITS and all(0 <= float(r["coverage_95"]) <= 1 for r in split_rows)
     assert sorted({r["method"] for r in split_rows}) == ["bbb", "deep_ensemble", "mc_dropout"]
-    assert {r["variant"] for r in read_csv(out / "variants.csv")} == {v.name for v in VARIANTS}
+    assert {r["variant"] for r in read_csv(out / "variants.csv")} == {v.name for v in DEFAULT_VARIANTS}
     methods = read_csv(out / "methods.csv")
     assert [r["method"] for r in methods] == ["bbb", "mc_dropout", "deep_ensemble"]
     assert list(methods[0])[:7] == ["method", *R.TABLE_COLUMNS]
@@ -209,7 +224,7 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
     rows_md = [line for line in md.splitlines() if line.startswith("| yacht")]
     assert len(rows_md) == 2 and all(line.count("**") == 2 for line in rows_md)  # the best of ours, once
     jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
-    assert len(jobs) == 2 * len(VARIANTS)
+    assert len(jobs) == 2 * len(DEFAULT_VARIANTS)
     stamp = {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs}
     again = run_uci(smoke_cfg(data_root, out))  # everything finished: nothing retrains
     assert {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs} == stamp
@@ -220,7 +235,8 @@ def test_test_jobs_target_the_validation_choices(data_root, tmp_path):
     out = tmp_path / "o"
     cfg = smoke_cfg(data_root, out, splits=[0, 2])
     run_uci(cfg)
-    vals = {v.name: json.loads((out / "jobs" / f"yacht-{v.name}-validation.json").read_text()) for v in VARIANTS}
+    vals = {v.name: json.loads((out / "jobs" / f"yacht-{v.name}-validation.json").read_text())
+            for v in DEFAULT_VARIANTS}
     jobs = plan_jobs(cfg, "yacht", Phase.TEST, vals)
     for s in (0, 2):
         v, g, e, c = R.select(vals, s, cfg.variants[:2])

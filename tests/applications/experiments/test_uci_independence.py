@@ -21,7 +21,7 @@ from bbb.experiments.uci.settings import VARIANTS, Phase, schedule_for
 from bbb.experiments.uci.streams import ORDER, TRAIN, MemberStreams, eval_stream, member_key
 from testkit import read_csv
 
-from .test_reproduce_uci import smoke_cfg, write_dataset
+from .test_reproduce_uci import VARIANT_PARAMS, smoke_cfg, write_dataset
 
 
 def test_a_networks_numbers_are_its_own_whatever_the_population_and_the_rows_drawn():
@@ -63,7 +63,7 @@ def data_root(tmp_path):
     return write_dataset(root, name="concrete", n=50, seed=1)
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", VARIANT_PARAMS)
 def test_a_member_trains_and_scores_as_it_would_alone(data_root, tmp_path, variant):
     """Member (split 1, grid point 1) in a population of four, and alone: the same scores at every
     checkpoint (to 1e-7 here, where torch's vectorised exp and log may round a tensor's tail

@@ -1,5 +1,6 @@
-"""The UCI regression benchmark (``bbb reproduce uci``): BBB, MC dropout and deep ensembles in
-one protocol on the 9 datasets and the standard splits of Hernandez-Lobato & Adams (2015), each
+"""The UCI regression benchmark (``bbb reproduce uci``): BBB, MC dropout, deep ensembles and (with
+``--methods ...,laplace``, the laplace extra) a last-layer Laplace of the MAP network in one
+protocol on the 9 datasets and the standard splits of Hernandez-Lobato & Adams (2015), each
 chosen per split on validation, beside the published methods (VI, PBP, MC dropout, deep ensembles).
 
 Per dataset and variant (:data:`~bbb.experiments.uci.settings.VARIANTS`) two populations train
@@ -13,10 +14,17 @@ noise (:mod:`~bbb.experiments.uci.report`); the test scores are read at that cho
 from __future__ import annotations
 
 from .command import EXAMPLE, add_arguments, main
-from .models import BBBRegressor, DeepEnsembleRegressor, MCDropoutRegressor, MemberAdam, build_regressor
+from .models import (
+    BBBRegressor,
+    DeepEnsembleRegressor,
+    LaplaceRegressor,
+    MCDropoutRegressor,
+    MemberAdam,
+    build_regressor,
+)
 from .runner import run_uci
 from .settings import VARIANTS, Setting, UCIConfig
 
 __all__ = ["EXAMPLE", "add_arguments", "main", "run_uci", "UCIConfig", "VARIANTS", "Setting",
            "BBBRegressor",
-           "MCDropoutRegressor", "DeepEnsembleRegressor", "MemberAdam", "build_regressor"]
+           "MCDropoutRegressor", "DeepEnsembleRegressor", "LaplaceRegressor", "MemberAdam", "build_regressor"]

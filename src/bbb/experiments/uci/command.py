@@ -12,7 +12,7 @@ from ...data.uci import UCI_DATASETS
 from ...errors import UserError
 from .runner import run_uci
 from .seeds import seed_runs, write_seed_spread
-from .settings import ADVERSARIAL_EPS, DEFAULT_OUT, UCIConfig, UCIMethod
+from .settings import ADVERSARIAL_EPS, DEFAULT_METHODS, DEFAULT_OUT, UCIConfig, UCIMethod
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
 
@@ -30,10 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb reproduce uci`` options on ``parser``."""
     parser.description = (
         "The UCI regression benchmark (Hernandez-Lobato & Adams 2015): 9 datasets, their fixed splits "
-        "(20; protein 5), one hidden layer of 50 ReLU units (100 for protein), and three methods in one "
-        "protocol: BBB, MC dropout and deep ensembles (--methods). For each split and method the variant, "
+        "(20; protein 5), one hidden layer of 50 ReLU units (100 for protein), and the methods in one "
+        "protocol: BBB, MC dropout, deep ensembles and, with --methods laplace, a last-layer Laplace of the MAP "
+        "network. For each split and method the variant, "
         "its grid point (learning rate; BBB's prior sd and KL weight; the dropout rate), the epochs and the "
-        "predictive noise are chosen on a validation part (20%) of its training rows; test RMSE and "
+        "predictive noise (the Laplace's: its marginal likelihood's) are chosen on a validation part (20%) "
+        "of its training rows; test RMSE and "
         "log-likelihood (the predictive Gaussian mixture) in the target's units, mean +- standard error "
         "over the splits, beside the published methods. Writes table.csv (BBB), methods.csv (every "
         "method), table.md/.png, splits.csv, variants.csv and run.json to --out; jobs/ holds each "
@@ -51,9 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch threads per worker (default: 1)")
     parser.add_argument("--budget", choices=["full", "smoke"], default="full",
                         help="full: the benchmark's schedules; smoke: 4 epochs (a pipeline test) (default: full)")
-    parser.add_argument("--methods", default=",".join(m.value for m in UCIMethod), metavar="M[,M]",
+    parser.add_argument("--methods", default=",".join(m.value for m in DEFAULT_METHODS), metavar="M[,M]",
                         help="the methods, comma-separated: " + ", ".join(m.value for m in UCIMethod)
-                        + " (default: all three)")
+                        + " (default: " + ",".join(m.value for m in DEFAULT_METHODS) + "; laplace needs the "
+                        "laplace extra, laplace-torch)")
     parser.add_argument("--samples", type=int, default=100, metavar="K",
                         help="weight samples of the predictive mixture (BBB; MC dropout: dropout masks) "
                              "(default: 100)")

@@ -1,4 +1,4 @@
-"""The three regression methods of ``bbb reproduce uci`` as populations: many independent
+"""The regression methods of ``bbb reproduce uci`` as populations: many independent
 networks of one architecture (one hidden ReLU layer) trained together, each member on its own
 split's rows with its own grid point (learning rate, and the method's settings).
 
@@ -14,6 +14,11 @@ split's rows with its own grid point (learning rate, and the method's settings).
   their own initialisation and data order, with adversarial training (an input step of
   ``eps`` times each input's range along the sign of the loss's gradient); the predictive is the
   equal mixture of their Gaussians.
+- :class:`LaplaceRegressor`: a last-layer Laplace (:mod:`bbb.laplace`) of the MAP network: MC
+  dropout's network and loss without dropout (squared error plus its weight decay, one output),
+  then at each scoring epoch a KFAC Laplace of each member's last layer on its fitting rows, the
+  prior precision and the noise sd chosen by the marginal likelihood; the predictive is the GLM
+  one, a single Gaussian per row (its variance the linearised network's plus the noise's).
 
 Every model gives its predictive as k components per member, ``predict -> (means, sds)`` of shape
 (k, members, rows) in standardised units: the same Gaussian mixture and the same scores
@@ -67,8 +72,8 @@ from ...nn import (
 from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, Setting, Variant
 from .streams import Draw, MemberStreams
 
-__all__ = ["chunk_size", "MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor", "Regressor",
-           "build_regressor"]
+__all__ = ["chunk_size", "MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor",
+           "LaplaceRegressor", "Regressor", "build_regressor"]
 
 #: samples drawn per chunk when predicting, at most; and the most activations (samples x members
 #: x rows x hidden units) one chunk holds, which bounds the memory of a prediction (about 0.4 GB a
@@ -193,6 +198,14 @@ class Regressor:
     def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
                 stream: int = 0) -> tuple[Tensor, Tensor]:
         raise NotImplementedError  # pragma: no cover - abstract
+
+    def prepare(self, x_fit: Tensor, y_fit: Tensor) -> None:
+        """Called at a scoring epoch before :meth:`predict`, with every member's fitting rows
+        (members, n, D) / (members, n): a post-hoc posterior is fitted here (nothing by default)."""
+
+    def fitted(self) -> dict[str, list[float]]:
+        """What :meth:`prepare` fitted, per member (recorded beside the scores; none by default)."""
+        return {}
 
     def _chunks(self, x: Tensor, samples: int, width: int, streams: MemberStreams | None,
                 stream: int) -> Iterator[tuple[int, Draw | None]]:
@@ -425,6 +438,75 @@ class DeepEnsembleRegressor(Regressor):
         return mean.reshape(shape).double(), sd.reshape(shape).double()
 
 
+class LaplaceRegressor(Regressor):
+    """The MAP network and its last-layer Laplace, one member per (split, learning rate); see the
+    module's docstring. :meth:`prepare` fits each member's Laplace on its fitting rows (no random
+    numbers: the curvature is exact over the rows, the marginal likelihood's optimum is found by
+    Adam from 1); :meth:`predict` needs it."""
+
+    def __init__(self, settings: Sequence[Setting], features: int, hidden: int,
+                 streams: MemberStreams | None = None) -> None:
+        self.net = _MLP(len(settings), features, hidden, 1, streams)
+        self.params = list(self.net.parameters())
+        self.opt = MemberAdam(self.params, _column(settings, "lr"))
+        self.posteriors: list[Any] = []
+
+    def modules(self) -> nn.Module:
+        return self.net
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.relu(population_linear(x, self.net.l1.weight, self.net.l1.bias))
+        return population_linear(h, self.net.l2.weight, self.net.l2.bias)[..., 0]
+
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:
+        """MC dropout's loss at dropout 0: each member's mean squared error plus the weight decay
+        l^2 / (2 N) ||W||^2 (a Gaussian prior; MAP with unit noise in standardised units)."""
+        mse = ((self.forward(xb) - yb) ** 2).mean(1)
+        sq = sum(lay.weight.pow(2).flatten(1).sum(1) for lay in (self.net.l1, self.net.l2))
+        return (mse + DROPOUT_LENGTHSCALE ** 2 / (2 * n_fit) * sq).sum()
+
+    def member(self, j: int) -> nn.Sequential:
+        """Member ``j`` as a ``torch.nn`` network (a copy: Linear, ReLU, Linear)."""
+        l1, l2 = self.net.l1, self.net.l2
+        first, last = nn.Linear(l1.in_features, l1.out_features), nn.Linear(l2.in_features, l2.out_features)
+        with torch.no_grad():
+            for lin, lay in ((first, l1), (last, l2)):
+                lin.weight.copy_(lay.weight[j].T)
+                lin.bias.copy_(lay.bias[j])
+        return nn.Sequential(first, nn.ReLU(), last)
+
+    def prepare(self, x_fit: Tensor, y_fit: Tensor) -> None:
+        """Each member's last-layer KFAC Laplace on its rows, prior precision and noise sd by the
+        marginal likelihood (:func:`bbb.laplace.fit_last_layer_laplace`)."""
+        from ...laplace import fit_last_layer_laplace
+
+        with torch.random.fork_rng(devices=[]):  # nn.Linear draws its (replaced) initial weights
+            self.posteriors = [fit_last_layer_laplace(self.member(j), (x_fit[j], y_fit[j]), likelihood="regression",
+                                                      hessian="kron")
+                               for j in range(x_fit.shape[0])]
+
+    def fitted(self) -> dict[str, list[float]]:
+        """Each member's prior precision and noise sd (standardised units) at the last :meth:`prepare`."""
+        return {"prior_precision": [p.prior_precision for p in self.posteriors],
+                "sigma_noise": [p.sigma_noise for p in self.posteriors]}
+
+    @torch.no_grad()
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
+        """The GLM predictive's (mean, sd) per member and row: (1, members, R), float64, the sd's
+        variance the linearised network's plus the noise's (no random numbers: ``samples`` and
+        the streams are not used). Needs :meth:`prepare` on these members."""
+        if len(self.posteriors) != x.shape[0]:
+            raise ValueError(f"LaplaceRegressor.predict: {len(self.posteriors)} fitted posteriors for "
+                             f"{x.shape[0]} members; call prepare(x_fit, y_fit) first")
+        means, sds = [], []
+        for post, xj in zip(self.posteriors, x):
+            m, v = post.predict(xj)
+            means.append(m[:, 0].double())
+            sds.append(v[:, 0].double().sqrt())
+        return torch.stack(means)[None], torch.stack(sds)[None]
+
+
 def build_regressor(variant: Variant, settings: Sequence[Setting], features: int, hidden: int, *,
                     noise_init: float = 1.0, adversarial_eps: float = 0.0, x_range: Tensor | None = None,
                     streams: MemberStreams | None = None) -> Regressor:
@@ -433,6 +515,8 @@ def build_regressor(variant: Variant, settings: Sequence[Setting], features: int
     ``x_range`` (members * copies, D): the deep ensembles' input ranges."""
     if variant.estimator == "dropout":
         return MCDropoutRegressor(settings, features, hidden, streams)
+    if variant.estimator == "laplace":
+        return LaplaceRegressor(settings, features, hidden, streams)
     if variant.estimator == "ensemble":
         return DeepEnsembleRegressor(settings, features, hidden, adversarial_eps, x_range, streams)
     return BBBRegressor(variant, settings, features, hidden, noise_init, streams)

@@ -242,7 +242,7 @@ def cell(value: tuple[float, float] | None, bold: bool = False, decimals: int | 
 
 #: our methods in the tables, by :class:`UCIMethod` value
 OUR_METHODS = {UCIMethod.BBB.value: "bbb", UCIMethod.MC_DROPOUT.value: "MC dropout (ours)",
-               UCIMethod.DEEP_ENSEMBLE.value: "deep ens. (ours)"}
+               UCIMethod.DEEP_ENSEMBLE.value: "deep ens. (ours)", UCIMethod.LAPLACE.value: "last-layer Laplace (ours)"}
 
 
 def by_method(method_rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -282,7 +282,7 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     ours = by_method(method_rows)
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}
-    for m in (UCIMethod.MC_DROPOUT.value, UCIMethod.DEEP_ENSEMBLE.value):
+    for m in (UCIMethod.MC_DROPOUT.value, UCIMethod.DEEP_ENSEMBLE.value, UCIMethod.LAPLACE.value):
         both = [d for d in bbb if d in ours.get(m, {})]
         if not both:
             continue
@@ -349,7 +349,7 @@ def write_tables(out: Path, rows: list[dict[str, Any]], splits: list[dict[str, A
 
 def _plot(out: Path, rows: list[dict[str, Any]], method_rows: list[dict[str, Any]]) -> list[Path]:
     """table.png: each method's test LL and RMSE against the published MC dropout's per dataset
-    (differences / ratios): the published columns and our three methods."""
+    (differences / ratios): the published columns and our methods."""
     if not method_rows:
         return []
     from ...plots import figures, save_png

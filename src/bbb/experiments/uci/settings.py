@@ -15,8 +15,9 @@ from ...options import (
     choice,
 )
 
-__all__ = ["DEFAULT_OUT", "Phase", "UCIBudget", "UCIMethod", "Setting", "Variant", "VARIANTS", "NOISE_SCALES",
-           "DROPOUT_NOISE_SDS", "ENSEMBLE_SIZE", "Schedule", "schedule_for", "UCIConfig", "SMOKE_EPOCHS", "variants_of"]
+__all__ = ["DEFAULT_OUT", "Phase", "UCIBudget", "UCIMethod", "DEFAULT_METHODS", "Setting", "Variant", "VARIANTS",
+           "NOISE_SCALES", "DROPOUT_NOISE_SDS", "LAPLACE_NOISE_SCALES", "ENSEMBLE_SIZE", "Schedule", "schedule_for",
+           "UCIConfig", "SMOKE_EPOCHS", "variants_of"]
 
 
 class Phase(str, Enum):
@@ -37,11 +38,18 @@ class UCIBudget(StrOption):
 
 class UCIMethod(StrOption):
     """The methods ``bbb reproduce uci`` compares in one protocol: ``bbb`` (Bayes by Backprop),
-    ``mc_dropout`` (Gal & Ghahramani 2016) and ``deep_ensemble`` (Lakshminarayanan et al. 2017)."""
+    ``mc_dropout`` (Gal & Ghahramani 2016), ``deep_ensemble`` (Lakshminarayanan et al. 2017) and
+    ``laplace`` (a last-layer Laplace of the MAP network, Daxberger et al. 2021; the ``laplace``
+    extra, so not among :data:`DEFAULT_METHODS`)."""
 
     BBB = "bbb"
     MC_DROPOUT = "mc_dropout"
     DEEP_ENSEMBLE = "deep_ensemble"
+    LAPLACE = "laplace"
+
+
+#: the methods of ``bbb reproduce uci`` without ``--methods``: those that need no extra package
+DEFAULT_METHODS: tuple[UCIMethod, ...] = (UCIMethod.BBB, UCIMethod.MC_DROPOUT, UCIMethod.DEEP_ENSEMBLE)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ BBB_GRID: tuple[Setting, ...] = tuple(Setting(lr, prior_sigma=1.0, beta=b) for l
 DROPOUT_GRID: tuple[Setting, ...] = tuple(Setting(1e-3, dropout=p) for p in (0.005, 0.01, 0.05, 0.1))
 #: the deep ensembles' grid: the learning rate
 ENSEMBLE_GRID: tuple[Setting, ...] = (Setting(1e-3), Setting(3e-3))
+#: the Laplace's MAP network's grid: the learning rate, as the deep ensembles'
+LAPLACE_GRID: tuple[Setting, ...] = (Setting(1e-3), Setting(3e-3))
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,9 @@ class Variant:
 
     ``likelihood``: ``"learned"`` (homoscedastic Gaussian, its noise sd learned with the weights),
     ``"heteroscedastic"`` (the network predicts its noise, :class:`bbb.elbo.HeteroscedasticGaussian`)
-    or ``"fixed"`` (MC dropout: the noise sd tau^-1/2 is chosen on validation);
-    ``estimator``: ``"reparam"`` or ``"local"`` for BBB, ``"dropout"``, ``"ensemble"``."""
+    or ``"fixed"`` (MC dropout: the noise sd tau^-1/2 is chosen on validation) or ``"laplace"``
+    (homoscedastic, its noise sd chosen by the Laplace's marginal likelihood);
+    ``estimator``: ``"reparam"`` or ``"local"`` for BBB, ``"dropout"``, ``"ensemble"``, ``"laplace"``."""
 
     name: str
     method: UCIMethod
@@ -107,6 +118,9 @@ VARIANTS: tuple[Variant, ...] = (
             "dropout on the inputs and the hidden layer, weight decay as Gal & Ghahramani", DROPOUT_GRID),
     Variant("deep_ensemble", UCIMethod.DEEP_ENSEMBLE, "heteroscedastic", "ensemble",
             "5 networks each predicting a mean and a noise sd, Gaussian NLL, adversarial training", ENSEMBLE_GRID),
+    Variant("laplace", UCIMethod.LAPLACE, "laplace", "laplace",
+            "MC dropout's network and loss without dropout (the MAP network), then a last-layer KFAC Laplace: "
+            "prior precision and noise sd by the marginal likelihood, GLM predictive", LAPLACE_GRID),
 )
 
 
@@ -127,6 +141,11 @@ DROPOUT_LENGTHSCALE = 1e-2
 #: multipliers of the predictive noise sd that validation chooses from (1: the noise as trained);
 #: the MC-dropout protocol chooses its noise precision tau on validation the same way
 NOISE_SCALES: tuple[float, ...] = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
+
+#: the Laplace's: multipliers of the noise sd the marginal likelihood fits (bbb.laplace), chosen on
+#: validation as every other method's noise is (the marginal likelihood's sd follows the MAP
+#: network's training residuals down as it trains: validation alone guards against it)
+LAPLACE_NOISE_SCALES: tuple[float, ...] = NOISE_SCALES
 
 #: MC dropout's predictive noise sd (standardised units, tau^-1/2) that validation chooses from:
 #: 0.01 ... 1, geometric
@@ -184,7 +203,7 @@ class UCIConfig:
     data_dir: str | None = None
     budget: UCIBudget = UCIBudget.FULL
     samples: int = 100
-    methods: list[UCIMethod] = field(default_factory=lambda: list(UCIMethod))
+    methods: list[UCIMethod] = field(default_factory=lambda: list(DEFAULT_METHODS))
     #: the deep ensembles' adversarial training (0: none)
     adversarial_eps: float = ADVERSARIAL_EPS
     hidden: int = 50
@@ -210,6 +229,13 @@ class UCIConfig:
         if not self.methods:
             raise UserError("--methods names no method; choose from: " + ", ".join(m.value for m in UCIMethod))
         self.methods = [UCIMethod(choice("method", m, UCIMethod)) for m in dict.fromkeys(self.methods)]
+        if UCIMethod.LAPLACE in self.methods and not self.report_only:
+            from ...laplace import INSTALL, LaplaceNotInstalled, require_laplace
+
+            try:
+                require_laplace()  # before anything trains
+            except LaplaceNotInstalled:
+                raise LaplaceNotInstalled(f"--methods laplace needs laplace-torch: {INSTALL}") from None
 
     @property
     def variants(self) -> tuple[Variant, ...]:

@@ -29,7 +29,17 @@ from ...errors import UserError
 from ...io import atomic_torch_save, atomic_write_json
 from ...uncertainty import gaussian_mixture_log_prob, regression_metrics
 from .models import build_regressor
-from .settings import DROPOUT_NOISE_SDS, ENSEMBLE_SIZE, NOISE_SCALES, Phase, Schedule, Setting, UCIConfig, Variant
+from .settings import (
+    DROPOUT_NOISE_SDS,
+    ENSEMBLE_SIZE,
+    LAPLACE_NOISE_SCALES,
+    NOISE_SCALES,
+    Phase,
+    Schedule,
+    Setting,
+    UCIConfig,
+    Variant,
+)
 from .streams import ORDER, TRAIN, MemberStreams, eval_stream, member_key
 
 __all__ = ["Job", "JobData", "job_data", "run_job", "score", "full_metrics", "scales_of", "SAVE_SECONDS",
@@ -130,8 +140,11 @@ def full_metrics(means: Tensor, sds: Tensor, data: JobData, member: int, scale: 
 
 def scales_of(variant: Variant) -> tuple[float, ...]:
     """What validation chooses the predictive noise from: for MC dropout its noise sd
-    (:data:`DROPOUT_NOISE_SDS`, standardised units), else a multiplier of the noise as trained
+    (:data:`DROPOUT_NOISE_SDS`, standardised units), for the Laplace a multiplier of its marginal
+    likelihood's noise sd (:data:`LAPLACE_NOISE_SCALES`), else a multiplier of the noise as trained
     (:data:`NOISE_SCALES`)."""
+    if variant.likelihood == "laplace":
+        return LAPLACE_NOISE_SCALES
     return DROPOUT_NOISE_SDS if variant.likelihood == "fixed" else NOISE_SCALES
 
 
@@ -207,9 +220,10 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
         if progress is not None:
             progress(1)
         if epoch in sched.checkpoints:
+            model.prepare(jd.x_fit, jd.y_fit)  # a post-hoc posterior (the Laplace's), on the fitting rows only
             means, sds = model.predict(jd.x_eval, cfg.samples, streams, eval_stream(epoch))
             record["epochs"].append(epoch)
-            got = score(means, sds, jd, scales)
+            got = {**score(means, sds, jd, scales), **model.fitted()}
             record["scores"].append({k: v[:len(job.members)] for k, v in got.items()})
             for j, split in enumerate(job.splits):
                 for e, c in job.targets.get(split, []):

@@ -1,0 +1,300 @@
+"""Last-layer Laplace (MacKay 1992; Daxberger et al., "Laplace Redux", NeurIPS 2021) of a trained
+deterministic network, through laplace-torch (MIT): ``pip install '.[laplace]'`` in a clone of bbb.
+
+Post hoc: the network trains as usual (its MAP weights), then one pass over the training data
+gives the curvature of the loss in the last ``nn.Linear`` layer's weights (a Kronecker-factored
+GGN by default), the prior precision (and, for regression, the observation noise) is chosen by
+maximising the Laplace approximation to the marginal likelihood, and the predictive is the
+linearised (GLM) one: for regression a Gaussian per output, for classification the probit
+approximation of the softmax. Nothing is retrained and the network is not changed (laplace-torch
+works on a copy). ::
+
+    from bbb.laplace import fit_last_layer_laplace
+
+    post = fit_last_layer_laplace(net, (x_train, y_train), likelihood="regression")
+    mean, var = post.predict(x_test)          # var: the network's variance plus sigma_noise^2
+    post.prior_precision, post.sigma_noise    # both chosen by the marginal likelihood
+
+Works with a ``DataLoader`` of ``(x, y)`` batches too. The network's output must come from an
+``nn.Linear`` (logits for classification, not probabilities), and it must be deterministic: a
+Bayesian bbb network has its posterior already (:class:`bbb.errors.UserError` otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from .errors import UserError, check_float, check_int
+from .nn import BayesModule
+from .options import choice
+
+__all__ = ["LIKELIHOODS", "HESSIANS", "INSTALL", "LaplaceNotInstalled", "LastLayerLaplace", "fit_last_layer_laplace",
+           "laplace_available", "require_laplace"]
+
+#: what a network's output is: a regression's mean (Gaussian noise), or a classifier's logits
+LIKELIHOODS = ("regression", "classification")
+#: the last layer's Hessian: Kronecker-factored (KFAC), diagonal, or full
+HESSIANS = ("kron", "diag", "full")
+#: how to install what this module needs
+INSTALL = "pip install 'bayes-by-backprop[laplace]' (or '.[laplace]' in a clone of bbb)"
+
+
+class LaplaceNotInstalled(UserError, ModuleNotFoundError):
+    """laplace-torch is not installed: the one-line :class:`~bbb.errors.UserError` that names the
+    extra, and the ``ModuleNotFoundError`` of ``laplace`` (``except ImportError`` catches it too)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.name = "laplace"
+
+
+def laplace_available() -> bool:
+    """Whether laplace-torch imports here."""
+    try:
+        require_laplace()
+    except UserError:
+        return False
+    return True
+
+
+def require_laplace() -> Any:
+    """laplace-torch's ``Laplace``; where it does not import, a one-line error that says how to
+    install it (:class:`LaplaceNotInstalled`) or which torchvision stops it."""
+    try:
+        with warnings.catch_warnings():  # its requirements' own deprecations (torch.jit.script), not the caller's
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from laplace import Laplace
+    except ImportError:
+        raise LaplaceNotInstalled(f"last-layer Laplace needs laplace-torch: {INSTALL}") from None
+    except RuntimeError as e:  # a torchvision built for another torch (torchmetrics imports it)
+        if "torchvision" not in str(e):
+            raise
+        raise UserError(f"laplace-torch could not be imported: the installed torchvision does not match torch "
+                        f"{torch.__version__}; install the torchvision built for it, or `pip uninstall "
+                        f"torchvision` (the last-layer Laplace does not use it)") from None
+    return Laplace
+
+
+@dataclass
+class LastLayerLaplace:
+    """A fitted last-layer Laplace approximation (:func:`fit_last_layer_laplace`).
+
+    ``prior_precision``: the Gaussian prior's precision on the last layer's weights;
+    ``sigma_noise``: the observation noise sd of a regression (None for classification), in the
+    target's units; ``*_from``: ``"marglik"`` (chosen by the marginal likelihood) or ``"given"``;
+    ``log_marginal_likelihood`` at those values; ``la``: laplace-torch's object (its own API)."""
+
+    likelihood: str
+    hessian: str
+    prior_precision: float
+    prior_precision_from: str
+    sigma_noise: float | None
+    sigma_noise_from: str | None
+    log_marginal_likelihood: float
+    n_data: int
+    n_params: int
+    la: Any = field(repr=False)
+
+    @torch.no_grad()
+    def predict(self, x: Tensor, *, noise: bool = True, batch_size: int = 4096) -> Any:
+        """The GLM predictive at inputs ``x``.
+
+        Regression: ``(mean, variance)``, each (n, outputs): the MAP network's output and the
+        variance of the linearised network's output under the posterior, plus ``sigma_noise ** 2``
+        unless ``noise=False`` (the variance of the function alone). Classification: the class
+        probabilities (n, classes), the probit approximation."""
+        if not isinstance(x, Tensor):
+            raise UserError(f"predict takes a tensor of inputs, got {type(x).__name__}")
+        batch_size = check_int("batch_size", batch_size)
+        param = next(self.la.model.parameters())
+        x = x.to(device=param.device, dtype=param.dtype if x.is_floating_point() else x.dtype)
+        if self.likelihood == "classification":
+            return torch.cat([self.la(xb, pred_type="glm", link_approx="probit") for xb in x.split(batch_size)])
+        means, variances = [], []
+        for xb in x.split(batch_size):
+            f_mu, f_var = self.la(xb, pred_type="glm")
+            means.append(f_mu)
+            variances.append(torch.diagonal(f_var, dim1=-2, dim2=-1))
+        var = torch.cat(variances)
+        if noise:
+            var = var + float(self.sigma_noise or 0.0) ** 2
+        return torch.cat(means), var
+
+    def state(self) -> dict[str, Any]:
+        """What was fitted, as plain numbers and strings (JSON-ready; not the curvature)."""
+        return {"likelihood": self.likelihood, "hessian": self.hessian, "prior_precision": self.prior_precision,
+                "prior_precision_from": self.prior_precision_from, "sigma_noise": self.sigma_noise,
+                "sigma_noise_from": self.sigma_noise_from, "log_marginal_likelihood": self.log_marginal_likelihood,
+                "n_data": self.n_data, "n_params": self.n_params}
+
+
+def _hyper(name: str, value: Any) -> float | None:
+    """None for ``"marglik"``, else a positive finite number."""
+    if isinstance(value, str):
+        if value != "marglik":
+            raise UserError(f"{name} must be 'marglik' (chosen by the marginal likelihood) or a number > 0, "
+                            f"got {value!r}")
+        return None
+    return check_float(name, value, 0.0, above=True)
+
+
+def _last_leaf(model: nn.Module, x: Tensor) -> nn.Module | None:
+    """The last module without children that one forward pass of ``x`` runs."""
+    order: list[nn.Module] = []
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(lambda mod, _i, _o: order.append(mod)) for m in leaves]
+    try:
+        with torch.no_grad():
+            was = model.training
+            model.eval()
+            try:
+                model(x)
+            finally:
+                model.train(was)
+    finally:
+        for h in handles:
+            h.remove()
+    return order[-1] if order else None
+
+
+def _loader(data: Any, likelihood: str, batch_size: int, dtype: torch.dtype,
+            device: torch.device) -> tuple[DataLoader, Tensor]:
+    """A loader of ``data`` ((x, y) tensors or a DataLoader) and one batch of its inputs."""
+    if isinstance(data, DataLoader):
+        if not hasattr(data.dataset, "__len__"):
+            raise UserError("the DataLoader's dataset must have a length (laplace-torch counts the training rows)")
+        first = next(iter(data), None)
+        if not isinstance(first, (tuple, list)) or len(first) != 2:
+            raise UserError("the DataLoader must give (inputs, targets) batches")
+        return data, first[0].to(device=device, dtype=dtype)
+    if not (isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data)):
+        raise UserError(f"data must be (inputs, targets) tensors or a DataLoader of them, got {type(data).__name__}")
+    x, y = data
+    if x.shape[0] == 0 or x.shape[0] != y.shape[0]:
+        raise UserError(f"inputs and targets must have the same number of rows (> 0), got {x.shape[0]} and "
+                        f"{y.shape[0]}")
+    x = x.to(device=device, dtype=dtype)
+    if not torch.isfinite(x).all():
+        raise UserError("the inputs hold NaN or infinite values")
+    if likelihood == "classification":
+        if y.is_floating_point() or y.dim() != 1:
+            raise UserError(f"classification targets must be class indices, an integer tensor of shape (n,); got "
+                            f"{y.dtype} of shape {tuple(y.shape)}")
+        y = y.to(device=device, dtype=torch.long)
+    else:
+        y = y.to(device=device, dtype=dtype)
+        if not torch.isfinite(y).all():
+            raise UserError("the targets hold NaN or infinite values")
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False), x[:batch_size]
+
+
+def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "regression", hessian: str = "kron",
+                           prior: float | str = "marglik", sigma_noise: float | str | None = None,
+                           batch_size: int = 256, marglik_steps: int = 300, marglik_lr: float = 0.1,
+                           ) -> LastLayerLaplace:
+    """Fit a last-layer Laplace approximation of the trained deterministic ``model``.
+
+    ``data``: the training data, ``(inputs, targets)`` tensors (regression targets (n,) or
+    (n, outputs); classification targets class indices (n,)) or a ``DataLoader`` of such batches
+    (targets shaped as the network's outputs for a regression). ``likelihood``: ``"regression"``
+    (Gaussian noise) or ``"classification"`` (the network gives logits). ``hessian``: ``"kron"``
+    (KFAC), ``"diag"`` or ``"full"``. ``prior``: the prior precision, ``"marglik"`` (chosen by
+    the marginal likelihood) or a number. ``sigma_noise`` (regression only): the observation
+    noise sd, None or ``"marglik"`` (chosen jointly with the prior by the marginal likelihood) or
+    a number (kept). The marginal likelihood is maximised by Adam on the log of each chosen
+    value (``marglik_steps`` steps of ``marglik_lr``, from 1), as laplace-torch does.
+
+    Bad input (an unknown option, a Bayesian network, a network whose output is not an
+    ``nn.Linear``'s, mismatched rows, a missing laplace-torch) is a one-line
+    :class:`bbb.errors.UserError`."""
+    likelihood = choice("likelihood", likelihood, LIKELIHOODS)
+    hessian = choice("hessian", hessian, HESSIANS)
+    fixed_prior = _hyper("prior", prior)
+    if sigma_noise is not None and likelihood == "classification":
+        raise UserError("sigma_noise is the noise of a regression; leave it out for classification")
+    fixed_sigma = _hyper("sigma_noise", "marglik" if sigma_noise is None else sigma_noise)
+    batch_size = check_int("batch_size", batch_size)
+    marglik_steps = check_int("marglik_steps", marglik_steps, 0)
+    marglik_lr = check_float("marglik_lr", marglik_lr, 0.0, above=True)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if any(isinstance(m, BayesModule) for m in model.modules()):
+        raise UserError("the Laplace approximation is of a deterministic network; this one has Bayesian layers "
+                        "(its posterior is already learned)")
+    param = next(model.parameters(), None)
+    if param is None:
+        raise UserError("the model has no parameters")
+    Laplace = require_laplace()
+    loader, x0 = _loader(data, likelihood, batch_size, param.dtype, param.device)
+    last = _last_leaf(model, x0)
+    if not isinstance(last, nn.Linear):
+        raise UserError(f"the network's output must come from an nn.Linear (its last layer), not "
+                        f"{type(last).__name__}: leave a final activation out of the model (logits for "
+                        "classification)")
+    with torch.no_grad():
+        was = model.training
+        model.eval()
+        try:
+            out = model(x0)
+        finally:
+            model.train(was)
+    if out.dim() != 2:
+        raise UserError(f"the network's output must be (rows, outputs), got shape {tuple(out.shape)}")
+    if likelihood == "classification" and out.shape[1] < 2:
+        raise UserError(f"a classifier must give one logit per class (2 or more), got {out.shape[1]}")
+    if likelihood == "regression" and not isinstance(data, DataLoader):
+        x, y = loader.dataset.tensors  # type: ignore[attr-defined]
+        if y.dim() == 1 and out.shape[1] == 1:
+            y = y.unsqueeze(1)
+        if tuple(y.shape[1:]) != tuple(out.shape[1:]):
+            raise UserError(f"regression targets must be (n,) or (n, {out.shape[1]}) for this network, got "
+                            f"{tuple(y.shape)}")
+        loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
+    if likelihood == "classification" and not isinstance(data, DataLoader):
+        y = loader.dataset.tensors[1]  # type: ignore[attr-defined]
+        if int(y.min()) < 0 or int(y.max()) >= out.shape[1]:
+            raise UserError(f"class indices must be in 0..{out.shape[1] - 1}, got {int(y.min())}..{int(y.max())}")
+    kwargs = {"sigma_noise": fixed_sigma} if likelihood == "regression" and fixed_sigma is not None else {}
+    la = Laplace(model, likelihood, subset_of_weights="last_layer", hessian_structure=hessian, **kwargs)
+    with warnings.catch_warnings():  # torch's forward-mode decompositions (the full GGN) load through torch.jit.script
+        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+        la.fit(loader)
+    log_prior = torch.zeros(1, requires_grad=True) if fixed_prior is None else None
+    log_sigma = torch.zeros(1, requires_grad=True) if likelihood == "regression" and fixed_sigma is None else None
+    free = [t for t in (log_prior, log_sigma) if t is not None]
+    if fixed_prior is not None:
+        la.prior_precision = fixed_prior
+    if free:
+        opt = torch.optim.Adam(free, lr=marglik_lr)
+        with warnings.catch_warnings():  # laplace-torch's KFAC log-determinant reads a scalar of the graph
+            warnings.filterwarnings("ignore", "Converting a tensor with requires_grad", UserWarning)
+            for _ in range(marglik_steps):
+                opt.zero_grad()
+                neg = -la.log_marginal_likelihood(None if log_prior is None else log_prior.exp(),
+                                                  None if log_sigma is None else log_sigma.exp())
+                neg.backward()
+                opt.step()
+        with torch.no_grad():
+            if log_prior is not None:
+                la.prior_precision = log_prior.exp().detach()
+            if log_sigma is not None:
+                la.sigma_noise = log_sigma.exp().detach()
+    with torch.no_grad():
+        lml = float(la.log_marginal_likelihood())
+    prior_precision = float(la.prior_precision.reshape(-1)[0])
+    sigma = float(la.sigma_noise) if likelihood == "regression" else None
+    if not (math.isfinite(prior_precision) and prior_precision > 0 and (sigma is None or math.isfinite(sigma))
+            and math.isfinite(lml)):
+        raise UserError(f"the marginal likelihood's optimum is not finite (prior precision {prior_precision:g}, "
+                        f"sigma_noise {sigma}); pass prior= and sigma_noise= numbers, or fewer marglik_steps")
+    return LastLayerLaplace(likelihood, hessian, prior_precision, "marglik" if fixed_prior is None else "given",
+                            sigma, None if sigma is None else "marglik" if fixed_sigma is None else "given",
+                            lml, int(la.n_data), int(la.n_params), la)

@@ -1,0 +1,159 @@
+"""bbb.laplace: a last-layer Laplace of a trained deterministic network through laplace-torch
+(skipped where it is not installed, but for the line that says how to install it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import bbb
+from bbb.errors import UserError
+from bbb.laplace import INSTALL, LaplaceNotInstalled, fit_last_layer_laplace, laplace_available
+
+needs_laplace = pytest.mark.skipif(not laplace_available(), reason="laplace-torch is not installed")
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert "\n" not in text and text
+    return text
+
+
+@pytest.fixture(scope="module")
+def regression():
+    """A 1-d regression on [-1, 1], noise sd 0.1, and a network fitted to it."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(200, 1, generator=g) * 2 - 1
+    y = torch.sin(3 * x[:, 0]) + 0.1 * torch.randn(200, generator=g)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(1, 50), nn.Tanh(), nn.Linear(50, 1))
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    for _ in range(600):
+        opt.zero_grad()
+        ((net(x)[:, 0] - y) ** 2).mean().backward()
+        opt.step()
+    return net, x, y
+
+
+@pytest.fixture(scope="module")
+def classification():
+    """Two Gaussian blobs at (+-1, 0) and a classifier fitted to them."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(100, 2, generator=g) * 0.5 + torch.tensor([1.0, 0.0]),
+                   torch.randn(100, 2, generator=g) * 0.5 - torch.tensor([1.0, 0.0])])
+    y = torch.cat([torch.zeros(100), torch.ones(100)]).long()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 20), nn.ReLU(), nn.Linear(20, 2))
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    return net, x, y
+
+
+@needs_laplace
+def test_regression_variance_grows_away_from_the_data_and_the_noise_is_the_data_s(regression):
+    net, x, y = regression
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    post = fit_last_layer_laplace(net, (x, y))
+    assert post.prior_precision_from == "marglik" and post.sigma_noise_from == "marglik"
+    assert 0 < post.prior_precision < float("inf")
+    assert post.sigma_noise is not None and 0.07 < post.sigma_noise < 0.14  # the data's 0.1
+    inside, outside = torch.tensor([[0.0], [0.5]]), torch.tensor([[2.0], [4.0]])
+    _, f_in = post.predict(inside, noise=False)
+    _, f_out = post.predict(outside, noise=False)
+    assert f_out.min() > 10 * f_in.max()
+    assert f_out[1] > f_out[0]  # further still, larger still
+    mean, var = post.predict(inside)
+    assert mean.shape == var.shape == (2, 1)
+    assert torch.allclose(var, f_in + post.sigma_noise ** 2)
+    with torch.no_grad():
+        assert torch.allclose(mean, net(inside))  # the GLM predictive's mean is the MAP network's output
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())  # the network is not changed
+    state = json.loads(json.dumps(post.state()))
+    assert state["prior_precision"] == post.prior_precision and state["sigma_noise"] == post.sigma_noise
+    assert state["n_params"] == 51 and state["n_data"] == 200 and state["hessian"] == "kron"
+
+
+@needs_laplace
+def test_a_given_noise_and_prior_are_kept(regression):
+    net, x, y = regression
+    post = fit_last_layer_laplace(net, (x, y), sigma_noise=0.3)
+    assert post.sigma_noise == pytest.approx(0.3) and post.sigma_noise_from == "given"
+    assert post.prior_precision_from == "marglik"
+    both = fit_last_layer_laplace(net, (x, y), sigma_noise=0.3, prior=5.0, hessian="full")
+    assert both.prior_precision == pytest.approx(5.0) and both.prior_precision_from == "given"
+    _, var = both.predict(torch.zeros(1, 1))
+    assert var.item() > 0.3 ** 2
+
+
+@needs_laplace
+def test_a_dataloader_fits_the_same_posterior(regression):
+    net, x, y = regression
+    a = fit_last_layer_laplace(net, (x, y), marglik_steps=50)
+    b = fit_last_layer_laplace(net, DataLoader(TensorDataset(x, y[:, None]), batch_size=64), marglik_steps=50)
+    assert b.prior_precision == pytest.approx(a.prior_precision, rel=1e-4)
+    assert b.sigma_noise == pytest.approx(a.sigma_noise, rel=1e-4)
+
+
+@needs_laplace
+def test_probit_probabilities_are_less_confident_than_the_map_s_far_from_the_data(classification):
+    net, x, y = classification
+    post = fit_last_layer_laplace(net, (x, y), likelihood="classification")
+    assert 0 < post.prior_precision < float("inf") and post.sigma_noise is None
+    far = torch.tensor([[10.0, 5.0], [-20.0, 0.0], [0.0, 15.0]])
+    probs = post.predict(far)
+    assert probs.shape == (3, 2) and torch.allclose(probs.sum(1), torch.ones(3))
+    with torch.no_grad():
+        map_conf = net(far).softmax(-1).max(1).values
+    assert (probs.max(1).values < map_conf - 1e-3).all()
+    assert json.loads(json.dumps(post.state()))["likelihood"] == "classification"
+
+
+@needs_laplace
+@pytest.mark.parametrize("call, words", [
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y), likelihood="poisson"), "unknown likelihood"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y), hessian="lowrank"), "unknown hessian"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y), prior="cv"), "'marglik'"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y), prior=0.0), "prior"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y), sigma_noise=-1.0), "sigma_noise"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y[:10])), "same number of rows"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y[:, None].repeat(1, 2))), "regression targets"),
+    (lambda n, x, y: fit_last_layer_laplace(n, (x, y), likelihood="classification"), "class indices"),
+    (lambda n, x, y: fit_last_layer_laplace(n, x), "(inputs, targets)"),
+    (lambda n, x, y: fit_last_layer_laplace(nn.Sequential(n, nn.Tanh()), (x, y)), "nn.Linear"),
+    (lambda n, x, y: fit_last_layer_laplace(bbb.nn.BayesLinear(1, 1), (x, y)), "Bayesian"),
+])
+def test_bad_regression_input_is_one_line(regression, call, words):
+    net, x, y = regression
+    with pytest.raises(UserError) as err:
+        call(net, x, y)
+    assert words in _one_line(err)
+
+
+@needs_laplace
+def test_bad_classification_input_is_one_line(classification):
+    net, x, y = classification
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, (x, y), likelihood="classification", sigma_noise=0.1)
+    assert "sigma_noise" in _one_line(err)
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, (x, y + 1), likelihood="classification")
+    assert "0..1" in _one_line(err)
+
+
+def test_without_laplace_torch_the_line_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "laplace", None)  # what `import laplace` meets where it is not installed
+    assert not laplace_available()
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(nn.Sequential(nn.Linear(1, 4), nn.ReLU(), nn.Linear(4, 1)),
+                               (torch.zeros(3, 1), torch.zeros(3)))
+    assert INSTALL in _one_line(err) and "[laplace]" in INSTALL
+    assert isinstance(err.value, LaplaceNotInstalled) and isinstance(err.value, ModuleNotFoundError)
+    assert err.value.name == "laplace"  # what the docs' test skips a page on where it is missing

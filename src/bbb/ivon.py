@@ -28,6 +28,18 @@ is a colder posterior). A :class:`bbb.ELBO` loss works too, but its KL is not IV
 :meth:`IVON.sampling` the model's KL is zero (a warning says so once), and the ELBO's loss is its
 NLL. Every Bayesian layer must use the ``reparam`` estimator (IVON's Hessian estimate needs the
 gradient of each sampled weight), and every trainable parameter must be a Bayesian one.
+
+Flat buffers, as :class:`bbb.Engine`'s: the trained weights of one dtype and device are laid out in
+one flat vector (:class:`bbb.engine.layout.Slot`); the layers' ``*_mu`` and ``*_rho`` become views
+of a flat mu and rho, the optimiser's momentum and h (``optimizer.state``, per parameter as before)
+views of flat ones. A step draws the noise of all of them in one ``randn`` (the first draw after the
+last step), forms theta in one op into a flat buffer whose per-weight views are the layers' sample
+leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear`` without a mask writes
+its weight gradient there directly), and applies the update, sigma and rho in one (compiled) pass
+over the flat vectors. A step that is not one sample of every weight (``forward_samples``' k at a
+time, a layer used twice or not at all in the forward) updates weight tensor by weight tensor, as
+before, on views of the same buffers: the same numbers. A weight drawn in the forward counts as
+used: if its output does not reach the loss, its gradient is zero, and the step applies it.
 """
 
 from __future__ import annotations
@@ -42,13 +54,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .devices import autocast_enabled
 from .distributions import KLMode
 from .engine.engine import COMPILE_MIN_NUMEL
+from .engine.layout import Slot
+from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default
-from .errors import UserError
+from .errors import CheckpointError, UserError
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
-from .nn.samples import SampleProvider, providing_samples
+from .nn.samples import RECORDER, SHARED, SampleProvider, providing_samples
 
 __all__ = ["IVON", "inverse_softplus"]
 
@@ -59,6 +74,17 @@ def inverse_softplus(sigma: Tensor) -> Tensor:
     return torch.where(sigma > 20.0, sigma, torch.log(torch.expm1(torch.clamp(sigma, max=20.0))))
 
 
+def _ivon_math(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tensor, sigma: Tensor,
+               hp: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The new (mu, momentum, h, sigma) of one IVON step (see :func:`ivon_update`)."""
+    b1, b2, wd, lr, bc1, ess, clip = (hp[i].to(mu.dtype) for i in range(7))
+    h_hat = gz / sigma
+    new_m = b1 * momentum + (1.0 - b1) * g
+    new_h = b2 * hess + (1.0 - b2) * h_hat + 0.5 * (1.0 - b2) ** 2 * (hess - h_hat) ** 2 / (hess + wd)
+    direction = torch.clamp((new_m / bc1 + wd * mu) / (new_h + wd), -clip, clip)
+    return mu - lr * direction, new_m, new_h, torch.rsqrt(ess * (new_h + wd))
+
+
 def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tensor, sigma: Tensor,
                 hp: Tensor) -> tuple[Tensor, Tensor]:
     """One IVON step of one weight tensor, in place on ``mu``, ``momentum`` and ``hess``; returns
@@ -66,15 +92,72 @@ def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tenso
     mean loss), ``gz``: the same sum of gradient * eps; ``hp`` (float64): beta1, beta2,
     weight_decay, the step of m (lr, rescaled), 1 - beta1^t, ess, clip_radius.
     Plain tensor arithmetic: ``torch.compile`` makes one loop of it."""
-    b1, b2, wd, lr, bc1, ess, clip = (hp[i].to(mu.dtype) for i in range(7))
-    h_hat = gz / sigma
-    momentum.copy_(b1 * momentum + (1.0 - b1) * g)
-    new_h = b2 * hess + (1.0 - b2) * h_hat + 0.5 * (1.0 - b2) ** 2 * (hess - h_hat) ** 2 / (hess + wd)
+    new_mu, new_m, new_h, new_sigma = _ivon_math(mu, momentum, hess, g, gz, sigma, hp)
+    momentum.copy_(new_m)
     hess.copy_(new_h)
-    direction = torch.clamp((momentum / bc1 + wd * mu) / (new_h + wd), -clip, clip)
-    mu.copy_(mu - lr * direction)
-    new_sigma = torch.rsqrt(ess * (new_h + wd))
+    mu.copy_(new_mu)
     return new_sigma, inverse_softplus(new_sigma)
+
+
+def ivon_flat_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, eps: Tensor, sigma: Tensor,
+                     rho: Tensor, hp: Tensor) -> None:
+    """:func:`ivon_update` of one sample of every weight, in place on flat vectors: ``g`` the
+    gradient at mu + sigma * eps (zeroed after use: the next backward accumulates into it),
+    ``sigma`` and ``rho`` (the layers' rho) written from the new h. One loop, compiled."""
+    new_mu, new_m, new_h, new_sigma = _ivon_math(mu, momentum, hess, g, g * eps, sigma, hp)
+    momentum.copy_(new_m)
+    hess.copy_(new_h)
+    mu.copy_(new_mu)
+    sigma.copy_(new_sigma)
+    rho.copy_(inverse_softplus(new_sigma))
+    g.zero_()
+
+
+class _Flat:
+    """The trained weights of one dtype and device in flat buffers: mu and rho (the layers' own
+    parameters become views of them), momentum, h, sigma, this step's noise, sample and gradient;
+    per weight tensor a :class:`Slot` and its sample leaf (a view of ``w`` whose ``.grad`` is the
+    matching view of ``g``)."""
+
+    def __init__(self, pairs: list[tuple[BayesModule, str]], hess_init: float) -> None:
+        self.slots: list[Slot] = []
+        offset = 0
+        for m, n in pairs:
+            self.slots.append(Slot(m, n, offset, tuple(m.mu(n).shape)))
+            offset += self.slots[-1].numel
+        self.numel = offset
+        self.params = [m.mu(n) for m, n in pairs]
+        with torch.no_grad():
+            self.mu = torch.cat([p.detach().reshape(-1) for p in self.params])
+            self.rho = torch.cat([m.rho(n).detach().reshape(-1) for m, n in pairs])
+        for s, (m, n) in zip(self.slots, pairs):  # the layers' parameters become views of the buffers
+            m.mu(n).data = s.view(self.mu)
+            m.rho(n).data = s.view(self.rho)
+        self.momentum = torch.zeros_like(self.mu)
+        self.hess = torch.full_like(self.mu, float(hess_init))
+        self.sig, self.eps, self.w, self.g = (torch.zeros_like(self.mu) for _ in range(4))
+        self.eps_views = [s.view(self.eps) for s in self.slots]
+        self.leaves: list[Tensor] = []
+        for s in self.slots:
+            leaf = s.view(self.w).detach().requires_grad_(True)
+            leaf.grad = s.view(self.g)
+            self.leaves.append(leaf)
+        self.hit: set[int] = set()  # slots drawn from the flat sample this step
+        self.extra: dict[int, list[tuple[Tensor, Tensor, bool]]] = {}  # their other draws: (eps, w, k rows)
+        self.fresh = True  # the flat noise is still to be drawn for this step
+        self.clean = self.g._version  # g's version when zeroed (a backward into it advances it)
+
+    def check_placement(self) -> None:
+        """The layers' mu and rho must still be views of the buffers (``model.to(...)`` after IVON
+        was built gives them new tensors, which IVON would neither read nor update)."""
+        for s in self.slots:
+            mu, rho = s.module.mu(s.name), s.module.rho(s.name)
+            if (mu.data_ptr() != self.mu.data_ptr() + s.offset * self.mu.element_size() or mu.dtype != self.mu.dtype
+                    or rho.data_ptr() != self.rho.data_ptr() + s.offset * self.rho.element_size()):
+                raise UserError(f"IVON: the model's parameters were moved, converted or replaced (now {mu.device}, "
+                                f"{str(mu.dtype).replace('torch.', '')}) after IVON was built on {self.mu.device}, "
+                                f"{str(self.mu.dtype).replace('torch.', '')}: build IVON after moving the model to "
+                                "its device (model.to(device), then IVON(model, ...))")
 
 
 class IVON(torch.optim.Optimizer, SampleProvider):
@@ -83,7 +166,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     Args:
         model: a network with Bayesian layers (``bbb.BayesMLP``, ``bbb.bayesianize(net)``, peft
             adapters converted by ``bayesianize``); only the posteriors whose mean requires a
-            gradient are trained (a frozen layer stays as it is).
+            gradient are trained (a frozen layer stays as it is). Build IVON after moving the
+            model to its device: the trained mu and rho become views of IVON's flat buffers.
         lr: the learning rate a.
         ess: the effective sample size lambda (usually the training-set size).
         hess_init: h at the start (sets sigma at the start: every ``*_rho`` is overwritten).
@@ -94,9 +178,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         rescale_lr: the step of m is ``lr * (hess_init + weight_decay)`` (as the published
             implementation by default), so that ``lr`` means the same for any ``hess_init``.
         seed: the seed of the optimiser's noise generator (None: drawn from torch's global one).
-        compile: run the step's arithmetic (:func:`ivon_update`) through ``torch.compile``; None:
-            as :class:`bbb.Engine` decides (``BBB_COMPILE``; on CUDA, or on the CPU from
-            ``bbb.engine.COMPILE_MIN_NUMEL`` weights). The same numbers either way, to rounding.
+        compile: run the step's arithmetic (:func:`ivon_flat_update`, :func:`ivon_update`) through
+            ``torch.compile``; None: as :class:`bbb.Engine` decides (``BBB_COMPILE``; on CUDA, or on
+            the CPU from ``bbb.engine.COMPILE_MIN_NUMEL`` weights). The same numbers either way, to
+            rounding.
 
     The loss must be the *mean* over the minibatch (and over the weight samples when a forward
     draws k of them, ``bbb.forward_samples``: their gradients are summed, as those of one mean):
@@ -141,55 +226,116 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
         self.generator = torch.Generator(device=dev)
         self.generator.manual_seed(int(seed) if seed is not None else int(torch.randint(2**62, ()).item()))
-        self._drawn: dict[int, list[tuple[Tensor, Tensor, bool]]] = {}
-        self._sig: dict[int, Tensor] = {}
         self._warned_kl = False
+        self._drew = False  # a forward drew from this optimiser since the last step
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
-        self._update = (torch.compile(ivon_update, dynamic=True)
-                        if compile_default(compile, dev, numel, COMPILE_MIN_NUMEL) else ivon_update)
+        compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
+        self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
+        self._flat_update = torch.compile(ivon_flat_update, dynamic=True) if compiled else ivon_flat_update
+        # the flat buffers, one per (dtype, device) of mu and rho; a weight tensor trained twice
+        # (one parameter in two layers) has one slot
+        by_kind: dict[tuple[Any, ...], list[tuple[BayesModule, str]]] = {}
+        seen: set[int] = set()
         for m, n in self.pairs:
-            mu = m.mu(n)
-            self.state[mu] = {"step": 0, "momentum": torch.zeros_like(mu, memory_format=torch.preserve_format),
-                              "hess": torch.full_like(mu, float(hess_init))}
+            mu, rho = m.mu(n), m.rho(n)
+            if id(mu) not in seen:
+                seen.add(id(mu))
+                by_kind.setdefault((mu.device, mu.dtype, rho.device, rho.dtype), []).append((m, n))
+        self._flats = [_Flat(pairs, hess_init) for pairs in by_kind.values()]
+        self._slot: dict[int, tuple[_Flat, int]] = {}  # id(mu) -> its buffers and slot
+        for f in self._flats:
+            for i, p in enumerate(f.params):
+                self._slot[id(p)] = (f, i)
+                self.state[p] = {"step": 0, "momentum": f.slots[i].view(f.momentum), "hess": f.slots[i].view(f.hess)}
+            if compiled:
+                for t in (f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho):
+                    torch._dynamo.mark_dynamic(t, 0)  # one compiled loop for any model's size
         self._write_sigma()
 
     # -- the posterior in the layers ----------------------------------------------------------
     def _sigma(self, mu: Tensor) -> Tensor:
         """sigma = 1 / sqrt(ess (h + weight_decay)) of the mean ``mu`` (kept from the last step)."""
-        sig = self._sig.get(id(mu))
-        if sig is None:
-            g = self.param_groups[0]
-            sig = self._sig[id(mu)] = torch.rsqrt(g["ess"] * (self.state[mu]["hess"] + g["weight_decay"]))
-        return sig
+        f, i = self._slot[id(mu)]
+        return f.slots[i].view(f.sig)
 
     @torch.no_grad()
     def _write_sigma(self) -> None:
-        """Every trained ``*_rho`` from h: sigma = 1 / sqrt(ess (h + weight_decay))."""
-        self._sig.clear()
-        for m, n in self.pairs:
-            m.rho(n).copy_(inverse_softplus(self._sigma(m.mu(n))))
+        """Every trained ``*_rho`` from h: sigma = 1 / sqrt(ess (h + weight_decay)), one op per buffer."""
+        g = self.param_groups[0]
+        for f in self._flats:
+            torch.rsqrt(g["ess"] * (f.hess + g["weight_decay"]), out=f.sig)
+            f.rho.copy_(inverse_softplus(f.sig))
 
     # -- sampling (bbb.nn.samples.SampleProvider) ---------------------------------------------
     @contextlib.contextmanager
     def sampling(self) -> Iterator[IVON]:
         """The forward passes inside draw theta = m + sigma * eps from this optimiser's generator;
         the step reads the gradient of each sampled weight."""
+        for f in self._flats:
+            f.check_placement()
         with providing_samples(self):
             yield self
 
+    @torch.no_grad()
+    def _draw_flat(self, f: _Flat) -> None:
+        """This step's noise of every weight of ``f`` (one ``randn``, or :meth:`normal` per weight
+        tensor where it was replaced) and the sample theta = mu + sigma * eps (one op)."""
+        if getattr(self.normal, "__func__", None) is IVON.normal:
+            f.eps.normal_(generator=self.generator)
+        else:
+            for s, e in zip(f.slots, f.eps_views):
+                e.copy_(self.normal(s.shape, s.module.mu(s.name)))
+        torch.addcmul(f.mu, f.sig, f.eps, out=f.w)
+        f.fresh = False
+
     def draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
         mu = module.mu(name) if isinstance(module, BayesModule) else None
-        if mu is None or mu not in self.state:
+        hit = None if mu is None else self._slot.get(id(mu))
+        if hit is None or mu is None:
             return None  # a frozen layer: drawn as usual
-        sigma = self._sigma(mu)
+        f, i = hit
+        self._drew = True
+        if k is None and i not in f.hit:  # this step's flat sample
+            if f.fresh:
+                self._draw_flat(f)
+            f.hit.add(i)
+            return mu, f.eps_views[i], f.leaves[i]
+        # k samples at once, or a second use in this forward: a draw of its own
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
         eps = self.normal(shape, mu).detach()
-        w = torch.addcmul(mu.detach(), sigma, eps).requires_grad_(True)
-        self._drawn.setdefault(id(mu), []).append((eps, w, k is not None))
+        w = torch.addcmul(mu.detach(), self._sigma(mu), eps).requires_grad_(True)
+        f.extra.setdefault(i, []).append((eps, w, k is not None))
         return mu, eps, w
 
+    def linear(self, module: nn.Module, x: Tensor) -> Tensor | None:
+        """A ``BayesLinear`` (one sample, no mask, no autocast, eager) on the flat sample: its backward
+        writes the weight gradient into the flat gradient directly (no weight-sized temporary)."""
+        if x.dim() != 2 or torch.compiler.is_compiling() or RECORDER.get() is not None or SHARED.get() is not None:
+            return None
+        w_hit = self._slot.get(id(getattr(module, "weight_mu", None)))
+        b_mu = getattr(module, "bias_mu", None)
+        b_hit = None if b_mu is None else self._slot.get(id(b_mu))
+        if w_hit is None or (b_mu is not None and (b_hit is None or b_hit[0] is not w_hit[0])):
+            return None
+        f, i = w_hit
+        if (i in f.hit or (b_hit is not None and b_hit[1] in f.hit) or autocast_enabled(x.device.type)
+                or getattr(module, "weight_mask", None) is not None or getattr(module, "bias_mask", None) is not None):
+            return None
+        self._drew = True
+        if f.fresh:
+            self._draw_flat(f)
+        f.hit.add(i)
+        s = f.slots[i]
+        b = gb = None
+        if b_hit is not None:
+            f.hit.add(b_hit[1])
+            sb = f.slots[b_hit[1]]
+            b, gb = sb.view(f.w), sb.view(f.g)
+        return LinearIntoBuffers.apply(x, s.view(f.w), b, s.view(f.g), gb, f.leaves[i])
+
     def normal(self, shape: tuple[int, ...], like: Tensor) -> Tensor:
-        """Standard normal noise of ``shape`` from the optimiser's generator (a test may replace it)."""
+        """Standard normal noise of ``shape`` from the optimiser's generator (a test may replace it:
+        then every draw, the flat one too, takes its noise from it, weight tensor by weight tensor)."""
         return torch.randn(shape, generator=self.generator, device=like.device, dtype=like.dtype)
 
     def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
@@ -200,51 +346,69 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         return torch.zeros((), device=self.pairs[0][0].mu(self.pairs[0][1]).device)
 
     # -- the step -----------------------------------------------------------------------------
+    def _hp(self, step: int, device: torch.device) -> Tensor:
+        """The update's hyperparameters at ``step`` on ``device`` (float64)."""
+        group = self.param_groups[0]
+        b1, wd = group["beta1"], group["weight_decay"]
+        lr = group["lr"] * ((group["hess_init"] + wd) if group["rescale_lr"] else 1.0)
+        hp = torch.tensor([b1, group["beta2"], wd, lr, 1.0 - b1 ** step, group["ess"], group["clip_radius"]],
+                          dtype=torch.float64)
+        # to a GPU from pinned memory, asynchronously: no host synchronisation in the step
+        return hp.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else hp.to(device)
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._drawn:
+        if not self._drew:
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
-        group = self.param_groups[0]
-        b1, wd = group["beta1"], group["weight_decay"]
-        lr = group["lr"] * ((group["hess_init"] + wd) if group["rescale_lr"] else 1.0)
-        hps: dict[tuple[int, torch.device], Tensor] = {}
-        for m, n in self.pairs:
-            mu = m.mu(n)
-            drawn = self._drawn.get(id(mu), [])
-            # a draw of k samples at once: its rows summed (the loss averages over them)
-            grads = [(eps, w.grad, rows) for eps, w, rows in drawn if w.grad is not None]
+        for f in self._flats:
+            backward = f.g._version != f.clean  # a backward reached the flat sample (no sync: a Python counter)
+            states = [self.state[p] for p in f.params]
+            t = states[0]["step"]
+            if backward and not f.extra and len(f.hit) == len(f.slots) and all(st["step"] == t for st in states):
+                for st in states:
+                    st["step"] = t + 1
+                self._flat_update(f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho, self._hp(t + 1, f.mu.device))
+            elif f.hit or f.extra:
+                self._step_each(f, states, backward)
+            f.clean = f.g._version
+            f.hit.clear()
+            f.extra.clear()
+            f.fresh = True
+        self._drew = False
+        return loss
+
+    def _step_each(self, f: _Flat, states: list[dict[str, Any]], backward: bool) -> None:
+        """The step weight tensor by weight tensor, on views of the flat buffers: the tensors drawn
+        k at a time, twice, or not at all (left as they are), or whose step counts differ."""
+        hps: dict[int, Tensor] = {}
+        for i, (s, st) in enumerate(zip(f.slots, states)):
+            grads = [(eps, w.grad, rows) for eps, w, rows in f.extra.get(i, ()) if w.grad is not None]
+            if backward and i in f.hit:
+                grads.insert(0, (f.eps_views[i], s.view(f.g), False))
             if not grads:
                 continue  # not used by this step's forward (an inactive branch): left as it is
-            st = self.state[mu]
             if len(grads) == 1 and not grads[0][2]:
                 g, gz = grads[0][1], grads[0][1] * grads[0][0]
-            else:
+            else:  # a draw of k samples at once: its rows summed (the loss averages over them)
                 g = torch.stack([gw.sum(0) if rows else gw for _, gw, rows in grads]).sum(0)
                 gz = torch.stack([(gw * eps).sum(0) if rows else gw * eps for eps, gw, rows in grads]).sum(0)
             st["step"] += 1
-            key = (st["step"], mu.device)
-            if key not in hps:
-                hp = torch.tensor([b1, group["beta2"], wd, lr, 1.0 - b1 ** st["step"], group["ess"],
-                                   group["clip_radius"]], dtype=torch.float64)
-                # to a GPU from pinned memory, asynchronously: no host synchronisation in the step
-                hps[key] = hp.pin_memory().to(mu.device, non_blocking=True) if mu.device.type == "cuda" \
-                    else hp.to(mu.device)
-            # one flat (n,) view of each: one compiled loop for every weight tensor's shape and rank
-            flat = [t.view(-1) for t in (mu, st["momentum"], st["hess"])]  # (written in place: views, never copies)
-            flat += [t.reshape(-1) for t in (g, gz, self._sigma(mu))]
+            if st["step"] not in hps:
+                hps[st["step"]] = self._hp(st["step"], f.mu.device)
+            part = slice(s.offset, s.offset + s.numel)  # flat (n,) views: one compiled loop for every shape
+            flat = [f.mu[part], f.momentum[part], f.hess[part], g.reshape(-1), gz.reshape(-1), f.sig[part]]
             if self._update is not ivon_update:
-                for t in flat:
-                    torch._dynamo.mark_dynamic(t, 0)
-            sigma, rho = self._update(flat[0], flat[1], flat[2], flat[3], flat[4], flat[5], hps[key])
-            self._sig[id(mu)] = sigma.view_as(mu)
-            m.rho(n).copy_(rho.view_as(mu))
-        self._drawn.clear()
-        return loss
+                for x in flat:
+                    torch._dynamo.mark_dynamic(x, 0)
+            sigma, rho = self._update(flat[0], flat[1], flat[2], flat[3], flat[4], flat[5], hps[st["step"]])
+            f.sig[part].copy_(sigma)
+            f.rho[part].copy_(rho)
+        f.g.zero_()
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """The group of the model's Bayesian weights is IVON's only one (its hyperparameters are
@@ -261,11 +425,31 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s state (one written before the flat buffers existed too: the
+        same keys): the momentum and h are copied into the flat buffers, whose views they stay."""
         sd = dict(state_dict)
         gen = sd.pop("generator", None)
         super().load_state_dict(sd)
         if gen is not None:
             self.generator.set_state(gen)
-        self._drawn.clear()
+        with torch.no_grad():
+            for f in self._flats:
+                for s, p in zip(f.slots, f.params):
+                    st = self.state[p]
+                    for key, buf in (("momentum", f.momentum), ("hess", f.hess)):
+                        view, saved = s.view(buf), st.get(key)
+                        if saved is not None:
+                            if tuple(saved.shape) != s.shape:
+                                raise CheckpointError(f"IVON: the saved {key} of a weight has shape "
+                                                      f"{tuple(saved.shape)}, the model's is {s.shape}: load the "
+                                                      "optimiser state saved with this model")
+                            view.copy_(saved)
+                        st[key] = view
+                    st.setdefault("step", 0)
+                f.hit.clear()
+                f.extra.clear()
+                f.fresh = True
+                f.g.zero_()
+                f.clean = f.g._version
+        self._drew = False
         self._write_sigma()
-

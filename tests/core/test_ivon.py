@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,14 +47,14 @@ def test_ivon_learns_and_its_posterior_lives_in_the_layers():
     x, y = _data(256)
     net = _mlp()
     opt = IVON(net, lr=0.1, ess=256, hess_init=0.1, weight_decay=1e-3, seed=0)
-    losses = _train(net, opt, 150, x, y)
+    losses = _train(net, opt, 300, x, y)  # long enough that the margin does not hinge on the noise drawn
     assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10
     for m in bbb.nn.bayes_modules(net):
         for n in m.param_names():
             st = opt.state[m.mu(n)]
             want = 1.0 / torch.sqrt(256 * (st["hess"] + 1e-3))
             torch.testing.assert_close(F.softplus(m.rho(n)), want, rtol=1e-5, atol=0)
-            assert st["step"] == 150
+            assert st["step"] == 300
     # the layers' own tools read it: sampled predictions differ, the mean is deterministic
     net.eval()
     p = bbb.uncertainty.predict(net, x[:8], num_samples=16)
@@ -190,3 +192,151 @@ def test_the_compiled_step_gives_the_eager_steps_numbers():
     _train(b, opt_b, 4, x, y)
     for (k, u), v in zip(a.state_dict().items(), b.state_dict().values()):
         torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-7, msg=k)
+
+
+# -- one pass over flat buffers (issue 73, items 1 and 5) -------------------------------------
+
+def _counting(monkeypatch) -> dict[str, int]:
+    """Count the calls of the flat update and of the per-tensor one (of IVONs built afterwards)."""
+    calls = {"flat": 0, "each": 0}
+    for key, name in (("flat", "ivon_flat_update"), ("each", "ivon_update")):
+        real = getattr(bbb.ivon, name)
+
+        def counted(*a, real=real, key=key):
+            calls[key] += 1
+            return real(*a)
+        monkeypatch.setattr(bbb.ivon, name, counted)
+    return calls
+
+
+def test_a_step_draws_one_randn_and_runs_one_update_over_flat_buffers(monkeypatch):
+    """The noise of every weight is one randn of the optimiser's generator over the flat vector (the
+    weight tensors in the model's order); one update call a step; the layers' mu and rho, and the
+    momentum and h in ``optimizer.state``, are views of one buffer each."""
+    calls = _counting(monkeypatch)
+    torch.manual_seed(0)
+    net = bbb.BayesMLP(3, [5], 2)  # tensors of 15, 5, 10 and 2 weights
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    opt = IVON(net, lr=0.1, ess=8, seed=5, compile=False)
+    pairs = [(m, n) for m in bbb.nn.bayes_modules(net) for n in m.param_names()]
+    want = torch.randn(32, generator=torch.Generator().manual_seed(5))
+    with opt.sampling(), bbb.nn.SampleRecorder() as rec:
+        loss = F.cross_entropy(net(x), y)
+    assert torch.equal(torch.cat([rec.get(m, n).eps.reshape(-1) for m, n in pairs]), want)
+    loss.backward()
+    opt.step()
+    _train(net, opt, 2, x, y)
+    assert calls == {"flat": 3, "each": 0}
+    for tensors in ([m.mu(n) for m, n in pairs], [m.rho(n) for m, n in pairs],
+                    [opt.state[m.mu(n)]["momentum"] for m, n in pairs], [opt.state[m.mu(n)]["hess"] for m, n in pairs]):
+        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
+    st = opt.state[net.layers[0].weight_mu]
+    assert st["step"] == 3 and float(st["momentum"].abs().sum()) > 0  # the views are the state the step updates
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.a, self.b = bbb.BayesLinear(4, 8), bbb.BayesLinear(8, 3), bbb.BayesLinear(8, 3)
+
+    def forward(self, x: torch.Tensor, head: str = "a", twice: bool = False) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        if twice:
+            h = torch.relu(self.body(x)) + h
+        return (self.a if head == "a" else self.b)(h)
+
+
+def test_a_layer_left_out_or_used_twice_steps_weight_tensor_by_weight_tensor(monkeypatch):
+    """A head not used in the forward is left as it is (its step count too); a layer used twice gets
+    both samples' gradients; those steps go weight tensor by weight tensor (on views of the same
+    buffers), and the sigma in the layers is still the one of h."""
+    calls = _counting(monkeypatch)
+    net = _TwoHeads()
+    x, y = _data(32)
+    opt = IVON(net, lr=0.1, ess=32, seed=0, compile=False)
+    b_before = net.b.weight_mu.detach().clone()
+    for twice in (False, True):
+        with opt.sampling():
+            loss = F.cross_entropy(net(x, "a", twice), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert torch.equal(net.b.weight_mu, b_before) and opt.state[net.b.weight_mu]["step"] == 0
+    assert opt.state[net.a.weight_mu]["step"] == 2 and not torch.equal(net.a.weight_mu, _TwoHeads().a.weight_mu)
+    assert calls == {"flat": 0, "each": 2 * 4}
+    for m in (net.body, net.a, net.b):
+        want = torch.rsqrt(32 * (opt.state[m.weight_mu]["hess"] + 1e-4))
+        torch.testing.assert_close(F.softplus(m.weight_rho), want, rtol=1e-5, atol=0)
+
+
+def test_a_model_moved_after_ivon_was_built_is_a_one_line_error():
+    """The trained mu and rho are views of IVON's buffers: converting the model afterwards would leave
+    IVON updating tensors the model no longer reads."""
+    net = _mlp()
+    opt = IVON(net, lr=0.1, ess=64, seed=0)
+    net.double()
+    with pytest.raises(UserError, match=r"build IVON after moving the model") as e:
+        with opt.sampling():
+            pass
+    assert "\n" not in str(e.value)
+
+
+def test_a_checkpoint_of_the_per_tensor_ivon_loads_and_continues():
+    """tests/core/ivon_state_before_flat.json was written by bbb.IVON before the flat buffers (git
+    2dda3a1; the numbers of its tensors, float32, as lists): a BayesMLP(3, [5], 2) after 3 steps (lr
+    0.05, ess 16, hess_init 0.5, seed 3) on 16 rows, its model state and its optimiser state (one
+    standalone tensor per parameter: momentum, hess, step; the generator's state left out), then 3
+    more steps with the noise of ``normal`` from ``torch.Generator().manual_seed(11)`` and the
+    model and h after them. Loaded into today's IVON (built with other weights and seed), the same
+    3 steps give the same numbers; the loaded momentum and h are views of the buffers they update."""
+    saved = json.loads(Path(__file__).with_name("ivon_state_before_flat.json").read_text())
+    torch.manual_seed(1)
+    net = bbb.BayesMLP(3, [5], 2)
+    opt = IVON(net, lr=0.05, ess=16, hess_init=0.5, seed=99)
+    params = opt.param_groups[0]["params"]
+    shapes = {k: v.shape for k, v in net.state_dict().items()}
+
+    def tensors(d: dict) -> dict:
+        return {k: torch.tensor(v).reshape(shapes[k]) for k, v in d.items()}
+    state = {int(i): {"step": st["step"], **{k: torch.tensor(st[k]).reshape(p.shape) for k in ("momentum", "hess")}}
+             for (i, st), p in zip(saved["opt_state"].items(), params)}
+    net.load_state_dict(tensors(saved["model"]))
+    opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+    assert [opt.state[p]["step"] for p in params] == [3] * 4
+    for key in ("momentum", "hess"):
+        assert len({opt.state[p][key].untyped_storage().data_ptr() for p in params}) == 1
+        for p, st in zip(params, state.values()):
+            assert torch.equal(opt.state[p][key], st[key])
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 3, generator=g)
+    noise = torch.Generator().manual_seed(11)
+    opt.normal = lambda shape, like: torch.randn(shape, generator=noise, dtype=like.dtype)  # type: ignore[method-assign]
+    _train(net, opt, 3, x, (x[:, 0] > 0).long())
+    for (k, got), want in zip(net.state_dict().items(), tensors(saved["after"]).values()):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8, msg=k)
+    for p, want in zip(params, saved["after_hess"]):
+        torch.testing.assert_close(opt.state[p]["hess"], torch.tensor(want).reshape(p.shape), rtol=1e-6, atol=1e-8)
+
+
+def test_weights_of_two_dtypes_step_in_one_pass_each(monkeypatch):
+    """A float32 layer and a float64 one: two flat buffers, one update of each a step."""
+    calls = _counting(monkeypatch)
+
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = bbb.BayesLinear(4, 8), bbb.BayesLinear(8, 3).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(x)).double())
+
+    torch.manual_seed(0)
+    net = Mixed()
+    x, y = _data(16)
+    opt = IVON(net, lr=0.1, ess=16, seed=0, compile=False)
+    before = [p.detach().clone() for p in opt.param_groups[0]["params"]]
+    _train(net, opt, 2, x, y)
+    assert calls == {"flat": 4, "each": 0}
+    assert net.b.weight_mu.dtype == torch.float64 and opt.state[net.b.weight_mu]["hess"].dtype == torch.float64
+    assert all(not torch.equal(p, b) for p, b in zip(opt.param_groups[0]["params"], before))

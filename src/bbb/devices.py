@@ -11,7 +11,31 @@ import torch
 from .errors import UserError
 from .options import DeviceKind, device_name
 
-__all__ = ["resolve_device", "autocast_enabled", "torch_release"]
+__all__ = ["resolve_device", "autocast_enabled", "torch_release", "cpu_model"]
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the system reports it (``/proc/cpuinfo``'s first ``model name``; else
+    ``platform.processor()``; else ``"unknown"``) and its vector instruction sets among AVX2,
+    AVX-512 (F, BF16) and AMX, e.g. ``"AMD EPYC (avx2 avx512f avx512_bf16)"``: what a CPU run's last
+    digits, and a long training run's outcome, may depend on beside torch's version and CPU
+    capability (the BLAS picks its kernels by them)."""
+    import platform
+
+    name, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if name is None and line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    name = name or platform.processor() or "unknown"
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    return f"{name} ({' '.join(isa)})" if isa else name
 
 
 def torch_release() -> tuple[int, int]:

@@ -32,6 +32,7 @@ __all__ = [
     "SettingsMismatch",
     "TrainingDiverged",
     "RunDirBusy",
+    "MissingExtra",
     "DiskFullError",
     "ResultsNotSaved",
     "NetworkError",
@@ -92,6 +93,19 @@ class RunDirBusy(UserError):
     def __init__(self, message: str, holder: str = "unknown") -> None:
         super().__init__(message)
         self.holder = holder
+
+
+class MissingExtra(UserError, ModuleNotFoundError):
+    """An optional package a feature needs is not installed (e.g. laplace-torch for
+    :mod:`bbb.laplace`): the one-line error names the extra to install; ``name`` is the missing
+    module's (``except ImportError`` catches it too)."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (pickled across processes: the sweep's workers)
+        return type(self), (str(self), self.name)
 
 
 class DiskFullError(BBBError, OSError):

@@ -32,11 +32,11 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from .errors import UserError, check_float, check_int
+from .errors import MissingExtra, UserError, check_float, check_int
 from .nn import BayesModule
 from .options import choice
 
-__all__ = ["LIKELIHOODS", "HESSIANS", "INSTALL", "LaplaceNotInstalled", "LastLayerLaplace", "fit_last_layer_laplace",
+__all__ = ["LIKELIHOODS", "HESSIANS", "INSTALL", "LastLayerLaplace", "fit_last_layer_laplace",
            "laplace_available", "require_laplace"]
 
 #: what a network's output is: a regression's mean (Gaussian noise), or a classifier's logits
@@ -47,13 +47,6 @@ HESSIANS = ("kron", "diag", "full")
 INSTALL = "pip install 'bayes-by-backprop[laplace]' (or '.[laplace]' in a clone of bbb)"
 
 
-class LaplaceNotInstalled(UserError, ModuleNotFoundError):
-    """laplace-torch is not installed: the one-line :class:`~bbb.errors.UserError` that names the
-    extra, and the ``ModuleNotFoundError`` of ``laplace`` (``except ImportError`` catches it too)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.name = "laplace"
 
 
 def laplace_available() -> bool:
@@ -67,13 +60,13 @@ def laplace_available() -> bool:
 
 def require_laplace() -> Any:
     """laplace-torch's ``Laplace``; where it does not import, a one-line error that says how to
-    install it (:class:`LaplaceNotInstalled`) or which torchvision stops it."""
+    install it (:class:`bbb.errors.MissingExtra`) or which torchvision stops it."""
     try:
         with warnings.catch_warnings():  # its requirements' own deprecations (torch.jit.script), not the caller's
             warnings.simplefilter("ignore", DeprecationWarning)
             from laplace import Laplace
     except ImportError:
-        raise LaplaceNotInstalled(f"last-layer Laplace needs laplace-torch: {INSTALL}") from None
+        raise MissingExtra(f"last-layer Laplace needs laplace-torch: {INSTALL}", "laplace") from None
     except RuntimeError as e:  # a torchvision built for another torch (torchmetrics imports it)
         if "torchvision" not in str(e):
             raise

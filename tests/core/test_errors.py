@@ -31,6 +31,7 @@ BUILTIN = {
     E.SettingsMismatch: ValueError,
     E.TrainingDiverged: ValueError,
     E.RunDirBusy: ValueError,
+    E.MissingExtra: ModuleNotFoundError,
     E.DiskFullError: OSError,
     E.ResultsNotSaved: OSError,
     E.NetworkError: ConnectionError,
@@ -52,6 +53,7 @@ INSTANCES = [
     E.NetworkError(OSError("network is unreachable")),
     E.OutOfMemory("out of memory: evaluating needs at least 9.0 GiB"),
     E.TrainingInterrupted("interrupted during epoch 3; out/last.pt holds epoch 2", Path("out"), 2),
+    E.MissingExtra("last-layer Laplace needs laplace-torch: pip install '.[laplace]'", "laplace"),
 ]
 
 

@@ -12,8 +12,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import bbb
-from bbb.errors import UserError
-from bbb.laplace import INSTALL, LaplaceNotInstalled, fit_last_layer_laplace, laplace_available
+from bbb.errors import MissingExtra, UserError
+from bbb.laplace import INSTALL, fit_last_layer_laplace, laplace_available
 
 needs_laplace = pytest.mark.skipif(not laplace_available(), reason="laplace-torch is not installed")
 
@@ -155,5 +155,5 @@ def test_without_laplace_torch_the_line_says_how_to_install_it(monkeypatch):
         fit_last_layer_laplace(nn.Sequential(nn.Linear(1, 4), nn.ReLU(), nn.Linear(4, 1)),
                                (torch.zeros(3, 1), torch.zeros(3)))
     assert INSTALL in _one_line(err) and "[laplace]" in INSTALL
-    assert isinstance(err.value, LaplaceNotInstalled) and isinstance(err.value, ModuleNotFoundError)
+    assert isinstance(err.value, MissingExtra) and isinstance(err.value, ModuleNotFoundError)
     assert err.value.name == "laplace"  # what the docs' test skips a page on where it is missing

@@ -23,8 +23,9 @@ samples), :mod:`bbb.nn.base` (:class:`BayesModule`, the :class:`~bbb.nn.base.Est
 defaults), :mod:`bbb.nn.layers` (linear), :mod:`bbb.nn.conv` (convolutions),
 :mod:`bbb.nn.recurrent` (RNN, LSTM, GRU), :mod:`bbb.nn.attention` (multi-head attention),
 :mod:`bbb.nn.embedding`, :mod:`bbb.nn.hf_conv1d` (transformers' ``Conv1D``), :mod:`bbb.nn.tied`
-(tied weights), :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers) and
-:mod:`bbb.nn.population` (many independent networks batched on a member dimension); every public
+(tied weights), :mod:`bbb.nn.model` (:class:`BayesMLP` and model-level helpers),
+:mod:`bbb.nn.population` (many independent networks batched on a member dimension) and
+:mod:`bbb.nn.ensemble` (an ensemble of Bayesian MLPs as one population); every public
 name is importable from ``bbb.nn`` except the Enums (``Estimator``, ``SamplingMode``), which have
 one address, the module that defines them.
 """
@@ -44,6 +45,7 @@ from .base import (
 )
 from .conv import *  # noqa: F403 - the names of conv.__all__, which __all__ takes in (below)
 from .embedding import BayesEmbedding, BayesEmbeddingBag
+from .ensemble import BayesEnsemble, MemberNoise, pool_members
 from .hf_conv1d import BayesHFConv1D
 from .layers import BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, mark_deterministic, model_kl, sampling, warn_not_bayesian
@@ -123,5 +125,8 @@ __all__ = [
     "OneHot",
     "population_linear",
     "one_hot_is_dense",
+    "BayesEnsemble",
+    "MemberNoise",
+    "pool_members",
 ]
 __all__ += conv.__all__  # the convolutions, one of each torch.nn convolution

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bbb.data.uci import load_uci, validation_split
+from bbb.devices import cpu_model
 from bbb.errors import DataError
 from bbb.experiments.uci import models as M
 from bbb.experiments.uci import report as R
@@ -209,6 +210,7 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
         assert (out / name).is_file(), name
     meta = json.loads((out / "run.json").read_text())  # what the rows' last digits depend on
     assert meta["torch"] == torch.__version__ and meta["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert meta["cpu"] == cpu_model() and meta["cpu"] != "unknown"  # the machine a row's digits may depend on
     split_rows = read_csv(out / "splits.csv")
     assert len(split_rows) == 3 * N_SPLITS and all(0 <= float(r["coverage_95"]) <= 1 for r in split_rows)
     assert sorted({r["method"] for r in split_rows}) == ["bbb", "deep_ensemble", "mc_dropout"]

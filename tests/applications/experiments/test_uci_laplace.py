@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bbb.data.uci import load_uci
+from bbb.errors import MissingExtra
 from bbb.experiments.uci import models as M
 from bbb.experiments.uci import report as R
 from bbb.experiments.uci import train as TR
@@ -27,7 +28,7 @@ from bbb.experiments.uci.settings import (
     UCIMethod,
     schedule_for,
 )
-from bbb.laplace import LaplaceNotInstalled, laplace_available
+from bbb.laplace import laplace_available
 from testkit import read_csv, run_main
 
 from .test_reproduce_uci import N_ROWS, smoke_cfg, write_dataset
@@ -45,7 +46,7 @@ def test_laplace_is_asked_for_and_without_laplace_torch_is_one_line_before_anyth
         data_root, tmp_path, monkeypatch, capsys):
     assert UCIMethod.LAPLACE not in DEFAULT_METHODS and UCIConfig().methods == list(DEFAULT_METHODS)
     monkeypatch.setitem(sys.modules, "laplace", None)  # as where laplace-torch is not installed
-    with pytest.raises(LaplaceNotInstalled) as err:
+    with pytest.raises(MissingExtra) as err:
         smoke_cfg(data_root, tmp_path / "o", methods=["bbb", "laplace"])
     assert "\n" not in str(err.value) and "--methods laplace" in str(err.value) and "[laplace]" in str(err.value)
     rc, _, stderr = run_main(capsys, "reproduce", "uci", "--methods", "laplace", "--budget", "smoke",

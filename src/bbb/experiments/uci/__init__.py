@@ -1,5 +1,6 @@
 """The UCI regression benchmark (``bbb reproduce uci``): BBB, MC dropout, deep ensembles and (with
-``--methods ...,laplace``, the laplace extra) a last-layer Laplace of the MAP network in one
+``--methods ...,laplace``, the laplace extra) a last-layer Laplace of the MAP network, and (with
+``--methods bbb,bbb_ensemble``) an ensemble of 5 BBB networks at BBB's choice, in one
 protocol on the 9 datasets and the standard splits of Hernandez-Lobato & Adams (2015), each
 chosen per split on validation, beside the published methods (VI, PBP, MC dropout, deep ensembles).
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from .command import EXAMPLE, add_arguments, main
 from .models import (
+    BBBEnsembleRegressor,
     BBBRegressor,
     DeepEnsembleRegressor,
     LaplaceRegressor,
@@ -26,5 +28,5 @@ from .runner import run_uci
 from .settings import VARIANTS, Setting, UCIConfig
 
 __all__ = ["EXAMPLE", "add_arguments", "main", "run_uci", "UCIConfig", "VARIANTS", "Setting",
-           "BBBRegressor",
+           "BBBRegressor", "BBBEnsembleRegressor",
            "MCDropoutRegressor", "DeepEnsembleRegressor", "LaplaceRegressor", "MemberAdam", "build_regressor"]

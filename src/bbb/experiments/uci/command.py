@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "The UCI regression benchmark (Hernandez-Lobato & Adams 2015): 9 datasets, their fixed splits "
         "(20; protein 5), one hidden layer of 50 ReLU units (100 for protein), and the methods in one "
         "protocol: BBB, MC dropout, deep ensembles and, with --methods laplace, a last-layer Laplace of the MAP "
-        "network. For each split and method the variant, "
+        "network; with --methods bbb,bbb_ensemble, 5 BBB networks (their own seeds) at the variant and grid point "
+        "BBB's validation chose, the predictive their mixture. For each split and method the variant, "
         "its grid point (learning rate; BBB's prior sd and KL weight; the dropout rate), the epochs and the "
         "predictive noise (the Laplace's: its marginal likelihood's) are chosen on a validation part (20%) "
         "of its training rows; test RMSE and "
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", default=",".join(m.value for m in DEFAULT_METHODS), metavar="M[,M]",
                         help="the methods, comma-separated: " + ", ".join(m.value for m in UCIMethod)
                         + " (default: " + ",".join(m.value for m in DEFAULT_METHODS) + "; laplace needs the "
-                        "laplace extra, laplace-torch)")
+                        "laplace extra, laplace-torch; bbb_ensemble needs bbb)")
     parser.add_argument("--samples", type=int, default=100, metavar="K",
                         help="weight samples of the predictive mixture (BBB; MC dropout: dropout masks) "
                              "(default: 100)")

@@ -73,7 +73,7 @@ from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, Setting, Variant
 from .streams import Draw, MemberStreams
 
 __all__ = ["chunk_size", "MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor",
-           "LaplaceRegressor", "Regressor", "build_regressor"]
+           "LaplaceRegressor", "BBBEnsembleRegressor", "Regressor", "build_regressor"]
 
 #: samples drawn per chunk when predicting, at most; and the most activations (samples x members
 #: x rows x hidden units) one chunk holds, which bounds the memory of a prediction (about 0.4 GB a
@@ -507,6 +507,45 @@ class LaplaceRegressor(Regressor):
         return torch.stack(means)[None], torch.stack(sds)[None]
 
 
+class BBBEnsembleRegressor(Regressor):
+    """``ENSEMBLE_SIZE`` BBB networks per member, one population of members * copies networks
+    (network ``e * members + m`` is copy e of member m, its own key in ``streams``); see the
+    module's docstring. Each network trains exactly as a :class:`BBBRegressor` network would."""
+
+    copies = ENSEMBLE_SIZE
+    noise = "normal"
+
+    def __init__(self, variant: Variant, settings: Sequence[Setting], features: int, hidden: int,
+                 noise_init: float = 1.0, streams: MemberStreams | None = None) -> None:
+        self.members = len(settings)
+        self.bbb = BBBRegressor(variant, list(settings) * self.copies, features, hidden, noise_init, streams)
+        self.params, self.opt = self.bbb.params, self.bbb.opt
+
+    def modules(self) -> nn.Module:
+        return self.bbb.modules()
+
+    def noise_width(self, rows: int) -> int:
+        return self.bbb.noise_width(rows)
+
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:
+        """Every network's minibatch free energy (inputs (members * copies, B, D), copy-major)."""
+        return self.bbb.loss(xb, yb, n_fit, noise)
+
+    @torch.no_grad()
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
+        """The mixture of each member's networks: k weight samples of each of its copies, pooled
+        copy by copy, (copies * k, members, R), float64; ``x`` (members, R, D) (each member's rows,
+        the same for its copies)."""
+        means, sds = self.bbb.predict(x.repeat(self.copies, 1, 1), samples, streams, stream)
+        k, r = means.shape[0], means.shape[2]
+
+        def pool(t: Tensor) -> Tensor:  # (k, copies * members, R) -> (copies * k, members, R)
+            return t.view(k, self.copies, self.members, r).transpose(0, 1).reshape(self.copies * k, self.members, r)
+
+        return pool(means), pool(sds)
+
+
 def build_regressor(variant: Variant, settings: Sequence[Setting], features: int, hidden: int, *,
                     noise_init: float = 1.0, adversarial_eps: float = 0.0, x_range: Tensor | None = None,
                     streams: MemberStreams | None = None) -> Regressor:
@@ -519,5 +558,7 @@ def build_regressor(variant: Variant, settings: Sequence[Setting], features: int
         return LaplaceRegressor(settings, features, hidden, streams)
     if variant.estimator == "ensemble":
         return DeepEnsembleRegressor(settings, features, hidden, adversarial_eps, x_range, streams)
+    if variant.of:
+        return BBBEnsembleRegressor(variant, settings, features, hidden, noise_init, streams)
     return BBBRegressor(variant, settings, features, hidden, noise_init, streams)
 

@@ -144,7 +144,7 @@ def select(vals: dict[str, dict[str, Any]], split: int, variants: Sequence[Varia
     points, epochs and scales: the highest validation log-likelihood, the first on ties."""
     best: tuple[float, Choice] | None = None
     for v in variants:
-        if v.name not in vals:
+        if v.name not in vals or split not in vals[v.name]["splits"]:  # (a BBB ensemble's variant: some splits)
             continue
         ll, g, e, c = select_variant(vals[v.name], split)
         if best is None or ll > best[0]:
@@ -174,7 +174,8 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
               splits: Sequence[int], variants: Sequence[Variant] = VARIANTS,
               ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """One method's row of the tables for ``dataset`` (its ``variants``), its rows per split and
-    per variant (each variant at its own validation choice)."""
+    per variant (each variant at its own validation choice; none for a BBB ensemble's variants,
+    which BBB's validation chose, each on its own splits)."""
     method = variants[0].method.value if variants else ""
     grids = {v.name: v.grid for v in variants}
     per_split = []
@@ -203,7 +204,7 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
     row["method"] = method
     rows_v = []
     for v in variants:
-        if v.name not in vals or v.name not in tests:
+        if v.name not in vals or v.name not in tests or v.of:  # a BBB ensemble's variant is BBB's choice, not its
             continue
         res = [_test_at(tests[v.name], s, *select_variant(vals[v.name], s)[2:]) for s in splits]
         a, ase = _mean_se([r[0] for r in res])
@@ -242,7 +243,8 @@ def cell(value: tuple[float, float] | None, bold: bool = False, decimals: int | 
 
 #: our methods in the tables, by :class:`UCIMethod` value
 OUR_METHODS = {UCIMethod.BBB.value: "bbb", UCIMethod.MC_DROPOUT.value: "MC dropout (ours)",
-               UCIMethod.DEEP_ENSEMBLE.value: "deep ens. (ours)", UCIMethod.LAPLACE.value: "last-layer Laplace (ours)"}
+               UCIMethod.DEEP_ENSEMBLE.value: "deep ens. (ours)", UCIMethod.LAPLACE.value: "last-layer Laplace (ours)",
+               UCIMethod.BBB_ENSEMBLE.value: "5 x bbb (ours)"}
 
 
 def by_method(method_rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -282,7 +284,8 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     ours = by_method(method_rows)
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}
-    for m in (UCIMethod.MC_DROPOUT.value, UCIMethod.DEEP_ENSEMBLE.value, UCIMethod.LAPLACE.value):
+    for m in (UCIMethod.MC_DROPOUT.value, UCIMethod.DEEP_ENSEMBLE.value, UCIMethod.LAPLACE.value,
+              UCIMethod.BBB_ENSEMBLE.value):
         both = [d for d in bbb if d in ours.get(m, {})]
         if not both:
             continue

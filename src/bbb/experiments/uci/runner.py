@@ -17,15 +17,16 @@ from typing import Any
 import torch
 
 from ...data.uci import UCIData, load_uci
+from ...devices import cpu_model
 from ...errors import OutOfMemory, UserError
 from ...io import atomic_write_json
 from ...progress import progress_bar
 from ...runs.jobs import watch_parent, watched_manager
-from .report import select_variant, summarise, training_command, write_tables
-from .settings import ENSEMBLE_SIZE, VARIANTS, Phase, Setting, UCIConfig, UCIMethod, schedule_for, variants_of
+from .report import select, select_variant, summarise, training_command, write_tables
+from .settings import VARIANTS, Phase, Setting, UCIConfig, UCIMethod, copies_of, schedule_for, variants_of
 from .train import Job, run_job
 
-__all__ = ["run_uci", "plan_jobs", "write_events"]
+__all__ = ["run_uci", "plan_jobs", "bbb_choices", "write_events"]
 
 _DATA: dict[tuple[str, str | None], UCIData] = {}
 
@@ -46,23 +47,43 @@ def _splits(cfg: UCIConfig, data: UCIData) -> tuple[int, ...]:
     return chosen
 
 
+def bbb_choices(vals: dict[str, dict[str, Any]], splits: tuple[int, ...]) -> dict[int, tuple[str, int]] | None:
+    """Each split's (BBB variant, grid point) as BBB's validation chose them (``vals``: the
+    validation results by variant), or None while a BBB variant's validation is not in."""
+    bbb = variants_of([UCIMethod.BBB])
+    if any(v.name not in vals for v in bbb):
+        return None
+    return {s: select(vals, s, bbb)[:2] for s in splits}
+
+
 def plan_jobs(cfg: UCIConfig, name: str, phase: Phase, vals: dict[str, dict[str, Any]] | None = None) -> list[Job]:
     """The jobs of one dataset and phase, one per variant of ``cfg.methods``: in validation every
     split with every grid point; in test each split once at its validation choice (given
-    ``vals``, the variants' validation results; a variant without one has no test job)."""
+    ``vals``, the variants' validation results; a variant without one has no test job).
+
+    A BBB ensemble's variant (``of``) validates, once BBB's validation is in (``vals``), on the
+    splits where BBB chose its variant, at BBB's grid point, and tests on those splits; it has no
+    job where BBB chose no split for it."""
     data = _data(name, cfg.data_dir)
     splits = _splits(cfg, data)
     sched = schedule_for(data.train[0].numel(), cfg.budget)
     jobs = []
     for v in cfg.variants:
+        if phase is Phase.VALIDATION and v.of:
+            chosen = None if vals is None else bbb_choices(vals, splits)
+            members = () if chosen is None else tuple((s, g) for s, (b, g) in chosen.items() if b == v.of)
+            if members:
+                jobs.append(Job(name, v, phase, members, sched))
+            continue
         if phase is Phase.VALIDATION:
             jobs.append(Job(name, v, phase, tuple((s, g) for g in range(len(v.grid)) for s in splits), sched))
             continue
         if vals is None or v.name not in vals:
             continue
-        picks = {s: select_variant(vals[v.name], s) for s in splits}
-        jobs.append(Job(name, v, phase, tuple((s, picks[s][1]) for s in splits), sched,
-                        {s: [picks[s][2:]] for s in splits}))
+        own = [s for s in splits if s in vals[v.name]["splits"]]  # every split but a BBB ensemble's
+        picks = {s: select_variant(vals[v.name], s) for s in own}
+        jobs.append(Job(name, v, phase, tuple((s, picks[s][1]) for s in own), sched,
+                        {s: [picks[s][2:]] for s in own}))
     return jobs
 
 
@@ -94,7 +115,7 @@ def _bar(total: int, quiet: bool) -> Any:
 def _work_estimate(job: Job, n_train: int, hidden: int) -> float:
     """A job's work, roughly: its networks x training rows x epochs x hidden units, times 2.5
     for the local estimator (two products per layer, and its sampled evaluation)."""
-    copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    copies = copies_of(job.variant)
     local = 2.5 if job.variant.estimator == "local" else 1.0
     return float(len(job.members) * copies * job.schedule.epochs * n_train * hidden) * local
 
@@ -126,8 +147,9 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     epochs = {d: schedule_for(_data(d, cfg.data_dir).train[0].numel(), cfg.budget).epochs for d in cfg.datasets}
     total = 0 if cfg.report_only else sum(epochs[j.dataset] for j in pending) + sum(
         epochs[d] for d in cfg.datasets for v in cfg.variants
-        if not (folder / f"{d}-{v.name}-{Phase.TEST.value}.json").is_file())
-    bar = _bar(total, cfg.quiet)
+        if not v.of and not (folder / f"{d}-{v.name}-{Phase.TEST.value}.json").is_file())
+    bar = _bar(total, cfg.quiet)  # (a BBB ensemble's jobs are added once BBB's validation plans them)
+    planned: set[str] = set()
     inline = cfg.workers <= 1
     pool = None if inline else ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn"),
                                                    initializer=_worker_init, initargs=(cfg.threads, os.getpid()))
@@ -156,15 +178,37 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
             elif not cfg.report_only:
                 submit(job)
 
+    def ensemble_ready(d: str) -> None:
+        """Submit (or load) the BBB ensemble's validation jobs once BBB's validation is in."""
+        for job in plan_jobs(cfg, d, Phase.VALIDATION, vals[d]):
+            if not job.variant.of or job.name in planned:
+                continue
+            planned.add(job.name)
+            got = _load(folder / f"{job.name}.json")
+            if _matches(got, job):
+                assert got is not None
+                vals[d][job.variant.name] = got
+                if bar is not None and not (folder / f"{d}-{job.variant.name}-{Phase.TEST.value}.json").is_file():
+                    bar.total += epochs[d]
+                ready(d, job.variant.name)
+            elif not cfg.report_only:
+                if bar is not None:
+                    bar.total += 2 * epochs[d]  # its validation and its test
+                submit(job)
+
     def done(job: Job, result: dict[str, Any]) -> None:
         (vals if job.phase is Phase.VALIDATION else tests)[job.dataset][job.variant.name] = result
         if job.phase is Phase.VALIDATION:
             ready(job.dataset, job.variant.name)
+            if job.variant.method is UCIMethod.BBB and UCIMethod.BBB_ENSEMBLE in cfg.methods:
+                ensemble_ready(job.dataset)
 
     try:
         for d in cfg.datasets:
             for v in list(vals[d]):
                 ready(d, v)
+            if UCIMethod.BBB_ENSEMBLE in cfg.methods:
+                ensemble_ready(d)
         rows_of = {d: _data(d, cfg.data_dir).train[0].numel() for d in cfg.datasets}
         for job in sorted(pending, key=lambda j: _work_estimate(j, rows_of[j.dataset], cfg.hidden_for(j.dataset)),
                           reverse=True):  # the longest first
@@ -194,9 +238,10 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     missing = []
     for d in cfg.datasets:
         splits = _splits(cfg, _data(d, cfg.data_dir))
+        planned_here = {j.variant.name for j in plan_jobs(cfg, d, Phase.VALIDATION, vals[d])}
         for m in cfg.methods:
-            vs = variants_of([m])
-            if any(v.name not in tests[d] for v in vs):
+            vs = tuple(v for v in variants_of([m]) if v.name in planned_here)  # (a BBB ensemble's: BBB's choices)
+            if not vs or any(v.name not in tests[d] for v in vs):
                 missing.append(f"{d}:{m.value}")
                 continue
             row, sp, va = summarise(d, vals[d], tests[d], splits, vs)
@@ -212,7 +257,8 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
             "wall_seconds": round(time.perf_counter() - start, 1),
             "job_seconds": round(job_seconds, 1), "workers": cfg.workers, "missing": missing,
             # what a row's last digits depend on (results/uci/README.md, checking one number)
-            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu": cpu_model()}
     if not cfg.report_only:
         prev = _load(out / "run.json")
         if prev is not None and prev.get("config", {}).get("out") == cfg.out:
@@ -225,7 +271,7 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
         meta = {**meta, **prev, "missing": meta["missing"], "job_seconds": meta["job_seconds"],
                 "command": (training_command(config, shown) if shown else None) or prev.get("command", "")}
         if not prev:  # how it trained is unknown: no run.json
-            for key in ("wall_seconds", "workers", "torch", "cpu_capability"):
+            for key in ("wall_seconds", "workers", "torch", "cpu_capability", "cpu"):
                 del meta[key]
     written = write_tables(out, rows, per_split, variants, meta, method_rows) if method_rows else []
     if tb:

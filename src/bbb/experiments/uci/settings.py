@@ -17,7 +17,7 @@ from ...options import (
 
 __all__ = ["DEFAULT_OUT", "Phase", "UCIBudget", "UCIMethod", "DEFAULT_METHODS", "Setting", "Variant", "VARIANTS",
            "NOISE_SCALES", "DROPOUT_NOISE_SDS", "LAPLACE_NOISE_SCALES", "ENSEMBLE_SIZE", "Schedule", "schedule_for",
-           "UCIConfig", "SMOKE_EPOCHS", "variants_of"]
+           "UCIConfig", "SMOKE_EPOCHS", "variants_of", "copies_of", "OPT_IN_METHODS"]
 
 
 class Phase(str, Enum):
@@ -38,18 +38,25 @@ class UCIBudget(StrOption):
 
 class UCIMethod(StrOption):
     """The methods ``bbb reproduce uci`` compares in one protocol: ``bbb`` (Bayes by Backprop),
-    ``mc_dropout`` (Gal & Ghahramani 2016), ``deep_ensemble`` (Lakshminarayanan et al. 2017) and
+    ``mc_dropout`` (Gal & Ghahramani 2016), ``deep_ensemble`` (Lakshminarayanan et al. 2017),
     ``laplace`` (a last-layer Laplace of the MAP network, Daxberger et al. 2021; the ``laplace``
-    extra, so not among :data:`DEFAULT_METHODS`)."""
+    extra) and ``bbb_ensemble`` (:data:`ENSEMBLE_SIZE` BBB networks at BBB's validation choice, the
+    predictive their mixture: "MultiBBB", Seligmann et al. 2023); the last two are opt-in
+    (:data:`OPT_IN_METHODS`)."""
 
     BBB = "bbb"
     MC_DROPOUT = "mc_dropout"
     DEEP_ENSEMBLE = "deep_ensemble"
     LAPLACE = "laplace"
+    BBB_ENSEMBLE = "bbb_ensemble"
 
 
 #: the methods of ``bbb reproduce uci`` without ``--methods``: those that need no extra package
 DEFAULT_METHODS: tuple[UCIMethod, ...] = (UCIMethod.BBB, UCIMethod.MC_DROPOUT, UCIMethod.DEEP_ENSEMBLE)
+#: the methods trained only when ``--methods`` names them: the Laplace needs the laplace extra; the
+#: BBB ensemble trains 5 networks per split on validation and 5 on test after BBB's validation (a
+#: fraction of BBB's own training: results/uci/README.md) and needs ``bbb`` beside it
+OPT_IN_METHODS: tuple[UCIMethod, ...] = (UCIMethod.LAPLACE, UCIMethod.BBB_ENSEMBLE)
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,10 @@ class Variant:
     ``"heteroscedastic"`` (the network predicts its noise, :class:`bbb.elbo.HeteroscedasticGaussian`)
     or ``"fixed"`` (MC dropout: the noise sd tau^-1/2 is chosen on validation) or ``"laplace"``
     (homoscedastic, its noise sd chosen by the Laplace's marginal likelihood);
-    ``estimator``: ``"reparam"`` or ``"local"`` for BBB, ``"dropout"``, ``"ensemble"``, ``"laplace"``."""
+    ``estimator``: ``"reparam"`` or ``"local"`` for BBB, ``"dropout"``, ``"ensemble"``, ``"laplace"``.
+    ``of``: for the BBB ensemble, the BBB variant whose splits it trains: on each split BBB's
+    validation chose (variant, grid point); the ensemble variant of that variant trains there, at
+    that grid point (its ``grid`` is BBB's, so the point keeps its index)."""
 
     name: str
     method: UCIMethod
@@ -105,6 +115,7 @@ class Variant:
     estimator: str
     doc: str
     grid: tuple[Setting, ...] = ()
+    of: str = ""
 
 
 #: the recipes that compete within their method; validation chooses among them (and their grid
@@ -121,6 +132,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("laplace", UCIMethod.LAPLACE, "laplace", "laplace",
             "MC dropout's network and loss without dropout (the MAP network), then a last-layer KFAC Laplace: "
             "prior precision and noise sd by the marginal likelihood, GLM predictive", LAPLACE_GRID),
+    Variant("ensemble_heteroscedastic", UCIMethod.BBB_ENSEMBLE, "heteroscedastic", "reparam",
+            "5 heteroscedastic BBB networks, each its own seed, on the splits where BBB chose its heteroscedastic "
+            "variant, at BBB's grid point; the predictive their mixture", BBB_GRID, of="heteroscedastic"),
+    Variant("ensemble_local", UCIMethod.BBB_ENSEMBLE, "learned", "local",
+            "5 BBB networks with the local estimator, each its own seed, on the splits where BBB chose its local "
+            "variant, at BBB's grid point; the predictive their mixture", BBB_GRID, of="local"),
 )
 
 
@@ -130,8 +147,16 @@ def variants_of(methods: Sequence[UCIMethod | str]) -> tuple[Variant, ...]:
     return tuple(v for v in VARIANTS if v.method in chosen)
 
 
-#: networks in a deep ensemble; its predictive is the equal mixture of their Gaussians
+#: networks in a deep ensemble and in a BBB ensemble; the predictive is the equal mixture of theirs
 ENSEMBLE_SIZE = 5
+
+
+def copies_of(variant: Variant) -> int:
+    """Networks per member of ``variant``'s population: :data:`ENSEMBLE_SIZE` for the ensembles
+    (deep or BBB), else 1."""
+    return ENSEMBLE_SIZE if variant.estimator == "ensemble" or variant.of else 1
+
+
 #: the adversarial perturbation of the deep ensembles: this fraction of each input's range
 ADVERSARIAL_EPS = 0.01
 #: MC dropout's weight decay is l^2 (1 - p) / (2 N tau) (Gal & Ghahramani's code) with this
@@ -229,13 +254,17 @@ class UCIConfig:
         if not self.methods:
             raise UserError("--methods names no method; choose from: " + ", ".join(m.value for m in UCIMethod))
         self.methods = [UCIMethod(choice("method", m, UCIMethod)) for m in dict.fromkeys(self.methods)]
+        if UCIMethod.BBB_ENSEMBLE in self.methods and UCIMethod.BBB not in self.methods:
+            raise UserError("--methods bbb_ensemble trains at BBB's validation choice: name bbb too "
+                            "(e.g. --methods bbb,bbb_ensemble)")
         if UCIMethod.LAPLACE in self.methods and not self.report_only:
-            from ...laplace import INSTALL, LaplaceNotInstalled, require_laplace
+            from ...errors import MissingExtra
+            from ...laplace import INSTALL, require_laplace
 
             try:
                 require_laplace()  # before anything trains
-            except LaplaceNotInstalled:
-                raise LaplaceNotInstalled(f"--methods laplace needs laplace-torch: {INSTALL}") from None
+            except MissingExtra:
+                raise MissingExtra(f"--methods laplace needs laplace-torch: {INSTALL}", "laplace") from None
 
     @property
     def variants(self) -> tuple[Variant, ...]:

@@ -31,7 +31,6 @@ from ...uncertainty import gaussian_mixture_log_prob, regression_metrics
 from .models import build_regressor
 from .settings import (
     DROPOUT_NOISE_SDS,
-    ENSEMBLE_SIZE,
     LAPLACE_NOISE_SCALES,
     NOISE_SCALES,
     Phase,
@@ -39,6 +38,7 @@ from .settings import (
     Setting,
     UCIConfig,
     Variant,
+    copies_of,
 )
 from .streams import ORDER, TRAIN, MemberStreams, eval_stream, member_key
 
@@ -159,7 +159,7 @@ def network_key(dataset: str, variant: Variant, phase: Phase, split: int, settin
 def job_streams(job: Job, seed: int, pad: int = 0) -> MemberStreams:
     """The streams of a job's networks in the population's order (network ``e * members + m``
     is copy e of member m), and ``pad`` networks after them (copy -1, -2, ...; see :func:`run_job`)."""
-    copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    copies = copies_of(job.variant)
     split, g = job.members[0]
     return MemberStreams([network_key(job.dataset, job.variant, job.phase, split, job.variant.grid[g], e, seed)
                           for e in range(copies) for split, g in job.members]
@@ -178,12 +178,12 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     others."""
     done = folder / f"{job.name}.json"
     state_path = folder / f"{job.name}.state.pt"
-    copies = ENSEMBLE_SIZE if job.variant.estimator == "ensemble" else 1
+    copies = copies_of(job.variant)
     pad = 1 if len(job.members) * copies == 1 else 0
     jd = job_data(data, job.splits + job.splits[:pad], job.phase, cfg.seed)
     _, n, d = jd.x_fit.shape
     x_fit, y_fit = jd.x_fit.repeat(copies, 1, 1), jd.y_fit.repeat(copies, 1)
-    x_range = (x_fit.amax(1) - x_fit.amin(1)) if copies > 1 else None
+    x_range = (x_fit.amax(1) - x_fit.amin(1)) if job.variant.estimator == "ensemble" else None
     streams = job_streams(job, cfg.seed, pad)
     model = build_regressor(job.variant, job.settings + job.settings[:pad], d, cfg.hidden_for(job.dataset),
                             noise_init=cfg.noise_init, adversarial_eps=cfg.adversarial_eps, x_range=x_range,

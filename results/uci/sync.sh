@@ -11,6 +11,9 @@
 #   sync.sh unpack OUT [RESULTS]   # RESULTS/*.tar.xz -> OUT/jobs, never over a file OUT has
 # Each also carries the run's run.json (its settings and --seed, which --seed-runs compares) as
 # RESULTS/run.carried.json (not run.json: a results folder with run.json holds its tables), never over one there.
+# ONLY="VARIANT ..." packs only those variants' job files (e.g. the methods added after the fourth
+# run, ONLY="laplace ensemble_heteroscedastic ensemble_local", into results/uci/new-methods/jobs:
+# their archives then hold none of the fourth run's files, which unpack from its own archives).
 # RESULTS defaults to results/uci/fourth-run/jobs (the run of --seed 0); the seed runs use
 # results/uci/fourth-run/seed1 and seed2. The fourth run's archives left HEAD once its tables were
 # written: `git checkout 21ef883 -- results/uci/fourth-run` brings them back.
@@ -25,11 +28,13 @@ case "$cmd" in
     if [ -f "$OUT/run.json" ] && [ ! -f "$RESULTS/run.carried.json" ]; then
       cp "$OUT/run.json" "$RESULTS/run.carried.json"; echo "sync.sh: copied $OUT/run.json to $RESULTS/run.carried.json"
     fi
-    for d in $(ls "$OUT/jobs" | sed -n 's/^\(.*\)-\(heteroscedastic\|local\|learned\|mc_dropout\|deep_ensemble\)-\(validation\|test\)\.json$/\1/p' | sort -u); do
+    variants="heteroscedastic|local|learned|mc_dropout|deep_ensemble|laplace|ensemble_heteroscedastic|ensemble_local"
+    [ -n "${ONLY:-}" ] && variants=$(echo "$ONLY" | tr ' ' '|')
+    for d in $(ls "$OUT/jobs" | sed -En "s/^(.*)-($variants)-(validation|test)\.json$/\1/p" | sort -u); do
       if compgen -G "$OUT/jobs/$d-*.state.pt" > /dev/null; then
         echo "sync.sh: $d still has a job training; not packed"; continue
       fi
-      files=$(cd "$OUT/jobs" && ls "$d"-*.json)
+      files=$(cd "$OUT/jobs" && ls | grep -E "^$d-($variants)-(validation|test)\.json$")
       n=$(echo "$files" | wc -l)
       if [ -f "$RESULTS/$d.tar.xz" ] && [ "$(tar -tJf "$RESULTS/$d.tar.xz" | wc -l)" -ge "$n" ]; then
         continue

@@ -41,3 +41,20 @@ def test_pack_then_unpack_carries_finished_datasets_and_the_run_json(tmp_path):
     (again / "run.json").write_text("{}")
     assert sync("unpack", again, results).returncode == 0 and (again / "run.json").read_text() == "{}"
     assert sync("pack", tmp_path / "nothing", results).returncode == 2
+
+
+def test_only_packs_the_named_variants(tmp_path):
+    """ONLY="laplace ...": the methods added after a run go into archives of their own, without the
+    run's own files (which travel in the run's archives)."""
+    out, results = tmp_path / "out", tmp_path / "new"
+    (out / "jobs").mkdir(parents=True)
+    for name in ("yacht-mc_dropout-test", "yacht-laplace-validation", "yacht-laplace-test",
+                 "yacht-ensemble_heteroscedastic-test", "naval-propulsion-plant-laplace-test"):
+        (out / "jobs" / f"{name}.json").write_text("{}")
+    p = subprocess.run(["bash", str(SYNC), "pack", str(out), str(results)], capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "ONLY": "laplace ensemble_heteroscedastic"})
+    assert p.returncode == 0, p.stderr
+    members = subprocess.run(["tar", "-tJf", str(results / "yacht.tar.xz")], capture_output=True, text=True).stdout
+    assert sorted(members.split()) == ["yacht-ensemble_heteroscedastic-test.json", "yacht-laplace-test.json",
+                                       "yacht-laplace-validation.json"]
+    assert (results / "naval-propulsion-plant.tar.xz").is_file()

@@ -35,15 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "network; with --methods bbb,bbb_ensemble, 5 BBB networks (their own seeds) at the variant and grid point "
         "BBB's validation chose, the predictive their mixture. For each split and method the variant, "
         "its grid point (learning rate; BBB's prior sd and KL weight; the dropout rate), the epochs and the "
-        "predictive noise (the Laplace's: its marginal likelihood's) are chosen on a validation part (20%) "
-        "of its training rows; test RMSE and "
+        "predictive noise (the Laplace's: a multiplier of its marginal likelihood's) are chosen on a "
+        "validation part (20%) of its training rows; test RMSE and "
         "log-likelihood (the predictive Gaussian mixture) in the target's units, mean +- standard error "
         "over the splits, beside the published methods. Writes table.csv (BBB), methods.csv (every "
         "method), table.md/.png, splits.csv, variants.csv and run.json to --out; jobs/ holds each "
         "population's scores and, while it trains, its resumable state. Each network's random numbers are "
         "keyed by its identity (dataset, method, variant, phase, split, grid point, copy, --seed), so a split's "
         "rows are the same whatever trains beside it (every digit with ATEN_CPU_CAPABILITY=default in the "
-        "environment: results/uci/README.md).")
+        "environment, on one machine type: another CPU trains other networks; results/uci/README.md).")
     parser.add_argument("--datasets", nargs="+", default=list(UCI_DATASETS), metavar="NAME",
                         help="the datasets, folder names under <data dir>/uci (default: all 9)")
     parser.add_argument("--splits", nargs="+", type=int, default=None, metavar="K",

@@ -119,12 +119,17 @@ def _uci(root: Path) -> Benchmark | None:
                      "validation grid included")
 
 
+#: the LoRA runs, the newest first: the page reads the newest one there is
+LORA_RUNS = ("lora/second-run", "lora")
+
+
 def _lora(root: Path) -> Benchmark | None:
-    path = root / "lora" / "methods.csv"
-    if not path.is_file():
+    folder = next((root / r for r in LORA_RUNS if (root / r / "methods.csv").is_file()), None)
+    if folder is None:
         return None
+    path = folder / "methods.csv"
     tasks: dict[str, Task] = {}
-    units = _units(root / "lora" / "seeds.csv", lambda r: (f"{r['arch']} {r['task']} K={r['shots']}", r["method"]),
+    units = _units(folder / "seeds.csv", lambda r: (f"{r['arch']} {r['task']} K={r['shots']}", r["method"]),
                    "seed", "nll")
     for r in _rows(path):
         mean = _num(r["nll"])
@@ -133,9 +138,10 @@ def _lora(root: Path) -> Benchmark | None:
         name = f"{r['arch']} {r['task']} K={r['shots']}"
         tasks.setdefault(name, Task(name, {})).scores[r["method"]] = Score(mean, _num(r["nll_se"]),
                                                                           units.get((name, r["method"])))
-    return Benchmark("Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)", "results/lora/methods.csv",
+    return Benchmark("Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)",
+                     f"results/{folder.relative_to(root)}/methods.csv",
                      "test NLL", False, "the seeds", list(tasks.values()),
-                     notes=["Cost: not in results/lora's files (its job files, which hold the seconds, are not "
+                     notes=["Cost: not in the LoRA run's files (its job files, which hold the seconds, are not "
                             "committed)."])
 
 

@@ -15,7 +15,9 @@ works on a copy). ::
     mean, var = post.predict(x_test)          # var: the network's variance plus sigma_noise^2
     post.prior_precision, post.sigma_noise    # both chosen by the marginal likelihood
 
-Works with a ``DataLoader`` of ``(x, y)`` batches too. The network's output must come from an
+:func:`fit_laplace` with ``weights="all"`` covers every parameter that requires a gradient
+instead (a peft LoRA model's adapters: Laplace-LoRA). Works with a ``DataLoader`` of ``(x, y)``
+batches too. The network's output must come from an
 ``nn.Linear`` (logits for classification, not probabilities), and it must be deterministic: a
 Bayesian bbb network has its posterior already (:class:`bbb.errors.UserError` otherwise).
 """
@@ -36,13 +38,16 @@ from .errors import MissingExtra, UserError, check_float, check_int
 from .nn import BayesModule
 from .options import choice
 
-__all__ = ["LIKELIHOODS", "HESSIANS", "INSTALL", "LastLayerLaplace", "fit_last_layer_laplace",
-           "laplace_available", "require_laplace"]
+__all__ = ["LIKELIHOODS", "HESSIANS", "WEIGHTS", "INSTALL", "LastLayerLaplace", "fit_laplace",
+           "fit_last_layer_laplace", "laplace_available", "require_laplace"]
 
 #: what a network's output is: a regression's mean (Gaussian noise), or a classifier's logits
 LIKELIHOODS = ("regression", "classification")
 #: the last layer's Hessian: Kronecker-factored (KFAC), diagonal, or full
 HESSIANS = ("kron", "diag", "full")
+#: which weights the posterior covers: the last ``nn.Linear`` layer's, or every parameter that
+#: requires a gradient (a LoRA model's adapters: Laplace-LoRA, Yang et al. 2024)
+WEIGHTS = ("last_layer", "all")
 #: how to install what this module needs
 INSTALL = "pip install 'bayes-by-backprop[laplace]' (or '.[laplace]' in a clone of bbb)"
 
@@ -83,7 +88,8 @@ class LastLayerLaplace:
     ``prior_precision``: the Gaussian prior's precision on the last layer's weights;
     ``sigma_noise``: the observation noise sd of a regression (None for classification), in the
     target's units; ``*_from``: ``"marglik"`` (chosen by the marginal likelihood) or ``"given"``;
-    ``log_marginal_likelihood`` at those values; ``la``: laplace-torch's object (its own API)."""
+    ``log_marginal_likelihood`` at those values; ``la``: laplace-torch's object (its own API);
+    ``weights``: ``"last_layer"`` or ``"all"`` (every parameter that requires a gradient)."""
 
     likelihood: str
     hessian: str
@@ -95,6 +101,7 @@ class LastLayerLaplace:
     n_data: int
     n_params: int
     la: Any = field(repr=False)
+    weights: str = "last_layer"
 
     @torch.no_grad()
     def predict(self, x: Tensor, *, noise: bool = True, batch_size: int = 4096) -> Any:
@@ -126,7 +133,7 @@ class LastLayerLaplace:
         return {"likelihood": self.likelihood, "hessian": self.hessian, "prior_precision": self.prior_precision,
                 "prior_precision_from": self.prior_precision_from, "sigma_noise": self.sigma_noise,
                 "sigma_noise_from": self.sigma_noise_from, "log_marginal_likelihood": self.log_marginal_likelihood,
-                "n_data": self.n_data, "n_params": self.n_params}
+                "n_data": self.n_data, "n_params": self.n_params, "weights": self.weights}
 
 
 def _hyper(name: str, value: Any) -> float | None:
@@ -193,7 +200,20 @@ def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "re
                            prior: float | str = "marglik", sigma_noise: float | str | None = None,
                            batch_size: int = 256, marglik_steps: int = 300, marglik_lr: float = 0.1,
                            ) -> LastLayerLaplace:
-    """Fit a last-layer Laplace approximation of the trained deterministic ``model``.
+    """Fit a last-layer Laplace approximation of the trained deterministic ``model``: :func:`fit_laplace`
+    with ``weights="last_layer"`` (its arguments, errors and result)."""
+    return fit_laplace(model, data, weights="last_layer", likelihood=likelihood, hessian=hessian, prior=prior,
+                       sigma_noise=sigma_noise, batch_size=batch_size, marglik_steps=marglik_steps,
+                       marglik_lr=marglik_lr)
+
+
+def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", likelihood: str = "regression",
+                hessian: str = "kron", prior: float | str = "marglik", sigma_noise: float | str | None = None,
+                batch_size: int = 256, marglik_steps: int = 300, marglik_lr: float = 0.1) -> LastLayerLaplace:
+    """Fit a Laplace approximation of the trained deterministic ``model`` over ``weights``:
+    ``"last_layer"`` (the last ``nn.Linear``'s weights and bias) or ``"all"`` (every parameter
+    with ``requires_grad``: freeze the rest first, e.g. a peft LoRA model, whose adapters are
+    then the Bayesian part: Laplace-LoRA).
 
     ``data``: the training data, ``(inputs, targets)`` tensors (regression targets (n,) or
     (n, outputs); classification targets class indices (n,)) or a ``DataLoader`` of such batches
@@ -208,6 +228,7 @@ def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "re
     Bad input (an unknown option, a Bayesian network, a network whose output is not an
     ``nn.Linear``'s, mismatched rows, a missing laplace-torch) is a one-line
     :class:`bbb.errors.UserError`."""
+    weights = choice("weights", weights, WEIGHTS)
     likelihood = choice("likelihood", likelihood, LIKELIHOODS)
     hessian = choice("hessian", hessian, HESSIANS)
     fixed_prior = _hyper("prior", prior)
@@ -225,10 +246,19 @@ def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "re
     param = next(model.parameters(), None)
     if param is None:
         raise UserError("the model has no parameters")
+    if weights == "all" and not any(p.requires_grad for p in model.parameters()):
+        raise UserError("weights='all' covers the parameters that require a gradient, and this model has none: "
+                        "set requires_grad on those the posterior should cover")
+    if weights == "all" and hessian == "kron":
+        for name, mod in model.named_modules():
+            own = [p.requires_grad for p in mod.parameters(recurse=False)]
+            if any(own) and not all(own):
+                raise UserError(f"KFAC over weights='all' needs each layer's parameters all trainable or all frozen; "
+                                f"{name or 'the model'} has some of each: freeze it whole, or use hessian='diag'")
     Laplace = require_laplace()
     loader, x0 = _loader(data, likelihood, batch_size, param.dtype, param.device)
-    last = _last_leaf(model, x0)
-    if not isinstance(last, nn.Linear):
+    last = _last_leaf(model, x0) if weights == "last_layer" else None
+    if weights == "last_layer" and not isinstance(last, nn.Linear):
         raise UserError(f"the network's output must come from an nn.Linear (its last layer), not "
                         f"{type(last).__name__}: leave a final activation out of the model (logits for "
                         "classification)")
@@ -256,7 +286,7 @@ def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "re
         if int(y.min()) < 0 or int(y.max()) >= out.shape[1]:
             raise UserError(f"class indices must be in 0..{out.shape[1] - 1}, got {int(y.min())}..{int(y.max())}")
     kwargs = {"sigma_noise": fixed_sigma} if likelihood == "regression" and fixed_sigma is not None else {}
-    la = Laplace(model, likelihood, subset_of_weights="last_layer", hessian_structure=hessian, **kwargs)
+    la = Laplace(model, likelihood, subset_of_weights=weights, hessian_structure=hessian, **kwargs)
     with warnings.catch_warnings():  # torch's forward-mode decompositions (the full GGN) load through torch.jit.script
         warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
         la.fit(loader)
@@ -290,4 +320,4 @@ def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "re
                         f"sigma_noise {sigma}); pass prior= and sigma_noise= numbers, or fewer marglik_steps")
     return LastLayerLaplace(likelihood, hessian, prior_precision, "marglik" if fixed_prior is None else "given",
                             sigma, None if sigma is None else "marglik" if fixed_sigma is None else "given",
-                            lml, int(la.n_data), int(la.n_params), la)
+                            lml, int(la.n_data), int(la.n_params), la, weights)

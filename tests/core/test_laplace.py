@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 
@@ -157,3 +158,39 @@ def test_without_laplace_torch_the_line_says_how_to_install_it(monkeypatch):
     assert INSTALL in _one_line(err) and "[laplace]" in INSTALL
     assert isinstance(err.value, MissingExtra) and isinstance(err.value, ModuleNotFoundError)
     assert err.value.name == "laplace"  # what the docs' test skips a page on where it is missing
+
+
+@needs_laplace
+def test_weights_all_covers_the_parameters_that_require_a_gradient(classification):
+    """``fit_laplace(weights="all")``: the posterior is over every trainable parameter (a frozen
+    layer stays the MAP's), e.g. a LoRA model's adapters; ``"last_layer"`` is the last layer's."""
+    from bbb.laplace import WEIGHTS, fit_laplace
+
+    net, x, y = classification
+    frozen = copy.deepcopy(net)
+    frozen[0].weight.requires_grad_(False)  # a layer half frozen: KFAC cannot take it, one line says what to do
+    with pytest.raises(UserError) as err:
+        fit_laplace(frozen, (x, y), weights="all", likelihood="classification")
+    assert "freeze it whole" in _one_line(err) and "hessian='diag'" in str(err.value)
+    assert fit_laplace(frozen, (x, y), weights="all", hessian="diag", likelihood="classification").n_params == sum(
+        p.numel() for p in frozen.parameters() if p.requires_grad)
+    frozen[0].bias.requires_grad_(False)  # the first layer frozen whole: the last layer trains
+    frozen.insert(2, nn.Linear(20, 20))  # and a hidden layer more
+    trainable = sum(p.numel() for p in frozen.parameters() if p.requires_grad)
+    post = fit_laplace(frozen, (x, y), weights="all", likelihood="classification")
+    assert post.weights == "all" and post.n_params == trainable and post.state()["weights"] == "all"
+    assert post.n_params > sum(p.numel() for p in net[-1].parameters())  # more than the last layer
+    probs = post.predict(torch.tensor([[10.0, -10.0], [1.0, 1.0]]))
+    assert probs.shape == (2, 2) and torch.allclose(probs.sum(-1), torch.ones(2)) and post.prior_precision > 0
+    last = fit_laplace(net, (x, y), likelihood="classification")  # the default: the last layer, as before
+    assert last.weights == "last_layer" and last.n_params == sum(p.numel() for p in net[-1].parameters())
+    assert fit_last_layer_laplace(net, (x, y), likelihood="classification").n_params == last.n_params
+    assert WEIGHTS == ("last_layer", "all")
+    with pytest.raises(UserError) as err:
+        fit_laplace(net, (x, y), weights="some", likelihood="classification")
+    assert "weights" in _one_line(err) and "all" in str(err.value)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(UserError) as err:
+        fit_laplace(frozen, (x, y), weights="all", likelihood="classification")
+    assert "requires_grad" in _one_line(err)

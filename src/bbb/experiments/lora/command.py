@@ -10,7 +10,7 @@ from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seeds, 
 from ...cli.timings import LORA_MINUTES
 from ...errors import UserError
 from ...options import values
-from .settings import Arch, LoraBudget, LoraExpConfig, LoraMethod, Task
+from .settings import Arch, LoraBudget, LoraExpConfig, LoraMethod, Task, default_methods
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
 
@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "digits 0-4 (cached in <out>/backbones), frozen, then LoRA adapters (peft) fit to K images per class "
         "of MNIST 5-9 or Fashion-MNIST 0-4 through the pretrained 5-way head, trained long with no early "
         "stopping. Methods: MLE LoRA, MAP LoRA, MC dropout on the adapters, an ensemble of 3 adapters, Bayes "
-        "by Backprop on A (BLoB's choice) and on A and B, and IVON on A and B (bbb.IVON). MAP's prior, BBB's KL "
+        "by Backprop on A (BLoB's choice) and on A and B, IVON on A and B (bbb.IVON), and Laplace-LoRA (MAP's "
+        "network, then a KFAC Laplace over the adapters, prior precision by the marginal likelihood, probit "
+        "predictive; needs laplace-torch). MAP's prior (Laplace-LoRA's too), BBB's KL "
         "weight and prior, and IVON's learning rate and effective sample size are chosen on a held-out slice of "
         "the few-shot data (20%), never on test. Test accuracy, ECE (15 bins), NLL, "
         "Brier, OOD AUROC (entropy; MI), reliability diagrams and NLL/ECE against steps. Writes methods.csv, "
@@ -42,8 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the few-shot tasks (default: digits fashion)")
     parser.add_argument("--shots", nargs="+", type=int, default=[5, 10, 50], metavar="K",
                         help="images per class of the few-shot sets (default: 5 10 50)")
-    parser.add_argument("--methods", nargs="+", default=[str(m) for m in LoraMethod], choices=values(LoraMethod),
-                        metavar="M", help="the methods: " + ", ".join(values(LoraMethod)) + " (default: all)")
+    parser.add_argument("--methods", nargs="+", default=None, choices=values(LoraMethod),
+                        metavar="M", help="the methods: " + ", ".join(values(LoraMethod)) + " (default: all; "
+                        "laplace only where laplace-torch is installed)")
     add_seeds(parser, None, "random seeds, one few-shot draw and adapter initialisation each (default: the "
                             "budget's: 0-4, quick 0 1, smoke 0)")
     parser.add_argument("--budget", choices=values(LoraBudget), default=str(LoraBudget.DEFAULT),
@@ -72,10 +75,18 @@ def config_from_args(args: argparse.Namespace) -> LoraExpConfig:
     except ImportError:
         raise UserError("bbb reproduce lora needs peft and transformers: pip install 'bayes-by-backprop[lora]'") \
             from None
+    if args.methods is None:
+        methods = default_methods()
+        if LoraMethod.LAPLACE not in methods:
+            from ...laplace import INSTALL
+
+            print(f"bbb reproduce lora: the laplace method is left out: laplace-torch is not installed ({INSTALL})",
+                  file=sys.stderr)
+    else:
+        methods = tuple(LoraMethod(m) for m in dict.fromkeys(args.methods))
     cfg = LoraExpConfig(out=args.out, archs=tuple(Arch(a) for a in dict.fromkeys(args.archs)),
                         tasks=tuple(Task(t) for t in dict.fromkeys(args.tasks)),
-                        shots=tuple(sorted(set(args.shots))), methods=tuple(LoraMethod(m) for m in
-                                                                            dict.fromkeys(args.methods)),
+                        shots=tuple(sorted(set(args.shots))), methods=methods,
                         seeds=None if args.seeds is None else tuple(sorted(set(args.seeds))),
                         budget=LoraBudget(args.budget), workers=args.workers, threads=args.threads,
                         data_dir=args.data_dir, quiet=args.quiet, report_only=args.report,

@@ -17,13 +17,24 @@ from typing import Any
 
 import torch
 
-from ...io import atomic_write_json
+from ...io import atomic_torch_save, atomic_write_json
 from ...runs.jobs import watch_parent, watched_manager
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .report import SETTING_KEYS
-from .settings import ENSEMBLE_SIZE, VAL_SEEDS, Arch, LoraExpConfig, LoraMethod, Phase, Setting, Task, grid_of
-from .train import Job, run_job
+from .settings import (
+    ENSEMBLE_SIZE,
+    SETTING_FROM,
+    VAL_SEEDS,
+    Arch,
+    LoraExpConfig,
+    LoraMethod,
+    Phase,
+    Setting,
+    Task,
+    grid_of,
+)
+from .train import ADAPTERS_KEY, ADAPTERS_SUFFIX, Job, map_job, run_job
 
 __all__ = ["plan", "choose", "run_lora", "write_events"]
 
@@ -44,23 +55,32 @@ def _context(cfg: LoraExpConfig, arch: Arch, task: Task, log: Callable[[str], No
 def plan(cfg: LoraExpConfig, phase: Phase, chosen: dict[tuple[str, str, int, str], Setting] | None = None
          ) -> list[Job]:
     """The jobs of one phase: in validation, one per method with a grid (MAP, BBB) and few-shot
-    set of the first ``VAL_SEEDS`` seeds, over its grid; in test, one per method and few-shot set at
-    the chosen setting (a method whose validation is not finished has none)."""
+    set of the first ``VAL_SEEDS`` seeds, over its grid (MAP's too where only laplace asks for it);
+    in test, one per method and few-shot set at the chosen setting (laplace: MAP's choice; a
+    method whose validation is not finished has none)."""
     jobs = []
     for arch in cfg.archs:
         for task in cfg.tasks:
             for k in cfg.shots:
                 for i, seed in enumerate(cfg.run_seeds):
-                    for m in cfg.methods:
-                        grid = grid_of(m)
+                    for m in (_validated(cfg) if phase is Phase.VALIDATION else cfg.methods):
+                        grid = grid_of(SETTING_FROM.get(m, m))
                         if phase is Phase.VALIDATION:
                             if len(grid) > 1 and i < VAL_SEEDS:
                                 jobs.append(Job(arch, task, k, seed, m, phase, grid))
                             continue
-                        pick = grid[0] if len(grid) == 1 else (chosen or {}).get((str(arch), str(task), k, str(m)))
+                        key = (str(arch), str(task), k, str(SETTING_FROM.get(m, m)))
+                        pick = grid[0] if len(grid) == 1 else (chosen or {}).get(key)
                         if pick is not None:
                             jobs.append(Job(arch, task, k, seed, m, phase, (pick,)))
     return jobs
+
+
+def _validated(cfg: LoraExpConfig) -> list[LoraMethod]:
+    """The methods whose grids validation runs: those asked for (less those that take another's
+    choice) and the methods whose choice those take."""
+    out = [SETTING_FROM.get(m, m) for m in cfg.methods]
+    return list(dict.fromkeys(out))
 
 
 def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Setting, dict[str, float]]:
@@ -87,13 +107,38 @@ def _worker_init(threads: int, parent_pid: int) -> None:
     watch_parent(parent_pid, "bbb reproduce lora worker")  # no orphan trains on when this process is killed
 
 
-def _work(job: Job, cfg: LoraExpConfig, queue: Any) -> dict[str, Any]:
+def _work(job: Job, cfg: LoraExpConfig, queue: Any, adapters: dict[str, torch.Tensor] | None) -> dict[str, Any]:
     bb, data = _context(cfg, job.arch, job.task)
-    return run_job(job, bb, data, cfg.schedule, cfg.rank, cfg.alpha, lambda n: queue.put(n))
+    return run_job(job, bb, data, cfg.schedule, cfg.rank, cfg.alpha, lambda n: queue.put(n), adapters)
 
 
-def _steps(job: Job, steps: int) -> int:
+def _steps(job: Job, steps: int, cfg: LoraExpConfig | None = None) -> int:
+    """The training steps of ``job``: a laplace job trains none where the map job's network is
+    there to reuse (its map job asked for too)."""
+    if job.method is LoraMethod.LAPLACE and cfg is not None and LoraMethod.MAP in cfg.methods:
+        return 0
     return steps * len(job.settings) * (ENSEMBLE_SIZE if job.method is LoraMethod.ENSEMBLE else 1)
+
+
+def _adapters(folder: Path, job: Job) -> dict[str, torch.Tensor] | None:
+    """A laplace job's MAP network: the adapters its map job stored, None where there are none
+    (a map job finished before they were stored, or not asked for: the laplace job trains them)."""
+    if job.method is not LoraMethod.LAPLACE:
+        return None
+    path = folder / f"{map_job(job).name}{ADAPTERS_SUFFIX}"
+    stored = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
+    if stored is None or stored.get("setting") != job.settings[0].label():
+        return None  # none, or of map at another setting (a choice made again): not this network
+    return stored["adapters"]
+
+
+def _store(folder: Path, job: Job, result: dict[str, Any], cfg: LoraExpConfig) -> None:
+    """Write a job's result; a map test job's adapters beside it where laplace asks for them."""
+    adapters = result.pop(ADAPTERS_KEY, None)
+    if adapters is not None and LoraMethod.LAPLACE in cfg.methods:
+        atomic_torch_save(folder / f"{job.name}{ADAPTERS_SUFFIX}",
+                          {"setting": job.settings[0].label(), "adapters": adapters})
+    atomic_write_json(folder / f"{job.name}.json", result)
 
 
 def _run_phase(cfg: LoraExpConfig, jobs: list[Job], folder: Path, bar: Any, pool: Any, queue: Any) -> None:
@@ -103,11 +148,11 @@ def _run_phase(cfg: LoraExpConfig, jobs: list[Job], folder: Path, bar: Any, pool
     if pool is None:
         for job in todo:
             bb, data = _context(cfg, job.arch, job.task)
-            atomic_write_json(folder / f"{job.name}.json",
-                              run_job(job, bb, data, cfg.schedule, cfg.rank, cfg.alpha,
-                                      bar.update if bar is not None else (lambda n: None)))
+            _store(folder, job, run_job(job, bb, data, cfg.schedule, cfg.rank, cfg.alpha,
+                                        bar.update if bar is not None else (lambda n: None),
+                                        _adapters(folder, job)), cfg)
         return
-    running: dict[Future, Job] = {pool.submit(_work, j, cfg, queue): j for j in todo}
+    running: dict[Future, Job] = {pool.submit(_work, j, cfg, queue, _adapters(folder, j)): j for j in todo}
     try:
         while running:
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
@@ -117,7 +162,7 @@ def _run_phase(cfg: LoraExpConfig, jobs: list[Job], folder: Path, bar: Any, pool
                     bar.update(n)
             for f in finished:
                 job = running.pop(f)
-                atomic_write_json(folder / f"{job.name}.json", f.result())
+                _store(folder, job, f.result(), cfg)
     finally:
         for f in running:
             f.cancel()
@@ -145,7 +190,7 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     todo_val = [] if cfg.report_only else missing(val_jobs)
     # the test phase's size before the choices are known: one setting per job
     test_guess = [j for j in plan(cfg, Phase.TEST, _any_choice(cfg)) if not (folder / f"{j.name}.json").is_file()]
-    total = 0 if cfg.report_only else sum(_steps(j, steps) for j in todo_val + test_guess)
+    total = 0 if cfg.report_only else sum(_steps(j, steps, cfg) for j in todo_val + test_guess)
     bar = None
     if not cfg.quiet and total:
         from ...progress import progress_bar
@@ -172,8 +217,10 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
             sweeps += [{"arch": key[0], "task": key[1], "shots": key[2], "method": key[3], "setting": s,
                         "val_nll": v, "chosen": s == best.label()} for s, v in means.items()]
         test_jobs = plan(cfg, Phase.TEST, chosen)
-        if not cfg.report_only:
-            _run_phase(cfg, missing(test_jobs), folder, bar, pool, queue)
+        if not cfg.report_only:  # the laplace jobs after the map jobs whose networks they take
+            todo = missing(test_jobs)
+            _run_phase(cfg, [j for j in todo if j.method is not LoraMethod.LAPLACE], folder, bar, pool, queue)
+            _run_phase(cfg, [j for j in todo if j.method is LoraMethod.LAPLACE], folder, bar, pool, queue)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -215,7 +262,7 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
 def _any_choice(cfg: LoraExpConfig) -> dict[tuple[str, str, int, str], Setting]:
     """A placeholder choice for every grid (to count the test jobs before validation ends)."""
     return {(str(a), str(t), k, str(m)): grid_of(m)[0] for a in cfg.archs for t in cfg.tasks for k in cfg.shots
-            for m in cfg.methods}
+            for m in _validated(cfg)}
 
 
 def _groups(jobs: list[Job]) -> dict[tuple[str, str, int, str], list[Job]]:

@@ -3,14 +3,15 @@ that the held-out slice of the few-shot data chooses from. Nothing here is a mea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...errors import UserError
 from ...options import StrOption
 
 __all__ = ["Arch", "Task", "LoraMethod", "Phase", "LoraBudget", "Schedule", "SCHEDULES", "Setting", "grid_of",
            "LoraExpConfig", "ENSEMBLE_SIZE", "MC_DROPOUT_P", "TEST_SAMPLES", "VAL_FRACTION", "VAL_SEEDS",
-           "IVON_GRID", "IVON_HESS_INIT", "IVON_WEIGHT_DECAY"]
+           "IVON_GRID", "IVON_HESS_INIT", "IVON_WEIGHT_DECAY", "LAPLACE_HESSIAN", "LAPLACE_PREDICT_BATCH",
+           "SETTING_FROM", "default_methods"]
 
 
 class Arch(StrOption):
@@ -33,8 +34,10 @@ class Task(StrOption):
 class LoraMethod(StrOption):
     """``mle`` (plain LoRA), ``map`` (LoRA with a Gaussian prior on the adapters: L2), ``mc_dropout``
     (lora_dropout kept on at test), ``ensemble`` (3 adapters), ``bbb_a`` (Bayes by Backprop on
-    LoRA's A: BLoB's choice), ``bbb_ab`` (on A and B) and ``ivon`` (the same Gaussian posterior on A
-    and B as ``bbb_ab``, trained by :class:`bbb.IVON`: IVON-LoRA, not in BLoB's table)."""
+    LoRA's A: BLoB's choice), ``bbb_ab`` (on A and B), ``ivon`` (the same Gaussian posterior on A
+    and B as ``bbb_ab``, trained by :class:`bbb.IVON`: IVON-LoRA, not in BLoB's table) and
+    ``laplace`` (Laplace-LoRA, Yang et al. 2024: ``map``'s network at ``map``'s chosen prior, then
+    a KFAC Laplace over every adapter parameter, :func:`bbb.laplace.fit_laplace`; needs laplace-torch)."""
 
     MLE = "mle"
     MAP = "map"
@@ -43,6 +46,7 @@ class LoraMethod(StrOption):
     BBB_A = "bbb_a"
     BBB_AB = "bbb_ab"
     IVON = "ivon"
+    LAPLACE = "laplace"
 
 
 class Phase(StrOption):
@@ -141,6 +145,23 @@ IVON_GRID = tuple(Setting(lr=lr, ess=ess) for lr in (0.03, 0.1) for ess in (1e6,
 #: 1 / sqrt(ess (hess_init + weight_decay))) and its prior precision (bbb.IVON's default)
 IVON_HESS_INIT = 1e-3
 IVON_WEIGHT_DECAY = 1e-4
+#: the methods whose setting is another method's choice: Laplace-LoRA is the Laplace of MAP's
+#: network at MAP's chosen prior (a posterior mode; the marginal likelihood then chooses the
+#: Laplace's own prior precision), so it has no validation jobs of its own
+SETTING_FROM = {LoraMethod.LAPLACE: LoraMethod.MAP}
+#: Laplace-LoRA's Hessian: KFAC over the adapters (Laplace-LoRA's choice; "all" the adapters:
+#: the few-shot sets are small, and the last layer alone would be the head's B)
+LAPLACE_HESSIAN = "kron"
+#: inputs per GLM predictive call: laplace-torch differentiates each output of a batch through the
+#: whole batch, so the cost per input grows with the batch
+LAPLACE_PREDICT_BATCH = 8
+
+
+def default_methods() -> tuple[LoraMethod, ...]:
+    """Every method, less ``laplace`` where laplace-torch does not import (it needs the extra)."""
+    from ...laplace import laplace_available
+
+    return tuple(m for m in LoraMethod if m is not LoraMethod.LAPLACE or laplace_available())
 
 
 def grid_of(method: LoraMethod) -> tuple[Setting, ...]:
@@ -162,7 +183,7 @@ class LoraExpConfig:
     archs: tuple[Arch, ...] = (Arch.CNN, Arch.VIT)
     tasks: tuple[Task, ...] = (Task.DIGITS, Task.FASHION)
     shots: tuple[int, ...] = (5, 10, 50)
-    methods: tuple[LoraMethod, ...] = tuple(LoraMethod)
+    methods: tuple[LoraMethod, ...] = field(default_factory=default_methods)
     seeds: tuple[int, ...] | None = None  #: None: the budget's
     budget: LoraBudget = LoraBudget.DEFAULT
     workers: int = 1
@@ -196,3 +217,12 @@ class LoraExpConfig:
         from ...runs.loggers import make_loggers
 
         make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything trains
+        if LoraMethod.LAPLACE in self.methods:
+            from ...errors import MissingExtra
+            from ...laplace import INSTALL, require_laplace
+
+            try:  # one line naming the extra, before anything trains
+                require_laplace()
+            except MissingExtra:
+                raise MissingExtra(f"the laplace method (Laplace-LoRA) needs laplace-torch: {INSTALL}; or leave "
+                                   "laplace out of --methods", "laplace") from None

@@ -14,12 +14,13 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ...errors import UserError
 from ...uncertainty import (
     auroc,
     brier_score,
@@ -36,6 +37,8 @@ from .settings import (
     ENSEMBLE_SIZE,
     IVON_HESS_INIT,
     IVON_WEIGHT_DECAY,
+    LAPLACE_HESSIAN,
+    LAPLACE_PREDICT_BATCH,
     MC_DROPOUT_P,
     TEST_SAMPLES,
     VAL_FRACTION,
@@ -47,7 +50,14 @@ from .settings import (
     Task,
 )
 
-__all__ = ["Job", "few_shot", "run_job", "scores"]
+__all__ = ["Job", "few_shot", "run_job", "scores", "adapters_of", "map_job", "ADAPTERS_KEY",
+           "ADAPTERS_SUFFIX"]
+
+#: a ``map`` test job's result carries its trained adapters under this key (the runner stores them
+#: beside the job's file for the ``laplace`` job: the same network, not trained again)
+ADAPTERS_KEY = "_adapters"
+#: the file beside a ``map`` test job's JSON that holds its adapters (``jobs/<job><suffix>``)
+ADAPTERS_SUFFIX = ".adapters.pt"
 
 #: the methods trained by Bayes by Backprop's ELBO
 ELBO_METHODS = (LoraMethod.BBB_A, LoraMethod.BBB_AB)
@@ -249,9 +259,67 @@ class _Curve:
             m.train()
 
 
+def map_job(job: Job) -> Job:
+    """The ``map`` job whose network a ``laplace`` job's posterior is of (the same few-shot set and setting)."""
+    return replace(job, method=LoraMethod.MAP)
+
+
+def adapters_of(model: nn.Module) -> dict[str, Tensor]:
+    """The trainable parameters (the adapters) of a LoRA model, by name, detached copies."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _laplace(job: Job, bb: Backbone, setting: Setting, tx: Tensor, ty: Tensor, sched: Schedule, rank: int,
+             alpha: int, progress: Callable[[int], None], map_adapters: dict[str, Tensor] | None,
+             ) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """Laplace-LoRA: ``map``'s network at ``setting`` (its adapters from the ``map`` job,
+    ``map_adapters``; without them trained here by ``map``'s recipe: the same seed, initialisation,
+    batches and steps), then a KFAC Laplace over every adapter parameter (those with requires_grad),
+    its prior precision by the marginal likelihood. Returns the network, the fitted posterior and
+    what the result records of it."""
+    from ...laplace import fit_laplace
+
+    init = 1000 * job.seed + 7
+    model = _lora_model(bb, LoraMethod.MAP, rank, alpha, init, setting)
+    if map_adapters is not None:
+        names = {n for n, p in model.named_parameters() if p.requires_grad}
+        if set(map_adapters) != names:
+            raise UserError(f"{job.name}: the stored adapters of the map job are not this network's; delete "
+                            f"jobs/{map_job(job).name}{ADAPTERS_SUFFIX} to train the MAP network here")
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in names:
+                    p.copy_(map_adapters[n])
+    else:
+        _train([model], [_Objective(model, LoraMethod.MAP, setting, len(ty), sched.batch_size)], tx, ty, sched,
+               job.seed, progress)
+    model.eval()
+    start = time.perf_counter()
+    post = fit_laplace(model, (tx, ty), weights="all", likelihood="classification", hessian=LAPLACE_HESSIAN,
+                       batch_size=sched.batch_size)
+    info = {"prior_precision": post.prior_precision, "map_prior_precision": 1.0 / setting.prior_sigma ** 2,
+            "laplace_params": post.n_params, "fit_seconds": round(time.perf_counter() - start, 3),
+            "map_reused": map_adapters is not None}
+    return model, post, info
+
+
+def _laplace_logits(post: Any, x: Tensor) -> Tensor:
+    """The GLM predictive's probit probabilities as (1, B, C) logits (their log: the scores and
+    entropies read them through a softmax, which gives the probabilities back)."""
+    probs = post.predict(x, batch_size=LAPLACE_PREDICT_BATCH).double()
+    return probs.clamp_min(torch.finfo(probs.dtype).tiny).log().unsqueeze(0)
+
+
+def _predict(models: list[nn.Module], job: Job, post: Any, x: Tensor) -> Tensor:
+    """The job's predictive at ``x`` as logits (k, B, C): the Laplace's where fitted."""
+    return predictive_logits(models, job.method, x, seed=job.seed) if post is None else _laplace_logits(post, x)
+
+
 def run_job(job: Job, bb: Backbone, data: TaskData, sched: Schedule, rank: int, alpha: int,
-            progress: Callable[[int], None]) -> dict[str, Any]:
-    """Train and score one job; returns its JSON-able result (per setting in validation)."""
+            progress: Callable[[int], None], map_adapters: dict[str, Tensor] | None = None) -> dict[str, Any]:
+    """Train and score one job; returns its JSON-able result (per setting in validation). A
+    ``map`` test job's result carries its adapters under :data:`ADAPTERS_KEY` (tensors: the
+    runner stores them apart); a ``laplace`` job reuses ``map_adapters`` where given."""
     start = time.perf_counter()
     tx, ty, vx, vy = few_shot(data, job)
     if job.phase is Phase.TEST:
@@ -260,17 +328,25 @@ def run_job(job: Job, bb: Backbone, data: TaskData, sched: Schedule, rank: int, 
     result: dict[str, Any] = {"job": job.name, "n_train": len(ty), "settings": {}}
     for setting in job.settings:
         init = 1000 * job.seed + 7
-        models = [_lora_model(bb, job.method, rank, alpha, init + j, setting) for j in range(n_members)]
-        objectives = [_Objective(m, job.method, setting, len(ty), sched.batch_size) for m in models]
-        curve = _Curve(models, job, data, sched) if job.phase is Phase.TEST else None
-        _train(models, objectives, tx, ty, sched, job.seed, progress, curve)
+        post: Any = None
+        extra: dict[str, Any] = {}
+        if job.method is LoraMethod.LAPLACE:  # the test phase only (its setting is map's choice)
+            model, post, extra = _laplace(job, bb, setting, tx, ty, sched, rank, alpha, progress, map_adapters)
+            models, curve = [model], None
+        else:
+            models = [_lora_model(bb, job.method, rank, alpha, init + j, setting) for j in range(n_members)]
+            objectives = [_Objective(m, job.method, setting, len(ty), sched.batch_size) for m in models]
+            curve = _Curve(models, job, data, sched) if job.phase is Phase.TEST else None
+            _train(models, objectives, tx, ty, sched, job.seed, progress, curve)
         if job.phase is Phase.VALIDATION:
             result["settings"][setting.label()] = {
                 **setting.record(), **scores(predictive_logits(models, job.method, vx, seed=job.seed), vy)}
             continue
-        logits = predictive_logits(models, job.method, data.test, seed=job.seed)
+        if job.method is LoraMethod.MAP:
+            result[ADAPTERS_KEY] = adapters_of(models[0])
+        logits = _predict(models, job, post, data.test)
         probs = predictive_probs(logits.double())
-        row: dict[str, Any] = {**setting.record(), **scores(logits, data.test_y),
+        row: dict[str, Any] = {**setting.record(), **scores(logits, data.test_y), **extra,
                                "curve": curve.points if curve else [], "confidence": float(probs.max(-1).values.mean())}
         bins = reliability_bins(probs, data.test_y, 15)
         row["bins"] = {"count": bins["count"].tolist(),
@@ -279,11 +355,12 @@ def run_job(job: Job, bb: Backbone, data: TaskData, sched: Schedule, rank: int, 
         in_ent = predictive_entropy(logits.double())
         in_mi = mutual_information(logits.double()) if logits.shape[0] > 1 else None
         for name, ox in data.ood.items():
-            ol = predictive_logits(models, job.method, ox, seed=job.seed).double()
+            ol = _predict(models, job, post, ox).double()
             row[f"auroc_entropy_{name}"] = auroc(in_ent, predictive_entropy(ol))
             row[f"auroc_mi_{name}"] = None if in_mi is None else auroc(in_mi, mutual_information(ol))
-        if job.method in BAYES:  # BLoB's N = 0: the posterior mean
-            mean = scores(predictive_logits(models, job.method, data.test, seed=job.seed, mode="mean"), data.test_y)
+        if job.method in BAYES or post is not None:  # BLoB's N = 0: the posterior mean (Laplace's: the MAP network)
+            mean = scores(predictive_logits(models, job.method if post is None else LoraMethod.MAP, data.test,
+                                            seed=job.seed, mode="mean"), data.test_y)
             row.update({f"mean_{k}": v for k, v in mean.items()})
         result["settings"][setting.label()] = row
     result["seconds"] = round(time.perf_counter() - start, 2)

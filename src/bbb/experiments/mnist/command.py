@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Reproduce the paper's MNIST results (section 5.1): train the 12 cells of Table 1 (SGD, "
         "dropout, BBB Gaussian prior, BBB scale mixture; 2x400, 2x800, 2x1200), and at the smoke and "
-        "quick budgets 3 of IVON (bbb train --method ivon, not in the paper), select on the "
+        "quick budgets 3 of IVON (bbb train --method ivon, not in the paper) and 3 rows of a last-layer "
+        "Laplace of the SGD cells' networks (laplace-torch; nothing trained), select on the "
         "validation split only, and write table1.csv/.md, fig2_curves.png, fig3_weights.png, "
         "table2_pruning.csv/.md and fig4_snr.png (with CSV/JSON beside each figure) to --out. "
         "Resumable: rerun the same command to continue. Several processes may share one --out "

@@ -19,6 +19,7 @@ from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from . import tables
 from .figures import FIG2_METHODS, figure2, figure3, figure4
 from .jobs import Progress, command_line, limit_data, state_of, train_jobs
+from .laplace_rows import laplace_rows
 from .plan import (
     Job,
     ReproduceConfig,
@@ -284,6 +285,7 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     table_cells = [cells[(m, w)] for m in spec.methods for w in WIDTHS]
     table1 = [tables.table1_row(cfg, c.method, c.hidden, c.cands, c.seeds, c.selected, c.summaries,
                           status=c.status, pending=c.pending) for c in table_cells]
+    table1 += laplace_rows(cfg, cells, data)  # the SGD cells' networks with a last-layer Laplace
     files: list[str] = []
     atomic_write_text(out / "table1.csv", csv_text(TABLE1_COLUMNS, table1))
     atomic_write_text(out / "table1.md", tables.table1_md(cfg, table1, [j for c in table_cells for j in c.cands], (
@@ -355,14 +357,15 @@ def _absent_text(names: Sequence[str], cfg: ReproduceConfig) -> str:
 def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, Any]],
                    log: Callable[[str], None]) -> None:
     log("")
-    log(f"{'method':<26} {'units':>5} {'ours':>16} {'paper':>6}")
+    width = max([26, *(len(METHOD_NAMES[r["method"]]) for r in table1)])
+    log(f"{'method':<{width}} {'units':>5} {'ours':>16} {'paper':>6}")
     for r in table1:
         ours = (f"{r['test_error']:.2f}%" if r.get("status") == "ok"
-                else tables.MISSING_TEXT.get(r.get("status", ""), "diverged"))
+                else {**tables.MISSING_TEXT, "skipped": "skipped"}.get(r.get("status", ""), "diverged"))
         if r.get("n_seeds", 0) > 1:
             ours += f" +-{r['test_error_sd']:.2f}"
         paper = "-" if r.get("paper_test_error") is None else f"{r['paper_test_error']:.2f}%"
-        log(f"{METHOD_NAMES[r['method']]:<26} {r['hidden']:>5} {ours:>16} {paper:>6}")
+        log(f"{METHOD_NAMES[r['method']]:<{width}} {r['hidden']:>5} {ours:>16} {paper:>6}")
     if table2:
         log("")
         log(f"{'removed':>8} {'#weights':>9} {'ours':>7} {'paper':>6}")

@@ -39,7 +39,7 @@ def method_arg(m: str) -> str:
 CELLS_HELP = (
     "METHOD or METHOD:WIDTH, comma-separated, or all; methods: "
     + ", ".join(method_arg(m) for m in METHODS) + "; widths: " + ", ".join(map(str, WIDTHS))
-    + " (e.g. bbb-mixture:1200,sgd:1200)")
+    + " (e.g. bbb-mixture:1200,sgd:1200); laplace:WIDTH trains the SGD cell its last-layer Laplace row is of")
 
 
 def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None = None,
@@ -51,6 +51,7 @@ def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None =
     ``"bbb-mixture:1200,sgd:1200"`` (``-`` or ``_`` in the method's name), or a sequence of such
     items or of ``(method, width)`` pairs. A bad item, or a method the budget does not train
     (IVON at the paper budget), raises a one-line :class:`UserError` that says what to use.
+    ``laplace`` names the SGD cells (the last-layer Laplace rows' networks; none at the paper budget).
     """
     every = CELL_ORDER if budget is None else BUDGETS[Budget(budget)].cells
     if cells is None:
@@ -72,6 +73,11 @@ def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None =
             if not sep:
                 width = ""
         method = name.strip().lower().replace("-", "_")
+        if method == "laplace":  # the last-layer Laplace rows: the SGD cells' networks (nothing of their own)
+            if budget is not None and not BUDGETS[Budget(budget)].laplace:
+                raise UserError(f"--cells {text}: the {Budget(budget).value} budget has no last-layer Laplace rows "
+                                "(not in the paper's Table 1); use --budget quick or smoke for them")
+            method = "sgd"
         if method not in METHODS:
             raise UserError(f"--cells: unknown method {name.strip()!r} in {text!r}; use {CELLS_HELP}")
         if budget is not None and method not in BUDGETS[Budget(budget)].methods:

@@ -108,7 +108,7 @@ PAPER_SNR_RANGE_DB: tuple[float, float] = (-7.5, 0.0)
 
 METHOD_NAMES = {"sgd": "SGD (no regularisation)", "dropout": "SGD, dropout",
                 "bbb_gaussian": "BBB, Gaussian prior", "bbb_mixture": "BBB, scale mixture prior",
-                "ivon": "IVON (not in the paper)"}
+                "ivon": "IVON (not in the paper)", "laplace": "Last-layer Laplace (not in the paper)"}
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,9 @@ class BudgetSpec:
     screened_widths: tuple[int, ...] = ()
     #: a paragraph on how the budget's recipes were fixed (table1.md)
     note: str = ""
+    #: Table 1 has last-layer Laplace rows (not in the paper): the SGD cells' networks with a
+    #: last-layer Laplace (:mod:`bbb.experiments.mnist.laplace_rows`; nothing trains for them)
+    laplace: bool = False
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -271,7 +274,7 @@ class _Reader:
         where = f"budgets.{name}"
         b = self.keys(where, budgets[name], {"description", "epochs", "candidates", "seeds", "train_limit",
                                               "eval_limit", "eval_samples", "common", "seed_cells", "log_epochs",
-                                              "screen", "note"}, {"description", "epochs", "candidates"})
+                                              "screen", "note", "laplace"}, {"description", "epochs", "candidates"})
         cands: dict[Any, list[Candidate]] = {}
         for m, lst in self.keys(f"{where}.candidates", b["candidates"], set(METHODS), set(PAPER_METHODS)).items():
             if isinstance(lst, str):  # another budget's list of this method
@@ -282,7 +285,9 @@ class _Reader:
                 lst = other[m]
             cands[m] = [self.candidate(f"{where}.candidates.{m}[{i}]", c) for i, c in enumerate(lst)]
         extra: dict[str, Any] = {k: b[k] for k in ("seeds", "train_limit", "eval_limit", "eval_samples",
-                                                   "log_epochs", "note") if k in b}
+                                                   "log_epochs", "note", "laplace") if k in b}
+        if not isinstance(extra.get("laplace", False), bool):
+            self.fail(f"{where}.laplace", f"expected true or false, got {extra['laplace']!r}")
         if "common" in b:
             extra["common"] = self.settings(f"{where}.common", b["common"])
         if "seed_cells" in b:
@@ -380,7 +385,9 @@ TABLE1_COLUMNS = (
     "n_candidates", "lr", "optimizer", "lr_schedule", "batch_size", "samples", "kl_weighting",
     "prior", "prior_sigma", "pi", "sigma1", "sigma2", "dropout_input", "dropout_hidden", "weights",
     "run", "status", "candidate_label", "gap_vs_paper_pp", "momentum", "lr_step_size", "lr_gamma",
-    "rho_init", "mu_init_scale", "candidates_val_error", "pending", "hess_init", "weight_decay")
+    "rho_init", "mu_init_scale", "candidates_val_error", "pending", "hess_init", "weight_decay",
+    # the last-layer Laplace rows' (laplace_rows.py): its test NLL and ECE beside the SGD network's
+    "test_nll", "test_ece", "map_test_nll", "map_test_ece", "prior_precision", "fit_seconds", "of_run")
 
 
 TABLE2_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",

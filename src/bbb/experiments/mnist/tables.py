@@ -18,6 +18,7 @@ from ...cli.common import sigma_of_rho
 from ...progress import plural
 from ...runs.jobs import State
 from .jobs import check_same_settings, command_line, select_candidate, state_of
+from .laplace_rows import LAPLACE, LAPLACE_NOTE, laplace_md_line, laplace_methods
 from .plan import Job, ReproduceConfig, cell_jobs, fmt_time, make_job, train_config
 from .recipes import (
     BUDGETS,
@@ -236,7 +237,7 @@ def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[J
 
 
 SHORT_NAMES = {"sgd": "SGD", "dropout": "dropout", "bbb_gaussian": "BBB Gaussian", "bbb_mixture": "BBB mixture",
-               "ivon": "IVON"}
+               "ivon": "IVON", "laplace": "Laplace"}
 
 
 def _uniq(values: Sequence[str]) -> list[str]:
@@ -315,6 +316,9 @@ def _recipe_column(budget: str) -> dict[str, str]:
                                                     f"{tc.weight_decay:g}, ess the number of training images, "
                                                     f"{tc.samples} sample per step" for tc in confs["ivon"]]))
                                    if "ivon" in confs else "not trained at this budget",
+        "last-layer Laplace": ("the SGD cells' networks, a last-layer KFAC Laplace, prior precision by the marginal "
+                               "likelihood, probit predictive (nothing trained)") if spec.laplace
+                              else "not trained at this budget",
     }
 
 
@@ -363,7 +367,7 @@ def _orderings_md(rows: Sequence[dict[str, Any]]) -> list[str]:
         ms = [m for m in METHODS if (m, w) in ok and (m, w) in PAPER_TABLE1]
         if len(ms) < 2:
             continue
-        ours = sorted([m for m in METHODS if (m, w) in ok], key=lambda m: ok[(m, w)])
+        ours = sorted([m for m in (*METHODS, LAPLACE) if (m, w) in ok], key=lambda m: ok[(m, w)])
         paper = sorted(ms, key=lambda m: PAPER_TABLE1[(m, w)])
         lines.append(f"- 2x{w}: ours " + " < ".join(f"{SHORT_NAMES[m]} {ok[(m, w)]:.2f}" for m in ours)
                      + "; paper " + " < ".join(f"{SHORT_NAMES[m]} {PAPER_TABLE1[(m, w)]:.2f}" for m in paper)
@@ -400,6 +404,8 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
         lines += ["IVON (`bbb train --method ivon`, Shen et al. 2024) is not in the paper: its rows have no "
                   "paper number; it trains the BBB network's mu and sigma with bbb.IVON (no KL term: its prior, "
                   "a Gaussian of precision weight decay x ess, is in its update).", ""]
+    if laplace_methods(rows):
+        lines += [LAPLACE_NOTE, ""]
     if missing:
         lines += [f"**Partial table**: {len(missing)} cell(s) are not finished and are marked "
                   "*not run yet* or *incomplete* (their row lists each candidate: its validation error "
@@ -414,6 +420,9 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
     for r in rows:
         paper = "-" if r.get("paper_test_error") is None else f"{r['paper_test_error']:.2f}%"
         name = METHOD_NAMES[r["method"]]
+        if r["method"] == LAPLACE:
+            lines.append(laplace_md_line(name, r, MISSING_TEXT))
+            continue
         if r.get("status") in MISSING_TEXT:
             # every candidate: the validation error of those finished, the progress of the others
             lines.append(f"| {name} | {r['hidden']} | **{MISSING_TEXT[r['status']]}** | {paper} | - | - | - | "

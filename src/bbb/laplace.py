@@ -24,6 +24,7 @@ Bayesian bbb network has its posterior already (:class:`bbb.errors.UserError` ot
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ def require_laplace() -> Any:
     try:
         with warnings.catch_warnings():  # its requirements' own deprecations (torch.jit.script), not the caller's
             warnings.simplefilter("ignore", DeprecationWarning)
-            from laplace import Laplace
+            laplace_torch = importlib.import_module("laplace")  # the optional extra (mypy: untyped either way)
     except ImportError:
         raise MissingExtra(f"last-layer Laplace needs laplace-torch: {INSTALL}", "laplace") from None
     except RuntimeError as e:  # a torchvision built for another torch (torchmetrics imports it)
@@ -78,7 +79,7 @@ def require_laplace() -> Any:
         raise UserError(f"laplace-torch could not be imported: the installed torchvision does not match torch "
                         f"{torch.__version__}; install the torchvision built for it, or `pip uninstall "
                         f"torchvision` (the last-layer Laplace does not use it)") from None
-    return Laplace
+    return laplace_torch.Laplace
 
 
 @dataclass

@@ -26,13 +26,16 @@ by a callback is the job's own: raised in :meth:`JobCallbacks.on_epoch` it crash
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import multiprocessing as mp
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from multiprocessing.context import BaseContext
@@ -64,6 +67,7 @@ __all__ = [
     "run_jobs",
     "watch_parent",
     "watched_manager",
+    "worker_pool",
 ]
 
 #: written into a run directory whose training diverged: ``{"message": ...}``
@@ -377,3 +381,33 @@ def watched_manager(ctx: BaseContext, who: str) -> SyncManager:
     manager = SyncManager(ctx=ctx)
     manager.start(watch_parent, (os.getpid(), who))
     return manager
+
+
+def _pool_worker_init(threads: int, parent_pid: int, who: str) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    watch_parent(parent_pid, who)  # no orphan trains on when the parent is killed
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int, threads: int, who: str) -> Iterator[tuple[Any, Any]]:
+    """``(pool, queue)``: a spawn ``ProcessPoolExecutor`` of ``workers`` processes (``threads``
+    torch threads each, ended with their parent: :func:`watch_parent`) and a progress queue served
+    by a :func:`watched_manager`; ``(None, None)`` for ``workers <= 1`` (the caller trains in its
+    own process). On exit the pool's pending jobs are cancelled and both are shut down; ``who``
+    names them in the lines a killed parent leaves."""
+    if workers <= 1:
+        yield None, None
+        return
+    ctx = mp.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_pool_worker_init,
+                               initargs=(threads, os.getpid(), f"{who} worker"))
+    manager = None
+    try:
+        manager = watched_manager(ctx, f"{who}'s progress queue")
+        yield pool, manager.Queue()
+    finally:
+        pool.shutdown(cancel_futures=True)
+        if manager is not None:
+            manager.shutdown()

@@ -6,12 +6,11 @@ tables."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import multiprocessing as mp
-import os
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import torch
 from ...devices import resolve_device
 from ...errors import UserError
 from ...io import atomic_write_json
-from ...runs.jobs import watch_parent, watched_manager
+from ...runs.jobs import worker_pool
 from ..uci.report import portable_command
 from .settings import ENSEMBLE_SIZE, FashionConfig, FashionMethod, Phase, Setting, ensemble_member_seed, grid_of
 from .train import Job, run_job
@@ -70,11 +69,6 @@ def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Se
 def load_result(folder: Path, job: Job) -> dict[str, Any] | None:
     path = folder / f"{job.name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _worker_init(threads: int, parent_pid: int) -> None:
-    torch.set_num_threads(threads)
-    watch_parent(parent_pid, "bbb reproduce fashion worker")
 
 
 def _work(job: Job, cfg: FashionConfig, folder: Path, queue: Any) -> dict[str, Any]:
@@ -163,17 +157,14 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         from ...progress import progress_bar
 
         bar = progress_bar(total=total, desc="fashion epochs", unit="epoch", leave=True, lines_every=60.0)
-    pool = queue = manager = None
-    if cfg.workers > 1 and total:
-        ctx = mp.get_context("spawn")
-        pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init,
-                                   initargs=(cfg.threads, os.getpid()))
-        manager = watched_manager(ctx, "bbb reproduce fashion's progress queue")
-        queue = manager.Queue()
     quiet_log = (lambda s: None) if cfg.quiet else log
     failed: list[str] = []
     sweeps: list[dict[str, Any]] = []
-    try:
+    with contextlib.ExitStack() as stack:
+        pool, queue = stack.enter_context(worker_pool(cfg.workers if total else 1, cfg.threads,
+                                                      "bbb reproduce fashion"))
+        if bar is not None:
+            stack.callback(bar.close)
         fixed = [j for j in todo_guess if len(grid_of(j.method)) == 1]  # need no choice: beside validation
         if todo_val or fixed:
             failed += _run_phase(cfg, todo_val + fixed, folder, bar, pool, queue, quiet_log)
@@ -192,13 +183,6 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         test_jobs = plan(cfg, Phase.TEST, chosen)
         if not cfg.report_only:
             failed += _run_phase(cfg, missing(test_jobs), folder, bar, pool, queue, quiet_log)
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-        if manager is not None:
-            manager.shutdown()
-        if bar is not None:
-            bar.close()
     results = {j.name: r for j in test_jobs if (r := load_result(folder, j)) is not None}
     val_results = [r for j in val_jobs if (r := load_result(folder, j)) is not None]
     meta.update({"wall_seconds": round(time.perf_counter() - start, 1),

@@ -4,13 +4,12 @@ JSON per finished job under ``<out>/jobs``), with one progress bar; then the tab
 
 from __future__ import annotations
 
+import contextlib
 import json
-import multiprocessing as mp
-import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 
 from ...io import atomic_torch_save, atomic_write_json
-from ...runs.jobs import watch_parent, watched_manager
+from ...runs.jobs import worker_pool
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .report import SETTING_KEYS
@@ -100,11 +99,6 @@ def _finished(folder: Path, job: Job) -> bool:
 
 def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _worker_init(threads: int, parent_pid: int) -> None:
-    torch.set_num_threads(threads)
-    watch_parent(parent_pid, "bbb reproduce lora worker")  # no orphan trains on when this process is killed
 
 
 def _work(job: Job, cfg: LoraExpConfig, queue: Any, adapters: dict[str, torch.Tensor] | None) -> dict[str, Any]:
@@ -197,14 +191,11 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
 
         # a bar on a terminal, a plain line a minute in a log
         bar = progress_bar(total=total, desc="lora steps", unit="step", leave=True, lines_every=60.0)
-    pool = queue = manager = None
-    if cfg.workers > 1 and total:
-        ctx = mp.get_context("spawn")
-        pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init,
-                                   initargs=(cfg.threads, os.getpid()))
-        manager = watched_manager(ctx, "bbb reproduce lora's progress queue")
-        queue = manager.Queue()
-    try:
+    with contextlib.ExitStack() as stack:
+        pool, queue = stack.enter_context(worker_pool(cfg.workers if total else 1, cfg.threads,
+                                                      "bbb reproduce lora"))
+        if bar is not None:
+            stack.callback(bar.close)
         if todo_val:
             _run_phase(cfg, todo_val, folder, bar, pool, queue)
         chosen, sweeps = {}, []
@@ -221,13 +212,6 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
             todo = missing(test_jobs)
             _run_phase(cfg, [j for j in todo if j.method is not LoraMethod.LAPLACE], folder, bar, pool, queue)
             _run_phase(cfg, [j for j in todo if j.method is LoraMethod.LAPLACE], folder, bar, pool, queue)
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-        if manager is not None:
-            manager.shutdown()
-        if bar is not None:
-            bar.close()
     done = {j.name: _load(folder / f"{j.name}.json") for j in test_jobs if _finished(folder, j)}
     finished = {k: v for k, v in done.items() if v is not None}
     meta = {"command": portable_command(command)[0], "config": {k: (list(v) if isinstance(v, tuple) else v)

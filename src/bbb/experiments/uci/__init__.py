@@ -1,6 +1,7 @@
 """The UCI regression benchmark (``bbb reproduce uci``): BBB, MC dropout, deep ensembles and (with
 ``--methods ...,laplace``, the laplace extra) a last-layer Laplace of the MAP network, and (with
-``--methods bbb,bbb_ensemble``) an ensemble of 5 BBB networks at BBB's choice, in one
+``--methods bbb,bbb_ensemble``) an ensemble of 5 BBB networks at BBB's choice, and (with ``--methods
+...,ivon``) BBB's network and objective learned by IVON, in one
 protocol on the 9 datasets and the standard splits of Hernandez-Lobato & Adams (2015), each
 chosen per split on validation, beside the published methods (VI, PBP, MC dropout, deep ensembles).
 
@@ -19,14 +20,16 @@ from .models import (
     BBBEnsembleRegressor,
     BBBRegressor,
     DeepEnsembleRegressor,
+    IVONRegressor,
     LaplaceRegressor,
     MCDropoutRegressor,
-    MemberAdam,
     build_regressor,
 )
+from .optim import MemberAdam, MemberIVON
 from .runner import run_uci
 from .settings import VARIANTS, Setting, UCIConfig
 
 __all__ = ["EXAMPLE", "add_arguments", "main", "run_uci", "UCIConfig", "VARIANTS", "Setting",
            "BBBRegressor", "BBBEnsembleRegressor",
-           "MCDropoutRegressor", "DeepEnsembleRegressor", "LaplaceRegressor", "MemberAdam", "build_regressor"]
+           "MCDropoutRegressor", "DeepEnsembleRegressor", "LaplaceRegressor", "IVONRegressor", "MemberAdam",
+           "MemberIVON", "build_regressor"]

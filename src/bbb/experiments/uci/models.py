@@ -69,11 +69,12 @@ from ...nn import (
     providing_samples,
     sampling,
 )
-from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, Setting, Variant
+from .optim import MemberAdam, MemberIVON
+from .settings import DROPOUT_LENGTHSCALE, ENSEMBLE_SIZE, IVON_BETA2, IVON_HESS_INIT, Setting, UCIMethod, Variant
 from .streams import Draw, MemberStreams
 
 __all__ = ["chunk_size", "MemberAdam", "BBBRegressor", "MCDropoutRegressor", "DeepEnsembleRegressor",
-           "LaplaceRegressor", "BBBEnsembleRegressor", "Regressor", "build_regressor"]
+           "LaplaceRegressor", "BBBEnsembleRegressor", "IVONRegressor", "Regressor", "build_regressor"]
 
 #: samples drawn per chunk when predicting, at most; and the most activations (samples x members
 #: x rows x hidden units) one chunk holds, which bounds the memory of a prediction (about 0.4 GB a
@@ -85,46 +86,6 @@ CHUNK_ELEMENTS = 100_000_000
 def chunk_size(members: int, rows: int, width: int) -> int:
     """Samples per chunk for ``members`` x ``rows`` inputs through layers of ``width`` units."""
     return max(1, min(CHUNK, CHUNK_ELEMENTS // max(1, members * rows * width)))
-
-
-class MemberAdam:
-    """Adam (Kingma & Ba) over parameters whose first dimension is the member, with one learning
-    rate per member: ``lr`` (members,). Elementwise, so each member trains exactly as it would
-    alone with its own rate."""
-
-    def __init__(self, params: Sequence[Tensor], lr: Tensor, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
-        self.params = list(params)
-        self.lr = lr.detach().clone().float()
-        self.betas, self.eps, self.t = betas, eps, 0
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        b1, b2 = self.betas
-        self.t += 1
-        c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        for p, m, v in zip(self.params, self.m, self.v):
-            if p.grad is None:
-                continue
-            g = p.grad
-            m.mul_(b1).add_(g, alpha=1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            lr = self.lr.to(p.dtype).view(-1, *([1] * (p.dim() - 1)))
-            p.addcdiv_(m * (lr / c1), (v / c2).sqrt_().add_(self.eps), value=-1.0)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"t": self.t, "m": [m.clone() for m in self.m], "v": [v.clone() for v in self.v]}
-
-    def load_state_dict(self, st: dict[str, Any]) -> None:
-        self.t = int(st["t"])
-        for dst, src in zip(self.m + self.v, st["m"] + st["v"]):
-            dst.copy_(src)
 
 
 def _column(settings: Sequence[Setting], field: str) -> Tensor:
@@ -546,12 +507,102 @@ class BBBEnsembleRegressor(Regressor):
         return pool(means), pool(sds)
 
 
+class _IVONNoise(_GivenNoise):
+    """A training step's weights for IVON: mu + sigma * eps with the optimiser's sigma (the exact
+    one, not softplus of the rho written from it), eps from the step's draw (None: torch's global
+    generator); each weight's eps kept for the step."""
+
+    def __init__(self, noise: Draw | None, opt: MemberIVON) -> None:
+        self.noise, self.opt = noise, opt  # type: ignore[assignment]
+        self.eps: dict[int, Tensor] = {}
+
+    def draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor]:
+        assert isinstance(module, BayesModule)
+        if k is not None:
+            raise ValueError("IVON's training step draws one sample per weight")
+        mu = module.mu(name)
+        if self.noise is None:
+            eps = torch.randn_like(mu)
+        else:
+            eps = self.noise.take(mu[0].numel())[:, 0].reshape(mu.shape)
+        self.eps[id(mu)] = eps
+        return mu, eps, torch.addcmul(mu, self.opt.sigma_of(mu), eps)
+
+
+class IVONRegressor(Regressor):
+    """IVON (:class:`MemberIVON`) on BBB's heteroscedastic network, one member per (split, grid
+    point): the same posterior family, prior N(0, prior_sigma^2) and tempered objective as
+    :class:`BBBRegressor` at the same ``beta``, learned by IVON's natural-gradient update instead of
+    Adam on the free energy. ``n_fit``: the rows each member fits; its effective sample size is
+    ``n_fit / beta`` and its prior precision (weight decay) ``beta / (prior_sigma^2 n_fit)``, so
+    that ess times IVON's objective is BBB's free energy divided by beta. The loss of a step is each
+    member's mean NLL at one weight sample (no KL term: the prior is in the update); the predictive
+    is BBB's (weight samples from mu and softplus(rho) = sigma)."""
+
+    noise = "normal"
+    opt: MemberIVON  # type: ignore[assignment]
+
+    def __init__(self, variant: Variant, settings: Sequence[Setting], features: int, hidden: int, n_fit: int,
+                 streams: MemberStreams | None = None) -> None:
+        if variant.likelihood != "heteroscedastic" or variant.estimator != "reparam":
+            raise ValueError("IVONRegressor trains the heteroscedastic network with the reparam estimator")
+        self.bbb = BBBRegressor(variant, settings, features, hidden, streams=streams)
+        layers = [m for m in self.bbb.pop.bayes if isinstance(m, BayesModule)]
+        pairs = [(layer.mu(n), layer.rho(n)) for layer in layers for n in layer.param_names()]
+        beta, prior_sigma = self.bbb.beta.double(), self.bbb.prior_sigma.double()
+        self.opt = MemberIVON(pairs, _column(settings, "lr"), n_fit / beta, beta / (prior_sigma ** 2 * n_fit),
+                              IVON_HESS_INIT, beta2=IVON_BETA2)
+        self.params = [mu for mu, _ in pairs]
+        for _, rho in pairs:
+            rho.requires_grad_(False)  # sigma comes from IVON's Hessian estimate, not from a gradient
+
+    def modules(self) -> nn.Module:
+        return self.bbb.modules()
+
+    def noise_width(self, rows: int) -> int:
+        return self.bbb.noise_width(rows)
+
+    def mean_sd(self, out: Tensor) -> tuple[Tensor, Tensor]:
+        return self.bbb.mean_sd(out)
+
+    def _nll(self, xb: Tensor, yb: Tensor, provider: _IVONNoise) -> Tensor:
+        with providing_samples(provider):
+            out = self.bbb.pop(xb)
+        if provider.noise is not None and provider.noise.used != provider.noise.values.shape[2]:
+            raise ValueError(f"a forward pass took {provider.noise.used} of its draw's "
+                             f"{provider.noise.values.shape[2]} numbers")
+        mean, sd = self.mean_sd(out)
+        return -normal_log_prob(yb, mean, sd).mean(-1).sum()
+
+    def loss(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> Tensor:
+        """Each member's mean NLL over its minibatch at one weight sample, summed over members."""
+        return self._nll(xb, yb, _IVONNoise(noise, self.opt))
+
+    def train_step(self, xb: Tensor, yb: Tensor, n_fit: int, noise: Draw | None = None) -> None:
+        """One IVON step of every member at the sample drawn from ``noise``."""
+        provider = _IVONNoise(noise, self.opt)
+        self.opt.zero_grad()
+        self._nll(xb, yb, provider).backward()
+        self.opt.step([provider.eps[id(mu)] for mu, _ in self.opt.pairs])
+
+    @torch.no_grad()
+    def predict(self, x: Tensor, samples: int, streams: MemberStreams | None = None,
+                stream: int = 0) -> tuple[Tensor, Tensor]:
+        """BBB's predictive of the IVON posterior: (k, members, R), float64."""
+        return self.bbb.predict(x, samples, streams, stream)
+
+
 def build_regressor(variant: Variant, settings: Sequence[Setting], features: int, hidden: int, *,
                     noise_init: float = 1.0, adversarial_eps: float = 0.0, x_range: Tensor | None = None,
-                    streams: MemberStreams | None = None) -> Regressor:
+                    streams: MemberStreams | None = None, n_fit: int | None = None) -> Regressor:
     """The population of ``variant`` with one member per entry of ``settings``, network j
     initialised from ``streams``' key j (members * copies keys; None: keys 0, 1, ...).
-    ``x_range`` (members * copies, D): the deep ensembles' input ranges."""
+    ``x_range`` (members * copies, D): the deep ensembles' input ranges; ``n_fit``: the rows each
+    member fits (IVON's effective sample size and prior precision are set from it)."""
+    if variant.method is UCIMethod.IVON:
+        if n_fit is None:
+            raise ValueError("an IVON population needs n_fit, the rows each member fits")
+        return IVONRegressor(variant, settings, features, hidden, n_fit, streams)
     if variant.estimator == "dropout":
         return MCDropoutRegressor(settings, features, hidden, streams)
     if variant.estimator == "laplace":

@@ -244,7 +244,7 @@ def cell(value: tuple[float, float] | None, bold: bool = False, decimals: int | 
 #: our methods in the tables, by :class:`UCIMethod` value
 OUR_METHODS = {UCIMethod.BBB.value: "bbb", UCIMethod.MC_DROPOUT.value: "MC dropout (ours)",
                UCIMethod.DEEP_ENSEMBLE.value: "deep ens. (ours)", UCIMethod.LAPLACE.value: "last-layer Laplace (ours)",
-               UCIMethod.BBB_ENSEMBLE.value: "5 x bbb (ours)"}
+               UCIMethod.BBB_ENSEMBLE.value: "5 x bbb (ours)", UCIMethod.IVON.value: "IVON (ours)"}
 
 
 def by_method(method_rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -285,7 +285,7 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}
     for m in (UCIMethod.MC_DROPOUT.value, UCIMethod.DEEP_ENSEMBLE.value, UCIMethod.LAPLACE.value,
-              UCIMethod.BBB_ENSEMBLE.value):
+              UCIMethod.BBB_ENSEMBLE.value, UCIMethod.IVON.value):
         both = [d for d in bbb if d in ours.get(m, {})]
         if not both:
             continue

@@ -16,7 +16,8 @@ from ...options import (
 )
 
 __all__ = ["DEFAULT_OUT", "Phase", "UCIBudget", "UCIMethod", "DEFAULT_METHODS", "Setting", "Variant", "VARIANTS",
-           "NOISE_SCALES", "DROPOUT_NOISE_SDS", "LAPLACE_NOISE_SCALES", "ENSEMBLE_SIZE", "Schedule", "schedule_for",
+           "NOISE_SCALES", "DROPOUT_NOISE_SDS", "LAPLACE_NOISE_SCALES", "ENSEMBLE_SIZE", "IVON_GRID",
+           "IVON_HESS_INIT", "IVON_BETA2", "Schedule", "schedule_for",
            "UCIConfig", "SMOKE_EPOCHS", "variants_of", "copies_of", "OPT_IN_METHODS"]
 
 
@@ -41,7 +42,8 @@ class UCIMethod(StrOption):
     ``mc_dropout`` (Gal & Ghahramani 2016), ``deep_ensemble`` (Lakshminarayanan et al. 2017),
     ``laplace`` (a last-layer Laplace of the MAP network, Daxberger et al. 2021; the ``laplace``
     extra) and ``bbb_ensemble`` (:data:`ENSEMBLE_SIZE` BBB networks at BBB's validation choice, the
-    predictive their mixture: "MultiBBB", Seligmann et al. 2023); the last two are opt-in
+    predictive their mixture: "MultiBBB", Seligmann et al. 2023) and ``ivon`` (BBB's network and
+    tempered objective learned by IVON, Shen et al. 2024); the last three are opt-in
     (:data:`OPT_IN_METHODS`)."""
 
     BBB = "bbb"
@@ -49,14 +51,16 @@ class UCIMethod(StrOption):
     DEEP_ENSEMBLE = "deep_ensemble"
     LAPLACE = "laplace"
     BBB_ENSEMBLE = "bbb_ensemble"
+    IVON = "ivon"
 
 
 #: the methods of ``bbb reproduce uci`` without ``--methods``: those that need no extra package
 DEFAULT_METHODS: tuple[UCIMethod, ...] = (UCIMethod.BBB, UCIMethod.MC_DROPOUT, UCIMethod.DEEP_ENSEMBLE)
 #: the methods trained only when ``--methods`` names them: the Laplace needs the laplace extra; the
 #: BBB ensemble trains 5 networks per split on validation and 5 on test after BBB's validation (a
-#: fraction of BBB's own training: results/uci/README.md) and needs ``bbb`` beside it
-OPT_IN_METHODS: tuple[UCIMethod, ...] = (UCIMethod.LAPLACE, UCIMethod.BBB_ENSEMBLE)
+#: fraction of BBB's own training: results/uci/README.md) and needs ``bbb`` beside it; IVON was
+#: added after the fourth run (results/uci/new-methods.md)
+OPT_IN_METHODS: tuple[UCIMethod, ...] = (UCIMethod.LAPLACE, UCIMethod.BBB_ENSEMBLE, UCIMethod.IVON)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,18 @@ DROPOUT_GRID: tuple[Setting, ...] = tuple(Setting(1e-3, dropout=p) for p in (0.0
 ENSEMBLE_GRID: tuple[Setting, ...] = (Setting(1e-3), Setting(3e-3))
 #: the Laplace's MAP network's grid: the learning rate, as the deep ensembles'
 LAPLACE_GRID: tuple[Setting, ...] = (Setting(1e-3), Setting(3e-3))
+#: IVON's grid (results/uci/new-methods.md, stated before its test numbers): IVON's learning rate
+#: x beta, prior N(0, 1), as BBB's: beta sets the effective sample size n / beta and the prior
+#: precision beta / n (the same tempered objective as BBB's at that beta). Set from a probe on
+#: yacht's validation rows (splits 0-2) of lr {0.01, 0.03, 0.1} x beta {0.1, 1}: lr 0.1 diverged
+#: on some splits, beta 1 was far behind 0.1 (as BBB's validation prefers its smaller betas)
+IVON_GRID: tuple[Setting, ...] = tuple(Setting(lr, prior_sigma=1.0, beta=b) for lr in (0.01, 0.03)
+                                       for b in (0.01, 0.03, 0.1, 0.3))
+#: IVON's Hessian estimate at the start (sigma at the start is 1 / sqrt(ess (h0 + prior precision)))
+IVON_HESS_INIT = 0.1
+#: IVON's Hessian momentum: its horizon, 1 / (1 - beta2) = 10,000 steps, inside the schedules'
+#: 18,000 (IVON's default 0.99999 would leave h at 80% of its start after them)
+IVON_BETA2 = 0.9999
 
 
 @dataclass(frozen=True)
@@ -138,6 +154,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("ensemble_local", UCIMethod.BBB_ENSEMBLE, "learned", "local",
             "5 BBB networks with the local estimator, each its own seed, on the splits where BBB chose its local "
             "variant, at BBB's grid point; the predictive their mixture", BBB_GRID, of="local"),
+    Variant("ivon", UCIMethod.IVON, "heteroscedastic", "reparam",
+            "BBB's heteroscedastic network, prior and tempered objective, learned by IVON (natural gradients, "
+            "one weight sample a step, no KL term: the prior is in the update)", IVON_GRID),
 )
 
 

@@ -187,7 +187,7 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     streams = job_streams(job, cfg.seed, pad)
     model = build_regressor(job.variant, job.settings + job.settings[:pad], d, cfg.hidden_for(job.dataset),
                             noise_init=cfg.noise_init, adversarial_eps=cfg.adversarial_eps, x_range=x_range,
-                            streams=streams)
+                            streams=streams, n_fit=n)
     sched = job.schedule
     batch = min(sched.batch_size, n)
     steps = math.ceil(n / batch)

@@ -28,7 +28,7 @@ case "$cmd" in
     if [ -f "$OUT/run.json" ] && [ ! -f "$RESULTS/run.carried.json" ]; then
       cp "$OUT/run.json" "$RESULTS/run.carried.json"; echo "sync.sh: copied $OUT/run.json to $RESULTS/run.carried.json"
     fi
-    variants="heteroscedastic|local|learned|mc_dropout|deep_ensemble|laplace|ensemble_heteroscedastic|ensemble_local"
+    variants="heteroscedastic|local|learned|mc_dropout|deep_ensemble|laplace|ensemble_heteroscedastic|ensemble_local|ivon"
     [ -n "${ONLY:-}" ] && variants=$(echo "$ONLY" | tr ' ' '|')
     for d in $(ls "$OUT/jobs" | sed -En "s/^(.*)-($variants)-(validation|test)\.json$/\1/p" | sort -u); do
       if compgen -G "$OUT/jobs/$d-*.state.pt" > /dev/null; then

@@ -57,3 +57,18 @@ def test_the_committed_page_is_what_the_committed_results_give(capsys):
 def test_no_results_folder_is_one_line(capsys, tmp_path):
     code, _, err = run_main(capsys, "reproduce", "which", "--results", str(tmp_path / "none"))
     assert code != 0 and "no results folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_bbb_ensembles_cost_includes_the_bbb_run_it_is_chosen_from(tmp_path):
+    """It trains at BBB's validation choice: without BBB's run it has no setting, so its cost is
+    both runs', not its own networks' alone."""
+    uci = tmp_path / "uci"
+    uci.mkdir()
+    head = "method,dataset,n_splits,rmse_mean,rmse_se,ll_mean,ll_se,seconds\n"
+    rows = ["bbb,yacht,20,0.8,0.06,-0.3,0.07,600", "bbb_ensemble,yacht,20,0.6,0.05,0.2,0.05,120",
+            "laplace,yacht,20,0.7,0.05,-1.7,0.25,60"]
+    (uci / "methods.csv").write_text(head + "\n".join(rows) + "\n")
+    (uci / "splits.csv").write_text("method,dataset,split,ll\n")
+    b = next(x for x in load_benchmarks(tmp_path) if x.source == "results/uci/methods.csv")
+    assert b.cost == {"bbb": 10.0, "bbb_ensemble": 12.0, "laplace": 1.0}
+    assert "includes bbb's" in render([b], "cmd")

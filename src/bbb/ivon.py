@@ -9,8 +9,8 @@ The posterior lives in the layers: after every step each Bayesian weight's ``*_m
 m and its ``*_rho`` holds sigma = 1 / sqrt(ess (h + weight_decay)) (sigma = softplus(rho)), so
 ``bbb.uncertainty.predict``, ``bbb.prune``, ``torch.save`` / ``load_state_dict`` and every ``bbb``
 command read it as they read a network trained by Bayes by Backprop. The optimiser keeps the
-Hessian estimate h, the momentum and its noise generator (``state_dict``: a resumed run continues
-bit for bit).
+Hessian estimate h, the momentum and its noise's seed and counter (``state_dict``: a resumed run
+continues bit for bit).
 
 One step::
 
@@ -32,9 +32,11 @@ gradient of each sampled weight), and every trainable parameter must be a Bayesi
 Flat buffers, as :class:`bbb.Engine`'s: the trained weights of one dtype and device are laid out in
 one flat vector (:class:`bbb.engine.layout.Slot`); the layers' ``*_mu`` and ``*_rho`` become views
 of a flat mu and rho, the optimiser's momentum and h (``optimizer.state``, per parameter as before)
-views of flat ones. A step draws the noise of all of them in one ``randn`` (the first draw after the
-last step), forms theta in one op into a flat buffer whose per-weight views are the layers' sample
-leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear`` without a mask writes
+views of flat ones. A step draws the noise of all of them at once (the first draw after the last
+step): :func:`bbb.random.normal` of the flat vector's size at the optimiser's seed and draw counter
+(counter-based, as :class:`bbb.Engine`'s: the same numbers on any device and thread count; compiled
+where the update is), forms theta in one op into a flat buffer whose per-weight views are the
+layers' sample leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear`` without a mask writes
 its weight gradient there directly), and applies the update, sigma and rho in one (compiled) pass
 over the flat vectors. A step that is not one sample of every weight (``forward_samples``' k at a
 time, a layer used twice or not at all in the forward) updates weight tensor by weight tensor, as
@@ -64,6 +66,7 @@ from .errors import CheckpointError, UserError
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
 from .nn.samples import RECORDER, SHARED, SampleProvider, providing_samples
+from .random import key_tensor, normal_pairs
 
 __all__ = ["IVON", "inverse_softplus"]
 
@@ -97,6 +100,16 @@ def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tenso
     hess.copy_(new_h)
     mu.copy_(new_mu)
     return new_sigma, inverse_softplus(new_sigma)
+
+
+def ivon_noise(out: Tensor, index: Tensor, keys: Tensor) -> None:
+    """Fill the flat ``out`` (n,) with :func:`bbb.random.normal`'s n numbers at ``keys``
+    (:func:`bbb.random.key_tensor` of the seed and counter): pair j's two normals at j and j + H,
+    ``index`` = arange(H), H = ceil(n / 2). Plain tensor arithmetic: compiled, one loop."""
+    z0, z1 = normal_pairs(index, keys, out.dtype)
+    half = index.shape[0]
+    out[:half].copy_(z0)
+    out[half:].copy_(z1[: out.shape[0] - half])
 
 
 def ivon_flat_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, eps: Tensor, sigma: Tensor,
@@ -136,6 +149,7 @@ class _Flat:
         self.momentum = torch.zeros_like(self.mu)
         self.hess = torch.full_like(self.mu, float(hess_init))
         self.sig, self.eps, self.w, self.g = (torch.zeros_like(self.mu) for _ in range(4))
+        self.index = torch.arange((self.numel + 1) // 2, dtype=torch.int32, device=self.mu.device)
         self.eps_views = [s.view(self.eps) for s in self.slots]
         self.leaves: list[Tensor] = []
         for s in self.slots:
@@ -177,7 +191,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         clip_radius: the element-wise clip of m's update direction (inf: none).
         rescale_lr: the step of m is ``lr * (hess_init + weight_decay)`` (as the published
             implementation by default), so that ``lr`` means the same for any ``hess_init``.
-        seed: the seed of the optimiser's noise generator (None: drawn from torch's global one).
+        seed: the seed of the optimiser's counter-based noise (:mod:`bbb.random`; None: drawn from
+            torch's global generator).
         compile: run the step's arithmetic (:func:`ivon_flat_update`, :func:`ivon_update`) through
             ``torch.compile``; None: as :class:`bbb.Engine` decides (``BBB_COMPILE``; on CUDA, or on
             the CPU from ``bbb.engine.COMPILE_MIN_NUMEL`` weights). The same numbers either way, to
@@ -224,14 +239,16 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     "clip_radius": float(clip_radius), "rescale_lr": bool(rescale_lr)}
         super().__init__([m.mu(n) for m, n in self.pairs], defaults)
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
-        self.generator = torch.Generator(device=dev)
-        self.generator.manual_seed(int(seed) if seed is not None else int(torch.randint(2**62, ()).item()))
+        #: the noise's seed and the number of draws so far: draw c is bbb.random.normal(n, seed, c)
+        self.seed = int(seed) if seed is not None else int(torch.randint(2**62, ()).item())
+        self.counter = 0
         self._warned_kl = False
         self._drew = False  # a forward drew from this optimiser since the last step
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
         self._flat_update = torch.compile(ivon_flat_update, dynamic=True) if compiled else ivon_flat_update
+        self._noise = torch.compile(ivon_noise, dynamic=True) if compiled else ivon_noise
         # the flat buffers, one per (dtype, device) of mu and rho; a weight tensor trained twice
         # (one parameter in two layers) has one slot
         by_kind: dict[tuple[Any, ...], list[tuple[BayesModule, str]]] = {}
@@ -248,7 +265,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 self._slot[id(p)] = (f, i)
                 self.state[p] = {"step": 0, "momentum": f.slots[i].view(f.momentum), "hess": f.slots[i].view(f.hess)}
             if compiled:
-                for t in (f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho):
+                for t in (f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho, f.index):
                     torch._dynamo.mark_dynamic(t, 0)  # one compiled loop for any model's size
         self._write_sigma()
 
@@ -269,19 +286,26 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     # -- sampling (bbb.nn.samples.SampleProvider) ---------------------------------------------
     @contextlib.contextmanager
     def sampling(self) -> Iterator[IVON]:
-        """The forward passes inside draw theta = m + sigma * eps from this optimiser's generator;
-        the step reads the gradient of each sampled weight."""
+        """The forward passes inside draw theta = m + sigma * eps with this optimiser's noise; the
+        step reads the gradient of each sampled weight."""
         for f in self._flats:
             f.check_placement()
         with providing_samples(self):
             yield self
 
+    def _keys(self, device: torch.device) -> Tensor:
+        """The keys of the next draw (the counter advanced), on ``device`` without a host sync."""
+        keys = key_tensor(self.seed, self.counter)
+        self.counter += 1
+        return keys.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else keys
+
     @torch.no_grad()
     def _draw_flat(self, f: _Flat) -> None:
-        """This step's noise of every weight of ``f`` (one ``randn``, or :meth:`normal` per weight
-        tensor where it was replaced) and the sample theta = mu + sigma * eps (one op)."""
+        """This step's noise of every weight of ``f`` (one counter-based draw over the flat vector,
+        or :meth:`normal` per weight tensor where it was replaced) and the sample theta = mu + sigma
+        * eps (one op)."""
         if getattr(self.normal, "__func__", None) is IVON.normal:
-            f.eps.normal_(generator=self.generator)
+            self._noise(f.eps, f.index, self._keys(f.mu.device))
         else:
             for s, e in zip(f.slots, f.eps_views):
                 e.copy_(self.normal(s.shape, s.module.mu(s.name)))
@@ -334,9 +358,13 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         return LinearIntoBuffers.apply(x, s.view(f.w), b, s.view(f.g), gb, f.leaves[i])
 
     def normal(self, shape: tuple[int, ...], like: Tensor) -> Tensor:
-        """Standard normal noise of ``shape`` from the optimiser's generator (a test may replace it:
-        then every draw, the flat one too, takes its noise from it, weight tensor by weight tensor)."""
-        return torch.randn(shape, generator=self.generator, device=like.device, dtype=like.dtype)
+        """Standard normal noise of ``shape``: the optimiser's next counter-based draw
+        (:func:`bbb.random.normal`; a test may replace this method: then every draw, the flat one
+        too, takes its noise from it, weight tensor by weight tensor)."""
+        n = math.prod(shape)
+        out = torch.empty(n, device=like.device, dtype=like.dtype)
+        ivon_noise(out, torch.arange((n + 1) // 2, dtype=torch.int32, device=like.device), self._keys(like.device))
+        return out.view(shape)
 
     def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:
         if not self._warned_kl:
@@ -421,17 +449,21 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         sd = super().state_dict()
-        sd["generator"] = self.generator.get_state()
+        sd["noise"] = {"seed": self.seed, "counter": self.counter}
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s state (one written before the flat buffers existed too: the
         same keys): the momentum and h are copied into the flat buffers, whose views they stay."""
         sd = dict(state_dict)
-        gen = sd.pop("generator", None)
+        noise, gen = sd.pop("noise", None), sd.pop("generator", None)
         super().load_state_dict(sd)
-        if gen is not None:
-            self.generator.set_state(gen)
+        if noise is not None:
+            self.seed, self.counter = int(noise["seed"]), int(noise["counter"])
+        elif gen is not None:
+            warnings.warn("IVON: this state was saved by a bbb whose IVON drew its noise from a torch generator; "
+                          f"training continues with counter-based noise (seed {self.seed}): the same distribution, "
+                          "not the numbers the old run would have drawn", stacklevel=2)
         with torch.no_grad():
             for f in self._flats:
                 for s, p in zip(f.slots, f.params):

@@ -209,9 +209,10 @@ def _counting(monkeypatch) -> dict[str, int]:
     return calls
 
 
-def test_a_step_draws_one_randn_and_runs_one_update_over_flat_buffers(monkeypatch):
-    """The noise of every weight is one randn of the optimiser's generator over the flat vector (the
-    weight tensors in the model's order); one update call a step; the layers' mu and rho, and the
+def test_a_step_draws_the_flat_noise_at_once_and_runs_one_update_over_flat_buffers(monkeypatch):
+    """The noise of every weight is one counter-based draw over the flat vector (bbb.random.normal at
+    the optimiser's seed and its draw counter; the weight tensors in the model's order); one update
+    call a step; the layers' mu and rho, and the
     momentum and h in ``optimizer.state``, are views of one buffer each."""
     calls = _counting(monkeypatch)
     torch.manual_seed(0)
@@ -219,7 +220,7 @@ def test_a_step_draws_one_randn_and_runs_one_update_over_flat_buffers(monkeypatc
     x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
     opt = IVON(net, lr=0.1, ess=8, seed=5, compile=False)
     pairs = [(m, n) for m in bbb.nn.bayes_modules(net) for n in m.param_names()]
-    want = torch.randn(32, generator=torch.Generator().manual_seed(5))
+    want = bbb.random.normal(32, 5, 0)
     with opt.sampling(), bbb.nn.SampleRecorder() as rec:
         loss = F.cross_entropy(net(x), y)
     assert torch.equal(torch.cat([rec.get(m, n).eps.reshape(-1) for m, n in pairs]), want)
@@ -340,3 +341,64 @@ def test_weights_of_two_dtypes_step_in_one_pass_each(monkeypatch):
     assert calls == {"flat": 4, "each": 0}
     assert net.b.weight_mu.dtype == torch.float64 and opt.state[net.b.weight_mu]["hess"].dtype == torch.float64
     assert all(not torch.equal(p, b) for p, b in zip(opt.param_groups[0]["params"], before))
+
+
+def test_the_noise_is_counter_based_the_same_compiled_eager_and_on_any_thread_count():
+    """Draw c of the flat noise is bbb.random.normal(n, seed, c): compiled or eager, on 1 or 2
+    threads, the same numbers (to the Box-Muller's float rounding compiled); the state holds the
+    seed and the counter, not a generator."""
+    torch.manual_seed(0)
+    draws = {}
+    threads = torch.get_num_threads()
+    try:
+        for compiled, nthreads in ((False, 1), (False, 2), (True, 2)):
+            torch.set_num_threads(nthreads)
+            net = bbb.BayesMLP(3, [5], 2)
+            opt = IVON(net, lr=0.1, ess=8, seed=7, compile=compiled)
+            x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+            got = []
+            for _ in range(2):
+                with opt.sampling(), bbb.nn.SampleRecorder() as rec:
+                    loss = F.cross_entropy(net(x), y)
+                got.append(torch.cat([rec.get(m, n).eps.reshape(-1) for m in bbb.nn.bayes_modules(net)
+                                      for n in m.param_names()]))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            draws[(compiled, nthreads)] = got
+            assert opt.state_dict()["noise"] == {"seed": 7, "counter": 2} and "generator" not in opt.state_dict()
+    finally:
+        torch.set_num_threads(threads)
+    want = [bbb.random.normal(32, 7, c) for c in (0, 1)]
+    for (compiled, _), got in draws.items():
+        for g, w in zip(got, want):
+            if compiled:
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
+            else:
+                assert torch.equal(g, w)
+
+
+def test_a_state_saved_with_a_torch_generator_loads_and_says_the_noise_changes():
+    """An IVON state of the bbb before the counter-based noise held the torch generator's state: it
+    loads (the momentum, h and steps), and a warning says the noise goes on from another stream."""
+    torch.manual_seed(0)
+    net = bbb.BayesMLP(3, [5], 2)
+    opt = IVON(net, lr=0.1, ess=8, seed=3, compile=False)
+    _train(net, opt, 2, torch.randn(8, 3), torch.randint(0, 2, (8,)))
+    old = opt.state_dict()
+    del old["noise"]
+    old["generator"] = torch.Generator().get_state()
+    other = IVON(bbb.BayesMLP(3, [5], 2), lr=0.1, ess=8, seed=4, compile=False)
+    with pytest.warns(UserWarning, match="counter-based noise"):
+        other.load_state_dict(old)
+    assert other.seed == 4 and all(st["step"] == 2 for st in other.state.values())
+
+
+def test_a_draw_of_its_own_is_the_next_counter_based_draw():
+    """A weight drawn k at a time (or used twice) takes its noise from the next counter value."""
+    net = bbb.BayesMLP(3, [5], 2)
+    opt = IVON(net, lr=0.1, ess=8, seed=11, compile=False)
+    like = net.layers[0].weight_mu
+    a, b = opt.normal((4, 5, 3), like), opt.normal((2,), like)
+    assert torch.equal(a, bbb.random.normal(60, 11, 0).view(4, 5, 3)) and torch.equal(b, bbb.random.normal(2, 11, 1))
+    assert opt.counter == 2

@@ -2,7 +2,8 @@
 compiled on CUDA where Triton is) equal to the CPU's; a small MLP and a small CNN trained a few
 steps (finite, the means move, sigma = 1 / sqrt(ess (h + weight_decay)) in the layers, the CPU's
 trajectory under the same noise); which parts of a step synchronise with the host; a resume bit
-for bit (the CUDA generator in the optimiser's state); ``bbb train --method ivon --device cuda``
+for bit (the noise's seed and counter in the optimiser's state); the counter-based noise the CPU's;
+``bbb train --method ivon --device cuda``
 through the runs API and its run predicting on CUDA; step for step against ivon-opt where it is
 importable (tests/core/test_ivon.py's comparison, on CUDA)."""
 
@@ -119,11 +120,11 @@ def test_bbb_ivon_compiles_its_update_on_cuda_by_default(cuda, monkeypatch):
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_ivon_trains_on_cuda_with_its_posterior_in_the_layers(cuda, kind):
     """8 steps: finite losses, every mean moved, step counts, and softplus(rho) = 1 / sqrt(ess
-    (h + weight_decay)) in every layer (within 1e-5 relative, as on the CPU); the noise from a
-    generator on the GPU."""
+    (h + weight_decay)) in every layer (within 1e-5 relative, as on the CPU); the noise drawn on
+    the GPU."""
     model, x, y = _model_and_batch(kind, cuda)
     opt = IVON(model, **SETTINGS, seed=0)
-    assert opt.generator.device.type == "cuda"
+    assert opt._flats[0].index.is_cuda
     before = params(model)
     losses = [_ivon_step(model, opt, x, y) for _ in range(8)]
     assert all(bool(torch.isfinite(v)) for v in losses)
@@ -170,7 +171,7 @@ def _forward_backward(model: nn.Module, opt: IVON, x: torch.Tensor, y: torch.Ten
 
 
 def test_ivon_sampling_forward_and_backward_do_not_synchronise(cuda):
-    """The noise (the optimiser's CUDA generator), theta = m + sigma eps, the loss and its
+    """The noise (counter-based, drawn on the GPU), theta = m + sigma eps, the loss and its
     gradient under torch's sync debug mode "error" (after two steps: compiled)."""
     model, x, y = _model_and_batch("mlp", cuda)
     opt = IVON(model, **SETTINGS, seed=0)
@@ -202,10 +203,10 @@ def test_an_ivon_step_does_not_synchronise(cuda):
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_a_resumed_ivon_on_cuda_continues_bit_for_bit(cuda, kind, monkeypatch):
-    """4 steps, the model's and the optimiser's state_dict (its CUDA generator's state with it)
+    """4 steps, the model's and the optimiser's state_dict (the noise's seed and counter with it)
     saved; the run goes on 4 steps, and fresh copies (other initial weights, another seed) load the
     checkpoint and take the same 4: every tensor of both models and h, the momentum and the
-    generator's state equal bit for bit (cuDNN's deterministic algorithms for the CNN)."""
+    noise's counter equal bit for bit (cuDNN's deterministic algorithms for the CNN)."""
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     a, x, y = _model_and_batch(kind, cuda)
@@ -223,7 +224,6 @@ def test_a_resumed_ivon_on_cuda_continues_bit_for_bit(cuda, kind, monkeypatch):
     opt_b = IVON(b, **SETTINGS, seed=99)
     b.load_state_dict(saved["model"])
     opt_b.load_state_dict(saved["opt"])
-    assert opt_b.generator.device.type == "cuda"
     for _ in range(4):
         _ivon_step(b, opt_b, x, y)
     for (k, u), v in zip(a.state_dict().items(), b.state_dict().values()):
@@ -232,7 +232,7 @@ def test_a_resumed_ivon_on_cuda_continues_bit_for_bit(cuda, kind, monkeypatch):
     for i, st in sa["state"].items():
         for k in ("momentum", "hess"):
             assert torch.equal(st[k], sb["state"][i][k]), (i, k)
-    assert torch.equal(sa["generator"], sb["generator"])
+    assert sa["noise"] == sb["noise"] == {"seed": 3, "counter": 8}
 
 
 # -- the runs API (bbb train --method ivon --device cuda) ----------------------------------------------
@@ -250,14 +250,14 @@ def _blobs(n_train: int = 240, n_eval: int = 60, d: int = 12, c: int = 3) -> dic
 
 def test_train_method_ivon_on_cuda_and_its_run_predicts_on_cuda(tmp_path):
     """``bbb train --method ivon --device cuda`` as the runs API runs it, 2 epochs on blobs: a
-    finite summary that learned; the checkpoint holds the CUDA generator's state; the run loaded
+    finite summary that learned; the checkpoint holds the noise's seed and counter; the run loaded
     on CUDA samples predictions there, and its mean network's outputs are the CPU-loaded run's."""
     d = _blobs()
     run = tmp_path / "ivon"
     s = train(tiny_cfg(method="ivon", lr=0.1, epochs=2), run, data=d, **QUIET)
     assert s["method"] == "ivon" and math.isfinite(s["test_nll"]) and s["test_error"] < 0.5
     ckpt = load_checkpoint(run / "last.pt")
-    assert ckpt["epoch"] == 2 and isinstance(ckpt["optimizer"]["generator"], torch.Tensor)
+    assert ckpt["epoch"] == 2 and ckpt["optimizer"]["noise"]["counter"] > 0
     model, _ = load_run(run, "last", device="cuda")
     cpu_model, _ = load_run(run, "last", device="cpu")
     assert all(p.is_cuda for p in model.parameters())
@@ -303,3 +303,13 @@ def test_each_step_on_cuda_is_ivon_opts_step(cuda, kind):
         _ivon_step(ours_net, ours, x, y)
         for mu, want in zip(mus, means[step]):
             torch.testing.assert_close(mu.detach(), want, **F32)
+
+
+def test_the_flat_noise_on_cuda_is_the_cpus(cuda):
+    """Counter-based: the first flat draw of an IVON on CUDA is bbb.random.normal's numbers on the
+    CPU (the same integers; Box-Muller's float rounding within 1e-5)."""
+    model, x, y = _model_and_batch("mlp", cuda)
+    opt = IVON(model, **SETTINGS, seed=5)
+    _forward_backward(model, opt, x, y)
+    f = opt._flats[0]
+    torch.testing.assert_close(f.eps.cpu(), bbb.random.normal(f.numel, 5, 0), rtol=0, atol=1e-5)

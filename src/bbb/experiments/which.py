@@ -141,11 +141,23 @@ def _lora(root: Path) -> Benchmark | None:
         name = f"{r['arch']} {r['task']} K={r['shots']}"
         tasks.setdefault(name, Task(name, {})).scores[r["method"]] = Score(mean, _num(r["nll_se"]),
                                                                           units.get((name, r["method"])))
+    cost: dict[str, float] = {}
+    chose: dict[str, float] = {}  # the validation jobs' minutes, by method
+    seeds = folder / "seeds.csv"
+    for r in _rows(seeds) if seeds.is_file() else []:
+        if "seconds" not in r:
+            break  # a run reported before the seconds were recorded
+        cost[r["method"]] = cost.get(r["method"], 0.0) + ((_num(r["seconds"]) or 0.0)
+                                                          + (_num(r.get("validation_seconds")) or 0.0)) / 60.0
+        chose[r["method"]] = chose.get(r["method"], 0.0) + (_num(r.get("validation_seconds")) or 0.0) / 60.0
+    what = "worker-minutes over the 12 tasks and their seeds, validation grid included"
+    if "laplace" in cost and "map" in chose:  # trained at map's validation choice
+        cost["laplace"] += chose["map"]
+        what += "; laplace's includes map's validation, which chooses its setting"
+    notes = [] if cost else ["Cost: not in this run's files (reported before the seconds were recorded)."]
     return Benchmark("Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)",
                      f"results/{folder.relative_to(root)}/methods.csv",
-                     "test NLL", False, "the seeds", list(tasks.values()),
-                     notes=["Cost: not in the LoRA run's files (its job files, which hold the seconds, are not "
-                            "committed)."])
+                     "test NLL", False, "the seeds", list(tasks.values()), cost, what, notes=notes)
 
 
 def _mnist(root: Path) -> Benchmark | None:

@@ -4,6 +4,7 @@ its files, resume, and one-line errors."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import sys
@@ -113,6 +114,14 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     assert methods["ivon"]["setting"].startswith("lr=") and "ess=" in methods["ivon"]["setting"]
     assert methods["ivon"]["auroc_mi_other"] is not None and 0 <= methods["ivon"]["mean_acc"] <= 1
     assert not {"lr", "lr_se", "ess", "ess_se"} & set(methods["ivon"])
+    # the cost: each test job's seconds, and its validation job's on the seed that job chose for
+    per_seed = list(csv.DictReader((out / "seeds.csv").open()))
+    assert all(float(r["seconds"]) > 0 for r in per_seed)
+    jobs = {p.name: json.loads(p.read_text())["seconds"] for p in (out / "jobs").glob("*-validation.json")}
+    for r in per_seed:
+        val = f"{r['arch']}-{r['task']}-k{r['shots']}-s{r['seed']}-{r['method']}-validation.json"
+        assert (float(r["validation_seconds"]) if r["validation_seconds"] else None) == jobs.get(val), val
+    assert methods["bbb_a"]["seconds"] > 0 and "validation_seconds" not in methods["bbb_a"]
     sweep = (out / "sweep.csv").read_text()
     assert sweep.count("bbb_a") == len(BBB_GRID) and sweep.count("map") == 3
     assert sweep.count("ivon") == len(IVON_GRID)

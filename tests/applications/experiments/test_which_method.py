@@ -72,3 +72,21 @@ def test_the_bbb_ensembles_cost_includes_the_bbb_run_it_is_chosen_from(tmp_path)
     b = next(x for x in load_benchmarks(tmp_path) if x.source == "results/uci/methods.csv")
     assert b.cost == {"bbb": 10.0, "bbb_ensemble": 12.0, "laplace": 1.0}
     assert "includes bbb's" in render([b], "cmd")
+
+
+def test_the_lora_cost_sums_every_job_once_and_laplace_carries_maps_validation(tmp_path):
+    """seeds.csv: each test job's seconds, and on the seed whose validation chose the setting that
+    job's seconds; a method's cost is the sum (each validation job once); the Laplace trains at
+    map's choice, so map's validation is part of its cost."""
+    run = tmp_path / "lora" / "second-run"
+    run.mkdir(parents=True)
+    (run / "methods.csv").write_text("arch,task,shots,method,nll,nll_se\n" + "\n".join(
+        f"cnn,digits,5,{m},{v},0.1" for m, v in (("map", 1.0), ("laplace", 0.9), ("bbb_a", 0.8))) + "\n")
+    lines = ["arch,task,shots,method,seed,nll,seconds,validation_seconds"]
+    for m, test, val in (("map", 60, 120), ("laplace", 30, None), ("bbb_a", 90, 600)):
+        for seed in range(3):
+            lines.append(f"cnn,digits,5,{m},{seed},1.0,{test},{val if (val and seed == 0) else ''}")
+    (run / "seeds.csv").write_text("\n".join(lines) + "\n")
+    b = next(x for x in load_benchmarks(tmp_path) if "LoRA" in x.name)
+    assert b.cost == {"map": 5.0, "laplace": 3.5, "bbb_a": 14.5}
+    assert "laplace's includes map's validation" in render([b], "cmd")

@@ -45,16 +45,21 @@ def _role(key: str) -> str:
     return key
 
 
-def _row(job: Job, result: dict[str, Any]) -> dict[str, Any]:
+def _row(job: Job, result: dict[str, Any], validation_seconds: float | None) -> dict[str, Any]:
     (label, r), = result["settings"].items()
     return {"arch": str(job.arch), "task": str(job.task), "shots": job.shots, "method": str(job.method),
             "seed": job.seed, "setting": label,
-            **{_role(k): v for k, v in r.items() if k not in ("curve", "bins")}}
+            **{_role(k): v for k, v in r.items() if k not in ("curve", "bins")},
+            "seconds": result.get("seconds"), "validation_seconds": validation_seconds}
 
 
-def summarise(jobs: list[Job], results: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(per-job rows, per-group rows: mean and standard error over seeds of every metric)."""
-    rows = [_row(j, results[j.name]) for j in jobs if j.name in results]
+def summarise(jobs: list[Job], results: dict[str, dict[str, Any]],
+              validation_seconds: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(per-job rows, per-group rows: mean and standard error over seeds of every metric).
+    ``validation_seconds``: by test job name, the seconds of the validation job that chose its
+    setting (a method with no grid has none); a row's ``seconds`` are its test job's."""
+    val = validation_seconds or {}
+    rows = [_row(j, results[j.name], val.get(j.name)) for j in jobs if j.name in results]
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["arch"], r["task"], r["shots"], r["method"]), []).append(r)
@@ -62,7 +67,9 @@ def summarise(jobs: list[Job], results: dict[str, dict[str, Any]]) -> tuple[list
     for (arch, task, shots, method), rs in groups.items():
         row: dict[str, Any] = {"arch": arch, "task": task, "shots": shots, "method": method, "seeds": len(rs),
                                "setting": rs[0]["setting"]}
-        keys = [k for k in rs[0] if k not in ("arch", "task", "shots", "method", "seed", "setting", *SETTING_KEYS)]
+        # (validation_seconds: a validation job belongs to one seed or none, so no mean over seeds)
+        keys = [k for k in rs[0] if k not in ("arch", "task", "shots", "method", "seed", "setting",
+                                              "validation_seconds", *SETTING_KEYS)]
         for k in keys:
             m, se = _mean_se([r.get(k) for r in rs])
             row[k], row[f"{k}_se"] = m, se
@@ -178,9 +185,9 @@ def _figures(out: Path, jobs: list[Job], results: dict[str, dict[str, Any]]) -> 
 
 
 def write_report(out: Path, jobs: list[Job], results: dict[str, dict[str, Any]], sweeps: list[dict[str, Any]],
-                 meta: dict[str, Any]) -> list[Path]:
+                 meta: dict[str, Any], validation_seconds: dict[str, float] | None = None) -> list[Path]:
     """Write the tables and figures of the finished test jobs; returns the paths written."""
-    rows, groups = summarise(jobs, results)
+    rows, groups = summarise(jobs, results, validation_seconds)
     if not rows:
         return []
     targets = target_rows(groups)

@@ -237,7 +237,14 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
             meta["commands_before"] = [portable_command(c)[0] for c in
                                        (*prev.get("commands_before", []), prev.get("command", ""))]
         atomic_write_json(out / "run.json", meta)
-    written = write_report(out, test_jobs, finished, sweeps, meta)
+    val_seconds = {}
+    for j in val_jobs:
+        r = _load(folder / f"{j.name}.json") if _finished(folder, j) else None
+        if r is not None and "seconds" in r:
+            val_seconds[j.name] = float(r["seconds"])
+    chosen_by = {j.name: val_seconds[v] for j in test_jobs
+                 if (v := j.name.removesuffix(f"-{Phase.TEST.value}") + f"-{Phase.VALIDATION.value}") in val_seconds}
+    written = write_report(out, test_jobs, finished, sweeps, meta, chosen_by)
     if cfg.loggers and write_events(out, cfg, [j for j in val_jobs + test_jobs if _finished(folder, j)]):
         written.append(out / "tb")
     return {"written": [str(p) for p in written], **meta}

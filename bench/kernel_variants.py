@@ -1,0 +1,71 @@
+"""The engine's fused step with one part taken out, to see what each part of the fused kernel costs
+in place (issue 74): ``engine.step()`` milliseconds (median and minimum over 40 steps after 5) of
+the paper's MLP 784-W-W-10, the kernel compiled with the part replaced before compiling:
+
+- ``base``: the kernel as it is;
+- ``no_noise``: the next sample's counter-based noise not drawn (the last step's reused: wrong
+  numbers, a measurement only);
+- ``no_klsum``: the KL's fixed-order sum over all weights replaced by one term.
+
+One variant per process (each compiles its own kernel). Run on idle cores, each variant a few
+times (this machine's steps vary by 2x between runs; the minimum is the steadier number)::
+
+    python bench/kernel_variants.py base --width 1200 --threads 2 --prior paper
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+import bbb
+import bbb.engine.kernels as kernels
+from bbb.distributions import GaussianPrior, ScaleMixturePrior
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Example:\n  python bench/kernel_variants.py no_noise --width 1200 --threads 2")
+    ap.add_argument("variant", choices=["base", "no_noise", "no_klsum"])
+    ap.add_argument("--width", type=int, default=1200)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prior", choices=["paper", "gauss"], default="paper",
+                    help="paper: scale mixture, Monte Carlo KL; gauss: N(0, e^-2), closed form")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    if args.variant == "no_noise":
+        def reuse(noise, index, hp, w, kl_extra):  # type: ignore[no-untyped-def]
+            rows = w.shape[0] + kl_extra
+            return noise.view(-1)[: rows * w.shape[1]].view(rows, w.shape[1])
+        kernels._sample_noise = reuse  # type: ignore[assignment]
+    elif args.variant == "no_klsum":
+        kernels.fixed_order_sum = lambda t: t[:1].sum()
+    prior, kl = ((ScaleMixturePrior(0.25, 1.0, math.exp(-7)), "mc") if args.prior == "paper"
+                 else (GaussianPrior(math.exp(-1)), "closed"))
+    torch.manual_seed(0)
+    net = bbb.BayesMLP(784, [args.width, args.width], 10, prior=prior)
+    engine = bbb.Engine(net, "adam", lr=1e-3, kl=kl, num_samples=1, seed=0)
+    elbo = bbb.ELBO(net, num_batches=469, kl=kl)
+    x, y = torch.randn(128, 784), torch.randint(0, 10, (128,))
+    times = []
+    for _ in range(45):
+        with engine.sampling():
+            out = elbo(x, y, batch_index=0)
+        engine.zero_grad()
+        (out.loss / 128).backward()
+        t = time.perf_counter()
+        engine.step()
+        times.append(time.perf_counter() - t)
+    ms = [1e3 * t for t in times[5:]]
+    print(f"{args.variant} {args.prior} 784-{args.width}-{args.width}-10, {args.threads} thread(s): "
+          f"engine.step median {statistics.median(ms):.2f} ms, min {min(ms):.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Smoke test of the per-weight profile of the Bayesian step (bench/bench_kernel.py): a tiny width,
+one step; every system's phases and every kernel part in the JSON and the Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1]
+
+
+def test_a_tiny_run_times_every_phase_and_part(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_kernel.py"), "--widths", "8", "--threads", "1",
+                           "--steps", "1", "--warmup", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "BBB_COMPILE_NOTICE": "0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "kernel.json").read_text())
+    r = res["widths"]["8"]
+    assert r["weights"] == 784 * 8 + 8 + 8 * 8 + 8 + 8 * 10 + 10
+    assert set(r["steps"]) == {"deterministic", "bbb paper (mixture, MC KL)", "bbb Gaussian (closed-form KL)"}
+    assert all(p[k] > 0 for p in r["steps"].values() for k in ("forward", "backward", "step", "total"))
+    assert len(r["parts"]) == 8 and all(v > 0 for v in r["parts"].values())
+    md = (tmp_path / "kernel.md").read_text()
+    assert "| deterministic |" in md and "ns/weight" in md and "--out DIR" in md

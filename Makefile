@@ -140,6 +140,7 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: $(BENCH_STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(PY) bench/run.py $(BENCH_ARGS)
+	OMP_WAIT_POLICY=PASSIVE $(PY) bench/bench_kernel.py --threads 2 --out bench/results
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	test -f $(VENV)/torch-constraint.txt || $(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-constraint.txt

@@ -6,6 +6,8 @@ the paper's MLP 784-W-W-10, the kernel compiled with the part replaced before co
 - ``no_noise``: the next sample's counter-based noise not drawn (the last step's reused: wrong
   numbers, a measurement only);
 - ``no_klsum``: the KL's fixed-order sum over all weights replaced by one term;
+- ``plain_sum``: the KL summed by ``torch.sum`` (one fused reduction, its rounding then dependent
+  on the thread count, which the fixed-order sum exists to avoid: a measurement only);
 - ``recompute_sigma``: sigma and sigmoid(rho) not stored by the sampling step but computed again
   from rho in the update (16 bytes a weight less traffic, one exp and one log more; the same
   numbers: the Gaussian prior's closed form only).
@@ -34,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Example:\n  python bench/kernel_variants.py no_noise --width 1200 --threads 2")
-    ap.add_argument("variant", choices=["base", "no_noise", "no_klsum", "recompute_sigma"])
+    ap.add_argument("variant", choices=["base", "no_noise", "no_klsum", "recompute_sigma", "plain_sum"])
     ap.add_argument("--width", type=int, default=1200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prior", choices=["paper", "gauss"], default="paper",
@@ -47,6 +49,8 @@ def main() -> None:
             rows = w.shape[0] + kl_extra
             return noise.view(-1)[: rows * w.shape[1]].view(rows, w.shape[1])
         kernels._sample_noise = reuse  # type: ignore[assignment]
+    elif args.variant == "plain_sum":
+        kernels.fixed_order_sum = lambda t: t.sum()
     elif args.variant == "no_klsum":
         kernels.fixed_order_sum = lambda t: t[:1].sum()
     elif args.variant == "recompute_sigma":

@@ -36,8 +36,8 @@ views of flat ones. A step draws the noise of all of them at once (the first dra
 step): :func:`bbb.random.normal` of the flat vector's size at the optimiser's seed and draw counter
 (counter-based, as :class:`bbb.Engine`'s: the same numbers on any device and thread count; compiled
 where the update is), forms theta in one op into a flat buffer whose per-weight views are the
-layers' sample leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear`` without a mask writes
-its weight gradient there directly), and applies the update, sigma and rho in one (compiled) pass
+layers' sample leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear``
+without a mask writes its weight gradient there directly), and applies the update, sigma and rho in one (compiled) pass
 over the flat vectors. A step that is not one sample of every weight (``forward_samples``' k at a
 time, a layer used twice or not at all in the forward) updates weight tensor by weight tensor, as
 before, on views of the same buffers: the same numbers. A weight drawn in the forward counts as
@@ -66,7 +66,7 @@ from .errors import CheckpointError, UserError
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
 from .nn.samples import RECORDER, SHARED, SampleProvider, providing_samples
-from .random import key_tensor, normal_pairs
+from .random import key_tensor, normal_into_
 
 __all__ = ["IVON", "inverse_softplus"]
 
@@ -100,16 +100,6 @@ def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tenso
     hess.copy_(new_h)
     mu.copy_(new_mu)
     return new_sigma, inverse_softplus(new_sigma)
-
-
-def ivon_noise(out: Tensor, index: Tensor, keys: Tensor) -> None:
-    """Fill the flat ``out`` (n,) with :func:`bbb.random.normal`'s n numbers at ``keys``
-    (:func:`bbb.random.key_tensor` of the seed and counter): pair j's two normals at j and j + H,
-    ``index`` = arange(H), H = ceil(n / 2). Plain tensor arithmetic: compiled, one loop."""
-    z0, z1 = normal_pairs(index, keys, out.dtype)
-    half = index.shape[0]
-    out[:half].copy_(z0)
-    out[half:].copy_(z1[: out.shape[0] - half])
 
 
 def ivon_flat_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, eps: Tensor, sigma: Tensor,
@@ -248,7 +238,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
         self._flat_update = torch.compile(ivon_flat_update, dynamic=True) if compiled else ivon_flat_update
-        self._noise = torch.compile(ivon_noise, dynamic=True) if compiled else ivon_noise
+        self._noise = torch.compile(normal_into_, dynamic=True) if compiled else normal_into_
         # the flat buffers, one per (dtype, device) of mu and rho; a weight tensor trained twice
         # (one parameter in two layers) has one slot
         by_kind: dict[tuple[Any, ...], list[tuple[BayesModule, str]]] = {}
@@ -363,7 +353,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         too, takes its noise from it, weight tensor by weight tensor)."""
         n = math.prod(shape)
         out = torch.empty(n, device=like.device, dtype=like.dtype)
-        ivon_noise(out, torch.arange((n + 1) // 2, dtype=torch.int32, device=like.device), self._keys(like.device))
+        normal_into_(out, torch.arange((n + 1) // 2, dtype=torch.int32, device=like.device), self._keys(like.device))
         return out.view(shape)
 
     def model_kl(self, model: nn.Module, mode: KLMode, kl_samples: int | None = None) -> Tensor | None:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["counter_keys", "hash_pairs", "key_tensor", "normal", "normal_pairs", "fill_normal_"]
+__all__ = ["counter_keys", "hash_pairs", "key_tensor", "normal", "normal_pairs", "fill_normal_", "normal_into_"]
 
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -152,6 +152,16 @@ def fill_normal_(out: Tensor, index: Tensor, keys: Tensor) -> None:
     out.copy_(torch.stack([z0, z1]))
 
 
+def normal_into_(out: Tensor, index: Tensor, keys: Tensor) -> None:
+    """Fill the flat ``out`` (n,) with :func:`normal`'s n numbers at ``keys``: pair j's two normals
+    at j and j + H, ``index`` = arange(H), H = ceil(n / 2) (the last number of an odd n dropped).
+    Plain tensor arithmetic: under ``torch.compile``, one loop."""
+    z0, z1 = normal_pairs(index, keys, out.dtype)
+    half = index.shape[0]
+    out[:half].copy_(z0)
+    out[half:].copy_(z1[: out.shape[0] - half])
+
+
 def normal(n: int, seed: int, counter: int, *, device: torch.device | str | None = None,
            dtype: torch.dtype = torch.float32) -> Tensor:
     """``n`` standard normals, a pure function of (seed, counter): the engine's noise, eagerly."""
@@ -160,8 +170,6 @@ def normal(n: int, seed: int, counter: int, *, device: torch.device | str | None
     half = (n + 1) // 2
     if half >= 1 << 31:
         raise ValueError(f"n must be at most 2^32 - 2 (pair indices below 2^31), got {n}")
-    index = torch.arange(half, device=device, dtype=torch.int32)
-    keys = key_tensor(seed, counter, device=device)
-    buf = torch.empty((2, half), device=device, dtype=dtype)
-    fill_normal_(buf, index, keys)
-    return buf.view(-1)[:n]
+    out = torch.empty(n, device=device, dtype=dtype)
+    normal_into_(out, torch.arange(half, device=device, dtype=torch.int32), key_tensor(seed, counter, device=device))
+    return out

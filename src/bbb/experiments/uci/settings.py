@@ -100,8 +100,7 @@ LAPLACE_GRID: tuple[Setting, ...] = (Setting(1e-3), Setting(3e-3))
 #: IVON's grid (results/uci/new-methods.md, stated before its test numbers): IVON's learning rate
 #: x beta, prior N(0, 1), as BBB's: beta sets the effective sample size n / beta and the prior
 #: precision beta / n (the same tempered objective as BBB's at that beta). Set from a probe on
-#: yacht's validation rows (splits 0-2) of lr {0.01, 0.03, 0.1} x beta {0.1, 1}: lr 0.1 diverged
-#: on some splits, beta 1 was far behind 0.1 (as BBB's validation prefers its smaller betas)
+#: yacht's validation rows only (results/uci/new-methods.md says what it found)
 IVON_GRID: tuple[Setting, ...] = tuple(Setting(lr, prior_sigma=1.0, beta=b) for lr in (0.01, 0.03)
                                        for b in (0.01, 0.03, 0.1, 0.3))
 #: IVON's Hessian estimate at the start (sigma at the start is 1 / sqrt(ess (h0 + prior precision)))

@@ -219,11 +219,14 @@ def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.de
         method.net.load_state_dict(state["model"])
         method.opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
-        order.set_state(state["order"])
-        torch.set_rng_state(state["rng"]["cpu"])
+        # the generators' states are host byte tensors: map_location moved them to the device
+        order.set_state(state["order"].cpu())
+        torch.set_rng_state(state["rng"]["cpu"].cpu())
         if "cuda" in state["rng"] and device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
         epoch, seconds, losses = state["epoch"], state["seconds"], list(state["losses"])
+        if job.method is FashionMethod.IVON_OPT:  # its step count (debiasing) is not in its state_dict
+            method.opt.current_step = epoch * num_batches
         progress(epoch)
     while epoch < schedule.epochs:
         method.net.train()

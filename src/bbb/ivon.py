@@ -252,8 +252,12 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
-        self._flat_update = (functools.partial(ivon_flat_update, kernel=torch.compile(ivon_flat_math, dynamic=True))
-                             if compiled else ivon_flat_update)
+        if not compiled:
+            self._flat_update: Callable[..., None] = ivon_flat_update
+        elif dev.type == "cpu":  # the zeroing apart: in one function Inductor's CPU update loop is serial
+            self._flat_update = functools.partial(ivon_flat_update, kernel=torch.compile(ivon_flat_math, dynamic=True))
+        else:  # one kernel launch for both (Triton)
+            self._flat_update = torch.compile(ivon_flat_update, dynamic=True)
         # the (2, half) block of noise: one compiled loop over the pairs (cosine and sine once each);
         # eagerly into the flat view, with no temporary
         self._noise = (torch.compile(fill_normal_, dynamic=True) if compiled

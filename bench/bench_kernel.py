@@ -8,7 +8,11 @@ Whole steps, each part timed on its own (medians over ``--steps`` after warm-up,
 - ``bbb``: the paper's configuration (scale-mixture prior, Monte Carlo KL, reparameterisation, one
   sample) and the Gaussian prior's (closed-form KL) on ``bbb.Engine("adam")``: forward with the ELBO,
   backward, ``engine.step()`` (the engine's one kernel: the KL's gradient, Adam on mu and rho, the next
-  sample's noise, sigma and prior gradient).
+  sample's noise, sigma and prior gradient);
+- ``bbb.IVON``: ``bbb.bayesianize`` of the same MLP and ``bbb.IVON`` (lr 0.1, ess 50,000, hess_init
+  0.5; one sample): its forward includes the step's draw (the counter-based noise over the flat
+  vector and the sample's addcmul), ``step()`` the compiled update (mu, the momentum, h, sigma and
+  the layers' rho) and the gradient's zeroing.
 
 The kernel's parts, each compiled alone over the same number of weights (what ``engine.step()``
 fuses): the counter-based noise (``bbb.random.normal_pairs``), torch's own ``normal_`` (for scale),
@@ -16,7 +20,8 @@ softplus with sigmoid, the mixture's log density and gradient, the Gaussian clos
 gradients, Adam's update of two tensors (mu and rho), a copy of one float32 tensor (8 bytes per
 weight moved), and the fused step's memory traffic alone: 10 float32 tensors read and 12 written
 (88 bytes per weight, what ``engine.step()`` moves with Adam and the Gaussian prior's closed form;
-the arithmetic a sum and a product).
+the arithmetic a sum and a product); IVON's update (``bbb.ivon.ivon_flat_math``, compiled as
+``bbb.IVON`` compiles it) and, of it, the layers' rho = log(expm1(sigma)) alone.
 
 Run it on idle cores (another job halves every number)::
 
@@ -42,6 +47,7 @@ import torch.nn.functional as F
 import bbb
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
 from bbb.engine.kernels import softplus_and_sigmoid
+from bbb.ivon import inverse_softplus, ivon_flat_math
 from bbb.random import key_tensor, normal_pairs
 
 BATCH = 128
@@ -106,6 +112,16 @@ def whole_steps(width: int, steps: int, warmup: int) -> dict[str, dict[str, floa
                 return elbo(x, y, batch_index=0).loss / BATCH
 
         rows[name] = _phases(forward, engine.zero_grad, engine.step, steps, warmup)
+    inet = _mlp(width)
+    bbb.bayesianize(inet)
+    ivon = bbb.IVON(inet, lr=0.1, ess=50_000, hess_init=0.5, seed=0)
+
+    def ivon_forward() -> torch.Tensor:
+        with ivon.sampling():
+            return F.cross_entropy(inet(x), y)
+
+    rows["bbb.IVON (its forward draws the sample)"] = _phases(ivon_forward, lambda: ivon.zero_grad(set_to_none=True),
+                                                              ivon.step, steps, warmup)
     return rows
 
 
@@ -170,6 +186,15 @@ def kernel_parts(n: int, steps: int, warmup: int) -> dict[str, float]:
         f = torch.compile(fn, fullgraph=True, dynamic=False)
         out[name] = _median_ms(f, steps, warmup + 2)
     out["torch normal_ (not counter-based)"] = _median_ms(lambda: noise.normal_(generator=g), steps, warmup)
+    # IVON's update as bbb.IVON compiles it (dynamic sizes; the gradient's zeroing apart)
+    mu, mom, grad, eps = (torch.randn(n, generator=g) * 0.05 for _ in range(4))
+    hess, sig, rho_out = torch.full((n,), 0.5), torch.full((n,), 0.006), torch.empty(n)
+    hp = torch.tensor([0.9, 0.99999, 1e-4, 0.1, 0.1, 5e4, math.inf], dtype=torch.float64)
+    update = torch.compile(ivon_flat_math, dynamic=True)
+    out["IVON update (ivon_flat_math)"] = _median_ms(lambda: update(mu, mom, hess, grad, eps, sig, rho_out, hp),
+                                                     steps, warmup + 2)
+    rho_of = torch.compile(lambda: rho_out.copy_(inverse_softplus(sig)), dynamic=True)
+    out["IVON's rho = log(expm1(sigma)) alone"] = _median_ms(rho_of, steps, warmup + 2)
     return out
 
 

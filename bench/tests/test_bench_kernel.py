@@ -20,8 +20,9 @@ def test_a_tiny_run_times_every_phase_and_part(tmp_path):
     res = json.loads((tmp_path / "kernel.json").read_text())
     r = res["widths"]["8"]
     assert r["weights"] == 784 * 8 + 8 + 8 * 8 + 8 + 8 * 10 + 10
-    assert set(r["steps"]) == {"deterministic", "bbb paper (mixture, MC KL)", "bbb Gaussian (closed-form KL)"}
+    assert set(r["steps"]) == {"deterministic", "bbb paper (mixture, MC KL)", "bbb Gaussian (closed-form KL)",
+                               "bbb.IVON (its forward draws the sample)"}
     assert all(p[k] > 0 for p in r["steps"].values() for k in ("forward", "backward", "step", "total"))
-    assert len(r["parts"]) == 8 and all(v > 0 for v in r["parts"].values())
+    assert len(r["parts"]) == 10 and all(v > 0 for v in r["parts"].values())
     md = (tmp_path / "kernel.md").read_text()
     assert "| deterministic |" in md and "ns/weight" in md and "--out DIR" in md

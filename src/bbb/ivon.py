@@ -22,6 +22,12 @@ One step::
         loss.backward()                         # the gradient G at theta, one backward pass
         opt.step()                              # h, momentum, m; sigma from h
 
+Several samples a step (``ivon-opt``'s ``train_samples``): one ``with opt.sampling():`` block and
+one backward pass per sample, then one step, which takes the mean of the blocks' gradients (and
+of their products with the noise), as ``ivon-opt`` does: each block's loss is one sample's loss,
+not divided by the number of samples. Within one block the gradients add up, as the loss's do
+(``forward_samples``' k rows under a mean loss, a layer used twice).
+
 The prior is IVON's own: a Gaussian of precision ``weight_decay`` per weight, weighed against the
 data by ``ess`` (the KL weight is 1/ess; ess = the training-set size is the Bayesian choice, larger
 is a colder posterior). A :class:`bbb.ELBO` loss works too, but its KL is not IVON's prior: inside
@@ -249,6 +255,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self.counter = 0
         self._warned_kl = False
         self._drew = False  # a forward drew from this optimiser since the last step
+        self._blocks = 0  # sampling() blocks that drew since the last step: the step averages over them
+        self._block_drew = False
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
@@ -304,8 +312,12 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         step reads the gradient of each sampled weight."""
         for f in self._flats:
             f.check_placement()
-        with providing_samples(self):
-            yield self
+        self._block_drew = False
+        try:
+            with providing_samples(self):
+                yield self
+        finally:
+            self._blocks += self._block_drew
 
     def _keys(self, device: torch.device) -> Tensor:
         """The keys of the next draw (the counter advanced), on ``device`` without a host sync."""
@@ -332,7 +344,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if hit is None or mu is None:
             return None  # a frozen layer: drawn as usual
         f, i = hit
-        self._drew = True
+        self._drew = self._block_drew = True
         if k is None and i not in f.hit:  # this step's flat sample
             if f.fresh:
                 self._draw_flat(f)
@@ -359,7 +371,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if (i in f.hit or (b_hit is not None and b_hit[1] in f.hit) or autocast_enabled(x.device.type)
                 or getattr(module, "weight_mask", None) is not None or getattr(module, "bias_mask", None) is not None):
             return None
-        self._drew = True
+        self._drew = self._block_drew = True
         if f.fresh:
             self._draw_flat(f)
         f.hit.add(i)
@@ -416,17 +428,20 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     st["step"] = t + 1
                 self._flat_update(f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho, self._hp(t + 1, f.mu.device))
             elif f.hit or f.extra:
-                self._step_each(f, states, backward)
+                self._step_each(f, states, backward, self._blocks)
             f.clean = f.g._version
             f.hit.clear()
             f.extra.clear()
             f.fresh = True
         self._drew = False
+        self._blocks = 0
         return loss
 
-    def _step_each(self, f: _Flat, states: list[dict[str, Any]], backward: bool) -> None:
+    def _step_each(self, f: _Flat, states: list[dict[str, Any]], backward: bool, blocks: int) -> None:
         """The step weight tensor by weight tensor, on views of the flat buffers: the tensors drawn
-        k at a time, twice, or not at all (left as they are), or whose step counts differ."""
+        k at a time, twice, or not at all (left as they are), or whose step counts differ. With
+        ``blocks`` > 1 ``sampling()`` blocks since the last step (one Monte Carlo sample of the loss
+        each), the gradient and its product with the noise are their means over the blocks."""
         hps: dict[int, Tensor] = {}
         for i, (s, st) in enumerate(zip(f.slots, states)):
             grads = [(eps, w.grad, rows) for eps, w, rows in f.extra.get(i, ()) if w.grad is not None]
@@ -439,6 +454,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             else:  # a draw of k samples at once: its rows summed (the loss averages over them)
                 g = torch.stack([gw.sum(0) if rows else gw for _, gw, rows in grads]).sum(0)
                 gz = torch.stack([(gw * eps).sum(0) if rows else gw * eps for eps, gw, rows in grads]).sum(0)
+            if blocks > 1:
+                g, gz = g / blocks, gz / blocks
             st["step"] += 1
             if st["step"] not in hps:
                 hps[st["step"]] = self._hp(st["step"], f.mu.device)
@@ -498,4 +515,5 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 f.g.zero_()
                 f.clean = f.g._version
         self._drew = False
+        self._blocks = 0
         self._write_sigma()

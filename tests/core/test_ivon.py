@@ -138,16 +138,18 @@ def test_a_frozen_layer_is_left_alone():
 
 # -- against the published implementation -----------------------------------------------------
 
-def _reference_steps(plain: nn.Module, kw: dict, x: torch.Tensor, y: torch.Tensor, steps: int):
-    """ivon-opt on ``plain``: each step's sampled weights and the means after it."""
+def _reference_steps(plain: nn.Module, kw: dict, x: torch.Tensor, y: torch.Tensor, steps: int, samples: int = 1):
+    """ivon-opt on ``plain`` (``samples`` sampled_params blocks a step, its README's train_samples
+    loop): each block's sampled weights and the means after each step."""
     ivon = pytest.importorskip("ivon", reason="ivon-opt (the bench extra) is the reference")
     opt = ivon.IVON(plain.parameters(), **kw)
     sampled, means = [], []
     for _ in range(steps):
-        with opt.sampled_params(train=True):
-            opt.zero_grad()
-            sampled.append([p.detach().clone() for p in plain.parameters()])
-            F.cross_entropy(plain(x), y).backward()
+        for _ in range(samples):
+            with opt.sampled_params(train=True):
+                opt.zero_grad()
+                sampled.append([p.detach().clone() for p in plain.parameters()])
+                F.cross_entropy(plain(x), y).backward()
         opt.step()
         means.append([p.detach().clone() for p in plain.parameters()])
     return sampled, means
@@ -180,6 +182,55 @@ def test_each_step_is_ivon_opts_step(kind):
         ours.step()
         for mu, ref in zip(mus, means[step]):
             torch.testing.assert_close(mu.detach(), ref, rtol=1e-5, atol=1e-7)
+
+
+def test_several_samples_a_step_are_ivon_opts_train_samples():
+    """ivon-opt's loop of 2 sampled_params blocks a step (each its backward) and bbb's 2 sampling()
+    blocks (each its backward), the same noise: the step averages the blocks' gradients and their
+    products with the noise as ivon-opt does; the means agree after each of 4 steps."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    x, y = _data(32)
+    net = bbb.bayesianize(copy.deepcopy(plain))
+    kw = {"lr": 0.05, "ess": 100.0, "hess_init": 0.3, "weight_decay": 1e-3, "beta1": 0.9, "beta2": 0.999}
+    sampled, means = _reference_steps(plain, kw, x, y, 4, samples=2)
+    ours = IVON(net, **kw)
+    mus = [m.mu(n) for m in bbb.nn.bayes_modules(net) for n in m.param_names()]
+    for step in range(4):
+        ours.zero_grad()
+        for block in range(2):
+            queue = [((s - mu.detach()) / ours._sigma(mu)) for s, mu in zip(sampled[2 * step + block], mus)]
+            ours.normal = lambda shape, like, q=queue: q.pop(0).reshape(shape)  # type: ignore[method-assign]
+            with ours.sampling():
+                loss = F.cross_entropy(net(x), y)
+            loss.backward()
+        ours.step()
+        for mu, ref in zip(mus, means[step]):
+            torch.testing.assert_close(mu.detach(), ref, rtol=1e-5, atol=1e-7)
+
+
+def test_blocks_of_the_same_noise_step_as_one_block():
+    """Two sampling() blocks a step drawing the same noise give the step of one block (the mean of
+    two equal gradients, not their sum)."""
+    torch.manual_seed(0)
+    x, y = _data(32)
+    nets = [_mlp() for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [IVON(n, lr=0.1, ess=64, seed=0, compile=False) for n in nets]
+    for _ in range(3):
+        ref = {tuple(m.mu(n).shape): torch.randn(m.mu(n).shape) for m in bbb.nn.bayes_modules(nets[0])
+               for n in m.param_names()}
+        assert len(ref) == 4  # the shapes tell the weight tensors apart
+        for net, opt, blocks in ((nets[0], opts[0], 1), (nets[1], opts[1], 2)):
+            opt.normal = lambda shape, like, r=ref: r[tuple(shape)].clone()  # type: ignore[method-assign]
+            opt.zero_grad()
+            for _ in range(blocks):
+                with opt.sampling():
+                    loss = F.cross_entropy(net(x), y)
+                loss.backward()
+            opt.step()
+        for a, b in zip(nets[0].state_dict().values(), nets[1].state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.slow

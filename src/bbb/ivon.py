@@ -25,8 +25,9 @@ One step::
 Several samples a step (``ivon-opt``'s ``train_samples``): one ``with opt.sampling():`` block and
 one backward pass per sample, then one step, which takes the mean of the blocks' gradients (and
 of their products with the noise), as ``ivon-opt`` does: each block's loss is one sample's loss,
-not divided by the number of samples. Within one block the gradients add up, as the loss's do
-(``forward_samples``' k rows under a mean loss, a layer used twice).
+not divided by the number of samples. A block whose draws no backward reaches (a sampled
+prediction between steps) is not a sample. Within one block the gradients add up, as the loss's
+do (``forward_samples``' k rows under a mean loss, a layer used twice).
 
 The prior is IVON's own: a Gaussian of precision ``weight_decay`` per weight, weighed against the
 data by ``ess`` (the KL weight is 1/ess; ess = the training-set size is the Bayesian choice, larger
@@ -168,7 +169,8 @@ class _Flat:
             leaf.grad = s.view(self.g)
             self.leaves.append(leaf)
         self.hit: set[int] = set()  # slots drawn from the flat sample this step
-        self.extra: dict[int, list[tuple[Tensor, Tensor, bool]]] = {}  # their other draws: (eps, w, k rows)
+        self.extra: dict[int, list[tuple[Tensor, Tensor, bool, int]]] = {}  # their other draws: (eps, w, k rows, block)
+        self.flat_block = 0  # the sampling() block of this step's flat draw
         self.fresh = True  # the flat noise is still to be drawn for this step
         self.clean = self.g._version  # g's version when zeroed (a backward into it advances it)
 
@@ -255,8 +257,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self.counter = 0
         self._warned_kl = False
         self._drew = False  # a forward drew from this optimiser since the last step
-        self._blocks = 0  # sampling() blocks that drew since the last step: the step averages over them
-        self._block_drew = False
+        #: sampling() blocks entered since the last step: the step averages over those whose draws a backward reached
+        self._block = 0
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
@@ -312,12 +314,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         step reads the gradient of each sampled weight."""
         for f in self._flats:
             f.check_placement()
-        self._block_drew = False
-        try:
-            with providing_samples(self):
-                yield self
-        finally:
-            self._blocks += self._block_drew
+        self._block += 1
+        with providing_samples(self):
+            yield self
 
     def _keys(self, device: torch.device) -> Tensor:
         """The keys of the next draw (the counter advanced), on ``device`` without a host sync."""
@@ -337,6 +336,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 e.copy_(self.normal(s.shape, s.module.mu(s.name)))
         torch.addcmul(f.mu, f.sig, f.eps, out=f.w)
         f.fresh = False
+        f.flat_block = self._block
 
     def draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
         mu = module.mu(name) if isinstance(module, BayesModule) else None
@@ -344,7 +344,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if hit is None or mu is None:
             return None  # a frozen layer: drawn as usual
         f, i = hit
-        self._drew = self._block_drew = True
+        self._drew = True
         if k is None and i not in f.hit:  # this step's flat sample
             if f.fresh:
                 self._draw_flat(f)
@@ -354,7 +354,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
         eps = self.normal(shape, mu).detach()
         w = torch.addcmul(mu.detach(), self._sigma(mu), eps).requires_grad_(True)
-        f.extra.setdefault(i, []).append((eps, w, k is not None))
+        f.extra.setdefault(i, []).append((eps, w, k is not None, self._block))
         return mu, eps, w
 
     def linear(self, module: nn.Module, x: Tensor) -> Tensor | None:
@@ -371,7 +371,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if (i in f.hit or (b_hit is not None and b_hit[1] in f.hit) or autocast_enabled(x.device.type)
                 or getattr(module, "weight_mask", None) is not None or getattr(module, "bias_mask", None) is not None):
             return None
-        self._drew = self._block_drew = True
+        self._drew = True
         if f.fresh:
             self._draw_flat(f)
         f.hit.add(i)
@@ -419,6 +419,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if not self._drew:
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
+        # the blocks whose draws a backward reached: the Monte Carlo samples of this step's loss
+        blocks = {f.flat_block for f in self._flats if f.hit and f.g._version != f.clean}
+        blocks.update(b for f in self._flats for draws in f.extra.values() for _, w, _, b in draws
+                      if w.grad is not None)
         for f in self._flats:
             backward = f.g._version != f.clean  # a backward reached the flat sample (no sync: a Python counter)
             states = [self.state[p] for p in f.params]
@@ -428,23 +432,24 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     st["step"] = t + 1
                 self._flat_update(f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho, self._hp(t + 1, f.mu.device))
             elif f.hit or f.extra:
-                self._step_each(f, states, backward, self._blocks)
+                self._step_each(f, states, backward, len(blocks))
             f.clean = f.g._version
             f.hit.clear()
             f.extra.clear()
             f.fresh = True
         self._drew = False
-        self._blocks = 0
+        self._block = 0
         return loss
 
     def _step_each(self, f: _Flat, states: list[dict[str, Any]], backward: bool, blocks: int) -> None:
         """The step weight tensor by weight tensor, on views of the flat buffers: the tensors drawn
         k at a time, twice, or not at all (left as they are), or whose step counts differ. With
-        ``blocks`` > 1 ``sampling()`` blocks since the last step (one Monte Carlo sample of the loss
-        each), the gradient and its product with the noise are their means over the blocks."""
+        ``blocks`` > 1 ``sampling()`` blocks since the last step whose draws a backward reached (one
+        Monte Carlo sample of the loss each), the gradient and its product with the noise are their
+        means over those blocks."""
         hps: dict[int, Tensor] = {}
         for i, (s, st) in enumerate(zip(f.slots, states)):
-            grads = [(eps, w.grad, rows) for eps, w, rows in f.extra.get(i, ()) if w.grad is not None]
+            grads = [(eps, w.grad, rows) for eps, w, rows, _ in f.extra.get(i, ()) if w.grad is not None]
             if backward and i in f.hit:
                 grads.insert(0, (f.eps_views[i], s.view(f.g), False))
             if not grads:
@@ -515,5 +520,5 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 f.g.zero_()
                 f.clean = f.g._version
         self._drew = False
-        self._blocks = 0
+        self._block = 0
         self._write_sigma()

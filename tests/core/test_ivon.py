@@ -197,11 +197,11 @@ def test_several_samples_a_step_are_ivon_opts_train_samples():
     ours = IVON(net, **kw)
     mus = [m.mu(n) for m in bbb.nn.bayes_modules(net) for n in m.param_names()]
     for step in range(4):
-        ours.zero_grad()
         for block in range(2):
             queue = [((s - mu.detach()) / ours._sigma(mu)) for s, mu in zip(sampled[2 * step + block], mus)]
             ours.normal = lambda shape, like, q=queue: q.pop(0).reshape(shape)  # type: ignore[method-assign]
             with ours.sampling():
+                ours.zero_grad()  # where ivon-opt's README calls it: the blocks' gradients are kept apart
                 loss = F.cross_entropy(net(x), y)
             loss.backward()
         ours.step()
@@ -211,26 +211,32 @@ def test_several_samples_a_step_are_ivon_opts_train_samples():
 
 def test_blocks_of_the_same_noise_step_as_one_block():
     """Two sampling() blocks a step drawing the same noise give the step of one block (the mean of
-    two equal gradients, not their sum)."""
+    two equal gradients, not their sum); a block whose draws no backward reaches (a sampled
+    prediction between steps) is not a sample of the step's loss."""
     torch.manual_seed(0)
     x, y = _data(32)
-    nets = [_mlp() for _ in range(2)]
-    nets[1].load_state_dict(nets[0].state_dict())
+    nets = [_mlp() for _ in range(3)]
+    for net in nets[1:]:
+        net.load_state_dict(nets[0].state_dict())
     opts = [IVON(n, lr=0.1, ess=64, seed=0, compile=False) for n in nets]
     for _ in range(3):
         ref = {tuple(m.mu(n).shape): torch.randn(m.mu(n).shape) for m in bbb.nn.bayes_modules(nets[0])
                for n in m.param_names()}
         assert len(ref) == 4  # the shapes tell the weight tensors apart
-        for net, opt, blocks in ((nets[0], opts[0], 1), (nets[1], opts[1], 2)):
+        for net, opt, blocks in zip(nets, opts, (1, 2, 1)):
             opt.normal = lambda shape, like, r=ref: r[tuple(shape)].clone()  # type: ignore[method-assign]
             opt.zero_grad()
+            if opt is opts[2]:
+                with opt.sampling():
+                    net(x)  # drawn, never backward: not a sample of the loss
             for _ in range(blocks):
                 with opt.sampling():
                     loss = F.cross_entropy(net(x), y)
                 loss.backward()
             opt.step()
-        for a, b in zip(nets[0].state_dict().values(), nets[1].state_dict().values()):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+        for other in nets[1:]:
+            for a, b in zip(nets[0].state_dict().values(), other.state_dict().values()):
+                torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.slow

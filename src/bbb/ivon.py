@@ -259,6 +259,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._drew = False  # a forward drew from this optimiser since the last step
         #: sampling() blocks entered since the last step: the step averages over those whose draws a backward reached
         self._block = 0
+        self._inside = 0  # sampling() blocks open now
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
@@ -315,8 +316,29 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         for f in self._flats:
             f.check_placement()
         self._block += 1
-        with providing_samples(self):
-            yield self
+        self._inside += 1
+        try:
+            with providing_samples(self):
+                yield self
+        finally:
+            self._inside -= 1
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """As ``torch.optim``'s: the gradients that backward passes left since the last step are
+        discarded (a backward whose step was skipped does not reach the next step); the draws stay
+        (the docs' loop calls it between the forward and the backward). Inside a ``sampling()``
+        block only the gradients of that block's draws (ivon-opt's README calls it there, before
+        each sample's forward: the earlier samples of the step are kept)."""
+        super().zero_grad(set_to_none=set_to_none)
+        inside = self._inside > 0
+        for f in self._flats:
+            if f.g._version != f.clean and (not inside or f.flat_block == self._block):
+                f.g.zero_()
+                f.clean = f.g._version
+            for draws in f.extra.values():
+                for _, w, _, block in draws:
+                    if not inside or block == self._block:
+                        w.grad = None
 
     def _keys(self, device: torch.device) -> Tensor:
         """The keys of the next draw (the counter advanced), on ``device`` without a host sync."""

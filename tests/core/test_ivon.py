@@ -239,6 +239,36 @@ def test_blocks_of_the_same_noise_step_as_one_block():
                 torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_zero_grad_discards_a_skipped_backward_as_torchs_does():
+    """forward, backward, no step (a skipped batch), zero_grad, forward, backward, step: the step of
+    the second sample alone (torch's zero_grad semantics); the docs' loop (zero_grad between the
+    forward and the backward) is unchanged."""
+    torch.manual_seed(0)
+    x, y = _data(32)
+    nets = [_mlp() for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [IVON(n, lr=0.1, ess=64, seed=0, compile=False) for n in nets]
+    for _ in range(2):
+        ref = {tuple(m.mu(n).shape): torch.randn(m.mu(n).shape) for m in bbb.nn.bayes_modules(nets[0])
+               for n in m.param_names()}
+        skipped = {k: torch.randn(k) for k in ref}
+        for net, opt, skip in ((nets[0], opts[0], False), (nets[1], opts[1], True)):
+            if skip:
+                opt.normal = lambda shape, like, r=skipped: r[tuple(shape)].clone()  # type: ignore[method-assign]
+                with opt.sampling():
+                    loss = F.cross_entropy(net(x), y)
+                loss.backward()
+                opt.zero_grad()
+            opt.normal = lambda shape, like, r=ref: r[tuple(shape)].clone()  # type: ignore[method-assign]
+            with opt.sampling():
+                loss = F.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        for a, b in zip(nets[0].state_dict().values(), nets[1].state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.slow
 def test_the_compiled_step_gives_the_eager_steps_numbers():
     x, y = _data()

@@ -285,3 +285,32 @@ def test_fused_grad_edits_in_place_are_applied_and_assignment_or_ddp_is_an_error
         torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
     net.zero_grad()  # model.zero_grad() and the state dict as with any parameter
     assert type(net.state_dict()["0.weight_mu"]) is torch.Tensor
+
+
+def test_zero_grad_discards_a_skipped_backward_as_torch_optim_does():
+    """forward, backward, no step (a skipped batch), zero_grad, then forward, backward, step: the
+    step of the second batch alone, as with torch.optim (the fused buffers used to keep the skipped
+    backward's gradient and the KL's coefficient)."""
+    def run(skip: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        net = nn.Sequential(BayesLinear(4, 16, prior=MIXTURE), nn.ReLU(), BayesLinear(16, 3, prior=MIXTURE))
+        elbo = ELBO(net, "categorical", num_batches=4)
+        engine = Engine(net, "adam", lr=1e-2, seed=0, compile=False)
+        assert engine.fused
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+            if skip:  # the same sample (the engine draws in its step), another batch
+                with engine.sampling():
+                    out = elbo(torch.randn(16, 4) * 3, torch.zeros(16, dtype=torch.long), batch_index=0)
+                engine.zero_grad()
+                out.loss.backward()
+            with engine.sampling():
+                out = elbo(x, y, batch_index=0)
+            engine.zero_grad()
+            out.loss.backward()
+            engine.step()
+        return [t.clone() for t in net.state_dict().values()]
+
+    for a, b in zip(run(False), run(True)):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -427,9 +427,15 @@ class Engine(torch.optim.Optimizer):
         self._extra.extend(group["params"])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """As ``torch.optim``'s: the gradients of backward passes since the last step are discarded
+        (a backward whose step was skipped does not reach the next step). The fused part's buffers
+        are zeroed only then: the kernel clears them in each step."""
         if self._inner is not None:
             self._inner.zero_grad(set_to_none=set_to_none)
-        # the fused part's gradient buffer is cleared by the kernel itself
+        if self.fused and self._grads.versions() != self._clean:
+            self._g.zero_()
+            self._sampler.anchor.grad.zero_()  # type: ignore[union-attr]
+            self._clean = self._grads.versions()
 
     def _average(self) -> None:
         """Under DistributedDataParallel: this step's gradient averaged across the processes, once."""

@@ -29,6 +29,12 @@ not divided by the number of samples. A block whose draws no backward reaches (a
 prediction between steps) is not a sample. Within one block the gradients add up, as the loss's
 do (``forward_samples``' k rows under a mean loss, a layer used twice).
 
+A Bayesian mu's ``.grad`` is, between a backward and the step, the view of the gradient the
+step applies: ``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` clips it (in place; an
+assignment is a one-line error; a weight drawn more than once since the last step has no single
+gradient and its ``.grad`` read is one too). IVON's own element-wise ``clip_radius`` clips the
+update instead.
+
 The prior is IVON's own: a Gaussian of precision ``weight_decay`` per weight, weighed against the
 data by ``ess`` (the KL weight is 1/ess; ess = the training-set size is the Bayesian choice, larger
 is a colder posterior). A :class:`bbb.ELBO` loss works too, but its KL is not IVON's prior: inside
@@ -57,6 +63,7 @@ import contextlib
 import functools
 import math
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -67,6 +74,7 @@ from torch import Tensor
 from .devices import autocast_enabled
 from .distributions import KLMode
 from .engine.engine import COMPILE_MIN_NUMEL
+from .engine.grads import FusedParameter
 from .engine.layout import Slot
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default
@@ -77,6 +85,8 @@ from .nn.samples import RECORDER, SHARED, SampleProvider, providing_samples
 from .random import fill_normal_, key_tensor, normal_into_
 
 __all__ = ["IVON", "inverse_softplus"]
+
+_AUTOGRAD_GRAD: Any = torch.Tensor.grad  # autograd's .grad descriptor (FusedParameter's property reads IVON's)
 
 
 def inverse_softplus(sigma: Tensor) -> Tensor:
@@ -187,6 +197,35 @@ class _Flat:
                                 "its device (model.to(device), then IVON(model, ...))")
 
 
+class _IVONGrads:
+    """What a Bayesian mu's ``.grad`` reads under IVON (:class:`bbb.engine.grads.FusedParameter`):
+    after a backward, the view of the flat gradient at its one sample this step, which the update
+    reads (an in-place edit, ``torch.nn.utils.clip_grad_norm_``, is what the step applies, to the
+    gradient and to its product with the noise, as clipping inside ivon-opt's ``sampled_params``);
+    None before a backward and after a step."""
+
+    ASSIGN = ("the .grad of a Bayesian mu under bbb.IVON is a view of IVON's gradient: edit it in place "
+              "(e.g. torch.nn.utils.clip_grad_norm_), do not assign it")
+
+    def __init__(self, opt: IVON) -> None:
+        self.opt = opt
+
+    def owns(self, p: Tensor) -> bool:
+        hit = self.opt._slot.get(id(p))
+        return hit is not None and hit[0].params[hit[1]] is p
+
+    def read(self, p: Tensor) -> Tensor | None:
+        if not self.owns(p):
+            return None
+        f, i = self.opt._slot[id(p)]
+        if any(w.grad is not None for _, w, _, _ in f.extra.get(i, ())):
+            s = f.slots[i]
+            raise UserError(f"IVON: {type(s.module).__name__}'s {s.name} was drawn more than once since the last "
+                            "step (k samples at once, a layer used twice, or several sampling() blocks), so its "
+                            ".grad is not one tensor: clip with IVON's clip_radius instead, or one sample a step")
+        return f.slots[i].view(f.g) if i in f.hit and f.g._version != f.clean else None
+
+
 class IVON(torch.optim.Optimizer, SampleProvider):
     """IVON on the Bayesian layers of ``model`` (see the module's notes).
 
@@ -284,9 +323,13 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 by_kind.setdefault((mu.device, mu.dtype, rho.device, rho.dtype), []).append((m, n))
         self._flats = [_Flat(pairs, hess_init) for pairs in by_kind.values()]
         self._slot: dict[int, tuple[_Flat, int]] = {}  # id(mu) -> its buffers and slot
+        self._grads = _IVONGrads(self)  # the mu's .grad: a view of the flat gradient (FusedParameter)
+        grad_class = type("FusedParameter", (FusedParameter,), {"_bbb_engine": weakref.ref(self),
+                                                                 "__module__": FusedParameter.__module__})
         for f in self._flats:
             for i, p in enumerate(f.params):
                 self._slot[id(p)] = (f, i)
+                p.__class__ = grad_class
                 self.state[p] = {"step": 0, "momentum": f.slots[i].view(f.momentum), "hess": f.slots[i].view(f.hess)}
             if compiled:
                 for t in (f.mu, f.momentum, f.hess, f.g, f.eps, f.sig, f.rho, f.index):
@@ -329,7 +372,11 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         (the docs' loop calls it between the forward and the backward). Inside a ``sampling()``
         block only the gradients of that block's draws (ivon-opt's README calls it there, before
         each sample's forward: the earlier samples of the step are kept)."""
-        super().zero_grad(set_to_none=set_to_none)
+        for group in self.param_groups:  # autograd's own .grad of each mu (a backward outside sampling())
+            for p in group["params"]:
+                own = _AUTOGRAD_GRAD.__get__(p)
+                if own is not None:
+                    _AUTOGRAD_GRAD.__set__(p, None) if set_to_none else own.zero_()
         inside = self._inside > 0
         for f in self._flats:
             if f.g._version != f.clean and (not inside or f.flat_block == self._block):

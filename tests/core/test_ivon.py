@@ -209,6 +209,70 @@ def test_several_samples_a_step_are_ivon_opts_train_samples():
             torch.testing.assert_close(mu.detach(), ref, rtol=1e-5, atol=1e-7)
 
 
+def test_grad_norm_clipping_is_ivon_opts_clipping_inside_sampled_params():
+    """torch.nn.utils.clip_grad_norm_(model.parameters(), c) between backward and step clips the
+    gradient the step applies (a mu's .grad is the view of IVON's flat gradient), as clipping
+    p.grad inside ivon-opt's sampled_params block does: the same means after 4 steps."""
+    ivon = pytest.importorskip("ivon", reason="ivon-opt (the bench extra) is the reference")
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    x, y = _data(32)
+    net = bbb.bayesianize(copy.deepcopy(plain))
+    kw = {"lr": 0.05, "ess": 100.0, "hess_init": 0.3, "weight_decay": 1e-3, "beta1": 0.9, "beta2": 0.999}
+    ref = ivon.IVON(plain.parameters(), **kw)
+    ours = IVON(net, **kw)
+    mus = [m.mu(n) for m in bbb.nn.bayes_modules(net) for n in m.param_names()]
+    for _ in range(4):
+        with ref.sampled_params(train=True):
+            ref.zero_grad()
+            sampled = [p.detach().clone() for p in plain.parameters()]
+            F.cross_entropy(plain(x), y).backward()
+            want = torch.nn.utils.clip_grad_norm_(plain.parameters(), 0.05)
+        ref.step()
+        queue = [((s - mu.detach()) / ours._sigma(mu)) for s, mu in zip(sampled, mus)]
+        ours.normal = lambda shape, like, q=queue: q.pop(0).reshape(shape)  # type: ignore[method-assign]
+        with ours.sampling():
+            loss = F.cross_entropy(net(x), y)
+        ours.zero_grad()
+        loss.backward()
+        got = torch.nn.utils.clip_grad_norm_(net.parameters(), 0.05)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+        ours.step()
+        for mu, p in zip(mus, plain.parameters()):
+            torch.testing.assert_close(mu.detach(), p.detach(), rtol=1e-5, atol=1e-7)
+
+
+def test_a_mus_grad_is_the_step_gradient_and_one_line_errors_where_it_is_not_one_tensor():
+    net = _mlp()
+    x, y = _data(32)
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    mus = [p for n, p in net.named_parameters() if n.endswith("_mu")]
+    assert all(p.grad is None for p in mus)
+    with opt.sampling():
+        loss = F.cross_entropy(net(x), y)
+    assert all(p.grad is None for p in mus)  # no backward yet
+    loss.backward()
+    flat = opt._flats[0].g
+    norm = torch.nn.utils.clip_grad_norm_(net.parameters(), math.inf)
+    torch.testing.assert_close(norm, torch.linalg.vector_norm(flat))
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in mus)
+    with pytest.raises(UserError, match="do not assign it"):
+        mus[0].grad = torch.zeros_like(mus[0])
+    opt.step()
+    assert all(p.grad is None for p in mus)  # after a step, as after zero_grad
+    with opt.sampling():  # two blocks: each weight drawn twice, no single gradient
+        l1 = F.cross_entropy(net(x), y)
+    with opt.sampling():
+        l2 = F.cross_entropy(net(x), y)
+    (l1 + l2).backward()
+    with pytest.raises(UserError, match="drawn more than once.*clip_radius"):
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()  # the step itself averages the two blocks
+    state = io.BytesIO()
+    torch.save(net.state_dict(), state)  # the parameters' class is not in the state
+    assert all(type(v) is torch.Tensor for v in torch.load(io.BytesIO(state.getvalue()), weights_only=True).values())
+
+
 def test_blocks_of_the_same_noise_step_as_one_block():
     """Two sampling() blocks a step drawing the same noise give the step of one block (the mean of
     two equal gradients, not their sum); a block whose draws no backward reaches (a sampled

@@ -58,13 +58,17 @@ class FusedParameter(nn.Parameter):
         ref = type(self)._bbb_engine
         engine = None if ref is None else ref()
         if value is not None and engine is not None and engine._grads.owns(self):
-            raise UserError("the .grad of a fused mu or rho is the engine's gradient: edit it in place (e.g. "
-                            "torch.nn.utils.clip_grad_norm_) or use engine.clip_grad_norm_; do not assign it")
+            raise UserError(engine._grads.ASSIGN)
         _GRAD.__set__(self, value)
 
 
 class FusedGrads:
-    """The engine's side: which parameters are fused, and the buffer their ``.grad`` views."""
+    """The engine's side: which parameters are fused, and the buffer their ``.grad`` views. (The
+    owner of a :class:`FusedParameter` is any object whose ``_grads`` has ``read``, ``owns`` and
+    ``ASSIGN``: :class:`bbb.IVON`'s too.)"""
+
+    ASSIGN = ("the .grad of a fused mu or rho is the engine's gradient: edit it in place (e.g. "
+              "torch.nn.utils.clip_grad_norm_) or use engine.clip_grad_norm_; do not assign it")
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine

@@ -20,7 +20,7 @@ softplus with sigmoid, the mixture's log density and gradient, the Gaussian clos
 gradients, Adam's update of two tensors (mu and rho), a copy of one float32 tensor (8 bytes per
 weight moved), and the fused step's memory traffic alone: 10 float32 tensors read and 12 written
 (88 bytes per weight, what ``engine.step()`` moves with Adam and the Gaussian prior's closed form;
-the arithmetic a sum and a product); IVON's update (``bbb.ivon.ivon_flat_math``, compiled as
+the arithmetic a sum and a product); IVON's update (``bbb.ivon_math.ivon_flat_math``, compiled as
 ``bbb.IVON`` compiles it) and, of it, the layers' rho = log(expm1(sigma)) alone.
 
 Run it on idle cores (another job halves every number)::
@@ -47,7 +47,7 @@ import torch.nn.functional as F
 import bbb
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
 from bbb.engine.kernels import softplus_and_sigmoid
-from bbb.ivon import inverse_softplus, ivon_flat_math
+from bbb.ivon_math import inverse_softplus, ivon_flat_math
 from bbb.random import key_tensor, normal_pairs
 
 BATCH = 128

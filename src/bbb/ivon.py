@@ -29,6 +29,11 @@ not divided by the number of samples. A block whose draws no backward reaches (a
 prediction between steps) is not a sample. Within one block the gradients add up, as the loss's
 do (``forward_samples``' k rows under a mean loss, a layer used twice).
 
+Under ``torch.nn.parallel.DistributedDataParallel`` (built with ``find_unused_parameters=True`` or
+``static_graph=True``: the mu's get no autograd ``.grad``) IVON averages its gradient across the
+processes in the step, as :class:`bbb.Engine` does (:mod:`bbb.engine.distributed`); at the first
+forward inside DDP every process takes the first one's mu, rho, h, momentum and noise seed.
+
 A Bayesian mu's ``.grad`` is, between a backward and the step, the view of the gradient the
 step applies: ``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` clips it (in place; an
 assignment is a one-line error; a weight drawn more than once since the last step has no single
@@ -73,12 +78,14 @@ from torch import Tensor
 
 from .devices import autocast_enabled
 from .distributions import KLMode
+from .engine.distributed import Averager, active_ddp, check_ddp, warn_without_ddp
 from .engine.engine import COMPILE_MIN_NUMEL
 from .engine.grads import FusedParameter
 from .engine.layout import Slot
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default
 from .errors import CheckpointError, UserError
+from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
 from .nn.samples import RECORDER, SHARED, SampleProvider, providing_samples
@@ -87,60 +94,6 @@ from .random import fill_normal_, key_tensor, normal_into_
 __all__ = ["IVON", "inverse_softplus"]
 
 _AUTOGRAD_GRAD: Any = torch.Tensor.grad  # autograd's .grad descriptor (FusedParameter's property reads IVON's)
-
-
-def inverse_softplus(sigma: Tensor) -> Tensor:
-    """rho with softplus(rho) = sigma (sigma > 0): log(expm1(sigma)), and sigma itself above 20
-    (where softplus is the identity to working precision, as ``F.softplus``'s threshold)."""
-    return torch.where(sigma > 20.0, sigma, torch.log(torch.expm1(torch.clamp(sigma, max=20.0))))
-
-
-def _ivon_math(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tensor, sigma: Tensor,
-               hp: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The new (mu, momentum, h, sigma) of one IVON step (see :func:`ivon_update`)."""
-    b1, b2, wd, lr, bc1, ess, clip = (hp[i].to(mu.dtype) for i in range(7))
-    h_hat = gz / sigma
-    new_m = b1 * momentum + (1.0 - b1) * g
-    new_h = b2 * hess + (1.0 - b2) * h_hat + 0.5 * (1.0 - b2) ** 2 * (hess - h_hat) ** 2 / (hess + wd)
-    direction = torch.clamp((new_m / bc1 + wd * mu) / (new_h + wd), -clip, clip)
-    return mu - lr * direction, new_m, new_h, torch.rsqrt(ess * (new_h + wd))
-
-
-def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tensor, sigma: Tensor,
-                hp: Tensor) -> tuple[Tensor, Tensor]:
-    """One IVON step of one weight tensor, in place on ``mu``, ``momentum`` and ``hess``; returns
-    the new (sigma, rho). ``g``: the gradient at the sampled weights (summed over the samples of a
-    mean loss), ``gz``: the same sum of gradient * eps; ``hp`` (float64): beta1, beta2,
-    weight_decay, the step of m (lr, rescaled), 1 - beta1^t, ess, clip_radius.
-    Plain tensor arithmetic: ``torch.compile`` makes one loop of it."""
-    new_mu, new_m, new_h, new_sigma = _ivon_math(mu, momentum, hess, g, gz, sigma, hp)
-    momentum.copy_(new_m)
-    hess.copy_(new_h)
-    mu.copy_(new_mu)
-    return new_sigma, inverse_softplus(new_sigma)
-
-
-def ivon_flat_math(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, eps: Tensor, sigma: Tensor,
-                   rho: Tensor, hp: Tensor) -> None:
-    """:func:`ivon_flat_update` but the zeroing of ``g``: the loop that ``torch.compile`` makes of it.
-    (With the zeroing in the same compiled function, Inductor 2.13 emits the update as a serial loop
-    beside the zeroing's: measured 4.4 against 2.2 ms on 2.4 M weights and 2 threads, docs/bbb_or_ivon.md.)"""
-    new_mu, new_m, new_h, new_sigma = _ivon_math(mu, momentum, hess, g, g * eps, sigma, hp)
-    momentum.copy_(new_m)
-    hess.copy_(new_h)
-    mu.copy_(new_mu)
-    sigma.copy_(new_sigma)
-    rho.copy_(inverse_softplus(new_sigma))
-
-
-def ivon_flat_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, eps: Tensor, sigma: Tensor,
-                     rho: Tensor, hp: Tensor, kernel: Callable[..., None] = ivon_flat_math) -> None:
-    """:func:`ivon_update` of one sample of every weight, in place on flat vectors: ``g`` the
-    gradient at mu + sigma * eps (zeroed after use: the next backward accumulates into it),
-    ``sigma`` and ``rho`` (the layers' rho) written from the new h. ``kernel``: :func:`ivon_flat_math`
-    or its compiled form (one loop), then ``g`` zeroed."""
-    kernel(mu, momentum, hess, g, eps, sigma, rho, hp)
-    g.zero_()
 
 
 class _Flat:
@@ -217,6 +170,7 @@ class _IVONGrads:
     def read(self, p: Tensor) -> Tensor | None:
         if not self.owns(p):
             return None
+        self.opt._average()
         f, i = self.opt._slot[id(p)]
         if any(w.grad is not None for _, w, _, _ in f.extra.get(i, ())):
             s = f.slots[i]
@@ -299,6 +253,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         #: sampling() blocks entered since the last step: the step averages over those whose draws a backward reached
         self._block = 0
         self._inside = 0  # sampling() blocks open now
+        self._ddp: Averager | None = None  # DistributedDataParallel's group, from the first forward inside one
+        self._averaged = False  # this step's gradients averaged across its processes
+        self._dist_checked = False
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
@@ -387,6 +344,42 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     if not inside or block == self._block:
                         w.grad = None
 
+    def _see_forward(self) -> None:
+        """A draw: note it; at the first forward inside DistributedDataParallel, join its group."""
+        self._drew = True
+        if self._ddp is None:
+            ddp = active_ddp()
+            if ddp is not None:
+                torch.compiler.disable(self._join)(ddp)
+
+    def _join(self, ddp: Any) -> None:
+        """The first forward inside ``ddp``: one starting point on every process (the first one's
+        mu, rho, h, momentum and the noise's seed and counter), and the gradient averaged from now on
+        (:mod:`bbb.engine.distributed`, as :class:`bbb.Engine`'s)."""
+        check_ddp(ddp, [p for f in self._flats for p in f.params], "bbb.IVON")
+        self._ddp = Averager(ddp, [])
+        dev = self._flats[0].mu.device
+        noise = torch.tensor([self.seed, self.counter], dtype=torch.int64, device=dev)
+        self._ddp.broadcast([*(t for f in self._flats for t in (f.mu, f.rho, f.momentum, f.hess)), noise])
+        self.seed, self.counter = (int(v) for v in noise.tolist())
+        self._write_sigma()
+        for f in self._flats:
+            f.fresh = True  # (drawn again from the common start)
+
+    def _average(self) -> None:
+        """Under DistributedDataParallel: this step's gradients averaged across the processes, once
+        (in the step, or at the first read of a mu's ``.grad``, so that clipping sees the average)."""
+        if self._ddp is None or self._averaged:
+            return
+        self._averaged = True
+        for f in self._flats:
+            if f.g._version != f.clean:
+                self._ddp.average(f.g, None)
+            for draws in f.extra.values():
+                for _, w, _, _ in draws:
+                    if w.grad is not None:
+                        self._ddp.average(w.grad, None)
+
     def _keys(self, device: torch.device) -> Tensor:
         """The keys of the next draw (the counter advanced), on ``device`` without a host sync."""
         keys = key_tensor(self.seed, self.counter)
@@ -413,7 +406,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if hit is None or mu is None:
             return None  # a frozen layer: drawn as usual
         f, i = hit
-        self._drew = True
+        self._see_forward()
         if k is None and i not in f.hit:  # this step's flat sample
             if f.fresh:
                 self._draw_flat(f)
@@ -440,7 +433,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if (i in f.hit or (b_hit is not None and b_hit[1] in f.hit) or autocast_enabled(x.device.type)
                 or getattr(module, "weight_mask", None) is not None or getattr(module, "bias_mask", None) is not None):
             return None
-        self._drew = True
+        self._see_forward()
         if f.fresh:
             self._draw_flat(f)
         f.hit.add(i)
@@ -488,6 +481,12 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if not self._drew:
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
+        if not self._dist_checked:
+            self._dist_checked = True
+            if self._ddp is None:
+                warn_without_ddp("bbb.IVON")
+        self._average()
+        self._averaged = False
         # the blocks whose draws a backward reached: the Monte Carlo samples of this step's loss
         blocks = {f.flat_block for f in self._flats if f.hit and f.g._version != f.clean}
         blocks.update(b for f in self._flats for draws in f.extra.values() for _, w, _, b in draws

@@ -1,4 +1,6 @@
 """Data-parallel training with the engine: the part of the gradient DistributedDataParallel cannot see.
+(:class:`bbb.IVON` uses the same parts: its flat gradient, averaged in its step; the seed of its
+noise broadcast with mu, rho, h and the momentum at the first DDP forward.)
 
 Under ``torch.nn.parallel.DistributedDataParallel`` every process backpropagates its own minibatch
 and DDP averages ``param.grad`` over the processes during backward. The engine's fused gradient
@@ -63,15 +65,16 @@ def _covered(ddp: Any) -> set[int]:
     return {id(p) for n, p in ddp.module.named_parameters() if n not in ignored}
 
 
-def check_ddp(ddp: Any, fused: Iterable[Tensor]) -> None:
+def check_ddp(ddp: Any, fused: Iterable[Tensor], who: str = "bbb.Engine") -> None:
     """A one-line error where DDP would fail at its second iteration: the engine's mu and rho get
-    no ``.grad``, which DDP accepts with ``find_unused_parameters=True`` or ``static_graph=True``."""
+    no ``.grad``, which DDP accepts with ``find_unused_parameters=True`` or ``static_graph=True``
+    (``who``: the optimiser that averages them itself, bbb.Engine or bbb.IVON)."""
     if getattr(ddp, "find_unused_parameters", False) or getattr(ddp, "static_graph", False):
         return
     covered = _covered(ddp)
     if any(id(p) in covered for p in fused):
-        raise UserError("DistributedDataParallel around a model trained by bbb.Engine needs "
-                        "find_unused_parameters=True or static_graph=True (the engine averages the "
+        raise UserError(f"DistributedDataParallel around a model trained by {who} needs "
+                        f"find_unused_parameters=True or static_graph=True ({who} averages the "
                         "gradient of mu and rho itself; they get no .grad)")
 
 
@@ -121,11 +124,11 @@ class Averager:
             pos += n + 1
 
 
-def warn_without_ddp() -> None:
+def warn_without_ddp(who: str = "bbb.Engine") -> None:
     """One warning where several processes train but their forward never ran inside DDP."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
-    warnings.warn(f"bbb.Engine: torch.distributed runs {dist.get_world_size()} processes but the model's "
-                  "forward did not run inside DistributedDataParallel, so the engine does not average "
+    warnings.warn(f"{who}: torch.distributed runs {dist.get_world_size()} processes but the model's "
+                  f"forward did not run inside DistributedDataParallel, so {who} does not average "
                   "gradients across them (each trains its own model); wrap the model in DDP to train one "
                   "model", UserWarning, stacklevel=4)

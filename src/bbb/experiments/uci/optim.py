@@ -4,7 +4,7 @@ each member trains exactly as it would alone.
 
 - :class:`MemberAdam`: Adam, one learning rate per member (BBB, MC dropout, deep ensembles, the
   Laplace's MAP network).
-- :class:`MemberIVON`: IVON (Shen et al. 2024; the update of :func:`bbb.ivon.ivon_update`, the
+- :class:`MemberIVON`: IVON (Shen et al. 2024; the update of :func:`bbb.ivon_math.ivon_update`, the
   same as :class:`bbb.IVON`'s), one learning rate, effective sample size and prior precision per
   member; the posterior's sigma is written into the layers' rho after every step.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...ivon import inverse_softplus, ivon_update
+from ...ivon_math import inverse_softplus, ivon_update
 
 __all__ = ["MemberAdam", "MemberIVON"]
 

@@ -256,6 +256,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._ddp: Averager | None = None  # DistributedDataParallel's group, from the first forward inside one
         self._averaged = False  # this step's gradients averaged across its processes
         self._dist_checked = False
+        self._warned_idle = False
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
         compiled = compile_default(compile, dev, numel, COMPILE_MIN_NUMEL)
         self._update = torch.compile(ivon_update, dynamic=True) if compiled else ivon_update
@@ -491,6 +492,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         blocks = {f.flat_block for f in self._flats if f.hit and f.g._version != f.clean}
         blocks.update(b for f in self._flats for draws in f.extra.values() for _, w, _, b in draws
                       if w.grad is not None)
+        if not blocks and not self._warned_idle:
+            self._warned_idle = True
+            warnings.warn("IVON.step: no backward pass reached the sampled weights since the last step (call "
+                          "loss.backward() before step()): nothing was updated", UserWarning, stacklevel=2)
         for f in self._flats:
             backward = f.g._version != f.clean  # a backward reached the flat sample (no sync: a Python counter)
             states = [self.state[p] for p in f.params]

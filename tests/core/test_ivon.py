@@ -273,6 +273,19 @@ def test_a_mus_grad_is_the_step_gradient_and_one_line_errors_where_it_is_not_one
     assert all(type(v) is torch.Tensor for v in torch.load(io.BytesIO(state.getvalue()), weights_only=True).values())
 
 
+def test_a_step_without_a_backward_warns_once_and_changes_nothing():
+    net = _mlp()
+    x, y = _data(32)
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with pytest.warns(UserWarning, match="no backward pass reached"):
+        with opt.sampling():
+            F.cross_entropy(net(x), y)
+        opt.step()
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    assert all(st["step"] == 0 for st in opt.state.values())
+
+
 def test_blocks_of_the_same_noise_step_as_one_block():
     """Two sampling() blocks a step drawing the same noise give the step of one block (the mean of
     two equal gradients, not their sum); a block whose draws no backward reaches (a sampled

@@ -126,6 +126,8 @@ class _Flat:
         self.eps = self.eps_pairs.view(-1)[: self.numel]
         self.index = torch.arange((self.numel + 1) // 2, dtype=torch.int32, device=self.mu.device)
         self.eps_views = [s.view(self.eps) for s in self.slots]
+        self.w_views = [s.view(self.w) for s in self.slots]  # (made once: a view per forward costs microseconds)
+        self.g_views = [s.view(self.g) for s in self.slots]
         self.leaves: list[Tensor] = []
         for s in self.slots:
             leaf = s.view(self.w).detach().requires_grad_(True)
@@ -438,13 +440,11 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if f.fresh:
             self._draw_flat(f)
         f.hit.add(i)
-        s = f.slots[i]
         b = gb = None
         if b_hit is not None:
             f.hit.add(b_hit[1])
-            sb = f.slots[b_hit[1]]
-            b, gb = sb.view(f.w), sb.view(f.g)
-        return LinearIntoBuffers.apply(x, s.view(f.w), b, s.view(f.g), gb, f.leaves[i])
+            b, gb = f.w_views[b_hit[1]], f.g_views[b_hit[1]]
+        return LinearIntoBuffers.apply(x, f.w_views[i], b, f.g_views[i], gb, f.leaves[i])
 
     def normal(self, shape: tuple[int, ...], like: Tensor) -> Tensor:
         """Standard normal noise of ``shape``: the optimiser's next counter-based draw

@@ -273,6 +273,33 @@ def test_a_mus_grad_is_the_step_gradient_and_one_line_errors_where_it_is_not_one
     assert all(type(v) is torch.Tensor for v in torch.load(io.BytesIO(state.getvalue()), weights_only=True).values())
 
 
+def test_a_grad_scaler_unscales_ivons_gradient_and_steps_it():
+    """torch.amp.GradScaler (mixed precision's loss scaling) finds IVON's gradient through the mu's
+    .grad, unscales it in place and steps: the same parameters as without it (a power-of-two scale
+    is exact). It used to stop at "No inf checks were recorded for this optimizer"."""
+    def run(scaled: bool) -> list[torch.Tensor]:
+        net = _mlp()
+        opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+            with opt.sampling():
+                loss = F.cross_entropy(net(x), y)
+            opt.zero_grad()
+            if scaled:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+        return [t.clone() for t in net.state_dict().values()]
+
+    for a, b in zip(run(False), run(True)):
+        assert torch.equal(a, b)
+
+
 def test_a_step_without_a_backward_warns_once_and_changes_nothing():
     net = _mlp()
     x, y = _data(32)

@@ -152,6 +152,16 @@ class _Flat:
                                 "its device (model.to(device), then IVON(model, ...))")
 
 
+class _ForwardNotes:
+    """What a forward writes (the noise's draw counter, whether it drew): a plain object, because
+    Dynamo drops attribute writes on a ``torch.optim.Optimizer`` made inside a compiled function and
+    replays those on a plain object (as :mod:`bbb.engine.sampler` explains for the Engine)."""
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.drew = False
+
+
 class _IVONGrads:
     """What a Bayesian mu's ``.grad`` reads under IVON (:class:`bbb.engine.grads.FusedParameter`):
     after a backward, the view of the flat gradient at its one sample this step, which the update
@@ -249,9 +259,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
         #: the noise's seed and the number of draws so far: draw c is bbb.random.normal(n, seed, c)
         self.seed = int(seed) if seed is not None else int(torch.randint(2**62, ()).item())
-        self.counter = 0
+        self._notes = _ForwardNotes()  # the draw counter (``counter``) and whether a forward drew
         self._warned_kl = False
-        self._drew = False  # a forward drew from this optimiser since the last step
         #: sampling() blocks entered since the last step: the step averages over those whose draws a backward reached
         self._block = 0
         self._inside = 0  # sampling() blocks open now
@@ -347,9 +356,18 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     if not inside or block == self._block:
                         w.grad = None
 
+    @property
+    def counter(self) -> int:
+        """The number of noise draws so far: draw c is ``bbb.random.normal(n, seed, c)``."""
+        return self._notes.counter
+
+    @counter.setter
+    def counter(self, value: int) -> None:
+        self._notes.counter = int(value)
+
     def _see_forward(self) -> None:
         """A draw: note it; at the first forward inside DistributedDataParallel, join its group."""
-        self._drew = True
+        self._notes.drew = True
         if self._ddp is None:
             ddp = active_ddp()
             if ddp is not None:
@@ -385,8 +403,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
 
     def _keys(self, device: torch.device) -> Tensor:
         """The keys of the next draw (the counter advanced), on ``device`` without a host sync."""
-        keys = key_tensor(self.seed, self.counter)
-        self.counter += 1
+        keys = key_tensor(self.seed, self._notes.counter)
+        self._notes.counter += 1
         return keys.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else keys
 
     @torch.no_grad()
@@ -411,8 +429,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         f, i = hit
         self._see_forward()
         if k is None and i not in f.hit:  # this step's flat sample
-            if f.fresh:
-                self._draw_flat(f)
+            if f.fresh:  # in a compiled forward, drawn outside the graph (it writes the graph's inputs)
+                (torch.compiler.disable(self._draw_flat) if torch.compiler.is_compiling() else self._draw_flat)(f)
             f.hit.add(i)
             return mu, f.eps_views[i], f.leaves[i]
         # k samples at once, or a second use in this forward: a draw of its own
@@ -479,7 +497,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._drew:
+        if not self._notes.drew:
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
         if not self._dist_checked:
@@ -510,7 +528,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             f.hit.clear()
             f.extra.clear()
             f.fresh = True
-        self._drew = False
+        self._notes.drew = False
         self._block = 0
         return loss
 
@@ -592,6 +610,6 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 f.fresh = True
                 f.g.zero_()
                 f.clean = f.g._version
-        self._drew = False
+        self._notes.drew = False
         self._block = 0
         self._write_sigma()

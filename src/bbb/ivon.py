@@ -433,12 +433,19 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 (torch.compiler.disable(self._draw_flat) if torch.compiler.is_compiling() else self._draw_flat)(f)
             f.hit.add(i)
             return mu, f.eps_views[i], f.leaves[i]
-        # k samples at once, or a second use in this forward: a draw of its own
+        # k samples at once, or a second use in this forward: a draw of its own (outside a compiled
+        # graph too: its keys are Python integers, which Dynamo would compile again at every draw)
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
-        eps = self.normal(shape, mu).detach()
-        w = torch.addcmul(mu.detach(), self._sigma(mu), eps).requires_grad_(True)
+        own = torch.compiler.disable(self._draw_own) if torch.compiler.is_compiling() else self._draw_own
+        eps, w = own(mu, shape)
         f.extra.setdefault(i, []).append((eps, w, k is not None, self._block))
         return mu, eps, w
+
+    @torch.no_grad()
+    def _draw_own(self, mu: Tensor, shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        """A draw of its own of ``mu``'s weights: the noise (the next counter) and the sample leaf."""
+        eps = self.normal(shape, mu)
+        return eps, torch.addcmul(mu, self._sigma(mu), eps).requires_grad_(True)
 
     def linear(self, module: nn.Module, x: Tensor) -> Tensor | None:
         """A ``BayesLinear`` (one sample, no mask, no autocast, eager) on the flat sample: its backward

@@ -107,3 +107,34 @@ def tiny_bandit_config(**kw: Any) -> BanditConfig:
                 hidden=(8, 6), log_every=40, quiet=True, checkpoint_every=1e9)
     base.update(kw)
     return BanditConfig(**base)
+
+
+def join_two_ranks(rank: int, port: int) -> None:
+    """In a process :func:`run_two_ranks` spawned: one CPU thread, the gloo group of 2 on ``port``."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+
+
+def run_two_ranks(worker: Any, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Spawn ``worker(rank, port, out)`` on 2 processes (torch.distributed over gloo on the CPU; each
+    saves a dict to ``out/rank{rank}.pt``); both dicts, after checking that neither holds an
+    ``"error"``. Skips where torch has no distributed support."""
+    import socket
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available():
+        pytest.skip("torch without distributed support")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert "error" not in r0 and "error" not in r1, (r0.get("error"), r1.get("error"))
+    return r0, r1

@@ -81,10 +81,10 @@ from .distributions import KLMode
 from .engine.distributed import Averager, active_ddp, check_ddp, warn_without_ddp
 from .engine.engine import COMPILE_MIN_NUMEL
 from .engine.grads import FusedParameter
-from .engine.layout import Slot
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default
 from .errors import CheckpointError, UserError
+from .ivon_buffers import FlatBuffers, ForwardNotes
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
@@ -94,72 +94,6 @@ from .random import fill_normal_, key_tensor, normal_into_
 __all__ = ["IVON", "inverse_softplus"]
 
 _AUTOGRAD_GRAD: Any = torch.Tensor.grad  # autograd's .grad descriptor (FusedParameter's property reads IVON's)
-
-
-class _Flat:
-    """The trained weights of one dtype and device in flat buffers: mu and rho (the layers' own
-    parameters become views of them), momentum, h, sigma, this step's noise, sample and gradient;
-    per weight tensor a :class:`Slot` and its sample leaf (a view of ``w`` whose ``.grad`` is the
-    matching view of ``g``)."""
-
-    def __init__(self, pairs: list[tuple[BayesModule, str]], hess_init: float) -> None:
-        self.slots: list[Slot] = []
-        offset = 0
-        for m, n in pairs:
-            self.slots.append(Slot(m, n, offset, tuple(m.mu(n).shape)))
-            offset += self.slots[-1].numel
-        self.numel = offset
-        self.params = [m.mu(n) for m, n in pairs]
-        with torch.no_grad():
-            self.mu = torch.cat([p.detach().reshape(-1) for p in self.params])
-            self.rho = torch.cat([m.rho(n).detach().reshape(-1) for m, n in pairs])
-        for s, (m, n) in zip(self.slots, pairs):  # the layers' parameters become views of the buffers
-            m.mu(n).data = s.view(self.mu)
-            m.rho(n).data = s.view(self.rho)
-        self.momentum = torch.zeros_like(self.mu)
-        self.hess = torch.full_like(self.mu, float(hess_init))
-        self.sig, self.w, self.g = (torch.zeros_like(self.mu) for _ in range(3))
-        half = (self.numel + 1) // 2
-        #: the noise as bbb.random lays it out, pair j's two numbers at j and j + half (an odd count's
-        #: last number unused): filled as one (2, half) block, read through its flat view ``eps``
-        self.eps_pairs = torch.zeros(2, half, dtype=self.mu.dtype, device=self.mu.device)
-        self.eps = self.eps_pairs.view(-1)[: self.numel]
-        self.index = torch.arange((self.numel + 1) // 2, dtype=torch.int32, device=self.mu.device)
-        self.eps_views = [s.view(self.eps) for s in self.slots]
-        self.w_views = [s.view(self.w) for s in self.slots]  # (made once: a view per forward costs microseconds)
-        self.g_views = [s.view(self.g) for s in self.slots]
-        self.leaves: list[Tensor] = []
-        for s in self.slots:
-            leaf = s.view(self.w).detach().requires_grad_(True)
-            leaf.grad = s.view(self.g)
-            self.leaves.append(leaf)
-        self.hit: set[int] = set()  # slots drawn from the flat sample this step
-        self.extra: dict[int, list[tuple[Tensor, Tensor, bool, int]]] = {}  # their other draws: (eps, w, k rows, block)
-        self.flat_block = 0  # the sampling() block of this step's flat draw
-        self.fresh = True  # the flat noise is still to be drawn for this step
-        self.clean = self.g._version  # g's version when zeroed (a backward into it advances it)
-
-    def check_placement(self) -> None:
-        """The layers' mu and rho must still be views of the buffers (``model.to(...)`` after IVON
-        was built gives them new tensors, which IVON would neither read nor update)."""
-        for s in self.slots:
-            mu, rho = s.module.mu(s.name), s.module.rho(s.name)
-            if (mu.data_ptr() != self.mu.data_ptr() + s.offset * self.mu.element_size() or mu.dtype != self.mu.dtype
-                    or rho.data_ptr() != self.rho.data_ptr() + s.offset * self.rho.element_size()):
-                raise UserError(f"IVON: the model's parameters were moved, converted or replaced (now {mu.device}, "
-                                f"{str(mu.dtype).replace('torch.', '')}) after IVON was built on {self.mu.device}, "
-                                f"{str(self.mu.dtype).replace('torch.', '')}: build IVON after moving the model to "
-                                "its device (model.to(device), then IVON(model, ...))")
-
-
-class _ForwardNotes:
-    """What a forward writes (the noise's draw counter, whether it drew): a plain object, because
-    Dynamo drops attribute writes on a ``torch.optim.Optimizer`` made inside a compiled function and
-    replays those on a plain object (as :mod:`bbb.engine.sampler` explains for the Engine)."""
-
-    def __init__(self) -> None:
-        self.counter = 0
-        self.drew = False
 
 
 class _IVONGrads:
@@ -182,7 +116,7 @@ class _IVONGrads:
     def read(self, p: Tensor) -> Tensor | None:
         if not self.owns(p):
             return None
-        self.opt._average()
+        self.opt._average(extra=False)
         f, i = self.opt._slot[id(p)]
         if any(w.grad is not None for _, w, _, _ in f.extra.get(i, ())):
             s = f.slots[i]
@@ -259,13 +193,12 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
         #: the noise's seed and the number of draws so far: draw c is bbb.random.normal(n, seed, c)
         self.seed = int(seed) if seed is not None else int(torch.randint(2**62, ()).item())
-        self._notes = _ForwardNotes()  # the draw counter (``counter``) and whether a forward drew
+        self._notes = ForwardNotes()  # the draw counter (``counter``) and whether a forward drew
         self._warned_kl = False
         #: sampling() blocks entered since the last step: the step averages over those whose draws a backward reached
         self._block = 0
         self._inside = 0  # sampling() blocks open now
         self._ddp: Averager | None = None  # DistributedDataParallel's group, from the first forward inside one
-        self._averaged = False  # this step's gradients averaged across its processes
         self._dist_checked = False
         self._warned_idle = False
         numel = sum(m.mu(n).numel() for m, n in self.pairs)
@@ -290,8 +223,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             if id(mu) not in seen:
                 seen.add(id(mu))
                 by_kind.setdefault((mu.device, mu.dtype, rho.device, rho.dtype), []).append((m, n))
-        self._flats = [_Flat(pairs, hess_init) for pairs in by_kind.values()]
-        self._slot: dict[int, tuple[_Flat, int]] = {}  # id(mu) -> its buffers and slot
+        self._flats = [FlatBuffers(pairs, hess_init) for pairs in by_kind.values()]
+        self._slot: dict[int, tuple[FlatBuffers, int]] = {}  # id(mu) -> its buffers and slot
         self._grads = _IVONGrads(self)  # the mu's .grad: a view of the flat gradient (FusedParameter)
         grad_class = type("FusedParameter", (FusedParameter,), {"_bbb_engine": weakref.ref(self),
                                                                  "__module__": FusedParameter.__module__})
@@ -337,7 +270,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim``'s: the gradients that backward passes left since the last step are
-        discarded (a backward whose step was skipped does not reach the next step); the draws stay
+        discarded (a backward whose step was skipped does not reach the next step), and with them the
+        draws they came from (the next forward draws afresh); a draw no backward reached yet stays
         (the docs' loop calls it between the forward and the backward). Inside a ``sampling()``
         block only the gradients of that block's draws (ivon-opt's README calls it there, before
         each sample's forward: the earlier samples of the step are kept)."""
@@ -351,10 +285,18 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             if f.g._version != f.clean and (not inside or f.flat_block == self._block):
                 f.g.zero_()
                 f.clean = f.g._version
-            for draws in f.extra.values():
-                for _, w, _, block in draws:
-                    if not inside or block == self._block:
-                        w.grad = None
+                if not inside:  # a skipped step's draw: the next forward draws afresh, as after a step
+                    f.hit.clear()
+                    f.fresh = True
+            for i, draws in list(f.extra.items()):
+                if not inside:  # the draws a backward reached are forgotten with their gradients
+                    f.extra[i] = kept = [d for d in draws if d[1].grad is None]
+                    if not kept:
+                        del f.extra[i]
+                else:
+                    for _, w, _, block in draws:
+                        if block == self._block:
+                            w.grad = None
 
     @property
     def counter(self) -> int:
@@ -387,16 +329,18 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         for f in self._flats:
             f.fresh = True  # (drawn again from the common start)
 
-    def _average(self) -> None:
-        """Under DistributedDataParallel: this step's gradients averaged across the processes, once
-        (in the step, or at the first read of a mu's ``.grad``, so that clipping sees the average)."""
-        if self._ddp is None or self._averaged:
+    def _average(self, extra: bool) -> None:
+        """Under DistributedDataParallel: the flat gradient averaged across the processes wherever a
+        backward changed it since its last average (in the step, or at a read of a mu's ``.grad``, so
+        that clipping sees the average; averaging an averaged part again leaves it as it is), and
+        with ``extra`` (the step) the gradients of the draws of their own."""
+        if self._ddp is None:
             return
-        self._averaged = True
         for f in self._flats:
-            if f.g._version != f.clean:
+            if f.g._version not in (f.clean, f.averaged):
                 self._ddp.average(f.g, None)
-            for draws in f.extra.values():
+                f.averaged = f.g._version
+            for draws in f.extra.values() if extra else ():
                 for _, w, _, _ in draws:
                     if w.grad is not None:
                         self._ddp.average(w.grad, None)
@@ -408,7 +352,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         return keys.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else keys
 
     @torch.no_grad()
-    def _draw_flat(self, f: _Flat) -> None:
+    def _draw_flat(self, f: FlatBuffers) -> None:
         """This step's noise of every weight of ``f`` (one counter-based draw over the flat vector,
         or :meth:`normal` per weight tensor where it was replaced) and the sample theta = mu + sigma
         * eps (one op)."""
@@ -511,8 +455,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             self._dist_checked = True
             if self._ddp is None:
                 warn_without_ddp("bbb.IVON")
-        self._average()
-        self._averaged = False
+        self._average(extra=True)
         # the blocks whose draws a backward reached: the Monte Carlo samples of this step's loss
         blocks = {f.flat_block for f in self._flats if f.hit and f.g._version != f.clean}
         blocks.update(b for f in self._flats for draws in f.extra.values() for _, w, _, b in draws
@@ -539,7 +482,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._block = 0
         return loss
 
-    def _step_each(self, f: _Flat, states: list[dict[str, Any]], backward: bool, blocks: int) -> None:
+    def _step_each(self, f: FlatBuffers, states: list[dict[str, Any]], backward: bool, blocks: int) -> None:
         """The step weight tensor by weight tensor, on views of the flat buffers: the tensors drawn
         k at a time, twice, or not at all (left as they are), or whose step counts differ. With
         ``blocks`` > 1 ``sampling()`` blocks since the last step whose draws a backward reached (one

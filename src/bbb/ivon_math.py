@@ -45,9 +45,9 @@ def ivon_update(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tenso
 
 def ivon_flat_math(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, eps: Tensor, sigma: Tensor,
                    rho: Tensor, hp: Tensor) -> None:
-    """:func:`ivon_flat_update` but the zeroing of ``g``: the loop that ``torch.compile`` makes of it.
-    (With the zeroing in the same compiled function, Inductor 2.13 emits the update as a serial loop
-    beside the zeroing's: measured 4.4 against 2.2 ms on 2.4 M weights and 2 threads, docs/bbb_or_ivon.md.)"""
+    """:func:`ivon_flat_update` but the zeroing of ``g``: the loop that ``torch.compile`` makes of it
+    on the CPU (with the zeroing in the same compiled function, Inductor emitted this loop without
+    its parallel region: docs/bbb_or_ivon.md)."""
     new_mu, new_m, new_h, new_sigma = _ivon_math(mu, momentum, hess, g, g * eps, sigma, hp)
     momentum.copy_(new_m)
     hess.copy_(new_h)

@@ -155,17 +155,12 @@ def fill_normal_(out: Tensor, index: Tensor, keys: Tensor) -> None:
 def normal_into_(out: Tensor, index: Tensor, keys: Tensor) -> None:
     """Fill the flat ``out`` (n,) with :func:`normal`'s n numbers at ``keys``: pair j's two normals
     at j and j + H, ``index`` = arange(H), H = ceil(n / 2) (the last number of an odd n dropped).
-    Plain tensor arithmetic. Under ``torch.compile`` the two halves are one ``cat``: Inductor then
-    computes each half in a loop of its own; written as two slice copies it makes one loop over
-    ``out`` that takes both the cosine and the sine of every number (the same numbers, 1.4 against
-    2.0 ms for 2.4 M normals on 2 threads, docs/bbb_or_ivon.md)."""
+    Plain tensor arithmetic, with no n-sized temporary (compiled, :func:`fill_normal_` on a (2, H)
+    view is the form that computes each pair's cosine and sine once: docs/bbb_or_ivon.md)."""
     z0, z1 = normal_pairs(index, keys, out.dtype)
     half = index.shape[0]
-    if torch.compiler.is_compiling():
-        out.copy_(torch.cat([z0, z1[: out.shape[0] - half]]))
-    else:  # eagerly: no n-sized temporary
-        out[:half].copy_(z0)
-        out[half:].copy_(z1[: out.shape[0] - half])
+    out[:half].copy_(z0)
+    out[half:].copy_(z1[: out.shape[0] - half])
 
 
 def normal(n: int, seed: int, counter: int, *, device: torch.device | str | None = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import warnings
 
 import pytest
@@ -21,6 +20,7 @@ from bbb.elbo import ELBO, Gaussian
 from bbb.engine import Engine, counter_noise
 from bbb.errors import UserError
 from bbb.nn import BayesLinear, BayesMLP
+from testkit import join_two_ranks, run_two_ranks
 
 MIXTURE = ScaleMixturePrior(0.5, 1.0, math.exp(-2))
 
@@ -260,9 +260,7 @@ def _ddp_worker(rank, port, out):  # pragma: no cover - runs in the spawned proc
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_two_ranks(rank, port)
     res = {}
     try:
         for variant in ("before", "after"):
@@ -325,17 +323,7 @@ def _reference(clip):
 
 
 def test_ddp_ranks_stay_identical_and_equal_the_averaged_gradient(tmp_path):
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
-    if not dist.is_available():
-        pytest.skip("torch without distributed support")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_ddp_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
-    assert "error" not in r0 and "error" not in r1, (r0.get("error"), r1.get("error"))
+    r0, r1 = run_two_ranks(_ddp_worker, tmp_path)
     for variant, clip in (("before", False), ("after", True)):
         assert torch.equal(r0[variant], r1[variant]), variant
         torch.testing.assert_close(r0[variant], _reference(clip), rtol=0, atol=1e-6)

@@ -23,7 +23,8 @@ LAYERS = {
     "__init__": CORE, "errors": CORE, "io": CORE, "options": CORE, "distributions": CORE, "priors": CORE,
     "functional": CORE, "nn": CORE, "elbo": CORE, "engine": CORE, "random": CORE,
     "uncertainty": CORE, "prune": CORE, "data": CORE, "plots": CORE, "convert": CORE, "devices": CORE,
-    "hf": CORE, "progress": CORE, "lora": CORE, "records": CORE, "ivon": CORE, "ivon_math": CORE, "laplace": CORE,
+    "hf": CORE, "progress": CORE, "lora": CORE, "records": CORE, "ivon": CORE, "laplace": CORE,
+    "ivon_buffers": CORE, "ivon_math": CORE,
     "runs": RUNS,
     "cli": APPS, "__main__": APPS, "sweep": APPS, "experiments": APPS,
 }

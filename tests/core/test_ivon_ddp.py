@@ -7,7 +7,6 @@ without DDP are warned once."""
 from __future__ import annotations
 
 import os
-import socket
 import warnings
 
 import pytest
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 import bbb
 from bbb.errors import UserError
 from bbb.ivon import IVON
+from testkit import join_two_ranks, run_two_ranks
 
 STEPS = 4
 
@@ -36,8 +36,15 @@ def _flat(net: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
 
 
-def _train(net: nn.Module, model: nn.Module, opt: IVON, batches, clip: bool) -> torch.Tensor:
-    for x, y in batches:
+def _train(net: nn.Module, model: nn.Module, opt: IVON, batches, clip: bool, skipped=None) -> torch.Tensor:
+    for step, (x, y) in enumerate(batches):
+        if skipped is not None:  # a batch whose step is skipped after clipping (its average discarded)
+            with opt.sampling():
+                loss = F.cross_entropy(model(skipped[step][0]), skipped[step][1])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.05)
+            opt.zero_grad()
         with opt.sampling():
             loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -52,16 +59,15 @@ def _worker(rank: int, port: int, out: str) -> None:  # pragma: no cover - runs 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_two_ranks(rank, port)
     res: dict = {}
     try:
-        for variant, clip in (("unused", False), ("static", True)):
+        for variant, clip, skip in (("unused", False, False), ("static", True, False), ("skipped", True, True)):
             net = _net(seed=rank)  # the ranks start apart, with their own noise seeds
             opt = IVON(net, lr=0.1, ess=50, hess_init=0.5, seed=10 + rank, compile=False)
             model = DDP(net, find_unused_parameters=True) if variant == "unused" else DDP(net, static_graph=True)
-            res[variant] = _train(net, model, opt, [_batch(i, rank) for i in range(STEPS)], clip)
+            skipped = [_batch(i + 50, rank) for i in range(STEPS)] if skip else None
+            res[variant] = _train(net, model, opt, [_batch(i, rank) for i in range(STEPS)], clip, skipped)
             res[variant + " seed"] = opt.seed
         net = _net(seed=0)
         opt = IVON(net, lr=0.1, ess=50, compile=False)
@@ -81,32 +87,26 @@ def _worker(rank: int, port: int, out: str) -> None:  # pragma: no cover - runs 
         dist.destroy_process_group()
 
 
-def _reference(clip: bool) -> torch.Tensor:
+def _both(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    (x0, y0), (x1, y1) = _batch(i, 0), _batch(i, 1)
+    return torch.cat([x0, x1]), torch.cat([y0, y1])
+
+
+def _reference(clip: bool, skip: bool) -> torch.Tensor:
     """One process from rank 0's start and seed: each step on both ranks' rows (the mean of their
     mean losses, the batches being the same size)."""
     net = _net(seed=0)
     opt = IVON(net, lr=0.1, ess=50, hess_init=0.5, seed=10, compile=False)
-    batches = []
-    for i in range(STEPS):
-        (x0, y0), (x1, y1) = _batch(i, 0), _batch(i, 1)
-        batches.append((torch.cat([x0, x1]), torch.cat([y0, y1])))
-    return _train(net, net, opt, batches, clip)
+    skipped = [_both(i + 50) for i in range(STEPS)] if skip else None
+    return _train(net, net, opt, [_both(i) for i in range(STEPS)], clip, skipped)
 
 
 def test_ivon_ranks_stay_identical_and_equal_the_averaged_gradient(tmp_path):
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
-    if not dist.is_available():
-        pytest.skip("torch without distributed support")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
-    assert "error" not in r0 and "error" not in r1, (r0.get("error"), r1.get("error"))
-    for variant, clip in (("unused", False), ("static", True)):
+    """Also: a batch averaged for clipping, then discarded by zero_grad (its step skipped), leaves
+    the next backward's gradient to be averaged again."""
+    r0, r1 = run_two_ranks(_worker, tmp_path)
+    for variant, clip, skip in (("unused", False, False), ("static", True, False), ("skipped", True, True)):
         assert r0[variant + " seed"] == r1[variant + " seed"] == 10  # the first rank's
         assert torch.equal(r0[variant], r1[variant]), variant
-        torch.testing.assert_close(r0[variant], _reference(clip), rtol=0, atol=1e-9)
+        torch.testing.assert_close(r0[variant], _reference(clip, skip), rtol=0, atol=1e-9)
     assert any("bbb.IVON" in m and "DistributedDataParallel" in m for m in r0["warned"]), r0["warned"]

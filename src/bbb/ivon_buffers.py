@@ -1,0 +1,80 @@
+"""The state :class:`bbb.IVON` keeps beside the layers: the flat buffers of one dtype and device
+(:class:`FlatBuffers`) and what a forward notes (:class:`ForwardNotes`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .engine.layout import Slot
+from .errors import UserError
+from .nn.base import BayesModule
+
+__all__ = ["FlatBuffers", "ForwardNotes"]
+
+
+class FlatBuffers:
+    """The trained weights of one dtype and device in flat buffers: mu and rho (the layers' own
+    parameters become views of them), momentum, h, sigma, this step's noise, sample and gradient;
+    per weight tensor a :class:`Slot` and its sample leaf (a view of ``w`` whose ``.grad`` is the
+    matching view of ``g``)."""
+
+    def __init__(self, pairs: list[tuple[BayesModule, str]], hess_init: float) -> None:
+        self.slots: list[Slot] = []
+        offset = 0
+        for m, n in pairs:
+            self.slots.append(Slot(m, n, offset, tuple(m.mu(n).shape)))
+            offset += self.slots[-1].numel
+        self.numel = offset
+        self.params = [m.mu(n) for m, n in pairs]
+        with torch.no_grad():
+            self.mu = torch.cat([p.detach().reshape(-1) for p in self.params])
+            self.rho = torch.cat([m.rho(n).detach().reshape(-1) for m, n in pairs])
+        for s, (m, n) in zip(self.slots, pairs):  # the layers' parameters become views of the buffers
+            m.mu(n).data = s.view(self.mu)
+            m.rho(n).data = s.view(self.rho)
+        self.momentum = torch.zeros_like(self.mu)
+        self.hess = torch.full_like(self.mu, float(hess_init))
+        self.sig, self.w, self.g = (torch.zeros_like(self.mu) for _ in range(3))
+        half = (self.numel + 1) // 2
+        #: the noise as bbb.random lays it out, pair j's two numbers at j and j + half (an odd count's
+        #: last number unused): filled as one (2, half) block, read through its flat view ``eps``
+        self.eps_pairs = torch.zeros(2, half, dtype=self.mu.dtype, device=self.mu.device)
+        self.eps = self.eps_pairs.view(-1)[: self.numel]
+        self.index = torch.arange((self.numel + 1) // 2, dtype=torch.int32, device=self.mu.device)
+        self.eps_views = [s.view(self.eps) for s in self.slots]
+        self.w_views = [s.view(self.w) for s in self.slots]  # (made once: a view per forward costs microseconds)
+        self.g_views = [s.view(self.g) for s in self.slots]
+        self.leaves: list[Tensor] = []
+        for s in self.slots:
+            leaf = s.view(self.w).detach().requires_grad_(True)
+            leaf.grad = s.view(self.g)
+            self.leaves.append(leaf)
+        self.hit: set[int] = set()  # slots drawn from the flat sample this step
+        self.extra: dict[int, list[tuple[Tensor, Tensor, bool, int]]] = {}  # their other draws: (eps, w, k rows, block)
+        self.flat_block = 0  # the sampling() block of this step's flat draw
+        self.averaged = -1  # g's version after its last average across DDP's processes
+        self.fresh = True  # the flat noise is still to be drawn for this step
+        self.clean = self.g._version  # g's version when zeroed (a backward into it advances it)
+
+    def check_placement(self) -> None:
+        """The layers' mu and rho must still be views of the buffers (``model.to(...)`` after IVON
+        was built gives them new tensors, which IVON would neither read nor update)."""
+        for s in self.slots:
+            mu, rho = s.module.mu(s.name), s.module.rho(s.name)
+            if (mu.data_ptr() != self.mu.data_ptr() + s.offset * self.mu.element_size() or mu.dtype != self.mu.dtype
+                    or rho.data_ptr() != self.rho.data_ptr() + s.offset * self.rho.element_size()):
+                raise UserError(f"IVON: the model's parameters were moved, converted or replaced (now {mu.device}, "
+                                f"{str(mu.dtype).replace('torch.', '')}) after IVON was built on {self.mu.device}, "
+                                f"{str(self.mu.dtype).replace('torch.', '')}: build IVON after moving the model to "
+                                "its device (model.to(device), then IVON(model, ...))")
+
+
+class ForwardNotes:
+    """What a forward writes (the noise's draw counter, whether it drew): a plain object, because
+    Dynamo drops attribute writes on a ``torch.optim.Optimizer`` made inside a compiled function and
+    replays those on a plain object (as :mod:`bbb.engine.sampler` explains for the Engine)."""
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.drew = False

@@ -10,7 +10,7 @@
 # next GPU machine (it unpacks them first; finished jobs are kept, unfinished ones resume).
 #   OUT=/tmp/o bash bench/gpu_fashion.sh            # on the GPU machine ($OUT is set there)
 #   cat OUT/gpu-run.tgz.part* | tar xzf - -C DIR    # here: DIR/fashion, DIR/cuda-tests.txt, ...
-#   OUT=/tmp/o CUDA_TESTS=0 FASHION_SECONDS=175 bash bench/gpu_fashion.sh  # the table only (tests/cuda take about 280 s)
+#   OUT=/tmp/o CUDA_TESTS=0 FASHION_SECONDS=175 bash bench/gpu_fashion.sh  # the table only, no tests/cuda
 #   OUT=/tmp/o PYTHON=.venv/bin/python FASHION_ARGS="--budget smoke --device cpu" bash bench/gpu_fashion.sh  # dry run
 #     (with .gpu-data/gpu-run.tgz.part* moved aside first: it would resume the GPU run, whose jobs refuse the CPU)
 set -uo pipefail

@@ -98,16 +98,41 @@ def test_a_job_stopped_after_an_epoch_goes_on_to_the_same_bits(fake_data, no_ver
     assert torch.equal(a["eval"], b["eval"]) and torch.equal(a["ood"], b["ood"])
 
 
-def test_a_job_started_on_another_device_is_one_line(fake_data, no_verify, tmp_path):
-    job = Job(FashionMethod.ADAMW, 0, Phase.TEST, Setting())
+def _started_on_cuda(job, data, folder):
+    """``job`` stopped after its first epoch, its checkpoint marked as a GPU's."""
     with pytest.raises(KeyboardInterrupt):
-        run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path, lambda n: (_ for _ in ()).throw(
-            KeyboardInterrupt))
-    path = tmp_path / job.name / "last.pt"
+        run_job(job, SMALL, data, torch.device("cpu"), folder, lambda n: (_ for _ in ()).throw(KeyboardInterrupt))
+    path = folder / job.name / "last.pt"
     state = torch.load(path, weights_only=True)
-    torch.save({**state, "device": "cuda"}, path)
-    with pytest.raises(UserError, match="started on cuda.*--device cuda"):
+    torch.save({**{k: v for k, v in state.items() if k != "segments"}, "device": "cuda"}, path)  # as before segments
+
+
+def test_a_job_started_on_another_device_is_one_line_or_goes_on_when_allowed(fake_data, no_verify, tmp_path):
+    job = Job(FashionMethod.ADAMW, 0, Phase.TEST, Setting())
+    _started_on_cuda(job, str(fake_data), tmp_path)
+    with pytest.raises(UserError, match="started on cuda.*--device cuda.*--allow-device-change"):
         run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path)
+    row = run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path, allow_device_change=True)
+    assert row["epochs"] == SMALL.epochs and row["devices"] == "cuda (epochs 1-1), cpu (epochs 2-2)"
+    # the data order is the host's generator, AdamW draws nothing else: the same numbers as on one device
+    alone = run_job(job, SMALL, str(fake_data), torch.device("cpu"), tmp_path / "alone")
+    assert alone["devices"] == "cpu (epochs 1-2)" and alone["final_train_loss"] == row["final_train_loss"]
+
+
+def test_the_command_reports_a_job_that_cannot_go_on_once(fake_data, no_verify, capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(SCHEDULES, FashionBudget.SMOKE, SMALL)
+    job = Job(FashionMethod.ADAMW, 0, Phase.TEST, Setting())
+    _started_on_cuda(job, str(fake_data), tmp_path / "jobs")
+    argv = ["reproduce", "fashion", "--budget", "smoke", "--methods", "adamw", "--seeds", "0", "--out", str(tmp_path),
+            "--data-dir", str(fake_data), "--device", "cpu"]
+    code, out, err = run_main(capsys, *argv)
+    assert code != 0 and "1 job(s) failed" in err and (out + err).count("--allow-device-change") == 2
+    code, out, err = run_main(capsys, *argv, "--allow-device-change", "--quiet")
+    assert code == 0, err
+    row = json.loads((tmp_path / "jobs" / f"{job.name}.json").read_text())
+    assert row["devices"] == "cuda (epochs 1-1), cpu (epochs 2-2)"
+    assert "1 job(s) ran on more than one device" in (tmp_path / "table.md").read_text()
+    assert "cuda (epochs 1-1)" in (tmp_path / "seeds.csv").read_text()
 
 
 def test_the_ivon_opt_row_without_its_package_is_one_line(fake_data, no_verify, monkeypatch, capsys, tmp_path):

@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "output folder; rerunning with the same folder resumes (each job from its last epoch)",
             default=DEFAULT_OUT)
     add_data_dir(parser)
+    parser.add_argument("--allow-device-change", action="store_true",
+                        help="a job begun on another device type goes on here from its last epoch (not bit for "
+                             "bit: its later random draws are this device's; its row names where each epoch ran); "
+                             "else such a job stops with an error")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of what is finished in --out")
     add_quiet(parser, "the table and the files written")
@@ -57,7 +61,8 @@ def config_from_args(args: argparse.Namespace) -> FashionConfig:
     cfg = FashionConfig(out=args.out, methods=tuple(FashionMethod(m) for m in dict.fromkeys(args.methods)),
                         seeds=tuple(dict.fromkeys(args.seeds)), budget=FashionBudget(args.budget),
                         device=args.device, workers=args.workers, threads=args.threads, data_dir=args.data_dir,
-                        quiet=args.quiet, report_only=args.report)
+                        quiet=args.quiet, report_only=args.report,
+                        allow_device_change=args.allow_device_change)
     cfg.check()
     if FashionMethod.IVON_OPT in cfg.methods and not cfg.report_only:
         import importlib.util

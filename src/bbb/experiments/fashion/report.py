@@ -93,6 +93,9 @@ def _markdown(rows: list[dict[str, Any]], sweeps: list[dict[str, Any]], meta: di
     text.append(f"Seconds per epoch: training only, on {meta['device']} with {meta['workers']} job(s) at once "
                 "(concurrent jobs share the device: compare costs with bench/bench_ivon.py instead); an "
                 "ensemble's is its members' sum.")
+    if meta.get("moved"):
+        text.append(f"{len(meta['moved'])} job(s) ran on more than one device (`--allow-device-change`; seeds.csv's "
+                    "`devices` says where each epoch ran): their seconds per epoch mix the devices'.")
     if meta.get("missing"):
         text.append(f"Not finished: {len(meta['missing'])} test job(s).")
     return "\n".join(text) + "\n"
@@ -133,7 +136,8 @@ def write_report(out: Path, cfg: FashionConfig, test_jobs: list[Job], results: d
     rows = method_rows(seed_rows, [str(m) for m in cfg.methods])
     cols = ["method", "setting", "seeds", *[c for k in METRICS for c in (k, f"{k}_se")]]
     written = [atomic_write_csv(out / "methods.csv", cols, rows),
-               atomic_write_csv(out / "seeds.csv", ["method", "seed", "setting", *METRICS], seed_rows),
+               atomic_write_csv(out / "seeds.csv", ["method", "seed", "setting", *METRICS, "devices"], seed_rows),
                atomic_write_csv(out / "sweep.csv", ["method", "setting", "val_nll", "val_acc", "chosen"], sweeps),
-               atomic_write_text(out / "table.md", _markdown(rows, sweeps, meta))]
+               atomic_write_text(out / "table.md", _markdown(rows, sweeps, {
+                   **meta, "moved": [r["job"] for r in results.values() if "," in r.get("devices", "")]}))]
     return written + _plot(out, rows)

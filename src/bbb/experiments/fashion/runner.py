@@ -72,7 +72,8 @@ def load_result(folder: Path, job: Job) -> dict[str, Any] | None:
 
 
 def _work(job: Job, cfg: FashionConfig, folder: Path, queue: Any) -> dict[str, Any]:
-    return run_job(job, cfg.schedule, cfg.data_dir, resolve_device(cfg.device), folder, lambda n: queue.put(n))
+    return run_job(job, cfg.schedule, cfg.data_dir, resolve_device(cfg.device), folder, lambda n: queue.put(n),
+                   allow_device_change=cfg.allow_device_change)
 
 
 def _run_phase(cfg: FashionConfig, jobs: list[Job], folder: Path, bar: Any, pool: Any, queue: Any,
@@ -92,7 +93,8 @@ def _run_phase(cfg: FashionConfig, jobs: list[Job], folder: Path, bar: Any, pool
         for job in todo:
             try:
                 done(job, run_job(job, cfg.schedule, cfg.data_dir, resolve_device(cfg.device), folder,
-                                  bar.update if bar is not None else (lambda n: None)))
+                                  bar.update if bar is not None else (lambda n: None),
+                                  allow_device_change=cfg.allow_device_change))
             except UserError as e:
                 failed.append(f"{job.name}: {e}")
                 log(failed[-1])
@@ -182,7 +184,9 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                 r["acc"] for r in val_res if r["setting"] == s), "chosen": s == best.label()} for s, v in nll.items()]
         test_jobs = plan(cfg, Phase.TEST, chosen)
         if not cfg.report_only:
-            failed += _run_phase(cfg, missing(test_jobs), folder, bar, pool, queue, quiet_log)
+            tried = {f.split(":", 1)[0] for f in failed}  # a job failed beside validation is not tried twice
+            failed += _run_phase(cfg, [j for j in missing(test_jobs) if j.name not in tried], folder, bar, pool,
+                                 queue, quiet_log)
     results = {j.name: r for j in test_jobs if (r := load_result(folder, j)) is not None}
     val_results = [r for j in val_jobs if (r := load_result(folder, j)) is not None]
     meta.update({"wall_seconds": round(time.perf_counter() - start, 1),

@@ -132,6 +132,7 @@ class FashionConfig:
     data_dir: str | None = None
     quiet: bool = False
     report_only: bool = False
+    allow_device_change: bool = False
 
     @property
     def schedule(self) -> Schedule:

@@ -198,9 +198,14 @@ def _rng_state(device: torch.device) -> dict[str, Any]:
 
 
 def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.device, folder: Path,
-            progress: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
+            progress: Callable[[int], None] = lambda n: None, *, allow_device_change: bool = False) -> dict[str, Any]:
     """Train ``job`` (resuming from ``folder/<name>/last.pt`` when there), score it, save its
-    predictive probabilities (``probs.pt``: the ensembles are made of them); returns the result row."""
+    predictive probabilities (``probs.pt``: the ensembles are made of them); returns the result row.
+
+    A job resumes bit for bit on the device type it started on. Started on another one, it stops
+    with a one-line error unless ``allow_device_change``: then it goes on here from its epoch, its
+    later random draws from this host's (or this device's) generators, and its row says where each
+    epoch ran (``devices``)."""
     data = load_data(job.phase, schedule, data_dir, device)
     n = len(data["y_train"])
     num_batches = math.ceil(n / BATCH_SIZE)
@@ -210,11 +215,14 @@ def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.de
     work = folder / job.name
     ckpt = work / "last.pt"
     epoch, seconds, losses = 0, 0.0, []
+    segments: list[list[Any]] = []  # [device type, first epoch, last epoch] of each stretch of the training
     if ckpt.is_file():
         state = torch.load(ckpt, map_location=device, weights_only=True)
-        if state["device"] != device.type:
-            raise UserError(f"{job.name} was started on {state['device']} and cannot go on on {device.type} (its "
-                            f"random streams are the device's): rerun with --device {state['device']}, or delete "
+        segments = [list(s) for s in state.get("segments", [[state["device"], 1, state["epoch"]]])]
+        if state["device"] != device.type and not allow_device_change:
+            raise UserError(f"{job.name} was started on {state['device']} and cannot go on on {device.type} bit for "
+                            f"bit (its random streams are the device's): rerun with --device {state['device']}, "
+                            f"pass --allow-device-change to go on here from epoch {state['epoch']}, or delete "
                             f"{work} to train it again here")
         method.net.load_state_dict(state["model"])
         method.opt.load_state_dict(state["optimizer"])
@@ -224,6 +232,8 @@ def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.de
         torch.set_rng_state(state["rng"]["cpu"].cpu())
         if "cuda" in state["rng"] and device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
+        elif device.type == "cuda":  # moved here from the host: a stream of its own, from the job and epoch
+            torch.cuda.manual_seed(job.seed * 1000 + state["epoch"])
         epoch, seconds, losses = state["epoch"], state["seconds"], list(state["losses"])
         if job.method is FashionMethod.IVON_OPT:  # its step count (debiasing) is not in its state_dict
             method.opt.current_step = epoch * num_batches
@@ -244,7 +254,12 @@ def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.de
         sched.step()
         epoch += 1
         losses.append(mean_loss)
-        atomic_torch_save(ckpt, {"model": method.net.state_dict(), "optimizer": method.opt.state_dict(),
+        if segments and segments[-1][0] == device.type:
+            segments[-1][2] = epoch
+        else:
+            segments.append([device.type, epoch, epoch])
+        atomic_torch_save(ckpt, {"segments": segments, "model": method.net.state_dict(),
+                                 "optimizer": method.opt.state_dict(),
                                  "scheduler": sched.state_dict(), "order": order.get_state(),
                                  "rng": _rng_state(device), "device": device.type, "epoch": epoch,
                                  "seconds": seconds, "losses": losses})
@@ -258,7 +273,8 @@ def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.de
               "train_seconds": round(seconds, 2), "seconds_per_epoch": round(seconds / max(epoch, 1), 3),
               "eval_seconds": round(time.perf_counter() - t, 2), "final_train_loss": losses[-1] if losses else None,
               "test_samples": schedule.test_samples if job.method is not FashionMethod.ADAMW else 1,
-              "device": str(device), "torch": torch.__version__,
+              "device": str(device), "devices": ", ".join(f"{d} (epochs {a}-{b})" for d, a, b in segments),
+              "torch": torch.__version__,
               **scores(eval_probs, data["y_eval"], ood_probs)}
     atomic_torch_save(work / "probs.pt", {"eval": eval_probs.cpu(), "labels": data["y_eval"].cpu(),
                                           **({"ood": ood_probs.cpu()} if ood_probs is not None else {})})

@@ -135,6 +135,49 @@ def test_the_command_reports_a_job_that_cannot_go_on_once(fake_data, no_verify, 
     assert "cuda (epochs 1-1)" in (tmp_path / "seeds.csv").read_text()
 
 
+@pytest.mark.skipif(spec("laplace") is None, reason="laplace-torch (the laplace extra) absent")
+def test_the_laplace_rows_are_fitted_on_the_adamw_networks_once(fake_data, no_verify, capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(SCHEDULES, FashionBudget.SMOKE, SMALL)
+    argv = ["reproduce", "fashion", "--budget", "smoke", "--methods", "laplace", "--seeds", "0", "1", "--out",
+            str(tmp_path), "--data-dir", str(fake_data), "--device", "cpu", "--quiet"]
+    code, _, err = run_main(capsys, *argv)
+    assert code == 0, err
+    jobs = tmp_path / "jobs"
+    assert sorted(p.name for p in jobs.glob("*.json")) == [  # the AdamW networks trained for it, nothing else
+        "test-adamw-recipe-s0.json", "test-adamw-recipe-s1.json", "test-laplace-s0.json", "test-laplace-s1.json"]
+    rows = {r["seed"]: r for r in (json.loads((jobs / f"test-laplace-s{s}.json").read_text())["row"] for s in (0, 1))}
+    adamw = json.loads((jobs / "test-adamw-recipe-s0.json").read_text())
+    assert rows[0]["of_job"] == "test-adamw-recipe-s0" and rows[0]["prior_precision"] > 0
+    assert rows[0]["nll"] != adamw["nll"] and 0.0 <= rows[0]["ood_auroc"] <= 1.0
+    methods = (tmp_path / "methods.csv").read_text()
+    assert methods.splitlines()[1].startswith("laplace,") and "adamw" not in methods  # its networks are not a row
+    assert "train nothing" in (tmp_path / "table.md").read_text()
+    stamp = (jobs / "test-laplace-s0.json").stat().st_mtime_ns
+    code, _, _ = run_main(capsys, *argv[:-1], "--report")
+    assert code == 0 and (jobs / "test-laplace-s0.json").stat().st_mtime_ns == stamp  # not fitted again
+    monkeypatch.setattr("bbb.laplace.laplace_available", lambda: False)
+    code, _, err = run_main(capsys, "reproduce", "fashion", "--methods", "adamw", "laplace", "--out",
+                            str(tmp_path / "other"), "--data-dir", str(fake_data), "--quiet")
+    assert code != 0 and "laplace-torch" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_default_methods_leave_out_those_whose_package_is_missing_with_one_line(monkeypatch, capsys):
+    import argparse
+
+    from bbb.experiments.fashion.command import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ivon" else spec(name, *a))
+    monkeypatch.setattr("bbb.laplace.laplace_available", lambda: False)
+    cfg = config_from_args(parser.parse_args(["--out", "x"]))
+    assert FashionMethod.IVON_OPT not in cfg.methods and FashionMethod.LAPLACE not in cfg.methods
+    assert FashionMethod.BBB in cfg.methods and len(cfg.methods) == len(FashionMethod) - 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "ivon_opt (needs ivon-opt" in err and "laplace (needs" in err
+    assert len(config_from_args(parser.parse_args(["--out", "x", "--report"])).methods) == len(FashionMethod)
+
+
 def test_the_ivon_opt_row_without_its_package_is_one_line(fake_data, no_verify, monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "ivon", None)  # import ivon raises ImportError
     with pytest.raises(UserError, match="pip install ivon-opt"):  # a job that imports it

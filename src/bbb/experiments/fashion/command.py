@@ -29,13 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Fashion-MNIST LeNet-5 (no padding, 44,426 weights) in the IVON paper's protocol: batch 128, cosine "
         "schedule, 100 epochs, 3 seeds, 64 test samples. Methods: AdamW, IVON (bbb.IVON; and ivon-opt, the "
         "published package, where installed), Bayes by Backprop (its KL weight and estimator chosen on 10,000 "
-        "training images held out, never on test), MC dropout (its rate chosen the same way) and a deep "
-        "ensemble of 5 AdamW networks. Accuracy, NLL, ECE (15 bins), Brier, OOD AUROC against MNIST (predictive "
+        "training images held out, never on test), MC dropout (its rate chosen the same way), a deep "
+        "ensemble of 5 AdamW networks and the AdamW network's last-layer Laplace (laplace-torch, the laplace "
+        "extra; nothing trains again). Accuracy, NLL, ECE (15 bins), Brier, OOD AUROC against MNIST (predictive "
         "entropy; the published OOD set, EMNIST letters, is not available offline) and seconds per epoch, beside "
         "the published AdamW and IVON rows. Writes methods.csv, seeds.csv, sweep.csv, table.md, table.png and "
         "run.json to --out.")
-    parser.add_argument("--methods", nargs="+", default=[str(m) for m in FashionMethod], choices=values(FashionMethod),
-                        metavar="M", help="the methods: " + ", ".join(values(FashionMethod)) + " (default: all)")
+    parser.add_argument("--methods", nargs="+", default=None, choices=values(FashionMethod), metavar="M",
+                        help="the methods: " + ", ".join(values(FashionMethod)) + " (default: all whose package "
+                             "is installed here: ivon_opt needs ivon-opt, laplace laplace-torch; one line names "
+                             "those left out)")
     add_seeds(parser, [0, 1, 2], "random seeds, one network (or ensemble) per method each (default: 0 1 2)")
     parser.add_argument("--budget", choices=values(FashionBudget), default=str(FashionBudget.PAPER),
                         help="paper: 100 epochs (the published protocol); quick: 10 epochs; smoke: 1 epoch on "
@@ -57,19 +60,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet(parser, "the table and the files written")
 
 
+def _missing_package(method: FashionMethod) -> str | None:
+    """What ``method`` needs that this Python lacks (None: nothing)."""
+    import importlib.util
+
+    if method is FashionMethod.IVON_OPT and importlib.util.find_spec("ivon") is None:
+        return "ivon-opt (pip install ivon-opt==0.1.3)"
+    if method is FashionMethod.LAPLACE:
+        from ...laplace import INSTALL, laplace_available
+
+        if not laplace_available():
+            return f"laplace-torch ({INSTALL})"
+    return None
+
+
 def config_from_args(args: argparse.Namespace) -> FashionConfig:
-    cfg = FashionConfig(out=args.out, methods=tuple(FashionMethod(m) for m in dict.fromkeys(args.methods)),
+    methods = args.methods
+    if methods is None:  # all that can run here, the others named
+        left = {m: why for m in FashionMethod if (why := _missing_package(m)) is not None}
+        if left and not args.report:
+            print("bbb reproduce fashion: leaving out " + "; ".join(f"{m} (needs {why})" for m, why in left.items()),
+                  file=sys.stderr)
+        methods = [str(m) for m in FashionMethod if args.report or m not in left]
+    cfg = FashionConfig(out=args.out, methods=tuple(FashionMethod(m) for m in dict.fromkeys(methods)),
                         seeds=tuple(dict.fromkeys(args.seeds)), budget=FashionBudget(args.budget),
                         device=args.device, workers=args.workers, threads=args.threads, data_dir=args.data_dir,
                         quiet=args.quiet, report_only=args.report,
                         allow_device_change=args.allow_device_change)
     cfg.check()
-    if FashionMethod.IVON_OPT in cfg.methods and not cfg.report_only:
-        import importlib.util
-
-        if importlib.util.find_spec("ivon") is None:  # before any job trains
-            raise UserError("the ivon_opt row needs the published package: pip install ivon-opt==0.1.3 (or leave "
-                            "it out: --methods without ivon_opt)")
+    for m in cfg.methods if not cfg.report_only else ():  # before any job trains
+        if (why := _missing_package(m)) is not None:
+            raise UserError(f"the {m} row needs {why} (or leave it out: --methods without {m})")
     return cfg
 
 

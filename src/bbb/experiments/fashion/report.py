@@ -19,7 +19,8 @@ __all__ = ["ensemble_rows", "method_rows", "write_report", "METRICS", "LABELS"]
 
 METRICS = ("acc", "nll", "ece", "brier", "ood_auroc", "seconds_per_epoch")
 LABELS = {"adamw": "AdamW", "ivon": "IVON (bbb.IVON)", "ivon_opt": "IVON (ivon-opt 0.1.3)",
-          "bbb": "Bayes by Backprop (bbb)", "mc_dropout": "MC dropout", "ensemble": f"deep ensemble of {ENSEMBLE_SIZE}"}
+          "bbb": "Bayes by Backprop (bbb)", "mc_dropout": "MC dropout", "ensemble": f"deep ensemble of {ENSEMBLE_SIZE}",
+          "laplace": "last-layer Laplace (on AdamW)"}
 
 
 def ensemble_rows(cfg: FashionConfig, folder: Path, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -44,6 +45,10 @@ def _mean_se(xs: list[float]) -> tuple[float, float]:
     m = sum(xs) / len(xs)
     se = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs)) if len(xs) > 1 else float("nan")
     return m, se
+
+
+def _mean_or_none(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def method_rows(seed_rows: list[dict[str, Any]], methods: list[str]) -> list[dict[str, Any]]:
@@ -93,6 +98,12 @@ def _markdown(rows: list[dict[str, Any]], sweeps: list[dict[str, Any]], meta: di
     text.append(f"Seconds per epoch: training only, on {meta['device']} with {meta['workers']} job(s) at once "
                 "(concurrent jobs share the device: compare costs with bench/bench_ivon.py instead); an "
                 "ensemble's is its members' sum.")
+    if meta.get("laplace_fit_seconds") is not None:
+        text.append("The last-layer Laplace rows train nothing: each is its seed's AdamW network (its s / epoch "
+                    "that network's training), then a KFAC Laplace of its last layer fitted on the training images "
+                    "(prior precision by the marginal likelihood; "
+                    f"{meta['laplace_fit_seconds']:.1f} s a fit and its predictions, on the CPU) and the probit "
+                    "predictive.")
     if meta.get("moved"):
         text.append(f"{len(meta['moved'])} job(s) ran on more than one device (`--allow-device-change`; seeds.csv's "
                     "`devices` says where each epoch ran): their seconds per epoch mix the devices'.")
@@ -125,19 +136,24 @@ def _plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
 
 
 def write_report(out: Path, cfg: FashionConfig, test_jobs: list[Job], results: dict[str, dict[str, Any]],
-                 sweeps: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:
-    """Write methods.csv, seeds.csv, sweep.csv, table.md and table.png into ``out``; returns the paths."""
+                 sweeps: list[dict[str, Any]], meta: dict[str, Any],
+                 extra_rows: list[dict[str, Any]] | None = None) -> list[Path]:
+    """Write methods.csv, seeds.csv, sweep.csv, table.md and table.png into ``out``; returns the paths.
+    ``extra_rows``: seed rows made after the jobs (the last-layer Laplace's)."""
     folder = out / "jobs"
     wanted = {str(m) for m in cfg.methods}
     seed_rows = [r for j in test_jobs if (r := results.get(j.name)) is not None and r["method"] in wanted
                  and r["seed"] in cfg.seeds]
     if FashionMethod.ENSEMBLE in cfg.methods:
         seed_rows += ensemble_rows(cfg, folder, results)
+    seed_rows += [r for r in extra_rows or [] if r["seed"] in cfg.seeds]
     rows = method_rows(seed_rows, [str(m) for m in cfg.methods])
     cols = ["method", "setting", "seeds", *[c for k in METRICS for c in (k, f"{k}_se")]]
     written = [atomic_write_csv(out / "methods.csv", cols, rows),
                atomic_write_csv(out / "seeds.csv", ["method", "seed", "setting", *METRICS, "devices"], seed_rows),
                atomic_write_csv(out / "sweep.csv", ["method", "setting", "val_nll", "val_acc", "chosen"], sweeps),
                atomic_write_text(out / "table.md", _markdown(rows, sweeps, {
-                   **meta, "moved": [r["job"] for r in results.values() if "," in r.get("devices", "")]}))]
+                   **meta, "moved": [r["job"] for r in results.values() if "," in (r.get("devices") or "")],
+                   "laplace_fit_seconds": _mean_or_none([r["fit_seconds"] for r in seed_rows
+                                                         if r["method"] == "laplace"])}))]
     return written + _plot(out, rows)

@@ -21,6 +21,7 @@ from ...errors import UserError
 from ...io import atomic_write_json
 from ...runs.jobs import worker_pool
 from ..uci.report import portable_command
+from .laplace import adamw_job, laplace_rows
 from .settings import ENSEMBLE_SIZE, FashionConfig, FashionMethod, Phase, Setting, ensemble_member_seed, grid_of
 from .train import Job, run_job
 
@@ -33,8 +34,9 @@ _COST = {FashionMethod.BBB: 3.0, FashionMethod.IVON_OPT: 2.0, FashionMethod.IVON
 
 def plan(cfg: FashionConfig, phase: Phase, chosen: dict[str, Setting] | None = None) -> list[Job]:
     """The jobs of one phase. Validation: each setting of a method with a grid (BBB, MC dropout),
-    on the first seed. Test: each method and seed at its chosen setting (none yet: no job), and for
-    ``ensemble`` the AdamW networks of its members (seed + 1000 j; member 0 is the AdamW row's)."""
+    on the first seed. Test: each method and seed at its chosen setting (none yet: no job), for
+    ``ensemble`` the AdamW networks of its members (seed + 1000 j; member 0 is the AdamW row's), for
+    ``laplace`` the AdamW row's networks (:mod:`~bbb.experiments.fashion.laplace` fits it after them)."""
     jobs: dict[str, Job] = {}
     for m in cfg.methods:
         grid = grid_of(m)
@@ -43,6 +45,11 @@ def plan(cfg: FashionConfig, phase: Phase, chosen: dict[str, Setting] | None = N
                 for s in grid:
                     j = Job(m, cfg.seeds[0], phase, s)
                     jobs[j.name] = j
+            continue
+        if m is FashionMethod.LAPLACE:  # fitted on the AdamW row's networks, once they are trained
+            for seed in cfg.seeds:
+                j = adamw_job(seed)
+                jobs[j.name] = j
             continue
         if m is FashionMethod.ENSEMBLE:
             for seed in cfg.seeds:
@@ -188,6 +195,14 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
             failed += _run_phase(cfg, [j for j in missing(test_jobs) if j.name not in tried], folder, bar, pool,
                                  queue, quiet_log)
     results = {j.name: r for j in test_jobs if (r := load_result(folder, j)) is not None}
+    extra: list[dict[str, Any]] = []
+    if FashionMethod.LAPLACE in cfg.methods:
+        from ...laplace import INSTALL, laplace_available
+
+        if laplace_available():
+            extra = laplace_rows(cfg, folder, results)
+        else:  # a report without the laplace extra (a run stops before training: the command's check)
+            quiet_log(f"laplace: no rows (laplace-torch is not installed here: {INSTALL})")
     val_results = [r for j in val_jobs if (r := load_result(folder, j)) is not None]
     meta.update({"wall_seconds": round(time.perf_counter() - start, 1),
                  "job_seconds": round(sum(r["train_seconds"] + r["eval_seconds"]
@@ -199,5 +214,5 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                 "job_seconds": meta["job_seconds"]}
         meta.pop("running", None)
     atomic_write_json(prev_path, meta)
-    written = write_report(out, cfg, test_jobs, results, sweeps, meta)
+    written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra)
     return {"written": [str(p) for p in written], **meta}

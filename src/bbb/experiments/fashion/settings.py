@@ -18,8 +18,9 @@ class FashionMethod(StrOption):
     """``adamw`` (the deterministic LeNet-5), ``ivon`` (bbb.IVON on the bayesianized LeNet-5),
     ``ivon_opt`` (the published package on the deterministic LeNet-5, the bench extra), ``bbb``
     (Bayes by Backprop: bayesianize + ELBO + bbb.Engine), ``mc_dropout`` (dropout before each fully
-    connected layer, kept on at test) and ``ensemble`` (``ENSEMBLE_SIZE`` AdamW networks, the
-    predictive their mean; its members are ``adamw`` jobs)."""
+    connected layer, kept on at test), ``ensemble`` (``ENSEMBLE_SIZE`` AdamW networks, the
+    predictive their mean; its members are ``adamw`` jobs) and ``laplace`` (the ``adamw`` network's
+    last-layer Laplace, fitted after it: nothing trains again; the laplace extra)."""
 
     ADAMW = "adamw"
     IVON = "ivon"
@@ -27,6 +28,7 @@ class FashionMethod(StrOption):
     BBB = "bbb"
     MC_DROPOUT = "mc_dropout"
     ENSEMBLE = "ensemble"
+    LAPLACE = "laplace"
 
 
 class Phase(StrOption):

@@ -8,6 +8,9 @@ the paper's MLP 784-W-W-10, the kernel compiled with the part replaced before co
 - ``no_klsum``: the KL's fixed-order sum over all weights replaced by one term;
 - ``plain_sum``: the KL summed by ``torch.sum`` (one fused reduction, its rounding then dependent
   on the thread count, which the fixed-order sum exists to avoid: a measurement only);
+- ``f64_sum``: the KL summed by ``torch.sum`` with float64 accumulation, then rounded to float32
+  (one fused reduction; the thread split then moves the float64 sum by about 1e-16 relative, far
+  below float32's rounding);
 - ``recompute_sigma``: sigma and sigmoid(rho) not stored by the sampling step but computed again
   from rho in the update (16 bytes a weight less traffic, one exp and one log more; the same
   numbers: the Gaussian prior's closed form only).
@@ -36,7 +39,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Example:\n  python bench/kernel_variants.py no_noise --width 1200 --threads 2")
-    ap.add_argument("variant", choices=["base", "no_noise", "no_klsum", "recompute_sigma", "plain_sum"])
+    ap.add_argument("variant", choices=["base", "no_noise", "no_klsum", "recompute_sigma", "plain_sum",
+                                                "f64_sum"])
     ap.add_argument("--width", type=int, default=1200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prior", choices=["paper", "gauss"], default="paper",
@@ -51,6 +55,8 @@ def main() -> None:
         kernels._sample_noise = reuse  # type: ignore[assignment]
     elif args.variant == "plain_sum":
         kernels.fixed_order_sum = lambda t: t.sum()
+    elif args.variant == "f64_sum":
+        kernels.fixed_order_sum = lambda t: t.sum(dtype=torch.float64).to(t.dtype)
     elif args.variant == "no_klsum":
         kernels.fixed_order_sum = lambda t: t[:1].sum()
     elif args.variant == "recompute_sigma":

@@ -193,8 +193,9 @@ def _fashion(root: Path) -> Benchmark | None:
             task.scores[r["method"]] = Score(mean, _num(r["nll_se"]), units.get(("LeNet-5", r["method"])))
     return Benchmark("Fashion-MNIST LeNet-5 (the IVON paper's protocol)", f"results/fashion/{path.parent.name}/"
                      "methods.csv", "test NLL", False, "the seeds", [task] if task.scores else [],
-                     notes=["Cost: seconds per epoch there were measured with 12 jobs sharing one GPU; "
-                            "bench/results/ivon-cost*.md has each method's step alone."])
+                     notes=["Cost: that run's seconds per epoch were measured with many jobs sharing one GPU, "
+                            "some finished on a CPU (its table.md says which): bench/results/ivon-cost*.md has "
+                            "each method's step alone."])
 
 
 LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (_uci, _lora, _mnist, _fashion)
@@ -254,10 +255,21 @@ def render(benchmarks: list[Benchmark], command: str) -> str:
 
 def _choice(methods: list[str], alone: dict[str, int], tied: dict[str, int], n: int, b: Benchmark) -> str:
     """One sentence: the method best on most tasks (alone, then tied), the others that won any
-    alone, and the leader's cost against the cheapest method's."""
-    lead = max(methods, key=lambda m: (alone[m] + tied[m], alone[m]))
+    alone, and the leader's cost against the cheapest method's. Several methods with the same
+    counts share the lead: the sentence names them all, and picks the cheapest of them where
+    the benchmark gives each one's cost (else no single choice)."""
+    def key(m: str) -> tuple[int, int]:
+        return alone[m] + tied[m], alone[m]
+
+    best = max(key(m) for m in methods)
+    leads = [m for m in methods if key(m) == best]
+    if len(leads) > 1 and not all(m in b.cost for m in leads):
+        return (f"**No single choice here:** {', '.join(leads)} share the lead, each best on {best[0]} of {n} "
+                f"task{'s' if n != 1 else ''} ({best[1]} alone); no cost in this benchmark's files separates them.")
+    lead = min(leads, key=lambda m: b.cost.get(m, 0.0))
+    shared = f"; {', '.join(m for m in leads if m != lead)} as often, at a higher cost" if len(leads) > 1 else ""
     text = (f"**Choice here:** {lead}, best on {alone[lead] + tied[lead]} of {n} task{'s' if n != 1 else ''} "
-            f"({alone[lead]} alone, {tied[lead]} tied)")
+            f"({alone[lead]} alone, {tied[lead]} tied){shared}")
     others = [f"{m} alone on {alone[m]}" for m in methods if m != lead and alone[m]]
     if others:
         text += "; " + ", ".join(others)

@@ -45,6 +45,15 @@ def test_the_page_counts_wins_and_ties_and_names_the_cost():
     assert "x, best on 2 of 2 tasks (1 alone, 1 tied)" in text and "5.0x the cheapest, y" in text
 
 
+def test_a_shared_lead_is_named_as_such_and_the_cheapest_chosen_only_where_costs_are_known():
+    tasks = [Task("t", {"x": Score(0.25, 0.01), "y": Score(0.25, 0.01), "z": Score(0.9, 0.01)})]
+    text = render([Benchmark("b", "f.csv", "test NLL", False, "the seeds", tasks)], "cmd")
+    assert "**No single choice here:** x, y share the lead, each best on 1 of 1 task (0 alone)" in text
+    costed = render([Benchmark("b", "f.csv", "test NLL", False, "the seeds", tasks, {"x": 3.0, "y": 1.0, "z": 0.5},
+                               "minutes")], "cmd")
+    assert "**Choice here:** y, best on 1 of 1 task (0 alone, 1 tied); x as often, at a higher cost" in costed
+
+
 def test_the_committed_page_is_what_the_committed_results_give(capsys):
     """docs/which_method.md is written by the command, never by hand: regenerate it
     (`bbb reproduce which`) whenever results/ changes."""

@@ -23,6 +23,10 @@ weight moved), and the fused step's memory traffic alone: 10 float32 tensors rea
 the arithmetic a sum and a product); IVON's update (``bbb.ivon_math.ivon_flat_math``, compiled as
 ``bbb.IVON`` compiles it) and, of it, the layers' rho = log(expm1(sigma)) alone.
 
+glibc's allocator is set as the ``bbb`` command sets it (:func:`bbb.engine.tune_malloc`), so the
+times are those of ``bbb train``'s steps; a script of your own without it pays page faults for
+every temporary buffer a step frees.
+
 Run it on idle cores (another job halves every number)::
 
     python bench/bench_kernel.py --threads 2 --out bench/results
@@ -232,6 +236,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
+    from bbb.engine import tune_malloc  # the allocator settings of the bbb command and the bench's children
+
+    tune_malloc()
     start = time.perf_counter()
     res: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.machine(),
                            "threads": args.threads, "torch": torch.__version__, "steps": args.steps,

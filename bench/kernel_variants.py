@@ -5,12 +5,11 @@ the paper's MLP 784-W-W-10, the kernel compiled with the part replaced before co
 - ``base``: the kernel as it is;
 - ``no_noise``: the next sample's counter-based noise not drawn (the last step's reused: wrong
   numbers, a measurement only);
-- ``no_klsum``: the KL's fixed-order sum over all weights replaced by one term;
-- ``plain_sum``: the KL summed by ``torch.sum`` (one fused reduction, its rounding then dependent
-  on the thread count, which the fixed-order sum exists to avoid: a measurement only);
-- ``f64_sum``: the KL summed by ``torch.sum`` with float64 accumulation, then rounded to float32
-  (one fused reduction; the thread split then moves the float64 sum by about 1e-16 relative, far
-  below float32's rounding);
+- ``no_klsum``: the KL's sum over all weights replaced by one term;
+- ``plain_sum``: the KL summed by ``torch.sum`` in float32 (one fused reduction, its rounding then
+  dependent on the thread count: a measurement only);
+- ``fixed_sum``: the KL summed in a fixed order (``kernels.fixed_order_sum``: a pass of its own over
+  the written terms), as the engine did before ``kernels.kl_sum`` (float64 accumulation, fused);
 - ``recompute_sigma``: sigma and sigmoid(rho) not stored by the sampling step but computed again
   from rho in the update (16 bytes a weight less traffic, one exp and one log more; the same
   numbers: the Gaussian prior's closed form only).
@@ -40,7 +39,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Example:\n  python bench/kernel_variants.py no_noise --width 1200 --threads 2")
     ap.add_argument("variant", choices=["base", "no_noise", "no_klsum", "recompute_sigma", "plain_sum",
-                                                "f64_sum"])
+                                                "fixed_sum"])
     ap.add_argument("--width", type=int, default=1200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prior", choices=["paper", "gauss"], default="paper",
@@ -54,11 +53,11 @@ def main() -> None:
             return noise.view(-1)[: rows * w.shape[1]].view(rows, w.shape[1])
         kernels._sample_noise = reuse  # type: ignore[assignment]
     elif args.variant == "plain_sum":
-        kernels.fixed_order_sum = lambda t: t.sum()
-    elif args.variant == "f64_sum":
-        kernels.fixed_order_sum = lambda t: t.sum(dtype=torch.float64).to(t.dtype)
+        kernels.kl_sum = lambda t: t.sum()
+    elif args.variant == "fixed_sum":
+        kernels.kl_sum = kernels.fixed_order_sum
     elif args.variant == "no_klsum":
-        kernels.fixed_order_sum = lambda t: t[:1].sum()
+        kernels.kl_sum = lambda t: t[:1].sum()
     elif args.variant == "recompute_sigma":
         if args.prior != "gauss":
             ap.error("recompute_sigma is written for --prior gauss (the closed-form KL) only")
@@ -66,7 +65,7 @@ def main() -> None:
 
         def resample(mu, rho, z, w, sig, sr, dlp, m=None, *, prior, closed, kl_extra=0, split=False):  # type: ignore[no-untyped-def]
             s, _ = kernels.softplus_and_sigmoid(rho)
-            kl = kernels.fixed_order_sum(prior.kl_closed_form(mu, s)[0])
+            kl = kernels.kl_sum(prior.kl_closed_form(mu, s)[0])
             w.copy_(mu + s * z)
             return kl
 

@@ -558,6 +558,29 @@ def test_failing_compile_falls_back_to_eager_with_one_warning():
     assert r.stdout.split() == ["fell", "back", "1"] * 4, r.stdout + r.stderr[-2000:]
 
 
+def test_the_kl_sum_is_the_float64_sum_rounded_and_the_same_on_one_or_two_threads():
+    """The step's KL terms are added in float64 (one reduction, fused into the pass that computes
+    them) and rounded: the thread split moves the float64 sum far below float32's rounding step."""
+    from bbb.engine.kernels import fixed_order_sum, kl_sum
+
+    g = torch.Generator().manual_seed(0)
+    t = (torch.rand(2_395_210, generator=g) * torch.logspace(-6, 2, 2_395_210)).float()
+    threads = torch.get_num_threads()
+    try:
+        sums = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            sums.append(kl_sum(t))
+            sums.append(torch.compile(kl_sum)(t))
+    finally:
+        torch.set_num_threads(threads)
+    exact = float(t.double().sum())
+    assert all(u.dtype == torch.float32 and float(u) == float(torch.tensor(exact, dtype=torch.float32))
+               for u in sums)
+    d = t.double()
+    assert torch.equal(kl_sum(d), fixed_order_sum(d))  # float64 terms: the fixed order, bit for bit
+
+
 def test_threads_do_not_change_the_trajectory():
     threads = torch.get_num_threads()
     out = []

@@ -40,7 +40,7 @@ from torch import Tensor
 from ..distributions import Prior
 from ..random import fill_normal_
 
-__all__ = ["softplus_and_sigmoid", "compile_options", "resample", "gradients", "update", "KernelSet",
+__all__ = ["softplus_and_sigmoid", "kl_sum", "compile_options", "resample", "gradients", "update", "KernelSet",
            "advance_hyper", "counter_keys_tensor", "seed_mix"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -130,6 +130,22 @@ def fixed_order_sum(t: Tensor) -> Tensor:
     return head.sum() + t[r * SUM_PARTS:].sum()
 
 
+def kl_sum(t: Tensor) -> Tensor:
+    """The sum of a step's KL terms ``t``, the same to working precision on any thread count.
+
+    float32 (or narrower) terms are added in float64 and the sum rounded back: one reduction,
+    which ``torch.compile`` fuses into the pass that computes the terms (:func:`fixed_order_sum`
+    needs a pass of its own over the written terms, with its thread barriers: docs/performance.md
+    has the times). A thread split moves a float64
+    sum of millions of terms by about 1e-13 relative, a millionth of float32's rounding step, so
+    the float32 result changes only when it falls that close to a rounding boundary. float64
+    terms keep the fixed-order sum (there the split would show in the last bit).
+    """
+    if t.dtype == torch.float64:
+        return fixed_order_sum(t)
+    return t.sum(dtype=torch.float64).to(t.dtype)
+
+
 def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None,
              m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
@@ -147,7 +163,7 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
         kl_e, dmu, dsig = prior.kl_split(mu, s, z[w.shape[0]])  # type: ignore[misc]
         if m is not None:
             kl_e, dmu, dsig = kl_e * m, dmu * m, dsig * m
-        kl = fixed_order_sum(kl_e)
+        kl = kl_sum(kl_e)
         dlp[0].copy_(dmu)
         dlp[1].copy_(dsig)
         w.copy_(mu + s * z[: w.shape[0]])
@@ -157,16 +173,16 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     wn = mu + s * z
     if closed:
         kl_e = prior.kl_closed_form(mu, s)[0]  # type: ignore[index]
-        kl = fixed_order_sum(kl_e if m is None else kl_e * m)
+        kl = kl_sum(kl_e if m is None else kl_e * m)
     else:
         assert dlp is not None
         lp, g = prior.log_prob_and_grad(wn)
         big_k = z.shape[0]
         terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / big_k
         if m is None:
-            kl = fixed_order_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
+            kl = kl_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
         else:
-            kl = fixed_order_sum((terms - _HALF_LOG_2PI) * m)
+            kl = kl_sum((terms - _HALF_LOG_2PI) * m)
             g = g * m
         if kl_extra:
             dlp[0].copy_(g.sum(0))

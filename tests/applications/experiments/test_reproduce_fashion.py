@@ -16,6 +16,7 @@ import torch
 from bbb.errors import UserError
 from bbb.experiments.fashion import runner as RU
 from bbb.experiments.fashion.settings import (
+    ADAMW_GRID,
     BBB_GRID,
     DROPOUT_GRID,
     ENSEMBLE_SIZE,
@@ -57,15 +58,20 @@ def test_lenet5_is_the_published_network():
 def test_plan_validates_the_grids_on_the_first_seed_and_builds_ensembles_of_adamw_members():
     cfg = FashionConfig(out="x", seeds=(3, 4))
     val = RU.plan(cfg, Phase.VALIDATION)
-    assert {j.seed for j in val} == {3} and len(val) == len(BBB_GRID) + len(DROPOUT_GRID)
-    test = RU.plan(cfg, Phase.TEST)  # nothing chosen yet: no BBB or MC dropout test job
+    assert {j.seed for j in val} == {3} and len(val) == len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID)
+    test = RU.plan(cfg, Phase.TEST)  # nothing chosen yet: no BBB, MC dropout or AdamW test job
     methods = [j.method for j in test]
-    assert FashionMethod.BBB not in methods and FashionMethod.MC_DROPOUT not in methods
-    adamw = sorted(j.seed for j in test if j.method is FashionMethod.ADAMW)
-    assert adamw == sorted(s + 1000 * k for s in (3, 4) for k in range(ENSEMBLE_SIZE))  # the row's own is member 0
-    chosen = {"bbb": BBB_GRID[3], "mc_dropout": DROPOUT_GRID[0]}
+    assert not {FashionMethod.BBB, FashionMethod.MC_DROPOUT, FashionMethod.ADAMW} & set(methods)
+    chosen = {"bbb": BBB_GRID[3], "mc_dropout": DROPOUT_GRID[0], "adamw": ADAMW_GRID[2]}
     test = RU.plan(cfg, Phase.TEST, chosen)
     assert {j.setting for j in test if j.method is FashionMethod.BBB} == {BBB_GRID[3]}
+    adamw = [j for j in test if j.method is FashionMethod.ADAMW]
+    assert {j.setting for j in adamw} == {ADAMW_GRID[2]}  # the row's, the members' and Laplace's networks
+    assert sorted(j.seed for j in adamw) == sorted(s + 1000 * k for s in (3, 4) for k in range(ENSEMBLE_SIZE))
+    # the ensemble or Laplace alone still validate AdamW's weight decay: their networks are AdamW's
+    alone = FashionConfig(out="x", methods=(FashionMethod.LAPLACE,), seeds=(0,))
+    assert {j.method for j in RU.plan(alone, Phase.VALIDATION)} == {FashionMethod.ADAMW}
+    assert [j.name for j in RU.plan(alone, Phase.TEST, chosen)] == ["test-adamw-wd0.05-s0"]
 
 
 def test_choose_takes_the_lowest_validation_nll():
@@ -143,14 +149,18 @@ def test_the_laplace_rows_are_fitted_on_the_adamw_networks_once(fake_data, no_ve
     code, _, err = run_main(capsys, *argv)
     assert code == 0, err
     jobs = tmp_path / "jobs"
-    assert sorted(p.name for p in jobs.glob("*.json")) == [  # the AdamW networks trained for it, nothing else
-        "test-adamw-recipe-s0.json", "test-adamw-recipe-s1.json", "test-laplace-s0.json", "test-laplace-s1.json"]
+    tag = next(line.split(",")[1] for line in (tmp_path / "sweep.csv").read_text().splitlines()
+               if line.startswith("adamw,") and line.endswith(",True")).replace("=", "")
+    assert len(list(jobs.glob("validation-adamw-*.json"))) == len(ADAMW_GRID)  # AdamW's weight decay chosen
+    assert sorted(p.name for p in jobs.glob("test-*.json")) == [  # the AdamW networks trained for it, nothing else
+        f"test-adamw-{tag}-s0.json", f"test-adamw-{tag}-s1.json", "test-laplace-s0.json", "test-laplace-s1.json"]
     rows = {r["seed"]: r for r in (json.loads((jobs / f"test-laplace-s{s}.json").read_text())["row"] for s in (0, 1))}
-    adamw = json.loads((jobs / "test-adamw-recipe-s0.json").read_text())
-    assert rows[0]["of_job"] == "test-adamw-recipe-s0" and rows[0]["prior_precision"] > 0
+    adamw = json.loads((jobs / f"test-adamw-{tag}-s0.json").read_text())
+    assert rows[0]["of_job"] == f"test-adamw-{tag}-s0" and rows[0]["prior_precision"] > 0
     assert rows[0]["nll"] != adamw["nll"] and 0.0 <= rows[0]["ood_auroc"] <= 1.0
     methods = (tmp_path / "methods.csv").read_text()
-    assert methods.splitlines()[1].startswith("laplace,") and "adamw" not in methods  # its networks are not a row
+    lines = methods.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("laplace,") and f"(adamw {tag.replace('wd', 'wd=')})" in lines[1]
     assert "train nothing" in (tmp_path / "table.md").read_text()
     stamp = (jobs / "test-laplace-s0.json").stat().st_mtime_ns
     code, _, _ = run_main(capsys, *argv[:-1], "--report")
@@ -202,7 +212,7 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     rows = {r.split(",")[0]: r for r in (out / "methods.csv").read_text().splitlines()[1:]}
     assert set(rows) == {"adamw", "ivon", "bbb", "mc_dropout", "ensemble"}
     sweep = (out / "sweep.csv").read_text().splitlines()
-    assert len(sweep) == 1 + len(BBB_GRID) + len(DROPOUT_GRID)
+    assert len(sweep) == 1 + len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID)
     chosen = [line.split(",")[1] for line in sweep if line.endswith(",True") and line.startswith("bbb")]
     assert len(chosen) == 1 and chosen[0] in rows["bbb"]  # the row is trained at the validation's choice
     firsts = [line.split(",")[0] for line in (out / "seeds.csv").read_text().splitlines()]
@@ -210,7 +220,7 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     table = (out / "table.md").read_text()
     assert "IVON (published)" in table and "91.1" in table and str(tmp_path) not in table
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")}
-    assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + 2 * (ENSEMBLE_SIZE + 3)
+    assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID) + 2 * (ENSEMBLE_SIZE + 3)
     code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
     assert code == 0 and {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")} == stamps
     run = json.loads((out / "run.json").read_text())

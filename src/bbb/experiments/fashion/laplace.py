@@ -26,15 +26,16 @@ __all__ = ["laplace_rows", "adamw_job", "SETTING"]
 SETTING = "last layer, KFAC, probit"
 
 
-def adamw_job(seed: int) -> Job:
-    """The AdamW test job whose network seed ``seed``'s Laplace row is fitted on."""
-    return Job(FashionMethod.ADAMW, seed, Phase.TEST, Setting())
+def adamw_job(seed: int, setting: Setting) -> Job:
+    """The AdamW test job (at AdamW's chosen ``setting``) whose network seed ``seed``'s Laplace row is
+    fitted on."""
+    return Job(FashionMethod.ADAMW, seed, Phase.TEST, setting)
 
 
-def _fit(cfg: FashionConfig, folder: Path, seed: int, adamw: dict[str, Any]) -> dict[str, Any]:
+def _fit(cfg: FashionConfig, folder: Path, job: Job, adamw: dict[str, Any]) -> dict[str, Any]:
     from ...laplace import fit_last_layer_laplace
 
-    job = adamw_job(seed)
+    seed = job.seed
     net = lenet5()
     net.load_state_dict(torch.load(folder / job.name / "last.pt", map_location="cpu", weights_only=True)["model"])
     net.eval()
@@ -46,18 +47,24 @@ def _fit(cfg: FashionConfig, folder: Path, seed: int, adamw: dict[str, Any]) -> 
     atomic_torch_save(folder / f"test-laplace-s{seed}" / "probs.pt",
                       {"eval": eval_probs.cpu(), "labels": data["y_eval"].cpu(), "ood": ood_probs.cpu()})
     return {"job": f"test-laplace-s{seed}", "method": str(FashionMethod.LAPLACE), "seed": seed, "phase": "test",
-            "setting": SETTING, "of_job": job.name, "epochs": adamw["epochs"], "n_train": len(data["y_train"]),
+            "setting": f"{SETTING} (adamw {job.setting.label()})", "of_job": job.name, "epochs": adamw["epochs"],
+            "n_train": len(data["y_train"]),
             "n_eval": len(data["y_eval"]), "seconds_per_epoch": adamw["seconds_per_epoch"],
             "fit_seconds": round(seconds, 2), "prior_precision": post.prior_precision,
             "devices": adamw.get("devices"), "torch": torch.__version__,
             **scores(eval_probs, data["y_eval"], ood_probs)}
 
 
-def laplace_rows(cfg: FashionConfig, folder: Path, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per seed whose AdamW test job is finished (in ``results``), fitted or read back."""
-    rows = []
+def laplace_rows(cfg: FashionConfig, folder: Path, results: dict[str, dict[str, Any]],
+                 setting: Setting | None) -> list[dict[str, Any]]:
+    """One row per seed whose AdamW test job (at AdamW's chosen ``setting``; None: not chosen yet, no
+    rows) is finished (in ``results``), fitted or read back."""
+    rows: list[dict[str, Any]] = []
+    if setting is None:
+        return rows
     for seed in cfg.seeds:
-        adamw = results.get(adamw_job(seed).name)
+        job = adamw_job(seed, setting)
+        adamw = results.get(job.name)
         if adamw is None:
             continue
         path = folder / f"test-laplace-s{seed}.json"
@@ -65,7 +72,7 @@ def laplace_rows(cfg: FashionConfig, folder: Path, results: dict[str, dict[str, 
         if old is not None and old.get("key") == adamw:
             rows.append(old["row"])
             continue
-        row = _fit(cfg, folder, seed, adamw)
+        row = _fit(cfg, folder, job, adamw)
         atomic_write_json(path, {"key": adamw, "row": row})
         rows.append(row)
     return rows

@@ -21,8 +21,17 @@ from ...errors import UserError
 from ...io import atomic_write_json
 from ...runs.jobs import worker_pool
 from ..uci.report import portable_command
-from .laplace import adamw_job, laplace_rows
-from .settings import ENSEMBLE_SIZE, FashionConfig, FashionMethod, Phase, Setting, ensemble_member_seed, grid_of
+from .laplace import laplace_rows
+from .settings import (
+    ENSEMBLE_SIZE,
+    FashionConfig,
+    FashionMethod,
+    Phase,
+    Setting,
+    ensemble_member_seed,
+    grid_of,
+    validated,
+)
 from .train import Job, run_job
 
 __all__ = ["plan", "choose", "run_fashion"]
@@ -33,28 +42,28 @@ _COST = {FashionMethod.BBB: 3.0, FashionMethod.IVON_OPT: 2.0, FashionMethod.IVON
 
 
 def plan(cfg: FashionConfig, phase: Phase, chosen: dict[str, Setting] | None = None) -> list[Job]:
-    """The jobs of one phase. Validation: each setting of a method with a grid (BBB, MC dropout),
-    on the first seed. Test: each method and seed at its chosen setting (none yet: no job), for
-    ``ensemble`` the AdamW networks of its members (seed + 1000 j; member 0 is the AdamW row's), for
-    ``laplace`` the AdamW row's networks (:mod:`~bbb.experiments.fashion.laplace` fits it after them)."""
+    """The jobs of one phase. Validation: each setting of a method with a grid (BBB, MC dropout,
+    AdamW: also for the ensemble and Laplace, made of AdamW networks), on the first seed. Test:
+    each method and seed at its chosen setting (none yet: no job), for ``ensemble`` the AdamW
+    networks of its members at AdamW's chosen setting (seed + 1000 j; member 0 is the AdamW row's),
+    for ``laplace`` the AdamW row's networks (:mod:`~bbb.experiments.fashion.laplace` fits it after
+    them)."""
     jobs: dict[str, Job] = {}
+    if phase is Phase.VALIDATION:
+        for m in validated(cfg.methods):
+            for s in grid_of(m):
+                j = Job(m, cfg.seeds[0], phase, s)
+                jobs[j.name] = j
+        return list(jobs.values())
+    adamw = (chosen or {}).get(str(FashionMethod.ADAMW))
     for m in cfg.methods:
         grid = grid_of(m)
-        if phase is Phase.VALIDATION:
-            if len(grid) > 1:
-                for s in grid:
-                    j = Job(m, cfg.seeds[0], phase, s)
-                    jobs[j.name] = j
-            continue
-        if m is FashionMethod.LAPLACE:  # fitted on the AdamW row's networks, once they are trained
-            for seed in cfg.seeds:
-                j = adamw_job(seed)
-                jobs[j.name] = j
-            continue
-        if m is FashionMethod.ENSEMBLE:
-            for seed in cfg.seeds:
-                for k in range(ENSEMBLE_SIZE):
-                    j = Job(FashionMethod.ADAMW, ensemble_member_seed(seed, k), phase, Setting())
+        if m in (FashionMethod.LAPLACE, FashionMethod.ENSEMBLE):
+            size = ENSEMBLE_SIZE if m is FashionMethod.ENSEMBLE else 1
+            for seed in cfg.seeds if adamw is not None else ():
+                assert adamw is not None
+                for k in range(size):
+                    j = Job(FashionMethod.ADAMW, ensemble_member_seed(seed, k), phase, adamw)
                     jobs[j.name] = j
             continue
         pick = grid[0] if len(grid) == 1 else (chosen or {}).get(str(m))
@@ -157,7 +166,7 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         # written now too: a run killed before its end leaves its command, device and workers
         atomic_write_json(prev_path, {**meta, "wall_seconds": 0.0, "running": True})
     val_jobs = plan(cfg, Phase.VALIDATION)
-    placeholder = {str(m): grid_of(m)[0] for m in cfg.methods}
+    placeholder = {str(m): grid_of(m)[0] for m in (*cfg.methods, FashionMethod.ADAMW)}
     todo_val = [] if cfg.report_only else missing(val_jobs)
     todo_guess = [] if cfg.report_only else missing(plan(cfg, Phase.TEST, placeholder))
     total = epochs * (len(todo_val) + len(todo_guess))
@@ -178,10 +187,8 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         if todo_val or fixed:
             failed += _run_phase(cfg, todo_val + fixed, folder, bar, pool, queue, quiet_log)
         chosen = {}
-        for m in cfg.methods:
+        for m in validated(cfg.methods):
             grid = grid_of(m)
-            if len(grid) == 1:
-                continue
             val_res = [r for j in val_jobs if j.method is m and (r := load_result(folder, j)) is not None]
             if len(val_res) < len(grid):
                 continue
@@ -200,7 +207,7 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         from ...laplace import INSTALL, laplace_available
 
         if laplace_available():
-            extra = laplace_rows(cfg, folder, results)
+            extra = laplace_rows(cfg, folder, results, chosen.get(str(FashionMethod.ADAMW)))
         else:  # a report without the laplace extra (a run stops before training: the command's check)
             quiet_log(f"laplace: no rows (laplace-torch is not installed here: {INSTALL})")
     val_results = [r for j in val_jobs if (r := load_result(folder, j)) is not None]
@@ -214,5 +221,5 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                 "job_seconds": meta["job_seconds"]}
         meta.pop("running", None)
     atomic_write_json(prev_path, meta)
-    written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra)
+    written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra, chosen.get(str(FashionMethod.ADAMW)))
     return {"written": [str(p) for p in written], **meta}

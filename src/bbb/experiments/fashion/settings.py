@@ -9,9 +9,9 @@ from typing import Any
 from ...errors import UserError
 from ...options import StrOption
 
-__all__ = ["FashionMethod", "Phase", "FashionBudget", "Schedule", "SCHEDULES", "Setting", "grid_of",
-           "FashionConfig", "ENSEMBLE_SIZE", "ensemble_member_seed", "PUBLISHED", "TEST_SAMPLES", "BATCH_SIZE",
-           "IVON_RECIPE", "ADAMW_RECIPE"]
+__all__ = ["FashionMethod", "Phase", "FashionBudget", "Schedule", "SCHEDULES", "Setting", "grid_of", "validated",
+           "FashionConfig", "ADAMW_GRID", "ENSEMBLE_SIZE", "ensemble_member_seed", "PUBLISHED", "TEST_SAMPLES",
+           "BATCH_SIZE", "IVON_RECIPE", "ADAMW_RECIPE"]
 
 
 class FashionMethod(StrOption):
@@ -84,14 +84,18 @@ def ensemble_member_seed(seed: int, j: int) -> int:
 
 @dataclass(frozen=True)
 class Setting:
-    """One point of a method's grid: BBB's KL weight (beta, the ELBO's) and estimator, MC dropout's rate."""
+    """One point of a method's grid: BBB's KL weight (beta, the ELBO's) and estimator, MC dropout's rate,
+    AdamW's weight decay (None: the recipe's)."""
 
     beta: float | None = None
     estimator: str | None = None
     dropout: float | None = None
+    weight_decay: float | None = None
 
     def label(self) -> str:
-        """``beta=0.1 flipout``, ``p=0.25``, or ``recipe`` (a method's fixed recipe)."""
+        """``beta=0.1 flipout``, ``p=0.25``, ``wd=0.05``, or ``recipe`` (a method's fixed recipe)."""
+        if self.weight_decay is not None:
+            return f"wd={self.weight_decay:g}"
         if self.dropout is not None:
             return f"p={self.dropout:g}"
         if self.beta is not None:
@@ -103,6 +107,9 @@ class Setting:
 #: Gaussian N(0, 1) prior, closed-form KL, sigma0 = softplus(-5), Adam 1e-3 with the cosine schedule
 BBB_GRID = tuple(Setting(beta=b, estimator=e) for b in (1.0, 0.1, 0.01) for e in ("reparam", "flipout"))
 DROPOUT_GRID = tuple(Setting(dropout=p) for p in (0.1, 0.25, 0.5))
+#: AdamW's weight decay (decoupled, as torch.optim.AdamW's): the recipe's 1e-4 and stronger ones; the
+#: ensemble's members and the Laplace rows use the AdamW network this chooses
+ADAMW_GRID = (Setting(), *(Setting(weight_decay=w) for w in (0.01, 0.05, 0.2)))
 
 
 def grid_of(method: FashionMethod) -> tuple[Setting, ...]:
@@ -111,7 +118,18 @@ def grid_of(method: FashionMethod) -> tuple[Setting, ...]:
         return BBB_GRID
     if method is FashionMethod.MC_DROPOUT:
         return DROPOUT_GRID
+    if method is FashionMethod.ADAMW:
+        return ADAMW_GRID
     return (Setting(),)
+
+
+def validated(methods: tuple[FashionMethod, ...]) -> tuple[FashionMethod, ...]:
+    """The methods whose grid the validation phase runs: those of ``methods`` with a grid, and AdamW's
+    whenever the ensemble or the Laplace rows (made of AdamW networks) are asked for."""
+    wanted = set(methods)
+    if wanted & {FashionMethod.ENSEMBLE, FashionMethod.LAPLACE}:
+        wanted.add(FashionMethod.ADAMW)
+    return tuple(m for m in FashionMethod if m in wanted and len(grid_of(m)) > 1)
 
 
 #: the published rows (Singh et al. 2026 as printed, ../shared/reference/ivon.md): accuracy %,

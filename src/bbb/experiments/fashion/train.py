@@ -97,7 +97,8 @@ class _Method:
         if m in (FashionMethod.ADAMW, FashionMethod.MC_DROPOUT):
             from .settings import ADAMW_RECIPE
 
-            self.opt: Any = torch.optim.AdamW(self.net.parameters(), **ADAMW_RECIPE)
+            wd = ADAMW_RECIPE["weight_decay"] if s.weight_decay is None else s.weight_decay
+            self.opt: Any = torch.optim.AdamW(self.net.parameters(), lr=ADAMW_RECIPE["lr"], weight_decay=wd)
         elif m is FashionMethod.IVON:
             from .settings import IVON_RECIPE
 

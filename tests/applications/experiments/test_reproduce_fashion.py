@@ -236,6 +236,39 @@ def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
     assert code in (1, 2) and what in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_rerun_after_validation_counts_the_chosen_test_jobs_not_the_guess(tmp_path, monkeypatch):
+    """Validation finished (AdamW chose weight decay 0.2), the recipe's test job of an earlier plan
+    done: the jobs left are the chosen ones, so the workers and the progress bar are sized for them
+    (before, the guess counted nothing left: one worker, no bar)."""
+    import contextlib
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    for s in ADAMW_GRID:
+        j = Job(FashionMethod.ADAMW, 0, Phase.VALIDATION, s)
+        (jobs / f"{j.name}.json").write_text(json.dumps({"setting": s.label(), "acc": 90.0,
+                                                         "nll": 0.3 if s.weight_decay == 0.2 else 0.9,
+                                                         "train_seconds": 1.0, "eval_seconds": 1.0}))
+    (jobs / "test-adamw-recipe-s0.json").write_text("{}")
+    sizes, trained = [], []
+
+    @contextlib.contextmanager
+    def pool(workers, threads, who):
+        sizes.append(workers)
+        yield None, None
+
+    def train(job, *a, **k):
+        trained.append(job.name)
+        raise UserError("stop here")
+
+    monkeypatch.setattr(RU, "worker_pool", pool)
+    monkeypatch.setattr(RU, "run_job", train)
+    cfg = FashionConfig(out=str(tmp_path), methods=(FashionMethod.ADAMW,), seeds=(0,), budget=FashionBudget.SMOKE,
+                        device="cpu", workers=2, quiet=True)
+    RU.run_fashion(cfg)
+    assert sizes == [2] and trained == ["test-adamw-wd0.2-s0"]
+
+
 def test_a_run_killed_before_its_end_leaves_its_command_for_the_report(fake_data, no_verify, tmp_path, monkeypatch):
     """run.json is written before the first job too: the tables of a killed run (``--report``) name
     the command, device and worker count it ran with, not the report's own."""

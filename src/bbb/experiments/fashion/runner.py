@@ -82,6 +82,22 @@ def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Se
     return best, nll
 
 
+def _choices(cfg: FashionConfig, folder: Path, val_jobs: list[Job]) -> tuple[dict[str, Setting], list[dict[str, Any]]]:
+    """Each validated method's chosen setting, where its whole grid is finished, and the sweep's rows."""
+    chosen: dict[str, Setting] = {}
+    sweeps: list[dict[str, Any]] = []
+    for m in validated(cfg.methods):
+        grid = grid_of(m)
+        val_res = [r for j in val_jobs if j.method is m and (r := load_result(folder, j)) is not None]
+        if len(val_res) < len(grid):
+            continue
+        best, nll = choose(val_res, grid)
+        chosen[str(m)] = best
+        sweeps += [{"method": str(m), "setting": s, "val_nll": v, "val_acc": next(
+            r["acc"] for r in val_res if r["setting"] == s), "chosen": s == best.label()} for s, v in nll.items()]
+    return chosen, sweeps
+
+
 def load_result(folder: Path, job: Job) -> dict[str, Any] | None:
     path = folder / f"{job.name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -168,7 +184,9 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
     val_jobs = plan(cfg, Phase.VALIDATION)
     placeholder = {str(m): grid_of(m)[0] for m in (*cfg.methods, FashionMethod.ADAMW)}
     todo_val = [] if cfg.report_only else missing(val_jobs)
-    todo_guess = [] if cfg.report_only else missing(plan(cfg, Phase.TEST, placeholder))
+    # the test jobs as far as they are known now: the choices validation has made, a guess for the others
+    todo_guess = [] if cfg.report_only else missing(plan(cfg, Phase.TEST, {**placeholder,
+                                                                         **_choices(cfg, folder, val_jobs)[0]}))
     total = epochs * (len(todo_val) + len(todo_guess))
     bar = None
     if not cfg.quiet and total:
@@ -177,7 +195,6 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         bar = progress_bar(total=total, desc="fashion epochs", unit="epoch", leave=True, lines_every=60.0)
     quiet_log = (lambda s: None) if cfg.quiet else log
     failed: list[str] = []
-    sweeps: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         pool, queue = stack.enter_context(worker_pool(cfg.workers if total else 1, cfg.threads,
                                                       "bbb reproduce fashion"))
@@ -186,21 +203,14 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         fixed = [j for j in todo_guess if len(grid_of(j.method)) == 1]  # need no choice: beside validation
         if todo_val or fixed:
             failed += _run_phase(cfg, todo_val + fixed, folder, bar, pool, queue, quiet_log)
-        chosen = {}
-        for m in validated(cfg.methods):
-            grid = grid_of(m)
-            val_res = [r for j in val_jobs if j.method is m and (r := load_result(folder, j)) is not None]
-            if len(val_res) < len(grid):
-                continue
-            best, nll = choose(val_res, grid)
-            chosen[str(m)] = best
-            sweeps += [{"method": str(m), "setting": s, "val_nll": v, "val_acc": next(
-                r["acc"] for r in val_res if r["setting"] == s), "chosen": s == best.label()} for s, v in nll.items()]
+        chosen, sweeps = _choices(cfg, folder, val_jobs)
         test_jobs = plan(cfg, Phase.TEST, chosen)
         if not cfg.report_only:
             tried = {f.split(":", 1)[0] for f in failed}  # a job failed beside validation is not tried twice
-            failed += _run_phase(cfg, [j for j in missing(test_jobs) if j.name not in tried], folder, bar, pool,
-                                 queue, quiet_log)
+            todo = [j for j in missing(test_jobs) if j.name not in tried]
+            if bar is not None:  # the guess made before validation chose: the bar's end is now known
+                bar.total = bar.n + epochs * len(todo)
+            failed += _run_phase(cfg, todo, folder, bar, pool, queue, quiet_log)
     results = {j.name: r for j in test_jobs if (r := load_result(folder, j)) is not None}
     extra: list[dict[str, Any]] = []
     if FashionMethod.LAPLACE in cfg.methods:

@@ -231,7 +231,8 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
 
 @pytest.mark.parametrize("bad, what", [(["--seeds", "1000"], "seeds"), (["--workers", "0"], "--workers"),
                                        (["--methods", "nope"], "--methods"), (["--budget", "big"], "--budget")])
-def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
+def test_bad_input_is_one_line(bad, what, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("bbb.laplace.laplace_available", lambda: False)  # as without the extras: no notice first
     code, _, err = run_main(capsys, "reproduce", "fashion", "--out", str(tmp_path), *bad)
     assert code in (1, 2) and what in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 

@@ -77,11 +77,9 @@ def _missing_package(method: FashionMethod) -> str | None:
 
 def config_from_args(args: argparse.Namespace) -> FashionConfig:
     methods = args.methods
-    if methods is None:  # all that can run here, the others named
+    left: dict[FashionMethod, str] = {}
+    if methods is None:  # all that can run here, the others named (once the settings are checked)
         left = {m: why for m in FashionMethod if (why := _missing_package(m)) is not None}
-        if left and not args.report:
-            print("bbb reproduce fashion: leaving out " + "; ".join(f"{m} (needs {why})" for m, why in left.items()),
-                  file=sys.stderr)
         methods = [str(m) for m in FashionMethod if args.report or m not in left]
     cfg = FashionConfig(out=args.out, methods=tuple(FashionMethod(m) for m in dict.fromkeys(methods)),
                         seeds=tuple(dict.fromkeys(args.seeds)), budget=FashionBudget(args.budget),
@@ -89,6 +87,9 @@ def config_from_args(args: argparse.Namespace) -> FashionConfig:
                         quiet=args.quiet, report_only=args.report,
                         allow_device_change=args.allow_device_change)
     cfg.check()
+    if left and not cfg.report_only:
+        print("bbb reproduce fashion: leaving out " + "; ".join(f"{m} (needs {why})" for m, why in left.items()),
+              file=sys.stderr)
     for m in cfg.methods if not cfg.report_only else ():  # before any job trains
         if (why := _missing_package(m)) is not None:
             raise UserError(f"the {m} row needs {why} (or leave it out: --methods without {m})")

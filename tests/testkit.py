@@ -109,8 +109,11 @@ def tiny_bandit_config(**kw: Any) -> BanditConfig:
     return BanditConfig(**base)
 
 
-def join_two_ranks(rank: int, port: int) -> None:
-    """In a process :func:`run_two_ranks` spawned: one CPU thread, the gloo group of 2 on ``port``."""
+@contextlib.contextmanager
+def two_rank_process(rank: int, port: int, out: str) -> Iterator[dict[str, Any]]:
+    """In a process :func:`run_two_ranks` spawned: one CPU thread, the gloo group of 2 on ``port``;
+    yields the dict to fill, saved to ``out/rank{rank}.pt`` on the way out (with ``"error"`` where
+    the block raised) before the group is destroyed."""
     import os
 
     import torch.distributed as dist
@@ -118,6 +121,15 @@ def join_two_ranks(rank: int, port: int) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    res: dict[str, Any] = {}
+    try:
+        yield res
+    except BaseException as e:
+        res["error"] = repr(e)
+        raise
+    finally:
+        torch.save(res, os.path.join(out, f"rank{rank}.pt"))
+        dist.destroy_process_group()
 
 
 def run_two_ranks(worker: Any, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

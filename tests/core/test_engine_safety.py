@@ -8,7 +8,6 @@ noise, ``counter_noise``) or is a one-line error or warning.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 
 import pytest
@@ -20,7 +19,7 @@ from bbb.elbo import ELBO, Gaussian
 from bbb.engine import Engine, counter_noise
 from bbb.errors import UserError
 from bbb.nn import BayesLinear, BayesMLP
-from testkit import join_two_ranks, run_two_ranks
+from testkit import run_two_ranks, two_rank_process
 
 MIXTURE = ScaleMixturePrior(0.5, 1.0, math.exp(-2))
 
@@ -257,12 +256,9 @@ def _flat(net, lik):
 
 
 def _ddp_worker(rank, port, out):  # pragma: no cover - runs in the spawned processes
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    join_two_ranks(rank, port)
-    res = {}
-    try:
+    with two_rank_process(rank, port, out) as res:
         for variant in ("before", "after"):
             net, lik = _ddp_setup(seed=rank, sigma=1.0 + rank)  # the ranks start apart
             if variant == "before":  # engine first, then DDP (find_unused_parameters)
@@ -298,12 +294,6 @@ def _ddp_worker(rank, port, out):  # pragma: no cover - runs in the spawned proc
             o.loss.backward()
             eng.step()
         res["warned"] = [str(w.message) for w in caught]
-    except BaseException as e:
-        res["error"] = repr(e)
-        raise
-    finally:
-        torch.save(res, os.path.join(out, f"rank{rank}.pt"))
-        dist.destroy_process_group()
 
 
 def _reference(clip):

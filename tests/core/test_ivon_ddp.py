@@ -6,7 +6,6 @@ without DDP are warned once."""
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 import bbb
 from bbb.errors import UserError
 from bbb.ivon import IVON
-from testkit import join_two_ranks, run_two_ranks
+from testkit import run_two_ranks, two_rank_process
 
 STEPS = 4
 
@@ -56,12 +55,9 @@ def _train(net: nn.Module, model: nn.Module, opt: IVON, batches, clip: bool, ski
 
 
 def _worker(rank: int, port: int, out: str) -> None:  # pragma: no cover - runs in the spawned processes
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    join_two_ranks(rank, port)
-    res: dict = {}
-    try:
+    with two_rank_process(rank, port, out) as res:
         for variant, clip, skip in (("unused", False, False), ("static", True, False), ("skipped", True, True)):
             net = _net(seed=rank)  # the ranks start apart, with their own noise seeds
             opt = IVON(net, lr=0.1, ess=50, hess_init=0.5, seed=10 + rank, compile=False)
@@ -79,12 +75,6 @@ def _worker(rank: int, port: int, out: str) -> None:  # pragma: no cover - runs 
             warnings.simplefilter("always")
             _train(net, net, opt, [_batch(0, rank)], False)
         res["warned"] = [str(w.message) for w in caught]
-    except BaseException as e:
-        res["error"] = repr(e)
-        raise
-    finally:
-        torch.save(res, os.path.join(out, f"rank{rank}.pt"))
-        dist.destroy_process_group()
 
 
 def _both(i: int) -> tuple[torch.Tensor, torch.Tensor]:

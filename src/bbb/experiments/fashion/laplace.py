@@ -1,11 +1,13 @@
 """The last-layer Laplace rows of ``bbb reproduce fashion`` (``--methods laplace``; beyond the
-IVON paper's table): each seed's AdamW network (the ``adamw`` row's test job: nothing trains again),
-then :func:`bbb.laplace.fit_last_layer_laplace` on the 60,000 training images (KFAC, the prior
-precision by the marginal likelihood) and the probit predictive, scored as the other rows.
+IVON paper's table): each seed's AdamW network at AdamW's chosen weight decay (the ``adamw`` row's
+test job: nothing trains again), then :func:`bbb.laplace.fit_last_layer_laplace` on the 60,000
+training images (KFAC, the prior precision by the marginal likelihood) and the probit predictive,
+scored as the other rows.
 
 A row is kept in ``<out>/jobs/test-laplace-s<seed>.json`` with what it was fitted on (the AdamW
-job's result), and fitted again only when that changes; with laplace-torch missing the command
-stops before anything trains (:mod:`~bbb.experiments.fashion.command`)."""
+job's result), and fitted again only when that changes. Without laplace-torch the default methods
+leave it out (one line says so) and ``--methods laplace`` stops before anything trains
+(:mod:`~bbb.experiments.fashion.command`)."""
 
 from __future__ import annotations
 

@@ -59,9 +59,10 @@ def plan(cfg: FashionConfig, phase: Phase, chosen: dict[str, Setting] | None = N
     for m in cfg.methods:
         grid = grid_of(m)
         if m in (FashionMethod.LAPLACE, FashionMethod.ENSEMBLE):
+            if adamw is None:  # AdamW's weight decay not chosen yet: no job
+                continue
             size = ENSEMBLE_SIZE if m is FashionMethod.ENSEMBLE else 1
-            for seed in cfg.seeds if adamw is not None else ():
-                assert adamw is not None
+            for seed in cfg.seeds:
                 for k in range(size):
                     j = Job(FashionMethod.ADAMW, ensemble_member_seed(seed, k), phase, adamw)
                     jobs[j.name] = j

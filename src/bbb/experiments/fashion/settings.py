@@ -160,11 +160,11 @@ class FashionConfig:
 
     def check(self) -> None:
         if not self.methods:
-            raise UserError("bbb reproduce fashion: --methods needs at least one method")
+            raise UserError("--methods needs at least one method")
         if not self.seeds:
-            raise UserError("bbb reproduce fashion: --seeds needs at least one seed")
+            raise UserError("--seeds needs at least one seed")
         if any(s < 0 or s >= 1000 for s in self.seeds):
-            raise UserError("bbb reproduce fashion: seeds must be in 0..999 (an ensemble's members are seed + "
+            raise UserError("seeds must be in 0..999 (an ensemble's members are seed + "
                             "1000 j)")
         if self.workers < 1 or self.threads < 1:
-            raise UserError("bbb reproduce fashion: --workers and --threads must be >= 1")
+            raise UserError("--workers and --threads must be >= 1")

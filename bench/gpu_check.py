@@ -8,9 +8,13 @@ command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothi
    (``bayesian-torch-reparam``) where it is importable (its wheel carried, bench/README.md).
 3. Seconds per epoch of ``bbb train`` at 2x1200 in the paper's configuration on real MNIST (two
    epochs, the second reported), or, without MNIST, projected from the bench's steps/s.
+4. A population of 8 such networks under one engine against one network
+   (``bench/bench_population.py``): ``population_ratio_k8_2x1200``, the population's step over one
+   network's (issue 74's target: at most 2).
 
 Writes ``gpu.json`` (``device``, ``torch``, ``epoch_s_2x1200_paper``, ``ratio_vs_deterministic_2x1200``,
-``speedup_vs_bayesian_torch_2x1200``, ``cuda_tests_passed``, ``cuda_tests_failed``, then the details)
+``speedup_vs_bayesian_torch_2x1200``, ``population_ratio_k8_2x1200``, ``cuda_tests_passed``,
+``cuda_tests_failed``, then the details)
 and ``gpu.md`` into ``--out``. ``--dry-run``: the same steps on the CPU at tiny sizes on random data
 (bench/tests runs it, so that the check works the day a GPU comes). A step that fails or runs out
 of time leaves its fields ``null`` and says why; the check itself does not fail.
@@ -44,11 +48,14 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import bench_population  # noqa: E402  (bench/bench_population.py: the population's child)
 import run as bench  # noqa: E402  (bench/run.py: its children, data and recipes)
 
 #: the systems of the speed part: the deterministic floor, ours in the paper's configuration, the peer
 FLOOR, OURS, PEER = "mlp", "bbb-paper", "bayesian-torch-reparam"
 WIDTH = 1200
+#: networks in the population timed against one (the dry run: bench_population.py's 3)
+POP_MEMBERS = 8
 #: minibatches of 128 in an epoch of 50,000 MNIST training images (bench/run.py's s/epoch)
 EPOCH_STEPS = 391
 #: the whole check's budget in seconds (a GPU machine's command runs at most 10 minutes)
@@ -59,6 +66,7 @@ CHILD_LIMIT = 150.0
 REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(None)),
             "ratio_vs_deterministic_2x1200": (float, type(None)),
             "speedup_vs_bayesian_torch_2x1200": (float, type(None)),
+            "population_ratio_k8_2x1200": (float, type(None)),
             "cuda_tests_passed": (int, type(None)), "cuda_tests_failed": (int, type(None))}
 
 
@@ -182,6 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             job = {**base, "kind": "epoch", "system": OURS, "width": width, "recipe": bench.EPOCH_RECIPES[OURS],
                    "epochs": bench.EPOCHS_RUN, "train_size": 512 if dry else None}
             epoch = bench.run_child(job, limit) if limit >= 10 else {"status": "not run: no time left"}
+        limit = clock.limit(CHILD_LIMIT)
+        pop_spec = {"threads": threads, "device": device, "width": width, "members": POP_MEMBERS, "dry_run": dry}
+        population = (bench.run_child(pop_spec, limit, script=HERE / "bench_population.py",
+                                      mark=bench_population.RESULT_MARK, ident=("width", "members"))
+                      if limit >= 10 else {"status": "not run: no time left"})
     floor, ours, peer = rows[FLOOR], rows[OURS], rows[PEER]
     epoch_s, epoch_source = None, None
     if epoch is not None and epoch.get("status") == "ok" and epoch.get("seconds_per_epoch") is not None:
@@ -199,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           if _ok(floor) and _ok(ours) else None),
         "speedup_vs_bayesian_torch_2x1200": (float(ours["steps_per_s"]) / float(peer["steps_per_s"])
                                              if _ok(ours) and _ok(peer) else None),
+        "population_ratio_k8_2x1200": (float(population["ratio"]) if population.get("status") == "ok"
+                                       and population.get("ratio") else None),
     })
     result.update({
         "dry_run": dry, "width": width, "data": source, "epoch_source": epoch_source,
@@ -207,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   for k, r in rows.items()},
         "epoch": None if epoch is None else {f: epoch.get(f) for f in ("status", "detail", "epoch_seconds",
                                                                        "train_images", "version")},
+        "population": {f: population.get(f) for f in ("status", "detail", "members", "width", "ratio", "one",
+                                                      "population", "peak_cuda_mb")},
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "seconds": round(clock.elapsed(), 1),
         "command": "bash bench/gpu_check.sh" + (" --dry-run" if dry else ""),
@@ -241,11 +258,19 @@ def markdown(r: dict[str, Any]) -> str:
         f"{_f(r['ratio_vs_deterministic_2x1200'])} |",
         f"| speed-up over bayesian-torch (`{OURS}` / `{PEER}` steps/s, 2x{w}) | "
         f"{_f(r['speedup_vs_bayesian_torch_2x1200'])} |",
+        f"| population of {r['population'].get('members') or POP_MEMBERS} under one engine, step / one "
+        f"network's (2x{w}) | {_f(r['population_ratio_k8_2x1200'])} |",
         f"| tests/cuda passed / failed / skipped | {_f(r['cuda_tests_passed'], '{}')} / "
         f"{_f(r['cuda_tests_failed'], '{}')} / {_f(r['cuda_tests_skipped'], '{}')} |",
         "",
         f"Epoch: {r['epoch_source'] or 'not measured'}.",
     ]
+    pop = r["population"]
+    if pop.get("status") == "ok":
+        lines.append(f"Population (`bench/bench_population.py`): {pop['members']} networks "
+                     f"{pop['population']['epoch_s']:.3g} s/epoch, one network {pop['one']['epoch_s']:.3g} s/epoch.")
+    else:
+        lines.append(f"Population: {pop.get('status')} {pop.get('detail') or ''}".rstrip() + ".")
     if r["cuda_tests_note"]:
         lines.append(f"tests/cuda: {r['cuda_tests_note']}.")
     if r["cuda_tests_failing"]:

@@ -63,7 +63,7 @@ def main() -> None:
             ap.error("recompute_sigma is written for --prior gauss (the closed-form KL) only")
         update = kernels.update
 
-        def resample(mu, rho, z, w, sig, sr, dlp, m=None, *, prior, closed, kl_extra=0, split=False):  # type: ignore[no-untyped-def]
+        def resample(mu, rho, z, w, sig, sr, dlp, m=None, *, prior, closed, kl_extra=0, split=False, members=None):  # type: ignore[no-untyped-def]
             s, _ = kernels.softplus_and_sigmoid(rho)
             kl = kernels.kl_sum(prior.kl_closed_form(mu, s)[0])
             w.copy_(mu + s * z)

@@ -198,6 +198,7 @@ class Engine(torch.optim.Optimizer):
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.k)
         self.counter = 0
         self._step_count = 0
+        self._kl_members: Tensor | None = None
         reason = "fused=False" if fused is False else unsupported_reason(model, self.kl_mode)
         if reason is not None and fused:
             raise UserError(f"bbb.Engine(fused=True) cannot fuse {type(model).__name__}: {reason}; leave fused "
@@ -294,7 +295,8 @@ class Engine(torch.optim.Optimizer):
         self._hp_key: tuple[Any, ...] | None = None  # the hyperparameters in hp (device form)
         self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
                                  nesterov=bool(self.param_groups[0]["nesterov"]), kl_extra=kl_extra, split=self._split,
-                                 compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device)
+                                 compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device,
+                                 members=layout.members())
         self._fused_params = tuple(self.param_groups[0]["params"])
         self._grads.adopt(layout)
         # the train step's arguments before c, hp and the state, by the parity of the current noise
@@ -347,8 +349,8 @@ class Engine(torch.optim.Optimizer):
         self._sampler.cur = 0
         self._write_hyper()
         with torch.no_grad():
-            self._sampler.kl = self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
-                                                  self._sig, self._sr, self._dlp, self._kl_mask)
+            self._set_kl(self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
+                                            self._sig, self._sr, self._dlp, self._kl_mask))
         self._clean = self._grads.versions()  # g and c as no backward left them
         self._seen = self._versions()
 
@@ -398,6 +400,22 @@ class Engine(torch.optim.Optimizer):
     def kl(self) -> Tensor | None:
         """The KL value of the current weight sample (None on the plain path)."""
         return self._sampler.kl.detach() if self.fused else None
+
+    @property
+    def kl_members(self) -> Tensor | None:
+        """A population's KL member by member: ``(members,)``, the KL of each
+        :class:`~bbb.nn.BayesPopulation` member's current weight sample (their sum is :attr:`kl`, to
+        rounding), formed in the kernel's pass; None for any other model and on the plain path.
+        Read it after the forward under :meth:`sampling` (and before :meth:`step`, which draws
+        the next sample) for the KL of the sample that forward used."""
+        return self._kl_members
+
+    def _set_kl(self, out: Tensor) -> None:
+        """The kernel's KL value: a scalar, or a population's [total, member 0, ...]."""
+        if self.kernels.members is None:
+            self._sampler.kl = out
+        else:
+            self._sampler.kl, self._kl_members = out[0], out[1:]
 
     # -- optimisation --------------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -499,8 +517,8 @@ class Engine(torch.optim.Optimizer):
             cur = sampler.cur
             args = (*self._step_args[cur], sampler.anchor.grad, self._hp, self._state, self._ctr)
             given = self._grads.edited()  # a .grad edited in place (torch's clipping): apply it as it is
-            sampler.kl = (self.kernels.train_step(*args) if given is None else
-                          self.kernels.train_step_given(*args, given))
+            self._set_kl(self.kernels.train_step(*args) if given is None else
+                         self.kernels.train_step_given(*args, given))
             self._clean = self._grads.versions()
             sampler.cur = 1 - cur
             self._seen = self._versions()

@@ -40,8 +40,8 @@ from torch import Tensor
 from ..distributions import Prior
 from ..random import fill_normal_
 
-__all__ = ["softplus_and_sigmoid", "kl_sum", "compile_options", "resample", "gradients", "update", "KernelSet",
-           "advance_hyper", "counter_keys_tensor", "seed_mix"]
+__all__ = ["softplus_and_sigmoid", "kl_sum", "member_kl", "Members", "compile_options", "resample", "gradients",
+           "update", "KernelSet", "advance_hyper", "counter_keys_tensor", "seed_mix"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _log = logging.getLogger("bbb.engine")
@@ -146,8 +146,26 @@ def kl_sum(t: Tensor) -> Tensor:
     return t.sum(dtype=torch.float64).to(t.dtype)
 
 
+#: a population's layout for :func:`member_kl`: (members, ((offset, numel) of each slot, ...)), every
+#: slot's leading dimension the member's (:class:`bbb.nn.PopulationBayesLinear`'s parameters)
+Members = tuple[int, tuple[tuple[int, int], ...]]
+
+
+def member_kl(t: Tensor, members: Members, per_weight: float = 0.0) -> Tensor:
+    """The KL of each member of a population and their total, ``(1 + members,)``: [total, member 0,
+    member 1, ...]; member j's is the sum of its KL terms ``t`` in every slot, less ``per_weight``
+    for each of its weights. Added in float64 (as :func:`kl_sum`), one reduction per slot, and
+    rounded to ``t``'s dtype; the total is the members' float64 sum."""
+    k, slots = members
+    parts = torch.stack([t[o:o + n].view(k, n // k).sum(1, dtype=torch.float64) for o, n in slots]).sum(0)
+    if per_weight:
+        parts = parts - per_weight * (t.shape[0] // k)
+    return torch.cat([parts.sum().view(1), parts]).to(t.dtype)
+
+
 def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None,
-             m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False) -> Tensor:
+             m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False,
+             members: Members | None = None) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
 
     mu, rho, sig, sr: (n,); z: (K, n) with K = k + kl_extra; w: (k, n), the first k rows; dlp:
@@ -155,7 +173,8 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     dlogp/dw * z. The KL is the closed form, or the Monte Carlo estimate sum[log q(w) - log p(w)]
     averaged over the K rows; with ``split``, the split estimate from the row after the k (dlp:
     its dKL/dmu and dKL/dsigma). ``m`` (n,): 1 where a weight counts in the KL, 0 where not (an
-    embedding's padding row); None: every weight counts. dlp is kept multiplied by it.
+    embedding's padding row); None: every weight counts. dlp is kept multiplied by it. ``members``
+    (a population's layout): the KL is :func:`member_kl`'s (1 + members,) vector, the total first.
     """
     s, r = softplus_and_sigmoid(rho)
     if split:
@@ -163,7 +182,7 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
         kl_e, dmu, dsig = prior.kl_split(mu, s, z[w.shape[0]])  # type: ignore[misc]
         if m is not None:
             kl_e, dmu, dsig = kl_e * m, dmu * m, dsig * m
-        kl = kl_sum(kl_e)
+        kl = kl_sum(kl_e) if members is None else member_kl(kl_e, members)
         dlp[0].copy_(dmu)
         dlp[1].copy_(dsig)
         w.copy_(mu + s * z[: w.shape[0]])
@@ -173,16 +192,19 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     wn = mu + s * z
     if closed:
         kl_e = prior.kl_closed_form(mu, s)[0]  # type: ignore[index]
-        kl = kl_sum(kl_e if m is None else kl_e * m)
+        kl = kl_sum(kl_e if m is None else kl_e * m) if members is None else \
+            member_kl(kl_e if m is None else kl_e * m, members)
     else:
         assert dlp is not None
         lp, g = prior.log_prob_and_grad(wn)
         big_k = z.shape[0]
         terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / big_k
         if m is None:
-            kl = kl_sum(terms) - _HALF_LOG_2PI * mu.shape[0]
+            kl = (kl_sum(terms) - _HALF_LOG_2PI * mu.shape[0] if members is None else
+                  member_kl(terms, members, _HALF_LOG_2PI))
         else:
-            kl = kl_sum((terms - _HALF_LOG_2PI) * m)
+            kl = kl_sum((terms - _HALF_LOG_2PI) * m) if members is None else \
+                member_kl((terms - _HALF_LOG_2PI) * m, members)
             g = g * m
         if kl_extra:
             dlp[0].copy_(g.sum(0))
@@ -300,7 +322,7 @@ def advance_hyper(hp: Tensor, ctr: Tensor, *, adam: bool) -> Tensor:
 
 
 def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state, ctr=None, given=None, *, prior,
-                closed, optimizer, nesterov, kl_extra=0, split=False, advance=False):
+                closed, optimizer, nesterov, kl_extra=0, split=False, advance=False, members=None):
     """The step: the next sample's noise into ``noise``, the optimiser update, the next sample.
 
     ``advance``: ``hp`` and ``ctr`` are moved to the next step first (:func:`advance_hyper`), on the
@@ -311,12 +333,14 @@ def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state,
     z = _sample_noise(noise, index, hp, w, kl_extra)
     update(mu, rho, g, eps, sig, sr, dlp, m, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
            optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split, given=given)
-    return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
+    return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split,
+                    members=members)
 
 
-def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, m, *, prior, closed, kl_extra=0, split=False):
+def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, m, *, prior, closed, kl_extra=0, split=False, members=None):
     z = _sample_noise(noise, index, hp, w, kl_extra)
-    return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split)
+    return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split,
+                    members=members)
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -432,9 +456,13 @@ class KernelSet:
     """
 
     def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool,
-                 kl_extra: int = 0, split: bool = False, advance: bool = False) -> None:
+                 kl_extra: int = 0, split: bool = False, advance: bool = False, members: Members | None = None) -> None:
         self.static = {"prior": prior, "closed": closed, "kl_extra": int(kl_extra), "split": bool(split)}
-        self.step_static = {**self.static, "optimizer": optimizer, "nesterov": nesterov, "advance": bool(advance)}
+        #: a population's layout (the KL member by member: :func:`member_kl`), else None
+        self.members = members
+        self.prime_static = {**self.static, "members": members}
+        self.step_static = {**self.prime_static, "optimizer": optimizer, "nesterov": nesterov,
+                            "advance": bool(advance)}
         self.compiled = bool(compile)
         self.failed: str | None = None
         self._fns: dict[str, Callable[..., Any]] = {}
@@ -473,7 +501,7 @@ class KernelSet:
             return eager(*args, **static)
 
     def prime(self, *args: Any) -> Tensor:
-        return self._call("prime", _prime, self.static, *args)
+        return self._call("prime", _prime, self.prime_static, *args)
 
     def train_step(self, *args: Any) -> Tensor:
         return self._call("step", _train_step, self.step_static, *args)

@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import KLMode
-from ..nn import BayesModule, SampleProvider, bayes_modules, providing_samples
+from ..nn import BayesModule, PopulationBayesLinear, SampleProvider, bayes_modules, providing_samples
 from ..random import fill_normal_, normal
 
 __all__ = ["Slot", "Layout", "counter_noise"]
@@ -79,6 +79,19 @@ class Layout:
             if r is not None:
                 s.view(m).zero_().index_fill_(0, r.to(device), 1.0)
         return m
+
+    def members(self) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+        """A population's layout (:class:`~bbb.nn.BayesPopulation`, whose KL the kernel sums member
+        by member: :func:`bbb.engine.kernels.member_kl`): (members, ((offset, numel) of each slot,
+        ...)) when every layer is a :class:`~bbb.nn.PopulationBayesLinear` of the same members;
+        None for any other model."""
+        mods = {id(s.module): s.module for s in self.slots}.values()
+        counts = {m.members if isinstance(m, PopulationBayesLinear) else None for m in mods}
+        if len(counts) != 1 or None in counts:
+            return None
+        k = next(iter(counts))
+        assert k is not None
+        return k, tuple((s.offset, s.numel) for s in self.slots)
 
     def gather(self, suffix: str) -> Tensor:
         """The parameters ``{name}_{suffix}`` concatenated into one flat tensor (a copy)."""

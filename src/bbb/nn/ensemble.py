@@ -115,6 +115,10 @@ class BayesEnsemble(BayesPopulation):
         torch.Size([30, 4, 1])
     """
 
+    #: its rows are shared (R, in): forward_samples folds the k copies into them, which the forward
+    #: refuses in one line (a population takes them as (k, members, R, in))
+    accepts_sample_dim = False
+
     def __init__(self, in_features: int, hidden_sizes: Iterable[int], out_features: int, seeds: Iterable[int],
                  prior: Prior | dict | None = None, mu_init_scale: float | None = None,
                  rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,

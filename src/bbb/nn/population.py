@@ -38,7 +38,7 @@ from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .model import BayesMLP
-from .samples import PROVIDER
+from .samples import LEADING, PROVIDER
 
 __all__ = ["OneHot", "one_hot_is_dense", "population_linear", "PopulationBayesLinear", "PopulationLinear",
            "BayesPopulation"]
@@ -302,7 +302,13 @@ class BayesPopulation(nn.Module):
         torch.Size([5, 8, 1])
         >>> pop(torch.zeros(5, 8, 10), num_samples=2).shape
         torch.Size([2, 5, 8, 1])
+
+    :func:`~bbb.nn.forward_samples` (and so :class:`~bbb.elbo.ELBO` with ``num_samples=k``) hands
+    it the k copies as ``(k, members, R, in)`` inside :func:`~bbb.nn.leading_samples`: the same
+    as ``num_samples=k``.
     """
+
+    accepts_sample_dim = True
 
     def __init__(self, in_features: int, hidden_sizes: Sequence[int], out_features: int, bayesian: int,
                  deterministic: int = 0, prior: Prior | dict | None = None, mu_init_scale: float | None = None,
@@ -347,20 +353,24 @@ class BayesPopulation(nn.Module):
         gives (k, members, R, out): k draws per Bayesian member; a deterministic member's
         output is the same in each of the k slices."""
         _check_members(x, self.members, type(self).__name__)
-        if _samples_of(x) is not None:
-            raise UserError("BayesPopulation takes inputs (members, rows, features); ask for samples with "
-                            "num_samples=k")
         k = None if num_samples is None else check_int("num_samples", num_samples)
+        given = _samples_of(x)  # (k, members, R, in): the k copies given, as forward_samples passes them
+        if given is not None and (not LEADING.get() or k not in (None, given)):
+            raise UserError("BayesPopulation takes inputs (members, rows, features); ask for samples with "
+                            "num_samples=k (or pass (k, members, rows, features) inside bbb.nn.leading_samples())")
         last = len(self.sizes) - 2
+        if given is not None:
+            k = given
         if self.local:  # pre-activations are drawn per layer: each layer sees (k, members, R, ...)
-            h = x if k is None else (x.repeat(k) if isinstance(x, OneHot) else x.unsqueeze(0).expand(k, *x.shape))
+            h = x if k is None or given is not None else (
+                x.repeat(k) if isinstance(x, OneHot) else x.unsqueeze(0).expand(k, *x.shape))
             for i, layer in enumerate(self.bayes):
                 h = layer(h)
                 if i < last:
                     h = F.relu(h)
             assert isinstance(h, Tensor)  # a layer's output (there is at least one layer)
             return h
-        return self._weight_forward(x, k)
+        return self._weight_forward(x, k, given is not None)
 
     def forward_weights(self, x: Tensor | OneHot, num_samples: int | None = None) -> Tensor:
         """:meth:`forward` with whole weight draws whatever the estimator: each of the k draws is
@@ -370,10 +380,16 @@ class BayesPopulation(nn.Module):
         _check_members(x, self.members, type(self).__name__)
         return self._weight_forward(x, None if num_samples is None else check_int("num_samples", num_samples))
 
-    def _weight_forward(self, x: Tensor | OneHot, k: int | None) -> Tensor:
-        """:meth:`forward_weights` on checked inputs (the forward path checks them once)."""
+    def _weight_forward(self, x: Tensor | OneHot, k: int | None, given: bool = False) -> Tensor:
+        """:meth:`forward_weights` on checked inputs (the forward path checks them once); ``given``:
+        x holds its k copies, (k, members, R, ...)."""
         last = len(self.sizes) - 2
-        h = x if k is None else _repeat(x, k)
+        if k is None:
+            h = x
+        elif given:  # in memory, as _repeat makes them (an expanded view is copied)
+            h = x.flatten_samples() if isinstance(x, OneHot) else x.reshape(-1, *x.shape[2:]).contiguous()
+        else:
+            h = _repeat(x, k)
         for i in range(last + 1):
             w, b = self._layer(i, k)
             h = population_linear(h, w, b)

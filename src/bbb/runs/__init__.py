@@ -9,6 +9,8 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.checkpoint` - ``last.pt`` (the commit point) / ``best.pt`` (format version
   checked), ``metrics.csv`` (checked against ``last.pt``), their repair on resume.
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
+* :mod:`bbb.runs.population` - :func:`train_population`: runs of one recipe that differ in their
+  seed trained together as one population, each into its own run directory.
 * :mod:`bbb.runs.evaluation` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
 * :mod:`bbb.runs.loggers` - :class:`TrainLogger`, the protocol of experiment loggers
   (TensorBoard, W&B, MLflow), and :class:`TensorBoardLogger`.
@@ -51,6 +53,7 @@ from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
 from .loggers import TensorBoardLogger, TrainLogger
 from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
+from .population import train_population
 from .rundir import lock_run_dir
 from .trained import TrainedModel, load_model
 
@@ -97,5 +100,6 @@ __all__ = [
     "run_job",
     "run_jobs",
     "train",
+    "train_population",
     "training_step",
 ]

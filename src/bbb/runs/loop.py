@@ -97,7 +97,8 @@ from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 from .summary import finish_classifier, finish_regression
 
-__all__ = ["batch_objective", "kl_weight_table", "make_optimizer", "run_epoch", "train", "training_step"]
+__all__ = ["batch_objective", "kl_weight_table", "make_optimizer", "make_scheduler", "run_epoch", "train",
+           "training_step"]
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None) -> torch.optim.Optimizer:
@@ -135,7 +136,8 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
         return torch.optim.Adam(params, lr=cfg.lr)
 
 
-def _make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
+def make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
+    """The learning-rate schedule of ``cfg`` on ``opt`` (None: constant), stepped after each epoch."""
     if cfg.lr_schedule == LRSchedule.COSINE.value:
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.epochs))
     if cfg.lr_schedule == LRSchedule.STEP.value:
@@ -363,6 +365,11 @@ def _train(
     ckpt: dict[str, Any] | None = None
     if resume:  # guard_run_dir made sure that last.pt exists
         ckpt = load_checkpoint(last_path)
+        group = ckpt.get("population")
+        if isinstance(group, dict):  # bbb.runs.population: its state is the population's
+            raise UserError(f"cannot resume {out} alone: it trains as member {group.get('member')} of a population "
+                            f"whose state is in {group.get('dir')}; resume that population (the command that "
+                            "trained it)")
         diff = resume_conflicts(ckpt["config"], cfg)
         if diff:
             k, was, new = diff[0]
@@ -407,7 +414,7 @@ def _train(
                  num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples)
             if cfg.method == Method.BBB.value else None)
     opt = make_optimizer(cfg, model, n)
-    sched = _make_scheduler(cfg, opt)
+    sched = make_scheduler(cfg, opt)
     gen = torch.Generator().manual_seed(cfg.seed)
     metrics: list[dict[str, Any]] = []
     best: dict[str, Any] = {"epoch": 0, "val_error": None, "val_nll": None}

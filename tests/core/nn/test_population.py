@@ -186,3 +186,25 @@ def test_one_member_predicts_as_it_does_beside_others():
     x = torch.randn(3, 30, 50, generator=g)
     with sampling(three, "mean"), sampling(one, "mean"):
         assert torch.equal(one(x[2:], num_samples=4)[:, 0], three(x, num_samples=4)[:, 2])
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "local"])
+def test_forward_samples_hands_a_population_its_k_copies(estimator):
+    """bbb.nn.forward_samples (what the ELBO's k samples call) gives a population its k copies as
+    (k, members, R, in) inside leading_samples(): the same numbers as num_samples=k under the same
+    noise; outside that block a 4-d input is still the one-line error."""
+    from bbb.engine import counter_noise
+    from bbb.nn import forward_samples
+
+    det = 0 if estimator == "local" else 2
+    pop = _pop(bayesian=3, deterministic=det, estimator=estimator)
+    x = _rows(pop.members)
+    outs = []
+    for call in (lambda: forward_samples(pop, x, 4), lambda: pop(x, num_samples=4)):
+        torch.manual_seed(0)  # the local estimator's pre-activation noise (counter_noise draws weights)
+        with counter_noise(pop, 5, 0, 4):
+            outs.append(call())
+    a, b = outs
+    assert a.shape == (4, pop.members, 7, 2) and torch.equal(a, b)
+    with pytest.raises(UserError, match="num_samples=k"):
+        pop(x.expand(4, *x.shape))

@@ -1,0 +1,227 @@
+"""A population's training step against one network's (issue 74, item 3; ``make gpu-check``'s
+``population_ratio_k8_2x1200``): what K networks of one recipe cost when trained together.
+
+- ``one``: one 784-H-H-10 ``bbb.nn.BayesMLP`` in the paper's configuration (scale-mixture prior
+  pi 1/4, sigma1 1, sigma2 e^-7, Monte Carlo KL, reparameterisation, one sample, uniform KL
+  weighting) on ``bbb.Engine("adam", lr 1e-3)``: the step ``bbb train`` takes
+  (``bbb.runs.training_step``);
+- ``population``: K such networks as one ``bbb.nn.BayesPopulation`` (batched matrix products)
+  under one ``bbb.Engine`` (one fused kernel over the K networks' weights, each member its own
+  gradient: tests/core/test_engine_population.py), each member on its own minibatch of 128 (its
+  own permutation of the training rows): ``with engine.sampling(): elbo(x (K, 128, 784), y)``,
+  backward of the free energy per row of one member, ``engine.step()``.
+
+The training rows are 50,000 random images resident on the device (the time does not depend on
+the pixels). Seconds per step (the median of ``--repeats`` repeats of ``--steps`` steps after
+``--warmup`` steps, which absorb the engine's compilation), seconds per epoch (391 steps), the
+population's epoch against one network's (``ratio``: K networks for ``ratio`` times one network's
+time) and networks trained per second of one network's time (``K / ratio``).
+
+Example:
+    python bench/bench_population.py --device cuda --width 1200 --members 8 --out /tmp/pop
+    python bench/bench_population.py --threads 2 --width 400 --members 8 --out bench/results
+    python bench/bench_population.py --dry-run --out /tmp/pop      # the CPU, tiny sizes
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bbb/__init__.py: before torch loads
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+#: minibatches of 128 in an epoch of 50,000 MNIST training images (bench/run.py's s/epoch)
+EPOCH_STEPS = 391
+TRAIN_ROWS, IN_FEATURES, CLASSES, BATCH = 50_000, 784, 10, 128
+#: the paper's configuration (bench/peers/ours.py's bbb-paper; TrainConfig's names)
+PAPER: dict[str, Any] = {"method": "bbb", "prior": "mixture", "pi": 0.25, "sigma1": 1.0, "sigma2": math.exp(-7.0),
+                         "kl": "mc", "estimator": "reparam", "samples": 1, "optimizer": "adam", "lr": 1e-3,
+                         "batch_size": BATCH, "kl_weighting": "uniform"}
+RESULT_MARK = "BBB_POPULATION_RESULT "
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(step: Callable[[int], None], device: Any, warmup: int, steps: int, repeats: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        step(i)
+    _sync(device)
+    warm = time.perf_counter() - t0
+    per_step, i = [], warmup
+    for _ in range(repeats):
+        _sync(device)
+        t = time.perf_counter()
+        for _ in range(steps):
+            step(i)
+            i += 1
+        _sync(device)
+        per_step.append((time.perf_counter() - t) / steps)
+    s = statistics.median(per_step)
+    return {"step_s": s, "step_s_all": per_step, "epoch_s": s * EPOCH_STEPS, "warmup_s": warm}
+
+
+def _one_network(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int]) -> dict[str, Any]:
+    """One network's steps, as ``bbb train`` takes them, on member 0's minibatches."""
+    import torch
+
+    from bbb.elbo import ELBO
+    from bbb.runs import build_model, make_optimizer, training_step
+
+    x, y, perms = data
+    batches = perms.shape[1] // BATCH
+    torch.manual_seed(0)
+    net = build_model(cfg).to(device)
+    elbo = ELBO(net, "categorical", num_batches=batches, kl_weighting=cfg.kl_weighting, num_samples=1, kl=cfg.kl)
+    opt = make_optimizer(cfg, net)
+
+    def step(i: int) -> None:
+        idx = perms[0, (i % batches) * BATCH:(i % batches + 1) * BATCH]
+        training_step(net, elbo, opt, x.index_select(0, idx), y.index_select(0, idx), i % batches)
+
+    return {**_time(step, device, *timing), "fused": bool(opt.fused), "compiled": bool(opt.compiled)}
+
+
+def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int]) -> dict[str, Any]:
+    """The population's steps: each member on its own minibatches, one engine."""
+    import torch
+
+    from bbb.elbo import ELBO
+    from bbb.engine import Engine
+    from bbb.nn import BayesPopulation
+
+    x, y, perms = data
+    members, batches = perms.shape[0], perms.shape[1] // BATCH
+    width = cfg.hidden[0]
+    torch.manual_seed(0)
+    pop = BayesPopulation(IN_FEATURES, [width, width], CLASSES, bayesian=members, prior=cfg.make_prior(),
+                          rho_init=cfg.rho_init, mu_init_scale=cfg.mu_init_scale, estimator=cfg.estimator,
+                          device=device)
+    elbo = ELBO(pop, "categorical", num_batches=batches, kl_weighting=cfg.kl_weighting, num_samples=1, kl=cfg.kl)
+    engine = Engine(elbo, "adam", lr=cfg.lr, seed=0)
+
+    def step(i: int) -> None:
+        idx = perms[:, (i % batches) * BATCH:(i % batches + 1) * BATCH].reshape(-1)  # each member its own rows
+        xb = x.index_select(0, idx).view(members, BATCH, IN_FEATURES)
+        yb = y.index_select(0, idx).view(members, BATCH)
+        with engine.sampling():
+            res = elbo(xb, yb, batch_index=i % batches)
+        engine.zero_grad()
+        (res.loss / BATCH).backward()  # the sum over members of each one's free energy per row
+        engine.step()
+
+    return {**_time(step, device, *timing), "fused": bool(engine.fused), "compiled": bool(engine.compiled)}
+
+
+def measure(width: int, members: int, device_name: str, threads: int, warmup: int, steps: int, repeats: int,
+            rows: int = TRAIN_ROWS) -> dict[str, Any]:
+    """Both systems, one after the other in this process: their step times and the ratio."""
+    import torch
+
+    from bbb.runs import TrainConfig
+
+    torch.set_num_threads(threads)
+    device = torch.device(device_name)
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(rows, IN_FEATURES, generator=g).to(device)
+    y = torch.randint(0, CLASSES, (rows,), generator=g).to(device)
+    batches = rows // BATCH
+    perms = torch.stack([torch.randperm(rows, generator=g)[: batches * BATCH] for _ in range(members)]).to(device)
+    cfg = TrainConfig(**{**PAPER, "hidden": [width, width]})
+    timing = (warmup, steps, repeats)
+    out: dict[str, Any] = {"width": width, "members": members, "device": device_name, "threads": threads,
+                           "one": _one_network(cfg, (x, y, perms), device, timing),
+                           "population": _population(cfg, (x, y, perms), device, timing)}
+    if device.type == "cuda":
+        out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    ratio = out["population"]["step_s"] / out["one"]["step_s"]
+    out.update(ratio=ratio, networks_per_one_network_time=members / ratio)
+    return out
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [f"# A population of {res['members']} networks against one (2x{res['width']}, paper configuration)",
+             "", f"`{res['command']}` on {res['date']}: {res['device_name']}, torch {res['torch']}, "
+             f"{res['threads']} thread(s).", "",
+             "| system | s/step (median) | s/epoch (391 steps) | fused, compiled |", "|---|---:|---:|---|"]
+    for key, label in (("one", "one network (bbb train's step)"),
+                       ("population", f"population of {res['members']} (one Engine)")):
+        r = res[key]
+        lines.append(f"| {label} | {r['step_s']:.4g} | {r['epoch_s']:.3g} | {r['fused']}, {r['compiled']} |")
+    lines += ["", f"The population's step is **{res['ratio']:.2f}x** one network's: "
+              f"{res['networks_per_one_network_time']:.2f} networks in one network's time."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/bench_population.py", description=__doc__.split("\n\n")[0],
+                                 epilog="example: python bench/bench_population.py --device cuda --out /tmp/pop",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    ap.add_argument("--width", type=int, default=1200, help="hidden units per layer (default 1200)")
+    ap.add_argument("--members", type=int, default=8, help="networks in the population (default 8)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default torch's)")
+    ap.add_argument("--warmup", type=int, default=5, help="steps before timing (default 5)")
+    ap.add_argument("--steps", type=int, default=20, help="steps per repeat (default 20)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats; the median is reported (default 3)")
+    ap.add_argument("--dry-run", action="store_true", help="the CPU, width 16, 3 members, a few steps, 1,024 rows")
+    ap.add_argument("--out", default=None, help="folder for population-<device>-2x<width>-k<members>.json and "
+                    ".md (default: print only)")
+    # gpu_check.py (bench/run.py's run_child): --child '{"width": ..., "members": ..., ...}' (these
+    # options by name), one result line after RESULT_MARK on stdout
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    import torch
+
+    if args.child is not None:
+        for key, value in json.loads(args.child).items():
+            setattr(args, key, value)
+    if args.dry_run:
+        args.device, args.width, args.members, args.warmup, args.steps, args.repeats = "cpu", 16, 3, 1, 2, 1
+    for name in ("width", "members", "steps", "repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error("no CUDA device here (--device cpu, or --dry-run)")
+    threads = args.threads or torch.get_num_threads()
+    res = measure(args.width, args.members, args.device, threads, args.warmup, args.steps, args.repeats,
+                  rows=1024 if args.dry_run else TRAIN_ROWS)
+    res.update({
+        "dry_run": args.dry_run, "torch": str(torch.__version__), "python": platform.python_version(),
+        "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
+        else f"cpu ({platform.processor() or platform.machine()})",
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(["python bench/bench_population.py", *(argv if argv is not None else sys.argv[1:])]),
+    })
+    if args.child is not None:
+        print(RESULT_MARK + json.dumps({**res, "status": "ok"}))
+        return 0
+    text = markdown(res)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"population-{torch.device(args.device).type}-2x{args.width}-k{args.members}"
+        (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
+        (out / f"{stem}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""Training runs of one recipe together: :func:`train_population` trains K runs that differ only in
+their seed as one :class:`~bbb.nn.BayesPopulation` under one :class:`~bbb.engine.Engine` (batched
+matrix products, one fused kernel over every member's weights; each member its own gradient), each
+into its own run directory.
+
+Every member's run directory holds what :func:`bbb.runs.train` leaves (config.json, metrics.csv,
+summary.json, last.pt, best.pt), so tables, figures, ``bbb evaluate``, ``predict`` and ``prune`` read
+it as any run. What differs from training the K runs one after the other:
+
+- **its random numbers**: member j starts from the weights ``bbb train --seed s_j`` starts from and
+  draws its minibatches from that run's shuffling generator (the same minibatches in the same
+  order), but its weight noise is the population's engine's (the counter-based noise of the first
+  member's seed at the member's positions in the population's buffers): an independent draw of the
+  same recipe, not that ``bbb train`` run's numbers;
+- **the epoch's numbers**: each member's loss, NLL and KL are its own (the engine forms the KL
+  member by member, :attr:`bbb.engine.Engine.kl_members`); the validation (and test) errors of
+  each epoch are computed on the population's batched products, equal to the member's own to
+  rounding (the best epoch is chosen on them); summary.json is computed on the member alone, as
+  ``bbb train`` does;
+- **the commit point** is the population's: ``population.pt`` in ``pop_dir`` (the population, the
+  engine, the schedule, every member's generator, history and best epoch), written first each
+  epoch; then each member's ``best.pt`` (when its validation improved), ``last.pt`` (its network,
+  no optimiser state, and the population it belongs to) and ``metrics.csv``. A resumed population
+  rewrites those from ``population.pt`` first. ``bbb train --resume`` on a member refuses and says
+  where its state is;
+- **divergence** is a member's: a member whose loss or weights stop being finite gets its
+  ``diverged.json`` (its files keep the epoch before), and the others go on (members never
+  interact).
+
+What it trains: the Bayesian MLP (``method="bbb"``, the reparameterisation estimator: the engine's
+fused kernel) on a classification split; any other setting is a one-line :class:`UserError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..devices import resolve_device
+from ..elbo import ELBO
+from ..engine import Engine
+from ..errors import CheckpointError, TrainingInterrupted, UserError
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
+from ..nn import BayesMLP, BayesPopulation
+from ..nn.base import Estimator
+from ..options import Method
+from ..progress import progress_bar
+from . import model as runmodel
+from .checkpoint import CHECKPOINT_FORMAT, improves, metrics_text
+from .config import TrainConfig, resume_conflicts
+from .evaluation import EVAL_CHUNK
+from .jobs import DIVERGED_FILE
+from .loop import kl_weight_table, make_optimizer, make_scheduler
+from .model import DATA_KEYS, build_model, check_data, num_weights, versions
+from .rundir import guard_run_dir
+from .summary import finish_classifier
+
+__all__ = ["POPULATION_FILE", "check_population", "train_population"]
+
+#: the population's commit point in its folder
+POPULATION_FILE = "population.pt"
+_FORMAT = 1
+
+
+def check_population(cfgs: Sequence[TrainConfig]) -> TrainConfig:
+    """The common recipe of ``cfgs`` (the first), after checking that they can train as one
+    population: at least one, distinct seeds, every other setting equal, the Bayesian MLP with the
+    reparameterisation estimator, float32, a commit every epoch. Else a one-line UserError."""
+    if not cfgs:
+        raise UserError("a population needs at least one run")
+    seeds = [c.seed for c in cfgs]
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"the runs of a population need distinct seeds, got {seeds}")
+    first = {k: v for k, v in cfgs[0].to_dict().items() if k != "seed"}
+    for c in cfgs[1:]:
+        other = {k: v for k, v in c.to_dict().items() if k != "seed"}
+        diff = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        if diff:
+            raise UserError(f"the runs of a population differ only in their seed; seed {c.seed} has another "
+                            f"{diff[0]} ({other.get(diff[0])!r}, not {first.get(diff[0])!r})")
+    cfg = cfgs[0]
+    why = None
+    if cfg.method != Method.BBB.value:
+        why = f"method {cfg.method} (only bbb trains as a population)"
+    elif Estimator(cfg.estimator) is not Estimator.REPARAM:
+        why = f"the {cfg.estimator} estimator (the population's engine fuses reparam only)"
+    elif cfg.bf16:
+        why = "bf16 (a population trains in float32)"
+    elif cfg.checkpoint_every != 1:
+        why = f"checkpoint_every {cfg.checkpoint_every} (a population commits every epoch)"
+    elif cfg.data_file is not None:
+        why = "your own data file (a population trains on the image datasets)"
+    if why is not None:
+        raise UserError(f"these runs cannot train as a population: {why}; train them one by one")
+    return cfg
+
+
+def _member_checkpoint(pop: BayesPopulation, j: int, epoch: int, cfg: TrainConfig, metrics: list[dict[str, Any]],
+                       best: dict[str, Any], info: dict[str, Any], where: dict[str, Any]) -> dict[str, Any]:
+    """Member j's last.pt / best.pt: :func:`bbb.runs.train`'s format with its network alone."""
+    return {
+        "format": CHECKPOINT_FORMAT, "model": pop.member(j).state_dict(), "optimizer": None, "scheduler": None,
+        "epoch": epoch, "rng": None, "metrics": [dict(r) for r in metrics], "best": dict(best),
+        "config": cfg.to_dict(), "model_info": dict(info), "versions": versions(),
+        "threads": torch.get_num_threads(), "population": {**where, "member": j},
+    }
+
+
+@torch.no_grad()
+def _member_sums(pop: BayesPopulation, x: Tensor, y: Tensor) -> Tensor:
+    """(members, 2): each member's misclassified count and summed cross-entropy of its mean weights
+    on the same rows ``(x, y)``, float64 on the device, unread."""
+    k = pop.members
+    out = torch.zeros(k, 2, dtype=torch.float64, device=x.device)
+    was = pop.training
+    pop.eval()
+    try:
+        for xc, yc in zip(torch.split(x, EVAL_CHUNK), torch.split(y, EVAL_CHUNK)):
+            logits = pop(xc.unsqueeze(0).expand(k, *xc.shape)).float()  # (members, rows, classes)
+            errors = (logits.argmax(-1) != yc).sum(1).double()
+            nll = F.cross_entropy(logits.transpose(1, 2), yc.expand(k, -1), reduction="none").double().sum(1)
+            out += torch.stack([errors, nll], 1)
+    finally:
+        pop.train(was)
+    return out
+
+
+def _finite_members(pop: BayesPopulation) -> Tensor:
+    """(members,) bool: whether every weight of each member is finite (a device tensor)."""
+    k = pop.members
+    return torch.stack([torch.isfinite(p.detach().reshape(k, -1)).all(1) for p in pop.parameters()]).all(0)
+
+
+def train_population(
+    cfgs: Sequence[TrainConfig],
+    outs: Sequence[str | Path],
+    pop_dir: str | Path,
+    *,
+    data: dict[str, Tensor] | None = None,
+    quiet: bool = False,
+    log: Callable[[str], None] | None = None,
+    resume_hint: str | None = None,
+) -> list[dict[str, Any] | None]:
+    """Train ``cfgs`` (equal but for their seeds: :func:`check_population`) as one population,
+    member j into the run directory ``outs[j]``; the state that resumes it in ``pop_dir``. Returns
+    each member's summary (summary.json), or None for a member that diverged.
+
+    ``pop_dir`` holding ``population.pt`` resumes it (the same seeds in the same order and the same
+    settings but epochs, device and data_dir, else a one-line error); else the population starts,
+    and each member's directory must hold no previous run. Every directory is locked while it
+    trains. ``data``: pre-loaded tensors as :func:`bbb.runs.train`'s (else ``cfgs[0].dataset``).
+    ``resume_hint``: the command that resumes it, for the message of an interrupt.
+    """
+    cfg = check_population(cfgs)
+    if len(outs) != len(cfgs):
+        raise UserError(f"train_population: {len(cfgs)} runs but {len(outs)} run directories")
+    dirs = [Path(o) for o in outs]
+    pop_dir = Path(pop_dir)
+    if len({d.resolve() for d in [*dirs, pop_dir]}) != len(dirs) + 1:
+        raise UserError("train_population: every member and the population need a directory of their own")
+    say: Callable[[str], None] = log if log is not None else (lambda s: print(s, flush=True))
+    resuming = (pop_dir / POPULATION_FILE).is_file()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(guard_run_dir(pop_dir, "auto"))
+        for d in dirs:
+            stack.enter_context(guard_run_dir(d, "auto" if resuming else False))
+        return _train(list(cfgs), dirs, pop_dir, cfg, data, quiet, say, resume_hint)
+
+
+def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainConfig,
+           data: dict[str, Tensor] | None, quiet: bool, log: Callable[[str], None],
+           resume_hint: str | None) -> list[dict[str, Any] | None]:
+    seeds = [c.seed for c in cfgs]
+    k = len(cfgs)
+    pop_path = pop_dir / POPULATION_FILE
+    ckpt: dict[str, Any] | None = None
+    if pop_path.is_file():
+        ckpt = _load(pop_path)
+        if ckpt["seeds"] != seeds:
+            raise UserError(f"cannot resume the population in {pop_dir}: its seeds are {ckpt['seeds']}, not {seeds}; "
+                            "use another folder")
+        diff = resume_conflicts(ckpt["config"], cfg)
+        if diff:
+            key, was, new = diff[0]
+            raise UserError(f"cannot resume the population in {pop_dir}: setting {key!r} was {was!r}, now {new!r}")
+    device = resolve_device(cfg.device)
+    preprocess = None
+    if data is None:
+        data, preprocess = runmodel.load_split(cfg)
+    check_data(data)
+    for c in cfgs:
+        c.check_split(*(int(data[f"{s}_x"].shape[0]) for s in ("train", "val", "test")))
+    if data["train_y"].is_floating_point():
+        raise UserError("a population trains classifiers (this split's targets are numbers); train regression "
+                        "runs one by one")
+    num_classes = int(data.get("num_classes", 0)) or int(
+        max(int(data[s].max()) for s in ("train_y", "val_y", "test_y") if data[s].numel()) + 1)
+    data = {s: data[s].to(device, torch.float32 if s.endswith("_x") else torch.int64) for s in DATA_KEYS}
+    x, y = data["train_x"], data["train_y"]
+    n, in_features, bsz = x.shape[0], int(x.shape[1]), cfg.batch_size
+    num_batches = math.ceil(n / bsz)
+
+    # the members start where `bbb train --seed s` starts: its seed, then its network
+    pop = BayesPopulation(in_features, cfg.hidden, num_classes, bayesian=k, prior=cfg.make_prior(),
+                          rho_init=cfg.rho_init, mu_init_scale=cfg.mu_init_scale, estimator=cfg.estimator,
+                          device=device)
+    for j, c in enumerate(cfgs):
+        torch.manual_seed(c.seed)
+        net = build_model(c, in_features, num_classes).to(device)
+        assert isinstance(net, BayesMLP)  # (method bbb: check_population)
+        pop.load_member(j, net)
+    torch.manual_seed(seeds[0])
+    elbo = ELBO(pop, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
+                num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples)
+    opt = make_optimizer(cfg, pop, n)
+    if not isinstance(opt, Engine) or not opt.fused:
+        raise UserError(f"these runs cannot train as a population: the engine does not fuse them "
+                        f"({getattr(opt, 'fallback_reason', None)}); train them one by one")
+    sched = make_scheduler(cfg, opt)
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    metrics: list[list[dict[str, Any]]] = [[] for _ in range(k)]
+    best: list[dict[str, Any]] = [{"epoch": 0, "val_error": None, "val_nll": None} for _ in range(k)]
+    diverged: dict[int, str] = {}
+    start = 0
+    info: dict[str, Any] = {"in_features": in_features, "num_classes": num_classes, "num_train": n,
+                            "task": "classification"}
+    if preprocess is not None:
+        info["preprocess"] = preprocess.to_dict()
+    where = {"dir": str(pop_dir), "seeds": seeds}
+    if ckpt is not None:
+        try:
+            pop.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            if sched is not None and ckpt.get("scheduler") is not None:
+                sched.load_state_dict(ckpt["scheduler"])
+            for g, saved in zip(gens, ckpt["shuffle"]):
+                g.set_state(saved)
+            torch.set_rng_state(ckpt["torch_rng"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            raise CheckpointError(f"{pop_path} cannot be resumed ({str(e).splitlines()[0][:160]})") from None
+        metrics, best = ckpt["metrics"], ckpt["best"]
+        diverged = {int(j): str(m) for j, m in ckpt["diverged"].items()}
+        start = int(ckpt["epoch"])
+        log(f"resuming the population of {k} in {pop_dir} after epoch {start}")
+
+    def state(epoch: int) -> dict[str, Any]:
+        return {"format": _FORMAT, "seeds": seeds, "epoch": epoch, "model": pop.state_dict(),
+                "optimizer": opt.state_dict(), "scheduler": None if sched is None else sched.state_dict(),
+                "shuffle": [g.get_state() for g in gens], "torch_rng": torch.get_rng_state(),
+                "metrics": metrics, "best": best, "diverged": {str(j): m for j, m in diverged.items()},
+                "config": cfg.to_dict(), "versions": versions()}
+
+    def members_files(epoch: int, improved: Sequence[int]) -> None:
+        """Each member's files as the committed state says (best.pt where it is this epoch's)."""
+        for j in range(k):
+            if j in diverged:
+                continue
+            member = _member_checkpoint(pop, j, epoch, cfgs[j], metrics[j], best[j], info, where)
+            if j in improved:
+                atomic_torch_save(dirs[j] / "best.pt", member)
+            atomic_torch_save(dirs[j] / "last.pt", member)
+            atomic_write_text(dirs[j] / "metrics.csv", metrics_text(metrics[j]))
+
+    threads = torch.get_num_threads()
+    for j, c in enumerate(cfgs):
+        atomic_write_json(dirs[j] / "config.json", {
+            **c.to_dict(), "versions": versions(), "device_used": str(device), "threads": threads, "num_train": n,
+            "num_val": int(data["val_x"].shape[0]), "num_test": int(data["test_x"].shape[0]),
+            "num_batches": num_batches, "num_weights": num_weights(pop) // k, "argv": sys.argv[1:],
+            "population": {**where, "member": j}})
+    if ckpt is None:
+        atomic_torch_save(pop_path, state(0))
+        members_files(0, [])
+    else:  # the derived files as the commit point says (a kill between the writes)
+        members_files(start, [j for j in range(k) if best[j]["epoch"] == start and start > 0])
+
+    kl_table = kl_weight_table(elbo, pop, device)
+    assert kl_table is not None
+    kl_w = torch.zeros((), dtype=kl_table.dtype, device=device)
+    has_val = data["val_x"].shape[0] > 0
+    try:
+        for epoch in range(start + 1, cfg.epochs + 1):
+            if len(diverged) == k:
+                break
+            t0 = time.perf_counter()
+            perms = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(device)
+            sums = torch.zeros(k, 3, dtype=torch.float64, device=device)  # free energy, nll, kl
+            steps: Any = range(num_batches)
+            bar = None if quiet else progress_bar(steps, desc=f"epoch {epoch}/{cfg.epochs} ({k} runs)", unit="batch")
+            for i in (steps if bar is None else bar):
+                idx = perms[:, i * bsz:(i + 1) * bsz]
+                b = idx.shape[1]
+                xb = x.index_select(0, idx.reshape(-1)).view(k, b, in_features)
+                yb = y.index_select(0, idx.reshape(-1)).view(k, b)
+                kl_w.copy_(kl_table[i])
+                with opt.sampling():
+                    out = elbo(xb, yb, kl_weight=kl_w)
+                    kls = opt.kl_members
+                assert kls is not None
+                logp = elbo.likelihood.log_prob(out.output.detach(), yb)  # (members, b) or (k, members, b)
+                nll = -(logp.reshape(-1, k, b).sum((0, 2)) / cfg.samples)
+                w = out.kl_weight
+                fe = nll + (w.detach() if isinstance(w, Tensor) else w) * kls
+                opt.zero_grad(set_to_none=True)
+                (out.loss / b).backward()  # the sum of the members' free energies per example
+                opt.step()
+                sums += torch.stack([fe.double(), nll.double(), kls.detach().double()], 1)
+            if bar is not None:
+                bar.close()
+            parts = [sums, _finite_members(pop).double().view(k, 1)]
+            if has_val:
+                parts.append(_member_sums(pop, data["val_x"], data["val_y"]))
+            if cfg.test_each_epoch:
+                parts.append(_member_sums(pop, data["test_x"], data["test_y"])[:, :1])
+            read = torch.cat(parts, 1).tolist()
+            if sched is not None:
+                sched.step()
+            seconds = time.perf_counter() - t0
+            improved = []
+            for j in range(k):
+                if j in diverged:
+                    continue
+                r = read[j]
+                if not (math.isfinite(r[0]) and r[3]):
+                    diverged[j] = (f"training diverged in epoch {epoch} (loss {r[0]}); {dirs[j] / 'last.pt'} keeps "
+                                   f"epoch {epoch - 1}; try a lower --lr")
+                    atomic_write_json(dirs[j] / DIVERGED_FILE, {"message": diverged[j]})
+                    log(f"  {dirs[j].name}: {diverged[j]}")
+                    continue
+                n_val, n_test = data["val_x"].shape[0], data["test_x"].shape[0]
+                row = {"epoch": epoch, "seconds": seconds, "train_loss": r[0] / n, "nll": r[1] / n,
+                       "kl": r[2] / num_batches, "val_error": r[4] / n_val if has_val else None,
+                       "test_error": r[-1] / n_test if cfg.test_each_epoch and n_test else None,
+                       "val_nll": r[5] / n_val if has_val else None}
+                metrics[j].append(row)
+                if improves(cfg.select_by, row, best[j]):
+                    best[j] = {"epoch": epoch, "val_error": row["val_error"], "val_nll": row["val_nll"]}
+                    improved.append(j)
+            atomic_torch_save(pop_path, state(epoch))  # the commit point
+            members_files(epoch, improved)
+            errs = sorted(metrics[j][-1]["val_error"] for j in range(k)
+                          if j not in diverged and metrics[j][-1]["val_error"] is not None)
+            msg = (f"epoch {epoch}/{cfg.epochs}  {k - len(diverged)} of {k} runs" + (
+                f"  val_err {100 * errs[0]:.2f}%..{100 * errs[-1]:.2f}%" if errs else "") + f"  ({seconds:.1f}s)")
+            if quiet:
+                log(msg)
+            else:
+                print(msg, file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        done = max((len(m) for m in metrics), default=0)
+        again = resume_hint or "the same command"
+        raise TrainingInterrupted(f"interrupted during epoch {done + 1}; {pop_path} holds epoch {done}; resume with "
+                                  f"{again}", pop_dir, done) from None
+
+    summaries: list[dict[str, Any] | None] = []
+    for j in range(k):
+        if j in diverged:
+            summaries.append(None)
+            continue
+        member = pop.member(j).to(device)
+        summaries.append(finish_classifier(dirs[j], cfgs[j], data, member, metrics[j], best[j]))
+    return summaries
+
+
+def _load(path: Path) -> dict[str, Any]:
+    """``population.pt`` (``weights_only``); a problem reading it is a one-line CheckpointError."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is corrupt or unreadable ({reason[:160]})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != _FORMAT or "seeds" not in ckpt:
+        raise CheckpointError(f"{path} is not a bbb population checkpoint")
+    return ckpt
+

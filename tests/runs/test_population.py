@@ -1,0 +1,126 @@
+"""bbb.runs.train_population: K runs of one recipe trained as one population leave K ordinary run
+directories (read by load_run like any), log each member's own numbers, resume bit for bit from the
+population's commit point, refuse what they cannot train and a member's lone resume in one line,
+and record a member's divergence. Tiny synthetic data (testkit.blobs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bbb.errors import UserError
+from bbb.runs import TrainConfig, build_model, load_run, read_metrics, train
+from bbb.runs.population import POPULATION_FILE, check_population, train_population
+from testkit import blobs
+
+QUIET = {"quiet": True, "log": lambda s: None}
+SEEDS = (0, 3, 5)
+
+
+def tiny_cfg(seed: int = 0, **kw) -> TrainConfig:
+    base = {"method": "bbb", "hidden": [16, 16], "epochs": 3, "batch_size": 32, "lr": 1e-2, "device": "cpu",
+            "eval_samples": 2, "kl_weighting": "uniform", "seed": seed}
+    return TrainConfig(**{**base, **kw})
+
+
+def _train(tmp: Path, epochs: int = 3, seeds=SEEDS, **kw) -> tuple[list, list[Path]]:
+    dirs = [tmp / f"run_s{s}" for s in seeds]
+    res = train_population([tiny_cfg(s, epochs=epochs, **kw) for s in seeds], dirs, tmp / "pop", data=blobs(),
+                           **QUIET)
+    return res, dirs
+
+
+def _rows(d: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in read_metrics(d)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("population")
+    return tmp, *_train(tmp)
+
+
+def test_each_member_is_an_ordinary_run_with_its_own_numbers(trained):
+    tmp, summaries, dirs = trained
+    n = blobs()["train_x"].shape[0]
+    for s, d, summary in zip(SEEDS, dirs, summaries):
+        assert summary is not None and summary["epochs"] == 3
+        assert json.loads((d / "summary.json").read_text()) == summary
+        rows = read_metrics(d)
+        assert [r["epoch"] for r in rows] == [1, 2, 3]
+        for r in rows:  # uniform KL weighting: the free energy per example = nll + mean KL / N
+            assert r["train_loss"] == pytest.approx(r["nll"] + r["kl"] / n, rel=1e-5)
+        best = min(rows, key=lambda r: (r["val_error"], r["epoch"]))
+        assert summary["best_epoch"] == best["epoch"]
+        # the epoch's validation error on the batched population, the summary's on the member alone
+        assert summary["val_error"] == pytest.approx(best["val_error"], abs=1.5 / 60)
+        model, cfg = load_run(d, "last")
+        assert cfg.seed == s and cfg.hidden == [16, 16]
+        config = json.loads((d / "config.json").read_text())
+        assert config["population"]["member"] == SEEDS.index(s) and config["population"]["seeds"] == list(SEEDS)
+    # the members differ from one another (their own seeds, rows and noise)
+    a, b = (load_run(d, "last")[0].state_dict() for d in dirs[:2])
+    assert not torch.equal(next(iter(a.values())), next(iter(b.values())))
+    assert [r["train_loss"] for r in read_metrics(dirs[0])] != [r["train_loss"] for r in read_metrics(dirs[1])]
+
+
+def test_members_start_from_the_networks_of_their_seeds(tmp_path):
+    """Epoch 0 of the population (its first commit) holds each member's bbb-train initialisation:
+    torch.manual_seed(seed), then the run's network."""
+    cfgs = [tiny_cfg(s, epochs=1) for s in SEEDS]
+    dirs = [tmp_path / f"r{s}" for s in SEEDS]
+    with pytest.MonkeyPatch.context() as mp:  # stop right after the first commit (epoch 0)
+        import bbb.runs.population as P
+
+        def stop(*a, **k):
+            raise KeyboardInterrupt
+
+        mp.setattr(P, "kl_weight_table", stop)
+        with pytest.raises(KeyboardInterrupt):
+            train_population(cfgs, dirs, tmp_path / "pop", data=blobs(), **QUIET)
+    for cfg, d in zip(cfgs, dirs):
+        torch.manual_seed(cfg.seed)
+        want = build_model(cfg, 12, 3).state_dict()
+        got = torch.load(d / "last.pt", weights_only=True)
+        assert got["epoch"] == 0
+        assert want.keys() == got["model"].keys()
+        for key in want:
+            assert torch.equal(want[key], got["model"][key]), key
+
+
+def test_a_resumed_population_continues_bit_for_bit(trained, tmp_path):
+    _, _, full = trained
+    _train(tmp_path, epochs=2)
+    summaries, dirs = _train(tmp_path, epochs=3)  # the same command with more epochs: resumes
+    assert (tmp_path / "pop" / POPULATION_FILE).is_file()
+    for a, b in zip(full, dirs):
+        assert _rows(a) == _rows(b)
+        sa, sb = load_run(a, "last")[0].state_dict(), load_run(b, "last")[0].state_dict()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert all(s is not None and s["epochs"] == 3 for s in summaries)
+
+
+def test_a_member_alone_does_not_resume_and_bad_populations_are_one_line(trained):
+    _, _, dirs = trained
+    with pytest.raises(UserError, match="member 0 of a population") as e:
+        train(tiny_cfg(0, epochs=4), dirs[0], data=blobs(), resume=True, **QUIET)
+    assert "\n" not in str(e.value)
+    for cfgs, match in (([tiny_cfg(0), tiny_cfg(0)], "distinct seeds"),
+                        ([tiny_cfg(0), tiny_cfg(1, lr=0.1)], "another lr"),
+                        ([tiny_cfg(0, method="sgd")], "method sgd"),
+                        ([tiny_cfg(0, estimator="flipout")], "flipout estimator"),
+                        ([], "at least one")):
+        with pytest.raises(UserError, match=match) as e:
+            check_population(cfgs)
+        assert "\n" not in str(e.value)
+
+
+def test_a_member_that_diverges_is_recorded_and_the_rest_is_not_written(tmp_path):
+    summaries, dirs = _train(tmp_path, epochs=2, lr=1e6)
+    for d, s in zip(dirs, summaries):
+        assert s is None
+        assert "diverged in epoch 1" in json.loads((d / "diverged.json").read_text())["message"]
+        assert read_metrics(d) == []  # last.pt keeps epoch 0

@@ -28,6 +28,8 @@ EXAMPLE = (
     "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells bbb-mixture:1200\n"
     "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells sgd:1200,dropout:1200\n"
     "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells bbb-mixture:1200 --candidates c2\n"
+    "  bbb reproduce mnist --budget paper --out runs/mnist-paper --cells bbb-mixture:1200 --seeds 0 1 2 3 4 5 6 7 "
+    "--population --device cuda\n"
     "  bbb reproduce mnist --budget paper --out runs/mnist-paper --report  # tables of the cells done so far\n"
     "  bbb reproduce mnist --budget paper --out runs/mnist-paper --report --checkpoints ~/paper-runs/runs"
 )
@@ -103,6 +105,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--out/runs of the machine that trained them): Table 2 and Figures 3-4 are "
                              "made from these checkpoints; without them those files are kept as they "
                              "are and the rest is rebuilt from the runs' CSV/JSON (default: --out/runs)")
+    parser.add_argument("--population", action="store_true",
+                        help="train each seed cell's extra seeds together as one population (one network "
+                             "of batched matrix products under one engine: on a GPU about the time of one "
+                             "run; bbb.runs.train_population): each seed keeps its own initialisation and "
+                             "minibatches, its weight noise is the population's; Bayesian cells only, the "
+                             "others train one by one; resume with --population too")
     add_quiet(parser, "Table 1, Table 2 and the files written")
     add_log(parser)
 
@@ -113,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
                           dataset=args.dataset, seeds=seed_count(args.seeds), device=args.device,
                           data_dir=args.data_dir, quiet=args.quiet, cells=args.cells,
                           candidates=args.candidates, seeds_of=args.seeds_of,
-                          checkpoints=args.checkpoints, loggers=tuple(args.log or ()))
+                          checkpoints=args.checkpoints, loggers=tuple(args.log or ()),
+                          population=args.population)
     run_reproduce(cfg, plan_only=args.plan, report_only=args.report)
     return 0

@@ -18,7 +18,7 @@ from ...progress import plural
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from . import tables
 from .figures import FIG2_METHODS, figure2, figure3, figure4
-from .jobs import Progress, command_line, limit_data, state_of, train_jobs
+from .jobs import Progress, command_line, limit_data, state_of, train_jobs, train_populations
 from .laplace_rows import laplace_rows
 from .plan import (
     Job,
@@ -261,7 +261,10 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
         job = make_job(cfg, placeholder.method, placeholder.hidden, c, placeholder.seed)
         progress.remaining[job.name] = progress.remaining.pop(placeholder.name, 0.0)
         seeds.append(job)
-    train_jobs(seeds, data, cfg, runner_callbacks, log, out, busy=busy)
+    if cfg.population:
+        train_populations(seeds, data, cfg, runner_callbacks, log, out, busy)
+    else:
+        train_jobs(seeds, data, cfg, runner_callbacks, log, out, busy=busy)
     return progress.trained
 
 

@@ -16,7 +16,8 @@ from ...progress import plural
 from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
 from ...runs.loggers import make_loggers
-from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time
+from ...runs.population import check_population, train_population
+from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time, make_job
 from .recipes import METHOD_NAMES, BudgetSpec
 
 
@@ -136,6 +137,77 @@ def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfi
     return summaries
 
 
+def _stored_population(job: Job) -> dict[str, Any] | None:
+    """The population ``job``'s run directory was started in (its config.json), or None."""
+    got = (runjobs.read_json(job.run_dir / "config.json") or {}).get("population")
+    return got if isinstance(got, dict) else None
+
+
+def population_groups(jobs: Sequence[Job], cfg: ReproduceConfig, out: Path) -> list[tuple[Path | None, list[Job]]]:
+    """``jobs`` (a cell's extra seeds) grouped for ``--population``: ``(population folder, its jobs)``,
+    or ``(None, [job])`` for a job that trains alone (finished, diverged, a cell that cannot train
+    as a population, the one job left of its recipe). A run started in a population goes on in that
+    one (with every seed it was started with); the other new runs of one cell and candidate make a
+    new one, ``runs/<cell>[_c<candidate>]_pop_s<seeds>``."""
+    groups: list[tuple[Path | None, list[Job]]] = []
+    new: dict[tuple[str, int, int], list[Job]] = {}
+    started: dict[str, list[Job]] = {}
+    for job in jobs:
+        stored = _stored_population(job)
+        if stored is not None and state_of(job).state in (State.PARTIAL, State.NEW):  # (NEW: killed at epoch 0)
+            if stored["dir"] not in started:
+                started[stored["dir"]] = [make_job(cfg, job.method, job.hidden, job.candidate, int(s))
+                                          for s in stored["seeds"]]
+            continue
+        if state_of(job).state is not State.NEW:
+            groups.append((None, [job]))
+            continue
+        new.setdefault((job.method, job.hidden, job.candidate), []).append(job)
+    groups += [(Path(d), members) for d, members in started.items()]
+    for members in new.values():
+        try:
+            check_population([j.config for j in members])
+        except UserError:
+            groups += [(None, [j]) for j in members]
+            continue
+        if len(members) == 1:
+            groups.append((None, members))
+            continue
+        base = members[0].name.rsplit("_s", 1)[0] if members[0].seed else members[0].name
+        name = f"{base}_pop_s{'-'.join(str(j.seed) for j in members)}"
+        groups.append((out / "runs" / name, members))
+    return groups
+
+
+def train_populations(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfig, callbacks: JobCallbacks,
+                      log: Callable[[str], None], out: Path, busy: list[str]) -> None:
+    """``--population``: each group of :func:`population_groups` trained together
+    (:func:`bbb.runs.train_population`), the others through :func:`train_jobs`; the callbacks see
+    each member start and end (not its epochs)."""
+    for pop_dir, members in population_groups(jobs, cfg, out):
+        if pop_dir is None:
+            train_jobs(members, data, cfg, callbacks, log, out, busy=busy)
+            continue
+        for job in members:
+            check_same_settings(job, out)
+        seeds = ", ".join(str(j.seed) for j in members)
+        log(f"[population] {METHOD_NAMES[members[0].method]} 2x{members[0].hidden}: seeds {seeds} trained "
+            f"together in {pop_dir.name}")
+        for job in members:
+            callbacks.on_start(job, state_of(job))
+        try:
+            summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir,
+                                         data=data, quiet=cfg.quiet, log=log, resume_hint=f"'{command_line(cfg)}'")
+        except RunDirBusy as e:
+            log(f"  skipped {pop_dir.name}: another bbb process (pid {e.holder}) is training it or one of its runs")
+            busy.extend(j.name for j in members)
+            continue
+        for job, summary in zip(members, summaries):
+            callbacks.on_end(job, JobResult(job, Outcome.DONE, summary=summary, attempts=1) if summary is not None
+                             else JobResult(job, Outcome.DIVERGED, error=runjobs.diverged_message(job.run_dir),
+                                            attempts=1))
+
+
 def command_line(cfg: ReproduceConfig, *extra: str) -> str:
     """The command line that runs ``cfg`` again (to resume it)."""
     parts = ["bbb reproduce mnist", f"--budget {cfg.budget}", f"--out {cfg.out}"]
@@ -151,6 +223,8 @@ def command_line(cfg: ReproduceConfig, *extra: str) -> str:
         parts.append("--seeds " + " ".join(str(i) for i in range(int(cfg.seeds or 1))))
     if "--report" not in extra and "--plan" not in extra:
         parts += [f"--log {name}" for name in cfg.loggers]
+        if cfg.population:
+            parts.append("--population")
     return " ".join([*parts, *extra])
 
 

@@ -172,6 +172,9 @@ class ReproduceConfig:
     checkpoints: str | None = None
     #: experiment loggers of every run trained (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`)
     loggers: tuple[str, ...] = ()
+    #: train each seed cell's extra seeds together as one population (``--population``:
+    #: :func:`bbb.runs.train_population`; a Bayesian cell's, the others one by one)
+    population: bool = False
 
     def __post_init__(self) -> None:
         self.experiment = Experiment(choice("experiment", self.experiment, Experiment))

@@ -1,0 +1,79 @@
+"""``bbb reproduce mnist --population``: a seed cell's extra seeds trained together as one population
+(bbb.runs.train_population) into the run directories the tables read, a cell that cannot train as
+a population (dropout) trained one by one, a rerun trains nothing. Tiny synthetic data, smoke budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bbb.experiments.mnist import ReproduceConfig, run_reproduce
+from bbb.experiments.mnist.jobs import command_line
+from bbb.runs.population import POPULATION_FILE
+from testkit import SILENT, blobs4, eager_kernels, read_csv, summary
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory):
+    out = tmp_path_factory.mktemp("population") / "mnist"
+    cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", quiet=True, seeds=3, population=True,
+                          cells="bbb-mixture:400,dropout:400")
+    lines: list[str] = []
+    with eager_kernels():
+        first = run_reproduce(cfg, data=blobs4(), log=lines.append)
+        again = run_reproduce(cfg, data=blobs4(), **SILENT)
+    return out, cfg, first, again, lines
+
+
+def test_the_extra_seeds_of_a_bayesian_cell_train_as_one_population(reproduced):
+    out, cfg, first, again, _ = reproduced
+    members = ["bbb_mixture_400_s1", "bbb_mixture_400_s2"]
+    assert set(members + ["dropout_400_s1", "dropout_400_s2"]) <= set(first["trained"])
+    pop = out / "runs" / "bbb_mixture_400_pop_s1-2"
+    assert (pop / POPULATION_FILE).is_file()
+    for j, name in enumerate(members):
+        config = json.loads((out / "runs" / name / "config.json").read_text())
+        assert config["population"] == {"dir": str(pop), "seeds": [1, 2], "member": j}
+        assert summary(out, name)["epochs"] == cfg.spec.epochs["bbb_mixture"][400]
+    for name in ("dropout_400_s1", "dropout_400_s2"):  # not Bayesian: one by one
+        assert "population" not in json.loads((out / "runs" / name / "config.json").read_text())
+    rows = {(r["method"], r["hidden"]): r for r in read_csv(out / "table1.csv")}
+    assert int(rows[("bbb_mixture", "400")]["n_seeds"]) == 3
+    assert again["trained"] == []  # finished: nothing trains again
+
+
+def test_the_command_line_and_the_help_name_it(reproduced, capsys):
+    _, cfg, *_ = reproduced
+    assert command_line(cfg).endswith("--population")
+    from testkit import run_main
+
+    rc, out, _ = run_main(capsys, "reproduce", "mnist", "--help")
+    assert rc == 0 and "--population" in out
+
+
+def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_path):
+    """Killed after the population's first commit (its members' runs hold epoch 0 and name their
+    population): the rerun resumes that population, with every seed it started with."""
+    import bbb.runs.population as P
+
+    out = tmp_path / "mnist"
+    cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", quiet=True, seeds=3, population=True,
+                          cells="bbb-mixture:400")
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    with eager_kernels():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(P, "kl_weight_table", killed)
+            with pytest.raises(KeyboardInterrupt):
+                run_reproduce(cfg, data=blobs4(), **SILENT)
+        pop = out / "runs" / "bbb_mixture_400_pop_s1-2"
+        assert (pop / POPULATION_FILE).is_file() and not (out / "runs" / "bbb_mixture_400_s1" / "summary.json").exists()
+        lines: list[str] = []
+        res = run_reproduce(ReproduceConfig(**{**cfg.__dict__, "quiet": False, "cells": "bbb-mixture:400"}),
+                            data=blobs4(), log=lines.append)
+    assert {"bbb_mixture_400_s1", "bbb_mixture_400_s2"} <= set(res["trained"])
+    assert any("resuming the population of 2" in line for line in lines)
+    assert summary(out, "bbb_mixture_400_s2")["epochs"] == 1

@@ -7,7 +7,8 @@ command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothi
    Monte Carlo KL, one sample, Adam) and bayesian-torch's ``LinearReparameterization``
    (``bayesian-torch-reparam``) where it is importable (its wheel carried, bench/README.md).
 3. Seconds per epoch of ``bbb train`` at 2x1200 in the paper's configuration on real MNIST (two
-   epochs, the second reported), or, without MNIST, projected from the bench's steps/s.
+   epochs, the second reported), or, without MNIST, projected from the bench's steps/s; and the same
+   epoch with ``--cuda-graph`` (``epoch_s_2x1200_paper_graph``; not in the dry run).
 4. A population of 8 such networks under one engine against one network
    (``bench/bench_population.py``): ``population_ratio_k8_2x1200``, the population's step over one
    network's (issue 74's target: at most 2).
@@ -66,6 +67,7 @@ CHILD_LIMIT = 150.0
 REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(None)),
             "ratio_vs_deterministic_2x1200": (float, type(None)),
             "speedup_vs_bayesian_torch_2x1200": (float, type(None)),
+            "epoch_s_2x1200_paper_graph": (float, type(None)),
             "population_ratio_k8_2x1200": (float, type(None)),
             "cuda_tests_passed": (int, type(None)), "cuda_tests_failed": (int, type(None))}
 
@@ -190,6 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             job = {**base, "kind": "epoch", "system": OURS, "width": width, "recipe": bench.EPOCH_RECIPES[OURS],
                    "epochs": bench.EPOCHS_RUN, "train_size": 512 if dry else None}
             epoch = bench.run_child(job, limit) if limit >= 10 else {"status": "not run: no time left"}
+        graph: dict[str, Any] = {"status": "not run: needs CUDA" if dry else "not run: no MNIST"}
+        if source != "random" and not dry:  # the same epoch with the step replayed from CUDA graphs
+            limit = clock.limit(CHILD_LIMIT)
+            graph = (bench.run_child({**job, "recipe": {**bench.EPOCH_RECIPES[OURS], "cuda_graph": True}}, limit)
+                     if limit >= 10 else {"status": "not run: no time left"})
         limit = clock.limit(CHILD_LIMIT)
         pop_spec = {"threads": threads, "device": device, "width": width, "members": POP_MEMBERS, "dry_run": dry}
         population = (bench.run_child(pop_spec, limit, script=HERE / "bench_population.py",
@@ -212,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           if _ok(floor) and _ok(ours) else None),
         "speedup_vs_bayesian_torch_2x1200": (float(ours["steps_per_s"]) / float(peer["steps_per_s"])
                                              if _ok(ours) and _ok(peer) else None),
+        "epoch_s_2x1200_paper_graph": (float(graph["seconds_per_epoch"]) if graph.get("status") == "ok"
+                                       and graph.get("seconds_per_epoch") is not None else None),
         "population_ratio_k8_2x1200": (float(population["ratio"]) if population.get("status") == "ok"
                                        and population.get("ratio") else None),
     })
@@ -222,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   for k, r in rows.items()},
         "epoch": None if epoch is None else {f: epoch.get(f) for f in ("status", "detail", "epoch_seconds",
                                                                        "train_images", "version")},
+        "epoch_graph": {f: graph.get(f) for f in ("status", "detail", "epoch_seconds", "train_images")},
         "population": {f: population.get(f) for f in ("status", "detail", "members", "width", "ratio", "one",
                                                       "population", "peak_cuda_mb")},
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -254,6 +264,7 @@ def markdown(r: dict[str, Any]) -> str:
         "| measure | value |",
         "|---|---:|",
         f"| seconds per 2x{w} epoch, bbb paper configuration | {_f(r['epoch_s_2x1200_paper'])} |",
+        f"| seconds per 2x{w} epoch, the same with `--cuda-graph` | {_f(r['epoch_s_2x1200_paper_graph'])} |",
         f"| step time / the deterministic MLP's (`{OURS}` / `{FLOOR}`, 2x{w}, Adam) | "
         f"{_f(r['ratio_vs_deterministic_2x1200'])} |",
         f"| speed-up over bayesian-torch (`{OURS}` / `{PEER}` steps/s, 2x{w}) | "

@@ -64,6 +64,7 @@ from ..nn import bayes_modules, providing_samples
 from ..options import StrOption
 from ..random import counter_keys
 from . import distributed as ddp_
+from . import graphs
 from .grads import FusedGrads
 from .kernels import HP_SIZE, KernelSet, seed_mix
 from .layout import Layout
@@ -198,7 +199,6 @@ class Engine(torch.optim.Optimizer):
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.k)
         self.counter = 0
         self._step_count = 0
-        self._kl_members: Tensor | None = None
         reason = "fused=False" if fused is False else unsupported_reason(model, self.kl_mode)
         if reason is not None and fused:
             raise UserError(f"bbb.Engine(fused=True) cannot fuse {type(model).__name__}: {reason}; leave fused "
@@ -298,6 +298,9 @@ class Engine(torch.optim.Optimizer):
                                  compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device,
                                  members=layout.members())
         self._fused_params = tuple(self.param_groups[0]["params"])
+        members = self.kernels.members
+        self._kl_out = torch.zeros(1 + (0 if members is None else members[0]), device=dev, dtype=dt)
+        self._sampler.kl = self._kl_out[0]  # (a view: _set_kl writes it in place)
         self._grads.adopt(layout)
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
@@ -398,8 +401,9 @@ class Engine(torch.optim.Optimizer):
 
     @property
     def kl(self) -> Tensor | None:
-        """The KL value of the current weight sample (None on the plain path)."""
-        return self._sampler.kl.detach() if self.fused else None
+        """The KL value of the current weight sample (None on the plain path): a copy (the engine
+        keeps the value in one buffer, which the next step overwrites)."""
+        return self._sampler.kl.detach().clone() if self.fused else None
 
     @property
     def kl_members(self) -> Tensor | None:
@@ -407,15 +411,14 @@ class Engine(torch.optim.Optimizer):
         :class:`~bbb.nn.BayesPopulation` member's current weight sample (their sum is :attr:`kl`, to
         rounding), formed in the kernel's pass; None for any other model and on the plain path.
         Read it after the forward under :meth:`sampling` (and before :meth:`step`, which draws
-        the next sample) for the KL of the sample that forward used."""
-        return self._kl_members
+        the next sample) for the KL of the sample that forward used. A copy, as :attr:`kl`."""
+        return None if self.kernels.members is None or not self.fused else self._kl_out[1:].clone()
 
     def _set_kl(self, out: Tensor) -> None:
-        """The kernel's KL value: a scalar, or a population's [total, member 0, ...]."""
-        if self.kernels.members is None:
-            self._sampler.kl = out
-        else:
-            self._sampler.kl, self._kl_members = out[0], out[1:]
+        """The kernel's KL value (a scalar, or a population's [total, member 0, ...]) into the one
+        buffer the forward reads (``sampler.kl``, a view of it): the same memory every step, so a
+        step replayed from a captured CUDA graph hands the next forward its value."""
+        self._kl_out.copy_(out.reshape(-1))
 
     # -- optimisation --------------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -526,6 +529,38 @@ class Engine(torch.optim.Optimizer):
         if self._inner is not None:
             self._inner.step()
         return loss
+
+    # -- CUDA graphs ---------------------------------------------------------------------------
+    @property
+    def parity(self) -> int:
+        """Which of the engine's two noise buffers holds the current sample's noise (0 or 1): the
+        buffers alternate step by step, so a training step captured as a CUDA graph is bound to
+        the parity it was captured with (:meth:`capturing`)."""
+        return self._sampler.cur
+
+    def capturing(self, parity: int) -> contextlib.AbstractContextManager[Engine]:
+        """Capture one training step (forward under :meth:`sampling`, backward, :meth:`step`) for a
+        CUDA graph, e.g. ``with engine.capturing(engine.parity), torch.cuda.graph(g): step()``.
+
+        Inside, the engine is as at a step of noise parity ``parity``; after the block its host
+        state (step count, noise counter, parity) is what it was before, since capturing runs no
+        kernel: each replay of the graph is one step, which :meth:`replayed` then counts. Only
+        for an engine whose step-dependent values live on its device (CUDA), with every parameter
+        fused (no inner ``torch.optim`` optimiser), outside DistributedDataParallel, and after a
+        step has run eagerly since the last change of a hyperparameter (the new value reaches the
+        device in that step); anything else is a one-line :class:`UserError`
+        (:func:`bbb.engine.graphs.capturing`).
+        """
+        return graphs.capturing(self, parity)
+
+    def replayed(self) -> None:
+        """Count one step that ran from a graph captured under :meth:`capturing`: the host's step
+        count and noise counter move on and the parity turns, as :meth:`step` does them (the
+        kernels advanced the device's own counter)."""
+        self._step_count += 1
+        self.counter += 1
+        self._sampler.cur = 1 - self._sampler.cur
+        self._sampler.drawn = False
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]

@@ -145,6 +145,8 @@ class TrainConfig:
     test_each_epoch: bool = False
     data_dir: str | None = None
     checkpoint_every: int = 1
+    # the training step replayed from CUDA graphs (bbb.runs.cuda_graph; a GPU, method bbb)
+    cuda_graph: bool = False
     # your own data (--csv / --npz): the file, the CSV's target column, the task, the split
     data_file: str | None = None
     target: str | None = None
@@ -222,6 +224,11 @@ class TrainConfig:
         self.eval_samples = check_int("eval_samples", self.eval_samples, 1)
         self.test_each_epoch = bool(self.test_each_epoch)
         self.checkpoint_every = check_int("checkpoint_every", self.checkpoint_every, 1)
+        self.cuda_graph = bool(self.cuda_graph)
+        if self.cuda_graph and self.method is not Method.BBB:
+            raise SettingError("cuda_graph", f"captures bbb's engine step (--method bbb), not --method {self.method}")
+        if self.cuda_graph and self.bf16:
+            raise SettingError("cuda_graph", "and --bf16 do not go together (the graph captures the float32 step)")
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
         self._check_ivon(given_ivon)
@@ -374,7 +381,7 @@ class TrainConfig:
 
 #: settings that may change when a run is resumed (they do not alter the trajectory)
 RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16",
-                            "checkpoint_every", "data_file"})  # data_file: the same MD5 is checked
+                            "checkpoint_every", "data_file", "cuda_graph"})  # data_file: the same MD5 is checked
 
 
 def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:

@@ -91,6 +91,7 @@ from ..progress import progress_bar
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, improves, load_checkpoint, metrics_text, repair_derived
 from .config import FILE_DATASET, TrainConfig, resume_conflicts
+from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
@@ -415,6 +416,9 @@ def _train(
             if cfg.method == Method.BBB.value else None)
     opt = make_optimizer(cfg, model, n)
     sched = make_scheduler(cfg, opt)
+    kl_table = kl_weight_table(elbo, model, device)
+    graphed = (GraphedEpoch.for_run(model, elbo, opt, x, y, bsz, kl_table, step=training_step)
+               if cfg.cuda_graph else None)  # (TrainConfig: method bbb, no bf16); before any file is written
     gen = torch.Generator().manual_seed(cfg.seed)
     metrics: list[dict[str, Any]] = []
     best: dict[str, Any] = {"epoch": 0, "val_error": None, "val_nll": None}
@@ -483,7 +487,6 @@ def _train(
 
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     has_val = data["val_x"].shape[0] > 0
-    kl_table = kl_weight_table(elbo, model, device)
     every = cfg.checkpoint_every
     # with every > 1: the last completed epoch's state and the best epoch's, where not yet on disk (copies)
     pending: dict[str, Any] | None = None
@@ -518,9 +521,12 @@ def _train(
                 if last:
                     bar.set_postfix(loss=_fmt(last["train_loss"]), val_err=_fmt(last["val_error"], not regression))
                 steps = bar
-            sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast, steps=steps,
-                             likelihood=likelihood if elbo is None else None,
-                             num_samples=cfg.samples if cfg.method == Method.IVON.value else 1)
+            if graphed is not None:
+                sums = graphed.run(perm, steps)
+            else:
+                sums = run_epoch(model, elbo, opt, x, y, perm, bsz, kl_weights=kl_table, autocast=autocast,
+                                 steps=steps, likelihood=likelihood if elbo is None else None,
+                                 num_samples=cfg.samples if cfg.method == Method.IVON.value else 1)
             if bar is not None:
                 bar.close()
             # the epoch's one synchronisation: its sums, whether the weights are finite, the error counts

@@ -1,0 +1,147 @@
+"""An epoch's training steps replayed from CUDA graphs (``bbb train --cuda-graph``, issue 74): on a
+GPU one step of the paper's MLP is a few hundred small kernel launches, and Python's launching
+them, not the arithmetic, sets the epoch's time; a captured graph launches them all at once.
+
+:class:`GraphedEpoch` runs the same steps as :func:`bbb.runs.loop.run_epoch`, written so that a
+step is the same code for every minibatch: the epoch's permutation, the step's index and the
+epoch's sums live in device tensors it updates in place (the minibatch is chosen on the device,
+the KL weight read from the device table at that index). Each step of a full minibatch runs
+through :func:`~bbb.runs.loop.training_step` as ``run_epoch``'s does; the last, smaller
+minibatch runs as ``run_epoch`` runs it. With ``capture`` (CUDA), after ``warmup`` steps run
+eagerly, one step is captured for each of the engine's two noise parities
+(:meth:`bbb.engine.Engine.capturing`) and the other full minibatches are replays of the graph of
+the current parity (:meth:`~bbb.engine.Engine.replayed`); the graphs are captured again after a
+hyperparameter changes (a learning-rate schedule). Without ``capture`` the steps run eagerly (the
+CPU, and the tests: the same numbers as ``run_epoch``, bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..elbo import ELBO
+from ..engine import Engine
+from ..engine.graphs import capture_problem
+from ..errors import UserError
+
+__all__ = ["GraphedEpoch"]
+
+
+class GraphedEpoch:
+    """The training steps of each epoch over ``x[perm]``, ``y[perm]`` in minibatches of
+    ``batch_size``, as :func:`~bbb.runs.loop.run_epoch` takes them, from CUDA graphs where
+    ``capture`` (see the module's docstring). ``kl_weights``: the ELBO's M minibatch weights on
+    the device (:func:`~bbb.runs.loop.kl_weight_table`); ``step``: the training step,
+    :func:`~bbb.runs.loop.training_step` (given by the loop, which imports this module)."""
+
+    def __init__(self, model: nn.Module, elbo: ELBO, opt: Engine, x: Tensor, y: Tensor, batch_size: int,
+                 kl_weights: Tensor, *, step: Callable[..., tuple[Tensor, Tensor, Tensor]], capture: bool,
+                 warmup: int = 3) -> None:
+        self.model, self.elbo, self.opt, self.training_step = model, elbo, opt, step
+        self.x, self.y, self.kl_weights = x, y, kl_weights
+        self.batch = int(batch_size)
+        self.full = x.shape[0] // self.batch
+        self.steps = math.ceil(x.shape[0] / self.batch)
+        dev = x.device
+        self.perm = torch.zeros(x.shape[0], dtype=torch.int64, device=dev)
+        self.index = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.sums = torch.zeros(3, dtype=torch.float64, device=dev)
+        self.capture, self.warmup = bool(capture), int(warmup)
+        self.graphs: dict[int, Any] = {}
+        self._key: tuple[Any, ...] | None = None
+        self._eager = 0  # eager full steps since the graphs were dropped
+        #: how many steps ran from a graph (the tests read it)
+        self.replays = 0
+
+    @classmethod
+    def for_run(cls, model: nn.Module, elbo: ELBO | None, opt: Any, x: Tensor, y: Tensor, batch_size: int,
+                kl_weights: Tensor | None, *, step: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> GraphedEpoch:
+        """``bbb train --cuda-graph``'s epochs (capturing), after checking that this run's step can be
+        captured: a GPU, the fused engine of an ELBO (:func:`bbb.engine.graphs.capture_problem`);
+        else a one-line UserError that says to leave the option out."""
+        if x.device.type != "cuda":
+            raise UserError(f"--cuda-graph captures the training step on a GPU; this run is on {x.device.type} "
+                            "(leave it out there)")
+        if not isinstance(opt, Engine) or elbo is None or kl_weights is None:
+            raise UserError("--cuda-graph captures bbb's engine step; this run has none (leave it out)")
+        problem = capture_problem(opt)
+        if problem is not None:
+            raise UserError(f"--cuda-graph cannot capture this run's step ({problem}); leave it out")
+        return cls(model, elbo, opt, x, y, batch_size, kl_weights, step=step, capture=True)
+
+    def _step(self) -> None:
+        """Step ``index`` (a full minibatch), its numbers added into ``sums``: the same code for
+        every index, all of it on the device."""
+        b = self.batch
+        idx = self.perm[: self.full * b].view(self.full, b).index_select(0, self.index).view(b)
+        xb, yb = self.x.index_select(0, idx), self.y.index_select(0, idx)
+        kl_w = self.kl_weights.index_select(0, self.index).view(())
+        fe, nll, kl = self.training_step(self.model, self.elbo, self.opt, xb, yb, 0, kl_w)
+        self.sums += torch.stack([fe.double(), nll.double(), kl.double()])
+        self.index += 1
+
+    def _hyper(self) -> tuple[Any, ...]:
+        return tuple((k, v) for g in self.opt.param_groups for k, v in sorted(g.items()) if k != "params")
+
+    def _capture_graphs(self) -> None:
+        """One graph per noise parity, each with a memory pool of its own (an epoch's odd number of
+        steps changes which of the two replays first, and graphs that share a pool must replay
+        in the order of their capture); nothing runs."""
+        torch.cuda.synchronize(self.x.device)
+        for parity in (self.opt.parity, 1 - self.opt.parity):
+            g = torch.cuda.CUDAGraph()
+            with self.opt.capturing(parity), torch.cuda.graph(g):
+                self._step()
+            self.graphs[parity] = g
+
+    def run(self, perm: Tensor, steps: Iterable[int] | None = None) -> Tensor:
+        """One epoch over ``perm``; returns its (free energy, NLL, KL) sums, a float64 device
+        tensor, unread. ``steps``: the minibatch indices, in order (a progress bar over
+        ``range(M)``), default all M."""
+        self.perm.copy_(perm)
+        self.index.zero_()
+        self.sums.zero_()
+        key = self._hyper()
+        if key != self._key:  # a new learning rate reaches the device in an eager step
+            self.graphs.clear()
+            self._key, self._eager = key, 0
+        side = torch.cuda.Stream(self.x.device) if self.capture and not self.graphs else None
+        for i in steps if steps is not None else range(self.steps):
+            if i >= self.full:  # the last, smaller minibatch: as run_epoch takes it
+                self._last(i)
+                continue
+            graph = self.graphs.get(self.opt.parity)
+            if graph is None and self.capture and self._eager >= self.warmup:
+                if side is not None:
+                    torch.cuda.current_stream(self.x.device).wait_stream(side)
+                    side = None
+                self._capture_graphs()
+                graph = self.graphs[self.opt.parity]
+            if graph is not None:
+                graph.replay()
+                self.opt.replayed()
+                self.replays += 1
+                continue
+            if side is not None:  # warm-up before a capture: on a side stream, as torch asks
+                side.wait_stream(torch.cuda.current_stream(self.x.device))
+                with torch.cuda.stream(side):
+                    self._step()
+            else:
+                self._step()
+            self._eager += 1
+        if side is not None:
+            torch.cuda.current_stream(self.x.device).wait_stream(side)
+        return self.sums
+
+    def _last(self, i: int) -> None:
+        idx = self.perm[i * self.batch:]
+        kl_w = self.kl_weights[i]
+        fe, nll, kl = self.training_step(self.model, self.elbo, self.opt, self.x.index_select(0, idx),
+                                         self.y.index_select(0, idx), i, kl_w)
+        self.sums += torch.stack([fe.double(), nll.double(), kl.double()])

@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                       "population", "peak_cuda_mb")},
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "seconds": round(clock.elapsed(), 1),
-        "command": "bash bench/gpu_check.sh" + (" --dry-run" if dry else ""),
+        "command": " ".join(["bash bench/gpu_check.sh", *(sys.argv[1:] if argv is None else argv)]),
     })
     for key, kind in REQUIRED.items():  # the file's promise (bench/tests/test_gpu_check.py checks it too)
         assert isinstance(result[key], kind) and not isinstance(result[key], bool), (key, result[key])

@@ -124,3 +124,9 @@ def test_a_member_that_diverges_is_recorded_and_the_rest_is_not_written(tmp_path
         assert s is None
         assert "diverged in epoch 1" in json.loads((d / "diverged.json").read_text())["message"]
         assert read_metrics(d) == []  # last.pt keeps epoch 0
+
+
+def test_cuda_graph_is_said_to_be_left_out(tmp_path):
+    with pytest.warns(UserWarning, match="does not capture CUDA graphs"):
+        summaries, _ = _train(tmp_path, epochs=1, cuda_graph=True)
+    assert all(s is not None for s in summaries)

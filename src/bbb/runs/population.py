@@ -37,6 +37,7 @@ import contextlib
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,9 @@ def train_population(
     ``resume_hint``: the command that resumes it, for the message of an interrupt.
     """
     cfg = check_population(cfgs)
+    if cfg.cuda_graph:
+        warnings.warn("train_population does not capture CUDA graphs yet: the population's steps run eagerly "
+                      "(cuda_graph is kept in the runs' settings)", UserWarning, stacklevel=2)
     if len(outs) != len(cfgs):
         raise UserError(f"train_population: {len(cfgs)} runs but {len(outs)} run directories")
     dirs = [Path(o) for o in outs]

@@ -178,6 +178,9 @@ def run_reproduce(
             + ("a GPU is much faster" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                else "busy cores are slower")
             + "); runs already finished in --out are skipped")
+        if cfg.cuda_graph:
+            say("--cuda-graph: the BBB runs' steps replay from CUDA graphs; SGD, dropout and IVON"
+                + (" and the --population" if cfg.population else "") + " train eagerly")
     if plan_only:
         log(_plan_text(cfg, first, extra, n_train))
         return {"table1": [], "table2": [], "files": [], "selected": {}, "trained": [], "busy": [], "missing": [],

@@ -175,6 +175,9 @@ class ReproduceConfig:
     #: train each seed cell's extra seeds together as one population (``--population``:
     #: :func:`bbb.runs.train_population`; a Bayesian cell's, the others one by one)
     population: bool = False
+    #: the BBB runs' steps replayed from CUDA graphs (``--cuda-graph``: :mod:`bbb.runs.cuda_graph`;
+    #: a GPU; the other methods train eagerly)
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         self.experiment = Experiment(choice("experiment", self.experiment, Experiment))
@@ -189,6 +192,9 @@ class ReproduceConfig:
         if self.data_dir is not None:
             self.data_dir = str(self.data_dir)
         self.loggers = tuple(self.loggers or ())
+        self.cuda_graph = bool(self.cuda_graph)
+        if self.cuda_graph and self.device == DeviceKind.CPU.value:
+            raise UserError("--cuda-graph captures the training step on a GPU; leave it out with --device cpu")
         make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything runs
         if self.checkpoints is not None:
             self.checkpoints = str(self.checkpoints)
@@ -271,11 +277,11 @@ def run_name(method: str, hidden: int, candidate: int, seed: int) -> str:
 def train_config(cfg: ReproduceConfig, method: str, hidden: int, settings: dict[str, Any],
                   seed: int) -> T.TrainConfig:
     spec = cfg.spec
+    merged = {**COMMON_SETTINGS, **spec.common, **METHOD_SETTINGS[method], **settings}
     return T.TrainConfig(**{
-        **COMMON_SETTINGS, **spec.common, **METHOD_SETTINGS[method], **settings,
-        "epochs": spec.epochs[method][hidden], "hidden": [hidden, hidden], "seed": seed,
+        **merged, "epochs": spec.epochs[method][hidden], "hidden": [hidden, hidden], "seed": seed,
         "dataset": cfg.dataset, "device": cfg.device, "data_dir": cfg.data_dir,
-        "eval_samples": spec.eval_samples,
+        "eval_samples": spec.eval_samples, "cuda_graph": cfg.cuda_graph and merged.get("method") == "bbb",
     })
 
 

@@ -8,7 +8,8 @@ command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothi
    (``bayesian-torch-reparam``) where it is importable (its wheel carried, bench/README.md).
 3. Seconds per epoch of ``bbb train`` at 2x1200 in the paper's configuration on real MNIST (two
    epochs, the second reported), or, without MNIST, projected from the bench's steps/s; and the same
-   epoch with ``--cuda-graph`` (``epoch_s_2x1200_paper_graph``; not in the dry run).
+   epoch with ``--cuda-graph`` (``epoch_s_2x1200_paper_graph``) and its ratio to the deterministic
+   MLP's epoch under the same capture (``ratio_vs_deterministic_graph_2x1200``; not in the dry run).
 4. A population of 8 such networks under one engine against one network
    (``bench/bench_population.py``): ``population_ratio_k8_2x1200``, the population's step over one
    network's (issue 74's target: at most 2).
@@ -55,6 +56,9 @@ import run as bench  # noqa: E402  (bench/run.py: its children, data and recipes
 #: the systems of the speed part: the deterministic floor, ours in the paper's configuration, the peer
 FLOOR, OURS, PEER = "mlp", "bbb-paper", "bayesian-torch-reparam"
 WIDTH = 1200
+#: the deterministic MLP's epoch under the same capture (``bbb train --method sgd``: no dropout, Adam
+#: 1e-3, the optimiser of ``bbb-paper``'s epoch)
+FLOOR_GRAPH_RECIPE: dict[str, Any] = {"method": "sgd", "optimizer": "adam", "lr": 1e-3, "cuda_graph": True}
 #: networks in the population timed against one (the dry run: bench_population.py's 3)
 POP_MEMBERS = 8
 #: minibatches of 128 in an epoch of 50,000 MNIST training images (bench/run.py's s/epoch)
@@ -68,6 +72,7 @@ REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(No
             "ratio_vs_deterministic_2x1200": (float, type(None)),
             "speedup_vs_bayesian_torch_2x1200": (float, type(None)),
             "epoch_s_2x1200_paper_graph": (float, type(None)),
+            "ratio_vs_deterministic_graph_2x1200": (float, type(None)),
             "population_ratio_k8_2x1200": (float, type(None)),
             "cuda_tests_passed": (int, type(None)), "cuda_tests_failed": (int, type(None))}
 
@@ -134,6 +139,11 @@ def tiny_data(folder: Path) -> str:
     return str(path)
 
 
+def _epoch_s(row: dict[str, Any]) -> float | None:
+    """A bbb train epoch child's steady seconds per epoch, or None."""
+    return float(row["seconds_per_epoch"]) if row.get("status") == "ok" and row.get("seconds_per_epoch") else None
+
+
 def _ok(row: dict[str, Any] | None) -> bool:
     return bool(row) and row.get("status") == "ok" and bool(row.get("steps_per_s"))
 
@@ -193,10 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "epochs": bench.EPOCHS_RUN, "train_size": 512 if dry else None}
             epoch = bench.run_child(job, limit) if limit >= 10 else {"status": "not run: no time left"}
         graph: dict[str, Any] = {"status": "not run: needs CUDA" if dry else "not run: no MNIST"}
+        floor_graph: dict[str, Any] = dict(graph)
         if source != "random" and not dry:  # the same epoch with the step replayed from CUDA graphs
             limit = clock.limit(CHILD_LIMIT)
             graph = (bench.run_child({**job, "recipe": {**bench.EPOCH_RECIPES[OURS], "cuda_graph": True}}, limit)
                      if limit >= 10 else {"status": "not run: no time left"})
+            limit = clock.limit(CHILD_LIMIT)  # and the deterministic MLP's, Adam 1e-3, the same capture
+            floor_graph = (bench.run_child({**job, "system": FLOOR, "recipe": FLOOR_GRAPH_RECIPE}, limit)
+                           if limit >= 10 else {"status": "not run: no time left"})
         limit = clock.limit(CHILD_LIMIT)
         pop_spec = {"threads": threads, "device": device, "width": width, "members": POP_MEMBERS, "dry_run": dry}
         population = (bench.run_child(pop_spec, limit, script=HERE / "bench_population.py",
@@ -219,8 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           if _ok(floor) and _ok(ours) else None),
         "speedup_vs_bayesian_torch_2x1200": (float(ours["steps_per_s"]) / float(peer["steps_per_s"])
                                              if _ok(ours) and _ok(peer) else None),
-        "epoch_s_2x1200_paper_graph": (float(graph["seconds_per_epoch"]) if graph.get("status") == "ok"
-                                       and graph.get("seconds_per_epoch") is not None else None),
+        "epoch_s_2x1200_paper_graph": _epoch_s(graph),
+        "ratio_vs_deterministic_graph_2x1200": (_epoch_s(graph) / _epoch_s(floor_graph)  # type: ignore[operator]
+                                                if _epoch_s(graph) and _epoch_s(floor_graph) else None),
         "population_ratio_k8_2x1200": (float(population["ratio"]) if population.get("status") == "ok"
                                        and population.get("ratio") else None),
     })
@@ -232,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "epoch": None if epoch is None else {f: epoch.get(f) for f in ("status", "detail", "epoch_seconds",
                                                                        "train_images", "version")},
         "epoch_graph": {f: graph.get(f) for f in ("status", "detail", "epoch_seconds", "train_images")},
+        "epoch_graph_deterministic": {f: floor_graph.get(f) for f in ("status", "detail", "epoch_seconds")},
         "population": {f: population.get(f) for f in ("status", "detail", "members", "width", "ratio", "one",
                                                       "population", "peak_cuda_mb")},
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -265,6 +281,8 @@ def markdown(r: dict[str, Any]) -> str:
         "|---|---:|",
         f"| seconds per 2x{w} epoch, bbb paper configuration | {_f(r['epoch_s_2x1200_paper'])} |",
         f"| seconds per 2x{w} epoch, the same with `--cuda-graph` | {_f(r['epoch_s_2x1200_paper_graph'])} |",
+        f"| that epoch / the deterministic MLP's under the same capture | "
+        f"{_f(r['ratio_vs_deterministic_graph_2x1200'])} |",
         f"| step time / the deterministic MLP's (`{OURS}` / `{FLOOR}`, 2x{w}, Adam) | "
         f"{_f(r['ratio_vs_deterministic_2x1200'])} |",
         f"| speed-up over bayesian-torch (`{OURS}` / `{PEER}` steps/s, 2x{w}) | "

@@ -73,3 +73,30 @@ def test_train_with_cuda_graph_resumes_a_run_trained_without(tmp_path):
     sa, sb = (load_checkpoint(tmp_path / r / "last.pt")["model"] for r in ("parts", "whole"))
     for k in sa:
         torch.testing.assert_close(sa[k], sb[k], **F32)
+
+
+def test_the_deterministic_mlp_replays_as_it_steps(cuda):
+    """sgd's network with torch.optim's capturable fused Adam: one graph, the eager trajectory."""
+    from bbb.runs import TrainConfig, build_model, make_optimizer
+
+    d = blobs(N)
+    x, y = d["train_x"].to(cuda), d["train_y"].to(cuda)
+    cfg = TrainConfig(method="sgd", hidden=[32, 32], lr=1e-2, device="cuda", cuda_graph=True)
+    out = []
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        net = build_model(cfg, 12, 3).to(cuda)
+        opt = make_optimizer(cfg, net)
+        epoch = GraphedEpoch.for_run(net, None, opt, x, y, B, None, step=training_step) if graphed else None
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            perm = torch.randperm(N, generator=gen).to(cuda)
+            s = epoch.run(perm) if epoch is not None else run_epoch(net, None, opt, x, y, perm, B)
+        out.append(([p.detach().cpu() for p in net.parameters()], s.clone().cpu(), epoch))
+    (pa, sa, _), (pb, sb, epoch) = out
+    assert epoch.replays == 3 * 7 - 3
+    for u, v in zip(pa, pb):
+        torch.testing.assert_close(u, v, **F32)
+    torch.testing.assert_close(sa, sb, rtol=1e-4, atol=1e-4)
+    print("deterministic, bit for bit:", all(torch.equal(u, v) for u, v in zip(pa, pb)))
+

@@ -54,6 +54,37 @@ def test_the_device_indexed_steps_equal_run_epoch_bit_for_bit(k):
     assert (oa["step"], oa["counter"]) == (ob["step"], ob["counter"]) == (21, 21)
 
 
+def test_the_deterministic_mlps_device_indexed_steps_equal_run_epoch_bit_for_bit():
+    """sgd/dropout's step (torch.optim's Adam, no ELBO, dropout's random masks): the same."""
+    from bbb.runs import TrainConfig, build_model, make_optimizer
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(N, D, generator=g), torch.randint(0, C, (N,), generator=g)
+    cfg = TrainConfig(method="dropout", hidden=[16, 16], lr=1e-2, device="cpu")
+    results = []
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        net = build_model(cfg, D, C)
+        opt = make_optimizer(cfg, net)
+        epoch = GraphedEpoch(net, None, opt, x, y, B, None, step=training_step, capture=False) if graphed else None
+        shuffle = torch.Generator().manual_seed(2)
+        for _ in range(2):
+            perm = torch.randperm(N, generator=shuffle)
+            s = epoch.run(perm).clone() if epoch is not None else run_epoch(net, None, opt, x, y, perm, B)
+        results.append(([p.detach().clone() for p in net.parameters()], s))
+    (pa, sa), (pb, sb) = results
+    assert all(torch.equal(u, v) for u, v in zip(pa, pb)) and torch.equal(sa, sb)
+
+
+def test_the_settings_it_refuses_in_one_line():
+    from bbb.runs import TrainConfig
+
+    with pytest.raises(UserError, match="IVON"):
+        TrainConfig(method="ivon", cuda_graph=True)
+    with pytest.raises(UserError, match="bf16"):
+        TrainConfig(method="bbb", cuda_graph=True, bf16=True)
+
+
 def test_the_engine_refuses_to_capture_what_it_cannot_in_one_line():
     net, elbo, opt, _ = _setup()
     with pytest.raises(UserError, match="formed on the host") as e:

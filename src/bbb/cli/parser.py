@@ -151,8 +151,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "and at the end and when stopped; the epochs between are kept in memory (on a GPU a checkpoint "
           "can cost as much as an epoch)", type=int, metavar="N")
     g.add_argument("--cuda-graph", dest="cuda_graph", action="store_true", default=argparse.SUPPRESS,
-                   help="on a GPU, replay the training step from CUDA graphs (method bbb): one launch for the "
-                        "hundreds of small kernels of a step; the same numbers as without it")
+                   help="on a GPU, replay the training step from CUDA graphs (bbb, sgd, dropout): one launch "
+                        "for the hundreds of small kernels of a step; the same numbers as without it")
     g.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last.pt (an error, changing nothing, when "
                         "there is none)")

@@ -145,7 +145,7 @@ class TrainConfig:
     test_each_epoch: bool = False
     data_dir: str | None = None
     checkpoint_every: int = 1
-    # the training step replayed from CUDA graphs (bbb.runs.cuda_graph; a GPU, method bbb)
+    # the training step replayed from CUDA graphs (bbb.runs.cuda_graph; a GPU; not ivon)
     cuda_graph: bool = False
     # your own data (--csv / --npz): the file, the CSV's target column, the task, the split
     data_file: str | None = None
@@ -225,8 +225,8 @@ class TrainConfig:
         self.test_each_epoch = bool(self.test_each_epoch)
         self.checkpoint_every = check_int("checkpoint_every", self.checkpoint_every, 1)
         self.cuda_graph = bool(self.cuda_graph)
-        if self.cuda_graph and self.method is not Method.BBB:
-            raise SettingError("cuda_graph", f"captures bbb's engine step (--method bbb), not --method {self.method}")
+        if self.cuda_graph and self.method is Method.IVON:
+            raise SettingError("cuda_graph", "does not capture IVON's step yet (--method bbb, sgd or dropout)")
         if self.cuda_graph and self.bf16:
             raise SettingError("cuda_graph", "and --bf16 do not go together (the graph captures the float32 step)")
         if self.data_dir is not None:

@@ -10,7 +10,8 @@ through :func:`~bbb.runs.loop.training_step` as ``run_epoch``'s does; the last, 
 minibatch runs as ``run_epoch`` runs it. With ``capture`` (CUDA), after ``warmup`` steps run
 eagerly, one step is captured for each of the engine's two noise parities
 (:meth:`bbb.engine.Engine.capturing`) and the other full minibatches are replays of the graph of
-the current parity (:meth:`~bbb.engine.Engine.replayed`); the graphs are captured again after a
+the current parity (:meth:`~bbb.engine.Engine.replayed`); the deterministic MLP's step (a
+capturable ``torch.optim`` optimiser, no ELBO) is one graph. The graphs are captured again after a
 hyperparameter changes (a learning-rate schedule). Without ``capture`` the steps run eagerly (the
 CPU, and the tests: the same numbers as ``run_epoch``, bit for bit).
 """
@@ -40,9 +41,9 @@ class GraphedEpoch:
     the device (:func:`~bbb.runs.loop.kl_weight_table`); ``step``: the training step,
     :func:`~bbb.runs.loop.training_step` (given by the loop, which imports this module)."""
 
-    def __init__(self, model: nn.Module, elbo: ELBO, opt: Engine, x: Tensor, y: Tensor, batch_size: int,
-                 kl_weights: Tensor, *, step: Callable[..., tuple[Tensor, Tensor, Tensor]], capture: bool,
-                 warmup: int = 3) -> None:
+    def __init__(self, model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
+                 batch_size: int, kl_weights: Tensor | None, *, step: Callable[..., tuple[Tensor, Tensor, Tensor]],
+                 capture: bool, warmup: int = 3) -> None:
         self.model, self.elbo, self.opt, self.training_step = model, elbo, opt, step
         self.x, self.y, self.kl_weights = x, y, kl_weights
         self.batch = int(batch_size)
@@ -58,19 +59,28 @@ class GraphedEpoch:
         self._eager = 0  # eager full steps since the graphs were dropped
         #: how many steps ran from a graph (the tests read it)
         self.replays = 0
+        #: bbb's engine alternates two noise buffers (a graph per parity, counted by replayed());
+        #: a torch.optim optimiser (the deterministic MLP: capturable, its step count on the device)
+        #: steps the same way each time (one graph)
+        self.engine = opt if isinstance(opt, Engine) else None
 
     @classmethod
-    def for_run(cls, model: nn.Module, elbo: ELBO | None, opt: Any, x: Tensor, y: Tensor, batch_size: int,
-                kl_weights: Tensor | None, *, step: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> GraphedEpoch:
+    def for_run(cls, model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
+                batch_size: int, kl_weights: Tensor | None, *,
+                step: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> GraphedEpoch:
         """``bbb train --cuda-graph``'s epochs (capturing), after checking that this run's step can be
-        captured: a GPU, the fused engine of an ELBO (:func:`bbb.engine.graphs.capture_problem`);
-        else a one-line UserError that says to leave the option out."""
+        captured: a GPU, and the fused engine of an ELBO (:func:`bbb.engine.graphs.capture_problem`)
+        or a capturable ``torch.optim`` optimiser without one (the deterministic MLP); else a
+        one-line UserError that says to leave the option out."""
         if x.device.type != "cuda":
             raise UserError(f"--cuda-graph captures the training step on a GPU; this run is on {x.device.type} "
                             "(leave it out there)")
-        if not isinstance(opt, Engine) or elbo is None or kl_weights is None:
-            raise UserError("--cuda-graph captures bbb's engine step; this run has none (leave it out)")
-        problem = capture_problem(opt)
+        if isinstance(opt, Engine):
+            problem = capture_problem(opt) if elbo is not None and kl_weights is not None else "no ELBO"
+        elif elbo is None and all(g.get("capturable", True) for g in opt.param_groups):
+            problem = None  # the deterministic MLP: torch.optim's capturable Adam, or SGD
+        else:
+            problem = f"{type(opt).__name__} is not capturable"
         if problem is not None:
             raise UserError(f"--cuda-graph cannot capture this run's step ({problem}); leave it out")
         return cls(model, elbo, opt, x, y, batch_size, kl_weights, step=step, capture=True)
@@ -81,7 +91,7 @@ class GraphedEpoch:
         b = self.batch
         idx = self.perm[: self.full * b].view(self.full, b).index_select(0, self.index).view(b)
         xb, yb = self.x.index_select(0, idx), self.y.index_select(0, idx)
-        kl_w = self.kl_weights.index_select(0, self.index).view(())
+        kl_w = None if self.kl_weights is None else self.kl_weights.index_select(0, self.index).view(())
         fe, nll, kl = self.training_step(self.model, self.elbo, self.opt, xb, yb, 0, kl_w)
         self.sums += torch.stack([fe.double(), nll.double(), kl.double()])
         self.index += 1
@@ -94,9 +104,18 @@ class GraphedEpoch:
         steps changes which of the two replays first, and graphs that share a pool must replay
         in the order of their capture); nothing runs."""
         torch.cuda.synchronize(self.x.device)
-        for parity in (self.opt.parity, 1 - self.opt.parity):
+        if self.engine is None:
+            for group in self.opt.param_groups:  # (a state loaded from a run without --cuda-graph says False)
+                if "capturable" in group:
+                    group["capturable"] = True
             g = torch.cuda.CUDAGraph()
-            with self.opt.capturing(parity), torch.cuda.graph(g):
+            with torch.cuda.graph(g):
+                self._step()
+            self.graphs[0] = g
+            return
+        for parity in (self.engine.parity, 1 - self.engine.parity):
+            g = torch.cuda.CUDAGraph()
+            with self.engine.capturing(parity), torch.cuda.graph(g):
                 self._step()
             self.graphs[parity] = g
 
@@ -116,16 +135,18 @@ class GraphedEpoch:
             if i >= self.full:  # the last, smaller minibatch: as run_epoch takes it
                 self._last(i)
                 continue
-            graph = self.graphs.get(self.opt.parity)
+            parity = 0 if self.engine is None else self.engine.parity
+            graph = self.graphs.get(parity)
             if graph is None and self.capture and self._eager >= self.warmup:
                 if side is not None:
                     torch.cuda.current_stream(self.x.device).wait_stream(side)
                     side = None
                 self._capture_graphs()
-                graph = self.graphs[self.opt.parity]
+                graph = self.graphs[parity]
             if graph is not None:
                 graph.replay()
-                self.opt.replayed()
+                if self.engine is not None:
+                    self.engine.replayed()
                 self.replays += 1
                 continue
             if side is not None:  # warm-up before a capture: on a side stream, as torch asks
@@ -141,7 +162,7 @@ class GraphedEpoch:
 
     def _last(self, i: int) -> None:
         idx = self.perm[i * self.batch:]
-        kl_w = self.kl_weights[i]
+        kl_w = None if self.kl_weights is None else self.kl_weights[i]
         fe, nll, kl = self.training_step(self.model, self.elbo, self.opt, self.x.index_select(0, idx),
                                          self.y.index_select(0, idx), i, kl_w)
         self.sums += torch.stack([fe.double(), nll.double(), kl.double()])

@@ -131,8 +131,9 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     params = list(model.parameters())
     # The fused Adam kernel (one pass over all parameters; CPU since torch 2.4); older torch falls back.
+    # --cuda-graph: capturable (its step count on the device, safe to capture).
     try:
-        return torch.optim.Adam(params, lr=cfg.lr, fused=True)
+        return torch.optim.Adam(params, lr=cfg.lr, fused=True, capturable=cfg.cuda_graph)
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - torch < 2.4 or other devices
         return torch.optim.Adam(params, lr=cfg.lr)
 

@@ -79,13 +79,14 @@ def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_pat
     assert summary(out, "bbb_mixture_400_s2")["epochs"] == 1
 
 
-def test_cuda_graph_reaches_the_bbb_runs_only_and_is_refused_on_the_cpu(tmp_path, capsys):
+def test_cuda_graph_reaches_all_but_ivon_and_is_refused_on_the_cpu(tmp_path, capsys):
     from bbb.errors import UserError
     from bbb.experiments.mnist.plan import make_job
 
     cfg = ReproduceConfig(budget="smoke", out=str(tmp_path), device="cuda", cuda_graph=True)
     assert make_job(cfg, "bbb_mixture", 400, 0, 0).config.cuda_graph is True
-    assert make_job(cfg, "sgd", 400, 0, 0).config.cuda_graph is False
+    assert make_job(cfg, "sgd", 400, 0, 0).config.cuda_graph is True
+    assert make_job(cfg, "ivon", 400, 0, 0).config.cuda_graph is False
     assert command_line(cfg).endswith("--cuda-graph")
     with pytest.raises(UserError, match="leave it out with --device cpu"):
         ReproduceConfig(budget="smoke", out=str(tmp_path), device="cpu", cuda_graph=True)

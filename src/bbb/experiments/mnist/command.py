@@ -112,9 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "minibatches, its weight noise is the population's; Bayesian cells only, the "
                              "others train one by one; resume with --population too")
     parser.add_argument("--cuda-graph", action="store_true",
-                        help="on a GPU, replay the BBB runs' training steps from CUDA graphs (bbb train "
-                             "--cuda-graph: the same numbers, several times faster); SGD, dropout and IVON "
-                             "train eagerly, and so does a --population")
+                        help="on a GPU, replay the runs' training steps from CUDA graphs (bbb train "
+                             "--cuda-graph: the same numbers, several times faster); IVON's runs and a "
+                             "--population train eagerly")
     add_quiet(parser, "Table 1, Table 2 and the files written")
     add_log(parser)
 

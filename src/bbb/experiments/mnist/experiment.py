@@ -179,8 +179,8 @@ def run_reproduce(
                else "busy cores are slower")
             + "); runs already finished in --out are skipped")
         if cfg.cuda_graph:
-            say("--cuda-graph: the BBB runs' steps replay from CUDA graphs; SGD, dropout and IVON"
-                + (" and the --population" if cfg.population else "") + " train eagerly")
+            say("--cuda-graph: the runs' steps replay from CUDA graphs; IVON's"
+                + (" and the --population's" if cfg.population else "") + " train eagerly")
     if plan_only:
         log(_plan_text(cfg, first, extra, n_train))
         return {"table1": [], "table2": [], "files": [], "selected": {}, "trained": [], "busy": [], "missing": [],

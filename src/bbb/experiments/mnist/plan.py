@@ -175,8 +175,8 @@ class ReproduceConfig:
     #: train each seed cell's extra seeds together as one population (``--population``:
     #: :func:`bbb.runs.train_population`; a Bayesian cell's, the others one by one)
     population: bool = False
-    #: the BBB runs' steps replayed from CUDA graphs (``--cuda-graph``: :mod:`bbb.runs.cuda_graph`;
-    #: a GPU; the other methods train eagerly)
+    #: the runs' steps replayed from CUDA graphs (``--cuda-graph``: :mod:`bbb.runs.cuda_graph`; a
+    #: GPU; IVON's runs and the populations train eagerly)
     cuda_graph: bool = False
 
     def __post_init__(self) -> None:
@@ -281,7 +281,7 @@ def train_config(cfg: ReproduceConfig, method: str, hidden: int, settings: dict[
     return T.TrainConfig(**{
         **merged, "epochs": spec.epochs[method][hidden], "hidden": [hidden, hidden], "seed": seed,
         "dataset": cfg.dataset, "device": cfg.device, "data_dir": cfg.data_dir,
-        "eval_samples": spec.eval_samples, "cuda_graph": cfg.cuda_graph and merged.get("method") == "bbb",
+        "eval_samples": spec.eval_samples, "cuda_graph": cfg.cuda_graph and merged.get("method") != "ivon",
     })
 
 

@@ -77,12 +77,35 @@ def _time(step: Callable[[int], None], device: Any, warmup: int, steps: int, rep
     return {"step_s": s, "step_s_all": per_step, "epoch_s": s * EPOCH_STEPS, "warmup_s": warm}
 
 
-def _one_network(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int]) -> dict[str, Any]:
+def _graphed(opt: Any, step: Callable[[Any], None], device: Any, batches: int) -> Callable[[int], None]:
+    """``step(index)`` (the minibatch index a device tensor) replayed from CUDA graphs
+    (``bbb.runs.cuda_graph.StepGraphs``, as ``--cuda-graph`` trains), as a ``step(i)`` to time."""
+    import torch
+
+    from bbb.runs.cuda_graph import StepGraphs
+
+    index = torch.zeros(1, dtype=torch.int64, device=device)
+
+    def device_step() -> None:
+        step(index)
+        index.add_(1).remainder_(batches)
+
+    graphs = StepGraphs(opt, device_step, device, capture=True)
+    graphs.begin()
+
+    def timed(i: int) -> None:
+        graphs()  # (the warm-up's side stream joins at the capture; _time synchronises the device)
+
+    return timed
+
+
+def _one_network(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int],
+                 graph: bool = False) -> dict[str, Any]:
     """One network's steps, as ``bbb train`` takes them, on member 0's minibatches."""
     import torch
 
     from bbb.elbo import ELBO
-    from bbb.runs import build_model, make_optimizer, training_step
+    from bbb.runs import build_model, kl_weight_table, make_optimizer, training_step
 
     x, y, perms = data
     batches = perms.shape[1] // BATCH
@@ -95,16 +118,26 @@ def _one_network(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tupl
         idx = perms[0, (i % batches) * BATCH:(i % batches + 1) * BATCH]
         training_step(net, elbo, opt, x.index_select(0, idx), y.index_select(0, idx), i % batches)
 
-    return {**_time(step, device, *timing), "fused": bool(opt.fused), "compiled": bool(opt.compiled)}
+    table, rows = kl_weight_table(elbo, net, device), perms[0, : batches * BATCH].view(batches, BATCH)
+
+    def indexed(index: Any) -> None:
+        idx = rows.index_select(0, index).view(BATCH)
+        training_step(net, elbo, opt, x.index_select(0, idx), y.index_select(0, idx), 0,
+                      table.index_select(0, index).view(()))
+
+    run = _graphed(opt, indexed, device, batches) if graph else step
+    return {**_time(run, device, *timing), "fused": bool(opt.fused), "compiled": bool(opt.compiled)}
 
 
-def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int]) -> dict[str, Any]:
+def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int],
+                graph: bool = False) -> dict[str, Any]:
     """The population's steps: each member on its own minibatches, one engine."""
     import torch
 
     from bbb.elbo import ELBO
     from bbb.engine import Engine
     from bbb.nn import BayesPopulation
+    from bbb.runs import kl_weight_table
 
     x, y, perms = data
     members, batches = perms.shape[0], perms.shape[1] // BATCH
@@ -126,12 +159,26 @@ def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple
         (res.loss / BATCH).backward()  # the sum over members of each one's free energy per row
         engine.step()
 
-    return {**_time(step, device, *timing), "fused": bool(engine.fused), "compiled": bool(engine.compiled)}
+    table, rows = kl_weight_table(elbo, pop, device), perms[:, : batches * BATCH].view(members, batches, BATCH)
+
+    def indexed(index: Any) -> None:
+        idx = rows.index_select(1, index).reshape(-1)
+        xb = x.index_select(0, idx).view(members, BATCH, IN_FEATURES)
+        yb = y.index_select(0, idx).view(members, BATCH)
+        with engine.sampling():
+            res = elbo(xb, yb, kl_weight=table.index_select(0, index).view(()))
+        engine.zero_grad()
+        (res.loss / BATCH).backward()
+        engine.step()
+
+    run = _graphed(engine, indexed, device, batches) if graph else step
+    return {**_time(run, device, *timing), "fused": bool(engine.fused), "compiled": bool(engine.compiled)}
 
 
 def measure(width: int, members: int, device_name: str, threads: int, warmup: int, steps: int, repeats: int,
-            rows: int = TRAIN_ROWS) -> dict[str, Any]:
-    """Both systems, one after the other in this process: their step times and the ratio."""
+            rows: int = TRAIN_ROWS, graph: bool = False) -> dict[str, Any]:
+    """Both systems, one after the other in this process: their step times and the ratio; ``graph``:
+    each step replayed from CUDA graphs (``--cuda-graph``)."""
     import torch
 
     from bbb.runs import TrainConfig
@@ -146,8 +193,8 @@ def measure(width: int, members: int, device_name: str, threads: int, warmup: in
     cfg = TrainConfig(**{**PAPER, "hidden": [width, width]})
     timing = (warmup, steps, repeats)
     out: dict[str, Any] = {"width": width, "members": members, "device": device_name, "threads": threads,
-                           "one": _one_network(cfg, (x, y, perms), device, timing),
-                           "population": _population(cfg, (x, y, perms), device, timing)}
+                           "cuda_graph": graph, "one": _one_network(cfg, (x, y, perms), device, timing, graph),
+                           "population": _population(cfg, (x, y, perms), device, timing, graph)}
     if device.type == "cuda":
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     ratio = out["population"]["step_s"] / out["one"]["step_s"]
@@ -156,7 +203,8 @@ def measure(width: int, members: int, device_name: str, threads: int, warmup: in
 
 
 def markdown(res: dict[str, Any]) -> str:
-    lines = [f"# A population of {res['members']} networks against one (2x{res['width']}, paper configuration)",
+    lines = [f"# A population of {res['members']} networks against one (2x{res['width']}, paper configuration"
+             + (", steps replayed from CUDA graphs)" if res.get("cuda_graph") else ")"),
              "", f"`{res['command']}` on {res['date']}: {res['device_name']}, torch {res['torch']}, "
              f"{res['threads']} thread(s).", "",
              "| system | s/step (median) | s/epoch (391 steps) | fused, compiled |", "|---|---:|---:|---|"]
@@ -180,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="steps before timing (default 5)")
     ap.add_argument("--steps", type=int, default=20, help="steps per repeat (default 20)")
     ap.add_argument("--repeats", type=int, default=3, help="repeats; the median is reported (default 3)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="replay both systems' steps from CUDA graphs, as bbb train --cuda-graph (CUDA only)")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, width 16, 3 members, a few steps, 1,024 rows")
     ap.add_argument("--out", default=None, help="folder for population-<device>-2x<width>-k<members>.json and "
                     ".md (default: print only)")
@@ -199,9 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"--{name} must be at least 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("no CUDA device here (--device cpu, or --dry-run)")
+    if args.cuda_graph and not args.device.startswith("cuda"):
+        ap.error("--cuda-graph captures the steps on a GPU: add --device cuda")
     threads = args.threads or torch.get_num_threads()
     res = measure(args.width, args.members, args.device, threads, args.warmup, args.steps, args.repeats,
-                  rows=1024 if args.dry_run else TRAIN_ROWS)
+                  rows=1024 if args.dry_run else TRAIN_ROWS, graph=args.cuda_graph)
     res.update({
         "dry_run": args.dry_run, "torch": str(torch.__version__), "python": platform.python_version(),
         "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
@@ -216,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = f"population-{torch.device(args.device).type}-2x{args.width}-k{args.members}"
+        stem = (f"population-{torch.device(args.device).type}-2x{args.width}-k{args.members}"
+                + ("-graph" if args.cuda_graph else ""))
         (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
         (out / f"{stem}.md").write_text(text)
     print(text)

@@ -12,7 +12,8 @@ command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothi
    MLP's epoch under the same capture (``ratio_vs_deterministic_graph_2x1200``; not in the dry run).
 4. A population of 8 such networks under one engine against one network
    (``bench/bench_population.py``): ``population_ratio_k8_2x1200``, the population's step over one
-   network's (issue 74's target: at most 2).
+   network's (issue 74's target: at most 2), and the same with both replayed from CUDA graphs
+   (``population_ratio_k8_2x1200_graph``; not in the dry run).
 
 Writes ``gpu.json`` (``device``, ``torch``, ``epoch_s_2x1200_paper``, ``ratio_vs_deterministic_2x1200``,
 ``speedup_vs_bayesian_torch_2x1200``, ``population_ratio_k8_2x1200``, ``cuda_tests_passed``,
@@ -74,6 +75,7 @@ REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(No
             "epoch_s_2x1200_paper_graph": (float, type(None)),
             "ratio_vs_deterministic_graph_2x1200": (float, type(None)),
             "population_ratio_k8_2x1200": (float, type(None)),
+            "population_ratio_k8_2x1200_graph": (float, type(None)),
             "cuda_tests_passed": (int, type(None)), "cuda_tests_failed": (int, type(None))}
 
 
@@ -216,6 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         population = (bench.run_child(pop_spec, limit, script=HERE / "bench_population.py",
                                       mark=bench_population.RESULT_MARK, ident=("width", "members"))
                       if limit >= 10 else {"status": "not run: no time left"})
+        population_graph: dict[str, Any] = {"status": "not run: needs CUDA"}
+        if not dry:  # both systems' steps replayed from CUDA graphs
+            limit = clock.limit(CHILD_LIMIT)
+            population_graph = (bench.run_child({**pop_spec, "cuda_graph": True}, limit,
+                                                script=HERE / "bench_population.py",
+                                                mark=bench_population.RESULT_MARK, ident=("width", "members"))
+                                if limit >= 10 else {"status": "not run: no time left"})
     floor, ours, peer = rows[FLOOR], rows[OURS], rows[PEER]
     epoch_s, epoch_source = None, None
     if epoch is not None and epoch.get("status") == "ok" and epoch.get("seconds_per_epoch") is not None:
@@ -238,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                 if _epoch_s(graph) and _epoch_s(floor_graph) else None),
         "population_ratio_k8_2x1200": (float(population["ratio"]) if population.get("status") == "ok"
                                        and population.get("ratio") else None),
+        "population_ratio_k8_2x1200_graph": (float(population_graph["ratio"]) if population_graph.get("status") == "ok"
+                                             and population_graph.get("ratio") else None),
     })
     result.update({
         "dry_run": dry, "width": width, "data": source, "epoch_source": epoch_source,
@@ -250,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "epoch_graph_deterministic": {f: floor_graph.get(f) for f in ("status", "detail", "epoch_seconds")},
         "population": {f: population.get(f) for f in ("status", "detail", "members", "width", "ratio", "one",
                                                       "population", "peak_cuda_mb")},
+        "population_graph": {f: population_graph.get(f) for f in ("status", "detail", "ratio", "one", "population")},
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "seconds": round(clock.elapsed(), 1),
         "command": " ".join(["bash bench/gpu_check.sh", *(sys.argv[1:] if argv is None else argv)]),
@@ -289,6 +301,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"{_f(r['speedup_vs_bayesian_torch_2x1200'])} |",
         f"| population of {r['population'].get('members') or POP_MEMBERS} under one engine, step / one "
         f"network's (2x{w}) | {_f(r['population_ratio_k8_2x1200'])} |",
+        f"| the same, both replayed from CUDA graphs | {_f(r['population_ratio_k8_2x1200_graph'])} |",
         f"| tests/cuda passed / failed / skipped | {_f(r['cuda_tests_passed'], '{}')} / "
         f"{_f(r['cuda_tests_failed'], '{}')} / {_f(r['cuda_tests_skipped'], '{}')} |",
         "",

@@ -39,7 +39,7 @@ def test_the_gpu_check_dry_run_writes_gpu_json_and_gpu_md(tmp_path):
     md = (tmp_path / "gpu.md").read_text()
     assert "dry run" in md and "seconds per 2x16 epoch" in md and "`bbb-paper`" in md
     assert res["epoch_s_2x1200_paper_graph"] is None and res["epoch_graph"]["status"] == "not run: needs CUDA"
-    assert res["ratio_vs_deterministic_graph_2x1200"] is None
+    assert res["ratio_vs_deterministic_graph_2x1200"] is None and res["population_ratio_k8_2x1200_graph"] is None
     # the population's row: both systems through the fused engine
     pop = res["population"]
     assert pop["status"] == "ok" and pop["population"]["fused"] and pop["one"]["fused"]

@@ -100,3 +100,25 @@ def test_the_deterministic_mlp_replays_as_it_steps(cuda):
     torch.testing.assert_close(sa, sb, rtol=1e-4, atol=1e-4)
     print("deterministic, bit for bit:", all(torch.equal(u, v) for u, v in zip(pa, pb)))
 
+
+
+def test_a_population_replays_as_it_steps(tmp_path):
+    """train_population with cuda_graph: the members end where the eager population's do."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+
+    d = blobs(N)
+    runs = {}
+    for graphed in (False, True):
+        cfgs = [TrainConfig(method="bbb", prior="mixture", sigma2=math.exp(-2), pi=0.5, hidden=[32, 32], epochs=3,
+                            batch_size=B, lr=1e-2, device="cuda", seed=s, cuda_graph=graphed) for s in (0, 1, 2)]
+        folder = tmp_path / str(graphed)
+        dirs = [folder / f"s{s}" for s in (0, 1, 2)]
+        train_population(cfgs, dirs, folder / "pop", data=d, **QUIET)
+        runs[graphed] = [load_checkpoint(r / "last.pt")["model"] for r in dirs]
+    same = True
+    for a, b in zip(runs[False], runs[True]):
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], **F32)
+            same = same and torch.equal(a[k], b[k])
+    print("population, bit for bit:", same)

@@ -73,12 +73,12 @@ def test_members_start_from_the_networks_of_their_seeds(tmp_path):
     cfgs = [tiny_cfg(s, epochs=1) for s in SEEDS]
     dirs = [tmp_path / f"r{s}" for s in SEEDS]
     with pytest.MonkeyPatch.context() as mp:  # stop right after the first commit (epoch 0)
-        import bbb.runs.population as P
+        from bbb.runs.cuda_graph import StepGraphs
 
         def stop(*a, **k):
             raise KeyboardInterrupt
 
-        mp.setattr(P, "kl_weight_table", stop)
+        mp.setattr(StepGraphs, "begin", stop)  # (the first epoch's first call)
         with pytest.raises(KeyboardInterrupt):
             train_population(cfgs, dirs, tmp_path / "pop", data=blobs(), **QUIET)
     for cfg, d in zip(cfgs, dirs):
@@ -126,7 +126,7 @@ def test_a_member_that_diverges_is_recorded_and_the_rest_is_not_written(tmp_path
         assert read_metrics(d) == []  # last.pt keeps epoch 0
 
 
-def test_cuda_graph_is_said_to_be_left_out(tmp_path):
-    with pytest.warns(UserWarning, match="does not capture CUDA graphs"):
-        summaries, _ = _train(tmp_path, epochs=1, cuda_graph=True)
-    assert all(s is not None for s in summaries)
+def test_cuda_graph_on_the_cpu_is_one_line_and_writes_nothing(tmp_path):
+    with pytest.raises(UserError, match="on a GPU") as e:
+        _train(tmp_path, epochs=1, cuda_graph=True)
+    assert "\n" not in str(e.value) and not any(tmp_path.iterdir())

@@ -31,14 +31,119 @@ from ..engine import Engine
 from ..engine.graphs import capture_problem
 from ..errors import UserError
 
-__all__ = ["GraphedEpoch"]
+__all__ = ["GraphedEpoch", "StepGraphs", "check_capturable"]
+
+
+class StepGraphs:
+    """One training step run eagerly or replayed from CUDA graphs: ``step`` (no arguments) takes the
+    minibatch whose index it reads from the device and moves that index on, so that every call is
+    the same code. With ``capture``, after ``warmup`` eager calls (on a side stream, as torch asks
+    before a capture) the step is captured, one graph per noise parity of bbb's engine
+    (:meth:`bbb.engine.Engine.capturing`, each replay counted by :meth:`~bbb.engine.Engine.replayed`)
+    or one graph for a capturable ``torch.optim`` optimiser, and later calls replay it. An epoch is
+    :meth:`begin`, the calls, and :meth:`join` (also before any other work on the device: the
+    warm-up's stream joins the current one); a hyperparameter changed since the graphs were
+    captured (a learning-rate schedule) drops them at :meth:`begin` (the new value reaches the
+    device in an eager step)."""
+
+    def __init__(self, opt: torch.optim.Optimizer, step: Callable[[], None], device: torch.device, *,
+                 capture: bool, warmup: int = 3) -> None:
+        self.opt, self.step, self.device = opt, step, device
+        self.capture, self.warmup = bool(capture), int(warmup)
+        #: bbb's engine alternates two noise buffers (a graph per parity); a torch.optim optimiser
+        #: (the deterministic MLP: capturable, its step count on the device) steps the same way
+        #: each time (one graph)
+        self.engine = opt if isinstance(opt, Engine) else None
+        self.graphs: dict[int, Any] = {}
+        self._key: tuple[Any, ...] | None = None
+        self._eager = 0  # eager calls since the graphs were dropped
+        self._side: Any = None
+        #: how many steps ran from a graph (the tests read it)
+        self.replays = 0
+
+    def _hyper(self) -> tuple[Any, ...]:
+        return tuple((k, v) for g in self.opt.param_groups for k, v in sorted(g.items()) if k != "params")
+
+    def begin(self) -> None:
+        """An epoch starts: the graphs dropped if a hyperparameter changed; the warm-up's stream."""
+        key = self._hyper()
+        if key != self._key:
+            self.graphs.clear()
+            self._key, self._eager = key, 0
+        if self.capture and not self.graphs:
+            self._side = torch.cuda.Stream(self.device)
+
+    def join(self) -> None:
+        """The warm-up's side stream joins the current one (before other work, and at the end)."""
+        if self._side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
+            self._side = None
+
+    def _capture_graphs(self) -> None:
+        """One graph per noise parity, each with a memory pool of its own (an epoch's odd number of
+        steps changes which of the two replays first, and graphs that share a pool must replay
+        in the order of their capture); nothing runs."""
+        torch.cuda.synchronize(self.device)
+        if self.engine is None:
+            for group in self.opt.param_groups:  # (a state loaded from a run without --cuda-graph says False)
+                if "capturable" in group:
+                    group["capturable"] = True
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self.step()
+            self.graphs[0] = g
+            return
+        for parity in (self.engine.parity, 1 - self.engine.parity):
+            g = torch.cuda.CUDAGraph()
+            with self.engine.capturing(parity), torch.cuda.graph(g):
+                self.step()
+            self.graphs[parity] = g
+
+    def __call__(self) -> None:
+        parity = 0 if self.engine is None else self.engine.parity
+        graph = self.graphs.get(parity)
+        if graph is None and self.capture and self._eager >= self.warmup:
+            self.join()
+            self._capture_graphs()
+            graph = self.graphs[parity]
+        if graph is not None:
+            graph.replay()
+            if self.engine is not None:
+                self.engine.replayed()
+            self.replays += 1
+            return
+        if self._side is not None:
+            self._side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self._side):
+                self.step()
+        else:
+            self.step()
+        self._eager += 1
+
+
+def check_capturable(elbo: ELBO | None, opt: torch.optim.Optimizer, device: torch.device,
+                     kl_weights: Tensor | None = None) -> None:
+    """``--cuda-graph``'s checks, before anything is written: a GPU, and bbb's fused engine of an
+    ELBO (:func:`bbb.engine.graphs.capture_problem`) or a capturable ``torch.optim`` optimiser
+    without one (the deterministic MLP); else a one-line UserError that says to leave it out."""
+    if device.type != "cuda":
+        raise UserError(f"--cuda-graph captures the training step on a GPU; this run is on {device.type} "
+                        "(leave it out there)")
+    if isinstance(opt, Engine):
+        problem = capture_problem(opt) if elbo is not None and kl_weights is not None else "no ELBO"
+    elif elbo is None and all(g.get("capturable", True) for g in opt.param_groups):
+        problem = None  # the deterministic MLP: torch.optim's capturable Adam, or SGD
+    else:
+        problem = f"{type(opt).__name__} is not capturable"
+    if problem is not None:
+        raise UserError(f"--cuda-graph cannot capture this run's step ({problem}); leave it out")
 
 
 class GraphedEpoch:
     """The training steps of each epoch over ``x[perm]``, ``y[perm]`` in minibatches of
     ``batch_size``, as :func:`~bbb.runs.loop.run_epoch` takes them, from CUDA graphs where
-    ``capture`` (see the module's docstring). ``kl_weights``: the ELBO's M minibatch weights on
-    the device (:func:`~bbb.runs.loop.kl_weight_table`); ``step``: the training step,
+    ``capture`` (:class:`StepGraphs`). ``kl_weights``: the ELBO's M minibatch weights on the device
+    (:func:`~bbb.runs.loop.kl_weight_table`); ``step``: the training step,
     :func:`~bbb.runs.loop.training_step` (given by the loop, which imports this module)."""
 
     def __init__(self, model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
@@ -53,36 +158,19 @@ class GraphedEpoch:
         self.perm = torch.zeros(x.shape[0], dtype=torch.int64, device=dev)
         self.index = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sums = torch.zeros(3, dtype=torch.float64, device=dev)
-        self.capture, self.warmup = bool(capture), int(warmup)
-        self.graphs: dict[int, Any] = {}
-        self._key: tuple[Any, ...] | None = None
-        self._eager = 0  # eager full steps since the graphs were dropped
-        #: how many steps ran from a graph (the tests read it)
-        self.replays = 0
-        #: bbb's engine alternates two noise buffers (a graph per parity, counted by replayed());
-        #: a torch.optim optimiser (the deterministic MLP: capturable, its step count on the device)
-        #: steps the same way each time (one graph)
-        self.engine = opt if isinstance(opt, Engine) else None
+        self.graphs = StepGraphs(opt, self._step, dev, capture=capture, warmup=warmup)
+
+    @property
+    def replays(self) -> int:
+        """How many steps ran from a graph."""
+        return self.graphs.replays
 
     @classmethod
     def for_run(cls, model: nn.Module, elbo: ELBO | None, opt: torch.optim.Optimizer, x: Tensor, y: Tensor,
                 batch_size: int, kl_weights: Tensor | None, *,
                 step: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> GraphedEpoch:
-        """``bbb train --cuda-graph``'s epochs (capturing), after checking that this run's step can be
-        captured: a GPU, and the fused engine of an ELBO (:func:`bbb.engine.graphs.capture_problem`)
-        or a capturable ``torch.optim`` optimiser without one (the deterministic MLP); else a
-        one-line UserError that says to leave the option out."""
-        if x.device.type != "cuda":
-            raise UserError(f"--cuda-graph captures the training step on a GPU; this run is on {x.device.type} "
-                            "(leave it out there)")
-        if isinstance(opt, Engine):
-            problem = capture_problem(opt) if elbo is not None and kl_weights is not None else "no ELBO"
-        elif elbo is None and all(g.get("capturable", True) for g in opt.param_groups):
-            problem = None  # the deterministic MLP: torch.optim's capturable Adam, or SGD
-        else:
-            problem = f"{type(opt).__name__} is not capturable"
-        if problem is not None:
-            raise UserError(f"--cuda-graph cannot capture this run's step ({problem}); leave it out")
+        """``bbb train --cuda-graph``'s epochs (capturing), after :func:`check_capturable`."""
+        check_capturable(elbo, opt, x.device, kl_weights)
         return cls(model, elbo, opt, x, y, batch_size, kl_weights, step=step, capture=True)
 
     def _step(self) -> None:
@@ -96,29 +184,6 @@ class GraphedEpoch:
         self.sums += torch.stack([fe.double(), nll.double(), kl.double()])
         self.index += 1
 
-    def _hyper(self) -> tuple[Any, ...]:
-        return tuple((k, v) for g in self.opt.param_groups for k, v in sorted(g.items()) if k != "params")
-
-    def _capture_graphs(self) -> None:
-        """One graph per noise parity, each with a memory pool of its own (an epoch's odd number of
-        steps changes which of the two replays first, and graphs that share a pool must replay
-        in the order of their capture); nothing runs."""
-        torch.cuda.synchronize(self.x.device)
-        if self.engine is None:
-            for group in self.opt.param_groups:  # (a state loaded from a run without --cuda-graph says False)
-                if "capturable" in group:
-                    group["capturable"] = True
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                self._step()
-            self.graphs[0] = g
-            return
-        for parity in (self.engine.parity, 1 - self.engine.parity):
-            g = torch.cuda.CUDAGraph()
-            with self.engine.capturing(parity), torch.cuda.graph(g):
-                self._step()
-            self.graphs[parity] = g
-
     def run(self, perm: Tensor, steps: Iterable[int] | None = None) -> Tensor:
         """One epoch over ``perm``; returns its (free energy, NLL, KL) sums, a float64 device
         tensor, unread. ``steps``: the minibatch indices, in order (a progress bar over
@@ -126,38 +191,14 @@ class GraphedEpoch:
         self.perm.copy_(perm)
         self.index.zero_()
         self.sums.zero_()
-        key = self._hyper()
-        if key != self._key:  # a new learning rate reaches the device in an eager step
-            self.graphs.clear()
-            self._key, self._eager = key, 0
-        side = torch.cuda.Stream(self.x.device) if self.capture and not self.graphs else None
+        self.graphs.begin()
         for i in steps if steps is not None else range(self.steps):
             if i >= self.full:  # the last, smaller minibatch: as run_epoch takes it
+                self.graphs.join()
                 self._last(i)
-                continue
-            parity = 0 if self.engine is None else self.engine.parity
-            graph = self.graphs.get(parity)
-            if graph is None and self.capture and self._eager >= self.warmup:
-                if side is not None:
-                    torch.cuda.current_stream(self.x.device).wait_stream(side)
-                    side = None
-                self._capture_graphs()
-                graph = self.graphs[parity]
-            if graph is not None:
-                graph.replay()
-                if self.engine is not None:
-                    self.engine.replayed()
-                self.replays += 1
-                continue
-            if side is not None:  # warm-up before a capture: on a side stream, as torch asks
-                side.wait_stream(torch.cuda.current_stream(self.x.device))
-                with torch.cuda.stream(side):
-                    self._step()
             else:
-                self._step()
-            self._eager += 1
-        if side is not None:
-            torch.cuda.current_stream(self.x.device).wait_stream(side)
+                self.graphs()
+        self.graphs.join()
         return self.sums
 
     def _last(self, i: int) -> None:

@@ -37,7 +37,6 @@ import contextlib
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from ..progress import progress_bar
 from . import model as runmodel
 from .checkpoint import CHECKPOINT_FORMAT, improves, metrics_text
 from .config import TrainConfig, resume_conflicts
+from .cuda_graph import StepGraphs, check_capturable
 from .evaluation import EVAL_CHUNK
 from .jobs import DIVERGED_FILE
 from .loop import kl_weight_table, make_optimizer, make_scheduler
@@ -141,6 +141,64 @@ def _finite_members(pop: BayesPopulation) -> Tensor:
     return torch.stack([torch.isfinite(p.detach().reshape(k, -1)).all(1) for p in pop.parameters()]).all(0)
 
 
+class _Epochs:
+    """The population's training steps of an epoch: each member on its own minibatches (a row of the
+    ``(members, N)`` permutation), the members' (free energy, NLL, KL) sums. A full minibatch's step
+    reads its index from the device (the same code for every index), so that with ``capture`` it
+    replays from CUDA graphs (:class:`~bbb.runs.cuda_graph.StepGraphs`, ``--cuda-graph``)."""
+
+    def __init__(self, pop: BayesPopulation, elbo: ELBO, opt: Engine, x: Tensor, y: Tensor, batch: int,
+                 kl_table: Tensor, samples: int, *, capture: bool) -> None:
+        self.pop, self.elbo, self.opt, self.x, self.y = pop, elbo, opt, x, y
+        self.k, self.batch, self.kl_table, self.samples = pop.members, batch, kl_table, samples
+        self.full = x.shape[0] // batch
+        dev = x.device
+        self.perms = torch.zeros(self.k, x.shape[0], dtype=torch.int64, device=dev)
+        self.index = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.sums = torch.zeros(self.k, 3, dtype=torch.float64, device=dev)  # free energy, nll, kl
+        self.graphs = StepGraphs(opt, self._full_step, dev, capture=capture)
+
+    def _batch(self, idx: Tensor, kl_w: Tensor) -> None:
+        """One step on the rows ``idx`` (members, b), its numbers added into ``sums``."""
+        k, b = idx.shape
+        xb = self.x.index_select(0, idx.reshape(-1)).view(k, b, self.x.shape[1])
+        yb = self.y.index_select(0, idx.reshape(-1)).view(k, b)
+        with self.opt.sampling():
+            out = self.elbo(xb, yb, kl_weight=kl_w)
+            kls = self.opt.kl_members
+        assert kls is not None
+        logp = self.elbo.likelihood.log_prob(out.output.detach(), yb)  # (members, b) or (k, members, b)
+        nll = -(logp.reshape(-1, k, b).sum((0, 2)) / self.samples)
+        w = out.kl_weight
+        fe = nll + (w.detach() if isinstance(w, Tensor) else w) * kls
+        self.opt.zero_grad(set_to_none=True)
+        (out.loss / b).backward()  # the sum of the members' free energies per example
+        self.opt.step()
+        self.sums += torch.stack([fe.double(), nll.double(), kls.detach().double()], 1)
+
+    def _full_step(self) -> None:
+        b, full = self.batch, self.full
+        idx = self.perms[:, : full * b].view(self.k, full, b).index_select(1, self.index).view(self.k, b)
+        self._batch(idx, self.kl_table.index_select(0, self.index).view(()))
+        self.index += 1
+
+    def run(self, perms: Tensor, steps: Any) -> Tensor:
+        """One epoch over ``perms`` (members, N) in the minibatch order ``steps``; the sums (members,
+        3), a float64 device tensor, unread."""
+        self.perms.copy_(perms)
+        self.index.zero_()
+        self.sums.zero_()
+        self.graphs.begin()
+        for i in steps:
+            if i >= self.full:  # the last, smaller minibatch, eagerly
+                self.graphs.join()
+                self._batch(self.perms[:, i * self.batch:], self.kl_table[i])
+            else:
+                self.graphs()
+        self.graphs.join()
+        return self.sums
+
+
 def train_population(
     cfgs: Sequence[TrainConfig],
     outs: Sequence[str | Path],
@@ -162,9 +220,6 @@ def train_population(
     ``resume_hint``: the command that resumes it, for the message of an interrupt.
     """
     cfg = check_population(cfgs)
-    if cfg.cuda_graph:
-        warnings.warn("train_population does not capture CUDA graphs yet: the population's steps run eagerly "
-                      "(cuda_graph is kept in the runs' settings)", UserWarning, stacklevel=2)
     if len(outs) != len(cfgs):
         raise UserError(f"train_population: {len(cfgs)} runs but {len(outs)} run directories")
     dirs = [Path(o) for o in outs]
@@ -230,6 +285,11 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
         raise UserError(f"these runs cannot train as a population: the engine does not fuse them "
                         f"({getattr(opt, 'fallback_reason', None)}); train them one by one")
     sched = make_scheduler(cfg, opt)
+    kl_table = kl_weight_table(elbo, pop, device)
+    assert kl_table is not None
+    if cfg.cuda_graph:  # before any file is written
+        check_capturable(elbo, opt, device, kl_table)
+    epochs = _Epochs(pop, elbo, opt, x, y, bsz, kl_table, cfg.samples, capture=cfg.cuda_graph)
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     metrics: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     best: list[dict[str, Any]] = [{"epoch": 0, "val_error": None, "val_nll": None} for _ in range(k)]
@@ -287,9 +347,6 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
     else:  # the derived files as the commit point says (a kill between the writes)
         members_files(start, [j for j in range(k) if best[j]["epoch"] == start and start > 0])
 
-    kl_table = kl_weight_table(elbo, pop, device)
-    assert kl_table is not None
-    kl_w = torch.zeros((), dtype=kl_table.dtype, device=device)
     has_val = data["val_x"].shape[0] > 0
     try:
         for epoch in range(start + 1, cfg.epochs + 1):
@@ -297,27 +354,9 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                 break
             t0 = time.perf_counter()
             perms = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(device)
-            sums = torch.zeros(k, 3, dtype=torch.float64, device=device)  # free energy, nll, kl
             steps: Any = range(num_batches)
             bar = None if quiet else progress_bar(steps, desc=f"epoch {epoch}/{cfg.epochs} ({k} runs)", unit="batch")
-            for i in (steps if bar is None else bar):
-                idx = perms[:, i * bsz:(i + 1) * bsz]
-                b = idx.shape[1]
-                xb = x.index_select(0, idx.reshape(-1)).view(k, b, in_features)
-                yb = y.index_select(0, idx.reshape(-1)).view(k, b)
-                kl_w.copy_(kl_table[i])
-                with opt.sampling():
-                    out = elbo(xb, yb, kl_weight=kl_w)
-                    kls = opt.kl_members
-                assert kls is not None
-                logp = elbo.likelihood.log_prob(out.output.detach(), yb)  # (members, b) or (k, members, b)
-                nll = -(logp.reshape(-1, k, b).sum((0, 2)) / cfg.samples)
-                w = out.kl_weight
-                fe = nll + (w.detach() if isinstance(w, Tensor) else w) * kls
-                opt.zero_grad(set_to_none=True)
-                (out.loss / b).backward()  # the sum of the members' free energies per example
-                opt.step()
-                sums += torch.stack([fe.double(), nll.double(), kls.detach().double()], 1)
+            sums = epochs.run(perms, steps if bar is None else bar)
             if bar is not None:
                 bar.close()
             parts = [sums, _finite_members(pop).double().view(k, 1)]

@@ -55,7 +55,7 @@ def test_the_command_line_and_the_help_name_it(reproduced, capsys):
 def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_path):
     """Killed after the population's first commit (its members' runs hold epoch 0 and name their
     population): the rerun resumes that population, with every seed it started with."""
-    import bbb.runs.population as P
+    from bbb.runs.cuda_graph import StepGraphs
 
     out = tmp_path / "mnist"
     cfg = ReproduceConfig(budget="smoke", out=str(out), device="cpu", quiet=True, seeds=3, population=True,
@@ -66,7 +66,7 @@ def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_pat
 
     with eager_kernels():
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(P, "kl_weight_table", killed)
+            mp.setattr(StepGraphs, "begin", killed)  # (the population's first epoch, after its first commit)
             with pytest.raises(KeyboardInterrupt):
                 run_reproduce(cfg, data=blobs4(), **SILENT)
         pop = out / "runs" / "bbb_mixture_400_pop_s1-2"

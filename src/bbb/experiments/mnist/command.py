@@ -113,8 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "others train one by one; resume with --population too")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="on a GPU, replay the runs' training steps from CUDA graphs (bbb train "
-                             "--cuda-graph: the same numbers, several times faster); IVON's runs and a "
-                             "--population train eagerly")
+                             "--cuda-graph: the same numbers, several times faster; a --population too); "
+                             "IVON's runs train eagerly")
     add_quiet(parser, "Table 1, Table 2 and the files written")
     add_log(parser)
 

@@ -179,8 +179,7 @@ def run_reproduce(
                else "busy cores are slower")
             + "); runs already finished in --out are skipped")
         if cfg.cuda_graph:
-            say("--cuda-graph: the runs' steps replay from CUDA graphs; IVON's"
-                + (" and the --population's" if cfg.population else "") + " train eagerly")
+            say("--cuda-graph: the runs' steps replay from CUDA graphs (IVON's train eagerly)")
     if plan_only:
         log(_plan_text(cfg, first, extra, n_train))
         return {"table1": [], "table2": [], "files": [], "selected": {}, "trained": [], "busy": [], "missing": [],

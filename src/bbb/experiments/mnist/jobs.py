@@ -5,7 +5,6 @@ selection of the candidate with the lowest validation error."""
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -197,11 +196,8 @@ def train_populations(jobs: Sequence[Job], data: dict[str, Tensor], cfg: Reprodu
         for job in members:
             callbacks.on_start(job, state_of(job))
         try:
-            with warnings.catch_warnings():  # (--cuda-graph: the start of the reproduction said it)
-                warnings.filterwarnings("ignore", message="train_population does not capture")
-                summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir,
-                                             data=data, quiet=cfg.quiet, log=log,
-                                             resume_hint=f"'{command_line(cfg)}'")
+            summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir,
+                                         data=data, quiet=cfg.quiet, log=log, resume_hint=f"'{command_line(cfg)}'")
         except RunDirBusy as e:
             log(f"  skipped {pop_dir.name}: another bbb process (pid {e.holder}) is training it or one of its runs")
             busy.extend(j.name for j in members)

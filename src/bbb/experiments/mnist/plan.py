@@ -175,8 +175,8 @@ class ReproduceConfig:
     #: train each seed cell's extra seeds together as one population (``--population``:
     #: :func:`bbb.runs.train_population`; a Bayesian cell's, the others one by one)
     population: bool = False
-    #: the runs' steps replayed from CUDA graphs (``--cuda-graph``: :mod:`bbb.runs.cuda_graph`; a
-    #: GPU; IVON's runs and the populations train eagerly)
+    #: the runs' steps replayed from CUDA graphs (``--cuda-graph``: :mod:`bbb.runs.cuda_graph`, the
+    #: populations' too; a GPU; IVON's runs train eagerly)
     cuda_graph: bool = False
 
     def __post_init__(self) -> None:

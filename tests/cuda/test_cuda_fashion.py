@@ -45,8 +45,8 @@ def test_a_cuda_job_stopped_after_an_epoch_goes_on_to_the_same_bits(fake_data, m
     state = torch.load(tmp_path / "b" / job.name / "last.pt", map_location="cpu", weights_only=True)
     assert state["epoch"] == 1 and state["device"] == cuda.type
     resumed = run_job(job, SMALL, str(fake_data), cuda, tmp_path / "b")
-    # the network first (the gpu-check of 2026-11-28 found it differing on an H200: the scores then
-    # move by ~1e-9; on the CPU the same job resumes to the same bits)
+    # the network first: where it differs the scores move by their last bits only (docs/results.md,
+    # the GPU checks)
     ma, mb = (torch.load(tmp_path / r / job.name / "last.pt", map_location="cpu", weights_only=True)["model"]
               for r in ("a", "b"))
     assert ma.keys() == mb.keys()

@@ -4,6 +4,8 @@ device questions whose torch call changed between the releases bbb supports."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -11,7 +13,7 @@ import torch
 from .errors import UserError
 from .options import DeviceKind, device_name
 
-__all__ = ["resolve_device", "autocast_enabled", "torch_release", "cpu_model"]
+__all__ = ["resolve_device", "autocast_enabled", "torch_release", "cpu_model", "deterministic_convolutions"]
 
 
 def cpu_model() -> str:
@@ -90,3 +92,29 @@ def resolve_device(device: Any) -> torch.device:
         raise UserError(f"--device {name}: this machine has {n} CUDA device(s), numbered 0 to {n - 1}; "
                         "choose one of them (or --device cuda)")
     return dev
+
+
+@contextmanager
+def deterministic_convolutions() -> Iterator[None]:
+    """cuDNN's deterministic algorithms, chosen without timing, inside the block; the settings as
+    they were after it.
+
+    By default cuDNN may compute a convolution's weight gradient by atomic additions in no fixed
+    order and pick its algorithms by timing them, so that two runs of one seeded CNN on a GPU end
+    with weights that differ in their last bits, and a run resumed from a checkpoint ends with
+    another network than the one never stopped. The training loops that promise a resume bit for
+    bit on CUDA run inside this block (the CPU's convolutions are not affected).
+
+    Example::
+
+        >>> with deterministic_convolutions():
+        ...     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+        (True, False)
+    """
+    cudnn = torch.backends.cudnn
+    before = cudnn.deterministic, cudnn.benchmark
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.benchmark = before

@@ -65,3 +65,15 @@ def test_the_compiled_k_sample_convolution_adds_the_bias_as_the_eager_one(monkey
     for i in range(2):  # and each sample is its own network's convolution
         conv = torch.nn.functional.conv_transpose2d if transposed else torch.nn.functional.conv2d
         torch.testing.assert_close(folded[i], conv(x, w[i], b[i] if b.dim() == 2 else b, padding=1))
+
+
+def test_deterministic_convolutions_sets_cudnn_for_the_block_and_restores_it_even_after_an_error(monkeypatch):
+    cudnn = torch.backends.cudnn
+    monkeypatch.setattr(cudnn, "deterministic", False)
+    monkeypatch.setattr(cudnn, "benchmark", True)
+    with devices.deterministic_convolutions():
+        assert (cudnn.deterministic, cudnn.benchmark) == (True, False)
+    assert (cudnn.deterministic, cudnn.benchmark) == (False, True)
+    with pytest.raises(KeyboardInterrupt), devices.deterministic_convolutions():
+        raise KeyboardInterrupt
+    assert (cudnn.deterministic, cudnn.benchmark) == (False, True)

@@ -104,6 +104,29 @@ def test_a_job_stopped_after_an_epoch_goes_on_to_the_same_bits(fake_data, no_ver
     assert torch.equal(a["eval"], b["eval"]) and torch.equal(a["ood"], b["ood"])
 
 
+def test_a_job_trains_and_predicts_with_cudnns_deterministic_algorithms(fake_data, no_verify, tmp_path, monkeypatch):
+    """On CUDA cuDNN's default convolutions add the weight gradient by atomics in no fixed order:
+    a resumed job, or the same job run twice, would end with other weights (tests/cuda/test_cuda_fashion.py
+    checks the bits on a GPU). Every forward pass of the job sees the deterministic flags; after it
+    the caller's are back."""
+    import bbb.experiments.fashion.train as T
+
+    seen = []
+
+    def recording_lenet5(dropout=0.0):
+        net = lenet5(dropout)
+        net[0].register_forward_pre_hook(
+            lambda m, a: seen.append((torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)))
+        return net
+
+    monkeypatch.setattr(T, "lenet5", recording_lenet5)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    run_job(Job(FashionMethod.ADAMW, 0, Phase.TEST, Setting()), SMALL, str(fake_data), torch.device("cpu"), tmp_path)
+    assert len(seen) > 2 * 3 and set(seen) == {(True, False)}  # 3 minibatches an epoch, then the scores
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == (False, True)
+
+
 def _started_on_cuda(job, data, folder):
     """``job`` stopped after its first epoch, its checkpoint marked as a GPU's."""
     with pytest.raises(KeyboardInterrupt):

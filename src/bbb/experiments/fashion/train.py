@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ...devices import deterministic_convolutions
 from ...errors import UserError
 from ...io import atomic_torch_save
 from .settings import BATCH_SIZE, FashionMethod, Phase, Schedule, Setting
@@ -206,7 +207,15 @@ def run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.de
     A job resumes bit for bit on the device type it started on. Started on another one, it stops
     with a one-line error unless ``allow_device_change``: then it goes on here from its epoch, its
     later random draws from this host's (or this device's) generators, and its row says where each
-    epoch ran (``devices``)."""
+    epoch ran (``devices``). On CUDA it trains and predicts with cuDNN's deterministic algorithms
+    (:func:`bbb.devices.deterministic_convolutions`): without them the same job, never stopped,
+    ends with other weights at each run."""
+    with deterministic_convolutions():
+        return _run_job(job, schedule, data_dir, device, folder, progress, allow_device_change)
+
+
+def _run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.device, folder: Path,
+             progress: Callable[[int], None], allow_device_change: bool) -> dict[str, Any]:
     data = load_data(job.phase, schedule, data_dir, device)
     n = len(data["y_train"])
     num_batches = math.ceil(n / BATCH_SIZE)

@@ -12,17 +12,24 @@ the paper's MLP 784-W-W-10, the kernel compiled with the part replaced before co
   the written terms), as the engine did before ``kernels.kl_sum`` (float64 accumulation, fused);
 - ``recompute_sigma``: sigma and sigmoid(rho) not stored by the sampling step but computed again
   from rho in the update (16 bytes a weight less traffic, one exp and one log more; the same
-  numbers: the Gaussian prior's closed form only).
+  numbers: the sum of every mu printed at the end is base's). Slower on a CPU, whose step is
+  bound by its arithmetic as much as by its memory; a GPU's is bound by memory alone.
 
 One variant per process (each compiles its own kernel). Run on idle cores, each variant a few
 times (this machine's steps vary by 2x between runs; the minimum is the steadier number)::
 
     python bench/kernel_variants.py base --width 1200 --threads 2 --prior paper
+
+On a GPU (``--device cuda``: each step timed between two synchronisations)::
+
+    for v in base recompute_sigma base recompute_sigma; do
+        PYTHONPATH=src python3 bench/kernel_variants.py $v --device cuda --prior paper; done
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import statistics
 import time
@@ -42,6 +49,7 @@ def main() -> None:
                                                 "fixed_sum"])
     ap.add_argument("--width", type=int, default=1200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--prior", choices=["paper", "gauss"], default="paper",
                     help="paper: scale mixture, Monte Carlo KL; gauss: N(0, e^-2), closed form")
     args = ap.parse_args()
@@ -59,40 +67,40 @@ def main() -> None:
     elif args.variant == "no_klsum":
         kernels.kl_sum = lambda t: t[:1].sum()
     elif args.variant == "recompute_sigma":
-        if args.prior != "gauss":
-            ap.error("recompute_sigma is written for --prior gauss (the closed-form KL) only")
         update = kernels.update
-
-        def resample(mu, rho, z, w, sig, sr, dlp, m=None, *, prior, closed, kl_extra=0, split=False, members=None):  # type: ignore[no-untyped-def]
-            s, _ = kernels.softplus_and_sigmoid(rho)
-            kl = kernels.kl_sum(prior.kl_closed_form(mu, s)[0])
-            w.copy_(mu + s * z)
-            return kl
+        # the sampling step as it is, less its two stores of sigma and sigmoid(rho)
+        src = inspect.getsource(kernels.resample).replace("sig.copy_(s)\n", "pass\n").replace("sr.copy_(r)\n", "pass\n")
+        scope: dict[str, object] = {}
+        exec(compile(src, kernels.__file__, "exec"), vars(kernels), scope)
 
         def update_from_rho(mu, rho, g, eps, sig, sr, dlp, m, c, hp, state, **kw):  # type: ignore[no-untyped-def]
             s, r = kernels.softplus_and_sigmoid(rho)
             return update(mu, rho, g, eps, s, r, dlp, m, c, hp, state, **kw)
-        kernels.resample = resample  # type: ignore[assignment]
+        kernels.resample = scope["resample"]  # type: ignore[assignment]
         kernels.update = update_from_rho  # type: ignore[assignment]
     prior, kl = ((ScaleMixturePrior(0.25, 1.0, math.exp(-7)), "mc") if args.prior == "paper"
                  else (GaussianPrior(math.exp(-1)), "closed"))
     torch.manual_seed(0)
-    net = bbb.BayesMLP(784, [args.width, args.width], 10, prior=prior)
+    dev = torch.device(args.device)
+    net = bbb.BayesMLP(784, [args.width, args.width], 10, prior=prior).to(dev)
     engine = bbb.Engine(net, "adam", lr=1e-3, kl=kl, num_samples=1, seed=0)
     elbo = bbb.ELBO(net, num_batches=469, kl=kl)
-    x, y = torch.randn(128, 784), torch.randint(0, 10, (128,))
+    x, y = torch.randn(128, 784, device=dev), torch.randint(0, 10, (128,), device=dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times = []
     for _ in range(45):
         with engine.sampling():
             out = elbo(x, y, batch_index=0)
         engine.zero_grad()
         (out.loss / 128).backward()
+        sync()
         t = time.perf_counter()
         engine.step()
+        sync()
         times.append(time.perf_counter() - t)
     ms = [1e3 * t for t in times[5:]]
     mu_sum = float(sum(p.detach().sum() for n, p in net.named_parameters() if n.endswith("_mu")))
-    print(f"{args.variant} {args.prior} 784-{args.width}-{args.width}-10, {args.threads} thread(s): "
+    print(f"{args.variant} {args.prior} {dev.type} 784-{args.width}-{args.width}-10, {args.threads} thread(s): "
           f"engine.step median {statistics.median(ms):.2f} ms, min {min(ms):.2f} ms; "
           f"sum of every mu after 45 steps {mu_sum:.6f}", flush=True)
 

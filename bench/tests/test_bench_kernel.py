@@ -26,3 +26,17 @@ def test_a_tiny_run_times_every_phase_and_part(tmp_path):
     assert len(r["parts"]) == 10 and all(v > 0 for v in r["parts"].values())
     md = (tmp_path / "kernel.md").read_text()
     assert "| deterministic |" in md and "ns/weight" in md and "--out DIR" in md
+
+
+def _variant(name: str, prior: str) -> str:
+    proc = subprocess.run([sys.executable, str(BENCH / "kernel_variants.py"), name, "--width", "8", "--threads", "1",
+                           "--prior", prior], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "BBB_COMPILE_NOTICE": "0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.rsplit("sum of every mu after 45 steps", 1)[1].strip()
+
+
+def test_recomputing_sigma_in_the_update_trains_to_the_same_numbers():
+    """kernel_variants.py's recompute_sigma is a timing of the same step, not of another one."""
+    for prior in ("paper", "gauss"):
+        assert _variant("recompute_sigma", prior) == _variant("base", prior), prior

@@ -14,6 +14,11 @@ command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothi
    (``bench/bench_population.py``): ``population_ratio_k8_2x1200``, the population's step over one
    network's (issue 74's target: at most 2), and the same with both replayed from CUDA graphs
    (``population_ratio_k8_2x1200_graph``; not in the dry run).
+5. With the time left: the engine's step of the paper's 2x1200 network with sigma and sigmoid(rho)
+   stored (as the engine does) and computed again in the update (``bench/kernel_variants.py``
+   ``base`` / ``recompute_sigma``, alternated twice): ``kernel_recompute_sigma_ratio``, the
+   recomputing step's best median over the storing one's (below 1: recomputing pays on this
+   device; a CPU's is about 1.2), and whether both trained to the same numbers.
 
 Writes ``gpu.json`` (``device``, ``torch``, ``epoch_s_2x1200_paper``, ``ratio_vs_deterministic_2x1200``,
 ``speedup_vs_bayesian_torch_2x1200``, ``population_ratio_k8_2x1200``, ``cuda_tests_passed``,
@@ -37,6 +42,7 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -69,6 +75,10 @@ BUDGET = 530.0
 #: seconds for tests/cuda at most, and for one bench child at most
 CUDA_TESTS_LIMIT = 270.0
 CHILD_LIMIT = 150.0
+#: the engine-step variants compared (bench/kernel_variants.py), each run twice, alternated
+VARIANTS = ("base", "recompute_sigma")
+VARIANT_LIMIT = 60.0
+_VARIANT_LINE = re.compile(r"median ([0-9.]+) ms, min ([0-9.]+) ms; sum of every mu after 45 steps (\S+)")
 REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(None)),
             "ratio_vs_deterministic_2x1200": (float, type(None)),
             "speedup_vs_bayesian_torch_2x1200": (float, type(None)),
@@ -158,6 +168,37 @@ def device_name(device: str) -> str:
     return f"cpu ({bench.cpu_name()})"
 
 
+def kernel_variants(clock: Clock, width: int, device: str, threads: int) -> dict[str, Any]:
+    """``engine.step()`` medians (ms) of each of :data:`VARIANTS`, two alternated runs each
+    (``bench/kernel_variants.py``, one process a run), and whether they trained to the same numbers."""
+    out: dict[str, Any] = {"status": "ok", **{v: [] for v in VARIANTS}}
+    sums = set()
+    for v in VARIANTS * 2:
+        limit = clock.limit(VARIANT_LIMIT)
+        if limit < 10:
+            out["status"] = "not run: no time left" if not out[VARIANTS[0]] else "partly run: no time left"
+            break
+        cmd = [sys.executable, str(HERE / "kernel_variants.py"), v, "--width", str(width), "--device", device,
+               "--threads", str(threads), "--prior", "paper"]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit,
+                                  env={**os.environ, "BBB_COMPILE_NOTICE": "0"})
+        except subprocess.TimeoutExpired:
+            out.update(status="failed", detail=f"{v}: timed out after {limit:.0f} s")
+            break
+        m = _VARIANT_LINE.search(proc.stdout)
+        if proc.returncode != 0 or m is None:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+            out.update(status="failed", detail=f"{v}: exit {proc.returncode}: {tail[0][:300]}")
+            break
+        out[v].append(float(m.group(1)))
+        sums.add(m.group(3))
+    runs = [out[v] for v in VARIANTS]
+    out["ratio"] = min(runs[1]) / min(runs[0]) if all(runs) else None
+    out["same_numbers"] = len(sums) == 1 if all(runs) else None
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/gpu_check.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(HERE / "results"),
@@ -225,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                 script=HERE / "bench_population.py",
                                                 mark=bench_population.RESULT_MARK, ident=("width", "members"))
                                 if limit >= 10 else {"status": "not run: no time left"})
+        variants = kernel_variants(clock, width, device, threads)
     floor, ours, peer = rows[FLOOR], rows[OURS], rows[PEER]
     epoch_s, epoch_source = None, None
     if epoch is not None and epoch.get("status") == "ok" and epoch.get("seconds_per_epoch") is not None:
@@ -262,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "population": {f: population.get(f) for f in ("status", "detail", "members", "width", "ratio", "one",
                                                       "population", "peak_cuda_mb")},
         "population_graph": {f: population_graph.get(f) for f in ("status", "detail", "ratio", "one", "population")},
+        "kernel_recompute_sigma_ratio": variants["ratio"], "kernel_variants": variants,
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "seconds": round(clock.elapsed(), 1),
         "command": " ".join(["bash bench/gpu_check.sh", *(sys.argv[1:] if argv is None else argv)]),
@@ -313,6 +356,13 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{pop['population']['epoch_s']:.3g} s/epoch, one network {pop['one']['epoch_s']:.3g} s/epoch.")
     else:
         lines.append(f"Population: {pop.get('status')} {pop.get('detail') or ''}".rstrip() + ".")
+    kv = r.get("kernel_variants") or {}
+    if kv.get("ratio") is not None:
+        lines.append(f"Engine step, sigma and sigmoid(rho) recomputed / stored (`bench/kernel_variants.py`, best "
+                     f"of 2 medians): {kv['ratio']:.3g} ({min(kv['recompute_sigma']):.3g} / {min(kv['base']):.3g} ms); "
+                     f"the same numbers: {kv['same_numbers']}.")
+    elif kv:
+        lines.append(f"Engine-step variants: {kv.get('status')} {kv.get('detail') or ''}".rstrip() + ".")
     if r["cuda_tests_note"]:
         lines.append(f"tests/cuda: {r['cuda_tests_note']}.")
     if r["cuda_tests_failing"]:

@@ -44,3 +44,8 @@ def test_the_gpu_check_dry_run_writes_gpu_json_and_gpu_md(tmp_path):
     pop = res["population"]
     assert pop["status"] == "ok" and pop["population"]["fused"] and pop["one"]["fused"]
     assert "population of 3 under one engine" in md
+    # the engine-step variants: two runs of each, the same numbers, their ratio
+    kv = res["kernel_variants"]
+    assert kv["status"] == "ok" and len(kv["base"]) == len(kv["recompute_sigma"]) == 2, kv
+    assert kv["same_numbers"] is True and isinstance(res["kernel_recompute_sigma_ratio"], float)
+    assert "recomputed / stored" in md

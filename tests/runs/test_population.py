@@ -91,6 +91,46 @@ def test_members_start_from_the_networks_of_their_seeds(tmp_path):
             assert torch.equal(want[key], got["model"][key]), key
 
 
+def _stop_after_the_first_commit(mp):
+    from bbb.runs.cuda_graph import StepGraphs
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    mp.setattr(StepGraphs, "begin", stop)  # (the first epoch's first call)
+
+
+def test_runs_that_differ_in_their_initialisation_train_as_one_population(tmp_path):
+    """A grid over where the posterior starts (rho_init, mu_init_scale; the seeds may be equal):
+    each member starts from its own run's network, its directory records its own settings, and a
+    resume with one member's setting changed is one line."""
+    cfgs = [tiny_cfg(0, epochs=2), tiny_cfg(0, epochs=2, rho_init=-2.0), tiny_cfg(4, epochs=2, mu_init_scale=0.3)]
+    dirs = [tmp_path / f"r{j}" for j in range(3)]
+    with pytest.MonkeyPatch.context() as mp:
+        _stop_after_the_first_commit(mp)
+        with pytest.raises(KeyboardInterrupt):
+            train_population(cfgs, dirs, tmp_path / "pop", data=blobs(), **QUIET)
+    for cfg, d in zip(cfgs, dirs):
+        torch.manual_seed(cfg.seed)
+        want = build_model(cfg, 12, 3).state_dict()
+        got = torch.load(d / "last.pt", weights_only=True)["model"]
+        assert all(torch.equal(want[k], got[k]) for k in want)
+    rho = [torch.load(d / "last.pt", weights_only=True)["model"] for d in dirs[:2]]
+    key = next(k for k in rho[0] if k.endswith("_rho"))
+    assert float(rho[0][key].mean()) != float(rho[1][key].mean())  # not the first run's start
+    summaries = train_population(cfgs, dirs, tmp_path / "pop", data=blobs(), **QUIET)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)
+    for cfg, d in zip(cfgs, dirs):
+        stored = load_run(d, "last")[1]
+        assert (stored.seed, stored.rho_init, stored.mu_init_scale) == (cfg.seed, cfg.rho_init, cfg.mu_init_scale)
+    # the members trained apart: the same seed, other starts, other numbers
+    assert _rows(dirs[0]) != _rows(dirs[1])
+    changed = [cfgs[0], tiny_cfg(0, epochs=2, rho_init=-2.5), cfgs[2]]
+    with pytest.raises(UserError, match="run 1's setting 'rho_init' was -2.0, now -2.5") as e:
+        train_population(changed, dirs, tmp_path / "pop", data=blobs(), **QUIET)
+    assert "\n" not in str(e.value)
+
+
 def test_a_resumed_population_continues_bit_for_bit(trained, tmp_path):
     _, _, full = trained
     _train(tmp_path, epochs=2)
@@ -108,8 +148,11 @@ def test_a_member_alone_does_not_resume_and_bad_populations_are_one_line(trained
     with pytest.raises(UserError, match="member 0 of a population") as e:
         train(tiny_cfg(0, epochs=4), dirs[0], data=blobs(), resume=True, **QUIET)
     assert "\n" not in str(e.value)
-    for cfgs, match in (([tiny_cfg(0), tiny_cfg(0)], "distinct seeds"),
-                        ([tiny_cfg(0), tiny_cfg(1, lr=0.1)], "another lr"),
+    for cfgs, match in (([tiny_cfg(0), tiny_cfg(0)], "run 1 of the population repeats run 0"),
+                        ([tiny_cfg(0, rho_init=-2.5), tiny_cfg(1), tiny_cfg(0, rho_init=-2.5)],
+                         "run 2 .* repeats run 0"),
+                        ([tiny_cfg(0), tiny_cfg(1, lr=0.1)], "run 1 \\(seed 1\\) has another lr"),
+                        ([tiny_cfg(0), tiny_cfg(0, prior="gaussian")], "has another prior"),
                         ([tiny_cfg(0, method="sgd")], "method sgd"),
                         ([tiny_cfg(0, estimator="flipout")], "flipout estimator"),
                         ([], "at least one")):
@@ -130,3 +173,15 @@ def test_cuda_graph_on_the_cpu_is_one_line_and_writes_nothing(tmp_path):
     with pytest.raises(UserError, match="on a GPU") as e:
         _train(tmp_path, epochs=1, cuda_graph=True)
     assert "\n" not in str(e.value) and not any(tmp_path.iterdir())
+
+
+def test_a_population_written_before_grids_resumes(tmp_path):
+    """population.pt from before the members' settings were stored each (the first run's config
+    alone): it resumes, each member's settings taken as the first's with its own seed."""
+    _train(tmp_path, epochs=1)
+    path = tmp_path / "pop" / POPULATION_FILE
+    state = torch.load(path, weights_only=True)
+    del state["configs"]
+    torch.save(state, path)
+    summaries, _ = _train(tmp_path, epochs=2)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)

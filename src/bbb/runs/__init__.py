@@ -10,7 +10,7 @@ it. A run directory is one contract, kept here:
   checked), ``metrics.csv`` (checked against ``last.pt``), their repair on resume.
 * :mod:`bbb.runs.loop` - :func:`train`, the epoch loop with its ``on_epoch`` callback.
 * :mod:`bbb.runs.population` - :func:`train_population`: runs of one recipe that differ in their
-  seed trained together as one population, each into its own run directory.
+  seed or initialisation trained together as one population, each into its own run directory.
 * :mod:`bbb.runs.evaluation` - evaluation and summary, ``bbb evaluate`` and ``bbb prune``.
 * :mod:`bbb.runs.loggers` - :class:`TrainLogger`, the protocol of experiment loggers
   (TensorBoard, W&B, MLflow), and :class:`TensorBoardLogger`.

@@ -1,5 +1,6 @@
 """Training runs of one recipe together: :func:`train_population` trains K runs that differ only in
-their seed as one :class:`~bbb.nn.BayesPopulation` under one :class:`~bbb.engine.Engine` (batched
+their seed or their initialisation (``rho_init``, ``mu_init_scale``: a seed cell's seeds, or a grid
+over where the posterior starts) as one :class:`~bbb.nn.BayesPopulation` under one :class:`~bbb.engine.Engine` (batched
 matrix products, one fused kernel over every member's weights; each member its own gradient), each
 into its own run directory.
 
@@ -65,29 +66,42 @@ from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 from .summary import finish_classifier
 
-__all__ = ["POPULATION_FILE", "check_population", "train_population"]
+__all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "train_population"]
 
 #: the population's commit point in its folder
 POPULATION_FILE = "population.pt"
 _FORMAT = 1
 
 
+#: the settings in which the runs of a population may differ: the seed and where the posterior starts
+#: (each member starts from its own run's network; the training step is the same for every member)
+MEMBER_SETTINGS = ("seed", "rho_init", "mu_init_scale")
+
+
 def check_population(cfgs: Sequence[TrainConfig]) -> TrainConfig:
     """The common recipe of ``cfgs`` (the first), after checking that they can train as one
-    population: at least one, distinct seeds, every other setting equal, the Bayesian MLP with the
-    reparameterisation estimator, float32, a commit every epoch. Else a one-line UserError."""
+    population: at least one; each its own seed or initialisation (:data:`MEMBER_SETTINGS`: a seed
+    cell's seeds, or a grid over the starting sigma and mu), every other setting equal; the
+    Bayesian MLP with the reparameterisation estimator, float32, a commit every epoch. Else a
+    one-line UserError."""
     if not cfgs:
         raise UserError("a population needs at least one run")
-    seeds = [c.seed for c in cfgs]
-    if len(set(seeds)) != len(seeds):
-        raise UserError(f"the runs of a population need distinct seeds, got {seeds}")
-    first = {k: v for k, v in cfgs[0].to_dict().items() if k != "seed"}
-    for c in cfgs[1:]:
-        other = {k: v for k, v in c.to_dict().items() if k != "seed"}
+    first = {k: v for k, v in cfgs[0].to_dict().items() if k not in MEMBER_SETTINGS}
+    for j, c in enumerate(cfgs[1:], 1):
+        other = {k: v for k, v in c.to_dict().items() if k not in MEMBER_SETTINGS}
         diff = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
         if diff:
-            raise UserError(f"the runs of a population differ only in their seed; seed {c.seed} has another "
+            raise UserError(f"the runs of a population differ only in their seed and initialisation "
+                            f"({', '.join(MEMBER_SETTINGS[1:])}); run {j} (seed {c.seed}) has another "
                             f"{diff[0]} ({other.get(diff[0])!r}, not {first.get(diff[0])!r})")
+    seen: dict[tuple[Any, ...], int] = {}
+    for j, c in enumerate(cfgs):
+        key = tuple(getattr(c, f) for f in MEMBER_SETTINGS)
+        if key in seen:
+            raise UserError(f"run {j} of the population repeats run {seen[key]} ("
+                            + ", ".join(f"{f} {v!r}" for f, v in zip(MEMBER_SETTINGS, key))
+                            + "): give each run its own seed or initialisation")
+        seen[key] = j
     cfg = cfgs[0]
     why = None
     if cfg.method != Method.BBB.value:
@@ -209,7 +223,7 @@ def train_population(
     log: Callable[[str], None] | None = None,
     resume_hint: str | None = None,
 ) -> list[dict[str, Any] | None]:
-    """Train ``cfgs`` (equal but for their seeds: :func:`check_population`) as one population,
+    """Train ``cfgs`` (equal but for their seeds and initialisation: :func:`check_population`) as one population,
     member j into the run directory ``outs[j]``; the state that resumes it in ``pop_dir``. Returns
     each member's summary (summary.json), or None for a member that diverged.
 
@@ -247,10 +261,14 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
         if ckpt["seeds"] != seeds:
             raise UserError(f"cannot resume the population in {pop_dir}: its seeds are {ckpt['seeds']}, not {seeds}; "
                             "use another folder")
-        diff = resume_conflicts(ckpt["config"], cfg)
-        if diff:
-            key, was, new = diff[0]
-            raise UserError(f"cannot resume the population in {pop_dir}: setting {key!r} was {was!r}, now {new!r}")
+        # each member's settings (a population written before grids stored the first run's alone)
+        stored = ckpt.get("configs") or [{**ckpt["config"], "seed": seed} for seed in ckpt["seeds"]]
+        for j, (was_cfg, c) in enumerate(zip(stored, cfgs)):
+            diff = resume_conflicts(was_cfg, c)
+            if diff:
+                key, was, new = diff[0]
+                raise UserError(f"cannot resume the population in {pop_dir}: run {j}'s setting {key!r} was {was!r}, "
+                                f"now {new!r}")
     device = resolve_device(cfg.device)
     preprocess = None
     if data is None:
@@ -321,7 +339,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                 "optimizer": opt.state_dict(), "scheduler": None if sched is None else sched.state_dict(),
                 "shuffle": [g.get_state() for g in gens], "torch_rng": torch.get_rng_state(),
                 "metrics": metrics, "best": best, "diverged": {str(j): m for j, m in diverged.items()},
-                "config": cfg.to_dict(), "versions": versions()}
+                "config": cfg.to_dict(), "configs": [c.to_dict() for c in cfgs], "versions": versions()}
 
     def members_files(epoch: int, improved: Sequence[int]) -> None:
         """Each member's files as the committed state says (best.pt where it is this epoch's)."""

@@ -68,6 +68,12 @@ def test_plan_validates_the_grids_on_the_first_seed_and_builds_ensembles_of_adam
     adamw = [j for j in test if j.method is FashionMethod.ADAMW]
     assert {j.setting for j in adamw} == {ADAMW_GRID[2]}  # the row's, the members' and Laplace's networks
     assert sorted(j.seed for j in adamw) == sorted(s + 1000 * k for s in (3, 4) for k in range(ENSEMBLE_SIZE))
+    bbb = [j for j in test if j.method is FashionMethod.BBB]  # the BBB row's and the BBB ensemble's networks
+    assert sorted(j.seed for j in bbb) == sorted(s + 1000 * k for s in (3, 4) for k in range(ENSEMBLE_SIZE))
+    # the BBB ensemble alone validates BBB's grid and trains nothing else
+    only = FashionConfig(out="x", methods=(FashionMethod.BBB_ENSEMBLE,), seeds=(0,))
+    assert {j.method for j in RU.plan(only, Phase.VALIDATION)} == {FashionMethod.BBB}
+    assert {j.method for j in RU.plan(only, Phase.TEST, chosen)} == {FashionMethod.BBB}
     # the ensemble or Laplace alone still validate AdamW's weight decay: their networks are AdamW's
     alone = FashionConfig(out="x", methods=(FashionMethod.LAPLACE,), seeds=(0,))
     assert {j.method for j in RU.plan(alone, Phase.VALIDATION)} == {FashionMethod.ADAMW}
@@ -227,23 +233,33 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     monkeypatch.setitem(SCHEDULES, FashionBudget.SMOKE, SMALL)
     out = tmp_path / "fashion"
     argv = ["reproduce", "fashion", "--budget", "smoke", "--methods", "adamw", "ivon", "bbb", "mc_dropout",
-            "ensemble", "--seeds", "0", "1", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
+            "ensemble", "bbb_ensemble", "--seeds", "0", "1", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
     code, stdout, err = run_main(capsys, *argv)
     assert code == 0, err
     for name in ("methods.csv", "seeds.csv", "sweep.csv", "table.md", "run.json"):
         assert (out / name).is_file(), name
     rows = {r.split(",")[0]: r for r in (out / "methods.csv").read_text().splitlines()[1:]}
-    assert set(rows) == {"adamw", "ivon", "bbb", "mc_dropout", "ensemble"}
+    assert set(rows) == {"adamw", "ivon", "bbb", "mc_dropout", "ensemble", "bbb_ensemble"}
     sweep = (out / "sweep.csv").read_text().splitlines()
     assert len(sweep) == 1 + len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID)
     chosen = [line.split(",")[1] for line in sweep if line.endswith(",True") and line.startswith("bbb")]
     assert len(chosen) == 1 and chosen[0] in rows["bbb"]  # the row is trained at the validation's choice
     firsts = [line.split(",")[0] for line in (out / "seeds.csv").read_text().splitlines()]
     assert firsts.count("ensemble") == 2 and firsts.count("adamw") == 2  # members are not rows of their own
+    assert firsts.count("bbb_ensemble") == 2 and firsts.count("bbb") == 2
+    # the BBB ensemble's row scores the mean of its members' posterior predictives (member 0: the BBB row's network)
+    setting = next(S for S in BBB_GRID if S.label() == chosen[0])
+    members = [Job(FashionMethod.BBB, 1 + 1000 * k, Phase.TEST, setting) for k in range(ENSEMBLE_SIZE)]
+    probs = [torch.load(out / "jobs" / j.name / "probs.pt", weights_only=True) for j in members]
+    mean = torch.stack([q["eval"] for q in probs]).mean(0)
+    acc = 100.0 * float((mean.double().argmax(-1) == probs[0]["labels"]).double().mean())
+    seed_rows = [line.split(",") for line in (out / "seeds.csv").read_text().splitlines()]
+    row = next(r for r in seed_rows if r[0] == "bbb_ensemble" and r[1] == "1")
+    assert float(row[3]) == pytest.approx(acc) and f"{ENSEMBLE_SIZE} x bbb" in row[2]
     table = (out / "table.md").read_text()
     assert "IVON (published)" in table and "91.1" in table and str(tmp_path) not in table
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")}
-    assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID) + 2 * (ENSEMBLE_SIZE + 3)
+    assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID) + 2 * (2 * ENSEMBLE_SIZE + 2)
     code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
     assert code == 0 and {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")} == stamps
     run = json.loads((out / "run.json").read_text())

@@ -12,7 +12,15 @@ from typing import Any
 import torch
 
 from ...io import atomic_write_csv, atomic_write_text
-from .settings import ENSEMBLE_SIZE, PUBLISHED, FashionConfig, FashionMethod, Phase, Setting, ensemble_member_seed
+from .settings import (
+    ENSEMBLE_OF,
+    ENSEMBLE_SIZE,
+    PUBLISHED,
+    FashionConfig,
+    Phase,
+    Setting,
+    ensemble_member_seed,
+)
 from .train import Job, scores
 
 __all__ = ["ensemble_rows", "method_rows", "write_report", "METRICS", "LABELS"]
@@ -20,28 +28,31 @@ __all__ = ["ensemble_rows", "method_rows", "write_report", "METRICS", "LABELS"]
 METRICS = ("acc", "nll", "ece", "brier", "ood_auroc", "seconds_per_epoch")
 LABELS = {"adamw": "AdamW", "ivon": "IVON (bbb.IVON)", "ivon_opt": "IVON (ivon-opt 0.1.3)",
           "bbb": "Bayes by Backprop (bbb)", "mc_dropout": "MC dropout", "ensemble": f"deep ensemble of {ENSEMBLE_SIZE}",
-          "laplace": "last-layer Laplace (on AdamW)"}
+          "bbb_ensemble": f"ensemble of {ENSEMBLE_SIZE} BBB networks", "laplace": "last-layer Laplace (on AdamW)"}
 
 
 def ensemble_rows(cfg: FashionConfig, folder: Path, results: dict[str, dict[str, Any]],
-                  adamw: Setting | None) -> list[dict[str, Any]]:
-    """One row per seed whose ``ENSEMBLE_SIZE`` AdamW members (at ``adamw``, AdamW's chosen setting;
-    None: not chosen yet, no rows) are finished: the members' mean predictive probabilities scored;
-    its seconds per epoch the members' sum."""
+                  chosen: dict[str, Setting] | None) -> list[dict[str, Any]]:
+    """For each ensemble of ``cfg.methods`` (``ENSEMBLE_OF``), one row per seed whose
+    ``ENSEMBLE_SIZE`` members (at their method's setting in ``chosen``; not chosen yet: no rows) are
+    finished: the members' mean predictive probabilities scored (for BBB members, the mean of their
+    posterior predictives); its seconds per epoch the members' sum."""
     rows: list[dict[str, Any]] = []
-    if adamw is None:
-        return rows
-    for seed in cfg.seeds:
-        jobs = [Job(FashionMethod.ADAMW, ensemble_member_seed(seed, k), Phase.TEST, adamw)
-                for k in range(ENSEMBLE_SIZE)]
-        if not all(j.name in results for j in jobs):
+    for m in cfg.methods:
+        member = ENSEMBLE_OF.get(m)
+        setting = None if member is None else (chosen or {}).get(str(member))
+        if member is None or setting is None:
             continue
-        probs = [torch.load(folder / j.name / "probs.pt", weights_only=True) for j in jobs]
-        mean = torch.stack([p["eval"] for p in probs]).mean(0)
-        ood = torch.stack([p["ood"] for p in probs]).mean(0)
-        rows.append({"method": "ensemble", "seed": seed, "setting": f"{ENSEMBLE_SIZE} x adamw {adamw.label()}",
-                     "seconds_per_epoch": sum(results[j.name]["seconds_per_epoch"] for j in jobs),
-                     "members": [j.name for j in jobs], **scores(mean, probs[0]["labels"], ood)})
+        for seed in cfg.seeds:
+            jobs = [Job(member, ensemble_member_seed(seed, k), Phase.TEST, setting) for k in range(ENSEMBLE_SIZE)]
+            if not all(j.name in results for j in jobs):
+                continue
+            probs = [torch.load(folder / j.name / "probs.pt", weights_only=True) for j in jobs]
+            mean = torch.stack([p["eval"] for p in probs]).mean(0)
+            ood = torch.stack([p["ood"] for p in probs]).mean(0)
+            rows.append({"method": str(m), "seed": seed, "setting": f"{ENSEMBLE_SIZE} x {member} {setting.label()}",
+                         "seconds_per_epoch": sum(results[j.name]["seconds_per_epoch"] for j in jobs),
+                         "members": [j.name for j in jobs], **scores(mean, probs[0]["labels"], ood)})
     return rows
 
 
@@ -141,16 +152,16 @@ def _plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
 
 def write_report(out: Path, cfg: FashionConfig, test_jobs: list[Job], results: dict[str, dict[str, Any]],
                  sweeps: list[dict[str, Any]], meta: dict[str, Any],
-                 extra_rows: list[dict[str, Any]] | None = None, adamw: Setting | None = None) -> list[Path]:
+                 extra_rows: list[dict[str, Any]] | None = None,
+                 chosen: dict[str, Setting] | None = None) -> list[Path]:
     """Write methods.csv, seeds.csv, sweep.csv, table.md and table.png into ``out``; returns the paths.
-    ``extra_rows``: seed rows made after the jobs (the last-layer Laplace's); ``adamw``: AdamW's
-    chosen setting (the ensemble's members')."""
+    ``extra_rows``: seed rows made after the jobs (the last-layer Laplace's); ``chosen``: each
+    validated method's chosen setting (the ensembles' members')."""
     folder = out / "jobs"
     wanted = {str(m) for m in cfg.methods}
     seed_rows = [r for j in test_jobs if (r := results.get(j.name)) is not None and r["method"] in wanted
                  and r["seed"] in cfg.seeds]
-    if FashionMethod.ENSEMBLE in cfg.methods:
-        seed_rows += ensemble_rows(cfg, folder, results, adamw)
+    seed_rows += ensemble_rows(cfg, folder, results, chosen)
     seed_rows += [r for r in extra_rows or [] if r["seed"] in cfg.seeds]
     rows = method_rows(seed_rows, [str(m) for m in cfg.methods])
     cols = ["method", "setting", "seeds", *[c for k in METRICS for c in (k, f"{k}_se")]]

@@ -23,6 +23,7 @@ from ...runs.jobs import worker_pool
 from ..uci.report import portable_command
 from .laplace import laplace_rows
 from .settings import (
+    ENSEMBLE_OF,
     ENSEMBLE_SIZE,
     FashionConfig,
     FashionMethod,
@@ -43,11 +44,11 @@ _COST = {FashionMethod.BBB: 3.0, FashionMethod.IVON_OPT: 2.0, FashionMethod.IVON
 
 def plan(cfg: FashionConfig, phase: Phase, chosen: dict[str, Setting] | None = None) -> list[Job]:
     """The jobs of one phase. Validation: each setting of a method with a grid (BBB, MC dropout,
-    AdamW: also for the ensemble and Laplace, made of AdamW networks), on the first seed. Test:
-    each method and seed at its chosen setting (none yet: no job), for ``ensemble`` the AdamW
-    networks of its members at AdamW's chosen setting (seed + 1000 j; member 0 is the AdamW row's),
-    for ``laplace`` the AdamW row's networks (:mod:`~bbb.experiments.fashion.laplace` fits it after
-    them)."""
+    AdamW: also for the ensembles and Laplace, made of their networks), on the first seed. Test:
+    each method and seed at its chosen setting (none yet: no job), for an ensemble the networks of
+    its members at their method's chosen setting (``ENSEMBLE_OF``: AdamW's for ``ensemble``, BBB's
+    for ``bbb_ensemble``; seed + 1000 j, member 0 the seed's own row's), for ``laplace`` the AdamW
+    row's networks (:mod:`~bbb.experiments.fashion.laplace` fits it after them)."""
     jobs: dict[str, Job] = {}
     if phase is Phase.VALIDATION:
         for m in validated(cfg.methods):
@@ -55,16 +56,17 @@ def plan(cfg: FashionConfig, phase: Phase, chosen: dict[str, Setting] | None = N
                 j = Job(m, cfg.seeds[0], phase, s)
                 jobs[j.name] = j
         return list(jobs.values())
-    adamw = (chosen or {}).get(str(FashionMethod.ADAMW))
     for m in cfg.methods:
         grid = grid_of(m)
-        if m in (FashionMethod.LAPLACE, FashionMethod.ENSEMBLE):
-            if adamw is None:  # AdamW's weight decay not chosen yet: no job
+        if m is FashionMethod.LAPLACE or m in ENSEMBLE_OF:
+            member = ENSEMBLE_OF.get(m, FashionMethod.ADAMW)
+            setting = (chosen or {}).get(str(member))
+            if setting is None:  # the members' setting not chosen yet: no job
                 continue
-            size = ENSEMBLE_SIZE if m is FashionMethod.ENSEMBLE else 1
+            size = ENSEMBLE_SIZE if m in ENSEMBLE_OF else 1
             for seed in cfg.seeds:
                 for k in range(size):
-                    j = Job(FashionMethod.ADAMW, ensemble_member_seed(seed, k), phase, adamw)
+                    j = Job(member, ensemble_member_seed(seed, k), phase, setting)
                     jobs[j.name] = j
             continue
         pick = grid[0] if len(grid) == 1 else (chosen or {}).get(str(m))
@@ -183,7 +185,7 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
         # written now too: a run killed before its end leaves its command, device and workers
         atomic_write_json(prev_path, {**meta, "wall_seconds": 0.0, "running": True})
     val_jobs = plan(cfg, Phase.VALIDATION)
-    placeholder = {str(m): grid_of(m)[0] for m in (*cfg.methods, FashionMethod.ADAMW)}
+    placeholder = {str(m): grid_of(m)[0] for m in (*cfg.methods, FashionMethod.ADAMW, *ENSEMBLE_OF.values())}
     todo_val = [] if cfg.report_only else missing(val_jobs)
     # the test jobs as far as they are known now: the choices validation has made, a guess for the others
     todo_guess = [] if cfg.report_only else missing(plan(cfg, Phase.TEST, {**placeholder,
@@ -232,5 +234,5 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                 "job_seconds": meta["job_seconds"]}
         meta.pop("running", None)
     atomic_write_json(prev_path, meta)
-    written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra, chosen.get(str(FashionMethod.ADAMW)))
+    written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra, chosen)
     return {"written": [str(p) for p in written], **meta}

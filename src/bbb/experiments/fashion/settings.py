@@ -10,8 +10,8 @@ from ...errors import UserError
 from ...options import StrOption
 
 __all__ = ["FashionMethod", "Phase", "FashionBudget", "Schedule", "SCHEDULES", "Setting", "grid_of", "validated",
-           "FashionConfig", "ADAMW_GRID", "ENSEMBLE_SIZE", "ensemble_member_seed", "PUBLISHED", "TEST_SAMPLES",
-           "BATCH_SIZE", "IVON_RECIPE", "ADAMW_RECIPE"]
+           "FashionConfig", "ADAMW_GRID", "ENSEMBLE_SIZE", "ENSEMBLE_OF", "ensemble_member_seed", "PUBLISHED",
+           "TEST_SAMPLES", "BATCH_SIZE", "IVON_RECIPE", "ADAMW_RECIPE"]
 
 
 class FashionMethod(StrOption):
@@ -19,8 +19,10 @@ class FashionMethod(StrOption):
     ``ivon_opt`` (the published package on the deterministic LeNet-5, the bench extra), ``bbb``
     (Bayes by Backprop: bayesianize + ELBO + bbb.Engine), ``mc_dropout`` (dropout before each fully
     connected layer, kept on at test), ``ensemble`` (``ENSEMBLE_SIZE`` AdamW networks, the
-    predictive their mean; its members are ``adamw`` jobs) and ``laplace`` (the ``adamw`` network's
-    last-layer Laplace, fitted after it: nothing trains again; the laplace extra)."""
+    predictive their mean; its members are ``adamw`` jobs), ``bbb_ensemble`` (``ENSEMBLE_SIZE`` BBB
+    networks at BBB's chosen setting, the predictive the mean of their posterior predictives; its
+    members are ``bbb`` jobs) and ``laplace`` (the ``adamw`` network's last-layer Laplace, fitted
+    after it: nothing trains again; the laplace extra)."""
 
     ADAMW = "adamw"
     IVON = "ivon"
@@ -28,6 +30,7 @@ class FashionMethod(StrOption):
     BBB = "bbb"
     MC_DROPOUT = "mc_dropout"
     ENSEMBLE = "ensemble"
+    BBB_ENSEMBLE = "bbb_ensemble"
     LAPLACE = "laplace"
 
 
@@ -73,12 +76,12 @@ ADAMW_RECIPE: dict[str, Any] = {"lr": 1e-3, "weight_decay": 1e-4}
 #: beta2 0.99999, h0 0.5, ess 5e4, one sample a step; cosine schedule to 0
 IVON_RECIPE: dict[str, Any] = {"lr": 0.2, "weight_decay": 2e-3, "beta1": 0.9, "beta2": 0.99999, "hess_init": 0.5,
                                "ess": 5e4}
-#: members of an ensemble: its seed's ``adamw`` network and these seeds' (``seed + 1000 j``)
+#: members of an ensemble: its seed's network of its members' method and these seeds' (``seed + 1000 j``)
 ENSEMBLE_SIZE = 5
 
 
 def ensemble_member_seed(seed: int, j: int) -> int:
-    """The ``adamw`` seed of member ``j`` of the ensemble of ``seed`` (member 0 is the AdamW row's)."""
+    """The seed of member ``j`` of the ensemble of ``seed`` (member 0 is the seed's own row's network)."""
     return seed + 1000 * j
 
 
@@ -112,6 +115,11 @@ DROPOUT_GRID = tuple(Setting(dropout=p) for p in (0.1, 0.25, 0.5))
 ADAMW_GRID = (Setting(), *(Setting(weight_decay=w) for w in (0.01, 0.05, 0.2)))
 
 
+#: each ensemble and the method of its members (trained at that method's chosen setting)
+ENSEMBLE_OF: dict[FashionMethod, FashionMethod] = {FashionMethod.ENSEMBLE: FashionMethod.ADAMW,
+                                                   FashionMethod.BBB_ENSEMBLE: FashionMethod.BBB}
+
+
 def grid_of(method: FashionMethod) -> tuple[Setting, ...]:
     """The settings the validation phase chooses among (one: a fixed recipe, no validation job)."""
     if method is FashionMethod.BBB:
@@ -124,11 +132,13 @@ def grid_of(method: FashionMethod) -> tuple[Setting, ...]:
 
 
 def validated(methods: tuple[FashionMethod, ...]) -> tuple[FashionMethod, ...]:
-    """The methods whose grid the validation phase runs: those of ``methods`` with a grid, and AdamW's
-    whenever the ensemble or the Laplace rows (made of AdamW networks) are asked for."""
+    """The methods whose grid the validation phase runs: those of ``methods`` with a grid, AdamW's
+    whenever the ensemble or the Laplace rows (made of AdamW networks) are asked for, and BBB's for
+    the ensemble of BBB networks."""
     wanted = set(methods)
-    if wanted & {FashionMethod.ENSEMBLE, FashionMethod.LAPLACE}:
+    if FashionMethod.LAPLACE in wanted:
         wanted.add(FashionMethod.ADAMW)
+    wanted |= {ENSEMBLE_OF[m] for m in wanted if m in ENSEMBLE_OF}
     return tuple(m for m in FashionMethod if m in wanted and len(grid_of(m)) > 1)
 
 

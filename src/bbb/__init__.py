@@ -79,6 +79,7 @@ _EXPORTS = {
                     "nn"),
     # the one name from the runs layer (imported on first use, as the rest): the loaded run to predict with
     "load_model": "runs.trained",
+    "load_ensemble": "runs.ensemble",
 }
 
 #: names a user may reach for that are not here -> what to use instead
@@ -156,6 +157,7 @@ __all__ = [
     "ivon",
     "kl_divergence",
     "kl_weights",
+    "load_ensemble",
     "load_model",
     "model_kl",
     "nn",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutOfMemory, ResultsNotSaved, TrainingInterrupted, UserError
-from .common import loggers_of, pct_text, progress_log, text_table
+from .common import loggers_of, one_line_warnings, pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
     add_evaluate_arguments,
@@ -124,14 +124,53 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..runs import evaluate_run
 
+    if len(args.run_dirs) > 1:
+        return _evaluate_ensemble(args)
+    if args.out is not None:
+        raise UserError("--out is the folder of an ensemble's evaluation (several RUN_DIRs); one run's eval.json "
+                        "goes into its own directory: leave --out out")
+    run_dir = args.run_dirs[0]
     try:
-        with memory_errors(f"evaluating {args.run_dir}", "fewer --samples or another --device"):
-            r = evaluate_run(args.run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
+        with memory_errors(f"evaluating {run_dir}", "fewer --samples or another --device"):
+            r = evaluate_run(run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
                              device=args.device, data_file=args.data_file)
     except ResultsNotSaved as e:
         print_eval(e.result, saved=False)
         raise not_saved(e) from None
     print_eval(r)
+    return 0
+
+
+def _evaluate_ensemble(args: argparse.Namespace) -> int:
+    """``bbb evaluate RUN RUN ... --out DIR``: the ensemble's test scores beside each member's."""
+    from ..devices import resolve_device
+    from ..runs.ensemble import evaluate_ensemble
+
+    if args.out is None:
+        raise UserError(f"{len(args.run_dirs)} runs are evaluated as their ensemble: give --out DIR, the folder for "
+                        "its eval.json")
+    if args.samples < 1:
+        raise UserError(f"--samples must be >= 1, got {args.samples}")
+    with one_line_warnings("evaluate"), memory_errors(f"evaluating the ensemble of {len(args.run_dirs)} runs",
+                                                      "fewer --samples or another --device"):
+        r = evaluate_ensemble(args.run_dirs, args.out, samples=args.samples, which=args.which,
+                              device=resolve_device(args.device), data_dir=args.data_dir, data_file=args.data_file)
+    if r["task"] == "regression":
+        keys = [("test RMSE", "test_rmse_mc", "{:.4g}"), ("log-likelihood", "log_likelihood", "{:.4f}"),
+                ("95% interval coverage", "coverage_95", None)]
+    else:
+        keys = [("test error", "test_error_mc", None), ("NLL (nats)", "nll", "{:.4f}"), ("ECE (15 bins)", "ece", None),
+                ("Brier", "brier", "{:.4f}")]
+
+    def cell(v: float, fmt: str | None) -> str:
+        return pct_text(v) if fmt is None else fmt.format(v)
+
+    rows = [[name, cell(r["member_mean"][k], fmt), cell(r[k], fmt)] for name, k, fmt in keys]
+    print(text_table(rows, [f"{r['ensemble']}, {r['samples']} samples each", "members (mean)", "ensemble"]),
+          flush=True)
+    for m in r["member_scores"]:
+        print(f"  {m['run']}: " + ", ".join(f"{name} {cell(m[k], fmt)}" for name, k, fmt in keys), flush=True)
+    print(f"wrote {Path(args.out) / 'eval.json'}")
     return 0
 
 

@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 
@@ -216,6 +218,26 @@ def add_which(p: Any, default: str, help: str) -> None:
 
 def add_data_dir(p: Any, help: str = "data folder (else $BBB_DATA, else ~/.cache/bbb)") -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR", help=help)
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str) -> Iterator[None]:
+    """The library's UserWarnings raised inside as one line each on stderr,
+    ``bbb COMMAND: warning: ...`` (after the block), not Python's two-line format."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as recorded:
+            warnings.simplefilter("always", UserWarning)
+            try:
+                yield
+            finally:
+                caught = list(recorded)
+    finally:  # outside the recording: the others go on as they came
+        for w in caught:
+            if issubclass(w.category, UserWarning):
+                print(f"bbb {command}: warning: {w.message}", file=sys.stderr)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def add_run_dir_arguments(p: Any, what: str, which: str, which_help: str) -> None:

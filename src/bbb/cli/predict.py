@@ -22,6 +22,11 @@ regression's predictions has an RMSE below the noise). ``--target-error E`` keep
 largest share whose error among the kept is at most E, with a warning where no share reaches
 it. The threshold, the validation coverage it keeps and the error among the kept are printed.
 
+Several run directories predict as their ensemble (:func:`bbb.runs.load_ensemble`: runs of the
+same data and split, e.g. other ``--seed`` values; the mean of their predictives, each member's k
+samples; the mutual information holds the members' disagreement too; the referral threshold is
+chosen on the ensemble's scores of the shared validation split).
+
 ``--out FILE`` refuses an existing file unless ``--overwrite`` is given, and never replaces the
 input, the run's data file or a file of the run directory; it is written atomically.
 """
@@ -35,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .common import add_device, add_quiet, add_seed, add_threads, add_which, shared_help
+from .common import add_device, add_quiet, add_seed, add_threads, add_which, one_line_warnings, shared_help
 
 EXAMPLE = ("bbb predict runs/price new_rows.csv --out predictions.csv --samples 20\n"
+           "  bbb predict runs/price-s0 runs/price-s1 runs/price-s2 new_rows.csv   # an ensemble of 3 runs\n"
            "  bbb predict runs/price new_rows.csv --id customer_id --coverage 0.9\n"
            "  bbb predict runs/bbb400 my_digits/ --target-error 0.01     # a folder of 28x28 PNGs")
 
@@ -57,7 +63,9 @@ def add_moved_data(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by bbb train")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
+                   help="a directory written by bbb train; several: their ensemble, the mean of their predictives "
+                        "(runs of the same data and split, e.g. other --seed values)")
     p.add_argument("input", metavar="INPUT", help="a CSV file, a .npy/.npz array or a folder of PNG/JPEG images")
     p.add_argument("--out", metavar="FILE.csv", default=None,
                    help="output file: the predictions as CSV (default: print them); an existing file is refused "
@@ -182,8 +190,8 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_out(out: Path, overwrite: bool, input_path: Path, run_dir: Path, data_file: str | None) -> None:
-    """Refuse an ``--out`` that would lose a file: the input, the run's data file or a file of the
+def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path], data_file: str | None) -> None:
+    """Refuse an ``--out`` that would lose a file: the input, the run's data file or a file of a
     run directory (even with ``--overwrite``), a folder, or any existing file without
     ``--overwrite``. Checked before anything is computed."""
     if out.is_dir():
@@ -193,8 +201,9 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dir: Path, data_
                         "the input)")
     if data_file is not None and _same(out, Path(data_file)):
         raise UserError(f"--out {out} is the file the run was trained on; give another file")
-    if out.exists() and run_dir.resolve() in out.resolve().parents:
-        raise UserError(f"--out {out} is a file of the run directory {run_dir}; give a file outside it")
+    for run_dir in run_dirs:
+        if out.exists() and run_dir.resolve() in out.resolve().parents:
+            raise UserError(f"--out {out} is a file of the run directory {run_dir}; give a file outside it")
     if out.exists() and not overwrite:
         raise UserError(f"--out {out} exists; give --overwrite to replace it, or another file")
 
@@ -203,7 +212,7 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
-def _referral_text(referral: Any, task: str, n_ref: int, n: int) -> str:
+def _referral_text(referral: Any, task: str, n_ref: int, n: int, whose: str = "the run's") -> str:
     unit = "RMSE" if task == "regression" else "error"
     rule = (f"{referral.score} above {referral.threshold:.4g}" if math.isfinite(referral.threshold)
             else "the threshold keeps none")
@@ -214,7 +223,7 @@ def _referral_text(referral: Any, task: str, n_ref: int, n: int) -> str:
         how = f"for {unit} <= {referral.target_error:.4g} among the kept (--target-error)"
     kept = (f"it keeps {100 * referral.coverage:.1f}% of them with {unit} {referral.kept_error:.4g}"
             if referral.coverage > 0 else "it keeps none")
-    text = (f"bbb predict: refer {n_ref} of {n} inputs ({rule}); chosen on the run's {referral.n} validation inputs "
+    text = (f"bbb predict: refer {n_ref} of {n} inputs ({rule}); chosen on {whose} {referral.n} validation inputs "
             f"{how}: {kept} (all of them: {unit} {referral.full_error:.4g})")
     if referral.coverage == 0:
         text += (f"\nbbb predict: warning: no share of the validation predictions reaches {unit} <= "
@@ -228,6 +237,7 @@ def main(args: argparse.Namespace) -> int:
 
     from ..devices import resolve_device
     from ..io import atomic_write_text, csv_text
+    from ..runs.ensemble import load_ensemble
     from ..runs.model import point_data
     from ..runs.trained import load_model, refer_threshold, uncertainty_scores
 
@@ -242,12 +252,15 @@ def main(args: argparse.Namespace) -> int:
                                  ("--data-dir", args.data_dir), ("--csv/--npz", args.data_file)) if v is not None]
         if unused:
             raise UserError(f"{unused[0]} serves the refer column, which --no-refer leaves out: give one of the two")
-    model = load_model(args.run_dir, args.which, resolve_device(args.device))
+    device = resolve_device(args.device)
+    with one_line_warnings("predict"):
+        model = (load_model(args.run_dirs[0], args.which, device) if len(args.run_dirs) == 1
+                 else load_ensemble(args.run_dirs, args.which, device))
     if not args.no_refer:  # a --data-dir or --csv/--npz that does not fit the run: refused before any work
         point_data(model.config, args.data_dir, args.data_file)
     out = Path(args.out) if args.out else None
     if out is not None:
-        check_out(out, args.overwrite, Path(args.input), Path(args.run_dir), model.config.data_file)
+        check_out(out, args.overwrite, Path(args.input), [Path(d) for d in args.run_dirs], model.config.data_file)
     got = _read_input(model, Path(args.input), args.id_column, args.unseen, not args.no_refer)
     with torch.no_grad():
         s = uncertainty_scores(model, model.sample_outputs(got.x, args.samples, args.seed))
@@ -303,7 +316,8 @@ def main(args: argparse.Namespace) -> int:
     for note in got.notes:
         print(note, file=sys.stderr)
     if referral is not None:
-        print(_referral_text(referral, model.task, sum(r["refer"] == "true" for r in rows), len(rows)),
+        whose = "the run's" if len(args.run_dirs) == 1 else f"the {len(args.run_dirs)} runs' shared"
+        print(_referral_text(referral, model.task, sum(r["refer"] == "true" for r in rows), len(rows), whose),
               file=sys.stderr)
     if out is not None and not args.quiet:
         print(f"wrote {out} ({len(rows)} rows)", file=sys.stderr)

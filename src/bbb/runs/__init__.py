@@ -38,6 +38,7 @@ from .config import (
     RESUME_MUTABLE,
     TrainConfig,
 )
+from .ensemble import TrainedEnsemble, evaluate_ensemble, load_ensemble
 from .evaluation import (
     EVAL_CHUNK,
     classifier_metrics,
@@ -70,6 +71,7 @@ __all__ = [
     "TensorBoardLogger",
     "TrainConfig",
     "TrainLogger",
+    "TrainedEnsemble",
     "TrainedModel",
     "batch_objective",
     "build_model",
@@ -77,12 +79,14 @@ __all__ = [
     "committed_checkpoint",
     "classifier_metrics",
     "error_count",
+    "evaluate_ensemble",
     "evaluate_run",
     "infer_method",
     "job_state",
     "kl_weight_table",
     "load_checkpoint",
     "load_data",
+    "load_ensemble",
     "load_model",
     "load_run",
     "lock_run_dir",

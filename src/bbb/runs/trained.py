@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,7 +48,11 @@ from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig
 from .evaluation import mc_outputs
 
-__all__ = ["EncodedInputs", "Referral", "TrainedModel", "load_model", "refer_threshold", "uncertainty_scores"]
+if TYPE_CHECKING:
+    from .ensemble import TrainedEnsemble
+
+__all__ = ["EncodedInputs", "Referral", "TrainedModel", "load_model", "refer_threshold", "split_outputs",
+           "uncertainty_scores"]
 
 T = torch.Tensor
 #: what keeps the mark of :class:`EncodedInputs`: moves, copies, dtype changes, reshapes, indexing,
@@ -289,7 +293,7 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     return model.to(device).eval()
 
 
-def uncertainty_scores(model: TrainedModel, outputs: Tensor) -> dict[str, Tensor]:
+def uncertainty_scores(model: TrainedModel | TrainedEnsemble, outputs: Tensor) -> dict[str, Tensor]:
     """Per input, from k sampled outputs (k, N, C): a classifier's ``probs`` (N, C), ``prediction``
     (class index), ``entropy`` (predictive, nats) and ``mutual_information``; a regressor's
     :meth:`TrainedModel.regression`, with ``prediction`` its mean. ``score``: what a referral ranks
@@ -326,8 +330,25 @@ class Referral:
     target_coverage: float | None = None
 
 
-def refer_threshold(model: TrainedModel, target_error: float | None = None, samples: int = 10, seed: int = 0,
-                    data_dir: str | None = None, *, coverage: float | None = None,
+def split_outputs(model: TrainedModel | TrainedEnsemble, split: str, samples: int = 10, seed: int | None = 0,
+                  data_dir: str | None = None, data_file: str | None = None) -> tuple[Tensor, Tensor]:
+    """The k sampled outputs of ``model`` (a run, or an ensemble of runs of one split) on its own
+    ``split`` ("val" or "test"; loaded again, the file's MD5 checked; ``data_file``: the run's
+    moved file, ``data_dir``: an MNIST-like run's folder), and the split's targets (encoded, as
+    the split holds them)."""
+    if split not in ("val", "test"):
+        raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+    cfg = runmodel.point_data(model.config, data_dir, data_file)
+    data, _ = runmodel.load_split(cfg, model.preprocess.to_dict() if model.preprocess.kind != "image" else None)
+    x, y = data[f"{split}_x"], data[f"{split}_y"]
+    if x.shape[0] == 0:
+        return torch.empty(0), y
+    # the split's inputs are encoded already: marked, so they are not encoded again
+    return model.sample_outputs(_mark(x.to(model.device()), model.fingerprint), samples, seed), y
+
+
+def refer_threshold(model: TrainedModel | TrainedEnsemble, target_error: float | None = None, samples: int = 10,
+                    seed: int = 0, data_dir: str | None = None, *, coverage: float | None = None,
                     data_file: str | None = None) -> Referral:
     """Choose the referral threshold on the run's validation split (loaded again, its file's MD5
     checked; ``data_file``: the run's moved file, ``data_dir``: an MNIST-like run's folder):
@@ -342,15 +363,11 @@ def refer_threshold(model: TrainedModel, target_error: float | None = None, samp
         coverage = U.selective.DEFAULT_COVERAGE
     if coverage is not None and not (isinstance(coverage, (int, float)) and 0 < coverage <= 1):
         raise UserError(f"--coverage must be a share in (0, 1], e.g. 0.8, got {coverage}")
-    cfg = runmodel.point_data(model.config, data_dir, data_file)
-    data, _ = runmodel.load_split(cfg, model.preprocess.to_dict() if model.preprocess.kind != "image" else None)
-    x, y = data["val_x"], data["val_y"]
-    if x.shape[0] == 0:
+    outputs, y = split_outputs(model, "val", samples, seed, data_dir, data_file)
+    if y.shape[0] == 0:
         raise UserError(f"{model.run_dir} has no validation set to choose the referral threshold on "
                         "(trained with --val-size 0 or --val-fraction 0)")
-    # the split's inputs are encoded already: marked, so they are not encoded again
-    s = uncertainty_scores(model, model.sample_outputs(_mark(x.to(model.device()), model.fingerprint),
-                                                       samples, seed))
+    s = uncertainty_scores(model, outputs)
     if model.task == "regression":
         y_units = model.preprocess.target_values(y.double().cpu()) if model.preprocess.y is not None else y.double()
         errors = (s["mean"].cpu() - y_units) ** 2
@@ -372,5 +389,5 @@ def refer_threshold(model: TrainedModel, target_error: float | None = None, samp
     return Referral(threshold=t, target_error=None if target_error is None else float(target_error), default=default,
                     full_error=full, coverage=float(kept.double().mean()),
                     kept_error=math.sqrt(kept_err) if model.task == "regression" else kept_err,
-                    n=int(x.shape[0]), score="sd" if model.task == "regression" else "entropy",
+                    n=int(y.shape[0]), score="sd" if model.task == "regression" else "entropy",
                     target_coverage=None if coverage is None else float(coverage))

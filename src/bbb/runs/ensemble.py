@@ -1,0 +1,250 @@
+"""Several trained runs of one data split as one model: :func:`load_ensemble` (``bbb.load_ensemble``).
+
+A deep ensemble (Lakshminarayanan et al. 2017), or an ensemble of Bayesian networks: train the
+runs as usual (``bbb train ... --seed 0``, ``--seed 1``, ...; any methods, the same data and
+split), then load them together. The ensemble's predictive is the mean of its members'
+predictives: each member gives its k sampled outputs (a deterministic member its one output,
+repeated k times, so that every member weighs the same) and the ensemble's k x M outputs go
+wherever one run's k go (:func:`bbb.runs.trained.uncertainty_scores`, :meth:`TrainedEnsemble.regression`,
+:func:`bbb.runs.trained.refer_threshold`): the mutual information then holds the members' disagreement
+as well as each posterior's.
+
+::
+
+    ens = bbb.load_ensemble(["runs/s0", "runs/s1", "runs/s2"])
+    x, header, rows = ens.encode_csv("new_rows.csv")
+    scores = bbb.runs.trained.uncertainty_scores(ens, ens.sample_outputs(x, 10))
+
+``bbb predict RUN RUN ... INPUT`` and ``bbb evaluate RUN RUN ... --out DIR`` are this on the
+command line; :func:`evaluate_ensemble` writes the ensemble's test scores beside its members'.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .. import uncertainty as U
+from ..data.files import Preprocess
+from ..elbo import HeteroscedasticGaussian
+from ..errors import UserError, check_int
+from ..io import atomic_write_json
+from .config import TrainConfig
+from .evaluation import selective_prediction
+from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
+
+__all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "evaluate_ensemble", "load_ensemble"]
+
+#: the settings that make a run's training / validation / test split: an ensemble's members share them
+SPLIT_FIELDS = ("dataset", "data_file", "val_size", "val_fraction", "test_fraction", "split_seed", "train_size",
+                "ignore_columns", "target")
+
+
+class TrainedEnsemble(nn.Module):
+    """Trained runs of one data split as one model that takes raw inputs (see the module's
+    notes): the interface of :class:`bbb.runs.TrainedModel` that prediction uses (``encode``,
+    ``encode_csv``, ``sample_outputs``, ``regression``, ``task``, ``classes``, ``preprocess``),
+    with ``members`` (the runs' :class:`TrainedModel`) and ``config`` (the first member's, whose
+    split every member shares)."""
+
+    def __init__(self, members: list[TrainedModel]) -> None:
+        super().__init__()
+        if len(members) < 2:
+            raise UserError(f"an ensemble needs at least 2 runs, got {len(members)}")
+        self.members = nn.ModuleList(members)
+        first = members[0]
+        self.config: TrainConfig = first.config
+        self.preprocess: Preprocess = first.preprocess
+        self.task: str = first.task
+        self.fingerprint: str = first.fingerprint
+        self.run_dir = first.run_dir
+        self.num_outputs = first.num_outputs
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [m.run_dir for m in self._members()]
+
+    def _members(self) -> list[TrainedModel]:
+        return [m for m in self.members if isinstance(m, TrainedModel)]
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self._members()[0].classes
+
+    @property
+    def methods(self) -> list[str]:
+        return [m.config.method for m in self._members()]
+
+    def describe(self) -> str:
+        """E.g. 'ensemble of 3 runs (bbb x 3)'."""
+        counts: dict[str, int] = {}
+        for method in self.methods:
+            counts[method] = counts.get(method, 0) + 1
+        return f"ensemble of {len(self.members)} runs ({', '.join(f'{k} x {v}' for k, v in counts.items())})"
+
+    def device(self) -> torch.device:
+        return self._members()[0].device()
+
+    def encode(self, x: Any) -> EncodedInputs:
+        """As :meth:`TrainedModel.encode`: every member has the same preprocessing."""
+        return self._members()[0].encode(x)
+
+    def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None
+                   ) -> tuple[EncodedInputs, list[str], list[list[str]]]:
+        """As :meth:`TrainedModel.encode_csv`."""
+        return self._members()[0].encode_csv(path, unseen)
+
+    def forward(self, x: Any) -> Tensor:
+        raise UserError("an ensemble has no single output: use sample_outputs(x, k), whose k x M outputs "
+                        "bbb.runs.trained.uncertainty_scores reads")
+
+    def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0) -> Tensor:
+        """(k x M, N, C) outputs: each of the M members' k sampled outputs (member i draws with
+        ``seed + i``; a deterministic member's one output repeated k times), member by member."""
+        num_samples = check_int("num_samples", num_samples)
+        x = self.encode(inputs)
+        parts = []
+        for i, m in enumerate(self._members()):
+            out = m.sample_outputs(x, num_samples, None if seed is None else seed + i)
+            if out.shape[0] != num_samples:  # one network (sgd): as many copies as the others' samples
+                out = out.expand(num_samples, *out.shape[1:])
+            parts.append(out)
+        return torch.cat(parts, 0)
+
+    def regression(self, outputs: Tensor, level: float = 0.95) -> dict[str, Tensor]:
+        """As :meth:`TrainedModel.regression`, over the members' outputs together."""
+        return self._members()[0].regression(outputs, level)
+
+
+def _weights_digest(model: TrainedModel) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.network.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def load_ensemble(run_dirs: list[str | Path], which: str = "best", device: str | torch.device = "cpu"
+                  ) -> TrainedEnsemble:
+    """The runs of ``run_dirs`` (at least 2, distinct; each its ``which`` checkpoint) as one
+    :class:`TrainedEnsemble` on ``device``, in eval mode. The runs must share their task, classes,
+    preprocessing and split (:data:`SPLIT_FIELDS`): else a one-line error that names the
+    setting, since a member's validation or test inputs would be another's training inputs. Two
+    members with the same weights (the same seed twice, or a copied directory) are a warning:
+    the ensemble then counts one network twice."""
+    dirs = [Path(d) for d in run_dirs]
+    if len(dirs) < 2:
+        raise UserError(f"an ensemble needs at least 2 run directories, got {len(dirs)}")
+    seen: dict[Path, Path] = {}
+    for d in dirs:
+        key = d.resolve()
+        if key in seen:
+            raise UserError(f"{d} is given twice (as {seen[key]}): an ensemble's members are distinct runs")
+        seen[key] = d
+    members = [load_model(d, which, device) for d in dirs]
+    first = members[0]
+    for m in members[1:]:
+        if m.task != first.task:
+            raise UserError(f"{m.run_dir} is a {m.task} run and {first.run_dir} a {first.task} run: an ensemble's "
+                            "members have one task")
+        for field in SPLIT_FIELDS:
+            a, b = getattr(first.config, field, None), getattr(m.config, field, None)
+            if a != b:
+                raise UserError(f"{m.run_dir} was trained with {field} {b!r} and {first.run_dir} with {a!r}: an "
+                                "ensemble's members share their data and split (train them with the same data "
+                                "options, another --seed)")
+        if m.classes != first.classes or m.num_outputs != first.num_outputs:
+            raise UserError(f"{m.run_dir} predicts the classes {m.classes} and {first.run_dir} {first.classes}: an "
+                            "ensemble's members have the same outputs")
+        if m.fingerprint != first.fingerprint:
+            raise UserError(f"{m.run_dir} encodes its inputs otherwise than {first.run_dir} (another data file, "
+                            "columns or scaling): an ensemble's members share their data and split")
+    digests: dict[str, Path] = {}
+    for m in members:
+        dig = _weights_digest(m)
+        if dig in digests:
+            warnings.warn(f"{m.run_dir} and {digests[dig]} hold the same network (the same --seed, or a copy): the "
+                          "ensemble counts it twice", UserWarning, stacklevel=2)
+        digests.setdefault(dig, m.run_dir)
+    return TrainedEnsemble(members).to(device).eval()
+
+
+def _classifier_scores(logits: Tensor, y: Tensor) -> dict[str, float]:
+    probs = U.predictive_probs(logits.double()).float()
+    y = y.to(probs.device)
+    return {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
+            "ece": U.expected_calibration_error(probs, y), "brier": U.brier_score(probs, y)}
+
+
+def _regression_scores(ens: TrainedEnsemble, outputs: Tensor, y: Tensor) -> dict[str, float]:
+    means, sigmas = HeteroscedasticGaussian().split(outputs.double())
+    target = ens.preprocess.y
+    shift, scale = (0.0, 1.0) if target is None else (float(target.mean), float(target.std))
+    res = U.regression_metrics(means, sigmas, y.to(means.device).double(), shift=shift, scale=scale)
+    return {"test_rmse_mc": float(res["rmse"]), "log_likelihood": float(res["log_likelihood"]),
+            "nll": float(res["nll"]), "coverage_95": float(res["coverage_95"])}
+
+
+def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int = 10, which: str = "best",
+                      device: str | torch.device = "cpu", data_dir: str | None = None,
+                      data_file: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """The test scores of the ensemble of ``run_dirs`` (:func:`load_ensemble`) beside each
+    member's, written atomically to ``out/eval.json``: a classifier's error, NLL, ECE and Brier of
+    the predictive (each member's ``samples``-sample predictive, and their mean) and selective
+    prediction by entropy and mutual information; a regressor's RMSE, log-likelihood, NLL and 95%
+    interval coverage in the target's units. ``out`` is a folder of its own: a member's directory
+    is refused (its eval.json is the member's), and so is an ``out/eval.json`` of other members."""
+    samples = check_int("--samples", samples)
+    out = Path(out)
+    ens = load_ensemble(run_dirs, which, device)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder for the ensemble's eval.json")
+    for d in ens.run_dirs:
+        if out.resolve() == d.resolve():
+            raise UserError(f"--out {out} is the member {d}: give the ensemble a folder of its own")
+    names = [str(d) for d in ens.run_dirs]
+    path = out / "eval.json"
+    if path.exists():
+        try:
+            before = json.loads(path.read_text())
+        except Exception:  # noqa: BLE001 - not ours: refuse below
+            before = {}
+        if not isinstance(before, dict) or before.get("members") != names:
+            raise UserError(f"{path} exists and is not this ensemble's evaluation: give another --out folder")
+    with torch.no_grad():
+        outputs, y = split_outputs(ens, "test", samples, seed, data_dir, data_file)
+    if y.shape[0] == 0:
+        raise UserError(f"{ens.run_dir} has no test set to evaluate the ensemble on")
+    k = samples
+    per_member = [outputs[i * k:(i + 1) * k] for i in range(len(names))]
+    if ens.task == "regression":
+        scores: dict[str, Any] = dict(_regression_scores(ens, outputs, y))
+        members = [_regression_scores(ens, o, y) for o in per_member]
+        keys = ("test_rmse_mc", "log_likelihood", "nll", "coverage_95")
+    else:
+        scores = dict(_classifier_scores(outputs, y))
+        probs = U.predictive_probs(outputs.double()).float()
+        scores["selective"] = selective_prediction(probs, y.to(probs.device), U.mutual_information(outputs.double()))
+        members = [_classifier_scores(o, y) for o in per_member]
+        keys = ("test_error_mc", "nll", "ece", "brier")
+    result: dict[str, Any] = {
+        "run": str(out), "method": "ensemble", "ensemble": ens.describe(), "members": names,
+        "member_methods": ens.methods, "checkpoint": which, "dataset": ens.config.dataset, "task": ens.task,
+        "samples": samples, "n": int(y.shape[0]), **scores,
+        "member_scores": [{"run": n, **m} for n, m in zip(names, members)],
+        "member_mean": {key: float(sum(m[key] for m in members) / len(members)) for key in keys},
+    }
+    bad = [key for key in keys if not math.isfinite(float(result[key]))]
+    if bad:
+        warnings.warn(f"the ensemble's {bad[0]} is not finite", UserWarning, stacklevel=2)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, result)
+    return result

@@ -1,0 +1,212 @@
+"""Several runs of one data split as one model: ``bbb.load_ensemble`` (the mean of the members'
+predictives, every member weighing the same), ``bbb predict RUN RUN ... INPUT`` and ``bbb evaluate
+RUN RUN ... --out DIR``; runs that do not share their data and split are refused, a network counted
+twice is a warning, and no member's files are overwritten."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bbb
+from bbb.cli import main
+from bbb.runs.trained import refer_threshold, split_outputs, uncertainty_scores
+from bbb.uncertainty import threshold_for_coverage
+from testkit import read_csv, run_main
+
+TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
+
+
+def one_line_error(rc: int, err: str, *words: str) -> None:
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, err)
+
+
+def table(path: Path, n: int = 240, regression: bool = False) -> Path:
+    rng = np.random.default_rng(1)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "colour", "y"])
+        for i in range(n):
+            x1, x2 = rng.normal(), rng.normal()
+            y = f"{x1 - x2 + 0.3 * rng.normal():.4f}" if regression else ("a" if x1 + 0.5 * rng.normal() > 0 else "b")
+            w.writerow([f"{x1:.5f}", f"{x2:.5f}", ["red", "blue"][i % 2], y])
+    return path
+
+
+def new_rows(path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "x1", "x2", "colour"])
+        for i in range(6):
+            w.writerow([f"r{i}", f"{0.4 * i - 1:.2f}", "0.3", ["red", "blue"][i % 2]])
+    return path
+
+
+def train_runs(capsys, tmp_path: Path, data: Path, task: str, methods: tuple[str, ...], *extra: str) -> list[Path]:
+    runs = []
+    for seed, method in enumerate(methods):
+        out = tmp_path / f"{task}-{method}-{seed}"
+        rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "y", "--task", task, "--method",
+                              method, "--epochs", "2", "--seed", str(seed), "--out", str(out), *TINY, *extra)
+        assert rc == 0, err
+        runs.append(out)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def classifiers(tmp_path_factory) -> tuple[Path, list[Path]]:
+    tmp = tmp_path_factory.mktemp("ens")
+    data = table(tmp / "t.csv")
+    runs = []
+    for seed, method in enumerate(("bbb", "bbb", "sgd")):
+        out = tmp / f"c-{method}-{seed}"
+        rc = main(["train", "--csv", str(data), "--target", "y", "--task", "classification", "--method", method,
+                   "--epochs", "2", "--seed", str(seed), "--out", str(out), *TINY])
+        assert rc == 0
+        runs.append(out)
+    return data, runs
+
+
+def test_the_ensemble_predictive_is_the_mean_of_the_members_predictives(classifiers):
+    data, runs = classifiers
+    ens = bbb.load_ensemble(runs)
+    assert ens.task == "classification" and ens.methods == ["bbb", "bbb", "sgd"]
+    x, _, _ = ens.encode_csv(new_rows(data.parent / "new.csv"))
+    out = ens.sample_outputs(x, 4, seed=7)
+    assert out.shape == (12, 6, 2)
+    members = [bbb.load_model(r) for r in runs]
+    probs = []
+    for i, m in enumerate(members):
+        o = m.sample_outputs(x, 4, 7 + i)
+        probs.append(torch.softmax(o.double(), -1).mean(0))
+        if m.config.method == "sgd":  # one network: its output as many times as the others' samples
+            assert o.shape[0] == 1 and torch.equal(out[8:], o.expand(4, -1, -1))
+        else:
+            assert torch.equal(out[4 * i:4 * (i + 1)], o)
+    assert not torch.equal(out[0:4], out[4:8])  # two members, two networks
+    s = uncertainty_scores(ens, out)
+    torch.testing.assert_close(s["probs"], torch.stack(probs).mean(0))
+    assert bool((s["mutual_information"] >= -1e-9).all())
+
+
+def test_the_referral_threshold_is_chosen_on_the_ensembles_scores(classifiers):
+    _, runs = classifiers
+    ens = bbb.load_ensemble(runs)
+    outputs, y = split_outputs(ens, "val", 5, 0)
+    assert outputs.shape[0] == 15 and outputs.shape[1] == y.shape[0] > 0
+    want = threshold_for_coverage(uncertainty_scores(ens, outputs)["entropy"].cpu(), 0.8)
+    got = refer_threshold(ens, samples=5, seed=0)
+    assert got.threshold == pytest.approx(want)
+    assert got.threshold != pytest.approx(refer_threshold(bbb.load_model(runs[0]), samples=5, seed=0).threshold)
+
+
+def test_runs_of_another_split_or_data_are_refused(capsys, classifiers, tmp_path):
+    data, runs = classifiers
+    other = tmp_path / "other-split"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "y", "--task", "classification",
+                          "--epochs", "1", "--val-fraction", "0.2", "--out", str(other), *TINY)
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "predict", str(runs[0]), str(other), str(new_rows(tmp_path / "n.csv")))
+    one_line_error(rc, err, "val_fraction", "share their data and split")
+    moved = table(tmp_path / "t2.csv", n=200)
+    elsewhere = tmp_path / "other-data"
+    rc, _, err = run_main(capsys, "train", "--csv", str(moved), "--target", "y", "--task", "classification",
+                          "--epochs", "1", "--out", str(elsewhere), *TINY)
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "evaluate", str(runs[0]), str(elsewhere), "--out", str(tmp_path / "e"))
+    one_line_error(rc, err, "data_file")
+    rc, _, err = run_main(capsys, "predict", str(runs[0]), str(runs[0]), str(tmp_path / "n.csv"))
+    one_line_error(rc, err, "given twice")
+    with pytest.raises(bbb.UserError, match="at least 2"):
+        bbb.load_ensemble(runs[:1])
+
+
+def test_the_same_network_twice_is_a_warning(capsys, classifiers, tmp_path):
+    _, runs = classifiers
+    copy = tmp_path / "copy"
+    shutil.copytree(runs[0], copy)
+    with pytest.warns(UserWarning, match="same network"):
+        bbb.load_ensemble([runs[0], copy])
+    rc, _, err = run_main(capsys, "predict", str(runs[0]), str(copy), str(new_rows(tmp_path / "n.csv")), "--no-refer")
+    assert rc == 0, err
+    assert err.strip() == (f"bbb predict: warning: {copy} and {runs[0]} hold the same network (the same --seed, or a "
+                           "copy): the ensemble counts it twice")
+
+
+def test_bbb_predict_with_several_runs(capsys, classifiers, tmp_path):
+    data, runs = classifiers
+    new = new_rows(tmp_path / "new.csv")
+    out = tmp_path / "p.csv"
+    rc, _, err = run_main(capsys, "predict", *map(str, runs), str(new), "--out", str(out), "--id", "id",
+                          "--samples", "4", "--seed", "7")
+    assert rc == 0, err
+    assert "the 3 runs' shared" in err and "validation inputs" in err
+    rows = read_csv(out)
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(6)]
+    ens = bbb.load_ensemble(runs)
+    x, _, _ = ens.encode_csv(new)
+    s = uncertainty_scores(ens, ens.sample_outputs(x, 4, 7))
+    for i, r in enumerate(rows):
+        assert float(r["p_a"]) == pytest.approx(float(s["probs"][i, 0]), rel=1e-5)
+        assert r["refer"] in ("true", "false")
+    before = {p: p.read_bytes() for r in runs for p in r.iterdir() if p.is_file()}
+    rc, _, err = run_main(capsys, "predict", *map(str, runs), str(new), "--out", str(runs[1] / "config.json"),
+                          "--overwrite")
+    one_line_error(rc, err, "a file of the run directory")
+    assert all(p.read_bytes() == b for p, b in before.items())
+
+
+def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
+    _, runs = classifiers
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs))
+    one_line_error(rc, err, "--out DIR")
+    rc, _, err = run_main(capsys, "evaluate", str(runs[0]), "--out", str(tmp_path / "x"))
+    one_line_error(rc, err, "leave --out out")
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs), "--out", str(runs[2]))
+    one_line_error(rc, err, "a folder of its own")
+    out = tmp_path / "ens"
+    rc, so, err = run_main(capsys, "evaluate", *map(str, runs), "--out", str(out), "--samples", "5")
+    assert rc == 0, err
+    assert "members (mean)" in so and "ensemble" in so
+    r = json.loads((out / "eval.json").read_text())
+    assert r["members"] == [str(d) for d in runs] and r["member_methods"] == ["bbb", "bbb", "sgd"]
+    ens = bbb.load_ensemble(runs)
+    outputs, y = split_outputs(ens, "test", 5, 0)
+    probs = torch.softmax(outputs.double(), -1).mean(0)
+    nll = float(-torch.log(probs[torch.arange(len(y)), y.long()]).mean())
+    assert r["nll"] == pytest.approx(nll, rel=1e-4)
+    assert len(r["member_scores"]) == 3
+    assert r["member_mean"]["nll"] == pytest.approx(sum(m["nll"] for m in r["member_scores"]) / 3)
+    assert set(r["selective"]) >= {"entropy", "mi"}
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(out))  # other members: refused
+    one_line_error(rc, err, "not this ensemble's")
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs), "--out", str(out))  # the same ensemble: again
+    assert rc == 0, err
+
+
+def test_a_regression_ensemble(capsys, tmp_path):
+    data = table(tmp_path / "r.csv", regression=True)
+    runs = train_runs(capsys, tmp_path, data, "regression", ("bbb", "sgd"))
+    ens = bbb.load_ensemble(runs)
+    x, _, _ = ens.encode_csv(new_rows(tmp_path / "new.csv"))
+    out = ens.sample_outputs(x, 3, 0)
+    pred = ens.regression(out)
+    means = [bbb.load_model(r).regression(o)["mean"] for r, o in zip(runs, (out[:3], out[3:]))]
+    torch.testing.assert_close(pred["mean"], (means[0] + means[1]) / 2)
+    rc, so, err = run_main(capsys, "evaluate", *map(str, runs), "--out", str(tmp_path / "ens"))
+    assert rc == 0, err
+    r = json.loads((tmp_path / "ens" / "eval.json").read_text())
+    assert r["task"] == "regression" and r["test_rmse_mc"] > 0 and 0 <= r["coverage_95"] <= 1
+    assert "test RMSE" in so
+    rc, so, err = run_main(capsys, "predict", *map(str, runs), str(tmp_path / "new.csv"), "--no-refer")
+    assert rc == 0, err and "sd" in so.splitlines()[0]

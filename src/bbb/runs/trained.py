@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -48,10 +48,7 @@ from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig
 from .evaluation import mc_outputs
 
-if TYPE_CHECKING:
-    from .ensemble import TrainedEnsemble
-
-__all__ = ["EncodedInputs", "Referral", "TrainedModel", "load_model", "refer_threshold", "split_outputs",
+__all__ = ["EncodedInputs", "Predictor", "Referral", "TrainedModel", "load_model", "refer_threshold", "split_outputs",
            "uncertainty_scores"]
 
 T = torch.Tensor
@@ -126,6 +123,23 @@ def _mark(x: Tensor, run: str) -> EncodedInputs:
 def _fingerprint(pre: Preprocess) -> str:
     text = json.dumps(pre.to_dict(), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Predictor(Protocol):
+    """What prediction reads of a loaded model: one run (:class:`TrainedModel`) or several
+    (:class:`bbb.runs.ensemble.TrainedEnsemble`)."""
+
+    config: TrainConfig
+    preprocess: Preprocess
+    task: str
+    fingerprint: str
+    run_dir: Path
+
+    def device(self) -> torch.device: ...
+
+    def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0) -> Tensor: ...
+
+    def regression(self, outputs: Tensor, level: float = 0.95) -> dict[str, Tensor]: ...
 
 
 class TrainedModel(nn.Module):
@@ -293,7 +307,7 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     return model.to(device).eval()
 
 
-def uncertainty_scores(model: TrainedModel | TrainedEnsemble, outputs: Tensor) -> dict[str, Tensor]:
+def uncertainty_scores(model: Predictor, outputs: Tensor) -> dict[str, Tensor]:
     """Per input, from k sampled outputs (k, N, C): a classifier's ``probs`` (N, C), ``prediction``
     (class index), ``entropy`` (predictive, nats) and ``mutual_information``; a regressor's
     :meth:`TrainedModel.regression`, with ``prediction`` its mean. ``score``: what a referral ranks
@@ -330,7 +344,7 @@ class Referral:
     target_coverage: float | None = None
 
 
-def split_outputs(model: TrainedModel | TrainedEnsemble, split: str, samples: int = 10, seed: int | None = 0,
+def split_outputs(model: Predictor, split: str, samples: int = 10, seed: int | None = 0,
                   data_dir: str | None = None, data_file: str | None = None) -> tuple[Tensor, Tensor]:
     """The k sampled outputs of ``model`` (a run, or an ensemble of runs of one split) on its own
     ``split`` ("val" or "test"; loaded again, the file's MD5 checked; ``data_file``: the run's
@@ -347,7 +361,7 @@ def split_outputs(model: TrainedModel | TrainedEnsemble, split: str, samples: in
     return model.sample_outputs(_mark(x.to(model.device()), model.fingerprint), samples, seed), y
 
 
-def refer_threshold(model: TrainedModel | TrainedEnsemble, target_error: float | None = None, samples: int = 10,
+def refer_threshold(model: Predictor, target_error: float | None = None, samples: int = 10,
                     seed: int = 0, data_dir: str | None = None, *, coverage: float | None = None,
                     data_file: str | None = None) -> Referral:
     """Choose the referral threshold on the run's validation split (loaded again, its file's MD5

@@ -1,0 +1,109 @@
+"""Ensembles of runs on your own tables (results/your-data/README.md, "Ensembles of runs"): on each
+table of make_csvs.py, 5 runs of `bbb train` (seeds 0-4, the defaults for a table) with Bayes by
+Backprop and 5 with the deterministic network (`--method sgd`, a deep ensemble), then `bbb
+evaluate RUN x 5 --out DIR`: each ensemble's test scores beside its members'.
+
+Usage, from a folder where make_csvs.py wrote the tables, with the `bbb` command installed:
+
+    BBB_DATA=... python results/your-data/make_csvs.py
+    python results/your-data/ensembles.py --runs runs/ensembles --out results/your-data --workers 2
+
+Finished runs are kept (a killed one resumes: `bbb train --resume`); writes OUT/ensembles.csv
+and OUT/ensembles.md. Nothing is chosen on the test splits: every setting is the table default
+(chosen on other tables' validation splits, docs/your_data.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tqdm import tqdm
+
+#: table -> (CSV file, target, task, extra `bbb train` options)
+TABLES = {
+    "yacht": ("yacht.csv", "resistance", "regression", []),
+    "boston": ("boston.csv", "medv", "regression", []),
+    "concrete": ("concrete.csv", "strength", "regression", []),
+    "energy": ("energy.csv", "heating_load", "regression", []),
+    "wine": ("wine.csv", "quality", "regression", []),
+    "kin8nm": ("kin8nm.csv", "y", "regression", []),
+    "mushroom (100 training rows)": ("mushroom.csv", "edible", "classification", ["--train-size", "100"]),
+}
+METHODS = ("bbb", "sgd")
+SEEDS = (0, 1, 2, 3, 4)
+
+
+def stem(table: str) -> str:
+    return table.split(" ")[0]
+
+
+def train(runs: Path, table: str, method: str, seed: int) -> Path:
+    file, target, task, extra = TABLES[table]
+    out = runs / f"{stem(table)}-{method}-s{seed}"
+    if not (out / "summary.json").exists():
+        cmd = ["bbb", "train", "--csv", file, "--target", target, "--task", task, "--method", method,
+               "--seed", str(seed), "--out", str(out), "--threads", "1", "--quiet", *extra]
+        if (out / "config.json").exists():
+            cmd.append("--resume")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="Example: python results/your-data/ensembles.py --runs runs/ensembles "
+                                       "--out results/your-data --workers 2",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="runs/ensembles", help="folder of the runs (default: runs/ensembles)")
+    p.add_argument("--out", default="runs/ensembles", help="output folder of ensembles.csv and .md")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once (default: 2)")
+    p.add_argument("--samples", type=int, default=10, help="weight samples of each member (default: 10)")
+    args = p.parse_args()
+    runs, out = Path(args.runs), Path(args.out)
+    runs.mkdir(parents=True, exist_ok=True)
+    jobs = [(t, m, s) for t in TABLES for m in METHODS for s in SEEDS]
+    with ThreadPoolExecutor(args.workers) as pool:
+        done = list(tqdm(pool.map(lambda j: train(runs, *j), jobs), total=len(jobs), desc="runs", file=sys.stderr))
+    rows = []
+    for table in TABLES:
+        for method in METHODS:
+            members = [d for d, (t, m, _) in zip(done, jobs) if t == table and m == method]
+            ens = runs / f"{stem(table)}-{method}-ensemble"
+            subprocess.run(["bbb", "evaluate", *map(str, members), "--out", str(ens), "--samples",
+                            str(args.samples), "--threads", "2"], check=True, stdout=subprocess.DEVNULL)
+            r = json.loads((ens / "eval.json").read_text())
+            regression = r["task"] == "regression"
+            keys = ("test_rmse_mc", "log_likelihood") if regression else ("test_error_mc", "nll")
+            scores = [m[k] for m in r["member_scores"] for k in keys[:1]]
+            rows.append({"table": table, "method": method, "members": len(members), "n_test": r["n"],
+                         "score": "RMSE" if regression else "error",
+                         "members_mean": r["member_mean"][keys[0]], "members_best": min(scores),
+                         "members_worst": max(scores), "ensemble": r[keys[0]],
+                         "fit": "log-likelihood" if regression else "NLL",
+                         "members_mean_fit": r["member_mean"][keys[1]], "ensemble_fit": r[keys[1]]})
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "ensembles.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| table (test rows) | method | test RMSE / error: members' mean (best, worst) | ensemble of 5 | "
+             "log-likelihood / NLL: members' mean | ensemble of 5 |", "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        pct = r["score"] == "error"
+        f = (lambda v: f"{100 * v:.2f}%") if pct else (lambda v: f"{v:.3f}")
+        lines.append(f"| {r['table']} ({r['n_test']}) | {r['method']} | {f(r['members_mean'])} "
+                     f"({f(r['members_best'])}, {f(r['members_worst'])}) | {f(r['ensemble'])} | "
+                     f"{r['members_mean_fit']:.3f} | {r['ensemble_fit']:.3f} |")
+    (out / "ensembles.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

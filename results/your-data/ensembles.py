@@ -96,9 +96,9 @@ def main() -> int:
              "log-likelihood / NLL: members' mean | ensemble of 5 |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         pct = r["score"] == "error"
-        f = (lambda v: f"{100 * v:.2f}%") if pct else (lambda v: f"{v:.3f}")
-        lines.append(f"| {r['table']} ({r['n_test']}) | {r['method']} | {f(r['members_mean'])} "
-                     f"({f(r['members_best'])}, {f(r['members_worst'])}) | {f(r['ensemble'])} | "
+        fmt = (lambda v: f"{100 * v:.2f}%") if pct else (lambda v: f"{v:.3f}")
+        lines.append(f"| {r['table']} ({r['n_test']}) | {r['method']} | {fmt(r['members_mean'])} "
+                     f"({fmt(r['members_best'])}, {fmt(r['members_worst'])}) | {fmt(r['ensemble'])} | "
                      f"{r['members_mean_fit']:.3f} | {r['ensemble_fit']:.3f} |")
     (out / "ensembles.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..cli.common import add_out, shared_help
 from ..errors import UserError
-from ..io import atomic_write_text
+from ..io import atomic_write_csv, atomic_write_text
 
 __all__ = ["COLUMNS", "REFERENCES", "add_arguments", "architecture", "collect", "comparison_rows", "main",
            "write_comparison"]
@@ -65,7 +65,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
-    summary.json (the evaluation at the end of ``bbb train``); ood.json is optional."""
+    summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
+    an ensemble's evaluation (``bbb evaluate RUN RUN ... --out DIR``) is a row too: its method the
+    ensemble's description, its training time the members' sum, no mean-weights error."""
     d = Path(run_dir)
     if not d.is_dir():
         raise UserError(f"run directory {d} does not exist")
@@ -84,6 +86,14 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         ev = {"method": summary.get("method"), "dataset": summary.get("dataset"), "test_error": summary["test_error"],
               "test_error_mc": summary["test_error_mc"], "nll": summary["test_nll"], "ece": summary["test_ece"],
               "brier": summary["test_brier"], "samples": summary.get("eval_samples")}
+    members = ev.get("members") if ev.get("method") == "ensemble" else None
+    if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the first member's network, the members' training
+        cfg = _read_json(Path(members[0]) / "config.json") or {}
+        sums = [_read_json(Path(m) / "summary.json") or {} for m in members]
+        seconds = [x.get("seconds") for x in sums]
+        summary = {"hidden": sums[0].get("hidden"), "epochs": sums[0].get("epochs"),
+                   "seconds": sum(seconds) if all(v is not None for v in seconds) else None}
+        ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
 
@@ -105,7 +115,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         "auroc_max_prob": score("max_prob", "auroc"),
         "aupr_entropy": score("entropy", "aupr"),
         "aupr_mi": score("mutual_information", "aupr"),
-        "test_error_mean_weights": 100.0 * ev["test_error"],
+        "test_error_mean_weights": None if ev["test_error"] is None else 100.0 * ev["test_error"],
         "reference_test_error": None,
         "samples": ev.get("samples"),
         "epochs": summary.get("epochs"),
@@ -218,11 +228,8 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
                      command: str | None = None, reference: str | None = None) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [",".join(COLUMNS)]
-    for r in rows:
-        lines.append(",".join(_fmt(r[c], 6) if isinstance(r[c], float) else _fmt(r[c]) for c in COLUMNS))
-    csv_path = out / f"{name}.csv"
-    atomic_write_text(csv_path, "\n".join(lines) + "\n")
+    csv_path = out / f"{name}.csv"  # quoted where a cell holds a comma (a folder's name, an ensemble's methods)
+    atomic_write_csv(csv_path, COLUMNS, rows, value=lambda v: _fmt(v, 6) if isinstance(v, float) else _fmt(v))
 
     shown = ["run", "method", "hidden", "dataset", "test_error", "test_error_mean_weights", "nll", "ece", "brier",
              "auroc_entropy", "auroc_mi", "auroc_max_prob", "samples", "epochs", "seconds"]
@@ -241,8 +248,9 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
         md.append("| " + " | ".join(_md_cell(_fmt(r[c], _DIGITS.get(c, 2))) or "-" for c in shown) + " |")
     oods = sorted({r["ood"] for r in rows if r.get("ood")})
     md += ["", "Test error, NLL, ECE (15 equal-width bins) and Brier are those of the k-sample predictive "
-           "distribution (BBB, IVON: weight samples; dropout: MC dropout; SGD: its softmax, k = 1); "
-           "\"mean weights\" is the posterior-mean (BBB, IVON) or deterministic (dropout off) network."]
+           "distribution (BBB, IVON: weight samples; dropout: MC dropout; SGD: its softmax, k = 1; an ensemble: "
+           "the mean of its members' predictives); \"mean weights\" is the posterior-mean (BBB, IVON) or "
+           "deterministic (dropout off) network."]
     from_summary = [r["run"] for r in rows if r.get("metrics_from") == "summary.json"]
     if from_summary:
         md.append(f"No eval.json in {', '.join(from_summary)}: their metrics are those of the evaluation that ended "

@@ -192,6 +192,15 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
     one_line_error(rc, err, "not this ensemble's")
     rc, _, err = run_main(capsys, "evaluate", *map(str, runs), "--out", str(out))  # the same ensemble: again
     assert rc == 0, err
+    rc, _, err = run_main(capsys, "compare", str(runs[0]), str(out), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    rows = read_csv(tmp_path / "cmp" / "comparison.csv")
+    assert rows[1]["method"] == "ensemble of 3 runs (bbb x 2, sgd x 1)"
+    again = json.loads((out / "eval.json").read_text())
+    assert again["samples"] == 10 and float(rows[1]["nll"]) == pytest.approx(again["nll"], abs=1e-6)
+    assert rows[1]["test_error_mean_weights"] == ""
+    seconds = sum(json.loads((d / "summary.json").read_text())["seconds"] for d in runs)
+    assert float(rows[1]["seconds"]) == pytest.approx(seconds, rel=1e-5)
 
 
 def test_a_regression_ensemble(capsys, tmp_path):
@@ -208,5 +217,7 @@ def test_a_regression_ensemble(capsys, tmp_path):
     r = json.loads((tmp_path / "ens" / "eval.json").read_text())
     assert r["task"] == "regression" and r["test_rmse_mc"] > 0 and 0 <= r["coverage_95"] <= 1
     assert "test RMSE" in so
+    rc, _, err = run_main(capsys, "compare", str(tmp_path / "ens"), "--out", str(tmp_path / "cmp"))
+    one_line_error(rc, err, "regression")
     rc, so, err = run_main(capsys, "predict", *map(str, runs), str(tmp_path / "new.csv"), "--no-refer")
     assert rc == 0, err and "sd" in so.splitlines()[0]

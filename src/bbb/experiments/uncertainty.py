@@ -24,7 +24,15 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dir_arguments, add_seed, shared_help
+from ..cli.common import (
+    add_data_dir,
+    add_device,
+    add_run_dir_arguments,
+    add_seed,
+    add_threads,
+    add_which,
+    shared_help,
+)
 from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
@@ -243,16 +251,59 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 # --------------------------------------------------------------------------------------------
 
 
+def _images_only(run_dir: Any, cfg: Any, data_dir: str | None) -> Any:
+    if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
+        raise UserError(f"bbb ood and bbb uncertain take runs trained on images (MNIST, Fashion-MNIST); {run_dir} "
+                        f"was trained on {cfg.data_file}")
+    return cfg.replace(data_dir=data_dir) if data_dir is not None else cfg
+
+
 def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
     from .. import runs as T
 
     model, cfg = T.load_run(run_dir, which, device=resolve_device(device))
-    if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
-        raise UserError(f"bbb ood and bbb uncertain take runs trained on images (MNIST, Fashion-MNIST); {run_dir} "
-                        f"was trained on {cfg.data_file}")
-    if data_dir is not None:
-        cfg = cfg.replace(data_dir=data_dir)
+    cfg = _images_only(run_dir, cfg, data_dir)
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)
+
+
+def _load_networks(args: argparse.Namespace) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path,
+                                                      str]:
+    """``bbb ood``'s networks: one run's, or an ensemble's members' (several RUN_DIRs, which
+    :func:`bbb.runs.load_ensemble` checks share their data and split), each with its method;
+    the config, the data, the output folder and the label of what was scored."""
+    from .. import runs as T
+    from ..cli.common import one_line_warnings
+
+    if len(args.run_dirs) == 1:
+        if args.out is not None:
+            raise UserError("--out is the folder of an ensemble's ood.json (several RUN_DIRs); one run's ood.json "
+                            "goes into its own directory: leave --out out")
+        model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
+        return [(model, method)], cfg, data, Path(args.run_dirs[0]), method
+    if args.out is None:
+        raise UserError(f"{len(args.run_dirs)} runs are scored as their ensemble: give --out DIR, the folder for its "
+                        "ood.json")
+    with one_line_warnings("ood"):
+        ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder for the ensemble's ood.json")
+    if any(out.resolve() == d.resolve() for d in ens.run_dirs):
+        raise UserError(f"--out {out} is one of the members: give the ensemble a folder of its own")
+    cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
+    nets = [(m.network, T.infer_method(m.network)) for m in ens.member_models()]
+    out.mkdir(parents=True, exist_ok=True)
+    return nets, cfg, T.model.load_data(cfg), out, ens.describe()
+
+
+def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, seed: int, offset: int) -> Tensor:
+    """(k x M, B, C): each network's sampled probabilities (network i draws with seed + 2 i +
+    ``offset``), a one-network member's repeated as often as the others' samples, so that every
+    member weighs the same."""
+    parts = [sample_probs(net, x, method, samples, seed=seed + 2 * i + offset).cpu()
+             for i, (net, method) in enumerate(nets)]
+    k = max(p.shape[0] for p in parts)
+    return torch.cat([p.expand(k, *p.shape[1:]) if p.shape[0] == 1 else p for p in parts], 0)
 
 
 def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
@@ -262,10 +313,21 @@ def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
     return T.model.load_data(cfg.replace(dataset=dataset, val_size=0))
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options ``ood`` and ``uncertain`` share: the run directory, which checkpoint, data,
-    device, threads, seed."""
-    add_run_dir_arguments(p, "a run directory written by `bbb train`", "best", "checkpoint to use")
+def _add_run_options(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """The options ``ood`` and ``uncertain`` share: the run directory (``several``: one or more,
+    an ensemble, with ``--out``), which checkpoint, data, device, threads, seed."""
+    if several:
+        p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
+                       help="a run directory written by `bbb train`; several: their ensemble (needs --out)")
+        p.add_argument("--out", metavar="DIR", default=None,
+                       help="output folder of an ensemble's ood.json and ood.png, with several RUN_DIRs (required "
+                            "then; not a member's directory)")
+        add_which(p, "best", "checkpoint to use")
+        add_data_dir(p, "data folder (default: the run's)")
+        add_device(p)
+        add_threads(p)
+    else:
+        add_run_dir_arguments(p, "a run directory written by `bbb train`", "best", "checkpoint to use")
     add_seed(p, help=shared_help("--seed", " of the Monte Carlo draws"))
 
 
@@ -275,19 +337,22 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
         "dataset's test set by predictive entropy, mutual information (epistemic) and 1 - max "
         "probability; AUROC and AUPR of each, OOD as the positive class. Works for bbb (weight "
         "samples), dropout (MC dropout, same k) and sgd (softmax only) runs. Writes "
-        "RUN_DIR/ood.json and RUN_DIR/ood.png (with matplotlib)."
+        "RUN_DIR/ood.json and RUN_DIR/ood.png (with matplotlib). Several run directories are scored as "
+        "their ensemble (the mean of their predictives; the mutual information holds the members' "
+        "disagreement): written to --out DIR."
     )
-    p.epilog = "Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10"
+    p.epilog = ("Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10\n"
+                "  bbb ood runs/sgd-s0 runs/sgd-s1 runs/sgd-s2 --out runs/sgd-ensemble   # a deep ensemble")
     p.add_argument("--ood", default=None, choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: the other of mnist and fashion-mnist than the "
                         "run's)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default: 10)"))
-    _add_run_options(p)
+    _add_run_options(p, several=True)
 
 
 def main_ood(args: argparse.Namespace) -> int:
-    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir, args.device)
+    nets, cfg, data, d, method = _load_networks(args)
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
         if cfg.dataset not in IMAGE_DATASETS or len(others) != 1:
@@ -299,14 +364,16 @@ def main_ood(args: argparse.Namespace) -> int:
         raise UserError(f"--ood {args.ood} is the run's own dataset; use --ood {' or '.join(other)}, or leave --ood "
                         "out for the other data set")
     ood = _load_ood(cfg, args.ood)
-    dev = next(model.parameters()).device
-    p_in = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()
-    p_out = sample_probs(model, ood["test_x"].to(dev), method, args.samples,
-                         seed=args.seed + 1).cpu()
+    if args.samples < 1:
+        raise UserError(f"--samples must be >= 1, got {args.samples}")
+    dev = next(nets[0][0].parameters()).device
+    p_in = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed, 0)
+    p_out = _members_probs(nets, ood["test_x"].to(dev), args.samples, args.seed, 1)
     report = ood_report(p_in, p_out)
     out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
-    d = Path(args.run_dir)
+    if len(nets) > 1:
+        out["members"] = [str(r) for r in args.run_dirs]
     atomic_write_json(d / "ood.json", out)
     written = [d / "ood.json"]
     if plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood)) is not None:

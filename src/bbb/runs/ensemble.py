@@ -70,18 +70,19 @@ class TrainedEnsemble(nn.Module):
 
     @property
     def run_dirs(self) -> list[Path]:
-        return [m.run_dir for m in self._members()]
+        return [m.run_dir for m in self.member_models()]
 
-    def _members(self) -> list[TrainedModel]:
+    def member_models(self) -> list[TrainedModel]:
+        """The members, each a :class:`TrainedModel`."""
         return [m for m in self.members if isinstance(m, TrainedModel)]
 
     @property
     def classes(self) -> list[str] | None:
-        return self._members()[0].classes
+        return self.member_models()[0].classes
 
     @property
     def methods(self) -> list[str]:
-        return [m.config.method for m in self._members()]
+        return [m.config.method for m in self.member_models()]
 
     def describe(self) -> str:
         """E.g. 'ensemble of 3 runs (bbb x 3)'."""
@@ -91,16 +92,16 @@ class TrainedEnsemble(nn.Module):
         return f"ensemble of {len(self.members)} runs ({', '.join(f'{k} x {v}' for k, v in counts.items())})"
 
     def device(self) -> torch.device:
-        return self._members()[0].device()
+        return self.member_models()[0].device()
 
     def encode(self, x: Any) -> EncodedInputs:
         """As :meth:`TrainedModel.encode`: every member has the same preprocessing."""
-        return self._members()[0].encode(x)
+        return self.member_models()[0].encode(x)
 
     def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None
                    ) -> tuple[EncodedInputs, list[str], list[list[str]]]:
         """As :meth:`TrainedModel.encode_csv`."""
-        return self._members()[0].encode_csv(path, unseen)
+        return self.member_models()[0].encode_csv(path, unseen)
 
     def forward(self, x: Any) -> Tensor:
         raise UserError("an ensemble has no single output: use sample_outputs(x, k), whose k x M outputs "
@@ -112,7 +113,7 @@ class TrainedEnsemble(nn.Module):
         num_samples = check_int("num_samples", num_samples)
         x = self.encode(inputs)
         parts = []
-        for i, m in enumerate(self._members()):
+        for i, m in enumerate(self.member_models()):
             out = m.sample_outputs(x, num_samples, None if seed is None else seed + i)
             if out.shape[0] != num_samples:  # one network (sgd): as many copies as the others' samples
                 out = out.expand(num_samples, *out.shape[1:])
@@ -121,7 +122,7 @@ class TrainedEnsemble(nn.Module):
 
     def regression(self, outputs: Tensor, level: float = 0.95) -> dict[str, Tensor]:
         """As :meth:`TrainedModel.regression`, over the members' outputs together."""
-        return self._members()[0].regression(outputs, level)
+        return self.member_models()[0].regression(outputs, level)
 
 
 def _weights_digest(model: TrainedModel) -> str:

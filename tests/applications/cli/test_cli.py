@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import bbb
 import bbb.runs.loop as L
 import bbb.runs.model as RM
 from bbb.cli import DEMO_SETTINGS
@@ -328,6 +329,50 @@ def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, meth
     for d in unc["digits"]:
         assert abs(sum(d["votes"]) - 1.0) < 1e-3 and len(d["votes"]) == 3
     assert (run / "uncertain.png").exists()
+
+
+def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
+    """Several runs: their ensemble's ood.json in --out DIR; a deep ensemble's mutual information
+    is the members' disagreement; a Bayesian member's k samples and a deterministic member's one
+    (repeated k times) weigh the same; bbb compare reads the folder with its AUROCs."""
+    from bbb.experiments.uncertainty import ood_report, sample_probs
+
+    runs = []
+    for method, seed in (("sgd", 0), ("sgd", 1), ("bbb", 2)):
+        runs.append(tmp_path / f"{method}{seed}")
+        assert run_main(capsys, "train", "--method", method, "--seed", str(seed), "--epochs", "3", "--out",
+                        str(runs[-1]), *TINY)[0] == 0
+    rc, _, err = run_main(capsys, "ood", *map(str, runs[:2]), "--ood", "fashion-mnist")
+    assert_one_line_error(rc, err, "--out DIR")
+    rc, _, err = run_main(capsys, "ood", str(runs[0]), "--out", str(tmp_path / "x"))
+    assert_one_line_error(rc, err, "leave --out out")
+    rc, _, err = run_main(capsys, "ood", *map(str, runs[:2]), "--out", str(runs[1]))
+    assert_one_line_error(rc, err, "one of the members")
+    deep = tmp_path / "deep"
+    rc, out, err = run_main(capsys, "ood", *map(str, runs[:2]), "--ood", "fashion-mnist", "--out", str(deep))
+    assert rc == 0, err
+    rep = json.loads((deep / "ood.json").read_text())
+    assert rep["samples"] == 2 and rep["method"] == "ensemble of 2 runs (sgd x 2)"
+    assert rep["members"] == [str(r) for r in runs[:2]]
+    assert rep["scores"]["mutual_information"]["auroc"] is not None  # the members disagree
+    nets = [bbb.runs.load_run(r)[0] for r in runs[:2]]
+    p_in = torch.cat([sample_probs(n, tiny_with_ood["mnist"]["test_x"], "sgd", 1) for n in nets])
+    p_out = torch.cat([sample_probs(n, tiny_with_ood["fashion-mnist"]["test_x"], "sgd", 1) for n in nets])
+    want = ood_report(p_in, p_out)
+    for score in ("entropy", "mutual_information", "max_prob"):
+        assert rep["scores"][score]["auroc"] == pytest.approx(want[score]["auroc"])
+    mixed = tmp_path / "mixed"
+    rc, _, err = run_main(capsys, "ood", str(runs[0]), str(runs[2]), "--ood", "fashion-mnist", "--samples", "4",
+                          "--out", str(mixed))
+    assert rc == 0, err
+    assert json.loads((mixed / "ood.json").read_text())["samples"] == 8
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(deep))
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "compare", str(runs[0]), str(deep), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    with open(tmp_path / "cmp" / "comparison.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[1]["auroc_mi"]) == pytest.approx(rep["scores"]["mutual_information"]["auroc"], abs=1e-6)
 
 
 def test_ood_and_uncertain_bad_input(capsys, tmp_path, tiny_with_ood):

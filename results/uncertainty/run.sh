@@ -19,9 +19,14 @@ COMMON=(--epochs 15 --lr-schedule cosine --batch-size 128 --quiet --threads "$TH
 ADAM=(--lr 1e-3 --optimizer adam)
 PRIOR=(--prior mixture --pi 0.25 --sigma1 1 --sigma2 0.000911882 --kl-weighting uniform --kl mc)
 
+resume() {  # --resume where OUT holds a run begun (a killed one); nothing for a new run
+  [ -f "$1/config.json" ] && echo --resume || true
+}
+
 train() {  # train METHOD OUT [options...]: once (a finished run is kept, a killed one resumes)
   local method=$1 out=$2; shift 2
-  [ -f "$out/summary.json" ] || $BBB train --method "$method" --hidden 400 400 "${COMMON[@]}" "$@" --out "$out" --resume
+  [ -f "$out/summary.json" ] || \
+    $BBB train --method "$method" --hidden 400 400 "${COMMON[@]}" "$@" --out "$out" $(resume "$out")
 }
 
 # MNIST: one run of each method (seed 0), and seeds 1-4 of SGD and BBB for the ensembles
@@ -53,7 +58,7 @@ $BBB uncertain "$RUNS/mnist-bbb-400" --n 64 --samples 30
 for h in 200 400 800; do
   [ -f "$RUNS/fashion-bbb-$h/summary.json" ] || \
     $BBB train --dataset fashion-mnist --method bbb --hidden $h $h "${COMMON[@]}" "${ADAM[@]}" --epochs 10 \
-      "${PRIOR[@]}" --out "$RUNS/fashion-bbb-$h" --resume
+      "${PRIOR[@]}" --out "$RUNS/fashion-bbb-$h" $(resume "$RUNS/fashion-bbb-$h")
   $BBB evaluate "$RUNS/fashion-bbb-$h" --samples 10
 done
 $BBB compare "$RUNS"/mnist-{bbb,dropout,sgd,ivon}-400 "$RUNS"/mnist-{sgd,bbb}-400-ensemble --out "$RESULTS" \

@@ -86,6 +86,11 @@ class RunFiles:
             raise UserError(f"run directory {self.dir} not found")
         config = _json(self.dir / "config.json")
         if config is None:
+            from ..runs.checkpoint import not_a_run_text
+
+            ensemble = not_a_run_text(self.dir)
+            if ensemble is not None:
+                raise UserError(ensemble)
             raise UserError(f"{self.dir} is not a run directory (no readable config.json); "
                             "give the folders that bbb train or bbb demo wrote")
         self.config: dict[str, Any] = config

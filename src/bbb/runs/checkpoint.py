@@ -91,11 +91,39 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, 
     return model, cfg
 
 
+def ensemble_members(folder: str | Path) -> list[str] | None:
+    """The members of the ensemble whose evaluation ``folder`` holds (``bbb evaluate RUN RUN ...
+    --out DIR``, ``bbb ood ... --out DIR``), else None."""
+    import json
+
+    for name in ("eval.json", "ood.json"):
+        try:
+            data = json.loads((Path(folder) / name).read_text())
+        except (OSError, ValueError):
+            continue
+        members = data.get("members") if isinstance(data, dict) else None
+        if isinstance(members, list) and members:
+            return [str(m) for m in members]
+    return None
+
+
+def not_a_run_text(d: Path) -> str | None:
+    """What to say when ``d`` is an ensemble's folder, not a run directory (else None)."""
+    members = ensemble_members(d)
+    if members is None:
+        return None
+    shown = " ".join(members[:6]) + (" ..." if len(members) > 6 else "")
+    return f"{d} is an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d}), not a run: give its runs, {shown}"
+
+
 def run_dir_of(run_dir: str | Path) -> Path:
     d = Path(run_dir)
     if not d.is_dir():
         raise CheckpointError(f"run directory {d} not found")
     if not ((d / "last.pt").is_file() or (d / "best.pt").is_file()):
+        ensemble = not_a_run_text(d)
+        if ensemble is not None:
+            raise CheckpointError(ensemble)
         raise CheckpointError(f"{d} is not a run directory: it holds no last.pt or best.pt (a run of `bbb train` "
                               "does); give the folder that `bbb train --out` wrote")
     return d

@@ -201,6 +201,11 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
     assert rows[1]["test_error_mean_weights"] == ""
     seconds = sum(json.loads((d / "summary.json").read_text())["seconds"] for d in runs)
     assert float(rows[1]["seconds"]) == pytest.approx(seconds, rel=1e-5)
+    # the ensemble's folder given where a run goes: the one line names its runs
+    for argv in (("predict", str(out), str(new_rows(tmp_path / "n.csv"))), ("evaluate", str(out)),
+                 ("report", str(out), "--out", str(tmp_path / "r.html"))):
+        rc, _, err = run_main(capsys, *argv)
+        one_line_error(rc, err, "an ensemble's folder", f"give its runs, {runs[0]} {runs[1]} {runs[2]}")
 
 
 def test_a_regression_ensemble(capsys, tmp_path):

@@ -54,6 +54,24 @@ def test_a_shared_lead_is_named_as_such_and_the_cheapest_chosen_only_where_costs
     assert "**Choice here:** y, best on 1 of 1 task (0 alone, 1 tied); x as often, at a higher cost" in costed
 
 
+def test_the_uncertainty_comparison_is_two_benchmarks_in_the_other_benchmarks_names(tmp_path):
+    """results/uncertainty/comparison.csv (bbb compare's columns): calibration (lower is better)
+    and OOD detection (higher), one run each, its methods named as UCI's and Fashion's are."""
+    (tmp_path / "uncertainty").mkdir()
+    (tmp_path / "uncertainty" / "comparison.csv").write_text(
+        "method,test_error,nll,ece,brier,auroc_entropy,auroc_mi,auroc_max_prob,seconds\n"
+        "bbb,1.9,0.063,0.35,0.030,0.89,0.88,0.89,50\n"
+        "sgd,1.6,0.074,1.0,0.027,0.86,,0.86,20\n"
+        '"ensemble of 5 runs (sgd x 5)",1.6,0.057,0.7,0.024,0.87,0.88,0.87,100\n')
+    calib, ood = load_benchmarks(tmp_path)
+    assert not calib.higher_is_better and ood.higher_is_better
+    nll = next(t for t in calib.tasks if t.name == "test NLL")
+    assert set(nll.scores) == {"bbb", "sgd", "deep_ensemble"} and winners(nll, False) == ["deep_ensemble"]
+    mi = next(t for t in ood.tasks if "mutual information" in t.name)
+    assert set(mi.scores) == {"bbb", "deep_ensemble"}  # one network: no mutual information
+    assert calib.cost == {"bbb": 50.0, "sgd": 20.0, "deep_ensemble": 100.0}
+
+
 def test_the_committed_page_is_what_the_committed_results_give(capsys):
     """docs/which_method.md is written by the command, never by hand: regenerate it
     (`bbb reproduce which`) whenever results/ changes."""

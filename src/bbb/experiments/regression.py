@@ -78,6 +78,8 @@ __all__ = [
     "true_function",
     "make_data",
     "run_regression",
+    "standard_net",
+    "QUANTILES",
     "plot_regression",
     "add_arguments",
     "main",
@@ -209,7 +211,8 @@ def _likelihood(cfg: RegressionConfig) -> Gaussian | HeteroscedasticGaussian:
     return Gaussian(sigma=cfg.model_sigma, learn_sigma=cfg.learn_noise)
 
 
-def _standard_net(cfg: RegressionConfig, out: int) -> nn.Sequential:
+def standard_net(cfg: RegressionConfig, out: int) -> nn.Sequential:
+    """The standard network of ``cfg``'s shape: Linear and activation layers, ``out`` outputs."""
     sizes = [1, *cfg.hidden]
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
@@ -275,7 +278,7 @@ def _train_bbb(cfg: RegressionConfig, x: Tensor, y: Tensor, gen: torch.Generator
 
 def _train_standard(cfg: RegressionConfig, x: Tensor, y: Tensor, dev: torch.device, loggers: list[TrainLogger]):
     out_dim = 2 if cfg.heteroscedastic else 1
-    net = _standard_net(cfg, out_dim).to(dev)
+    net = standard_net(cfg, out_dim).to(dev)
     if cfg.heteroscedastic:
         head = net[-1]
         assert isinstance(head, nn.Linear)
@@ -580,6 +583,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     add_threads(parser, d.threads, shared_help("--threads", " (default: 1, the nets are tiny)"))
     add_quiet(parser, "its one line of results")
+    parser.add_argument("--alternatives", action="store_true",
+                        help="also fit a deep ensemble of 5, MC dropout (p = 0.1) and a last-layer Laplace to the same "
+                             "points: alternatives.png, .csv, .json beside Fig. 5")
     add_log(parser, " of each network into OUT/tb/bbb/ and OUT/tb/standard/ (ELBO, NLL, KL, noise, learning rate "
                     "each epoch; BBB's sigma and SNR histograms per layer every 1%% of the epochs)")
 
@@ -599,8 +605,15 @@ def config_from_args(args: argparse.Namespace) -> RegressionConfig:
 
 def main(args: argparse.Namespace) -> int:
     """``bbb regression``: fit, predict, write; returns the exit code."""
+    cfg = config_from_args(args)
     try:
-        run_regression(config_from_args(args))
+        if args.alternatives:
+            from .regression_alternatives import check_alternatives, run_alternatives
+
+            check_alternatives(cfg)  # before anything trains
+            run_alternatives(cfg, run_regression(cfg))
+        else:
+            run_regression(cfg)
     except ResultsNotSaved as e:
         raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
     return 0

@@ -125,3 +125,45 @@ def test_cli_parser_and_errors(tmp_path, capsys):
     rc = cli.main(["regression", "--out", str(tmp_path / "r2"), "--epochs", "3", "--n-train", "10",
                    "--hidden", "4", "--samples", "10", "--quiet"])
     assert rc == 0 and (tmp_path / "r2" / "regression.csv").exists()
+
+
+def test_alternatives_on_the_same_points(tmp_path, capsys):
+    """``bbb regression --alternatives``: a deep ensemble, MC dropout and a last-layer Laplace on
+    the points BBB was fitted to; each band is a predictive of the fixed noise (as wide as the
+    noise model's where the members agree), widening away from the data by the members'
+    disagreement (ensemble, dropout) or the last layer's posterior (Laplace)."""
+    from bbb.experiments import regression_alternatives as A
+    from bbb.laplace import laplace_available
+
+    cfg = RegressionConfig(**{**FAST, "epochs": 400, "pred_samples": 100}, out=str(tmp_path))
+    base = run_regression(cfg)
+    res = A.run_alternatives(cfg, base)
+    methods = res["summary"]["methods"]
+    want = {"bbb", "standard", "deep_ensemble", "mc_dropout"} | ({"laplace"} if laplace_available() else set())
+    assert set(methods) == want
+    assert methods["bbb"]["iqr_ratio_far_to_in_data"] == pytest.approx(base["summary"]["bbb_iqr_ratio_far_to_in_data"])
+    noise_iqr = 2 * 0.6744898 * 0.05
+    for m in want - {"bbb", "standard"}:
+        b = res["bands"][m]
+        assert bool((b["q025"] <= b["q25"]).all() and (b["q25"] <= b["median"]).all()
+                    and (b["median"] <= b["q75"]).all() and (b["q75"] <= b["q975"]).all()), m
+        assert methods[m]["iqr_mean_in_data"] > 0.8 * noise_iqr, m  # at least the noise model's width
+        assert methods[m]["epistemic_std_at_far_end"] > 0, m
+        assert methods[m]["rmse_median_in_data"] < 0.2, m
+    with open(tmp_path / "alternatives.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == cfg.n_grid and "deep_ensemble_q975" in rows[0]
+    assert json.loads((tmp_path / "alternatives.json").read_text())["ensemble_size"] == A.ENSEMBLE_SIZE
+    assert (tmp_path / "alternatives.png").exists()
+    with pytest.raises(UserError, match="exists"):  # no file replaced without --overwrite
+        A.check_alternatives(cfg)
+    with pytest.raises(UserError, match="--learn-noise"):
+        A.check_alternatives(RegressionConfig(**FAST, learn_noise=True))
+
+
+def test_alternatives_refuse_a_learned_noise_before_training(tmp_path, capsys):
+    from testkit import run_main
+
+    rc, _, err = run_main(capsys, "regression", "--out", str(tmp_path / "r"), "--alternatives", "--learn-noise")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--learn-noise" in err
+    assert not (tmp_path / "r" / "summary.json").exists()

@@ -89,7 +89,8 @@ __all__ = [
 
 EXAMPLE = (
     "bbb regression --out runs/regression --epochs 3000 --seed 0   # about 20 s on one thread\n"
-    "  bbb regression --out runs/hetero --heteroscedastic --x-range 0 0.6"
+    "  bbb regression --out runs/hetero --heteroscedastic --x-range 0 0.6\n"
+    "  bbb regression --out runs/regression --alternatives   # beside a deep ensemble, MC dropout, Laplace"
 )
 
 QUANTILES = {"q025": 0.025, "q25": 0.25, "median": 0.5, "q75": 0.75, "q975": 0.975}
@@ -583,9 +584,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     add_threads(parser, d.threads, shared_help("--threads", " (default: 1, the nets are tiny)"))
     add_quiet(parser, "its one line of results")
-    parser.add_argument("--alternatives", action="store_true",
-                        help="also fit a deep ensemble of 5, MC dropout (p = 0.1) and a last-layer Laplace to the same "
-                             "points: alternatives.png, .csv, .json beside Fig. 5")
     add_log(parser, " of each network into OUT/tb/bbb/ and OUT/tb/standard/ (ELBO, NLL, KL, noise, learning rate "
                     "each epoch; BBB's sigma and SNR histograms per layer every 1%% of the epochs)")
 
@@ -605,15 +603,8 @@ def config_from_args(args: argparse.Namespace) -> RegressionConfig:
 
 def main(args: argparse.Namespace) -> int:
     """``bbb regression``: fit, predict, write; returns the exit code."""
-    cfg = config_from_args(args)
     try:
-        if args.alternatives:
-            from .regression_alternatives import check_alternatives, run_alternatives
-
-            check_alternatives(cfg)  # before anything trains
-            run_alternatives(cfg, run_regression(cfg))
-        else:
-            run_regression(cfg)
+        run_regression(config_from_args(args))
     except ResultsNotSaved as e:
         raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
     return 0

@@ -17,12 +17,14 @@ tuned on this curve):
 Writes ``alternatives.csv`` (per grid point each method's median, quartiles, 2.5/97.5% and
 epistemic sd), ``alternatives.json`` (per method the RMSE of the median against the noise-free
 curve inside the data, the interquartile width inside the data and at the far end, their ratio,
-the epistemic sd at the far end and the seconds) and ``alternatives.png`` (BBB, the standard
+the epistemic sd at the far end, the share of the grid beyond and before the data where the
+noise-free curve is inside the 2.5-97.5% band, and the seconds) and ``alternatives.png`` (BBB, the standard
 network and each alternative, on the same axes).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import sys
@@ -35,11 +37,21 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..devices import resolve_device
-from ..errors import UserError
+from ..errors import ResultsNotSaved, UserError
 from ..io import atomic_write_json, atomic_write_text
-from .regression import QUANTILES, RegressionConfig, make_data, standard_net, true_function
+from .regression import (
+    QUANTILES,
+    RegressionConfig,
+    config_from_args,
+    make_data,
+    run_regression,
+    standard_net,
+    true_function,
+)
+from .regression import add_arguments as add_regression_arguments
 
-__all__ = ["METHODS", "ENSEMBLE_SIZE", "DROPOUT", "OUTPUT_FILES", "run_alternatives", "check_alternatives"]
+__all__ = ["METHODS", "ENSEMBLE_SIZE", "DROPOUT", "OUTPUT_FILES", "run_alternatives", "check_alternatives",
+           "add_arguments", "main"]
 
 METHODS = ("deep_ensemble", "mc_dropout", "laplace")
 ENSEMBLE_SIZE = 5
@@ -172,6 +184,14 @@ def run_alternatives(cfg: RegressionConfig, base: dict[str, Any], methods: tuple
     far = int(torch.argmax(grid))
     summary: dict[str, Any] = {"far_end_x": float(grid[far]), "training_range": [cfg.x_low, cfg.x_high],
                                "ensemble_size": ENSEMBLE_SIZE, "dropout": DROPOUT, "methods": {}}
+    right, left = grid > cfg.x_high, grid < cfg.x_low
+
+    def covered(b: dict[str, Tensor], where: Tensor) -> float | None:
+        """The share of the grid points in ``where`` whose noise-free value is inside the 2.5-97.5% band."""
+        if not bool(where.any()):
+            return None
+        return float(((b["q025"] <= truth) & (truth <= b["q975"]))[where].double().mean())
+
     for m, b in bands.items():
         iqr = b["q75"] - b["q25"]
         w_in, w_far = float(iqr[inside].mean()), float(iqr[far])
@@ -179,7 +199,9 @@ def run_alternatives(cfg: RegressionConfig, base: dict[str, Any], methods: tuple
             "rmse_median_in_data": float(((b["median"] - truth)[inside] ** 2).mean().sqrt()),
             "iqr_mean_in_data": w_in, "iqr_at_far_end": w_far,
             "iqr_ratio_far_to_in_data": w_far / w_in if w_in > 0 else float("inf"),
-            "epistemic_std_at_far_end": float(b["epistemic_std"][far]), "seconds": seconds[m]}
+            "epistemic_std_at_far_end": float(b["epistemic_std"][far]),
+            "curve_in_95_band_beyond_data": covered(b, right), "curve_in_95_band_before_data": covered(b, left),
+            "seconds": seconds[m]}
     res = {"summary": summary, "bands": bands, "grid": grid, "true_f": truth, "x_train": x, "y_train": y}
     if not cfg.quiet:
         text = "; ".join(f"{m} {v['iqr_ratio_far_to_in_data']:.1f}x" for m, v in summary["methods"].items())
@@ -231,3 +253,25 @@ def _plot(res: dict[str, Any], path: Path, cfg: RegressionConfig) -> None:
     lo, hi = float(min(y.min(), truth.min())), float(max(y.max(), truth.max()))
     axes[0].set_ylim(lo - 0.35 * (hi - lo), hi + 0.35 * (hi - lo))
     finish(fig, path, new=True, dpi=110)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``bbb regression``'s options (:func:`bbb.experiments.regression.add_arguments`) and ``--alternatives``."""
+    add_regression_arguments(parser)
+    parser.add_argument("--alternatives", action="store_true",
+                        help="also fit a deep ensemble of 5, MC dropout (p = 0.1) and a last-layer Laplace to the same "
+                             "points: alternatives.png, .csv, .json beside Fig. 5")
+
+
+def main(args: argparse.Namespace) -> int:
+    """``bbb regression [--alternatives]``: Fig. 5, and the alternatives beside it when asked."""
+    cfg = config_from_args(args)
+    try:
+        if args.alternatives:
+            check_alternatives(cfg)  # before anything trains
+            run_alternatives(cfg, run_regression(cfg))
+        else:
+            run_regression(cfg)
+    except ResultsNotSaved as e:
+        raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
+    return 0

@@ -150,6 +150,7 @@ def test_alternatives_on_the_same_points(tmp_path, capsys):
         assert methods[m]["iqr_mean_in_data"] > 0.8 * noise_iqr, m  # at least the noise model's width
         assert methods[m]["epistemic_std_at_far_end"] > 0, m
         assert methods[m]["rmse_median_in_data"] < 0.2, m
+        assert 0 <= methods[m]["curve_in_95_band_beyond_data"] <= 1, m
     with open(tmp_path / "alternatives.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == cfg.n_grid and "deep_ensemble_q975" in rows[0]

@@ -1,7 +1,8 @@
 """Ensembles of runs on your own tables (results/your-data/README.md, "Ensembles of runs"): on each
-table of make_csvs.py, 5 runs of `bbb train` (seeds 0-4, the defaults for a table) with Bayes by
-Backprop and 5 with the deterministic network (`--method sgd`, a deep ensemble), then `bbb
-evaluate RUN x 5 --out DIR`: each ensemble's test scores beside its members'.
+table of make_csvs.py, 5 runs of `bbb train` (seeds 0-4, the defaults for a table) of each method:
+Bayes by Backprop, the deterministic network (`--method sgd`: 5 make a deep ensemble), MC dropout
+(`--method dropout`) and IVON (`--method ivon`); then `bbb evaluate RUN x 5 --out DIR`: each
+ensemble's test scores beside its members'.
 
 Usage, from a folder where make_csvs.py wrote the tables, with the `bbb` command installed:
 
@@ -35,7 +36,7 @@ TABLES = {
     "kin8nm": ("kin8nm.csv", "y", "regression", []),
     "mushroom (100 training rows)": ("mushroom.csv", "edible", "classification", ["--train-size", "100"]),
 }
-METHODS = ("bbb", "sgd")
+METHODS = ("bbb", "sgd", "dropout", "ivon")
 SEEDS = (0, 1, 2, 3, 4)
 
 

@@ -30,7 +30,7 @@ from bbb.runs import (
     read_metrics,
     train,
 )
-from bbb.runs.config import METHOD_DEFAULTS
+from bbb.runs.config import METHOD_DATA_DEFAULTS, METHOD_DEFAULTS
 from testkit import blobs, run_main
 
 QUIET = {"quiet": True, "log": lambda s: None}
@@ -258,7 +258,9 @@ def test_help_names_ivon_and_its_flags(capsys):
     flat = " ".join(out.split())
     assert rc == 0 and "{bbb,sgd,dropout,ivon}" in flat
     lr = METHOD_DEFAULTS["ivon"]["lr"]
-    assert f"(default: 0.001; --method ivon: {lr:g})" in flat
+    table = METHOD_DATA_DEFAULTS[("ivon", "file")]
+    assert f"(default: 0.001; --method ivon: {lr:g}, with --csv/--npz {table['lr']:g})" in flat
+    assert f"(default: {METHOD_DEFAULTS['ivon']['hess_init']:g}; --csv/--npz: {table['hess_init']:g})" in flat
     for flag in ("--ess N", "--hess-init H", "--weight-decay D"):
         assert flag in flat
 

@@ -15,7 +15,7 @@ import torch
 from bbb.errors import UserError
 from bbb.runs import TrainConfig, load_checkpoint, load_run, read_metrics, train
 from bbb.runs.checkpoint import improves
-from bbb.runs.config import DATA_DEFAULTS, STORED_BEFORE, resume_conflicts
+from bbb.runs.config import DATA_DEFAULTS, METHOD_DATA_DEFAULTS, METHOD_DEFAULTS, STORED_BEFORE, resume_conflicts
 from bbb.runs.loop import make_optimizer
 from bbb.runs.model import build_model
 from testkit import blobs, run_main
@@ -52,6 +52,37 @@ def test_mnist_defaults_unchanged_and_a_table_has_its_own():
     assert given.epochs == DATA_DEFAULTS["file"]["epochs"]
     with pytest.raises(UserError, match="select_by"):
         TrainConfig(select_by="loss")
+
+
+def test_ivon_and_dropout_have_a_tables_defaults():
+    """MNIST's IVON (lr 0.5, hess-init 0.5) diverges on a table of a few hundred rows and its
+    dropout (0.2 / 0.5) underfits one: a table takes the settings its validation grid chose."""
+    ivon = TrainConfig(data_file="t.csv", method="ivon")
+    want = METHOD_DATA_DEFAULTS[("ivon", "file")]
+    assert (ivon.lr, ivon.hess_init) == (want["lr"], want["hess_init"]) == (0.1, 2.0)
+    assert ivon.weight_decay == METHOD_DEFAULTS["ivon"]["weight_decay"]
+    mnist_ivon = TrainConfig(method="ivon")
+    mnist = METHOD_DEFAULTS["ivon"]
+    assert (mnist_ivon.lr, mnist_ivon.hess_init) == (mnist["lr"], mnist["hess_init"])
+    assert TrainConfig(data_file="t.csv", method="ivon", lr=0.5, hess_init=0.5).lr == 0.5  # given: wins
+    assert TrainConfig(data_file="t.csv", method="bbb").lr == 1e-3  # the other methods keep theirs
+    drop = TrainConfig(data_file="t.csv", method="dropout")
+    assert (drop.dropout_input, drop.dropout_hidden) == (0.0, 0.05)
+    assert (TrainConfig(method="dropout").dropout_input, TrainConfig(method="dropout").dropout_hidden) == (0.2, 0.5)
+    assert TrainConfig(data_file="t.csv", method="dropout", dropout_hidden=0.5).dropout_hidden == 0.5
+
+
+def test_a_table_run_of_the_old_dropout_defaults_resumes_with_them(tmp_path, capsys):
+    path = table(tmp_path / "t.csv", n=120)
+    out = tmp_path / "r"
+    rc, _, err = run_main(capsys, "train", "--csv", str(path), "--target", "label", "--method", "dropout",
+                          "--dropout-input", "0.2", "--dropout-hidden", "0.5", "--epochs", "1", "--device", "cpu",
+                          "--out", str(out), "--quiet")
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "train", "--resume", "--out", str(out), "--epochs", "2", "--quiet")
+    assert rc == 0, err
+    conf = json.loads((out / "config.json").read_text())
+    assert (conf["dropout_input"], conf["dropout_hidden"], conf["epochs"]) == (0.2, 0.5, 2)
 
 
 def test_cli_table_run_records_the_defaults_used_and_flags_win(tmp_path, capsys):

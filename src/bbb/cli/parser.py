@@ -53,7 +53,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     from ..engine.engine import OptimizerKind
     from ..nn.base import Estimator
     from ..runs import TrainConfig
-    from ..runs.config import DATA_DEFAULTS, METHOD_DEFAULTS, SELECT_BY
+    from ..runs.config import DATA_DEFAULTS, METHOD_DATA_DEFAULTS, METHOD_DEFAULTS, SELECT_BY
 
     defaults: dict[str, Any] = {f.name: f.default_factory() if callable(f.default_factory) else f.default
                                 for f in dataclasses.fields(TrainConfig)}
@@ -62,8 +62,11 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     ivon = METHOD_DEFAULTS[O.Method.IVON.value]
     # the defaults that depend on the method (METHOD_DEFAULTS): the learning rate's, and IVON's own
     bbb_lr = METHOD_DEFAULTS[O.Method.BBB.value]["lr"]
-    defaults["lr"] = f"{fmt_default(bbb_lr)}; --method ivon: {fmt_default(ivon['lr'])}"
-    defaults.update({k: ivon[k] for k in ("hess_init", "weight_decay")})
+    ivon_file = {**ivon, **METHOD_DATA_DEFAULTS.get((O.Method.IVON.value, "file"), {})}
+    defaults["lr"] = (f"{fmt_default(bbb_lr)}; --method ivon: {fmt_default(ivon['lr'])}, with --csv/--npz "
+                      f"{fmt_default(ivon_file['lr'])}")
+    defaults.update({k: ByData(ivon[k], ivon_file[k]) if ivon[k] != ivon_file[k] else ivon[k]
+                     for k in ("hess_init", "weight_decay")})
 
     g = p.add_argument_group("data")
     add_g = suppressed_adder(g, defaults)

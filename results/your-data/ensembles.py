@@ -9,9 +9,9 @@ Usage, from a folder where make_csvs.py wrote the tables, with the `bbb` command
     BBB_DATA=... python results/your-data/make_csvs.py
     python results/your-data/ensembles.py --runs runs/ensembles --out results/your-data --workers 2
 
-Finished runs are kept (a killed one resumes: `bbb train --resume`); writes OUT/ensembles.csv
-and OUT/ensembles.md. Nothing is chosen on the test splits: every setting is the table default
-(chosen on other tables' validation splits, docs/your_data.md).
+Finished runs are kept (a killed one resumes: `bbb train --resume`); writes OUT/ensembles.csv,
+OUT/ensembles.md and OUT/members.csv (each run's own scores). Nothing is chosen on the test
+splits: every setting is the table default (chosen on validation splits, docs/defaults.md).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main() -> int:
     jobs = [(t, m, s) for t in TABLES for m in METHODS for s in SEEDS]
     with ThreadPoolExecutor(args.workers) as pool:
         done = list(tqdm(pool.map(lambda j: train(runs, *j), jobs), total=len(jobs), desc="runs", file=sys.stderr))
-    rows = []
+    rows, member_rows = [], []
     for table in TABLES:
         for method in METHODS:
             members = [d for d, (t, m, _) in zip(done, jobs) if t == table and m == method]
@@ -82,6 +82,9 @@ def main() -> int:
             regression = r["task"] == "regression"
             keys = ("test_rmse_mc", "log_likelihood") if regression else ("test_error_mc", "nll")
             scores = [m[k] for m in r["member_scores"] for k in keys[:1]]
+            for seed, m in zip(SEEDS, r["member_scores"]):
+                member_rows.append({"table": table, "method": method, "seed": seed, "score": m[keys[0]],
+                                    "fit": m[keys[1]]})
             rows.append({"table": table, "method": method, "members": len(members), "n_test": r["n"],
                          "score": "RMSE" if regression else "error",
                          "members_mean": r["member_mean"][keys[0]], "members_best": min(scores),
@@ -93,6 +96,10 @@ def main() -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    with open(out / "members.csv", "w", newline="") as f:  # each run's own test scores (score: RMSE or error;
+        w = csv.DictWriter(f, fieldnames=list(member_rows[0]))  # fit: log-likelihood or NLL, as ensembles.csv's)
+        w.writeheader()
+        w.writerows(member_rows)
     lines = ["| table (test rows) | method | test RMSE / error: members' mean (best, worst) | ensemble of 5 | "
              "log-likelihood / NLL: members' mean | ensemble of 5 |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bbb.experiments.which import Benchmark, Score, Task, difference_se, load_benchmarks, render, winners
 from testkit import run_main
 
@@ -70,6 +72,32 @@ def test_the_uncertainty_comparison_is_two_benchmarks_in_the_other_benchmarks_na
     mi = next(t for t in ood.tasks if "mutual information" in t.name)
     assert set(mi.scores) == {"bbb", "deep_ensemble"}  # one network: no mutual information
     assert calib.cost == {"bbb": 50.0, "sgd": 20.0, "deep_ensemble": 100.0}
+
+
+def test_your_data_reads_each_seed_and_each_ensemble(tmp_path):
+    """results/your-data (ensembles.py's files): one network per method (mean over the seeds,
+    paired over them) and each method's ensemble of 5 (one value), a classifier's NLL as minus its
+    log-likelihood."""
+    d = tmp_path / "your-data"
+    d.mkdir()
+    (d / "ensembles.csv").write_text(
+        "table,method,members,n_test,score,members_mean,members_best,members_worst,ensemble,fit,members_mean_fit,"
+        "ensemble_fit\n"
+        "yacht,bbb,2,31,RMSE,1,1,1,1,log-likelihood,-1.1,-1.0\n"
+        "yacht,sgd,2,31,RMSE,1,1,1,1,log-likelihood,-0.5,-0.2\n"
+        "mush,sgd,2,813,error,0.02,0.02,0.02,0.02,NLL,0.09,0.08\n")
+    (d / "members.csv").write_text(
+        "table,method,seed,score,fit\nyacht,bbb,0,1,-1.0\nyacht,bbb,1,1,-1.2\nyacht,sgd,0,1,-0.4\n"
+        "yacht,sgd,1,1,-0.6\nmush,sgd,0,0.02,0.1\nmush,sgd,1,0.02,0.08\n")
+    b = next(x for x in load_benchmarks(tmp_path) if x.source.startswith("results/your-data"))
+    assert b.higher_is_better
+    yacht = next(t for t in b.tasks if t.name == "yacht")
+    assert set(yacht.scores) == {"bbb", "sgd", "bbb_ensemble", "deep_ensemble"}
+    assert yacht.scores["bbb"].mean == pytest.approx(-1.1) and yacht.scores["bbb"].units == {"0": -1.0, "1": -1.2}
+    assert yacht.scores["deep_ensemble"].mean == -0.2 and yacht.scores["deep_ensemble"].se is None
+    assert winners(yacht, True)[0] == "deep_ensemble"
+    mush = next(t for t in b.tasks if t.name == "mush")
+    assert mush.scores["sgd"].mean == pytest.approx(-0.09) and mush.scores["deep_ensemble"].mean == -0.08
 
 
 def test_the_committed_page_is_what_the_committed_results_give(capsys):

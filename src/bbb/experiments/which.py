@@ -281,8 +281,9 @@ def _your_data(root: Path) -> Benchmark | None:
                      "the seeds (an ensemble of the 5: none)", list(tasks.values()),
                      notes=["Each method at `bbb train`'s defaults for a table, nothing tuned per table (the UCI "
                             "benchmark above tunes each on validation per split); mushroom's log-likelihood is "
-                            "minus its NLL. One split per table, 31 to 819 test rows. An ensemble is one value with no spread, "
-                            "so two ensembles a few thousandths apart (Boston, wine) count as a win and a loss: "
+                            "minus its NLL. One split per table, 31 to 819 test rows. An ensemble is one value "
+                            "with no spread, so two ensembles a few thousandths apart (Boston, wine) count as a win "
+                            "and a loss: "
                             "read them against the single networks' standard errors (0.005-0.15)."])
 
 

@@ -52,6 +52,16 @@ SILENT = {"log": lambda s: None}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def assert_one_line_error(rc: int, err: str, *words: str) -> str:
+    """A command's refusal: exit 2, one stderr line (``bbb CMD: error: ...``) that names ``words``,
+    no traceback; returns the line."""
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, err)
+    return lines[0]
+
+
 def blobs4(seed: int = 0) -> dict[str, torch.Tensor]:
     """Overlapping Gaussian blobs, 4 classes in 16 features: after one epoch the error is
     neither 0 nor chance."""

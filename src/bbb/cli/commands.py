@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutOfMemory, ResultsNotSaved, TrainingInterrupted, UserError
-from .common import loggers_of, one_line_warnings, pct_text, progress_log, text_table
+from .common import ensemble_out, loggers_of, one_line_warnings, pct_text, progress_log, text_table
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
     add_evaluate_arguments,
@@ -124,11 +124,8 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..runs import evaluate_run
 
-    if len(args.run_dirs) > 1:
+    if ensemble_out(args, "eval.json") is not None:
         return _evaluate_ensemble(args)
-    if args.out is not None:
-        raise UserError("--out is the folder of an ensemble's evaluation (several RUN_DIRs); one run's eval.json "
-                        "goes into its own directory: leave --out out")
     run_dir = args.run_dirs[0]
     try:
         with memory_errors(f"evaluating {run_dir}", "fewer --samples or another --device"):
@@ -146,9 +143,6 @@ def _evaluate_ensemble(args: argparse.Namespace) -> int:
     from ..devices import resolve_device
     from ..runs.ensemble import evaluate_ensemble
 
-    if args.out is None:
-        raise UserError(f"{len(args.run_dirs)} runs are evaluated as their ensemble: give --out DIR, the folder for "
-                        "its eval.json")
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     with one_line_warnings("evaluate"), memory_errors(f"evaluating the ensemble of {len(args.run_dirs)} runs",

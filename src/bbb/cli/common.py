@@ -240,6 +240,35 @@ def one_line_warnings(command: str) -> Iterator[None]:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+def add_run_dirs_arguments(p: Any, writes: str, which_help: str) -> None:
+    """What the commands that read one run or an ensemble of runs share (``bbb evaluate``, ``bbb
+    ood``): ``RUN_DIR [RUN_DIR ...]``, ``--out DIR`` (the ensemble's folder for ``writes``; see
+    :func:`ensemble_out`), ``--which`` (default best), ``--data-dir``, ``--device`` and ``--threads``."""
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
+                   help="a directory written by bbb train; several: their ensemble (needs --out)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help=f"output folder of an ensemble's {writes}, with several RUN_DIRs (required then; not a "
+                        "member's directory)")
+    add_which(p, "best", which_help)
+    add_data_dir(p, "data folder (default: the run's)")
+    add_device(p)
+    add_threads(p)
+
+
+def ensemble_out(args: Any, writes: str) -> str | None:
+    """The ``--out`` of :func:`add_run_dirs_arguments`: required with several RUN_DIRs (the folder of
+    their ensemble's ``writes``), refused with one (its files go into its own directory)."""
+    from ..errors import UserError
+
+    several = len(args.run_dirs) > 1
+    if several and args.out is None:
+        raise UserError(f"{len(args.run_dirs)} runs make an ensemble: give --out DIR, the folder for its {writes}")
+    if not several and args.out is not None:
+        raise UserError(f"--out is the folder of an ensemble's {writes} (several RUN_DIRs); one run's goes into its "
+                        "own directory: leave --out out")
+    return args.out
+
+
 def add_run_dir_arguments(p: Any, what: str, which: str, which_help: str) -> None:
     """What the commands reading a run directory share: ``RUN_DIR`` (``what``), ``--which``
     (default ``which``), ``--data-dir`` (default: the run's), ``--device`` and ``--threads``."""

@@ -15,9 +15,9 @@ from .common import (
     add_out,
     add_quiet,
     add_run_dir_arguments,
+    add_run_dirs_arguments,
     add_seed,
     add_threads,
-    add_which,
     fmt_default,
     shared_help,
     sigma_of_rho,
@@ -252,15 +252,7 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
                       "--out DIR/eval.json.")
     p.epilog = ("Example:\n  bbb evaluate runs/bbb400 --samples 10 --which best\n"
                 "  bbb evaluate runs/bbb-s0 runs/bbb-s1 runs/bbb-s2 --out runs/bbb-ensemble   # an ensemble of 3")
-    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
-                   help="a directory written by bbb train; several: their ensemble (needs --out)")
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help="output folder of an ensemble's eval.json, with several RUN_DIRs (required then; not a "
-                        "member's directory)")
-    add_which(p, "best", "checkpoint: best (the run's best epoch, by its --select-by) or last")
-    add_data_dir(p, "data folder (default: the run's)")
-    add_device(p)
-    add_threads(p)
+    add_run_dirs_arguments(p, "eval.json", "checkpoint: best (the run's best epoch, by its --select-by) or last")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average (default: 10)"))
     from .predict import add_moved_data

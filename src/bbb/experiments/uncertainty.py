@@ -24,15 +24,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import (
-    add_data_dir,
-    add_device,
-    add_run_dir_arguments,
-    add_seed,
-    add_threads,
-    add_which,
-    shared_help,
-)
+from ..cli.common import add_run_dir_arguments, add_run_dirs_arguments, add_seed, shared_help
 from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
@@ -272,27 +264,17 @@ def _load_networks(args: argparse.Namespace) -> tuple[list[tuple[nn.Module, str]
     :func:`bbb.runs.load_ensemble` checks share their data and split), each with its method;
     the config, the data, the output folder and the label of what was scored."""
     from .. import runs as T
-    from ..cli.common import one_line_warnings
+    from ..cli.common import ensemble_out, one_line_warnings
+    from ..runs.ensemble import ensemble_folder
 
-    if len(args.run_dirs) == 1:
-        if args.out is not None:
-            raise UserError("--out is the folder of an ensemble's ood.json (several RUN_DIRs); one run's ood.json "
-                            "goes into its own directory: leave --out out")
+    if ensemble_out(args, "ood.json") is None:
         model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
         return [(model, method)], cfg, data, Path(args.run_dirs[0]), method
-    if args.out is None:
-        raise UserError(f"{len(args.run_dirs)} runs are scored as their ensemble: give --out DIR, the folder for its "
-                        "ood.json")
     with one_line_warnings("ood"):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a folder for the ensemble's ood.json")
-    if any(out.resolve() == d.resolve() for d in ens.run_dirs):
-        raise UserError(f"--out {out} is one of the members: give the ensemble a folder of its own")
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
+    out = ensemble_folder(args.out, ens.run_dirs, "ood.json")
     nets = [(m.network, T.infer_method(m.network)) for m in ens.member_models()]
-    out.mkdir(parents=True, exist_ok=True)
     return nets, cfg, T.model.load_data(cfg), out, ens.describe()
 
 
@@ -300,10 +282,10 @@ def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, s
     """(k x M, B, C): each network's sampled probabilities (network i draws with seed + 2 i +
     ``offset``), a one-network member's repeated as often as the others' samples, so that every
     member weighs the same."""
-    parts = [sample_probs(net, x, method, samples, seed=seed + 2 * i + offset).cpu()
-             for i, (net, method) in enumerate(nets)]
-    k = max(p.shape[0] for p in parts)
-    return torch.cat([p.expand(k, *p.shape[1:]) if p.shape[0] == 1 else p for p in parts], 0)
+    from ..runs.ensemble import pool_members
+
+    return pool_members([sample_probs(net, x, method, samples, seed=seed + 2 * i + offset).cpu()
+                         for i, (net, method) in enumerate(nets)])
 
 
 def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
@@ -317,15 +299,7 @@ def _add_run_options(p: argparse.ArgumentParser, several: bool = False) -> None:
     """The options ``ood`` and ``uncertain`` share: the run directory (``several``: one or more,
     an ensemble, with ``--out``), which checkpoint, data, device, threads, seed."""
     if several:
-        p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
-                       help="a run directory written by `bbb train`; several: their ensemble (needs --out)")
-        p.add_argument("--out", metavar="DIR", default=None,
-                       help="output folder of an ensemble's ood.json and ood.png, with several RUN_DIRs (required "
-                            "then; not a member's directory)")
-        add_which(p, "best", "checkpoint to use")
-        add_data_dir(p, "data folder (default: the run's)")
-        add_device(p)
-        add_threads(p)
+        add_run_dirs_arguments(p, "ood.json and ood.png", "checkpoint to use")
     else:
         add_run_dir_arguments(p, "a run directory written by `bbb train`", "best", "checkpoint to use")
     add_seed(p, help=shared_help("--seed", " of the Monte Carlo draws"))

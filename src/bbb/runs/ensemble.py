@@ -41,7 +41,7 @@ from .config import TrainConfig
 from .evaluation import selective_prediction
 from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
 
-__all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "evaluate_ensemble", "load_ensemble"]
+__all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_members"]
 
 #: the settings that make a run's training / validation / test split: an ensemble's members share them
 SPLIT_FIELDS = ("dataset", "data_file", "val_size", "val_fraction", "test_fraction", "split_seed", "train_size",
@@ -109,20 +109,48 @@ class TrainedEnsemble(nn.Module):
 
     def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0) -> Tensor:
         """(k x M, N, C) outputs: each of the M members' k sampled outputs (member i draws with
-        ``seed + i``; a deterministic member's one output repeated k times), member by member."""
+        ``seed + i``), member by member (:func:`pool_members`; an ensemble of deterministic
+        networks only: k = 1)."""
         num_samples = check_int("num_samples", num_samples)
         x = self.encode(inputs)
-        parts = []
-        for i, m in enumerate(self.member_models()):
-            out = m.sample_outputs(x, num_samples, None if seed is None else seed + i)
-            if out.shape[0] != num_samples:  # one network (sgd): as many copies as the others' samples
-                out = out.expand(num_samples, *out.shape[1:])
-            parts.append(out)
-        return torch.cat(parts, 0)
+        return pool_members([m.sample_outputs(x, num_samples, None if seed is None else seed + i)
+                             for i, m in enumerate(self.member_models())])
 
     def regression(self, outputs: Tensor, level: float = 0.95) -> dict[str, Tensor]:
         """As :meth:`TrainedModel.regression`, over the members' outputs together."""
         return self.member_models()[0].regression(outputs, level)
+
+
+def pool_members(parts: list[Tensor]) -> Tensor:
+    """The members' sampled outputs, each (k_i, N, ...), as the ensemble's (k x M, N, ...), member
+    by member: a one-network member's (k_i = 1: sgd) repeated k = max k_i times, so that every
+    member weighs the same in the mean over the samples."""
+    k = max(p.shape[0] for p in parts)
+    if any(p.shape[0] not in (1, k) for p in parts):
+        raise ValueError(f"members' sample counts {[p.shape[0] for p in parts]}: each must be 1 or {k}")
+    return torch.cat([p.expand(k, *p.shape[1:]) if p.shape[0] == 1 else p for p in parts], 0)
+
+
+def ensemble_folder(out: str | Path, run_dirs: list[Path], file: str) -> Path:
+    """The folder ``out`` of an ensemble's ``file`` (eval.json, ood.json), created: refused in one
+    line where it is a file, one of the members' directories (their ``file`` is their own), or
+    holds a ``file`` of other members."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder for the ensemble's {file}")
+    for d in run_dirs:
+        if out.resolve() == d.resolve():
+            raise UserError(f"--out {out} is the member {d}: give the ensemble a folder of its own")
+    path = out / file
+    if path.exists():
+        try:
+            before = json.loads(path.read_text())
+        except (OSError, ValueError):
+            before = {}
+        if not isinstance(before, dict) or before.get("members") != [str(d) for d in run_dirs]:
+            raise UserError(f"{path} exists and is not this ensemble's: give another --out folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def _weights_digest(model: TrainedModel) -> str:
@@ -204,27 +232,14 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     interval coverage in the target's units. ``out`` is a folder of its own: a member's directory
     is refused (its eval.json is the member's), and so is an ``out/eval.json`` of other members."""
     samples = check_int("--samples", samples)
-    out = Path(out)
     ens = load_ensemble(run_dirs, which, device)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a folder for the ensemble's eval.json")
-    for d in ens.run_dirs:
-        if out.resolve() == d.resolve():
-            raise UserError(f"--out {out} is the member {d}: give the ensemble a folder of its own")
+    out = ensemble_folder(out, ens.run_dirs, "eval.json")
     names = [str(d) for d in ens.run_dirs]
-    path = out / "eval.json"
-    if path.exists():
-        try:
-            before = json.loads(path.read_text())
-        except Exception:  # noqa: BLE001 - not ours: refuse below
-            before = {}
-        if not isinstance(before, dict) or before.get("members") != names:
-            raise UserError(f"{path} exists and is not this ensemble's evaluation: give another --out folder")
     with torch.no_grad():
         outputs, y = split_outputs(ens, "test", samples, seed, data_dir, data_file)
     if y.shape[0] == 0:
         raise UserError(f"{ens.run_dir} has no test set to evaluate the ensemble on")
-    k = samples
+    k = outputs.shape[0] // len(names)  # (1 where every member is one network)
     per_member = [outputs[i * k:(i + 1) * k] for i in range(len(names))]
     if ens.task == "regression":
         scores: dict[str, Any] = dict(_regression_scores(ens, outputs, y))
@@ -246,6 +261,5 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     bad = [key for key in keys if not math.isfinite(float(result[key]))]
     if bad:
         warnings.warn(f"the ensemble's {bad[0]} is not finite", UserWarning, stacklevel=2)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, result)
+    atomic_write_json(out / "eval.json", result)
     return result

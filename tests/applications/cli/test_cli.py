@@ -24,7 +24,7 @@ import bbb.runs.model as RM
 from bbb.cli import DEMO_SETTINGS
 from bbb.cli.registry import LAZY_COMMANDS
 from bbb.runs import PRUNING_COLUMNS, TrainConfig
-from testkit import blobs, run_main
+from testkit import assert_one_line_error, blobs, run_main
 
 TINY = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3",
         "--quiet"]
@@ -38,13 +38,6 @@ def tiny(monkeypatch) -> dict[str, torch.Tensor]:
     return data
 
 
-def assert_one_line_error(rc: int, err: str, *words: str) -> None:
-    assert rc == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and "error:" in lines[0]
-    for w in words:
-        assert w in lines[0], (w, err)
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,7 +340,7 @@ def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
     rc, _, err = run_main(capsys, "ood", str(runs[0]), "--out", str(tmp_path / "x"))
     assert_one_line_error(rc, err, "leave --out out")
     rc, _, err = run_main(capsys, "ood", *map(str, runs[:2]), "--out", str(runs[1]))
-    assert_one_line_error(rc, err, "one of the members")
+    assert_one_line_error(rc, err, "a folder of its own")
     deep = tmp_path / "deep"
     rc, out, err = run_main(capsys, "ood", *map(str, runs[:2]), "--ood", "fashion-mnist", "--out", str(deep))
     assert rc == 0, err
@@ -366,6 +359,9 @@ def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
                           "--out", str(mixed))
     assert rc == 0, err
     assert json.loads((mixed / "ood.json").read_text())["samples"] == 8
+    rc, _, err = run_main(capsys, "ood", str(runs[0]), str(runs[2]), "--ood", "fashion-mnist", "--out", str(deep))
+    assert_one_line_error(rc, err, "not this ensemble's")  # the deep ensemble's ood.json stays
+    assert json.loads((deep / "ood.json").read_text()) == rep
     rc, _, err = run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(deep))
     assert rc == 0, err
     rc, _, err = run_main(capsys, "compare", str(runs[0]), str(deep), "--out", str(tmp_path / "cmp"))

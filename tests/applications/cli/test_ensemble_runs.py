@@ -18,17 +18,12 @@ import bbb
 from bbb.cli import main
 from bbb.runs.trained import refer_threshold, split_outputs, uncertainty_scores
 from bbb.uncertainty import threshold_for_coverage
+from testkit import assert_one_line_error as one_line_error
 from testkit import read_csv, run_main
 
 TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
 
 
-def one_line_error(rc: int, err: str, *words: str) -> None:
-    assert rc == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, err)
 
 
 def table(path: Path, n: int = 240, regression: bool = False) -> Path:

@@ -19,6 +19,7 @@ import torch
 import bbb.runs.loop as L
 import bbb.runs.model as RM
 from bbb.progress import LineProgress, progress_bar
+from testkit import assert_one_line_error as one_line_error
 from testkit import blobs, run_main, tiny_bandit_config, tiny_mushrooms
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,12 +49,6 @@ def train_run(capsys, out: Path, *more: str) -> Path:
     return out
 
 
-def one_line_error(rc: int, err: str, *words: str) -> str:
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, err)
-    return lines[0]
 
 
 @pytest.fixture

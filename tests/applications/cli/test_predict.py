@@ -16,17 +16,11 @@ import bbb.runs.model as RM
 from bbb import uncertainty as U
 from bbb.runs import TrainConfig, train
 from bbb.runs.trained import refer_threshold
-from testkit import read_csv, run_main
+from testkit import assert_one_line_error, read_csv, run_main
 
 TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
 
 
-def assert_one_line_error(rc: int, err: str, *words: str) -> None:
-    assert rc == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err and "error:" in lines[0], err
-    for w in words:
-        assert w in lines[0], (w, err)
 
 
 def table(path: Path, n: int = 150, regression: bool = False) -> Path:

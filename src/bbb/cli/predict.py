@@ -252,6 +252,10 @@ def main(args: argparse.Namespace) -> int:
                                  ("--data-dir", args.data_dir), ("--csv/--npz", args.data_file)) if v is not None]
         if unused:
             raise UserError(f"{unused[0]} serves the refer column, which --no-refer leaves out: give one of the two")
+    given = Path(args.input)
+    if given.is_dir() and any((given / f).is_file() for f in ("config.json", "last.pt", "best.pt")):
+        raise UserError(f"{given} is a run directory, not inputs: give the inputs to predict on last, bbb predict "
+                        "RUN [RUN ...] INPUT")
     device = resolve_device(args.device)
     with one_line_warnings("predict"):
         model = (load_model(args.run_dirs[0], args.which, device) if len(args.run_dirs) == 1

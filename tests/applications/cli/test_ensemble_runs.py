@@ -122,6 +122,8 @@ def test_runs_of_another_split_or_data_are_refused(capsys, classifiers, tmp_path
     one_line_error(rc, err, "data_file")
     rc, _, err = run_main(capsys, "predict", str(runs[0]), str(runs[0]), str(tmp_path / "n.csv"))
     one_line_error(rc, err, "given twice")
+    rc, _, err = run_main(capsys, "predict", str(runs[0]), str(runs[1]))  # the inputs forgotten
+    one_line_error(rc, err, f"{runs[1]} is a run directory, not inputs")
     with pytest.raises(bbb.UserError, match="at least 2"):
         bbb.load_ensemble(runs[:1])
 

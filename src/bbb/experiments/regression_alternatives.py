@@ -64,7 +64,10 @@ TITLES = {"bbb": "Bayes by Backprop", "standard": "standard network", "deep_ense
 
 def check_alternatives(cfg: RegressionConfig) -> None:
     """A one-line error, before anything trains, where the alternatives cannot run as built: a
-    learned or input-dependent noise, or their files in ``cfg.out`` without ``overwrite``."""
+    device other than the CPU, a learned or input-dependent noise, or their files in ``cfg.out``
+    without ``overwrite``."""
+    if resolve_device(cfg.device).type != "cpu":
+        raise UserError("--alternatives run on the CPU (the networks are tiny): give --device cpu")
     if cfg.learn_noise or cfg.heteroscedastic:
         raise UserError("--alternatives fit the fixed noise of --model-sigma: leave out --learn-noise and "
                         "--heteroscedastic")
@@ -159,8 +162,6 @@ def run_alternatives(cfg: RegressionConfig, base: dict[str, Any], methods: tuple
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UserError(f"unknown alternative {unknown[0]!r}; expected some of {', '.join(METHODS)}")
-    if resolve_device(cfg.device).type != "cpu":
-        raise UserError("--alternatives run on the CPU (the networks are tiny): give --device cpu")
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     bands: dict[str, dict[str, Tensor]] = {m: {c: base[m][c] for c in COLUMNS} for m in ("bbb", "standard")}

@@ -56,7 +56,7 @@ def test_mnist_defaults_unchanged_and_a_table_has_its_own():
 
 def test_ivon_and_dropout_have_a_tables_defaults():
     """MNIST's IVON (lr 0.5, hess-init 0.5) diverges on a table of a few hundred rows and its
-    dropout (0.2 / 0.5) underfits one: a table takes the settings its validation grid chose."""
+    dropout (0.2 / 0.5) did worst on one: a table takes the settings its validation grid chose."""
     ivon = TrainConfig(data_file="t.csv", method="ivon")
     want = METHOD_DATA_DEFAULTS[("ivon", "file")]
     assert (ivon.lr, ivon.hess_init) == (want["lr"], want["hess_init"]) == (0.1, 2.0)

@@ -39,6 +39,7 @@ from torch import Tensor
 from ..devices import resolve_device
 from ..errors import ResultsNotSaved, UserError
 from ..io import atomic_write_json, atomic_write_text
+from ..uncertainty import gaussian_mixture_quantiles
 from .regression import (
     QUANTILES,
     RegressionConfig,
@@ -100,14 +101,11 @@ def _dropout_net(cfg: RegressionConfig) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _mixture_bands(means: Tensor, sigma: Tensor | float, gen: torch.Generator, draws: int) -> dict[str, Tensor]:
-    """Quantiles of the equal mixture of N(means_i, sigma_i^2) over the rows i of ``means``
-    (k, G), by ``draws`` draws per component; the epistemic sd is the sd of the means."""
-    k = means.shape[0]
-    s = torch.as_tensor(sigma, dtype=means.dtype).expand_as(means)
-    z = torch.randn((draws, *means.shape), generator=gen, dtype=means.dtype)
-    ys = (means.unsqueeze(0) + s.unsqueeze(0) * z).reshape(draws * k, -1)
-    qs = torch.quantile(ys, torch.tensor(list(QUANTILES.values()), dtype=ys.dtype), dim=0)
+def _mixture_bands(means: Tensor, sigma: float) -> dict[str, Tensor]:
+    """Quantiles of the equal mixture of N(means_i, sigma^2) over the rows i of ``means`` (k, G),
+    exact (:func:`bbb.uncertainty.gaussian_mixture_quantiles`); the epistemic sd is the sd of the
+    means."""
+    qs = gaussian_mixture_quantiles(means, sigma, list(QUANTILES.values()))
     res = {name: qs[i] for i, name in enumerate(QUANTILES)}
     res["epistemic_std"] = means.std(0, unbiased=False)
     return res
@@ -122,7 +120,6 @@ def _gaussian_bands(mean: Tensor, var_f: Tensor, sigma: float) -> dict[str, Tens
 
 
 def _method(name: str, cfg: RegressionConfig, x: Tensor, y: Tensor, grid: Tensor) -> dict[str, Tensor] | None:
-    gen = torch.Generator().manual_seed(cfg.seed + 7)
     g = grid.unsqueeze(-1)
     if name == "deep_ensemble":
         means = []
@@ -131,14 +128,14 @@ def _method(name: str, cfg: RegressionConfig, x: Tensor, y: Tensor, grid: Tensor
             net = _fit(cfg, standard_net(cfg, 1), x, y)
             with torch.no_grad():
                 means.append(net(g).squeeze(-1))
-        return _mixture_bands(torch.stack(means), cfg.model_sigma, gen, max(1, cfg.pred_samples // ENSEMBLE_SIZE))
+        return _mixture_bands(torch.stack(means), cfg.model_sigma)
     if name == "mc_dropout":
         torch.manual_seed(cfg.seed)
         net = _fit(cfg, _dropout_net(cfg), x, y)
         net.train()  # dropout kept at prediction
         with torch.no_grad():
             masks = torch.stack([net(g).squeeze(-1) for _ in range(cfg.pred_samples)])
-        return _mixture_bands(masks, cfg.model_sigma, gen, 4)
+        return _mixture_bands(masks, cfg.model_sigma)
     from ..laplace import fit_last_layer_laplace, laplace_available
 
     if not laplace_available():

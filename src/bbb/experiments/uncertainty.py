@@ -282,9 +282,9 @@ def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, s
     """(k x M, B, C): each network's sampled probabilities (network i draws with seed + 2 i +
     ``offset``), a one-network member's repeated as often as the others' samples, so that every
     member weighs the same."""
-    from ..runs.ensemble import pool_members
+    from ..runs.ensemble import pool_runs
 
-    return pool_members([sample_probs(net, x, method, samples, seed=seed + 2 * i + offset).cpu()
+    return pool_runs([sample_probs(net, x, method, samples, seed=seed + 2 * i + offset).cpu()
                          for i, (net, method) in enumerate(nets)])
 
 

@@ -37,11 +37,12 @@ from ..data.files import Preprocess
 from ..elbo import HeteroscedasticGaussian
 from ..errors import UserError, check_int
 from ..io import atomic_write_json
+from ..nn import pool_members
 from .config import TrainConfig
 from .evaluation import selective_prediction
 from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
 
-__all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_members"]
+__all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
 
 #: the settings that make a run's training / validation / test split: an ensemble's members share them
 SPLIT_FIELDS = ("dataset", "data_file", "val_size", "val_fraction", "test_fraction", "split_seed", "train_size",
@@ -109,11 +110,11 @@ class TrainedEnsemble(nn.Module):
 
     def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0) -> Tensor:
         """(k x M, N, C) outputs: each of the M members' k sampled outputs (member i draws with
-        ``seed + i``), member by member (:func:`pool_members`; an ensemble of deterministic
+        ``seed + i``), member by member (:func:`pool_runs`; an ensemble of deterministic
         networks only: k = 1)."""
         num_samples = check_int("num_samples", num_samples)
         x = self.encode(inputs)
-        return pool_members([m.sample_outputs(x, num_samples, None if seed is None else seed + i)
+        return pool_runs([m.sample_outputs(x, num_samples, None if seed is None else seed + i)
                              for i, m in enumerate(self.member_models())])
 
     def regression(self, outputs: Tensor, level: float = 0.95) -> dict[str, Tensor]:
@@ -121,14 +122,14 @@ class TrainedEnsemble(nn.Module):
         return self.member_models()[0].regression(outputs, level)
 
 
-def pool_members(parts: list[Tensor]) -> Tensor:
-    """The members' sampled outputs, each (k_i, N, ...), as the ensemble's (k x M, N, ...), member
-    by member: a one-network member's (k_i = 1: sgd) repeated k = max k_i times, so that every
-    member weighs the same in the mean over the samples."""
+def pool_runs(parts: list[Tensor]) -> Tensor:
+    """The runs' sampled outputs, each (k_i, N, ...), as the ensemble's (k x M, N, ...), run by run
+    (:func:`bbb.nn.pool_members`): a one-network run's (k_i = 1: sgd) repeated k = max k_i times,
+    so that every run weighs the same in the mean over the samples."""
     k = max(p.shape[0] for p in parts)
     if any(p.shape[0] not in (1, k) for p in parts):
-        raise ValueError(f"members' sample counts {[p.shape[0] for p in parts]}: each must be 1 or {k}")
-    return torch.cat([p.expand(k, *p.shape[1:]) if p.shape[0] == 1 else p for p in parts], 0)
+        raise ValueError(f"the runs' sample counts {[p.shape[0] for p in parts]}: each must be 1 or {k}")
+    return pool_members(torch.stack([p.expand(k, *p.shape[1:]) for p in parts], 1))
 
 
 def ensemble_folder(out: str | Path, run_dirs: list[Path], file: str) -> Path:

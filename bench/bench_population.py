@@ -11,6 +11,11 @@
   own permutation of the training rows): ``with engine.sampling(): elbo(x (K, 128, 784), y)``,
   backward of the free energy per row of one member, ``engine.step()``.
 
+- ``grid`` (``--grid``): the same population as a grid, each member its own prior (pi and sigma2 of
+  the paper's grid, :func:`grid_members`) and learning rate (x 1/2, 1, 2): a
+  ``bbb.distributions.MemberPrior`` and ``Engine(member_lr_scale=...)``, whose kernel looks each
+  weight's constants up in a table; ``grid_ratio`` is its step against the population's.
+
 The training rows are 50,000 random images resident on the device (the time does not depend on
 the pixels). Seconds per step (the median of ``--repeats`` repeats of ``--steps`` steps after
 ``--warmup`` steps, which absorb the engine's compilation), seconds per epoch (391 steps), the
@@ -20,6 +25,7 @@ time) and networks trained per second of one network's time (``K / ratio``).
 Example:
     python bench/bench_population.py --device cuda --width 1200 --members 8 --out /tmp/pop
     python bench/bench_population.py --threads 2 --width 400 --members 8 --out bench/results
+    python bench/bench_population.py --threads 2 --width 1200 --members 8 --grid --out /tmp/pop
     python bench/bench_population.py --dry-run --out /tmp/pop      # the CPU, tiny sizes
 """
 
@@ -129,9 +135,20 @@ def _one_network(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tupl
     return {**_time(run, device, *timing), "fused": bool(opt.fused), "compiled": bool(opt.compiled)}
 
 
+def grid_members(members: int) -> tuple[Any, tuple[float, ...]]:
+    """A grid's members: (a ``MemberPrior`` of the paper's pi in {1/4, 1/2, 3/4} and sigma2 in
+    {e^-6, e^-7, e^-8}, each member the next point; the learning rates x 1/2, 1, 2 in turn)."""
+    from bbb.distributions import MemberPrior, ScaleMixturePrior
+
+    points = [(pi, s2) for s2 in (6.0, 7.0, 8.0) for pi in (0.25, 0.5, 0.75)]
+    priors = [ScaleMixturePrior(points[j % 9][0], 1.0, math.exp(-points[j % 9][1])) for j in range(members)]
+    return MemberPrior(priors), tuple((0.5, 1.0, 2.0)[j % 3] for j in range(members))
+
+
 def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple[int, int, int],
-                graph: bool = False) -> dict[str, Any]:
-    """The population's steps: each member on its own minibatches, one engine."""
+                graph: bool = False, grid: bool = False) -> dict[str, Any]:
+    """The population's steps: each member on its own minibatches, one engine; ``grid``: each member
+    its own prior and learning rate (:func:`grid_members`)."""
     import torch
 
     from bbb.elbo import ELBO
@@ -143,11 +160,12 @@ def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple
     members, batches = perms.shape[0], perms.shape[1] // BATCH
     width = cfg.hidden[0]
     torch.manual_seed(0)
-    pop = BayesPopulation(IN_FEATURES, [width, width], CLASSES, bayesian=members, prior=cfg.make_prior(),
+    prior, scale = grid_members(members) if grid else (cfg.make_prior(), None)
+    pop = BayesPopulation(IN_FEATURES, [width, width], CLASSES, bayesian=members, prior=prior,
                           rho_init=cfg.rho_init, mu_init_scale=cfg.mu_init_scale, estimator=cfg.estimator,
                           device=device)
     elbo = ELBO(pop, "categorical", num_batches=batches, kl_weighting=cfg.kl_weighting, num_samples=1, kl=cfg.kl)
-    engine = Engine(elbo, "adam", lr=cfg.lr, seed=0)
+    engine = Engine(elbo, "adam", lr=cfg.lr, seed=0, member_lr_scale=scale)
 
     def step(i: int) -> None:
         idx = perms[:, (i % batches) * BATCH:(i % batches + 1) * BATCH].reshape(-1)  # each member its own rows
@@ -176,9 +194,9 @@ def _population(cfg: Any, data: tuple[Any, Any, Any], device: Any, timing: tuple
 
 
 def measure(width: int, members: int, device_name: str, threads: int, warmup: int, steps: int, repeats: int,
-            rows: int = TRAIN_ROWS, graph: bool = False) -> dict[str, Any]:
+            rows: int = TRAIN_ROWS, graph: bool = False, grid: bool = False) -> dict[str, Any]:
     """Both systems, one after the other in this process: their step times and the ratio; ``graph``:
-    each step replayed from CUDA graphs (``--cuda-graph``)."""
+    each step replayed from CUDA graphs (``--cuda-graph``); ``grid``: the grid too (``--grid``)."""
     import torch
 
     from bbb.runs import TrainConfig
@@ -199,6 +217,9 @@ def measure(width: int, members: int, device_name: str, threads: int, warmup: in
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     ratio = out["population"]["step_s"] / out["one"]["step_s"]
     out.update(ratio=ratio, networks_per_one_network_time=members / ratio)
+    if grid:
+        out["grid"] = _population(cfg, (x, y, perms), device, timing, graph, grid=True)
+        out["grid_ratio"] = out["grid"]["step_s"] / out["population"]["step_s"]
     return out
 
 
@@ -209,11 +230,17 @@ def markdown(res: dict[str, Any]) -> str:
              f"{res['threads']} thread(s).", "",
              "| system | s/step (median) | s/epoch (391 steps) | fused, compiled |", "|---|---:|---:|---|"]
     for key, label in (("one", "one network (bbb train's step)"),
-                       ("population", f"population of {res['members']} (one Engine)")):
-        r = res[key]
+                       ("population", f"population of {res['members']} (one Engine)"),
+                       ("grid", f"the {res['members']} as a grid (a prior and learning rate each)")):
+        r = res.get(key)
+        if r is None:
+            continue
         lines.append(f"| {label} | {r['step_s']:.4g} | {r['epoch_s']:.3g} | {r['fused']}, {r['compiled']} |")
     lines += ["", f"The population's step is **{res['ratio']:.2f}x** one network's: "
               f"{res['networks_per_one_network_time']:.2f} networks in one network's time."]
+    if "grid_ratio" in res:
+        lines += ["", f"The grid's step is **{res['grid_ratio']:.2f}x** the population's (the members' constants "
+                  "looked up in the kernel)."]
     return "\n".join(lines) + "\n"
 
 
@@ -230,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="repeats; the median is reported (default 3)")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="replay both systems' steps from CUDA graphs, as bbb train --cuda-graph (CUDA only)")
+    ap.add_argument("--grid", action="store_true",
+                    help="time the population as a grid too: each member its own prior and learning rate")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, width 16, 3 members, a few steps, 1,024 rows")
     ap.add_argument("--out", default=None, help="folder for population-<device>-2x<width>-k<members>.json and "
                     ".md (default: print only)")
@@ -253,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--cuda-graph captures the steps on a GPU: add --device cuda")
     threads = args.threads or torch.get_num_threads()
     res = measure(args.width, args.members, args.device, threads, args.warmup, args.steps, args.repeats,
-                  rows=1024 if args.dry_run else TRAIN_ROWS, graph=args.cuda_graph)
+                  rows=1024 if args.dry_run else TRAIN_ROWS, graph=args.cuda_graph, grid=bool(args.grid))
     res.update({
         "dry_run": args.dry_run, "torch": str(torch.__version__), "python": platform.python_version(),
         "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
@@ -269,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         stem = (f"population-{torch.device(args.device).type}-2x{args.width}-k{args.members}"
-                + ("-graph" if args.cuda_graph else ""))
+                + ("-graph" if args.cuda_graph else "") + ("-grid" if args.grid else ""))
         (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
         (out / f"{stem}.md").write_text(text)
     print(text)

@@ -33,3 +33,11 @@ def test_the_dry_run_times_both_systems_and_writes_json_and_markdown(tmp_path):
 def test_bad_input_is_one_line(tmp_path):
     r = _run("--members", "0", cwd=tmp_path)
     assert r.returncode == 2 and "--members must be at least 1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_grid_times_a_prior_and_learning_rate_per_member(tmp_path):
+    r = _run("--dry-run", "--grid", "--out", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "population-cpu-2x16-k3-grid.json").read_text())
+    assert res["grid"]["fused"] is True and res["grid_ratio"] == res["grid"]["step_s"] / res["population"]["step_s"]
+    assert "as a grid (a prior and learning rate each)" in (tmp_path / "population-cpu-2x16-k3-grid.md").read_text()

@@ -19,8 +19,8 @@ from torch import Tensor
 from .errors import UserError
 from .options import PriorKind, choice
 
-__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "TorchPrior", "CenteredPrior", "prior_from_config",
-           "make_prior", "LOG_SQRT_2PI"]
+__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "TorchPrior", "CenteredPrior", "MemberPrior",
+           "prior_from_config", "make_prior", "LOG_SQRT_2PI"]
 
 #: log sqrt(2 pi), the Gaussian normaliser
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -102,6 +102,11 @@ class Prior:
         return hash(tuple(sorted(self.to_config().items())))
 
 
+def _centred(w: Tensor, mean: Any) -> Tensor:
+    """w - mean; w itself for a mean of 0.0 (a float: no pass over w)."""
+    return w if isinstance(mean, float) and not mean else w - mean
+
+
 class GaussianPrior(Prior):
     """P(w) = N(w | mu, sigma^2); ``sigma`` is a standard deviation."""
 
@@ -114,19 +119,33 @@ class GaussianPrior(Prior):
             raise UserError(f"prior mean must be finite, got {mu}")
         self._log_sigma = math.log(self.sigma)
 
+    def constants(self) -> tuple[float, ...]:
+        """The numbers its elementwise functions read, (mean, 1 / sigma^2, log sigma, sigma), which the
+        ``*_with`` methods take as arguments: a population whose members have their own priors
+        (:class:`MemberPrior`) passes each weight's member's as tensors."""
+        return (self.mu, 1.0 / self.sigma**2, self._log_sigma, self.sigma)
+
     def log_prob(self, w: Tensor) -> Tensor:
-        z = (w - self.mu) / self.sigma
-        return -0.5 * z * z - (self._log_sigma + LOG_SQRT_2PI)
+        return self.log_prob_with(w, self.constants())
+
+    def log_prob_with(self, w: Tensor, c: tuple[Any, ...]) -> Tensor:
+        z = (w - c[0]) / c[3]
+        return -0.5 * z * z - (c[2] + LOG_SQRT_2PI)
 
     def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
-        d = w - self.mu if self.mu else w
-        lp = d * d * (-0.5 / self.sigma**2) - (self._log_sigma + LOG_SQRT_2PI)
-        return lp, d * (-1.0 / self.sigma**2)
+        return self.log_prob_and_grad_with(w, self.constants())
+
+    def log_prob_and_grad_with(self, w: Tensor, c: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+        d = _centred(w, c[0])
+        return d * d * (-0.5 * c[1]) - (c[2] + LOG_SQRT_2PI), d * (-c[1])
 
     def kl_closed_form(self, mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        inv_s2 = 1.0 / self.sigma**2
-        z = mu - self.mu if self.mu else mu
-        kl = 0.5 * inv_s2 * (sigma * sigma + z * z) - torch.log(sigma) + (self._log_sigma - 0.5)
+        return self.kl_closed_form_with(mu, sigma, self.constants())
+
+    def kl_closed_form_with(self, mu: Tensor, sigma: Tensor, c: tuple[Any, ...]) -> tuple[Tensor, Tensor, Tensor]:
+        inv_s2 = c[1]
+        z = _centred(mu, c[0])
+        kl = 0.5 * inv_s2 * (sigma * sigma + z * z) - torch.log(sigma) + (c[2] - 0.5)
         return kl, z * inv_s2, sigma * inv_s2 - 1.0 / sigma
 
     def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
@@ -169,23 +188,37 @@ class ScaleMixturePrior(Prior):
         self._h1 = -0.5 / self.sigma1**2
         self._h2 = -0.5 / self.sigma2**2
 
+    def constants(self) -> tuple[float, ...]:
+        """The numbers its elementwise functions read, (c1, c2, h1, h2): log p(w) is the logsumexp
+        of c1 + h1 w^2 and c2 + h2 w^2; the ``*_with`` methods take them as arguments (as
+        :meth:`GaussianPrior.constants`). Whether pi is 1 (one component) is the prior's own."""
+        return (self._c1, self._c2, self._h1, self._h2)
+
     def log_prob(self, w: Tensor) -> Tensor:
+        return self.log_prob_with(w, self.constants())
+
+    def log_prob_with(self, w: Tensor, c: tuple[Any, ...]) -> Tensor:
+        c1, c2, h1, h2 = c
         w2 = w * w
-        a = self._c1 + self._h1 * w2
+        a = c1 + h1 * w2
         if self.pi == 1.0:
             return a
-        b = self._c2 + self._h2 * w2
+        b = c2 + h2 * w2
         # logsumexp of two terms, elementwise, without stacking: max + log(1 + exp(-|a - b|)).
         # log(1 + e) rather than log1p(e): e >= e^-80 here, where log1p runs 3x slower on CPU,
         # and the two differ by < 6e-8, below float32 resolution next to max(a, b).
         return torch.maximum(a, b) + torch.log(torch.exp(-_gap(a, b)) + 1.0)
 
     def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        return self.log_prob_and_grad_with(w, self.constants())
+
+    def log_prob_and_grad_with(self, w: Tensor, c: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+        c1, c2, h1, h2 = c
         w2 = w * w
-        a = self._c1 + self._h1 * w2
+        a = c1 + h1 * w2
         if self.pi == 1.0:
-            return a, (2.0 * self._h1) * w
-        b = self._c2 + self._h2 * w2
+            return a, (2.0 * h1) * w
+        b = c2 + h2 * w2
         diff = a - b
         e = torch.exp(-torch.abs(diff).clamp_(max=_MAX_GAP))  # in [e^-80, 1]
         e1 = e + 1.0
@@ -198,10 +231,14 @@ class ScaleMixturePrior(Prior):
         # else 1 / (1 + e); one exp per weight for the density and the responsibility.
         inv = e1.reciprocal_()
         r2 = torch.where(diff >= 0, e * inv, inv)
-        g = w * r2.mul_(2.0 * (self._h2 - self._h1)).add_(2.0 * self._h1)
+        g = w * (r2 * (2.0 * (h2 - h1)) + 2.0 * h1)
         return lp, g
 
     def kl_split(self, mu: Tensor, sigma: Tensor, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.kl_split_with(mu, sigma, z, self.constants())
+
+    def kl_split_with(self, mu: Tensor, sigma: Tensor, z: Tensor,
+                      c: tuple[Any, ...]) -> tuple[Tensor, Tensor, Tensor]:
         """The KL with log p(w) = log(pi N(w; 0, sigma1^2)) + h(w), h(w) = log(1 + r(w)) and
         r(w) = ((1 - pi) N(w; 0, sigma2^2)) / (pi N(w; 0, sigma1^2)): the entropy of q and the wide
         component's part in closed form; E_q[h], which lives within a few sigma2 of 0, from one
@@ -216,22 +253,23 @@ class ScaleMixturePrior(Prior):
         a weighted score q'/q, has noise of order 1/sigma, and the Monte Carlo KL is the better
         estimate there.
         """
+        c1, c2, h1, h2 = c
         # closed form: E_q[log q] - E_q[log(pi N(w; 0, sigma1^2))]
         log_s = torch.log(sigma)
-        kl = -log_s - (LOG_SQRT_2PI + 0.5) - self._c1 - self._h1 * (mu * mu + sigma * sigma)
-        dmu = (-2.0 * self._h1) * mu
-        dsig = (-2.0 * self._h1) * sigma - 1.0 / sigma
+        kl = -log_s - (LOG_SQRT_2PI + 0.5) - c1 - h1 * (mu * mu + sigma * sigma)
+        dmu = (-2.0 * h1) * mu
+        dsig = (-2.0 * h1) * sigma - 1.0 / sigma
         if self.pi == 1.0:
             return kl, dmu, dsig
         # the importance sample, from values only (g is held fixed)
         m0, s0 = mu.detach(), sigma.detach()
-        h12 = self._h2 - self._h1  # -(1/2) sigma2'^-2
+        h12 = h2 - h1  # -(1/2) sigma2'^-2
         inv_tau2 = -h12 / 2.0  # tau = 2 sigma2': tau^-2 = sigma2'^-2 / 4
         inv_s2 = 1.0 / (s0 * s0)
         t2 = 1.0 / (inv_tau2 + inv_s2)
         t = torch.sqrt(t2)
         u = t2 * inv_s2 * m0 + t * z
-        x = (self._c2 - self._c1) + h12 * u * u  # log r(u)
+        x = (c2 - c1) + h12 * u * u  # log r(u)
         log_h = torch.where(x < -30.0, x, torch.log(F.softplus(x)))  # h(u) = softplus(x) = log(1 + r(u))
         d = (u - mu) / sigma
         # log[h(u) q(u) / g(u)]: q(u) = N(u; mu, sigma^2), g(u) = N(u; m, t^2) (the 2 pi cancel)
@@ -386,6 +424,126 @@ class CenteredPrior(Prior):
         return hash((self.name, self.base))
 
 
+class MemberPrior(Prior):
+    """The priors of a population's members (:class:`bbb.nn.BayesPopulation`), one each: member j's
+    weights have ``priors[j]``, so that a grid over the prior trains as one population. The
+    priors are of one family (every one a :class:`GaussianPrior`, or every one a
+    :class:`ScaleMixturePrior`, with pi below 1 in all or in none); each member's numbers are
+    its prior's :meth:`~GaussianPrior.constants`, and its functions the family's ``*_with``
+    methods: member j computes exactly what ``priors[j]`` computes, to float32's rounding of
+    those constants.
+
+    A population's parameter has the member as its leading dimension, ``(members, ...)``, and its
+    samples more dimensions before it: a prior for a tensor is bound to the parameter's number of
+    dimensions (:meth:`at`; a population layer's :meth:`~bbb.nn.BayesModule.prior_for` does it).
+    The fused engine takes the members' constants as a table (:meth:`table`) and looks up each
+    weight's.
+
+    >>> p = MemberPrior([ScaleMixturePrior(0.25, 1.0, math.exp(-7)), ScaleMixturePrior(0.5, 1.0, math.exp(-6))])
+    >>> BayesPopulation(784, [400, 400], 10, bayesian=2, prior=p)
+    """
+
+    name = "members"
+
+    def __init__(self, priors: Any, rank: int | None = None) -> None:
+        try:
+            items = [prior_from_config(p) for p in priors]
+        except TypeError:
+            raise UserError(f"MemberPrior takes a list of priors, one per member, got "
+                            f"{type(priors).__name__}") from None
+        if not items:
+            raise UserError("MemberPrior needs the prior of at least one member")
+        kinds = {type(p) for p in items}
+        if len(kinds) != 1 or not kinds <= {GaussianPrior, ScaleMixturePrior}:
+            names = ", ".join(sorted(k.__name__ for k in kinds))
+            raise UserError(f"the members' priors must be of one family, every one a GaussianPrior or every one a "
+                            f"ScaleMixturePrior; got {names}")
+        if len({getattr(p, "pi", 0.0) == 1.0 for p in items}) != 1:
+            raise UserError("the members' scale mixtures must all have pi below 1, or all pi = 1 (one component)")
+        self.priors: tuple[Prior, ...] = tuple(items)
+        #: the family's functions (its ``*_with`` methods, and whether pi is 1) are this member's
+        self.family = items[0]
+        self.rank = None if rank is None else int(rank)
+
+    @property
+    def members(self) -> int:
+        return len(self.priors)
+
+    def member(self, j: int) -> Prior:
+        """Member j's prior."""
+        return self.priors[j]
+
+    def at(self, rank: int) -> MemberPrior:
+        """The same priors for a tensor whose last ``rank`` dimensions are a parameter's
+        ``(members, ...)`` (its samples may add dimensions before them)."""
+        return MemberPrior(self.priors, rank)
+
+    def table(self, device: Any = None, dtype: torch.dtype | None = None) -> Tensor:
+        """(members, constants): row j is member j's :meth:`~GaussianPrior.constants`."""
+        return torch.tensor([p.constants() for p in self.priors], device=device,  # type: ignore[attr-defined]
+                            dtype=torch.float32 if dtype is None else dtype)
+
+    def _constants(self, like: Tensor) -> tuple[Tensor, ...]:
+        if self.rank is None:
+            raise UserError("a MemberPrior reads tensors of a population's parameter: bind it to the parameter "
+                            "first (prior.at(param.dim()); a layer's prior_for(name) does it)")
+        if like.dim() < self.rank or like.shape[like.dim() - self.rank] != self.members:
+            raise UserError(f"this MemberPrior has {self.members} members; a tensor of shape {tuple(like.shape)} "
+                            f"has no member dimension {self.rank} from its end")
+        t = self.table(like.device, like.dtype).view(self.members, -1, *([1] * (self.rank - 1)))
+        return tuple(t[:, i] for i in range(t.shape[1]))
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        return self.family.log_prob_with(w, self._constants(w))  # type: ignore[attr-defined]
+
+    def log_prob_and_grad(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        return self.family.log_prob_and_grad_with(w, self._constants(w))  # type: ignore[attr-defined]
+
+    def kl_closed_form(self, mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        if not self.family.has_closed_form:
+            return None
+        return self.family.kl_closed_form_with(mu, sigma, self._constants(mu))  # type: ignore[attr-defined]
+
+    def kl_split(self, mu: Tensor, sigma: Tensor, z: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        if self.family.has_closed_form:
+            return self.kl_closed_form(mu, sigma)
+        return self.family.kl_split_with(mu, sigma, z, self._constants(mu))  # type: ignore[attr-defined]
+
+    @property
+    def has_closed_form(self) -> bool:
+        return self.family.has_closed_form
+
+    @property
+    def has_split(self) -> bool:
+        return self.family.has_split
+
+    @property
+    def has_analytic_grad(self) -> bool:
+        return self.family.has_analytic_grad
+
+    def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
+        """Member j's draws from its own prior, the member dimension ``rank`` from the end of ``shape``."""
+        if self.rank is None or len(shape) < self.rank or shape[len(shape) - self.rank] != self.members:
+            raise UserError(f"MemberPrior.sample needs a shape with its {self.members} members {self.rank} "
+                            f"dimensions from the end (bind it with .at(rank)), got {tuple(shape)}")
+        axis = len(shape) - self.rank
+        one = (*shape[:axis], *shape[axis + 1:])
+        return torch.stack([p.sample(one, generator=generator, device=device, dtype=dtype) for p in self.priors],
+                           dim=axis)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"type": self.name, "priors": [p.to_config() for p in self.priors]}
+
+    def __repr__(self) -> str:
+        return f"MemberPrior([{', '.join(repr(p) for p in self.priors)}])"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MemberPrior) and other.priors == self.priors
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.priors))
+
+
 def _from_torch(dist: torch.distributions.Distribution) -> Prior:
     """A scalar ``Normal`` becomes a :class:`GaussianPrior` (closed form, fused); others wrap."""
     if type(dist) is torch.distributions.Normal and dist.loc.numel() == 1 and dist.scale.numel() == 1:
@@ -412,10 +570,12 @@ def prior_from_config(cfg: dict[str, Any] | Prior | torch.distributions.Distribu
         return ScaleMixturePrior(**cfg)
     if kind == CenteredPrior.name:
         return CenteredPrior(prior_from_config(cfg["base"]))
+    if kind == MemberPrior.name:
+        return MemberPrior(cfg["priors"])
     if kind == TorchPrior.name:
         raise UserError(f"a torch.distributions prior ({cfg.get('repr')}) cannot be rebuilt from a checkpoint; "
                         "pass the distribution again (prior=...) when building the model")
-    raise UserError(f"unknown prior type {kind!r}; expected 'gaussian', 'mixture' or 'centered'")
+    raise UserError(f"unknown prior type {kind!r}; expected 'gaussian', 'mixture', 'centered' or 'members'")
 
 
 def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = 0.0025,

@@ -131,6 +131,32 @@ def test_runs_that_differ_in_their_initialisation_train_as_one_population(tmp_pa
     assert "\n" not in str(e.value)
 
 
+def test_a_grid_over_the_learning_rate_and_the_prior_trains_as_one_population(tmp_path):
+    """Members with their own learning rate and prior (``MemberPrior``, ``member_lr_scale``): member
+    1 of the grid ends bit for bit where member 1 of a population of as many members that all share
+    its settings ends (its start, minibatches and noise are the same: the engine reads its prior and
+    learning rate from the table, not the first member's; a learning rate twice the first's is
+    exact), and every directory records its own settings."""
+    import math
+
+    own = {"lr": 2e-2, "pi": 0.75, "sigma2": math.exp(-6)}
+    grid = [tiny_cfg(0, epochs=2), tiny_cfg(3, epochs=2, **own), tiny_cfg(5, epochs=2, lr=5e-3, sigma1=0.5)]
+    same = [tiny_cfg(s, epochs=2, **own) for s in (0, 3, 5)]
+    dirs = [tmp_path / f"g{j}" for j in range(3)]
+    ref = [tmp_path / f"s{j}" for j in range(3)]
+    summaries = train_population(grid, dirs, tmp_path / "grid", data=blobs(), **QUIET)
+    train_population(same, ref, tmp_path / "same", data=blobs(), **QUIET)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)
+    assert _rows(dirs[1]) == _rows(ref[1])
+    a, b = load_run(dirs[1], "last")[0].state_dict(), load_run(ref[1], "last")[0].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _rows(dirs[0]) != _rows(ref[0])  # the first member trained at its own settings
+    for cfg, d in zip(grid, dirs):
+        model, stored = load_run(d, "last")
+        assert (stored.lr, stored.pi, stored.sigma1, stored.sigma2) == (cfg.lr, cfg.pi, cfg.sigma1, cfg.sigma2)
+        assert model.layers[0].prior == cfg.make_prior()
+
+
 def test_a_resumed_population_continues_bit_for_bit(trained, tmp_path):
     _, _, full = trained
     _train(tmp_path, epochs=2)
@@ -151,7 +177,9 @@ def test_a_member_alone_does_not_resume_and_bad_populations_are_one_line(trained
     for cfgs, match in (([tiny_cfg(0), tiny_cfg(0)], "run 1 of the population repeats run 0"),
                         ([tiny_cfg(0, rho_init=-2.5), tiny_cfg(1), tiny_cfg(0, rho_init=-2.5)],
                          "run 2 .* repeats run 0"),
-                        ([tiny_cfg(0), tiny_cfg(1, lr=0.1)], "run 1 \\(seed 1\\) has another lr"),
+                        ([tiny_cfg(0), tiny_cfg(1, batch_size=16)], "run 1 \\(seed 1\\) has another batch_size"),
+                        ([tiny_cfg(0, lr=0.1), tiny_cfg(0, lr=0.1)], "repeats run 0 .*lr 0.1"),
+                        ([tiny_cfg(0), tiny_cfg(1, pi=1.0)], "all have pi below 1, or all pi = 1"),
                         ([tiny_cfg(0), tiny_cfg(0, prior="gaussian")], "has another prior"),
                         ([tiny_cfg(0, method="sgd")], "method sgd"),
                         ([tiny_cfg(0, estimator="flipout")], "flipout estimator"),

@@ -57,7 +57,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..distributions import KLMode, check_kl_samples
+from ..distributions import KLMode, MemberPrior, check_kl_samples
 from ..elbo import ELBO
 from ..errors import UserError, check_float, check_int
 from ..nn import bayes_modules, providing_samples
@@ -66,8 +66,8 @@ from ..random import counter_keys
 from . import distributed as ddp_
 from . import graphs
 from .grads import FusedGrads
-from .kernels import HP_SIZE, KernelSet, seed_mix
-from .layout import Layout
+from .kernels import HP_SIZE, KernelSet, member_constants, seed_mix
+from .layout import Layout, member_index
 from .sampler import Sampler, kl_kind
 from .support import clip_grad_norm, compile_default, new_params, param_groups, torch_optimizer, unsupported_reason
 
@@ -108,6 +108,27 @@ def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
     return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
 
 
+def _member_lr_scale(scale: Any, layout: Layout | None, reason: str | None) -> tuple[float, ...] | None:
+    """``member_lr_scale`` checked against the model: one positive number per member of a population
+    on the fused kernel, else a one-line UserError; None stays None."""
+    if scale is None:
+        return None
+    members = None if layout is None else layout.members()
+    if members is None:
+        why = reason or "the model is not a population (bbb.nn.BayesPopulation)"
+        raise UserError(f"member_lr_scale sets a population's learning rates member by member in the fused kernel; "
+                        f"here {why}")
+    try:
+        values = tuple(float(v) for v in scale)
+    except (TypeError, ValueError):
+        raise UserError(f"member_lr_scale must be a list of numbers, one per member, got {scale!r}") from None
+    if len(values) != members[0]:
+        raise UserError(f"member_lr_scale has {len(values)} numbers for a population of {members[0]} members")
+    for v in values:
+        check_float("member_lr_scale", v, 0.0, above=True)
+    return values
+
+
 class Engine(torch.optim.Optimizer):
     """Adam or SGD for a Bayesian model, fused with weight sampling and the KL gradient.
 
@@ -146,6 +167,11 @@ class Engine(torch.optim.Optimizer):
         fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one
             ``UserWarning`` naming the reason; ``True`` makes that a one-line :class:`UserError`;
             ``False`` takes the plain path, silently.
+        member_lr_scale: a population's (:class:`~bbb.nn.BayesPopulation`) learning rates member
+            by member, as multiples of ``lr``: member j's is ``lr * member_lr_scale[j]`` (so that a
+            grid over the learning rate trains as one population; schedulers scale every member's
+            alike). Only on the fused kernel; anything else is a one-line :class:`UserError`. A
+            prior per member is the layers' (:class:`~bbb.distributions.MemberPrior`).
     """
 
     def __init__(
@@ -166,6 +192,7 @@ class Engine(torch.optim.Optimizer):
         compile: bool | None = None,
         params: Any = None,
         fused: bool | None = None,
+        member_lr_scale: Any = None,
     ) -> None:
         try:
             self.kind = OptimizerKind(optimizer)
@@ -243,6 +270,8 @@ class Engine(torch.optim.Optimizer):
             self.param_groups.extend(self._inner.param_groups)  # the same dicts: schedulers reach both
         self.fallback_reason = reason
         self.layout = layout
+        #: the members' learning rates as multiples of ``lr`` (a tuple), or None: one for all
+        self.member_lr_scale = _member_lr_scale(member_lr_scale, layout, reason)
         self._extra = [p for grp in extra for p in grp["params"]]
         self._warned_idle = False
         self._ddp: ddp_.Averager | None = None
@@ -262,6 +291,13 @@ class Engine(torch.optim.Optimizer):
         n, k = layout.numel, self.k
         self._prior = first.module.prior
         self._split, self._closed = kl_kind(self._prior, self.kl_mode)
+        # a population's members' own prior and learning rate: a table the kernels look each weight's up in
+        member_prior = self._prior if isinstance(self._prior, MemberPrior) else None
+        cols = [] if member_prior is None else [member_prior.table(dev, dt)]
+        if self.member_lr_scale is not None:
+            cols.append(torch.tensor(self.member_lr_scale, device=dev, dtype=dt).view(-1, 1))
+        members_of = layout.members()
+        self._pm = None if not cols or members_of is None else (torch.cat(cols, 1), member_index(members_of, dev))
         # the rows of noise the KL draws of its own: the split's importance sample, or the Monte
         # Carlo KL's samples beyond the likelihood's (a closed form needs none)
         kl_extra = 1 if self._split else 0 if self._closed or self.kl_samples is None else self.kl_samples - k
@@ -293,10 +329,12 @@ class Engine(torch.optim.Optimizer):
         self._hp_np = None if self._on_device else self._hp.numpy()
         self._ctr = torch.zeros(3, device=dev, dtype=torch.int64) if self._on_device else None
         self._hp_key: tuple[Any, ...] | None = None  # the hyperparameters in hp (device form)
-        self.kernels = KernelSet(prior=self._prior, closed=self._closed, optimizer=self.kind.value,
+        self.kernels = KernelSet(prior=self._prior if member_prior is None else member_prior.family,
+                                 closed=self._closed, optimizer=self.kind.value,
                                  nesterov=bool(self.param_groups[0]["nesterov"]), kl_extra=kl_extra, split=self._split,
                                  compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device,
-                                 members=layout.members())
+                                 members=members_of, prior_columns=0 if member_prior is None else cols[0].shape[1],
+                                 lr_column=self.member_lr_scale is not None)
         self._fused_params = tuple(self.param_groups[0]["params"])
         members = self.kernels.members
         self._kl_out = torch.zeros(1 + (0 if members is None else members[0]), device=dev, dtype=dt)
@@ -304,8 +342,14 @@ class Engine(torch.optim.Optimizer):
         self._grads.adopt(layout)
         # the train step's arguments before c, hp and the state, by the parity of the current noise
         self._step_args = tuple((self._mu, self._rho, self._g, self._eps(cur), self._noise[1 - cur], self._index,
-                                 self._w, self._sig, self._sr, self._dlp, self._kl_mask) for cur in (0, 1))
+                                 self._w, self._sig, self._sr, self._dlp, self._kl_mask, self._pm) for cur in (0, 1))
         self._prime()
+
+    def gradient_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~bbb.engine.kernels.gradients` for this engine's fused
+        weights (its prior and KL, and a population's members' own prior constants)."""
+        pc, _ = member_constants(self._pm, self.kernels.prior_columns, False)
+        return {**self.kernels.static, "pc": pc}
 
     def _versions(self) -> tuple[int, ...]:
         return tuple(p._version for p in self._fused_params)
@@ -353,7 +397,7 @@ class Engine(torch.optim.Optimizer):
         self._write_hyper()
         with torch.no_grad():
             self._set_kl(self.kernels.prime(self._mu, self._rho, self._noise[0], self._index, self._hp, self._w,
-                                            self._sig, self._sr, self._dlp, self._kl_mask))
+                                            self._sig, self._sr, self._dlp, self._kl_mask, self._pm))
         self._clean = self._grads.versions()  # g and c as no backward left them
         self._seen = self._versions()
 
@@ -576,6 +620,7 @@ class Engine(torch.optim.Optimizer):
             "groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
             "state": [t.clone() for t in self._state] if self.fused else [],
             "inner": None if self._inner is None else self._inner.state_dict(),
+            "member_lr_scale": self.member_lr_scale,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
@@ -585,9 +630,11 @@ class Engine(torch.optim.Optimizer):
         if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
             raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
                                   "bbb?); start a new run")
-        mine = (self.kind.value, self.fused, self.seed, self.k, self.kl_samples, len(self.param_groups))
+        mine = (self.kind.value, self.fused, self.seed, self.k, self.kl_samples, len(self.param_groups),
+                self.member_lr_scale)
+        saved_scale = state.get("member_lr_scale")
         theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], state.get("kl_samples"),
-                  len(state["groups"]))
+                  len(state["groups"]), None if saved_scale is None else tuple(saved_scale))
         if mine != theirs:
             raise CheckpointError(f"engine state does not match this engine ({theirs} vs {mine})")
         for g, saved in zip(self.param_groups, state["groups"]):

@@ -117,7 +117,7 @@ class FusedGrads:
         if self.buf is None:
             self.buf = torch.zeros((2, e.layout.numel), device=e._g.device, dtype=e._g.dtype)
         gmu, grho = gradients(e._mu, e._g, e._eps(e._sampler.cur), e._sig, e._sr, e._dlp, e._sampler.anchor.grad,
-                              e._kl_mask, **e.kernels.static)
+                              e._kl_mask, **e.gradient_options())
         self.buf[0].copy_(gmu)
         self.buf[1].copy_(grho)
         self.key, self.formed = self.versions(), self.buf._version

@@ -40,7 +40,8 @@ from torch import Tensor
 from ..distributions import Prior
 from ..random import fill_normal_
 
-__all__ = ["softplus_and_sigmoid", "kl_sum", "member_kl", "Members", "compile_options", "resample", "gradients",
+__all__ = ["softplus_and_sigmoid", "kl_sum", "member_kl", "Members", "MemberTable", "member_constants",
+           "compile_options", "resample", "gradients",
            "update", "KernelSet", "advance_hyper", "counter_keys_tensor", "seed_mix"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -165,7 +166,7 @@ def member_kl(t: Tensor, members: Members, per_weight: float = 0.0) -> Tensor:
 
 def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None,
              m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0, split: bool = False,
-             members: Members | None = None) -> Tensor:
+             members: Members | None = None, pc: tuple[Tensor, ...] | None = None) -> Tensor:
     """Write w = mu + sigma * z, sigma, sigmoid(rho) (and dlogp/dw); return the sample's KL.
 
     mu, rho, sig, sr: (n,); z: (K, n) with K = k + kl_extra; w: (k, n), the first k rows; dlp:
@@ -175,11 +176,14 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
     its dKL/dmu and dKL/dsigma). ``m`` (n,): 1 where a weight counts in the KL, 0 where not (an
     embedding's padding row); None: every weight counts. dlp is kept multiplied by it. ``members``
     (a population's layout): the KL is :func:`member_kl`'s (1 + members,) vector, the total first.
+    ``pc``: each weight's prior constants (:func:`member_constants`: a population whose members have
+    priors of their own), read by the prior's ``*_with`` methods; None: the prior's own.
     """
     s, r = softplus_and_sigmoid(rho)
     if split:
         assert dlp is not None
-        kl_e, dmu, dsig = prior.kl_split(mu, s, z[w.shape[0]])  # type: ignore[misc]
+        kl_e, dmu, dsig = (prior.kl_split(mu, s, z[w.shape[0]]) if pc is None else  # type: ignore[misc]
+                           prior.kl_split_with(mu, s, z[w.shape[0]], pc))  # type: ignore[attr-defined]
         if m is not None:
             kl_e, dmu, dsig = kl_e * m, dmu * m, dsig * m
         kl = kl_sum(kl_e) if members is None else member_kl(kl_e, members)
@@ -191,12 +195,12 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
         return kl
     wn = mu + s * z
     if closed:
-        kl_e = prior.kl_closed_form(mu, s)[0]  # type: ignore[index]
+        kl_e = _closed_form(prior, mu, s, pc)[0]
         kl = kl_sum(kl_e if m is None else kl_e * m) if members is None else \
             member_kl(kl_e if m is None else kl_e * m, members)
     else:
         assert dlp is not None
-        lp, g = prior.log_prob_and_grad(wn)
+        lp, g = prior.log_prob_and_grad(wn) if pc is None else prior.log_prob_and_grad_with(wn, pc)  # type: ignore[attr-defined]
         big_k = z.shape[0]
         terms = -torch.log(s) - (0.5 * z * z + lp).sum(0) / big_k
         if m is None:
@@ -219,9 +223,9 @@ def resample(mu: Tensor, rho: Tensor, z: Tensor, w: Tensor, sig: Tensor, sr: Ten
 
 def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: Tensor | None, c: Tensor,
               m: Tensor | None = None, *, prior: Prior, closed: bool, kl_extra: int = 0,
-              split: bool = False) -> tuple[Tensor, Tensor]:
+              split: bool = False, pc: tuple[Tensor, ...] | None = None) -> tuple[Tensor, Tensor]:
     """(dL/dmu, dL/drho) from the data gradient g and the KL coefficient c (linear in both); ``m``:
-    the KL's weights (:func:`resample`), which ``dlp`` already carries."""
+    the KL's weights and ``pc`` the prior's constants (:func:`resample`), which ``dlp`` already carries."""
     k = g.shape[0]
     cm = c if m is None else c * m  # the KL coefficient of each weight
     if split:
@@ -229,7 +233,7 @@ def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: 
         gmu = g.sum(0) + c * dlp[0]
         grho = ((g * eps).sum(0) + c * dlp[1]) * sr
     elif closed:
-        _, dmu, dsig = prior.kl_closed_form(mu, sig)  # type: ignore[misc]
+        _, dmu, dsig = _closed_form(prior, mu, sig, pc)
         gmu = g.sum(0) + cm * dmu
         grho = ((g * eps).sum(0) + cm * dsig) * sr
     elif kl_extra:
@@ -248,18 +252,25 @@ def gradients(mu: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor, dlp: 
 def update(mu: Tensor, rho: Tensor, g: Tensor, eps: Tensor, sig: Tensor, sr: Tensor,
            dlp: Tensor | None, m: Tensor | None, c: Tensor, hp: Tensor, state: tuple[Tensor, ...], *,
            prior: Prior, closed: bool, optimizer: str, nesterov: bool, kl_extra: int = 0,
-           split: bool = False, given: Tensor | None = None) -> None:
+           split: bool = False, given: Tensor | None = None, pc: tuple[Tensor, ...] | None = None,
+           lr_scale: Tensor | None = None) -> None:
     """One optimiser step of mu and rho from the data gradient g and the KL coefficient c, or from
-    ``given`` (2, n): dL/dmu and dL/drho as the user left them in ``.grad`` (see :mod:`bbb.engine.grads`)."""
+    ``given`` (2, n): dL/dmu and dL/drho as the user left them in ``.grad`` (see :mod:`bbb.engine.grads`).
+    ``pc``: the prior's constants (:func:`resample`); ``lr_scale`` (n,): each weight's learning rate
+    as a multiple of ``hp``'s (a population whose members have learning rates of their own)."""
     if given is None:
         gmu, grho = gradients(mu, g, eps, sig, sr, dlp, c, m, prior=prior, closed=closed, kl_extra=kl_extra,
-                              split=split)
+                              split=split, pc=pc)
     else:
         gmu, grho = given[0], given[1]
     lr, scale = hp[HP_LR], hp[HP_RHO_SCALE]  # rho's learning rate is lr * scale
+    if lr_scale is not None:
+        lr = lr * lr_scale
     if optimizer == "adam":
         b1, b2, aeps = hp[HP_B1], hp[HP_B2], hp[HP_EPS]
         step_size, bc2 = hp[HP_STEP_SIZE], hp[HP_BC2_SQRT]
+        if lr_scale is not None:
+            step_size = step_size * lr_scale
         out = []
         for p, grad, m, v, a in ((mu, gmu, state[0], state[1], step_size),
                                  (rho, grho, state[2], state[3], step_size * scale)):
@@ -321,26 +332,59 @@ def advance_hyper(hp: Tensor, ctr: Tensor, *, adam: bool) -> Tensor:
     return new
 
 
-def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, c, hp, state, ctr=None, given=None, *, prior,
-                closed, optimizer, nesterov, kl_extra=0, split=False, advance=False, members=None):
+def _closed_form(prior: Prior, mu: Tensor, sigma: Tensor,
+                 pc: tuple[Tensor, ...] | None) -> tuple[Tensor, Tensor, Tensor]:
+    out = prior.kl_closed_form(mu, sigma) if pc is None else prior.kl_closed_form_with(mu, sigma, pc)  # type: ignore[attr-defined]
+    assert out is not None
+    return out
+
+
+#: a population's own settings member by member (:func:`member_constants`): the table (members, C),
+#: row j member j's prior constants then (optionally) its learning-rate multiple, and each weight's
+#: member (n,) (int32); None where the members share them
+MemberTable = tuple[Tensor, Tensor]
+
+
+def member_constants(pm: MemberTable | None, prior_columns: int,
+                     lr_column: bool) -> tuple[tuple[Tensor, ...] | None, Tensor | None]:
+    """Each weight's prior constants (``prior_columns`` of them: a :class:`~bbb.distributions.MemberPrior`'s
+    :meth:`~bbb.distributions.MemberPrior.table`) and learning-rate multiple, looked up from its
+    member's row of ``pm``'s table: (constants or None, multiple (n,) or None). Compiled, the lookup
+    is an indexed load of a few bytes inside the step's one pass."""
+    if pm is None:
+        return None, None
+    table, member = pm
+    rows = table[member]
+    pc = tuple(rows[:, i] for i in range(prior_columns)) if prior_columns else None
+    return pc, rows[:, prior_columns] if lr_column else None
+
+
+def _train_step(mu, rho, g, eps, noise, index, w, sig, sr, dlp, m, pm, c, hp, state, ctr=None, given=None, *, prior,
+                closed, optimizer, nesterov, kl_extra=0, split=False, advance=False, members=None, prior_columns=0,
+                lr_column=False):
     """The step: the next sample's noise into ``noise``, the optimiser update, the next sample.
 
     ``advance``: ``hp`` and ``ctr`` are moved to the next step first (:func:`advance_hyper`), on the
-    device; else the host wrote this step's ``hp``.
+    device; else the host wrote this step's ``hp``. ``pm``: a population's members' own prior and
+    learning rate (:func:`member_constants`), else None.
     """
     if advance:
         hp = advance_hyper(hp, ctr, adam=optimizer == "adam")
     z = _sample_noise(noise, index, hp, w, kl_extra)
+    pc, lr_scale = member_constants(pm, prior_columns, lr_column)
     update(mu, rho, g, eps, sig, sr, dlp, m, c, hp[:HP_SIZE].to(mu.dtype), state, prior=prior, closed=closed,
-           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split, given=given)
+           optimizer=optimizer, nesterov=nesterov, kl_extra=kl_extra, split=split, given=given, pc=pc,
+           lr_scale=lr_scale)
     return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split,
-                    members=members)
+                    members=members, pc=pc)
 
 
-def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, m, *, prior, closed, kl_extra=0, split=False, members=None):
+def _prime(mu, rho, noise, index, hp, w, sig, sr, dlp, m, pm, *, prior, closed, kl_extra=0, split=False, members=None,
+           prior_columns=0):
     z = _sample_noise(noise, index, hp, w, kl_extra)
+    pc, _ = member_constants(pm, prior_columns, False)
     return resample(mu, rho, z, w, sig, sr, dlp, m, prior=prior, closed=closed, kl_extra=kl_extra, split=split,
-                    members=members)
+                    members=members, pc=pc)
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -456,13 +500,16 @@ class KernelSet:
     """
 
     def __init__(self, *, prior: Prior, closed: bool, optimizer: str, nesterov: bool, compile: bool,
-                 kl_extra: int = 0, split: bool = False, advance: bool = False, members: Members | None = None) -> None:
+                 kl_extra: int = 0, split: bool = False, advance: bool = False, members: Members | None = None,
+                 prior_columns: int = 0, lr_column: bool = False) -> None:
         self.static = {"prior": prior, "closed": closed, "kl_extra": int(kl_extra), "split": bool(split)}
         #: a population's layout (the KL member by member: :func:`member_kl`), else None
         self.members = members
-        self.prime_static = {**self.static, "members": members}
+        #: the prior constants in a population's member table (:func:`member_constants`; 0: one prior)
+        self.prior_columns = int(prior_columns)
+        self.prime_static = {**self.static, "members": members, "prior_columns": self.prior_columns}
         self.step_static = {**self.prime_static, "optimizer": optimizer, "nesterov": nesterov,
-                            "advance": bool(advance)}
+                            "advance": bool(advance), "lr_column": bool(lr_column)}
         self.compiled = bool(compile)
         self.failed: str | None = None
         self._fns: dict[str, Callable[..., Any]] = {}

@@ -21,7 +21,7 @@ from ..distributions import KLMode
 from ..nn import BayesModule, PopulationBayesLinear, SampleProvider, bayes_modules, providing_samples
 from ..random import fill_normal_, normal
 
-__all__ = ["Slot", "Layout", "counter_noise"]
+__all__ = ["Slot", "Layout", "counter_noise", "member_index"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,17 @@ class Layout:
         """The parameters ``{name}_{suffix}`` concatenated into one flat tensor (a copy)."""
         parts = [getattr(s.module, f"{s.name}_{suffix}").detach().reshape(-1) for s in self.slots]
         return torch.cat(parts)
+
+
+def member_index(members: tuple[int, tuple[tuple[int, int], ...]], device: torch.device | str) -> Tensor:
+    """The member of each weight of a population's flat buffer (int32, (n,)), from its
+    :meth:`Layout.members` (every slot's leading dimension is the member's)."""
+    k, slots = members
+    n = max(o + numel for o, numel in slots)
+    out = torch.zeros(n, dtype=torch.int32)
+    for o, numel in slots:
+        out[o:o + numel] = torch.arange(k, dtype=torch.int32).repeat_interleave(numel // k)
+    return out.to(device)
 
 
 class _CounterNoise(SampleProvider):

@@ -153,7 +153,7 @@ def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonf
     parts = list(grads)
     if engine.fused:
         parts[:0] = gradients(engine._mu, engine._g, engine._eps(engine._sampler.cur), engine._sig, engine._sr,
-                              engine._dlp, engine._sampler.anchor.grad, engine._kl_mask, **engine.kernels.static)
+                              engine._dlp, engine._sampler.anchor.grad, engine._kl_mask, **engine.gradient_options())
     if not parts:
         return torch.tensor(0.0)
     dev = parts[0].device

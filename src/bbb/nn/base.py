@@ -14,6 +14,7 @@ from ..distributions import (
     CenteredPrior,
     DiagonalNormal,
     KLMode,
+    MemberPrior,
     Prior,
     ScaleMixturePrior,
     inverse_softplus,
@@ -102,6 +103,9 @@ class BayesModule(nn.Module):
     #: network's weights (``from_weights=True`` on weights that left their default initialisation:
     #: :func:`bbb.convert.at_initialisation`; a plain attribute, not in the ``state_dict``)
     from_weights: bool = False
+    #: whether the layer's parameters have a population's member as their leading dimension (it
+    #: then takes a :class:`~bbb.distributions.MemberPrior`: a prior per member)
+    member_axis: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -126,6 +130,9 @@ class BayesModule(nn.Module):
         if isinstance(self.prior, CenteredPrior) and self.prior.mean is not None:
             raise UserError("a layer's CenteredPrior takes no mean: the layer centres it on its own posterior means "
                             "(layer.center_prior(); bayesianize and from_torch centre it on the trained weights)")
+        if isinstance(self.prior, MemberPrior) and not self.member_axis:
+            raise UserError(f"a MemberPrior (a prior per member) is for a population's layers "
+                            f"(bbb.nn.BayesPopulation), not a {type(self).__name__}")
         if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
             raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
         if not math.isfinite(rho_init):
@@ -294,6 +301,8 @@ class BayesModule(nn.Module):
     def prior_for(self, name: str) -> Prior:
         """The prior of the weight ``name``: the layer's, centred on ``{name}_prior_mean`` for a
         :class:`~bbb.distributions.CenteredPrior` (a one-line error before :meth:`center_prior`)."""
+        if isinstance(self.prior, MemberPrior):  # bound to the parameter's (members, ...)
+            return self.prior.at(getattr(self, f"{name}_mu").dim())
         if not isinstance(self.prior, CenteredPrior):
             return self.prior
         mean = self._buffers.get(f"{name}_prior_mean")

@@ -9,8 +9,9 @@ member's gradient is its own, and the optimisers (``torch.optim.Adam``/``SGD``,
 trained alone with the same noise, data and optimiser (``tests/core/nn/test_population.py``).
 
 Members ``0 .. bayesian-1`` are Bayesian: each weight has the diagonal Gaussian posterior
-N(mu, softplus(rho)^2) of :class:`~bbb.nn.BayesLinear`, with the same prior, initialisation,
-sampling modes and KL (:func:`~bbb.nn.model_kl` sums it over every member). Members
+N(mu, softplus(rho)^2) of :class:`~bbb.nn.BayesLinear`, with the same prior (or each its own:
+a :class:`~bbb.distributions.MemberPrior`), initialisation, sampling modes and KL
+(:func:`~bbb.nn.model_kl` sums it over every member). Members
 ``bayesian .. P-1`` are deterministic: plain weights, no posterior, no KL (a network trained by
 maximum likelihood, e.g. the greedy agents of the bandit).
 
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import Prior, softplus
+from ..distributions import MemberPrior, Prior, softplus
 from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
@@ -180,6 +181,7 @@ class PopulationBayesLinear(BayesModule):
     """
 
     _param_names = ("weight", "bias")
+    member_axis = True
 
     def __init__(self, members: int, in_features: int, out_features: int, prior: Prior | dict | None = None,
                  mu_init_scale: float | None = None, rho_init: float = DEFAULT_RHO_INIT,
@@ -196,6 +198,9 @@ class PopulationBayesLinear(BayesModule):
             raise UserError(f"members and layer sizes must be positive, got members={members}, "
                             f"in_features={in_features}, out_features={out_features}")
         self.members, self.in_features, self.out_features = int(members), int(in_features), int(out_features)
+        if isinstance(self.prior, MemberPrior) and self.prior.members != self.members:
+            raise UserError(f"a MemberPrior of {self.prior.members} members for a population layer of {self.members} "
+                            "Bayesian members: give one prior per Bayesian member")
         factory = {"device": device, "dtype": dtype}
         self._register_posterior("weight", (members, in_features, out_features), factory)
         self._register_posterior("bias", (members, out_features), factory)
@@ -427,8 +432,10 @@ class BayesPopulation(nn.Module):
         bayes, r = self._slot(j)
         ref = self._bayes(0).mu("weight") if bayes else self._det(0).weight
         first = self._bayes(0) if self.bayesian else None
-        net = BayesMLP(self.sizes[0], self.sizes[1:-1], self.sizes[-1],
-                       prior=first.prior if first is not None else None,
+        prior = None if first is None else first.prior
+        if isinstance(prior, MemberPrior):  # a deterministic member takes the first's (it has no KL)
+            prior = prior.member(r if bayes else 0)
+        net = BayesMLP(self.sizes[0], self.sizes[1:-1], self.sizes[-1], prior=prior,
                        rho_init=first.rho_init if first is not None else DEFAULT_RHO_INIT,
                        device=ref.device, dtype=ref.dtype)
         with torch.no_grad():

@@ -102,16 +102,20 @@ __all__ = ["batch_objective", "kl_weight_table", "make_optimizer", "make_schedul
            "training_step"]
 
 
-def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None) -> torch.optim.Optimizer:
+def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None,
+                   member_lr_scale: Sequence[float] | None = None) -> torch.optim.Optimizer:
     """The optimiser of ``cfg``: for ``bbb``, the fused :class:`~bbb.engine.Engine` (seeded with
     ``cfg.seed``; it takes the plain path by itself where its kernel does not apply); for ``ivon``,
     :class:`bbb.IVON` (its noise seeded with ``cfg.seed``; ``ess`` = ``cfg.ess``, else
     ``num_train``, the training set's size); for the deterministic methods ``torch.optim.SGD`` or
-    the fused ``torch.optim.Adam``.
+    the fused ``torch.optim.Adam``. ``member_lr_scale``: a population's learning rates member by
+    member as multiples of ``cfg.lr`` (the engine's; bbb only).
 
     A run on your own data (``data_file``) uses the eager kernels unless ``BBB_COMPILE=1``: a
     table's network is small and its run short, so a first compile costs more than it saves;
     the image datasets keep the engine's choice (:func:`bbb.engine.support.compile_default`)."""
+    if member_lr_scale is not None and cfg.method != Method.BBB.value:
+        raise UserError(f"learning rates member by member are the bbb engine's, not --method {cfg.method}'s")
     compile = compile_from_env()
     if compile is None and cfg.dataset == FILE_DATASET:
         compile = False
@@ -126,7 +130,7 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
     if cfg.method == Method.BBB.value:
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
-                      seed=cfg.seed, compile=compile)
+                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale)
     if cfg.optimizer == OptimizerKind.SGD.value:
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     params = list(model.parameters())

@@ -1,8 +1,11 @@
 """Training runs of one recipe together: :func:`train_population` trains K runs that differ only in
-their seed or their initialisation (``rho_init``, ``mu_init_scale``: a seed cell's seeds, or a grid
-over where the posterior starts) as one :class:`~bbb.nn.BayesPopulation` under one :class:`~bbb.engine.Engine` (batched
-matrix products, one fused kernel over every member's weights; each member its own gradient), each
-into its own run directory.
+their seed, their initialisation (``rho_init``, ``mu_init_scale``), their learning rate or their
+prior's numbers (``pi``, ``sigma1``, ``sigma2``, ``prior_sigma``: :data:`MEMBER_SETTINGS`; a seed
+cell's seeds, or a grid over those) as one :class:`~bbb.nn.BayesPopulation` under one
+:class:`~bbb.engine.Engine` (batched matrix products, one fused kernel over every member's weights,
+which reads each member's prior and learning rate from a table: a
+:class:`~bbb.distributions.MemberPrior` and ``member_lr_scale``; each member its own gradient),
+each into its own run directory.
 
 Every member's run directory holds what :func:`bbb.runs.train` leaves (config.json, metrics.csv,
 summary.json, last.pt, best.pt), so tables, figures, ``bbb evaluate``, ``predict`` and ``prune`` read
@@ -47,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..devices import resolve_device
+from ..distributions import MemberPrior, Prior
 from ..elbo import ELBO
 from ..engine import Engine
 from ..errors import CheckpointError, TrainingInterrupted, UserError
@@ -66,22 +70,25 @@ from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 from .summary import finish_classifier
 
-__all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "train_population"]
+__all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "member_lr_scale", "member_prior",
+           "train_population"]
 
 #: the population's commit point in its folder
 POPULATION_FILE = "population.pt"
 _FORMAT = 1
 
 
-#: the settings in which the runs of a population may differ: the seed and where the posterior starts
-#: (each member starts from its own run's network; the training step is the same for every member)
-MEMBER_SETTINGS = ("seed", "rho_init", "mu_init_scale")
+#: the settings in which the runs of a population may differ: the seed, where the posterior starts
+#: (each member starts from its own run's network), the learning rate (the engine's
+#: ``member_lr_scale``) and the numbers of the prior (one family for all: a
+#: :class:`~bbb.distributions.MemberPrior`)
+MEMBER_SETTINGS = ("seed", "rho_init", "mu_init_scale", "lr", "pi", "sigma1", "sigma2", "prior_sigma")
 
 
 def check_population(cfgs: Sequence[TrainConfig]) -> TrainConfig:
     """The common recipe of ``cfgs`` (the first), after checking that they can train as one
-    population: at least one; each its own seed or initialisation (:data:`MEMBER_SETTINGS`: a seed
-    cell's seeds, or a grid over the starting sigma and mu), every other setting equal; the
+    population: at least one; each its own seed, initialisation, learning rate or prior numbers
+    (:data:`MEMBER_SETTINGS`: a seed cell's seeds, or a grid over those), every other setting equal; the
     Bayesian MLP with the reparameterisation estimator, float32, a commit every epoch. Else a
     one-line UserError."""
     if not cfgs:
@@ -91,16 +98,16 @@ def check_population(cfgs: Sequence[TrainConfig]) -> TrainConfig:
         other = {k: v for k, v in c.to_dict().items() if k not in MEMBER_SETTINGS}
         diff = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
         if diff:
-            raise UserError(f"the runs of a population differ only in their seed and initialisation "
-                            f"({', '.join(MEMBER_SETTINGS[1:])}); run {j} (seed {c.seed}) has another "
-                            f"{diff[0]} ({other.get(diff[0])!r}, not {first.get(diff[0])!r})")
+            raise UserError(f"the runs of a population differ only in {', '.join(MEMBER_SETTINGS)}; run {j} "
+                            f"(seed {c.seed}) has another {diff[0]} ({other.get(diff[0])!r}, not "
+                            f"{first.get(diff[0])!r})")
     seen: dict[tuple[Any, ...], int] = {}
     for j, c in enumerate(cfgs):
         key = tuple(getattr(c, f) for f in MEMBER_SETTINGS)
         if key in seen:
             raise UserError(f"run {j} of the population repeats run {seen[key]} ("
                             + ", ".join(f"{f} {v!r}" for f, v in zip(MEMBER_SETTINGS, key))
-                            + "): give each run its own seed or initialisation")
+                            + "): give each run its own seed or settings")
         seen[key] = j
     cfg = cfgs[0]
     why = None
@@ -116,7 +123,23 @@ def check_population(cfgs: Sequence[TrainConfig]) -> TrainConfig:
         why = "your own data file (a population trains on the image datasets)"
     if why is not None:
         raise UserError(f"these runs cannot train as a population: {why}; train them one by one")
+    member_prior(cfgs)  # the members' priors make one family (else a one-line UserError)
     return cfg
+
+
+def member_prior(cfgs: Sequence[TrainConfig]) -> Prior:
+    """The prior of a population of ``cfgs``: theirs where they share it, else a
+    :class:`~bbb.distributions.MemberPrior` of each run's."""
+    priors = [c.make_prior() for c in cfgs]
+    return priors[0] if all(p == priors[0] for p in priors) else MemberPrior(priors)
+
+
+def member_lr_scale(cfgs: Sequence[TrainConfig]) -> tuple[float, ...] | None:
+    """Each run's learning rate as a multiple of the first's (the engine's ``member_lr_scale``),
+    or None where they share it."""
+    if all(c.lr == cfgs[0].lr for c in cfgs):
+        return None
+    return tuple(c.lr / cfgs[0].lr for c in cfgs)
 
 
 def _member_checkpoint(pop: BayesPopulation, j: int, epoch: int, cfg: TrainConfig, metrics: list[dict[str, Any]],
@@ -287,7 +310,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
     num_batches = math.ceil(n / bsz)
 
     # the members start where `bbb train --seed s` starts: its seed, then its network
-    pop = BayesPopulation(in_features, cfg.hidden, num_classes, bayesian=k, prior=cfg.make_prior(),
+    pop = BayesPopulation(in_features, cfg.hidden, num_classes, bayesian=k, prior=member_prior(cfgs),
                           rho_init=cfg.rho_init, mu_init_scale=cfg.mu_init_scale, estimator=cfg.estimator,
                           device=device)
     for j, c in enumerate(cfgs):
@@ -298,7 +321,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
     torch.manual_seed(seeds[0])
     elbo = ELBO(pop, "categorical", num_batches=num_batches, kl_weighting=cfg.kl_weighting,
                 num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples)
-    opt = make_optimizer(cfg, pop, n)
+    opt = make_optimizer(cfg, pop, n, member_lr_scale=member_lr_scale(cfgs))
     if not isinstance(opt, Engine) or not opt.fused:
         raise UserError(f"these runs cannot train as a population: the engine does not fuse them "
                         f"({getattr(opt, 'fallback_reason', None)}); train them one by one")
@@ -317,7 +340,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                             "task": "classification"}
     if preprocess is not None:
         info["preprocess"] = preprocess.to_dict()
-    where = {"dir": str(pop_dir), "seeds": seeds}
+    where = {"dir": str(pop_dir), "seeds": seeds, "runs": [d.name for d in dirs]}
     if ckpt is not None:
         try:
             pop.load_state_dict(ckpt["model"])

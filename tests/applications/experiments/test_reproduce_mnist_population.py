@@ -1,4 +1,5 @@
-"""``bbb reproduce mnist --population``: a seed cell's extra seeds trained together as one population
+"""``bbb reproduce mnist --population``: a cell's candidates (the smoke budget's two scale mixtures,
+other pi and sigma2) and a seed cell's extra seeds trained together as populations
 (bbb.runs.train_population) into the run directories the tables read, a cell that cannot train as
 a population (dropout) trained one by one, a rerun trains nothing. Tiny synthetic data, smoke budget."""
 
@@ -34,8 +35,15 @@ def test_the_extra_seeds_of_a_bayesian_cell_train_as_one_population(reproduced):
     assert (pop / POPULATION_FILE).is_file()
     for j, name in enumerate(members):
         config = json.loads((out / "runs" / name / "config.json").read_text())
-        assert config["population"] == {"dir": str(pop), "seeds": [1, 2], "member": j}
+        assert config["population"] == {"dir": str(pop), "seeds": [1, 2], "runs": members, "member": j}
         assert summary(out, name)["epochs"] == cfg.spec.epochs["bbb_mixture"][400]
+    # the cell's two candidates (seed 0), each at its own prior: one population
+    grid = out / "runs" / "bbb_mixture_400_pop_c0-1"
+    assert (grid / POPULATION_FILE).is_file()
+    for j, name in enumerate(["bbb_mixture_400", "bbb_mixture_400_c1"]):
+        config = json.loads((out / "runs" / name / "config.json").read_text())
+        assert config["population"]["dir"] == str(grid) and config["population"]["member"] == j
+        assert config["pi"] == cfg.spec.candidates["bbb_mixture"][j].settings["pi"]
     for name in ("dropout_400_s1", "dropout_400_s2"):  # not Bayesian: one by one
         assert "population" not in json.loads((out / "runs" / name / "config.json").read_text())
     rows = {(r["method"], r["hidden"]): r for r in read_csv(out / "table1.csv")}
@@ -53,8 +61,9 @@ def test_the_command_line_and_the_help_name_it(reproduced, capsys):
 
 
 def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_path):
-    """Killed after the population's first commit (its members' runs hold epoch 0 and name their
-    population): the rerun resumes that population, with every seed it started with."""
+    """Killed after the first population's first commit (the cell's two candidates: their runs hold
+    epoch 0 and name their population): the rerun resumes that population, with every run it started
+    with, then trains the selected candidate's seeds."""
     from bbb.runs.cuda_graph import StepGraphs
 
     out = tmp_path / "mnist"
@@ -69,13 +78,14 @@ def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_pat
             mp.setattr(StepGraphs, "begin", killed)  # (the population's first epoch, after its first commit)
             with pytest.raises(KeyboardInterrupt):
                 run_reproduce(cfg, data=blobs4(), **SILENT)
-        pop = out / "runs" / "bbb_mixture_400_pop_s1-2"
-        assert (pop / POPULATION_FILE).is_file() and not (out / "runs" / "bbb_mixture_400_s1" / "summary.json").exists()
+        pop = out / "runs" / "bbb_mixture_400_pop_c0-1"
+        assert (pop / POPULATION_FILE).is_file() and not (out / "runs" / "bbb_mixture_400_c1" / "summary.json").exists()
         lines: list[str] = []
         res = run_reproduce(ReproduceConfig(**{**cfg.__dict__, "quiet": False, "cells": "bbb-mixture:400"}),
                             data=blobs4(), log=lines.append)
-    assert {"bbb_mixture_400_s1", "bbb_mixture_400_s2"} <= set(res["trained"])
+    assert {"bbb_mixture_400", "bbb_mixture_400_c1", "bbb_mixture_400_s1", "bbb_mixture_400_s2"} <= set(res["trained"])
     assert any("resuming the population of 2" in line for line in lines)
+    assert summary(out, "bbb_mixture_400_c1")["epochs"] == 1
     assert summary(out, "bbb_mixture_400_s2")["epochs"] == 1
 
 

@@ -106,11 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "made from these checkpoints; without them those files are kept as they "
                              "are and the rest is rebuilt from the runs' CSV/JSON (default: --out/runs)")
     parser.add_argument("--population", action="store_true",
-                        help="train each seed cell's extra seeds together as one population (one network "
-                             "of batched matrix products under one engine: on a GPU about the time of one "
-                             "run; bbb.runs.train_population): each seed keeps its own initialisation and "
-                             "minibatches, its weight noise is the population's; Bayesian cells only, the "
-                             "others train one by one; resume with --population too")
+                        help="train a cell's candidates that differ only in their learning rate, prior numbers "
+                             "or initialisation, and each seed cell's extra seeds, together as populations (one "
+                             "network of batched matrix products under one engine: on a GPU about the time of "
+                             "one run; bbb.runs.train_population): each run keeps its own settings, "
+                             "initialisation and minibatches, its weight noise is the population's; Bayesian "
+                             "cells only, the others train one by one; resume with --population too")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="on a GPU, replay the runs' training steps from CUDA graphs (bbb train "
                              "--cuda-graph: the same numbers, several times faster; a --population too); "

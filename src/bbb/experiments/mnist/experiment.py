@@ -242,7 +242,10 @@ def _train_cells(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job
     of the runs trained or resumed."""
     progress = Progress([*first, *extra], n_train, log)
     runner_callbacks = CallbackList([progress, callbacks])
-    train_jobs(first, data, cfg, runner_callbacks, log, out, busy=busy)
+    if cfg.population:  # a cell's candidates that differ only in what a population's members may, together
+        train_populations(first, data, cfg, runner_callbacks, log, out, busy)
+    else:
+        train_jobs(first, data, cfg, runner_callbacks, log, out, busy=busy)
     for name in busy:
         progress.remaining.pop(name, None)
     selected = {c: _selection(cfg, c, out) for c in cfg.cells}

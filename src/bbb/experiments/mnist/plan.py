@@ -172,7 +172,8 @@ class ReproduceConfig:
     checkpoints: str | None = None
     #: experiment loggers of every run trained (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`)
     loggers: tuple[str, ...] = ()
-    #: train each seed cell's extra seeds together as one population (``--population``:
+    #: train a cell's candidates (those that differ only in a population's member settings) and each
+    #: seed cell's extra seeds together as populations (``--population``:
     #: :func:`bbb.runs.train_population`; a Bayesian cell's, the others one by one)
     population: bool = False
     #: the runs' steps replayed from CUDA graphs (``--cuda-graph``: :mod:`bbb.runs.cuda_graph`, the

@@ -13,7 +13,9 @@ command of at most ~9 minutes, from a checkout with ``PYTHONPATH=src`` and nothi
 4. A population of 8 such networks under one engine against one network
    (``bench/bench_population.py``): ``population_ratio_k8_2x1200``, the population's step over one
    network's (issue 74's target: at most 2), and the same with both replayed from CUDA graphs
-   (``population_ratio_k8_2x1200_graph``; not in the dry run).
+   (``population_ratio_k8_2x1200_graph``; not in the dry run); the eager run times the same 8 as a
+   grid too (each its own prior and learning rate: ``bench_population.py --grid``):
+   ``grid_ratio_k8_2x1200``, the grid's step over the population's.
 5. With the time left: the engine's step of the paper's 2x1200 network with sigma and sigmoid(rho)
    stored (as the engine does) and computed again in the update (``bench/kernel_variants.py``
    ``base`` / ``recompute_sigma``, alternated twice): ``kernel_recompute_sigma_ratio``, the
@@ -86,6 +88,7 @@ REQUIRED = {"device": str, "torch": str, "epoch_s_2x1200_paper": (float, type(No
             "ratio_vs_deterministic_graph_2x1200": (float, type(None)),
             "population_ratio_k8_2x1200": (float, type(None)),
             "population_ratio_k8_2x1200_graph": (float, type(None)),
+            "grid_ratio_k8_2x1200": (float, type(None)),
             "cuda_tests_passed": (int, type(None)), "cuda_tests_failed": (int, type(None))}
 
 
@@ -256,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            if limit >= 10 else {"status": "not run: no time left"})
         limit = clock.limit(CHILD_LIMIT)
         pop_spec = {"threads": threads, "device": device, "width": width, "members": POP_MEMBERS, "dry_run": dry}
-        population = (bench.run_child(pop_spec, limit, script=HERE / "bench_population.py",
+        population = (bench.run_child({**pop_spec, "grid": True}, limit, script=HERE / "bench_population.py",
                                       mark=bench_population.RESULT_MARK, ident=("width", "members"))
                       if limit >= 10 else {"status": "not run: no time left"})
         population_graph: dict[str, Any] = {"status": "not run: needs CUDA"}
@@ -291,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        and population.get("ratio") else None),
         "population_ratio_k8_2x1200_graph": (float(population_graph["ratio"]) if population_graph.get("status") == "ok"
                                              and population_graph.get("ratio") else None),
+        "grid_ratio_k8_2x1200": (float(population["grid_ratio"]) if population.get("status") == "ok"
+                                 and population.get("grid_ratio") else None),
     })
     result.update({
         "dry_run": dry, "width": width, "data": source, "epoch_source": epoch_source,
@@ -302,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "epoch_graph": {f: graph.get(f) for f in ("status", "detail", "epoch_seconds", "train_images")},
         "epoch_graph_deterministic": {f: floor_graph.get(f) for f in ("status", "detail", "epoch_seconds")},
         "population": {f: population.get(f) for f in ("status", "detail", "members", "width", "ratio", "one",
-                                                      "population", "peak_cuda_mb")},
+                                                      "population", "grid", "grid_ratio", "peak_cuda_mb")},
         "population_graph": {f: population_graph.get(f) for f in ("status", "detail", "ratio", "one", "population")},
         "kernel_recompute_sigma_ratio": variants["ratio"], "kernel_variants": variants,
         "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -345,6 +350,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"| population of {r['population'].get('members') or POP_MEMBERS} under one engine, step / one "
         f"network's (2x{w}) | {_f(r['population_ratio_k8_2x1200'])} |",
         f"| the same, both replayed from CUDA graphs | {_f(r['population_ratio_k8_2x1200_graph'])} |",
+        f"| the population as a grid (each its own prior and learning rate), step / the population's | "
+        f"{_f(r['grid_ratio_k8_2x1200'])} |",
         f"| tests/cuda passed / failed / skipped | {_f(r['cuda_tests_passed'], '{}')} / "
         f"{_f(r['cuda_tests_failed'], '{}')} / {_f(r['cuda_tests_skipped'], '{}')} |",
         "",

@@ -24,7 +24,8 @@ def test_the_gpu_check_dry_run_writes_gpu_json_and_gpu_md(tmp_path):
     assert res["torch"] == str(torch.__version__) and res["device"].startswith("cpu")
     assert res["dry_run"] is True
     # the numbers a GPU run fills in: measured here too (tiny sizes), all but the peer's where it is absent
-    for key in ("epoch_s_2x1200_paper", "ratio_vs_deterministic_2x1200", "population_ratio_k8_2x1200"):
+    for key in ("epoch_s_2x1200_paper", "ratio_vs_deterministic_2x1200", "population_ratio_k8_2x1200",
+                "grid_ratio_k8_2x1200"):
         assert isinstance(res[key], float) and res[key] > 0, (key, res)
     assert res["epoch_source"].startswith("bbb train, epoch 2 of 2")
     assert res["bench"]["mlp"]["status"] == "ok" and res["bench"]["bbb-paper"]["status"] == "ok"
@@ -43,7 +44,8 @@ def test_the_gpu_check_dry_run_writes_gpu_json_and_gpu_md(tmp_path):
     # the population's row: both systems through the fused engine
     pop = res["population"]
     assert pop["status"] == "ok" and pop["population"]["fused"] and pop["one"]["fused"]
-    assert "population of 3 under one engine" in md
+    assert "population of 3 under one engine" in md and pop["grid"]["fused"]
+    assert "as a grid (each its own prior and learning rate)" in md
     # the engine-step variants: two runs of each, the same numbers, their ratio
     kv = res["kernel_variants"]
     assert kv["status"] == "ok" and len(kv["base"]) == len(kv["recompute_sigma"]) == 2, kv

@@ -69,7 +69,15 @@ from .grads import FusedGrads
 from .kernels import HP_SIZE, KernelSet, member_constants, seed_mix
 from .layout import Layout, member_index
 from .sampler import Sampler, kl_kind
-from .support import clip_grad_norm, compile_default, new_params, param_groups, torch_optimizer, unsupported_reason
+from .support import (
+    check_member_lr_scale,
+    clip_grad_norm,
+    compile_default,
+    new_params,
+    param_groups,
+    torch_optimizer,
+    unsupported_reason,
+)
 
 __all__ = ["OptimizerKind", "Engine", "COMPILE_MIN_NUMEL", "ENGINE_FORMAT"]
 
@@ -106,27 +114,6 @@ def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
                             f"built from an ELBO takes num_samples, kl and kl_samples from it; leave {name} out "
                             "of the Engine (or give it to the ELBO)")
     return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
-
-
-def _member_lr_scale(scale: Any, layout: Layout | None, reason: str | None) -> tuple[float, ...] | None:
-    """``member_lr_scale`` checked against the model: one positive number per member of a population
-    on the fused kernel, else a one-line UserError; None stays None."""
-    if scale is None:
-        return None
-    members = None if layout is None else layout.members()
-    if members is None:
-        why = reason or "the model is not a population (bbb.nn.BayesPopulation)"
-        raise UserError(f"member_lr_scale sets a population's learning rates member by member in the fused kernel; "
-                        f"here {why}")
-    try:
-        values = tuple(float(v) for v in scale)
-    except (TypeError, ValueError):
-        raise UserError(f"member_lr_scale must be a list of numbers, one per member, got {scale!r}") from None
-    if len(values) != members[0]:
-        raise UserError(f"member_lr_scale has {len(values)} numbers for a population of {members[0]} members")
-    for v in values:
-        check_float("member_lr_scale", v, 0.0, above=True)
-    return values
 
 
 class Engine(torch.optim.Optimizer):
@@ -271,7 +258,7 @@ class Engine(torch.optim.Optimizer):
         self.fallback_reason = reason
         self.layout = layout
         #: the members' learning rates as multiples of ``lr`` (a tuple), or None: one for all
-        self.member_lr_scale = _member_lr_scale(member_lr_scale, layout, reason)
+        self.member_lr_scale = check_member_lr_scale(member_lr_scale, layout, reason)
         self._extra = [p for grp in extra for p in grp["params"]]
         self._warned_idle = False
         self._ddp: ddp_.Averager | None = None

@@ -11,13 +11,13 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import CenteredPrior, KLMode, uses_monte_carlo
-from ..errors import UserError
+from ..errors import UserError, check_float
 from ..nn import bayes_modules
 from ..nn.base import Estimator
 from .kernels import gradients
 
 __all__ = ["unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm", "compile_default",
-           "has_triton", "COMPILE_ENV", "compile_from_env"]
+           "has_triton", "COMPILE_ENV", "compile_from_env", "check_member_lr_scale"]
 
 #: the environment variable that sets the engine's ``compile=None`` for the whole process (and the
 #: processes it starts): ``0`` never compiles (the eager kernels, the same mathematics; no seconds
@@ -169,3 +169,24 @@ def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonf
     for t in grads:
         t.mul_(coef.to(t.device, t.dtype))
     return total
+
+
+def check_member_lr_scale(scale: Any, layout: Any, reason: str | None) -> tuple[float, ...] | None:
+    """``member_lr_scale`` checked against the model: one positive number per member of a population
+    on the fused kernel, else a one-line UserError; None stays None."""
+    if scale is None:
+        return None
+    members = None if layout is None else layout.members()
+    if members is None:
+        why = reason or "the model is not a population (bbb.nn.BayesPopulation)"
+        raise UserError(f"member_lr_scale sets a population's learning rates member by member in the fused kernel; "
+                        f"here {why}")
+    try:
+        values = tuple(float(v) for v in scale)
+    except (TypeError, ValueError):
+        raise UserError(f"member_lr_scale must be a list of numbers, one per member, got {scale!r}") from None
+    if len(values) != members[0]:
+        raise UserError(f"member_lr_scale has {len(values)} numbers for a population of {members[0]} members")
+    for v in values:
+        check_float("member_lr_scale", v, 0.0, above=True)
+    return values

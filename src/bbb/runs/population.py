@@ -38,12 +38,13 @@ fused kernel) on a classification split; any other setting is a one-line :class:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -64,14 +65,14 @@ from .checkpoint import CHECKPOINT_FORMAT, improves, metrics_text
 from .config import TrainConfig, resume_conflicts
 from .cuda_graph import StepGraphs, check_capturable
 from .evaluation import EVAL_CHUNK
-from .jobs import DIVERGED_FILE
+from .jobs import DIVERGED_FILE, Job, State, job_state, read_json
 from .loop import kl_weight_table, make_optimizer, make_scheduler
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .rundir import guard_run_dir
 from .summary import finish_classifier
 
 __all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "member_lr_scale", "member_prior",
-           "train_population"]
+           "population_groups", "stored_population", "train_population"]
 
 #: the population's commit point in its folder
 POPULATION_FILE = "population.pt"
@@ -140,6 +141,71 @@ def member_lr_scale(cfgs: Sequence[TrainConfig]) -> tuple[float, ...] | None:
     if all(c.lr == cfgs[0].lr for c in cfgs):
         return None
     return tuple(c.lr / cfgs[0].lr for c in cfgs)
+
+
+def stored_population(run_dir: str | Path) -> dict[str, Any] | None:
+    """The population ``run_dir`` was started in (its config.json's ``population``: ``dir``,
+    ``seeds``, ``runs`` (the members' directory names), ``member``), or None."""
+    got = (read_json(Path(run_dir) / "config.json") or {}).get("population")
+    return got if isinstance(got, dict) else None
+
+
+J = TypeVar("J", bound=Job)
+
+
+def population_groups(jobs: Sequence[J], new_dir: Callable[[list[J]], Path], *, size: int | None = None,
+                      key: Callable[[J], Any] | None = None,
+                      legacy: Callable[[J, dict[str, Any]], list[J]] | None = None,
+                      what: str = "the runs it was started with") -> list[tuple[Path | None, list[J]]]:
+    """``jobs`` (a :class:`~bbb.runs.jobs.Job` each: ``run_dir``, ``config``), in order, grouped to train
+    as populations: ``(population folder, its jobs)``, or ``(None, [job])`` for a job that trains
+    alone (finished, diverged, settings no population takes, the one job left of its recipe).
+
+    A run started in a population goes on in that one, with every run it was started with (found
+    among ``jobs`` by their directories' names; ``legacy(job, stored)`` for a population that stored
+    its seeds alone; a member missing from ``jobs`` is a one-line UserError that says to run it with
+    ``what``). The other new runs whose settings differ only in :data:`MEMBER_SETTINGS` (and in
+    ``key(job)``, where given: e.g. their data) make new populations of up to ``size`` runs (None:
+    all), each in ``new_dir(its jobs)``."""
+    groups: list[tuple[Path | None, list[J]]] = []
+    new: dict[str, list[J]] = {}
+    started: dict[str, list[J]] = {}
+    by_name = {j.run_dir.name: j for j in jobs}
+    for job in jobs:
+        stored = stored_population(job.run_dir)
+        state = job_state(job.run_dir, job.config.epochs).state
+        if stored is not None and state in (State.PARTIAL, State.NEW):  # (NEW: killed at epoch 0)
+            if stored["dir"] not in started:
+                names = stored.get("runs")
+                if not isinstance(names, list):
+                    if legacy is None:
+                        raise UserError(f"the population in {stored['dir']} does not name its runs; train it with "
+                                        "the bbb that started it")
+                    started[stored["dir"]] = legacy(job, stored)
+                    continue
+                missing = [n for n in names if n not in by_name]
+                if missing:
+                    raise UserError(f"the population in {stored['dir']} holds {', '.join(names)}, and this call does "
+                                    f"not train {', '.join(missing)}: run it with {what}")
+                started[stored["dir"]] = [by_name[n] for n in names]
+            continue
+        if state is not State.NEW:
+            groups.append((None, [job]))
+            continue
+        shared = {k: v for k, v in job.config.to_dict().items() if k not in MEMBER_SETTINGS}
+        extra = None if key is None else key(job)
+        new.setdefault(json.dumps([shared, extra], sort_keys=True, default=str), []).append(job)
+    groups += [(Path(d), members) for d, members in started.items()]
+    for members in new.values():
+        step = len(members) if size is None else max(1, size)
+        for chunk in (members[i:i + step] for i in range(0, len(members), step)):
+            try:
+                check_population([j.config for j in chunk])
+            except UserError:
+                groups += [(None, [j]) for j in chunk]
+                continue
+            groups.append((None, chunk) if len(chunk) == 1 else (new_dir(chunk), chunk))
+    return groups
 
 
 def _member_checkpoint(pop: BayesPopulation, j: int, epoch: int, cfg: TrainConfig, metrics: list[dict[str, Any]],

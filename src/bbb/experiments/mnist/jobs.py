@@ -4,7 +4,6 @@ selection of the candidate with the lowest validation error."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +16,8 @@ from ...progress import plural
 from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
 from ...runs.loggers import make_loggers
-from ...runs.population import MEMBER_SETTINGS, check_population, train_population
+from ...runs.population import population_groups as population_groups_of
+from ...runs.population import train_population
 from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time, make_job
 from .recipes import METHOD_NAMES, BudgetSpec
 
@@ -138,12 +138,6 @@ def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfi
     return summaries
 
 
-def _stored_population(job: Job) -> dict[str, Any] | None:
-    """The population ``job``'s run directory was started in (its config.json), or None."""
-    got = (runjobs.read_json(job.run_dir / "config.json") or {}).get("population")
-    return got if isinstance(got, dict) else None
-
-
 def _population_name(members: Sequence[Job]) -> str:
     """``<cell>[_c<candidate>]_pop_s<seeds>`` (one candidate's seeds), ``<cell>_pop_c<candidates>[_s<seed>]``
     (a cell's candidates, one seed), else ``<cell>_pop_<c<candidate>s<seed>, ...>``."""
@@ -157,55 +151,17 @@ def _population_name(members: Sequence[Job]) -> str:
     return f"{cell}_pop_{'-'.join(f'c{j.candidate}s{j.seed}' for j in members)}"
 
 
-def _started_members(job: Job, stored: dict[str, Any], jobs: Sequence[Job], cfg: ReproduceConfig) -> list[Job]:
-    """The runs of the population ``job`` was started in, in its order: by their names (``runs``;
-    a cell's candidates), or, for a population that stored its seeds alone, ``job``'s candidate at
-    each seed. A member that is not among ``jobs`` (another ``--candidates``) is a one-line UserError."""
-    names = stored.get("runs")
-    if not isinstance(names, list):
-        return [make_job(cfg, job.method, job.hidden, job.candidate, int(s)) for s in stored["seeds"]]
-    by_name = {j.name: j for j in jobs}
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise UserError(f"the population in {stored['dir']} holds {', '.join(names)}, and this call does not train "
-                        f"{', '.join(missing)}: run it with the candidates it was started with")
-    return [by_name[n] for n in names]
-
-
 def population_groups(jobs: Sequence[Job], cfg: ReproduceConfig, out: Path) -> list[tuple[Path | None, list[Job]]]:
     """``jobs`` (a cell's candidates, or the extra seeds of its selected one) grouped for
-    ``--population``: ``(population folder, its jobs)``, or ``(None, [job])`` for a job that trains
-    alone (finished, diverged, a cell that cannot train as a population, the one job left of its
-    recipe). A run started in a population goes on in that one (with every run it was started
-    with); the other new runs of one cell whose settings differ only in what a population's members
-    may (:data:`bbb.runs.population.MEMBER_SETTINGS`: the seed, the learning rate, the prior's
-    numbers, the initialisation) make a new one (:func:`_population_name`)."""
-    groups: list[tuple[Path | None, list[Job]]] = []
-    new: dict[tuple[str, int, str], list[Job]] = {}
-    started: dict[str, list[Job]] = {}
-    for job in jobs:
-        stored = _stored_population(job)
-        if stored is not None and state_of(job).state in (State.PARTIAL, State.NEW):  # (NEW: killed at epoch 0)
-            if stored["dir"] not in started:
-                started[stored["dir"]] = _started_members(job, stored, jobs, cfg)
-            continue
-        if state_of(job).state is not State.NEW:
-            groups.append((None, [job]))
-            continue
-        shared = {k: v for k, v in job.config.to_dict().items() if k not in MEMBER_SETTINGS}
-        new.setdefault((job.method, job.hidden, json.dumps(shared, sort_keys=True, default=str)), []).append(job)
-    groups += [(Path(d), members) for d, members in started.items()]
-    for members in new.values():
-        try:
-            check_population([j.config for j in members])
-        except UserError:
-            groups += [(None, [j]) for j in members]
-            continue
-        if len(members) == 1:
-            groups.append((None, members))
-            continue
-        groups.append((out / "runs" / _population_name(members), members))
-    return groups
+    ``--population`` (:func:`bbb.runs.population.population_groups`): a new population is
+    ``runs/<name>`` (:func:`_population_name`); a population started before its members' names were
+    stored goes on with ``job``'s candidate at each of its seeds."""
+
+    def by_seeds(job: Job, stored: dict[str, Any]) -> list[Job]:
+        return [make_job(cfg, job.method, job.hidden, job.candidate, int(s)) for s in stored["seeds"]]
+
+    return population_groups_of(jobs, lambda members: out / "runs" / _population_name(members), legacy=by_seeds,
+                                what="the candidates it was started with")
 
 
 def train_populations(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfig, callbacks: JobCallbacks,

@@ -30,6 +30,7 @@ from .trial import epochs_done, finished_row, trial_dir
 EXAMPLE = (
     "bbb sweep --space paper --set epochs=2 --limit 4 --dry-run\n"
     "  bbb sweep --space paper --backend local --max-concurrent 2 --out runs/grid\n"
+    "  bbb sweep --space paper --population 9 --out runs/grid    # on a GPU: 9 trials in one network's time or so\n"
     "  bbb sweep --space paper --backend ray --address auto --gpus-per-trial 0.25 --scheduler asha --out runs/grid\n"
     "  bbb sweep --space my_space.yaml --set epochs=20 --set 'seed={grid: [0, 1, 2]}' --out runs/mine"
 )
@@ -102,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ray: GPUs per trial, may be fractional (0.25: four trials per GPU; default: 0)")
     parser.add_argument("--cpus-per-trial", type=float, default=None, metavar="F",
                         help="CPUs per trial, also torch threads (ray default: 1; local default: cores/max-concurrent)")
+    parser.add_argument("--population", type=int, default=None, metavar="N",
+                        help="train up to N trials that differ only in their seed, learning rate, prior numbers or "
+                             "initialisation as one population (one network of batched matrix products under one "
+                             "engine: pays on a GPU, where one network's step is launch-bound; each trial keeps "
+                             "its own directory, its noise is the population's); the local backend, one "
+                             "population at a time (default: every trial alone)")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retries of a crashed trial, each from its latest checkpoint (default: 2)")
     parser.add_argument("--storage", default=None, metavar="PATH|URI",
@@ -139,7 +146,8 @@ def main(args: argparse.Namespace) -> int:
                         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
                         max_failures=args.max_failures, grace_period=args.grace_period,
                         reduction_factor=args.reduction_factor, storage=args.storage,
-                        data_dir=args.data_dir, progress=not args.quiet, loggers=tuple(args.log or ()))
+                        data_dir=args.data_dir, progress=not args.quiet, loggers=tuple(args.log or ()),
+                        population=args.population)
     t0 = time.perf_counter()
     try:
         rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None,

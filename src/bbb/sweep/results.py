@@ -56,6 +56,10 @@ class SweepOptions:
     #: experiment loggers of every trial (``--log``; names of :data:`bbb.runs.loggers.LOGGERS`),
     #: made in the process that trains it: each trial's events go to its run directory's ``tb/``
     loggers: tuple[str, ...] = ()
+    #: train up to this many trials that differ only in what a population's members may
+    #: (:data:`bbb.runs.population.MEMBER_SETTINGS`) as one population (``--population N``; the
+    #: local backend, one population at a time); None: every trial alone
+    population: int | None = None
 
     def __post_init__(self) -> None:
         from ..runs.loggers import make_loggers
@@ -90,6 +94,14 @@ class SweepOptions:
             if self.gpus_per_trial:
                 raise UserError("--gpus-per-trial is for --backend ray; the local backend runs its "
                                 "trials on the trial's device (auto: cuda:0 when there is one)")
+        if self.population is not None:
+            if isinstance(self.population, bool) or int(self.population) != self.population or self.population < 2:
+                raise UserError(f"--population N trains N trials together: N must be at least 2, got {self.population}")
+            why = ("--backend ray" if self.backend != Backend.LOCAL.value else
+                   "--max-concurrent (a population is one process)" if (self.max_concurrent or 1) > 1 else
+                   "--log (a population's runs write no logger events)" if self.loggers else None)
+            if why is not None:
+                raise UserError(f"--population trains on the local backend, one population at a time; leave out {why}")
 
 
 def _csv_value(v: Any) -> Any:

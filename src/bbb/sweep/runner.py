@@ -15,6 +15,7 @@ from ..errors import DiskFullError, OutOfMemory, UserError
 from ..io import atomic_write_json
 from ..progress import plural
 from .cost import trial_data
+from .populations import run_populations
 from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
 from .results import Backend, SchedulerKind, SweepOptions, write_results
 from .space import Trial, TrialStatus, expand_space, resolve_params
@@ -112,7 +113,9 @@ def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str,
         _announce(bar, log, warn, row)
 
     try:
-        if workers == 1 or len(todo) == 1:
+        if opts.population:
+            run_populations(todo, payloads, out, opts, done)
+        elif workers == 1 or len(todo) == 1:
             for p in payloads:
                 done(run_trial_local(p))
         else:

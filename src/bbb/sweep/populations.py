@@ -1,0 +1,103 @@
+"""``bbb sweep --population N``: the local backend's trials that differ only in what a population's
+members may (:data:`bbb.runs.population.MEMBER_SETTINGS`: the seed, the learning rate, the prior's
+numbers, the initialisation; the paper's grid is 12 such groups of 81) trained up to N at a time as
+one :class:`~bbb.nn.BayesPopulation` (:func:`bbb.runs.train_population`): one network of batched
+matrix products under one engine, which pays where one network's step is launch-bound, on a GPU.
+
+Each trial keeps its own directory (``OUT/trials/<id>``: an ordinary run directory, its
+``result.json`` and ``history.json``); the population's state is ``OUT/populations/<first trial
+id>-k<members>/population.pt``, so a killed sweep resumes each population with the trials it was
+started with. A trial that cannot join one (other settings, a trial already started alone, the
+only one left of its recipe) trains alone, as without ``--population``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import BBBError, RunDirBusy, TrainingInterrupted
+from ..io import atomic_write_json
+from ..runs.jobs import RunJob, diverged_message
+from ..runs.population import population_groups, train_population
+from .cost import trial_data
+from .space import Trial, TrialStatus, resolve_params
+from .trial import append_history, result_row, run_trial_local, silent, start_trial, trial_dir, trial_lock
+
+__all__ = ["POPULATIONS_DIR", "run_populations"]
+
+#: the populations' folder in a sweep's output folder
+POPULATIONS_DIR = "populations"
+
+
+def run_populations(todo: list[Trial], payloads: list[dict[str, Any]], out: Path, opts: Any,
+                    done: Callable[[dict[str, Any]], None]) -> None:
+    """Train ``todo`` (their ``payloads`` as :func:`~bbb.sweep.trial.run_trial_local` takes them) in
+    populations of up to ``opts.population``, the rest alone; ``done(row)`` for each trial's row."""
+    import torch
+
+    jobs, trial_of, payload_of, spec_of = [], {}, {}, {}
+    for t, p in zip(todo, payloads):
+        cfg, spec = resolve_params(t.params)
+        job = RunJob(trial_dir(out, t.trial_id), cfg)
+        jobs.append(job)
+        trial_of[t.trial_id], payload_of[t.trial_id], spec_of[t.trial_id] = t, p, spec
+    groups = population_groups(
+        jobs, lambda members: out / POPULATIONS_DIR / f"{members[0].run_dir.name}-k{len(members)}",
+        size=opts.population, key=lambda job: spec_of[job.run_dir.name].key(),
+        what="the trials it was started with (the same space, --limit and --population)")
+    threads_before = torch.get_num_threads()
+    try:
+        for pop_dir, members in groups:
+            if pop_dir is None:
+                for job in members:
+                    done(run_trial_local(payload_of[job.run_dir.name]))
+                continue
+            trials = [trial_of[j.run_dir.name] for j in members]
+            if payload_of[trials[0].trial_id].get("threads"):
+                torch.set_num_threads(int(payload_of[trials[0].trial_id]["threads"]))
+            for row in _train_one(trials, pop_dir, out, opts):
+                done(row)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train_one(trials: list[Trial], pop_dir: Path, out: Path, opts: Any) -> list[dict[str, Any]]:
+    """One population's trials, locked, trained together; their rows (result.json written)."""
+    dirs = [trial_dir(out, t.trial_id) for t in trials]
+    with contextlib.ExitStack() as stack:
+        for t, d in zip(trials, dirs):
+            holder = stack.enter_context(trial_lock(d))
+            if holder is not None:
+                return [result_row(u, TrialStatus.PENDING, None, e,
+                                   error=f"its population's trial {t.trial_id} runs in another process ({holder}); "
+                                         "not started here") for u, e in zip(trials, dirs)]
+        started = [start_trial(out, t) for t in trials]
+        cfgs = [cfg for _, cfg, _ in started]
+        for d in dirs:
+            append_history(d, "start", backend="local", population=str(pop_dir),
+                           source="population" if (pop_dir / "population.pt").exists() else "fresh")
+        try:
+            data = trial_data(cfgs[0], started[0][2], opts.data_dir)
+            summaries = train_population(cfgs, dirs, pop_dir, data=data, quiet=True, log=silent)
+        except TrainingInterrupted:  # Ctrl-C: the sweep stops (population.pt holds the last epoch)
+            raise
+        except RunDirBusy as e:
+            return [result_row(t, TrialStatus.PENDING, None, d, error=f"its population runs in another process "
+                               f"(pid {e.holder}); not started here") for t, d in zip(trials, dirs)]
+        except (BBBError, RuntimeError) as e:  # a crash: each trial failed, retried by a re-run of the sweep
+            why = " ".join(str(e).split())[:300] or type(e).__name__
+            rows = []
+            for t, d in zip(trials, dirs):
+                append_history(d, "error", error=why)
+                rows.append(result_row(t, TrialStatus.FAILED, None, d, error=f"its population crashed: {why}",
+                                       retry=True))
+            return rows
+        rows = []
+        for t, d, summary in zip(trials, dirs, summaries):
+            row = (result_row(t, TrialStatus.DONE, summary, d) if summary is not None else
+                   result_row(t, TrialStatus.FAILED, None, d, error=" ".join(str(diverged_message(d)).split())))
+            atomic_write_json(d / "result.json", row)
+            rows.append(row)
+        return rows

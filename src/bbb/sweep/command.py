@@ -14,7 +14,8 @@ from ..cli.common import add_data_dir, add_log, add_quiet, describe
 from ..errors import UserError
 from ..progress import plural
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
-from .results import Backend, SchedulerKind, SweepOptions
+from .populations import population_plan
+from .results import Backend, SchedulerKind, SweepOptions, check_population_size
 from .runner import run_sweep
 from .space import (
     Trial,
@@ -128,6 +129,8 @@ def main(args: argparse.Namespace) -> int:
     if args.show_space:
         sys.stdout.write(_dump_space(space))
         return 0
+    if args.population is not None:
+        check_population_size(args.population)
     if args.dry_run:
         trials = expand_space(space, args.limit)
         if not args.ref_epoch_seconds > 0:
@@ -138,6 +141,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"\n{plural(len(trials), 'trial')}, {plural(epochs, 'epoch')}; estimated {total / 3600:.1f} "
               f"machine-hours ({total / 86400:.1f} days) at {args.ref_epoch_seconds:g} s per epoch of BBB 2x400 "
               "(scaled by weights and samples; see docs/scale_out.md)")
+        if args.population is not None:
+            print(population_plan(trials, Path(args.out) if args.out else None, args.population))
         return 0
     if not args.out:
         raise UserError("--out DIR is required (or use --dry-run)")

@@ -13,6 +13,7 @@ only one left of its recipe) trains alone, as without ``--population``."""
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,34 @@ from .cost import trial_data
 from .space import Trial, TrialStatus, resolve_params
 from .trial import append_history, result_row, run_trial_local, silent, start_trial, trial_dir, trial_lock
 
-__all__ = ["POPULATIONS_DIR", "run_populations"]
+__all__ = ["POPULATIONS_DIR", "population_plan", "run_populations"]
 
 #: the populations' folder in a sweep's output folder
 POPULATIONS_DIR = "populations"
+
+
+def _groups(todo: list[Trial], out: Path, size: int) -> list[tuple[Path | None, list[RunJob]]]:
+    """``todo``'s trials as jobs, grouped into populations of up to ``size`` (the rest alone)."""
+    jobs, spec_of = [], {}
+    for t in todo:
+        cfg, spec = resolve_params(t.params)
+        jobs.append(RunJob(trial_dir(out, t.trial_id), cfg))
+        spec_of[t.trial_id] = spec
+    return population_groups(
+        jobs, lambda members: out / POPULATIONS_DIR / f"{members[0].run_dir.name}-k{len(members)}",
+        size=size, key=lambda job: spec_of[job.run_dir.name].key(),
+        what="the trials it was started with (the same space, --limit and --population)")
+
+
+def population_plan(trials: list[Trial], out: Path | None, size: int) -> str:
+    """``--dry-run --population N``: how the trials would train (in ``out``, where trials may have
+    started; else as new)."""
+    groups = _groups(trials, out or Path("/nonexistent-bbb-sweep"), size)
+    pops = [m for d, m in groups if d is not None]
+    alone = sum(len(m) for d, m in groups if d is None)
+    sizes = ", ".join(f"{n} of {k}" for k, n in sorted(Counter(len(m) for m in pops).items(), reverse=True))
+    return (f"with --population {size}: {len(pops)} population(s) ({sizes or 'none'}) and {alone} trial(s) alone "
+            "(a population's step costs about one network's on a GPU, about its members' on a CPU: docs/scale_out.md)")
 
 
 def run_populations(todo: list[Trial], payloads: list[dict[str, Any]], out: Path, opts: Any,
@@ -37,16 +62,9 @@ def run_populations(todo: list[Trial], payloads: list[dict[str, Any]], out: Path
     populations of up to ``opts.population``, the rest alone; ``done(row)`` for each trial's row."""
     import torch
 
-    jobs, trial_of, payload_of, spec_of = [], {}, {}, {}
-    for t, p in zip(todo, payloads):
-        cfg, spec = resolve_params(t.params)
-        job = RunJob(trial_dir(out, t.trial_id), cfg)
-        jobs.append(job)
-        trial_of[t.trial_id], payload_of[t.trial_id], spec_of[t.trial_id] = t, p, spec
-    groups = population_groups(
-        jobs, lambda members: out / POPULATIONS_DIR / f"{members[0].run_dir.name}-k{len(members)}",
-        size=opts.population, key=lambda job: spec_of[job.run_dir.name].key(),
-        what="the trials it was started with (the same space, --limit and --population)")
+    trial_of = {t.trial_id: t for t in todo}
+    payload_of = {t.trial_id: p for t, p in zip(todo, payloads)}
+    groups = _groups(todo, out, int(opts.population))
     threads_before = torch.get_num_threads()
     try:
         for pop_dir, members in groups:

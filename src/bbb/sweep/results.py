@@ -95,13 +95,19 @@ class SweepOptions:
                 raise UserError("--gpus-per-trial is for --backend ray; the local backend runs its "
                                 "trials on the trial's device (auto: cuda:0 when there is one)")
         if self.population is not None:
-            if isinstance(self.population, bool) or int(self.population) != self.population or self.population < 2:
-                raise UserError(f"--population N trains N trials together: N must be at least 2, got {self.population}")
+            check_population_size(self.population)
             why = ("--backend ray" if self.backend != Backend.LOCAL.value else
                    "--max-concurrent (a population is one process)" if (self.max_concurrent or 1) > 1 else
                    "--log (a population's runs write no logger events)" if self.loggers else None)
             if why is not None:
                 raise UserError(f"--population trains on the local backend, one population at a time; leave out {why}")
+
+
+def check_population_size(n: Any) -> int:
+    """``--population N``'s N: an integer of at least 2, else a one-line UserError."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise UserError(f"--population N trains N trials together: N must be at least 2, got {n}")
+    return n
 
 
 def _csv_value(v: Any) -> Any:

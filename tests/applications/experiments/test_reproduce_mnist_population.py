@@ -100,3 +100,13 @@ def test_cuda_graph_reaches_all_but_ivon_and_is_refused_on_the_cpu(tmp_path, cap
     assert command_line(cfg).endswith("--cuda-graph")
     with pytest.raises(UserError, match="leave it out with --device cpu"):
         ReproduceConfig(budget="smoke", out=str(tmp_path), device="cpu", cuda_graph=True)
+
+
+def test_the_plan_names_the_runs_that_train_together(tmp_path):
+    cfg = ReproduceConfig(budget="smoke", out=str(tmp_path / "mnist"), device="cpu", quiet=True, seeds=3,
+                          population=True, cells="bbb-mixture:400,dropout:400")
+    lines: list[str] = []
+    run_reproduce(cfg, data=blobs4(), log=lines.append, plan_only=True)
+    text = "\n".join(lines)
+    assert "--population: bbb_mixture_400, bbb_mixture_400_c1 train together (bbb_mixture_400_pop_c0-1)" in text
+    assert text.count("--population:") == 1 and not (tmp_path / "mnist" / "runs").exists()

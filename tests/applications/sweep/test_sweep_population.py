@@ -108,3 +108,9 @@ def test_the_help_shows_it(capsys):
     with pytest.raises(SystemExit):
         cli_main(["sweep", "--help"])
     assert "--population N" in capsys.readouterr().out
+
+
+def test_the_dry_run_says_how_the_papers_grid_groups(capsys):
+    """The paper's grid: 12 groups (width x samples) of 81 points, so 108 populations of 9."""
+    assert cli_main(["sweep", "--space", "paper", "--dry-run", "--population", "9"]) == 0
+    assert "with --population 9: 108 population(s) (108 of 9) and 0 trial(s) alone" in capsys.readouterr().out

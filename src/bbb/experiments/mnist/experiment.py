@@ -18,7 +18,7 @@ from ...progress import plural
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from . import tables
 from .figures import FIG2_METHODS, figure2, figure3, figure4
-from .jobs import Progress, command_line, limit_data, state_of, train_jobs, train_populations
+from .jobs import Progress, command_line, limit_data, population_groups, state_of, train_jobs, train_populations
 from .laplace_rows import laplace_rows
 from .plan import (
     Job,
@@ -102,6 +102,11 @@ def _plan_text(cfg: ReproduceConfig, first: Sequence[Job], extra: Sequence[Job],
                              f"{tables.candidate_name(j)}: {tables.hyper_text(m, j.config)}")
                 if j.reason:
                     lines.append(f"        why: {j.reason}")
+            if cfg.population:
+                for pop_dir, members in population_groups(cj, cfg, Path(cfg.out)):
+                    if pop_dir is not None:
+                        lines.append(f"    --population: {', '.join(j.name for j in members)} train together "
+                                     f"({pop_dir.name})")
             for label, why in cfg.spec.screened_at(m, w).items():
                 lines.append(f"    not trained here, {label!r}: {why}")
             for j in sj:

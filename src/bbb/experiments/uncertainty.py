@@ -24,7 +24,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dir_arguments, add_run_dirs_arguments, add_seed, shared_help
+from ..cli.common import add_run_dirs_arguments, add_seed, shared_help
 from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
@@ -258,22 +258,23 @@ def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)
 
 
-def _load_networks(args: argparse.Namespace) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path,
-                                                      str]:
-    """``bbb ood``'s networks: one run's, or an ensemble's members' (several RUN_DIRs, which
-    :func:`bbb.runs.load_ensemble` checks share their data and split), each with its method;
-    the config, the data, the output folder and the label of what was scored."""
+def _load_networks(args: argparse.Namespace, command: str, file: str
+                   ) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path, str]:
+    """``bbb ood``'s and ``bbb uncertain``'s networks: one run's, or an ensemble's members' (several
+    RUN_DIRs, which :func:`bbb.runs.load_ensemble` checks share their data and split), each with its
+    method; the config, the data, the output folder (of the ensemble's ``file``) and the label of
+    what was scored."""
     from .. import runs as T
     from ..cli.common import ensemble_out, one_line_warnings
     from ..runs.ensemble import ensemble_folder
 
-    if ensemble_out(args, "ood.json") is None:
+    if ensemble_out(args, file) is None:
         model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
         return [(model, method)], cfg, data, Path(args.run_dirs[0]), method
-    with one_line_warnings("ood"):
+    with one_line_warnings(command):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
-    out = ensemble_folder(args.out, ens.run_dirs, "ood.json")
+    out = ensemble_folder(args.out, ens.run_dirs, file)
     nets = [(m.network, T.infer_method(m.network)) for m in ens.member_models()]
     return nets, cfg, T.model.load_data(cfg), out, ens.describe()
 
@@ -295,13 +296,10 @@ def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
     return T.model.load_data(cfg.replace(dataset=dataset, val_size=0))
 
 
-def _add_run_options(p: argparse.ArgumentParser, several: bool = False) -> None:
-    """The options ``ood`` and ``uncertain`` share: the run directory (``several``: one or more,
-    an ensemble, with ``--out``), which checkpoint, data, device, threads, seed."""
-    if several:
-        add_run_dirs_arguments(p, "ood.json and ood.png", "checkpoint to use")
-    else:
-        add_run_dir_arguments(p, "a run directory written by `bbb train`", "best", "checkpoint to use")
+def _add_run_options(p: argparse.ArgumentParser, writes: str) -> None:
+    """The options ``ood`` and ``uncertain`` share: the run directories (one, or an ensemble's with
+    ``--out``, the folder of its ``writes``), which checkpoint, data, device, threads, seed."""
+    add_run_dirs_arguments(p, writes, "checkpoint to use")
     add_seed(p, help=shared_help("--seed", " of the Monte Carlo draws"))
 
 
@@ -322,11 +320,11 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
                         "run's)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default: 10)"))
-    _add_run_options(p, several=True)
+    _add_run_options(p, "ood.json and ood.png")
 
 
 def main_ood(args: argparse.Namespace) -> int:
-    nets, cfg, data, d, method = _load_networks(args)
+    nets, cfg, data, d, method = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
         if cfg.dataset not in IMAGE_DATASETS or len(others) != 1:
@@ -371,23 +369,25 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
         "votes against the majority class, then by mutual information; by predictive entropy for an sgd "
         "run), and of the most confident errors (ranked by the predicted class's mean probability), each "
         "titled with the label, the vote share of the top classes over the samples and the mutual "
-        "information. Writes RUN_DIR/uncertain.json and RUN_DIR/uncertain.png (with matplotlib)."
+        "information. Writes RUN_DIR/uncertain.json and RUN_DIR/uncertain.png (with matplotlib). Several "
+        "run directories vote as their ensemble (each member's samples, a deterministic member's one "
+        "network as often as the others' samples: every member weighs the same): written to --out DIR."
     )
-    p.epilog = "Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30"
+    p.epilog = ("Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30\n"
+                "  bbb uncertain runs/sgd-s0 runs/sgd-s1 runs/sgd-s2 --out runs/sgd-ensemble   # a deep ensemble")
     p.add_argument("--n", type=int, default=64, help="digits per grid (default: 64)")
     p.add_argument("--samples", type=int, default=30, metavar="K",
                    help=shared_help("--samples", " vote: the sampled networks (default: 30)"))
-    _add_run_options(p)
+    _add_run_options(p, "uncertain.json and uncertain.png")
 
 
 def main_uncertain(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise UserError(f"--n must be >= 1, got {args.n}")
-    model, cfg, method, data = _load(args.run_dir, args.which, args.data_dir, args.device)
-    dev = next(model.parameters()).device
-    probs = sample_probs(model, data["test_x"].to(dev), method, args.samples, seed=args.seed).cpu()
+    nets, cfg, data, d, method = _load_networks(args, "uncertain", "uncertain.json")
+    dev = next(nets[0][0].parameters()).device
+    probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed, 0)
     res = most_uncertain(probs, data["test_y"], args.n)
-    d = Path(args.run_dir)
     plotted = plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
     rows = []
     for group in ("uncertain", "confident_errors"):
@@ -397,8 +397,11 @@ def main_uncertain(args: argparse.Namespace) -> int:
                          "disagreement": float(res["disagreement"][i]), "dissent": float(res["dissent"][i]),
                          "votes": [round(float(v), 4) for v in res["votes"][i]]})
     disputed, errors = ranking_titles(int(probs.shape[0]))
-    atomic_write_json(d / "uncertain.json", {"method": method, "samples": int(probs.shape[0]), "digits": rows,
-                                             "ranking": {"uncertain": disputed, "confident_errors": errors}})
+    out: dict[str, Any] = {"method": method, "samples": int(probs.shape[0]), "digits": rows,
+                           "ranking": {"uncertain": disputed, "confident_errors": errors}}
+    if len(nets) > 1:
+        out["members"] = [str(r) for r in args.run_dirs]
+    atomic_write_json(d / "uncertain.json", out)
     written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
     print(f"wrote {' and '.join(map(str, written))} ({len(res['uncertain'])} disputed, "
           f"{len(res['confident_errors'])} confident errors)")

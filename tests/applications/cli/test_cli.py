@@ -369,6 +369,23 @@ def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
     with open(tmp_path / "cmp" / "comparison.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert float(rows[1]["auroc_mi"]) == pytest.approx(rep["scores"]["mutual_information"]["auroc"], abs=1e-6)
+    # bbb uncertain of the same ensembles: the members vote (a deterministic one as often as the
+    # other's samples), into --out; the ranking is that of the pooled samples
+    from bbb.experiments.uncertainty import most_uncertain
+
+    rc, _, err = run_main(capsys, "uncertain", str(runs[0]), str(runs[2]), "--samples", "4", "--n", "8",
+                          "--out", str(mixed))
+    assert rc == 0, err
+    got = json.loads((mixed / "uncertain.json").read_text())
+    assert got["samples"] == 8 and got["members"] == [str(runs[0]), str(runs[2])]
+    probs = torch.cat([sample_probs(bbb.runs.load_run(runs[0])[0], tiny_with_ood["mnist"]["test_x"], "sgd", 1)
+                       .expand(4, -1, -1),
+                       sample_probs(bbb.runs.load_run(runs[2])[0], tiny_with_ood["mnist"]["test_x"], "bbb", 4,
+                                    seed=2)])
+    want = most_uncertain(probs, tiny_with_ood["mnist"]["test_y"], 8)
+    assert [d["index"] for d in got["digits"] if d["group"] == "uncertain"] == want["uncertain"].tolist()
+    rc, _, err = run_main(capsys, "uncertain", *map(str, runs[:2]), "--n", "8")
+    assert_one_line_error(rc, err, "--out DIR")
 
 
 def test_ood_and_uncertain_bad_input(capsys, tmp_path, tiny_with_ood):

@@ -18,7 +18,9 @@ then the optimiser's update of mu and rho (Adam exactly as ``torch.optim.Adam``,
 without momentum as ``torch.optim.SGD``; rho's learning rate is lr times ``HP_RHO_SCALE``), and
 the *next* sample: w = mu + sigma * z for the fresh noise z, with sigma, s and (Monte Carlo)
 dlogp/dw at w kept for the next step, and the KL value of that sample. The prior supplies its own
-``log_prob_and_grad`` / ``kl_closed_form``.
+``log_prob_and_grad`` / ``kl_closed_form``; a population whose members have their own prior and
+learning rate passes a table of them (:func:`member_constants`), from which each weight takes its
+member's row.
 """
 
 from __future__ import annotations

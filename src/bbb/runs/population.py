@@ -20,7 +20,8 @@ it as any run. What differs from training the K runs one after the other:
   member by member, :attr:`bbb.engine.Engine.kl_members`); the validation (and test) errors of
   each epoch are computed on the population's batched products, equal to the member's own to
   rounding (the best epoch is chosen on them); summary.json is computed on the member alone, as
-  ``bbb train`` does;
+  ``bbb train`` does; an epoch's ``seconds`` (and so the summary's) is the population's, shared by
+  its members, not a share of it;
 - **the commit point** is the population's: ``population.pt`` in ``pop_dir`` (the population, the
   engine, the schedule, every member's generator, history and best epoch), written first each
   epoch; then each member's ``best.pt`` (when its validation improved), ``last.pt`` (its network,

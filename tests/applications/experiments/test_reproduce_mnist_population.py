@@ -48,6 +48,10 @@ def test_the_extra_seeds_of_a_bayesian_cell_train_as_one_population(reproduced):
         assert "population" not in json.loads((out / "runs" / name / "config.json").read_text())
     rows = {(r["method"], r["hidden"]): r for r in read_csv(out / "table1.csv")}
     assert int(rows[("bbb_mixture", "400")]["n_seeds"]) == 3
+    # the cell's training time counts each population's wall time once (its members share it)
+    seconds = {n: summary(out, n)["seconds"] for n in ["bbb_mixture_400", "bbb_mixture_400_c1", *members]}
+    want = max(seconds["bbb_mixture_400"], seconds["bbb_mixture_400_c1"]) + max(seconds[m] for m in members)
+    assert float(rows[("bbb_mixture", "400")]["seconds_all"]) == pytest.approx(want, abs=2e-3)
     assert again["trained"] == []  # finished: nothing trains again
 
 

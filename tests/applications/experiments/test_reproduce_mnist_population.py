@@ -52,6 +52,8 @@ def test_the_extra_seeds_of_a_bayesian_cell_train_as_one_population(reproduced):
     seconds = {n: summary(out, n)["seconds"] for n in ["bbb_mixture_400", "bbb_mixture_400_c1", *members]}
     want = max(seconds["bbb_mixture_400"], seconds["bbb_mixture_400_c1"]) + max(seconds[m] for m in members)
     assert float(rows[("bbb_mixture", "400")]["seconds_all"]) == pytest.approx(want, abs=2e-3)
+    assert rows[("bbb_mixture", "400")]["population"] == "2" and rows[("dropout", "400")]["population"] == ""
+    assert "(a population of 2) |" in (out / "table1.md").read_text()
     assert again["trained"] == []  # finished: nothing trains again
 
 

@@ -387,7 +387,9 @@ TABLE1_COLUMNS = (
     "run", "status", "candidate_label", "gap_vs_paper_pp", "momentum", "lr_step_size", "lr_gamma",
     "rho_init", "mu_init_scale", "candidates_val_error", "pending", "hess_init", "weight_decay",
     # the last-layer Laplace rows' (laplace_rows.py): its test NLL and ECE beside the SGD network's
-    "test_nll", "test_ece", "map_test_nll", "map_test_ece", "prior_precision", "fit_seconds", "of_run")
+    "test_nll", "test_ece", "map_test_nll", "map_test_ece", "prior_precision", "fit_seconds", "of_run",
+    # the runs the reported one trained beside as one population (--population; its seconds is theirs)
+    "population")
 
 
 TABLE2_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",

@@ -198,6 +198,13 @@ def _seconds_all(jobs: Sequence[Job], summaries: dict[str, dict[str, Any] | None
     return round(alone + sum(together.values()), 3)
 
 
+def _population_size(job: Job) -> int | None:
+    """The number of runs ``job``'s run trained with as one population (its seconds are theirs), or None."""
+    pop = stored_population(job.run_dir)
+    runs = None if pop is None else pop.get("runs", pop.get("seeds"))
+    return len(runs) if isinstance(runs, list) else None
+
+
 def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[Job],
                 seeds: Sequence[Job], selected: int | None,
                 summaries: dict[str, dict[str, Any] | None], *, status: str | None = None,
@@ -233,6 +240,7 @@ def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[J
         "epochs": s0.get("epochs"),
         "best_epoch": s0.get("best_epoch"),
         "seconds": round(float(s0.get("seconds", 0.0)), 3),
+        "population": _population_size(chosen),
         "candidate": selected,
         "candidate_label": chosen.label or None,
         "gap_vs_paper_pp": None if paper is None else round(mean - paper, 4),
@@ -457,7 +465,8 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
             cand += f" (pending: {r['pending']})"
         lines.append(f"| {name} | {r['hidden']} | {err} | {paper} | "
                      f"{r['val_error']:.2f}% | {r['epochs']} ({r['best_epoch']}) | {cand} | "
-                     f"{hyper_text(r['method'], j.config)} | {fmt_time(r['seconds'])} |")
+                     f"{hyper_text(r['method'], j.config)} | {fmt_time(r['seconds'])}"
+                     + (f" (a population of {r['population']})" if r.get("population") else "") + " |")
     gaps = [r for r in rows if r.get("status") == "ok" and r.get("gap_vs_paper_pp") is not None
             and r["gap_vs_paper_pp"] > PAPER_GAP_PP]
     if gaps:
@@ -477,8 +486,8 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
               "weight sample per minibatch and MC sample), Monte Carlo KL for the scale mixture, "
               "closed-form KL for the Gaussian prior. Dropout: PyTorch's inverted dropout, so the "
               "test-time weights are the trained weights. `wall time` is the training time of the "
-              "reported run; `seconds_all` in table1.csv adds every candidate and seed (runs trained as one "
-              "population once: they share its wall time). The paper "
+              "reported run (that of its population where it trained in one, shared by its members); "
+              "`seconds_all` in table1.csv adds every candidate and seed (a population's once). The paper "
               "trains for up to 600 epochs; "
               + ("this budget trains far fewer, so the comparison is indicative only."
                  if any(spec.epochs[m][w] < PAPER_EPOCHS for m, w in spec.cells)

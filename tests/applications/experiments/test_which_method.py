@@ -145,3 +145,15 @@ def test_the_lora_cost_sums_every_job_once_and_laplace_carries_maps_validation(t
     b = next(x for x in load_benchmarks(tmp_path) if "LoRA" in x.name)
     assert b.cost == {"map": 5.0, "laplace": 3.5, "bbb_a": 14.5}
     assert "laplace's includes map's validation" in render([b], "cmd")
+
+
+def test_a_run_trained_in_a_population_costs_its_share_of_the_populations_time(tmp_path):
+    """table1.csv's ``population`` (bbb reproduce mnist --population): the reported run's seconds is
+    its population's wall time, shared by K runs, so the run costs a K-th of it."""
+    (tmp_path / "mnist").mkdir()
+    (tmp_path / "mnist" / "table1.csv").write_text(
+        "method,hidden,test_error,test_error_sd,n_seeds,seconds,status,population\n"
+        "sgd,400,1.7,,1,60,ok,\nbbb_mixture,400,1.9,,1,180,ok,3\n")
+    (mnist,) = [b for b in load_benchmarks(tmp_path) if b.name.startswith("MNIST")]
+    assert mnist.cost == {"sgd": 1.0, "bbb_mixture": 1.0}
+    assert "a run trained in a population of K, its K-th" in mnist.cost_unit

@@ -231,7 +231,7 @@ class ScaleMixturePrior(Prior):
         # else 1 / (1 + e); one exp per weight for the density and the responsibility.
         inv = e1.reciprocal_()
         r2 = torch.where(diff >= 0, e * inv, inv)
-        g = w * (r2 * (2.0 * (h2 - h1)) + 2.0 * h1)
+        g = w * r2.mul_(2.0 * (h2 - h1)).add_(2.0 * h1)  # (r2 has the full shape: in place)
         return lp, g
 
     def kl_split(self, mu: Tensor, sigma: Tensor, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -445,7 +445,7 @@ class MemberPrior(Prior):
 
     name = "members"
 
-    def __init__(self, priors: Any, rank: int | None = None) -> None:
+    def __init__(self, priors: Any, rank: int | None = None, _tables: dict[Any, Tensor] | None = None) -> None:
         try:
             items = [prior_from_config(p) for p in priors]
         except TypeError:
@@ -464,6 +464,8 @@ class MemberPrior(Prior):
         #: the family's functions (its ``*_with`` methods, and whether pi is 1) are this member's
         self.family = items[0]
         self.rank = None if rank is None else int(rank)
+        #: :meth:`table` by (device, dtype), shared with the copies :meth:`at` makes (one copy to a GPU)
+        self._tables: dict[Any, Tensor] = {} if _tables is None else _tables
 
     @property
     def members(self) -> int:
@@ -476,12 +478,18 @@ class MemberPrior(Prior):
     def at(self, rank: int) -> MemberPrior:
         """The same priors for a tensor whose last ``rank`` dimensions are a parameter's
         ``(members, ...)`` (its samples may add dimensions before them)."""
-        return MemberPrior(self.priors, rank)
+        return MemberPrior(self.priors, rank, self._tables)
 
     def table(self, device: Any = None, dtype: torch.dtype | None = None) -> Tensor:
-        """(members, constants): row j is member j's :meth:`~GaussianPrior.constants`."""
-        return torch.tensor([p.constants() for p in self.priors], device=device,  # type: ignore[attr-defined]
-                            dtype=torch.float32 if dtype is None else dtype)
+        """(members, constants): row j is member j's :meth:`~GaussianPrior.constants` (made once per
+        device and dtype)."""
+        dtype = torch.float32 if dtype is None else dtype
+        key = (str(torch.device(device) if device is not None else torch.device("cpu")), dtype)
+        if key not in self._tables:
+            with torch.inference_mode(False):  # (kept for training too: never an inference tensor)
+                self._tables[key] = torch.tensor([p.constants() for p in self.priors],  # type: ignore[attr-defined]
+                                                 device=device, dtype=dtype)
+        return self._tables[key]
 
     def _constants(self, like: Tensor) -> tuple[Tensor, ...]:
         if self.rank is None:

@@ -173,3 +173,15 @@ def test_the_clipped_gradient_norm_reads_each_members_prior():
         (out.loss / ROWS).backward()
         norms.append(o.clip_grad_norm_(1e9) if o is not None else torch.nn.utils.clip_grad_norm_(pop.parameters(), 1e9))
     torch.testing.assert_close(norms[0], norms[1], rtol=1e-12, atol=0.0)
+
+
+def test_the_members_table_is_made_once_and_serves_training_after_inference():
+    p = MemberPrior(MIXTURES)
+    pop = _pop(p, torch.float32)
+    elbo = ELBO(pop, "categorical", num_batches=2, kl="mc")
+    x, y = torch.randn(K, ROWS, IN), torch.randint(0, OUT, (K, ROWS))
+    with torch.inference_mode():
+        elbo(x, y, batch_index=0)
+    out = elbo(x, y, batch_index=0)
+    out.loss.backward()  # the table made under inference_mode is an ordinary tensor
+    assert p.at(2).table() is p.table()  # one tensor per device and dtype, shared by the bound copies

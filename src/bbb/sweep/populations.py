@@ -93,25 +93,32 @@ def _train_one(trials: list[Trial], pop_dir: Path, out: Path, opts: Any) -> list
                                          "not started here") for u, e in zip(trials, dirs)]
         started = [start_trial(out, t) for t in trials]
         cfgs = [cfg for _, cfg, _ in started]
-        for d in dirs:
-            append_history(d, "start", backend="local", population=str(pop_dir),
-                           source="population" if (pop_dir / "population.pt").exists() else "fresh")
-        try:
-            data = trial_data(cfgs[0], started[0][2], opts.data_dir)
-            summaries = train_population(cfgs, dirs, pop_dir, data=data, quiet=True, log=silent)
-        except TrainingInterrupted:  # Ctrl-C: the sweep stops (population.pt holds the last epoch)
-            raise
-        except RunDirBusy as e:
-            return [result_row(t, TrialStatus.PENDING, None, d, error=f"its population runs in another process "
-                               f"(pid {e.holder}); not started here") for t, d in zip(trials, dirs)]
-        except (BBBError, RuntimeError) as e:  # a crash: each trial failed, retried by a re-run of the sweep
-            why = " ".join(str(e).split())[:300] or type(e).__name__
-            rows = []
-            for t, d in zip(trials, dirs):
-                append_history(d, "error", error=why)
-                rows.append(result_row(t, TrialStatus.FAILED, None, d, error=f"its population crashed: {why}",
-                                       retry=True))
-            return rows
+        attempts = 1 + int(opts.max_failures)
+        for attempt in range(1, attempts + 1):  # a crash resumes from population.pt, as a trial from last.pt
+            for d in dirs:
+                append_history(d, "start", backend="local", population=str(pop_dir),
+                               source="population" if (pop_dir / "population.pt").exists() else "fresh")
+            try:
+                data = trial_data(cfgs[0], started[0][2], opts.data_dir)
+                summaries = train_population(cfgs, dirs, pop_dir, data=data, quiet=True, log=silent)
+                break
+            except TrainingInterrupted:  # Ctrl-C: the sweep stops (population.pt holds the last epoch)
+                raise
+            except RunDirBusy as e:
+                return [result_row(t, TrialStatus.PENDING, None, d, error=f"its population runs in another "
+                                   f"process (pid {e.holder}); not started here") for t, d in zip(trials, dirs)]
+            except (BBBError, RuntimeError) as e:  # a crash: retried; after the last, failed (a re-run retries)
+                why = " ".join(str(e).split())[:300] or type(e).__name__
+                for d in dirs:
+                    append_history(d, "error", error=why)
+                if attempt == attempts:
+                    rows = []
+                    for t, d in zip(trials, dirs):
+                        row = result_row(t, TrialStatus.FAILED, None, d, retry=True,
+                                         error=f"its population crashed: {why} (after {attempts} attempts)")
+                        atomic_write_json(d / "result.json", row)
+                        rows.append(row)
+                    return rows
         rows = []
         for t, d, summary in zip(trials, dirs, summaries):
             row = (result_row(t, TrialStatus.DONE, summary, d) if summary is not None else

@@ -98,7 +98,8 @@ class SweepOptions:
             check_population_size(self.population)
             why = ("--backend ray" if self.backend != Backend.LOCAL.value else
                    "--max-concurrent (a population is one process)" if (self.max_concurrent or 1) > 1 else
-                   "--log (a population's runs write no logger events)" if self.loggers else None)
+                   "--log (a population's runs write no logger events)" if self.loggers else
+                   "the epoch hook (a population's runs call none)" if self.epoch_hook is not None else None)
             if why is not None:
                 raise UserError(f"--population trains on the local backend, one population at a time; leave out {why}")
 

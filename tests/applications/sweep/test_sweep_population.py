@@ -114,3 +114,36 @@ def test_the_dry_run_says_how_the_papers_grid_groups(capsys):
     """The paper's grid: 12 groups (width x samples) of 81 points, so 108 populations of 9."""
     assert cli_main(["sweep", "--space", "paper", "--dry-run", "--population", "9"]) == 0
     assert "with --population 9: 108 population(s) (108 of 9) and 0 trial(s) alone" in capsys.readouterr().out
+
+
+def test_a_crashed_population_is_retried_up_to_max_failures(tmp_path, monkeypatch):
+    """--max-failures holds for a population as for a trial: a crash is retried (from population.pt),
+    and past the last attempt each trial is failed, written, and retried by a re-run."""
+    import bbb.sweep.populations as P
+
+    real, calls = P.train_population, {"n": 0}
+
+    def crash_once(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a device fault")
+        return real(*a, **k)
+
+    monkeypatch.setattr(P, "train_population", crash_once)
+    out = tmp_path / "sweep"
+    space = {"params": {**TINY, **GRID}}
+    rows = S.run_sweep(space, _opts(out, population=4, max_failures=1), log=silent)
+    assert [r["status"] for r in rows] == ["done"] * 4 and calls["n"] == 2
+    hist = json.loads((out / rows[0]["trial_dir"] / "history.json").read_text())
+    assert [h["event"] for h in hist] == ["start", "error", "start"]
+
+    def always(*a, **k):
+        raise RuntimeError("a device fault")
+
+    monkeypatch.setattr(P, "train_population", always)
+    out2 = tmp_path / "sweep2"
+    rows = S.run_sweep(space, _opts(out2, population=4, max_failures=1), log=silent)
+    assert all(r["status"] == "failed" and r["retry"] and "after 2 attempts" in r["error"] for r in rows)
+    assert all((out2 / r["trial_dir"] / "result.json").is_file() for r in rows)
+    monkeypatch.setattr(P, "train_population", real)
+    assert [r["status"] for r in S.run_sweep(space, _opts(out2, population=4), log=silent)] == ["done"] * 4

@@ -31,7 +31,7 @@ from .trial import epochs_done, finished_row, trial_dir
 EXAMPLE = (
     "bbb sweep --space paper --set epochs=2 --limit 4 --dry-run\n"
     "  bbb sweep --space paper --backend local --max-concurrent 2 --out runs/grid\n"
-    "  bbb sweep --space paper --population 9 --out runs/grid    # on a GPU: 9 trials in one network's time or so\n"
+    "  bbb sweep --space paper --population 9 --out runs/grid    # on a GPU: 9 grid points trained at once\n"
     "  bbb sweep --space paper --backend ray --address auto --gpus-per-trial 0.25 --scheduler asha --out runs/grid\n"
     "  bbb sweep --space my_space.yaml --set epochs=20 --set 'seed={grid: [0, 1, 2]}' --out runs/mine"
 )

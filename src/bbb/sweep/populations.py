@@ -53,8 +53,8 @@ def population_plan(trials: list[Trial], out: Path | None, size: int) -> str:
     alone = sum(len(m) for d, m in groups if d is None)
     sizes = ", ".join(f"{n} of {k}" for k, n in sorted(Counter(len(m) for m in pops).items(), reverse=True))
     return (f"with --population {size}: {len(pops)} population(s) ({sizes or 'none'}) and {alone} trial(s) alone "
-            "(8 networks of 2x1200 as one population took 0.73x one network's step on an H200, and more than "
-            "their 8 steps on 2 CPU cores: docs/performance.md)")
+            "(it pays on a GPU, where one network's step is launch-bound, not on a CPU: docs/performance.md has the "
+            "measurements)")
 
 
 def run_populations(todo: list[Trial], payloads: list[dict[str, Any]], out: Path, opts: Any,

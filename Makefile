@@ -23,9 +23,12 @@ PY := $(VENV)/bin/python
 UV_BYTECODE = $(if $(PYTHONDONTWRITEBYTECODE),--compile-bytecode)
 UV := .venv-uv/bin/uv
 # .venv in two stages: DEMO_STAMP, what `make demo` needs (torch, then bbb with its plots extra);
-# STAMP, what the suite, lint, typecheck and the docs need (torch, then the plots, dev, ray and
-# lightning extras: matplotlib, pytest, ruff, mypy, transformers, ray, lightning), made on top of
-# DEMO_STAMP's environment where there is one, and counting as DEMO_STAMP too.
+# STAMP, what the suite, lint, typecheck and the docs need (torch, then the plots, dev, ray,
+# lightning and laplace extras: matplotlib, pytest, ruff, mypy, transformers, ray, lightning,
+# laplace-torch), made on top of DEMO_STAMP's environment where there is one, and counting as
+# DEMO_STAMP too. laplace-torch pulls a torchvision, whose PyPI wheel does not load beside a CPU
+# torch's local wheel ("operator torchvision::nms does not exist"): where `import laplace` then
+# fails, it is uninstalled (nothing of bbb's uses it; docs/laplace.md).
 DEMO_STAMP := $(VENV)/.demo-installed
 STAMP := $(VENV)/.installed
 TORCH_FIND_LINKS ?= $(PIP_FIND_LINKS)
@@ -47,7 +50,8 @@ $(STAMP): pyproject.toml | $(UV)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_FIND_LINKS),$(UV) pip install -q $(UV_BYTECODE) --python $(PY) --find-links $(TORCH_FIND_LINKS),$(PY) -m pip install -q) "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	printf "%s\n" "$(TORCH)" > $(VENV)/torch-constraint.txt
-	$(UV) pip install -q $(UV_BYTECODE) --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[plots,dev,ray,lightning]"
+	$(UV) pip install -q $(UV_BYTECODE) --python $(PY) -c $(VENV)/torch-constraint.txt -e ".[plots,dev,ray,lightning,laplace]"
+	$(PY) -c "import laplace" 2> /dev/null || $(UV) pip uninstall -q --python $(PY) torchvision
 	touch $(DEMO_STAMP) $(STAMP)
 
 $(UV):

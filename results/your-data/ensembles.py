@@ -1,8 +1,10 @@
 """Ensembles of runs on your own tables (results/your-data/README.md, "Ensembles of runs"): on each
 table of make_csvs.py, 5 runs of `bbb train` (seeds 0-4, the defaults for a table) of each method:
 Bayes by Backprop, the deterministic network (`--method sgd`: 5 make a deep ensemble), MC dropout
-(`--method dropout`) and IVON (`--method ivon`); then `bbb evaluate RUN x 5 --out DIR`: each
-ensemble's test scores beside its members'.
+(`--method dropout`) and IVON (`--method ivon`); a last-layer Laplace posterior of each
+deterministic run (`bbb laplace RUN --out DIR`: no training, its prior precision by the marginal
+likelihood on the run's training rows); then `bbb evaluate RUN x 5 --out DIR`: each ensemble's test
+scores beside its members'.
 
 Usage, from a folder where make_csvs.py wrote the tables, with the `bbb` command installed:
 
@@ -37,6 +39,8 @@ TABLES = {
     "mushroom (100 training rows)": ("mushroom.csv", "edible", "classification", ["--train-size", "100"]),
 }
 METHODS = ("bbb", "sgd", "dropout", "ivon")
+#: the methods of the table: those trained, and ``laplace``, each sgd run's last-layer Laplace posterior
+ROWS = (*METHODS, "laplace")
 SEEDS = (0, 1, 2, 3, 4)
 
 
@@ -56,6 +60,15 @@ def train(runs: Path, table: str, method: str, seed: int) -> Path:
     return out
 
 
+def laplace(runs: Path, run: Path) -> Path:
+    """The last-layer Laplace posterior of the sgd run ``run`` (its folder is kept once fitted)."""
+    out = runs / run.name.replace("-sgd-", "-laplace-")
+    if not (out / "eval.json").exists():
+        subprocess.run(["bbb", "laplace", str(run), "--out", str(out), "--threads", "1"], check=True,
+                       stdout=subprocess.DEVNULL)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="Example: python results/your-data/ensembles.py --runs runs/ensembles "
@@ -71,9 +84,14 @@ def main() -> int:
     jobs = [(t, m, s) for t in TABLES for m in METHODS for s in SEEDS]
     with ThreadPoolExecutor(args.workers) as pool:
         done = list(tqdm(pool.map(lambda j: train(runs, *j), jobs), total=len(jobs), desc="runs", file=sys.stderr))
+        sgd = [d for d, (_, m, _) in zip(done, jobs) if m == "sgd"]
+        fitted = list(tqdm(pool.map(lambda d: laplace(runs, d), sgd), total=len(sgd), desc="laplace",
+                           file=sys.stderr))
+    done += fitted
+    jobs += [(t, "laplace", s) for t, m, s in jobs if m == "sgd"]
     rows, member_rows = [], []
     for table in TABLES:
-        for method in METHODS:
+        for method in ROWS:
             members = [d for d, (t, m, _) in zip(done, jobs) if t == table and m == method]
             ens = runs / f"{stem(table)}-{method}-ensemble"
             subprocess.run(["bbb", "evaluate", *map(str, members), "--out", str(ens), "--samples",

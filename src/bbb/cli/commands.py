@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutOfMemory, ResultsNotSaved, TrainingInterrupted, UserError
-from .common import ensemble_out, loggers_of, one_line_warnings, pct_text, progress_log, text_table
+from .common import (
+    SCORE_ROWS,
+    ensemble_out,
+    loggers_of,
+    one_line_warnings,
+    pct_text,
+    progress_log,
+    score_text,
+    scores_table,
+    text_table,
+)
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
     add_evaluate_arguments,
@@ -127,6 +137,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if ensemble_out(args, "eval.json") is not None:
         return _evaluate_ensemble(args)
     run_dir = args.run_dirs[0]
+    from ..runs.laplace import is_laplace_folder
+
+    if is_laplace_folder(run_dir):
+        return _evaluate_laplace(args)
     try:
         with memory_errors(f"evaluating {run_dir}", "fewer --samples or another --device"):
             r = evaluate_run(run_dir, samples=args.samples, which=args.which, data_dir=args.data_dir,
@@ -135,6 +149,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print_eval(e.result, saved=False)
         raise not_saved(e) from None
     print_eval(r)
+    return 0
+
+
+def _evaluate_laplace(args: argparse.Namespace) -> int:
+    """``bbb evaluate DIR``, DIR a Laplace posterior's folder: its test scores beside its run's network's."""
+    from ..runs.laplace import evaluate_laplace
+
+    with memory_errors(f"evaluating {args.run_dirs[0]}", "fewer --samples or another --device"):
+        r = evaluate_laplace(args.run_dirs[0], samples=args.samples, which=args.which, device=args.device,
+                             data_dir=args.data_dir, data_file=args.data_file)
+    print(scores_table(r["task"], f"test ({r['n']:,} rows)",
+                       [(f"laplace ({r['samples']} samples)", r), ("the run's network", r["map"])]))
+    print(f"wrote {Path(args.run_dirs[0]) / 'eval.json'}")
     return 0
 
 
@@ -149,21 +176,11 @@ def _evaluate_ensemble(args: argparse.Namespace) -> int:
                                                       "fewer --samples or another --device"):
         r = evaluate_ensemble(args.run_dirs, args.out, samples=args.samples, which=args.which,
                               device=resolve_device(args.device), data_dir=args.data_dir, data_file=args.data_file)
-    if r["task"] == "regression":
-        keys = [("test RMSE", "test_rmse_mc", "{:.4g}"), ("log-likelihood", "log_likelihood", "{:.4f}"),
-                ("95% interval coverage", "coverage_95", None)]
-    else:
-        keys = [("test error", "test_error_mc", None), ("NLL (nats)", "nll", "{:.4f}"), ("ECE (15 bins)", "ece", None),
-                ("Brier", "brier", "{:.4f}")]
-
-    def cell(v: float, fmt: str | None) -> str:
-        return pct_text(v) if fmt is None else fmt.format(v)
-
-    rows = [[name, cell(r["member_mean"][k], fmt), cell(r[k], fmt)] for name, k, fmt in keys]
-    print(text_table(rows, [f"{r['ensemble']}, {r['samples']} samples each", "members (mean)", "ensemble"]),
-          flush=True)
+    print(scores_table(r["task"], f"{r['ensemble']}, {r['samples']} samples each",
+                       [("members (mean)", r["member_mean"]), ("ensemble", r)]), flush=True)
     for m in r["member_scores"]:
-        print(f"  {m['run']}: " + ", ".join(f"{name} {cell(m[k], fmt)}" for name, k, fmt in keys), flush=True)
+        shown = (f"{name} {score_text(m[k], fmt)}" for name, k, fmt in SCORE_ROWS[r["task"]])
+        print(f"  {m['run']}: " + ", ".join(shown), flush=True)
     print(f"wrote {Path(args.out) / 'eval.json'}")
     return 0
 

@@ -411,3 +411,24 @@ def add_deprecated_alias(p: Any, old: str, new: str, dest: str, type: Any = None
     release: hidden, stored into ``dest`` (``new``'s), one DeprecationWarning line on stderr."""
     p.add_argument(old, dest=dest, type=type, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
                    action=DeprecatedAlias, new=new, shown=shown)
+
+
+#: the test scores of a predictive (an ensemble's, a Laplace posterior's) as the CLI prints them:
+#: (label, key in eval.json, format; None: a percentage)
+SCORE_ROWS: dict[str, list[tuple[str, str, str | None]]] = {
+    "regression": [("test RMSE", "test_rmse_mc", "{:.4g}"), ("log-likelihood", "log_likelihood", "{:.4f}"),
+                   ("95% interval coverage", "coverage_95", None)],
+    "classification": [("test error", "test_error_mc", None), ("NLL (nats)", "nll", "{:.4f}"),
+                       ("ECE (15 bins)", "ece", None), ("Brier", "brier", "{:.4f}")],
+}
+
+
+def score_text(value: float, fmt: str | None) -> str:
+    """A score of :data:`SCORE_ROWS` as printed."""
+    return pct_text(value) if fmt is None else fmt.format(value)
+
+
+def scores_table(task: str, title: str, columns: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The scores of :data:`SCORE_ROWS` for ``task``, one column per (name, scores) of ``columns``."""
+    rows = [[label, *(score_text(scores[key], fmt) for _, scores in columns)] for label, key, fmt in SCORE_ROWS[task]]
+    return text_table(rows, [title, *(name for name, _ in columns)])

@@ -30,6 +30,8 @@ COMMANDS: dict[str, Command] = {
                        "arrays, images), and which to refer to a person"),
     "evaluate": Command("bbb.cli.commands", "test error, NLL, ECE, Brier of a trained run",
                         "add_evaluate_arguments", "cmd_evaluate"),
+    "laplace": Command("bbb.cli.laplace", "a last-layer Laplace posterior of a run trained with --method sgd, "
+                       "fitted without training again; predicts wherever a run goes"),
     "prune": Command("bbb.cli.commands", "the paper's Table 2: prune by signal-to-noise ratio",
                      "add_prune_arguments", "cmd_prune"),
     "demo": Command("bbb.cli.commands",

@@ -67,7 +67,9 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
     summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
     an ensemble's evaluation (``bbb evaluate RUN RUN ... --out DIR``) is a row too: its method the
-    ensemble's description, its training time the members' sum, no mean-weights error."""
+    ensemble's description, its training time the members' sum, no mean-weights error; so is a
+    Laplace posterior's (``bbb laplace RUN --out DIR``): its run's network and training time, and
+    the fit's seconds added."""
     d = Path(run_dir)
     if not d.is_dir():
         raise UserError(f"run directory {d} does not exist")
@@ -94,6 +96,13 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         summary = {"hidden": sums[0].get("hidden"), "epochs": sums[0].get("epochs"),
                    "seconds": sum(seconds) if all(v is not None for v in seconds) else None}
         ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None}
+    if ev.get("method") == "laplace" and ev.get("laplace_of"):  # ``bbb laplace RUN --out DIR``: the run's
+        base = Path(str(ev["laplace_of"]))  # network and training, and the fit's seconds on top
+        cfg = _read_json(base / "config.json") or {}
+        summary = dict(_read_json(base / "summary.json") or {})
+        fit = (_read_json(d / "laplace.json") or {}).get("seconds")
+        if summary.get("seconds") is not None and fit is not None:
+            summary["seconds"] = float(summary["seconds"]) + float(fit)
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
 

@@ -51,6 +51,7 @@ from .evaluation import (
     run_data,
 )
 from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
+from .laplace import TrainedLaplace, evaluate_laplace, fit_run_laplace
 from .loggers import TensorBoardLogger, TrainLogger
 from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
@@ -72,6 +73,7 @@ __all__ = [
     "TrainConfig",
     "TrainLogger",
     "TrainedEnsemble",
+    "TrainedLaplace",
     "TrainedModel",
     "batch_objective",
     "build_model",
@@ -79,7 +81,9 @@ __all__ = [
     "committed_checkpoint",
     "classifier_metrics",
     "error_count",
+    "fit_run_laplace",
     "evaluate_ensemble",
+    "evaluate_laplace",
     "evaluate_run",
     "infer_method",
     "job_state",

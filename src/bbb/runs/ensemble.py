@@ -32,14 +32,12 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .. import uncertainty as U
 from ..data.files import Preprocess
-from ..elbo import HeteroscedasticGaussian
 from ..errors import UserError, check_int
 from ..io import atomic_write_json
 from ..nn import pool_members
 from .config import TrainConfig
-from .evaluation import selective_prediction
+from .evaluation import predictive_scores
 from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
@@ -207,22 +205,6 @@ def load_ensemble(run_dirs: list[str | Path], which: str = "best", device: str |
     return TrainedEnsemble(members).to(device).eval()
 
 
-def _classifier_scores(logits: Tensor, y: Tensor) -> dict[str, float]:
-    probs = U.predictive_probs(logits.double()).float()
-    y = y.to(probs.device)
-    return {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
-            "ece": U.expected_calibration_error(probs, y), "brier": U.brier_score(probs, y)}
-
-
-def _regression_scores(ens: TrainedEnsemble, outputs: Tensor, y: Tensor) -> dict[str, float]:
-    means, sigmas = HeteroscedasticGaussian().split(outputs.double())
-    target = ens.preprocess.y
-    shift, scale = (0.0, 1.0) if target is None else (float(target.mean), float(target.std))
-    res = U.regression_metrics(means, sigmas, y.to(means.device).double(), shift=shift, scale=scale)
-    return {"test_rmse_mc": float(res["rmse"]), "log_likelihood": float(res["log_likelihood"]),
-            "nll": float(res["nll"]), "coverage_95": float(res["coverage_95"])}
-
-
 def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int = 10, which: str = "best",
                       device: str | torch.device = "cpu", data_dir: str | None = None,
                       data_file: str | None = None, seed: int = 0) -> dict[str, Any]:
@@ -242,16 +224,9 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
         raise UserError(f"{ens.run_dir} has no test set to evaluate the ensemble on")
     k = outputs.shape[0] // len(names)  # (1 where every member is one network)
     per_member = [outputs[i * k:(i + 1) * k] for i in range(len(names))]
-    if ens.task == "regression":
-        scores: dict[str, Any] = dict(_regression_scores(ens, outputs, y))
-        members = [_regression_scores(ens, o, y) for o in per_member]
-        keys = ("test_rmse_mc", "log_likelihood", "nll", "coverage_95")
-    else:
-        scores = dict(_classifier_scores(outputs, y))
-        probs = U.predictive_probs(outputs.double()).float()
-        scores["selective"] = selective_prediction(probs, y.to(probs.device), U.mutual_information(outputs.double()))
-        members = [_classifier_scores(o, y) for o in per_member]
-        keys = ("test_error_mc", "nll", "ece", "brier")
+    scores: dict[str, Any] = predictive_scores(ens.task, ens.preprocess.y, outputs, y, selective=True)
+    members = [predictive_scores(ens.task, ens.preprocess.y, o, y) for o in per_member]
+    keys = tuple(k for k in members[0])
     result: dict[str, Any] = {
         "run": str(out), "method": "ensemble", "ensemble": ens.describe(), "members": names,
         "member_methods": ens.methods, "checkpoint": which, "dataset": ens.config.dataset, "task": ens.task,

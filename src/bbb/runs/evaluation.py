@@ -40,8 +40,8 @@ from .model import infer_method
 from .rundir import lock_run_dir
 
 __all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory", "error_count",
-           "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits", "mean_network_error", "prune_run",
-           "regressor_metrics", "run_data", "selective_prediction", "squared_error_sum"]
+           "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits", "mean_network_error", "predictive_scores",
+           "prune_run", "regressor_metrics", "run_data", "selective_prediction", "squared_error_sum"]
 
 EVAL_CHUNK = 2048
 #: the coverage at which eval.json reports the error among the kept predictions (``risk_at_90``)
@@ -401,6 +401,28 @@ def evaluate_run(
         if unsaved is not None:
             raise unsaved
     return result
+
+
+def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, selective: bool = False
+                      ) -> dict[str, Any]:
+    """The test scores of k sampled outputs (k, N, C) of a predictive (an ensemble's, a Laplace
+    posterior's) against the encoded targets ``y``: a classifier's error, NLL, ECE (15 bins) and
+    Brier of the mean predictive (and with ``selective`` its selective prediction by entropy and
+    mutual information); a regressor's RMSE, log-likelihood, NLL and 95% interval coverage in the
+    target's units (``target``: the run's target standardisation, None for none)."""
+    if task == "regression":
+        means, sigmas = HeteroscedasticGaussian().split(outputs.double())
+        shift, scale = (0.0, 1.0) if target is None else (float(target.mean), float(target.std))
+        res = U.regression_metrics(means, sigmas, y.to(means.device).double(), shift=shift, scale=scale)
+        return {"test_rmse_mc": float(res["rmse"]), "log_likelihood": float(res["log_likelihood"]),
+                "nll": float(res["nll"]), "coverage_95": float(res["coverage_95"])}
+    probs = U.predictive_probs(outputs.double()).float()
+    y = y.to(probs.device)
+    scores: dict[str, Any] = {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
+                              "ece": U.expected_calibration_error(probs, y), "brier": U.brier_score(probs, y)}
+    if selective:
+        scores["selective"] = selective_prediction(probs, y, U.mutual_information(outputs.double()))
+    return scores
 
 
 def _evaluate_regression(d: Path, which: str, epoch: int, cfg: TrainConfig, info: dict[str, Any], model: nn.Module,

@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,8 +40,9 @@ from torch import Tensor
 
 from .. import uncertainty as U
 from ..data.files import Preprocess, read_csv
+from ..devices import resolve_device
 from ..elbo import HeteroscedasticGaussian
-from ..errors import UserError, check_int
+from ..errors import CheckpointError, UserError, check_int
 from ..nn.samples import FOLD, fold_inputs
 from ..options import is_bayesian
 from . import model as runmodel
@@ -48,8 +50,9 @@ from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig
 from .evaluation import mc_outputs
 
-__all__ = ["EncodedInputs", "Predictor", "Referral", "TrainedModel", "load_model", "refer_threshold", "split_outputs",
-           "uncertainty_scores"]
+__all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "Referral",
+           "TrainedLaplace", "TrainedModel", "forward_with_features", "is_laplace_folder", "laplace_description", "laplace_run_of", "last_linear",
+           "layer_digest", "load_laplace", "load_model", "refer_threshold", "split_outputs", "uncertainty_scores"]
 
 T = torch.Tensor
 #: what keeps the mark of :class:`EncodedInputs`: moves, copies, dtype changes, reshapes, indexing,
@@ -290,13 +293,17 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     (:class:`EncodedInputs`) and are never encoded twice. ``model.network`` is the bare network,
     on encoded inputs; ``model.classes`` the label of each output of a classifier;
     ``model.regression(outputs)`` a regressor's mean, sd and interval in the target's units.
-    ``bbb.runs.load_run`` gives the bare network and its config instead.
+    ``bbb.runs.load_run`` gives the bare network and its config instead. The folder of a
+    last-layer Laplace posterior (``bbb laplace RUN --out DIR``) loads as its run with that
+    posterior: a :class:`bbb.runs.laplace.TrainedLaplace`.
 
     >>> model = bbb.load_model("runs/houses")
     >>> x, header, rows = model.encode_csv("new_houses.csv")
     >>> pred = model.regression(model.sample_outputs(x, num_samples=20))   # pred["mean"], pred["sd"]
     >>> logits = bbb.uncertainty.predict(bbb.load_model("runs/bbb400"), images, num_samples=20)
     """
+    if is_laplace_folder(run_dir):  # a folder of `bbb laplace`: the run with that posterior
+        return load_laplace(run_dir, which, device)
     path, ckpt = committed_checkpoint(run_dir, which)
     network, cfg = model_from_checkpoint(ckpt, path)
     info = dict(ckpt["model_info"])
@@ -405,3 +412,153 @@ def refer_threshold(model: Predictor, target_error: float | None = None, samples
                     kept_error=math.sqrt(kept_err) if model.task == "regression" else kept_err,
                     n=int(y.shape[0]), score="sd" if model.task == "regression" else "entropy",
                     target_coverage=None if coverage is None else float(coverage))
+
+
+# -- a run with a last-layer Laplace posterior (`bbb laplace RUN --out DIR`, fitted by bbb.runs.laplace) --
+
+#: the folder of a last-layer Laplace posterior (``bbb laplace``, :mod:`bbb.runs.laplace`): its
+#: description, its posterior, and the version of the posterior's contents
+LAPLACE_FILE = "laplace.json"
+LAPLACE_POSTERIOR = "posterior.pt"
+LAPLACE_FORMAT = 1
+
+
+def is_laplace_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder that ``bbb laplace`` wrote."""
+    return (Path(path) / LAPLACE_FILE).is_file()
+
+
+def laplace_description(folder: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((folder / LAPLACE_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{folder / LAPLACE_FILE} is unreadable ({type(e).__name__}): fit it again with bbb "
+                              "laplace RUN --out " + str(folder)) from None
+    if not isinstance(data, dict) or "run" not in data:
+        raise CheckpointError(f"{folder / LAPLACE_FILE} is not a description bbb laplace wrote")
+    return data
+
+
+def laplace_run_of(folder: str | Path) -> Path:
+    """The run directory whose Laplace posterior ``folder`` holds: the path as written beside the
+    folder (relative to it), else as given at the fit."""
+    folder = Path(folder)
+    data = laplace_description(folder)
+    near = Path(os.path.normpath(folder / str(data.get("run_relative", ""))))
+    return near if data.get("run_relative") and near.is_dir() else Path(str(data["run"]))
+
+
+def last_linear(network: nn.Module) -> tuple[str, nn.Linear]:
+    found = [(n, m) for n, m in network.named_modules() if isinstance(m, nn.Linear)]
+    if not found:
+        raise UserError("the run's network has no nn.Linear layer for a last-layer Laplace")
+    return found[-1]
+
+
+def layer_digest(layer: nn.Linear) -> str:
+    h = hashlib.sha256()
+    for t in (layer.weight, layer.bias):
+        if t is not None:
+            h.update(t.detach().cpu().double().contiguous().numpy().tobytes())
+    return h.hexdigest()[:20]
+
+
+@torch.no_grad()
+def forward_with_features(network: nn.Module, layer: nn.Linear, x: Tensor) -> tuple[Tensor, Tensor]:
+    """(the network's outputs, the inputs of its last linear ``layer``) on the encoded ``x``."""
+    seen: list[Tensor] = []
+    handle = layer.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0]))
+    try:
+        out = network(x)
+    finally:
+        handle.remove()
+    if len(seen) != 1:
+        raise UserError(f"the network runs its last linear layer {len(seen)} times a forward pass: a last-layer "
+                        "Laplace needs it once")
+    return out, seen[0].reshape(x.shape[0], -1)
+
+
+class TrainedLaplace(TrainedModel):
+    """A run's network with the last-layer Laplace posterior of a ``bbb laplace`` folder: a
+    :class:`TrainedModel` (raw inputs in, ``run_dir`` the folder, ``base_run`` the run) whose
+    :meth:`sample_outputs` draws the last layer's weights from the posterior; ``forward`` is the
+    run's network (the posterior's mean)."""
+
+    method = "laplace"
+    posterior_mean: Tensor
+    posterior_root: Tensor
+
+    def __init__(self, base: TrainedModel, folder: Path, posterior: dict[str, Any], layer: nn.Linear) -> None:
+        super().__init__(base.network, base.config, base.preprocess, base.task, folder, base.epoch, base.num_outputs)
+        self.base_run = base.run_dir
+        self._layer = [layer]  # (neither is a submodule: they hold the network this model holds)
+        self._base = [base]
+        self.register_buffer("posterior_mean", posterior["mean"].float(), persistent=False)
+        self.register_buffer("posterior_root", posterior["root"].float(), persistent=False)
+        self.diag = bool(posterior["diag"])
+        self.rows = [int(r) for r in posterior["rows"]]
+
+    @property
+    def map_model(self) -> TrainedModel:
+        """The run itself: its network alone, the posterior's mean (the MAP)."""
+        return self._base[0]
+
+    @torch.no_grad()
+    def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0, *,
+                       samples: int | None = None) -> Tensor:
+        """(k, N, C) outputs: the network's features through k draws of the last layer's weights
+        from the posterior (``seed``: the draws'; None: torch's global generator). ``samples=``:
+        the deprecated name of ``num_samples``, as :meth:`TrainedModel.sample_outputs`."""
+        if samples is not None:
+            warnings.warn("sample_outputs(samples=) is deprecated: use num_samples=, the name "
+                          "bbb.uncertainty.predict uses", DeprecationWarning, stacklevel=2)
+            num_samples = samples
+        k = check_int("num_samples", num_samples)
+        x = self.encode(inputs).as_subclass(Tensor)
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        eps = torch.randn(k, self.posterior_mean.numel(), generator=gen, dtype=torch.float64)
+        root = self.posterior_root.double().cpu()
+        delta = (eps * root if self.diag else eps @ root.T).to(self.posterior_mean.device, torch.float32)
+        r = len(self.rows)
+        d_w = delta[:, :-r].reshape(k, r, -1)
+        d_b = delta[:, -r:]
+        parts = []
+        for xb in x.split(2048):
+            out, phi = forward_with_features(self.network, self._layer[0], xb)
+            o = out.unsqueeze(0).repeat(k, *([1] * out.dim()))
+            o[..., self.rows] += torch.einsum("nd,krd->knr", phi, d_w) + d_b[:, None, :]
+            parts.append(o)
+        return torch.cat(parts, 1) if parts else torch.empty(k, 0, self.num_outputs)
+
+
+def load_laplace(folder: str | Path, which: str = "best", device: str | torch.device = "cpu") -> TrainedLaplace:
+    """The ``bbb laplace`` folder ``folder`` as a :class:`TrainedLaplace` on ``device``, in eval
+    mode. ``which`` must be the checkpoint it was fitted to; a run that changed since (trained
+    further, another best epoch) is a one-line error."""
+    folder = Path(folder)
+    data = laplace_description(folder)
+    run = laplace_run_of(folder)
+    if which != data.get("checkpoint"):
+        raise UserError(f"{folder} holds the Laplace posterior of {run}'s {data.get('checkpoint')} checkpoint, not "
+                        f"its {which}: give --which {data.get('checkpoint')}, or fit another with bbb laplace "
+                        f"{run} --which {which} --out DIR")
+    if not run.is_dir():
+        raise UserError(f"{folder} is the Laplace posterior of {data['run']}, which is not there: put the run back "
+                        "(beside the folder as it was, or where it was)")
+    device = resolve_device(device)
+    base = load_model(run, which, device)
+    name, layer = last_linear(base.network)
+    if base.epoch != data.get("epoch") or name != data.get("layer") or layer_digest(layer) != data.get(
+            "layer_digest"):
+        raise UserError(f"{run} changed since its Laplace posterior in {folder} was fitted (its {which} checkpoint "
+                        f"was epoch {data.get('epoch')}, is {base.epoch}): fit it again, bbb laplace {run} --out "
+                        f"{folder}")
+    try:
+        posterior = torch.load(folder / LAPLACE_POSTERIOR, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem
+        raise CheckpointError(f"{folder / LAPLACE_POSTERIOR} is corrupt or unreadable ({type(e).__name__}): fit it "
+                              f"again, bbb laplace {run} --out {folder}") from None
+    if not isinstance(posterior, dict) or posterior.get("format") != LAPLACE_FORMAT:
+        raise CheckpointError(f"{folder / LAPLACE_POSTERIOR} is not a posterior this bbb reads (format "
+                              f"{posterior.get('format') if isinstance(posterior, dict) else None!r}): fit it again")
+    return TrainedLaplace(base, folder, posterior, layer).to(device).eval()

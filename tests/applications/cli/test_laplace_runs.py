@@ -1,0 +1,195 @@
+"""``bbb laplace RUN --out DIR``: a last-layer Laplace posterior of a deterministic run on its own
+table (bbb.runs.laplace), which then predicts wherever a run goes. Its posterior is laplace-torch's
+own last-layer Laplace (classification) and exactly Bayesian linear regression on the features with
+the run's noise (regression); its samples have that covariance; a changed run, a Bayesian run or
+another run's folder is one line. Skipped where laplace-torch is not installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import bbb
+from bbb.elbo import HeteroscedasticGaussian
+from bbb.laplace import fit_last_layer_laplace, laplace_available
+from bbb.runs import model as runmodel
+from bbb.runs.laplace import TrainedLaplace, fit_run_laplace, load_laplace
+from testkit import assert_one_line_error as one_line_error
+from testkit import run_main
+
+pytestmark = pytest.mark.skipif(not laplace_available(), reason="laplace-torch is not installed")
+
+TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
+
+
+def _table(path: Path, regression: bool, n: int = 240) -> Path:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 2, generator=g)
+    noise = torch.randn(n, generator=g)
+    lines = ["x1,x2,colour,y"]
+    for i in range(n):
+        x1, x2 = float(x[i, 0]), float(x[i, 1])
+        y = f"{x1 - x2 + 0.3 * float(noise[i]):.4f}" if regression else ("a" if x1 + 0.5 * float(noise[i]) > 0 else "b")
+        lines.append(f"{x1:.5f},{x2:.5f},{['red', 'blue'][i % 2]},{y}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _train(tmp: Path, task: str, method: str = "sgd", *extra: str) -> Path:
+    data = _table(tmp / f"{task}.csv", task == "regression")
+    out = tmp / f"{task}-{method}"
+    rc = bbb.cli.main(["train", "--csv", str(data), "--target", "y", "--task", task, "--method", method,
+                       "--epochs", "4", "--seed", "0", "--out", str(out), *TINY, *extra])
+    assert rc == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("laplace-runs")
+    return {"classification": _train(tmp, "classification"), "regression": _train(tmp, "regression"),
+            "tmp": tmp}
+
+
+def _features(network: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    last = [m for m in network.modules() if isinstance(m, nn.Linear)][-1]
+    seen = []
+    h = last.register_forward_hook(lambda _m, i, _o: seen.append(i[0]))
+    with torch.no_grad():
+        network(x)
+    h.remove()
+    return seen[0]
+
+
+def test_a_classifiers_posterior_is_laplace_torchs_own_last_layer_laplace(runs, tmp_path):
+    run = runs["classification"]
+    fitted = fit_run_laplace(run, tmp_path / "lap", hessian="full")
+    model = load_laplace(tmp_path / "lap")
+    assert isinstance(model, TrainedLaplace) and model.method == "laplace" and model.base_run == run
+    data, _ = runmodel.load_split(model.config, model.preprocess.to_dict())
+    # laplace-torch's LLLaplace over the whole network (its own feature extraction), as bbb.laplace fits it
+    ref = fit_last_layer_laplace(model.network, (data["train_x"], data["train_y"]), likelihood="classification",
+                                 hessian="full")
+    assert fitted["prior_precision"] == pytest.approx(ref.prior_precision, rel=1e-3)
+    root = model.posterior_root.double()
+    cov = root @ root.T
+    torch.testing.assert_close(cov, ref.la.posterior_covariance.double(), rtol=2e-3, atol=1e-6)
+    last = [m for m in model.network.modules() if isinstance(m, nn.Linear)][-1]
+    mean = torch.cat([last.weight.reshape(-1), last.bias]).double()
+    torch.testing.assert_close(model.posterior_mean.double(), mean)
+
+
+def test_a_regressions_posterior_is_bayesian_linear_regression_with_the_runs_noise(runs, tmp_path):
+    """The mean's weights given the features and the run's own noise sd per row: precision =
+    sum_i [phi_i, 1][phi_i, 1]^T / sd_i^2 + prior precision * I, exactly (any hessian)."""
+    run = runs["regression"]
+    for hessian in ("kron", "full"):
+        fitted = fit_run_laplace(run, tmp_path / hessian, hessian=hessian)
+        model = load_laplace(tmp_path / hessian)
+        data, _ = runmodel.load_split(model.config, model.preprocess.to_dict())
+        x = data["train_x"]
+        phi = _features(model.network, x).double()
+        with torch.no_grad():
+            _, sd = HeteroscedasticGaussian().split(model.network(x).double())
+        z = torch.cat([phi, torch.ones(len(phi), 1, dtype=torch.float64)], 1) / sd.reshape(-1, 1)
+        precision = z.T @ z + fitted["prior_precision"] * torch.eye(z.shape[1], dtype=torch.float64)
+        root = model.posterior_root.double()
+        torch.testing.assert_close(root @ root.T, torch.linalg.inv(precision), rtol=1e-4, atol=1e-7)
+        assert fitted["rows"] == [0] and fitted["n_data"] == x.shape[0]
+
+
+def test_the_samples_have_the_posteriors_mean_and_covariance(runs, tmp_path):
+    run = runs["regression"]
+    fit_run_laplace(run, tmp_path / "lap", hessian="full")
+    model = bbb.load_model(tmp_path / "lap")  # a Laplace folder loads as the run with its posterior
+    assert isinstance(model, TrainedLaplace)
+    rows = tmp_path / "rows.csv"
+    rows.write_text("x1,x2,colour\n0,0,red\n3,-3,blue\n")  # the second far from the data
+    xe, _, _ = model.encode_csv(rows)
+    x = xe.as_subclass(torch.Tensor)
+    k = 20000
+    out = model.sample_outputs(xe, k, seed=3).double()
+    with torch.no_grad():
+        map_out = model.network(x).double()
+    phi = torch.cat([_features(model.network, x).double(), torch.ones(2, 1, dtype=torch.float64)], 1)
+    root = model.posterior_root.double()
+    var = ((phi @ root) ** 2).sum(1)  # phi^T Sigma phi
+    torch.testing.assert_close(out[..., 1], map_out[None, :, 1].expand(k, 2))  # the noise is the run's own
+    assert torch.allclose(out[..., 0].mean(0), map_out[:, 0], atol=4 * (var / k).sqrt().max().item())
+    torch.testing.assert_close(out[..., 0].var(0), var, rtol=0.05, atol=0)
+    assert var[1] > var[0]  # wider far from the data
+    a, b, c = (model.sample_outputs(xe, 5, seed=s) for s in (4, 4, 5))
+    assert torch.equal(a, b) and not torch.equal(a, c)  # the seed fixes the draws
+    pred = model.regression(model.sample_outputs(xe, 200))
+    assert (pred["epistemic_sd"] > 0).all()
+
+
+def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp_path):
+    run = runs["classification"]
+    lap = tmp_path / "c-lap"
+    rc, out, err = run_main(capsys, "laplace", str(run), "--out", str(lap), "--samples", "20")
+    assert rc == 0, err
+    assert "prior precision" in out and "the run's network" in out
+    assert {p.name for p in lap.iterdir()} >= {"laplace.json", "posterior.pt", "eval.json"}
+    ev = json.loads((lap / "eval.json").read_text())
+    assert ev["method"] == "laplace" and ev["laplace_of"] == str(run) and ev["samples"] == 20
+    assert ev["map"]["test_error_mc"] == ev["test_error"]
+    rows = runs["tmp"] / "rows.csv"
+    rows.write_text("x1,x2,colour\n0.1,0.2,red\n5,-5,blue\n")
+    rc, out, err = run_main(capsys, "predict", str(lap), str(rows))
+    assert rc == 0, err
+    assert out.splitlines()[0].startswith("x1,x2,colour,prediction,p_a,p_b") and len(out.splitlines()) == 3
+    rc, out, err = run_main(capsys, "evaluate", str(lap), "--samples", "20")
+    assert rc == 0 and "laplace (20 samples)" in out, err
+    assert json.loads((lap / "eval.json").read_text()) == ev  # the same draws: the same scores
+    rc, out, err = run_main(capsys, "compare", str(run), str(lap), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    table = (tmp_path / "cmp" / "comparison.csv").read_text()
+    assert "\nlaplace,1x8," in table
+    rc, _, err = run_main(capsys, "prune", str(lap))
+    one_line_error(rc, err, "Laplace posterior", "give its run")
+    rc, _, err = run_main(capsys, "evaluate", str(lap), "--which", "last")
+    one_line_error(rc, err, "best checkpoint", "--which best")
+
+
+def test_refused_in_one_line(runs, capsys, tmp_path):
+    run = runs["classification"]
+    bayes = _train(runs["tmp"], "classification", "bbb")
+    rc, _, err = run_main(capsys, "laplace", str(bayes), "--out", str(tmp_path / "x"))
+    one_line_error(rc, err, "--method sgd", "--method bbb", "learned already")
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(run))
+    one_line_error(rc, err, "is a run directory")
+    lap = tmp_path / "lap"
+    assert run_main(capsys, "laplace", str(run), "--out", str(lap))[0] == 0
+    rc, _, err = run_main(capsys, "laplace", str(runs["regression"]), "--out", str(lap))
+    one_line_error(rc, err, "of another run", "another --out")
+    rc, _, err = run_main(capsys, "laplace", str(lap), "--out", str(tmp_path / "y"))
+    one_line_error(rc, err, "is a Laplace posterior already")
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(tmp_path / "z"), "--hessian", "block")
+    assert rc == 2 and "--hessian" in err
+
+
+def test_a_run_that_changed_since_the_fit_is_refused(runs, capsys, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["classification"], run)
+    lap = tmp_path / "lap"
+    assert run_main(capsys, "laplace", str(run), "--out", str(lap))[0] == 0
+    # trained again into the same folder (another seed: the same epochs, other weights)
+    rc = bbb.cli.main(["train", "--csv", str(runs["tmp"] / "classification.csv"), "--target", "y", "--task",
+                       "classification", "--method", "sgd", "--epochs", "4", "--seed", "1", "--out", str(run),
+                       "--overwrite", *TINY])
+    assert rc == 0
+    rc, _, err = run_main(capsys, "predict", str(lap), str(runs["tmp"] / "classification.csv"))
+    one_line_error(rc, err, "changed since", "fit it again")
+    # a run moved with its folder is found beside it
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    fit_run_laplace(run, lap)
+    shutil.move(str(run), str(moved / "run"))
+    shutil.move(str(lap), str(moved / "lap"))
+    assert load_laplace(moved / "lap").base_run == moved / "run"

@@ -51,8 +51,9 @@ from .config import TrainConfig
 from .evaluation import mc_outputs
 
 __all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "Referral",
-           "TrainedLaplace", "TrainedModel", "forward_with_features", "is_laplace_folder", "laplace_description", "laplace_run_of", "last_linear",
-           "layer_digest", "load_laplace", "load_model", "refer_threshold", "split_outputs", "uncertainty_scores"]
+           "TrainedLaplace", "TrainedModel", "forward_with_features", "is_laplace_folder", "laplace_description",
+           "laplace_run_of", "last_linear", "layer_digest", "load_laplace", "load_model", "refer_threshold",
+           "split_outputs", "uncertainty_scores"]
 
 T = torch.Tensor
 #: what keeps the mark of :class:`EncodedInputs`: moves, copies, dtype changes, reshapes, indexing,

@@ -68,6 +68,9 @@ __all__ = ["DENSE_LIMIT", "TrainedLaplace", "evaluate_laplace", "fit_run_laplace
 #: the most last-layer weights whose posterior covariance is stored dense (``kron``, ``full``):
 #: 5,000 weights are 100 MB in float32
 DENSE_LIMIT = 5000
+#: what the commands write into a posterior's folder: a fit removes an earlier posterior's
+RESULT_FILES = ("eval.json", "reliability.png", "risk_coverage.png", "ood.json", "ood.png", "uncertain.json",
+                "uncertain.png")
 
 
 def _covered_rows(model: TrainedModel, layer: nn.Linear, out: Tensor, feats: Tensor) -> list[int]:
@@ -140,6 +143,13 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
     outs, feats = zip(*(forward_with_features(model.network, layer, xb) for xb in x.split(4096)))
     out_all, phi = torch.cat(outs), torch.cat(feats)
     rows = _covered_rows(model, layer, out_all, phi)
+    n_params = len(rows) * (phi.shape[1] + 1)
+    if hessian != "diag" and n_params > DENSE_LIMIT:
+        raise UserError(f"the last layer has {n_params:,} weights: its dense posterior covariance would take "
+                        f"{n_params ** 2 * 4 / 1e6:,.0f} MB; use --hessian diag (at most {DENSE_LIMIT:,} weights "
+                        "take kron or full)")
+    for stale in RESULT_FILES:  # another posterior's results
+        (out / stale).unlink(missing_ok=True)
     w = layer.weight.detach()[rows]
     b = layer.bias.detach()[rows] if layer.bias is not None else torch.zeros(len(rows), device=w.device)
     if model.task == "regression":
@@ -161,10 +171,6 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
                                         hessian=hessian, prior=prior)
         mean = torch.cat([head.weight.detach().reshape(-1), head.bias.detach()])
     n_params = mean.numel()
-    if hessian != "diag" and n_params > DENSE_LIMIT:
-        raise UserError(f"the last layer has {n_params:,} weights: its dense posterior covariance would take "
-                        f"{n_params ** 2 * 4 / 1e6:,.0f} MB; use --hessian diag (at most {DENSE_LIMIT:,} weights "
-                        "take kron or full)")
     root = _square_root(post, hessian)
     atomic_torch_save(out / LAPLACE_POSTERIOR, {"format": LAPLACE_FORMAT, "mean": mean.double().cpu(),
                                                 "root": root.float(), "diag": hessian == "diag", "rows": list(rows),

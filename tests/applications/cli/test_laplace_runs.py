@@ -52,8 +52,10 @@ def _train(tmp: Path, task: str, method: str = "sgd", *extra: str) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("laplace-runs")
+    homoscedastic = tmp / "homoscedastic"
+    homoscedastic.mkdir()
     return {"classification": _train(tmp, "classification"), "regression": _train(tmp, "regression"),
-            "tmp": tmp}
+            "homoscedastic": _train(homoscedastic, "regression", "sgd", "--likelihood", "homoscedastic"), "tmp": tmp}
 
 
 def _features(network: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -86,11 +88,12 @@ def test_a_classifiers_posterior_is_laplace_torchs_own_last_layer_laplace(runs, 
 
 def test_a_regressions_posterior_is_bayesian_linear_regression_with_the_runs_noise(runs, tmp_path):
     """The mean's weights given the features and the run's own noise sd per row: precision =
-    sum_i [phi_i, 1][phi_i, 1]^T / sd_i^2 + prior precision * I, exactly (any hessian)."""
-    run = runs["regression"]
-    for hessian in ("kron", "full"):
-        fitted = fit_run_laplace(run, tmp_path / hessian, hessian=hessian)
-        model = load_laplace(tmp_path / hessian)
+    sum_i [phi_i, 1][phi_i, 1]^T / sd_i^2 + prior precision * I, exactly (any hessian; one sd for
+    every row of a homoscedastic run)."""
+    for run, hessian in ((runs["regression"], "kron"), (runs["regression"], "full"), (runs["homoscedastic"], "kron")):
+        folder = tmp_path / f"{run.parent.name}-{hessian}"
+        fitted = fit_run_laplace(run, folder, hessian=hessian)
+        model = load_laplace(folder)
         data, _ = runmodel.load_split(model.config, model.preprocess.to_dict())
         x = data["train_x"]
         phi = _features(model.network, x).double()
@@ -155,6 +158,8 @@ def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp
     one_line_error(rc, err, "Laplace posterior", "give its run")
     rc, _, err = run_main(capsys, "evaluate", str(lap), "--which", "last")
     one_line_error(rc, err, "best checkpoint", "--which best")
+    fit_run_laplace(run, lap, hessian="diag")  # fitted again: the earlier posterior's scores are gone
+    assert not (lap / "eval.json").exists() and json.loads((lap / "laplace.json").read_text())["hessian"] == "diag"
 
 
 def test_refused_in_one_line(runs, capsys, tmp_path):

@@ -31,7 +31,7 @@ from ..io import atomic_write_json
 from ..nn import shared_samples
 from ..options import IMAGE_DATASETS
 from ..plots import canvas, figures, finish, plot_reliability, save_png
-from ..runs import mc_dropout
+from ..runs import TrainedLaplace, mc_dropout
 
 __all__ = [
     "sample_probs",
@@ -66,6 +66,8 @@ def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, ch
     with fork:
         if seed is not None:
             torch.manual_seed(seed)
+        if isinstance(model, TrainedLaplace):  # a Laplace posterior: one set of k draws of its last layer for all
+            return torch.softmax(model.sample_encoded(x, samples, None).float(), -1)
         parts = []
         # bbb: the same k networks score every chunk (sample j is one network across the set)
         shared = shared_samples() if method == "bbb" else contextlib.nullcontext()
@@ -253,6 +255,10 @@ def _images_only(run_dir: Any, cfg: Any, data_dir: str | None) -> Any:
 def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
     from .. import runs as T
 
+    if T.trained.is_laplace_folder(run_dir):  # the run's network with its last-layer posterior
+        lap = T.trained.load_laplace(run_dir, which, device)
+        cfg = _images_only(run_dir, lap.config, data_dir)
+        return lap, cfg, lap.method, T.model.load_data(cfg)
     model, cfg = T.load_run(run_dir, which, device=resolve_device(device))
     cfg = _images_only(run_dir, cfg, data_dir)
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)
@@ -275,7 +281,8 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
     out = ensemble_folder(args.out, ens.run_dirs, file)
-    nets = [(m.network, T.infer_method(m.network)) for m in ens.member_models()]
+    nets = [(m, m.method) if isinstance(m, T.TrainedLaplace) else (m.network, T.infer_method(m.network))
+            for m in ens.member_models()]
     return nets, cfg, T.model.load_data(cfg), out, ens.describe()
 
 

@@ -111,8 +111,8 @@ def not_a_run_text(d: Path) -> str | None:
     """What to say when ``d`` is an ensemble's folder or a Laplace posterior's, not a run directory
     (else None)."""
     if (d / "laplace.json").is_file():
-        return (f"{d} is the folder of a Laplace posterior (bbb laplace RUN --out {d}): bbb predict, evaluate, ood "
-                "and compare take it; for this, give its run")
+        return (f"{d} is the folder of a Laplace posterior (bbb laplace RUN --out {d}): bbb predict, evaluate, ood, "
+                "uncertain and compare take it; for this, give its run")
     members = ensemble_members(d)
     if members is None:
         return None

@@ -81,7 +81,7 @@ class TrainedEnsemble(nn.Module):
 
     @property
     def methods(self) -> list[str]:
-        return [m.config.method for m in self.member_models()]
+        return [m.method for m in self.member_models()]
 
     def describe(self) -> str:
         """E.g. 'ensemble of 3 runs (bbb x 3)'."""

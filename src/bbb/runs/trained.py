@@ -170,6 +170,11 @@ class TrainedModel(nn.Module):
         self.fingerprint = _fingerprint(preprocess)
 
     @property
+    def method(self) -> str:
+        """What predicts: the run's ``--method`` (``laplace`` for a Laplace posterior's folder)."""
+        return self.config.method
+
+    @property
     def classes(self) -> list[str] | None:
         if self.task != "classification":
             return None
@@ -485,7 +490,6 @@ class TrainedLaplace(TrainedModel):
     :meth:`sample_outputs` draws the last layer's weights from the posterior; ``forward`` is the
     run's network (the posterior's mean)."""
 
-    method = "laplace"
     posterior_mean: Tensor
     posterior_root: Tensor
 
@@ -498,6 +502,10 @@ class TrainedLaplace(TrainedModel):
         self.register_buffer("posterior_root", posterior["root"].float(), persistent=False)
         self.diag = bool(posterior["diag"])
         self.rows = [int(r) for r in posterior["rows"]]
+
+    @property
+    def method(self) -> str:
+        return "laplace"
 
     @property
     def map_model(self) -> TrainedModel:
@@ -514,8 +522,13 @@ class TrainedLaplace(TrainedModel):
             warnings.warn("sample_outputs(samples=) is deprecated: use num_samples=, the name "
                           "bbb.uncertainty.predict uses", DeprecationWarning, stacklevel=2)
             num_samples = samples
+        return self.sample_encoded(self.encode(inputs).as_subclass(Tensor), num_samples, seed)
+
+    @torch.no_grad()
+    def sample_encoded(self, x: Tensor, num_samples: int = 10, seed: int | None = 0) -> Tensor:
+        """:meth:`sample_outputs` of inputs encoded already (the network's own inputs, as
+        ``model.network`` takes them): one set of k draws for every row."""
         k = check_int("num_samples", num_samples)
-        x = self.encode(inputs).as_subclass(Tensor)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         eps = torch.randn(k, self.posterior_mean.numel(), generator=gen, dtype=torch.float64)
         root = self.posterior_root.double().cpu()

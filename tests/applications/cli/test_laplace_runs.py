@@ -198,3 +198,42 @@ def test_a_run_that_changed_since_the_fit_is_refused(runs, capsys, tmp_path):
     shutil.move(str(run), str(moved / "run"))
     shutil.move(str(lap), str(moved / "lap"))
     assert load_laplace(moved / "lap").base_run == moved / "run"
+
+
+def test_ood_and_uncertain_read_a_laplace_posterior(capsys, tmp_path, monkeypatch):
+    """An image run's posterior: `bbb ood DIR` and `bbb uncertain DIR` score its k draws (one set
+    for every input), and so does an ensemble with it; its mutual information is the draws'
+    disagreement."""
+    from bbb.experiments.uncertainty import ood_report, sample_probs
+    from testkit import blobs
+
+    data = blobs()
+    g = torch.Generator().manual_seed(1)
+    far = {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v) for k, v in data.items()}
+    sets = {"mnist": data, "fashion-mnist": far}
+    monkeypatch.setattr(runmodel, "load_data", lambda cfg: sets[cfg.dataset])
+    tiny = ["--hidden", "16", "--batch-size", "32", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
+    run, lap = tmp_path / "sgd", tmp_path / "lap"
+    assert run_main(capsys, "train", "--method", "sgd", "--epochs", "3", "--out", str(run), *tiny)[0] == 0
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(lap), "--device", "cpu")
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "ood", str(lap), "--ood", "fashion-mnist", "--samples", "6", "--device", "cpu")
+    assert rc == 0, err
+    rep = json.loads((lap / "ood.json").read_text())
+    model = load_laplace(lap)
+    want = ood_report(sample_probs(model, data["test_x"], "laplace", 6, seed=0),
+                      sample_probs(model, far["test_x"], "laplace", 6, seed=1))
+    for score in ("entropy", "mutual_information", "max_prob"):
+        assert rep["scores"][score]["auroc"] == pytest.approx(want[score]["auroc"])
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        direct = model.sample_encoded(data["test_x"], 6, None).softmax(-1)
+    torch.testing.assert_close(sample_probs(model, data["test_x"], "laplace", 6, seed=0), direct)
+    assert rep["scores"]["mutual_information"]["auroc"] is not None
+    rc, _, err = run_main(capsys, "uncertain", str(lap), "--samples", "6", "--device", "cpu")
+    assert rc == 0 and (lap / "uncertain.json").exists(), err
+    rc, _, err = run_main(capsys, "ood", str(run), str(lap), "--ood", "fashion-mnist", "--samples", "4", "--out",
+                          str(tmp_path / "ens"), "--device", "cpu")
+    assert rc == 0, err
+    ens = json.loads((tmp_path / "ens" / "ood.json").read_text())
+    assert ens["samples"] == 8 and ens["method"] == "ensemble of 2 runs (sgd x 1, laplace x 1)"  # the network 4 times

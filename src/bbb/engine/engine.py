@@ -73,6 +73,7 @@ from .support import (
     check_member_lr_scale,
     clip_grad_norm,
     compile_default,
+    elbo_settings,
     new_params,
     param_groups,
     torch_optimizer,
@@ -98,22 +99,6 @@ HOST_HP_DEVICES = ("cpu",)
 class OptimizerKind(StrOption):
     ADAM = "adam"
     SGD = "sgd"
-
-
-def _settings_of(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
-                 kl_samples: int | None) -> tuple[int, KLMode, int | None]:
-    """The ELBO's ``num_samples``, ``kl`` and ``kl_samples``, which an engine built from it takes;
-    a value given to the engine too that differs from the ELBO's is a one-line :class:`UserError`."""
-    def text(v: Any) -> str:
-        return repr(v.value if isinstance(v, KLMode) else v)
-
-    for name, given, owned in (("num_samples", k, elbo.num_samples), ("kl", kl_mode, elbo.kl_mode),
-                               ("kl_samples", kl_samples, elbo.kl_samples)):
-        if given is not None and given != owned:
-            raise UserError(f"Engine(elbo, {name}={text(given)}) but the ELBO has {name}={text(owned)}: an engine "
-                            f"built from an ELBO takes num_samples, kl and kl_samples from it; leave {name} out "
-                            "of the Engine (or give it to the ELBO)")
-    return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
 
 
 class Engine(torch.optim.Optimizer):
@@ -202,7 +187,7 @@ class Engine(torch.optim.Optimizer):
             kl_samples = check_kl_samples(kl_samples, 1 if k is None else k)
         extra = param_groups(params)
         if isinstance(model, ELBO):
-            k, kl_mode, kl_samples = _settings_of(model, k, kl_mode, kl_samples)
+            k, kl_mode, kl_samples = elbo_settings(model, k, kl_mode, kl_samples)
             extra = [*param_groups(model.parameters()), *extra]
             model = model.model
         if fused not in (None, True, False):

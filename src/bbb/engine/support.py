@@ -11,13 +11,14 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import CenteredPrior, KLMode, uses_monte_carlo
+from ..elbo import ELBO
 from ..errors import UserError, check_float
 from ..nn import bayes_modules
 from ..nn.base import Estimator
 from .kernels import gradients
 
-__all__ = ["unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm", "compile_default",
-           "has_triton", "COMPILE_ENV", "compile_from_env", "check_member_lr_scale"]
+__all__ = ["elbo_settings", "unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm",
+           "compile_default", "has_triton", "COMPILE_ENV", "compile_from_env", "check_member_lr_scale"]
 
 #: the environment variable that sets the engine's ``compile=None`` for the whole process (and the
 #: processes it starts): ``0`` never compiles (the eager kernels, the same mathematics; no seconds
@@ -190,3 +191,19 @@ def check_member_lr_scale(scale: Any, layout: Any, reason: str | None) -> tuple[
     for v in values:
         check_float("member_lr_scale", v, 0.0, above=True)
     return values
+
+
+def elbo_settings(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
+                 kl_samples: int | None) -> tuple[int, KLMode, int | None]:
+    """The ELBO's ``num_samples``, ``kl`` and ``kl_samples``, which an engine built from it takes;
+    a value given to the engine too that differs from the ELBO's is a one-line :class:`UserError`."""
+    def text(v: Any) -> str:
+        return repr(v.value if isinstance(v, KLMode) else v)
+
+    for name, given, owned in (("num_samples", k, elbo.num_samples), ("kl", kl_mode, elbo.kl_mode),
+                               ("kl_samples", kl_samples, elbo.kl_samples)):
+        if given is not None and given != owned:
+            raise UserError(f"Engine(elbo, {name}={text(given)}) but the ELBO has {name}={text(owned)}: an engine "
+                            f"built from an ELBO takes num_samples, kl and kl_samples from it; leave {name} out "
+                            "of the Engine (or give it to the ELBO)")
+    return elbo.num_samples, elbo.kl_mode, elbo.kl_samples

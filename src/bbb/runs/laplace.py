@@ -40,7 +40,7 @@ from torch import Tensor
 from .. import laplace as core_laplace
 from ..devices import resolve_device
 from ..elbo import HeteroscedasticGaussian
-from ..errors import UserError, check_int
+from ..errors import UserError, check_float, check_int
 from ..io import atomic_torch_save, atomic_write_json
 from ..options import Method, choice
 from . import model as runmodel
@@ -124,6 +124,8 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
     ``"diag"`` (a regression's posterior is exact with any: it covers one output). ``prior``:
     the prior precision, ``"marglik"`` (chosen by the marginal likelihood) or a number."""
     hessian = choice("hessian", hessian, core_laplace.HESSIANS)
+    if prior != "marglik":
+        prior = check_float("--prior-precision", prior, 0.0, above=True)
     run_dir = Path(run_dir)
     if is_laplace_folder(run_dir):
         raise UserError(f"{run_dir} is a Laplace posterior already (of {laplace_run_of(run_dir)}): give a run "

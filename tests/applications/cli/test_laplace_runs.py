@@ -177,6 +177,9 @@ def test_refused_in_one_line(runs, capsys, tmp_path):
     one_line_error(rc, err, "is a Laplace posterior already")
     rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(tmp_path / "z"), "--hessian", "block")
     assert rc == 2 and "--hessian" in err
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(tmp_path / "p"), "--prior-precision", "-1")
+    one_line_error(rc, err, "--prior-precision", "> 0")
+    assert not (tmp_path / "p").exists()  # nothing written for a refused command
 
 
 def test_a_run_that_changed_since_the_fit_is_refused(runs, capsys, tmp_path):

@@ -39,10 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out(p, shared_help("--out", " folder of the posterior (not the run's own directory)"))
     p.add_argument("--hessian", choices=HESSIANS, default="kron",
                    help="the curvature of the last layer: kron (KFAC, laplace-torch's default), full or diag "
-                        "(default: kron; a regression's is exact with any)")
+                        "(default: kron; a regression's is exact with kron or full, diag keeps the diagonal)")
     p.add_argument("--prior-precision", type=float, default=None, metavar="X",
                    help="fix the prior precision (default: chosen by the marginal likelihood)")
-    add_which(p, "best", shared_help("--which", ": the run's checkpoint to fit to, best or last"))
+    add_which(p, "best", shared_help("--which", " of the run to fit to: best or last"))
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " of the test evaluation (default: 10)"))
     from .predict import add_moved_data

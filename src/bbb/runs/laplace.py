@@ -16,7 +16,8 @@ those weights, so these samples are exactly the linearised (GLM) predictive's.
   homoscedastic``). The posterior covers the mean's row of the last layer with the noise at the
   run's own values: the loss in those weights is then exactly quadratic (Bayesian linear
   regression on the features, each row weighted by its 1/sd^2), which laplace-torch fits as a
-  linear model of the features scaled by 1/sd with unit noise (``hessian="full"``: exact).
+  linear model of the features scaled by 1/sd with unit noise (``"kron"`` and ``"full"``: exact, the
+  layer having one output; ``"diag"`` keeps the diagonal of that precision).
 
 ``DIR`` holds ``laplace.json`` (the run, its checkpoint and a digest of the last layer, the
 fitted numbers) and ``posterior.pt`` (the posterior's mean and a square root of its covariance:
@@ -121,7 +122,7 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
     """Fit the last-layer Laplace posterior of the deterministic run ``run_dir`` (its ``which``
     checkpoint) on its training rows and write it to ``out`` (see the module's notes): returns
     the description written to ``out/laplace.json``. ``hessian``: ``"kron"``, ``"full"`` or
-    ``"diag"`` (a regression's posterior is exact with any: it covers one output). ``prior``:
+    ``"diag"`` (a regression's is exact with kron and full: it covers one output). ``prior``:
     the prior precision, ``"marglik"`` (chosen by the marginal likelihood) or a number."""
     hessian = choice("hessian", hessian, core_laplace.HESSIANS)
     if prior != "marglik":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates results/uncertainty/: BBB, MC dropout, SGD and IVON, a deep ensemble of 5 SGD networks
-# and an ensemble of 5 BBB networks on MNIST (2x400), and the Fashion-MNIST table. Run from the
+# Regenerates results/uncertainty/: BBB, MC dropout, SGD, IVON and the last-layer Laplace posterior of
+# the SGD network, a deep ensemble of 5 SGD networks, an ensemble of 5 BBB networks and one of the 5
+# SGD networks' Laplace posteriors on MNIST (2x400), and the Fashion-MNIST table. Run from the
 # repository root: bash results/uncertainty/run.sh [RUNS_DIR]
 # RESULTS (default results/uncertainty, the committed tables): where the tables and figures go, e.g.
 # RESULTS=runs/uncertainty-tables bash results/uncertainty/run.sh to leave the committed ones alone.
@@ -45,11 +46,16 @@ for job in "bbb 0" "dropout 0" "sgd 0" "ivon 0" "bbb 1" "bbb 2" "bbb 3" "bbb 4" 
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
 done
 for p in "${pids[@]}"; do wait "$p"; done
-for m in bbb dropout sgd ivon; do
+for s in 0 1 2 3 4; do  # each SGD run's last-layer Laplace posterior (nothing trained again)
+  sfx=""; [ "$s" = 0 ] || sfx="-s$s"
+  [ -f "$RUNS/mnist-laplace-400$sfx/posterior.pt" ] || \
+    $BBB laplace "$RUNS/mnist-sgd-400$sfx" --out "$RUNS/mnist-laplace-400$sfx"
+done
+for m in bbb dropout sgd ivon laplace; do
   $BBB evaluate "$RUNS/mnist-$m-400" --samples 10
   $BBB ood "$RUNS/mnist-$m-400" --ood fashion-mnist --samples 10
 done
-for m in bbb sgd; do  # the ensembles of 5: their folders hold eval.json and ood.json
+for m in bbb sgd laplace; do  # the ensembles of 5: their folders hold eval.json and ood.json
   members=("$RUNS/mnist-$m-400" "$RUNS"/mnist-$m-400-s{1,2,3,4})
   $BBB evaluate "${members[@]}" --samples 10 --out "$RUNS/mnist-$m-400-ensemble"
   $BBB ood "${members[@]}" --ood fashion-mnist --samples 10 --out "$RUNS/mnist-$m-400-ensemble"
@@ -61,15 +67,17 @@ for h in 200 400 800; do
       "${PRIOR[@]}" --out "$RUNS/fashion-bbb-$h" $(resume "$RUNS/fashion-bbb-$h")
   $BBB evaluate "$RUNS/fashion-bbb-$h" --samples 10
 done
-$BBB compare "$RUNS"/mnist-{bbb,dropout,sgd,ivon}-400 "$RUNS"/mnist-{sgd,bbb}-400-ensemble --out "$RESULTS" \
+$BBB compare "$RUNS"/mnist-{bbb,dropout,sgd,ivon,laplace}-400 "$RUNS"/mnist-{sgd,bbb,laplace}-400-ensemble --out "$RESULTS" \
   --name comparison --command "bash results/uncertainty/run.sh"
 $BBB compare "$RUNS"/fashion-bbb-{200,400,800} --out "$RESULTS" --name fashion_mnist \
   --reference fashion-seminar --command "bash results/uncertainty/run.sh"
 cp "$RUNS/mnist-bbb-400/uncertain.png" "$RESULTS/uncertain_bbb.png"
 for m in bbb dropout sgd ivon; do
   cp "$RUNS/mnist-$m-400/reliability.png" "$RESULTS/reliability_$m.png"
+done
+for m in bbb dropout sgd ivon laplace; do
   cp "$RUNS/mnist-$m-400/ood.png" "$RESULTS/ood_$m.png"
 done
-for m in bbb sgd; do
+for m in bbb sgd laplace; do
   cp "$RUNS/mnist-$m-400-ensemble/ood.png" "$RESULTS/ood_${m}_ensemble.png"
 done

@@ -203,8 +203,9 @@ def _fashion(root: Path) -> Benchmark | None:
 
 
 #: results/uncertainty's method column -> the name the other benchmarks give the method
-UNCERTAINTY_NAMES = {"bbb": "bbb", "dropout": "mc_dropout", "sgd": "sgd", "ivon": "ivon",
-                     "ensemble of 5 runs (sgd x 5)": "deep_ensemble", "ensemble of 5 runs (bbb x 5)": "bbb_ensemble"}
+UNCERTAINTY_NAMES = {"bbb": "bbb", "dropout": "mc_dropout", "sgd": "sgd", "ivon": "ivon", "laplace": "laplace",
+                     "ensemble of 5 runs (sgd x 5)": "deep_ensemble", "ensemble of 5 runs (bbb x 5)": "bbb_ensemble",
+                     "ensemble of 5 runs (laplace x 5)": "laplace_ensemble"}
 
 
 def _uncertainty_rows(root: Path) -> list[dict[str, str]] | None:

@@ -182,7 +182,8 @@ def _mnist(root: Path) -> Benchmark | None:
     return Benchmark("MNIST, the paper's MLPs (quick budget)", "results/mnist/table1.csv", "test error %", False,
                      "the seeds where n > 1", list(tasks.values()), {m: sum(v) / 60.0 for m, v in seconds.items()},
                      "minutes of one run per cell, summed over the widths"
-                     + ("; a run trained in a population of K, its K-th of the population's" if shared else ""))
+                     + ("; a run trained in a population of K, its K-th of the population's" if shared else "")
+                     + ("; deep_ensemble's its members' sum" if "deep_ensemble" in seconds else ""))
 
 
 def _fashion(root: Path) -> Benchmark | None:

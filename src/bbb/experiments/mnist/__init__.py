@@ -5,8 +5,9 @@
 hidden ReLU layers of 400, 800 and 1200 units), at the smoke and quick budgets three cells of
 IVON too (``bbb train --method ivon``, not in the paper: rows without a paper number, curves in
 Figures 2-3, not pruned in Table 2) and three last-layer Laplace rows (the SGD cells' networks
-with :func:`bbb.laplace.fit_last_layer_laplace`, nothing trained: ``laplace_rows``), and writes
-into DIR::
+with :func:`bbb.laplace.fit_last_layer_laplace`, nothing trained: ``laplace_rows``), at the quick
+budget three deep ensembles too (the SGD cells trained with 5 seeds, the mean of their softmax
+outputs: ``ensemble_rows``), and writes into DIR::
 
     table1.csv, table1.md        our test error beside the paper's, per cell, with the epochs,
                                  the selected candidate and hyperparameters and the wall time;

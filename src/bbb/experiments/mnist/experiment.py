@@ -17,6 +17,7 @@ from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...progress import plural
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
 from . import tables
+from .ensemble_rows import ensemble_rows
 from .figures import FIG2_METHODS, figure2, figure3, figure4
 from .jobs import Progress, command_line, limit_data, population_groups, state_of, train_jobs, train_populations
 from .laplace_rows import laplace_rows
@@ -299,6 +300,7 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
     table1 = [tables.table1_row(cfg, c.method, c.hidden, c.cands, c.seeds, c.selected, c.summaries,
                           status=c.status, pending=c.pending) for c in table_cells]
     table1 += laplace_rows(cfg, cells, data)  # the SGD cells' networks with a last-layer Laplace
+    table1 += ensemble_rows(cfg, cells, data)  # the SGD cells' seeds as one deep ensemble
     files: list[str] = []
     atomic_write_text(out / "table1.csv", csv_text(TABLE1_COLUMNS, table1))
     atomic_write_text(out / "table1.md", tables.table1_md(cfg, table1, [j for c in table_cells for j in c.cands], (

@@ -25,7 +25,8 @@ from ...uncertainty import error_rate, expected_calibration_error, negative_log_
 from .plan import Job, ReproduceConfig, fmt_time
 from .recipes import WIDTHS
 
-__all__ = ["LAPLACE", "laplace_rows", "laplace_md_line", "laplace_methods", "LAPLACE_NOTE", "ECE_BINS"]
+__all__ = ["LAPLACE", "laplace_rows", "laplace_md_line", "laplace_methods", "LAPLACE_NOTE", "ECE_BINS",
+           "prob_scores"]
 
 #: the rows' method name in table1.csv
 LAPLACE = "laplace"
@@ -41,7 +42,7 @@ LAPLACE_NOTE = (
     "and the predictions, the SGD run's training time not included (`seconds` in table1.csv adds it).")
 
 
-def _scores(probs: Tensor, y: Tensor) -> tuple[float, float, float]:
+def prob_scores(probs: Tensor, y: Tensor) -> tuple[float, float, float]:
     """(error %, NLL, ECE %) of predictive probabilities."""
     return (100.0 * error_rate(probs, y), negative_log_likelihood(probs, y),
             100.0 * expected_calibration_error(probs, y, ECE_BINS))
@@ -78,10 +79,10 @@ def _row(cfg: ReproduceConfig, sgd: Any, data: dict[str, Tensor]) -> dict[str, A
     post = fit_last_layer_laplace(model, (data["train_x"], data["train_y"]), likelihood="classification")
     probs = {k: post.predict(data[f"{k}_x"]).double() for k in ("val", "test")}
     seconds = time.perf_counter() - start
-    err, nll, ece = _scores(probs["test"], data["test_y"])
+    err, nll, ece = prob_scores(probs["test"], data["test_y"])
     with torch.no_grad():
         map_probs = torch.softmax(model(data["test_x"].to(torch.float32)).double(), -1)
-    _, map_nll, map_ece = _scores(map_probs, data["test_y"])
+    _, map_nll, map_ece = prob_scores(map_probs, data["test_y"])
     row = {**row, "status": "ok", "n_seeds": 1, "test_error": round(err, 4), "test_errors": f"{err:.2f}",
             "val_error": round(100.0 * error_rate(probs["val"], data["val_y"]), 4),
             "test_nll": round(nll, 6), "test_ece": round(ece, 4), "map_test_nll": round(map_nll, 6),

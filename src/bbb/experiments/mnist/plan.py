@@ -39,7 +39,8 @@ def method_arg(m: str) -> str:
 CELLS_HELP = (
     "METHOD or METHOD:WIDTH, comma-separated, or all; methods: "
     + ", ".join(method_arg(m) for m in METHODS) + "; widths: " + ", ".join(map(str, WIDTHS))
-    + " (e.g. bbb-mixture:1200,sgd:1200); laplace:WIDTH trains the SGD cell its last-layer Laplace row is of")
+    + " (e.g. bbb-mixture:1200,sgd:1200); laplace:WIDTH trains the SGD cell its last-layer Laplace row is of, "
+    "ensemble:WIDTH the SGD cell and the seeds its deep-ensemble row is of")
 
 
 def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None = None,
@@ -51,7 +52,8 @@ def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None =
     ``"bbb-mixture:1200,sgd:1200"`` (``-`` or ``_`` in the method's name), or a sequence of such
     items or of ``(method, width)`` pairs. A bad item, or a method the budget does not train
     (IVON at the paper budget), raises a one-line :class:`UserError` that says what to use.
-    ``laplace`` names the SGD cells (the last-layer Laplace rows' networks; none at the paper budget).
+    ``laplace`` names the SGD cells (the last-layer Laplace rows' networks; none at the paper budget),
+    ``ensemble`` too (the deep-ensemble rows' members: the SGD cells' seeds; the quick budget's).
     """
     every = CELL_ORDER if budget is None else BUDGETS[Budget(budget)].cells
     if cells is None:
@@ -77,6 +79,11 @@ def parse_cells(cells: str | Sequence[Any] | None, budget: Budget | str | None =
             if budget is not None and not BUDGETS[Budget(budget)].laplace:
                 raise UserError(f"--cells {text}: the {Budget(budget).value} budget has no last-layer Laplace rows "
                                 "(not in the paper's Table 1); use --budget quick or smoke for them")
+            method = "sgd"
+        if method == "ensemble":  # the deep-ensemble rows: the SGD cells and their seeds
+            if budget is not None and not BUDGETS[Budget(budget)].ensemble:
+                raise UserError(f"--cells {text}: the {Budget(budget).value} budget has no deep-ensemble rows "
+                                "(not in the paper's Table 1); use --budget quick for them")
             method = "sgd"
         if method not in METHODS:
             raise UserError(f"--cells: unknown method {name.strip()!r} in {text!r}; use {CELLS_HELP}")
@@ -307,9 +314,15 @@ def plan_jobs(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     selection is done)."""
     first = [j for m, w in cfg.cells for j in cell_jobs(cfg, m, w)
              if cfg.candidates is None or j.candidate in cfg.candidates]
-    extra = [make_job(cfg, m, w, 0, s) for (m, w) in cfg.cells if (m, w) in cfg.spec.seed_cells
-             for s in range(1, int(cfg.seeds or 1))]
+    extra = [make_job(cfg, m, w, 0, s) for (m, w) in cfg.cells for s in range(1, cell_seeds(cfg, m, w))]
     return first, extra
+
+
+def cell_seeds(cfg: ReproduceConfig, method: str, hidden: int) -> int:
+    """The seeds one cell trains (its selected candidate's): ``cfg.seeds`` for the budget's seed
+    cells, else 1; an SGD cell at least the members of the budget's deep ensembles."""
+    n = int(cfg.seeds or 1) if (method, hidden) in cfg.spec.seed_cells else 1
+    return max(n, cfg.spec.ensemble) if method == "sgd" else n
 
 
 def _epoch_seconds(job: Job, n_train: int) -> float:

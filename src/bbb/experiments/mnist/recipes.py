@@ -108,7 +108,8 @@ PAPER_SNR_RANGE_DB: tuple[float, float] = (-7.5, 0.0)
 
 METHOD_NAMES = {"sgd": "SGD (no regularisation)", "dropout": "SGD, dropout",
                 "bbb_gaussian": "BBB, Gaussian prior", "bbb_mixture": "BBB, scale mixture prior",
-                "ivon": "IVON (not in the paper)", "laplace": "Last-layer Laplace (not in the paper)"}
+                "ivon": "IVON (not in the paper)", "laplace": "Last-layer Laplace (not in the paper)",
+                "deep_ensemble": "Deep ensemble of SGD networks (not in the paper)"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ class BudgetSpec:
     #: Table 1 has last-layer Laplace rows (not in the paper): the SGD cells' networks with a
     #: last-layer Laplace (:mod:`bbb.experiments.mnist.laplace_rows`; nothing trains for them)
     laplace: bool = False
+    #: Table 1 has deep-ensemble rows (not in the paper) of this many members: the SGD cells
+    #: trained with this many seeds (:mod:`bbb.experiments.mnist.ensemble_rows`); 0: none
+    ensemble: int = 0
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -274,7 +278,8 @@ class _Reader:
         where = f"budgets.{name}"
         b = self.keys(where, budgets[name], {"description", "epochs", "candidates", "seeds", "train_limit",
                                               "eval_limit", "eval_samples", "common", "seed_cells", "log_epochs",
-                                              "screen", "note", "laplace"}, {"description", "epochs", "candidates"})
+                                              "screen", "note", "laplace", "ensemble"},
+                      {"description", "epochs", "candidates"})
         cands: dict[Any, list[Candidate]] = {}
         for m, lst in self.keys(f"{where}.candidates", b["candidates"], set(METHODS), set(PAPER_METHODS)).items():
             if isinstance(lst, str):  # another budget's list of this method
@@ -285,9 +290,12 @@ class _Reader:
                 lst = other[m]
             cands[m] = [self.candidate(f"{where}.candidates.{m}[{i}]", c) for i, c in enumerate(lst)]
         extra: dict[str, Any] = {k: b[k] for k in ("seeds", "train_limit", "eval_limit", "eval_samples",
-                                                   "log_epochs", "note", "laplace") if k in b}
+                                                   "log_epochs", "note", "laplace", "ensemble") if k in b}
         if not isinstance(extra.get("laplace", False), bool):
             self.fail(f"{where}.laplace", f"expected true or false, got {extra['laplace']!r}")
+        k = extra.get("ensemble", 0)
+        if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
+            self.fail(f"{where}.ensemble", f"expected 0 (none) or a number of members >= 2, got {k!r}")
         if "common" in b:
             extra["common"] = self.settings(f"{where}.common", b["common"])
         if "seed_cells" in b:
@@ -388,6 +396,8 @@ TABLE1_COLUMNS = (
     "rho_init", "mu_init_scale", "candidates_val_error", "pending", "hess_init", "weight_decay",
     # the last-layer Laplace rows' (laplace_rows.py): its test NLL and ECE beside the SGD network's
     "test_nll", "test_ece", "map_test_nll", "map_test_ece", "prior_precision", "fit_seconds", "of_run",
+    # the deep-ensemble rows' (ensemble_rows.py): its members' mean scores, and the members' runs
+    "members_test_error", "members_test_nll", "members_test_ece", "members",
     # the runs the reported one trained beside as one population (--population; its seconds is theirs)
     "population")
 

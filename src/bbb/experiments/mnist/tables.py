@@ -18,9 +18,10 @@ from ...cli.common import sigma_of_rho
 from ...progress import plural
 from ...runs.jobs import State
 from ...runs.population import stored_population
+from .ensemble_rows import ENSEMBLE, ensemble_md_line, ensemble_note
 from .jobs import check_same_settings, command_line, select_candidate, state_of
 from .laplace_rows import LAPLACE, LAPLACE_NOTE, laplace_md_line, laplace_methods
-from .plan import Job, ReproduceConfig, cell_jobs, fmt_time, make_job, train_config
+from .plan import Job, ReproduceConfig, cell_jobs, cell_seeds, fmt_time, make_job, train_config
 from .recipes import (
     BUDGETS,
     HYPER_BY_METHOD,
@@ -147,7 +148,7 @@ def cell_state(cfg: ReproduceConfig, method: str, hidden: int, out: Path) -> _Ce
     selected = select_candidate(cands, summaries)
     seeds: list[Job] = []
     if selected is not None:
-        wanted = int(cfg.seeds or 1) if (method, hidden) in cfg.spec.seed_cells else 1
+        wanted = cell_seeds(cfg, method, hidden)
         for s in range(1, 1000):
             job = make_job(cfg, method, hidden, selected, s)
             if s >= wanted and not job.run_dir.exists():
@@ -262,7 +263,7 @@ def table1_row(cfg: ReproduceConfig, method: str, hidden: int, cands: Sequence[J
 
 
 SHORT_NAMES = {"sgd": "SGD", "dropout": "dropout", "bbb_gaussian": "BBB Gaussian", "bbb_mixture": "BBB mixture",
-               "ivon": "IVON", "laplace": "Laplace"}
+               "ivon": "IVON", "laplace": "Laplace", "deep_ensemble": "deep ensemble"}
 
 
 def _uniq(values: Sequence[str]) -> list[str]:
@@ -324,7 +325,8 @@ def _recipe_column(budget: str) -> dict[str, str]:
                               for m in spec.methods}),
         "candidates per cell": _by_method({m: str(n_cands[(m, 400)]) for m in spec.methods}),
         "seeds": (f"{spec.seeds} for {seed_cells}, 1 elsewhere (--seeds N)" if spec.seeds > 1
-                  else f"1 (--seeds N adds seeds to {seed_cells})"),
+                  else f"1 (--seeds N adds seeds to {seed_cells})")
+                 + (f"; {spec.ensemble} for SGD (the deep ensembles' members)" if spec.ensemble else ""),
         "selection": ("the best-validation epoch of each run, then the candidate with the lowest "
                       "validation error" if many else "the best-validation epoch of the one run"),
         "BBB samples": ", ".join(_uniq([str(tc.samples) for tc in bbb])),
@@ -344,6 +346,8 @@ def _recipe_column(budget: str) -> dict[str, str]:
         "last-layer Laplace": ("the SGD cells' networks, a last-layer KFAC Laplace, prior precision by the marginal "
                                "likelihood, probit predictive (nothing trained)") if spec.laplace
                               else "not trained at this budget",
+        "deep ensemble": (f"the SGD cells' {spec.ensemble} seeds, the mean of their softmax outputs"
+                          if spec.ensemble else "not trained at this budget"),
     }
 
 
@@ -392,7 +396,7 @@ def _orderings_md(rows: Sequence[dict[str, Any]]) -> list[str]:
         ms = [m for m in METHODS if (m, w) in ok and (m, w) in PAPER_TABLE1]
         if len(ms) < 2:
             continue
-        ours = sorted([m for m in (*METHODS, LAPLACE) if (m, w) in ok], key=lambda m: ok[(m, w)])
+        ours = sorted([m for m in (*METHODS, LAPLACE, ENSEMBLE) if (m, w) in ok], key=lambda m: ok[(m, w)])
         paper = sorted(ms, key=lambda m: PAPER_TABLE1[(m, w)])
         lines.append(f"- 2x{w}: ours " + " < ".join(f"{SHORT_NAMES[m]} {ok[(m, w)]:.2f}" for m in ours)
                      + "; paper " + " < ".join(f"{SHORT_NAMES[m]} {PAPER_TABLE1[(m, w)]:.2f}" for m in paper)
@@ -431,6 +435,8 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
                   "a Gaussian of precision weight decay x ess, is in its update).", ""]
     if laplace_methods(rows):
         lines += [LAPLACE_NOTE, ""]
+    if spec.ensemble and any(r["method"] == ENSEMBLE for r in rows):
+        lines += [ensemble_note(spec.ensemble), ""]
     if missing:
         lines += [f"**Partial table**: {len(missing)} cell(s) are not finished and are marked "
                   "*not run yet* or *incomplete* (their row lists each candidate: its validation error "
@@ -447,6 +453,9 @@ def table1_md(cfg: ReproduceConfig, rows: Sequence[dict[str, Any]], jobs: Sequen
         name = METHOD_NAMES[r["method"]]
         if r["method"] == LAPLACE:
             lines.append(laplace_md_line(name, r, MISSING_TEXT))
+            continue
+        if r["method"] == ENSEMBLE:
+            lines.append(ensemble_md_line(name, r, MISSING_TEXT))
             continue
         if r.get("status") in MISSING_TEXT:
             # every candidate: the validation error of those finished, the progress of the others

@@ -25,6 +25,7 @@ EXAMPLE = """Example:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..laplace import HESSIANS
+    from ..runs.laplace import DENSE_LIMIT
 
     p.description = ("Fit a last-layer Laplace posterior (laplace-torch; the 'laplace' extra) to a run trained with "
                      "--method sgd: its last layer's weights get a Gaussian posterior from the curvature of the "
@@ -39,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out(p, shared_help("--out", " folder of the posterior (not the run's own directory)"))
     p.add_argument("--hessian", choices=HESSIANS, default="kron",
                    help="the curvature of the last layer: kron (KFAC, laplace-torch's default), full or diag "
-                        "(default: kron; a regression's is exact with kron or full, diag keeps the diagonal)")
+                        "(default: kron; a regression's is exact with kron or full, diag keeps the diagonal; full "
+                        f"takes a last layer of at most {DENSE_LIMIT:,} weights)")
     p.add_argument("--prior-precision", type=float, default=None, metavar="X",
                    help="fix the prior precision (default: chosen by the marginal likelihood)")
     add_which(p, "best", shared_help("--which", " of the run to fit to: best or last"))

@@ -63,6 +63,24 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
+def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, summary) of the network in ``d``: a run's own (``cfg`` and ``summary`` where read
+    already); a Laplace posterior's folder (``bbb laplace RUN --out DIR``) its run's network and
+    training, with the fit's seconds added."""
+    from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_run_of
+
+    if not is_laplace_folder(d):
+        return (_read_json(d / "config.json") or {} if cfg is None else cfg,
+                _read_json(d / "summary.json") or {} if summary is None else summary)
+    base = laplace_run_of(d)
+    out = dict(_read_json(base / "summary.json") or {})
+    fit = (_read_json(d / LAPLACE_FILE) or {}).get("seconds")
+    if out.get("seconds") is not None and fit is not None:
+        out["seconds"] = float(out["seconds"]) + float(fit)
+    return _read_json(base / "config.json") or {}, out
+
+
 def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
     summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
@@ -90,19 +108,14 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
               "brier": summary["test_brier"], "samples": summary.get("eval_samples")}
     members = ev.get("members") if ev.get("method") == "ensemble" else None
     if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the first member's network, the members' training
-        cfg = _read_json(Path(members[0]) / "config.json") or {}
-        sums = [_read_json(Path(m) / "summary.json") or {} for m in members]
-        seconds = [x.get("seconds") for x in sums]
-        summary = {"hidden": sums[0].get("hidden"), "epochs": sums[0].get("epochs"),
+        infos = [_training(Path(m)) for m in members]
+        cfg = infos[0][0]
+        seconds = [x.get("seconds") for _, x in infos]
+        summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),
                    "seconds": sum(seconds) if all(v is not None for v in seconds) else None}
         ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None}
-    if ev.get("method") == "laplace" and ev.get("laplace_of"):  # ``bbb laplace RUN --out DIR``: the run's
-        base = Path(str(ev["laplace_of"]))  # network and training, and the fit's seconds on top
-        cfg = _read_json(base / "config.json") or {}
-        summary = dict(_read_json(base / "summary.json") or {})
-        fit = (_read_json(d / "laplace.json") or {}).get("seconds")
-        if summary.get("seconds") is not None and fit is not None:
-            summary["seconds"] = float(summary["seconds"]) + float(fit)
+    else:
+        cfg, summary = _training(d, cfg, summary)
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
 
@@ -165,13 +178,14 @@ def _md_cell(text: str) -> str:
 
 
 #: the Bayesian methods whose runs the verdicts compare with SGD and dropout, and their names there
-BAYESIAN_LABELS = {"bbb": "BBB", "ivon": "IVON"}
+BAYESIAN_LABELS = {"bbb": "BBB", "ivon": "IVON", "laplace": "Laplace"}
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
     """Plain statements of who wins, computed from the rows (never asserted in advance). BBB (and
-    IVON) is compared with the SGD and dropout runs of its own architecture and dataset; where one
-    of these has two runs or more, the verdict names them instead of picking one."""
+    IVON, a Laplace posterior) is compared with the SGD and dropout runs of its own architecture
+    and dataset; where one of these has two runs or more, the verdict names them instead of
+    picking one."""
     out = []
     datasets = {r["dataset"] for r in rows}
     groups: dict[tuple[Any, Any], dict[str, list[dict[str, Any]]]] = {}
@@ -206,7 +220,7 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
 
 def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
                      drop: dict[str, Any] | None) -> list[str]:
-    """The verdicts of one Bayesian run ``r`` (``label``: BBB, IVON) against the SGD and dropout
+    """The verdicts of one Bayesian run ``r`` (``label``: BBB, IVON, Laplace) against the SGD and dropout
     runs of its architecture and dataset."""
     out = []
     if sgd is not None:

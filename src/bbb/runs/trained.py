@@ -52,8 +52,8 @@ from .evaluation import mc_outputs
 
 __all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "Referral",
            "TrainedLaplace", "TrainedModel", "forward_with_features", "is_laplace_folder", "laplace_description",
-           "laplace_run_of", "last_linear", "layer_digest", "load_laplace", "load_model", "refer_threshold",
-           "split_outputs", "uncertainty_scores"]
+           "kron_deltas", "laplace_run_of", "last_linear", "layer_digest", "load_laplace", "load_model",
+           "refer_threshold", "split_outputs", "uncertainty_scores"]
 
 T = torch.Tensor
 #: what keeps the mark of :class:`EncodedInputs`: moves, copies, dtype changes, reshapes, indexing,
@@ -499,8 +499,10 @@ class TrainedLaplace(TrainedModel):
         self._layer = [layer]  # (neither is a submodule: they hold the network this model holds)
         self._base = [base]
         self.register_buffer("posterior_mean", posterior["mean"].float(), persistent=False)
-        self.register_buffer("posterior_root", posterior["root"].float(), persistent=False)
+        self.register_buffer("posterior_root", posterior.get("root", torch.empty(0)).float(), persistent=False)
         self.diag = bool(posterior["diag"])
+        #: the KFAC factors' eigendecomposition (a layer above the dense limit), else None
+        self.kron: list[dict[str, Tensor]] | None = posterior.get("kron")
         self.rows = [int(r) for r in posterior["rows"]]
 
     @property
@@ -531,8 +533,12 @@ class TrainedLaplace(TrainedModel):
         k = check_int("num_samples", num_samples)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         eps = torch.randn(k, self.posterior_mean.numel(), generator=gen, dtype=torch.float64)
-        root = self.posterior_root.double().cpu()
-        delta = (eps * root if self.diag else eps @ root.T).to(self.posterior_mean.device, torch.float32)
+        if self.kron is not None:
+            delta = kron_deltas(self.kron, eps)
+        else:
+            root = self.posterior_root.double().cpu()
+            delta = eps * root if self.diag else eps @ root.T
+        delta = delta.to(self.posterior_mean.device, torch.float32)
         r = len(self.rows)
         d_w = delta[:, :-r].reshape(k, r, -1)
         d_b = delta[:, -r:]
@@ -543,6 +549,29 @@ class TrainedLaplace(TrainedModel):
             o[..., self.rows] += torch.einsum("nd,krd->knr", phi, d_w) + d_b[:, None, :]
             parts.append(o)
         return torch.cat(parts, 1) if parts else torch.empty(k, 0, self.num_outputs)
+
+
+def kron_deltas(blocks: list[dict[str, Tensor]], eps: Tensor) -> Tensor:
+    """Draws from a KFAC posterior stored as its factors' eigendecomposition
+    (``bbb.runs.laplace``'s blocks, in the parameters' order): ``eps`` (k, n) standard normals in,
+    (k, n) deviations from the mean out, ``eps @ F^T`` for the square root F of the covariance, the
+    block-diagonal of ``kron(q1, q2) diag(scale)`` (a weight matrix, row-major) and ``q diag(scale)``
+    (a bias)."""
+    parts, at = [], 0
+    for b in blocks:
+        if "q" in b:
+            q, scale = b["q"].double(), b["scale"].double()
+            n = scale.numel()
+            parts.append((eps[:, at:at + n] * scale) @ q.T)
+        else:
+            q1, q2, scale = b["q1"].double(), b["q2"].double(), b["scale"].double()
+            n = scale.numel()
+            e = eps[:, at:at + n].reshape(-1, *scale.shape) * scale
+            parts.append(torch.einsum("ab,kbc,dc->kad", q1, e, q2).reshape(eps.shape[0], n))
+        at += n
+    if at != eps.shape[1]:
+        raise CheckpointError(f"the stored KFAC posterior covers {at} weights, not {eps.shape[1]}: fit it again")
+    return torch.cat(parts, 1)
 
 
 def load_laplace(folder: str | Path, which: str = "best", device: str | torch.device = "cpu") -> TrainedLaplace:

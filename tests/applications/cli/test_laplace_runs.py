@@ -16,11 +16,14 @@ import torch.nn as nn
 
 import bbb
 from bbb.elbo import HeteroscedasticGaussian
+from bbb.errors import UserError
 from bbb.laplace import fit_last_layer_laplace, laplace_available
+from bbb.runs import laplace as runs_laplace
 from bbb.runs import model as runmodel
 from bbb.runs.laplace import TrainedLaplace, fit_run_laplace, load_laplace
+from bbb.runs.trained import kron_deltas
 from testkit import assert_one_line_error as one_line_error
-from testkit import run_main
+from testkit import read_csv, run_main
 
 pytestmark = pytest.mark.skipif(not laplace_available(), reason="laplace-torch is not installed")
 
@@ -84,6 +87,36 @@ def test_a_classifiers_posterior_is_laplace_torchs_own_last_layer_laplace(runs, 
     last = [m for m in model.network.modules() if isinstance(m, nn.Linear)][-1]
     mean = torch.cat([last.weight.reshape(-1), last.bias]).double()
     torch.testing.assert_close(model.posterior_mean.double(), mean)
+
+
+def test_above_the_dense_limit_kron_keeps_its_factors_and_the_same_posterior(runs, tmp_path, monkeypatch):
+    """A last layer wider than DENSE_LIMIT: kron stores its factors' eigendecomposition (its draws
+    kron_deltas), whose covariance is the dense one's; full is refused in one line."""
+    for task in ("classification", "regression"):
+        run = runs[task]
+        fit_run_laplace(run, tmp_path / f"{task}-dense", hessian="kron")
+        dense = load_laplace(tmp_path / f"{task}-dense")
+        monkeypatch.setattr(runs_laplace, "DENSE_LIMIT", 3)
+        fit_run_laplace(run, tmp_path / f"{task}-kron", hessian="kron")
+        monkeypatch.undo()
+        factored = load_laplace(tmp_path / f"{task}-kron")
+        assert dense.kron is None and factored.kron is not None and factored.posterior_root.numel() == 0
+        n = factored.posterior_mean.numel()
+        shapes = [tuple(b["scale"].shape) for b in factored.kron]
+        assert shapes == ([(2, 8), (2,)] if task == "classification" else [(1, 9)])  # the weight, the bias
+        root_t = kron_deltas(factored.kron, torch.eye(n, dtype=torch.float64))  # F^T
+        ref = dense.posterior_root.double()
+        torch.testing.assert_close(root_t.T @ root_t, ref @ ref.T, rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(factored.posterior_mean, dense.posterior_mean)
+        rows = tmp_path / "rows.csv"
+        rows.write_text("x1,x2,colour\n0,0,red\n3,-3,blue\n")
+        xe, _, _ = factored.encode_csv(rows)
+        a, b = factored.sample_outputs(xe, 20000, seed=1).double(), dense.sample_outputs(xe, 20000, seed=1).double()
+        torch.testing.assert_close(a.var(0), b.var(0), rtol=0.06, atol=1e-9)  # the same predictive
+    monkeypatch.setattr(runs_laplace, "DENSE_LIMIT", 3)
+    with pytest.raises(UserError, match="use --hessian kron or diag") as e:
+        fit_run_laplace(runs["classification"], tmp_path / "full", hessian="full")
+    assert "\n" not in str(e.value)
 
 
 def test_a_regressions_posterior_is_bayesian_linear_regression_with_the_runs_noise(runs, tmp_path):
@@ -154,6 +187,17 @@ def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp
     assert rc == 0, err
     table = (tmp_path / "cmp" / "comparison.csv").read_text()
     assert "\nlaplace,1x8," in table
+    # an ensemble with a Laplace member: its network's width, and every member's training (the fit's too)
+    rc, _, err = run_main(capsys, "evaluate", str(run), str(lap), "--samples", "4", "--out", str(tmp_path / "ens"))
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "compare", str(lap), str(tmp_path / "ens"), "--out", str(tmp_path / "cmp2"))
+    assert rc == 0, err
+    lap_row, ens_row = read_csv(tmp_path / "cmp2" / "comparison.csv")
+    trained = json.loads((run / "summary.json").read_text())["seconds"]
+    fit = json.loads((lap / "laplace.json").read_text())["seconds"]
+    assert float(lap_row["seconds"]) == pytest.approx(trained + fit, abs=1e-5)  # (6 decimals in the CSV)
+    assert ens_row["hidden"] == "1x8" and ens_row["epochs"] == lap_row["epochs"] != ""
+    assert float(ens_row["seconds"]) == pytest.approx(2 * trained + fit, abs=1e-5)
     rc, _, err = run_main(capsys, "prune", str(lap))
     one_line_error(rc, err, "Laplace posterior", "give its run")
     rc, _, err = run_main(capsys, "evaluate", str(lap), "--which", "last")

@@ -259,11 +259,13 @@ def test_a_killed_reproduction_resumes_without_retraining_finished_runs(reproduc
 def test_the_quick_budget_fits_the_hour_and_covers_every_cell():
     cfg = ReproduceConfig(budget="quick", out="unused")
     first, extra = M.plan_jobs(cfg)
-    assert len(first) == 15 and extra == []  # the paper's 12 cells and IVON's 3
-    total = sum(M.estimate_seconds(j) for j in first) + FIXED_OVERHEAD_S
+    assert len(first) == 15  # the paper's 12 cells and IVON's 3
+    # the deep ensembles' members: 4 more seeds of each SGD cell (test_reproduce_mnist_ensemble.py)
+    assert sorted(j.name for j in extra) == sorted(f"sgd_{w}_s{s}" for w in M.WIDTHS for s in range(1, 5))
+    total = sum(M.estimate_seconds(j) for j in [*first, *extra]) + FIXED_OVERHEAD_S
     assert 5 * 60 < total < 45 * 60
     three = ReproduceConfig(budget="quick", out="unused", seeds=3)
-    assert len(M.plan_jobs(three)[1]) == 2 * len(M.HEADLINE_CELLS)
+    assert len(M.plan_jobs(three)[1]) == 2 * len(M.HEADLINE_CELLS) + len(extra)
     # the quick recipe trains BBB with uniform KL weighting (pruning needs it) and 2x1200 cells
     # get fewer epochs than 2x400 ones
     for j in first:

@@ -24,6 +24,9 @@ out-of-distribution    ``ood.json`` and ``ood.png`` (``bbb ood``; MNIST, Fashion
 uncertain inputs       ``uncertain.png`` and ``uncertain.json`` (``bbb uncertain``; images)
 =====================  =====================================================================
 
+A ``bbb laplace`` folder is a column too: its run's config.json, summary.json and metrics.csv, its
+own eval.json, ood.json and uncertain.json, and a row with the fit (laplace.json).
+
 One column per run, headed by its name (the directory's, made unique); a section no run can have
 is left out, and a run without a section's files says why, or names the command that writes them.
 No absolute path appears on the page. Every image is embedded as a ``data:`` URI and the page has
@@ -84,7 +87,18 @@ class RunFiles:
         self.name = name
         if not self.dir.is_dir():
             raise UserError(f"run directory {self.dir} not found")
-        config = _json(self.dir / "config.json")
+        #: the folder the run trained in (a Laplace posterior's: its run's), and the fit's laplace.json
+        self.train_dir = self.dir
+        self.laplace: dict[str, Any] | None = None
+        from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_run_of
+
+        if is_laplace_folder(self.dir):  # ``bbb laplace RUN --out DIR``: the run's network and training
+            self.laplace = _json(self.dir / LAPLACE_FILE)
+            self.train_dir = laplace_run_of(self.dir)
+        config = _json(self.train_dir / "config.json")
+        if config is None and self.laplace is not None:
+            raise UserError(f"{self.dir} is the Laplace posterior of {self.train_dir}, which is not there: put the "
+                            "run back (beside the folder as it was, or where it was)")
         if config is None:
             from ..runs.checkpoint import not_a_run_text
 
@@ -94,7 +108,7 @@ class RunFiles:
             raise UserError(f"{self.dir} is not a run directory (no readable config.json); "
                             "give the folders that bbb train or bbb demo wrote")
         self.config: dict[str, Any] = config
-        self.summary = _json(self.dir / "summary.json")
+        self.summary = _json(self.train_dir / "summary.json")
         self.eval = _json(self.dir / "eval.json")
         self.ood = _json(self.dir / "ood.json")
         self.uncertain = _json(self.dir / "uncertain.json")
@@ -128,7 +142,7 @@ class RunFiles:
         from ..runs import read_metrics
 
         try:
-            rows = read_metrics(self.dir)
+            rows = read_metrics(self.train_dir)
         except CheckpointError:
             return None
         if not rows:
@@ -278,7 +292,11 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
         ]
     model = E(f"{s['model']} (epoch {s.get('best_epoch')} of {s.get('epochs')})") if "model" in s else "-"
     seconds = f"{s['seconds']:.1f} s" if isinstance(s.get("seconds"), int | float) else "-"
-    return [*rows, ("model", "model", model), ("seconds", "training time", seconds)]
+    lap = r.laplace or {}
+    fit = (f"{lap['seconds']:.1f} s, {lap.get('n_params', 0):,} weights ({lap.get('hessian')}), prior precision "
+           f"{_num(lap.get('prior_precision'))}") if isinstance(lap.get("seconds"), int | float) else "-"
+    return [*rows, ("model", "model", model), ("seconds", "training time", seconds),
+            ("laplace_fit", "last-layer Laplace fit", fit)]
 
 
 def _results_section(runs: Sequence[RunFiles]) -> str:
@@ -308,10 +326,15 @@ def _lead(r: RunFiles) -> str:
           else RT.data_phrase(c, r.regression))
     epochs = plural(c["epochs"], "epoch") if isinstance(c.get("epochs"), int) else "- epochs"
     what = f"{RT.method_name(c)}, trained {epochs} on {on}{target}: {settings['network']}."
+    if r.laplace is not None:
+        what = (f"the last-layer Laplace posterior ({r.laplace.get('hessian')}, fitted on its training {unit}) of "
+                f"{RT.plain_path(str(r.train_dir))}, {what[0].lower()}{what[1:]}")
     n = ev.get("n", c.get("num_test"))
     held = f"On the {n:,} held-out test {unit}" if isinstance(n, int) else "On the held-out test set"
     k = ev.get("samples", s.get("eval_samples"))
     by = f"averaging {k} sampled networks" if k and c.get("method") != "sgd" else "with its one network"
+    if r.laplace is not None:
+        by = f"averaging {k} draws of its last layer" if k else "with its draws of the last layer"
     if r.regression:
         rmse = ev.get("test_rmse_mc", s.get("test_rmse_mc"))
         cov = ev.get("coverage_95", s.get("test_coverage_95"))
@@ -370,6 +393,8 @@ def _learning(r: RunFiles) -> str:
 def _reliability(r: RunFiles) -> str:
     if r.regression:
         return _missing("a regression run has no classes to be confident in: see the 95% interval coverage above")
+    if r.laplace is not None and r.png("reliability.png") is None:
+        return _missing("not drawn for a Laplace posterior: its ECE is in the results above")
     return _image_cell(r, "reliability.png", "reliability diagram", "evaluate")
 
 
@@ -382,6 +407,8 @@ def _risk(r: RunFiles) -> str:
                       [["predictive sd", _num(ev.get("aurc_sd")), _num(ev.get("rmse_at_90_coverage"))]])
     sel = ev.get("selective")
     img = _image_cell(r, "risk_coverage.png", "risk-coverage curve", "evaluate")
+    if r.laplace is not None and sel and r.png("risk_coverage.png") is None:
+        img = ""  # (bbb evaluate tabulates a Laplace posterior's, below, and draws no curve)
     if not sel:
         return img
     rows = [[E(k), _pct(sel[k].get("aurc")), _pct(sel[k].get("risk_at_90"))] for k in ("entropy", "mi") if k in sel]
@@ -495,7 +522,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "matter, and the commands that would add what is missing. Images are embedded and no local path "
                 "is shown: the file opens offline and can be sent as it is.",
              "bbb report runs/bbb400 runs/dropout1200 --out report.html")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by bbb train or bbb demo")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                   help="run directories written by bbb train or bbb demo, or the folder of a run's Laplace "
+                        "posterior (bbb laplace)")
     add_out(p, shared_help("--out", " file FILE.html, or a folder for report.html"))
     p.add_argument("--title", default=None, help="the page's title (default: the method(s) and the data, e.g. "
                                                  "'Bayes by Backprop on customers.csv (classification, 600 rows)')")

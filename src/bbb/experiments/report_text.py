@@ -73,6 +73,8 @@ EXPLAIN = {
     "model": "the checkpoint the test numbers are from: best, the epoch chosen on the validation rows; last, "
              "the final epoch",
     "seconds": "the training time on the machine that trained it",
+    "laplace_fit": "a Laplace posterior's fit (bbb laplace): its time, the last-layer weights it covers and the "
+                   "curvature kept, and the prior precision the marginal likelihood chose",
 }
 
 #: settings never listed: the machine's, bookkeeping, or shown in other rows

@@ -112,7 +112,7 @@ def not_a_run_text(d: Path) -> str | None:
     (else None)."""
     if (d / "laplace.json").is_file():
         return (f"{d} is the folder of a Laplace posterior (bbb laplace RUN --out {d}): bbb predict, evaluate, ood, "
-                "uncertain and compare take it; for this, give its run")
+                "uncertain, compare and report take it; for this, give its run")
     members = ensemble_members(d)
     if members is None:
         return None

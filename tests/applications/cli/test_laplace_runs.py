@@ -206,6 +206,32 @@ def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp
     assert not (lap / "eval.json").exists() and json.loads((lap / "laplace.json").read_text())["hessian"] == "diag"
 
 
+def test_a_report_shows_a_posterior_beside_its_run(runs, capsys, tmp_path):
+    """bbb report takes a Laplace folder: the run's training and settings, the posterior's scores."""
+    from bbb.experiments.report import read_run, report_html, result_rows
+
+    run = runs["classification"]
+    lap = tmp_path / "posterior"
+    assert run_main(capsys, "laplace", str(run), "--out", str(lap), "--samples", "8")[0] == 0
+    ev = json.loads((lap / "eval.json").read_text())
+    rows = {label: value for _, label, value in result_rows(read_run(lap))}
+    assert float(rows["test NLL (nats)"]) == pytest.approx(ev["nll"], rel=1e-3)
+    assert rows["training time"] != "-" and "kron" in rows["last-layer Laplace fit"]
+    assert rows["test error (k-sample average)"].endswith("(k=8)")
+    assert {label: v for _, label, v in result_rows(read_run(run))}["last-layer Laplace fit"] == "-"
+    page = report_html([run, lap])
+    assert "the last-layer Laplace posterior (kron" in page and "averaging 8 draws of its last layer" in page
+    assert str(tmp_path) not in page and str(run.parent) not in page  # no local folder on the page
+    rc, out, err = run_main(capsys, "report", str(run), str(lap), "--out", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    shutil.move(str(run), str(tmp_path / "gone"))  # the run gone: one line that says what to do
+    try:
+        rc, _, err = run_main(capsys, "report", str(lap), "--out", str(tmp_path / "r2.html"))
+        one_line_error(rc, err, "not there", "put the run back")
+    finally:
+        shutil.move(str(tmp_path / "gone"), str(run))
+
+
 def test_refused_in_one_line(runs, capsys, tmp_path):
     run = runs["classification"]
     bayes = _train(runs["tmp"], "classification", "bbb")

@@ -13,11 +13,8 @@ __all__ = ["DEMO_MINUTES", "LORA_MINUTES", "QUICK_BUDGET_MINUTES"]
 #: (docs/results.md, "The demo, measured"); a machine shared with other jobs takes longer.
 DEMO_MINUTES = "1-3"
 
-#: ``bbb reproduce mnist --budget quick --threads 2`` with its default seeds (27 training runs: the
-#: paper's 12 cells, IVON's 3 and 4 more seeds of each SGD cell for the deep ensembles, then the
-#: last-layer Laplace of the 3 SGD networks) on 2 idle CPU cores: 27 min 40 s, the committed
-#: table's ``--seeds 0 1 2`` (39 min 05 s, an Intel Xeon, 2026-11-28) less the training of its 8
-#: extra seeds (11 min 25 s; docs/results.md). Before the ensembles: 13 min 26 s on an AMD EPYC.
+#: ``bbb reproduce mnist --budget quick --threads 2`` with its default seeds on 2 idle CPU cores
+#: (the measurement and how it was derived: docs/results.md, "MNIST, quick budget").
 QUICK_BUDGET_MINUTES = "28"
 
 #: ``bbb reproduce lora`` at its default budget (2 backbones, 2 tasks, K = 5 10 50, 5 seeds) with

@@ -20,7 +20,7 @@ from ... import runs as T
 from ...io import atomic_write_json
 from ...runs.jobs import read_json
 from ...uncertainty import error_rate
-from .laplace_rows import prob_scores
+from .laplace_rows import prob_scores, sgd_not_ready
 from .plan import Job, ReproduceConfig, fmt_time
 from .recipes import WIDTHS
 
@@ -50,11 +50,8 @@ def _row(cfg: ReproduceConfig, sgd: Any, data: dict[str, Tensor]) -> dict[str, A
     """One width's row from the SGD cell ``sgd`` (a ``tables._Cell``)."""
     w, k = sgd.hidden, cfg.spec.ensemble
     row: dict[str, Any] = {"method": ENSEMBLE, "hidden": w, "paper_test_error": None, "n_candidates": 1}
-    if sgd.status in ("not run", "incomplete"):
-        return {**row, "status": sgd.status, "n_seeds": 0,
-                "pending": f"waits on the SGD 2x{w} networks (--cells sgd:{w}): {'; '.join(sgd.pending)}"}
-    if sgd.selected is None:
-        return {**row, "status": "diverged", "n_seeds": 0, "pending": f"the SGD 2x{w} network diverged"}
+    if (waiting := sgd_not_ready(row, sgd)) is not None:
+        return waiting
     chosen: Job = next(j for j in sgd.cands if j.candidate == sgd.selected)
     members = [chosen, *sgd.seeds][:k]
     if len(members) < k or sgd.pending:

@@ -26,7 +26,7 @@ from .plan import Job, ReproduceConfig, fmt_time
 from .recipes import WIDTHS
 
 __all__ = ["LAPLACE", "laplace_rows", "laplace_md_line", "laplace_methods", "LAPLACE_NOTE", "ECE_BINS",
-           "prob_scores"]
+           "prob_scores", "sgd_not_ready"]
 
 #: the rows' method name in table1.csv
 LAPLACE = "laplace"
@@ -48,15 +48,24 @@ def prob_scores(probs: Tensor, y: Tensor) -> tuple[float, float, float]:
             100.0 * expected_calibration_error(probs, y, ECE_BINS))
 
 
+def sgd_not_ready(row: dict[str, Any], sgd: Any) -> dict[str, Any] | None:
+    """``row`` (a row made of the SGD cell ``sgd``'s networks: these Laplace rows, the deep
+    ensembles') marked as waiting on that cell or as diverged with it; None once the cell is done."""
+    w = sgd.hidden
+    if sgd.status in ("not run", "incomplete"):
+        return {**row, "status": sgd.status, "n_seeds": 0,
+                "pending": f"waits on the SGD 2x{w} network(s) (--cells sgd:{w}): {'; '.join(sgd.pending)}"}
+    if sgd.selected is None:
+        return {**row, "status": "diverged", "n_seeds": 0, "pending": f"the SGD 2x{w} network diverged"}
+    return None
+
+
 def _row(cfg: ReproduceConfig, sgd: Any, data: dict[str, Tensor]) -> dict[str, Any]:
     """One width's row from the SGD cell ``sgd`` (a ``tables._Cell``)."""
     w = sgd.hidden
     row: dict[str, Any] = {"method": LAPLACE, "hidden": w, "paper_test_error": None, "n_candidates": 1}
-    if sgd.status in ("not run", "incomplete"):
-        return {**row, "status": sgd.status, "n_seeds": 0,
-                "pending": f"waits on the SGD 2x{w} network (--cells sgd:{w}): {'; '.join(sgd.pending)}"}
-    if sgd.selected is None:
-        return {**row, "status": "diverged", "n_seeds": 0, "pending": f"the SGD 2x{w} network diverged"}
+    if (waiting := sgd_not_ready(row, sgd)) is not None:
+        return waiting
     job: Job = next(j for j in sgd.cands if j.candidate == sgd.selected)
     summary = sgd.summaries[job.name]
     run_dir = cfg.checkpoint_dir(job)

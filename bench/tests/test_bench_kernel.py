@@ -37,6 +37,7 @@ def _variant(name: str, prior: str) -> str:
 
 
 def test_recomputing_sigma_in_the_update_trains_to_the_same_numbers():
-    """kernel_variants.py's recompute_sigma is a timing of the same step, not of another one."""
-    for prior in ("paper", "gauss"):
-        assert _variant("recompute_sigma", prior) == _variant("base", prior), prior
+    """kernel_variants.py's recompute_sigma is a timing of the same step, not of another one: here
+    with the Gaussian prior's closed-form KL; with the paper's prior (scale mixture, Monte Carlo KL)
+    the GPU check's dry run asserts the same (bench/tests/test_gpu_check.py, ``same_numbers``)."""
+    assert _variant("recompute_sigma", "gauss") == _variant("base", "gauss")

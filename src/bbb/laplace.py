@@ -117,17 +117,63 @@ class LastLayerLaplace:
         batch_size = check_int("batch_size", batch_size)
         param = next(self.la.model.parameters())
         x = x.to(device=param.device, dtype=param.dtype if x.is_floating_point() else x.dtype)
-        if self.likelihood == "classification":
+        closed_form = self.weights == "last_layer" and self.hessian == "kron"
+        if self.likelihood == "classification" and not closed_form:
             return torch.cat([self.la(xb, pred_type="glm", link_approx="probit") for xb in x.split(batch_size)])
         means, variances = [], []
         for xb in x.split(batch_size):
-            f_mu, f_var = self.la(xb, pred_type="glm")
+            if closed_form:
+                f_mu, f_var = self._kron_glm(xb)
+            else:
+                f_mu, f_cov = self.la(xb, pred_type="glm")
+                f_var = torch.diagonal(f_cov, dim1=-2, dim2=-1)
             means.append(f_mu)
-            variances.append(torch.diagonal(f_var, dim1=-2, dim2=-1))
-        var = torch.cat(variances)
+            variances.append(f_var)
+        f_mu, var = torch.cat(means), torch.cat(variances)
+        if self.likelihood == "classification":  # the probit approximation (MacKay 1992), as laplace-torch's
+            return torch.softmax(f_mu / torch.sqrt(1.0 + math.pi / 8 * var), dim=-1)
         if noise:
             var = var + float(self.sigma_noise or 0.0) ** 2
-        return torch.cat(means), var
+        return f_mu, var
+
+    def _kron_glm(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The linearised network's output at ``x`` and its variance under a last layer's KFAC
+        posterior, per output (n, outputs), in closed form from :meth:`kron_factors`: O(n H^2)
+        for H features, where laplace-torch forms each row's Jacobian over every weight (O(n C^2
+        H^2) time, n C^2 H memory: 2 GB a batch of 4,096 for MNIST's 2x1200 network)."""
+        f_mu, phi = self.la.model.forward_with_features(x)
+        var = torch.zeros(f_mu.shape, dtype=torch.float64, device=f_mu.device)
+        for block in self.kron_factors():
+            if "q" in block:  # the bias: its output's Jacobian is the identity
+                var = var + ((block["q"] * block["scale"]) ** 2).sum(1)
+            else:  # the weight (C, H), row-major: J = I (x) phi, J kron(q1, q2) diag(s) = q1 (x) (phi q2) s
+                proj = (phi.double() @ block["q2"]) ** 2  # (n, H)
+                var = var + (proj @ (block["scale"] ** 2).T) @ (block["q1"] ** 2).T
+        return f_mu, var.to(f_mu.dtype)
+
+    def kron_factors(self) -> list[dict[str, Tensor]]:
+        """A KFAC posterior's covariance (``hessian="kron"``) as laplace-torch's eigendecomposition
+        of its factors, float64, one block per parameter in its order (the weight, then the bias):
+        a weight's ``q1`` (outputs x outputs), ``q2`` (inputs x inputs) and ``scale`` (outputs x
+        inputs: its precision's eigenvalues, ``outer(l1, l2) + prior``, to the power -1/2), whose
+        covariance is ``F F^T`` for ``F = kron(q1, q2) diag(scale)`` (row-major); a bias's ``q``
+        and ``scale``, ``F = q diag(scale)``. Laplace-torch's damping is folded in."""
+        if self.hessian != "kron":
+            raise UserError(f"kron_factors are those of a KFAC posterior (hessian='kron'), not {self.hessian!r}")
+        prec = self.la.posterior_precision
+        blocks: list[dict[str, Tensor]] = []
+        tiny = torch.finfo(torch.float64).tiny
+        for qs, ls, delta in zip(prec.eigenvectors, prec.eigenvalues, prec.deltas, strict=True):
+            delta = delta.detach().double()
+            if len(ls) == 1:
+                lam = ls[0].detach().double() + delta
+                blocks.append({"q": qs[0].detach().double(), "scale": lam.clamp_min(tiny).rsqrt()})
+                continue
+            l1, l2 = (v.detach().double() for v in ls)
+            lam = torch.outer(l1 + delta.sqrt(), l2 + delta.sqrt()) if prec.damping else torch.outer(l1, l2) + delta
+            blocks.append({"q1": qs[0].detach().double(), "q2": qs[1].detach().double(),
+                           "scale": lam.clamp_min(tiny).rsqrt()})
+        return blocks
 
     def state(self) -> dict[str, Any]:
         """What was fitted, as plain numbers and strings (JSON-ready; not the curvature)."""

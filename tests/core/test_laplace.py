@@ -194,3 +194,37 @@ def test_weights_all_covers_the_parameters_that_require_a_gradient(classificatio
     with pytest.raises(UserError) as err:
         fit_laplace(frozen, (x, y), weights="all", likelihood="classification")
     assert "requires_grad" in _one_line(err)
+
+
+@needs_laplace
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_kfac_predictive_in_closed_form_is_laplace_torch_s(bias):
+    """``predict`` of a last layer's KFAC posterior computes the linearised network's variance
+    from the factors' eigendecomposition (:meth:`kron_factors`) instead of laplace-torch's
+    Jacobians over every weight: the same probabilities and variances (3 classes, 2 outputs,
+    with and without the layer's bias, a prior chosen and a prior given)."""
+    from bbb.laplace import fit_laplace
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(120, 4, generator=g)
+    torch.manual_seed(1)
+    for outputs, likelihood in ((3, "classification"), (2, "regression")):
+        net = nn.Sequential(nn.Linear(4, 12), nn.Tanh(), nn.Linear(12, outputs, bias=bias))
+        y = (torch.randint(0, outputs, (120,), generator=g) if likelihood == "classification"
+             else torch.randn(120, outputs, generator=g))
+        for prior in ("marglik", 3.0):
+            post = fit_laplace(net, (x, y), likelihood=likelihood, prior=prior, marglik_steps=30)
+            assert len(post.kron_factors()) == (2 if bias else 1)
+            new = torch.randn(50, 4, generator=g) * 3
+            if likelihood == "classification":
+                expected = post.la(new, pred_type="glm", link_approx="probit")
+                got = post.predict(new, batch_size=16)
+                assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6), (got - expected).abs().max()
+            else:
+                f_mu, f_var = post.la(new, pred_type="glm")
+                mean, var = post.predict(new, noise=False, batch_size=16)
+                assert torch.allclose(mean, f_mu) and torch.allclose(var, f_var.diagonal(dim1=-2, dim2=-1), rtol=1e-4)
+    diag = fit_laplace(net, (x, y), likelihood="regression", hessian="diag", marglik_steps=5)
+    with pytest.raises(UserError) as err:
+        diag.kron_factors()
+    assert "hessian='kron'" in _one_line(err)

@@ -198,14 +198,29 @@ def _threads(out: Path) -> tuple[int, int]:
             torch.load(out / "last.pt", weights_only=True)["threads"])
 
 
-def test_threads_are_recorded_and_restored_on_resume(tmp_path, data_dir):
+@pytest.fixture
+def one_thread_each_time(run_here):
+    """``bbb ARGV`` in this process, each call starting from torch's 1 thread (as a fresh process
+    under OMP_NUM_THREADS=1 would); this process's thread count put back after the test."""
+    before = torch.get_num_threads()
+
+    def call(*argv: str) -> subprocess.CompletedProcess[str]:
+        torch.set_num_threads(1)
+        return run_here(*argv)
+
+    yield call
+    torch.set_num_threads(before)
+
+
+def test_threads_are_recorded_and_restored_on_resume(tmp_path, data_dir, one_thread_each_time):
+    run = one_thread_each_time  # (in this process: four fresh interpreters cost 10 s of importing torch)
     out = tmp_path / "run"
     assert run(*train_argv(data_dir, out, "--threads", "2")).returncode == 0
     assert _threads(out) == (2, 2)
-    # resumed without --threads (this process would take 1: OMP_NUM_THREADS=1): the recorded 2
+    # resumed without --threads (this process would take 1): the recorded 2
     p = run("train", "--resume", "--out", str(out), "--epochs", "2", "--quiet")
     assert p.returncode == 0 and not p.stderr.strip(), p.stderr
-    assert _threads(out) == (2, 2)
+    assert _threads(out) == (2, 2) and torch.get_num_threads() == 2
     # another count may be asked for: one line says that the result may then differ
     p = run("train", "--resume", "--out", str(out), "--epochs", "3", "--quiet", "--threads", "1")
     assert p.returncode == 0, p.stderr

@@ -99,30 +99,6 @@ def _out_folder(out: str | Path, run_dir: Path) -> Path:
     return out
 
 
-def _kron_blocks(post: core_laplace.LastLayerLaplace) -> list[dict[str, Tensor]]:
-    """The fitted KFAC posterior's covariance as laplace-torch's eigendecomposition of its factors,
-    one block per parameter in its order (the weight, then the bias): a weight's block ``q1``,
-    ``q2`` and ``scale`` (its precision's eigenvalues, ``outer(l1, l2) + prior``, to the power
-    -1/2; its draws :func:`~bbb.runs.trained.kron_deltas`), a bias's ``q`` and ``scale``."""
-    prec = post.la.posterior_precision
-    blocks: list[dict[str, Tensor]] = []
-    tiny = torch.finfo(torch.float64).tiny
-    for qs, ls, delta in zip(prec.eigenvectors, prec.eigenvalues, prec.deltas, strict=True):
-        delta = delta.detach().double().cpu()
-        if len(ls) == 1:
-            lam = ls[0].detach().double().cpu() + delta
-            blocks.append({"q": qs[0].detach().double().cpu(), "scale": lam.clamp_min(tiny).rsqrt()})
-            continue
-        l1, l2 = (v.detach().double().cpu() for v in ls)
-        if prec.damping:
-            lam = torch.outer(l1 + delta.sqrt(), l2 + delta.sqrt())
-        else:
-            lam = torch.outer(l1, l2) + delta
-        blocks.append({"q1": qs[0].detach().double().cpu(), "q2": qs[1].detach().double().cpu(),
-                       "scale": lam.clamp_min(tiny).rsqrt()})
-    return blocks
-
-
 def _square_root(post: core_laplace.LastLayerLaplace, hessian: str) -> Tensor:
     """A square root of the fitted posterior's covariance: the sd per weight (``diag``), else the
     lower-triangular Cholesky factor (from an eigendecomposition where the factorisation fails)."""
@@ -203,7 +179,7 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
     stored: dict[str, Any] = {"format": LAPLACE_FORMAT, "mean": mean.double().cpu(), "diag": hessian == "diag",
                               "rows": list(rows), "in_features": int(phi.shape[1])}
     if hessian == "kron" and n_params > DENSE_LIMIT:  # the factors' eigendecomposition, not the dense matrix
-        stored["kron"] = [{k: v.float() for k, v in b.items()} for b in _kron_blocks(post)]
+        stored["kron"] = [{k: v.float().cpu() for k, v in b.items()} for b in post.kron_factors()]
     else:
         stored["root"] = _square_root(post, hessian).float()
     atomic_torch_save(out / LAPLACE_POSTERIOR, stored)

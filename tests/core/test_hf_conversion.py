@@ -65,6 +65,7 @@ def _ids(b: int = 3, t: int = 6, seed: int = 1) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_import_bbb_and_bayesianize_do_not_import_transformers():
     code = ("import sys, torch, bbb, bbb.hf\n"
             "bbb.bayesianize(torch.nn.Sequential(torch.nn.Linear(3, 2)))\n"

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "bbb"
 
@@ -158,6 +160,7 @@ def test_no_import_cycle():
     assert not cycles, "\n".join(cycles)
 
 
+@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_import_bbb_leaves_the_environment_alone():
     import subprocess
     import sys
@@ -168,6 +171,7 @@ def test_import_bbb_leaves_the_environment_alone():
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
 
 
+@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_the_bbb_command_sets_passive_openmp_before_torch_loads():
     import subprocess
     import sys

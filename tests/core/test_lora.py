@@ -64,6 +64,7 @@ def _trainable(model: nn.Module) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_import_bbb_does_not_import_peft():
     code = ("import sys, torch, bbb, bbb.lora, bbb.hf\n"
             "bbb.bayesianize(torch.nn.Sequential(torch.nn.Linear(3, 2)))\n"

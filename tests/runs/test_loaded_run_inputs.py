@@ -144,6 +144,7 @@ def test_load_model_has_a_real_docstring():
 # -- item 2: bbb.runs, bbb.data and bbb.load_model after import bbb ---------------------------------
 
 
+@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_subpackages_and_load_model_after_import_bbb_without_torch():
     code = ("import sys, bbb\n"
             "assert 'torch' not in sys.modules, 'import bbb loaded torch'\n"

@@ -156,12 +156,18 @@ def _evaluate_laplace(args: argparse.Namespace) -> int:
     """``bbb evaluate DIR``, DIR a Laplace posterior's folder: its test scores beside its run's network's."""
     from ..runs.laplace import evaluate_laplace
 
-    with memory_errors(f"evaluating {args.run_dirs[0]}", "fewer --samples or another --device"):
-        r = evaluate_laplace(args.run_dirs[0], samples=args.samples, which=args.which, device=args.device,
-                             data_dir=args.data_dir, data_file=args.data_file)
+    unsaved = None
+    try:
+        with memory_errors(f"evaluating {args.run_dirs[0]}", "fewer --samples or another --device"):
+            r = evaluate_laplace(args.run_dirs[0], samples=args.samples, which=args.which, device=args.device,
+                                 data_dir=args.data_dir, data_file=args.data_file)
+    except ResultsNotSaved as e:
+        r, unsaved = e.result, e
     print(scores_table(r["task"], f"test ({r['n']:,} rows)",
                        [(f"laplace ({r['samples']} samples)", r), ("the run's network", r["map"])]))
-    print(f"wrote {Path(args.run_dirs[0]) / 'eval.json'}")
+    if unsaved is not None:
+        raise not_saved(unsaved)
+    print(f"wrote {', '.join(str(Path(args.run_dirs[0]) / f) for f in ['eval.json', *r.get('plots', [])])}")
     return 0
 
 
@@ -172,16 +178,22 @@ def _evaluate_ensemble(args: argparse.Namespace) -> int:
 
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
-    with one_line_warnings("evaluate"), memory_errors(f"evaluating the ensemble of {len(args.run_dirs)} runs",
-                                                      "fewer --samples or another --device"):
-        r = evaluate_ensemble(args.run_dirs, args.out, samples=args.samples, which=args.which,
-                              device=resolve_device(args.device), data_dir=args.data_dir, data_file=args.data_file)
+    unsaved = None
+    try:
+        with one_line_warnings("evaluate"), memory_errors(f"evaluating the ensemble of {len(args.run_dirs)} runs",
+                                                          "fewer --samples or another --device"):
+            r = evaluate_ensemble(args.run_dirs, args.out, samples=args.samples, which=args.which,
+                                  device=resolve_device(args.device), data_dir=args.data_dir, data_file=args.data_file)
+    except ResultsNotSaved as e:
+        r, unsaved = e.result, e
     print(scores_table(r["task"], f"{r['ensemble']}, {r['samples']} samples each",
                        [("members (mean)", r["member_mean"]), ("ensemble", r)]), flush=True)
     for m in r["member_scores"]:
         shown = (f"{name} {score_text(m[k], fmt)}" for name, k, fmt in SCORE_ROWS[r["task"]])
         print(f"  {m['run']}: " + ", ".join(shown), flush=True)
-    print(f"wrote {Path(args.out) / 'eval.json'}")
+    if unsaved is not None:
+        raise not_saved(unsaved)
+    print(f"wrote {', '.join(str(Path(args.out) / f) for f in ['eval.json', *r.get('plots', [])])}")
     return 0
 
 

@@ -393,8 +393,6 @@ def _learning(r: RunFiles) -> str:
 def _reliability(r: RunFiles) -> str:
     if r.regression:
         return _missing("a regression run has no classes to be confident in: see the 95% interval coverage above")
-    if r.laplace is not None and r.png("reliability.png") is None:
-        return _missing("not drawn for a Laplace posterior: its ECE is in the results above")
     return _image_cell(r, "reliability.png", "reliability diagram", "evaluate")
 
 
@@ -407,8 +405,6 @@ def _risk(r: RunFiles) -> str:
                       [["predictive sd", _num(ev.get("aurc_sd")), _num(ev.get("rmse_at_90_coverage"))]])
     sel = ev.get("selective")
     img = _image_cell(r, "risk_coverage.png", "risk-coverage curve", "evaluate")
-    if r.laplace is not None and sel and r.png("risk_coverage.png") is None:
-        img = ""  # (bbb evaluate tabulates a Laplace posterior's, below, and draws no curve)
     if not sel:
         return img
     rows = [[E(k), _pct(sel[k].get("aurc")), _pct(sel[k].get("risk_at_90"))] for k in ("entropy", "mi") if k in sel]

@@ -36,8 +36,9 @@ from ..data.files import Preprocess
 from ..errors import UserError, check_int
 from ..io import atomic_write_json
 from ..nn import pool_members
+from ..uncertainty import predictive_probs
 from .config import TrainConfig
-from .evaluation import predictive_scores
+from .evaluation import draw_classifier_figures, predictive_scores, save_results
 from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
@@ -237,5 +238,15 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     bad = [key for key in keys if not math.isfinite(float(result[key]))]
     if bad:
         warnings.warn(f"the ensemble's {bad[0]} is not finite", UserWarning, stacklevel=2)
-    atomic_write_json(out / "eval.json", result)
+    unsaved = None
+    if ens.task == "classification":
+        cfg = ens.config
+        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
+        panels = {f"one member ({Path(names[0]).name})": predictive_probs(per_member[0].double()),
+                  f"the ensemble of {len(names)}": predictive_probs(outputs.double())}
+        unsaved = draw_classifier_figures(out, result, panels, y, f"ensemble on {data_name} test",
+                                          f"{samples} samples of each member")
+    save_results(out / "eval.json", result, lambda: atomic_write_json(out / "eval.json", result))
+    if unsaved is not None:
+        raise unsaved
     return result

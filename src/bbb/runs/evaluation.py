@@ -39,9 +39,10 @@ from .config import TrainConfig
 from .model import infer_method
 from .rundir import lock_run_dir
 
-__all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory", "error_count",
-           "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits", "mean_network_error", "predictive_scores",
-           "prune_run", "regressor_metrics", "run_data", "selective_prediction", "squared_error_sum"]
+__all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory",
+           "draw_classifier_figures", "error_count", "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits",
+           "mean_network_error", "predictive_scores", "prune_run", "regressor_metrics", "run_data", "save_results",
+           "selective_prediction", "squared_error_sum"]
 
 EVAL_CHUNK = 2048
 #: the coverage at which eval.json reports the error among the kept predictions (``risk_at_90``)
@@ -306,7 +307,7 @@ def run_data(cfg: TrainConfig, data_dir: str | None, data: dict[str, Tensor] | N
     return runmodel.load_split(runmodel.point_data(cfg, data_dir, data_file), stored)[0]
 
 
-def _save(path: Path, result: Any, write: Any) -> None:
+def save_results(path: Path, result: Any, write: Any) -> None:
     """``write()`` the file ``path`` of ``result``; where that fails (an unwritable directory, a
     full disk), :class:`ResultsNotSaved` with the result."""
     try:
@@ -361,7 +362,7 @@ def evaluate_run(
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
         if info.get("task") == "regression":
             reg = _evaluate_regression(d, which, epoch, cfg, info, model, x, y, samples)
-            _save(d / "eval.json", reg, lambda: atomic_write_json(d / "eval.json", reg))
+            save_results(d / "eval.json", reg, lambda: atomic_write_json(d / "eval.json", reg))
             return reg
         res = classifier_metrics(model, x, y, cfg.method, samples=samples, return_probs=True)
         result = {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method,
@@ -372,35 +373,47 @@ def evaluate_run(
                   "selective": selective_prediction(res["probs"], y, res["mi"])}
 
         data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset  # (never a local folder)
-
-        def plot_risk() -> None:
-            curves = {k: (result["selective"]["coverage"], result["selective"][k]["risk"])
-                      for k in ("entropy", "mi") if k in result["selective"]}
-            title = f"{cfg.method} on {data_name} test, {res['samples']}-sample average"
-            if plot_risk_coverage(curves, d / "risk_coverage.png", error=result["selective"]["error"],
-                                  title=title) is not None:
-                result.setdefault("plots", []).append("risk_coverage.png")
-
-        def plot() -> None:
-            panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic":
-                      U.reliability_bins(res["mean_probs"], y)}
-            if cfg.method != Method.SGD.value:
-                panels[f"{res['samples']}-sample average"] = U.reliability_bins(res["probs"], y)
-            title = f"{cfg.method} on {data_name} test"
-            if plot_reliability(panels, d / "reliability.png", title=title) is not None:
-                result.setdefault("plots", []).append("reliability.png")
-
+        panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic": res["mean_probs"]}
+        if cfg.method != Method.SGD.value:
+            panels[f"{res['samples']}-sample average"] = res["probs"]
         unsaved = None
         if reliability:
-            for name, draw in (("reliability.png", plot), ("risk_coverage.png", plot_risk)):
-                try:
-                    _save(d / name, result, draw)
-                except ResultsNotSaved as e:
-                    unsaved = unsaved or e  # the plot, while eval.json, the results, may still be written
-        _save(d / "eval.json", result, lambda: atomic_write_json(d / "eval.json", result))
+            unsaved = draw_classifier_figures(d, result, panels, y, f"{cfg.method} on {data_name} test",
+                                              f"{res['samples']}-sample average")
+        save_results(d / "eval.json", result, lambda: atomic_write_json(d / "eval.json", result))
         if unsaved is not None:
             raise unsaved
     return result
+
+
+def draw_classifier_figures(d: Path, result: dict[str, Any], panels: dict[str, Tensor], y: Tensor, title: str,
+                            predictive: str) -> ResultsNotSaved | None:
+    """A classifier's ``d/reliability.png`` (one reliability diagram per entry of ``panels``: a
+    name and its class probabilities (N, C) against the labels ``y``) and ``d/risk_coverage.png``
+    (``result["selective"]``'s curves, the predictive named ``predictive``), each drawn listed in
+    ``result["plots"]`` (none without matplotlib). The first that cannot be written is returned,
+    not raised: the caller writes ``eval.json``, the results, first."""
+    y = y.to(next(iter(panels.values())).device)
+
+    def reliability() -> None:
+        bins = {name: U.reliability_bins(probs, y) for name, probs in panels.items()}
+        if plot_reliability(bins, d / "reliability.png", title=title) is not None:
+            result.setdefault("plots", []).append("reliability.png")
+
+    def risk() -> None:
+        sel = result["selective"]
+        curves = {k: (sel["coverage"], sel[k]["risk"]) for k in ("entropy", "mi") if k in sel}
+        if plot_risk_coverage(curves, d / "risk_coverage.png", error=sel["error"],
+                              title=f"{title}, {predictive}") is not None:
+            result.setdefault("plots", []).append("risk_coverage.png")
+
+    unsaved = None
+    for name, draw in (("reliability.png", reliability), ("risk_coverage.png", risk)):
+        try:
+            save_results(d / name, result, draw)
+        except ResultsNotSaved as e:
+            unsaved = unsaved or e  # the plot, while eval.json, the results, may still be written
+    return unsaved
 
 
 def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, selective: bool = False
@@ -480,5 +493,5 @@ def prune_run(
                          "snr_threshold": r.threshold, "test_error": mean_network_error(model, x, y)})
         unprune(model)
         path = d / "pruning.csv"
-        _save(path, rows, lambda: atomic_write_text(path, csv_text(PRUNING_COLUMNS, rows)))
+        save_results(path, rows, lambda: atomic_write_text(path, csv_text(PRUNING_COLUMNS, rows)))
     return rows

@@ -174,6 +174,9 @@ def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp
     assert {p.name for p in lap.iterdir()} >= {"laplace.json", "posterior.pt", "eval.json"}
     ev = json.loads((lap / "eval.json").read_text())
     assert ev["method"] == "laplace" and ev["laplace_of"] == str(run) and ev["samples"] == 20
+    # a classifier's reliability diagram (the run's network beside the posterior's) and risk-coverage curve
+    assert ev["plots"] == ["reliability.png", "risk_coverage.png"]
+    assert all((lap / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in ev["plots"])
     assert ev["map"]["test_error_mc"] == ev["test_error"]
     rows = runs["tmp"] / "rows.csv"
     rows.write_text("x1,x2,colour\n0.1,0.2,red\n5,-5,blue\n")
@@ -188,8 +191,11 @@ def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp
     table = (tmp_path / "cmp" / "comparison.csv").read_text()
     assert "\nlaplace,1x8," in table
     # an ensemble with a Laplace member: its network's width, and every member's training (the fit's too)
-    rc, _, err = run_main(capsys, "evaluate", str(run), str(lap), "--samples", "4", "--out", str(tmp_path / "ens"))
+    rc, out, err = run_main(capsys, "evaluate", str(run), str(lap), "--samples", "4", "--out", str(tmp_path / "ens"))
     assert rc == 0, err
+    ens = json.loads((tmp_path / "ens" / "eval.json").read_text())
+    assert ens["plots"] == ["reliability.png", "risk_coverage.png"] and "risk_coverage.png" in out
+    assert all((tmp_path / "ens" / name).stat().st_size > 1000 for name in ens["plots"])
     rc, _, err = run_main(capsys, "compare", str(lap), str(tmp_path / "ens"), "--out", str(tmp_path / "cmp2"))
     assert rc == 0, err
     lap_row, ens_row = read_csv(tmp_path / "cmp2" / "comparison.csv")
@@ -221,6 +227,7 @@ def test_a_report_shows_a_posterior_beside_its_run(runs, capsys, tmp_path):
     assert {label: v for _, label, v in result_rows(read_run(run))}["last-layer Laplace fit"] == "-"
     page = report_html([run, lap])
     assert "the last-layer Laplace posterior (kron" in page and "averaging 8 draws of its last layer" in page
+    assert 'alt="reliability diagram of posterior' in page and 'alt="risk-coverage curve of posterior' in page
     assert str(tmp_path) not in page and str(run.parent) not in page  # no local folder on the page
     rc, out, err = run_main(capsys, "report", str(run), str(lap), "--out", str(tmp_path / "r.html"))
     assert rc == 0, err
@@ -310,3 +317,24 @@ def test_ood_and_uncertain_read_a_laplace_posterior(capsys, tmp_path, monkeypatc
     assert rc == 0, err
     ens = json.loads((tmp_path / "ens" / "ood.json").read_text())
     assert ens["samples"] == 8 and ens["method"] == "ensemble of 2 runs (sgd x 1, laplace x 1)"  # the network 4 times
+
+
+def test_a_posterior_s_scores_are_printed_where_its_folder_cannot_be_written(runs, capsys, tmp_path, monkeypatch):
+    """``bbb evaluate`` of a Laplace folder that cannot be written (here: every write refused)
+    prints its scores, then one line naming the file and saying they were not saved."""
+    from bbb.runs import evaluation
+
+    lap = tmp_path / "lap"
+    assert run_main(capsys, "laplace", str(runs["classification"]), "--out", str(lap), "--samples", "4")[0] == 0
+    before = {p.name: p.read_bytes() for p in lap.iterdir()}
+
+    def refused(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    for module, name in ((runs_laplace, "atomic_write_json"), (evaluation, "plot_reliability"),
+                         (evaluation, "plot_risk_coverage")):
+        monkeypatch.setattr(module, name, refused)
+    rc, out, err = run_main(capsys, "evaluate", str(lap), "--samples", "4")
+    line = one_line_error(rc, err, "cannot write", str(lap / "eval.json"), "Permission denied", "not saved")
+    assert "laplace (4 samples)" in out and "the run's network" in out and "wrote" not in out, line
+    assert {p.name: p.read_bytes() for p in lap.iterdir()} == before

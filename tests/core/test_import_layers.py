@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+# bbb's own source and what importing it loads and sets: the same under any torch release (the
+# torch lanes deselect them)
+pytestmark = pytest.mark.release_independent
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "bbb"
 
@@ -160,7 +164,6 @@ def test_no_import_cycle():
     assert not cycles, "\n".join(cycles)
 
 
-@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_import_bbb_leaves_the_environment_alone():
     import subprocess
     import sys
@@ -171,7 +174,6 @@ def test_import_bbb_leaves_the_environment_alone():
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
 
 
-@pytest.mark.release_independent  # (what importing bbb loads and sets: bbb's own)
 def test_the_bbb_command_sets_passive_openmp_before_torch_loads():
     import subprocess
     import sys

@@ -22,6 +22,7 @@ def _run(code: str) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
 
 
+@pytest.mark.release_independent  # (bbb's own imports)
 def test_import_bbb_options_loads_neither_torch_nor_the_library():
     _run("import bbb.options, sys; assert 'torch' not in sys.modules\n"
          "loaded = sorted(m for m in sys.modules if m == 'bbb' or m.startswith('bbb.'))\n"
@@ -35,6 +36,7 @@ def test_import_bbb_data_does_not_load_the_training_engine():
          "assert not bad, bad")
 
 
+@pytest.mark.release_independent  # (bbb's own imports)
 def test_options_imports_only_the_standard_library_at_module_level():
     tree = ast.parse((SRC / "bbb" / "options.py").read_text())
     for node in tree.body:

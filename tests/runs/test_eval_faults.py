@@ -1,8 +1,9 @@
-"""``bbb evaluate`` and ``bbb prune`` write beside a run (issue 19), through ``python -m bbb`` on a
-tiny fake MNIST: they hold the run directory's lock, so a second writer is one line naming the
-holder's pid and changes nothing; into a directory they cannot write they still print what they
-computed, then one line on stderr (exit code 2) saying it was not saved. (Once the holder is gone,
-the command's success is checked in this process: the same ``main``, no interpreter start.)"""
+"""``bbb evaluate`` and ``bbb prune`` write beside a run (issue 19), on a tiny fake MNIST: they
+hold the run directory's lock, so a second writer is one line naming the holder's pid (another
+process) and changes nothing; into a directory they cannot write they still print what they
+computed, then one line on stderr (exit code 2) saying it was not saved. The commands run in this
+process (the same ``main`` as ``python -m bbb``, without an interpreter start importing torch for
+each: tests/applications/cli/test_cli.py runs a one-line error through a real process)."""
 
 from __future__ import annotations
 
@@ -45,12 +46,12 @@ def test_a_run_dir_in_use_is_refused_with_the_holders_pid(tmp_path, trained, com
     out = tmp_path / "run"
     shutil.copytree(finished, out)
     name, _, extra = COMMANDS[command]
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
     with lock_held(out / LOCK_NAME) as holder:
         before = snapshot(out)
-        p = run(command, str(out), "--data-dir", str(data), "--device", "cpu", *extra)
+        p = bbb_in_process(capsys, command, str(out), "--data-dir", str(data), "--device", "cpu", *extra)
         assert_one_line_error(p, f"pid {holder.pid}", str(out), "in use")
         assert snapshot(out) == before
-    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
     p = bbb_in_process(capsys, command, str(out), "--data-dir", str(data), "--device", "cpu", *extra)  # it is gone
     assert p.returncode == 0, p.stderr
     assert (out / name).is_file() and not (out / LOCK_NAME).exists()  # the killed holder's lock file removed
@@ -83,14 +84,16 @@ def read_only(tmp_path):
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_an_unwritable_run_dir_keeps_the_printed_results_and_is_one_line(tmp_path, trained, read_only, command):
+def test_an_unwritable_run_dir_keeps_the_printed_results_and_is_one_line(tmp_path, trained, read_only, command,
+                                                                          capsys, monkeypatch):
     data, finished = trained
     out = tmp_path / "run"
     shutil.copytree(finished, out)  # (no .lock: its training removed it; none can be created there)
     name, table, extra = COMMANDS[command]
     read_only(out)
     before = snapshot(out)
-    p = run(command, str(out), "--data-dir", str(data), "--device", "cpu", *extra)
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
+    p = bbb_in_process(capsys, command, str(out), "--data-dir", str(data), "--device", "cpu", *extra)
     assert_one_line_error(p, "cannot write", str(out / name), "not saved")
     assert table in p.stdout and "%" in p.stdout and "wrote" not in p.stdout  # the results, printed
     assert snapshot(out) == before

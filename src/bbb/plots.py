@@ -25,7 +25,7 @@ from torch import Tensor
 from .errors import UserError
 
 __all__ = ["INSTALL_HINT", "Figures", "agg_figures", "canvas", "figures", "finish", "learning_curve",
-           "plot_reliability", "plot_risk_coverage", "save_png", "snr_histogram"]
+           "plot_interval_calibration", "plot_reliability", "plot_risk_coverage", "save_png", "snr_histogram"]
 
 #: How to get matplotlib, said wherever a plot is skipped without it. bbb is installed from a clone
 #: (it is not on PyPI under its distribution name), so the extra is named by path.
@@ -226,4 +226,29 @@ def plot_risk_coverage(curves: dict[str, tuple[Sequence[float], Sequence[float]]
     a.set_title(title or "risk-coverage", fontsize=10)
     a.grid(alpha=0.3)
     a.legend()
+    return finish(fig, path, new=ax is None)
+
+
+def plot_interval_calibration(curves: dict[str, tuple[Sequence[float], Sequence[float]]],
+                              path: str | Path | None = None, *, title: str = "", ax: Any = None) -> Any:
+    """A regression's calibration curve: the fraction of targets inside each central interval
+    of the predictive against the interval's level, one line per predictive (``curves``: name ->
+    (levels, coverage), e.g. ``eval.json``'s ``interval_calibration``), the diagonal a
+    calibrated one; below it the intervals are too narrow (overconfident). Returns the PNG's path
+    when ``path`` is given, else the Figure (None without matplotlib)."""
+    fig, axes = canvas(ax, 1, figsize=(4.8, 4.4))
+    if fig is None:
+        return None
+    a = axes[0]
+    a.plot([0, 1], [0, 1], "k--", lw=1, label="calibrated")
+    for name, (levels, coverage) in curves.items():
+        gap = sum(abs(c - v) for v, c in zip(levels, coverage)) / max(len(levels), 1)
+        a.plot(list(levels), list(coverage), marker="o", ms=3, label=f"{name} (mean gap {100 * gap:.1f} pp)")
+    a.set_xlim(0, 1)
+    a.set_ylim(0, 1)
+    a.set_xlabel("central interval's level")
+    a.set_ylabel("fraction of test targets inside")
+    a.set_title(title or "interval calibration", fontsize=10)
+    a.grid(alpha=0.3)
+    a.legend(loc="best", fontsize=8)
     return finish(fig, path, new=ax is None)

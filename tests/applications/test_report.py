@@ -121,7 +121,8 @@ def test_a_regression_run_shows_its_rmse_and_aurc(runs, regression_run):
     for row in ("test RMSE (mean weights)", "test log-likelihood", "AURC (squared error, by predictive sd)"):
         assert row in text, row
     assert "<td>predictive sd</td>" in text
-    assert parse(text).tags.count("img") == 6  # bbb's 5, the regression run's learning curve
+    assert parse(text).tags.count("img") == 7  # bbb's 5, the regression run's learning and calibration curves
+    assert 'alt="calibration curve of' in text and "mean gap to the diagonal" in text
 
 
 def test_the_page_renders_in_a_real_browser(runs, regression_run, tmp_path):
@@ -133,7 +134,7 @@ def test_the_page_renders_in_a_real_browser(runs, regression_run, tmp_path):
     page_file = write_report([*runs, regression_run], tmp_path / "report.html")
     with open_page(page_file, exe) as page:
         images = page.evaluate("[...document.images].map(i => [i.alt, i.complete, i.naturalWidth])")
-        assert len(images) == 7
+        assert len(images) == 8  # (the regression run's calibration curve among them)
         for alt, complete, width in images:
             assert complete and width > 0, alt
         outside = [u for u in page.requests if not (u.startswith("data:") or u == page_file.resolve().as_uri())]

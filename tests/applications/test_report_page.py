@@ -199,6 +199,9 @@ def test_each_suggested_command_runs_on_that_kind_of_run(kinds, sets, tmp_path, 
         text, p = page([run])
         assert [shlex.split(c)[1] for c in p.commands] == (["predict"] if kind != "image" else []), p.commands
         assert "none yet" not in text
+        # a regression's interval calibration (bbb evaluate's calibration.png), a classifier's reliability
+        assert ('alt="calibration curve of' in text) == (kind == "regression"), kind
+        assert ('alt="reliability diagram of' in text) == (kind != "regression"), kind
 
 
 def test_the_settings_are_the_ones_that_matter_and_apply(kinds, tmp_path):

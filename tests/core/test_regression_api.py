@@ -410,3 +410,22 @@ def test_learned_noise_trains_under_the_engine_built_from_the_elbo():
     plain = Engine(other.model, "adam", lr=0.05, seed=0)
     with pytest.raises(UserError, match="not trained by the Engine"), plain.sampling():
         other(x, y)
+
+
+def test_the_calibration_curve_follows_the_diagonal_for_a_calibrated_predictive_and_falls_below_for_a_narrow_one():
+    """interval_calibration: targets drawn from the predictive itself cover each central interval
+    at about its level; with every sd halved, less than its level (overconfident)."""
+    from bbb.uncertainty import CALIBRATION_LEVELS, interval_calibration
+
+    g = torch.Generator().manual_seed(0)
+    k, n = 5, 20000
+    means = torch.randn(k, n, generator=g, dtype=torch.float64)
+    sigmas = 0.5 + torch.rand(k, n, generator=g, dtype=torch.float64)
+    pick = torch.randint(0, k, (n,), generator=g)  # a target from one component of its mixture
+    y = means[pick, torch.arange(n)] + sigmas[pick, torch.arange(n)] * torch.randn(n, generator=g, dtype=torch.float64)
+    cal = interval_calibration(y, means, sigmas)
+    assert cal["levels"] == list(CALIBRATION_LEVELS) and cal["error"] < 0.01
+    assert all(abs(c - v) < 0.015 for v, c in zip(cal["levels"], cal["coverage"]))
+    narrow = interval_calibration(y, means, sigmas / 2)
+    assert narrow["error"] > 0.05 and all(c < v for v, c in zip(narrow["levels"], narrow["coverage"]))
+    assert interval_calibration(y, means, sigmas, levels=(0.5,))["levels"] == [0.5]

@@ -55,6 +55,14 @@ def test_regression_run_resumes_exactly_and_evaluates(tmp_path):
     ev = evaluate_run(tmp_path / "full", samples=4, device="cpu")
     assert ev["task"] == "regression" and ev["test_rmse"] > 0 and 0 <= ev["coverage_95"] <= 1
     assert ev["aurc_sd"] > 0 and json.loads((tmp_path / "full" / "eval.json").read_text())["n"] == 16
+    # the calibration curve: the coverage of each central interval (its 95% is coverage_95), drawn
+    cal = ev["interval_calibration"]
+    assert cal["levels"] == list(bbb.uncertainty.CALIBRATION_LEVELS) and len(cal["coverage"]) == len(cal["levels"])
+    assert cal["coverage"][cal["levels"].index(0.95)] == ev["coverage_95"]
+    assert all(a <= b for a, b in zip(cal["coverage"], cal["coverage"][1:]))  # nested intervals
+    assert ev["calibration_error"] == pytest.approx(
+        sum(abs(c - v) for v, c in zip(cal["levels"], cal["coverage"])) / len(cal["levels"]))
+    assert ev["plots"] == ["calibration.png"] and (tmp_path / "full" / "calibration.png").stat().st_size > 1000
     # the val_error column is the validation RMSE in the target's units
     model = bbb.runs.load_model(tmp_path / "full")
     data, pre = load_split(cfg)

@@ -211,10 +211,11 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
         rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],
                 ["log-likelihood", "", f"{r['log_likelihood']:.4f}"],
                 ["95% interval coverage", "", pct_text(r["coverage_95"])],
+                ["intervals' mean gap to their level (5-99%)", "", pct_text(r["calibration_error"])],
                 ["RMSE of the 90% most certain", "", f"{r['rmse_at_90_coverage']:.4g}"]]
         print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
         if saved:
-            print(f"wrote {Path(r['run']) / 'eval.json'}")
+            print(f"wrote {', '.join(str(Path(r['run']) / f) for f in ['eval.json', *r.get('plots', [])])}")
         return
     rows = [["test error", pct_text(r["test_error"]), pct_text(r["test_error_mc"])],
             ["NLL (nats)", f"{r['nll_mean']:.4f}", f"{r['nll']:.4f}"],

@@ -72,5 +72,5 @@ def main(args: argparse.Namespace) -> int:
                               data_dir=args.data_dir, data_file=args.data_file)
     print(scores_table(ev["task"], f"test ({ev['n']:,} rows)",
                        [(f"laplace ({ev['samples']} samples)", ev), ("the run's network", ev["map"])]))
-    print(f"wrote {args.out}/laplace.json, posterior.pt, eval.json")
+    print(f"wrote {args.out}/laplace.json, " + ", ".join(["posterior.pt", "eval.json", *ev.get("plots", [])]))
     return 0

@@ -392,8 +392,15 @@ def _learning(r: RunFiles) -> str:
 
 def _reliability(r: RunFiles) -> str:
     if r.regression:
-        return _missing("a regression run has no classes to be confident in: see the 95% interval coverage above")
+        return _missing("a regression run has no classes to be confident in: see its interval calibration below")
     return _image_cell(r, "reliability.png", "reliability diagram", "evaluate")
+
+
+def _calibration(r: RunFiles) -> str:
+    img = _image_cell(r, "calibration.png", "calibration curve", "evaluate")
+    gap = (r.eval or {}).get("calibration_error")
+    return img + ("" if gap is None else f'<p class="missing">mean gap to the diagonal: {100 * float(gap):.1f} '
+                                          'percentage points</p>')
 
 
 def _risk(r: RunFiles) -> str:
@@ -468,6 +475,9 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
     ("Reliability", "Confidence against the share right, in bins of confidence: a calibrated model's bars reach "
      "the diagonal; bars below it are overconfident. Left: the mean weights, right: the k-sample average.",
      _reliability, lambda r: not r.regression),
+    ("Interval calibration", "The share of the test targets inside the predictive's central interval of each "
+     "level, against the level: a calibrated regression's line follows the diagonal; below it the intervals are too "
+     "narrow (overconfident), above it too wide.", _calibration, lambda r: r.regression),
     ("Selective prediction: risk-coverage", "The error among the test inputs kept when the most uncertain are "
      "handed over first (to a person, say): the further right, the more kept. AURC is the area under this curve.",
      _risk, lambda r: True),

@@ -268,7 +268,8 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
     out = []
     if "eval.json" not in have:
         out.append((f"bbb evaluate {run}", "the test metrics, the reliability diagram and the risk-coverage curve"
-                    if not regression else "the test RMSE, log-likelihood, interval coverage and AURC"))
+                    if not regression else
+                    "the test RMSE, log-likelihood, interval coverage, the calibration curve and AURC"))
     if kind != "regression" and is_bayesian(method) and "pruning.csv" not in have:
         out.append((f"bbb prune {run}", "the test error with the weights of lowest signal-to-noise removed"))
     if kind == "image":

@@ -38,7 +38,7 @@ from ..io import atomic_write_json
 from ..nn import pool_members
 from ..uncertainty import predictive_probs
 from .config import TrainConfig
-from .evaluation import draw_classifier_figures, predictive_scores, save_results
+from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
 from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
@@ -227,7 +227,7 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     per_member = [outputs[i * k:(i + 1) * k] for i in range(len(names))]
     scores: dict[str, Any] = predictive_scores(ens.task, ens.preprocess.y, outputs, y, selective=True)
     members = [predictive_scores(ens.task, ens.preprocess.y, o, y) for o in per_member]
-    keys = tuple(k for k in members[0])
+    keys = tuple(k for k, v in members[0].items() if isinstance(v, float))  # (not the calibration curves)
     result: dict[str, Any] = {
         "run": str(out), "method": "ensemble", "ensemble": ens.describe(), "members": names,
         "member_methods": ens.methods, "checkpoint": which, "dataset": ens.config.dataset, "task": ens.task,
@@ -238,11 +238,14 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     bad = [key for key in keys if not math.isfinite(float(result[key]))]
     if bad:
         warnings.warn(f"the ensemble's {bad[0]} is not finite", UserWarning, stacklevel=2)
-    unsaved = None
-    if ens.task == "classification":
-        cfg = ens.config
-        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
-        panels = {f"one member ({Path(names[0]).name})": predictive_probs(per_member[0].double()),
+    cfg = ens.config
+    data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
+    one = f"one member ({Path(names[0]).name})"
+    if ens.task == "regression":
+        unsaved = draw_calibration_figure(out, result, {one: members[0], f"the ensemble of {len(names)}": scores},
+                                          f"ensemble on {data_name} test")
+    else:
+        panels = {one: predictive_probs(per_member[0].double()),
                   f"the ensemble of {len(names)}": predictive_probs(outputs.double())}
         unsaved = draw_classifier_figures(out, result, panels, y, f"ensemble on {data_name} test",
                                           f"{samples} samples of each member")

@@ -31,7 +31,7 @@ from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, che
 from ..io import atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
 from ..options import Method, choice, is_bayesian
-from ..plots import plot_reliability, plot_risk_coverage
+from ..plots import plot_interval_calibration, plot_reliability, plot_risk_coverage
 from ..prune import prune, unprune
 from . import model as runmodel
 from .checkpoint import PRUNING_COLUMNS, committed_checkpoint, model_from_checkpoint, run_dir_of
@@ -40,9 +40,9 @@ from .model import infer_method
 from .rundir import lock_run_dir
 
 __all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory",
-           "draw_classifier_figures", "error_count", "evaluate_run", "mc_dropout", "mc_outputs", "mean_logits",
-           "mean_network_error", "predictive_scores", "prune_run", "regressor_metrics", "run_data", "save_results",
-           "selective_prediction", "squared_error_sum"]
+           "draw_calibration_figure", "draw_classifier_figures", "error_count", "evaluate_run", "mc_dropout",
+           "mc_outputs", "mean_logits", "mean_network_error", "predictive_scores", "prune_run", "regressor_metrics",
+           "run_data", "save_results", "selective_prediction", "squared_error_sum"]
 
 EVAL_CHUNK = 2048
 #: the coverage at which eval.json reports the error among the kept predictions (``risk_at_90``)
@@ -178,12 +178,21 @@ def regressor_metrics(model: nn.Module, x: Tensor, y: Tensor, method: str | None
     scale = 1.0 if target is None else float(target.std)
     y = y.to(means.device).double()
     res: dict[str, Any] = dict(U.regression_metrics(means, sigmas, y, shift=shift, scale=scale))
+    res.update(_calibration(y, means, sigmas))
     res["rmse_mc"] = res.pop("rmse")
     res["rmse"] = float(torch.sqrt(((mean_out[:, 0] - y) ** 2).mean())) * scale
     unc = U.regression_uncertainty(means, sigmas)
     res["mean"], res["sd"] = unc["mean"] * scale + shift, unc["std"] * scale
     res["samples"], res["n"] = int(out.shape[0]), int(x.shape[0])
     return res
+
+
+def _calibration(y: Tensor, means: Tensor, sigmas: Tensor) -> dict[str, Any]:
+    """eval.json's ``interval_calibration`` (levels, coverage: :func:`bbb.uncertainty.interval_calibration`)
+    and ``calibration_error`` (its mean |coverage - level|) of the mixture of k Gaussians."""
+    cal = U.interval_calibration(y, means, sigmas)
+    return {"interval_calibration": {"levels": cal["levels"], "coverage": cal["coverage"]},
+            "calibration_error": float(cal["error"])}
 
 
 @torch.no_grad()
@@ -360,9 +369,14 @@ def evaluate_run(
         model, cfg, epoch, dev, info = _load(d, which, device)
         data = run_data(cfg, data_dir, data, info.get("preprocess"), data_file)
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset  # (never a local folder)
         if info.get("task") == "regression":
             reg = _evaluate_regression(d, which, epoch, cfg, info, model, x, y, samples)
+            unsaved = draw_calibration_figure(d, reg, {f"{reg['samples']}-sample average": reg},
+                                              f"{cfg.method} on {data_name} test") if reliability else None
             save_results(d / "eval.json", reg, lambda: atomic_write_json(d / "eval.json", reg))
+            if unsaved is not None:
+                raise unsaved
             return reg
         res = classifier_metrics(model, x, y, cfg.method, samples=samples, return_probs=True)
         result = {"run": str(d), "checkpoint": which, "epoch": epoch, "method": cfg.method,
@@ -372,7 +386,6 @@ def evaluate_run(
                   "ece_bins": 15, "n": res["n"],
                   "selective": selective_prediction(res["probs"], y, res["mi"])}
 
-        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset  # (never a local folder)
         panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic": res["mean_probs"]}
         if cfg.method != Method.SGD.value:
             panels[f"{res['samples']}-sample average"] = res["probs"]
@@ -416,6 +429,25 @@ def draw_classifier_figures(d: Path, result: dict[str, Any], panels: dict[str, T
     return unsaved
 
 
+def draw_calibration_figure(d: Path, result: dict[str, Any], curves: dict[str, dict[str, Any]],
+                            title: str) -> ResultsNotSaved | None:
+    """A regression's ``d/calibration.png``: the calibration curve (``interval_calibration``) of
+    each scores' dict in ``curves`` by its name, listed in ``result["plots"]`` (not drawn without
+    matplotlib); a file that cannot be written is returned, not raised, as by
+    :func:`draw_classifier_figures`."""
+    def draw() -> None:
+        lines = {name: (c["interval_calibration"]["levels"], c["interval_calibration"]["coverage"])
+                 for name, c in curves.items()}
+        if plot_interval_calibration(lines, d / "calibration.png", title=title) is not None:
+            result.setdefault("plots", []).append("calibration.png")
+
+    try:
+        save_results(d / "calibration.png", result, draw)
+    except ResultsNotSaved as e:
+        return e
+    return None
+
+
 def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, selective: bool = False
                       ) -> dict[str, Any]:
     """The test scores of k sampled outputs (k, N, C) of a predictive (an ensemble's, a Laplace
@@ -426,9 +458,10 @@ def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, select
     if task == "regression":
         means, sigmas = HeteroscedasticGaussian().split(outputs.double())
         shift, scale = (0.0, 1.0) if target is None else (float(target.mean), float(target.std))
-        res = U.regression_metrics(means, sigmas, y.to(means.device).double(), shift=shift, scale=scale)
+        y = y.to(means.device).double()
+        res = U.regression_metrics(means, sigmas, y, shift=shift, scale=scale)
         return {"test_rmse_mc": float(res["rmse"]), "log_likelihood": float(res["log_likelihood"]),
-                "nll": float(res["nll"]), "coverage_95": float(res["coverage_95"])}
+                "nll": float(res["nll"]), "coverage_95": float(res["coverage_95"]), **_calibration(y, means, sigmas)}
     probs = U.predictive_probs(outputs.double()).float()
     y = y.to(probs.device)
     scores: dict[str, Any] = {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
@@ -452,6 +485,7 @@ def _evaluate_regression(d: Path, which: str, epoch: int, cfg: TrainConfig, info
             "task": "regression", "test_rmse": res["rmse"], "test_rmse_mc": res["rmse_mc"],
             "log_likelihood": res["log_likelihood"], "nll": res["nll"], "coverage_50": res["coverage_50"],
             "coverage_90": res["coverage_90"], "coverage_95": res["coverage_95"], "mean_sd": res["mean_sd"],
+            "interval_calibration": res["interval_calibration"], "calibration_error": res["calibration_error"],
             "aurc_sd": U.aurc(res["sd"], sq), "rmse_at_90_coverage": U.risk_at_coverage(res["sd"], sq, 0.9) ** 0.5,
             "samples": res["samples"], "n": res["n"]}
 

@@ -48,7 +48,7 @@ from ..io import atomic_torch_save, atomic_write_json
 from ..options import Method, choice
 from ..uncertainty import predictive_probs
 from . import model as runmodel
-from .evaluation import draw_classifier_figures, predictive_scores, save_results
+from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
 from .trained import (
     LAPLACE_FILE,
     LAPLACE_FORMAT,
@@ -223,15 +223,17 @@ def evaluate_laplace(folder: str | Path, samples: int = 10, which: str | None = 
         "prior_precision": data["prior_precision"], "samples": samples, "n": int(y.shape[0]), **scores,
         "map": map_scores,
     }
-    unsaved = None
-    if model.task == "classification":
+    cfg = model.config
+    data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
+    title = f"last-layer Laplace on {data_name} test"
+    if model.task == "regression":
+        unsaved = draw_calibration_figure(folder, result, {"the run's network": map_scores,
+                                                           f"{samples}-sample average": scores}, title)
+    else:
         result["test_error"] = map_scores["test_error_mc"]  # the posterior mean's: the run's network
-        cfg = model.config
-        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
         panels = {"the run's network": predictive_probs(map_outputs.double()),
                   f"{samples}-sample average": predictive_probs(outputs.double())}
-        unsaved = draw_classifier_figures(folder, result, panels, y, f"last-layer Laplace on {data_name} test",
-                                          f"{samples}-sample average")
+        unsaved = draw_classifier_figures(folder, result, panels, y, title, f"{samples}-sample average")
     save_results(folder / "eval.json", result, lambda: atomic_write_json(folder / "eval.json", result))
     if unsaved is not None:
         raise unsaved

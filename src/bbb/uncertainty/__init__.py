@@ -9,7 +9,8 @@ E_w H[p(y|x,w)] (aleatoric) + mutual information I[y; w | x] (epistemic).
 
 Regression: k sampled networks with Gaussian noise give ``means`` (k, B) and ``sigmas``; the
 predictive is their equal-weight mixture (:func:`gaussian_mixture_log_prob`,
-:func:`gaussian_mixture_quantiles`, :func:`interval_coverage`), and :func:`regression_metrics`
+:func:`gaussian_mixture_quantiles`, :func:`interval_coverage`, :func:`interval_calibration`: the
+calibration curve), and :func:`regression_metrics`
 (or :func:`evaluate` with ``likelihood=``) reports RMSE, log-likelihood and interval coverage in
 the target's original units.
 
@@ -37,8 +38,10 @@ from .classification import (
 )
 from .prediction import evaluate, predict
 from .regression import (
+    CALIBRATION_LEVELS,
     gaussian_mixture_log_prob,
     gaussian_mixture_quantiles,
+    interval_calibration,
     interval_coverage,
     regression_metrics,
     regression_uncertainty,
@@ -69,6 +72,8 @@ __all__ = [
     "regression_uncertainty",
     "gaussian_mixture_log_prob",
     "gaussian_mixture_quantiles",
+    "CALIBRATION_LEVELS",
+    "interval_calibration",
     "interval_coverage",
     "regression_metrics",
     "risk_coverage",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -14,8 +15,8 @@ from torch import Tensor
 from ..distributions import normal_log_prob
 from ..errors import UserError
 
-__all__ = ["gaussian_mixture_log_prob", "gaussian_mixture_quantiles", "interval_coverage", "regression_metrics",
-           "regression_uncertainty"]
+__all__ = ["CALIBRATION_LEVELS", "gaussian_mixture_log_prob", "gaussian_mixture_quantiles", "interval_calibration",
+           "interval_coverage", "regression_metrics", "regression_uncertainty"]
 
 # Regression: the equal-weight mixture of k sampled Gaussians
 # --------------------------------------------------------------------------------------------
@@ -211,6 +212,23 @@ def interval_coverage(target: Tensor, means: Tensor, sigmas: Tensor | float,
         raise UserError("interval_coverage: no targets (B = 0); the coverage of an empty set is undefined")
     u = _mixture_cdf(t, mu, s)
     return {lvl: float(((u >= (1 - lvl) / 2) & (u <= (1 + lvl) / 2)).to(mu.dtype).mean()) for lvl in lv}
+
+
+#: the central intervals of :func:`interval_calibration`: 5% to 95% in steps of 5, and 99%
+CALIBRATION_LEVELS = tuple(round(0.05 * i, 2) for i in range(1, 20)) + (0.99,)
+
+
+def interval_calibration(target: Tensor, means: Tensor, sigmas: Tensor | float,
+                         levels: Iterable[float] = CALIBRATION_LEVELS) -> dict[str, Any]:
+    """A regression's calibration curve (Kuleshov et al., ICML 2018, with central intervals):
+    the fraction of ``target`` inside the mixture's central interval of each level
+    (:func:`interval_coverage`; arguments as its). Returns ``levels``, ``coverage`` (lists, one
+    per level) and ``error``: the mean over the levels of |coverage - level| (0 for a calibrated
+    predictive; too narrow intervals cover less than their level, too wide ones more)."""
+    cov = interval_coverage(target, means, sigmas, levels)
+    lv = list(cov)
+    return {"levels": lv, "coverage": [cov[v] for v in lv],
+            "error": sum(abs(cov[v] - v) for v in lv) / len(lv)}
 
 
 def _unit(v: float | Tensor, name: str, positive: bool) -> float:

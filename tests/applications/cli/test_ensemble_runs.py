@@ -219,6 +219,10 @@ def test_a_regression_ensemble(capsys, tmp_path):
     r = json.loads((tmp_path / "ens" / "eval.json").read_text())
     assert r["task"] == "regression" and r["test_rmse_mc"] > 0 and 0 <= r["coverage_95"] <= 1
     assert "test RMSE" in so
+    # its calibration curve beside one member's; the members' mean holds the numbers only
+    assert r["plots"] == ["calibration.png"] and (tmp_path / "ens" / "calibration.png").stat().st_size > 1000
+    assert len(r["interval_calibration"]["coverage"]) == len(r["member_scores"][0]["interval_calibration"]["levels"])
+    assert "interval_calibration" not in r["member_mean"] and "calibration_error" in r["member_mean"]
     rc, _, err = run_main(capsys, "compare", str(tmp_path / "ens"), "--out", str(tmp_path / "cmp"))
     one_line_error(rc, err, "regression")
     rc, so, err = run_main(capsys, "predict", *map(str, runs), str(tmp_path / "new.csv"), "--no-refer")

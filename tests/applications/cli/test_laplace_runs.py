@@ -137,6 +137,12 @@ def test_a_regressions_posterior_is_bayesian_linear_regression_with_the_runs_noi
         root = model.posterior_root.double()
         torch.testing.assert_close(root @ root.T, torch.linalg.inv(precision), rtol=1e-4, atol=1e-7)
         assert fitted["rows"] == [0] and fitted["n_data"] == x.shape[0]
+    # its evaluation: the calibration curve of the posterior's predictive beside the run's network's
+    ev = runs_laplace.evaluate_laplace(folder, samples=8)
+    assert ev["plots"] == ["calibration.png"] and (folder / "calibration.png").stat().st_size > 1000
+    for scores in (ev, ev["map"]):
+        cal = scores["interval_calibration"]
+        assert cal["coverage"][cal["levels"].index(0.95)] == scores["coverage_95"] and scores["calibration_error"] >= 0
 
 
 def test_the_samples_have_the_posteriors_mean_and_covariance(runs, tmp_path):

@@ -12,7 +12,9 @@ Usage, from a folder where make_csvs.py wrote the tables, with the `bbb` command
     python results/your-data/ensembles.py --runs runs/ensembles --out results/your-data --workers 2
 
 Finished runs are kept (a killed one resumes: `bbb train --resume`); writes OUT/ensembles.csv,
-OUT/ensembles.md and OUT/members.csv (each run's own scores). Nothing is chosen on the test
+OUT/ensembles.md and OUT/members.csv (each run's own scores). Calibration: a regression's mean gap
+between each central interval's level and the share of test targets inside it (eval.json's
+``calibration_error``, levels 5-99%), a classifier's ECE (15 bins). Nothing is chosen on the test
 splits: every setting is the table default (chosen on validation splits, docs/defaults.md).
 """
 
@@ -98,17 +100,21 @@ def main() -> int:
                             str(args.samples), "--threads", "2"], check=True, stdout=subprocess.DEVNULL)
             r = json.loads((ens / "eval.json").read_text())
             regression = r["task"] == "regression"
-            keys = ("test_rmse_mc", "log_likelihood") if regression else ("test_error_mc", "nll")
+            keys = (("test_rmse_mc", "log_likelihood", "calibration_error") if regression
+                    else ("test_error_mc", "nll", "ece"))
             scores = [m[k] for m in r["member_scores"] for k in keys[:1]]
             for seed, m in zip(SEEDS, r["member_scores"]):
                 member_rows.append({"table": table, "method": method, "seed": seed, "score": m[keys[0]],
-                                    "fit": m[keys[1]]})
+                                    "fit": m[keys[1]], "calibration": m[keys[2]]})
             rows.append({"table": table, "method": method, "members": len(members), "n_test": r["n"],
                          "score": "RMSE" if regression else "error",
                          "members_mean": r["member_mean"][keys[0]], "members_best": min(scores),
                          "members_worst": max(scores), "ensemble": r[keys[0]],
                          "fit": "log-likelihood" if regression else "NLL",
-                         "members_mean_fit": r["member_mean"][keys[1]], "ensemble_fit": r[keys[1]]})
+                         "members_mean_fit": r["member_mean"][keys[1]], "ensemble_fit": r[keys[1]],
+                         "calibration": "interval gap" if regression else "ECE",
+                         "members_mean_calibration": r["member_mean"][keys[2]],
+                         "ensemble_calibration": r[keys[2]]})
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "ensembles.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -119,13 +125,16 @@ def main() -> int:
         w.writeheader()
         w.writerows(member_rows)
     lines = ["| table (test rows) | method | test RMSE / error: members' mean (best, worst) | ensemble of 5 | "
-             "log-likelihood / NLL: members' mean | ensemble of 5 |", "|---|---|---:|---:|---:|---:|"]
+             "log-likelihood / NLL: members' mean | ensemble of 5 | interval gap / ECE: members' mean | "
+             "ensemble of 5 |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         pct = r["score"] == "error"
         fmt = (lambda v: f"{100 * v:.2f}%") if pct else (lambda v: f"{v:.3f}")
         lines.append(f"| {r['table']} ({r['n_test']}) | {r['method']} | {fmt(r['members_mean'])} "
                      f"({fmt(r['members_best'])}, {fmt(r['members_worst'])}) | {fmt(r['ensemble'])} | "
-                     f"{r['members_mean_fit']:.3f} | {r['ensemble_fit']:.3f} |")
+                     f"{r['members_mean_fit']:.3f} | {r['ensemble_fit']:.3f} | "
+                     f"{100 * r['members_mean_calibration']:.1f}{' pp' if not pct else '%'} | "
+                     f"{100 * r['ensemble_calibration']:.1f}{' pp' if not pct else '%'} |")
     (out / "ensembles.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

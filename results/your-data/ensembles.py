@@ -14,7 +14,8 @@ Usage, from a folder where make_csvs.py wrote the tables, with the `bbb` command
 Finished runs are kept (a killed one resumes: `bbb train --resume`); writes OUT/ensembles.csv,
 OUT/ensembles.md and OUT/members.csv (each run's own scores). Calibration: a regression's mean gap
 between each central interval's level and the share of test targets inside it (eval.json's
-``calibration_error``, levels 5-99%), a classifier's ECE (15 bins). Nothing is chosen on the test
+``calibration_error``, levels 5-99%) and its sign (``coverage_bias``: above 0 too wide
+intervals), a classifier's ECE (15 bins). Nothing is chosen on the test
 splits: every setting is the table default (chosen on validation splits, docs/defaults.md).
 """
 
@@ -71,6 +72,15 @@ def laplace(runs: Path, run: Path) -> Path:
     return out
 
 
+def coverage_bias(scores: dict) -> float | str:
+    """A regression's mean over its central intervals of (share of targets inside - level):
+    above 0 its intervals are too wide (underconfident), below too narrow; "" for a classifier."""
+    cal = scores.get("interval_calibration")
+    if cal is None:
+        return ""
+    return sum(c - v for v, c in zip(cal["levels"], cal["coverage"])) / len(cal["levels"])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="Example: python results/your-data/ensembles.py --runs runs/ensembles "
@@ -105,7 +115,7 @@ def main() -> int:
             scores = [m[k] for m in r["member_scores"] for k in keys[:1]]
             for seed, m in zip(SEEDS, r["member_scores"]):
                 member_rows.append({"table": table, "method": method, "seed": seed, "score": m[keys[0]],
-                                    "fit": m[keys[1]], "calibration": m[keys[2]]})
+                                    "fit": m[keys[1]], "calibration": m[keys[2]], "coverage_bias": coverage_bias(m)})
             rows.append({"table": table, "method": method, "members": len(members), "n_test": r["n"],
                          "score": "RMSE" if regression else "error",
                          "members_mean": r["member_mean"][keys[0]], "members_best": min(scores),
@@ -114,7 +124,10 @@ def main() -> int:
                          "members_mean_fit": r["member_mean"][keys[1]], "ensemble_fit": r[keys[1]],
                          "calibration": "interval gap" if regression else "ECE",
                          "members_mean_calibration": r["member_mean"][keys[2]],
-                         "ensemble_calibration": r[keys[2]]})
+                         "ensemble_calibration": r[keys[2]],
+                         "members_mean_coverage_bias": (sum(coverage_bias(m) for m in r["member_scores"])
+                                                        / len(r["member_scores"]) if regression else ""),
+                         "ensemble_coverage_bias": coverage_bias(r)})
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "ensembles.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -54,9 +54,9 @@ COMMANDS: dict[str, Command] = {
     "uncertain": Command("bbb.experiments.uncertainty",
                          "Grids of the most disputed test digits and the most confident errors "
                          "(vote shares)", "add_uncertain_arguments", "main_uncertain"),
-    "compare": Command("bbb.experiments.comparison",
-                       "Side-by-side table of runs: error, NLL, ECE, Brier, OOD AUROC (CSV + "
-                       "markdown)", shared=()),  # (reads the runs' results: computes nothing)
+    "compare": Command("bbb.experiments.comparison",  # (reads the runs' results: computes nothing)
+                       "Side-by-side table of runs: classifiers' error, NLL, ECE, Brier, OOD AUROC, or "
+                       "regression runs' RMSE, log-likelihood, coverage, calibration (CSV + markdown)", shared=()),
     "report": Command("bbb.experiments.report",
                       "One self-contained HTML page of runs side by side: configuration, results, curves, "
                       "reliability, risk-coverage, pruning, OOD, uncertain inputs", shared=()),  # reads results only

@@ -1,4 +1,5 @@
-"""Side-by-side table of trained runs: test error, NLL, ECE, Brier and OOD AUROC.
+"""Side-by-side table of trained runs: test error, NLL, ECE, Brier and OOD AUROC of classifiers;
+test RMSE, log-likelihood, interval coverage and calibration of regression runs.
 
 Reads what ``bbb evaluate`` (``eval.json``; without it, the evaluation that ended ``bbb train``
 in ``summary.json``) and ``bbb ood`` (``ood.json``) wrote in each run directory and writes
@@ -23,8 +24,8 @@ from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_csv, atomic_write_text
 
-__all__ = ["COLUMNS", "REFERENCES", "add_arguments", "architecture", "collect", "comparison_rows", "main",
-           "write_comparison"]
+__all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "collect",
+           "comparison_rows", "main", "write_comparison"]
 
 EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
            "--out runs/comparison --name comparison")
@@ -33,6 +34,13 @@ EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd
 COLUMNS = ("method", "hidden", "dataset", "test_error", "nll", "ece", "brier", "auroc_entropy", "auroc_mi",
            "auroc_max_prob", "aupr_entropy", "aupr_mi", "test_error_mean_weights", "reference_test_error",
            "samples", "epochs", "seconds", "run", "metrics_from")
+
+#: The CSV's columns for regression runs: test RMSE of the k-sample predictive (and of the mean
+#: weights), its log-likelihood per row, the share of test targets inside its 95% interval, and
+#: its calibration (``calibration_gap``: the mean |share inside - level| over central intervals of
+#: 5-99%; ``coverage_bias``: the same signed, above 0 too wide intervals), all in the target's units.
+REGRESSION_COLUMNS = ("method", "hidden", "dataset", "test_rmse", "log_likelihood", "coverage_95", "calibration_gap",
+                      "coverage_bias", "test_rmse_mean_weights", "samples", "epochs", "seconds", "run", "metrics_from")
 
 #: Published numbers to print beside ours: name -> (dataset, method, {architecture: test error %}, source);
 #: the architecture as :func:`architecture` writes it ("2x400": two hidden layers of 400 units).
@@ -81,6 +89,14 @@ def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any
     return _read_json(base / "config.json") or {}, out
 
 
+def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
+    """The data set's name: a table's or arrays' file name (``--csv``, ``--npz``), else MNIST's kind."""
+    from ..runs.config import FILE_DATASET
+
+    name = ev.get("dataset") or cfg.get("dataset")
+    return Path(cfg["data_file"]).name if name == FILE_DATASET and cfg.get("data_file") else name
+
+
 def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
     summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
@@ -94,10 +110,17 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     ev = _read_json(d / "eval.json")
     cfg = _read_json(d / "config.json") or {}
     summary = _read_json(d / "summary.json") or {}
-    if (ev or {}).get("task") == "regression" or cfg.get("task") == "regression":
-        raise UserError(f"{d} is a regression run: bbb compare tabulates classifiers; its eval.json holds test_rmse "
-                        "and log_likelihood")
+    regression = "regression" in ((ev or {}).get("task"), summary.get("task"), cfg.get("task"))
     source = "eval.json"
+    if ev is None and regression:
+        if "test_rmse_mc" not in summary:
+            raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "
+                            "first (on a folder `bbb train --out` wrote)")
+        source = "summary.json"
+        ev = {"method": summary.get("method"), "dataset": summary.get("dataset"), "task": "regression",
+              "test_rmse": summary["test_rmse"], "test_rmse_mc": summary["test_rmse_mc"],
+              "log_likelihood": summary["test_log_likelihood"], "coverage_95": summary["test_coverage_95"],
+              "samples": summary.get("eval_samples")}
     if ev is None:
         if "test_error_mc" not in summary:
             raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "
@@ -113,9 +136,22 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         seconds = [x.get("seconds") for _, x in infos]
         summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),
                    "seconds": sum(seconds) if all(v is not None for v in seconds) else None}
-        ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None}
+        ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None, "test_rmse": None}
     else:
         cfg, summary = _training(d, cfg, summary)
+    hidden = cfg.get("hidden") or summary.get("hidden") or []
+    if regression:
+        cal = ev.get("interval_calibration")
+        bias = (sum(c - v for v, c in zip(cal["levels"], cal["coverage"])) / len(cal["levels"])) if cal else None
+        return {"method": ev.get("method") or cfg.get("method"), "hidden": architecture(hidden),
+                "dataset": _dataset(ev, cfg), "task": "regression",
+                "test_rmse": float(ev["test_rmse_mc"]), "log_likelihood": float(ev["log_likelihood"]),
+                "coverage_95": 100.0 * float(ev["coverage_95"]),
+                "calibration_gap": None if ev.get("calibration_error") is None else 100.0 * ev["calibration_error"],
+                "coverage_bias": None if bias is None else 100.0 * bias,
+                "test_rmse_mean_weights": None if ev.get("test_rmse") is None else float(ev["test_rmse"]),
+                "samples": ev.get("samples"), "epochs": summary.get("epochs"), "seconds": summary.get("seconds"),
+                "run": str(d), "metrics_from": source}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
 
@@ -123,11 +159,11 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         v = scores.get(name, {}).get(key)
         return None if v is None else float(v)
 
-    hidden = cfg.get("hidden") or summary.get("hidden") or []
     return {
         "method": ev.get("method") or cfg.get("method"),
         "hidden": architecture(hidden),
-        "dataset": ev.get("dataset") or cfg.get("dataset"),
+        "dataset": _dataset(ev, cfg),
+        "task": "classification",
         "test_error": 100.0 * ev["test_error_mc"],
         "nll": ev["nll"],
         "ece": 100.0 * ev["ece"],
@@ -150,6 +186,11 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
 
 def comparison_rows(run_dirs: Sequence[str | Path], reference: str | None = None) -> list[dict[str, Any]]:
     rows = [collect(d) for d in run_dirs]
+    tasks = {r["task"] for r in rows}
+    if len(tasks) > 1:
+        kinds = {t: next(r["run"] for r in rows if r["task"] == t) for t in sorted(tasks)}
+        raise UserError(f"compare classifiers with classifiers and regression runs with regression runs: "
+                        f"{kinds['classification']} is a classifier, {kinds['regression']} a regression run")
     if reference is not None:
         if reference not in REFERENCES:
             raise UserError(f"unknown reference {reference!r}; expected one of {', '.join(REFERENCES)}")
@@ -247,10 +288,81 @@ def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, A
     return out
 
 
+def _regression_verdicts(rows: list[dict[str, Any]]) -> list[str]:
+    """Who wins among regression runs, per dataset and architecture: each Bayesian run (BBB, IVON,
+    a Laplace posterior) against the SGD and dropout runs there, by test log-likelihood, RMSE and
+    calibration gap (one run per method, as the classifiers' verdicts)."""
+    out = []
+    groups: dict[tuple[Any, Any], dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        groups.setdefault((r["dataset"], r["hidden"]), {}).setdefault(r["method"], []).append(r)
+    for (dataset, hidden), by in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        bayes = [m for m in BAYESIAN_LABELS if m in by]
+        if not bayes:
+            continue
+        where = f"{hidden or 'no hidden layer'}" + (f" on {dataset}" if len(groups) > 1 else "")
+        several = [m for m in (*BAYESIAN_LABELS, "sgd", "dropout") if len(by.get(m, [])) > 1]
+        if several:
+            out.append(f"{where}: no verdict: several {' and '.join(several)} runs; give one run per method and "
+                       "architecture")
+            continue
+        others = [by[m][0] for m in ("sgd", "dropout") if m in by]
+        for method in bayes:
+            r = by[method][0]
+            for key, text, higher in (("log_likelihood", "test log-likelihood", True),
+                                      ("test_rmse", "test RMSE", False),
+                                      ("calibration_gap", "calibration gap (pp)", False)):
+                rivals = [o for o in others if o[key] is not None]
+                if not rivals or r[key] is None:
+                    continue
+                best = (max if higher else min)(rivals, key=lambda o: o[key])
+                wins = r[key] > best[key] if higher else r[key] < best[key]
+                word = "best" if wins else f"not the best ({best['method']} wins)"
+                out.append(f"{where}: {BAYESIAN_LABELS[method]}'s {text} is {word}: {r[key]:.4g} against "
+                           f"{best[key]:.4g}.")
+    return out
+
+
+def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command: str | None) -> list[Path]:
+    """``write_comparison`` of regression runs: REGRESSION_COLUMNS."""
+    csv_path = out / f"{name}.csv"
+    atomic_write_csv(csv_path, REGRESSION_COLUMNS, rows,
+                     value=lambda v: _fmt(v, 6) if isinstance(v, float) else _fmt(v))
+    shown = ["run", "method", "hidden", "dataset", "test_rmse", "test_rmse_mean_weights", "log_likelihood",
+             "coverage_95", "calibration_gap", "coverage_bias", "samples", "epochs", "seconds"]
+    heads = {"test_rmse": "test RMSE", "test_rmse_mean_weights": "RMSE (mean weights)",
+             "log_likelihood": "log-likelihood", "coverage_95": "95% coverage %",
+             "calibration_gap": "calibration gap pp", "coverage_bias": "coverage bias pp", "seconds": "train s"}
+    digits = {"test_rmse": 4, "test_rmse_mean_weights": 4, "log_likelihood": 4, "coverage_95": 1,
+              "calibration_gap": 1, "coverage_bias": 1, "seconds": 0}
+    md = [f"# {name}", ""] + (["Made by:", "", "```", command, "```", ""] if command else [])
+    md += ["| " + " | ".join(heads.get(c, c) for c in shown) + " |",
+           "|" + "|".join("---" if c in ("run", "method", "dataset") else "---:" for c in shown) + "|"]
+    md += ["| " + " | ".join(_md_cell(_fmt(r[c], digits.get(c, 2))) or "-" for c in shown) + " |" for r in rows]
+    md += ["", "In the target's units, of the k-sample predictive (the mixture of the sampled networks' Gaussians; "
+           "SGD: its one Gaussian; an ensemble: the mixture of its members'): the test RMSE of its mean, its mean "
+           "log density per test row, and the share of the test targets inside its central 95% interval. "
+           "Calibration gap: the mean over the central intervals of 5%, 10%, ..., 95% and 99% of |share of the test "
+           "targets inside - level|, 0 when calibrated; coverage bias the same signed (above 0: intervals too wide, "
+           "below: too narrow). \"mean weights\": the posterior-mean or deterministic network's mean."]
+    from_summary = [r["run"] for r in rows if r.get("metrics_from") == "summary.json"]
+    if from_summary:
+        md.append(f"No eval.json in {', '.join(from_summary)}: their metrics are those of the evaluation that ended "
+                  "`bbb train` (summary.json), which has no calibration curve: `bbb evaluate` adds it.")
+    verdicts = _regression_verdicts(rows)
+    if verdicts:
+        md += ["", "## Who wins", ""] + [f"- {v}" for v in verdicts]
+    md_path = out / f"{name}.md"
+    atomic_write_text(md_path, "\n".join(md) + "\n")
+    return [csv_path, md_path]
+
+
 def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "comparison",
                      command: str | None = None, reference: str | None = None) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if rows and rows[0].get("task") == "regression":
+        return _write_regression(rows, out, name, command)
     csv_path = out / f"{name}.csv"  # quoted where a cell holds a comma (a folder's name, an ensemble's methods)
     atomic_write_csv(csv_path, COLUMNS, rows, value=lambda v: _fmt(v, 6) if isinstance(v, float) else _fmt(v))
 

@@ -227,6 +227,7 @@ def evaluate_laplace(folder: str | Path, samples: int = 10, which: str | None = 
     data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
     title = f"last-layer Laplace on {data_name} test"
     if model.task == "regression":
+        result["test_rmse"] = map_scores["test_rmse_mc"]  # the posterior mean's: the run's network
         unsaved = draw_calibration_figure(folder, result, {"the run's network": map_scores,
                                                            f"{samples}-sample average": scores}, title)
     else:

@@ -205,7 +205,7 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
         one_line_error(rc, err, "an ensemble's folder", f"give its runs, {runs[0]} {runs[1]} {runs[2]}")
 
 
-def test_a_regression_ensemble(capsys, tmp_path):
+def test_a_regression_ensemble(capsys, tmp_path, classifiers):
     data = table(tmp_path / "r.csv", regression=True)
     runs = train_runs(capsys, tmp_path, data, "regression", ("bbb", "sgd"))
     ens = bbb.load_ensemble(runs)
@@ -223,7 +223,22 @@ def test_a_regression_ensemble(capsys, tmp_path):
     assert r["plots"] == ["calibration.png"] and (tmp_path / "ens" / "calibration.png").stat().st_size > 1000
     assert len(r["interval_calibration"]["coverage"]) == len(r["member_scores"][0]["interval_calibration"]["levels"])
     assert "interval_calibration" not in r["member_mean"] and "calibration_error" in r["member_mean"]
-    rc, _, err = run_main(capsys, "compare", str(tmp_path / "ens"), "--out", str(tmp_path / "cmp"))
-    one_line_error(rc, err, "regression")
+    # bbb compare tabulates regression runs in the target's units, the ensemble's folder beside its runs
+    rc, so, err = run_main(capsys, "evaluate", str(runs[0]), "--samples", "5")
+    assert rc == 0, err
+    rc, so, err = run_main(capsys, "compare", *map(str, runs), str(tmp_path / "ens"), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    rows = read_csv(tmp_path / "cmp" / "comparison.csv")
+    assert [r["method"] for r in rows[:2]] == ["bbb", "sgd"] and rows[0]["dataset"] == "r.csv"
+    ev = json.loads((runs[0] / "eval.json").read_text())
+    assert float(rows[0]["test_rmse"]) == pytest.approx(ev["test_rmse_mc"], rel=1e-5)
+    assert float(rows[0]["coverage_95"]) == pytest.approx(100 * ev["coverage_95"], rel=1e-5)
+    assert float(rows[0]["calibration_gap"]) == pytest.approx(100 * ev["calibration_error"], rel=1e-5)
+    assert rows[1]["calibration_gap"] == "" and rows[1]["metrics_from"] == "summary.json"  # no eval.json: none
+    assert float(rows[2]["calibration_gap"]) == pytest.approx(100 * r["calibration_error"], rel=1e-5)
+    assert "BBB's test log-likelihood is" in so and "RMSE (mean weights)" in so
+    # a classifier beside them: one line
+    rc, _, err = run_main(capsys, "compare", str(runs[0]), str(classifiers[1][0]), "--out", str(tmp_path / "x"))
+    one_line_error(rc, err, "regression runs with regression runs", str(runs[0]), "a classifier")
     rc, so, err = run_main(capsys, "predict", *map(str, runs), str(tmp_path / "new.csv"), "--no-refer")
     assert rc == 0, err and "sd" in so.splitlines()[0]

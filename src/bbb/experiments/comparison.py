@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,11 +222,13 @@ def _md_cell(text: str) -> str:
 BAYESIAN_LABELS = {"bbb": "BBB", "ivon": "IVON", "laplace": "Laplace"}
 
 
-def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
+def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[str]] | None = None) -> list[str]:
     """Plain statements of who wins, computed from the rows (never asserted in advance). BBB (and
     IVON, a Laplace posterior) is compared with the SGD and dropout runs of its own architecture
-    and dataset; where one of these has two runs or more, the verdict names them instead of
+    and dataset (``method_verdicts``: a classifier's by default, :func:`_regression_verdicts` for
+    regression runs); where one of these has two runs or more, the verdict names them instead of
     picking one."""
+    method_verdicts = method_verdicts or _method_verdicts
     out = []
     datasets = {r["dataset"] for r in rows}
     groups: dict[tuple[Any, Any], dict[str, list[dict[str, Any]]]] = {}
@@ -255,7 +257,7 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
             continue
         sgd, drop = (by[m][0] if m in by else None for m in ("sgd", "dropout"))
         for method in bayes:
-            out += _method_verdicts(where, BAYESIAN_LABELS[method], by[method][0], sgd, drop)
+            out += method_verdicts(where, BAYESIAN_LABELS[method], by[method][0], sgd, drop)
     return out
 
 
@@ -288,39 +290,32 @@ def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, A
     return out
 
 
-def _regression_verdicts(rows: list[dict[str, Any]]) -> list[str]:
-    """Who wins among regression runs, per dataset and architecture: each Bayesian run (BBB, IVON,
-    a Laplace posterior) against the SGD and dropout runs there, by test log-likelihood, RMSE and
-    calibration gap (one run per method, as the classifiers' verdicts)."""
+def _regression_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
+                         drop: dict[str, Any] | None) -> list[str]:
+    """The verdicts of one Bayesian regression run ``r`` against the SGD and dropout runs of its
+    architecture and dataset: test log-likelihood, RMSE and calibration gap."""
     out = []
-    groups: dict[tuple[Any, Any], dict[str, list[dict[str, Any]]]] = {}
-    for r in rows:
-        groups.setdefault((r["dataset"], r["hidden"]), {}).setdefault(r["method"], []).append(r)
-    for (dataset, hidden), by in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-        bayes = [m for m in BAYESIAN_LABELS if m in by]
-        if not bayes:
+    others = [o for o in (sgd, drop) if o is not None]
+    for key, text, higher in (("log_likelihood", "test log-likelihood", True), ("test_rmse", "test RMSE", False),
+                              ("calibration_gap", "calibration gap (pp)", False)):
+        rivals = [o for o in others if o[key] is not None]
+        if not rivals or r[key] is None:
             continue
-        where = f"{hidden or 'no hidden layer'}" + (f" on {dataset}" if len(groups) > 1 else "")
-        several = [m for m in (*BAYESIAN_LABELS, "sgd", "dropout") if len(by.get(m, [])) > 1]
-        if several:
-            out.append(f"{where}: no verdict: several {' and '.join(several)} runs; give one run per method and "
-                       "architecture")
-            continue
-        others = [by[m][0] for m in ("sgd", "dropout") if m in by]
-        for method in bayes:
-            r = by[method][0]
-            for key, text, higher in (("log_likelihood", "test log-likelihood", True),
-                                      ("test_rmse", "test RMSE", False),
-                                      ("calibration_gap", "calibration gap (pp)", False)):
-                rivals = [o for o in others if o[key] is not None]
-                if not rivals or r[key] is None:
-                    continue
-                best = (max if higher else min)(rivals, key=lambda o: o[key])
-                wins = r[key] > best[key] if higher else r[key] < best[key]
-                word = "best" if wins else f"not the best ({best['method']} wins)"
-                out.append(f"{where}: {BAYESIAN_LABELS[method]}'s {text} is {word}: {r[key]:.4g} against "
-                           f"{best[key]:.4g}.")
+        best = (max if higher else min)(rivals, key=lambda o: o[key])
+        wins = r[key] > best[key] if higher else r[key] < best[key]
+        word = "best" if wins else f"not the best ({best['method']} wins)"
+        out.append(f"{where}: {label}'s {text} is {word}: {r[key]:.4g} against {best[key]:.4g}.")
     return out
+
+
+def _md_head(name: str, command: str | None, rows: list[dict[str, Any]], shown: list[str],
+             heads: dict[str, str], digits: dict[str, int]) -> list[str]:
+    """The markdown's title, its command and its table of ``rows`` (columns ``shown``)."""
+    md = [f"# {name}", ""] + (["Made by:", "", "```", command, "```", ""] if command else [])
+    md += ["| " + " | ".join(heads.get(c, c) for c in shown) + " |",
+           "|" + "|".join("---" if c in ("run", "method", "dataset") else "---:" for c in shown) + "|"]
+    return md + ["| " + " | ".join(_md_cell(_fmt(r[c], digits.get(c, 2))) or "-" for c in shown) + " |"
+                 for r in rows]
 
 
 def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command: str | None) -> list[Path]:
@@ -335,10 +330,7 @@ def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command:
              "calibration_gap": "calibration gap pp", "coverage_bias": "coverage bias pp", "seconds": "train s"}
     digits = {"test_rmse": 4, "test_rmse_mean_weights": 4, "log_likelihood": 4, "coverage_95": 1,
               "calibration_gap": 1, "coverage_bias": 1, "seconds": 0}
-    md = [f"# {name}", ""] + (["Made by:", "", "```", command, "```", ""] if command else [])
-    md += ["| " + " | ".join(heads.get(c, c) for c in shown) + " |",
-           "|" + "|".join("---" if c in ("run", "method", "dataset") else "---:" for c in shown) + "|"]
-    md += ["| " + " | ".join(_md_cell(_fmt(r[c], digits.get(c, 2))) or "-" for c in shown) + " |" for r in rows]
+    md = _md_head(name, command, rows, shown, heads, digits)
     md += ["", "In the target's units, of the k-sample predictive (the mixture of the sampled networks' Gaussians; "
            "SGD: its one Gaussian; an ensemble: the mixture of its members'): the test RMSE of its mean, its mean "
            "log density per test row, and the share of the test targets inside its central 95% interval. "
@@ -349,7 +341,7 @@ def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command:
     if from_summary:
         md.append(f"No eval.json in {', '.join(from_summary)}: their metrics are those of the evaluation that ended "
                   "`bbb train` (summary.json), which has no calibration curve: `bbb evaluate` adds it.")
-    verdicts = _regression_verdicts(rows)
+    verdicts = _verdicts(rows, _regression_verdicts)
     if verdicts:
         md += ["", "## Who wins", ""] + [f"- {v}" for v in verdicts]
     md_path = out / f"{name}.md"
@@ -374,13 +366,7 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
              "nll": "NLL", "ece": "ECE %", "brier": "Brier", "auroc_entropy": "AUROC entropy",
              "auroc_mi": "AUROC MI", "auroc_max_prob": "AUROC max-prob", "reference_test_error": "reference %",
              "seconds": "train s"}
-    md = [f"# {name}", ""]
-    if command:
-        md += ["Made by:", "", "```", command, "```", ""]
-    md += ["| " + " | ".join(heads.get(c, c) for c in shown) + " |",
-           "|" + "|".join("---" if c in ("run", "method", "dataset") else "---:" for c in shown) + "|"]
-    for r in rows:
-        md.append("| " + " | ".join(_md_cell(_fmt(r[c], _DIGITS.get(c, 2))) or "-" for c in shown) + " |")
+    md = _md_head(name, command, rows, shown, heads, _DIGITS)
     oods = sorted({r["ood"] for r in rows if r.get("ood")})
     md += ["", "Test error, NLL, ECE (15 equal-width bins) and Brier are those of the k-sample predictive "
            "distribution (BBB, IVON: weight samples; dropout: MC dropout; SGD: its softmax, k = 1; an ensemble: "

@@ -78,7 +78,9 @@ def coverage_bias(scores: dict) -> float | str:
     cal = scores.get("interval_calibration")
     if cal is None:
         return ""
-    return sum(c - v for v, c in zip(cal["levels"], cal["coverage"])) / len(cal["levels"])
+    from bbb.uncertainty import coverage_gap
+
+    return coverage_gap(cal["levels"], cal["coverage"])["bias"]
 
 
 def main() -> int:

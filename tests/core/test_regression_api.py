@@ -132,6 +132,19 @@ def test_coverage_of_draws_from_the_model_is_near_the_level():
     assert U.interval_coverage(y, mu, s / 4, (0.9,))[0.9] < 0.8
 
 
+def test_coverage_gap_is_the_mean_distance_and_its_sign_and_interval_calibration_s_error():
+    gap = U.coverage_gap([0.5, 0.9, 0.95], [0.44, 0.81, 0.87])  # too narrow at every level
+    assert gap["error"] == pytest.approx((0.06 + 0.09 + 0.08) / 3) and gap["bias"] == pytest.approx(-gap["error"])
+    wide_and_narrow = U.coverage_gap((0.5, 0.9), (0.6, 0.8))  # the errors add, the signs cancel
+    assert wide_and_narrow["error"] == pytest.approx(0.1) and wide_and_narrow["bias"] == pytest.approx(0.0)
+    mu, s, y = _normalised_problem()
+    cal = U.interval_calibration(y, mu, s)
+    assert cal["error"] == U.coverage_gap(cal["levels"], cal["coverage"])["error"]
+    for levels, coverage in (([], []), ([0.5, 0.9], [0.5]), ([1.0], [0.9]), ([0.5], [1.2])):
+        with pytest.raises(UserError, match="coverage_gap"):
+            U.coverage_gap(levels, coverage)
+
+
 # --------------------------------------------------------------------------------------------
 # regression_metrics
 # --------------------------------------------------------------------------------------------

@@ -141,8 +141,10 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         cfg, summary = _training(d, cfg, summary)
     hidden = cfg.get("hidden") or summary.get("hidden") or []
     if regression:
+        from ..uncertainty.regression import coverage_gap
+
         cal = ev.get("interval_calibration")
-        bias = (sum(c - v for v, c in zip(cal["levels"], cal["coverage"])) / len(cal["levels"])) if cal else None
+        bias = coverage_gap(cal["levels"], cal["coverage"])["bias"] if cal else None
         return {"method": ev.get("method") or cfg.get("method"), "hidden": architecture(hidden),
                 "dataset": _dataset(ev, cfg), "task": "regression",
                 "test_rmse": float(ev["test_rmse_mc"]), "log_likelihood": float(ev["log_likelihood"]),

@@ -10,7 +10,7 @@ E_w H[p(y|x,w)] (aleatoric) + mutual information I[y; w | x] (epistemic).
 Regression: k sampled networks with Gaussian noise give ``means`` (k, B) and ``sigmas``; the
 predictive is their equal-weight mixture (:func:`gaussian_mixture_log_prob`,
 :func:`gaussian_mixture_quantiles`, :func:`interval_coverage`, :func:`interval_calibration`: the
-calibration curve), and :func:`regression_metrics`
+calibration curve; :func:`coverage_gap`: its error and sign), and :func:`regression_metrics`
 (or :func:`evaluate` with ``likelihood=``) reports RMSE, log-likelihood and interval coverage in
 the target's original units.
 
@@ -39,6 +39,7 @@ from .classification import (
 from .prediction import evaluate, predict
 from .regression import (
     CALIBRATION_LEVELS,
+    coverage_gap,
     gaussian_mixture_log_prob,
     gaussian_mixture_quantiles,
     interval_calibration,
@@ -74,6 +75,7 @@ __all__ = [
     "gaussian_mixture_quantiles",
     "CALIBRATION_LEVELS",
     "interval_calibration",
+    "coverage_gap",
     "interval_coverage",
     "regression_metrics",
     "risk_coverage",

@@ -15,8 +15,8 @@ from torch import Tensor
 from ..distributions import normal_log_prob
 from ..errors import UserError
 
-__all__ = ["CALIBRATION_LEVELS", "gaussian_mixture_log_prob", "gaussian_mixture_quantiles", "interval_calibration",
-           "interval_coverage", "regression_metrics", "regression_uncertainty"]
+__all__ = ["CALIBRATION_LEVELS", "coverage_gap", "gaussian_mixture_log_prob", "gaussian_mixture_quantiles",
+           "interval_calibration", "interval_coverage", "regression_metrics", "regression_uncertainty"]
 
 # Regression: the equal-weight mixture of k sampled Gaussians
 # --------------------------------------------------------------------------------------------
@@ -227,8 +227,28 @@ def interval_calibration(target: Tensor, means: Tensor, sigmas: Tensor | float,
     predictive; too narrow intervals cover less than their level, too wide ones more)."""
     cov = interval_coverage(target, means, sigmas, levels)
     lv = list(cov)
-    return {"levels": lv, "coverage": [cov[v] for v in lv],
-            "error": sum(abs(cov[v] - v) for v in lv) / len(lv)}
+    return {"levels": lv, "coverage": [cov[v] for v in lv], "error": coverage_gap(lv, cov.values())["error"]}
+
+
+def coverage_gap(levels: Iterable[float], coverage: Iterable[float]) -> dict[str, float]:
+    """How far central intervals' coverage lies from their levels, ``coverage[i]`` the share of
+    targets inside the interval of ``levels[i]`` (as :func:`interval_calibration` or
+    :func:`regression_metrics` give them): ``error``, the mean of |coverage - level| (0 for a
+    calibrated predictive), and ``bias``, the mean of coverage - level (above 0 the intervals are
+    too wide, underconfident; below 0 too narrow, overconfident).
+
+    Example:
+        >>> coverage_gap([0.5, 0.9, 0.95], [0.44, 0.81, 0.87])
+        {'error': 0.0766..., 'bias': -0.0766...}
+    """
+    lv, cov = [float(v) for v in levels], [float(c) for c in coverage]
+    if not lv or len(lv) != len(cov):
+        raise UserError(f"coverage_gap: one coverage per level is needed, got {len(lv)} level(s) and {len(cov)} "
+                        "coverage(s)")
+    if not all(0.0 < v < 1.0 for v in lv) or not all(0.0 <= c <= 1.0 for c in cov):
+        raise UserError(f"coverage_gap: levels must lie in (0, 1) and coverages in [0, 1], got {lv} and {cov}")
+    return {"error": sum(abs(c - v) for v, c in zip(lv, cov)) / len(lv),
+            "bias": sum(c - v for v, c in zip(lv, cov)) / len(lv)}
 
 
 def _unit(v: float | Tensor, name: str, positive: bool) -> float:

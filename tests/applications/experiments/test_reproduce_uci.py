@@ -224,7 +224,16 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
     assert "MC dropout (published)" in md and "MC dropout (ours)" in md and "deep ens. (ours)" in md
     assert "BBB against our own baselines" in md
     rows_md = [line for line in md.splitlines() if line.startswith("| yacht")]
-    assert len(rows_md) == 2 and all(line.count("**") == 2 for line in rows_md)  # the best of ours, once
+    assert len(rows_md) == 3 and all(line.count("**") == 2 for line in rows_md)  # the best of ours, once
+    # the intervals' table: each method's 50/90/95% coverage and the gap of methods.csv's columns
+    assert "### Interval coverage" in md and rows_md[2].startswith("| yacht |")
+    for r, text in zip(methods, rows_md[2].split(" | ")[1:]):
+        cov = [100 * float(r[f"coverage_{k}"]) for k in (50, 90, 95)]
+        assert text.startswith(" / ".join(f"{c:.0f}" for c in cov)), (text, cov)
+        gap = sum(abs(c - v) for c, v in zip(cov, (50, 90, 95))) / 3
+        assert float(r["calibration_gap"]) == pytest.approx(gap / 100) and f"{gap:.1f}" in text
+        assert float(r["coverage_bias"]) == pytest.approx(sum(c - v for c, v in zip(cov, (50, 90, 95))) / 300)
+    assert "calibration_gap_below_mc_dropout" in md
     jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
     assert len(jobs) == 2 * len(DEFAULT_VARIANTS)
     stamp = {p: (out / "jobs" / p).stat().st_mtime_ns for p in jobs}

@@ -25,7 +25,7 @@ from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
            "PUBLISHED_METHODS", "OUR_METHODS", "portable_command", "training_command", "by_method", "head_to_head",
-           "targets"]
+           "targets", "coverage_levels", "calibration"]
 
 #: the columns of table.csv (then the chosen settings)
 TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_se"]
@@ -201,6 +201,10 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
     row["noise_scale_median"] = sorted(r["noise_scale"] for r in per_split)[len(per_split) // 2]
     row["seconds"] = round(sum(vals[v.name].get("seconds", 0.0) + tests[v.name].get("seconds", 0.0)
                                for v in variants if v.name in vals and v.name in tests), 1)
+    row.update(calibration(row))
+    biases = [calibration(r).get("coverage_bias", math.nan) for r in per_split]
+    if "coverage_bias" in row and all(math.isfinite(b) for b in biases):
+        row["coverage_bias_se"] = _mean_se(biases)[1]  # over the splits: the bias's noise
     row["method"] = method
     rows_v = []
     for v in variants:
@@ -212,6 +216,27 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
         rows_v.append({"dataset": dataset, "method": method, "variant": v.name, "rmse_mean": a, "rmse_se": ase,
                        "ll_mean": b, "ll_se": bse})
     return row, per_split, rows_v
+
+
+def coverage_levels(row: Mapping[str, Any]) -> dict[float, float]:
+    """{level: share of the test targets inside the central interval} of a row's ``coverage_NN``
+    columns (the split means of the harness's 50, 90 and 95% intervals), in the levels' order."""
+    found = {float(k.removeprefix("coverage_")) / 100: float(v) for k, v in row.items()
+             if k.startswith("coverage_") and k.removeprefix("coverage_").isdigit() and v not in ("", None)}
+    return dict(sorted(found.items()))
+
+
+def calibration(row: Mapping[str, Any]) -> dict[str, float]:
+    """``calibration_gap`` and ``coverage_bias`` of a method's row: :func:`bbb.uncertainty.coverage_gap`
+    of its split-mean coverages (the intervals' systematic miscalibration; a split's own gap,
+    31 test rows on yacht, would add the test set's sampling noise); none without coverages."""
+    from ...uncertainty.regression import coverage_gap
+
+    cov = coverage_levels(row)
+    if not cov or not all(math.isfinite(c) for c in cov.values()):
+        return {}
+    gap = coverage_gap(cov, cov.values())
+    return {"calibration_gap": gap["error"], "coverage_bias": gap["bias"]}
 
 
 def published() -> dict[tuple[str, str, str], tuple[float, float]]:
@@ -275,12 +300,43 @@ def _markdown(method_rows: list[dict[str, Any]]) -> str:
             n = next(ours[m][d]["n_splits"] for m in names if d in ours[m])
             lines.append(f"| {d} (n={n}) | " + " | ".join(cells) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _coverage_markdown(ours, names, datasets))
+
+
+def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[str], datasets: list[str]) -> list[str]:
+    """The intervals' table: each method's split-mean coverage of the 50/90/95% intervals and its
+    calibration gap (the smallest of ours in bold) and bias; none without coverages."""
+    rows = {(m, d): ours[m][d] for m in names for d in datasets if "calibration_gap" in ours[m].get(d, {})}
+    if not rows:
+        return []
+    levels = next(iter(coverage_levels(r) for r in rows.values()))
+    said = " / ".join(f"{100 * v:g}" for v in levels)
+    lines = [f"### Interval coverage (% of test targets inside the central {said}% intervals, split means; "
+             "gap: mean |coverage - level| in points, lower is better; then the mean of coverage - level, + too wide, "
+             "- too narrow, +- its standard error over the splits)", "",
+             "| dataset | " + " | ".join(OUR_METHODS[m] for m in names) + " |", "|---|" + "---|" * len(names)]
+    for d in datasets:
+        gaps = {m: rows[(m, d)]["calibration_gap"] for m in names if (m, d) in rows}
+        if not gaps:
+            continue
+        cells = []
+        for m in names:
+            if (m, d) not in rows:
+                cells.append("-")
+                continue
+            r = rows[(m, d)]
+            gap = f"{100 * r['calibration_gap']:.1f}"
+            se = f" +- {100 * r['coverage_bias_se']:.1f}" if "coverage_bias_se" in r else ""
+            cells.append(" / ".join(f"{100 * c:.0f}" for c in coverage_levels(r).values())
+                         + f" (gap {f'**{gap}**' if len(gaps) > 1 and gaps[m] == min(gaps.values()) else gap}, "
+                         f"{100 * r['coverage_bias']:+.1f}{se})")
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
-    """On how many datasets BBB's mean test LL is above, and its RMSE below, each of our other
-    methods' (the datasets both have)."""
+    """On how many datasets BBB's mean test LL is above, its RMSE below and its intervals' calibration
+    gap below each of our other methods' (the datasets both have; the gap where both rows have it)."""
     ours = by_method(method_rows)
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}
@@ -292,6 +348,9 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
         out[f"datasets_vs_{m}"] = len(both)
         out[f"ll_above_{m}"] = sum(bbb[d]["ll_mean"] > ours[m][d]["ll_mean"] for d in both)
         out[f"rmse_below_{m}"] = sum(bbb[d]["rmse_mean"] < ours[m][d]["rmse_mean"] for d in both)
+        if all("calibration_gap" in bbb[d] and "calibration_gap" in ours[m][d] for d in both):
+            out[f"calibration_gap_below_{m}"] = sum(bbb[d]["calibration_gap"] < ours[m][d]["calibration_gap"]
+                                                    for d in both)
     return out
 
 

@@ -122,6 +122,38 @@ def _uci(root: Path) -> Benchmark | None:
                      True, "the splits", list(tasks.values()), cost, what)
 
 
+def _uci_calibration(root: Path) -> Benchmark | None:
+    """The same UCI runs' intervals: each method's calibration gap (methods.csv, in points), paired
+    over the splits by their terms of the gap (splits.csv; :func:`~bbb.experiments.uci.report.gap_terms`)."""
+    from .uci.report import gap_terms
+
+    path = root / "uci" / "methods.csv"
+    if not path.is_file():
+        return None
+    rows = [r for r in _rows(path) if _num(r.get("calibration_gap")) is not None]
+    if not rows:
+        return None
+    per_split: dict[tuple[str, str], list[dict[str, str]]] = {}
+    split_path = root / "uci" / "splits.csv"
+    for r in _rows(split_path) if split_path.is_file() else []:
+        per_split.setdefault((r["dataset"], r["method"]), []).append(r)
+    tasks: dict[str, Task] = {}
+    for r in rows:
+        split_rows = per_split.get((r["dataset"], r["method"]), [])
+        terms = gap_terms(r, split_rows)
+        units = {s["split"]: 100.0 * t for s, t in zip(split_rows, terms)} if terms else None
+        se = _num(r.get("calibration_gap_se"))
+        tasks.setdefault(r["dataset"], Task(r["dataset"], {})).scores[r["method"]] = Score(
+            100.0 * float(r["calibration_gap"]), None if se is None else 100.0 * se, units)
+    uci = _uci(root)
+    return Benchmark("UCI regression: do the intervals hold their level?", "results/uci/methods.csv",
+                     "calibration gap, points: the mean |coverage - level| of the central 50, 90 and 95% intervals",
+                     False, "the splits", list(tasks.values()), uci.cost if uci else {}, uci.cost_unit if uci else "",
+                     ["The same runs as the log-likelihood above, the same cost; each method's noise was chosen on "
+                      "validation log-likelihood, never on coverage. Which side a method misses on (too wide or too "
+                      "narrow) is in results/uci/README.md, \"Interval calibration\"."])
+
+
 #: the LoRA runs, the newest first: the page reads the newest one there is
 LORA_RUNS = ("lora/second-run", "lora")
 
@@ -293,8 +325,8 @@ def _your_data(root: Path) -> Benchmark | None:
                             "read them against the single networks' standard errors (0.005-0.15)."])
 
 
-LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (_uci, _lora, _mnist, _fashion, _uncertainty,
-                                                            _uncertainty_ood, _your_data)
+LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (_uci, _uci_calibration, _lora, _mnist, _fashion,
+                                                            _uncertainty, _uncertainty_ood, _your_data)
 
 
 def load_benchmarks(results: Path) -> list[Benchmark]:

@@ -233,6 +233,12 @@ def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
         gap = sum(abs(c - v) for c, v in zip(cov, (50, 90, 95))) / 3
         assert float(r["calibration_gap"]) == pytest.approx(gap / 100) and f"{gap:.1f}" in text
         assert float(r["coverage_bias"]) == pytest.approx(sum(c - v for c, v in zip(cov, (50, 90, 95))) / 300)
+        # the gap is the mean of the splits' terms, its standard error theirs (splits.csv's coverages)
+        terms = R.gap_terms(r, [x for x in split_rows if x["method"] == r["method"]])
+        assert len(terms) == N_SPLITS and sum(terms) / N_SPLITS == pytest.approx(float(r["calibration_gap"]))
+        m = sum(terms) / N_SPLITS
+        se = math.sqrt(sum((t - m) ** 2 for t in terms) / N_SPLITS / N_SPLITS)
+        assert float(r["calibration_gap_se"]) == pytest.approx(se) and f"+- {100 * se:.1f}" in text
     assert "calibration_gap_below_mc_dropout" in md
     jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
     assert len(jobs) == 2 * len(DEFAULT_VARIANTS)

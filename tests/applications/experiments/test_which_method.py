@@ -129,6 +129,37 @@ def test_the_bbb_ensembles_cost_includes_the_bbb_run_it_is_chosen_from(tmp_path)
     assert "includes bbb's" in render([b], "cmd")
 
 
+def test_the_uci_intervals_are_a_benchmark_of_their_own_paired_by_split(tmp_path):
+    """Each method's calibration gap (methods.csv, in points), paired over the splits by each
+    split's term of the gap from splits.csv: two methods a split apart in the same direction are a
+    win, where their independent standard errors would call it a tie; a file without the gap
+    (before the column existed) gives no such benchmark."""
+    uci = tmp_path / "uci"
+    uci.mkdir()
+    cov = {"bbb": [(0.45, 0.85, 0.90), (0.43, 0.83, 0.88)], "ivon": [(0.49, 0.89, 0.94), (0.47, 0.87, 0.92)]}
+    split_lines = ["method,dataset,split,ll,coverage_50,coverage_90,coverage_95"]
+    rows = []
+    for m, splits in cov.items():
+        split_lines += [f"{m},yacht,{i},0.0,{a},{b},{c}" for i, (a, b, c) in enumerate(splits)]
+        mean = [sum(x) / 2 for x in zip(*splits)]
+        gap = sum(abs(c - v) for c, v in zip(mean, (0.5, 0.9, 0.95))) / 3
+        rows.append(f"{m},yacht,2,0.8,0.06,-0.3,0.07,60,{mean[0]},{mean[1]},{mean[2]},{gap},0.03")
+    head = "method,dataset,n_splits,rmse_mean,rmse_se,ll_mean,ll_se,seconds,coverage_50,coverage_90,coverage_95,"
+    (uci / "methods.csv").write_text(head + "calibration_gap,calibration_gap_se\n" + "\n".join(rows) + "\n")
+    (uci / "splits.csv").write_text("\n".join(split_lines) + "\n")
+    b = next(x for x in load_benchmarks(tmp_path) if x.name.startswith("UCI regression: do the intervals"))
+    assert not b.higher_is_better and b.cost == {"bbb": 1.0, "ivon": 1.0}
+    (task,) = b.tasks
+    assert task.scores["bbb"].mean == pytest.approx(6.0) and task.scores["ivon"].mean == pytest.approx(2.0)
+    assert task.scores["bbb"].units == pytest.approx({"0": 5.0, "1": 7.0})  # their mean is the gap
+    assert winners(task, b.higher_is_better) == ["ivon"]  # 4 points on both splits: paired, a win
+    unpaired = Task("yacht", {m: Score(v.mean, v.se) for m, v in task.scores.items()})
+    assert winners(unpaired, b.higher_is_better) == ["ivon", "bbb"]  # their standard errors alone: a tie
+    old = [",".join(r.split(",")[:11]) for r in rows]
+    (uci / "methods.csv").write_text(head.rstrip(",") + "\n" + "\n".join(old) + "\n")
+    assert not any(x.name.startswith("UCI regression: do the intervals") for x in load_benchmarks(tmp_path))
+
+
 def test_the_lora_cost_sums_every_job_once_and_laplace_carries_maps_validation(tmp_path):
     """seeds.csv: each test job's seconds, and on the seed whose validation chose the setting that
     job's seconds; a method's cost is the sum (each validation job once); the Laplace trains at

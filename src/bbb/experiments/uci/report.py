@@ -25,7 +25,7 @@ from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
            "PUBLISHED_METHODS", "OUR_METHODS", "portable_command", "training_command", "by_method", "head_to_head",
-           "targets", "coverage_levels", "calibration"]
+           "targets", "coverage_levels", "calibration", "gap_terms"]
 
 #: the columns of table.csv (then the chosen settings)
 TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_se"]
@@ -202,9 +202,9 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
     row["seconds"] = round(sum(vals[v.name].get("seconds", 0.0) + tests[v.name].get("seconds", 0.0)
                                for v in variants if v.name in vals and v.name in tests), 1)
     row.update(calibration(row))
-    biases = [calibration(r).get("coverage_bias", math.nan) for r in per_split]
-    if "coverage_bias" in row and all(math.isfinite(b) for b in biases):
-        row["coverage_bias_se"] = _mean_se(biases)[1]  # over the splits: the bias's noise
+    terms = gap_terms(row, per_split)
+    if "calibration_gap" in row and terms and all(math.isfinite(t) for t in terms):
+        row["calibration_gap_se"] = _mean_se(terms)[1]
     row["method"] = method
     rows_v = []
     for v in variants:
@@ -237,6 +237,22 @@ def calibration(row: Mapping[str, Any]) -> dict[str, float]:
         return {}
     gap = coverage_gap(cov, cov.values())
     return {"calibration_gap": gap["error"], "coverage_bias": gap["bias"]}
+
+
+def gap_terms(row: Mapping[str, Any], split_rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Each split's term of a method's calibration gap (``row``: its split means, ``split_rows``:
+    its splits): the mean over the levels of sign(mean coverage - level) x (the split's coverage
+    - level). Their mean is the gap exactly, so their standard error is the gap's (the delta
+    method), and two methods' terms pair by split."""
+    mean = coverage_levels(row)
+    signs = {v: (c > v) - (c < v) for v, c in mean.items()}
+    out = []
+    for r in split_rows:
+        cov = coverage_levels(r)
+        if set(cov) != set(signs):
+            return []
+        out.append(sum(signs[v] * (c - v) for v, c in cov.items()) / len(cov))
+    return out
 
 
 def published() -> dict[tuple[str, str, str], tuple[float, float]]:
@@ -312,8 +328,8 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
     levels = next(iter(coverage_levels(r) for r in rows.values()))
     said = " / ".join(f"{100 * v:g}" for v in levels)
     lines = [f"### Interval coverage (% of test targets inside the central {said}% intervals, split means; "
-             "gap: mean |coverage - level| in points, lower is better; then the mean of coverage - level, + too wide, "
-             "- too narrow, +- its standard error over the splits)", "",
+             "gap: mean |coverage - level| in points, lower is better, +- its standard error over the splits; then "
+             "the mean of coverage - level: + too wide, - too narrow)", "",
              "| dataset | " + " | ".join(OUR_METHODS[m] for m in names) + " |", "|---|" + "---|" * len(names)]
     for d in datasets:
         gaps = {m: rows[(m, d)]["calibration_gap"] for m in names if (m, d) in rows}
@@ -326,10 +342,10 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
                 continue
             r = rows[(m, d)]
             gap = f"{100 * r['calibration_gap']:.1f}"
-            se = f" +- {100 * r['coverage_bias_se']:.1f}" if "coverage_bias_se" in r else ""
+            gap = f"**{gap}**" if len(gaps) > 1 and gaps[m] == min(gaps.values()) else gap
+            se = f" +- {100 * r['calibration_gap_se']:.1f}" if "calibration_gap_se" in r else ""
             cells.append(" / ".join(f"{100 * c:.0f}" for c in coverage_levels(r).values())
-                         + f" (gap {f'**{gap}**' if len(gaps) > 1 and gaps[m] == min(gaps.values()) else gap}, "
-                         f"{100 * r['coverage_bias']:+.1f}{se})")
+                         + f" (gap {gap}{se}, {100 * r['coverage_bias']:+.1f})")
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     return lines + [""]
 

@@ -288,23 +288,20 @@ ENSEMBLE_NAMES = {"bbb": "bbb_ensemble", "sgd": "deep_ensemble", "dropout": "mc_
                   "ivon": "ivon_ensemble"}
 
 
-def _your_data(root: Path) -> Benchmark | None:
+def _your_data_tasks(root: Path, member: Callable[[str, dict[str, str]], float | None],
+                     ensemble: Callable[[str, dict[str, str]], float | None]) -> list[Task] | None:
+    """The your-data benchmark's tasks: per table, each method's mean over its seeds (members.csv's
+    rows through ``member``, paired by seed) and each ensemble's one value (ensembles.csv's row
+    through ``ensemble``); None without the files."""
     path, members = root / "your-data" / "ensembles.csv", root / "your-data" / "members.csv"
     if not (path.is_file() and members.is_file()):
         return None
-
-    rows = _rows(path)
-    nll = {r["table"] for r in rows if r.get("fit") == "NLL"}  # a classifier's: minus its log-likelihood
-
-    def ll(table: str, v: float | None) -> float | None:
-        return None if v is None else (-v if table in nll else v)
-
     seeds: dict[tuple[str, str], dict[str, float]] = {}
-    for r in _rows(members):  # (its ``fit`` is the value, ensembles.csv's ``fit`` says which)
-        if (v := ll(r["table"], _num(r.get("fit")))) is not None:
+    for r in _rows(members):
+        if (v := member(r["table"], r)) is not None:
             seeds.setdefault((r["table"], r["method"]), {})[r["seed"]] = v
     tasks: dict[str, Task] = {}
-    for r in rows:
+    for r in _rows(path):
         task = tasks.setdefault(r["table"], Task(r["table"], {}))
         units = seeds.get((r["table"], r["method"]), {})
         if len(units) > 1:
@@ -312,11 +309,25 @@ def _your_data(root: Path) -> Benchmark | None:
             mean = sum(vals) / len(vals)
             sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
             task.scores[YOUR_DATA_NAMES.get(r["method"], r["method"])] = Score(mean, sd / math.sqrt(len(vals)), units)
-        if (e := ll(r["table"], _num(r.get("ensemble_fit")))) is not None:
+        if (e := ensemble(r["table"], r)) is not None:
             task.scores[ENSEMBLE_NAMES.get(r["method"], r["method"] + "_ensemble")] = Score(e, None)
+    return list(tasks.values())
+
+
+def _your_data(root: Path) -> Benchmark | None:
+    path = root / "your-data" / "ensembles.csv"
+    nll = {r["table"] for r in _rows(path) if r.get("fit") == "NLL"} if path.is_file() else set()
+
+    def ll(table: str, v: float | None) -> float | None:  # a classifier's: minus its NLL
+        return None if v is None else (-v if table in nll else v)
+
+    tasks = _your_data_tasks(root, lambda t, r: ll(t, _num(r.get("fit"))),
+                             lambda t, r: ll(t, _num(r.get("ensemble_fit"))))
+    if tasks is None:
+        return None
     return Benchmark("Your own tables at the table defaults (5 seeds each, one split)", "results/your-data/"
                      "ensembles.csv, members.csv", "test log-likelihood per row", True,
-                     "the seeds (an ensemble of the 5: none)", list(tasks.values()),
+                     "the seeds (an ensemble of the 5: none)", tasks,
                      notes=["Each method at `bbb train`'s defaults for a table, nothing tuned per table (the UCI "
                             "benchmark above tunes each on validation per split); mushroom's log-likelihood is "
                             "minus its NLL. One split per table, 31 to 819 test rows. An ensemble is one value "
@@ -325,8 +336,27 @@ def _your_data(root: Path) -> Benchmark | None:
                             "read them against the single networks' standard errors (0.005-0.15)."])
 
 
+def _your_data_calibration(root: Path) -> Benchmark | None:
+    """The same runs' calibration, in points: a regression table's interval gap (the mean |coverage -
+    level| of the central 5-99% intervals), a classifier's ECE."""
+    def points(v: float | None) -> float | None:
+        return None if v is None else 100.0 * v
+
+    tasks = _your_data_tasks(root, lambda t, r: points(_num(r.get("calibration"))),
+                             lambda t, r: points(_num(r.get("ensemble_calibration"))))
+    if tasks is None or not any(t.scores for t in tasks):
+        return None
+    return Benchmark("Your own tables at the table defaults: calibration", "results/your-data/ensembles.csv, "
+                     "members.csv", "calibration, points: a regression's interval gap (mean |coverage - level| of "
+                     "the central 5-99% intervals), a classifier's ECE (15 bins)", False,
+                     "the seeds (an ensemble of the 5: none)", tasks,
+                     notes=["The same runs as the log-likelihood above. Which side a method misses on (too wide or "
+                            "too narrow) is in results/your-data/README.md."])
+
+
 LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (_uci, _uci_calibration, _lora, _mnist, _fashion,
-                                                            _uncertainty, _uncertainty_ood, _your_data)
+                                                            _uncertainty, _uncertainty_ood, _your_data,
+                                                            _your_data_calibration)
 
 
 def load_benchmarks(results: Path) -> list[Benchmark]:

@@ -100,6 +100,30 @@ def test_your_data_reads_each_seed_and_each_ensemble(tmp_path):
     assert mush.scores["sgd"].mean == pytest.approx(-0.09) and mush.scores["deep_ensemble"].mean == -0.08
 
 
+def test_your_data_calibration_is_a_benchmark_of_its_own_in_points(tmp_path):
+    """The same files' calibration columns (a regression's interval gap, a classifier's ECE) as a
+    lower-is-better benchmark in points, per seed and per ensemble; without them, none."""
+    d = tmp_path / "your-data"
+    d.mkdir()
+    (d / "ensembles.csv").write_text(
+        "table,method,members,n_test,score,members_mean,members_best,members_worst,ensemble,fit,members_mean_fit,"
+        "ensemble_fit,calibration,members_mean_calibration,ensemble_calibration\n"
+        "yacht,bbb,2,31,RMSE,1,1,1,1,log-likelihood,-1.1,-1.0,interval gap,0.2,0.25\n"
+        "yacht,sgd,2,31,RMSE,1,1,1,1,log-likelihood,-0.5,-0.2,interval gap,0.05,0.1\n")
+    (d / "members.csv").write_text(
+        "table,method,seed,score,fit,calibration\nyacht,bbb,0,1,-1.0,0.19\nyacht,bbb,1,1,-1.2,0.21\n"
+        "yacht,sgd,0,1,-0.4,0.04\nyacht,sgd,1,1,-0.6,0.06\n")
+    b = next(x for x in load_benchmarks(tmp_path) if x.name.endswith(": calibration"))
+    assert not b.higher_is_better and "interval gap" in b.score and "ECE" in b.score
+    (yacht,) = b.tasks
+    assert yacht.scores["bbb"].mean == pytest.approx(20.0) and yacht.scores["bbb"].units == pytest.approx(
+        {"0": 19.0, "1": 21.0})
+    assert yacht.scores["deep_ensemble"].mean == pytest.approx(10.0) and yacht.scores["deep_ensemble"].se is None
+    assert winners(yacht, b.higher_is_better) == ["sgd"]  # 15 points below bbb on both seeds
+    log_likelihood = next(x for x in load_benchmarks(tmp_path) if x.source.startswith("results/your-data"))
+    assert log_likelihood.higher_is_better and log_likelihood.tasks[0].scores["bbb"].mean == pytest.approx(-1.1)
+
+
 def test_the_committed_page_is_what_the_committed_results_give(capsys):
     """docs/which_method.md is written by the command, never by hand: regenerate it
     (`bbb reproduce which`) whenever results/ changes."""

@@ -26,6 +26,7 @@ from .common import (
     score_text,
     scores_table,
     text_table,
+    weights_text,
 )
 from .parser import (  # noqa: F401 - the registry finds every command here
     add_demo_arguments,
@@ -247,10 +248,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
     print_pruning(rows)
     print(f"wrote {Path(args.run_dir) / 'pruning.csv'}")
     return 0
-
-
-def weights_text(n: int) -> str:
-    return f"{n / 1e6:.2f}m" if n >= 1e6 else (f"{n / 1e3:.0f}k" if n >= 1e3 else str(n))
 
 
 def print_pruning(rows: Sequence[dict[str, Any]]) -> None:

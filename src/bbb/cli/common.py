@@ -84,6 +84,13 @@ def text_table(rows: Sequence[Sequence[str]], header: Sequence[str], left: bool 
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
+def weights_text(n: int | None) -> str:
+    """A count of weights as a table shows it: 1.20m, 480k, 12; "-" for none."""
+    if n is None:
+        return "-"
+    return f"{n / 1e6:.2f}m" if n >= 1e6 else (f"{n / 1e3:.0f}k" if n >= 1e3 else str(n))
+
+
 def pct_text(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 

@@ -17,8 +17,9 @@ from bbb.experiments import mnist as M
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
 from bbb.experiments.mnist.plan import make_job
+from bbb.experiments.mnist.pruning_table import table2_md
 from bbb.experiments.mnist.recipes import PAPER_METHODS
-from bbb.experiments.mnist.tables import recipes_md, table2_md
+from bbb.experiments.mnist.tables import recipes_md
 from bbb.runs.config import METHOD_DEFAULTS
 from testkit import SILENT, blobs4, eager_kernels, read_csv, run_main
 

@@ -23,8 +23,9 @@ from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist import figures as MF
 from bbb.experiments.mnist.jobs import command_line, select_candidate
 from bbb.experiments.mnist.plan import run_name
+from bbb.experiments.mnist.pruning_table import snr_stats
 from bbb.experiments.mnist.recipes import SCREEN_PP
-from bbb.experiments.mnist.tables import recipes_md, snr_stats
+from bbb.experiments.mnist.tables import recipes_md
 from testkit import SILENT, blobs4, eager_kernels, read_csv, run_main, summary
 
 

@@ -12,11 +12,12 @@ import torch
 from torch import Tensor
 
 from ... import runs as T
+from ...cli.common import weights_text
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...progress import plural
 from ...runs.jobs import CallbackList, JobCallbacks, State, read_json
-from . import tables
+from . import pruning_table, tables
 from .ensemble_rows import ensemble_rows
 from .figures import FIG2_METHODS, figure2, figure3, figure4
 from .jobs import Progress, command_line, limit_data, population_groups, state_of, train_jobs, train_populations
@@ -331,16 +332,16 @@ def _write_outputs(cfg: ReproduceConfig, out: Path, data: dict[str, Tensor],
         log(f"Table 2 and Figure 4 not rewritten: {_absent_text([chosen['bbb_mixture'].name], cfg)}")
     elif mix.selected is not None:
         job = trained["bbb_mixture"]
-        db = tables.snr_db_of(job)
-        snr = tables.snr_stats(db)
-        table2 = tables.table2_rows(cfg, job, data)
+        db = pruning_table.snr_db_of(job)
+        snr = pruning_table.snr_stats(db)
+        table2 = pruning_table.table2_rows(cfg, job, data)
         atomic_write_text(out / "table2_pruning.csv", csv_text(TABLE2_COLUMNS, table2))
-        atomic_write_text(out / "table2_pruning.md", tables.table2_md(
+        atomic_write_text(out / "table2_pruning.md", pruning_table.table2_md(
             cfg, table2, job, snr,
             instead_of=None if job.name == chosen["bbb_mixture"].name else chosen["bbb_mixture"]))
         files += ["table2_pruning.csv", "table2_pruning.md"]
         files += figure4(out, job, db)
-        log(tables.snr_sentence(snr))
+        log(pruning_table.snr_sentence(snr))
     elif mix.status == "diverged":
         log("the 2x1200 BBB (scale mixture) cell diverged: no Table 2 and no Figure 4")
     else:
@@ -386,5 +387,5 @@ def _print_summary(table1: Sequence[dict[str, Any]], table2: Sequence[dict[str, 
         log(f"{'removed':>8} {'#weights':>9} {'ours':>7} {'paper':>6}")
         for r in table2:
             paper = "-" if r["paper_test_error"] is None else f"{r['paper_test_error']:.2f}%"
-            log(f"{100 * r['fraction_removed']:>7g}% {tables.weights_text(r['weights_left']):>9} "
+            log(f"{100 * r['fraction_removed']:>7g}% {weights_text(r['weights_left']):>9} "
                 f"{r['test_error']:>6.2f}% {paper:>6}")

@@ -19,8 +19,9 @@ from ...nn import bayes_modules
 from ...options import is_bayesian
 from ...plots import canvas, save_png
 from .plan import Job
+from .pruning_table import quantile, snr_db_of, snr_sentence, snr_stats
 from .recipes import PAPER_METHODS, PAPER_SNR_RANGE_DB, SNR_CUTOFF
-from .tables import pct, quantile, snr_db_of, snr_sentence, snr_stats
+from .tables import pct
 
 #: the methods of Figures 2 and 3: the paper's three, and IVON (not in the paper) where the budget
 #: trains it

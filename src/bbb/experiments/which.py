@@ -158,21 +158,25 @@ def _uci_calibration(root: Path) -> Benchmark | None:
 LORA_RUNS = ("lora/second-run", "lora")
 
 
-def _lora(root: Path) -> Benchmark | None:
+def _lora(root: Path, metric: str = "nll") -> Benchmark | None:
+    """The newest LoRA run's test NLL (``metric="nll"``) or ECE (``"ece"``) per task and method,
+    paired over the seeds (seeds.csv), and each method's cost."""
     folder = next((root / r for r in LORA_RUNS if (root / r / "methods.csv").is_file()), None)
     if folder is None:
         return None
     path = folder / "methods.csv"
     tasks: dict[str, Task] = {}
     units = _units(folder / "seeds.csv", lambda r: (f"{r['arch']} {r['task']} K={r['shots']}", r["method"]),
-                   "seed", "nll")
+                   "seed", metric)
     for r in _rows(path):
-        mean = _num(r["nll"])
+        mean = _num(r.get(metric))
         if mean is None:
             continue
         name = f"{r['arch']} {r['task']} K={r['shots']}"
-        tasks.setdefault(name, Task(name, {})).scores[r["method"]] = Score(mean, _num(r["nll_se"]),
+        tasks.setdefault(name, Task(name, {})).scores[r["method"]] = Score(mean, _num(r.get(f"{metric}_se")),
                                                                           units.get((name, r["method"])))
+    if not tasks:
+        return None
     cost: dict[str, float] = {}
     chose: dict[str, float] = {}  # the validation jobs' minutes, by method
     seeds = folder / "seeds.csv"
@@ -187,9 +191,17 @@ def _lora(root: Path) -> Benchmark | None:
         cost["laplace"] += chose["map"]
         what += "; laplace's includes map's validation, which chooses its setting"
     notes = [] if cost else ["Cost: not in this run's files (reported before the seconds were recorded)."]
-    return Benchmark("Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)",
-                     f"results/{folder.relative_to(root)}/methods.csv",
-                     "test NLL", False, "the seeds", list(tasks.values()), cost, what, notes=notes)
+    if metric == "ece":
+        notes = ["The same runs as the NLL above, the same cost: the ECE of the averaged probabilities, 15 "
+                 "equal-width bins, as a fraction."]
+    name = "Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)" + (": calibration" if metric == "ece"
+                                                                           else "")
+    return Benchmark(name, f"results/{folder.relative_to(root)}/methods.csv", "test NLL" if metric == "nll" else
+                     "test ECE", False, "the seeds", list(tasks.values()), cost, what, notes=notes)
+
+
+def _lora_calibration(root: Path) -> Benchmark | None:
+    return _lora(root, "ece")
 
 
 def _mnist(root: Path) -> Benchmark | None:
@@ -354,9 +366,9 @@ def _your_data_calibration(root: Path) -> Benchmark | None:
                             "too narrow) is in results/your-data/README.md."])
 
 
-LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (_uci, _uci_calibration, _lora, _mnist, _fashion,
-                                                            _uncertainty, _uncertainty_ood, _your_data,
-                                                            _your_data_calibration)
+LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (
+    _uci, _uci_calibration, _lora, _lora_calibration, _mnist, _fashion, _uncertainty, _uncertainty_ood, _your_data,
+    _your_data_calibration)
 
 
 def load_benchmarks(results: Path) -> list[Benchmark]:

@@ -200,6 +200,24 @@ def test_the_lora_cost_sums_every_job_once_and_laplace_carries_maps_validation(t
     b = next(x for x in load_benchmarks(tmp_path) if "LoRA" in x.name)
     assert b.cost == {"map": 5.0, "laplace": 3.5, "bbb_a": 14.5}
     assert "laplace's includes map's validation" in render([b], "cmd")
+    assert not any(x.name.endswith(": calibration") for x in load_benchmarks(tmp_path))  # no ECE in these files
+
+
+def test_the_lora_ece_is_a_benchmark_of_its_own_paired_by_seed(tmp_path):
+    run = tmp_path / "lora" / "second-run"
+    run.mkdir(parents=True)
+    (run / "methods.csv").write_text("arch,task,shots,method,nll,nll_se,ece,ece_se\n"
+                                     "cnn,digits,5,map,1.0,0.1,0.12,0.05\ncnn,digits,5,bbb_a,0.8,0.1,0.04,0.05\n")
+    (run / "seeds.csv").write_text("arch,task,shots,method,seed,nll,ece,seconds\n" + "\n".join(
+        f"cnn,digits,5,{m},{seed},1.0,{e + 0.02 * seed},60" for m, e in (("map", 0.1), ("bbb_a", 0.02))
+        for seed in range(3)) + "\n")
+    nll, ece = (next(x for x in load_benchmarks(tmp_path) if x.name.endswith(end)) for end in ("50)", ": calibration"))
+    assert ece.score == "test ECE" and not ece.higher_is_better and ece.cost == nll.cost == {"map": 3.0, "bbb_a": 3.0}
+    (task,) = ece.tasks
+    assert task.scores["bbb_a"].mean == 0.04 and task.scores["bbb_a"].units == pytest.approx(
+        {"0": 0.02, "1": 0.04, "2": 0.06})
+    assert winners(task, False) == ["bbb_a"]  # 0.08 below map's on every seed: paired, a win (unpaired, a tie)
+    assert winners(Task("t", {m: Score(v.mean, v.se) for m, v in task.scores.items()}), False) == ["bbb_a", "map"]
 
 
 def test_a_run_trained_in_a_population_costs_its_share_of_the_populations_time(tmp_path):

@@ -35,6 +35,13 @@ def test_the_spread_is_the_mean_and_sample_sd_over_seeds_of_what_every_run_holds
     assert got[1]["rmse_sd"] == 0.0 and got[1]["ll_by_seed"] == "-1.2000 -1.1000 -1.0000"
     # a different number of splits is not the same entry
     assert seed_spread({0: [row("yacht", "bbb", 1, 1, n=20)], 1: [row("yacht", "bbb", 1, 1, n=3)]}) == []
+    # the intervals' gap where every run has it (a run reported before the column existed has none)
+    gaps = seed_spread({s: [{**row("yacht", "bbb", 1, 1), "calibration_gap": g},
+                            {**row("yacht", "mc_dropout", 1, 1), **({"calibration_gap": g} if s else {})}]
+                        for s, g in ((0, 0.02), (1, 0.04), (2, 0.06))})
+    assert gaps[0]["calibration_gap_mean"] == pytest.approx(0.04)
+    assert gaps[0]["calibration_gap_sd"] == pytest.approx(0.02)
+    assert gaps[0]["calibration_gap_by_seed"] == "0.0200 0.0400 0.0600" and "calibration_gap_mean" not in gaps[1]
     with pytest.raises(UserError, match="2 or more seeds"):
         seed_spread({0: [row("yacht", "bbb", 1, 1)]})
 
@@ -60,9 +67,14 @@ def test_seed_runs_writes_the_spread_and_refuses_runs_it_cannot_compare(tmp_path
             m = next(x for x in read_csv(outs[s] / "methods.csv") if x["method"] == r["method"])
             assert v == pytest.approx(float(m["rmse_mean"]), abs=5e-5)
         assert math.isfinite(float(r["rmse_sd"])) and float(r["rmse_sd"]) > 0  # the seed moves the numbers
+        gap = [float(v) for v in r["calibration_gap_by_seed"].split()]  # and its intervals' gap
+        for s, g in zip((0, 1, 2), gap):
+            m = next(x for x in read_csv(outs[s] / "methods.csv") if x["method"] == r["method"])
+            assert g == pytest.approx(float(m["calibration_gap"]), abs=5e-5)
+        assert len(gap) == 3 and float(r["calibration_gap_mean"]) == pytest.approx(sum(gap) / 3, abs=5e-5)
     assert "seeds.csv" in out and "test RMSE: mean (sd)" in out
     md = (outs[0] / "seeds.md").read_text()
-    assert "| yacht | bbb | 2 |" in md
+    assert "| yacht | bbb | 2 |" in md and "interval gap, points: mean (sd)" in md
     assert (f"Command: `bbb reproduce uci --report --datasets yacht --splits 0 1 --out {outs[0]} --seed-runs {outs[1]} "
             f"{outs[2]}`") in md
     # --report of the finished run gives the same spread (its seed from run.json, not the default)

@@ -26,7 +26,7 @@ __all__ = ["SEED_COLUMNS", "PROTOCOL_KEYS", "read_seed_run", "seed_spread", "see
 
 #: the columns of seeds.csv
 SEED_COLUMNS = ["dataset", "method", "n_splits", "seeds", "rmse_mean", "rmse_sd", "ll_mean", "ll_sd",
-                "rmse_by_seed", "ll_by_seed"]
+                "rmse_by_seed", "ll_by_seed", "calibration_gap_mean", "calibration_gap_sd", "calibration_gap_by_seed"]
 #: the settings (run.json's config) that runs compared by seed must share
 PROTOCOL_KEYS = ("budget", "samples", "adversarial_eps", "hidden", "hidden_overrides", "noise_init")
 
@@ -43,7 +43,10 @@ def read_seed_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         config = {**config, "seed": int(config["seed"])}
         with table.open(newline="") as f:
             rows = [{"dataset": r["dataset"], "method": r["method"], "n_splits": int(r["n_splits"]),
-                     "rmse_mean": float(r["rmse_mean"]), "ll_mean": float(r["ll_mean"])} for r in csv.DictReader(f)]
+                     "rmse_mean": float(r["rmse_mean"]), "ll_mean": float(r["ll_mean"]),
+                     # (a run reported before the intervals' gap was written has none)
+                     **({"calibration_gap": float(r["calibration_gap"])} if r.get("calibration_gap") else {})}
+                    for r in csv.DictReader(f)]
     except (ValueError, KeyError, TypeError) as e:
         raise UserError(f"--seed-runs: {folder}'s run.json or methods.csv cannot be read ({e!r}); rerun "
                         f"`bbb reproduce uci --report --out {folder}`") from None
@@ -53,7 +56,8 @@ def read_seed_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def seed_spread(runs: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """``runs``: seed -> methods.csv rows. One row per (dataset, method, n_splits) held by every
     run, in the first run's order: mean and sample sd over the seeds of ``rmse_mean`` and
-    ``ll_mean``, and the values by seed (seeds ascending)."""
+    ``ll_mean`` (and of ``calibration_gap`` where every run has it), and the values by seed (seeds
+    ascending)."""
     if len(runs) < 2:
         raise UserError(f"the seed spread needs runs of 2 or more seeds, got {len(runs)}")
     keyed = {s: {(r["dataset"], r["method"], int(r["n_splits"])): r for r in rows} for s, rows in runs.items()}
@@ -70,6 +74,10 @@ def seed_spread(runs: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[st
                     "ll_mean": statistics.fmean(ll), "ll_sd": statistics.stdev(ll),
                     "rmse_by_seed": " ".join(f"{v:.4f}" for v in rmse),
                     "ll_by_seed": " ".join(f"{v:.4f}" for v in ll)})
+        if all("calibration_gap" in keyed[s][key] for s in seeds):  # every run's intervals: their gap too
+            gap = [float(keyed[s][key]["calibration_gap"]) for s in seeds]
+            out[-1].update({"calibration_gap_mean": statistics.fmean(gap), "calibration_gap_sd": statistics.stdev(gap),
+                            "calibration_gap_by_seed": " ".join(f"{v:.4f}" for v in gap)})
     return out
 
 
@@ -103,12 +111,22 @@ def write_seed_spread(out: Path, spread: list[dict[str, Any]], command: str = ""
     seeds = spread[0]["seeds"] if spread else ""
     md = ["# The seed spread", "", *([f"Command: `{command}`", ""] if command else []),
           f"Runs of `bbb reproduce uci` that differ only in `--seed` ({seeds}): each method's test score "
-          "averaged over the splits, then its mean and standard deviation (sd) over the seeds. A difference "
-          "between two methods below about twice the sd is within what the seed alone moves.", "",
-          "| dataset | method | splits | test RMSE: mean (sd) | test LL: mean (sd) | RMSE by seed | LL by seed |",
-          "|---|---|---|---|---|---|---|"]
+          "averaged over the splits, then its mean and standard deviation (sd) over the seeds (the interval "
+          "gap: the mean |coverage - level| of the central 50/90/95% intervals, methods.csv's "
+          "`calibration_gap`). A difference between two methods below about twice the sd is "
+          "within what the seed alone moves.", "",
+          "| dataset | method | splits | test RMSE: mean (sd) | test LL: mean (sd) | RMSE by seed | LL by seed |"
+          " interval gap, points: mean (sd) | gap by seed |",
+          "|---|---|---|---|---|---|---|---|---|"]
+
+    def gap(r: Mapping[str, Any]) -> str:
+        if "calibration_gap_mean" not in r:
+            return "- | -"
+        return (f"{100 * r['calibration_gap_mean']:.2f} ({100 * r['calibration_gap_sd']:.2f}) | "
+                + " ".join(f"{100 * float(v):.2f}" for v in r["calibration_gap_by_seed"].split()))
+
     md += [f"| {r['dataset']} | {OUR_METHODS.get(r['method'], r['method'])} | {r['n_splits']} | "
            f"{r['rmse_mean']:.3f} ({r['rmse_sd']:.3f}) | {r['ll_mean']:.3f} ({r['ll_sd']:.3f}) | "
-           f"{r['rmse_by_seed']} | {r['ll_by_seed']} |" for r in spread]
+           f"{r['rmse_by_seed']} | {r['ll_by_seed']} | {gap(r)} |" for r in spread]
     return [atomic_write_csv(out / "seeds.csv", SEED_COLUMNS, spread),
             atomic_write_text(out / "seeds.md", "\n".join(md) + "\n")]

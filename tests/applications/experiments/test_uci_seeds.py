@@ -73,6 +73,7 @@ def test_seed_runs_writes_the_spread_and_refuses_runs_it_cannot_compare(tmp_path
             assert g == pytest.approx(float(m["calibration_gap"]), abs=5e-5)
         assert len(gap) == 3 and float(r["calibration_gap_mean"]) == pytest.approx(sum(gap) / 3, abs=5e-5)
     assert "seeds.csv" in out and "test RMSE: mean (sd)" in out
+    assert "interval gap pp" in out and "interval gap pp: mean (sd)" in out  # the terminal shows the gap too
     md = (outs[0] / "seeds.md").read_text()
     assert "| yacht | bbb | 2 |" in md and "interval gap, points: mean (sd)" in md
     assert (f"Command: `bbb reproduce uci --report --datasets yacht --splits 0 1 --out {outs[0]} --seed-runs {outs[1]} "

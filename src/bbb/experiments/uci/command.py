@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seed, text_table
 from ...data.uci import UCI_DATASETS
@@ -127,14 +128,24 @@ def main(args: argparse.Namespace) -> int:
         left = [f"{r['dataset']}/{r['method']}" for r in rows if (r["dataset"], r["method"]) not in compared]
         if left:
             print(f"not in every seed run (left out of seeds.csv): {', '.join(left)}")
+
+    def gap(r: dict[str, Any]) -> str:  # the intervals' calibration gap in points; "-" without coverages
+        if "calibration_gap" not in r:
+            return "-"
+        se = f" +- {100 * r['calibration_gap_se']:.1f}" if "calibration_gap_se" in r else ""
+        return f"{100 * r['calibration_gap']:.1f}{se}"
+
     if rows:
         print(text_table([[r["dataset"], r["method"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
-                           f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}"] for r in rows],
-                         ["dataset", "method", "splits", "test RMSE", "test LL"]))
+                           f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}", gap(r)] for r in rows],
+                         ["dataset", "method", "splits", "test RMSE", "test LL", "interval gap pp"]))
     if spread:
         print(text_table([[r["dataset"], r["method"], r["seeds"], f"{r['rmse_mean']:.3f} ({r['rmse_sd']:.3f})",
-                           f"{r['ll_mean']:.3f} ({r['ll_sd']:.3f})"] for r in spread],
-                         ["dataset", "method", "seeds", "test RMSE: mean (sd)", "test LL: mean (sd)"]))
+                           f"{r['ll_mean']:.3f} ({r['ll_sd']:.3f})",
+                           f"{100 * r['calibration_gap_mean']:.2f} ({100 * r['calibration_gap_sd']:.2f})"
+                           if "calibration_gap_mean" in r else "-"] for r in spread],
+                         ["dataset", "method", "seeds", "test RMSE: mean (sd)", "test LL: mean (sd)",
+                          "interval gap pp: mean (sd)"]))
     if res["missing"]:
         print(f"not finished: {', '.join(res['missing'])}" + (" (rerun without --report)" if cfg.report_only else ""))
     for p in res["written"]:

@@ -228,8 +228,8 @@ def coverage_levels(row: Mapping[str, Any]) -> dict[float, float]:
 
 def calibration(row: Mapping[str, Any]) -> dict[str, float]:
     """``calibration_gap`` and ``coverage_bias`` of a method's row: :func:`bbb.uncertainty.coverage_gap`
-    of its split-mean coverages (the intervals' systematic miscalibration; a split's own gap,
-    31 test rows on yacht, would add the test set's sampling noise); none without coverages."""
+    of its split-mean coverages (the intervals' systematic miscalibration; a split's own gap, on a
+    small test set, would add its sampling noise); none without coverages."""
     from ...uncertainty.regression import coverage_gap
 
     cov = coverage_levels(row)

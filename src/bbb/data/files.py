@@ -18,8 +18,9 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   a one-line error naming its row (1 = the first row after the header) and column;
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
-  target needs ``task`` said. A regression target is standardised too (its statistics are kept,
-  so predictions come back in the target's units);
+  target needs ``task`` said, and one of numbers with a few text cells (:data:`NUMERIC_SHARE`) is
+  a one-line error naming the first, unless ``task`` says classification. A regression target
+  is standardised too (its statistics are kept, so predictions come back in the target's units);
 * the split: a seeded permutation (``seed``), ``val_fraction`` and ``test_fraction`` of the rows
   held out, per class for classification (stratified: each class in the same proportions);
   ``train_size`` keeps that many training rows (a seeded subset) for a quick trial.
@@ -290,6 +291,11 @@ class Preprocess:
 # -- reading a file into a split ----------------------------------------------------------------
 
 
+#: a column this share of whose cells are numbers, the others text, is a column of numbers with bad
+#: cells (a one-line error naming the first), not text: for a feature and for the target alike
+NUMERIC_SHARE = 0.9
+
+
 def _task_of(values: list[str], task: str | None, target: str, where: str) -> str:
     nums = [_number(v) for v in values]
     if any(v is None for v in nums):
@@ -297,6 +303,13 @@ def _task_of(values: list[str], task: str | None, target: str, where: str) -> st
             bad = next(v for v, n in zip(values, nums) if n is None)
             raise UserError(f"{where}: --task regression needs a numeric target, but column {target!r} holds "
                             f"{bad[:40]!r}")
+        if task is None and sum(v is not None for v in nums) >= NUMERIC_SHARE * len(nums):
+            # a column of numbers with a stray text cell ("?", "inf", "12 kg") is no set of class labels:
+            # taken for classes, every distinct number would become a class of its own, silently
+            i = next(i for i, v in enumerate(nums, start=1) if v is None)
+            raise UserError(f"{where}: row {i}, target column {target!r}: {values[i - 1][:40]!r} in a column of "
+                            "numbers; fix or drop that row (a missing value?), or say --task classification if "
+                            "the column holds class labels")
         return "classification"
     if task is not None:
         return task
@@ -346,7 +359,7 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             continue
         cats = sorted(set(cells))
         numeric_share = sum(v is not None for v in nums) / len(nums)
-        if numeric_share >= 0.9:
+        if numeric_share >= NUMERIC_SHARE:
             i = next(i for i, v in enumerate(nums, start=1) if v is None)
             raise UserError(f"{where}: row {i}, column {name!r}: {cells[i - 1][:40]!r} in a column of numbers; "
                             "fix or drop that row (a missing value?)")

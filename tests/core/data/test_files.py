@@ -177,3 +177,21 @@ def test_image_folder_grey_resized_and_a_corrupt_file_named(tmp_path):
     with pytest.raises(DataError) as info:
         load_image_folder(tmp_path)
     one_line(info, "c.png")
+
+
+def test_a_numeric_target_with_a_stray_text_cell_is_an_error_not_classes(tmp_path):
+    # a quantity with one "?" (or "inf") was taken for class labels, each distinct number a class
+    rows = [[f"{i * 0.37 % 5:.3f}", f"{100 + i * 1.5:.1f}"] for i in range(60)]
+    for bad in ("?", "inf"):
+        stray = [r[:] for r in rows]
+        stray[7][1] = bad
+        path = write_csv(tmp_path / "stray.csv", ["a", "price"], stray)
+        with pytest.raises(UserError) as info:
+            load_file_splits(path, target="price")
+        one_line(info, "row 8", "'price'", repr(bad), "--task classification")
+    # said outright, such a column is class labels; a text column with a few numbers stays one
+    _, pre = load_file_splits(path, target="price", task="classification")
+    assert pre.task == "classification"
+    labels = [[f"{i * 0.37 % 5:.3f}", ["1", "2", "small", "large"][i % 4]] for i in range(60)]
+    _, pre = load_file_splits(write_csv(tmp_path / "labels.csv", ["a", "size"], labels), target="size")
+    assert pre.classes == ["1", "2", "large", "small"]

@@ -112,6 +112,16 @@ def test_settings_of_a_file_and_of_mnist_exclude_each_other():
     assert TrainConfig(data_file="t.csv").dataset == "file"
 
 
+def test_scale_of_mnist_pixels_is_refused_for_a_file():
+    # --scale divides MNIST's pixels; a --csv/--npz run never read it, yet config.json recorded it
+    with pytest.raises(UserError) as info:
+        TrainConfig(data_file="t.csv", scale=100)
+    assert "--scale" in str(info.value) and "leave --scale out" in str(info.value)
+    # a run stored before the check loads (as its training did: without the scale)
+    stored = {**TrainConfig(data_file="t.csv").to_dict(), "scale": 100.0}
+    assert TrainConfig.from_stored(stored).scale == 126.0
+
+
 def test_load_model_takes_raw_csv_rows_and_arrays(tmp_path):
     path = classification_csv(tmp_path / "c.csv")
     cfg = TrainConfig(data_file=str(path), target="label", epochs=2, **SMALL)

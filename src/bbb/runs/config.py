@@ -306,6 +306,9 @@ class TrainConfig:
             self.dataset = FILE_DATASET
             if self.val_size != 10000:
                 raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
+            if self.scale != 126.0:
+                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz run standardises its "
+                                "columns by the training rows' mean and sd and never reads it: leave --scale out")
             if self.task is not None:
                 self.task = choice("task", self.task, TASKS)
             if self.ignore_columns is not None:
@@ -380,6 +383,8 @@ class TrainConfig:
         d = {**{k: v for k, v in STORED_BEFORE.items() if k not in d}, **d}
         if d.get("data_file") is not None and d.get("data_dir") is not None:
             d["data_dir"] = None  # stored by a bbb that ignored it for a file's run: never read
+        if d.get("data_file") is not None and d.get("scale", 126.0) != 126.0:
+            d["scale"] = 126.0  # the same for --scale: a file's run never read it
         return cls.from_dict(d)
 
     def replace(self, **changes: Any) -> TrainConfig:

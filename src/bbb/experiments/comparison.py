@@ -8,7 +8,8 @@ in percent; NLL in nats per example; Brier is the mean squared error of the prob
 vector (0-2). Metrics are those of the k-sample predictive distribution (BBB: weight samples,
 dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it. ``hidden`` is
 the whole architecture (:func:`architecture`: ``2x400``, ``1x400``, ``400-200``), and "Who wins"
-compares BBB only with the runs of its own architecture and dataset.
+compares BBB only with the runs of its own architecture and dataset (on your own file: of its
+target and test rows, :data:`TEST_SET_FIELDS`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,16 @@ def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
     return Path(cfg["data_file"]).name if name == FILE_DATASET and cfg.get("data_file") else name
 
 
+#: the settings of a run on your own file that make its test rows and what it predicts: runs that differ
+#: in one were scored on other rows or another target, and "Who wins" gives them no verdict
+TEST_SET_FIELDS = ("data_file", "target", "val_fraction", "test_fraction", "split_seed")
+
+
+def _test_set(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`TEST_SET_FIELDS` of a run on your own file; empty for MNIST's fixed test set."""
+    return {k: cfg.get(k) for k in TEST_SET_FIELDS} if cfg.get("data_file") else {}
+
+
 def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
     summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
@@ -153,7 +164,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
                 "coverage_bias": None if bias is None else 100.0 * bias,
                 "test_rmse_mean_weights": None if ev.get("test_rmse") is None else float(ev["test_rmse"]),
                 "samples": ev.get("samples"), "epochs": summary.get("epochs"), "seconds": summary.get("seconds"),
-                "run": str(d), "metrics_from": source}
+                "run": str(d), "metrics_from": source, "test_set": _test_set(cfg)}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
 
@@ -183,6 +194,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         "run": str(d),
         "metrics_from": source,
         "ood": (ood or {}).get("ood"),
+        "test_set": _test_set(cfg),
     }
 
 
@@ -251,6 +263,13 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
         if not bayes:
             continue
         where = f"{hidden or 'no hidden layer'}" + (f" on {dataset}" if len(datasets) > 1 else "")
+        members = [r for runs in by.values() for r in runs]
+        differ = [k for k in TEST_SET_FIELDS if len({repr(r.get("test_set", {}).get(k)) for r in members}) > 1]
+        if differ:
+            runs = ", ".join(r["run"] for r in members)
+            out.append(f"{where}: no verdict: the runs ({runs}) differ in {differ[0].replace('_', ' ')}, so their "
+                       "test scores are of other rows or another target; compare runs of one file, target and split")
+            continue
         several = [m for m in (*BAYESIAN_LABELS, "sgd", "dropout") if len(by.get(m, [])) > 1]
         if several:
             runs = ", ".join(r["run"] for m in several for r in by[m])

@@ -62,3 +62,31 @@ def test_missing_eval_is_a_one_line_error(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "bbb evaluate" in err and len(err.strip().splitlines()) == 1
+
+
+def _table_run(tmp_path, name, method, target, rmse, test_fraction=0.1):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "method": method, "hidden": [100, 100], "dataset": "file", "data_file": "/data/houses.csv",
+        "task": "regression", "target": target, "val_fraction": 0.1, "test_fraction": test_fraction, "split_seed": 0}))
+    (d / "summary.json").write_text(json.dumps({"epochs": 3, "seconds": 1.0}))
+    (d / "eval.json").write_text(json.dumps({
+        "method": method, "dataset": "file", "task": "regression", "test_rmse": rmse, "test_rmse_mc": rmse,
+        "log_likelihood": -rmse, "coverage_95": 0.95, "samples": 10}))
+    return d
+
+
+def test_runs_of_another_target_or_test_split_get_no_verdict(tmp_path):
+    # the same file's name, but one run predicts the price and the other the area (another unit):
+    # "Who wins" declared BBB best on RMSE 0.5 against 20
+    price, area = _table_run(tmp_path, "p", "bbb", "price", 0.5), _table_run(tmp_path, "a", "sgd", "area", 20.0)
+    _, md = write_comparison(comparison_rows([price, area]), tmp_path / "o1")
+    text = md.read_text()
+    assert "no verdict" in text and "differ in target" in text and "is best" not in text
+    wider = _table_run(tmp_path, "w", "sgd", "price", 0.7, test_fraction=0.3)
+    text = write_comparison(comparison_rows([price, wider]), tmp_path / "o2")[1].read_text()
+    assert "differ in test fraction" in text and "is best" not in text
+    same = _table_run(tmp_path, "s", "sgd", "price", 0.7)
+    text = write_comparison(comparison_rows([price, same]), tmp_path / "o3")[1].read_text()
+    assert "BBB's test RMSE is best: 0.5 against 0.7" in text and "no verdict" not in text

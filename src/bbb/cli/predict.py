@@ -212,6 +212,16 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
+def _fmt_at(v: float, sd: float) -> str:
+    """A regression's location (its mean, an interval's end) to 6 significant digits, or more
+    where 6 would round it by more than a hundredth of its sd: a target far from 0 (1234025.3 with
+    sd 0.7) was written 1.23403e+06, off by more than its sd, its interval's ends one number."""
+    if not (math.isfinite(v) and math.isfinite(sd) and sd > 0 and v != 0):
+        return _fmt(v)
+    digits = math.floor(math.log10(abs(v))) - math.floor(math.log10(sd)) + 3
+    return f"{v:.{max(6, min(digits, 17))}g}"
+
+
 def _referral_text(referral: Any, task: str, n_ref: int, n: int, whose: str = "the run's") -> str:
     unit = "RMSE" if task == "regression" else "error"
     rule = (f"{referral.score} above {referral.threshold:.4g}" if math.isfinite(referral.threshold)
@@ -295,10 +305,11 @@ def main(args: argparse.Namespace) -> int:
     for i, values in enumerate(got.values):
         row: dict[str, Any] = dict(zip(got.columns, values))
         if model.task == "regression":
-            row["prediction"] = _fmt(float(s["mean"][i]))
+            sd = float(s["sd"][i])
+            row["prediction"] = _fmt_at(float(s["mean"][i]), sd)
             for c, k in (("sd", "sd"), ("lower_95", "lower"), ("upper_95", "upper"),
                          ("epistemic_sd", "epistemic_sd"), ("aleatoric_sd", "aleatoric_sd")):
-                row[c] = _fmt(float(s[k][i]))
+                row[c] = _fmt_at(float(s[k][i]), sd) if c in ("lower_95", "upper_95") else _fmt(float(s[k][i]))
         else:
             row["prediction"] = labels[int(s["prediction"][i])]
             for j, c in enumerate(labels):

@@ -193,3 +193,30 @@ def test_data_dir_on_a_file_run_is_an_error(capsys, tmp_path, run):
         rc, _, err = run_main(capsys, *argv)
         one_line_error(rc, err, "--data-dir")
     assert not (tmp_path / "r2").exists()
+
+
+def test_a_target_far_from_zero_keeps_the_digits_of_its_sd(capsys, tmp_path):
+    # an odometer near 1,234,000 with noise sd 0.2: 6 significant digits wrote 1.23403e+06, a rounding of
+    # up to 5 against an RMSE below 1, and an interval's two ends as one number
+    rng = np.random.default_rng(0)
+    data = tmp_path / "odometer.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["a", "odometer"])
+        for _ in range(120):
+            a = rng.uniform(0, 10)
+            w.writerow([f"{a:.3f}", f"{1234000 + 3 * a + 0.2 * rng.normal():.2f}"])
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "odometer", "--task", "regression",
+                          "--epochs", "3", "--out", str(tmp_path / "run"), *TINY)
+    assert rc == 0, err
+    rc, out, err = run_main(capsys, "predict", str(tmp_path / "run"), str(data), "--no-refer", "--samples", "3")
+    assert rc == 0, err
+    model = bbb.runs.load_model(tmp_path / "run")
+    x, _, _ = model.encode_csv(data)
+    pred = model.regression(model.sample_outputs(x, 3, 0))
+    rows = list(csv.DictReader(out.splitlines()))
+    for i, r in enumerate(rows):
+        sd = float(r["sd"])
+        assert float(r["lower_95"]) < float(r["prediction"]) < float(r["upper_95"])
+        assert abs(float(r["prediction"]) - float(pred["mean"][i])) <= sd / 50
+    assert "e+06" not in out

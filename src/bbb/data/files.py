@@ -7,7 +7,8 @@ split (``train_x`` ... ``test_y``) together with a :class:`Preprocess`, the reco
 done to the inputs, kept in the run so that new inputs get the same treatment:
 
 * a CSV's cells are separated by commas, or by semicolons or tabs where its first line has no
-  comma (:func:`read_csv`; a decimal comma in such a file is a one-line error);
+  comma (:func:`read_csv`; a decimal comma in such a file is a one-line error, and so is a
+  feature's or the target's number with a thousands separator, ``"52,000"``, in any file);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
   one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
   else a one-line error naming the column: an identifier or free text is no feature);
@@ -60,6 +61,7 @@ TASKS = ("classification", "regression")
 #: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
 DELIMITERS = (",", ";", "\t")
 _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
 
 
 def _number(text: str) -> float | None:
@@ -346,6 +348,10 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         for i, cell in enumerate(cells, start=1):
             if _is_missing(cell):
                 raise UserError(f"{where}: row {i}, column {name!r}: missing value; fill it in or drop the row")
+            if _THOUSANDS.fullmatch(cell):  # read as text: one-hot categories, or a target of classes, silently
+                raise UserError(f"{where}: row {i}, column {name!r}: {cell[:40]!r} is a number with a thousands "
+                                "separator, which bbb would read as text; write plain numbers first (e.g. "
+                                "pandas.read_csv(FILE, thousands=',').to_csv(NEW, index=False))")
         if name == target:
             continue
         nums = [_number(c) for c in cells]

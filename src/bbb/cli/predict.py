@@ -178,7 +178,11 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         rows = [[str(i)] for i in range(1, x.shape[0] + 1)]
         if y is None:
             return _Input(x, ["row"], rows)
-        ys = [str(v) for v in np.asarray(y).reshape(len(y), -1)[:, 0].tolist()]
+        y = np.asarray(y)
+        if y.shape not in ((x.shape[0],), (x.shape[0], 1)):  # else rows past the shorter were dropped, silently
+            raise UserError(f"{path}: y of shape {y.shape} does not fit x's {x.shape[0]} inputs; y holds one target "
+                            f"per input, ({x.shape[0]},) (or leave y out)")
+        ys = [str(v) for v in y.reshape(-1).tolist()]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)])
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images")
 

@@ -94,6 +94,14 @@ def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
     assert "num_train" in (run / "config.json").read_text() and '"num_train": 50' in (run / "config.json").read_text()
     rc, _, err = run_main(capsys, "evaluate", str(run), "--device", "cpu", "--samples", "3")
     assert rc == 0 and (run / "eval.json").exists(), err
+    # an .npz whose y does not fit x: the rows past the shorter were dropped (or y's first column taken)
+    for bad in (np.arange(4.0), np.ones((7, 2))):
+        np.savez(tmp_path / "bad.npz", x=x[:7], y=bad)
+        rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "bad.npz"), "--no-refer")
+        assert_one_line_error(rc, err, "y of shape", "7 inputs")
+    np.savez(tmp_path / "good.npz", x=x[:7], y=np.arange(7.0)[:, None])
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "good.npz"), "--no-refer")
+    assert rc == 0 and [r["target"] for r in csv.DictReader(out.splitlines())] == [str(float(i)) for i in range(7)]
 
 
 def test_image_shaped_arrays_are_flattened_for_the_mlp(capsys, tmp_path):

@@ -457,6 +457,11 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         y = torch.tensor([float(v) for v in raw_y], dtype=torch.float64)
     train_idx, val_idx, test_idx = _split(n, y if task == "classification" else None, val_fraction, test_fraction,
                                           seed)
+    if task == "classification" and test_fraction > 0 and test_idx.numel() == 0 and 2 * len(pre.classes or []) > n:
+        # per class, every class too small to give a test row: not "too few rows", but too many classes
+        raise UserError(f"{where}: the target has {len(pre.classes or [])} classes in {n} rows, too few rows each "
+                        "for the split (per class) to hold any out for testing; is it a quantity? say --task "
+                        "regression")
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
@@ -503,8 +508,9 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file is one user problem
         raise DataError(f"{p}: cannot be read as an .npz file ({' '.join(str(e).split())[:120]})") from None
-    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
-        raise UserError(f"{p}: x must be (N, ...) and y (N,) with the same N >= 1, got {x.shape} and {y.shape}")
+    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0 or x[0].size == 0:
+        raise UserError(f"{p}: x must be (N, ...) with at least one feature and y (N,) with the same N >= 1, got "
+                        f"{x.shape} and {y.shape}")
     for name, a in (("x", x), ("y", y)):
         if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
             raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}")

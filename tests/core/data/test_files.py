@@ -181,7 +181,7 @@ def test_image_folder_grey_resized_and_a_corrupt_file_named(tmp_path):
 
 def test_a_numeric_target_with_a_stray_text_cell_is_an_error_not_classes(tmp_path):
     # a quantity with one "?" (or "inf") was taken for class labels, each distinct number a class
-    rows = [[f"{i * 0.37 % 5:.3f}", f"{100 + i * 1.5:.1f}"] for i in range(60)]
+    rows = [[f"{i * 0.37 % 5:.3f}", f"{100 + i % 5 * 1.5:.1f}"] for i in range(60)]
     for bad in ("?", "inf"):
         stray = [r[:] for r in rows]
         stray[7][1] = bad
@@ -212,3 +212,19 @@ def test_a_number_with_a_thousands_separator_is_an_error_not_text(tmp_path):
     notes = [[str(r[1]), f"{20 + i * 0.5:.2f}", "red, green" if i % 2 else "blue"] for i, r in enumerate(rows)]
     _, pre = load_file_splits(write_csv(tmp_path / "n.csv", ["age", "y", "note"], notes), target="y")
     assert [c["kind"] for c in pre.columns] == ["numeric", "onehot"]
+
+
+def test_a_class_per_row_or_no_feature_names_the_real_problem(tmp_path):
+    # an integer y of 100 values in 100 rows is 100 classes of one row: the split held no test row,
+    # and the error said "raise --test-fraction or give more rows"
+    x = np.random.default_rng(0).normal(size=(100, 2))
+    np.savez(tmp_path / "counts.npz", x=x, y=np.arange(100) * 3)
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "counts.npz")
+    one_line(info, "100 classes in 100 rows", "--task regression")
+    data, _ = load_file_splits(tmp_path / "counts.npz", task="regression")
+    assert data["test_y"].numel() == 10
+    np.savez(tmp_path / "empty.npz", x=np.zeros((50, 0)), y=np.arange(50.0))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "empty.npz")
+    one_line(info, "at least one feature", "(50, 0)")

@@ -60,7 +60,7 @@ MISSING = frozenset({"na", "n/a", "nan", "null", "none"})
 TASKS = ("classification", "regression")
 #: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
 DELIMITERS = (",", ";", "\t")
-_DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")
+_DECIMAL_COMMA = re.compile(r"[+-]?(\d+|\d{1,3}(\.\d{3})+),\d+")  # 3,5 and 1.234,5
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
 
 

@@ -34,3 +34,13 @@ def test_a_decimal_comma_is_a_one_line_error(tmp_path):
         read_csv(path)
     msg = str(info.value)
     assert "\n" not in msg and "row 1" in msg and "'x1'" in msg and "decimal=','" in msg
+
+
+def test_a_decimal_comma_after_thousands_dots_is_an_error_too(tmp_path):
+    # "3.100,50" (a German export: thousands dots and a decimal comma) escaped the check: a price column of
+    # such cells was read as text, one-hot over its values, silently
+    path = tmp_path / "de.csv"
+    path.write_text("flaeche;preis\n" + "".join(f"{40 + i};{1 + i % 5}.{i % 3}00,50\n" for i in range(30)))
+    with pytest.raises(DataError, match="decimal comma") as info:
+        read_csv(path)
+    assert "row 1" in str(info.value) and "'preis'" in str(info.value) and "'1.000,50'" in str(info.value)

@@ -8,7 +8,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
 
 * a CSV's cells are separated by commas, or by semicolons or tabs where its first line has no
   comma (:func:`read_csv`; a decimal comma in such a file is a one-line error, and so is a
-  feature's or the target's number with a thousands separator, ``"52,000"``, in any file);
+  feature's or the target's number with a thousands separator, a currency or a percent sign,
+  ``"52,000"``, ``$5``, ``12%``, in any file);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
   one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
   else a one-line error naming the column: an identifier or free text is no feature);
@@ -61,7 +62,18 @@ TASKS = ("classification", "regression")
 #: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
 DELIMITERS = (",", ";", "\t")
 _DECIMAL_COMMA = re.compile(r"[+-]?(\d+|\d{1,3}(\.\d{3})+),\d+")  # 3,5 and 1.234,5
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+#: a number bbb does not read, written with a currency sign, a thousands separator or a percent sign
+_FORMATTED = re.compile(r"[+-]?(?P<cur>[$€£¥]\s?)?[+-]?(?P<num>\d+(\.\d*)?|\d{1,3}(,\d{3})+(\.\d*)?)\s?(?P<pct>%)?")
+
+
+def _formatted_number(cell: str) -> str | None:
+    """What makes ``cell`` a number that ``float`` does not read ("a thousands separator", "a
+    currency sign", "a percent sign"); None for a plain number or text."""
+    m = _FORMATTED.fullmatch(cell)
+    if m is None:
+        return None
+    return ("a currency sign" if m["cur"] else "a percent sign" if m["pct"] else
+            "a thousands separator" if "," in m["num"] else None)
 
 
 def _number(text: str) -> float | None:
@@ -348,10 +360,11 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         for i, cell in enumerate(cells, start=1):
             if _is_missing(cell):
                 raise UserError(f"{where}: row {i}, column {name!r}: missing value; fill it in or drop the row")
-            if _THOUSANDS.fullmatch(cell):  # read as text: one-hot categories, or a target of classes, silently
-                raise UserError(f"{where}: row {i}, column {name!r}: {cell[:40]!r} is a number with a thousands "
-                                "separator, which bbb would read as text; write plain numbers first (e.g. "
-                                "pandas.read_csv(FILE, thousands=',').to_csv(NEW, index=False))")
+            what = _formatted_number(cell)
+            if what:  # read as text: one-hot categories, or a target of classes, silently
+                raise UserError(f"{where}: row {i}, column {name!r}: {cell[:40]!r} is a number with {what}, which "
+                                "bbb would read as text; write plain numbers first (e.g. pandas.read_csv(FILE, "
+                                "thousands=',') for a thousands separator)")
         if name == target:
             continue
         nums = [_number(c) for c in cells]

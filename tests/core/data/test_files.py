@@ -197,7 +197,7 @@ def test_a_numeric_target_with_a_stray_text_cell_is_an_error_not_classes(tmp_pat
     assert pre.classes == ["1", "2", "large", "small"]
 
 
-def test_a_number_with_a_thousands_separator_is_an_error_not_text(tmp_path):
+def test_a_number_with_a_thousands_separator_currency_or_percent_is_an_error_not_text(tmp_path):
     # "52,000" (quoted in a comma-separated file) was text: an income became one-hot categories, a
     # spend target classes, silently
     rows = [[f"{[40000, 52000, 999][i % 3]:,}", f"{20 + i * 0.3:.1f}", f"{1000 + i * 7.5:,.2f}"] for i in range(60)]
@@ -208,6 +208,15 @@ def test_a_number_with_a_thousands_separator_is_an_error_not_text(tmp_path):
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "s.csv", ["age", "spend"], [r[1:] for r in rows]), target="spend")
     one_line(info, "'spend'", "'1,000.00'", "thousands separator")
+    # so was a currency or a percent: a price one-hot, a share target classes
+    signs = [[f"${[5, 12, 30][i % 3]}", f"{20 + i * 0.3:.1f}", f"{[10, 12.5][i % 2]}%"] for i in range(60)]
+    path = write_csv(tmp_path / "signs.csv", ["price", "age", "share"], signs)
+    with pytest.raises(UserError) as info:
+        load_file_splits(path, target="age")
+    one_line(info, "row 1", "'price'", "'$5'", "currency sign")
+    with pytest.raises(UserError) as info:
+        load_file_splits(path, target="share", ignore=["price"])
+    one_line(info, "row 1", "'share'", "'10%'", "percent sign")
     # an ignored column is not read; a text cell with commas is no number
     notes = [[str(r[1]), f"{20 + i * 0.5:.2f}", "red, green" if i % 2 else "blue"] for i, r in enumerate(rows)]
     _, pre = load_file_splits(write_csv(tmp_path / "n.csv", ["age", "y", "note"], notes), target="y")

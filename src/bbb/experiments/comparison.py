@@ -100,12 +100,17 @@ def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
 
 #: the settings of a run on your own file that make its test rows and what it predicts: runs that differ
 #: in one were scored on other rows or another target, and "Who wins" gives them no verdict
+#: (``data_file``: the file's MD5 where the run recorded it, so that a moved copy is the same file and
+#: a file changed in place is not)
 TEST_SET_FIELDS = ("data_file", "target", "val_fraction", "test_fraction", "split_seed")
 
 
 def _test_set(cfg: dict[str, Any]) -> dict[str, Any]:
     """The :data:`TEST_SET_FIELDS` of a run on your own file; empty for MNIST's fixed test set."""
-    return {k: cfg.get(k) for k in TEST_SET_FIELDS} if cfg.get("data_file") else {}
+    if not cfg.get("data_file"):
+        return {}
+    md5 = ((cfg.get("preprocess") or {}).get("source") or {}).get("md5")
+    return {**{k: cfg.get(k) for k in TEST_SET_FIELDS}, **({"data_file": md5} if md5 else {})}
 
 
 def collect(run_dir: str | Path) -> dict[str, Any]:

@@ -87,6 +87,18 @@ def test_runs_of_another_target_or_test_split_get_no_verdict(tmp_path):
     wider = _table_run(tmp_path, "w", "sgd", "price", 0.7, test_fraction=0.3)
     text = write_comparison(comparison_rows([price, wider]), tmp_path / "o2")[1].read_text()
     assert "differ in test fraction" in text and "is best" not in text
+    changed = _table_run(tmp_path, "c", "sgd", "price", 0.7)  # the same path, the file changed since
+    config = json.loads((changed / "config.json").read_text())
+    config["preprocess"] = {"source": {"md5": "another"}}
+    (changed / "config.json").write_text(json.dumps(config))
+    text = write_comparison(comparison_rows([price, changed]), tmp_path / "o4")[1].read_text()
+    assert "differ in data file" in text and "is best" not in text
     same = _table_run(tmp_path, "s", "sgd", "price", 0.7)
     text = write_comparison(comparison_rows([price, same]), tmp_path / "o3")[1].read_text()
     assert "BBB's test RMSE is best: 0.5 against 0.7" in text and "no verdict" not in text
+    for run, path in ((price, "/data/houses.csv"), (same, "/moved/houses.csv")):  # a moved copy: the same MD5
+        config = json.loads((run / "config.json").read_text())
+        config.update(data_file=path, preprocess={"source": {"md5": "m"}})
+        (run / "config.json").write_text(json.dumps(config))
+    text = write_comparison(comparison_rows([price, same]), tmp_path / "o5")[1].read_text()
+    assert "BBB's test RMSE is best" in text and "no verdict" not in text

@@ -153,10 +153,16 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on "
                             f"{model.preprocess.trained_on()}")
         h, w = model.preprocess.feature_shape[-2:]
-        names, pixels, others = load_image_folder(path, (h, w))
+        warnings: list[str] = []
+        names, pixels, others = load_image_folder(path, (h, w), warnings)
         notes = [f"bbb predict: note: {len(others)} file(s) in {path} are not .png/.jpg/.jpeg and were not read "
                  f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"] if others else []
-        return _Input(model.encode(pixels), ["file"], [[n] for n in names], notes=notes)
+        odd = [(n, t) for n, t in zip(names, warnings) if t]
+        if odd:  # predicted all the same, but never silently: named, and referred as an unseen category is
+            notes.append(f"bbb predict: warning: {len(odd)} image(s) of {path} are unlike the training images "
+                         f"(first: {odd[0][0]}: {odd[0][1].split(':')[0]}): predicted, named in the warning column"
+                         f"{' and referred' if refer else ''}")
+        return _Input(model.encode(pixels), ["file"], [[n] for n in names], warnings if odd else None, notes)
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
     suffix = path.suffix.lower()

@@ -5,8 +5,9 @@ name), converts each to grey (Pillow's ``"L"``: ITU-R 601 luma), resizes it to t
 trained on (28x28 for MNIST and Fashion-MNIST; Lanczos) and returns uint8 pixels 0..255, (N, 1, H,
 W), which a run's preprocessing then scales as its training images were. Nothing else is done:
 MNIST digits are white on black, so a photo of a dark digit on white paper must be inverted by its
-owner. A file that cannot be read as an image is a one-line :class:`~bbb.errors.DataError` naming
-it; nothing is skipped silently.
+owner; such an image, a blank one and one with a transparent background are named
+(:func:`image_warning`), for ``bbb predict``'s warning column. A file that cannot be read as an
+image is a one-line :class:`~bbb.errors.DataError` naming it; nothing is skipped silently.
 """
 
 from __future__ import annotations
@@ -18,15 +19,37 @@ import numpy as np
 
 from ..errors import DataError, UserError
 
-__all__ = ["IMAGE_SUFFIXES", "load_image_folder"]
+__all__ = ["IMAGE_SUFFIXES", "LIGHT_BORDER", "image_warning", "load_image_folder"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
+#: a border (the outermost pixels) brighter than this on average is a light background: MNIST and
+#: Fashion-MNIST's images are light on black (their borders near 0), a photo of ink on paper 150-255
+LIGHT_BORDER = 150
+
+
+def image_warning(grey: np.ndarray, transparent: bool) -> str:
+    """What makes a grey image (H, W) unlike MNIST's light-on-black ones, "" where nothing does:
+    a transparent background (grey conversion reads its pixels as their colour, often black like
+    the ink: a blank image), one value everywhere, or a light background (dark on light)."""
+    if transparent:
+        return ("a transparent background, read as its colour (the ink may vanish): flatten the image on a "
+                "background first")
+    if int(grey.min()) == int(grey.max()):
+        return f"blank: every pixel {int(grey.min())}"
+    border = np.concatenate([grey[0], grey[-1], grey[:, 0], grey[:, -1]])
+    if float(border.mean()) > LIGHT_BORDER:
+        return ("a light background (dark on light?): the training images are light on black; invert it "
+                "first")
+    return ""
+
+
 def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
-                      ) -> tuple[list[str], np.ndarray, list[str]]:
+                      warnings: list[str] | None = None) -> tuple[list[str], np.ndarray, list[str]]:
     """``(names, pixels, others)``: the image files' names, their uint8 grey pixels (N, 1, H, W)
-    with ``size = (H, W)``, and the names of the other files in the folder (not read)."""
+    with ``size = (H, W)``, and the names of the other files in the folder (not read). Given a
+    list ``warnings``, one text per image is appended to it (:func:`image_warning`; "" for none)."""
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
@@ -46,7 +69,11 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
         try:
             with Image.open(p) as im:
                 im.load()
+                transparent = (im.mode in ("RGBA", "LA", "PA") or "transparency" in im.info) and \
+                    int(np.asarray(im.convert("RGBA").getchannel("A")).min()) < 255
                 grey = im.convert("L")
+                if warnings is not None:
+                    warnings.append(image_warning(np.asarray(grey), transparent))
                 if grey.size != (w, h):
                     grey = grey.resize((w, h), Image.Resampling.LANCZOS)
                 out[i, 0] = np.asarray(grey, dtype=np.uint8)

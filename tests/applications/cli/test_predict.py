@@ -162,6 +162,30 @@ def test_predict_on_a_folder_of_images(capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "p.csv").exists()
 
 
+def test_images_unlike_the_training_ones_are_named_and_referred(capsys, tmp_path, monkeypatch):
+    # a black stroke on a transparent background became an all-black image, and a dark digit on white
+    # paper MNIST's opposite: both predicted as any other image, silently
+    pil = pytest.importorskip("PIL.Image")
+    draw = pytest.importorskip("PIL.ImageDraw")
+    run, _ = image_run(tmp_path, monkeypatch)
+    folder = tmp_path / "digits"
+    folder.mkdir()
+    digit = np.zeros((28, 28), dtype=np.uint8)
+    digit[4:24, 12:16] = 255
+    pil.fromarray(digit).save(folder / "a_light_on_black.png")
+    pil.fromarray(255 - digit).save(folder / "b_paper.png")
+    clear = pil.new("RGBA", (56, 56), (0, 0, 0, 0))
+    draw.Draw(clear).line([(28, 8), (28, 48)], fill=(0, 0, 0, 255), width=6)
+    clear.save(folder / "c_transparent.png")
+    rc, out, err = run_main(capsys, "predict", str(run), str(folder), "--samples", "2", "--device", "cpu")
+    assert rc == 0, err
+    rows = {r["file"]: r for r in csv.DictReader(out.splitlines())}
+    assert rows["a_light_on_black.png"]["warning"] == ""
+    assert "light background" in rows["b_paper.png"]["warning"] and rows["b_paper.png"]["refer"] == "true"
+    assert "transparent" in rows["c_transparent.png"]["warning"] and rows["c_transparent.png"]["refer"] == "true"
+    assert "warning: 2 image(s)" in err and "b_paper.png" in err
+
+
 def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monkeypatch):
     path = table(tmp_path / "t.csv")
     lines = path.read_text().splitlines()

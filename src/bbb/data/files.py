@@ -61,9 +61,12 @@ MISSING = frozenset({"na", "n/a", "nan", "null", "none"})
 TASKS = ("classification", "regression")
 #: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
 DELIMITERS = (",", ";", "\t")
-_DECIMAL_COMMA = re.compile(r"[+-]?(\d+|\d{1,3}(\.\d{3})+),\d+")  # 3,5 and 1.234,5
+#: a thousands separator besides the comma: a dot (before a decimal comma), a space, a no-break space
+_GROUP = "[. \u00a0\u202f]"
+_DECIMAL_COMMA = re.compile(rf"[+-]?(\d+|\d{{1,3}}({_GROUP}\d{{3}})+),\d+")  # 3,5, 1.234,5 and 1 234,5
 #: a number bbb does not read, written with a currency sign, a thousands separator or a percent sign
-_FORMATTED = re.compile(r"[+-]?(?P<cur>[$€£¥]\s?)?[+-]?(?P<num>\d+(\.\d*)?|\d{1,3}(,\d{3})+(\.\d*)?)\s?(?P<pct>%)?")
+_FORMATTED = re.compile(r"[+-]?(?P<cur>[$€£¥]\s?)?[+-]?(?P<num>\d+(\.\d*)?|\d{1,3}([, \u00a0\u202f]\d{3})+(\.\d*)?)"
+                        r"\s?(?P<pct>%)?")
 
 
 def _formatted_number(cell: str) -> str | None:
@@ -73,7 +76,7 @@ def _formatted_number(cell: str) -> str | None:
     if m is None:
         return None
     return ("a currency sign" if m["cur"] else "a percent sign" if m["pct"] else
-            "a thousands separator" if "," in m["num"] else None)
+            "a thousands separator" if re.search("[, \u00a0\u202f]", m["num"]) else None)
 
 
 def _number(text: str) -> float | None:

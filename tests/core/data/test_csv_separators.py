@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bbb.data.files import load_file_splits, read_csv
-from bbb.errors import DataError
+from bbb.errors import DataError, UserError
 
 
 @pytest.mark.parametrize("sep", [";", "\t"])
@@ -44,3 +44,15 @@ def test_a_decimal_comma_after_thousands_dots_is_an_error_too(tmp_path):
     with pytest.raises(DataError, match="decimal comma") as info:
         read_csv(path)
     assert "row 1" in str(info.value) and "'preis'" in str(info.value) and "'1.000,50'" in str(info.value)
+
+
+def test_a_space_as_thousands_separator_is_an_error_too(tmp_path):
+    # a French export: "1 234,5" (a space, or a no-break space, between the thousands) escaped the check,
+    # and "1 234" without decimals was text: one-hot over its values, silently
+    path = tmp_path / "fr.csv"
+    path.write_text("surface;prix\n" + "".join(f"{40 + i};{1 + i % 5}\u00a0{i % 3}00,50\n" for i in range(30)))
+    with pytest.raises(DataError, match="decimal comma"):
+        read_csv(path)
+    path.write_text("surface;prix\n" + "".join(f"{40 + i}.5;{1 + i % 5} {i % 3}00\n" for i in range(30)))
+    with pytest.raises(UserError, match="row 1, column 'prix': '1 000' is a number with a thousands separator"):
+        load_file_splits(path, target="surface")

@@ -115,8 +115,12 @@ class _Input:
 
 
 def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
+    from ..data.files import read_csv
+
     found: list[tuple[int, str, str]] = []
     x, header, rows = model.encode_csv(path, unseen=found if unseen == "flag" else None)
+    empty: list[int] = []
+    read_csv(path, empty)
     target = model.preprocess.target
     if id_column is None:
         keep = list(range(len(header)))
@@ -138,6 +142,11 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
               f"{', ...' if n > 5 else ''}; first: {first[2][:40]!r} in column {first[1]!r}): predicted with it as "
               f"none of the known categories, named in the warning column{' and referred' if refer else ''} "
               "(--unseen error refuses the file instead)")
+    if empty:  # an output row per input row: one joined back by position would shift past a skipped one
+        notes.append(f"bbb predict: note: {len(empty)} empty row(s) of {path} between its rows (row "
+                     f"{', '.join(map(str, empty[:5]))}{', ...' if len(empty) > 5 else ''}; 1 = the first after the "
+                     "header) were skipped: the output has no row for them, so it lines up with the input's filled "
+                     "rows, not its lines")
     return _Input(x, [header[j] for j in keep], [[r[j] for j in keep] for r in rows], warnings, notes)
 
 

@@ -114,8 +114,10 @@ def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list
                                 f"sep={delimiter!r}, decimal=',').to_csv(NEW, index=False))")
 
 
-def read_csv(path: str | os.PathLike[str]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of a CSV file, every row as long as the header; cells stripped.
+def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a CSV file, every row as long as the header; cells stripped. An empty
+    row (a blank line, or cells all empty: ``,,,``) is no row; given a list ``empty``, the position
+    of each one between rows (1 = the first line after the header) is appended to it.
 
     The cells are separated by commas, or by semicolons or tabs where the first line has no
     comma but has those (:data:`DELIMITERS`); such a file with a decimal comma in a number
@@ -133,7 +135,11 @@ def read_csv(path: str | os.PathLike[str]) -> tuple[list[str], list[list[str]]]:
         raise DataError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"{p}: cannot be read as a CSV file ({' '.join(str(e).split())[:120]})") from None
-    lines = [row for row in lines if any(c.strip() for c in row)]  # blank lines are not rows
+    filled = [any(c.strip() for c in row) for row in lines]
+    if empty is not None and True in filled:
+        top, bottom = filled.index(True), len(filled) - 1 - filled[::-1].index(True)  # the header, the last row
+        empty += [i - top for i in range(top + 1, bottom) if not filled[i]]
+    lines = [row for row, ok in zip(lines, filled) if ok]  # blank lines are not rows
     if not lines:
         raise DataError(f"{p}: empty file; a CSV needs a header row and at least one row of data")
     header = [c.strip() for c in lines[0]]

@@ -220,3 +220,17 @@ def test_a_target_far_from_zero_keeps_the_digits_of_its_sd(capsys, tmp_path):
         assert float(r["lower_95"]) < float(r["prediction"]) < float(r["upper_95"])
         assert abs(float(r["prediction"]) - float(pred["mean"][i])) <= sd / 50
     assert "e+06" not in out
+
+
+def test_empty_rows_between_rows_are_named_not_dropped_silently(capsys, tmp_path, run):
+    # a spreadsheet's empty row (",,,") or a blank line between rows was skipped without a word: an output
+    # joined back by position shifted by one past it
+    path = tmp_path / "gaps.csv"
+    path.write_text("x1,x2,colour\n0.1,0.5,red\n,,\n0.2,0.5,blue\n\n0.3,0.5,red\n,,\n")
+    rc, out, err = run_main(capsys, "predict", str(run), str(path), "--no-refer", "--samples", "2")
+    assert rc == 0, err
+    assert [r["x1"] for r in csv.DictReader(out.splitlines())] == ["0.1", "0.2", "0.3"]
+    assert "2 empty row(s)" in err and "(row 2, 4;" in err  # the trailing one shifts nothing
+    path.write_text("x1,x2,colour\n0.1,0.5,red\n0.2,0.5,blue\n,,\n\n")
+    rc, out, err = run_main(capsys, "predict", str(run), str(path), "--no-refer", "--samples", "2")
+    assert rc == 0 and "empty row" not in err, err

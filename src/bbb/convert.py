@@ -123,6 +123,7 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
     """The Bayesian copy of ``layer`` (a registered type; ``full``: its name, for errors), made by
     its conversion with the keywords of :func:`bayesianize` (``prior``, ``estimator``, ``rho_init``,
     ``from_weights``[, ``sigma_init``]), in the layer's ``training`` mode."""
+    _check_hooks(layer, full)
     try:
         new = CONVERTIBLE[type(layer)](layer, **kw)
     except UserError as e:
@@ -135,7 +136,39 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
     _keep_requires_grad(layer, new)
+    for attr in _HOOKS:  # the layer's hooks go on with the copy (the same dicts: their handles still remove them)
+        hooks = getattr(layer, attr, None)
+        if hooks:
+            hooks.update(getattr(new, attr))
+            setattr(new, attr, hooks)
+            if attr == "_backward_hooks":
+                new._is_full_backward_hook = layer._is_full_backward_hook
     return new
+
+
+#: the hook tables of an ``nn.Module`` that :func:`convert_layer` carries to the Bayesian copy
+_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+          "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _check_hooks(layer: nn.Module, full: str) -> None:
+    """A one-line error for hooks a Bayesian copy of ``layer`` cannot keep: torch's weight
+    reparametrisations by hook (``spectral_norm``, ``weight_norm``: they recompute ``weight`` from
+    parameters the copy does not have) and hooks on a module inside the layer (an attention's
+    ``out_proj``), which the copy does not hold."""
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    where = f"bayesianize: {full or 'the model'} ({type(layer).__name__})"
+    for sub, m in layer.named_modules():
+        hooks = [h for a in _HOOKS for h in getattr(m, a, {}).values() if callable(h)]
+        if any(isinstance(h, (SpectralNorm, WeightNorm)) for h in hooks):
+            raise UserError(f"{where}: torch.nn.utils.spectral_norm/weight_norm recompute its weight by a hook that "
+                            "a posterior cannot follow: remove it first (remove_spectral_norm, remove_weight_norm), "
+                            f"or pass skip=[{full!r}] to leave it deterministic")
+        if sub and hooks:
+            raise UserError(f"{where}: its part {sub} has hooks, which the Bayesian layer (no such part) cannot "
+                            f"keep: register them after bayesianize, or pass skip=[{full!r}]")
 
 
 #: the torch layer types whose ``reset_parameters`` draws every parameter from a bounded range

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -387,3 +389,30 @@ def test_bayesianize_keeps_each_modules_training_flag(arch):
     assert {n: m.training for n, m in net.named_modules()} == flags
     layer = bbb.bayesianize(nn.Linear(3, 2).eval())  # a bare layer
     assert isinstance(layer, BayesLinear) and not layer.training
+
+
+def test_a_layers_hooks_go_on_with_its_bayesian_copy_and_spectral_norm_is_an_error():
+    # they were dropped: a forward hook (transformers' enable_input_require_grads on the input
+    # embeddings, an activation logger) stopped running, and spectral_norm/weight_norm vanished
+    # with the weight they had normalised left as the posterior mean
+    seen = []
+    lin, emb = nn.Linear(3, 3), nn.Embedding(5, 3)
+    lin.register_forward_pre_hook(lambda m, args: seen.append(type(m).__name__))
+    handle = lin.register_forward_hook(lambda m, args, out: out * 0)
+    emb.register_forward_hook(lambda m, args, kwargs, out: out + 1, with_kwargs=True)
+    net = bbb.bayesianize(nn.Sequential(emb, lin))
+    assert isinstance(net[1], BayesLinear)
+    assert torch.equal(net(torch.tensor([1, 2])), torch.zeros(2, 3)) and seen == ["BayesLinear"]
+    handle.remove()  # the user's handle still removes it
+    assert net(torch.tensor([1, 2])).abs().sum() > 0
+    for wrap in (nn.utils.spectral_norm, nn.utils.weight_norm):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # (weight_norm is deprecated)
+            layer = wrap(nn.Linear(3, 3))
+        with pytest.raises(bbb.UserError, match="spectral_norm/weight_norm.*remove it first") as err:
+            bbb.bayesianize(nn.Sequential(layer, nn.Linear(3, 2)))
+        assert "\n" not in str(err.value)
+    mha = nn.MultiheadAttention(4, 2)
+    mha.out_proj.register_forward_hook(lambda m, args, out: out)
+    with pytest.raises(bbb.UserError, match="part out_proj has hooks"):
+        bbb.bayesianize(nn.Sequential(mha))

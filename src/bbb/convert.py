@@ -33,7 +33,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
-from .distributions import GaussianPrior
+from .distributions import GaussianPrior, prior_from_config
 from .errors import UserError
 from .lora import LORA_PRIOR_SIGMA, bayesianize_lora, is_lora_model
 from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
@@ -362,6 +362,7 @@ def bayesianize(
         if from_weights:
             _mark_from_weights([(model, new)])
         return new
+    ignored = _settings_ignored(model, kw)  # layers Bayesian already keep their own settings
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
     converted: list[tuple[nn.Module, nn.Module]] = []  # (the torch layer, its Bayesian copy)
@@ -401,7 +402,38 @@ def bayesianize(
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)
+    if ignored:
+        msg = (f"bayesianize: {ignored}, which it does not change: the settings passed apply only to the layers "
+               "it converts now; convert the deterministic network to give every layer them")
+        if strict:
+            raise UserError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=2)
     return model
+
+
+def _settings_ignored(model: nn.Module, kw: dict[str, Any]) -> str:
+    """What :func:`bayesianize` would leave unapplied: the layers of ``model`` that are Bayesian
+    already and whose estimator, prior or initial sigma differ from those passed in ``kw`` (an
+    argument at its default counts as not passed), said in words; "" when none."""
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, BayesModule)
+              and not (n and _inside_bayes(n.rpartition(".")[0], model))]
+    est = Estimator(kw["estimator"])
+    prior = None if kw["prior"] is None else prior_from_config(kw["prior"])
+    sigma = kw.get("sigma_init")
+    rho = kw["rho_init"] if kw["rho_init"] != DEFAULT_RHO_INIT else None
+    names, what = [], set()
+    for n, m in layers:
+        differ = {"estimator": est is not Estimator.REPARAM and m.estimator is not est,
+                  "prior": prior is not None and prior != m.prior,
+                  "sigma_init": sigma is not None and sigma != m.sigma_init,
+                  "rho_init": rho is not None and (m.sigma_init is not None or rho != m.rho_init)}
+        if any(differ.values()):
+            names.append(n or "(the model)")
+            what |= {k for k, v in differ.items() if v}
+    if not names:
+        return ""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{len(names)} layer(s) are Bayesian already ({shown}) with another {', '.join(sorted(what))}"
 
 
 def _inside_bayes(name: str, model: nn.Module) -> bool:

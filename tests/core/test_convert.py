@@ -416,3 +416,23 @@ def test_a_layers_hooks_go_on_with_its_bayesian_copy_and_spectral_norm_is_an_err
     mha.out_proj.register_forward_hook(lambda m, args, out: out)
     with pytest.raises(bbb.UserError, match="part out_proj has hooks"):
         bbb.bayesianize(nn.Sequential(mha))
+
+
+def test_converting_a_bayesian_model_again_says_which_settings_it_leaves_unapplied():
+    # bayesianize(net, estimator="flipout", prior=..., rho_init=...) on a model Bayesian already
+    # returned it unchanged and said nothing: every setting passed was silently ignored
+    net = bbb.bayesianize(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), prior=bbb.GaussianPrior(0.1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same settings again, or none: silent
+        assert bbb.bayesianize(net, prior=bbb.GaussianPrior(0.1)) is net and bbb.bayesianize(net) is net
+    with pytest.warns(UserWarning, match=r"2 layer\(s\) are Bayesian already \(0, 2\) with another estimator, "
+                                         r"prior, rho_init, which it does not change") as rec:
+        bbb.bayesianize(net, estimator="flipout", prior=bbb.GaussianPrior(1.0), rho_init=-3.0)
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert net[0].estimator.value == "reparam" and net[0].rho_init == -5.0  # unchanged, as said
+    with pytest.raises(bbb.UserError, match="Bayesian already"):
+        bbb.bayesianize(BayesLinear(3, 2), estimator="local", strict=True)
+    part = bbb.bayesianize(nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), skip=["1"])
+    with pytest.warns(UserWarning, match=r"1 layer\(s\) are Bayesian already \(0\)"):
+        bbb.bayesianize(part, estimator="local")  # the rest converts with it
+    assert part[1].estimator.value == "local"

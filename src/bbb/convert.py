@@ -112,9 +112,13 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
         raise UserError(f"skip names no module of the model: {', '.join(unknown)} (its modules are named as in "
                         "model.named_modules(), e.g. 'encoder.layers.0.linear1')")
 
+    # a type skips its modules and everything inside them, as a name does
+    under = names | {n for n, m in model.named_modules(remove_duplicate=False) if types and isinstance(m, types)}
+
     def fn(name: str, mod: nn.Module) -> bool:
         # a name skips that module and everything inside it
-        return isinstance(mod, types) or any(name == n or name.startswith(n + ".") for n in names)
+        return (isinstance(mod, types) or "" in under
+                or any(name == n or name.startswith(n + ".") for n in under))
 
     return fn
 
@@ -306,7 +310,8 @@ def bayesianize(
             not for a freshly built network, whose warm start is a fresh start.
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
             a name covers everything inside it; a name that is no module of the model is an
-            error), module types, or a callable ``(name, module) -> bool``.
+            error), module types (each covers everything inside its modules too), or a callable
+            ``(name, module) -> bool``.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
         lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become

@@ -436,3 +436,23 @@ def test_converting_a_bayesian_model_again_says_which_settings_it_leaves_unappli
     with pytest.warns(UserWarning, match=r"1 layer\(s\) are Bayesian already \(0\)"):
         bbb.bayesianize(part, estimator="local")  # the rest converts with it
     assert part[1].estimator.value == "local"
+
+
+def test_a_skipped_type_leaves_everything_inside_it_deterministic_as_a_name_does():
+    # skip=[Block] (a container type of the user's) converted the Linear inside every Block and said
+    # nothing, while skip=["0"] left it deterministic
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = nn.Linear(4, 4), nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.fc(x))
+
+    for skip in ([Block], ["0"], lambda name, mod: isinstance(mod, Block) or name.startswith("0.")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # all said by skip: no warning
+            net = bbb.bayesianize(nn.Sequential(Block(), nn.Linear(4, 2)), skip=skip)
+        assert type(net[0].fc) is nn.Linear and isinstance(net[1], BayesLinear)
+    with pytest.raises(bbb.UserError, match="no layer to make Bayesian"):
+        bbb.bayesianize(nn.Sequential(nn.Linear(4, 2)), skip=[nn.Sequential])  # the model itself: all of it

@@ -40,7 +40,7 @@ from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
-from .nn.tied import tie_converted, tie_groups
+from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE", "at_initialisation", "convert_layer"]
@@ -341,7 +341,10 @@ def bayesianize(
     transformers' ``tie_weights`` ties) stay one posterior: the linear layers that shared a
     converted layer's weight become :class:`~bbb.nn.TiedBayesLinear` (one weight sample per forward
     for both uses, the KL counted once, one entry in the ``state_dict``); a tie that cannot be kept
-    is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``).
+    is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``). A layer held
+    in several places (``nn.Sequential(lin, act, lin)``) likewise draws one sample per forward for
+    all its uses; the ELBO draws each layer once per call however often the forward calls it (a
+    cell called in a loop).
     """
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
@@ -391,6 +394,9 @@ def bayesianize(
     if from_weights:
         _mark_from_weights(converted)
     untied = tie_converted(model, ties)
+    held = [id(m) for _, m in model.named_modules(remove_duplicate=False) if isinstance(m, BayesModule)]
+    if len(held) != len(set(held)):  # a layer held in several places: one sample for all its uses, as a tie's
+        draw_once_per_forward(model)
     no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
     if left:

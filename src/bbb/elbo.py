@@ -28,7 +28,7 @@ from torch import Tensor
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
 from .hf import causal_lm
-from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, warn_not_bayesian
+from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
 from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
 from .options import StrOption
 
@@ -402,7 +402,7 @@ class ELBO(nn.Module):
         k = self.num_samples
         if not torch.compiler.is_compiling():
             warn_not_bayesian(self.model, "the ELBO")
-        with SampleRecorder(generator) as rec:
+        with SampleRecorder(generator) as rec, shared_samples(per_call=True):  # a layer called twice: one sample
             if k == 1:
                 output = select_output(call_model(self.model, inputs), self.output)
             else:

@@ -456,3 +456,38 @@ def test_a_skipped_type_leaves_everything_inside_it_deterministic_as_a_name_does
         assert type(net[0].fc) is nn.Linear and isinstance(net[1], BayesLinear)
     with pytest.raises(bbb.UserError, match="no layer to make Bayesian"):
         bbb.bayesianize(nn.Sequential(nn.Linear(4, 2)), skip=[nn.Sequential])  # the model itself: all of it
+
+
+def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
+    # a layer called at every step of a loop (a recurrent cell of the user's), or held in two places
+    # (Sequential(lin, act, lin)), drew a new weight sample at each call on the plain path: each
+    # step of one sampled network had other weights (the Engine, which supplies one sample a step,
+    # did not), and the Monte Carlo KL saw only the last draw
+    class Cell(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ih, self.hh, self.out = nn.Linear(3, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = torch.zeros(x.shape[0], 4)
+            for t in range(x.shape[1]):
+                h = torch.tanh(self.ih(x[:, t]) + self.hh(h))
+            return self.out(h)
+
+    torch.manual_seed(0)
+    net = bbb.bayesianize(Cell(), rho_init=0.0)
+    draws = []
+    new = net.hh._draw_new
+    net.hh._draw_new = lambda name, k: draws.append((name, k)) or new(name, k)
+    x, y = torch.randn(2, 5, 3), torch.randint(0, 2, (2,))
+    for k in (1, 3):
+        draws.clear()
+        bbb.ELBO(net, num_batches=1, num_samples=k)(x, y, batch_index=0)
+        assert draws == [("weight", None if k == 1 else k), ("bias", None if k == 1 else k)]
+    lin = nn.Linear(4, 4)
+    twice = bbb.bayesianize(nn.Sequential(lin, nn.Tanh(), lin), rho_init=0.0)  # a bare forward too
+    xs = torch.randn(2, 4)
+    with bbb.nn.SampleRecorder() as rec:
+        out = twice(xs)
+    w, b = rec.get(twice[0], "weight").w, rec.get(twice[0], "bias").w
+    torch.testing.assert_close(out, torch.tanh(xs @ w.T + b) @ w.T + b)

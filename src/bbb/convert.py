@@ -157,19 +157,21 @@ _HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always
 
 def _check_hooks(layer: nn.Module, full: str) -> None:
     """A one-line error for hooks a Bayesian copy of ``layer`` cannot keep: torch's weight
-    reparametrisations by hook (``spectral_norm``, ``weight_norm``: they recompute ``weight`` from
-    parameters the copy does not have) and hooks on a module inside the layer (an attention's
+    reparametrisations by hook (``spectral_norm``, ``weight_norm``, ``torch.nn.utils.prune``: they
+    recompute ``weight`` from parameters the copy does not have) and hooks on a module inside the layer (an attention's
     ``out_proj``), which the copy does not hold."""
+    from torch.nn.utils.prune import BasePruningMethod
     from torch.nn.utils.spectral_norm import SpectralNorm
     from torch.nn.utils.weight_norm import WeightNorm
 
     where = f"bayesianize: {full or 'the model'} ({type(layer).__name__})"
     for sub, m in layer.named_modules():
         hooks = [h for a in _HOOKS for h in getattr(m, a, {}).values() if callable(h)]
-        if any(isinstance(h, (SpectralNorm, WeightNorm)) for h in hooks):
-            raise UserError(f"{where}: torch.nn.utils.spectral_norm/weight_norm recompute its weight by a hook that "
-                            "a posterior cannot follow: remove it first (remove_spectral_norm, remove_weight_norm), "
-                            f"or pass skip=[{full!r}] to leave it deterministic")
+        if any(isinstance(h, (SpectralNorm, WeightNorm, BasePruningMethod)) for h in hooks):
+            raise UserError(f"{where}: torch.nn.utils.spectral_norm/weight_norm/prune recompute its weight by a "
+                            "hook that a posterior cannot follow: remove it first (remove_spectral_norm, "
+                            "remove_weight_norm, prune.remove; bbb.prune prunes a posterior), or pass "
+                            f"skip=[{full!r}] to leave it deterministic")
         if sub and hooks:
             raise UserError(f"{where}: its part {sub} has hooks, which the Bayesian layer (no such part) cannot "
                             f"keep: register them after bayesianize, or pass skip=[{full!r}]")

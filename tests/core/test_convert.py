@@ -405,11 +405,12 @@ def test_a_layers_hooks_go_on_with_its_bayesian_copy_and_spectral_norm_is_an_err
     assert torch.equal(net(torch.tensor([1, 2])), torch.zeros(2, 3)) and seen == ["BayesLinear"]
     handle.remove()  # the user's handle still removes it
     assert net(torch.tensor([1, 2])).abs().sum() > 0
-    for wrap in (nn.utils.spectral_norm, nn.utils.weight_norm):
+    prune_l1 = lambda layer: nn.utils.prune.l1_unstructured(layer, "weight", amount=0.5)  # noqa: E731
+    for wrap in (nn.utils.spectral_norm, nn.utils.weight_norm, prune_l1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # (weight_norm is deprecated)
             layer = wrap(nn.Linear(3, 3))
-        with pytest.raises(bbb.UserError, match="spectral_norm/weight_norm.*remove it first") as err:
+        with pytest.raises(bbb.UserError, match="spectral_norm/weight_norm/prune.*remove it first") as err:
             bbb.bayesianize(nn.Sequential(layer, nn.Linear(3, 2)))
         assert "\n" not in str(err.value)
     mha = nn.MultiheadAttention(4, 2)

@@ -33,14 +33,14 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
-from .distributions import GaussianPrior
+from .distributions import GaussianPrior, prior_from_config
 from .errors import UserError
 from .lora import LORA_PRIOR_SIGMA, bayesianize_lora, is_lora_model
 from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
-from .nn.tied import tie_converted, tie_groups
+from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE", "at_initialisation", "convert_layer"]
@@ -112,9 +112,13 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
         raise UserError(f"skip names no module of the model: {', '.join(unknown)} (its modules are named as in "
                         "model.named_modules(), e.g. 'encoder.layers.0.linear1')")
 
+    # a type skips its modules and everything inside them, as a name does
+    under = names | {n for n, m in model.named_modules(remove_duplicate=False) if types and isinstance(m, types)}
+
     def fn(name: str, mod: nn.Module) -> bool:
         # a name skips that module and everything inside it
-        return isinstance(mod, types) or any(name == n or name.startswith(n + ".") for n in names)
+        return (isinstance(mod, types) or "" in under
+                or any(name == n or name.startswith(n + ".") for n in under))
 
     return fn
 
@@ -123,6 +127,7 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
     """The Bayesian copy of ``layer`` (a registered type; ``full``: its name, for errors), made by
     its conversion with the keywords of :func:`bayesianize` (``prior``, ``estimator``, ``rho_init``,
     ``from_weights``[, ``sigma_init``]), in the layer's ``training`` mode."""
+    _check_hooks(layer, full)
     try:
         new = CONVERTIBLE[type(layer)](layer, **kw)
     except UserError as e:
@@ -135,7 +140,41 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
                         "accept it (**kw) in the converter, or skip the layer") from None
     new.train(layer.training)  # a model converted in eval() stays in eval()
     _keep_requires_grad(layer, new)
+    for attr in _HOOKS:  # the layer's hooks go on with the copy (the same dicts: their handles still remove them)
+        hooks = getattr(layer, attr, None)
+        if hooks:
+            hooks.update(getattr(new, attr))
+            setattr(new, attr, hooks)
+            if attr == "_backward_hooks":
+                new._is_full_backward_hook = layer._is_full_backward_hook
     return new
+
+
+#: the hook tables of an ``nn.Module`` that :func:`convert_layer` carries to the Bayesian copy
+_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+          "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _check_hooks(layer: nn.Module, full: str) -> None:
+    """A one-line error for hooks a Bayesian copy of ``layer`` cannot keep: torch's weight
+    reparametrisations by hook (``spectral_norm``, ``weight_norm``, ``torch.nn.utils.prune``: they
+    recompute ``weight`` from parameters the copy does not have) and hooks on a module inside the layer (an attention's
+    ``out_proj``), which the copy does not hold."""
+    from torch.nn.utils.prune import BasePruningMethod
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    where = f"bayesianize: {full or 'the model'} ({type(layer).__name__})"
+    for sub, m in layer.named_modules():
+        hooks = [h for a in _HOOKS for h in getattr(m, a, {}).values() if callable(h)]
+        if any(isinstance(h, (SpectralNorm, WeightNorm, BasePruningMethod)) for h in hooks):
+            raise UserError(f"{where}: torch.nn.utils.spectral_norm/weight_norm/prune recompute its weight by a "
+                            "hook that a posterior cannot follow: remove it first (remove_spectral_norm, "
+                            "remove_weight_norm, prune.remove; bbb.prune prunes a posterior), or pass "
+                            f"skip=[{full!r}] to leave it deterministic")
+        if sub and hooks:
+            raise UserError(f"{where}: its part {sub} has hooks, which the Bayesian layer (no such part) cannot "
+                            f"keep: register them after bayesianize, or pass skip=[{full!r}]")
 
 
 #: the torch layer types whose ``reset_parameters`` draws every parameter from a bounded range
@@ -273,7 +312,8 @@ def bayesianize(
             not for a freshly built network, whose warm start is a fresh start.
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
             a name covers everything inside it; a name that is no module of the model is an
-            error), module types, or a callable ``(name, module) -> bool``.
+            error), module types (each covers everything inside its modules too), or a callable
+            ``(name, module) -> bool``.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
         lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become
@@ -303,7 +343,10 @@ def bayesianize(
     transformers' ``tie_weights`` ties) stay one posterior: the linear layers that shared a
     converted layer's weight become :class:`~bbb.nn.TiedBayesLinear` (one weight sample per forward
     for both uses, the KL counted once, one entry in the ``state_dict``); a tie that cannot be kept
-    is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``).
+    is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``). A layer held
+    in several places (``nn.Sequential(lin, act, lin)``) likewise draws one sample per forward for
+    all its uses; the ELBO draws each layer once per call however often the forward calls it (a
+    cell called in a loop).
     """
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
@@ -329,6 +372,7 @@ def bayesianize(
         if from_weights:
             _mark_from_weights([(model, new)])
         return new
+    ignored = _settings_ignored(model, kw)  # layers Bayesian already keep their own settings
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
     converted: list[tuple[nn.Module, nn.Module]] = []  # (the torch layer, its Bayesian copy)
@@ -352,6 +396,9 @@ def bayesianize(
     if from_weights:
         _mark_from_weights(converted)
     untied = tie_converted(model, ties)
+    held = [id(m) for _, m in model.named_modules(remove_duplicate=False) if isinstance(m, BayesModule)]
+    if len(held) != len(set(held)):  # a layer held in several places: one sample for all its uses, as a tie's
+        draw_once_per_forward(model)
     no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
     if left:
@@ -368,7 +415,38 @@ def bayesianize(
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)
+    if ignored:
+        msg = (f"bayesianize: {ignored}, which it does not change: the settings passed apply only to the layers "
+               "it converts now; convert the deterministic network to give every layer them")
+        if strict:
+            raise UserError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=2)
     return model
+
+
+def _settings_ignored(model: nn.Module, kw: dict[str, Any]) -> str:
+    """What :func:`bayesianize` would leave unapplied: the layers of ``model`` that are Bayesian
+    already and whose estimator, prior or initial sigma differ from those passed in ``kw`` (an
+    argument at its default counts as not passed), said in words; "" when none."""
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, BayesModule)
+              and not (n and _inside_bayes(n.rpartition(".")[0], model))]
+    est = Estimator(kw["estimator"])
+    prior = None if kw["prior"] is None else prior_from_config(kw["prior"])
+    sigma = kw.get("sigma_init")
+    rho = kw["rho_init"] if kw["rho_init"] != DEFAULT_RHO_INIT else None
+    names, what = [], set()
+    for n, m in layers:
+        differ = {"estimator": est is not Estimator.REPARAM and m.estimator is not est,
+                  "prior": prior is not None and prior != m.prior,
+                  "sigma_init": sigma is not None and sigma != m.sigma_init,
+                  "rho_init": rho is not None and (m.sigma_init is not None or rho != m.rho_init)}
+        if any(differ.values()):
+            names.append(n or "(the model)")
+            what |= {k for k, v in differ.items() if v}
+    if not names:
+        return ""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{len(names)} layer(s) are Bayesian already ({shown}) with another {', '.join(sorted(what))}"
 
 
 def _inside_bayes(name: str, model: nn.Module) -> bool:

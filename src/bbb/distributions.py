@@ -237,7 +237,7 @@ def kl_term(
     num_samples: int | None = None,
     extra_eps: Tensor | None = None,
 ) -> Tensor:
-    """KL[q || p] summed over all elements (a scalar).
+    """KL[q || p] summed over all elements (a scalar; float32 for a 16-bit ``q``).
 
     With Monte Carlo and ``eps`` of shape ``(k, *q.mu.shape)``, the k estimates are averaged.
     Without ``eps``, one fresh sample is drawn. ``num_samples`` (Monte Carlo only) is the number
@@ -247,6 +247,9 @@ def kl_term(
     from ``generator``). A closed-form KL needs no samples and ignores it.
     """
     mode = KLMode(mode)
+    if q.mu.dtype in (torch.float16, torch.bfloat16):  # summed over every weight: float16 overflows at 65504
+        q = DiagonalNormal(q.mu.float(), q.sigma.float())
+        eps, w, extra_eps = (None if t is None else t.float() for t in (eps, w, extra_eps))
     if mode is KLMode.SPLIT:
         return split_kl(q, p, extra_eps, generator)
     if mode is not KLMode.MC:

@@ -28,7 +28,7 @@ from torch import Tensor
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
 from .hf import causal_lm
-from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, warn_not_bayesian
+from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
 from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
 from .options import StrOption
 
@@ -355,6 +355,7 @@ class ELBO(nn.Module):
         self.num_batches = num_batches
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
         self._warned_batch_index = False
+        self._warned_eval = False
 
     def kl_weight(self, batch_index: int) -> float:
         if not 0 <= batch_index < self.num_batches:
@@ -402,7 +403,9 @@ class ELBO(nn.Module):
         k = self.num_samples
         if not torch.compiler.is_compiling():
             warn_not_bayesian(self.model, "the ELBO")
-        with SampleRecorder(generator) as rec:
+            if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
+                self._warn_eval()
+        with SampleRecorder(generator) as rec, shared_samples(per_call=True):  # a layer called twice: one sample
             if k == 1:
                 output = select_output(call_model(self.model, inputs), self.output)
             else:
@@ -420,6 +423,17 @@ class ELBO(nn.Module):
                 self._warn_no_batch_index()
             weight = self.beta * (self.kl_weight(batch_index or 0) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
+
+    def _warn_eval(self) -> None:
+        """Once per ELBO: a training step (grad enabled) on a model in ``eval()`` whose Bayesian layers
+        all use their posterior means (a validation loss under ``torch.no_grad()`` is not warned)."""
+        layers = list(bayes_modules(self.model))
+        if layers and not any(m.is_sampling() for m in layers):
+            self._warned_eval = True
+            warnings.warn(f"ELBO: {type(self.model).__name__} is in eval() mode, so its Bayesian layers use their "
+                          "posterior means: the k samples are equal, the NLL is the mean network's and sigma learns "
+                          "from the KL alone; call model.train() before training (a model converted in eval(), as "
+                          "from_pretrained returns it, stays in eval())", UserWarning, stacklevel=3)
 
     def _warn_no_batch_index(self) -> None:
         """Once per ELBO: no ``batch_index`` where the M minibatches' KL weights differ."""

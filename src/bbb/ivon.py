@@ -190,6 +190,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     "weight_decay": float(weight_decay), "beta1": float(beta1), "beta2": float(beta2),
                     "clip_radius": float(clip_radius), "rescale_lr": bool(rescale_lr)}
         super().__init__([m.mu(n) for m, n in self.pairs], defaults)
+        self._owned = owned
+        self._watched = tuple(model.named_parameters())  # their requires_grad, checked at each step
+        self._grad_flags = tuple(p.requires_grad for _, p in self._watched)
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
         #: the noise's seed and the number of draws so far: draw c is bbb.random.normal(n, seed, c)
         self.seed = int(seed) if seed is not None else int(torch.randint(2**62, ()).item())
@@ -451,6 +454,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if not self._notes.drew:
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
+        self._check_grad_flags()
         if not self._dist_checked:
             self._dist_checked = True
             if self._ddp is None:
@@ -481,6 +485,22 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._notes.drew = False
         self._block = 0
         return loss
+
+    def _check_grad_flags(self) -> None:
+        """A one-line error when a trained mean was frozen (requires_grad=False) after IVON was built,
+        which it would still update, or a parameter it does not train was unfrozen (never updated)."""
+        flags = tuple(p.requires_grad for _, p in self._watched)
+        if flags == self._grad_flags:
+            return
+        trained = {id(p) for g in self.param_groups for p in g["params"]}
+        frozen = [n for n, p in self._watched if id(p) in trained and not p.requires_grad]
+        loose = [n for n, p in self._watched if p.requires_grad and id(p) not in self._owned]
+        if frozen or loose:
+            what = (f"{len(frozen)} mean(s) it trains were frozen ({', '.join(frozen[:3])}), which it would "
+                    "still update" if frozen else f"{len(loose)} parameter(s) were unfrozen ({', '.join(loose[:3])}), "
+                    "which it does not train")
+            raise UserError(f"IVON.step: since IVON was built, {what}: build IVON after (un)freezing")
+        self._grad_flags = flags
 
     def _step_each(self, f: FlatBuffers, states: list[dict[str, Any]], backward: bool, blocks: int) -> None:
         """The step weight tensor by weight tensor, on views of the flat buffers: the tensors drawn

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -387,3 +389,106 @@ def test_bayesianize_keeps_each_modules_training_flag(arch):
     assert {n: m.training for n, m in net.named_modules()} == flags
     layer = bbb.bayesianize(nn.Linear(3, 2).eval())  # a bare layer
     assert isinstance(layer, BayesLinear) and not layer.training
+
+
+def test_a_layers_hooks_go_on_with_its_bayesian_copy_and_spectral_norm_is_an_error():
+    # they were dropped: a forward hook (transformers' enable_input_require_grads on the input
+    # embeddings, an activation logger) stopped running, and spectral_norm/weight_norm vanished
+    # with the weight they had normalised left as the posterior mean
+    seen = []
+    lin, emb = nn.Linear(3, 3), nn.Embedding(5, 3)
+    lin.register_forward_pre_hook(lambda m, args: seen.append(type(m).__name__))
+    handle = lin.register_forward_hook(lambda m, args, out: out * 0)
+    emb.register_forward_hook(lambda m, args, kwargs, out: out + 1, with_kwargs=True)
+    net = bbb.bayesianize(nn.Sequential(emb, lin))
+    assert isinstance(net[1], BayesLinear)
+    assert torch.equal(net(torch.tensor([1, 2])), torch.zeros(2, 3)) and seen == ["BayesLinear"]
+    handle.remove()  # the user's handle still removes it
+    assert net(torch.tensor([1, 2])).abs().sum() > 0
+    prune_l1 = lambda layer: nn.utils.prune.l1_unstructured(layer, "weight", amount=0.5)  # noqa: E731
+    for wrap in (nn.utils.spectral_norm, nn.utils.weight_norm, prune_l1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # (weight_norm is deprecated)
+            layer = wrap(nn.Linear(3, 3))
+        with pytest.raises(bbb.UserError, match="spectral_norm/weight_norm/prune.*remove it first") as err:
+            bbb.bayesianize(nn.Sequential(layer, nn.Linear(3, 2)))
+        assert "\n" not in str(err.value)
+    mha = nn.MultiheadAttention(4, 2)
+    mha.out_proj.register_forward_hook(lambda m, args, out: out)
+    with pytest.raises(bbb.UserError, match="part out_proj has hooks"):
+        bbb.bayesianize(nn.Sequential(mha))
+
+
+def test_converting_a_bayesian_model_again_says_which_settings_it_leaves_unapplied():
+    # bayesianize(net, estimator="flipout", prior=..., rho_init=...) on a model Bayesian already
+    # returned it unchanged and said nothing: every setting passed was silently ignored
+    net = bbb.bayesianize(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), prior=bbb.GaussianPrior(0.1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same settings again, or none: silent
+        assert bbb.bayesianize(net, prior=bbb.GaussianPrior(0.1)) is net and bbb.bayesianize(net) is net
+    with pytest.warns(UserWarning, match=r"2 layer\(s\) are Bayesian already \(0, 2\) with another estimator, "
+                                         r"prior, rho_init, which it does not change") as rec:
+        bbb.bayesianize(net, estimator="flipout", prior=bbb.GaussianPrior(1.0), rho_init=-3.0)
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert net[0].estimator.value == "reparam" and net[0].rho_init == -5.0  # unchanged, as said
+    with pytest.raises(bbb.UserError, match="Bayesian already"):
+        bbb.bayesianize(BayesLinear(3, 2), estimator="local", strict=True)
+    part = bbb.bayesianize(nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), skip=["1"])
+    with pytest.warns(UserWarning, match=r"1 layer\(s\) are Bayesian already \(0\)"):
+        bbb.bayesianize(part, estimator="local")  # the rest converts with it
+    assert part[1].estimator.value == "local"
+
+
+def test_a_skipped_type_leaves_everything_inside_it_deterministic_as_a_name_does():
+    # skip=[Block] (a container type of the user's) converted the Linear inside every Block and said
+    # nothing, while skip=["0"] left it deterministic
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = nn.Linear(4, 4), nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.fc(x))
+
+    for skip in ([Block], ["0"], lambda name, mod: isinstance(mod, Block) or name.startswith("0.")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # all said by skip: no warning
+            net = bbb.bayesianize(nn.Sequential(Block(), nn.Linear(4, 2)), skip=skip)
+        assert type(net[0].fc) is nn.Linear and isinstance(net[1], BayesLinear)
+    with pytest.raises(bbb.UserError, match="no layer to make Bayesian"):
+        bbb.bayesianize(nn.Sequential(nn.Linear(4, 2)), skip=[nn.Sequential])  # the model itself: all of it
+
+
+def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
+    # a layer called at every step of a loop (a recurrent cell of the user's), or held in two places
+    # (Sequential(lin, act, lin)), drew a new weight sample at each call on the plain path: each
+    # step of one sampled network had other weights (the Engine, which supplies one sample a step,
+    # did not), and the Monte Carlo KL saw only the last draw
+    class Cell(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ih, self.hh, self.out = nn.Linear(3, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = torch.zeros(x.shape[0], 4)
+            for t in range(x.shape[1]):
+                h = torch.tanh(self.ih(x[:, t]) + self.hh(h))
+            return self.out(h)
+
+    torch.manual_seed(0)
+    net = bbb.bayesianize(Cell(), rho_init=0.0)
+    draws = []
+    new = net.hh._draw_new
+    net.hh._draw_new = lambda name, k: draws.append((name, k)) or new(name, k)
+    x, y = torch.randn(2, 5, 3), torch.randint(0, 2, (2,))
+    for k in (1, 3):
+        draws.clear()
+        bbb.ELBO(net, num_batches=1, num_samples=k)(x, y, batch_index=0)
+        assert draws == [("weight", None if k == 1 else k), ("bias", None if k == 1 else k)]
+    lin = nn.Linear(4, 4)
+    twice = bbb.bayesianize(nn.Sequential(lin, nn.Tanh(), lin), rho_init=0.0)  # a bare forward too
+    xs = torch.randn(2, 4)
+    with bbb.nn.SampleRecorder() as rec:
+        out = twice(xs)
+    w, b = rec.get(twice[0], "weight").w, rec.get(twice[0], "bias").w
+    torch.testing.assert_close(out, torch.tanh(xs @ w.T + b) @ w.T + b)

@@ -239,3 +239,20 @@ def test_split_kl_of_a_mixture_with_pi_1_is_the_gaussian_closed_form():
     want = GaussianPrior(0.5).kl_closed_form(mu, s)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kl", ["closed", "mc", "split"])
+def test_the_kl_of_a_16_bit_model_is_summed_in_float32(kl):
+    # a model in float16 summed its KL in float16: inf past 65504 (a 300x300 layer's KL is ~5e5),
+    # and the ELBO's loss with it
+    torch.manual_seed(0)
+    prior = bbb.GaussianPrior(1.0) if kl == "closed" else bbb.ScaleMixturePrior(0.5, 1.0, 0.1)
+    net = bbb.bayesianize(torch.nn.Linear(300, 300), prior=prior)
+    ref = bbb.nn.model_kl(net, kl).detach() if kl == "closed" else None
+    for dt in (torch.float16, torch.bfloat16):
+        half = bbb.bayesianize(torch.nn.Linear(300, 300), prior=prior).to(dt)
+        half.load_state_dict(net.state_dict())
+        got = bbb.nn.model_kl(half, kl).detach()
+        assert got.dtype == torch.float32 and torch.isfinite(got) and float(got) > 65504
+        if ref is not None:
+            assert float(got) == pytest.approx(float(ref), rel=1e-2)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
+import bbb
 from bbb.elbo import ELBO, Categorical, Gaussian, HeteroscedasticGaussian
 from bbb.nn import BayesLinear
 
@@ -59,3 +62,26 @@ def test_elbo_accepts_zero_and_tensor_kl_weight():
     y = torch.zeros(3, dtype=torch.long)
     assert elbo(torch.randn(3, 2), y, kl_weight=0.0).kl_weight == 0.0
     assert elbo(torch.randn(3, 2), y, kl_weight=torch.tensor(0.5)).kl_weight == 0.5
+
+
+def test_a_training_step_on_a_model_in_eval_mode_warns_once():
+    # a model converted in eval() (as from_pretrained returns it) and trained without train():
+    # every layer used its mean, the k "samples" were copies and sigma learned from the KL alone
+    torch.manual_seed(0)
+    net = bbb.bayesianize(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).eval())
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    elbo = bbb.ELBO(net, num_batches=1, num_samples=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            elbo(x, y, batch_index=0)  # a validation loss: not warned
+    with pytest.warns(UserWarning, match=r"eval\(\) mode.*k samples are equal.*model.train\(\)") as rec:
+        out = elbo(x, y, batch_index=0)
+        elbo(x, y, batch_index=0)  # once
+    assert len([w for w in rec if "eval() mode" in str(w.message)]) == 1
+    assert torch.equal(out.output[0], out.output[1])
+    net.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = bbb.ELBO(net, num_batches=1, num_samples=3)(x, y, batch_index=0)
+    assert not torch.equal(out.output[0], out.output[1])

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from bbb.convert import bayesianize
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
 from bbb.elbo import ELBO, Gaussian
 from bbb.engine import Engine, counter_noise
@@ -195,6 +196,44 @@ def test_an_elbo_parameter_the_engine_does_not_train_is_an_error():
     ELBO(net, Gaussian(learn_sigma=True).double(), kl="mc")(x, y)  # outside an engine: the user's optimiser
     with pytest.raises(UserError, match="params"):
         Engine(net, params=[1.0])
+
+
+
+def _frozen_step(eng, net):
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    with eng.sampling():
+        out = ELBO(net, num_batches=1)(x, y, batch_index=0)
+    eng.zero_grad()
+    out.loss.backward()
+    eng.step()
+
+
+def test_freezing_or_unfreezing_after_the_engine_is_built_is_an_error_not_ignored():
+    # frozen after construction: the fused kernel updated it all the same; unfrozen after
+    # construction: it got gradients and never moved (torch.optim trains both as flagged)
+    torch.manual_seed(0)
+    net = BayesMLP(3, [4], 2)
+    eng = Engine(net, "adam", lr=0.1, compile=False)
+    _frozen_step(eng, net)
+    first = next(m for m in net.modules() if isinstance(m, BayesLinear))
+    first.weight_mu.requires_grad_(False)
+    before = first.weight_mu.detach().clone()
+    with pytest.raises(UserError, match="frozen .*after the Engine was built") as err:
+        _frozen_step(eng, net)
+    assert "\n" not in str(err.value) and torch.equal(first.weight_mu, before)
+    base = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    base[0].requires_grad_(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = bayesianize(base)
+        eng = Engine(net, "adam", lr=0.1, compile=False)  # (frozen weights: the plain path)
+    net[0].requires_grad_(True)  # gradual unfreezing
+    with pytest.raises(UserError, match="unfrozen .*add_param_group"):
+        _frozen_step(eng, net)
+    eng.add_param_group({"params": list(net[0].parameters())})  # as the error says: now it trains
+    before = net[0].weight_mu.detach().clone()
+    _frozen_step(eng, net)
+    assert not torch.equal(net[0].weight_mu, before)
 
 
 # -- 5. the fallback -------------------------------------------------------------------------------

@@ -504,6 +504,37 @@ def test_a_model_moved_after_ivon_was_built_is_a_one_line_error():
     assert "\n" not in str(e.value)
 
 
+
+def test_freezing_or_unfreezing_after_ivon_was_built_is_a_one_line_error():
+    """A mean frozen after IVON was built was still updated; one unfrozen after it never was."""
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+
+    def step(opt, net):
+        with opt.sampling():
+            loss = F.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    net = _mlp()
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    step(opt, net)
+    first = next(m for m in net.modules() if isinstance(m, bbb.nn.BayesModule))
+    first.weight_mu.requires_grad_(False)
+    before = first.weight_mu.detach().clone()
+    with pytest.raises(UserError, match=r"since IVON was built, 1 mean\(s\) it trains were frozen") as e:
+        step(opt, net)
+    assert "\n" not in str(e.value) and torch.equal(first.weight_mu, before)
+    net = _mlp()
+    first = next(m for m in net.modules() if isinstance(m, bbb.nn.BayesModule))
+    first.requires_grad_(False)
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    first.requires_grad_(True)
+    with pytest.raises(UserError, match=r"parameter\(s\) were unfrozen .*which it does not train"):
+        step(opt, net)
+
+
 def test_a_checkpoint_of_the_per_tensor_ivon_loads_and_continues():
     """tests/core/ivon_state_before_flat.json was written by bbb.IVON before the flat buffers (git
     2dda3a1; the numbers of its tensors, float32, as lists): a BayesMLP(3, [5], 2) after 3 steps (lr

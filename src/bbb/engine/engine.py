@@ -74,6 +74,7 @@ from .support import (
     clip_grad_norm,
     compile_default,
     elbo_settings,
+    frozen_changed,
     new_params,
     param_groups,
     torch_optimizer,
@@ -252,6 +253,8 @@ class Engine(torch.optim.Optimizer):
         self._sampler = Sampler(self, self.k, self.kl_mode, self.kl_samples)  # what the forward reads
         self._grads = FusedGrads(self)  # the fused mu's and rho's .grad
         self._sampler.groups = self.param_groups
+        self._watched = tuple(model.parameters())  # their requires_grad, checked at each step
+        self._grad_flags = tuple(p.requires_grad for p in self._watched)
         if layout is not None:
             self._build(layout, compile)
 
@@ -523,6 +526,13 @@ class Engine(torch.optim.Optimizer):
             self._dist_checked = True
             if self._ddp is None and (self.fused or self._extra):
                 ddp_.warn_without_ddp()
+        flags = tuple(p.requires_grad for p in self._watched)
+        if flags != self._grad_flags:  # frozen or unfrozen since the engine was built
+            fused = self._fused_params if self.fused else ()
+            reason = frozen_changed(self.model, self._watched, self.param_groups, fused)
+            if reason is not None:
+                raise UserError(f"bbb.Engine: {reason}")
+            self._grad_flags = flags
         self._average()
         self._averaged = False
         sampler = self._sampler

@@ -18,7 +18,8 @@ from ..nn.base import Estimator
 from .kernels import gradients
 
 __all__ = ["elbo_settings", "unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm",
-           "compile_default", "has_triton", "COMPILE_ENV", "compile_from_env", "check_member_lr_scale"]
+           "compile_default", "has_triton", "COMPILE_ENV", "compile_from_env", "check_member_lr_scale",
+           "frozen_changed"]
 
 #: the environment variable that sets the engine's ``compile=None`` for the whole process (and the
 #: processes it starts): ``0`` never compiles (the eager kernels, the same mathematics; no seconds
@@ -146,6 +147,26 @@ def new_params(groups: list[dict[str, Any]], seen: set[int]) -> list[dict[str, A
 
 
 @torch.no_grad()
+def frozen_changed(model: nn.Module, params: tuple[Tensor, ...], groups: list[dict[str, Any]],
+                   fused: tuple[Tensor, ...]) -> str | None:
+    """What went wrong when ``requires_grad`` of some of ``model``'s ``params`` changed since the
+    engine was built: a fused parameter frozen (the kernel would update it all the same), or a
+    parameter unfrozen that no group trains (it would get gradients and never move); None if neither."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    trained = {id(p) for g in groups for p in g["params"]}
+    frozen = [names.get(id(p), "?") for p in fused if not p.requires_grad]
+    if frozen:
+        return (f"{len(frozen)} Bayesian parameter(s) frozen (requires_grad=False) after the Engine was built "
+                f"({', '.join(frozen[:3])}), which its fused kernel would still update: build the Engine after "
+                "freezing (it then trains on the plain path)")
+    left = [names.get(id(p), "?") for p in params if p.requires_grad and id(p) not in trained]
+    if left:
+        return (f"{len(left)} parameter(s) unfrozen (requires_grad=True) after the Engine was built "
+                f"({', '.join(left[:3])}), which it does not train: build the Engine after unfreezing, or "
+                "engine.add_param_group({'params': [...]})")
+    return None
+
+
 def clip_grad_norm(engine: Any, max_norm: float, norm_type: float, error_if_nonfinite: bool) -> Tensor:
     """:meth:`Engine.clip_grad_norm_` (after the distributed average): torch's arithmetic, with the
     fused dL/dmu and dL/drho formed from g and c (the kernel's formula) and clipped by scaling g and c."""

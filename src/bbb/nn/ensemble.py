@@ -41,7 +41,7 @@ from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .model import sampling
 from .population import BayesPopulation, OneHot
-from .samples import FOLD, PROVIDER, SHARED, SampleProvider, providing_samples
+from .samples import FOLD, PROVIDER, SHARED, OneForward, SampleProvider, providing_samples
 
 __all__ = ["BayesEnsemble", "MemberNoise", "pool_members"]
 
@@ -150,7 +150,7 @@ class BayesEnsemble(BayesPopulation):
         """Every member on ``x`` (R, in), or on its own rows (members, R, in): (members, R, out),
         one weight draw per member when sampling (``train()`` mode, or :func:`~bbb.nn.sampling`),
         the means otherwise; ``num_samples`` = k: (k, members, R, out)."""
-        if FOLD.get() is not None or SHARED.get() is not None:
+        if FOLD.get() is not None or (SHARED.get() is not None and not isinstance(SHARED.get(), OneForward)):
             raise UserError("BayesEnsemble: its outputs are (members, rows, out), which bbb.uncertainty.predict, "
                             "evaluate and ELBO(num_samples > 1) do not read; predict with "
                             "ensemble.predictive(x, num_samples) and train with ELBO(num_samples=1)")

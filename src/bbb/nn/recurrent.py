@@ -203,6 +203,9 @@ class _BayesRNNBase(BayesModule):
         if hs is None:
             hs = [input.new_zeros(s) for s in self._hidden_shapes(n)]
         else:
+            if kf is not None and n != rows:  # an hx whose layers*directions equal B: fold_inputs repeated
+                hs = [t[:w[0]] if t.shape == (kf * w[0], rows, w[2]) and w[0] == rows else t  # its dim 0: undo
+                      for t, w in zip(hs, self._hidden_shapes(n))]
             for t, want in zip(hs, self._hidden_shapes(n)):
                 ok = (t.shape[0], t.shape[2]) == (want[0], want[2]) and t.shape[1] in (n, rows)
                 if not ok:

@@ -47,6 +47,7 @@ __all__ = [
     "RECORDER",
     "PROVIDER",
     "SHARED",
+    "OneForward",
     "FOLD",
 ]
 
@@ -184,8 +185,12 @@ SHARED: ContextSlot[dict[tuple[int, str, int | None], tuple[Tensor, Tensor, Tens
     ContextSlot("bbb_shared_samples", None))
 
 
+class OneForward(dict):
+    """The draws of one objective's forward (:func:`shared_samples` with ``per_call=True``)."""
+
+
 @contextlib.contextmanager
-def shared_samples() -> Iterator[None]:
+def shared_samples(per_call: bool = False) -> Iterator[None]:
     """Draw each layer's weights once and reuse them for every forward pass inside the block.
 
     Evaluating k sampled networks over a data set in chunks then uses the *same* k networks for
@@ -193,6 +198,8 @@ def shared_samples() -> Iterator[None]:
     Applies to weight sampling (``reparam`` and the weight part of ``flipout``); ``local``
     reparameterisation draws per example by construction. Meant for prediction under
     ``torch.no_grad()``; the stored weights are released when the outermost block ends.
+    ``per_call=True`` (what the ELBO opens around its forward): one network sample for a forward
+    that calls a layer several times (a cell in a loop), not a prediction's block.
 
     >>> with sampling(net, "sample"), shared_samples():
     ...     logits = torch.cat([net(expand_samples(xc, 10)) for xc in x.split(1024)], dim=1)
@@ -200,7 +207,7 @@ def shared_samples() -> Iterator[None]:
     if SHARED.get() is not None:  # nested: the outer block's draws stay shared
         yield
         return
-    token = SHARED.set({})
+    token = SHARED.set(OneForward() if per_call else {})
     try:
         yield
     finally:

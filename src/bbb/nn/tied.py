@@ -31,7 +31,7 @@ from .base import BayesModule, Estimator
 from .layers import BayesLinear
 from .samples import SHARED, SampleRecorder
 
-__all__ = ["TiedBayesLinear", "tie_groups", "tie_converted"]
+__all__ = ["TiedBayesLinear", "tie_groups", "tie_converted", "draw_once_per_forward"]
 
 
 class TiedBayesLinear(BayesModule):
@@ -204,8 +204,16 @@ def tie_converted(model: nn.Module, groups: list[list[tuple[str, str]]]) -> list
         untied.append(f"{names} were one tensor and now are not ({why}): to keep one tensor, skip every module "
                       "of the tie; a holder that its forward does not use (transformers' resize bookkeeping) "
                       "can be left")
-    if tied and not any(isinstance(getattr(h, "__self__", None), _TieScope) for h in model._forward_pre_hooks.values()):
+    if tied:
+        draw_once_per_forward(model)
+    return untied
+
+
+def draw_once_per_forward(model: nn.Module) -> None:
+    """Make each forward of ``model`` draw every Bayesian weight once (a weight or a layer used in
+    several places: one network sample for all its uses), by forward hooks that open
+    :func:`~bbb.nn.shared_samples` around it (once per model)."""
+    if not any(isinstance(getattr(h, "__self__", None), _TieScope) for h in model._forward_pre_hooks.values()):
         scope = _TieScope()
         model.register_forward_pre_hook(scope.enter)
         model.register_forward_hook(scope.exit, always_call=True)
-    return untied

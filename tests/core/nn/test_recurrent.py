@@ -207,6 +207,22 @@ def test_fold_equals_each_sample_alone(kind, batch_first, hx_rows):
         _close(tuple(t[:, rows] for t in _hidden(hn)), tuple(_hidden(hn_j)))
 
 
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_an_hx_whose_layers_equal_the_batch_size_folds_as_any_other(kind):
+    """forward_samples repeats every input tensor with B rows along the batch dimension: an hx
+    (layers, B, H) of a batch_first layer with layers == B was repeated along its dim 0 and the
+    layer blamed the user's (correct) hx in a one-line error."""
+    torch.manual_seed(0)
+    layer = (nn.LSTM if kind == "lstm" else nn.GRU)(3, 4, num_layers=2, batch_first=True)
+    bayes = bbb.bayesianize(copy.deepcopy(layer), rho_init=-40.0)  # sigma ~ 0: every sample is the torch layer
+    x, h = torch.randn(2, 5, 3), torch.randn(2, 2, 4)  # B = 2 = num_layers
+    hx = (h, torch.randn(2, 2, 4)) if kind == "lstm" else h
+    out = forward_samples(bayes, (x, hx), 3)
+    assert out.shape == (3, 2, 5, 4)
+    torch.testing.assert_close(out, layer(x, hx)[0].expand(3, -1, -1, -1))
+
+
 def test_bad_fold_is_one_line_error():
     bayes, _ = _bayes("lstm", True)
     with folded_samples(3), pytest.raises(UserError, match="batch_first") as e:

@@ -19,7 +19,8 @@ from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "FILE_DATASET", "IVON_ONLY", "LIKELIHOODS", "METHOD_DATA_DEFAULTS",
+__all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IVON_ONLY",
+           "LIKELIHOODS", "METHOD_DATA_DEFAULTS",
            "METHOD_DEFAULTS",
            "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig", "resume_conflicts"]
 
@@ -81,6 +82,16 @@ IVON_ONLY = ("ess", "hess_init", "weight_decay")
 #: its own, sigma at the start set by ``hess_init``): given with ``--method ivon``, a one-line error
 NOT_FOR_IVON = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
                 "rho_lr_scale", "optimizer", "momentum", "dropout_input", "dropout_hidden")
+
+#: the settings of the Bayesian network and its objective, which plain networks (``--method sgd``
+#: and ``dropout``: an nn.Linear MLP, cross-entropy, one forward pass a step) do not read: given
+#: with either, a one-line error
+BAYES_ONLY = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
+              "rho_lr_scale", "estimator", "mu_init_scale", "samples")
+
+#: dropout's rates, which no other method reads: given with ``--method bbb`` or ``sgd``, a one-line
+#: error (with ``--method ivon``: :data:`NOT_FOR_IVON`)
+DROPOUT_ONLY = ("dropout_input", "dropout_hidden")
 
 #: settings added after runs were written with the behaviour that this value names (a stored
 #: config that lacks one was trained so: every run before ``select_by`` chose by validation error)
@@ -276,7 +287,9 @@ class TrainConfig:
     def refuse_unused(self, names: Any) -> None:
         """A one-line :class:`~bbb.errors.SettingError` for the first of the settings ``names`` that
         this configuration's method does not read: IVON's own (:data:`IVON_ONLY`) with another
-        method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon. ``bbb
+        method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon, those of
+        the Bayesian network (:data:`BAYES_ONLY`) with sgd or dropout, dropout's rates
+        (:data:`DROPOUT_ONLY`) with bbb or sgd. ``bbb
         train`` passes the options given (so that one given at its default value is refused too)."""
         ivon = self.method is Method.IVON
         for name in names:
@@ -289,6 +302,14 @@ class TrainConfig:
             if not ivon and name in IVON_ONLY:
                 raise SettingError(name, f"is a setting of --method ivon (IVON's optimiser), not of --method "
                                    f"{self.method.value}; leave it out, or train with --method ivon")
+            if self.method in (Method.SGD, Method.DROPOUT) and name in BAYES_ONLY:
+                raise SettingError(name, f"applies to the Bayesian network (--method bbb), not to --method "
+                                   f"{self.method.value} (a plain network: no prior, no KL, one forward pass a step); "
+                                   "leave it out, or train with --method bbb")
+            if self.method in (Method.BBB, Method.SGD) and name in DROPOUT_ONLY:
+                raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
+                                   "(its network has no dropout layers); leave it out, or train with --method "
+                                   "dropout")
 
     def _check_data_file(self) -> None:
         """The settings of a data file (``data_file``; ``dataset`` becomes ``"file"``) and of an

@@ -1,0 +1,45 @@
+"""A ``bbb train`` option that the run's method does not read is a one-line error, never a
+setting recorded in config.json that trained nothing (IVON's own: tests/runs/test_ivon_runs.py)."""
+from __future__ import annotations
+
+import pytest
+
+from bbb.errors import SettingError
+from bbb.runs import TrainConfig
+from testkit import run_main
+
+BAYES = [("--prior", "mixture"), ("--pi", "0.5"), ("--sigma1", "2"), ("--sigma2", "0.01"), ("--prior-sigma", "2"),
+         ("--kl-weighting", "uniform"), ("--kl", "mc"), ("--kl-samples", "2"), ("--sigma-init", "0.1"),
+         ("--rho-lr-scale", "2"), ("--estimator", "reparam"), ("--mu-init-scale", "0.1"),
+         ("--train-samples", "3")]
+
+
+@pytest.mark.parametrize("method", ["sgd", "dropout"])
+@pytest.mark.parametrize("flag, value", BAYES)
+def test_a_bayesian_option_with_a_plain_network_is_refused(capsys, tmp_path, method, flag, value):
+    """Before, ``--method sgd --prior mixture --train-samples 3`` trained the plain network and
+    wrote the values into config.json as if they had been used."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--method", method, flag, value, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"bbb train: error: {flag} applies to the Bayesian network (--method bbb), "
+                          f"not to --method {method}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("method", ["bbb", "sgd"])
+@pytest.mark.parametrize("flag", ["--dropout-input", "--dropout-hidden"])
+def test_a_dropout_rate_without_dropout_is_refused(capsys, tmp_path, method, flag):
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--method", method, flag, "0.1", "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to --method dropout, not to --method {method}" in err
+    assert not out.exists()
+
+
+def test_the_settings_each_method_reads_stay_allowed():
+    for method, names in (("bbb", ["prior", "samples", "estimator", "rho_init", "kl"]),
+                          ("dropout", ["dropout_input", "dropout_hidden"])):
+        TrainConfig(method=method).refuse_unused(names)
+    with pytest.raises(SettingError, match="^samples applies to the Bayesian network"):
+        TrainConfig(method="sgd").refuse_unused(["samples"])

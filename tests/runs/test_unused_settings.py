@@ -43,3 +43,19 @@ def test_the_settings_each_method_reads_stay_allowed():
         TrainConfig(method=method).refuse_unused(names)
     with pytest.raises(SettingError, match="^samples applies to the Bayesian network"):
         TrainConfig(method="sgd").refuse_unused(["samples"])
+
+
+@pytest.mark.parametrize("argv, flag, prior", [
+    (["--prior", "gaussian", "--pi", "0.5"], "--pi", "mixture"),
+    (["--prior", "gaussian", "--sigma1", "2"], "--sigma1", "mixture"),
+    (["--prior", "gaussian", "--sigma2", "0.01"], "--sigma2", "mixture"),
+    (["--prior-sigma", "2"], "--prior-sigma", "gaussian"),  # MNIST's default prior: the mixture
+])
+def test_a_parameter_of_the_other_prior_is_refused(capsys, tmp_path, argv, flag, prior):
+    """Before, ``--prior gaussian --pi 0.5`` trained with the Gaussian prior and recorded pi 0.5."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", *argv, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to --prior {prior}, not to the --prior " in err
+    assert not out.exists()
+    TrainConfig(prior=prior).refuse_unused([flag[2:].replace("-", "_")])  # with its own prior: fine

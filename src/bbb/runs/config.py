@@ -20,7 +20,7 @@ from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
 __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IVON_ONLY",
-           "LIKELIHOODS", "METHOD_DATA_DEFAULTS",
+           "LIKELIHOODS", "METHOD_DATA_DEFAULTS", "PRIOR_ONLY",
            "METHOD_DEFAULTS",
            "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig", "resume_conflicts"]
 
@@ -88,6 +88,12 @@ NOT_FOR_IVON = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting"
 #: with either, a one-line error
 BAYES_ONLY = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
               "rho_lr_scale", "estimator", "mu_init_scale", "samples")
+
+#: the settings of one kind of prior (its parameters), which the other kind does not read: given
+#: with the other (``--pi`` with ``--prior gaussian``, ``--prior-sigma`` with ``mixture``), a
+#: one-line error
+PRIOR_ONLY = {"pi": PriorKind.MIXTURE, "sigma1": PriorKind.MIXTURE, "sigma2": PriorKind.MIXTURE,
+              "prior_sigma": PriorKind.GAUSSIAN}
 
 #: dropout's rates, which no other method reads: given with ``--method bbb`` or ``sgd``, a one-line
 #: error (with ``--method ivon``: :data:`NOT_FOR_IVON`)
@@ -289,7 +295,8 @@ class TrainConfig:
         this configuration's method does not read: IVON's own (:data:`IVON_ONLY`) with another
         method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon, those of
         the Bayesian network (:data:`BAYES_ONLY`) with sgd or dropout, dropout's rates
-        (:data:`DROPOUT_ONLY`) with bbb or sgd. ``bbb
+        (:data:`DROPOUT_ONLY`) with bbb or sgd, a prior's parameters (:data:`PRIOR_ONLY`) with
+        the other kind of prior. ``bbb
         train`` passes the options given (so that one given at its default value is refused too)."""
         ivon = self.method is Method.IVON
         for name in names:
@@ -306,6 +313,10 @@ class TrainConfig:
                 raise SettingError(name, f"applies to the Bayesian network (--method bbb), not to --method "
                                    f"{self.method.value} (a plain network: no prior, no KL, one forward pass a step); "
                                    "leave it out, or train with --method bbb")
+            if self.method is Method.BBB and name in PRIOR_ONLY and PRIOR_ONLY[name] is not self.prior:
+                raise SettingError(name, f"applies to --prior {PRIOR_ONLY[name].value}, not to the --prior "
+                                   f"{self.prior.value} this run trains with; leave it out, or give --prior "
+                                   f"{PRIOR_ONLY[name].value}")
             if self.method in (Method.BBB, Method.SGD) and name in DROPOUT_ONLY:
                 raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
                                    "(its network has no dropout layers); leave it out, or train with --method "

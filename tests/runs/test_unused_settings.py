@@ -59,3 +59,24 @@ def test_a_parameter_of_the_other_prior_is_refused(capsys, tmp_path, argv, flag,
     assert f"{flag} applies to --prior {prior}, not to the --prior " in err
     assert not out.exists()
     TrainConfig(prior=prior).refuse_unused([flag[2:].replace("-", "_")])  # with its own prior: fine
+
+
+@pytest.mark.parametrize("argv, flag, owner", [
+    (["--momentum", "0.5"], "--momentum", "--optimizer sgd"),  # the default optimiser: adam
+    (["--method", "sgd", "--optimizer", "adam", "--momentum", "0.5"], "--momentum", "--optimizer sgd"),
+    (["--lr-gamma", "0.5"], "--lr-gamma", "--lr-schedule step"),  # the default schedule: none
+    (["--lr-schedule", "cosine", "--lr-step-size", "2"], "--lr-step-size", "--lr-schedule step"),
+])
+def test_an_option_of_another_optimiser_or_schedule_is_refused(capsys, tmp_path, argv, flag, owner):
+    """Before, ``--momentum 0.5`` under Adam and ``--lr-gamma 0.5`` without the step schedule
+    trained as if they were absent and were recorded in config.json."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", *argv, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to {owner}, not to " in err
+    assert not out.exists()
+
+
+def test_the_options_of_the_optimiser_and_schedule_given_stay_allowed():
+    TrainConfig(optimizer="sgd").refuse_unused(["momentum"])
+    TrainConfig(method="ivon", lr_schedule="step").refuse_unused(["lr_gamma", "lr_step_size"])

@@ -296,7 +296,8 @@ class TrainConfig:
         method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon, those of
         the Bayesian network (:data:`BAYES_ONLY`) with sgd or dropout, dropout's rates
         (:data:`DROPOUT_ONLY`) with bbb or sgd, a prior's parameters (:data:`PRIOR_ONLY`) with
-        the other kind of prior. ``bbb
+        the other kind of prior, ``momentum`` without ``--optimizer sgd``, the step schedule's
+        ``lr_step_size`` and ``lr_gamma`` without ``--lr-schedule step``. ``bbb
         train`` passes the options given (so that one given at its default value is refused too)."""
         ivon = self.method is Method.IVON
         for name in names:
@@ -317,6 +318,12 @@ class TrainConfig:
                 raise SettingError(name, f"applies to --prior {PRIOR_ONLY[name].value}, not to the --prior "
                                    f"{self.prior.value} this run trains with; leave it out, or give --prior "
                                    f"{PRIOR_ONLY[name].value}")
+            if name == "momentum" and not ivon and self.optimizer is not OptimizerKind.SGD:
+                raise SettingError(name, f"applies to --optimizer sgd, not to --optimizer {self.optimizer.value}; "
+                                   "leave it out, or give --optimizer sgd")
+            if name in ("lr_step_size", "lr_gamma") and self.lr_schedule is not LRSchedule.STEP:
+                raise SettingError(name, f"applies to --lr-schedule step, not to --lr-schedule "
+                                   f"{self.lr_schedule.value}; leave it out, or give --lr-schedule step")
             if self.method in (Method.BBB, Method.SGD) and name in DROPOUT_ONLY:
                 raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
                                    "(its network has no dropout layers); leave it out, or train with --method "

@@ -438,3 +438,17 @@ def test_the_command_line_flushes_denormals_on_every_torch_thread():
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-2:] == ["0", "0"]
+
+
+def test_predict_and_evaluate_say_alike_which_checkpoint_best_is(capsys):
+    """Before, bbb predict's --help said best.pt was chosen "by validation error"; it is the epoch of
+    the run's --select-by (NLL for a table's run by default), as bbb evaluate's --help says."""
+    from testkit import run_main
+
+    helps = []
+    for command in ("predict", "evaluate"):
+        rc, out, _ = run_main(capsys, command, "--help")
+        assert rc == 0
+        text = " ".join(out.split())
+        helps.append(text[text.index("--which {best,last} "):].split(" (default: best)")[0])
+    assert helps[0] == helps[1] and "--select-by" in helps[0]

@@ -175,6 +175,20 @@ def test_refuses_to_overwrite_and_checks_settings_on_resume(tmp_path, data):
     assert s["epochs"] == 2 and len(read_metrics(run)) == 2
 
 
+def test_resuming_with_fewer_epochs_than_done_is_refused(tmp_path, data):
+    """Before, resuming a 2-epoch run with epochs 1 trained nothing, exit 0, and rewrote config.json
+    with epochs 1 beside a summary.json and metrics.csv of 2 epochs."""
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=2), run, data=data, **QUIET)
+    before = {f: (run / f).read_bytes() for f in ("config.json", "summary.json", "last.pt", "best.pt")}
+    with pytest.raises(UserError, match=r"^cannot resume .* with epochs 1: it holds 2 epochs already; give "
+                                        r"--epochs 2 or more"):
+        train(tiny_cfg(epochs=1), run, data=data, resume=True, **QUIET)
+    assert {f: (run / f).read_bytes() for f in before} == before
+    s = train(tiny_cfg(epochs=2), run, data=data, resume=True, **QUIET)  # as many: the run, written again
+    assert s["epochs"] == 2 and json.loads((run / "config.json").read_text())["epochs"] == 2
+
+
 def test_a_setting_added_after_a_run_was_written_counts_as_its_default_on_resume(tmp_path, data):
     """A checkpoint from before ``rho_lr_scale`` existed resumes with the default, not with another."""
     run = tmp_path / "run"

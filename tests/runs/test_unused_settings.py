@@ -80,3 +80,16 @@ def test_an_option_of_another_optimiser_or_schedule_is_refused(capsys, tmp_path,
 def test_the_options_of_the_optimiser_and_schedule_given_stay_allowed():
     TrainConfig(optimizer="sgd").refuse_unused(["momentum"])
     TrainConfig(method="ivon", lr_schedule="step").refuse_unused(["lr_gamma", "lr_step_size"])
+
+
+def test_select_by_without_a_validation_set_is_refused(capsys, tmp_path):
+    """Before, ``--val-size 0 --select-by nll`` trained, exit 0, best.pt the last epoch whatever the
+    option said, and recorded select_by nll in config.json."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--val-size", "0", "--select-by", "nll", "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--select-by picks best.pt on the validation set, and this run holds none" in err
+    assert not out.exists()
+    TrainConfig(val_size=10).refuse_unused(["select_by"])
+    with pytest.raises(SettingError, match="^select_by picks best.pt"):
+        TrainConfig(data_file=__file__, val_fraction=0.0).refuse_unused(["select_by"])

@@ -297,7 +297,8 @@ class TrainConfig:
         the Bayesian network (:data:`BAYES_ONLY`) with sgd or dropout, dropout's rates
         (:data:`DROPOUT_ONLY`) with bbb or sgd, a prior's parameters (:data:`PRIOR_ONLY`) with
         the other kind of prior, ``momentum`` without ``--optimizer sgd``, the step schedule's
-        ``lr_step_size`` and ``lr_gamma`` without ``--lr-schedule step``. ``bbb
+        ``lr_step_size`` and ``lr_gamma`` without ``--lr-schedule step``, ``select_by`` without a
+        validation set. ``bbb
         train`` passes the options given (so that one given at its default value is refused too)."""
         ivon = self.method is Method.IVON
         for name in names:
@@ -324,6 +325,10 @@ class TrainConfig:
             if name in ("lr_step_size", "lr_gamma") and self.lr_schedule is not LRSchedule.STEP:
                 raise SettingError(name, f"applies to --lr-schedule step, not to --lr-schedule "
                                    f"{self.lr_schedule.value}; leave it out, or give --lr-schedule step")
+            if name == "select_by" and (self.val_fraction == 0 if self.data_file is not None else self.val_size == 0):
+                raise SettingError(name, "picks best.pt on the validation set, and this run holds none (--val-size 0 "
+                                   "or --val-fraction 0: best.pt is the last epoch); leave it out, or keep a "
+                                   "validation set")
             if self.method in (Method.BBB, Method.SGD) and name in DROPOUT_ONLY:
                 raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
                                    "(its network has no dropout layers); leave it out, or train with --method "

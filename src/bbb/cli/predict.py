@@ -148,6 +148,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
 
     if id_column is not None and not (path.is_file() and path.suffix.lower() == ".csv"):
         raise UserError(f"--id names a column of a CSV input; {path} is not a .csv file")
+    if unseen != "flag" and not (path.is_file() and path.suffix.lower() == ".csv"):
+        raise UserError(f"--unseen {unseen} applies to the text columns of a CSV input; {path} is not a .csv file: "
+                        "leave it out")
     if path.is_dir():
         if model.preprocess.kind != "image":
             raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on "

@@ -193,3 +193,12 @@ def test_data_dir_on_a_file_run_is_an_error(capsys, tmp_path, run):
         rc, _, err = run_main(capsys, *argv)
         one_line_error(rc, err, "--data-dir")
     assert not (tmp_path / "r2").exists()
+
+
+def test_unseen_error_with_an_input_that_is_no_csv_is_refused(capsys, tmp_path, run):
+    """Before, ``--unseen error`` with an .npy input was accepted in silence (an array has no text
+    columns whose categories it could refuse), as ``--id`` is refused there."""
+    arrays = tmp_path / "x.npy"
+    np.save(arrays, np.zeros((3, 4), dtype=np.float32))
+    rc, _, err = run_main(capsys, "predict", str(run), str(arrays), "--unseen", "error")
+    one_line_error(rc, err, "--unseen error applies to the text columns of a CSV input", "not a .csv file")

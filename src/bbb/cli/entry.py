@@ -84,12 +84,14 @@ def command_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
             raise UserError(f"the {name} experiment is not available in this installation "
                             f"({spec.module} not found)") from None
         raise
-    example = getattr(mod, "EXAMPLE", None) or f"bbb {name}"
+    example = getattr(mod, "EXAMPLE", None)
     parser = Parser(prog=f"{PROG} {name}",
                     description=(mod.__doc__ or spec.help).strip().split("\n\n")[0],
-                    epilog=f"Example:\n  {example}",
+                    epilog=f"Example:\n  {example}" if example else None,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    getattr(mod, spec.add)(parser)
+    getattr(mod, spec.add)(parser)  # (its describe() gives the example where the module has no EXAMPLE)
+    if not parser.epilog:
+        parser.epilog = f"Example:\n  bbb {name}"
     add_compute_options(parser, spec.shared)
     return mod, parser
 

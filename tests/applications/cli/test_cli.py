@@ -51,6 +51,10 @@ def test_help_of_every_subcommand(capsys, command):
         pytest.skip(f"{LAZY_COMMANDS[command][0]} is not there yet")
     rc, out, _ = run_main(capsys, command, "--help")
     assert rc == 0 and "Example" in out and f"bbb {command}" in out
+    # a real example, not the bare command name: before, regression's and report's --help showed
+    # "bbb regression" and "bbb report" (which need --out, RUN_DIR), their own examples lost
+    first = out.split("Example:")[1].strip().splitlines()[0].split("#")[0].split()
+    assert first[0] == "bbb" and len(first) > 2, first
 
 
 def test_top_level_help_lists_commands(capsys):

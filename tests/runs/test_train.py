@@ -241,6 +241,20 @@ def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
         load_run(run, "last")
 
 
+def test_a_run_stopped_during_its_first_epoch_says_how_to_train_it(tmp_path, data):
+    """A run stopped during epoch 1 holds last.pt at epoch 0 and no best.pt: before, bbb evaluate,
+    ood, uncertain and predict said only 'checkpoint RUN/best.pt not found'."""
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    ckpt = torch.load(run / "last.pt", weights_only=True)
+    ckpt.update(epoch=0, metrics=[], best={"epoch": 0, "val_error": None, "val_nll": None})
+    torch.save(ckpt, run / "last.pt")
+    (run / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match=rf"^{run} holds no trained epoch yet .*; train it with: bbb train "
+                                              rf"--resume --out {run}$"):
+        load_run(run, "best")
+
+
 # --------------------------------------------------------------------------------------------
 # resumption, divergence, interruption
 # --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -333,6 +334,15 @@ class TrainConfig:
                 raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
                                    "(its network has no dropout layers); leave it out, or train with --method "
                                    "dropout")
+
+    def warn_moot_kl_weighting(self, num_batches: int) -> None:
+        """A one-line warning where ``kl_weighting`` differs from its default and the run has one
+        minibatch an epoch: every weighting then puts the whole KL on it (the runs are the same)."""
+        if num_batches == 1 and self.method is Method.BBB and \
+                _plain(self.kl_weighting) != DATA_DEFAULTS[self.data_kind]["kl_weighting"]:
+            warnings.warn(f"--kl-weighting {_plain(self.kl_weighting)} has no effect here: it splits the KL over "
+                          f"an epoch's minibatches, and --batch-size {self.batch_size} makes one (every weighting "
+                          "gives it the whole KL)", stacklevel=3)
 
     def _check_data_file(self) -> None:
         """The settings of a data file (``data_file``; ``dataset`` becomes ``"file"``) and of an

@@ -416,6 +416,7 @@ def _train(
     n, in_features = x.shape[0], int(x.shape[1])
     bsz = cfg.batch_size
     num_batches = math.ceil(n / bsz)
+    cfg.warn_moot_kl_weighting(num_batches)
 
     _check_training_memory(cfg, in_features, num_classes, device)
     model = build_model(cfg, in_features, num_classes, task).to(device)

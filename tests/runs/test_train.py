@@ -175,6 +175,20 @@ def test_refuses_to_overwrite_and_checks_settings_on_resume(tmp_path, data):
     assert s["epochs"] == 2 and len(read_metrics(run)) == 2
 
 
+def test_resuming_with_fewer_epochs_than_done_is_refused(tmp_path, data):
+    """Before, resuming a 2-epoch run with epochs 1 trained nothing, exit 0, and rewrote config.json
+    with epochs 1 beside a summary.json and metrics.csv of 2 epochs."""
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=2), run, data=data, **QUIET)
+    before = {f: (run / f).read_bytes() for f in ("config.json", "summary.json", "last.pt", "best.pt")}
+    with pytest.raises(UserError, match=r"^cannot resume .* with epochs 1: it holds 2 epochs already; give "
+                                        r"--epochs 2 or more"):
+        train(tiny_cfg(epochs=1), run, data=data, resume=True, **QUIET)
+    assert {f: (run / f).read_bytes() for f in before} == before
+    s = train(tiny_cfg(epochs=2), run, data=data, resume=True, **QUIET)  # as many: the run, written again
+    assert s["epochs"] == 2 and json.loads((run / "config.json").read_text())["epochs"] == 2
+
+
 def test_a_setting_added_after_a_run_was_written_counts_as_its_default_on_resume(tmp_path, data):
     """A checkpoint from before ``rho_lr_scale`` existed resumes with the default, not with another."""
     run = tmp_path / "run"
@@ -225,6 +239,20 @@ def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
     (run / "last.pt").unlink()
     with pytest.raises(CheckpointError, match="not found"):
         load_run(run, "last")
+
+
+def test_a_run_stopped_during_its_first_epoch_says_how_to_train_it(tmp_path, data):
+    """A run stopped during epoch 1 holds last.pt at epoch 0 and no best.pt: before, bbb evaluate,
+    ood, uncertain and predict said only 'checkpoint RUN/best.pt not found'."""
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    ckpt = torch.load(run / "last.pt", weights_only=True)
+    ckpt.update(epoch=0, metrics=[], best={"epoch": 0, "val_error": None, "val_nll": None})
+    torch.save(ckpt, run / "last.pt")
+    (run / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match=rf"^{run} holds no trained epoch yet .*; train it with: bbb train "
+                                              rf"--resume --out {run}$"):
+        load_run(run, "best")
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -79,6 +80,25 @@ def restore_threads(given: int | None, recorded: Any) -> None:
               "may then differ in the last bits from those of an uninterrupted run", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """While the block runs, SIGTERM (a scheduler's stop, ``timeout``, ``kill``) stops it as Ctrl-C
+    does: the completed epochs that ``--checkpoint-every`` kept in memory are written to last.pt,
+    and one line says what it holds and how to resume (else the process died with them)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals are not ours to take
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ..runs import TrainConfig, load_checkpoint, train
 
@@ -104,8 +124,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --train-samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):
-        summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
-                        log=progress_log(args), loggers=loggers)
+        with sigterm_as_ctrl_c():
+            summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,
+                            log=progress_log(args), loggers=loggers)
     print_summary(summary, out)
     return 0
 

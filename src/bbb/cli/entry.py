@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     args.command = name
     try:
-        with compute_settings(args):
+        with compute_settings(args), warnings_in_one_line(leaf_prog(parser, argv)):
             rc = getattr(mod, COMMANDS[name].main)(args)
     except SettingError as e:
         flag = flag_of_setting(parser, e.setting)
@@ -38,6 +39,27 @@ def run_command(name: str, argv: Sequence[str]) -> int:
             e.prog = leaf_prog(parser, argv)  # type: ignore[attr-defined]
         raise
     return 0 if rc is None else int(rc)
+
+
+@contextlib.contextmanager
+def warnings_in_one_line(prog: str) -> Iterator[None]:
+    """While a command runs, a UserWarning of the library (``--bf16`` on a CPU, a moot setting) is
+    one line on stderr when it happens, ``bbb COMMAND: warning: ...``, not Python's two lines
+    (a file name, a line of bbb's source); other warnings as Python says them. (The format only:
+    a caller that records warnings, ``warnings.catch_warnings(record=True)``, still gets them.)"""
+    formatted = warnings.formatwarning
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 line: str | None = None) -> str:
+        if issubclass(category, UserWarning):
+            return f"{prog}: warning: {message}\n"
+        return formatted(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = formatted
 
 
 def leaf_prog(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
@@ -84,12 +106,14 @@ def command_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
             raise UserError(f"the {name} experiment is not available in this installation "
                             f"({spec.module} not found)") from None
         raise
-    example = getattr(mod, "EXAMPLE", None) or f"bbb {name}"
+    example = getattr(mod, "EXAMPLE", None)
     parser = Parser(prog=f"{PROG} {name}",
                     description=(mod.__doc__ or spec.help).strip().split("\n\n")[0],
-                    epilog=f"Example:\n  {example}",
+                    epilog=f"Example:\n  {example}" if example else None,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    getattr(mod, spec.add)(parser)
+    getattr(mod, spec.add)(parser)  # (its describe() gives the example where the module has no EXAMPLE)
+    if not parser.epilog:
+        parser.epilog = f"Example:\n  bbb {name}"
     add_compute_options(parser, spec.shared)
     return mod, parser
 

@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a category of a CSV text column unseen in training: flag (predict the row with the "
                         "category as none of the known ones, name it in the warning column, refer it) or error "
                         "(refuse the file) (default: flag)")
-    add_which(p, "best", "checkpoint: best (by validation error) or last")
+    add_which(p, "best", "checkpoint: best (the run's best epoch, by its --select-by) or last")
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="data folder of an MNIST-like run's validation data (default: the run's)")
     add_moved_data(p)
@@ -157,6 +157,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
 
     if id_column is not None and not (path.is_file() and path.suffix.lower() == ".csv"):
         raise UserError(f"--id names a column of a CSV input; {path} is not a .csv file")
+    if unseen != "flag" and not (path.is_file() and path.suffix.lower() == ".csv"):
+        raise UserError(f"--unseen {unseen} applies to the text columns of a CSV input; {path} is not a .csv file: "
+                        "leave it out")
     if path.is_dir():
         if model.preprocess.kind != "image":
             raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on "

@@ -217,6 +217,9 @@ def comparison_rows(run_dirs: Sequence[str | Path], reference: str | None = None
         for r in rows:
             if r["dataset"] == dataset and r["method"] == method:
                 r["reference_test_error"] = numbers.get(r["hidden"])
+        if all(r.get("reference_test_error") is None for r in rows):  # else the option did nothing
+            raise UserError(f"--reference {reference} has published numbers for {method} runs on {dataset} of "
+                            f"{', '.join(numbers)}, and none of these runs is one: leave --reference out")
     return rows
 
 

@@ -70,6 +70,7 @@ from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesMLP, sampling
 from ..options import PriorKind, choice, values
 from ..plots import INSTALL_HINT
+from ..runs.config import PRIOR_ONLY
 from ..runs.loggers import TrainLogger, log_step, make_loggers, opened_loggers
 from ..uncertainty import regression_uncertainty
 
@@ -164,6 +165,11 @@ class RegressionConfig:
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         if not (0 < self.pi <= 1):
             raise UserError(f"pi must be in (0, 1], got {self.pi}")
+        defaults = RegressionConfig()
+        for name, kind in PRIOR_ONLY.items():  # a parameter of the other prior: never read
+            if kind is not self.prior and getattr(self, name) != getattr(defaults, name):
+                raise SettingError(name, f"applies to --prior {kind.value}, not to --prior {self.prior.value}; "
+                                   f"leave it out, or give --prior {kind.value}")
         if not self.hidden or any(int(h) != h or h < 1 for h in self.hidden):
             raise UserError(f"hidden sizes must be positive integers, got {list(self.hidden)}")
         if int(self.seed) != self.seed or self.seed < 0:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,9 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
         if want == last["epoch"] and want > 0:
             return last_path, last
     if best is None:
+        if int(last["epoch"]) == 0:  # stopped during its first epoch
+            raise CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); "
+                                  f"train it with: bbb train --resume --out {shlex.quote(str(d))}")
         raise CheckpointError(f"checkpoint {best_path} not found")
     return best_path, best
 

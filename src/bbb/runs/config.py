@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -19,7 +20,8 @@ from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "FILE_DATASET", "IVON_ONLY", "LIKELIHOODS", "METHOD_DATA_DEFAULTS",
+__all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IVON_ONLY",
+           "LIKELIHOODS", "METHOD_DATA_DEFAULTS", "PRIOR_ONLY",
            "METHOD_DEFAULTS",
            "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig", "resume_conflicts"]
 
@@ -81,6 +83,22 @@ IVON_ONLY = ("ess", "hess_init", "weight_decay")
 #: its own, sigma at the start set by ``hess_init``): given with ``--method ivon``, a one-line error
 NOT_FOR_IVON = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
                 "rho_lr_scale", "optimizer", "momentum", "dropout_input", "dropout_hidden")
+
+#: the settings of the Bayesian network and its objective, which plain networks (``--method sgd``
+#: and ``dropout``: an nn.Linear MLP, cross-entropy, one forward pass a step) do not read: given
+#: with either, a one-line error
+BAYES_ONLY = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
+              "rho_lr_scale", "estimator", "mu_init_scale", "samples")
+
+#: the settings of one kind of prior (its parameters), which the other kind does not read: given
+#: with the other (``--pi`` with ``--prior gaussian``, ``--prior-sigma`` with ``mixture``), a
+#: one-line error
+PRIOR_ONLY = {"pi": PriorKind.MIXTURE, "sigma1": PriorKind.MIXTURE, "sigma2": PriorKind.MIXTURE,
+              "prior_sigma": PriorKind.GAUSSIAN}
+
+#: dropout's rates, which no other method reads: given with ``--method bbb`` or ``sgd``, a one-line
+#: error (with ``--method ivon``: :data:`NOT_FOR_IVON`)
+DROPOUT_ONLY = ("dropout_input", "dropout_hidden")
 
 #: settings added after runs were written with the behaviour that this value names (a stored
 #: config that lacks one was trained so: every run before ``select_by`` chose by validation error)
@@ -276,7 +294,12 @@ class TrainConfig:
     def refuse_unused(self, names: Any) -> None:
         """A one-line :class:`~bbb.errors.SettingError` for the first of the settings ``names`` that
         this configuration's method does not read: IVON's own (:data:`IVON_ONLY`) with another
-        method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon. ``bbb
+        method, those of Bayes by Backprop and dropout (:data:`NOT_FOR_IVON`) with ivon, those of
+        the Bayesian network (:data:`BAYES_ONLY`) with sgd or dropout, dropout's rates
+        (:data:`DROPOUT_ONLY`) with bbb or sgd, a prior's parameters (:data:`PRIOR_ONLY`) with
+        the other kind of prior, ``momentum`` without ``--optimizer sgd``, the step schedule's
+        ``lr_step_size`` and ``lr_gamma`` without ``--lr-schedule step``, ``select_by`` without a
+        validation set. ``bbb
         train`` passes the options given (so that one given at its default value is refused too)."""
         ivon = self.method is Method.IVON
         for name in names:
@@ -289,6 +312,37 @@ class TrainConfig:
             if not ivon and name in IVON_ONLY:
                 raise SettingError(name, f"is a setting of --method ivon (IVON's optimiser), not of --method "
                                    f"{self.method.value}; leave it out, or train with --method ivon")
+            if self.method in (Method.SGD, Method.DROPOUT) and name in BAYES_ONLY:
+                raise SettingError(name, f"applies to the Bayesian network (--method bbb), not to --method "
+                                   f"{self.method.value} (a plain network: no prior, no KL, one forward pass a step); "
+                                   "leave it out, or train with --method bbb")
+            if self.method is Method.BBB and name in PRIOR_ONLY and PRIOR_ONLY[name] is not self.prior:
+                raise SettingError(name, f"applies to --prior {PRIOR_ONLY[name].value}, not to the --prior "
+                                   f"{self.prior.value} this run trains with; leave it out, or give --prior "
+                                   f"{PRIOR_ONLY[name].value}")
+            if name == "momentum" and not ivon and self.optimizer is not OptimizerKind.SGD:
+                raise SettingError(name, f"applies to --optimizer sgd, not to --optimizer {self.optimizer.value}; "
+                                   "leave it out, or give --optimizer sgd")
+            if name in ("lr_step_size", "lr_gamma") and self.lr_schedule is not LRSchedule.STEP:
+                raise SettingError(name, f"applies to --lr-schedule step, not to --lr-schedule "
+                                   f"{self.lr_schedule.value}; leave it out, or give --lr-schedule step")
+            if name == "select_by" and (self.val_fraction == 0 if self.data_file is not None else self.val_size == 0):
+                raise SettingError(name, "picks best.pt on the validation set, and this run holds none (--val-size 0 "
+                                   "or --val-fraction 0: best.pt is the last epoch); leave it out, or keep a "
+                                   "validation set")
+            if self.method in (Method.BBB, Method.SGD) and name in DROPOUT_ONLY:
+                raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
+                                   "(its network has no dropout layers); leave it out, or train with --method "
+                                   "dropout")
+
+    def warn_moot_kl_weighting(self, num_batches: int) -> None:
+        """A one-line warning where ``kl_weighting`` differs from its default and the run has one
+        minibatch an epoch: every weighting then puts the whole KL on it (the runs are the same)."""
+        if num_batches == 1 and self.method is Method.BBB and \
+                _plain(self.kl_weighting) != DATA_DEFAULTS[self.data_kind]["kl_weighting"]:
+            warnings.warn(f"--kl-weighting {_plain(self.kl_weighting)} has no effect here: it splits the KL over "
+                          f"an epoch's minibatches, and --batch-size {self.batch_size} makes one (every weighting "
+                          "gives it the whole KL)", stacklevel=3)
 
     def _check_data_file(self) -> None:
         """The settings of a data file (``data_file``; ``dataset`` becomes ``"file"``) and of an

@@ -39,7 +39,7 @@ from ..nn import pool_members
 from ..uncertainty import predictive_probs
 from .config import TrainConfig
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
-from .trained import EncodedInputs, TrainedModel, load_model, split_outputs
+from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model, split_outputs
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
 
@@ -133,14 +133,18 @@ def pool_runs(parts: list[Tensor]) -> Tensor:
 
 def ensemble_folder(out: str | Path, run_dirs: list[Path], file: str) -> Path:
     """The folder ``out`` of an ensemble's ``file`` (eval.json, ood.json), created: refused in one
-    line where it is a file, one of the members' directories (their ``file`` is their own), or
-    holds a ``file`` of other members."""
+    line where it is a file, one of the members' directories (their ``file`` is their own), the
+    directory of another run or Laplace posterior (its ``file`` is read as that run's), or holds
+    a ``file`` of other members."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder for the ensemble's {file}")
     for d in run_dirs:
         if out.resolve() == d.resolve():
             raise UserError(f"--out {out} is the member {d}: give the ensemble a folder of its own")
+    if (out / "last.pt").exists() or (out / "best.pt").exists() or is_laplace_folder(out):
+        # its eval.json, ood.json, uncertain.json are that run's own (bbb compare and report read them)
+        raise UserError(f"--out {out} is another run's directory: give the ensemble a folder of its own")
     path = out / file
     if path.exists():
         try:

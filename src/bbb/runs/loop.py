@@ -382,6 +382,10 @@ def _train(
             raise UserError(f"cannot resume {out}: setting {k!r} was {was!r}, now {new!r} "
                             "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16, checkpoint-every "
                             "may change)")
+        done = int(ckpt.get("epoch", 0))
+        if cfg.epochs < done:  # else nothing trains, and config.json would say the run has cfg.epochs
+            raise UserError(f"cannot resume {out} with epochs {cfg.epochs}: it holds {done} epochs already; give "
+                            f"--epochs {done} or more to continue it (its best.pt and last.pt are kept as they are)")
 
     device = resolve_device(cfg.device)
     use_bf16 = cfg.bf16 and device.type == "cuda"
@@ -412,6 +416,7 @@ def _train(
     n, in_features = x.shape[0], int(x.shape[1])
     bsz = cfg.batch_size
     num_batches = math.ceil(n / bsz)
+    cfg.warn_moot_kl_weighting(num_batches)
 
     _check_training_memory(cfg, in_features, num_classes, device)
     model = build_model(cfg, in_features, num_classes, task).to(device)

@@ -51,6 +51,10 @@ def test_help_of_every_subcommand(capsys, command):
         pytest.skip(f"{LAZY_COMMANDS[command][0]} is not there yet")
     rc, out, _ = run_main(capsys, command, "--help")
     assert rc == 0 and "Example" in out and f"bbb {command}" in out
+    # a real example, not the bare command name: before, regression's and report's --help showed
+    # "bbb regression" and "bbb report" (which need --out, RUN_DIR), their own examples lost
+    first = out.split("Example:")[1].strip().splitlines()[0].split("#")[0].split()
+    assert first[0] == "bbb" and len(first) > 2, first
 
 
 def test_top_level_help_lists_commands(capsys):
@@ -438,3 +442,33 @@ def test_the_command_line_flushes_denormals_on_every_torch_thread():
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-2:] == ["0", "0"]
+
+
+def test_predict_and_evaluate_say_alike_which_checkpoint_best_is(capsys):
+    """Before, bbb predict's --help said best.pt was chosen "by validation error"; it is the epoch of
+    the run's --select-by (NLL for a table's run by default), as bbb evaluate's --help says."""
+    from testkit import run_main
+
+    helps = []
+    for command in ("predict", "evaluate"):
+        rc, out, _ = run_main(capsys, command, "--help")
+        assert rc == 0
+        text = " ".join(out.split())
+        helps.append(text[text.index("--which {best,last} "):].split(" (default: best)")[0])
+    assert helps[0] == helps[1] and "--select-by" in helps[0]
+
+
+def test_a_library_warning_of_bbb_train_is_one_line(tmp_path):
+    """Before, ``bbb train --bf16`` on a CPU printed Python's two-line warning (the path and a line
+    of bbb's source: 'src/bbb/runs/loop.py:348: UserWarning: ...'), not 'bbb train: warning: ...'.
+    (A subprocess: pytest records the warnings of the tests it runs instead of printing them.)"""
+    data = tmp_path / "t.csv"
+    data.write_text("x,y\n" + "".join(f"{i / 40:.3f},{'ab'[i % 2]}\n" for i in range(40)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    env.pop("PYTHONWARNINGS", None)
+    p = subprocess.run([sys.executable, "-m", "bbb", "train", "--csv", str(data), "--target", "y", "--epochs", "1",
+                        "--hidden", "4", "--device", "cpu", "--bf16", "--quiet", "--no-compile",
+                        "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == ["bbb train: warning: --bf16 is ignored on CPU (bf16 autocast is used on CUDA "
+                                     "only)"], p.stderr

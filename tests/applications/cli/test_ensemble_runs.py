@@ -205,6 +205,19 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
         one_line_error(rc, err, "an ensemble's folder", f"give its runs, {runs[0]} {runs[1]} {runs[2]}")
 
 
+def test_another_runs_directory_is_refused_as_the_ensembles_folder(capsys, classifiers, tmp_path):
+    """Before, ``bbb evaluate A B --out C`` (C a run, not a member, without an eval.json yet) wrote
+    the ensemble's eval.json into C, and bbb compare / report then showed it as C's own (so did
+    ``bbb ood`` / ``bbb uncertain`` with their files)."""
+    _, runs = classifiers
+    other = tmp_path / "other"
+    shutil.copytree(runs[2], other)
+    (other / "eval.json").unlink(missing_ok=True)
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(other))
+    one_line_error(rc, err, f"--out {other} is another run's directory")
+    assert not (other / "eval.json").exists()
+
+
 def test_a_regression_ensemble(capsys, tmp_path, classifiers):
     data = table(tmp_path / "r.csv", regression=True)
     runs = train_runs(capsys, tmp_path, data, "regression", ("bbb", "sgd"))

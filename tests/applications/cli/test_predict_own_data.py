@@ -234,3 +234,12 @@ def test_empty_rows_between_rows_are_named_not_dropped_silently(capsys, tmp_path
     path.write_text("x1,x2,colour\n0.1,0.5,red\n0.2,0.5,blue\n,,\n\n")
     rc, out, err = run_main(capsys, "predict", str(run), str(path), "--no-refer", "--samples", "2")
     assert rc == 0 and "empty row" not in err, err
+
+
+def test_unseen_error_with_an_input_that_is_no_csv_is_refused(capsys, tmp_path, run):
+    """Before, ``--unseen error`` with an .npy input was accepted in silence (an array has no text
+    columns whose categories it could refuse), as ``--id`` is refused there."""
+    arrays = tmp_path / "x.npy"
+    np.save(arrays, np.zeros((3, 4), dtype=np.float32))
+    rc, _, err = run_main(capsys, "predict", str(run), str(arrays), "--unseen", "error")
+    one_line_error(rc, err, "--unseen error applies to the text columns of a CSV input", "not a .csv file")

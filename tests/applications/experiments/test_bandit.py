@@ -158,7 +158,8 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
     ctx, edible = tiny_mushrooms()
     members = [("bbb", 0), ("greedy", 1), ("egreedy_0.05", 2), ("bbb", 3)]
     cfg = tiny_bandit_config(agents=("bbb", "greedy", "egreedy_0.05"), seeds=(0, 1, 2, 3), optimizer=optimizer,
-                    lr=0.02 if optimizer == "sgd" else 0.01, prior=prior, prior_sigma=0.7, pi=0.3, sigma2=0.05,
+                    lr=0.02 if optimizer == "sgd" else 0.01, prior=prior,
+                    **({"prior_sigma": 0.7} if prior == "gaussian" else {"pi": 0.3, "sigma2": 0.05}),
                     sigma_init=0.1, noise_sigma=2.0, kl_scale=0.5, kl_weighting=weighting, updates_per_step=3,
                     weight_decay=wd)
     pop = _filled(cfg, members, ctx, edible)

@@ -170,3 +170,17 @@ def test_cli_parser_and_errors(tmp_path, capsys, monkeypatch):
     rc = cli.main(["bandit", "--out", str(tmp_path / "y"), "--steps", "3"])
     assert rc == 2
     assert "agaricus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, flag", [(["--pi", "0.3"], "--pi"),  # the default prior: gaussian
+                                        (["--sigma2", "0.01"], "--sigma2"),
+                                        (["--prior", "mixture", "--prior-sigma", "2"], "--prior-sigma")])
+def test_a_parameter_of_the_other_prior_is_refused(tmp_path, capsys, argv, flag):
+    """Before, ``bbb bandit --pi 0.3`` ran the BBB agents with the Gaussian prior and recorded pi
+    0.3 in config.json."""
+    from testkit import run_main
+
+    out = tmp_path / "b"
+    rc, _, err = run_main(capsys, "bandit", "--out", str(out), "--steps", "5", "--seeds", "0", *argv)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to --prior " in err and not (out / "config.json").exists()

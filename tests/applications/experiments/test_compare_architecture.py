@@ -64,3 +64,17 @@ def test_reference_numbers_only_beside_their_architecture(tmp_path):
             _run(tmp_path, "two", "bbb", [400, 400], 0.01, err=0.12, dataset="fashion-mnist")]
     rows = comparison_rows(runs, reference="fashion-seminar")
     assert [r["reference_test_error"] for r in rows] == [None, 13.2]
+
+
+def test_a_reference_beside_no_run_it_has_numbers_for_is_refused(tmp_path):
+    """Before, ``bbb compare MNIST-RUN --reference fashion-seminar`` wrote the table with no
+    reference number in it (none of its runs is a Fashion-MNIST BBB 2x200/2x400/2x800), exit 0."""
+    import pytest
+
+    from bbb.errors import UserError
+
+    runs = [_run(tmp_path, "mnist", "bbb", [400, 400], 0.01), _run(tmp_path, "one", "bbb", [400], 0.01,
+                                                                   dataset="fashion-mnist")]
+    with pytest.raises(UserError, match="^--reference fashion-seminar has published numbers for bbb runs on "
+                                        "fashion-mnist of 2x200, 2x400, 2x800, and none of these runs is one"):
+        comparison_rows(runs, reference="fashion-seminar")

@@ -168,3 +168,17 @@ def test_alternatives_refuse_a_learned_noise_before_training(tmp_path, capsys):
     rc, _, err = run_main(capsys, "regression", "--out", str(tmp_path / "r"), "--alternatives", "--learn-noise")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--learn-noise" in err
     assert not (tmp_path / "r" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("argv, flag", [(["--prior", "gaussian", "--pi", "0.5"], "--pi"),
+                                        (["--prior", "gaussian", "--sigma2", "0.01"], "--sigma2"),
+                                        (["--prior-sigma", "2"], "--prior-sigma")])  # the default: mixture
+def test_a_parameter_of_the_other_prior_is_refused(tmp_path, capsys, argv, flag):
+    """Before, ``--prior gaussian --pi 0.5`` trained with the Gaussian prior (the same numbers as
+    without --pi) and recorded pi 0.5 in summary.json."""
+    from testkit import run_main
+
+    out = tmp_path / "r"
+    rc, _, err = run_main(capsys, "regression", "--out", str(out), *argv, "--epochs", "1", "--quiet")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to --prior " in err and not out.exists()

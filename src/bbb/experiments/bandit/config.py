@@ -13,6 +13,7 @@ from ...engine.engine import OptimizerKind
 from ...errors import SettingError, UserError, check_int
 from ...nn.base import Estimator
 from ...options import PriorKind, StrOption, choice
+from ...runs.config import PRIOR_ONLY
 
 
 class BanditLikelihood(StrOption):
@@ -194,6 +195,11 @@ class BanditConfig:
         choice("kl-weighting", self.kl_weighting, KLWeighting)
         if not (0.0 < self.pi < 1.0):
             raise SettingError("pi", f"must be in (0, 1), got {self.pi!r}")
+        prior = PriorKind(self.prior)
+        for name, kind in PRIOR_ONLY.items():  # a parameter of the other prior: never read
+            if kind is not prior and getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
+                raise SettingError(name, f"applies to --prior {kind.value}, not to --prior {prior.value}; "
+                                   f"leave it out, or give --prior {kind.value}")
         for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):

@@ -1,0 +1,109 @@
+"""A ``bbb train`` option that the run's method does not read is a one-line error, never a
+setting recorded in config.json that trained nothing (IVON's own: tests/runs/test_ivon_runs.py)."""
+from __future__ import annotations
+
+import pytest
+
+from bbb.errors import SettingError
+from bbb.runs import TrainConfig
+from testkit import run_main
+
+BAYES = [("--prior", "mixture"), ("--pi", "0.5"), ("--sigma1", "2"), ("--sigma2", "0.01"), ("--prior-sigma", "2"),
+         ("--kl-weighting", "uniform"), ("--kl", "mc"), ("--kl-samples", "2"), ("--sigma-init", "0.1"),
+         ("--rho-lr-scale", "2"), ("--estimator", "reparam"), ("--mu-init-scale", "0.1"),
+         ("--train-samples", "3")]
+
+
+@pytest.mark.parametrize("method", ["sgd", "dropout"])
+@pytest.mark.parametrize("flag, value", BAYES)
+def test_a_bayesian_option_with_a_plain_network_is_refused(capsys, tmp_path, method, flag, value):
+    """Before, ``--method sgd --prior mixture --train-samples 3`` trained the plain network and
+    wrote the values into config.json as if they had been used."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--method", method, flag, value, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"bbb train: error: {flag} applies to the Bayesian network (--method bbb), "
+                          f"not to --method {method}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("method", ["bbb", "sgd"])
+@pytest.mark.parametrize("flag", ["--dropout-input", "--dropout-hidden"])
+def test_a_dropout_rate_without_dropout_is_refused(capsys, tmp_path, method, flag):
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--method", method, flag, "0.1", "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to --method dropout, not to --method {method}" in err
+    assert not out.exists()
+
+
+def test_the_settings_each_method_reads_stay_allowed():
+    for method, names in (("bbb", ["prior", "samples", "estimator", "rho_init", "kl"]),
+                          ("dropout", ["dropout_input", "dropout_hidden"])):
+        TrainConfig(method=method).refuse_unused(names)
+    with pytest.raises(SettingError, match="^samples applies to the Bayesian network"):
+        TrainConfig(method="sgd").refuse_unused(["samples"])
+
+
+@pytest.mark.parametrize("argv, flag, prior", [
+    (["--prior", "gaussian", "--pi", "0.5"], "--pi", "mixture"),
+    (["--prior", "gaussian", "--sigma1", "2"], "--sigma1", "mixture"),
+    (["--prior", "gaussian", "--sigma2", "0.01"], "--sigma2", "mixture"),
+    (["--prior-sigma", "2"], "--prior-sigma", "gaussian"),  # MNIST's default prior: the mixture
+])
+def test_a_parameter_of_the_other_prior_is_refused(capsys, tmp_path, argv, flag, prior):
+    """Before, ``--prior gaussian --pi 0.5`` trained with the Gaussian prior and recorded pi 0.5."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", *argv, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to --prior {prior}, not to the --prior " in err
+    assert not out.exists()
+    TrainConfig(prior=prior).refuse_unused([flag[2:].replace("-", "_")])  # with its own prior: fine
+
+
+@pytest.mark.parametrize("argv, flag, owner", [
+    (["--momentum", "0.5"], "--momentum", "--optimizer sgd"),  # the default optimiser: adam
+    (["--method", "sgd", "--optimizer", "adam", "--momentum", "0.5"], "--momentum", "--optimizer sgd"),
+    (["--lr-gamma", "0.5"], "--lr-gamma", "--lr-schedule step"),  # the default schedule: none
+    (["--lr-schedule", "cosine", "--lr-step-size", "2"], "--lr-step-size", "--lr-schedule step"),
+])
+def test_an_option_of_another_optimiser_or_schedule_is_refused(capsys, tmp_path, argv, flag, owner):
+    """Before, ``--momentum 0.5`` under Adam and ``--lr-gamma 0.5`` without the step schedule
+    trained as if they were absent and were recorded in config.json."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", *argv, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} applies to {owner}, not to " in err
+    assert not out.exists()
+
+
+def test_the_options_of_the_optimiser_and_schedule_given_stay_allowed():
+    TrainConfig(optimizer="sgd").refuse_unused(["momentum"])
+    TrainConfig(method="ivon", lr_schedule="step").refuse_unused(["lr_gamma", "lr_step_size"])
+
+
+def test_select_by_without_a_validation_set_is_refused(capsys, tmp_path):
+    """Before, ``--val-size 0 --select-by nll`` trained, exit 0, best.pt the last epoch whatever the
+    option said, and recorded select_by nll in config.json."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--val-size", "0", "--select-by", "nll", "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--select-by picks best.pt on the validation set, and this run holds none" in err
+    assert not out.exists()
+    TrainConfig(val_size=10).refuse_unused(["select_by"])
+    with pytest.raises(SettingError, match="^select_by picks best.pt"):
+        TrainConfig(data_file=__file__, val_fraction=0.0).refuse_unused(["select_by"])
+
+
+def test_a_kl_weighting_with_one_minibatch_an_epoch_is_a_warning():
+    """With one minibatch an epoch every weighting gives it the whole KL: before, ``--kl-weighting
+    uniform --batch-size 1000`` on 500 images trained the same run as blundell's, without a word."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"^--kl-weighting uniform has no effect here: .* --batch-size 1000 "):
+        TrainConfig(kl_weighting="uniform", batch_size=1000).warn_moot_kl_weighting(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TrainConfig(kl_weighting="uniform").warn_moot_kl_weighting(4)  # several minibatches: it matters
+        TrainConfig(batch_size=1000).warn_moot_kl_weighting(1)  # the default: nothing was asked
+        TrainConfig(method="sgd").warn_moot_kl_weighting(1)  # no KL

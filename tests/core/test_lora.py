@@ -206,7 +206,8 @@ def test_elbo_scores_the_next_token_as_transformers(make, how):
         elbo = bbb.ELBO(model, num_batches=1)
     assert elbo.shift_labels
     model.eval()  # the posterior mean: the deterministic model's logits
-    out = elbo({"input_ids": ids, "labels": labels})
+    with torch.no_grad():  # scored, not trained: no eval-mode warning
+        out = elbo({"input_ids": ids, "labels": labels})
     scored = int((labels[:, 1:] != -100).sum())
     torch.testing.assert_close(out.nll / scored, ref, rtol=1e-5, atol=1e-6)
     assert not bbb.ELBO(nn.Sequential(bbb.nn.BayesLinear(3, 2))).shift_labels

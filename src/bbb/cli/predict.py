@@ -115,12 +115,13 @@ class _Input:
 
 
 def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
-    from ..data.files import read_csv
+    from ..data.files import read_csv, row_number
 
     found: list[tuple[int, str, str]] = []
     x, header, rows = model.encode_csv(path, unseen=found if unseen == "flag" else None)
     empty: list[int] = []
-    read_csv(path, empty)
+    numbers: list[int] = []  # each row's number in the file, empty rows counted, as errors name them
+    read_csv(path, empty, numbers)
     target = model.preprocess.target
     if id_column is None:
         keep = list(range(len(header)))
@@ -135,7 +136,7 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
         warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     notes = []
     if found:
-        rows_text = ", ".join(str(r) for r in sorted({r for r, _, _ in found})[:5])
+        rows_text = ", ".join(str(row_number(numbers, r)) for r in sorted({r for r, _, _ in found})[:5])
         n = len({r for r, _, _ in found})
         first = found[0]
         notes.append(f"bbb predict: warning: {n} row(s) of {path} have a category unseen in training (row {rows_text}"

@@ -17,7 +17,9 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   standard deviation of the *training* rows (:class:`~bbb.data.Standardizer`); one-hot columns
   stay 0/1;
 * an empty cell, or ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` (any case), is a missing value:
-  a one-line error naming its row (1 = the first row after the header) and column;
+  a one-line error naming its row and column. A row is numbered as the file counts it: 1 = the
+  first line after the header, an empty row counted though it is skipped (a spreadsheet's row
+  number less one, the header being its row 1);
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
   target needs ``task`` said, and one of numbers with a few text cells (:data:`NUMERIC_SHARE`) is
@@ -52,7 +54,8 @@ from torch import Tensor
 from ..errors import DataError, UserError
 from .tabular import Standardizer
 
-__all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv"]
+__all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
+           "row_number"]
 
 #: the most categories a text column may have to be one-hot encoded
 MAX_CATEGORIES = 100
@@ -101,7 +104,14 @@ def _delimiter(first: str) -> str:
     return best if counts[best] else ","
 
 
-def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list[list[str]]) -> None:
+def row_number(numbers: Sequence[int] | None, i: int) -> int:
+    """The file's number of the ``i``-th row read (1 = the first): ``numbers[i - 1]`` where
+    :func:`read_csv` gave them (empty rows counted), else ``i``."""
+    return numbers[i - 1] if numbers else i
+
+
+def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list[list[str]],
+                          numbers: Sequence[int]) -> None:
     """A file separated by ``;`` or tabs may write numbers with a decimal comma (``3,5``): read as
     text they would be one-hot categories, silently wrong; a one-line error instead."""
     if delimiter == ",":
@@ -109,15 +119,19 @@ def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list
     for i, row in enumerate(rows, start=1):
         for name, cell in zip(header, row):
             if _DECIMAL_COMMA.fullmatch(cell):
-                raise DataError(f"{p}: row {i}, column {name!r}: {cell!r} has a decimal comma; bbb reads numbers "
+                raise DataError(f"{p}: row {row_number(numbers, i)}, column {name!r}: {cell!r} has a decimal comma; "
+                                "bbb reads numbers "
                                 f"with a decimal point: convert the file first (e.g. pandas.read_csv(FILE, "
                                 f"sep={delimiter!r}, decimal=',').to_csv(NEW, index=False))")
 
 
-def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None) -> tuple[list[str], list[list[str]]]:
+def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbers: list[int] | None = None
+             ) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of a CSV file, every row as long as the header; cells stripped. An empty
     row (a blank line, or cells all empty: ``,,,``) is no row; given a list ``empty``, the position
-    of each one between rows (1 = the first line after the header) is appended to it.
+    of each one between rows (1 = the first line after the header) is appended to it; given a list
+    ``numbers``, the position of each row returned, counted the same way (empty rows included: the
+    row an error names, :func:`row_number`).
 
     The cells are separated by commas, or by semicolons or tabs where the first line has no
     comma but has those (:data:`DELIMITERS`); such a file with a decimal comma in a number
@@ -136,9 +150,12 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None) -> tu
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"{p}: cannot be read as a CSV file ({' '.join(str(e).split())[:120]})") from None
     filled = [any(c.strip() for c in row) for row in lines]
-    if empty is not None and True in filled:
+    where: list[int] = []  # each row's number: 1 = the first line after the header, empty ones counted
+    if True in filled:
         top, bottom = filled.index(True), len(filled) - 1 - filled[::-1].index(True)  # the header, the last row
-        empty += [i - top for i in range(top + 1, bottom) if not filled[i]]
+        where = [i - top for i in range(top + 1, len(filled)) if filled[i]]
+        if empty is not None:
+            empty += [i - top for i in range(top + 1, bottom) if not filled[i]]
     lines = [row for row, ok in zip(lines, filled) if ok]  # blank lines are not rows
     if not lines:
         raise DataError(f"{p}: empty file; a CSV needs a header row and at least one row of data")
@@ -151,11 +168,13 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None) -> tu
     rows = []
     for i, row in enumerate(lines[1:], start=1):
         if len(row) != len(header):
-            raise DataError(f"{p}: row {i} has {len(row)} cells but the header has {len(header)} columns")
+            raise DataError(f"{p}: row {where[i - 1]} has {len(row)} cells but the header has {len(header)} columns")
         rows.append([c.strip() for c in row])
     if not rows:
         raise DataError(f"{p}: a header row but no rows of data")
-    _check_decimal_commas(p, delimiter, header, rows)
+    _check_decimal_commas(p, delimiter, header, rows, where)
+    if numbers is not None:
+        numbers += where
     return header, rows
 
 
@@ -192,12 +211,14 @@ class Preprocess:
 
     # -- new inputs ----------------------------------------------------------------------------
     def encode_table(self, header: Sequence[str], rows: Sequence[Sequence[str]], where: str = "input",
-                     unseen: list[tuple[int, str, str]] | None = None) -> Tensor:
+                     unseen: list[tuple[int, str, str]] | None = None, numbers: Sequence[int] | None = None
+                     ) -> Tensor:
         """CSV rows (cells by ``header``'s column names) -> the network's (N, D) float32 inputs.
         Every training feature column must be there (others, like the target, are ignored); a
         missing value or an unseen category is a one-line error naming row and column. Given a
         list ``unseen``, an unseen category is instead encoded as none of the known ones (its
-        one-hot all zeros) and ``(row, column, value)`` appended to the list (row 1 = the first)."""
+        one-hot all zeros) and ``(row, column, value)`` appended to the list (row 1 = the first
+        given). ``numbers``: each row's number in its file, for the errors (:func:`read_csv`'s)."""
         if self.kind != "table":
             raise UserError(f"{where}: this run was trained on {self.trained_on()}, not on a CSV table")
         index = {h: j for j, h in enumerate(header)}
@@ -212,15 +233,15 @@ class Preprocess:
             cells = [r[j] for r in rows]
             for i, cell in enumerate(cells, start=1):
                 if _is_missing(cell):
-                    raise UserError(f"{where}: row {i}, column {col['name']!r}: missing value; fill it in or "
-                                    "drop the row")
+                    raise UserError(f"{where}: row {row_number(numbers, i)}, column {col['name']!r}: missing value; "
+                                    "fill it in or drop the row")
             if col["kind"] == "numeric":
                 vals = np.empty(n)
                 for i, cell in enumerate(cells):
                     v = _number(cell)
                     if v is None:
-                        raise UserError(f"{where}: row {i + 1}, column {col['name']!r}: {cell[:40]!r} is not a "
-                                        "number (the column was numeric in training)")
+                        raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: "
+                                        f"{cell[:40]!r} is not a number (the column was numeric in training)")
                     vals[i] = v
                 parts.append(vals[:, None])
             else:
@@ -231,7 +252,8 @@ class Preprocess:
                         unseen.append((i + 1, col["name"], cell))
                         continue
                     if cell not in cats:
-                        raise UserError(f"{where}: row {i + 1}, column {col['name']!r}: the category {cell[:40]!r} "
+                        raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: the "
+                                        f"category {cell[:40]!r} "
                                         f"was not seen in training (known: {', '.join(col['categories'][:10])}"
                                         f"{', ...' if len(cats) > 10 else ''})")
                     onehot[i, cats[cell]] = 1.0
@@ -319,7 +341,7 @@ class Preprocess:
 NUMERIC_SHARE = 0.9
 
 
-def _task_of(values: list[str], task: str | None, target: str, where: str) -> str:
+def _task_of(values: list[str], task: str | None, target: str, where: str, numbers: Sequence[int]) -> str:
     nums = [_number(v) for v in values]
     if any(v is None for v in nums):
         if task == "regression":
@@ -330,7 +352,8 @@ def _task_of(values: list[str], task: str | None, target: str, where: str) -> st
             # a column of numbers with a stray text cell ("?", "inf", "12 kg") is no set of class labels:
             # taken for classes, every distinct number would become a class of its own, silently
             i = next(i for i, v in enumerate(nums, start=1) if v is None)
-            raise UserError(f"{where}: row {i}, target column {target!r}: {values[i - 1][:40]!r} in a column of "
+            raise UserError(f"{where}: row {row_number(numbers, i)}, target column {target!r}: "
+                            f"{values[i - 1][:40]!r} in a column of "
                             "numbers; fix or drop that row (a missing value?), or say --task classification if "
                             "the column holds class labels")
         return "classification"
@@ -356,7 +379,7 @@ def _identifier(nums: list[float]) -> bool:
 
 
 def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str,
-                    ignore: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+                    ignore: Sequence[str] = (), numbers: Sequence[int] = ()) -> tuple[list[dict[str, Any]], list[str]]:
     """The feature columns' descriptions (numeric or one-hot), checked for missing values;
     the ``ignore`` columns left out (not read at all); a column that numbers the rows is an error
     once every column's cells are checked."""
@@ -368,10 +391,12 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         cells = [r[j] for r in rows]
         for i, cell in enumerate(cells, start=1):
             if _is_missing(cell):
-                raise UserError(f"{where}: row {i}, column {name!r}: missing value; fill it in or drop the row")
+                raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: missing value; fill it "
+                                "in or drop the row")
             what = _formatted_number(cell)
             if what:  # read as text: one-hot categories, or a target of classes, silently
-                raise UserError(f"{where}: row {i}, column {name!r}: {cell[:40]!r} is a number with {what}, which "
+                raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: {cell[:40]!r} is a "
+                                f"number with {what}, which "
                                 "bbb would read as text; write plain numbers first (e.g. pandas.read_csv(FILE, "
                                 "thousands=',') for a thousands separator)")
         if name == target:
@@ -389,7 +414,8 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         numeric_share = sum(v is not None for v in nums) / len(nums)
         if numeric_share >= NUMERIC_SHARE:
             i = next(i for i, v in enumerate(nums, start=1) if v is None)
-            raise UserError(f"{where}: row {i}, column {name!r}: {cells[i - 1][:40]!r} in a column of numbers; "
+            raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: {cells[i - 1][:40]!r} in a "
+                            "column of numbers; "
                             "fix or drop that row (a missing value?)")
         if len(cats) > MAX_CATEGORIES:
             raise UserError(f"{where}: the text column {name!r} has {len(cats)} distinct values (one-hot encoding "
@@ -442,19 +468,20 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if suffix == ".csv":
         if not target:
             raise UserError(f"{where}: say which column to predict: --target COLUMN")
-        header, rows = read_csv(p)
+        numbers: list[int] = []
+        header, rows = read_csv(p, numbers=numbers)
         if target not in header:
             raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}")
         for name in ignore:
             if name not in header or name == target:
                 raise UserError(f"{where}: --ignore {name}: " + ("that is the target" if name == target else
                                 f"no such column; the columns are {', '.join(header)[:300]}"))
-        columns, raw_y = _encode_columns(header, rows, target, where, ignore)
+        columns, raw_y = _encode_columns(header, rows, target, where, ignore, numbers)
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
-        task = _task_of(raw_y, task, target, where)
+        task = _task_of(raw_y, task, target, where, numbers)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
-        raw_x = _raw_table(pre, header, rows, where)
+        raw_x = _raw_table(pre, header, rows, where, numbers)
     elif suffix == ".npz":
         if target is not None or ignore:
             raise UserError(f"{where}: --{'target' if target is not None else 'ignore'} names a CSV column; an .npz "
@@ -499,11 +526,12 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     return data, pre
 
 
-def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], where: str) -> Tensor:
+def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], where: str, numbers: Sequence[int]
+               ) -> Tensor:
     """The encoded but not yet standardised features of a CSV's rows."""
     x_scaler, pre.x = pre.x, None
     try:
-        return pre.encode_table(header, rows, where).to(torch.float64)
+        return pre.encode_table(header, rows, where, numbers=numbers).to(torch.float64)
     finally:
         pre.x = x_scaler
 

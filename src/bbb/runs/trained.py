@@ -234,8 +234,8 @@ class TrainedModel(nn.Module):
         ``bbb.uncertainty.predict(model, x, ...)`` or :meth:`sample_outputs`. A category unseen in
         training is an error, or with a list ``unseen`` encoded as none of the known ones and listed
         there (:meth:`bbb.data.files.Preprocess.encode_table`)."""
-        header, rows = read_csv(path)
-        x = self.preprocess.encode_table(header, rows, str(path), unseen).to(self.device())
+        header, rows = read_csv(path, numbers=(numbers := list[int]()))
+        x = self.preprocess.encode_table(header, rows, str(path), unseen, numbers).to(self.device())
         return _mark(x, self.fingerprint), header, rows
 
     def forward(self, x: Any) -> Tensor:

@@ -243,3 +243,17 @@ def test_unseen_error_with_an_input_that_is_no_csv_is_refused(capsys, tmp_path, 
     np.save(arrays, np.zeros((3, 4), dtype=np.float32))
     rc, _, err = run_main(capsys, "predict", str(run), str(arrays), "--unseen", "error")
     one_line_error(rc, err, "--unseen error applies to the text columns of a CSV input", "not a .csv file")
+
+
+def test_predict_names_a_row_as_the_file_counts_it(capsys, tmp_path, run):
+    # the row an error or the unseen note named was the n-th filled row, one off per empty row above it
+    path = tmp_path / "gaps.csv"
+    path.write_text("x1,x2,colour\n0.1,0.5,red\n,,\n0.2,0.5,green\n\n0.3,0.5,red\n0.4,0.5,green\n")
+    rc, out, err = run_main(capsys, "predict", str(run), str(path), "--no-refer", "--samples", "2")
+    assert rc == 0, err
+    assert "2 row(s)" in err and "(row 3, 6;" in err, err  # the lines after the header, empty ones counted
+    rc, _, err = run_main(capsys, "predict", str(run), str(path), "--unseen", "error")
+    one_line_error(rc, err, "row 3,", "'colour'", "green")
+    path.write_text("x1,x2,colour\n0.1,0.5,red\n,,\n\n0.2,,blue\n")
+    rc, _, err = run_main(capsys, "predict", str(run), str(path))
+    one_line_error(rc, err, "row 4,", "'x2'", "missing")

@@ -6,8 +6,9 @@ images (for a run trained on 28x28 digits or clothes: converted to grey, resized
 scaled as the training images were; needs Pillow, the ``images`` extra).
 
 One row per input, in the input's order. First what joins it back to the input: a CSV's own
-columns (all of them, or ``--id COLUMN`` and the target column), an array's ``row`` (1 = the
-first) and ``target``, or an image's ``file``. Then the prediction; a classifier's probability
+columns (all of them, or ``--id COLUMN`` and the target column; one named like an output column,
+a target ``prediction`` say, as ``input_prediction``), an array's ``row`` (1 = the first) and
+``target``, or an image's ``file``. Then the prediction; a classifier's probability
 of each class, the predictive entropy and the mutual information (nats; the epistemic part); a
 regressor's predictive mean, sd, 95% interval and the sd's epistemic and aleatoric parts, in the
 target's units. A CSV's ``warning`` names what the network never saw in a row: a category unseen
@@ -206,6 +207,21 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images")
 
 
+def _carried_names(carried: list[str], outputs: list[str]) -> list[str]:
+    """The names the input's carried columns get in the output: each as it is, but one with the
+    name of an output column (a target called ``prediction`` or ``sd``) as ``input_NAME`` (more
+    ``input_`` prefixes until the name is free)."""
+    taken = set(carried) | set(outputs)
+    names = []
+    for c in carried:
+        name = c
+        while c in outputs and name in taken:
+            name = f"input_{name}"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
 def _same(a: Path, b: Path) -> bool:
     try:
         return a.exists() and b.exists() and a.samefile(b)
@@ -320,10 +336,13 @@ def main(args: argparse.Namespace) -> int:
         columns.append("warning")
     if referral is not None:
         columns.append("refer")
-    clash = [c for c in got.columns if c in columns[len(got.columns):]]
-    if clash:
-        raise UserError(f"{args.input}: its column {clash[0]!r} has the name of an output column; rename it, or "
-                        "give --id COLUMN to carry one column")
+    outputs = columns[len(got.columns):]
+    renamed = _carried_names(got.columns, outputs)
+    if renamed != got.columns:
+        pairs = [f"{a!r} as {b!r}" for a, b in zip(got.columns, renamed) if a != b]
+        got.notes.append(f"bbb predict: note: {args.input}: column {', '.join(pairs)} in the output (its name "
+                         "is an output column's)")
+        columns[:len(got.columns)] = got.columns = renamed
     rows: list[dict[str, Any]] = []
     for i, values in enumerate(got.values):
         row: dict[str, Any] = dict(zip(got.columns, values))

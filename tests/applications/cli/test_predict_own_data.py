@@ -91,10 +91,13 @@ def test_id_carries_one_column_and_the_target(capsys, tmp_path, run):
     one_line_error(rc, err, "--id nope", "x1")
 
 
-def test_an_input_column_named_like_an_output_is_refused(capsys, tmp_path, run):
+def test_an_input_column_named_like_an_output_is_carried_renamed(capsys, tmp_path, run):
+    # it was refused, the error suggesting --id, which carried the target, named so, no better
     (tmp_path / "clash.csv").write_text("x1,x2,colour,sd\n0.1,0.2,red,1\n")
-    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "clash.csv"), "--no-refer")
-    one_line_error(rc, err, "'sd'", "--id")
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "clash.csv"), "--no-refer")
+    assert rc == 0 and "'sd' as 'input_sd'" in err, err
+    row = next(csv.DictReader(out.splitlines()))
+    assert row["input_sd"] == "1" and float(row["sd"]) > 0
 
 
 # -- item 12k: an unseen category -----------------------------------------------------------------
@@ -257,3 +260,23 @@ def test_predict_names_a_row_as_the_file_counts_it(capsys, tmp_path, run):
     path.write_text("x1,x2,colour\n0.1,0.5,red\n,,\n\n0.2,,blue\n")
     rc, _, err = run_main(capsys, "predict", str(run), str(path))
     one_line_error(rc, err, "row 4,", "'x2'", "missing")
+
+
+def test_a_target_named_like_an_output_column_is_carried_renamed(capsys, tmp_path):
+    # a target called "prediction" could not be carried even with --id, though the error said --id would do
+    data = tmp_path / "t.csv"
+    data.write_text(noisy_table(tmp_path / "houses.csv").read_text().replace(",price\n", ",prediction\n", 1))
+    run = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "prediction", "--task", "regression",
+                          "--epochs", "1", "--out", str(run), *TINY)
+    assert rc == 0, err
+    new = tmp_path / "new.csv"
+    new.write_text("customer,x1,x2,colour,prediction,input_prediction\nc1,0.1,0.5,red,20.5,x\nc2,0.2,0.5,blue,19,y\n")
+    # every column carried, the input's own input_prediction too: the target takes the next free name
+    for extra, name in (([], "input_input_prediction"), (["--id", "customer"], "input_prediction")):
+        rc, out, err = run_main(capsys, "predict", str(run), str(new), "--no-refer", "--samples", "2", *extra)
+        assert rc == 0, err
+        rows = list(csv.DictReader(out.splitlines()))
+        assert [r[name] for r in rows] == ["20.5", "19"], rows[0]
+        assert rows[0]["customer"] == "c1" and float(rows[0]["prediction"]) != 20.5
+        assert f"'prediction' as {name!r}" in err and err.count("\n") == 1, err

@@ -136,7 +136,8 @@ class Engine(torch.optim.Optimizer):
             any size (when Triton is installed; without it one warning, and the eager kernels), on
             the CPU when the model has at least :data:`COMPILE_MIN_NUMEL` Bayesian weights.
         params: more parameters the loss depends on (tensors, or parameter groups as dicts with
-            options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser.
+            options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser; a
+            model's own unfused parameter given here steps in its group (with its options).
         fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one
             ``UserWarning`` naming the reason; ``True`` makes that a one-line :class:`UserError`;
             ``False`` takes the plain path, silently.
@@ -187,9 +188,10 @@ class Engine(torch.optim.Optimizer):
         if kl_samples is not None:
             kl_samples = check_kl_samples(kl_samples, 1 if k is None else k)
         extra = param_groups(params)
+        claimed = {id(p) for g in extra for p in g["params"]}  # a model's own tensor here: in its group
         if isinstance(model, ELBO):
             k, kl_mode, kl_samples = elbo_settings(model, k, kl_mode, kl_samples)
-            extra = [*param_groups(model.parameters()), *extra]
+            extra = [*new_params(param_groups(model.parameters()), set(claimed)), *extra]
             model = model.model
         if fused not in (None, True, False):
             raise UserError(f"fused must be None, True or False, got {fused!r}")
@@ -209,7 +211,8 @@ class Engine(torch.optim.Optimizer):
         fused_params = ({id(getattr(s.module, f"{s.name}_{x}")) for s in layout.slots for x in ("mu", "rho")}
                         if layout is not None else set())
         # a frozen tensor (requires_grad=False) is never updated: not fused (above), not in torch's optimiser
-        others = [p for p in model.parameters() if id(p) not in fused_params and p.requires_grad]
+        others = [p for p in model.parameters() if id(p) not in fused_params | (claimed - fused_params)
+                  and p.requires_grad]
         extra = new_params(extra, fused_params | {id(p) for p in others})
         if layout is None and not others and not extra:
             raise UserError(f"bbb.Engine: {type(model).__name__} has no parameter to train (every one has "

@@ -94,7 +94,7 @@ from .config import FILE_DATASET, TrainConfig, resume_conflicts
 from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
-from .model import DATA_KEYS, build_model, check_data, num_weights, versions
+from .model import DATA_KEYS, build_model, check_data, noise_group, num_weights, param_groups, versions
 from .rundir import guard_run_dir
 from .summary import finish_classifier, finish_regression
 
@@ -127,13 +127,14 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
         assert cfg.hess_init is not None and cfg.weight_decay is not None  # (TrainConfig fills them for ivon)
         return IVON(model, lr=cfg.lr, ess=ess, hess_init=cfg.hess_init, weight_decay=cfg.weight_decay,
                     seed=cfg.seed, compile=compile)
+    own = noise_group(model, cfg)  # a homoscedastic network's noise parameter, at its own learning rate
     if cfg.method == Method.BBB.value:
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
-                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale)
+                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None)
     if cfg.optimizer == OptimizerKind.SGD.value:
-        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-    params = list(model.parameters())
+        return torch.optim.SGD(param_groups(model, own), lr=cfg.lr, momentum=cfg.momentum)
+    params = param_groups(model, own)
     # The fused Adam kernel (one pass over all parameters; CPU since torch 2.4); older torch falls back.
     # --cuda-graph: capturable (its step count on the device, safe to capture).
     try:

@@ -19,6 +19,7 @@ from ..options import Method, is_bayesian
 from .config import TrainConfig
 
 __all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "infer_method", "load_data", "load_split",
+           "noise_group", "param_groups",
            "num_weights", "point_data", "versions"]
 
 
@@ -33,6 +34,23 @@ class ConstantNoise(nn.Module):
 
     def forward(self, out: Tensor) -> Tensor:
         return torch.cat([out, self.raw.to(out.dtype).expand_as(out)], -1)
+
+
+def noise_group(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """The optimiser group of a homoscedastic network's noise parameter at ``lr * noise_lr_scale``
+    (:data:`bbb.runs.config.NOISE_LR_SCALE`); none at a scale of 1 (one group, as runs stored
+    before the scale were trained: their optimiser states load) or without a :class:`ConstantNoise`."""
+    noise = [m.raw for m in model.modules() if isinstance(m, ConstantNoise)]
+    scale = cfg.noise_lr_scale
+    return [{"params": noise, "lr": cfg.lr * scale}] if noise and scale is not None and scale != 1.0 else []
+
+
+def param_groups(model: nn.Module, own: list[dict[str, Any]]) -> list[Any]:
+    """``model``'s parameters as one list, or as groups where ``own`` gives some their own options."""
+    if not own:
+        return list(model.parameters())
+    ids = {id(p) for g in own for p in g["params"]}
+    return [{"params": [p for p in model.parameters() if id(p) not in ids]}, *own]
 
 
 def build_model(cfg: TrainConfig, in_features: int = 784, num_classes: int = 10,

@@ -114,3 +114,12 @@ def test_name_that_is_not_a_file_name_is_refused(tmp_path, capsys, name):
     assert "--name" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*.csv"))
 
+
+def test_the_same_run_twice_is_refused(tmp_path, capsys):
+    run = _run(tmp_path, "bbb", 400, 0.01, 0.9)
+    again = tmp_path / "sub" / ".." / run.name
+    (tmp_path / "sub").mkdir()
+    assert main(["compare", str(run), str(again), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "twice" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "comparison.csv").exists()

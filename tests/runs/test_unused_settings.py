@@ -107,3 +107,37 @@ def test_a_kl_weighting_with_one_minibatch_an_epoch_is_a_warning():
         TrainConfig(kl_weighting="uniform").warn_moot_kl_weighting(4)  # several minibatches: it matters
         TrainConfig(batch_size=1000).warn_moot_kl_weighting(1)  # the default: nothing was asked
         TrainConfig(method="sgd").warn_moot_kl_weighting(1)  # no KL
+
+
+def test_eval_samples_with_sgd_is_a_warning():
+    """Before, ``--method sgd --eval-samples 5`` trained and printed "test error (1-sample average)" without a
+    word: a deterministic network has one prediction, and k averaged nothing. A warning (not an error): one
+    eval_samples serves a sweep or a script over every method."""
+    with pytest.warns(UserWarning, match=r"^--eval-samples 5 has no effect with --method sgd"):
+        TrainConfig(method="sgd", eval_samples=5).warn_unread_eval_samples(["eval_samples", "lr"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TrainConfig(method="sgd", eval_samples=5).warn_unread_eval_samples(["lr"])
+        for method in ("bbb", "dropout", "ivon"):
+            TrainConfig(method=method).warn_unread_eval_samples(["eval_samples"])
+
+
+def test_the_summary_of_a_plain_network_names_no_sample_average(capsys):
+    from bbb.cli.commands import print_summary
+
+    common = {"test_error": 0.1, "test_error_mc": 0.1, "val_error": 0.1, "test_nll": 0.3, "test_ece": 0.01,
+              "test_brier": 0.1, "eval_samples": 1, "model": "best", "best_epoch": 1, "epochs": 1, "seconds": 1.0}
+    print_summary({**common, "method": "sgd"}, "run")
+    out = capsys.readouterr().out
+    assert "sample average" not in out and "mean weights" not in out and out.count("test error") == 1
+    print_summary({**common, "method": "bbb", "eval_samples": 10}, "run")
+    out = capsys.readouterr().out
+    assert "test error (mean weights)" in out and "test error (10-sample average)" in out
+    reg = {"task": "regression", "test_rmse": 1.0, "test_rmse_mc": 1.0, "test_log_likelihood": -1.0,
+           "test_coverage_95": 0.95, "best_val_rmse": 1.0, "eval_samples": 1, "model": "best", "best_epoch": 1,
+           "epochs": 1, "seconds": 1.0, "method": "sgd"}
+    print_summary(reg, "run")
+    out = capsys.readouterr().out
+    assert "sample average" not in out and "mean weights" not in out and out.count("test RMSE") == 1

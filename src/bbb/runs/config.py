@@ -335,6 +335,14 @@ class TrainConfig:
                                    "(its network has no dropout layers); leave it out, or train with --method "
                                    "dropout")
 
+    def warn_unread_eval_samples(self, names: Any) -> None:
+        """A one-line warning where ``eval_samples`` is among ``names`` (the options given) and the method
+        is sgd: one deterministic network has one prediction, so k samples nothing (a warning, not
+        :meth:`refuse_unused`'s error: one ``eval_samples`` serves a sweep or a script over all methods)."""
+        if self.method is Method.SGD and "eval_samples" in names:
+            warnings.warn(f"--eval-samples {self.eval_samples} has no effect with --method sgd: its one deterministic "
+                          "network gives one prediction (its test metrics are those of its softmax)", stacklevel=2)
+
     def warn_moot_kl_weighting(self, num_batches: int) -> None:
         """A one-line warning where ``kl_weighting`` differs from its default and the run has one
         minibatch an epoch: every weighting then puts the whole KL on it (the runs are the same)."""

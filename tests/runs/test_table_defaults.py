@@ -16,8 +16,8 @@ from bbb.errors import UserError
 from bbb.runs import TrainConfig, load_checkpoint, load_run, read_metrics, train
 from bbb.runs.checkpoint import improves
 from bbb.runs.config import DATA_DEFAULTS, METHOD_DATA_DEFAULTS, METHOD_DEFAULTS, STORED_BEFORE, resume_conflicts
-from bbb.runs.loop import make_optimizer
 from bbb.runs.model import build_model
+from bbb.runs.optim import make_optimizer
 from testkit import blobs, run_main
 
 QUIET = {"quiet": True, "log": lambda s: None}

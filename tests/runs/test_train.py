@@ -241,7 +241,7 @@ def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
         load_run(run, "last")
 
 
-def test_a_run_stopped_during_its_first_epoch_says_how_to_train_it(tmp_path, data):
+def test_a_run_stopped_during_its_first_epoch_says_how_to_train_it(tmp_path, data, capsys):
     """A run stopped during epoch 1 holds last.pt at epoch 0 and no best.pt: before, bbb evaluate,
     ood, uncertain and predict said only 'checkpoint RUN/best.pt not found'."""
     run = tmp_path / "run"
@@ -253,6 +253,15 @@ def test_a_run_stopped_during_its_first_epoch_says_how_to_train_it(tmp_path, dat
     with pytest.raises(CheckpointError, match=rf"^{run} holds no trained epoch yet .*; train it with: bbb train "
                                               rf"--resume --out {run}$"):
         load_run(run, "best")
+    # --which last (bbb prune's default) read its untrained epoch-0 weights without a word
+    with pytest.raises(CheckpointError, match=rf"^{run} holds no trained epoch yet .*--resume --out {run}$"):
+        load_run(run, "last")
+    from bbb.cli import main
+
+    assert main(["prune", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no trained epoch yet" in err and len(err.strip().splitlines()) == 1
+    assert not (run / "pruning.csv").exists()
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 
 from bbb.errors import SettingError
 from bbb.runs import TrainConfig
+from bbb.runs.config import resume_conflicts
 from testkit import run_main
 
 BAYES = [("--prior", "mixture"), ("--pi", "0.5"), ("--sigma1", "2"), ("--sigma2", "0.01"), ("--prior-sigma", "2"),
@@ -107,3 +108,75 @@ def test_a_kl_weighting_with_one_minibatch_an_epoch_is_a_warning():
         TrainConfig(kl_weighting="uniform").warn_moot_kl_weighting(4)  # several minibatches: it matters
         TrainConfig(batch_size=1000).warn_moot_kl_weighting(1)  # the default: nothing was asked
         TrainConfig(method="sgd").warn_moot_kl_weighting(1)  # no KL
+
+
+def test_eval_samples_with_sgd_is_a_warning():
+    """Before, ``--method sgd --eval-samples 5`` trained and printed "test error (1-sample average)" without a
+    word: a deterministic network has one prediction, and k averaged nothing. A warning (not an error): one
+    eval_samples serves a sweep or a script over every method."""
+    with pytest.warns(UserWarning, match=r"^--eval-samples 5 has no effect with --method sgd"):
+        TrainConfig(method="sgd", eval_samples=5).warn_unread_eval_samples(["eval_samples", "lr"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TrainConfig(method="sgd", eval_samples=5).warn_unread_eval_samples(["lr"])
+        for method in ("bbb", "dropout", "ivon"):
+            TrainConfig(method=method).warn_unread_eval_samples(["eval_samples"])
+
+
+def test_the_summary_of_a_plain_network_names_no_sample_average(capsys):
+    from bbb.cli.commands import print_summary
+
+    common = {"test_error": 0.1, "test_error_mc": 0.1, "val_error": 0.1, "test_nll": 0.3, "test_ece": 0.01,
+              "test_brier": 0.1, "eval_samples": 1, "model": "best", "best_epoch": 1, "epochs": 1, "seconds": 1.0}
+    print_summary({**common, "method": "sgd"}, "run")
+    out = capsys.readouterr().out
+    assert "sample average" not in out and "mean weights" not in out and out.count("test error") == 1
+    print_summary({**common, "method": "bbb", "eval_samples": 10}, "run")
+    out = capsys.readouterr().out
+    assert "test error (mean weights)" in out and "test error (10-sample average)" in out
+    reg = {"task": "regression", "test_rmse": 1.0, "test_rmse_mc": 1.0, "test_log_likelihood": -1.0,
+           "test_coverage_95": 0.95, "best_val_rmse": 1.0, "eval_samples": 1, "model": "best", "best_epoch": 1,
+           "epochs": 1, "seconds": 1.0, "method": "sgd"}
+    print_summary(reg, "run")
+    out = capsys.readouterr().out
+    assert "sample average" not in out and "mean weights" not in out and out.count("test RMSE") == 1
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"method": "sgd", "prior": "gaussian"}, "prior"), ({"method": "dropout", "samples": 3}, "samples"),
+    ({"method": "sgd", "kl": "mc"}, "kl"), ({"method": "bbb", "dropout_input": 0.3}, "dropout_input"),
+    ({"method": "sgd", "dropout_hidden": 0.1}, "dropout_hidden"),
+    ({"method": "bbb", "prior": "gaussian", "pi": 0.5}, "pi"), ({"method": "bbb", "prior_sigma": 2.0}, "prior_sigma"),
+    ({"momentum": 0.5}, "momentum"), ({"lr_gamma": 0.5}, "lr_gamma"), ({"lr_step_size": 3}, "lr_step_size"),
+])
+def test_the_library_refuses_a_changed_setting_its_method_does_not_read(kw, name):
+    """Before, ``TrainConfig(method="sgd", prior="gaussian")`` was accepted (only ``bbb train`` and sweep
+    spaces refused it) and config.json recorded a prior that trained nothing."""
+    with pytest.raises(SettingError, match=rf"^{name} applies to "):
+        TrainConfig(**kw)
+
+
+def test_the_library_keeps_defaults_and_read_settings_and_loads_old_runs():
+    for kw in ({"method": "sgd"}, {"method": "dropout", "dropout_input": 0.3, "dropout_hidden": 0.1},
+               {"method": "bbb", "prior": "gaussian", "prior_sigma": 2.0}, {"method": "bbb", "pi": 0.5},
+               {"optimizer": "sgd", "momentum": 0.5}, {"lr_schedule": "step", "lr_gamma": 0.5, "lr_step_size": 3},
+               {"method": "sgd", "prior": "mixture", "kl_weighting": "blundell", "dropout_input": 0.2}):
+        TrainConfig(**kw)
+    # a run written by a bbb that took an unread setting still loads, the setting at its default
+    stored = {**TrainConfig(method="sgd").to_dict(), "prior": "gaussian", "momentum": 0.5}
+    old = TrainConfig.from_stored(stored)
+    assert old.method == "sgd" and old.prior == "mixture" and old.momentum == 0.9
+    assert resume_conflicts(stored, old) == []  # and resumes
+    with pytest.raises(SettingError):  # only while loading
+        TrainConfig(method="sgd", momentum=0.5)
+
+
+def test_a_sweep_space_names_its_own_key_for_an_unread_setting():
+    from bbb.errors import UserError
+    from bbb.sweep.space import resolve_params
+
+    with pytest.raises(UserError, match=r"^search space: neg_log_sigma1 applies to the Bayesian network.*"
+                                        r"leave it out of the space"):
+        resolve_params({"dataset": "mnist", "method": "sgd", "neg_log_sigma1": 3})

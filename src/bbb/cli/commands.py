@@ -113,6 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = TrainConfig(**given)
     cfg.refuse_unused(given)  # an option the method does not read, given even at its default value
+    cfg.warn_unread_eval_samples(given)
 
     def kept() -> str:
         try:
@@ -131,10 +132,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _test_rows(s: dict[str, Any], what: str, key: str, fmt: Callable[[float], str]) -> list[list[str]]:
+    """The summary's test ``what`` rows: of the mean weights (bbb, ivon) or of the network with dropout off,
+    and of the k-sample average; of an sgd run one row (one deterministic network: one prediction)."""
+    from ..options import Method, is_bayesian
+
+    if str(s.get("method")) == Method.SGD.value:
+        return [[f"test {what}", fmt(s[key])]]
+    mean = "mean weights" if is_bayesian(s.get("method")) else "dropout off"
+    return [[f"test {what} ({mean})", fmt(s[key])],
+            [f"test {what} ({s['eval_samples']}-sample average)", fmt(s[key + "_mc"])]]
+
+
 def print_summary(s: dict[str, Any], out: Path) -> None:
     if s.get("task") == "regression":
-        rows = [["test RMSE (mean weights)", f"{s['test_rmse']:.4g}"],
-                [f"test RMSE ({s['eval_samples']}-sample average)", f"{s['test_rmse_mc']:.4g}"],
+        rows = [*_test_rows(s, "RMSE", "test_rmse", lambda v: f"{v:.4g}"),
                 ["test log-likelihood", f"{s['test_log_likelihood']:.4f}"],
                 ["test 95% interval coverage", pct_text(s["test_coverage_95"])],
                 ["validation RMSE", f"{s['best_val_rmse']:.4g}" if s["best_val_rmse"] is not None else "-"],
@@ -143,8 +155,7 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
         print(text_table(rows, ["run " + str(out), ""]))
         return
     rows = [
-        ["test error (mean weights)", pct_text(s["test_error"])],
-        [f"test error ({s['eval_samples']}-sample average)", pct_text(s["test_error_mc"])],
+        *_test_rows(s, "error", "test_error", pct_text),
         ["validation error", pct_text(s["val_error"])],
         ["test NLL / ECE / Brier", f"{s['test_nll']:.4f} / {pct_text(s['test_ece'])} / {s['test_brier']:.4f}"],
         ["model", f"{s['model']} (epoch {s['best_epoch']} of {s['epochs']})"],

@@ -25,8 +25,8 @@ from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_csv, atomic_write_text
 
-__all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "collect",
-           "comparison_rows", "main", "write_comparison"]
+__all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
+           "collect", "comparison_rows", "main", "write_comparison"]
 
 EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
            "--out runs/comparison --name comparison")
@@ -204,6 +204,14 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
 
 
 def comparison_rows(run_dirs: Sequence[str | Path], reference: str | None = None) -> list[dict[str, Any]]:
+    """One row per run of ``run_dirs`` (:func:`collect`); a run given twice (the same folder under two
+    spellings too) is a one-line error, since its two identical rows would compare it with itself."""
+    seen: dict[Path, str | Path] = {}
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key in seen:
+            raise UserError(f"{d} is given twice (as {seen[key]}): give each run once")
+        seen[key] = d
     rows = [collect(d) for d in run_dirs]
     tasks = {r["task"] for r in rows}
     if len(tasks) > 1:
@@ -378,8 +386,18 @@ def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command:
     return [csv_path, md_path]
 
 
+def check_name(name: str) -> str:
+    """``name`` when it is a plain file stem (no folder, not ``.`` or ``..``): else a one-line error, since
+    ``NAME.csv`` would land outside ``--out``."""
+    if not name or name in (".", "..") or Path(name).name != name or "/" in name or "\\" in name:
+        raise UserError(f"--name {name!r} is not a plain file name: give a name without a folder (the files go "
+                        "to --out DIR)")
+    return name
+
+
 def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "comparison",
                      command: str | None = None, reference: str | None = None) -> list[Path]:
+    check_name(name)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if rows and rows[0].get("task") == "regression":
@@ -431,6 +449,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_name(args.name)  # before reading the runs
     rows = comparison_rows(args.runs, args.reference)
     command = args.cite or ("bbb " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None)
     paths = write_comparison(rows, args.out, args.name, command=command, reference=args.reference)

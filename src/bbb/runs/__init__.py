@@ -53,8 +53,9 @@ from .evaluation import (
 from .jobs import JobCallbacks, JobResult, RunJob, job_state, run_job, run_jobs
 from .laplace import TrainedLaplace, evaluate_laplace, fit_run_laplace
 from .loggers import TensorBoardLogger, TrainLogger
-from .loop import batch_objective, kl_weight_table, make_optimizer, run_epoch, train, training_step
+from .loop import batch_objective, kl_weight_table, run_epoch, train, training_step
 from .model import DATA_KEYS, build_model, check_data, infer_method, load_data, num_weights
+from .optim import make_optimizer
 from .population import train_population
 from .rundir import lock_run_dir
 from .trained import TrainedModel, load_model

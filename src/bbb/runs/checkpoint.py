@@ -134,20 +134,31 @@ def run_dir_of(run_dir: str | Path) -> Path:
     return d
 
 
+def _untrained(d: Path) -> CheckpointError:
+    """The error for a run stopped during its first epoch (``last.pt`` at epoch 0, no ``best.pt``)."""
+    return CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); "
+                           f"train it with: bbb train --resume --out {shlex.quote(str(d))}")
+
+
 def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = False,
                          ) -> tuple[Path, dict[str, Any]]:
     """The checkpoint of a run directory that its commit point ``last.pt`` names: ``(path, ckpt)``.
 
-    ``which="last"``: ``last.pt``. ``which="best"``: ``best.pt`` when it holds the best epoch that
-    ``last.pt`` records; when it does not (a process killed between the two writes, or a reader
-    between them), ``last.pt`` itself if it records itself as the best, else ``best.pt`` read again
-    (the trainer may have moved on meanwhile). Without ``last.pt``, ``best.pt`` as it is.
+    ``which="last"``: ``last.pt`` (at epoch 0, a run stopped during its first epoch, a one-line error
+    that says how to train it, as for ``which="best"``: its weights are the untrained ones).
+    ``which="best"``: ``best.pt`` when it holds the best epoch that ``last.pt`` records; when it
+    does not (a process killed between the two writes, or a reader between them), ``last.pt`` itself if it records
+    itself as the best, else ``best.pt`` read again (the trainer may have moved on meanwhile).
+    Without ``last.pt``, ``best.pt`` as it is.
     """
     which = choice("checkpoint", which, Checkpoint)
     d = run_dir_of(run_dir)
     last_path, best_path = d / "last.pt", d / "best.pt"
     if which == "last":
-        return last_path, load_checkpoint(last_path, mmap=mmap)
+        last = load_checkpoint(last_path, mmap=mmap)
+        if int(last["epoch"]) == 0:  # stopped during its first epoch: its weights are the initial ones
+            raise _untrained(d)
+        return last_path, last
     if not last_path.is_file():  # best.pt alone: nothing to check it against
         return best_path, load_checkpoint(best_path, mmap=mmap)
     best = None
@@ -161,8 +172,7 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
             return last_path, last
     if best is None:
         if int(last["epoch"]) == 0:  # stopped during its first epoch
-            raise CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); "
-                                  f"train it with: bbb train --resume --out {shlex.quote(str(d))}")
+            raise _untrained(d)
         raise CheckpointError(f"checkpoint {best_path} not found")
     return best_path, best
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import warnings
@@ -100,6 +102,15 @@ PRIOR_ONLY = {"pi": PriorKind.MIXTURE, "sigma1": PriorKind.MIXTURE, "sigma2": Pr
 #: dropout's rates, which no other method reads: given with ``--method bbb`` or ``sgd``, a one-line
 #: error (with ``--method ivon``: :data:`NOT_FOR_IVON`)
 DROPOUT_ONLY = ("dropout_input", "dropout_hidden")
+
+#: the settings that one method, prior, optimiser or schedule reads and another does not
+#: (:meth:`TrainConfig.refuse_unused`): built with a value other than their default for a
+#: configuration that does not read it, a one-line error from Python as from ``bbb train``
+UNREAD_CHECKED = (*BAYES_ONLY, *DROPOUT_ONLY, "momentum", "lr_step_size", "lr_gamma")
+
+#: set while :meth:`TrainConfig.from_stored` builds a run's stored settings: an unread value there
+#: (written by a bbb that took it) is put back to its default, never an error that stops a run loading
+_STORED: contextvars.ContextVar[bool] = contextvars.ContextVar("bbb_stored_config", default=False)
 
 #: settings added after runs were written with the behaviour that this value names (a stored
 #: config that lacks one was trained so: every run before ``select_by`` chose by validation error)
@@ -300,12 +311,13 @@ class TrainConfig:
         its default (the command line refuses one given at all: :meth:`refuse_unused`)."""
         if self.method is not Method.IVON:
             self.refuse_unused(given_ivon)
+            self._refuse_unread()
             return
         if self.ess is not None:
             self.ess = _positive("ess", self.ess)
         self.hess_init = _positive("hess_init", self.hess_init)
         self.weight_decay = _positive("weight_decay", self.weight_decay, allow_zero=True)
-        defaults = {**{f.name: f.default for f in dataclasses.fields(self)}, **DATA_DEFAULTS[self.data_kind]}
+        defaults = self._defaults()
         self.refuse_unused([k for k in NOT_FOR_IVON if _plain(getattr(self, k)) != _plain(defaults[k])])
         if self.estimator is not Estimator.REPARAM:
             raise SettingError("estimator", f"{self.estimator.value} cannot train with --method ivon: IVON's Hessian "
@@ -313,6 +325,25 @@ class TrainConfig:
         if self.data_file is not None and self.likelihood == "homoscedastic":
             raise UserError("--likelihood homoscedastic learns one noise sd, a plain parameter, and IVON trains "
                             "Bayesian weights only: use --likelihood heteroscedastic with --method ivon")
+
+    def _defaults(self) -> dict[str, Any]:
+        return {**{f.name: f.default for f in dataclasses.fields(self)}, **DATA_DEFAULTS[self.data_kind]}
+
+    def _refuse_unread(self) -> None:
+        """Of :data:`UNREAD_CHECKED`, a setting whose value differs from its default and that this
+        configuration does not read: :meth:`refuse_unused`'s one-line error (``TrainConfig(method="sgd",
+        prior="gaussian")`` as ``bbb train --method sgd --prior gaussian``); in a stored config
+        (:meth:`from_stored`) put back to its default instead: the run never read it."""
+        defaults = self._defaults()
+        changed = [k for k in UNREAD_CHECKED if _plain(getattr(self, k)) != _plain(defaults[k])]
+        if not _STORED.get():
+            self.refuse_unused(changed)
+            return
+        for name in changed:
+            try:
+                self.refuse_unused([name])
+            except SettingError:
+                setattr(self, name, defaults[name])
 
     def refuse_unused(self, names: Any) -> None:
         """A one-line :class:`~bbb.errors.SettingError` for the first of the settings ``names`` that
@@ -357,6 +388,14 @@ class TrainConfig:
                 raise SettingError(name, f"applies to --method dropout, not to --method {self.method.value} "
                                    "(its network has no dropout layers); leave it out, or train with --method "
                                    "dropout")
+
+    def warn_unread_eval_samples(self, names: Any) -> None:
+        """A one-line warning where ``eval_samples`` is among ``names`` (the options given) and the method
+        is sgd: one deterministic network has one prediction, so k samples nothing (a warning, not
+        :meth:`refuse_unused`'s error: one ``eval_samples`` serves a sweep or a script over all methods)."""
+        if self.method is Method.SGD and "eval_samples" in names:
+            warnings.warn(f"--eval-samples {self.eval_samples} has no effect with --method sgd: its one deterministic "
+                          "network gives one prediction (its test metrics are those of its softmax)", stacklevel=2)
 
     def warn_moot_kl_weighting(self, num_batches: int) -> None:
         """A one-line warning where ``kl_weighting`` differs from its default and the run has one
@@ -463,7 +502,11 @@ class TrainConfig:
             d["data_dir"] = None  # stored by a bbb that ignored it for a file's run: never read
         if d.get("data_file") is not None and d.get("scale", 126.0) != 126.0:
             d["scale"] = 126.0  # the same for --scale: a file's run never read it
-        return cls.from_dict(d)
+        token = _STORED.set(True)  # the same for a setting its method did not read (TrainConfig._refuse_unread)
+        try:
+            return cls.from_dict(d)
+        finally:
+            _STORED.reset(token)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -483,5 +526,8 @@ def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str
     differs between a run's stored config and ``now``. A setting the stored config lacks (added
     to :class:`TrainConfig` after the run was written) counts as the behaviour the run was
     trained with: :data:`STORED_BEFORE`'s value, else its default."""
+    with contextlib.suppress(UserError):  # an older bbb's run: a setting it did not read counts at its default
+        read = TrainConfig.from_stored(stored).to_dict()
+        stored = {**stored, **{k: read[k] for k in UNREAD_CHECKED if k in stored}}
     was = {k: stored[k] if k in stored else stored_default(stored, k) for k in now.to_dict()}
     return [(k, was[k], v) for k, v in now.to_dict().items() if k not in RESUME_MUTABLE and was[k] != v]

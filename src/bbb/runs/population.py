@@ -67,8 +67,9 @@ from .config import TrainConfig, resume_conflicts
 from .cuda_graph import StepGraphs, check_capturable
 from .evaluation import EVAL_CHUNK
 from .jobs import DIVERGED_FILE, Job, State, job_state, read_json
-from .loop import kl_weight_table, make_optimizer, make_scheduler
+from .loop import kl_weight_table
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
+from .optim import make_optimizer, make_scheduler
 from .rundir import guard_run_dir
 from .summary import finish_classifier
 

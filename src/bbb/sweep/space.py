@@ -411,8 +411,8 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
         p["dataset"] = kind
     try:
         cfg = TrainConfig.from_dict(p)
-    except UserError as e:
-        msg = _in_space(str(e))
+    except UserError as e:  # a setting the trial's method does not read: named as the space names it
+        msg = _in_space(f"{named.get(e.setting, e.setting)} {e.problem}" if isinstance(e, SettingError) else str(e))
         if msg.startswith("unknown setting"):
             msg += f" (allowed: TrainConfig fields and {', '.join(SWEEP_KEYS)})"
         raise UserError(f"search space: {msg}") from None

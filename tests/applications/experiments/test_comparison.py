@@ -102,3 +102,24 @@ def test_runs_of_another_target_or_test_split_get_no_verdict(tmp_path):
         (run / "config.json").write_text(json.dumps(config))
     text = write_comparison(comparison_rows([price, same]), tmp_path / "o5")[1].read_text()
     assert "BBB's test RMSE is best" in text and "no verdict" not in text
+
+
+@pytest.mark.parametrize("name", ["../x", "sub/x", "ABS", "..", ""])
+def test_name_that_is_not_a_file_name_is_refused(tmp_path, capsys, name):
+    name = str(tmp_path / "x") if name == "ABS" else name
+    run = _run(tmp_path, "bbb", 400, 0.01, 0.9)
+    out = tmp_path / "o" / "p"
+    assert main(["compare", str(run), "--out", str(out), "--name", name]) == 2
+    err = capsys.readouterr().err
+    assert "--name" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*.csv"))
+
+
+def test_the_same_run_twice_is_refused(tmp_path, capsys):
+    run = _run(tmp_path, "bbb", 400, 0.01, 0.9)
+    again = tmp_path / "sub" / ".." / run.name
+    (tmp_path / "sub").mkdir()
+    assert main(["compare", str(run), str(again), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "twice" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "comparison.csv").exists()

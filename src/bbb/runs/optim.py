@@ -1,0 +1,73 @@
+"""The optimiser and the learning-rate schedule of a run's :class:`~bbb.runs.TrainConfig`
+(:func:`make_optimizer`, :func:`make_scheduler`): the training loop's (:mod:`bbb.runs.loop`) and a
+population's (:mod:`bbb.runs.population`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..engine import Engine
+from ..engine.engine import OptimizerKind
+from ..engine.support import compile_from_env
+from ..errors import UserError
+from ..ivon import IVON
+from ..options import LRSchedule, Method
+from .config import FILE_DATASET, TrainConfig
+from .model import noise_group, param_groups
+
+__all__ = ["make_optimizer", "make_scheduler"]
+
+
+def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None,
+                   member_lr_scale: Sequence[float] | None = None) -> torch.optim.Optimizer:
+    """The optimiser of ``cfg``: for ``bbb``, the fused :class:`~bbb.engine.Engine` (seeded with
+    ``cfg.seed``; it takes the plain path by itself where its kernel does not apply); for ``ivon``,
+    :class:`bbb.IVON` (its noise seeded with ``cfg.seed``; ``ess`` = ``cfg.ess``, else
+    ``num_train``, the training set's size); for the deterministic methods ``torch.optim.SGD`` or
+    the fused ``torch.optim.Adam``. ``member_lr_scale``: a population's learning rates member by
+    member as multiples of ``cfg.lr`` (the engine's; bbb only).
+
+    A run on your own data (``data_file``) uses the eager kernels unless ``BBB_COMPILE=1``: a
+    table's network is small and its run short, so a first compile costs more than it saves;
+    the image datasets keep the engine's choice (:func:`bbb.engine.support.compile_default`)."""
+    if member_lr_scale is not None and cfg.method != Method.BBB.value:
+        raise UserError(f"learning rates member by member are the bbb engine's, not --method {cfg.method}'s")
+    compile = compile_from_env()
+    if compile is None and cfg.dataset == FILE_DATASET:
+        compile = False
+    if cfg.method == Method.IVON.value:
+        ess = cfg.ess if cfg.ess is not None else num_train
+        if ess is None:
+            raise UserError("make_optimizer: --method ivon needs its effective sample size: set cfg.ess, or pass "
+                            "num_train (the training set's size)")
+        assert cfg.hess_init is not None and cfg.weight_decay is not None  # (TrainConfig fills them for ivon)
+        return IVON(model, lr=cfg.lr, ess=ess, hess_init=cfg.hess_init, weight_decay=cfg.weight_decay,
+                    seed=cfg.seed, compile=compile)
+    own = noise_group(model, cfg)  # a homoscedastic network's noise parameter, at its own learning rate
+    if cfg.method == Method.BBB.value:
+        return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
+                      rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
+                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None)
+    if cfg.optimizer == OptimizerKind.SGD.value:
+        return torch.optim.SGD(param_groups(model, own), lr=cfg.lr, momentum=cfg.momentum)
+    params = param_groups(model, own)
+    # The fused Adam kernel (one pass over all parameters; CPU since torch 2.4); older torch falls back.
+    # --cuda-graph: capturable (its step count on the device, safe to capture).
+    try:
+        return torch.optim.Adam(params, lr=cfg.lr, fused=True, capturable=cfg.cuda_graph)
+    except (RuntimeError, TypeError, ValueError):  # pragma: no cover - torch < 2.4 or other devices
+        return torch.optim.Adam(params, lr=cfg.lr)
+
+
+def make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
+    """The learning-rate schedule of ``cfg`` on ``opt`` (None: constant), stepped after each epoch."""
+    if cfg.lr_schedule == LRSchedule.COSINE.value:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.epochs))
+    if cfg.lr_schedule == LRSchedule.STEP.value:
+        step = cfg.lr_step_size or max(1, cfg.epochs // 3)
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=cfg.lr_gamma)
+    return None

@@ -129,7 +129,9 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
     ``from_weights``[, ``sigma_init``]), in the layer's ``training`` mode."""
     _check_hooks(layer, full)
     try:
-        new = CONVERTIBLE[type(layer)](layer, **kw)
+        with warnings.catch_warnings(record=True) as said:  # a conversion's warning names the layer
+            warnings.simplefilter("always")
+            new = CONVERTIBLE[type(layer)](layer, **kw)
     except UserError as e:
         raise UserError(f"bayesianize: {full or 'the model'} ({type(layer).__name__}): {e}; pass "
                         f"skip=[{full!r}] to leave it deterministic") from None
@@ -138,6 +140,11 @@ def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
             raise
         raise UserError(f"bayesianize: the conversion registered for {type(layer).__name__} takes no sigma_init; "
                         "accept it (**kw) in the converter, or skip the layer") from None
+    for w in said:
+        if issubclass(w.category, UserWarning):
+            warnings.warn(f"bayesianize: {full or 'the model'}: {w.message}", w.category, stacklevel=3)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     new.train(layer.training)  # a model converted in eval() stays in eval()
     _keep_requires_grad(layer, new)
     for attr in _HOOKS:  # the layer's hooks go on with the copy (the same dicts: their handles still remove them)

@@ -3,7 +3,9 @@
 Weights are ranked globally over every Bayesian layer; the lowest-SNR fraction is set to 0 via a
 mask buffer (``weight_mask``), so pruning can be undone with :func:`unprune`. A pruned network is
 evaluated with the posterior mean of the remaining weights (as in the paper) or sampled; pruned
-weights are exactly 0 either way.
+weights are exactly 0 either way. A pruned weight still counts in the KL with its Gaussian posterior
+(mu and sigma unmasked, which :func:`unprune` restores; a point mass at 0 has no finite KL against
+a continuous prior), on the plain path and the Engine's alike.
 """
 
 from __future__ import annotations

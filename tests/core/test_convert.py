@@ -492,3 +492,22 @@ def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
         out = twice(xs)
     w, b = rec.get(twice[0], "weight").w, rec.get(twice[0], "bias").w
     torch.testing.assert_close(out, torch.tanh(xs @ w.T + b) @ w.T + b)
+
+
+def test_a_trained_padding_row_is_said_once_converted():
+    """torch outputs a non-zero padding_idx row; the Bayesian embedding outputs 0 there: the
+    conversion says so in one line, naming the layer and the row's norm (a zero row, a bag: silent)."""
+    emb = nn.Embedding(5, 3, padding_idx=1)
+    with torch.no_grad():
+        emb.weight[1].fill_(1.0)
+    with pytest.warns(UserWarning, match=r"bayesianize: 0: .*padding_idx=1 row .* norm 1\.732") as said:
+        bbb.bayesianize(nn.Sequential(emb))
+    assert len(said) == 1 and "\n" not in str(said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bbb.bayesianize(nn.Sequential(nn.Embedding(5, 3, padding_idx=1)))  # torch's zero row
+        bbb.bayesianize(nn.Sequential(emb), from_weights=False)  # its weights not kept
+        bag = nn.EmbeddingBag(5, 3, padding_idx=1)
+        with torch.no_grad():
+            bag.weight[1].fill_(1.0)
+        bbb.bayesianize(nn.Sequential(bag))  # a bag leaves the row out, as torch does

@@ -357,3 +357,23 @@ def test_ddp_ranks_stay_identical_and_equal_the_averaged_gradient(tmp_path):
         assert torch.equal(r0[variant], r1[variant]), variant
         torch.testing.assert_close(r0[variant], _reference(clip), rtol=0, atol=1e-6)
     assert any("DistributedDataParallel" in m for m in r0["warned"]), r0["warned"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_16_bit_model_trains_on_the_plain_path_whose_kl_is_float32(dtype):
+    """The fused kernel drew float16 noise that was not finite and summed the KL in the parameters'
+    dtype (float16's overflowed past 65504, bfloat16's rounded to 8 bits): a 16-bit model takes the
+    plain path, said in one line (an error with fused=True), and its KL is finite float32."""
+    torch.manual_seed(0)
+    net = BayesMLP(300, [300], 10, rho_init=-6.0, prior=GaussianPrior(0.1)).to(dtype)
+    elbo = ELBO(net, "categorical", num_batches=1, kl="closed")
+    with pytest.warns(UserWarning, match=rf"its parameters are {str(dtype)[6:]}: .*KL in float32") as said:
+        eng = Engine(elbo, "adam", lr=1e-3, compile=False)
+    assert not eng.fused and "\n" not in str(said[0].message)
+    x, y = torch.randn(8, 300, dtype=dtype), torch.randint(0, 10, (8,))
+    with eng.sampling():
+        out = elbo(x, y)
+    kl = float(out.kl.detach())
+    assert out.kl.dtype == torch.float32 and math.isfinite(kl) and kl > 65504
+    with pytest.raises(UserError, match="16 bits"):
+        Engine(ELBO(net, "categorical", num_batches=1, kl="closed"), "adam", lr=1e-3, fused=True)

@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bbb.distributions import softplus
-from bbb.nn import BayesMLP, sampling
+from bbb import ELBO, Engine
+from bbb.distributions import GaussianPrior, softplus
+from bbb.nn import BayesMLP, model_kl, sampling
 from bbb.prune import count_weights, prune, signal_to_noise, snr_db, unprune
 
 
@@ -98,3 +99,20 @@ def test_pruning_reaches_every_weight_of_a_recurrent_layer():
     assert not torch.allclose(before, after)
     unprune(net)
     torch.testing.assert_close(net(x)[0], before)
+
+
+def test_a_pruned_weight_keeps_its_gaussian_kl_on_both_paths():
+    """Pruning masks the weights, not the posterior: the KL of a pruned model is that of its
+    unmasked mu and sigma (a point mass at 0 has no finite KL against a continuous prior), on the
+    plain path and the Engine's alike."""
+    torch.manual_seed(0)
+    net = BayesMLP(6, [7], 3, prior=GaussianPrior(0.5), rho_init=-3.0)
+    before = float(model_kl(net, "closed").detach())
+    prune(net, 0.75, include_bias=True)
+    assert float(model_kl(net, "closed").detach()) == before
+    elbo = ELBO(net, "categorical", num_batches=1, kl="closed")
+    eng = Engine(elbo, "adam", lr=1e-3, compile=False)
+    assert eng.fused, eng.fallback_reason
+    with eng.sampling():
+        out = elbo(torch.randn(4, 6), torch.randint(0, 3, (4,)))
+    assert float(out.kl.detach()) == pytest.approx(before, rel=1e-6)

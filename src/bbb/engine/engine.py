@@ -69,6 +69,7 @@ from .grads import FusedGrads
 from .kernels import HP_SIZE, KernelSet, member_constants, seed_mix
 from .layout import Layout, member_index
 from .sampler import Sampler, kl_kind
+from .state import ENGINE_FORMAT, engine_state, load_engine_state
 from .support import (
     check_member_lr_scale,
     clip_grad_norm,
@@ -90,7 +91,6 @@ _log = logging.getLogger("bbb.engine")
 #: costs seconds, which a toy network never earns back); on CUDA the engine compiles at any size (the
 #: eager kernels launch dozens of kernels a step, the compiled ones a few)
 COMPILE_MIN_NUMEL = 1 << 15
-ENGINE_FORMAT = 1
 #: device types whose engine forms each step's hyperparameters on the host and writes them into its
 #: ``hp`` tensor in place (the host's memory: no copy); elsewhere the kernel forms them on the device
 #: from the engine's counter tensor, and the host writes ``hp`` only when a hyperparameter changes
@@ -591,46 +591,10 @@ class Engine(torch.optim.Optimizer):
         self._sampler.cur = 1 - self._sampler.cur
         self._sampler.drawn = False
 
-    # -- checkpoints ---------------------------------------------------------------------------
+    # -- checkpoints (:mod:`bbb.engine.state`) --------------------------------------------------
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
-        return {
-            "format": ENGINE_FORMAT,
-            "kind": self.kind.value,
-            "fused": self.fused,
-            "seed": self.seed,
-            "counter": self.counter,
-            "step": self._step_count,
-            "num_samples": self.k,
-            "kl_samples": self.kl_samples,
-            "groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
-            "state": [t.clone() for t in self._state] if self.fused else [],
-            "inner": None if self._inner is None else self._inner.state_dict(),
-            "member_lr_scale": self.member_lr_scale,
-        }
+        return engine_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
         """Restore a state from :meth:`state_dict` (after the model's own ``load_state_dict``)."""
-        from ..errors import CheckpointError
-
-        if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
-            raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
-                                  "bbb?); start a new run")
-        mine = (self.kind.value, self.fused, self.seed, self.k, self.kl_samples, len(self.param_groups),
-                self.member_lr_scale)
-        saved_scale = state.get("member_lr_scale")
-        theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], state.get("kl_samples"),
-                  len(state["groups"]), None if saved_scale is None else tuple(saved_scale))
-        if mine != theirs:
-            raise CheckpointError(f"engine state does not match this engine ({theirs} vs {mine})")
-        for g, saved in zip(self.param_groups, state["groups"]):
-            g.update(saved)
-        if self.fused:
-            with torch.no_grad():
-                for t, s in zip(self._state, state["state"]):
-                    t.copy_(s)
-        if self._inner is not None and state["inner"] is not None:
-            self._inner.load_state_dict(state["inner"])
-        self.counter = int(state["counter"])
-        self._step_count = int(state["step"])
-        if self.fused:
-            self._prime()
+        load_engine_state(self, state)

@@ -328,6 +328,15 @@ class BayesModule(nn.Module):
         """The posterior mean of the bias (``bias_mu``), or None for a layer without bias."""
         return self._mean("bias")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``layer.weight = ...`` (torch's habit) would meet torch's bare KeyError or a missing setter
+        params = self.__dict__.get("_parameters")
+        if params is not None and f"{name}_mu" in params:  # (a posterior's name: its mean)
+            raise UserError(f"{type(self).__name__}.{name} is the posterior mean (read only): set {name}_mu (and "
+                            f"{name}_rho, sigma = softplus(rho)) in place, e.g. `with torch.no_grad(): "
+                            f"layer.{name}_mu.copy_(w)`, or load_state_dict({{'{name}': w}}, strict=False)")
+        super().__setattr__(name, value)
+
     # -- pruning mask (absent until pruned) --------------------------------------------------
     def _mask(self, name: str) -> Tensor | None:
         return getattr(self, f"{name}_mask", None)

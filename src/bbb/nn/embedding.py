@@ -15,6 +15,7 @@ from the data, as torch's zero-initialised row that never trains; nor does it co
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -113,6 +114,20 @@ class BayesEmbedding(BayesModule):
     @classmethod
     def _torch_name(cls) -> str:
         return cls.converts[0].__name__
+
+    def _copy_means(self, layer: nn.Module) -> None:
+        """The torch layer's weights, warning when its ``padding_idx`` row is not zero: torch outputs
+        that row, this layer 0 (a trained or loaded table changes its outputs at padding positions)."""
+        super()._copy_means(layer)
+        if self.padding_idx is None or isinstance(layer, nn.EmbeddingBag):  # (a bag leaves the row out, as torch)
+            return
+        row: Tensor = layer.get_parameter("weight").detach()[self.padding_idx]
+        norm = float(row.float().norm())
+        if norm > 0:
+            warnings.warn(f"{type(self).__name__}.from_torch: the padding_idx={self.padding_idx} row of the "
+                          f"{type(layer).__name__} has norm {norm:.4g}, which torch outputs and this layer "
+                          "replaces by 0 (its outputs at padding positions change); zero the row first to "
+                          "keep them", UserWarning, stacklevel=3)
 
     _torch_option_names: ClassVar[tuple[str, ...]] = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm",
                                                       "norm_type", "scale_grad_by_freq", "sparse")

@@ -5,11 +5,13 @@ import math
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import bbb
 from bbb import functional as BF
 from bbb.distributions import GaussianPrior, ScaleMixturePrior, softplus
+from bbb.errors import UserError
 from bbb.nn import BayesConv2d, BayesLinear, BayesMLP, SampleRecorder, leading_samples, model_kl, sampling
 
 ESTIMATORS = ["reparam", "local", "flipout"]
@@ -307,3 +309,17 @@ def test_gaussian_prior_layer_closed_form_kl():
     ref = sum(torch.distributions.kl_divergence(torch.distributions.Normal(q.mu, q.sigma),
                                                 torch.distributions.Normal(0.0, 0.5)).sum() for q in (q_w, q_b))
     torch.testing.assert_close(model_kl(layer, "closed"), ref)
+
+
+def test_assigning_the_mean_is_a_one_line_error_saying_what_to_set():
+    """``layer.weight = nn.Parameter(w)`` (torch's habit) met torch's bare KeyError: a bbb error
+    names weight_mu/weight_rho; the recurrent layers' names too; other attributes set as usual."""
+    layer = BayesLinear(3, 2)
+    for name, value in (("weight", nn.Parameter(torch.zeros(2, 3))), ("bias", torch.zeros(2)), ("bias", None)):
+        with pytest.raises(UserError, match=rf"BayesLinear\.{name} is the posterior mean .* set {name}_mu"):
+            setattr(layer, name, value)
+    lstm = bbb.nn.BayesLSTM(3, 4)
+    with pytest.raises(UserError, match=r"set weight_ih_l0_mu"):
+        lstm.weight_ih_l0 = nn.Parameter(torch.zeros(16, 3))
+    layer.extra = nn.Parameter(torch.zeros(1))  # other names: torch's behaviour
+    assert "extra" in dict(layer.named_parameters())

@@ -1,0 +1,62 @@
+"""An engine's checkpoint (:meth:`bbb.engine.Engine.state_dict`, :meth:`~bbb.engine.Engine.load_state_dict`):
+what it saves (its settings, noise counter, step count, parameter groups, the fused optimiser's
+moments and the inner ``torch.optim`` state) and the check that a saved state fits the engine it
+loads into."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import CheckpointError
+
+__all__ = ["ENGINE_FORMAT", "engine_state", "load_engine_state"]
+
+#: the version of the dict :func:`engine_state` writes
+ENGINE_FORMAT = 1
+
+
+def engine_state(engine: Any) -> dict[str, Any]:
+    """:meth:`bbb.engine.Engine.state_dict`."""
+    return {
+        "format": ENGINE_FORMAT,
+        "kind": engine.kind.value,
+        "fused": engine.fused,
+        "seed": engine.seed,
+        "counter": engine.counter,
+        "step": engine._step_count,
+        "num_samples": engine.k,
+        "kl_samples": engine.kl_samples,
+        "groups": [{k: v for k, v in g.items() if k != "params"} for g in engine.param_groups],
+        "state": [t.clone() for t in engine._state] if engine.fused else [],
+        "inner": None if engine._inner is None else engine._inner.state_dict(),
+        "member_lr_scale": engine.member_lr_scale,
+    }
+
+
+def load_engine_state(engine: Any, state: dict[str, Any]) -> None:
+    """:meth:`bbb.engine.Engine.load_state_dict`: a one-line :class:`CheckpointError` when ``state``
+    is no engine state or was written by an engine of other settings."""
+    if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
+        raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
+                              "bbb?); start a new run")
+    mine = (engine.kind.value, engine.fused, engine.seed, engine.k, engine.kl_samples, len(engine.param_groups),
+            engine.member_lr_scale)
+    saved_scale = state.get("member_lr_scale")
+    theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], state.get("kl_samples"),
+              len(state["groups"]), None if saved_scale is None else tuple(saved_scale))
+    if mine != theirs:
+        raise CheckpointError(f"engine state does not match this engine ({theirs} vs {mine})")
+    for g, saved in zip(engine.param_groups, state["groups"]):
+        g.update(saved)
+    if engine.fused:
+        with torch.no_grad():
+            for t, s in zip(engine._state, state["state"]):
+                t.copy_(s)
+    if engine._inner is not None and state["inner"] is not None:
+        engine._inner.load_state_dict(state["inner"])
+    engine.counter = int(state["counter"])
+    engine._step_count = int(state["step"])
+    if engine.fused:
+        engine._prime()

@@ -64,6 +64,15 @@ def test_nullable_and_good_values_pass():
     S.validate_space(S.load_space("paper"))
 
 
+@pytest.mark.parametrize("key,value", [("val_size", 0), ("val_size", 50), ("scale", 2.0), ("train_size", 10),
+                                       ("data_file", "x.csv")])
+def test_synthetic_data_refuses_the_data_settings_it_never_reads(key, value):
+    with pytest.raises(UserError) as excinfo:
+        S.expand_space(space(**{key: value}))
+    msg = str(excinfo.value)
+    assert f"synthetic never reads {key}" in msg and "leave it out" in msg and "\n" not in msg
+
+
 def test_top_level_values_are_checked():
     with pytest.raises(UserError, match="num_samples"):
         S.expand_space({**space(), "num_samples": float("inf")})

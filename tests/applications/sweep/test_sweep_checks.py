@@ -120,6 +120,22 @@ def test_run_sweep_restores_torch_threads(tmp_path: Path):
         torch.set_num_threads(before)
 
 
+def test_a_sweep_that_would_drop_finished_trials_from_its_out_is_refused(tmp_path: Path):
+    out = tmp_path / "s"
+    opts = S.SweepOptions(out=out, progress=False)
+    S.run_sweep(space(lr={"grid": [1e-3, 1e-2]}), opts, log=lambda _: None)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for other, limit in ((space(lr={"grid": [1e-1]}), None), (space(lr={"grid": [1e-3, 1e-2]}), 1)):
+        with pytest.raises(UserError) as excinfo:
+            S.run_sweep(other, opts, limit=limit, log=lambda _: None)
+        msg = str(excinfo.value)
+        assert "finished trial" in msg and "another --out" in msg and "\n" not in msg
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    rows = S.run_sweep(space(lr={"grid": [1e-3, 1e-2, 1e-1]}), opts, log=lambda _: None)  # a superset: fine
+    assert [r["status"] for r in rows] == ["done"] * 3
+    assert len(S.read_sweep(out)) == 3
+
+
 def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):
     out = tmp_path / "s"
     sp = space(seed={"grid": [0, 1]})

@@ -123,7 +123,8 @@ def _refuse_dropping_results(out: Path, trials: list[Trial]) -> None:
 def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
                opts: SweepOptions, log: Callable[[str], None], warn: Callable[[str], None]) -> None:
     workers = opts.max_concurrent or 1
-    threads = int(opts.cpus_per_trial) if opts.cpus_per_trial else max(1, (os.cpu_count() or 1) // workers)
+    # at least one thread, as on Ray (int(0.5) = 0 would leave torch's own count, every core)
+    threads = max(1, int(opts.cpus_per_trial) if opts.cpus_per_trial else (os.cpu_count() or 1) // workers)
     payloads = [{"trial": t.to_dict(), "out": str(out), "data_dir": opts.data_dir,
                  "max_failures": opts.max_failures, "threads": threads,
                  "epoch_hook": opts.epoch_hook, "loggers": list(opts.loggers)} for t in todo]

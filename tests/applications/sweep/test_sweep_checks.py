@@ -136,6 +136,19 @@ def test_a_sweep_that_would_drop_finished_trials_from_its_out_is_refused(tmp_pat
     assert len(S.read_sweep(out)) == 3
 
 
+def test_a_fraction_of_a_cpu_per_trial_is_one_thread_locally(tmp_path: Path):
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        S.run_sweep(space(), S.SweepOptions(out=tmp_path / "s", progress=False, cpus_per_trial=0.5,
+                                            epoch_hook=lambda d, row: seen.append(torch.get_num_threads())),
+                    log=lambda _: None)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
+
+
 def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):
     out = tmp_path / "s"
     sp = space(seed={"grid": [0, 1]})

@@ -260,3 +260,21 @@ def test_the_labels_of_the_uncertain_digits_are_readable():
     # two short lines: the true class and the disagreement, then the top classes' vote shares
     assert all(re.fullmatch(r"y=\d, MI \d\.\d{3}\n\d:\d+%(, \d:\d+%)?", t.get_text()) for t in titles), \
         [t.get_text() for t in titles]
+
+
+def test_the_model_row_names_the_checkpoint_of_eval_json(kinds, tmp_path):
+    """bbb evaluate --which last: the test numbers, the model row and the validation error are the
+    last epoch's, not summary.json's best one."""
+    run = shutil.copytree(kinds["table"], tmp_path / "churn")
+    s = json.loads((run / "summary.json").read_text())
+    s.update(model="best", best_epoch=1, epochs=2, val_error=0.5, last_val_error=0.25)
+    (run / "summary.json").write_text(json.dumps(s))
+    (run / "eval.json").write_text(json.dumps({"checkpoint": "last", "epoch": 2, "samples": 3, "test_error": 0.125,
+                                               "test_error_mc": 0.125, "nll": 0.3, "n": 40}))
+    rows = {label: v for _, label, v in result_rows(read_run(run))}
+    assert rows["model"] == "last (epoch 2 of 2)"
+    assert rows["validation error"] == "25.00%"
+    assert rows["test error (mean weights)"] == "12.50%"
+    (run / "eval.json").unlink()
+    rows = {label: v for _, label, v in result_rows(read_run(run))}
+    assert rows["model"] == "best (epoch 1 of 2)" and rows["validation error"] == "50.00%"

@@ -85,7 +85,7 @@ def fill(mnt: Path) -> None:
 def test_full_disk_is_one_line_and_keeps_the_old_results(full_tmpfs: Path, tmp_path: Path) -> None:
     out = full_tmpfs / "sweep"
     out.mkdir()
-    (out / "sweep.csv").write_text("trial_id,status\nabc,done\n")
+    (out / "sweep.csv").write_text("trial_id,status\nabc,pending\n")
     (out / "space.json").write_text('{"params": {}}\n')
     fill(full_tmpfs)
     before = snapshot(out)

@@ -262,6 +262,10 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
     scores = ood.get("scores") or {}
     other = str(ood.get("ood", "-"))
     y = (r.config.get("preprocess") or {}).get("y") or {}
+    # the checkpoint the test numbers are from: eval.json's (bbb evaluate --which) where it has them
+    which, epoch = (ev["checkpoint"], ev.get("epoch")) if ev.get("checkpoint") in ("best", "last") else (
+        s.get("model"), s.get("best_epoch"))
+    trained = s.get("model") == which  # the validation numbers of summary.json are of that checkpoint
     if r.regression:
         rows = [
             ("test_rmse_mc", "test RMSE (k-sample average)",
@@ -272,7 +276,7 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
             ("coverage_95", "95% interval coverage", _pct(ev.get("coverage_95", s.get("test_coverage_95")))),
             ("aurc_sd", "AURC (squared error, by predictive sd)", _num(ev.get("aurc_sd"))),
             ("rmse90", "RMSE of the 90% most certain", _num(ev.get("rmse_at_90_coverage"))),
-            ("best_val_rmse", "validation RMSE", _num(s.get("best_val_rmse"))),
+            ("best_val_rmse", "validation RMSE", _num(s.get("best_val_rmse") if trained else None)),
         ]
     else:
         rows = [
@@ -286,11 +290,11 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
             ("aurc_mi", "AURC by MI", _pct((sel.get("mi") or {}).get("aurc"))),
             ("risk90_entropy", "error at 90% kept (entropy)", _pct((sel.get("entropy") or {}).get("risk_at_90"))),
             ("risk90_mi", "error at 90% kept (MI)", _pct((sel.get("mi") or {}).get("risk_at_90"))),
-            ("val_error", "validation error", _pct(s.get("val_error"))),
+            ("val_error", "validation error", _pct(s.get("val_error" if trained else "last_val_error"))),
             ("ood_entropy", f"OOD AUROC by entropy (vs {other})", _num((scores.get("entropy") or {}).get("auroc"))),
             ("ood_mi", f"OOD AUROC by MI (vs {other})", _num((scores.get("mutual_information") or {}).get("auroc"))),
         ]
-    model = E(f"{s['model']} (epoch {s.get('best_epoch')} of {s.get('epochs')})") if "model" in s else "-"
+    model = E(f"{which} (epoch {epoch} of {s.get('epochs', r.config.get('epochs'))})") if which else "-"
     seconds = f"{s['seconds']:.1f} s" if isinstance(s.get("seconds"), int | float) else "-"
     lap = r.laplace or {}
     fit = (f"{lap['seconds']:.1f} s, {lap.get('n_params', 0):,} weights ({lap.get('hessian')}), prior precision "

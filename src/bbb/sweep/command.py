@@ -21,6 +21,7 @@ from .space import (
     Trial,
     TrialStatus,
     apply_overrides,
+    count_trials,
     expand_space,
     load_space,
     resolve_params,
@@ -66,6 +67,17 @@ def dry_run_table(trials: Sequence[Trial], out: Path | None, ref_epoch_seconds: 
     widths = [max(len(r[j]) for r in [header, *lines]) for j in range(len(header))]
     text = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *lines])
     return text, total
+
+
+def warn_repeats(space: dict[str, Any], n_trials: int, limit: int | None) -> None:
+    """A one-line warning when points of the space repeat another's settings (the same trial id:
+    ``samples: {grid: [1, 1]}``, ``lr: {grid: [0.01, 0.010]}``, equal random draws): each such
+    trial is listed and run once, so the sweep has fewer trials than the grid's product."""
+    total = count_trials(space)
+    if limit is None and n_trials < total:
+        print(f"bbb sweep: warning: {total - n_trials} of the space's {total} points repeat another point's "
+              f"settings (the same trial id) and are listed and run once: {plural(n_trials, 'trial')}",
+              file=sys.stderr, flush=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +145,7 @@ def main(args: argparse.Namespace) -> int:
         check_population_size(args.population)
     if args.dry_run:
         trials = expand_space(space, args.limit)
+        warn_repeats(space, len(trials), args.limit)
         if not args.ref_epoch_seconds > 0:
             raise UserError(f"--ref-epoch-seconds must be > 0, got {args.ref_epoch_seconds}")
         text, total = dry_run_table(trials, Path(args.out) if args.out else None, args.ref_epoch_seconds)
@@ -161,6 +174,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"bbb sweep: interrupted; finished trials are in {opts.out}/sweep.csv; run the same "
               "command again to resume", file=sys.stderr)
         return 130
+    warn_repeats(space, len(rows), args.limit)
     counts = {s.value: sum(1 for r in rows if r["status"] == s.value) for s in TrialStatus}
     print(f"{plural(len(rows), 'trial')}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
           + f" ({time.perf_counter() - t0:.0f} s)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from ..progress import plural
 from .cost import trial_data
 from .populations import run_populations
 from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
-from .results import Backend, SchedulerKind, SweepOptions, write_results
+from .results import Backend, SchedulerKind, SweepOptions, read_sweep, write_results
 from .space import Trial, TrialStatus, expand_space, resolve_params
 from .trial import (
     epochs_done,
@@ -77,6 +78,7 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
     if not trials:
         raise UserError("the search space has no trials")
     out = opts.out.resolve()
+    _refuse_dropping_results(out, trials)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "space.json", {**space, "limit": limit})
     rows: dict[str, dict[str, Any]] = {}
@@ -98,10 +100,31 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
             for t in trials]
 
 
+def _refuse_dropping_results(out: Path, trials: list[Trial]) -> None:
+    """A one-line error when ``OUT/sweep.csv`` lists finished trials that ``trials`` leave out (an
+    earlier sweep of another space, or a smaller ``--limit``, in the same ``--out``): running would
+    rewrite sweep.csv and best.json without them (best.json no longer the best of the folder)."""
+    if not (out / "sweep.csv").is_file():
+        return
+    ids = {t.trial_id for t in trials}
+    try:
+        earlier = read_sweep(out)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return  # not a sweep.csv this command can read: nothing listed to lose
+    dropped = [r["trial_id"] for r in earlier if r.get("trial_id") and r["trial_id"] not in ids
+               and r.get("status") not in (None, TrialStatus.PENDING.value)]
+    if dropped:
+        raise UserError(f"{out / 'sweep.csv'} lists {plural(len(dropped), 'finished trial')} that this space "
+                        f"does not hold (e.g. {dropped[0]}: an earlier sweep of another space or --limit); "
+                        "running here would drop them from sweep.csv and best.json: give another --out, or "
+                        f"the earlier space ({out / 'space.json'}) or a superset of it")
+
+
 def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
                opts: SweepOptions, log: Callable[[str], None], warn: Callable[[str], None]) -> None:
     workers = opts.max_concurrent or 1
-    threads = int(opts.cpus_per_trial) if opts.cpus_per_trial else max(1, (os.cpu_count() or 1) // workers)
+    # at least one thread, as on Ray (int(0.5) = 0 would leave torch's own count, every core)
+    threads = max(1, int(opts.cpus_per_trial) if opts.cpus_per_trial else (os.cpu_count() or 1) // workers)
     payloads = [{"trial": t.to_dict(), "out": str(out), "data_dir": opts.data_dir,
                  "max_failures": opts.max_failures, "threads": threads,
                  "epoch_hook": opts.epoch_hook, "loggers": list(opts.loggers)} for t in todo]

@@ -53,6 +53,11 @@ SWEEP_KEYS = ("width", "depth", "neg_log_sigma1", "neg_log_sigma2", "dataset", "
 _SYNTHETIC_DEFAULTS = {"synthetic_dim": 64, "synthetic_train": 400, "synthetic_classes": 4}
 
 
+#: TrainConfig settings of an image dataset's or a file's data that synthetic data never read
+#: (its split is fixed: ``synthetic_train // 4`` validation and test examples, seeded by ``split_seed``)
+_NOT_SYNTHETIC = ("val_size", "scale", "train_size", "data_file")
+
+
 #: settings that say where or on what a trial runs, not what it computes: not part of the trial id
 _NOT_HASHED = frozenset({"data_dir", "device"})
 
@@ -387,6 +392,11 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
     syn = {k: p.pop(k) for k in _SYNTHETIC_DEFAULTS if k in p}
     if syn and kind != SweepDataset.SYNTHETIC.value:
         raise UserError(f"search space: {', '.join(syn)} only apply to dataset: synthetic")
+    unread = [k for k in _NOT_SYNTHETIC if k in p]
+    if unread and kind == SweepDataset.SYNTHETIC.value:
+        raise UserError(f"search space: dataset: synthetic never reads {', '.join(unread)} (its split is "
+                        "synthetic_train examples to train on and a quarter of that each to validate and "
+                        f"test); leave {'it' if len(unread) == 1 else 'them'} out, or sweep an image dataset")
     syn = {**_SYNTHETIC_DEFAULTS, **syn}
     data = DataSpec(kind, _int("synthetic_dim", syn["synthetic_dim"], 1),
                     _int("synthetic_train", syn["synthetic_train"], 4),

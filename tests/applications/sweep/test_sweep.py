@@ -181,6 +181,17 @@ def test_dry_run_lists_trials_and_cost(capsys):
     assert "3 trials, 6 epochs" in out and "machine-hours" in out
 
 
+def test_repeated_points_of_a_grid_are_a_warning(capsys):
+    args = ["sweep", "--space", "paper", "--set", "epochs=2", "--set", "width=400", "--set", "lr=0.001",
+            "--set", "pi=0.5", "--set", "neg_log_sigma1=0", "--set", "neg_log_sigma2=6", "--dry-run"]
+    assert cli_main([*args, "--set", "samples={grid: [1, 2, 1]}"]) == 0
+    cap = capsys.readouterr()
+    assert "2 trials, 4 epochs" in cap.out
+    assert cap.err.count("\n") == 1 and "warning: 1 of the space's 3 points repeat" in cap.err
+    assert cli_main([*args, "--set", "samples={grid: [1, 2]}"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_cost_model_matches_the_measured_epoch_times():
     """The dry-run cost model is the one of ``bbb reproduce mnist --plan`` (bbb.cli.cost): the
     measured seconds per MNIST epoch on 2 idle cores (make bench), BBB 2x400 3.5 s, 2x1200 10.5 s."""

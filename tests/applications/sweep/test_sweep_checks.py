@@ -64,6 +64,15 @@ def test_nullable_and_good_values_pass():
     S.validate_space(S.load_space("paper"))
 
 
+@pytest.mark.parametrize("key,value", [("val_size", 0), ("val_size", 50), ("scale", 2.0), ("train_size", 10),
+                                       ("data_file", "x.csv")])
+def test_synthetic_data_refuses_the_data_settings_it_never_reads(key, value):
+    with pytest.raises(UserError) as excinfo:
+        S.expand_space(space(**{key: value}))
+    msg = str(excinfo.value)
+    assert f"synthetic never reads {key}" in msg and "leave it out" in msg and "\n" not in msg
+
+
 def test_top_level_values_are_checked():
     with pytest.raises(UserError, match="num_samples"):
         S.expand_space({**space(), "num_samples": float("inf")})
@@ -109,6 +118,35 @@ def test_run_sweep_restores_torch_threads(tmp_path: Path):
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_sweep_that_would_drop_finished_trials_from_its_out_is_refused(tmp_path: Path):
+    out = tmp_path / "s"
+    opts = S.SweepOptions(out=out, progress=False)
+    S.run_sweep(space(lr={"grid": [1e-3, 1e-2]}), opts, log=lambda _: None)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for other, limit in ((space(lr={"grid": [1e-1]}), None), (space(lr={"grid": [1e-3, 1e-2]}), 1)):
+        with pytest.raises(UserError) as excinfo:
+            S.run_sweep(other, opts, limit=limit, log=lambda _: None)
+        msg = str(excinfo.value)
+        assert "finished trial" in msg and "another --out" in msg and "\n" not in msg
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    rows = S.run_sweep(space(lr={"grid": [1e-3, 1e-2, 1e-1]}), opts, log=lambda _: None)  # a superset: fine
+    assert [r["status"] for r in rows] == ["done"] * 3
+    assert len(S.read_sweep(out)) == 3
+
+
+def test_a_fraction_of_a_cpu_per_trial_is_one_thread_locally(tmp_path: Path):
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        S.run_sweep(space(), S.SweepOptions(out=tmp_path / "s", progress=False, cpus_per_trial=0.5,
+                                            epoch_hook=lambda d, row: seen.append(torch.get_num_threads())),
+                    log=lambda _: None)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
 
 
 def test_a_trial_locked_by_another_holder_is_not_trained(tmp_path: Path):

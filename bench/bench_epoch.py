@@ -112,9 +112,10 @@ def main() -> None:
     rows = []
     for width in (400, 1200):
         for method in ("bbb", "sgd"):
-            cfg = TrainConfig(method=method, hidden=[width, width], prior="mixture", pi=0.25, sigma1=1.0,
-                              sigma2=math.exp(-7.0), kl="mc", estimator="reparam", samples=1, batch_size=BATCH,
-                              device=args.device, **opt_settings)
+            paper = (dict(prior="mixture", pi=0.25, sigma1=1.0, sigma2=math.exp(-7.0), kl="mc", estimator="reparam")
+                     if method == "bbb" else {})  # the deterministic MLP reads none of them (refused)
+            cfg = TrainConfig(method=method, hidden=[width, width], samples=1, batch_size=BATCH,
+                              device=args.device, **paper, **opt_settings)
             sec, engine = time_config(cfg, x, y, args.steps, args.warmup, device)
             rows.append({"network": f"2x{width}", "method": "BBB" if method == "bbb" else "MLP",
                          "optimizer": args.optimizer, "seconds_per_epoch": sec, "engine": engine})

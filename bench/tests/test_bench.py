@@ -362,7 +362,8 @@ def test_bench_epoch_times_the_engine_and_the_same_optimiser_floor():
 
     x, y = torch.rand(300, 784), torch.randint(0, 10, (300,))
     for method in ("bbb", "sgd"):
-        cfg = TrainConfig(method=method, hidden=[8, 8], kl="mc", samples=1, optimizer="sgd", momentum=0.0, lr=0.1)
+        kl = {"kl": "mc"} if method == "bbb" else {}  # the plain MLP takes no KL setting (refused)
+        cfg = TrainConfig(method=method, hidden=[8, 8], samples=1, optimizer="sgd", momentum=0.0, lr=0.1, **kl)
         sec, engine = mod.time_config(cfg, x, y, steps=2, warmup=1, device=torch.device("cpu"))
         assert sec > 0
         assert engine == ({"fused": True, "compiled": False} if method == "bbb" else None)

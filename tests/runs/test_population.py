@@ -23,6 +23,8 @@ SEEDS = (0, 3, 5)
 def tiny_cfg(seed: int = 0, **kw) -> TrainConfig:
     base = {"method": "bbb", "hidden": [16, 16], "epochs": 3, "batch_size": 32, "lr": 1e-2, "device": "cpu",
             "eval_samples": 2, "kl_weighting": "uniform", "seed": seed}
+    if kw.get("method", "bbb") != "bbb":  # a plain network takes no KL weighting (TrainConfig refuses it)
+        del base["kl_weighting"]
     return TrainConfig(**{**base, **kw})
 
 

@@ -19,7 +19,7 @@ from ..options import Method, is_bayesian
 from .config import TrainConfig
 
 __all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "infer_method", "load_data", "load_split",
-           "noise_group", "param_groups",
+           "grouped_parameters", "noise_group",
            "num_weights", "point_data", "versions"]
 
 
@@ -45,7 +45,7 @@ def noise_group(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
     return [{"params": noise, "lr": cfg.lr * scale}] if noise and scale is not None and scale != 1.0 else []
 
 
-def param_groups(model: nn.Module, own: list[dict[str, Any]]) -> list[Any]:
+def grouped_parameters(model: nn.Module, own: list[dict[str, Any]]) -> list[Any]:
     """``model``'s parameters as one list, or as groups where ``own`` gives some their own options."""
     if not own:
         return list(model.parameters())

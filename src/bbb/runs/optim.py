@@ -17,7 +17,7 @@ from ..errors import UserError
 from ..ivon import IVON
 from ..options import LRSchedule, Method
 from .config import FILE_DATASET, TrainConfig
-from .model import noise_group, param_groups
+from .model import grouped_parameters, noise_group
 
 __all__ = ["make_optimizer", "make_scheduler"]
 
@@ -53,8 +53,8 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
                       seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None)
     if cfg.optimizer == OptimizerKind.SGD.value:
-        return torch.optim.SGD(param_groups(model, own), lr=cfg.lr, momentum=cfg.momentum)
-    params = param_groups(model, own)
+        return torch.optim.SGD(grouped_parameters(model, own), lr=cfg.lr, momentum=cfg.momentum)
+    params = grouped_parameters(model, own)
     # The fused Adam kernel (one pass over all parameters; CPU since torch 2.4); older torch falls back.
     # --cuda-graph: capturable (its step count on the device, safe to capture).
     try:

@@ -64,7 +64,7 @@ def test_the_curve_at_its_coverages():
 
 def test_cli_prints_the_selective_table(capsys, tmp_path, monkeypatch):
     run, data = trained(tmp_path, "bbb")
-    monkeypatch.setattr(RM, "load_data", lambda cfg: data)
+    monkeypatch.setattr(RM, "load_split", lambda cfg, stored=None: (data, None))  # the run's data, from "disk"
     rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "3", "--device", "cpu")
     assert rc == 0, err
     assert "AURC" in out and "entropy" in out and "mi" in out and "risk_coverage.png" in out

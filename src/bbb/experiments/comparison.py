@@ -94,6 +94,8 @@ def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
     """The data set's name: a table's or arrays' file name (``--csv``, ``--npz``), else MNIST's kind."""
     from ..runs.config import FILE_DATASET
 
+    if cfg.get("data_source"):  # tensors given in memory (bbb.runs.config.IN_MEMORY): not the dataset it names
+        return f"in {cfg['data_source']}"
     name = ev.get("dataset") or cfg.get("dataset")
     return Path(cfg["data_file"]).name if name == FILE_DATASET and cfg.get("data_file") else name
 

@@ -82,7 +82,7 @@ HIDDEN = {"argv", "versions", "preprocess", "device", "device_used", "threads", 
           "checkpoint_every", "num_train", "num_val", "num_test", "num_weights", "num_batches", "test_each_epoch",
           "train_size", "target", "task", "method", "hidden", "prior", "pi", "sigma1", "sigma2", "prior_sigma",
           "dropout_input", "dropout_hidden", "epochs", "samples", "eval_samples", "seed", "compile", "no_compile",
-          "ess", "ess_used", "weight_decay"}
+          "ess", "ess_used", "weight_decay", "data_source"}
 BBB_ONLY = {"estimator", "kl", "kl_samples", "kl_weighting", "rho_init", "rho_lr_scale", "mu_init_scale",
             "sigma_init"}
 IMAGE_ONLY = {"scale", "val_size"}
@@ -133,6 +133,10 @@ def _rows(config: dict[str, Any]) -> int | None:
 def data_phrase(config: dict[str, Any], regression: bool) -> str:
     """``customers.csv (classification, 600 rows)``, ``MNIST (digit classification, 2,000 training
     images)``."""
+    if config.get("data_source"):  # tensors given to train(data=...), not the dataset's (a sweep's synthetic data)
+        n = config.get("num_train")
+        return f"tensors given in memory ({task_of(regression)}" + (
+            f", {n:,} training examples)" if isinstance(n, int) else ")")
     if kind_of(config, regression) == "image":
         name, what = DATASET_NAMES.get(str(config.get("dataset")), (str(config.get("dataset")), "image"))
         n = config.get("num_train")
@@ -195,7 +199,8 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
                         + (", ..." if len(cols) > 12 else "")))
     counts = [config.get(k) for k in ("num_train", "num_val", "num_test")]
     if all(isinstance(c, int) for c in counts):
-        unit = "images" if kind_of(config, regression) == "image" else "rows"
+        unit = "examples" if config.get("data_source") else "images" if kind_of(config, regression) == "image" \
+            else "rows"
         out.append((unit, f"{counts[0]:,} to train, {counts[1]:,} to validate, {counts[2]:,} to test"))
     return out
 
@@ -265,7 +270,9 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
     it), each one that runs on this kind of run and whose file ``have`` lacks."""
     kind, method = kind_of(config, regression), config.get("method", "bbb")
     run = shlex.quote(name)
-    out = []
+    out: list[tuple[str, str]] = []
+    if config.get("data_source"):  # each reads the run's data, which are not on disk
+        return out
     if "eval.json" not in have:
         out.append((f"bbb evaluate {run}", "the test metrics, the reliability diagram and the risk-coverage curve"
                     if not regression else

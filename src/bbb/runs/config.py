@@ -22,7 +22,8 @@ from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
-__all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IVON_ONLY",
+__all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IN_MEMORY",
+           "IVON_ONLY",
            "LIKELIHOODS", "METHOD_DATA_DEFAULTS", "PRIOR_ONLY",
            "METHOD_DEFAULTS",
            "NOISE_LR_SCALE", "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig",
@@ -30,6 +31,10 @@ __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY"
 
 #: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
 FILE_DATASET = "file"
+#: the ``data_source`` of a run trained on tensors given to :func:`bbb.runs.train` (``data=``) that are
+#: not its ``dataset``'s images (a sweep's synthetic blobs, your own arrays): nothing on disk holds
+#: them, so evaluating, pruning or resuming it from its folder is a one-line error, never MNIST's numbers
+IN_MEMORY = "memory"
 #: the Gaussian of a regression run: the network predicts its noise sd per input
 #: (heteroscedastic) or learns one sd for all inputs (homoscedastic)
 LIKELIHOODS = ("heteroscedastic", "homoscedastic")
@@ -220,6 +225,9 @@ class TrainConfig:
     ess: float | None = None
     hess_init: float | None = BY_METHOD
     weight_decay: float | None = BY_METHOD
+    # None: the run's data are ``dataset``'s (or ``data_file``'s), on disk; IN_MEMORY: tensors given to
+    # train(data=...) that are not (set by train itself: bbb.runs.model.data_source_of)
+    data_source: str | None = None
 
     def __post_init__(self) -> None:
         self._check_data_file()
@@ -235,6 +243,8 @@ class TrainConfig:
                 setattr(self, name, value)
         self.select_by = choice("select_by", self.select_by, SELECT_BY)
         self.dataset = choice("dataset", self.dataset, (*IMAGE_DATASETS, FILE_DATASET))
+        if self.data_source is not None:
+            self.data_source = choice("data_source", self.data_source, (IN_MEMORY,))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         self.optimizer = OptimizerKind(choice("optimizer", self.optimizer, OptimizerKind))
         self.lr_schedule = LRSchedule(choice("lr schedule", self.lr_schedule, LRSchedule))
@@ -518,7 +528,8 @@ class TrainConfig:
 
 #: settings that may change when a run is resumed (they do not alter the trajectory)
 RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "eval_samples", "bf16",
-                            "checkpoint_every", "data_file", "cuda_graph"})  # data_file: the same MD5 is checked
+                            "checkpoint_every", "data_file", "cuda_graph",  # data_file: the same MD5 is checked
+                            "data_source"})  # train's own record of the data given (a run written before it: None)
 
 
 def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:

@@ -317,8 +317,13 @@ def _train(
             print(s, flush=True)
     last_path, best_path = out / "last.pt", out / "best.pt"
     ckpt: dict[str, Any] | None = None
+    if data is not None:  # recorded: tensors that are not cfg.dataset's are refused where a run's data are loaded
+        check_data(data)
+        cfg = cfg.replace(data_source=runmodel.data_source_of(cfg, data))
     if resume:  # guard_run_dir made sure that last.pt exists
         ckpt = load_checkpoint(last_path)
+        if data is None:  # a run on tensors given in memory: refused where its data would be loaded
+            cfg = cfg.replace(data_source=ckpt["config"].get("data_source"))
         group = ckpt.get("population")
         if isinstance(group, dict):  # bbb.runs.population: its state is the population's
             raise UserError(f"cannot resume {out} alone: it trains as member {group.get('member')} of a population "

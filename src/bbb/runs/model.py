@@ -16,9 +16,10 @@ from ..data.files import Preprocess
 from ..errors import UserError
 from ..nn import BayesMLP, bayes_modules
 from ..options import Method, is_bayesian
-from .config import TrainConfig
+from .config import IN_MEMORY, TrainConfig
 
-__all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "infer_method", "load_data", "load_split",
+__all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "data_source_of", "infer_method", "load_data",
+           "load_split",
            "grouped_parameters", "noise_group",
            "num_weights", "point_data", "versions"]
 
@@ -96,6 +97,7 @@ def load_data(cfg: TrainConfig) -> dict[str, Tensor]:
     (:func:`load_split`)."""
     from ..data import mnist_splits
 
+    _refuse_in_memory(cfg)
     if cfg.data_file is not None:
         return _file_split(cfg, None)[0]
     data = mnist_splits(cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale,
@@ -112,17 +114,50 @@ def load_split(cfg: TrainConfig, stored: dict[str, Any] | None = None) -> tuple[
     """The split of ``cfg`` and its :class:`~bbb.data.files.Preprocess`: MNIST-like images
     (:func:`load_data`), or your own file (``cfg.data_file``:
     :func:`bbb.data.files.load_file_splits`). ``stored``: the preprocessing a run recorded; a
-    file whose MD5 differs from it is a one-line error (the split would not be the run's)."""
+    file whose MD5 differs from it is a one-line error (the split would not be the run's), and so is
+    a run trained on tensors given in memory (``data_source``: nothing on disk holds them)."""
+    _refuse_in_memory(cfg)
     if cfg.data_file is not None:
         return _file_split(cfg, stored)
     return load_data(cfg), Preprocess.image(cfg.scale)
+
+
+def _refuse_in_memory(cfg: TrainConfig) -> None:
+    if cfg.data_source == IN_MEMORY:
+        raise UserError(f"this run was trained on data given in memory (bbb.runs.train(..., data=...), or a sweep's "
+                        f"synthetic data), not on {cfg.dataset}, and nothing on disk holds them: evaluate it from "
+                        "Python with the same tensors (bbb.runs.evaluate_run(RUN, data=...), prune_run(..., data=...))")
+
+
+def data_source_of(cfg: TrainConfig, data: dict[str, Tensor]) -> str | None:
+    """The ``data_source`` of a run of ``cfg`` trained on the tensors ``data`` (given to
+    :func:`bbb.runs.train`): None where they can be ``cfg.dataset``'s images (784 features that are
+    whole pixel values 0..255 over ``cfg.scale``, labels 0..9: its split or a part of it), or a run
+    on your own file (its MD5 is recorded); else :data:`~bbb.runs.config.IN_MEMORY`, which
+    :func:`load_split` refuses (evaluating such a run on MNIST would give MNIST's numbers for a
+    network trained on other data)."""
+    if cfg.data_source is not None or cfg.data_file is not None:
+        return cfg.data_source
+    for split in ("train", "test"):
+        x, y = data[f"{split}_x"][:256], data[f"{split}_y"][:256]
+        if x.ndim != 2 or x.shape[1] != 784 or y.is_floating_point() or int(data.get("num_classes", 0)) > 10:
+            return IN_MEMORY
+        pixels = x.double() * cfg.scale
+        whole = pixels.round()
+        if x.numel() and not (bool((pixels - whole).abs().max() < 1e-3) and float(whole.min()) >= 0
+                              and float(whole.max()) <= 255 and int(y.min()) >= 0 and int(y.max()) <= 9):
+            return IN_MEMORY
+    return None
 
 
 def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | None = None) -> TrainConfig:
     """``cfg`` reading its data elsewhere: ``data_file``, the moved file of a run on your own data
     (``--csv FILE`` / ``--npz FILE``; :func:`load_split` checks its MD5 against the run's), or
     ``data_dir``, the folder of an MNIST-like run's images (``--data-dir``). Each given to the
-    other kind of run is a one-line error: never silently ignored."""
+    other kind of run is a one-line error: never silently ignored (and so is a run on tensors given in
+    memory: nothing on disk holds them)."""
+    if data_file is not None or data_dir is not None:
+        _refuse_in_memory(cfg)
     if data_file is not None:
         if cfg.data_file is None:
             raise UserError(f"--csv/--npz give a run on your own data its moved file; this run was trained on "

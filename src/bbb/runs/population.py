@@ -343,6 +343,10 @@ def train_population(
 def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainConfig,
            data: dict[str, Tensor] | None, quiet: bool, log: Callable[[str], None],
            resume_hint: str | None) -> list[dict[str, Any] | None]:
+    if data is not None:  # recorded as train records it (bbb.runs.model.data_source_of)
+        check_data(data)
+        cfgs = [c.replace(data_source=runmodel.data_source_of(c, data)) for c in cfgs]
+        cfg = cfg.replace(data_source=cfgs[0].data_source)
     seeds = [c.seed for c in cfgs]
     k = len(cfgs)
     pop_path = pop_dir / POPULATION_FILE
@@ -362,8 +366,9 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                                 f"now {new!r}")
     device = resolve_device(cfg.device)
     preprocess = None
-    if data is None:
-        data, preprocess = runmodel.load_split(cfg)
+    if data is None:  # (a population resumed on tensors given in memory: refused there)
+        was = ckpt["config"].get("data_source") if ckpt is not None else None
+        data, preprocess = runmodel.load_split(cfg.replace(data_source=was))
     check_data(data)
     for c in cfgs:
         c.check_split(*(int(data[f"{s}_x"].shape[0]) for s in ("train", "val", "test")))

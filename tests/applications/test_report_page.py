@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import bbb.errors as bbb_errors
 import bbb.runs.evaluation as EV
 import bbb.runs.model as RM
 from bbb.cli import main
@@ -278,3 +279,15 @@ def test_the_model_row_names_the_checkpoint_of_eval_json(kinds, tmp_path):
     (run / "eval.json").unlink()
     rows = {label: v for _, label, v in result_rows(read_run(run))}
     assert rows["model"] == "best (epoch 1 of 2)" and rows["validation error"] == "50.00%"
+
+
+def test_a_run_given_twice_is_refused_in_one_line(kinds, tmp_path, capsys):
+    # before, `bbb report RUN RUN` drew two identical columns, a run compared with itself
+    run = kinds["table"]
+    again = run.parent / "x" / ".." / run.name  # the same folder, spelled otherwise
+    with pytest.raises(bbb_errors.UserError, match="given twice"):
+        report_html([run, again])
+    rc = main(["report", str(run), str(run), "--out", str(tmp_path / "page.html")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "given twice" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "page.html").exists()

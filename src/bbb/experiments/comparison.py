@@ -208,12 +208,9 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
 def comparison_rows(run_dirs: Sequence[str | Path], reference: str | None = None) -> list[dict[str, Any]]:
     """One row per run of ``run_dirs`` (:func:`collect`); a run given twice (the same folder under two
     spellings too) is a one-line error, since its two identical rows would compare it with itself."""
-    seen: dict[Path, str | Path] = {}
-    for d in run_dirs:
-        key = Path(d).resolve()
-        if key in seen:
-            raise UserError(f"{d} is given twice (as {seen[key]}): give each run once")
-        seen[key] = d
+    from ..runs.rundir import check_distinct  # (runs imports torch: only when comparing)
+
+    check_distinct(run_dirs, "give each run once")
     rows = [collect(d) for d in run_dirs]
     tasks = {r["task"] for r in rows}
     if len(tasks) > 1:

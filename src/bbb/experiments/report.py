@@ -500,6 +500,9 @@ def report_html(run_dirs: Sequence[str | Path], title: str | None = None) -> str
     """The report of ``run_dirs`` as one HTML document (see the module's notes)."""
     if not run_dirs:
         raise UserError("give at least one run directory")
+    from ..runs.rundir import check_distinct  # (runs imports torch: only when reporting)
+
+    check_distinct(run_dirs, "its two columns would be one run's; give each run once")
     dirs = [Path(d) for d in run_dirs]
     runs = [read_run(d, n) for d, n in zip(dirs, _names(dirs))]
     title = title or RT.page_title([(r.config, r.regression) for r in runs])

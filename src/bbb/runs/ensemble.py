@@ -39,6 +39,7 @@ from ..nn import pool_members
 from ..uncertainty import predictive_probs
 from .config import TrainConfig
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
+from .rundir import check_distinct
 from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model, split_outputs
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
@@ -176,12 +177,7 @@ def load_ensemble(run_dirs: list[str | Path], which: str = "best", device: str |
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) < 2:
         raise UserError(f"an ensemble needs at least 2 run directories, got {len(dirs)}")
-    seen: dict[Path, Path] = {}
-    for d in dirs:
-        key = d.resolve()
-        if key in seen:
-            raise UserError(f"{d} is given twice (as {seen[key]}): an ensemble's members are distinct runs")
-        seen[key] = d
+    check_distinct(dirs, "an ensemble's members are distinct runs")
     members = [load_model(d, which, device) for d in dirs]
     first = members[0]
     for m in members[1:]:

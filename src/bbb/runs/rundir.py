@@ -26,14 +26,14 @@ import errno
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
 from ..errors import RunDirBusy, UserError
 from ..io import clean_stale_tmp
 
-__all__ = ["LOCK_NAME", "RUN_FILES", "guard_run_dir", "lock_run_dir"]
+__all__ = ["LOCK_NAME", "RUN_FILES", "check_distinct", "guard_run_dir", "lock_run_dir"]
 
 LOCK_NAME = ".lock"
 """Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
@@ -268,3 +268,15 @@ def lock_run_dir(out: Path, lock_wait: float | None = 0.0) -> Iterator[None]:
         yield
     finally:
         _release(fd, lock)
+
+
+def check_distinct(run_dirs: Sequence[str | Path], why: str) -> None:
+    """A one-line :class:`~bbb.errors.UserError` for a run directory given twice among ``run_dirs``
+    (the same folder under two spellings too: ``a`` and ``sub/../a``); ``why`` says what the
+    command does with its runs (an ensemble's members, a comparison's rows, a report's columns)."""
+    seen: dict[Path, str | Path] = {}
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key in seen:
+            raise UserError(f"{d} is given twice (as {seen[key]}): {why}")
+        seen[key] = d

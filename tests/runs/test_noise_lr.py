@@ -92,3 +92,18 @@ def test_an_engine_group_claims_a_models_own_parameter(wrap):
     groups = [g for g in opt.param_groups if any(p is raw for p in g["params"])]
     assert len(groups) == 1 and groups[0]["lr"] == 0.5
     assert Engine(target, lr=1e-3, fused=False).param_groups[0]["lr"] == 1e-3  # no group: as before
+
+
+def test_the_command_line_sets_the_scale_and_refuses_it_without_the_one_noise_parameter(capsys, tmp_path):
+    from testkit import run_main
+
+    data = regression_csv(tmp_path / "t.csv")
+    small = ["--epochs", "1", "--hidden", "8", "--batch-size", "32"]
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "y", "--likelihood", "homoscedastic",
+                          "--noise-lr-scale", "3", "--out", str(tmp_path / "r"), *small)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["noise_lr_scale"] == 3.0
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "y", "--noise-lr-scale", "3",
+                          "--out", str(tmp_path / "h"), *small)
+    assert rc == 2 and err.count("\n") == 1 and "--noise-lr-scale applies to the one noise parameter" in err, err
+    assert not (tmp_path / "h").exists()

@@ -170,7 +170,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
 def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     """``bbb train --csv / --npz``: your own data (docs/your_data.md)."""
-    from ..runs.config import LIKELIHOODS, TASKS
+    from ..runs.config import LIKELIHOODS, NOISE_LR_SCALE, TASKS
 
     g = p.add_argument_group("your own data (instead of --dataset; docs/your_data.md)")
     src = g.add_mutually_exclusive_group()
@@ -187,6 +187,9 @@ def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -
           "quantity; a column of whole numbers must say)", choices=TASKS, show_default=False)
     add_g("--likelihood", "likelihood", "regression: heteroscedastic (the network predicts the noise sd of "
           "each input) or homoscedastic (one noise sd, learned)", choices=LIKELIHOODS)
+    add_g("--noise-lr-scale", "noise_lr_scale", "--likelihood homoscedastic: the one noise parameter's learning "
+          f"rate is --lr times this (default: {fmt_default(NOISE_LR_SCALE)}; docs/your_data.md)", type=float,
+          metavar="X", show_default=False)
     add_g("--val-fraction", "val_fraction", "rows held out for validation (per class for classification)",
           type=float)
     add_g("--test-fraction", "test_fraction", "rows held out for the test set", type=float)

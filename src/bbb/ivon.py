@@ -82,7 +82,7 @@ from .engine.distributed import Averager, active_ddp, check_ddp, warn_without_dd
 from .engine.engine import COMPILE_MIN_NUMEL
 from .engine.grads import FusedParameter
 from .engine.sampler import LinearIntoBuffers
-from .engine.support import compile_default
+from .engine.support import compile_default, frozen_changed
 from .errors import CheckpointError, UserError
 from .ivon_buffers import FlatBuffers, ForwardNotes
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
@@ -191,8 +191,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                     "clip_radius": float(clip_radius), "rescale_lr": bool(rescale_lr)}
         super().__init__([m.mu(n) for m, n in self.pairs], defaults)
         self._owned = owned
-        self._watched = tuple(model.named_parameters())  # their requires_grad, checked at each step
-        self._grad_flags = tuple(p.requires_grad for _, p in self._watched)
+        self._watched = tuple(model.parameters())  # their requires_grad, checked at each step
+        self._grad_flags = tuple(p.requires_grad for p in self._watched)
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
         #: the noise's seed and the number of draws so far: draw c is bbb.random.normal(n, seed, c)
         self.seed = int(seed) if seed is not None else int(torch.randint(2**62, ()).item())
@@ -489,17 +489,13 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     def _check_grad_flags(self) -> None:
         """A one-line error when a trained mean was frozen (requires_grad=False) after IVON was built,
         which it would still update, or a parameter it does not train was unfrozen (never updated)."""
-        flags = tuple(p.requires_grad for _, p in self._watched)
+        flags = tuple(p.requires_grad for p in self._watched)
         if flags == self._grad_flags:
             return
-        trained = {id(p) for g in self.param_groups for p in g["params"]}
-        frozen = [n for n, p in self._watched if id(p) in trained and not p.requires_grad]
-        loose = [n for n, p in self._watched if p.requires_grad and id(p) not in self._owned]
-        if frozen or loose:
-            what = (f"{len(frozen)} mean(s) it trains were frozen ({', '.join(frozen[:3])}), which it would "
-                    "still update" if frozen else f"{len(loose)} parameter(s) were unfrozen ({', '.join(loose[:3])}), "
-                    "which it does not train")
-            raise UserError(f"IVON.step: since IVON was built, {what}: build IVON after (un)freezing")
+        means = tuple(p for g in self.param_groups for p in g["params"])
+        reason = frozen_changed(self.model, self._watched, self._owned, means, "IVON")
+        if reason is not None:
+            raise UserError(f"IVON.step: {reason}")
         self._grad_flags = flags
 
     def _step_each(self, f: FlatBuffers, states: list[dict[str, Any]], backward: bool, blocks: int) -> None:

@@ -211,7 +211,7 @@ class Engine(torch.optim.Optimizer):
         fused_params = ({id(getattr(s.module, f"{s.name}_{x}")) for s in layout.slots for x in ("mu", "rho")}
                         if layout is not None else set())
         # a frozen tensor (requires_grad=False) is never updated: not fused (above), not in torch's optimiser
-        others = [p for p in model.parameters() if id(p) not in fused_params | (claimed - fused_params)
+        others = [p for p in model.parameters() if id(p) not in fused_params | claimed
                   and p.requires_grad]
         extra = new_params(extra, fused_params | {id(p) for p in others})
         if layout is None and not others and not extra:
@@ -531,8 +531,9 @@ class Engine(torch.optim.Optimizer):
                 ddp_.warn_without_ddp()
         flags = tuple(p.requires_grad for p in self._watched)
         if flags != self._grad_flags:  # frozen or unfrozen since the engine was built
-            fused = self._fused_params if self.fused else ()
-            reason = frozen_changed(self.model, self._watched, self.param_groups, fused)
+            trained = {id(p) for g in self.param_groups for p in g["params"]}
+            reason = frozen_changed(self.model, self._watched, trained, self._fused_params if self.fused else (),
+                                    "the Engine", add_group=True)
             if reason is not None:
                 raise UserError(f"bbb.Engine: {reason}")
             self._grad_flags = flags

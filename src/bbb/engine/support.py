@@ -151,23 +151,22 @@ def new_params(groups: list[dict[str, Any]], seen: set[int]) -> list[dict[str, A
 
 
 @torch.no_grad()
-def frozen_changed(model: nn.Module, params: tuple[Tensor, ...], groups: list[dict[str, Any]],
-                   fused: tuple[Tensor, ...]) -> str | None:
+def frozen_changed(model: nn.Module, params: tuple[Tensor, ...], trained: set[int], updated: tuple[Tensor, ...],
+                   who: str, add_group: bool = False) -> str | None:
     """What went wrong when ``requires_grad`` of some of ``model``'s ``params`` changed since the
-    engine was built: a fused parameter frozen (the kernel would update it all the same), or a
-    parameter unfrozen that no group trains (it would get gradients and never move); None if neither."""
+    optimiser ``who`` (the Engine, IVON) was built: a parameter of ``updated`` (stepped whatever its
+    ``requires_grad``: the fused kernel's, IVON's means) frozen, or a parameter unfrozen that no group
+    trains (``trained``: their ids; it would get gradients and never move); None if neither."""
     names = {id(p): n for n, p in model.named_parameters()}
-    trained = {id(p) for g in groups for p in g["params"]}
-    frozen = [names.get(id(p), "?") for p in fused if not p.requires_grad]
+    frozen = [names.get(id(p), "?") for p in updated if not p.requires_grad]
     if frozen:
-        return (f"{len(frozen)} Bayesian parameter(s) frozen (requires_grad=False) after the Engine was built "
-                f"({', '.join(frozen[:3])}), which its fused kernel would still update: build the Engine after "
-                "freezing (it then trains on the plain path)")
+        return (f"{len(frozen)} parameter(s) frozen (requires_grad=False) after {who} was built "
+                f"({', '.join(frozen[:3])}), which it would still update: build {who} after freezing")
     left = [names.get(id(p), "?") for p in params if p.requires_grad and id(p) not in trained]
     if left:
-        return (f"{len(left)} parameter(s) unfrozen (requires_grad=True) after the Engine was built "
-                f"({', '.join(left[:3])}), which it does not train: build the Engine after unfreezing, or "
-                "engine.add_param_group({'params': [...]})")
+        return (f"{len(left)} parameter(s) unfrozen (requires_grad=True) after {who} was built "
+                f"({', '.join(left[:3])}), which it does not train: build {who} after unfreezing"
+                + (", or add_param_group({'params': [...]})" if add_group else ""))
     return None
 
 

@@ -122,9 +122,8 @@ _STORED: contextvars.ContextVar[bool] = contextvars.ContextVar("bbb_stored_confi
 STORED_BEFORE: dict[str, Any] = {"select_by": "error"}
 
 #: ``--likelihood homoscedastic``: the learning rate of the one noise parameter as a multiple of
-#: ``lr``. At 1, Adam moves it about ``lr`` a step, and at lr 1e-3 it was still falling after the
-#: table default's 200 epochs (yacht's noise sd 0.19 target sd against a test RMSE of 0.07); chosen
-#: on the validation NLL of yacht, Boston and concrete (docs/your_data.md)
+#: ``lr`` (``--noise-lr-scale``). At 1, Adam moves it about ``lr`` a step, too slowly to settle in
+#: a table's default epochs; the choice and its measurements: docs/your_data.md
 NOISE_LR_SCALE = 10.0
 
 

@@ -56,7 +56,7 @@ def test_a_run_on_tensors_in_memory_is_refused_where_its_data_would_be_loaded(tm
     assert "tensors given in memory" in page and "of MNIST" not in page and "bbb evaluate" not in page
 
 
-def test_synthetic_blobs_of_784_features_are_not_taken_for_mnist():
+def test_synthetic_blobs_of_784_features_are_not_taken_for_mnist(tmp_path):
     cfg = tiny_cfg()
     assert data_source_of(cfg, blobs(d=784, c=4)) == IN_MEMORY
     assert data_source_of(cfg, {**blobs(d=784, c=4), "num_classes": 4}) == IN_MEMORY
@@ -64,7 +64,27 @@ def test_synthetic_blobs_of_784_features_are_not_taken_for_mnist():
     splits = ("train", "val", "test")
     pixels = {f"{s}_x": torch.randint(0, 256, (20, 784), generator=g).float() / cfg.scale for s in splits}
     labels = {f"{s}_y": torch.randint(0, 10, (20,), generator=g) for s in splits}
-    assert data_source_of(cfg, {**pixels, **labels}) is None  # MNIST's images, or a part of them
+    # with no MNIST files to compare with, whole pixels and labels 0..9 may be MNIST's images
+    assert data_source_of(cfg.replace(data_dir=str(tmp_path)), {**pixels, **labels}) is None
+
+
+def test_images_that_are_not_the_named_datasets_are_in_memory(data_dir):
+    """Fashion-MNIST's tensors (whole pixels, labels 0..9) given under the default ``dataset="mnist"``,
+    or random pixels, are not MNIST's test images: ``bbb evaluate`` would score the network on MNIST."""
+    from bbb.data import mnist_splits
+
+    cfg = tiny_cfg(data_dir=str(data_dir))
+    fashion = mnist_splits("fashion-mnist", data_dir=data_dir)
+    assert data_source_of(cfg, fashion) == IN_MEMORY
+    assert data_source_of(cfg.replace(dataset="fashion-mnist"), fashion) is None
+    mnist = mnist_splits("mnist", data_dir=data_dir)
+    assert data_source_of(cfg, {k: v[100:400] for k, v in mnist.items()}) is None  # a part of MNIST
+    g = torch.Generator().manual_seed(0)
+    relabelled = {**mnist, "test_y": (mnist["test_y"] + 1 + torch.randint(0, 9, (10000,), generator=g)) % 10}
+    assert data_source_of(cfg, relabelled) == IN_MEMORY
+    noise = {**mnist, "test_x": torch.randint(0, 256, (50, 784), generator=g).float() / cfg.scale,
+             "test_y": mnist["test_y"][:50]}
+    assert data_source_of(cfg, noise) == IN_MEMORY
 
 
 def test_a_run_on_mnist_given_in_memory_and_an_old_run_load_as_before(tmp_path, data_dir):

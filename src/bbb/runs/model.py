@@ -132,8 +132,9 @@ def _refuse_in_memory(cfg: TrainConfig) -> None:
 def data_source_of(cfg: TrainConfig, data: dict[str, Tensor]) -> str | None:
     """The ``data_source`` of a run of ``cfg`` trained on the tensors ``data`` (given to
     :func:`bbb.runs.train`): None where they can be ``cfg.dataset``'s images (784 features that are
-    whole pixel values 0..255 over ``cfg.scale``, labels 0..9: its split or a part of it), or a run
-    on your own file (its MD5 is recorded); else :data:`~bbb.runs.config.IN_MEMORY`, which
+    whole pixel values 0..255 over ``cfg.scale``, labels 0..9, and where its files are here, test
+    images that are its test set's with their labels: its split or a part of it), or a run on your
+    own file (its MD5 is recorded); else :data:`~bbb.runs.config.IN_MEMORY`, which
     :func:`load_split` refuses (evaluating such a run on MNIST would give MNIST's numbers for a
     network trained on other data)."""
     if cfg.data_source is not None or cfg.data_file is not None:
@@ -147,7 +148,24 @@ def data_source_of(cfg: TrainConfig, data: dict[str, Tensor]) -> str | None:
         if x.numel() and not (bool((pixels - whole).abs().max() < 1e-3) and float(whole.min()) >= 0
                               and float(whole.max()) <= 255 and int(y.min()) >= 0 and int(y.max()) <= 9):
             return IN_MEMORY
-    return None
+    return IN_MEMORY if _test_rows_elsewhere(cfg, data) else None
+
+
+def _test_rows_elsewhere(cfg: TrainConfig, data: dict[str, Tensor]) -> bool:
+    """Whether images of ``data``'s test split (its first 256) are not in ``cfg.dataset``'s test set
+    with their labels: pixels of other images (Fashion-MNIST's under ``dataset="mnist"``, your own
+    digits), which evaluating the run on ``cfg.dataset`` would replace. False where that test set's
+    files are not here to compare with (then the pixel check above decides alone)."""
+    from ..data import load_mnist
+
+    try:
+        images, labels = load_mnist("test", cfg.dataset, cfg.data_dir, download=False)
+    except (UserError, OSError):
+        return False
+    known = {(row.tobytes(), label) for row, label in zip(images.flatten(1).numpy(), labels.tolist(), strict=True)}
+    x, y = data["test_x"][:256], data["test_y"][:256]
+    given = (x.double() * cfg.scale).round().to(torch.uint8).numpy()
+    return any((row.tobytes(), label) not in known for row, label in zip(given, y.tolist(), strict=True))
 
 
 def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | None = None) -> TrainConfig:

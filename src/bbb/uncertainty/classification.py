@@ -111,30 +111,38 @@ def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
 
 
 def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
-    """Equal-width confidence bins: per bin the count, mean confidence and accuracy."""
+    """Equal-width confidence bins: per bin the count, mean confidence and accuracy (bin b holds
+    the confidences in (b/n, (b+1)/n], 0 in bin 0), and the n + 1 edges. Summed in float64 and
+    returned in float32, or float64 for float64 ``probs`` (half-precision counts stop at 256 or 2048)."""
     _check(probs, labels, "reliability_bins")
-    return {k: v.to(probs.device) for k, v in _bins_on_cpu(probs, labels, num_bins).items()}
+    out = torch.promote_types(probs.dtype, torch.float32)
+    return {k: v.to(probs.device, out) for k, v in _bins_on_cpu(probs, labels, num_bins).items()}
 
 
 def _bins_on_cpu(probs: Tensor, labels: Tensor, num_bins: int) -> dict[str, Tensor]:
+    """Per bin the count, mean confidence and accuracy, float64 on the CPU."""
     num_bins = check_int("num_bins", num_bins)
     conf, pred = probs.max(-1)
-    correct = (pred == labels).to(probs.dtype)
-    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0
+    correct = (pred == labels).to(torch.float64)
+    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0 (a half-precision product
+    # conf * n rounds across an edge: the bins of float16 / bfloat16 confidences are found in float32)
+    conf = conf.to(torch.promote_types(conf.dtype, torch.float32))
     idx = (torch.ceil(conf * num_bins) - 1).clamp(0, num_bins - 1).long()
-    # the sums on the CPU, in order: CUDA's index_add_ adds floats by atomics in no fixed order, and a
-    # run's ECE then differed in the 8th digit from one evaluation to the next (tests/cuda)
-    idx, conf, correct = idx.cpu(), conf.cpu(), correct.cpu()
-    count = torch.zeros(num_bins, dtype=probs.dtype).index_add_(0, idx, torch.ones_like(conf))
+    # the sums on the CPU, in order and in float64: CUDA's index_add_ adds floats by atomics in no fixed
+    # order, and a run's ECE then differed in the 8th digit from one evaluation to the next (tests/cuda);
+    # a bfloat16 count stops growing at 256 (its ECE was weighted by the wrong bin sizes)
+    idx, conf, correct = idx.cpu(), conf.cpu().double(), correct.cpu()
+    count = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, idx, torch.ones_like(conf))
     conf_sum = torch.zeros_like(count).index_add_(0, idx, conf)
     acc_sum = torch.zeros_like(count).index_add_(0, idx, correct)
     safe = count.clamp_min(1)
-    edges = torch.linspace(0, 1, num_bins + 1, dtype=probs.dtype)
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64)
     return {"count": count, "confidence": conf_sum / safe, "accuracy": acc_sum / safe, "edges": edges}
 
 
 def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
-    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins."""
+    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins
+    (:func:`reliability_bins`; empty bins weigh 0), in float64."""
     _check(probs, labels, "expected_calibration_error")
     bins = _bins_on_cpu(probs, labels, check_int("num_bins", num_bins))
     n = bins["count"].sum()

@@ -1,0 +1,25 @@
+"""The classification metrics of half-precision probabilities and logits, against float64 on the same values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bbb import uncertainty as U
+
+
+def _probs(n: int = 3000, c: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.softmax(3 * torch.randn(n, c, generator=g), -1), torch.randint(0, c, (n,), generator=g)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_ece_of_half_precision_probabilities_counts_every_example(dtype):
+    """A bfloat16 bin count stopped at 256, so the ECE weighed its bins wrongly (0.660 for 0.560)."""
+    probs, labels = _probs()
+    low = probs.to(dtype)
+    bins = U.reliability_bins(low, labels)
+    assert bins["count"].sum().item() == labels.numel()
+    assert bins["count"].dtype == torch.float32
+    exact = U.expected_calibration_error(low.float(), labels)  # the same numbers, in float32
+    assert U.expected_calibration_error(low, labels) == pytest.approx(exact, abs=1e-6)

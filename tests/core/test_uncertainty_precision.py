@@ -23,3 +23,15 @@ def test_ece_of_half_precision_probabilities_counts_every_example(dtype):
     assert bins["count"].dtype == torch.float32
     exact = U.expected_calibration_error(low.float(), labels)  # the same numbers, in float32
     assert U.expected_calibration_error(low, labels) == pytest.approx(exact, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_nll_and_brier_of_half_precision_probabilities(dtype):
+    """In float16 the clamp's eps of 1e-12 was 0: a true class of probability 0 gave an infinite NLL."""
+    probs, labels = _probs()
+    low = probs.to(dtype)
+    assert U.negative_log_likelihood(low, labels) == pytest.approx(U.negative_log_likelihood(low.double(), labels))
+    assert U.brier_score(low, labels) == pytest.approx(U.brier_score(low.double(), labels))
+    zero = torch.tensor([[1.0, 0.0], [0.5, 0.5]], dtype=dtype)
+    assert U.negative_log_likelihood(zero, torch.tensor([1, 0])) == pytest.approx(
+        U.negative_log_likelihood(zero.double(), torch.tensor([1, 0])))

@@ -226,7 +226,8 @@ def classifier_metrics(
     and ``nll``, ``ece``, ``brier`` of that predictive distribution (``nll_mean``, ``ece_mean``,
     ``brier_mean`` for the mean network, so the value of averaging is visible). With
     ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``,
-    and ``mi``, the (N,) mutual information of the samples (None for sgd: one network).
+    and ``mi``, the (N,) mutual information of the samples (None for one network: sgd, or
+    ``samples`` 1, where it is 0 for every input and ranks nothing).
     Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
     draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
     The library's :func:`bbb.uncertainty.evaluate` is the method-agnostic Monte Carlo predictive;
@@ -277,7 +278,7 @@ def classifier_metrics(
     }
     if return_probs:
         res["probs"], res["mean_probs"] = probs, mean_probs
-        res["mi"] = torch.cat(mi) if mi else None
+        res["mi"] = torch.cat(mi) if mi and samples > 1 else None  # (k = 1: no epistemic part to rank by)
     return res
 
 
@@ -453,7 +454,7 @@ def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, select
     """The test scores of k sampled outputs (k, N, C) of a predictive (an ensemble's, a Laplace
     posterior's) against the encoded targets ``y``: a classifier's error, NLL, ECE (15 bins) and
     Brier of the mean predictive (and with ``selective`` its selective prediction by entropy and
-    mutual information); a regressor's RMSE, log-likelihood, NLL and 95% interval coverage in the
+    mutual information, where k > 1); a regressor's RMSE, log-likelihood, NLL and 95% interval coverage in the
     target's units (``target``: the run's target standardisation, None for none)."""
     if task == "regression":
         means, sigmas = HeteroscedasticGaussian().split(outputs.double())
@@ -466,8 +467,9 @@ def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, select
     y = y.to(probs.device)
     scores: dict[str, Any] = {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
                               "ece": U.expected_calibration_error(probs, y), "brier": U.brier_score(probs, y)}
-    if selective:
-        scores["selective"] = selective_prediction(probs, y, U.mutual_information(outputs.double()))
+    if selective:  # one sample (k = 1) has no mutual information to rank by
+        mi = U.mutual_information(outputs.double()) if outputs.shape[0] > 1 else None
+        scores["selective"] = selective_prediction(probs, y, mi)
     return scores
 
 

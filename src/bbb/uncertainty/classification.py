@@ -62,9 +62,11 @@ def _check_probs(probs: Tensor, fn: str) -> None:
 
 
 def predictive_probs(logits: Tensor) -> Tensor:
-    """Mean over samples of the softmax: (k, B, C) -> (B, C)."""
+    """Mean over samples of the softmax: (k, B, C) -> (B, C), in the logits' dtype, float32 for
+    float16 / bfloat16 logits (probabilities rounded to bfloat16's 3 digits flip argmaxes and
+    shift the entropy and the ECE of a half-precision model's :func:`~bbb.uncertainty.evaluate`)."""
     _check_logits(logits, "predictive_probs")
-    return torch.softmax(logits, dim=-1).mean(0)
+    return torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)).mean(0)
 
 
 def entropy(probs: Tensor) -> Tensor:

@@ -74,3 +74,14 @@ def test_plots_write_pngs(tmp_path):
     images = torch.rand(50, 784)
     assert UE.plot_uncertain(images, labels, res, tmp_path / "unc.png", 3).stat().st_size > 1000
     assert math.isfinite(rep["entropy"]["auroc"])
+
+
+def test_one_minus_max_probability_keeps_confident_inputs_apart():
+    """A max probability that rounds to 1.0 made every confident input's 1 - max equal 0: the in- and
+    out-of-distribution sets tied there and the AUROC fell towards 1/2."""
+    margins_in, margins_out = torch.tensor([30.0, 32.0, 34.0]), torch.tensor([20.0, 22.0, 24.0])
+    p_in = torch.softmax(torch.stack([margins_in, torch.zeros(3)], -1), -1)[None]
+    p_out = torch.softmax(torch.stack([margins_out, torch.zeros(3)], -1), -1)[None]
+    assert bool((p_in.max(-1).values == 1).all())  # float32 saturates
+    assert UE.ood_report(p_in, p_out)["max_prob"]["auroc"] == 1.0
+    torch.testing.assert_close(UE.ood_scores(p_out)["max_prob"], torch.exp(-margins_out), rtol=1e-5, atol=0)

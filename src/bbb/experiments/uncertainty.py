@@ -4,6 +4,7 @@ Works on any run directory of ``bbb train``: BBB (weight samples), dropout (Mont
 with the same k) and SGD (the softmax alone: k = 1, so its mutual information is undefined).
 
 * :func:`sample_probs` - (k, B, C) class probabilities of k sampled networks.
+* :func:`ood_probs` - those of the in- and out-of-distribution test sets, by the same k networks.
 * :func:`ood_report` - in-distribution test set (positives = OOD) scored by predictive entropy,
   mutual information and 1 - max probability; AUROC and AUPR of each (OOD is the positive class).
 * :func:`most_uncertain` - the test digits on which the sampled networks disagree most (by their
@@ -37,6 +38,7 @@ __all__ = [
     "sample_probs",
     "ood_scores",
     "ood_report",
+    "ood_probs",
     "most_uncertain",
     "plot_reliability",
     "plot_ood",
@@ -290,14 +292,23 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
     return nets, cfg, T.model.load_data(cfg), out, ens.describe()
 
 
-def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, seed: int, offset: int) -> Tensor:
-    """(k x M, B, C): each network's sampled probabilities (network i draws with seed + 2 i +
-    ``offset``), a one-network member's repeated as often as the others' samples, so that every
-    member weighs the same."""
+def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, seed: int) -> Tensor:
+    """(k x M, B, C): each network's sampled probabilities (network i draws with seed + 2 i, so the
+    same k networks score every set given the same seed), a one-network member's repeated as
+    often as the others' samples, so that every member weighs the same."""
     from ..runs.ensemble import pool_runs
 
-    return pool_runs([sample_probs(net, x, method, samples, seed=seed + 2 * i + offset).cpu()
+    return pool_runs([sample_probs(net, x, method, samples, seed=seed + 2 * i).cpu()
                          for i, (net, method) in enumerate(nets)])
+
+
+def ood_probs(nets: list[tuple[nn.Module, str]], x_in: Tensor, x_out: Tensor, samples: int, seed: int
+              ) -> tuple[Tensor, Tensor]:
+    """``bbb ood``'s (k x M, B, C) probabilities of the in-distribution inputs ``x_in`` and of the
+    out-of-distribution ``x_out``, from the same k sampled networks of each of the M ``(network,
+    method)`` (other draws for the OOD set made a set scored against itself differ: mutual
+    information AUROC 0.65, not 0.5, with k = 3)."""
+    return _members_probs(nets, x_in, samples, seed), _members_probs(nets, x_out, samples, seed)
 
 
 def _load_ood(cfg, dataset: str) -> dict[str, Tensor]:
@@ -350,8 +361,7 @@ def main_ood(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     dev = next(nets[0][0].parameters()).device
-    p_in = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed, 0)
-    p_out = _members_probs(nets, ood["test_x"].to(dev), args.samples, args.seed, 1)
+    p_in, p_out = ood_probs(nets, data["test_x"].to(dev), ood["test_x"].to(dev), args.samples, args.seed)
     report = ood_report(p_in, p_out)
     out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
@@ -397,7 +407,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
         raise UserError(f"--n must be >= 1, got {args.n}")
     nets, cfg, data, d, method = _load_networks(args, "uncertain", "uncertain.json")
     dev = next(nets[0][0].parameters()).device
-    probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed, 0)
+    probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)
     res = most_uncertain(probs, data["test_y"], args.n)
     plotted = plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
     rows = []

@@ -85,3 +85,14 @@ def test_one_minus_max_probability_keeps_confident_inputs_apart():
     assert bool((p_in.max(-1).values == 1).all())  # float32 saturates
     assert UE.ood_report(p_in, p_out)["max_prob"]["auroc"] == 1.0
     torch.testing.assert_close(UE.ood_scores(p_out)["max_prob"], torch.exp(-margins_out), rtol=1e-5, atol=0)
+
+
+def test_ood_scores_both_sets_with_the_same_sampled_networks():
+    """The OOD set was scored by other draws (seed + 1): a set scored against itself differed from
+    itself (mutual information AUROC 0.65 with k = 3); the same networks give exactly 1/2."""
+    torch.manual_seed(0)
+    net = BayesMLP(20, [32], 10, rho_init=-2.0)
+    x = torch.randn(400, 20)
+    p_in, p_out = UE.ood_probs([(net, "bbb"), (nn.Linear(20, 10), "sgd")], x, x.clone(), 3, 0)
+    assert p_in.shape == (6, 400, 10) and torch.equal(p_in, p_out)
+    assert all(r["auroc"] == 0.5 for r in UE.ood_report(p_in, p_out).values())

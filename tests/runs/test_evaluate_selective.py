@@ -85,3 +85,18 @@ def test_one_sample_has_no_mutual_information_to_rank_by():
         assert ("mi" in selective_prediction(res["probs"], y, res["mi"])) == has_mi
         outputs = 3 * torch.randn(k, 50, 3)
         assert ("mi" in predictive_scores("classification", None, outputs, y, selective=True)["selective"]) == has_mi
+
+
+def test_a_dropout_run_without_dropout_is_one_network():
+    """--method dropout with rates 0 builds no dropout layer: its k "samples" were k copies of one
+    network, reported as a k-sample average whose mutual information (round-off) ranked the inputs."""
+    from bbb.runs.evaluation import mc_outputs
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(16, 3))
+    x, y = torch.randn(50, 4), torch.randint(0, 3, (50,))
+    res = classifier_metrics(net, x, y, "dropout", samples=10, return_probs=True)
+    assert res["samples"] == 1 and res["mi"] is None and res["error_mc"] == res["error"]
+    assert mc_outputs(net, x, "dropout", 10).shape == (1, 50, 3)
+    net[2].p = 0.5  # a real dropout layer: k sampled networks
+    assert classifier_metrics(net, x, y, "dropout", samples=10, return_probs=True)["mi"].shape == (50,)

@@ -145,7 +145,11 @@ def most_uncertain(probs: Tensor, labels: Tensor, n: int = 64) -> dict[str, Tens
     mean = probs.mean(0)
     conf, pred = mean.max(-1)
     wrong = (pred != labels).nonzero().flatten()
-    conf_err = wrong[torch.argsort(conf[wrong], descending=True, stable=True)[:n]]
+    # highest confidence first, by the least probability left to the other classes: a max that rounds
+    # to 1.0 tied every very confident error, which then came in the order of the test set
+    rest = scores["max_prob"]
+    assert rest is not None
+    conf_err = wrong[torch.argsort(rest[wrong], stable=True)[:n]]
     return {"uncertain": top, "confident_errors": conf_err, "votes": votes, "dissent": dissent,
             "disagreement": disagreement, "prediction": pred, "confidence": conf}
 

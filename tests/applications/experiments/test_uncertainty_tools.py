@@ -96,3 +96,11 @@ def test_ood_scores_both_sets_with_the_same_sampled_networks():
     p_in, p_out = UE.ood_probs([(net, "bbb"), (nn.Linear(20, 10), "sgd")], x, x.clone(), 3, 0)
     assert p_in.shape == (6, 400, 10) and torch.equal(p_in, p_out)
     assert all(r["auroc"] == 0.5 for r in UE.ood_report(p_in, p_out).values())
+
+
+def test_most_confident_errors_are_ranked_past_a_max_probability_of_one():
+    """Errors whose max probability rounds to 1.0 tied and came in the test set's order."""
+    margins = torch.tensor([20.0, 40.0, 30.0, 25.0])  # all wrong (label 1), each max probability 1.0 in float32
+    p = torch.softmax(torch.stack([margins, torch.zeros(4)], -1), -1)[None]
+    res = UE.most_uncertain(p, torch.ones(4, dtype=torch.long), n=4)
+    assert res["confident_errors"].tolist() == [1, 2, 3, 0]

@@ -76,6 +76,8 @@ def entropy(probs: Tensor) -> Tensor:
 
 
 def predictive_entropy(logits: Tensor) -> Tensor:
+    """Entropy in nats of the predictive distribution (the mean softmax over the k samples):
+    (k, B, C) -> (B,), the total uncertainty."""
     return entropy(predictive_probs(logits))
 
 
@@ -174,6 +176,7 @@ def brier_score(probs: Tensor, labels: Tensor) -> float:
 
 
 def error_rate(probs: Tensor, labels: Tensor) -> float:
+    """Share of examples whose most probable class (the first, on a tie) is not the label."""
     _check(probs, labels, "error_rate")
     return float((probs.argmax(-1) != labels).to(torch.float64).mean())
 

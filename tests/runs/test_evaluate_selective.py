@@ -68,3 +68,35 @@ def test_cli_prints_the_selective_table(capsys, tmp_path, monkeypatch):
     rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "3", "--device", "cpu")
     assert rc == 0, err
     assert "AURC" in out and "entropy" in out and "mi" in out and "risk_coverage.png" in out
+
+
+def test_one_sample_has_no_mutual_information_to_rank_by():
+    """With k = 1 the mutual information is 0 (was round-off, ~1e-7) for every input: eval.json's
+    selective prediction ranked the inputs by it and reported an AURC "by mi"."""
+    from bbb.nn import BayesLinear
+    from bbb.runs.evaluation import predictive_scores
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(BayesLinear(4, 16), torch.nn.ReLU(), BayesLinear(16, 3))
+    x, y = torch.randn(50, 4), torch.randint(0, 3, (50,))
+    for k, has_mi in ((1, False), (3, True)):
+        res = classifier_metrics(net, x, y, "bbb", samples=k, return_probs=True)
+        assert (res["mi"] is not None) == has_mi
+        assert ("mi" in selective_prediction(res["probs"], y, res["mi"])) == has_mi
+        outputs = 3 * torch.randn(k, 50, 3)
+        assert ("mi" in predictive_scores("classification", None, outputs, y, selective=True)["selective"]) == has_mi
+
+
+def test_a_dropout_run_without_dropout_is_one_network():
+    """--method dropout with rates 0 builds no dropout layer: its k "samples" were k copies of one
+    network, reported as a k-sample average whose mutual information (round-off) ranked the inputs."""
+    from bbb.runs.evaluation import mc_outputs
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(16, 3))
+    x, y = torch.randn(50, 4), torch.randint(0, 3, (50,))
+    res = classifier_metrics(net, x, y, "dropout", samples=10, return_probs=True)
+    assert res["samples"] == 1 and res["mi"] is None and res["error_mc"] == res["error"]
+    assert mc_outputs(net, x, "dropout", 10).shape == (1, 50, 3)
+    net[2].p = 0.5  # a real dropout layer: k sampled networks
+    assert classifier_metrics(net, x, y, "dropout", samples=10, return_probs=True)["mi"].shape == (50,)

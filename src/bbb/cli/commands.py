@@ -239,7 +239,7 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
     from ..options import is_bayesian
 
     mean = "mean weights" if is_bayesian(r["method"]) else "deterministic"
-    avg = f"{r['samples']}-sample average" if r["method"] != "sgd" else "(same network)"
+    avg = f"{r['samples']}-sample average" if r["samples"] > 1 or is_bayesian(r["method"]) else "(same network)"
     if r.get("task") == "regression":
         rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],
                 ["log-likelihood", "", f"{r['log_likelihood']:.4f}"],

@@ -79,7 +79,7 @@ def check_memory(need: int, device: torch.device, what: str, reduce: str) -> Non
 
 def _check_eval_memory(model: nn.Module, x: Tensor, method: str, samples: int, chunk: int) -> None:
     """One chunk of ``samples`` networks holds at least one (samples, chunk, width) activation."""
-    if method == Method.SGD.value:
+    if _one_network(model, method):
         return
     width = max([int(x.shape[-1])] + [max(p.shape) for p in model.parameters() if p.dim() == 2])
     check_memory(4 * samples * min(chunk, int(x.shape[0])) * width, x.device,
@@ -98,6 +98,14 @@ def mc_dropout(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         model.train(was)
+
+
+def _one_network(model: nn.Module, method: str) -> bool:
+    """Whether ``method``'s samples of ``model`` are one network repeated: sgd, or a dropout run
+    without a dropout layer of rate > 0 (``--dropout-input 0 --dropout-hidden 0`` builds none),
+    whose k "samples" were k copies of the deterministic network."""
+    return method == Method.SGD.value or (method == Method.DROPOUT.value and not any(
+        isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()))
 
 
 @contextlib.contextmanager
@@ -143,10 +151,11 @@ def squared_error_sum(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 @torch.no_grad()
 def mc_outputs(model: nn.Module, x: Tensor, method: str, samples: int, chunk: int = EVAL_CHUNK) -> Tensor:
     """(k, N, C) network outputs: bbb and ivon ``samples`` weight samples (:func:`bbb.uncertainty.predict`,
-    the same k networks for every chunk), dropout MC dropout, sgd the one network (k = 1). Draws
-    from torch's global RNG (fork it for reproducible draws, as :func:`classifier_metrics` does)."""
+    the same k networks for every chunk), dropout MC dropout, sgd (or dropout without a dropout
+    layer) the one network (k = 1). Draws from torch's global RNG (fork it for reproducible draws,
+    as :func:`classifier_metrics` does)."""
     method = choice("method", method, Method)
-    if method == Method.SGD.value:
+    if _one_network(model, method):
         return mean_logits(model, x, chunk).unsqueeze(0)
     _check_eval_memory(model, x, method, samples, chunk)
     if is_bayesian(method):
@@ -222,11 +231,13 @@ def classifier_metrics(
 
     Returns ``error`` with the posterior mean weights (bbb) or the deterministic network (sgd;
     dropout in eval mode), ``error_mc`` of the ``samples``-sample predictive average (bbb: weight
-    samples via :func:`bbb.uncertainty.predict`; dropout: MC dropout; sgd: equal to ``error``),
+    samples via :func:`bbb.uncertainty.predict`; dropout: MC dropout; sgd, and dropout without a
+    dropout layer of rate > 0: one network, ``samples`` 1, equal to ``error``),
     and ``nll``, ``ece``, ``brier`` of that predictive distribution (``nll_mean``, ``ece_mean``,
     ``brier_mean`` for the mean network, so the value of averaging is visible). With
     ``return_probs`` the (N, C) probabilities come back too, as ``probs`` and ``mean_probs``,
-    and ``mi``, the (N,) mutual information of the samples (None for sgd: one network).
+    and ``mi``, the (N,) mutual information of the samples (None for one network: sgd, dropout
+    without a dropout layer, or ``samples`` 1, where it is 0 for every input and ranks nothing).
     Examples are processed in chunks of ``chunk``. With ``seed`` set, the Monte Carlo
     draws come from a forked RNG, so the result is reproducible and the caller's RNG untouched.
     The library's :func:`bbb.uncertainty.evaluate` is the method-agnostic Monte Carlo predictive;
@@ -238,6 +249,7 @@ def classifier_metrics(
     if x.shape[0] == 0:
         raise UserError("cannot evaluate on an empty set")
     samples = check_int("samples", samples)
+    one = _one_network(model, method)  # k = 1, as sgd's, for a dropout run without dropout
     _check_eval_memory(model, x, method, samples, chunk)
     with _seeded(seed, x.device):
         mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
@@ -251,7 +263,7 @@ def classifier_metrics(
                     if return_probs:
                         mi.append(U.mutual_information(logits))
             probs = torch.cat(parts)
-        elif method == Method.DROPOUT.value:
+        elif not one:  # MC dropout
             parts = []
             with mc_dropout(model):
                 for xc in torch.split(x, chunk):
@@ -272,12 +284,12 @@ def classifier_metrics(
         "nll_mean": U.negative_log_likelihood(mean_probs, y),
         "ece_mean": U.expected_calibration_error(mean_probs, y),
         "brier_mean": U.brier_score(mean_probs, y),
-        "samples": int(samples) if method != Method.SGD.value else 1,
+        "samples": 1 if one else int(samples),
         "n": int(x.shape[0]),
     }
     if return_probs:
         res["probs"], res["mean_probs"] = probs, mean_probs
-        res["mi"] = torch.cat(mi) if mi else None
+        res["mi"] = torch.cat(mi) if mi and samples > 1 else None  # (k = 1: no epistemic part to rank by)
     return res
 
 
@@ -387,7 +399,7 @@ def evaluate_run(
                   "selective": selective_prediction(res["probs"], y, res["mi"])}
 
         panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic": res["mean_probs"]}
-        if cfg.method != Method.SGD.value:
+        if res["samples"] > 1 or is_bayesian(cfg.method):  # (not one network's copies)
             panels[f"{res['samples']}-sample average"] = res["probs"]
         unsaved = None
         if reliability:
@@ -453,7 +465,7 @@ def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, select
     """The test scores of k sampled outputs (k, N, C) of a predictive (an ensemble's, a Laplace
     posterior's) against the encoded targets ``y``: a classifier's error, NLL, ECE (15 bins) and
     Brier of the mean predictive (and with ``selective`` its selective prediction by entropy and
-    mutual information); a regressor's RMSE, log-likelihood, NLL and 95% interval coverage in the
+    mutual information, where k > 1); a regressor's RMSE, log-likelihood, NLL and 95% interval coverage in the
     target's units (``target``: the run's target standardisation, None for none)."""
     if task == "regression":
         means, sigmas = HeteroscedasticGaussian().split(outputs.double())
@@ -466,8 +478,9 @@ def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, select
     y = y.to(probs.device)
     scores: dict[str, Any] = {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
                               "ece": U.expected_calibration_error(probs, y), "brier": U.brier_score(probs, y)}
-    if selective:
-        scores["selective"] = selective_prediction(probs, y, U.mutual_information(outputs.double()))
+    if selective:  # one sample (k = 1) has no mutual information to rank by
+        mi = U.mutual_information(outputs.double()) if outputs.shape[0] > 1 else None
+        scores["selective"] = selective_prediction(probs, y, mi)
     return scores
 
 

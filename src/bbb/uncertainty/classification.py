@@ -62,9 +62,11 @@ def _check_probs(probs: Tensor, fn: str) -> None:
 
 
 def predictive_probs(logits: Tensor) -> Tensor:
-    """Mean over samples of the softmax: (k, B, C) -> (B, C)."""
+    """Mean over samples of the softmax: (k, B, C) -> (B, C), in the logits' dtype, float32 for
+    float16 / bfloat16 logits (probabilities rounded to bfloat16's 3 digits flip argmaxes and
+    shift the entropy and the ECE of a half-precision model's :func:`~bbb.uncertainty.evaluate`)."""
     _check_logits(logits, "predictive_probs")
-    return torch.softmax(logits, dim=-1).mean(0)
+    return torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)).mean(0)
 
 
 def entropy(probs: Tensor) -> Tensor:
@@ -74,6 +76,8 @@ def entropy(probs: Tensor) -> Tensor:
 
 
 def predictive_entropy(logits: Tensor) -> Tensor:
+    """Entropy in nats of the predictive distribution (the mean softmax over the k samples):
+    (k, B, C) -> (B,), the total uncertainty."""
     return entropy(predictive_probs(logits))
 
 
@@ -86,8 +90,15 @@ def expected_entropy(logits: Tensor) -> Tensor:
 
 
 def mutual_information(logits: Tensor) -> Tensor:
-    """Predictive entropy minus expected entropy (epistemic part), clamped at 0 against round-off."""
-    return (predictive_entropy(logits) - expected_entropy(logits)).clamp_min(0.0)
+    """Predictive entropy minus expected entropy (epistemic part), clamped at 0 against round-off:
+    (k, B, C) -> (B,). One sample (k = 1) has none: exactly 0. Float16 / bfloat16 logits are
+    computed in float32 (the difference of two rounded entropies was up to 0.008 nats of noise)
+    and returned in their dtype."""
+    _check_logits(logits, "mutual_information")
+    if logits.shape[0] == 1:
+        return torch.zeros(logits.shape[1:-1], dtype=logits.dtype, device=logits.device)
+    work = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return (predictive_entropy(work) - expected_entropy(work)).clamp_min(0.0).to(logits.dtype)
 
 
 def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
@@ -111,30 +122,38 @@ def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
 
 
 def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
-    """Equal-width confidence bins: per bin the count, mean confidence and accuracy."""
+    """Equal-width confidence bins: per bin the count, mean confidence and accuracy (bin b holds
+    the confidences in (b/n, (b+1)/n], 0 in bin 0), and the n + 1 edges. Summed in float64 and
+    returned in float32, or float64 for float64 ``probs`` (half-precision counts stop at 256 or 2048)."""
     _check(probs, labels, "reliability_bins")
-    return {k: v.to(probs.device) for k, v in _bins_on_cpu(probs, labels, num_bins).items()}
+    out = torch.promote_types(probs.dtype, torch.float32)
+    return {k: v.to(probs.device, out) for k, v in _bins_on_cpu(probs, labels, num_bins).items()}
 
 
 def _bins_on_cpu(probs: Tensor, labels: Tensor, num_bins: int) -> dict[str, Tensor]:
+    """Per bin the count, mean confidence and accuracy, float64 on the CPU."""
     num_bins = check_int("num_bins", num_bins)
     conf, pred = probs.max(-1)
-    correct = (pred == labels).to(probs.dtype)
-    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0
+    correct = (pred == labels).to(torch.float64)
+    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0 (a half-precision product
+    # conf * n rounds across an edge: the bins of float16 / bfloat16 confidences are found in float32)
+    conf = conf.to(torch.promote_types(conf.dtype, torch.float32))
     idx = (torch.ceil(conf * num_bins) - 1).clamp(0, num_bins - 1).long()
-    # the sums on the CPU, in order: CUDA's index_add_ adds floats by atomics in no fixed order, and a
-    # run's ECE then differed in the 8th digit from one evaluation to the next (tests/cuda)
-    idx, conf, correct = idx.cpu(), conf.cpu(), correct.cpu()
-    count = torch.zeros(num_bins, dtype=probs.dtype).index_add_(0, idx, torch.ones_like(conf))
+    # the sums on the CPU, in order and in float64: CUDA's index_add_ adds floats by atomics in no fixed
+    # order, and a run's ECE then differed in the 8th digit from one evaluation to the next (tests/cuda);
+    # a bfloat16 count stops growing at 256 (its ECE was weighted by the wrong bin sizes)
+    idx, conf, correct = idx.cpu(), conf.cpu().double(), correct.cpu()
+    count = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, idx, torch.ones_like(conf))
     conf_sum = torch.zeros_like(count).index_add_(0, idx, conf)
     acc_sum = torch.zeros_like(count).index_add_(0, idx, correct)
     safe = count.clamp_min(1)
-    edges = torch.linspace(0, 1, num_bins + 1, dtype=probs.dtype)
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64)
     return {"count": count, "confidence": conf_sum / safe, "accuracy": acc_sum / safe, "edges": edges}
 
 
 def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
-    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins."""
+    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width confidence bins
+    (:func:`reliability_bins`; empty bins weigh 0), in float64."""
     _check(probs, labels, "expected_calibration_error")
     bins = _bins_on_cpu(probs, labels, check_int("num_bins", num_bins))
     n = bins["count"].sum()
@@ -142,19 +161,22 @@ def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15
 
 
 def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = 1e-12) -> float:
-    """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``)."""
+    """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``), in
+    float64 (a float16 ``eps`` of 1e-12 is 0, and a probability 0 gave an infinite NLL)."""
     _check(probs, labels, "negative_log_likelihood")
-    return float(-torch.log(probs.gather(1, labels[:, None]).clamp_min(eps)).mean())
+    return float(-torch.log(probs.gather(1, labels[:, None]).double().clamp_min(eps)).mean())
 
 
 def brier_score(probs: Tensor, labels: Tensor) -> float:
-    """Mean over examples of sum_c (p_c - 1[y = c])^2 (0 is perfect, 2 the worst)."""
+    """Mean over examples of sum_c (p_c - 1[y = c])^2, summed over the classes (0 is perfect, 2
+    the worst), in float64."""
     _check(probs, labels, "brier_score")
-    onehot = torch.nn.functional.one_hot(labels, probs.shape[-1]).to(probs.dtype)
-    return float(((probs - onehot) ** 2).sum(-1).mean())
+    onehot = torch.nn.functional.one_hot(labels, probs.shape[-1]).to(torch.float64)
+    return float(((probs.double() - onehot) ** 2).sum(-1).mean())
 
 
 def error_rate(probs: Tensor, labels: Tensor) -> float:
+    """Share of examples whose most probable class (the first, on a tie) is not the label."""
     _check(probs, labels, "error_rate")
     return float((probs.argmax(-1) != labels).to(torch.float64).mean())
 

@@ -74,3 +74,33 @@ def test_plots_write_pngs(tmp_path):
     images = torch.rand(50, 784)
     assert UE.plot_uncertain(images, labels, res, tmp_path / "unc.png", 3).stat().st_size > 1000
     assert math.isfinite(rep["entropy"]["auroc"])
+
+
+def test_one_minus_max_probability_keeps_confident_inputs_apart():
+    """A max probability that rounds to 1.0 made every confident input's 1 - max equal 0: the in- and
+    out-of-distribution sets tied there and the AUROC fell towards 1/2."""
+    margins_in, margins_out = torch.tensor([30.0, 32.0, 34.0]), torch.tensor([20.0, 22.0, 24.0])
+    p_in = torch.softmax(torch.stack([margins_in, torch.zeros(3)], -1), -1)[None]
+    p_out = torch.softmax(torch.stack([margins_out, torch.zeros(3)], -1), -1)[None]
+    assert bool((p_in.max(-1).values == 1).all())  # float32 saturates
+    assert UE.ood_report(p_in, p_out)["max_prob"]["auroc"] == 1.0
+    torch.testing.assert_close(UE.ood_scores(p_out)["max_prob"], torch.exp(-margins_out), rtol=1e-5, atol=0)
+
+
+def test_ood_scores_both_sets_with_the_same_sampled_networks():
+    """The OOD set was scored by other draws (seed + 1): a set scored against itself differed from
+    itself (mutual information AUROC 0.65 with k = 3); the same networks give exactly 1/2."""
+    torch.manual_seed(0)
+    net = BayesMLP(20, [32], 10, rho_init=-2.0)
+    x = torch.randn(400, 20)
+    p_in, p_out = UE.ood_probs([(net, "bbb"), (nn.Linear(20, 10), "sgd")], x, x.clone(), 3, 0)
+    assert p_in.shape == (6, 400, 10) and torch.equal(p_in, p_out)
+    assert all(r["auroc"] == 0.5 for r in UE.ood_report(p_in, p_out).values())
+
+
+def test_most_confident_errors_are_ranked_past_a_max_probability_of_one():
+    """Errors whose max probability rounds to 1.0 tied and came in the test set's order."""
+    margins = torch.tensor([20.0, 40.0, 30.0, 25.0])  # all wrong (label 1), each max probability 1.0 in float32
+    p = torch.softmax(torch.stack([margins, torch.zeros(4)], -1), -1)[None]
+    res = UE.most_uncertain(p, torch.ones(4, dtype=torch.long), n=4)
+    assert res["confident_errors"].tolist() == [1, 2, 3, 0]

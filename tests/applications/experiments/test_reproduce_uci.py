@@ -155,6 +155,16 @@ def test_selection_takes_the_highest_validation_ll_first_on_ties():
     assert R.select_variant(a, 0, scales=[0.5]) == (-1.0, 0, 1, 0.5)
 
 
+def test_selection_never_takes_a_nan_validation_ll_over_a_number():
+    """A diverged network's NaN validation LL, first in the order, is not chosen (``max`` kept it:
+    no comparison with NaN is true), within a variant nor across variants."""
+    nan = math.nan
+    a = _val_result([[[nan, -0.9], [nan, nan]], [[-1.2, -0.5], [nan, nan]]])
+    assert R.select_variant(a, 0) == (-0.5, 0, 2, 1.0)
+    b = _val_result([[[-3.0, -3.0], [-4.0, -2.0]], [[-3.0, -3.0], [-1.0, -1.5]]])
+    assert R.select({VARIANTS[0].name: a, VARIANTS[1].name: b}, 1, VARIANTS[:2]) == (VARIANTS[1].name, 0, 2, 0.5)
+
+
 def test_selection_over_a_grid_of_members():
     """Members (split, grid point) in the validation layout: split 0 at grid points 0 and 1,
     split 1 at both; each split's choice is its best member, epoch and scale."""

@@ -128,26 +128,34 @@ def _candidates(result: dict[str, Any], split: int,
     return out
 
 
+def _rank(ll: float) -> float:
+    """A validation LL as selection compares it: NaN (a diverged network) below every number, as
+    -inf (``max`` would otherwise keep a NaN that came first: no comparison with it is true)."""
+    return -math.inf if math.isnan(ll) else ll
+
+
 def select_variant(val: dict[str, Any], split: int,
                    scales: Sequence[float] | None = None) -> tuple[float, int, int, float]:
     """(best validation LL, grid point, epoch, scale) of one variant's validation job for
-    ``split``; ties go to the first in the order grid x epochs x scales."""
+    ``split``; ties go to the first in the order grid x epochs x scales; a NaN LL is never
+    chosen over a number."""
     cands = _candidates(val, split, scales)
     if not cands:
         raise ValueError(f"no validation result for split {split}")
-    best = max(range(len(cands)), key=lambda i: (cands[i][0], -i))
+    best = max(range(len(cands)), key=lambda i: (_rank(cands[i][0]), -i))
     return cands[best]
 
 
 def select(vals: dict[str, dict[str, Any]], split: int, variants: Sequence[Variant] = VARIANTS) -> Choice:
     """The split's choice over ``variants`` (one method's, in :data:`VARIANTS` order), their grid
-    points, epochs and scales: the highest validation log-likelihood, the first on ties."""
+    points, epochs and scales: the highest validation log-likelihood, the first on ties (NaN
+    the lowest)."""
     best: tuple[float, Choice] | None = None
     for v in variants:
         if v.name not in vals or split not in vals[v.name]["splits"]:  # (a BBB ensemble's variant: some splits)
             continue
         ll, g, e, c = select_variant(vals[v.name], split)
-        if best is None or ll > best[0]:
+        if best is None or _rank(ll) > _rank(best[0]):
             best = (ll, (v.name, g, e, c))
     if best is None:
         raise ValueError(f"no validation result for split {split}")

@@ -501,3 +501,24 @@ def test_kill_9_of_the_command_leaves_no_worker_training(data_root, tmp_path):
     finally:
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_two_methods_with_one_calibration_gap_are_both_the_smallest(tmp_path, monkeypatch):
+    """BBB's and IVON's gap on wine is 43/4800 for both (the committed methods.csv), summed in
+    another order: 4e-17 apart. The table bolds both, and neither is "below" the other."""
+    def row(method, gap, bias, ll):
+        return {"dataset": "wine-quality-red", "n_splits": 20, "rmse_mean": 0.63, "rmse_se": 0.01, "ll_mean": ll,
+                "ll_se": 0.05, "coverage_50": 0.5, "coverage_90": 0.9, "coverage_95": 0.95, "calibration_gap": gap,
+                "coverage_bias": bias, "calibration_gap_se": 0.003, "method": method}
+
+    monkeypatch.setattr(R, "_plot", lambda *a: [])  # (no figure: the tables are what is checked)
+    for bbb_gap, ivon_gap in ((0.008958333333333327, 0.00895833333333329),
+                              (0.00895833333333329, 0.008958333333333327)):
+        rows = [row("bbb", bbb_gap, 0.005, -1.0), row("ivon", ivon_gap, 0.0023, -1.0 + 1e-16)]
+        R.write_tables(tmp_path, rows[:1], [], [], {"command": "bbb reproduce uci"}, rows)
+        line = next(x for x in (tmp_path / "table.md").read_text().splitlines()
+                    if x.startswith("| wine-quality-red |") and "gap" in x)
+        assert line.count("(gap **0.9**") == 2, line
+        counts = R.head_to_head(rows)
+        assert counts["calibration_gap_below_ivon"] == 0 and counts["ll_above_ivon"] == 0
+        assert (tmp_path / "table.md").read_text().count("**-1.00") == 2  # the LL column: both bold

@@ -304,6 +304,13 @@ def by_method(method_rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str
     return out
 
 
+def _same(a: float, b: float) -> bool:
+    """Whether two of the tables' numbers are one value: equal up to the last bits that the order
+    of a sum leaves (a calibration gap is a mean of fractions of the same test rows, and two
+    methods often share it exactly: 43/4800 for BBB and IVON on wine, computed 4e-17 apart)."""
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+
+
 def _markdown(method_rows: list[dict[str, Any]]) -> str:
     pub = published()
     ours = by_method(method_rows)
@@ -318,7 +325,8 @@ def _markdown(method_rows: list[dict[str, Any]]) -> str:
         for d in datasets:
             means = {m: ours[m][d][f"{metric}_mean"] for m in names if d in ours[m]}
             best = (min if metric == "rmse" else max)(means.values()) if len(means) > 1 else None
-            cells = [cell((means[m], ours[m][d][f"{metric}_se"]), bold=means[m] == best) if m in means else "-"
+            cells = [cell((means[m], ours[m][d][f"{metric}_se"]), bold=best is not None and _same(means[m], best))
+                     if m in means else "-"
                      for m in names]
             cells += [cell(pub.get((d, metric, k)), decimals=2) for k in PUBLISHED_METHODS]  # as published
             n = next(ours[m][d]["n_splits"] for m in names if d in ours[m])
@@ -350,7 +358,7 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
                 continue
             r = rows[(m, d)]
             gap = f"{100 * r['calibration_gap']:.1f}"
-            gap = f"**{gap}**" if len(gaps) > 1 and gaps[m] == min(gaps.values()) else gap
+            gap = f"**{gap}**" if len(gaps) > 1 and _same(gaps[m], min(gaps.values())) else gap
             se = f" +- {100 * r['calibration_gap_se']:.1f}" if "calibration_gap_se" in r else ""
             cells.append(" / ".join(f"{100 * c:.0f}" for c in coverage_levels(r).values())
                          + f" (gap {gap}{se}, {100 * r['coverage_bias']:+.1f})")
@@ -360,7 +368,8 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
 
 def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     """On how many datasets BBB's mean test LL is above, its RMSE below and its intervals' calibration
-    gap below each of our other methods' (the datasets both have; the gap where both rows have it)."""
+    gap below each of our other methods' (the datasets both have; the gap where both rows have it;
+    one value, :func:`_same`, is neither above nor below)."""
     ours = by_method(method_rows)
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}
@@ -370,10 +379,13 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
         if not both:
             continue
         out[f"datasets_vs_{m}"] = len(both)
-        out[f"ll_above_{m}"] = sum(bbb[d]["ll_mean"] > ours[m][d]["ll_mean"] for d in both)
-        out[f"rmse_below_{m}"] = sum(bbb[d]["rmse_mean"] < ours[m][d]["rmse_mean"] for d in both)
+        def above(a: float, b: float) -> bool:
+            return a > b and not _same(a, b)
+
+        out[f"ll_above_{m}"] = sum(above(bbb[d]["ll_mean"], ours[m][d]["ll_mean"]) for d in both)
+        out[f"rmse_below_{m}"] = sum(above(ours[m][d]["rmse_mean"], bbb[d]["rmse_mean"]) for d in both)
         if all("calibration_gap" in bbb[d] and "calibration_gap" in ours[m][d] for d in both):
-            out[f"calibration_gap_below_{m}"] = sum(bbb[d]["calibration_gap"] < ours[m][d]["calibration_gap"]
+            out[f"calibration_gap_below_{m}"] = sum(above(ours[m][d]["calibration_gap"], bbb[d]["calibration_gap"])
                                                     for d in both)
     return out
 

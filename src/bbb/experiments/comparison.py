@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -297,18 +298,33 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
     return out
 
 
+def _tied(a: float, b: float) -> bool:
+    """Two runs' scores are one value (an error rate or a coverage is a fraction of the same test
+    rows: equal scores are common), up to the last bits of a sum's order: neither run wins."""
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+
+
+def _ranked(r: float, other: float, better: bool, other_method: str) -> str:
+    """``best``, ``tied for the best with M`` or ``not the best (M wins)``."""
+    if _tied(r, other):
+        return f"tied for the best with {other_method}"
+    return "best" if better else f"not the best ({other_method} wins)"
+
+
 def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
                      drop: dict[str, Any] | None) -> list[str]:
     """The verdicts of one Bayesian run ``r`` (``label``: BBB, IVON, Laplace) against the SGD and dropout
     runs of its architecture and dataset."""
     out = []
     if sgd is not None:
-        word = "lower" if r["ece"] < sgd["ece"] else "NOT lower"
-        out.append(f"{where}: {label}'s ECE ({r['ece']:.2f}%) is {word} than SGD's ({sgd['ece']:.2f}%).")
+        word = "the same as" if _tied(r["ece"], sgd["ece"]) else "lower than" if r["ece"] < sgd["ece"] \
+            else "NOT lower than"
+        out.append(f"{where}: {label}'s ECE ({r['ece']:.2f}%) is {word} SGD's ({sgd['ece']:.2f}%).")
     if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
-        word = "higher" if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher"
+        word = "the same as" if _tied(r["auroc_mi"], drop["auroc_mi"]) else "higher than" \
+            if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher than"
         out.append(f"{where}: {label}'s OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
-                   f"than MC dropout's ({drop['auroc_mi']:.4f}).")
+                   f"MC dropout's ({drop['auroc_mi']:.4f}).")
     for name, text in (("test_error", "test error"), ("nll", "NLL"), ("brier", "Brier score"),
                        ("auroc_entropy", "OOD AUROC by entropy")):
         others = [o for o in (sgd, drop) if o is not None and o[name] is not None]
@@ -317,7 +333,7 @@ def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, A
         better = (lambda a, b: a > b) if name.startswith("auroc") else (lambda a, b: a < b)
         best_other = max(others, key=lambda o: o[name]) if name.startswith("auroc") else \
             min(others, key=lambda o: o[name])
-        word = "best" if better(r[name], best_other[name]) else f"not the best ({best_other['method']} wins)"
+        word = _ranked(r[name], best_other[name], better(r[name], best_other[name]), best_other["method"])
         out.append(f"{where}: {label}'s {text} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
                    f"{_fmt(best_other[name], _DIGITS.get(name, 2))}.")
     if r["reference_test_error"] is not None:
@@ -338,8 +354,7 @@ def _regression_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[st
         if not rivals or r[key] is None:
             continue
         best = (max if higher else min)(rivals, key=lambda o: o[key])
-        wins = r[key] > best[key] if higher else r[key] < best[key]
-        word = "best" if wins else f"not the best ({best['method']} wins)"
+        word = _ranked(r[key], best[key], r[key] > best[key] if higher else r[key] < best[key], best["method"])
         out.append(f"{where}: {label}'s {text} is {word}: {r[key]:.4g} against {best[key]:.4g}.")
     return out
 

@@ -43,6 +43,15 @@ def test_rows_units_and_verdicts(tmp_path):
     assert "is NOT higher than MC dropout's" in md
 
 
+def test_an_equal_score_is_a_tie_not_a_loss(tmp_path):
+    """Error rates and ECEs are fractions of the same test rows, so two runs often score the same:
+    the verdict says tied (it said "not the best (sgd wins)", "NOT lower" on equal numbers)."""
+    runs = [_run(tmp_path, "bbb", 400, 0.012, 0.95, err=0.017), _run(tmp_path, "sgd", 400, 0.012, None, err=0.017)]
+    md = write_comparison(comparison_rows(runs), tmp_path / "out")[1].read_text()
+    assert "BBB's test error is tied for the best with sgd: 1.70 against 1.70." in md
+    assert "BBB's ECE (1.20%) is the same as SGD's (1.20%)." in md and "wins)" not in md
+
+
 def test_reference_numbers_and_cli(tmp_path, capsys):
     runs = [_run(tmp_path, "bbb", h, 0.01, 0.9, err=e, dataset="fashion-mnist")
             for h, e in ((200, 0.12), (400, 0.14))]

@@ -185,9 +185,10 @@ DROPOUT_LENGTHSCALE = 1e-2
 #: the MC-dropout protocol chooses its noise precision tau on validation the same way
 NOISE_SCALES: tuple[float, ...] = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
 
-#: the Laplace's: multipliers of the noise sd the marginal likelihood fits (bbb.laplace), chosen on
-#: validation as every other method's noise is (the marginal likelihood's sd follows the MAP
-#: network's training residuals down as it trains: validation alone guards against it)
+#: the Laplace's: multipliers of its GLM predictive's sd (the network's variance and the noise sd the
+#: marginal likelihood fits, together: docs/laplace.md), chosen on validation as every other
+#: method's noise is (the marginal likelihood's sd follows the MAP network's training residuals
+#: down as it trains: validation alone guards against it)
 LAPLACE_NOISE_SCALES: tuple[float, ...] = NOISE_SCALES
 
 #: MC dropout's predictive noise sd (standardised units, tau^-1/2) that validation chooses from:

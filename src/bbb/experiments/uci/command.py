@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "BBB's validation chose, the predictive their mixture; with --methods ivon, BBB's network, prior and "
         "KL weight learned by IVON (bbb.IVON's update). For each split and method the variant, "
         "its grid point (learning rate; BBB's and IVON's KL weight; the dropout rate), the epochs and the "
-        "predictive noise (the Laplace's: a multiplier of its marginal likelihood's) are chosen on a "
+        "predictive noise (the Laplace's: a multiplier of its GLM predictive's sd) are chosen on a "
         "validation part (20%) of its training rows; test RMSE and "
         "log-likelihood (the predictive Gaussian mixture) in the target's units, mean +- standard error "
         "over the splits, beside the published methods, and the coverage of its central 50/90/95% "

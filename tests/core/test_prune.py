@@ -116,3 +116,12 @@ def test_a_pruned_weight_keeps_its_gaussian_kl_on_both_paths():
     with eng.sampling():
         out = elbo(torch.randn(4, 6), torch.randint(0, 3, (4,)))
     assert float(out.kl.detach()) == pytest.approx(before, rel=1e-6)
+
+
+def test_prune_replaces_an_earlier_bias_mask():
+    net = _net()
+    prune(net, 0.5, include_bias=True)
+    res = prune(net, 0.0)
+    assert (res.total, res.kept) == (45, 45)
+    assert count_weights(net, include_bias=True) == (53, 53)
+    assert not any(k.endswith("bias_mask") for k in net.state_dict())

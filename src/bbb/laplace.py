@@ -272,6 +272,19 @@ def _loader(data: Any, likelihood: str, batch_size: int, dtype: torch.dtype,
     return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False), x[:batch_size]
 
 
+def _check_batch_targets(y: Any, likelihood: str, outputs: int) -> None:
+    """A one-line error for a DataLoader batch's targets that do not fit a network of ``outputs``
+    outputs: a regression's must be (rows, outputs) as the network's, a classifier's class indices."""
+    if not isinstance(y, Tensor):
+        raise UserError(f"the DataLoader's targets must be tensors, got {type(y).__name__}")
+    if likelihood == "regression" and (y.dim() != 2 or y.shape[1] != outputs or not y.is_floating_point()):
+        raise UserError(f"a DataLoader's regression targets must be shaped as the network's outputs, (rows, "
+                        f"{outputs}) floating point; got {y.dtype} of shape {tuple(y.shape)}")
+    if likelihood == "classification" and (y.is_floating_point() or y.dim() != 1):
+        raise UserError(f"a DataLoader's classification targets must be class indices, an integer tensor of shape "
+                        f"(rows,); got {y.dtype} of shape {tuple(y.shape)}")
+
+
 def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "regression", hessian: str = "kron",
                            prior: float | str = "marglik", sigma_noise: float | str | None = None,
                            batch_size: int = 256, marglik_steps: int = 300, marglik_lr: float = 0.1,
@@ -357,6 +370,8 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
             raise UserError(f"regression targets must be (n,) or (n, {out.shape[1]}) for this network, got "
                             f"{tuple(y.shape)}")
         loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
+    if isinstance(data, DataLoader):  # its first batch's targets (laplace-torch broadcasts a regression's)
+        _check_batch_targets(next(iter(data))[1], likelihood, out.shape[1])
     if likelihood == "classification" and not isinstance(data, DataLoader):
         y = loader.dataset.tensors[1]  # type: ignore[attr-defined]
         if int(y.min()) < 0 or int(y.max()) >= out.shape[1]:

@@ -256,3 +256,18 @@ def test_the_kfac_noise_maximises_the_marginal_likelihood():
     log_sigma = torch.tensor([s], dtype=torch.float64).log().requires_grad_()
     log_marginal_likelihood(la, prior, log_sigma.exp()).backward()
     assert abs(float(log_sigma.grad)) < 0.05
+
+
+@needs_laplace
+def test_a_dataloader_s_targets_of_another_shape_are_one_line(regression, classification):
+    # (50, 2) regression targets for one output were broadcast by laplace-torch: a silent misfit
+    net, x, y = regression
+    for bad in (y[:, None].repeat(1, 2), y):
+        with pytest.raises(UserError) as err:
+            fit_last_layer_laplace(net, DataLoader(TensorDataset(x, bad), batch_size=64), marglik_steps=0)
+        assert "shaped as the network's outputs" in _one_line(err)
+    net, x, y = classification
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, DataLoader(TensorDataset(x, y.float()), batch_size=64),
+                               likelihood="classification", marglik_steps=0)
+    assert "class indices" in _one_line(err)

@@ -7,7 +7,8 @@ GGN by default), the prior precision (and, for regression, the observation noise
 maximising the Laplace approximation to the marginal likelihood, and the predictive is the
 linearised (GLM) one: for regression a Gaussian per output, for classification the probit
 approximation of the softmax. Nothing is retrained and the network is not changed (laplace-torch
-works on a copy). ::
+works on a copy of it; with ``weights="all"`` on the network itself, so the predictive follows
+later changes of its weights; it predicts in eval mode, and the network's mode is left as it was). ::
 
     from bbb.laplace import fit_last_layer_laplace
 
@@ -117,6 +118,15 @@ class LastLayerLaplace:
         batch_size = check_int("batch_size", batch_size)
         param = next(self.la.model.parameters())
         x = x.to(device=param.device, dtype=param.dtype if x.is_floating_point() else x.dtype)
+        model = self.la.model  # weights="all": the caller's network itself, in whatever mode it is now
+        was = model.training
+        model.eval()  # the MAP network (no dropout), as fitted
+        try:
+            return self._predict(x, noise, batch_size)
+        finally:
+            model.train(was)
+
+    def _predict(self, x: Tensor, noise: bool, batch_size: int) -> Any:
         closed_form = self.weights == "last_layer" and self.hessian == "kron"
         if self.likelihood == "classification" and not closed_form:
             return torch.cat([self.la(xb, pred_type="glm", link_approx="probit") for xb in x.split(batch_size)])
@@ -380,7 +390,11 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
     la = Laplace(model, likelihood, subset_of_weights=weights, hessian_structure=hessian, **kwargs)
     with warnings.catch_warnings():  # torch's forward-mode decompositions (the full GGN) load through torch.jit.script
         warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
-        la.fit(loader)
+        was = model.training
+        try:
+            la.fit(loader)  # (in eval mode; weights="all" fits the caller's network itself)
+        finally:
+            model.train(was)
     log_prior = torch.zeros(1, requires_grad=True) if fixed_prior is None else None
     log_sigma = torch.zeros(1, requires_grad=True) if likelihood == "regression" and fixed_sigma is None else None
     free = [t for t in (log_prior, log_sigma) if t is not None]

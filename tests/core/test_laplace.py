@@ -271,3 +271,19 @@ def test_a_dataloader_s_targets_of_another_shape_are_one_line(regression, classi
         fit_last_layer_laplace(net, DataLoader(TensorDataset(x, y.float()), batch_size=64),
                                likelihood="classification", marglik_steps=0)
     assert "class indices" in _one_line(err)
+
+
+@needs_laplace
+def test_weights_all_keeps_the_network_s_mode_and_predicts_without_dropout(classification):
+    # weights="all" fits the network itself: before, the fit left it in eval mode, and predict ran it
+    # with dropout when it was training again (two calls, two answers)
+    _, x, y = classification
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 2)).train()
+    post = bbb.laplace.fit_laplace(net, (x, y), weights="all", likelihood="classification", marglik_steps=5)
+    assert net.training
+    probs = post.predict(x[:4])
+    torch.testing.assert_close(post.predict(x[:4]), probs)
+    assert net.training
+    net.eval()
+    torch.testing.assert_close(post.predict(x[:4]), probs)

@@ -261,5 +261,18 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
             m.estimator = Estimator(spec["estimator"])
         if "rho_init" in spec:
             m.rho_init = float(spec["rho_init"])
+    _saved_dtypes(model, state)
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def _saved_dtypes(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Each floating-point parameter and buffer of ``model`` in the dtype ``state`` holds it in (a
+    model kept partly in float32, as transformers' ``_keep_in_fp32_modules``, loads exact rather than
+    rounded to the dtype of the record)."""
+    for key, saved in state.items():
+        owner, _, attr = key.rpartition(".")
+        t = getattr(model.get_submodule(owner), attr, None)
+        if (isinstance(t, torch.Tensor) and t.is_floating_point() and saved.is_floating_point()
+                and t.dtype != saved.dtype):
+            t.data = t.data.to(saved.dtype)

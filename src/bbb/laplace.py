@@ -7,7 +7,8 @@ GGN by default), the prior precision (and, for regression, the observation noise
 maximising the Laplace approximation to the marginal likelihood, and the predictive is the
 linearised (GLM) one: for regression a Gaussian per output, for classification the probit
 approximation of the softmax. Nothing is retrained and the network is not changed (laplace-torch
-works on a copy). ::
+works on a copy of it; with ``weights="all"`` on the network itself, so the predictive follows
+later changes of its weights; it predicts in eval mode, and the network's mode is left as it was). ::
 
     from bbb.laplace import fit_last_layer_laplace
 
@@ -40,7 +41,7 @@ from .nn import BayesModule
 from .options import choice
 
 __all__ = ["LIKELIHOODS", "HESSIANS", "WEIGHTS", "INSTALL", "LastLayerLaplace", "fit_laplace",
-           "fit_last_layer_laplace", "laplace_available", "require_laplace"]
+           "fit_last_layer_laplace", "laplace_available", "log_marginal_likelihood", "require_laplace"]
 
 #: what a network's output is: a regression's mean (Gaussian noise), or a classifier's logits
 LIKELIHOODS = ("regression", "classification")
@@ -117,6 +118,15 @@ class LastLayerLaplace:
         batch_size = check_int("batch_size", batch_size)
         param = next(self.la.model.parameters())
         x = x.to(device=param.device, dtype=param.dtype if x.is_floating_point() else x.dtype)
+        model = self.la.model  # weights="all": the caller's network itself, in whatever mode it is now
+        was = model.training
+        model.eval()  # the MAP network (no dropout), as fitted
+        try:
+            return self._predict(x, noise, batch_size)
+        finally:
+            model.train(was)
+
+    def _predict(self, x: Tensor, noise: bool, batch_size: int) -> Any:
         closed_form = self.weights == "last_layer" and self.hessian == "kron"
         if self.likelihood == "classification" and not closed_form:
             return torch.cat([self.la(xb, pred_type="glm", link_approx="probit") for xb in x.split(batch_size)])
@@ -184,6 +194,34 @@ class LastLayerLaplace:
                 "n_data": self.n_data, "n_params": self.n_params, "weights": self.weights}
 
 
+def log_marginal_likelihood(la: Any, prior_precision: Tensor | None = None,
+                            sigma_noise: Tensor | None = None) -> Tensor:
+    """laplace-torch's Laplace approximation to the log marginal likelihood of the fitted ``la`` at
+    ``prior_precision`` and ``sigma_noise`` (None: the current; both are set on ``la``, as its
+    own ``log_marginal_likelihood`` does), differentiable in both. A KFAC posterior's
+    log-determinant is formed here: laplace-torch 0.3 scales the Kronecker factors by
+    ``math.pow`` of 1/sigma_noise^2, a Python float, so its value is right but its gradient in
+    sigma_noise leaves the log-determinant out (the noise then converges to the residuals' rms)."""
+    if prior_precision is not None:
+        la.prior_precision = prior_precision
+    if sigma_noise is not None:
+        la.sigma_noise = sigma_noise
+    H = la.H
+    if not (hasattr(H, "eigenvalues") and hasattr(H, "deltas")):  # not a (decomposed) KFAC
+        return la.log_marginal_likelihood()
+    factor = 1.0 / (la.sigma_noise.square() * la.temperature)  # what scales the loss's curvature
+    logdet = torch.zeros((), dtype=la.sigma_noise.dtype, device=la.sigma_noise.device)
+    for ls, delta in zip(H.eigenvalues, H.deltas + la.prior_precision, strict=True):
+        if len(ls) == 1:
+            logdet = logdet + torch.log(ls[0] * factor + delta).sum()
+        elif getattr(la, "damping", False):
+            root = factor.sqrt()
+            logdet = logdet + torch.log(torch.outer(ls[0] * root + delta.sqrt(), ls[1] * root + delta.sqrt())).sum()
+        else:
+            logdet = logdet + torch.log(torch.outer(ls[0], ls[1]) * factor + delta).sum()
+    return la.log_likelihood - 0.5 * (logdet - la.log_det_prior_precision + la.scatter)
+
+
 def _hyper(name: str, value: Any) -> float | None:
     """None for ``"marglik"``, else a positive finite number."""
     if isinstance(value, str):
@@ -242,6 +280,19 @@ def _loader(data: Any, likelihood: str, batch_size: int, dtype: torch.dtype,
         if not torch.isfinite(y).all():
             raise UserError("the targets hold NaN or infinite values")
     return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False), x[:batch_size]
+
+
+def _check_batch_targets(y: Any, likelihood: str, outputs: int) -> None:
+    """A one-line error for a DataLoader batch's targets that do not fit a network of ``outputs``
+    outputs: a regression's must be (rows, outputs) as the network's, a classifier's class indices."""
+    if not isinstance(y, Tensor):
+        raise UserError(f"the DataLoader's targets must be tensors, got {type(y).__name__}")
+    if likelihood == "regression" and (y.dim() != 2 or y.shape[1] != outputs or not y.is_floating_point()):
+        raise UserError(f"a DataLoader's regression targets must be shaped as the network's outputs, (rows, "
+                        f"{outputs}) floating point; got {y.dtype} of shape {tuple(y.shape)}")
+    if likelihood == "classification" and (y.is_floating_point() or y.dim() != 1):
+        raise UserError(f"a DataLoader's classification targets must be class indices, an integer tensor of shape "
+                        f"(rows,); got {y.dtype} of shape {tuple(y.shape)}")
 
 
 def fit_last_layer_laplace(model: nn.Module, data: Any, *, likelihood: str = "regression", hessian: str = "kron",
@@ -329,6 +380,8 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
             raise UserError(f"regression targets must be (n,) or (n, {out.shape[1]}) for this network, got "
                             f"{tuple(y.shape)}")
         loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
+    if isinstance(data, DataLoader):  # its first batch's targets (laplace-torch broadcasts a regression's)
+        _check_batch_targets(next(iter(data))[1], likelihood, out.shape[1])
     if likelihood == "classification" and not isinstance(data, DataLoader):
         y = loader.dataset.tensors[1]  # type: ignore[attr-defined]
         if int(y.min()) < 0 or int(y.max()) >= out.shape[1]:
@@ -337,7 +390,11 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
     la = Laplace(model, likelihood, subset_of_weights=weights, hessian_structure=hessian, **kwargs)
     with warnings.catch_warnings():  # torch's forward-mode decompositions (the full GGN) load through torch.jit.script
         warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
-        la.fit(loader)
+        was = model.training
+        try:
+            la.fit(loader)  # (in eval mode; weights="all" fits the caller's network itself)
+        finally:
+            model.train(was)
     log_prior = torch.zeros(1, requires_grad=True) if fixed_prior is None else None
     log_sigma = torch.zeros(1, requires_grad=True) if likelihood == "regression" and fixed_sigma is None else None
     free = [t for t in (log_prior, log_sigma) if t is not None]
@@ -345,21 +402,19 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
         la.prior_precision = fixed_prior
     if free:
         opt = torch.optim.Adam(free, lr=marglik_lr)
-        with warnings.catch_warnings():  # laplace-torch's KFAC log-determinant reads a scalar of the graph
-            warnings.filterwarnings("ignore", "Converting a tensor with requires_grad", UserWarning)
-            for _ in range(marglik_steps):
-                opt.zero_grad()
-                neg = -la.log_marginal_likelihood(None if log_prior is None else log_prior.exp(),
-                                                  None if log_sigma is None else log_sigma.exp())
-                neg.backward()
-                opt.step()
+        for _ in range(marglik_steps):
+            opt.zero_grad()
+            neg = -log_marginal_likelihood(la, None if log_prior is None else log_prior.exp(),
+                                           None if log_sigma is None else log_sigma.exp())
+            neg.backward()
+            opt.step()
         with torch.no_grad():
             if log_prior is not None:
                 la.prior_precision = log_prior.exp().detach()
             if log_sigma is not None:
                 la.sigma_noise = log_sigma.exp().detach()
     with torch.no_grad():
-        lml = float(la.log_marginal_likelihood())
+        lml = float(log_marginal_likelihood(la))
     prior_precision = float(la.prior_precision.reshape(-1)[0])
     sigma = float(la.sigma_noise) if likelihood == "regression" else None
     if not (math.isfinite(prior_precision) and prior_precision > 0 and (sigma is None or math.isfinite(sigma))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -392,13 +392,38 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
         m.estimator = Estimator(spec["estimator"])
         m.rho_init = float(spec["rho_init"])
     weights = _bbb_state(load_peft_weights(str(src)))
+    masks = _expect_masks(model, made.values(), weights)
     result: Any = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
     missing = [k for k in result.missing_keys if f".{adapter_name}." in k]
+    for k in [k for k in missing if k in masks]:  # a layer the pruning left without a mask
+        module, _, buffer = k.rpartition(".")
+        delattr(model.get_submodule(module), buffer)
+        missing.remove(k)
     unexpected = [k for k in result.unexpected_keys]
     if missing or unexpected:
         raise UserError(f"the adapter in {src} did not load exact: {len(missing)} missing key(s) "
                         f"({', '.join(missing[:2])}), {len(unexpected)} unexpected ({', '.join(unexpected[:2])})")
     return model.eval()
+
+
+def _expect_masks(model: nn.Module, layers: Iterable[BayesModule], saved: dict[str, torch.Tensor]) -> set[str]:
+    """A pruned adapter (:mod:`bbb.prune`; its masks saved as ``..._mask``): a mask of ones on every
+    posterior of ``layers`` of the kinds the saved state has masks for, as peft loads a saved key only
+    onto a key the model has already; returns these masks' ``state_dict`` keys."""
+    kinds = {k.rpartition(".")[2] for k in saved if k.endswith("_mask")}
+    if not kinds:
+        return set()
+    ids = {id(m) for m in layers}
+    keys = set()
+    for module_name, m in model.named_modules():
+        if id(m) not in ids or not isinstance(m, BayesModule):
+            continue
+        for name in m.param_names():
+            if f"{name}_mask" in kinds:
+                if getattr(m, f"{name}_mask", None) is None:
+                    m.register_buffer(f"{name}_mask", torch.ones_like(m.mu(name)))
+                keys.add(f"{module_name}.{name}_mask")
+    return keys
 
 
 #: rho's learning rate over the means' that the docs recommend for a Bayesian LoRA fine-tune with Adam

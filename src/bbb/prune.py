@@ -80,11 +80,13 @@ class PruneResult:
 def prune(model: nn.Module, fraction: float, include_bias: bool = False) -> PruneResult:
     """Zero exactly floor(fraction * N) of the N weights, those with the lowest |mu|/sigma.
 
-    Replaces any earlier mask. Returns how many weights remain and the SNR threshold.
+    Replaces every earlier mask (a bias pruned earlier with ``include_bias`` is restored when the
+    biases are not ranked now). Returns how many weights remain and the SNR threshold.
     """
     if not (0.0 <= fraction <= 1.0) or math.isnan(fraction):
         raise UserError(f"fraction to prune must be in [0, 1], got {fraction}")
     targets = _targets(model, include_bias)
+    unprune(model)  # every earlier mask, a bias's too when the biases are not ranked now
     snr = signal_to_noise(model, include_bias)
     n = snr.numel()
     n_remove = int(math.floor(fraction * n + 1e-9))

@@ -322,6 +322,20 @@ def test_save_pretrained_and_from_pretrained_are_exact(tmp_path):
     assert torch.equal(model(x).logits, again(x).logits)
 
 
+def test_a_layer_kept_in_float32_loads_back_in_float32(tmp_path):
+    """A bf16 model with one Bayesian layer kept in float32 (as transformers' _keep_in_fp32_modules):
+    before, every tensor came back in the record's one dtype, that layer's mu and rho rounded."""
+    model = _trained_gpt2().to(torch.bfloat16)
+    layer = model.transformer.h[0].mlp.c_proj
+    layer.float()
+    with torch.no_grad():
+        layer.weight_rho.add_(1e-3 * torch.randn_like(layer.weight_rho))  # not representable in bf16
+    again = bbb.from_pretrained(bbb.save_pretrained(model, tmp_path / "mixed"))
+    a, b = model.state_dict(), again.state_dict()
+    assert all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+    assert again.transformer.h[0].mlp.c_proj.weight_rho.dtype == torch.float32
+
+
 def test_folder_from_transformers_save_pretrained(tmp_path):
     """transformers' own save_pretrained writes the posterior; its from_pretrained builds the
     deterministic model (random layers); bbb.from_pretrained loads it exact."""

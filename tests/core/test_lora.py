@@ -412,6 +412,26 @@ def test_save_pretrained_and_load_every_posterior_exact(tmp_path, lora):
     torch.testing.assert_close(again(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
+def test_a_pruned_adapter_loads_back_with_its_masks(tmp_path):
+    from bbb.prune import count_weights, prune
+
+    model = _lora_gpt2()
+    bbb.bayesianize(model, lora="AB")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_()
+    res = prune(model, 0.5)
+    model.save_pretrained(tmp_path)
+    again = bbb.from_pretrained(tmp_path, base_model=_gpt2())  # (was: 4 unexpected keys, *.weight_mask)
+    assert count_weights(again) == count_weights(model) == (res.total, res.kept) and res.kept < res.total
+    mine = {k: v for k, v in model.state_dict().items() if k.endswith("_mask")}
+    theirs = {k: v for k, v in again.state_dict().items() if k.endswith("_mask")}
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    ids = _ids()
+    torch.testing.assert_close(again(input_ids=ids).logits, model.eval()(input_ids=ids).logits)
+
+
 def test_peft_loader_on_a_bayesian_adapter_loads_the_means_with_a_warning(tmp_path):
     from peft import PeftModel
 

@@ -116,3 +116,43 @@ def test_a_pruned_weight_keeps_its_gaussian_kl_on_both_paths():
     with eng.sampling():
         out = elbo(torch.randn(4, 6), torch.randint(0, 3, (4,)))
     assert float(out.kl.detach()) == pytest.approx(before, rel=1e-6)
+
+
+def test_prune_replaces_an_earlier_bias_mask():
+    net = _net()
+    prune(net, 0.5, include_bias=True)
+    res = prune(net, 0.0)
+    assert (res.total, res.kept) == (45, 45)
+    assert count_weights(net, include_bias=True) == (53, 53)
+    assert not any(k.endswith("bias_mask") for k in net.state_dict())
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "local"])
+def test_a_pruned_population_has_its_pruned_weights_zero_in_every_sample(estimator):
+    from bbb.nn import BayesPopulation
+
+    torch.manual_seed(0)
+    pop = BayesPopulation(4, [3], 2, bayesian=2, estimator=estimator)
+    x = torch.randn(2, 5, 4)
+    prune(pop, 0.5, include_bias=True)
+
+    def outputs():
+        torch.manual_seed(1)
+        with sampling(pop, "sample"):
+            drawn = pop(x, num_samples=2)
+        return drawn, pop.eval()(x)
+
+    before = outputs()
+    with torch.no_grad():  # what a pruned weight's posterior holds must not reach the output
+        for layer in pop.bayes:
+            for name in ("weight", "bias"):
+                off = 1 - getattr(layer, f"{name}_mask")
+                layer.mu(name).add_(5 * off)
+                layer.rho(name).add_(3 * off)
+    for a, b in zip(before, outputs()):
+        torch.testing.assert_close(a, b)
+    member = pop.member(1).eval()  # a member taken out keeps its mask, and goes back with it
+    torch.testing.assert_close(member(x[1]), before[1][1])
+    fresh = BayesPopulation(4, [3], 2, bayesian=2, estimator=estimator)
+    fresh.load_member(1, member)
+    torch.testing.assert_close(fresh.eval()(x)[1], before[1][1])

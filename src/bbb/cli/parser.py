@@ -265,14 +265,16 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_prune_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb prune``."""
-    p.description = ("Remove the weights with the lowest |mu|/sigma and report the test error "
+    p.description = ("Remove the weights with the lowest |mu|/sigma (sigma = softplus(rho)), ranked over all "
+                     "layers together, biases kept and not counted, and report the test error "
                      "with the mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. "
                      "bbb and ivon runs only.")
     p.epilog = "Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98"
     add_run_dir_arguments(p, "a directory written by bbb train --method bbb (or ivon)", "last",
                       "checkpoint (last: the paper prunes the end of training)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.5, 0.75, 0.95, 0.98],
-                   metavar="F", help="fractions of weights to remove (default: 0 0.5 0.75 0.95 0.98)")
+                   metavar="F", help="fractions of the weights (not biases) to remove, floor(F * N) of N "
+                   "(default: 0 0.5 0.75 0.95 0.98)")
     from .predict import add_moved_data
 
     add_moved_data(p)

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import MemberPrior, Prior, softplus
+from ..distributions import MemberPrior, Prior
 from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
@@ -166,6 +166,28 @@ def _layer_at(layers: nn.ModuleList, i: int, cls: type[_M]) -> _M:
     return layer
 
 
+def _masks(layer: nn.Module) -> list[tuple[str, Tensor]]:
+    """The pruning masks (:mod:`bbb.prune`) a layer holds: (name, mask) of its weight and bias."""
+    out = [(n, getattr(layer, f"{n}_mask", None)) for n in ("weight", "bias")]
+    return [(n, m) for n, m in out if isinstance(m, Tensor)]
+
+
+def _load_mask(dst: PopulationBayesLinear, r: int, src: BayesLinear) -> None:
+    """Member r's pruning masks in ``dst`` from ``src``'s (all ones where ``src`` is not pruned);
+    a population not pruned yet takes masks of ones for the other members."""
+    for name in ("weight", "bias"):
+        given, mask = getattr(src, f"{name}_mask", None), getattr(dst, f"{name}_mask", None)
+        if given is None and mask is None:
+            continue
+        if not isinstance(mask, Tensor):
+            mask = torch.ones_like(dst.mu(name))
+            dst.register_buffer(f"{name}_mask", mask)
+        if given is None:
+            mask[r].fill_(1.0)
+        else:
+            mask[r].copy_(given.T if name == "weight" else given)
+
+
 class PopulationBayesLinear(BayesModule):
     """``members`` independent :class:`~bbb.nn.BayesLinear` layers (reparameterisation or local
     reparameterisation estimator).
@@ -214,9 +236,9 @@ class PopulationBayesLinear(BayesModule):
         with ``k``, or the posterior means (expanded to k) when the layer is not sampling. Draws
         go through the sample providers and recorder of :mod:`bbb.nn` (engine, counter noise,
         Monte Carlo KL) as :class:`~bbb.nn.BayesLinear`'s do."""
-        if self.is_sampling():
-            return self._draw("weight", k)[2], self._draw("bias", k)[2]
-        w, b = self.mu("weight"), self.mu("bias")
+        if self.is_sampling():  # a pruned weight (bbb.prune's mask) is 0 in every draw
+            return self._masked("weight", self._draw("weight", k)[2]), self._masked("bias", self._draw("bias", k)[2])
+        w, b = self._masked("weight", self.mu("weight")), self._masked("bias", self.mu("bias"))
         if k is not None:
             w, b = w.expand(k, *w.shape), b.expand(k, *b.shape)
         return w, b
@@ -241,8 +263,8 @@ class PopulationBayesLinear(BayesModule):
         if isinstance(x, OneHot):
             raise UserError("the local estimator of a population takes dense inputs; pass OneHot.to_dense()")
         xm = x if k is None else x.transpose(0, 1).reshape(self.members, -1, x.shape[-1])  # (M, k*R, in)
-        ws, bs = softplus(self.rho("weight")), softplus(self.rho("bias"))
-        mean = population_linear(xm, self.mu("weight"), self.mu("bias"))
+        ws, bs = self._masked_sigma("weight"), self._masked_sigma("bias")
+        mean = population_linear(xm, self._masked("weight", self.mu("weight")), self._masked("bias", self.mu("bias")))
         var = population_linear(xm * xm, ws * ws, bs * bs)
         provider = PROVIDER.get()
         noise = None if provider is None else provider.preactivation_noise(self, tuple(mean.shape))
@@ -447,6 +469,8 @@ class BayesPopulation(nn.Module):
                     dst.rho("weight").copy_(src.rho("weight")[r].T)
                     dst.mu("bias").copy_(src.mu("bias")[r])
                     dst.rho("bias").copy_(src.rho("bias")[r])
+                    for name, mask in _masks(src):  # pruned (bbb.prune): the member's mask too
+                        dst.register_buffer(f"{name}_mask", (mask[r].T if name == "weight" else mask[r]).clone())
                 else:
                     det = self._det(i)
                     dst.mu("weight").copy_(det.weight[r].T)
@@ -469,6 +493,7 @@ class BayesPopulation(nn.Module):
                     dst.rho("weight")[r].copy_(src.rho("weight").T)
                     dst.mu("bias")[r].copy_(src.mu("bias"))
                     dst.rho("bias")[r].copy_(src.rho("bias"))
+                    _load_mask(dst, r, src)
                 else:
                     det = self._det(i)
                     det.weight[r].copy_(src.mu("weight").T)

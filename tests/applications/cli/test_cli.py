@@ -57,6 +57,13 @@ def test_help_of_every_subcommand(capsys, command):
     assert first[0] == "bbb" and len(first) > 2, first
 
 
+def test_prune_help_says_what_is_ranked(capsys):
+    """Before, bbb prune's --help said neither that the biases are kept nor that the ranking is global."""
+    rc, out, _ = run_main(capsys, "prune", "--help")
+    text = " ".join(out.split())
+    assert rc == 0 and "biases kept" in text and "all layers together" in text and "softplus(rho)" in text
+
+
 def test_top_level_help_lists_commands(capsys):
     rc, out, _ = run_main(capsys, "--help")
     assert rc == 0 and "Example" in out

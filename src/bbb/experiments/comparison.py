@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_csv, atomic_write_text
+from .which import same_score
 
 __all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
            "collect", "comparison_rows", "main", "write_comparison"]
@@ -298,15 +298,9 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
     return out
 
 
-def _tied(a: float, b: float) -> bool:
-    """Two runs' scores are one value (an error rate or a coverage is a fraction of the same test
-    rows: equal scores are common), up to the last bits of a sum's order: neither run wins."""
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
-
-
 def _ranked(r: float, other: float, better: bool, other_method: str) -> str:
     """``best``, ``tied for the best with M`` or ``not the best (M wins)``."""
-    if _tied(r, other):
+    if same_score(r, other):
         return f"tied for the best with {other_method}"
     return "best" if better else f"not the best ({other_method} wins)"
 
@@ -317,11 +311,11 @@ def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, A
     runs of its architecture and dataset."""
     out = []
     if sgd is not None:
-        word = "the same as" if _tied(r["ece"], sgd["ece"]) else "lower than" if r["ece"] < sgd["ece"] \
+        word = "the same as" if same_score(r["ece"], sgd["ece"]) else "lower than" if r["ece"] < sgd["ece"] \
             else "NOT lower than"
         out.append(f"{where}: {label}'s ECE ({r['ece']:.2f}%) is {word} SGD's ({sgd['ece']:.2f}%).")
     if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
-        word = "the same as" if _tied(r["auroc_mi"], drop["auroc_mi"]) else "higher than" \
+        word = "the same as" if same_score(r["auroc_mi"], drop["auroc_mi"]) else "higher than" \
             if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher than"
         out.append(f"{where}: {label}'s OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
                    f"MC dropout's ({drop['auroc_mi']:.4f}).")

@@ -17,7 +17,7 @@ from ..cli.common import add_out
 from ..errors import UserError
 from ..io import atomic_write_text
 
-__all__ = ["Score", "Task", "Benchmark", "winners", "load_benchmarks", "render", "add_arguments", "main",
+__all__ = ["Score", "Task", "Benchmark", "same_score", "winners", "load_benchmarks", "render", "add_arguments", "main",
            "EXAMPLE", "TIE_SE"]
 
 EXAMPLE = ("bbb reproduce which --out docs/which_method.md   # the committed page, from results/\n"
@@ -65,6 +65,14 @@ def difference_se(a: Score, b: Score) -> float:
     return math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
 
 
+def same_score(a: float, b: float) -> bool:
+    """Whether two reported scores are one value: equal up to the last bits that the order of a sum
+    leaves (an error rate, a coverage or a calibration gap is a fraction of the same test rows, and
+    two methods often share it exactly: 43/4800 for BBB's and IVON's gap on UCI wine, computed
+    4e-17 apart). Such scores tie; neither is better."""
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+
+
 def winners(task: Task, higher_is_better: bool, tie_se: float = TIE_SE) -> list[str]:
     """The best method of ``task`` and those tied with it: within ``tie_se`` standard errors of the
     difference from the best (paired over splits or seeds where the files give them; a method with
@@ -72,7 +80,8 @@ def winners(task: Task, higher_is_better: bool, tie_se: float = TIE_SE) -> list[
     sign = 1.0 if higher_is_better else -1.0
     best = max(task.scores, key=lambda m: sign * task.scores[m].mean)
     b = task.scores[best]
-    out = [m for m, s in task.scores.items() if sign * (b.mean - s.mean) <= tie_se * difference_se(b, s)]
+    out = [m for m, s in task.scores.items()
+           if sign * (b.mean - s.mean) <= tie_se * difference_se(b, s) or same_score(b.mean, s.mean)]
     return sorted(out, key=lambda m: -sign * task.scores[m].mean)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bbb.experiments.which import Benchmark, Score, Task, difference_se, load_benchmarks, render, winners
+from bbb.experiments.which import Benchmark, Score, Task, difference_se, load_benchmarks, render, same_score, winners
 from testkit import run_main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,6 +35,14 @@ def test_paired_units_separate_what_independent_means_call_a_tie():
 def test_a_method_without_spread_ties_only_on_an_equal_score():
     assert winners(Task("x", {"a": Score(1.5, None), "b": Score(1.4, None)}), False) == ["b"]
     assert winners(Task("x", {"a": Score(1.4, None), "b": Score(1.4, None)}), False) == ["a", "b"]
+
+
+def test_scores_equal_but_for_a_sums_order_are_one_value_and_tie():
+    """43/4800 summed in two orders (4e-17 apart, BBB's and IVON's UCI wine gap): one value, a tie."""
+    a, b = 0.008958333333333327, 0.00895833333333329
+    assert a != b and same_score(a, b) and not same_score(a, a * (1 + 1e-9))
+    task = Task("gap", {"bbb": Score(a, None), "ivon": Score(b, None), "sgd": Score(0.012, None)})
+    assert sorted(winners(task, higher_is_better=False)) == ["bbb", "ivon"]
 
 
 def test_the_page_counts_wins_and_ties_and_names_the_cost():

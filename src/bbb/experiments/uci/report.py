@@ -21,6 +21,7 @@ from typing import Any
 
 from ...data.uci import UCI_DATASETS
 from ...io import atomic_write_csv, atomic_write_text
+from ..which import same_score
 from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
@@ -304,13 +305,6 @@ def by_method(method_rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str
     return out
 
 
-def _same(a: float, b: float) -> bool:
-    """Whether two of the tables' numbers are one value: equal up to the last bits that the order
-    of a sum leaves (a calibration gap is a mean of fractions of the same test rows, and two
-    methods often share it exactly: 43/4800 for BBB and IVON on wine, computed 4e-17 apart)."""
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
-
-
 def _markdown(method_rows: list[dict[str, Any]]) -> str:
     pub = published()
     ours = by_method(method_rows)
@@ -325,7 +319,7 @@ def _markdown(method_rows: list[dict[str, Any]]) -> str:
         for d in datasets:
             means = {m: ours[m][d][f"{metric}_mean"] for m in names if d in ours[m]}
             best = (min if metric == "rmse" else max)(means.values()) if len(means) > 1 else None
-            cells = [cell((means[m], ours[m][d][f"{metric}_se"]), bold=best is not None and _same(means[m], best))
+            cells = [cell((means[m], ours[m][d][f"{metric}_se"]), bold=best is not None and same_score(means[m], best))
                      if m in means else "-"
                      for m in names]
             cells += [cell(pub.get((d, metric, k)), decimals=2) for k in PUBLISHED_METHODS]  # as published
@@ -358,7 +352,7 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
                 continue
             r = rows[(m, d)]
             gap = f"{100 * r['calibration_gap']:.1f}"
-            gap = f"**{gap}**" if len(gaps) > 1 and _same(gaps[m], min(gaps.values())) else gap
+            gap = f"**{gap}**" if len(gaps) > 1 and same_score(gaps[m], min(gaps.values())) else gap
             se = f" +- {100 * r['calibration_gap_se']:.1f}" if "calibration_gap_se" in r else ""
             cells.append(" / ".join(f"{100 * c:.0f}" for c in coverage_levels(r).values())
                          + f" (gap {gap}{se}, {100 * r['coverage_bias']:+.1f})")
@@ -369,7 +363,7 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
 def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     """On how many datasets BBB's mean test LL is above, its RMSE below and its intervals' calibration
     gap below each of our other methods' (the datasets both have; the gap where both rows have it;
-    one value, :func:`_same`, is neither above nor below)."""
+    one value, :func:`bbb.experiments.which.same_score`, is neither above nor below)."""
     ours = by_method(method_rows)
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}
@@ -380,7 +374,7 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
             continue
         out[f"datasets_vs_{m}"] = len(both)
         def above(a: float, b: float) -> bool:
-            return a > b and not _same(a, b)
+            return a > b and not same_score(a, b)
 
         out[f"ll_above_{m}"] = sum(above(bbb[d]["ll_mean"], ours[m][d]["ll_mean"]) for d in both)
         out[f"rmse_below_{m}"] = sum(above(ours[m][d]["rmse_mean"], bbb[d]["rmse_mean"]) for d in both)

@@ -24,7 +24,7 @@ from typing import Any
 from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_csv, atomic_write_text
-from .which import same_score
+from .ties import same_score
 
 __all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
            "collect", "comparison_rows", "main", "write_comparison"]

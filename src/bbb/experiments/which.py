@@ -16,8 +16,9 @@ from pathlib import Path
 from ..cli.common import add_out
 from ..errors import UserError
 from ..io import atomic_write_text
+from .ties import same_score
 
-__all__ = ["Score", "Task", "Benchmark", "same_score", "winners", "load_benchmarks", "render", "add_arguments", "main",
+__all__ = ["Score", "Task", "Benchmark", "winners", "load_benchmarks", "render", "add_arguments", "main",
            "EXAMPLE", "TIE_SE"]
 
 EXAMPLE = ("bbb reproduce which --out docs/which_method.md   # the committed page, from results/\n"
@@ -63,14 +64,6 @@ def difference_se(a: Score, b: Score) -> float:
         m = sum(d) / len(d)
         return math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
     return math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
-
-
-def same_score(a: float, b: float) -> bool:
-    """Whether two reported scores are one value: equal up to the last bits that the order of a sum
-    leaves (an error rate, a coverage or a calibration gap is a fraction of the same test rows, and
-    two methods often share it exactly: 43/4800 for BBB's and IVON's gap on UCI wine, computed
-    4e-17 apart). Such scores tie; neither is better."""
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
 
 
 def winners(task: Task, higher_is_better: bool, tie_se: float = TIE_SE) -> list[str]:

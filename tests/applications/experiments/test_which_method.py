@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bbb.experiments.which import Benchmark, Score, Task, difference_se, load_benchmarks, render, same_score, winners
+from bbb.experiments.ties import same_score
+from bbb.experiments.which import Benchmark, Score, Task, difference_se, load_benchmarks, render, winners
 from testkit import run_main
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...data.uci import UCI_DATASETS
 from ...io import atomic_write_csv, atomic_write_text
-from ..which import same_score
+from ..ties import same_score
 from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
@@ -363,7 +363,7 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
 def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     """On how many datasets BBB's mean test LL is above, its RMSE below and its intervals' calibration
     gap below each of our other methods' (the datasets both have; the gap where both rows have it;
-    one value, :func:`bbb.experiments.which.same_score`, is neither above nor below)."""
+    one value, :func:`bbb.experiments.ties.same_score`, is neither above nor below)."""
     ours = by_method(method_rows)
     bbb = ours.get(UCIMethod.BBB.value, {})
     out: dict[str, int] = {}

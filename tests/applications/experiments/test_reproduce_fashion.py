@@ -108,6 +108,10 @@ def test_a_job_stopped_after_an_epoch_goes_on_to_the_same_bits(fake_data, no_ver
     a = torch.load(tmp_path / "a" / job.name / "probs.pt", weights_only=True)
     b = torch.load(tmp_path / "b" / job.name / "probs.pt", weights_only=True)
     assert torch.equal(a["eval"], b["eval"]) and torch.equal(a["ood"], b["ood"])
+    # the fake OOD images are the test images (fashion-mnist/ is a copy of mnist/): the same sampled
+    # networks score both sets, so the two predictives are one (the OOD set's own draws, seed + 1,
+    # gave each set a Monte Carlo predictive of its own)
+    assert torch.equal(a["eval"], a["ood"]) and whole["ood_auroc"] == 0.5
 
 
 def test_a_job_trains_and_predicts_with_cudnns_deterministic_algorithms(fake_data, no_verify, tmp_path, monkeypatch):

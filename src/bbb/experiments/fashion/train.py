@@ -21,7 +21,7 @@ from ...errors import UserError
 from ...io import atomic_torch_save
 from .settings import BATCH_SIZE, FashionMethod, Phase, Schedule, Setting
 
-__all__ = ["Job", "lenet5", "load_data", "run_job", "scores", "NUM_WEIGHTS"]
+__all__ = ["Job", "lenet5", "load_data", "run_job", "scores", "eval_and_ood_probs", "NUM_WEIGHTS"]
 
 #: LeNet-5 without padding: conv 6@5x5 - pool - conv 16@5x5 - pool - 256-120-84-10
 NUM_WEIGHTS = 44_426
@@ -179,6 +179,15 @@ class _Method:
         return total / samples
 
 
+def eval_and_ood_probs(method: Any, data: dict[str, Tensor], samples: int, seed: int) -> tuple[Tensor, Tensor | None]:
+    """The predictive probabilities of the evaluation images and of the OOD images (None without
+    ``x_ood``), each from ``method.probs`` at the same ``seed``: the same sampled networks score both
+    sets (other draws for the OOD set, as before 2026-11-29's seed + 1, gave each set a Monte Carlo
+    predictive of its own, which moves the AUROC of a set scored against itself off 0.5)."""
+    eval_probs = method.probs(data["x_eval"], samples, seed)
+    return eval_probs, method.probs(data["x_ood"], samples, seed) if "x_ood" in data else None
+
+
 def scores(probs: Tensor, labels: Tensor, ood_probs: Tensor | None = None) -> dict[str, float]:
     """Accuracy (%), NLL, ECE (15 bins), Brier and, with the OOD set's probabilities, the AUROC of
     the predictive entropy separating in- from out-of-distribution images."""
@@ -275,8 +284,7 @@ def _run_job(job: Job, schedule: Schedule, data_dir: str | None, device: torch.d
                                  "seconds": seconds, "losses": losses})
         progress(1)
     t = time.perf_counter()
-    eval_probs = method.probs(data["x_eval"], schedule.test_samples, job.seed)
-    ood_probs = method.probs(data["x_ood"], schedule.test_samples, job.seed + 1) if "x_ood" in data else None
+    eval_probs, ood_probs = eval_and_ood_probs(method, data, schedule.test_samples, job.seed)
     result = {"job": job.name, "method": str(job.method), "seed": job.seed, "phase": str(job.phase),
               "setting": job.setting.label(), "beta": job.setting.beta, "estimator": job.setting.estimator,
               "dropout": job.setting.dropout, "epochs": epoch, "n_train": n, "n_eval": len(data["y_eval"]),

@@ -3,6 +3,7 @@ method of a loaded model, the dataset split, and what ``config.json`` records ab
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 from pathlib import Path
@@ -156,16 +157,34 @@ def _test_rows_elsewhere(cfg: TrainConfig, data: dict[str, Tensor]) -> bool:
     with their labels: pixels of other images (Fashion-MNIST's under ``dataset="mnist"``, your own
     digits), which evaluating the run on ``cfg.dataset`` would replace. False where that test set's
     files are not here to compare with (then the pixel check above decides alone)."""
-    from ..data import load_mnist
+    from ..data import MNIST_FILES, ensure_files
 
     try:
-        images, labels = load_mnist("test", cfg.dataset, cfg.data_dir, download=False)
+        paths = ensure_files(cfg.dataset, MNIST_FILES["test"], data_dir=cfg.data_dir, download=False)
+        stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
     except (UserError, OSError):
         return False
-    known = {(row.tobytes(), label) for row, label in zip(images.flatten(1).numpy(), labels.tolist(), strict=True)}
+    known = _test_set_rows(cfg.dataset, cfg.data_dir, stamp)
+    if known is None:
+        return False
     x, y = data["test_x"][:256], data["test_y"][:256]
     given = (x.double() * cfg.scale).round().to(torch.uint8).numpy()
     return any((row.tobytes(), label) not in known for row, label in zip(given, y.tolist(), strict=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _test_set_rows(dataset: str, data_dir: str | None, stamp: tuple[tuple[str, int, int], ...]
+                   ) -> frozenset[tuple[bytes, int]] | None:
+    """The (pixels, label) rows of ``dataset``'s test set, read once per process for the files
+    ``stamp`` names (their paths, modification times and sizes: a file replaced is read again);
+    None where they do not load."""
+    from ..data import load_mnist
+
+    try:
+        images, labels = load_mnist("test", dataset, data_dir, download=False)
+    except (UserError, OSError):
+        return None
+    return frozenset(zip((row.tobytes() for row in images.flatten(1).numpy()), labels.tolist(), strict=True))
 
 
 def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | None = None) -> TrainConfig:

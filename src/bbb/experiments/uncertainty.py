@@ -101,7 +101,7 @@ def ood_scores(probs: Tensor) -> dict[str, Tensor | None]:
     """Per-example uncertainty scores (higher = more likely OOD) from (k, B, C) probabilities: the
     predictive entropy, the mutual information (None for k = 1) and 1 - max probability, computed
     as the sum of the other classes' probabilities (``1.0 - max`` is 0 for every max that rounds
-    to 1.0, so the confident inputs of both sets tied: AUROC 0.62 for 0.70 on a toy)."""
+    to 1.0, so the confident inputs of both sets would tie)."""
     mean = probs.mean(0)
     pred_h = _entropy_of(mean)
     mi = None
@@ -310,8 +310,8 @@ def ood_probs(nets: list[tuple[nn.Module, str]], x_in: Tensor, x_out: Tensor, sa
               ) -> tuple[Tensor, Tensor]:
     """``bbb ood``'s (k x M, B, C) probabilities of the in-distribution inputs ``x_in`` and of the
     out-of-distribution ``x_out``, from the same k sampled networks of each of the M ``(network,
-    method)`` (other draws for the OOD set made a set scored against itself differ: mutual
-    information AUROC 0.65, not 0.5, with k = 3)."""
+    method)`` (other draws for the OOD set would give each set a Monte Carlo predictive of its own,
+    and a set scored against itself an AUROC off 0.5)."""
     return _members_probs(nets, x_in, samples, seed), _members_probs(nets, x_out, samples, seed)
 
 

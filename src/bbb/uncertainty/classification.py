@@ -92,8 +92,8 @@ def expected_entropy(logits: Tensor) -> Tensor:
 def mutual_information(logits: Tensor) -> Tensor:
     """Predictive entropy minus expected entropy (epistemic part), clamped at 0 against round-off:
     (k, B, C) -> (B,). One sample (k = 1) has none: exactly 0. Float16 / bfloat16 logits are
-    computed in float32 (the difference of two rounded entropies was up to 0.008 nats of noise)
-    and returned in their dtype."""
+    computed in float32 (the difference of two entropies rounded to half precision is noise) and
+    returned in their dtype."""
     _check_logits(logits, "mutual_information")
     if logits.shape[0] == 1:
         return torch.zeros(logits.shape[1:-1], dtype=logits.dtype, device=logits.device)

@@ -182,8 +182,8 @@ class _Method:
 def eval_and_ood_probs(method: Any, data: dict[str, Tensor], samples: int, seed: int) -> tuple[Tensor, Tensor | None]:
     """The predictive probabilities of the evaluation images and of the OOD images (None without
     ``x_ood``), each from ``method.probs`` at the same ``seed``: the same sampled networks score both
-    sets (other draws for the OOD set, as before 2026-11-29's seed + 1, gave each set a Monte Carlo
-    predictive of its own, which moves the AUROC of a set scored against itself off 0.5)."""
+    sets (other draws for the OOD set would give each set a Monte Carlo predictive of its own, and
+    a set scored against itself an AUROC off 0.5)."""
     eval_probs = method.probs(data["x_eval"], samples, seed)
     return eval_probs, method.probs(data["x_ood"], samples, seed) if "x_ood" in data else None
 

@@ -360,6 +360,11 @@ def _coverage_markdown(ours: dict[str, dict[str, dict[str, Any]]], names: list[s
     return lines + [""]
 
 
+def _above(a: float, b: float) -> bool:
+    """``a > b``, where the two are not one value (:func:`bbb.experiments.ties.same_score`)."""
+    return a > b and not same_score(a, b)
+
+
 def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
     """On how many datasets BBB's mean test LL is above, its RMSE below and its intervals' calibration
     gap below each of our other methods' (the datasets both have; the gap where both rows have it;
@@ -373,13 +378,10 @@ def head_to_head(method_rows: list[dict[str, Any]]) -> dict[str, int]:
         if not both:
             continue
         out[f"datasets_vs_{m}"] = len(both)
-        def above(a: float, b: float) -> bool:
-            return a > b and not same_score(a, b)
-
-        out[f"ll_above_{m}"] = sum(above(bbb[d]["ll_mean"], ours[m][d]["ll_mean"]) for d in both)
-        out[f"rmse_below_{m}"] = sum(above(ours[m][d]["rmse_mean"], bbb[d]["rmse_mean"]) for d in both)
+        out[f"ll_above_{m}"] = sum(_above(bbb[d]["ll_mean"], ours[m][d]["ll_mean"]) for d in both)
+        out[f"rmse_below_{m}"] = sum(_above(ours[m][d]["rmse_mean"], bbb[d]["rmse_mean"]) for d in both)
         if all("calibration_gap" in bbb[d] and "calibration_gap" in ours[m][d] for d in both):
-            out[f"calibration_gap_below_{m}"] = sum(above(ours[m][d]["calibration_gap"], bbb[d]["calibration_gap"])
+            out[f"calibration_gap_below_{m}"] = sum(_above(ours[m][d]["calibration_gap"], bbb[d]["calibration_gap"])
                                                     for d in both)
     return out
 

@@ -10,7 +10,7 @@ import pytest
 
 from bbb.cli import main as cli_main
 from bbb.errors import UserError
-from bbb.experiments.bandit import figure6_marks, merge_runs, run_bandit
+from bbb.experiments.bandit import BanditConfig, figure6_marks, merge_runs, run_bandit
 from testkit import read_csv, tiny_bandit_config, tiny_mushrooms
 
 
@@ -70,3 +70,22 @@ def test_the_command_line_refuses_an_option_that_the_merge_would_ignore(parts, t
     err = capsys.readouterr().err
     assert rc == 2 and "drop steps" in err and "Traceback" not in err
     assert not (tmp_path / "m").exists()
+
+
+def test_an_ivon_part_merges_with_parts_that_never_read_its_settings(parts, tmp_path):
+    """The ivon agent's settings come from its part: a part without it (whose config.json has the
+    defaults, or no such entry: written before the agent existed) is not another run's settings."""
+    out, ctx, edible = parts
+    ivon = tmp_path / "ivon"
+    run_bandit(tiny_bandit_config(out=str(ivon), agents=("ivon",), ivon_lr=0.05, ivon_hess_init=0.002),
+               contexts=ctx, edible=edible)
+    older = tmp_path / "older"  # part b as a bbb from before the agent wrote it
+    older.mkdir()
+    for name in ("summary.json", "regret.csv"):
+        (older / name).write_text((out["b"] / name).read_text())
+    cfg = json.loads((out["b"] / "config.json").read_text())
+    assert cfg["ivon_lr"] == BanditConfig().ivon_lr
+    (older / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if not k.startswith("ivon_")}))
+    merge_runs([out["a"], older, ivon], tmp_path / "all", edible=edible)
+    merged = json.loads((tmp_path / "all" / "config.json").read_text())
+    assert merged["agents"][-1] == "ivon" and (merged["ivon_lr"], merged["ivon_hess_init"]) == (0.05, 0.002)

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "output folder (created; resumed if it has a checkpoint)")
     parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default: {d.steps})")
     parser.add_argument("--agents", nargs="+", default=list(d.agents),
-                        help=f"bbb, greedy, egreedy_<eps> (default: {' '.join(d.agents)})")
+                        help=f"bbb, ivon, greedy, egreedy_<eps> (default: {' '.join(d.agents)}); ivon: Thompson "
+                             "sampling from the posterior BBB's free energy targets, learned by IVON (bbb.IVON)")
     add_seeds(parser, list(d.seeds), shared_help("--seeds", "; each is one run of every agent"))
     parser.add_argument("--updates-per-step", type=int, default=d.updates_per_step,
                         help=f"minibatch updates after each interaction (default: {d.updates_per_step})")
@@ -110,6 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=shared_help("--samples", " average of each decision (BBB's Thompson sampling; "
                                                       f"config.json: decision_samples; default: {d.decision_samples})"))
     add_deprecated_alias(parser, "--decision-samples", "--samples", "decision_samples", int)
+    parser.add_argument("--ivon-lr", type=float, default=d.ivon_lr,
+                        help=f"the ivon agent's learning rate (bbb.IVON's lr, rescaled by its hess_init; default: "
+                             f"{d.ivon_lr:g})")
+    parser.add_argument("--ivon-hess-init", type=float, default=d.ivon_hess_init,
+                        help="the ivon agent's initial Hessian estimate, per unit squared error (its loss is the "
+                             "negative log-likelihood times noise_sigma^2): its first sigma is noise_sigma / "
+                             f"sqrt(N hess_init / beta) (default: {d.ivon_hess_init:g})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
                         help=f"write regret.csv rows every N steps (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
@@ -136,7 +144,8 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         sigma_init=args.sigma_init, kl_scale=args.kl_scale, kl_data=args.kl_data, kl_weighting=args.kl_weighting,
         weight_decay=args.weight_decay, likelihood=args.likelihood, estimator=args.estimator,
         kl_warmup=args.kl_warmup,
-        decision_samples=args.decision_samples, log_every=args.log_every, workers=args.workers,
+        decision_samples=args.decision_samples, ivon_lr=args.ivon_lr, ivon_hess_init=args.ivon_hess_init,
+        log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
         quiet=args.quiet, loggers=tuple(args.log or ()))
 

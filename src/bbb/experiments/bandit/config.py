@@ -36,6 +36,10 @@ class KLData(StrOption):
 DEFAULT_AGENTS = ("bbb", "greedy", "egreedy_0.01", "egreedy_0.05")
 
 
+#: IVON's momentum and Hessian averaging (its paper's defaults; beta2 must stay close to 1)
+IVON_BETA1, IVON_BETA2 = 0.9, 0.99999
+
+
 REWARD_EDIBLE = 5.0
 
 
@@ -87,18 +91,23 @@ CHECKPOINT_FORMAT = 3
 
 @dataclass(frozen=True)
 class Agent:
-    """One kind of agent: ``bbb`` (Thompson sampling) or epsilon-greedy with ``epsilon``."""
+    """One kind of agent: ``bbb`` (Thompson sampling, trained by Bayes by Backprop: ``bayesian``),
+    ``ivon`` (Thompson sampling, the same posterior family learned by IVON: ``ivon``) or
+    epsilon-greedy with ``epsilon`` (a deterministic network)."""
 
     name: str
     bayesian: bool
     epsilon: float = 0.0
+    ivon: bool = False
 
 
 def parse_agent(name: str) -> Agent:
-    """``"bbb"``, ``"greedy"`` or ``"egreedy_<eps>"`` (0 <= eps <= 1)."""
+    """``"bbb"``, ``"ivon"``, ``"greedy"`` or ``"egreedy_<eps>"`` (0 <= eps <= 1)."""
     key = str(name).strip().lower()
     if key == "bbb":
         return Agent("bbb", True, 0.0)
+    if key == "ivon":
+        return Agent("ivon", False, 0.0, ivon=True)
     if key == "greedy":
         return Agent("greedy", False, 0.0)
     if key.startswith("egreedy_"):
@@ -109,7 +118,7 @@ def parse_agent(name: str) -> Agent:
         if not (0.0 <= eps <= 1.0):
             raise UserError(f"bad agent {name!r}: epsilon must be a number in [0, 1], e.g. egreedy_0.05")
         return Agent(key, False, eps)
-    raise UserError(f"unknown agent {name!r}; choose bbb, greedy or egreedy_<eps> (e.g. egreedy_0.05)")
+    raise UserError(f"unknown agent {name!r}; choose bbb, ivon, greedy or egreedy_<eps> (e.g. egreedy_0.05)")
 
 
 #: the ``bbb bandit`` options whose name is not their setting's (the library's vocabulary:
@@ -124,9 +133,19 @@ class BanditConfig:
     (the deterministic agents: the same network, likelihood and optimiser, without weight noise
     or KL; ``weight_decay`` adds an L2 penalty to theirs, the MAP counterpart of BBB's prior).
     The defaults are the recipe chosen on seeds 0-2 with runs of 20,000 steps
-    (``results/bandit/SELECTION.md``): Adam 1e-3, likelihood noise 0.1, prior N(0, 1), the
+    (``results/bandit/SELECTION.md``): Adam 1e-3, likelihood noise 0.001, prior N(0, 1), the
     untempered KL (scale 1) over every interaction seen, split over an interaction's updates by
     the paper's 2^(U-i)/(2^U-1).
+
+    The ``ivon`` agent learns the posterior that BBB's free energy targets (the same likelihood,
+    Gaussian prior N(0, prior_sigma^2), N and ``kl_scale``) by IVON's natural-gradient update
+    (:class:`bbb.IVON`) instead of Adam on the free energy; its own settings are ``ivon_lr`` and
+    ``ivon_hess_init``, in the units of the loss it is given: each example's negative
+    log-likelihood times noise_sigma^2 (the squared error / 2 of the Gaussian likelihood), with
+    effective sample size N / (kl_scale noise_sigma^2) and weight decay kl_scale noise_sigma^2 /
+    (prior_sigma^2 N), so that ess times its objective is BBB's free energy divided by
+    kl_scale. Its Hessian estimate h is then per unit squared error; sigma = 1 / sqrt(ess (h +
+    weight decay)) starts at noise_sigma / sqrt(N hess_init / kl_scale).
     """
 
     steps: int = 50_000
@@ -150,6 +169,8 @@ class BanditConfig:
     kl_weighting: KLWeighting = KLWeighting.BLUNDELL
     weight_decay: float = 0.0
     decision_samples: int = 2
+    ivon_lr: float = 0.1
+    ivon_hess_init: float = 0.01
     estimator: Estimator = Estimator.REPARAM
     likelihood: BanditLikelihood = BanditLikelihood.GAUSSIAN
     kl_warmup: int = 0
@@ -200,7 +221,8 @@ class BanditConfig:
             if kind is not prior and getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
                 raise SettingError(name, f"applies to --prior {kind.value}, not to --prior {prior.value}; "
                                    f"leave it out, or give --prior {kind.value}")
-        for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale"):
+        for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale", "ivon_lr",
+                     "ivon_hess_init"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise SettingError(name, f"must be a finite number > 0, got {v!r}")
@@ -209,6 +231,17 @@ class BanditConfig:
             raise SettingError("weight_decay", f"must be a finite number >= 0, got {wd!r}")
         if not self.agents:
             raise UserError("give at least one agent")
+        ivon = any(parse_agent(a).ivon for a in self.agents)
+        if ivon and prior is not PriorKind.GAUSSIAN:
+            raise UserError("the ivon agent's prior is IVON's Gaussian (its weight decay): run it with --prior "
+                            "gaussian, or the mixture without it")
+        if ivon and self.kl_warmup:
+            raise UserError("--kl-warmup applies to the BBB agents' KL; IVON's prior is in its update: run the "
+                            "ivon agent without it")
+        if not ivon:
+            for name in ("ivon_lr", "ivon_hess_init"):  # never read without an ivon agent
+                if getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
+                    raise SettingError(name, "applies to the ivon agent: add ivon to --agents, or leave it out")
         if self.loggers and not self.out:
             raise UserError("--log writes its event files into OUT/tb: give --out")
         from ...runs.loggers import make_loggers
@@ -249,7 +282,7 @@ class BanditConfig:
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]
         # absent at their defaults, so that checkpoints from before these options still resume
-        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup"):
+        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup", "ivon_lr", "ivon_hess_init"):
             value = plain(getattr(self, name))
             if value != plain(BanditConfig.__dataclass_fields__[name].default):
                 d[name] = value

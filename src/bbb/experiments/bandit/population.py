@@ -18,9 +18,21 @@ from ...engine import Engine, counter_noise
 from ...engine.kernels import counter_keys_tensor, seed_mix
 from ...errors import UserError
 from ...io import atomic_torch_save
+from ...ivon import IVON
 from ...nn import BayesPopulation, OneHot, mark_deterministic, one_hot_is_dense
 from ...nn.base import Estimator
-from .config import CHECKPOINT_FORMAT, EAT, NUM_ACTIONS, PASS, Agent, BanditConfig, BanditLikelihood, parse_agent
+from .config import (
+    CHECKPOINT_FORMAT,
+    EAT,
+    IVON_BETA1,
+    IVON_BETA2,
+    NUM_ACTIONS,
+    PASS,
+    Agent,
+    BanditConfig,
+    BanditLikelihood,
+    parse_agent,
+)
 from .env import env_draws, mushroom_rewards, step_regrets
 
 
@@ -31,10 +43,23 @@ class _Member:
 
 
 def member_order(members: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The population's order of (agent, seed) pairs: the Bayesian agents' first (the
-    :class:`~bbb.nn.BayesPopulation` convention), each group in the given order."""
+    """The population's order of (agent, seed) pairs: the BBB agents' first (the
+    :class:`~bbb.nn.BayesPopulation` convention), then the deterministic ones, then IVON's (a
+    population of their own), each group in the given order."""
     ms = [(parse_agent(a).name, int(s)) for a, s in members]
-    return [m for m in ms if parse_agent(m[0]).bayesian] + [m for m in ms if not parse_agent(m[0]).bayesian]
+
+    def group(name: str) -> int:
+        agent = parse_agent(name)
+        return 0 if agent.bayesian else 2 if agent.ivon else 1
+
+    return sorted(ms, key=lambda m: group(m[0]))  # stable: the given order within a group
+
+
+def _members(x: Tensor | OneHot, start: int, stop: int) -> Tensor | OneHot:
+    """Members ``start .. stop - 1`` of population inputs (members, ...): views."""
+    if isinstance(x, OneHot):
+        return OneHot(x.index[start:stop], x.features, None if x.value is None else x.value[start:stop])
+    return x[start:stop]
 
 
 def _optimizer(kind: str, params: Sequence[Tensor], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
@@ -50,12 +75,15 @@ class Population:
     """Every (agent, seed) member of one process, batched; :meth:`run` plays the interactions.
 
     ``members``: (agent name, seed) pairs, kept in :func:`member_order`; ``contexts`` (n, d)
-    float; ``edible`` (n,) bool. The network is a :class:`~bbb.nn.BayesPopulation`: the BBB
-    members are Bayesian, the epsilon-greedy ones deterministic. One training update draws a
+    float; ``edible`` (n,) bool. The network is a :class:`~bbb.nn.BayesPopulation` (``net``): the
+    BBB members are Bayesian, the epsilon-greedy ones deterministic. One training update draws a
     minibatch for every member from its own buffer and takes one step of the negative ELBO
     (:class:`~bbb.elbo.ELBO`: Gaussian likelihood, the prior's KL) summed over the members,
     the BBB members through :class:`~bbb.engine.Engine` (its counter-based noise is fresh for
-    every update), the others through the same ``torch.optim`` algorithm.
+    every update), the others through the same ``torch.optim`` algorithm. The IVON members are a
+    Bayesian population of their own (``ivon_net``, None without them) trained by
+    :class:`bbb.IVON` on the same minibatches (:meth:`_ivon_update`); ``net`` is None when they
+    are the only members.
     """
 
     def __init__(self, cfg: BanditConfig, members: Sequence[tuple[str, int]], contexts: Tensor,
@@ -73,6 +101,8 @@ class Population:
             raise UserError("the population is empty")
         p = len(self.members)
         self.num_bayesian = sum(m.agent.bayesian for m in self.members)
+        self.num_ivon = sum(m.agent.ivon for m in self.members)
+        self.num_main = p - self.num_ivon  # the members of self.net: BBB's, then the deterministic ones
         # inputs as one-hot rows: the context's non-zeros, then the action's code
         ctx = OneHot.from_dense(contexts.to(dev, torch.float32))
         self.ctx_index, self.ctx_value = ctx.index, ctx.value
@@ -82,28 +112,44 @@ class Population:
         self.local = Estimator(cfg.estimator) is Estimator.LOCAL
         if self.local:  # its pre-activation noise is torch's global stream: seeded, and checkpointed
             torch.manual_seed(10_007 * (int(train_seed) + 1) + 3)
-        self.net = BayesPopulation(self.num_features, cfg.hidden, 2 if self.hetero else 1, bayesian=self.num_bayesian,
-                                   deterministic=p - self.num_bayesian, prior=cfg.make_prior(),
-                                   rho_init=cfg.rho_init, device=dev, estimator=cfg.estimator)
-        for j, m in enumerate(self.members):  # the initial weights depend on the seed only
-            self.net.reset_member(j, torch.Generator().manual_seed(7_777_777 + m.seed))
-        self.net.train()
-        if not self.num_bayesian:  # greedy agents alone: deterministic on purpose (the ELBO does not warn)
-            mark_deterministic(self.net)
-        self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))  # training noise; decisions: + 1
+        outputs = 2 if self.hetero else 1
+        self.net = (BayesPopulation(self.num_features, cfg.hidden, outputs, bayesian=self.num_bayesian,
+                                    deterministic=self.num_main - self.num_bayesian, prior=cfg.make_prior(),
+                                    rho_init=cfg.rho_init, device=dev, estimator=cfg.estimator)
+                    if self.num_main else None)
+        self.ivon_net = (BayesPopulation(self.num_features, cfg.hidden, outputs, bayesian=self.num_ivon,
+                                         prior=cfg.make_prior(), device=dev) if self.num_ivon else None)
+        for j, m in enumerate(self.members):  # the initial weights (means) depend on the seed only
+            gen = torch.Generator().manual_seed(7_777_777 + m.seed)
+            if j < self.num_main:
+                self.main_net.reset_member(j, gen)
+            else:
+                self.ivon_population.reset_member(j - self.num_main, gen)
+        if self.net is not None:
+            self.net.train()
+            if not self.num_bayesian:  # greedy agents alone: deterministic on purpose (the ELBO does not warn)
+                mark_deterministic(self.net)
+        self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))  # training noise; decisions: + 1; IVON's: + 2, + 3
         # local reparameterisation has no fused kernel: the engine's plain path, chosen (no warning)
-        self.engine = (Engine(self.net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed,
+        self.engine = (Engine(self.main_net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed,
                               fused=False if self.local else None)
                        if self.num_bayesian else None)
-        det = list(self.net.det.parameters())
+        self.ivon: IVON | None = None
+        if self.ivon_net is not None:  # sigma written from hess_init at one interaction's ess
+            self.ivon_net.train()
+            self.ivon = IVON(self.ivon_net, lr=cfg.ivon_lr, ess=self.ivon_ess(1), hess_init=cfg.ivon_hess_init,
+                             weight_decay=self.ivon_weight_decay(1), beta1=IVON_BETA1, beta2=IVON_BETA2,
+                             seed=self.noise_seed + 2)
+        det = list(self.net.det.parameters()) if self.net is not None else []
         # the penalty is set against the squared error: per example ((y - f)^2 + wd |w|^2) / (2 noise^2),
         # so that (under Adam) the deterministic agents' fit does not change with --noise-sigma
         wd = cfg.weight_decay / cfg.noise_sigma**2
         self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr, wd) if det else None
         updates = max(1, cfg.updates_per_step)
         lik: Likelihood = HeteroscedasticGaussian(cfg.noise_sigma) if self.hetero else Gaussian(cfg.noise_sigma)
-        self.elbo = ELBO(self.net, lik, num_batches=updates,
-                         kl_weighting=cfg.kl_weighting, beta=cfg.kl_scale).to(dev)
+        self.likelihood = lik.to(dev)
+        self.elbo = (ELBO(self.net, lik, num_batches=updates, kl_weighting=cfg.kl_weighting,
+                          beta=cfg.kl_scale).to(dev) if self.net is not None else None)
         k = ctx.index.shape[1] + 1
         self.buf_index = torch.zeros(p, cfg.buffer, k, dtype=torch.long, device=dev)
         self.buf_value = None if ctx.value is None else torch.zeros(p, cfg.buffer, k, device=dev)
@@ -133,6 +179,35 @@ class Population:
     def pairs(self) -> list[tuple[str, int]]:
         return [(m.agent.name, m.seed) for m in self.members]
 
+    @property
+    def main_net(self) -> BayesPopulation:
+        """``net`` (the BBB and deterministic members); an error where there are none."""
+        if self.net is None:
+            raise RuntimeError("this population has no BBB or deterministic member")
+        return self.net
+
+    @property
+    def ivon_population(self) -> BayesPopulation:
+        """``ivon_net`` (the IVON members); an error where there are none."""
+        if self.ivon_net is None:
+            raise RuntimeError("this population has no IVON member")
+        return self.ivon_net
+
+    def networks(self) -> list[BayesPopulation]:
+        """The populations of this process: ``net`` and ``ivon_net`` where they exist."""
+        return [n for n in (self.net, self.ivon_net) if n is not None]
+
+    def ivon_ess(self, num_data: int) -> float:
+        """IVON's effective sample size after ``num_data`` interactions (N of the KL / N weight):
+        N / (kl_scale noise_sigma^2), for its loss of noise_sigma^2 times the negative
+        log-likelihood (:class:`~bbb.experiments.bandit.config.BanditConfig`)."""
+        return num_data / (self.cfg.kl_scale * self.cfg.noise_sigma ** 2)
+
+    def ivon_weight_decay(self, num_data: int) -> float:
+        """IVON's prior precision per unit of ess: kl_scale noise_sigma^2 / (prior_sigma^2 N), so
+        that ess times it is the prior's precision 1 / prior_sigma^2."""
+        return self.cfg.kl_scale * self.cfg.noise_sigma ** 2 / (self.cfg.prior_sigma ** 2 * num_data)
+
     # -- environment ----------------------------------------------------------------------
     def _ensure_env(self, steps: int) -> None:
         if steps <= self._env_steps:
@@ -145,6 +220,8 @@ class Population:
         # reads its row (no copy from the host, which would block the loop on a GPU)
         self.decision_keys = counter_keys_tensor(seed_mix(self.noise_seed + 1),
                                                  torch.arange(steps, device=self.device)).to(torch.int32)
+        self.ivon_decision_keys = counter_keys_tensor(seed_mix(self.noise_seed + 3),
+                                                      torch.arange(steps, device=self.device)).to(torch.int32)
         self._env_steps = steps
 
     def inputs(self, mush: Tensor) -> OneHot:
@@ -164,19 +241,28 @@ class Population:
     # -- acting ---------------------------------------------------------------------------
     @torch.no_grad()
     def values(self, x: OneHot, t: int) -> Tensor:
-        """Predicted reward of every action, (P, actions): a BBB member averages
-        ``decision_samples`` networks drawn for step ``t`` (counter-based noise, independent of
-        the training noise; whole networks also under the local estimator, which trains with
-        per-row pre-activation noise); a deterministic member uses its weights. With the
-        heteroscedastic likelihood the value is the predicted mean (output 0)."""
+        """Predicted reward of every action, (P, actions): a BBB or IVON member averages
+        ``decision_samples`` networks drawn for step ``t`` from its posterior (counter-based noise,
+        independent of the training noise; whole networks also under the local estimator, which
+        trains with per-row pre-activation noise); a deterministic member uses its weights. With
+        the heteroscedastic likelihood the value is the predicted mean (output 0)."""
         k = self.cfg.decision_samples
-        keys = self.decision_keys[t] if t < self._env_steps else None  # else: formed on the host
-        noise = (counter_noise(self.net.bayes, self.noise_seed + 1, t, num_samples=k, keys=keys)
-                 if self.num_bayesian else contextlib.nullcontext())
-        with noise:
-            out = self.net.forward_weights(x, num_samples=k)[..., 0]  # (k, P, actions)
-        nb = self.num_bayesian
-        return torch.cat([out[:, :nb].mean(0), out[0, nb:]])
+        inside = t < self._env_steps  # else: the keys formed on the host
+        parts = []
+        if self.net is not None:
+            keys = self.decision_keys[t] if inside else None
+            noise = (counter_noise(self.net.bayes, self.noise_seed + 1, t, num_samples=k, keys=keys)
+                     if self.num_bayesian else contextlib.nullcontext())
+            with noise:
+                out = self.net.forward_weights(_members(x, 0, self.num_main), num_samples=k)[..., 0]  # (k, P, actions)
+            nb = self.num_bayesian
+            parts += [out[:, :nb].mean(0), out[0, nb:]]
+        if self.ivon_net is not None:
+            keys = self.ivon_decision_keys[t] if inside else None
+            with counter_noise(self.ivon_net.bayes, self.noise_seed + 3, t, num_samples=k, keys=keys):
+                out = self.ivon_net.forward_weights(_members(x, self.num_main, len(self.members)), num_samples=k)
+            parts.append(out[..., 0].mean(0))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _act_and_learn(self, t: int) -> None:
         cfg = self.cfg
@@ -249,6 +335,13 @@ class Population:
             xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(p, b, k)
             x = self._rows(xi, xv)
         y = self.buf_reward.view(-1).index_select(0, flat).view((p, b) if self.hetero else (p, b, 1))
+        nm = self.num_main
+        if self.ivon_net is not None:
+            self._ivon_update(_members(x, nm, p), y[nm:], num_data)
+        if self.elbo is None:
+            return
+        if nm < p:
+            x, y = _members(x, 0, nm), y[:nm]
         coef = self.elbo.kl_weight(batch_index) * self.elbo.num_batches * b / num_data if kl_on else 0.0
         with self.engine.sampling() if self.engine is not None else contextlib.nullcontext():
             out = self.elbo(x, y, kl_weight=coef)
@@ -262,6 +355,21 @@ class Population:
         if self.det_opt is not None:
             self.det_opt.step()
 
+    def _ivon_update(self, x: Tensor | OneHot, y: Tensor, num_data: int) -> None:
+        """One :class:`bbb.IVON` step of every IVON member: its loss is the minibatch's mean negative
+        log-likelihood times noise_sigma^2 at one weight sample, its effective sample size and
+        weight decay those of ``num_data`` interactions (:meth:`ivon_ess`, :meth:`ivon_weight_decay`)."""
+        opt = self.ivon
+        assert opt is not None and self.ivon_net is not None
+        group = opt.param_groups[0]
+        group["ess"], group["weight_decay"] = self.ivon_ess(num_data), self.ivon_weight_decay(num_data)
+        with opt.sampling():
+            out = self.ivon_net(x)
+        nll = -self.likelihood.log_prob(out, y)  # (members, B)
+        opt.zero_grad()
+        (nll.mean(-1).sum() * self.cfg.noise_sigma ** 2).backward()
+        opt.step()
+
     # -- the loop -------------------------------------------------------------------------
     def _log(self) -> None:
         self._check_finite()
@@ -273,7 +381,7 @@ class Population:
     def _check_finite(self) -> None:
         """A diverged member (a non-finite weight) is a one-line error, not regret rows of a network
         that only outputs NaN (which never eats). Checked at every log step: one reduction."""
-        bad = [n for n, p in self.net.named_parameters() if not bool(torch.isfinite(p).all())]
+        bad = [n for net in self.networks() for n, p in net.named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
             step = (f"plain SGD's step on the loss is lr / noise_sigma^2 = {self.cfg.lr / self.cfg.noise_sigma**2:g}: "
                     if self.cfg.optimizer == "sgd" else "")
@@ -341,8 +449,10 @@ class Population:
             "members": self.pairs,
             "step": self.step,
             "seconds": self.seconds,
-            "net": self.net.state_dict(),
+            "net": None if self.net is None else self.net.state_dict(),
             "engine": None if self.engine is None else self.engine.state_dict(),
+            "ivon_net": None if self.ivon_net is None else self.ivon_net.state_dict(),
+            "ivon": None if self.ivon is None else self.ivon.state_dict(),
             "det_opt": None if self.det_opt is None else self.det_opt.state_dict(),
             "buf_index": self.buf_index,
             "buf_value": self.buf_value,
@@ -386,7 +496,11 @@ class Population:
         if st["step"] > self.cfg.steps:
             raise UserError(f"{path} is at step {st['step']}, beyond --steps {self.cfg.steps}; "
                             f"raise --steps or use --fresh")
-        self.net.load_state_dict(st["net"])
+        if self.net is not None:
+            self.net.load_state_dict(st["net"])
+        if self.ivon_net is not None and self.ivon is not None:
+            self.ivon_net.load_state_dict(st["ivon_net"])
+            self.ivon.load_state_dict(st["ivon"])  # sigma (rho) written again from its h, ess and weight decay
         if self.engine is not None:
             self.engine.load_state_dict(st["engine"])
         if self.det_opt is not None:

@@ -350,6 +350,11 @@ _PART_FREE = {"agents", "out", "seconds", "workers", "workers_used", "threads", 
               "progress_every", "parts"}
 
 
+#: config.json entries that only one agent reads (agent name -> settings): taken from the part that runs
+#: it, not compared with the others' (theirs are the defaults, never read)
+_AGENT_SETTINGS = {"ivon": ("ivon_lr", "ivon_hess_init")}
+
+
 def _read_part(part: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """(config, regret rows, summary rows) of a finished run folder; UserError if it is not one."""
     files = [part / f for f in ("config.json", "summary.json", "regret.csv")]
@@ -391,8 +396,9 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     read = [(Path(p), *_read_part(Path(p))) for p in parts]
     first_path, first, _, _ = read[0]
     agents: list[str] = []
+    own = {key: agent for agent, keys in _AGENT_SETTINGS.items() for key in keys}
     for path, part_cfg, _, _ in read:
-        for key in sorted((set(part_cfg) | set(first)) - _PART_FREE):
+        for key in sorted((set(part_cfg) | set(first)) - _PART_FREE - set(own)):
             if part_cfg.get(key) != first.get(key):
                 raise UserError(f"{path} ran with {key}={part_cfg.get(key)!r} and {first_path} with "
                                 f"{first.get(key)!r}: only runs of the same settings and seeds merge")
@@ -401,7 +407,11 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
             raise UserError(f"{path} repeats agent(s) {', '.join(sorted(shared))} of another part: each agent once")
         agents += part_cfg["agents"]
     fields = {f.name for f in dataclasses.fields(BanditConfig)}
-    kept = {k: v for k, v in first.items() if k in fields}
+    kept = {k: v for k, v in first.items() if k in fields and k not in own}
+    for key, agent in own.items():  # from the part that runs the agent (else the default)
+        for _, c, _, _ in read:
+            if agent in c["agents"] and key in c:
+                kept[key] = c[key]
     kept.update(agents=tuple(agents), seeds=tuple(first["seeds"]), hidden=tuple(first["hidden"]), out=str(out),
                 data_dir=data_dir, loggers=tuple(loggers))  # (how the merge is watched, not a part's)
     cfg = BanditConfig(**kept)

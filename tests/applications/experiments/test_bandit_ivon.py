@@ -171,3 +171,11 @@ def test_figure6_marks_are_the_papers_agents_only():
     marks = {m["mark"]: m for m in figure6_marks(summary, [], 0.5)}
     lowest = marks["BBB has the lowest mean realised regret"]
     assert lowest["holds"] and "ivon" not in lowest["measured"]
+
+
+def test_a_diverged_ivon_agent_names_its_own_settings():
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(steps=40, agents=("ivon", "greedy"), seeds=(0,), ivon_lr=1e6, log_every=10)
+    pop = Population(cfg, [("greedy", 0), ("ivon", 0)], ctx, edible)
+    with pytest.raises(UserError, match=r"ivon agent's training diverged by step 10 .*lower --ivon-lr"):
+        pop.run(40)

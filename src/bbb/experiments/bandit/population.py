@@ -381,7 +381,13 @@ class Population:
     def _check_finite(self) -> None:
         """A diverged member (a non-finite weight) is a one-line error, not regret rows of a network
         that only outputs NaN (which never eats). Checked at every log step: one reduction."""
-        bad = [n for net in self.networks() for n, p in net.named_parameters() if not bool(torch.isfinite(p).all())]
+        if self.ivon_net is not None:
+            bad = [n for n, p in self.ivon_net.named_parameters() if not bool(torch.isfinite(p).all())]
+            if bad:
+                raise UserError(f"the ivon agent's training diverged by step {self.step} (non-finite {bad[0]}); "
+                                "lower --ivon-lr or raise --ivon-hess-init")
+        net = self.net
+        bad = [] if net is None else [n for n, p in net.named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
             step = (f"plain SGD's step on the loss is lr / noise_sigma^2 = {self.cfg.lr / self.cfg.noise_sigma**2:g}: "
                     if self.cfg.optimizer == "sgd" else "")

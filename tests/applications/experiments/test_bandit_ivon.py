@@ -179,3 +179,20 @@ def test_a_diverged_ivon_agent_names_its_own_settings():
     pop = Population(cfg, [("greedy", 0), ("ivon", 0)], ctx, edible)
     with pytest.raises(UserError, match=r"ivon agent's training diverged by step 10 .*lower --ivon-lr"):
         pop.run(40)
+
+
+def test_a_negative_hessian_estimate_cannot_undo_sigma_as_the_weight_decay_falls():
+    """IVON keeps h + wd > 0 at its step's wd; the agent's wd falls with N. A state whose h sits
+    just above -wd(1) (noisy estimates can take it there) would give h + wd(N) < 0 later: h is
+    kept at or above 0 before each step, and every sigma stays finite (at most sqrt(2) times the
+    prior's sd: the step's h + wd is at least half of the clamped one's)."""
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(agents=("ivon",), seeds=(0,), prior_sigma=0.7, updates_per_step=1)
+    pop = _filled(cfg, [("ivon", 0)], ctx, edible)
+    with torch.no_grad():
+        for state in pop.ivon.state.values():
+            state["hess"].fill_(-0.9 * pop.ivon_weight_decay(1))
+    pop.update(20, 1000, 0)
+    for layer in pop.ivon_net.bayes:
+        sigma = softplus(layer.weight_rho.detach())
+        assert bool(torch.isfinite(sigma).all()) and float(sigma.max()) <= 0.7 * 2**0.5 + 1e-6

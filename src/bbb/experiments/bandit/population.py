@@ -358,11 +358,19 @@ class Population:
     def _ivon_update(self, x: Tensor | OneHot, y: Tensor, num_data: int) -> None:
         """One :class:`bbb.IVON` step of every IVON member: its loss is the minibatch's mean negative
         log-likelihood times noise_sigma^2 at one weight sample, its effective sample size and
-        weight decay those of ``num_data`` interactions (:meth:`ivon_ess`, :meth:`ivon_weight_decay`)."""
+        weight decay those of ``num_data`` interactions (:meth:`ivon_ess`, :meth:`ivon_weight_decay`).
+
+        IVON's update keeps h + weight decay positive at the weight decay of its step; here the
+        weight decay falls as N grows, so a Hessian estimate h that its noisy estimates had taken
+        below 0 (a squared error's curvature never is) could leave h + weight decay <= 0 at the next
+        one, and sigma = 1 / sqrt(ess (h + wd)) undefined: h is set to at least 0 before each step."""
         opt = self.ivon
         assert opt is not None and self.ivon_net is not None
         group = opt.param_groups[0]
         group["ess"], group["weight_decay"] = self.ivon_ess(num_data), self.ivon_weight_decay(num_data)
+        with torch.no_grad():
+            for state in opt.state.values():
+                state["hess"].clamp_(min=0.0)
         with opt.sampling():
             out = self.ivon_net(x)
         nll = -self.likelihood.log_prob(out, y)  # (members, B)

@@ -4,8 +4,9 @@
 # coin flips and starting networks within a seed). From the root of a clone, the data through
 # $BBB_DATA (else ~/.cache/bbb):
 #   STAGE=screen bash results/bandit/ivon.sh    # 4 settings x seeds 0-2 x 5,000 steps, 4 processes
-#   python results/bandit/ivon_tables.py screen results/bandit/ivon/screen      # the table and the choice
-#   STAGE=heldout LR=... H=... bash results/bandit/ivon.sh    # seeds 8-12, STEPS (default 20,000)
+#   STAGE=temperature bash results/bandit/ivon.sh   # stage 1b: 4 more (IVON.md), the same way
+#   python results/bandit/ivon_tables.py screen results/bandit/ivon/temperature   # the table and the choice
+#   STAGE=heldout LR=... H=... BETA=... bash results/bandit/ivon.sh    # seeds 8-12, STEPS (default 20,000)
 #   python results/bandit/ivon_tables.py heldout results/bandit/ivon/heldout results/bandit
 # Each run resumes from its checkpoint (the same command continues it; a held-out run of 20,000
 # steps continues to 50,000 with STEPS=50000); the finished runs' files, without their checkpoints,
@@ -39,9 +40,24 @@ case "${STAGE:?set STAGE=screen or heldout}" in
     for p in "${pids[@]}"; do wait "$p"; done
     mkdir -p "$RESULTS/ivon/screen"
     cp "$OUT"/screen-*.failed "$RESULTS/ivon/screen/" 2> /dev/null || true ;;
+  temperature)  # stage 1b (IVON.md): IVON's temperature beta noise^2 (--beta) x lr, hess_init 0.01
+    pids=()
+    mkdir -p "$OUT/temperature"
+    for s in "10000 0.03" "10000 0.01" "900 0.03" "900 0.01"; do
+      set -- $s
+      name="beta$1-lr$2"
+      ( $PY -m bbb bandit --agents ivon --seeds 0 1 2 --steps 5000 --beta "$1" --ivon-lr "$2" \
+          --ivon-hess-init 0.01 --out "$OUT/temperature/$name" > "$OUT/temperature-$name.log" 2>&1 && keep \
+          "$OUT/temperature/$name" "$RESULTS/ivon/temperature/$name" ) || echo "$name stopped: $(tail -1 \
+          "$OUT/temperature-$name.log")" > "$OUT/temperature-$name.failed" &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    mkdir -p "$RESULTS/ivon/temperature"
+    cp "$OUT"/temperature-*.failed "$RESULTS/ivon/temperature/" 2> /dev/null || true ;;
   heldout)
     $PY -m bbb bandit --agents ivon --seeds 8 9 10 11 12 --steps "${STEPS:-20000}" --workers 2 \
-      --ivon-lr "${LR:?}" --ivon-hess-init "${H:?}" --out "$OUT/heldout"
+      --ivon-lr "${LR:?}" --ivon-hess-init "${H:?}" --beta "${BETA:-1}" --out "$OUT/heldout"
     keep "$OUT/heldout" "$RESULTS/ivon/heldout" ;;
   *) echo "STAGE=screen or heldout" >&2; exit 2 ;;
 esac

@@ -40,7 +40,8 @@ case "${STAGE:?set STAGE=screen or heldout}" in
     for p in "${pids[@]}"; do wait "$p"; done
     mkdir -p "$RESULTS/ivon/screen"
     cp "$OUT"/screen-*.failed "$RESULTS/ivon/screen/" 2> /dev/null || true ;;
-  temperature)  # stage 1b (IVON.md): IVON's temperature beta noise^2 (--beta) x lr, hess_init 0.01
+  temperature)  # stage 1b (IVON.md): IVON's temperature beta noise^2 (--beta, read then by the ivon
+    # agent; --ivon-beta since: the same numbers) x lr, hess_init 0.01
     pids=()
     mkdir -p "$OUT/temperature"
     for s in "10000 0.03" "10000 0.01" "900 0.03" "900 0.01"; do
@@ -57,7 +58,7 @@ case "${STAGE:?set STAGE=screen or heldout}" in
     cp "$OUT"/temperature-*.failed "$RESULTS/ivon/temperature/" 2> /dev/null || true ;;
   heldout)
     $PY -m bbb bandit --agents ivon --seeds 8 9 10 11 12 --steps "${STEPS:-20000}" --workers 2 \
-      --ivon-lr "${LR:?}" --ivon-hess-init "${H:?}" --beta "${BETA:-1}" --out "$OUT/heldout"
+      --ivon-lr "${LR:?}" --ivon-hess-init "${H:?}" --ivon-beta "${BETA:-1}" --out "$OUT/heldout"
     keep "$OUT/heldout" "$RESULTS/ivon/heldout" ;;
   *) echo "STAGE=screen or heldout" >&2; exit 2 ;;
 esac

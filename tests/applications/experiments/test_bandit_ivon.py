@@ -35,8 +35,8 @@ def _filled(cfg, members, ctx, edible, steps: int = 20) -> Population:
 
 def test_ivon_members_come_last_start_from_their_seeds_network_and_their_sigma_follows_the_data():
     ctx, edible = tiny_mushrooms()
-    cfg = tiny_bandit_config(agents=("ivon", "bbb", "greedy"), seeds=(0, 1), noise_sigma=0.05, kl_scale=0.5,
-                             prior_sigma=0.7, ivon_hess_init=0.02)
+    cfg = tiny_bandit_config(agents=("ivon", "bbb", "greedy"), seeds=(0, 1), noise_sigma=0.05, ivon_beta=0.5,
+                             kl_scale=2.0, prior_sigma=0.7, ivon_hess_init=0.02)  # kl_scale: BBB's, not IVON's
     pop = Population(cfg, [("ivon", 0), ("bbb", 0), ("greedy", 1), ("ivon", 1)], ctx, edible)
     assert pop.pairs == [("bbb", 0), ("greedy", 1), ("ivon", 0), ("ivon", 1)]
     first = pop.ivon_net.bayes[0]
@@ -67,7 +67,7 @@ def test_an_ivon_member_updates_as_ivon_on_the_unscaled_negative_log_likelihood(
     noise^2 (its rescaled step lr (hess_init + wd) unchanged), drawing the same noise."""
     ctx, edible = tiny_mushrooms()
     sigma, beta, ps, h0, lr = 0.05, 0.5, 0.7, 0.02, 0.2
-    cfg = tiny_bandit_config(agents=("ivon",), seeds=(0, 1), noise_sigma=sigma, kl_scale=beta, prior_sigma=ps,
+    cfg = tiny_bandit_config(agents=("ivon",), seeds=(0, 1), noise_sigma=sigma, ivon_beta=beta, prior_sigma=ps,
                              ivon_hess_init=h0, ivon_lr=lr, updates_per_step=3)
     pop = _filled(cfg, [("ivon", 0), ("ivon", 1)], ctx, edible)
     ref = BayesPopulation(pop.num_features, cfg.hidden, 1, bayesian=2)
@@ -157,8 +157,8 @@ def test_ivon_settings_without_an_ivon_agent_are_refused_and_the_command_line_pa
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     cfg = config_from_args(parser.parse_args(["--out", "x", "--agents", "ivon", "greedy", "--ivon-lr", "0.3",
-                                              "--ivon-hess-init", "0.001"]))
-    assert (cfg.ivon_lr, cfg.ivon_hess_init) == (0.3, 0.001)
+                                              "--ivon-hess-init", "0.001", "--ivon-beta", "100"]))
+    assert (cfg.ivon_lr, cfg.ivon_hess_init, cfg.ivon_beta) == (0.3, 0.001, 100.0)
     cfg.validate()
     assert cfg.training_key()["ivon_lr"] == 0.3
 

@@ -23,14 +23,15 @@ the same optimiser (``--optimizer adam|sgd``, ``--lr``):
   example; ``blundell``: 2^(U-i)/(2^U-1)); ``--kl-warmup N``: 0 for the first N interactions.
   ``--estimator local`` trains with local reparameterisation (BBB agents only); decisions then
   still draw whole networks (:meth:`bbb.nn.BayesPopulation.forward_weights`).
-* ``ivon`` (not in the paper): Thompson sampling as ``bbb``'s, from the posterior that BBB's free
-  energy targets (the same likelihood, Gaussian prior, N and ``--beta``) learned by IVON's
-  natural-gradient update (:class:`bbb.IVON`: one weight sample per update, no KL term; the prior
-  is its weight decay) instead of Adam on the free energy. Its loss is the minibatch's mean
-  negative log-likelihood times noise_sigma^2 (for the Gaussian likelihood the squared error / 2),
-  its effective sample size N / (beta noise_sigma^2) and weight decay beta noise_sigma^2 /
-  (prior_sigma^2 N), updated with N at every interaction; ``--ivon-lr`` and ``--ivon-hess-init``
-  (the initial Hessian per unit squared error) are its own settings. Its members are a population
+* ``ivon`` (not in the paper): Thompson sampling as ``bbb``'s, from the posterior of BBB's free
+  energy (the same likelihood, Gaussian prior and N) at its own temperature ``--ivon-beta`` (BBB's
+  is ``--beta``), learned by IVON's natural-gradient update (:class:`bbb.IVON`: one weight sample
+  per update, no KL term; the prior is its weight decay) instead of Adam on the free energy. Its
+  loss is the minibatch's mean negative log-likelihood times noise_sigma^2 (for the Gaussian
+  likelihood the squared error / 2), its effective sample size N / (ivon_beta noise_sigma^2) and
+  weight decay ivon_beta noise_sigma^2 / (prior_sigma^2 N), updated with N at every interaction;
+  ``--ivon-lr`` and ``--ivon-hess-init`` (the initial Hessian per unit squared error) are its
+  other settings. Its members are a population
   of their own (:attr:`Population.ivon_net`) that sees the same minibatches.
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
   no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` wd (the

@@ -117,7 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ivon-hess-init", type=float, default=d.ivon_hess_init,
                         help="the ivon agent's initial Hessian estimate, per unit squared error (its loss is the "
                              "negative log-likelihood times noise_sigma^2): its first sigma is noise_sigma / "
-                             f"sqrt(N hess_init / beta) (default: {d.ivon_hess_init:g})")
+                             f"sqrt(N hess_init / ivon_beta) (default: {d.ivon_hess_init:g})")
+    parser.add_argument("--ivon-beta", type=float, default=d.ivon_beta,
+                        help="the ivon agent's temperature, as --beta is BBB's: its posterior is the free energy's "
+                             "with the KL scaled by this (effective sample size N / (ivon_beta noise_sigma^2); "
+                             f"default: {d.ivon_beta:g})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
                         help=f"write regret.csv rows every N steps (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
@@ -145,6 +149,7 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         weight_decay=args.weight_decay, likelihood=args.likelihood, estimator=args.estimator,
         kl_warmup=args.kl_warmup,
         decision_samples=args.decision_samples, ivon_lr=args.ivon_lr, ivon_hess_init=args.ivon_hess_init,
+        ivon_beta=args.ivon_beta,
         log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
         quiet=args.quiet, loggers=tuple(args.log or ()))

@@ -137,15 +137,16 @@ class BanditConfig:
     untempered KL (scale 1) over every interaction seen, split over an interaction's updates by
     the paper's 2^(U-i)/(2^U-1).
 
-    The ``ivon`` agent learns the posterior that BBB's free energy targets (the same likelihood,
-    Gaussian prior N(0, prior_sigma^2), N and ``kl_scale``) by IVON's natural-gradient update
-    (:class:`bbb.IVON`) instead of Adam on the free energy; its own settings are ``ivon_lr`` and
-    ``ivon_hess_init``, in the units of the loss it is given: each example's negative
-    log-likelihood times noise_sigma^2 (the squared error / 2 of the Gaussian likelihood), with
-    effective sample size N / (kl_scale noise_sigma^2) and weight decay kl_scale noise_sigma^2 /
-    (prior_sigma^2 N), so that ess times its objective is BBB's free energy divided by
-    kl_scale. Its Hessian estimate h is then per unit squared error; sigma = 1 / sqrt(ess (h +
-    weight decay)) starts at noise_sigma / sqrt(N hess_init / kl_scale).
+    The ``ivon`` agent learns the posterior of BBB's free energy (the same likelihood, Gaussian
+    prior N(0, prior_sigma^2) and N) tempered by its own ``ivon_beta`` (BBB's is ``kl_scale``) by
+    IVON's natural-gradient update (:class:`bbb.IVON`) instead of Adam on the free energy; its
+    other settings are ``ivon_lr`` and ``ivon_hess_init``, in the units of the loss it is given:
+    each example's negative log-likelihood times noise_sigma^2 (the squared error / 2 of the
+    Gaussian likelihood), with effective sample size N / (ivon_beta noise_sigma^2) and weight
+    decay ivon_beta noise_sigma^2 / (prior_sigma^2 N), so that ess times its objective is the
+    free energy at KL scale ivon_beta, divided by it. Its Hessian estimate h is then per unit
+    squared error; sigma = 1 / sqrt(ess (h + weight decay)) starts at about noise_sigma / sqrt(N
+    hess_init / ivon_beta). ``ivon_beta`` noise_sigma^2 is its effective noise variance.
     """
 
     steps: int = 50_000
@@ -171,6 +172,7 @@ class BanditConfig:
     decision_samples: int = 2
     ivon_lr: float = 0.1
     ivon_hess_init: float = 0.01
+    ivon_beta: float = 1.0
     estimator: Estimator = Estimator.REPARAM
     likelihood: BanditLikelihood = BanditLikelihood.GAUSSIAN
     kl_warmup: int = 0
@@ -222,7 +224,7 @@ class BanditConfig:
                 raise SettingError(name, f"applies to --prior {kind.value}, not to --prior {prior.value}; "
                                    f"leave it out, or give --prior {kind.value}")
         for name in ("lr", "noise_sigma", "prior_sigma", "sigma_init", "sigma1", "sigma2", "kl_scale", "ivon_lr",
-                     "ivon_hess_init"):
+                     "ivon_hess_init", "ivon_beta"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise SettingError(name, f"must be a finite number > 0, got {v!r}")
@@ -239,7 +241,7 @@ class BanditConfig:
             raise UserError("--kl-warmup applies to the BBB agents' KL; IVON's prior is in its update: run the "
                             "ivon agent without it")
         if not ivon:
-            for name in ("ivon_lr", "ivon_hess_init"):  # never read without an ivon agent
+            for name in ("ivon_lr", "ivon_hess_init", "ivon_beta"):  # never read without an ivon agent
                 if getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
                     raise SettingError(name, "applies to the ivon agent: add ivon to --agents, or leave it out")
         if self.loggers and not self.out:
@@ -282,7 +284,7 @@ class BanditConfig:
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]
         # absent at their defaults, so that checkpoints from before these options still resume
-        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup", "ivon_lr", "ivon_hess_init"):
+        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup", "ivon_lr", "ivon_hess_init", "ivon_beta"):
             value = plain(getattr(self, name))
             if value != plain(BanditConfig.__dataclass_fields__[name].default):
                 d[name] = value

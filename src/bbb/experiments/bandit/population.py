@@ -199,14 +199,14 @@ class Population:
 
     def ivon_ess(self, num_data: int) -> float:
         """IVON's effective sample size after ``num_data`` interactions (N of the KL / N weight):
-        N / (kl_scale noise_sigma^2), for its loss of noise_sigma^2 times the negative
+        N / (ivon_beta noise_sigma^2), for its loss of noise_sigma^2 times the negative
         log-likelihood (:class:`~bbb.experiments.bandit.config.BanditConfig`)."""
-        return num_data / (self.cfg.kl_scale * self.cfg.noise_sigma ** 2)
+        return num_data / (self.cfg.ivon_beta * self.cfg.noise_sigma ** 2)
 
     def ivon_weight_decay(self, num_data: int) -> float:
-        """IVON's prior precision per unit of ess: kl_scale noise_sigma^2 / (prior_sigma^2 N), so
+        """IVON's prior precision per unit of ess: ivon_beta noise_sigma^2 / (prior_sigma^2 N), so
         that ess times it is the prior's precision 1 / prior_sigma^2."""
-        return self.cfg.kl_scale * self.cfg.noise_sigma ** 2 / (self.cfg.prior_sigma ** 2 * num_data)
+        return self.cfg.ivon_beta * self.cfg.noise_sigma ** 2 / (self.cfg.prior_sigma ** 2 * num_data)
 
     # -- environment ----------------------------------------------------------------------
     def _ensure_env(self, steps: int) -> None:

@@ -21,13 +21,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lr", type=float, required=True)
     ap.add_argument("--hess-init", type=float, required=True)
+    ap.add_argument("--beta", type=float, default=1.0, help="--ivon-beta")
+    ap.add_argument("--clip", type=float, default=float("inf"), help="--ivon-clip")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--every", type=int, default=50)
     args = ap.parse_args()
     torch.set_num_threads(1)
     ctx, edible = load_mushroom(os.environ.get("BBB_DATA"))
-    cfg = BanditConfig(agents=("ivon",), seeds=(args.seed,), ivon_lr=args.lr, ivon_hess_init=args.hess_init, quiet=True)
+    cfg = BanditConfig(agents=("ivon",), seeds=(args.seed,), ivon_lr=args.lr, ivon_hess_init=args.hess_init,
+                       ivon_beta=args.beta, ivon_clip=args.clip, quiet=True)
     pop = Population(cfg, [("ivon", args.seed)], ctx, edible)
     pop._ensure_env(args.steps)
     assert pop.ivon is not None and pop.ivon_net is not None

@@ -157,8 +157,8 @@ def test_ivon_settings_without_an_ivon_agent_are_refused_and_the_command_line_pa
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     cfg = config_from_args(parser.parse_args(["--out", "x", "--agents", "ivon", "greedy", "--ivon-lr", "0.3",
-                                              "--ivon-hess-init", "0.001", "--ivon-beta", "100"]))
-    assert (cfg.ivon_lr, cfg.ivon_hess_init, cfg.ivon_beta) == (0.3, 0.001, 100.0)
+                                              "--ivon-hess-init", "0.001", "--ivon-beta", "100", "--ivon-clip", "2"]))
+    assert (cfg.ivon_lr, cfg.ivon_hess_init, cfg.ivon_beta, cfg.ivon_clip) == (0.3, 0.001, 100.0, 2.0)
     cfg.validate()
     assert cfg.training_key()["ivon_lr"] == 0.3
 
@@ -196,3 +196,19 @@ def test_a_negative_hessian_estimate_cannot_undo_sigma_as_the_weight_decay_falls
     for layer in pop.ivon_net.bayes:
         sigma = softplus(layer.weight_rho.detach())
         assert bool(torch.isfinite(sigma).all()) and float(sigma.max()) <= 0.7 * 2**0.5 + 1e-6
+
+
+def test_the_clip_bounds_every_step_of_the_means():
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(agents=("ivon",), seeds=(0,), ivon_lr=0.5, ivon_hess_init=0.01, ivon_clip=0.2,
+                             updates_per_step=1)
+    pop = _filled(cfg, [("ivon", 0)], ctx, edible)
+    assert pop.ivon.param_groups[0]["clip_radius"] == 0.2
+    for u in range(5):
+        before = [p.detach().clone() for p in pop.ivon_net.parameters()][::2]  # the means
+        pop.update(20, 20 + u, 0)
+        bound = 0.5 * (0.01 + pop.ivon_weight_decay(20 + u)) * 0.2
+        for b, a in zip(before, list(pop.ivon_net.parameters())[::2]):
+            assert float((a.detach() - b).abs().max()) <= bound + 1e-7  # float32 rounding of the subtraction
+    with pytest.raises(UserError, match="ivon_clip"):
+        tiny_bandit_config(agents=("ivon",), ivon_clip=0.0).validate()

@@ -122,6 +122,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the ivon agent's temperature, as --beta is BBB's: its posterior is the free energy's "
                              "with the KL scaled by this (effective sample size N / (ivon_beta noise_sigma^2); "
                              f"default: {d.ivon_beta:g})")
+    parser.add_argument("--ivon-clip", type=float, default=d.ivon_clip,
+                        help="the ivon agent's element-wise clip of its update direction (bbb.IVON's clip_radius: a "
+                             f"step is at most ivon_lr (hess_init + weight decay) times it; default: {d.ivon_clip:g})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
                         help=f"write regret.csv rows every N steps (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
@@ -149,7 +152,7 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         weight_decay=args.weight_decay, likelihood=args.likelihood, estimator=args.estimator,
         kl_warmup=args.kl_warmup,
         decision_samples=args.decision_samples, ivon_lr=args.ivon_lr, ivon_hess_init=args.ivon_hess_init,
-        ivon_beta=args.ivon_beta,
+        ivon_beta=args.ivon_beta, ivon_clip=args.ivon_clip,
         log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
         quiet=args.quiet, loggers=tuple(args.log or ()))

@@ -147,6 +147,8 @@ class BanditConfig:
     free energy at KL scale ivon_beta, divided by it. Its Hessian estimate h is then per unit
     squared error; sigma = 1 / sqrt(ess (h + weight decay)) starts at about noise_sigma / sqrt(N
     hess_init / ivon_beta). ``ivon_beta`` noise_sigma^2 is its effective noise variance.
+    ``ivon_clip``: IVON's element-wise clip of its update direction (``clip_radius``; its steps are
+    then at most ivon_lr (hess_init + weight decay) ivon_clip), inf by default.
     """
 
     steps: int = 50_000
@@ -173,6 +175,7 @@ class BanditConfig:
     ivon_lr: float = 0.1
     ivon_hess_init: float = 0.01
     ivon_beta: float = 1.0
+    ivon_clip: float = math.inf
     estimator: Estimator = Estimator.REPARAM
     likelihood: BanditLikelihood = BanditLikelihood.GAUSSIAN
     kl_warmup: int = 0
@@ -228,6 +231,8 @@ class BanditConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise SettingError(name, f"must be a finite number > 0, got {v!r}")
+        if not (isinstance(self.ivon_clip, (int, float)) and self.ivon_clip > 0):
+            raise SettingError("ivon_clip", f"must be a number > 0 (inf: no clipping), got {self.ivon_clip!r}")
         wd = self.weight_decay
         if not (isinstance(wd, (int, float)) and math.isfinite(wd) and wd >= 0):
             raise SettingError("weight_decay", f"must be a finite number >= 0, got {wd!r}")
@@ -241,7 +246,7 @@ class BanditConfig:
             raise UserError("--kl-warmup applies to the BBB agents' KL; IVON's prior is in its update: run the "
                             "ivon agent without it")
         if not ivon:
-            for name in ("ivon_lr", "ivon_hess_init", "ivon_beta"):  # never read without an ivon agent
+            for name in ("ivon_lr", "ivon_hess_init", "ivon_beta", "ivon_clip"):  # read by the ivon agent only
                 if getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
                     raise SettingError(name, "applies to the ivon agent: add ivon to --agents, or leave it out")
         if self.loggers and not self.out:
@@ -284,7 +289,8 @@ class BanditConfig:
         d["seeds"] = [int(s) for s in self.seeds]
         d["hidden"] = [int(h) for h in self.hidden]
         # absent at their defaults, so that checkpoints from before these options still resume
-        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup", "ivon_lr", "ivon_hess_init", "ivon_beta"):
+        for name in ("weight_decay", "estimator", "likelihood", "kl_warmup", "ivon_lr", "ivon_hess_init", "ivon_beta",
+                     "ivon_clip"):
             value = plain(getattr(self, name))
             if value != plain(BanditConfig.__dataclass_fields__[name].default):
                 d[name] = value

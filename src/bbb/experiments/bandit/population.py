@@ -139,7 +139,7 @@ class Population:
             self.ivon_net.train()
             self.ivon = IVON(self.ivon_net, lr=cfg.ivon_lr, ess=self.ivon_ess(1), hess_init=cfg.ivon_hess_init,
                              weight_decay=self.ivon_weight_decay(1), beta1=IVON_BETA1, beta2=IVON_BETA2,
-                             seed=self.noise_seed + 2)
+                             clip_radius=cfg.ivon_clip, seed=self.noise_seed + 2)
         det = list(self.net.det.parameters()) if self.net is not None else []
         # the penalty is set against the squared error: per example ((y - f)^2 + wd |w|^2) / (2 noise^2),
         # so that (under Adam) the deterministic agents' fit does not change with --noise-sigma

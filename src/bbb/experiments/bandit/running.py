@@ -352,7 +352,7 @@ _PART_FREE = {"agents", "out", "seconds", "workers", "workers_used", "threads", 
 
 #: config.json entries that only one agent reads (agent name -> settings): taken from the part that runs
 #: it, not compared with the others' (theirs are the defaults, never read)
-_AGENT_SETTINGS = {"ivon": ("ivon_lr", "ivon_hess_init", "ivon_beta")}
+_AGENT_SETTINGS = {"ivon": ("ivon_lr", "ivon_hess_init", "ivon_beta", "ivon_clip")}
 
 
 def _read_part(part: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:

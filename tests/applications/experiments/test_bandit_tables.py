@@ -55,3 +55,46 @@ def test_an_older_runs_summary_is_a_one_line_error(tmp_path):
     (tmp_path / "summary.csv").write_text("\n".join(old) + "\n")
     r = subprocess.run([sys.executable, str(TABLES), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "this version" in r.stderr
+
+
+IVON_TABLES = TABLES.parent / "ivon_tables.py"
+
+
+def _ivon_run(folder: Path, seeds: tuple[int, ...], last: int, slope: float) -> None:
+    folder.mkdir(parents=True)
+    with (folder / "regret.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret", "cumulative_eaten"])
+        for step in range(100, last + 1, 100):
+            for seed in seeds:
+                w.writerow([step, "ivon", seed, round(slope * step), slope * step, step // 2])
+    with (folder / "summary.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SUMMARY)
+        w.writerow(["ivon", last, len(seeds), slope * last, 0, slope * last, 0, slope, 0.5, 0.25, 1.0])
+
+
+def test_ivon_tables_choose_by_the_screens_rule_and_set_ivon_beside_the_papers_agents(tmp_path):
+    """results/bandit/ivon_tables.py: the screen's choice (the lowest mean at 5,000; a diverged
+    setting named, never chosen) and the held-out table beside a run of the paper's agents."""
+    _ivon_run(tmp_path / "screen" / "lr-a", (0, 1, 2), 5_000, 0.3)
+    _ivon_run(tmp_path / "screen" / "lr-b", (0, 1, 2), 5_000, 0.15)
+    (tmp_path / "screen" / "lr-c.failed").write_text("lr-c stopped: diverged\n")
+    r = subprocess.run([sys.executable, str(IVON_TABLES), "screen", str(tmp_path / "screen")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "| lr-b | 150 | 375 | 750 | 0.150 | 25.0% |" in lines
+    assert "| lr-c | diverged: lr-c stopped: diverged |" in lines
+    assert lines[-1] == "Chosen (the lowest mean realised regret at 5,000): lr-b"
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    _run(paper)  # BBB 0.1 / 0.1 / 0.3 per step on seeds 0-2, greedy 0.2
+    _ivon_run(tmp_path / "heldout", (0, 1, 2), 2_000, 0.15)
+    r = subprocess.run([sys.executable, str(IVON_TABLES), "heldout", str(tmp_path / "heldout"), str(paper)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "| 2,000 | 333 | 400 | **300** |" in lines  # BBB, greedy, IVON: only up to IVON's last step
+    assert "| below BBB, Thompson, 2 samples | 1 | 1 |" in lines  # seed 2 only (steps 1,000 and 2,000)
+    assert "| below greedy | 3 | 3 |" in lines

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default: {d.steps})")
     parser.add_argument("--agents", nargs="+", default=list(d.agents),
                         help=f"bbb, ivon, greedy, egreedy_<eps> (default: {' '.join(d.agents)}); ivon: Thompson "
-                             "sampling from the posterior BBB's free energy targets, learned by IVON (bbb.IVON)")
+                             "sampling from the posterior BBB's free energy targets, learned by IVON (bbb.IVON); "
+                             "no setting of its own has run through on UCI Mushroom yet (results/bandit/IVON.md)")
     add_seeds(parser, list(d.seeds), shared_help("--seeds", "; each is one run of every agent"))
     parser.add_argument("--updates-per-step", type=int, default=d.updates_per_step,
                         help=f"minibatch updates after each interaction (default: {d.updates_per_step})")

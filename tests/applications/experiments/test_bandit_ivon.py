@@ -212,3 +212,15 @@ def test_the_clip_bounds_every_step_of_the_means():
             assert float((a.detach() - b).abs().max()) <= bound + 1e-7  # float32 rounding of the subtraction
     with pytest.raises(UserError, match="ivon_clip"):
         tiny_bandit_config(agents=("ivon",), ivon_clip=0.0).validate()
+
+
+@pytest.mark.parametrize("agents,change,flag", [
+    (("greedy",), {"sigma_init": 0.1}, "sigma_init"),      # BBB's, with no BBB agent
+    (("ivon",), {"lr": 0.01}, "lr"),                       # Adam's: the ivon agent reads --ivon-lr
+    (("ivon", "greedy"), {"kl_scale": 2.0}, "kl_scale"),   # BBB's temperature: IVON's is ivon_beta
+    (("bbb",), {"weight_decay": 0.1}, "weight_decay"),     # the deterministic agents' penalty
+])
+def test_a_setting_no_agent_of_the_run_reads_is_refused(agents, change, flag):
+    with pytest.raises(UserError, match=f"{flag} applies to the .* agents, and this run has none"):
+        tiny_bandit_config(agents=agents, **change).validate()
+    tiny_bandit_config(agents=("bbb", "greedy", "ivon"), **change).validate()  # read by one of them: accepted

@@ -100,6 +100,25 @@ class Agent:
     epsilon: float = 0.0
     ivon: bool = False
 
+    @property
+    def kind(self) -> str:
+        """``"bbb"``, ``"ivon"`` or ``"deterministic"``: which settings it reads (:data:`AGENT_SETTINGS`)."""
+        return "bbb" if self.bayesian else "ivon" if self.ivon else "deterministic"
+
+
+#: the settings that only some kinds of agent read (:attr:`Agent.kind`); every other setting is every
+#: agent's. A value other than the default that no agent of a run reads is refused (never ignored), and
+#: ``--merge`` takes each from the parts whose agents read it.
+AGENT_SETTINGS: dict[str, tuple[str, ...]] = {
+    "optimizer": ("bbb", "deterministic"), "lr": ("bbb", "deterministic"),
+    "weight_decay": ("deterministic",),
+    "prior": ("bbb", "ivon"), "prior_sigma": ("bbb", "ivon"), "kl_data": ("bbb", "ivon"),
+    "decision_samples": ("bbb", "ivon"),
+    "pi": ("bbb",), "sigma1": ("bbb",), "sigma2": ("bbb",), "sigma_init": ("bbb",), "kl_scale": ("bbb",),
+    "kl_weighting": ("bbb",), "kl_warmup": ("bbb",), "estimator": ("bbb",),
+    "ivon_lr": ("ivon",), "ivon_hess_init": ("ivon",), "ivon_beta": ("ivon",), "ivon_clip": ("ivon",),
+}
+
 
 def parse_agent(name: str) -> Agent:
     """``"bbb"``, ``"ivon"``, ``"greedy"`` or ``"egreedy_<eps>"`` (0 <= eps <= 1)."""
@@ -245,10 +264,11 @@ class BanditConfig:
         if ivon and self.kl_warmup:
             raise UserError("--kl-warmup applies to the BBB agents' KL; IVON's prior is in its update: run the "
                             "ivon agent without it")
-        if not ivon:
-            for name in ("ivon_lr", "ivon_hess_init", "ivon_beta", "ivon_clip"):  # read by the ivon agent only
-                if getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
-                    raise SettingError(name, "applies to the ivon agent: add ivon to --agents, or leave it out")
+        kinds = {parse_agent(a).kind for a in self.agents}
+        for name, readers in AGENT_SETTINGS.items():  # a setting no agent of the run reads: never ignored
+            if kinds.isdisjoint(readers) and getattr(self, name) != BanditConfig.__dataclass_fields__[name].default:
+                raise SettingError(name, f"applies to the {' and '.join(readers)} agents, and this run has none: "
+                                         "add one to --agents, or leave it out")
         if self.loggers and not self.out:
             raise UserError("--log writes its event files into OUT/tb: give --out")
         from ...runs.loggers import make_loggers

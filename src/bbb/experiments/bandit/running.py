@@ -25,7 +25,15 @@ from ...devices import resolve_device
 from ...errors import TrainingInterrupted, UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
-from .config import EARLY_WINDOW, LATE_WINDOW, REGRET_COLUMNS, SUMMARY_COLUMNS, BanditConfig, parse_agent
+from .config import (
+    AGENT_SETTINGS,
+    EARLY_WINDOW,
+    LATE_WINDOW,
+    REGRET_COLUMNS,
+    SUMMARY_COLUMNS,
+    BanditConfig,
+    parse_agent,
+)
 from .marks import figure6_marks, mark_word
 from .plot import plot_eating, plot_regret
 from .population import Population, fmt_seconds
@@ -350,10 +358,6 @@ _PART_FREE = {"agents", "out", "seconds", "workers", "workers_used", "threads", 
               "progress_every", "parts"}
 
 
-#: config.json entries that only one agent reads (agent name -> settings): taken from the part that runs
-#: it, not compared with the others' (theirs are the defaults, never read)
-_AGENT_SETTINGS = {"ivon": ("ivon_lr", "ivon_hess_init", "ivon_beta", "ivon_clip")}
-
 
 def _read_part(part: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """(config, regret rows, summary rows) of a finished run folder; UserError if it is not one."""
@@ -394,24 +398,33 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     if any(Path(p).resolve() == Path(out).resolve() for p in parts):
         raise UserError(f"--out {out} is one of the runs to merge: write the merged run to another folder")
     read = [(Path(p), *_read_part(Path(p))) for p in parts]
-    first_path, first, _, _ = read[0]
+    first = read[0][1]
     agents: list[str] = []
-    own = {key: agent for agent, keys in _AGENT_SETTINGS.items() for key in keys}
+
+    def reading(key: str) -> list[tuple[Path, dict[str, Any]]]:
+        """The parts whose agents read setting ``key`` (AGENT_SETTINGS: the others ran with its default)."""
+        kinds = AGENT_SETTINGS.get(key)
+        return [(p, c) for p, c, _, _ in read
+                if kinds is None or any(parse_agent(a).kind in kinds for a in c["agents"])]
+
+    settings = sorted({k for _, c, _, _ in read for k in c} - _PART_FREE)
+    for key in settings:
+        readers = reading(key)
+        for path, part_cfg in readers[1:]:
+            if part_cfg.get(key) != readers[0][1].get(key):
+                raise UserError(f"{path} ran with {key}={part_cfg.get(key)!r} and {readers[0][0]} with "
+                                f"{readers[0][1].get(key)!r}: only runs of the same settings and seeds merge")
     for path, part_cfg, _, _ in read:
-        for key in sorted((set(part_cfg) | set(first)) - _PART_FREE - set(own)):
-            if part_cfg.get(key) != first.get(key):
-                raise UserError(f"{path} ran with {key}={part_cfg.get(key)!r} and {first_path} with "
-                                f"{first.get(key)!r}: only runs of the same settings and seeds merge")
         shared = set(agents) & set(part_cfg["agents"])
         if shared:
             raise UserError(f"{path} repeats agent(s) {', '.join(sorted(shared))} of another part: each agent once")
         agents += part_cfg["agents"]
     fields = {f.name for f in dataclasses.fields(BanditConfig)}
-    kept = {k: v for k, v in first.items() if k in fields and k not in own}
-    for key, agent in own.items():  # from the part that runs the agent (else the default)
-        for _, c, _, _ in read:
-            if agent in c["agents"] and key in c:
-                kept[key] = c[key]
+    kept = {k: v for k, v in first.items() if k in fields}
+    for key in settings:  # from a part whose agents read it (else the first part's: the default)
+        found = [c[key] for _, c in reading(key) if key in c]
+        if key in fields and found:
+            kept[key] = found[0]
     kept.update(agents=tuple(agents), seeds=tuple(first["seeds"]), hidden=tuple(first["hidden"]), out=str(out),
                 data_dir=data_dir, loggers=tuple(loggers))  # (how the merge is watched, not a part's)
     cfg = BanditConfig(**kept)

@@ -15,7 +15,7 @@ import torch
 
 import bbb.engine.engine as engine_module
 from bbb.cli import main
-from bbb.experiments.bandit import BanditConfig
+from bbb.experiments.bandit import BanditConfig, Population
 
 
 def blobs(n_train: int = 240, n_val: int = 60, n_test: int = 60, d: int = 12, c: int = 3, spread: float = 2.0,
@@ -109,6 +109,18 @@ def tiny_mushrooms(n: int = 40, groups: int = 3, values: int = 3, seed: int = 0)
     ctx[torch.arange(n).unsqueeze(1), attr + values * torch.arange(groups)] = 1.0
     edible = attr[:, 0] != 0
     return ctx, edible
+
+
+def filled_bandit_population(cfg: BanditConfig, members, ctx, edible, steps: int = 20, **kw: Any) -> Population:
+    """A bandit Population whose buffers hold ``steps`` interactions (acting without learning)."""
+    pop = Population(cfg, members, ctx, edible, **kw)
+    pop._ensure_env(steps)
+    u = cfg.updates_per_step
+    cfg.updates_per_step = 0
+    for t in range(steps):
+        pop._act_and_learn(t)
+    cfg.updates_per_step = u
+    return pop
 
 
 def tiny_bandit_config(**kw: Any) -> BanditConfig:

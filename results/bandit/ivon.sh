@@ -21,60 +21,45 @@ OUT=${OUT:-runs/bandit-ivon}
 RESULTS=${RESULTS:-$here}
 keep() {  # a finished run's files into RESULTS, without its checkpoint
   mkdir -p "$2"
-  cp "$1"/{config.json,regret.csv,summary.csv,summary.json} "$2"/
+  cp "$1"/{config.json,regret.csv,summary.csv,summary.json} "$2"/ || return  # (errexit is off inside && lists)
   cp "$1"/*.png "$2"/ 2> /dev/null || true
 }
-case "${STAGE:?set STAGE=screen or heldout}" in
-  screen)
-    pids=()
-    mkdir -p "$OUT/screen"
-    for s in "0.2 0.5" "0.1 0.1" "0.1 0.01" "0.1 0.001"; do
-      set -- $s
-      name="lr$1-h$2"
-      # a setting that diverges stops with its one-line error; the others go on
-      ( $PY -m bbb bandit --agents ivon --seeds 0 1 2 --steps 5000 --ivon-lr "$1" --ivon-hess-init "$2" \
-          --out "$OUT/screen/$name" > "$OUT/screen-$name.log" 2>&1 && keep "$OUT/screen/$name" \
-          "$RESULTS/ivon/screen/$name" ) || echo "$name stopped: $(tail -1 "$OUT/screen-$name.log")" \
-          > "$OUT/screen-$name.failed" &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    mkdir -p "$RESULTS/ivon/screen"
-    cp "$OUT"/screen-*.failed "$RESULTS/ivon/screen/" 2> /dev/null || true ;;
-  temperature)  # stage 1b (IVON.md): IVON's temperature beta noise^2 (--beta, read then by the ivon
-    # agent; --ivon-beta since: the same numbers) x lr, hess_init 0.01
-    pids=()
-    mkdir -p "$OUT/temperature"
-    for s in "10000 0.03" "10000 0.01" "900 0.03" "900 0.01"; do
-      set -- $s
-      name="beta$1-lr$2"
-      ( $PY -m bbb bandit --agents ivon --seeds 0 1 2 --steps 5000 --beta "$1" --ivon-lr "$2" \
-          --ivon-hess-init 0.01 --out "$OUT/temperature/$name" > "$OUT/temperature-$name.log" 2>&1 && keep \
-          "$OUT/temperature/$name" "$RESULTS/ivon/temperature/$name" ) || echo "$name stopped: $(tail -1 \
-          "$OUT/temperature-$name.log")" > "$OUT/temperature-$name.failed" &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    mkdir -p "$RESULTS/ivon/temperature"
-    cp "$OUT"/temperature-*.failed "$RESULTS/ivon/temperature/" 2> /dev/null || true ;;
-  clip)  # stage 1c (IVON.md): IVON's update clipped (--ivon-clip 1) at 4 (lr, hess_init), ivon_beta 1
-    pids=()
-    mkdir -p "$OUT/clip"
-    for s in "0.1 0.01" "1.0 0.001" "0.3 0.01" "0.1 0.001"; do
-      set -- $s
-      name="lr$1-h$2"
-      ( $PY -m bbb bandit --agents ivon --seeds 0 1 2 --steps 5000 --ivon-lr "$1" --ivon-hess-init "$2" \
-          --ivon-clip 1 --out "$OUT/clip/$name" > "$OUT/clip-$name.log" 2>&1 && keep "$OUT/clip/$name" \
-          "$RESULTS/ivon/clip/$name" ) || echo "$name stopped: $(tail -1 "$OUT/clip-$name.log")" \
-          > "$OUT/clip-$name.failed" &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    mkdir -p "$RESULTS/ivon/clip"
-    cp "$OUT"/clip-*.failed "$RESULTS/ivon/clip/" 2> /dev/null || true ;;
+# stage NAME SETTING...: IVON alone on seeds 0-2 for 5,000 interactions, one process per SETTING ("RUN:its
+# options"), all at once; a setting that diverges stops with its one-line error, kept as
+# RESULTS/ivon/NAME/NAME-RUN.failed, and the others go on; every run's log is kept beside
+stage() {
+  local name=$1 s run pids=()
+  shift
+  mkdir -p "$OUT/$name" "$RESULTS/ivon/$name"
+  for s in "$@"; do
+    run=${s%%:*}
+    # shellcheck disable=SC2086  # the options are separate words
+    ( $PY -m bbb bandit --agents ivon --seeds 0 1 2 --steps 5000 ${s#*:} --out "$OUT/$name/$run" \
+        > "$OUT/$name-$run.log" 2>&1 && keep "$OUT/$name/$run" "$RESULTS/ivon/$name/$run" ) \
+      || echo "$run stopped: $(tail -1 "$OUT/$name-$run.log")" > "$RESULTS/ivon/$name/$name-$run.failed" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  cp "$OUT/$name"-*.log "$RESULTS/ivon/$name/"
+}
+case "${STAGE:?set STAGE=screen, temperature, clip or heldout}" in
+  screen)  # stage 1 (IVON.md): (lr, hess_init), BBB's posterior (ivon_beta 1)
+    stage screen "lr0.2-h0.5:--ivon-lr 0.2 --ivon-hess-init 0.5" "lr0.1-h0.1:--ivon-lr 0.1 --ivon-hess-init 0.1" \
+      "lr0.1-h0.01:--ivon-lr 0.1 --ivon-hess-init 0.01" "lr0.1-h0.001:--ivon-lr 0.1 --ivon-hess-init 0.001" ;;
+  temperature)  # stage 1b: IVON's temperature x lr, hess_init 0.01 (run with --beta, which the ivon agent
+    # read then; --ivon-beta since: the same numbers)
+    stage temperature "beta10000-lr0.03:--ivon-beta 10000 --ivon-lr 0.03 --ivon-hess-init 0.01" \
+      "beta10000-lr0.01:--ivon-beta 10000 --ivon-lr 0.01 --ivon-hess-init 0.01" \
+      "beta900-lr0.03:--ivon-beta 900 --ivon-lr 0.03 --ivon-hess-init 0.01" \
+      "beta900-lr0.01:--ivon-beta 900 --ivon-lr 0.01 --ivon-hess-init 0.01" ;;
+  clip)  # stage 1c: the update clipped (--ivon-clip 1) at 4 (lr, hess_init), ivon_beta 1
+    stage clip "lr0.1-h0.01:--ivon-lr 0.1 --ivon-hess-init 0.01 --ivon-clip 1" \
+      "lr1.0-h0.001:--ivon-lr 1.0 --ivon-hess-init 0.001 --ivon-clip 1" \
+      "lr0.3-h0.01:--ivon-lr 0.3 --ivon-hess-init 0.01 --ivon-clip 1" \
+      "lr0.1-h0.001:--ivon-lr 0.1 --ivon-hess-init 0.001 --ivon-clip 1" ;;
   heldout)
     $PY -m bbb bandit --agents ivon --seeds 8 9 10 11 12 --steps "${STEPS:-20000}" --workers 2 \
       --ivon-lr "${LR:?}" --ivon-hess-init "${H:?}" --ivon-beta "${BETA:-1}" --ivon-clip "${CLIP:-inf}" --out "$OUT/heldout"
     keep "$OUT/heldout" "$RESULTS/ivon/heldout" ;;
-  *) echo "STAGE=screen or heldout" >&2; exit 2 ;;
+  *) echo "STAGE=screen, temperature, clip or heldout" >&2; exit 2 ;;
 esac

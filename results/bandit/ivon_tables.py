@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from tables import CHECKPOINTS, STRETCHES, at, load, name, row
+from tables import CHECKPOINTS, at, header, load, name, print_along_the_way, row
 
 SCREEN_STEPS = (1_000, 2_500, 5_000)
 
@@ -62,23 +62,13 @@ def heldout(ivon_folder: Path, paper_folder: Path) -> int:
     curves = {**{k: v for k, v in paper.items() if k[1] in seeds}, **ivon}
     agents = [*agents, "ivon"]
     last = min(max(c) for c in ivon.values())
-    head = "| | " + " | ".join(name(a) for a in agents) + " |\n|---|" + "---:|" * len(agents)
     steps = [s for s in CHECKPOINTS if s <= last]
 
     print(f"Mean cumulative realised regret, seeds {', '.join(map(str, seeds))} (regret.csv):\n")
-    print(head.replace("| |", "| step |", 1))
-    for step in steps:
-        print(row(f"{step:,}", [statistics.fmean(at(curves[(a, s)], step, 0) for s in seeds) for a in agents], ",.0f"))
-
-    print("\nExpected regret per step, by stretch (mean over seeds):\n")
-    print(head.replace("| |", "| steps |", 1))
-    for lo, hi in ((lo, hi) for lo, hi in STRETCHES if hi <= last):
-        rates = [statistics.fmean((at(curves[(a, s)], hi, 1) - at(curves[(a, s)], lo, 1)) / (hi - lo) for s in seeds)
-                 for a in agents]
-        print(row(f"{lo:,}-{hi:,}", rates, ".2f"))
+    print_along_the_way(curves, agents, seeds, last)
 
     print(f"\nRealised regret per seed at step {last:,}:\n")
-    print(head.replace("| |", "| seed |", 1))
+    print(header(agents, "seed"))
     for s in seeds:
         print(row(str(s), [curves[(a, s)][last][0] for a in agents], ",.0f"))
 

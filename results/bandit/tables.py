@@ -70,12 +70,30 @@ def main() -> int:
         return 1
 
 
+def header(agents: list[str], first: str) -> str:
+    """A markdown table's header: ``first``, then one column per agent."""
+    return f"| {first} | " + " | ".join(name(a) for a in agents) + " |\n|---|" + "---:|" * len(agents)
+
+
+def print_along_the_way(curves: dict[tuple[str, int], dict[int, tuple[float, float]]], agents: list[str],
+                        seeds: list[int], last: int) -> None:
+    """The mean cumulative realised regret at each checkpoint up to ``last``, then (after its
+    title) the expected regret per step by stretch: the lowest of each row in bold."""
+    print(header(agents, "step"))
+    for step in (s for s in CHECKPOINTS if s <= last):
+        print(row(f"{step:,}", [statistics.fmean(at(curves[(a, s)], step, 0) for s in seeds) for a in agents], ",.0f"))
+    print("\nExpected regret per step, by stretch (mean over seeds):\n")
+    print(header(agents, "steps"))
+    for lo, hi in ((lo, hi) for lo, hi in STRETCHES if hi <= last):
+        rates = [statistics.fmean((at(curves[(a, s)], hi, 1) - at(curves[(a, s)], lo, 1)) / (hi - lo) for s in seeds)
+                 for a in agents]
+        print(row(f"{lo:,}-{hi:,}", rates, ".2f"))
+
+
 def report(folder: Path) -> int:
     agents, curves = load(folder)
     seeds = sorted({s for _, s in curves})
     last = min(max(c) for c in curves.values())
-    head = "| | " + " | ".join(name(a) for a in agents) + " |\n|---|" + "---:|" * len(agents)
-
     print(f"Final regret at {last:,} steps (summary.csv; mean +- sd over {len(seeds)} seeds):\n")
     print("| agent | realised regret | expected regret | expected regret per step, last 10,000 | "
           "eats, first / last 1,000 steps |\n|---|---:|---:|---:|---:|")
@@ -88,19 +106,10 @@ def report(folder: Path) -> int:
                   f"{float(r['eat_rate_first_1000']):.1%} / {float(r['eat_rate_last_1000']):.1%} |")
 
     print("\nMean cumulative realised regret (regret.csv):\n")
-    print(head.replace("| |", "| step |", 1))
-    for step in (s for s in CHECKPOINTS if s <= last):
-        print(row(f"{step:,}", [statistics.fmean(at(curves[(a, s)], step, 0) for s in seeds) for a in agents], ",.0f"))
-
-    print("\nExpected regret per step, by stretch (mean over seeds):\n")
-    print(head.replace("| |", "| steps |", 1))
-    for lo, hi in ((lo, hi) for lo, hi in STRETCHES if hi <= last):
-        rates = [statistics.fmean((at(curves[(a, s)], hi, 1) - at(curves[(a, s)], lo, 1)) / (hi - lo) for s in seeds)
-                 for a in agents]
-        print(row(f"{lo:,}-{hi:,}", rates, ".2f"))
+    print_along_the_way(curves, agents, seeds, last)
 
     print(f"\nFinal realised regret per seed (step {last:,}):\n")
-    print(head.replace("| |", "| seed |", 1))
+    print(header(agents, "seed"))
     for s in seeds:
         print(row(str(s), [curves[(a, s)][last][0] for a in agents], ",.0f"))
     if "bbb" in agents and "greedy" in agents:

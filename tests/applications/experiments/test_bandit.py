@@ -17,7 +17,6 @@ from bbb.engine import Layout
 from bbb.errors import UserError
 from bbb.experiments import bandit as B
 from bbb.experiments.bandit import (
-    BanditConfig,
     Population,
     expected_rewards,
     mushroom_rewards,
@@ -30,20 +29,7 @@ from bbb.experiments.bandit.env import env_draws
 from bbb.experiments.bandit.plot import plot_eating, plot_regret
 from bbb.nn import OneHot, SampleProvider, providing_samples, sampling
 from bbb.random import normal
-from testkit import read_csv, tiny_bandit_config, tiny_mushrooms
-
-
-def _filled(cfg: BanditConfig, members, ctx, edible, steps: int = 20, **kw) -> Population:
-    """A population whose buffers hold ``steps`` interactions (acting without learning)."""
-    pop = Population(cfg, members, ctx, edible, **kw)
-    pop._ensure_env(steps)
-    u = cfg.updates_per_step
-    cfg.updates_per_step = 0
-    for t in range(steps):
-        pop._act_and_learn(t)
-    cfg.updates_per_step = u
-    return pop
-
+from testkit import filled_bandit_population, read_csv, tiny_bandit_config, tiny_mushrooms
 
 # --------------------------------------------------------------------------------------------
 # Environment
@@ -162,7 +148,7 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
                     **({"prior_sigma": 0.7} if prior == "gaussian" else {"pi": 0.3, "sigma2": 0.05}),
                     sigma_init=0.1, noise_sigma=2.0, kl_scale=0.5, kl_weighting=weighting, updates_per_step=3,
                     weight_decay=wd)
-    pop = _filled(cfg, members, ctx, edible)
+    pop = filled_bandit_population(cfg, members, ctx, edible)
     assert [m.agent.name for m in pop.members] == ["bbb", "bbb", "greedy", "egreedy_0.05"]
     nets = [pop.net.member(j) for j in range(4)]
     opts = [torch.optim.Adam(n.parameters(), lr=cfg.lr) if optimizer == "adam" else
@@ -201,7 +187,7 @@ def test_every_member_trains_exactly_as_the_same_bayes_mlp_alone(optimizer, prio
 def test_training_noise_is_fresh_for_every_update_and_a_run_reproducible_from_its_seed():
     ctx, edible = tiny_mushrooms()
     cfg = tiny_bandit_config(agents=("bbb", "greedy"), seeds=(0,), updates_per_step=1)
-    pop = _filled(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
+    pop = filled_bandit_population(cfg, [("bbb", 0), ("greedy", 0)], ctx, edible)
     seen = []
     for _ in range(2):
         layer = pop.net.bayes[0]

@@ -18,19 +18,7 @@ from bbb.experiments.bandit import Population, figure6_marks
 from bbb.experiments.bandit.command import add_arguments, config_from_args
 from bbb.experiments.bandit.config import IVON_BETA1, IVON_BETA2
 from bbb.nn import BayesPopulation, OneHot
-from testkit import tiny_bandit_config, tiny_mushrooms
-
-
-def _filled(cfg, members, ctx, edible, steps: int = 20) -> Population:
-    """A population whose buffers hold ``steps`` interactions (acting without learning)."""
-    pop = Population(cfg, members, ctx, edible)
-    pop._ensure_env(steps)
-    u = cfg.updates_per_step
-    cfg.updates_per_step = 0
-    for t in range(steps):
-        pop._act_and_learn(t)
-    cfg.updates_per_step = u
-    return pop
+from testkit import filled_bandit_population, tiny_bandit_config, tiny_mushrooms
 
 
 def test_ivon_members_come_last_start_from_their_seeds_network_and_their_sigma_follows_the_data():
@@ -69,7 +57,7 @@ def test_an_ivon_member_updates_as_ivon_on_the_unscaled_negative_log_likelihood(
     sigma, beta, ps, h0, lr = 0.05, 0.5, 0.7, 0.02, 0.2
     cfg = tiny_bandit_config(agents=("ivon",), seeds=(0, 1), noise_sigma=sigma, ivon_beta=beta, prior_sigma=ps,
                              ivon_hess_init=h0, ivon_lr=lr, updates_per_step=3)
-    pop = _filled(cfg, [("ivon", 0), ("ivon", 1)], ctx, edible)
+    pop = filled_bandit_population(cfg, [("ivon", 0), ("ivon", 1)], ctx, edible)
     ref = BayesPopulation(pop.num_features, cfg.hidden, 1, bayesian=2)
     ref.load_state_dict(pop.ivon_net.state_dict())
     opt = IVON(ref, lr=lr * sigma**2, ess=1 / beta, hess_init=h0 / sigma**2, weight_decay=beta / ps**2,
@@ -188,7 +176,7 @@ def test_a_negative_hessian_estimate_cannot_undo_sigma_as_the_weight_decay_falls
     prior's sd: the step's h + wd is at least half of the clamped one's)."""
     ctx, edible = tiny_mushrooms()
     cfg = tiny_bandit_config(agents=("ivon",), seeds=(0,), prior_sigma=0.7, updates_per_step=1)
-    pop = _filled(cfg, [("ivon", 0)], ctx, edible)
+    pop = filled_bandit_population(cfg, [("ivon", 0)], ctx, edible)
     with torch.no_grad():
         for state in pop.ivon.state.values():
             state["hess"].fill_(-0.9 * pop.ivon_weight_decay(1))
@@ -202,7 +190,7 @@ def test_the_clip_bounds_every_step_of_the_means():
     ctx, edible = tiny_mushrooms()
     cfg = tiny_bandit_config(agents=("ivon",), seeds=(0,), ivon_lr=0.5, ivon_hess_init=0.01, ivon_clip=0.2,
                              updates_per_step=1)
-    pop = _filled(cfg, [("ivon", 0)], ctx, edible)
+    pop = filled_bandit_population(cfg, [("ivon", 0)], ctx, edible)
     assert pop.ivon.param_groups[0]["clip_radius"] == 0.2
     for u in range(5):
         before = [p.detach().clone() for p in pop.ivon_net.parameters()][::2]  # the means

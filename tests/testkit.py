@@ -123,6 +123,22 @@ def filled_bandit_population(cfg: BanditConfig, members, ctx, edible, steps: int
     return pop
 
 
+def stopped_and_uninterrupted_bandit(cfg: BanditConfig, members, ctx, edible, checkpoint, steps: int,
+                                     stop_at: int) -> tuple[Population, Population]:
+    """A bandit Population stopped after ``stop_at`` of ``steps`` interactions (its checkpoint saved),
+    loaded into a new one and run to the end; and one run to the end without a stop."""
+    calls = iter(range(10 * steps))
+    pop = Population(cfg, members, ctx, edible)
+    assert pop.run(steps, checkpoint, stop=lambda: next(calls) >= stop_at) is False
+    assert pop.step == stop_at and checkpoint.exists()
+    resumed = Population(cfg, members, ctx, edible)
+    assert resumed.load(checkpoint) and resumed.step == stop_at
+    assert resumed.run(steps, checkpoint) is True
+    whole = Population(cfg, members, ctx, edible)
+    whole.run(steps)
+    return resumed, whole
+
+
 def tiny_bandit_config(**kw: Any) -> BanditConfig:
     """A bandit config small enough for a test: two seeds, a 8x6 network, 120 steps."""
     base = dict(steps=120, seeds=(0, 1), updates_per_step=2, batch_size=8, buffer=32,

@@ -1,14 +1,16 @@
-"""IVON.md's tables, from finished `bbb bandit` runs (results/bandit/ivon.sh).
+"""IVON.md's and ENSEMBLE.md's tables, from finished `bbb bandit` runs (results/bandit/ivon.sh,
+results/bandit/ensemble.sh).
 
     python results/bandit/ivon_tables.py screen results/bandit/ivon/screen
     python results/bandit/ivon_tables.py heldout results/bandit/ivon/heldout results/bandit
+    python results/bandit/ivon_tables.py heldout results/bandit/ensemble results/bandit
 
 ``screen``: every setting's mean realised regret over its seeds along the way and the choice by
 IVON.md's rule (the lowest at the last step; a setting that diverged is named, not chosen).
-``heldout``: the ivon run beside the paper's agents of the committed run on the same seeds, up to
-the ivon run's last step: mean cumulative realised regret, expected regret per step by stretch,
-every seed's realised regret and the seeds on which ivon is below BBB and below greedy. The lowest
-mean of each row is in bold.
+``heldout``: a run of one agent not in the paper (ivon, ensemble) beside the paper's agents of the
+committed run on the same seeds, up to that run's last step: mean cumulative realised regret,
+expected regret per step by stretch, every seed's realised regret and the seeds on which the agent
+is below each of the paper's. The lowest mean of each row is in bold.
 """
 
 from __future__ import annotations
@@ -51,17 +53,22 @@ def screen(folder: Path) -> int:
     return 0
 
 
-def heldout(ivon_folder: Path, paper_folder: Path) -> int:
-    _, ivon = load(ivon_folder)
+def heldout(new_folder: Path, paper_folder: Path) -> int:
+    new_agents, new = load(new_folder)
+    if len(new_agents) != 1:
+        print(f"{new_folder} holds a run of {len(new_agents)} agents ({', '.join(new_agents)}); give a run of one",
+              file=sys.stderr)
+        return 1
+    agent = new_agents[0]
     agents, paper = load(paper_folder)
-    seeds = sorted(s for _, s in ivon)
+    seeds = sorted(s for _, s in new)
     missing = [s for s in seeds if (agents[0], s) not in paper]
     if missing:
         print(f"{paper_folder} has no run of seed(s) {missing}", file=sys.stderr)
         return 1
-    curves = {**{k: v for k, v in paper.items() if k[1] in seeds}, **ivon}
-    agents = [*agents, "ivon"]
-    last = min(max(c) for c in ivon.values())
+    curves = {**{k: v for k, v in paper.items() if k[1] in seeds}, **new}
+    agents = [*agents, agent]
+    last = min(max(c) for c in new.values())
     steps = [s for s in CHECKPOINTS if s <= last]
 
     print(f"Mean cumulative realised regret, seeds {', '.join(map(str, seeds))} (regret.csv):\n")
@@ -72,10 +79,11 @@ def heldout(ivon_folder: Path, paper_folder: Path) -> int:
     for s in seeds:
         print(row(str(s), [curves[(a, s)][last][0] for a in agents], ",.0f"))
 
-    print(f"\nSeeds (of {len(seeds)}) on which IVON's cumulative realised regret is below another agent's:\n")
+    print(f"\nSeeds (of {len(seeds)}) on which {name(agent)}'s cumulative realised regret is below another "
+          "agent's:\n")
     print("| step | " + " | ".join(f"{s:,}" for s in steps) + " |\n|---|" + "---:|" * len(steps))
-    for other in (a for a in agents if a != "ivon"):
-        wins = [sum(curves[("ivon", s)][step][0] < curves[(other, s)][step][0] for s in seeds) for step in steps]
+    for other in (a for a in agents if a != agent):
+        wins = [sum(curves[(agent, s)][step][0] < curves[(other, s)][step][0] for s in seeds) for step in steps]
         print(f"| below {name(other)} | " + " | ".join(map(str, wins)) + " |")
     return 0
 
@@ -85,11 +93,11 @@ def main() -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     sub.add_parser("screen").add_argument("folder", type=Path)
     h = sub.add_parser("heldout")
-    h.add_argument("ivon", type=Path)
+    h.add_argument("run", type=Path, help="a finished run of one agent (ivon, ensemble)")
     h.add_argument("paper", type=Path, help="the committed run of the paper's agents (results/bandit)")
     args = ap.parse_args()
     try:
-        return screen(args.folder) if args.what == "screen" else heldout(args.ivon, args.paper)
+        return screen(args.folder) if args.what == "screen" else heldout(args.run, args.paper)
     except (OSError, KeyError, ValueError) as e:
         print(f"cannot read the runs ({type(e).__name__}: {e})", file=sys.stderr)
         return 1

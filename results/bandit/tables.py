@@ -22,7 +22,8 @@ from pathlib import Path
 CHECKPOINTS = (1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 40_000, 50_000)
 STRETCHES = ((0, 1_000), (1_000, 5_000), (5_000, 10_000), (10_000, 20_000), (20_000, 30_000),
              (30_000, 40_000), (40_000, 50_000))
-NAMES = {"bbb": "BBB, Thompson, 2 samples", "greedy": "greedy", "ivon": "IVON, Thompson, 2 samples"}
+NAMES = {"bbb": "BBB, Thompson, 2 samples", "greedy": "greedy", "ivon": "IVON, Thompson, 2 samples",
+         "ensemble": "bootstrapped ensemble"}
 
 
 def name(agent: str) -> str:

@@ -29,7 +29,13 @@ from bbb.experiments.bandit.env import env_draws
 from bbb.experiments.bandit.plot import plot_eating, plot_regret
 from bbb.nn import OneHot, SampleProvider, providing_samples, sampling
 from bbb.random import normal
-from testkit import filled_bandit_population, read_csv, tiny_bandit_config, tiny_mushrooms
+from testkit import (
+    filled_bandit_population,
+    read_csv,
+    stopped_and_uninterrupted_bandit,
+    tiny_bandit_config,
+    tiny_mushrooms,
+)
 
 # --------------------------------------------------------------------------------------------
 # Environment
@@ -377,15 +383,7 @@ def test_a_stopped_population_saves_and_resumes_exactly(tmp_path, optimizer):
                              noise_sigma=0.1, kl_data="seen", kl_weighting="blundell")
     members = [("bbb", 0), ("greedy", 0)]
     ck = tmp_path / "w.pt"
-    calls = iter(range(100))
-    pop = Population(cfg, members, ctx, edible)
-    assert pop.run(60, ck, stop=lambda: next(calls) >= 25) is False
-    assert pop.step == 25 and ck.exists()
-    resumed = Population(cfg, members, ctx, edible)
-    assert resumed.load(ck) and resumed.step == 25
-    assert resumed.run(60, ck) is True
-    whole = Population(cfg, members, ctx, edible)
-    whole.run(60)
+    resumed, whole = stopped_and_uninterrupted_bandit(cfg, members, ctx, edible, ck, 60, 25)
     assert torch.equal(resumed.cum_regret, whole.cum_regret)
     for a, b in zip(resumed.net.parameters(), whole.net.parameters()):
         assert torch.equal(a, b)

@@ -18,7 +18,7 @@ from bbb.experiments.bandit import Population, figure6_marks
 from bbb.experiments.bandit.command import add_arguments, config_from_args
 from bbb.experiments.bandit.config import IVON_BETA1, IVON_BETA2
 from bbb.nn import BayesPopulation, OneHot
-from testkit import filled_bandit_population, tiny_bandit_config, tiny_mushrooms
+from testkit import filled_bandit_population, stopped_and_uninterrupted_bandit, tiny_bandit_config, tiny_mushrooms
 
 
 def test_ivon_members_come_last_start_from_their_seeds_network_and_their_sigma_follows_the_data():
@@ -108,15 +108,7 @@ def test_a_stopped_run_with_an_ivon_agent_resumes_exactly(tmp_path):
     ctx, edible = tiny_mushrooms()
     cfg = tiny_bandit_config(steps=50, agents=("bbb", "ivon", "greedy"), seeds=(0,), noise_sigma=0.1, lr=0.01)
     members = [("bbb", 0), ("ivon", 0), ("greedy", 0)]
-    ck = tmp_path / "w.pt"
-    calls = iter(range(100))
-    pop = Population(cfg, members, ctx, edible)
-    assert pop.run(50, ck, stop=lambda: next(calls) >= 20) is False
-    resumed = Population(cfg, members, ctx, edible)
-    assert resumed.load(ck) and resumed.step == 20
-    assert resumed.run(50, ck) is True
-    whole = Population(cfg, members, ctx, edible)
-    whole.run(50)
+    resumed, whole = stopped_and_uninterrupted_bandit(cfg, members, ctx, edible, tmp_path / "w.pt", 50, 20)
     assert torch.equal(resumed.cum_regret, whole.cum_regret)
     for net_a, net_b in ((resumed.net, whole.net), (resumed.ivon_net, whole.ivon_net)):
         for a, b in zip(net_a.parameters(), net_b.parameters()):

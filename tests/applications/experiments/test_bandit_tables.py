@@ -60,18 +60,18 @@ def test_an_older_runs_summary_is_a_one_line_error(tmp_path):
 IVON_TABLES = TABLES.parent / "ivon_tables.py"
 
 
-def _ivon_run(folder: Path, seeds: tuple[int, ...], last: int, slope: float) -> None:
+def _ivon_run(folder: Path, seeds: tuple[int, ...], last: int, slope: float, agent: str = "ivon") -> None:
     folder.mkdir(parents=True)
     with (folder / "regret.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["step", "agent", "seed", "cumulative_regret", "cumulative_expected_regret", "cumulative_eaten"])
         for step in range(100, last + 1, 100):
             for seed in seeds:
-                w.writerow([step, "ivon", seed, round(slope * step), slope * step, step // 2])
+                w.writerow([step, agent, seed, round(slope * step), slope * step, step // 2])
     with (folder / "summary.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(SUMMARY)
-        w.writerow(["ivon", last, len(seeds), slope * last, 0, slope * last, 0, slope, 0.5, 0.25, 1.0])
+        w.writerow([agent, last, len(seeds), slope * last, 0, slope * last, 0, slope, 0.5, 0.25, 1.0])
 
 
 def test_ivon_tables_choose_by_the_screens_rule_and_set_ivon_beside_the_papers_agents(tmp_path):
@@ -98,3 +98,14 @@ def test_ivon_tables_choose_by_the_screens_rule_and_set_ivon_beside_the_papers_a
     assert "| 2,000 | 333 | 400 | **300** |" in lines  # BBB, greedy, IVON: only up to IVON's last step
     assert "| below BBB, Thompson, 2 samples | 1 | 1 |" in lines  # seed 2 only (steps 1,000 and 2,000)
     assert "| below greedy | 3 | 3 |" in lines
+    # any one agent's run beside them: the ensemble's (ENSEMBLE.md); a run of two agents is refused
+    _ivon_run(tmp_path / "ensemble", (0, 1, 2), 1_000, 0.25, agent="ensemble")
+    r = subprocess.run([sys.executable, str(IVON_TABLES), "heldout", str(tmp_path / "ensemble"), str(paper)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "Seeds (of 3) on which bootstrapped ensemble's cumulative realised regret is below another agent's:" in lines
+    assert "| below BBB, Thompson, 2 samples | 1 |" in lines and "| below greedy | 0 |" in lines
+    r = subprocess.run([sys.executable, str(IVON_TABLES), "heldout", str(paper), str(paper)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "give a run of one" in r.stderr

@@ -33,6 +33,11 @@ the same optimiser (``--optimizer adam|sgd``, ``--lr``):
   ``--ivon-lr`` and ``--ivon-hess-init`` (the initial Hessian per unit squared error) are its
   other settings. Its members are a population
   of their own (:attr:`Population.ivon_net`) that sees the same minibatches.
+* ``ensemble`` (not in the paper): bootstrapped Thompson sampling (Osband et al. 2016; Riquelme et
+  al. 2018's BootRMS): ``--ensemble-size`` deterministic networks of the greedy agents' recipe,
+  each from its own initial weights (the first: greedy's) on its own minibatches of the agent's
+  buffer, each interaction entering each network's data with probability ``--ensemble-keep``;
+  every decision is that of one network drawn uniformly (:class:`Ensembles`).
 * ``greedy`` and ``egreedy_<eps>``: deterministic networks (the posterior means, no weight noise,
   no KL) trained on the same likelihood, with an optional L2 penalty ``--weight-decay`` wd (the
   MAP counterpart of a Gaussian prior; per example ((y - f)^2 + wd |w|^2) / (2 noise^2), so
@@ -75,6 +80,7 @@ from .config import (  # noqa: F401
     BanditConfig,
     parse_agent,
 )
+from .ensemble import Ensembles  # noqa: F401
 from .env import (  # noqa: F401
     expected_rewards,
     mushroom_rewards,
@@ -102,6 +108,7 @@ __all__ = [
     "expected_rewards",
     "step_regrets",
     "Population",
+    "Ensembles",
     "merge_runs",
     "run_bandit",
     "figure6_marks",

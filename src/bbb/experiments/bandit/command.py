@@ -49,9 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "output folder (created; resumed if it has a checkpoint)")
     parser.add_argument("--steps", type=int, default=d.steps, help=f"interactions per agent (default: {d.steps})")
     parser.add_argument("--agents", nargs="+", default=list(d.agents),
-                        help=f"bbb, ivon, greedy, egreedy_<eps> (default: {' '.join(d.agents)}); ivon: Thompson "
-                             "sampling from the posterior BBB's free energy targets, learned by IVON (bbb.IVON); "
-                             "no setting of its own has run through on UCI Mushroom yet (results/bandit/IVON.md)")
+                        help=f"bbb, ivon, ensemble, greedy, egreedy_<eps> (default: {' '.join(d.agents)}); ivon: "
+                             "Thompson sampling from the posterior BBB's free energy targets, learned by IVON "
+                             "(bbb.IVON); no setting of its own has run through on UCI Mushroom yet "
+                             "(results/bandit/IVON.md); ensemble: bootstrapped Thompson sampling, each decision one "
+                             "of --ensemble-size greedy networks drawn at random")
     add_seeds(parser, list(d.seeds), shared_help("--seeds", "; each is one run of every agent"))
     parser.add_argument("--updates-per-step", type=int, default=d.updates_per_step,
                         help=f"minibatch updates after each interaction (default: {d.updates_per_step})")
@@ -126,6 +128,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ivon-clip", type=float, default=d.ivon_clip,
                         help="the ivon agent's element-wise clip of its update direction (bbb.IVON's clip_radius: a "
                              f"step is at most ivon_lr (hess_init + weight decay) times it; default: {d.ivon_clip:g})")
+    parser.add_argument("--ensemble-size", type=int, default=d.ensemble_size,
+                        help="the ensemble agent's networks, each from its own initial weights on its own minibatches "
+                             f"(default: {d.ensemble_size})")
+    parser.add_argument("--ensemble-keep", type=float, default=d.ensemble_keep,
+                        help="the ensemble agent: the probability that an interaction enters a network's data, drawn "
+                             "per network (Riquelme et al.'s bootstrap; 1: every network sees every interaction, "
+                             f"a deep ensemble's recipe; default: {d.ensemble_keep:g})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
                         help=f"write regret.csv rows every N steps (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
@@ -153,7 +162,8 @@ def config_from_args(args: argparse.Namespace) -> BanditConfig:
         weight_decay=args.weight_decay, likelihood=args.likelihood, estimator=args.estimator,
         kl_warmup=args.kl_warmup,
         decision_samples=args.decision_samples, ivon_lr=args.ivon_lr, ivon_hess_init=args.ivon_hess_init,
-        ivon_beta=args.ivon_beta, ivon_clip=args.ivon_clip,
+        ivon_beta=args.ivon_beta, ivon_clip=args.ivon_clip, ensemble_size=args.ensemble_size,
+        ensemble_keep=args.ensemble_keep,
         log_every=args.log_every, workers=args.workers,
         threads=args.threads, device=args.device, data_dir=args.data_dir, out=args.out, resume=not args.fresh,
         quiet=args.quiet, loggers=tuple(args.log or ()))

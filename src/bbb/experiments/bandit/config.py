@@ -36,6 +36,11 @@ class KLData(StrOption):
 DEFAULT_AGENTS = ("bbb", "greedy", "egreedy_0.01", "egreedy_0.05")
 
 
+#: the generator seed of a member's initial weights is this plus its seed (an ensemble's first network
+#: starts as the greedy agent's of the same seed)
+INIT_SEED = 7_777_777
+
+
 #: IVON's momentum and Hessian averaging (its paper's defaults; beta2 must stay close to 1)
 IVON_BETA1, IVON_BETA2 = 0.9, 0.99999
 
@@ -92,41 +97,52 @@ CHECKPOINT_FORMAT = 3
 @dataclass(frozen=True)
 class Agent:
     """One kind of agent: ``bbb`` (Thompson sampling, trained by Bayes by Backprop: ``bayesian``),
-    ``ivon`` (Thompson sampling, the same posterior family learned by IVON: ``ivon``) or
+    ``ivon`` (Thompson sampling, the same posterior family learned by IVON: ``ivon``),
+    ``ensemble`` (bootstrapped Thompson sampling over deterministic networks: ``ensemble``) or
     epsilon-greedy with ``epsilon`` (a deterministic network)."""
 
     name: str
     bayesian: bool
     epsilon: float = 0.0
     ivon: bool = False
+    ensemble: bool = False
 
     @property
     def kind(self) -> str:
-        """``"bbb"``, ``"ivon"`` or ``"deterministic"``: which settings it reads (:data:`AGENT_SETTINGS`)."""
-        return "bbb" if self.bayesian else "ivon" if self.ivon else "deterministic"
+        """``"bbb"``, ``"ivon"``, ``"ensemble"`` or ``"deterministic"``: which settings it reads
+        (:data:`AGENT_SETTINGS`)."""
+        return "bbb" if self.bayesian else "ivon" if self.ivon else "ensemble" if self.ensemble else "deterministic"
+
+    @property
+    def in_paper(self) -> bool:
+        """One of the paper's agents (BBB, greedy, epsilon-greedy): Figure 6's marks judge these only."""
+        return self.kind in ("bbb", "deterministic")
 
 
 #: the settings that only some kinds of agent read (:attr:`Agent.kind`); every other setting is every
 #: agent's. A value other than the default that no agent of a run reads is refused (never ignored), and
 #: ``--merge`` takes each from the parts whose agents read it.
 AGENT_SETTINGS: dict[str, tuple[str, ...]] = {
-    "optimizer": ("bbb", "deterministic"), "lr": ("bbb", "deterministic"),
-    "weight_decay": ("deterministic",),
+    "optimizer": ("bbb", "deterministic", "ensemble"), "lr": ("bbb", "deterministic", "ensemble"),
+    "weight_decay": ("deterministic", "ensemble"),
     "prior": ("bbb", "ivon"), "prior_sigma": ("bbb", "ivon"), "kl_data": ("bbb", "ivon"),
     "decision_samples": ("bbb", "ivon"),
     "pi": ("bbb",), "sigma1": ("bbb",), "sigma2": ("bbb",), "sigma_init": ("bbb",), "kl_scale": ("bbb",),
     "kl_weighting": ("bbb",), "kl_warmup": ("bbb",), "estimator": ("bbb",),
     "ivon_lr": ("ivon",), "ivon_hess_init": ("ivon",), "ivon_beta": ("ivon",), "ivon_clip": ("ivon",),
+    "ensemble_size": ("ensemble",), "ensemble_keep": ("ensemble",),
 }
 
 
 def parse_agent(name: str) -> Agent:
-    """``"bbb"``, ``"ivon"``, ``"greedy"`` or ``"egreedy_<eps>"`` (0 <= eps <= 1)."""
+    """``"bbb"``, ``"ivon"``, ``"ensemble"``, ``"greedy"`` or ``"egreedy_<eps>"`` (0 <= eps <= 1)."""
     key = str(name).strip().lower()
     if key == "bbb":
         return Agent("bbb", True, 0.0)
     if key == "ivon":
         return Agent("ivon", False, 0.0, ivon=True)
+    if key == "ensemble":
+        return Agent("ensemble", False, 0.0, ensemble=True)
     if key == "greedy":
         return Agent("greedy", False, 0.0)
     if key.startswith("egreedy_"):
@@ -137,7 +153,7 @@ def parse_agent(name: str) -> Agent:
         if not (0.0 <= eps <= 1.0):
             raise UserError(f"bad agent {name!r}: epsilon must be a number in [0, 1], e.g. egreedy_0.05")
         return Agent(key, False, eps)
-    raise UserError(f"unknown agent {name!r}; choose bbb, ivon, greedy or egreedy_<eps> (e.g. egreedy_0.05)")
+    raise UserError(f"unknown agent {name!r}; choose bbb, ivon, ensemble, greedy or egreedy_<eps> (e.g. egreedy_0.05)")
 
 
 #: the ``bbb bandit`` options whose name is not their setting's (the library's vocabulary:
@@ -168,6 +184,13 @@ class BanditConfig:
     hess_init / ivon_beta). ``ivon_beta`` noise_sigma^2 is its effective noise variance.
     ``ivon_clip``: IVON's element-wise clip of its update direction (``clip_radius``; its steps are
     then at most ivon_lr (hess_init + weight decay) ivon_clip), inf by default.
+
+    The ``ensemble`` agent is ``ensemble_size`` deterministic networks of the greedy agents' recipe
+    (optimiser, learning rate, likelihood, ``weight_decay``), each from its own initial weights
+    and on its own minibatches of the agent's buffer; each stored interaction enters each
+    network's data with probability ``ensemble_keep`` (Riquelme et al.'s bootstrap; 1: every
+    network sees every interaction, a deep ensemble's recipe). Every decision is one network's,
+    drawn uniformly (bootstrapped Thompson sampling, Osband et al. 2016).
     """
 
     steps: int = 50_000
@@ -195,6 +218,8 @@ class BanditConfig:
     ivon_hess_init: float = 0.01
     ivon_beta: float = 1.0
     ivon_clip: float = math.inf
+    ensemble_size: int = 5
+    ensemble_keep: float = 1.0
     estimator: Estimator = Estimator.REPARAM
     likelihood: BanditLikelihood = BanditLikelihood.GAUSSIAN
     kl_warmup: int = 0
@@ -227,6 +252,10 @@ class BanditConfig:
             low = 0 if name == "updates_per_step" else 1  # 0: act without learning
             check_int(name, getattr(self, name), low)  # (the command line names the flag)
         check_int("kl_warmup", self.kl_warmup, 0)
+        check_int("ensemble_size", self.ensemble_size, 1)
+        keep = self.ensemble_keep
+        if not (isinstance(keep, (int, float)) and 0.0 < keep <= 1.0):
+            raise SettingError("ensemble_keep", f"must be a probability in (0, 1], got {keep!r}")
         est = Estimator(choice("estimator", self.estimator, Estimator))
         if est is Estimator.FLIPOUT:
             raise UserError("the bandit's population supports the reparam and local estimators, not flipout")
@@ -310,7 +339,7 @@ class BanditConfig:
         d["hidden"] = [int(h) for h in self.hidden]
         # absent at their defaults, so that checkpoints from before these options still resume
         for name in ("weight_decay", "estimator", "likelihood", "kl_warmup", "ivon_lr", "ivon_hess_init", "ivon_beta",
-                     "ivon_clip"):
+                     "ivon_clip", "ensemble_size", "ensemble_keep"):
             value = plain(getattr(self, name))
             if value != plain(BanditConfig.__dataclass_fields__[name].default):
                 d[name] = value

@@ -52,9 +52,9 @@ def _finals(rows: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
 def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
                   edible_share: float) -> list[dict[str, Any]]:
     """The marks that the run's agents allow: dicts with ``mark`` (the claim), ``holds`` (bool)
-    and ``measured`` (the numbers compared, in words). Among the paper's agents: an ``ivon`` agent
-    (not in the paper) is left out of every mark."""
-    by = {s["agent"]: s for s in summary if not parse_agent(s["agent"]).ivon}
+    and ``measured`` (the numbers compared, in words). Among the paper's agents: an ``ivon`` or
+    ``ensemble`` agent (not in the paper) is left out of every mark."""
+    by = {s["agent"]: s for s in summary if parse_agent(s["agent"]).in_paper}
     marks: list[dict[str, Any]] = []
     steps = max((int(s["steps"]) for s in summary if s.get("steps") is not None), default=None)
 

@@ -10,14 +10,14 @@ from typing import Any
 from ...plots import canvas, finish
 
 _COLORS = {"bbb": "tab:red", "greedy": "tab:blue", "egreedy_0.01": "tab:green", "egreedy_0.05": "tab:purple",
-           "ivon": "tab:orange"}
+           "ivon": "tab:orange", "ensemble": "tab:brown"}
 
 
 def _label(agent: str) -> str:
     if agent.startswith("egreedy_"):
         return f"{float(agent[8:]) * 100:g}% greedy"
     return {"bbb": "BBB (Thompson, 2 samples)", "ivon": "IVON (Thompson, 2 samples)",
-            "greedy": "greedy"}.get(agent, agent)
+            "ensemble": "bootstrapped ensemble", "greedy": "greedy"}.get(agent, agent)
 
 
 def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None = None,

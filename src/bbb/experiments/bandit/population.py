@@ -24,6 +24,7 @@ from ...nn.base import Estimator
 from .config import (
     CHECKPOINT_FORMAT,
     EAT,
+    INIT_SEED,
     IVON_BETA1,
     IVON_BETA2,
     NUM_ACTIONS,
@@ -33,6 +34,7 @@ from .config import (
     BanditLikelihood,
     parse_agent,
 )
+from .ensemble import Ensembles, make_optimizer
 from .env import env_draws, mushroom_rewards, step_regrets
 
 
@@ -45,12 +47,12 @@ class _Member:
 def member_order(members: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     """The population's order of (agent, seed) pairs: the BBB agents' first (the
     :class:`~bbb.nn.BayesPopulation` convention), then the deterministic ones, then IVON's (a
-    population of their own), each group in the given order."""
+    population of their own), then the ensembles' (networks of their own), each group in the given
+    order."""
     ms = [(parse_agent(a).name, int(s)) for a, s in members]
 
     def group(name: str) -> int:
-        agent = parse_agent(name)
-        return 0 if agent.bayesian else 2 if agent.ivon else 1
+        return {"bbb": 0, "deterministic": 1, "ivon": 2, "ensemble": 3}[parse_agent(name).kind]
 
     return sorted(ms, key=lambda m: group(m[0]))  # stable: the given order within a group
 
@@ -60,15 +62,6 @@ def _members(x: Tensor | OneHot, start: int, stop: int) -> Tensor | OneHot:
     if isinstance(x, OneHot):
         return OneHot(x.index[start:stop], x.features, None if x.value is None else x.value[start:stop])
     return x[start:stop]
-
-
-def _optimizer(kind: str, params: Sequence[Tensor], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """``torch.optim``'s Adam or plain SGD (the paper's eqs. 5-6), as the engine runs them;
-    ``weight_decay`` adds ``weight_decay * w`` to every gradient (an L2 penalty on the loss)."""
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused)
-    return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, fused=fused)
 
 
 class Population:
@@ -83,7 +76,8 @@ class Population:
     every update), the others through the same ``torch.optim`` algorithm. The IVON members are a
     Bayesian population of their own (``ivon_net``, None without them) trained by
     :class:`bbb.IVON` on the same minibatches (:meth:`_ivon_update`); ``net`` is None when they
-    are the only members.
+    are the only members. The ensemble members' networks are :class:`Ensembles` (``ensembles``,
+    None without them), each network on minibatches of its own.
     """
 
     def __init__(self, cfg: BanditConfig, members: Sequence[tuple[str, int]], contexts: Tensor,
@@ -102,7 +96,10 @@ class Population:
         p = len(self.members)
         self.num_bayesian = sum(m.agent.bayesian for m in self.members)
         self.num_ivon = sum(m.agent.ivon for m in self.members)
-        self.num_main = p - self.num_ivon  # the members of self.net: BBB's, then the deterministic ones
+        self.num_ensemble = sum(m.agent.ensemble for m in self.members)
+        # the members of self.net: BBB's, then the deterministic ones; then IVON's, then the ensembles'
+        self.num_main = p - self.num_ivon - self.num_ensemble
+        self.num_batched = self.num_main + self.num_ivon  # the members that share the minibatch draws
         # inputs as one-hot rows: the context's non-zeros, then the action's code
         ctx = OneHot.from_dense(contexts.to(dev, torch.float32))
         self.ctx_index, self.ctx_value = ctx.index, ctx.value
@@ -119,8 +116,8 @@ class Population:
                     if self.num_main else None)
         self.ivon_net = (BayesPopulation(self.num_features, cfg.hidden, outputs, bayesian=self.num_ivon,
                                          prior=cfg.make_prior(), device=dev) if self.num_ivon else None)
-        for j, m in enumerate(self.members):  # the initial weights (means) depend on the seed only
-            gen = torch.Generator().manual_seed(7_777_777 + m.seed)
+        for j, m in enumerate(self.members[:self.num_batched]):  # the initial weights (means): the seed's
+            gen = torch.Generator().manual_seed(INIT_SEED + m.seed)
             if j < self.num_main:
                 self.main_net.reset_member(j, gen)
             else:
@@ -129,7 +126,8 @@ class Population:
             self.net.train()
             if not self.num_bayesian:  # greedy agents alone: deterministic on purpose (the ELBO does not warn)
                 mark_deterministic(self.net)
-        self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))  # training noise; decisions: + 1; IVON's: + 2, + 3
+        # training noise; decisions: + 1; IVON's: + 2, + 3; the ensembles' draws: + 4
+        self.noise_seed = 2 * (10_007 * (int(train_seed) + 1))
         # local reparameterisation has no fused kernel: the engine's plain path, chosen (no warning)
         self.engine = (Engine(self.main_net.bayes, cfg.optimizer, lr=cfg.lr, seed=self.noise_seed,
                               fused=False if self.local else None)
@@ -144,10 +142,14 @@ class Population:
         # the penalty is set against the squared error: per example ((y - f)^2 + wd |w|^2) / (2 noise^2),
         # so that (under Adam) the deterministic agents' fit does not change with --noise-sigma
         wd = cfg.weight_decay / cfg.noise_sigma**2
-        self.det_opt = _optimizer(cfg.optimizer, det, cfg.lr, wd) if det else None
+        self.det_opt = make_optimizer(cfg.optimizer, det, cfg.lr, wd) if det else None
         updates = max(1, cfg.updates_per_step)
         lik: Likelihood = HeteroscedasticGaussian(cfg.noise_sigma) if self.hetero else Gaussian(cfg.noise_sigma)
         self.likelihood = lik.to(dev)
+        self.ensembles = (Ensembles(cfg, [m.seed for m in self.members[self.num_batched:]], self.num_features,
+                                    outputs, self.likelihood, dev, self.noise_seed + 4)
+                          if self.num_ensemble else None)
+        self._ensemble_members = torch.arange(self.num_batched, p, device=dev)
         self.elbo = (ELBO(self.net, lik, num_batches=updates, kl_weighting=cfg.kl_weighting,
                           beta=cfg.kl_scale).to(dev) if self.net is not None else None)
         k = ctx.index.shape[1] + 1
@@ -158,7 +160,6 @@ class Population:
         # rebuilt from buf_index / buf_value on load
         self.buf_dense = (torch.zeros(p, cfg.buffer, self.num_features, device=dev)
                           if self.local or one_hot_is_dense(self.num_features, k) else None)
-        self.row_offset = (torch.arange(p, device=dev) * cfg.buffer).view(p, 1)
         self.gen = torch.Generator(device=dev).manual_seed(10_007 * (int(train_seed) + 1))
         self.seed_list = sorted({m.seed for m in self.members})
         self._member_seed_pos = torch.tensor([self.seed_list.index(m.seed) for m in self.members], device=dev)
@@ -194,8 +195,9 @@ class Population:
         return self.ivon_net
 
     def networks(self) -> list[BayesPopulation]:
-        """The populations of this process: ``net`` and ``ivon_net`` where they exist."""
-        return [n for n in (self.net, self.ivon_net) if n is not None]
+        """The populations of this process: ``net``, ``ivon_net`` and the ensembles' where they exist."""
+        ens = None if self.ensembles is None else self.ensembles.net
+        return [n for n in (self.net, self.ivon_net, ens) if n is not None]
 
     def ivon_ess(self, num_data: int) -> float:
         """IVON's effective sample size after ``num_data`` interactions (N of the KL / N weight):
@@ -244,7 +246,8 @@ class Population:
         """Predicted reward of every action, (P, actions): a BBB or IVON member averages
         ``decision_samples`` networks drawn for step ``t`` from its posterior (counter-based noise,
         independent of the training noise; whole networks also under the local estimator, which
-        trains with per-row pre-activation noise); a deterministic member uses its weights. With
+        trains with per-row pre-activation noise); a deterministic member uses its weights, an
+        ensemble member one of its networks (:meth:`Ensembles.values`). With
         the heteroscedastic likelihood the value is the predicted mean (output 0)."""
         k = self.cfg.decision_samples
         inside = t < self._env_steps  # else: the keys formed on the host
@@ -260,8 +263,10 @@ class Population:
         if self.ivon_net is not None:
             keys = self.ivon_decision_keys[t] if inside else None
             with counter_noise(self.ivon_net.bayes, self.noise_seed + 3, t, num_samples=k, keys=keys):
-                out = self.ivon_net.forward_weights(_members(x, self.num_main, len(self.members)), num_samples=k)
+                out = self.ivon_net.forward_weights(_members(x, self.num_main, self.num_batched), num_samples=k)
             parts.append(out[..., 0].mean(0))
+        if self.ensembles is not None:
+            parts.append(self.ensembles.values(_members(x, self.num_batched, len(self.members))))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _act_and_learn(self, t: int) -> None:
@@ -294,10 +299,13 @@ class Population:
         if self.buf_dense is not None:
             self.buf_dense[:, pos] = self._rows(self.buf_index[:, pos], None if self.buf_value is None
                                                 else self.buf_value[:, pos]).to_dense()
+        if self.ensembles is not None:
+            self.ensembles.store(pos)
         filled = min(t + 1, cfg.buffer)
         num_data = self.kl_data_size(t + 1)
-        # every update's minibatch rows at once (the same draws as one call per update)
-        idx = torch.randint(0, filled, (cfg.updates_per_step, p, cfg.batch_size), generator=self.gen,
+        # every update's minibatch rows at once (the same draws as one call per update); the
+        # ensembles draw their own
+        idx = torch.randint(0, filled, (cfg.updates_per_step, self.num_batched, cfg.batch_size), generator=self.gen,
                             device=self.device)
         kl_on = t >= cfg.kl_warmup  # the first kl_warmup interactions fit the data alone
         for u in range(cfg.updates_per_step):
@@ -319,28 +327,25 @@ class Population:
         member, ``kl_scale * pi_i * U / N`` times the KL, with pi_i the weight of update
         ``batch_index`` of the U updates per interaction (``--kl-weighting``: 1/U for uniform,
         so KL / N per example) and N = ``num_data``; 0 while ``kl_on`` is False (the warm-up,
-        ``BanditConfig.kl_warmup``). ``idx`` (P, B): the buffer rows (tests); drawn here when None.
+        ``BanditConfig.kl_warmup``). ``idx`` (P', B): the buffer rows of the members but the
+        ensembles' (tests); drawn here when None. The ensembles' networks take a step on
+        minibatches of their own (:meth:`Ensembles.update`).
         """
         cfg = self.cfg
-        p, b = len(self.members), cfg.batch_size
+        q, b = self.num_batched, cfg.batch_size
+        if self.ensembles is not None:
+            self.ensembles.update(filled, self._ensemble_members, self.buffer_rows)
+        if not q:
+            return
         if idx is None:
-            idx = torch.randint(0, filled, (p, b), generator=self.gen, device=self.device)
-        flat = (idx + self.row_offset).view(-1)
-        x: Tensor | OneHot
-        if self.buf_dense is not None:
-            x = self.buf_dense.view(-1, self.num_features).index_select(0, flat).view(p, b, self.num_features)
-        else:
-            k = self.buf_index.shape[-1]
-            xi = self.buf_index.view(-1, k).index_select(0, flat).view(p, b, k)
-            xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(p, b, k)
-            x = self._rows(xi, xv)
-        y = self.buf_reward.view(-1).index_select(0, flat).view((p, b) if self.hetero else (p, b, 1))
+            idx = torch.randint(0, filled, (q, b), generator=self.gen, device=self.device)
+        x, y = self.buffer_rows(torch.arange(q, device=self.device), idx)
         nm = self.num_main
         if self.ivon_net is not None:
-            self._ivon_update(_members(x, nm, p), y[nm:], num_data)
+            self._ivon_update(_members(x, nm, q), y[nm:], num_data)
         if self.elbo is None:
             return
-        if nm < p:
+        if nm < q:
             x, y = _members(x, 0, nm), y[:nm]
         coef = self.elbo.kl_weight(batch_index) * self.elbo.num_batches * b / num_data if kl_on else 0.0
         with self.engine.sampling() if self.engine is not None else contextlib.nullcontext():
@@ -354,6 +359,23 @@ class Population:
             self.engine.step()
         if self.det_opt is not None:
             self.det_opt.step()
+
+    def buffer_rows(self, members: Tensor, idx: Tensor) -> tuple[Tensor | OneHot, Tensor]:
+        """Rows ``idx`` (M, B) of the buffers of ``members`` (M,), indices into :attr:`members`: the
+        inputs (M, B, features) or :class:`OneHot` (M, B, K), and the rewards (M, B), or (M, B, 1)
+        for the Gaussian likelihood (the shape its log_prob takes)."""
+        m, b = idx.shape
+        flat = (idx + members.view(m, 1) * self.cfg.buffer).view(-1)
+        x: Tensor | OneHot
+        if self.buf_dense is not None:
+            x = self.buf_dense.view(-1, self.num_features).index_select(0, flat).view(m, b, self.num_features)
+        else:
+            k = self.buf_index.shape[-1]
+            xi = self.buf_index.view(-1, k).index_select(0, flat).view(m, b, k)
+            xv = None if self.buf_value is None else self.buf_value.view(-1, k).index_select(0, flat).view(m, b, k)
+            x = self._rows(xi, xv)
+        y = self.buf_reward.view(-1).index_select(0, flat).view((m, b) if self.hetero else (m, b, 1))
+        return x, y
 
     def _ivon_update(self, x: Tensor | OneHot, y: Tensor, num_data: int) -> None:
         """One :class:`bbb.IVON` step of every IVON member: its loss is the minibatch's mean negative
@@ -394,6 +416,10 @@ class Population:
             if bad:
                 raise UserError(f"the ivon agent's training diverged by step {self.step} (non-finite {bad[0]}); "
                                 "lower --ivon-lr or raise --ivon-hess-init")
+        bad_ensemble = None if self.ensembles is None else self.ensembles.check_finite()
+        if bad_ensemble is not None:
+            raise UserError(f"the ensemble agent's training diverged by step {self.step} (non-finite {bad_ensemble}); "
+                            "lower --lr or raise --noise-sigma")
         net = self.net
         bad = [] if net is None else [n for n, p in net.named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
@@ -468,6 +494,7 @@ class Population:
             "ivon_net": None if self.ivon_net is None else self.ivon_net.state_dict(),
             "ivon": None if self.ivon is None else self.ivon.state_dict(),
             "det_opt": None if self.det_opt is None else self.det_opt.state_dict(),
+            "ensembles": None if self.ensembles is None else self.ensembles.state_dict(),
             "buf_index": self.buf_index,
             "buf_value": self.buf_value,
             "buf_reward": self.buf_reward,
@@ -519,6 +546,8 @@ class Population:
             self.engine.load_state_dict(st["engine"])
         if self.det_opt is not None:
             self.det_opt.load_state_dict(st["det_opt"])
+        if self.ensembles is not None:
+            self.ensembles.load_state_dict(st["ensembles"])
         for name in ("buf_index", "buf_reward", "cum_regret", "cum_expected", "cum_eaten", "eat_ring"):
             getattr(self, name).copy_(st[name])
         if self.buf_value is not None:

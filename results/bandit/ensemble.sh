@@ -4,7 +4,7 @@
 # agents' recipe), on the held-out seeds 8-12 beside the committed run of the paper's agents (same
 # mushrooms, coin flips and, for its first network, starting weights within a seed). From the root
 # of a clone, the data through $BBB_DATA (else ~/.cache/bbb):
-#   bash results/bandit/ensemble.sh          # seeds 8-12, STEPS (default 20,000), 2 workers
+#   bash results/bandit/ensemble.sh          # seeds 8-12, STEPS (default 10,000), 2 workers
 #   python results/bandit/ivon_tables.py heldout results/bandit/ensemble results/bandit
 # The run resumes from its checkpoint (the same command continues it, within a session); its files,
 # without the checkpoint, are copied into RESULTS/ensemble/.
@@ -19,7 +19,7 @@ RESULTS=${RESULTS:-$here}
 SEEDS=${SEEDS:-8 9 10 11 12}
 mkdir -p "$(dirname "$OUT")"
 # shellcheck disable=SC2086  # the seeds are separate words
-$PY -m bbb bandit --out "$OUT" --agents ensemble --seeds $SEEDS --steps "${STEPS:-20000}" \
+$PY -m bbb bandit --out "$OUT" --agents ensemble --seeds $SEEDS --steps "${STEPS:-10000}" \
   --workers "${WORKERS:-2}" 2>&1 | tee -a "$OUT.log"
 [ -f "$OUT/summary.json" ] || { echo "not finished: rerun this script to continue" >&2; exit 1; }
 dest="$RESULTS/ensemble"

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from bbb.io import _host
-from bbb.runs.rundir import LOCK_NAME, RUN_FILES
+from bbb.runs.rundir import LOCK_NAME, RESULT_FILES, RUN_FILES
 from faultkit import assert_one_line_error, bbb, bbb_in_process, env, fake_mnist, lock_held, snapshot
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
@@ -52,12 +52,15 @@ def run_here(capsys, monkeypatch):
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, data_dir) -> Path:
-    """A finished 1-epoch run, with eval.json and pruning.csv beside it."""
+    """A finished 1-epoch run, with eval.json, pruning.csv and every other result file beside it."""
     out = tmp_path_factory.mktemp("base") / "run"
     p = run(*train_argv(data_dir, out))
     assert p.returncode == 0, p.stderr
     (out / "eval.json").write_text('{"test_error": 0.5}\n')
     (out / "pruning.csv").write_text("fraction_removed\n0.0\n")
+    for name in RESULT_FILES:  # the others, as bbb ood, uncertain, evaluate's plots would leave them
+        if not (out / name).exists():
+            (out / name).write_text(f"{name}\n")
     assert {*RUN_FILES} <= {q.name for q in out.iterdir()}
     return out
 
@@ -85,7 +88,7 @@ def test_resume_without_last_pt_is_refused_and_changes_nothing(tmp_path, data_di
 
 
 @pytest.mark.parametrize("keep", ["all", "last.pt", "config.json", "metrics.csv", "summary.json", "best.pt",
-                                  "eval.json", "pruning.csv"])
+                                  "eval.json", "pruning.csv", "ood.json"])
 @pytest.mark.release_independent
 def test_a_new_run_into_a_previous_run_is_refused_and_changes_nothing(tmp_path, data_dir, finished, keep,
                                                                       run_here):

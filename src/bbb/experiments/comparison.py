@@ -116,6 +116,17 @@ def _test_set(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**{k: cfg.get(k) for k in TEST_SET_FIELDS}, **({"data_file": md5} if md5 else {})}
 
 
+def stale_evaluation(ev: dict[str, Any], summary: dict[str, Any]) -> str | None:
+    """Why a run's eval.json (``ev``) no longer describes the run whose summary.json is ``summary``:
+    the epoch of the checkpoint it evaluated is not that checkpoint's now (the run trained on after
+    ``bbb evaluate``; a resumed run removes its eval.json, one of an older bbb did not); else None."""
+    which, epoch = ev.get("checkpoint"), ev.get("epoch")
+    now = {"best": summary.get("best_epoch"), "last": summary.get("epochs")}.get(str(which))
+    if epoch is None or now is None or int(now) == int(epoch):
+        return None
+    return f"its eval.json evaluated the {which} checkpoint of epoch {epoch}, and the run's {which} is now epoch {now}"
+
+
 def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
     summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
@@ -130,7 +141,13 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     cfg = _read_json(d / "config.json") or {}
     summary = _read_json(d / "summary.json") or {}
     regression = "regression" in ((ev or {}).get("task"), summary.get("task"), cfg.get("task"))
-    source = "eval.json"
+    stale = None if ev is None else stale_evaluation(ev, summary)
+    if stale:
+        raise UserError(f"{d}: {stale}; run `bbb evaluate {d}` again")
+    # the checkpoint the numbers are of, where eval.json names it (bbb evaluate --which)
+    source = (f"eval.json ({ev['checkpoint']}, epoch {ev['epoch']})"
+              if ev is not None and ev.get("checkpoint") in ("best", "last") and ev.get("epoch") is not None
+              else "eval.json")
     if ev is None and regression:
         if "test_rmse_mc" not in summary:
             raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "

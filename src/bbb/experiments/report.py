@@ -53,6 +53,7 @@ from ..io import atomic_write_text
 from ..options import is_bayesian
 from ..progress import plural
 from . import report_text as RT
+from .comparison import stale_evaluation
 
 __all__ = ["RunFiles", "read_run", "report_html", "result_rows", "write_report"]
 
@@ -110,6 +111,10 @@ class RunFiles:
         self.config: dict[str, Any] = config
         self.summary = _json(self.train_dir / "summary.json")
         self.eval = _json(self.dir / "eval.json")
+        #: why eval.json is left out (it is of an earlier network of the run), else None
+        self.stale_eval = None if self.eval is None else stale_evaluation(self.eval, self.summary or {})
+        if self.stale_eval:
+            self.eval = None
         self.ood = _json(self.dir / "ood.json")
         self.uncertain = _json(self.dir / "uncertain.json")
         self.pruning = _csv(self.dir / "pruning.csv")
@@ -122,7 +127,11 @@ class RunFiles:
         """(command, what it adds) for each command that runs on this kind of run and would write a
         file the run lacks (:func:`report_text.suggested_commands`)."""
         have = {f for f in ("eval.json", "pruning.csv", "ood.json", "uncertain.json") if (self.dir / f).is_file()}
-        return RT.suggested_commands(self.name, self.config, self.regression, have)
+        if not self.stale_eval:
+            return RT.suggested_commands(self.name, self.config, self.regression, have)
+        have.discard("eval.json")
+        return [(cmd, f"{what} (its eval.json is left out here: {self.stale_eval})" if cmd.startswith("bbb evaluate")
+                 else what) for cmd, what in RT.suggested_commands(self.name, self.config, self.regression, have)]
 
     def png(self, name: str) -> bytes | None:
         """The bytes of ``name`` when it is a PNG file of the run, else None."""

@@ -49,6 +49,7 @@ from ..options import Method, choice
 from ..uncertainty import predictive_probs
 from . import model as runmodel
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
+from .rundir import remove_results
 from .trained import (
     LAPLACE_FILE,
     LAPLACE_FORMAT,
@@ -72,9 +73,6 @@ __all__ = ["DENSE_LIMIT", "TrainedLaplace", "evaluate_laplace", "fit_run_laplace
 #: the most last-layer weights whose posterior covariance is stored dense (``kron``, ``full``):
 #: 5,000 weights are 100 MB in float32
 DENSE_LIMIT = 5000
-#: what the commands write into a posterior's folder: a fit removes an earlier posterior's
-RESULT_FILES = ("eval.json", "reliability.png", "risk_coverage.png", "ood.json", "ood.png", "uncertain.json",
-                "uncertain.png")
 
 
 def _covered_rows(model: TrainedModel, layer: nn.Linear, out: Tensor, feats: Tensor) -> list[int]:
@@ -154,8 +152,7 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         raise UserError(f"the last layer has {n_params:,} weights: its full posterior covariance would take "
                         f"{n_params ** 2 * 4 / 1e6:,.0f} MB; use --hessian kron or diag (at most {DENSE_LIMIT:,} "
                         "weights take full)")
-    for stale in RESULT_FILES:  # another posterior's results
-        (out / stale).unlink(missing_ok=True)
+    remove_results(out)  # another posterior's results
     w = layer.weight.detach()[rows]
     b = layer.bias.detach()[rows] if layer.bias is not None else torch.zeros(len(rows), device=w.device)
     if model.task == "regression":

@@ -94,7 +94,7 @@ from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .optim import make_optimizer, make_scheduler
-from .rundir import guard_run_dir
+from .rundir import guard_run_dir, remove_results
 from .summary import finish_classifier, finish_regression
 
 __all__ = ["batch_objective", "kl_weight_table", "run_epoch", "train", "training_step"]
@@ -410,6 +410,11 @@ def _train(
         metrics = [dict(r) for r in ckpt.get("metrics", [])]
         start_epoch = int(ckpt["epoch"])
         log(f"resuming {out} after epoch {start_epoch}")
+        if start_epoch < cfg.epochs:  # it trains on: what was made from its checkpoints before is stale
+            removed = remove_results(out)
+            if removed:
+                log(f"removed {', '.join(removed)} (made from the run before it trained on; run the commands "
+                    "that wrote them again)")
         best = repair_derived(out, ckpt, log)  # best.pt and metrics.csv as the committed last.pt says
 
     lib_versions = versions()

@@ -4,7 +4,9 @@
   (:data:`RUN_FILES`) unless ``overwrite``; then those files are first moved into a hidden
   ``.old-run~<pid>`` folder (``last.pt`` first, so a crash midway never leaves a resumable mix of
   old and new) and that folder is deleted; a leftover one is deleted by the next run.
-* ``resume=True`` requires ``last.pt``; without it the run refuses and changes nothing.
+* ``resume=True`` requires ``last.pt``; without it the run refuses and changes nothing. A resumed
+  run that trains on removes the results other commands made from its checkpoints before
+  (:data:`RESULT_FILES`, :func:`remove_results`): they would describe a network it no longer has.
   ``resume="auto"`` (the sweep, ``bbb reproduce``, ``bbb demo``) resumes when ``last.pt`` exists
   and otherwise starts afresh, replacing what an interrupted start left.
 * The process training into the directory holds an exclusive ``flock`` on ``.lock`` (which
@@ -33,12 +35,18 @@ from typing import Literal
 from ..errors import RunDirBusy, UserError
 from ..io import clean_stale_tmp
 
-__all__ = ["LOCK_NAME", "RUN_FILES", "check_distinct", "guard_run_dir", "lock_run_dir"]
+__all__ = ["LOCK_NAME", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "lock_run_dir",
+           "remove_results"]
 
 LOCK_NAME = ".lock"
 """Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
 
-RUN_FILES = ("last.pt", "best.pt", "config.json", "metrics.csv", "summary.json", "eval.json", "pruning.csv")
+RESULT_FILES = ("eval.json", "pruning.csv", "reliability.png", "risk_coverage.png", "calibration.png", "ood.json",
+                "ood.png", "uncertain.json", "uncertain.png", "snr.png", "learning_curve.png")
+"""What the commands that read a run's checkpoints write beside them (``bbb evaluate``, ``prune``, ``ood``,
+``uncertain``, ``demo``; ``bbb laplace`` into a posterior's folder): stale once the run trains on."""
+
+RUN_FILES = ("last.pt", "best.pt", "config.json", "metrics.csv", "summary.json", *RESULT_FILES)
 """The files of a run (``last.pt`` first: without it nothing can be resumed)."""
 
 _OLD_PREFIX = ".old-run~"
@@ -171,15 +179,25 @@ def _check(out: Path, resume: Resume, overwrite: bool) -> bool:
     return False
 
 
-def _remove_old(out: Path) -> None:
-    """Move the previous run's files aside (last.pt first), then delete them."""
+def _remove_old(out: Path, names: Sequence[str] = RUN_FILES) -> list[str]:
+    """Move the files ``names`` of ``out`` aside (in that order: the previous run's, last.pt first),
+    then delete them; returns those that were there."""
     trash = out / f"{_OLD_PREFIX}{os.getpid()}"
     trash.mkdir(exist_ok=True)
-    for name in RUN_FILES:
+    moved = []
+    for name in names:
         if (out / name).exists():
             os.replace(out / name, trash / name)
+            moved.append(name)
     _fsync_dir(out)
     shutil.rmtree(trash, ignore_errors=True)
+    return moved
+
+
+def remove_results(out: str | os.PathLike[str]) -> list[str]:
+    """Delete the :data:`RESULT_FILES` of the run in ``out`` (a run that trains on: they describe its
+    checkpoints before); returns the names removed. Call it holding the run's lock."""
+    return _remove_old(Path(out), RESULT_FILES)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -243,6 +243,11 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path]
     for run_dir in run_dirs:
         if out.exists() and run_dir.resolve() in out.resolve().parents:
             raise UserError(f"--out {out} is a file of the run directory {run_dir}; give a file outside it")
+    from ..runs.rundir import RUN_FILES
+
+    home = out.resolve().parent
+    if out.exists() and out.name in RUN_FILES and any((home / f).is_file() for f in ("last.pt", "best.pt")):
+        raise UserError(f"--out {out} is a file of the run directory {home} (another run's); give a file outside it")
     if out.exists() and not overwrite:
         raise UserError(f"--out {out} exists; give --overwrite to replace it, or another file")
 

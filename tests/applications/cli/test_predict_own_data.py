@@ -75,6 +75,13 @@ def test_out_refuses_an_existing_file_and_never_replaces_the_input(capsys, tmp_p
         was = kept.read_bytes()
         rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(kept), "--overwrite")
         assert rc == 2 and kept.read_bytes() == was, err
+    other = tmp_path / "other-run"  # another run's files: never either
+    other.mkdir()
+    for name, text in (("last.pt", "weights"), ("eval.json", "{}")):
+        (other / name).write_text(text)
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(other / "eval.json"), "--overwrite")
+    one_line_error(rc, err, "another run's", "outside it")
+    assert (other / "eval.json").read_text() == "{}"
     rc, _, err = run_main(capsys, "predict", str(run), str(new), "--out", str(tmp_path / "p.csv"), "--overwrite")
     assert rc == 0, err
     rows = read_csv(tmp_path / "p.csv")

@@ -187,6 +187,19 @@ def test_a_moved_file_is_named_by_csv_on_evaluate_and_predict(capsys, tmp_path, 
     one_line_error(rc, err, "not a .csv file", "--csv FILE")
 
 
+def test_a_new_run_on_a_file_that_is_not_there_says_so(capsys, tmp_path):
+    # a fresh run's missing --csv was "the file this run was trained on, is not there (moved or deleted?)"
+    (tmp_path / "folder").mkdir()
+    for given, words in ((tmp_path / "nonexist.csv", ("nonexist.csv does not exist", "--csv")),
+                         (tmp_path / "folder", ("is a folder, not a file",)),
+                         (Path("/dev/null"), ("/dev/null is not a regular file",))):
+        rc, _, err = run_main(capsys, "train", "--csv", str(given), "--target", "y", "--out", str(tmp_path / "r"),
+                              *TINY)
+        line = one_line_error(rc, err, *words)
+        assert "trained on" not in line and "moved" not in line
+        assert not (tmp_path / "r").exists()
+
+
 def test_data_dir_on_a_file_run_is_an_error(capsys, tmp_path, run):
     for argv in (("evaluate", str(run), "--data-dir", str(tmp_path)),
                  ("predict", str(run), str(tmp_path / "houses.csv"), "--data-dir", str(tmp_path)),

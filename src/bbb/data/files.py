@@ -9,7 +9,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
 * a CSV's cells are separated by commas, or by semicolons or tabs where its first line has no
   comma (:func:`read_csv`; a decimal comma in such a file is a one-line error, and so is a
   feature's or the target's number with a thousands separator, a currency or a percent sign,
-  ``"52,000"``, ``$5``, ``12%``, in any file);
+  ``"52,000"``, ``$5``, ``12%``, in any file, and a column of numbers with a decimal comma quoted
+  in a comma-separated file, ``"3,5"``: :mod:`bbb.data.table_checks`);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
   one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
   else a one-line error naming the column: an identifier or free text is no feature);
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import math
 import os
 import re
 from collections.abc import Sequence
@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
+from .table_checks import check_decimal_commas, number, row_number
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
@@ -82,14 +83,6 @@ def _formatted_number(cell: str) -> str | None:
             "a thousands separator" if re.search("[, \u00a0\u202f]", m["num"]) else None)
 
 
-def _number(text: str) -> float | None:
-    try:
-        v = float(text)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
@@ -102,12 +95,6 @@ def _delimiter(first: str) -> str:
     counts = {d: first.count(d) for d in DELIMITERS[1:]}
     best = max(counts, key=lambda d: counts[d])
     return best if counts[best] else ","
-
-
-def row_number(numbers: Sequence[int] | None, i: int) -> int:
-    """The file's number of the ``i``-th row read (1 = the first): ``numbers[i - 1]`` where
-    :func:`read_csv` gave them (empty rows counted), else ``i``."""
-    return numbers[i - 1] if numbers else i
 
 
 def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list[list[str]],
@@ -238,7 +225,7 @@ class Preprocess:
             if col["kind"] == "numeric":
                 vals = np.empty(n)
                 for i, cell in enumerate(cells):
-                    v = _number(cell)
+                    v = number(cell)
                     if v is None:
                         raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: "
                                         f"{cell[:40]!r} is not a number (the column was numeric in training)")
@@ -342,7 +329,7 @@ NUMERIC_SHARE = 0.9
 
 
 def _task_of(values: list[str], task: str | None, target: str, where: str, numbers: Sequence[int]) -> str:
-    nums = [_number(v) for v in values]
+    nums = [number(v) for v in values]
     if any(v is None for v in nums):
         if task == "regression":
             bad = next(v for v, n in zip(values, nums) if n is None)
@@ -399,9 +386,10 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
                                 f"number with {what}, which "
                                 "bbb would read as text; write plain numbers first (e.g. pandas.read_csv(FILE, "
                                 "thousands=',') for a thousands separator)")
+        check_decimal_commas(where, name, cells, numbers)  # quoted "3,5" in a comma-separated file: text, else
         if name == target:
             continue
-        nums = [_number(c) for c in cells]
+        nums = [number(c) for c in cells]
         if all(v is not None for v in nums):
             values = [float(v) for v in nums if v is not None]
             if _identifier(values) and not numbering:
@@ -496,7 +484,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)")
     n = raw_x.shape[0]
     if task == "classification":
-        cats = sorted(set(map(str, raw_y)), key=lambda c: (_number(c) is None, _number(c) or 0.0, c))
+        cats = sorted(set(map(str, raw_y)), key=lambda c: (number(c) is None, number(c) or 0.0, c))
         if len(cats) < 2:
             raise UserError(f"{where}: the target holds one class ({cats[0]!r}); classification needs two or more")
         index = {c: k for k, c in enumerate(cats)}

@@ -1,0 +1,50 @@
+"""Checks of a CSV table's cells that catch what would otherwise be read silently wrong
+(:mod:`bbb.data.files` calls them while it reads a table into a run's split):
+
+* :func:`check_decimal_commas`: a comma-separated file's quoted number with a decimal comma
+  (``"3,5"``) would be read as text, a column of them one-hot categories, a target of them
+  classes; a column of such numbers is a one-line error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from ..errors import DataError
+
+__all__ = ["DECIMAL_COMMA", "check_decimal_commas", "number", "row_number"]
+
+#: a number with a decimal comma in a comma-separated file (quoted there): 3,5, -0,25, 1,2345; not
+#: 52,000 (three digits after the comma: a thousands separator, an error of its own)
+DECIMAL_COMMA = re.compile(r"[+-]?\d+,(\d{1,2}|\d{4,})")
+
+
+def number(text: str) -> float | None:
+    """The finite number a cell holds, or None (text, or a NaN or an inf)."""
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def row_number(numbers: Sequence[int] | None, i: int) -> int:
+    """The file's number of the ``i``-th row read (1 = the first): ``numbers[i - 1]`` where
+    :func:`bbb.data.files.read_csv` gave them (empty rows counted), else ``i``."""
+    return numbers[i - 1] if numbers else i
+
+
+def check_decimal_commas(where: str, name: str, cells: Sequence[str], numbers: Sequence[int]) -> None:
+    """A one-line :class:`DataError` where ``cells``, a column of a comma-separated file, hold
+    numbers with a decimal comma (:data:`DECIMAL_COMMA`) and plain numbers only: read as text,
+    they would be one-hot categories (a target's, classes). A column with other text in it
+    (``"Smith, John"``, ``"red, green"``) is text and passes."""
+    first = next((i for i, c in enumerate(cells, start=1) if DECIMAL_COMMA.fullmatch(c)), None)
+    if first is None:
+        return
+    if all(DECIMAL_COMMA.fullmatch(c) or number(c) is not None for c in cells):
+        raise DataError(f"{where}: row {row_number(numbers, first)}, column {name!r}: {cells[first - 1]!r} has a "
+                        "decimal comma; bbb reads numbers with a decimal point: write the column's numbers with "
+                        "decimal points (3.5, not \"3,5\") and save the file again")

@@ -24,7 +24,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
   target needs ``task`` said, and one of numbers with a few text cells (:data:`NUMERIC_SHARE`) is
-  a one-line error naming the first, unless ``task`` says classification. A regression target
+  a one-line error naming the first, unless ``task`` says classification; two class labels that
+  are one number (``1`` and ``1.0``) are a one-line error. A regression target
   is standardised too (its statistics are kept, so predictions come back in the target's units);
 * the split: a seeded permutation (``seed``), ``val_fraction`` and ``test_fraction`` of the rows
   held out, per class for classification (stratified: each class in the same proportions);
@@ -52,7 +53,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
-from .table_checks import check_decimal_commas, number, row_number
+from .table_checks import check_class_labels, check_decimal_commas, number, row_number
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
@@ -487,6 +488,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         cats = sorted(set(map(str, raw_y)), key=lambda c: (number(c) is None, number(c) or 0.0, c))
         if len(cats) < 2:
             raise UserError(f"{where}: the target holds one class ({cats[0]!r}); classification needs two or more")
+        check_class_labels(where, pre.target, cats)
         index = {c: k for k, c in enumerate(cats)}
         y = torch.tensor([index[str(v)] for v in raw_y], dtype=torch.int64)
         pre.classes = cats

@@ -3,7 +3,9 @@
 
 * :func:`check_decimal_commas`: a comma-separated file's quoted number with a decimal comma
   (``"3,5"``) would be read as text, a column of them one-hot categories, a target of them
-  classes; a column of such numbers is a one-line error.
+  classes; a column of such numbers is a one-line error;
+* :func:`check_class_labels`: two class labels that are one number written two ways (``1`` and
+  ``1.0``, ``01``) would be two classes; a one-line error.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import math
 import re
 from collections.abc import Sequence
 
-from ..errors import DataError
+from ..errors import DataError, UserError
 
-__all__ = ["DECIMAL_COMMA", "check_decimal_commas", "number", "row_number"]
+__all__ = ["DECIMAL_COMMA", "check_class_labels", "check_decimal_commas", "number", "row_number"]
 
 #: a number with a decimal comma in a comma-separated file (quoted there): 3,5, -0,25, 1,2345; not
 #: 52,000 (three digits after the comma: a thousands separator, an error of its own)
@@ -48,3 +50,18 @@ def check_decimal_commas(where: str, name: str, cells: Sequence[str], numbers: S
         raise DataError(f"{where}: row {row_number(numbers, first)}, column {name!r}: {cells[first - 1]!r} has a "
                         "decimal comma; bbb reads numbers with a decimal point: write the column's numbers with "
                         "decimal points (3.5, not \"3,5\") and save the file again")
+
+
+def check_class_labels(where: str, target: str | None, labels: Sequence[str]) -> None:
+    """A one-line :class:`UserError` where two of the distinct class ``labels`` are one number
+    written two ways (``1`` and ``1.0``, ``01``): compared as text they would be two classes."""
+    seen: dict[float, str] = {}
+    for label in labels:
+        v = number(label)
+        if v is None:
+            continue
+        if v in seen:
+            column = f"the target column {target!r}" if target else "the target"
+            raise UserError(f"{where}: {column} holds the class labels {seen[v]!r} and {label!r}, one number "
+                            "written two ways, which would be two classes; write the label one way in every row")
+        seen[v] = label

@@ -237,3 +237,18 @@ def test_a_class_per_row_or_no_feature_names_the_real_problem(tmp_path):
     with pytest.raises(UserError) as info:
         load_file_splits(tmp_path / "empty.npz")
     one_line(info, "at least one feature", "(50, 0)")
+
+
+def test_class_labels_that_are_one_number_written_two_ways_are_an_error(tmp_path):
+    # a target of 0, 1 and 1.0 (or 01) gave the classes ["0", "1", "1.0"]: one class split in two, silently
+    for other in ("1.0", "01"):
+        rows = [[f"{i * 0.37 % 5:.3f}", ["0", "1", other][i % 3]] for i in range(60)]
+        path = write_csv(tmp_path / "c.csv", ["a", "label"], rows)
+        with pytest.raises(UserError) as info:
+            load_file_splits(path, target="label", task="classification")
+        one_line(info, "'label'", "'1'", repr(other), "one way")
+    # labels that are different numbers, or text, are classes as before
+    rows = [[f"{i * 0.37 % 5:.3f}", ["0", "1", "1.5", "one"][i % 4]] for i in range(60)]
+    _, pre = load_file_splits(write_csv(tmp_path / "ok.csv", ["a", "label"], rows), target="label",
+                              task="classification")
+    assert pre.classes == ["0", "1", "1.5", "one"]

@@ -28,7 +28,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   are one number (``1`` and ``1.0``) are a one-line error. A regression target
   is standardised too (its statistics are kept, so predictions come back in the target's units);
 * the split: a seeded permutation (``seed``), ``val_fraction`` and ``test_fraction`` of the rows
-  held out, per class for classification (stratified: each class in the same proportions);
+  held out, per class for classification (stratified: each class in the same proportions; a class
+  left with no training row is a one-line error);
   ``train_size`` keeps that many training rows (a seeded subset) for a quick trial.
 
 :meth:`Preprocess.encode_table` and :meth:`Preprocess.encode_array` apply the stored
@@ -53,7 +54,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
-from .table_checks import check_class_labels, check_decimal_commas, number, row_number
+from .table_checks import check_class_labels, check_decimal_commas, check_training_classes, number, row_number
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
@@ -501,6 +502,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raise UserError(f"{where}: the target has {len(pre.classes or [])} classes in {n} rows, too few rows each "
                         "for the split (per class) to hold any out for testing; is it a quantity? say --task "
                         "regression")
+    if task == "classification":
+        check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction)
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")

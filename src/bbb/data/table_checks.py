@@ -5,7 +5,9 @@
   (``"3,5"``) would be read as text, a column of them one-hot categories, a target of them
   classes; a column of such numbers is a one-line error;
 * :func:`check_class_labels`: two class labels that are one number written two ways (``1`` and
-  ``1.0``, ``01``) would be two classes; a one-line error.
+  ``1.0``, ``01``) would be two classes; a one-line error;
+* :func:`check_training_classes`: a class that the split leaves without a training row would be
+  one the network never learns; a one-line error naming the options to change.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import math
 import re
 from collections.abc import Sequence
 
+from torch import Tensor
+
 from ..errors import DataError, UserError
 
-__all__ = ["DECIMAL_COMMA", "check_class_labels", "check_decimal_commas", "number", "row_number"]
+__all__ = ["DECIMAL_COMMA", "check_class_labels", "check_decimal_commas", "check_training_classes", "number",
+           "row_number"]
 
 #: a number with a decimal comma in a comma-separated file (quoted there): 3,5, -0,25, 1,2345; not
 #: 52,000 (three digits after the comma: a thousands separator, an error of its own)
@@ -65,3 +70,18 @@ def check_class_labels(where: str, target: str | None, labels: Sequence[str]) ->
             raise UserError(f"{where}: {column} holds the class labels {seen[v]!r} and {label!r}, one number "
                             "written two ways, which would be two classes; write the label one way in every row")
         seen[v] = label
+
+
+def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_idx: Tensor, val_fraction: float,
+                           test_fraction: float) -> None:
+    """A one-line :class:`UserError` where a class of ``y`` (class indices into ``classes``) has no
+    row among ``train_idx``: the split held out every row of it, and the network would never learn
+    it."""
+    trained = set(y[train_idx].tolist())
+    for k, label in enumerate(classes):
+        if k not in trained:
+            n = int((y == k).sum())
+            raise UserError(f"{where}: class {label!r} has {n} row{'s' if n != 1 else ''}, and --val-fraction "
+                            f"{val_fraction:g} with --test-fraction {test_fraction:g} hold "
+                            f"{'all of them' if n != 1 else 'it'} out of training; lower --val-fraction or "
+                            "--test-fraction, or remove the class's rows")

@@ -252,3 +252,16 @@ def test_class_labels_that_are_one_number_written_two_ways_are_an_error(tmp_path
     _, pre = load_file_splits(write_csv(tmp_path / "ok.csv", ["a", "label"], rows), target="label",
                               task="classification")
     assert pre.classes == ["0", "1", "1.5", "one"]
+
+
+def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
+    # a class of 2 rows with --val-fraction 0.3 --test-fraction 0.3 had one row in validation, one in test
+    # and none in training: a class the network never learned, silently
+    rows = [[f"{i * 0.37 % 5:.3f}", "rare" if i in (3, 40) else ["a", "b"][i % 2]] for i in range(60)]
+    path = write_csv(tmp_path / "rare.csv", ["x", "label"], rows)
+    with pytest.raises(UserError) as info:
+        load_file_splits(path, target="label", val_fraction=0.3, test_fraction=0.3)
+    one_line(info, "class 'rare' has 2 rows", "--val-fraction 0.3", "--test-fraction 0.3", "remove the class")
+    # the default fractions keep both of its rows in training, as before
+    data, pre = load_file_splits(path, target="label")
+    assert pre.classes == ["a", "b", "rare"] and int((data["train_y"] == 2).sum()) == 2

@@ -18,7 +18,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   standard deviation of the *training* rows (:class:`~bbb.data.Standardizer`); one-hot columns
   stay 0/1;
 * an empty cell, or ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` (any case), is a missing value:
-  a one-line error naming its row and column. A row is numbered as the file counts it: 1 = the
+  a one-line error naming its row and column; so is a number too large for float32 (in training
+  and in new inputs alike). A row is numbered as the file counts it: 1 = the
   first line after the header, an empty row counted though it is skipped (a spreadsheet's row
   number less one, the header being its row 1);
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
@@ -54,7 +55,15 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
-from .table_checks import check_class_labels, check_decimal_commas, check_training_classes, number, row_number
+from .table_checks import (
+    check_array_magnitude,
+    check_class_labels,
+    check_decimal_commas,
+    check_magnitude,
+    check_training_classes,
+    number,
+    row_number,
+)
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
@@ -232,6 +241,7 @@ class Preprocess:
                         raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: "
                                         f"{cell[:40]!r} is not a number (the column was numeric in training)")
                     vals[i] = v
+                check_magnitude(where, col["name"], vals, numbers, cells)  # (an inf in the float32 network)
                 parts.append(vals[:, None])
             else:
                 cats = {c: k for k, c in enumerate(col["categories"])}
@@ -284,6 +294,7 @@ class Preprocess:
         if not bool(torch.isfinite(x64).all()):
             bad = int(torch.nonzero(~torch.isfinite(x64).all(1))[0]) + 1
             raise UserError(f"{where}: input {bad} contains NaN or inf")
+        check_array_magnitude(where, x64.numpy(), lambda i: f"input {i + 1}")
         return self._standardise(x64)
 
     def _standardise(self, x: Tensor) -> Tensor:
@@ -470,6 +481,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
         task = _task_of(raw_y, task, target, where, numbers)
+        if task == "regression":
+            check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
         raw_x = _raw_table(pre, header, rows, where, numbers)
     elif suffix == ".npz":
@@ -560,4 +573,5 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
             i = int(np.nonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(1))[0][0])
             raise UserError(f"{p}: {name}[{i}] is NaN or inf (a missing value); fill it in or drop that row")
+        check_array_magnitude(str(p), a, f"{name}[{{}}]".format)
     return x, y

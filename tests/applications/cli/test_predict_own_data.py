@@ -200,6 +200,22 @@ def test_a_new_run_on_a_file_that_is_not_there_says_so(capsys, tmp_path):
         assert not (tmp_path / "r").exists()
 
 
+def test_a_value_too_large_for_float32_is_named_before_anything_is_written(capsys, tmp_path, run):
+    # training ran and failed late (best.pt, last.pt, config.json, metrics.csv and no summary.json), and
+    # predict said "logits contain NaN", naming neither row nor column
+    rows = noisy_table(tmp_path / "houses.csv").read_text().splitlines()
+    rows[5] = "1e39," + rows[5].split(",", 1)[1]
+    (tmp_path / "big.csv").write_text("\n".join(rows) + "\n")
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "big.csv"), "--target", "price", "--task",
+                          "regression", "--epochs", "1", "--out", str(tmp_path / "r"), *TINY)
+    one_line_error(rc, err, "big.csv: row 5, column 'x1': '1e39' is too large")
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "new.csv").write_text("x1,x2,colour\n0.1,0.5,red\n0.2,1e300,blue\n")
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.csv"), "--no-refer")
+    one_line_error(rc, err, "new.csv: row 2, column 'x2': '1e300' is too large")
+    assert out == ""
+
+
 def test_data_dir_on_a_file_run_is_an_error(capsys, tmp_path, run):
     for argv in (("evaluate", str(run), "--data-dir", str(tmp_path)),
                  ("predict", str(run), str(tmp_path / "houses.csv"), "--data-dir", str(tmp_path)),

@@ -265,3 +265,33 @@ def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
     # the default fractions keep both of its rows in training, as before
     data, pre = load_file_splits(path, target="label")
     assert pre.classes == ["a", "b", "rare"] and int((data["train_y"] == 2).sum()) == 2
+
+
+def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp_path):
+    # a feature of 1e39 or a target of 1e200 trained, and failed late ("the data contain NaN or inf") or
+    # left a run without summary.json; new rows of 1e300 ended in "logits contain NaN"
+    rows = [[f"{i * 0.37 % 5:.3f}", ["red", "blue"][i % 2], f"{i * 1.5:.2f}"] for i in range(40)]
+    for column, value in ((0, "1e39"), (2, "-1e200")):
+        big = [r[:] for r in rows]
+        big[6][column] = value
+        with pytest.raises(UserError) as info:
+            load_file_splits(write_csv(tmp_path / "big.csv", ["a", "colour", "y"], big), target="y")
+        one_line(info, "big.csv", "row 7", f"column {['a', 'colour', 'y'][column]!r}", repr(value), "too large")
+    rows[6][0] = "3.4e38"  # (the largest a float32 holds: read as before)
+    data, pre = load_file_splits(write_csv(tmp_path / "edge.csv", ["a", "colour", "y"], rows), target="y")
+    assert bool(torch.isfinite(data["train_x"]).all())
+    with pytest.raises(UserError) as info:
+        pre.encode_table(["a", "colour"], [["0.1", "red"], ["1e300", "blue"]], "new.csv", numbers=[1, 3])
+    one_line(info, "new.csv", "row 3", "'a'", "'1e300'", "too large")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 3))
+    np.savez(tmp_path / "a.npz", x=x, y=rng.normal(size=30))
+    _, pre = load_file_splits(tmp_path / "a.npz")
+    x[4, 2] = 1e39
+    with pytest.raises(UserError) as info:
+        pre.encode_array(x)
+    one_line(info, "input 5", "too large")
+    np.savez(tmp_path / "big.npz", x=x, y=rng.normal(size=30))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "big.npz")
+    one_line(info, "x[4]", "too large")

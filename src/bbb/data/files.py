@@ -12,8 +12,10 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   ``"52,000"``, ``$5``, ``12%``, in any file, and a column of numbers with a decimal comma quoted
   in a comma-separated file, ``"3,5"``: :mod:`bbb.data.table_checks`);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
-  one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
-  else a one-line error naming the column: an identifier or free text is no feature);
+  one-hot encoded over the categories of the training rows (sorted; at most :data:`MAX_CATEGORIES`
+  in the whole file, else a one-line error naming the column: an identifier or free text is no
+  feature); a category found only in validation or test rows is encoded there as an unseen one is
+  in new rows, as none of the known ones (its one-hot all zeros);
 * the numeric features (and each array feature, flattened) are standardised with the mean and
   standard deviation of the *training* rows (:class:`~bbb.data.Standardizer`); one-hot columns
   stay 0/1;
@@ -449,9 +451,12 @@ def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: fl
 
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
                      val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                     train_size: int | None = None, ignore: Sequence[str] = ()) -> tuple[dict[str, Tensor], Preprocess]:
+                     train_size: int | None = None, ignore: Sequence[str] = (),
+                     categories: dict[str, list[str]] | None = None) -> tuple[dict[str, Tensor], Preprocess]:
     """A CSV or .npz file as a run's split and its :class:`Preprocess` (see the module's notes).
     ``ignore``: CSV columns that are not features (an identifier, a note); not read.
+    ``categories``: a run's recorded categories of its text columns, by name, to encode them as the
+    run did (else those of the training rows).
 
     Returns ``({"train_x", "train_y", "val_x", "val_y", "test_x", "test_y"}, preprocess)``:
     inputs float32 (N, D), standardised; targets int64 class indices (classification) or float32
@@ -466,6 +471,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if not p.is_file():
         raise DataError(f"{p}: no such file")
     suffix = p.suffix.lower()
+    table: tuple[list[str], list[list[str]], list[int]] | None = None
     if suffix == ".csv":
         if not target:
             raise UserError(f"{where}: say which column to predict: --target COLUMN")
@@ -484,7 +490,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if task == "regression":
             check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
-        raw_x = _raw_table(pre, header, rows, where, numbers)
+        table = (header, rows, numbers)  # encoded once the training rows are known (their categories)
     elif suffix == ".npz":
         if target is not None or ignore:
             raise UserError(f"{where}: --{'target' if target is not None else 'ignore'} names a CSV column; an .npz "
@@ -497,7 +503,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raw_y = [str(v) for v in y_arr.tolist()] if task == "classification" else y_arr.astype(np.float64).tolist()
     else:
         raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)")
-    n = raw_x.shape[0]
+    n = len(raw_y)
     if task == "classification":
         cats = sorted(set(map(str, raw_y)), key=lambda c: (number(c) is None, number(c) or 0.0, c))
         if len(cats) < 2:
@@ -521,6 +527,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
         train_idx = train_idx[:train_size]
+    if table is not None:
+        raw_x = _raw_table(pre, *table, train_idx, where, categories)
     pre.x = _fit_features(pre, raw_x[train_idx])
     if task == "regression":
         pre.y = Standardizer.fit(y[train_idx])
@@ -532,12 +540,19 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     return data, pre
 
 
-def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], where: str, numbers: Sequence[int]
-               ) -> Tensor:
-    """The encoded but not yet standardised features of a CSV's rows."""
+def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], numbers: Sequence[int], train_idx: Tensor,
+               where: str, categories: dict[str, list[str]] | None) -> Tensor:
+    """The encoded but not yet standardised features of a CSV's rows. A text column's categories
+    are those of the training rows ``train_idx`` (or the run's recorded ``categories``): one seen
+    only in held-out rows is encoded there as an unseen one in new rows is, as none of them."""
+    train = train_idx.tolist()
+    for col in pre.columns:
+        if col["kind"] == "onehot":
+            j = header.index(col["name"])
+            col["categories"] = list((categories or {}).get(col["name"]) or sorted({rows[i][j] for i in train}))
     x_scaler, pre.x = pre.x, None
     try:
-        return pre.encode_table(header, rows, where, numbers=numbers).to(torch.float64)
+        return pre.encode_table(header, rows, where, unseen=[], numbers=numbers).to(torch.float64)
     finally:
         pre.x = x_scaler
 

@@ -230,9 +230,13 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
     was = (stored or {}).get("source", {}).get("md5")
     if was is not None:  # before reading it: another file's columns or rows would only confuse
         _check_md5(cfg.data_file, was)
+    # a run's recorded categories: its text columns encoded as it was trained (one written when the categories
+    # were the whole file's keeps a category only its held-out rows have)
+    categories = {c["name"]: list(c["categories"]) for c in (stored or {}).get("columns", [])
+                  if c.get("kind") == "onehot"} or None
     data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=cfg.task, val_fraction=cfg.val_fraction,
                                  test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size,
-                                 ignore=cfg.ignore_columns or ())
+                                 ignore=cfg.ignore_columns or (), categories=categories)
     if was is not None:
         _check_md5(cfg.data_file, was, pre.source.get("md5"))
     return data, pre

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import bbb
+from bbb.data.files import load_file_splits
 from bbb.runs import TrainConfig, train
 from bbb.runs.trained import refer_threshold
 from bbb.uncertainty import threshold_for_coverage
@@ -119,6 +120,28 @@ def test_an_unseen_category_flags_its_row_and_predicts_the_others(capsys, tmp_pa
     assert rc == 0 and (ok[0]["prediction"], ok[0]["sd"]) == (rows[0]["prediction"], rows[0]["sd"])
     rc, _, err = run_main(capsys, "predict", str(run), str(new), "--unseen", "error")
     one_line_error(rc, err, "row 2", "'colour'", "green")
+
+
+def test_a_category_only_in_held_out_rows_is_unseen_to_predict(capsys, tmp_path):
+    # the categories were the whole file's: a colour only in a validation row was "seen in training", and
+    # predict gave it no warning and refer false
+    lines = noisy_table(tmp_path / "houses.csv").read_text().splitlines()
+    data, pre = load_file_splits(tmp_path / "houses.csv", target="price", task="regression")
+    assert pre.x is not None
+    x1 = float(pre.x.inverse(data["val_x"].double())[0, 0])
+    held = min(range(1, len(lines)), key=lambda i: abs(float(lines[i].split(",")[0]) - x1))  # (float32 inputs)
+    lines[held] = lines[held].replace(",red,", ",green,").replace(",blue,", ",green,")
+    (tmp_path / "houses.csv").write_text("\n".join(lines) + "\n")
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "houses.csv"), "--target", "price", "--task",
+                          "regression", "--epochs", "1", "--out", str(tmp_path / "run"), *TINY)
+    assert rc == 0, err
+    colour = json.loads((tmp_path / "run" / "config.json").read_text())["preprocess"]["columns"][2]
+    assert colour["categories"] == ["blue", "red"]
+    (tmp_path / "new.csv").write_text(f"{lines[0]}\n{lines[held]}\n")
+    rc, out, err = run_main(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "new.csv"), "--samples", "2")
+    assert rc == 0, err
+    row = next(csv.DictReader(out.splitlines()))
+    assert row["warning"] == "category 'green' of column 'colour' unseen in training" and row["refer"] == "true"
 
 
 # -- item 8: refer on a noisy regression ------------------------------------------------------------

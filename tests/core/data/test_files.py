@@ -295,3 +295,21 @@ def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp
     with pytest.raises(UserError) as info:
         load_file_splits(tmp_path / "big.npz")
     one_line(info, "x[4]", "too large")
+
+
+def test_a_category_only_in_held_out_rows_is_unseen_there(tmp_path):
+    # the categories were the whole file's: one only in a validation or test row counted as seen in training,
+    # and bbb predict neither warned about it nor referred it
+    rows = [[f"{0.5 * i + 0.25}", ["red", "blue"][i % 2], f"{i * 0.7 % 3:.2f}"] for i in range(40)]
+    plain, pre = load_file_splits(write_csv(tmp_path / "t.csv", ["a", "colour", "y"], rows), target="y")
+    held = round(float(pre.x.inverse(plain["test_x"].double())[0, 0] - 0.25) / 0.5)  # a test row's index
+    rows[held][1] = "purple"
+    data, pre = load_file_splits(write_csv(tmp_path / "p.csv", ["a", "colour", "y"], rows), target="y")
+    assert pre.columns[1]["categories"] == ["blue", "red"]
+    assert data["test_x"][0, 1:].tolist() == [0.0, 0.0]  # none of the known ones, as bbb predict encodes it
+    for k in ("train_x", "train_y", "val_x", "val_y", "test_y"):  # the rest as without it
+        assert torch.equal(data[k], plain[k]), k
+    assert torch.equal(data["test_x"][1:], plain["test_x"][1:])
+    # a run's recorded categories (one trained when they were the whole file's) encode the file as it did
+    old, pre = load_file_splits(tmp_path / "p.csv", target="y", categories={"colour": ["blue", "purple", "red"]})
+    assert pre.columns[1]["categories"] == ["blue", "purple", "red"] and old["test_x"][0, 1:].tolist() == [0, 1, 0]

@@ -9,24 +9,30 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
 * a CSV's cells are separated by commas, or by semicolons or tabs where its first line has no
   comma (:func:`read_csv`; a decimal comma in such a file is a one-line error, and so is a
   feature's or the target's number with a thousands separator, a currency or a percent sign,
-  ``"52,000"``, ``$5``, ``12%``, in any file);
+  ``"52,000"``, ``$5``, ``12%``, in any file, and a column of numbers with a decimal comma quoted
+  in a comma-separated file, ``"3,5"``: :mod:`bbb.data.table_checks`);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
-  one-hot encoded over the categories of the whole file (sorted; at most :data:`MAX_CATEGORIES`,
-  else a one-line error naming the column: an identifier or free text is no feature);
+  one-hot encoded over the categories of the training rows (sorted; at most :data:`MAX_CATEGORIES`
+  in the whole file, else a one-line error naming the column: an identifier or free text is no
+  feature); a category found only in validation or test rows is encoded there as an unseen one is
+  in new rows, as none of the known ones (its one-hot all zeros);
 * the numeric features (and each array feature, flattened) are standardised with the mean and
   standard deviation of the *training* rows (:class:`~bbb.data.Standardizer`); one-hot columns
   stay 0/1;
 * an empty cell, or ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` (any case), is a missing value:
-  a one-line error naming its row and column. A row is numbered as the file counts it: 1 = the
+  a one-line error naming its row and column; so is a number too large for float32 (in training
+  and in new inputs alike). A row is numbered as the file counts it: 1 = the
   first line after the header, an empty row counted though it is skipped (a spreadsheet's row
   number less one, the header being its row 1);
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
   target needs ``task`` said, and one of numbers with a few text cells (:data:`NUMERIC_SHARE`) is
-  a one-line error naming the first, unless ``task`` says classification. A regression target
+  a one-line error naming the first, unless ``task`` says classification; two class labels that
+  are one number (``1`` and ``1.0``) are a one-line error. A regression target
   is standardised too (its statistics are kept, so predictions come back in the target's units);
 * the split: a seeded permutation (``seed``), ``val_fraction`` and ``test_fraction`` of the rows
-  held out, per class for classification (stratified: each class in the same proportions);
+  held out, per class for classification (stratified: each class in the same proportions; a class
+  left with no training row is a one-line error);
   ``train_size`` keeps that many training rows (a seeded subset) for a quick trial.
 
 :meth:`Preprocess.encode_table` and :meth:`Preprocess.encode_array` apply the stored
@@ -39,7 +45,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import math
 import os
 import re
 from collections.abc import Sequence
@@ -52,6 +57,15 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
+from .table_checks import (
+    check_array_magnitude,
+    check_class_labels,
+    check_decimal_commas,
+    check_magnitude,
+    check_training_classes,
+    number,
+    row_number,
+)
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
@@ -82,14 +96,6 @@ def _formatted_number(cell: str) -> str | None:
             "a thousands separator" if re.search("[, \u00a0\u202f]", m["num"]) else None)
 
 
-def _number(text: str) -> float | None:
-    try:
-        v = float(text)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
@@ -102,12 +108,6 @@ def _delimiter(first: str) -> str:
     counts = {d: first.count(d) for d in DELIMITERS[1:]}
     best = max(counts, key=lambda d: counts[d])
     return best if counts[best] else ","
-
-
-def row_number(numbers: Sequence[int] | None, i: int) -> int:
-    """The file's number of the ``i``-th row read (1 = the first): ``numbers[i - 1]`` where
-    :func:`read_csv` gave them (empty rows counted), else ``i``."""
-    return numbers[i - 1] if numbers else i
 
 
 def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list[list[str]],
@@ -238,11 +238,12 @@ class Preprocess:
             if col["kind"] == "numeric":
                 vals = np.empty(n)
                 for i, cell in enumerate(cells):
-                    v = _number(cell)
+                    v = number(cell)
                     if v is None:
                         raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: "
                                         f"{cell[:40]!r} is not a number (the column was numeric in training)")
                     vals[i] = v
+                check_magnitude(where, col["name"], vals, numbers, cells)  # (an inf in the float32 network)
                 parts.append(vals[:, None])
             else:
                 cats = {c: k for k, c in enumerate(col["categories"])}
@@ -295,6 +296,7 @@ class Preprocess:
         if not bool(torch.isfinite(x64).all()):
             bad = int(torch.nonzero(~torch.isfinite(x64).all(1))[0]) + 1
             raise UserError(f"{where}: input {bad} contains NaN or inf")
+        check_array_magnitude(where, x64.numpy(), lambda i: f"input {i + 1}")
         return self._standardise(x64)
 
     def _standardise(self, x: Tensor) -> Tensor:
@@ -342,7 +344,7 @@ NUMERIC_SHARE = 0.9
 
 
 def _task_of(values: list[str], task: str | None, target: str, where: str, numbers: Sequence[int]) -> str:
-    nums = [_number(v) for v in values]
+    nums = [number(v) for v in values]
     if any(v is None for v in nums):
         if task == "regression":
             bad = next(v for v, n in zip(values, nums) if n is None)
@@ -399,9 +401,10 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
                                 f"number with {what}, which "
                                 "bbb would read as text; write plain numbers first (e.g. pandas.read_csv(FILE, "
                                 "thousands=',') for a thousands separator)")
+        check_decimal_commas(where, name, cells, numbers)  # quoted "3,5" in a comma-separated file: text, else
         if name == target:
             continue
-        nums = [_number(c) for c in cells]
+        nums = [number(c) for c in cells]
         if all(v is not None for v in nums):
             values = [float(v) for v in nums if v is not None]
             if _identifier(values) and not numbering:
@@ -448,9 +451,12 @@ def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: fl
 
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
                      val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                     train_size: int | None = None, ignore: Sequence[str] = ()) -> tuple[dict[str, Tensor], Preprocess]:
+                     train_size: int | None = None, ignore: Sequence[str] = (),
+                     categories: dict[str, list[str]] | None = None) -> tuple[dict[str, Tensor], Preprocess]:
     """A CSV or .npz file as a run's split and its :class:`Preprocess` (see the module's notes).
     ``ignore``: CSV columns that are not features (an identifier, a note); not read.
+    ``categories``: a run's recorded categories of its text columns, by name, to encode them as the
+    run did (else those of the training rows).
 
     Returns ``({"train_x", "train_y", "val_x", "val_y", "test_x", "test_y"}, preprocess)``:
     inputs float32 (N, D), standardised; targets int64 class indices (classification) or float32
@@ -465,6 +471,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if not p.is_file():
         raise DataError(f"{p}: no such file")
     suffix = p.suffix.lower()
+    table: tuple[list[str], list[list[str]], list[int]] | None = None
     if suffix == ".csv":
         if not target:
             raise UserError(f"{where}: say which column to predict: --target COLUMN")
@@ -480,8 +487,10 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
         task = _task_of(raw_y, task, target, where, numbers)
+        if task == "regression":
+            check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
-        raw_x = _raw_table(pre, header, rows, where, numbers)
+        table = (header, rows, numbers)  # encoded once the training rows are known (their categories)
     elif suffix == ".npz":
         if target is not None or ignore:
             raise UserError(f"{where}: --{'target' if target is not None else 'ignore'} names a CSV column; an .npz "
@@ -494,11 +503,12 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raw_y = [str(v) for v in y_arr.tolist()] if task == "classification" else y_arr.astype(np.float64).tolist()
     else:
         raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)")
-    n = raw_x.shape[0]
+    n = len(raw_y)
     if task == "classification":
-        cats = sorted(set(map(str, raw_y)), key=lambda c: (_number(c) is None, _number(c) or 0.0, c))
+        cats = sorted(set(map(str, raw_y)), key=lambda c: (number(c) is None, number(c) or 0.0, c))
         if len(cats) < 2:
             raise UserError(f"{where}: the target holds one class ({cats[0]!r}); classification needs two or more")
+        check_class_labels(where, pre.target, cats)
         index = {c: k for k, c in enumerate(cats)}
         y = torch.tensor([index[str(v)] for v in raw_y], dtype=torch.int64)
         pre.classes = cats
@@ -511,10 +521,14 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raise UserError(f"{where}: the target has {len(pre.classes or [])} classes in {n} rows, too few rows each "
                         "for the split (per class) to hold any out for testing; is it a quantity? say --task "
                         "regression")
+    if task == "classification":
+        check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction)
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
         train_idx = train_idx[:train_size]
+    if table is not None:
+        raw_x = _raw_table(pre, *table, train_idx, where, categories)
     pre.x = _fit_features(pre, raw_x[train_idx])
     if task == "regression":
         pre.y = Standardizer.fit(y[train_idx])
@@ -526,12 +540,19 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     return data, pre
 
 
-def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], where: str, numbers: Sequence[int]
-               ) -> Tensor:
-    """The encoded but not yet standardised features of a CSV's rows."""
+def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], numbers: Sequence[int], train_idx: Tensor,
+               where: str, categories: dict[str, list[str]] | None) -> Tensor:
+    """The encoded but not yet standardised features of a CSV's rows. A text column's categories
+    are those of the training rows ``train_idx`` (or the run's recorded ``categories``): one seen
+    only in held-out rows is encoded there as an unseen one in new rows is, as none of them."""
+    train = train_idx.tolist()
+    for col in pre.columns:
+        if col["kind"] == "onehot":
+            j = header.index(col["name"])
+            col["categories"] = list((categories or {}).get(col["name"]) or sorted({rows[i][j] for i in train}))
     x_scaler, pre.x = pre.x, None
     try:
-        return pre.encode_table(header, rows, where, numbers=numbers).to(torch.float64)
+        return pre.encode_table(header, rows, where, unseen=[], numbers=numbers).to(torch.float64)
     finally:
         pre.x = x_scaler
 
@@ -567,4 +588,5 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
             i = int(np.nonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(1))[0][0])
             raise UserError(f"{p}: {name}[{i}] is NaN or inf (a missing value); fill it in or drop that row")
+        check_array_magnitude(str(p), a, f"{name}[{{}}]".format)
     return x, y

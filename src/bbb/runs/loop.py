@@ -348,7 +348,7 @@ def _train(
     torch.manual_seed(cfg.seed)
     if data is None:
         stored = dict(ckpt["model_info"]).get("preprocess") if ckpt is not None else None
-        data, preprocess = runmodel.load_split(cfg, stored)
+        data, preprocess = runmodel.load_split(cfg, stored, new_run=ckpt is None)
     check_data(data)
     cfg.check_split(*(int(data[f"{k}_x"].shape[0]) for k in ("train", "val", "test")))
     regression = bool(data["train_y"].is_floating_point())

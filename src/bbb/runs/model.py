@@ -111,15 +111,18 @@ def load_data(cfg: TrainConfig) -> dict[str, Tensor]:
     return data
 
 
-def load_split(cfg: TrainConfig, stored: dict[str, Any] | None = None) -> tuple[dict[str, Tensor], Preprocess]:
+def load_split(cfg: TrainConfig, stored: dict[str, Any] | None = None, *, new_run: bool = False
+               ) -> tuple[dict[str, Tensor], Preprocess]:
     """The split of ``cfg`` and its :class:`~bbb.data.files.Preprocess`: MNIST-like images
     (:func:`load_data`), or your own file (``cfg.data_file``:
     :func:`bbb.data.files.load_file_splits`). ``stored``: the preprocessing a run recorded; a
     file whose MD5 differs from it is a one-line error (the split would not be the run's), and so is
-    a run trained on tensors given in memory (``data_source``: nothing on disk holds them)."""
+    a run trained on tensors given in memory (``data_source``: nothing on disk holds them).
+    ``new_run``: the split of a run about to start, whose file missing is the file given not being
+    there (not a trained run's file that moved)."""
     _refuse_in_memory(cfg)
     if cfg.data_file is not None:
-        return _file_split(cfg, stored)
+        return _file_split(cfg, stored, new_run)
     return load_data(cfg), Preprocess.image(cfg.scale)
 
 
@@ -209,10 +212,16 @@ def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | N
     return cfg
 
 
-def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None) -> tuple[dict[str, Tensor], Preprocess]:
+def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool = False
+                ) -> tuple[dict[str, Tensor], Preprocess]:
     from ..data.files import load_file_splits
 
     assert cfg.data_file is not None
+    if new_run and not Path(cfg.data_file).is_file():
+        flag = "--npz" if Path(cfg.data_file).suffix.lower() == ".npz" else "--csv"
+        what = "is a folder, not a file" if Path(cfg.data_file).is_dir() else \
+            "is not a regular file" if Path(cfg.data_file).exists() else "does not exist"
+        raise UserError(f"{cfg.data_file} {what}; give {flag} the path of your data file")
     if not Path(cfg.data_file).is_file():
         flag = "--npz" if Path(cfg.data_file).suffix.lower() == ".npz" else "--csv"
         raise UserError(f"{cfg.data_file}, the file this run was trained on, is not there (moved or deleted?); "
@@ -221,9 +230,13 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None) -> tuple[dict[s
     was = (stored or {}).get("source", {}).get("md5")
     if was is not None:  # before reading it: another file's columns or rows would only confuse
         _check_md5(cfg.data_file, was)
+    # a run's recorded categories: its text columns encoded as it was trained (one written when the categories
+    # were the whole file's keeps a category only its held-out rows have)
+    categories = {c["name"]: list(c["categories"]) for c in (stored or {}).get("columns", [])
+                  if c.get("kind") == "onehot"} or None
     data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=cfg.task, val_fraction=cfg.val_fraction,
                                  test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size,
-                                 ignore=cfg.ignore_columns or ())
+                                 ignore=cfg.ignore_columns or (), categories=categories)
     if was is not None:
         _check_md5(cfg.data_file, was, pre.source.get("md5"))
     return data, pre

@@ -368,7 +368,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
     preprocess = None
     if data is None:  # (a population resumed on tensors given in memory: refused there)
         was = ckpt["config"].get("data_source") if ckpt is not None else None
-        data, preprocess = runmodel.load_split(cfg.replace(data_source=was))
+        data, preprocess = runmodel.load_split(cfg.replace(data_source=was), new_run=ckpt is None)
     check_data(data)
     for c in cfgs:
         c.check_split(*(int(data[f"{s}_x"].shape[0]) for s in ("train", "val", "test")))

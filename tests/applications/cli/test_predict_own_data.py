@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import bbb
+from bbb.data.files import load_file_splits
 from bbb.runs import TrainConfig, train
 from bbb.runs.trained import refer_threshold
 from bbb.uncertainty import threshold_for_coverage
@@ -128,6 +129,28 @@ def test_an_unseen_category_flags_its_row_and_predicts_the_others(capsys, tmp_pa
     one_line_error(rc, err, "row 2", "'colour'", "green")
 
 
+def test_a_category_only_in_held_out_rows_is_unseen_to_predict(capsys, tmp_path):
+    # the categories were the whole file's: a colour only in a validation row was "seen in training", and
+    # predict gave it no warning and refer false
+    lines = noisy_table(tmp_path / "houses.csv").read_text().splitlines()
+    data, pre = load_file_splits(tmp_path / "houses.csv", target="price", task="regression")
+    assert pre.x is not None
+    x1 = float(pre.x.inverse(data["val_x"].double())[0, 0])
+    held = min(range(1, len(lines)), key=lambda i: abs(float(lines[i].split(",")[0]) - x1))  # (float32 inputs)
+    lines[held] = lines[held].replace(",red,", ",green,").replace(",blue,", ",green,")
+    (tmp_path / "houses.csv").write_text("\n".join(lines) + "\n")
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "houses.csv"), "--target", "price", "--task",
+                          "regression", "--epochs", "1", "--out", str(tmp_path / "run"), *TINY)
+    assert rc == 0, err
+    colour = json.loads((tmp_path / "run" / "config.json").read_text())["preprocess"]["columns"][2]
+    assert colour["categories"] == ["blue", "red"]
+    (tmp_path / "new.csv").write_text(f"{lines[0]}\n{lines[held]}\n")
+    rc, out, err = run_main(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "new.csv"), "--samples", "2")
+    assert rc == 0, err
+    row = next(csv.DictReader(out.splitlines()))
+    assert row["warning"] == "category 'green' of column 'colour' unseen in training" and row["refer"] == "true"
+
+
 # -- item 8: refer on a noisy regression ------------------------------------------------------------
 
 
@@ -192,6 +215,35 @@ def test_a_moved_file_is_named_by_csv_on_evaluate_and_predict(capsys, tmp_path, 
     one_line_error(rc, err, "not the file this run was trained on")
     rc, _, err = run_main(capsys, "evaluate", str(run), "--npz", str(tmp_path / "x.npz"), "--device", "cpu")
     one_line_error(rc, err, "not a .csv file", "--csv FILE")
+
+
+def test_a_new_run_on_a_file_that_is_not_there_says_so(capsys, tmp_path):
+    # a fresh run's missing --csv was "the file this run was trained on, is not there (moved or deleted?)"
+    (tmp_path / "folder").mkdir()
+    for given, words in ((tmp_path / "nonexist.csv", ("nonexist.csv does not exist", "--csv")),
+                         (tmp_path / "folder", ("is a folder, not a file",)),
+                         (Path("/dev/null"), ("/dev/null is not a regular file",))):
+        rc, _, err = run_main(capsys, "train", "--csv", str(given), "--target", "y", "--out", str(tmp_path / "r"),
+                              *TINY)
+        line = one_line_error(rc, err, *words)
+        assert "trained on" not in line and "moved" not in line
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_value_too_large_for_float32_is_named_before_anything_is_written(capsys, tmp_path, run):
+    # training ran and failed late (best.pt, last.pt, config.json, metrics.csv and no summary.json), and
+    # predict said "logits contain NaN", naming neither row nor column
+    rows = noisy_table(tmp_path / "houses.csv").read_text().splitlines()
+    rows[5] = "1e39," + rows[5].split(",", 1)[1]
+    (tmp_path / "big.csv").write_text("\n".join(rows) + "\n")
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "big.csv"), "--target", "price", "--task",
+                          "regression", "--epochs", "1", "--out", str(tmp_path / "r"), *TINY)
+    one_line_error(rc, err, "big.csv: row 5, column 'x1': '1e39' is too large")
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "new.csv").write_text("x1,x2,colour\n0.1,0.5,red\n0.2,1e300,blue\n")
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.csv"), "--no-refer")
+    one_line_error(rc, err, "new.csv: row 2, column 'x2': '1e300' is too large")
+    assert out == ""
 
 
 def test_data_dir_on_a_file_run_is_an_error(capsys, tmp_path, run):

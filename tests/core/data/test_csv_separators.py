@@ -1,8 +1,10 @@
 """A CSV separated by semicolons or tabs (a spreadsheet's export in many locales) is read by its
 columns, and a decimal comma in it is a one-line error, never a number read as a category
-(issue 72, item 12l)."""
+(issue 72, item 12l); so is a column of quoted decimal-comma numbers in a comma-separated file."""
 
 from __future__ import annotations
+
+import csv
 
 import pytest
 
@@ -56,3 +58,32 @@ def test_a_space_as_thousands_separator_is_an_error_too(tmp_path):
     path.write_text("surface;prix\n" + "".join(f"{40 + i}.5;{1 + i % 5} {i % 3}00\n" for i in range(30)))
     with pytest.raises(UserError, match="row 1, column 'prix': '1 000' is a number with a thousands separator"):
         load_file_splits(path, target="surface")
+
+
+def test_a_quoted_decimal_comma_in_a_comma_separated_file_is_an_error_not_text(tmp_path):
+    # "3,0", "1,5" quoted in a comma-separated file were read as text: a feature one-hot over its values,
+    # a target of "0,5", "2,5" classes, silently
+    rows = [[f"{i * 0.37:.2f}", ["3,0", "1,5", "-0,25", "1,2345", "2"][i % 5], f"{20 + i * 0.5:.2f}"]
+            for i in range(40)]
+    path = tmp_path / "q.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["a", "rating", "y"], *rows])
+    with pytest.raises(DataError, match="decimal comma") as info:
+        load_file_splits(path, target="y")
+    msg = str(info.value)
+    assert "\n" not in msg and "row 1, column 'rating'" in msg and "'3,0'" in msg and "decimal point" in msg
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["a", "y"], *([r[0], r[1]] for r in rows)])
+    with pytest.raises(DataError, match=r"row 1, column 'y': '3,0' has a decimal comma"):
+        load_file_splits(path, target="y", task="regression")
+    # an ignored column is not read; text with commas stays text
+    with pytest.raises(DataError, match="decimal comma"):  # (the target is read whatever --task says)
+        load_file_splits(path, target="y", task="classification")
+    names = [[r[0], ["Smith, John", "Doe, Jane", "3,5"][i % 3], r[2]] for i, r in enumerate(rows)]
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["a", "name", "y"], *names])
+    _, pre = load_file_splits(path, target="y")
+    assert pre.columns[1] == {"name": "name", "kind": "onehot", "categories": ["3,5", "Doe, Jane", "Smith, John"]}
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["a", "rating", "y"], *rows])
+    assert [c["name"] for c in load_file_splits(path, target="y", ignore=["rating"])[1].columns] == ["a"]

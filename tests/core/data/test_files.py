@@ -237,3 +237,79 @@ def test_a_class_per_row_or_no_feature_names_the_real_problem(tmp_path):
     with pytest.raises(UserError) as info:
         load_file_splits(tmp_path / "empty.npz")
     one_line(info, "at least one feature", "(50, 0)")
+
+
+def test_class_labels_that_are_one_number_written_two_ways_are_an_error(tmp_path):
+    # a target of 0, 1 and 1.0 (or 01) gave the classes ["0", "1", "1.0"]: one class split in two, silently
+    for other in ("1.0", "01"):
+        rows = [[f"{i * 0.37 % 5:.3f}", ["0", "1", other][i % 3]] for i in range(60)]
+        path = write_csv(tmp_path / "c.csv", ["a", "label"], rows)
+        with pytest.raises(UserError) as info:
+            load_file_splits(path, target="label", task="classification")
+        one_line(info, "'label'", "'1'", repr(other), "one way")
+    # labels that are different numbers, or text, are classes as before
+    rows = [[f"{i * 0.37 % 5:.3f}", ["0", "1", "1.5", "one"][i % 4]] for i in range(60)]
+    _, pre = load_file_splits(write_csv(tmp_path / "ok.csv", ["a", "label"], rows), target="label",
+                              task="classification")
+    assert pre.classes == ["0", "1", "1.5", "one"]
+
+
+def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
+    # a class of 2 rows with --val-fraction 0.3 --test-fraction 0.3 had one row in validation, one in test
+    # and none in training: a class the network never learned, silently
+    rows = [[f"{i * 0.37 % 5:.3f}", "rare" if i in (3, 40) else ["a", "b"][i % 2]] for i in range(60)]
+    path = write_csv(tmp_path / "rare.csv", ["x", "label"], rows)
+    with pytest.raises(UserError) as info:
+        load_file_splits(path, target="label", val_fraction=0.3, test_fraction=0.3)
+    one_line(info, "class 'rare' has 2 rows", "--val-fraction 0.3", "--test-fraction 0.3", "remove the class")
+    # the default fractions keep both of its rows in training, as before
+    data, pre = load_file_splits(path, target="label")
+    assert pre.classes == ["a", "b", "rare"] and int((data["train_y"] == 2).sum()) == 2
+
+
+def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp_path):
+    # a feature of 1e39 or a target of 1e200 trained, and failed late ("the data contain NaN or inf") or
+    # left a run without summary.json; new rows of 1e300 ended in "logits contain NaN"
+    rows = [[f"{i * 0.37 % 5:.3f}", ["red", "blue"][i % 2], f"{i * 1.5:.2f}"] for i in range(40)]
+    for column, value in ((0, "1e39"), (2, "-1e200")):
+        big = [r[:] for r in rows]
+        big[6][column] = value
+        with pytest.raises(UserError) as info:
+            load_file_splits(write_csv(tmp_path / "big.csv", ["a", "colour", "y"], big), target="y")
+        one_line(info, "big.csv", "row 7", f"column {['a', 'colour', 'y'][column]!r}", repr(value), "too large")
+    rows[6][0] = "3.4e38"  # (the largest a float32 holds: read as before)
+    data, pre = load_file_splits(write_csv(tmp_path / "edge.csv", ["a", "colour", "y"], rows), target="y")
+    assert bool(torch.isfinite(data["train_x"]).all())
+    with pytest.raises(UserError) as info:
+        pre.encode_table(["a", "colour"], [["0.1", "red"], ["1e300", "blue"]], "new.csv", numbers=[1, 3])
+    one_line(info, "new.csv", "row 3", "'a'", "'1e300'", "too large")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 3))
+    np.savez(tmp_path / "a.npz", x=x, y=rng.normal(size=30))
+    _, pre = load_file_splits(tmp_path / "a.npz")
+    x[4, 2] = 1e39
+    with pytest.raises(UserError) as info:
+        pre.encode_array(x)
+    one_line(info, "input 5", "too large")
+    np.savez(tmp_path / "big.npz", x=x, y=rng.normal(size=30))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "big.npz")
+    one_line(info, "x[4]", "too large")
+
+
+def test_a_category_only_in_held_out_rows_is_unseen_there(tmp_path):
+    # the categories were the whole file's: one only in a validation or test row counted as seen in training,
+    # and bbb predict neither warned about it nor referred it
+    rows = [[f"{0.5 * i + 0.25}", ["red", "blue"][i % 2], f"{i * 0.7 % 3:.2f}"] for i in range(40)]
+    plain, pre = load_file_splits(write_csv(tmp_path / "t.csv", ["a", "colour", "y"], rows), target="y")
+    held = round(float(pre.x.inverse(plain["test_x"].double())[0, 0] - 0.25) / 0.5)  # a test row's index
+    rows[held][1] = "purple"
+    data, pre = load_file_splits(write_csv(tmp_path / "p.csv", ["a", "colour", "y"], rows), target="y")
+    assert pre.columns[1]["categories"] == ["blue", "red"]
+    assert data["test_x"][0, 1:].tolist() == [0.0, 0.0]  # none of the known ones, as bbb predict encodes it
+    for k in ("train_x", "train_y", "val_x", "val_y", "test_y"):  # the rest as without it
+        assert torch.equal(data[k], plain[k]), k
+    assert torch.equal(data["test_x"][1:], plain["test_x"][1:])
+    # a run's recorded categories (one trained when they were the whole file's) encode the file as it did
+    old, pre = load_file_splits(tmp_path / "p.csv", target="y", categories={"colour": ["blue", "purple", "red"]})
+    assert pre.columns[1]["categories"] == ["blue", "purple", "red"] and old["test_x"][0, 1:].tolist() == [0, 1, 0]

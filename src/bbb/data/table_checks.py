@@ -1,0 +1,118 @@
+"""Checks of a CSV table's cells that catch what would otherwise be read silently wrong
+(:mod:`bbb.data.files` calls them while it reads a table into a run's split):
+
+* :func:`check_decimal_commas`: a comma-separated file's quoted number with a decimal comma
+  (``"3,5"``) would be read as text, a column of them one-hot categories, a target of them
+  classes; a column of such numbers is a one-line error;
+* :func:`check_magnitude` and :func:`check_array_magnitude`: a value too large for the
+  network's float32 (above :data:`FLOAT32_MAX`) would turn into inf partway through training or
+  prediction; a one-line error naming its row and column;
+* :func:`check_class_labels`: two class labels that are one number written two ways (``1`` and
+  ``1.0``, ``01``) would be two classes; a one-line error;
+* :func:`check_training_classes`: a class that the split leaves without a training row would be
+  one the network never learns; a one-line error naming the options to change.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from torch import Tensor
+
+from ..errors import DataError, UserError
+
+__all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "check_array_magnitude", "check_class_labels", "check_decimal_commas",
+           "check_magnitude", "check_training_classes", "number", "row_number"]
+
+#: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: a number with a decimal comma in a comma-separated file (quoted there): 3,5, -0,25, 1,2345; not
+#: 52,000 (three digits after the comma: a thousands separator, an error of its own)
+DECIMAL_COMMA = re.compile(r"[+-]?\d+,(\d{1,2}|\d{4,})")
+
+
+def number(text: str) -> float | None:
+    """The finite number a cell holds, or None (text, or a NaN or an inf)."""
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def row_number(numbers: Sequence[int] | None, i: int) -> int:
+    """The file's number of the ``i``-th row read (1 = the first): ``numbers[i - 1]`` where
+    :func:`bbb.data.files.read_csv` gave them (empty rows counted), else ``i``."""
+    return numbers[i - 1] if numbers else i
+
+
+def check_decimal_commas(where: str, name: str, cells: Sequence[str], numbers: Sequence[int]) -> None:
+    """A one-line :class:`DataError` where ``cells``, a column of a comma-separated file, hold
+    numbers with a decimal comma (:data:`DECIMAL_COMMA`) and plain numbers only: read as text,
+    they would be one-hot categories (a target's, classes). A column with other text in it
+    (``"Smith, John"``, ``"red, green"``) is text and passes."""
+    first = next((i for i, c in enumerate(cells, start=1) if DECIMAL_COMMA.fullmatch(c)), None)
+    if first is None:
+        return
+    if all(DECIMAL_COMMA.fullmatch(c) or number(c) is not None for c in cells):
+        raise DataError(f"{where}: row {row_number(numbers, first)}, column {name!r}: {cells[first - 1]!r} has a "
+                        "decimal comma; bbb reads numbers with a decimal point: write the column's numbers with "
+                        "decimal points (3.5, not \"3,5\") and save the file again")
+
+
+def check_magnitude(where: str, name: str, values: Sequence[float] | np.ndarray, numbers: Sequence[int] | None,
+                    cells: Sequence[str]) -> None:
+    """A one-line :class:`UserError` naming the first row of ``values``, the column ``name`` read
+    from the text ``cells``, whose magnitude does not fit a float32 (above :data:`FLOAT32_MAX`):
+    it would be inf in the network. ``numbers``: each row's number in its file
+    (:func:`row_number`)."""
+    big = np.nonzero(np.abs(np.asarray(values, dtype=np.float64)) > FLOAT32_MAX)[0]
+    if big.size:
+        i = int(big[0])
+        raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {name!r}: {cells[i][:40]!r} is too large "
+                        f"for bbb's 32-bit numbers (at most {FLOAT32_MAX:.3g} in magnitude); fix the value, or "
+                        "rescale the column (other units, or its logarithm)")
+
+
+def check_array_magnitude(where: str, a: np.ndarray, row: Callable[[int], str]) -> None:
+    """:func:`check_magnitude` for an array of rows (N, ...): the first row with a value above
+    :data:`FLOAT32_MAX` in magnitude is a one-line :class:`UserError`, the row named by
+    ``row(index)`` (0 = the first)."""
+    if a.size and np.issubdtype(a.dtype, np.floating):
+        big = (np.abs(a.reshape(a.shape[0], -1).astype(np.float64)) > FLOAT32_MAX).any(1)
+        if big.any():
+            raise UserError(f"{where}: {row(int(np.nonzero(big)[0][0]))} holds a value too large for bbb's 32-bit "
+                            f"numbers (at most {FLOAT32_MAX:.3g} in magnitude); fix it, or rescale the feature")
+
+
+def check_class_labels(where: str, target: str | None, labels: Sequence[str]) -> None:
+    """A one-line :class:`UserError` where two of the distinct class ``labels`` are one number
+    written two ways (``1`` and ``1.0``, ``01``): compared as text they would be two classes."""
+    seen: dict[float, str] = {}
+    for label in labels:
+        v = number(label)
+        if v is None:
+            continue
+        if v in seen:
+            column = f"the target column {target!r}" if target else "the target"
+            raise UserError(f"{where}: {column} holds the class labels {seen[v]!r} and {label!r}, one number "
+                            "written two ways, which would be two classes; write the label one way in every row")
+        seen[v] = label
+
+
+def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_idx: Tensor, val_fraction: float,
+                           test_fraction: float) -> None:
+    """A one-line :class:`UserError` where a class of ``y`` (class indices into ``classes``) has no
+    row among ``train_idx``: the split held out every row of it, and the network would never learn
+    it."""
+    trained = set(y[train_idx].tolist())
+    for k, label in enumerate(classes):
+        if k not in trained:
+            n = int((y == k).sum())
+            raise UserError(f"{where}: class {label!r} has {n} row{'s' if n != 1 else ''}, and --val-fraction "
+                            f"{val_fraction:g} with --test-fraction {test_fraction:g} hold "
+                            f"{'all of them' if n != 1 else 'it'} out of training; lower --val-fraction or "
+                            "--test-fraction, or remove the class's rows")

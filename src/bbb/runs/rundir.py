@@ -230,6 +230,8 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
     """
     if resume not in (True, False, "auto"):
         raise UserError(f"resume must be True, False or 'auto', not {resume!r}")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder: give the run a folder of its own (e.g. runs/NAME)")
     lock = out / LOCK_NAME
     if lock_wait is None:
         resuming = _check(out, resume, overwrite)

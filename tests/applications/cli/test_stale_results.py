@@ -2,7 +2,8 @@
 outlive the network they describe: a resumed run that trains on removes them and says so,
 ``--overwrite`` removes them with the run, an eval.json of an earlier network (written by an older
 bbb) is refused by ``bbb compare`` and left out by ``bbb report``, compare names the checkpoint
-its numbers are of, and a resumed run on its own file refuses the images' settings."""
+its numbers are of, and a resumed run on its own file refuses the images' settings (and a run's
+--out that is a file says so)."""
 
 from __future__ import annotations
 
@@ -96,3 +97,11 @@ def test_resuming_a_run_on_its_own_file_refuses_the_images_settings(capsys, run)
         rc, _, err = run_main(capsys, "train", "--out", str(run), "--resume", "--epochs", "3", flag, value)
         assert_one_line_error(rc, err, flag, "leave", "own file")
     assert (run / "eval.json").is_file()  # refused before anything changed
+
+
+def test_a_run_out_that_is_a_file_is_refused_in_words(capsys, tmp_path):
+    (tmp_path / "p1.csv").write_text("x\n")
+    rc, _, err = run_main(capsys, "train", "--csv", str(_table(tmp_path / "houses.csv")), "--target", "price",
+                          "--task", "regression", "--epochs", "1", "--out", str(tmp_path / "p1.csv"), *TINY)
+    assert_one_line_error(rc, err, "p1.csv", "is a file, not a folder")
+    assert (tmp_path / "p1.csv").read_text() == "x\n"

@@ -47,6 +47,7 @@ import csv
 import hashlib
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -527,6 +528,13 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
         train_idx = train_idx[:train_size]
+        if task == "classification":
+            left = [c for k, c in enumerate(pre.classes or []) if not bool((y[train_idx] == k).any())]
+            if left:
+                warnings.warn(f"{where}: --train-size {train_size} keeps no training row of class "
+                              f"{', '.join(map(repr, left[:3]))}{' ...' if len(left) > 3 else ''}: the network never "
+                              "sees it, and scores it as an error; raise --train-size for a run that learns every "
+                              "class", stacklevel=2)
     if table is not None:
         raw_x = _raw_table(pre, *table, train_idx, where, categories)
     pre.x = _fit_features(pre, raw_x[train_idx])

@@ -265,6 +265,10 @@ def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
     # the default fractions keep both of its rows in training, as before
     data, pre = load_file_splits(path, target="label")
     assert pre.classes == ["a", "b", "rare"] and int((data["train_y"] == 2).sum()) == 2
+    # a quick trial's --train-size may keep none of them: it trains, and says so
+    with pytest.warns(UserWarning, match="--train-size 3 keeps no training row of class 'rare'"):
+        data, _ = load_file_splits(path, target="label", train_size=3)
+    assert int((data["train_y"] == 2).sum()) == 0
 
 
 def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp_path):

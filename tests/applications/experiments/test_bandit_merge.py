@@ -1,10 +1,11 @@
-"""``bbb bandit --merge``: runs that split the agents between them become one run's outputs, and
-anything else is a one-line error (a run of other settings, a repeated agent, an unfinished run,
-an option that the merge would ignore)."""
+"""``bbb bandit --merge``: runs that split the agents or the seeds between them become one run's
+outputs, and anything else is a one-line error (a run of other settings, a repeated agent and
+seed, an agent left without a seed, an unfinished run, an option that the merge would ignore)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_merging_other_settings_a_repeated_agent_an_unfinished_run_or_onto_a_par
     run_bandit(tiny_bandit_config(out=str(other), agents=("egreedy_0.05",), lr=0.5), contexts=ctx, edible=edible)
     with pytest.raises(UserError, match="ran with lr=0.5"):
         merge_runs([out["a"], other], tmp_path / "m1", edible=edible)
-    with pytest.raises(UserError, match="repeats agent"):
+    with pytest.raises(UserError, match="repeats agent bbb on seed 0"):
         merge_runs([out["a"], out["a"]], tmp_path / "m2", edible=edible)
     with pytest.raises(UserError, match="not a finished bbb bandit run"):
         merge_runs([out["a"], tmp_path / "nothing"], tmp_path / "m3", edible=edible)
@@ -89,3 +90,34 @@ def test_an_ivon_part_merges_with_parts_that_never_read_its_settings(parts, tmp_
     merge_runs([out["a"], older, ivon], tmp_path / "all", edible=edible)
     merged = json.loads((tmp_path / "all" / "config.json").read_text())
     assert merged["agents"][-1] == "ivon" and (merged["ivon_lr"], merged["ivon_hess_init"]) == (0.05, 0.002)
+
+
+def test_runs_that_split_the_seeds_merge_into_every_seed_of_every_agent(parts, tmp_path):
+    """Each agent's summary over the parts' seeds is what each part computed for its own, weighted by
+    its seeds (the final regret's mean and sd from every seed's row); the rows are the parts'."""
+    _, ctx, edible = parts
+    a, b = tmp_path / "s0", tmp_path / "s12"
+    run_bandit(tiny_bandit_config(out=str(a), agents=("bbb", "greedy"), seeds=(0,)), contexts=ctx, edible=edible)
+    run_bandit(tiny_bandit_config(out=str(b), agents=("bbb", "greedy"), seeds=(1, 2)), contexts=ctx, edible=edible)
+    merge_runs([a, b], tmp_path / "all", edible=edible)
+    cfg = json.loads((tmp_path / "all" / "config.json").read_text())
+    assert cfg["seeds"] == [0, 1, 2] and [p["seeds"] for p in cfg["parts"]] == [[0], [1, 2]]
+    key = lambda r: (int(r["step"]), r["agent"], int(r["seed"]))  # noqa: E731
+    rows = read_csv(tmp_path / "all" / "regret.csv")
+    assert sorted(rows, key=key) == sorted(read_csv(a / "regret.csv") + read_csv(b / "regret.csv"), key=key)
+    merged = {s["agent"]: s for s in read_csv(tmp_path / "all" / "summary.csv")}
+    assert list(merged) == ["bbb", "greedy"]
+    for agent in ("bbb", "greedy"):
+        one, two = (next(s for s in read_csv(p / "summary.csv") if s["agent"] == agent) for p in (a, b))
+        m = merged[agent]
+        finals = [float(r["cumulative_regret"]) for r in rows if r["agent"] == agent and r["step"] == "120"]
+        assert m["seeds"] == "3" and len(finals) == 3
+        assert float(m["final_regret_mean"]) == pytest.approx(statistics.fmean(finals), rel=1e-5)
+        assert float(m["final_regret_sd"]) == pytest.approx(statistics.stdev(finals), rel=1e-5)
+        for col in ("expected_regret_per_step_late", "eat_rate_first_1000", "eat_rate_last_1000"):
+            assert float(m[col]) == pytest.approx((float(one[col]) + 2 * float(two[col])) / 3, rel=1e-5), col
+        assert float(m["seconds"]) == pytest.approx(float(one["seconds"]) + float(two["seconds"]), abs=0.2)
+    c = tmp_path / "s3"
+    run_bandit(tiny_bandit_config(out=str(c), agents=("greedy",), seeds=(3,)), contexts=ctx, edible=edible)
+    with pytest.raises(UserError, match="leave agent bbb without seed 3"):
+        merge_runs([a, b, c], tmp_path / "m", edible=edible)

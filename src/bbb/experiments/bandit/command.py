@@ -147,9 +147,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_log(parser, " of each agent and seed into OUT/tb/AGENT-seedS/ when the run (or --merge) ends: cumulative "
                     "regret, expected regret and arm pulls every --log-every steps")
     parser.add_argument("--merge", nargs="+", metavar="RUN",
-                        help="instead of running: merge finished runs of the same settings and seeds that split the "
-                             "agents between them into one run in --out (e.g. --agents bbb greedy on one machine, "
-                             "--agents egreedy_0.01 egreedy_0.05 on another); takes --out and --data-dir only")
+                        help="instead of running: merge finished runs of the same settings that split the agents "
+                             "or the seeds between them into one run in --out (e.g. --agents bbb greedy on one "
+                             "machine, --agents egreedy_0.01 egreedy_0.05 on another; or --seeds 8 9 and --seeds 10 "
+                             "11 12), every agent with every seed; takes --out and --data-dir only")
 
 
 def config_from_args(args: argparse.Namespace) -> BanditConfig:

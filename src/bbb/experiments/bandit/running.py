@@ -286,22 +286,42 @@ def _tabulate(cfg: BanditConfig, results: list[dict[str, Any]], seconds: float):
                                                     _early_eat_rate(steps, r["log_eaten"][:, j])))
     order = {a: i for i, a in enumerate(cfg.agents)}
     rows.sort(key=lambda d: (d["step"], order[d["agent"]], d["seed"]))
-    summary = []
-    for agent in cfg.agents:
-        vals = final.get(agent, [])
-        if not vals:
-            continue
-        reg = torch.tensor([v[0] for v in vals], dtype=torch.float64)
-        exp_ = torch.tensor([v[1] for v in vals], dtype=torch.float64)
-        summary.append({"agent": agent, "steps": cfg.steps, "seeds": len(vals),
-                        "final_regret_mean": float(reg.mean()), "final_regret_sd": _sd(reg),
-                        "final_expected_regret_mean": float(exp_.mean()),
-                        "final_expected_regret_sd": _sd(exp_),
-                        "expected_regret_per_step_late": sum(v[2] for v in vals) / len(vals),
-                        "eat_rate_first_1000": sum(v[4] for v in vals) / len(vals),
-                        "eat_rate_last_1000": sum(v[3] for v in vals) / len(vals),
-                        "seconds": round(seconds, 1)})
+    summary = [_agent_summary(agent, cfg.steps, final[agent], seconds) for agent in cfg.agents if final.get(agent)]
     return rows, summary
+
+
+def _agent_summary(agent: str, steps: int, vals: list[tuple[float, float, float, float, float]],
+                   seconds: float) -> dict[str, Any]:
+    """summary.csv's row of ``agent`` from each seed's (final regret, final expected regret, late
+    rate, eat rate of the last 1,000, eat rate of the first 1,000)."""
+    reg = torch.tensor([v[0] for v in vals], dtype=torch.float64)
+    exp_ = torch.tensor([v[1] for v in vals], dtype=torch.float64)
+    return {"agent": agent, "steps": steps, "seeds": len(vals),
+            "final_regret_mean": float(reg.mean()), "final_regret_sd": _sd(reg),
+            "final_expected_regret_mean": float(exp_.mean()),
+            "final_expected_regret_sd": _sd(exp_),
+            "expected_regret_per_step_late": sum(v[2] for v in vals) / len(vals),
+            "eat_rate_first_1000": sum(v[4] for v in vals) / len(vals),
+            "eat_rate_last_1000": sum(v[3] for v in vals) / len(vals),
+            "seconds": round(seconds, 1)}
+
+
+def _seed_split_summary(agent: str, steps: int, rows: list[dict[str, Any]],
+                        parts: list[tuple[list[int], dict[str, Any]]]) -> dict[str, Any]:
+    """The summary row of an agent whose seeds ran in several parts (``parts``: each one's seeds and
+    summary row of the agent), from its regret rows; the eat rate of the last 1,000 steps (the
+    parts' own count, not in the rows) is each part's mean weighted by its seeds, and the seconds
+    the parts' sum."""
+    vals = []
+    for seeds, row in parts:
+        for seed in seeds:
+            mine = sorted((r for r in rows if r["agent"] == agent and r["seed"] == seed), key=lambda r: r["step"])
+            at = [r["step"] for r in mine]
+            expected = torch.tensor([r["cumulative_expected_regret"] for r in mine], dtype=torch.float64)
+            eaten = torch.tensor([r["cumulative_eaten"] for r in mine], dtype=torch.float64)
+            vals.append((mine[-1]["cumulative_regret"], mine[-1]["cumulative_expected_regret"],
+                         _late_rate(at, expected), float(row["eat_rate_last_1000"]), _early_eat_rate(at, eaten)))
+    return _agent_summary(agent, steps, vals, sum(float(row.get("seconds") or 0.0) for _, row in parts))
 
 
 def _write_events(out: Path, cfg: BanditConfig, rows: list[dict[str, Any]]) -> None:
@@ -382,17 +402,20 @@ def _read_part(part: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
 def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
                data_dir: str | None = None, edible: Tensor | None = None,
                loggers: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One run's outputs in ``out`` from finished runs of the same settings and seeds that split
-    the agents between them (e.g. ``--agents bbb greedy`` and ``--agents egreedy_0.01
-    egreedy_0.05`` run on two machines or days). The agents' rows and summaries are copied as they
-    are: agents never interact (each has its own network, buffer and optimiser state, and every
+    """One run's outputs in ``out`` from finished runs of the same settings that split the agents
+    or the seeds between them (e.g. ``--agents bbb greedy`` and ``--agents egreedy_0.01
+    egreedy_0.05`` run on two machines or days, or ``--seeds 8 9`` and ``--seeds 10 11 12``): every
+    agent must end with every seed, each once. The rows are copied as they are, and the summary of
+    an agent run whole in one part; an agent whose seeds are split has its summary computed again
+    from its rows (the eat rate of the last 1,000 steps: the parts' means weighted by their seeds).
+    Agents never interact (each has its own network, buffer and optimiser state, and every
     agent of a seed faces the same mushrooms), though which random draws a member gets depends on
     the population it ran in, as with ``--workers``. Figure 6's marks are measured on the whole
     (``edible``: the contexts' edibility, for the oracle's eat rate; default UCI Mushroom's), and
     config.json lists the parts (``parts``: each one's folder, agents and seconds). ``loggers``
     (``--log``): the merged rows' event files in ``out/tb/AGENT-seedS``, as a run writes them at its
-    end. UserError when a part is unfinished, another settings' run, or shares an agent with
-    another part."""
+    end. UserError when a part is unfinished, another settings' run, repeats an agent's seed of
+    another part, or leaves an agent without a seed of the others."""
     if len(parts) < 2:
         raise UserError("--merge needs at least two finished runs")
     if any(Path(p).resolve() == Path(out).resolve() for p in parts):
@@ -407,31 +430,43 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
         return [(p, c) for p, c, _, _ in read
                 if kinds is None or any(parse_agent(a).kind in kinds for a in c["agents"])]
 
-    settings = sorted({k for _, c, _, _ in read for k in c} - _PART_FREE)
+    settings = sorted({k for _, c, _, _ in read for k in c} - _PART_FREE - {"seeds"})
     for key in settings:
         readers = reading(key)
         for path, part_cfg in readers[1:]:
             if part_cfg.get(key) != readers[0][1].get(key):
                 raise UserError(f"{path} ran with {key}={part_cfg.get(key)!r} and {readers[0][0]} with "
                                 f"{readers[0][1].get(key)!r}: only runs of the same settings and seeds merge")
+    seeds: list[int] = []
+    ran: dict[tuple[str, int], Path] = {}
     for path, part_cfg, _, _ in read:
-        shared = set(agents) & set(part_cfg["agents"])
-        if shared:
-            raise UserError(f"{path} repeats agent(s) {', '.join(sorted(shared))} of another part: each agent once")
-        agents += part_cfg["agents"]
+        for a in part_cfg["agents"]:
+            for s in map(int, part_cfg["seeds"]):
+                if (a, s) in ran:
+                    raise UserError(f"{path} repeats agent {a} on seed {s} of {ran[(a, s)]}: each agent and seed once")
+                ran[(a, s)] = path
+        agents += [a for a in part_cfg["agents"] if a not in agents]
+        seeds += [s for s in map(int, part_cfg["seeds"]) if s not in seeds]
+    gap = next(((a, s) for a in agents for s in seeds if (a, s) not in ran), None)
+    if gap is not None:
+        raise UserError(f"the runs leave agent {gap[0]} without seed {gap[1]}: a merged run gives every agent "
+                        f"every seed ({', '.join(map(str, seeds))}); add the missing run")
     fields = {f.name for f in dataclasses.fields(BanditConfig)}
     kept = {k: v for k, v in first.items() if k in fields}
     for key in settings:  # from a part whose agents read it (else the first part's: the default)
         found = [c[key] for _, c in reading(key) if key in c]
         if key in fields and found:
             kept[key] = found[0]
-    kept.update(agents=tuple(agents), seeds=tuple(first["seeds"]), hidden=tuple(first["hidden"]), out=str(out),
+    kept.update(agents=tuple(agents), seeds=tuple(seeds), hidden=tuple(first["hidden"]), out=str(out),
                 data_dir=data_dir, loggers=tuple(loggers))  # (how the merge is watched, not a part's)
     cfg = BanditConfig(**kept)
     cfg.validate()
     order = {a: i for i, a in enumerate(agents)}
     rows = sorted((r for _, _, rs, _ in read for r in rs), key=lambda d: (d["step"], order[d["agent"]], d["seed"]))
-    summary = sorted((s for _, _, _, ss in read for s in ss), key=lambda s: order[s["agent"]])
+    summary = []
+    for a in agents:
+        mine = [([int(s) for s in c["seeds"]], row) for _, c, _, ss in read for row in ss if row["agent"] == a]
+        summary.append(mine[0][1] if len(mine) == 1 else _seed_split_summary(a, cfg.steps, rows, mine))
     if edible is None:
         from ...data import load_mushroom
 
@@ -441,7 +476,8 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     seconds = sum(float(c.get("seconds", 0.0)) for _, c, _, _ in read)
     outp = Path(out)
     outp.mkdir(parents=True, exist_ok=True)
-    parts_meta = [{"out": str(p), "agents": c["agents"], "seconds": c.get("seconds")} for p, c, _, _ in read]
+    parts_meta = [{"out": str(p), "agents": c["agents"], "seeds": c["seeds"], "seconds": c.get("seconds")}
+                  for p, c, _, _ in read]
     with lock_run_dir(outp):
         files = _write_outputs(outp, cfg, rows, summary, seconds, int(first.get("workers_used", 1)),
                                oracle_eat=edible_share, marks=marks, extra={"parts": parts_meta})

@@ -35,6 +35,21 @@ def blobs(n_train: int = 240, n_val: int = 60, n_test: int = 60, d: int = 12, c:
     return {"train_x": a, "train_y": b, "val_x": e, "val_y": f, "test_x": h, "test_y": i}
 
 
+def noisy_table(path: Path, n: int = 200) -> Path:
+    """A CSV of houses (x1, x2, colour, price) whose price noise (sd 3) is most of its spread: no
+    share of the predictions can have an RMSE near half the error of all of them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "colour", "price"])
+        for i in range(n):
+            x1, x2 = rng.normal(), rng.normal()
+            w.writerow([f"{x1:.5f}", f"{x2:.5f}", ["red", "blue"][i % 2], f"{20 + x1 + 3 * rng.normal():.4f}"])
+    return path
+
+
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """``bbb ARGV`` in this process: (exit code, stdout, stderr)."""
     try:

@@ -217,13 +217,13 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
     from ..data.files import load_file_splits
 
     assert cfg.data_file is not None
-    if new_run and not Path(cfg.data_file).is_file():
-        flag = "--npz" if Path(cfg.data_file).suffix.lower() == ".npz" else "--csv"
-        what = "is a folder, not a file" if Path(cfg.data_file).is_dir() else \
-            "is not a regular file" if Path(cfg.data_file).exists() else "does not exist"
+    path = Path(cfg.data_file)
+    flag = "--npz" if path.suffix.lower() == ".npz" else "--csv"
+    if new_run and not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else \
+            "is not a regular file" if path.exists() else "does not exist"
         raise UserError(f"{cfg.data_file} {what}; give {flag} the path of your data file")
-    if not Path(cfg.data_file).is_file():
-        flag = "--npz" if Path(cfg.data_file).suffix.lower() == ".npz" else "--csv"
+    if not path.is_file():
         raise UserError(f"{cfg.data_file}, the file this run was trained on, is not there (moved or deleted?); "
                         f"give its new place with {flag} FILE (bbb evaluate, bbb prune, bbb predict, "
                         "bbb train --resume)")

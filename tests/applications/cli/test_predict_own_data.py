@@ -20,24 +20,11 @@ from bbb.runs import TrainConfig, train
 from bbb.runs.trained import refer_threshold
 from bbb.uncertainty import threshold_for_coverage
 from testkit import assert_one_line_error as one_line_error
-from testkit import read_csv, run_main
+from testkit import noisy_table, read_csv, run_main
 
 TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]
 
 
-
-
-def noisy_table(path: Path, n: int = 200) -> Path:
-    """A regression whose noise (sd 3) is most of the target's spread: no share of the
-    predictions can have an RMSE near half the error of all of them."""
-    rng = np.random.default_rng(0)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["x1", "x2", "colour", "price"])
-        for i in range(n):
-            x1, x2 = rng.normal(), rng.normal()
-            w.writerow([f"{x1:.5f}", f"{x2:.5f}", ["red", "blue"][i % 2], f"{20 + x1 + 3 * rng.normal():.4f}"])
-    return path
 
 
 def new_rows(path: Path, colours: list[str]) -> Path:

@@ -7,35 +7,22 @@ its numbers are of, and a resumed run on its own file refuses the images' settin
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from bbb.runs.rundir import RESULT_FILES, RUN_FILES
-from testkit import assert_one_line_error, read_csv, run_main
+from testkit import assert_one_line_error, noisy_table, read_csv, run_main
 
 TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet",
         "--no-compile", "--threads", "1"]
 
 
-def _table(path: Path, n: int = 120) -> Path:
-    rng = np.random.default_rng(0)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["x1", "x2", "colour", "price"])
-        for i in range(n):
-            x1, x2 = rng.normal(), rng.normal()
-            w.writerow([f"{x1:.5f}", f"{x2:.5f}", ["red", "blue"][i % 2], f"{20 + x1 + rng.normal():.4f}"])
-    return path
-
-
 @pytest.fixture
 def run(capsys, tmp_path) -> Path:
     out = tmp_path / "run"
-    rc, _, err = run_main(capsys, "train", "--csv", str(_table(tmp_path / "houses.csv")), "--target", "price",
+    rc, _, err = run_main(capsys, "train", "--csv", str(noisy_table(tmp_path / "houses.csv")), "--target", "price",
                           "--task", "regression", "--epochs", "2", "--out", str(out), *TINY)
     assert rc == 0, err
     rc, _, err = run_main(capsys, "evaluate", str(out), "--which", "last", "--samples", "3", "--device", "cpu")
@@ -101,7 +88,7 @@ def test_resuming_a_run_on_its_own_file_refuses_the_images_settings(capsys, run)
 
 def test_a_run_out_that_is_a_file_is_refused_in_words(capsys, tmp_path):
     (tmp_path / "p1.csv").write_text("x\n")
-    rc, _, err = run_main(capsys, "train", "--csv", str(_table(tmp_path / "houses.csv")), "--target", "price",
+    rc, _, err = run_main(capsys, "train", "--csv", str(noisy_table(tmp_path / "houses.csv")), "--target", "price",
                           "--task", "regression", "--epochs", "1", "--out", str(tmp_path / "p1.csv"), *TINY)
     assert_one_line_error(rc, err, "p1.csv", "is a file, not a folder")
     assert (tmp_path / "p1.csv").read_text() == "x\n"

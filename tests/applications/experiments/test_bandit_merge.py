@@ -121,3 +121,8 @@ def test_runs_that_split_the_seeds_merge_into_every_seed_of_every_agent(parts, t
     run_bandit(tiny_bandit_config(out=str(c), agents=("greedy",), seeds=(3,)), contexts=ctx, edible=edible)
     with pytest.raises(UserError, match="leave agent bbb without seed 3"):
         merge_runs([a, b, c], tmp_path / "m", edible=edible)
+    written = json.loads((b / "summary.json").read_text())  # a part whose summary lost an agent's row
+    written["agents"] = [r for r in written["agents"] if r["agent"] != "greedy"]
+    (b / "summary.json").write_text(json.dumps(written))
+    with pytest.raises(UserError, match="no summary row of agent greedy"):
+        merge_runs([a, b], tmp_path / "m2", edible=edible)

@@ -466,6 +466,9 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     summary = []
     for a in agents:
         mine = [([int(s) for s in c["seeds"]], row) for _, c, _, ss in read for row in ss if row["agent"] == a]
+        if len(mine) != sum(a in c["agents"] for _, c, _, _ in read):
+            raise UserError(f"a run to merge has no summary row of agent {a} (its summary.json is not its run's); "
+                            "run it again")
         summary.append(mine[0][1] if len(mine) == 1 else _seed_split_summary(a, cfg.steps, rows, mine))
     if edible is None:
         from ...data import load_mushroom

@@ -183,6 +183,9 @@ def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -
     add_g("--target", "target", "the CSV column to predict", metavar="COLUMN", show_default=False)
     add_g("--ignore", "ignore_columns", "CSV columns that are not features (an identifier, a note): left out of "
           "the inputs; bbb predict carries them through", metavar="COLUMN", nargs="+", show_default=False)
+    add_g("--keep", "keep_columns", "numeric CSV columns that number the rows (a different whole number in each, "
+          "consecutive: a year in a yearly series) kept as features, where they would be refused as identifiers",
+          metavar="COLUMN", nargs="+", show_default=False)
     add_g("--task", "task", "classification or regression (default: text targets are classes, numbers a "
           "quantity; a column of whole numbers must say)", choices=TASKS, show_default=False)
     add_g("--likelihood", "likelihood", "regression: heteroscedastic (the network predicts the noise sd of "

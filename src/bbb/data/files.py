@@ -65,6 +65,7 @@ from .table_checks import (
     check_magnitude,
     check_training_classes,
     number,
+    numbers_the_rows,
     row_number,
 )
 from .tabular import Standardizer
@@ -368,24 +369,13 @@ def _task_of(values: list[str], task: str | None, target: str, where: str, numbe
     return "regression"
 
 
-#: a numeric column is taken for a row identifier from this many rows (see :func:`_identifier`)
-MIN_IDENTIFIER_ROWS = 20
-
-
-def _identifier(nums: list[float]) -> bool:
-    """Whether a numeric column is a row identifier: whole numbers, one per row, a run of
-    consecutive integers in some order (0..N-1, 1..N, 1000..1000+N-1). A quantity measured on the
-    rows is all but never that; as a feature an identifier only lets the network learn row order."""
-    if len(nums) < MIN_IDENTIFIER_ROWS or any(v != int(v) for v in nums):
-        return False
-    return len(set(nums)) == len(nums) and max(nums) - min(nums) == len(nums) - 1
-
-
 def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str,
-                    ignore: Sequence[str] = (), numbers: Sequence[int] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+                    ignore: Sequence[str] = (), numbers: Sequence[int] = (), keep: Sequence[str] = ()
+                    ) -> tuple[list[dict[str, Any]], list[str]]:
     """The feature columns' descriptions (numeric or one-hot), checked for missing values;
     the ``ignore`` columns left out (not read at all); a column that numbers the rows is an error
-    once every column's cells are checked."""
+    once every column's cells are checked, unless ``keep`` names it (a ``keep`` column that does
+    not number the rows is an error too: the setting would change nothing)."""
     columns = []
     numbering = ""
     for j, name in enumerate(header):
@@ -408,12 +398,19 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         nums = [number(c) for c in cells]
         if all(v is not None for v in nums):
             values = [float(v) for v in nums if v is not None]
-            if _identifier(values) and not numbering:
+            if name in keep and not numbers_the_rows(values):
+                raise UserError(f"{where}: --keep {name}: that column does not number the rows, and is a feature "
+                                "without --keep; leave --keep out")
+            if numbers_the_rows(values) and name not in keep and not numbering:
                 numbering = f"column {name!r} numbers the rows (each row a different whole number, " \
                             f"{min(values):g} to {max(values):g}: an identifier, not a feature)"
-                numbering += f"; leave it out with --ignore {name} (bbb predict then carries it through to its output)"
+                numbering += f"; leave it out with --ignore {name} (bbb predict then carries it through to its " \
+                             f"output), or keep it as a feature with --keep {name} (a year in a yearly series)"
             columns.append({"name": name, "kind": "numeric", "categories": []})
             continue
+        if name in keep:
+            raise UserError(f"{where}: --keep {name}: that column holds text, not whole numbers that number the "
+                            "rows; leave --keep out")
         cats = sorted(set(cells))
         numeric_share = sum(v is not None for v in nums) / len(nums)
         if numeric_share >= NUMERIC_SHARE:
@@ -452,10 +449,11 @@ def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: fl
 
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
                      val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                     train_size: int | None = None, ignore: Sequence[str] = (),
+                     train_size: int | None = None, ignore: Sequence[str] = (), keep: Sequence[str] = (),
                      categories: dict[str, list[str]] | None = None) -> tuple[dict[str, Tensor], Preprocess]:
     """A CSV or .npz file as a run's split and its :class:`Preprocess` (see the module's notes).
-    ``ignore``: CSV columns that are not features (an identifier, a note); not read.
+    ``ignore``: CSV columns that are not features (an identifier, a note); not read. ``keep``:
+    numeric CSV columns that number the rows (a year in a yearly series) kept as features.
     ``categories``: a run's recorded categories of its text columns, by name, to encode them as the
     run did (else those of the training rows).
 
@@ -480,11 +478,14 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         header, rows = read_csv(p, numbers=numbers)
         if target not in header:
             raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}")
-        for name in ignore:
-            if name not in header or name == target:
-                raise UserError(f"{where}: --ignore {name}: " + ("that is the target" if name == target else
-                                f"no such column; the columns are {', '.join(header)[:300]}"))
-        columns, raw_y = _encode_columns(header, rows, target, where, ignore, numbers)
+        for flag, names in (("--ignore", ignore), ("--keep", keep)):
+            for name in names:
+                if name not in header or name == target or (flag == "--keep" and name in ignore):
+                    raise UserError(f"{where}: {flag} {name}: " + (
+                        "that is the target" if name == target else "--ignore leaves it out; give it to one of them"
+                        if name in header else
+                        f"no such column; the columns are {', '.join(header)[:300]}"))
+        columns, raw_y = _encode_columns(header, rows, target, where, ignore, numbers, keep)
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
         task = _task_of(raw_y, task, target, where, numbers)
@@ -493,9 +494,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
         table = (header, rows, numbers)  # encoded once the training rows are known (their categories)
     elif suffix == ".npz":
-        if target is not None or ignore:
-            raise UserError(f"{where}: --{'target' if target is not None else 'ignore'} names a CSV column; an .npz "
-                            "file holds arrays x and y")
+        if target is not None or ignore or keep:
+            flag = "target" if target is not None else "ignore" if ignore else "keep"
+            raise UserError(f"{where}: --{flag} names a CSV column; an .npz file holds arrays x and y")
         x_arr, y_arr = _read_npz(p)
         if task is None:
             task = "regression" if np.issubdtype(y_arr.dtype, np.floating) else "classification"

@@ -10,7 +10,9 @@
 * :func:`check_class_labels`: two class labels that are one number written two ways (``1`` and
   ``1.0``, ``01``) would be two classes; a one-line error;
 * :func:`check_training_classes`: a class that the split leaves without a training row would be
-  one the network never learns; a one-line error naming the options to change.
+  one the network never learns; a one-line error naming the options to change;
+* :func:`numbers_the_rows`: whether a numeric column is a row identifier, which as a feature would
+  only let the network learn row order (:mod:`bbb.data.files` refuses it unless told to keep it).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from torch import Tensor
 from ..errors import DataError, UserError
 
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "check_array_magnitude", "check_class_labels", "check_decimal_commas",
-           "check_magnitude", "check_training_classes", "number", "row_number"]
+           "check_magnitude", "check_training_classes", "number", "numbers_the_rows", "row_number",
+           "MIN_IDENTIFIER_ROWS"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -41,6 +44,21 @@ def number(text: str) -> float | None:
     except ValueError:
         return None
     return v if math.isfinite(v) else None
+
+
+#: a numeric column is taken for a row identifier from this many rows (see :func:`numbers_the_rows`)
+MIN_IDENTIFIER_ROWS = 20
+
+
+def numbers_the_rows(nums: Sequence[float]) -> bool:
+    """Whether a numeric column is a row identifier: whole numbers, one per row, a run of
+    consecutive integers in some order (0..N-1, 1..N, 1000..1000+N-1). A quantity measured on the
+    rows is all but never that; as a feature an identifier only lets the network learn row order.
+    A year in a yearly series is the exception that :func:`bbb.data.files.load_file_splits`'s
+    ``keep`` allows."""
+    if len(nums) < MIN_IDENTIFIER_ROWS or any(v != int(v) for v in nums):
+        return False
+    return len(set(nums)) == len(nums) and max(nums) - min(nums) == len(nums) - 1
 
 
 def row_number(numbers: Sequence[int] | None, i: int) -> int:

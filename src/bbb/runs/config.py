@@ -217,6 +217,8 @@ class TrainConfig:
     train_size: int | None = None
     # CSV columns that are not features (an identifier, a note): left out of the inputs
     ignore_columns: list[str] | None = None
+    # numeric CSV columns that number the rows (a year) kept as features, not refused as identifiers
+    keep_columns: list[str] | None = None
     # what picks best.pt: "nll" or "error" (SELECT_BY)
     select_by: str = BY_DATA
     # IVON (--method ivon): the effective sample size (None: the training set's size), the Hessian
@@ -438,6 +440,8 @@ class TrainConfig:
                 self.task = choice("task", self.task, TASKS)
             if self.ignore_columns is not None:
                 self.ignore_columns = [str(c) for c in self.ignore_columns] or None
+            if self.keep_columns is not None:
+                self.keep_columns = [str(c) for c in self.keep_columns] or None
             self.likelihood = choice("likelihood", self.likelihood, LIKELIHOODS)
             for name in ("val_fraction", "test_fraction"):
                 v = float(getattr(self, name))
@@ -452,6 +456,7 @@ class TrainConfig:
                 raise UserError("dataset 'file' needs the file: --csv FILE or --npz FILE")
             given = [f"--{k.replace('_', '-')}" for k in ("target", "task") if getattr(self, k) is not None]
             given += ["--ignore"] if self.ignore_columns else []
+            given += ["--keep"] if self.keep_columns else []
             given += [f"--{k.replace('_', '-')}" for k, d in (("val_fraction", 0.1), ("test_fraction", 0.1),
                                                              ("likelihood", "heteroscedastic"))
                       if getattr(self, k) != d]

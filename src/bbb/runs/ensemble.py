@@ -46,7 +46,7 @@ __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensem
 
 #: the settings that make a run's training / validation / test split: an ensemble's members share them
 SPLIT_FIELDS = ("dataset", "data_file", "val_size", "val_fraction", "test_fraction", "split_seed", "train_size",
-                "ignore_columns", "target")
+                "ignore_columns", "keep_columns", "target")
 
 
 class TrainedEnsemble(nn.Module):

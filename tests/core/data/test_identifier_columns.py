@@ -72,3 +72,48 @@ def test_a_run_records_its_ignored_columns_and_predict_carries_them(tmp_path, ca
     with (tmp_path / "p.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 120 and "id" in rows[0]
+
+
+def test_keep_holds_a_year_as_a_feature(tmp_path):
+    """A yearly series' year numbers the rows too: --keep makes it a standardised feature, the
+    same values as any numeric column's, and the run records it."""
+    t = _table(tmp_path / "t.csv", start=1990, id_name="year")
+    with pytest.raises(UserError, match=r"column 'year' numbers the rows.*--keep year"):
+        load_file_splits(t, target="label")
+    data, pre = load_file_splits(t, target="label", keep=["year"])
+    assert [c["name"] for c in pre.columns] == ["year", "income", "plan"]
+    assert pre.columns[0]["kind"] == "numeric"
+    # the training rows' years come back from their standardised column, each a distinct year of the file
+    years = pre.x.inverse(data["train_x"].double())[:, 0].round()
+    assert abs(float(data["train_x"][:, 0].mean())) < 1e-5
+    assert set(years.tolist()) <= set(map(float, range(1990, 2050))) and len(set(years.tolist())) == len(years)
+
+
+def test_keep_refuses_what_it_would_not_change(tmp_path):
+    t = _table(tmp_path / "t.csv")
+    for keep, message in ((["income"], "--keep income: that column does not number the rows"),
+                          (["plan"], "--keep plan: that column holds text"),
+                          (["nope"], "--keep nope: no such column"),
+                          (["label"], "--keep label: that is the target")):
+        with pytest.raises(UserError, match=message):
+            load_file_splits(t, target="label", keep=keep)
+    with pytest.raises(UserError, match="--keep id: --ignore leaves it out"):
+        load_file_splits(t, target="label", keep=["id"], ignore=["id"])
+    with pytest.raises(UserError, match="--keep applies to your own data"):
+        TrainConfig(keep_columns=["id"])
+
+
+def test_a_run_records_its_kept_columns_and_resumes_only_with_them(tmp_path, capsys):
+    from testkit import run_main
+
+    t = _table(tmp_path / "t.csv", n=120, start=1900, id_name="year")
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--csv", str(t), "--target", "label", "--keep", "year", "--epochs", "1",
+                          "--out", str(out), "--quiet", "--device", "cpu")
+    assert rc == 0, err
+    assert json.loads((out / "config.json").read_text())["keep_columns"] == ["year"]
+    rc, _, err = run_main(capsys, "predict", str(out), str(t), "--out", str(tmp_path / "p.csv"))
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--epochs", "2", "--keep", "income",
+                          "--quiet")
+    assert rc != 0 and "keep_columns" in err.replace("--keep", "keep_columns") and "\n" not in err.strip()

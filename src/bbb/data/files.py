@@ -98,6 +98,13 @@ def _formatted_number(cell: str) -> str | None:
             "a thousands separator" if re.search("[, \u00a0\u202f]", m["num"]) else None)
 
 
+def _not_a_number(cell: str) -> str:
+    """Why a cell of a numeric column is not read as a number, and what to write instead."""
+    what = _formatted_number(cell) or ("a decimal comma" if _DECIMAL_COMMA.fullmatch(cell) else None)
+    return f"is a number with {what}, which bbb does not read; write a plain number (3.5, 52000)" if what else \
+        "is not a number"
+
+
 def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
@@ -243,7 +250,7 @@ class Preprocess:
                     v = number(cell)
                     if v is None:
                         raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: "
-                                        f"{cell[:40]!r} is not a number (the column was numeric in training)")
+                                        f"{cell[:40]!r} {_not_a_number(cell)} (the column was numeric in training)")
                     vals[i] = v
                 check_magnitude(where, col["name"], vals, numbers, cells)  # (an inf in the float32 network)
                 parts.append(vals[:, None])

@@ -5,6 +5,7 @@ columns, and a decimal comma in it is a one-line error, never a number read as a
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 
@@ -87,3 +88,20 @@ def test_a_quoted_decimal_comma_in_a_comma_separated_file_is_an_error_not_text(t
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows([["a", "rating", "y"], *rows])
     assert [c["name"] for c in load_file_splits(path, target="y", ignore=["rating"])[1].columns] == ["a"]
+
+
+@pytest.mark.parametrize(("cell", "what"), [("3,5", "a decimal comma"), ("1.234,5", "a decimal comma"),
+                                            ("52,000", "a thousands separator"), ("$5", "a currency sign"),
+                                            ("12%", "a percent sign")])
+def test_new_inputs_with_a_formatted_number_say_what_to_write(tmp_path, cell, what):
+    """A numeric column's formatted number in new inputs (bbb predict's CSV) is the training check's
+    message, not 'not a number'."""
+    path = tmp_path / "t.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["a", "y"], *([f"{i * 0.37:.2f}", f"{i * 1.5:.2f}"] for i in range(40))])
+    _, pre = load_file_splits(path, target="y")
+    with pytest.raises(UserError, match=rf"row 2, column 'a': '{re.escape(cell)}' is a number with {what}, which "
+                       r"bbb does not read; write a plain number"):
+        pre.encode_table(["a"], [["1.5"], [cell]])
+    with pytest.raises(UserError, match="'abc' is not a number"):
+        pre.encode_table(["a"], [["abc"]])

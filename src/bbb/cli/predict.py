@@ -119,7 +119,8 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
     from ..data.files import read_csv, row_number
 
     found: list[tuple[int, str, str]] = []
-    x, header, rows = model.encode_csv(path, unseen=found if unseen == "flag" else None)
+    outside: list[tuple[int, str, str]] = []
+    x, header, rows = model.encode_csv(path, unseen=found if unseen == "flag" else None, outside=outside)
     empty: list[int] = []
     numbers: list[int] = []  # each row's number in the file, empty rows counted, as errors name them
     read_csv(path, empty, numbers)
@@ -132,8 +133,8 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
         keep = [header.index(id_column)] + ([header.index(target)] if target in header and target != id_column
                                             else [])
     warnings = [""] * len(rows)
-    for row, column, value in found:
-        text = f"category {value[:40]!r} of column {column!r} unseen in training"
+    texts = [(row, f"category {value[:40]!r} of column {column!r} unseen in training") for row, column, value in found]
+    for row, text in sorted(texts + [(row, text) for row, _, text in outside], key=lambda t: t[0]):
         warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     notes = []
     if found:
@@ -144,6 +145,18 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
               f"{', ...' if n > 5 else ''}; first: {first[2][:40]!r} in column {first[1]!r}): predicted with it as "
               f"none of the known categories, named in the warning column{' and referred' if refer else ''} "
               "(--unseen error refuses the file instead)")
+    unchecked = [c["name"] for c in model.preprocess.columns if c["kind"] == "numeric" and not c.get("range")]
+    if unchecked:
+        notes.append(f"bbb predict: note: {model.run_dir} does not "
+                     f"record its training rows' range of column {unchecked[0]!r}"
+                     f"{' and others' if len(unchecked) > 1 else ''} (trained by an earlier bbb): a value outside "
+                     "it is not flagged; train the run again to have it checked")
+    if outside:  # extrapolation: a network's confidence out there means nothing (it may even grow)
+        n = len({r for r, _, _ in outside})
+        rows_text = ", ".join(str(row_number(numbers, r)) for r in sorted({r for r, _, _ in outside})[:5])
+        notes.append(f"bbb predict: warning: {n} row(s) of {path} have a value outside the training rows' range "
+                     f"(row {rows_text}{', ...' if n > 5 else ''}; first: {outside[0][2]}): predicted by "
+                     f"extrapolation, named in the warning column{' and referred' if refer else ''}")
     if empty:  # an output row per input row: one joined back by position would shift past a skipped one
         notes.append(f"bbb predict: note: {len(empty)} empty row(s) of {path} between its rows (row "
                      f"{', '.join(map(str, empty[:5]))}{', ...' if len(empty) > 5 else ''}; 1 = the first after the "
@@ -253,7 +266,7 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path]
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.6g}"
+    return f"{v + 0.0:.6g}"  # (+ 0.0: an entropy of -0.0 is written 0)
 
 
 def _fmt_at(v: float, sd: float) -> str:

@@ -15,7 +15,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   one-hot encoded over the categories of the training rows (sorted; at most :data:`MAX_CATEGORIES`
   in the whole file, else a one-line error naming the column: an identifier or free text is no
   feature); a category found only in validation or test rows is encoded there as an unseen one is
-  in new rows, as none of the known ones (its one-hot all zeros);
+  in new rows, as none of the known ones (its one-hot all zeros); a numeric column's training
+  range is recorded, and new inputs outside it can be listed (:meth:`Preprocess.encode_table`);
 * the numeric features (and each array feature, flattened) are standardised with the mean and
   standard deviation of the *training* rows (:class:`~bbb.data.Standardizer`); one-hot columns
   stay 0/1;
@@ -220,14 +221,17 @@ class Preprocess:
 
     # -- new inputs ----------------------------------------------------------------------------
     def encode_table(self, header: Sequence[str], rows: Sequence[Sequence[str]], where: str = "input",
-                     unseen: list[tuple[int, str, str]] | None = None, numbers: Sequence[int] | None = None
-                     ) -> Tensor:
+                     unseen: list[tuple[int, str, str]] | None = None, numbers: Sequence[int] | None = None,
+                     outside: list[tuple[int, str, str]] | None = None) -> Tensor:
         """CSV rows (cells by ``header``'s column names) -> the network's (N, D) float32 inputs.
         Every training feature column must be there (others, like the target, are ignored); a
         missing value or an unseen category is a one-line error naming row and column. Given a
         list ``unseen``, an unseen category is instead encoded as none of the known ones (its
         one-hot all zeros) and ``(row, column, value)`` appended to the list (row 1 = the first
-        given). ``numbers``: each row's number in its file, for the errors (:func:`read_csv`'s)."""
+        given). ``numbers``: each row's number in its file, for the errors (:func:`read_csv`'s).
+        Given a list ``outside``, each numeric value outside the training rows' range (a column's
+        ``range``, recorded by runs since it was added) is appended to it as ``(row, column, text)``,
+        the text naming the value and the range: an input unlike any the network was trained on."""
         if self.kind != "table":
             raise UserError(f"{where}: this run was trained on {self.trained_on()}, not on a CSV table")
         index = {h: j for j, h in enumerate(header)}
@@ -253,6 +257,10 @@ class Preprocess:
                                         f"{cell[:40]!r} {_not_a_number(cell)} (the column was numeric in training)")
                     vals[i] = v
                 check_magnitude(where, col["name"], vals, numbers, cells)  # (an inf in the float32 network)
+                if outside is not None and col.get("range"):
+                    lo, hi = col["range"]
+                    outside += [(i + 1, col["name"], f"{col['name']} {cells[i][:40]} outside the training rows' "
+                                 f"{lo:.6g} to {hi:.6g}") for i in np.nonzero((vals < lo) | (vals > hi))[0].tolist()]
                 parts.append(vals[:, None])
             else:
                 cats = {c: k for k, c in enumerate(col["categories"])}
@@ -560,12 +568,16 @@ def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], number
                where: str, categories: dict[str, list[str]] | None) -> Tensor:
     """The encoded but not yet standardised features of a CSV's rows. A text column's categories
     are those of the training rows ``train_idx`` (or the run's recorded ``categories``): one seen
-    only in held-out rows is encoded there as an unseen one in new rows is, as none of them."""
+    only in held-out rows is encoded there as an unseen one in new rows is, as none of them. A
+    numeric column's ``range`` is its training rows' smallest and largest value."""
     train = train_idx.tolist()
     for col in pre.columns:
+        j = header.index(col["name"])
         if col["kind"] == "onehot":
-            j = header.index(col["name"])
             col["categories"] = list((categories or {}).get(col["name"]) or sorted({rows[i][j] for i in train}))
+        else:  # the range new inputs are checked against (bbb predict flags a value outside it)
+            values = [float(rows[i][j]) for i in train]
+            col["range"] = [min(values), max(values)]
     x_scaler, pre.x = pre.x, None
     try:
         return pre.encode_table(header, rows, where, unseen=[], numbers=numbers).to(torch.float64)

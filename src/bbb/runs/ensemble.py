@@ -99,10 +99,11 @@ class TrainedEnsemble(nn.Module):
         """As :meth:`TrainedModel.encode`: every member has the same preprocessing."""
         return self.member_models()[0].encode(x)
 
-    def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None
+    def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None,
+                   outside: list[tuple[int, str, str]] | None = None
                    ) -> tuple[EncodedInputs, list[str], list[list[str]]]:
         """As :meth:`TrainedModel.encode_csv`."""
-        return self.member_models()[0].encode_csv(path, unseen)
+        return self.member_models()[0].encode_csv(path, unseen, outside)
 
     def forward(self, x: Any) -> Tensor:
         raise UserError("an ensemble has no single output: use sample_outputs(x, k), whose k x M outputs "

@@ -227,15 +227,17 @@ class TrainedModel(nn.Module):
                             f"{', '.join(text)}, which an array of shape {shape} cannot hold: give the table "
                             "as a CSV, model.encode_csv(path)")
 
-    def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None
+    def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None,
+                   outside: list[tuple[int, str, str]] | None = None
                    ) -> tuple[EncodedInputs, list[str], list[list[str]]]:
         """A CSV with the training feature columns -> (the network's inputs, marked as encoded
         (:class:`EncodedInputs`), the header, the rows). The inputs go straight to ``model(x)``,
         ``bbb.uncertainty.predict(model, x, ...)`` or :meth:`sample_outputs`. A category unseen in
         training is an error, or with a list ``unseen`` encoded as none of the known ones and listed
+        there; with a list ``outside``, a numeric value outside the training rows' range is listed
         there (:meth:`bbb.data.files.Preprocess.encode_table`)."""
         header, rows = read_csv(path, numbers=(numbers := list[int]()))
-        x = self.preprocess.encode_table(header, rows, str(path), unseen, numbers).to(self.device())
+        x = self.preprocess.encode_table(header, rows, str(path), unseen, numbers, outside).to(self.device())
         return _mark(x, self.fingerprint), header, rows
 
     def forward(self, x: Any) -> Tensor:

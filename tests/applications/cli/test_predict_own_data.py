@@ -150,7 +150,8 @@ def test_refer_on_a_noisy_regression_keeps_a_reachable_share(capsys, tmp_path, r
     assert rc == 0, err
     refer = [r["refer"] for r in csv.DictReader(out.splitlines())]
     assert 0 < refer.count("true") < len(refer)  # neither every input nor none
-    assert "to keep 80% of them" in err and "warning" not in err
+    assert "to keep 80% of them" in err and "no share" not in err  # (held-out rows outside the training
+    # range are flagged: the file's own rows are predicted as new ones)
     # an error target below the noise is unreachable: every input referred, and said so
     rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "houses.csv"), "--target-error", "0.01",
                             "--samples", "5")
@@ -326,3 +327,38 @@ def test_a_target_named_like_an_output_column_is_carried_renamed(capsys, tmp_pat
         assert [r[name] for r in rows] == ["20.5", "19"], rows[0]
         assert rows[0]["customer"] == "c1" and float(rows[0]["prediction"]) != 20.5
         assert f"'prediction' as {name!r}" in err and err.count("\n") == 1, err
+
+
+def test_a_value_outside_the_training_range_is_named_and_referred(capsys, tmp_path, run):
+    # far outside the data a ReLU network's outputs grow without bound and its samples agree: an input of
+    # 1e12 was predicted with a small entropy and kept (refer false), silently extrapolated
+    pre = json.loads((run / "config.json").read_text())["preprocess"]
+    lo, hi = next(c["range"] for c in pre["columns"] if c["name"] == "x1")
+    assert lo < hi
+    new = tmp_path / "new.csv"
+    with open(new, "w", newline="") as f:
+        csv.writer(f).writerows([["customer", "x1", "x2", "colour"], ["a", f"{(lo + hi) / 2:.6g}", "0.5", "red"],
+                                 ["b", "1e12", "0.5", "red"], ["c", f"{lo - (hi - lo):.6g}", "0.5", "blue"]])
+    rc, out, err = run_main(capsys, "predict", str(run), str(new))
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert rows[0]["warning"] == "" and rows[1]["warning"].startswith("x1 1e12 outside the training rows' ")
+    assert rows[2]["warning"].startswith("x1 ") and rows[1]["refer"] == rows[2]["refer"] == "true"
+    assert "2 row(s)" in err and "row 2, 3" in err and "outside the training rows' range" in err
+    # the recorded range is the training rows' own
+    x1 = load_file_splits(tmp_path / "houses.csv", target="price", task="regression")[1]
+    assert next(c["range"] for c in x1.columns if c["name"] == "x1") == [lo, hi]
+
+
+def test_a_run_without_the_recorded_range_says_its_inputs_are_not_checked(capsys, tmp_path, run):
+    import torch
+
+    for ckpt in ("last.pt", "best.pt"):  # a run written before the range was recorded
+        state = torch.load(run / ckpt, weights_only=True)
+        for c in state["model_info"]["preprocess"]["columns"]:
+            c.pop("range", None)
+        torch.save(state, run / ckpt)
+    new = new_rows(tmp_path / "new.csv", ["red"])
+    rc, out, err = run_main(capsys, "predict", str(run), str(new))
+    assert rc == 0, err
+    assert "does not record its training rows' range of column 'x1'" in err and "not flagged" in err

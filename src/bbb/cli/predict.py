@@ -134,7 +134,7 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
                                             else [])
     warnings = [""] * len(rows)
     texts = [(row, f"category {value[:40]!r} of column {column!r} unseen in training") for row, column, value in found]
-    for row, text in sorted(texts + [(row, text) for row, _, text in outside], key=lambda t: t[0]):
+    for row, text in sorted(texts, key=lambda t: t[0]):
         warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     notes = []
     if found:
@@ -145,24 +145,48 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
               f"{', ...' if n > 5 else ''}; first: {first[2][:40]!r} in column {first[1]!r}): predicted with it as "
               f"none of the known categories, named in the warning column{' and referred' if refer else ''} "
               "(--unseen error refuses the file instead)")
-    unchecked = [c["name"] for c in model.preprocess.columns if c["kind"] == "numeric" and not c.get("range")]
-    if unchecked:
-        notes.append(f"bbb predict: note: {model.run_dir} does not "
-                     f"record its training rows' range of column {unchecked[0]!r}"
-                     f"{' and others' if len(unchecked) > 1 else ''} (trained by an earlier bbb): a value outside "
-                     "it is not flagged; train the run again to have it checked")
-    if outside:  # extrapolation: a network's confidence out there means nothing (it may even grow)
-        n = len({r for r, _, _ in outside})
-        rows_text = ", ".join(str(row_number(numbers, r)) for r in sorted({r for r, _, _ in outside})[:5])
-        notes.append(f"bbb predict: warning: {n} row(s) of {path} have a value outside the training rows' range "
-                     f"(row {rows_text}{', ...' if n > 5 else ''}; first: {outside[0][2]}): predicted by "
-                     f"extrapolation, named in the warning column{' and referred' if refer else ''}")
+    flagged, more = _outside_notes(model, path, outside, numbers or list(range(1, len(rows) + 1)), refer)
+    for i, text in enumerate(flagged or []):
+        if text:
+            warnings[i] = f"{warnings[i]}; {text}" if warnings[i] else text
+    notes += more
     if empty:  # an output row per input row: one joined back by position would shift past a skipped one
         notes.append(f"bbb predict: note: {len(empty)} empty row(s) of {path} between its rows (row "
                      f"{', '.join(map(str, empty[:5]))}{', ...' if len(empty) > 5 else ''}; 1 = the first after the "
                      "header) were skipped: the output has no row for them, so it lines up with the input's filled "
                      "rows, not its lines")
     return _Input(x, [header[j] for j in keep], [[r[j] for j in keep] for r in rows], warnings, notes)
+
+
+def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], numbers: list[int], refer: bool
+                   ) -> tuple[list[str] | None, list[str]]:
+    """The warning of each input (None: the run records no training range to check them against)
+    and the lines for stderr, from ``outside`` (:meth:`bbb.data.files.Preprocess.encode_table`'s or
+    ``outside_range``'s): a value outside the training range is predicted by extrapolation, where a
+    network's confidence means nothing (it may even grow)."""
+    pre = model.preprocess
+    numeric = [c["name"] for c in pre.columns if c["kind"] == "numeric"]
+    unchecked = [c for c in numeric if not next(d for d in pre.columns if d["name"] == c).get("range")]
+    if pre.kind == "arrays" and len(pre.feature_shape) == 1 and pre.feature_range is None:
+        unchecked = ["x"]
+    notes = []
+    if unchecked:
+        notes.append(f"bbb predict: note: {model.run_dir} does not record its training rows' range of "
+                     f"{'its features' if pre.kind == 'arrays' else 'column ' + repr(unchecked[0])}"
+                     f"{' and others' if len(unchecked) > 1 else ''} (trained by an earlier bbb): a value outside "
+                     "it is not flagged; train the run again to have it checked")
+    checked = pre.kind == "table" or pre.feature_range is not None
+    warnings = [""] * len(numbers) if checked else None
+    for row, _, text in outside:
+        if warnings is not None:
+            warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
+    if outside:
+        rows = sorted({r for r, _, _ in outside})
+        notes.append(f"bbb predict: warning: {len(rows)} row(s) of {path} have a value outside the training rows' "
+                     f"range (row {', '.join(str(numbers[r - 1]) for r in rows[:5])}{', ...' if len(rows) > 5 else ''}"
+                     f"; first: {outside[0][2]}): predicted by extrapolation, named in the warning column"
+                     f"{' and referred' if refer else ''}")
+    return warnings, notes
 
 
 def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
@@ -209,14 +233,16 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         x = model.encode(arrays["x"])
         y = arrays.get("y")
         rows = [[str(i)] for i in range(1, x.shape[0] + 1)]
+        flags, notes = _outside_notes(model, path, model.preprocess.outside_range(arrays["x"]),
+                                      list(range(1, x.shape[0] + 1)), refer)
         if y is None:
-            return _Input(x, ["row"], rows)
+            return _Input(x, ["row"], rows, flags, notes)
         y = np.asarray(y)
         if y.shape not in ((x.shape[0],), (x.shape[0], 1)):  # else rows past the shorter were dropped, silently
             raise UserError(f"{path}: y of shape {y.shape} does not fit x's {x.shape[0]} inputs; y holds one target "
                             f"per input, ({x.shape[0]},) (or leave y out)")
         ys = [str(v) for v in y.reshape(-1).tolist()]
-        return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)])
+        return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images")
 
 

@@ -68,6 +68,7 @@ from .table_checks import (
     number,
     numbers_the_rows,
     row_number,
+    values_outside,
 )
 from .tabular import Standardizer
 
@@ -212,6 +213,8 @@ class Preprocess:
     task: str = "classification"
     columns: list[dict[str, Any]] = field(default_factory=list)
     feature_shape: list[int] = field(default_factory=list)
+    #: flat arrays' (an .npz of (N, D) x) training range of each feature: [lows, highs]
+    feature_range: list[list[float]] | None = None
     scale: float = 1.0
     x: Standardizer | None = None
     y: Standardizer | None = None
@@ -259,8 +262,8 @@ class Preprocess:
                 check_magnitude(where, col["name"], vals, numbers, cells)  # (an inf in the float32 network)
                 if outside is not None and col.get("range"):
                     lo, hi = col["range"]
-                    outside += [(i + 1, col["name"], f"{col['name']} {cells[i][:40]} outside the training rows' "
-                                 f"{lo:.6g} to {hi:.6g}") for i in np.nonzero((vals < lo) | (vals > hi))[0].tolist()]
+                    outside += values_outside(vals[:, None], [lo], [hi], [col["name"]],
+                                              lambda i, _, c=cells: c[i])  # type: ignore[misc]
                 parts.append(vals[:, None])
             else:
                 cats = {c: k for k, c in enumerate(col["categories"])}
@@ -316,6 +319,18 @@ class Preprocess:
         check_array_magnitude(where, x64.numpy(), lambda i: f"input {i + 1}")
         return self._standardise(x64)
 
+    def outside_range(self, x: Any) -> list[tuple[int, str, str]]:
+        """``(row, feature, text)`` for each value of the raw flat-array inputs ``x`` (N, D) outside
+        the training rows' range of its feature (``x[j]``, numbered from 0), row 1 = the first; empty
+        for a run that records no ``feature_range`` (a table's columns are checked by
+        :meth:`encode_table`; images and image-shaped arrays are not checked)."""
+        if self.feature_range is None:
+            return []
+        a = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+        low, high = self.feature_range
+        return values_outside(a, low, high, [f"x[{j}]" for j in range(a.shape[1])],
+                              lambda i, j: f"{a[i, j]:.6g}")
+
     def _standardise(self, x: Tensor) -> Tensor:
         return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
 
@@ -331,7 +346,8 @@ class Preprocess:
         return {"kind": self.kind, "task": self.task, "columns": [dict(c) for c in self.columns],
                 "feature_shape": list(self.feature_shape), "scale": self.scale,
                 "x": None if self.x is None else self.x.to_dict(), "y": None if self.y is None else self.y.to_dict(),
-                "classes": self.classes, "target": self.target, "source": dict(self.source)}
+                "classes": self.classes, "target": self.target, "source": dict(self.source),
+                **({"feature_range": self.feature_range} if self.feature_range is not None else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Preprocess:
@@ -339,6 +355,7 @@ class Preprocess:
             return cls(kind=str(d["kind"]), task=str(d.get("task", "classification")),
                        columns=[dict(c) for c in d.get("columns", [])],
                        feature_shape=[int(s) for s in d.get("feature_shape", [])], scale=float(d.get("scale", 1.0)),
+                       feature_range=d.get("feature_range"),
                        x=None if d.get("x") is None else Standardizer.from_dict(d["x"]),
                        y=None if d.get("y") is None else Standardizer.from_dict(d["y"]),
                        classes=None if d.get("classes") is None else [str(c) for c in d["classes"]],
@@ -554,6 +571,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if table is not None:
         raw_x = _raw_table(pre, *table, train_idx, where, categories)
     pre.x = _fit_features(pre, raw_x[train_idx])
+    if pre.kind == "arrays" and len(pre.feature_shape) == 1:  # flat features: the range new inputs are checked
+        pre.feature_range = [raw_x[train_idx].amin(0).tolist(), raw_x[train_idx].amax(0).tolist()]  # against
     if task == "regression":
         pre.y = Standardizer.fit(y[train_idx])
         y = pre.y.transform(y).to(torch.float32)

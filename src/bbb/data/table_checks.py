@@ -11,6 +11,8 @@
   ``1.0``, ``01``) would be two classes; a one-line error;
 * :func:`check_training_classes`: a class that the split leaves without a training row would be
   one the network never learns; a one-line error naming the options to change;
+* :func:`values_outside`: the values of new inputs outside their column's training range, an
+  input predicted by extrapolation (bbb predict flags and refers it);
 * :func:`numbers_the_rows`: whether a numeric column is a row identifier, which as a feature would
   only let the network learn row order (:mod:`bbb.data.files` refuses it unless told to keep it).
 """
@@ -28,7 +30,7 @@ from ..errors import DataError, UserError
 
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "check_array_magnitude", "check_class_labels", "check_decimal_commas",
            "check_magnitude", "check_training_classes", "number", "numbers_the_rows", "row_number",
-           "MIN_IDENTIFIER_ROWS"]
+           "MIN_IDENTIFIER_ROWS", "values_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -104,6 +106,17 @@ def check_array_magnitude(where: str, a: np.ndarray, row: Callable[[int], str]) 
         if big.any():
             raise UserError(f"{where}: {row(int(np.nonzero(big)[0][0]))} holds a value too large for bbb's 32-bit "
                             f"numbers (at most {FLOAT32_MAX:.3g} in magnitude); fix it, or rescale the feature")
+
+
+def values_outside(values: np.ndarray, low: Sequence[float], high: Sequence[float], names: Sequence[str],
+                   cell: Callable[[int, int], str]) -> list[tuple[int, str, str]]:
+    """``(row, column, text)`` for each of ``values`` (N, D) outside its column's training range
+    ``[low[j], high[j]]``, in row order (row 1 = the first), the text naming the column, the value
+    (``cell(i, j)``: as the input wrote it) and the range."""
+    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    rows, cols = np.nonzero((values < lo) | (values > hi))
+    return [(int(i) + 1, names[j], f"{names[j]} {cell(int(i), int(j))[:40]} outside the training rows' "
+             f"{lo[j]:.6g} to {hi[j]:.6g}") for i, j in zip(rows.tolist(), cols.tolist())]
 
 
 def check_class_labels(where: str, target: str | None, labels: Sequence[str]) -> None:

@@ -5,6 +5,7 @@ and each bad input a one-line error (exit 2) that names it, with nothing written
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 import bbb
 import bbb.runs.model as RM
 from bbb import uncertainty as U
+from bbb.data.files import load_file_splits
 from bbb.runs import TrainConfig, train
 from bbb.runs.trained import refer_threshold
 from testkit import assert_one_line_error, read_csv, run_main
@@ -102,6 +104,35 @@ def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
     np.savez(tmp_path / "good.npz", x=x[:7], y=np.arange(7.0)[:, None])
     rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "good.npz"), "--no-refer")
     assert rc == 0 and [r["target"] for r in csv.DictReader(out.splitlines())] == [str(float(i)) for i in range(7)]
+
+
+def test_flat_arrays_outside_the_training_range_are_named_and_referred(capsys, tmp_path):
+    """A flat .npz's features are checked as a table's columns: a value outside a feature's training
+    range is named in the warning column and referred (image-shaped arrays are not checked: the
+    test above has no warning column)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(120, 3))
+    np.savez(tmp_path / "a.npz", x=x, y=x.sum(1) + 0.1 * rng.normal(size=120))
+    run = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--npz", str(tmp_path / "a.npz"), "--epochs", "1", "--out", str(run), *TINY)
+    assert rc == 0, err
+    low, high = json.loads((run / "config.json").read_text())["preprocess"]["feature_range"]
+    model = bbb.runs.load_model(run)
+    data, _ = load_file_splits(tmp_path / "a.npz")
+    train_x = model.preprocess.x.inverse(data["train_x"].double())  # the training rows, raw
+    np.testing.assert_allclose(low, train_x.amin(0).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(high, train_x.amax(0).numpy(), rtol=1e-6)
+    new = np.array([[0.0, 0.0, 0.0], [high[0] + 1, 0.0, 0.0], [0.0, low[1] - 1, 1e6]])
+    np.save(tmp_path / "new.npy", new)
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "2")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert rows[0]["warning"] == "" and rows[1]["warning"].startswith("x[0] ")
+    assert rows[2]["warning"].startswith("x[1] ") and "; x[2] 1e+06 outside the training rows' " in rows[2]["warning"]
+    assert [r["refer"] for r in rows][1:] == ["true", "true"] and "2 row(s)" in err and "row 2, 3" in err
+    rc, out, _ = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "2", "--no-refer")
+    rows = list(csv.DictReader(out.splitlines()))
+    assert rc == 0 and "refer" not in rows[0] and rows[1]["warning"].startswith("x[0] ")
 
 
 def test_image_shaped_arrays_are_flattened_for_the_mlp(capsys, tmp_path):

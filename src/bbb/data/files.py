@@ -9,8 +9,9 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
 * a CSV's cells are separated by commas, or by semicolons or tabs where its first line has no
   comma (:func:`read_csv`; a decimal comma in such a file is a one-line error, and so is a
   feature's or the target's number with a thousands separator, a currency or a percent sign,
-  ``"52,000"``, ``$5``, ``12%``, in any file, and a column of numbers with a decimal comma quoted
-  in a comma-separated file, ``"3,5"``: :mod:`bbb.data.table_checks`);
+  ``"52,000"``, ``$5``, ``12%``, in any file (and ``"1234,567"``: a decimal comma or thousands?),
+  and a column of numbers with a decimal comma quoted in a comma-separated file, ``"3,5"``:
+  :mod:`bbb.data.table_checks`);
 * a CSV column whose every cell is a number is a numeric feature; any other column is text,
   one-hot encoded over the categories of the training rows (sorted; at most :data:`MAX_CATEGORIES`
   in the whole file, else a one-line error naming the column: an identifier or free text is no
@@ -90,9 +91,15 @@ _FORMATTED = re.compile(r"[+-]?(?P<cur>[$€£¥]\s?)?[+-]?(?P<num>\d+(\.\d*)?|\
                         r"\s?(?P<pct>%)?")
 
 
+#: a comma that is neither a decimal comma bbb recognises nor thousands grouping: 1234,567
+_AMBIGUOUS_COMMA = re.compile(r"[+-]?\d{4,},\d{3}")
+
+
 def _formatted_number(cell: str) -> str | None:
     """What makes ``cell`` a number that ``float`` does not read ("a thousands separator", "a
-    currency sign", "a percent sign"); None for a plain number or text."""
+    currency sign", "a percent sign", an ambiguous comma); None for a plain number or text."""
+    if _AMBIGUOUS_COMMA.fullmatch(cell):
+        return "a comma that may be a decimal comma or a thousands separator"
     m = _FORMATTED.fullmatch(cell)
     if m is None:
         return None

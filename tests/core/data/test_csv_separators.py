@@ -105,3 +105,16 @@ def test_new_inputs_with_a_formatted_number_say_what_to_write(tmp_path, cell, wh
         pre.encode_table(["a"], [["1.5"], [cell]])
     with pytest.raises(UserError, match="'abc' is not a number"):
         pre.encode_table(["a"], [["abc"]])
+
+
+def test_a_comma_before_three_digits_after_four_is_an_error_not_text(tmp_path):
+    # "1234,567" is neither thousands grouping ("1,234,567") nor a decimal comma bbb can tell from one: it was
+    # read as text, a column of them one-hot categories, silently
+    path = tmp_path / "t.csv"
+    rows = [[f'"{1000 + 37 * i},{i % 10}{i % 7}{i % 3}"', f"{i * 0.25:.2f}", f"{i * 0.5:.1f}"] for i in range(30)]
+    path.write_text("a,b,y\n" + "".join(",".join(r) + "\n" for r in rows))
+    with pytest.raises(UserError, match=r"row 1, column 'a': '1000,000' is a number with a comma that may be a "
+                       "decimal comma or a thousands separator"):
+        load_file_splits(path, target="y")
+    _, pre = load_file_splits(path, target="y", ignore=["a"])  # (the check reads no ignored column)
+    assert pre.columns == [{"name": "b", "kind": "numeric", "categories": [], "range": pre.columns[0]["range"]}]

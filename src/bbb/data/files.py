@@ -48,7 +48,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,7 +64,10 @@ from .table_checks import (
     check_class_labels,
     check_decimal_commas,
     check_magnitude,
+    check_separated_decimal_commas,
     check_training_classes,
+    formatted_number,
+    not_a_number,
     number,
     numbers_the_rows,
     row_number,
@@ -83,37 +85,6 @@ MISSING = frozenset({"na", "n/a", "nan", "null", "none"})
 TASKS = ("classification", "regression")
 #: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
 DELIMITERS = (",", ";", "\t")
-#: a thousands separator besides the comma: a dot (before a decimal comma), a space, a no-break space
-_GROUP = "[. \u00a0\u202f]"
-_DECIMAL_COMMA = re.compile(rf"[+-]?(\d+|\d{{1,3}}({_GROUP}\d{{3}})+),\d+")  # 3,5, 1.234,5 and 1 234,5
-#: a number bbb does not read, written with a currency sign, a thousands separator or a percent sign
-_FORMATTED = re.compile(r"[+-]?(?P<cur>[$€£¥]\s?)?[+-]?(?P<num>\d+(\.\d*)?|\d{1,3}([, \u00a0\u202f]\d{3})+(\.\d*)?)"
-                        r"\s?(?P<pct>%)?")
-
-
-#: a comma that is neither a decimal comma bbb recognises nor thousands grouping: 1234,567
-_AMBIGUOUS_COMMA = re.compile(r"[+-]?\d{4,},\d{3}")
-
-
-def _formatted_number(cell: str) -> str | None:
-    """What makes ``cell`` a number that ``float`` does not read ("a thousands separator", "a
-    currency sign", "a percent sign", an ambiguous comma); None for a plain number or text."""
-    if _AMBIGUOUS_COMMA.fullmatch(cell):
-        return "a comma that may be a decimal comma or a thousands separator"
-    m = _FORMATTED.fullmatch(cell)
-    if m is None:
-        return None
-    return ("a currency sign" if m["cur"] else "a percent sign" if m["pct"] else
-            "a thousands separator" if re.search("[, \u00a0\u202f]", m["num"]) else None)
-
-
-def _not_a_number(cell: str) -> str:
-    """Why a cell of a numeric column is not read as a number, and what to write instead."""
-    what = _formatted_number(cell) or ("a decimal comma" if _DECIMAL_COMMA.fullmatch(cell) else None)
-    return f"is a number with {what}, which bbb does not read; write a plain number (3.5, 52000)" if what else \
-        "is not a number"
-
-
 def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
@@ -126,21 +97,6 @@ def _delimiter(first: str) -> str:
     counts = {d: first.count(d) for d in DELIMITERS[1:]}
     best = max(counts, key=lambda d: counts[d])
     return best if counts[best] else ","
-
-
-def _check_decimal_commas(p: Path, delimiter: str, header: list[str], rows: list[list[str]],
-                          numbers: Sequence[int]) -> None:
-    """A file separated by ``;`` or tabs may write numbers with a decimal comma (``3,5``): read as
-    text they would be one-hot categories, silently wrong; a one-line error instead."""
-    if delimiter == ",":
-        return
-    for i, row in enumerate(rows, start=1):
-        for name, cell in zip(header, row):
-            if _DECIMAL_COMMA.fullmatch(cell):
-                raise DataError(f"{p}: row {row_number(numbers, i)}, column {name!r}: {cell!r} has a decimal comma; "
-                                "bbb reads numbers "
-                                f"with a decimal point: convert the file first (e.g. pandas.read_csv(FILE, "
-                                f"sep={delimiter!r}, decimal=',').to_csv(NEW, index=False))")
 
 
 def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbers: list[int] | None = None
@@ -190,7 +146,7 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
         rows.append([c.strip() for c in row])
     if not rows:
         raise DataError(f"{p}: a header row but no rows of data")
-    _check_decimal_commas(p, delimiter, header, rows, where)
+    check_separated_decimal_commas(p, delimiter, header, rows, where)
     if numbers is not None:
         numbers += where
     return header, rows
@@ -264,7 +220,7 @@ class Preprocess:
                     v = number(cell)
                     if v is None:
                         raise UserError(f"{where}: row {row_number(numbers, i + 1)}, column {col['name']!r}: "
-                                        f"{cell[:40]!r} {_not_a_number(cell)} (the column was numeric in training)")
+                                        f"{cell[:40]!r} {not_a_number(cell)} (the column was numeric in training)")
                     vals[i] = v
                 check_magnitude(where, col["name"], vals, numbers, cells)  # (an inf in the float32 network)
                 if outside is not None and col.get("range"):
@@ -425,7 +381,7 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             if _is_missing(cell):
                 raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: missing value; fill it "
                                 "in or drop the row")
-            what = _formatted_number(cell)
+            what = formatted_number(cell)
             if what:  # read as text: one-hot categories, or a target of classes, silently
                 raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: {cell[:40]!r} is a "
                                 f"number with {what}, which "

@@ -1,6 +1,9 @@
 """Checks of a CSV table's cells that catch what would otherwise be read silently wrong
 (:mod:`bbb.data.files` calls them while it reads a table into a run's split):
 
+* :func:`check_separated_decimal_commas`: a decimal comma in a file separated by semicolons or
+  tabs; :func:`formatted_number` and :func:`not_a_number`: a number written with a thousands
+  separator, a currency or a percent sign, which ``float`` does not read;
 * :func:`check_decimal_commas`: a comma-separated file's quoted number with a decimal comma
   (``"3,5"``) would be read as text, a column of them one-hot categories, a target of them
   classes; a column of such numbers is a one-line error;
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 
@@ -28,9 +32,9 @@ from torch import Tensor
 
 from ..errors import DataError, UserError
 
-__all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "check_array_magnitude", "check_class_labels", "check_decimal_commas",
-           "check_magnitude", "check_training_classes", "number", "numbers_the_rows", "row_number",
-           "MIN_IDENTIFIER_ROWS", "values_outside"]
+__all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "check_array_magnitude", "check_class_labels",
+           "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas", "check_training_classes",
+           "formatted_number", "not_a_number", "number", "numbers_the_rows", "row_number", "values_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -67,6 +71,50 @@ def row_number(numbers: Sequence[int] | None, i: int) -> int:
     """The file's number of the ``i``-th row read (1 = the first): ``numbers[i - 1]`` where
     :func:`bbb.data.files.read_csv` gave them (empty rows counted), else ``i``."""
     return numbers[i - 1] if numbers else i
+
+
+#: a thousands separator besides the comma: a dot (before a decimal comma), a space, a no-break space
+_GROUP = "[. \u00a0\u202f]"
+_DECIMAL_COMMA = re.compile(rf"[+-]?(\d+|\d{{1,3}}({_GROUP}\d{{3}})+),\d+")  # 3,5, 1.234,5 and 1 234,5
+#: a number bbb does not read, written with a currency sign, a thousands separator or a percent sign
+_FORMATTED = re.compile(r"[+-]?(?P<cur>[$€£¥]\s?)?[+-]?(?P<num>\d+(\.\d*)?|\d{1,3}([, \u00a0\u202f]\d{3})+(\.\d*)?)"
+                        r"\s?(?P<pct>%)?")
+#: a comma that is neither a decimal comma bbb recognises nor thousands grouping: 1234,567
+_AMBIGUOUS_COMMA = re.compile(r"[+-]?\d{4,},\d{3}")
+
+
+def formatted_number(cell: str) -> str | None:
+    """What makes ``cell`` a number that ``float`` does not read ("a thousands separator", "a
+    currency sign", "a percent sign", an ambiguous comma); None for a plain number or text."""
+    if _AMBIGUOUS_COMMA.fullmatch(cell):
+        return "a comma that may be a decimal comma or a thousands separator"
+    m = _FORMATTED.fullmatch(cell)
+    if m is None:
+        return None
+    return ("a currency sign" if m["cur"] else "a percent sign" if m["pct"] else
+            "a thousands separator" if re.search("[, \u00a0\u202f]", m["num"]) else None)
+
+
+def not_a_number(cell: str) -> str:
+    """Why a cell of a numeric column is not read as a number, and what to write instead."""
+    what = formatted_number(cell) or ("a decimal comma" if _DECIMAL_COMMA.fullmatch(cell) else None)
+    return f"is a number with {what}, which bbb does not read; write a plain number (3.5, 52000)" if what else \
+        "is not a number"
+
+
+def check_separated_decimal_commas(p: str | os.PathLike[str], delimiter: str, header: list[str], rows: list[list[str]],
+                          numbers: Sequence[int]) -> None:
+    """A file separated by ``;`` or tabs may write numbers with a decimal comma (``3,5``): read as
+    text they would be one-hot categories, silently wrong; a one-line error instead."""
+    if delimiter == ",":
+        return
+    for i, row in enumerate(rows, start=1):
+        for name, cell in zip(header, row):
+            if _DECIMAL_COMMA.fullmatch(cell):
+                raise DataError(f"{p}: row {row_number(numbers, i)}, column {name!r}: {cell!r} has a decimal comma; "
+                                "bbb reads numbers "
+                                f"with a decimal point: convert the file first (e.g. pandas.read_csv(FILE, "
+                                f"sep={delimiter!r}, decimal=',').to_csv(NEW, index=False))")
 
 
 def check_decimal_commas(where: str, name: str, cells: Sequence[str], numbers: Sequence[int]) -> None:

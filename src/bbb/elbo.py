@@ -120,6 +120,7 @@ class Categorical(Likelihood):
         if output.dim() < 1:
             raise UserError("categorical likelihood: the network output must have a class dimension")
         self._check_shapes("categorical", output.shape[:-1], target, f"{tuple(output.shape)} (..., classes)")
+        target = target.long()  # (torch's loss takes int64 or uint8 only: int32 labels, numpy's on some systems)
         if output.dim() > target.dim() + 1:  # sample dims on the logits only
             target = target.expand(*output.shape[:-1])
         c = output.shape[-1]

@@ -85,3 +85,13 @@ def test_a_training_step_on_a_model_in_eval_mode_warns_once():
         warnings.simplefilter("error")
         out = bbb.ELBO(net, num_batches=1, num_samples=3)(x, y, batch_index=0)
     assert not torch.equal(out.output[0], out.output[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_categorical_takes_class_indices_of_any_integer_dtype(dtype):
+    logits, y = torch.randn(3, 5, 4), torch.randint(0, 4, (5,))  # numpy's int32 labels, MNIST's uint8
+    torch.testing.assert_close(Categorical().log_prob(logits, y.to(dtype)), Categorical().log_prob(logits, y))
+    net = bbb.BayesMLP(2, [3], 4)
+    with bbb.nn.sampling(net, "mean"):
+        x = torch.randn(5, 2)
+        assert ELBO(net)(x, y.to(dtype)).nll == ELBO(net)(x, y).nll

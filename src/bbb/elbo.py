@@ -183,7 +183,7 @@ class HeteroscedasticGaussian(Likelihood):
 
     def __init__(self, min_sigma: float = 1e-3) -> None:
         super().__init__()
-        self.min_sigma = float(min_sigma)
+        self.min_sigma = check_float("min_sigma", min_sigma, 0.0)  # (NaN: every loss NaN)
 
     def split(self, output: Tensor) -> tuple[Tensor, Tensor]:
         if output.shape[-1] != 2:

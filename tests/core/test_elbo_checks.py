@@ -95,3 +95,10 @@ def test_categorical_takes_class_indices_of_any_integer_dtype(dtype):
     with bbb.nn.sampling(net, "mean"):
         x = torch.randn(5, 2)
         assert ELBO(net)(x, y.to(dtype)).nll == ELBO(net)(x, y).nll
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "0.1"])
+def test_heteroscedastic_min_sigma_is_checked(bad):
+    with pytest.raises(ValueError, match="min_sigma"):
+        HeteroscedasticGaussian(min_sigma=bad)
+    assert HeteroscedasticGaussian(min_sigma=0).min_sigma == 0.0

@@ -308,6 +308,16 @@ class TorchPrior(Prior):
         if tuple(dist.event_shape) != ():
             raise UserError(f"a prior must be elementwise (event_shape ()), got a {type(dist).__name__} with "
                             f"event_shape {tuple(dist.event_shape)}")
+        try:
+            support = dist.support
+        except NotImplementedError:  # (a distribution of one's own may not say)
+            support = None
+        real = getattr(support, "base_constraint", support)  # (a mixture's support: its components')
+        if support is not None and not isinstance(real, type(torch.distributions.constraints.real)):
+            # a Gaussian posterior puts weight outside it: log_prob raises there, or is -inf (an infinite KL)
+            raise UserError(f"a prior must give every real weight a density, and a {type(dist).__name__}'s support is "
+                            f"{support}: the KL of a Gaussian posterior to it is infinite; choose one on the real "
+                            "line (Normal, Laplace, StudentT, bbb.ScaleMixturePrior)")
         self.dist = dist
 
     def log_prob(self, w: Tensor) -> Tensor:

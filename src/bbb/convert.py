@@ -41,6 +41,7 @@ from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
+from .options import choice
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE", "at_initialisation", "convert_layer"]
@@ -358,6 +359,7 @@ def bayesianize(
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
     _register_optional()
+    estimator = Estimator(choice("estimator", estimator, Estimator))  # (before any layer is read)
     skipped = _skipper(skip, model)
     kw: dict[str, Any] = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}
     if sigma_init is not None:

@@ -511,3 +511,11 @@ def test_a_trained_padding_row_is_said_once_converted():
         with torch.no_grad():
             bag.weight[1].fill_(1.0)
         bbb.bayesianize(nn.Sequential(bag))  # a bag leaves the row out, as torch does
+
+
+@pytest.mark.parametrize("estimator", ["Flipout", "lrt", None])
+def test_an_unknown_estimator_is_a_one_line_error_naming_the_choices(estimator):
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match="unknown estimator .*choose one of: reparam, local, flipout"):
+        bbb.bayesianize(net, estimator=estimator)
+    assert bbb.bayesianize(net, estimator=bbb.nn.base.Estimator.FLIPOUT)[0].estimator.value == "flipout"

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 import torch
 import torch.nn as nn
+from torch.nn.parameter import is_lazy
 
 from .distributions import GaussianPrior, prior_from_config
 from .errors import UserError
@@ -381,6 +382,11 @@ def bayesianize(
         if from_weights:
             _mark_from_weights([(model, new)])
         return new
+    lazy = [f"{n or '(the model)'} ({type(m).__name__})" for n, m in model.named_modules()
+            if any(is_lazy(p) for p in m.parameters(recurse=False)) and not skipped(n, m)]
+    if lazy:  # (its type becomes the torch layer's, a Linear's, at the first forward: too late)
+        raise UserError(f"bayesianize: parameters not made yet in {', '.join(lazy)} (a lazy module): run one "
+                        "forward pass on an example batch first, which makes it the torch layer it stands for")
     ignored = _settings_ignored(model, kw)  # layers Bayesian already keep their own settings
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer

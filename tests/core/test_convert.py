@@ -519,3 +519,13 @@ def test_an_unknown_estimator_is_a_one_line_error_naming_the_choices(estimator):
     with pytest.raises(bbb.UserError, match="unknown estimator .*choose one of: reparam, local, flipout"):
         bbb.bayesianize(net, estimator=estimator)
     assert bbb.bayesianize(net, estimator=bbb.nn.base.Estimator.FLIPOUT)[0].estimator.value == "flipout"
+
+
+def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
+    net = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match=r"not made yet in 0 \(LazyLinear\).*forward pass") as excinfo:
+        bbb.bayesianize(net)
+    assert "\n" not in str(excinfo.value)
+    net(torch.randn(2, 3))  # the LazyLinear is now an nn.Linear(3, 4)
+    bbb.bayesianize(net)
+    assert isinstance(net[0], BayesLinear) and net[0].in_features == 3

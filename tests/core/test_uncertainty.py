@@ -84,6 +84,32 @@ def test_predict_shapes_modes_and_restores_training_state():
         U.predict(net, x, mode="median")
 
 
+
+class _SeqFirst(torch.nn.Module):
+    """A sequence-first LSTM (inputs (T, B, 3)): per step (T, B, C) or, pooled, its last state's (B, C)."""
+
+    def __init__(self, classes: int, per_step: bool) -> None:
+        super().__init__()
+        self.rnn, self.head, self.per_step = torch.nn.LSTM(3, 5), torch.nn.Linear(5, classes), per_step
+
+    def forward(self, x):
+        out, (h, _) = self.rnn(x)
+        return self.head(out if self.per_step else h[-1])
+
+
+@pytest.mark.parametrize(("steps", "classes", "per_step"), [(5, 2, False), (3, 2, False), (5, 2, True), (2, 3, True)])
+def test_predict_in_chunks_of_a_sequence_first_model_joins_the_chunks_along_its_batch(steps, classes, per_step):
+    # a chunk of 2 examples, 2 classes: the pooled (k, 2, 2) outputs were joined along the classes
+    import bbb
+
+    net = bbb.bayesianize(_SeqFirst(classes, per_step))
+    x = torch.randn(steps, 4, 3)
+    whole = U.predict(net, x, num_samples=3, generator=0)
+    assert whole.shape == ((3, steps, 4, classes) if per_step else (3, 4, classes))
+    torch.testing.assert_close(U.predict(net, x, num_samples=3, batch_size=2, generator=0), whole)
+    torch.testing.assert_close(U.predict(net, [x[:, :2], x[:, 2:]], num_samples=3, generator=0), whole)
+
+
 @pytest.mark.parametrize("k", [1, 6])
 def test_predict_in_chunks_uses_the_same_networks_for_every_chunk(k):
     net = BayesMLP(4, [8], 3, rho_init=-1.0)

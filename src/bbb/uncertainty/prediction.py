@@ -209,11 +209,12 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
     outs, targets = [], []
     record: AbstractContextManager[Any] = SampleRecorder(gen) if gen is not None else nullcontext()
     with sampling(model, mode), shared_samples(), record:
-        sizes = []
+        sizes, steps = [], []
         for xc, yc in batches:
             if not one and dev is not None:
                 xc = map_inputs(xc, lambda t: t.to(dev))
             sizes.append(_size(xc, d))
+            steps.append(_size(xc, 0))  # a sequence-first input's steps T
             before = None if saved is None else _rng_states(dev)
             if mode == "mean":
                 out = select_output(call_model(model, xc), output).unsqueeze(0)
@@ -231,9 +232,19 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
     if not outs:
         raise UserError("predict: the DataLoader yielded no batches")
     # the outputs' batch: dim 1 after the samples, or 2 for a sequence-first output (k, T, B, ...)
-    per_step = d == 1 and all(o.dim() > 2 and o.shape[2] == xs for o, xs in zip(outs, sizes))
+    per_step = d == 1 and _per_step(outs, sizes, steps)
     result = torch.cat(outs, dim=2 if per_step else 1)
     return (result, torch.cat(targets)) if return_targets else result
+
+
+def _per_step(outs: list[Tensor], sizes: list[int], steps: list[int]) -> bool:
+    """Whether a sequence-first model's outputs, one per chunk of ``sizes`` examples (inputs of
+    ``steps`` steps), are per step, (k, T, B, ...), rather than per example, (k, B, ...): B at dim 2
+    and not at dim 1; where it is at both (a chunk of B examples, B classes), the outputs per step
+    are those whose dim 1 is the inputs' T."""
+    at_2 = all(o.dim() > 2 and o.shape[2] == n for o, n in zip(outs, sizes))
+    at_1 = all(o.shape[1] == n for o, n in zip(outs, sizes))
+    return at_2 and (not at_1 or all(o.shape[1] == t for o, t in zip(outs, steps)))
 
 
 def _size(inputs: Any, d: int) -> int:

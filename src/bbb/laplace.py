@@ -377,8 +377,9 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
         if y.dim() == 1 and out.shape[1] == 1:
             y = y.unsqueeze(1)
         if tuple(y.shape[1:]) != tuple(out.shape[1:]):
-            raise UserError(f"regression targets must be (n,) or (n, {out.shape[1]}) for this network, got "
-                            f"{tuple(y.shape)}")
+            shapes = "(n,) or (n, 1)" if out.shape[1] == 1 else f"(n, {out.shape[1]}), one per output"
+            raise UserError(f"regression targets must be {shapes} for this network of {out.shape[1]} output(s), "
+                            f"got {tuple(y.shape)}")
         loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
     if isinstance(data, DataLoader):  # its first batch's targets (laplace-torch broadcasts a regression's)
         _check_batch_targets(next(iter(data))[1], likelihood, out.shape[1])

@@ -147,6 +147,10 @@ def test_bad_classification_input_is_one_line(classification):
     with pytest.raises(UserError) as err:
         fit_last_layer_laplace(net, (x, y + 1), likelihood="classification")
     assert "0..1" in _one_line(err)
+    # a regression of 2 outputs needs (n, 2) targets; the line said "(n,) or (n, 2) ..., got (200,)"
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, (x, y.float()), likelihood="regression")
+    assert "must be (n, 2), one per output" in _one_line(err)
 
 
 def test_without_laplace_torch_the_line_says_how_to_install_it(monkeypatch):

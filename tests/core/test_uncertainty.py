@@ -150,3 +150,17 @@ def test_regression_uncertainty_law_of_total_variance():
     torch.testing.assert_close(r["total"], torch.tensor([1.25, 0.25]))
     r2 = U.regression_uncertainty(means, noise_sigma=torch.tensor([[1.0, 1.0], [3.0, 1.0]]))
     torch.testing.assert_close(r2["aleatoric"], torch.tensor([5.0, 1.0]))
+
+
+def test_predict_chunks_each_batch_of_a_dataloader_by_batch_size():
+    # batch_size was ignored for a DataLoader: its batches of 8 ran whole, the memory bound not kept
+    net = BayesMLP(4, [6], 3, rho_init=-1.0)
+    x, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    rows = []
+    hook = net.layers[0].register_forward_pre_hook(lambda m, args: rows.append(args[0].shape[-2]))
+    out, targets = U.predict(net, loader, num_samples=2, batch_size=3, return_targets=True, generator=0)
+    hook.remove()
+    assert rows == [3, 3, 2, 2]  # inputs (k, rows, 4): chunks of 3, 3, 2 and the last batch of 2
+    torch.testing.assert_close(out, U.predict(net, x, num_samples=2, generator=0))
+    assert torch.equal(targets, y)

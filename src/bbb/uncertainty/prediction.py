@@ -136,7 +136,7 @@ def predict(
     to the model's device. The model's output may be a tensor, a tuple (its first element), a
     mapping or a ``ModelOutput`` (its ``"logits"``, or the key ``output=`` names).
     The k networks run batched (the samples folded into the batch dimension, so any network
-    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking one batch
+    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking each batch
     (every tensor with the batch dimension is split), and every chunk or batch sees the same k
     networks (weights drawn once, :func:`bbb.nn.shared_samples`). ``return_targets=True``
     (DataLoader only) also returns the concatenated targets: ``(outputs, targets)``.
@@ -199,18 +199,13 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
              return_targets: bool, dev: torch.device | None, gen: torch.Generator | None,
              saved: list[Tensor] | None, output: str | int | None) -> Tensor | tuple[Tensor, Tensor]:
     d = model_batch_dim(model)  # 1 for a sequence-first model: inputs (T, B, ...)
-    batches: Iterable[tuple[Any, Tensor | None]]
     one = _one_batch(x)
-    if one:
-        x = split_targets(x)[0]
-        batches = [(x, None)] if batch_size is None else [(c, None) for c in split_inputs(x, batch_size, d)]
-    else:
-        batches = _batches(x)
+    batches = _chunks([(split_targets(x)[0], None)] if one else _batches(x), batch_size, d)
     outs, targets = [], []
     record: AbstractContextManager[Any] = SampleRecorder(gen) if gen is not None else nullcontext()
     with sampling(model, mode), shared_samples(), record:
         sizes, steps = [], []
-        for xc, yc in batches:
+        for xc, yc, first in batches:
             if not one and dev is not None:
                 xc = map_inputs(xc, lambda t: t.to(dev))
             sizes.append(_size(xc, d))
@@ -225,7 +220,7 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
                                 "random generator (a layer that ignores bbb.nn.SampleRecorder's generator), so "
                                 "its noise is not reproducible: route that layer's draws through the recorder")
             outs.append(out)
-            if return_targets:
+            if return_targets and first:
                 if yc is None:
                     raise UserError("return_targets: the DataLoader's batches carry no targets")
                 targets.append(yc.to(out.device))
@@ -235,6 +230,15 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
     per_step = d == 1 and _per_step(outs, sizes, steps)
     result = torch.cat(outs, dim=2 if per_step else 1)
     return (result, torch.cat(targets)) if return_targets else result
+
+
+def _chunks(batches: Iterable[tuple[Any, Tensor | None]], batch_size: int | None,
+            d: int) -> Iterator[tuple[Any, Tensor | None, bool]]:
+    """(inputs, targets, whether the batch's first chunk) of each batch in chunks of ``batch_size``
+    examples along ``d`` (None: whole); a batch's targets come with each of its chunks."""
+    for xb, yb in batches:
+        for j, c in enumerate([xb] if batch_size is None else split_inputs(xb, batch_size, d)):
+            yield c, yb, j == 0
 
 
 def _per_step(outs: list[Tensor], sizes: list[int], steps: list[int]) -> bool:

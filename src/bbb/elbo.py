@@ -19,6 +19,7 @@ import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -214,6 +215,18 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
 # --------------------------------------------------------------------------------------------
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning from an ELBO method that points at the caller's line, past
+    this module and torch's ``Module.__call__``."""
+    level = 2
+    if not torch.compiler.is_compiling():
+        frame: types.FrameType | None = sys._getframe(2)
+        while frame is not None and (frame.f_code.co_filename == __file__
+                                     or frame.f_code.co_filename.startswith(_TORCH_DIR)):
+            level, frame = level + 1, frame.f_back
+    return level
+
+
 @dataclass
 class ELBOOutput:
     """One minibatch's objective and its parts (all scalars, ``loss`` differentiable).
@@ -241,7 +254,9 @@ class ELBO(nn.Module):
             targets, so meant for standardised ones); to learn the noise pass
             ``Gaussian(learn_sigma=True)`` (and train ``elbo.parameters()`` too), or
             ``"heteroscedastic"`` for a network with 2 outputs that predicts its own noise.
-        num_batches: M, minibatches per epoch (for the KL weights).
+        num_batches: M, minibatches per epoch (for the KL weights); a training epoch whose
+            ``batch_index`` returns to 0 before M, its KL weights summing to less than 1 (M the
+            number of examples, say), warns once.
         kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
             the default, None), ``"uniform"`` (1/M), ``"blob"`` (Blundell's reversed: BLoB's
             re-weighting, most of the KL on the last minibatches of each cycle of M) or a callable
@@ -357,6 +372,8 @@ class ELBO(nn.Module):
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
         self._warned_batch_index = False
         self._warned_eval = False
+        self._last_index: int | None = None  # the batch_index of the last training step
+        self._warned_epoch = False
 
     def kl_weight(self, batch_index: int) -> float:
         if not 0 <= batch_index < self.num_batches:
@@ -422,6 +439,8 @@ class ELBO(nn.Module):
         else:
             if kl_weight is None and batch_index is None:
                 self._warn_no_batch_index()
+            elif kl_weight is None and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+                self._see_batch_index(cast(int, batch_index))
             weight = self.beta * (self.kl_weight(batch_index or 0) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
 
@@ -444,17 +463,27 @@ class ELBO(nn.Module):
         self._warned_batch_index = True
         kw = self.kl_weighting
         name = kw.value if isinstance(kw, KLWeighting) else kw if isinstance(kw, str) else "custom"
-        level = 2
-        if not torch.compiler.is_compiling():  # point at the caller's line, past torch's Module.__call__
-            frame: types.FrameType | None = sys._getframe(1)
-            while frame is not None and (frame.f_code.co_filename == __file__
-                                         or frame.f_code.co_filename.startswith(_TORCH_DIR)):
-                level, frame = level + 1, frame.f_back
         warnings.warn(f"ELBO: no batch_index given, so with kl_weighting={name!r} over num_batches="
                       f"{self.num_batches} every minibatch gets minibatch 0's KL weight ({w[0]:.3g}; "
                       f"{w[0] * self.num_batches:.3g}x the KL over an epoch, not 1x): pass batch_index=i, the "
                       f"minibatch's position in the epoch (0..{self.num_batches - 1}: for i, (x, y) in "
-                      "enumerate(loader)), or kl_weighting='uniform'", UserWarning, stacklevel=level)
+                      "enumerate(loader)), or kl_weighting='uniform'", UserWarning, stacklevel=_caller_level())
+
+    def _see_batch_index(self, i: int) -> None:
+        """Once per ELBO: a training epoch (``batch_index`` back at 0) that ended before ``num_batches``
+        minibatches, so that its KL weights summed to less than 1 (``num_batches`` the number of
+        examples, say, not of minibatches)."""
+        last, self._last_index = self._last_index, i
+        if i != 0 or last is None or last + 1 >= self.num_batches or self._warned_epoch:
+            return
+        total = sum(self._weights[: last + 1])
+        if total > 0.99:  # (blundell's first minibatches hold nearly all of it)
+            return
+        self._warned_epoch = True
+        warnings.warn(f"ELBO: batch_index went back to 0 after {last + 1} minibatches, but num_batches="
+                      f"{self.num_batches}: that epoch's KL weights summed to {total:.3g}, not 1 (its KL counted "
+                      f"{total:.3g} times); pass num_batches=len(loader), the minibatches of an epoch (not the "
+                      "examples)", UserWarning, stacklevel=_caller_level())
 
     def _check_trained(self, provider) -> None:
         """Under an optimiser that samples (:class:`~bbb.engine.Engine`): it must train our parameters."""

@@ -102,3 +102,38 @@ def test_heteroscedastic_min_sigma_is_checked(bad):
     with pytest.raises(ValueError, match="min_sigma"):
         HeteroscedasticGaussian(min_sigma=bad)
     assert HeteroscedasticGaussian(min_sigma=0).min_sigma == 0.0
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "blob"])
+def test_an_epoch_shorter_than_num_batches_warns_once_at_the_caller(weighting):
+    # num_batches=len(dataset) instead of len(loader): each epoch counted a 16th of the KL, silently
+    net = bbb.BayesMLP(2, [3], 2)
+    x, y = torch.randn(64, 2), torch.randint(0, 2, (64,))
+    loader = [(x[j:j + 16], y[j:j + 16]) for j in range(0, 64, 16)]
+    elbo = ELBO(net, num_batches=len(x), kl_weighting=weighting)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for i, (xb, yb) in enumerate(loader):
+                elbo(xb, yb, batch_index=i)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert "after 4 minibatches, but num_batches=64" in str(caught[0].message)
+    assert "num_batches=len(loader)" in str(caught[0].message)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ELBO(net, num_batches=len(x))(torch.randn(3, 2), torch.zeros(3, dtype=torch.long))
+    assert len(caught) == 1 and caught[0].filename == __file__  # (no batch_index: its own warning)
+
+
+def test_whole_epochs_blundell_s_and_validation_do_not_warn():
+    net = bbb.BayesMLP(2, [3], 2)
+    x, y = torch.randn(64, 2), torch.randint(0, 2, (64,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for m, weighting in ((8, "uniform"), (64, "blundell")):  # blundell's 8 first weights: 99.6% of it
+            elbo = ELBO(net, num_batches=m, kl_weighting=weighting)
+            for _ in range(2):
+                for i in range(8):
+                    elbo(x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8], batch_index=i)
+                with torch.no_grad():  # a validation loss over fewer batches
+                    elbo(x[:8], y[:8], batch_index=0)

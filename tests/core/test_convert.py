@@ -200,6 +200,26 @@ def test_deterministic_state_dict_loads_into_a_converted_model():
     torch.testing.assert_close(net2[3].weight_rho, net[3].weight_rho)
 
 
+
+def test_a_deterministic_checkpoint_starts_sigma_as_a_conversion_of_its_weights():
+    # made on "meta" (a large model's way), moved by to_empty and loaded: rho was the empty memory
+    # (0 here: sigma 0.69 on every weight) and "All keys matched"
+    det = lenet()
+    with torch.device("meta"):
+        net = bbb.bayesianize(lenet(), rho_init=-4.0)
+    net.to_empty(device="cpu")
+    with torch.no_grad():
+        for n, p in net.named_parameters():
+            p.fill_(float("nan") if n.endswith("_rho") else 0.0)  # whatever the memory held
+    net.load_state_dict(det.state_dict())
+    assert all(bool((m.rho(n) == -4.0).all()) for m in bbb.nn.bayes_modules(net) for n in m.param_names())
+    torch.testing.assert_close(net[0].weight_mu, det[0].weight)
+    # with sigma relative to the weights (MOPED): relative to the loaded ones, not those at conversion
+    rel = bbb.bayesianize(lenet(), sigma_init=bbb.RelativeSigma(0.5))
+    rel.load_state_dict(det.state_dict())
+    torch.testing.assert_close(rel[7].weight_sigma, (0.5 * det[7].weight.abs()).clamp_min(1e-5))
+
+
 def test_weight_property_serves_init_helpers_and_counters():
     layer = BayesLinear(4, 3)
     assert layer.weight is layer.weight_mu

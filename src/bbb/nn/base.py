@@ -353,15 +353,18 @@ class BayesModule(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # a deterministic layer's state (``weight``, ``bias``): it becomes the posterior mean, the
-        # posterior's rho keeps its current value (rho_init for a fresh layer), and a CenteredPrior
-        # is centred on it (the trained weights)
+        # posterior's rho starts as at a conversion of it (rho_init, or sigma_init of the loaded
+        # weights; never the memory of a layer made on "meta" and moved by to_empty), and a
+        # CenteredPrior is centred on it (the trained weights)
         centred = isinstance(self.prior, CenteredPrior)
         for name in self._param_names:
             key = f"{prefix}{name}"
             if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
                 state_dict[f"{key}_mu"] = state_dict.pop(key)
                 if f"{key}_rho" not in state_dict:
-                    state_dict[f"{key}_rho"] = self.rho(name).detach().clone()
+                    rho = self.rho(name).detach()
+                    state_dict[f"{key}_rho"] = (torch.full_like(rho, self.rho_init) if self.sigma_init is None else
+                                                self.sigma_init.rho(state_dict[f"{key}_mu"]).to(rho.dtype))
                 if centred and f"{key}_prior_mean" not in state_dict:
                     state_dict[f"{key}_prior_mean"] = state_dict[f"{key}_mu"]
             # a centred checkpoint loads into a layer not centred yet

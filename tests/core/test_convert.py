@@ -214,6 +214,10 @@ def test_a_deterministic_checkpoint_starts_sigma_as_a_conversion_of_its_weights(
     net.load_state_dict(det.state_dict())
     assert all(bool((m.rho(n) == -4.0).all()) for m in bbb.nn.bayes_modules(net) for n in m.param_names())
     torch.testing.assert_close(net[0].weight_mu, det[0].weight)
+    with torch.device("meta"):  # loaded with assign=True: rho was left on "meta"
+        net = bbb.bayesianize(lenet(), rho_init=-4.0)
+    net.load_state_dict(det.state_dict(), assign=True)
+    assert net[0].weight_rho.device.type == "cpu" and bool((net[0].weight_rho == -4.0).all())
     # with sigma relative to the weights (MOPED): relative to the loaded ones, not those at conversion
     rel = bbb.bayesianize(lenet(), sigma_init=bbb.RelativeSigma(0.5))
     rel.load_state_dict(det.state_dict())

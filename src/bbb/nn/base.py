@@ -362,9 +362,9 @@ class BayesModule(nn.Module):
             if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
                 state_dict[f"{key}_mu"] = state_dict.pop(key)
                 if f"{key}_rho" not in state_dict:
-                    rho = self.rho(name).detach()
-                    state_dict[f"{key}_rho"] = (torch.full_like(rho, self.rho_init) if self.sigma_init is None else
-                                                self.sigma_init.rho(state_dict[f"{key}_mu"]).to(rho.dtype))
+                    rho, mu = self.rho(name), state_dict[f"{key}_mu"]  # (mu's device: load_state_dict(assign=True))
+                    state_dict[f"{key}_rho"] = (torch.full(rho.shape, self.rho_init, dtype=rho.dtype, device=mu.device)
+                                                if self.sigma_init is None else self.sigma_init.rho(mu).to(rho.dtype))
                 if centred and f"{key}_prior_mean" not in state_dict:
                     state_dict[f"{key}_prior_mean"] = state_dict[f"{key}_mu"]
             # a centred checkpoint loads into a layer not centred yet

@@ -275,3 +275,17 @@ def test_priors_on_the_real_line_are_taken():
         layer = bbb.nn.BayesLinear(3, 2, prior=dist)
         out = bbb.ELBO(layer, kl="mc")(torch.randn(4, 3), torch.randint(0, 2, (4,)))
         assert torch.isfinite(out.kl)
+
+
+def test_split_kl_of_a_mixture_needs_its_wide_component_first():
+    # sigma1 < sigma2: the importance sampler's variance went negative, a NaN KL, said nowhere
+    q = DiagonalNormal(torch.zeros(5), torch.full((5,), 0.05))
+    swapped = ScaleMixturePrior(0.5, 0.01, 1.0)
+    with pytest.raises(bbb.UserError, match="sigma1 <= sigma2") as excinfo:
+        kl_term(q, swapped, "split")
+    assert "\n" not in str(excinfo.value)
+    with pytest.raises(bbb.UserError, match="sigma1 <= sigma2"):
+        bbb.ELBO(bbb.BayesMLP(3, [4], 2, prior=swapped), kl="split")(torch.randn(2, 3), torch.tensor([0, 1]))
+    assert ScaleMixturePrior(1.0, 0.01, 1.0).has_split  # one component: the closed form
+    assert torch.isfinite(kl_term(q, ScaleMixturePrior(0.5, 1.0, 0.01), "split"))
+    assert torch.isfinite(kl_term(q, swapped, "mc"))

@@ -428,6 +428,10 @@ class ELBO(nn.Module):
                 output = select_output(call_model(self.model, inputs), self.output)
             else:
                 output = forward_samples(self.model, inputs, k, output=self.output)
+        if self.shift_labels and (y.dim() < 2 or output.dim() < 3):  # (else example i scored on label i + 1)
+            raise UserError(f"the ELBO's shift_labels scores each position on the next one's label: it needs targets "
+                            f"per token (B, T) and outputs (B, T, vocab), got targets {tuple(y.shape)} and outputs "
+                            f"{tuple(output.shape)}; pass shift_labels=False")
         scored, target = (output[..., :-1, :], y[..., 1:]) if self.shift_labels else (output, y)
         nll = -self.likelihood.log_prob(scored, target).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)

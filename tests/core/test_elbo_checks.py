@@ -137,3 +137,16 @@ def test_whole_epochs_blundell_s_and_validation_do_not_warn():
                     elbo(x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8], batch_index=i)
                 with torch.no_grad():  # a validation loss over fewer batches
                     elbo(x[:8], y[:8], batch_index=0)
+
+
+def test_shift_labels_on_one_label_per_example_is_an_error():
+    # example i's logits were scored on example i + 1's label, silently
+    net = bbb.BayesMLP(3, [4], 5)
+    with pytest.raises(bbb.UserError, match=r"shift_labels.*targets \(6,\)") as excinfo:
+        ELBO(net, shift_labels=True)(torch.randn(6, 3), torch.randint(0, 5, (6,)))
+    assert "\n" not in str(excinfo.value)
+    seq = torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 5))
+    bbb.bayesianize(seq)
+    ids = torch.randint(0, 5, (2, 7))
+    for k in (1, 3):  # per token: scored
+        assert torch.isfinite(ELBO(seq, shift_labels=True, num_samples=k)(ids, ids).nll)

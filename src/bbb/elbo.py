@@ -433,6 +433,8 @@ class ELBO(nn.Module):
                             f"per token (B, T) and outputs (B, T, vocab), got targets {tuple(y.shape)} and outputs "
                             f"{tuple(output.shape)}; pass shift_labels=False")
         scored, target = (output[..., :-1, :], y[..., 1:]) if self.shift_labels else (output, y)
+        if k > 1 and y.dim() == 1 and isinstance(self.likelihood, Gaussian) and output.shape == (k, *y.shape):
+            scored = output.unsqueeze(-1)  # k samples of a regressor whose forward squeezes its one output to (B,)
         nll = -self.likelihood.log_prob(scored, target).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
         weight: float | Tensor

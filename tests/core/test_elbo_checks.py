@@ -150,3 +150,25 @@ def test_shift_labels_on_one_label_per_example_is_an_error():
     ids = torch.randint(0, 5, (2, 7))
     for k in (1, 3):  # per token: scored
         assert torch.isfinite(ELBO(seq, shift_labels=True, num_samples=k)(ids, ids).nll)
+
+
+class _Squeezed(torch.nn.Module):
+    """A regressor whose forward squeezes its one output to (B,)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = BayesLinear(3, 1)
+
+    def forward(self, x):
+        return self.lin(x).squeeze(-1)
+
+
+@pytest.mark.parametrize("b", [5, 1])
+def test_k_samples_of_a_regressor_with_a_squeezed_output(b):
+    # it trained at k = 1; at k = 3 its (3, B) outputs were "targets (B,) need outputs (..., B, 1)"
+    net, x, y = _Squeezed(), torch.randn(b, 3), torch.randn(b)
+    with bbb.nn.sampling(net, "mean"):  # every sample the mean network: the k = 1 NLL
+        torch.testing.assert_close(ELBO(net, "gaussian", num_samples=3)(x, y).nll,
+                                   ELBO(net, "gaussian")(x, y).nll)
+    out = ELBO(net, "gaussian", num_samples=3)(x, y)
+    assert out.output.shape == (3, b) and torch.isfinite(out.nll)

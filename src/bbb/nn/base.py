@@ -22,7 +22,7 @@ from ..distributions import (
     prior_from_config,
     softplus,
 )
-from ..errors import UserError
+from ..errors import UserError, check_float
 from ..options import StrOption
 from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
 
@@ -133,12 +133,10 @@ class BayesModule(nn.Module):
         if isinstance(self.prior, MemberPrior) and not self.member_axis:
             raise UserError(f"a MemberPrior (a prior per member) is for a population's layers "
                             f"(bbb.nn.BayesPopulation), not a {type(self).__name__}")
-        if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
-            raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
-        if not math.isfinite(rho_init):
-            raise UserError(f"rho_init must be finite, got {rho_init}")
-        self.mu_init_scale = mu_init_scale
-        self.rho_init = float(rho_init)
+        # (a string or None was a TypeError out of math.isfinite)
+        self.mu_init_scale = None if mu_init_scale is None else check_float("mu_init_scale", mu_init_scale, 0.0,
+                                                                               above=True)
+        self.rho_init = check_float("rho_init", rho_init)
         #: the rule the posterior's sigma started from when not ``rho_init`` (``from_torch``)
         self.sigma_init: RelativeSigma | None = None
         self._sampling_override: SamplingMode | None = None

@@ -336,3 +336,10 @@ def test_mlp_widths_are_checked_not_cut(cls):
         cls(3, [0], 2, **extra)
     x = torch.randn(2, 2, 3) if extra else torch.randn(2, 3)  # (a population: members, rows, features)
     assert cls(3, (4, 5.0), 2, **extra)(x).shape[-1] == 2
+
+
+@pytest.mark.parametrize(("option", "bad"), [("rho_init", "-5"), ("rho_init", None), ("rho_init", float("inf")),
+                                             ("mu_init_scale", "0.1"), ("mu_init_scale", 0.0)])
+def test_a_layer_s_initial_numbers_are_checked_in_one_line(option, bad):
+    with pytest.raises(bbb.UserError, match=option):  # a string or None: a TypeError of math.isfinite
+        bbb.nn.BayesLinear(3, 2, **{option: bad})

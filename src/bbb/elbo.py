@@ -373,6 +373,8 @@ class ELBO(nn.Module):
         self._warned_batch_index = False
         self._warned_eval = False
         self._last_index: int | None = None  # the batch_index of the last training step
+        self._versions: tuple[int, tuple[int, ...]] | None = None  # (a model parameter's, ours) at the last step
+        self._warned_untrained = False
         self._warned_epoch = False
 
     def kl_weight(self, batch_index: int) -> float:
@@ -423,6 +425,8 @@ class ELBO(nn.Module):
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()
+            if torch.is_grad_enabled() and not self._warned_untrained:
+                self._see_own_trained()
         with SampleRecorder(generator) as rec, shared_samples(per_call=True):  # a layer called twice: one sample
             if k == 1:
                 output = select_output(call_model(self.model, inputs), self.output)
@@ -490,6 +494,24 @@ class ELBO(nn.Module):
                       f"{self.num_batches}: that epoch's KL weights summed to {total:.3g}, not 1 (its KL counted "
                       f"{total:.3g} times); pass num_batches=len(loader), the minibatches of an epoch (not the "
                       "examples)", UserWarning, stacklevel=_caller_level())
+
+    def _see_own_trained(self) -> None:
+        """Once per ELBO: its own parameters (a learned noise) kept their values and a gradient while the
+        model's were stepped since the last training step: the optimiser was not given ``elbo.parameters()``
+        (read from the tensors' in-place version counters: no copy, no device sync)."""
+        own = [p for p in self.parameters() if p.requires_grad]
+        ref = next((p for p in self.model.parameters() if p.requires_grad), None)
+        if not own or ref is None:
+            return
+        before, self._versions = self._versions, (ref._version, tuple(p._version for p in own))
+        if (before is not None and before[0] != self._versions[0] and before[1] == self._versions[1]
+                and any(p.grad is not None for p in own)):
+            self._warned_untrained = True
+            names = ", ".join(n for n, p in self.named_parameters() if p.requires_grad)
+            warnings.warn(f"ELBO: the model's parameters were stepped but the ELBO's own ({names}: a learned noise) "
+                          "kept their values and their gradient: no optimiser trains them; give it "
+                          "[*net.parameters(), *elbo.parameters()] (or build bbb.Engine(elbo, ...))", UserWarning,
+                          stacklevel=_caller_level())
 
     def _check_trained(self, provider) -> None:
         """Under an optimiser that samples (:class:`~bbb.engine.Engine`): it must train our parameters."""

@@ -172,3 +172,25 @@ def test_k_samples_of_a_regressor_with_a_squeezed_output(b):
                                    ELBO(net, "gaussian")(x, y).nll)
     out = ELBO(net, "gaussian", num_samples=3)(x, y)
     assert out.output.shape == (3, b) and torch.isfinite(out.nll)
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_learned_noise_no_optimiser_trains_warns_once(given):
+    # torch.optim.Adam(net.parameters()) alone: the noise stayed at its initial sd, silently
+    net = bbb.BayesMLP(3, [4], 1)
+    elbo = ELBO(net, Gaussian(learn_sigma=True), kl_weighting="uniform", num_batches=2)
+    opt = torch.optim.Adam([*net.parameters(), *(elbo.parameters() if given else [])], lr=1e-2)
+    x, y = torch.randn(8, 3), torch.randn(8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(6):
+            out = elbo(x[4 * (step % 2):][:4], y[4 * (step % 2):][:4], batch_index=step % 2)
+            out.loss.backward()
+            if step % 2:  # (gradients accumulated over two minibatches: no warning for those)
+                opt.step()
+                opt.zero_grad()
+    said = [w for w in caught if "elbo.parameters()" in str(w.message)]
+    if given:
+        assert not said and float(elbo.likelihood.sigma) != 1.0
+    else:
+        assert len(said) == 1 and said[0].filename == __file__ and "likelihood.raw_sigma" in str(said[0].message)

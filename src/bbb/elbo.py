@@ -120,6 +120,10 @@ class Categorical(Likelihood):
             raise UserError(f"categorical likelihood: targets must be integer class indices, got {target.dtype}")
         if output.dim() < 1:
             raise UserError("categorical likelihood: the network output must have a class dimension")
+        if output.shape[-1] < 2:  # (a softmax over one class is 1: an NLL of 0 whatever the data)
+            raise UserError(f"categorical likelihood: the network gives {output.shape[-1]} logit per example (outputs "
+                            f"{tuple(output.shape)}), and a softmax over one class is certain: give one logit per "
+                            "class (nn.Linear(h, 2) for a binary classifier)")
         self._check_shapes("categorical", output.shape[:-1], target, f"{tuple(output.shape)} (..., classes)")
         target = target.long()  # (torch's loss takes int64 or uint8 only: int32 labels, numpy's on some systems)
         if output.dim() > target.dim() + 1:  # sample dims on the logits only

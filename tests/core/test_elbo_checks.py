@@ -194,3 +194,11 @@ def test_a_learned_noise_no_optimiser_trains_warns_once(given):
         assert not said and float(elbo.likelihood.sigma) != 1.0
     else:
         assert len(said) == 1 and said[0].filename == __file__ and "likelihood.raw_sigma" in str(said[0].message)
+
+
+def test_a_categorical_over_one_logit_is_an_error():
+    # a binary classifier with one logit: NLL 0 on a batch of label 0, torch's "Target 1 is out of bounds" else
+    net = bbb.BayesMLP(3, [4], 1)
+    for y in (torch.zeros(5, dtype=torch.long), torch.ones(5, dtype=torch.long)):
+        with pytest.raises(bbb.UserError, match="1 logit per example.*nn.Linear\\(h, 2\\)"):
+            ELBO(net)(torch.randn(5, 3), y)

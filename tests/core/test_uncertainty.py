@@ -164,3 +164,10 @@ def test_predict_chunks_each_batch_of_a_dataloader_by_batch_size():
     assert rows == [3, 3, 2, 2]  # inputs (k, rows, 4): chunks of 3, 3, 2 and the last batch of 2
     torch.testing.assert_close(out, U.predict(net, x, num_samples=2, generator=0))
     assert torch.equal(targets, y)
+
+
+def test_evaluate_refuses_one_logit_per_example():
+    # labels all 0 scored perfectly (error 0, NLL 0): a softmax over one class is 1
+    net = BayesMLP(3, [4], 1)
+    with pytest.raises(ValueError, match="1 logit per example"):
+        U.evaluate(net, (torch.randn(5, 3), torch.zeros(5, dtype=torch.long)), num_samples=2)

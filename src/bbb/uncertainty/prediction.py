@@ -340,6 +340,9 @@ def evaluate(
     if targets.is_floating_point():
         raise UserError("evaluate: the targets are floating point (regression?): pass likelihood=, a "
                         "bbb.elbo.Gaussian with the noise sd (e.g. elbo.likelihood) or the HeteroscedasticGaussian")
+    if outputs.shape[-1] < 2:  # (a softmax over one class is 1: every score perfect on labels 0)
+        raise UserError(f"evaluate: the network gives {outputs.shape[-1]} logit per example, and a softmax over one "
+                        "class is certain: a classifier gives one logit per class (a regressor: pass likelihood=)")
     probs = predictive_probs(outputs)
     return {
         "error": error_rate(probs, targets),

@@ -277,6 +277,20 @@ def test_a_dataloader_s_targets_of_another_shape_are_one_line(regression, classi
     assert "class indices" in _one_line(err)
 
 
+
+@needs_laplace
+@pytest.mark.parametrize("weights", ["last_layer", "all"])
+def test_the_fit_and_predict_leave_each_module_in_its_own_mode(classification, weights):
+    # model.train(was) put a BatchNorm frozen in eval() (a fine-tune's) back in train()
+    _, x, y = classification
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).train()
+    net[1].eval().requires_grad_(False)  # (laplace-torch's curvature has no BatchNorm)
+    post = bbb.laplace.fit_laplace(net, (x, y), weights=weights, likelihood="classification", marglik_steps=2)
+    post.predict(x[:4])
+    assert [m.training for m in net] == [True, False, True, True]
+
+
 @needs_laplace
 def test_weights_all_keeps_the_network_s_mode_and_predicts_without_dropout(classification):
     # weights="all" fits the network itself: before, the fit left it in eval mode, and predict ran it

@@ -171,3 +171,18 @@ def test_evaluate_refuses_one_logit_per_example():
     net = BayesMLP(3, [4], 1)
     with pytest.raises(ValueError, match="1 logit per example"):
         U.evaluate(net, (torch.randn(5, 3), torch.zeros(5, dtype=torch.long)), num_samples=2)
+
+
+def test_predict_and_evaluate_leave_each_module_in_its_own_mode():
+    # a fine-tune with the BatchNorm's statistics frozen (model.train(); bn.eval()): predict's
+    # model.train(was) put the BatchNorm back in train(), and its statistics moved again
+    import bbb
+
+    net = bbb.bayesianize(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
+                                              torch.nn.Linear(4, 2)), skip=[torch.nn.BatchNorm1d])
+    net.train()
+    net[1].eval()
+    x = torch.randn(6, 3)
+    U.predict(net, x, num_samples=2)
+    U.evaluate(net, (x, torch.randint(0, 2, (6,))), num_samples=2)
+    assert [m.training for m in net] == [True, False, True]

@@ -173,6 +173,21 @@ def model_kl(
 
 
 @contextlib.contextmanager
+def modes_kept(model: nn.Module, eval: bool = True) -> Iterator[nn.Module]:
+    """``model`` in ``eval()`` inside the block (``eval=False``: as the block leaves it), and after it
+    every module back in its own mode: ``model.train(was)`` would also switch on the modules its owner
+    had put in ``eval()`` (a BatchNorm whose statistics stay frozen during a fine-tune)."""
+    modes = [(m, m.training) for m in model.modules()]
+    if eval:
+        model.eval()
+    try:
+        yield model
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+@contextlib.contextmanager
 def sampling(model: nn.Module, mode: SamplingMode | str = "sample") -> Iterator[nn.Module]:
     """Force every Bayesian layer in ``model`` to use the posterior ``"mean"`` or to ``"sample"``.
 

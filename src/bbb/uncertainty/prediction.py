@@ -18,6 +18,7 @@ from ..errors import UserError, check_int
 from ..hf import causal_lm
 from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
+from ..nn.model import modes_kept
 from ..nn.samples import (
     PROVIDER,
     Inputs,
@@ -185,12 +186,10 @@ def predict(
         raise UserError("predict: generator= has no effect inside engine.sampling() (the engine supplies the "
                         "weights): call predict outside the block")
     saved = None if gen is None else _rng_states(dev)
-    was_training = model.training
-    model.eval()
     try:
-        return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved, output)
+        with modes_kept(model):  # (each module back in its own mode: a frozen BatchNorm stays in eval())
+            return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved, output)
     finally:
-        model.train(was_training)
         if saved is not None:
             _set_rng_states(saved, dev)
 

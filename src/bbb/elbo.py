@@ -219,6 +219,11 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
 # --------------------------------------------------------------------------------------------
 
 
+#: training steps in a row in which the model's Bayesian parameters kept a gradient and their values
+#: before the ELBO says that no optimiser steps them (far more than any gradient accumulation's)
+STALE_STEPS = 100
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` of a warning from an ELBO method that points at the caller's line, past
     this module and torch's ``Module.__call__``."""
@@ -379,6 +384,7 @@ class ELBO(nn.Module):
         self._last_index: int | None = None  # the batch_index of the last training step
         self._versions: tuple[int, tuple[int, ...]] | None = None  # (a model parameter's, ours) at the last step
         self._warned_untrained = False
+        self._stale: tuple[int, int] = (-1, 0)  # (a Bayesian parameter's version, steps it kept it with a grad)
         self._warned_epoch = False
 
     def kl_weight(self, batch_index: int) -> float:
@@ -429,8 +435,8 @@ class ELBO(nn.Module):
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()
-            if torch.is_grad_enabled() and not self._warned_untrained:
-                self._see_own_trained()
+            if torch.is_grad_enabled():
+                self._see_trained()
         with SampleRecorder(generator) as rec, shared_samples(per_call=True):  # a layer called twice: one sample
             if k == 1:
                 output = select_output(call_model(self.model, inputs), self.output)
@@ -488,7 +494,7 @@ class ELBO(nn.Module):
         minibatches, so that its KL weights summed to less than 1 (``num_batches`` the number of
         examples, say, not of minibatches)."""
         last, self._last_index = self._last_index, i
-        if i != 0 or last is None or last + 1 >= self.num_batches or self._warned_epoch:
+        if i != 0 or not last or last + 1 >= self.num_batches or self._warned_epoch:  # (0 again: a repeat, a closure's)
             return
         total = sum(self._weights[: last + 1])
         if total > 0.99:  # (blundell's first minibatches hold nearly all of it)
@@ -499,13 +505,25 @@ class ELBO(nn.Module):
                       f"{total:.3g} times); pass num_batches=len(loader), the minibatches of an epoch (not the "
                       "examples)", UserWarning, stacklevel=_caller_level())
 
-    def _see_own_trained(self) -> None:
-        """Once per ELBO: its own parameters (a learned noise) kept their values and a gradient while the
-        model's were stepped since the last training step: the optimiser was not given ``elbo.parameters()``
-        (read from the tensors' in-place version counters: no copy, no device sync)."""
+    def _see_trained(self) -> None:
+        """Once per ELBO each, read from the tensors' in-place version counters (no copy, no device sync):
+        the model's Bayesian parameters kept their values and a gradient for :data:`STALE_STEPS` training
+        steps in a row (no optimiser steps them: one built before ``bbb.bayesianize`` holds the layers it
+        replaced); its own parameters (a learned noise) kept theirs and a gradient while the model's were
+        stepped since the last training step (the optimiser was not given ``elbo.parameters()``)."""
+        bayes = next((p for m in bayes_modules(self.model) for p in m.parameters(recurse=False) if p.requires_grad),
+                     None)
+        if bayes is not None and self._stale[1] < STALE_STEPS:
+            kept = bayes.grad is not None and bayes._version == self._stale[0]
+            self._stale = (bayes._version, self._stale[1] + 1 if kept else 0)
+            if self._stale[1] == STALE_STEPS:
+                warnings.warn(f"ELBO: the model's Bayesian parameters kept their values and a gradient for "
+                              f"{STALE_STEPS} training steps: no optimiser steps them; an optimiser built before "
+                              "bbb.bayesianize(net) holds the layers it replaced: build it after converting",
+                              UserWarning, stacklevel=_caller_level())
         own = [p for p in self.parameters() if p.requires_grad]
         ref = next((p for p in self.model.parameters() if p.requires_grad), None)
-        if not own or ref is None:
+        if not own or ref is None or self._warned_untrained:
             return
         before, self._versions = self._versions, (ref._version, tuple(p._version for p in own))
         if (before is not None and before[0] != self._versions[0] and before[1] == self._versions[1]

@@ -202,3 +202,41 @@ def test_a_categorical_over_one_logit_is_an_error():
     for y in (torch.zeros(5, dtype=torch.long), torch.ones(5, dtype=torch.long)):
         with pytest.raises(bbb.UserError, match="1 logit per example.*nn.Linear\\(h, 2\\)"):
             ELBO(net)(torch.randn(5, 3), y)
+
+
+def test_an_optimiser_built_before_bayesianize_warns_once():
+    # it holds the replaced layers' parameters: the Bayesian ones never moved, silently
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    early = torch.optim.SGD(net.parameters(), lr=0.1)
+    bbb.bayesianize(net)
+    elbo = ELBO(net, kl_weighting="uniform")
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(bbb.elbo.STALE_STEPS + 5):
+            early.zero_grad()
+            elbo(x, y).loss.backward()
+            early.step()
+    said = [w for w in caught if "no optimiser steps them" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__
+    # built after converting, with gradients accumulated over 4 steps: no warning
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    elbo = ELBO(net, kl_weighting="uniform")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(bbb.elbo.STALE_STEPS + 5):
+            elbo(x, y).loss.backward()
+            if step % 4 == 3:
+                opt.step()
+                opt.zero_grad()
+
+
+def test_a_minibatch_scored_again_is_no_short_epoch():
+    # a closure (LBFGS) or a retried step evaluates minibatch 0 twice in a row
+    net = bbb.BayesMLP(2, [3], 2)
+    elbo = ELBO(net, num_batches=4, kl_weighting="uniform")
+    x, y = torch.randn(4, 2), torch.randint(0, 2, (4,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in (0, 0, 0, 1, 1, 2, 3, 0, 0):
+            elbo(x, y, batch_index=i)

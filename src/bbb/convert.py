@@ -33,6 +33,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 from torch.nn.parameter import is_lazy
+from torch.nn.utils.parametrize import is_parametrized
 
 from .distributions import GaussianPrior, prior_from_config
 from .errors import UserError
@@ -422,6 +423,9 @@ def bayesianize(
         msg = (f"bayesianize: {len(left)} module(s) with parameters stay deterministic: {what}; "
                f"{100 * s.bayesian_share:.1f}% of the weights are Bayesian. Pass skip=[...] to say so, "
                "or register_conversion for their types (bbb.layer_summary(model) prints the table)")
+        if any(is_parametrized(model.get_submodule(n)) for n, _ in left):  # (no conversion of its own type helps)
+            msg += ("; a parametrized layer (weight_norm, orthogonal...: torch.nn.utils.parametrize) converts once "
+                    "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') has made its weight plain")
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)

@@ -553,3 +553,14 @@ def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
     net(torch.randn(2, 3))  # the LazyLinear is now an nn.Linear(3, 4)
     bbb.bayesianize(net)
     assert isinstance(net[0], BayesLinear) and net[0].in_features == 3
+
+
+def test_a_parametrized_layer_left_deterministic_is_said_how_to_convert():
+    # the warning said only "register_conversion for their types", which a parametrized type cannot use
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    torch.nn.utils.parametrizations.weight_norm(net[0])
+    with pytest.warns(UserWarning, match=r"0 \(ParametrizedLinear\).*remove_parametrizations"):
+        bbb.bayesianize(net)
+    torch.nn.utils.parametrize.remove_parametrizations(net[0], "weight")
+    bbb.bayesianize(net)
+    assert isinstance(net[0], BayesLinear)

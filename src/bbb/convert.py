@@ -32,6 +32,8 @@ from typing import Any, cast
 
 import torch
 import torch.nn as nn
+from torch.nn.parameter import is_lazy
+from torch.nn.utils.parametrize import is_parametrized
 
 from .distributions import GaussianPrior, prior_from_config
 from .errors import UserError
@@ -41,6 +43,7 @@ from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
+from .options import choice
 
 __all__ = ["bayesianize", "deterministic_layers", "register_conversion", "layer_summary", "LayerSummary",
            "CONVERTIBLE", "at_initialisation", "convert_layer"]
@@ -358,6 +361,7 @@ def bayesianize(
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
     _register_optional()
+    estimator = Estimator(choice("estimator", estimator, Estimator))  # (before any layer is read)
     skipped = _skipper(skip, model)
     kw: dict[str, Any] = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}
     if sigma_init is not None:
@@ -379,6 +383,11 @@ def bayesianize(
         if from_weights:
             _mark_from_weights([(model, new)])
         return new
+    lazy = [f"{n or '(the model)'} ({type(m).__name__})" for n, m in model.named_modules()
+            if any(is_lazy(p) for p in m.parameters(recurse=False)) and not skipped(n, m)]
+    if lazy:  # (its type becomes the torch layer's, a Linear's, at the first forward: too late)
+        raise UserError(f"bayesianize: parameters not made yet in {', '.join(lazy)} (a lazy module): run one "
+                        "forward pass on an example batch first, which makes it the torch layer it stands for")
     ignored = _settings_ignored(model, kw)  # layers Bayesian already keep their own settings
     ties = tie_groups(model)  # parameters held by several modules (GPT-2's lm_head and wte)
     done: dict[int, nn.Module] = {}  # a layer used in several places (tied) stays one layer
@@ -414,6 +423,9 @@ def bayesianize(
         msg = (f"bayesianize: {len(left)} module(s) with parameters stay deterministic: {what}; "
                f"{100 * s.bayesian_share:.1f}% of the weights are Bayesian. Pass skip=[...] to say so, "
                "or register_conversion for their types (bbb.layer_summary(model) prints the table)")
+        if any(is_parametrized(model.get_submodule(n)) for n, _ in left):  # (no conversion of its own type helps)
+            msg += ("; a parametrized layer (weight_norm, orthogonal...: torch.nn.utils.parametrize) converts once "
+                    "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') has made its weight plain")
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)

@@ -292,7 +292,9 @@ def split_kl(q: DiagonalNormal, p: Prior, z: Tensor | None = None,
 
 def _check_split(p: Prior) -> None:
     if not p.has_split:
-        raise UserError(f"no split KL for a {type(p).__name__}; use kl='mc' or kl='auto'")
+        why = (" with sigma1 <= sigma2 (the split needs the wide component first: swap them, pi -> 1 - pi)"
+               if isinstance(p, ScaleMixturePrior) else "")
+        raise UserError(f"no split KL for a {type(p).__name__}{why}; use kl='mc' or kl='auto'")
 
 
 def check_kl_samples(num_samples: object, given: int = 1) -> int:

@@ -19,6 +19,7 @@ import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -119,7 +120,12 @@ class Categorical(Likelihood):
             raise UserError(f"categorical likelihood: targets must be integer class indices, got {target.dtype}")
         if output.dim() < 1:
             raise UserError("categorical likelihood: the network output must have a class dimension")
+        if output.shape[-1] < 2:  # (a softmax over one class is 1: an NLL of 0 whatever the data)
+            raise UserError(f"categorical likelihood: the network gives {output.shape[-1]} logit per example (outputs "
+                            f"{tuple(output.shape)}), and a softmax over one class is certain: give one logit per "
+                            "class (nn.Linear(h, 2) for a binary classifier)")
         self._check_shapes("categorical", output.shape[:-1], target, f"{tuple(output.shape)} (..., classes)")
+        target = target.long()  # (torch's loss takes int64 or uint8 only: int32 labels, numpy's on some systems)
         if output.dim() > target.dim() + 1:  # sample dims on the logits only
             target = target.expand(*output.shape[:-1])
         c = output.shape[-1]
@@ -182,7 +188,7 @@ class HeteroscedasticGaussian(Likelihood):
 
     def __init__(self, min_sigma: float = 1e-3) -> None:
         super().__init__()
-        self.min_sigma = float(min_sigma)
+        self.min_sigma = check_float("min_sigma", min_sigma, 0.0)  # (NaN: every loss NaN)
 
     def split(self, output: Tensor) -> tuple[Tensor, Tensor]:
         if output.shape[-1] != 2:
@@ -213,6 +219,23 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
 # --------------------------------------------------------------------------------------------
 
 
+#: training steps in a row in which the model's Bayesian parameters kept a gradient and their values
+#: before the ELBO says that no optimiser steps them (far more than any gradient accumulation's)
+STALE_STEPS = 100
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning from an ELBO method that points at the caller's line, past
+    this module and torch's ``Module.__call__``."""
+    level = 2
+    if not torch.compiler.is_compiling():
+        frame: types.FrameType | None = sys._getframe(2)
+        while frame is not None and (frame.f_code.co_filename == __file__
+                                     or frame.f_code.co_filename.startswith(_TORCH_DIR)):
+            level, frame = level + 1, frame.f_back
+    return level
+
+
 @dataclass
 class ELBOOutput:
     """One minibatch's objective and its parts (all scalars, ``loss`` differentiable).
@@ -240,7 +263,9 @@ class ELBO(nn.Module):
             targets, so meant for standardised ones); to learn the noise pass
             ``Gaussian(learn_sigma=True)`` (and train ``elbo.parameters()`` too), or
             ``"heteroscedastic"`` for a network with 2 outputs that predicts its own noise.
-        num_batches: M, minibatches per epoch (for the KL weights).
+        num_batches: M, minibatches per epoch (for the KL weights); a training epoch whose
+            ``batch_index`` returns to 0 before M, its KL weights summing to less than 1 (M the
+            number of examples, say), warns once.
         kl_weighting: ``"blundell"`` (2^(M-i)/(2^M-1), the paper's eq. 9 scheme and ``bbb train``'s;
             the default, None), ``"uniform"`` (1/M), ``"blob"`` (Blundell's reversed: BLoB's
             re-weighting, most of the KL on the last minibatches of each cycle of M) or a callable
@@ -356,6 +381,11 @@ class ELBO(nn.Module):
         self._weights = kl_weights(num_batches, kl_weighting, dtype=torch.float64).tolist()
         self._warned_batch_index = False
         self._warned_eval = False
+        self._last_index: int | None = None  # the batch_index of the last training step
+        self._versions: tuple[int, tuple[int, ...]] | None = None  # (a model parameter's, ours) at the last step
+        self._warned_untrained = False
+        self._stale: tuple[int, int] = (-1, 0)  # (a Bayesian parameter's version, steps it kept it with a grad)
+        self._warned_epoch = False
 
     def kl_weight(self, batch_index: int) -> float:
         if not 0 <= batch_index < self.num_batches:
@@ -405,12 +435,20 @@ class ELBO(nn.Module):
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()
+            if torch.is_grad_enabled():
+                self._see_trained()
         with SampleRecorder(generator) as rec, shared_samples(per_call=True):  # a layer called twice: one sample
             if k == 1:
                 output = select_output(call_model(self.model, inputs), self.output)
             else:
                 output = forward_samples(self.model, inputs, k, output=self.output)
+        if self.shift_labels and (y.dim() < 2 or output.dim() < 3):  # (else example i scored on label i + 1)
+            raise UserError(f"the ELBO's shift_labels scores each position on the next one's label: it needs targets "
+                            f"per token (B, T) and outputs (B, T, vocab), got targets {tuple(y.shape)} and outputs "
+                            f"{tuple(output.shape)}; pass shift_labels=False")
         scored, target = (output[..., :-1, :], y[..., 1:]) if self.shift_labels else (output, y)
+        if k > 1 and y.dim() == 1 and isinstance(self.likelihood, Gaussian) and output.shape == (k, *y.shape):
+            scored = output.unsqueeze(-1)  # k samples of a regressor whose forward squeezes its one output to (B,)
         nll = -self.likelihood.log_prob(scored, target).sum() / k
         kl = model_kl(self.model, self.kl_mode, rec, self.kl_samples)
         weight: float | Tensor
@@ -421,6 +459,8 @@ class ELBO(nn.Module):
         else:
             if kl_weight is None and batch_index is None:
                 self._warn_no_batch_index()
+            elif kl_weight is None and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+                self._see_batch_index(cast(int, batch_index))
             weight = self.beta * (self.kl_weight(batch_index or 0) if kl_weight is None else float(kl_weight))
         return ELBOOutput(loss=nll + weight * kl, nll=nll, kl=kl, kl_weight=weight, output=output)
 
@@ -443,17 +483,57 @@ class ELBO(nn.Module):
         self._warned_batch_index = True
         kw = self.kl_weighting
         name = kw.value if isinstance(kw, KLWeighting) else kw if isinstance(kw, str) else "custom"
-        level = 2
-        if not torch.compiler.is_compiling():  # point at the caller's line, past torch's Module.__call__
-            frame: types.FrameType | None = sys._getframe(1)
-            while frame is not None and (frame.f_code.co_filename == __file__
-                                         or frame.f_code.co_filename.startswith(_TORCH_DIR)):
-                level, frame = level + 1, frame.f_back
         warnings.warn(f"ELBO: no batch_index given, so with kl_weighting={name!r} over num_batches="
                       f"{self.num_batches} every minibatch gets minibatch 0's KL weight ({w[0]:.3g}; "
                       f"{w[0] * self.num_batches:.3g}x the KL over an epoch, not 1x): pass batch_index=i, the "
                       f"minibatch's position in the epoch (0..{self.num_batches - 1}: for i, (x, y) in "
-                      "enumerate(loader)), or kl_weighting='uniform'", UserWarning, stacklevel=level)
+                      "enumerate(loader)), or kl_weighting='uniform'", UserWarning, stacklevel=_caller_level())
+
+    def _see_batch_index(self, i: int) -> None:
+        """Once per ELBO: a training epoch (``batch_index`` back at 0) that ended before ``num_batches``
+        minibatches, so that its KL weights summed to less than 1 (``num_batches`` the number of
+        examples, say, not of minibatches)."""
+        last, self._last_index = self._last_index, i
+        if i != 0 or not last or last + 1 >= self.num_batches or self._warned_epoch:  # (0 again: a repeat, a closure's)
+            return
+        total = sum(self._weights[: last + 1])
+        if total > 0.99:  # (blundell's first minibatches hold nearly all of it)
+            return
+        self._warned_epoch = True
+        warnings.warn(f"ELBO: batch_index went back to 0 after {last + 1} minibatches, but num_batches="
+                      f"{self.num_batches}: that epoch's KL weights summed to {total:.3g}, not 1 (its KL counted "
+                      f"{total:.3g} times); pass num_batches=len(loader), the minibatches of an epoch (not the "
+                      "examples)", UserWarning, stacklevel=_caller_level())
+
+    def _see_trained(self) -> None:
+        """Once per ELBO each, read from the tensors' in-place version counters (no copy, no device sync):
+        the model's Bayesian parameters kept their values and a gradient for :data:`STALE_STEPS` training
+        steps in a row (no optimiser steps them: one built before ``bbb.bayesianize`` holds the layers it
+        replaced); its own parameters (a learned noise) kept theirs and a gradient while the model's were
+        stepped since the last training step (the optimiser was not given ``elbo.parameters()``)."""
+        bayes = next((p for m in bayes_modules(self.model) for p in m.parameters(recurse=False) if p.requires_grad),
+                     None)
+        if bayes is not None and self._stale[1] < STALE_STEPS:
+            kept = bayes.grad is not None and bayes._version == self._stale[0]
+            self._stale = (bayes._version, self._stale[1] + 1 if kept else 0)
+            if self._stale[1] == STALE_STEPS:
+                warnings.warn(f"ELBO: the model's Bayesian parameters kept their values and a gradient for "
+                              f"{STALE_STEPS} training steps: no optimiser steps them; an optimiser built before "
+                              "bbb.bayesianize(net) holds the layers it replaced: build it after converting",
+                              UserWarning, stacklevel=_caller_level())
+        own = [p for p in self.parameters() if p.requires_grad]
+        ref = next((p for p in self.model.parameters() if p.requires_grad), None)
+        if not own or ref is None or self._warned_untrained:
+            return
+        before, self._versions = self._versions, (ref._version, tuple(p._version for p in own))
+        if (before is not None and before[0] != self._versions[0] and before[1] == self._versions[1]
+                and any(p.grad is not None for p in own)):
+            self._warned_untrained = True
+            names = ", ".join(n for n, p in self.named_parameters() if p.requires_grad)
+            warnings.warn(f"ELBO: the model's parameters were stepped but the ELBO's own ({names}: a learned noise) "
+                          "kept their values and their gradient: no optimiser trains them; give it "
+                          "[*net.parameters(), *elbo.parameters()] (or build bbb.Engine(elbo, ...))", UserWarning,
+                          stacklevel=_caller_level())
 
     def _check_trained(self, provider) -> None:
         """Under an optimiser that samples (:class:`~bbb.engine.Engine`): it must train our parameters."""

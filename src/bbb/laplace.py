@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from .errors import MissingExtra, UserError, check_float, check_int
 from .nn import BayesModule
+from .nn.model import modes_kept
 from .options import choice
 
 __all__ = ["LIKELIHOODS", "HESSIANS", "WEIGHTS", "INSTALL", "LastLayerLaplace", "fit_laplace",
@@ -119,12 +120,8 @@ class LastLayerLaplace:
         param = next(self.la.model.parameters())
         x = x.to(device=param.device, dtype=param.dtype if x.is_floating_point() else x.dtype)
         model = self.la.model  # weights="all": the caller's network itself, in whatever mode it is now
-        was = model.training
-        model.eval()  # the MAP network (no dropout), as fitted
-        try:
+        with modes_kept(model):  # the MAP network (no dropout), as fitted
             return self._predict(x, noise, batch_size)
-        finally:
-            model.train(was)
 
     def _predict(self, x: Tensor, noise: bool, batch_size: int) -> Any:
         closed_form = self.weights == "last_layer" and self.hessian == "kron"
@@ -238,13 +235,8 @@ def _last_leaf(model: nn.Module, x: Tensor) -> nn.Module | None:
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(lambda mod, _i, _o: order.append(mod)) for m in leaves]
     try:
-        with torch.no_grad():
-            was = model.training
-            model.eval()
-            try:
-                model(x)
-            finally:
-                model.train(was)
+        with torch.no_grad(), modes_kept(model):
+            model(x)
     finally:
         for h in handles:
             h.remove()
@@ -361,13 +353,8 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
         raise UserError(f"the network's output must come from an nn.Linear (its last layer), not "
                         f"{type(last).__name__}: leave a final activation out of the model (logits for "
                         "classification)")
-    with torch.no_grad():
-        was = model.training
-        model.eval()
-        try:
-            out = model(x0)
-        finally:
-            model.train(was)
+    with torch.no_grad(), modes_kept(model):
+        out = model(x0)
     if out.dim() != 2:
         raise UserError(f"the network's output must be (rows, outputs), got shape {tuple(out.shape)}")
     if likelihood == "classification" and out.shape[1] < 2:
@@ -377,8 +364,9 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
         if y.dim() == 1 and out.shape[1] == 1:
             y = y.unsqueeze(1)
         if tuple(y.shape[1:]) != tuple(out.shape[1:]):
-            raise UserError(f"regression targets must be (n,) or (n, {out.shape[1]}) for this network, got "
-                            f"{tuple(y.shape)}")
+            shapes = "(n,) or (n, 1)" if out.shape[1] == 1 else f"(n, {out.shape[1]}), one per output"
+            raise UserError(f"regression targets must be {shapes} for this network of {out.shape[1]} output(s), "
+                            f"got {tuple(y.shape)}")
         loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
     if isinstance(data, DataLoader):  # its first batch's targets (laplace-torch broadcasts a regression's)
         _check_batch_targets(next(iter(data))[1], likelihood, out.shape[1])
@@ -390,11 +378,8 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
     la = Laplace(model, likelihood, subset_of_weights=weights, hessian_structure=hessian, **kwargs)
     with warnings.catch_warnings():  # torch's forward-mode decompositions (the full GGN) load through torch.jit.script
         warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
-        was = model.training
-        try:
+        with modes_kept(model, eval=False):
             la.fit(loader)  # (in eval mode; weights="all" fits the caller's network itself)
-        finally:
-            model.train(was)
     log_prior = torch.zeros(1, requires_grad=True) if fixed_prior is None else None
     log_sigma = torch.zeros(1, requires_grad=True) if likelihood == "regression" and fixed_sigma is None else None
     free = [t for t in (log_prior, log_sigma) if t is not None]

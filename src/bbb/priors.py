@@ -279,6 +279,11 @@ class ScaleMixturePrior(Prior):
         dsig = dsig - v * (d * d - 1.0) / sigma
         return kl, dmu, dsig
 
+    @property
+    def has_split(self) -> bool:
+        """Sigma1's component in closed form, sigma2's sampled near 0: sigma1 > sigma2 (or pi = 1)."""
+        return self.pi == 1.0 or self.sigma1 > self.sigma2
+
     def sample(self, shape, generator=None, device=None, dtype=None) -> Tensor:
         z = torch.randn(shape, generator=generator, device=device, dtype=dtype)
         pick = torch.rand(shape, generator=generator, device=device) < self.pi
@@ -308,6 +313,14 @@ class TorchPrior(Prior):
         if tuple(dist.event_shape) != ():
             raise UserError(f"a prior must be elementwise (event_shape ()), got a {type(dist).__name__} with "
                             f"event_shape {tuple(dist.event_shape)}")
+        try:  # a Gaussian posterior puts weight outside a support not the real line: an infinite KL
+            support = getattr(dist.support, "base_constraint", dist.support)  # (a mixture's: its components')
+        except NotImplementedError:  # (a distribution of one's own may not say)
+            support = None
+        if support is not None and not isinstance(support, type(torch.distributions.constraints.real)):
+            raise UserError(f"a prior must give every real weight a density, and a {type(dist).__name__}'s support is "
+                            f"{support}: the KL of a Gaussian posterior to it is infinite; choose one on the real "
+                            "line (Normal, Laplace, StudentT, bbb.ScaleMixturePrior)")
         self.dist = dist
 
     def log_prob(self, w: Tensor) -> Tensor:
@@ -523,7 +536,7 @@ class MemberPrior(Prior):
 
     @property
     def has_split(self) -> bool:
-        return self.family.has_split
+        return all(p.has_split for p in self.priors)
 
     @property
     def has_analytic_grad(self) -> bool:

@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .distributions import softplus
-from .errors import UserError
+from .errors import UserError, check_float
 from .nn import BayesModule, bayes_modules
 
 __all__ = ["signal_to_noise", "prune", "unprune", "PruneResult", "count_weights", "snr_db"]
@@ -83,7 +83,8 @@ def prune(model: nn.Module, fraction: float, include_bias: bool = False) -> Prun
     Replaces every earlier mask (a bias pruned earlier with ``include_bias`` is restored when the
     biases are not ranked now). Returns how many weights remain and the SNR threshold.
     """
-    if not (0.0 <= fraction <= 1.0) or math.isnan(fraction):
+    fraction = check_float("fraction to prune", fraction, 0.0)  # (a string was a TypeError)
+    if fraction > 1.0:
         raise UserError(f"fraction to prune must be in [0, 1], got {fraction}")
     targets = _targets(model, include_bias)
     unprune(model)  # every earlier mask, a bias's too when the biases are not ranked now

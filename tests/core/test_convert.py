@@ -200,6 +200,30 @@ def test_deterministic_state_dict_loads_into_a_converted_model():
     torch.testing.assert_close(net2[3].weight_rho, net[3].weight_rho)
 
 
+
+def test_a_deterministic_checkpoint_starts_sigma_as_a_conversion_of_its_weights():
+    # made on "meta" (a large model's way), moved by to_empty and loaded: rho was the empty memory
+    # (0 here: sigma 0.69 on every weight) and "All keys matched"
+    det = lenet()
+    with torch.device("meta"):
+        net = bbb.bayesianize(lenet(), rho_init=-4.0)
+    net.to_empty(device="cpu")
+    with torch.no_grad():
+        for n, p in net.named_parameters():
+            p.fill_(float("nan") if n.endswith("_rho") else 0.0)  # whatever the memory held
+    net.load_state_dict(det.state_dict())
+    assert all(bool((m.rho(n) == -4.0).all()) for m in bbb.nn.bayes_modules(net) for n in m.param_names())
+    torch.testing.assert_close(net[0].weight_mu, det[0].weight)
+    with torch.device("meta"):  # loaded with assign=True: rho was left on "meta"
+        net = bbb.bayesianize(lenet(), rho_init=-4.0)
+    net.load_state_dict(det.state_dict(), assign=True)
+    assert net[0].weight_rho.device.type == "cpu" and bool((net[0].weight_rho == -4.0).all())
+    # with sigma relative to the weights (MOPED): relative to the loaded ones, not those at conversion
+    rel = bbb.bayesianize(lenet(), sigma_init=bbb.RelativeSigma(0.5))
+    rel.load_state_dict(det.state_dict())
+    torch.testing.assert_close(rel[7].weight_sigma, (0.5 * det[7].weight.abs()).clamp_min(1e-5))
+
+
 def test_weight_property_serves_init_helpers_and_counters():
     layer = BayesLinear(4, 3)
     assert layer.weight is layer.weight_mu
@@ -511,3 +535,32 @@ def test_a_trained_padding_row_is_said_once_converted():
         with torch.no_grad():
             bag.weight[1].fill_(1.0)
         bbb.bayesianize(nn.Sequential(bag))  # a bag leaves the row out, as torch does
+
+
+@pytest.mark.parametrize("estimator", ["Flipout", "lrt", None])
+def test_an_unknown_estimator_is_a_one_line_error_naming_the_choices(estimator):
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match="unknown estimator .*choose one of: reparam, local, flipout"):
+        bbb.bayesianize(net, estimator=estimator)
+    assert bbb.bayesianize(net, estimator=bbb.nn.base.Estimator.FLIPOUT)[0].estimator.value == "flipout"
+
+
+def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
+    net = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match=r"not made yet in 0 \(LazyLinear\).*forward pass") as excinfo:
+        bbb.bayesianize(net)
+    assert "\n" not in str(excinfo.value)
+    net(torch.randn(2, 3))  # the LazyLinear is now an nn.Linear(3, 4)
+    bbb.bayesianize(net)
+    assert isinstance(net[0], BayesLinear) and net[0].in_features == 3
+
+
+def test_a_parametrized_layer_left_deterministic_is_said_how_to_convert():
+    # the warning said only "register_conversion for their types", which a parametrized type cannot use
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    torch.nn.utils.parametrizations.weight_norm(net[0])
+    with pytest.warns(UserWarning, match=r"0 \(ParametrizedLinear\).*remove_parametrizations"):
+        bbb.bayesianize(net)
+    torch.nn.utils.parametrize.remove_parametrizations(net[0], "weight")
+    bbb.bayesianize(net)
+    assert isinstance(net[0], BayesLinear)

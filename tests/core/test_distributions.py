@@ -256,3 +256,36 @@ def test_the_kl_of_a_16_bit_model_is_summed_in_float32(kl):
         assert got.dtype == torch.float32 and torch.isfinite(got) and float(got) > 65504
         if ref is not None:
             assert float(got) == pytest.approx(float(ref), rel=1e-2)
+
+
+@pytest.mark.parametrize("dist", [D.Uniform(-0.1, 0.1), D.Uniform(-0.1, 0.1, validate_args=False), D.Gamma(1.0, 1.0),
+                                  D.HalfNormal(1.0), D.LogNormal(0.0, 1.0)])
+def test_a_prior_without_a_density_on_every_real_weight_is_refused(dist):
+    # the Gaussian posterior's samples fall outside: torch's multi-line support error, or a KL of inf
+    with pytest.raises(bbb.UserError, match="support") as excinfo:
+        prior_from_config(dist)
+    assert "\n" not in str(excinfo.value)
+    with pytest.raises(bbb.UserError, match="support"):
+        bbb.bayesianize(torch.nn.Linear(3, 2), prior=dist)
+
+
+def test_priors_on_the_real_line_are_taken():
+    mix = D.MixtureSameFamily(D.Categorical(torch.ones(2)), D.Laplace(torch.zeros(2), torch.ones(2)))
+    for dist in (D.Laplace(0.0, 1.0), D.StudentT(3.0), D.Cauchy(0.0, 0.1), mix):
+        layer = bbb.nn.BayesLinear(3, 2, prior=dist)
+        out = bbb.ELBO(layer, kl="mc")(torch.randn(4, 3), torch.randint(0, 2, (4,)))
+        assert torch.isfinite(out.kl)
+
+
+def test_split_kl_of_a_mixture_needs_its_wide_component_first():
+    # sigma1 < sigma2: the importance sampler's variance went negative, a NaN KL, said nowhere
+    q = DiagonalNormal(torch.zeros(5), torch.full((5,), 0.05))
+    swapped = ScaleMixturePrior(0.5, 0.01, 1.0)
+    with pytest.raises(bbb.UserError, match="sigma1 <= sigma2") as excinfo:
+        kl_term(q, swapped, "split")
+    assert "\n" not in str(excinfo.value)
+    with pytest.raises(bbb.UserError, match="sigma1 <= sigma2"):
+        bbb.ELBO(bbb.BayesMLP(3, [4], 2, prior=swapped), kl="split")(torch.randn(2, 3), torch.tensor([0, 1]))
+    assert ScaleMixturePrior(1.0, 0.01, 1.0).has_split  # one component: the closed form
+    assert torch.isfinite(kl_term(q, ScaleMixturePrior(0.5, 1.0, 0.01), "split"))
+    assert torch.isfinite(kl_term(q, swapped, "mc"))

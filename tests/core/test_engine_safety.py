@@ -377,3 +377,16 @@ def test_a_16_bit_model_trains_on_the_plain_path_whose_kl_is_float32(dtype):
     assert out.kl.dtype == torch.float32 and math.isfinite(kl) and kl > 65504
     with pytest.raises(UserError, match="16 bits"):
         Engine(ELBO(net, "categorical", num_batches=1, kl="closed"), "adam", lr=1e-3, fused=True)
+
+
+@pytest.mark.parametrize(("opt", "option"), [
+    ("adam", {"momentum": 0.9}), ("adam", {"nesterov": True}), ("sgd", {"betas": (0.5, 0.5)}),
+    ("sgd", {"eps": 1.0}), ("sgd", {"nesterov": True}),
+])
+def test_an_option_the_optimiser_would_ignore_is_an_error(opt, option):
+    # each trained exactly as without it, silently
+    with pytest.raises(UserError, match="ignore|needs a momentum") as excinfo:
+        Engine(BayesLinear(3, 2), opt, lr=1e-2, compile=False, **option)
+    assert "\n" not in str(excinfo.value)
+    Engine(BayesLinear(3, 2), "sgd", lr=1e-2, compile=False, momentum=0.9, nesterov=True)
+    Engine(BayesLinear(3, 2), "adam", lr=1e-2, compile=False, betas=(0.5, 0.9), eps=1e-6)

@@ -93,6 +93,9 @@ def test_outputs_tuple_mapping_and_output_key():
         select_output({"loss": torch.ones(()), "hidden": t})
     with pytest.raises(bbb.UserError, match=r"returned a str, where a tensor"):
         select_output("nope")
+    # a tensor with output= given: the line said "returned a tensor, where a tensor ... was expected"
+    with pytest.raises(bbb.UserError, match=r"returned a tensor, which has no part output='logits'.*leave output= out"):
+        select_output(t, "logits")
     with pytest.raises(bbb.UserError, match="output= must be"):
         bbb.ELBO(Keywords(), output=1.5)
     torch.manual_seed(0)

@@ -147,6 +147,10 @@ def test_bad_classification_input_is_one_line(classification):
     with pytest.raises(UserError) as err:
         fit_last_layer_laplace(net, (x, y + 1), likelihood="classification")
     assert "0..1" in _one_line(err)
+    # a regression of 2 outputs needs (n, 2) targets; the line said "(n,) or (n, 2) ..., got (200,)"
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, (x, y.float()), likelihood="regression")
+    assert "must be (n, 2), one per output" in _one_line(err)
 
 
 def test_without_laplace_torch_the_line_says_how_to_install_it(monkeypatch):
@@ -271,6 +275,20 @@ def test_a_dataloader_s_targets_of_another_shape_are_one_line(regression, classi
         fit_last_layer_laplace(net, DataLoader(TensorDataset(x, y.float()), batch_size=64),
                                likelihood="classification", marglik_steps=0)
     assert "class indices" in _one_line(err)
+
+
+
+@needs_laplace
+@pytest.mark.parametrize("weights", ["last_layer", "all"])
+def test_the_fit_and_predict_leave_each_module_in_its_own_mode(classification, weights):
+    # model.train(was) put a BatchNorm frozen in eval() (a fine-tune's) back in train()
+    _, x, y = classification
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).train()
+    net[1].eval().requires_grad_(False)  # (laplace-torch's curvature has no BatchNorm)
+    post = bbb.laplace.fit_laplace(net, (x, y), weights=weights, likelihood="classification", marglik_steps=2)
+    post.predict(x[:4])
+    assert [m.training for m in net] == [True, False, True, True]
 
 
 @needs_laplace

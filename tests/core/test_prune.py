@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from bbb import ELBO, Engine
 from bbb.distributions import GaussianPrior, softplus
+from bbb.errors import UserError
 from bbb.nn import BayesMLP, model_kl, sampling
 from bbb.prune import count_weights, prune, signal_to_noise, snr_db, unprune
 
@@ -156,3 +157,10 @@ def test_a_pruned_population_has_its_pruned_weights_zero_in_every_sample(estimat
     fresh = BayesPopulation(4, [3], 2, bayesian=2, estimator=estimator)
     fresh.load_member(1, member)
     torch.testing.assert_close(fresh.eval()(x)[1], before[1][1])
+
+
+@pytest.mark.parametrize("bad", ["0.5", None, float("nan"), -0.1, 1.5])
+def test_a_fraction_that_is_no_number_in_0_1_is_one_line(bad):
+    with pytest.raises(UserError, match="fraction to prune") as excinfo:  # a string or None: a TypeError
+        prune(BayesMLP(3, [4], 2), bad)
+    assert "\n" not in str(excinfo.value)

@@ -105,3 +105,14 @@ def test_bad_inputs_are_one_line_errors(call):
     with pytest.raises(UserError) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("number", [np.float32(0.5), torch.tensor(0.5), 0.5])
+def test_a_numpy_or_tensor_number_is_a_number(number):
+    # np.float32(0.5) was "coverage must be a number in (0, 1], got np.float32(0.5)"
+    u, e = [0.1, 0.2, 0.3, 0.4], [0.0, 0.0, 1.0, 1.0]
+    assert U.risk_at_coverage(u, e, number) == 0.0
+    assert U.threshold_for_coverage(u, number) == pytest.approx(0.2)
+    assert U.threshold_for_target_error(u, e, number) == pytest.approx(0.4)
+    with pytest.raises(UserError, match=r"coverage must be a number in \(0, 1\]"):
+        U.threshold_for_coverage(u, number * 3)

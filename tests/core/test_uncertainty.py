@@ -84,6 +84,32 @@ def test_predict_shapes_modes_and_restores_training_state():
         U.predict(net, x, mode="median")
 
 
+
+class _SeqFirst(torch.nn.Module):
+    """A sequence-first LSTM (inputs (T, B, 3)): per step (T, B, C) or, pooled, its last state's (B, C)."""
+
+    def __init__(self, classes: int, per_step: bool) -> None:
+        super().__init__()
+        self.rnn, self.head, self.per_step = torch.nn.LSTM(3, 5), torch.nn.Linear(5, classes), per_step
+
+    def forward(self, x):
+        out, (h, _) = self.rnn(x)
+        return self.head(out if self.per_step else h[-1])
+
+
+@pytest.mark.parametrize(("steps", "classes", "per_step"), [(5, 2, False), (3, 2, False), (5, 2, True), (2, 3, True)])
+def test_predict_in_chunks_of_a_sequence_first_model_joins_the_chunks_along_its_batch(steps, classes, per_step):
+    # a chunk of 2 examples, 2 classes: the pooled (k, 2, 2) outputs were joined along the classes
+    import bbb
+
+    net = bbb.bayesianize(_SeqFirst(classes, per_step))
+    x = torch.randn(steps, 4, 3)
+    whole = U.predict(net, x, num_samples=3, generator=0)
+    assert whole.shape == ((3, steps, 4, classes) if per_step else (3, 4, classes))
+    torch.testing.assert_close(U.predict(net, x, num_samples=3, batch_size=2, generator=0), whole)
+    torch.testing.assert_close(U.predict(net, [x[:, :2], x[:, 2:]], num_samples=3, generator=0), whole)
+
+
 @pytest.mark.parametrize("k", [1, 6])
 def test_predict_in_chunks_uses_the_same_networks_for_every_chunk(k):
     net = BayesMLP(4, [8], 3, rho_init=-1.0)
@@ -124,3 +150,39 @@ def test_regression_uncertainty_law_of_total_variance():
     torch.testing.assert_close(r["total"], torch.tensor([1.25, 0.25]))
     r2 = U.regression_uncertainty(means, noise_sigma=torch.tensor([[1.0, 1.0], [3.0, 1.0]]))
     torch.testing.assert_close(r2["aleatoric"], torch.tensor([5.0, 1.0]))
+
+
+def test_predict_chunks_each_batch_of_a_dataloader_by_batch_size():
+    # batch_size was ignored for a DataLoader: its batches of 8 ran whole, the memory bound not kept
+    net = BayesMLP(4, [6], 3, rho_init=-1.0)
+    x, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    rows = []
+    hook = net.layers[0].register_forward_pre_hook(lambda m, args: rows.append(args[0].shape[-2]))
+    out, targets = U.predict(net, loader, num_samples=2, batch_size=3, return_targets=True, generator=0)
+    hook.remove()
+    assert rows == [3, 3, 2, 2]  # inputs (k, rows, 4): chunks of 3, 3, 2 and the last batch of 2
+    torch.testing.assert_close(out, U.predict(net, x, num_samples=2, generator=0))
+    assert torch.equal(targets, y)
+
+
+def test_evaluate_refuses_one_logit_per_example():
+    # labels all 0 scored perfectly (error 0, NLL 0): a softmax over one class is 1
+    net = BayesMLP(3, [4], 1)
+    with pytest.raises(ValueError, match="1 logit per example"):
+        U.evaluate(net, (torch.randn(5, 3), torch.zeros(5, dtype=torch.long)), num_samples=2)
+
+
+def test_predict_and_evaluate_leave_each_module_in_its_own_mode():
+    # a fine-tune with the BatchNorm's statistics frozen (model.train(); bn.eval()): predict's
+    # model.train(was) put the BatchNorm back in train(), and its statistics moved again
+    import bbb
+
+    net = bbb.bayesianize(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
+                                              torch.nn.Linear(4, 2)), skip=[torch.nn.BatchNorm1d])
+    net.train()
+    net[1].eval()
+    x = torch.randn(6, 3)
+    U.predict(net, x, num_samples=2)
+    U.evaluate(net, (x, torch.randint(0, 2, (6,))), num_samples=2)
+    assert [m.training for m in net] == [True, False, True]

@@ -117,3 +117,15 @@ def test_regression_uncertainty_checks():
     with pytest.raises(ValueError, match="noise_sigma"):
         U.regression_uncertainty(torch.zeros(3, 5), torch.ones(2, 3, 5))
     assert U.regression_uncertainty(torch.zeros(3, 5), torch.ones(5))["aleatoric"].shape == (5,)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_labels_of_any_integer_dtype_give_the_int64_labels_result(metric, dtype):
+    p, y = probs_labels()
+    want, got = metric(p, y), metric(p, y.to(dtype))  # numpy's int32 labels, MNIST's uint8
+    if isinstance(want, dict):
+        for k in want:
+            assert torch.equal(want[k], got[k])
+    else:
+        assert got == want

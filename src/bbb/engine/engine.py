@@ -71,7 +71,10 @@ from .layout import Layout, member_index
 from .sampler import Sampler, kl_kind
 from .state import ENGINE_FORMAT, engine_state, load_engine_state
 from .support import (
+    ADAM_BETAS,
+    ADAM_EPS,
     check_member_lr_scale,
+    check_optimizer_options,
     clip_grad_norm,
     compile_default,
     elbo_settings,
@@ -116,7 +119,7 @@ class Engine(torch.optim.Optimizer):
         betas: Adam's, as ``torch.optim.Adam``.
         eps: Adam's, as ``torch.optim.Adam``.
         momentum: SGD's, as ``torch.optim.SGD``.
-        nesterov: SGD's, as ``torch.optim.SGD``.
+        nesterov: SGD's, as ``torch.optim.SGD`` (the other optimiser's options: a :class:`UserError`).
         rho_lr_scale: rho's learning rate is ``lr * rho_lr_scale`` (mu's is ``lr``). Under plain
             SGD sigma barely moves from its initial value at the paper's learning rates; a larger
             step for rho lets it move. Kept in the parameter group (``"rho_lr_scale"``), so it is
@@ -154,8 +157,8 @@ class Engine(torch.optim.Optimizer):
         optimizer: OptimizerKind | str = OptimizerKind.ADAM,
         lr: float = 1e-3,
         *,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
+        betas: tuple[float, float] = ADAM_BETAS,
+        eps: float = ADAM_EPS,
         momentum: float = 0.0,
         nesterov: bool = False,
         rho_lr_scale: float = 1.0,
@@ -182,6 +185,7 @@ class Engine(torch.optim.Optimizer):
         eps = check_float("eps", eps, 0.0, above=True)
         if not (0.0 <= momentum < 1.0):
             raise UserError(f"momentum must be in [0, 1), got {momentum}")
+        check_optimizer_options(self.kind is OptimizerKind.ADAM, betas, eps, momentum, nesterov)
         rho_lr_scale = check_float("rho_lr_scale", rho_lr_scale, 0.0, above=True)
         k = None if num_samples is None else check_int("num_samples", num_samples)
         self.seed = check_int("seed", seed, 0)

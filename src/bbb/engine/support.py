@@ -128,6 +128,26 @@ def param_groups(params: Any) -> list[dict[str, Any]]:
     return groups
 
 
+#: Adam's betas and eps, as ``torch.optim.Adam`` has them: the Engine's defaults
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+def check_optimizer_options(adam: bool, betas: tuple[float, float], eps: float, momentum: float,
+                            nesterov: bool) -> None:
+    """A one-line error for an option the engine's optimiser would ignore: ``momentum`` or
+    ``nesterov`` for Adam, ``betas`` or ``eps`` other than Adam's defaults for SGD, ``nesterov``
+    without momentum."""
+    if adam and (momentum or nesterov):
+        raise UserError("momentum and nesterov are SGD's, which Adam would ignore: Engine(model, 'sgd', "
+                        "momentum=...), or Adam's own betas=")
+    if not adam and (tuple(betas) != ADAM_BETAS or eps != ADAM_EPS):
+        raise UserError("betas and eps are Adam's, which SGD would ignore: Engine(model, 'adam', betas=...), or "
+                        "SGD's own momentum=")
+    if nesterov and not momentum:
+        raise UserError("nesterov=True needs a momentum > 0, as torch.optim.SGD's")
+
+
 def torch_optimizer(adam: bool, groups: list[dict[str, Any]], defaults: dict[str, Any]) -> torch.optim.Optimizer:
     """The engine's inner optimiser (what it does not fuse): ``torch.optim.Adam`` or ``SGD`` with the
     engine's options (``defaults``) for the groups that set none of their own."""

@@ -30,6 +30,7 @@ from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..nn import shared_samples
+from ..nn.model import modes_kept
 from ..options import IMAGE_DATASETS
 from ..plots import canvas, figures, finish, plot_reliability, save_png
 from ..runs import TrainedLaplace, mc_dropout
@@ -86,10 +87,8 @@ def _chunk_probs(model: nn.Module, xc: Tensor, method: str, samples: int) -> Ten
         with mc_dropout(model):
             logits = model(xc.unsqueeze(0).expand(samples, *xc.shape))
     else:
-        was = model.training
-        model.eval()
-        logits = model(xc).unsqueeze(0)
-        model.train(was)
+        with modes_kept(model):
+            logits = model(xc).unsqueeze(0)
     return torch.softmax(logits.float(), -1)
 
 

@@ -22,7 +22,7 @@ from ..distributions import (
     prior_from_config,
     softplus,
 )
-from ..errors import UserError
+from ..errors import UserError, check_float
 from ..options import StrOption
 from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
 
@@ -133,12 +133,10 @@ class BayesModule(nn.Module):
         if isinstance(self.prior, MemberPrior) and not self.member_axis:
             raise UserError(f"a MemberPrior (a prior per member) is for a population's layers "
                             f"(bbb.nn.BayesPopulation), not a {type(self).__name__}")
-        if mu_init_scale is not None and not (mu_init_scale > 0 and math.isfinite(mu_init_scale)):
-            raise UserError(f"mu_init_scale must be > 0, got {mu_init_scale}")
-        if not math.isfinite(rho_init):
-            raise UserError(f"rho_init must be finite, got {rho_init}")
-        self.mu_init_scale = mu_init_scale
-        self.rho_init = float(rho_init)
+        # (a string or None was a TypeError out of math.isfinite)
+        self.mu_init_scale = None if mu_init_scale is None else check_float("mu_init_scale", mu_init_scale, 0.0,
+                                                                               above=True)
+        self.rho_init = check_float("rho_init", rho_init)
         #: the rule the posterior's sigma started from when not ``rho_init`` (``from_torch``)
         self.sigma_init: RelativeSigma | None = None
         self._sampling_override: SamplingMode | None = None
@@ -353,15 +351,18 @@ class BayesModule(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # a deterministic layer's state (``weight``, ``bias``): it becomes the posterior mean, the
-        # posterior's rho keeps its current value (rho_init for a fresh layer), and a CenteredPrior
-        # is centred on it (the trained weights)
+        # posterior's rho starts as at a conversion of it (rho_init, or sigma_init of the loaded
+        # weights; never the memory of a layer made on "meta" and moved by to_empty), and a
+        # CenteredPrior is centred on it (the trained weights)
         centred = isinstance(self.prior, CenteredPrior)
         for name in self._param_names:
             key = f"{prefix}{name}"
             if key in state_dict and f"{key}_mu" not in state_dict and getattr(self, f"{name}_mu", None) is not None:
                 state_dict[f"{key}_mu"] = state_dict.pop(key)
                 if f"{key}_rho" not in state_dict:
-                    state_dict[f"{key}_rho"] = self.rho(name).detach().clone()
+                    rho, mu = self.rho(name), state_dict[f"{key}_mu"]  # (mu's device: load_state_dict(assign=True))
+                    state_dict[f"{key}_rho"] = (torch.full(rho.shape, self.rho_init, dtype=rho.dtype, device=mu.device)
+                                                if self.sigma_init is None else self.sigma_init.rho(mu).to(rho.dtype))
                 if centred and f"{key}_prior_mean" not in state_dict:
                     state_dict[f"{key}_prior_mean"] = state_dict[f"{key}_mu"]
             # a centred checkpoint loads into a layer not centred yet

@@ -6,14 +6,14 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import KLMode, Prior
-from ..errors import UserError
+from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, leading_samples
@@ -25,6 +25,16 @@ __all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling", "warn_not_bayesi
 _ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
     "elu": lambda: nn.ELU(inplace=True)}
+
+
+def layer_sizes(who: str, in_features: int, hidden_sizes: Iterable[int], out_features: int) -> list[int]:
+    """[in_features, *hidden_sizes, out_features] of a multilayer perceptron, each an integer >= 1
+    (int() cut a width of 400.7 to 400), ``hidden_sizes`` a list (a bare 400 is a one-line error)."""
+    if isinstance(hidden_sizes, (str, bytes)) or not isinstance(hidden_sizes, Iterable):
+        raise UserError(f"{who}'s hidden_sizes is a list of widths (e.g. [400, 400]; [] for none), got "
+                        f"{hidden_sizes!r}")
+    return [check_int("in_features", in_features), *[check_int("a hidden width", h) for h in hidden_sizes],
+            check_int("out_features", out_features)]
 
 
 class BayesMLP(nn.Module):
@@ -57,9 +67,7 @@ class BayesMLP(nn.Module):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise UserError(f"unknown activation {activation!r}; choose one of: {', '.join(_ACTIVATIONS)}")
-        sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
-        if any(s <= 0 for s in sizes):
-            raise UserError(f"every layer width must be positive, got {sizes}")
+        sizes = layer_sizes(type(self).__name__, in_features, hidden_sizes, out_features)
         self.sizes = sizes
         self.activation = activation
         self.layers = nn.ModuleList(
@@ -162,6 +170,21 @@ def model_kl(
         p = next(model.parameters(), None)
         return torch.zeros((), device=None if p is None else p.device)
     return torch.stack(terms).sum()
+
+
+@contextlib.contextmanager
+def modes_kept(model: nn.Module, eval: bool = True) -> Iterator[nn.Module]:
+    """``model`` in ``eval()`` inside the block (``eval=False``: as the block leaves it), and after it
+    every module back in its own mode: ``model.train(was)`` would also switch on the modules its owner
+    had put in ``eval()`` (a BatchNorm whose statistics stay frozen during a fine-tune)."""
+    modes = [(m, m.training) for m in model.modules()]
+    if eval:
+        model.eval()
+    try:
+        yield model
+    finally:
+        for m, mode in modes:
+            m.training = mode
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from ..distributions import MemberPrior, Prior
 from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
-from .model import BayesMLP
+from .model import BayesMLP, layer_sizes
 from .samples import LEADING, PROVIDER
 
 __all__ = ["OneHot", "one_hot_is_dense", "population_linear", "PopulationBayesLinear", "PopulationLinear",
@@ -342,9 +342,7 @@ class BayesPopulation(nn.Module):
                  rho_init: float = DEFAULT_RHO_INIT, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None, estimator: Estimator | str = Estimator.REPARAM) -> None:
         super().__init__()
-        sizes = [int(in_features), *[int(h) for h in hidden_sizes], int(out_features)]
-        if any(s <= 0 for s in sizes):
-            raise UserError(f"every layer width must be positive, got {sizes}")
+        sizes = layer_sizes(type(self).__name__, in_features, hidden_sizes, out_features)
         bayesian, deterministic = check_int("bayesian", bayesian, 0), check_int("deterministic", deterministic, 0)
         if bayesian + deterministic < 1:
             raise UserError("a population needs at least one member")

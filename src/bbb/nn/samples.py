@@ -506,9 +506,11 @@ def select_output(y: Any, output: str | int | None = None) -> Tensor:
         kinds = ", ".join(type(v).__name__ for v in y)
         raise UserError(f"the model returned a {type(y).__name__} ({kinds}): output={output!r} selects no tensor "
                         "in it; pass output= the index of its predictions")
-    what = "a tensor" if isinstance(y, Tensor) else f"a {type(y).__name__}"
-    raise UserError(f"the model returned {what}, where a tensor, a tuple, a mapping or a ModelOutput was expected"
-                    + ("" if output is None else f" (output={output!r} selects a key or an index)"))
+    if isinstance(y, Tensor):  # (with output= given)
+        raise UserError(f"the model returned a tensor, which has no part output={output!r} could select (a key of a "
+                        "mapping or a ModelOutput, an index of a tuple): leave output= out")
+    raise UserError(f"the model returned a {type(y).__name__}, where a tensor, a tuple, a mapping or a ModelOutput "
+                    "was expected" + ("" if output is None else f" (output={output!r} selects a key or an index)"))
 
 
 def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_dim: int | None = None,

@@ -30,6 +30,7 @@ from ..elbo import HeteroscedasticGaussian
 from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, check_int
 from ..io import atomic_write_json, atomic_write_text, csv_text
 from ..nn import shared_samples
+from ..nn.model import modes_kept
 from ..options import Method, choice, is_bayesian
 from ..plots import plot_interval_calibration, plot_reliability, plot_risk_coverage
 from ..prune import prune, unprune
@@ -89,15 +90,11 @@ def _check_eval_memory(model: nn.Module, x: Tensor, method: str, samples: int, c
 @contextlib.contextmanager
 def mc_dropout(model: nn.Module) -> Iterator[None]:
     """Eval mode everywhere except the dropout layers (Monte Carlo dropout)."""
-    was = model.training
-    model.eval()
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.train()
-    try:
+    with modes_kept(model):
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.train()
         yield
-    finally:
-        model.train(was)
 
 
 def _one_network(model: nn.Module, method: str) -> bool:
@@ -122,12 +119,8 @@ def _seeded(seed: int | None, dev: torch.device) -> Iterator[None]:
 
 @torch.no_grad()
 def mean_logits(model: nn.Module, x: Tensor, chunk: int = EVAL_CHUNK) -> Tensor:
-    was = model.training
-    model.eval()
-    try:
+    with modes_kept(model):
         return torch.cat([model(xc) for xc in torch.split(x, chunk)]) if x.shape[0] else x.new_zeros(0, 0)
-    finally:
-        model.train(was)
 
 
 @torch.no_grad()

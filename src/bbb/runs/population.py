@@ -59,6 +59,7 @@ from ..errors import CheckpointError, TrainingInterrupted, UserError
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..nn import BayesMLP, BayesPopulation
 from ..nn.base import Estimator
+from ..nn.model import modes_kept
 from ..options import Method
 from ..progress import progress_bar
 from . import model as runmodel
@@ -227,16 +228,12 @@ def _member_sums(pop: BayesPopulation, x: Tensor, y: Tensor) -> Tensor:
     on the same rows ``(x, y)``, float64 on the device, unread."""
     k = pop.members
     out = torch.zeros(k, 2, dtype=torch.float64, device=x.device)
-    was = pop.training
-    pop.eval()
-    try:
+    with modes_kept(pop):
         for xc, yc in zip(torch.split(x, EVAL_CHUNK), torch.split(y, EVAL_CHUNK)):
             logits = pop(xc.unsqueeze(0).expand(k, *xc.shape)).float()  # (members, rows, classes)
             errors = (logits.argmax(-1) != yc).sum(1).double()
             nll = F.cross_entropy(logits.transpose(1, 2), yc.expand(k, -1), reduction="none").double().sum(1)
             out += torch.stack([errors, nll], 1)
-    finally:
-        pop.train(was)
     return out
 
 

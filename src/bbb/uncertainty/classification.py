@@ -164,14 +164,14 @@ def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = 1e-12) -
     """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``), in
     float64 (a float16 ``eps`` of 1e-12 is 0, and a probability 0 gave an infinite NLL)."""
     _check(probs, labels, "negative_log_likelihood")
-    return float(-torch.log(probs.gather(1, labels[:, None]).double().clamp_min(eps)).mean())
+    return float(-torch.log(probs.gather(1, labels.long()[:, None]).double().clamp_min(eps)).mean())
 
 
 def brier_score(probs: Tensor, labels: Tensor) -> float:
     """Mean over examples of sum_c (p_c - 1[y = c])^2, summed over the classes (0 is perfect, 2
     the worst), in float64."""
     _check(probs, labels, "brier_score")
-    onehot = torch.nn.functional.one_hot(labels, probs.shape[-1]).to(torch.float64)
+    onehot = torch.nn.functional.one_hot(labels.long(), probs.shape[-1]).to(torch.float64)
     return float(((probs.double() - onehot) ** 2).sum(-1).mean())
 
 

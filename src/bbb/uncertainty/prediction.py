@@ -18,6 +18,7 @@ from ..errors import UserError, check_int
 from ..hf import causal_lm
 from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
+from ..nn.model import modes_kept
 from ..nn.samples import (
     PROVIDER,
     Inputs,
@@ -136,7 +137,7 @@ def predict(
     to the model's device. The model's output may be a tensor, a tuple (its first element), a
     mapping or a ``ModelOutput`` (its ``"logits"``, or the key ``output=`` names).
     The k networks run batched (the samples folded into the batch dimension, so any network
-    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking one batch
+    works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking each batch
     (every tensor with the batch dimension is split), and every chunk or batch sees the same k
     networks (weights drawn once, :func:`bbb.nn.shared_samples`). ``return_targets=True``
     (DataLoader only) also returns the concatenated targets: ``(outputs, targets)``.
@@ -185,12 +186,10 @@ def predict(
         raise UserError("predict: generator= has no effect inside engine.sampling() (the engine supplies the "
                         "weights): call predict outside the block")
     saved = None if gen is None else _rng_states(dev)
-    was_training = model.training
-    model.eval()
     try:
-        return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved, output)
+        with modes_kept(model):  # (each module back in its own mode: a frozen BatchNorm stays in eval())
+            return _predict(model, x, int(num_samples), mode, batch_size, return_targets, dev, gen, saved, output)
     finally:
-        model.train(was_training)
         if saved is not None:
             _set_rng_states(saved, dev)
 
@@ -199,21 +198,17 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
              return_targets: bool, dev: torch.device | None, gen: torch.Generator | None,
              saved: list[Tensor] | None, output: str | int | None) -> Tensor | tuple[Tensor, Tensor]:
     d = model_batch_dim(model)  # 1 for a sequence-first model: inputs (T, B, ...)
-    batches: Iterable[tuple[Any, Tensor | None]]
     one = _one_batch(x)
-    if one:
-        x = split_targets(x)[0]
-        batches = [(x, None)] if batch_size is None else [(c, None) for c in split_inputs(x, batch_size, d)]
-    else:
-        batches = _batches(x)
+    batches = _chunks([(split_targets(x)[0], None)] if one else _batches(x), batch_size, d)
     outs, targets = [], []
     record: AbstractContextManager[Any] = SampleRecorder(gen) if gen is not None else nullcontext()
     with sampling(model, mode), shared_samples(), record:
-        sizes = []
-        for xc, yc in batches:
+        sizes, steps = [], []
+        for xc, yc, first in batches:
             if not one and dev is not None:
                 xc = map_inputs(xc, lambda t: t.to(dev))
             sizes.append(_size(xc, d))
+            steps.append(_size(xc, 0))  # a sequence-first input's steps T
             before = None if saved is None else _rng_states(dev)
             if mode == "mean":
                 out = select_output(call_model(model, xc), output).unsqueeze(0)
@@ -224,16 +219,35 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
                                 "random generator (a layer that ignores bbb.nn.SampleRecorder's generator), so "
                                 "its noise is not reproducible: route that layer's draws through the recorder")
             outs.append(out)
-            if return_targets:
+            if return_targets and first:
                 if yc is None:
                     raise UserError("return_targets: the DataLoader's batches carry no targets")
                 targets.append(yc.to(out.device))
     if not outs:
         raise UserError("predict: the DataLoader yielded no batches")
     # the outputs' batch: dim 1 after the samples, or 2 for a sequence-first output (k, T, B, ...)
-    per_step = d == 1 and all(o.dim() > 2 and o.shape[2] == xs for o, xs in zip(outs, sizes))
+    per_step = d == 1 and _per_step(outs, sizes, steps)
     result = torch.cat(outs, dim=2 if per_step else 1)
     return (result, torch.cat(targets)) if return_targets else result
+
+
+def _chunks(batches: Iterable[tuple[Any, Tensor | None]], batch_size: int | None,
+            d: int) -> Iterator[tuple[Any, Tensor | None, bool]]:
+    """(inputs, targets, whether the batch's first chunk) of each batch in chunks of ``batch_size``
+    examples along ``d`` (None: whole); a batch's targets come with each of its chunks."""
+    for xb, yb in batches:
+        for j, c in enumerate([xb] if batch_size is None else split_inputs(xb, batch_size, d)):
+            yield c, yb, j == 0
+
+
+def _per_step(outs: list[Tensor], sizes: list[int], steps: list[int]) -> bool:
+    """Whether a sequence-first model's outputs, one per chunk of ``sizes`` examples (inputs of
+    ``steps`` steps), are per step, (k, T, B, ...), rather than per example, (k, B, ...): B at dim 2
+    and not at dim 1; where it is at both (a chunk of B examples, B classes), the outputs per step
+    are those whose dim 1 is the inputs' T."""
+    at_2 = all(o.dim() > 2 and o.shape[2] == n for o, n in zip(outs, sizes))
+    at_1 = all(o.shape[1] == n for o, n in zip(outs, sizes))
+    return at_2 and (not at_1 or all(o.shape[1] == t for o, t in zip(outs, steps)))
 
 
 def _size(inputs: Any, d: int) -> int:
@@ -325,6 +339,9 @@ def evaluate(
     if targets.is_floating_point():
         raise UserError("evaluate: the targets are floating point (regression?): pass likelihood=, a "
                         "bbb.elbo.Gaussian with the noise sd (e.g. elbo.likelihood) or the HeteroscedasticGaussian")
+    if outputs.shape[-1] < 2:  # (a softmax over one class is 1: every score perfect on labels 0)
+        raise UserError(f"evaluate: the network gives {outputs.shape[-1]} logit per example, and a softmax over one "
+                        "class is certain: a classifier gives one logit per class (a regressor: pass likelihood=)")
     probs = predictive_probs(outputs)
     return {
         "error": error_rate(probs, targets),

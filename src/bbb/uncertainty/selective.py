@@ -36,13 +36,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import UserError
+from ..errors import UserError, check_float
 
 __all__ = ["DEFAULT_COVERAGE", "risk_coverage", "aurc", "risk_at_coverage", "threshold_for_coverage",
            "threshold_for_target_error"]
 
 #: the share of the inputs that ``bbb predict`` keeps by default (the rest are referred)
 DEFAULT_COVERAGE = 0.8
+
+
+def _coverage(value: Any, fn: str) -> float:
+    """``value`` as a float in (0, 1] (a numpy scalar or a one-element tensor too), else a one-line error."""
+    v = check_float(f"{fn}: coverage", value, 0.0, above=True)
+    if v > 1:
+        raise UserError(f"{fn}: coverage must be a number in (0, 1], got {value!r}")
+    return v
 
 
 def _inputs(uncertainty: Any, errors: Any, fn: str) -> tuple[Tensor, Tensor]:
@@ -103,8 +111,7 @@ def aurc(uncertainty: Any, errors: Any) -> float:
 
 def risk_at_coverage(uncertainty: Any, errors: Any, coverage: float) -> float:
     """The mean error among the ceil(coverage * N) most certain inputs (at least one)."""
-    if not isinstance(coverage, (int, float)) or isinstance(coverage, bool) or not 0 < coverage <= 1:
-        raise UserError(f"risk_at_coverage: coverage must be a number in (0, 1], got {coverage!r}")
+    coverage = _coverage(coverage, "risk_at_coverage")
     _, risk = risk_coverage(uncertainty, errors)
     n = risk.numel()
     m = min(n, max(1, math.ceil(coverage * n - 1e-9)))
@@ -122,10 +129,7 @@ def threshold_for_target_error(uncertainty: Any, errors: Any, target_error: floa
     it returns ``-inf``: every input is referred. When all inputs meet the target, it returns
     the largest uncertainty seen, so a new input more uncertain than all of them is referred.
     """
-    if (not isinstance(target_error, (int, float)) or isinstance(target_error, bool)
-            or not math.isfinite(target_error) or target_error < 0):
-        raise UserError(f"threshold_for_target_error: target_error must be a finite number >= 0, "
-                        f"got {target_error!r}")
+    target_error = check_float("threshold_for_target_error: target_error", target_error, 0.0)
     u, e = _inputs(uncertainty, errors, "threshold_for_target_error")
     values, _, counts, sums = _sorted(u, e)
     risk = torch.cumsum(sums, 0) / torch.cumsum(counts, 0).double()
@@ -145,9 +149,7 @@ def threshold_for_coverage(uncertainty: Any, coverage: float) -> float:
     referred. ``coverage`` 1 returns the largest uncertainty seen, so a new input more uncertain
     than all of them is referred.
     """
-    if (not isinstance(coverage, (int, float)) or isinstance(coverage, bool) or not math.isfinite(coverage)
-            or not 0 < coverage <= 1):
-        raise UserError(f"threshold_for_coverage: coverage must be a number in (0, 1], got {coverage!r}")
+    coverage = _coverage(coverage, "threshold_for_coverage")
     u, _ = _inputs(uncertainty, uncertainty, "threshold_for_coverage")
     values, _, counts, _ = _sorted(u, u)
     share = torch.cumsum(counts, 0).double() / u.numel()

@@ -258,7 +258,7 @@ def test_layer_rejects_bad_arguments(kwargs, match):
 
 
 def test_mlp_rejects_bad_widths():
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="width must be an integer >= 1"):
         BayesMLP(784, [400, 0], 10)
     with pytest.raises(ValueError, match="activation"):
         BayesMLP(784, [400], 10, activation="swish2")
@@ -323,3 +323,23 @@ def test_assigning_the_mean_is_a_one_line_error_saying_what_to_set():
         lstm.weight_ih_l0 = nn.Parameter(torch.zeros(16, 3))
     layer.extra = nn.Parameter(torch.zeros(1))  # other names: torch's behaviour
     assert "extra" in dict(layer.named_parameters())
+
+
+@pytest.mark.parametrize("cls", [bbb.BayesMLP, bbb.nn.BayesPopulation])
+def test_mlp_widths_are_checked_not_cut(cls):
+    extra = {"bayesian": 2} if cls is bbb.nn.BayesPopulation else {}
+    with pytest.raises(bbb.UserError, match=r"hidden_sizes is a list of widths.*got 400"):
+        cls(3, 400, 2, **extra)  # was: TypeError 'int' object is not iterable
+    with pytest.raises(bbb.UserError, match="a hidden width must be an integer >= 1, got 400.7"):
+        cls(3, [400.7], 2, **extra)  # was: a width of 400, silently
+    with pytest.raises(bbb.UserError, match="a hidden width must be an integer >= 1, got 0"):
+        cls(3, [0], 2, **extra)
+    x = torch.randn(2, 2, 3) if extra else torch.randn(2, 3)  # (a population: members, rows, features)
+    assert cls(3, (4, 5.0), 2, **extra)(x).shape[-1] == 2
+
+
+@pytest.mark.parametrize(("option", "bad"), [("rho_init", "-5"), ("rho_init", None), ("rho_init", float("inf")),
+                                             ("mu_init_scale", "0.1"), ("mu_init_scale", 0.0)])
+def test_a_layer_s_initial_numbers_are_checked_in_one_line(option, bad):
+    with pytest.raises(bbb.UserError, match=option):  # a string or None: a TypeError of math.isfinite
+        bbb.nn.BayesLinear(3, 2, **{option: bad})

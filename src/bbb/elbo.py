@@ -383,7 +383,7 @@ class ELBO(nn.Module):
         self._warned_eval = False
         self._last_index: int | None = None  # the batch_index of the last training step
         self._versions: tuple[int, tuple[int, ...]] | None = None  # (a model parameter's, ours) at the last step
-        self._warned_untrained = False
+        self._warned_untrained = False  # (also once its own parameters are seen stepped: nothing left to check)
         self._stale: tuple[int, int] = (-1, 0)  # (a Bayesian parameter's version, steps it kept it with a grad)
         self._warned_epoch = False
 
@@ -511,22 +511,31 @@ class ELBO(nn.Module):
         steps in a row (no optimiser steps them: one built before ``bbb.bayesianize`` holds the layers it
         replaced); its own parameters (a learned noise) kept theirs and a gradient while the model's were
         stepped since the last training step (the optimiser was not given ``elbo.parameters()``)."""
-        bayes = next((p for m in bayes_modules(self.model) for p in m.parameters(recurse=False) if p.requires_grad),
-                     None)
-        if bayes is not None and self._stale[1] < STALE_STEPS:
-            kept = bayes.grad is not None and bayes._version == self._stale[0]
-            self._stale = (bayes._version, self._stale[1] + 1 if kept else 0)
-            if self._stale[1] == STALE_STEPS:
-                warnings.warn(f"ELBO: the model's Bayesian parameters kept their values and a gradient for "
-                              f"{STALE_STEPS} training steps: no optimiser steps them; an optimiser built before "
-                              "bbb.bayesianize(net) holds the layers it replaced: build it after converting",
-                              UserWarning, stacklevel=_caller_level())
+        if self._stale[1] >= 0:  # (-1: seen stepped, or warned: nothing left to check, no cost per step)
+            bayes = next((p for m in bayes_modules(self.model) for p in m.parameters(recurse=False)
+                          if p.requires_grad), None)
+            if bayes is None or (self._stale[0] >= 0 and bayes._version != self._stale[0]):
+                self._stale = (-1, -1)  # an optimiser steps them (or there are none)
+            else:
+                kept = bayes.grad is not None and bayes._version == self._stale[0]
+                self._stale = (bayes._version, self._stale[1] + 1 if kept else 0)
+                if self._stale[1] == STALE_STEPS:
+                    self._stale = (-1, -1)
+                    warnings.warn(f"ELBO: the model's Bayesian parameters kept their values and a gradient for "
+                                  f"{STALE_STEPS} training steps: no optimiser steps them; an optimiser built before "
+                                  "bbb.bayesianize(net) holds the layers it replaced: build it after converting",
+                                  UserWarning, stacklevel=_caller_level())
+        if self._warned_untrained:  # (warned, or seen trained: nothing left to check)
+            return
         own = [p for p in self.parameters() if p.requires_grad]
         ref = next((p for p in self.model.parameters() if p.requires_grad), None)
-        if not own or ref is None or self._warned_untrained:
+        if not own or ref is None:
+            self._warned_untrained = True
             return
         before, self._versions = self._versions, (ref._version, tuple(p._version for p in own))
-        if (before is not None and before[0] != self._versions[0] and before[1] == self._versions[1]
+        if before is not None and before[1] != self._versions[1]:
+            self._warned_untrained = True  # an optimiser steps them
+        elif (before is not None and before[0] != self._versions[0]
                 and any(p.grad is not None for p in own)):
             self._warned_untrained = True
             names = ", ".join(n for n, p in self.named_parameters() if p.requires_grad)

@@ -57,6 +57,7 @@ __all__ = [
     "Outcome",
     "RunJob",
     "State",
+    "check_job_options",
     "check_settings",
     "diverged_message",
     "epochs_done",
@@ -267,6 +268,26 @@ def check_settings(job: Job) -> None:
     if diff:
         k, was, new = diff[0]
         raise SettingsMismatch(f"{job.run_dir} was trained with {k}={was!r}, this plan has {new!r}")
+
+
+#: in an experiment's output folder: the options that change its jobs' results, as they trained
+JOB_OPTIONS_FILE = "options.json"
+
+
+def check_job_options(out: str | Path, options: Mapping[str, Any], recorded: Mapping[str, Any] | None = None) -> None:
+    """Record in ``out/options.json`` the options that change a job's result (flag -> value) of an
+    experiment whose rerun reuses the finished jobs of its folder by name; where the folder
+    records another value of one (``recorded``: an older folder's record, read where it has no
+    options file), refuse (:class:`~bbb.errors.SettingsMismatch`, one line): its jobs would be
+    taken as this call's, mixed with those it trains and labelled with its options."""
+    path = Path(out) / JOB_OPTIONS_FILE
+    old = read_json(path) or dict(recorded or {})
+    for flag, value in options.items():
+        if flag in old and old[flag] != value:
+            raise SettingsMismatch(f"{out} holds jobs trained with {flag} {old[flag]}, not {value}: "
+                                   f"use another --out, or the same {flag}")
+    if not path.is_file() or options.keys() - old.keys():
+        atomic_write_json(path, {**old, **options})
 
 
 def _one_line(text: str, limit: int | None = None) -> str:

@@ -410,6 +410,27 @@ def test_one_method_alone_trains_only_its_jobs(data_root, tmp_path):
     assert not res["missing"]
 
 
+def test_a_rerun_with_another_result_option_is_refused_not_mixed(data_root, tmp_path, capsys):
+    """A job's file is reused by its name (dataset, variant, phase): a rerun into the same folder
+    with another --seed, --samples, --budget or --adversarial-eps would report the first run's
+    numbers under its own options; it is a one-line error, the folder as it was. --report reads."""
+    out = tmp_path / "o"
+    args = ("reproduce", "uci", "--datasets", "yacht", "--budget", "smoke", "--samples", "4", "--splits", "0",
+            "--methods", "mc_dropout", "--data-dir", str(data_root), "--out", str(out), "--quiet")
+    assert run_main(capsys, *args)[0] == 0
+    before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
+    for extra, said in ((("--seed", "1"), "--seed 0, not 1"), (("--samples", "5"), "--samples 4, not 5"),
+                        (("--adversarial-eps", "0"), "--adversarial-eps 0.01, not 0")):
+        rc, _, err = run_main(capsys, *args, *extra)
+        assert rc == 2 and said in err and "use another --out" in err and len(err.strip().splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
+    assert run_main(capsys, *args, "--seed", "1", "--report")[0] == 0
+    (out / "options.json").unlink()  # a folder trained before options.json: its run.json's config
+    rc, _, err = run_main(capsys, *args, "--seed", "1")
+    assert rc == 2 and "--seed 0, not 1" in err, err
+    assert run_main(capsys, *args)[0] == 0
+
+
 def test_log_writes_each_networks_scores_from_the_job_files(data_root, tmp_path, capsys):
     """``--log tensorboard``: when the jobs end, one event folder per network (OUT/tb/JOB/MEMBER)
     with the scores its job file holds at each checkpoint epoch; a resume rewrites them, not doubles."""

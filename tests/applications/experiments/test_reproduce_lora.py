@@ -160,6 +160,16 @@ def test_a_rerun_at_another_budget_is_refused_not_mixed(fake_data, no_verify, ca
     assert code == 2 and "--budget smoke, not quick" in err and len(err.strip().splitlines()) == 1, err
     assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
     assert sorted(p.name for p in (out / "backbones").iterdir()) == ["cnn-seed0-3.pt"]  # none pretrained
+    # another experiment's folder (its methods.csv and run.json would be written over), and one trained before
+    # options.json (its run.json's command)
+    uci = ["reproduce", "uci", "--out", str(out), "--budget", "smoke", "--data-dir", str(fake_data)]
+    code, _, err = run_main(capsys, *uci)
+    assert code == 2 and "holds the results of bbb reproduce lora, not of bbb reproduce uci" in err, err
+    (out / "options.json").unlink()
+    run = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**run, "command": "bbb reproduce lora --budget smoke --out $OUT"}))
+    code, _, err = run_main(capsys, *uci)
+    assert code == 2 and "holds the results of bbb reproduce lora, not of bbb reproduce uci" in err, err
 
 
 def test_log_writes_each_jobs_curves_and_scores_from_its_file(fake_data, no_verify, capsys, tmp_path):

@@ -178,7 +178,7 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                             "device": dev.type + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda"
                                                   else ""), "workers": cfg.workers, "threads": cfg.threads}
     if not cfg.report_only:  # a job's file is reused by its name, which the budget is not in
-        check_job_options(out, {"--budget": str(cfg.budget)},
+        check_job_options(out, "bbb reproduce fashion", {"--budget": str(cfg.budget)},
                           {"--budget": prev["budget"]} if prev is not None and "budget" in prev else None)
         if prev is not None:
             meta["commands_before"] = [*prev.get("commands_before", []), prev.get("command", "")]

@@ -172,7 +172,7 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     folder.mkdir(parents=True, exist_ok=True)
     if not cfg.report_only:  # a job's file is reused by its name, which the budget is not in
         before = (_load(out / "run.json") or {}).get("config", {})  # (a folder trained before options.json)
-        check_job_options(out, {"--budget": str(cfg.budget)},
+        check_job_options(out, "bbb reproduce lora", {"--budget": str(cfg.budget)},
                           {"--budget": before["budget"]} if "budget" in before else None)
     start = time.perf_counter()
     backbones = {}

@@ -134,8 +134,9 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     if not cfg.report_only:  # a job's file is reused by its name, which these options are not in
         before = (_load(out / "run.json") or {}).get("config", {})  # (a folder trained before options.json)
-        check_job_options(out, {flag: getattr(cfg, key).value if key == "budget" else getattr(cfg, key)
-                                for key, flag in RESULT_OPTIONS.items()},
+        check_job_options(out, "bbb reproduce uci",
+                          {flag: getattr(cfg, key).value if key == "budget" else getattr(cfg, key)
+                           for key, flag in RESULT_OPTIONS.items()},
                           {flag: before[key] for key, flag in RESULT_OPTIONS.items() if key in before})
     start = time.perf_counter()
     vals: dict[str, dict[str, dict[str, Any]]] = {d: {} for d in cfg.datasets}

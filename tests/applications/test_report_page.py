@@ -217,6 +217,9 @@ def test_the_settings_are_the_ones_that_matter_and_apply(kinds, tmp_path):
     assert len(rows) < 20
     image = dict(RT.settings_rows(read_run(kinds["image"]).config, False))
     assert "target" not in image and "val fraction" not in image and image["images"].startswith("240 to train")
+    # bbb train's k, named as such: the results' k is bbb evaluate's --samples where it ran (it said "for the test")
+    assert image["networks sampled by bbb train's test (--eval-samples)"] == str(read_run(kinds["image"]).config[
+        "eval_samples"]) and "networks sampled for the test (k)" not in image
     # a setting changed from its default is shown; left at its default, it is not
     table = _table(tmp_path / "t.csv")
     for out, extra in (("lr", ["--lr", "0.05"]), ("plain", [])):

@@ -91,3 +91,26 @@ def test_out_of_memory_in_evaluate_and_prune_is_one_line(capsys, trained, unveri
     p = bbb_in_process(capsys, command, str(trained), "--device", "cpu")
     assert_one_line_error(p, "out of memory", *words)
     assert not (trained / "eval.json").exists() and not (trained / "pruning.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["ood", "uncertain"])
+def test_out_of_memory_in_ood_and_uncertain_is_one_line(capsys, tmp_path, trained, data, unverified, monkeypatch,
+                                                        command):
+    """Before, a --samples too large for memory was a RuntimeError's traceback (exit code 1)."""
+    import shutil
+
+    import bbb.experiments.uncertainty as UE
+
+    both = tmp_path / "data"
+    shutil.copytree(data / "mnist", both / "mnist")
+    shutil.copytree(data / "mnist", both / "fashion-mnist")  # (ood's other data set)
+
+    def fail(*a, **k):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 5017600000000 bytes. Error code 12")
+
+    monkeypatch.setattr(UE, "sample_probs", fail)
+    p = bbb_in_process(capsys, command, str(trained), "--data-dir", str(both), "--device", "cpu", "--samples", "2")
+    line = assert_one_line_error(p, "out of memory while scoring", "fewer --samples", "can't allocate memory")
+    assert "allocate 50176000" not in line  # a long line is cut between words, never inside a number
+    assert not (trained / f"{command}.json").exists()

@@ -59,7 +59,9 @@ def memory_errors(doing: str, reduce: str, after: Callable[[], str] = lambda: ""
         if isinstance(e, OutOfMemory):
             msg = str(e)
         elif is_out_of_memory(e):
-            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if len(why) > 120:  # cut between words: never a number cut short (bytes 5017600000000 as 50176000)
+                why = why[:why.rfind(" ", 0, 120)] + " ..."
             msg = f"out of memory while {doing} ({why}); use {reduce}"
         else:
             raise

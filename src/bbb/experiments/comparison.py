@@ -27,7 +27,7 @@ from ..io import atomic_write_csv, atomic_write_text
 from .ties import same_score
 
 __all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
-           "collect", "comparison_rows", "main", "write_comparison"]
+           "collect", "comparison_rows", "main", "write_comparison", "check_out"]
 
 EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
            "--out runs/comparison --name comparison")
@@ -420,9 +420,32 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_out(out: str | Path, name: str) -> None:
+    """``--name`` a plain file stem (:func:`check_name`), and ``out/NAME.csv`` and ``NAME.md`` new
+    or tables of ``bbb compare``: never a file another command wrote there (``--out RUN --name
+    metrics`` replaced the run's metrics.csv), a one-line error."""
+    check_name(name)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"--out {out} is a file, not a folder")
+    csv_path, md_path = Path(out) / f"{name}.csv", Path(out) / f"{name}.md"
+    head = _text(csv_path).split("\n", 1)[0].split(",")
+    for path, ours in ((csv_path, head[0] == "method" and "run" in head),
+                       (md_path, "\n| run | method |" in _text(md_path))):
+        if path.exists() and not (path.is_file() and ours):
+            raise UserError(f"{path} exists and is not a table of bbb compare: give another --name or --out")
+
+
+def _text(path: Path) -> str:
+    """``path``'s text, empty where it cannot be read as text."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "comparison",
                      command: str | None = None, reference: str | None = None) -> list[Path]:
-    check_name(name)
+    check_out(out, name)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if rows and rows[0].get("task") == "regression":
@@ -474,7 +497,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    check_name(args.name)  # before reading the runs
+    check_out(args.out, args.name)  # before reading the runs
     rows = comparison_rows(args.runs, args.reference)
     command = args.cite or ("bbb " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None)
     paths = write_comparison(rows, args.out, args.name, command=command, reference=args.reference)

@@ -170,6 +170,9 @@ class RegressionConfig:
             if kind is not self.prior and getattr(self, name) != getattr(defaults, name):
                 raise SettingError(name, f"applies to --prior {kind.value}, not to --prior {self.prior.value}; "
                                    f"leave it out, or give --prior {kind.value}")
+        if self.heteroscedastic and self.learn_noise:  # (the noise is then an output: never read)
+            raise SettingError("learn_noise", "does not apply to --heteroscedastic (whose noise the network "
+                               "learns as an output of each input): leave one out")
         if not self.hidden or any(int(h) != h or h < 1 for h in self.hidden):
             raise UserError(f"hidden sizes must be positive integers, got {list(self.hidden)}")
         if int(self.seed) != self.seed or self.seed < 0:

@@ -251,7 +251,8 @@ def settings_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, s
     if is_bayesian(method):
         rows.append(("weight samples per training step", str(config.get("samples", "-"))))
     if method != "sgd":
-        rows.append(("networks sampled for the test (k)", str(config.get("eval_samples", "-"))))
+        # (bbb train's own test: the results' k is bbb evaluate's --samples where it ran)
+        rows.append(("networks sampled by bbb train's test (--eval-samples)", str(config.get("eval_samples", "-"))))
     rows.append(("seed", str(config.get("seed", "-"))))
     defaults = defaults_of(config)
     for key in sorted(config):

@@ -349,6 +349,8 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_ood(args: argparse.Namespace) -> int:
+    from ..cli.commands import memory_errors
+
     nets, cfg, data, d, method = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
@@ -364,7 +366,8 @@ def main_ood(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     dev = next(nets[0][0].parameters()).device
-    p_in, p_out = ood_probs(nets, data["test_x"].to(dev), ood["test_x"].to(dev), args.samples, args.seed)
+    with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
+        p_in, p_out = ood_probs(nets, data["test_x"].to(dev), ood["test_x"].to(dev), args.samples, args.seed)
     report = ood_report(p_in, p_out)
     out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
@@ -406,11 +409,15 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_uncertain(args: argparse.Namespace) -> int:
-    if args.n < 1:
-        raise UserError(f"--n must be >= 1, got {args.n}")
+    from ..cli.commands import memory_errors
+
+    for name in ("n", "samples"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
     nets, cfg, data, d, method = _load_networks(args, "uncertain", "uncertain.json")
     dev = next(nets[0][0].parameters()).device
-    probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)
+    with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
+        probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)
     res = most_uncertain(probs, data["test_y"], args.n)
     plotted = plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
     rows = []

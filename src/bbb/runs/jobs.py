@@ -57,6 +57,7 @@ __all__ = [
     "Outcome",
     "RunJob",
     "State",
+    "check_job_options",
     "check_settings",
     "diverged_message",
     "epochs_done",
@@ -267,6 +268,34 @@ def check_settings(job: Job) -> None:
     if diff:
         k, was, new = diff[0]
         raise SettingsMismatch(f"{job.run_dir} was trained with {k}={was!r}, this plan has {new!r}")
+
+
+#: in an experiment's output folder: the options that change its jobs' results, as they trained
+JOB_OPTIONS_FILE = "options.json"
+
+
+def check_job_options(out: str | Path, command: str, options: Mapping[str, Any],
+                      recorded: Mapping[str, Any] | None = None) -> None:
+    """Record in ``out/options.json`` the command (``"bbb reproduce uci"``) and the options that
+    change a job's result (flag -> value) of an experiment whose rerun reuses the finished jobs of
+    its folder by name; where the folder holds another command's jobs, or records another value
+    of an option (``recorded``: an older folder's values, read where it has no options file; its
+    command from its run.json), refuse (:class:`~bbb.errors.SettingsMismatch`, one line): its jobs
+    and tables would be taken as this call's, mixed with those it trains and labelled with its
+    options, or written over."""
+    path = Path(out) / JOB_OPTIONS_FILE
+    old = read_json(path)
+    if old is None:
+        words = str((read_json(Path(out) / "run.json") or {}).get("command", "")).split()
+        old = {**(recorded or {}), **({"command": " ".join(words[:3])} if words[:2] == ["bbb", "reproduce"] else {})}
+    if old.get("command", command) != command:
+        raise SettingsMismatch(f"{out} holds the results of {old['command']}, not of {command}: use another --out")
+    for flag, value in options.items():
+        if flag in old and old[flag] != value:
+            raise SettingsMismatch(f"{out} holds jobs trained with {flag} {old[flag]}, not {value}: "
+                                   f"use another --out, or the same {flag}")
+    if not path.is_file() or {"command", *options} - old.keys():
+        atomic_write_json(path, {**old, "command": command, **options})
 
 
 def _one_line(text: str, limit: int | None = None) -> str:

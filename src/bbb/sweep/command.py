@@ -159,6 +159,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UserError("--out DIR is required (or use --dry-run)")
+    if args.ref_epoch_seconds != REF_EPOCH_SECONDS:  # (the cost model of the list, nothing a run reads)
+        raise UserError("--ref-epoch-seconds is for --dry-run (its cost estimate): give --dry-run, or leave it out")
     opts = SweepOptions(out=Path(args.out), backend=args.backend, address=args.address,
                         scheduler=args.scheduler, max_concurrent=args.max_concurrent,
                         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,

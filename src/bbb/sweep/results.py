@@ -85,6 +85,12 @@ class SweepOptions:
             raise UserError(f"--grace-period must be >= 1, got {self.grace_period}")
         if not self.reduction_factor > 1:
             raise UserError(f"--reduction-factor must be > 1, got {self.reduction_factor}")
+        if self.scheduler != SchedulerKind.ASHA.value:  # (read by ASHA only)
+            for flag, given in (("--grace-period", self.grace_period is not None),
+                                ("--reduction-factor", self.reduction_factor != type(self).reduction_factor)):
+                if given:
+                    raise UserError(f"{flag} is for --scheduler asha (with --backend ray): give it, or leave "
+                                    f"{flag} out")
         if self.backend == Backend.LOCAL.value:
             if self.scheduler != SchedulerKind.NONE.value:
                 raise UserError(f"--scheduler {self.scheduler} needs --backend ray")

@@ -184,3 +184,24 @@ def test_a_parameter_of_the_other_prior_is_refused(tmp_path, capsys, argv, flag)
     rc, _, err = run_main(capsys, "bandit", "--out", str(out), "--steps", "5", "--seeds", "0", *argv)
     assert rc == 2 and err.count("\n") == 1, err
     assert f"{flag} applies to --prior " in err and not (out / "config.json").exists()
+
+
+def test_an_out_holding_another_commands_files_is_refused(tmp_path):
+    """Before, ``bbb bandit --out RUN`` wrote its config.json and summary.json over a ``bbb train``
+    run's (or ``bbb regression``'s summary.json); a bandit run's own are replaced (--fresh)."""
+    ctx, edible = tiny_mushrooms()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"method": "bbb", "hidden": [8]}')
+    (run / "summary.json").write_text('{"epochs": 2}')
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    with pytest.raises(UserError, match="config.json is not a bbb bandit run's.*give another --out"):
+        run_bandit(tiny_bandit_config(steps=10, out=str(run)), contexts=ctx, edible=edible)
+    (run / "config.json").unlink()
+    with pytest.raises(UserError, match="summary.json is not a bbb bandit run's"):
+        run_bandit(tiny_bandit_config(steps=10, out=str(run)), contexts=ctx, edible=edible)
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == {k: v for k, v in before.items() if k != "config.json"}
+    own = tmp_path / "bandit"
+    run_bandit(tiny_bandit_config(steps=10, out=str(own)), contexts=ctx, edible=edible)
+    run_bandit(tiny_bandit_config(steps=10, out=str(own), resume=False), contexts=ctx, edible=edible)
+    assert (own / "summary.csv").is_file()

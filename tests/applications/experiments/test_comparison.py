@@ -132,3 +132,22 @@ def test_the_same_run_twice_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "twice" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o" / "comparison.csv").exists()
+
+
+def test_a_file_compare_did_not_write_is_never_replaced(tmp_path, capsys):
+    """Before, ``bbb compare RUN --out RUN --name metrics`` wrote its table over the run's
+    metrics.csv (its epochs, what --resume counts). A table of bbb compare is replaced."""
+    run = _run(tmp_path, "bbb", 400, 0.01, 0.9)
+    (run / "metrics.csv").write_text("epoch,seconds,train_loss\n1,0.5,2.0\n")
+    (run / "notes.md").write_text("# notes\n\nmine\n")
+    for name in ("metrics", "notes"):
+        assert main(["compare", str(run), "--out", str(run), "--name", name]) == 2
+        err = capsys.readouterr().err
+        assert "exists and is not a table of bbb compare" in err and len(err.strip().splitlines()) == 1, err
+    assert (run / "metrics.csv").read_text() == "epoch,seconds,train_loss\n1,0.5,2.0\n"
+    assert (run / "notes.md").read_text() == "# notes\n\nmine\n" and not (run / "metrics.md").exists()
+    out = tmp_path / "o"
+    assert main(["compare", str(run), "--out", str(out)]) == 0
+    assert main(["compare", str(run), "--out", str(out)]) == 0  # its own table: replaced
+    assert main(["compare", str(run), "--out", str(run / "config.json")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

@@ -182,3 +182,15 @@ def test_a_parameter_of_the_other_prior_is_refused(tmp_path, capsys, argv, flag)
     rc, _, err = run_main(capsys, "regression", "--out", str(out), *argv, "--epochs", "1", "--quiet")
     assert rc == 2 and err.count("\n") == 1, err
     assert f"{flag} applies to --prior " in err and not out.exists()
+
+
+def test_learn_noise_with_heteroscedastic_is_refused(tmp_path, capsys):
+    """Before, ``--heteroscedastic --learn-noise`` trained the heteroscedastic networks (the same
+    numbers as without --learn-noise) and recorded learn_noise true in summary.json."""
+    from testkit import run_main
+
+    out = tmp_path / "r"
+    rc, _, err = run_main(capsys, "regression", "--out", str(out), "--heteroscedastic", "--learn-noise",
+                          "--epochs", "1", "--quiet")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--learn-noise does not apply to --heteroscedastic" in err and not out.exists()

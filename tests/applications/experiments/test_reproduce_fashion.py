@@ -331,3 +331,29 @@ def test_a_run_killed_before_its_end_leaves_its_command_for_the_report(fake_data
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["command"].endswith("--threads 1") and run["workers"] == 1 and "running" not in run
     assert "with 1 job(s) at once" in (tmp_path / "table.md").read_text()
+
+
+def test_a_rerun_at_another_budget_is_refused_before_anything_trains(fake_data, no_verify, tmp_path, monkeypatch):
+    """A job's file is reused by its name, which the budget is not in: a smoke run's jobs would be
+    reported as the quick budget's. The rerun is one line (SettingsMismatch) before any job."""
+    from bbb.errors import SettingsMismatch
+
+    trained = []
+
+    def killed(job, *a, **k):
+        trained.append(job.name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RU, "run_job", killed)
+    cfg = FashionConfig(out=str(tmp_path), methods=(FashionMethod.ADAMW,), seeds=(0,), budget=FashionBudget.SMOKE,
+                        device="cpu", data_dir=str(fake_data), quiet=True)
+    with pytest.raises(KeyboardInterrupt):
+        RU.run_fashion(cfg)
+    quick = FashionConfig(**{**cfg.__dict__, "budget": FashionBudget.QUICK})
+    with pytest.raises(SettingsMismatch, match="--budget smoke, not quick: use another --out"):
+        RU.run_fashion(quick)
+    assert len(trained) == 1
+    (tmp_path / "options.json").unlink()  # a folder trained before options.json: its run.json's budget
+    with pytest.raises(SettingsMismatch, match="--budget smoke, not quick"):
+        RU.run_fashion(quick)
+    assert len(trained) == 1

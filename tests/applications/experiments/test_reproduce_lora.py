@@ -148,6 +148,30 @@ def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
     assert what in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_rerun_at_another_budget_is_refused_not_mixed(fake_data, no_verify, capsys, tmp_path):
+    """A job's file is reused by its name, which the budget is not in: the smoke run's few steps
+    would be reported as the quick budget's. It is a one-line error before anything trains."""
+    out = tmp_path / "lora"
+    argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
+            "--methods", "mle", "--out", str(out), "--data-dir", str(fake_data), "--quiet"]
+    assert run_main(capsys, *argv)[0] == 0
+    before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
+    code, _, err = run_main(capsys, *argv, "--budget", "quick", "--seeds", "0")
+    assert code == 2 and "--budget smoke, not quick" in err and len(err.strip().splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
+    assert sorted(p.name for p in (out / "backbones").iterdir()) == ["cnn-seed0-3.pt"]  # none pretrained
+    # another experiment's folder (its methods.csv and run.json would be written over), and one trained before
+    # options.json (its run.json's command)
+    uci = ["reproduce", "uci", "--out", str(out), "--budget", "smoke", "--data-dir", str(fake_data)]
+    code, _, err = run_main(capsys, *uci)
+    assert code == 2 and "holds the results of bbb reproduce lora, not of bbb reproduce uci" in err, err
+    (out / "options.json").unlink()
+    run = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**run, "command": "bbb reproduce lora --budget smoke --out $OUT"}))
+    code, _, err = run_main(capsys, *uci)
+    assert code == 2 and "holds the results of bbb reproduce lora, not of bbb reproduce uci" in err, err
+
+
 def test_log_writes_each_jobs_curves_and_scores_from_its_file(fake_data, no_verify, capsys, tmp_path):
     """``--log tensorboard``: when the jobs end, a test job's stored NLL/ECE/accuracy curve against
     steps and its final metrics in OUT/tb/JOB; a validation job's held-out scores per setting in

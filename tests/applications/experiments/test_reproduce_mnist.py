@@ -337,7 +337,7 @@ def test_out_must_be_a_folder_of_the_same_budget(tmp_path, reproduced):
     f.write_text("x")
     with pytest.raises(UserError, match="is a file"):
         run_reproduce(ReproduceConfig(out=str(f)), data=blobs4(), **SILENT)
-    with pytest.raises(UserError, match="budget 'smoke'.*another --out"):
+    with pytest.raises(UserError, match="budget 'smoke', not 'quick'; use another --out"):  # never Budget.QUICK
         run_reproduce(ReproduceConfig(budget="quick", out=str(reproduced["out"])), data=blobs4(), **SILENT)
 
 

@@ -13,7 +13,7 @@ import torch
 
 from bbb.data.uci import load_uci, validation_split
 from bbb.devices import cpu_model
-from bbb.errors import DataError
+from bbb.errors import DataError, UserError
 from bbb.experiments.uci import models as M
 from bbb.experiments.uci import report as R
 from bbb.experiments.uci import runner as RU
@@ -207,6 +207,45 @@ def test_resume_after_a_kill_gives_the_uninterrupted_result(data_root, tmp_path,
     assert resumed["epochs"] == whole["epochs"]
     assert resumed["scores"] == whole["scores"]
     assert not (folder / f"{job.name}.state.pt").exists()
+
+
+def test_a_job_of_other_splits_never_trains_over_a_folders_file_or_state(data_root, tmp_path):
+    """A job's file and state are named by dataset, variant and phase, not its splits: a call with
+    other --splits would train over an earlier call's splits (its finished scores lost, or its
+    state resumed as networks of other splits). It is a one-line error naming the --splits that
+    keep both; a call of more splits trains anew, as in a fresh folder."""
+    d = load_uci("yacht", data_root, dtype=torch.float64)
+    cfg = smoke_cfg(data_root, tmp_path / "o")
+    sched = schedule_for(54, "smoke")
+    variant = VARIANTS[0]
+    first = TR.Job("yacht", variant, Phase.VALIDATION, ((0, 0), (0, 1)), sched)
+    other = TR.Job("yacht", variant, Phase.VALIDATION, ((1, 0), (1, 1)), sched)
+    both = TR.Job("yacht", variant, Phase.VALIDATION, ((0, 0), (1, 0), (0, 1), (1, 1)), sched)
+
+    class Kill(Exception):
+        pass
+
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    state = folder / f"{first.name}.state.pt"
+
+    def killer(n):
+        if state.is_file():  # killed after its first checkpoint
+            raise Kill
+
+    with pytest.raises(Kill):
+        TR.run_job(first, d, cfg, folder, killer)
+    with pytest.raises(UserError, match=r"holds split\(s\) 0 that this call's --splits leave out.*--splits 0 1"):
+        TR.run_job(other, d, cfg, folder)
+    (tmp_path / "fresh").mkdir()
+    assert TR.run_job(both, d, cfg, folder)["scores"] == TR.run_job(both, d, cfg, tmp_path / "fresh")["scores"]
+    done = tmp_path / "done"
+    done.mkdir()
+    TR.run_job(first, d, cfg, done)
+    before = (done / f"{first.name}.json").read_bytes()
+    with pytest.raises(UserError, match=r"holds split\(s\) 0 .*--splits 0 1"):
+        TR.run_job(other, d, cfg, done)
+    assert (done / f"{first.name}.json").read_bytes() == before
 
 
 def test_smoke_run_writes_the_tables_and_resumes(data_root, tmp_path):
@@ -408,6 +447,27 @@ def test_one_method_alone_trains_only_its_jobs(data_root, tmp_path):
                                                                      "yacht-mc_dropout-validation.json"]
     assert [r["method"] for r in res["method_rows"]] == ["mc_dropout"] and res["rows"] == []
     assert not res["missing"]
+
+
+def test_a_rerun_with_another_result_option_is_refused_not_mixed(data_root, tmp_path, capsys):
+    """A job's file is reused by its name (dataset, variant, phase): a rerun into the same folder
+    with another --seed, --samples, --budget or --adversarial-eps would report the first run's
+    numbers under its own options; it is a one-line error, the folder as it was. --report reads."""
+    out = tmp_path / "o"
+    args = ("reproduce", "uci", "--datasets", "yacht", "--budget", "smoke", "--samples", "4", "--splits", "0",
+            "--methods", "mc_dropout", "--data-dir", str(data_root), "--out", str(out), "--quiet")
+    assert run_main(capsys, *args)[0] == 0
+    before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
+    for extra, said in ((("--seed", "1"), "--seed 0, not 1"), (("--samples", "5"), "--samples 4, not 5"),
+                        (("--adversarial-eps", "0"), "--adversarial-eps 0.01, not 0")):
+        rc, _, err = run_main(capsys, *args, *extra)
+        assert rc == 2 and said in err and "use another --out" in err and len(err.strip().splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
+    assert run_main(capsys, *args, "--seed", "1", "--report")[0] == 0
+    (out / "options.json").unlink()  # a folder trained before options.json: its run.json's config
+    rc, _, err = run_main(capsys, *args, "--seed", "1")
+    assert rc == 2 and "--seed 0, not 1" in err, err
+    assert run_main(capsys, *args)[0] == 0
 
 
 def test_log_writes_each_networks_scores_from_the_job_files(data_root, tmp_path, capsys):

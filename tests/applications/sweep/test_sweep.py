@@ -151,6 +151,9 @@ def test_space_file_grid_random_set_and_limit(tmp_path):
     (["--limit", "0"], "--limit"),
     (["--backend", "local", "--scheduler", "asha", "--out", "X"], "needs --backend ray"),
     (["--gpus-per-trial", "0.5", "--out", "X"], "for --backend ray"),
+    (["--grace-period", "5", "--out", "X"], "--grace-period is for --scheduler asha"),  # (it was ignored)
+    (["--reduction-factor", "3", "--out", "X"], "--reduction-factor is for --scheduler asha"),
+    (["--ref-epoch-seconds", "2", "--out", "X"], "--ref-epoch-seconds is for --dry-run"),
     ([], "--out DIR is required"),
 ])
 def test_sweep_errors_are_one_line(argv, words, capsys, tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from ...devices import resolve_device
 from ...errors import TrainingInterrupted, UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
+from ...runs.jobs import read_json
 from .config import (
     AGENT_SETTINGS,
     EARLY_WINDOW,
@@ -170,6 +171,7 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
     groups = split_members(members, workers)
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
+        _refuse_foreign(out)
         out.mkdir(parents=True, exist_ok=True)
     # one process per --out: a second one is refused in one line naming the holder's pid, instead
     # of two processes training the same checkpoints (the workers write under the parent's lock)
@@ -347,6 +349,15 @@ def _cell(v: Any) -> Any:
     return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)
 
 
+def _refuse_foreign(out: Path) -> None:
+    """A one-line error where ``out`` holds a config.json or summary.json that is not a bandit
+    run's (a ``bbb train`` run's, ``bbb regression``'s): writing the run there would replace it."""
+    for name, key in (("config.json", "agents"), ("summary.json", "late_window")):
+        path = out / name
+        if path.exists() and key not in (read_json(path) or {}):
+            raise UserError(f"{path} is not a bbb bandit run's, and the run would replace it: give another --out")
+
+
 def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, workers: int,
                    oracle_eat: float | None = None, marks: list[dict[str, Any]] | None = None,
                    extra: dict[str, Any] | None = None) -> list[str]:
@@ -420,6 +431,7 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
         raise UserError("--merge needs at least two finished runs")
     if any(Path(p).resolve() == Path(out).resolve() for p in parts):
         raise UserError(f"--out {out} is one of the runs to merge: write the merged run to another folder")
+    _refuse_foreign(Path(out))
     read = [(Path(p), *_read_part(Path(p))) for p in parts]
     first = read[0][1]
     agents: list[str] = []

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="jobs trained at once, each in its own process; on a GPU they share it "
                              "(default: 1)")
     parser.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads per worker (default: 1)")
-    add_out(parser, "output folder; rerunning with the same folder resumes (each job from its last epoch)",
+    add_out(parser, "output folder; rerunning with the same folder resumes (each job from its last epoch; "
+                    "another --budget there is refused)",
             default=DEFAULT_OUT)
     add_data_dir(parser)
     parser.add_argument("--allow-device-change", action="store_true",

@@ -19,7 +19,7 @@ import torch
 from ...devices import resolve_device
 from ...errors import UserError
 from ...io import atomic_write_json
-from ...runs.jobs import worker_pool
+from ...runs.jobs import check_job_options, worker_pool
 from ..uci.report import portable_command
 from .laplace import laplace_rows
 from .settings import (
@@ -177,7 +177,9 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                             "methods": [str(m) for m in cfg.methods], "seeds": list(cfg.seeds),
                             "device": dev.type + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda"
                                                   else ""), "workers": cfg.workers, "threads": cfg.threads}
-    if not cfg.report_only:
+    if not cfg.report_only:  # a job's file is reused by its name, which the budget is not in
+        check_job_options(out, "bbb reproduce fashion", {"--budget": str(cfg.budget)},
+                          {"--budget": prev["budget"]} if prev is not None and "budget" in prev else None)
         if prev is not None:
             meta["commands_before"] = [*prev.get("commands_before", []), prev.get("command", "")]
             meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0),

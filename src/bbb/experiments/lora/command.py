@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="jobs trained at once, each in its own process (default: 1)")
     parser.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads per worker (default: 1)")
-    add_out(parser, "output folder; rerunning with the same folder resumes", default=DEFAULT_OUT)
+    add_out(parser, "output folder; rerunning with the same folder resumes (another --budget there is refused)",
+            default=DEFAULT_OUT)
     add_data_dir(parser)
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of what is finished in --out")

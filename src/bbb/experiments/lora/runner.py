@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ...io import atomic_torch_save, atomic_write_json
-from ...runs.jobs import worker_pool
+from ...runs.jobs import check_job_options, worker_pool
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .report import SETTING_KEYS
@@ -170,6 +170,10 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
     out = Path(cfg.out)
     folder = out / "jobs"
     folder.mkdir(parents=True, exist_ok=True)
+    if not cfg.report_only:  # a job's file is reused by its name, which the budget is not in
+        before = (_load(out / "run.json") or {}).get("config", {})  # (a folder trained before options.json)
+        check_job_options(out, "bbb reproduce lora", {"--budget": str(cfg.budget)},
+                          {"--budget": before["budget"]} if "budget" in before else None)
     start = time.perf_counter()
     backbones = {}
     for arch in cfg.archs:  # pretrained here, once, before any worker starts

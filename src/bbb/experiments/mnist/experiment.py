@@ -55,7 +55,7 @@ def _manifest(out: Path, cfg: ReproduceConfig) -> dict[str, Any]:
         for k in ("experiment", "budget", "dataset"):
             if old.get(k) != getattr(cfg, k):
                 raise UserError(f"{out} holds a {old.get('experiment')} reproduction with {k} "
-                                f"{old.get(k)!r}, not {getattr(cfg, k)!r}; use another --out or the same --{k}")
+                                f"{old.get(k)!r}, not {str(getattr(cfg, k))!r}; use another --out or the same --{k}")
     return old or {}
 
 

@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the deep ensembles' adversarial step, a fraction of each input's range; 0: no "
                              f"adversarial training (default: {ADVERSARIAL_EPS})")
     add_seed(parser)
-    add_out(parser, "output folder; rerunning with the same folder resumes", default=DEFAULT_OUT)
+    add_out(parser, "output folder; rerunning with the same folder resumes (another --budget, --samples, "
+                    "--adversarial-eps or --seed there is refused)", default=DEFAULT_OUT)
     add_data_dir(parser)
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the tables of the datasets finished in --out; table.md names "

@@ -26,7 +26,7 @@ from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
            "PUBLISHED_METHODS", "OUR_METHODS", "portable_command", "training_command", "by_method", "head_to_head",
-           "targets", "coverage_levels", "calibration", "gap_terms"]
+           "targets", "coverage_levels", "calibration", "gap_terms", "RESULT_OPTIONS"]
 
 #: the columns of table.csv (then the chosen settings)
 TABLE_COLUMNS = ["dataset", "n_splits", "rmse_mean", "rmse_se", "ll_mean", "ll_se"]
@@ -72,7 +72,7 @@ def portable_command(command: str) -> tuple[str, list[str]]:
 
 
 #: the run.json settings that are options of ``bbb reproduce uci`` and change a result, by option
-_RESULT_OPTIONS = {"budget": "--budget", "samples": "--samples", "adversarial_eps": "--adversarial-eps",
+RESULT_OPTIONS = {"budget": "--budget", "samples": "--samples", "adversarial_eps": "--adversarial-eps",
                    "seed": "--seed"}
 #: the run.json settings a command cannot set (the protocol's network and noise)
 _FIXED = ("hidden", "hidden_overrides", "noise_init")
@@ -99,7 +99,7 @@ def training_command(config: Mapping[str, Any], datasets: Sequence[str]) -> str 
     methods = plain(list(config.get("methods", base.methods)))
     if methods != plain(base.methods):
         args += ["--methods", ",".join(methods)]
-    for key, flag in _RESULT_OPTIONS.items():
+    for key, flag in RESULT_OPTIONS.items():
         value = plain(config.get(key, getattr(base, key)))
         if value != plain(getattr(base, key)):
             args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]

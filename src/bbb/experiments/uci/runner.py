@@ -21,8 +21,8 @@ from ...devices import cpu_model
 from ...errors import OutOfMemory, UserError
 from ...io import atomic_write_json
 from ...progress import progress_bar
-from ...runs.jobs import watch_parent, watched_manager
-from .report import select, select_variant, summarise, training_command, write_tables
+from ...runs.jobs import check_job_options, watch_parent, watched_manager
+from .report import RESULT_OPTIONS, select, select_variant, summarise, training_command, write_tables
 from .settings import VARIANTS, Phase, Setting, UCIConfig, UCIMethod, copies_of, schedule_for, variants_of
 from .train import Job, run_job
 
@@ -132,6 +132,12 @@ def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     out = Path(cfg.out)
     folder = out / "jobs"
     folder.mkdir(parents=True, exist_ok=True)
+    if not cfg.report_only:  # a job's file is reused by its name, which these options are not in
+        before = (_load(out / "run.json") or {}).get("config", {})  # (a folder trained before options.json)
+        check_job_options(out, "bbb reproduce uci",
+                          {flag: getattr(cfg, key).value if key == "budget" else getattr(cfg, key)
+                           for key, flag in RESULT_OPTIONS.items()},
+                          {flag: before[key] for key, flag in RESULT_OPTIONS.items() if key in before})
     start = time.perf_counter()
     vals: dict[str, dict[str, dict[str, Any]]] = {d: {} for d in cfg.datasets}
     tests: dict[str, dict[str, dict[str, Any]]] = {d: {} for d in cfg.datasets}

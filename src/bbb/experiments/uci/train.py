@@ -27,6 +27,7 @@ from ...data import Standardizer
 from ...data.uci import UCIData, validation_split
 from ...errors import UserError
 from ...io import atomic_torch_save, atomic_write_json
+from ...runs.jobs import read_json
 from ...uncertainty import gaussian_mixture_log_prob, regression_metrics
 from .models import build_regressor
 from .settings import (
@@ -167,6 +168,18 @@ def job_streams(job: Job, seed: int, pad: int = 0) -> MemberStreams:
                             for i in range(pad)])
 
 
+def refuse_replacing(path: Path, members: Sequence[Sequence[int]] | None, job: Job) -> None:
+    """Refuse to train ``job`` over ``path``, a job's file or state of (split, grid point)
+    ``members``, where it holds splits ``job`` leaves out (an earlier call's ``--splits``):
+    training would replace them (a one-line :class:`~bbb.errors.UserError`)."""
+    kept = sorted({int(m[0]) for m in members or ()} - set(job.splits))
+    if kept:
+        both = " ".join(map(str, sorted(set(kept) | set(job.splits))))
+        raise UserError(f"{path} holds split(s) {', '.join(map(str, kept))} that this call's --splits leave out; "
+                        f"training would replace them: give --splits {both} (a split's rows do not depend on the "
+                        "others), or another --out")
+
+
 def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Train and score ``job`` (resuming from ``folder/<job>.state.pt``), write
@@ -178,6 +191,9 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
     others."""
     done = folder / f"{job.name}.json"
     state_path = folder / f"{job.name}.state.pt"
+    members = [list(m) for m in job.members]
+    if done.is_file():
+        refuse_replacing(done, (read_json(done) or {}).get("members"), job)
     copies = copies_of(job.variant)
     pad = 1 if len(job.members) * copies == 1 else 0
     jd = job_data(data, job.splits + job.splits[:pad], job.phase, cfg.seed)
@@ -199,15 +215,18 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
         if st.get("streams") != STATE_STREAMS:
             raise UserError(f"{state_path} was saved by an older bbb (one random stream per job, not per network); "
                             "delete it to train that job again")
-        model.load(st["model"])
-        epoch, elapsed, record = int(st["epoch"]), float(st["elapsed"]), st["record"]
-        if progress is not None:
-            progress(epoch)
+        refuse_replacing(state_path, st.get("members"), job)
+        if st.get("members", members) == members:  # (else of fewer splits: this job trains them anew beside others)
+            model.load(st["model"])
+            epoch, elapsed, record = int(st["epoch"]), float(st["elapsed"]), st["record"]
+            if progress is not None:
+                progress(epoch)
     start, last_save = time.perf_counter(), time.perf_counter()
 
     def save() -> None:
-        atomic_torch_save(state_path, {"model": model.state(), "streams": STATE_STREAMS, "epoch": epoch,
-                                       "elapsed": elapsed + time.perf_counter() - start, "record": record})
+        atomic_torch_save(state_path, {"model": model.state(), "streams": STATE_STREAMS, "members": members,
+                                       "epoch": epoch, "elapsed": elapsed + time.perf_counter() - start,
+                                       "record": record})
 
     while epoch < sched.epochs:
         perm = streams.order(ORDER, epoch, n)
@@ -235,7 +254,7 @@ def run_job(job: Job, data: UCIData, cfg: UCIConfig, folder: Path,
             save()
             last_save = time.perf_counter()
     result = {"dataset": job.dataset, "variant": job.variant.name, "method": job.variant.method.value,
-              "phase": job.phase.value, "splits": list(job.splits), "members": [list(m) for m in job.members],
+              "phase": job.phase.value, "splits": list(job.splits), "members": members,
               "grid": [asdict(g) for g in job.variant.grid], "batch_size": batch, "noise_scales": list(scales),
               "seconds": round(elapsed + time.perf_counter() - start, 1), **record}
     atomic_write_json(done, result)

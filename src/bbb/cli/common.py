@@ -12,6 +12,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
 
@@ -134,13 +135,24 @@ def describe(p: Any, description: str | None, example: str) -> None:
         p.epilog = "Example:\n  " + example
 
 
-def add_out(p: Any, help: str, default: str | None = None) -> None:
+def out_folder(text: str) -> str:
+    """An ``--out DIR`` that is not an existing file (argparse's ``type``): refused while the command
+    line is read, before any work whose results the folder would hold (else a command trained, then
+    failed to write with 'File exists' and lost what it made)."""
+    if Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a folder's path (created if new)")
+    return text
+
+
+def add_out(p: Any, help: str, default: str | None = None, folder: bool = True) -> None:
     """``--out DIR``: required, or a default under ``runs/`` (never into the committed
-    ``results/``)."""
+    ``results/``); ``folder``: an existing file is refused (:func:`out_folder`); False where
+    ``--out`` may name a file (a page)."""
+    kind = {"type": out_folder} if folder else {}
     if default is None:
-        p.add_argument("--out", required=True, metavar="DIR", help=f"{help} (required)")
+        p.add_argument("--out", required=True, metavar="DIR", help=f"{help} (required)", **kind)
     else:
-        p.add_argument("--out", default=default, metavar="DIR", help=f"{help} (default: {default})")
+        p.add_argument("--out", default=default, metavar="DIR", help=f"{help} (default: {default})", **kind)
 
 
 QUIET_HELP = ("no progress output (no progress bars, no per-epoch, per-run or per-trial lines, no compile notice): "
@@ -253,7 +265,7 @@ def add_run_dirs_arguments(p: Any, writes: str, which_help: str) -> None:
     :func:`ensemble_out`), ``--which`` (default best), ``--data-dir``, ``--device`` and ``--threads``."""
     p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
                    help="a directory written by bbb train; several: their ensemble (needs --out)")
-    p.add_argument("--out", metavar="DIR", default=None,
+    p.add_argument("--out", metavar="DIR", default=None, type=out_folder,
                    help=f"output folder of an ensemble's {writes}, with several RUN_DIRs (required then; not a "
                         "member's directory)")
     add_which(p, "best", which_help)
@@ -364,7 +376,8 @@ SHARED_FLAGS: dict[str, SharedFlag] = {
     "--batch-size": SharedFlag("minibatch size", int),
     "--dataset": SharedFlag("data set"),
     "--data-dir": SharedFlag("data folder"),
-    "--out": SharedFlag("output"),  # "output folder" of a run; "output file" where one file is written
+    "--out": SharedFlag("output", type=(out_folder, None)),  # "output folder" of a run (an existing file refused);
+    # "output file" where one file is written
     "--which": SharedFlag("checkpoint"),
     "--device": SharedFlag("auto (cuda when available), cpu, cuda or cuda:N", library="bbb.devices.resolve_device"),
     "--seed": SharedFlag("random seed", int),

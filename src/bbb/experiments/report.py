@@ -547,7 +547,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR",
                    help="run directories written by bbb train or bbb demo, or the folder of a run's Laplace "
                         "posterior (bbb laplace)")
-    add_out(p, shared_help("--out", " file FILE.html, or a folder for report.html"))
+    add_out(p, shared_help("--out", " file FILE.html, or a folder for report.html"), folder=False)
     p.add_argument("--title", default=None, help="the page's title (default: the method(s) and the data, e.g. "
                                                  "'Bayes by Backprop on customers.csv (classification, 600 rows)')")
 

@@ -458,7 +458,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("docs/which_method.md from the committed results: each benchmark's winner per task, ties "
                           f"within {TIE_SE:g} combined standard errors, the methods' costs and the choice they imply.")
     parser.add_argument("--results", default="results", metavar="DIR", help="the results folder (default: results)")
-    add_out(parser, "output page (Markdown); the committed one is docs/which_method.md", default=DEFAULT_OUT)
+    add_out(parser, "output page (Markdown); the committed one is docs/which_method.md", default=DEFAULT_OUT,
+            folder=False)
     parser.add_argument("--check", metavar="FILE", default=None,
                         help="write nothing: exit 1 when FILE (e.g. docs/which_method.md) differs from what --results "
                              "gives")

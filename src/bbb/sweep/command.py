@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import add_data_dir, add_log, add_quiet, describe
+from ..cli.common import add_data_dir, add_log, add_quiet, describe, out_folder
 from ..errors import UserError
 from ..progress import plural
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="list the trials and their estimated cost; run nothing")
     parser.add_argument("--show-space", action="store_true",
                         help="print the space (after --set) as YAML, to start a space file from; run nothing")
-    parser.add_argument("--out", metavar="DIR", help="output folder of the sweep (required unless "
+    parser.add_argument("--out", metavar="DIR", type=out_folder, help="output folder of the sweep (required unless "
                                                      "--dry-run/--show-space)")
     parser.add_argument("--backend", default=Backend.LOCAL.value, choices=[b.value for b in Backend],
                         help="local: processes on this machine; ray: Ray Tune trials (default: local)")

@@ -210,3 +210,23 @@ def test_help_prints_no_doubled_percent(name):
     for p in parsers(parser):
         text = p.format_help()
         assert "%%" not in text, f"{p.prog} --help prints '%%'"
+
+
+@pytest.mark.parametrize("argv", [["regression", "--epochs", "1"], ["train", "--epochs", "1"], ["sweep"],
+                                  ["bandit", "--steps", "5"], ["reproduce", "uci"], ["reproduce", "mnist"],
+                                  ["compare", "RUN"], ["evaluate", "RUN", "RUN"], ["laplace", "RUN"]])
+def test_an_out_folder_that_is_a_file_is_refused_before_any_work(capsys, tmp_path, argv):
+    # bbb regression trained, printed its result, then failed to write it ('File exists': the result not saved)
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    rc, out, err = run_main(capsys, *argv, "--out", str(f))
+    assert rc == 2 and f"{f} is a file, not a folder" in err and len(err.strip().splitlines()) == 1
+    assert out == "" and f.read_text() == "mine"
+
+
+def test_an_out_that_may_name_a_file_takes_one(tmp_path):
+    """bbb report's --out is a page or a folder, bbb reproduce which's a page: a file is theirs to replace."""
+    f = tmp_path / "page.html"
+    f.write_text("old")
+    assert command_parser("report")[1].parse_args(["RUN", "--out", str(f)]).out == str(f)
+    assert command_parser("reproduce")[1].parse_args(["which", "--out", str(f)]).out == str(f)

@@ -149,5 +149,7 @@ def test_a_file_compare_did_not_write_is_never_replaced(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["compare", str(run), "--out", str(out)]) == 0
     assert main(["compare", str(run), "--out", str(out)]) == 0  # its own table: replaced
-    assert main(["compare", str(run), "--out", str(run / "config.json")]) == 2
+    with pytest.raises(SystemExit) as exit_:  # (refused while the command line is read: argparse's exit)
+        main(["compare", str(run), "--out", str(run / "config.json")])
+    assert exit_.value.code == 2
     assert "is a file, not a folder" in capsys.readouterr().err

@@ -165,8 +165,7 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
     ``outside_range``'s): a value outside the training range is predicted by extrapolation, where a
     network's confidence means nothing (it may even grow)."""
     pre = model.preprocess
-    numeric = [c["name"] for c in pre.columns if c["kind"] == "numeric"]
-    unchecked = [c for c in numeric if not next(d for d in pre.columns if d["name"] == c).get("range")]
+    unchecked = [c["name"] for c in pre.columns if c["kind"] == "numeric" and not c.get("range")]
     if pre.kind == "arrays" and len(pre.feature_shape) == 1 and pre.feature_range is None:
         unchecked = ["x"]
     notes = []

@@ -58,14 +58,21 @@ def test_ignore_refuses_what_it_cannot_leave_out(tmp_path):
         TrainConfig(ignore_columns=["id"])
 
 
+def _train(capsys, t: Path, out: Path, *flags: str) -> None:
+    """``bbb train`` on the table ``t`` (target ``label``) with ``flags``, into ``out``."""
+    from testkit import run_main
+
+    rc, _, err = run_main(capsys, "train", "--csv", str(t), "--target", "label", *flags, "--out", str(out), "--quiet",
+                          "--device", "cpu")
+    assert rc == 0, err
+
+
 def test_a_run_records_its_ignored_columns_and_predict_carries_them(tmp_path, capsys):
     from testkit import run_main
 
     t = _table(tmp_path / "t.csv", n=120)
     out = tmp_path / "run"
-    rc, _, err = run_main(capsys, "train", "--csv", str(t), "--target", "label", "--ignore", "id", "--epochs", "2",
-                          "--out", str(out), "--quiet", "--device", "cpu")
-    assert rc == 0, err
+    _train(capsys, t, out, "--ignore", "id", "--epochs", "2")
     assert json.loads((out / "config.json").read_text())["ignore_columns"] == ["id"]
     rc, _, err = run_main(capsys, "predict", str(out), str(t), "--out", str(tmp_path / "p.csv"))
     assert rc == 0, err
@@ -111,9 +118,7 @@ def test_a_run_records_its_kept_columns_and_resumes_only_with_them(tmp_path, cap
 
     t = _table(tmp_path / "t.csv", n=120, start=1900, id_name="year")
     out = tmp_path / "run"
-    rc, _, err = run_main(capsys, "train", "--csv", str(t), "--target", "label", "--keep", "year", "--epochs", "1",
-                          "--out", str(out), "--quiet", "--device", "cpu")
-    assert rc == 0, err
+    _train(capsys, t, out, "--keep", "year", "--epochs", "1")
     assert json.loads((out / "config.json").read_text())["keep_columns"] == ["year"]
     rc, _, err = run_main(capsys, "predict", str(out), str(t), "--out", str(tmp_path / "p.csv"))
     assert rc == 0, err

@@ -320,6 +320,11 @@ def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
                             "--splits", "0", "--data-dir", str(data_root), "--out", str(tmp_path / "o"), "--quiet")
     assert rc == 0, err
     assert "yacht" in out and "table.csv" in out
+    # one split has no standard error: the mean alone, not "+- 0.000" (as if it were exact)
+    assert "+- 0.0" not in out and "+- nan" not in out, out
+    ours = [line.split(" | ")[1:4] for line in (tmp_path / "o" / "table.md").read_text().splitlines()
+            if line.startswith("| yacht (n=1) |")]  # the cells of our three methods, RMSE and LL
+    assert len(ours) == 2 and all(c and "+-" not in c for cells in ours for c in cells), ours
     rc, _, err = run_main(capsys, "reproduce", "uci", "--datasets", "mnist", "--out", str(tmp_path / "x"))
     assert rc != 0 and "unknown UCI dataset" in err and "Traceback" not in err
     rc, _, err = run_main(capsys, "reproduce", "uci", "--workers", "0", "--out", str(tmp_path / "x"))
@@ -338,7 +343,7 @@ def test_table_cells_show_the_standard_error_to_two_significant_digits():
     assert R.cell((3.2793, 0.20096)) == "3.28 +- 0.20"
     assert R.cell((0.08345, 0.00070)) == "0.08345 +- 0.00070"  # kin8nm, not 0.08 +- 0.00
     assert R.cell((0.000640, 0.0000213)) == "0.000640 +- 0.000021"  # naval, at the 6 decimals' cap
-    assert R.cell((5.63, 0.0)) == "5.63 +- 0.00" and R.cell((1.0, float("nan"))) == "1.00 +- nan"
+    assert R.cell((5.63, 0.0)) == "5.63 +- 0.00" and R.cell((1.0, float("nan"))) == "1.00"  # one split: no error
     assert R.cell((0.6, 0.013), bold=True) == "**0.600 +- 0.013**" and R.cell(None) == "-"
     assert R.cell((0.10, 0.0), decimals=2) == "0.10 +- 0.00"  # the published columns, as published
 

@@ -11,6 +11,7 @@ from typing import Any
 from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seed, text_table
 from ...data.uci import UCI_DATASETS
 from ...errors import UserError
+from .report import cell
 from .runner import run_uci
 from .seeds import seed_runs, write_seed_spread
 from .settings import ADVERSARIAL_EPS, DEFAULT_METHODS, DEFAULT_OUT, UCIConfig, UCIMethod
@@ -137,8 +138,9 @@ def main(args: argparse.Namespace) -> int:
         return f"{100 * r['calibration_gap']:.1f}{se}"
 
     if rows:
-        print(text_table([[r["dataset"], r["method"], str(r["n_splits"]), f"{r['rmse_mean']:.3f} +- {r['rmse_se']:.3f}",
-                           f"{r['ll_mean']:.3f} +- {r['ll_se']:.3f}", gap(r)] for r in rows],
+        print(text_table([[r["dataset"], r["method"], str(r["n_splits"]),
+                           cell((r["rmse_mean"], r["rmse_se"]), decimals=3),
+                           cell((r["ll_mean"], r["ll_se"]), decimals=3), gap(r)] for r in rows],
                          ["dataset", "method", "splits", "test RMSE", "test LL", "interval gap pp"]))
     if spread:
         print(text_table([[r["dataset"], r["method"], r["seeds"], f"{r['rmse_mean']:.3f} ({r['rmse_sd']:.3f})",

@@ -172,9 +172,12 @@ def _test_at(test: dict[str, Any], split: int, epoch: int, scale: float) -> tupl
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error (population sd / sqrt(n), as PBP and MC dropout report)."""
+    """Mean and standard error (population sd / sqrt(n), as PBP and MC dropout report); the error
+    of one value is unknown (NaN), not 0."""
     n = len(xs)
     m = sum(xs) / n
+    if n < 2:
+        return m, math.nan
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / n)
     return m, sd / math.sqrt(n)
 
@@ -212,7 +215,7 @@ def summarise(dataset: str, vals: dict[str, dict[str, Any]], tests: dict[str, di
                                for v in variants if v.name in vals and v.name in tests), 1)
     row.update(calibration(row))
     terms = gap_terms(row, per_split)
-    if "calibration_gap" in row and terms and all(math.isfinite(t) for t in terms):
+    if "calibration_gap" in row and len(terms) > 1 and all(math.isfinite(t) for t in terms):
         row["calibration_gap_se"] = _mean_se(terms)[1]
     row["method"] = method
     rows_v = []
@@ -282,12 +285,12 @@ def decimals_for(pm: float) -> int:
 
 
 def cell(value: tuple[float, float] | None, bold: bool = False, decimals: int | None = None) -> str:
-    """``mean +- pm`` to ``decimals`` (by default those of :func:`decimals_for`); ``-`` for none;
-    in bold for the best of ours."""
+    """``mean +- pm`` to ``decimals`` (by default those of :func:`decimals_for`); the mean alone
+    where ``pm`` is unknown (NaN: one split); ``-`` for none; in bold for the best of ours."""
     if value is None:
         return "-"
     d = decimals_for(value[1]) if decimals is None else decimals
-    text = f"{value[0]:.{d}f} +- {value[1]:.{d}f}"
+    text = f"{value[0]:.{d}f}" + (f" +- {value[1]:.{d}f}" if not math.isnan(value[1]) else "")
     return f"**{text}**" if bold else text
 
 

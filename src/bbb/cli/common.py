@@ -115,15 +115,28 @@ def add_threads(p: Any, default: int | None = None, help: str = THREADS_HELP) ->
     p.add_argument("--threads", type=int, default=default, metavar="N", help=help)
 
 
+def seed_number(text: str) -> int:
+    """argparse type of ``--seed`` and ``--seeds``: a whole number >= 0 (numpy's generators, and
+    the runs' own configurations, refuse a negative seed; every command refuses it alike)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}")
+    return v
+
+
 def add_seed(p: Any, default: int = 0, help: str = "random seed") -> None:
-    """``--seed N``: one integer."""
-    p.add_argument("--seed", type=int, default=default, metavar="N",
+    """``--seed N``: one integer >= 0."""
+    p.add_argument("--seed", type=seed_number, default=default, metavar="N",
                    help=f"{help} (default: {default})")
 
 
 def add_seeds(p: Any, default: list[int] | None, help: str = "random seeds, one run each") -> None:
     """``--seeds N [N ...]``: a list of integers (``default`` None: ``help`` says what then)."""
-    p.add_argument("--seeds", nargs="+", type=int, default=None if default is None else list(default), metavar="N",
+    p.add_argument("--seeds", nargs="+", type=seed_number, default=None if default is None else list(default),
+                   metavar="N",
                    help=help if default is None else f"{help} (default: {' '.join(map(str, default))})")
 
 
@@ -380,8 +393,8 @@ SHARED_FLAGS: dict[str, SharedFlag] = {
     # "output file" where one file is written
     "--which": SharedFlag("checkpoint"),
     "--device": SharedFlag("auto (cuda when available), cpu, cuda or cuda:N", library="bbb.devices.resolve_device"),
-    "--seed": SharedFlag("random seed", int),
-    "--seeds": SharedFlag("random seeds", int, "+"),
+    "--seed": SharedFlag("random seed", seed_number),
+    "--seeds": SharedFlag("random seeds", seed_number, "+"),
     "--threads": SharedFlag("torch threads", int, library="torch.set_num_threads"),
     "--quiet": SharedFlag(QUIET_HELP, nargs=0),
     "--no-compile": SharedFlag(NO_COMPILE_HELP, nargs=0, library="BBB_COMPILE=0, Engine(compile=False)"),

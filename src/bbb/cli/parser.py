@@ -19,6 +19,7 @@ from .common import (
     add_seed,
     add_threads,
     fmt_default,
+    seed_number,
     shared_help,
     sigma_of_rho,
     std_as_rho,
@@ -139,7 +140,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)
     add_out(p, shared_help("--out", ": the run directory"))
-    add_g("--seed", "seed", shared_help("--seed"), type=int)
+    add_g("--seed", "seed", shared_help("--seed"), type=seed_number)
     add_g("--device", "device", shared_help("--device"))
     g.add_argument("--bf16", dest="bf16", action="store_true", default=argparse.SUPPRESS,
                    help="bf16 autocast (CUDA only; ignored with a warning on CPU)")

@@ -22,6 +22,7 @@ from bbb.cli.common import (
     RETIRED_IN_COMMAND,
     SHARED_FLAGS,
     DeprecatedAlias,
+    seed_number,
     sigma_of_rho,
 )
 from bbb.cli.entry import command_parser
@@ -138,9 +139,9 @@ def check_shared(name: str, opts: dict) -> None:
     if "--device" in opts:
         assert "default: auto" in flat(opts["--device"].help), name
     if "--seed" in opts:
-        assert opts["--seed"].type is int and opts["--seed"].nargs is None, name
+        assert opts["--seed"].type is seed_number and opts["--seed"].nargs is None, name
     if "--seeds" in opts:
-        assert opts["--seeds"].type is int and opts["--seeds"].nargs == "+", name
+        assert opts["--seeds"].type is seed_number and opts["--seeds"].nargs == "+", name
     if "--out" in opts:
         out = opts["--out"]
         assert out.required or out.default is None or str(out.default).startswith("runs/"), name
@@ -230,3 +231,14 @@ def test_an_out_that_may_name_a_file_takes_one(tmp_path):
     f.write_text("old")
     assert command_parser("report")[1].parse_args(["RUN", "--out", str(f)]).out == str(f)
     assert command_parser("reproduce")[1].parse_args(["which", "--out", str(f)]).out == str(f)
+
+
+def test_a_negative_seed_is_refused_by_every_command_alike(capsys):
+    """--seed and --seeds are whole numbers >= 0 in every command (check_shared: one argparse type):
+    bbb ood and bbb uncertain took --seed -1, where bbb train refused it and numpy's generators do."""
+    assert seed_number("0") == 0 and seed_number("12") == 12
+    for bad in ("-1", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="whole number >= 0"):
+            seed_number(bad)
+    rc, _, err = run_main(capsys, "ood", "runs/none", "--seed", "-1")
+    assert rc == 2 and "--seed: a seed is a whole number >= 0, got '-1'" in err and len(err.strip().splitlines()) == 1

@@ -207,18 +207,25 @@ def ranking_titles(samples: int) -> tuple[str, str]:
     return disputed, errors
 
 
+#: the most digits a grid of :func:`plot_uncertain` draws (one axes each: 400 took 80 s and a
+#: 4 MB PNG, 20,000 would take hours); uncertain.json lists every one of ``--n``
+PLOT_MAX = 128
+
+
 def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path | None,
                    samples: int) -> Any:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
     its label, the vote shares of the sampled networks and the quantity the disputed grid is
     ranked by after the votes (mutual information; entropy when k = 1); each grid's title says how
-    it ranks (:func:`ranking_titles`). Returns the PNG's path when ``path`` is given, else the
-    Figure (None without matplotlib)."""
+    it ranks (:func:`ranking_titles`), and, for more than :data:`PLOT_MAX` digits, that it shows
+    the first of them. Returns the PNG's path when ``path`` is given, else the Figure (None
+    without matplotlib)."""
     plt = figures()
     if plt is None:
         return None
     disputed, errors = ranking_titles(samples)
-    groups = [(disputed, result["uncertain"]), (errors, result["confident_errors"])]
+    groups = [(title + (f" (the first {PLOT_MAX} of {len(idx)})" if len(idx) > PLOT_MAX else ""), idx[:PLOT_MAX])
+              for title, idx in ((disputed, result["uncertain"]), (errors, result["confident_errors"]))]
     n = max(len(idx) for _, idx in groups)
     cols = min(8, max(n, 1))
     rows = [math.ceil(len(idx) / cols) for _, idx in groups]
@@ -402,7 +409,8 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.epilog = ("Example:\n  bbb uncertain runs/bbb400 --n 64 --samples 30\n"
                 "  bbb uncertain runs/sgd-s0 runs/sgd-s1 runs/sgd-s2 --out runs/sgd-ensemble   # a deep ensemble")
-    p.add_argument("--n", type=int, default=64, help="digits per grid (default: 64)")
+    p.add_argument("--n", type=int, default=64, help=f"digits per ranking (default: 64; uncertain.png draws at most "
+                   f"{PLOT_MAX} of each)")
     p.add_argument("--samples", type=int, default=30, metavar="K",
                    help=shared_help("--samples", " vote: the sampled networks (default: 30)"))
     _add_run_options(p, "uncertain.json and uncertain.png")
@@ -434,6 +442,8 @@ def main_uncertain(args: argparse.Namespace) -> int:
         out["members"] = [str(r) for r in args.run_dirs]
     atomic_write_json(d / "uncertain.json", out)
     written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
+    drawn = ("" if plotted is None or max(len(res["uncertain"]), len(res["confident_errors"])) <= PLOT_MAX
+             else f"; the PNG draws the first {PLOT_MAX} of each, the JSON lists all")
     print(f"wrote {' and '.join(map(str, written))} ({len(res['uncertain'])} disputed, "
-          f"{len(res['confident_errors'])} confident errors)")
+          f"{len(res['confident_errors'])} confident errors{drawn})")
     return 0

@@ -104,3 +104,21 @@ def test_most_confident_errors_are_ranked_past_a_max_probability_of_one():
     p = torch.softmax(torch.stack([margins, torch.zeros(4)], -1), -1)[None]
     res = UE.most_uncertain(p, torch.ones(4, dtype=torch.long), n=4)
     assert res["confident_errors"].tolist() == [1, 2, 3, 0]
+
+
+def test_a_grid_of_many_digits_draws_the_first_plot_max_and_says_so(monkeypatch):
+    """``bbb uncertain --n 20000`` drew one axes per digit: 400 took over a minute, 20,000 hours.
+    A grid draws at most PLOT_MAX digits and its title says which; the ranking itself is all n."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(UE, "PLOT_MAX", 4)
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(3, 30, 10, generator=g) * 3, -1)
+    labels = torch.randint(0, 10, (30,), generator=g)
+    res = UE.most_uncertain(probs, labels, n=10)
+    assert len(res["uncertain"]) == 10
+    fig = UE.plot_uncertain(torch.rand(30, 16), labels, res, None, 3)
+    disputed, errors = fig.subfigs
+    assert sum(ax.has_data() for ax in disputed.axes) == 4 and "(the first 4 of 10)" in disputed._suptitle.get_text()
+    n_err = len(res["confident_errors"])
+    assert sum(ax.has_data() for ax in errors.axes) == min(4, n_err)
+    assert ("(the first 4 of" in errors._suptitle.get_text()) == (n_err > 4)

@@ -37,7 +37,7 @@ COMMANDS: dict[str, Command] = {
     "demo": Command("bbb.cli.commands",
                     "the main job: train, evaluate and prune a BBB 2x400 on MNIST",
                     "add_demo_arguments", "cmd_demo"),
-    "regression": Command("bbb.experiments.regression_alternatives",  # Fig. 5 (experiments.regression) and more
+    "regression": Command("bbb.experiments.regression_command",  # Fig. 5 (experiments.regression) and more
                           "Regression curves with BBB (section 5.2 of the paper)"),
     "bandit": Command("bbb.experiments.bandit",
                       "Contextual bandit on UCI Mushroom with Thompson sampling (section 5.3 of "

@@ -32,7 +32,6 @@ and the learned noise each epoch; BBB's sigma and SNR histograms every 1% of the
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import io
@@ -49,26 +48,13 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..cli.common import (
-    add_deprecated_alias,
-    add_device,
-    add_log,
-    add_out,
-    add_quiet,
-    add_seed,
-    add_threads,
-    describe,
-    shared_help,
-    sigma_of_rho,
-    std_as_rho,
-)
 from ..devices import resolve_device
 from ..distributions import inverse_softplus, make_prior
 from ..elbo import ELBO, Gaussian, HeteroscedasticGaussian
 from ..errors import DiskFullError, ResultsNotSaved, SettingError, UserError, check_float, check_int
 from ..io import atomic_write_json, atomic_write_text
 from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesMLP, sampling
-from ..options import PriorKind, choice, values
+from ..options import PriorKind, choice
 from ..plots import INSTALL_HINT
 from ..runs.config import PRIOR_ONLY
 from ..runs.loggers import TrainLogger, log_step, make_loggers, opened_loggers
@@ -82,24 +68,16 @@ __all__ = [
     "standard_net",
     "QUANTILES",
     "plot_regression",
-    "add_arguments",
-    "main",
-    "EXAMPLE",
     "CSV_COLUMNS",
+    "ACTIVATIONS",
 ]
-
-EXAMPLE = (
-    "bbb regression --out runs/regression --epochs 3000 --seed 0   # about 20 s on one thread\n"
-    "  bbb regression --out runs/hetero --heteroscedastic --x-range 0 0.6\n"
-    "  bbb regression --out runs/regression --alternatives   # beside a deep ensemble, MC dropout, Laplace"
-)
 
 QUANTILES = {"q025": 0.025, "q25": 0.25, "median": 0.5, "q75": 0.75, "q975": 0.975}
 _MODEL_COLUMNS = ["median", "q25", "q75", "q025", "q975", "mean", "epistemic_std", "aleatoric_std"]
 CSV_COLUMNS = ["x", "true_f", "in_training_range"] + [
     f"{m}_{c}" for m in ("bbb", "standard") for c in _MODEL_COLUMNS]
 
-_ACTS = {"relu": nn.ReLU, "tanh": nn.Tanh}
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
 @dataclass
@@ -161,7 +139,7 @@ class RegressionConfig:
             raise UserError(f"the training range needs low < high, got [{self.x_low}, {self.x_high}]")
         if not self.grid_low < self.grid_high:
             raise UserError(f"the prediction grid needs low < high, got [{self.grid_low}, {self.grid_high}]")
-        self.activation = choice("activation", self.activation, list(_ACTS))
+        self.activation = choice("activation", self.activation, list(ACTIVATIONS))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         if not (0 < self.pi <= 1):
             raise UserError(f"pi must be in (0, 1], got {self.pi}")
@@ -226,7 +204,7 @@ def standard_net(cfg: RegressionConfig, out: int) -> nn.Sequential:
     sizes = [1, *cfg.hidden]
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), _ACTS[cfg.activation]()]
+        layers += [nn.Linear(a, b), ACTIVATIONS[cfg.activation]()]
     layers.append(nn.Linear(sizes[-1], out))
     return nn.Sequential(*layers)
 
@@ -531,91 +509,3 @@ def plot_regression(res: dict[str, Any], path: str | os.PathLike[str] | None = N
     axes[0].set_ylabel("y")
     axes[1].legend(loc="upper left", fontsize=8)
     return finish(fig, path, new=ax is None, dpi=120)
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-
-DESCRIPTION = (
-    "Regression curves (section 5.2, Fig. 5): a BBB network and a standard network fitted to "
-    "the same noisy points of x + 0.3 sin(2 pi x) + 0.3 sin(4 pi x); BBB's predictive band widens "
-    "away from the data, the standard network's does not. Writes regression.png, regression.csv "
-    "(median, quartiles, 2.5/97.5% and the epistemic/aleatoric split per grid point) and "
-    "summary.json to --out."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``bbb regression`` options on ``parser``."""
-    d = RegressionConfig()
-    describe(parser, DESCRIPTION, EXAMPLE)
-    add_out(parser, "output folder (created)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the regression.csv, summary.json and regression.png of an earlier call in --out "
-                             "(without it they are an error before anything trains)")
-    parser.add_argument("--epochs", type=int, default=d.epochs,
-                        help=shared_help("--epochs", f" (full-batch Adam steps) of each network (default: {d.epochs})"))
-    add_seed(parser, d.seed, shared_help("--seed", " of data and training"))
-    parser.add_argument("--n-train", type=int, default=d.n_train, help=f"training points (default: {d.n_train})")
-    parser.add_argument("--x-range", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.x_low, d.x_high],
-                        help="training inputs ~ U[LOW, HIGH] (default: 0 0.5; the paper does not say)")
-    parser.add_argument("--noise-std", type=float, default=d.noise_std,
-                        help=f"std of the data noise eps (default: {d.noise_std:g})")
-    parser.add_argument("--grid", nargs=2, type=float, metavar=("LOW", "HIGH"), default=[d.grid_low, d.grid_high],
-                        help="prediction range (default: -0.2 1.2)")
-    parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), metavar="N",
-                        help=shared_help("--hidden", " (default: 100 100)"))
-    parser.add_argument("--activation", choices=sorted(_ACTS), default=d.activation)
-    parser.add_argument("--lr", type=float, default=d.lr, help=shared_help("--lr", f" of Adam (default: {d.lr:g})"))
-    parser.add_argument("--train-samples", type=int, default=d.train_samples, metavar="K",
-                        help=shared_help("--train-samples", f" (BBB; default: {d.train_samples})"))
-    parser.add_argument("--prior", choices=values(PriorKind), default=d.prior.value,
-                        help=shared_help("--prior", " (default: mixture, Monte Carlo KL; gaussian: closed-form KL)"))
-    parser.add_argument("--prior-sigma", type=float, default=d.prior_sigma,
-                        help=shared_help("--prior-sigma", f" (default: {d.prior_sigma:g})"))
-    parser.add_argument("--pi", type=float, default=d.pi, help=shared_help("--pi", f" (default: {d.pi:g})"))
-    parser.add_argument("--sigma1", type=float, default=d.sigma1,
-                        help=shared_help("--sigma1", f" (default: {d.sigma1:g})"))
-    parser.add_argument("--sigma2", type=float, default=d.sigma2, help=shared_help("--sigma2", " (default: e^-7)"))
-    parser.add_argument("--sigma-init", dest="rho_init", type=std_as_rho, default=d.rho_init, metavar="S",
-                        help=shared_help("--sigma-init", f" (BBB; default: {sigma_of_rho(d.rho_init):.2g}, "
-                                                         f"rho {d.rho_init:g})"))
-    add_deprecated_alias(parser, "--rho-init", "--sigma-init", "rho_init", float, sigma_of_rho)
-    parser.add_argument("--model-sigma", type=float, default=d.model_sigma,
-                        help=f"likelihood noise std (the start value when learned; default: {d.model_sigma:g})")
-    parser.add_argument("--learn-noise", action="store_true",
-                        help="learn the likelihood noise (starting at --model-sigma) instead of fixing it")
-    parser.add_argument("--heteroscedastic", action="store_true",
-                        help="learn an input-dependent noise (the networks output mean and noise)")
-    parser.add_argument("--samples", dest="pred_samples", type=int, default=d.pred_samples, metavar="K",
-                        help=shared_help("--samples", f" quantiles (BBB; default: {d.pred_samples})"))
-    add_device(parser)
-    add_threads(parser, d.threads, shared_help("--threads", " (default: 1, the nets are tiny)"))
-    add_quiet(parser, "its one line of results")
-    add_log(parser, " of each network into OUT/tb/bbb/ and OUT/tb/standard/ (ELBO, NLL, KL, noise, learning rate "
-                    "each epoch; BBB's sigma and SNR histograms per layer every 1%% of the epochs)")
-
-
-def config_from_args(args: argparse.Namespace) -> RegressionConfig:
-    return RegressionConfig(
-        n_train=args.n_train, x_low=args.x_range[0], x_high=args.x_range[1], noise_std=args.noise_std,
-        grid_low=args.grid[0], grid_high=args.grid[1], hidden=tuple(args.hidden), activation=args.activation,
-        epochs=args.epochs, lr=args.lr, train_samples=args.train_samples, prior=args.prior,
-        prior_sigma=args.prior_sigma, pi=args.pi, sigma1=args.sigma1, sigma2=args.sigma2,
-        rho_init=args.rho_init, model_sigma=args.model_sigma, learn_noise=args.learn_noise,
-        heteroscedastic=args.heteroscedastic, pred_samples=args.pred_samples, seed=args.seed,
-        device=args.device, threads=args.threads, out=args.out, overwrite=args.overwrite,
-        loggers=tuple(args.log or ()),
-        quiet=False)  # --quiet hides progress, and there is none: the result line stays
-
-
-def main(args: argparse.Namespace) -> int:
-    """``bbb regression``: fit, predict, write; returns the exit code."""
-    try:
-        run_regression(config_from_args(args))
-    except ResultsNotSaved as e:
-        raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
-    return 0
-
-

@@ -24,7 +24,6 @@ network and each alternative, on the same axes).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import sys
@@ -37,22 +36,18 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..devices import resolve_device
-from ..errors import ResultsNotSaved, UserError
+from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
 from ..uncertainty import gaussian_mixture_quantiles
 from .regression import (
     QUANTILES,
     RegressionConfig,
-    config_from_args,
     make_data,
-    run_regression,
     standard_net,
     true_function,
 )
-from .regression import add_arguments as add_regression_arguments
 
-__all__ = ["METHODS", "ENSEMBLE_SIZE", "DROPOUT", "OUTPUT_FILES", "run_alternatives", "check_alternatives",
-           "add_arguments", "main"]
+__all__ = ["METHODS", "ENSEMBLE_SIZE", "DROPOUT", "OUTPUT_FILES", "run_alternatives", "check_alternatives"]
 
 METHODS = ("deep_ensemble", "mc_dropout", "laplace")
 ENSEMBLE_SIZE = 5
@@ -251,25 +246,3 @@ def _plot(res: dict[str, Any], path: Path, cfg: RegressionConfig) -> None:
     lo, hi = float(min(y.min(), truth.min())), float(max(y.max(), truth.max()))
     axes[0].set_ylim(lo - 0.35 * (hi - lo), hi + 0.35 * (hi - lo))
     finish(fig, path, new=True, dpi=110)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``bbb regression``'s options (:func:`bbb.experiments.regression.add_arguments`) and ``--alternatives``."""
-    add_regression_arguments(parser)
-    parser.add_argument("--alternatives", action="store_true",
-                        help="also fit a deep ensemble of 5, MC dropout (p = 0.1) and a last-layer Laplace to the same "
-                             "points: alternatives.png, .csv, .json beside Fig. 5")
-
-
-def main(args: argparse.Namespace) -> int:
-    """``bbb regression [--alternatives]``: Fig. 5, and the alternatives beside it when asked."""
-    cfg = config_from_args(args)
-    try:
-        if args.alternatives:
-            check_alternatives(cfg)  # before anything trains
-            run_alternatives(cfg, run_regression(cfg))
-        else:
-            run_regression(cfg)
-    except ResultsNotSaved as e:
-        raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
-    return 0

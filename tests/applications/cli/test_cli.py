@@ -174,11 +174,11 @@ def test_lazy_command_dispatch(capsys, monkeypatch):
     """regression/bandit: the module's add_arguments builds the parser, its main gets the args."""
     import types
 
-    mod = types.ModuleType("bbb.experiments.regression_alternatives")
+    mod = types.ModuleType("bbb.experiments.regression_command")
     seen = {}
     mod.add_arguments = lambda p: p.add_argument("--steps", type=int, default=5)
     mod.main = lambda args: seen.setdefault("steps", args.steps) and 0
-    monkeypatch.setitem(sys.modules, "bbb.experiments.regression_alternatives", mod)
+    monkeypatch.setitem(sys.modules, "bbb.experiments.regression_command", mod)
     rc, _, _ = run_main(capsys, "regression", "--steps", "7")
     assert rc == 0 and seen == {"steps": 7}
 

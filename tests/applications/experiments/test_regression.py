@@ -11,6 +11,7 @@ import torch
 
 from bbb.errors import UserError
 from bbb.experiments import regression as R
+from bbb.experiments import regression_command as C
 from bbb.experiments.regression import RegressionConfig, make_data, run_regression, true_function
 
 #: a fast version of the default experiment (the defaults' scale-mixture prior; fewer steps and points)
@@ -111,11 +112,11 @@ def test_cli_parser_and_errors(tmp_path, capsys):
     import argparse
 
     parser = argparse.ArgumentParser()
-    R.add_arguments(parser)
+    C.add_arguments(parser)
     assert "Example" in (parser.epilog or "")
     args = parser.parse_args(["--out", str(tmp_path), "--seed", "2", "--epochs", "7", "--heteroscedastic",
                               "--x-range", "-0.1", "0.45", "--device", "cpu", "--quiet"])
-    cfg = R.config_from_args(args)
+    cfg = C.config_from_args(args)
     assert (cfg.seed, cfg.epochs, cfg.heteroscedastic, cfg.x_low, cfg.x_high) == (2, 7, True, -0.1, 0.45)
     cli = pytest.importorskip("bbb.cli")
     rc = cli.main(["regression", "--out", str(tmp_path / "r"), "--x-range", "1", "0"])

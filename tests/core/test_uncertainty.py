@@ -57,6 +57,20 @@ def test_nll_brier_error_hand_computed():
         U.brier_score(probs, torch.tensor([0]))
 
 
+def test_nll_counts_a_confident_error_in_full():
+    """A floor of 1e-12 capped an example's -log p at 27.6: a true class at probability 1e-20 (a
+    deterministic network's confident error, logits 46 apart) counted 27.6, not 46.1, understating
+    the NLL of the most over-confident networks. Any float32 probability now counts as itself; one
+    that underflowed to 0 counts as float32's smallest normal (87.3), in every dtype alike."""
+    probs = torch.softmax(torch.tensor([[46.0515, 0.0], [0.0, 200.0]]), -1)  # p(true) 1e-20, then 0
+    labels = torch.tensor([1, 0])
+    assert probs[0, 1].item() == pytest.approx(1e-20, rel=1e-3) and probs[1, 0].item() == 0.0
+    assert U.negative_log_likelihood(probs[:1], labels[:1]) == pytest.approx(46.0515, rel=1e-5)
+    assert U.negative_log_likelihood(probs[1:], labels[1:]) == pytest.approx(-math.log(U.NLL_FLOOR))
+    assert -math.log(U.NLL_FLOOR) == pytest.approx(87.34, abs=0.01)
+    assert U.negative_log_likelihood(probs.double(), labels) == U.negative_log_likelihood(probs, labels)
+
+
 def test_auroc_and_aupr():
     a, b = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.7, 0.8])
     assert U.auroc(a, b) == 1.0 and U.auroc(b, a) == 0.0

@@ -23,6 +23,7 @@ target error).
 from __future__ import annotations
 
 from .classification import (
+    NLL_FLOOR,
     aupr,
     auroc,
     brier_score,
@@ -66,6 +67,7 @@ __all__ = [
     "reliability_bins",
     "expected_calibration_error",
     "negative_log_likelihood",
+    "NLL_FLOOR",
     "brier_score",
     "error_rate",
     "auroc",

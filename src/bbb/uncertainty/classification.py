@@ -15,7 +15,7 @@ from torch import Tensor
 from ..errors import UserError, check_int
 
 __all__ = ["predictive_probs", "entropy", "predictive_entropy", "expected_entropy", "mutual_information",
-           "reliability_bins", "expected_calibration_error", "negative_log_likelihood", "brier_score",
+           "reliability_bins", "expected_calibration_error", "negative_log_likelihood", "NLL_FLOOR", "brier_score",
            "error_rate", "auroc", "aupr"]
 
 
@@ -160,9 +160,16 @@ def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15
     return float((bins["count"] / n * (bins["accuracy"] - bins["confidence"]).abs()).sum())
 
 
-def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = 1e-12) -> float:
-    """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``), in
-    float64 (a float16 ``eps`` of 1e-12 is 0, and a probability 0 gave an infinite NLL)."""
+#: the least probability :func:`negative_log_likelihood` counts (float32's smallest normal number,
+#: -log = 87.3): a true class's probability that underflowed to 0 counts as this, not as infinite;
+#: any probability float32 holds counts as itself (a floor of 1e-12 had capped an example's NLL at
+#: 27.6, understating a confident error's, the deterministic networks' most of all)
+NLL_FLOOR = torch.finfo(torch.float32).tiny
+
+
+def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = NLL_FLOOR) -> float:
+    """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``,
+    :data:`NLL_FLOOR`), in float64 (the same floor whatever the probabilities' dtype)."""
     _check(probs, labels, "negative_log_likelihood")
     return float(-torch.log(probs.gather(1, labels.long()[:, None]).double().clamp_min(eps)).mean())
 

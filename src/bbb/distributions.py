@@ -23,6 +23,9 @@ from torch import Tensor
 from .errors import UserError, check_int
 from .options import StrOption
 from .priors import (
+    DEFAULT_PI,
+    DEFAULT_SIGMA1,
+    DEFAULT_SIGMA2,
     LOG_SQRT_2PI,
     CenteredPrior,
     GaussianPrior,
@@ -56,6 +59,9 @@ __all__ = [
     "inverse_softplus",
     "prior_from_config",
     "make_prior",
+    "DEFAULT_PI",
+    "DEFAULT_SIGMA1",
+    "DEFAULT_SIGMA2",
 ]
 
 

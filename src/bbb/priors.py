@@ -20,10 +20,17 @@ from .errors import UserError
 from .options import PriorKind, choice
 
 __all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "TorchPrior", "CenteredPrior", "MemberPrior",
-           "prior_from_config", "make_prior", "LOG_SQRT_2PI"]
+           "prior_from_config", "make_prior", "LOG_SQRT_2PI", "DEFAULT_PI", "DEFAULT_SIGMA1", "DEFAULT_SIGMA2"]
 
 #: log sqrt(2 pi), the Gaussian normaliser
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+#: The default scale mixture's pi, sigma1 and sigma2 (a point of the paper's grid), the one set that
+#: :class:`ScaleMixturePrior`, :func:`make_prior`, :func:`bbb.nn.default_prior`, ``bbb train`` and
+#: ``bbb regression`` share
+DEFAULT_PI = 0.25
+DEFAULT_SIGMA1 = 1.0
+DEFAULT_SIGMA2 = math.exp(-7.0)
 
 
 def _check_sigma(name: str, value: float) -> float:
@@ -175,7 +182,7 @@ class ScaleMixturePrior(Prior):
 
     name = "mixture"
 
-    def __init__(self, pi: float = 0.25, sigma1: float = 1.0, sigma2: float = math.exp(-7)) -> None:
+    def __init__(self, pi: float = DEFAULT_PI, sigma1: float = DEFAULT_SIGMA1, sigma2: float = DEFAULT_SIGMA2) -> None:
         pi = float(pi)
         if not (0.0 < pi <= 1.0):
             raise UserError(f"mixture weight pi must be in (0, 1], got {pi}")
@@ -599,10 +606,11 @@ def prior_from_config(cfg: dict[str, Any] | Prior | torch.distributions.Distribu
     raise UserError(f"unknown prior type {kind!r}; expected 'gaussian', 'mixture', 'centered' or 'members'")
 
 
-def make_prior(kind: str, *, pi: float = 0.5, sigma1: float = 1.0, sigma2: float = 0.0025,
+def make_prior(kind: str, *, pi: float = DEFAULT_PI, sigma1: float = DEFAULT_SIGMA1, sigma2: float = DEFAULT_SIGMA2,
                prior_sigma: float = 1.0) -> Prior:
     """The prior a configuration's flat fields describe: ``gaussian`` N(0, prior_sigma^2) or the
-    scale ``mixture`` pi N(0, sigma1^2) + (1 - pi) N(0, sigma2^2) (:class:`bbb.options.PriorKind`)."""
+    scale ``mixture`` pi N(0, sigma1^2) + (1 - pi) N(0, sigma2^2) (:class:`bbb.options.PriorKind`);
+    a field left out is the library's default (:class:`ScaleMixturePrior`'s)."""
     kind = choice("prior", kind, PriorKind)
     if kind == PriorKind.GAUSSIAN.value:
         return GaussianPrior(prior_sigma)

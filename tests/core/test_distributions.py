@@ -289,3 +289,14 @@ def test_split_kl_of_a_mixture_needs_its_wide_component_first():
     assert ScaleMixturePrior(1.0, 0.01, 1.0).has_split  # one component: the closed form
     assert torch.isfinite(kl_term(q, ScaleMixturePrior(0.5, 1.0, 0.01), "split"))
     assert torch.isfinite(kl_term(q, swapped, "mc"))
+
+
+def test_make_prior_left_to_its_defaults_is_the_librarys_default_prior():
+    """make_prior("mixture") without its fields built pi 1/2, sigma2 0.0025 (no point of the paper's
+    grid), where ScaleMixturePrior(), bbb.nn.default_prior() and bbb train give pi 1/4, sigma2 e^-7."""
+    from bbb.distributions import make_prior
+    from bbb.nn import default_prior
+
+    built = make_prior("mixture")
+    assert built == ScaleMixturePrior() == default_prior()
+    assert built.to_config() == {"type": "mixture", "pi": 0.25, "sigma1": 1.0, "sigma2": math.exp(-7.0)}

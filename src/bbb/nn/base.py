@@ -11,6 +11,9 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import (
+    DEFAULT_PI,
+    DEFAULT_SIGMA1,
+    DEFAULT_SIGMA2,
     CenteredPrior,
     DiagonalNormal,
     KLMode,
@@ -33,13 +36,6 @@ __all__ = ["Estimator", "BayesModule", "RelativeSigma", "DEFAULT_RHO_INIT", "DEF
 #: learning is not drowned in weight noise (Pyro's autoguide init_scale PR #2156, Riquelme et al.
 #: "MAP first"); large initial sigma is a known cause of divergence.
 DEFAULT_RHO_INIT = -5.0
-
-#: The default scale-mixture prior's pi, sigma1 and sigma2 (:func:`default_prior`), shared by the
-#: library, ``bbb train`` and ``bbb regression``
-DEFAULT_PI = 0.25
-DEFAULT_SIGMA1 = 1.0
-DEFAULT_SIGMA2 = math.exp(-7.0)
-
 
 def default_prior() -> ScaleMixturePrior:
     """The default prior, the same as ``bbb train``'s: the paper's scale mixture (eq. 7) with

@@ -37,7 +37,9 @@ quiet 2-core CPU (``--plan`` estimates them); ``paper`` follows the paper's prot
 momentum 0) at the paper's learning rates {1e-3, 1e-4} on the summed minibatch loss (x128 on
 our per-example loss), 600 epochs with the learning rate x0.1 after epoch 300, and a small list
 of candidates per cell (:class:`Candidate`, each with the reason it is there) chosen on the
-validation error. Every budget trains BBB with uniform minibatch KL weighting (1/M): Blundell's
+validation error. Where the paper states nothing (the rate's drop, momentum, the initial mu and
+sigma) the settings are those of the public reproduction the candidates start from
+(:data:`PUBLIC_REPRODUCTION_RECIPE`). Every budget trains BBB with uniform minibatch KL weighting (1/M): Blundell's
 weighting gives lower error after few epochs but leaves sigma near its initial value, so pruning
 by |mu|/sigma fails.
 

@@ -103,6 +103,9 @@ class BayesModule(nn.Module):
     #: network's weights (``from_weights=True`` on weights that left their default initialisation:
     #: :func:`bbb.convert.at_initialisation`; a plain attribute, not in the ``state_dict``)
     from_weights: bool = False
+    #: whether a :class:`~bbb.nn.TiedBayesLinear` reads this layer's weight (a tie): every row of it
+    #: then meets the data, so every row counts in the KL (an embedding's ``padding_idx`` row too)
+    weight_tied: bool = False
     #: whether the layer's parameters have a population's member as their leading dimension (it
     #: then takes a :class:`~bbb.distributions.MemberPrior`: a prior per member)
     member_axis: ClassVar[bool] = False

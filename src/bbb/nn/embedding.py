@@ -10,7 +10,7 @@ per lookup (a lookup reads one row, so this is local reparameterisation). ``flip
 meaning for a lookup (a one-line error), nor have ``max_norm`` (torch renormalises the weights in
 place) and ``sparse`` gradients. The ``padding_idx`` row outputs exactly 0 and gets no gradient
 from the data, as torch's zero-initialised row that never trains; nor does it count in the KL
-(:meth:`BayesEmbedding.kl_rows`).
+(:meth:`BayesEmbedding.kl_rows`), unless a tied output layer reads the table.
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ class BayesEmbedding(BayesModule):
 
     def kl_rows(self, name: str) -> Tensor | None:
         """Every row but ``padding_idx``'s: that row outputs 0 whatever its weights (no data informs its
-        posterior), so it does not count in the KL, here or in :class:`~bbb.engine.Engine`."""
-        if self.padding_idx is None:
+        posterior), so it does not count in the KL, here or in :class:`~bbb.engine.Engine`. All rows when
+        a tied output layer reads the table (:attr:`weight_tied`: the padding row's logit meets the data)."""
+        if self.padding_idx is None or self.weight_tied:
             return None
         v, r, dev = self.num_embeddings, self.padding_idx, self.mu(name).device
         return torch.cat([torch.arange(r, device=dev), torch.arange(r + 1, v, device=dev)])  # (no host copy)

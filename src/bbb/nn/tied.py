@@ -57,6 +57,7 @@ class TiedBayesLinear(BayesModule):
         if mu.dim() != 2:
             raise ValueError(f"a tied linear layer needs a 2-d source weight, got shape {tuple(mu.shape)}")
         object.__setattr__(self, "source", source)  # a reference, not a child: its posterior counts once
+        source.weight_tied = True  # (this layer reads every row of it: an embedding's padding row counts in the KL)
         self.out_features, self.in_features = mu.shape
         self.tied_to, self.own_name = tied_to, own_name
         self._register_posterior("bias", (self.out_features,) if bias else None,

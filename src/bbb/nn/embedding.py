@@ -259,6 +259,12 @@ class BayesEmbeddingBag(BayesEmbedding):
                 per_sample_weights: Tensor | None = None) -> Tensor:
         fold = FOLD.get()
         p, scale = self.padding_idx, self.scale_grad_by_freq
+        if fold is not None and fold.k > 1 and offsets is not None and fold.is_input(offsets):
+            raise UserError(f"{type(self).__name__}: inside a {fold.k}-sample pass (every input tensor with B rows "
+                            "repeated k times along the batch dimension) it got offsets that are an input of the "
+                            "model's, which cannot describe the k*B bags (nor 1-d indices rows of a batch); give the "
+                            "model 2-d (B, L) bags padded with padding_idx, or build the indices and offsets in its "
+                            "forward from batch-shaped inputs")
         if not self.is_sampling():
             return self._bag(input, self.weight, offsets, per_sample_weights, p, scale)
         if self.estimator is Estimator.LOCAL:  # sampled rows per lookup, then the bag over them

@@ -564,3 +564,30 @@ def test_a_parametrized_layer_left_deterministic_is_said_how_to_convert():
     torch.nn.utils.parametrize.remove_parametrizations(net[0], "weight")
     bbb.bayesianize(net)
     assert isinstance(net[0], BayesLinear)
+
+
+class _SequenceFirstThenBatchFirst(nn.Module):
+    """A sequence-first model (its GRU: batch_first=False, inputs (T, B, E)) whose head reads the
+    data batch first, (B, T, E), after a transpose; the embedding likewise for the ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn, self.emb, self.head = nn.GRU(4, 4), nn.Embedding(5, 4), nn.Linear(4, 3)
+
+    def forward(self, x, ids):  # x (T, B, 4), ids (T, B)
+        return self.head(x.transpose(0, 1) + self.emb(ids.t()))  # (B, T, 3): the GRU only says sequence-first
+
+
+def test_batch_first_data_inside_a_sequence_first_model_keeps_one_network_per_sample():
+    # the head and the embedding unfolded their k*B rows along dim 1, the model's batch dimension,
+    # where the data had the T steps: with T a multiple of k each sample's network served T/k of the steps
+    net = bbb.bayesianize(_SequenceFirstThenBatchFirst(), skip=["rnn"], rho_init=-1.0)
+    t, b, k = 9, 2, 3
+    x = torch.randn(1, b, 4).expand(t, b, 4)  # every step the same
+    ids = torch.randint(0, 5, (1, b)).expand(t, b)
+    out = predict(net, (x, ids), num_samples=k, generator=0)  # (k, B, T, 3)
+    assert out.shape == (k, b, t, 3)
+    torch.testing.assert_close(out, out[:, :, :1].expand_as(out))  # one network per sample: equal steps
+    assert not torch.equal(out[0], out[1])
+    torch.testing.assert_close(out[:, :1], predict(net, (x[:, :1], ids[:, :1]), num_samples=k, generator=0))

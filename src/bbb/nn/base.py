@@ -434,7 +434,7 @@ class BayesModule(nn.Module):
         if fold is None or fold.k == 1 or not self.is_sampling():
             return self._forward(x, self._input_samples(x))
         k = fold.k
-        d = self._fold_dim(x, fold.dim)
+        d = fold.batch_dim(x, self._fold_dim(x, fold.dim))
         self._check_folded(x, k, d)
         if self.estimator is Estimator.LOCAL:  # fresh noise per row already: nothing to unfold
             return self._forward(x, None)

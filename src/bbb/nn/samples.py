@@ -253,6 +253,12 @@ class _Fold:
     b: int | None = None  # B, the examples of the batch (None: not known, inside folded_samples)
     given: frozenset[int] = frozenset()  # ids of the model's input tensors, as given and as folded
 
+    def batch_dim(self, t: Tensor, d: int) -> int:
+        """``d``, the dimension a layer expects its k*B rows along, or 0 where ``t`` has them there and not
+        along ``d`` (a sequence-first model that made its data batch first, ``h.transpose(0, 1)``)."""
+        rows = None if self.b is None else self.k * self.b
+        return 0 if d and rows is not None and t.dim() > d and t.shape[d] not in (rows, 1) and t.shape[0] == rows else d
+
     def is_input(self, t: Tensor) -> bool:
         """Whether ``t`` is one of the model's inputs (as given, or its k copies): not made by the model."""
         return id(t) in self.given
@@ -292,8 +298,9 @@ def folded_samples(k: int, batch_dim: int = 0) -> Iterator[None]:
     ``batch_dim`` is the batch dimension of the model's input: 0, or 1 for a sequence-first
     model (``batch_first=False`` recurrent or attention layers, inputs ``(T, B, ...)``). Recurrent
     and attention layers read their own ``batch_first``; linear layers fold along ``batch_dim``
-    when their input has a dimension after it besides the features, else along 0; convolutions
-    along 0. :func:`forward_samples` (used by :class:`~bbb.elbo.ELBO` and
+    when their input has a dimension after it besides the features (and, inside
+    :func:`forward_samples`, not k*B rows along 0 only: data made batch first), else along 0;
+    convolutions along 0. :func:`forward_samples` (used by :class:`~bbb.elbo.ELBO` and
     :func:`~bbb.uncertainty.predict`) opens this block for you.
 
     Caveat: a layer that mixes rows of the batch mixes samples too. ``BatchNorm`` in training mode

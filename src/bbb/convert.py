@@ -361,6 +361,9 @@ def bayesianize(
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
     _register_optional()
+    for flag, v in (("from_weights", from_weights), ("strict", strict), ("modules_to_save", modules_to_save)):
+        if v not in (True, False):  # ("no", a config's string, would read as True)
+            raise UserError(f"bayesianize: {flag} must be True or False, got {v!r}")
     estimator = Estimator(choice("estimator", estimator, Estimator))  # (before any layer is read)
     skipped = _skipper(skip, model)
     kw: dict[str, Any] = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}

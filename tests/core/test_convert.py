@@ -545,6 +545,17 @@ def test_an_unknown_estimator_is_a_one_line_error_naming_the_choices(estimator):
     assert bbb.bayesianize(net, estimator=bbb.nn.base.Estimator.FLIPOUT)[0].estimator.value == "flipout"
 
 
+@pytest.mark.parametrize("flag,value", [("from_weights", "no"), ("from_weights", "False"), ("strict", "yes"),
+                                        ("modules_to_save", None)])
+def test_a_flag_that_is_not_a_bool_is_a_one_line_error(flag, value):
+    # from_weights="no" (a config's string) read as True: the means started at the weights, silently
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match=f"{flag} must be True or False, got {value!r}"):
+        bbb.bayesianize(net, **{flag: value})
+    assert isinstance(net[0], nn.Linear)  # nothing converted
+    assert isinstance(bbb.bayesianize(net, from_weights=False, strict=True)[0], BayesLinear)
+
+
 def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
     net = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
     with pytest.raises(bbb.UserError, match=r"not made yet in 0 \(LazyLinear\).*forward pass") as excinfo:

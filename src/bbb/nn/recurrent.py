@@ -122,6 +122,10 @@ class _BayesRNNBase(BayesModule):
         """The posterior means, per layer and direction, as ``torch.nn.RNNBase.all_weights``."""
         return [[self._masked(n, self.mu(n)) for n in names] for names in self._all_weights]
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do (as ``torch.nn.RNNBase.flatten_parameters`` on a CPU): the weights are drawn anew
+        each forward, never one cuDNN buffer; here so that a ``forward`` that calls it keeps working."""
+
     def __getattr__(self, name: str) -> Any:
         # the torch names (weight_ih_l0, ...) read the posterior mean (masked once pruned)
         if name in self.__dict__.get("_flat_weights_names", ()):

@@ -133,11 +133,17 @@ class BayesEmbedding(BayesModule):
     _torch_option_names: ClassVar[tuple[str, ...]] = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm",
                                                       "norm_type", "scale_grad_by_freq", "sparse")
 
-    def _local_rows(self, idx: Tensor) -> Tensor:
-        """mu[idx] + sigma[idx] * eps, fresh noise per lookup."""
-        mu = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
-        sigma = F.embedding(idx, self._masked_sigma("weight"),
-                            scale_grad_by_freq=self.scale_grad_by_freq)
+    def _local_rows(self, idx: Tensor, sample: Tensor | None = None, k: int = 1) -> Tensor:
+        """mu[idx] + sigma[idx] * eps, fresh noise per lookup. ``sample``: the sample (0..k-1) of each lookup
+        inside a k-sample pass, for ``scale_grad_by_freq`` (torch counts a row's lookups over the whole
+        batch: over the k copies its gradient would be divided by k), which then counts per sample."""
+        table, sigma_table = self.weight, self._masked_sigma("weight")
+        if sample is not None and self.scale_grad_by_freq and k > 1:  # sample j's lookups in rows j*V..
+            v = self.num_embeddings
+            idx = torch.where((idx >= 0) & (idx < v), idx + sample * v, k * v)
+            table, sigma_table = table.repeat(k, 1), sigma_table.repeat(k, 1)
+        mu = F.embedding(idx, table, scale_grad_by_freq=self.scale_grad_by_freq)
+        sigma = F.embedding(idx, sigma_table, scale_grad_by_freq=self.scale_grad_by_freq)
         eps = torch.randn(mu.shape, generator=self._generator(), device=mu.device, dtype=mu.dtype)
         return torch.addcmul(mu, sigma, eps)
 
@@ -153,17 +159,26 @@ class BayesEmbedding(BayesModule):
     def _forward_folded(self, idx: Tensor, k: int, d: int) -> Tensor:
         """Indices with k*B rows along ``d`` (sample j's on rows j*B..), each looked up in its sample's table."""
         if self.estimator is Estimator.LOCAL:  # fresh noise per lookup
-            return self._local_rows(idx)
+            return self._local_rows(idx, self._sample_of(idx, k, d) if self.scale_grad_by_freq else None, k)
         if idx.dim() == 0 or idx.shape[d] % k:
             raise UserError(f"{type(self).__name__}: inside a {k}-sample pass (the samples folded into the batch "
                             f"dimension) it got indices of shape {tuple(idx.shape)}, not k*B rows along dim {d} "
                             "(nor 1 row, a table shared by the batch); keep the batch dimension (for a "
                             "sequence-first model batch_dim=1)")
-        shape = [1] * idx.dim()
-        shape[d] = idx.shape[d]
-        sample = torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
+        sample = self._sample_of(idx, k, d)
+        assert sample is not None
         sidx, w = self._stacked(idx, sample, k)
         return F.embedding(sidx, w, scale_grad_by_freq=self.scale_grad_by_freq)
+
+    @staticmethod
+    def _sample_of(idx: Tensor, k: int, d: int) -> Tensor | None:
+        """The sample (0..k-1) of each index, broadcastable to ``idx``: sample j's on rows j*B.. of ``d``
+        (None where ``idx`` has no k*B rows there)."""
+        if idx.dim() <= d or idx.shape[d] % k:
+            return None
+        shape = [1] * idx.dim()
+        shape[d] = idx.shape[d]
+        return torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
 
     def forward(self, input: Tensor) -> Tensor:
         idx = input
@@ -182,7 +197,7 @@ class BayesEmbedding(BayesModule):
         elif not self.is_sampling():
             out = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
         elif self.estimator is Estimator.LOCAL:  # fresh noise per lookup: nothing to unfold in a fold
-            out = self._local_rows(idx)
+            out = self._local_rows(idx) if fold is None or fold.k == 1 else self._forward_folded(idx, fold.k, d)
         elif fold is None or fold.k == 1:
             w = self._masked("weight", self._draw("weight", None)[2])
             out = F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)

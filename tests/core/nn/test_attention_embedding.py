@@ -477,3 +477,19 @@ def test_offsets_a_model_makes_from_batch_shaped_inputs_fold():
     assert both.shape == (3, 3, 2)
     torch.testing.assert_close(both[:, 1:2], one)
     assert not torch.equal(both[0], both[1])
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "local"])
+def test_scale_grad_by_freq_counts_each_samples_lookups_in_a_k_sample_pass(estimator):
+    # torch counts a row's lookups over the whole batch: over the k copies of a k-sample pass the local
+    # estimator divided every gradient by k more (the mean over samples a k-th of the one-sample gradient)
+    grads = []
+    for k in (1, 4):
+        torch.manual_seed(0)
+        emb = bbb.bayesianize(nn.Sequential(nn.Embedding(5, 3, scale_grad_by_freq=True)), estimator=estimator,
+                              rho_init=-30.0)
+        ids = torch.tensor([[1, 1, 2], [1, 3, 3]])
+        forward_samples(emb, ids, k).sum(-1).mean(0).sum().backward()
+        grads.append(emb[0].weight_mu.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+    torch.testing.assert_close(grads[0][:4, 0], torch.tensor([0.0, 1.0, 1.0, 1.0]))  # each used row: 1, as torch

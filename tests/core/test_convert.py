@@ -602,3 +602,19 @@ def test_batch_first_data_inside_a_sequence_first_model_keeps_one_network_per_sa
     torch.testing.assert_close(out, out[:, :, :1].expand_as(out))  # one network per sample: equal steps
     assert not torch.equal(out[0], out[1])
     torch.testing.assert_close(out[:, :1], predict(net, (x[:, :1], ids[:, :1]), num_samples=k, generator=0))
+
+
+def test_batch_first_data_of_one_step_inside_a_sequence_first_model_folds_along_dim_0():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn, self.head = nn.GRU(4, 4), nn.Linear(4, 3)
+
+        def forward(self, x):  # (T, B, 4) -> (B, T, 3)
+            return self.head(self.rnn(x)[0].transpose(0, 1))
+
+    net = bbb.bayesianize(Net(), rho_init=-1.0)
+    x = torch.randn(1, 2, 4)  # one step: its (k*B, 1, 4) data read 1 row along dim 1, an error
+    out = predict(net, x, num_samples=3, generator=0)
+    assert out.shape == (3, 2, 1, 3)
+    torch.testing.assert_close(out[:, 1:], predict(net, x[:, 1:], num_samples=3, generator=0))

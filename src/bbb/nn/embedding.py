@@ -188,7 +188,7 @@ class BayesEmbedding(BayesModule):
                             f"{tuple(idx.shape)}, expand_samples): an embedding reads every dimension as the "
                             "batch's, so the k copies would share one weight sample and a mean over dim 1 would "
                             "average the batch; use forward_samples(net, x, k) or predict(net, x, k)")
-        d = 0 if fold is None else fold.batch_dim(idx, fold.dim if idx.dim() >= fold.dim + 1 else 0)
+        d = 0 if fold is None else fold.batch_dim(idx, fold.dim if idx.dim() >= fold.dim + 1 else 0, shared=True)
         if fold is not None and fold.k > 1 and self.is_sampling() and fold.shared(idx, d):
             # indices shared by the batch (positions (1, T)): each of the k samples looks them up
             # in its own table once, broadcast over its B rows

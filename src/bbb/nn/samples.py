@@ -253,11 +253,13 @@ class _Fold:
     b: int | None = None  # B, the examples of the batch (None: not known, inside folded_samples)
     given: frozenset[int] = frozenset()  # ids of the model's input tensors, as given and as folded
 
-    def batch_dim(self, t: Tensor, d: int) -> int:
+    def batch_dim(self, t: Tensor, d: int, shared: bool = False) -> int:
         """``d``, the dimension a layer expects its k*B rows along, or 0 where ``t`` has them there and not
-        along ``d`` (a sequence-first model that made its data batch first, ``h.transpose(0, 1)``)."""
+        along ``d`` (a sequence-first model that made its data batch first, ``h.transpose(0, 1)``);
+        ``shared``: 1 row along ``d`` stays there (a table shared by the batch: :meth:`shared`)."""
         rows = None if self.b is None else self.k * self.b
-        return 0 if d and rows is not None and t.dim() > d and t.shape[d] not in (rows, 1) and t.shape[0] == rows else d
+        keep = (rows, 1) if shared else (rows,)
+        return 0 if d and rows is not None and t.dim() > d and t.shape[d] not in keep and t.shape[0] == rows else d
 
     def is_input(self, t: Tensor) -> bool:
         """Whether ``t`` is one of the model's inputs (as given, or its k copies): not made by the model."""

@@ -565,6 +565,7 @@ def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_di
     if isinstance(inputs, Tensor) and d == 0 and getattr(model, "accepts_sample_dim", False):
         with leading_samples():  # (k, B, ...) natively: no folding
             return select_output(model(inputs.unsqueeze(0).expand(k, *inputs.shape)), output)
+    steps = next(iter(input_tensors(inputs))).shape[0] if d else None  # T of a sequence-first input (T, B, ...)
     folded = fold_inputs(inputs, k, d, b)
     src = inputs if isinstance(inputs, Tensor) and d == 0 else None  # a layer fed it reads it unfolded
     given = frozenset(id(t) for t in (*input_tensors(inputs), *input_tensors(folded)))
@@ -573,11 +574,15 @@ def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_di
         y = call_model(model, folded)
     finally:
         FOLD.reset(token)
-    return _unfold_output(select_output(y, output), k, b, d)
+    return _unfold_output(select_output(y, output), k, b, d, steps)
 
 
-def _unfold_output(y: Tensor, k: int, b: int, d: int = 0) -> Tensor:
-    if d != 0 and y.dim() > d and y.shape[d] == k * b:
+def _unfold_output(y: Tensor, k: int, b: int, d: int = 0, steps: int | None = None) -> Tensor:
+    """(k*B, ...) or, per step of a sequence-first model (``d`` 1), (T, k*B, ...) -> (k, B, ...) or (k, T, B, ...);
+    k*B rows along both dims are per step only where dim 0 is the input's ``steps`` (a (k*B, C) output of
+    C = k*B classes, one example of 10 classes at k = 10, is per example)."""
+    per_step = y.dim() > d and y.shape[d] == k * b and (y.shape[0] != k * b or steps in (None, k * b))
+    if d != 0 and per_step:
         return unfold(y, k, d)
     if y.dim() < 1 or y.shape[0] != k * b:
         raise UserError(f"the network returned shape {tuple(y.shape)} for a batch of {k}x{b} rows ({k} "

@@ -23,6 +23,7 @@ sample per forward, the KL counted once: :mod:`bbb.nn.tied`), or the warning nam
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import warnings
@@ -100,6 +101,14 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
     if skip is None:
         return lambda name, mod: False
     if callable(skip) and not isinstance(skip, type):
+        try:
+            inspect.signature(skip).bind("", model)
+        except TypeError:  # (a one-argument callable met a bare TypeError at its first module)
+            raise UserError(f"skip's callable is called as skip(name, module) -> bool, and "
+                            f"{getattr(skip, '__name__', type(skip).__name__)} does not take those two arguments: "
+                            "e.g. skip=lambda name, module: isinstance(module, nn.LayerNorm)") from None
+        except ValueError:  # (no signature to read: a builtin)
+            pass
         return skip
     if isinstance(skip, (str, type)):
         skip = [skip]

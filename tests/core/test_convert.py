@@ -556,6 +556,13 @@ def test_a_flag_that_is_not_a_bool_is_a_one_line_error(flag, value):
     assert isinstance(bbb.bayesianize(net, from_weights=False, strict=True)[0], BayesLinear)
 
 
+def test_a_skip_callable_of_one_argument_is_a_one_line_error():
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match=r"skip\(name, module\) -> bool.*<lambda> does not take"):
+        bbb.bayesianize(net, skip=lambda module: isinstance(module, nn.ReLU))  # (was a bare TypeError)
+    assert isinstance(bbb.bayesianize(net, skip=lambda name, module: name == "0")[2], BayesLinear)
+
+
 def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
     net = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
     with pytest.raises(bbb.UserError, match=r"not made yet in 0 \(LazyLinear\).*forward pass") as excinfo:

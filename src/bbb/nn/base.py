@@ -440,7 +440,9 @@ class BayesModule(nn.Module):
             return self._forward(x, None)
         src = fold.source
         if d == 0 and x is fold.folded and src is not None and src.dim() == (self._batched_rank or 2):
-            y = self._forward(src, k)  # k networks on one shared input: no k-fold copy
+            # k networks on one shared input, the first of its k copies (not ``src``: the model may have
+            # changed its input in place, x.div_(255)): no k-fold matmul
+            y = self._forward(x.narrow(0, 0, x.shape[0] // k), k)
             return y.reshape(-1, *y.shape[2:])
         return refold(self._forward(unfold(x, k, d, type(self).__name__), k), d)
 

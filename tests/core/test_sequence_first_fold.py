@@ -3,6 +3,7 @@ inputs (T, B, ...)): which dimension of a layer's input and of the output holds 
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -71,3 +72,21 @@ def test_a_sequence_first_classifier_with_k_times_b_classes_predicts_k_b_c():
     torch.testing.assert_close(one, predict(net, x, num_samples=10, generator=0)[:, :1])
     out = bbb.ELBO(net, num_batches=1, num_samples=10)(x[:, :1], torch.tensor([3]))
     assert out.output.shape == (10, 1, 10)
+
+
+def test_a_batch_first_input_transposed_for_a_sequence_first_lstm_is_an_error_that_says_why():
+    # the errors blamed a lost batch dimension; the cause is that the model's layers made its inputs (T, B)
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.rnn, self.head = nn.Embedding(10, 4), nn.LSTM(4, 5), nn.Linear(5, 2)
+
+        def forward(self, ids):  # (B, T) ids, made (T, B, 4) for the LSTM (batch_first=False)
+            return self.head(self.rnn(self.emb(ids).transpose(0, 1))[0][-1])
+
+    net = bbb.bayesianize(Net())
+    for b, t in ((4, 6), (3, 6)):  # an error in the LSTM, and one at the output
+        with pytest.raises(bbb.UserError, match="taken as sequence-first.*batch_first=True"):
+            predict(net, torch.randint(0, 10, (b, t)), num_samples=3)
+    out = bbb.nn.forward_samples(net.train(), torch.randint(0, 10, (4, 6)), 3, batch_dim=0)
+    assert out.shape == (3, 4, 2)

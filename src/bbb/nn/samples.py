@@ -587,5 +587,12 @@ def _unfold_output(y: Tensor, k: int, b: int, d: int = 0, steps: int | None = No
     if y.dim() < 1 or y.shape[0] != k * b:
         raise UserError(f"the network returned shape {tuple(y.shape)} for a batch of {k}x{b} rows ({k} "
                         "samples folded into the batch dimension): keep the batch dimension in forward "
-                        "(e.g. x.flatten(1), not x.view(-1))")
+                        "(e.g. x.flatten(1), not x.view(-1))" + (SEQUENCE_FIRST_HINT if d else ""))
     return y.reshape(k, b, *y.shape[1:])
+
+
+#: what a k-sample error adds for a model read as sequence-first (:func:`model_batch_dim`)
+SEQUENCE_FIRST_HINT = ("; the inputs were taken as sequence-first, (T, B, ...) with B along dim 1 (as predict and the "
+                       "ELBO read a model whose recurrent/attention layers have batch_first=False): a model that "
+                       "takes batch-first inputs and transposes them in forward needs those layers built with "
+                       "batch_first=True (or bbb.nn.forward_samples(model, x, k, batch_dim=0))")

@@ -369,6 +369,9 @@ def bayesianize(
     """
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):  # (its layers are compiled, none of a convertible type)
+        raise UserError("bayesianize needs the eager model, not a TorchScript one (torch.jit.script / trace): convert "
+                        "the nn.Module the script was made from")
     _register_optional()
     for flag, v in (("from_weights", from_weights), ("strict", strict), ("modules_to_save", modules_to_save)):
         if v not in (True, False):  # ("no", a config's string, would read as True)

@@ -563,6 +563,12 @@ def test_a_skip_callable_of_one_argument_is_a_one_line_error():
     assert isinstance(bbb.bayesianize(net, skip=lambda name, module: name == "0")[2], BayesLinear)
 
 
+def test_a_torchscript_model_is_a_one_line_error_that_says_so():
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match="not a TorchScript one"):  # (was: "has no layer to make Bayesian")
+        bbb.bayesianize(torch.jit.script(net))
+
+
 def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
     net = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
     with pytest.raises(bbb.UserError, match=r"not made yet in 0 \(LazyLinear\).*forward pass") as excinfo:

@@ -23,6 +23,7 @@ sample per forward, the KL counted once: :mod:`bbb.nn.tied`), or the warning nam
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import warnings
@@ -100,6 +101,14 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
     if skip is None:
         return lambda name, mod: False
     if callable(skip) and not isinstance(skip, type):
+        try:
+            inspect.signature(skip).bind("", model)
+        except TypeError:  # (a one-argument callable met a bare TypeError at its first module)
+            raise UserError(f"skip's callable is called as skip(name, module) -> bool, and "
+                            f"{getattr(skip, '__name__', type(skip).__name__)} does not take those two arguments: "
+                            "e.g. skip=lambda name, module: isinstance(module, nn.LayerNorm)") from None
+        except ValueError:  # (no signature to read: a builtin)
+            pass
         return skip
     if isinstance(skip, (str, type)):
         skip = [skip]
@@ -360,7 +369,13 @@ def bayesianize(
     """
     if not isinstance(model, nn.Module):
         raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):  # (its layers are compiled, none of a convertible type)
+        raise UserError("bayesianize needs the eager model, not a TorchScript one (torch.jit.script / trace): convert "
+                        "the nn.Module the script was made from")
     _register_optional()
+    for flag, v in (("from_weights", from_weights), ("strict", strict), ("modules_to_save", modules_to_save)):
+        if v not in (True, False):  # ("no", a config's string, would read as True)
+            raise UserError(f"bayesianize: {flag} must be True or False, got {v!r}")
     estimator = Estimator(choice("estimator", estimator, Estimator))  # (before any layer is read)
     skipped = _skipper(skip, model)
     kw: dict[str, Any] = {"prior": prior, "estimator": estimator, "rho_init": rho_init, "from_weights": from_weights}

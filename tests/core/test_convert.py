@@ -545,6 +545,30 @@ def test_an_unknown_estimator_is_a_one_line_error_naming_the_choices(estimator):
     assert bbb.bayesianize(net, estimator=bbb.nn.base.Estimator.FLIPOUT)[0].estimator.value == "flipout"
 
 
+@pytest.mark.parametrize("flag,value", [("from_weights", "no"), ("from_weights", "False"), ("strict", "yes"),
+                                        ("modules_to_save", None)])
+def test_a_flag_that_is_not_a_bool_is_a_one_line_error(flag, value):
+    # from_weights="no" (a config's string) read as True: the means started at the weights, silently
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match=f"{flag} must be True or False, got {value!r}"):
+        bbb.bayesianize(net, **{flag: value})
+    assert isinstance(net[0], nn.Linear)  # nothing converted
+    assert isinstance(bbb.bayesianize(net, from_weights=False, strict=True)[0], BayesLinear)
+
+
+def test_a_skip_callable_of_one_argument_is_a_one_line_error():
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match=r"skip\(name, module\) -> bool.*<lambda> does not take"):
+        bbb.bayesianize(net, skip=lambda module: isinstance(module, nn.ReLU))  # (was a bare TypeError)
+    assert isinstance(bbb.bayesianize(net, skip=lambda name, module: name == "0")[2], BayesLinear)
+
+
+def test_a_torchscript_model_is_a_one_line_error_that_says_so():
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(bbb.UserError, match="not a TorchScript one"):  # (was: "has no layer to make Bayesian")
+        bbb.bayesianize(torch.jit.script(net))
+
+
 def test_a_lazy_layer_is_a_one_line_error_until_a_forward_made_it():
     net = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
     with pytest.raises(bbb.UserError, match=r"not made yet in 0 \(LazyLinear\).*forward pass") as excinfo:
@@ -564,3 +588,4 @@ def test_a_parametrized_layer_left_deterministic_is_said_how_to_convert():
     torch.nn.utils.parametrize.remove_parametrizations(net[0], "weight")
     bbb.bayesianize(net)
     assert isinstance(net[0], BayesLinear)
+

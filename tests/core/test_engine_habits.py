@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import bbb
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
 from bbb.elbo import ELBO
 from bbb.engine import Engine, counter_noise, kernels
@@ -206,6 +207,39 @@ def test_the_engine_leaves_the_padding_row_out_of_the_kl_as_the_plain_path(prior
         torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
     for (u, nu), (v, nv) in zip(ka, kb):
         assert u == pytest.approx(v, rel=1e-10) and nu == pytest.approx(nv, rel=1e-10)
+
+
+class TiedTokens(nn.Module):
+    """An embedding with a padding row whose table a tied output layer reads (BERT's masked-LM head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(10, 4, padding_idx=0)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.emb(x))).mean(1)
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_a_padding_row_that_a_tied_head_reads_counts_in_the_kl(engine):
+    # the head's logit for the padding token meets the data, so the row's posterior is trained by them:
+    # it was left out of the KL all the same (its sigma free of the prior), on both paths
+    from bbb.distributions import kl_term
+
+    prior = GaussianPrior(0.7)
+    net = bbb.bayesianize(TiedTokens().double(), prior=prior, rho_init=-3.0)
+    want = float(kl_term(net.emb.posterior("weight"), prior, "auto").detach())  # every row of the table
+    assert float(bbb.nn.model_kl(net).detach()) == pytest.approx(want, rel=1e-12)
+    x, y = _tokens()
+    elbo = ELBO(net, num_batches=1)
+    o = Engine(elbo, "adam", lr=0.05, seed=3, compile=False) if engine else torch.optim.Adam(net.parameters(), lr=0.05)
+    with (o.sampling() if engine else counter_noise(net, 3, 0)):
+        out = elbo(x, y)
+    assert float(out.kl.detach()) == pytest.approx(want, rel=1e-12)
+    assert not engine or (o.fused and o._kl_mask is None)  # (no per-weight mask leaves the row out)
 
 
 # -- torch's clipping idiom under the engine ---------------------------------------------------------

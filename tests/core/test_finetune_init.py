@@ -149,6 +149,36 @@ def test_bayesianize_centres_the_prior_on_the_trained_weights():
     assert torch.equal(fresh[3].weight_prior_mean, det[3].weight)
 
 
+class _TiedHead(nn.Module):
+    """An embedding and an output layer with a bias of its own, tied to the table (GPT-2, BERT's MLM head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = nn.Embedding(6, 4), nn.Linear(4, 6)
+        self.head.weight = self.emb.weight
+        with torch.no_grad():
+            self.head.bias.copy_(torch.linspace(-0.5, 0.5, 6))
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.emb(x))).mean(1)
+
+
+def test_a_tied_head_keeps_the_centred_prior_and_relative_sigma_of_its_bias():
+    # the tied head's bias was neither centred (its KL a UserError: "not centred yet") nor given sigma_init
+    # (a deterministic checkpoint loaded later started its sigma at rho_init's)
+    det = _TiedHead()
+    net = bbb.bayesianize(copy.deepcopy(det), prior=CenteredPrior(0.1))
+    assert torch.equal(net.head.bias_prior_mean, det.head.bias)
+    want = sum(torch.distributions.kl_divergence(torch.distributions.Normal(m.mu(n), softplus(m.rho(n))),
+                                                 torch.distributions.Normal(getattr(m, f"{n}_prior_mean"), 0.1)).sum()
+               for m in bayes_modules(net) for n in m.param_names())
+    torch.testing.assert_close(model_kl(net), want)
+    rel = bbb.bayesianize(_TiedHead(), sigma_init=RelativeSigma(0.5))
+    rel.load_state_dict(det.state_dict())
+    torch.testing.assert_close(softplus(rel.head.bias_rho), (0.5 * det.head.bias.abs()).clamp_min(1e-5))
+
+
 def test_centered_prior_needs_the_trained_weights_and_a_centre():
     with pytest.raises(bbb.UserError, match="from_weights=False"):
         bbb.bayesianize(trained(), prior=CenteredPrior(0.1), from_weights=False)

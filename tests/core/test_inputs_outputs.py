@@ -198,3 +198,24 @@ def test_no_bayesian_layer_warns_once_and_a_baseline_can_say_so():
         bbb.ELBO(nn.Sequential(nn.Linear(3, C)), num_batches=1)(x, y)
     with pytest.warns(UserWarning, match="evaluate: Sequential has no Bayesian layer"):
         evaluate(nn.Sequential(nn.Linear(3, C)), (x, y), num_samples=2)
+
+
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+def test_a_model_that_changes_its_input_in_place_is_sampled_on_the_changed_input(layer):
+    # the first layer of a k-sample pass read the input as the caller gave it, not as the model's own
+    # x.div_(255) had left it: every prediction was on the raw pixels, silently
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = nn.Linear(3, 2) if layer == "linear" else nn.Sequential(nn.Conv1d(1, 2, 3), nn.Flatten())
+
+        def forward(self, x):
+            x.div_(255.0)
+            return self.layer(x)
+
+    net = bbb.bayesianize(Net(), rho_init=-30.0)  # sigma ~ 1e-13: every sample is the mean network
+    x = torch.full((2, 3) if layer == "linear" else (2, 1, 3), 255.0)
+    want = net.eval()(x.clone())
+    out = bbb.uncertainty.predict(net, x.clone(), num_samples=3)
+    torch.testing.assert_close(out, want.expand(3, *want.shape))

@@ -99,6 +99,9 @@ class BayesModule(nn.Module):
     #: network's weights (``from_weights=True`` on weights that left their default initialisation:
     #: :func:`bbb.convert.at_initialisation`; a plain attribute, not in the ``state_dict``)
     from_weights: bool = False
+    #: whether a :class:`~bbb.nn.TiedBayesLinear` reads this layer's weight (a tie): every row of it
+    #: then meets the data, so every row counts in the KL (an embedding's ``padding_idx`` row too)
+    weight_tied: bool = False
     #: whether the layer's parameters have a population's member as their leading dimension (it
     #: then takes a :class:`~bbb.distributions.MemberPrior`: a prior per member)
     member_axis: ClassVar[bool] = False
@@ -427,13 +430,15 @@ class BayesModule(nn.Module):
         if fold is None or fold.k == 1 or not self.is_sampling():
             return self._forward(x, self._input_samples(x))
         k = fold.k
-        d = self._fold_dim(x, fold.dim)
+        d = fold.batch_dim(x, self._fold_dim(x, fold.dim))
         self._check_folded(x, k, d)
         if self.estimator is Estimator.LOCAL:  # fresh noise per row already: nothing to unfold
             return self._forward(x, None)
         src = fold.source
         if d == 0 and x is fold.folded and src is not None and src.dim() == (self._batched_rank or 2):
-            y = self._forward(src, k)  # k networks on one shared input: no k-fold copy
+            # k networks on one shared input, the first of its k copies (not ``src``: the model may have
+            # changed its input in place, x.div_(255)): no k-fold matmul
+            y = self._forward(x.narrow(0, 0, x.shape[0] // k), k)
             return y.reshape(-1, *y.shape[2:])
         return refold(self._forward(unfold(x, k, d, type(self).__name__), k), d)
 

@@ -10,7 +10,7 @@ per lookup (a lookup reads one row, so this is local reparameterisation). ``flip
 meaning for a lookup (a one-line error), nor have ``max_norm`` (torch renormalises the weights in
 place) and ``sparse`` gradients. The ``padding_idx`` row outputs exactly 0 and gets no gradient
 from the data, as torch's zero-initialised row that never trains; nor does it count in the KL
-(:meth:`BayesEmbedding.kl_rows`).
+(:meth:`BayesEmbedding.kl_rows`), unless a tied output layer reads the table.
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ class BayesEmbedding(BayesModule):
 
     def kl_rows(self, name: str) -> Tensor | None:
         """Every row but ``padding_idx``'s: that row outputs 0 whatever its weights (no data informs its
-        posterior), so it does not count in the KL, here or in :class:`~bbb.engine.Engine`."""
-        if self.padding_idx is None:
+        posterior), so it does not count in the KL, here or in :class:`~bbb.engine.Engine`. All rows when
+        a tied output layer reads the table (:attr:`weight_tied`: the padding row's logit meets the data)."""
+        if self.padding_idx is None or self.weight_tied:
             return None
         v, r, dev = self.num_embeddings, self.padding_idx, self.mu(name).device
         return torch.cat([torch.arange(r, device=dev), torch.arange(r + 1, v, device=dev)])  # (no host copy)
@@ -132,11 +133,17 @@ class BayesEmbedding(BayesModule):
     _torch_option_names: ClassVar[tuple[str, ...]] = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm",
                                                       "norm_type", "scale_grad_by_freq", "sparse")
 
-    def _local_rows(self, idx: Tensor) -> Tensor:
-        """mu[idx] + sigma[idx] * eps, fresh noise per lookup."""
-        mu = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
-        sigma = F.embedding(idx, self._masked_sigma("weight"),
-                            scale_grad_by_freq=self.scale_grad_by_freq)
+    def _local_rows(self, idx: Tensor, sample: Tensor | None = None, k: int = 1) -> Tensor:
+        """mu[idx] + sigma[idx] * eps, fresh noise per lookup. ``sample``: the sample (0..k-1) of each lookup
+        inside a k-sample pass, for ``scale_grad_by_freq`` (torch counts a row's lookups over the whole
+        batch: over the k copies its gradient would be divided by k), which then counts per sample."""
+        table, sigma_table = self.weight, self._masked_sigma("weight")
+        if sample is not None and self.scale_grad_by_freq and k > 1:  # sample j's lookups in rows j*V..
+            v = self.num_embeddings
+            idx = torch.where((idx >= 0) & (idx < v), idx + sample * v, k * v)
+            table, sigma_table = table.repeat(k, 1), sigma_table.repeat(k, 1)
+        mu = F.embedding(idx, table, scale_grad_by_freq=self.scale_grad_by_freq)
+        sigma = F.embedding(idx, sigma_table, scale_grad_by_freq=self.scale_grad_by_freq)
         eps = torch.randn(mu.shape, generator=self._generator(), device=mu.device, dtype=mu.dtype)
         return torch.addcmul(mu, sigma, eps)
 
@@ -152,17 +159,26 @@ class BayesEmbedding(BayesModule):
     def _forward_folded(self, idx: Tensor, k: int, d: int) -> Tensor:
         """Indices with k*B rows along ``d`` (sample j's on rows j*B..), each looked up in its sample's table."""
         if self.estimator is Estimator.LOCAL:  # fresh noise per lookup
-            return self._local_rows(idx)
+            return self._local_rows(idx, self._sample_of(idx, k, d) if self.scale_grad_by_freq else None, k)
         if idx.dim() == 0 or idx.shape[d] % k:
             raise UserError(f"{type(self).__name__}: inside a {k}-sample pass (the samples folded into the batch "
                             f"dimension) it got indices of shape {tuple(idx.shape)}, not k*B rows along dim {d} "
                             "(nor 1 row, a table shared by the batch); keep the batch dimension (for a "
                             "sequence-first model batch_dim=1)")
-        shape = [1] * idx.dim()
-        shape[d] = idx.shape[d]
-        sample = torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
+        sample = self._sample_of(idx, k, d)
+        assert sample is not None
         sidx, w = self._stacked(idx, sample, k)
         return F.embedding(sidx, w, scale_grad_by_freq=self.scale_grad_by_freq)
+
+    @staticmethod
+    def _sample_of(idx: Tensor, k: int, d: int) -> Tensor | None:
+        """The sample (0..k-1) of each index, broadcastable to ``idx``: sample j's on rows j*B.. of ``d``
+        (None where ``idx`` has no k*B rows there)."""
+        if idx.dim() <= d or idx.shape[d] % k:
+            return None
+        shape = [1] * idx.dim()
+        shape[d] = idx.shape[d]
+        return torch.arange(k, device=idx.device).repeat_interleave(idx.shape[d] // k).view(shape)
 
     def forward(self, input: Tensor) -> Tensor:
         idx = input
@@ -172,7 +188,7 @@ class BayesEmbedding(BayesModule):
                             f"{tuple(idx.shape)}, expand_samples): an embedding reads every dimension as the "
                             "batch's, so the k copies would share one weight sample and a mean over dim 1 would "
                             "average the batch; use forward_samples(net, x, k) or predict(net, x, k)")
-        d = 0 if fold is None else (fold.dim if idx.dim() >= fold.dim + 1 else 0)
+        d = 0 if fold is None else fold.batch_dim(idx, fold.dim if idx.dim() >= fold.dim + 1 else 0, shared=True)
         if fold is not None and fold.k > 1 and self.is_sampling() and fold.shared(idx, d):
             # indices shared by the batch (positions (1, T)): each of the k samples looks them up
             # in its own table once, broadcast over its B rows
@@ -181,7 +197,7 @@ class BayesEmbedding(BayesModule):
         elif not self.is_sampling():
             out = F.embedding(idx, self.weight, scale_grad_by_freq=self.scale_grad_by_freq)
         elif self.estimator is Estimator.LOCAL:  # fresh noise per lookup: nothing to unfold in a fold
-            out = self._local_rows(idx)
+            out = self._local_rows(idx) if fold is None or fold.k == 1 else self._forward_folded(idx, fold.k, d)
         elif fold is None or fold.k == 1:
             w = self._masked("weight", self._draw("weight", None)[2])
             out = F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)
@@ -258,6 +274,12 @@ class BayesEmbeddingBag(BayesEmbedding):
                 per_sample_weights: Tensor | None = None) -> Tensor:
         fold = FOLD.get()
         p, scale = self.padding_idx, self.scale_grad_by_freq
+        if fold is not None and fold.k > 1 and offsets is not None and fold.is_input(offsets):
+            raise UserError(f"{type(self).__name__}: inside a {fold.k}-sample pass (every input tensor with B rows "
+                            "repeated k times along the batch dimension) it got offsets that are an input of the "
+                            "model's, which cannot describe the k*B bags (nor 1-d indices rows of a batch); give the "
+                            "model 2-d (B, L) bags padded with padding_idx, or build the indices and offsets in its "
+                            "forward from batch-shaped inputs")
         if not self.is_sampling():
             return self._bag(input, self.weight, offsets, per_sample_weights, p, scale)
         if self.estimator is Estimator.LOCAL:  # sampled rows per lookup, then the bag over them

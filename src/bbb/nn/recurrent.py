@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
-from .samples import fold_samples, refold, unfold
+from .samples import FOLD, SEQUENCE_FIRST_HINT, fold_samples, refold, unfold
 
 __all__ = ["BayesRNN", "BayesLSTM", "BayesGRU"]
 
@@ -122,6 +122,10 @@ class _BayesRNNBase(BayesModule):
         """The posterior means, per layer and direction, as ``torch.nn.RNNBase.all_weights``."""
         return [[self._masked(n, self.mu(n)) for n in names] for names in self._all_weights]
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do (as ``torch.nn.RNNBase.flatten_parameters`` on a CPU): the weights are drawn anew
+        each forward, never one cuDNN buffer; here so that a ``forward`` that calls it keeps working."""
+
     def __getattr__(self, name: str) -> Any:
         # the torch names (weight_ih_l0, ...) read the posterior mean (masked once pruned)
         if name in self.__dict__.get("_flat_weights_names", ()):
@@ -191,7 +195,7 @@ class _BayesRNNBase(BayesModule):
                 f"{name}: inside a {k}-sample pass (the samples folded into the batch dimension, k*B rows) it "
                 f"got {bad}; its batch dimension is {bdim} (batch_first={self.batch_first}): give it (k*B, T, in) "
                 "inputs with batch_first=True, (T, k*B, in) with batch_first=False (forward_samples(..., "
-                f"batch_dim={bdim}))")
+                f"batch_dim={bdim}))" + (SEQUENCE_FIRST_HINT if getattr(FOLD.get(), "dim", 0) else ""))
         if hs is not None and any(t.dim() != (3 if batched else 2) for t in hs):
             raise UserError(f"{name}: a {input.dim()}-d input needs a {input.dim()}-d hx, got "
                             f"{'/'.join(f'{t.dim()}-d' for t in hs)}")

@@ -251,6 +251,19 @@ class _Fold:
     folded: Tensor | None = None  # that (k*B, ...) input
     dim: int = 0  # the batch dimension of the model's input: 0 (batch first) or 1 (sequence first)
     b: int | None = None  # B, the examples of the batch (None: not known, inside folded_samples)
+    given: frozenset[int] = frozenset()  # ids of the model's input tensors, as given and as folded
+
+    def batch_dim(self, t: Tensor, d: int, shared: bool = False) -> int:
+        """``d``, the dimension a layer expects its k*B rows along, or 0 where ``t`` has them there and not
+        along ``d`` (a sequence-first model that made its data batch first, ``h.transpose(0, 1)``);
+        ``shared``: 1 row along ``d`` stays there (a table shared by the batch: :meth:`shared`)."""
+        rows = None if self.b is None else self.k * self.b
+        keep = (rows, 1) if shared else (rows,)
+        return 0 if d and rows is not None and t.dim() > d and t.shape[d] not in keep and t.shape[0] == rows else d
+
+    def is_input(self, t: Tensor) -> bool:
+        """Whether ``t`` is one of the model's inputs (as given, or its k copies): not made by the model."""
+        return id(t) in self.given
 
     def shared(self, t: Tensor, d: int) -> bool:
         """Whether ``t`` (a layer's input, batch along ``d``) is a table shared by the batch: 1 row
@@ -287,8 +300,9 @@ def folded_samples(k: int, batch_dim: int = 0) -> Iterator[None]:
     ``batch_dim`` is the batch dimension of the model's input: 0, or 1 for a sequence-first
     model (``batch_first=False`` recurrent or attention layers, inputs ``(T, B, ...)``). Recurrent
     and attention layers read their own ``batch_first``; linear layers fold along ``batch_dim``
-    when their input has a dimension after it besides the features, else along 0; convolutions
-    along 0. :func:`forward_samples` (used by :class:`~bbb.elbo.ELBO` and
+    when their input has a dimension after it besides the features (and, inside
+    :func:`forward_samples`, not k*B rows along 0 only: data made batch first), else along 0;
+    convolutions along 0. :func:`forward_samples` (used by :class:`~bbb.elbo.ELBO` and
     :func:`~bbb.uncertainty.predict`) opens this block for you.
 
     Caveat: a layer that mixes rows of the batch mixes samples too. ``BatchNorm`` in training mode
@@ -551,21 +565,34 @@ def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_di
     if isinstance(inputs, Tensor) and d == 0 and getattr(model, "accepts_sample_dim", False):
         with leading_samples():  # (k, B, ...) natively: no folding
             return select_output(model(inputs.unsqueeze(0).expand(k, *inputs.shape)), output)
+    steps = next(iter(input_tensors(inputs))).shape[0] if d else None  # T of a sequence-first input (T, B, ...)
     folded = fold_inputs(inputs, k, d, b)
     src = inputs if isinstance(inputs, Tensor) and d == 0 else None  # a layer fed it reads it unfolded
-    token = FOLD.set(_Fold(k, src, folded if src is not None else None, d, b))
+    given = frozenset(id(t) for t in (*input_tensors(inputs), *input_tensors(folded)))
+    token = FOLD.set(_Fold(k, src, folded if src is not None else None, d, b, given))
     try:
         y = call_model(model, folded)
     finally:
         FOLD.reset(token)
-    return _unfold_output(select_output(y, output), k, b, d)
+    return _unfold_output(select_output(y, output), k, b, d, steps)
 
 
-def _unfold_output(y: Tensor, k: int, b: int, d: int = 0) -> Tensor:
-    if d != 0 and y.dim() > d and y.shape[d] == k * b:
+def _unfold_output(y: Tensor, k: int, b: int, d: int = 0, steps: int | None = None) -> Tensor:
+    """(k*B, ...) or, per step of a sequence-first model (``d`` 1), (T, k*B, ...) -> (k, B, ...) or (k, T, B, ...);
+    k*B rows along both dims are per step only where dim 0 is the input's ``steps`` (a (k*B, C) output of
+    C = k*B classes, one example of 10 classes at k = 10, is per example)."""
+    per_step = y.dim() > d and y.shape[d] == k * b and (y.shape[0] != k * b or steps in (None, k * b))
+    if d != 0 and per_step:
         return unfold(y, k, d)
     if y.dim() < 1 or y.shape[0] != k * b:
         raise UserError(f"the network returned shape {tuple(y.shape)} for a batch of {k}x{b} rows ({k} "
                         "samples folded into the batch dimension): keep the batch dimension in forward "
-                        "(e.g. x.flatten(1), not x.view(-1))")
+                        "(e.g. x.flatten(1), not x.view(-1))" + (SEQUENCE_FIRST_HINT if d else ""))
     return y.reshape(k, b, *y.shape[1:])
+
+
+#: what a k-sample error adds for a model read as sequence-first (:func:`model_batch_dim`)
+SEQUENCE_FIRST_HINT = ("; the inputs were taken as sequence-first, (T, B, ...) with B along dim 1 (as predict and the "
+                       "ELBO read a model whose recurrent/attention layers have batch_first=False): a model that "
+                       "takes batch-first inputs and transposes them in forward needs those layers built with "
+                       "batch_first=True (or bbb.nn.forward_samples(model, x, k, batch_dim=0))")

@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import functional as BF
-from ..distributions import KLMode
+from ..distributions import CenteredPrior, KLMode
 from ..errors import UserError
 from .base import BayesModule, Estimator
 from .layers import BayesLinear
@@ -57,6 +57,7 @@ class TiedBayesLinear(BayesModule):
         if mu.dim() != 2:
             raise ValueError(f"a tied linear layer needs a 2-d source weight, got shape {tuple(mu.shape)}")
         object.__setattr__(self, "source", source)  # a reference, not a child: its posterior counts once
+        source.weight_tied = True  # (this layer reads every row of it: an embedding's padding row counts in the KL)
         self.out_features, self.in_features = mu.shape
         self.tied_to, self.own_name = tied_to, own_name
         self._register_posterior("bias", (self.out_features,) if bias else None,
@@ -190,10 +191,13 @@ def tie_converted(model: nn.Module, groups: list[list[tuple[str, str]]]) -> list
                     new = TiedBayesLinear(source, bias=m.bias_mu is not None, tied_to=sname, own_name=n,
                                           prior=m.prior, estimator=m.estimator, rho_init=m.rho_init)
                     new.train(m.training)
+                    new.sigma_init, new.from_weights = m.sigma_init, m.from_weights
                     if m.bias_mu is not None:
                         with torch.no_grad():
                             new.mu("bias").copy_(m.mu("bias"))
                             new.rho("bias").copy_(m.rho("bias"))
+                        if isinstance(new.prior, CenteredPrior):  # on the trained bias, as the layer it replaces
+                            new.center_prior()
                     _replace(model, m, new)
                 tied = True
                 continue

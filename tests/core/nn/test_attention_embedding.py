@@ -437,3 +437,59 @@ def test_a_broadcast_index_that_is_not_a_sample_dimension_is_no_error():
     emb.train()
     pos = torch.arange(12).expand(3, -1)
     assert emb(pos).shape == (3, 12, 4)
+
+
+class _Bags(nn.Module):
+    """torch's text-classification tutorial: flat token ids and the offsets of each text's bag."""
+
+    def __init__(self, own_offsets: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.bag, self.head, self.own_offsets = nn.EmbeddingBag(10, 4, mode="sum"), nn.Linear(4, 2), own_offsets
+
+    def forward(self, text, offsets_or_lengths):
+        if self.own_offsets:  # (B, L) texts padded with -1 and their (B,) lengths, made flat here
+            lengths = offsets_or_lengths
+            offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)[:-1]])
+            return self.head(self.bag(text[text >= 0], offsets))
+        return self.head(self.bag(text, offsets_or_lengths))
+
+
+@pytest.mark.parametrize("offsets", [[0, 4], [0, 1, 2, 3]])
+def test_offsets_given_to_the_model_are_an_error_in_a_k_sample_pass(offsets):
+    # the k-sample pass repeated every input with B rows: with as many offsets as indices both were
+    # repeated and the bags came out wrong, silently ([0, 1, 2, 3, 0, 1, 2, 3]); otherwise a misleading error
+    net = bbb.bayesianize(_Bags(), rho_init=-2.0)
+    text = torch.tensor([1, 2, 4, 5])
+    with pytest.raises(bbb.UserError, match="offsets that are an input of the model's"):
+        bbb.uncertainty.predict(net, (text, torch.tensor(offsets)), num_samples=2)
+    with pytest.raises(bbb.UserError, match="offsets that are an input of the model's"):
+        y = torch.zeros(len(offsets), dtype=torch.long)
+        bbb.ELBO(net, num_batches=1, num_samples=2)((text, torch.tensor(offsets)), y)
+
+
+def test_offsets_a_model_makes_from_batch_shaped_inputs_fold():
+    net = bbb.bayesianize(_Bags(own_offsets=True), rho_init=-2.0)
+    text = torch.tensor([[1, 2, -1], [4, 5, 3], [7, -1, -1]])
+    lengths = torch.tensor([2, 3, 1])
+    both = bbb.uncertainty.predict(net, (text, lengths), num_samples=3, generator=0)
+    one = bbb.uncertainty.predict(net, (text[1:2], lengths[1:2]), num_samples=3, generator=0)
+    assert both.shape == (3, 3, 2)
+    torch.testing.assert_close(both[:, 1:2], one)
+    assert not torch.equal(both[0], both[1])
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "local"])
+def test_scale_grad_by_freq_counts_each_samples_lookups_in_a_k_sample_pass(estimator):
+    # torch counts a row's lookups over the whole batch: over the k copies of a k-sample pass the local
+    # estimator divided every gradient by k more (the mean over samples a k-th of the one-sample gradient)
+    grads = []
+    for k in (1, 4):
+        torch.manual_seed(0)
+        emb = bbb.bayesianize(nn.Sequential(nn.Embedding(5, 3, scale_grad_by_freq=True)), estimator=estimator,
+                              rho_init=-30.0)
+        ids = torch.tensor([[1, 1, 2], [1, 3, 3]])
+        forward_samples(emb, ids, k).sum(-1).mean(0).sum().backward()
+        grads.append(emb[0].weight_mu.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+    torch.testing.assert_close(grads[0][:4, 0], torch.tensor([0.0, 1.0, 1.0, 1.0]))  # each used row: 1, as torch

@@ -113,6 +113,24 @@ def test_state_dict_loads_and_attributes(kind):
     _close(bayes(_x(True))[0], layer(_x(True))[0])
 
 
+@ALL
+def test_a_forward_that_calls_flatten_parameters_keeps_working(kind):
+    # torch's habit for DataParallel and cuDNN (`self.rnn.flatten_parameters()` in forward): an AttributeError
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = _torch(kind, True)
+
+        def forward(self, x):
+            self.rnn.flatten_parameters()
+            return self.rnn(x)[0]
+
+    net = Net()
+    want = net.eval()(_x(True))
+    bayes = bbb.bayesianize(copy.deepcopy(net)).eval()
+    _close(bayes(_x(True)), want)
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_options_equal_torch(kind):
     # no bias, one layer, one direction, unbatched (T, in) inputs with and without hx

@@ -267,16 +267,18 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path], data_file: str | None) -> None:
-    """Refuse an ``--out`` that would lose a file: the input, the run's data file or a file of a
-    run directory (even with ``--overwrite``), a folder, or any existing file without
-    ``--overwrite``. Checked before anything is computed."""
+def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path],
+              data_files: list[str | None]) -> None:
+    """Refuse an ``--out`` that would lose a file: the input, the run's data file (where the run
+    recorded it, and where ``--csv``/``--npz`` says it is now) or a file of a run directory (even
+    with ``--overwrite``), a folder, or any existing file without ``--overwrite``. Checked before
+    anything is computed."""
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; give a file name, e.g. {out / 'predictions.csv'}")
     if _same(out, input_path):
         raise UserError(f"--out {out} is the input {input_path}; give another file (--overwrite never replaces "
                         "the input)")
-    if data_file is not None and _same(out, Path(data_file)):
+    if any(f is not None and _same(out, Path(f)) for f in data_files):
         raise UserError(f"--out {out} is the file the run was trained on; give another file")
     for run_dir in run_dirs:
         if out.exists() and run_dir.resolve() in out.resolve().parents:
@@ -356,7 +358,8 @@ def main(args: argparse.Namespace) -> int:
         point_data(model.config, args.data_dir, args.data_file)
     out = Path(args.out) if args.out else None
     if out is not None:
-        check_out(out, args.overwrite, Path(args.input), [Path(d) for d in args.run_dirs], model.config.data_file)
+        check_out(out, args.overwrite, Path(args.input), [Path(d) for d in args.run_dirs],
+                  [model.config.data_file, args.data_file])
     got = _read_input(model, Path(args.input), args.id_column, args.unseen, not args.no_refer)
     with torch.no_grad():
         s = uncertainty_scores(model, model.sample_outputs(got.x, args.samples, args.seed))

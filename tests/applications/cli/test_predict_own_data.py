@@ -198,6 +198,13 @@ def test_a_moved_file_is_named_by_csv_on_evaluate_and_predict(capsys, tmp_path, 
     assert rc == 0 and (run / "eval.json").exists(), err
     rc, out, err = run_main(capsys, "predict", str(run), str(new), "--csv", str(moved))
     assert rc == 0 and "refer" in out.splitlines()[0], err
+    # the training file where --csv says it is now is the run's data as much as its recorded place:
+    # --out onto it with --overwrite wrote the predictions over it
+    was = moved.read_bytes()
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--csv", str(moved), "--out", str(moved),
+                          "--overwrite")
+    one_line_error(rc, err, "is the file the run was trained on")
+    assert moved.read_bytes() == was
     # another file is refused by its MD5, before its columns are read
     rc, _, err = run_main(capsys, "evaluate", str(run), "--csv", str(new), "--device", "cpu")
     one_line_error(rc, err, "not the file this run was trained on")

@@ -28,7 +28,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   number less one, the header being its row 1);
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
-  target needs ``task`` said, and one of numbers with a few text cells (:data:`NUMERIC_SHARE`) is
+  target, or a float array of whole numbers, needs ``task`` said, and one of numbers with a few
+  text cells (:data:`NUMERIC_SHARE`) is
   a one-line error naming the first, unless ``task`` says classification; two class labels that
   are one number (``1`` and ``1.0``) are a one-line error. A regression target
   is standardised too (its statistics are kept, so predictions come back in the target's units);
@@ -493,6 +494,11 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
             flag = "target" if target is not None else "ignore" if ignore else "keep"
             raise UserError(f"{where}: --{flag} names a CSV column; an .npz file holds arrays x and y")
         x_arr, y_arr = _read_npz(p)
+        if task is None and np.issubdtype(y_arr.dtype, np.floating) and bool((y_arr == np.round(y_arr)).all()):
+            # class labels saved as floats (0.0, 1.0: a torch .float(), a pandas column) would be a Gaussian
+            # regression, silently: whole numbers are ambiguous, as a CSV target's are
+            raise UserError(f"{where}: y is a float array of whole numbers ({len(np.unique(y_arr))} values): say "
+                            "--task classification (class labels saved as floats) or --task regression (a quantity)")
         if task is None:
             task = "regression" if np.issubdtype(y_arr.dtype, np.floating) else "classification"
         pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))

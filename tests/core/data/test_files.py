@@ -149,6 +149,22 @@ def test_npz_arrays_keep_their_feature_shape(tmp_path):
     one_line(info, "x[4]")
 
 
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_float_labels_of_an_npz_need_the_task_said(tmp_path):
+    # a y of class labels saved as floats (0.0, 1.0) was a Gaussian regression, silently; whole numbers
+    # are ambiguous, as a CSV target's are
+    x = np.random.default_rng(0).normal(size=(60, 3))
+    np.savez(tmp_path / "f.npz", x=x, y=(x[:, 0] > 0).astype(np.float32))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "f.npz")
+    one_line(info, "whole numbers", "--task classification", "--task regression")
+    data, pre = load_file_splits(tmp_path / "f.npz", task="classification")
+    assert pre.task == "classification" and pre.classes == ["0.0", "1.0"] and data["train_y"].dtype == torch.int64
+    assert load_file_splits(tmp_path / "f.npz", task="regression")[1].task == "regression"
+    np.savez(tmp_path / "q.npz", x=x, y=x[:, 0] + 0.5)  # a quantity not all whole: regression, as before
+    assert load_file_splits(tmp_path / "q.npz")[1].task == "regression"
+
+
 def test_image_preprocessing_takes_uint8_or_unit_floats():
     pre = Preprocess.image(126.0)
     pixels = torch.randint(0, 256, (3, 1, 28, 28), dtype=torch.uint8)

@@ -285,15 +285,18 @@ class Preprocess:
 
     def outside_range(self, x: Any) -> list[tuple[int, str, str]]:
         """``(row, feature, text)`` for each value of the raw flat-array inputs ``x`` (N, D) outside
-        the training rows' range of its feature (``x[j]``, numbered from 0), row 1 = the first; empty
-        for a run that records no ``feature_range`` (a table's columns are checked by
-        :meth:`encode_table`; images and image-shaped arrays are not checked)."""
-        if self.feature_range is None:
-            return []
+        the training rows' range of its feature (``x[j]``, numbered from 0; a table's numeric columns,
+        given as an array, by their names), row 1 = the first; empty for a run that records no range
+        (images and image-shaped arrays are not checked)."""
         a = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-        low, high = self.feature_range
-        return values_outside(a, low, high, [f"x[{j}]" for j in range(a.shape[1])],
-                              lambda i, j: f"{a[i, j]:.6g}")
+        if self.kind == "table" and self.columns and all(c.get("range") for c in self.columns):
+            low, high = [c["range"][0] for c in self.columns], [c["range"][1] for c in self.columns]
+            names = [c["name"] for c in self.columns]
+        elif self.feature_range is not None:
+            (low, high), names = self.feature_range, [f"x[{j}]" for j in range(a.shape[1])]
+        else:
+            return []
+        return values_outside(a, low, high, names, lambda i, j: f"{a[i, j]:.6g}")
 
     def _standardise(self, x: Tensor) -> Tensor:
         return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)

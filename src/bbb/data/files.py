@@ -520,6 +520,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         pre.classes = cats
     else:
         y = torch.tensor([float(v) for v in raw_y], dtype=torch.float64)
+        if bool((y == y[0]).all()):  # as one class is: trained, it scored as a near-perfect fit, of nothing
+            raise UserError(f"{where}: the target holds one value ({float(y[0]):g}) in every row; regression needs "
+                            "a target that varies (the wrong column?)")
     train_idx, val_idx, test_idx = _split(n, y if task == "classification" else None, val_fraction, test_fraction,
                                           seed)
     if task == "classification" and test_fraction > 0 and test_idx.numel() == 0 and 2 * len(pre.classes or []) > n:

@@ -150,6 +150,21 @@ def test_npz_arrays_keep_their_feature_shape(tmp_path):
 
 
 @pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_a_constant_regression_target_is_refused(tmp_path):
+    # it trained and scored a near-perfect fit (RMSE 0.03, log-likelihood 0.8) of a column that never
+    # varies; a target of one class is refused, and so is this
+    rng = np.random.default_rng(0)
+    (tmp_path / "c.csv").write_text("a,b,y\n" + "".join(f"{a:.3f},{b:.3f},2.5\n" for a, b in rng.normal(size=(40, 2))))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "c.csv", target="y")
+    one_line(info, "one value (2.5)", "varies")
+    np.savez(tmp_path / "c.npz", x=rng.normal(size=(40, 2)), y=np.full(40, 7.25))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "c.npz")
+    one_line(info, "one value (7.25)")
+
+
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
 def test_float_labels_of_an_npz_need_the_task_said(tmp_path):
     # a y of class labels saved as floats (0.0, 1.0) was a Gaussian regression, silently; whole numbers
     # are ambiguous, as a CSV target's are

@@ -291,7 +291,7 @@ def train(
             their last complete version).
     """
     out = Path(out)
-    with guard_run_dir(out, resume, overwrite, lock_wait) as resuming:
+    with guard_run_dir(out, resume, overwrite, lock_wait, cfg.data_file) as resuming:
         try:
             return _train(cfg, out, data=data, preprocess=preprocess, resume=resuming, quiet=quiet, log=log,
                           on_epoch=on_epoch, loggers=loggers)

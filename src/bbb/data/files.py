@@ -254,6 +254,8 @@ class Preprocess:
         are read as 0..255. ``table``: (N, D) numbers in the CSV's feature columns, in order,
         only where every column is numeric."""
         t = torch.as_tensor(np.asarray(x)) if not isinstance(x, Tensor) else x.detach().cpu()
+        if t.dtype == torch.bool and self.kind != "image":  # as an .npz's bool x trains: 0 and 1
+            t = t.to(torch.float64)
         if t.is_complex() or t.dtype == torch.bool:
             raise UserError(f"{where}: inputs must be real numbers, got {t.dtype}")
         if t.dim() < 1 or t.shape[0] == 0:

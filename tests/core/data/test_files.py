@@ -150,6 +150,20 @@ def test_npz_arrays_keep_their_feature_shape(tmp_path):
 
 
 @pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_a_bool_x_encodes_as_it_trained(tmp_path):
+    # a run trained on an .npz of bool x refused that same x in bbb predict ("inputs must be real
+    # numbers, got torch.bool"): bool inputs are 0 and 1, as in training
+    x = np.random.default_rng(0).normal(size=(60, 3)) > 0
+    np.savez(tmp_path / "b.npz", x=x, y=x[:, 0])
+    data, pre = load_file_splits(tmp_path / "b.npz")
+    torch.testing.assert_close(pre.encode_array(x), pre.encode_array(x.astype(np.float64)))
+    torch.testing.assert_close(pre.encode_array(torch.from_numpy(x)), pre.encode_array(x.astype(np.float64)))
+    with pytest.raises(UserError) as info:  # images stay pixels: a bool array is no picture of one
+        Preprocess.image(126.0).encode_array(torch.zeros(2, 28, 28, dtype=torch.bool))
+    one_line(info, "torch.bool")
+
+
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
 def test_a_constant_regression_target_is_refused(tmp_path):
     # it trained and scored a near-perfect fit (RMSE 0.03, log-likelihood 0.8) of a column that never
     # varies; a target of one class is refused, and so is this

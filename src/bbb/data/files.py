@@ -29,7 +29,7 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
   target, or a float array of whole numbers, needs ``task`` said, and one of numbers with a few
-  text cells (:data:`NUMERIC_SHARE`) is
+  text cells (:data:`~bbb.data.table_checks.NUMERIC_SHARE`) is
   a one-line error naming the first, unless ``task`` says classification; two class labels that
   are one number (``1`` and ``1.0``) are a one-line error. A regression target
   is standardised too (its statistics are kept, so predictions come back in the target's units);
@@ -61,6 +61,7 @@ from torch import Tensor
 
 from ..errors import DataError, UserError
 from .table_checks import (
+    NUMERIC_SHARE,
     check_array_magnitude,
     check_class_labels,
     check_decimal_commas,
@@ -72,6 +73,7 @@ from .table_checks import (
     number,
     numbers_the_rows,
     row_number,
+    task_of,
     values_outside,
 )
 from .tabular import Standardizer
@@ -341,35 +343,6 @@ class Preprocess:
 # -- reading a file into a split ----------------------------------------------------------------
 
 
-#: a column this share of whose cells are numbers, the others text, is a column of numbers with bad
-#: cells (a one-line error naming the first), not text: for a feature and for the target alike
-NUMERIC_SHARE = 0.9
-
-
-def _task_of(values: list[str], task: str | None, target: str, where: str, numbers: Sequence[int]) -> str:
-    nums = [number(v) for v in values]
-    if any(v is None for v in nums):
-        if task == "regression":
-            bad = next(v for v, n in zip(values, nums) if n is None)
-            raise UserError(f"{where}: --task regression needs a numeric target, but column {target!r} holds "
-                            f"{bad[:40]!r}")
-        if task is None and sum(v is not None for v in nums) >= NUMERIC_SHARE * len(nums):
-            # a column of numbers with a stray text cell ("?", "inf", "12 kg") is no set of class labels:
-            # taken for classes, every distinct number would become a class of its own, silently
-            i = next(i for i, v in enumerate(nums, start=1) if v is None)
-            raise UserError(f"{where}: row {row_number(numbers, i)}, target column {target!r}: "
-                            f"{values[i - 1][:40]!r} in a column of "
-                            "numbers; fix or drop that row (a missing value?), or say --task classification if "
-                            "the column holds class labels")
-        return "classification"
-    if task is not None:
-        return task
-    if all(float(v).is_integer() for v in nums if v is not None):
-        raise UserError(f"{where}: the target column {target!r} holds whole numbers: say --task classification "
-                        "(class labels) or --task regression (a quantity)")
-    return "regression"
-
-
 def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str,
                     ignore: Sequence[str] = (), numbers: Sequence[int] = (), keep: Sequence[str] = ()
                     ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -489,7 +462,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         columns, raw_y = _encode_columns(header, rows, target, where, ignore, numbers, keep)
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
-        task = _task_of(raw_y, task, target, where, numbers)
+        task = task_of(raw_y, task, target, where, numbers)
         if task == "regression":
             check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)

@@ -30,6 +30,18 @@ def test_a_comma_separated_table_with_semicolons_in_its_cells_stays_comma_separa
     assert read_csv(path) == (["a", "note"], [["1", "x;y"], ["2", "z"]])
 
 
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_row_of_another_length_names_the_separator_read(tmp_path):
+    # a tab-separated file whose header names a column "size, m2" is read by commas: the error said
+    # only "row 1 has 1 cells but the header has 2 columns", of a file that has 3 in every row
+    path = tmp_path / "t.csv"
+    path.write_text("size, m2\tage\tprice\n50.5\t3\t100.25\n")
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "row 1 has 1 cells" in msg and "separated by commas" in msg and "first line" in msg
+
+
 def test_a_decimal_comma_is_a_one_line_error(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("x1;y\n1,5;2\n2,25;3\n")

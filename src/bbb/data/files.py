@@ -145,10 +145,10 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
     rows = []
     for i, row in enumerate(lines[1:], start=1):
         if len(row) != len(header):
+            why = "as the first line has a comma" if delimiter == "," else "the first line having no comma"
             seps = {",": "commas", ";": "semicolons", "\t": "tabs"}
             raise DataError(f"{p}: row {where[i - 1]} has {len(row)} cells but the header has {len(header)} columns "
-                            f"(cells read as separated by {seps[delimiter]}, "
-                            f"{'as the first line has a comma' if delimiter == ',' else 'the first line having no comma'})")
+                            f"(cells read as separated by {seps[delimiter]}, {why})")
         rows.append([c.strip() for c in row])
     if not rows:
         raise DataError(f"{p}: a header row but no rows of data")

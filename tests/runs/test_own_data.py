@@ -170,3 +170,21 @@ def test_load_model_of_an_image_run_takes_raw_pixels(tmp_path):
         torch.manual_seed(0)
         torch.testing.assert_close(a, U.predict(net, data["test_x"], 3))
     assert model.classes == [str(c) for c in range(10)]
+
+
+def test_a_run_reads_its_file_again_for_the_task_it_was_trained_for(tmp_path):
+    # an .npz's float y of whole numbers now needs the task said; a run whose task was inferred (config
+    # task None, as a bbb before that rule wrote it) must still read its file: load_split takes the
+    # task from the run's recorded preprocessing
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 3))
+    np.savez(tmp_path / "counts.npz", x=x, y=np.round(5 + 3 * x[:, 0]))
+    cfg = TrainConfig(data_file=str(tmp_path / "counts.npz"), task="regression", epochs=1, **SMALL)
+    train(cfg, tmp_path / "r", quiet=True, log=lambda s: None)
+    _, stored = load_run(tmp_path / "r")
+    older = stored.replace(task=None)
+    pre = json.loads((tmp_path / "r" / "config.json").read_text())["preprocess"]
+    data, again = load_split(older, pre)
+    assert again.task == "regression" and data["test_y"].dtype == torch.float32
+    with pytest.raises(UserError, match="whole numbers"):  # a new run must still say
+        load_split(older, None, new_run=True)

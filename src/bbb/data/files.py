@@ -124,7 +124,10 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
             lines = list(csv.reader(f, delimiter=delimiter))
     except FileNotFoundError:
         raise DataError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except UnicodeDecodeError as e:  # a spreadsheet's "Unicode text" (UTF-16) or a Latin-1 export
+        raise DataError(f"{p}: not UTF-8 text (byte {e.object[e.start]:#04x} at position {e.start}); save it as "
+                        "UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
+    except (OSError, csv.Error) as e:
         raise DataError(f"{p}: cannot be read as a CSV file ({' '.join(str(e).split())[:120]})") from None
     filled = [any(c.strip() for c in row) for row in lines]
     where: list[int] = []  # each row's number: 1 = the first line after the header, empty ones counted

@@ -42,6 +42,18 @@ def test_a_row_of_another_length_names_the_separator_read(tmp_path):
     assert "\n" not in msg and "row 1 has 1 cells" in msg and "separated by commas" in msg and "first line" in msg
 
 
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1"])
+def test_a_file_not_in_utf8_says_to_save_it_so(tmp_path, encoding):
+    # it said "cannot be read as a CSV file ('utf-8' codec can't decode byte 0xff ...)"
+    path = tmp_path / "t.csv"
+    path.write_text("a,colour\n1,grün\n", encoding=encoding)
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "not UTF-8" in msg and "save it as UTF-8" in msg
+
+
 def test_a_decimal_comma_is_a_one_line_error(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("x1;y\n1,5;2\n2,25;3\n")

@@ -273,8 +273,9 @@ class Preprocess:
         ok = tuple(t.shape[1:]) in {shape, (d,)} or (self.kind == "image" and tuple(t.shape[1:]) == shape[-2:])
         if not ok:
             alt = "" if shape == (d,) else f" or (N, {d})"
+            one = "; one input? give it as one row, x.reshape(1, -1)" if tuple(t.shape) in {shape, (d,)} else ""
             raise UserError(f"{where}: inputs of shape {tuple(t.shape)} do not fit this run's inputs (N, "
-                            f"{', '.join(map(str, shape))}){alt}")
+                            f"{', '.join(map(str, shape))}){alt}{one}")
         if self.kind == "table" and any(c["kind"] != "numeric" for c in self.columns):
             raise UserError(f"{where}: this run one-hot encodes text columns; give a CSV with the column names "
                             "instead of an array")

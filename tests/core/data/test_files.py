@@ -158,6 +158,9 @@ def test_a_bool_x_encodes_as_it_trained(tmp_path):
     data, pre = load_file_splits(tmp_path / "b.npz")
     torch.testing.assert_close(pre.encode_array(x), pre.encode_array(x.astype(np.float64)))
     torch.testing.assert_close(pre.encode_array(torch.from_numpy(x)), pre.encode_array(x.astype(np.float64)))
+    with pytest.raises(UserError) as info:  # one input given as a 1-d array: say how to make it a row
+        pre.encode_array(x[0])
+    one_line(info, "(3,)", "x.reshape(1, -1)")
     with pytest.raises(UserError) as info:  # images stay pixels: a bool array is no picture of one
         Preprocess.image(126.0).encode_array(torch.zeros(2, 28, 28, dtype=torch.bool))
     one_line(info, "torch.bool")

@@ -584,8 +584,10 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file is one user problem
         raise DataError(f"{p}: cannot be read as an .npz file ({' '.join(str(e).split())[:120]})") from None
     if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0 or x[0].size == 0:
+        hint = "; one feature? save x.reshape(-1, 1)" if x.ndim == 1 and x.shape == y.shape[:1] else \
+            "; save y.reshape(-1)" if y.shape[1:] == (1,) and x.ndim >= 2 and len(x) == len(y) else ""
         raise UserError(f"{p}: x must be (N, ...) with at least one feature and y (N,) with the same N >= 1, got "
-                        f"{x.shape} and {y.shape}")
+                        f"{x.shape} and {y.shape}{hint}")
     for name, a in (("x", x), ("y", y)):
         if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
             raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}")

@@ -150,6 +150,18 @@ def test_npz_arrays_keep_their_feature_shape(tmp_path):
 
 
 @pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_an_npz_of_one_feature_or_a_column_y_says_how_to_save_it(tmp_path):
+    # both were "x must be (N, ...) ... and y (N,)" alone, of arrays one reshape from right
+    x = np.random.default_rng(0).normal(size=50)
+    for name, arrays, hint in (("flat", {"x": x, "y": x + 0.5}, "x.reshape(-1, 1)"),
+                               ("column", {"x": x[:, None], "y": (x + 0.5)[:, None]}, "y.reshape(-1)")):
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+        with pytest.raises(UserError) as info:
+            load_file_splits(tmp_path / f"{name}.npz")
+        one_line(info, hint)
+
+
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
 def test_a_bool_x_encodes_as_it_trained(tmp_path):
     # a run trained on an .npz of bool x refused that same x in bbb predict ("inputs must be real
     # numbers, got torch.bool"): bool inputs are 0 and 1, as in training

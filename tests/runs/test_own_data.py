@@ -188,3 +188,15 @@ def test_a_run_reads_its_file_again_for_the_task_it_was_trained_for(tmp_path):
     assert again.task == "regression" and data["test_y"].dtype == torch.float32
     with pytest.raises(UserError, match="whole numbers"):  # a new run must still say
         load_split(older, None, new_run=True)
+
+
+def test_resuming_with_the_task_the_run_inferred_is_the_same_run(tmp_path):
+    # "cannot resume: setting 'task' was None, now 'regression'" of a run trained for regression
+    path = regression_csv(tmp_path / "t.csv", n=80)
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, **SMALL)
+    train(cfg, tmp_path / "r", quiet=True, log=lambda s: None)
+    s = train(cfg.replace(task="regression", epochs=2), tmp_path / "r", resume=True, quiet=True, log=lambda s: None)
+    assert s["epochs"] == 2 and s["task"] == "regression"
+    with pytest.raises(UserError, match="'task'"):  # another task is another run
+        train(cfg.replace(task="classification", epochs=3), tmp_path / "r", resume=True, quiet=True,
+              log=lambda s: None)

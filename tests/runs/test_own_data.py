@@ -200,3 +200,18 @@ def test_resuming_with_the_task_the_run_inferred_is_the_same_run(tmp_path):
     with pytest.raises(UserError, match="'task'"):  # another task is another run
         train(cfg.replace(task="classification", epochs=3), tmp_path / "r", resume=True, quiet=True,
               log=lambda s: None)
+
+
+def test_the_order_of_ignored_columns_changes_nothing(tmp_path):
+    # --ignore b a was refused against --ignore a b: on resume ("setting 'ignore_columns' was ['x2',
+    # 'kind'], now ['kind', 'x2']") and as an ensemble's members ("share their data and split")
+    path = regression_csv(tmp_path / "t.csv", n=80)
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, ignore_columns=["x2", "kind"], **SMALL)
+    train(cfg, tmp_path / "a", quiet=True, log=lambda s: None)
+    other = cfg.replace(ignore_columns=["kind", "x2", "kind"], epochs=2)
+    assert train(other, tmp_path / "a", resume=True, quiet=True, log=lambda s: None)["epochs"] == 2
+    train(other.replace(seed=1), tmp_path / "b", quiet=True, log=lambda s: None)
+    assert len(bbb.load_ensemble([tmp_path / "a", tmp_path / "b"]).members) == 2
+    with pytest.raises(UserError, match="ignore_columns"):  # other columns are another split
+        train(cfg.replace(ignore_columns=["x2"], epochs=3), tmp_path / "a", resume=True, quiet=True,
+              log=lambda s: None)

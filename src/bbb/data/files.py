@@ -141,7 +141,10 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
         raise DataError(f"{p}: empty file; a CSV needs a header row and at least one row of data")
     header = [c.strip() for c in lines[0]]
     if any(not h for h in header):
-        raise DataError(f"{p}: column {header.index('') + 1} of the header row has no name")
+        j = header.index("")
+        blank = all(len(r) <= j or not r[j].strip() for r in lines[1:])  # a separator ending every line
+        raise DataError(f"{p}: column {j + 1} of the header row has no name" + (
+            " and no values (a separator at the end of every line?): remove that empty column" if blank else ""))
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
         raise DataError(f"{p}: the column name {dup[0]!r} appears more than once in the header row")

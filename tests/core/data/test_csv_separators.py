@@ -54,6 +54,20 @@ def test_a_file_not_in_utf8_says_to_save_it_so(tmp_path, encoding):
     assert "\n" not in msg and "not UTF-8" in msg and "save it as UTF-8" in msg
 
 
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_separator_ending_every_line_is_named(tmp_path):
+    # a spreadsheet's export with a comma at the end of each line: "column 3 of the header row has no name"
+    path = tmp_path / "t.csv"
+    path.write_text("a,y,\n1,2.5,\n2,3.5,\n")
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    assert "column 3" in str(info.value) and "remove that empty column" in str(info.value)
+    path.write_text("a,y,\n1,2.5,x\n")  # a column with values but no name: only the name is missing
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    assert "has no name" in str(info.value) and "empty column" not in str(info.value)
+
+
 def test_a_decimal_comma_is_a_one_line_error(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("x1;y\n1,5;2\n2,25;3\n")

@@ -215,3 +215,22 @@ def test_the_order_of_ignored_columns_changes_nothing(tmp_path):
     with pytest.raises(UserError, match="ignore_columns"):  # other columns are another split
         train(cfg.replace(ignore_columns=["x2"], epochs=3), tmp_path / "a", resume=True, quiet=True,
               log=lambda s: None)
+
+
+def test_runs_of_one_file_in_two_places_are_an_ensemble(tmp_path):
+    # a copy of the table (or the table moved between the runs) was "trained with data_file ... and ...:
+    # an ensemble's members share their data and split", though its rows and split are the same
+    path = regression_csv(tmp_path / "t.csv", n=80)
+    (tmp_path / "moved").mkdir()
+    copy = tmp_path / "moved" / "copy.csv"
+    copy.write_bytes(path.read_bytes())
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, **SMALL)
+    train(cfg, tmp_path / "a", quiet=True, log=lambda s: None)
+    train(cfg.replace(data_file=str(copy), seed=1), tmp_path / "b", quiet=True, log=lambda s: None)
+    ens = bbb.load_ensemble([tmp_path / "a", tmp_path / "b"])
+    x, _, _ = ens.encode_csv(copy)
+    assert ens.sample_outputs(x, 2).shape[1] == 80
+    other = regression_csv(tmp_path / "other.csv", n=80, seed=1)  # another file's rows: refused
+    train(cfg.replace(data_file=str(other), seed=2), tmp_path / "c", quiet=True, log=lambda s: None)
+    with pytest.raises(UserError, match="data_file"):
+        bbb.load_ensemble([tmp_path / "a", tmp_path / "c"])

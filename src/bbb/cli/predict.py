@@ -242,7 +242,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
                             f"per input, ({x.shape[0]},) (or leave y out)")
         ys = [str(v) for v in y.reshape(-1).tolist()]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
-    raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images")
+    raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images" + (
+        "; a table separated by tabs or semicolons is read as a CSV: name it .csv"
+        if suffix in (".tsv", ".tab", ".txt") else ""))
 
 
 def _carried_names(carried: list[str], outputs: list[str]) -> list[str]:

@@ -493,7 +493,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
         raw_y = [str(v) for v in y_arr.tolist()] if task == "classification" else y_arr.astype(np.float64).tolist()
     else:
-        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)")
+        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)"
+                        + ("; a table separated by tabs or semicolons is read as one: name it .csv"
+                           if suffix in (".tsv", ".tab", ".txt") else ""))
     n = len(raw_y)
     if task == "classification":
         cats = sorted(set(map(str, raw_y)), key=lambda c: (number(c) is None, number(c) or 0.0, c))

@@ -302,6 +302,21 @@ def test_unseen_error_with_an_input_that_is_no_csv_is_refused(capsys, tmp_path, 
     one_line_error(rc, err, "--unseen error applies to the text columns of a CSV input", "not a .csv file")
 
 
+
+def test_a_tab_separated_table_named_tsv_says_to_name_it_csv(capsys, tmp_path, run):
+    # "give a .csv, .npy or .npz file": a .tsv is read as a CSV (by its tabs) once named so
+    (tmp_path / "new.tsv").write_text("x1\tx2\tcolour\n0.1\t0.5\tred\n")
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.tsv"), "--no-refer")
+    one_line_error(rc, err, "name it .csv")
+    (tmp_path / "new.tsv").rename(tmp_path / "new.csv")
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.csv"), "--no-refer")
+    assert rc == 0 and len(list(csv.DictReader(out.splitlines()))) == 1, err
+    (tmp_path / "houses.tsv").write_bytes((tmp_path / "houses.csv").read_bytes())
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "houses.tsv"), "--target", "price", "--out",
+                          str(tmp_path / "r"))
+    one_line_error(rc, err, "name it .csv")
+
+
 def test_predict_names_a_row_as_the_file_counts_it(capsys, tmp_path, run):
     # the row an error or the unseen note named was the n-th filled row, one off per empty row above it
     path = tmp_path / "gaps.csv"

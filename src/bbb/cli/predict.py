@@ -321,7 +321,12 @@ def _referral_text(referral: Any, task: str, n_ref: int, n: int, whose: str = "t
             if referral.coverage > 0 else "it keeps none")
     text = (f"bbb predict: refer {n_ref} of {n} inputs ({rule}); chosen on {whose} {referral.n} validation inputs "
             f"{how}: {kept} (all of them: {unit} {referral.full_error:.4g})")
-    if referral.coverage == 0:
+    if referral.coverage == 0 and referral.target_coverage is not None:  # (it spoke of --target-error here)
+        text += (f"\nbbb predict: warning: the most certain validation inputs tie at one {referral.score} that "
+                 f"holds more than {100 * referral.target_coverage:g}% of them (an uncertainty that does not vary: "
+                 "--method sgd with --likelihood homoscedastic, say), so every input is referred; --coverage 1 "
+                 "keeps them, --no-refer leaves the column out")
+    elif referral.coverage == 0:
         text += (f"\nbbb predict: warning: no share of the validation predictions reaches {unit} <= "
                  f"{referral.target_error if referral.target_error is not None else 0:.4g} (the noise may be "
                  "irreducible), so every input is referred; give a larger --target-error, or --coverage C")

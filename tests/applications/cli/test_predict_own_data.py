@@ -161,6 +161,21 @@ def test_refer_on_a_noisy_regression_keeps_a_reachable_share(capsys, tmp_path, r
     one_line_error(rc, err, "--coverage")
 
 
+def test_tied_uncertainties_that_refer_everything_say_so(capsys, tmp_path):
+    # a deterministic network with one noise sd has one sd for every input: the default coverage keeps
+    # none, and the warning spoke of an RMSE target of 0 and a larger --target-error, never given
+    data = noisy_table(tmp_path / "houses.csv")
+    out = tmp_path / "sgd"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "price", "--task", "regression",
+                          "--method", "sgd", "--likelihood", "homoscedastic", "--epochs", "1", "--out", str(out),
+                          *TINY)
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "predict", str(out), str(data))
+    line = next((x for x in err.splitlines() if "tie at one sd" in x), "")
+    assert rc == 0 and "holds more than 80%" in line and "--coverage 1" in line, err
+    assert "--target-error" not in line and "no share of the validation predictions" not in err
+
+
 def test_threshold_for_coverage():
     u = np.array([0.3, 0.1, 0.2, 0.4, 0.5])
     assert threshold_for_coverage(u, 0.8) == 0.4

@@ -123,6 +123,8 @@ def test_a_regression_run_shows_its_rmse_and_aurc(runs, regression_run):
     assert "<td>predictive sd</td>" in text
     assert parse(text).tags.count("img") == 7  # bbb's 5, the regression run's learning and calibration curves
     assert 'alt="calibration curve of' in text and "mean gap to the diagonal" in text
+    # the evaluated classifier's interval-calibration cell said "none: bbb has no evaluate output"
+    assert "has no evaluate output" not in text and "a classifier has no intervals" in text
 
 
 def test_the_page_renders_in_a_real_browser(runs, regression_run, tmp_path):

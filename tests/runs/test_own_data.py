@@ -170,3 +170,67 @@ def test_load_model_of_an_image_run_takes_raw_pixels(tmp_path):
         torch.manual_seed(0)
         torch.testing.assert_close(a, U.predict(net, data["test_x"], 3))
     assert model.classes == [str(c) for c in range(10)]
+
+
+def test_a_run_reads_its_file_again_for_the_task_it_was_trained_for(tmp_path):
+    # an .npz's float y of whole numbers now needs the task said; a run whose task was inferred (config
+    # task None, as a bbb before that rule wrote it) must still read its file: load_split takes the
+    # task from the run's recorded preprocessing
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 3))
+    np.savez(tmp_path / "counts.npz", x=x, y=np.round(5 + 3 * x[:, 0]))
+    cfg = TrainConfig(data_file=str(tmp_path / "counts.npz"), task="regression", epochs=1, **SMALL)
+    train(cfg, tmp_path / "r", quiet=True, log=lambda s: None)
+    _, stored = load_run(tmp_path / "r")
+    older = stored.replace(task=None)
+    pre = json.loads((tmp_path / "r" / "config.json").read_text())["preprocess"]
+    data, again = load_split(older, pre)
+    assert again.task == "regression" and data["test_y"].dtype == torch.float32
+    with pytest.raises(UserError, match="whole numbers"):  # a new run must still say
+        load_split(older, None, new_run=True)
+
+
+def test_resuming_with_the_task_the_run_inferred_is_the_same_run(tmp_path):
+    # "cannot resume: setting 'task' was None, now 'regression'" of a run trained for regression
+    path = regression_csv(tmp_path / "t.csv", n=80)
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, **SMALL)
+    train(cfg, tmp_path / "r", quiet=True, log=lambda s: None)
+    s = train(cfg.replace(task="regression", epochs=2), tmp_path / "r", resume=True, quiet=True, log=lambda s: None)
+    assert s["epochs"] == 2 and s["task"] == "regression"
+    with pytest.raises(UserError, match="'task'"):  # another task is another run
+        train(cfg.replace(task="classification", epochs=3), tmp_path / "r", resume=True, quiet=True,
+              log=lambda s: None)
+
+
+def test_the_order_of_ignored_columns_changes_nothing(tmp_path):
+    # --ignore b a was refused against --ignore a b: on resume ("setting 'ignore_columns' was ['x2',
+    # 'kind'], now ['kind', 'x2']") and as an ensemble's members ("share their data and split")
+    path = regression_csv(tmp_path / "t.csv", n=80)
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, ignore_columns=["x2", "kind"], **SMALL)
+    train(cfg, tmp_path / "a", quiet=True, log=lambda s: None)
+    other = cfg.replace(ignore_columns=["kind", "x2", "kind"], epochs=2)
+    assert train(other, tmp_path / "a", resume=True, quiet=True, log=lambda s: None)["epochs"] == 2
+    train(other.replace(seed=1), tmp_path / "b", quiet=True, log=lambda s: None)
+    assert len(bbb.load_ensemble([tmp_path / "a", tmp_path / "b"]).members) == 2
+    with pytest.raises(UserError, match="ignore_columns"):  # other columns are another split
+        train(cfg.replace(ignore_columns=["x2"], epochs=3), tmp_path / "a", resume=True, quiet=True,
+              log=lambda s: None)
+
+
+def test_runs_of_one_file_in_two_places_are_an_ensemble(tmp_path):
+    # a copy of the table (or the table moved between the runs) was "trained with data_file ... and ...:
+    # an ensemble's members share their data and split", though its rows and split are the same
+    path = regression_csv(tmp_path / "t.csv", n=80)
+    (tmp_path / "moved").mkdir()
+    copy = tmp_path / "moved" / "copy.csv"
+    copy.write_bytes(path.read_bytes())
+    cfg = TrainConfig(data_file=str(path), target="y", epochs=1, **SMALL)
+    train(cfg, tmp_path / "a", quiet=True, log=lambda s: None)
+    train(cfg.replace(data_file=str(copy), seed=1), tmp_path / "b", quiet=True, log=lambda s: None)
+    ens = bbb.load_ensemble([tmp_path / "a", tmp_path / "b"])
+    x, _, _ = ens.encode_csv(copy)
+    assert ens.sample_outputs(x, 2).shape[1] == 80
+    other = regression_csv(tmp_path / "other.csv", n=80, seed=1)  # another file's rows: refused
+    train(cfg.replace(data_file=str(other), seed=2), tmp_path / "c", quiet=True, log=lambda s: None)
+    with pytest.raises(UserError, match="data_file"):
+        bbb.load_ensemble([tmp_path / "a", tmp_path / "c"])

@@ -24,6 +24,7 @@ import torch
 from bbb.io import _host
 from bbb.runs.rundir import LOCK_NAME, RESULT_FILES, RUN_FILES
 from faultkit import assert_one_line_error, bbb, bbb_in_process, env, fake_mnist, lock_held, snapshot
+from testkit import noisy_table
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="flock and /proc")
 
@@ -125,6 +126,21 @@ def test_overwrite_replaces_every_file_of_the_previous_run(tmp_path, data_dir, f
     assert '"seed": 7' in (out / "config.json").read_text()
     assert len((out / "metrics.csv").read_text().splitlines()) == 3
     assert not (out / LOCK_NAME).exists()  # the run removed its lock as it ended
+
+
+@pytest.mark.release_independent
+def test_a_data_file_named_like_a_run_file_in_out_is_refused(tmp_path, run_here):
+    # a table called metrics.csv in --out: --overwrite removed it with the "previous run's" files,
+    # then the run said the data file did not exist; the table was lost
+    out = tmp_path / "run"
+    out.mkdir()
+    noisy_table(out / "metrics.csv", n=60)
+    before = snapshot(out)
+    for extra in ((), ("--overwrite",)):
+        p = run_here("train", "--csv", str(out / "metrics.csv"), "--target", "price", "--task", "regression",
+                     "--out", str(out), "--epochs", "1", "--hidden", "4", "--device", "cpu", "--quiet", *extra)
+        assert_one_line_error(p, "metrics.csv", "move the data file out")
+        assert snapshot(out) == before
 
 
 def _last_pid(out: Path) -> str:

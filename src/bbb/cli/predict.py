@@ -242,7 +242,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
                             f"per input, ({x.shape[0]},) (or leave y out)")
         ys = [str(v) for v in y.reshape(-1).tolist()]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
-    raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images")
+    raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images" + (
+        "; a table separated by tabs or semicolons is read as a CSV: name it .csv"
+        if suffix in (".tsv", ".tab", ".txt") else ""))
 
 
 def _carried_names(carried: list[str], outputs: list[str]) -> list[str]:
@@ -267,16 +269,18 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path], data_file: str | None) -> None:
-    """Refuse an ``--out`` that would lose a file: the input, the run's data file or a file of a
-    run directory (even with ``--overwrite``), a folder, or any existing file without
-    ``--overwrite``. Checked before anything is computed."""
+def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path],
+              data_files: list[str | None]) -> None:
+    """Refuse an ``--out`` that would lose a file: the input, the run's data file (where the run
+    recorded it, and where ``--csv``/``--npz`` says it is now) or a file of a run directory (even
+    with ``--overwrite``), a folder, or any existing file without ``--overwrite``. Checked before
+    anything is computed."""
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; give a file name, e.g. {out / 'predictions.csv'}")
     if _same(out, input_path):
         raise UserError(f"--out {out} is the input {input_path}; give another file (--overwrite never replaces "
                         "the input)")
-    if data_file is not None and _same(out, Path(data_file)):
+    if any(f is not None and _same(out, Path(f)) for f in data_files):
         raise UserError(f"--out {out} is the file the run was trained on; give another file")
     for run_dir in run_dirs:
         if out.exists() and run_dir.resolve() in out.resolve().parents:
@@ -317,7 +321,12 @@ def _referral_text(referral: Any, task: str, n_ref: int, n: int, whose: str = "t
             if referral.coverage > 0 else "it keeps none")
     text = (f"bbb predict: refer {n_ref} of {n} inputs ({rule}); chosen on {whose} {referral.n} validation inputs "
             f"{how}: {kept} (all of them: {unit} {referral.full_error:.4g})")
-    if referral.coverage == 0:
+    if referral.coverage == 0 and referral.target_coverage is not None:  # (it spoke of --target-error here)
+        text += (f"\nbbb predict: warning: the most certain validation inputs tie at one {referral.score} that "
+                 f"holds more than {100 * referral.target_coverage:g}% of them (an uncertainty that does not vary: "
+                 "--method sgd with --likelihood homoscedastic, say), so every input is referred; --coverage 1 "
+                 "keeps them, --no-refer leaves the column out")
+    elif referral.coverage == 0:
         text += (f"\nbbb predict: warning: no share of the validation predictions reaches {unit} <= "
                  f"{referral.target_error if referral.target_error is not None else 0:.4g} (the noise may be "
                  "irreducible), so every input is referred; give a larger --target-error, or --coverage C")
@@ -356,7 +365,8 @@ def main(args: argparse.Namespace) -> int:
         point_data(model.config, args.data_dir, args.data_file)
     out = Path(args.out) if args.out else None
     if out is not None:
-        check_out(out, args.overwrite, Path(args.input), [Path(d) for d in args.run_dirs], model.config.data_file)
+        check_out(out, args.overwrite, Path(args.input), [Path(d) for d in args.run_dirs],
+                  [model.config.data_file, args.data_file])
     got = _read_input(model, Path(args.input), args.id_column, args.unseen, not args.no_refer)
     with torch.no_grad():
         s = uncertainty_scores(model, model.sample_outputs(got.x, args.samples, args.seed))

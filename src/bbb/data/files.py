@@ -28,7 +28,8 @@ done to the inputs, kept in the run so that new inputs get the same treatment:
   number less one, the header being its row 1);
 * the task: ``classification`` when the target is text (or an integer array), ``regression``
   when it holds numbers that are not all integers (or a float array); an integer-valued CSV
-  target needs ``task`` said, and one of numbers with a few text cells (:data:`NUMERIC_SHARE`) is
+  target, or a float array of whole numbers, needs ``task`` said, and one of numbers with a few
+  text cells (:data:`~bbb.data.table_checks.NUMERIC_SHARE`) is
   a one-line error naming the first, unless ``task`` says classification; two class labels that
   are one number (``1`` and ``1.0``) are a one-line error. A regression target
   is standardised too (its statistics are kept, so predictions come back in the target's units);
@@ -60,6 +61,7 @@ from torch import Tensor
 
 from ..errors import DataError, UserError
 from .table_checks import (
+    NUMERIC_SHARE,
     check_array_magnitude,
     check_class_labels,
     check_decimal_commas,
@@ -71,6 +73,7 @@ from .table_checks import (
     number,
     numbers_the_rows,
     row_number,
+    task_of,
     values_outside,
 )
 from .tabular import Standardizer
@@ -121,7 +124,10 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
             lines = list(csv.reader(f, delimiter=delimiter))
     except FileNotFoundError:
         raise DataError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except UnicodeDecodeError as e:  # a spreadsheet's "Unicode text" (UTF-16) or a Latin-1 export
+        raise DataError(f"{p}: not UTF-8 text (byte {e.object[e.start]:#04x} at position {e.start}); save it as "
+                        "UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
+    except (OSError, csv.Error) as e:
         raise DataError(f"{p}: cannot be read as a CSV file ({' '.join(str(e).split())[:120]})") from None
     filled = [any(c.strip() for c in row) for row in lines]
     where: list[int] = []  # each row's number: 1 = the first line after the header, empty ones counted
@@ -135,14 +141,20 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
         raise DataError(f"{p}: empty file; a CSV needs a header row and at least one row of data")
     header = [c.strip() for c in lines[0]]
     if any(not h for h in header):
-        raise DataError(f"{p}: column {header.index('') + 1} of the header row has no name")
+        j = header.index("")
+        blank = all(len(r) <= j or not r[j].strip() for r in lines[1:])  # a separator ending every line
+        raise DataError(f"{p}: column {j + 1} of the header row has no name" + (
+            " and no values (a separator at the end of every line?): remove that empty column" if blank else ""))
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
         raise DataError(f"{p}: the column name {dup[0]!r} appears more than once in the header row")
     rows = []
     for i, row in enumerate(lines[1:], start=1):
         if len(row) != len(header):
-            raise DataError(f"{p}: row {where[i - 1]} has {len(row)} cells but the header has {len(header)} columns")
+            why = "as the first line has a comma" if delimiter == "," else "the first line having no comma"
+            seps = {",": "commas", ";": "semicolons", "\t": "tabs"}
+            raise DataError(f"{p}: row {where[i - 1]} has {len(row)} cells but the header has {len(header)} columns "
+                            f"(cells read as separated by {seps[delimiter]}, {why})")
         rows.append([c.strip() for c in row])
     if not rows:
         raise DataError(f"{p}: a header row but no rows of data")
@@ -253,6 +265,8 @@ class Preprocess:
         are read as 0..255. ``table``: (N, D) numbers in the CSV's feature columns, in order,
         only where every column is numeric."""
         t = torch.as_tensor(np.asarray(x)) if not isinstance(x, Tensor) else x.detach().cpu()
+        if t.dtype == torch.bool and self.kind != "image":  # as an .npz's bool x trains: 0 and 1
+            t = t.to(torch.float64)
         if t.is_complex() or t.dtype == torch.bool:
             raise UserError(f"{where}: inputs must be real numbers, got {t.dtype}")
         if t.dim() < 1 or t.shape[0] == 0:
@@ -262,8 +276,9 @@ class Preprocess:
         ok = tuple(t.shape[1:]) in {shape, (d,)} or (self.kind == "image" and tuple(t.shape[1:]) == shape[-2:])
         if not ok:
             alt = "" if shape == (d,) else f" or (N, {d})"
+            one = "; one input? give it as one row, x.reshape(1, -1)" if tuple(t.shape) in {shape, (d,)} else ""
             raise UserError(f"{where}: inputs of shape {tuple(t.shape)} do not fit this run's inputs (N, "
-                            f"{', '.join(map(str, shape))}){alt}")
+                            f"{', '.join(map(str, shape))}){alt}{one}")
         if self.kind == "table" and any(c["kind"] != "numeric" for c in self.columns):
             raise UserError(f"{where}: this run one-hot encodes text columns; give a CSV with the column names "
                             "instead of an array")
@@ -284,15 +299,18 @@ class Preprocess:
 
     def outside_range(self, x: Any) -> list[tuple[int, str, str]]:
         """``(row, feature, text)`` for each value of the raw flat-array inputs ``x`` (N, D) outside
-        the training rows' range of its feature (``x[j]``, numbered from 0), row 1 = the first; empty
-        for a run that records no ``feature_range`` (a table's columns are checked by
-        :meth:`encode_table`; images and image-shaped arrays are not checked)."""
-        if self.feature_range is None:
-            return []
+        the training rows' range of its feature (``x[j]``, numbered from 0; a table's numeric columns,
+        given as an array, by their names), row 1 = the first; empty for a run that records no range
+        (images and image-shaped arrays are not checked)."""
         a = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-        low, high = self.feature_range
-        return values_outside(a, low, high, [f"x[{j}]" for j in range(a.shape[1])],
-                              lambda i, j: f"{a[i, j]:.6g}")
+        if self.kind == "table" and self.columns and all(c.get("range") for c in self.columns):
+            low, high = [c["range"][0] for c in self.columns], [c["range"][1] for c in self.columns]
+            names = [c["name"] for c in self.columns]
+        elif self.feature_range is not None:
+            (low, high), names = self.feature_range, [f"x[{j}]" for j in range(a.shape[1])]
+        else:
+            return []
+        return values_outside(a, low, high, names, lambda i, j: f"{a[i, j]:.6g}")
 
     def _standardise(self, x: Tensor) -> Tensor:
         return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
@@ -333,35 +351,6 @@ class Preprocess:
 
 
 # -- reading a file into a split ----------------------------------------------------------------
-
-
-#: a column this share of whose cells are numbers, the others text, is a column of numbers with bad
-#: cells (a one-line error naming the first), not text: for a feature and for the target alike
-NUMERIC_SHARE = 0.9
-
-
-def _task_of(values: list[str], task: str | None, target: str, where: str, numbers: Sequence[int]) -> str:
-    nums = [number(v) for v in values]
-    if any(v is None for v in nums):
-        if task == "regression":
-            bad = next(v for v, n in zip(values, nums) if n is None)
-            raise UserError(f"{where}: --task regression needs a numeric target, but column {target!r} holds "
-                            f"{bad[:40]!r}")
-        if task is None and sum(v is not None for v in nums) >= NUMERIC_SHARE * len(nums):
-            # a column of numbers with a stray text cell ("?", "inf", "12 kg") is no set of class labels:
-            # taken for classes, every distinct number would become a class of its own, silently
-            i = next(i for i, v in enumerate(nums, start=1) if v is None)
-            raise UserError(f"{where}: row {row_number(numbers, i)}, target column {target!r}: "
-                            f"{values[i - 1][:40]!r} in a column of "
-                            "numbers; fix or drop that row (a missing value?), or say --task classification if "
-                            "the column holds class labels")
-        return "classification"
-    if task is not None:
-        return task
-    if all(float(v).is_integer() for v in nums if v is not None):
-        raise UserError(f"{where}: the target column {target!r} holds whole numbers: say --task classification "
-                        "(class labels) or --task regression (a quantity)")
-    return "regression"
 
 
 def _encode_columns(header: list[str], rows: list[list[str]], target: str, where: str,
@@ -483,7 +472,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         columns, raw_y = _encode_columns(header, rows, target, where, ignore, numbers, keep)
         if not columns:
             raise UserError(f"{where}: no feature columns besides the target {target!r}")
-        task = _task_of(raw_y, task, target, where, numbers)
+        task = task_of(raw_y, task, target, where, numbers)
         if task == "regression":
             check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
@@ -493,13 +482,20 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
             flag = "target" if target is not None else "ignore" if ignore else "keep"
             raise UserError(f"{where}: --{flag} names a CSV column; an .npz file holds arrays x and y")
         x_arr, y_arr = _read_npz(p)
+        if task is None and np.issubdtype(y_arr.dtype, np.floating) and bool((y_arr == np.round(y_arr)).all()):
+            # class labels saved as floats (0.0, 1.0: a torch .float(), a pandas column) would be a Gaussian
+            # regression, silently: whole numbers are ambiguous, as a CSV target's are
+            raise UserError(f"{where}: y is a float array of whole numbers ({len(np.unique(y_arr))} values): say "
+                            "--task classification (class labels saved as floats) or --task regression (a quantity)")
         if task is None:
             task = "regression" if np.issubdtype(y_arr.dtype, np.floating) else "classification"
         pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))
         raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
         raw_y = [str(v) for v in y_arr.tolist()] if task == "classification" else y_arr.astype(np.float64).tolist()
     else:
-        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)")
+        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)"
+                        + ("; a table separated by tabs or semicolons is read as one: name it .csv"
+                           if suffix in (".tsv", ".tab", ".txt") else ""))
     n = len(raw_y)
     if task == "classification":
         cats = sorted(set(map(str, raw_y)), key=lambda c: (number(c) is None, number(c) or 0.0, c))
@@ -511,6 +507,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         pre.classes = cats
     else:
         y = torch.tensor([float(v) for v in raw_y], dtype=torch.float64)
+        if bool((y == y[0]).all()):  # as one class is: trained, it scored as a near-perfect fit, of nothing
+            raise UserError(f"{where}: the target holds one value ({float(y[0]):g}) in every row; regression needs "
+                            "a target that varies (the wrong column?)")
     train_idx, val_idx, test_idx = _split(n, y if task == "classification" else None, val_fraction, test_fraction,
                                           seed)
     if task == "classification" and test_fraction > 0 and test_idx.numel() == 0 and 2 * len(pre.classes or []) > n:
@@ -590,8 +589,10 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file is one user problem
         raise DataError(f"{p}: cannot be read as an .npz file ({' '.join(str(e).split())[:120]})") from None
     if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0 or x[0].size == 0:
+        hint = "; one feature? save x.reshape(-1, 1)" if x.ndim == 1 and x.shape == y.shape[:1] else \
+            "; save y.reshape(-1)" if y.shape[1:] == (1,) and x.ndim >= 2 and len(x) == len(y) else ""
         raise UserError(f"{p}: x must be (N, ...) with at least one feature and y (N,) with the same N >= 1, got "
-                        f"{x.shape} and {y.shape}")
+                        f"{x.shape} and {y.shape}{hint}")
     for name, a in (("x", x), ("y", y)):
         if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
             raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}")

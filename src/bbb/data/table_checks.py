@@ -16,6 +16,8 @@
   one the network never learns; a one-line error naming the options to change;
 * :func:`values_outside`: the values of new inputs outside their column's training range, an
   input predicted by extrapolation (bbb predict flags and refers it);
+* :func:`task_of`: a target column of whole numbers (classes or a quantity?) or of numbers with a
+  few text cells would be a guess at the task; a one-line error;
 * :func:`numbers_the_rows`: whether a numeric column is a row identifier, which as a feature would
   only let the network learn row order (:mod:`bbb.data.files` refuses it unless told to keep it).
 """
@@ -32,9 +34,10 @@ from torch import Tensor
 
 from ..errors import DataError, UserError
 
-__all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "check_array_magnitude", "check_class_labels",
-           "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas", "check_training_classes",
-           "formatted_number", "not_a_number", "number", "numbers_the_rows", "row_number", "values_outside"]
+__all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
+           "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
+           "check_training_classes", "formatted_number", "not_a_number", "number", "numbers_the_rows", "row_number",
+           "task_of", "values_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -195,3 +198,35 @@ def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_
                             f"{val_fraction:g} with --test-fraction {test_fraction:g} hold "
                             f"{'all of them' if n != 1 else 'it'} out of training; lower --val-fraction or "
                             "--test-fraction, or remove the class's rows")
+
+
+#: a column this share of whose cells are numbers, the others text, is a column of numbers with bad
+#: cells (a one-line error naming the first), not text: for a feature and for the target alike
+NUMERIC_SHARE = 0.9
+
+
+def task_of(values: list[str], task: str | None, target: str, where: str, numbers: Sequence[int]) -> str:
+    """The task of a CSV target column of cells ``values``: ``task`` where said; else classification
+    for text, regression for numbers not all whole; a column of whole numbers (which could be
+    either), or of numbers with a few text cells (:data:`NUMERIC_SHARE`), is a one-line error."""
+    nums = [number(v) for v in values]
+    if any(v is None for v in nums):
+        if task == "regression":
+            bad = next(v for v, n in zip(values, nums) if n is None)
+            raise UserError(f"{where}: --task regression needs a numeric target, but column {target!r} holds "
+                            f"{bad[:40]!r}")
+        if task is None and sum(v is not None for v in nums) >= NUMERIC_SHARE * len(nums):
+            # a column of numbers with a stray text cell ("?", "inf", "12 kg") is no set of class labels:
+            # taken for classes, every distinct number would become a class of its own, silently
+            i = next(i for i, v in enumerate(nums, start=1) if v is None)
+            raise UserError(f"{where}: row {row_number(numbers, i)}, target column {target!r}: "
+                            f"{values[i - 1][:40]!r} in a column of "
+                            "numbers; fix or drop that row (a missing value?), or say --task classification if "
+                            "the column holds class labels")
+        return "classification"
+    if task is not None:
+        return task
+    if all(float(v).is_integer() for v in nums if v is not None):
+        raise UserError(f"{where}: the target column {target!r} holds whole numbers: say --task classification "
+                        "(class labels) or --task regression (a quantity)")
+    return "regression"

@@ -410,6 +410,8 @@ def _reliability(r: RunFiles) -> str:
 
 
 def _calibration(r: RunFiles) -> str:
+    if not r.regression:  # (it said "has no evaluate output" of an evaluated classifier, or to run evaluate)
+        return _missing("a classifier has no intervals: see its reliability diagram above")
     img = _image_cell(r, "calibration.png", "calibration curve", "evaluate")
     gap = (r.eval or {}).get("calibration_error")
     return img + ("" if gap is None else f'<p class="missing">mean gap to the diagonal: {100 * float(gap):.1f} '

@@ -27,7 +27,7 @@ __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY"
            "LIKELIHOODS", "METHOD_DATA_DEFAULTS", "PRIOR_ONLY",
            "METHOD_DEFAULTS",
            "NOISE_LR_SCALE", "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig",
-           "resume_conflicts", "stored_default"]
+           "resume_conflicts", "same_setting", "stored_default"]
 
 #: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
 FILE_DATASET = "file"
@@ -536,6 +536,14 @@ RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "
                             "data_source"})  # train's own record of the data given (a run written before it: None)
 
 
+def same_setting(name: str, a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one value of the setting ``name``: the CSV columns of ``--ignore``
+    and ``--keep`` as sets (their order and repeats change nothing), any other by equality."""
+    if name in ("ignore_columns", "keep_columns"):
+        return set(a or ()) == set(b or ())
+    return bool(a == b)
+
+
 def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str, Any, Any]]:
     """(setting, stored value, new value) for each setting outside :data:`RESUME_MUTABLE` that
     differs between a run's stored config and ``now``. A setting the stored config lacks (added
@@ -545,4 +553,5 @@ def resume_conflicts(stored: dict[str, Any], now: TrainConfig) -> list[tuple[str
         read = TrainConfig.from_stored(stored).to_dict()
         stored = {**stored, **{k: read[k] for k in UNREAD_CHECKED if k in stored}}
     was = {k: stored[k] if k in stored else stored_default(stored, k) for k in now.to_dict()}
-    return [(k, was[k], v) for k, v in now.to_dict().items() if k not in RESUME_MUTABLE and was[k] != v]
+    return [(k, was[k], v) for k, v in now.to_dict().items()
+            if k not in RESUME_MUTABLE and not same_setting(k, was[k], v)]

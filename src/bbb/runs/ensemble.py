@@ -37,7 +37,7 @@ from ..errors import UserError, check_int
 from ..io import atomic_write_json
 from ..nn import pool_members
 from ..uncertainty import predictive_probs
-from .config import TrainConfig
+from .config import TrainConfig, same_setting
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
 from .rundir import check_distinct
 from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model, split_outputs
@@ -185,9 +185,13 @@ def load_ensemble(run_dirs: list[str | Path], which: str = "best", device: str |
         if m.task != first.task:
             raise UserError(f"{m.run_dir} is a {m.task} run and {first.run_dir} a {first.task} run: an ensemble's "
                             "members have one task")
+        same_md5 = first.preprocess.source.get("md5") not in (None, "") and \
+            first.preprocess.source.get("md5") == m.preprocess.source.get("md5")
         for field in SPLIT_FIELDS:
             a, b = getattr(first.config, field, None), getattr(m.config, field, None)
-            if a != b:
+            if field == "data_file" and same_md5:
+                continue  # one file's content in two places (a copy, a file moved between the runs): the same rows
+            if not same_setting(field, a, b):
                 raise UserError(f"{m.run_dir} was trained with {field} {b!r} and {first.run_dir} with {a!r}: an "
                                 "ensemble's members share their data and split (train them with the same data "
                                 "options, another --seed)")

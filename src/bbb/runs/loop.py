@@ -291,7 +291,7 @@ def train(
             their last complete version).
     """
     out = Path(out)
-    with guard_run_dir(out, resume, overwrite, lock_wait) as resuming:
+    with guard_run_dir(out, resume, overwrite, lock_wait, cfg.data_file) as resuming:
         try:
             return _train(cfg, out, data=data, preprocess=preprocess, resume=resuming, quiet=quiet, log=log,
                           on_epoch=on_epoch, loggers=loggers)
@@ -329,7 +329,11 @@ def _train(
             raise UserError(f"cannot resume {out} alone: it trains as member {group.get('member')} of a population "
                             f"whose state is in {group.get('dir')}; resume that population (the command that "
                             "trained it)")
-        diff = resume_conflicts(ckpt["config"], cfg)
+        stored_cfg = dict(ckpt["config"])
+        if stored_cfg.get("task") is None and cfg.task == (dict(ckpt.get("model_info") or {}).get("preprocess")
+                                                            or {}).get("task"):
+            stored_cfg["task"] = cfg.task  # --task saying what the run inferred: the same run ('was None' before)
+        diff = resume_conflicts(stored_cfg, cfg)
         if diff:
             k, was, new = diff[0]
             raise UserError(f"cannot resume {out}: setting {k!r} was {was!r}, now {new!r} "

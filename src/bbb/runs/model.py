@@ -234,7 +234,10 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
     # were the whole file's keeps a category only its held-out rows have)
     categories = {c["name"]: list(c["categories"]) for c in (stored or {}).get("columns", [])
                   if c.get("kind") == "onehot"} or None
-    data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=cfg.task, val_fraction=cfg.val_fraction,
+    # the task the run was trained for (its file read again by a later bbb, whose rules may ask for --task where
+    # the run's inferred it: an .npz's float y of whole numbers)
+    task = cfg.task or (stored or {}).get("task")
+    data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=task, val_fraction=cfg.val_fraction,
                                  test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size,
                                  ignore=cfg.ignore_columns or (), keep=cfg.keep_columns or (),
                                  categories=categories)

@@ -157,8 +157,12 @@ def _existing(out: Path) -> list[str]:
     return [n for n in RUN_FILES if (out / n).exists()]
 
 
-def _check(out: Path, resume: Resume, overwrite: bool) -> bool:
+def _check(out: Path, resume: Resume, overwrite: bool, data_file: str | os.PathLike[str] | None = None) -> bool:
     """Whether the run resumes; raises UserError where it may not start (read-only)."""
+    if data_file is not None and Path(data_file).name in RUN_FILES and Path(data_file).resolve().parent == \
+            out.resolve():  # a table called metrics.csv in --out: written over, or removed by --overwrite
+        raise UserError(f"the data file {data_file} is in --out {out} under the name of a run's file, which the run "
+                        "would write over or remove; move the data file out of that folder, or rename it")
     if resume is True and overwrite:
         raise UserError("--resume and --overwrite exclude each other: --resume continues the run in "
                         f"{out}, --overwrite replaces it")
@@ -219,12 +223,13 @@ def _clean(out: Path) -> None:
 
 
 @contextlib.contextmanager
-def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait: float | None = 0.0
-                  ) -> Iterator[bool]:
+def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait: float | None = 0.0,
+                  data_file: str | os.PathLike[str] | None = None) -> Iterator[bool]:
     """Check ``out``, lock it, clean it; yields whether the run resumes. Holds the lock inside and
     removes ``.lock`` when the body ends, however it ends.
     ``lock_wait``: seconds to wait for another holder of the lock before refusing; None: take
-    no lock at all (the sweep's finalisation of a trial Ray is still stopping).
+    no lock at all (the sweep's finalisation of a trial Ray is still stopping). ``data_file``: the
+    run's data, refused where it is in ``out`` under a name of :data:`RUN_FILES`.
 
     Nothing in ``out`` changes when this raises before the body.
     """
@@ -234,7 +239,7 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
         raise UserError(f"--out {out} is a file, not a folder: give the run a folder of its own (e.g. runs/NAME)")
     lock = out / LOCK_NAME
     if lock_wait is None:
-        resuming = _check(out, resume, overwrite)
+        resuming = _check(out, resume, overwrite, data_file)
         out.mkdir(parents=True, exist_ok=True)
         if not resuming and _existing(out):
             _remove_old(out)
@@ -243,14 +248,14 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
     fd = _lock(lock, create=False, wait=lock_wait) if out.is_dir() else None  # busy: refuse before anything else
     made_dir = made_lock = False
     try:
-        _check(out, resume, overwrite)
+        _check(out, resume, overwrite, data_file)
         if fd is None:
             made_dir = not out.exists()
             out.mkdir(parents=True, exist_ok=True)
             new_lock = not lock.exists()
             fd = _lock(lock, create=True, wait=lock_wait)
             made_lock = new_lock  # (and held: not another process's)
-        resuming = _check(out, resume, overwrite)  # again, under the lock
+        resuming = _check(out, resume, overwrite, data_file)  # again, under the lock
         _record_pid(fd)
         _clean(out)
         if not resuming and _existing(out):

@@ -125,7 +125,9 @@ def _mark(x: Tensor, run: str) -> EncodedInputs:
 
 
 def _fingerprint(pre: Preprocess) -> str:
-    text = json.dumps(pre.to_dict(), sort_keys=True, default=str)
+    d = pre.to_dict()  # what encodes the inputs: not the name of the file (a copy's content is the same)
+    d["source"] = {k: v for k, v in d["source"].items() if k != "file"}
+    text = json.dumps(d, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

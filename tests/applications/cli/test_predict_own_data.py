@@ -161,6 +161,21 @@ def test_refer_on_a_noisy_regression_keeps_a_reachable_share(capsys, tmp_path, r
     one_line_error(rc, err, "--coverage")
 
 
+def test_tied_uncertainties_that_refer_everything_say_so(capsys, tmp_path):
+    # a deterministic network with one noise sd has one sd for every input: the default coverage keeps
+    # none, and the warning spoke of an RMSE target of 0 and a larger --target-error, never given
+    data = noisy_table(tmp_path / "houses.csv")
+    out = tmp_path / "sgd"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "price", "--task", "regression",
+                          "--method", "sgd", "--likelihood", "homoscedastic", "--epochs", "1", "--out", str(out),
+                          *TINY)
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "predict", str(out), str(data))
+    line = next((x for x in err.splitlines() if "tie at one sd" in x), "")
+    assert rc == 0 and "holds more than 80%" in line and "--coverage 1" in line, err
+    assert "--target-error" not in line and "no share of the validation predictions" not in err
+
+
 def test_threshold_for_coverage():
     u = np.array([0.3, 0.1, 0.2, 0.4, 0.5])
     assert threshold_for_coverage(u, 0.8) == 0.4
@@ -198,6 +213,13 @@ def test_a_moved_file_is_named_by_csv_on_evaluate_and_predict(capsys, tmp_path, 
     assert rc == 0 and (run / "eval.json").exists(), err
     rc, out, err = run_main(capsys, "predict", str(run), str(new), "--csv", str(moved))
     assert rc == 0 and "refer" in out.splitlines()[0], err
+    # the training file where --csv says it is now is the run's data as much as its recorded place:
+    # --out onto it with --overwrite wrote the predictions over it
+    was = moved.read_bytes()
+    rc, _, err = run_main(capsys, "predict", str(run), str(new), "--csv", str(moved), "--out", str(moved),
+                          "--overwrite")
+    one_line_error(rc, err, "is the file the run was trained on")
+    assert moved.read_bytes() == was
     # another file is refused by its MD5, before its columns are read
     rc, _, err = run_main(capsys, "evaluate", str(run), "--csv", str(new), "--device", "cpu")
     one_line_error(rc, err, "not the file this run was trained on")
@@ -293,6 +315,21 @@ def test_unseen_error_with_an_input_that_is_no_csv_is_refused(capsys, tmp_path, 
     np.save(arrays, np.zeros((3, 4), dtype=np.float32))
     rc, _, err = run_main(capsys, "predict", str(run), str(arrays), "--unseen", "error")
     one_line_error(rc, err, "--unseen error applies to the text columns of a CSV input", "not a .csv file")
+
+
+
+def test_a_tab_separated_table_named_tsv_says_to_name_it_csv(capsys, tmp_path, run):
+    # "give a .csv, .npy or .npz file": a .tsv is read as a CSV (by its tabs) once named so
+    (tmp_path / "new.tsv").write_text("x1\tx2\tcolour\n0.1\t0.5\tred\n")
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.tsv"), "--no-refer")
+    one_line_error(rc, err, "name it .csv")
+    (tmp_path / "new.tsv").rename(tmp_path / "new.csv")
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.csv"), "--no-refer")
+    assert rc == 0 and len(list(csv.DictReader(out.splitlines()))) == 1, err
+    (tmp_path / "houses.tsv").write_bytes((tmp_path / "houses.csv").read_bytes())
+    rc, _, err = run_main(capsys, "train", "--csv", str(tmp_path / "houses.tsv"), "--target", "price", "--out",
+                          str(tmp_path / "r"))
+    one_line_error(rc, err, "name it .csv")
 
 
 def test_predict_names_a_row_as_the_file_counts_it(capsys, tmp_path, run):

@@ -30,6 +30,44 @@ def test_a_comma_separated_table_with_semicolons_in_its_cells_stays_comma_separa
     assert read_csv(path) == (["a", "note"], [["1", "x;y"], ["2", "z"]])
 
 
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_row_of_another_length_names_the_separator_read(tmp_path):
+    # a tab-separated file whose header names a column "size, m2" is read by commas: the error said
+    # only "row 1 has 1 cells but the header has 2 columns", of a file that has 3 in every row
+    path = tmp_path / "t.csv"
+    path.write_text("size, m2\tage\tprice\n50.5\t3\t100.25\n")
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "row 1 has 1 cells" in msg and "separated by commas" in msg and "first line" in msg
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1"])
+def test_a_file_not_in_utf8_says_to_save_it_so(tmp_path, encoding):
+    # it said "cannot be read as a CSV file ('utf-8' codec can't decode byte 0xff ...)"
+    path = tmp_path / "t.csv"
+    path.write_text("a,colour\n1,grün\n", encoding=encoding)
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "not UTF-8" in msg and "save it as UTF-8" in msg
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_separator_ending_every_line_is_named(tmp_path):
+    # a spreadsheet's export with a comma at the end of each line: "column 3 of the header row has no name"
+    path = tmp_path / "t.csv"
+    path.write_text("a,y,\n1,2.5,\n2,3.5,\n")
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    assert "column 3" in str(info.value) and "remove that empty column" in str(info.value)
+    path.write_text("a,y,\n1,2.5,x\n")  # a column with values but no name: only the name is missing
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    assert "has no name" in str(info.value) and "empty column" not in str(info.value)
+
+
 def test_a_decimal_comma_is_a_one_line_error(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("x1;y\n1,5;2\n2,25;3\n")

@@ -149,6 +149,66 @@ def test_npz_arrays_keep_their_feature_shape(tmp_path):
     one_line(info, "x[4]")
 
 
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_an_npz_of_one_feature_or_a_column_y_says_how_to_save_it(tmp_path):
+    # both were "x must be (N, ...) ... and y (N,)" alone, of arrays one reshape from right
+    x = np.random.default_rng(0).normal(size=50)
+    for name, arrays, hint in (("flat", {"x": x, "y": x + 0.5}, "x.reshape(-1, 1)"),
+                               ("column", {"x": x[:, None], "y": (x + 0.5)[:, None]}, "y.reshape(-1)")):
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+        with pytest.raises(UserError) as info:
+            load_file_splits(tmp_path / f"{name}.npz")
+        one_line(info, hint)
+
+
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_a_bool_x_encodes_as_it_trained(tmp_path):
+    # a run trained on an .npz of bool x refused that same x in bbb predict ("inputs must be real
+    # numbers, got torch.bool"): bool inputs are 0 and 1, as in training
+    x = np.random.default_rng(0).normal(size=(60, 3)) > 0
+    np.savez(tmp_path / "b.npz", x=x, y=x[:, 0])
+    data, pre = load_file_splits(tmp_path / "b.npz")
+    torch.testing.assert_close(pre.encode_array(x), pre.encode_array(x.astype(np.float64)))
+    torch.testing.assert_close(pre.encode_array(torch.from_numpy(x)), pre.encode_array(x.astype(np.float64)))
+    with pytest.raises(UserError) as info:  # one input given as a 1-d array: say how to make it a row
+        pre.encode_array(x[0])
+    one_line(info, "(3,)", "x.reshape(1, -1)")
+    with pytest.raises(UserError) as info:  # images stay pixels: a bool array is no picture of one
+        Preprocess.image(126.0).encode_array(torch.zeros(2, 28, 28, dtype=torch.bool))
+    one_line(info, "torch.bool")
+
+
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_a_constant_regression_target_is_refused(tmp_path):
+    # it trained and scored a near-perfect fit (RMSE 0.03, log-likelihood 0.8) of a column that never
+    # varies; a target of one class is refused, and so is this
+    rng = np.random.default_rng(0)
+    (tmp_path / "c.csv").write_text("a,b,y\n" + "".join(f"{a:.3f},{b:.3f},2.5\n" for a, b in rng.normal(size=(40, 2))))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "c.csv", target="y")
+    one_line(info, "one value (2.5)", "varies")
+    np.savez(tmp_path / "c.npz", x=rng.normal(size=(40, 2)), y=np.full(40, 7.25))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "c.npz")
+    one_line(info, "one value (7.25)")
+
+
+@pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)
+def test_float_labels_of_an_npz_need_the_task_said(tmp_path):
+    # a y of class labels saved as floats (0.0, 1.0) was a Gaussian regression, silently; whole numbers
+    # are ambiguous, as a CSV target's are
+    x = np.random.default_rng(0).normal(size=(60, 3))
+    np.savez(tmp_path / "f.npz", x=x, y=(x[:, 0] > 0).astype(np.float32))
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "f.npz")
+    one_line(info, "whole numbers", "--task classification", "--task regression")
+    data, pre = load_file_splits(tmp_path / "f.npz", task="classification")
+    assert pre.task == "classification" and pre.classes == ["0.0", "1.0"] and data["train_y"].dtype == torch.int64
+    assert load_file_splits(tmp_path / "f.npz", task="regression")[1].task == "regression"
+    np.savez(tmp_path / "q.npz", x=x, y=x[:, 0] + 0.5)  # a quantity not all whole: regression, as before
+    assert load_file_splits(tmp_path / "q.npz")[1].task == "regression"
+
+
 def test_image_preprocessing_takes_uint8_or_unit_floats():
     pre = Preprocess.image(126.0)
     pixels = torch.randint(0, 256, (3, 1, 28, 28), dtype=torch.uint8)

@@ -43,6 +43,7 @@ from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
+from .nn.model import warn_own_loss
 from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
 from .options import choice
 
@@ -388,7 +389,9 @@ def bayesianize(
     if is_lora_model(model):
         if prior is None:
             kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
-        return bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict, CONVERTIBLE)
+        out = bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict, CONVERTIBLE)
+        warn_own_loss(out)  # transformers' Trainer trains on the model's own loss: no KL
+        return out
     if lora is not None or modules_to_save:
         what = "lora=" if lora is not None else "modules_to_save=True"
         raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "
@@ -430,6 +433,7 @@ def bayesianize(
     held = [id(m) for _, m in model.named_modules(remove_duplicate=False) if isinstance(m, BayesModule)]
     if len(held) != len(set(held)):  # a layer held in several places: one sample for all its uses, as a tie's
         draw_once_per_forward(model)
+    warn_own_loss(model)  # transformers' Trainer trains on the model's own loss: no KL
     no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
     if left:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -138,6 +139,36 @@ def warn_not_bayesian(model: nn.Module, who: str) -> None:
         warnings.warn(f"{who}: {type(model).__name__} has no Bayesian layer, so nothing is sampled (the k samples are "
                       "equal, the KL is 0): convert it with bbb.bayesianize(model) first, or call "
                       "bbb.nn.mark_deterministic(model) for a deterministic baseline", UserWarning, stacklevel=3)
+
+
+#: the models :func:`warn_own_loss` has warned about (once each)
+_OWN_LOSS_WARNED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def _own_loss_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook of :func:`warn_own_loss`."""
+    if (module.training and torch.is_grad_enabled() and kwargs.get("labels") is not None
+            and module not in _OWN_LOSS_WARNED and not torch.compiler.is_compiling()):
+        _OWN_LOSS_WARNED.add(module)
+        warnings.warn(f"{type(module).__name__} was called with labels in training, so it computes its own loss (as "
+                      "transformers' Trainer uses it): the likelihood of one sampled network with no KL term, which "
+                      "shrinks every sigma unchecked and learns no posterior. Train with bbb.ELBO (it takes the "
+                      "labels from the batch and passes the rest to the model); with a Trainer, override its "
+                      "compute_loss (docs/huggingface.md, 'Training with transformers' Trainer')", UserWarning,
+                      stacklevel=2)
+
+
+def warn_own_loss(model: nn.Module) -> None:
+    """Make ``model`` (a converted model whose forward takes ``labels``: transformers', peft's) warn
+    once when it is called with ``labels`` in training with gradients on: it then computes its own
+    loss, the likelihood alone (no KL). The ELBO never passes the labels on. Registered once."""
+    try:
+        takes_labels = "labels" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return
+    hooks = model._forward_pre_hooks.values()
+    if takes_labels and not any(getattr(h, "__name__", "") == _own_loss_hook.__name__ for h in hooks):
+        model.register_forward_pre_hook(_own_loss_hook, with_kwargs=True)
 
 
 def mark_deterministic(model: nn.Module) -> nn.Module:

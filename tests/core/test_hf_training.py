@@ -1,0 +1,78 @@
+"""Training a converted Hugging Face model: its own loss (the labels passed to the model, as
+transformers' Trainer does) has no KL, and the model says so; the ELBO, which takes the labels from the
+batch, does not warn. Tiny configs, nothing downloaded."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import bbb
+
+transformers = pytest.importorskip("transformers")
+from transformers import BertConfig, BertForSequenceClassification  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+
+def _bert() -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=2)
+    return bbb.bayesianize(BertForSequenceClassification(cfg), skip=[nn.LayerNorm])
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {"input_ids": torch.randint(0, 50, (4, 6), generator=g), "labels": torch.tensor([0, 1, 0, 1])}
+
+
+def _own_loss_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "called with labels in training" in str(w.message)]
+
+
+def test_the_models_own_loss_in_training_warns_once_that_it_has_no_kl():
+    model, batch = _bert().train(), _batch()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(**batch).loss.backward()  # what transformers' Trainer does
+        model(**batch).loss.backward()
+    said = _own_loss_warnings(caught)
+    assert len(said) == 1 and "no KL term" in said[0] and "compute_loss" in said[0]
+
+
+@pytest.mark.parametrize("how", ["elbo", "eval", "no_grad", "no_labels"])
+def test_the_elbo_and_prediction_do_not_warn(how):
+    model, batch = _bert().train(), _batch()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if how == "elbo":
+            bbb.ELBO(model, num_batches=1)(batch, batch_index=0).loss.backward()
+        elif how == "eval":
+            model.eval()(**batch).loss.backward()
+        elif how == "no_grad":
+            with torch.no_grad():
+                model(**batch)
+        else:
+            model(input_ids=batch["input_ids"]).logits.sum().backward()
+    assert _own_loss_warnings(caught) == []
+
+
+def test_a_peft_model_and_a_reloaded_model_warn_too(tmp_path):
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=2)
+    lora = peft.get_peft_model(BertForSequenceClassification(cfg),
+                               peft.LoraConfig(r=2, target_modules=["query", "value"], task_type="SEQ_CLS"))
+    bbb.bayesianize(lora, lora="AB")
+    bbb.save_pretrained(_bert(), tmp_path / "bert")
+    reloaded = bbb.from_pretrained(tmp_path / "bert")
+    for model in (lora, reloaded):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.train()(**_batch()).loss.backward()
+        assert len(_own_loss_warnings(caught)) == 1, type(model).__name__

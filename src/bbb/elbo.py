@@ -224,6 +224,33 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
 STALE_STEPS = 100
 
 
+def _check_checkpointing(model: nn.Module, k: int, engine: bool, generator: bool) -> None:
+    """A :class:`UserError` for a training step whose weight samples gradient checkpointing (transformers'
+    ``gradient_checkpointing_enable``: modules with ``gradient_checkpointing = True``) would not redraw:
+    the backward pass recomputes each checkpointed block outside the ELBO's forward, from torch's global
+    random state (which the checkpoint restores). Only one sample on the plain path, without a
+    ``generator``, under torch's non-reentrant checkpoint (transformers' default) recomputes the same
+    weights; otherwise the gradient would be that of other weights than the loss's."""
+    if not (model.training and torch.is_grad_enabled()):
+        return
+    found = [(n, m) for n, m in model.named_modules() if getattr(m, "gradient_checkpointing", False) is True]
+    if not found:
+        return
+    name, mod = found[0]
+    kwargs = getattr(getattr(mod, "_gradient_checkpointing_func", None), "keywords", None) or {}
+    reentrant = kwargs.get("use_reentrant") is not False
+    if k == 1 and not engine and not generator and not reentrant:
+        return
+    what = (f"num_samples={k}" if k > 1 else "the Engine's sampling()" if engine else "a generator" if generator
+            else "use_reentrant=True")
+    raise UserError(f"the ELBO: {type(model).__name__} has gradient checkpointing on ({name}), whose backward "
+                    f"pass recomputes each checkpointed block outside the ELBO, so under {what} it would draw other "
+                    "weights than the loss's and give another network's gradient: with gradient checkpointing train "
+                    "with num_samples=1, no generator=, on torch.optim rather than the Engine, and "
+                    "gradient_checkpointing_kwargs={'use_reentrant': False}, or call "
+                    "model.gradient_checkpointing_disable()")
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` of a warning from an ELBO method that points at the caller's line, past
     this module and torch's ``Module.__call__``."""
@@ -432,6 +459,7 @@ class ELBO(nn.Module):
             self._check_trained(provider)
         k = self.num_samples
         if not torch.compiler.is_compiling():
+            _check_checkpointing(self.model, k, provider is not None, generator is not None)
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()

@@ -76,3 +76,44 @@ def test_a_peft_model_and_a_reloaded_model_warn_too(tmp_path):
             warnings.simplefilter("always")
             model.train()(**_batch()).loss.backward()
         assert len(_own_loss_warnings(caught)) == 1, type(model).__name__
+
+
+def _gpt2(checkpointing: bool, reentrant: bool = False):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32, bos_token_id=0,
+                                  eos_token_id=0)
+    model = bbb.bayesianize(transformers.GPT2LMHeadModel(cfg))
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    return model.train()
+
+
+def _ids() -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(3))
+    return {"input_ids": ids, "labels": ids}
+
+
+def test_gradient_checkpointing_with_one_sample_gives_the_exact_gradient():
+    grads = []
+    for checkpointing in (False, True):
+        model = _gpt2(checkpointing)
+        torch.manual_seed(5)
+        bbb.ELBO(model, num_batches=1, kl_weighting="uniform")(_ids()).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("how", ["samples", "generator", "engine", "reentrant"])
+def test_gradient_checkpointing_refuses_what_its_recompute_would_draw_otherwise(how):
+    # (without the error: another network's gradient, silently, or a CheckpointError's traceback)
+    model = _gpt2(True, reentrant=how == "reentrant")
+    elbo = bbb.ELBO(model, num_batches=1, kl_weighting="uniform", num_samples=3 if how == "samples" else 1)
+    with pytest.raises(bbb.errors.UserError, match="gradient checkpointing on.*gradient_checkpointing_disable"):
+        if how == "engine":
+            engine = bbb.Engine(elbo, "sgd", lr=0.1)
+            with engine.sampling():
+                elbo(_ids())
+        else:
+            elbo(_ids(), generator=torch.Generator().manual_seed(0) if how == "generator" else None)
+    with torch.no_grad():  # (a validation loss recomputes nothing)
+        elbo(_ids())

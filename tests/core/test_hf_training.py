@@ -117,3 +117,19 @@ def test_gradient_checkpointing_refuses_what_its_recompute_would_draw_otherwise(
             elbo(_ids(), generator=torch.Generator().manual_seed(0) if how == "generator" else None)
     with torch.no_grad():  # (a validation loss recomputes nothing)
         elbo(_ids())
+
+
+def test_evaluate_on_token_classification_scores_each_labelled_token():
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=3)
+    model = bbb.bayesianize(transformers.BertForTokenClassification(cfg), skip=[nn.LayerNorm])
+    ids = torch.randint(0, 50, (3, 5), generator=torch.Generator().manual_seed(2))
+    labels = torch.randint(0, 3, (3, 5), generator=torch.Generator().manual_seed(4))
+    labels[:, 3:] = -100  # padding and sub-word pieces
+    got = bbb.uncertainty.evaluate(model, {"input_ids": ids, "labels": labels}, num_samples=4, generator=0)
+    logits = bbb.uncertainty.predict(model, {"input_ids": ids}, num_samples=4, generator=0)
+    probs = logits.softmax(-1).mean(0)[:, :3].reshape(-1, 3)
+    kept = labels[:, :3].reshape(-1)
+    assert got["error"] == pytest.approx(float((probs.argmax(-1) != kept).float().mean()))
+    assert got["nll"] == pytest.approx(float(-probs[torch.arange(len(kept)), kept].log().mean()), rel=1e-5)

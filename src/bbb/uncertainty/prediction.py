@@ -281,7 +281,9 @@ def evaluate(
     Classification (integer labels; ``likelihood`` None or categorical): error rate, NLL, Brier
     score, ECE (``num_bins`` bins), mean predictive entropy and mean mutual information (nats). On a
     transformers causal LM (:func:`bbb.hf.causal_lm`) with labels per token: per scored token, the
-    logits at t against the label at t + 1 (labels of -100 ignored), as the model's own loss.
+    logits at t against the label at t + 1 (labels of -100 ignored), as the model's own loss; on any
+    other model with labels per token (token classification, outputs (k, B, T, C)): per token, labels
+    of -100 ignored, as the ELBO's likelihood.
 
     Regression: pass the training likelihood, ``likelihood=elbo.likelihood``. A
     :class:`~bbb.elbo.Gaussian` gives every sampled network the noise sd ``likelihood.sigma`` (learned
@@ -331,6 +333,10 @@ def evaluate(
     if not regression and causal_lm(model) and outputs.dim() == targets.dim() + 2 and targets.dim() >= 2:
         # a causal LM's labels are its input ids: the logits at t score the label at t + 1, -100 ignored
         outputs, targets = outputs[..., :-1, :], targets[..., 1:]
+        keep = targets != -100
+        outputs, targets = outputs[:, keep], targets[keep]
+    elif (not regression and outputs.dim() == targets.dim() + 2 and targets.dim() >= 2
+          and not targets.is_floating_point()):  # a label per token (token classification): -100 ignored
         keep = targets != -100
         outputs, targets = outputs[:, keep], targets[keep]
     if regression:

@@ -112,18 +112,27 @@ class Likelihood(nn.Module):
                             f"shape {what}; give one target per output (no broadcasting)")
 
 
+_MULTI_LABEL = ("{what}: a regressor's targets take likelihood='gaussian'; multi-label targets (0/1 per class, "
+                "transformers' problem_type='multi_label_classification') need a Bernoulli likelihood, which bbb does "
+                "not have: subclass bbb.elbo.Likelihood (log_prob: minus the binary cross-entropy summed over classes)")
+
+
 class Categorical(Likelihood):
     """Softmax classification: output = logits (..., C), target = class indices (...)."""
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
         if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-            raise UserError(f"categorical likelihood: targets must be integer class indices, got {target.dtype}")
+            raise UserError(f"categorical likelihood: targets must be integer class indices, got {target.dtype}"
+                            + _MULTI_LABEL.format(what="" if target.shape != output.shape else ", a target per class"))
         if output.dim() < 1:
             raise UserError("categorical likelihood: the network output must have a class dimension")
         if output.shape[-1] < 2:  # (a softmax over one class is 1: an NLL of 0 whatever the data)
             raise UserError(f"categorical likelihood: the network gives {output.shape[-1]} logit per example (outputs "
                             f"{tuple(output.shape)}), and a softmax over one class is certain: give one logit per "
                             "class (nn.Linear(h, 2) for a binary classifier)")
+        if target.dim() and target.shape == output.shape:  # (one 0/1 per class: multi-label)
+            raise UserError(f"categorical likelihood: targets of shape {tuple(target.shape)}, one per class, need "
+                            "one class index per example (B,)" + _MULTI_LABEL.format(what=""))
         self._check_shapes("categorical", output.shape[:-1], target, f"{tuple(output.shape)} (..., classes)")
         target = target.long()  # (torch's loss takes int64 or uint8 only: int32 labels, numpy's on some systems)
         if output.dim() > target.dim() + 1:  # sample dims on the logits only

@@ -133,3 +133,14 @@ def test_evaluate_on_token_classification_scores_each_labelled_token():
     kept = labels[:, :3].reshape(-1)
     assert got["error"] == pytest.approx(float((probs.argmax(-1) != kept).float().mean()))
     assert got["nll"] == pytest.approx(float(-probs[torch.arange(len(kept)), kept].log().mean()), rel=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.long])
+def test_multi_label_targets_are_an_error_that_says_what_they_need(dtype):
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=3, problem_type="multi_label_classification")
+    model = bbb.bayesianize(BertForSequenceClassification(cfg), skip=[nn.LayerNorm]).train()
+    batch = {"input_ids": _batch()["input_ids"], "labels": torch.tensor([[1, 0, 1]] * 4, dtype=dtype)}
+    with pytest.raises(bbb.errors.UserError, match="multi-label.*Bernoulli likelihood.*subclass bbb.elbo.Likelihood"):
+        bbb.ELBO(model, num_batches=1)(batch)

@@ -43,7 +43,7 @@ from .nn import DEFAULT_RHO_INIT, BayesModule, no_fast_path
 from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
-from .nn.model import warn_own_loss
+from .nn.model import warn_generate_in_training, warn_own_loss
 from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
 from .options import choice
 
@@ -391,6 +391,7 @@ def bayesianize(
             kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
         out = bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict, CONVERTIBLE)
         warn_own_loss(out)  # transformers' Trainer trains on the model's own loss: no KL
+        warn_generate_in_training(out)
         return out
     if lora is not None or modules_to_save:
         what = "lora=" if lora is not None else "modules_to_save=True"
@@ -434,6 +435,7 @@ def bayesianize(
     if len(held) != len(set(held)):  # a layer held in several places: one sample for all its uses, as a tie's
         draw_once_per_forward(model)
     warn_own_loss(model)  # transformers' Trainer trains on the model's own loss: no KL
+    warn_generate_in_training(model)
     no_fast_path(model)  # torch's fused transformer paths would read the posterior mean instead of sampling
     left = [(n, t) for n, t in deterministic_layers(model) if not skipped(n, model.get_submodule(n))]
     if left:

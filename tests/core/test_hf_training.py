@@ -144,3 +144,31 @@ def test_multi_label_targets_are_an_error_that_says_what_they_need(dtype):
     batch = {"input_ids": _batch()["input_ids"], "labels": torch.tensor([[1, 0, 1]] * 4, dtype=dtype)}
     with pytest.raises(bbb.errors.UserError, match="multi-label.*Bernoulli likelihood.*subclass bbb.elbo.Likelihood"):
         bbb.ELBO(model, num_batches=1)(batch)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_generate_in_train_mode_warns_that_each_token_gets_new_weights(lora):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32, bos_token_id=0,
+                                  eos_token_id=0, pad_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    if lora:
+        peft = pytest.importorskip("peft")
+        model = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True))
+        bbb.bayesianize(model, lora="AB")
+    else:
+        bbb.bayesianize(model)
+    prompt = torch.randint(1, 50, (2, 3), generator=torch.Generator().manual_seed(1))
+    kw = {"max_new_tokens": 3, "do_sample": False}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.eval().generate(input_ids=prompt, **kw)  # the posterior mean
+        bbb.hf.generate(model, prompt, num_samples=2, **kw)  # one network per sequence
+        with bbb.nn.sampling(model, "sample"):  # new weights per step, on purpose
+            model.generate(input_ids=prompt, **kw)
+        said = [str(w.message) for w in caught if "in train() mode draws new weights" in str(w.message)]
+        assert said == []
+        model.train().generate(input_ids=prompt, **kw)
+        model.generate(input_ids=prompt, **kw)
+    said = [str(w.message) for w in caught if "in train() mode draws new weights" in str(w.message)]
+    assert len(said) == 1 and "model.eval()" in said[0]

@@ -171,6 +171,37 @@ def warn_own_loss(model: nn.Module) -> None:
         model.register_forward_pre_hook(_own_loss_hook, with_kwargs=True)
 
 
+#: the models :func:`warn_generate_in_training` has warned about (once each)
+_GENERATE_WARNED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def _generate_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook of :func:`warn_generate_in_training`."""
+    cache = kwargs.get("past_key_values", kwargs.get("cache"))  # (transformers' name, before and after v5.2x)
+    if (module.training and not torch.is_grad_enabled() and cache is not None
+            and module not in _GENERATE_WARNED and not torch.compiler.is_compiling()):
+        layer = next(bayes_modules(module), None)
+        if layer is None or layer._sampling_override is not None:  # (bbb.nn.sampling says what it means)
+            return
+        _GENERATE_WARNED.add(module)
+        warnings.warn(f"{type(module).__name__}.generate in train() mode draws new weights at every generated token (a "
+                      "different network per step): call model.eval() to write with the posterior mean, or "
+                      "bbb.hf.generate(model, inputs, num_samples=k) for one sampled network per sequence",
+                      UserWarning, stacklevel=2)
+
+
+def warn_generate_in_training(model: nn.Module) -> None:
+    """Make the transformers model that ``generate`` runs (``model``, or a peft model's base model) warn
+    once when it generates in ``train()`` mode outside :func:`sampling` (a cached decoding step:
+    ``past_key_values`` or ``cache`` given, gradients off). Registered once."""
+    get = getattr(model, "get_base_model", None)
+    inner = get() if callable(get) else model
+    if not isinstance(inner, nn.Module) or not callable(getattr(inner, "generate", None)):
+        return
+    if not any(getattr(h, "__name__", "") == _generate_hook.__name__ for h in inner._forward_pre_hooks.values()):
+        inner.register_forward_pre_hook(_generate_hook, with_kwargs=True)
+
+
 def mark_deterministic(model: nn.Module) -> nn.Module:
     """Say that ``model`` is deterministic on purpose (a baseline): :func:`~bbb.uncertainty.predict`,
     :func:`~bbb.uncertainty.evaluate` and the :class:`~bbb.elbo.ELBO` then do not warn that it has no

@@ -240,8 +240,8 @@ def _check_checkpointing(model: nn.Module, k: int, engine: bool, generator: bool
     random state (which the checkpoint restores). Only one sample on the plain path, without a
     ``generator``, under torch's non-reentrant checkpoint (transformers' default) recomputes the same
     weights; otherwise the gradient would be that of other weights than the loss's."""
-    if not (model.training and torch.is_grad_enabled()):
-        return
+    if "transformers" not in sys.modules or not (model.training and torch.is_grad_enabled()):
+        return  # (the flag is transformers'; nothing to look at on other models, every step)
     found = [(n, m) for n, m in model.named_modules() if getattr(m, "gradient_checkpointing", False) is True]
     if not found:
         return

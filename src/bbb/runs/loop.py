@@ -93,7 +93,7 @@ from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
-from .optim import make_optimizer, make_scheduler
+from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
 from .rundir import guard_run_dir, remove_results
 from .summary import finish_classifier, finish_regression
 
@@ -339,6 +339,7 @@ def _train(
             raise UserError(f"cannot resume {out}: setting {k!r} was {was!r}, now {new!r} "
                             "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16, checkpoint-every "
                             "may change)")
+        check_schedule_on_resume(int(stored_cfg.get("epochs", cfg.epochs)), cfg, str(out))
         done = int(ckpt.get("epoch", 0))
         if cfg.epochs < done:  # else nothing trains, and config.json would say the run has cfg.epochs
             raise UserError(f"cannot resume {out} with epochs {cfg.epochs}: it holds {done} epochs already; give "

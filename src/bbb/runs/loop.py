@@ -29,7 +29,9 @@ the loss on a per-example scale, so learning rates are comparable with the deter
 baselines (``sgd``, ``dropout``), which minimise the mean cross-entropy; the minimiser is the
 same. The logged ``train_loss`` is the epoch's free energy per training example,
 (sum_i loss_i) / N; ``nll`` the mean per-example NLL; ``kl`` the mean over the epoch's minibatches
-of the full KL in nats (summed over every weight). For ``method="ivon"`` (:class:`bbb.IVON`, on the
+of the full KL in nats (summed over every weight). A regression run's ``train_loss`` and ``nll`` are
+on the standardised target (the objective optimised), its ``val_nll`` in the target's units: they
+differ by log(the target's sd) per example. For ``method="ivon"`` (:class:`bbb.IVON`, on the
 same network as ``bbb``) the loss is the mean NLL under IVON's weight samples, with no KL term
 (IVON's prior, a Gaussian of precision ``weight_decay`` weighed by ``ess``, is in its update):
 ``train_loss`` and ``nll`` are then that NLL and ``kl`` is 0.

@@ -205,6 +205,25 @@ def test_resuming_with_more_epochs_than_an_epoch_long_schedule_is_refused(tmp_pa
           **QUIET)
 
 
+def test_a_resumed_run_keeps_the_command_that_started_it_in_config_json(tmp_path, data, monkeypatch):
+    """Before, resuming rewrote config.json's argv, threads and device_used with the resuming
+    process's: the run's command became 'train --resume --out DIR' (what bbb report shows as the
+    command that trained it) and the first epochs' thread count was lost."""
+    run = tmp_path / "run"
+    monkeypatch.setattr("sys.argv", ["bbb", "train", "--epochs", "1", "--lr", "0.01"])
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    started = json.loads((run / "config.json").read_text())
+    for epochs in (2, 3):
+        monkeypatch.setattr("sys.argv", ["bbb", "train", "--resume", "--epochs", str(epochs)])
+        train(tiny_cfg(epochs=epochs), run, data=data, resume=True, **QUIET)
+    config = json.loads((run / "config.json").read_text())
+    assert config["argv"] == ["train", "--epochs", "1", "--lr", "0.01"] and config["epochs"] == 3
+    assert (config["threads"], config["device_used"]) == (started["threads"], started["device_used"])
+    assert [(r["after_epoch"], r["argv"]) for r in config["resumed"]] == [
+        (1, ["train", "--resume", "--epochs", "2"]), (2, ["train", "--resume", "--epochs", "3"])]
+    assert all(r["threads"] == torch.get_num_threads() and r["device_used"] == "cpu" for r in config["resumed"])
+
+
 def test_a_setting_added_after_a_run_was_written_counts_as_its_default_on_resume(tmp_path, data):
     """A checkpoint from before ``rho_lr_scale`` existed resumes with the default, not with another."""
     run = tmp_path / "run"

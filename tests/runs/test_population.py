@@ -171,6 +171,16 @@ def test_a_resumed_population_continues_bit_for_bit(trained, tmp_path):
     assert all(s is not None and s["epochs"] == 3 for s in summaries)
 
 
+def test_a_population_on_a_cosine_schedule_does_not_resume_with_more_epochs(tmp_path):
+    """Before, the resumed population kept the checkpoint's cosine T_max (the first epochs): the
+    learning rate climbed back from 0 while each run's config said cosine over the new epochs."""
+    _train(tmp_path, epochs=1, lr_schedule="cosine")
+    with pytest.raises(UserError, match=r"^cannot resume the population in .* with epochs 2: its --lr-schedule "
+                                        r"cosine anneals to 0 over the 1 epochs it started with") as e:
+        _train(tmp_path, epochs=2, lr_schedule="cosine")
+    assert "\n" not in str(e.value)
+
+
 def test_a_member_alone_does_not_resume_and_bad_populations_are_one_line(trained):
     _, _, dirs = trained
     with pytest.raises(UserError, match="member 0 of a population") as e:

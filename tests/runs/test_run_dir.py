@@ -245,7 +245,8 @@ def test_threads_are_recorded_and_restored_on_resume(tmp_path, data_dir, one_thr
     assert p.returncode == 0, p.stderr
     note = p.stderr.strip().splitlines()
     assert len(note) == 1 and "--threads 1" in note[0] and "with 2" in note[0], p.stderr
-    assert _threads(out) == (1, 1)
+    assert _threads(out) == (2, 1)  # config.json: the count that started the run; last.pt: the latest
+    assert json.loads((out / "config.json").read_text())["resumed"][-1]["threads"] == 1
     # a checkpoint of a bbb that recorded no thread count resumes as before
     ckpt = torch.load(out / "last.pt", weights_only=True)
     del ckpt["threads"]

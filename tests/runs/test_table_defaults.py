@@ -101,6 +101,16 @@ def test_cli_table_run_records_the_defaults_used_and_flags_win(tmp_path, capsys)
 # -- item 5: the best checkpoint ---------------------------------------------------------------
 
 
+def test_a_nan_validation_number_never_becomes_the_best_epoch():
+    """Before, a NaN first epoch (val_nll NaN: outputs that overflowed) stayed best.pt for good, as
+    no number compares below NaN, and a NaN later epoch was harmless only by that same accident."""
+    nan = float("nan")
+    assert improves("nll", {"val_error": 0.5, "val_nll": 0.9}, {"epoch": 1, "val_error": 0.9, "val_nll": nan})
+    assert improves("error", {"val_error": 0.5, "val_nll": 0.9}, {"epoch": 1, "val_error": nan, "val_nll": 1.0})
+    assert not improves("nll", {"val_error": 0.1, "val_nll": nan}, {"epoch": 1, "val_error": 0.5, "val_nll": 0.9})
+    assert not improves("nll", {"val_error": 0.1, "val_nll": nan}, {"epoch": 1, "val_error": 0.5, "val_nll": nan})
+
+
 def test_improves_by_nll_or_error_ties_to_the_earlier_epoch():
     best = {"epoch": 2, "val_error": 0.1, "val_nll": 0.5}
     assert improves("nll", {"val_error": 0.2, "val_nll": 0.4}, best)

@@ -189,6 +189,41 @@ def test_resuming_with_fewer_epochs_than_done_is_refused(tmp_path, data):
     assert s["epochs"] == 2 and json.loads((run / "config.json").read_text())["epochs"] == 2
 
 
+@pytest.mark.parametrize("schedule", [{"lr_schedule": "cosine"}, {"lr_schedule": "step"}])
+def test_resuming_with_more_epochs_than_an_epoch_long_schedule_is_refused(tmp_path, data, schedule):
+    """Before, a cosine run of 2 epochs resumed with epochs 4 kept the checkpoint's T_max 2: its
+    learning rate climbed back from 0 to --lr, while config.json said cosine over 4 epochs (and
+    step's step size stayed a third of the first epochs)."""
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=3, **schedule), run, data=data, **QUIET)
+    with pytest.raises(UserError, match=r"^cannot resume .* with epochs 6: its --lr-schedule \w+ .* the 3 epochs "
+                                        r"it started with; resume with --epochs 3, or train a new run"):
+        train(tiny_cfg(epochs=6, **schedule), run, data=data, resume=True, **QUIET)
+    s = train(tiny_cfg(epochs=6, lr_schedule="step", lr_step_size=1), tmp_path / "fixed", data=data, **QUIET)
+    assert s["epochs"] == 6  # a step size given: the schedule does not depend on the epochs
+    train(tiny_cfg(epochs=7, lr_schedule="step", lr_step_size=1), tmp_path / "fixed", data=data, resume=True,
+          **QUIET)
+
+
+def test_a_resumed_run_keeps_the_command_that_started_it_in_config_json(tmp_path, data, monkeypatch):
+    """Before, resuming rewrote config.json's argv, threads and device_used with the resuming
+    process's: the run's command became 'train --resume --out DIR' (what bbb report shows as the
+    command that trained it) and the first epochs' thread count was lost."""
+    run = tmp_path / "run"
+    monkeypatch.setattr("sys.argv", ["bbb", "train", "--epochs", "1", "--lr", "0.01"])
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    started = json.loads((run / "config.json").read_text())
+    for epochs in (2, 3):
+        monkeypatch.setattr("sys.argv", ["bbb", "train", "--resume", "--epochs", str(epochs)])
+        train(tiny_cfg(epochs=epochs), run, data=data, resume=True, **QUIET)
+    config = json.loads((run / "config.json").read_text())
+    assert config["argv"] == ["train", "--epochs", "1", "--lr", "0.01"] and config["epochs"] == 3
+    assert (config["threads"], config["device_used"]) == (started["threads"], started["device_used"])
+    assert [(r["after_epoch"], r["argv"]) for r in config["resumed"]] == [
+        (1, ["train", "--resume", "--epochs", "2"]), (2, ["train", "--resume", "--epochs", "3"])]
+    assert all(r["threads"] == torch.get_num_threads() and r["device_used"] == "cpu" for r in config["resumed"])
+
+
 def test_a_setting_added_after_a_run_was_written_counts_as_its_default_on_resume(tmp_path, data):
     """A checkpoint from before ``rho_lr_scale`` existed resumes with the default, not with another."""
     run = tmp_path / "run"

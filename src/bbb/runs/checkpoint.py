@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -261,10 +262,14 @@ def improves(select_by: str, row: dict[str, Any], best: dict[str, Any]) -> bool:
     """Whether the epoch of metrics ``row`` becomes the best so far (``best``, the record a
     checkpoint carries): a strictly lower validation NLL (``select_by="nll"``) or error
     (``"error"``), so ties go to the earlier epoch; every epoch without validation data; the
-    first epoch after a record without that number (a run resumed from an older bbb's)."""
+    first epoch after a record without that number (a run resumed from an older bbb's). A NaN
+    (outputs that overflowed) is worse than any number: it never improves on a best, and any
+    number improves on it."""
     key = "val_nll" if select_by == "nll" else "val_error"
     now, was = row.get(key), best.get(key)
-    return now is None or was is None or now < was
+    if now is None or was is None:
+        return True
+    return not math.isnan(now) and (math.isnan(was) or now < was)
 
 
 def repair_derived(out: Path, ckpt: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:

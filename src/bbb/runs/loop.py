@@ -29,7 +29,9 @@ the loss on a per-example scale, so learning rates are comparable with the deter
 baselines (``sgd``, ``dropout``), which minimise the mean cross-entropy; the minimiser is the
 same. The logged ``train_loss`` is the epoch's free energy per training example,
 (sum_i loss_i) / N; ``nll`` the mean per-example NLL; ``kl`` the mean over the epoch's minibatches
-of the full KL in nats (summed over every weight). For ``method="ivon"`` (:class:`bbb.IVON`, on the
+of the full KL in nats (summed over every weight). A regression run's ``train_loss`` and ``nll`` are
+on the standardised target (the objective optimised), its ``val_nll`` in the target's units: they
+differ by log(the target's sd) per example. For ``method="ivon"`` (:class:`bbb.IVON`, on the
 same network as ``bbb``) the loss is the mean NLL under IVON's weight samples, with no KL term
 (IVON's prior, a Gaussian of precision ``weight_decay`` weighed by ``ess``, is in its update):
 ``train_loss`` and ``nll`` are then that NLL and ``kl`` is 0.
@@ -93,8 +95,8 @@ from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
-from .optim import make_optimizer, make_scheduler
-from .rundir import guard_run_dir, remove_results
+from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
+from .rundir import guard_run_dir, keep_started, remove_results
 from .summary import finish_classifier, finish_regression
 
 __all__ = ["batch_objective", "kl_weight_table", "run_epoch", "train", "training_step"]
@@ -339,6 +341,7 @@ def _train(
             raise UserError(f"cannot resume {out}: setting {k!r} was {was!r}, now {new!r} "
                             "(only epochs, device, data-dir, test-each-epoch, eval-samples, bf16, checkpoint-every "
                             "may change)")
+        check_schedule_on_resume(int(stored_cfg.get("epochs", cfg.epochs)), cfg, str(out))
         done = int(ckpt.get("epoch", 0))
         if cfg.epochs < done:  # else nothing trains, and config.json would say the run has cfg.epochs
             raise UserError(f"cannot resume {out} with epochs {cfg.epochs}: it holds {done} epochs already; give "
@@ -450,6 +453,8 @@ def _train(
             "threads": threads,
         }
 
+    if ckpt is not None:  # the command, threads and device that started the run stay; this one's under resumed
+        config_json = keep_started(out, config_json, start_epoch)
     if ckpt is None:  # epoch 0 first: a run killed during its first epoch can be resumed too
         atomic_torch_save(last_path, checkpoint(0))
         atomic_write_text(out / "metrics.csv", metrics_text(metrics))

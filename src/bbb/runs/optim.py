@@ -19,7 +19,7 @@ from ..options import LRSchedule, Method
 from .config import FILE_DATASET, TrainConfig
 from .model import grouped_parameters, noise_group
 
-__all__ = ["make_optimizer", "make_scheduler"]
+__all__ = ["check_schedule_on_resume", "make_optimizer", "make_scheduler"]
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None,
@@ -71,3 +71,27 @@ def make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
         step = cfg.lr_step_size or max(1, cfg.epochs // 3)
         return torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=cfg.lr_gamma)
     return None
+
+
+def _schedule_length(cfg: TrainConfig, epochs: int) -> int | None:
+    """The number of epochs :func:`make_scheduler`'s schedule takes from ``epochs`` (cosine's
+    ``T_max``, step's step size when ``lr_step_size`` is 0); None when it does not depend on them."""
+    if cfg.lr_schedule == LRSchedule.COSINE.value:
+        return max(1, epochs)
+    if cfg.lr_schedule == LRSchedule.STEP.value and not cfg.lr_step_size:
+        return max(1, epochs // 3)
+    return None
+
+
+def check_schedule_on_resume(stored_epochs: int, cfg: TrainConfig, what: str) -> None:
+    """Refuse to resume ``what`` (a run written with ``stored_epochs``) with ``cfg.epochs`` where the
+    learning-rate schedule's length derives from the epochs: the checkpointed schedule keeps the
+    length it started with (cosine would climb back from 0), which the run's config would not say."""
+    was, now = _schedule_length(cfg, stored_epochs), _schedule_length(cfg, cfg.epochs)
+    if was == now:
+        return
+    how = ("anneals to 0 over" if cfg.lr_schedule == LRSchedule.COSINE.value
+           else f"steps every {was} epochs, a third of")
+    raise UserError(f"cannot resume {what} with epochs {cfg.epochs}: its --lr-schedule {cfg.lr_schedule} {how} the "
+                    f"{stored_epochs} epochs it started with; resume with --epochs {stored_epochs}, or train a new "
+                    f"run with --epochs {cfg.epochs}")

@@ -70,7 +70,7 @@ from .evaluation import EVAL_CHUNK
 from .jobs import DIVERGED_FILE, Job, State, job_state, read_json
 from .loop import kl_weight_table
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
-from .optim import make_optimizer, make_scheduler
+from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
 from .rundir import guard_run_dir
 from .summary import finish_classifier
 
@@ -361,6 +361,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                 key, was, new = diff[0]
                 raise UserError(f"cannot resume the population in {pop_dir}: run {j}'s setting {key!r} was {was!r}, "
                                 f"now {new!r}")
+            check_schedule_on_resume(int(was_cfg.get("epochs", c.epochs)), c, f"the population in {pop_dir}")
     device = resolve_device(cfg.device)
     preprocess = None
     if data is None:  # (a population resumed on tensors given in memory: refused there)

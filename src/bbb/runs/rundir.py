@@ -25,18 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import RunDirBusy, UserError
 from ..io import clean_stale_tmp
 
-__all__ = ["LOCK_NAME", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "lock_run_dir",
-           "remove_results"]
+__all__ = ["LOCK_NAME", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "keep_started",
+           "lock_run_dir", "remove_results"]
 
 LOCK_NAME = ".lock"
 """Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
@@ -305,3 +306,24 @@ def check_distinct(run_dirs: Sequence[str | Path], why: str) -> None:
         if key in seen:
             raise UserError(f"{d} is given twice (as {seen[key]}): {why}")
         seen[key] = d
+
+
+#: what ``config.json`` says of the process that started a run, kept when it resumes
+STARTED_KEYS = ("argv", "threads", "device_used")
+
+
+def keep_started(out: Path, config: dict[str, Any], after_epoch: int) -> dict[str, Any]:
+    """``config`` (a resumed run's config.json) with :data:`STARTED_KEYS` as the run's earlier
+    ``out/config.json`` has them (the command that started it, its thread count and device), and
+    this process's under ``resumed`` (a list, one entry per resume, with ``after_epoch``); as it is
+    where no earlier config.json can be read."""
+    try:
+        was = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return config
+    if not isinstance(was, dict) or any(k not in was for k in STARTED_KEYS):
+        return config
+    now = {"after_epoch": after_epoch, **{k: config[k] for k in STARTED_KEYS}}
+    earlier = was.get("resumed")
+    return {**config, **{k: was[k] for k in STARTED_KEYS},
+            "resumed": [*(earlier if isinstance(earlier, list) else []), now]}

@@ -114,7 +114,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "under plain SGD)", type=float)
     add_g("--lr-schedule", "lr_schedule", "none, cosine (to 0 over --epochs) or step",
           choices=O.values(O.LRSchedule))
-    add_g("--lr-step-size", "lr_step_size", "epochs per step of --lr-schedule step (0: epochs // 3)", type=int)
+    add_g("--lr-step-size", "lr_step_size", "epochs per step of --lr-schedule step (0: a third of --epochs, at "
+          "least 1)", type=int)
     add_g("--lr-gamma", "lr_gamma", "factor per step of --lr-schedule step", type=float)
     add_g("--batch-size", "batch_size", shared_help("--batch-size"), type=int)
     add_g("--train-samples", "samples", shared_help("--train-samples", " (k; config.json: samples)"), type=int,

@@ -239,3 +239,22 @@ def test_a_run_trained_in_a_population_costs_its_share_of_the_populations_time(t
     (mnist,) = [b for b in load_benchmarks(tmp_path) if b.name.startswith("MNIST")]
     assert mnist.cost == {"sgd": 1.0, "bbb_mixture": 1.0}
     assert "a run trained in a population of K, its K-th" in mnist.cost_unit
+
+
+def test_a_benchmark_without_costs_has_no_empty_cost_column():
+    """The counts' table of a benchmark whose files give no cost had an empty header cell and an
+    empty delimiter cell (``|---|---:|---:||``): Markdown renders no table from that."""
+    b = Benchmark("bench", "f.csv", "test NLL", False, "the seeds",
+                  [Task("t", {"x": Score(0.2, 0.01), "y": Score(0.5, 0.01)})])
+    text = render([b], "cmd")
+    assert "| method | best alone | tied for best |\n|---|---:|---:|\n| x | 1 of 1 | 0 of 1 |\n" in text
+    assert "||" not in text
+
+
+def test_the_page_says_how_each_standard_error_was_computed():
+    """The UCI tables' errors are population sd / sqrt(n) (the published columns' convention), the
+    others sample sd / sqrt(n); the page said "standard error" for both."""
+    text = render(load_benchmarks(ROOT / "results"), "cmd")
+    assert "over the splits: population sd / sqrt(n), as the published UCI tables" in text
+    assert "over the seeds (sample sd / sqrt(n))" in text
+    assert "one with no spread ties one with a standard error within 2 of that error" in text

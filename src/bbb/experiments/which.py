@@ -242,7 +242,8 @@ def _mnist(root: Path) -> Benchmark | None:
                      {m: sum(v) / 60.0 for m, v in seconds.items()},
                      "minutes of one run per cell, summed over the widths"
                      + ("; a run trained in a population of K, its K-th of the population's" if shared else "")
-                     + ("; deep_ensemble's its members' sum" if "deep_ensemble" in seconds else ""))
+                     + ("; deep_ensemble's its members' sum" if "deep_ensemble" in seconds else "")
+                     + ("; laplace's its SGD network's training and its fit" if "laplace" in seconds else ""))
 
 
 def _fashion(root: Path) -> Benchmark | None:
@@ -294,7 +295,8 @@ def _uncertainty_benchmark(root: Path, ood: bool) -> Benchmark | None:
     return Benchmark(f"MNIST 2x400, {what} (one run each)", "results/uncertainty/comparison.csv", score, ood,
                      "the seeds (none here: one run each, so only an equal score ties)",
                      [t for t in tasks.values() if t.scores],
-                     cost, "seconds of training, 2 runs sharing 2 cores; an ensemble's its members' sum",
+                     cost, "seconds of training, 2 runs sharing 2 cores; an ensemble's its members' sum; laplace's "
+                     "its SGD network's training and its fit",
                      notes=["One run per method (15 epochs, the budget of results/uncertainty/README.md): differences "
                             "of this size change between runs of one recipe there (BBB's mutual-information AUROC "
                             "0.899 and 0.884 in two earlier runs, scored before the OOD set shared the test set's "

@@ -279,3 +279,10 @@ def test_the_uci_readmes_tables_have_every_dataset_at_its_committed_numbers():
                 d = len(mean.split(".")[1])
                 r = rows[(method, dataset)]
                 assert (mean, se) == (f"{float(r[metric + '_mean']):.{d}f}", f"{float(r[metric + '_se']):.{d}f}")
+
+
+def test_a_laplace_cost_says_it_holds_its_networks_training():
+    """MNIST's and results/uncertainty's Laplace seconds are its SGD network's training plus the fit
+    (table1.md, results/uncertainty/README.md); the cost column said only 'minutes of one run'."""
+    text = render(load_benchmarks(ROOT / "results"), "cmd")
+    assert text.count("laplace's its SGD network's training and its fit") == 3  # MNIST, uncertainty x 2

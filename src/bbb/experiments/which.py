@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,8 +247,15 @@ def _mnist(root: Path) -> Benchmark | None:
                      + ("; laplace's its SGD network's training and its fit" if "laplace" in seconds else ""))
 
 
+def _run_date(path: Path) -> tuple[str, str]:
+    """A run folder's order, oldest first: the date its name ends with (``gpu-2026-11-27``), then its
+    name; by name alone ``run-2026-11-28`` would come after a newer ``gpu-...``."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}$", path.parent.name)
+    return (found.group(0) if found else "", path.parent.name)
+
+
 def _fashion(root: Path) -> Benchmark | None:
-    runs = sorted((root / "fashion").glob("*/methods.csv"))
+    runs = sorted((root / "fashion").glob("*/methods.csv"), key=_run_date)
     if not runs:
         return None
     path = runs[-1]

@@ -286,3 +286,15 @@ def test_a_laplace_cost_says_it_holds_its_networks_training():
     (table1.md, results/uncertainty/README.md); the cost column said only 'minutes of one run'."""
     text = render(load_benchmarks(ROOT / "results"), "cmd")
     assert text.count("laplace's its SGD network's training and its fit") == 3  # MNIST, uncertainty x 2
+
+
+def test_the_fashion_benchmark_reads_its_newest_run_by_the_date_in_the_folders_name(tmp_path):
+    """The run folders are named by their kind and date: sorted by name, run-2026-11-28 came after a
+    newer gpu-2026-12-01, and the page showed the older run's numbers."""
+    for name, nll in (("run-2026-11-28", "0.30"), ("gpu-2026-12-01", "0.20")):
+        folder = tmp_path / "fashion" / name
+        folder.mkdir(parents=True)
+        (folder / "methods.csv").write_text(f"method,nll,nll_se\nbbb,{nll},0.01\n")
+    (fashion,) = load_benchmarks(tmp_path)
+    assert fashion.source == "results/fashion/gpu-2026-12-01/methods.csv"
+    assert fashion.tasks[0].scores["bbb"].mean == 0.20

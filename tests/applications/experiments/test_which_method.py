@@ -298,3 +298,14 @@ def test_the_fashion_benchmark_reads_its_newest_run_by_the_date_in_the_folders_n
     (fashion,) = load_benchmarks(tmp_path)
     assert fashion.source == "results/fashion/gpu-2026-12-01/methods.csv"
     assert fashion.tasks[0].scores["bbb"].mean == 0.20
+
+
+def test_the_help_names_the_page_a_path_not_a_folder():
+    """``--out`` writes one Markdown file; --help called it ``--out DIR``."""
+    import argparse
+
+    from bbb.experiments.which import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert "--out PATH" in parser.format_help() and "--out DIR" not in parser.format_help()

@@ -162,10 +162,11 @@ def add_out(p: Any, help: str, default: str | None = None, folder: bool = True) 
     ``results/``); ``folder``: an existing file is refused (:func:`out_folder`); False where
     ``--out`` may name a file (a page)."""
     kind = {"type": out_folder} if folder else {}
+    metavar = "DIR" if folder else "PATH"  # (a page's file: --help said DIR for the file it writes)
     if default is None:
-        p.add_argument("--out", required=True, metavar="DIR", help=f"{help} (required)", **kind)
+        p.add_argument("--out", required=True, metavar=metavar, help=f"{help} (required)", **kind)
     else:
-        p.add_argument("--out", default=default, metavar="DIR", help=f"{help} (default: {default})", **kind)
+        p.add_argument("--out", default=default, metavar=metavar, help=f"{help} (default: {default})", **kind)
 
 
 QUIET_HELP = ("no progress output (no progress bars, no per-epoch, per-run or per-trial lines, no compile notice): "

@@ -315,11 +315,19 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
     return out
 
 
-def _ranked(r: float, other: float, better: bool, other_method: str) -> str:
-    """``best``, ``tied for the best with M`` or ``not the best (M wins)``."""
+def _ranked(r: float, other: float, better: bool, other_method: str, among: str) -> str:
+    """``best of AMONG``, ``tied for the best of AMONG with M`` or ``not the best of AMONG (M wins)``:
+    ``among`` names the runs compared (the run and its SGD and dropout rivals), since the table
+    beside it has other rows (another Bayesian method, an ensemble) that may score better."""
     if same_score(r, other):
-        return f"tied for the best with {other_method}"
-    return "best" if better else f"not the best ({other_method} wins)"
+        return f"tied for the best of {among} with {other_method}"
+    return f"best of {among}" if better else f"not the best of {among} ({other_method} wins)"
+
+
+def _among(label: str, rivals: list[dict[str, Any]]) -> str:
+    """``BBB and sgd`` or ``BBB, sgd and dropout``: the run and the rivals it is ranked against."""
+    names = [label, *(str(o["method"]) for o in rivals)]
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
@@ -344,7 +352,8 @@ def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, A
         better = (lambda a, b: a > b) if name.startswith("auroc") else (lambda a, b: a < b)
         best_other = max(others, key=lambda o: o[name]) if name.startswith("auroc") else \
             min(others, key=lambda o: o[name])
-        word = _ranked(r[name], best_other[name], better(r[name], best_other[name]), best_other["method"])
+        word = _ranked(r[name], best_other[name], better(r[name], best_other[name]), best_other["method"],
+                       _among(label, others))
         out.append(f"{where}: {label}'s {text} is {word}: {_fmt(r[name], _DIGITS.get(name, 2))} against "
                    f"{_fmt(best_other[name], _DIGITS.get(name, 2))}.")
     if r["reference_test_error"] is not None:
@@ -365,7 +374,8 @@ def _regression_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[st
         if not rivals or r[key] is None:
             continue
         best = (max if higher else min)(rivals, key=lambda o: o[key])
-        word = _ranked(r[key], best[key], r[key] > best[key] if higher else r[key] < best[key], best["method"])
+        word = _ranked(r[key], best[key], r[key] > best[key] if higher else r[key] < best[key], best["method"],
+                       _among(label, rivals))
         out.append(f"{where}: {label}'s {text} is {word}: {r[key]:.4g} against {best[key]:.4g}.")
     return out
 

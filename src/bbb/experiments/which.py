@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +69,9 @@ def difference_se(a: Score, b: Score) -> float:
 
 def winners(task: Task, higher_is_better: bool, tie_se: float = TIE_SE) -> list[str]:
     """The best method of ``task`` and those tied with it: within ``tie_se`` standard errors of the
-    difference from the best (paired over splits or seeds where the files give them; a method with
-    no spread ties only on an equal score), best first."""
+    difference from the best (paired over splits or seeds where the files give them; two methods
+    with no spread tie only on an equal score, one with none ties within ``tie_se`` of the other's
+    standard error), best first."""
     sign = 1.0 if higher_is_better else -1.0
     best = max(task.scores, key=lambda m: sign * task.scores[m].mean)
     b = task.scores[best]
@@ -102,6 +104,17 @@ def _num(v: str | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+#: what the UCI tables' standard errors are over, and how (bbb.experiments.uci.report's convention)
+UCI_SPREAD = "the splits: population sd / sqrt(n), as the published UCI tables"
+#: the other benchmarks' standard errors, over seeds
+SAMPLE_SE = "the seeds (sample sd / sqrt(n))"
+#: where each UCI method's minutes were measured (results/uci/new-methods.md)
+UCI_COST_NOTE = ("Cost: each method's minutes are its job files', on the machine that trained it (BBB, MC dropout "
+                 "and the deep ensembles the fourth run's, yacht and bostonHousing sharing its cores with other work; "
+                 "Laplace an Intel Xeon; IVON and the BBB ensemble an AMD EPYC: results/uci/new-methods.md), so a "
+                 "ratio of two costs is a rough one.")
+
+
 def _uci(root: Path) -> Benchmark | None:
     path = root / "uci" / "methods.csv"
     if not path.is_file():
@@ -121,7 +134,7 @@ def _uci(root: Path) -> Benchmark | None:
         cost["bbb_ensemble"] += cost["bbb"]
         what += "; bbb_ensemble's includes bbb's, whose validation chooses its setting"
     return Benchmark("UCI regression (9 datasets, standard splits)", "results/uci/methods.csv", "test log-likelihood",
-                     True, "the splits", list(tasks.values()), cost, what)
+                     True, UCI_SPREAD, list(tasks.values()), cost, what, [UCI_COST_NOTE])
 
 
 def _uci_calibration(root: Path) -> Benchmark | None:
@@ -150,7 +163,7 @@ def _uci_calibration(root: Path) -> Benchmark | None:
     uci = _uci(root)
     return Benchmark("UCI regression: do the intervals hold their level?", "results/uci/methods.csv",
                      "calibration gap, points: the mean |coverage - level| of the central 50, 90 and 95% intervals",
-                     False, "the splits", list(tasks.values()), uci.cost if uci else {}, uci.cost_unit if uci else "",
+                     False, UCI_SPREAD, list(tasks.values()), uci.cost if uci else {}, uci.cost_unit if uci else "",
                      ["The same runs as the log-likelihood above, the same cost; each method's noise was chosen on "
                       "validation log-likelihood, never on coverage. Which side a method misses on (too wide or too "
                       "narrow) is in results/uci/README.md, \"Interval calibration\"."])
@@ -199,7 +212,7 @@ def _lora(root: Path, metric: str = "nll") -> Benchmark | None:
     name = "Few-shot Bayesian LoRA (2 backbones x 2 tasks x K = 5, 10, 50)" + (": calibration" if metric == "ece"
                                                                            else "")
     return Benchmark(name, f"results/{folder.relative_to(root)}/methods.csv", "test NLL" if metric == "nll" else
-                     "test ECE", False, "the seeds", list(tasks.values()), cost, what, notes=notes)
+                     "test ECE", False, SAMPLE_SE, list(tasks.values()), cost, what, notes=notes)
 
 
 def _lora_calibration(root: Path) -> Benchmark | None:
@@ -226,14 +239,23 @@ def _mnist(root: Path) -> Benchmark | None:
             shared = shared or k > 1
             seconds.setdefault(r["method"], []).append(s / k)
     return Benchmark("MNIST, the paper's MLPs (quick budget)", "results/mnist/table1.csv", "test error %", False,
-                     "the seeds where n > 1", list(tasks.values()), {m: sum(v) / 60.0 for m, v in seconds.items()},
+                     "the seeds where n > 1 (sample sd / sqrt(n))", list(tasks.values()),
+                     {m: sum(v) / 60.0 for m, v in seconds.items()},
                      "minutes of one run per cell, summed over the widths"
                      + ("; a run trained in a population of K, its K-th of the population's" if shared else "")
-                     + ("; deep_ensemble's its members' sum" if "deep_ensemble" in seconds else ""))
+                     + ("; deep_ensemble's its members' sum" if "deep_ensemble" in seconds else "")
+                     + ("; laplace's its SGD network's training and its fit" if "laplace" in seconds else ""))
+
+
+def _run_date(path: Path) -> tuple[str, str]:
+    """A run folder's order, oldest first: the date its name ends with (``gpu-2026-11-27``), then its
+    name; by name alone ``run-2026-11-28`` would come after a newer ``gpu-...``."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}$", path.parent.name)
+    return (found.group(0) if found else "", path.parent.name)
 
 
 def _fashion(root: Path) -> Benchmark | None:
-    runs = sorted((root / "fashion").glob("*/methods.csv"))
+    runs = sorted((root / "fashion").glob("*/methods.csv"), key=_run_date)
     if not runs:
         return None
     path = runs[-1]
@@ -243,7 +265,7 @@ def _fashion(root: Path) -> Benchmark | None:
         if (mean := _num(r["nll"])) is not None:
             task.scores[r["method"]] = Score(mean, _num(r["nll_se"]), units.get(("LeNet-5", r["method"])))
     return Benchmark("Fashion-MNIST LeNet-5 (the IVON paper's protocol)", f"results/fashion/{path.parent.name}/"
-                     "methods.csv", "test NLL", False, "the seeds", [task] if task.scores else [],
+                     "methods.csv", "test NLL", False, SAMPLE_SE, [task] if task.scores else [],
                      notes=["Cost: that run's seconds per epoch were measured with many jobs sharing one GPU, "
                             "some finished on a CPU (its table.md says which): bench/results/ivon-cost*.md has "
                             "each method's step alone."])
@@ -281,7 +303,8 @@ def _uncertainty_benchmark(root: Path, ood: bool) -> Benchmark | None:
     return Benchmark(f"MNIST 2x400, {what} (one run each)", "results/uncertainty/comparison.csv", score, ood,
                      "the seeds (none here: one run each, so only an equal score ties)",
                      [t for t in tasks.values() if t.scores],
-                     cost, "seconds of training, 2 runs sharing 2 cores; an ensemble's its members' sum",
+                     cost, "seconds of training, 2 runs sharing 2 cores; an ensemble's its members' sum; laplace's "
+                     "its SGD network's training and its fit",
                      notes=["One run per method (15 epochs, the budget of results/uncertainty/README.md): differences "
                             "of this size change between runs of one recipe there (BBB's mutual-information AUROC "
                             "0.899 and 0.884 in two earlier runs, scored before the OOD set shared the test set's "
@@ -342,7 +365,7 @@ def _your_data(root: Path) -> Benchmark | None:
         return None
     return Benchmark("Your own tables at the table defaults (5 seeds each, one split)", "results/your-data/"
                      "ensembles.csv, members.csv", "test log-likelihood per row", True,
-                     "the seeds (an ensemble of the 5: none)", tasks,
+                     "the seeds (sample sd / sqrt(n); an ensemble of the 5: none)", tasks,
                      notes=["Each method at `bbb train`'s defaults for a table, nothing tuned per table (the UCI "
                             "benchmark above tunes each on validation per split); mushroom's log-likelihood is "
                             "minus its NLL. One split per table, 31 to 819 test rows. An ensemble is one value "
@@ -364,7 +387,7 @@ def _your_data_calibration(root: Path) -> Benchmark | None:
     return Benchmark("Your own tables at the table defaults: calibration", "results/your-data/ensembles.csv, "
                      "members.csv", "calibration, points: a regression's interval gap (mean |coverage - level| of "
                      "the central 5-99% intervals), a classifier's ECE (15 bins)", False,
-                     "the seeds (an ensemble of the 5: none)", tasks,
+                     "the seeds (sample sd / sqrt(n); an ensemble of the 5: none)", tasks,
                      notes=["The same runs as the log-likelihood above. Which side a method misses on (too wide or "
                             "too narrow) is in results/your-data/README.md."])
 
@@ -390,8 +413,10 @@ def render(benchmarks: list[Benchmark], command: str) -> str:
            f"Written by `{command}` from the committed results' files (do not edit by hand). A task's winner is "
            f"its best method; methods within {TIE_SE:g} standard errors of their difference from it **tie** (a "
            "difference inside the noise is not a win). The difference's standard error is paired (over the splits "
-           "or seeds both methods share) where the files give each split's or seed's score, else that of two "
-           "independent means; a method with no spread (one run) ties only on an equal score.",
+           "or seeds both methods share: the sample sd of the per-unit differences / sqrt(n)) where the files give "
+           "each split's or seed's score, else that of two independent means; two methods with no spread (one run "
+           "each) tie only on an equal score; one with no spread ties one with a standard error within 2 of that "
+           "error.",
            ""]
     for b in benchmarks:
         methods = list(dict.fromkeys(m for t in b.tasks for m in t.scores))
@@ -416,10 +441,11 @@ def render(benchmarks: list[Benchmark], command: str) -> str:
             verdict = win[0] if len(win) == 1 else "tie: " + ", ".join(win)
             out.append(f"| {t.name} | " + " | ".join(cells) + f" | {verdict} |")
         n = len(b.tasks)
-        out += ["", "| method | best alone | tied for best | " + (f"cost ({b.cost_unit})" if b.cost else "") + " |",
-                "|---|---:|---:|" + ("---:|" if b.cost else "|")]
+        # (no cost in the files: no cost column; an empty cell in the delimiter row is no table at all)
+        out += ["", "| method | best alone | tied for best |" + (f" cost ({b.cost_unit}) |" if b.cost else ""),
+                "|---|---:|---:|" + ("---:|" if b.cost else "")]
         for m in methods:
-            c = f" {b.cost[m]:.1f} |" if m in b.cost else (" - |" if b.cost else " |")
+            c = (f" {b.cost[m]:.1f} |" if m in b.cost else " - |") if b.cost else ""
             out.append(f"| {m} | {alone[m]} of {n} | {tied[m]} of {n} |{c}")
         out += ["", _choice(methods, alone, tied, n, b), ""]
         out += [*b.notes, ""] if b.notes else []

@@ -48,7 +48,7 @@ def test_an_equal_score_is_a_tie_not_a_loss(tmp_path):
     the verdict says tied (it said "not the best (sgd wins)", "NOT lower" on equal numbers)."""
     runs = [_run(tmp_path, "bbb", 400, 0.012, 0.95, err=0.017), _run(tmp_path, "sgd", 400, 0.012, None, err=0.017)]
     md = write_comparison(comparison_rows(runs), tmp_path / "out")[1].read_text()
-    assert "BBB's test error is tied for the best with sgd: 1.70 against 1.70." in md
+    assert "BBB's test error is tied for the best of BBB and sgd with sgd: 1.70 against 1.70." in md
     assert "BBB's ECE (1.20%) is the same as SGD's (1.20%)." in md and "wins)" not in md
 
 
@@ -104,7 +104,7 @@ def test_runs_of_another_target_or_test_split_get_no_verdict(tmp_path):
     assert "differ in data file" in text and "is best" not in text
     same = _table_run(tmp_path, "s", "sgd", "price", 0.7)
     text = write_comparison(comparison_rows([price, same]), tmp_path / "o3")[1].read_text()
-    assert "BBB's test RMSE is best: 0.5 against 0.7" in text and "no verdict" not in text
+    assert "BBB's test RMSE is best of BBB and sgd: 0.5 against 0.7" in text and "no verdict" not in text
     for run, path in ((price, "/data/houses.csv"), (same, "/moved/houses.csv")):  # a moved copy: the same MD5
         config = json.loads((run / "config.json").read_text())
         config.update(data_file=path, preprocess={"source": {"md5": "m"}})
@@ -153,3 +153,16 @@ def test_a_file_compare_did_not_write_is_never_replaced(tmp_path, capsys):
         main(["compare", str(run), "--out", str(run / "config.json")])
     assert exit_.value.code == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_verdict_names_the_runs_it_ranks_against(tmp_path):
+    """BBB and IVON are each ranked against the SGD and dropout runs only: "BBB's NLL is best" and
+    "IVON's NLL is best" stood in one list beside a table where IVON's NLL was below BBB's. Each
+    verdict now names the runs it ranks."""
+    runs = [_run(tmp_path, "bbb", 400, 0.004, 0.87, err=0.015), _run(tmp_path, "ivon", 400, 0.004, 0.92, err=0.012),
+            _run(tmp_path, "sgd", 400, 0.010, None, err=0.0164),
+            _run(tmp_path, "dropout", 400, 0.018, 0.90, err=0.0189)]
+    md = write_comparison(comparison_rows(runs), tmp_path / "out")[1].read_text()
+    assert "BBB's test error is best of BBB, sgd and dropout: 1.50 against 1.64." in md
+    assert "IVON's test error is best of IVON, sgd and dropout: 1.20 against 1.64." in md
+    assert "is best:" not in md and "is not the best (" not in md

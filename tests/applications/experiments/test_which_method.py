@@ -239,3 +239,73 @@ def test_a_run_trained_in_a_population_costs_its_share_of_the_populations_time(t
     (mnist,) = [b for b in load_benchmarks(tmp_path) if b.name.startswith("MNIST")]
     assert mnist.cost == {"sgd": 1.0, "bbb_mixture": 1.0}
     assert "a run trained in a population of K, its K-th" in mnist.cost_unit
+
+
+def test_a_benchmark_without_costs_has_no_empty_cost_column():
+    """The counts' table of a benchmark whose files give no cost had an empty header cell and an
+    empty delimiter cell (``|---|---:|---:||``): Markdown renders no table from that."""
+    b = Benchmark("bench", "f.csv", "test NLL", False, "the seeds",
+                  [Task("t", {"x": Score(0.2, 0.01), "y": Score(0.5, 0.01)})])
+    text = render([b], "cmd")
+    assert "| method | best alone | tied for best |\n|---|---:|---:|\n| x | 1 of 1 | 0 of 1 |\n" in text
+    assert "||" not in text
+
+
+def test_the_page_says_how_each_standard_error_was_computed():
+    """The UCI tables' errors are population sd / sqrt(n) (the published columns' convention), the
+    others sample sd / sqrt(n); the page said "standard error" for both."""
+    text = render(load_benchmarks(ROOT / "results"), "cmd")
+    assert "over the splits: population sd / sqrt(n), as the published UCI tables" in text
+    assert "over the seeds (sample sd / sqrt(n))" in text
+    assert "one with no spread ties one with a standard error within 2 of that error" in text
+
+
+def test_the_uci_readmes_tables_have_every_dataset_at_its_committed_numbers():
+    """results/uci/README.md's log-likelihood table stopped after power-plant: protein, wine and
+    yacht, three of the 9 datasets its text counts over, were not in it."""
+    import csv
+
+    with open(ROOT / "results" / "uci" / "methods.csv", newline="") as f:
+        rows = {(r["method"], r["dataset"]): r for r in csv.DictReader(f)}
+    text = (ROOT / "results" / "uci" / "README.md").read_text()
+    for title, metric in (("### Test RMSE", "rmse"), ("### Test log-likelihood", "ll")):
+        table = text.split(title)[1].split("\n\n")[1].splitlines()[2:]
+        assert sorted(line.split(" (n=")[0].strip("| ") for line in table) == sorted({d for _, d in rows})
+        for line in table:
+            cells = [c.strip().replace("**", "") for c in line.strip("|").split("|")]
+            dataset = cells[0].split(" (n=")[0]
+            for method, cell in zip(("bbb", "mc_dropout", "deep_ensemble"), cells[1:4]):
+                mean, se = (x.strip() for x in cell.split("+-"))
+                d = len(mean.split(".")[1])
+                r = rows[(method, dataset)]
+                assert (mean, se) == (f"{float(r[metric + '_mean']):.{d}f}", f"{float(r[metric + '_se']):.{d}f}")
+
+
+def test_a_laplace_cost_says_it_holds_its_networks_training():
+    """MNIST's and results/uncertainty's Laplace seconds are its SGD network's training plus the fit
+    (table1.md, results/uncertainty/README.md); the cost column said only 'minutes of one run'."""
+    text = render(load_benchmarks(ROOT / "results"), "cmd")
+    assert text.count("laplace's its SGD network's training and its fit") == 3  # MNIST, uncertainty x 2
+
+
+def test_the_fashion_benchmark_reads_its_newest_run_by_the_date_in_the_folders_name(tmp_path):
+    """The run folders are named by their kind and date: sorted by name, run-2026-11-28 came after a
+    newer gpu-2026-12-01, and the page showed the older run's numbers."""
+    for name, nll in (("run-2026-11-28", "0.30"), ("gpu-2026-12-01", "0.20")):
+        folder = tmp_path / "fashion" / name
+        folder.mkdir(parents=True)
+        (folder / "methods.csv").write_text(f"method,nll,nll_se\nbbb,{nll},0.01\n")
+    (fashion,) = load_benchmarks(tmp_path)
+    assert fashion.source == "results/fashion/gpu-2026-12-01/methods.csv"
+    assert fashion.tasks[0].scores["bbb"].mean == 0.20
+
+
+def test_the_help_names_the_page_a_path_not_a_folder():
+    """``--out`` writes one Markdown file; --help called it ``--out DIR``."""
+    import argparse
+
+    from bbb.experiments.which import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert "--out PATH" in parser.format_help() and "--out DIR" not in parser.format_help()

@@ -229,7 +229,8 @@ def _evaluate_ensemble(args: argparse.Namespace) -> int:
                                   device=resolve_device(args.device), data_dir=args.data_dir, data_file=args.data_file)
     except ResultsNotSaved as e:
         r, unsaved = e.result, e
-    print(scores_table(r["task"], f"{r['ensemble']}, {r['samples']} samples each",
+    each = f"{r['samples']} samples each" if r["samples"] > 1 else "one network each"
+    print(scores_table(r["task"], f"{r['ensemble']}, {each}",
                        [("members (mean)", r["member_mean"]), ("ensemble", r)]), flush=True)
     for m in r["member_scores"]:
         shown = (f"{name} {score_text(m[k], fmt)}" for name, k, fmt in SCORE_ROWS[r["task"]])

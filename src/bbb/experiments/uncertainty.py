@@ -292,7 +292,9 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
 
     if ensemble_out(args, file) is None:
         model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
-        return [(model, method)], cfg, data, Path(args.run_dirs[0]), method
+        # an ivon run is sampled as a bbb one (the same posterior), and named by its own method
+        label = cfg.method if method == "bbb" else method
+        return [(model, method)], cfg, data, Path(args.run_dirs[0]), label
     with one_line_warnings(command):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)

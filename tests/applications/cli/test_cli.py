@@ -306,7 +306,7 @@ def test_evaluate_reports_mean_and_averaged_calibration_with_reliability_png(cap
     assert "mean weights" in out and "5-sample average" in out and "reliability.png" in out
 
 
-@pytest.mark.parametrize("method", ["bbb", "dropout", "sgd"])
+@pytest.mark.parametrize("method", ["bbb", "ivon", "dropout", "sgd"])
 def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, method):
     run = tmp_path / method
     assert run_main(capsys, "train", "--method", method, "--epochs", "3", "--out", str(run), *TINY)[0] == 0
@@ -328,6 +328,7 @@ def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, meth
     rc, out, err = run_main(capsys, "uncertain", str(run), "--n", "8", "--samples", "5")
     assert rc == 0, err
     unc = json.loads((run / "uncertain.json").read_text())
+    assert unc["method"] == method  # an ivon run is sampled as a bbb one, and named ivon
     groups = [d["group"] for d in unc["digits"]]
     assert groups.count("uncertain") == 8
     for d in unc["digits"]:

@@ -250,7 +250,8 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
     from ..options import is_bayesian
 
     mean = "mean weights" if is_bayesian(r["method"]) else "deterministic"
-    avg = f"{r['samples']}-sample average" if r["samples"] > 1 or is_bayesian(r["method"]) else "(same network)"
+    # one sample of MC dropout (--samples 1) is not the deterministic network: only sgd's is the same network
+    avg = "(same network)" if r["method"] == "sgd" else f"{r['samples']}-sample average"
     if r.get("task") == "regression":
         rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],
                 ["log-likelihood", "", f"{r['log_likelihood']:.4f}"],

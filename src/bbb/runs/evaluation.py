@@ -392,7 +392,7 @@ def evaluate_run(
                   "selective": selective_prediction(res["probs"], y, res["mi"])}
 
         panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic": res["mean_probs"]}
-        if res["samples"] > 1 or is_bayesian(cfg.method):  # (not one network's copies)
+        if not _one_network(model, cfg.method):  # (one MC dropout sample, k = 1, is not the network either)
             panels[f"{res['samples']}-sample average"] = res["probs"]
         unsaved = None
         if reliability:

@@ -306,6 +306,22 @@ def test_evaluate_reports_mean_and_averaged_calibration_with_reliability_png(cap
     assert "mean weights" in out and "5-sample average" in out and "reliability.png" in out
 
 
+def test_evaluate_of_one_mc_dropout_sample_is_not_called_the_same_network(capsys, tmp_path, tiny, monkeypatch):
+    # --samples 1 of a dropout run: one dropout mask, whose scores differ from the network's (dropout off)
+    import bbb.runs.evaluation as E
+
+    drawn: list[list[str]] = []
+    monkeypatch.setattr(E, "plot_reliability", lambda bins, path, title: drawn.append(list(bins)))
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--method", "dropout", "--epochs", "2", "--out", str(run), *TINY)[0] == 0
+    rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "1", "--device", "cpu")
+    assert rc == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["samples"] == 1 and ev["nll"] != ev["nll_mean"]
+    assert "(same network)" not in out and "1-sample average" in out
+    assert drawn[-1] == ["deterministic", "1-sample average"]  # both reliability diagrams: they differ
+
+
 @pytest.mark.parametrize("method", ["bbb", "ivon", "dropout", "sgd"])
 def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, method):
     run = tmp_path / method

@@ -275,6 +275,8 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
     which, epoch = (ev["checkpoint"], ev.get("epoch")) if ev.get("checkpoint") in ("best", "last") else (
         s.get("model"), s.get("best_epoch"))
     trained = s.get("model") == which  # the validation numbers of summary.json are of that checkpoint
+    if ood.get("checkpoint") in ("best", "last") and ood["checkpoint"] != which:  # bbb ood --which another
+        other += f", its {ood['checkpoint']} checkpoint"
     if r.regression:
         rows = [
             ("test_rmse_mc", "test RMSE (k-sample average)",
@@ -464,8 +466,9 @@ def _ood(r: RunFiles) -> str:
         return img
     scores = r.ood.get("scores") or {}
     rows = [[E(k), _num((v or {}).get("auroc")), _num((v or {}).get("aupr"))] for k, v in scores.items()]
+    which = f", the {r.ood['checkpoint']} checkpoint" if r.ood.get("checkpoint") in ("best", "last") else ""
     return (f"<p>{E(str(r.ood.get('dataset')))} (in) vs {E(str(r.ood.get('ood')))} (out), "
-            f"k={E(str(r.ood.get('samples')))}</p>" + _table(["score", "AUROC", "AUPR"], rows) + img)
+            f"k={E(str(r.ood.get('samples')))}{E(which)}</p>" + _table(["score", "AUROC", "AUPR"], rows) + img)
 
 
 def _uncertain(r: RunFiles) -> str:

@@ -378,7 +378,8 @@ def main_ood(args: argparse.Namespace) -> int:
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         p_in, p_out = ood_probs(nets, data["test_x"].to(dev), ood["test_x"].to(dev), args.samples, args.seed)
     report = ood_report(p_in, p_out)
-    out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
+    out = {"method": method, "checkpoint": args.which, "dataset": cfg.dataset, "ood": args.ood,
+           "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
     if len(nets) > 1:
         out["members"] = [str(r) for r in args.run_dirs]

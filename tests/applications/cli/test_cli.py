@@ -352,6 +352,25 @@ def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, meth
     assert (run / "uncertain.png").exists()
 
 
+def test_ood_of_another_checkpoint_than_the_evaluation(capsys, tmp_path, tiny_with_ood):
+    """ood.json names its checkpoint: bbb compare refuses a row whose OOD AUROCs are of another
+    checkpoint than its test metrics, and bbb report says which checkpoint the OOD scores are of."""
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "2", "--out", str(run), *TINY)[0] == 0
+    assert run_main(capsys, "evaluate", str(run), "--samples", "3")[0] == 0
+    assert run_main(capsys, "ood", str(run), "--ood", "fashion-mnist", "--which", "last", "--samples", "3")[0] == 0
+    assert json.loads((run / "ood.json").read_text())["checkpoint"] == "last"
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(rc, err, "ood.json scored the last checkpoint", "--which best")
+    rc, _, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "(vs fashion-mnist, its last checkpoint)" in page and "k=3, the last checkpoint" in page
+    assert run_main(capsys, "ood", str(run), "--ood", "fashion-mnist", "--samples", "3")[0] == 0
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+
+
 def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
     """Several runs: their ensemble's ood.json in --out DIR; a deep ensemble's mutual information
     is the members' disagreement; a Bayesian member's k samples and a deterministic member's one

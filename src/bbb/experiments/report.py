@@ -444,6 +444,9 @@ def _pruning(r: RunFiles) -> str:
     if r.pruning:
         rows = [[_pct(_float(p.get("fraction_removed"))), E(str(p.get("weights_left", ""))),
                  _pct(_float(p.get("test_error")))] for p in r.pruning]
+        which = {str(p.get("checkpoint")) for p in r.pruning} & {"best", "last"}  # (absent in older files)
+        if len(which) == 1:  # bbb prune's default is last, evaluate's best: the 0% row's error can differ
+            out += f"<p>the {E(which.pop())} checkpoint, its mean weights</p>"
         out += _table(["removed", "weights left", "test error"], rows)
     else:
         out += _to_do(r, "prune")

@@ -218,6 +218,11 @@ def test_train_evaluate_prune(capsys, tmp_path, tiny):
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == PRUNING_COLUMNS and [float(r["fraction_removed"]) for r in rows] == [0, 0.5, 0.75]
     assert "proportion removed" in out and "75%" in out
+    # the checkpoint pruned (prune's default last, evaluate's best), which bbb report says above its table
+    assert [r["checkpoint"] for r in rows] == ["last"] * 3
+    rc, _, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    assert "the last checkpoint, its mean weights" in (tmp_path / "r.html").read_text()
 
 
 def test_train_resume_via_cli(capsys, tmp_path, tiny):

@@ -539,6 +539,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
     atomically; returns the file's path."""
     out = Path(out)
     path = out if out.suffix.lower() in (".html", ".htm") else out / "report.html"
+    if path is not out and out.exists() and not out.is_dir():  # (e.g. a run's eval.json)
+        raise UserError(f"--out {out} is a file and not an .html one: give FILE.html, or a folder for report.html")
     text = report_html(run_dirs, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, text)

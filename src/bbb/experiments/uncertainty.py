@@ -382,7 +382,7 @@ def main_ood(args: argparse.Namespace) -> int:
            "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
     if len(nets) > 1:
-        out["members"] = [str(r) for r in args.run_dirs]
+        out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
     atomic_write_json(d / "ood.json", out)
     written = [d / "ood.json"]
     if plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood)) is not None:
@@ -442,7 +442,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"method": method, "samples": int(probs.shape[0]), "digits": rows,
                            "ranking": {"uncertain": disputed, "confident_errors": errors}}
     if len(nets) > 1:
-        out["members"] = [str(r) for r in args.run_dirs]
+        out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
     atomic_write_json(d / "uncertain.json", out)
     written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
     drawn = ("" if plotted is None or max(len(res["uncertain"]), len(res["confident_errors"])) <= PLOT_MAX

@@ -376,6 +376,21 @@ def test_ood_of_another_checkpoint_than_the_evaluation(capsys, tmp_path, tiny_wi
     assert rc == 0, err
 
 
+@pytest.mark.parametrize("command", ["ood", "uncertain"])
+def test_an_ensemble_given_with_trailing_slashes_runs_again(capsys, tmp_path, tiny_with_ood, command):
+    # runs/a/ (a shell's completion) names runs/a: the second run is the same ensemble's, not refused
+    runs = [tmp_path / f"sgd{seed}" for seed in (0, 1)]
+    for seed, run in enumerate(runs):
+        assert run_main(capsys, "train", "--method", "sgd", "--seed", str(seed), "--epochs", "1", "--out", str(run),
+                        *TINY)[0] == 0
+    given = [f"{r}/" for r in runs]
+    extra = ["--ood", "fashion-mnist"] if command == "ood" else ["--n", "4"]
+    for _ in range(2):
+        rc, _, err = run_main(capsys, command, *given, "--out", str(tmp_path / "ens"), *extra)
+        assert rc == 0, err
+    assert json.loads((tmp_path / "ens" / f"{command}.json").read_text())["members"] == [str(r) for r in runs]
+
+
 def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
     """Several runs: their ensemble's ood.json in --out DIR; a deep ensemble's mutual information
     is the members' disagreement; a Bayesian member's k samples and a deterministic member's one

@@ -155,6 +155,11 @@ def test_cli_writes_one_file_or_into_a_folder(runs, tmp_path, capsys):
     rc, _, err = run_main(capsys, "report", str(full), "--out", str(tmp_path / "folder"), "--title", "mine")
     assert rc == 0, err
     assert "<title>mine</title>" in (tmp_path / "folder" / "report.html").read_text()
+    # an existing file that is not .html (a run's eval.json, say) is neither the page nor its folder
+    (tmp_path / "eval.json").write_text("{}")
+    rc, _, err = run_main(capsys, "report", str(full), "--out", str(tmp_path / "eval.json"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "give FILE.html, or a folder" in err, err
+    assert (tmp_path / "eval.json").read_text() == "{}"
 
 
 def test_not_a_run_directory_is_one_line(runs, tmp_path, capsys):

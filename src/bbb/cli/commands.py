@@ -229,7 +229,8 @@ def _evaluate_ensemble(args: argparse.Namespace) -> int:
                                   device=resolve_device(args.device), data_dir=args.data_dir, data_file=args.data_file)
     except ResultsNotSaved as e:
         r, unsaved = e.result, e
-    print(scores_table(r["task"], f"{r['ensemble']}, {r['samples']} samples each",
+    each = f"{r['samples']} samples each" if r["samples"] > 1 else "one network each"
+    print(scores_table(r["task"], f"{r['ensemble']}, {each}",
                        [("members (mean)", r["member_mean"]), ("ensemble", r)]), flush=True)
     for m in r["member_scores"]:
         shown = (f"{name} {score_text(m[k], fmt)}" for name, k, fmt in SCORE_ROWS[r["task"]])
@@ -249,7 +250,8 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
     from ..options import is_bayesian
 
     mean = "mean weights" if is_bayesian(r["method"]) else "deterministic"
-    avg = f"{r['samples']}-sample average" if r["samples"] > 1 or is_bayesian(r["method"]) else "(same network)"
+    # one sample of MC dropout (--samples 1) is not the deterministic network: only sgd's is the same network
+    avg = "(same network)" if r["method"] == "sgd" else f"{r['samples']}-sample average"
     if r.get("task") == "regression":
         rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],
                 ["log-likelihood", "", f"{r['log_likelihood']:.4f}"],

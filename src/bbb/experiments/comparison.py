@@ -192,6 +192,11 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
                 "run": str(d), "metrics_from": source, "test_set": _test_set(cfg)}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
+    scored, tested = (ood or {}).get("checkpoint"), ev.get("checkpoint", "best")  # (summary.json: the best)
+    if scored in ("best", "last") and tested in ("best", "last") and scored != tested:
+        raise UserError(f"{d}: its ood.json scored the {scored} checkpoint and its test metrics are of the {tested}: "
+                        f"run `bbb ood {d} --which {tested}` (or `bbb evaluate {d} --which {scored}`) so that one "
+                        "row holds one network")
 
     def score(name: str, key: str) -> float | None:
         v = scores.get(name, {}).get(key)

@@ -275,6 +275,8 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
     which, epoch = (ev["checkpoint"], ev.get("epoch")) if ev.get("checkpoint") in ("best", "last") else (
         s.get("model"), s.get("best_epoch"))
     trained = s.get("model") == which  # the validation numbers of summary.json are of that checkpoint
+    if ood.get("checkpoint") in ("best", "last") and ood["checkpoint"] != which:  # bbb ood --which another
+        other += f", its {ood['checkpoint']} checkpoint"
     if r.regression:
         rows = [
             ("test_rmse_mc", "test RMSE (k-sample average)",
@@ -442,6 +444,9 @@ def _pruning(r: RunFiles) -> str:
     if r.pruning:
         rows = [[_pct(_float(p.get("fraction_removed"))), E(str(p.get("weights_left", ""))),
                  _pct(_float(p.get("test_error")))] for p in r.pruning]
+        which = {str(p.get("checkpoint")) for p in r.pruning} & {"best", "last"}  # (absent in older files)
+        if len(which) == 1:  # bbb prune's default is last, evaluate's best: the 0% row's error can differ
+            out += f"<p>the {E(which.pop())} checkpoint, its mean weights</p>"
         out += _table(["removed", "weights left", "test error"], rows)
     else:
         out += _to_do(r, "prune")
@@ -464,8 +469,9 @@ def _ood(r: RunFiles) -> str:
         return img
     scores = r.ood.get("scores") or {}
     rows = [[E(k), _num((v or {}).get("auroc")), _num((v or {}).get("aupr"))] for k, v in scores.items()]
+    which = f", the {r.ood['checkpoint']} checkpoint" if r.ood.get("checkpoint") in ("best", "last") else ""
     return (f"<p>{E(str(r.ood.get('dataset')))} (in) vs {E(str(r.ood.get('ood')))} (out), "
-            f"k={E(str(r.ood.get('samples')))}</p>" + _table(["score", "AUROC", "AUPR"], rows) + img)
+            f"k={E(str(r.ood.get('samples')))}{E(which)}</p>" + _table(["score", "AUROC", "AUPR"], rows) + img)
 
 
 def _uncertain(r: RunFiles) -> str:
@@ -533,6 +539,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
     atomically; returns the file's path."""
     out = Path(out)
     path = out if out.suffix.lower() in (".html", ".htm") else out / "report.html"
+    if path is not out and out.exists() and not out.is_dir():  # (e.g. a run's eval.json)
+        raise UserError(f"--out {out} is a file and not an .html one: give FILE.html, or a folder for report.html")
     text = report_html(run_dirs, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, text)

@@ -292,7 +292,9 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
 
     if ensemble_out(args, file) is None:
         model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
-        return [(model, method)], cfg, data, Path(args.run_dirs[0]), method
+        # an ivon run is sampled as a bbb one (the same posterior), and named by its own method
+        label = cfg.method if method == "bbb" else method
+        return [(model, method)], cfg, data, Path(args.run_dirs[0]), label
     with one_line_warnings(command):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
@@ -376,10 +378,11 @@ def main_ood(args: argparse.Namespace) -> int:
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         p_in, p_out = ood_probs(nets, data["test_x"].to(dev), ood["test_x"].to(dev), args.samples, args.seed)
     report = ood_report(p_in, p_out)
-    out = {"method": method, "dataset": cfg.dataset, "ood": args.ood, "samples": int(p_in.shape[0]),
+    out = {"method": method, "checkpoint": args.which, "dataset": cfg.dataset, "ood": args.ood,
+           "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
     if len(nets) > 1:
-        out["members"] = [str(r) for r in args.run_dirs]
+        out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
     atomic_write_json(d / "ood.json", out)
     written = [d / "ood.json"]
     if plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood)) is not None:
@@ -439,7 +442,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"method": method, "samples": int(probs.shape[0]), "digits": rows,
                            "ranking": {"uncertain": disputed, "confident_errors": errors}}
     if len(nets) > 1:
-        out["members"] = [str(r) for r in args.run_dirs]
+        out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
     atomic_write_json(d / "uncertain.json", out)
     written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
     drawn = ("" if plotted is None or max(len(res["uncertain"]), len(res["confident_errors"])) <= PLOT_MAX

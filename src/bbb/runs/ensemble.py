@@ -218,8 +218,10 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     member's, written atomically to ``out/eval.json``: a classifier's error, NLL, ECE and Brier of
     the predictive (each member's ``samples``-sample predictive, and their mean) and selective
     prediction by entropy and mutual information; a regressor's RMSE, log-likelihood, NLL and 95%
-    interval coverage in the target's units. ``out`` is a folder of its own: a member's directory
-    is refused (its eval.json is the member's), and so is an ``out/eval.json`` of other members."""
+    interval coverage in the target's units. ``samples`` in the result is the outputs each member
+    gave: 1 where every member is one network (sgd), as :func:`bbb.runs.evaluate_run` says of one.
+    ``out`` is a folder of its own: a member's directory is refused (its eval.json is the
+    member's), and so is an ``out/eval.json`` of other members."""
     samples = check_int("--samples", samples)
     ens = load_ensemble(run_dirs, which, device)
     out = ensemble_folder(out, ens.run_dirs, "eval.json")
@@ -236,7 +238,7 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
     result: dict[str, Any] = {
         "run": str(out), "method": "ensemble", "ensemble": ens.describe(), "members": names,
         "member_methods": ens.methods, "checkpoint": which, "dataset": ens.config.dataset, "task": ens.task,
-        "samples": samples, "n": int(y.shape[0]), **scores,
+        "samples": k, "n": int(y.shape[0]), **scores,
         "member_scores": [{"run": n, **m} for n, m in zip(names, members)],
         "member_mean": {key: float(sum(m[key] for m in members) / len(members)) for key in keys},
     }
@@ -253,7 +255,7 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
         panels = {one: predictive_probs(per_member[0].double()),
                   f"the ensemble of {len(names)}": predictive_probs(outputs.double())}
         unsaved = draw_classifier_figures(out, result, panels, y, f"ensemble on {data_name} test",
-                                          f"{samples} samples of each member")
+                                          f"{k} samples of each member" if k > 1 else "one network per member")
     save_results(out / "eval.json", result, lambda: atomic_write_json(out / "eval.json", result))
     if unsaved is not None:
         raise unsaved

@@ -392,7 +392,7 @@ def evaluate_run(
                   "selective": selective_prediction(res["probs"], y, res["mi"])}
 
         panels = {"mean weights" if is_bayesian(cfg.method) else "deterministic": res["mean_probs"]}
-        if res["samples"] > 1 or is_bayesian(cfg.method):  # (not one network's copies)
+        if not _one_network(model, cfg.method):  # (one MC dropout sample, k = 1, is not the network either)
             panels[f"{res['samples']}-sample average"] = res["probs"]
         unsaved = None
         if reliability:
@@ -509,9 +509,9 @@ def prune_run(
     """The paper's Table 2 for a BBB run (or an ivon run: the same posterior): prune by
     |mu|/sigma and test with the mean weights.
 
-    Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`) and returns its rows. The
-    lock, an unwritable directory, ``data_dir`` and ``data_file`` (a moved file) as in
-    :func:`evaluate_run`.
+    Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`, ``checkpoint`` the pruned
+    ``which``) and returns its rows. The lock, an unwritable directory, ``data_dir`` and
+    ``data_file`` (a moved file) as in :func:`evaluate_run`.
     """
     d = run_dir_of(run_dir)
     for f in fractions:
@@ -530,7 +530,8 @@ def prune_run(
         for f in fractions:
             r = prune(model, float(f))
             rows.append({"fraction_removed": float(f), "weights_left": r.kept, "weights_total": r.total,
-                         "snr_threshold": r.threshold, "test_error": mean_network_error(model, x, y)})
+                         "snr_threshold": r.threshold, "test_error": mean_network_error(model, x, y),
+                         "checkpoint": which})
         unprune(model)
         path = d / "pruning.csv"
         save_results(path, rows, lambda: atomic_write_text(path, csv_text(PRUNING_COLUMNS, rows)))

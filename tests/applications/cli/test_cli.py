@@ -218,6 +218,11 @@ def test_train_evaluate_prune(capsys, tmp_path, tiny):
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == PRUNING_COLUMNS and [float(r["fraction_removed"]) for r in rows] == [0, 0.5, 0.75]
     assert "proportion removed" in out and "75%" in out
+    # the checkpoint pruned (prune's default last, evaluate's best), which bbb report says above its table
+    assert [r["checkpoint"] for r in rows] == ["last"] * 3
+    rc, _, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    assert "the last checkpoint, its mean weights" in (tmp_path / "r.html").read_text()
 
 
 def test_train_resume_via_cli(capsys, tmp_path, tiny):
@@ -306,7 +311,23 @@ def test_evaluate_reports_mean_and_averaged_calibration_with_reliability_png(cap
     assert "mean weights" in out and "5-sample average" in out and "reliability.png" in out
 
 
-@pytest.mark.parametrize("method", ["bbb", "dropout", "sgd"])
+def test_evaluate_of_one_mc_dropout_sample_is_not_called_the_same_network(capsys, tmp_path, tiny, monkeypatch):
+    # --samples 1 of a dropout run: one dropout mask, whose scores differ from the network's (dropout off)
+    import bbb.runs.evaluation as E
+
+    drawn: list[list[str]] = []
+    monkeypatch.setattr(E, "plot_reliability", lambda bins, path, title: drawn.append(list(bins)))
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--method", "dropout", "--epochs", "2", "--out", str(run), *TINY)[0] == 0
+    rc, out, err = run_main(capsys, "evaluate", str(run), "--samples", "1", "--device", "cpu")
+    assert rc == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["samples"] == 1 and ev["nll"] != ev["nll_mean"]
+    assert "(same network)" not in out and "1-sample average" in out
+    assert drawn[-1] == ["deterministic", "1-sample average"]  # both reliability diagrams: they differ
+
+
+@pytest.mark.parametrize("method", ["bbb", "ivon", "dropout", "sgd"])
 def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, method):
     run = tmp_path / method
     assert run_main(capsys, "train", "--method", method, "--epochs", "3", "--out", str(run), *TINY)[0] == 0
@@ -328,11 +349,46 @@ def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, meth
     rc, out, err = run_main(capsys, "uncertain", str(run), "--n", "8", "--samples", "5")
     assert rc == 0, err
     unc = json.loads((run / "uncertain.json").read_text())
+    assert unc["method"] == method  # an ivon run is sampled as a bbb one, and named ivon
     groups = [d["group"] for d in unc["digits"]]
     assert groups.count("uncertain") == 8
     for d in unc["digits"]:
         assert abs(sum(d["votes"]) - 1.0) < 1e-3 and len(d["votes"]) == 3
     assert (run / "uncertain.png").exists()
+
+
+def test_ood_of_another_checkpoint_than_the_evaluation(capsys, tmp_path, tiny_with_ood):
+    """ood.json names its checkpoint: bbb compare refuses a row whose OOD AUROCs are of another
+    checkpoint than its test metrics, and bbb report says which checkpoint the OOD scores are of."""
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--epochs", "2", "--out", str(run), *TINY)[0] == 0
+    assert run_main(capsys, "evaluate", str(run), "--samples", "3")[0] == 0
+    assert run_main(capsys, "ood", str(run), "--ood", "fashion-mnist", "--which", "last", "--samples", "3")[0] == 0
+    assert json.loads((run / "ood.json").read_text())["checkpoint"] == "last"
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(rc, err, "ood.json scored the last checkpoint", "--which best")
+    rc, _, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "(vs fashion-mnist, its last checkpoint)" in page and "k=3, the last checkpoint" in page
+    assert run_main(capsys, "ood", str(run), "--ood", "fashion-mnist", "--samples", "3")[0] == 0
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("command", ["ood", "uncertain"])
+def test_an_ensemble_given_with_trailing_slashes_runs_again(capsys, tmp_path, tiny_with_ood, command):
+    # runs/a/ (a shell's completion) names runs/a: the second run is the same ensemble's, not refused
+    runs = [tmp_path / f"sgd{seed}" for seed in (0, 1)]
+    for seed, run in enumerate(runs):
+        assert run_main(capsys, "train", "--method", "sgd", "--seed", str(seed), "--epochs", "1", "--out", str(run),
+                        *TINY)[0] == 0
+    given = [f"{r}/" for r in runs]
+    extra = ["--ood", "fashion-mnist"] if command == "ood" else ["--n", "4"]
+    for _ in range(2):
+        rc, _, err = run_main(capsys, command, *given, "--out", str(tmp_path / "ens"), *extra)
+        assert rc == 0, err
+    assert json.loads((tmp_path / "ens" / f"{command}.json").read_text())["members"] == [str(r) for r in runs]
 
 
 def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):

@@ -205,6 +205,17 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
         one_line_error(rc, err, "an ensemble's folder", f"give its runs, {runs[0]} {runs[1]} {runs[2]}")
 
 
+def test_an_ensemble_of_deterministic_runs_says_one_network_each(capsys, classifiers, tmp_path):
+    # each sgd member gives its one network: eval.json's samples is 1 (as one sgd run's), not --samples
+    data, _ = classifiers
+    runs = train_runs(capsys, tmp_path, data, "classification", ("sgd", "sgd"))
+    out = tmp_path / "ens"
+    rc, so, err = run_main(capsys, "evaluate", *map(str, runs), "--out", str(out), "--samples", "5")
+    assert rc == 0, err
+    assert "one network each" in so and "5 samples" not in so
+    assert json.loads((out / "eval.json").read_text())["samples"] == 1
+
+
 def test_another_runs_directory_is_refused_as_the_ensembles_folder(capsys, classifiers, tmp_path):
     """Before, ``bbb evaluate A B --out C`` (C a run, not a member, without an eval.json yet) wrote
     the ensemble's eval.json into C, and bbb compare / report then showed it as C's own (so did

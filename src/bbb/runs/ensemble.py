@@ -153,10 +153,20 @@ def ensemble_folder(out: str | Path, run_dirs: list[Path], file: str) -> Path:
             before = json.loads(path.read_text())
         except (OSError, ValueError):
             before = {}
-        if not isinstance(before, dict) or before.get("members") != [str(d) for d in run_dirs]:
+        if not isinstance(before, dict) or not _same_members(before.get("members"), run_dirs):
             raise UserError(f"{path} exists and is not this ensemble's: give another --out folder")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _same_members(recorded: Any, run_dirs: list[Path]) -> bool:
+    """Whether an ensemble file's ``members`` (as they were typed) name ``run_dirs``, in order: the
+    same text, or the same folders from here (``runs/a`` then ``/home/me/runs/a``)."""
+    if not isinstance(recorded, list) or len(recorded) != len(run_dirs):
+        return False
+    if recorded == [str(d) for d in run_dirs]:
+        return True
+    return all(isinstance(r, str) and Path(r).resolve() == d.resolve() for r, d in zip(recorded, run_dirs))
 
 
 def _weights_digest(model: TrainedModel) -> str:

@@ -163,7 +163,7 @@ def test_bbb_predict_with_several_runs(capsys, classifiers, tmp_path):
     assert all(p.read_bytes() == b for p, b in before.items())
 
 
-def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
+def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path, monkeypatch):
     _, runs = classifiers
     rc, _, err = run_main(capsys, "evaluate", *map(str, runs))
     one_line_error(rc, err, "--out DIR")
@@ -203,6 +203,9 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path):
                  ("report", str(out), "--out", str(tmp_path / "r.html"))):
         rc, _, err = run_main(capsys, *argv)
         one_line_error(rc, err, "an ensemble's folder", f"give its runs, {runs[0]} {runs[1]} {runs[2]}")
+    monkeypatch.chdir(runs[0].parent)  # the same runs named from here: the same ensemble, not another's
+    rc, _, err = run_main(capsys, "evaluate", *(d.name for d in runs), "--out", str(out))
+    assert rc == 0, err
 
 
 def test_an_ensemble_of_deterministic_runs_says_one_network_each(capsys, classifiers, tmp_path):

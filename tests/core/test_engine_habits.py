@@ -348,3 +348,32 @@ def test_zero_grad_discards_a_skipped_backward_as_torch_optim_does():
 
     for a, b in zip(run(False), run(True)):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _one_step(net, eng):
+    with eng.sampling():
+        out = net(torch.randn(4, 3))
+    eng.zero_grad()
+    out.pow(2).mean().backward()
+    eng.step()
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("opt,built,edit", [
+    ("sgd", {}, {"momentum": 0.9}),                          # no momentum buffer: the kernel stepped without it
+    ("sgd", {"momentum": 0.9}, {"nesterov": True}),          # nesterov is built into the kernel
+    ("sgd", {}, "onecycle"),                                 # OneCycleLR cycles the (unused) betas of SGD
+    ("adam", {}, {"momentum": 0.5}),
+])
+def test_a_param_group_option_the_fused_kernel_cannot_follow_is_a_one_line_error(opt, built, edit):
+    net = BayesLinear(3, 2)
+    eng = Engine(net, opt, lr=0.01, kl="mc", compile=False, fused=True, **built)
+    _one_step(net, eng)
+    if edit == "onecycle":
+        torch.optim.lr_scheduler.OneCycleLR(eng, max_lr=0.01, total_steps=10)
+    else:
+        eng.param_groups[0].update(edit)
+    with pytest.raises(UserError, match=r"^bbb.Engine.step: param_groups\[0\] was changed") as excinfo:
+        _one_step(net, eng)
+    assert "\n" not in str(excinfo.value)
+

@@ -73,6 +73,7 @@ from .state import ENGINE_FORMAT, engine_state, load_engine_state
 from .support import (
     ADAM_BETAS,
     ADAM_EPS,
+    check_kernel_options,
     check_member_lr_scale,
     check_optimizer_options,
     clip_grad_norm,
@@ -545,6 +546,9 @@ class Engine(torch.optim.Optimizer):
         self._averaged = False
         sampler = self._sampler
         if self.fused and (sampler.drawn or self._idle_step()):
+            check_kernel_options(self.kind is OptimizerKind.ADAM, self.param_groups[0],
+                                 bool(self.kernels.step_static["nesterov"]),
+                                 bool(self._state))
             if self._hp_np is None and self._hyper_key() != self._hp_key:  # a scheduler changed lr, say
                 self._write_hyper()  # hp of the last step with the new values: the kernel advances it
             self._step_count += 1

@@ -148,6 +148,23 @@ def check_optimizer_options(adam: bool, betas: tuple[float, float], eps: float, 
         raise UserError("nesterov=True needs a momentum > 0, as torch.optim.SGD's")
 
 
+def check_kernel_options(adam: bool, group: dict[str, Any], nesterov: bool, momentum: bool) -> None:
+    """A one-line error at the fused step for an option of ``param_groups[0]`` changed since the
+    kernel was built (by hand or by a scheduler) that the kernel cannot follow: ``nesterov``
+    (``nesterov`` as built), a momentum where SGD was built without one (no buffer: ``momentum`` as
+    built), the other optimiser's options (``torch.optim.lr_scheduler.OneCycleLR`` cycles ``betas``
+    of an SGD engine, whose defaults hold them)."""
+    what = ("momentum and nesterov are SGD's, which Adam ignores" if adam and (group["momentum"] or group["nesterov"])
+            else "betas and eps are Adam's, which SGD ignores (OneCycleLR: pass cycle_momentum=False)"
+            if not adam and (tuple(group["betas"]) != ADAM_BETAS or group["eps"] != ADAM_EPS)
+            else f"nesterov is fixed when the engine is built (as {nesterov})" if bool(group["nesterov"]) != nesterov
+            else "a momentum needs an engine built with momentum > 0" if not adam and group["momentum"] and not momentum
+            else None)
+    if what is not None:
+        raise UserError(f"bbb.Engine.step: param_groups[0] was changed after the engine was built, and {what}: "
+                        "build the Engine with the options it should use")
+
+
 def torch_optimizer(adam: bool, groups: list[dict[str, Any]], defaults: dict[str, Any]) -> torch.optim.Optimizer:
     """The engine's inner optimiser (what it does not fuse): ``torch.optim.Adam`` or ``SGD`` with the
     engine's options (``defaults``) for the groups that set none of their own."""

@@ -255,6 +255,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         for f in self._flats:
             torch.rsqrt(g["ess"] * (f.hess + g["weight_decay"]), out=f.sig)
             f.rho.copy_(inverse_softplus(f.sig))
+        self._sigma_key = (g["ess"], g["weight_decay"])
 
     # -- sampling (bbb.nn.samples.SampleProvider) ---------------------------------------------
     @contextlib.contextmanager
@@ -263,6 +264,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         step reads the gradient of each sampled weight."""
         for f in self._flats:
             f.check_placement()
+        g = self.param_groups[0]
+        if not self._notes.drew and (g["ess"], g["weight_decay"]) != self._sigma_key:
+            self._write_sigma()  # ess or weight_decay edited since the last step: this step samples with them
         self._block += 1
         self._inside += 1
         try:
@@ -484,6 +488,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             f.fresh = True
         self._notes.drew = False
         self._block = 0
+        self._sigma_key = (self.param_groups[0]["ess"], self.param_groups[0]["weight_decay"])  # (the step's sigma)
         return loss
 
     def _check_grad_flags(self) -> None:

@@ -9,6 +9,7 @@ Each works as with ``torch.optim`` (checked against the plain path fed with the 
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import re
 from collections import OrderedDict
@@ -16,6 +17,7 @@ from collections import OrderedDict
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import bbb
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
@@ -377,3 +379,43 @@ def test_a_param_group_option_the_fused_kernel_cannot_follow_is_a_one_line_error
         _one_step(net, eng)
     assert "\n" not in str(excinfo.value)
 
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_scheduler_still_reaches_the_inner_optimiser_after_load_state_dict(fused):
+    """torch's load_state_dict gives the inner optimiser new group dicts: the engine's param_groups
+    (what a scheduler edits) must still be the ones it steps with."""
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+
+    def run(net, eng, sched, steps):
+        for _ in range(steps):
+            with eng.sampling():
+                out = net(x)
+            eng.zero_grad()
+            F.mse_loss(out, y).backward()
+            eng.step()
+            sched.step()
+
+    def build():
+        net = Scaled()
+        eng = Engine(net, "sgd", lr=0.05, momentum=0.9, kl="mc", seed=3, compile=False, fused=fused)
+        return net, eng, torch.optim.lr_scheduler.StepLR(eng, 2, 0.5)
+
+    net, eng, sched = build()
+    run(net, eng, sched, 3)
+    buf = io.BytesIO()
+    torch.save({"m": net.state_dict(), "o": eng.state_dict(), "s": sched.state_dict()}, buf)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    run(net, eng, sched, 3)
+    net2, eng2, sched2 = build()
+    net2.load_state_dict(saved["m"])
+    eng2.load_state_dict(saved["o"])
+    sched2.load_state_dict(saved["s"])
+    run(net2, eng2, sched2, 3)
+    assert all(any(g is h for h in eng2.param_groups) for g in eng2._inner.param_groups)
+    assert [g["lr"] for g in eng2._inner.param_groups] == [g["lr"] for g in eng._inner.param_groups]
+    if fused:  # (the plain path draws from torch's generator, which this test does not restore)
+        for p, q in zip(net.parameters(), net2.parameters()):
+            assert torch.equal(p, q)

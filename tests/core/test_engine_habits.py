@@ -366,6 +366,8 @@ def _one_step(net, eng):
     ("sgd", {"momentum": 0.9}, {"nesterov": True}),          # nesterov is built into the kernel
     ("sgd", {}, "onecycle"),                                 # OneCycleLR cycles the (unused) betas of SGD
     ("adam", {}, {"momentum": 0.5}),
+    ("adam", {}, {"weight_decay": 1e-4}),                    # a torch.optim option the kernel does not have
+    ("sgd", {"momentum": 0.9}, {"maximize": True}),
 ])
 def test_a_param_group_option_the_fused_kernel_cannot_follow_is_a_one_line_error(opt, built, edit):
     net = BayesLinear(3, 2)

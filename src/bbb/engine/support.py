@@ -148,17 +148,23 @@ def check_optimizer_options(adam: bool, betas: tuple[float, float], eps: float, 
         raise UserError("nesterov=True needs a momentum > 0, as torch.optim.SGD's")
 
 
+#: torch.optim options the fused kernel does not have (a group that sets one is refused, not ignored)
+_ABSENT = ("weight_decay", "amsgrad", "maximize", "dampening", "decoupled_weight_decay")
+
+
 def check_kernel_options(adam: bool, group: dict[str, Any], nesterov: bool, momentum: bool) -> None:
     """A one-line error at the fused step for an option of ``param_groups[0]`` changed since the
     kernel was built (by hand or by a scheduler) that the kernel cannot follow: ``nesterov``
     (``nesterov`` as built), a momentum where SGD was built without one (no buffer: ``momentum`` as
     built), the other optimiser's options (``torch.optim.lr_scheduler.OneCycleLR`` cycles ``betas``
-    of an SGD engine, whose defaults hold them)."""
+    of an SGD engine, whose defaults hold them), a ``torch.optim`` option it does not have
+    (``weight_decay``: the prior is the engine's regulariser)."""
     what = ("momentum and nesterov are SGD's, which Adam ignores" if adam and (group["momentum"] or group["nesterov"])
             else "betas and eps are Adam's, which SGD ignores (OneCycleLR: pass cycle_momentum=False)"
             if not adam and (tuple(group["betas"]) != ADAM_BETAS or group["eps"] != ADAM_EPS)
             else f"nesterov is fixed when the engine is built (as {nesterov})" if bool(group["nesterov"]) != nesterov
             else "a momentum needs an engine built with momentum > 0" if not adam and group["momentum"] and not momentum
+            else f"the fused kernel has no {absent[0]}" if (absent := [k for k in _ABSENT if group.get(k)])
             else None)
     if what is not None:
         raise UserError(f"bbb.Engine.step: param_groups[0] was changed after the engine was built, and {what}: "

@@ -421,3 +421,19 @@ def test_a_scheduler_still_reaches_the_inner_optimiser_after_load_state_dict(fus
     if fused:  # (the plain path draws from torch's generator, which this test does not restore)
         for p, q in zip(net.parameters(), net2.parameters()):
             assert torch.equal(p, q)
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("fused", [True, False])
+def test_one_cycle_lr_cycles_an_sgd_engines_momentum(fused):
+    """OneCycleLR reads the optimiser's defaults: an SGD engine's hold momentum (not Adam's betas,
+    which it cycled before, unread, or on the plain path a KeyError)."""
+    net = BayesLinear(3, 2)
+    eng = Engine(net, "sgd", lr=0.01, momentum=0.9, kl="mc", compile=False, fused=fused)
+    sched = torch.optim.lr_scheduler.OneCycleLR(eng, max_lr=0.01, total_steps=10)
+    seen = []
+    for _ in range(6):
+        _one_step(net, eng)
+        sched.step()
+        seen.append(eng.param_groups[0]["momentum"])
+    assert "betas" not in eng.param_groups[0] and len(set(seen)) == len(seen)

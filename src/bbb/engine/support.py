@@ -156,16 +156,19 @@ def check_kernel_options(adam: bool, group: dict[str, Any], nesterov: bool, mome
     """A one-line error at the fused step for an option of ``param_groups[0]`` changed since the
     kernel was built (by hand or by a scheduler) that the kernel cannot follow: ``nesterov``
     (``nesterov`` as built), a momentum where SGD was built without one (no buffer: ``momentum`` as
-    built), the other optimiser's options (``torch.optim.lr_scheduler.OneCycleLR`` cycles ``betas``
-    of an SGD engine, whose defaults hold them), a ``torch.optim`` option it does not have
+    built), the other optimiser's options, a ``torch.optim`` option it does not have
     (``weight_decay``: the prior is the engine's regulariser)."""
-    what = ("momentum and nesterov are SGD's, which Adam ignores" if adam and (group["momentum"] or group["nesterov"])
-            else "betas and eps are Adam's, which SGD ignores (OneCycleLR: pass cycle_momentum=False)"
-            if not adam and (tuple(group["betas"]) != ADAM_BETAS or group["eps"] != ADAM_EPS)
-            else f"nesterov is fixed when the engine is built (as {nesterov})" if bool(group["nesterov"]) != nesterov
-            else "a momentum needs an engine built with momentum > 0" if not adam and group["momentum"] and not momentum
-            else f"the fused kernel has no {absent[0]}" if (absent := [k for k in _ABSENT if group.get(k)])
-            else None)
+    absent = [k for k in _ABSENT if group.get(k)]
+    if adam and (group.get("momentum") or group.get("nesterov")):
+        what: str | None = "momentum and nesterov are SGD's, which Adam ignores"
+    elif not adam and (tuple(group.get("betas", ADAM_BETAS)) != ADAM_BETAS or group.get("eps", ADAM_EPS) != ADAM_EPS):
+        what = "betas and eps are Adam's, which SGD ignores"
+    elif bool(group.get("nesterov")) != nesterov:
+        what = f"nesterov is fixed when the engine is built (as {nesterov})"
+    elif not adam and group.get("momentum") and not momentum:
+        what = "a momentum needs an engine built with momentum > 0"
+    else:
+        what = f"the fused kernel has no {absent[0]}" if absent else None
     if what is not None:
         raise UserError(f"bbb.Engine.step: param_groups[0] was changed after the engine was built, and {what}: "
                         "build the Engine with the options it should use")

@@ -437,3 +437,15 @@ def test_one_cycle_lr_cycles_an_sgd_engines_momentum(fused):
         sched.step()
         seen.append(eng.param_groups[0]["momentum"])
     assert "betas" not in eng.param_groups[0] and len(set(seen)) == len(seen)
+
+
+@pytest.mark.release_independent
+def test_a_params_group_with_options_of_its_own_for_a_fused_weight_is_a_one_line_error():
+    net = BayesLinear(3, 2)
+    with pytest.raises(UserError, match=r"^bbb.Engine: a params= group with its own lr holds a fused") as excinfo:
+        Engine(net, "adam", lr=0.05, kl="mc", compile=False, params=[{"params": [net.weight_mu], "lr": 1.0}])
+    assert "\n" not in str(excinfo.value)
+    Engine(net, "adam", lr=0.05, kl="mc", compile=False, params=net.parameters())  # no options: trained fused
+    plain = Engine(net, "adam", lr=0.05, kl="mc", compile=False, fused=False,
+                   params=[{"params": [net.weight_mu], "lr": 1.0}])
+    assert any(g["lr"] == 1.0 and any(p is net.weight_mu for p in g["params"]) for g in plain.param_groups)

@@ -73,6 +73,7 @@ from .state import ENGINE_FORMAT, engine_state, load_engine_state
 from .support import (
     ADAM_BETAS,
     ADAM_EPS,
+    check_fused_groups,
     check_kernel_options,
     check_member_lr_scale,
     check_optimizer_options,
@@ -141,7 +142,8 @@ class Engine(torch.optim.Optimizer):
             the CPU when the model has at least :data:`COMPILE_MIN_NUMEL` Bayesian weights.
         params: more parameters the loss depends on (tensors, or parameter groups as dicts with
             options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser; a
-            model's own unfused parameter given here steps in its group (with its options).
+            model's own unfused parameter given here steps in its group (with its options); a fused
+            mu or rho in a group with options of its own is a one-line :class:`UserError`.
         fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one
             ``UserWarning`` naming the reason; ``True`` makes that a one-line :class:`UserError`;
             ``False`` takes the plain path, silently.
@@ -218,6 +220,7 @@ class Engine(torch.optim.Optimizer):
         # a frozen tensor (requires_grad=False) is never updated: not fused (above), not in torch's optimiser
         others = [p for p in model.parameters() if id(p) not in fused_params | claimed
                   and p.requires_grad]
+        check_fused_groups(extra, fused_params)
         extra = new_params(extra, fused_params | {id(p) for p in others})
         if layout is None and not others and not extra:
             raise UserError(f"bbb.Engine: {type(model).__name__} has no parameter to train (every one has "

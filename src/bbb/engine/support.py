@@ -182,6 +182,17 @@ def torch_optimizer(adam: bool, groups: list[dict[str, Any]], defaults: dict[str
     return torch.optim.SGD(groups, lr=defaults["lr"], momentum=defaults["momentum"], nesterov=defaults["nesterov"])
 
 
+def check_fused_groups(groups: list[dict[str, Any]], fused: set[int]) -> None:
+    """A one-line error for a ``params=`` group with options of its own (``lr``, say) that holds a
+    fused mu or rho, which steps in the kernel at the engine's options (the group's would be ignored)."""
+    for g in groups:
+        own = sorted(k for k in g if k != "params")
+        if own and any(id(p) in fused for p in g["params"]):
+            raise UserError(f"bbb.Engine: a params= group with its own {', '.join(own)} holds a fused Bayesian mu or "
+                            "rho, which steps at the engine's options: leave it out (rho_lr_scale= sets rho's "
+                            "learning rate), or fused=False to train it in that group")
+
+
 def new_params(groups: list[dict[str, Any]], seen: set[int]) -> list[dict[str, Any]]:
     """``groups`` without the parameters in ``seen`` or in an earlier group (each trained once)."""
     out = []

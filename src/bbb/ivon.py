@@ -126,6 +126,26 @@ class _IVONGrads:
         return f.slots[i].view(f.g) if i in f.hit and f.g._version != f.clean else None
 
 
+#: the hyperparameters in ``param_groups[0]`` that :func:`_check_hyper` checks
+_HYPER = ("lr", "ess", "hess_init", "weight_decay", "beta1", "beta2", "clip_radius")
+
+
+def _check_hyper(group: dict[str, Any], where: str) -> None:
+    """A one-line error for a hyperparameter out of its range: at the build (``where`` empty), or
+    edited into ``param_groups[0]`` (``where`` says so; there lr may be 0, as a scheduler sets it:
+    m stays where it is)."""
+    for name in ("lr", "ess", "hess_init", "weight_decay"):
+        value = group[name]
+        positive = name in ("ess", "hess_init") or (name == "lr" and not where)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+            raise UserError(f"IVON: {where}{name} must be {'a positive number' if positive else '>= 0'}, got {value!r}")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= group[name] < 1.0:
+            raise UserError(f"IVON: {where}{name} must be in [0, 1), got {group[name]!r}")
+    if not group["clip_radius"] > 0:
+        raise UserError(f"IVON: {where}clip_radius must be > 0, got {group['clip_radius']!r}")
+
+
 class IVON(torch.optim.Optimizer, SampleProvider):
     """IVON on the Bayesian layers of ``model`` (see the module's notes).
 
@@ -159,16 +179,8 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                  weight_decay: float = 1e-4, beta1: float = 0.9, beta2: float = 0.99999,
                  clip_radius: float = math.inf, rescale_lr: bool = True, seed: int | None = None,
                  compile: bool | None = None) -> None:
-        for name, value, low in (("lr", lr, 0.0), ("ess", ess, 0.0), ("hess_init", hess_init, 0.0)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > low):
-                raise UserError(f"IVON: {name} must be a positive number, got {value!r}")
-        if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0 and math.isfinite(weight_decay)):
-            raise UserError(f"IVON: weight_decay must be >= 0, got {weight_decay!r}")
-        for name, value in (("beta1", beta1), ("beta2", beta2)):
-            if not 0.0 <= value < 1.0:
-                raise UserError(f"IVON: {name} must be in [0, 1), got {value!r}")
-        if not clip_radius > 0:
-            raise UserError(f"IVON: clip_radius must be > 0, got {clip_radius!r}")
+        _check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
+                      "beta2": beta2, "clip_radius": clip_radius}, "")
         self.model = model
         self.pairs: list[tuple[BayesModule, str]] = []
         for m in bayes_modules(model):
@@ -201,6 +213,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         #: sampling() blocks entered since the last step: the step averages over those whose draws a backward reached
         self._block = 0
         self._inside = 0  # sampling() blocks open now
+        self._checked: tuple[Any, ...] | None = None  # param_groups[0]'s hyperparameters when last checked
         self._ddp: Averager | None = None  # DistributedDataParallel's group, from the first forward inside one
         self._dist_checked = False
         self._warned_idle = False
@@ -255,6 +268,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         for f in self._flats:
             torch.rsqrt(g["ess"] * (f.hess + g["weight_decay"]), out=f.sig)
             f.rho.copy_(inverse_softplus(f.sig))
+        self._sigma_key = (g["ess"], g["weight_decay"])
 
     # -- sampling (bbb.nn.samples.SampleProvider) ---------------------------------------------
     @contextlib.contextmanager
@@ -263,6 +277,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         step reads the gradient of each sampled weight."""
         for f in self._flats:
             f.check_placement()
+        g = self._checked_group()
+        if not self._notes.drew and (g["ess"], g["weight_decay"]) != self._sigma_key:
+            self._write_sigma()  # ess or weight_decay edited since the last step: this step samples with them
         self._block += 1
         self._inside += 1
         try:
@@ -270,6 +287,15 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                 yield self
         finally:
             self._inside -= 1
+
+    def _checked_group(self) -> dict[str, Any]:
+        """``param_groups[0]``, its hyperparameters checked where they changed since the last check."""
+        g = self.param_groups[0]
+        key = tuple(g[k] for k in _HYPER)
+        if key != self._checked:
+            _check_hyper(g, "param_groups[0]'s ")
+            self._checked = key
+        return g
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim``'s: the gradients that backward passes left since the last step are
@@ -455,6 +481,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
         self._check_grad_flags()
+        self._checked_group()
         if not self._dist_checked:
             self._dist_checked = True
             if self._ddp is None:
@@ -484,6 +511,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             f.fresh = True
         self._notes.drew = False
         self._block = 0
+        self._sigma_key = (self.param_groups[0]["ess"], self.param_groups[0]["weight_decay"])  # (the step's sigma)
         return loss
 
     def _check_grad_flags(self) -> None:

@@ -9,6 +9,7 @@ Each works as with ``torch.optim`` (checked against the plain path fed with the 
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import re
 from collections import OrderedDict
@@ -16,6 +17,7 @@ from collections import OrderedDict
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import bbb
 from bbb.distributions import GaussianPrior, ScaleMixturePrior
@@ -348,3 +350,102 @@ def test_zero_grad_discards_a_skipped_backward_as_torch_optim_does():
 
     for a, b in zip(run(False), run(True)):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _one_step(net, eng):
+    with eng.sampling():
+        out = net(torch.randn(4, 3))
+    eng.zero_grad()
+    out.pow(2).mean().backward()
+    eng.step()
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("opt,built,edit", [
+    ("sgd", {}, {"momentum": 0.9}),                          # no momentum buffer: the kernel stepped without it
+    ("sgd", {"momentum": 0.9}, {"nesterov": True}),          # nesterov is built into the kernel
+    ("sgd", {}, "onecycle"),                                 # OneCycleLR cycles the (unused) betas of SGD
+    ("adam", {}, {"momentum": 0.5}),
+    ("adam", {}, {"weight_decay": 1e-4}),                    # a torch.optim option the kernel does not have
+    ("sgd", {"momentum": 0.9}, {"maximize": True}),
+])
+def test_a_param_group_option_the_fused_kernel_cannot_follow_is_a_one_line_error(opt, built, edit):
+    net = BayesLinear(3, 2)
+    eng = Engine(net, opt, lr=0.01, kl="mc", compile=False, fused=True, **built)
+    _one_step(net, eng)
+    if edit == "onecycle":
+        torch.optim.lr_scheduler.OneCycleLR(eng, max_lr=0.01, total_steps=10)
+    else:
+        eng.param_groups[0].update(edit)
+    with pytest.raises(UserError, match=r"^bbb.Engine.step: param_groups\[0\] was changed") as excinfo:
+        _one_step(net, eng)
+    assert "\n" not in str(excinfo.value)
+
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_scheduler_still_reaches_the_inner_optimiser_after_load_state_dict(fused):
+    """torch's load_state_dict gives the inner optimiser new group dicts: the engine's param_groups
+    (what a scheduler edits) must still be the ones it steps with."""
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+
+    def run(net, eng, sched, steps):
+        for _ in range(steps):
+            with eng.sampling():
+                out = net(x)
+            eng.zero_grad()
+            F.mse_loss(out, y).backward()
+            eng.step()
+            sched.step()
+
+    def build():
+        net = Scaled()
+        eng = Engine(net, "sgd", lr=0.05, momentum=0.9, kl="mc", seed=3, compile=False, fused=fused)
+        return net, eng, torch.optim.lr_scheduler.StepLR(eng, 2, 0.5)
+
+    net, eng, sched = build()
+    run(net, eng, sched, 3)
+    buf = io.BytesIO()
+    torch.save({"m": net.state_dict(), "o": eng.state_dict(), "s": sched.state_dict()}, buf)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    run(net, eng, sched, 3)
+    net2, eng2, sched2 = build()
+    net2.load_state_dict(saved["m"])
+    eng2.load_state_dict(saved["o"])
+    sched2.load_state_dict(saved["s"])
+    run(net2, eng2, sched2, 3)
+    assert all(any(g is h for h in eng2.param_groups) for g in eng2._inner.param_groups)
+    assert [g["lr"] for g in eng2._inner.param_groups] == [g["lr"] for g in eng._inner.param_groups]
+    if fused:  # (the plain path draws from torch's generator, which this test does not restore)
+        for p, q in zip(net.parameters(), net2.parameters()):
+            assert torch.equal(p, q)
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("fused", [True, False])
+def test_one_cycle_lr_cycles_an_sgd_engines_momentum(fused):
+    """OneCycleLR reads the optimiser's defaults: an SGD engine's hold momentum (not Adam's betas,
+    which it cycled before, unread, or on the plain path a KeyError)."""
+    net = BayesLinear(3, 2)
+    eng = Engine(net, "sgd", lr=0.01, momentum=0.9, kl="mc", compile=False, fused=fused)
+    sched = torch.optim.lr_scheduler.OneCycleLR(eng, max_lr=0.01, total_steps=10)
+    seen = []
+    for _ in range(6):
+        _one_step(net, eng)
+        sched.step()
+        seen.append(eng.param_groups[0]["momentum"])
+    assert "betas" not in eng.param_groups[0] and len(set(seen)) == len(seen)
+
+
+@pytest.mark.release_independent
+def test_a_params_group_with_options_of_its_own_for_a_fused_weight_is_a_one_line_error():
+    net = BayesLinear(3, 2)
+    with pytest.raises(UserError, match=r"^bbb.Engine: a params= group with its own lr holds a fused") as excinfo:
+        Engine(net, "adam", lr=0.05, kl="mc", compile=False, params=[{"params": [net.weight_mu], "lr": 1.0}])
+    assert "\n" not in str(excinfo.value)
+    Engine(net, "adam", lr=0.05, kl="mc", compile=False, params=net.parameters())  # no options: trained fused
+    plain = Engine(net, "adam", lr=0.05, kl="mc", compile=False, fused=False,
+                   params=[{"params": [net.weight_mu], "lr": 1.0}])
+    assert any(g["lr"] == 1.0 and any(p is net.weight_mu for p in g["params"]) for g in plain.param_groups)

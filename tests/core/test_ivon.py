@@ -655,3 +655,48 @@ def test_a_draw_of_its_own_is_the_next_counter_based_draw():
     a, b = opt.normal((4, 5, 3), like), opt.normal((2,), like)
     assert torch.equal(a, bbb.random.normal(60, 11, 0).view(4, 5, 3)) and torch.equal(b, bbb.random.normal(2, 11, 1))
     assert opt.counter == 2
+
+
+@pytest.mark.release_independent
+def test_ess_or_weight_decay_edited_in_param_groups_sets_the_next_steps_sigma():
+    x, y = _data()
+    net = _mlp()
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    _train(net, opt, 2, x, y)
+    opt.param_groups[0].update(ess=6400.0, weight_decay=1e-2)  # as a scheduler of ess would
+    with opt.sampling():
+        loss = F.cross_entropy(net(x), y)
+    f = opt._flats[0]
+    want = torch.rsqrt(6400.0 * (f.hess + 1e-2))  # sigma = 1 / sqrt(ess (h + weight_decay)), the new values
+    torch.testing.assert_close(f.w, f.mu + want * f.eps)  # the sample this step's update reads
+    layer = next(bbb.nn.model.bayes_modules(net))
+    torch.testing.assert_close(F.softplus(layer.weight_rho).detach().reshape(-1),
+                               want[: layer.weight_rho.numel()])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize("name,value", [("ess", 0.0), ("weight_decay", -1.0), ("beta2", 1.0), ("lr", -0.1)])
+def test_a_hyperparameter_edited_out_of_range_is_a_one_line_error_not_nans(name, value):
+    x, y = _data()
+    net = _mlp()
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    _train(net, opt, 1, x, y)
+    opt.param_groups[0][name] = value
+    with pytest.raises(UserError, match=rf"^IVON: param_groups\[0\]'s {name} must be"):
+        _train(net, opt, 1, x, y)
+
+
+@pytest.mark.release_independent
+def test_a_scheduler_may_set_lr_to_zero_m_stays_h_moves():
+    x, y = _data()
+    net = _mlp()
+    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.0)
+    mus = [p.detach().clone() for p in opt.param_groups[0]["params"]]
+    hess = [opt.state[p]["hess"].clone() for p in opt.param_groups[0]["params"]]
+    _train(net, opt, 1, x, y)
+    assert all(torch.equal(a, p) for a, p in zip(mus, opt.param_groups[0]["params"]))
+    assert not all(torch.equal(h, opt.state[p]["hess"]) for h, p in zip(hess, opt.param_groups[0]["params"]))

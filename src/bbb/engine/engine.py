@@ -73,6 +73,8 @@ from .state import ENGINE_FORMAT, engine_state, load_engine_state
 from .support import (
     ADAM_BETAS,
     ADAM_EPS,
+    check_fused_groups,
+    check_kernel_options,
     check_member_lr_scale,
     check_optimizer_options,
     clip_grad_norm,
@@ -140,7 +142,8 @@ class Engine(torch.optim.Optimizer):
             the CPU when the model has at least :data:`COMPILE_MIN_NUMEL` Bayesian weights.
         params: more parameters the loss depends on (tensors, or parameter groups as dicts with
             options of their own, e.g. ``lr``), trained by the inner ``torch.optim`` optimiser; a
-            model's own unfused parameter given here steps in its group (with its options).
+            model's own unfused parameter given here steps in its group (with its options); a fused
+            mu or rho in a group with options of its own is a one-line :class:`UserError`.
         fused: ``None`` fuses when the model allows it and otherwise takes the plain path with one
             ``UserWarning`` naming the reason; ``True`` makes that a one-line :class:`UserError`;
             ``False`` takes the plain path, silently.
@@ -217,12 +220,16 @@ class Engine(torch.optim.Optimizer):
         # a frozen tensor (requires_grad=False) is never updated: not fused (above), not in torch's optimiser
         others = [p for p in model.parameters() if id(p) not in fused_params | claimed
                   and p.requires_grad]
+        check_fused_groups(extra, fused_params)
         extra = new_params(extra, fused_params | {id(p) for p in others})
         if layout is None and not others and not extra:
             raise UserError(f"bbb.Engine: {type(model).__name__} has no parameter to train (every one has "
                             "requires_grad=False)")
-        defaults = {"lr": float(lr), "betas": tuple(betas), "eps": float(eps), "momentum": float(momentum),
-                    "nesterov": bool(nesterov), "rho_lr_scale": float(rho_lr_scale)}
+        # the optimiser's own options only (a scheduler reads which there are: OneCycleLR cycles
+        # betas[0] of an Adam engine, momentum of an SGD one)
+        own = ({"betas": tuple(betas), "eps": float(eps)} if self.kind is OptimizerKind.ADAM
+               else {"momentum": float(momentum), "nesterov": bool(nesterov)})
+        defaults = {"lr": float(lr), **own, "rho_lr_scale": float(rho_lr_scale)}
         self._inner: torch.optim.Optimizer | None = None
         if others or extra:
             # what is not fused steps with torch's optimiser; the rho of Bayesian layers that are
@@ -301,7 +308,7 @@ class Engine(torch.optim.Optimizer):
         self._sr = torch.zeros(n, device=dev, dtype=dt)
         self._kl_mask = layout.kl_mask(dev, dt)  # None: every weight counts in the KL
         self._dlp = None if self._closed else torch.zeros((2 if kl_extra else k, n), device=dev, dtype=dt)
-        nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0]["momentum"] > 0 else 0)
+        nstate = {OptimizerKind.ADAM: 4}.get(self.kind, 2 if self.param_groups[0].get("momentum", 0.0) > 0 else 0)
         self._state = tuple(torch.zeros(n, device=dev, dtype=dt) for _ in range(nstate))
         self._sampler.bind(layout, self._prior, self._w, self._g, (self._eps(0), self._eps(1)))
         # the kernels' hp (hyperparameters, then the noise's keys: float64) and, where they are formed
@@ -313,7 +320,8 @@ class Engine(torch.optim.Optimizer):
         self._hp_key: tuple[Any, ...] | None = None  # the hyperparameters in hp (device form)
         self.kernels = KernelSet(prior=self._prior if member_prior is None else member_prior.family,
                                  closed=self._closed, optimizer=self.kind.value,
-                                 nesterov=bool(self.param_groups[0]["nesterov"]), kl_extra=kl_extra, split=self._split,
+                                 nesterov=bool(self.param_groups[0].get("nesterov")), kl_extra=kl_extra,
+                                 split=self._split,
                                  compile=compile_default(compile, dev, n, COMPILE_MIN_NUMEL), advance=self._on_device,
                                  members=members_of, prior_columns=0 if member_prior is None else cols[0].shape[1],
                                  lr_column=self.member_lr_scale is not None)
@@ -342,7 +350,7 @@ class Engine(torch.optim.Optimizer):
     def _hyper_key(self) -> tuple[Any, ...]:
         """The hyperparameters in ``hp`` that do not change from step to step."""
         grp = self.param_groups[0]
-        return grp["lr"], grp["betas"], grp["eps"], grp["momentum"], grp["rho_lr_scale"]
+        return grp["lr"], grp.get("betas"), grp.get("eps"), grp.get("momentum", 0.0), grp["rho_lr_scale"]
 
     def _hyper_values(self) -> tuple[float, ...]:
         """The kernels' ``hp`` as numbers: the hyperparameters of this step, then the keys of the noise drawn."""
@@ -354,7 +362,8 @@ class Engine(torch.optim.Optimizer):
             adam = (b1, b2, grp["eps"], lr / (1.0 - b1**t) if t else 0.0, (1.0 - b2**t) ** 0.5)
         else:
             adam = (0.0, 0.0, 0.0, 0.0, 0.0)
-        return (lr, *adam, float(grp["momentum"]), float(grp["rho_lr_scale"]), *counter_keys(self.seed, self.counter))
+        return (lr, *adam, float(grp.get("momentum", 0.0)), float(grp["rho_lr_scale"]),
+                *counter_keys(self.seed, self.counter))
 
     def _write_hyper(self) -> None:
         """Bring ``hp`` (and ``ctr``) to this step from the host, in place.
@@ -545,6 +554,9 @@ class Engine(torch.optim.Optimizer):
         self._averaged = False
         sampler = self._sampler
         if self.fused and (sampler.drawn or self._idle_step()):
+            check_kernel_options(self.kind is OptimizerKind.ADAM, self.param_groups[0],
+                                 bool(self.kernels.step_static["nesterov"]),
+                                 bool(self._state))
             if self._hp_np is None and self._hyper_key() != self._hp_key:  # a scheduler changed lr, say
                 self._write_hyper()  # hp of the last step with the new values: the kernel advances it
             self._step_count += 1

@@ -55,7 +55,15 @@ def load_engine_state(engine: Any, state: dict[str, Any]) -> None:
             for t, s in zip(engine._state, state["state"]):
                 t.copy_(s)
     if engine._inner is not None and state["inner"] is not None:
-        engine._inner.load_state_dict(state["inner"])
+        # torch's load_state_dict puts new group dicts in a new list; the engine's param_groups (and a
+        # scheduler through them) hold the old ones: those take the loaded values and stay the inner's
+        inner = engine._inner
+        kept, dicts = inner.param_groups, list(inner.param_groups)
+        inner.load_state_dict(state["inner"])
+        for old, new in zip(dicts, inner.param_groups):
+            old.update(new)
+        kept[:] = dicts
+        inner.param_groups = kept
     engine.counter = int(state["counter"])
     engine._step_count = int(state["step"])
     if engine.fused:

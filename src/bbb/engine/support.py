@@ -148,12 +148,49 @@ def check_optimizer_options(adam: bool, betas: tuple[float, float], eps: float, 
         raise UserError("nesterov=True needs a momentum > 0, as torch.optim.SGD's")
 
 
+#: torch.optim options the fused kernel does not have (a group that sets one is refused, not ignored)
+_ABSENT = ("weight_decay", "amsgrad", "maximize", "dampening", "decoupled_weight_decay")
+
+
+def check_kernel_options(adam: bool, group: dict[str, Any], nesterov: bool, momentum: bool) -> None:
+    """A one-line error at the fused step for an option of ``param_groups[0]`` changed since the
+    kernel was built (by hand or by a scheduler) that the kernel cannot follow: ``nesterov``
+    (``nesterov`` as built), a momentum where SGD was built without one (no buffer: ``momentum`` as
+    built), the other optimiser's options, a ``torch.optim`` option it does not have
+    (``weight_decay``: the prior is the engine's regulariser)."""
+    absent = [k for k in _ABSENT if group.get(k)]
+    if adam and (group.get("momentum") or group.get("nesterov")):
+        what: str | None = "momentum and nesterov are SGD's, which Adam ignores"
+    elif not adam and (tuple(group.get("betas", ADAM_BETAS)) != ADAM_BETAS or group.get("eps", ADAM_EPS) != ADAM_EPS):
+        what = "betas and eps are Adam's, which SGD ignores"
+    elif bool(group.get("nesterov")) != nesterov:
+        what = f"nesterov is fixed when the engine is built (as {nesterov})"
+    elif not adam and group.get("momentum") and not momentum:
+        what = "a momentum needs an engine built with momentum > 0"
+    else:
+        what = f"the fused kernel has no {absent[0]}" if absent else None
+    if what is not None:
+        raise UserError(f"bbb.Engine.step: param_groups[0] was changed after the engine was built, and {what}: "
+                        "build the Engine with the options it should use")
+
+
 def torch_optimizer(adam: bool, groups: list[dict[str, Any]], defaults: dict[str, Any]) -> torch.optim.Optimizer:
     """The engine's inner optimiser (what it does not fuse): ``torch.optim.Adam`` or ``SGD`` with the
     engine's options (``defaults``) for the groups that set none of their own."""
     if adam:
         return torch.optim.Adam(groups, lr=defaults["lr"], betas=defaults["betas"], eps=defaults["eps"])
     return torch.optim.SGD(groups, lr=defaults["lr"], momentum=defaults["momentum"], nesterov=defaults["nesterov"])
+
+
+def check_fused_groups(groups: list[dict[str, Any]], fused: set[int]) -> None:
+    """A one-line error for a ``params=`` group with options of its own (``lr``, say) that holds a
+    fused mu or rho, which steps in the kernel at the engine's options (the group's would be ignored)."""
+    for g in groups:
+        own = sorted(k for k in g if k != "params")
+        if own and any(id(p) in fused for p in g["params"]):
+            raise UserError(f"bbb.Engine: a params= group with its own {', '.join(own)} holds a fused Bayesian mu or "
+                            "rho, which steps at the engine's options: leave it out (rho_lr_scale= sets rho's "
+                            "learning rate), or fused=False to train it in that group")
 
 
 def new_params(groups: list[dict[str, Any]], seen: set[int]) -> list[dict[str, Any]]:

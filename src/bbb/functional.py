@@ -31,6 +31,7 @@ from .errors import UserError
 
 __all__ = [
     "LRT_EPS",
+    "standard_normal",
     "expand_samples",
     "linear",
     "linear_local",
@@ -73,9 +74,19 @@ def _is_shared(x: Tensor, k_dim_rank: int) -> bool:
     return x.dim() == k_dim_rank and x.shape[0] > 1 and x.stride(0) == 0
 
 
+def standard_normal(shape: Sequence[int], *, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """N(0, 1) entries of ``shape`` with the dtype and device of ``like`` (``generator``: None, torch's own).
+    ``generator=None`` spelt out selects another overload of torch's random factories, which
+    torch.compile cannot trace once a size is dynamic (a new batch size, a new k): it is omitted."""
+    if generator is None:
+        return torch.randn(tuple(shape), device=like.device, dtype=like.dtype)
+    return torch.randn(tuple(shape), generator=generator, device=like.device, dtype=like.dtype)
+
+
 def random_signs(shape: tuple[int, ...], *, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Independent +-1 entries with the dtype and device of ``like``."""
-    bits = torch.randint(0, 2, shape, generator=generator, device=like.device, dtype=like.dtype)
+    """Independent +-1 entries with the dtype and device of ``like`` (``generator``: as in :func:`standard_normal`)."""
+    bits = (torch.randint(0, 2, shape, device=like.device, dtype=like.dtype) if generator is None else
+            torch.randint(0, 2, shape, generator=generator, device=like.device, dtype=like.dtype))
     return bits.mul_(2).sub_(1)
 
 
@@ -139,7 +150,7 @@ def _normal_sample(mean: Tensor, var: Tensor, noise: Tensor | None, num_samples:
     std = torch.sqrt(var + LRT_EPS)
     if noise is None:
         shape = mean.shape if num_samples is None else (num_samples, *mean.shape)
-        noise = torch.randn(shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        noise = standard_normal(shape, like=mean, generator=generator)
     return torch.addcmul(mean, std, noise)
 
 

@@ -343,7 +343,7 @@ class BayesMultiheadAttention(BayesModule):
         if self.estimator is Estimator.LOCAL:
             mu = self._masked(name, self.mu(name)).reshape(1, 1, e)
             sigma = self._masked_sigma(name).reshape(1, 1, e)
-            eps = torch.randn((n, 1, e), generator=self._generator(), device=mu.device, dtype=mu.dtype)
+            eps = BF.standard_normal((n, 1, e), like=mu, generator=self._generator())
             return torch.addcmul(mu, sigma, eps)
         w = self._masked(name, self._draw(name, k)[2])
         if k is None:

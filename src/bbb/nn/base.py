@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .. import functional as BF
 from ..distributions import (
     DEFAULT_PI,
     DEFAULT_SIGMA1,
@@ -401,8 +402,7 @@ class BayesModule(nn.Module):
         if hit is None:
             mu, rho = self.mu(name), self.rho(name)
             shape = tuple(mu.shape) if k is None else (k, *mu.shape)
-            eps = torch.randn(shape, generator=None if rec is None else rec.generator,
-                              device=mu.device, dtype=mu.dtype)
+            eps = BF.standard_normal(shape, like=mu, generator=None if rec is None else rec.generator)
             hit = (mu, eps, torch.addcmul(mu, softplus(rho), eps))
         if rec is not None:
             rec.record(self, name, hit[1], hit[2])

@@ -144,7 +144,7 @@ class BayesEmbedding(BayesModule):
             table, sigma_table = table.repeat(k, 1), sigma_table.repeat(k, 1)
         mu = F.embedding(idx, table, scale_grad_by_freq=self.scale_grad_by_freq)
         sigma = F.embedding(idx, sigma_table, scale_grad_by_freq=self.scale_grad_by_freq)
-        eps = torch.randn(mu.shape, generator=self._generator(), device=mu.device, dtype=mu.dtype)
+        eps = BF.standard_normal(mu.shape, like=mu, generator=self._generator())
         return torch.addcmul(mu, sigma, eps)
 
     def _stacked(self, idx: Tensor, sample: Tensor, k: int) -> tuple[Tensor, Tensor]:

@@ -269,7 +269,7 @@ class PopulationBayesLinear(BayesModule):
         provider = PROVIDER.get()
         noise = None if provider is None else provider.preactivation_noise(self, tuple(mean.shape))
         if noise is None:
-            noise = torch.randn(mean.shape, generator=self._generator(), device=mean.device, dtype=mean.dtype)
+            noise = BF.standard_normal(mean.shape, like=mean, generator=self._generator())
         y = torch.addcmul(mean, torch.sqrt(var + BF.LRT_EPS), noise)
         if k is None:
             return y

@@ -99,13 +99,18 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+def _run_script(script: str, cwd: Path, timeout: int) -> dict:
+    """The JSON a script prints last, run in a fresh interpreter on this checkout's bbb."""
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
+                       cwd=cwd, env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_compiled_training_of_a_converted_cnn_and_transformer_equals_eager(tmp_path):
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=900,
-                       cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res = _run_script(SCRIPT, tmp_path, 900)
     res.pop("prior")
     assert {n: r.pop("backend") for n, r in res.items()} == {"lenet": "inductor", "transformer": "aot_eager"}
     for name, got in res.items():
@@ -142,9 +147,5 @@ NEW_SIZES = textwrap.dedent('''
 def test_a_compiled_model_takes_new_batch_sizes_and_k_as_eager(tmp_path):
     # torch.randn(..., generator=None) could not be traced once Dynamo made a size dynamic: a
     # compiled model failed at its third batch size (local, flipout) or its second k (predict)
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-c", NEW_SIZES], capture_output=True, text=True, timeout=600,
-                       cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res = _run_script(NEW_SIZES, tmp_path, 600)
     assert res == {"reparam": 0.0, "local": 0.0, "flipout": 0.0}

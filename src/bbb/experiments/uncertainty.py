@@ -207,8 +207,8 @@ def ranking_titles(samples: int) -> tuple[str, str]:
     return disputed, errors
 
 
-#: the most digits a grid of :func:`plot_uncertain` draws (one axes each: 400 took 80 s and a
-#: 4 MB PNG, 20,000 would take hours); uncertain.json lists every one of ``--n``
+#: the most digits a grid of :func:`plot_uncertain` draws (one axes each, whose time and PNG size
+#: grow with their number); uncertain.json lists every one of ``--n``
 PLOT_MAX = 128
 
 

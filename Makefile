@@ -67,9 +67,9 @@ TEST_WORKERS ?= 2
 PYTEST_WORKERS = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 
 # Everything (pyproject's testpaths): tests/ (core/, runs/, applications/, cuda/: skipped without
-# a GPU) and bench/tests/. CI runs this (.ci/run).
+# a GPU) and bench/tests/. CI runs this (.ci/run); the slowest 25 tests' times close its log.
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_WORKERS)
+	$(PY) -m pytest -q $(PYTEST_WORKERS) --durations=25
 
 # The development lane: the tests of the library's two lower layers, tests/core and tests/runs,
 # except those marked slow (real data, long training, torch.compile, kill-and-resume), on the same

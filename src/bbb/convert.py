@@ -44,6 +44,7 @@ from .nn import layer_types as _layer_types
 from .nn.base import Estimator, RelativeSigma
 from .nn.hf_conv1d import BayesHFConv1D, transformers_conv1d
 from .nn.model import warn_generate_in_training, warn_own_loss
+from .nn.samples import check_model
 from .nn.tied import draw_once_per_forward, tie_converted, tie_groups
 from .options import choice
 
@@ -368,8 +369,7 @@ def bayesianize(
     all its uses; the ELBO draws each layer once per call however often the forward calls it (a
     cell called in a loop).
     """
-    if not isinstance(model, nn.Module):
-        raise UserError(f"bayesianize needs an nn.Module, got {type(model).__name__}")
+    check_model("bayesianize", model)
     if isinstance(model, torch.jit.ScriptModule):  # (its layers are compiled, none of a convertible type)
         raise UserError("bayesianize needs the eager model, not a TorchScript one (torch.jit.script / trace): convert "
                         "the nn.Module the script was made from")

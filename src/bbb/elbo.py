@@ -30,7 +30,7 @@ from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_lo
 from .errors import UserError, check_float, check_int
 from .hf import causal_lm
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
-from .nn.samples import PROVIDER, Inputs, call_model, check_output, select_output, split_targets
+from .nn.samples import PROVIDER, Inputs, call_model, check_model, check_output, select_output, split_targets
 from .options import StrOption
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -396,8 +396,7 @@ class ELBO(nn.Module):
             self.kl_mode = KLMode(kl)
         except ValueError:
             raise UserError(f"unknown KL mode {kl!r}; choose 'auto', 'closed', 'mc' or 'split'") from None
-        if not isinstance(model, nn.Module):
-            raise UserError(f"ELBO needs the network (an nn.Module) first, got {type(model).__name__}")
+        check_model("ELBO", model)
         self.__dict__["model"] = model  # referenced, not a submodule: not in state_dict / parameters()
         self.shift_labels = causal_lm(model) if shift_labels is None else bool(shift_labels)
         self.likelihood = likelihood_from_name(likelihood)

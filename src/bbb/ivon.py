@@ -88,7 +88,7 @@ from .ivon_buffers import FlatBuffers, ForwardNotes
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
-from .nn.samples import RECORDER, SHARED, SampleProvider, providing_samples
+from .nn.samples import RECORDER, SHARED, SampleProvider, check_model, providing_samples
 from .random import fill_normal_, key_tensor, normal_into_
 
 __all__ = ["IVON", "inverse_softplus"]
@@ -181,6 +181,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                  compile: bool | None = None) -> None:
         _check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
                       "beta2": beta2, "clip_radius": clip_radius}, "")
+        check_model("bbb.IVON", model)
         self.model = model
         self.pairs: list[tuple[BayesModule, str]] = []
         for m in bayes_modules(model):

@@ -252,3 +252,25 @@ def test_importing_bbb_installs_no_warnings_filter():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def _net() -> torch.nn.Module:
+    return bbb.bayesianize(torch.nn.Sequential(torch.nn.Linear(3, 4)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: bbb.Engine(p, "adam", lr=1e-3),
+    lambda p: bbb.IVON(p, lr=0.1, ess=10),
+    lambda p: bbb.ELBO(p, num_batches=1),
+    lambda p: bbb.bayesianize(p),
+    lambda p: bbb.forward_samples(p, torch.randn(2, 3), 2),
+    lambda p: bbb.model_kl(p),
+], ids=["Engine", "IVON", "ELBO", "bayesianize", "forward_samples", "model_kl"])
+@pytest.mark.parametrize("params", [lambda net: net.parameters(), lambda net: list(net.parameters())],
+                         ids=["generator", "list"])
+def test_the_parameters_given_for_the_model_are_a_one_line_error(call, params):
+    # torch.optim's habit (the optimiser takes model.parameters()); bbb's entry points take the
+    # model: an AttributeError deep inside before
+    with pytest.raises(UserError, match=r"needs the network \(an nn.Module\), got (generator|list): give the "
+                                        r"model itself, not model.parameters\(\)"):
+        call(params(_net()))

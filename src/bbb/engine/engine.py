@@ -61,6 +61,7 @@ from ..distributions import KLMode, MemberPrior, check_kl_samples
 from ..elbo import ELBO
 from ..errors import UserError, check_float, check_int
 from ..nn import bayes_modules, providing_samples
+from ..nn.samples import check_model
 from ..options import StrOption
 from ..random import counter_keys
 from . import distributed as ddp_
@@ -174,6 +175,7 @@ class Engine(torch.optim.Optimizer):
         fused: bool | None = None,
         member_lr_scale: Any = None,
     ) -> None:
+        check_model("bbb.Engine", model)
         try:
             self.kind = OptimizerKind(optimizer)
         except ValueError:

@@ -17,7 +17,7 @@ from ..distributions import KLMode, Prior
 from ..errors import UserError, check_int
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
-from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, leading_samples
+from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, check_model, leading_samples
 
 __all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling", "warn_not_bayesian", "mark_deterministic"]
 
@@ -96,6 +96,7 @@ def bayes_modules(model: nn.Module, active: bool = False) -> Iterator[BayesModul
     """Every :class:`BayesModule` inside ``model`` (including itself). ``active=True`` leaves out those
     of an adapter that is not active (a peft model's ``set_adapter``: its forward does not use them):
     the layers of the model's posterior, whose KL counts (:func:`model_kl`, the Engine)."""
+    check_model("bbb", model)
     idle = inactive_adapter_modules(model) if active else set()
     for m in model.modules():
         if isinstance(m, BayesModule) and id(m) not in idle:
@@ -222,6 +223,7 @@ def model_kl(
 
     ``num_samples``: the weight samples a Monte Carlo KL averages over (None: those the forward
     pass drew, in ``recorder``; see :meth:`BayesModule.kl`)."""
+    check_model("model_kl", model)
     provider = PROVIDER.get()
     if provider is not None:
         total = provider.model_kl(model, KLMode(mode), num_samples)

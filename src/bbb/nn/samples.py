@@ -26,6 +26,7 @@ __all__ = [
     "shared_samples",
     "folded_samples",
     "forward_samples",
+    "check_model",
     "Inputs",
     "TARGET_KEYS",
     "call_model",
@@ -527,6 +528,17 @@ def select_output(y: Any, output: str | int | None = None) -> Tensor:
                     "was expected" + ("" if output is None else f" (output={output!r} selects a key or an index)"))
 
 
+def check_model(who: str, model: object) -> None:
+    """A one-line :class:`UserError` unless ``model`` is an ``nn.Module``: ``who`` (the Engine, IVON, the
+    ELBO, ...) takes the network itself, where ``torch.optim``'s optimisers take ``model.parameters()``."""
+    if isinstance(model, nn.Module):
+        return
+    hint = ""
+    if isinstance(model, (Iterator, list, tuple)):  # (model.parameters(), a list of tensors or groups)
+        hint = ": give the model itself, not model.parameters()"
+    raise UserError(f"{who} needs the network (an nn.Module), got {type(model).__name__}{hint}")
+
+
 def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_dim: int | None = None,
                     output: str | int | None = None) -> Tensor:
     """``model`` on ``inputs`` (B examples) with ``num_samples`` = k weight samples: output (k, B, ...).
@@ -554,6 +566,7 @@ def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_di
     ...     logits = forward_samples(net, x, 10)     # (10, B, classes), 10 different networks
     ...     logits = forward_samples(bert, {"input_ids": ids, "attention_mask": mask}, 10)
     """
+    check_model("forward_samples", model)
     k = check_int("num_samples", num_samples)
     if isinstance(inputs, Tensor) and inputs.dim() < 1:
         raise UserError(f"expected an input tensor (B, ...) with a batch dimension, got {inputs!r:.80}")

@@ -42,6 +42,7 @@ from ..uncertainty import gaussian_mixture_quantiles
 from .regression import (
     QUANTILES,
     RegressionConfig,
+    in_training_range,
     make_data,
     standard_net,
     true_function,
@@ -173,7 +174,7 @@ def run_alternatives(cfg: RegressionConfig, base: dict[str, Any], methods: tuple
     finally:
         torch.set_num_threads(threads)
     truth = true_function(grid)
-    inside = (grid >= cfg.x_low) & (grid <= cfg.x_high)
+    inside = in_training_range(cfg, grid)
     far = int(torch.argmax(grid))
     summary: dict[str, Any] = {"far_end_x": float(grid[far]), "training_range": [cfg.x_low, cfg.x_high],
                                "ensemble_size": ENSEMBLE_SIZE, "dropout": DROPOUT, "methods": {}}

@@ -195,3 +195,13 @@ def test_learn_noise_with_heteroscedastic_is_refused(tmp_path, capsys):
                           "--epochs", "1", "--quiet")
     assert rc == 2 and err.count("\n") == 1, err
     assert "--learn-noise does not apply to --heteroscedastic" in err and not out.exists()
+
+
+def test_a_grid_outside_the_training_range_is_refused_before_training(tmp_path):
+    # every "in the data" number (RMSE, interquartile width, their ratio) would be NaN or inf
+    with pytest.raises(UserError, match="no point inside the training range"):
+        run_regression(RegressionConfig(out=str(tmp_path / "r"), grid_low=0.6, grid_high=1.2, quiet=True))
+    assert not (tmp_path / "r").exists()
+    res = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True,
+                                          grid_low=0.4, grid_high=1.2))  # overlapping: fine
+    assert math.isfinite(res["summary"]["bbb_iqr_mean_in_data"])

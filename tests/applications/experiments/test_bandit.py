@@ -458,6 +458,27 @@ def test_plot_regret_handles_zero_regret_and_draws_on_ax_or_returns_the_figure(t
     assert plot_regret(rows, tmp_path / "on_ax.png", ax=fig.axes[0]).stat().st_size > 0
 
 
+def test_the_plots_name_the_decision_samples_of_the_run(tmp_path, monkeypatch):
+    # --samples 1 used to be drawn as "BBB (Thompson, 2 samples)" in regret.png and eating.png
+    from bbb.experiments.bandit import running
+
+    legends: list[list[str]] = []
+
+    def keep(plot):
+        def drawn(rows, path=None, **kw):
+            fig = plot(rows, **kw)
+            legends.append([t.get_text() for t in fig.axes[0].get_legend().get_texts()])
+            return path
+        return drawn
+
+    monkeypatch.setattr(running, "plot_regret", keep(plot_regret))
+    monkeypatch.setattr(running, "plot_eating", keep(plot_eating))
+    ctx, edible = tiny_mushrooms()
+    run_bandit(tiny_bandit_config(out=str(tmp_path / "r"), steps=40, seeds=(0,), agents=("bbb", "greedy"),
+                                  decision_samples=1), contexts=ctx, edible=edible)
+    assert [legend[:2] for legend in legends] == [["BBB (Thompson, 1 sample)", "greedy"]] * 2
+
+
 def test_quiet_prints_the_results_only(tmp_path, capsys):
     ctx, edible = tiny_mushrooms()
     for quiet in (True, False):

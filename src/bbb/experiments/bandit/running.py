@@ -376,9 +376,10 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     atomic_write_json(out / "summary.json", {"late_window": LATE_WINDOW, "agents": summary,
                                              "marks": marks or [], "seconds": round(seconds, 1)})
     files.append("summary.json")
-    if plot_regret(rows, out / "regret.png", agents=list(cfg.agents)) is not None:  # None: no matplotlib (warned)
+    samples = cfg.decision_samples  # (None from a plot: no matplotlib, warned)
+    if plot_regret(rows, out / "regret.png", agents=list(cfg.agents), samples=samples) is not None:
         files.append("regret.png")
-    if plot_eating(rows, out / "eating.png", agents=list(cfg.agents), oracle=oracle_eat) is not None:
+    if plot_eating(rows, out / "eating.png", agents=list(cfg.agents), oracle=oracle_eat, samples=samples) is not None:
         files.append("eating.png")
     return files
 

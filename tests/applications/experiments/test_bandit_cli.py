@@ -205,3 +205,16 @@ def test_an_out_holding_another_commands_files_is_refused(tmp_path):
     run_bandit(tiny_bandit_config(steps=10, out=str(own)), contexts=ctx, edible=edible)
     run_bandit(tiny_bandit_config(steps=10, out=str(own), resume=False), contexts=ctx, edible=edible)
     assert (own / "summary.csv").is_file()
+
+
+def test_the_help_describes_every_kl_weighting():
+    import argparse
+
+    from bbb.elbo import KLWeighting
+
+    parser = argparse.ArgumentParser()
+    B.add_arguments(parser)
+    (action,) = [a for a in parser._actions if "--kl-weighting" in a.option_strings]
+    assert action.choices == [k.value for k in KLWeighting]
+    for k in KLWeighting:  # "blob" was a choice that the help left out
+        assert f"{k.value} (" in (action.help or "")

@@ -218,3 +218,34 @@ def test_the_help_describes_every_kl_weighting():
     assert action.choices == [k.value for k in KLWeighting]
     for k in KLWeighting:  # "blob" was a choice that the help left out
         assert f"{k.value} (" in (action.help or "")
+
+
+def test_a_worker_killed_by_the_system_is_one_line_that_says_to_resume(tmp_path, monkeypatch):
+    # a worker process killed (kill -9, the system's out-of-memory killer) ended in concurrent.futures'
+    # BrokenProcessPool traceback
+    import concurrent.futures
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from bbb.errors import OutOfMemory
+
+    class DyingPool:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __enter__(self) -> DyingPool:
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def submit(self, *args, **kwargs) -> Future:
+            f: Future = Future()
+            f.set_exception(BrokenProcessPool("A process in the process pool was terminated abruptly"))
+            return f
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", DyingPool)
+    ctx, edible = tiny_mushrooms()
+    out = tmp_path / "r"
+    with pytest.raises(OutOfMemory, match=r"worker process died.*kept in .*checkpoint; run the same command again"):
+        run_bandit(tiny_bandit_config(out=str(out), workers=2), contexts=ctx, edible=edible)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ...devices import resolve_device
-from ...errors import TrainingInterrupted, UserError
+from ...errors import OutOfMemory, TrainingInterrupted, UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
 from ...runs.jobs import read_json
@@ -194,6 +194,7 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         else:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
+            from concurrent.futures.process import BrokenProcessPool
 
             ctx = mp.get_context("spawn")
             request = StopRequest(ctx.Event())
@@ -202,7 +203,14 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
                 _announce(cfg, dev, len(groups), progress)
                 futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
                         for i, g in enumerate(groups)]
-                results = [f.result() for f in futs]
+                try:
+                    results = [f.result() for f in futs]
+                except BrokenProcessPool:
+                    where = f"in {ckdir}" if ckdir is not None else "nowhere (no --out)"
+                    raise OutOfMemory(
+                        "a bandit worker process died (killed by the system, most often for memory); every "
+                        f"worker's last checkpoint (saved periodically and on stopping) is kept {where}; "
+                        "run the same command again to resume") from None
         if any(r["stopped"] for r in results):
             raise TrainingInterrupted(_stopped_message(cfg, request, results), out or Path("."),
                                       min(r["step"] for r in results))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from ...cli.common import (
     add_data_dir,
@@ -179,9 +178,14 @@ def main(args: argparse.Namespace) -> int:
             raise UserError("--merge writes the merged run to --out: give it")
         parser = argparse.ArgumentParser()
         add_arguments(parser)  # the command line's own defaults: an option given with --merge would be ignored
-        plain = config_from_args(parser.parse_args(["--out", cfg.out]))
-        changed = [f.name for f in dataclasses.fields(cfg) if f.name not in ("data_dir", "quiet", "loggers")
-                   and getattr(cfg, f.name) != getattr(plain, f.name)]
+        plain = parser.parse_args(["--out", cfg.out])
+        kept = {"--out", "--merge", "--data-dir", "--quiet", "--log", "-h"}  # (what a merge reads or prints)
+        flags: dict[str, str] = {}  # each setting by its first flag (a deprecated alias comes after it)
+        for a in parser._actions:
+            if not kept & set(a.option_strings):
+                flags.setdefault(a.dest, a.option_strings[-1])
+        changed = [flag for dest, flag in flags.items()
+                   if getattr(args, dest, getattr(plain, dest)) != getattr(plain, dest)]
         if changed:
             raise UserError(f"--merge takes the settings from the runs it merges; drop {', '.join(changed)}")
         merge_runs(args.merge, cfg.out, cfg.data_dir, loggers=cfg.loggers)

@@ -493,3 +493,13 @@ def test_quiet_prints_the_results_only(tmp_path, capsys):
         assert (progress == []) == quiet, lines
 
 
+
+
+def test_the_early_eat_rate_is_over_its_window_whatever_log_every():
+    # with --log-every 300 eat_rate_first_1000 was the share eaten over the first 1,200 steps
+    ctx, edible = tiny_mushrooms()
+    res = run_bandit(tiny_bandit_config(steps=1100, seeds=(0,), agents=("greedy",), updates_per_step=1,
+                                        log_every=300), contexts=ctx, edible=edible)
+    rows = {r["step"]: r for r in res["regret_rows"]}
+    assert sorted(rows) == [300, 600, 900, 1000, 1100]
+    assert res["summary"][0]["eat_rate_first_1000"] == rows[1000]["cumulative_eaten"] / 1000

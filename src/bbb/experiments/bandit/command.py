@@ -22,7 +22,7 @@ from ...engine.engine import OptimizerKind
 from ...errors import UserError
 from ...nn.base import Estimator
 from ...options import PriorKind, values
-from .config import BanditConfig, BanditLikelihood, KLData
+from .config import EARLY_WINDOW, BanditConfig, BanditLikelihood, KLData
 from .running import merge_runs, run_bandit
 
 EXAMPLE = (
@@ -136,7 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per network (Riquelme et al.'s bootstrap; 1: every network sees every interaction, "
                              f"a deep ensemble's recipe; default: {d.ensemble_keep:g})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
-                        help=f"write regret.csv rows every N steps (default: {d.log_every})")
+                        help=f"write regret.csv rows every N steps, and at step {EARLY_WINDOW}, where the summary's "
+                             f"early eat rate ends (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
                         help="processes to split the population over (default: 1; 2 uses both cores of a 2-core CPU)")
     add_threads(parser, d.threads, shared_help("--threads", " per worker (default: 1)"))

@@ -23,6 +23,7 @@ from ...nn import BayesPopulation, OneHot, mark_deterministic, one_hot_is_dense
 from ...nn.base import Estimator
 from .config import (
     CHECKPOINT_FORMAT,
+    EARLY_WINDOW,
     EAT,
     INIT_SEED,
     IVON_BETA1,
@@ -449,7 +450,8 @@ class Population:
                 return False
             self._act_and_learn(self.step)
             self.step += 1
-            if self.step % cfg.log_every == 0 or self.step == steps:
+            # (and at the early window's end, whose eat rate the summary reads from these rows)
+            if self.step % cfg.log_every == 0 or self.step in (steps, EARLY_WINDOW):
                 self._log()
             now = time.perf_counter()
             self.seconds = seg_start + (now - t0)

@@ -270,8 +270,9 @@ def _late_rate(steps: list[int], expected: Tensor) -> float:
 
 
 def _early_eat_rate(steps: list[int], eaten: Tensor) -> float:
-    """Fraction eaten over the first EARLY_WINDOW steps: at the first logged step from there on
-    (the whole run if it is shorter)."""
+    """Fraction eaten over the first EARLY_WINDOW steps (a run logs that step whatever its
+    ``log_every``; an older run's rows: at the first logged step from there on; the whole run if
+    it is shorter)."""
     end = min(EARLY_WINDOW, steps[-1])
     i = next(i for i, st in enumerate(steps) if st >= end)
     return float(eaten[i]) / max(steps[i], 1)

@@ -466,9 +466,10 @@ def _write_outputs(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> lis
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     grid, truth = res["grid"], res["true_f"]
+    inside = in_training_range(cfg, grid)  # (the points of summary.json's in-data numbers)
     for i in range(grid.shape[0]):
         xv = float(grid[i])
-        row = [f"{xv:.6g}", f"{float(truth[i]):.6g}", int(cfg.x_low <= xv <= cfg.x_high)]
+        row = [f"{xv:.6g}", f"{float(truth[i]):.6g}", int(inside[i])]
         for m in ("bbb", "standard"):
             row += [f"{float(res[m][c][i]):.6g}" for c in _MODEL_COLUMNS]
         w.writerow(row)

@@ -211,9 +211,10 @@ def _write(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> None:
     names = list(res["bands"])
     w.writerow(["x", "true_f", "in_training_range"] + [f"{m}_{c}" for m in names for c in COLUMNS])
     grid = res["grid"]
+    inside = in_training_range(cfg, grid)  # (the points of the in-data numbers of alternatives.json)
     for i in range(grid.shape[0]):
         xv = float(grid[i])
-        w.writerow([f"{xv:.6g}", f"{float(res['true_f'][i]):.6g}", int(cfg.x_low <= xv <= cfg.x_high)]
+        w.writerow([f"{xv:.6g}", f"{float(res['true_f'][i]):.6g}", int(inside[i])]
                    + [f"{float(res['bands'][m][c][i]):.6g}" for m in names for c in COLUMNS])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "alternatives.csv", buf.getvalue())

@@ -116,6 +116,16 @@ def test_agent_names():
     assert not parse_agent("greedy").bayesian
 
 
+def test_one_epsilon_is_one_agent_whatever_its_spelling():
+    # egreedy_.05 ran beside egreedy_0.05 as a second agent, under its own name in the outputs and
+    # out of merges with runs that spelled it egreedy_0.05
+    assert [parse_agent(a).name for a in ("egreedy_.05", "egreedy_0.050", "EGREEDY_5e-2", "egreedy_0.05")] == [
+        "egreedy_0.05"] * 4
+    assert parse_agent("egreedy_0.123456789").name == "egreedy_0.123456789"
+    with pytest.raises(UserError, match="agents must be distinct"):
+        tiny_bandit_config(agents=("egreedy_0.05", "egreedy_.05")).validate()
+
+
 @pytest.mark.parametrize("kw", [dict(steps=0), dict(seeds=(0, 0)), dict(seeds=()), dict(lr=-1.0),
                                 dict(batch_size=0), dict(buffer=0), dict(hidden=()), dict(agents=("bbb", "bbb")),
                                 dict(noise_sigma=0.0), dict(seeds=(-1,)), dict(device="tpu"),

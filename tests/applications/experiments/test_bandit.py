@@ -503,3 +503,15 @@ def test_the_early_eat_rate_is_over_its_window_whatever_log_every():
     rows = {r["step"]: r for r in res["regret_rows"]}
     assert sorted(rows) == [300, 600, 900, 1000, 1100]
     assert res["summary"][0]["eat_rate_first_1000"] == rows[1000]["cumulative_eaten"] / 1000
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "local"])
+def test_a_run_in_this_process_leaves_the_global_rng_as_it_was(estimator):
+    # the network's initialisation drew from it, and the local estimator seeded it
+    ctx, edible = tiny_mushrooms()
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    run_bandit(tiny_bandit_config(steps=20, seeds=(0,), agents=("bbb",), estimator=estimator),
+               contexts=ctx, edible=edible)
+    assert torch.equal(torch.rand(3), before)

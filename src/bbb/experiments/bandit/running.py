@@ -188,7 +188,9 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
         if len(groups) == 1:
             request = StopRequest()
-            with stopping_on_signals(request):
+            # in this process: the caller's global random streams (which the local estimator seeds and
+            # draws from, and module initialisation draws from) come back as they were
+            with stopping_on_signals(request), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
                 _announce(cfg, dev, len(groups), progress)
                 results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress, request=request)]
         else:

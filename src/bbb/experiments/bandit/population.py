@@ -510,6 +510,8 @@ class Population:
             "log_eaten": self.log_eaten,
             "gen": self.gen.get_state(),
             "torch_rng": torch.get_rng_state() if self.local else None,
+            # (on a GPU the local estimator's pre-activation noise comes from the device's stream)
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.local and self.device.type == "cuda" else None,
         }
 
     def save(self, path: Path) -> None:
@@ -565,6 +567,8 @@ class Population:
         self.gen.set_state(st["gen"])
         if self.local:
             torch.set_rng_state(st["torch_rng"])
+            if self.device.type == "cuda" and st.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(st["cuda_rng"], self.device)
         return True
 
     def results(self) -> dict[str, Any]:

@@ -33,6 +33,25 @@ def test_a_stopped_population_on_cuda_saves_and_resumes_exactly(tmp_path):
     assert resumed.results()["log_regret"].device.type == "cpu"
 
 
+def test_a_stopped_local_estimator_population_on_cuda_resumes_exactly(tmp_path):
+    # its pre-activation noise is the device's global stream, which the checkpoint did not hold: a
+    # resumed run started that stream again from its seed
+    ctx, edible = tiny_mushrooms()
+    cfg = tiny_bandit_config(steps=60, agents=("bbb",), seeds=(0,), estimator="local")
+    members = [("bbb", 0)]
+    ck = tmp_path / "w.pt"
+    calls = iter(range(100))
+    pop = Population(cfg, members, ctx, edible, device="cuda")
+    assert pop.run(60, ck, stop=lambda: next(calls) >= 25) is False
+    resumed = Population(cfg, members, ctx, edible, device="cuda")
+    assert resumed.load(ck) and resumed.step == 25
+    assert resumed.run(60, ck) is True
+    whole = Population(cfg, members, ctx, edible, device="cuda")
+    whole.run(60)
+    for a, b in zip(resumed.net.parameters(), whole.net.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_a_bandit_interaction_does_not_synchronise():
     """The decision (counter noise whose keys the step reads from a device table), the
     environment's bookkeeping and the updates (the engine and torch's fused optimiser)."""

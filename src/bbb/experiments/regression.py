@@ -64,6 +64,8 @@ __all__ = [
     "RegressionConfig",
     "true_function",
     "make_data",
+    "prediction_grid",
+    "in_training_range",
     "run_regression",
     "standard_net",
     "QUANTILES",
@@ -139,6 +141,10 @@ class RegressionConfig:
             raise UserError(f"the training range needs low < high, got [{self.x_low}, {self.x_high}]")
         if not self.grid_low < self.grid_high:
             raise UserError(f"the prediction grid needs low < high, got [{self.grid_low}, {self.grid_high}]")
+        if not bool(in_training_range(self, prediction_grid(self)).any()):  # else every in-data number is NaN
+            raise UserError(f"the prediction grid [{self.grid_low:g}, {self.grid_high:g}] has no point inside the "
+                            f"training range [{self.x_low:g}, {self.x_high:g}]: give a --grid that overlaps "
+                            "--x-range")
         self.activation = choice("activation", self.activation, list(ACTIVATIONS))
         self.prior = PriorKind(choice("prior", self.prior, PriorKind))
         if not (0 < self.pi <= 1):
@@ -167,6 +173,16 @@ class RegressionConfig:
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
+
+
+def prediction_grid(cfg: RegressionConfig, device: torch.device | str = "cpu") -> Tensor:
+    """The inputs the curves are predicted at: ``n_grid`` points over [grid_low, grid_high]."""
+    return torch.linspace(cfg.grid_low, cfg.grid_high, cfg.n_grid, device=device)
+
+
+def in_training_range(cfg: RegressionConfig, grid: Tensor) -> Tensor:
+    """Which grid points lie inside the training range [x_low, x_high] (the in-data numbers' points)."""
+    return (grid >= cfg.x_low) & (grid <= cfg.x_high)
 
 
 def true_function(x: Tensor) -> Tensor:
@@ -350,7 +366,7 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
             data_gen = torch.Generator().manual_seed(cfg.seed)
             x, y = make_data(cfg.n_train, cfg.x_low, cfg.x_high, cfg.noise_std, data_gen)
             x, y = x.to(dev), y.to(dev)
-            grid = torch.linspace(cfg.grid_low, cfg.grid_high, cfg.n_grid, device=dev)
+            grid = prediction_grid(cfg, dev)
 
             tb = Path(cfg.out or ".") / "tb"
             if cfg.loggers:
@@ -374,7 +390,7 @@ def run_regression(config: RegressionConfig | None = None, **overrides: Any) -> 
     bbb = {k: v.cpu() for k, v in bbb.items()}
     std = {k: v.cpu() for k, v in std.items()}
     truth = true_function(grid)
-    inside = (grid >= cfg.x_low) & (grid <= cfg.x_high)
+    inside = in_training_range(cfg, grid)
     summary = _summary(cfg, grid, truth, inside, bbb, std)
     summary.update({
         "bbb_train": bbb_info, "standard_train": std_info,
@@ -450,9 +466,10 @@ def _write_outputs(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> lis
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     grid, truth = res["grid"], res["true_f"]
+    inside = in_training_range(cfg, grid)  # (the points of summary.json's in-data numbers)
     for i in range(grid.shape[0]):
         xv = float(grid[i])
-        row = [f"{xv:.6g}", f"{float(truth[i]):.6g}", int(cfg.x_low <= xv <= cfg.x_high)]
+        row = [f"{xv:.6g}", f"{float(truth[i]):.6g}", int(inside[i])]
         for m in ("bbb", "standard"):
             row += [f"{float(res[m][c][i]):.6g}" for c in _MODEL_COLUMNS]
         w.writerow(row)

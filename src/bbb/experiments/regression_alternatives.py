@@ -42,6 +42,7 @@ from ..uncertainty import gaussian_mixture_quantiles
 from .regression import (
     QUANTILES,
     RegressionConfig,
+    in_training_range,
     make_data,
     standard_net,
     true_function,
@@ -173,7 +174,7 @@ def run_alternatives(cfg: RegressionConfig, base: dict[str, Any], methods: tuple
     finally:
         torch.set_num_threads(threads)
     truth = true_function(grid)
-    inside = (grid >= cfg.x_low) & (grid <= cfg.x_high)
+    inside = in_training_range(cfg, grid)
     far = int(torch.argmax(grid))
     summary: dict[str, Any] = {"far_end_x": float(grid[far]), "training_range": [cfg.x_low, cfg.x_high],
                                "ensemble_size": ENSEMBLE_SIZE, "dropout": DROPOUT, "methods": {}}
@@ -210,9 +211,10 @@ def _write(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> None:
     names = list(res["bands"])
     w.writerow(["x", "true_f", "in_training_range"] + [f"{m}_{c}" for m in names for c in COLUMNS])
     grid = res["grid"]
+    inside = in_training_range(cfg, grid)  # (the points of the in-data numbers of alternatives.json)
     for i in range(grid.shape[0]):
         xv = float(grid[i])
-        w.writerow([f"{xv:.6g}", f"{float(res['true_f'][i]):.6g}", int(cfg.x_low <= xv <= cfg.x_high)]
+        w.writerow([f"{xv:.6g}", f"{float(res['true_f'][i]):.6g}", int(inside[i])]
                    + [f"{float(res['bands'][m][c][i]):.6g}" for m in names for c in COLUMNS])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "alternatives.csv", buf.getvalue())

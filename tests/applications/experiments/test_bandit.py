@@ -458,6 +458,27 @@ def test_plot_regret_handles_zero_regret_and_draws_on_ax_or_returns_the_figure(t
     assert plot_regret(rows, tmp_path / "on_ax.png", ax=fig.axes[0]).stat().st_size > 0
 
 
+def test_the_plots_name_the_decision_samples_of_the_run(tmp_path, monkeypatch):
+    # --samples 1 used to be drawn as "BBB (Thompson, 2 samples)" in regret.png and eating.png
+    from bbb.experiments.bandit import running
+
+    legends: list[list[str]] = []
+
+    def keep(plot):
+        def drawn(rows, path=None, **kw):
+            fig = plot(rows, **kw)
+            legends.append([t.get_text() for t in fig.axes[0].get_legend().get_texts()])
+            return path
+        return drawn
+
+    monkeypatch.setattr(running, "plot_regret", keep(plot_regret))
+    monkeypatch.setattr(running, "plot_eating", keep(plot_eating))
+    ctx, edible = tiny_mushrooms()
+    run_bandit(tiny_bandit_config(out=str(tmp_path / "r"), steps=40, seeds=(0,), agents=("bbb", "greedy"),
+                                  decision_samples=1), contexts=ctx, edible=edible)
+    assert [legend[:2] for legend in legends] == [["BBB (Thompson, 1 sample)", "greedy"]] * 2
+
+
 def test_quiet_prints_the_results_only(tmp_path, capsys):
     ctx, edible = tiny_mushrooms()
     for quiet in (True, False):
@@ -472,3 +493,25 @@ def test_quiet_prints_the_results_only(tmp_path, capsys):
         assert (progress == []) == quiet, lines
 
 
+
+
+def test_the_early_eat_rate_is_over_its_window_whatever_log_every():
+    # with --log-every 300 eat_rate_first_1000 was the share eaten over the first 1,200 steps
+    ctx, edible = tiny_mushrooms()
+    res = run_bandit(tiny_bandit_config(steps=1100, seeds=(0,), agents=("greedy",), updates_per_step=1,
+                                        log_every=300), contexts=ctx, edible=edible)
+    rows = {r["step"]: r for r in res["regret_rows"]}
+    assert sorted(rows) == [300, 600, 900, 1000, 1100]
+    assert res["summary"][0]["eat_rate_first_1000"] == rows[1000]["cumulative_eaten"] / 1000
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "local"])
+def test_a_run_in_this_process_leaves_the_global_rng_as_it_was(estimator):
+    # the network's initialisation drew from it, and the local estimator seeded it
+    ctx, edible = tiny_mushrooms()
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    run_bandit(tiny_bandit_config(steps=20, seeds=(0,), agents=("bbb",), estimator=estimator),
+               contexts=ctx, edible=edible)
+    assert torch.equal(torch.rand(3), before)

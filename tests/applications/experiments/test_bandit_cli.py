@@ -116,6 +116,16 @@ def test_agent_names():
     assert not parse_agent("greedy").bayesian
 
 
+def test_one_epsilon_is_one_agent_whatever_its_spelling():
+    # egreedy_.05 ran beside egreedy_0.05 as a second agent, under its own name in the outputs and
+    # out of merges with runs that spelled it egreedy_0.05
+    assert [parse_agent(a).name for a in ("egreedy_.05", "egreedy_0.050", "EGREEDY_5e-2", "egreedy_0.05")] == [
+        "egreedy_0.05"] * 4
+    assert parse_agent("egreedy_0.123456789").name == "egreedy_0.123456789"
+    with pytest.raises(UserError, match="agents must be distinct"):
+        tiny_bandit_config(agents=("egreedy_0.05", "egreedy_.05")).validate()
+
+
 @pytest.mark.parametrize("kw", [dict(steps=0), dict(seeds=(0, 0)), dict(seeds=()), dict(lr=-1.0),
                                 dict(batch_size=0), dict(buffer=0), dict(hidden=()), dict(agents=("bbb", "bbb")),
                                 dict(noise_sigma=0.0), dict(seeds=(-1,)), dict(device="tpu"),
@@ -205,3 +215,47 @@ def test_an_out_holding_another_commands_files_is_refused(tmp_path):
     run_bandit(tiny_bandit_config(steps=10, out=str(own)), contexts=ctx, edible=edible)
     run_bandit(tiny_bandit_config(steps=10, out=str(own), resume=False), contexts=ctx, edible=edible)
     assert (own / "summary.csv").is_file()
+
+
+def test_the_help_describes_every_kl_weighting():
+    import argparse
+
+    from bbb.elbo import KLWeighting
+
+    parser = argparse.ArgumentParser()
+    B.add_arguments(parser)
+    (action,) = [a for a in parser._actions if "--kl-weighting" in a.option_strings]
+    assert action.choices == [k.value for k in KLWeighting]
+    for k in KLWeighting:  # "blob" was a choice that the help left out
+        assert f"{k.value} (" in (action.help or "")
+
+
+def test_a_worker_killed_by_the_system_is_one_line_that_says_to_resume(tmp_path, monkeypatch):
+    # a worker process killed (kill -9, the system's out-of-memory killer) ended in concurrent.futures'
+    # BrokenProcessPool traceback
+    import concurrent.futures
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from bbb.errors import OutOfMemory
+
+    class DyingPool:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __enter__(self) -> DyingPool:
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def submit(self, *args, **kwargs) -> Future:
+            f: Future = Future()
+            f.set_exception(BrokenProcessPool("A process in the process pool was terminated abruptly"))
+            return f
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", DyingPool)
+    ctx, edible = tiny_mushrooms()
+    out = tmp_path / "r"
+    with pytest.raises(OutOfMemory, match=r"worker process died.*kept in .*checkpoint; run the same command again"):
+        run_bandit(tiny_bandit_config(out=str(out), workers=2), contexts=ctx, edible=edible)

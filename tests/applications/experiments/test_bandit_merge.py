@@ -69,7 +69,13 @@ def test_the_command_line_refuses_an_option_that_the_merge_would_ignore(parts, t
     out, _, _ = parts
     rc = cli_main(["bandit", "--out", str(tmp_path / "m"), "--steps", "5", "--merge", str(out["a"]), str(out["b"])])
     err = capsys.readouterr().err
-    assert rc == 2 and "drop steps" in err and "Traceback" not in err
+    assert rc == 2 and "drop --steps" in err and "Traceback" not in err
+    assert not (tmp_path / "m").exists()
+    # named as the command line spells them (it said "drop decision_samples, resume")
+    rc = cli_main(["bandit", "--out", str(tmp_path / "m"), "--samples", "1", "--fresh", "--merge", str(out["a"]),
+                   str(out["b"])])
+    err = capsys.readouterr().err
+    assert rc == 2 and "drop --samples, --fresh" in err
     assert not (tmp_path / "m").exists()
 
 

@@ -195,3 +195,27 @@ def test_learn_noise_with_heteroscedastic_is_refused(tmp_path, capsys):
                           "--epochs", "1", "--quiet")
     assert rc == 2 and err.count("\n") == 1, err
     assert "--learn-noise does not apply to --heteroscedastic" in err and not out.exists()
+
+
+def test_a_grid_outside_the_training_range_is_refused_before_training(tmp_path):
+    # every "in the data" number (RMSE, interquartile width, their ratio) would be NaN or inf
+    with pytest.raises(UserError, match="no point inside the training range"):
+        run_regression(RegressionConfig(out=str(tmp_path / "r"), grid_low=0.6, grid_high=1.2, quiet=True))
+    assert not (tmp_path / "r").exists()
+    res = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True,
+                                          grid_low=0.4, grid_high=1.2))  # overlapping: fine
+    assert math.isfinite(res["summary"]["bbb_iqr_mean_in_data"])
+
+
+def test_the_csv_flags_the_points_of_the_summarys_in_data_numbers(tmp_path):
+    # at a range end such as 0.8 the float32 grid point lies a hair above the float range end: the CSV
+    # flagged it outside while summary.json's in-data numbers counted it in
+    out = tmp_path / "r"
+    res = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True,
+                                          x_low=0.0, x_high=0.8, out=str(out)))
+    with open(out / "regression.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    flagged = [r for r in rows if r["in_training_range"] == "1"]
+    assert len(flagged) == int(R.in_training_range(RegressionConfig(x_high=0.8), res["grid"]).sum())
+    rmse = math.sqrt(sum((float(r["bbb_median"]) - float(r["true_f"])) ** 2 for r in flagged) / len(flagged))
+    assert rmse == pytest.approx(res["summary"]["rmse_bbb_median_in_data"], rel=1e-4)

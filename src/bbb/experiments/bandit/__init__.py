@@ -20,7 +20,8 @@ the same optimiser (``--optimizer adam|sgd``, ``--lr``):
   gaussian``: closed form; ``mixture``: the paper's Monte Carlo estimate), where N is the
   number of interactions seen or the buffer's fill (``--kl-data``) and pi_i the weight of the
   i-th of the U updates after an interaction (``--kl-weighting uniform``: 1/U, i.e. KL / N per
-  example; ``blundell``: 2^(U-i)/(2^U-1)); ``--kl-warmup N``: 0 for the first N interactions.
+  example; ``blundell``: 2^(U-i)/(2^U-1); ``blob``: blundell's reversed, 2^(i-1)/(2^U-1));
+  ``--kl-warmup N``: 0 for the first N interactions.
   ``--estimator local`` trains with local reparameterisation (BBB agents only); decisions then
   still draw whole networks (:meth:`bbb.nn.BayesPopulation.forward_weights`).
 * ``ivon`` (not in the paper): Thompson sampling as ``bbb``'s, from the posterior of BBB's free

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from ...cli.common import (
     add_data_dir,
@@ -23,7 +22,7 @@ from ...engine.engine import OptimizerKind
 from ...errors import UserError
 from ...nn.base import Estimator
 from ...options import PriorKind, values
-from .config import BanditConfig, BanditLikelihood, KLData
+from .config import EARLY_WINDOW, BanditConfig, BanditLikelihood, KLData
 from .running import merge_runs, run_bandit
 
 EXAMPLE = (
@@ -103,8 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BBB: N of the KL / N weight: every interaction seen so far, or the buffer's fill "
                              f"(its capacity once full; default: {d.kl_data})")
     parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting.value,
-                        help=shared_help("--kl-weighting", " updates of one interaction (BBB): uniform, or blundell "
-                                                           f"(2^(U-i)/(2^U-1), the paper's eq. 9; default: "
+                        help=shared_help("--kl-weighting", " updates of one interaction (BBB): uniform (1/U), "
+                                                           "blundell (2^(U-i)/(2^U-1), the paper's eq. 9), or blob "
+                                                           "(blundell's reversed, 2^(i-1)/(2^U-1); default: "
                                                            f"{d.kl_weighting})"))
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
                         help="greedy and epsilon-greedy agents: an L2 penalty, per example ((y - f)^2 + weight_decay "
@@ -136,7 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per network (Riquelme et al.'s bootstrap; 1: every network sees every interaction, "
                              f"a deep ensemble's recipe; default: {d.ensemble_keep:g})")
     parser.add_argument("--log-every", type=int, default=d.log_every,
-                        help=f"write regret.csv rows every N steps (default: {d.log_every})")
+                        help=f"write regret.csv rows every N steps, and at step {EARLY_WINDOW}, where the summary's "
+                             f"early eat rate ends (default: {d.log_every})")
     parser.add_argument("--workers", type=int, default=d.workers,
                         help="processes to split the population over (default: 1; 2 uses both cores of a 2-core CPU)")
     add_threads(parser, d.threads, shared_help("--threads", " per worker (default: 1)"))
@@ -178,9 +179,14 @@ def main(args: argparse.Namespace) -> int:
             raise UserError("--merge writes the merged run to --out: give it")
         parser = argparse.ArgumentParser()
         add_arguments(parser)  # the command line's own defaults: an option given with --merge would be ignored
-        plain = config_from_args(parser.parse_args(["--out", cfg.out]))
-        changed = [f.name for f in dataclasses.fields(cfg) if f.name not in ("data_dir", "quiet", "loggers")
-                   and getattr(cfg, f.name) != getattr(plain, f.name)]
+        plain = parser.parse_args(["--out", cfg.out])
+        kept = {"--out", "--merge", "--data-dir", "--quiet", "--log", "-h"}  # (what a merge reads or prints)
+        flags: dict[str, str] = {}  # each setting by its first flag (a deprecated alias comes after it)
+        for a in parser._actions:
+            if not kept & set(a.option_strings):
+                flags.setdefault(a.dest, a.option_strings[-1])
+        changed = [flag for dest, flag in flags.items()
+                   if getattr(args, dest, getattr(plain, dest)) != getattr(plain, dest)]
         if changed:
             raise UserError(f"--merge takes the settings from the runs it merges; drop {', '.join(changed)}")
         merge_runs(args.merge, cfg.out, cfg.data_dir, loggers=cfg.loggers)

@@ -13,16 +13,20 @@ _COLORS = {"bbb": "tab:red", "greedy": "tab:blue", "egreedy_0.01": "tab:green", 
            "ivon": "tab:orange", "ensemble": "tab:brown"}
 
 
-def _label(agent: str) -> str:
+def _label(agent: str, samples: int) -> str:
+    """The legend's name of ``agent``; ``samples``: the weight samples of each Thompson decision."""
     if agent.startswith("egreedy_"):
         return f"{float(agent[8:]) * 100:g}% greedy"
-    return {"bbb": "BBB (Thompson, 2 samples)", "ivon": "IVON (Thompson, 2 samples)",
+    drawn = f"{samples} sample{'s' if samples != 1 else ''}"
+    return {"bbb": f"BBB (Thompson, {drawn})", "ivon": f"IVON (Thompson, {drawn})",
             "ensemble": "bootstrapped ensemble", "greedy": "greedy"}.get(agent, agent)
 
 
 def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None = None,
-                agents: Sequence[str] | None = None, expected: bool = False, *, ax: Any = None) -> Any:
+                agents: Sequence[str] | None = None, expected: bool = False, *, ax: Any = None,
+                samples: int = 2) -> Any:
     """Cumulative regret vs step on a log y axis: the mean over seeds and a min-max band (Fig. 6).
+    ``samples``: the weight samples of each Thompson decision (``--samples``), named in the legend.
 
     As the plots of :mod:`bbb.plots`: drawn on ``ax`` (one Axes) when given, else on a new Agg
     figure (no pyplot, no backend switch); returns the PNG's path when ``path`` is given, else
@@ -43,7 +47,7 @@ def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None 
         vals = [by[a][s] for s in steps]
         mean = [sum(v) / len(v) for v in vals]
         c = _COLORS.get(a, f"C{i}")
-        ax_.plot(steps, [max(m, 1e-1) for m in mean], color=c, lw=1.6, label=_label(a))
+        ax_.plot(steps, [max(m, 1e-1) for m in mean], color=c, lw=1.6, label=_label(a, samples))
         ax_.fill_between(steps, [max(min(v), 1e-1) for v in vals], [max(max(v), 1e-1) for v in vals], color=c,
                          alpha=0.18, lw=0)
     ax_.set_yscale("log")
@@ -58,7 +62,7 @@ def plot_regret(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None 
 
 def plot_eating(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None = None,
                 agents: Sequence[str] | None = None, window: int = 1000, oracle: float | None = None, *,
-                ax: Any = None) -> Any:
+                ax: Any = None, samples: int = 2) -> Any:
     """Share of mushrooms eaten over the last ``window`` steps vs step, mean over seeds (from the
     ``cumulative_eaten`` column): Figure 6's marks in the open (greedy eats nothing at first, 5%
     greedy keeps eating poison, BBB eats and passes from the start). ``oracle``: the eat rate of
@@ -85,7 +89,7 @@ def plot_eating(rows: list[dict[str, Any]], path: str | os.PathLike[str] | None 
                 by_step.setdefault(s, []).append((e - e0) / max(s - s0, 1))
         steps = sorted(by_step)
         ax_.plot(steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], color=_COLORS.get(a, f"C{i}"),
-                 lw=1.4, label=_label(a))
+                 lw=1.4, label=_label(a, samples))
     if oracle is not None:
         ax_.axhline(oracle, color="k", ls="--", lw=1, label="eats exactly the edible ones")
     ax_.set_ylim(-0.02, 1.02)

@@ -23,6 +23,7 @@ from ...nn import BayesPopulation, OneHot, mark_deterministic, one_hot_is_dense
 from ...nn.base import Estimator
 from .config import (
     CHECKPOINT_FORMAT,
+    EARLY_WINDOW,
     EAT,
     INIT_SEED,
     IVON_BETA1,
@@ -449,7 +450,8 @@ class Population:
                 return False
             self._act_and_learn(self.step)
             self.step += 1
-            if self.step % cfg.log_every == 0 or self.step == steps:
+            # (and at the early window's end, whose eat rate the summary reads from these rows)
+            if self.step % cfg.log_every == 0 or self.step in (steps, EARLY_WINDOW):
                 self._log()
             now = time.perf_counter()
             self.seconds = seg_start + (now - t0)
@@ -508,6 +510,8 @@ class Population:
             "log_eaten": self.log_eaten,
             "gen": self.gen.get_state(),
             "torch_rng": torch.get_rng_state() if self.local else None,
+            # (on a GPU the local estimator's pre-activation noise comes from the device's stream)
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.local and self.device.type == "cuda" else None,
         }
 
     def save(self, path: Path) -> None:
@@ -563,6 +567,8 @@ class Population:
         self.gen.set_state(st["gen"])
         if self.local:
             torch.set_rng_state(st["torch_rng"])
+            if self.device.type == "cuda" and st.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(st["cuda_rng"], self.device)
         return True
 
     def results(self) -> dict[str, Any]:

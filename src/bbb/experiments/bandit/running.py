@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ...devices import resolve_device
-from ...errors import TrainingInterrupted, UserError
+from ...errors import OutOfMemory, TrainingInterrupted, UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
 from ...runs.jobs import read_json
@@ -188,12 +188,15 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
         if len(groups) == 1:
             request = StopRequest()
-            with stopping_on_signals(request):
+            # in this process: the caller's global random streams (which the local estimator seeds and
+            # draws from, and module initialisation draws from) come back as they were
+            with stopping_on_signals(request), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
                 _announce(cfg, dev, len(groups), progress)
                 results = [_worker(cfg, groups[0], contexts, edible, 0, paths[0], progress, request=request)]
         else:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
+            from concurrent.futures.process import BrokenProcessPool
 
             ctx = mp.get_context("spawn")
             request = StopRequest(ctx.Event())
@@ -202,7 +205,14 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
                 _announce(cfg, dev, len(groups), progress)
                 futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
                         for i, g in enumerate(groups)]
-                results = [f.result() for f in futs]
+                try:
+                    results = [f.result() for f in futs]
+                except BrokenProcessPool:
+                    where = f"in {ckdir}" if ckdir is not None else "nowhere (no --out)"
+                    raise OutOfMemory(
+                        "a bandit worker process died (killed by the system, most often for memory); every "
+                        f"worker's last checkpoint (saved periodically and on stopping) is kept {where}; "
+                        "run the same command again to resume") from None
         if any(r["stopped"] for r in results):
             raise TrainingInterrupted(_stopped_message(cfg, request, results), out or Path("."),
                                       min(r["step"] for r in results))
@@ -262,8 +272,9 @@ def _late_rate(steps: list[int], expected: Tensor) -> float:
 
 
 def _early_eat_rate(steps: list[int], eaten: Tensor) -> float:
-    """Fraction eaten over the first EARLY_WINDOW steps: at the first logged step from there on
-    (the whole run if it is shorter)."""
+    """Fraction eaten over the first EARLY_WINDOW steps (a run logs that step whatever its
+    ``log_every``; an older run's rows: at the first logged step from there on; the whole run if
+    it is shorter)."""
     end = min(EARLY_WINDOW, steps[-1])
     i = next(i for i, st in enumerate(steps) if st >= end)
     return float(eaten[i]) / max(steps[i], 1)
@@ -376,9 +387,10 @@ def _write_outputs(out: Path, cfg: BanditConfig, rows, summary, seconds: float, 
     atomic_write_json(out / "summary.json", {"late_window": LATE_WINDOW, "agents": summary,
                                              "marks": marks or [], "seconds": round(seconds, 1)})
     files.append("summary.json")
-    if plot_regret(rows, out / "regret.png", agents=list(cfg.agents)) is not None:  # None: no matplotlib (warned)
+    samples = cfg.decision_samples  # (None from a plot: no matplotlib, warned)
+    if plot_regret(rows, out / "regret.png", agents=list(cfg.agents), samples=samples) is not None:
         files.append("regret.png")
-    if plot_eating(rows, out / "eating.png", agents=list(cfg.agents), oracle=oracle_eat) is not None:
+    if plot_eating(rows, out / "eating.png", agents=list(cfg.agents), oracle=oracle_eat, samples=samples) is not None:
         files.append("eating.png")
     return files
 

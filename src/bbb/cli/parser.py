@@ -125,7 +125,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "the extra ones are drawn for the KL alone (a lower-variance KL gradient, no extra forward pass; "
           "default: the --train-samples of the likelihood, the paper's estimator)", type=int, show_default=False)
     add_g("--kl-weighting", "kl_weighting",
-          shared_help("--kl-weighting", " minibatches of an epoch: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)"),
+          shared_help("--kl-weighting", " minibatches of an epoch: blundell (2^(M-i)/(2^M-1)), uniform (1/M) or blob "
+                     "(blundell reversed, 2^(i-1)/(2^M-1): most of it on the last minibatches)"),
           choices=O.values(KLWeighting))
     add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed, mc (the paper's) or split "
           "(closed-form parts + one importance sample for the rest: the mixture's spike without its noise)",

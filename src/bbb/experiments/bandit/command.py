@@ -103,8 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BBB: N of the KL / N weight: every interaction seen so far, or the buffer's fill "
                              f"(its capacity once full; default: {d.kl_data})")
     parser.add_argument("--kl-weighting", choices=values(KLWeighting), default=d.kl_weighting.value,
-                        help=shared_help("--kl-weighting", " updates of one interaction (BBB): uniform, or blundell "
-                                                           f"(2^(U-i)/(2^U-1), the paper's eq. 9; default: "
+                        help=shared_help("--kl-weighting", " updates of one interaction (BBB): uniform, blundell "
+                                                           "(2^(U-i)/(2^U-1), the paper's eq. 9) or blob (blundell "
+                                                           f"reversed, 2^(i-1)/(2^U-1); default: "
                                                            f"{d.kl_weighting})"))
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
                         help="greedy and epsilon-greedy agents: an L2 penalty, per example ((y - f)^2 + weight_decay "

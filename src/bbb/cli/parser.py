@@ -292,8 +292,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
 
     p.description = ("Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about "
                      f"{DEMO_MINUTES} minutes on 2 cores), then evaluate and prune it: prints the test error and "
-                     "the pruning table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
-                     "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.")
+                     "the evaluation and pruning tables; writes config.json, metrics.csv, summary.json, last.pt, "
+                     "best.pt, eval.json, reliability.png, risk_coverage.png, pruning.csv, learning_curve.png "
+                     "and snr.png. Re-running continues/reuses the run in --out.")
     p.epilog = "Example:\n  bbb demo --out runs/demo --epochs 10"
     add_out(p, shared_help("--out", ": the run directory"), default="runs/demo")
     p.add_argument("--epochs", type=int, default=DEMO_SETTINGS["epochs"],

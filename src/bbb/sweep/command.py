@@ -185,5 +185,6 @@ def main(args: argparse.Namespace) -> int:
         best = json.loads(best_path.read_text())
         print(f"best by validation: trial {best['trial_id']} val error {100 * best['val_error']:.2f}%, "
               f"test error {100 * best['test_error']:.2f}%")
-    print(f"wrote {opts.out / 'sweep.csv'}, {best_path}")
+    written = [opts.out / name for name in ("space.json", "sweep.csv", "best.json") if (opts.out / name).is_file()]
+    print(f"wrote {', '.join(map(str, written))} and a folder per trial in {opts.out / 'trials'}")
     return 0

@@ -84,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb sweep`` options on ``parser``."""
     describe(parser, None, EXAMPLE)
     parser.epilog = (parser.epilog or "") + (
-        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json "
-        "and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
+        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json, "
+        "OUT/space.json (the space run) and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
         "Space format and cluster set-up: docs/scale_out.md.")
     parser.add_argument("--space", default="paper", metavar="paper|FILE",
                         help="search space: 'paper' (the paper's MNIST grid, 972 trials) or a YAML/JSON file "

@@ -359,7 +359,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print()
     print("Pruning by signal-to-noise |mu|/sigma (last epoch, mean weights of the kept weights):")
     print_pruning(rows)
-    written = ["config.json", "metrics.csv", "summary.json", "eval.json", "pruning.csv"]
+    written = ["config.json", "metrics.csv", "summary.json", "eval.json", *ev.get("plots", []), "pruning.csv"]
     model, _ = load_run(out, "last")
     for name, make in (("learning_curve.png", lambda p: plots.learning_curve(read_metrics(out), p)),
                        ("snr.png", lambda p: plots.snr_histogram(snr_db(signal_to_noise(model)), p))):

@@ -125,7 +125,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "the extra ones are drawn for the KL alone (a lower-variance KL gradient, no extra forward pass; "
           "default: the --train-samples of the likelihood, the paper's estimator)", type=int, show_default=False)
     add_g("--kl-weighting", "kl_weighting",
-          shared_help("--kl-weighting", " minibatches of an epoch: blundell (2^(M-i)/(2^M-1)) or uniform (1/M)"),
+          shared_help("--kl-weighting", " minibatches of an epoch: blundell (2^(M-i)/(2^M-1)), uniform (1/M) or blob "
+                     "(blundell reversed, 2^(i-1)/(2^M-1): most of it on the last minibatches)"),
           choices=O.values(KLWeighting))
     add_g("--kl", "kl", "KL estimate: auto (closed form when it exists), closed, mc (the paper's) or split "
           "(closed-form parts + one importance sample for the rest: the mixture's spike without its noise)",
@@ -291,8 +292,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
 
     p.description = ("Train a scale-mixture BBB 2x400 on MNIST for a short CPU budget (about "
                      f"{DEMO_MINUTES} minutes on 2 cores), then evaluate and prune it: prints the test error and "
-                     "the pruning table; writes metrics.csv, summary.json, eval.json, pruning.csv, "
-                     "learning_curve.png and snr.png. Re-running continues/reuses the run in --out.")
+                     "the evaluation and pruning tables; writes config.json, metrics.csv, summary.json, last.pt, "
+                     "best.pt, eval.json, reliability.png, risk_coverage.png, pruning.csv, learning_curve.png "
+                     "and snr.png. Re-running continues/reuses the run in --out.")
     p.epilog = "Example:\n  bbb demo --out runs/demo --epochs 10"
     add_out(p, shared_help("--out", ": the run directory"), default="runs/demo")
     p.add_argument("--epochs", type=int, default=DEMO_SETTINGS["epochs"],

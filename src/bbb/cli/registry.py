@@ -47,7 +47,8 @@ COMMANDS: dict[str, Command] = {
                      shared=("--quiet", "--no-compile")),  # (the trials' threads: --cpus-per-trial)
     "reproduce": Command("bbb.experiments.reproduce",
                          "Reproduce the paper's MNIST Table 1, Figures 2-4 and Table 2 (section "
-                         "5.1 of the paper), or the UCI regression benchmark"),
+                         "5.1 of the paper), the UCI regression benchmark, few-shot Bayesian LoRA, "
+                         "Fashion-MNIST beside IVON, and which method wins where"),
     "ood": Command("bbb.experiments.uncertainty",
                    "Out-of-distribution detection of a trained run (AUROC/AUPR of entropy, MI, "
                    "max-prob)", "add_ood_arguments", "main_ood"),

@@ -201,11 +201,14 @@ def run_alternatives(cfg: RegressionConfig, base: dict[str, Any], methods: tuple
         text = "; ".join(f"{m} {v['iqr_ratio_far_to_in_data']:.1f}x" for m, v in summary["methods"].items())
         print(f"regression: interquartile width at x={cfg.grid_high:g} over its mean in the data: {text}", flush=True)
     if cfg.out:
-        _write(Path(cfg.out), cfg, res)
+        files = _write(Path(cfg.out), cfg, res)
+        if not cfg.quiet:
+            print(f"regression: wrote {', '.join(files)} in {cfg.out}", flush=True)
     return res
 
 
-def _write(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> None:
+def _write(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> list[str]:
+    """``out``'s alternatives.csv, .json and (with matplotlib) .png; the names of those written."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     names = list(res["bands"])
@@ -223,6 +226,8 @@ def _write(out: Path, cfg: RegressionConfig, res: dict[str, Any]) -> None:
         _plot(res, out / "alternatives.png", cfg)
     except ImportError:
         print("regression: matplotlib is not installed; skipped alternatives.png", file=sys.stderr)
+        return ["alternatives.csv", "alternatives.json"]
+    return ["alternatives.csv", "alternatives.json", "alternatives.png"]
 
 
 def _plot(res: dict[str, Any], path: Path, cfg: RegressionConfig) -> None:

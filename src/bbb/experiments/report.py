@@ -522,7 +522,9 @@ def report_html(run_dirs: Sequence[str | Path], title: str | None = None) -> str
     check_distinct(run_dirs, "its two columns would be one run's; give each run once")
     dirs = [Path(d) for d in run_dirs]
     runs = [read_run(d, n) for d, n in zip(dirs, _names(dirs))]
-    title = title or RT.page_title([(r.config, r.regression) for r in runs])
+    # a Laplace folder's config is its run's (method sgd): the title names the posterior
+    title = title or RT.page_title([({**r.config, "method": "laplace"} if r.laplace is not None else r.config,
+                                     r.regression) for r in runs])
     parts = [f"<h1>{E(title)}</h1>", *(_lead(r) for r in runs), "<h2>Results</h2>", _results_section(runs)]
     for heading, caption, cell, applies in SECTIONS:
         if any(applies(r) for r in runs):

@@ -25,7 +25,8 @@ __all__ = ["EXPLAIN", "METHOD_NAMES", "command_text", "data_phrase", "kind_of", 
            "plain_path", "settings_rows", "suggested_commands", "task_of"]
 
 METHOD_NAMES = {"bbb": "Bayes by Backprop", "sgd": "a plain network (SGD)", "dropout": "MC dropout",
-                "ivon": "IVON (the Bayesian network trained by a natural-gradient optimiser)"}
+                "ivon": "IVON (the Bayesian network trained by a natural-gradient optimiser)",
+                "laplace": "a last-layer Laplace posterior"}
 DATASET_NAMES = {"mnist": ("MNIST", "digit"), "fashion-mnist": ("Fashion-MNIST", "clothing")}
 
 #: one line per row of the results table (the key of :func:`bbb.experiments.report.result_rows`)

@@ -1,5 +1,6 @@
-"""``bbb reproduce mnist|uci|lora|fashion``: the paper's MNIST results (section 5.1), the UCI regression
-benchmark, few-shot Bayesian LoRA or Fashion-MNIST LeNet-5 beside IVON, each with its own options
+"""``bbb reproduce mnist|uci|lora|fashion|which``: the paper's MNIST results (section 5.1), the UCI
+regression benchmark, few-shot Bayesian LoRA, Fashion-MNIST LeNet-5 beside IVON, or which method wins
+where (from the results' files), each with its own options
 (``bbb reproduce mnist --help``, ``bbb reproduce uci --help``, ...)."""
 
 from __future__ import annotations

@@ -419,9 +419,9 @@ def _train(
         log(f"resuming {out} after epoch {start_epoch}")
         if start_epoch < cfg.epochs:  # it trains on: what was made from its checkpoints before is stale
             removed = remove_results(out)
-            if removed:
-                log(f"removed {', '.join(removed)} (made from the run before it trained on; run the commands "
-                    "that wrote them again)")
+            if removed:  # a warning, not a progress line: said with bbb's --quiet too
+                warnings.warn(f"removed {', '.join(removed)} from {out} (made from the run before it trained on; "
+                              "run the commands that wrote them again)", UserWarning, stacklevel=2)
         best = repair_derived(out, ckpt, log)  # best.pt and metrics.csv as the committed last.pt says
 
     lib_versions = versions()

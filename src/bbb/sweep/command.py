@@ -84,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb sweep`` options on ``parser``."""
     describe(parser, None, EXAMPLE)
     parser.epilog = (parser.epilog or "") + (
-        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json "
-        "and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
+        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json, "
+        "OUT/space.json (the space run) and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
         "Space format and cluster set-up: docs/scale_out.md.")
     parser.add_argument("--space", default="paper", metavar="paper|FILE",
                         help="search space: 'paper' (the paper's MNIST grid, 972 trials) or a YAML/JSON file "
@@ -185,5 +185,6 @@ def main(args: argparse.Namespace) -> int:
         best = json.loads(best_path.read_text())
         print(f"best by validation: trial {best['trial_id']} val error {100 * best['val_error']:.2f}%, "
               f"test error {100 * best['test_error']:.2f}%")
-    print(f"wrote {opts.out / 'sweep.csv'}, {best_path}")
+    written = [opts.out / name for name in ("space.json", "sweep.csv", "best.json") if (opts.out / name).is_file()]
+    print(f"wrote {', '.join(map(str, written))} and a folder per trial in {opts.out / 'trials'}")
     return 0

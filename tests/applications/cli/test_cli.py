@@ -270,6 +270,10 @@ def test_demo_pipeline_on_tiny_data(capsys, tmp_path, tiny, monkeypatch):
     if importlib.util.find_spec("matplotlib") is not None:
         assert (run / "learning_curve.png").stat().st_size > 0 and (run / "snr.png").stat().st_size > 0
     assert "test error" in out and "proportion removed" in out
+    # its last line names every file it wrote (it once left out the evaluation's figures)
+    last = out.strip().splitlines()[-1]
+    names = {p.name for p in run.iterdir() if p.suffix in (".json", ".csv", ".png")}
+    assert last.startswith("wrote ") and set(last[len("wrote "):].rsplit(" in ", 1)[0].split(", ")) == names, last
     # running it again reuses the finished run instead of failing
     rc, _, err = run_main(capsys, "demo", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet")
     assert rc == 0, err

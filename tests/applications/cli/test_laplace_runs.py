@@ -7,6 +7,7 @@ another run's folder is one line. Skipped where laplace-torch is not installed."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -233,6 +234,8 @@ def test_a_report_shows_a_posterior_beside_its_run(runs, capsys, tmp_path):
     assert {label: v for _, label, v in result_rows(read_run(run))}["last-layer Laplace fit"] == "-"
     page = report_html([run, lap])
     assert "the last-layer Laplace posterior (kron" in page and "averaging 8 draws of its last layer" in page
+    # the title names both columns (it once named the run's method alone: "a plain network (SGD) on ...")
+    assert re.search(r"<h1>a plain network \(SGD\) vs a last-layer Laplace posterior on ", page), page[:600]
     assert 'alt="reliability diagram of posterior' in page and 'alt="risk-coverage curve of posterior' in page
     assert str(tmp_path) not in page and str(run.parent) not in page  # no local folder on the page
     rc, out, err = run_main(capsys, "report", str(run), str(lap), "--out", str(tmp_path / "r.html"))

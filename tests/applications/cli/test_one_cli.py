@@ -57,6 +57,7 @@ def test_every_help_is_plain_text_with_its_defaults_written_one_way(prog, text):
         if text[max(0, m.start() - 1)] == "(" or text[max(0, m.start() - 2):m.start()] in ("; ", ", "):
             assert after == ": ", f"{prog} --help: {text[m.start() - 30:m.end() + 20]!r}: write '(default: X)'"
     assert "default: [" not in text and "%(default)" not in text, prog  # a list as its values, not its repr
+    assert not re.search(r"\(default: [^()]*\) \(default", text), f"{prog} --help: a default said twice"
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -152,3 +153,30 @@ def test_a_commands_own_shared_option_is_kept():
     _, regression = command_parser("regression")
     threads = [a for a in regression._actions if "--threads" in a.option_strings]
     assert len(threads) == 1 and threads[0].default == 1  # its own default (tiny nets), not added twice
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_help_that_explains_an_options_choices_explains_every_one(name):
+    """A help that names two or more of an option's choices names them all (``--kl-weighting`` once
+    described blundell and uniform, not blob)."""
+    _, parser = command_parser(name)
+    missing = []
+    for p in {parser, *leaves(parser)}:
+        for a in p._actions:
+            if not a.choices or isinstance(a, argparse._SubParsersAction) or not a.help or a.help == argparse.SUPPRESS:
+                continue
+            choices = [str(c) for c in a.choices]
+            named = [c for c in choices if re.search(rf"\b{re.escape(c)}\b", a.help)]
+            if len(named) >= 2 and len(named) < len(choices):
+                missing.append(f"{p.prog} {a.option_strings[0]}: {sorted(set(choices) - set(named))}")
+    assert not missing, "a help that leaves out some of its option's choices:\n" + "\n".join(missing)
+
+
+
+def test_the_reproduce_help_names_every_experiment():
+    """``bbb --help`` and ``bbb reproduce --help`` once said MNIST and UCI only (not lora, fashion, which)."""
+    _, parser = command_parser("reproduce")
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert "|".join(subs.choices) in " ".join((parser.description or "").split())
+    summary = " ".join(COMMANDS["reproduce"].help.split())
+    assert all(w in summary for w in ("MNIST", "UCI", "LoRA", "Fashion-MNIST", "which method")), summary

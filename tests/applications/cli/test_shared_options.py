@@ -189,6 +189,9 @@ def test_quiet_sweep_prints_only_its_counts(capsys, tmp_path):
     rc, out, err = run_main(capsys, "sweep", "--space", str(f), "--out", str(tmp_path / "q"), "--quiet")
     assert rc == 0 and err == ""
     assert out.splitlines()[0].startswith("2 trials: 2 done") and "best by validation" in out
+    q = tmp_path / "q"  # the files it names are those it wrote (space.json was once left out)
+    files = ", ".join(str(q / n) for n in ("space.json", "sweep.csv", "best.json"))
+    assert out.splitlines()[-1] == f"wrote {files} and a folder per trial in {q / 'trials'}"
     rc, out, err = run_main(capsys, "sweep", "--space", str(f), "--out", str(tmp_path / "p"))
     assert rc == 0 and len(re.findall(r"trial [0-9a-f]{12} done", err)) == 2  # one progress line per trial
 

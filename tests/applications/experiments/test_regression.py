@@ -136,7 +136,7 @@ def test_alternatives_on_the_same_points(tmp_path, capsys):
     from bbb.experiments import regression_alternatives as A
     from bbb.laplace import laplace_available
 
-    cfg = RegressionConfig(**{**FAST, "epochs": 400, "pred_samples": 100}, out=str(tmp_path))
+    cfg = RegressionConfig(**{**FAST, "epochs": 400, "pred_samples": 100, "quiet": False}, out=str(tmp_path))
     base = run_regression(cfg)
     res = A.run_alternatives(cfg, base)
     methods = res["summary"]["methods"]
@@ -157,6 +157,9 @@ def test_alternatives_on_the_same_points(tmp_path, capsys):
     assert len(rows) == cfg.n_grid and "deep_ensemble_q975" in rows[0]
     assert json.loads((tmp_path / "alternatives.json").read_text())["ensemble_size"] == A.ENSEMBLE_SIZE
     assert (tmp_path / "alternatives.png").exists()
+    # it names the files it wrote, as Fig. 5 does (it once wrote them without a word)
+    said = capsys.readouterr().out
+    assert f"regression: wrote alternatives.csv, alternatives.json, alternatives.png in {tmp_path}" in said
     with pytest.raises(UserError, match="exists"):  # no file replaced without --overwrite
         A.check_alternatives(cfg)
     with pytest.raises(UserError, match="--learn-noise"):

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the methods: " + ", ".join(values(FashionMethod)) + " (default: all whose package "
                              "is installed here: ivon_opt needs ivon-opt, laplace laplace-torch; one line names "
                              "those left out)")
-    add_seeds(parser, [0, 1, 2], "random seeds, one network (or ensemble) per method each (default: 0 1 2)")
+    add_seeds(parser, [0, 1, 2], "random seeds, one network (or ensemble) per method each")
     parser.add_argument("--budget", choices=values(FashionBudget), default=str(FashionBudget.PAPER),
                         help="paper: 100 epochs (the published protocol); quick: 10 epochs; smoke: 1 epoch on "
                              "2,000 images (a pipeline test) (default: paper)")

@@ -124,6 +124,10 @@ def test_one_epsilon_is_one_agent_whatever_its_spelling():
     assert parse_agent("egreedy_0.123456789").name == "egreedy_0.123456789"
     with pytest.raises(UserError, match="agents must be distinct"):
         tiny_bandit_config(agents=("egreedy_0.05", "egreedy_.05")).validate()
+    # an epsilon of 0 never explores: the greedy agent (it ran as a second greedy agent beside greedy)
+    assert parse_agent("egreedy_0").name == parse_agent("egreedy_0.0").name == "greedy"
+    with pytest.raises(UserError, match="agents must be distinct"):
+        tiny_bandit_config(agents=("greedy", "egreedy_0")).validate()
 
 
 @pytest.mark.parametrize("kw", [dict(steps=0), dict(seeds=(0, 0)), dict(seeds=()), dict(lr=-1.0),

@@ -152,6 +152,8 @@ def parse_agent(name: str) -> Agent:
             eps = float("nan")
         if not (0.0 <= eps <= 1.0):
             raise UserError(f"bad agent {name!r}: epsilon must be a number in [0, 1], e.g. egreedy_0.05")
+        if eps == 0.0:  # never exploring: the greedy agent, under its one name
+            return Agent("greedy", False, 0.0)
         written = f"{eps:g}"  # one name per epsilon (egreedy_.05 is egreedy_0.05): the outputs' agent
         return Agent(f"egreedy_{written if float(written) == eps else repr(eps)}", False, eps)
     raise UserError(f"unknown agent {name!r}; choose bbb, ivon, ensemble, greedy or egreedy_<eps> (e.g. egreedy_0.05)")

@@ -4,6 +4,9 @@ alternatives beside it (:mod:`bbb.experiments.regression_alternatives`, ``--alte
 from __future__ import annotations
 
 import argparse
+import shutil
+import warnings
+from pathlib import Path
 
 from ..cli.common import (
     add_deprecated_alias,
@@ -21,6 +24,7 @@ from ..cli.common import (
 from ..errors import ResultsNotSaved, UserError
 from ..options import PriorKind, values
 from .regression import ACTIVATIONS, RegressionConfig, run_regression
+from .regression_alternatives import OUTPUT_FILES as ALTERNATIVES_FILES
 from .regression_alternatives import check_alternatives, run_alternatives
 
 __all__ = ["EXAMPLE", "DESCRIPTION", "add_arguments", "config_from_args", "main"]
@@ -47,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "output folder (created)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the regression.csv, summary.json and regression.png of an earlier call in --out "
-                             "(without it they are an error before anything trains)")
+                             "(without it they are an error before anything trains); that call's alternatives.* "
+                             "and tb/ go too unless this one writes them again (--alternatives, --log)")
     parser.add_argument("--epochs", type=int, default=d.epochs,
                         help=shared_help("--epochs", f" (full-batch Adam steps) of each network (default: {d.epochs})"))
     add_seed(parser, d.seed, shared_help("--seed", " of data and training"))
@@ -111,11 +116,32 @@ def main(args: argparse.Namespace) -> int:
     """``bbb regression [--alternatives]``: Fig. 5, and the alternatives beside it when asked."""
     cfg = config_from_args(args)
     try:
+        cfg.validate()
         if args.alternatives:
             check_alternatives(cfg)  # before anything trains
+        remove_earlier_outputs(cfg, args.alternatives)
+        if args.alternatives:
             run_alternatives(cfg, run_regression(cfg))
         else:
             run_regression(cfg)
     except ResultsNotSaved as e:
         raise UserError(f"cannot write {e.path} ({e.reason}); the result printed above was not saved") from None
     return 0
+
+
+def remove_earlier_outputs(cfg: RegressionConfig, alternatives: bool) -> None:
+    """With ``--overwrite``, what an earlier call wrote into ``--out`` and this one will not write
+    again goes, with a warning (the alternatives' files without ``--alternatives``, ``tb/`` without
+    ``--log``): left there, they sat beside the new figure as if made from its settings."""
+    if not (cfg.out and cfg.overwrite):
+        return
+    out = Path(cfg.out)
+    stale = [] if alternatives else [f for f in ALTERNATIVES_FILES if (out / f).is_file()]
+    for f in stale:
+        (out / f).unlink()
+    if not cfg.loggers and (out / "tb").is_dir():
+        shutil.rmtree(out / "tb")
+        stale.append("tb/")
+    if stale:  # a warning, not a progress line: said with --quiet too
+        warnings.warn(f"removed {', '.join(stale)} from {out} (an earlier call's, not made again by this one)",
+                      UserWarning, stacklevel=2)

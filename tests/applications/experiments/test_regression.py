@@ -128,6 +128,27 @@ def test_cli_parser_and_errors(tmp_path, capsys):
     assert rc == 0 and (tmp_path / "r2" / "regression.csv").exists()
 
 
+def test_overwrite_removes_what_the_earlier_call_wrote_and_this_one_does_not(tmp_path, capsys):
+    # --overwrite without --alternatives (or --log) left an earlier call's alternatives.* and tb/
+    # beside the new figure, as if made from its settings
+    cli = pytest.importorskip("bbb.cli")
+    out = tmp_path / "r"
+    out.mkdir()
+    for f in ("alternatives.csv", "alternatives.json", "alternatives.png"):
+        (out / f).write_text("an earlier call's")
+    (out / "tb" / "bbb").mkdir(parents=True)
+    (out / "mine.txt").write_text("the user's")
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    assert cli.main(["regression", "--out", str(out), *small]) == 0  # (only alternatives there: no refusal)
+    with pytest.warns(UserWarning, match=r"removed alternatives.csv, alternatives.json, alternatives.png, tb/ from"):
+        assert cli.main(["regression", "--out", str(out), "--overwrite", *small]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "regression.csv", "regression.png", "summary.json"]
+    (out / "alternatives.csv").write_text("an earlier call's")
+    # a bad setting: refused before anything is removed
+    assert cli.main(["regression", "--out", str(out), "--overwrite", "--x-range", "1", "0", *small]) == 2
+    assert (out / "alternatives.csv").exists()
+
+
 def test_alternatives_on_the_same_points(tmp_path, capsys):
     """``bbb regression --alternatives``: a deep ensemble, MC dropout and a last-layer Laplace on
     the points BBB was fitted to; each band is a predictive of the fixed noise (as wide as the

@@ -380,9 +380,21 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, data, monkeypat
 
 def test_huge_learning_rate_diverges_cleanly(tmp_path, data):
     run = tmp_path / "run"
-    with pytest.raises(TrainingDiverged):
+    with pytest.raises(TrainingDiverged, match="try a lower --lr$"):
         train(tiny_cfg(method="sgd", optimizer="sgd", lr=1e30, epochs=2), run, data=data, **QUIET)
     assert torch.load(run / "last.pt", weights_only=True)["epoch"] == 0
+
+
+@pytest.mark.parametrize("extra", [{"prior": "gaussian", "prior_sigma": 1e-20},
+                                   {"prior": "mixture", "sigma2": 1e-40},  # a finite loss, a NaN gradient
+                                   {"rho_init": 1e20}])  # sigma = softplus(rho) = 1e20
+def test_a_start_that_is_not_finite_is_not_blamed_on_the_learning_rate(tmp_path, data, extra):
+    # settings that overflow float32 before any step: a lower --lr cannot help, and the error says so
+    with pytest.raises(TrainingDiverged) as e:
+        train(tiny_cfg(epochs=2, **extra), tmp_path / "run", data=data, **QUIET)
+    msg = str(e.value)
+    assert "diverged in epoch 1" in msg and "lower --lr does not help" in msg and "--prior-sigma" in msg, msg
+    assert "\n" not in msg and torch.load(tmp_path / "run" / "last.pt", weights_only=True)["epoch"] == 0
 
 
 def test_bf16_on_cpu_is_ignored_with_a_warning(tmp_path, data):

@@ -227,6 +227,23 @@ def validation_sums(model: nn.Module, x: Tensor, y: Tensor, likelihood: Likeliho
     return torch.stack([errors, nll])
 
 
+def _divergence_advice(cfg: TrainConfig, model: nn.Module, elbo: ELBO | None, last_path: Path, xb: Tensor,
+                       yb: Tensor, likelihood: Likelihood | None, num_samples: int, start: int) -> str:
+    """What to change after a divergence: a lower --lr, unless the first minibatch's loss or gradient
+    is not finite at the weights of ``last_path`` already, before any step (no learning rate helps)."""
+    model.load_state_dict(load_checkpoint(last_path)["model"])
+    model.zero_grad(set_to_none=True)
+    loss = batch_objective(model, elbo, xb, yb, 0, None, likelihood, num_samples)[0]
+    loss.backward()
+    if bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()
+                                          if p.grad is not None):
+        return "try a lower --lr"
+    bbb = cfg.method == Method.BBB.value
+    what = "a huge --sigma-init or --mu-init-scale, a tiny --prior-sigma or --sigma2, " if bbb else ""
+    return (f"its loss or gradient is not finite at epoch {start}'s weights already, before any step, so a lower --lr "
+            f"does not help: look for settings or inputs that overflow float32 ({what}inputs of a huge scale)")
+
+
 def _all_finite(model: nn.Module) -> Tensor:
     """Whether every parameter is finite, as a device boolean (read with the epoch's sums)."""
     return torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
@@ -515,9 +532,12 @@ def _train(
             read = torch.cat(parts).tolist()
             fe_sum, nll_sum, kl_sum = read[:3]
             if not (math.isfinite(fe_sum) and read[3]):
+                flush()  # last.pt: the epoch before, whose weights tell a start already not finite from a step
+                ivon_k = cfg.samples if cfg.method == Method.IVON.value else 1
                 raise TrainingDiverged(
                     f"training diverged in epoch {epoch} (loss {fe_sum}); {last_path} keeps epoch "
-                    f"{epoch - 1}; try a lower --lr")
+                    f"{epoch - 1}; " + _divergence_advice(cfg, model, elbo, last_path, x[:bsz], y[:bsz], likelihood,
+                                                          ivon_k, epoch - 1))
             if sched is not None:
                 sched.step()
             val_error = read[4] / data["val_x"].shape[0] if has_val else None

@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -395,6 +396,15 @@ def test_a_start_that_is_not_finite_is_not_blamed_on_the_learning_rate(tmp_path,
     msg = str(e.value)
     assert "diverged in epoch 1" in msg and "lower --lr does not help" in msg and "--prior-sigma" in msg, msg
     assert "\n" not in msg and torch.load(tmp_path / "run" / "last.pt", weights_only=True)["epoch"] == 0
+
+
+@pytest.mark.parametrize("estimator", ["local", "flipout"])
+def test_an_estimator_the_engine_does_not_fuse_trains_without_the_librarys_advice(tmp_path, data, estimator):
+    # the engine's fallback warning ends 'fused=False silences this', which no bbb train flag sets
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(tiny_cfg(epochs=1, estimator=estimator), tmp_path / "run", data=data, **QUIET)
+    assert len(read_metrics(tmp_path / "run")) == 1
 
 
 def test_bf16_on_cpu_is_ignored_with_a_warning(tmp_path, data):

@@ -10,9 +10,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..distributions import KLMode
 from ..engine import Engine
 from ..engine.engine import OptimizerKind
-from ..engine.support import compile_from_env
+from ..engine.support import compile_from_env, unsupported_reason
 from ..errors import UserError
 from ..ivon import IVON
 from ..options import LRSchedule, Method
@@ -49,9 +50,13 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
                     seed=cfg.seed, compile=compile)
     own = noise_group(model, cfg)  # a homoscedastic network's noise parameter, at its own learning rate
     if cfg.method == Method.BBB.value:
+        # a model the kernel cannot fuse (--estimator local or flipout) takes the plain path without the
+        # engine's warning, whose remedy (fused=False) is the library's: the settings chose that path
+        fused = None if unsupported_reason(model, KLMode(cfg.kl)) is None else False
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
-                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None)
+                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None,
+                      fused=fused)
     if cfg.optimizer == OptimizerKind.SGD.value:
         return torch.optim.SGD(grouped_parameters(model, own), lr=cfg.lr, momentum=cfg.momentum)
     params = grouped_parameters(model, own)

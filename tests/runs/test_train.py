@@ -407,6 +407,14 @@ def test_an_estimator_the_engine_does_not_fuse_trains_without_the_librarys_advic
     assert len(read_metrics(tmp_path / "run")) == 1
 
 
+def test_a_seed_torch_cannot_take_is_a_setting_error_not_a_traceback(tmp_path, data):
+    # torch.manual_seed takes an unsigned long long: a larger seed was torch's ValueError mid-run
+    assert tiny_cfg(seed=2**64 - 1).seed == 2**64 - 1
+    for field in ("seed", "split_seed"):
+        with pytest.raises(UserError, match=f"^{field} must be at most 18446744073709551615"):
+            tiny_cfg(**{field: 2**64})
+
+
 def test_bf16_on_cpu_is_ignored_with_a_warning(tmp_path, data):
     with pytest.warns(UserWarning, match="bf16"):
         train(tiny_cfg(epochs=1, bf16=True), tmp_path / "run", data=data, **QUIET)

@@ -20,7 +20,7 @@ from ..engine.engine import OptimizerKind
 from ..errors import SettingError, UserError, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
-from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
+from ..options import IMAGE_DATASETS, MAX_SEED, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
 __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IN_MEMORY",
            "IVON_ONLY",
@@ -291,6 +291,9 @@ class TrainConfig:
                 raise SettingError(name, f"must be in [0, 1), got {p}")
             setattr(self, name, p)
         self.seed = check_int("seed", self.seed, 0)
+        for name in ("seed", "split_seed"):
+            if check_int(name, getattr(self, name), 0) > MAX_SEED:
+                raise SettingError(name, f"must be at most {MAX_SEED}, got {getattr(self, name)}")
         self.bf16 = bool(self.bf16)
         self.scale = _positive("scale", self.scale)
         self.val_size = check_int("val_size", self.val_size, 0)

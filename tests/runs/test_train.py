@@ -386,6 +386,13 @@ def test_huge_learning_rate_diverges_cleanly(tmp_path, data):
     assert torch.load(run / "last.pt", weights_only=True)["epoch"] == 0
 
 
+def test_weights_that_stop_being_finite_under_a_finite_loss_are_named(tmp_path, data, monkeypatch):
+    # the loss is summed before the step that broke the weights: the error named only a finite loss
+    monkeypatch.setattr(L, "_all_finite", lambda model: torch.tensor(False))
+    with pytest.raises(TrainingDiverged, match=r"diverged in epoch 1 \(loss [-0-9.e+]+, weights not finite\); "):
+        train(tiny_cfg(), tmp_path / "run", data=data, **QUIET)
+
+
 @pytest.mark.parametrize("extra", [{"prior": "gaussian", "prior_sigma": 1e-20},
                                    {"prior": "mixture", "sigma2": 1e-40},  # a finite loss, a NaN gradient
                                    {"rho_init": 1e20}])  # sigma = softplus(rho) = 1e20

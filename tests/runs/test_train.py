@@ -386,6 +386,16 @@ def test_huge_learning_rate_diverges_cleanly(tmp_path, data):
     assert torch.load(run / "last.pt", weights_only=True)["epoch"] == 0
 
 
+@pytest.mark.parametrize("key", ["train_x", "val_x", "test_x"])
+def test_data_given_in_memory_with_a_nan_or_inf_is_refused_before_training(tmp_path, data, key):
+    # such a row trained to a NaN loss, reported as a divergence with the advice of a lower --lr
+    bad = {**data, key: data[key].clone()}
+    bad[key][5, 1] = float("inf")
+    with pytest.raises(UserError, match=rf"^{key}\[5\] is NaN or inf") as e:
+        train(tiny_cfg(), tmp_path / "run", data=bad, **QUIET)
+    assert not isinstance(e.value, TrainingDiverged) and not (tmp_path / "run" / "last.pt").exists()
+
+
 def test_weights_that_stop_being_finite_under_a_finite_loss_are_named(tmp_path, data, monkeypatch):
     # the loss is summed before the step that broke the weights: the error named only a finite loss
     monkeypatch.setattr(L, "_all_finite", lambda model: torch.tensor(False))

@@ -424,6 +424,13 @@ def test_an_estimator_the_engine_does_not_fuse_trains_without_the_librarys_advic
     assert len(read_metrics(tmp_path / "run")) == 1
 
 
+def test_a_split_kl_the_mixture_cannot_take_is_refused_in_the_commands_words():
+    # the library's own check said "use kl='mc' or kl='auto'", a keyword no bbb train flag is
+    with pytest.raises(UserError, match=r"^--kl split needs .*--sigma1 above --sigma2.*--kl mc or --kl auto$"):
+        tiny_cfg(prior="mixture", sigma1=0.001, sigma2=1.0, kl="split")
+    assert tiny_cfg(prior="mixture", kl="split").kl == "split"  # the wide component first: taken
+
+
 def test_a_seed_torch_cannot_take_is_a_setting_error_not_a_traceback(tmp_path, data):
     # torch.manual_seed takes an unsigned long long: a larger seed was torch's ValueError mid-run
     assert tiny_cfg(seed=2**64 - 1).seed == 2**64 - 1

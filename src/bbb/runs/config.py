@@ -311,6 +311,9 @@ class TrainConfig:
         self._check_ivon(given_ivon)
         if self.method is Method.BBB and self.prior is PriorKind.MIXTURE and self.kl is KLMode.CLOSED:
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
+        if self.method is Method.BBB and self.kl is KLMode.SPLIT and not self.make_prior().has_split:
+            raise UserError("--kl split needs the mixture's wide component first (--sigma1 above --sigma2): swap "
+                            "them (and --pi for 1 - --pi), or use --kl mc or --kl auto")
         if self.method is Method.BBB and self.kl_samples is not None:
             if self.kl is KLMode.SPLIT:
                 raise UserError("--kl-samples averages a Monte Carlo KL; --kl split draws one importance sample "

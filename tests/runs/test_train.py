@@ -439,6 +439,16 @@ def test_a_seed_torch_cannot_take_is_a_setting_error_not_a_traceback(tmp_path, d
             tiny_cfg(**{field: 2**64})
 
 
+def test_a_step_size_the_run_never_reaches_warns_that_it_has_no_effect(tmp_path, data):
+    # the learning rate stayed constant, with no word about the step schedule asked for
+    with pytest.warns(UserWarning, match="^--lr-step-size 2 has no effect here: .* --epochs 2;"):
+        train(tiny_cfg(epochs=2, lr_schedule="step", lr_step_size=2), tmp_path / "a", data=data, **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a step inside the run, or the default step size: no warning
+        train(tiny_cfg(epochs=2, lr_schedule="step", lr_step_size=1), tmp_path / "b", data=data, **QUIET)
+        train(tiny_cfg(epochs=2, lr_schedule="step"), tmp_path / "c", data=data, **QUIET)
+
+
 def test_bf16_on_cpu_is_ignored_with_a_warning(tmp_path, data):
     with pytest.warns(UserWarning, match="bf16"):
         train(tiny_cfg(epochs=1, bf16=True), tmp_path / "run", data=data, **QUIET)

@@ -4,6 +4,7 @@ population's (:mod:`bbb.runs.population`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,6 +75,10 @@ def make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.epochs))
     if cfg.lr_schedule == LRSchedule.STEP.value:
         step = cfg.lr_step_size or max(1, cfg.epochs // 3)
+        if cfg.lr_step_size and step >= cfg.epochs:  # (the first step after the last epoch: lr never changes)
+            warnings.warn(f"--lr-step-size {step} has no effect here: --lr-schedule step lowers the learning rate "
+                          f"after every {step} epochs, and the run has --epochs {cfg.epochs}; give a smaller "
+                          "--lr-step-size (or leave it out: a third of --epochs)", stacklevel=3)
         return torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=cfg.lr_gamma)
     return None
 

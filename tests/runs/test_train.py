@@ -33,6 +33,7 @@ from bbb.runs import (
     read_metrics,
     train,
 )
+from bbb.runs.checkpoint import diverged_text
 from bbb.runs.config import resume_conflicts
 from testkit import blobs, eager_kernels
 
@@ -401,6 +402,15 @@ def test_weights_that_stop_being_finite_under_a_finite_loss_are_named(tmp_path, 
     monkeypatch.setattr(L, "_all_finite", lambda model: torch.tensor(False))
     with pytest.raises(TrainingDiverged, match=r"diverged in epoch 1 \(loss [-0-9.e+]+, weights not finite\); "):
         train(tiny_cfg(), tmp_path / "run", data=data, **QUIET)
+
+
+def test_a_run_and_a_populations_member_say_a_divergence_in_the_same_words():
+    # (bbb.runs.population wrote its own line, without the weights that stopped being finite)
+    last = Path("r") / "last.pt"
+    assert diverged_text(3, math.nan, last) == (f"training diverged in epoch 3 (loss nan); {last} keeps epoch 2; "
+                                                "try a lower --lr")
+    assert diverged_text(1, 1e28, last, "advice") == (f"training diverged in epoch 1 (loss 1e+28, weights not "
+                                                      f"finite); {last} keeps epoch 0; advice")
 
 
 @pytest.mark.parametrize("extra", [{"prior": "gaussian", "prior_sigma": 1e-20},

@@ -89,7 +89,7 @@ from ..nn import forward_samples
 from ..options import Method, is_bayesian
 from ..progress import progress_bar
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, improves, load_checkpoint, metrics_text, repair_derived
+from .checkpoint import CHECKPOINT_FORMAT, diverged_text, improves, load_checkpoint, metrics_text, repair_derived
 from .config import TrainConfig, resume_conflicts
 from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
@@ -533,11 +533,9 @@ def _train(
             fe_sum, nll_sum, kl_sum = read[:3]
             if not (math.isfinite(fe_sum) and read[3]):
                 flush()  # last.pt: the epoch before, whose weights tell a start already not finite from a step
-                ivon_k, finite = cfg.samples if cfg.method == Method.IVON.value else 1, math.isfinite(fe_sum)
-                raise TrainingDiverged(  # (a finite loss: the step after it made the weights inf or NaN)
-                    f"training diverged in epoch {epoch} (loss {fe_sum}{', weights not finite' if finite else ''}); "
-                    f"{last_path} keeps epoch {epoch - 1}; " + _divergence_advice(
-                        cfg, model, elbo, last_path, x[:bsz], y[:bsz], likelihood, ivon_k, epoch - 1))
+                ivon_k = cfg.samples if cfg.method == Method.IVON.value else 1
+                raise TrainingDiverged(diverged_text(epoch, fe_sum, last_path, _divergence_advice(
+                    cfg, model, elbo, last_path, x[:bsz], y[:bsz], likelihood, ivon_k, epoch - 1)))
             if sched is not None:
                 sched.step()
             val_error = read[4] / data["val_x"].shape[0] if has_val else None

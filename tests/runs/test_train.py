@@ -14,6 +14,7 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -35,6 +36,7 @@ from bbb.runs import (
 )
 from bbb.runs.checkpoint import diverged_text
 from bbb.runs.config import resume_conflicts
+from bbb.runs.optim import end_run_hint
 from testkit import blobs, eager_kernels
 
 
@@ -402,6 +404,32 @@ def test_weights_that_stop_being_finite_under_a_finite_loss_are_named(tmp_path, 
     monkeypatch.setattr(L, "_all_finite", lambda model: torch.tensor(False))
     with pytest.raises(TrainingDiverged, match=r"diverged in epoch 1 \(loss [-0-9.e+]+, weights not finite\); "):
         train(tiny_cfg(), tmp_path / "run", data=data, **QUIET)
+
+
+def test_a_divergence_names_the_command_that_ends_the_run_at_its_last_good_epoch(tmp_path):
+    # a run that diverged in epoch 6 keeps epochs 1-5 (best.pt among them), and --resume --epochs 5
+    # ends it there (summary.json); the error said only 'try a lower --lr', which starts over
+    out = tmp_path / "my run"
+    hint = end_run_hint(tiny_cfg(epochs=30), out, 5)
+    assert hint == f"; or end the run at epoch 5: bbb train --resume --out '{out}' --epochs 5"
+    assert end_run_hint(tiny_cfg(epochs=30), out, 0) == ""  # nothing to keep
+    assert end_run_hint(tiny_cfg(epochs=30, lr_schedule="cosine"), out, 5) == ""  # resume refuses other epochs
+    assert end_run_hint(tiny_cfg(epochs=30, lr_schedule="step", lr_step_size=10), out, 5) == hint
+    assert end_run_hint(tiny_cfg(epochs=30, data_source="memory"), out, 5) == ""  # the command cannot load it
+
+
+def test_a_run_on_a_file_that_diverges_says_how_to_end_it_and_that_command_does(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)).astype("float32")
+    np.savez(tmp_path / "t.npz", x=x, y=(x[:, 0] > 0).astype("int64"))
+    cfg = tiny_cfg(epochs=4, data_file=str(tmp_path / "t.npz"))
+    _interrupt_at(monkeypatch, 7, nan=True)  # 160 training rows, 5 minibatches: NaN from epoch 2 on
+    with pytest.raises(TrainingDiverged, match=r"keeps epoch 1; .*; or end the run at epoch 1: bbb train --resume "
+                                               r"--out \S+ --epochs 1$"):
+        train(cfg, tmp_path / "run", **QUIET)
+    monkeypatch.undo()
+    train(cfg.replace(epochs=1), tmp_path / "run", resume=True, **QUIET)  # what the hint says to run
+    assert (tmp_path / "run" / "summary.json").exists() and len(read_metrics(tmp_path / "run")) == 1
 
 
 def test_a_run_and_a_populations_member_say_a_divergence_in_the_same_words():

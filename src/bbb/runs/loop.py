@@ -95,7 +95,7 @@ from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
-from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
+from .optim import check_schedule_on_resume, end_run_hint, make_optimizer, make_scheduler
 from .rundir import guard_run_dir, keep_started, remove_results
 from .summary import finish_classifier, finish_regression
 
@@ -535,7 +535,8 @@ def _train(
                 flush()  # last.pt: the epoch before, whose weights tell a start already not finite from a step
                 ivon_k = cfg.samples if cfg.method == Method.IVON.value else 1
                 raise TrainingDiverged(diverged_text(epoch, fe_sum, last_path, _divergence_advice(
-                    cfg, model, elbo, last_path, x[:bsz], y[:bsz], likelihood, ivon_k, epoch - 1)))
+                    cfg, model, elbo, last_path, x[:bsz], y[:bsz], likelihood, ivon_k, epoch - 1))
+                    + end_run_hint(cfg, out, epoch - 1))
             if sched is not None:
                 sched.step()
             val_error = read[4] / data["val_x"].shape[0] if has_val else None

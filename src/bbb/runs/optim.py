@@ -4,8 +4,10 @@ population's (:mod:`bbb.runs.population`)."""
 
 from __future__ import annotations
 
+import shlex
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,10 +20,10 @@ from ..engine.support import compile_from_env, unsupported_reason
 from ..errors import UserError
 from ..ivon import IVON
 from ..options import LRSchedule, Method
-from .config import FILE_DATASET, TrainConfig
+from .config import FILE_DATASET, IN_MEMORY, TrainConfig
 from .model import grouped_parameters, noise_group
 
-__all__ = ["check_schedule_on_resume", "make_optimizer", "make_scheduler"]
+__all__ = ["check_schedule_on_resume", "end_run_hint", "make_optimizer", "make_scheduler"]
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None,
@@ -91,6 +93,16 @@ def _schedule_length(cfg: TrainConfig, epochs: int) -> int | None:
     if cfg.lr_schedule == LRSchedule.STEP.value and not cfg.lr_step_size:
         return max(1, epochs // 3)
     return None
+
+
+def end_run_hint(cfg: TrainConfig, out: Path, epochs: int) -> str:
+    """The command that ends the stopped run ``out`` at its ``epochs`` completed ones (nothing more
+    trained: its summary from best.pt) as the end of an error line, where resuming with ``--epochs
+    epochs`` is allowed; empty where not (none completed, a schedule whose length is the epochs', or
+    data given in memory, which the command cannot load)."""
+    if epochs < 1 or cfg.data_source == IN_MEMORY or _schedule_length(cfg, epochs) != _schedule_length(cfg, cfg.epochs):
+        return ""
+    return f"; or end the run at epoch {epochs}: bbb train --resume --out {shlex.quote(str(out))} --epochs {epochs}"
 
 
 def check_schedule_on_resume(stored_epochs: int, cfg: TrainConfig, what: str) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "DeviceKind",
     "IMAGE_DATASETS",
     "LRSchedule",
+    "MAX_SEED",
     "Method",
     "PriorKind",
     "StrOption",
@@ -36,6 +37,10 @@ __all__ = [
     "is_bayesian",
     "values",
 ]
+
+
+#: the largest seed torch's generators take (an unsigned long long): a larger one was a traceback
+MAX_SEED = 2**64 - 1
 
 
 class StrOption(str, Enum):

@@ -140,10 +140,13 @@ def normal_pairs(index: Tensor, keys: Tensor, dtype: torch.dtype = torch.float32
     loop).
     """
     h1, h2 = hash_pairs(index, keys)
-    u1 = (h1.to(dtype) + 0.5) * _INV_24
-    theta = h2.to(dtype) * _TWO_PI_24
+    # float16 in float32, then rounded: its own u1 underflowed to 0 (an infinite radius) or its hash
+    # overflowed, so its noise was inf and NaN
+    work = torch.float32 if dtype == torch.float16 else dtype
+    u1 = (h1.to(work) + 0.5) * _INV_24
+    theta = h2.to(work) * _TWO_PI_24
     r = torch.sqrt(-2.0 * torch.log(u1))
-    return r * torch.cos(theta), r * torch.sin(theta)
+    return (r * torch.cos(theta)).to(dtype), (r * torch.sin(theta)).to(dtype)
 
 
 def fill_normal_(out: Tensor, index: Tensor, keys: Tensor) -> None:

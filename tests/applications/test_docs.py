@@ -61,3 +61,16 @@ def test_the_site_builds_strictly(tmp_path):
     for page, anchor in re.findall(r"\]\((\w+)\.md#([\w.]+)\)", index):  # every public name has its entry
         html = (tmp_path / "site" / "reference" / page / "index.html").read_text()
         assert f'id="{anchor}"' in html, f"{anchor} is not rendered on reference/{page}"
+
+
+def test_the_choices_docs_cli_lists_for_bbb_train_are_the_commands_own():
+    """docs/cli.md's row of bbb train gives the choices of some flags (`--flag {a,b}`): all of them,
+    as the command takes them (it listed --kl-weighting {uniform,blundell}, without blob)."""
+    from bbb.cli.entry import command_parser
+
+    row = next(line for line in (DOCS / "cli.md").read_text().splitlines() if line.startswith("| `bbb train "))
+    choices = {a.option_strings[-1]: a.choices for a in command_parser("train")[1]._actions if a.choices}
+    listed = re.findall(r"`(--[\w-]+) \{([\w,-]+)\}`", row)
+    assert listed, row
+    for flag, values in listed:
+        assert set(values.split(",")) == {str(c) for c in choices[flag]}, flag

@@ -248,7 +248,8 @@ def test_fallback_warns_once_raises_with_fused_true_and_is_silent_with_fused_fal
     assert "\n" not in str(err.value)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not Engine(flip, "adam", fused=False).fused
+        silent = Engine(flip, "adam", fused=False)
+        assert not silent.fused and "flipout" in silent.fallback_reason  # the reason, not only 'fused=False'
         assert Engine(_net(), "adam", kl="mc", fused=True, compile=False).fused
         # a fusable model on the plain path: torch.optim's results
         a, b = _net(), _net()

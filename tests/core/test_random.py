@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+import bbb
 from bbb.random import counter_keys, hash_pairs, key_tensor, normal, normal_pairs
 from testkit import reference_hash
 
@@ -72,6 +73,14 @@ def test_tail_quantiles_match_the_standard_normal(z):
     tol = 5 * torch.sqrt(q * (1 - q) / (1 << 19)) / pdf
     assert ((got - ref).abs() < tol).all(), (got, ref)
     assert z.abs().max().item() < 6.0
+
+
+def test_float16_noise_is_finite_and_the_float32_numbers_rounded():
+    # computed in float16 itself, u1 underflowed and the hash overflowed: inf and NaN noise (IVON on a
+    # float16 model trained on NaN from its first forward)
+    z16, z32 = normal(100_001, 3, 7, dtype=torch.float16), normal(100_001, 3, 7)
+    assert z16.dtype == torch.float16 and bool(torch.isfinite(z16).all())
+    assert torch.equal(z16, z32.to(torch.float16))
 
 
 def test_keys_are_validated():
@@ -155,3 +164,19 @@ def test_compiled_hash_in_int32_and_int64_equals_eager_in_a_subprocess():
     r = subprocess.run([sys.executable, "-c", _COMPILED], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["ok"], r.stdout + r.stderr[-2000:]
+
+
+def test_ivon_trains_a_float16_model_on_finite_noise():
+    # its noise was drawn in float16, inf and NaN: the first forward's outputs and every step were NaN
+    torch.manual_seed(0)
+    net = bbb.BayesMLP(5, [8], 2).half()
+    x = torch.randn(64, 5).half()
+    y = (x[:, 0] > 0).long()
+    opt = bbb.IVON(net, lr=0.1, ess=64, compile=False)
+    for _ in range(3):
+        with opt.sampling():
+            loss = torch.nn.functional.cross_entropy(net(x).float(), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in net.parameters())

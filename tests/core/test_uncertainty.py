@@ -57,6 +57,12 @@ def test_nll_brier_error_hand_computed():
         U.brier_score(probs, torch.tensor([0]))
 
 
+def test_nll_of_certain_right_predictions_is_zero_not_minus_zero():
+    # minus log of one is minus zero: the summary printed the NLL of a network certain and right as negative
+    nll = U.negative_log_likelihood(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1]))
+    assert nll == 0.0 and math.copysign(1.0, nll) == 1.0 and f"{nll:.4f}" == "0.0000"
+
+
 def test_nll_counts_a_confident_error_in_full():
     """A floor of 1e-12 capped an example's -log p at 27.6: a true class at probability 1e-20 (a
     deterministic network's confident error, logits 46 apart) counted 27.6, not 46.1, understating

@@ -11,8 +11,10 @@ import csv
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -32,7 +34,9 @@ from bbb.runs import (
     read_metrics,
     train,
 )
+from bbb.runs.checkpoint import diverged_text
 from bbb.runs.config import resume_conflicts
+from bbb.runs.optim import end_run_hint
 from testkit import blobs, eager_kernels
 
 
@@ -380,9 +384,107 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, data, monkeypat
 
 def test_huge_learning_rate_diverges_cleanly(tmp_path, data):
     run = tmp_path / "run"
-    with pytest.raises(TrainingDiverged):
+    with pytest.raises(TrainingDiverged, match="try a lower --lr$"):
         train(tiny_cfg(method="sgd", optimizer="sgd", lr=1e30, epochs=2), run, data=data, **QUIET)
     assert torch.load(run / "last.pt", weights_only=True)["epoch"] == 0
+
+
+@pytest.mark.parametrize("key", ["train_x", "val_x", "test_x"])
+def test_data_given_in_memory_with_a_nan_or_inf_is_refused_before_training(tmp_path, data, key):
+    # such a row trained to a NaN loss, reported as a divergence with the advice of a lower --lr
+    bad = {**data, key: data[key].clone()}
+    bad[key][5, 1] = float("inf")
+    with pytest.raises(UserError, match=rf"^{key}\[5\] is NaN or inf") as e:
+        train(tiny_cfg(), tmp_path / "run", data=bad, **QUIET)
+    assert not isinstance(e.value, TrainingDiverged) and not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_weights_that_stop_being_finite_under_a_finite_loss_are_named(tmp_path, data, monkeypatch):
+    # the loss is summed before the step that broke the weights: the error named only a finite loss
+    monkeypatch.setattr(L, "_all_finite", lambda model: torch.tensor(False))
+    with pytest.raises(TrainingDiverged, match=r"diverged in epoch 1 \(loss [-0-9.e+]+, weights not finite\); "):
+        train(tiny_cfg(), tmp_path / "run", data=data, **QUIET)
+
+
+def test_a_divergence_names_the_command_that_ends_the_run_at_its_last_good_epoch(tmp_path):
+    # a run that diverged in epoch 6 keeps epochs 1-5 (best.pt among them), and --resume --epochs 5
+    # ends it there (summary.json); the error said only 'try a lower --lr', which starts over
+    out = tmp_path / "my run"
+    hint = end_run_hint(tiny_cfg(epochs=30), out, 5)
+    assert hint == f"; or end the run at epoch 5: bbb train --resume --out '{out}' --epochs 5"
+    assert end_run_hint(tiny_cfg(epochs=30), out, 0) == ""  # nothing to keep
+    assert end_run_hint(tiny_cfg(epochs=30, lr_schedule="cosine"), out, 5) == ""  # resume refuses other epochs
+    assert end_run_hint(tiny_cfg(epochs=30, lr_schedule="step", lr_step_size=10), out, 5) == hint
+    assert end_run_hint(tiny_cfg(epochs=30, data_source="memory"), out, 5) == ""  # the command cannot load it
+
+
+def test_a_run_on_a_file_that_diverges_says_how_to_end_it_and_that_command_does(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)).astype("float32")
+    np.savez(tmp_path / "t.npz", x=x, y=(x[:, 0] > 0).astype("int64"))
+    cfg = tiny_cfg(epochs=4, data_file=str(tmp_path / "t.npz"))
+    _interrupt_at(monkeypatch, 7, nan=True)  # 160 training rows, 5 minibatches: NaN from epoch 2 on
+    with pytest.raises(TrainingDiverged, match=r"keeps epoch 1; .*; or end the run at epoch 1: bbb train --resume "
+                                               r"--out \S+ --epochs 1$"):
+        train(cfg, tmp_path / "run", **QUIET)
+    monkeypatch.undo()
+    train(cfg.replace(epochs=1), tmp_path / "run", resume=True, **QUIET)  # what the hint says to run
+    assert (tmp_path / "run" / "summary.json").exists() and len(read_metrics(tmp_path / "run")) == 1
+
+
+def test_a_run_and_a_populations_member_say_a_divergence_in_the_same_words():
+    # (bbb.runs.population wrote its own line, without the weights that stopped being finite)
+    last = Path("r") / "last.pt"
+    assert diverged_text(3, math.nan, last) == (f"training diverged in epoch 3 (loss nan); {last} keeps epoch 2; "
+                                                "try a lower --lr")
+    assert diverged_text(1, 1e28, last, "advice") == (f"training diverged in epoch 1 (loss 1e+28, weights not "
+                                                      f"finite); {last} keeps epoch 0; advice")
+
+
+@pytest.mark.parametrize("extra", [{"prior": "gaussian", "prior_sigma": 1e-20},
+                                   {"prior": "mixture", "sigma2": 1e-40},  # a finite loss, a NaN gradient
+                                   {"rho_init": 1e20}])  # sigma = softplus(rho) = 1e20
+def test_a_start_that_is_not_finite_is_not_blamed_on_the_learning_rate(tmp_path, data, extra):
+    # settings that overflow float32 before any step: a lower --lr cannot help, and the error says so
+    with pytest.raises(TrainingDiverged) as e:
+        train(tiny_cfg(epochs=2, **extra), tmp_path / "run", data=data, **QUIET)
+    msg = str(e.value)
+    assert "diverged in epoch 1" in msg and "lower --lr does not help" in msg and "--prior-sigma" in msg, msg
+    assert "\n" not in msg and torch.load(tmp_path / "run" / "last.pt", weights_only=True)["epoch"] == 0
+
+
+@pytest.mark.parametrize("estimator", ["local", "flipout"])
+def test_an_estimator_the_engine_does_not_fuse_trains_without_the_librarys_advice(tmp_path, data, estimator):
+    # the engine's fallback warning ends 'fused=False silences this', which no bbb train flag sets
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(tiny_cfg(epochs=1, estimator=estimator), tmp_path / "run", data=data, **QUIET)
+    assert len(read_metrics(tmp_path / "run")) == 1
+
+
+def test_a_split_kl_the_mixture_cannot_take_is_refused_in_the_commands_words():
+    # the library's own check said "use kl='mc' or kl='auto'", a keyword no bbb train flag is
+    with pytest.raises(UserError, match=r"^--kl split needs .*--sigma1 above --sigma2.*--kl mc or --kl auto$"):
+        tiny_cfg(prior="mixture", sigma1=0.001, sigma2=1.0, kl="split")
+    assert tiny_cfg(prior="mixture", kl="split").kl == "split"  # the wide component first: taken
+
+
+def test_a_seed_torch_cannot_take_is_a_setting_error_not_a_traceback(tmp_path, data):
+    # torch.manual_seed takes an unsigned long long: a larger seed was torch's ValueError mid-run
+    assert tiny_cfg(seed=2**64 - 1).seed == 2**64 - 1
+    for field in ("seed", "split_seed"):
+        with pytest.raises(UserError, match=f"^{field} must be at most 18446744073709551615"):
+            tiny_cfg(**{field: 2**64})
+
+
+def test_a_step_size_the_run_never_reaches_warns_that_it_has_no_effect(tmp_path, data):
+    # the learning rate stayed constant, with no word about the step schedule asked for
+    with pytest.warns(UserWarning, match="^--lr-step-size 2 has no effect here: .* --epochs 2;"):
+        train(tiny_cfg(epochs=2, lr_schedule="step", lr_step_size=2), tmp_path / "a", data=data, **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a step inside the run, or the default step size: no warning
+        train(tiny_cfg(epochs=2, lr_schedule="step", lr_step_size=1), tmp_path / "b", data=data, **QUIET)
+        train(tiny_cfg(epochs=2, lr_schedule="step"), tmp_path / "c", data=data, **QUIET)
 
 
 def test_bf16_on_cpu_is_ignored_with_a_warning(tmp_path, data):

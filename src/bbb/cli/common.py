@@ -117,13 +117,16 @@ def add_threads(p: Any, default: int | None = None, help: str = THREADS_HELP) ->
 
 def seed_number(text: str) -> int:
     """argparse type of ``--seed`` and ``--seeds``: a whole number >= 0 (numpy's generators, and
-    the runs' own configurations, refuse a negative seed; every command refuses it alike)."""
+    the runs' own configurations, refuse a negative seed; every command refuses it alike), at most
+    :data:`bbb.options.MAX_SEED` (torch's generators take no larger one)."""
+    from ..options import MAX_SEED
+
     try:
         v = int(text)
     except ValueError:
         v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}")
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number from 0 to {MAX_SEED}, got {text!r}")
     return v
 
 

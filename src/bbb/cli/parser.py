@@ -93,7 +93,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_g("--sigma2", "sigma2", shared_help("--sigma2"), type=float)
     add_g("--prior-sigma", "prior_sigma", shared_help("--prior-sigma", " (--prior gaussian)"), type=float)
     add_g("--estimator", "estimator",
-          "reparam (the paper), local (local reparameterisation) or flipout",
+          "reparam (the paper), local (local reparameterisation) or flipout (local and flipout train on the "
+          "plain autograd path: the same mathematics, slower than reparam's fused engine)",
           choices=O.values(Estimator))
     rho = defaults["rho_init"]
     add_g("--sigma-init", "rho_init", shared_help("--sigma-init", f" (bbb; default: {sigma_of_rho(rho):.2g}, "

@@ -210,7 +210,7 @@ class Engine(torch.optim.Optimizer):
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.k)
         self.counter = 0
         self._step_count = 0
-        reason = "fused=False" if fused is False else unsupported_reason(model, self.kl_mode)
+        reason = unsupported_reason(model, self.kl_mode) or ("fused=False" if fused is False else None)
         if reason is not None and fused:
             raise UserError(f"bbb.Engine(fused=True) cannot fuse {type(model).__name__}: {reason}; leave fused "
                             "unset for the plain autograd path")

@@ -83,8 +83,8 @@ def unsupported_reason(model: nn.Module, kl: KLMode) -> str | None:
         return "its parameters are not floating point"
     if params[0].dtype in (torch.float16, torch.bfloat16):
         return (f"its parameters are {str(params[0].dtype).replace('torch.', '')}: the fused kernel draws its noise "
-                "and sums its KL in the parameters' dtype (16 bits: float16's noise is not finite, its KL overflows "
-                "past 65504, bfloat16's rounds to 8 bits), where the plain path forms the KL in float32")
+                "and sums its KL in the parameters' dtype (16 bits: float16's KL overflows past 65504, bfloat16's "
+                "rounds to 8 bits), where the plain path forms the KL in float32")
     frozen = sum(not p.requires_grad for p in params)
     if frozen:
         return (f"{frozen} of its {len(params)} Bayesian parameters are frozen (requires_grad=False), which the "

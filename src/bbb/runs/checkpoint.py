@@ -36,9 +36,9 @@ from ..options import Checkpoint, choice
 from .config import TrainConfig
 from .model import build_model
 
-__all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "committed_checkpoint", "improves",
-           "load_checkpoint", "load_run", "metrics_text", "model_from_checkpoint", "read_metrics", "repair_derived",
-           "run_dir_of"]
+__all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "committed_checkpoint", "diverged_text",
+           "improves", "load_checkpoint", "load_run", "metrics_text", "model_from_checkpoint", "read_metrics",
+           "repair_derived", "run_dir_of"]
 
 CHECKPOINT_FORMAT = 1
 METRIC_COLUMNS = ("epoch", "seconds", "train_loss", "nll", "kl", "val_error", "test_error", "val_nll")
@@ -256,6 +256,14 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
                               f"{d / 'last.pt'}; 'bbb train --resume --out {d}' rewrites it")
     return [{c: None if r[c] is None else (int(r[c]) if c == "epoch" else float(r[c])) for c in METRIC_COLUMNS}
             for r in history]
+
+
+def diverged_text(epoch: int, loss: float, last_path: Path, advice: str = "try a lower --lr") -> str:
+    """The one line of a run (or a population's member) whose epoch ``epoch`` diverged: its loss sum
+    (a finite one: the epoch's last step made the weights inf or NaN), the epoch ``last_path`` keeps
+    and ``advice``."""
+    weights = ", weights not finite" if math.isfinite(loss) else ""
+    return f"training diverged in epoch {epoch} (loss {loss}{weights}); {last_path} keeps epoch {epoch - 1}; {advice}"
 
 
 def improves(select_by: str, row: dict[str, Any], best: dict[str, Any]) -> bool:

@@ -20,7 +20,7 @@ from ..engine.engine import OptimizerKind
 from ..errors import SettingError, UserError, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
-from ..options import IMAGE_DATASETS, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
+from ..options import IMAGE_DATASETS, MAX_SEED, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
 
 __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY", "FILE_DATASET", "IN_MEMORY",
            "IVON_ONLY",
@@ -291,6 +291,9 @@ class TrainConfig:
                 raise SettingError(name, f"must be in [0, 1), got {p}")
             setattr(self, name, p)
         self.seed = check_int("seed", self.seed, 0)
+        for name in ("seed", "split_seed"):
+            if check_int(name, getattr(self, name), 0) > MAX_SEED:
+                raise SettingError(name, f"must be at most {MAX_SEED}, got {getattr(self, name)}")
         self.bf16 = bool(self.bf16)
         self.scale = _positive("scale", self.scale)
         self.val_size = check_int("val_size", self.val_size, 0)
@@ -308,6 +311,9 @@ class TrainConfig:
         self._check_ivon(given_ivon)
         if self.method is Method.BBB and self.prior is PriorKind.MIXTURE and self.kl is KLMode.CLOSED:
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")
+        if self.method is Method.BBB and self.kl is KLMode.SPLIT and not self.make_prior().has_split:
+            raise UserError("--kl split needs the mixture's wide component first (--sigma1 above --sigma2): swap "
+                            "them (and --pi for 1 - --pi), or use --kl mc or --kl auto")
         if self.method is Method.BBB and self.kl_samples is not None:
             if self.kl is KLMode.SPLIT:
                 raise UserError("--kl-samples averages a Monte Carlo KL; --kl split draws one importance sample "

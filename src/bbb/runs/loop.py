@@ -89,13 +89,13 @@ from ..nn import forward_samples
 from ..options import Method, is_bayesian
 from ..progress import progress_bar
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, improves, load_checkpoint, metrics_text, repair_derived
+from .checkpoint import CHECKPOINT_FORMAT, diverged_text, improves, load_checkpoint, metrics_text, repair_derived
 from .config import TrainConfig, resume_conflicts
 from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
-from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
+from .optim import check_schedule_on_resume, end_run_hint, make_optimizer, make_scheduler
 from .rundir import guard_run_dir, keep_started, remove_results
 from .summary import finish_classifier, finish_regression
 
@@ -225,6 +225,23 @@ def validation_sums(model: nn.Module, x: Tensor, y: Tensor, likelihood: Likeliho
         errors = ((out[:, 0].double() - y.double()) ** 2).sum()
         nll = -likelihood.log_prob(out, y).double().sum()
     return torch.stack([errors, nll])
+
+
+def _divergence_advice(cfg: TrainConfig, model: nn.Module, elbo: ELBO | None, last_path: Path, xb: Tensor,
+                       yb: Tensor, likelihood: Likelihood | None, num_samples: int, start: int) -> str:
+    """What to change after a divergence: a lower --lr, unless the first minibatch's loss or gradient
+    is not finite at the weights of ``last_path`` already, before any step (no learning rate helps)."""
+    model.load_state_dict(load_checkpoint(last_path)["model"])
+    model.zero_grad(set_to_none=True)
+    loss = batch_objective(model, elbo, xb, yb, 0, None, likelihood, num_samples)[0]
+    loss.backward()
+    if bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()
+                                          if p.grad is not None):
+        return "try a lower --lr"
+    bbb = cfg.method == Method.BBB.value
+    what = "a huge --sigma-init or --mu-init-scale, a tiny --prior-sigma or --sigma2, " if bbb else ""
+    return (f"its loss or gradient is not finite at epoch {start}'s weights already, before any step, so a lower --lr "
+            f"does not help: look for settings or inputs that overflow float32 ({what}inputs of a huge scale)")
 
 
 def _all_finite(model: nn.Module) -> Tensor:
@@ -515,9 +532,11 @@ def _train(
             read = torch.cat(parts).tolist()
             fe_sum, nll_sum, kl_sum = read[:3]
             if not (math.isfinite(fe_sum) and read[3]):
-                raise TrainingDiverged(
-                    f"training diverged in epoch {epoch} (loss {fe_sum}); {last_path} keeps epoch "
-                    f"{epoch - 1}; try a lower --lr")
+                flush()  # last.pt: the epoch before, whose weights tell a start already not finite from a step
+                ivon_k = cfg.samples if cfg.method == Method.IVON.value else 1
+                raise TrainingDiverged(diverged_text(epoch, fe_sum, last_path, _divergence_advice(
+                    cfg, model, elbo, last_path, x[:bsz], y[:bsz], likelihood, ivon_k, epoch - 1))
+                    + end_run_hint(cfg, out, epoch - 1))
             if sched is not None:
                 sched.step()
             val_error = read[4] / data["val_x"].shape[0] if has_val else None

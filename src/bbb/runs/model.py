@@ -271,6 +271,11 @@ def check_data(data: dict[str, Tensor]) -> None:
     for s in ("train", "val", "test"):
         if data[f"{s}_x"].shape[0] != data[f"{s}_y"].shape[0]:
             raise UserError(f"{s}_x and {s}_y have different lengths")
+    for k in DATA_KEYS:  # (a NaN or inf row made the loss NaN: a divergence blamed on the learning rate)
+        t = data[k]
+        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+            row = int((~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero()[0])
+            raise UserError(f"{k}[{row}] is NaN or inf (a missing value); fill it in or drop that row")
 
 
 def versions() -> dict[str, str]:

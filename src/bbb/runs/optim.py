@@ -4,22 +4,26 @@ population's (:mod:`bbb.runs.population`)."""
 
 from __future__ import annotations
 
+import shlex
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 
+from ..distributions import KLMode
 from ..engine import Engine
 from ..engine.engine import OptimizerKind
-from ..engine.support import compile_from_env
+from ..engine.support import compile_from_env, unsupported_reason
 from ..errors import UserError
 from ..ivon import IVON
 from ..options import LRSchedule, Method
-from .config import FILE_DATASET, TrainConfig
+from .config import FILE_DATASET, IN_MEMORY, TrainConfig
 from .model import grouped_parameters, noise_group
 
-__all__ = ["check_schedule_on_resume", "make_optimizer", "make_scheduler"]
+__all__ = ["check_schedule_on_resume", "end_run_hint", "make_optimizer", "make_scheduler"]
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = None,
@@ -49,9 +53,13 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, num_train: int | None = N
                     seed=cfg.seed, compile=compile)
     own = noise_group(model, cfg)  # a homoscedastic network's noise parameter, at its own learning rate
     if cfg.method == Method.BBB.value:
+        # a model the kernel cannot fuse (--estimator local or flipout) takes the plain path without the
+        # engine's warning, whose remedy (fused=False) is the library's: the settings chose that path
+        fused = None if unsupported_reason(model, KLMode(cfg.kl)) is None else False
         return Engine(model, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
                       rho_lr_scale=cfg.rho_lr_scale, num_samples=cfg.samples, kl=cfg.kl, kl_samples=cfg.kl_samples,
-                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None)
+                      seed=cfg.seed, compile=compile, member_lr_scale=member_lr_scale, params=own or None,
+                      fused=fused)
     if cfg.optimizer == OptimizerKind.SGD.value:
         return torch.optim.SGD(grouped_parameters(model, own), lr=cfg.lr, momentum=cfg.momentum)
     params = grouped_parameters(model, own)
@@ -69,6 +77,10 @@ def make_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer) -> Any:
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.epochs))
     if cfg.lr_schedule == LRSchedule.STEP.value:
         step = cfg.lr_step_size or max(1, cfg.epochs // 3)
+        if cfg.lr_step_size and step >= cfg.epochs:  # (the first step after the last epoch: lr never changes)
+            warnings.warn(f"--lr-step-size {step} has no effect here: --lr-schedule step lowers the learning rate "
+                          f"after every {step} epochs, and the run has --epochs {cfg.epochs}; give a smaller "
+                          "--lr-step-size (or leave it out: a third of --epochs)", stacklevel=3)
         return torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=cfg.lr_gamma)
     return None
 
@@ -81,6 +93,16 @@ def _schedule_length(cfg: TrainConfig, epochs: int) -> int | None:
     if cfg.lr_schedule == LRSchedule.STEP.value and not cfg.lr_step_size:
         return max(1, epochs // 3)
     return None
+
+
+def end_run_hint(cfg: TrainConfig, out: Path, epochs: int) -> str:
+    """The command that ends the stopped run ``out`` at its ``epochs`` completed ones (nothing more
+    trained: its summary from best.pt) as the end of an error line, where resuming with ``--epochs
+    epochs`` is allowed; empty where not (none completed, a schedule whose length is the epochs', or
+    data given in memory, which the command cannot load)."""
+    if epochs < 1 or cfg.data_source == IN_MEMORY or _schedule_length(cfg, epochs) != _schedule_length(cfg, cfg.epochs):
+        return ""
+    return f"; or end the run at epoch {epochs}: bbb train --resume --out {shlex.quote(str(out))} --epochs {epochs}"
 
 
 def check_schedule_on_resume(stored_epochs: int, cfg: TrainConfig, what: str) -> None:

@@ -63,7 +63,7 @@ from ..nn.model import modes_kept
 from ..options import Method
 from ..progress import progress_bar
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, improves, metrics_text
+from .checkpoint import CHECKPOINT_FORMAT, diverged_text, improves, metrics_text
 from .config import TrainConfig, resume_conflicts
 from .cuda_graph import StepGraphs, check_capturable
 from .evaluation import EVAL_CHUNK
@@ -486,8 +486,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                     continue
                 r = read[j]
                 if not (math.isfinite(r[0]) and r[3]):
-                    diverged[j] = (f"training diverged in epoch {epoch} (loss {r[0]}); {dirs[j] / 'last.pt'} keeps "
-                                   f"epoch {epoch - 1}; try a lower --lr")
+                    diverged[j] = diverged_text(epoch, r[0], dirs[j] / "last.pt")
                     atomic_write_json(dirs[j] / DIVERGED_FILE, {"message": diverged[j]})
                     log(f"  {dirs[j].name}: {diverged[j]}")
                     continue

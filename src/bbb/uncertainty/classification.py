@@ -171,7 +171,8 @@ def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = NLL_FLOO
     """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``,
     :data:`NLL_FLOOR`), in float64 (the same floor whatever the probabilities' dtype)."""
     _check(probs, labels, "negative_log_likelihood")
-    return float(-torch.log(probs.gather(1, labels.long()[:, None]).double().clamp_min(eps)).mean())
+    # (plus zero: a certain and right prediction's minus log of one is minus zero, printed as a negative NLL)
+    return float(-torch.log(probs.gather(1, labels.long()[:, None]).double().clamp_min(eps)).mean()) + 0.0
 
 
 def brier_score(probs: Tensor, labels: Tensor) -> float:

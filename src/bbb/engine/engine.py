@@ -136,7 +136,9 @@ class Engine(torch.optim.Optimizer):
             from the network: the k of ``num_samples``, and the ELBO's must agree); K > k adds
             K - k samples of the KL's own, drawn by the fused kernel from the same counter-based
             noise (after the k rows).
-        seed: the noise is a function of (seed, step counter) alone.
+        seed: the noise is a function of (seed, step counter) alone: ``torch.manual_seed`` does not
+            change it, so replicates that should differ in their noise each need their own ``seed``
+            (the default is the same for all; :class:`bbb.IVON` draws its own from torch's generator).
         compile: ``True``/``False``, or ``None``: the environment's ``BBB_COMPILE`` where set (``0``:
             never, ``1``: always; :data:`bbb.engine.support.COMPILE_ENV`), else on CUDA compile at
             any size (when Triton is installed; without it one warning, and the eager kernels), on

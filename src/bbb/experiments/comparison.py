@@ -77,13 +77,15 @@ def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any
               ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config, summary) of the network in ``d``: a run's own (``cfg`` and ``summary`` where read
     already); a Laplace posterior's folder (``bbb laplace RUN --out DIR``) its run's network and
-    training, with the fit's seconds added."""
-    from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_run_of
+    training, with the fit's seconds added (a one-line error where that run changed since the fit)."""
+    from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_base, laplace_run_of
 
     if not is_laplace_folder(d):
         return (_read_json(d / "config.json") or {} if cfg is None else cfg,
                 _read_json(d / "summary.json") or {} if summary is None else summary)
     base = laplace_run_of(d)
+    if base.is_dir():  # a run trained on since the fit: its posterior's scores are of another network
+        laplace_base(d)
     out = dict(_read_json(base / "summary.json") or {})
     fit = (_read_json(d / LAPLACE_FILE) or {}).get("seconds")
     if out.get("seconds") is not None and fit is not None:

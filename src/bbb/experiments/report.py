@@ -91,11 +91,13 @@ class RunFiles:
         #: the folder the run trained in (a Laplace posterior's: its run's), and the fit's laplace.json
         self.train_dir = self.dir
         self.laplace: dict[str, Any] | None = None
-        from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_run_of
+        from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_base, laplace_run_of
 
         if is_laplace_folder(self.dir):  # ``bbb laplace RUN --out DIR``: the run's network and training
             self.laplace = _json(self.dir / LAPLACE_FILE)
             self.train_dir = laplace_run_of(self.dir)
+            if self.train_dir.is_dir():  # its scores are of another network where the run changed since the fit
+                laplace_base(self.dir)
         config = _json(self.train_dir / "config.json")
         if config is None and self.laplace is not None:
             raise UserError(f"{self.dir} is the Laplace posterior of {self.train_dir}, which is not there: put the "

@@ -170,6 +170,13 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     members = ev.get("members") if ev.get("method") == "ensemble" else None
     if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the first member's network, the members' training
         infos = [_training(Path(m)) for m in members]
+        for m, (_, now), scored in zip(members, infos, ev.get("member_scores") or [{}] * len(members)):
+            stale = stale_evaluation({"checkpoint": ev.get("checkpoint"), "epoch": scored.get("epoch")}, now)
+            if stale:  # (the members' epochs are in the eval.json of a newer bbb only)
+                again = " ".join(map(str, members)) + (" --which last" if ev.get("checkpoint") == "last" else "")
+                why = stale.replace("its eval.json", "the ensemble")
+                raise UserError(f"{d}: its member {m} trained on since ({why}); run `bbb evaluate {again} "
+                                f"--out {d}` again")
         cfg = infos[0][0]
         seconds = [x.get("seconds") for _, x in infos]
         summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),

@@ -485,10 +485,14 @@ def _uncertain(r: RunFiles) -> str:
     digits = r.uncertain.get("digits") or []
     n = {g: sum(1 for d in digits if d.get("group") == g) for g in ("uncertain", "confident_errors")}
     k = r.uncertain.get("samples")
+    if k == 1:  # (one network, ranked by its entropy: bbb.experiments.uncertainty.ranking_titles)
+        return (f"<p class=caption>{n['uncertain']} most uncertain (the highest entropy of the one network), "
+                f"{n['confident_errors']} most confident errors. Above each image: y, its true class; H, the entropy "
+                "of the network's prediction (nats); then the class it chose (5:100%).</p>" + img)
     return (f"<p class=caption>{n['uncertain']} most disputed, {n['confident_errors']} most confident errors. "
-            f"Above each image: y, its true class; MI, how much the {E(str(k))} sampled networks disagree on it (H, "
-            "the entropy, for one network); then the two classes most of them voted for, each with its share of "
-            "the votes (5:30% = 30% of the networks voted 5).</p>" + img)
+            f"Above each image: y, its true class; MI, how much the {E(str(k))} sampled networks disagree on it; "
+            "then the two classes most of them voted for, each with its share of the votes (5:30% = 30% of the "
+            "networks voted 5).</p>" + img)
 
 
 #: (heading, what it shows, the cell of a run, whether it can apply to a run)
@@ -510,8 +514,8 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
     ("Out-of-distribution detection", "How well each uncertainty score tells images of another data set from "
      "the run's own test images (AUROC: 0.5 is chance, 1 perfect; AUPR: the same with the other set as positives).",
      _ood, lambda r: r.kind == "image"),
-    ("Uncertain inputs", "The test images the sampled networks dispute most, and the errors made with the most "
-     "confidence.", _uncertain, lambda r: r.kind == "image"),
+    ("Uncertain inputs", "The test images the sampled networks dispute most (of one network, an sgd run's: those "
+     "it is least sure of), and the errors made with the most confidence.", _uncertain, lambda r: r.kind == "image"),
 ]
 
 

@@ -277,11 +277,13 @@ def test_the_model_row_names_the_checkpoint_of_eval_json(kinds, tmp_path):
                                                "test_error_mc": 0.125, "nll": 0.3, "n": 40}))
     rows = {label: v for _, label, v in result_rows(read_run(run))}
     assert rows["model"] == "last (epoch 2 of 2)"
-    assert rows["validation error"] == "25.00%"
+    # labelled as the last epoch's: "validation error" is explained as that of the epoch these rows chose
+    assert rows["validation error (last epoch)"] == "25.00%" and rows["validation error"] == "-"
     assert rows["test error (mean weights)"] == "12.50%"
     (run / "eval.json").unlink()
     rows = {label: v for _, label, v in result_rows(read_run(run))}
     assert rows["model"] == "best (epoch 1 of 2)" and rows["validation error"] == "50.00%"
+    assert rows["validation error (last epoch)"] == "-"
 
 
 def test_a_run_given_twice_is_refused_in_one_line(kinds, tmp_path, capsys):

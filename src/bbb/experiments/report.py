@@ -303,7 +303,8 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
             ("aurc_mi", "AURC by MI", _pct((sel.get("mi") or {}).get("aurc"))),
             ("risk90_entropy", "error at 90% kept (entropy)", _pct((sel.get("entropy") or {}).get("risk_at_90"))),
             ("risk90_mi", "error at 90% kept (MI)", _pct((sel.get("mi") or {}).get("risk_at_90"))),
-            ("val_error", "validation error", _pct(s.get("val_error" if trained else "last_val_error"))),
+            ("val_error", "validation error", _pct(s.get("val_error") if trained else None)),
+            ("last_val_error", "validation error (last epoch)", _pct(None if trained else s.get("last_val_error"))),
             ("ood_entropy", f"OOD AUROC by entropy (vs {other})", _num((scores.get("entropy") or {}).get("auroc"))),
             ("ood_mi", f"OOD AUROC by MI (vs {other})", _num((scores.get("mutual_information") or {}).get("auroc"))),
         ]

@@ -486,6 +486,8 @@ def _uncertain(r: RunFiles) -> str:
     digits = r.uncertain.get("digits") or []
     n = {g: sum(1 for d in digits if d.get("group") == g) for g in ("uncertain", "confident_errors")}
     k = r.uncertain.get("samples")
+    which = r.uncertain.get("checkpoint")  # (bbb uncertain --which; absent in older files)
+    img = (f"<p>the {E(which)} checkpoint</p>" if which in ("best", "last") else "") + img
     if k == 1:  # (one network, ranked by its entropy: bbb.experiments.uncertainty.ranking_titles)
         return (f"<p class=caption>{n['uncertain']} most uncertain (the highest entropy of the one network), "
                 f"{n['confident_errors']} most confident errors. Above each image: y, its true class; H, the entropy "

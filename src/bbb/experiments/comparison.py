@@ -9,7 +9,7 @@ vector (0-2). Metrics are those of the k-sample predictive distribution (BBB: we
 dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it. ``hidden`` is
 the whole architecture (:func:`architecture`: ``2x400``, ``1x400``, ``400-200``), and "Who wins"
 compares BBB only with the runs of its own architecture and dataset (on your own file: of its
-target and test rows, :data:`TEST_SET_FIELDS`).
+target and test rows, :data:`TEST_SET_FIELDS`), trained on as many rows or images (``num_train``).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
                 "coverage_bias": None if bias is None else 100.0 * bias,
                 "test_rmse_mean_weights": None if ev.get("test_rmse") is None else float(ev["test_rmse"]),
                 "samples": ev.get("samples"), "epochs": summary.get("epochs"), "seconds": summary.get("seconds"),
-                "run": str(d), "metrics_from": source, "test_set": _test_set(cfg)}
+                "run": str(d), "metrics_from": source, "test_set": _test_set(cfg), "num_train": cfg.get("num_train")}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
     scored, tested = (ood or {}).get("checkpoint"), ev.get("checkpoint", "best")  # (summary.json: the best)
@@ -234,6 +234,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         "metrics_from": source,
         "ood": (ood or {}).get("ood"),
         "test_set": _test_set(cfg),
+        "num_train": cfg.get("num_train"),
     }
 
 
@@ -316,6 +317,13 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
             runs = ", ".join(r["run"] for r in members)
             out.append(f"{where}: no verdict: the runs ({runs}) differ in {differ[0].replace('_', ' ')}, so their "
                        "test scores are of other rows or another target; compare runs of one file, target and split")
+            continue
+        judged = [r for m in (*bayes, "sgd", "dropout") for r in by.get(m, [])]
+        sizes = sorted({r.get("num_train") for r in judged}, key=str)
+        if len(sizes) > 1:  # (--train-size, --val-size, --val-fraction: a win may be the data's, not the method's)
+            runs = ", ".join(f"{r['run']} {r.get('num_train')}" for r in judged)
+            out.append(f"{where}: no verdict: the runs trained on different numbers of rows or images ({runs}); "
+                       "compare runs trained on the same data")
             continue
         several = [m for m in (*BAYESIAN_LABELS, "sgd", "dropout") if len(by.get(m, [])) > 1]
         if several:

@@ -277,11 +277,13 @@ def test_the_model_row_names_the_checkpoint_of_eval_json(kinds, tmp_path):
                                                "test_error_mc": 0.125, "nll": 0.3, "n": 40}))
     rows = {label: v for _, label, v in result_rows(read_run(run))}
     assert rows["model"] == "last (epoch 2 of 2)"
-    assert rows["validation error"] == "25.00%"
+    # labelled as the last epoch's: "validation error" is explained as that of the epoch these rows chose
+    assert rows["validation error (last epoch)"] == "25.00%" and rows["validation error"] == "-"
     assert rows["test error (mean weights)"] == "12.50%"
     (run / "eval.json").unlink()
     rows = {label: v for _, label, v in result_rows(read_run(run))}
     assert rows["model"] == "best (epoch 1 of 2)" and rows["validation error"] == "50.00%"
+    assert rows["validation error (last epoch)"] == "-"
 
 
 def test_a_run_given_twice_is_refused_in_one_line(kinds, tmp_path, capsys):
@@ -294,3 +296,17 @@ def test_a_run_given_twice_is_refused_in_one_line(kinds, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "given twice" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "page.html").exists()
+
+
+def test_the_uncertain_caption_of_one_network_says_entropy_not_sampled_networks(kinds, tmp_path):
+    """An sgd run's grid is ranked by its one network's entropy (bbb uncertain, k = 1): the caption
+    spoke of "the 1 sampled networks" disagreeing and of vote shares."""
+    run = tmp_path / "sgd-digits"
+    shutil.copytree(kinds["image"], run)
+    digits = [{"group": "uncertain"}] * 3 + [{"group": "confident_errors"}] * 2
+    for k, says, never in ((1, "3 most uncertain (the highest entropy of the one network)", "sampled networks"),
+                           (30, "MI, how much the 30 sampled networks disagree", "the one network")):
+        (run / "uncertain.json").write_text(json.dumps({"samples": k, "digits": digits}))
+        text = " ".join(re.sub(r"<[^>]+>", " ", report_html([run]).split("Uncertain inputs", 1)[1]).split())
+        caption = text.split("sgd-digits", 1)[1].split("Settings")[0]  # (the run's, after the section's)
+        assert says in caption and never not in caption, caption

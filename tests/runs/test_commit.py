@@ -141,3 +141,26 @@ def test_metrics_without_a_checkpoint_are_checked_by_themselves(tmp_path, full):
     (run / "metrics.csv").unlink()
     with pytest.raises(CheckpointError, match="not found"):
         read_metrics(run)
+
+
+def test_a_resumed_run_killed_before_its_end_keeps_no_summary_of_the_run_before(tmp_path, monkeypatch, full):
+    """A finished run resumed with more epochs and killed before its end kept the summary.json of
+    its shorter self: bbb report and compare showed those test numbers as the run's, and refused a
+    fresh eval.json of the new best epoch as stale (its "run bbb evaluate again" went round in a
+    circle). The resumed run now removes it, and is one stopped before its end until it finishes."""
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    real = L.atomic_torch_save
+
+    def save(path, obj):
+        real(path, obj)
+        if Path(path).name == "last.pt" and obj["epoch"] == 4:
+            raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(L, "atomic_torch_save", save)
+        with pytest.raises(Killed):
+            train(tiny_cfg(epochs=6), run, data=blobs(), resume=True, **QUIET)
+    assert not (run / "summary.json").exists()
+    train(tiny_cfg(epochs=6), run, data=blobs(), resume=True, **QUIET)
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 6

@@ -9,7 +9,7 @@ vector (0-2). Metrics are those of the k-sample predictive distribution (BBB: we
 dropout: MC dropout; SGD: its softmax); the mean-weight error is given beside it. ``hidden`` is
 the whole architecture (:func:`architecture`: ``2x400``, ``1x400``, ``400-200``), and "Who wins"
 compares BBB only with the runs of its own architecture and dataset (on your own file: of its
-target and test rows, :data:`TEST_SET_FIELDS`).
+target and test rows, :data:`TEST_SET_FIELDS`), trained on as many rows or images (``num_train``).
 """
 
 from __future__ import annotations
@@ -77,13 +77,15 @@ def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any
               ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config, summary) of the network in ``d``: a run's own (``cfg`` and ``summary`` where read
     already); a Laplace posterior's folder (``bbb laplace RUN --out DIR``) its run's network and
-    training, with the fit's seconds added."""
-    from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_run_of
+    training, with the fit's seconds added (a one-line error where that run changed since the fit)."""
+    from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_base, laplace_run_of
 
     if not is_laplace_folder(d):
         return (_read_json(d / "config.json") or {} if cfg is None else cfg,
                 _read_json(d / "summary.json") or {} if summary is None else summary)
     base = laplace_run_of(d)
+    if base.is_dir():  # a run trained on since the fit: its posterior's scores are of another network
+        laplace_base(d)
     out = dict(_read_json(base / "summary.json") or {})
     fit = (_read_json(d / LAPLACE_FILE) or {}).get("seconds")
     if out.get("seconds") is not None and fit is not None:
@@ -168,6 +170,13 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     members = ev.get("members") if ev.get("method") == "ensemble" else None
     if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the first member's network, the members' training
         infos = [_training(Path(m)) for m in members]
+        for m, (_, now), scored in zip(members, infos, ev.get("member_scores") or [{}] * len(members)):
+            stale = stale_evaluation({"checkpoint": ev.get("checkpoint"), "epoch": scored.get("epoch")}, now)
+            if stale:  # (the members' epochs are in the eval.json of a newer bbb only)
+                again = " ".join(map(str, members)) + (" --which last" if ev.get("checkpoint") == "last" else "")
+                why = stale.replace("its eval.json", "the ensemble")
+                raise UserError(f"{d}: its member {m} trained on since ({why}); run `bbb evaluate {again} "
+                                f"--out {d}` again")
         cfg = infos[0][0]
         seconds = [x.get("seconds") for _, x in infos]
         summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),
@@ -189,7 +198,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
                 "coverage_bias": None if bias is None else 100.0 * bias,
                 "test_rmse_mean_weights": None if ev.get("test_rmse") is None else float(ev["test_rmse"]),
                 "samples": ev.get("samples"), "epochs": summary.get("epochs"), "seconds": summary.get("seconds"),
-                "run": str(d), "metrics_from": source, "test_set": _test_set(cfg)}
+                "run": str(d), "metrics_from": source, "test_set": _test_set(cfg), "num_train": cfg.get("num_train")}
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
     scored, tested = (ood or {}).get("checkpoint"), ev.get("checkpoint", "best")  # (summary.json: the best)
@@ -225,6 +234,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         "metrics_from": source,
         "ood": (ood or {}).get("ood"),
         "test_set": _test_set(cfg),
+        "num_train": cfg.get("num_train"),
     }
 
 
@@ -307,6 +317,13 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
             runs = ", ".join(r["run"] for r in members)
             out.append(f"{where}: no verdict: the runs ({runs}) differ in {differ[0].replace('_', ' ')}, so their "
                        "test scores are of other rows or another target; compare runs of one file, target and split")
+            continue
+        judged = [r for m in (*bayes, "sgd", "dropout") for r in by.get(m, [])]
+        sizes = sorted({r.get("num_train") for r in judged}, key=str)
+        if len(sizes) > 1:  # (--train-size, --val-size, --val-fraction: a win may be the data's, not the method's)
+            runs = ", ".join(f"{r['run']} {r.get('num_train')}" for r in judged)
+            out.append(f"{where}: no verdict: the runs trained on different numbers of rows or images ({runs}); "
+                       "compare runs trained on the same data")
             continue
         several = [m for m in (*BAYESIAN_LABELS, "sgd", "dropout") if len(by.get(m, [])) > 1]
         if several:

@@ -91,11 +91,13 @@ class RunFiles:
         #: the folder the run trained in (a Laplace posterior's: its run's), and the fit's laplace.json
         self.train_dir = self.dir
         self.laplace: dict[str, Any] | None = None
-        from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_run_of
+        from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_base, laplace_run_of
 
         if is_laplace_folder(self.dir):  # ``bbb laplace RUN --out DIR``: the run's network and training
             self.laplace = _json(self.dir / LAPLACE_FILE)
             self.train_dir = laplace_run_of(self.dir)
+            if self.train_dir.is_dir():  # its scores are of another network where the run changed since the fit
+                laplace_base(self.dir)
         config = _json(self.train_dir / "config.json")
         if config is None and self.laplace is not None:
             raise UserError(f"{self.dir} is the Laplace posterior of {self.train_dir}, which is not there: put the "
@@ -301,7 +303,8 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
             ("aurc_mi", "AURC by MI", _pct((sel.get("mi") or {}).get("aurc"))),
             ("risk90_entropy", "error at 90% kept (entropy)", _pct((sel.get("entropy") or {}).get("risk_at_90"))),
             ("risk90_mi", "error at 90% kept (MI)", _pct((sel.get("mi") or {}).get("risk_at_90"))),
-            ("val_error", "validation error", _pct(s.get("val_error" if trained else "last_val_error"))),
+            ("val_error", "validation error", _pct(s.get("val_error") if trained else None)),
+            ("last_val_error", "validation error (last epoch)", _pct(None if trained else s.get("last_val_error"))),
             ("ood_entropy", f"OOD AUROC by entropy (vs {other})", _num((scores.get("entropy") or {}).get("auroc"))),
             ("ood_mi", f"OOD AUROC by MI (vs {other})", _num((scores.get("mutual_information") or {}).get("auroc"))),
         ]
@@ -483,10 +486,16 @@ def _uncertain(r: RunFiles) -> str:
     digits = r.uncertain.get("digits") or []
     n = {g: sum(1 for d in digits if d.get("group") == g) for g in ("uncertain", "confident_errors")}
     k = r.uncertain.get("samples")
+    which = r.uncertain.get("checkpoint")  # (bbb uncertain --which; absent in older files)
+    img = (f"<p>the {E(which)} checkpoint</p>" if which in ("best", "last") else "") + img
+    if k == 1:  # (one network, ranked by its entropy: bbb.experiments.uncertainty.ranking_titles)
+        return (f"<p class=caption>{n['uncertain']} most uncertain (the highest entropy of the one network), "
+                f"{n['confident_errors']} most confident errors. Above each image: y, its true class; H, the entropy "
+                "of the network's prediction (nats); then the class it chose (5:100%).</p>" + img)
     return (f"<p class=caption>{n['uncertain']} most disputed, {n['confident_errors']} most confident errors. "
-            f"Above each image: y, its true class; MI, how much the {E(str(k))} sampled networks disagree on it (H, "
-            "the entropy, for one network); then the two classes most of them voted for, each with its share of "
-            "the votes (5:30% = 30% of the networks voted 5).</p>" + img)
+            f"Above each image: y, its true class; MI, how much the {E(str(k))} sampled networks disagree on it; "
+            "then the two classes most of them voted for, each with its share of the votes (5:30% = 30% of the "
+            "networks voted 5).</p>" + img)
 
 
 #: (heading, what it shows, the cell of a run, whether it can apply to a run)
@@ -508,8 +517,8 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
     ("Out-of-distribution detection", "How well each uncertainty score tells images of another data set from "
      "the run's own test images (AUROC: 0.5 is chance, 1 perfect; AUPR: the same with the other set as positives).",
      _ood, lambda r: r.kind == "image"),
-    ("Uncertain inputs", "The test images the sampled networks dispute most, and the errors made with the most "
-     "confidence.", _uncertain, lambda r: r.kind == "image"),
+    ("Uncertain inputs", "The test images the sampled networks dispute most (of one network, an sgd run's: those "
+     "it is least sure of), and the errors made with the most confidence.", _uncertain, lambda r: r.kind == "image"),
 ]
 
 

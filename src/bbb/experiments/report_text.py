@@ -52,6 +52,8 @@ EXPLAIN = {
     "risk90_mi": "referral: the same, surest by MI",
     "val_error": "share of the validation rows classified wrongly at the epoch kept (these rows chose that "
                  "epoch, so it flatters the model a little)",
+    "last_val_error": "share of the validation rows classified wrongly at the last epoch, the checkpoint the "
+                      "test numbers are of (not chosen by these rows)",
     "test_rmse_mc": "root mean squared error of the predicted values on the test rows, in the target's units, "
                     "by the k-sample average: the predictions of k networks drawn from the learned weight "
                     "distributions, averaged (k in brackets; what bbb predict uses)",

@@ -439,7 +439,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
                          "disagreement": float(res["disagreement"][i]), "dissent": float(res["dissent"][i]),
                          "votes": [round(float(v), 4) for v in res["votes"][i]]})
     disputed, errors = ranking_titles(int(probs.shape[0]))
-    out: dict[str, Any] = {"method": method, "samples": int(probs.shape[0]), "digits": rows,
+    out: dict[str, Any] = {"method": method, "checkpoint": args.which, "samples": int(probs.shape[0]), "digits": rows,
                            "ranking": {"uncertain": disputed, "confident_errors": errors}}
     if len(nets) > 1:
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a

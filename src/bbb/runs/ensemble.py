@@ -249,7 +249,7 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
         "run": str(out), "method": "ensemble", "ensemble": ens.describe(), "members": names,
         "member_methods": ens.methods, "checkpoint": which, "dataset": ens.config.dataset, "task": ens.task,
         "samples": k, "n": int(y.shape[0]), **scores,
-        "member_scores": [{"run": n, **m} for n, m in zip(names, members)],
+        "member_scores": [{"run": n, "epoch": e.epoch, **m} for n, e, m in zip(names, ens.member_models(), members)],
         "member_mean": {key: float(sum(m[key] for m in members) / len(members)) for key in keys},
     }
     bad = [key for key in keys if not math.isfinite(float(result[key]))]

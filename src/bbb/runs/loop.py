@@ -435,7 +435,9 @@ def _train(
         start_epoch = int(ckpt["epoch"])
         log(f"resuming {out} after epoch {start_epoch}")
         if start_epoch < cfg.epochs:  # it trains on: what was made from its checkpoints before is stale
-            removed = remove_results(out)
+            # summary.json too, written again at the end: a resumed run killed before it is one stopped
+            # before its end, not a finished one whose test numbers are of an older best checkpoint
+            removed = [f for f in remove_results(out, also=("summary.json",)) if f != "summary.json"]
             if removed:  # a warning, not a progress line: said with bbb's --quiet too
                 warnings.warn(f"removed {', '.join(removed)} from {out} (made from the run before it trained on; "
                               "run the commands that wrote them again)", UserWarning, stacklevel=2)

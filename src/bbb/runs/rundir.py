@@ -199,10 +199,10 @@ def _remove_old(out: Path, names: Sequence[str] = RUN_FILES) -> list[str]:
     return moved
 
 
-def remove_results(out: str | os.PathLike[str]) -> list[str]:
-    """Delete the :data:`RESULT_FILES` of the run in ``out`` (a run that trains on: they describe its
-    checkpoints before); returns the names removed. Call it holding the run's lock."""
-    return _remove_old(Path(out), RESULT_FILES)
+def remove_results(out: str | os.PathLike[str], also: Sequence[str] = ()) -> list[str]:
+    """Delete the :data:`RESULT_FILES` of the run in ``out``, and the files ``also`` (a run that trains
+    on: they describe its checkpoints before); returns the names removed. Call it holding the run's lock."""
+    return _remove_old(Path(out), (*also, *RESULT_FILES))
 
 
 def _fsync_dir(path: Path) -> None:

@@ -52,7 +52,7 @@ from .evaluation import mc_outputs
 
 __all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "Referral",
            "TrainedLaplace", "TrainedModel", "forward_with_features", "is_laplace_folder", "laplace_description",
-           "kron_deltas", "laplace_run_of", "last_linear", "layer_digest", "load_laplace", "load_model",
+           "kron_deltas", "laplace_base", "laplace_run_of", "last_linear", "layer_digest", "load_laplace", "load_model",
            "refer_threshold", "split_outputs", "uncertainty_scores"]
 
 T = torch.Tensor
@@ -578,20 +578,22 @@ def kron_deltas(blocks: list[dict[str, Tensor]], eps: Tensor) -> Tensor:
     return torch.cat(parts, 1)
 
 
-def load_laplace(folder: str | Path, which: str = "best", device: str | torch.device = "cpu") -> TrainedLaplace:
-    """The ``bbb laplace`` folder ``folder`` as a :class:`TrainedLaplace` on ``device``, in eval
-    mode. ``which`` must be the checkpoint it was fitted to; a run that changed since (trained
-    further, another best epoch) is a one-line error."""
+def laplace_base(folder: str | Path, which: str | None = None, device: str | torch.device = "cpu"
+                 ) -> tuple[TrainedModel, nn.Linear]:
+    """The network of the run whose Laplace posterior ``folder`` holds, and its last layer: a one-line
+    error where ``which`` (None: any) is not the checkpoint fitted, or the run changed since the fit
+    (the posterior and what was scored with it then describe another network)."""
     folder = Path(folder)
     data = laplace_description(folder)
     run = laplace_run_of(folder)
-    if which != data.get("checkpoint"):
+    if which is not None and which != data.get("checkpoint"):
         raise UserError(f"{folder} holds the Laplace posterior of {run}'s {data.get('checkpoint')} checkpoint, not "
                         f"its {which}: give --which {data.get('checkpoint')}, or fit another with bbb laplace "
                         f"{run} --which {which} --out DIR")
     if not run.is_dir():
         raise UserError(f"{folder} is the Laplace posterior of {data['run']}, which is not there: put the run back "
                         "(beside the folder as it was, or where it was)")
+    which = str(data.get("checkpoint"))
     device = resolve_device(device)
     base = load_model(run, which, device)
     name, layer = last_linear(base.network)
@@ -600,6 +602,16 @@ def load_laplace(folder: str | Path, which: str = "best", device: str | torch.de
         raise UserError(f"{run} changed since its Laplace posterior in {folder} was fitted (its {which} checkpoint "
                         f"was epoch {data.get('epoch')}, is {base.epoch}): fit it again, bbb laplace {run} --out "
                         f"{folder}")
+    return base, layer
+
+
+def load_laplace(folder: str | Path, which: str = "best", device: str | torch.device = "cpu") -> TrainedLaplace:
+    """The ``bbb laplace`` folder ``folder`` as a :class:`TrainedLaplace` on ``device``, in eval
+    mode. ``which`` must be the checkpoint it was fitted to; a run that changed since (trained
+    further, another best epoch) is a one-line error (:func:`laplace_base`)."""
+    folder, device = Path(folder), resolve_device(device)
+    base, layer = laplace_base(folder, which, device)
+    run = laplace_run_of(folder)
     try:
         posterior = torch.load(folder / LAPLACE_POSTERIOR, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem

@@ -208,6 +208,21 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path, monkeypat
     assert rc == 0, err
 
 
+def test_compare_refuses_an_ensemble_whose_member_trained_on_since(capsys, classifiers, tmp_path):
+    """A member resumed after ``bbb evaluate RUN RUN --out DIR`` (its own eval.json removed, not the
+    ensemble's): compare showed the old ensemble's scores as current."""
+    runs = [tmp_path / d.name for d in classifiers[1][:2]]
+    for d, copy in zip(classifiers[1], runs):
+        shutil.copytree(d, copy)
+    out = tmp_path / "ens"
+    assert run_main(capsys, "evaluate", *map(str, runs), "--which", "last", "--out", str(out))[0] == 0
+    assert run_main(capsys, "compare", str(out), "--out", str(tmp_path / "cmp"))[0] == 0
+    rc, _, err = run_main(capsys, "train", "--resume", "--epochs", "3", "--out", str(runs[1]), "--quiet")
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "compare", str(out), "--out", str(tmp_path / "cmp"))
+    one_line_error(rc, err, str(runs[1]), "last is now epoch 3", "--which last")
+
+
 def test_an_ensemble_of_deterministic_runs_says_one_network_each(capsys, classifiers, tmp_path):
     # each sgd member gives its one network: eval.json's samples is 1 (as one sgd run's), not --samples
     data, _ = classifiers

@@ -280,6 +280,11 @@ def test_a_run_that_changed_since_the_fit_is_refused(runs, capsys, tmp_path):
     assert rc == 0
     rc, _, err = run_main(capsys, "predict", str(lap), str(runs["tmp"] / "classification.csv"))
     one_line_error(rc, err, "changed since", "fit it again")
+    # compare and report showed the old posterior's scores, and report the run's own as the posterior's
+    for cmd in (["compare", str(lap), "--out", str(tmp_path / "cmp")], ["report", str(lap), "--out",
+                                                                         str(tmp_path / "r.html")]):
+        rc, _, err = run_main(capsys, *cmd)
+        one_line_error(rc, err, "changed since", "fit it again")
     # a run moved with its folder is found beside it
     moved = tmp_path / "moved"
     moved.mkdir()

@@ -305,6 +305,13 @@ def test_uncertain_json_says_how_it_ranks(capsys, tmp_path, datasets):
     assert rc == 0, err
     ranking = json.loads((run / "uncertain.json").read_text())["ranking"]
     assert "predictive entropy" in ranking["uncertain"] and "wrong predictions" in ranking["confident_errors"]
+    # the checkpoint it scored, which bbb report names beside the grids (they may be of another than the results)
+    rc, out, err = run_main(capsys, "uncertain", str(run), "--n", "3", "--which", "last")
+    assert rc == 0, err
+    assert json.loads((run / "uncertain.json").read_text())["checkpoint"] == "last"
+    from bbb.experiments.report import report_html
+
+    assert "<p>the last checkpoint</p>" in report_html([run]).split("Uncertain inputs", 1)[1]
 
 
 # -- 11. bbb regression: the result line stays, and the error names the file -------------------

@@ -78,3 +78,20 @@ def test_a_reference_beside_no_run_it_has_numbers_for_is_refused(tmp_path):
     with pytest.raises(UserError, match="^--reference fashion-seminar has published numbers for bbb runs on "
                                         "fashion-mnist of 2x200, 2x400, 2x800, and none of these runs is one"):
         comparison_rows(runs, reference="fashion-seminar")
+
+
+def test_runs_trained_on_different_amounts_of_data_get_no_verdict(tmp_path):
+    """A BBB run on 2,000 MNIST images beside an SGD run on 50,000 (``--train-size``, ``--val-size``)
+    was judged as if the methods alone differed: "sgd wins"."""
+    runs = [_run(tmp_path, "bbb", "bbb", [400, 400], 0.03, err=0.1), _run(tmp_path, "sgd", "sgd", [400, 400], 0.01)]
+    for d, n in zip(runs, (2000, 50000)):
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "num_train": n}))
+    verdicts = write_comparison(comparison_rows(runs), tmp_path / "out")[1].read_text().split("## Who wins")[1]
+    assert f"2x400: no verdict: the runs trained on different numbers of rows or images ({tmp_path / 'bbb'} 2000, " \
+           f"{tmp_path / 'sgd'} 50000)" in verdicts
+    assert "SGD's" not in verdicts and "sgd wins" not in verdicts
+    (runs[0] / "config.json").write_text(json.dumps({**json.loads((runs[0] / "config.json").read_text()),
+                                                     "num_train": 50000}))
+    verdicts = write_comparison(comparison_rows(runs), tmp_path / "out")[1].read_text().split("## Who wins")[1]
+    assert "BBB's ECE (3.00%) is NOT lower than SGD's (1.00%)." in verdicts

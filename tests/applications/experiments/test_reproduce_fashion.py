@@ -262,6 +262,7 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     assert float(row[3]) == pytest.approx(acc) and f"{ENSEMBLE_SIZE} x bbb" in row[2]
     table = (out / "table.md").read_text()
     assert "IVON (published)" in table and "91.1" in table and str(tmp_path) not in table
+    assert f"Validation ({SMALL.val_size:,} training images held out;" in table  # the budget's, not the paper's
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")}
     assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID) + 2 * (2 * ENSEMBLE_SIZE + 2)
     code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again

@@ -16,6 +16,8 @@ from .settings import (
     ENSEMBLE_OF,
     ENSEMBLE_SIZE,
     PUBLISHED,
+    SCHEDULES,
+    FashionBudget,
     FashionConfig,
     Phase,
     Setting,
@@ -104,7 +106,8 @@ def _markdown(rows: list[dict[str, Any]], sweeps: list[dict[str, Any]], meta: di
             f"{'s' if meta['epochs'] != 1 else ''})", "",
             f"Command: `{meta['command']}`", "", *lines, ""]
     if sweeps:
-        text += ["Validation (10,000 training images held out; the chosen setting in bold):", "",
+        held = SCHEDULES[FashionBudget(meta["budget"])].val_size
+        text += [f"Validation ({held:,} training images held out; the chosen setting in bold):", "",
                  "| method | setting | validation NLL | validation accuracy % |", "|---|---|---:|---:|"]
         for s in sweeps:
             b = "**" if s["chosen"] else ""

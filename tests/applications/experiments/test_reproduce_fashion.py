@@ -84,6 +84,9 @@ def test_choose_takes_the_lowest_validation_nll():
     results = [{"setting": s.label(), "nll": nll} for s, nll in zip(BBB_GRID, (0.5, 0.4, 0.3, 0.35, 0.6, 0.7))]
     best, nll = RU.choose(results, BBB_GRID)
     assert best == BBB_GRID[2] and nll[BBB_GRID[5].label()] == 0.7
+    # a diverged setting (NaN) first in the grid is never the choice
+    results[0]["nll"] = float("nan")
+    assert RU.choose(results, BBB_GRID)[0] == BBB_GRID[2]
 
 
 @pytest.mark.parametrize("method, setting", [(FashionMethod.ADAMW, Setting()), (FashionMethod.IVON, Setting()),

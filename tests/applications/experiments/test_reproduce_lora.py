@@ -71,6 +71,9 @@ def test_choose_takes_the_lowest_mean_held_out_nll():
                for nlls in ((0.9, 0.5, 0.7), (0.8, 0.7, 0.8))]
     best, means = RU.choose(results, grid)
     assert best == grid[1] and means[grid[1].label()] == pytest.approx(0.6)
+    # a diverged setting (NaN) first in the grid is never the choice
+    results[0]["settings"][grid[0].label()]["nll"] = float("nan")
+    assert RU.choose(results, grid)[0] == grid[1]
 
 
 def test_mc_dropout_samples_differ_and_mle_is_one_network():

@@ -20,6 +20,7 @@ from ...devices import resolve_device
 from ...errors import UserError
 from ...io import atomic_write_json
 from ...runs.jobs import check_job_options, worker_pool
+from ..ties import nan_worst
 from ..uci.report import portable_command
 from .laplace import laplace_rows
 from .settings import (
@@ -81,7 +82,7 @@ def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Se
     """The setting with the lowest validation NLL (the validation images, never the test set); with
     every setting's NLL."""
     nll = {r["setting"]: r["nll"] for r in results}
-    best = min(grid, key=lambda s: nll[s.label()])
+    best = min(grid, key=lambda s: nan_worst(nll[s.label()]))  # (a diverged NaN never chosen)
     return best, nll
 
 

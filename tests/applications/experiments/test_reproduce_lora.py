@@ -19,6 +19,7 @@ from bbb.experiments.lora.backbones import TaskData, build_backbone  # noqa: E40
 from bbb.experiments.lora.settings import (  # noqa: E402
     BBB_GRID,
     IVON_GRID,
+    POOL_PER_CLASS,
     SCHEDULES,
     Arch,
     LoraBudget,
@@ -144,6 +145,8 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
 
 
 @pytest.mark.parametrize("bad, what", [(["--shots", "1"], "--shots"), (["--workers", "0"], "--workers"),
+                                       # more than the pool holds: the sets would silently be smaller than K
+                                       (["--shots", "5", str(POOL_PER_CLASS + 1)], f"<= {POOL_PER_CLASS} per class"),
                                        (["--methods", "nope"], "--methods")])
 def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
     code, out, err = run_main(capsys, "reproduce", "lora", "--out", str(tmp_path), *bad)

@@ -271,9 +271,13 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
     assert code == 0 and {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")} == stamps
     run = json.loads((out / "run.json").read_text())
+    monkeypatch.setattr(sys, "argv", ["bbb", *argv[:-1], "--report"])  # (the command line the tables name)
     code, stdout, _ = run_main(capsys, *argv[:-1], "--report")
     assert code == 0 and "deep ensemble of 5" in stdout
     assert json.loads((out / "run.json").read_text())["command"] == run["command"]
+    # and the --report that picked the rows (another --seeds or --methods there shows other rows)
+    tables = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("Tables: "))
+    assert "`bbb reproduce fashion " in tables and "--report" in tables and str(tmp_path) not in tables
 
 
 @pytest.mark.parametrize("bad, what", [(["--seeds", "1000"], "seeds"), (["--workers", "0"], "--workers"),

@@ -94,7 +94,7 @@ def test_mc_dropout_samples_differ_and_mle_is_one_network():
     assert trainable and all("lora_" in n for n in trainable)  # only the adapters train
 
 
-def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path):
+def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path, monkeypatch):
     out = tmp_path / "lora"
     argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
             "--methods", "mle", "map", "ensemble", "bbb_a", "ivon", "--out", str(out), "--data-dir", str(fake_data),
@@ -139,9 +139,13 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     assert {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()} == stamps
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["out"] == "$OUT" and str(tmp_path) not in (out / "run.json").read_text()  # as from a clone
+    monkeypatch.setattr(sys, "argv", ["bbb", *argv, "--report"])  # (the command line the tables name)
     code, stdout, _ = run_main(capsys, *argv, "--report")  # the tables only, the run's own command kept
     assert code == 0 and "bbb_a" in stdout
     assert json.loads((out / "run.json").read_text())["command"] == run["command"]
+    # and the --report that picked the rows (another --seeds or --methods there shows other rows)
+    tables = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("Tables: "))
+    assert "`bbb reproduce lora " in tables and "--report" in tables and str(tmp_path) not in tables
 
 
 @pytest.mark.parametrize("bad, what", [(["--shots", "1"], "--shots"), (["--workers", "0"], "--workers"),

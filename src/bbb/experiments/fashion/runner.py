@@ -234,7 +234,8 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                  "failed": failed})
     if cfg.report_only and prev is not None:  # the tables of an earlier run: its own command, device and times
         meta = {**prev, "missing": meta["missing"], "failed": prev.get("failed", []),
-                "job_seconds": meta["job_seconds"]}
+                "job_seconds": meta["job_seconds"],
+                "report_command": portable_command(command)[0]}  # its --seeds and --methods pick the rows
         meta.pop("running", None)
     atomic_write_json(prev_path, meta)
     written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra, chosen)

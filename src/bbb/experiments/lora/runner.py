@@ -234,7 +234,8 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
         if prev is not None:  # the tables of a finished run: its own command and times
             meta = {**prev, "missing": meta["missing"], "command": portable_command(prev.get("command", ""))[0],
                     "commands_before": [portable_command(c)[0] for c in prev.get("commands_before", [])],
-                    "config": {**prev.get("config", {}), "out": "$OUT"}}
+                    "config": {**prev.get("config", {}), "out": "$OUT"},
+                    "report_command": portable_command(command)[0]}  # its options pick the rows
             atomic_write_json(out / "run.json", meta)  # the same record, its commands as run from a clone
     else:
         if prev is not None:

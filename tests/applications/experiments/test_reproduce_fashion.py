@@ -84,6 +84,9 @@ def test_choose_takes_the_lowest_validation_nll():
     results = [{"setting": s.label(), "nll": nll} for s, nll in zip(BBB_GRID, (0.5, 0.4, 0.3, 0.35, 0.6, 0.7))]
     best, nll = RU.choose(results, BBB_GRID)
     assert best == BBB_GRID[2] and nll[BBB_GRID[5].label()] == 0.7
+    # a diverged setting (NaN) first in the grid is never the choice
+    results[0]["nll"] = float("nan")
+    assert RU.choose(results, BBB_GRID)[0] == BBB_GRID[2]
 
 
 @pytest.mark.parametrize("method, setting", [(FashionMethod.ADAMW, Setting()), (FashionMethod.IVON, Setting()),
@@ -262,14 +265,19 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     assert float(row[3]) == pytest.approx(acc) and f"{ENSEMBLE_SIZE} x bbb" in row[2]
     table = (out / "table.md").read_text()
     assert "IVON (published)" in table and "91.1" in table and str(tmp_path) not in table
+    assert f"Validation ({SMALL.val_size:,} training images held out;" in table  # the budget's, not the paper's
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")}
     assert len(stamps) == len(BBB_GRID) + len(DROPOUT_GRID) + len(ADAMW_GRID) + 2 * (2 * ENSEMBLE_SIZE + 2)
     code, _, _ = run_main(capsys, *argv)  # resume: nothing trains again
     assert code == 0 and {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")} == stamps
     run = json.loads((out / "run.json").read_text())
+    monkeypatch.setattr(sys, "argv", ["bbb", *argv[:-1], "--report"])  # (the command line the tables name)
     code, stdout, _ = run_main(capsys, *argv[:-1], "--report")
     assert code == 0 and "deep ensemble of 5" in stdout
     assert json.loads((out / "run.json").read_text())["command"] == run["command"]
+    # and the --report that picked the rows (another --seeds or --methods there shows other rows)
+    tables = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("Tables: "))
+    assert "`bbb reproduce fashion " in tables and "--report" in tables and str(tmp_path) not in tables
 
 
 @pytest.mark.parametrize("bad, what", [(["--seeds", "1000"], "seeds"), (["--workers", "0"], "--workers"),

@@ -19,6 +19,7 @@ from bbb.experiments.lora.backbones import TaskData, build_backbone  # noqa: E40
 from bbb.experiments.lora.settings import (  # noqa: E402
     BBB_GRID,
     IVON_GRID,
+    POOL_PER_CLASS,
     SCHEDULES,
     Arch,
     LoraBudget,
@@ -71,6 +72,9 @@ def test_choose_takes_the_lowest_mean_held_out_nll():
                for nlls in ((0.9, 0.5, 0.7), (0.8, 0.7, 0.8))]
     best, means = RU.choose(results, grid)
     assert best == grid[1] and means[grid[1].label()] == pytest.approx(0.6)
+    # a diverged setting (NaN) first in the grid is never the choice
+    results[0]["settings"][grid[0].label()]["nll"] = float("nan")
+    assert RU.choose(results, grid)[0] == grid[1]
 
 
 def test_mc_dropout_samples_differ_and_mle_is_one_network():
@@ -90,7 +94,7 @@ def test_mc_dropout_samples_differ_and_mle_is_one_network():
     assert trainable and all("lora_" in n for n in trainable)  # only the adapters train
 
 
-def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path):
+def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, tmp_path, monkeypatch):
     out = tmp_path / "lora"
     argv = ["reproduce", "lora", "--budget", "smoke", "--archs", "cnn", "--tasks", "digits", "--shots", "3",
             "--methods", "mle", "map", "ensemble", "bbb_a", "ivon", "--out", str(out), "--data-dir", str(fake_data),
@@ -135,12 +139,18 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     assert {p.name: p.stat().st_mtime_ns for p in (out / "jobs").iterdir()} == stamps
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["out"] == "$OUT" and str(tmp_path) not in (out / "run.json").read_text()  # as from a clone
+    monkeypatch.setattr(sys, "argv", ["bbb", *argv, "--report"])  # (the command line the tables name)
     code, stdout, _ = run_main(capsys, *argv, "--report")  # the tables only, the run's own command kept
     assert code == 0 and "bbb_a" in stdout
     assert json.loads((out / "run.json").read_text())["command"] == run["command"]
+    # and the --report that picked the rows (another --seeds or --methods there shows other rows)
+    tables = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("Tables: "))
+    assert "`bbb reproduce lora " in tables and "--report" in tables and str(tmp_path) not in tables
 
 
 @pytest.mark.parametrize("bad, what", [(["--shots", "1"], "--shots"), (["--workers", "0"], "--workers"),
+                                       # more than the pool holds: the sets would silently be smaller than K
+                                       (["--shots", "5", str(POOL_PER_CLASS + 1)], f"<= {POOL_PER_CLASS} per class"),
                                        (["--methods", "nope"], "--methods")])
 def test_bad_input_is_one_line(bad, what, capsys, tmp_path):
     code, out, err = run_main(capsys, "reproduce", "lora", "--out", str(tmp_path), *bad)

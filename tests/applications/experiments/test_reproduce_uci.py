@@ -325,6 +325,11 @@ def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
     ours = [line.split(" | ")[1:4] for line in (tmp_path / "o" / "table.md").read_text().splitlines()
             if line.startswith("| yacht (n=1) |")]  # the cells of our three methods, RMSE and LL
     assert len(ours) == 2 and all(c and "+-" not in c for cells in ours for c in cells), ours
+    # a split no dataset has is refused, not dropped (the table would show fewer splits than asked for)
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--datasets", "yacht", "--budget", "smoke", "--splits", "0",
+                          str(N_SPLITS), "--data-dir", str(data_root), "--out", str(tmp_path / "beyond"))
+    assert rc != 0 and f"--splits {N_SPLITS}: no dataset asked for has it (splits: yacht 0..{N_SPLITS - 1})" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "beyond").exists()
     rc, _, err = run_main(capsys, "reproduce", "uci", "--datasets", "mnist", "--out", str(tmp_path / "x"))
     assert rc != 0 and "unknown UCI dataset" in err and "Traceback" not in err
     rc, _, err = run_main(capsys, "reproduce", "uci", "--workers", "0", "--out", str(tmp_path / "x"))

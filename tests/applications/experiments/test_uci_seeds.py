@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import shutil
@@ -35,6 +36,9 @@ def test_the_spread_is_the_mean_and_sample_sd_over_seeds_of_what_every_run_holds
     assert got[1]["rmse_sd"] == 0.0 and got[1]["ll_by_seed"] == "-1.2000 -1.1000 -1.0000"
     # a different number of splits is not the same entry
     assert seed_spread({0: [row("yacht", "bbb", 1, 1, n=20)], 1: [row("yacht", "bbb", 1, 1, n=3)]}) == []
+    # nor are other splits of the same number
+    assert seed_spread({0: [{**row("yacht", "bbb", 1, 1, n=2), "splits": "0 1"}],
+                        1: [{**row("yacht", "bbb", 1, 1, n=2), "splits": "2 3"}]}) == []
     # the intervals' gap where every run has it (a run reported before the column existed has none)
     gaps = seed_spread({s: [{**row("yacht", "bbb", 1, 1), "calibration_gap": g},
                             {**row("yacht", "mc_dropout", 1, 1), **({"calibration_gap": g} if s else {})}]
@@ -103,6 +107,16 @@ def test_seed_runs_writes_the_spread_and_refuses_runs_it_cannot_compare(tmp_path
     (other / "run.json").write_text(json.dumps({**meta, "config": {**meta["config"], "seed": 5}}))
     (other / "methods.csv").write_text("method,dataset\nbbb,yacht\n")
     assert "cannot be read" in refused(str(other))
+    # a run of the same number of other splits: their spread is the splits', not the seed's
+    moved = shutil.copytree(outs[1], tmp_path / "moved")
+    rows = read_csv(moved / "splits.csv")
+    for r in rows:
+        r["split"] = str(int(r["split"]) + 2)
+    with (moved / "splits.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert "no dataset and method with the same splits is finished in every run" in refused(str(moved))
     # a run of other datasets shares nothing to compare
     (other / "methods.csv").write_text((outs[1] / "methods.csv").read_text().replace("yacht", "energy"))
     assert "no dataset and method with the same splits is finished in every run" in refused(str(other))

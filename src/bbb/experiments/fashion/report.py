@@ -16,6 +16,8 @@ from .settings import (
     ENSEMBLE_OF,
     ENSEMBLE_SIZE,
     PUBLISHED,
+    SCHEDULES,
+    FashionBudget,
     FashionConfig,
     Phase,
     Setting,
@@ -89,6 +91,13 @@ def _cell(row: dict[str, Any], k: str, fmt: str) -> str:
     return fmt.format(row[k]) + ("" if se is None or math.isnan(se) else " +- " + fmt.format(se))
 
 
+def _report_line(meta: dict[str, Any]) -> list[str]:
+    """The ``--report`` that wrote the tables from the command's runs (it picks their rows), if one did."""
+    if not meta.get("report_command"):
+        return []
+    return [f"Tables: `{meta['report_command']}` (the rows it asks for, of the runs the command above trained)", ""]
+
+
 def _markdown(rows: list[dict[str, Any]], sweeps: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = ["| method | setting | seeds | accuracy % | NLL | ECE | Brier | OOD AUROC (MNIST) | s / epoch |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -102,9 +111,10 @@ def _markdown(rows: list[dict[str, Any]], sweeps: list[dict[str, Any]], meta: di
                      f"{p['nll']:.3f} | {p['ece']:.3f} | - | {p['ood_auroc']:.3f} (EMNIST letters) | - |")
     text = [f"# Fashion-MNIST LeNet-5 ({meta['budget']} budget: {meta['epochs']} epoch"
             f"{'s' if meta['epochs'] != 1 else ''})", "",
-            f"Command: `{meta['command']}`", "", *lines, ""]
+            f"Command: `{meta['command']}`", "", *_report_line(meta), *lines, ""]
     if sweeps:
-        text += ["Validation (10,000 training images held out; the chosen setting in bold):", "",
+        held = SCHEDULES[FashionBudget(meta["budget"])].val_size
+        text += [f"Validation ({held:,} training images held out; the chosen setting in bold):", "",
                  "| method | setting | validation NLL | validation accuracy % |", "|---|---|---:|---:|"]
         for s in sweeps:
             b = "**" if s["chosen"] else ""

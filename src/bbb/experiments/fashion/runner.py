@@ -20,6 +20,7 @@ from ...devices import resolve_device
 from ...errors import UserError
 from ...io import atomic_write_json
 from ...runs.jobs import check_job_options, worker_pool
+from ..ties import nan_worst
 from ..uci.report import portable_command
 from .laplace import laplace_rows
 from .settings import (
@@ -81,7 +82,7 @@ def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Se
     """The setting with the lowest validation NLL (the validation images, never the test set); with
     every setting's NLL."""
     nll = {r["setting"]: r["nll"] for r in results}
-    best = min(grid, key=lambda s: nll[s.label()])
+    best = min(grid, key=lambda s: nan_worst(nll[s.label()]))  # (a diverged NaN never chosen)
     return best, nll
 
 
@@ -233,7 +234,8 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
                  "failed": failed})
     if cfg.report_only and prev is not None:  # the tables of an earlier run: its own command, device and times
         meta = {**prev, "missing": meta["missing"], "failed": prev.get("failed", []),
-                "job_seconds": meta["job_seconds"]}
+                "job_seconds": meta["job_seconds"],
+                "report_command": portable_command(command)[0]}  # its --seeds and --methods pick the rows
         meta.pop("running", None)
     atomic_write_json(prev_path, meta)
     written = write_report(out, cfg, test_jobs, results, sweeps, meta, extra, chosen)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ...data.mnist import load_mnist
 from ...io import atomic_torch_save
-from .settings import Arch, Task
+from .settings import POOL_PER_CLASS, Arch, Task
 
 __all__ = ["Backbone", "LORA_TARGETS", "TaskData", "build_backbone", "load_or_pretrain", "task_data"]
 
@@ -172,7 +172,7 @@ def _subset(n_total: int, n: int, seed: int) -> Tensor:
 
 
 def task_data(task: Task, bb: Backbone, n_test: int, n_ood: int, data_dir: str | None,
-              pool_per_class: int = 200) -> TaskData:
+              pool_per_class: int = POOL_PER_CLASS) -> TaskData:
     """The task's images through the backbone's stem. In-distribution classes are 5-9 of MNIST
     (``digits``) or 0-4 of Fashion-MNIST (``fashion``), relabelled 0-4; the few-shot pool is the
     first ``pool_per_class`` training images of each class after a fixed shuffle; the test and

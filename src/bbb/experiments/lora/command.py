@@ -10,7 +10,7 @@ from ...cli.common import add_data_dir, add_log, add_out, add_quiet, add_seeds, 
 from ...cli.timings import LORA_MINUTES
 from ...errors import UserError
 from ...options import values
-from .settings import Arch, LoraBudget, LoraExpConfig, LoraMethod, Task, default_methods
+from .settings import POOL_PER_CLASS, Arch, LoraBudget, LoraExpConfig, LoraMethod, Task, default_methods
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
 
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", nargs="+", default=[str(t) for t in Task], choices=values(Task),
                         help="the few-shot tasks (default: digits fashion)")
     parser.add_argument("--shots", nargs="+", type=int, default=[5, 10, 50], metavar="K",
-                        help="images per class of the few-shot sets (default: 5 10 50)")
+                        help=f"images per class of the few-shot sets, 2 to {POOL_PER_CLASS} (drawn from a pool of "
+                        f"{POOL_PER_CLASS} a class) (default: 5 10 50)")
     parser.add_argument("--methods", nargs="+", default=None, choices=values(LoraMethod),
                         metavar="M", help="the methods: " + ", ".join(values(LoraMethod)) + " (default: all; "
                         "laplace only where laplace-torch is installed)")

@@ -104,6 +104,8 @@ def _fmt(v: Any, se: Any = None, pct: bool = False) -> str:
 
 def _markdown(groups: list[dict[str, Any]], targets: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"Command: `{meta.get('command', '')}`", "",
+             *([f"Tables: `{meta['report_command']}` (the rows it asks for, of the runs the command above "
+                "trained)", ""] if meta.get("report_command") else []),
              "Mean ± standard error over seeds; ACC and ECE (15 bins) in %, NLL of the averaged "
              "probabilities, Brier (sum over classes), mean confidence; OOD: AUROC of the predictive entropy "
              "(H) and of the mutual information (MI, sampled methods) against the held-back classes (held: "

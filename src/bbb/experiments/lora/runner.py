@@ -18,6 +18,7 @@ import torch
 
 from ...io import atomic_torch_save, atomic_write_json
 from ...runs.jobs import check_job_options, worker_pool
+from ..ties import nan_worst
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
 from .report import SETTING_KEYS
@@ -86,7 +87,7 @@ def choose(results: list[dict[str, Any]], grid: tuple[Setting, ...]) -> tuple[Se
     """The setting with the lowest held-out NLL, averaged over the seeds' held-out slices (the
     slices of the few-shot data, never the test set); with every setting's mean NLL."""
     means = {s.label(): sum(r["settings"][s.label()]["nll"] for r in results) / len(results) for s in grid}
-    best = min(grid, key=lambda s: means[s.label()])
+    best = min(grid, key=lambda s: nan_worst(means[s.label()]))  # (a diverged NaN never chosen)
     return best, means
 
 
@@ -233,7 +234,8 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
         if prev is not None:  # the tables of a finished run: its own command and times
             meta = {**prev, "missing": meta["missing"], "command": portable_command(prev.get("command", ""))[0],
                     "commands_before": [portable_command(c)[0] for c in prev.get("commands_before", [])],
-                    "config": {**prev.get("config", {}), "out": "$OUT"}}
+                    "config": {**prev.get("config", {}), "out": "$OUT"},
+                    "report_command": portable_command(command)[0]}  # its options pick the rows
             atomic_write_json(out / "run.json", meta)  # the same record, its commands as run from a clone
     else:
         if prev is not None:

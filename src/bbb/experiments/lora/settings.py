@@ -94,6 +94,7 @@ ENSEMBLE_SIZE = 3
 MC_DROPOUT_P = 0.1  #: BLoB's MC-dropout baseline: LoRA dropout 0.1
 TEST_SAMPLES = 10  #: samples of the predictive (MC dropout masks, BBB and IVON adapters), BLoB's N = 10
 VAL_FRACTION = 0.2  #: the held-out slice of the few-shot set (at least one image per class)
+POOL_PER_CLASS = 200  #: the few-shot pool: the images of each class a few-shot set is drawn from (the most --shots)
 VAL_SEEDS = 2  #: the choice pools the held-out slices of the run's first VAL_SEEDS seeds (the budget's cost)
 
 
@@ -209,6 +210,9 @@ class LoraExpConfig:
     def check(self) -> None:
         if any(k < 2 for k in self.shots):
             raise UserError(f"--shots must be >= 2 per class (one is held out for validation), got {list(self.shots)}")
+        if any(k > POOL_PER_CLASS for k in self.shots):
+            raise UserError(f"--shots must be <= {POOL_PER_CLASS} per class (the few-shot pool each set is drawn "
+                            f"from), got {list(self.shots)}")
         for name in ("workers", "threads"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name} must be >= 1, got {getattr(self, name)}")

@@ -13,7 +13,7 @@ from ...data.uci import UCI_DATASETS
 from ...errors import UserError
 from .report import cell
 from .runner import run_uci
-from .seeds import seed_runs, write_seed_spread
+from .seeds import seed_runs, with_splits, write_seed_spread
 from .settings import ADVERSARIAL_EPS, DEFAULT_METHODS, DEFAULT_OUT, UCIConfig, UCIMethod
 
 __all__ = ["EXAMPLE", "DEFAULT_OUT", "add_arguments", "main", "config_from_args"]
@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     if args.seed_runs:
         if not rows:
             raise UserError(f"--seed-runs: {cfg.out} holds no finished dataset to compare")
-        spread = seed_runs(res["config"], rows, [Path(p) for p in args.seed_runs])
+        spread = seed_runs(res["config"], with_splits(Path(cfg.out), rows), [Path(p) for p in args.seed_runs])
         res["written"] += [str(p) for p in write_seed_spread(Path(cfg.out), spread, shlex.join(
             ["bbb", "reproduce", "uci", "--report", "--datasets", *cfg.datasets]
             + (["--splits", *map(str, cfg.splits)] if cfg.splits is not None else [])

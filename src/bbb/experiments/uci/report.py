@@ -21,7 +21,7 @@ from typing import Any
 
 from ...data.uci import UCI_DATASETS
 from ...io import atomic_write_csv, atomic_write_text
-from ..ties import same_score
+from ..ties import nan_worst, same_score
 from .settings import VARIANTS, UCIConfig, UCIMethod, Variant
 
 __all__ = ["Choice", "select", "select_variant", "summarise", "published", "write_tables", "TABLE_COLUMNS",
@@ -130,9 +130,8 @@ def _candidates(result: dict[str, Any], split: int,
 
 
 def _rank(ll: float) -> float:
-    """A validation LL as selection compares it: NaN (a diverged network) below every number, as
-    -inf (``max`` would otherwise keep a NaN that came first: no comparison with it is true)."""
-    return -math.inf if math.isnan(ll) else ll
+    """A validation LL as selection compares it: NaN (a diverged network) below every number."""
+    return nan_worst(ll, higher_is_better=True)
 
 
 def select_variant(val: dict[str, Any], split: int,

@@ -129,6 +129,13 @@ def _matches(result: dict[str, Any] | None, job: Job) -> bool:
 
 def run_uci(cfg: UCIConfig, command: str = "") -> dict[str, Any]:
     """Train what is missing under ``cfg.out/jobs`` and write the tables; returns the summary."""
+    if cfg.splits is not None:  # a split some datasets lack is skipped there; one that every dataset lacks: refused
+        counts = {d: _data(d, cfg.data_dir).num_splits for d in cfg.datasets}
+        beyond = [s for s in cfg.splits if s >= max(counts.values())]
+        if beyond:
+            have = ", ".join(f"{d} 0..{n - 1}" for d, n in counts.items())
+            raise UserError(f"--splits {' '.join(map(str, beyond))}: no dataset asked for has it (splits: {have}); "
+                            "name splits that exist")
     out = Path(cfg.out)
     folder = out / "jobs"
     folder.mkdir(parents=True, exist_ok=True)

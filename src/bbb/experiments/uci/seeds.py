@@ -22,7 +22,8 @@ from ...errors import UserError
 from ...io import atomic_write_csv, atomic_write_text
 from .report import OUR_METHODS
 
-__all__ = ["SEED_COLUMNS", "PROTOCOL_KEYS", "read_seed_run", "seed_spread", "seed_runs", "write_seed_spread"]
+__all__ = ["SEED_COLUMNS", "PROTOCOL_KEYS", "read_seed_run", "with_splits", "seed_spread", "seed_runs",
+           "write_seed_spread"]
 
 #: the columns of seeds.csv
 SEED_COLUMNS = ["dataset", "method", "n_splits", "seeds", "rmse_mean", "rmse_sd", "ll_mean", "ll_sd",
@@ -47,15 +48,32 @@ def read_seed_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                      # (a run reported before the intervals' gap was written has none)
                      **({"calibration_gap": float(r["calibration_gap"])} if r.get("calibration_gap") else {})}
                     for r in csv.DictReader(f)]
+        rows = with_splits(folder, rows)
     except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"--seed-runs: {folder}'s run.json or methods.csv cannot be read ({e!r}); rerun "
-                        f"`bbb reproduce uci --report --out {folder}`") from None
+        raise UserError(f"--seed-runs: {folder}'s run.json, methods.csv or splits.csv cannot be read ({e!r}); "
+                        f"rerun `bbb reproduce uci --report --out {folder}`") from None
     return config, rows
+
+
+def with_splits(folder: Path, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (methods.csv's) with the splits each averages over (``splits``: ascending,
+    space-separated), read from ``folder``'s splits.csv; a row stays without them where the
+    folder has no splits.csv."""
+    table = folder / "splits.csv"
+    if not table.is_file():
+        return [dict(r) for r in rows]
+    held: dict[tuple[str, str], list[int]] = {}
+    with table.open(newline="") as f:
+        for r in csv.DictReader(f):
+            held.setdefault((r["dataset"], r["method"]), []).append(int(r["split"]))
+    return [{**r, **({"splits": " ".join(map(str, sorted(held[k])))} if (k := (r["dataset"], r["method"])) in held
+                     else {})} for r in rows]
 
 
 def seed_spread(runs: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """``runs``: seed -> methods.csv rows. One row per (dataset, method, n_splits) held by every
-    run, in the first run's order: mean and sample sd over the seeds of ``rmse_mean`` and
+    run over the same splits (a row's ``splits``, where the runs give them), in the first run's
+    order: mean and sample sd over the seeds of ``rmse_mean`` and
     ``ll_mean`` (and of ``calibration_gap`` where every run has it), and the values by seed (seeds
     ascending)."""
     if len(runs) < 2:
@@ -66,6 +84,8 @@ def seed_spread(runs: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[st
     out = []
     for key in first:
         if not all(key in keyed[s] for s in seeds):
+            continue
+        if len({keyed[s][key].get("splits") for s in seeds} - {None}) > 1:  # other splits: not the seed alone
             continue
         rmse = [float(keyed[s][key]["rmse_mean"]) for s in seeds]
         ll = [float(keyed[s][key]["ll_mean"]) for s in seeds]

@@ -58,6 +58,7 @@ __all__ = [
     "RunJob",
     "State",
     "check_job_options",
+    "check_validation_seeds",
     "check_settings",
     "diverged_message",
     "epochs_done",
@@ -296,6 +297,24 @@ def check_job_options(out: str | Path, command: str, options: Mapping[str, Any],
                                    f"use another --out, or the same {flag}")
     if not path.is_file() or {"command", *options} - old.keys():
         atomic_write_json(path, {**old, "command": command, **options})
+
+
+def check_validation_seeds(out: str | Path, seeds: Sequence[int], which: str, record: bool) -> None:
+    """The seeds an experiment chooses its settings on (``which``: "the first of --seeds") are those
+    its folder chose on (``out/options.json``), else a one-line :class:`SettingsMismatch`: another
+    first seed found no choice (a ``--report`` wrote empty tables over the folder's, a longer run
+    trained validation again on a new seed). ``record``: note them where the folder has none."""
+    path = Path(out) / JOB_OPTIONS_FILE
+    old = read_json(path) or {}
+    mine = [int(s) for s in seeds]
+    theirs = old.get("validation_seeds")
+    if theirs is not None and [int(s) for s in theirs] != mine:
+        first = " ".join(str(s) for s in theirs)
+        given = " ".join(str(s) for s in mine)
+        raise SettingsMismatch(f"{out} chose its settings on seed(s) {first} ({which}), not {given}: give --seeds "
+                               f"starting with {first}, or another --out")
+    if record and theirs is None:
+        atomic_write_json(path, {**old, "validation_seeds": mine})
 
 
 def _one_line(text: str, limit: int | None = None) -> str:

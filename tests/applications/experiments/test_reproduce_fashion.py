@@ -278,6 +278,16 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
     # and the --report that picked the rows (another --seeds or --methods there shows other rows)
     tables = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("Tables: "))
     assert "`bbb reproduce fashion " in tables and "--report" in tables and str(tmp_path) not in tables
+    # settings are chosen on the first of --seeds: a --report (or a longer run) starting at another
+    # seed found no choice and wrote empty tables over these (or trained validation again)
+    written = {n: (out / n).read_bytes() for n in ("methods.csv", "seeds.csv", "sweep.csv")}
+    seeds_at = argv.index("--seeds")
+    for extra in (["--report"], []):
+        other = [*argv[:seeds_at + 1], "1", *argv[seeds_at + 3:-1], *extra]
+        code, _, err = run_main(capsys, *other)
+        assert code == 2 and "chose its settings on seed(s) 0 (the first of --seeds), not 1" in err, err
+        assert len(err.strip().splitlines()) == 1
+        assert {n: (out / n).read_bytes() for n in written} == written
 
 
 @pytest.mark.parametrize("bad, what", [(["--seeds", "1000"], "seeds"), (["--workers", "0"], "--workers"),

@@ -19,7 +19,7 @@ import torch
 from ...devices import resolve_device
 from ...errors import UserError
 from ...io import atomic_write_json
-from ...runs.jobs import check_job_options, worker_pool
+from ...runs.jobs import check_job_options, check_validation_seeds, worker_pool
 from ..ties import nan_worst
 from ..uci.report import portable_command
 from .laplace import laplace_rows
@@ -181,6 +181,8 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
     if not cfg.report_only:  # a job's file is reused by its name, which the budget is not in
         check_job_options(out, "bbb reproduce fashion", {"--budget": str(cfg.budget)},
                           {"--budget": prev["budget"]} if prev is not None and "budget" in prev else None)
+    check_validation_seeds(out, cfg.seeds[:1], "the first of --seeds", record=not cfg.report_only)
+    if not cfg.report_only:
         if prev is not None:
             meta["commands_before"] = [*prev.get("commands_before", []), prev.get("command", "")]
             meta["wall_seconds_before"] = round(prev.get("wall_seconds", 0.0) + prev.get("wall_seconds_before", 0.0),

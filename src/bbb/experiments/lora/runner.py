@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ...io import atomic_torch_save, atomic_write_json
-from ...runs.jobs import check_job_options, worker_pool
+from ...runs.jobs import check_job_options, check_validation_seeds, worker_pool
 from ..ties import nan_worst
 from ..uci.report import portable_command
 from .backbones import Backbone, TaskData, load_or_pretrain, task_data
@@ -175,6 +175,8 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
         before = (_load(out / "run.json") or {}).get("config", {})  # (a folder trained before options.json)
         check_job_options(out, "bbb reproduce lora", {"--budget": str(cfg.budget)},
                           {"--budget": before["budget"]} if "budget" in before else None)
+    check_validation_seeds(out, cfg.run_seeds[:VAL_SEEDS], f"the first {VAL_SEEDS} of --seeds",
+                           record=not cfg.report_only)
     start = time.perf_counter()
     backbones = {}
     for arch in cfg.archs:  # pretrained here, once, before any worker starts

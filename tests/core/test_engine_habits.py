@@ -449,3 +449,59 @@ def test_a_params_group_with_options_of_its_own_for_a_fused_weight_is_a_one_line
     plain = Engine(net, "adam", lr=0.05, kl="mc", compile=False, fused=False,
                    params=[{"params": [net.weight_mu], "lr": 1.0}])
     assert any(g["lr"] == 1.0 and any(p is net.weight_mu for p in g["params"]) for g in plain.param_groups)
+
+
+def _seeded_run(torch_seed, engine_seed=None, steps=3, state=None, start=0):
+    """Three steps of an engine built right after ``torch.manual_seed(torch_seed)`` (``state``: the
+    network's and the engine's state dicts loaded first); the parameters, the engine."""
+    torch.manual_seed(torch_seed)
+    net = nn.Sequential(BayesLinear(6, 7, prior=MIXTURE, rho_init=-3.0), nn.Tanh(),
+                        BayesLinear(7, 3, prior=MIXTURE, rho_init=-3.0))
+    eng = Engine(net, "adam", lr=0.05, kl="mc", seed=engine_seed, compile=False)
+    if state is not None:
+        net.load_state_dict(state[0])
+        eng.load_state_dict(state[1])
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+    elbo = ELBO(net, "categorical", num_batches=4, kl="mc")
+    for i in range(steps):
+        with eng.sampling():
+            out = elbo(x, y, batch_index=(start + i) % 4)
+        eng.zero_grad()
+        (out.loss / 8).backward()
+        eng.step()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()]), eng, net
+
+
+def test_torch_manual_seed_decides_the_noise_of_an_engine_built_without_a_seed():
+    """The fused kernel's noise was seed 0's for every engine built without a seed: replicates that
+    differed by torch.manual_seed differed in their initialisation but shared one noise stream. The
+    seed is now drawn from torch's generator (as the plain path's noise and IVON's are)."""
+    a, eng_a, _ = _seeded_run(0)
+    b, eng_b, _ = _seeded_run(0)
+    assert eng_a.fused and not eng_a.seed_given and eng_a.seed == eng_b.seed and torch.equal(a, b)
+    # one initialisation, engines built after two torch seeds: two noise streams
+    samples = []
+    for torch_seed in (0, 1):
+        torch.manual_seed(0)
+        net = BayesLinear(6, 7, prior=MIXTURE, rho_init=-3.0)
+        torch.manual_seed(torch_seed)
+        eng = Engine(net, "adam", kl="mc", compile=False)
+        with eng.sampling():
+            samples.append((eng.seed, net(torch.ones(1, 6)).detach()))
+    assert samples[0][0] != samples[1][0] and not torch.equal(samples[0][1], samples[1][1])
+    given, eng_c, _ = _seeded_run(0, engine_seed=7)
+    assert eng_c.seed == 7 and eng_c.seed_given and not torch.equal(given, a)
+
+
+def test_a_drawn_seed_gives_way_to_the_checkpoints_and_a_given_one_is_checked():
+    full, _, _ = _seeded_run(0, steps=6)
+    _, eng, net = _seeded_run(0, steps=3)
+    state = (net.state_dict(), eng.state_dict())
+    resumed, eng2, _ = _seeded_run(5, steps=3, state=state, start=3)  # another torch seed: the saved noise continues
+    assert eng2.seed == eng.seed and torch.equal(resumed, full)
+    resumed, _, _ = _seeded_run(5, engine_seed=eng.seed, steps=3, state=state, start=3)
+    assert torch.equal(resumed, full)
+    with pytest.raises(bbb.errors.CheckpointError, match=rf"seed {eng.seed} saved, {eng.seed + 1} here") as e:
+        _seeded_run(5, engine_seed=eng.seed + 1, steps=0, state=state)
+    assert "\n" not in str(e.value)

@@ -301,12 +301,13 @@ def _ddp_worker(rank, port, out):  # pragma: no cover - runs in the spawned proc
     with two_rank_process(rank, port, out) as res:
         for variant in ("before", "after"):
             net, lik = _ddp_setup(seed=rank, sigma=1.0 + rank)  # the ranks start apart
+            seed = 3 if rank == 0 else None  # the other rank's noise seed drawn: the first's is taken
             if variant == "before":  # engine first, then DDP (find_unused_parameters)
-                eng = Engine(net, "adam", lr=0.05, kl="mc", seed=3, compile=False, params=lik.parameters())
+                eng = Engine(net, "adam", lr=0.05, kl="mc", seed=seed, compile=False, params=lik.parameters())
                 elbo = ELBO(DDP(net, find_unused_parameters=True), lik, num_batches=2, kl="mc")
             else:  # DDP first (static_graph), the engine from the ELBO
                 elbo = ELBO(DDP(net, static_graph=True), lik, num_batches=2, kl="mc")
-                eng = Engine(elbo, "adam", lr=0.05, kl="mc", seed=3, compile=False)
+                eng = Engine(elbo, "adam", lr=0.05, kl="mc", seed=seed, compile=False)
             for i in range(STEPS):
                 x, y = _ddp_batch(i, rank)
                 with eng.sampling():

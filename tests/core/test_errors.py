@@ -197,7 +197,7 @@ def _entry_points():
         ("ELBO-kl_samples", lambda v: ELBO(net, kl="mc", kl_samples=v), "kl_samples", (None,)),
         ("kl_weights-num_batches", lambda v: kl_weights(v), "num_batches", ()),
         ("Engine-num_samples", lambda v: Engine(net, num_samples=v, compile=False), "num_samples", (None,)),
-        ("Engine-seed", lambda v: Engine(net, seed=v, compile=False), "seed", (0,)),
+        ("Engine-seed", lambda v: Engine(net, seed=v, compile=False), "seed", (0, None)),
         ("Engine-kl_samples", lambda v: Engine(net, kl="mc", kl_samples=v, compile=False), "kl_samples", (None,)),
         ("predict-num_samples", lambda v: predict(net, x, num_samples=v), "num_samples", ()),
         ("forward_samples-num_samples", lambda v: forward_samples(net, x, v), "num_samples", ()),

@@ -136,9 +136,12 @@ class Engine(torch.optim.Optimizer):
             from the network: the k of ``num_samples``, and the ELBO's must agree); K > k adds
             K - k samples of the KL's own, drawn by the fused kernel from the same counter-based
             noise (after the k rows).
-        seed: the noise is a function of (seed, step counter) alone: ``torch.manual_seed`` does not
-            change it, so replicates that should differ in their noise each need their own ``seed``
-            (the default is the same for all; :class:`bbb.IVON` draws its own from torch's generator).
+        seed: the fused kernel's noise is a function of (seed, step counter) alone. None (the
+            default): drawn from torch's default generator when the engine is built, so that
+            ``torch.manual_seed`` decides it, as it decides the plain path's noise and
+            :class:`bbb.IVON`'s; :meth:`load_state_dict` then takes the checkpoint's seed (a resume
+            continues its noise). An int: this seed, and a checkpoint of another one is refused.
+            Under DDP every process takes the first process's seed and counter.
         compile: ``True``/``False``, or ``None``: the environment's ``BBB_COMPILE`` where set (``0``:
             never, ``1``: always; :data:`bbb.engine.support.COMPILE_ENV`), else on CUDA compile at
             any size (when Triton is installed; without it one warning, and the eager kernels), on
@@ -171,7 +174,7 @@ class Engine(torch.optim.Optimizer):
         num_samples: int | None = None,
         kl: KLMode | str | None = None,
         kl_samples: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         compile: bool | None = None,
         params: Any = None,
         fused: bool | None = None,
@@ -195,7 +198,9 @@ class Engine(torch.optim.Optimizer):
         check_optimizer_options(self.kind is OptimizerKind.ADAM, betas, eps, momentum, nesterov)
         rho_lr_scale = check_float("rho_lr_scale", rho_lr_scale, 0.0, above=True)
         k = None if num_samples is None else check_int("num_samples", num_samples)
-        self.seed = check_int("seed", seed, 0)
+        #: whether ``seed`` was given (else drawn, and a loaded state's replaces it)
+        self.seed_given = seed is not None
+        self.seed = check_int("seed", seed, 0) if seed is not None else int(torch.randint(2**62, ()).item())
         if kl_samples is not None:
             kl_samples = check_kl_samples(kl_samples, 1 if k is None else k)
         extra = param_groups(params)
@@ -434,9 +439,13 @@ class Engine(torch.optim.Optimizer):
         if self.fused:
             ddp_.check_ddp(ddp, self._fused_params)
         self._ddp = ddp_.Averager(ddp, self._extra)
-        self._ddp.broadcast([self._mu, self._rho] if self.fused else [])
         if self.fused:
+            noise = torch.tensor([self.seed, self.counter, self._step_count], dtype=torch.int64, device=self._mu.device)
+            self._ddp.broadcast([self._mu, self._rho, noise])
+            self.seed, self.counter, self._step_count = (int(v) for v in noise.tolist())
             self._prime()
+        else:
+            self._ddp.broadcast([])
 
     @property
     def kl(self) -> Tensor | None:

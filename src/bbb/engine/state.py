@@ -41,13 +41,17 @@ def load_engine_state(engine: Any, state: dict[str, Any]) -> None:
     if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
         raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
                               "bbb?); start a new run")
-    mine = (engine.kind.value, engine.fused, engine.seed, engine.k, engine.kl_samples, len(engine.param_groups),
+    seed = engine.seed if engine.seed_given else state.get("seed")  # a drawn seed gives way to the saved one
+    names = ("optimizer", "fused", "seed", "num_samples", "kl_samples", "parameter groups", "member_lr_scale")
+    mine = (engine.kind.value, engine.fused, seed, engine.k, engine.kl_samples, len(engine.param_groups),
             engine.member_lr_scale)
     saved_scale = state.get("member_lr_scale")
     theirs = (state["kind"], state["fused"], state["seed"], state["num_samples"], state.get("kl_samples"),
               len(state["groups"]), None if saved_scale is None else tuple(saved_scale))
     if mine != theirs:
-        raise CheckpointError(f"engine state does not match this engine ({theirs} vs {mine})")
+        differ = "; ".join(f"{n} {t} saved, {m} here" for n, m, t in zip(names, mine, theirs) if m != t)
+        raise CheckpointError(f"engine state does not match this engine ({differ}); build the engine with the "
+                              "settings it was saved with")
     for g, saved in zip(engine.param_groups, state["groups"]):
         g.update(saved)
     if engine.fused:
@@ -64,6 +68,7 @@ def load_engine_state(engine: Any, state: dict[str, Any]) -> None:
             old.update(new)
         kept[:] = dicts
         inner.param_groups = kept
+    engine.seed = int(state["seed"])
     engine.counter = int(state["counter"])
     engine._step_count = int(state["step"])
     if engine.fused:

@@ -180,3 +180,15 @@ def test_a_sweep_space_names_its_own_key_for_an_unread_setting():
     with pytest.raises(UserError, match=r"^search space: neg_log_sigma1 applies to the Bayesian network.*"
                                         r"leave it out of the space"):
         resolve_params({"dataset": "mnist", "method": "sgd", "neg_log_sigma1": 3})
+
+
+@pytest.mark.parametrize("scale", ["1e-40", "1e-37"])
+def test_a_scale_that_divides_the_pixels_past_float32_is_refused(capsys, tmp_path, scale):
+    """``--scale 1e-40`` made every pixel inf, then NaN, and the run stopped on inputs that were
+    "not finite" without naming the option that made them so."""
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--scale", scale, "--out", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--scale" in err and "must be at least 7.49e-37" in err, err
+    assert not out.exists()
+    TrainConfig(scale=1e-36)  # the smallest that keeps 255 / scale finite, and above, are accepted

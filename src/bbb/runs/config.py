@@ -140,6 +140,10 @@ def _plain(v: Any) -> Any:
     return v.value if isinstance(v, Enum) else v
 
 
+#: float32's largest finite number (the images' dtype after --scale)
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
     try:
         v = float(value)
@@ -296,6 +300,9 @@ class TrainConfig:
                 raise SettingError(name, f"must be at most {MAX_SEED}, got {getattr(self, name)}")
         self.bf16 = bool(self.bf16)
         self.scale = _positive("scale", self.scale)
+        if 255.0 / self.scale > FLOAT32_MAX:  # the pixels (0-255) / scale: inf in float32, then NaN
+            raise SettingError("scale", f"must be at least {255.0 / FLOAT32_MAX:.3g} (the pixels, 0-255, divided by "
+                                        f"less pass float32's largest number), got {self.scale:g}")
         self.val_size = check_int("val_size", self.val_size, 0)
         self.split_seed = check_int("split_seed", self.split_seed, 0)
         self.eval_samples = check_int("eval_samples", self.eval_samples, 1)

@@ -177,6 +177,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
                 why = stale.replace("its eval.json", "the ensemble")
                 raise UserError(f"{d}: its member {m} trained on since ({why}); run `bbb evaluate {again} "
                                 f"--out {d}` again")
+        member_now = [now for _, now in infos]
         cfg = infos[0][0]
         seconds = [x.get("seconds") for _, x in infos]
         summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),
@@ -202,6 +203,14 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     ood = _read_json(d / "ood.json")
     scores = (ood or {}).get("scores", {})
     scored, tested = (ood or {}).get("checkpoint"), ev.get("checkpoint", "best")  # (summary.json: the best)
+    if members and ood is not None:  # a member's resume removes its own ood.json, not the ensemble's
+        for m, now, epoch in zip(members, member_now, ood.get("member_epochs") or [None] * len(members)):
+            stale = stale_evaluation({"checkpoint": scored, "epoch": epoch}, now)
+            if stale:
+                again = " ".join(map(str, members)) + (" --which last" if scored == "last" else "")
+                raise UserError(f"{d}: its member {m} trained on since `bbb ood` scored it ("
+                                f"{stale.replace('its eval.json evaluated', 'ood.json scored')}); run `bbb ood "
+                                f"{again} --out {d}` again")
     if scored in ("best", "last") and tested in ("best", "last") and scored != tested:
         raise UserError(f"{d}: its ood.json scored the {scored} checkpoint and its test metrics are of the {tested}: "
                         f"run `bbb ood {d} --which {tested}` (or `bbb evaluate {d} --which {scored}`) so that one "

@@ -281,11 +281,11 @@ def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
 
 
 def _load_networks(args: argparse.Namespace, command: str, file: str
-                   ) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path, str]:
+                   ) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path, str, list[int] | None]:
     """``bbb ood``'s and ``bbb uncertain``'s networks: one run's, or an ensemble's members' (several
     RUN_DIRs, which :func:`bbb.runs.load_ensemble` checks share their data and split), each with its
-    method; the config, the data, the output folder (of the ensemble's ``file``) and the label of
-    what was scored."""
+    method; the config, the data, the output folder (of the ensemble's ``file``), the label of
+    what was scored, and an ensemble's members' epochs (of the checkpoint scored; None for one run)."""
     from .. import runs as T
     from ..cli.common import ensemble_out, one_line_warnings
     from ..runs.ensemble import ensemble_folder
@@ -294,14 +294,15 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
         model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
         # an ivon run is sampled as a bbb one (the same posterior), and named by its own method
         label = cfg.method if method == "bbb" else method
-        return [(model, method)], cfg, data, Path(args.run_dirs[0]), label
+        return [(model, method)], cfg, data, Path(args.run_dirs[0]), label, None
     with one_line_warnings(command):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
     out = ensemble_folder(args.out, ens.run_dirs, file)
+    models = ens.member_models()
     nets = [(m, m.method) if isinstance(m, T.TrainedLaplace) else (m.network, T.infer_method(m.network))
-            for m in ens.member_models()]
-    return nets, cfg, T.model.load_data(cfg), out, ens.describe()
+            for m in models]
+    return nets, cfg, T.model.load_data(cfg), out, ens.describe(), [m.epoch for m in models]
 
 
 def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, seed: int) -> Tensor:
@@ -360,7 +361,7 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
 def main_ood(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
-    nets, cfg, data, d, method = _load_networks(args, "ood", "ood.json")
+    nets, cfg, data, d, method, epochs = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
         if cfg.dataset not in IMAGE_DATASETS or len(others) != 1:
@@ -381,8 +382,9 @@ def main_ood(args: argparse.Namespace) -> int:
     out = {"method": method, "checkpoint": args.which, "dataset": cfg.dataset, "ood": args.ood,
            "samples": int(p_in.shape[0]),
            "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
-    if len(nets) > 1:
+    if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
+        out["member_epochs"] = epochs
     atomic_write_json(d / "ood.json", out)
     written = [d / "ood.json"]
     if plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood)) is not None:
@@ -425,7 +427,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
     for name in ("n", "samples"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    nets, cfg, data, d, method = _load_networks(args, "uncertain", "uncertain.json")
+    nets, cfg, data, d, method, epochs = _load_networks(args, "uncertain", "uncertain.json")
     dev = next(nets[0][0].parameters()).device
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)
@@ -441,8 +443,9 @@ def main_uncertain(args: argparse.Namespace) -> int:
     disputed, errors = ranking_titles(int(probs.shape[0]))
     out: dict[str, Any] = {"method": method, "checkpoint": args.which, "samples": int(probs.shape[0]), "digits": rows,
                            "ranking": {"uncertain": disputed, "confident_errors": errors}}
-    if len(nets) > 1:
+    if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
+        out["member_epochs"] = epochs
     atomic_write_json(d / "uncertain.json", out)
     written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
     drawn = ("" if plotted is None or max(len(res["uncertain"]), len(res["confident_errors"])) <= PLOT_MAX

@@ -395,6 +395,28 @@ def test_an_ensemble_given_with_trailing_slashes_runs_again(capsys, tmp_path, ti
     assert json.loads((tmp_path / "ens" / f"{command}.json").read_text())["members"] == [str(r) for r in runs]
 
 
+def test_compare_refuses_an_ensembles_ood_json_whose_member_trained_on_since(capsys, tmp_path, tiny_with_ood):
+    """A member resumed after ``bbb ood RUN RUN --out DIR`` removes its own ood.json, not the
+    ensemble's: with the ensemble evaluated again, compare showed the new test scores beside the
+    old members' AUROCs as one row."""
+    runs = [tmp_path / f"sgd{seed}" for seed in (0, 1)]
+    for seed, run in enumerate(runs):
+        assert run_main(capsys, "train", "--method", "sgd", "--seed", str(seed), "--epochs", "2", "--out", str(run),
+                        *TINY)[0] == 0
+    ens, cmp = tmp_path / "ens", str(tmp_path / "cmp")
+    for command, extra in (("ood", ["--ood", "fashion-mnist"]), ("evaluate", [])):
+        rc, _, err = run_main(capsys, command, *map(str, runs), "--which", "last", "--out", str(ens), *extra)
+        assert rc == 0, err
+    assert json.loads((ens / "ood.json").read_text())["member_epochs"] == [2, 2]
+    assert run_main(capsys, "compare", str(ens), "--out", cmp)[0] == 0
+    assert run_main(capsys, "train", "--resume", "--epochs", "3", "--out", str(runs[1]), "--quiet", *TINY)[0] == 0
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs), "--which", "last", "--out", str(ens))
+    assert rc == 0, err  # the ensemble's eval.json is current again; its ood.json is not
+    rc, _, err = run_main(capsys, "compare", str(ens), "--out", cmp)
+    assert_one_line_error(rc, err, f"member {runs[1]} trained on since `bbb ood`", "last is now epoch 3",
+                          f"bbb ood {runs[0]} {runs[1]} --which last --out {ens}")
+
+
 def test_ood_of_an_ensemble(capsys, tmp_path, tiny_with_ood):
     """Several runs: their ensemble's ood.json in --out DIR; a deep ensemble's mutual information
     is the members' disagreement; a Bayesian member's k samples and a deterministic member's one

@@ -10,7 +10,8 @@ cannot fit a ``MemoryError`` (:class:`OutOfMemory`), Ctrl-C during training a
 
 :func:`check_int` and :func:`check_float` are the one check of a numeric argument: they return
 the number, or raise a one-line :class:`SettingError` (a :class:`UserError`) that names the
-argument.
+argument. :func:`one_line_warnings_format` is the command line's form of a UserWarning, which the
+processes a command starts take too (:func:`adopt_warnings_format`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
+import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,6 +44,9 @@ __all__ = [
     "TrainingInterrupted",
     "check_int",
     "check_float",
+    "WARNINGS_PROG_ENV",
+    "one_line_warnings_format",
+    "adopt_warnings_format",
 ]
 
 
@@ -193,3 +200,30 @@ def check_float(name: str, value: Any, minimum: float | None = None, *, above: b
         bound = "" if minimum is None else f" {'>' if above else '>='} {minimum:g}"
         raise SettingError(name, f"must be a {'finite ' if finite else ''}number{bound}, got {value!r}")
     return v
+
+
+#: the environment variable in which a ``bbb`` command names itself to the processes it starts (its
+#: pools' workers), so that their UserWarnings are one line too (:func:`adopt_warnings_format`)
+WARNINGS_PROG_ENV = "BBB_WARNINGS_PROG"
+
+
+def one_line_warnings_format(prog: str, fallback: Callable[..., str]) -> Callable[..., str]:
+    """A ``warnings.formatwarning`` that gives a UserWarning as one line, ``PROG: warning: ...``,
+    not Python's two (a file name, a line of bbb's source); other warnings as ``fallback``."""
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 line: str | None = None) -> str:
+        if issubclass(category, UserWarning):
+            return f"{prog}: warning: {message}\n"
+        return fallback(message, category, filename, lineno, line)
+
+    return one_line
+
+
+def adopt_warnings_format() -> None:
+    """In a process a ``bbb`` command started (its pool's worker, in the pool's initializer): the
+    command's one-line form of a UserWarning, named as the command (:data:`WARNINGS_PROG_ENV`);
+    Python's own where no command set it."""
+    prog = os.environ.get(WARNINGS_PROG_ENV, "").strip()
+    if prog:
+        warnings.formatwarning = one_line_warnings_format(prog, warnings.formatwarning)

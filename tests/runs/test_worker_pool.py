@@ -22,3 +22,20 @@ def test_workers_run_jobs_and_share_a_queue():
         raise AssertionError("the pool still took a job after the block")
     except RuntimeError:
         pass
+
+
+def test_a_workers_user_warning_is_one_line_named_as_the_command(capfd, monkeypatch):
+    """A worker's UserWarning was Python's two lines (a path into bbb's source, then its line of
+    code) beside the command's own one-line warnings; it takes the command's form now, which
+    ``bbb``'s entry point hands its workers (bbb.errors.WARNINGS_PROG_ENV)."""
+    import warnings
+
+    from bbb.errors import WARNINGS_PROG_ENV
+
+    monkeypatch.setenv(WARNINGS_PROG_ENV, "bbb reproduce uci")
+    with worker_pool(2, 1, "test") as (pool, _):
+        pool.submit(warnings.warn, "a moot setting", UserWarning).result(timeout=60)
+        pool.submit(warnings.warn, "a deprecation", DeprecationWarning).result(timeout=60)
+    err = capfd.readouterr().err
+    assert "bbb reproduce uci: warning: a moot setting\n" in err and "UserWarning" not in err, err
+

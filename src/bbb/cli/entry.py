@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import BBBError, SettingError, TrainingInterrupted, UserError
+from ..errors import WARNINGS_PROG_ENV, BBBError, SettingError, TrainingInterrupted, UserError, one_line_warnings_format
 from .common import Parser, add_compute_options, flag_of_setting
 from .parser import build_parser
 from .registry import COMMANDS, PROG
@@ -46,20 +46,19 @@ def warnings_in_one_line(prog: str) -> Iterator[None]:
     """While a command runs, a UserWarning of the library (``--bf16`` on a CPU, a moot setting) is
     one line on stderr when it happens, ``bbb COMMAND: warning: ...``, not Python's two lines
     (a file name, a line of bbb's source); other warnings as Python says them. (The format only:
-    a caller that records warnings, ``warnings.catch_warnings(record=True)``, still gets them.)"""
-    formatted = warnings.formatwarning
-
-    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 line: str | None = None) -> str:
-        if issubclass(category, UserWarning):
-            return f"{prog}: warning: {message}\n"
-        return formatted(message, category, filename, lineno, line)
-
-    warnings.formatwarning = one_line
+    a caller that records warnings, ``warnings.catch_warnings(record=True)``, still gets them.)
+    The processes it starts take the same form (:func:`bbb.errors.adopt_warnings_format`)."""
+    formatted, named = warnings.formatwarning, os.environ.get(WARNINGS_PROG_ENV)
+    warnings.formatwarning = one_line_warnings_format(prog, formatted)
+    os.environ[WARNINGS_PROG_ENV] = prog
     try:
         yield
     finally:
         warnings.formatwarning = formatted
+        if named is None:
+            os.environ.pop(WARNINGS_PROG_ENV, None)
+        else:
+            os.environ[WARNINGS_PROG_ENV] = named
 
 
 def leaf_prog(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:

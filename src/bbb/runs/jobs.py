@@ -43,7 +43,7 @@ from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import BBBError, SettingsMismatch, TrainingDiverged
+from ..errors import BBBError, SettingsMismatch, TrainingDiverged, adopt_warnings_format
 from ..io import atomic_write_json
 from .config import TrainConfig, resume_conflicts
 
@@ -434,6 +434,7 @@ def watched_manager(ctx: BaseContext, who: str) -> SyncManager:
 def _pool_worker_init(threads: int, parent_pid: int, who: str) -> None:
     import torch
 
+    adopt_warnings_format()  # the command's one-line UserWarnings
     torch.set_num_threads(threads)
     watch_parent(parent_pid, who)  # no orphan trains on when the parent is killed
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, adopt_warnings_format
 from ..io import atomic_write_json
 from ..runs.jobs import JobCallbacks, JobResult, JobState, Outcome, RunJob, epochs_done, run_job, watch_parent
 from ..runs.loggers import make_loggers
@@ -176,7 +176,8 @@ def worker_init(parent_pid: int, interval: float = 0.25) -> None:
     (``os._exit``) as soon as the sweep process that started it is gone (killed with -9 too), so
     no worker trains on, or starts a queued trial, as an orphan (:func:`bbb.runs.jobs.watch_parent`).
     Each epoch's checkpoint is written atomically, so the trial resumes from its last epoch when
-    the sweep is re-run."""
+    the sweep is re-run. Its UserWarnings take the command's one-line form."""
+    adopt_warnings_format()
     watch_parent(parent_pid, "bbb sweep worker", interval)
 
 

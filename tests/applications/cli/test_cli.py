@@ -561,3 +561,16 @@ def test_a_library_warning_of_bbb_train_is_one_line(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines() == ["bbb train: warning: --bf16 is ignored on CPU (bf16 autocast is used on CUDA "
                                      "only)"], p.stderr
+
+
+def test_the_command_line_hands_its_name_to_the_processes_it_starts():
+    import warnings
+
+    from bbb.cli.entry import warnings_in_one_line
+    from bbb.errors import WARNINGS_PROG_ENV
+
+    before = os.environ.get(WARNINGS_PROG_ENV)
+    with warnings_in_one_line("bbb sweep"):
+        assert os.environ[WARNINGS_PROG_ENV] == "bbb sweep"
+        assert warnings.formatwarning("x", UserWarning, "f.py", 1) == "bbb sweep: warning: x\n"
+    assert os.environ.get(WARNINGS_PROG_ENV) == before

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ...devices import resolve_device
-from ...errors import OutOfMemory, TrainingInterrupted, UserError
+from ...errors import OutOfMemory, TrainingInterrupted, UserError, adopt_warnings_format
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...runs import lock_run_dir
 from ...runs.jobs import read_json
@@ -95,8 +95,10 @@ _WORKER_EVENT: Any = None
 
 
 def _init_worker(event: Any) -> None:
-    """Pool initializer: the parent's stop event, shared by inheritance."""
+    """Pool initializer: the parent's stop event, shared by inheritance; the command's one-line
+    UserWarnings."""
     global _WORKER_EVENT
+    adopt_warnings_format()
     _WORKER_EVENT = event
 
 

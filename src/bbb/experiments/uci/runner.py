@@ -18,7 +18,7 @@ import torch
 
 from ...data.uci import UCIData, load_uci
 from ...devices import cpu_model
-from ...errors import OutOfMemory, UserError
+from ...errors import OutOfMemory, UserError, adopt_warnings_format
 from ...io import atomic_write_json
 from ...progress import progress_bar
 from ...runs.jobs import check_job_options, watch_parent, watched_manager
@@ -88,6 +88,7 @@ def plan_jobs(cfg: UCIConfig, name: str, phase: Phase, vals: dict[str, dict[str,
 
 
 def _worker_init(threads: int, parent_pid: int) -> None:
+    adopt_warnings_format()  # the command's one-line UserWarnings
     torch.set_num_threads(threads)
     watch_parent(parent_pid, "bbb reproduce uci worker")  # no orphan trains on when this process is killed
 

@@ -107,6 +107,25 @@ def test_a_text_column_run_takes_its_encoded_csv_and_says_what_to_call_otherwise
             assert "(80, 7)" not in msg and "(N, 3) or (N, 3)" not in msg
 
 
+def test_a_data_frame_is_read_by_its_column_names_never_by_a_wrong_position(runs):
+    pd = pytest.importorskip("pandas")
+    model = bbb.load_model(runs["num"])
+    rows = _rows(runs["num_csv"])
+    frame = pd.DataFrame(rows, columns=["a", "b", "c", "d"])
+    want = model.sample_outputs(rows, 4, seed=0)
+    torch.testing.assert_close(model.sample_outputs(frame, 4, seed=0), want)  # the run's columns in order
+    # columns reordered (d, c, b, a), one left out, the target kept: each was read by position, silently
+    for bad in (frame[["d", "c", "b", "a"]], frame[["a", "b", "c"]], frame.assign(y=0.0)):
+        for call in (lambda v: model(v), lambda v: model.sample_outputs(v, 3)):
+            with pytest.raises(UserError) as err:
+                call(bad)
+            msg = str(err.value)
+            assert "\n" not in msg and "df[['a', 'b', 'c', 'd']]" in msg, msg
+    # the library's predict iterated a DataFrame as a loader of its column names ("got str")
+    with pytest.raises(UserError, match="got a DataFrame: give its values, df\\[columns\\].to_numpy"):
+        U.predict(model, frame, 3)
+
+
 def test_inputs_encoded_by_another_run_are_refused(runs):
     num, text = bbb.load_model(runs["num"]), bbb.load_model(runs["text"])
     x, _, _ = num.encode_csv(runs["num_csv"])

@@ -200,6 +200,8 @@ class TrainedModel(nn.Module):
         if isinstance(x, Tensor):
             t = x.detach().cpu()
         else:
+            if self.preprocess.kind == "table":
+                self._check_column_names(x)
             arr = np.asarray(x)
             if arr.dtype.kind in "OSU":
                 raise UserError(f"inputs of shape {arr.shape} hold text: give the table as a CSV, "
@@ -208,6 +210,21 @@ class TrainedModel(nn.Module):
         if self.preprocess.kind == "table":
             self._check_table(t)
         return _mark(self.preprocess.encode_array(t).to(self.device()), self.fingerprint)
+
+    def _check_column_names(self, x: Any) -> None:
+        """A table with column names (a pandas DataFrame) is read by position, as an array is: its
+        names must be this run's feature columns in their order, else a one-line error that says
+        which to select (a reordered, missing or extra column would be read as another, silently)."""
+        names = getattr(x, "columns", None)
+        if names is None or isinstance(x, np.ndarray):
+            return
+        got = [str(c) for c in names]
+        want = [c["name"] for c in self.preprocess.columns]
+        if got != want:
+            shown = ", ".join(got[:8]) + (", ..." if len(got) > 8 else "")
+            raise UserError(f"a table with the columns {shown} is read by position, but this run's feature "
+                            f"columns are {', '.join(want[:8])}{', ...' if len(want) > 8 else ''}: give "
+                            f"df[{want[:8]!r}{' + ...' if len(want) > 8 else ''}], those columns in that order")
 
     def _check_table(self, t: Tensor) -> None:
         """A one-line error that says what to call when an array cannot be this table's raw rows."""

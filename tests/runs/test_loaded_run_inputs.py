@@ -126,6 +126,17 @@ def test_a_data_frame_is_read_by_its_column_names_never_by_a_wrong_position(runs
         U.predict(model, frame, 3)
 
 
+def test_a_reversed_view_of_an_array_predicts_as_its_copy(runs):
+    model = bbb.load_model(runs["num"])
+    rows = _rows(runs["num_csv"])[:12]
+    view = rows[::-1]  # negative strides: torch.as_tensor raised numpy's ValueError, a traceback
+    want = model.sample_outputs(view.copy(), 4, seed=0)
+    torch.testing.assert_close(model.sample_outputs(view, 4, seed=0), want)
+    torch.testing.assert_close(U.predict(model, view, 4, generator=0), want)
+    torch.testing.assert_close(model(view), model(view.copy()))
+    torch.testing.assert_close(model.preprocess.encode_array(view), model.preprocess.encode_array(view.copy()))
+
+
 def test_inputs_encoded_by_another_run_are_refused(runs):
     num, text = bbb.load_model(runs["num"]), bbb.load_model(runs["text"])
     x, _, _ = num.encode_csv(runs["num_csv"])

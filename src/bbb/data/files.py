@@ -264,7 +264,7 @@ class Preprocess:
         (N, 784) pixels, either uint8 (or integers) in 0..255 or floats in 0..1; floats above 1
         are read as 0..255. ``table``: (N, D) numbers in the CSV's feature columns, in order,
         only where every column is numeric."""
-        t = torch.as_tensor(np.asarray(x)) if not isinstance(x, Tensor) else x.detach().cpu()
+        t = torch.as_tensor(np.require(x, requirements="C")) if not isinstance(x, Tensor) else x.detach().cpu()
         if t.dtype == torch.bool and self.kind != "image":  # as an .npz's bool x trains: 0 and 1
             t = t.to(torch.float64)
         if t.is_complex() or t.dtype == torch.bool:

@@ -206,7 +206,7 @@ class TrainedModel(nn.Module):
             if arr.dtype.kind in "OSU":
                 raise UserError(f"inputs of shape {arr.shape} hold text: give the table as a CSV, "
                                 "model.encode_csv(path)")
-            t = torch.as_tensor(arr)
+            t = torch.as_tensor(np.require(arr, requirements="C"))  # (a reversed view, x[::-1], has negative strides)
         if self.preprocess.kind == "table":
             self._check_table(t)
         return _mark(self.preprocess.encode_array(t).to(self.device()), self.fingerprint)

@@ -157,6 +157,16 @@ def test_the_mark_survives_moves_and_batching_but_not_computation(runs):
     torch.testing.assert_close(U.predict(model, loader, 4, generator=0), model.sample_outputs(x, 4, seed=0))
 
 
+def test_encoded_inputs_in_another_dtype_go_in_as_the_encoded_float32(runs):
+    model = bbb.load_model(runs["num"])
+    x, _, _ = model.encode_csv(runs["num_csv"])
+    want = model.sample_outputs(x, 4, seed=0)
+    # the mark survives x.double(): it went to the network as it was ("mat1 and mat2 must have the same dtype")
+    torch.testing.assert_close(model.sample_outputs(x.double(), 4, seed=0), want)
+    torch.testing.assert_close(U.predict(model, x.double(), 4, generator=0), want)
+    torch.testing.assert_close(model(x.double()), model(x))
+
+
 def test_samples_keyword_is_num_samples_and_the_old_name_warns(runs):
     model = bbb.load_model(runs["num"])
     x, _, _ = model.encode_csv(runs["num_csv"])

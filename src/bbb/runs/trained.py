@@ -196,7 +196,9 @@ class TrainedModel(nn.Module):
             if x.run != self.fingerprint:
                 raise UserError(f"these inputs (shape {tuple(x.shape)}) were encoded by another run's preprocessing: "
                                 f"encode the raw inputs with this model, {self.run_dir}")
-            return x if x.device == self.device() else _mark(x.to(self.device()), self.fingerprint)
+            if x.device == self.device() and x.dtype == torch.float32:
+                return x
+            return _mark(x.to(self.device(), torch.float32), self.fingerprint)  # (x.double(): as encoded)
         if isinstance(x, Tensor):
             t = x.detach().cpu()
         else:

@@ -250,6 +250,11 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             raise UserError(f"{path}: y of shape {y.shape} does not fit x's {x.shape[0]} inputs; y holds one target "
                             f"per input, ({x.shape[0]},) (or leave y out)")
         ys = [str(v) for v in y.reshape(-1).tolist()]
+        if model.task == "classification":  # a y of ints for a run of float labels: 3 is class '3.0'
+            from ..data.table_checks import number
+
+            label = {number(c): c for c in model.classes or [] if number(c) is not None}
+            ys = [label.get(number(v), v) for v in ys]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images" + (
         "; a table separated by tabs or semicolons is read as a CSV: name it .csv"

@@ -167,6 +167,17 @@ def test_encoded_inputs_in_another_dtype_go_in_as_the_encoded_float32(runs):
     torch.testing.assert_close(model(x.double()), model(x))
 
 
+def test_a_regression_interval_level_outside_zero_and_one_is_refused(runs):
+    model = bbb.load_model(runs["num"])
+    out = model.sample_outputs(_rows(runs["num_csv"])[:5], 4)
+    pred = model.regression(out, level=0.9)
+    assert bool((pred["lower"] < pred["mean"]).all() and (pred["mean"] < pred["upper"]).all())
+    # -0.5 gave intervals whose lower end was above the upper; 95 (a percentage) named a function not called
+    for bad in (-0.5, 0, 1, 95, float("nan")):
+        with pytest.raises(UserError, match=r"^regression\(level=\): .* a share in \(0, 1\) such as 0.95"):
+            model.regression(out, level=bad)
+
+
 def test_samples_keyword_is_num_samples_and_the_old_name_warns(runs):
     model = bbb.load_model(runs["num"])
     x, _, _ = model.encode_csv(runs["num_csv"])

@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Callable
@@ -300,6 +301,9 @@ class TrainedModel(nn.Module):
         (``lower``, ``upper``) of the mixture of the k Gaussians, all in the target's units."""
         if self.task != "regression":
             raise UserError(f"{self.run_dir} is a classifier; regression() reads a regression run's outputs")
+        if not (isinstance(level, numbers.Real) and 0 < level < 1):  # (a negative one swapped the ends, silently)
+            raise UserError(f"regression(level=): the interval's probability, a share in (0, 1) such as 0.95, "
+                            f"got {level!r}")
         means, sigmas = HeteroscedasticGaussian().split(outputs.double())
         unc = U.regression_uncertainty(means, sigmas)
         lo, hi = U.gaussian_mixture_quantiles(means, sigmas, ((1 - level) / 2, (1 + level) / 2))

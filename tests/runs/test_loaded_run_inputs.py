@@ -114,6 +114,7 @@ def test_a_data_frame_is_read_by_its_column_names_never_by_a_wrong_position(runs
     frame = pd.DataFrame(rows, columns=["a", "b", "c", "d"])
     want = model.sample_outputs(rows, 4, seed=0)
     torch.testing.assert_close(model.sample_outputs(frame, 4, seed=0), want)  # the run's columns in order
+    torch.testing.assert_close(model.sample_outputs(pd.DataFrame(rows), 4, seed=0), want)  # numbered: unnamed
     # columns reordered (d, c, b, a), one left out, the target kept: each was read by position, silently
     for bad in (frame[["d", "c", "b", "a"]], frame[["a", "b", "c"]], frame.assign(y=0.0)):
         for call in (lambda v: model(v), lambda v: model.sample_outputs(v, 3)):

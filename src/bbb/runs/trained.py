@@ -221,6 +221,8 @@ class TrainedModel(nn.Module):
         names = getattr(x, "columns", None)
         if names is None or isinstance(x, np.ndarray):
             return
+        if list(names) == list(range(len(names))):  # pd.DataFrame(array): numbered, not named, columns
+            return
         got = [str(c) for c in names]
         want = [c["name"] for c in self.preprocess.columns]
         if got != want:

@@ -107,6 +107,37 @@ def test_a_text_column_run_takes_its_encoded_csv_and_says_what_to_call_otherwise
             assert "(80, 7)" not in msg and "(N, 3) or (N, 3)" not in msg
 
 
+def test_a_data_frame_is_read_by_its_column_names_never_by_a_wrong_position(runs):
+    pd = pytest.importorskip("pandas")
+    model = bbb.load_model(runs["num"])
+    rows = _rows(runs["num_csv"])
+    frame = pd.DataFrame(rows, columns=["a", "b", "c", "d"])
+    want = model.sample_outputs(rows, 4, seed=0)
+    torch.testing.assert_close(model.sample_outputs(frame, 4, seed=0), want)  # the run's columns in order
+    torch.testing.assert_close(model.sample_outputs(pd.DataFrame(rows), 4, seed=0), want)  # numbered: unnamed
+    # columns reordered (d, c, b, a), one left out, the target kept: each was read by position, silently
+    for bad in (frame[["d", "c", "b", "a"]], frame[["a", "b", "c"]], frame.assign(y=0.0)):
+        for call in (lambda v: model(v), lambda v: model.sample_outputs(v, 3)):
+            with pytest.raises(UserError) as err:
+                call(bad)
+            msg = str(err.value)
+            assert "\n" not in msg and "df[['a', 'b', 'c', 'd']]" in msg, msg
+    # the library's predict iterated a DataFrame as a loader of its column names ("got str")
+    with pytest.raises(UserError, match="got a DataFrame: give its values, df\\[columns\\].to_numpy"):
+        U.predict(model, frame, 3)
+
+
+def test_a_reversed_view_of_an_array_predicts_as_its_copy(runs):
+    model = bbb.load_model(runs["num"])
+    rows = _rows(runs["num_csv"])[:12]
+    view = rows[::-1]  # negative strides: torch.as_tensor raised numpy's ValueError, a traceback
+    want = model.sample_outputs(view.copy(), 4, seed=0)
+    torch.testing.assert_close(model.sample_outputs(view, 4, seed=0), want)
+    torch.testing.assert_close(U.predict(model, view, 4, generator=0), want)
+    torch.testing.assert_close(model(view), model(view.copy()))
+    torch.testing.assert_close(model.preprocess.encode_array(view), model.preprocess.encode_array(view.copy()))
+
+
 def test_inputs_encoded_by_another_run_are_refused(runs):
     num, text = bbb.load_model(runs["num"]), bbb.load_model(runs["text"])
     x, _, _ = num.encode_csv(runs["num_csv"])
@@ -125,6 +156,27 @@ def test_the_mark_survives_moves_and_batching_but_not_computation(runs):
     assert not any(isinstance(t, EncodedInputs) for t in (x + 0, x.sum(), model.network(x), model(x)))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=50)
     torch.testing.assert_close(U.predict(model, loader, 4, generator=0), model.sample_outputs(x, 4, seed=0))
+
+
+def test_encoded_inputs_in_another_dtype_go_in_as_the_encoded_float32(runs):
+    model = bbb.load_model(runs["num"])
+    x, _, _ = model.encode_csv(runs["num_csv"])
+    want = model.sample_outputs(x, 4, seed=0)
+    # the mark survives x.double(): it went to the network as it was ("mat1 and mat2 must have the same dtype")
+    torch.testing.assert_close(model.sample_outputs(x.double(), 4, seed=0), want)
+    torch.testing.assert_close(U.predict(model, x.double(), 4, generator=0), want)
+    torch.testing.assert_close(model(x.double()), model(x))
+
+
+def test_a_regression_interval_level_outside_zero_and_one_is_refused(runs):
+    model = bbb.load_model(runs["num"])
+    out = model.sample_outputs(_rows(runs["num_csv"])[:5], 4)
+    pred = model.regression(out, level=0.9)
+    assert bool((pred["lower"] < pred["mean"]).all() and (pred["mean"] < pred["upper"]).all())
+    # -0.5 gave intervals whose lower end was above the upper; 95 (a percentage) named a function not called
+    for bad in (-0.5, 0, 1, 95, float("nan")):
+        with pytest.raises(UserError, match=r"^regression\(level=\): .* a share in \(0, 1\) such as 0.95"):
+            model.regression(out, level=bad)
 
 
 def test_samples_keyword_is_num_samples_and_the_old_name_warns(runs):

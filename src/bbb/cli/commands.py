@@ -27,6 +27,7 @@ from .common import (
     score_text,
     scores_table,
     text_table,
+    unfinished_warning,
     weights_text,
 )
 from .parser import (  # noqa: F401 - the registry finds every command here
@@ -177,6 +178,9 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..runs import evaluate_run
 
+    for d in args.run_dirs:  # a run stopped part way is evaluated at the epochs it had: said, not silent
+        if (line := unfinished_warning("evaluate", d, args.which)) is not None:
+            print(line, file=sys.stderr)
     if ensemble_out(args, "eval.json") is not None:
         return _evaluate_ensemble(args)
     run_dir = args.run_dirs[0]

@@ -469,3 +469,26 @@ def scores_table(task: str, title: str, columns: Sequence[tuple[str, dict[str, A
     """The scores of :data:`SCORE_ROWS` for ``task``, one column per (name, scores) of ``columns``."""
     rows = [[label, *(score_text(scores[key], fmt) for _, scores in columns)] for label, key, fmt in SCORE_ROWS[task]]
     return text_table(rows, [title, *(name for name, _ in columns)])
+
+
+def unfinished_warning(command: str, run_dir: str | Path, which: str) -> str | None:
+    """The warning line for a run that stopped before its epochs (interrupted, still training or
+    diverged: no ``summary.json``), whose ``which`` checkpoint ``bbb evaluate`` or ``bbb predict``
+    would otherwise use without a word; None for a finished run or a folder that is no run's."""
+    from ..runs.jobs import diverged_message, epochs_done, read_json
+
+    d = Path(run_dir)
+    cfg = read_json(d / "config.json")
+    epochs = None if cfg is None else cfg.get("epochs")
+    if not isinstance(epochs, int) or (d / "summary.json").is_file():
+        return None
+    done = epochs_done(d)
+    if not 0 < done < epochs:
+        return None
+    why = diverged_message(d)
+    if why is not None:
+        return (f"bbb {command}: warning: {run_dir} diverged after epoch {done} of {epochs} ({why[:120]}): its "
+                f"{which}.pt is from before")
+    return (f"bbb {command}: warning: {run_dir} has not finished training (epoch {done} of {epochs}, no "
+            f"summary.json): its {which}.pt is from the epochs so far; bbb train --resume --out {run_dir} "
+            "finishes it")

@@ -184,6 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             if argv[0] in COMMANDS:
                 return run_command(argv[0], argv[1:])
+            command = next((a for a in argv if a in COMMANDS), None)
+            if command is not None and argv[0] not in ("-h", "--help", "--version"):
+                # (argparse called every word after the command unrecognized, the run and the input too)
+                before = argv[:argv.index(command)]
+                raise UserError(f"{' '.join(before)} before the command: a command's options go after its name, "
+                                f"bbb {command} ... {' '.join(before)}")
             args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
             return run_command(args.command, [])
         finally:

@@ -41,7 +41,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .common import add_device, add_quiet, add_seed, add_threads, add_which, one_line_warnings, shared_help
+from .common import (
+    add_device,
+    add_quiet,
+    add_seed,
+    add_threads,
+    add_which,
+    one_line_warnings,
+    shared_help,
+    unfinished_warning,
+)
 
 EXAMPLE = ("bbb predict runs/price new_rows.csv --out predictions.csv --samples 20\n"
            "  bbb predict runs/price-s0 runs/price-s1 runs/price-s2 new_rows.csv   # an ensemble of 3 runs\n"
@@ -241,6 +250,11 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             raise UserError(f"{path}: y of shape {y.shape} does not fit x's {x.shape[0]} inputs; y holds one target "
                             f"per input, ({x.shape[0]},) (or leave y out)")
         ys = [str(v) for v in y.reshape(-1).tolist()]
+        if model.task == "classification":  # a y of ints for a run of float labels: 3 is class '3.0'
+            from ..data.table_checks import number
+
+            label = {number(c): c for c in model.classes or [] if number(c) is not None}
+            ys = [label.get(number(v), v) for v in ys]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images" + (
         "; a table separated by tabs or semicolons is read as a CSV: name it .csv"
@@ -361,6 +375,9 @@ def main(args: argparse.Namespace) -> int:
     with one_line_warnings("predict"):
         model = (load_model(args.run_dirs[0], args.which, device) if len(args.run_dirs) == 1
                  else load_ensemble(args.run_dirs, args.which, device))
+    for run_dir in args.run_dirs:  # a run stopped part way predicts from the epochs it had: said, not silent
+        if (line := unfinished_warning("predict", run_dir, args.which)) is not None:
+            print(line, file=sys.stderr)
     if not args.no_refer:  # a --data-dir or --csv/--npz that does not fit the run: refused before any work
         point_data(model.config, args.data_dir, args.data_file)
     out = Path(args.out) if args.out else None

@@ -92,6 +92,13 @@ def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
 
+def _missing(cell: str) -> str:
+    """What the error of a missing cell says: a word such as ``None`` is named, a category so named."""
+    word = cell.strip()
+    return "missing value" if not word else (f"{word[:20]!r} is read as a missing value (NA, N/A, NaN, "
+                                             "null and None all are; a category so named needs another name)")
+
+
 def _delimiter(first: str) -> str:
     """The cell separator of a CSV whose first line is ``first``: a comma, unless that line has
     none but has semicolons or tabs (a spreadsheet's export in a locale with decimal commas)."""
@@ -224,8 +231,8 @@ class Preprocess:
             cells = [r[j] for r in rows]
             for i, cell in enumerate(cells, start=1):
                 if _is_missing(cell):
-                    raise UserError(f"{where}: row {row_number(numbers, i)}, column {col['name']!r}: missing value; "
-                                    "fill it in or drop the row")
+                    raise UserError(f"{where}: row {row_number(numbers, i)}, column {col['name']!r}: "
+                                    f"{_missing(cell)}; fill it in or drop the row")
             if col["kind"] == "numeric":
                 vals = np.empty(n)
                 for i, cell in enumerate(cells):
@@ -264,7 +271,7 @@ class Preprocess:
         (N, 784) pixels, either uint8 (or integers) in 0..255 or floats in 0..1; floats above 1
         are read as 0..255. ``table``: (N, D) numbers in the CSV's feature columns, in order,
         only where every column is numeric."""
-        t = torch.as_tensor(np.asarray(x)) if not isinstance(x, Tensor) else x.detach().cpu()
+        t = torch.as_tensor(np.require(x, requirements="C")) if not isinstance(x, Tensor) else x.detach().cpu()
         if t.dtype == torch.bool and self.kind != "image":  # as an .npz's bool x trains: 0 and 1
             t = t.to(torch.float64)
         if t.is_complex() or t.dtype == torch.bool:
@@ -368,8 +375,8 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         cells = [r[j] for r in rows]
         for i, cell in enumerate(cells, start=1):
             if _is_missing(cell):
-                raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: missing value; fill it "
-                                "in or drop the row")
+                raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: {_missing(cell)}; fill "
+                                "it in or drop the row")
             what = formatted_number(cell)
             if what:  # read as text: one-hot categories, or a target of classes, silently
                 raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: {cell[:40]!r} is a "

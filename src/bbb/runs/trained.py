@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Callable
@@ -196,18 +197,39 @@ class TrainedModel(nn.Module):
             if x.run != self.fingerprint:
                 raise UserError(f"these inputs (shape {tuple(x.shape)}) were encoded by another run's preprocessing: "
                                 f"encode the raw inputs with this model, {self.run_dir}")
-            return x if x.device == self.device() else _mark(x.to(self.device()), self.fingerprint)
+            if x.device == self.device() and x.dtype == torch.float32:
+                return x
+            return _mark(x.to(self.device(), torch.float32), self.fingerprint)  # (x.double(): as encoded)
         if isinstance(x, Tensor):
             t = x.detach().cpu()
         else:
+            if self.preprocess.kind == "table":
+                self._check_column_names(x)
             arr = np.asarray(x)
             if arr.dtype.kind in "OSU":
                 raise UserError(f"inputs of shape {arr.shape} hold text: give the table as a CSV, "
                                 "model.encode_csv(path)")
-            t = torch.as_tensor(arr)
+            t = torch.as_tensor(np.require(arr, requirements="C"))  # (a reversed view, x[::-1], has negative strides)
         if self.preprocess.kind == "table":
             self._check_table(t)
         return _mark(self.preprocess.encode_array(t).to(self.device()), self.fingerprint)
+
+    def _check_column_names(self, x: Any) -> None:
+        """A table with column names (a pandas DataFrame) is read by position, as an array is: its
+        names must be this run's feature columns in their order, else a one-line error that says
+        which to select (a reordered, missing or extra column would be read as another, silently)."""
+        names = getattr(x, "columns", None)
+        if names is None or isinstance(x, np.ndarray):
+            return
+        if list(names) == list(range(len(names))):  # pd.DataFrame(array): numbered, not named, columns
+            return
+        got = [str(c) for c in names]
+        want = [c["name"] for c in self.preprocess.columns]
+        if got != want:
+            shown = ", ".join(got[:8]) + (", ..." if len(got) > 8 else "")
+            raise UserError(f"a table with the columns {shown} is read by position, but this run's feature "
+                            f"columns are {', '.join(want[:8])}{', ...' if len(want) > 8 else ''}: give "
+                            f"df[{want[:8]!r}{' + ...' if len(want) > 8 else ''}], those columns in that order")
 
     def _check_table(self, t: Tensor) -> None:
         """A one-line error that says what to call when an array cannot be this table's raw rows."""
@@ -281,6 +303,9 @@ class TrainedModel(nn.Module):
         (``lower``, ``upper``) of the mixture of the k Gaussians, all in the target's units."""
         if self.task != "regression":
             raise UserError(f"{self.run_dir} is a classifier; regression() reads a regression run's outputs")
+        if not (isinstance(level, numbers.Real) and 0 < level < 1):  # (a negative one swapped the ends, silently)
+            raise UserError(f"regression(level=): the interval's probability, a share in (0, 1) such as 0.95, "
+                            f"got {level!r}")
         means, sigmas = HeteroscedasticGaussian().split(outputs.double())
         unc = U.regression_uncertainty(means, sigmas)
         lo, hi = U.gaussian_mixture_quantiles(means, sigmas, ((1 - level) / 2, (1 + level) / 2))

@@ -171,7 +171,11 @@ def predict(
         if x.dtype.kind not in "biuf":
             raise UserError(f"predict takes numbers, got an array of {x.dtype} (shape {x.shape}); a table with "
                             "text columns goes through its run: bbb.load_model(RUN).encode_csv(path)")
-        x = torch.as_tensor(x)
+        x = torch.as_tensor(np.require(x, requirements="C"))  # (a reversed view, x[::-1], has negative strides)
+    if hasattr(x, "columns") and hasattr(x, "to_numpy"):  # a DataFrame iterates its column names
+        raise UserError(f"predict takes a tensor or an array, got a {type(x).__name__}: give its values, "
+                        "df[columns].to_numpy(), the columns in the order the network was trained on (a run "
+                        "loaded by bbb.load_model checks them by name: model.sample_outputs(df, num_samples))")
     if not _one_batch(x) and not isinstance(x, Iterable):
         raise UserError(f"predict takes a tensor, a tuple or mapping of model inputs, or a DataLoader, got "
                         f"{type(x).__name__}")

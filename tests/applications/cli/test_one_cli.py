@@ -121,6 +121,16 @@ def test_one_error_prefix_for_argparse_and_bbb_errors(capsys, tmp_path, monkeypa
     assert re.match(rf"bbb {argv[0]}( [a-z]+)?: error: ", err), err
 
 
+def test_an_option_before_the_command_says_where_it_goes(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # argparse called the run and the input unrecognized arguments too
+    rc, _, err = run_main(capsys, "--quiet", "--threads", "1", "predict", "runs/mine", "new.csv")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("bbb: error: --quiet --threads 1 before the command") and "bbb predict ..." in err, err
+    assert "runs/mine" not in err and "unrecognized" not in err, err
+    rc, out, _ = run_main(capsys, "--help", "predict")  # the top-level help is still the help
+    assert rc == 0 and "COMMAND" in out
+
+
 def test_no_compile_keeps_the_engine_eager_and_quiet_silences_the_notice(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(RM, "load_data", lambda cfg: blobs())
     monkeypatch.setattr(engine_module, "COMPILE_MIN_NUMEL", 0)  # compile=None would compile this tiny net

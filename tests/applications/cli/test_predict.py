@@ -269,3 +269,22 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monk
         rc, _, err = run_main(capsys, command, str(tmp_path / "run"), "--device", "cpu")
         assert_one_line_error(rc, err, "trained on images", "t.csv")
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_an_npz_target_is_written_as_the_class_label_it_is(capsys, tmp_path):
+    """A run trained on float labels (classes '1.0', '3.0') given a y of ints wrote target 3 beside
+    prediction 3.0: every row compared as a mistake."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 3))
+    y = np.where(x[:, 0] > 0, 3.0, 1.0)
+    np.savez(tmp_path / "a.npz", x=x, y=y)
+    run = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--npz", str(tmp_path / "a.npz"), "--task", "classification",
+                          "--epochs", "1", "--out", str(run), *TINY)
+    assert rc == 0, err
+    np.savez(tmp_path / "new.npz", x=x[:6], y=np.array([3, 1, 3, 1, 5, 3]))  # 5: no class, written as it is
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.npz"), "--no-refer")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [r["target"] for r in rows] == ["3.0", "1.0", "3.0", "1.0", "5", "3.0"]
+    assert {r["prediction"] for r in rows} <= {"1.0", "3.0"}

@@ -399,3 +399,20 @@ def test_a_run_without_the_recorded_range_says_its_inputs_are_not_checked(capsys
     rc, out, err = run_main(capsys, "predict", str(run), str(new))
     assert rc == 0, err
     assert "does not record its training rows' range of column 'x1'" in err and "not flagged" in err
+
+
+def test_a_run_that_stopped_part_way_is_named_by_predict_and_evaluate(capsys, tmp_path, run):
+    new = new_rows(tmp_path / "new.csv", ["red"])
+    for command in (["predict", str(run), str(new)], ["evaluate", str(run)]):  # finished: no word
+        rc, _, err = run_main(capsys, *command, "--quiet")
+        assert rc == 0 and "not finished" not in err, err
+    # as an interrupted run of 10 epochs leaves it after 3: last.pt, best.pt and metrics.csv, no summary.json
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "epochs": 10}))
+    (run / "summary.json").unlink()
+    for command in (["predict", str(run), str(new), "--which", "last"], ["evaluate", str(run)]):
+        rc, _, err = run_main(capsys, *command, "--quiet")
+        assert rc == 0, err
+        which = "last" if "last" in command else "best"
+        assert (f"warning: {run} has not finished training (epoch 3 of 10, no summary.json): its {which}.pt"
+                in err and f"bbb train --resume --out {run}" in err), err

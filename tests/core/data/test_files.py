@@ -97,6 +97,11 @@ def test_csv_bad_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "na.csv", ["n", "kind", "y"], na), target="y")
     one_line(info, "row 4", "'n'", "missing")
+    # a class named None (a severity of None, Low, High) is refused as missing: the word is named
+    sev = [[str(i), "x" if i % 2 else "z", ["None", "Low", "High"][i % 3]] for i in range(30)]
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "sev.csv", ["n", "kind", "sev"], sev), target="sev")
+    one_line(info, "row 1", "'sev'", "'None' is read as a missing value", "a category so named needs another name")
     ids = [[f"id{i}", str(i), f"{i * 0.5}"] for i in range(150)]
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "ids.csv", ["name", "n", "y"], ids), target="y")

@@ -509,6 +509,9 @@ def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
         draws.clear()
         bbb.ELBO(net, num_batches=1, num_samples=k)(x, y, batch_index=0)
         assert draws == [("weight", None if k == 1 else k), ("bias", None if k == 1 else k)]
+        draws.clear()  # forward_samples: k networks, each one sample for all the loop's steps (it drew per step)
+        bbb.nn.forward_samples(net, x, k)
+        assert draws == [("weight", None if k == 1 else k), ("bias", None if k == 1 else k)]
     lin = nn.Linear(4, 4)
     twice = bbb.bayesianize(nn.Sequential(lin, nn.Tanh(), lin), rho_init=0.0)  # a bare forward too
     xs = torch.randn(2, 4)

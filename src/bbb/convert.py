@@ -111,7 +111,7 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
                             "e.g. skip=lambda name, module: isinstance(module, nn.LayerNorm)") from None
         except ValueError:  # (no signature to read: a builtin)
             pass
-        return skip
+        return _every_name(skip, model)
     if isinstance(skip, (str, type)):
         skip = [skip]
     items = list(skip)
@@ -134,7 +134,15 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
         return (isinstance(mod, types) or "" in under
                 or any(name == n or name.startswith(n + ".") for n in under))
 
-    return fn
+    return _every_name(fn, model)
+
+
+def _every_name(skipped: Callable[[str, nn.Module], bool], model: nn.Module) -> Callable[[str, nn.Module], bool]:
+    """``skipped`` extended to every name of a module held in several places (``self.alias =
+    self.body``): skipped under one name, it is skipped under all (one layer, not a Bayesian and a
+    deterministic copy of it, whichever name came first)."""
+    held = {id(m) for n, m in model.named_modules(remove_duplicate=False) if skipped(n, m)}
+    return lambda name, mod: id(mod) in held or skipped(name, mod)
 
 
 def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
@@ -334,7 +342,8 @@ def bayesianize(
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
             a name covers everything inside it; a name that is no module of the model is an
             error), module types (each covers everything inside its modules too), or a callable
-            ``(name, module) -> bool``.
+            ``(name, module) -> bool``. A module held under several names is skipped under all of
+            them when one is skipped.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
         lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become

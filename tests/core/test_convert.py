@@ -483,6 +483,32 @@ def test_a_skipped_type_leaves_everything_inside_it_deterministic_as_a_name_does
         bbb.bayesianize(nn.Sequential(nn.Linear(4, 2)), skip=[nn.Sequential])  # the model itself: all of it
 
 
+def test_a_layer_held_under_two_names_and_skipped_under_one_stays_one_deterministic_layer():
+    # skip named one of its names: whichever name came first in the model decided, so the skip was
+    # ignored (both names Bayesian) or the layer split in two (one name Bayesian, the other the old
+    # deterministic layer), silently either way
+    class Alias(nn.Module):
+        def __init__(self, alias_first):
+            super().__init__()
+            if alias_first:
+                self.alias = nn.Linear(4, 4)
+                self.body = self.alias
+            else:
+                self.body = nn.Linear(4, 4)
+                self.alias = self.body
+            self.out = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.out(self.alias(self.body(x)))
+
+    for alias_first in (False, True):
+        for skip in (["alias"], ["body"], lambda name, mod: name == "alias"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # said by skip: no warning
+                net = bbb.bayesianize(Alias(alias_first), skip=skip)
+            assert type(net.body) is nn.Linear and net.alias is net.body and isinstance(net.out, BayesLinear)
+
+
 def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
     # a layer called at every step of a loop (a recurrent cell of the user's), or held in two places
     # (Sequential(lin, act, lin)), drew a new weight sample at each call on the plain path: each

@@ -343,7 +343,8 @@ def bayesianize(
             a name covers everything inside it; a name that is no module of the model is an
             error), module types (each covers everything inside its modules too), or a callable
             ``(name, module) -> bool``. A module held under several names is skipped under all of
-            them when one is skipped.
+            them; one inside a layer that converts whole (``MultiheadAttention``'s ``out_proj``)
+            cannot be: its name is an error, a type or callable that covers it a warning.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
         lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become
@@ -407,6 +408,7 @@ def bayesianize(
         raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "
                         f"{type(model).__name__} holds no LoRA layer")
     if type(model) in CONVERTIBLE and not skipped("", model):
+        _skipped_inside(model, "", skipped, skip, strict)
         new = convert_layer(model, "", **kw)
         if from_weights:
             _mark_from_weights([(model, new)])
@@ -430,6 +432,7 @@ def bayesianize(
                 continue
             if type(child) not in CONVERTIBLE or skipped(full, child) or _inside_bayes(name, model):
                 continue
+            _skipped_inside(child, full, skipped, skip, strict)
             done[id(child)] = new = convert_layer(child, full, **kw)
             converted.append((child, new))
             setattr(mod, child_name, new)
@@ -471,6 +474,24 @@ def bayesianize(
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)
     return model
+
+
+def _skipped_inside(layer: nn.Module, full: str, skipped: Callable[[str, nn.Module], bool], skip: Skip,
+                    strict: bool) -> None:
+    """Say that ``skip`` covers a module inside ``layer``, which converts as a whole (a
+    ``MultiheadAttention``'s ``out_proj``): an error for a name given, a warning for a type or callable."""
+    named = [(f"{full}.{n}" if full else n, m) for n, m in layer.named_modules() if n]
+    inner = [n for n, m in named if skipped(n, m)]
+    if not inner:
+        return
+    items = [skip] if isinstance(skip, str) else skip if isinstance(skip, (list, tuple, set, frozenset)) else []
+    given = {s for s in items if isinstance(s, str)}
+    msg = (f"bayesianize: skip covers {', '.join(inner)}, inside {full or '(the model)'} ({type(layer).__name__}), "
+           f"which converts as a whole: skip {full or 'the model'} to leave it deterministic, or leave "
+           f"{'them' if len(inner) > 1 else 'it'} out of skip")
+    if strict or any(n == g or n.startswith(g + ".") for n in inner for g in given):
+        raise UserError(msg)
+    warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def _settings_ignored(model: nn.Module, kw: dict[str, Any]) -> str:

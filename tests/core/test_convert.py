@@ -509,6 +509,26 @@ def test_a_layer_held_under_two_names_and_skipped_under_one_stays_one_determinis
             assert type(net.body) is nn.Linear and net.alias is net.body and isinstance(net.out, BayesLinear)
 
 
+def test_a_skip_inside_a_layer_that_converts_as_a_whole_is_said():
+    # MultiheadAttention converts with its out_proj: skip naming out_proj was accepted and ignored
+    # (out_proj Bayesian all the same), silently
+    def encoder():
+        layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True)
+        return nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+
+    said = (r"skip covers layers\.0\.self_attn\.out_proj, inside layers\.0\.self_attn \(MultiheadAttention\), "
+            r"which converts as a whole: skip layers\.0\.self_attn")
+    with pytest.raises(bbb.UserError, match=said):
+        bbb.bayesianize(encoder(), skip=["layers.0.self_attn.out_proj"])
+    with pytest.warns(UserWarning, match=r"skip covers layers\.0\.self_attn\.out_proj"):  # a type: said, not refused
+        net = bbb.bayesianize(encoder(), skip=[nn.LayerNorm, nn.Linear])
+    assert type(net.layers[0].linear1) is nn.Linear and isinstance(net.layers[0].self_attn.out_proj, BayesLinear)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net = bbb.bayesianize(encoder(), skip=["layers.0.self_attn", nn.LayerNorm])  # the whole layer: as asked
+    assert type(net.layers[0].self_attn) is nn.MultiheadAttention
+
+
 def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
     # a layer called at every step of a loop (a recurrent cell of the user's), or held in two places
     # (Sequential(lin, act, lin)), drew a new weight sample at each call on the plain path: each

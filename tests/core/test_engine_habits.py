@@ -503,8 +503,11 @@ def test_the_fallback_says_that_a_given_seed_does_not_decide_the_plain_paths_noi
         Engine(net, "adam", seed=5)
     assert len(said) == 1
     with pytest.warns(UserWarning, match="plain autograd path") as said:
-        Engine(net, "adam")
+        drawn = Engine(net, "adam")
     assert "seed" not in str(said[0].message)
+    given = Engine(net, "adam", fused=False, seed=3)  # a seed that does nothing there refuses no checkpoint
+    given.load_state_dict(drawn.state_dict())
+    assert given.seed == drawn.seed
 
 
 def test_a_drawn_seed_gives_way_to_the_checkpoints_and_a_given_one_is_checked():

@@ -42,7 +42,8 @@ def load_engine_state(engine: Any, state: dict[str, Any]) -> None:
     if not isinstance(state, dict) or state.get("format") != ENGINE_FORMAT:
         raise CheckpointError("this optimizer state is not a bbb engine state (written by an older "
                               "bbb?); start a new run")
-    seed = engine.seed if engine.seed_given else state.get("seed")  # a drawn seed gives way to the saved one
+    # a drawn seed gives way to the saved one, and so does any on the plain path (torch's generator draws its noise)
+    seed = engine.seed if engine.seed_given and engine.fused else state.get("seed")
     names = ("optimizer", "fused", "seed", "num_samples", "kl_samples", "parameter groups", "member_lr_scale")
     mine = (engine.kind.value, engine.fused, seed, engine.k, engine.kl_samples, len(engine.param_groups),
             engine.member_lr_scale)

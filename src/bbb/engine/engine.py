@@ -138,7 +138,8 @@ class Engine(torch.optim.Optimizer):
             noise (after the k rows).
         seed: the fused kernel's noise is a function of (seed, step counter) alone (the plain
             path's is torch's default generator, which ``torch.manual_seed`` seeds: on the plain
-            path ``seed`` does not change the noise, which the fallback's ``UserWarning`` says). None (the
+            path ``seed`` neither changes the noise, as the fallback's ``UserWarning`` says, nor
+            refuses a checkpoint). None (the
             default): drawn from torch's default generator when the engine is built, so that
             ``torch.manual_seed`` decides it, as it decides the plain path's noise and
             :class:`bbb.IVON`'s; :meth:`load_state_dict` then takes the checkpoint's seed (a resume

@@ -502,6 +502,15 @@ def test_a_whole_model_and_an_adapter_are_not_saved_over_each_other(tmp_path):
     bbb.save_pretrained(whole, tmp_path / "w")
 
 
+def test_ivon_on_an_a_only_adapter_names_lora_ab_as_the_remedy():
+    # IVON's refusal of the point-estimate lora_B said "bayesianize their layers", which on a peft model
+    # converts A alone again
+    model = bbb.bayesianize(_lora_gpt2())
+    with pytest.raises(UserError, match=r"lora_B\.default\.weight.*\): bayesianize\(model, lora='AB'\)"):
+        bbb.IVON(model, lr=0.1, ess=100)
+    bbb.IVON(bbb.bayesianize(_lora_gpt2(), lora="AB"), lr=0.1, ess=100)
+
+
 def test_the_summary_counts_the_base_as_frozen_and_a_trained_point_estimate_warns():
     model = _lora_gpt2()
     model.base_model.model.transformer.ln_f.requires_grad_(True)  # a user trains the final norm

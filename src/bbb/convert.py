@@ -437,6 +437,10 @@ def bayesianize(
             converted.append((child, new))
             setattr(mod, child_name, new)
     if not any(isinstance(m, BayesModule) for m in model.modules()):
+        if any(type(m) in CONVERTIBLE for m in model.modules()):  # (all of them skipped)
+            raise UserError(f"bayesianize: no layer to make Bayesian: skip covers every layer of "
+                            f"{type(model).__name__} that converts (a name or type covers everything inside its "
+                            "modules; '' or the model's type, all of it)")
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
                         f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
                         "with bbb.register_conversion")
@@ -456,6 +460,8 @@ def bayesianize(
         msg = (f"bayesianize: {len(left)} module(s) with parameters stay deterministic: {what}; "
                f"{100 * s.bayesian_share:.1f}% of the weights are Bayesian. Pass skip=[...] to say so, "
                "or register_conversion for their types (bbb.layer_summary(model) prints the table)")
+        if any(n == "" for n, _ in left):  # (a name or type for it would skip everything inside it)
+            msg += "; the model's own parameters: skip=lambda name, module: name == ''"
         if any(is_parametrized(model.get_submodule(n)) for n, _ in left):  # (no conversion of its own type helps)
             msg += ("; a parametrized layer (weight_norm, orthogonal...: torch.nn.utils.parametrize) converts once "
                     "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') has made its weight plain")

@@ -529,6 +529,28 @@ def test_a_skip_inside_a_layer_that_converts_as_a_whole_is_said():
     assert type(net.layers[0].self_attn) is nn.MultiheadAttention
 
 
+def test_the_models_own_parameters_are_said_with_the_skip_that_covers_them_alone():
+    # "Pass skip=[...]" for the model's own nn.Parameter: its name '' or its type skips the whole model,
+    # and the error then said the model "has no layer to make Bayesian", as if none converted
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.temp = nn.Linear(3, 2), nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return self.fc(x) / self.temp
+
+    with pytest.warns(UserWarning, match=r"\(the model\) \(Net\).*the model's own parameters: "
+                                         r"skip=lambda name, module: name == ''"):
+        bbb.bayesianize(Net())
+    for skip in ([""], [Net]):
+        with pytest.raises(bbb.UserError, match="no layer to make Bayesian: skip covers every layer of Net that"):
+            bbb.bayesianize(Net(), skip=skip)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(bbb.bayesianize(Net(), skip=lambda name, module: name == "").fc, BayesLinear)
+
+
 def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
     # a layer called at every step of a loop (a recurrent cell of the user's), or held in two places
     # (Sequential(lin, act, lin)), drew a new weight sample at each call on the plain path: each

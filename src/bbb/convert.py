@@ -376,8 +376,8 @@ def bayesianize(
     for both uses, the KL counted once, one entry in the ``state_dict``); a tie that cannot be kept
     is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``). A layer held
     in several places (``nn.Sequential(lin, act, lin)``) likewise draws one sample per forward for
-    all its uses; the ELBO draws each layer once per call however often the forward calls it (a
-    cell called in a loop).
+    all its uses; the ELBO, ``predict`` and ``forward_samples`` draw each layer once per call
+    however often the forward calls it (a cell called in a loop).
     """
     check_model("bayesianize", model)
     if isinstance(model, torch.jit.ScriptModule):  # (its layers are compiled, none of a convertible type)

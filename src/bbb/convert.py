@@ -111,7 +111,7 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
                             "e.g. skip=lambda name, module: isinstance(module, nn.LayerNorm)") from None
         except ValueError:  # (no signature to read: a builtin)
             pass
-        return skip
+        return _every_name(skip, model)
     if isinstance(skip, (str, type)):
         skip = [skip]
     items = list(skip)
@@ -134,7 +134,15 @@ def _skipper(skip: Skip, model: nn.Module) -> Callable[[str, nn.Module], bool]:
         return (isinstance(mod, types) or "" in under
                 or any(name == n or name.startswith(n + ".") for n in under))
 
-    return fn
+    return _every_name(fn, model)
+
+
+def _every_name(skipped: Callable[[str, nn.Module], bool], model: nn.Module) -> Callable[[str, nn.Module], bool]:
+    """``skipped`` extended to every name of a module held in several places (``self.alias =
+    self.body``): skipped under one name, it is skipped under all (one layer, not a Bayesian and a
+    deterministic copy of it, whichever name came first)."""
+    held = {id(m) for n, m in model.named_modules(remove_duplicate=False) if skipped(n, m)}
+    return lambda name, mod: id(mod) in held or skipped(name, mod)
 
 
 def convert_layer(layer: nn.Module, full: str, **kw: Any) -> nn.Module:
@@ -334,7 +342,9 @@ def bayesianize(
         skip: layers to leave deterministic: qualified module names (``"fc3"``, ``"features.0"``;
             a name covers everything inside it; a name that is no module of the model is an
             error), module types (each covers everything inside its modules too), or a callable
-            ``(name, module) -> bool``.
+            ``(name, module) -> bool``. A module held under several names is skipped under all of
+            them; one inside a layer that converts whole (``MultiheadAttention``'s ``out_proj``)
+            cannot be: its name is an error, a type or callable that covers it a warning.
         strict: raise instead of warning when a module with parameters stays deterministic
             (other than those ``skip`` names).
         lora: on a model with peft LoRA layers (``get_peft_model``), which adapter matrices become
@@ -366,8 +376,8 @@ def bayesianize(
     for both uses, the KL counted once, one entry in the ``state_dict``); a tie that cannot be kept
     is named in a ``UserWarning`` with how to keep it (an error with ``strict=True``). A layer held
     in several places (``nn.Sequential(lin, act, lin)``) likewise draws one sample per forward for
-    all its uses; the ELBO draws each layer once per call however often the forward calls it (a
-    cell called in a loop).
+    all its uses; the ELBO, ``predict`` and ``forward_samples`` draw each layer once per call
+    however often the forward calls it (a cell called in a loop).
     """
     check_model("bayesianize", model)
     if isinstance(model, torch.jit.ScriptModule):  # (its layers are compiled, none of a convertible type)
@@ -398,6 +408,7 @@ def bayesianize(
         raise UserError(f"bayesianize: {what} is for a peft LoRA model (get_peft_model(model, LoraConfig(...))), and "
                         f"{type(model).__name__} holds no LoRA layer")
     if type(model) in CONVERTIBLE and not skipped("", model):
+        _skipped_inside(model, "", skipped, skip, strict)
         new = convert_layer(model, "", **kw)
         if from_weights:
             _mark_from_weights([(model, new)])
@@ -421,10 +432,15 @@ def bayesianize(
                 continue
             if type(child) not in CONVERTIBLE or skipped(full, child) or _inside_bayes(name, model):
                 continue
+            _skipped_inside(child, full, skipped, skip, strict)
             done[id(child)] = new = convert_layer(child, full, **kw)
             converted.append((child, new))
             setattr(mod, child_name, new)
     if not any(isinstance(m, BayesModule) for m in model.modules()):
+        if any(type(m) in CONVERTIBLE for m in model.modules()):  # (all of them skipped)
+            raise UserError(f"bayesianize: no layer to make Bayesian: skip covers every layer of "
+                            f"{type(model).__name__} that converts (a name or type covers everything inside its "
+                            "modules; '' or the model's type, all of it)")
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
                         f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
                         "with bbb.register_conversion")
@@ -444,6 +460,8 @@ def bayesianize(
         msg = (f"bayesianize: {len(left)} module(s) with parameters stay deterministic: {what}; "
                f"{100 * s.bayesian_share:.1f}% of the weights are Bayesian. Pass skip=[...] to say so, "
                "or register_conversion for their types (bbb.layer_summary(model) prints the table)")
+        if any(n == "" for n, _ in left):  # (a name or type for it would skip everything inside it)
+            msg += "; the model's own parameters: skip=lambda name, module: name == ''"
         if any(is_parametrized(model.get_submodule(n)) for n, _ in left):  # (no conversion of its own type helps)
             msg += ("; a parametrized layer (weight_norm, orthogonal...: torch.nn.utils.parametrize) converts once "
                     "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') has made its weight plain")
@@ -462,6 +480,24 @@ def bayesianize(
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)
     return model
+
+
+def _skipped_inside(layer: nn.Module, full: str, skipped: Callable[[str, nn.Module], bool], skip: Skip,
+                    strict: bool) -> None:
+    """Say that ``skip`` covers a module inside ``layer``, which converts as a whole (a
+    ``MultiheadAttention``'s ``out_proj``): an error for a name given, a warning for a type or callable."""
+    named = [(f"{full}.{n}" if full else n, m) for n, m in layer.named_modules() if n]
+    inner = [n for n, m in named if skipped(n, m)]
+    if not inner:
+        return
+    items = [skip] if isinstance(skip, str) else skip if isinstance(skip, (list, tuple, set, frozenset)) else []
+    given = {s for s in items if isinstance(s, str)}
+    msg = (f"bayesianize: skip covers {', '.join(inner)}, inside {full or '(the model)'} ({type(layer).__name__}), "
+           f"which converts as a whole: skip {full or 'the model'} to leave it deterministic, or leave "
+           f"{'them' if len(inner) > 1 else 'it'} out of skip")
+    if strict or any(n == g or n.startswith(g + ".") for n in inner for g in given):
+        raise UserError(msg)
+    warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def _settings_ignored(model: nn.Module, kw: dict[str, Any]) -> str:

@@ -151,6 +151,12 @@ def save_pretrained(model: nn.Module, folder: str | Path) -> Path:
         save: Any = model.save_pretrained
         save(str(folder))  # a Bayesian LoRA model: peft's adapter folder (adapters only)
         return Path(folder)
+    from .lora import ADAPTER_CONFIG
+
+    if (Path(folder) / ADAPTER_CONFIG).is_file():  # (from_pretrained would read the adapter, with this record)
+        raise UserError(f"{folder} holds a LoRA adapter ({ADAPTER_CONFIG}): the whole model saved there would "
+                        f"overwrite the adapter's {CONVERSION_FILE}, and from_pretrained would read the adapter; save "
+                        "it to another folder")
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "save_pretrained"):
         raise UserError(f"save_pretrained needs a transformers model (with .config), got {type(model).__name__}; "

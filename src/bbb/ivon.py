@@ -197,8 +197,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         loose = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owned]
         if loose:
             shown = ", ".join(loose[:4]) + (f" and {len(loose) - 4} more" if len(loose) > 4 else "")
+            how = ("bayesianize(model, lora='AB') (lora_B too)" if any(".lora_B." in n for n in loose)
+                   else "bayesianize their layers")
             raise UserError(f"IVON trains Bayesian weights only, and {len(loose)} trainable parameter(s) are not "
-                            f"Bayesian ({shown}): bayesianize their layers, or freeze them (requires_grad_(False))")
+                            f"Bayesian ({shown}): {how}, or freeze them (requires_grad_(False))")
         defaults = {"lr": float(lr), "ess": float(ess), "hess_init": float(hess_init),
                     "weight_decay": float(weight_decay), "beta1": float(beta1), "beta2": float(beta2),
                     "clip_radius": float(clip_radius), "rescale_lr": bool(rescale_lr)}

@@ -308,6 +308,10 @@ class _BayesPeftModel:
                         **kwargs: Any) -> None:
         """peft's ``save_pretrained`` (adapters only), the posterior with it, and per adapter the
         conversion record ``bbb_conversion.json`` (and a mark in ``adapter_config.json``)."""
+        record_path = Path(save_directory) / CONVERSION_FILE
+        if record_path.is_file() and json.loads(record_path.read_text()).get("kind") != "lora":
+            raise UserError(f"{save_directory} holds a whole Bayesian model (bbb.save_pretrained): the adapter saved "
+                            f"there would overwrite its {CONVERSION_FILE}; save the adapter to another folder")
         super().save_pretrained(save_directory, *args, selected_adapters=selected_adapters, **kwargs)  # type: ignore[misc]
         if not kwargs.get("is_main_process", True):
             return  # peft wrote nothing

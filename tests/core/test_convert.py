@@ -483,6 +483,74 @@ def test_a_skipped_type_leaves_everything_inside_it_deterministic_as_a_name_does
         bbb.bayesianize(nn.Sequential(nn.Linear(4, 2)), skip=[nn.Sequential])  # the model itself: all of it
 
 
+def test_a_layer_held_under_two_names_and_skipped_under_one_stays_one_deterministic_layer():
+    # skip named one of its names: whichever name came first in the model decided, so the skip was
+    # ignored (both names Bayesian) or the layer split in two (one name Bayesian, the other the old
+    # deterministic layer), silently either way
+    class Alias(nn.Module):
+        def __init__(self, alias_first):
+            super().__init__()
+            if alias_first:
+                self.alias = nn.Linear(4, 4)
+                self.body = self.alias
+            else:
+                self.body = nn.Linear(4, 4)
+                self.alias = self.body
+            self.out = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.out(self.alias(self.body(x)))
+
+    for alias_first in (False, True):
+        for skip in (["alias"], ["body"], lambda name, mod: name == "alias"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # said by skip: no warning
+                net = bbb.bayesianize(Alias(alias_first), skip=skip)
+            assert type(net.body) is nn.Linear and net.alias is net.body and isinstance(net.out, BayesLinear)
+
+
+def test_a_skip_inside_a_layer_that_converts_as_a_whole_is_said():
+    # MultiheadAttention converts with its out_proj: skip naming out_proj was accepted and ignored
+    # (out_proj Bayesian all the same), silently
+    def encoder():
+        layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True)
+        return nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+
+    said = (r"skip covers layers\.0\.self_attn\.out_proj, inside layers\.0\.self_attn \(MultiheadAttention\), "
+            r"which converts as a whole: skip layers\.0\.self_attn")
+    with pytest.raises(bbb.UserError, match=said):
+        bbb.bayesianize(encoder(), skip=["layers.0.self_attn.out_proj"])
+    with pytest.warns(UserWarning, match=r"skip covers layers\.0\.self_attn\.out_proj"):  # a type: said, not refused
+        net = bbb.bayesianize(encoder(), skip=[nn.LayerNorm, nn.Linear])
+    assert type(net.layers[0].linear1) is nn.Linear and isinstance(net.layers[0].self_attn.out_proj, BayesLinear)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net = bbb.bayesianize(encoder(), skip=["layers.0.self_attn", nn.LayerNorm])  # the whole layer: as asked
+    assert type(net.layers[0].self_attn) is nn.MultiheadAttention
+
+
+def test_the_models_own_parameters_are_said_with_the_skip_that_covers_them_alone():
+    # "Pass skip=[...]" for the model's own nn.Parameter: its name '' or its type skips the whole model,
+    # and the error then said the model "has no layer to make Bayesian", as if none converted
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.temp = nn.Linear(3, 2), nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return self.fc(x) / self.temp
+
+    with pytest.warns(UserWarning, match=r"\(the model\) \(Net\).*the model's own parameters: "
+                                         r"skip=lambda name, module: name == ''"):
+        bbb.bayesianize(Net())
+    for skip in ([""], [Net]):
+        with pytest.raises(bbb.UserError, match="no layer to make Bayesian: skip covers every layer of Net that"):
+            bbb.bayesianize(Net(), skip=skip)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(bbb.bayesianize(Net(), skip=lambda name, module: name == "").fc, BayesLinear)
+
+
 def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
     # a layer called at every step of a loop (a recurrent cell of the user's), or held in two places
     # (Sequential(lin, act, lin)), drew a new weight sample at each call on the plain path: each
@@ -508,6 +576,9 @@ def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
     for k in (1, 3):
         draws.clear()
         bbb.ELBO(net, num_batches=1, num_samples=k)(x, y, batch_index=0)
+        assert draws == [("weight", None if k == 1 else k), ("bias", None if k == 1 else k)]
+        draws.clear()  # forward_samples: k networks, each one sample for all the loop's steps (it drew per step)
+        bbb.nn.forward_samples(net, x, k)
         assert draws == [("weight", None if k == 1 else k), ("bias", None if k == 1 else k)]
     lin = nn.Linear(4, 4)
     twice = bbb.bayesianize(nn.Sequential(lin, nn.Tanh(), lin), rho_init=0.0)  # a bare forward too

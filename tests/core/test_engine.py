@@ -298,6 +298,28 @@ def test_mismatched_state_is_a_checkpoint_error():
         eng.load_state_dict(other)
 
 
+def test_a_state_saved_for_other_shapes_is_a_checkpoint_error_naming_the_parameter():
+    # the fused moments of another model: of another size a raw RuntimeError from copy_ (after the
+    # groups had taken the saved values), of the same size (the same weights, other shapes) loaded silently
+    import bbb
+
+    def engine(sizes, lr):
+        torch.manual_seed(0)
+        net = bbb.bayesianize(nn.Sequential(*(nn.Linear(a, b, bias=False) for a, b in zip(sizes, sizes[1:]))))
+        return Engine(net, "adam", lr=lr, seed=0, compile=False)
+
+    saved = engine((2, 3, 2), 0.1).state_dict()
+    for sizes in ((2, 2, 4), (2, 4, 2)):  # 12 weights as saved, other shapes; 16 weights
+        eng = engine(sizes, 0.5)
+        said = r"another model: 0\.weight_mu has shape \(\d, 2\) here, \(3, 2\) saved"
+        with pytest.raises(CheckpointError, match=said):
+            eng.load_state_dict(saved)
+        assert eng.param_groups[0]["lr"] == 0.5  # nothing loaded
+    same = engine((2, 3, 2), 0.5)
+    same.load_state_dict(saved)
+    assert same.param_groups[0]["lr"] == 0.1
+
+
 class _Laplace(Prior):
     name = "laplace"
 

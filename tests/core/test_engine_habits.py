@@ -494,6 +494,22 @@ def test_torch_manual_seed_decides_the_noise_of_an_engine_built_without_a_seed()
     assert eng_c.seed == 7 and eng_c.seed_given and not torch.equal(given, a)
 
 
+def test_the_fallback_says_that_a_given_seed_does_not_decide_the_plain_paths_noise():
+    # flipout falls back to the plain path, whose noise is torch's generator: seed=5 and seed=6 gave
+    # the same numbers there, and the fallback's warning did not say that the seed did nothing
+    net = bbb.bayesianize(nn.Sequential(nn.Linear(4, 3)), estimator="flipout")
+    with pytest.warns(UserWarning, match=r"plain autograd path.*torch's default generator \(torch\.manual_seed\), "
+                                         r"not seed=5") as said:
+        Engine(net, "adam", seed=5)
+    assert len(said) == 1
+    with pytest.warns(UserWarning, match="plain autograd path") as said:
+        drawn = Engine(net, "adam")
+    assert "seed" not in str(said[0].message)
+    given = Engine(net, "adam", fused=False, seed=3)  # a seed that does nothing there refuses no checkpoint
+    given.load_state_dict(drawn.state_dict())
+    assert given.seed == drawn.seed
+
+
 def test_a_drawn_seed_gives_way_to_the_checkpoints_and_a_given_one_is_checked():
     full, _, _ = _seeded_run(0, steps=6)
     _, eng, net = _seeded_run(0, steps=3)

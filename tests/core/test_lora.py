@@ -482,6 +482,35 @@ def test_bbb_save_pretrained_on_a_lora_model_writes_the_adapter_folder(tmp_path)
     assert len(list(bayes_modules(again))) == len(list(bayes_modules(model)))
 
 
+def test_a_whole_model_and_an_adapter_are_not_saved_over_each_other(tmp_path):
+    # saved into one folder, the second overwrote the first's bbb_conversion.json, and a whole model saved
+    # over an adapter could not be loaded (from_pretrained read the adapter's config and asked for base_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adapter, whole = bbb.bayesianize(_lora_gpt2()), bbb.bayesianize(_gpt2())
+    adapter.save_pretrained(tmp_path / "a")
+    with pytest.raises(UserError, match=r"holds a LoRA adapter \(adapter_config\.json\).*another folder"):
+        bbb.save_pretrained(whole, tmp_path / "a")
+    assert not (tmp_path / "a" / "model.safetensors").exists()
+    bbb.save_pretrained(whole, tmp_path / "w")
+    for save in (adapter.save_pretrained, lambda f: bbb.save_pretrained(adapter, f)):
+        with pytest.raises(UserError, match=r"holds a whole Bayesian model .*another folder"):
+            save(tmp_path / "w")
+    assert not (tmp_path / "w" / "adapter_config.json").exists()
+    assert isinstance(bbb.from_pretrained(tmp_path / "w"), GPT2LMHeadModel)
+    adapter.save_pretrained(tmp_path / "a")  # each saved again where it was: as before
+    bbb.save_pretrained(whole, tmp_path / "w")
+
+
+def test_ivon_on_an_a_only_adapter_names_lora_ab_as_the_remedy():
+    # IVON's refusal of the point-estimate lora_B said "bayesianize their layers", which on a peft model
+    # converts A alone again
+    model = bbb.bayesianize(_lora_gpt2())
+    with pytest.raises(UserError, match=r"lora_B\.default\.weight.*\): bayesianize\(model, lora='AB'\)"):
+        bbb.IVON(model, lr=0.1, ess=100)
+    bbb.IVON(bbb.bayesianize(_lora_gpt2(), lora="AB"), lr=0.1, ess=100)
+
+
 def test_the_summary_counts_the_base_as_frozen_and_a_trained_point_estimate_warns():
     model = _lora_gpt2()
     model.base_model.model.transformer.ln_f.requires_grad_(True)  # a user trains the final norm

@@ -136,7 +136,10 @@ class Engine(torch.optim.Optimizer):
             from the network: the k of ``num_samples``, and the ELBO's must agree); K > k adds
             K - k samples of the KL's own, drawn by the fused kernel from the same counter-based
             noise (after the k rows).
-        seed: the fused kernel's noise is a function of (seed, step counter) alone. None (the
+        seed: the fused kernel's noise is a function of (seed, step counter) alone (the plain
+            path's is torch's default generator, which ``torch.manual_seed`` seeds: on the plain
+            path ``seed`` neither changes the noise, as the fallback's ``UserWarning`` says, nor
+            refuses a checkpoint). None (the
             default): drawn from torch's default generator when the engine is built, so that
             ``torch.manual_seed`` decides it, as it decides the plain path's noise and
             :class:`bbb.IVON`'s; :meth:`load_state_dict` then takes the checkpoint's seed (a resume
@@ -259,9 +262,11 @@ class Engine(torch.optim.Optimizer):
             self.param_groups = self._inner.param_groups if self._inner is not None else self.param_groups
             _log.debug("bbb.engine: plain path for %s: %s", type(model).__name__, reason)
             if fused is None:
+                seeded = (f"; its noise is torch's default generator (torch.manual_seed), not seed={self.seed}"
+                          if self.seed_given else "")
                 warnings.warn(f"bbb.Engine: the fused kernel does not apply to this {type(model).__name__}: "
                               f"{reason}; it trains on the plain autograd path with torch.optim (the same "
-                              "results, slower); fused=False silences this", UserWarning, stacklevel=2)
+                              f"results, slower){seeded}; fused=False silences this", UserWarning, stacklevel=2)
         elif self._inner is not None:
             self.param_groups.extend(self._inner.param_groups)  # the same dicts: schedulers reach both
         self.fallback_reason = reason

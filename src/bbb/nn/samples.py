@@ -573,21 +573,22 @@ def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_di
     check_inputs(inputs, "forward_samples")
     d = model_batch_dim(model) if batch_dim is None else _check_dim(batch_dim)
     b = input_batch_size(inputs, d)
-    if k == 1:
-        return _unfold_output(select_output(call_model(model, inputs), output), 1, b, d)
-    if isinstance(inputs, Tensor) and d == 0 and getattr(model, "accepts_sample_dim", False):
-        with leading_samples():  # (k, B, ...) natively: no folding
-            return select_output(model(inputs.unsqueeze(0).expand(k, *inputs.shape)), output)
-    steps = next(iter(input_tensors(inputs))).shape[0] if d else None  # T of a sequence-first input (T, B, ...)
-    folded = fold_inputs(inputs, k, d, b)
-    src = inputs if isinstance(inputs, Tensor) and d == 0 else None  # a layer fed it reads it unfolded
-    given = frozenset(id(t) for t in (*input_tensors(inputs), *input_tensors(folded)))
-    token = FOLD.set(_Fold(k, src, folded if src is not None else None, d, b, given))
-    try:
-        y = call_model(model, folded)
-    finally:
-        FOLD.reset(token)
-    return _unfold_output(select_output(y, output), k, b, d, steps)
+    with shared_samples(per_call=True):  # a layer the forward calls twice (a cell in a loop): one network sample
+        if k == 1:
+            return _unfold_output(select_output(call_model(model, inputs), output), 1, b, d)
+        if isinstance(inputs, Tensor) and d == 0 and getattr(model, "accepts_sample_dim", False):
+            with leading_samples():  # (k, B, ...) natively: no folding
+                return select_output(model(inputs.unsqueeze(0).expand(k, *inputs.shape)), output)
+        steps = next(iter(input_tensors(inputs))).shape[0] if d else None  # T of a sequence-first input (T, B, ...)
+        folded = fold_inputs(inputs, k, d, b)
+        src = inputs if isinstance(inputs, Tensor) and d == 0 else None  # a layer fed it reads it unfolded
+        given = frozenset(id(t) for t in (*input_tensors(inputs), *input_tensors(folded)))
+        token = FOLD.set(_Fold(k, src, folded if src is not None else None, d, b, given))
+        try:
+            y = call_model(model, folded)
+        finally:
+            FOLD.reset(token)
+        return _unfold_output(select_output(y, output), k, b, d, steps)
 
 
 def _unfold_output(y: Tensor, k: int, b: int, d: int = 0, steps: int | None = None) -> Tensor:

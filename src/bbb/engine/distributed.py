@@ -21,8 +21,9 @@ learns that it runs under DDP from the forward: a layer draws the engine's sampl
 forward (``DistributedDataParallel._get_active_ddp_module()``). At that first DDP forward it
 broadcasts mu, rho, those extra parameters and the noise's seed, counter and step from the group's
 first process (DDP broadcasts the module's parameters when it is built; this covers parameters it
-was told to ignore, and seeds drawn apart) and redraws the current sample. Processes that run the model outside DDP train independently, as with
-``torch.optim``; with a process group of several processes the engine warns once about that.
+was told to ignore, and seeds drawn apart) and redraws the current sample. Processes that run the
+model outside DDP train independently, as with ``torch.optim``; with a process group of several
+processes the engine warns once about that.
 
 DDP itself: autograd never writes mu's and rho's ``.grad`` (their gradient is the engine's), which DDP reports
 at its second iteration unless it was built with ``find_unused_parameters=True`` or

@@ -354,7 +354,8 @@ def main(args: argparse.Namespace) -> int:
     from ..io import atomic_write_text, csv_text
     from ..runs.ensemble import load_ensemble
     from ..runs.model import point_data
-    from ..runs.trained import load_model, refer_threshold, uncertainty_scores
+    from ..runs.referral import refer_threshold, uncertainty_scores
+    from ..runs.trained import load_model
 
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")

@@ -19,6 +19,8 @@ it. A run directory is one contract, kept here:
 * :mod:`bbb.runs.rundir` - who may write a run directory: resume/overwrite checks, the lock.
 * :mod:`bbb.runs.trained` - :func:`load_model` (``bbb.runs.load_model``): a trained run as a model
   that takes raw inputs (its preprocessing kept in the checkpoint).
+* :mod:`bbb.runs.referral` - what a run's predictions are for: each input's uncertainty and the
+  referral rule chosen on its validation set (``bbb predict``).
 """
 
 from __future__ import annotations

@@ -5,15 +5,15 @@ runs as usual (``bbb train ... --seed 0``, ``--seed 1``, ...; any methods, the s
 split), then load them together. The ensemble's predictive is the mean of its members'
 predictives: each member gives its k sampled outputs (a deterministic member its one output,
 repeated k times, so that every member weighs the same) and the ensemble's k x M outputs go
-wherever one run's k go (:func:`bbb.runs.trained.uncertainty_scores`, :meth:`TrainedEnsemble.regression`,
-:func:`bbb.runs.trained.refer_threshold`): the mutual information then holds the members' disagreement
+wherever one run's k go (:func:`bbb.runs.referral.uncertainty_scores`, :meth:`TrainedEnsemble.regression`,
+:func:`bbb.runs.referral.refer_threshold`): the mutual information then holds the members' disagreement
 as well as each posterior's.
 
 ::
 
     ens = bbb.load_ensemble(["runs/s0", "runs/s1", "runs/s2"])
     x, header, rows = ens.encode_csv("new_rows.csv")
-    scores = bbb.runs.trained.uncertainty_scores(ens, ens.sample_outputs(x, 10))
+    scores = bbb.runs.referral.uncertainty_scores(ens, ens.sample_outputs(x, 10))
 
 ``bbb predict RUN RUN ... INPUT`` and ``bbb evaluate RUN RUN ... --out DIR`` are this on the
 command line; :func:`evaluate_ensemble` writes the ensemble's test scores beside its members'.
@@ -39,8 +39,9 @@ from ..nn import pool_members
 from ..uncertainty import predictive_probs
 from .config import TrainConfig, same_setting
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
+from .referral import split_outputs
 from .rundir import check_distinct
-from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model, split_outputs
+from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
 
@@ -107,7 +108,7 @@ class TrainedEnsemble(nn.Module):
 
     def forward(self, x: Any) -> Tensor:
         raise UserError("an ensemble has no single output: use sample_outputs(x, k), whose k x M outputs "
-                        "bbb.runs.trained.uncertainty_scores reads")
+                        "bbb.runs.referral.uncertainty_scores reads")
 
     def sample_outputs(self, inputs: Any, num_samples: int = 10, seed: int | None = 0) -> Tensor:
         """(k x M, N, C) outputs: each of the M members' k sampled outputs (member i draws with

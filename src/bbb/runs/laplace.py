@@ -49,6 +49,7 @@ from ..options import Method, choice
 from ..uncertainty import predictive_probs
 from . import model as runmodel
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
+from .referral import split_outputs
 from .rundir import remove_results
 from .trained import (
     LAPLACE_FILE,
@@ -64,7 +65,6 @@ from .trained import (
     layer_digest,
     load_laplace,
     load_model,
-    split_outputs,
 )
 
 __all__ = ["DENSE_LIMIT", "TrainedLaplace", "evaluate_laplace", "fit_run_laplace", "is_laplace_folder",

@@ -25,12 +25,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import numbers
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,15 +44,14 @@ from ..elbo import HeteroscedasticGaussian
 from ..errors import CheckpointError, UserError, check_int
 from ..nn.samples import FOLD, fold_inputs
 from ..options import is_bayesian
-from . import model as runmodel
 from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig
 from .evaluation import mc_outputs
 
-__all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "Referral",
+__all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "mark_encoded",
            "TrainedLaplace", "TrainedModel", "forward_with_features", "is_laplace_folder", "laplace_description",
            "kron_deltas", "laplace_base", "laplace_run_of", "last_linear", "layer_digest", "load_laplace", "load_model",
-           "refer_threshold", "split_outputs", "uncertainty_scores"]
+           ]
 
 T = torch.Tensor
 #: what keeps the mark of :class:`EncodedInputs`: moves, copies, dtype changes, reshapes, indexing,
@@ -118,7 +115,8 @@ def _unmark(out: Any) -> Any:
     return out
 
 
-def _mark(x: Tensor, run: str) -> EncodedInputs:
+def mark_encoded(x: Tensor, run: str) -> EncodedInputs:
+    """``x`` (encoded already) marked as the encoded inputs of the run of fingerprint ``run``."""
     enc = x.as_subclass(EncodedInputs)
     assert isinstance(enc, EncodedInputs)
     enc.run = run
@@ -199,7 +197,7 @@ class TrainedModel(nn.Module):
                                 f"encode the raw inputs with this model, {self.run_dir}")
             if x.device == self.device() and x.dtype == torch.float32:
                 return x
-            return _mark(x.to(self.device(), torch.float32), self.fingerprint)  # (x.double(): as encoded)
+            return mark_encoded(x.to(self.device(), torch.float32), self.fingerprint)  # (x.double(): as encoded)
         if isinstance(x, Tensor):
             t = x.detach().cpu()
         else:
@@ -212,7 +210,7 @@ class TrainedModel(nn.Module):
             t = torch.as_tensor(np.require(arr, requirements="C"))  # (a reversed view, x[::-1], has negative strides)
         if self.preprocess.kind == "table":
             self._check_table(t)
-        return _mark(self.preprocess.encode_array(t).to(self.device()), self.fingerprint)
+        return mark_encoded(self.preprocess.encode_array(t).to(self.device()), self.fingerprint)
 
     def _check_column_names(self, x: Any) -> None:
         """A table with column names (a pandas DataFrame) is read by position, as an array is: its
@@ -262,7 +260,7 @@ class TrainedModel(nn.Module):
         there (:meth:`bbb.data.files.Preprocess.encode_table`)."""
         header, rows = read_csv(path, numbers=(numbers := list[int]()))
         x = self.preprocess.encode_table(header, rows, str(path), unseen, numbers, outside).to(self.device())
-        return _mark(x, self.fingerprint), header, rows
+        return mark_encoded(x, self.fingerprint), header, rows
 
     def forward(self, x: Any) -> Tensor:
         fold = FOLD.get()
@@ -347,106 +345,6 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     task = str(info.get("task", "classification"))
     model = TrainedModel(network, cfg, pre, task, Path(run_dir), int(ckpt["epoch"]), int(info["num_classes"]))
     return model.to(device).eval()
-
-
-def uncertainty_scores(model: Predictor, outputs: Tensor) -> dict[str, Tensor]:
-    """Per input, from k sampled outputs (k, N, C): a classifier's ``probs`` (N, C), ``prediction``
-    (class index), ``entropy`` (predictive, nats) and ``mutual_information``; a regressor's
-    :meth:`TrainedModel.regression`, with ``prediction`` its mean. ``score``: what a referral ranks
-    by, the predictive entropy (classification) or the predictive sd (regression)."""
-    if model.task == "regression":
-        reg = model.regression(outputs)
-        return {**reg, "prediction": reg["mean"], "score": reg["sd"]}
-    logits = outputs.double()
-    probs = U.predictive_probs(logits)
-    ent = U.entropy(probs)
-    return {"probs": probs, "prediction": probs.argmax(-1), "entropy": ent,
-            "mutual_information": U.mutual_information(logits), "score": ent}
-
-
-@dataclass
-class Referral:
-    """The referral rule chosen on a run's validation set: refer an input whose ``score``
-    (:func:`uncertainty_scores`) is above ``threshold``. The rule keeps ``target_coverage`` of
-    the validation inputs (the default: :data:`bbb.uncertainty.selective.DEFAULT_COVERAGE`), or
-    the most of them whose error is at most ``target_error`` (classification: the error rate;
-    regression: the RMSE, target units); the other target is None. ``default``: whether the
-    rule is the default. ``full_error``: the error of all validation predictions; ``coverage``
-    and ``kept_error``: the share of the validation inputs kept and their error at the
-    threshold; ``n``: validation inputs."""
-
-    threshold: float
-    target_error: float | None
-    default: bool
-    full_error: float
-    coverage: float
-    kept_error: float
-    n: int
-    score: str
-    target_coverage: float | None = None
-
-
-def split_outputs(model: Predictor, split: str, samples: int = 10, seed: int | None = 0,
-                  data_dir: str | None = None, data_file: str | None = None) -> tuple[Tensor, Tensor]:
-    """The k sampled outputs of ``model`` (a run, or an ensemble of runs of one split) on its own
-    ``split`` ("val" or "test"; loaded again, the file's MD5 checked; ``data_file``: the run's
-    moved file, ``data_dir``: an MNIST-like run's folder), and the split's targets (encoded, as
-    the split holds them)."""
-    if split not in ("val", "test"):
-        raise ValueError(f"split must be 'val' or 'test', got {split!r}")
-    cfg = runmodel.point_data(model.config, data_dir, data_file)
-    data, _ = runmodel.load_split(cfg, model.preprocess.to_dict() if model.preprocess.kind != "image" else None)
-    x, y = data[f"{split}_x"], data[f"{split}_y"]
-    if x.shape[0] == 0:
-        return torch.empty(0), y
-    # the split's inputs are encoded already: marked, so they are not encoded again
-    return model.sample_outputs(_mark(x.to(model.device()), model.fingerprint), samples, seed), y
-
-
-def refer_threshold(model: Predictor, target_error: float | None = None, samples: int = 10,
-                    seed: int = 0, data_dir: str | None = None, *, coverage: float | None = None,
-                    data_file: str | None = None) -> Referral:
-    """Choose the referral threshold on the run's validation split (loaded again, its file's MD5
-    checked; ``data_file``: the run's moved file, ``data_dir``: an MNIST-like run's folder):
-    :func:`bbb.uncertainty.threshold_for_coverage` of the score (``coverage``; neither target
-    given: keep 80%, a target every run reaches), or :func:`bbb.uncertainty.threshold_for_target_error`
-    of the score against the errors (classification: wrong or right; regression: squared error
-    against ``target_error ** 2``), which a noisy regression may not reach (then all are referred)."""
-    if target_error is not None and coverage is not None:
-        raise UserError("give --coverage or --target-error, not both")
-    default = target_error is None and coverage is None
-    if default:
-        coverage = U.selective.DEFAULT_COVERAGE
-    if coverage is not None and not (isinstance(coverage, (int, float)) and 0 < coverage <= 1):
-        raise UserError(f"--coverage must be a share in (0, 1], e.g. 0.8, got {coverage}")
-    outputs, y = split_outputs(model, "val", samples, seed, data_dir, data_file)
-    if y.shape[0] == 0:
-        raise UserError(f"{model.run_dir} has no validation set to choose the referral threshold on "
-                        "(trained with --val-size 0 or --val-fraction 0)")
-    s = uncertainty_scores(model, outputs)
-    if model.task == "regression":
-        y_units = model.preprocess.target_values(y.double().cpu()) if model.preprocess.y is not None else y.double()
-        errors = (s["mean"].cpu() - y_units) ** 2
-        full = math.sqrt(float(errors.mean()))
-    else:
-        errors = (s["prediction"].cpu() != y.cpu()).double()
-        full = float(errors.mean())
-    score = s["score"].cpu()
-    if target_error is None:
-        assert coverage is not None
-        t = U.threshold_for_coverage(score, float(coverage))
-    else:
-        if not (math.isfinite(target_error) and target_error >= 0):
-            raise UserError(f"--target-error must be a number >= 0, got {target_error}")
-        t = U.threshold_for_target_error(score, errors, target_error ** 2 if model.task == "regression"
-                                         else target_error)
-    kept = score <= t
-    kept_err = float(errors[kept].mean()) if bool(kept.any()) else 0.0
-    return Referral(threshold=t, target_error=None if target_error is None else float(target_error), default=default,
-                    full_error=full, coverage=float(kept.double().mean()),
-                    kept_error=math.sqrt(kept_err) if model.task == "regression" else kept_err,
-                    n=int(y.shape[0]), score="sd" if model.task == "regression" else "entropy",
-                    target_coverage=None if coverage is None else float(coverage))
 
 
 # -- a run with a last-layer Laplace posterior (`bbb laplace RUN --out DIR`, fitted by bbb.runs.laplace) --

@@ -16,7 +16,7 @@ import torch
 
 import bbb
 from bbb.cli import main
-from bbb.runs.trained import refer_threshold, split_outputs, uncertainty_scores
+from bbb.runs.referral import refer_threshold, split_outputs, uncertainty_scores
 from bbb.uncertainty import threshold_for_coverage
 from testkit import assert_one_line_error as one_line_error
 from testkit import read_csv, run_main

@@ -17,7 +17,7 @@ import bbb.runs.model as RM
 from bbb import uncertainty as U
 from bbb.data.files import load_file_splits
 from bbb.runs import TrainConfig, train
-from bbb.runs.trained import refer_threshold
+from bbb.runs.referral import refer_threshold
 from testkit import assert_one_line_error, read_csv, run_main
 
 TINY = ["--hidden", "8", "--batch-size", "16", "--lr", "0.01", "--device", "cpu", "--eval-samples", "3", "--quiet"]

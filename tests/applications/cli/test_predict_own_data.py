@@ -17,7 +17,7 @@ import pytest
 import bbb
 from bbb.data.files import load_file_splits
 from bbb.runs import TrainConfig, train
-from bbb.runs.trained import refer_threshold
+from bbb.runs.referral import refer_threshold
 from bbb.uncertainty import threshold_for_coverage
 from testkit import assert_one_line_error as one_line_error
 from testkit import noisy_table, read_csv, run_main

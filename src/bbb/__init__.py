@@ -87,6 +87,8 @@ _EXPORTS = {
 _INSTEAD = {
     "load_run": "a trained run with its preprocessing (raw inputs in) is bbb.load_model(RUN); "
                 "bbb.runs.load_run(RUN) gives the bare network and its config",
+    "predict": "k sampled outputs of a network are bbb.uncertainty.predict(model, x, num_samples)",
+    "evaluate": "a network's test metrics are bbb.uncertainty.evaluate(model, data, num_samples)",
 }
 
 

@@ -204,7 +204,8 @@ def test_subpackages_and_load_model_after_import_bbb_without_torch():
             "assert 'torch' not in sys.modules, 'dir(bbb) loaded torch'\n"
             "print(bbb.runs.load_model is bbb.load_model, bbb.data.__name__, bbb.errors.UserError.__name__)\n"
             "try:\n    bbb.load_run\nexcept AttributeError as e:\n    print(e)\n"
-            "try:\n    bbb.no_such_thing\nexcept AttributeError as e:\n    print(e)\n")
+            "try:\n    bbb.no_such_thing\nexcept AttributeError as e:\n    print(e)\n"
+            "try:\n    bbb.predict\nexcept AttributeError as e:\n    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -212,6 +213,7 @@ def test_subpackages_and_load_model_after_import_bbb_without_torch():
     assert lines[0] == "True bbb.data UserError"
     assert "bbb.load_model(RUN)" in lines[1] and "bbb.runs.load_run" in lines[1]
     assert lines[2] == "module 'bbb' has no attribute 'no_such_thing'"
+    assert "bbb.uncertainty.predict(model, x, num_samples)" in lines[3]  # (a bare AttributeError before)
 
 
 # -- item 10: the ELBO without batch_index ------------------------------------------------------------

@@ -22,7 +22,7 @@ import torch
 import bbb
 from bbb import uncertainty as U
 from bbb.runs.model import load_split
-from bbb.runs.trained import refer_threshold
+from bbb.runs.referral import refer_threshold
 
 
 def row(run: str, samples: int) -> dict[str, object]:

@@ -136,15 +136,14 @@ class Engine(torch.optim.Optimizer):
             from the network: the k of ``num_samples``, and the ELBO's must agree); K > k adds
             K - k samples of the KL's own, drawn by the fused kernel from the same counter-based
             noise (after the k rows).
-        seed: the fused kernel's noise is a function of (seed, step counter) alone (the plain
-            path's is torch's default generator, which ``torch.manual_seed`` seeds: on the plain
-            path ``seed`` neither changes the noise, as the fallback's ``UserWarning`` says, nor
-            refuses a checkpoint). None (the
+        seed: the fused kernel's noise is a function of (seed, step counter) alone. None (the
             default): drawn from torch's default generator when the engine is built, so that
             ``torch.manual_seed`` decides it, as it decides the plain path's noise and
             :class:`bbb.IVON`'s; :meth:`load_state_dict` then takes the checkpoint's seed (a resume
             continues its noise). An int: this seed, and a checkpoint of another one is refused.
-            Under DDP every process takes the first process's seed and counter.
+            Under DDP every process takes the first process's seed and counter. On the plain path
+            the noise is torch's default generator's: there ``seed`` changes nothing (the
+            fallback's ``UserWarning`` says so) and refuses no checkpoint.
         compile: ``True``/``False``, or ``None``: the environment's ``BBB_COMPILE`` where set (``0``:
             never, ``1``: always; :data:`bbb.engine.support.COMPILE_ENV`), else on CUDA compile at
             any size (when Triton is installed; without it one warning, and the eager kernels), on

@@ -27,7 +27,7 @@ from ..io import atomic_write_csv, atomic_write_text
 from .ties import same_score
 
 __all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
-           "collect", "comparison_rows", "main", "write_comparison", "check_out"]
+           "collect", "comparison_rows", "main", "write_comparison", "check_out", "stale_evaluation", "stale_member"]
 
 EXAMPLE = ("bbb compare runs/mnist-bbb-400 runs/mnist-dropout-400 runs/mnist-sgd-400 "
            "--out runs/comparison --name comparison")
@@ -129,6 +129,26 @@ def stale_evaluation(ev: dict[str, Any], summary: dict[str, Any]) -> str | None:
     return f"its eval.json evaluated the {which} checkpoint of epoch {epoch}, and the run's {which} is now epoch {now}"
 
 
+def stale_member(folder: str | Path, members: Sequence[str | Path], summaries: Sequence[dict[str, Any]],
+                 command: str, scored: dict[str, Any]) -> str | None:
+    """Why the file that ``bbb COMMAND RUN RUN ... --out FOLDER`` wrote (``scored``: an ensemble's
+    eval.json, ood.json or uncertain.json) is of earlier networks than its members' now (their
+    summary.json: ``summaries``), naming the first member that trained on since and the command
+    that scores them again; else None (also where the file names no members' epochs: an older bbb's)."""
+    which = scored.get("checkpoint")
+    epochs = ([s.get("epoch") for s in scored.get("member_scores") or []] if command == "evaluate"
+              else scored.get("member_epochs")) or [None] * len(members)
+    for m, now, epoch in zip(members, summaries, epochs):
+        stale = stale_evaluation({"checkpoint": which, "epoch": epoch}, now)
+        if stale:
+            again = " ".join(map(str, members)) + (" --which last" if which == "last" else "")
+            file = "the ensemble's eval.json" if command == "evaluate" else f"{command}.json"
+            return (f"{folder}: its member {m} trained on since `bbb {command}` scored it "
+                    f"({stale.replace('its eval.json evaluated', f'{file} scored')}); run `bbb {command} {again} "
+                    f"--out {folder}` again")
+    return None
+
+
 def collect(run_dir: str | Path) -> dict[str, Any]:
     """One row from a run directory: the metrics of its eval.json (``bbb evaluate``), else of its
     summary.json (the evaluation at the end of ``bbb train``); ood.json is optional. The folder of
@@ -170,14 +190,10 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     members = ev.get("members") if ev.get("method") == "ensemble" else None
     if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the first member's network, the members' training
         infos = [_training(Path(m)) for m in members]
-        for m, (_, now), scored in zip(members, infos, ev.get("member_scores") or [{}] * len(members)):
-            stale = stale_evaluation({"checkpoint": ev.get("checkpoint"), "epoch": scored.get("epoch")}, now)
-            if stale:  # (the members' epochs are in the eval.json of a newer bbb only)
-                again = " ".join(map(str, members)) + (" --which last" if ev.get("checkpoint") == "last" else "")
-                why = stale.replace("its eval.json", "the ensemble")
-                raise UserError(f"{d}: its member {m} trained on since ({why}); run `bbb evaluate {again} "
-                                f"--out {d}` again")
         member_now = [now for _, now in infos]
+        stale = stale_member(d, members, member_now, "evaluate", ev)
+        if stale:
+            raise UserError(stale)
         cfg = infos[0][0]
         seconds = [x.get("seconds") for _, x in infos]
         summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),
@@ -204,13 +220,9 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     scores = (ood or {}).get("scores", {})
     scored, tested = (ood or {}).get("checkpoint"), ev.get("checkpoint", "best")  # (summary.json: the best)
     if members and ood is not None:  # a member's resume removes its own ood.json, not the ensemble's
-        for m, now, epoch in zip(members, member_now, ood.get("member_epochs") or [None] * len(members)):
-            stale = stale_evaluation({"checkpoint": scored, "epoch": epoch}, now)
-            if stale:
-                again = " ".join(map(str, members)) + (" --which last" if scored == "last" else "")
-                raise UserError(f"{d}: its member {m} trained on since `bbb ood` scored it ("
-                                f"{stale.replace('its eval.json evaluated', 'ood.json scored')}); run `bbb ood "
-                                f"{again} --out {d}` again")
+        stale = stale_member(d, members, member_now, "ood", ood)
+        if stale:
+            raise UserError(stale)
     if scored in ("best", "last") and tested in ("best", "last") and scored != tested:
         raise UserError(f"{d}: its ood.json scored the {scored} checkpoint and its test metrics are of the {tested}: "
                         f"run `bbb ood {d} --which {tested}` (or `bbb evaluate {d} --which {scored}`) so that one "

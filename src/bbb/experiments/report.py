@@ -25,7 +25,10 @@ uncertain inputs       ``uncertain.png`` and ``uncertain.json`` (``bbb uncertain
 =====================  =====================================================================
 
 A ``bbb laplace`` folder is a column too: its run's config.json, summary.json and metrics.csv, its
-own eval.json, ood.json and uncertain.json, and a row with the fit (laplace.json).
+own eval.json, ood.json and uncertain.json, and a row with the fit (laplace.json). So is an
+ensemble's folder (``bbb evaluate RUN RUN ... --out DIR``): its members' settings and commands, their
+training time summed, its own eval.json, ood.json and uncertain.json (each left out, with the
+command that scores it again, where a member trained on since): bbb.experiments.report_files.
 
 One column per run, headed by its name (the directory's, made unique); a section no run can have
 is left out, and a run without a section's files says why, or names the command that writes them.
@@ -39,10 +42,7 @@ from __future__ import annotations
 
 import argparse
 import base64
-import csv
 import html
-import io
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from ..io import atomic_write_text
 from ..options import is_bayesian
 from ..progress import plural
 from . import report_text as RT
-from .comparison import stale_evaluation
+from .report_files import RunFiles, read_run
 
 __all__ = ["RunFiles", "read_run", "report_html", "result_rows", "write_report"]
 
@@ -78,114 +78,6 @@ tr.diff td { background: #fff6d5; }
 code { font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 0.9em; background: #f4f4f4;
        padding: 0 3px; }
 """
-
-
-class RunFiles:
-    """What one run directory holds for the report (each file read once; missing: None)."""
-
-    def __init__(self, run_dir: str | Path, name: str) -> None:
-        self.dir = Path(run_dir)
-        self.name = name
-        if not self.dir.is_dir():
-            raise UserError(f"run directory {self.dir} not found")
-        #: the folder the run trained in (a Laplace posterior's: its run's), and the fit's laplace.json
-        self.train_dir = self.dir
-        self.laplace: dict[str, Any] | None = None
-        from ..runs.trained import LAPLACE_FILE, is_laplace_folder, laplace_base, laplace_run_of
-
-        if is_laplace_folder(self.dir):  # ``bbb laplace RUN --out DIR``: the run's network and training
-            self.laplace = _json(self.dir / LAPLACE_FILE)
-            self.train_dir = laplace_run_of(self.dir)
-            if self.train_dir.is_dir():  # its scores are of another network where the run changed since the fit
-                laplace_base(self.dir)
-        config = _json(self.train_dir / "config.json")
-        if config is None and self.laplace is not None:
-            raise UserError(f"{self.dir} is the Laplace posterior of {self.train_dir}, which is not there: put the "
-                            "run back (beside the folder as it was, or where it was)")
-        if config is None:
-            from ..runs.checkpoint import not_a_run_text
-
-            ensemble = not_a_run_text(self.dir)
-            if ensemble is not None:
-                raise UserError(ensemble)
-            raise UserError(f"{self.dir} is not a run directory (no readable config.json); "
-                            "give the folders that bbb train or bbb demo wrote")
-        self.config: dict[str, Any] = config
-        self.summary = _json(self.train_dir / "summary.json")
-        self.eval = _json(self.dir / "eval.json")
-        #: why eval.json is left out (it is of an earlier network of the run), else None
-        self.stale_eval = None if self.eval is None else stale_evaluation(self.eval, self.summary or {})
-        if self.stale_eval:
-            self.eval = None
-        self.ood = _json(self.dir / "ood.json")
-        self.uncertain = _json(self.dir / "uncertain.json")
-        self.pruning = _csv(self.dir / "pruning.csv")
-        self.regression = "regression" in ((self.summary or {}).get("task"), (self.eval or {}).get("task"),
-                                           self.config.get("task"), (self.config.get("preprocess") or {}).get("task"))
-        #: image, table (classification) or regression: what sections and commands apply
-        self.kind = RT.kind_of(self.config, self.regression)
-
-    def suggestions(self) -> list[tuple[str, str]]:
-        """(command, what it adds) for each command that runs on this kind of run and would write a
-        file the run lacks (:func:`report_text.suggested_commands`)."""
-        have = {f for f in ("eval.json", "pruning.csv", "ood.json", "uncertain.json") if (self.dir / f).is_file()}
-        if not self.stale_eval:
-            return RT.suggested_commands(self.name, self.config, self.regression, have)
-        have.discard("eval.json")
-        return [(cmd, f"{what} (its eval.json is left out here: {self.stale_eval})" if cmd.startswith("bbb evaluate")
-                 else what) for cmd, what in RT.suggested_commands(self.name, self.config, self.regression, have)]
-
-    def png(self, name: str) -> bytes | None:
-        """The bytes of ``name`` when it is a PNG file of the run, else None."""
-        try:
-            data = (self.dir / name).read_bytes()
-        except OSError:
-            return None
-        return data if data.startswith(b"\x89PNG\r\n\x1a\n") else None
-
-    def learning_curve(self) -> bytes | None:
-        """learning_curve.png, else the curve of metrics.csv drawn now (None without matplotlib)."""
-        made = self.png("learning_curve.png")
-        if made is not None:
-            return made
-        from .. import plots
-        from ..errors import CheckpointError
-        from ..runs import read_metrics
-
-        try:
-            rows = read_metrics(self.train_dir)
-        except CheckpointError:
-            return None
-        if not rows:
-            return None
-        fig = plots.learning_curve(rows, rmse=self.regression)
-        if fig is None:
-            return None
-        buf = io.BytesIO()
-        fig.tight_layout()
-        fig.savefig(buf, format="png", dpi=80)
-        return buf.getvalue()
-
-
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _csv(path: Path) -> list[dict[str, str]] | None:
-    try:
-        with path.open(newline="") as f:
-            return list(csv.DictReader(f))
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return None
-
-
-def read_run(run_dir: str | Path, name: str | None = None) -> RunFiles:
-    """The files of one run directory (a one-line UserError when it is not one)."""
-    return RunFiles(run_dir, name or Path(run_dir).resolve().name)
 
 
 def _names(dirs: Sequence[Path]) -> list[str]:
@@ -233,8 +125,24 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], marked: Sequenc
     return f'<table{f" class={cls}" if cls else ""}><tr>{head}</tr>{body}</table>'
 
 
+def _settings(r: RunFiles) -> dict[str, str]:
+    """The run's settings rows; an ensemble's: its members', a setting where they differ (the seed)
+    as each member's value in turn."""
+    if r.members is None:
+        return dict(RT.settings_rows(r.config, r.regression))
+    per_member = [dict(RT.settings_rows(c, r.regression)) for c in r.member_configs]
+    keys: list[str] = []
+    for rows in per_member:
+        keys += [k for k in rows if k not in keys]
+    out = {"members": ", ".join(r.member_names())}
+    for k in keys:
+        values = [rows.get(k, "-") for rows in per_member]
+        out[k] = values[0] if len(set(values)) == 1 else ", ".join(values)
+    return out
+
+
 def _settings_section(runs: Sequence[RunFiles]) -> str:
-    per_run = [dict(RT.settings_rows(r.config, r.regression)) for r in runs]
+    per_run = [_settings(r) for r in runs]
     keys: list[str] = []
     for rows in per_run:
         keys += [k for k in rows if k not in keys]
@@ -251,10 +159,14 @@ def _settings_section(runs: Sequence[RunFiles]) -> str:
 
 def _command(r: RunFiles) -> str:
     """The bbb command that trained the run (config.json's argv, paths cut to their base names), or
-    the arguments of the program that called the library."""
+    the arguments of the program that called the library; an ensemble's: each member's, a line each."""
+    return "<br>".join(_trained_by(c) for c in (r.member_configs if r.members is not None else [r.config]))
+
+
+def _trained_by(config: dict[str, Any]) -> str:
     from ..cli.registry import COMMANDS
 
-    argv = [str(a) for a in r.config.get("argv", [])]
+    argv = [str(a) for a in config.get("argv", [])]
     if argv and argv[0] in COMMANDS:
         return _code(RT.command_text(argv))
     shown = " ".join(RT.plain_path(a) for a in argv)
@@ -310,6 +222,11 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
         ]
     model = E(f"{which} (epoch {epoch} of {s.get('epochs', r.config.get('epochs'))})") if which else "-"
     seconds = f"{s['seconds']:.1f} s" if isinstance(s.get("seconds"), int | float) else "-"
+    if r.members is not None:  # the members' checkpoints, each of its own epoch; their training summed
+        epochs = [m.get("epoch") for m in ev.get("member_scores") or []]
+        model = E(f"the {which} of each of its {len(r.members)} members" + (
+            f" (epochs {', '.join(map(str, epochs))})" if epochs and None not in epochs else "")) if which else "-"
+        seconds += " (its members' sum)" if seconds != "-" else ""
     lap = r.laplace or {}
     fit = (f"{lap['seconds']:.1f} s, {lap.get('n_params', 0):,} weights ({lap.get('hessian')}), prior precision "
            f"{_num(lap.get('prior_precision'))}") if isinstance(lap.get("seconds"), int | float) else "-"
@@ -344,6 +261,9 @@ def _lead(r: RunFiles) -> str:
           else RT.data_phrase(c, r.regression))
     epochs = plural(c["epochs"], "epoch") if isinstance(c.get("epochs"), int) else "- epochs"
     what = f"{RT.method_name(c)}, trained {epochs} on {on}{target}: {settings['network']}."
+    if r.members is not None:
+        same = len({RT.method_name(c) for c in r.member_configs}) == 1
+        what = f"an {r.description()}: {', '.join(r.member_names())}, {'each' if same else 'the first'} {what}"
     if r.laplace is not None:
         what = (f"the last-layer Laplace posterior ({r.laplace.get('hessian')}, fitted on its training {unit}) of "
                 f"{RT.plain_path(str(r.train_dir))}, {what[0].lower()}{what[1:]}")
@@ -353,6 +273,10 @@ def _lead(r: RunFiles) -> str:
     by = f"averaging {k} sampled networks" if k and c.get("method") != "sgd" else "with its one network"
     if r.laplace is not None:
         by = f"averaging {k} draws of its last layer" if k else "with its draws of the last layer"
+    if r.members is not None:
+        by = (f"averaging its {len(r.members)} members' predictives"
+              + (f" ({k} samples of each Bayesian one)" if k and k > 1 and any(
+                  is_bayesian(c.get("method", "bbb")) for c in r.member_configs) else ""))
     if r.regression:
         rmse = ev.get("test_rmse_mc", s.get("test_rmse_mc"))
         cov = ev.get("coverage_95", s.get("test_coverage_95"))
@@ -404,6 +328,8 @@ def _image_cell(r: RunFiles, name: str, alt: str, command: str) -> str:
 
 
 def _learning(r: RunFiles) -> str:
+    if r.members is not None and r.png("learning_curve.png") is None:
+        return _missing(f"an ensemble: each member's curves are its own (bbb report {' '.join(r.member_names())})")
     return _img(r.learning_curve(), f"learning curves of {r.name}") or _missing(
         "no metrics.csv to draw (or matplotlib is not installed)")
 
@@ -441,7 +367,9 @@ def _risk(r: RunFiles) -> str:
 
 
 def _pruning(r: RunFiles) -> str:
-    if r.regression or not is_bayesian(r.config.get("method", "bbb")):
+    if r.members is not None and not r.regression:
+        return _missing("an ensemble is pruned member by member: bbb prune MEMBER, then bbb report MEMBER")
+    if not r.prunable():
         return _missing("pruning by signal-to-noise needs a bbb classifier (or an ivon one)")
     out = ""
     if r.pruning:
@@ -513,7 +441,7 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
      _risk, lambda r: True),
     ("Pruning by signal-to-noise", "The test error after removing the weights whose mean is smallest against "
      "their spread (|mean|/sd): how many weights the network needs.",
-     _pruning, lambda r: not r.regression and is_bayesian(r.config.get("method", "bbb"))),
+     _pruning, RunFiles.prunable),
     ("Out-of-distribution detection", "How well each uncertainty score tells images of another data set from "
      "the run's own test images (AUROC: 0.5 is chance, 1 perfect; AUPR: the same with the other set as positives).",
      _ood, lambda r: r.kind == "image"),
@@ -532,7 +460,8 @@ def report_html(run_dirs: Sequence[str | Path], title: str | None = None) -> str
     dirs = [Path(d) for d in run_dirs]
     runs = [read_run(d, n) for d, n in zip(dirs, _names(dirs))]
     # a Laplace folder's config is its run's (method sgd): the title names the posterior
-    title = title or RT.page_title([({**r.config, "method": "laplace"} if r.laplace is not None else r.config,
+    title = title or RT.page_title([({**r.config, "method": "laplace"} if r.laplace is not None else
+                                     {**r.config, "method": r.description()} if r.members is not None else r.config,
                                      r.regression) for r in runs])
     parts = [f"<h1>{E(title)}</h1>", *(_lead(r) for r in runs), "<h2>Results</h2>", _results_section(runs)]
     for heading, caption, cell, applies in SECTIONS:
@@ -566,8 +495,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "is shown: the file opens offline and can be sent as it is.",
              "bbb report runs/bbb400 runs/dropout1200 --out report.html")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                   help="run directories written by bbb train or bbb demo, or the folder of a run's Laplace "
-                        "posterior (bbb laplace)")
+                   help="run directories written by bbb train or bbb demo, the folder of a run's Laplace "
+                        "posterior (bbb laplace), or an ensemble's (bbb evaluate RUN RUN ... --out DIR)")
     add_out(p, shared_help("--out", " file FILE.html, or a folder for report.html"), folder=False)
     p.add_argument("--title", default=None, help="the page's title (default: the method(s) and the data, e.g. "
                                                  "'Bayes by Backprop on customers.csv (classification, 600 rows)')")

@@ -119,7 +119,8 @@ def not_a_run_text(d: Path) -> str | None:
     if members is None:
         return None
     shown = " ".join(members[:6]) + (" ..." if len(members) > 6 else "")
-    return f"{d} is an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d}), not a run: give its runs, {shown}"
+    return (f"{d} is an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d}), not a run: give its runs, {shown} "
+            "(bbb compare and report take the folder)")
 
 
 def run_dir_of(run_dir: str | Path) -> Path:

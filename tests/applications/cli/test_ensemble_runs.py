@@ -199,10 +199,11 @@ def test_bbb_evaluate_with_several_runs(capsys, classifiers, tmp_path, monkeypat
     seconds = sum(json.loads((d / "summary.json").read_text())["seconds"] for d in runs)
     assert float(rows[1]["seconds"]) == pytest.approx(seconds, abs=1e-6)  # (the CSV keeps 6 decimals)
     # the ensemble's folder given where a run goes: the one line names its runs
-    for argv in (("predict", str(out), str(new_rows(tmp_path / "n.csv"))), ("evaluate", str(out)),
-                 ("report", str(out), "--out", str(tmp_path / "r.html"))):
+    for argv in (("predict", str(out), str(new_rows(tmp_path / "n.csv"))), ("evaluate", str(out))):
         rc, _, err = run_main(capsys, *argv)
         one_line_error(rc, err, "an ensemble's folder", f"give its runs, {runs[0]} {runs[1]} {runs[2]}")
+    # bbb report takes it as a column (tests/applications/test_report_ensemble.py)
+    assert run_main(capsys, "report", str(out), "--out", str(tmp_path / "r.html"))[0] == 0
     monkeypatch.chdir(runs[0].parent)  # the same runs named from here: the same ensemble, not another's
     rc, _, err = run_main(capsys, "evaluate", *(d.name for d in runs), "--out", str(out))
     assert rc == 0, err

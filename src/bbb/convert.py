@@ -553,14 +553,16 @@ def deterministic_layers(model: nn.Module) -> list[tuple[str, str]]:
 class LayerSummary:
     """Every module with parameters of its own: ``rows`` of (name, type, Bayesian, weights,
     estimator or ""); ``frozen``: the names of the rows whose parameters are all frozen
-    (``requires_grad=False``: a peft model's base); ``str()`` is a table."""
+    (``requires_grad=False``: a peft model's base; a Bayesian module's too, its posterior then kept
+    as it is); ``str()`` is a table."""
 
     rows: tuple[tuple[str, str, bool, int, str], ...]
     frozen: frozenset[str] = frozenset()
 
     @property
     def frozen_weights(self) -> int:
-        """The weights of the modules that are frozen (not trained: neither Bayesian nor missed)."""
+        """The weights of the modules that are frozen (not trained: not missed; a frozen Bayesian
+        module's posterior, kept as it is, counted once)."""
         return sum(r[3] for r in self.rows if r[0] in self.frozen)
 
     @property
@@ -579,7 +581,7 @@ class LayerSummary:
 
     def __str__(self) -> str:
         head = ("module", "type", "bayesian", "weights", "estimator")
-        body = [(n or "(model)", t, "yes" if b else "no (frozen)" if n in self.frozen else "no", f"{w:,}", e)
+        body = [(n or "(model)", t, ("yes" if b else "no") + (" (frozen)" if n in self.frozen else ""), f"{w:,}", e)
                 for n, t, b, w, e in self.rows]
         widths = [max(len(r[i]) for r in (head, *body)) for i in range(5)]
         line = lambda r: "  ".join(c.rjust(w) if i == 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
@@ -597,6 +599,8 @@ def layer_summary(model: nn.Module) -> LayerSummary:
         if isinstance(mod, BayesModule):
             n = sum(getattr(mod, f"{p}_mu").numel() for p in mod.param_names())
             rows.append((name, type(mod).__name__, True, n, mod.estimator.value))
+            if not any(p.requires_grad for p in mod.parameters(recurse=False)):
+                frozen.add(name)  # (a posterior kept as it is: an adapter loaded to be used, not trained)
             continue
         own = list(mod.parameters(recurse=False))
         n = sum(p.numel() for p in own)

@@ -370,18 +370,6 @@ def test_bayesianize_names_a_parameter_held_by_the_model_itself():
         bbb.bayesianize(WithPos())
 
 
-def test_layer_summary_counts_each_bayesian_weight_once():
-    net = bbb.bayesianize(ResBlock(), skip=[nn.BatchNorm2d])
-    s = bbb.layer_summary(net)
-    rows = {r[0]: r for r in s.rows}
-    assert rows["conv1"][2:] == (True, 4 * 9 + 4, "reparam")
-    assert rows["bn1"][2:] == (False, 8, "")
-    assert s.total_weights == sum(p.numel() for p in ResBlock().parameters())
-    assert 0.9 < s.bayesian_share < 1.0
-    text = str(s)
-    assert "conv1" in text and "BatchNorm2d" in text and "weights Bayesian" in text
-
-
 def test_register_conversion_adds_a_type_without_editing_convert():
     class MyLinear(nn.Linear):
         pass

@@ -30,7 +30,8 @@ from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_lo
 from .errors import UserError, check_float, check_int
 from .hf import causal_lm
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
-from .nn.samples import PROVIDER, Inputs, call_model, check_model, check_output, select_output, split_targets
+from .nn.inputs import Inputs, call_model, check_output, select_output, split_targets
+from .nn.samples import PROVIDER, check_model
 from .options import StrOption
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -339,7 +340,7 @@ class ELBO(nn.Module):
             batch's ``"labels"`` or given as ``y``; the NLL is summed over the scored tokens.
         output: which part of the model's output holds the predictions when it is not a tensor:
             None takes a tuple's first element and a mapping's or a transformers ``ModelOutput``'s
-            ``"logits"``; a key (or a tuple's index) names another (:func:`bbb.nn.samples.select_output`).
+            ``"logits"``; a key (or a tuple's index) names another (:func:`bbb.nn.inputs.select_output`).
 
     The ELBO does not own the model: ``elbo.state_dict()`` and ``elbo.parameters()`` hold only the
     likelihood's own state (e.g. a learned noise ``raw_sigma``), so keeping both ``net`` and
@@ -449,7 +450,7 @@ class ELBO(nn.Module):
         ``inputs``: a tensor (``model(x)``), a tuple of arguments (``model(*x)``) or a mapping of
         keyword tensors (``model(**x)``). ``y``: the targets; None takes them from a mapping
         batch, its ``"labels"`` (Hugging Face) or the ``"y"`` of an ``{"x", "y"}`` batch, which are
-        then not passed to the model (:func:`bbb.nn.samples.split_targets`). The model's output may
+        then not passed to the model (:func:`bbb.nn.inputs.split_targets`). The model's output may
         be a tensor, a tuple, a mapping or a ``ModelOutput`` (the ELBO's ``output=``)."""
         if y is None:
             inputs, y = split_targets(inputs)

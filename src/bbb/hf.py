@@ -88,7 +88,7 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     ...                         max_new_tokens=20)       # (5, B, T'): 5 adapters drawn from q
     """
     from .nn import folded_samples, sampling, shared_samples
-    from .nn.samples import fold_inputs, input_batch_size
+    from .nn.inputs import fold_inputs, input_batch_size
 
     if not hasattr(model, "generate"):
         raise UserError(f"generate needs a transformers model with .generate, got {type(model).__name__}")

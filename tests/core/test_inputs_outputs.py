@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import bbb
 from bbb.nn import BayesEmbedding, BayesLinear, SampleRecorder, forward_samples, sampling
-from bbb.nn.samples import fold_inputs, select_output, split_inputs, split_targets
+from bbb.nn.inputs import fold_inputs, select_output, split_inputs, split_targets
 from bbb.uncertainty import evaluate, predict
 
 V, T, D, C = 20, 5, 8, 3

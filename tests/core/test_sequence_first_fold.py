@@ -90,3 +90,40 @@ def test_a_batch_first_input_transposed_for_a_sequence_first_lstm_is_an_error_th
             predict(net, torch.randint(0, 10, (b, t)), num_samples=3)
     out = bbb.nn.forward_samples(net.train(), torch.randint(0, 10, (4, 6)), 3, batch_dim=0)
     assert out.shape == (3, 4, 2)
+
+
+class _PaddedEncoder(nn.Module):
+    """A sequence-first transformer classifier: x (S, B, 8) and a (B, S) padding mask, batch first
+    as torch's modules take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+        self.enc, self.head = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False), nn.Linear(8, 3)
+
+    def forward(self, x, src_key_padding_mask):
+        return self.head(self.enc(x, src_key_padding_mask=src_key_padding_mask)[0])
+
+
+@pytest.mark.parametrize("s", [4, 5])  # 4: the mask (B, S) is square, S == B
+def test_a_padding_mask_of_a_sequence_first_model_folds_and_splits_along_its_batch_dim(s):
+    # the (B, S) mask with S == B was folded along dim 1, the model's batch dimension: a false
+    # refusal of the attention ("key_padding_mask has shape (12, 12)"); and predict in chunks
+    # (batch_size) left the mask whole, another
+    net = bbb.bayesianize(_PaddedEncoder(), rho_init=-1.0, skip=[nn.LayerNorm]).eval()
+    b, k = 4, 3
+    x = torch.randn(s, b, 8)
+    mask = torch.arange(s) >= torch.tensor([s, s - 1, 2, 1])[:, None]  # each example its own padding
+    with torch.no_grad():
+        want = net(x, mask)  # (predict gives the outputs, logits here)
+    for inputs in ((x, mask), {"x": x, "src_key_padding_mask": mask}):
+        for batch_size in (None, 3):
+            out = predict(net, inputs, num_samples=k, mode="mean", batch_size=batch_size)
+            torch.testing.assert_close(out, want[None])
+    # k sampled networks, each example with its own mask: as each example alone through the same k networks
+    out = predict(net, (x, mask), num_samples=k, generator=0)
+    assert out.shape == (k, b, 3) and not torch.equal(out[0], out[1])
+    for j in range(b):
+        torch.testing.assert_close(out[:, j], predict(net, (x[:, j:j + 1], mask[j:j + 1]), num_samples=k,
+                                                      generator=0)[:, 0])

@@ -47,6 +47,7 @@ from .conv import *  # noqa: F403 - the names of conv.__all__, which __all__ tak
 from .embedding import BayesEmbedding, BayesEmbeddingBag
 from .ensemble import BayesEnsemble, MemberNoise, pool_members
 from .hf_conv1d import BayesHFConv1D
+from .inputs import call_model, select_output, split_targets
 from .layers import BayesLinear, PerSample
 from .model import BayesMLP, bayes_modules, mark_deterministic, model_kl, sampling, warn_not_bayesian
 from .population import (
@@ -61,15 +62,12 @@ from .recurrent import BayesGRU, BayesLSTM, BayesRNN
 from .samples import (
     SampleProvider,
     SampleRecorder,
-    call_model,
     folded_samples,
     forward_samples,
     leading_samples,
     model_batch_dim,
     providing_samples,
-    select_output,
     shared_samples,
-    split_targets,
 )
 from .tied import TiedBayesLinear
 

@@ -30,8 +30,9 @@ from .. import functional as BF
 from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .inputs import unfold
 from .layers import BayesLinear
-from .samples import fold_samples, unfold
+from .samples import fold_samples
 
 __all__ = ["BayesMultiheadAttention", "no_fast_path"]
 

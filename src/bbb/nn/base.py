@@ -28,7 +28,8 @@ from ..distributions import (
 )
 from ..errors import UserError, check_float
 from ..options import StrOption
-from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode, refold, unfold
+from .inputs import refold, unfold
+from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode
 
 __all__ = ["Estimator", "BayesModule", "RelativeSigma", "DEFAULT_RHO_INIT", "DEFAULT_PI", "DEFAULT_SIGMA1",
            "DEFAULT_SIGMA2", "default_prior"]

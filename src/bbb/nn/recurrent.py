@@ -23,7 +23,8 @@ from torch.nn.utils.rnn import PackedSequence
 from ..distributions import Prior
 from ..errors import UserError
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
-from .samples import FOLD, SEQUENCE_FIRST_HINT, fold_samples, refold, unfold
+from .inputs import refold, unfold
+from .samples import FOLD, SEQUENCE_FIRST_HINT, fold_samples
 
 __all__ = ["BayesRNN", "BayesLSTM", "BayesGRU"]
 

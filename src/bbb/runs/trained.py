@@ -42,7 +42,8 @@ from ..data.files import Preprocess, read_csv
 from ..devices import resolve_device
 from ..elbo import HeteroscedasticGaussian
 from ..errors import CheckpointError, UserError, check_int
-from ..nn.samples import FOLD, fold_inputs
+from ..nn.inputs import fold_inputs
+from ..nn.samples import FOLD
 from ..options import is_bayesian
 from .checkpoint import committed_checkpoint, model_from_checkpoint
 from .config import TrainConfig

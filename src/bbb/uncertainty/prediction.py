@@ -18,9 +18,7 @@ from ..errors import UserError, check_int
 from ..hf import causal_lm
 from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
-from ..nn.model import modes_kept
-from ..nn.samples import (
-    PROVIDER,
+from ..nn.inputs import (
     Inputs,
     call_model,
     check_output,
@@ -30,6 +28,8 @@ from ..nn.samples import (
     split_inputs,
     split_targets,
 )
+from ..nn.model import modes_kept
+from ..nn.samples import PROVIDER
 from .classification import (
     brier_score,
     entropy,
@@ -47,7 +47,7 @@ __all__ = ["predict", "evaluate"]
 def _batches(data: Any) -> Iterator[tuple[Any, Tensor | None]]:
     """(inputs, targets or None) per batch of a DataLoader / iterable of batches: tensors,
     ``(inputs, targets, ...)`` tuples (inputs a tensor, a tuple of model arguments or a mapping) or
-    mappings (:func:`bbb.nn.samples.split_targets`: Hugging Face batches, ``labels`` the targets, or
+    mappings (:func:`bbb.nn.inputs.split_targets`: Hugging Face batches, ``labels`` the targets, or
     ``{"x", "y"}``)."""
     for batch in data:
         if isinstance(batch, (Tensor, Mapping)):

@@ -5,7 +5,6 @@ left out with the command that scores them again, as ``bbb compare`` refuses it.
 
 from __future__ import annotations
 
-import html.parser
 import json
 import shlex
 import shutil
@@ -17,8 +16,9 @@ import torch
 
 import bbb.runs.model as RM
 from bbb.cli import main
-from bbb.experiments.report import report_html
 from testkit import blobs, run_main
+
+from .test_report_page import Page, page
 
 TINY = ["--hidden", "8", "--batch-size", "64", "--epochs", "2", "--device", "cpu", "--eval-samples", "2", "--quiet",
         "--train-size", "240"]
@@ -49,51 +49,6 @@ def trained(tmp_path_factory, sets) -> Path:
             mp.setattr(sys, "argv", ["bbb", *argv])  # (what config.json records as the command)
             assert main(argv) == 0, argv
     return root
-
-
-class Page(html.parser.HTMLParser):
-    """The page's tables (rows of cell texts) and the commands of its next steps."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stack: list[str] = []
-        self.tables: list[list[list[str]]] = []
-        self.commands: list[str] = []
-        self._cell: list[str] | None = None
-        self._code: list[str] | None = None
-
-    def handle_starttag(self, tag, attrs):
-        self.stack.append(tag)
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr":
-            self.tables[-1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        elif tag == "code" and "li" in self.stack:
-            self._code = []
-
-    def handle_endtag(self, tag):
-        while self.stack and self.stack.pop() != tag:
-            pass
-        if tag in ("td", "th") and self._cell is not None:
-            self.tables[-1][-1].append(" ".join("".join(self._cell).split()))
-            self._cell = None
-        elif tag == "code" and self._code is not None:
-            self.commands.append(" ".join("".join(self._code).split()))
-            self._code = None
-
-    def handle_data(self, data):
-        for part in (self._cell, self._code):
-            if part is not None:
-                part.append(data)
-
-
-def page(run_dirs) -> tuple[str, Page]:
-    text = report_html(run_dirs)
-    p = Page()
-    p.feed(text)
-    return text, p
 
 
 def rows(p: Page, last_head: str) -> dict[str, list[str]]:

@@ -86,12 +86,18 @@ def _describe(inputs: Any) -> str:
 def map_inputs(inputs: Any, fn: Callable[[Tensor], Any]) -> Any:
     """``inputs`` with ``fn`` applied to every tensor in it (inside tuples, lists and mappings, a
     mapping comes back a ``dict``); anything else is kept as it is."""
+    return _map_keyed(inputs, lambda t, key: fn(t))
+
+
+def _map_keyed(inputs: Any, fn: Callable[[Tensor, Any], Any], key: Any = None) -> Any:
+    """:func:`map_inputs` with ``fn(tensor, key)``: the keyword that holds the tensor (None for an
+    argument)."""
     if isinstance(inputs, Tensor):
-        return fn(inputs)
+        return fn(inputs, key)
     if isinstance(inputs, Mapping):
-        return {key: map_inputs(v, fn) for key, v in inputs.items()}
+        return {name: _map_keyed(v, fn, name) for name, v in inputs.items()}
     if _is_args(inputs):
-        items = [map_inputs(v, fn) for v in inputs]
+        items = [_map_keyed(v, fn) for v in inputs]
         return items if isinstance(inputs, list) else tuple(items)
     return inputs
 
@@ -164,18 +170,11 @@ def _map_batched(inputs: Any, b: int, d: int, fn: Callable[[Tensor, int], Tensor
     ``axis``: :func:`_batch_axis`), the rest as it is."""
     first = next((t for t in input_tensors(inputs) if t.dim() > d), None)
 
-    def walk(x: Any, key: Any) -> Any:
-        if isinstance(x, Tensor):
-            axis = _batch_axis(x, b, d, x is first, key)
-            return x if axis is None else fn(x, axis)
-        if isinstance(x, Mapping):
-            return {name: walk(v, name) for name, v in x.items()}
-        if _is_args(x):
-            items = [walk(v, None) for v in x]
-            return items if isinstance(x, list) else tuple(items)
-        return x
+    def one(t: Tensor, key: Any) -> Tensor:
+        axis = _batch_axis(t, b, d, t is first, key)
+        return t if axis is None else fn(t, axis)
 
-    return walk(inputs, None)
+    return _map_keyed(inputs, one)
 
 
 def fold_inputs(inputs: Any, k: int, batch_dim: int = 0, batch_size: int | None = None) -> Any:

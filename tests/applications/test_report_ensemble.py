@@ -12,24 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import bbb.runs.model as RM
 from bbb.cli import main
-from testkit import blobs, run_main
+from testkit import run_main
 
-from .test_report_page import Page, page
+from .test_report_page import Page, page, sets  # noqa: F401 (sets: a fixture)
 
 TINY = ["--hidden", "8", "--batch-size", "64", "--epochs", "2", "--device", "cpu", "--eval-samples", "2", "--quiet",
         "--train-size", "240"]
-
-
-@pytest.fixture(scope="module")
-def sets() -> dict[str, dict[str, torch.Tensor]]:
-    data = blobs()
-    g = torch.Generator().manual_seed(1)
-    return {"mnist": data, "fashion-mnist": {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v)
-                                             for k, v in data.items()}}
 
 
 @pytest.fixture()

@@ -35,6 +35,15 @@ def blobs(n_train: int = 240, n_val: int = 60, n_test: int = 60, d: int = 12, c:
     return {"train_x": a, "train_y": b, "val_x": e, "val_y": f, "test_x": h, "test_y": i}
 
 
+def image_sets() -> dict[str, dict[str, torch.Tensor]]:
+    """{dataset: its tensors}: :func:`blobs` standing in for MNIST, and noise of the same shapes
+    for Fashion-MNIST (the other set of ``bbb ood``), as ``bbb.runs.model.load_data`` returns them."""
+    data = blobs()
+    g = torch.Generator().manual_seed(1)
+    return {"mnist": data, "fashion-mnist": {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v)
+                                             for k, v in data.items()}}
+
+
 def noisy_table(path: Path, n: int = 200) -> Path:
     """A CSV of houses (x1, x2, colour, price) whose price noise (sd 3) is most of its spread: no
     share of the predictions can have an RMSE near half the error of all of them."""

@@ -12,15 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import bbb.runs.model as RM
 from bbb.cli import main
-from testkit import run_main
+from testkit import image_sets, run_main
 
-from .test_report_page import Page, page, sets  # noqa: F401 (sets: a fixture)
+from .test_report_page import Page, page
 
 TINY = ["--hidden", "8", "--batch-size", "64", "--epochs", "2", "--device", "cpu", "--eval-samples", "2", "--quiet",
         "--train-size", "240"]
+
+
+@pytest.fixture(scope="module")
+def sets() -> dict[str, dict[str, torch.Tensor]]:
+    return image_sets()
 
 
 @pytest.fixture()

@@ -25,7 +25,7 @@ import bbb.runs.model as RM
 from bbb.cli import main
 from bbb.experiments import report_text as RT
 from bbb.experiments.report import read_run, report_html, result_rows
-from testkit import blobs
+from testkit import image_sets
 
 TINY = ["--hidden", "8", "--batch-size", "64", "--epochs", "2", "--device", "cpu", "--eval-samples", "2", "--quiet"]
 
@@ -43,10 +43,7 @@ def _table(path: Path, n: int = 200) -> Path:
 
 @pytest.fixture(scope="module")
 def sets() -> dict[str, dict[str, torch.Tensor]]:
-    data = blobs()
-    g = torch.Generator().manual_seed(1)
-    return {"mnist": data, "fashion-mnist": {k: (0.3 * torch.randn(v.shape, generator=g) if k.endswith("_x") else v)
-                                             for k, v in data.items()}}
+    return image_sets()
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,35 +17,14 @@ import bbb
 from bbb.errors import UserError
 from bbb.ivon import IVON, inverse_softplus
 
-
-def _data(n: int = 64, d: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g)
-    return x, ((x[:, 0] > 0).long() + (x[:, 1] > 0).long())
-
-
-def _train(net: nn.Module, opt: IVON, steps: int, x: torch.Tensor, y: torch.Tensor) -> list[float]:
-    losses = []
-    for _ in range(steps):
-        with opt.sampling():
-            loss = F.cross_entropy(net(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
-
-
-def _mlp(seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    return bbb.BayesMLP(4, [16], 3)
+from .ivonkit import toy_data, toy_mlp, train_steps
 
 
 def test_ivon_learns_and_its_posterior_lives_in_the_layers():
-    x, y = _data(256)
-    net = _mlp()
+    x, y = toy_data(256)
+    net = toy_mlp()
     opt = IVON(net, lr=0.1, ess=256, hess_init=0.1, weight_decay=1e-3, seed=0)
-    losses = _train(net, opt, 300, x, y)  # long enough that the margin does not hinge on the noise drawn
+    losses = train_steps(net, opt, 300, x, y)  # long enough that the margin does not hinge on the noise drawn
     assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10
     for m in bbb.nn.bayes_modules(net):
         for n in m.param_names():
@@ -62,27 +39,27 @@ def test_ivon_learns_and_its_posterior_lives_in_the_layers():
 
 
 def test_a_resumed_ivon_continues_bit_for_bit(tmp_path):
-    x, y = _data()
-    a = _mlp()
+    x, y = toy_data()
+    a = toy_mlp()
     opt_a = IVON(a, lr=0.05, ess=64, hess_init=0.5, seed=3)
-    _train(a, opt_a, 5, x, y)
+    train_steps(a, opt_a, 5, x, y)
     buf = io.BytesIO()
     torch.save({"model": a.state_dict(), "opt": opt_a.state_dict()}, buf)
-    _train(a, opt_a, 5, x, y)
+    train_steps(a, opt_a, 5, x, y)
 
     buf.seek(0)
     saved = torch.load(buf, weights_only=True)
-    b = _mlp(seed=1)  # other initial weights: everything comes from the checkpoint
+    b = toy_mlp(seed=1)  # other initial weights: everything comes from the checkpoint
     opt_b = IVON(b, lr=0.05, ess=64, hess_init=0.5, seed=99)
     b.load_state_dict(saved["model"])
     opt_b.load_state_dict(saved["opt"])
-    _train(b, opt_b, 5, x, y)
+    train_steps(b, opt_b, 5, x, y)
     for (k, u), v in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(u, v), k
 
 
 def test_the_start_sets_sigma_from_hess_init_and_lr_is_rescaled_by_it():
-    net = _mlp()
+    net = toy_mlp()
     IVON(net, lr=0.1, ess=100.0, hess_init=0.25, weight_decay=0.0)
     sigma = F.softplus(net.layers[0].weight_rho)
     torch.testing.assert_close(sigma, torch.full_like(sigma, 1 / math.sqrt(100 * 0.25)))
@@ -101,20 +78,20 @@ def test_ivon_refuses_what_it_cannot_train():
     with pytest.raises(UserError, match="no Bayesian weights"):
         IVON(nn.Linear(3, 2).requires_grad_(False), lr=0.1, ess=10)
     with pytest.raises(UserError, match="ess must be a positive"):
-        IVON(_mlp(), lr=0.1, ess=0)
-    net = _mlp()
+        IVON(toy_mlp(), lr=0.1, ess=0)
+    net = toy_mlp()
     opt = IVON(net, lr=0.1, ess=10)
     with pytest.raises(UserError, match="one group"):  # its settings would be ignored
         opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)], "lr": 1.0})
-    x, y = _data(8)
+    x, y = toy_data(8)
     F.cross_entropy(net(x), y).backward()  # outside sampling(): the layers drew their own weights
     with pytest.raises(UserError, match="sampling"):
         opt.step()
 
 
 def test_an_elbo_loss_trains_on_its_nll_and_says_its_kl_is_ivons_prior():
-    x, y = _data()
-    net = _mlp()
+    x, y = toy_data()
+    net = toy_mlp()
     opt = IVON(net, lr=0.05, ess=64, seed=0)
     elbo = bbb.ELBO(net, num_batches=1)
     with opt.sampling(), pytest.warns(UserWarning, match="IVON's prior"):
@@ -124,14 +101,14 @@ def test_an_elbo_loss_trains_on_its_nll_and_says_its_kl_is_ivons_prior():
 
 
 def test_a_frozen_layer_is_left_alone():
-    net = _mlp()
+    net = toy_mlp()
     first = net.layers[0]
     for p in first.parameters():
         p.requires_grad_(False)
     before = {k: v.clone() for k, v in first.state_dict().items()}
     opt = IVON(net, lr=0.1, ess=64, seed=0)
-    x, y = _data()
-    _train(net, opt, 3, x, y)
+    x, y = toy_data()
+    train_steps(net, opt, 3, x, y)
     for k, v in first.state_dict().items():
         assert torch.equal(v, before[k]), k
 
@@ -162,7 +139,7 @@ def test_each_step_is_ivon_opts_step(kind):
     torch.manual_seed(0)
     if kind == "mlp":
         plain = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
-        x, y = _data(32)
+        x, y = toy_data(32)
     else:
         plain = nn.Sequential(nn.Conv2d(1, 3, 3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 4 * 4, 3))
         x = torch.randn(16, 1, 6, 6)
@@ -190,7 +167,7 @@ def test_several_samples_a_step_are_ivon_opts_train_samples():
     products with the noise as ivon-opt does; the means agree after each of 4 steps."""
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
-    x, y = _data(32)
+    x, y = toy_data(32)
     net = bbb.bayesianize(copy.deepcopy(plain))
     kw = {"lr": 0.05, "ess": 100.0, "hess_init": 0.3, "weight_decay": 1e-3, "beta1": 0.9, "beta2": 0.999}
     sampled, means = _reference_steps(plain, kw, x, y, 4, samples=2)
@@ -216,7 +193,7 @@ def test_grad_norm_clipping_is_ivon_opts_clipping_inside_sampled_params():
     ivon = pytest.importorskip("ivon", reason="ivon-opt (the bench extra) is the reference")
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
-    x, y = _data(32)
+    x, y = toy_data(32)
     net = bbb.bayesianize(copy.deepcopy(plain))
     kw = {"lr": 0.05, "ess": 100.0, "hess_init": 0.3, "weight_decay": 1e-3, "beta1": 0.9, "beta2": 0.999}
     ref = ivon.IVON(plain.parameters(), **kw)
@@ -243,8 +220,8 @@ def test_grad_norm_clipping_is_ivon_opts_clipping_inside_sampled_params():
 
 
 def test_a_mus_grad_is_the_step_gradient_and_one_line_errors_where_it_is_not_one_tensor():
-    net = _mlp()
-    x, y = _data(32)
+    net = toy_mlp()
+    x, y = toy_data(32)
     opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
     mus = [p for n, p in net.named_parameters() if n.endswith("_mu")]
     assert all(p.grad is None for p in mus)
@@ -278,7 +255,7 @@ def test_a_grad_scaler_unscales_ivons_gradient_and_steps_it():
     .grad, unscales it in place and steps: the same parameters as without it (a power-of-two scale
     is exact). It used to stop at "No inf checks were recorded for this optimizer"."""
     def run(scaled: bool) -> list[torch.Tensor]:
-        net = _mlp()
+        net = toy_mlp()
         opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
         scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
         g = torch.Generator().manual_seed(1)
@@ -307,10 +284,10 @@ def test_a_compiled_network_trains_under_ivon_as_the_eager_one(k):
     inputs; a forward's notes live on a plain object, since Dynamo drops attribute writes on an
     optimiser). It used to fail ("non-differentiable view input mutations") or skip every step."""
     def run(compiled: bool) -> tuple[list[torch.Tensor], int]:
-        net = _mlp()
+        net = toy_mlp()
         opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
         model = torch.compile(net, backend="aot_eager") if compiled else net
-        x, y = _data(32)
+        x, y = toy_data(32)
         for _ in range(3):
             with opt.sampling():
                 out = model(x) if k is None else bbb.forward_samples(model, x, k)
@@ -327,12 +304,12 @@ def test_a_compiled_network_trains_under_ivon_as_the_eager_one(k):
     assert c_eager == c_comp > 0
     for a, b in zip(eager, comp):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    assert not torch.equal(eager[0], _mlp().state_dict()["layers.0.weight_mu"])
+    assert not torch.equal(eager[0], toy_mlp().state_dict()["layers.0.weight_mu"])
 
 
 def test_a_step_without_a_backward_warns_once_and_changes_nothing():
-    net = _mlp()
-    x, y = _data(32)
+    net = toy_mlp()
+    x, y = toy_data(32)
     opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
     before = {k: v.clone() for k, v in net.state_dict().items()}
     with pytest.warns(UserWarning, match="no backward pass reached"):
@@ -348,8 +325,8 @@ def test_blocks_of_the_same_noise_step_as_one_block():
     two equal gradients, not their sum); a block whose draws no backward reaches (a sampled
     prediction between steps) is not a sample of the step's loss."""
     torch.manual_seed(0)
-    x, y = _data(32)
-    nets = [_mlp() for _ in range(3)]
+    x, y = toy_data(32)
+    nets = [toy_mlp() for _ in range(3)]
     for net in nets[1:]:
         net.load_state_dict(nets[0].state_dict())
     opts = [IVON(n, lr=0.1, ess=64, seed=0, compile=False) for n in nets]
@@ -378,8 +355,8 @@ def test_zero_grad_discards_a_skipped_backward_as_torchs_does():
     the second sample alone (torch's zero_grad semantics); the docs' loop (zero_grad between the
     forward and the backward) is unchanged."""
     torch.manual_seed(0)
-    x, y = _data(32)
-    nets = [_mlp() for _ in range(2)]
+    x, y = toy_data(32)
+    nets = [toy_mlp() for _ in range(2)]
     nets[1].load_state_dict(nets[0].state_dict())
     opts = [IVON(n, lr=0.1, ess=64, seed=0, compile=False) for n in nets]
     for _ in range(2):
@@ -405,298 +382,11 @@ def test_zero_grad_discards_a_skipped_backward_as_torchs_does():
 
 @pytest.mark.slow
 def test_the_compiled_step_gives_the_eager_steps_numbers():
-    x, y = _data()
-    a, b = _mlp(), _mlp()
+    x, y = toy_data()
+    a, b = toy_mlp(), toy_mlp()
     opt_a = IVON(a, lr=0.05, ess=64, hess_init=0.5, seed=1, compile=False)
     opt_b = IVON(b, lr=0.05, ess=64, hess_init=0.5, seed=1, compile=True)
-    _train(a, opt_a, 4, x, y)
-    _train(b, opt_b, 4, x, y)
+    train_steps(a, opt_a, 4, x, y)
+    train_steps(b, opt_b, 4, x, y)
     for (k, u), v in zip(a.state_dict().items(), b.state_dict().values()):
         torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-7, msg=k)
-
-
-# -- one pass over flat buffers (issue 73, items 1 and 5) -------------------------------------
-
-def _counting(monkeypatch) -> dict[str, int]:
-    """Count the calls of the flat update and of the per-tensor one (of IVONs built afterwards)."""
-    calls = {"flat": 0, "each": 0}
-    for key, name in (("flat", "ivon_flat_update"), ("each", "ivon_update")):
-        real = getattr(bbb.ivon, name)
-
-        def counted(*a, real=real, key=key):
-            calls[key] += 1
-            return real(*a)
-        monkeypatch.setattr(bbb.ivon, name, counted)
-    return calls
-
-
-def test_a_step_draws_the_flat_noise_at_once_and_runs_one_update_over_flat_buffers(monkeypatch):
-    """The noise of every weight is one counter-based draw over the flat vector (bbb.random.normal at
-    the optimiser's seed and its draw counter; the weight tensors in the model's order); one update
-    call a step; the layers' mu and rho, and the
-    momentum and h in ``optimizer.state``, are views of one buffer each."""
-    calls = _counting(monkeypatch)
-    torch.manual_seed(0)
-    net = bbb.BayesMLP(3, [5], 2)  # tensors of 15, 5, 10 and 2 weights
-    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
-    opt = IVON(net, lr=0.1, ess=8, seed=5, compile=False)
-    pairs = [(m, n) for m in bbb.nn.bayes_modules(net) for n in m.param_names()]
-    want = bbb.random.normal(32, 5, 0)
-    with opt.sampling(), bbb.nn.SampleRecorder() as rec:
-        loss = F.cross_entropy(net(x), y)
-    assert torch.equal(torch.cat([rec.get(m, n).eps.reshape(-1) for m, n in pairs]), want)
-    loss.backward()
-    opt.step()
-    _train(net, opt, 2, x, y)
-    assert calls == {"flat": 3, "each": 0}
-    for tensors in ([m.mu(n) for m, n in pairs], [m.rho(n) for m, n in pairs],
-                    [opt.state[m.mu(n)]["momentum"] for m, n in pairs], [opt.state[m.mu(n)]["hess"] for m, n in pairs]):
-        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
-    st = opt.state[net.layers[0].weight_mu]
-    assert st["step"] == 3 and float(st["momentum"].abs().sum()) > 0  # the views are the state the step updates
-
-
-class _TwoHeads(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.body, self.a, self.b = bbb.BayesLinear(4, 8), bbb.BayesLinear(8, 3), bbb.BayesLinear(8, 3)
-
-    def forward(self, x: torch.Tensor, head: str = "a", twice: bool = False) -> torch.Tensor:
-        h = torch.relu(self.body(x))
-        if twice:
-            h = torch.relu(self.body(x)) + h
-        return (self.a if head == "a" else self.b)(h)
-
-
-def test_a_layer_left_out_or_used_twice_steps_weight_tensor_by_weight_tensor(monkeypatch):
-    """A head not used in the forward is left as it is (its step count too); a layer used twice gets
-    both samples' gradients; those steps go weight tensor by weight tensor (on views of the same
-    buffers), and the sigma in the layers is still the one of h."""
-    calls = _counting(monkeypatch)
-    net = _TwoHeads()
-    x, y = _data(32)
-    opt = IVON(net, lr=0.1, ess=32, seed=0, compile=False)
-    b_before = net.b.weight_mu.detach().clone()
-    for twice in (False, True):
-        with opt.sampling():
-            loss = F.cross_entropy(net(x, "a", twice), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert torch.equal(net.b.weight_mu, b_before) and opt.state[net.b.weight_mu]["step"] == 0
-    assert opt.state[net.a.weight_mu]["step"] == 2 and not torch.equal(net.a.weight_mu, _TwoHeads().a.weight_mu)
-    assert calls == {"flat": 0, "each": 2 * 4}
-    for m in (net.body, net.a, net.b):
-        want = torch.rsqrt(32 * (opt.state[m.weight_mu]["hess"] + 1e-4))
-        torch.testing.assert_close(F.softplus(m.weight_rho), want, rtol=1e-5, atol=0)
-
-
-def test_a_model_moved_after_ivon_was_built_is_a_one_line_error():
-    """The trained mu and rho are views of IVON's buffers: converting the model afterwards would leave
-    IVON updating tensors the model no longer reads."""
-    net = _mlp()
-    opt = IVON(net, lr=0.1, ess=64, seed=0)
-    net.double()
-    with pytest.raises(UserError, match=r"build IVON after moving the model") as e:
-        with opt.sampling():
-            pass
-    assert "\n" not in str(e.value)
-
-
-
-def test_freezing_or_unfreezing_after_ivon_was_built_is_a_one_line_error():
-    """A mean frozen after IVON was built was still updated; one unfrozen after it never was."""
-    torch.manual_seed(0)
-    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
-
-    def step(opt, net):
-        with opt.sampling():
-            loss = F.cross_entropy(net(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    net = _mlp()
-    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
-    step(opt, net)
-    first = next(m for m in net.modules() if isinstance(m, bbb.nn.BayesModule))
-    first.weight_mu.requires_grad_(False)
-    before = first.weight_mu.detach().clone()
-    frozen = r"IVON.step: 1 parameter\(s\) frozen \(requires_grad=False\) after IVON was built"
-    with pytest.raises(UserError, match=frozen) as e:
-        step(opt, net)
-    assert "\n" not in str(e.value) and torch.equal(first.weight_mu, before)
-    net = _mlp()
-    first = next(m for m in net.modules() if isinstance(m, bbb.nn.BayesModule))
-    first.requires_grad_(False)
-    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
-    first.requires_grad_(True)
-    with pytest.raises(UserError, match=r"parameter\(s\) unfrozen .*after IVON was built .*which it does not train"):
-        step(opt, net)
-
-
-def test_a_checkpoint_of_the_per_tensor_ivon_loads_and_continues():
-    """tests/core/ivon_state_before_flat.json was written by bbb.IVON before the flat buffers (git
-    2dda3a1; the numbers of its tensors, float32, as lists): a BayesMLP(3, [5], 2) after 3 steps (lr
-    0.05, ess 16, hess_init 0.5, seed 3) on 16 rows, its model state and its optimiser state (one
-    standalone tensor per parameter: momentum, hess, step; the generator's state left out), then 3
-    more steps with the noise of ``normal`` from ``torch.Generator().manual_seed(11)`` and the
-    model and h after them. Loaded into today's IVON (built with other weights and seed), the same
-    3 steps give the same numbers; the loaded momentum and h are views of the buffers they update."""
-    saved = json.loads(Path(__file__).with_name("ivon_state_before_flat.json").read_text())
-    torch.manual_seed(1)
-    net = bbb.BayesMLP(3, [5], 2)
-    opt = IVON(net, lr=0.05, ess=16, hess_init=0.5, seed=99)
-    params = opt.param_groups[0]["params"]
-    shapes = {k: v.shape for k, v in net.state_dict().items()}
-
-    def tensors(d: dict) -> dict:
-        return {k: torch.tensor(v).reshape(shapes[k]) for k, v in d.items()}
-    state = {int(i): {"step": st["step"], **{k: torch.tensor(st[k]).reshape(p.shape) for k in ("momentum", "hess")}}
-             for (i, st), p in zip(saved["opt_state"].items(), params)}
-    net.load_state_dict(tensors(saved["model"]))
-    opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
-    assert [opt.state[p]["step"] for p in params] == [3] * 4
-    for key in ("momentum", "hess"):
-        assert len({opt.state[p][key].untyped_storage().data_ptr() for p in params}) == 1
-        for p, st in zip(params, state.values()):
-            assert torch.equal(opt.state[p][key], st[key])
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(16, 3, generator=g)
-    noise = torch.Generator().manual_seed(11)
-    opt.normal = lambda shape, like: torch.randn(shape, generator=noise, dtype=like.dtype)  # type: ignore[method-assign]
-    _train(net, opt, 3, x, (x[:, 0] > 0).long())
-    for (k, got), want in zip(net.state_dict().items(), tensors(saved["after"]).values()):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8, msg=k)
-    for p, want in zip(params, saved["after_hess"]):
-        torch.testing.assert_close(opt.state[p]["hess"], torch.tensor(want).reshape(p.shape), rtol=1e-6, atol=1e-8)
-
-
-def test_weights_of_two_dtypes_step_in_one_pass_each(monkeypatch):
-    """A float32 layer and a float64 one: two flat buffers, one update of each a step."""
-    calls = _counting(monkeypatch)
-
-    class Mixed(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b = bbb.BayesLinear(4, 8), bbb.BayesLinear(8, 3).double()
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(torch.relu(self.a(x)).double())
-
-    torch.manual_seed(0)
-    net = Mixed()
-    x, y = _data(16)
-    opt = IVON(net, lr=0.1, ess=16, seed=0, compile=False)
-    before = [p.detach().clone() for p in opt.param_groups[0]["params"]]
-    _train(net, opt, 2, x, y)
-    assert calls == {"flat": 4, "each": 0}
-    assert net.b.weight_mu.dtype == torch.float64 and opt.state[net.b.weight_mu]["hess"].dtype == torch.float64
-    assert all(not torch.equal(p, b) for p, b in zip(opt.param_groups[0]["params"], before))
-
-
-def test_the_noise_is_counter_based_the_same_compiled_eager_and_on_any_thread_count():
-    """Draw c of the flat noise is bbb.random.normal(n, seed, c): compiled or eager, on 1 or 2
-    threads, the same numbers (to the Box-Muller's float rounding compiled); the state holds the
-    seed and the counter, not a generator."""
-    torch.manual_seed(0)
-    draws = {}
-    threads = torch.get_num_threads()
-    try:
-        for compiled, nthreads in ((False, 1), (False, 2), (True, 2)):
-            torch.set_num_threads(nthreads)
-            net = bbb.BayesMLP(3, [5], 2)
-            opt = IVON(net, lr=0.1, ess=8, seed=7, compile=compiled)
-            x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
-            got = []
-            for _ in range(2):
-                with opt.sampling(), bbb.nn.SampleRecorder() as rec:
-                    loss = F.cross_entropy(net(x), y)
-                got.append(torch.cat([rec.get(m, n).eps.reshape(-1) for m in bbb.nn.bayes_modules(net)
-                                      for n in m.param_names()]))
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            draws[(compiled, nthreads)] = got
-            assert opt.state_dict()["noise"] == {"seed": 7, "counter": 2} and "generator" not in opt.state_dict()
-    finally:
-        torch.set_num_threads(threads)
-    want = [bbb.random.normal(32, 7, c) for c in (0, 1)]
-    for (compiled, _), got in draws.items():
-        for g, w in zip(got, want):
-            if compiled:
-                torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
-            else:
-                assert torch.equal(g, w)
-
-
-def test_a_state_saved_with_a_torch_generator_loads_and_says_the_noise_changes():
-    """An IVON state of the bbb before the counter-based noise held the torch generator's state: it
-    loads (the momentum, h and steps), and a warning says the noise goes on from another stream."""
-    torch.manual_seed(0)
-    net = bbb.BayesMLP(3, [5], 2)
-    opt = IVON(net, lr=0.1, ess=8, seed=3, compile=False)
-    _train(net, opt, 2, torch.randn(8, 3), torch.randint(0, 2, (8,)))
-    old = opt.state_dict()
-    del old["noise"]
-    old["generator"] = torch.Generator().get_state()
-    other = IVON(bbb.BayesMLP(3, [5], 2), lr=0.1, ess=8, seed=4, compile=False)
-    with pytest.warns(UserWarning, match="counter-based noise"):
-        other.load_state_dict(old)
-    assert other.seed == 4 and all(st["step"] == 2 for st in other.state.values())
-
-
-def test_a_draw_of_its_own_is_the_next_counter_based_draw():
-    """A weight drawn k at a time (or used twice) takes its noise from the next counter value."""
-    net = bbb.BayesMLP(3, [5], 2)
-    opt = IVON(net, lr=0.1, ess=8, seed=11, compile=False)
-    like = net.layers[0].weight_mu
-    a, b = opt.normal((4, 5, 3), like), opt.normal((2,), like)
-    assert torch.equal(a, bbb.random.normal(60, 11, 0).view(4, 5, 3)) and torch.equal(b, bbb.random.normal(2, 11, 1))
-    assert opt.counter == 2
-
-
-@pytest.mark.release_independent
-def test_ess_or_weight_decay_edited_in_param_groups_sets_the_next_steps_sigma():
-    x, y = _data()
-    net = _mlp()
-    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
-    _train(net, opt, 2, x, y)
-    opt.param_groups[0].update(ess=6400.0, weight_decay=1e-2)  # as a scheduler of ess would
-    with opt.sampling():
-        loss = F.cross_entropy(net(x), y)
-    f = opt._flats[0]
-    want = torch.rsqrt(6400.0 * (f.hess + 1e-2))  # sigma = 1 / sqrt(ess (h + weight_decay)), the new values
-    torch.testing.assert_close(f.w, f.mu + want * f.eps)  # the sample this step's update reads
-    layer = next(bbb.nn.model.bayes_modules(net))
-    torch.testing.assert_close(F.softplus(layer.weight_rho).detach().reshape(-1),
-                               want[: layer.weight_rho.numel()])
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-
-
-@pytest.mark.release_independent
-@pytest.mark.parametrize("name,value", [("ess", 0.0), ("weight_decay", -1.0), ("beta2", 1.0), ("lr", -0.1)])
-def test_a_hyperparameter_edited_out_of_range_is_a_one_line_error_not_nans(name, value):
-    x, y = _data()
-    net = _mlp()
-    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
-    _train(net, opt, 1, x, y)
-    opt.param_groups[0][name] = value
-    with pytest.raises(UserError, match=rf"^IVON: param_groups\[0\]'s {name} must be"):
-        _train(net, opt, 1, x, y)
-
-
-@pytest.mark.release_independent
-def test_a_scheduler_may_set_lr_to_zero_m_stays_h_moves():
-    x, y = _data()
-    net = _mlp()
-    opt = IVON(net, lr=0.1, ess=64, seed=0, compile=False)
-    torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.0)
-    mus = [p.detach().clone() for p in opt.param_groups[0]["params"]]
-    hess = [opt.state[p]["hess"].clone() for p in opt.param_groups[0]["params"]]
-    _train(net, opt, 1, x, y)
-    assert all(torch.equal(a, p) for a, p in zip(mus, opt.param_groups[0]["params"]))
-    assert not all(torch.equal(h, opt.state[p]["hess"]) for h, p in zip(hess, opt.param_groups[0]["params"]))

@@ -95,7 +95,8 @@ TORCH_VENV = .venv-torch-$(patsubst torch==%,%,$(TORCH))
 TORCH_LANE = -m "not slow and not release_independent"
 TORCH_TESTS ?= $(TORCH_LANE) tests/core tests/runs
 TORCH_TESTS_MODELS = $(TORCH_LANE) tests/core/nn tests/core/test_torch_versions.py tests/core/test_model_zoo.py \
-	tests/core/test_convert.py tests/core/test_convert_messages.py tests/core/test_layer_summary.py tests/core/test_hf_conversion.py tests/core/test_hf_models.py tests/core/test_lora.py \
+	tests/core/test_convert.py tests/core/test_convert_messages.py tests/core/test_layer_summary.py \
+	tests/core/test_hf_conversion.py tests/core/test_hf_models.py tests/core/test_lora.py \
 	tests/core/test_lora_models.py tests/core/test_engine.py tests/core/test_elbo.py tests/core/test_distributions.py \
 	tests/core/test_random.py tests/core/test_finetune_init.py tests/core/test_compile_switch.py
 .PHONY: test-torch

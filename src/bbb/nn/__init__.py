@@ -19,7 +19,8 @@ hands the noise and weights it drew to the recorder, so the Monte Carlo KL uses 
 weights of the forward pass. The recorder is an object owned by the caller, not module state.
 
 The package: :mod:`bbb.nn.samples` (sampling mode, recorder, providers, shared and folded
-samples), :mod:`bbb.nn.base` (:class:`BayesModule`, the :class:`~bbb.nn.base.Estimator` enum,
+samples), :mod:`bbb.nn.inputs` (a model's inputs and outputs: which tensors hold the batch),
+:mod:`bbb.nn.base` (:class:`BayesModule`, the :class:`~bbb.nn.base.Estimator` enum,
 defaults), :mod:`bbb.nn.layers` (linear), :mod:`bbb.nn.conv` (convolutions),
 :mod:`bbb.nn.recurrent` (RNN, LSTM, GRU), :mod:`bbb.nn.attention` (multi-head attention),
 :mod:`bbb.nn.embedding`, :mod:`bbb.nn.hf_conv1d` (transformers' ``Conv1D``), :mod:`bbb.nn.tied`

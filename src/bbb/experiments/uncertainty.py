@@ -111,15 +111,17 @@ def ood_scores(probs: Tensor) -> dict[str, Tensor | None]:
 
 
 def ood_report(probs_in: Tensor, probs_out: Tensor) -> dict[str, Any]:
-    """AUROC and AUPR (OOD = positive class) of every score; ``None`` where a score is undefined."""
+    """AUROC and AUPR (OOD = positive class) of every score; ``None`` where a score is undefined.
+    Each entry names its ``score`` (:data:`SCORE_LABELS`: ``max_prob``'s is 1 - max probability),
+    which ``mean_in`` and ``mean_out``, its mean on either set, are of."""
     s_in, s_out = ood_scores(probs_in), ood_scores(probs_out)
     report: dict[str, Any] = {}
     for name in SCORES:
         a, b = s_in[name], s_out[name]
         if a is None or b is None:
-            report[name] = {"auroc": None, "aupr": None}
+            report[name] = {"score": SCORE_LABELS[name], "auroc": None, "aupr": None}
         else:
-            report[name] = {"auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
+            report[name] = {"score": SCORE_LABELS[name], "auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
                             "mean_in": float(a.mean()), "mean_out": float(b.mean())}
     return report
 

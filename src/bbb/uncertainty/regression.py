@@ -32,6 +32,13 @@ def _work_dtype(t: Tensor) -> torch.dtype:
     return torch.float32 if t.device.type == "mps" else torch.float64  # (MPS has no float64)
 
 
+def _per_component(s: Tensor, k: int, dims: int = 2) -> Tensor:
+    """Standard deviations ``s`` as they meet means (k, B, ...) of ``dims`` dimensions: a (k,) tensor
+    is one per sampled network, a (k, 1, ...) column (also when k == B); any other shape broadcasts
+    as it is."""
+    return s.reshape(k, *[1] * (dims - 1)) if s.dim() == 1 and s.shape[0] == k else s
+
+
 def _mixture(fn: str, means: Tensor, sigmas: Tensor | float, target: Tensor | None = None
              ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Checked (means (k, B), sigmas expanded to (k, B), target (B,) or None), in float64."""
@@ -49,8 +56,7 @@ def _mixture(fn: str, means: Tensor, sigmas: Tensor | float, target: Tensor | No
     except (TypeError, ValueError, RuntimeError):
         raise UserError(f"{fn}: sigmas must be a number or a tensor of standard deviations, got "
                         f"{type(sigmas).__name__}") from None
-    if s.dim() == 1 and s.shape[0] == k:
-        s = s[:, None]  # one sd per component
+    s = _per_component(s, k)
     try:
         s = s.expand(k, b)
     except RuntimeError:
@@ -330,9 +336,11 @@ def regression_metrics(
 def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = None) -> dict[str, Tensor]:
     """Split the predictive variance of k sampled regressors into epistemic and aleatoric parts.
 
-    ``means`` (k, B): each network's mean prediction; ``noise_sigma`` scalar or (k, B): each
-    network's noise standard deviation. Returns mean, epistemic variance Var_w[mean],
-    aleatoric variance E_w[sigma^2] and the total (their sum, the law of total variance).
+    ``means`` (k, B): each network's mean prediction; ``noise_sigma``: each network's noise
+    standard deviation, a number, a (k,) tensor (one per network, also when k == B, as
+    :func:`gaussian_mixture_log_prob` reads it), (k, B) or a shape that broadcasts to (k, B).
+    Returns mean, epistemic variance Var_w[mean], aleatoric variance E_w[sigma^2] and the total
+    (their sum, the law of total variance).
     """
     if means.dim() < 2:
         raise UserError("means must have a leading sample dimension (k, B)")
@@ -342,14 +350,15 @@ def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = N
     if noise_sigma is None:
         aleatoric = torch.zeros_like(epistemic)
     else:
-        s = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        given = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        s = _per_component(given, means.shape[0], means.dim())
         try:
             fits = torch.broadcast_shapes(s.shape, means.shape) == means.shape
         except RuntimeError:
             fits = False
         if not fits:
-            raise UserError(f"noise_sigma must be a scalar or shaped like means {tuple(means.shape)}, "
-                            f"got {tuple(s.shape)}")
+            raise UserError(f"noise_sigma must be a scalar, one per sampled network ({means.shape[0]},) or shaped "
+                            f"like means {tuple(means.shape)}, got {tuple(given.shape)}")
         aleatoric = (s * s).expand_as(means).mean(0) if s.dim() else (s * s).expand_as(epistemic)
     return {"mean": means.mean(0), "epistemic": epistemic, "aleatoric": aleatoric,
             "total": epistemic + aleatoric, "std": torch.sqrt(epistemic + aleatoric)}

@@ -82,9 +82,12 @@ def predictive_entropy(logits: Tensor) -> Tensor:
 
 
 def expected_entropy(logits: Tensor) -> Tensor:
-    """Mean over samples of each network's entropy (aleatoric part)."""
+    """Mean over samples of each network's entropy in nats (aleatoric part): (k, B, C) -> (B,), in
+    the logits' dtype, float32 for float16 / bfloat16 logits, as :func:`predictive_entropy` (the
+    entropy of half-precision log-probabilities is off in the third digit, as large as a typical
+    mutual information, the difference of the two)."""
     _check_logits(logits, "expected_entropy")
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
     p = logp.exp()
     return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).mean(0)  # 0 log 0 = 0
 

@@ -70,9 +70,12 @@ def predictive_probs(logits: Tensor) -> Tensor:
 
 
 def entropy(probs: Tensor) -> Tensor:
-    """Entropy in nats along the last dim (0 log 0 = 0)."""
+    """Entropy in nats along the last dim (0 log 0 = 0), in the probabilities' dtype, float32 for
+    float16 / bfloat16 ones (their sum over the classes rounded to half precision is off in the
+    second digit; the entropy is of the values given, as the other metrics here)."""
     _check_probs(probs, "entropy")
-    return -torch.special.xlogy(probs, probs).sum(-1)
+    p = probs.to(torch.promote_types(probs.dtype, torch.float32))
+    return -torch.special.xlogy(p, p).sum(-1)
 
 
 def predictive_entropy(logits: Tensor) -> Tensor:

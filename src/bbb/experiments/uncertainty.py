@@ -92,20 +92,16 @@ def _chunk_probs(model: nn.Module, xc: Tensor, method: str, samples: int) -> Ten
     return torch.softmax(logits.float(), -1)
 
 
-def _entropy_of(p: Tensor) -> Tensor:
-    return -torch.special.xlogy(p, p).sum(-1)
-
-
 def ood_scores(probs: Tensor) -> dict[str, Tensor | None]:
     """Per-example uncertainty scores (higher = more likely OOD) from (k, B, C) probabilities: the
     predictive entropy, the mutual information (None for k = 1) and 1 - max probability, computed
     as the sum of the other classes' probabilities (``1.0 - max`` is 0 for every max that rounds
     to 1.0, so the confident inputs of both sets would tie)."""
     mean = probs.mean(0)
-    pred_h = _entropy_of(mean)
+    pred_h = U.entropy(mean)
     mi = None
     if probs.shape[0] > 1:
-        mi = (pred_h - _entropy_of(probs).mean(0)).clamp_min(0.0)
+        mi = (pred_h - U.entropy(probs).mean(0)).clamp_min(0.0)
     rest = mean.scatter(-1, mean.argmax(-1, keepdim=True), 0.0).sum(-1)  # = 1 - max, without cancelling
     return {"entropy": pred_h, "mutual_information": mi, "max_prob": rest}
 

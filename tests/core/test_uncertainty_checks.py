@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,6 +108,15 @@ def test_auroc_aupr_reject_nan_scores():
     for fn in (U.auroc, U.aupr):
         with pytest.raises(ValueError, match="finite"):
             fn(torch.tensor([0.1, float("nan")]), torch.tensor([0.5]))
+
+
+def test_auroc_aupr_refuse_scores_that_are_not_numbers_in_one_line():
+    """Text scores were torch's TypeError, where the selective functions give a UserError."""
+    from bbb.errors import UserError
+
+    for fn in (U.auroc, U.aupr):
+        with pytest.raises(UserError, match="numeric"):
+            fn(np.array(["low", "high"]), [0.5])
 
 
 def test_regression_uncertainty_checks():

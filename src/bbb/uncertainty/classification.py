@@ -196,8 +196,11 @@ def error_rate(probs: Tensor, labels: Tensor) -> float:
 
 
 def _scores(negative: Tensor, positive: Tensor, fn: str) -> tuple[Tensor, Tensor]:
-    neg = torch.as_tensor(negative).detach().flatten().double().cpu()
-    pos = torch.as_tensor(positive).detach().flatten().double().cpu()
+    try:
+        neg = torch.as_tensor(negative).detach().flatten().double().cpu()
+        pos = torch.as_tensor(positive).detach().flatten().double().cpu()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise UserError(f"{fn}: the scores must be numeric arrays or tensors ({exc})") from None
     if neg.numel() == 0 or pos.numel() == 0:
         raise UserError(f"{fn} needs at least one score in each group")
     if not bool(torch.isfinite(neg).all() and torch.isfinite(pos).all()):

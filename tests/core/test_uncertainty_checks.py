@@ -139,3 +139,12 @@ def test_labels_of_any_integer_dtype_give_the_int64_labels_result(metric, dtype)
             assert torch.equal(want[k], got[k])
     else:
         assert got == want
+
+
+def test_coverage_gap_refuses_what_is_not_numbers_in_one_line():
+    """Text or a bare number raised a ValueError or TypeError with a traceback."""
+    from bbb.errors import UserError
+
+    for levels, coverage in ((["a"], [0.1]), ([0.5], None), (0.5, [0.4])):
+        with pytest.raises(UserError, match="sequences of numbers"):
+            U.coverage_gap(levels, coverage)

@@ -247,7 +247,11 @@ def coverage_gap(levels: Iterable[float], coverage: Iterable[float]) -> dict[str
         >>> coverage_gap([0.5, 0.9, 0.95], [0.44, 0.81, 0.87])
         {'error': 0.0766..., 'bias': -0.0766...}
     """
-    lv, cov = [float(v) for v in levels], [float(c) for c in coverage]
+    try:
+        lv, cov = [float(v) for v in levels], [float(c) for c in coverage]
+    except (TypeError, ValueError):
+        raise UserError(f"coverage_gap: levels and coverage must be sequences of numbers, one coverage per level, "
+                        f"got {levels!r:.80} and {coverage!r:.80}") from None
     if not lv or len(lv) != len(cov):
         raise UserError(f"coverage_gap: one coverage per level is needed, got {len(lv)} level(s) and {len(cov)} "
                         "coverage(s)")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bbb import uncertainty as U
+from bbb.errors import UserError
 
 METRICS = [U.expected_calibration_error, U.negative_log_likelihood, U.brier_score, U.error_rate,
            U.reliability_bins]
@@ -112,8 +113,6 @@ def test_auroc_aupr_reject_nan_scores():
 
 def test_auroc_aupr_refuse_scores_that_are_not_numbers_in_one_line():
     """Text scores were torch's TypeError, where the selective functions give a UserError."""
-    from bbb.errors import UserError
-
     for fn in (U.auroc, U.aupr):
         with pytest.raises(UserError, match="numeric"):
             fn(np.array(["low", "high"]), [0.5])
@@ -127,6 +126,11 @@ def test_regression_uncertainty_checks():
     with pytest.raises(ValueError, match="noise_sigma"):
         U.regression_uncertainty(torch.zeros(3, 5), torch.ones(2, 3, 5))
     assert U.regression_uncertainty(torch.zeros(3, 5), torch.ones(5))["aleatoric"].shape == (5,)
+    # a numpy array, integer means or text noise: one line each, not torch's traceback
+    for means, sigma in ((np.zeros((3, 5)), None), (torch.zeros(3, 5, dtype=torch.long), None),
+                         (torch.zeros(3, 5), "wide")):
+        with pytest.raises(UserError, match="regression_uncertainty"):
+            U.regression_uncertainty(means, sigma)
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -143,8 +147,6 @@ def test_labels_of_any_integer_dtype_give_the_int64_labels_result(metric, dtype)
 
 def test_coverage_gap_refuses_what_is_not_numbers_in_one_line():
     """Text or a bare number raised a ValueError or TypeError with a traceback."""
-    from bbb.errors import UserError
-
     for levels, coverage in ((["a"], [0.1]), ([0.5], None), (0.5, [0.4])):
         with pytest.raises(UserError, match="sequences of numbers"):
             U.coverage_gap(levels, coverage)

@@ -346,6 +346,9 @@ def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = N
     Returns mean, epistemic variance Var_w[mean], aleatoric variance E_w[sigma^2] and the total
     (their sum, the law of total variance).
     """
+    if not isinstance(means, Tensor) or not means.is_floating_point():
+        got = means.dtype if isinstance(means, Tensor) else type(means).__name__
+        raise UserError(f"regression_uncertainty: means must be a floating-point tensor (k, B), got {got}")
     if means.dim() < 2:
         raise UserError("means must have a leading sample dimension (k, B)")
     if means.shape[0] == 0:
@@ -354,7 +357,11 @@ def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = N
     if noise_sigma is None:
         aleatoric = torch.zeros_like(epistemic)
     else:
-        given = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        try:
+            given = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise UserError(f"regression_uncertainty: noise_sigma must be a number or a tensor of standard deviations, "
+                            f"got {type(noise_sigma).__name__}") from None
         s = _per_component(given, means.shape[0], means.dim())
         try:
             fits = torch.broadcast_shapes(s.shape, means.shape) == means.shape

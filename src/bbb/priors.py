@@ -227,7 +227,12 @@ class ScaleMixturePrior(Prior):
             return a, (2.0 * h1) * w
         b = c2 + h2 * w2
         diff = a - b
-        e = torch.exp(-torch.abs(diff).clamp_(max=_MAX_GAP))  # in [e^-80, 1]
+        gap = torch.abs(diff)
+        # beyond the cap the smaller component's share is exactly 0, not exp(-cap): that floor times
+        # (h2 - h1), which grows as 1 / sigma2^2, outweighed h1 in the gradient of a very narrow spike
+        # (the density is the same either way)
+        far = gap >= _MAX_GAP
+        e = gap.clamp_(max=_MAX_GAP).neg_().exp_().masked_fill_(far, 0.0)  # in [0, 1], never denormal
         e1 = e + 1.0
         lp = torch.maximum(a, b).add_(torch.log(e1))
         # d/dw = 2 w (h1 r1 + h2 r2) = 2 w (h1 + (h2 - h1) r2), with r2 = sigmoid(b - a) the

@@ -38,6 +38,20 @@ def test_log_prob_and_grad_matches_autograd(prior):
 
 
 
+@pytest.mark.parametrize("neg_log_sigma2", [20, 36, 40])
+def test_mixture_gradient_of_a_very_narrow_spike_is_the_wide_components(neg_log_sigma2):
+    """Away from the spike the gradient is the wide component's, -w / sigma1^2. The responsibility of
+    the spike was floored at exp(-cap) and multiplied by 1 / sigma2^2: the written-out gradient, the
+    one the engine fuses, was twice the true one at a narrow enough spike (autograd's was right)."""
+    prior = ScaleMixturePrior(0.25, 1.0, math.exp(-neg_log_sigma2))
+    w = torch.tensor([0.5, 1.0, 3.0, -2.0], dtype=torch.float64)
+    lp, g = prior.log_prob_and_grad(w)
+    torch.testing.assert_close(g, -w, rtol=1e-12, atol=0)
+    torch.testing.assert_close(lp, prior.log_prob(w))
+    _, g32 = prior.log_prob_and_grad(w.float())
+    torch.testing.assert_close(g32, -w.float())
+
+
 def test_float32_mixture_gradient_keeps_relative_precision():
     """Where the wide component dominates (r1 = 1 in float32), d log p / dw = 2 h1 w to float32
     precision: no cancellation between terms of size |h2| ~ 4e6 (sigma2 = e^-8). Written as

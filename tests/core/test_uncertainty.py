@@ -172,6 +172,22 @@ def test_regression_uncertainty_law_of_total_variance():
     torch.testing.assert_close(r2["aleatoric"], torch.tensor([5.0, 1.0]))
 
 
+def test_regression_uncertainty_reads_one_sigma_per_network_as_the_mixture_does():
+    """A (k,) noise_sigma with k == B was read as one sd per example (broadcast along B), while
+    regression_metrics and gaussian_mixture_log_prob read it as one per sampled network: the two
+    disagreed on the same predictive; and with k != B it was refused."""
+    means = torch.zeros(3, 3, dtype=torch.float64)
+    sig = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    want = float(torch.sqrt((sig**2).mean()))
+    r = U.regression_uncertainty(means, sig)
+    torch.testing.assert_close(r["std"], torch.full((3,), want, dtype=torch.float64))
+    assert U.regression_metrics(means, sig, torch.zeros(3, dtype=torch.float64))["mean_sd"] == pytest.approx(want)
+    wide = U.regression_uncertainty(torch.zeros(3, 5, dtype=torch.float64), sig)
+    torch.testing.assert_close(wide["std"], torch.full((5,), want, dtype=torch.float64))
+    deep = U.regression_uncertainty(torch.zeros(3, 4, 2, dtype=torch.float64), sig)
+    torch.testing.assert_close(deep["aleatoric"], torch.full((4, 2), want**2, dtype=torch.float64))
+
+
 def test_predict_chunks_each_batch_of_a_dataloader_by_batch_size():
     # batch_size was ignored for a DataLoader: its batches of 8 ran whole, the memory bound not kept
     net = BayesMLP(4, [6], 3, rho_init=-1.0)

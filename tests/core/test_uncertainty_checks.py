@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from bbb import uncertainty as U
+from bbb.errors import UserError
 
 METRICS = [U.expected_calibration_error, U.negative_log_likelihood, U.brier_score, U.error_rate,
            U.reliability_bins]
@@ -109,6 +111,13 @@ def test_auroc_aupr_reject_nan_scores():
             fn(torch.tensor([0.1, float("nan")]), torch.tensor([0.5]))
 
 
+def test_auroc_aupr_refuse_scores_that_are_not_numbers_in_one_line():
+    """Text scores were torch's TypeError, where the selective functions give a UserError."""
+    for fn in (U.auroc, U.aupr):
+        with pytest.raises(UserError, match="numeric"):
+            fn(np.array(["low", "high"]), [0.5])
+
+
 def test_regression_uncertainty_checks():
     with pytest.raises(ValueError, match="no samples"):
         U.regression_uncertainty(torch.zeros(0, 5))
@@ -117,6 +126,11 @@ def test_regression_uncertainty_checks():
     with pytest.raises(ValueError, match="noise_sigma"):
         U.regression_uncertainty(torch.zeros(3, 5), torch.ones(2, 3, 5))
     assert U.regression_uncertainty(torch.zeros(3, 5), torch.ones(5))["aleatoric"].shape == (5,)
+    # a numpy array, integer means or text noise: one line each, not torch's traceback
+    for means, sigma in ((np.zeros((3, 5)), None), (torch.zeros(3, 5, dtype=torch.long), None),
+                         (torch.zeros(3, 5), "wide")):
+        with pytest.raises(UserError, match="regression_uncertainty"):
+            U.regression_uncertainty(means, sigma)
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -129,3 +143,10 @@ def test_labels_of_any_integer_dtype_give_the_int64_labels_result(metric, dtype)
             assert torch.equal(want[k], got[k])
     else:
         assert got == want
+
+
+def test_coverage_gap_refuses_what_is_not_numbers_in_one_line():
+    """Text or a bare number raised a ValueError or TypeError with a traceback."""
+    for levels, coverage in ((["a"], [0.1]), ([0.5], None), (0.5, [0.4])):
+        with pytest.raises(UserError, match="sequences of numbers"):
+            U.coverage_gap(levels, coverage)

@@ -260,7 +260,8 @@ def print_eval(r: dict[str, Any], saved: bool = True) -> None:
         rows = [["test RMSE", f"{r['test_rmse']:.4g}", f"{r['test_rmse_mc']:.4g}"],
                 ["log-likelihood", "", f"{r['log_likelihood']:.4f}"],
                 ["95% interval coverage", "", pct_text(r["coverage_95"])],
-                ["intervals' mean gap to their level (5-99%)", "", pct_text(r["calibration_error"])],
+                ["intervals' mean gap to their level (5-99%)", "",
+                 "-" if r["calibration_error"] is None else f"{100 * r['calibration_error']:.2f} points"],
                 ["RMSE of the 90% most certain", "", f"{r['rmse_at_90_coverage']:.4g}"]]
         print(text_table(rows, [f"{r['run']} ({r['checkpoint']}.pt, epoch {r['epoch']})", mean, avg]), flush=True)
         if saved:

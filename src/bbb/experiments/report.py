@@ -399,7 +399,8 @@ def _ood(r: RunFiles) -> str:
     if not r.ood:
         return img
     scores = r.ood.get("scores") or {}
-    rows = [[E(k), _num((v or {}).get("auroc")), _num((v or {}).get("aupr"))] for k, v in scores.items()]
+    rows = [[E(str((v or {}).get("score", k))), _num((v or {}).get("auroc")), _num((v or {}).get("aupr"))]
+            for k, v in scores.items()]  # (the score's name: ood.json of an older bbb has none)
     which = f", the {r.ood['checkpoint']} checkpoint" if r.ood.get("checkpoint") in ("best", "last") else ""
     return (f"<p>{E(str(r.ood.get('dataset')))} (in) vs {E(str(r.ood.get('ood')))} (out), "
             f"k={E(str(r.ood.get('samples')))}{E(which)}</p>" + _table(["score", "AUROC", "AUPR"], rows) + img)

@@ -92,34 +92,32 @@ def _chunk_probs(model: nn.Module, xc: Tensor, method: str, samples: int) -> Ten
     return torch.softmax(logits.float(), -1)
 
 
-def _entropy_of(p: Tensor) -> Tensor:
-    return -torch.special.xlogy(p, p).sum(-1)
-
-
 def ood_scores(probs: Tensor) -> dict[str, Tensor | None]:
     """Per-example uncertainty scores (higher = more likely OOD) from (k, B, C) probabilities: the
     predictive entropy, the mutual information (None for k = 1) and 1 - max probability, computed
     as the sum of the other classes' probabilities (``1.0 - max`` is 0 for every max that rounds
     to 1.0, so the confident inputs of both sets would tie)."""
     mean = probs.mean(0)
-    pred_h = _entropy_of(mean)
+    pred_h = U.entropy(mean)
     mi = None
     if probs.shape[0] > 1:
-        mi = (pred_h - _entropy_of(probs).mean(0)).clamp_min(0.0)
+        mi = (pred_h - U.entropy(probs).mean(0)).clamp_min(0.0)
     rest = mean.scatter(-1, mean.argmax(-1, keepdim=True), 0.0).sum(-1)  # = 1 - max, without cancelling
     return {"entropy": pred_h, "mutual_information": mi, "max_prob": rest}
 
 
 def ood_report(probs_in: Tensor, probs_out: Tensor) -> dict[str, Any]:
-    """AUROC and AUPR (OOD = positive class) of every score; ``None`` where a score is undefined."""
+    """AUROC and AUPR (OOD = positive class) of every score; ``None`` where a score is undefined.
+    Each entry names its ``score`` (:data:`SCORE_LABELS`: ``max_prob``'s is 1 - max probability),
+    which ``mean_in`` and ``mean_out``, its mean on either set, are of."""
     s_in, s_out = ood_scores(probs_in), ood_scores(probs_out)
     report: dict[str, Any] = {}
     for name in SCORES:
         a, b = s_in[name], s_out[name]
         if a is None or b is None:
-            report[name] = {"auroc": None, "aupr": None}
+            report[name] = {"score": SCORE_LABELS[name], "auroc": None, "aupr": None}
         else:
-            report[name] = {"auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
+            report[name] = {"score": SCORE_LABELS[name], "auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
                             "mean_in": float(a.mean()), "mean_out": float(b.mean())}
     return report
 

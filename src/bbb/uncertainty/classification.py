@@ -70,9 +70,12 @@ def predictive_probs(logits: Tensor) -> Tensor:
 
 
 def entropy(probs: Tensor) -> Tensor:
-    """Entropy in nats along the last dim (0 log 0 = 0)."""
+    """Entropy in nats along the last dim (0 log 0 = 0), in the probabilities' dtype, float32 for
+    float16 / bfloat16 ones (their sum over the classes rounded to half precision is off in the
+    second digit; the entropy is of the values given, as the other metrics here)."""
     _check_probs(probs, "entropy")
-    return -torch.special.xlogy(probs, probs).sum(-1)
+    p = probs.to(torch.promote_types(probs.dtype, torch.float32))
+    return -torch.special.xlogy(p, p).sum(-1)
 
 
 def predictive_entropy(logits: Tensor) -> Tensor:
@@ -82,9 +85,12 @@ def predictive_entropy(logits: Tensor) -> Tensor:
 
 
 def expected_entropy(logits: Tensor) -> Tensor:
-    """Mean over samples of each network's entropy (aleatoric part)."""
+    """Mean over samples of each network's entropy in nats (aleatoric part): (k, B, C) -> (B,), in
+    the logits' dtype, float32 for float16 / bfloat16 logits, as :func:`predictive_entropy` (the
+    entropy of half-precision log-probabilities is off in the third digit, as large as a typical
+    mutual information, the difference of the two)."""
     _check_logits(logits, "expected_entropy")
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
     p = logp.exp()
     return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).mean(0)  # 0 log 0 = 0
 
@@ -190,8 +196,11 @@ def error_rate(probs: Tensor, labels: Tensor) -> float:
 
 
 def _scores(negative: Tensor, positive: Tensor, fn: str) -> tuple[Tensor, Tensor]:
-    neg = torch.as_tensor(negative).detach().flatten().double().cpu()
-    pos = torch.as_tensor(positive).detach().flatten().double().cpu()
+    try:
+        neg = torch.as_tensor(negative).detach().flatten().double().cpu()
+        pos = torch.as_tensor(positive).detach().flatten().double().cpu()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise UserError(f"{fn}: the scores must be numeric arrays or tensors ({exc})") from None
     if neg.numel() == 0 or pos.numel() == 0:
         raise UserError(f"{fn} needs at least one score in each group")
     if not bool(torch.isfinite(neg).all() and torch.isfinite(pos).all()):

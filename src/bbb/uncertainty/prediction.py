@@ -139,8 +139,13 @@ def predict(
     The k networks run batched (the samples folded into the batch dimension, so any network
     works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking each batch
     (every tensor with the batch dimension is split), and every chunk or batch sees the same k
-    networks (weights drawn once, :func:`bbb.nn.shared_samples`). ``return_targets=True``
-    (DataLoader only) also returns the concatenated targets: ``(outputs, targets)``.
+    networks (weights drawn once, :func:`bbb.nn.shared_samples`). That holds for ``reparam``
+    layers (the default estimator): ``local`` layers sample each example's pre-activations on
+    their own and ``flipout`` layers flip the noise's signs per example, so there sample j is an
+    exact draw for each input alone (its uncertainty, MI and votes are right) but not one network
+    across the inputs (a curve drawn through sample j's outputs is not a sampled function).
+    ``return_targets=True`` (DataLoader only) also returns the concatenated targets:
+    ``(outputs, targets)``.
 
     ``generator``: a ``torch.Generator`` (on the model's device type) or an int seed. When given,
     all weight noise (reparameterisation, local reparameterisation and Flipout draws) comes from it,

@@ -32,6 +32,13 @@ def _work_dtype(t: Tensor) -> torch.dtype:
     return torch.float32 if t.device.type == "mps" else torch.float64  # (MPS has no float64)
 
 
+def _per_component(s: Tensor, k: int, dims: int = 2) -> Tensor:
+    """Standard deviations ``s`` as they meet means (k, B, ...) of ``dims`` dimensions: a (k,) tensor
+    is one per sampled network, a (k, 1, ...) column (also when k == B); any other shape broadcasts
+    as it is."""
+    return s.reshape(k, *[1] * (dims - 1)) if s.dim() == 1 and s.shape[0] == k else s
+
+
 def _mixture(fn: str, means: Tensor, sigmas: Tensor | float, target: Tensor | None = None
              ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Checked (means (k, B), sigmas expanded to (k, B), target (B,) or None), in float64."""
@@ -49,8 +56,7 @@ def _mixture(fn: str, means: Tensor, sigmas: Tensor | float, target: Tensor | No
     except (TypeError, ValueError, RuntimeError):
         raise UserError(f"{fn}: sigmas must be a number or a tensor of standard deviations, got "
                         f"{type(sigmas).__name__}") from None
-    if s.dim() == 1 and s.shape[0] == k:
-        s = s[:, None]  # one sd per component
+    s = _per_component(s, k)
     try:
         s = s.expand(k, b)
     except RuntimeError:
@@ -241,7 +247,11 @@ def coverage_gap(levels: Iterable[float], coverage: Iterable[float]) -> dict[str
         >>> coverage_gap([0.5, 0.9, 0.95], [0.44, 0.81, 0.87])
         {'error': 0.0766..., 'bias': -0.0766...}
     """
-    lv, cov = [float(v) for v in levels], [float(c) for c in coverage]
+    try:
+        lv, cov = [float(v) for v in levels], [float(c) for c in coverage]
+    except (TypeError, ValueError):
+        raise UserError(f"coverage_gap: levels and coverage must be sequences of numbers, one coverage per level, "
+                        f"got {levels!r:.80} and {coverage!r:.80}") from None
     if not lv or len(lv) != len(cov):
         raise UserError(f"coverage_gap: one coverage per level is needed, got {len(lv)} level(s) and {len(cov)} "
                         "coverage(s)")
@@ -330,10 +340,15 @@ def regression_metrics(
 def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = None) -> dict[str, Tensor]:
     """Split the predictive variance of k sampled regressors into epistemic and aleatoric parts.
 
-    ``means`` (k, B): each network's mean prediction; ``noise_sigma`` scalar or (k, B): each
-    network's noise standard deviation. Returns mean, epistemic variance Var_w[mean],
-    aleatoric variance E_w[sigma^2] and the total (their sum, the law of total variance).
+    ``means`` (k, B): each network's mean prediction; ``noise_sigma``: each network's noise
+    standard deviation, a number, a (k,) tensor (one per network, also when k == B, as
+    :func:`gaussian_mixture_log_prob` reads it), (k, B) or a shape that broadcasts to (k, B).
+    Returns mean, epistemic variance Var_w[mean], aleatoric variance E_w[sigma^2] and the total
+    (their sum, the law of total variance).
     """
+    if not isinstance(means, Tensor) or not means.is_floating_point():
+        got = means.dtype if isinstance(means, Tensor) else type(means).__name__
+        raise UserError(f"regression_uncertainty: means must be a floating-point tensor (k, B), got {got}")
     if means.dim() < 2:
         raise UserError("means must have a leading sample dimension (k, B)")
     if means.shape[0] == 0:
@@ -342,14 +357,19 @@ def regression_uncertainty(means: Tensor, noise_sigma: Tensor | float | None = N
     if noise_sigma is None:
         aleatoric = torch.zeros_like(epistemic)
     else:
-        s = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        try:
+            given = torch.as_tensor(noise_sigma, dtype=means.dtype, device=means.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise UserError(f"regression_uncertainty: noise_sigma must be a number or a tensor of standard deviations, "
+                            f"got {type(noise_sigma).__name__}") from None
+        s = _per_component(given, means.shape[0], means.dim())
         try:
             fits = torch.broadcast_shapes(s.shape, means.shape) == means.shape
         except RuntimeError:
             fits = False
         if not fits:
-            raise UserError(f"noise_sigma must be a scalar or shaped like means {tuple(means.shape)}, "
-                            f"got {tuple(s.shape)}")
+            raise UserError(f"noise_sigma must be a scalar, one per sampled network ({means.shape[0]},) or shaped "
+                            f"like means {tuple(means.shape)}, got {tuple(given.shape)}")
         aleatoric = (s * s).expand_as(means).mean(0) if s.dim() else (s * s).expand_as(epistemic)
     return {"mean": means.mean(0), "epistemic": epistemic, "aleatoric": aleatoric,
             "total": epistemic + aleatoric, "std": torch.sqrt(epistemic + aleatoric)}

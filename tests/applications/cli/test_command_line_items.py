@@ -183,3 +183,19 @@ def test_bbb_train_prints_ece_in_percent_as_evaluate_does(capsys, tmp_path, data
     rc, out, err = run_main(capsys, "evaluate", str(tmp_path / "run"), "--samples", "3", "--device", "cpu")
     assert rc == 0, err
     assert "%" in next(line for line in out.splitlines() if line.startswith("ECE"))
+
+
+def test_evaluate_prints_the_intervals_gap_in_points_not_percent(capsys):
+    """The gap between the intervals' coverage and their level is a difference of two shares: it
+    printed as a percent, where bbb compare and bbb report say points."""
+    from bbb.cli.commands import print_eval
+
+    r = {"run": "runs/r", "checkpoint": "best", "epoch": 3, "method": "bbb", "samples": 10, "task": "regression",
+         "test_rmse": 1.5, "test_rmse_mc": 1.4, "log_likelihood": -1.2, "coverage_95": 0.9,
+         "calibration_error": 0.075, "rmse_at_90_coverage": 1.1}
+    print_eval(r, saved=False)
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "mean gap to their level" in ln)
+    assert line.split()[-2:] == ["7.50", "points"]
+    print_eval({**r, "calibration_error": None}, saved=False)
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "mean gap to their level" in ln)
+    assert line.split()[-1] == "-"

@@ -87,6 +87,18 @@ def test_one_minus_max_probability_keeps_confident_inputs_apart():
     torch.testing.assert_close(UE.ood_scores(p_out)["max_prob"], torch.exp(-margins_out), rtol=1e-5, atol=0)
 
 
+def test_ood_report_names_what_its_means_are_of():
+    """ood.json's ``max_prob`` holds 1 - max probability (higher = more likely OOD), and its
+    mean_in / mean_out are of that: with no label, a low mean confidence read as a high one."""
+    p_in = _probs([[[0.9, 0.05, 0.05]] * 4, [[0.8, 0.1, 0.1]] * 4])
+    p_out = _probs([[[0.4, 0.3, 0.3]] * 3, [[0.3, 0.4, 0.3]] * 3])
+    rep = UE.ood_report(p_in, p_out)
+    assert rep["max_prob"]["score"] == "1 - max probability"
+    assert rep["max_prob"]["mean_in"] == pytest.approx(1 - 0.85)
+    assert rep["entropy"]["score"] == "predictive entropy"
+    assert UE.ood_report(p_in[:1], p_out[:1])["mutual_information"]["score"] == "mutual information"
+
+
 def test_ood_scores_both_sets_with_the_same_sampled_networks():
     """The OOD set was scored by other draws (seed + 1): a set scored against itself differed from
     itself (mutual information AUROC 0.65 with k = 3); the same networks give exactly 1/2."""

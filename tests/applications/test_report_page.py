@@ -236,7 +236,7 @@ def test_sections_that_cannot_apply_are_left_out(kinds):
     text, _ = page([kinds["table"]])
     assert "<h2>Pruning" in text and "<h2>Out-of-distribution" not in text and "bbb ood" not in text
     text, _ = page([kinds["table"], kinds["image"]])  # side by side: the table's column says why
-    assert "compares image sets" in text and "drawn for image runs" in text
+    assert "bbb ood RUN --ood-data FILE" in text and "drawn for image runs" in text
 
 
 def test_the_plots_name_the_data_file_not_file(kinds, tmp_path, monkeypatch):

@@ -197,6 +197,12 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
     return warnings, notes
 
 
+def read_inputs(model: Any, path: Path) -> Any:
+    """The inputs of ``path`` (a CSV with the run's columns, a .npy/.npz array ``x``, a folder of
+    images) encoded for ``model`` (a loaded run or ensemble), as ``bbb predict`` reads them."""
+    return _read_input(model, path, None, "flag", False).x
+
+
 def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
     import numpy as np
 

@@ -170,6 +170,13 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     source = (f"eval.json ({ev['checkpoint']}, epoch {ev['epoch']})"
               if ev is not None and ev.get("checkpoint") in ("best", "last") and ev.get("epoch") is not None
               else "eval.json")
+    if ev is None and not cfg:
+        from ..runs.checkpoint import ensemble_members
+
+        members = ensemble_members(d)
+        if members:  # (bbb ood RUN RUN ... --out DIR alone)
+            raise UserError(f"{d} is an ensemble's folder without its eval.json: run `bbb evaluate {' '.join(members)} "
+                            f"--out {d}` first")
     if ev is None and regression:
         if "test_rmse_mc" not in summary:
             raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "

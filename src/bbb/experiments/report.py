@@ -202,6 +202,9 @@ def result_rows(r: RunFiles) -> list[tuple[str, str, str]]:
             ("aurc_sd", "AURC (squared error, by predictive sd)", _num(ev.get("aurc_sd"))),
             ("rmse90", "RMSE of the 90% most certain", _num(ev.get("rmse_at_90_coverage"))),
             ("best_val_rmse", "validation RMSE", _num(s.get("best_val_rmse") if trained else None)),
+            ("ood_sd", f"OOD AUROC by predictive sd (vs {other})", _num((scores.get("sd") or {}).get("auroc"))),
+            ("ood_epistemic", f"OOD AUROC by epistemic sd (vs {other})",
+             _num((scores.get("epistemic_sd") or {}).get("auroc"))),
         ]
     else:
         rows = [
@@ -393,8 +396,9 @@ def _float(v: Any) -> float | None:
 
 
 def _ood(r: RunFiles) -> str:
-    if r.kind != "image":
-        return _missing("out-of-distribution detection compares image sets (MNIST, Fashion-MNIST)")
+    if r.kind != "image" and not r.ood:
+        return _missing("none yet: bbb ood RUN --ood-data FILE scores the run's test rows against your own rows "
+                        "from elsewhere")
     img = _image_cell(r, "ood.png", "OOD scores", "ood")
     if not r.ood:
         return img
@@ -443,9 +447,10 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
     ("Pruning by signal-to-noise", "The test error after removing the weights whose mean is smallest against "
      "their spread (|mean|/sd): how many weights the network needs.",
      _pruning, RunFiles.prunable),
-    ("Out-of-distribution detection", "How well each uncertainty score tells images of another data set from "
-     "the run's own test images (AUROC: 0.5 is chance, 1 perfect; AUPR: the same with the other set as positives).",
-     _ood, lambda r: r.kind == "image"),
+    ("Out-of-distribution detection", "How well each uncertainty score tells inputs of another data set from "
+     "the run's own test inputs (AUROC: 0.5 is chance, 1 perfect, below 0.5 the other inputs get the more confident "
+     "predictions; AUPR: the same with the other set as positives).",
+     _ood, lambda r: r.kind == "image" or r.ood is not None),
     ("Uncertain inputs", "The test images the sampled networks dispute most (of one network, an sgd run's: those "
      "it is least sure of), and the errors made with the most confidence.", _uncertain, lambda r: r.kind == "image"),
 ]

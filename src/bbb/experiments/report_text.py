@@ -70,9 +70,13 @@ EXPLAIN = {
     "rmse90": "referral: the RMSE on the 90% of test rows with the smallest predicted sd, the other 10% "
               "referred to a person",
     "best_val_rmse": "the validation RMSE at the epoch kept (these rows chose that epoch)",
-    "ood_entropy": "out-of-distribution detection: the chance that an image of the other data set (named) "
-                   "gets a higher entropy than one of the run's own test set (AUROC: 0.5 is chance, 1 perfect)",
+    "ood_entropy": "out-of-distribution detection: the chance that an input of the other data set (named) "
+                   "gets a higher entropy than one of the run's own test set (AUROC: 0.5 is chance, 1 perfect; "
+                   "below 0.5: the other inputs get the more confident predictions)",
     "ood_mi": "the same by MI, the sampled networks' disagreement",
+    "ood_sd": "out-of-distribution detection: the chance that a row of the other data (named) gets a wider "
+              "predictive sd than one of the run's own test rows (AUROC: 0.5 is chance, 1 perfect)",
+    "ood_epistemic": "the same by the epistemic sd, the sampled networks' disagreement",
     "model": "the checkpoint the test numbers are from: best, the epoch chosen on the validation rows; last, "
              "the final epoch",
     "seconds": "the training time on the machine that trained it",

@@ -58,6 +58,9 @@ SCORES = ("entropy", "mutual_information", "max_prob")
 SCORE_LABELS = {"entropy": "predictive entropy", "mutual_information": "mutual information",
                 "max_prob": "1 - max probability"}
 
+#: a regression's scores (:meth:`bbb.runs.TrainedModel.regression`), in the target's units
+REGRESSION_SCORES = {"sd": "predictive sd", "epistemic_sd": "epistemic sd"}
+
 
 @torch.no_grad()
 def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, chunk: int = 2048,
@@ -110,14 +113,21 @@ def ood_report(probs_in: Tensor, probs_out: Tensor) -> dict[str, Any]:
     """AUROC and AUPR (OOD = positive class) of every score; ``None`` where a score is undefined.
     Each entry names its ``score`` (:data:`SCORE_LABELS`: ``max_prob``'s is 1 - max probability),
     which ``mean_in`` and ``mean_out``, its mean on either set, are of."""
-    s_in, s_out = ood_scores(probs_in), ood_scores(probs_out)
+    return score_report(ood_scores(probs_in), ood_scores(probs_out), SCORE_LABELS)
+
+
+def score_report(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor | None],
+                 labels: dict[str, str]) -> dict[str, Any]:
+    """{score: its label, AUROC, AUPR (OOD = positive class) and mean on either set} of each score
+    ``labels`` names (a classifier's :data:`SCORE_LABELS`, a regression's
+    :data:`REGRESSION_SCORES`); AUROC and AUPR ``None`` where the score is undefined."""
     report: dict[str, Any] = {}
-    for name in SCORES:
-        a, b = s_in[name], s_out[name]
+    for name, label in labels.items():
+        a, b = scores_in[name], scores_out[name]
         if a is None or b is None:
-            report[name] = {"score": SCORE_LABELS[name], "auroc": None, "aupr": None}
+            report[name] = {"score": label, "auroc": None, "aupr": None}
         else:
-            report[name] = {"score": SCORE_LABELS[name], "auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
+            report[name] = {"score": label, "auroc": U.auroc(a, b), "aupr": U.aupr(a, b),
                             "mean_in": float(a.mean()), "mean_out": float(b.mean())}
     return report
 
@@ -162,14 +172,16 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
     """Histograms of each score on the in-distribution and OOD test sets, AUROC in the title
     (``ax``: one Axes per score). Returns the PNG's path when ``path`` is given, else the
     Figure (None without matplotlib)."""
-    fig, axes = canvas(ax, len(SCORES), figsize=(14, 3.8))
+    names_ = list(report)  # (a classifier's SCORES, a regression's REGRESSION_SCORES)
+    fig, axes = canvas(ax, len(names_), figsize=(14 * len(names_) / 3, 3.8))
     if fig is None:
         return None
-    for panel, name in zip(axes, SCORES):
+    for panel, name in zip(axes, names_):
         a, b = scores_in[name], scores_out[name]
+        label = report[name].get("score", SCORE_LABELS.get(name, name))
         if a is None or b is None:
             panel.text(0.5, 0.5, "undefined for k = 1", ha="center", va="center", transform=panel.transAxes)
-            panel.set_title(SCORE_LABELS[name])
+            panel.set_title(label)
             continue
         hi = max(float(a.max()), float(b.max()), 1e-6)
         bins = torch.linspace(0, hi, 51).numpy()
@@ -177,8 +189,8 @@ def plot_ood(scores_in: dict[str, Tensor | None], scores_out: dict[str, Tensor |
         panel.hist(b.cpu().numpy(), bins=bins, alpha=0.6, density=True, label=f"{names[1]} (OOD)")
         panel.set_yscale("log")
         panel.set_ylabel("density")
-        panel.set_title(f"{SCORE_LABELS[name]}: AUROC {report[name]['auroc']:.3f}")
-        panel.set_xlabel(SCORE_LABELS[name])
+        panel.set_title(f"{label}: AUROC {report[name]['auroc']:.3f}")
+        panel.set_xlabel(label)
         panel.legend()
     return finish(fig, path, new=ax is None)
 
@@ -339,26 +351,43 @@ def _add_run_options(p: argparse.ArgumentParser, writes: str) -> None:
 def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Out-of-distribution detection: score the run's in-distribution test set against another "
-        "dataset's test set by predictive entropy, mutual information (epistemic) and 1 - max "
-        "probability; AUROC and AUPR of each, OOD as the positive class. Works for bbb (weight "
+        "dataset's test set (--ood), or against your own inputs from elsewhere (--ood-data: for any run, "
+        "a table's too) by predictive entropy, mutual information (epistemic) and 1 - max "
+        "probability (a regression: by its predictive and epistemic sd); AUROC and AUPR of each, OOD as "
+        "the positive class. Works for bbb (weight "
         "samples), dropout (MC dropout, same k) and sgd (softmax only) runs. Writes "
         "RUN_DIR/ood.json and RUN_DIR/ood.png (with matplotlib). Several run directories are scored as "
         "their ensemble (the mean of their predictives; the mutual information holds the members' "
         "disagreement): written to --out DIR."
     )
     p.epilog = ("Example:\n  bbb ood runs/bbb400 --ood fashion-mnist --samples 10\n"
-                "  bbb ood runs/sgd-s0 runs/sgd-s1 runs/sgd-s2 --out runs/sgd-ensemble   # a deep ensemble")
-    p.add_argument("--ood", default=None, choices=IMAGE_DATASETS,
+                "  bbb ood runs/sgd-s0 runs/sgd-s1 runs/sgd-s2 --out runs/sgd-ensemble   # a deep ensemble\n"
+                "  bbb ood runs/churn --ood-data other_branch.csv   # your own rows from elsewhere")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ood", default=None, choices=IMAGE_DATASETS,
                    help="out-of-distribution test set (default: the other of mnist and fashion-mnist than the "
                         "run's)")
+    g.add_argument("--ood-data", default=None, metavar="PATH",
+                   help="your own out-of-distribution inputs, read as bbb predict reads them: a CSV with the "
+                        "run's columns (the target may be left out), a .npy/.npz array x, or a folder of images; "
+                        "scored against the run's test split, for any run (a regression by its predictive sd and "
+                        "its epistemic sd)")
     p.add_argument("--samples", type=int, default=10, metavar="K",
                    help=shared_help("--samples", " average: the sampled networks (BBB, MC dropout; default: 10)"))
     _add_run_options(p, "ood.json and ood.png")
+    from ..cli.predict import add_moved_data
+
+    add_moved_data(p)
 
 
 def main_ood(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
+    if args.ood_data is not None:
+        return _ood_of_inputs(args)
+    if args.data_file is not None:
+        raise UserError("--csv/--npz give a run on your own data its moved file, for --ood-data; for MNIST and "
+                        "Fashion-MNIST runs give --data-dir")
     nets, cfg, data, d, method, epochs = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
@@ -376,28 +405,84 @@ def main_ood(args: argparse.Namespace) -> int:
     dev = next(nets[0][0].parameters()).device
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         p_in, p_out = ood_probs(nets, data["test_x"].to(dev), ood["test_x"].to(dev), args.samples, args.seed)
-    report = ood_report(p_in, p_out)
-    out = {"method": method, "checkpoint": args.which, "dataset": cfg.dataset, "ood": args.ood,
-           "samples": int(p_in.shape[0]),
-           "n_in": int(p_in.shape[1]), "n_out": int(p_out.shape[1]), "scores": report}
+    _write_ood(args, d, {"method": method, "dataset": cfg.dataset, "ood": args.ood}, ood_scores(p_in),
+               ood_scores(p_out), SCORE_LABELS, p_in.shape[0], epochs)
+    return 0
+
+
+def _write_ood(args: argparse.Namespace, d: Path, what: dict[str, Any], scores_in: dict[str, Tensor | None],
+               scores_out: dict[str, Tensor | None], labels: dict[str, str], samples: int,
+               epochs: list[int] | None) -> None:
+    """ood.json (``what``: method, dataset, ood; the report of the scores of ``samples`` sampled
+    networks; an ensemble's members and their epochs) and ood.png into ``d``, and the table on stdout."""
+    report = score_report(scores_in, scores_out, labels)
+    first = next(v for v in scores_in.values() if v is not None)
+    out = {**what, "checkpoint": args.which, "samples": int(samples), "n_in": int(first.shape[0]),
+           "n_out": int(next(v for v in scores_out.values() if v is not None).shape[0]), "scores": report}
     if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
         out["member_epochs"] = epochs
     atomic_write_json(d / "ood.json", out)
     written = [d / "ood.json"]
-    if plot_ood(ood_scores(p_in), ood_scores(p_out), report, d / "ood.png", (cfg.dataset, args.ood)) is not None:
+    if plot_ood(scores_in, scores_out, report, d / "ood.png", (str(what["dataset"]), str(what["ood"]))) is not None:
         written.append(d / "ood.png")  # (None: no matplotlib; warned)
-    print(f"OOD detection: {cfg.dataset} (in) vs {args.ood} (out), {method}, k={out['samples']}")
+    print(f"OOD detection: {what['dataset']} (in) vs {what['ood']} (out), {what['method']}, k={out['samples']}")
     print(f"{'score':<22}{'AUROC':>8}{'AUPR':>8}")
 
     def fmt(v: float | None) -> str:
         return f"{v:8.4f}" if v is not None else f"{'n/a':>8}"
 
-    for name in SCORES:
-        r = report[name]
-        print(f"{SCORE_LABELS[name]:<22}{fmt(r['auroc'])}{fmt(r['aupr'])}")
+    for r in report.values():
+        print(f"{r['score']:<22}{fmt(r['auroc'])}{fmt(r['aupr'])}")
     print(f"wrote {' and '.join(map(str, written))}")
+
+
+def _ood_of_inputs(args: argparse.Namespace) -> int:
+    """``bbb ood RUN [RUN ...] --ood-data PATH``: the run's test split against your own inputs (read
+    as ``bbb predict`` reads them), by the same k sampled networks: a classifier's
+    :data:`SCORE_LABELS`, a regression's :data:`REGRESSION_SCORES` (the epistemic sd undefined
+    for one network, k = 1)."""
+    from ..cli.commands import memory_errors
+    from ..cli.common import ensemble_out, one_line_warnings
+    from ..cli.predict import read_inputs
+    from ..runs.ensemble import ensemble_folder, load_ensemble
+    from ..runs.referral import split_outputs
+    from ..runs.trained import load_model
+
+    if args.samples < 1:
+        raise UserError(f"--samples must be >= 1, got {args.samples}")
+    several = ensemble_out(args, "ood.json") is not None
+    device = resolve_device(args.device)
+    with one_line_warnings("ood"):
+        model: Any = (load_ensemble(args.run_dirs, args.which, device) if several
+                      else load_model(args.run_dirs[0], args.which, device))
+    d = ensemble_folder(args.out, model.run_dirs, "ood.json") if several else Path(args.run_dirs[0])
+    path = Path(args.ood_data)
+    x_out = read_inputs(model, path)
+    with torch.no_grad(), memory_errors(f"scoring {d}", "fewer --samples or another --device"):
+        out_in, _ = split_outputs(model, "test", args.samples, args.seed, args.data_dir, args.data_file)
+        out_out = model.sample_outputs(x_out, args.samples, args.seed)
+    if out_in.shape[1] == 0:
+        raise UserError(f"{d} has no test split to score against {path} (trained with --test-fraction 0)")
+    cfg = model.config
+    what = {"method": model.describe() if several else cfg.method, "ood": path.name,
+            "dataset": Path(cfg.data_file).name if cfg.data_file else cfg.dataset}
+    if model.task == "regression":
+        s_in, s_out = model.regression(out_in), model.regression(out_out)
+        one = out_in.shape[0] == 1  # (one network: no spread between networks to score by)
+        scores = [{n: None if (one and n == "epistemic_sd") else s[n].cpu() for n in REGRESSION_SCORES}
+                  for s in (s_in, s_out)]
+        _write_ood(args, d, what, scores[0], scores[1], REGRESSION_SCORES, out_in.shape[0],
+                   _epochs(model) if several else None)
+        return 0
+    p_in, p_out = (torch.softmax(o.double(), -1).float().cpu() for o in (out_in, out_out))
+    _write_ood(args, d, what, ood_scores(p_in), ood_scores(p_out), SCORE_LABELS, out_in.shape[0],
+               _epochs(model) if several else None)
     return 0
+
+
+def _epochs(ensemble: Any) -> list[int]:
+    return [m.epoch for m in ensemble.member_models()]
 
 
 def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:

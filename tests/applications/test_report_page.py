@@ -176,7 +176,7 @@ def suggestions(run: Path) -> list[str]:
 
 
 def test_each_suggested_command_runs_on_that_kind_of_run(kinds, sets, tmp_path, monkeypatch, capsys):
-    want = {"table": ["evaluate", "prune", "predict"], "regression": ["evaluate", "predict"],
+    want = {"table": ["evaluate", "prune", "ood", "predict"], "regression": ["evaluate", "ood", "predict"],
             "image": ["evaluate", "prune", "ood", "uncertain"]}
     monkeypatch.setattr(RM, "load_data", lambda cfg: sets[cfg.dataset])
     for kind, original in kinds.items():

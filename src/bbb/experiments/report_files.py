@@ -144,7 +144,8 @@ class RunFiles:
             if self.members is not None:
                 if command not in WRITES:  # (bbb predict takes one run)
                     continue
-                cmd = shlex.join(["bbb", command, *self.member_names(),
+                rest = shlex.split(cmd)[3:]  # (what follows the run: bbb ood's --ood-data FILE)
+                cmd = shlex.join(["bbb", command, *self.member_names(), *rest,
                                   *(["--which", "last"] if self.scored == "last" else []), "--out", self.name])
             why = self.left_out.get(WRITES.get(command, ""))
             out.append((cmd, f"{what} (its {WRITES[command]} is left out here: {why})" if why else what))

@@ -296,6 +296,9 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
         source = plain_path(str(config.get("data_file") or "data.csv"))
         stem, ext = os.path.splitext(source)
         new = shlex.quote(f"new_{stem}{ext or '.csv'}")
+        if "ood.json" not in have:
+            out.append((f"bbb ood {run} --ood-data {new}", f"how well the uncertainty tells rows from elsewhere "
+                        f"({new}: the columns of {source}) from the run's own test rows"))
         out.append((f"bbb predict {run} {new} --out predictions.csv",
                     f"predictions with uncertainty for new rows ({new}: the columns of {source}; the target "
                     "column may be left out), and which to refer to a person"))

@@ -35,11 +35,18 @@ def synthetic_data(dim: int = 64, n_train: int = 400, classes: int = 4, seed: in
 _DATA_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]:
-    """The trial's tensors, cached per process (workers run many trials on the same data)."""
+def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any] | None:
+    """The trial's tensors, cached per process (workers run many trials on the same data) under
+    every setting the split reads; None for a trial on your own file (``data_file``), which loads
+    its split itself, as ``bbb train`` does: its preprocessing (the columns' scaling, the target's
+    units, the class names) and the file's MD5 are then the run's, for its numbers and for
+    ``bbb predict``."""
     from ..runs import load_data
 
-    key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale], "dir": data_dir})
+    if cfg.data_file is not None:
+        return None
+    key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale, cfg.train_size],
+                      "dir": data_dir})
     if key not in _DATA_CACHE:
         if data.kind == SweepDataset.SYNTHETIC.value:
             _DATA_CACHE[key] = synthetic_data(data.dim, data.n_train, data.classes, cfg.split_seed)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import sys
 import time
@@ -196,7 +195,6 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             scheduler = ASHAScheduler(time_attr="epoch", max_t=max(epochs, grace),
                                       grace_period=min(grace, epochs), reduction_factor=opts.reduction_factor)
         by_id = {t.trial_id: t for t in todo}
-        data_cache: dict[str, Any] = {}
         bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
 
         stopped: set[str] = set()  # ASHA stopped them: evaluated once fit() has returned
@@ -261,7 +259,7 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             # a stopped trial's worker held its run directory's lock, and waiting for it inside
             # Ray's callbacks would hold up the stop: the evaluation takes the lock now
             for tid in sorted(stopped, key=lambda t: by_id[t].index):
-                record(tid, _finalize_stopped(by_id[tid], out, opts, data_cache))
+                record(tid, _finalize_stopped(by_id[tid], out, opts))
         finally:
             bar.close()
     finally:
@@ -290,15 +288,13 @@ def _collect_ray_trial(trial: Trial, rt: Any, out: Path, error: str | None) -> d
     return None
 
 
-def _finalize_stopped(trial: Trial, out: Path, opts: SweepOptions, data_cache: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate a trial ASHA stopped early (under its run directory's lock)."""
+def _finalize_stopped(trial: Trial, out: Path, opts: SweepOptions) -> dict[str, Any]:
+    """Evaluate a trial ASHA stopped early (under its run directory's lock), on its own split
+    (:func:`~bbb.sweep.cost.trial_data`, cached per split)."""
     d = trial_dir(out, trial.trial_id)
     cfg, spec = resolve_params(trial.params)
-    key = json.dumps(spec.key())
-    if key not in data_cache:
-        data_cache[key] = trial_data(cfg, spec, opts.data_dir)
     try:
-        summary = finalize_trial(d, cfg, data_cache[key])
+        summary = finalize_trial(d, cfg, trial_data(cfg, spec, opts.data_dir))
     except (UserError, DiskFullError, OutOfMemory) as e:  # e.g. still locked: a re-run of the sweep trains it again
         return result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()), retry=True)
     status = TrialStatus.STOPPED if int(summary["epochs"]) < cfg.epochs else TrialStatus.DONE

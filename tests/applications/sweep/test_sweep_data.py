@@ -1,0 +1,43 @@
+"""Each trial of a sweep trains on the data its settings say: an image subset of its own
+``train_size``, and your own file loaded as ``bbb train`` loads it (its preprocessing recorded, its
+numbers in the target's units)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import bbb.sweep as S
+from bbb.runs import TrainConfig, train
+from bbb.sweep.trial import trial_dir
+from testkit import noisy_table
+
+
+def _config(out: Path, tid: str) -> dict:
+    return json.loads((trial_dir(out, tid) / "config.json").read_text())
+
+
+def test_each_train_size_of_a_grid_trains_on_its_own_subset(tmp_path: Path, data_dir: Path):
+    space = {"params": {"dataset": "mnist", "hidden": [4], "epochs": 1, "batch_size": 100, "device": "cpu",
+                        "eval_samples": 1, "train_size": {"grid": [100, 300]}}}
+    out = tmp_path / "sweep"
+    rows = S.run_sweep(space, S.SweepOptions(out=out, progress=False, data_dir=str(data_dir), cpus_per_trial=1),
+                       log=lambda s: None)
+    assert [r["status"] for r in rows] == ["done", "done"]
+    for r in rows:
+        cfg = _config(out, r["trial_id"])
+        assert cfg["num_train"] == r["params"]["train_size"] == cfg["train_size"]
+
+
+def test_a_trial_on_your_own_csv_is_the_run_bbb_train_makes(tmp_path: Path):
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    params = {"data_file": str(csv_path), "target": "price", "method": "sgd", "hidden": [8], "epochs": 2,
+              "device": "cpu", "lr": {"grid": [0.01]}}
+    out = tmp_path / "sweep"
+    [row] = S.run_sweep({"params": params}, S.SweepOptions(out=out, progress=False, cpus_per_trial=1),
+                        log=lambda s: None)
+    alone = tmp_path / "alone"
+    trained = train(TrainConfig.from_dict({**params, "lr": 0.01}), alone, quiet=True, log=lambda s: None)
+    trial = json.loads((trial_dir(out, row["trial_id"]) / "summary.json").read_text())
+    assert trial["test_rmse"] == trained["test_rmse"]  # the price's units, not the standardised target's
+    assert _config(out, row["trial_id"])["preprocess"] == json.loads((alone / "config.json").read_text())["preprocess"]

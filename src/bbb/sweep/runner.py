@@ -94,6 +94,11 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
             _run_local(todo, trials, rows, out, opts, log, warn)
         else:
             _run_ray(todo, trials, rows, out, opts, log, warn)
+    for t in trials:  # finished meanwhile by another process on this --out (its trial was locked here)
+        if rows.get(t.trial_id, {}).get("status") in (None, TrialStatus.PENDING.value):
+            r = finished_row(out, t)
+            if r is not None:
+                rows[t.trial_id] = r
     write_results(out, trials, rows, opts.backend)
     return [rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
             for t in trials]

@@ -444,3 +444,18 @@ def test_ray_trial_crash_resumes_from_ray_checkpoint(ray_cluster, tmp_path):
     assert rows_without_seconds(crashed) == rows_without_seconds(plain)
     for k in ("val_error", "test_error", "test_error_mc", "test_nll", "best_epoch", "epochs_run"):
         assert rows[0][k] == rows[1][k]
+
+
+@pytest.mark.slow
+def test_ray_regression_trial_ends_as_on_the_local_backend(ray_cluster, tmp_path):
+    """A regression's summary has no validation error: its trial ends done on Ray (its last report
+    read the summary's best_val_error and crashed), with the local backend's row."""
+    from testkit import noisy_table
+
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    space = {"params": {"data_file": str(csv_path), "target": "price", "method": "sgd", "hidden": [8],
+                        "epochs": 2, "device": "cpu"}}
+    [ray_row] = S.run_sweep(space, quiet_opts(tmp_path / "ray", backend="ray", max_failures=0), log=silent)
+    [local_row] = S.run_sweep(space, quiet_opts(tmp_path / "local"), log=silent)
+    assert ray_row["status"] == local_row["status"] == "done"
+    assert ray_row["epochs_run"] == local_row["epochs_run"] == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import bbb.sweep as S
 from bbb.runs import TrainConfig, train
 from bbb.sweep.trial import trial_dir
-from testkit import noisy_table
+from testkit import noisy_table, run_main
 
 
 def _config(out: Path, tid: str) -> dict:
@@ -41,3 +41,14 @@ def test_a_trial_on_your_own_csv_is_the_run_bbb_train_makes(tmp_path: Path):
     trial = json.loads((trial_dir(out, row["trial_id"]) / "summary.json").read_text())
     assert trial["test_rmse"] == trained["test_rmse"]  # the price's units, not the standardised target's
     assert _config(out, row["trial_id"])["preprocess"] == json.loads((alone / "config.json").read_text())["preprocess"]
+
+
+def test_a_regression_sweep_says_it_has_no_validation_error_to_rank_by(tmp_path: Path, capsys):
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"params": {"data_file": str(csv_path), "target": "price", "method": "sgd",
+                                            "hidden": [8], "epochs": 2, "device": "cpu"}}))
+    rc, out, err = run_main(capsys, "sweep", "--space", str(space), "--out", str(tmp_path / "s"), "--quiet")
+    assert rc == 0 and "1 trial: 1 done" in out
+    assert "no finished trial has a validation error" in err and "no best.json" in err
+    assert not (tmp_path / "s" / "best.json").exists()

@@ -193,6 +193,8 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
     try:
         cpus = opts.cpus_per_trial or 1.0
         resources = {"cpu": cpus, "gpu": opts.gpus_per_trial}
+        if opts.address is None:  # a Ray on this machine alone: what it lacks, no node will bring
+            _refuse_unplaceable(ray.cluster_resources(), cpus, opts.gpus_per_trial)
         epochs = max(resolve_params(t.params)[0].epochs for t in todo)
         scheduler = None
         if opts.scheduler == SchedulerKind.ASHA.value:
@@ -270,6 +272,16 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
     finally:
         if started:
             ray.shutdown()
+
+
+def _refuse_unplaceable(have: dict[str, float], cpus: float, gpus: float) -> None:
+    """A one-line error where one trial asks for more CPUs or GPUs than the local Ray has: Tune would
+    wait for them for ever (a warning a minute, nothing trained)."""
+    for key, flag, want in (("CPU", "--cpus-per-trial", cpus), ("GPU", "--gpus-per-trial", gpus)):
+        if want > float(have.get(key, 0.0)):
+            raise UserError(f"{flag} {want:g} asks for more than this machine's Ray has ({float(have.get(key, 0.0)):g} "
+                            f"{key}s), so no trial could start: lower {flag}, or join a cluster that has them "
+                            "(--address)")
 
 
 def _collect_ray_trial(trial: Trial, rt: Any, out: Path, error: str | None) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ import pytest
 import bbb.sweep as S
 from bbb.cli import main as cli_main
 from bbb.cli.cost import epoch_seconds
+from bbb.errors import UserError
 from bbb.runs import read_metrics
 from bbb.sweep.cost import REF_EPOCH_SECONDS
 from bbb.sweep.space import trial_id_of, yaml_loader
@@ -459,3 +460,13 @@ def test_ray_regression_trial_ends_as_on_the_local_backend(ray_cluster, tmp_path
     [local_row] = S.run_sweep(space, quiet_opts(tmp_path / "local"), log=silent)
     assert ray_row["status"] == local_row["status"] == "done"
     assert ray_row["epochs_run"] == local_row["epochs_run"] == 2
+
+
+def test_ray_trial_asking_for_more_than_the_local_ray_has_is_refused(ray_cluster, tmp_path):
+    """Tune would wait for ever for resources a Ray on this machine alone does not have."""
+    have = ray_cluster.cluster_resources()
+    for kw, flag in (({"cpus_per_trial": have.get("CPU", 0) + 1}, "--cpus-per-trial"),
+                     ({"gpus_per_trial": have.get("GPU", 0) + 1}, "--gpus-per-trial")):
+        with pytest.raises(UserError) as e:
+            S.run_sweep(tiny_space(), quiet_opts(tmp_path / flag, backend="ray", **kw), log=silent)
+        assert flag in str(e.value) and "no trial could start" in str(e.value) and "\n" not in str(e.value)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import bbb.sweep as S
+from bbb.errors import UserError
 from bbb.runs import TrainConfig, train
 from bbb.sweep.trial import trial_dir
 from testkit import noisy_table, run_main
@@ -52,3 +55,12 @@ def test_a_regression_sweep_says_it_has_no_validation_error_to_rank_by(tmp_path:
     assert rc == 0 and "1 trial: 1 done" in out
     assert "no finished trial has a validation error" in err and "no best.json" in err
     assert not (tmp_path / "s" / "best.json").exists()
+
+
+def test_a_sweep_without_validation_rows_is_refused(tmp_path: Path):
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    for params in ({"data_file": str(csv_path), "target": "colour", "val_fraction": 0},
+                   {"dataset": "mnist", "val_size": 0}):
+        with pytest.raises(UserError, match="selects models on the validation set") as e:
+            S.expand_space({"params": {**params, "method": "sgd", "epochs": 1}})
+        assert "\n" not in str(e.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import sys
 import time
@@ -85,6 +86,7 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
         r = finished_row(out, t)
         if r is not None:
             rows[t.trial_id] = r
+    _refuse_changed_files(out, [t for t in trials if t.trial_id in rows])
     todo = [t for t in trials if t.trial_id not in rows]
     if rows:
         log(f"{len(rows)} of {len(trials)} trials already finished in {out}; running {len(todo)}")
@@ -122,6 +124,28 @@ def _refuse_dropping_results(out: Path, trials: list[Trial]) -> None:
                         f"does not hold (e.g. {dropped[0]}: an earlier sweep of another space or --limit); "
                         "running here would drop them from sweep.csv and best.json: give another --out, or "
                         f"the earlier space ({out / 'space.json'}) or a superset of it")
+
+
+def _refuse_changed_files(out: Path, finished: list[Trial]) -> None:
+    """A one-line error when a finished trial's own file (``data_file``) is not, by its MD5, the file
+    it was trained on: its row would be the old file's numbers, ranked beside new trials' on the new."""
+    from ..data.sources import file_md5
+
+    now: dict[str, str] = {}
+    for t in finished:
+        path = resolve_params(t.params)[0].data_file
+        try:
+            was = json.loads((trial_dir(out, t.trial_id) / "config.json").read_text())["preprocess"]["source"]["md5"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # (a trial that failed before training: nothing of the file in its row)
+        if path is None or not Path(path).is_file():
+            continue
+        if path not in now:
+            now[path] = file_md5(path)
+        if now[path] != was:
+            raise UserError(f"{path} changed since trial {t.trial_id} in {out} was trained on it (its MD5 was {was}, "
+                            f"is {now[path]}): its results are the old file's; give the new file another --out, or "
+                            "put the old one back")
 
 
 def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,

@@ -64,3 +64,21 @@ def test_a_sweep_without_validation_rows_is_refused(tmp_path: Path):
         with pytest.raises(UserError, match="selects models on the validation set") as e:
             S.expand_space({"params": {**params, "method": "sgd", "epochs": 1}})
         assert "\n" not in str(e.value)
+
+
+def test_a_rerun_on_a_changed_file_is_refused(tmp_path: Path):
+    """A finished trial's row is its file's: the same --out over an edited file is a one-line error,
+    never the old file's numbers ranked beside the new file's."""
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    params = {"data_file": str(csv_path), "target": "colour", "method": "sgd", "hidden": [4], "epochs": 1,
+              "device": "cpu", "seed": {"grid": [0]}}
+    out = tmp_path / "sweep"
+    opts = S.SweepOptions(out=out, progress=False, cpus_per_trial=1)
+    S.run_sweep({"params": params}, opts, log=lambda s: None)
+    assert S.run_sweep({"params": params}, opts, log=lambda s: None)[0]["status"] == "done"  # unchanged: skipped
+    before = (out / "sweep.csv").read_bytes()
+    noisy_table(csv_path, n=150)
+    with pytest.raises(UserError, match="changed since trial") as e:
+        S.run_sweep({"params": {**params, "seed": {"grid": [0, 1]}}}, opts, log=lambda s: None)
+    assert "another --out" in str(e.value) and "\n" not in str(e.value)
+    assert (out / "sweep.csv").read_bytes() == before

@@ -56,10 +56,12 @@ def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]
 
 
 def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
-    """(training examples, input features, classes) without loading the data."""
+    """(training examples, input features, classes) without loading the data (an image dataset's
+    first ``train_size`` of its training images where that is given)."""
     if data.kind == SweepDataset.SYNTHETIC.value:
         return data.n_train, data.dim, data.classes
-    return 60_000 - cfg.val_size, 784, 10
+    n = 60_000 - cfg.val_size
+    return (n if cfg.train_size is None else min(n, cfg.train_size)), 784, 10
 
 
 def epoch_seconds_estimate(params: dict[str, Any], ref_epoch_seconds: float = REF_EPOCH_SECONDS) -> float:

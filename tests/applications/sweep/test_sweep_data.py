@@ -82,3 +82,11 @@ def test_a_rerun_on_a_changed_file_is_refused(tmp_path: Path):
         S.run_sweep({"params": {**params, "seed": {"grid": [0, 1]}}}, opts, log=lambda s: None)
     assert "another --out" in str(e.value) and "\n" not in str(e.value)
     assert (out / "sweep.csv").read_bytes() == before
+
+
+def test_the_dry_run_cost_counts_a_subset_s_images():
+    from bbb.sweep.cost import epoch_seconds_estimate
+
+    full = epoch_seconds_estimate({"dataset": "mnist", "width": 400})
+    assert epoch_seconds_estimate({"dataset": "mnist", "width": 400, "train_size": 5000}) == pytest.approx(
+        full * 5000 / 50_000)

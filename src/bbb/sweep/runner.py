@@ -229,14 +229,16 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
         bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
 
         stopped: set[str] = set()  # ASHA stopped them: evaluated once fit() has returned
+        # Tune ended them unfinished, never completed (Ctrl-C): left to a re-run, which resumes them
+        unfinished: set[str] = set()
 
-        def collect(rt: Any, error: str | None = None) -> None:
+        def collect(rt: Any, error: str | None = None, completed: bool = True) -> None:
             tid = rt.config["trial"]["trial_id"]
-            if tid in rows or tid not in by_id or tid in stopped:
+            if tid in rows or tid not in by_id or tid in stopped or tid in unfinished:
                 return
             row = _collect_ray_trial(by_id[tid], rt, out, error)
             if row is None:
-                stopped.add(tid)
+                (stopped if completed else unfinished).add(tid)
             else:
                 record(tid, row)
 
@@ -286,11 +288,15 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
                 tid = (r.config or {}).get("trial", {}).get("trial_id")
                 if tid in by_id and tid not in rows:
                     rt = SimpleNamespace(config=r.config, last_result=r.metrics or {}, checkpoint=r.checkpoint)
-                    collect(rt, error=None if r.error is None else " ".join(str(r.error).split())[:300])
+                    collect(rt, error=None if r.error is None else " ".join(str(r.error).split())[:300],
+                            completed=False)
             # a stopped trial's worker held its run directory's lock, and waiting for it inside
             # Ray's callbacks would hold up the stop: the evaluation takes the lock now
             for tid in sorted(stopped, key=lambda t: by_id[t].index):
                 record(tid, _finalize_stopped(by_id[tid], out, opts))
+            if unfinished:
+                write_results(out, trials, rows, opts.backend)  # (their rows: pending, at their last epoch)
+                raise KeyboardInterrupt(f"Ray Tune ended with {plural(len(unfinished), 'trial')} unfinished")
         finally:
             bar.close()
     finally:

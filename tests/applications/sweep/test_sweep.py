@@ -470,3 +470,26 @@ def test_ray_trial_asking_for_more_than_the_local_ray_has_is_refused(ray_cluster
         with pytest.raises(UserError) as e:
             S.run_sweep(tiny_space(), quiet_opts(tmp_path / flag, backend="ray", **kw), log=silent)
         assert flag in str(e.value) and "no trial could start" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_ray_sweep_interrupted_leaves_its_trials_to_resume(ray_cluster, tmp_path):
+    """Ctrl-C of a Ray sweep (Tune catches it and ends the run): the unfinished trial is pending, not
+    an ASHA-stopped one evaluated at its best epoch so far that a re-run would skip, and the
+    sweep raises KeyboardInterrupt (the command's 'interrupted; run again to resume')."""
+    import ray.cloudpickle
+
+    import sweep_hooks
+
+    ray.cloudpickle.register_pickle_by_value(sweep_hooks)  # Ray's workers cannot import tests/
+    space = tiny_space(epochs=4)
+    out = tmp_path / "ray"
+    opts = quiet_opts(out, backend="ray", epoch_hook=sweep_hooks.InterruptDriver(2, os.getpid()))
+    with pytest.raises(KeyboardInterrupt):
+        S.run_sweep(space, opts, log=silent)
+    [t] = S.expand_space(space)
+    assert not (trial_dir(out, t.trial_id) / "result.json").exists()
+    assert [r["status"] for r in S.read_sweep(out)] == ["pending"]
+    [row] = S.run_sweep(space, quiet_opts(out, backend="ray"), log=silent)
+    assert row["status"] == "done" and row["epochs_run"] == 4
+    assert [h["from_epoch"] for h in history(out, t.trial_id)] == [0, 2]

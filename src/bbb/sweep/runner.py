@@ -133,6 +133,8 @@ def _refuse_changed_files(out: Path, finished: list[Trial]) -> None:
 
     now: dict[str, str] = {}
     for t in finished:
+        if t.params.get("data_file") is None:
+            continue
         path = resolve_params(t.params)[0].data_file
         try:
             was = json.loads((trial_dir(out, t.trial_id) / "config.json").read_text())["preprocess"]["source"]["md5"]

@@ -94,7 +94,6 @@ def _out_folder(out: str | Path, run_dir: Path) -> Path:
     if is_laplace_folder(out) and laplace_run_of(out).resolve() != run_dir.resolve():
         raise UserError(f"{out / LAPLACE_FILE} is the Laplace posterior of another run, {laplace_run_of(out)}: give "
                         "another --out folder")
-    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -152,6 +151,7 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         raise UserError(f"the last layer has {n_params:,} weights: its full posterior covariance would take "
                         f"{n_params ** 2 * 4 / 1e6:,.0f} MB; use --hessian kron or diag (at most {DENSE_LIMIT:,} "
                         "weights take full)")
+    out.mkdir(parents=True, exist_ok=True)  # (once the run's data are read: a refusal leaves no folder)
     remove_results(out)  # another posterior's results
     w = layer.weight.detach()[rows]
     b = layer.bias.detach()[rows] if layer.bias is not None else torch.zeros(len(rows), device=w.device)

@@ -362,3 +362,16 @@ def test_a_fit_refused_for_its_data_leaves_no_folder(runs, capsys, tmp_path):
                           "--csv", str(tmp_path / "nowhere.csv"))
     one_line_error(rc, err, "nowhere.csv")
     assert not (tmp_path / "lap").exists()
+
+
+def test_an_ensembles_folder_is_not_a_posteriors(runs, capsys, tmp_path):
+    """--out an ensemble's folder: one line, its eval.json kept (a fit there deleted it)."""
+    run = runs["classification"]
+    twin = tmp_path / "twin"
+    shutil.copytree(run, twin)
+    ens = tmp_path / "ens"
+    assert run_main(capsys, "evaluate", str(run), str(twin), "--out", str(ens))[0] == 0
+    before = (ens / "eval.json").read_bytes()
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(ens))
+    one_line_error(rc, err, "eval.json", "a folder of its own")
+    assert (ens / "eval.json").read_bytes() == before and not (ens / "laplace.json").exists()

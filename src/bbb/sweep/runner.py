@@ -238,9 +238,11 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             tid = rt.config["trial"]["trial_id"]
             if tid in rows or tid not in by_id or tid in stopped or tid in unfinished:
                 return
-            row = _collect_ray_trial(by_id[tid], rt, out, error)
-            if row is None:
-                (stopped if completed else unfinished).add(tid)
+            row = _collect_ray_trial(by_id[tid], rt, out, error)  # (its files copied here from Ray's checkpoint)
+            if not completed and error is None and not isinstance((rt.last_result or {}).get("row"), dict):
+                unfinished.add(tid)  # ended by Tune before its end, started or not
+            elif row is None:
+                stopped.add(tid)
             else:
                 record(tid, row)
 

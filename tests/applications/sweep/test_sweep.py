@@ -482,14 +482,15 @@ def test_ray_sweep_interrupted_leaves_its_trials_to_resume(ray_cluster, tmp_path
     import sweep_hooks
 
     ray.cloudpickle.register_pickle_by_value(sweep_hooks)  # Ray's workers cannot import tests/
-    space = tiny_space(epochs=4)
+    space = tiny_space(epochs=4, seed={"grid": [0, 1]})
     out = tmp_path / "ray"
-    opts = quiet_opts(out, backend="ray", epoch_hook=sweep_hooks.InterruptDriver(2, os.getpid()))
+    opts = quiet_opts(out, backend="ray", max_concurrent=1,
+                      epoch_hook=sweep_hooks.InterruptDriver(2, os.getpid()))
     with pytest.raises(KeyboardInterrupt):
         S.run_sweep(space, opts, log=silent)
-    [t] = S.expand_space(space)
-    assert not (trial_dir(out, t.trial_id) / "result.json").exists()
-    assert [r["status"] for r in S.read_sweep(out)] == ["pending"]
-    [row] = S.run_sweep(space, quiet_opts(out, backend="ray"), log=silent)
-    assert row["status"] == "done" and row["epochs_run"] == 4
-    assert [h["from_epoch"] for h in history(out, t.trial_id)] == [0, 2]
+    first, second = S.expand_space(space)  # the second never started
+    assert not any((trial_dir(out, t.trial_id) / "result.json").exists() for t in (first, second))
+    assert [r["status"] for r in S.read_sweep(out)] == ["pending", "pending"]
+    rows = S.run_sweep(space, quiet_opts(out, backend="ray"), log=silent)
+    assert [(r["status"], r["epochs_run"]) for r in rows] == [("done", 4), ("done", 4)]
+    assert [h["from_epoch"] for h in history(out, first.trial_id)] == [0, 2]

@@ -37,10 +37,11 @@ _DATA_CACHE: dict[str, dict[str, Any]] = {}
 
 def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any] | None:
     """The trial's tensors, cached per process (workers run many trials on the same data) under
-    every setting the split reads; None for a trial on your own file (``data_file``), which loads
-    its split itself, as ``bbb train`` does: its preprocessing (the columns' scaling, the target's
-    units, the class names) and the file's MD5 are then the run's, for its numbers and for
-    ``bbb predict``."""
+    every setting the split reads, the last split only (a grid over ``train_size`` or ``split_seed``
+    would otherwise hold a copy of the dataset per value); None for a trial on your own file
+    (``data_file``), which loads its split itself, as ``bbb train`` does: its preprocessing (the
+    columns' scaling, the target's units, the class names) and the file's MD5 are then the run's,
+    for its numbers and for ``bbb predict``."""
     from ..runs import load_data
 
     if cfg.data_file is not None:
@@ -48,6 +49,7 @@ def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]
     key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale, cfg.train_size],
                       "dir": data_dir})
     if key not in _DATA_CACHE:
+        _DATA_CACHE.clear()
         if data.kind == SweepDataset.SYNTHETIC.value:
             _DATA_CACHE[key] = synthetic_data(data.dim, data.n_train, data.classes, cfg.split_seed)
         else:

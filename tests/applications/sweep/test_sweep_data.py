@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import bbb.sweep as S
 from bbb.errors import UserError
@@ -90,3 +91,15 @@ def test_the_dry_run_cost_counts_a_subset_s_images():
     full = epoch_seconds_estimate({"dataset": "mnist", "width": 400})
     assert epoch_seconds_estimate({"dataset": "mnist", "width": 400, "train_size": 5000}) == pytest.approx(
         full * 5000 / 50_000)
+
+
+def test_a_worker_caches_one_split_at_a_time():
+    from bbb.sweep import cost
+
+    first, second = (S.resolve_params({"dataset": "synthetic", "split_seed": s}) for s in (0, 1))
+    a = cost.trial_data(*first, None)
+    assert cost.trial_data(*first, None) is a  # the same split: cached
+    b = cost.trial_data(*second, None)
+    assert not torch.equal(a["test_x"], b["test_x"])
+    again = cost.trial_data(*first, None)  # loaded again: the second split took its place
+    assert again is not a and torch.equal(again["test_x"], a["test_x"])

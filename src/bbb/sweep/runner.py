@@ -79,14 +79,14 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
         raise UserError("the search space has no trials")
     out = opts.out.resolve()
     _refuse_dropping_results(out, trials)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "space.json", {**space, "limit": limit})
     rows: dict[str, dict[str, Any]] = {}
     for t in trials:
         r = finished_row(out, t)
         if r is not None:
             rows[t.trial_id] = r
     _refuse_changed_files(out, [t for t in trials if t.trial_id in rows])
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "space.json", {**space, "limit": limit})
     todo = [t for t in trials if t.trial_id not in rows]
     if rows:
         log(f"{len(rows)} of {len(trials)} trials already finished in {out}; running {len(todo)}")

@@ -77,12 +77,12 @@ def test_a_rerun_on_a_changed_file_is_refused(tmp_path: Path):
     opts = S.SweepOptions(out=out, progress=False, cpus_per_trial=1)
     S.run_sweep({"params": params}, opts, log=lambda s: None)
     assert S.run_sweep({"params": params}, opts, log=lambda s: None)[0]["status"] == "done"  # unchanged: skipped
-    before = (out / "sweep.csv").read_bytes()
+    before = {name: (out / name).read_bytes() for name in ("sweep.csv", "space.json", "best.json")}
     noisy_table(csv_path, n=150)
     with pytest.raises(UserError, match="changed since trial") as e:
         S.run_sweep({"params": {**params, "seed": {"grid": [0, 1]}}}, opts, log=lambda s: None)
     assert "another --out" in str(e.value) and "\n" not in str(e.value)
-    assert (out / "sweep.csv").read_bytes() == before
+    assert {name: (out / name).read_bytes() for name in before} == before
 
 
 def test_the_dry_run_cost_counts_a_subset_s_images():

@@ -3,6 +3,9 @@ each trial once. A module of its own so that worker processes and Ray can import
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +31,20 @@ class FailOnce:
             for name in TRIAL_FILES:
                 (Path(trial_dir) / name).unlink(missing_ok=True)
         raise RuntimeError(f"injected failure after epoch {self.epoch}")
+
+
+class InterruptDriver:
+    """Ctrl-C of the sweep's process ``driver_pid`` after ``epoch`` of the first trial to reach it;
+    that trial then waits (as a long epoch would) for the sweep to stop it."""
+
+    def __init__(self, epoch: int, driver_pid: int) -> None:
+        self.epoch = epoch
+        self.driver_pid = driver_pid
+
+    def __call__(self, trial_dir: Path, row: dict[str, Any]) -> None:
+        marker = Path(trial_dir).parent / "interrupted"
+        if int(row["epoch"]) != self.epoch or marker.exists():
+            return
+        marker.write_text(f"epoch {self.epoch}\n")
+        os.kill(self.driver_pid, signal.SIGINT)
+        time.sleep(60)

@@ -256,7 +256,7 @@ class CallbackList(JobCallbacks):
 # The runner
 # --------------------------------------------------------------------------------------------
 
-Data = Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None
+Data = Mapping[str, Any] | Callable[[Any], Mapping[str, Any] | None] | None
 
 
 def check_settings(job: Job) -> None:
@@ -339,7 +339,8 @@ def run_job(
     Args:
         job: the run directory and its configuration.
         data: the tensors to train on (see :func:`~bbb.runs.train`), or a function of the job
-            that returns them (called only when the job trains), or None: ``config.dataset``.
+            that returns them or None (called only when the job trains), or None: ``config.dataset``
+            (or ``config.data_file``), loaded by the run itself.
         retries: attempts after a crash, each resuming from the last epoch saved.
         record_failures: after the last attempt, return a ``failed`` result instead of raising.
         quiet, log: :func:`~bbb.runs.train`'s (defaults: one log line per epoch, printed).

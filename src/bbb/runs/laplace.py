@@ -50,7 +50,7 @@ from ..uncertainty import predictive_probs
 from . import model as runmodel
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
 from .referral import split_outputs
-from .rundir import remove_results
+from .rundir import RESULT_FILES, remove_results
 from .trained import (
     LAPLACE_FILE,
     LAPLACE_FORMAT,
@@ -94,7 +94,10 @@ def _out_folder(out: str | Path, run_dir: Path) -> Path:
     if is_laplace_folder(out) and laplace_run_of(out).resolve() != run_dir.resolve():
         raise UserError(f"{out / LAPLACE_FILE} is the Laplace posterior of another run, {laplace_run_of(out)}: give "
                         "another --out folder")
-    out.mkdir(parents=True, exist_ok=True)
+    held = [name for name in RESULT_FILES if (out / name).exists()]
+    if held and not is_laplace_folder(out):  # (an ensemble's eval.json, ood.json: a refit would delete them)
+        raise UserError(f"--out {out} holds {held[0]}, not a Laplace posterior's (an ensemble's?): give the Laplace "
+                        "posterior a folder of its own")
     return out
 
 
@@ -152,6 +155,7 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         raise UserError(f"the last layer has {n_params:,} weights: its full posterior covariance would take "
                         f"{n_params ** 2 * 4 / 1e6:,.0f} MB; use --hessian kron or diag (at most {DENSE_LIMIT:,} "
                         "weights take full)")
+    out.mkdir(parents=True, exist_ok=True)  # (once the run's data are read: a refusal leaves no folder)
     remove_results(out)  # another posterior's results
     w = layer.weight.detach()[rows]
     b = layer.bias.detach()[rows] if layer.bias is not None else torch.zeros(len(rows), device=w.device)

@@ -180,6 +180,11 @@ def main(args: argparse.Namespace) -> int:
     counts = {s.value: sum(1 for r in rows if r["status"] == s.value) for s in TrialStatus}
     print(f"{plural(len(rows), 'trial')}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
           + f" ({time.perf_counter() - t0:.0f} s)")
+    if counts[TrialStatus.DONE.value] + counts[TrialStatus.STOPPED.value] and all(
+            r.get("val_error") is None for r in rows):
+        print("bbb sweep: warning: no finished trial has a validation error to rank it by (a regression's trials: "
+              "their validation RMSE and NLL are in each trial's summary.json), so sweep.csv is not sorted by one "
+              "and no best.json is written", file=sys.stderr, flush=True)
     best_path = opts.out / "best.json"
     if best_path.is_file():
         best = json.loads(best_path.read_text())

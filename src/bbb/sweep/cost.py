@@ -35,12 +35,21 @@ def synthetic_data(dim: int = 64, n_train: int = 400, classes: int = 4, seed: in
 _DATA_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]:
-    """The trial's tensors, cached per process (workers run many trials on the same data)."""
+def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any] | None:
+    """The trial's tensors, cached per process (workers run many trials on the same data) under
+    every setting the split reads, the last split only (a grid over ``train_size`` or ``split_seed``
+    would otherwise hold a copy of the dataset per value); None for a trial on your own file
+    (``data_file``), which loads its split itself, as ``bbb train`` does: its preprocessing (the
+    columns' scaling, the target's units, the class names) and the file's MD5 are then the run's,
+    for its numbers and for ``bbb predict``."""
     from ..runs import load_data
 
-    key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale], "dir": data_dir})
+    if cfg.data_file is not None:
+        return None
+    key = json.dumps({**data.key(), "split": [cfg.val_size, cfg.split_seed, cfg.scale, cfg.train_size],
+                      "dir": data_dir})
     if key not in _DATA_CACHE:
+        _DATA_CACHE.clear()
         if data.kind == SweepDataset.SYNTHETIC.value:
             _DATA_CACHE[key] = synthetic_data(data.dim, data.n_train, data.classes, cfg.split_seed)
         else:
@@ -49,10 +58,12 @@ def trial_data(cfg: Any, data: DataSpec, data_dir: str | None) -> dict[str, Any]
 
 
 def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
-    """(training examples, input features, classes) without loading the data."""
+    """(training examples, input features, classes) without loading the data (an image dataset's
+    first ``train_size`` of its training images where that is given)."""
     if data.kind == SweepDataset.SYNTHETIC.value:
         return data.n_train, data.dim, data.classes
-    return 60_000 - cfg.val_size, 784, 10
+    n = 60_000 - cfg.val_size
+    return (n if cfg.train_size is None else min(n, cfg.train_size)), 784, 10
 
 
 def epoch_seconds_estimate(params: dict[str, Any], ref_epoch_seconds: float = REF_EPOCH_SECONDS) -> float:

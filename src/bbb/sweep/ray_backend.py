@@ -114,7 +114,7 @@ def ray_trainable(config: dict[str, Any], epoch_hook: Any = None) -> None:
         return
     summary = res.summary or {}
     last = read_last_metrics(d)
-    report({"epoch": int(summary["epochs"]), "val_error": last.get("val_error", summary["best_val_error"]),
+    report({"epoch": int(summary["epochs"]), "val_error": last.get("val_error", summary.get("best_val_error")),
             "train_loss": last.get("train_loss"), "status": row["status"], "row": row},
            int(summary["epochs"]), _CKPT_FILES)
 

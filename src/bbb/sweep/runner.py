@@ -79,13 +79,14 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
         raise UserError("the search space has no trials")
     out = opts.out.resolve()
     _refuse_dropping_results(out, trials)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "space.json", {**space, "limit": limit})
     rows: dict[str, dict[str, Any]] = {}
     for t in trials:
         r = finished_row(out, t)
         if r is not None:
             rows[t.trial_id] = r
+    _refuse_changed_files(out, [t for t in trials if t.trial_id in rows])
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "space.json", {**space, "limit": limit})
     todo = [t for t in trials if t.trial_id not in rows]
     if rows:
         log(f"{len(rows)} of {len(trials)} trials already finished in {out}; running {len(todo)}")
@@ -95,6 +96,11 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
             _run_local(todo, trials, rows, out, opts, log, warn)
         else:
             _run_ray(todo, trials, rows, out, opts, log, warn)
+    for t in trials:  # finished meanwhile by another process on this --out (its trial was locked here)
+        if rows.get(t.trial_id, {}).get("status") in (None, TrialStatus.PENDING.value):
+            r = finished_row(out, t)
+            if r is not None:
+                rows[t.trial_id] = r
     write_results(out, trials, rows, opts.backend)
     return [rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
             for t in trials]
@@ -118,6 +124,30 @@ def _refuse_dropping_results(out: Path, trials: list[Trial]) -> None:
                         f"does not hold (e.g. {dropped[0]}: an earlier sweep of another space or --limit); "
                         "running here would drop them from sweep.csv and best.json: give another --out, or "
                         f"the earlier space ({out / 'space.json'}) or a superset of it")
+
+
+def _refuse_changed_files(out: Path, finished: list[Trial]) -> None:
+    """A one-line error when a finished trial's own file (``data_file``) is not, by its MD5, the file
+    it was trained on: its row would be the old file's numbers, ranked beside new trials' on the new."""
+    from ..data.sources import file_md5
+
+    now: dict[str, str] = {}
+    for t in finished:
+        if t.params.get("data_file") is None:
+            continue
+        path = resolve_params(t.params)[0].data_file
+        try:
+            was = json.loads((trial_dir(out, t.trial_id) / "config.json").read_text())["preprocess"]["source"]["md5"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # (a trial that failed before training: nothing of the file in its row)
+        if path is None or not Path(path).is_file():
+            continue
+        if path not in now:
+            now[path] = file_md5(path)
+        if now[path] != was:
+            raise UserError(f"{path} changed since trial {t.trial_id} in {out} was trained on it (its MD5 was {was}, "
+                            f"is {now[path]}): its results are the old file's; give the new file another --out, or "
+                            "put the old one back")
 
 
 def _run_local(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, Any]], out: Path,
@@ -189,6 +219,8 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
     try:
         cpus = opts.cpus_per_trial or 1.0
         resources = {"cpu": cpus, "gpu": opts.gpus_per_trial}
+        if opts.address is None:  # a Ray on this machine alone: what it lacks, no node will bring
+            _refuse_unplaceable(ray.cluster_resources(), cpus, opts.gpus_per_trial)
         epochs = max(resolve_params(t.params)[0].epochs for t in todo)
         scheduler = None
         if opts.scheduler == SchedulerKind.ASHA.value:
@@ -196,17 +228,20 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
             scheduler = ASHAScheduler(time_attr="epoch", max_t=max(epochs, grace),
                                       grace_period=min(grace, epochs), reduction_factor=opts.reduction_factor)
         by_id = {t.trial_id: t for t in todo}
-        data_cache: dict[str, Any] = {}
         bar = _progress(len(trials), len(trials) - len(todo), opts.progress)
 
         stopped: set[str] = set()  # ASHA stopped them: evaluated once fit() has returned
+        # Tune ended them unfinished, never completed (Ctrl-C): left to a re-run, which resumes them
+        unfinished: set[str] = set()
 
-        def collect(rt: Any, error: str | None = None) -> None:
+        def collect(rt: Any, error: str | None = None, completed: bool = True) -> None:
             tid = rt.config["trial"]["trial_id"]
-            if tid in rows or tid not in by_id or tid in stopped:
+            if tid in rows or tid not in by_id or tid in stopped or tid in unfinished:
                 return
-            row = _collect_ray_trial(by_id[tid], rt, out, error)
-            if row is None:
+            row = _collect_ray_trial(by_id[tid], rt, out, error)  # (its files copied here from Ray's checkpoint)
+            if not completed and error is None and not isinstance((rt.last_result or {}).get("row"), dict):
+                unfinished.add(tid)  # ended by Tune before its end, started or not
+            elif row is None:
                 stopped.add(tid)
             else:
                 record(tid, row)
@@ -257,16 +292,30 @@ def _run_ray(todo: list[Trial], trials: list[Trial], rows: dict[str, dict[str, A
                 tid = (r.config or {}).get("trial", {}).get("trial_id")
                 if tid in by_id and tid not in rows:
                     rt = SimpleNamespace(config=r.config, last_result=r.metrics or {}, checkpoint=r.checkpoint)
-                    collect(rt, error=None if r.error is None else " ".join(str(r.error).split())[:300])
+                    collect(rt, error=None if r.error is None else " ".join(str(r.error).split())[:300],
+                            completed=False)
             # a stopped trial's worker held its run directory's lock, and waiting for it inside
             # Ray's callbacks would hold up the stop: the evaluation takes the lock now
             for tid in sorted(stopped, key=lambda t: by_id[t].index):
-                record(tid, _finalize_stopped(by_id[tid], out, opts, data_cache))
+                record(tid, _finalize_stopped(by_id[tid], out, opts))
+            if unfinished:
+                write_results(out, trials, rows, opts.backend)  # (their rows: pending, at their last epoch)
+                raise KeyboardInterrupt(f"Ray Tune ended with {plural(len(unfinished), 'trial')} unfinished")
         finally:
             bar.close()
     finally:
         if started:
             ray.shutdown()
+
+
+def _refuse_unplaceable(have: dict[str, float], cpus: float, gpus: float) -> None:
+    """A one-line error where one trial asks for more CPUs or GPUs than the local Ray has: Tune would
+    wait for them for ever (a warning a minute, nothing trained)."""
+    for key, flag, want in (("CPU", "--cpus-per-trial", cpus), ("GPU", "--gpus-per-trial", gpus)):
+        if want > float(have.get(key, 0.0)):
+            raise UserError(f"{flag} {want:g} asks for more than this machine's Ray has ({float(have.get(key, 0.0)):g} "
+                            f"{key}s), so no trial could start: lower {flag}, or join a cluster that has them "
+                            "(--address)")
 
 
 def _collect_ray_trial(trial: Trial, rt: Any, out: Path, error: str | None) -> dict[str, Any] | None:
@@ -290,15 +339,13 @@ def _collect_ray_trial(trial: Trial, rt: Any, out: Path, error: str | None) -> d
     return None
 
 
-def _finalize_stopped(trial: Trial, out: Path, opts: SweepOptions, data_cache: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate a trial ASHA stopped early (under its run directory's lock)."""
+def _finalize_stopped(trial: Trial, out: Path, opts: SweepOptions) -> dict[str, Any]:
+    """Evaluate a trial ASHA stopped early (under its run directory's lock), on its own split
+    (:func:`~bbb.sweep.cost.trial_data`, cached per split)."""
     d = trial_dir(out, trial.trial_id)
     cfg, spec = resolve_params(trial.params)
-    key = json.dumps(spec.key())
-    if key not in data_cache:
-        data_cache[key] = trial_data(cfg, spec, opts.data_dir)
     try:
-        summary = finalize_trial(d, cfg, data_cache[key])
+        summary = finalize_trial(d, cfg, trial_data(cfg, spec, opts.data_dir))
     except (UserError, DiskFullError, OutOfMemory) as e:  # e.g. still locked: a re-run of the sweep trains it again
         return result_row(trial, TrialStatus.FAILED, None, d, error=" ".join(str(e).split()), retry=True)
     status = TrialStatus.STOPPED if int(summary["epochs"]) < cfg.epochs else TrialStatus.DONE

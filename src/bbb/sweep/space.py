@@ -429,7 +429,9 @@ def resolve_params(params: dict[str, Any]) -> tuple[Any, DataSpec]:
     except TypeError as e:
         raise UserError(f"search space: {e}") from None
     _refuse_unused(cfg, [n for n in p if n != "dataset"], named)
-    if kind != SweepDataset.SYNTHETIC.value and cfg.val_size < 1:
+    if cfg.data_file is not None and cfg.val_fraction == 0:
+        raise UserError("search space: a sweep selects models on the validation set; val_fraction must be > 0")
+    if kind != SweepDataset.SYNTHETIC.value and cfg.data_file is None and cfg.val_size < 1:
         raise UserError("search space: a sweep selects models on the validation set; val_size must be >= 1")
     return cfg, data
 

@@ -102,7 +102,7 @@ def start_trial(out: Path, trial: Trial) -> tuple[Path, Any, DataSpec]:
 FINALIZE_LOCK_WAIT = 60.0
 
 
-def finalize_trial(d: Path, cfg: Any, data: dict[str, Any], lock_wait: float = FINALIZE_LOCK_WAIT
+def finalize_trial(d: Path, cfg: Any, data: dict[str, Any] | None, lock_wait: float = FINALIZE_LOCK_WAIT
                    ) -> dict[str, Any]:
     """Evaluate a trial that stopped before ``cfg.epochs`` (the job runner with nothing left to
     train) and return its summary. It takes the run directory's lock, waiting up to

@@ -352,3 +352,26 @@ def test_a_posterior_s_scores_are_printed_where_its_folder_cannot_be_written(run
     line = one_line_error(rc, err, "cannot write", str(lap / "eval.json"), "Permission denied", "not saved")
     assert "laplace (4 samples)" in out and "the run's network" in out and "wrote" not in out, line
     assert {p.name: p.read_bytes() for p in lap.iterdir()} == before
+
+
+def test_a_fit_refused_for_its_data_leaves_no_folder(runs, capsys, tmp_path):
+    """The run's file gone (moved): one line, and no empty --out folder left behind."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["classification"], run)
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(tmp_path / "lap"),
+                          "--csv", str(tmp_path / "nowhere.csv"))
+    one_line_error(rc, err, "nowhere.csv")
+    assert not (tmp_path / "lap").exists()
+
+
+def test_an_ensembles_folder_is_not_a_posteriors(runs, capsys, tmp_path):
+    """--out an ensemble's folder: one line, its eval.json kept (a fit there deleted it)."""
+    run = runs["classification"]
+    twin = tmp_path / "twin"
+    shutil.copytree(run, twin)
+    ens = tmp_path / "ens"
+    assert run_main(capsys, "evaluate", str(run), str(twin), "--out", str(ens))[0] == 0
+    before = (ens / "eval.json").read_bytes()
+    rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(ens))
+    one_line_error(rc, err, "eval.json", "a folder of its own")
+    assert (ens / "eval.json").read_bytes() == before and not (ens / "laplace.json").exists()

@@ -22,6 +22,7 @@ import pytest
 import bbb.sweep as S
 from bbb.cli import main as cli_main
 from bbb.cli.cost import epoch_seconds
+from bbb.errors import UserError
 from bbb.runs import read_metrics
 from bbb.sweep.cost import REF_EPOCH_SECONDS
 from bbb.sweep.space import trial_id_of, yaml_loader
@@ -444,3 +445,52 @@ def test_ray_trial_crash_resumes_from_ray_checkpoint(ray_cluster, tmp_path):
     assert rows_without_seconds(crashed) == rows_without_seconds(plain)
     for k in ("val_error", "test_error", "test_error_mc", "test_nll", "best_epoch", "epochs_run"):
         assert rows[0][k] == rows[1][k]
+
+
+@pytest.mark.slow
+def test_ray_regression_trial_ends_as_on_the_local_backend(ray_cluster, tmp_path):
+    """A regression's summary has no validation error: its trial ends done on Ray (its last report
+    read the summary's best_val_error and crashed), with the local backend's row."""
+    from testkit import noisy_table
+
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    space = {"params": {"data_file": str(csv_path), "target": "price", "method": "sgd", "hidden": [8],
+                        "epochs": 2, "device": "cpu"}}
+    [ray_row] = S.run_sweep(space, quiet_opts(tmp_path / "ray", backend="ray", max_failures=0), log=silent)
+    [local_row] = S.run_sweep(space, quiet_opts(tmp_path / "local"), log=silent)
+    assert ray_row["status"] == local_row["status"] == "done"
+    assert ray_row["epochs_run"] == local_row["epochs_run"] == 2
+
+
+def test_ray_trial_asking_for_more_than_the_local_ray_has_is_refused(ray_cluster, tmp_path):
+    """Tune would wait for ever for resources a Ray on this machine alone does not have."""
+    have = ray_cluster.cluster_resources()
+    for kw, flag in (({"cpus_per_trial": have.get("CPU", 0) + 1}, "--cpus-per-trial"),
+                     ({"gpus_per_trial": have.get("GPU", 0) + 1}, "--gpus-per-trial")):
+        with pytest.raises(UserError) as e:
+            S.run_sweep(tiny_space(), quiet_opts(tmp_path / flag, backend="ray", **kw), log=silent)
+        assert flag in str(e.value) and "no trial could start" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_ray_sweep_interrupted_leaves_its_trials_to_resume(ray_cluster, tmp_path):
+    """Ctrl-C of a Ray sweep (Tune catches it and ends the run): the unfinished trial is pending, not
+    an ASHA-stopped one evaluated at its best epoch so far that a re-run would skip, and the
+    sweep raises KeyboardInterrupt (the command's 'interrupted; run again to resume')."""
+    import ray.cloudpickle
+
+    import sweep_hooks
+
+    ray.cloudpickle.register_pickle_by_value(sweep_hooks)  # Ray's workers cannot import tests/
+    space = tiny_space(epochs=4, seed={"grid": [0, 1]})
+    out = tmp_path / "ray"
+    opts = quiet_opts(out, backend="ray", max_concurrent=1,
+                      epoch_hook=sweep_hooks.InterruptDriver(2, os.getpid()))
+    with pytest.raises(KeyboardInterrupt):
+        S.run_sweep(space, opts, log=silent)
+    first, second = S.expand_space(space)  # the second never started
+    assert not any((trial_dir(out, t.trial_id) / "result.json").exists() for t in (first, second))
+    assert [r["status"] for r in S.read_sweep(out)] == ["pending", "pending"]
+    rows = S.run_sweep(space, quiet_opts(out, backend="ray"), log=silent)
+    assert [(r["status"], r["epochs_run"]) for r in rows] == [("done", 4), ("done", 4)]
+    assert [h["from_epoch"] for h in history(out, first.trial_id)] == [0, 2]

@@ -4,6 +4,7 @@ trials held by another process are respected by run_sweep."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -206,3 +207,29 @@ def test_finalize_trial_takes_the_run_directory_lock(tmp_path: Path):
     stamp = (d / "summary.json").stat().st_mtime_ns
     assert finalize_trial(d, cfg, data, lock_wait=0) == summary  # evaluated once
     assert (d / "summary.json").stat().st_mtime_ns == stamp
+
+
+def test_a_trial_another_sweep_finished_meanwhile_is_listed_done(tmp_path: Path):
+    """Two sweeps on one --out: the trial one left to the other (locked there) and the other finished
+    is done in the sweep.csv and best.json this one writes last, not pending."""
+    sp = space(seed={"grid": [0, 1]})
+    t0, t1 = S.expand_space(sp)
+    ref = tmp_path / "ref"
+    S.run_sweep(sp, S.SweepOptions(out=ref, progress=False), limit=1, log=lambda _: None)
+    out = tmp_path / "s"
+
+    def other_sweep_finishes_t0(d: Path, row: dict) -> None:
+        if d.name == t1.trial_id:
+            for f in trial_dir(ref, t0.trial_id).iterdir():
+                if f.name != "trial.lock":
+                    shutil.copy2(f, trial_dir(out, t0.trial_id) / f.name)
+
+    with trial_lock(trial_dir(out, t0.trial_id)) as holder:
+        assert holder is None
+        rows = S.run_sweep(sp, S.SweepOptions(out=out, progress=False, epoch_hook=other_sweep_finishes_t0),
+                           log=lambda _: None)
+    assert [r["status"] for r in rows] == ["done", "done"]
+    assert {r["trial_id"]: r["status"] for r in S.read_sweep(out)} == {t0.trial_id: "done", t1.trial_id: "done"}
+    best = json.loads((out / "best.json").read_text())
+    assert best["finished"] == 2
+    assert best["val_error"] == min(r["val_error"] for r in rows)

@@ -1,0 +1,105 @@
+"""Each trial of a sweep trains on the data its settings say: an image subset of its own
+``train_size``, and your own file loaded as ``bbb train`` loads it (its preprocessing recorded, its
+numbers in the target's units)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import bbb.sweep as S
+from bbb.errors import UserError
+from bbb.runs import TrainConfig, train
+from bbb.sweep.trial import trial_dir
+from testkit import noisy_table, run_main
+
+
+def _config(out: Path, tid: str) -> dict:
+    return json.loads((trial_dir(out, tid) / "config.json").read_text())
+
+
+def test_each_train_size_of_a_grid_trains_on_its_own_subset(tmp_path: Path, data_dir: Path):
+    space = {"params": {"dataset": "mnist", "hidden": [4], "epochs": 1, "batch_size": 100, "device": "cpu",
+                        "eval_samples": 1, "train_size": {"grid": [100, 300]}}}
+    out = tmp_path / "sweep"
+    rows = S.run_sweep(space, S.SweepOptions(out=out, progress=False, data_dir=str(data_dir), cpus_per_trial=1),
+                       log=lambda s: None)
+    assert [r["status"] for r in rows] == ["done", "done"]
+    for r in rows:
+        cfg = _config(out, r["trial_id"])
+        assert cfg["num_train"] == r["params"]["train_size"] == cfg["train_size"]
+
+
+def test_a_trial_on_your_own_csv_is_the_run_bbb_train_makes(tmp_path: Path):
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    params = {"data_file": str(csv_path), "target": "price", "method": "sgd", "hidden": [8], "epochs": 2,
+              "device": "cpu", "lr": {"grid": [0.01]}}
+    out = tmp_path / "sweep"
+    [row] = S.run_sweep({"params": params}, S.SweepOptions(out=out, progress=False, cpus_per_trial=1),
+                        log=lambda s: None)
+    alone = tmp_path / "alone"
+    trained = train(TrainConfig.from_dict({**params, "lr": 0.01}), alone, quiet=True, log=lambda s: None)
+    trial = json.loads((trial_dir(out, row["trial_id"]) / "summary.json").read_text())
+    assert trial["test_rmse"] == trained["test_rmse"]  # the price's units, not the standardised target's
+    assert _config(out, row["trial_id"])["preprocess"] == json.loads((alone / "config.json").read_text())["preprocess"]
+
+
+def test_a_regression_sweep_says_it_has_no_validation_error_to_rank_by(tmp_path: Path, capsys):
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"params": {"data_file": str(csv_path), "target": "price", "method": "sgd",
+                                            "hidden": [8], "epochs": 2, "device": "cpu"}}))
+    rc, out, err = run_main(capsys, "sweep", "--space", str(space), "--out", str(tmp_path / "s"), "--quiet")
+    assert rc == 0 and "1 trial: 1 done" in out
+    assert "no finished trial has a validation error" in err and "no best.json" in err
+    assert not (tmp_path / "s" / "best.json").exists()
+
+
+def test_a_sweep_without_validation_rows_is_refused(tmp_path: Path):
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    for params in ({"data_file": str(csv_path), "target": "colour", "val_fraction": 0},
+                   {"dataset": "mnist", "val_size": 0}):
+        with pytest.raises(UserError, match="selects models on the validation set") as e:
+            S.expand_space({"params": {**params, "method": "sgd", "epochs": 1}})
+        assert "\n" not in str(e.value)
+
+
+def test_a_rerun_on_a_changed_file_is_refused(tmp_path: Path):
+    """A finished trial's row is its file's: the same --out over an edited file is a one-line error,
+    never the old file's numbers ranked beside the new file's."""
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    params = {"data_file": str(csv_path), "target": "colour", "method": "sgd", "hidden": [4], "epochs": 1,
+              "device": "cpu", "seed": {"grid": [0]}}
+    out = tmp_path / "sweep"
+    opts = S.SweepOptions(out=out, progress=False, cpus_per_trial=1)
+    S.run_sweep({"params": params}, opts, log=lambda s: None)
+    assert S.run_sweep({"params": params}, opts, log=lambda s: None)[0]["status"] == "done"  # unchanged: skipped
+    before = {name: (out / name).read_bytes() for name in ("sweep.csv", "space.json", "best.json")}
+    noisy_table(csv_path, n=150)
+    with pytest.raises(UserError, match="changed since trial") as e:
+        S.run_sweep({"params": {**params, "seed": {"grid": [0, 1]}}}, opts, log=lambda s: None)
+    assert "another --out" in str(e.value) and "\n" not in str(e.value)
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_the_dry_run_cost_counts_a_subset_s_images():
+    from bbb.sweep.cost import epoch_seconds_estimate
+
+    full = epoch_seconds_estimate({"dataset": "mnist", "width": 400})
+    assert epoch_seconds_estimate({"dataset": "mnist", "width": 400, "train_size": 5000}) == pytest.approx(
+        full * 5000 / 50_000)
+
+
+def test_a_worker_caches_one_split_at_a_time():
+    from bbb.sweep import cost
+
+    first, second = (S.resolve_params({"dataset": "synthetic", "split_seed": s}) for s in (0, 1))
+    a = cost.trial_data(*first, None)
+    assert cost.trial_data(*first, None) is a  # the same split: cached
+    b = cost.trial_data(*second, None)
+    assert not torch.equal(a["test_x"], b["test_x"])
+    again = cost.trial_data(*first, None)  # loaded again: the second split took its place
+    assert again is not a and torch.equal(again["test_x"], a["test_x"])

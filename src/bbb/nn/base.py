@@ -509,6 +509,16 @@ class BayesModule(nn.Module):
                 if num_samples > given:
                     extra = provider.kl_noise(self, name, num_samples - given)
             eps, w = (None, None) if s is None else (s.eps, s.w)
+            if w is not None and not w.requires_grad and torch.is_grad_enabled() and q.mu.requires_grad:
+                # drawn under no_grad (torch.utils.checkpoint's reentrant first pass): the weights are
+                # formed again from the same noise, else log p(w) would give mu and rho no gradient
+                if gen is not None or s.eps.dim() > q.mu.dim():  # (its backward redraws: one sample, torch's RNG)
+                    raise UserError(f"{type(self).__name__} drew its weights under torch.no_grad() inside the forward "
+                                    "(torch.utils.checkpoint with use_reentrant=True?), whose backward recomputes them "
+                                    "with one sample from torch's global random state: under num_samples > 1 or a "
+                                    "generator the gradient would be another network's; use num_samples=1 and no "
+                                    "generator, or leave the Bayesian layers out of the checkpoint")
+                w = None
             prior = self.prior_for(name)
             rows = self.kl_rows(name)
             if rows is not None:  # only these rows count (an embedding's padding row does not)

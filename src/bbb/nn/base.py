@@ -511,8 +511,9 @@ class BayesModule(nn.Module):
             eps, w = (None, None) if s is None else (s.eps, s.w)
             if w is not None and not w.requires_grad and torch.is_grad_enabled() and q.mu.requires_grad:
                 # drawn under no_grad (torch.utils.checkpoint's reentrant first pass): the weights are
-                # formed again from the same noise, else log p(w) would give mu and rho no gradient
-                if gen is not None or s.eps.dim() > q.mu.dim():  # (its backward redraws: one sample, torch's RNG)
+                # formed again from the same noise, else log p(w) would give mu and rho no gradient; its
+                # backward redraws them with one sample from torch's global random state
+                if gen is not None or (eps is not None and eps.dim() > q.mu.dim()):
                     raise UserError(f"{type(self).__name__} drew its weights under torch.no_grad() inside the forward "
                                     "(torch.utils.checkpoint with use_reentrant=True?), whose backward recomputes them "
                                     "with one sample from torch's global random state: under num_samples > 1 or a "

@@ -183,8 +183,8 @@ def placement_error(who: str, now: Tensor, built: Tensor) -> UserError:
     if now.device == built.device and now.dtype == built.dtype:  # (not a move: another optimiser took it over...)
         return UserError(f"{head} replaced {where} after {it} was built: by a conversion there and back, "
                          f"load_state_dict(assign=True) or another bbb.Engine or IVON built over a layer it trains (a "
-                         f"layer that two models share: build one {who} over a module holding both); build {it} after "
-                         "moving the model to its device, and last")
+                         f"layer that two models share: one {who} for a module whose forward runs both); build {it} "
+                         "after moving the model to its device, and last")
     return UserError(f"{head} moved or converted {where} after {it} was built on {built.device}, "
                      f"{str(built.dtype).replace('torch.', '')}: build {it} after moving the model to its device "
                      f"(model.to(device), then {who}(model, ...))")

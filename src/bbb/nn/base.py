@@ -333,7 +333,8 @@ class BayesModule(nn.Module):
         if params is not None and f"{name}_mu" in params:  # (a posterior's name: its mean)
             raise UserError(f"{type(self).__name__}.{name} is the posterior mean (read only): set {name}_mu (and "
                             f"{name}_rho, sigma = softplus(rho)) in place, e.g. `with torch.no_grad(): "
-                            f"layer.{name}_mu.copy_(w)`, or load_state_dict({{'{name}': w}}, strict=False)")
+                            f"layer.{name}_mu.copy_(w)`, or load_state_dict({{'{name}': w}}, strict=False) "
+                            f"(torch.func.functional_call: the key '{name}_mu')")
         super().__setattr__(name, value)
 
     # -- pruning mask (absent until pruned) --------------------------------------------------

@@ -325,6 +325,13 @@ def test_assigning_the_mean_is_a_one_line_error_saying_what_to_set():
     assert "extra" in dict(layer.named_parameters())
 
 
+def test_functional_call_with_the_deterministic_name_says_which_key_to_pass():
+    # torch.func.functional_call(layer, {"weight": w}) met the message for an assignment, which named
+    # in-place copies and load_state_dict but not the key functional_call takes
+    with pytest.raises(UserError, match=r"functional_call: the key 'weight_mu'"):
+        torch.func.functional_call(BayesLinear(3, 2), {"weight": torch.zeros(2, 3)}, (torch.ones(1, 3),))
+
+
 @pytest.mark.parametrize("cls", [bbb.BayesMLP, bbb.nn.BayesPopulation])
 def test_mlp_widths_are_checked_not_cut(cls):
     extra = {"bayesian": 2} if cls is bbb.nn.BayesPopulation else {}

@@ -299,6 +299,11 @@ def _keep_requires_grad(layer: nn.Module, new: nn.Module) -> None:
                 m.rho(n).requires_grad_(keep)
 
 
+#: what bayesianize adds where a layer is parametrized (its type is then torch's Parametrized..., not converted)
+PARAMETRIZED_HINT = ("; a parametrized layer (weight_norm, orthogonal...: torch.nn.utils.parametrize) converts once "
+                     "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') has made its weight plain")
+
+
 def bayesianize(
     model: nn.Module,
     prior: Any = None,
@@ -443,7 +448,8 @@ def bayesianize(
                             "modules; '' or the model's type, all of it)")
         raise UserError(f"bayesianize: {type(model).__name__} has no layer to make Bayesian (convertible types: "
                         f"{', '.join(sorted(t.__name__ for t in CONVERTIBLE))}); register its layer types "
-                        "with bbb.register_conversion")
+                        "with bbb.register_conversion"
+                        + (PARAMETRIZED_HINT if any(is_parametrized(m) for m in model.modules()) else ""))
     if from_weights:
         _mark_from_weights(converted)
     untied = tie_converted(model, ties)
@@ -463,8 +469,7 @@ def bayesianize(
         if any(n == "" for n, _ in left):  # (a name or type for it would skip everything inside it)
             msg += "; the model's own parameters: skip=lambda name, module: name == ''"
         if any(is_parametrized(model.get_submodule(n)) for n, _ in left):  # (no conversion of its own type helps)
-            msg += ("; a parametrized layer (weight_norm, orthogonal...: torch.nn.utils.parametrize) converts once "
-                    "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') has made its weight plain")
+            msg += PARAMETRIZED_HINT
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)

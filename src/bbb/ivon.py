@@ -398,6 +398,12 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         f.flat_block = self._block
 
     def draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
+        # in a compiled forward, outside the graph: the flat draw writes the graph's inputs, a draw of its
+        # own takes the next counter (Python integers), and the step's record of the weights drawn (a set)
+        # would be guarded, one graph per layer and step's draws so far, past the recompile limit (eager)
+        return (torch.compiler.disable(self._draw) if torch.compiler.is_compiling() else self._draw)(module, name, k)
+
+    def _draw(self, module: nn.Module, name: str, k: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
         mu = module.mu(name) if isinstance(module, BayesModule) else None
         hit = None if mu is None else self._slot.get(id(mu))
         if hit is None or mu is None:
@@ -405,15 +411,13 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         f, i = hit
         self._see_forward()
         if k is None and i not in f.hit:  # this step's flat sample
-            if f.fresh:  # in a compiled forward, drawn outside the graph (it writes the graph's inputs)
-                (torch.compiler.disable(self._draw_flat) if torch.compiler.is_compiling() else self._draw_flat)(f)
+            if f.fresh:
+                self._draw_flat(f)
             f.hit.add(i)
             return mu, f.eps_views[i], f.leaves[i]
-        # k samples at once, or a second use in this forward: a draw of its own (outside a compiled
-        # graph too: its keys are Python integers, which Dynamo would compile again at every draw)
+        # k samples at once, or a second use in this forward: a draw of its own
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
-        own = torch.compiler.disable(self._draw_own) if torch.compiler.is_compiling() else self._draw_own
-        eps, w = own(mu, shape)
+        eps, w = self._draw_own(mu, shape)
         f.extra.setdefault(i, []).append((eps, w, k is not None, self._block))
         return mu, eps, w
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .engine.layout import Slot
-from .errors import UserError
+from .engine.layout import Slot, placement_error
 from .nn.base import BayesModule
 
 __all__ = ["FlatBuffers", "ForwardNotes"]
@@ -64,10 +63,7 @@ class FlatBuffers:
             mu, rho = s.module.mu(s.name), s.module.rho(s.name)
             if (mu.data_ptr() != self.mu.data_ptr() + s.offset * self.mu.element_size() or mu.dtype != self.mu.dtype
                     or rho.data_ptr() != self.rho.data_ptr() + s.offset * self.rho.element_size()):
-                raise UserError(f"IVON: the model's parameters were moved, converted or replaced (now {mu.device}, "
-                                f"{str(mu.dtype).replace('torch.', '')}) after IVON was built on {self.mu.device}, "
-                                f"{str(self.mu.dtype).replace('torch.', '')}: build IVON after moving the model to "
-                                "its device (model.to(device), then IVON(model, ...))")
+                raise placement_error("IVON", mu, self.mu)
 
 
 class ForwardNotes:

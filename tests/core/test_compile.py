@@ -149,3 +149,29 @@ def test_a_compiled_model_takes_new_batch_sizes_and_k_as_eager(tmp_path):
     # compiled model failed at its third batch size (local, flipout) or its second k (predict)
     res = _run_script(NEW_SIZES, tmp_path, 600)
     assert res == {"reparam": 0.0, "local": 0.0, "flipout": 0.0}
+
+
+def test_a_compiled_k_sample_elbo_compiles_once_for_new_batches_of_one_shape():
+    # the k-sample fold kept the ids of the model's inputs: Dynamo guarded id(x) on that very tensor,
+    # so every new batch (a new tensor of the same shape) recompiled, and past the recompile limit
+    # the loss ran eager
+    import torch
+    import torch._dynamo as dynamo
+    import torch.nn as nn
+    from torch._dynamo.testing import CompileCounter
+
+    import bbb
+
+    dynamo.reset()
+    torch.manual_seed(0)
+    net = nn.Sequential(bbb.BayesLinear(4, 8), nn.ReLU(), bbb.BayesLinear(8, 3))
+    elbo = bbb.ELBO(net, "categorical", num_batches=4, num_samples=3)
+    counter = CompileCounter()
+    loss_of = torch.compile(lambda x, y, w: elbo(x, y, kl_weight=w).loss, backend=counter, fullgraph=True)
+    w = torch.tensor(0.25)
+    try:
+        for _ in range(4):
+            loss_of(torch.randn(5, 4), torch.randint(0, 3, (5,)), w).backward()
+    finally:
+        dynamo.reset()
+    assert counter.frame_count == 1

@@ -328,3 +328,11 @@ def test_a_parametrized_layer_left_deterministic_is_said_how_to_convert():
     bbb.bayesianize(net)
     assert isinstance(net[0], BayesLinear)
 
+
+
+def test_a_model_whose_only_layers_are_parametrized_is_said_how_to_convert():
+    # the error listed Linear among the convertible types of a model made of (parametrized) Linears
+    net = nn.Sequential(nn.Linear(3, 4))
+    torch.nn.utils.parametrizations.weight_norm(net[0])
+    with pytest.raises(bbb.UserError, match="no layer to make Bayesian.*remove_parametrizations"):
+        bbb.bayesianize(net)

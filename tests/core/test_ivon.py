@@ -307,6 +307,32 @@ def test_a_compiled_network_trains_under_ivon_as_the_eager_one(k):
     assert not torch.equal(eager[0], toy_mlp().state_dict()["layers.0.weight_mu"])
 
 
+def test_a_compiled_deep_network_under_ivon_compiles_once_per_layer_shape():
+    """The draw's record of the weights drawn this step (a Python set) was traced: Dynamo guarded its
+    contents, so every layer of a deep network compiled again at each position of the step, and past
+    the recompile limit its forward ran eager."""
+    from torch._dynamo.testing import CompileCounter
+
+    layers: list[nn.Module] = []
+    for _ in range(10):
+        layers += [bbb.nn.BayesLinear(4, 4), nn.ReLU()]
+    net = nn.Sequential(*layers, bbb.nn.BayesLinear(4, 2))
+    opt = IVON(net, lr=0.1, ess=8, seed=0, compile=False)
+    counter = CompileCounter()
+    loss_of = torch.compile(lambda x, y: F.cross_entropy(net(x), y), backend=counter)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    try:
+        for _ in range(2):
+            with opt.sampling():
+                loss = loss_of(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch._dynamo.reset()
+    assert counter.frame_count <= 6, counter.frame_count
+
+
 def test_a_step_without_a_backward_warns_once_and_changes_nothing():
     net = toy_mlp()
     x, y = toy_data(32)

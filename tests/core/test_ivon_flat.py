@@ -303,3 +303,22 @@ def test_a_scheduler_may_set_lr_to_zero_m_stays_h_moves():
     train_steps(net, opt, 1, x, y)
     assert all(torch.equal(a, p) for a, p in zip(mus, opt.param_groups[0]["params"]))
     assert not all(torch.equal(h, opt.state[p]["hess"]) for h, p in zip(hess, opt.param_groups[0]["params"]))
+
+
+@pytest.mark.parametrize("first", ["engine", "ivon"])
+def test_a_layer_taken_over_by_a_second_optimiser_is_said_so(first):
+    """Two models sharing a layer, an optimiser each: the second's buffers take the shared layer over, and
+    the first said its model had been moved or converted (on the same device and dtype) and to move it first."""
+    from bbb import ELBO, Engine
+
+    def build(kind, model):
+        return Engine(ELBO(model), "sgd", lr=0.1, compile=False) if kind == "engine" else IVON(model, lr=0.1, ess=8)
+
+    shared = bbb.nn.BayesLinear(3, 4)
+    a, b = nn.Sequential(shared, nn.ReLU(), bbb.nn.BayesLinear(4, 2)), nn.Sequential(shared, bbb.nn.BayesLinear(4, 2))
+    opt = build(first, a)
+    build("ivon" if first == "engine" else "engine", b)
+    with pytest.raises(UserError, match=r"replaced .*another bbb.Engine or IVON .*a layer that two models share") as e:
+        with opt.sampling():
+            pass
+    assert "\n" not in str(e.value) and "moved or converted" not in str(e.value)

@@ -68,7 +68,7 @@ from . import distributed as ddp_
 from . import graphs
 from .grads import FusedGrads
 from .kernels import HP_SIZE, KernelSet, member_constants, seed_mix
-from .layout import Layout, member_index
+from .layout import Layout, member_index, placement_error
 from .sampler import Sampler, kl_kind
 from .state import ENGINE_FORMAT, engine_state, load_engine_state
 from .support import (
@@ -433,10 +433,7 @@ class Engine(torch.optim.Optimizer):
         p, mu = cast(Tensor, first.module._parameters[f"{first.name}_mu"]), self._mu  # (a conversion may replace it)
         if p.data_ptr() == mu.data_ptr() and p.dtype == mu.dtype and p.device == mu.device:  # (at offset 0)
             return
-        raise UserError(f"bbb.Engine: the model's parameters were moved or converted (now {p.device}, "
-                        f"{str(p.dtype).replace('torch.', '')}) after the Engine was built on {mu.device}, "
-                        f"{str(mu.dtype).replace('torch.', '')}: build the Engine after moving the model to its "
-                        "device (model.to(device), then Engine(model, ...))")
+        raise placement_error("Engine", p, mu)
 
     def _join(self, ddp: Any) -> None:
         """The first forward inside ``ddp``: check it, take its process group, start from one state."""

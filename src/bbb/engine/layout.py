@@ -18,10 +18,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..distributions import KLMode
+from ..errors import UserError
 from ..nn import BayesModule, PopulationBayesLinear, SampleProvider, bayes_modules, providing_samples
 from ..random import fill_normal_, normal
 
-__all__ = ["Slot", "Layout", "counter_noise", "member_index"]
+__all__ = ["Slot", "Layout", "counter_noise", "member_index", "placement_error"]
 
 
 @dataclass(frozen=True)
@@ -172,3 +173,18 @@ def counter_noise(model: nn.Module, seed: int, counter: int, num_samples: int | 
     noise = _noise(rows * layout.numel, seed, counter, keys, p.device, p.dtype).view(rows, layout.numel)
     with providing_samples(_CounterNoise(layout, noise[:k], num_samples, noise[k:])) as provider:
         yield provider
+
+
+def placement_error(who: str, now: Tensor, built: Tensor) -> UserError:
+    """The error of an optimiser with flat buffers (``who``: Engine, IVON) whose layers' parameter ``now``
+    is no longer a view of its buffer ``built``: moved or converted (another device or dtype), or replaced."""
+    it, where = ("the " if who == "Engine" else "") + who, f"(now {now.device}, {str(now.dtype).replace('torch.', '')})"
+    head = f"{'bbb.' if who == 'Engine' else ''}{who}: the model's parameters were"
+    if now.device == built.device and now.dtype == built.dtype:  # (not a move: another optimiser took it over...)
+        return UserError(f"{head} replaced {where} after {it} was built: by a conversion there and back, "
+                         f"load_state_dict(assign=True) or another bbb.Engine or IVON built over a layer it trains (a "
+                         f"layer that two models share: one {who} for a module whose forward runs both); build {it} "
+                         "after moving the model to its device, and last")
+    return UserError(f"{head} moved or converted {where} after {it} was built on {built.device}, "
+                     f"{str(built.dtype).replace('torch.', '')}: build {it} after moving the model to its device "
+                     f"(model.to(device), then {who}(model, ...))")

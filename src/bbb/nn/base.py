@@ -333,7 +333,8 @@ class BayesModule(nn.Module):
         if params is not None and f"{name}_mu" in params:  # (a posterior's name: its mean)
             raise UserError(f"{type(self).__name__}.{name} is the posterior mean (read only): set {name}_mu (and "
                             f"{name}_rho, sigma = softplus(rho)) in place, e.g. `with torch.no_grad(): "
-                            f"layer.{name}_mu.copy_(w)`, or load_state_dict({{'{name}': w}}, strict=False)")
+                            f"layer.{name}_mu.copy_(w)`, or load_state_dict({{'{name}': w}}, strict=False) "
+                            f"(torch.func.functional_call: the key '{name}_mu')")
         super().__setattr__(name, value)
 
     # -- pruning mask (absent until pruned) --------------------------------------------------
@@ -509,6 +510,17 @@ class BayesModule(nn.Module):
                 if num_samples > given:
                     extra = provider.kl_noise(self, name, num_samples - given)
             eps, w = (None, None) if s is None else (s.eps, s.w)
+            if w is not None and not w.requires_grad and torch.is_grad_enabled() and q.mu.requires_grad:
+                # drawn under no_grad (torch.utils.checkpoint's reentrant first pass): the weights are
+                # formed again from the same noise, else log p(w) would give mu and rho no gradient; its
+                # backward redraws them with one sample from torch's global random state
+                if gen is not None or (eps is not None and eps.dim() > q.mu.dim()):
+                    raise UserError(f"{type(self).__name__} drew its weights under torch.no_grad() inside the forward "
+                                    "(torch.utils.checkpoint with use_reentrant=True?), whose backward recomputes them "
+                                    "with one sample from torch's global random state: under num_samples > 1 or a "
+                                    "generator the gradient would be another network's; use num_samples=1 and no "
+                                    "generator, or leave the Bayesian layers out of the checkpoint")
+                w = None
             prior = self.prior_for(name)
             rows = self.kl_rows(name)
             if rows is not None:  # only these rows count (an embedding's padding row does not)

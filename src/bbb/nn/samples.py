@@ -249,7 +249,9 @@ class _Fold:
     folded: Tensor | None = None  # that (k*B, ...) input
     dim: int = 0  # the batch dimension of the model's input: 0 (batch first) or 1 (sequence first)
     b: int | None = None  # B, the examples of the batch (None: not known, inside folded_samples)
-    given: frozenset[int] = frozenset()  # ids of the model's input tensors, as given and as folded
+    #: the model's input tensors, as given and as folded (held, not their ids: torch.compile guards
+    #: an ``id()`` of an input on that very object, and recompiled for every new batch)
+    given: tuple[Tensor, ...] = ()
 
     def batch_dim(self, t: Tensor, d: int, shared: bool = False) -> int:
         """``d``, the dimension a layer expects its k*B rows along, or 0 where ``t`` has them there and not
@@ -261,7 +263,7 @@ class _Fold:
 
     def is_input(self, t: Tensor) -> bool:
         """Whether ``t`` is one of the model's inputs (as given, or its k copies): not made by the model."""
-        return id(t) in self.given
+        return any(t is g for g in self.given)
 
     def shared(self, t: Tensor, d: int) -> bool:
         """Whether ``t`` (a layer's input, batch along ``d``) is a table shared by the batch: 1 row
@@ -386,7 +388,7 @@ def forward_samples(model: nn.Module, inputs: Inputs, num_samples: int, batch_di
         steps = next(iter(input_tensors(inputs))).shape[0] if d else None  # T of a sequence-first input (T, B, ...)
         folded = fold_inputs(inputs, k, d, b)
         src = inputs if isinstance(inputs, Tensor) and d == 0 else None  # a layer fed it reads it unfolded
-        given = frozenset(id(t) for t in (*input_tensors(inputs), *input_tensors(folded)))
+        given = (*input_tensors(inputs), *input_tensors(folded))
         token = FOLD.set(_Fold(k, src, folded if src is not None else None, d, b, given))
         try:
             y = call_model(model, folded)

@@ -325,6 +325,13 @@ def test_assigning_the_mean_is_a_one_line_error_saying_what_to_set():
     assert "extra" in dict(layer.named_parameters())
 
 
+def test_functional_call_with_the_deterministic_name_says_which_key_to_pass():
+    # torch.func.functional_call(layer, {"weight": w}) met the message for an assignment, which named
+    # in-place copies and load_state_dict but not the key functional_call takes
+    with pytest.raises(UserError, match=r"functional_call: the key 'weight_mu'"):
+        torch.func.functional_call(BayesLinear(3, 2), {"weight": torch.zeros(2, 3)}, (torch.ones(1, 3),))
+
+
 @pytest.mark.parametrize("cls", [bbb.BayesMLP, bbb.nn.BayesPopulation])
 def test_mlp_widths_are_checked_not_cut(cls):
     extra = {"bayesian": 2} if cls is bbb.nn.BayesPopulation else {}
@@ -343,3 +350,42 @@ def test_mlp_widths_are_checked_not_cut(cls):
 def test_a_layer_s_initial_numbers_are_checked_in_one_line(option, bad):
     with pytest.raises(bbb.UserError, match=option):  # a string or None: a TypeError of math.isfinite
         bbb.nn.BayesLinear(3, 2, **{option: bad})
+
+
+class _Checkpointed(nn.Module):
+    """A first layer inside torch.utils.checkpoint (reentrant: its first pass runs under no_grad)."""
+
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        self.l1, self.l2 = BayesLinear(3, 4, rho_init=-1.0), BayesLinear(4, 2, rho_init=-1.0)
+        self.checkpointed = checkpointed
+
+    def forward(self, x):
+        h = (torch.utils.checkpoint.checkpoint(self.l1, x, use_reentrant=True) if self.checkpointed else self.l1(x))
+        return self.l2(torch.relu(h))
+
+
+@pytest.mark.parametrize("estimator", ["reparam", "flipout"])
+def test_a_reentrant_checkpoint_gives_the_gradient_of_the_loss(estimator):
+    # the weights drawn under the checkpoint's no_grad entered the Monte Carlo KL detached: log P(w) gave
+    # mu and rho no gradient, silently
+    x, y = torch.randn(5, 3, requires_grad=True), torch.randint(0, 2, (5,))
+    grads = []
+    for checkpointed in (False, True):
+        torch.manual_seed(0)
+        net = _Checkpointed(checkpointed)
+        for m in (net.l1, net.l2):
+            m.estimator = bbb.nn.base.Estimator(estimator)
+        torch.manual_seed(4)
+        bbb.ELBO(net, num_batches=1, kl="mc")(x, y).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("how", ["samples", "generator"])
+def test_a_reentrant_checkpoint_refuses_what_its_recompute_would_draw_otherwise(how):
+    net = _Checkpointed(True)
+    elbo = bbb.ELBO(net, num_batches=1, kl="mc", num_samples=3 if how == "samples" else 1)
+    x, y = torch.randn(5, 3, requires_grad=True), torch.randint(0, 2, (5,))
+    with pytest.raises(UserError, match="use_reentrant=True.*another network's"):
+        elbo(x, y, generator=torch.Generator().manual_seed(0) if how == "generator" else None)

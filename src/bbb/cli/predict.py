@@ -220,8 +220,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         h, w = model.preprocess.feature_shape[-2:]
         warnings: list[str] = []
         names, pixels, others = load_image_folder(path, (h, w), warnings)
-        notes = [f"bbb predict: note: {len(others)} file(s) in {path} are not .png/.jpg/.jpeg and were not read "
-                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"] if others else []
+        notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "
+                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only its own .png/.jpg/.jpeg "
+                 "files are"] if others else []
         odd = [(n, t) for n, t in zip(names, warnings) if t]
         if odd:  # predicted all the same, but never silently: named, and referred as an unseen category is
             notes.append(f"bbb predict: warning: {len(odd)} image(s) of {path} are unlike the training images "

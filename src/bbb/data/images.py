@@ -61,7 +61,8 @@ def _grey(im: Any) -> Any:
 def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
                       warnings: list[str] | None = None) -> tuple[list[str], np.ndarray, list[str]]:
     """``(names, pixels, others)``: the image files' names, their uint8 grey pixels (N, 1, H, W)
-    with ``size = (H, W)``, and the names of the other files in the folder (not read). Given a
+    with ``size = (H, W)``, and the names of the other files in the folder and of its folders
+    (ending in ``/``), which are not read. Given a
     list ``warnings``, one text per image is appended to it (:func:`image_warning`; "" for none)."""
     try:
         from PIL import Image, ImageOps, UnidentifiedImageError
@@ -72,10 +73,13 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
     files = sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    others = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix.lower() not in IMAGE_SUFFIXES
-                    and not p.name.startswith("."))
+    others = sorted(p.name + ("/" if p.is_dir() else "") for p in d.iterdir()
+                    if not (p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES) and not p.name.startswith("."))
     if not files:
-        raise DataError(f"{d}: no .png, .jpg or .jpeg files")
+        subs = [n for n in others if n.endswith("/")]
+        raise DataError(f"{d}: no .png, .jpg or .jpeg files" + (
+            f" (its folders {', '.join(subs[:3])}{', ...' if len(subs) > 3 else ''} are not read: give one of them, "
+            "or gather the images in one folder)" if subs else ""))
     h, w = size
     out = np.empty((len(files), 1, h, w), dtype=np.uint8)
     for i, p in enumerate(files):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bbb.data.images import load_image_folder
+from bbb.errors import DataError
 
 
 def digit() -> np.ndarray:
@@ -35,3 +36,17 @@ def test_an_exif_rotated_photo_is_read_upright(tmp_path):
     _, pixels, _ = load_image_folder(tmp_path)
     np.testing.assert_array_equal(pixels[0, 0], g)
 
+
+def test_subfolders_are_named_not_skipped_silently(tmp_path):
+    pil = pytest.importorskip("PIL.Image")
+    for cls in ("cats", "dogs"):
+        (tmp_path / cls).mkdir()
+        pil.fromarray(digit()).save(tmp_path / cls / "x.png")
+    with pytest.raises(DataError) as info:  # a folder of class folders: say why none is read
+        load_image_folder(tmp_path)
+    msg = str(info.value)
+    assert "\n" not in msg and "cats/" in msg and "dogs/" in msg
+    pil.fromarray(digit()).save(tmp_path / "top.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    names, _, others = load_image_folder(tmp_path)
+    assert names == ["top.png"] and others == ["cats/", "dogs/", "notes.txt"]

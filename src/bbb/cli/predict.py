@@ -197,10 +197,15 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
     return warnings, notes
 
 
-def read_inputs(model: Any, path: Path) -> Any:
+def read_inputs(model: Any, path: Path, notes: list[str] | None = None) -> Any:
     """The inputs of ``path`` (a CSV with the run's columns, a .npy/.npz array ``x``, a folder of
-    images) encoded for ``model`` (a loaded run or ensemble), as ``bbb predict`` reads them."""
-    return _read_input(model, path, None, "flag", False).x
+    images) encoded for ``model`` (a loaded run or ensemble), as ``bbb predict`` reads them. Given a
+    list ``notes``, what was not read (a folder's other files and subfolders, a CSV's empty rows)
+    is appended to it, one line each, without the command's name."""
+    got = _read_input(model, path, None, "flag", False)
+    if notes is not None:
+        notes += [n.split(": ", 1)[1] for n in got.notes if n.startswith("bbb predict: note: ")]
+    return got.x
 
 
 def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:

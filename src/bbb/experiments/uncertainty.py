@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -462,7 +463,10 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
                       else load_model(args.run_dirs[0], args.which, device))
     d = ensemble_folder(args.out, model.run_dirs, "ood.json") if several else Path(args.run_dirs[0])
     path = Path(args.ood_data)
-    x_out = read_inputs(model, path)
+    notes: list[str] = []
+    x_out = read_inputs(model, path, notes)
+    for note in notes:  # what was not read of it: never left out silently
+        print(f"bbb ood: {note}", file=sys.stderr)
     with torch.no_grad(), memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         out_in, _ = split_outputs(model, "test", args.samples, args.seed, args.data_dir, args.data_file)
         out_out = model.sample_outputs(x_out, args.samples, args.seed)

@@ -95,6 +95,9 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
                 if grey.size != (w, h):
                     grey = grey.resize((w, h), Image.Resampling.LANCZOS)
                 out[i, 0] = np.asarray(grey, dtype=np.uint8)
+        except Image.DecompressionBombError as e:  # (Pillow's guard against a file that unpacks to gigabytes)
+            raise DataError(f"{p}: too large to read ({' '.join(str(e).split(',')[0].split())}); shrink it first") \
+                from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
             why = " ".join(str(e).split())[:120] or type(e).__name__
             raise DataError(f"{p}: not a readable image ({why})") from None

@@ -50,3 +50,14 @@ def test_subfolders_are_named_not_skipped_silently(tmp_path):
     (tmp_path / "notes.txt").write_text("not an image")
     names, _, others = load_image_folder(tmp_path)
     assert names == ["top.png"] and others == ["cats/", "dogs/", "notes.txt"]
+
+
+def test_an_image_too_large_for_pillow_is_one_line(tmp_path, monkeypatch):
+    # Pillow's guard against a file that unpacks to gigabytes raised its own error: a traceback
+    pil = pytest.importorskip("PIL.Image")
+    pil.fromarray(digit()).save(tmp_path / "scan.png")
+    monkeypatch.setattr(pil, "MAX_IMAGE_PIXELS", 100)  # a 28x28 image is then more than twice the limit
+    with pytest.raises(DataError) as info:
+        load_image_folder(tmp_path)
+    msg = str(info.value)
+    assert "\n" not in msg and "scan.png" in msg and "too large" in msg

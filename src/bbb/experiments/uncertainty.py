@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import sys
 from pathlib import Path
@@ -427,7 +428,14 @@ def _write_ood(args: argparse.Namespace, d: Path, what: dict[str, Any], scores_i
     if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
         out["member_epochs"] = epochs
+    try:  # one ood.json a folder: one against another OOD set is replaced, and said to be
+        was = json.loads((d / "ood.json").read_text()).get("ood")
+    except (OSError, ValueError, AttributeError):
+        was = None
     atomic_write_json(d / "ood.json", out)
+    if was is not None and was != what["ood"]:
+        print(f"bbb ood: note: {d / 'ood.json'} held the scores against {was}; they are replaced by these against "
+              f"{what['ood']} (bbb ood against {was} again writes them back)", file=sys.stderr)
     written = [d / "ood.json"]
     if plot_ood(scores_in, scores_out, report, d / "ood.png", (str(what["dataset"]), str(what["ood"]))) is not None:
         written.append(d / "ood.png")  # (None: no matplotlib; warned)

@@ -98,6 +98,12 @@ def test_what_is_not_read_of_the_other_inputs_is_said(capsys, tmp_path):
     assert rc == 0, err
     assert "bbb ood: note: 3 empty row(s)" in err and "bbb predict" not in err
     assert json.loads((run / "ood.json").read_text())["n_out"] == 40
+    # the run's ood.json against another set is replaced: said, where it went without a word
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(far_rows(tmp_path / "other.csv")), "--device",
+                          "cpu")
+    assert rc == 0 and "held the scores against far.csv; they are replaced by these against other.csv" in err, err
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(tmp_path / "other.csv"), "--device", "cpu")
+    assert rc == 0 and "held the scores" not in err, err
 
 
 def test_what_does_not_fit_is_one_line(capsys, tmp_path):

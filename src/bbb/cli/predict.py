@@ -250,7 +250,10 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             raise UserError(f"{path}: cannot be read as a NumPy file ({' '.join(str(e).split())[:120]})") from None
         if "x" not in arrays:
             raise UserError(f"{path}: no array 'x' (found: {', '.join(arrays) or 'none'})")
-        x = model.encode(arrays["x"])
+        try:
+            x = model.encode(arrays["x"])
+        except UserError as e:  # (named "input", or not at all: name the file given)
+            raise UserError(f"{path}{': x' if suffix == '.npz' else ''}: {str(e).removeprefix('input: ')}") from None
         y = arrays.get("y")
         rows = [[str(i)] for i in range(1, x.shape[0] + 1)]
         flags, notes = _outside_notes(model, path, model.preprocess.outside_range(arrays["x"]),

@@ -173,6 +173,10 @@ def test_image_shaped_arrays_are_flattened_for_the_mlp(capsys, tmp_path):
     assert rc == 0, err
     rows = list(csv.DictReader(out.splitlines()))
     assert len(rows) == 5 and all(r["prediction"] in ("0", "1") for r in rows)
+    # colour images for a grey run: the error named "input", not the file given
+    np.save(tmp_path / "rgb.npy", np.repeat(x[:5, None], 3, 1))
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "rgb.npy"), "--device", "cpu")
+    assert_one_line_error(rc, err, "rgb.npy: inputs of shape (5, 3, 28, 28) do not fit")
 
 
 def image_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, torch.Tensor]]:

@@ -309,6 +309,11 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path]
     if _same(out, input_path):
         raise UserError(f"--out {out} is the input {input_path}; give another file (--overwrite never replaces "
                         "the input)")
+    from ..data.images import IMAGE_SUFFIXES
+
+    if input_path.is_dir() and out.exists() and _same(out.parent, input_path) and out.suffix.lower() in IMAGE_SUFFIXES:
+        raise UserError(f"--out {out} is an image of the input folder {input_path}; give another file (--overwrite "
+                        "never replaces the input)")
     if any(f is not None and _same(out, Path(f)) for f in data_files):
         raise UserError(f"--out {out} is the file the run was trained on; give another file")
     for run_dir in run_dirs:

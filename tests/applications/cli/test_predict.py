@@ -210,6 +210,11 @@ def test_predict_on_a_folder_of_images(capsys, tmp_path, monkeypatch):
     probs = U.predictive_probs(U.predict(model, torch.from_numpy(pixels[:, None]), 3, generator=0).double())
     got = torch.tensor([[float(r[f"p_{c}"]) for c in range(10)] for r in rows[1:]], dtype=torch.float64)
     torch.testing.assert_close(got, probs, atol=1e-5, rtol=0)
+    # --out an image of the input folder: --overwrite wrote the CSV over it
+    before = (folder / "d1.png").read_bytes()
+    rc, _, err = run_main(capsys, "predict", str(run), str(folder), "--out", str(folder / "d1.png"), "--overwrite")
+    assert_one_line_error(rc, err, "is an image of the input folder")
+    assert (folder / "d1.png").read_bytes() == before
     (folder / "broken.jpg").write_bytes(b"not a jpeg")
     rc, out, err = run_main(capsys, "predict", str(run), str(folder), "--out", str(tmp_path / "p.csv"),
                             "--device", "cpu")

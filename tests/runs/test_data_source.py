@@ -105,3 +105,16 @@ def test_a_synthetic_sweep_trial_says_where_its_data_came_from(tmp_path, capsys)
     d = trial_dir(tmp_path, trial.trial_id)
     assert json.loads((d / "config.json").read_text())["data_source"] == IN_MEMORY
     _one_line_refusal(capsys, "evaluate", str(d), "--device", "cpu")
+
+
+def test_images_given_in_memory_unflattened_are_one_line(tmp_path):
+    # images (N, 1, H, W) were read as N networks' inputs: "the engine draws 1 weight sample(s) per step"
+    data = blobs()
+    shaped = {k: v.reshape(v.shape[0], 1, 3, 4) if k.endswith("_x") else v for k, v in data.items()}
+    with pytest.raises(UserError) as info:
+        train(tiny_cfg(), tmp_path / "run", data=shaped, **QUIET)
+    assert "\n" not in str(info.value) and "train_x.flatten(1)" in str(info.value)
+    narrow = {**data, "val_x": data["val_x"][:, :5]}
+    with pytest.raises(UserError, match="val_x has 5 features a row, train_x 12"):
+        train(tiny_cfg(), tmp_path / "run2", data=narrow, **QUIET)
+    assert not (tmp_path / "run" / "last.pt").exists()

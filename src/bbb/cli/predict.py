@@ -197,10 +197,15 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
     return warnings, notes
 
 
-def read_inputs(model: Any, path: Path) -> Any:
+def read_inputs(model: Any, path: Path, notes: list[str] | None = None) -> Any:
     """The inputs of ``path`` (a CSV with the run's columns, a .npy/.npz array ``x``, a folder of
-    images) encoded for ``model`` (a loaded run or ensemble), as ``bbb predict`` reads them."""
-    return _read_input(model, path, None, "flag", False).x
+    images) encoded for ``model`` (a loaded run or ensemble), as ``bbb predict`` reads them. Given a
+    list ``notes``, what was not read (a folder's other files and subfolders, a CSV's empty rows)
+    is appended to it, one line each, without the command's name."""
+    got = _read_input(model, path, None, "flag", False)
+    if notes is not None:
+        notes += [n.split(": ", 1)[1] for n in got.notes if n.startswith("bbb predict: note: ")]
+    return got.x
 
 
 def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
@@ -220,8 +225,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         h, w = model.preprocess.feature_shape[-2:]
         warnings: list[str] = []
         names, pixels, others = load_image_folder(path, (h, w), warnings)
-        notes = [f"bbb predict: note: {len(others)} file(s) in {path} are not .png/.jpg/.jpeg and were not read "
-                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"] if others else []
+        notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "
+                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only its own .png/.jpg/.jpeg "
+                 "files are"] if others else []
         odd = [(n, t) for n, t in zip(names, warnings) if t]
         if odd:  # predicted all the same, but never silently: named, and referred as an unseen category is
             notes.append(f"bbb predict: warning: {len(odd)} image(s) of {path} are unlike the training images "
@@ -244,7 +250,10 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             raise UserError(f"{path}: cannot be read as a NumPy file ({' '.join(str(e).split())[:120]})") from None
         if "x" not in arrays:
             raise UserError(f"{path}: no array 'x' (found: {', '.join(arrays) or 'none'})")
-        x = model.encode(arrays["x"])
+        try:
+            x = model.encode(arrays["x"])
+        except UserError as e:  # (named "input", or not at all: name the file given)
+            raise UserError(f"{path}{': x' if suffix == '.npz' else ''}: {str(e).removeprefix('input: ')}") from None
         y = arrays.get("y")
         rows = [[str(i)] for i in range(1, x.shape[0] + 1)]
         flags, notes = _outside_notes(model, path, model.preprocess.outside_range(arrays["x"]),
@@ -300,6 +309,11 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path]
     if _same(out, input_path):
         raise UserError(f"--out {out} is the input {input_path}; give another file (--overwrite never replaces "
                         "the input)")
+    from ..data.images import IMAGE_SUFFIXES
+
+    if input_path.is_dir() and out.exists() and _same(out.parent, input_path) and out.suffix.lower() in IMAGE_SUFFIXES:
+        raise UserError(f"--out {out} is an image of the input folder {input_path}; give another file (--overwrite "
+                        "never replaces the input)")
     if any(f is not None and _same(out, Path(f)) for f in data_files):
         raise UserError(f"--out {out} is the file the run was trained on; give another file")
     for run_dir in run_dirs:

@@ -602,7 +602,9 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
                         f"{x.shape} and {y.shape}{hint}")
     for name, a in (("x", x), ("y", y)):
         if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
-            raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}")
+            raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}" + (
+                "; class names? save names, y = np.unique(y, return_inverse=True) and y (class k: names[k])"
+                if name == "y" and a.dtype.kind in "US" else ""))
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
             i = int(np.nonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(1))[0][0])
             raise UserError(f"{p}: {name}[{i}] is NaN or inf (a missing value); fill it in or drop that row")

@@ -1,7 +1,8 @@
 """A folder of image files as an array of grey pixels (Pillow: the ``images`` extra).
 
 :func:`load_image_folder` reads every ``.png``, ``.jpg`` and ``.jpeg`` file of a folder (sorted by
-name), converts each to grey (Pillow's ``"L"``: ITU-R 601 luma), resizes it to the size a run was
+name), turns it upright as its EXIF orientation says (a phone's photo), converts it to grey
+(Pillow's ``"L"``: ITU-R 601 luma; a 16-bit PNG scaled from its whole range), resizes it to the size a run was
 trained on (28x28 for MNIST and Fashion-MNIST; Lanczos) and returns uint8 pixels 0..255, (N, 1, H,
 W), which a run's preprocessing then scales as its training images were. Nothing else is done:
 MNIST digits are white on black, so a photo of a dark digit on white paper must be inverted by its
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,13 +47,25 @@ def image_warning(grey: np.ndarray, transparent: bool) -> str:
     return ""
 
 
+def _grey(im: Any) -> Any:
+    """A Pillow image as 8-bit grey ("L"). A 16-bit grey PNG (modes "I;16..." and "I") is scaled
+    from its whole range: Pillow's own conversion clips it, reading all but its darkest values as white."""
+    from PIL import Image
+
+    if im.mode == "I" or im.mode.startswith("I;16"):
+        wide = np.asarray(im, dtype=np.float64)
+        return Image.fromarray(np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8))
+    return im.convert("L")
+
+
 def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
                       warnings: list[str] | None = None) -> tuple[list[str], np.ndarray, list[str]]:
     """``(names, pixels, others)``: the image files' names, their uint8 grey pixels (N, 1, H, W)
-    with ``size = (H, W)``, and the names of the other files in the folder (not read). Given a
+    with ``size = (H, W)``, and the names of the other files in the folder and of its folders
+    (ending in ``/``), which are not read. Given a
     list ``warnings``, one text per image is appended to it (:func:`image_warning`; "" for none)."""
     try:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image, ImageOps, UnidentifiedImageError
     except ImportError:
         raise UserError("reading images needs Pillow: pip install pillow (or pip install '.[images]' in a "
                         "clone of bbb)") from None
@@ -59,24 +73,31 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
     files = sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    others = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix.lower() not in IMAGE_SUFFIXES
-                    and not p.name.startswith("."))
+    others = sorted(p.name + ("/" if p.is_dir() else "") for p in d.iterdir()
+                    if not (p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES) and not p.name.startswith("."))
     if not files:
-        raise DataError(f"{d}: no .png, .jpg or .jpeg files")
+        subs = [n for n in others if n.endswith("/")]
+        raise DataError(f"{d}: no .png, .jpg or .jpeg files" + (
+            f" (its folders {', '.join(subs[:3])}{', ...' if len(subs) > 3 else ''} are not read: give one of them, "
+            "or gather the images in one folder)" if subs else ""))
     h, w = size
     out = np.empty((len(files), 1, h, w), dtype=np.uint8)
     for i, p in enumerate(files):
         try:
-            with Image.open(p) as im:
-                im.load()
+            with Image.open(p) as opened:
+                opened.load()
+                im = ImageOps.exif_transpose(opened)  # upright, as a viewer shows a camera's photo
                 transparent = (im.mode in ("RGBA", "LA", "PA") or "transparency" in im.info) and \
                     int(np.asarray(im.convert("RGBA").getchannel("A")).min()) < 255
-                grey = im.convert("L")
+                grey = _grey(im)
                 if warnings is not None:
                     warnings.append(image_warning(np.asarray(grey), transparent))
                 if grey.size != (w, h):
                     grey = grey.resize((w, h), Image.Resampling.LANCZOS)
                 out[i, 0] = np.asarray(grey, dtype=np.uint8)
+        except Image.DecompressionBombError as e:  # (Pillow's guard against a file that unpacks to gigabytes)
+            raise DataError(f"{p}: too large to read ({' '.join(str(e).split(',')[0].split())}); shrink it first") \
+                from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
             why = " ".join(str(e).split())[:120] or type(e).__name__
             raise DataError(f"{p}: not a readable image ({why})") from None

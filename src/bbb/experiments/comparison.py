@@ -389,14 +389,16 @@ def _method_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, A
         word = "the same as" if same_score(r["ece"], sgd["ece"]) else "lower than" if r["ece"] < sgd["ece"] \
             else "NOT lower than"
         out.append(f"{where}: {label}'s ECE ({r['ece']:.2f}%) is {word} SGD's ({sgd['ece']:.2f}%).")
-    if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None:
+    if drop is not None and r["auroc_mi"] is not None and drop["auroc_mi"] is not None and \
+            r.get("ood") == drop.get("ood"):  # (AUROCs against other OOD sets do not rank the runs)
         word = "the same as" if same_score(r["auroc_mi"], drop["auroc_mi"]) else "higher than" \
             if r["auroc_mi"] > drop["auroc_mi"] else "NOT higher than"
         out.append(f"{where}: {label}'s OOD AUROC by mutual information ({r['auroc_mi']:.4f}) is {word} "
                    f"MC dropout's ({drop['auroc_mi']:.4f}).")
     for name, text in (("test_error", "test error"), ("nll", "NLL"), ("brier", "Brier score"),
                        ("auroc_entropy", "OOD AUROC by entropy")):
-        others = [o for o in (sgd, drop) if o is not None and o[name] is not None]
+        others = [o for o in (sgd, drop) if o is not None and o[name] is not None
+                  and (not name.startswith("auroc") or o.get("ood") == r.get("ood"))]
         if not others or r[name] is None:
             continue
         better = (lambda a, b: a > b) if name.startswith("auroc") else (lambda a, b: a < b)
@@ -517,12 +519,14 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
              "auroc_entropy", "auroc_mi", "auroc_max_prob", "samples", "epochs", "seconds"]
     if any(r["reference_test_error"] is not None for r in rows):
         shown.insert(shown.index("test_error") + 1, "reference_test_error")
+    oods = sorted({r["ood"] for r in rows if r.get("ood")})
+    if len(oods) > 1:  # each row's AUROCs are against its own OOD set: say which
+        shown.insert(shown.index("auroc_max_prob") + 1, "ood")
     heads = {"test_error": "test error %", "test_error_mean_weights": "error % (mean weights)",
              "nll": "NLL", "ece": "ECE %", "brier": "Brier", "auroc_entropy": "AUROC entropy",
              "auroc_mi": "AUROC MI", "auroc_max_prob": "AUROC max-prob", "reference_test_error": "reference %",
-             "seconds": "train s"}
+             "seconds": "train s", "ood": "OOD set"}
     md = _md_head(name, command, rows, shown, heads, _DIGITS)
-    oods = sorted({r["ood"] for r in rows if r.get("ood")})
     md += ["", "Test error, NLL, ECE (15 equal-width bins) and Brier are those of the k-sample predictive "
            "distribution (BBB, IVON: weight samples; dropout: MC dropout; SGD: its softmax, k = 1; an ensemble: "
            "the mean of its members' predictives); \"mean weights\" is the posterior-mean (BBB, IVON) or "
@@ -533,7 +537,8 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
                   "`bbb train` (summary.json: the best checkpoint, the run's --eval-samples).")
     if oods:
         md.append(f"OOD: the in-distribution test set against the {', '.join(oods)} test set (OOD = positive "
-                  "class); mutual information is undefined for SGD (one network).")
+                  "class); mutual information is undefined for SGD (one network)."
+                  + (" The AUROCs of runs scored against other OOD sets are not compared." if len(oods) > 1 else ""))
     if reference is not None:
         md.append(f"Reference: {REFERENCES[reference][3]}.")
     verdicts = _verdicts(rows)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -271,22 +273,26 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 # --------------------------------------------------------------------------------------------
 
 
-def _images_only(run_dir: Any, cfg: Any, data_dir: str | None) -> Any:
+def _images_only(run_dir: Any, cfg: Any, data_dir: str | None, command: str) -> Any:
     if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
-        raise UserError(f"bbb ood and bbb uncertain take runs trained on images (MNIST, Fashion-MNIST); {run_dir} "
-                        f"was trained on {cfg.data_file}")
+        what, instead = (("bbb ood without --ood-data", f"bbb ood {run_dir} --ood-data FILE scores it against your "
+                          "own inputs from elsewhere") if command == "ood" else
+                         (f"bbb {command}", f"bbb predict {run_dir} FILE gives each of your own inputs' uncertainty "
+                          "(its refer column names those to check)"))
+        raise UserError(f"{what} takes runs trained on images (MNIST, Fashion-MNIST); {run_dir} was trained on "
+                        f"{cfg.data_file}: {instead}")
     return cfg.replace(data_dir=data_dir) if data_dir is not None else cfg
 
 
-def _load(run_dir: str, which: str, data_dir: str | None, device: str = "auto"):
+def _load(run_dir: str, which: str, data_dir: str | None, command: str, device: str = "auto"):
     from .. import runs as T
 
     if T.trained.is_laplace_folder(run_dir):  # the run's network with its last-layer posterior
         lap = T.trained.load_laplace(run_dir, which, device)
-        cfg = _images_only(run_dir, lap.config, data_dir)
+        cfg = _images_only(run_dir, lap.config, data_dir, command)
         return lap, cfg, lap.method, T.model.load_data(cfg)
     model, cfg = T.load_run(run_dir, which, device=resolve_device(device))
-    cfg = _images_only(run_dir, cfg, data_dir)
+    cfg = _images_only(run_dir, cfg, data_dir, command)
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)
 
 
@@ -301,13 +307,13 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
     from ..runs.ensemble import ensemble_folder
 
     if ensemble_out(args, file) is None:
-        model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, args.device)
+        model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, command, args.device)
         # an ivon run is sampled as a bbb one (the same posterior), and named by its own method
         label = cfg.method if method == "bbb" else method
         return [(model, method)], cfg, data, Path(args.run_dirs[0]), label, None
     with one_line_warnings(command):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
-    cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir)
+    cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir, command)
     out = ensemble_folder(args.out, ens.run_dirs, file)
     models = ens.member_models()
     nets = [(m, m.method) if isinstance(m, T.TrainedLaplace) else (m.network, T.infer_method(m.network))
@@ -422,7 +428,14 @@ def _write_ood(args: argparse.Namespace, d: Path, what: dict[str, Any], scores_i
     if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
         out["member_epochs"] = epochs
+    try:  # one ood.json a folder: one against another OOD set is replaced, and said to be
+        was = json.loads((d / "ood.json").read_text()).get("ood")
+    except (OSError, ValueError, AttributeError):
+        was = None
     atomic_write_json(d / "ood.json", out)
+    if was is not None and was != what["ood"]:
+        print(f"bbb ood: note: {d / 'ood.json'} held the scores against {was}; they are replaced by these against "
+              f"{what['ood']} (bbb ood against {was} again writes them back)", file=sys.stderr)
     written = [d / "ood.json"]
     if plot_ood(scores_in, scores_out, report, d / "ood.png", (str(what["dataset"]), str(what["ood"]))) is not None:
         written.append(d / "ood.png")  # (None: no matplotlib; warned)
@@ -458,7 +471,10 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
                       else load_model(args.run_dirs[0], args.which, device))
     d = ensemble_folder(args.out, model.run_dirs, "ood.json") if several else Path(args.run_dirs[0])
     path = Path(args.ood_data)
-    x_out = read_inputs(model, path)
+    notes: list[str] = []
+    x_out = read_inputs(model, path, notes)
+    for note in notes:  # what was not read of it: never left out silently
+        print(f"bbb ood: {note}", file=sys.stderr)
     with torch.no_grad(), memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         out_in, _ = split_outputs(model, "test", args.samples, args.seed, args.data_dir, args.data_file)
         out_out = model.sample_outputs(x_out, args.samples, args.seed)

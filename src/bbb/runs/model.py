@@ -271,6 +271,12 @@ def check_data(data: dict[str, Tensor]) -> None:
     for s in ("train", "val", "test"):
         if data[f"{s}_x"].shape[0] != data[f"{s}_y"].shape[0]:
             raise UserError(f"{s}_x and {s}_y have different lengths")
+        x = data[f"{s}_x"]  # (images (N, 1, H, W) were read as N networks' inputs: a misleading error, or none)
+        if x.dim() != 2:
+            raise UserError(f"{s}_x is of shape {tuple(x.shape)}; the network is an MLP of flat rows (N, features): "
+                            f"give {s}_x.flatten(1)")
+        if x.shape[1] != data["train_x"].shape[1]:
+            raise UserError(f"{s}_x has {x.shape[1]} features a row, train_x {data['train_x'].shape[1]}")
     for k in DATA_KEYS:  # (a NaN or inf row made the loss NaN: a divergence blamed on the learning rate)
         t = data[k]
         if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):

@@ -89,6 +89,23 @@ def test_an_ensemble_writes_into_its_folder_which_compare_and_report_read(capsys
     assert "OOD AUROC by entropy (vs far.csv)" in report_html([ens])
 
 
+def test_what_is_not_read_of_the_other_inputs_is_said(capsys, tmp_path):
+    # bbb predict names a CSV's empty rows it skips (and a folder's other files); bbb ood scored without them, silently
+    (run,) = train_runs(capsys, tmp_path, table(tmp_path / "t.csv"), "classification", ("sgd",))
+    far = far_rows(tmp_path / "far.csv")
+    far.write_text(far.read_text().replace("\n", "\n,,\n", 3))
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(far), "--device", "cpu")
+    assert rc == 0, err
+    assert "bbb ood: note: 3 empty row(s)" in err and "bbb predict" not in err
+    assert json.loads((run / "ood.json").read_text())["n_out"] == 40
+    # the run's ood.json against another set is replaced: said, where it went without a word
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(far_rows(tmp_path / "other.csv")), "--device",
+                          "cpu")
+    assert rc == 0 and "held the scores against far.csv; they are replaced by these against other.csv" in err, err
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(tmp_path / "other.csv"), "--device", "cpu")
+    assert rc == 0 and "held the scores" not in err, err
+
+
 def test_what_does_not_fit_is_one_line(capsys, tmp_path):
     (run,) = train_runs(capsys, tmp_path, table(tmp_path / "t.csv"), "classification", ("sgd",))
     far = far_rows(tmp_path / "far.csv")

@@ -173,6 +173,10 @@ def test_image_shaped_arrays_are_flattened_for_the_mlp(capsys, tmp_path):
     assert rc == 0, err
     rows = list(csv.DictReader(out.splitlines()))
     assert len(rows) == 5 and all(r["prediction"] in ("0", "1") for r in rows)
+    # colour images for a grey run: the error named "input", not the file given
+    np.save(tmp_path / "rgb.npy", np.repeat(x[:5, None], 3, 1))
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "rgb.npy"), "--device", "cpu")
+    assert_one_line_error(rc, err, "rgb.npy: inputs of shape (5, 3, 28, 28) do not fit")
 
 
 def image_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, torch.Tensor]]:
@@ -206,6 +210,11 @@ def test_predict_on_a_folder_of_images(capsys, tmp_path, monkeypatch):
     probs = U.predictive_probs(U.predict(model, torch.from_numpy(pixels[:, None]), 3, generator=0).double())
     got = torch.tensor([[float(r[f"p_{c}"]) for c in range(10)] for r in rows[1:]], dtype=torch.float64)
     torch.testing.assert_close(got, probs, atol=1e-5, rtol=0)
+    # --out an image of the input folder: --overwrite wrote the CSV over it
+    before = (folder / "d1.png").read_bytes()
+    rc, _, err = run_main(capsys, "predict", str(run), str(folder), "--out", str(folder / "d1.png"), "--overwrite")
+    assert_one_line_error(rc, err, "is an image of the input folder")
+    assert (folder / "d1.png").read_bytes() == before
     (folder / "broken.jpg").write_bytes(b"not a jpeg")
     rc, out, err = run_main(capsys, "predict", str(run), str(folder), "--out", str(tmp_path / "p.csv"),
                             "--device", "cpu")
@@ -268,6 +277,8 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monk
     for command in ("ood", "uncertain"):  # image commands: a table run is refused, not drawn as digits
         rc, _, err = run_main(capsys, command, str(tmp_path / "run"), "--device", "cpu")
         assert_one_line_error(rc, err, "trained on images", "t.csv")
+        # what to run instead: bbb ood takes any run given --ood-data, and bbb predict ranks any run's inputs
+        assert ("--ood-data" if command == "ood" else "bbb predict") in err and "bbb ood and bbb uncertain" not in err
     assert not (tmp_path / "p.csv").exists()
 
 

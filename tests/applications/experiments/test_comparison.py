@@ -43,6 +43,18 @@ def test_rows_units_and_verdicts(tmp_path):
     assert "is NOT higher than MC dropout's" in md
 
 
+def test_aurocs_against_other_ood_sets_are_not_ranked(tmp_path):
+    # BBB scored against a folder of one's own images, dropout against Fashion-MNIST: "BBB's OOD AUROC by
+    # mutual information is NOT higher than MC dropout's", of two different questions
+    bbb, drop = _run(tmp_path, "bbb", 400, 0.004, 0.5), _run(tmp_path, "dropout", 400, 0.006, 0.97)
+    scored = json.loads((bbb / "ood.json").read_text())
+    (bbb / "ood.json").write_text(json.dumps({**scored, "ood": "my_photos"}))
+    md = write_comparison(comparison_rows([bbb, drop]), tmp_path / "out")[1].read_text()
+    assert "OOD AUROC" not in md and "not compared" in md
+    assert "| OOD set |" in md and "| my_photos |" in md and "| fashion-mnist |" in md
+    assert "BBB's test error" in md  # the other verdicts stay
+
+
 def test_an_equal_score_is_a_tie_not_a_loss(tmp_path):
     """Error rates and ECEs are fractions of the same test rows, so two runs often score the same:
     the verdict says tied (it said "not the best (sgd wins)", "NOT lower" on equal numbers)."""

@@ -164,6 +164,11 @@ def test_an_npz_of_one_feature_or_a_column_y_says_how_to_save_it(tmp_path):
         with pytest.raises(UserError) as info:
             load_file_splits(tmp_path / f"{name}.npz")
         one_line(info, hint)
+    # class names as y were "must hold real numbers" alone: say how to number them
+    np.savez(tmp_path / "names.npz", x=x[:, None], y=np.array(["cat", "dog"])[np.arange(50) % 2])
+    with pytest.raises(UserError) as info:
+        load_file_splits(tmp_path / "names.npz")
+    one_line(info, "np.unique(y, return_inverse=True)")
 
 
 @pytest.mark.release_independent  # (bbb's own reading and settings: the torch lanes skip it)

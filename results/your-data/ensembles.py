@@ -53,7 +53,14 @@ def stem(table: str) -> str:
 
 def train(runs: Path, table: str, method: str, seed: int) -> Path:
     file, target, task, extra = TABLES[table]
-    out = runs / f"{stem(table)}-{method}-s{seed}"
+    return train_file(runs, stem(table), file, target, task, extra, method, seed)
+
+
+def train_file(runs: Path, name: str, file: str, target: str, task: str, extra: list[str], method: str,
+               seed: int) -> Path:
+    """``bbb train`` of ``method`` at the table defaults on ``file`` into RUNS/NAME-METHOD-sSEED (kept
+    once finished; a killed one resumes)."""
+    out = runs / f"{name}-{method}-s{seed}"
     if not (out / "summary.json").exists():
         cmd = ["bbb", "train", "--csv", file, "--target", target, "--task", task, "--method", method,
                "--seed", str(seed), "--out", str(out), "--threads", "1", "--quiet", *extra]

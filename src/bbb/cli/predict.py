@@ -175,7 +175,7 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
     network's confidence means nothing (it may even grow)."""
     pre = model.preprocess
     unchecked = [c["name"] for c in pre.columns if c["kind"] == "numeric" and not c.get("range")]
-    if pre.kind == "arrays" and len(pre.feature_shape) == 1 and pre.feature_range is None:
+    if pre.kind == "arrays" and (pre.feature_range if len(pre.feature_shape) == 1 else pre.array_range) is None:
         unchecked = ["x"]
     notes = []
     if unchecked:
@@ -183,7 +183,7 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
                      f"{'its features' if pre.kind == 'arrays' else 'column ' + repr(unchecked[0])}"
                      f"{' and others' if len(unchecked) > 1 else ''} (trained by an earlier bbb): a value outside "
                      "it is not flagged; train the run again to have it checked")
-    checked = pre.kind == "table" or pre.feature_range is not None
+    checked = pre.kind == "table" or pre.feature_range is not None or pre.array_range is not None
     warnings = [""] * len(numbers) if checked else None
     for row, _, text in outside:
         if warnings is not None:

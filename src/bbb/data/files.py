@@ -62,6 +62,7 @@ from torch import Tensor
 from ..errors import DataError, UserError
 from .table_checks import (
     NUMERIC_SHARE,
+    arrays_outside,
     check_array_magnitude,
     check_class_labels,
     check_decimal_commas,
@@ -197,6 +198,8 @@ class Preprocess:
     feature_shape: list[int] = field(default_factory=list)
     #: flat arrays' (an .npz of (N, D) x) training range of each feature: [lows, highs]
     feature_range: list[list[float]] | None = None
+    #: image-shaped arrays' (an .npz of (N, H, W) or (N, C, H, W) x) training range of all values: [low, high]
+    array_range: list[float] | None = None
     scale: float = 1.0
     x: Standardizer | None = None
     y: Standardizer | None = None
@@ -307,14 +310,16 @@ class Preprocess:
     def outside_range(self, x: Any) -> list[tuple[int, str, str]]:
         """``(row, feature, text)`` for each value of the raw flat-array inputs ``x`` (N, D) outside
         the training rows' range of its feature (``x[j]``, numbered from 0; a table's numeric columns,
-        given as an array, by their names), row 1 = the first; empty for a run that records no range
-        (images and image-shaped arrays are not checked)."""
+        given as an array, by their names; image-shaped arrays: :func:`arrays_outside`), row 1 = the
+        first; empty for a run that records no range (MNIST-like images are not checked)."""
         a = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
         if self.kind == "table" and self.columns and all(c.get("range") for c in self.columns):
             low, high = [c["range"][0] for c in self.columns], [c["range"][1] for c in self.columns]
             names = [c["name"] for c in self.columns]
         elif self.feature_range is not None:
             (low, high), names = self.feature_range, [f"x[{j}]" for j in range(a.shape[1])]
+        elif self.array_range is not None:
+            return arrays_outside(a, *self.array_range)
         else:
             return []
         return values_outside(a, low, high, names, lambda i, j: f"{a[i, j]:.6g}")
@@ -335,7 +340,8 @@ class Preprocess:
                 "feature_shape": list(self.feature_shape), "scale": self.scale,
                 "x": None if self.x is None else self.x.to_dict(), "y": None if self.y is None else self.y.to_dict(),
                 "classes": self.classes, "target": self.target, "source": dict(self.source),
-                **({"feature_range": self.feature_range} if self.feature_range is not None else {})}
+                **({"feature_range": self.feature_range} if self.feature_range is not None else {}),
+                **({"array_range": self.array_range} if self.array_range is not None else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Preprocess:
@@ -343,7 +349,7 @@ class Preprocess:
             return cls(kind=str(d["kind"]), task=str(d.get("task", "classification")),
                        columns=[dict(c) for c in d.get("columns", [])],
                        feature_shape=[int(s) for s in d.get("feature_shape", [])], scale=float(d.get("scale", 1.0)),
-                       feature_range=d.get("feature_range"),
+                       feature_range=d.get("feature_range"), array_range=d.get("array_range"),
                        x=None if d.get("x") is None else Standardizer.from_dict(d["x"]),
                        y=None if d.get("y") is None else Standardizer.from_dict(d["y"]),
                        classes=None if d.get("classes") is None else [str(c) for c in d["classes"]],
@@ -542,6 +548,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     pre.x = _fit_features(pre, raw_x[train_idx])
     if pre.kind == "arrays" and len(pre.feature_shape) == 1:  # flat features: the range new inputs are checked
         pre.feature_range = [raw_x[train_idx].amin(0).tolist(), raw_x[train_idx].amax(0).tolist()]  # against
+    elif pre.kind == "arrays":  # image-shaped: one range of every value (and its scale: 0..255 or 0..1)
+        pre.array_range = [float(raw_x[train_idx].min()), float(raw_x[train_idx].max())]
     if task == "regression":
         pre.y = Standardizer.fit(y[train_idx])
         y = pre.y.transform(y).to(torch.float32)

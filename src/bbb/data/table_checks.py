@@ -37,7 +37,7 @@ from ..errors import DataError, UserError
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
            "check_training_classes", "formatted_number", "not_a_number", "number", "numbers_the_rows", "row_number",
-           "task_of", "values_outside"]
+           "task_of", "values_outside", "arrays_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -168,6 +168,24 @@ def values_outside(values: np.ndarray, low: Sequence[float], high: Sequence[floa
     rows, cols = np.nonzero((values < lo) | (values > hi))
     return [(int(i) + 1, names[j], f"{names[j]} {cell(int(i), int(j))[:40]} outside the training rows' "
              f"{lo[j]:.6g} to {hi[j]:.6g}") for i, j in zip(rows.tolist(), cols.tolist())]
+
+
+def arrays_outside(values: np.ndarray, low: float, high: float) -> list[tuple[int, str, str]]:
+    """``(row, "x", text)`` for each input (a row of ``values``: an image-shaped array, flat) with a
+    value outside the training arrays' range ``[low, high]``, or, where those reach above 1, whose
+    values all lie in 0..1, some between: an image scaled to 0..1 given to a run of 0..255 arrays,
+    which reads it as nearly black (row 1 = the first)."""
+    lo, hi = values.min(1), values.max(1)
+    fraction = np.asarray(((values > 0) & (values < 1)).any(axis=1))
+    out = []
+    for i in range(values.shape[0]):
+        if lo[i] < low or hi[i] > high:
+            v = lo[i] if lo[i] < low else hi[i]
+            out.append((i + 1, "x", f"x {v:.6g} outside the training arrays' {low:.6g} to {high:.6g}"))
+        elif high > 1.0 and hi[i] <= 1.0 and fraction[i]:
+            out.append((i + 1, "x", f"x within 0 to 1 where the training arrays reach {high:.6g}: scaled "
+                                    f"otherwise? (give it as they were, x * {high:.6g})"))
+    return out
 
 
 def check_class_labels(where: str, target: str | None, labels: Sequence[str]) -> None:

@@ -86,7 +86,7 @@ def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
     assert rc == 0, err
     rows = list(csv.DictReader(out.splitlines()))
     assert len(rows) == 7 and list(rows[0]) == ["row", "prediction", "sd", "lower_95", "upper_95", "epistemic_sd",
-                                                "aleatoric_sd"]
+                                                "aleatoric_sd", "warning"]  # (checked against array_range)
     model = bbb.runs.load_model(run)
     reg = model.regression(U.predict(model, torch.from_numpy(x[:7]), 4, generator=0))
     torch.testing.assert_close(torch.tensor([float(r["prediction"]) for r in rows], dtype=torch.float64),
@@ -108,8 +108,8 @@ def test_regression_from_arrays_and_predict_on_npy(capsys, tmp_path):
 
 def test_flat_arrays_outside_the_training_range_are_named_and_referred(capsys, tmp_path):
     """A flat .npz's features are checked as a table's columns: a value outside a feature's training
-    range is named in the warning column and referred (image-shaped arrays are not checked: the
-    test above has no warning column)."""
+    range is named in the warning column and referred (image-shaped arrays against the range of all
+    their values: the next test)."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(120, 3))
     np.savez(tmp_path / "a.npz", x=x, y=x.sum(1) + 0.1 * rng.normal(size=120))
@@ -133,6 +133,31 @@ def test_flat_arrays_outside_the_training_range_are_named_and_referred(capsys, t
     rc, out, _ = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "2", "--no-refer")
     rows = list(csv.DictReader(out.splitlines()))
     assert rc == 0 and "refer" not in rows[0] and rows[1]["warning"].startswith("x[0] ")
+
+
+def test_images_scaled_otherwise_than_the_training_arrays_are_named_and_referred(capsys, tmp_path):
+    """An .npz of 0..255 images given the same images as floats in 0..1 predicted every one as a
+    nearly black image, without a word (30 of 30 class 0, none referred): image-shaped arrays are
+    checked against the training arrays' range of all values, and an input in 0..1 where those
+    reach 255 is named in the warning column and referred; so is one beyond the range."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 3, size=150)
+    x = np.clip(rng.normal(60 + 70 * y[:, None, None], 30, size=(150, 4, 4)), 0, 255).astype(np.uint8)
+    np.savez(tmp_path / "a.npz", x=x, y=y)
+    run = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--npz", str(tmp_path / "a.npz"), "--epochs", "1", "--out", str(run), *TINY)
+    assert rc == 0, err
+    low, high = json.loads((run / "config.json").read_text())["preprocess"]["array_range"]
+    assert 0 <= low < high <= 255
+    new = np.concatenate([x[:3].astype(np.float64), x[:3] / 255.0, np.full((1, 4, 4), 2.0 * high)])
+    np.save(tmp_path / "new.npy", new)
+    rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "2")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [r["warning"] == "" for r in rows[:3]] == [bool(low <= v.min() and v.max() <= high) for v in x[:3]]
+    assert all(f"x within 0 to 1 where the training arrays reach {high:.6g}" in r["warning"] for r in rows[3:6])
+    assert rows[6]["warning"].startswith(f"x {2 * high:.6g} outside the training arrays'")
+    assert all(r["refer"] == "true" for r in rows[3:])
 
 
 def test_a_tables_columns_given_as_an_array_are_checked_against_their_ranges(capsys, tmp_path):

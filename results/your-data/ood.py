@@ -137,7 +137,9 @@ def main() -> int:
     def fmt(mean: float | None, sd: float | None = None) -> str:
         return "-" if mean is None else f"{mean:.3f}" + ("" if sd is None else f" +- {sd:.3f}")
 
-    lines = ["| table: held out (test rows, held-out rows) | method | AUROC by predictive sd: members (5) | "
+    lines = ["Written by `python results/your-data/ood.py` (results/your-data/README.md, \"Rows from elsewhere\"): the "
+             "AUROC with which each score ranks the held-out rows above the run's own test rows.", "",
+             "| table: held out (test rows, held-out rows) | method | AUROC by predictive sd: members (5) | "
              "ensemble of 5 | AUROC by epistemic sd: members (5) | ensemble of 5 |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['table']}: {r['column']} > {r['above']:g} ({r['n_in']}, {r['n_out']}) | {r['method']} | "

@@ -327,11 +327,12 @@ ENSEMBLE_NAMES = {"bbb": "bbb_ensemble", "sgd": "deep_ensemble", "dropout": "mc_
 
 
 def _your_data_tasks(root: Path, member: Callable[[str, dict[str, str]], float | None],
-                     ensemble: Callable[[str, dict[str, str]], float | None]) -> list[Task] | None:
-    """The your-data benchmark's tasks: per table, each method's mean over its seeds (members.csv's
-    rows through ``member``, paired by seed) and each ensemble's one value (ensembles.csv's row
-    through ``ensemble``); None without the files."""
-    path, members = root / "your-data" / "ensembles.csv", root / "your-data" / "members.csv"
+                     ensemble: Callable[[str, dict[str, str]], float | None],
+                     files: tuple[str, str] = ("ensembles.csv", "members.csv")) -> list[Task] | None:
+    """The your-data benchmark's tasks: per table, each method's mean over its seeds (the rows of
+    ``files[1]``, members.csv, through ``member``, paired by seed) and each ensemble's one value
+    (``files[0]``'s, ensembles.csv's, row through ``ensemble``); None without the files."""
+    path, members = root / "your-data" / files[0], root / "your-data" / files[1]
     if not (path.is_file() and members.is_file()):
         return None
     seeds: dict[tuple[str, str], dict[str, float]] = {}
@@ -392,9 +393,25 @@ def _your_data_calibration(root: Path) -> Benchmark | None:
                             "too narrow) is in results/your-data/README.md."])
 
 
+def _your_data_ood(root: Path) -> Benchmark | None:
+    """results/your-data/ood.py's: how well each method's epistemic sd ranks rows held out from a
+    table (above a column's 80th percentile) above the table's own test rows."""
+    tasks = _your_data_tasks(root, lambda t, r: _num(r.get("auroc_epistemic_sd")),
+                             lambda t, r: _num(r.get("ensemble_epistemic_sd")), ("ood.csv", "ood_members.csv"))
+    if tasks is None:
+        return None
+    return Benchmark("Your own tables: rows from elsewhere (5 regression tables, 5 seeds each)", "results/your-data/"
+                     "ood.csv, ood_members.csv", "AUROC of the epistemic sd, the held-out far rows against the "
+                     "table's test rows", True, "the seeds (sample sd / sqrt(n); an ensemble of the 5: none)", tasks,
+                     notes=["The rows above the 80th percentile of the column most correlated with the target, held "
+                            "out, never trained on; each method at the table defaults (results/your-data/README.md, "
+                            "\"Rows from elsewhere\"). One deterministic network has no epistemic sd: sgd has only "
+                            "its ensemble (the members' disagreement). 26 to 129 test rows per table."])
+
+
 LOADERS: tuple[Callable[[Path], Benchmark | None], ...] = (
     _uci, _uci_calibration, _lora, _lora_calibration, _mnist, _fashion, _uncertainty, _uncertainty_ood, _your_data,
-    _your_data_calibration)
+    _your_data_calibration, _your_data_ood)
 
 
 def load_benchmarks(results: Path) -> list[Benchmark]:

@@ -133,6 +133,34 @@ def test_your_data_calibration_is_a_benchmark_of_its_own_in_points(tmp_path):
     assert log_likelihood.higher_is_better and log_likelihood.tasks[0].scores["bbb"].mean == pytest.approx(-1.1)
 
 
+def test_your_data_rows_from_elsewhere_are_a_benchmark_of_the_epistemic_sd(tmp_path):
+    """results/your-data/ood.py's files: each method's epistemic-sd AUROC per seed (one
+    deterministic network has none: sgd only as its ensemble) and each ensemble's one value."""
+    d = tmp_path / "your-data"
+    d.mkdir()
+    (d / "ood.csv").write_text(
+        "table,column,above,n_in,n_out,method,members_mean_sd,members_sd_sd,ensemble_sd,members_mean_epistemic_sd,"
+        "members_sd_epistemic_sd,ensemble_epistemic_sd
+"
+        "yacht,froude,0.4,26,44,bbb,0.9,0.1,0.95,0.8,0.1,0.99
+yacht,froude,0.4,26,44,sgd,0.9,0.1,0.9,,,0.97
+")
+    (d / "ood_members.csv").write_text(
+        "table,method,seed,n_in,n_out,auroc_sd,auroc_epistemic_sd
+yacht,bbb,0,26,44,0.9,0.7
+"
+        "yacht,bbb,1,26,44,0.9,0.9
+yacht,sgd,0,26,44,0.9,
+yacht,sgd,1,26,44,0.9,
+")
+    b = next(x for x in load_benchmarks(tmp_path) if x.source.startswith("results/your-data/ood.csv"))
+    assert b.higher_is_better and "epistemic sd" in b.score
+    (yacht,) = b.tasks
+    assert set(yacht.scores) == {"bbb", "bbb_ensemble", "deep_ensemble"}
+    assert yacht.scores["bbb"].mean == pytest.approx(0.8) and yacht.scores["bbb"].units == {"0": 0.7, "1": 0.9}
+    assert yacht.scores["bbb_ensemble"].mean == 0.99 and winners(yacht, True)[0] == "bbb_ensemble"
+
+
 def test_the_committed_page_is_what_the_committed_results_give(capsys):
     """docs/which_method.md is written by the command, never by hand: regenerate it
     (`bbb reproduce which`) whenever results/ changes."""

@@ -140,19 +140,11 @@ def test_your_data_rows_from_elsewhere_are_a_benchmark_of_the_epistemic_sd(tmp_p
     d.mkdir()
     (d / "ood.csv").write_text(
         "table,column,above,n_in,n_out,method,members_mean_sd,members_sd_sd,ensemble_sd,members_mean_epistemic_sd,"
-        "members_sd_epistemic_sd,ensemble_epistemic_sd
-"
-        "yacht,froude,0.4,26,44,bbb,0.9,0.1,0.95,0.8,0.1,0.99
-yacht,froude,0.4,26,44,sgd,0.9,0.1,0.9,,,0.97
-")
+        "members_sd_epistemic_sd,ensemble_epistemic_sd\n"
+        "yacht,froude,0.4,26,44,bbb,0.9,0.1,0.95,0.8,0.1,0.99\nyacht,froude,0.4,26,44,sgd,0.9,0.1,0.9,,,0.97\n")
     (d / "ood_members.csv").write_text(
-        "table,method,seed,n_in,n_out,auroc_sd,auroc_epistemic_sd
-yacht,bbb,0,26,44,0.9,0.7
-"
-        "yacht,bbb,1,26,44,0.9,0.9
-yacht,sgd,0,26,44,0.9,
-yacht,sgd,1,26,44,0.9,
-")
+        "table,method,seed,n_in,n_out,auroc_sd,auroc_epistemic_sd\nyacht,bbb,0,26,44,0.9,0.7\n"
+        "yacht,bbb,1,26,44,0.9,0.9\nyacht,sgd,0,26,44,0.9,\nyacht,sgd,1,26,44,0.9,\n")
     b = next(x for x in load_benchmarks(tmp_path) if x.source.startswith("results/your-data/ood.csv"))
     assert b.higher_is_better and "epistemic sd" in b.score
     (yacht,) = b.tasks

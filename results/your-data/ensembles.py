@@ -90,16 +90,22 @@ def coverage_bias(scores: dict) -> float | str:
     return coverage_gap(cal["levels"], cal["coverage"])["bias"]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Example: python results/your-data/ensembles.py --runs runs/ensembles "
+def script_args(doc: str, script: str, runs: str, writes: str) -> argparse.Namespace:
+    """The options of this folder's benchmark scripts (``script``: ensembles.py, ood.py): --runs
+    (default ``runs``), --out (of ``writes``), --workers, --samples."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                epilog=f"Example: python results/your-data/{script} --runs {runs} "
                                        "--out results/your-data --workers 2",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default="runs/ensembles", help="folder of the runs (default: runs/ensembles)")
-    p.add_argument("--out", default="runs/ensembles", help="output folder of ensembles.csv and .md")
+    p.add_argument("--runs", default=runs, help=f"folder of the runs (default: {runs})")
+    p.add_argument("--out", default=runs, help=f"output folder of {writes}")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once (default: 2)")
-    p.add_argument("--samples", type=int, default=10, help="weight samples of each member (default: 10)")
-    args = p.parse_args()
+    p.add_argument("--samples", type=int, default=10, help="weight samples of each run (default: 10)")
+    return p.parse_args()
+
+
+def main() -> int:
+    args = script_args(__doc__, "ensembles.py", "runs/ensembles", "ensembles.csv and .md")
     runs, out = Path(args.runs), Path(args.out)
     runs.mkdir(parents=True, exist_ok=True)
     jobs = [(t, m, s) for t in TABLES for m in METHODS for s in SEEDS]

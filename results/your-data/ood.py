@@ -24,7 +24,6 @@ sd and its ensemble's AUROC, per table), OUT/ood_members.csv (each run's) and OU
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -34,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from ensembles import METHODS, ROWS, SEEDS, laplace, train_file
+from ensembles import METHODS, ROWS, SEEDS, laplace, script_args, train_file
 from tqdm import tqdm
 
 #: table -> (CSV file of make_csvs.py, target)
@@ -85,15 +84,7 @@ def ood(runs: list[Path], far: Path, out: Path | None, samples: int) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Example: python results/your-data/ood.py --runs runs/ood "
-                                       "--out results/your-data --workers 2",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default="runs/ood", help="folder of the runs (default: runs/ood)")
-    p.add_argument("--out", default="runs/ood", help="output folder of ood.csv and ood.md")
-    p.add_argument("--workers", type=int, default=2, help="runs trained at once (default: 2)")
-    p.add_argument("--samples", type=int, default=10, help="weight samples of each run (default: 10)")
-    args = p.parse_args()
+    args = script_args(__doc__, "ood.py", "runs/ood", "ood.csv and ood.md")
     runs, out = Path(args.runs), Path(args.out)
     runs.mkdir(parents=True, exist_ok=True)
     splits = {t: split_far(t, runs) for t in TABLES}

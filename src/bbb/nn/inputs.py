@@ -165,10 +165,19 @@ def _batch_axis(t: Tensor, b: int, d: int, first: bool, key: Any) -> int | None:
     return 0 if t.dim() == 2 and rows else None
 
 
+def _first_with_dim(inputs: Any, d: int) -> Tensor | None:
+    """The first tensor of ``inputs`` with a dimension ``d`` (a loop, not ``next`` of a generator
+    expression: torch.compile of torch 2.8 breaks the graph there)."""
+    for t in input_tensors(inputs):
+        if t.dim() > d:
+            return t
+    return None
+
+
 def _map_batched(inputs: Any, b: int, d: int, fn: Callable[[Tensor, int], Tensor]) -> Any:
     """``inputs`` with ``fn(t, axis)`` applied to every tensor that holds the batch (along
     ``axis``: :func:`_batch_axis`), the rest as it is."""
-    first = next((t for t in input_tensors(inputs) if t.dim() > d), None)
+    first = _first_with_dim(inputs, d) if d else None  # (only sequence-first inputs tell the first apart)
 
     def one(t: Tensor, key: Any) -> Tensor:
         axis = _batch_axis(t, b, d, t is first, key)

@@ -196,8 +196,13 @@ def test_no_bayesian_layer_warns_once_and_a_baseline_can_say_so():
         bbb.ELBO(nn.Sequential(BayesLinear(3, C)))(x, y)  # a Bayesian model: no warning
     with pytest.warns(UserWarning, match="the ELBO: Sequential has no Bayesian layer"):
         bbb.ELBO(nn.Sequential(nn.Linear(3, C)), num_batches=1)(x, y)
-    with pytest.warns(UserWarning, match="evaluate: Sequential has no Bayesian layer"):
+    with pytest.warns(UserWarning, match="evaluate: Sequential has no Bayesian layer") as seen:
         evaluate(nn.Sequential(nn.Linear(3, C)), (x, y), num_samples=2)
+    assert "dropout" not in str(seen[0].message)
+    # a network with dropout (a loaded --method dropout run's): its advice was bayesianize alone
+    with pytest.warns(UserWarning, match=r"has dropout layers, which this does not sample: for MC dropout a loaded "
+                                         r"run's sample_outputs\(x, k\) does"):
+        predict(nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.2), nn.Linear(8, C)), x, num_samples=2)
 
 
 @pytest.mark.parametrize("layer", ["linear", "conv"])

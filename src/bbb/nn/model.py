@@ -137,9 +137,14 @@ def warn_not_bayesian(model: nn.Module, who: str) -> None:
         return
     _LOOKED_AT.add(model)
     if next(bayes_modules(model), None) is None:
+        dropout = any(isinstance(m, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)) and m.p > 0
+                      for m in model.modules())
+        instead = ("; it has dropout layers, which this does not sample: for MC dropout a loaded run's "
+                   "sample_outputs(x, k) does (bbb predict uses it)" if dropout else "")
         warnings.warn(f"{who}: {type(model).__name__} has no Bayesian layer, so nothing is sampled (the k samples are "
                       "equal, the KL is 0): convert it with bbb.bayesianize(model) first, or call "
-                      "bbb.nn.mark_deterministic(model) for a deterministic baseline", UserWarning, stacklevel=3)
+                      f"bbb.nn.mark_deterministic(model) for a deterministic baseline{instead}", UserWarning,
+                      stacklevel=3)
 
 
 #: the models :func:`warn_own_loss` has warned about (once each)

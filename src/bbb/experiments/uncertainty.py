@@ -315,10 +315,9 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
     cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir, command)
     out = ensemble_folder(args.out, ens.run_dirs, file)
-    models = ens.member_models()
     nets = [(m, m.method) if isinstance(m, T.TrainedLaplace) else (m.network, T.infer_method(m.network))
-            for m in models]
-    return nets, cfg, T.model.load_data(cfg), out, ens.describe(), [m.epoch for m in models]
+            for m in ens.member_models()]
+    return nets, cfg, T.model.load_data(cfg), out, ens.describe(), _epochs(ens)
 
 
 def _members_probs(nets: list[tuple[nn.Module, str]], x: Tensor, samples: int, seed: int) -> Tensor:
@@ -477,9 +476,9 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
         print(f"bbb ood: {note}", file=sys.stderr)
     with torch.no_grad(), memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         out_in, _ = split_outputs(model, "test", args.samples, args.seed, args.data_dir, args.data_file)
+        if out_in.numel() == 0:  # (split_outputs gives an empty 1-d tensor then)
+            raise UserError(f"{d} has no test rows to score against {path}")
         out_out = model.sample_outputs(x_out, args.samples, args.seed)
-    if out_in.shape[1] == 0:
-        raise UserError(f"{d} has no test split to score against {path} (trained with --test-fraction 0)")
     cfg = model.config
     what = {"method": model.describe() if several else cfg.method, "ood": path.name,
             "dataset": Path(cfg.data_file).name if cfg.data_file else cfg.dataset}
@@ -498,6 +497,7 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
 
 
 def _epochs(ensemble: Any) -> list[int]:
+    """The epochs of the checkpoints of an ensemble's members (recorded for bbb compare's check)."""
     return [m.epoch for m in ensemble.member_models()]
 
 

@@ -149,7 +149,8 @@ def test_images_scaled_otherwise_than_the_training_arrays_are_named_and_referred
     assert rc == 0, err
     low, high = json.loads((run / "config.json").read_text())["preprocess"]["array_range"]
     assert 0 <= low < high <= 255
-    new = np.concatenate([x[:3].astype(np.float64), x[:3] / 255.0, np.full((1, 4, 4), 2.0 * high)])
+    new = np.concatenate([x[:3].astype(np.float64), x[:2] / 255.0, (x[2:3] >= x[2].max()).astype(np.float64),
+                          np.full((1, 4, 4), 2.0 * high)])  # 0..1, 0..1, binarised to 0 and 1, beyond the range
     np.save(tmp_path / "new.npy", new)
     rc, out, err = run_main(capsys, "predict", str(run), str(tmp_path / "new.npy"), "--samples", "2")
     assert rc == 0, err

@@ -167,7 +167,7 @@ def _batch_axis(t: Tensor, b: int, d: int, first: bool, key: Any) -> int | None:
 
 def _first_with_dim(inputs: Any, d: int) -> Tensor | None:
     """The first tensor of ``inputs`` with a dimension ``d`` (a loop, not ``next`` of a generator
-    expression: torch.compile of torch 2.8 breaks the graph there)."""
+    expression: torch.compile of the oldest torch the project supports breaks the graph there)."""
     for t in input_tensors(inputs):
         if t.dim() > d:
             return t

@@ -36,11 +36,12 @@ Example:
   bbb train --method ivon --epochs 10 --out runs/ivon400   # the same 2x400, trained by IVON
   bbb train --resume --out runs/bbb400 --epochs 20      # continue (or extend) a run
   bbb train --csv table.csv --target price --hidden 50 --epochs 40 --out runs/price
+  bbb train --images photos/ --image-size 32 --epochs 50 --out runs/photos   # photos/cat/*.jpg, photos/dog/*.jpg
 
 The run directory gets config.json, metrics.csv (one row per epoch), summary.json,
 last.pt and best.pt (the best epoch by --select-by). A new run refuses a directory that holds a
 previous run's files unless --overwrite is given; --resume refuses one without last.pt.
-Your own data (--csv, --npz) has defaults of its own, sized for a table: a default shown as
+Your own data (--csv, --npz, --images) has defaults of its own, sized for a table: a default shown as
 "X; --csv/--npz: Y" is X for MNIST and Y for your data (docs/defaults.md).
 While it trains, the run holds a lock (DIR/.lock, with its pid): a second bbb train on
 the same --out is refused."""
@@ -173,7 +174,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
-    """``bbb train --csv / --npz``: your own data (docs/your_data.md)."""
+    """``bbb train --csv / --npz / --images``: your own data (docs/your_data.md)."""
     from ..runs.config import LIKELIHOODS, NOISE_LR_SCALE, TASKS
 
     g = p.add_argument_group("your own data (instead of --dataset; docs/your_data.md)")
@@ -183,7 +184,12 @@ def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -
                           "encoded; needs --target")
     src.add_argument("--npz", dest="data_file", metavar="FILE", default=argparse.SUPPRESS,
                      help="NumPy arrays x (N, ...) and y (N,) in one .npz file (np.savez)")
+    src.add_argument("--images", dest="data_file", metavar="DIR", default=argparse.SUPPRESS,
+                     help="a folder of images with one subfolder per class, named by its class (DIR/cat/*.png, "
+                          "DIR/dog/*.jpg): read grey and resized to --image-size")
     add_g = suppressed_adder(g, defaults)
+    add_g("--image-size", "image_size", "--images: the size the images are resized to, one number (square) or "
+          "height and width (default: 28, MNIST's)", type=int, nargs="+", metavar="PIXELS", show_default=False)
     add_g("--target", "target", "the CSV column to predict", metavar="COLUMN", show_default=False)
     add_g("--ignore", "ignore_columns", "CSV columns that are not features (an identifier, a note): left out of "
           "the inputs; bbb predict carries them through", metavar="COLUMN", nargs="+", show_default=False)

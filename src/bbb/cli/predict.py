@@ -62,14 +62,16 @@ UNSEEN = ("flag", "error")
 
 
 def add_moved_data(p: argparse.ArgumentParser) -> None:
-    """``--csv FILE`` / ``--npz FILE``: where the file of a run on your own data is now (bbb
-    evaluate, bbb prune, bbb predict); its MD5 must be the run's."""
+    """``--csv FILE`` / ``--npz FILE`` / ``--images DIR``: where the data of a run on your own data
+    are now (bbb evaluate, bbb prune, bbb predict); their MD5 must be the run's."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--csv", dest="data_file", metavar="FILE", default=None,
                    help="the run's training CSV where it is now, if it moved (its MD5 must be the run's: the same "
                         "file; default: the path the run recorded)")
     g.add_argument("--npz", dest="data_file", metavar="FILE", default=None,
                    help="the same for a run trained on an .npz file")
+    g.add_argument("--images", dest="data_file", metavar="DIR", default=None,
+                   help="the same for a run trained on a folder of images (the same class subfolders and images)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -219,12 +221,18 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         raise UserError(f"--unseen {unseen} applies to the text columns of a CSV input; {path} is not a .csv file: "
                         "leave it out")
     if path.is_dir():
-        if model.preprocess.kind != "image":
-            raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on "
-                            f"{model.preprocess.trained_on()}")
-        h, w = model.preprocess.feature_shape[-2:]
+        pre = model.preprocess
+        shape = list(pre.feature_shape)
+        grey = pre.kind == "arrays" and (len(shape) == 2 or (len(shape) == 3 and shape[0] == 1))
+        if pre.kind != "image" and not grey:
+            raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on {pre.trained_on()}"
+                            + (f" of shape {tuple(shape)}, not one grey channel: give them as an .npz of that shape"
+                               if pre.kind == "arrays" and len(shape) == 3 else ""))
+        h, w = shape[-2:]
         warnings: list[str] = []
         names, pixels, others = load_image_folder(path, (h, w), warnings)
+        if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images)
+            warnings = ["" if t.startswith("a light background") else t for t in warnings]
         notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "
                  f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only its own .png/.jpg/.jpeg "
                  "files are"] if others else []
@@ -233,7 +241,16 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             notes.append(f"bbb predict: warning: {len(odd)} image(s) of {path} are unlike the training images "
                          f"(first: {odd[0][0]}: {odd[0][1].split(':')[0]}): predicted, named in the warning column"
                          f"{' and referred' if refer else ''}")
-        return _Input(model.encode(pixels), ["file"], [[n] for n in names], warnings if odd else None, notes)
+        pixels = pixels.reshape(len(pixels), *shape)
+        flags = None
+        if pre.kind == "arrays":  # an .npz run's range (0..1 floats?) against the 0..255 pixels read
+            flags, range_notes = _outside_notes(model, path, pre.outside_range(pixels), list(range(1, len(names) + 1)),
+                                                refer)
+            notes += range_notes
+        if flags is not None:
+            warnings = [f"{a}; {b}" if a and b else a or b for a, b in zip(warnings, flags)]
+        shown = warnings if odd or any(flags or ()) else None
+        return _Input(model.encode(pixels), ["file"], [[n] for n in names], shown, notes)
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")
     suffix = path.suffix.lower()
@@ -385,7 +402,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--coverage must be a share in (0, 1], e.g. 0.8, got {args.coverage}")
     if args.no_refer:
         unused = [f for f, v in (("--coverage", args.coverage), ("--target-error", args.target_error),
-                                 ("--data-dir", args.data_dir), ("--csv/--npz", args.data_file)) if v is not None]
+                                 ("--data-dir", args.data_dir), ("--csv/--npz/--images", args.data_file))
+                  if v is not None]
         if unused:
             raise UserError(f"{unused[0]} serves the refer column, which --no-refer leaves out: give one of the two")
     given = Path(args.input)

@@ -1,8 +1,10 @@
 """Your own data: a CSV table or NumPy arrays as a run's train/validation/test split, and the
 preprocessing that turns new raw inputs into what the trained network takes.
 
-:func:`load_file_splits` reads ``FILE.csv`` (a header row; one column is the target) or
-``FILE.npz`` (arrays ``x`` (N, ...) and ``y`` (N,)) and returns the six tensors of a run's
+:func:`load_file_splits` reads ``FILE.csv`` (a header row; one column is the target),
+``FILE.npz`` (arrays ``x`` (N, ...) and ``y`` (N,)) or a folder of images, one subfolder per
+class (:func:`~bbb.data.arrays.read_image_classes`: grey, resized, then treated as an .npz's
+image-shaped ``x`` with the subfolders' names as classes), and returns the six tensors of a run's
 split (``train_x`` ... ``test_y``) together with a :class:`Preprocess`, the record of what was
 done to the inputs, kept in the run so that new inputs get the same treatment:
 
@@ -47,7 +49,6 @@ plain JSON types (a run's checkpoint holds it).
 from __future__ import annotations
 
 import csv
-import hashlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
+from .arrays import DEFAULT_IMAGE_SIZE, read_image_classes, read_npz, source_md5
 from .table_checks import (
     NUMERIC_SHARE,
     arrays_outside,
@@ -170,14 +172,6 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
     if numbers is not None:
         numbers += where
     return header, rows
-
-
-def _file_md5(p: Path) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -328,7 +322,8 @@ class Preprocess:
         return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
 
     def trained_on(self) -> str:
-        return {"table": "a CSV table", "arrays": "arrays (.npz)", "image": "28x28 images"}.get(self.kind, self.kind)
+        arrays = "images (a folder)" if self.source.get("folder") else "arrays (.npz)"
+        return {"table": "a CSV table", "arrays": arrays, "image": "28x28 images"}.get(self.kind, self.kind)
 
     def target_values(self, y: Tensor) -> Tensor:
         """Standardised regression targets back in the target's units (identity otherwise)."""
@@ -447,8 +442,11 @@ def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: fl
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
                      val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
                      train_size: int | None = None, ignore: Sequence[str] = (), keep: Sequence[str] = (),
-                     categories: dict[str, list[str]] | None = None) -> tuple[dict[str, Tensor], Preprocess]:
-    """A CSV or .npz file as a run's split and its :class:`Preprocess` (see the module's notes).
+                     categories: dict[str, list[str]] | None = None, image_size: Sequence[int] | None = None
+                     ) -> tuple[dict[str, Tensor], Preprocess]:
+    """A CSV or .npz file, or a folder of images in class subfolders, as a run's split and its
+    :class:`Preprocess` (see the module's notes). ``image_size``: (H, W) a folder's images are
+    resized to (:data:`~bbb.data.arrays.DEFAULT_IMAGE_SIZE`); a file refuses it.
     ``ignore``: CSV columns that are not features (an identifier, a note); not read. ``keep``:
     numeric CSV columns that number the rows (a year in a yearly series) kept as features.
     ``categories``: a run's recorded categories of its text columns, by name, to encode them as the
@@ -464,11 +462,24 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
         raise UserError(f"--val-fraction {val_fraction} and --test-fraction {test_fraction} must each be in [0, 1) "
                         "and leave rows to train on")
-    if not p.is_file():
+    if image_size is not None and not p.is_dir():
+        raise UserError(f"{where}: --image-size resizes a folder of images; a file's arrays are read as they are")
+    if not p.is_file() and not p.is_dir():
         raise DataError(f"{p}: no such file")
     suffix = p.suffix.lower()
     table: tuple[list[str], list[list[str]], list[int]] | None = None
-    if suffix == ".csv":
+    if p.is_dir():
+        if target is not None or ignore or keep or task == "regression":
+            flag = "--target" if target is not None else "--ignore" if ignore else "--keep" if keep else "--task"
+            raise UserError(f"{where}: {flag} applies to a CSV file, and this is a folder: a folder of images (in "
+                            "class subfolders, named by their classes) trains with --images DIR, without " + flag)
+        size = (int(image_size[0]), int(image_size[-1])) if image_size else DEFAULT_IMAGE_SIZE
+        x_arr, y_arr = read_image_classes(p, size)
+        task = "classification"
+        pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))
+        raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
+        raw_y = [str(v) for v in y_arr.tolist()]
+    elif suffix == ".csv":
         if not target:
             raise UserError(f"{where}: say which column to predict: --target COLUMN")
         numbers: list[int] = []
@@ -494,7 +505,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if target is not None or ignore or keep:
             flag = "target" if target is not None else "ignore" if ignore else "keep"
             raise UserError(f"{where}: --{flag} names a CSV column; an .npz file holds arrays x and y")
-        x_arr, y_arr = _read_npz(p)
+        x_arr, y_arr = read_npz(p)
         if task is None and np.issubdtype(y_arr.dtype, np.floating) and bool((y_arr == np.round(y_arr)).all()):
             # class labels saved as floats (0.0, 1.0: a torch .float(), a pandas column) would be a Gaussian
             # regression, silently: whole numbers are ambiguous, as a CSV target's are
@@ -506,7 +517,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
         raw_y = [str(v) for v in y_arr.tolist()] if task == "classification" else y_arr.astype(np.float64).tolist()
     else:
-        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv) or NumPy arrays x, y (--npz)"
+        raise UserError(f"{where}: not a .csv or .npz file; give a CSV table (--csv), NumPy arrays x, y (--npz) "
+                        "or a folder of images in class subfolders (--images DIR)"
                         + ("; a table separated by tabs or semicolons is read as one: name it .csv"
                            if suffix in (".tsv", ".tab", ".txt") else ""))
     n = len(raw_y)
@@ -553,7 +565,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if task == "regression":
         pre.y = Standardizer.fit(y[train_idx])
         y = pre.y.transform(y).to(torch.float32)
-    pre.source = {"file": p.name, "md5": _file_md5(p), "rows": int(n)}
+    pre.source = {"file": p.name, "md5": source_md5(p), "rows": int(n), **({"folder": True} if p.is_dir() else {})}
     x = pre._standardise(raw_x)
     data = {"train_x": x[train_idx], "train_y": y[train_idx], "val_x": x[val_idx], "val_y": y[val_idx],
             "test_x": x[test_idx], "test_y": y[test_idx]}
@@ -589,32 +601,3 @@ def _fit_features(pre: Preprocess, x: Tensor) -> Standardizer:
     keep = torch.cat([torch.full((len(c["categories"]) if c["kind"] == "onehot" else 1,), c["kind"] == "numeric")
                       for c in pre.columns])
     return Standardizer(torch.where(keep, s.mean, 0.0), torch.where(keep, s.std, 1.0))
-
-
-def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            missing = [k for k in ("x", "y") if k not in z.files]
-            if missing:
-                raise UserError(f"{p}: no array {missing[0]!r}; an .npz for bbb holds x (N, ...) and y (N,) "
-                                f"(found: {', '.join(z.files) or 'none'})")
-            x, y = z["x"], z["y"]
-    except UserError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a damaged or foreign file is one user problem
-        raise DataError(f"{p}: cannot be read as an .npz file ({' '.join(str(e).split())[:120]})") from None
-    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0 or x[0].size == 0:
-        hint = "; one feature? save x.reshape(-1, 1)" if x.ndim == 1 and x.shape == y.shape[:1] else \
-            "; save y.reshape(-1)" if y.shape[1:] == (1,) and x.ndim >= 2 and len(x) == len(y) else ""
-        raise UserError(f"{p}: x must be (N, ...) with at least one feature and y (N,) with the same N >= 1, got "
-                        f"{x.shape} and {y.shape}{hint}")
-    for name, a in (("x", x), ("y", y)):
-        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
-            raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}" + (
-                "; class names? save names, y = np.unique(y, return_inverse=True) and y (class k: names[k])"
-                if name == "y" and a.dtype.kind in "US" else ""))
-        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-            i = int(np.nonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(1))[0][0])
-            raise UserError(f"{p}: {name}[{i}] is NaN or inf (a missing value); fill it in or drop that row")
-        check_array_magnitude(str(p), a, f"{name}[{{}}]".format)
-    return x, y

@@ -257,7 +257,7 @@ def _lead(r: RunFiles) -> str:
     """What was trained, on what, and how well, in two sentences."""
     c, s, ev = r.config, r.summary or {}, r.eval or {}
     settings = dict(RT.settings_rows(c, r.regression))
-    unit = "examples" if c.get("data_source") else "images" if r.kind == "image" else "rows"
+    unit = RT.unit_of(c, r.regression)
     target = f" to predict {settings['target']}" if "target" in settings else ""
     n_train = c.get("num_train")
     on = (f"{n_train:,} {unit} of {RT.data_phrase(c, r.regression).split(' (')[0]}" if isinstance(n_train, int)

@@ -137,6 +137,18 @@ def _rows(config: dict[str, Any]) -> int | None:
     return sum(counts) if len(counts) == 3 else None
 
 
+def _folder(config: dict[str, Any]) -> bool:
+    """Whether the run was trained on a folder of images in class subfolders (``--images``)."""
+    return bool(((config.get("preprocess") or {}).get("source") or {}).get("folder"))
+
+
+def unit_of(config: dict[str, Any], regression: bool) -> str:
+    """What a run's examples are called on a page: ``images``, ``rows`` or ``examples`` (tensors)."""
+    if config.get("data_source"):
+        return "examples"
+    return "images" if kind_of(config, regression) == "image" or _folder(config) else "rows"
+
+
 def data_phrase(config: dict[str, Any], regression: bool) -> str:
     """``customers.csv (classification, 600 rows)``, ``MNIST (digit classification, 2,000 training
     images)``."""
@@ -149,8 +161,9 @@ def data_phrase(config: dict[str, Any], regression: bool) -> str:
         n = config.get("num_train")
         return f"{name} ({what} classification" + (f", {n:,} training images)" if isinstance(n, int) else ")")
     name = plain_path(str(config.get("data_file") or "your data"))
-    rows = _rows(config)
-    return f"{name} ({task_of(regression)}" + (f", {rows:,} rows)" if rows is not None else ")")
+    rows, unit = _rows(config), unit_of(config, regression)
+    return f"{name}{'/' if _folder(config) else ''} ({task_of(regression)}" + (
+        f", {rows:,} {unit})" if rows is not None else ")")
 
 
 def page_title(runs: Sequence[tuple[dict[str, Any], bool]]) -> str:
@@ -194,7 +207,7 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
     out = [("data", data_phrase(config, regression))]
     pre = config.get("preprocess") or {}
     if kind_of(config, regression) != "image":
-        target = config.get("target") or pre.get("target") or "-"
+        target = config.get("target") or pre.get("target") or ("its subfolders" if _folder(config) else "-")
         classes = pre.get("classes") or []
         out.append(("target", f"{target} (" + (f"{len(classes)} classes: " + ", ".join(map(str, classes[:10]))
                                                   + (", ..." if len(classes) > 10 else "")
@@ -204,10 +217,11 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
         if cols:
             out.append(("inputs", f"{len(cols)} columns: " + ", ".join(map(str, cols[:12]))
                         + (", ..." if len(cols) > 12 else "")))
+        elif _folder(config) and len(pre.get("feature_shape") or []) == 3:
+            out.append(("inputs", "grey images resized to {1}x{2} (height x width)".format(*pre["feature_shape"])))
     counts = [config.get(k) for k in ("num_train", "num_val", "num_test")]
     if all(isinstance(c, int) for c in counts):
-        unit = "examples" if config.get("data_source") else "images" if kind_of(config, regression) == "image" \
-            else "rows"
+        unit = unit_of(config, regression)
         out.append((unit, f"{counts[0]:,} to train, {counts[1]:,} to validate, {counts[2]:,} to test"))
     return out
 
@@ -295,11 +309,16 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
     else:
         source = plain_path(str(config.get("data_file") or "data.csv"))
         stem, ext = os.path.splitext(source)
-        new = shlex.quote(f"new_{stem}{ext or '.csv'}")
+        folder = ext.lower() not in (".csv", ".npz")  # a folder of images in class subfolders (--images)
+        new = shlex.quote(f"new_{os.path.basename(source.rstrip('/'))}/" if folder else f"new_{stem}{ext}")
+        what = (f"{new}: a folder of new images, like those of {source}'s subfolders" if folder else
+                f"{new}: the columns of {source}" + ("" if ext.lower() == ".npz" else "; the target column may be "
+                                                                                    "left out"))
         if "ood.json" not in have:
-            out.append((f"bbb ood {run} --ood-data {new}", f"how well the uncertainty tells rows from elsewhere "
-                        f"({new}: the columns of {source}) from the run's own test rows"))
+            out.append((f"bbb ood {run} --ood-data {new}", f"how well the uncertainty tells "
+                        f"{'images' if folder else 'rows'} from elsewhere ({what.split(';')[0]}) from the run's own "
+                        f"test {'images' if folder else 'rows'}"))
         out.append((f"bbb predict {run} {new} --out predictions.csv",
-                    f"predictions with uncertainty for new rows ({new}: the columns of {source}; the target "
-                    "column may be left out), and which to refer to a person"))
+                    f"predictions with uncertainty for new {'images' if folder else 'rows'} ({what}), and which to "
+                    "refer to a person"))
     return out

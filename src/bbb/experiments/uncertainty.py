@@ -275,11 +275,12 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 
 def _images_only(run_dir: Any, cfg: Any, data_dir: str | None, command: str) -> Any:
     if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
+        own_file = Path(cfg.data_file).suffix.lower() in (".csv", ".npz")  # (else a folder of images)
         what, instead = (("bbb ood without --ood-data", f"bbb ood {run_dir} --ood-data FILE scores it against your "
                           "own inputs from elsewhere") if command == "ood" else
-                         (f"bbb {command}", f"bbb predict {run_dir} FILE gives each of your own inputs' uncertainty "
-                          "(its refer column names those to check)"))
-        raise UserError(f"{what} takes runs trained on images (MNIST, Fashion-MNIST); {run_dir} was trained on "
+                         (f"bbb {command}", f"bbb predict {run_dir} {'FILE' if own_file else 'FOLDER'} gives each of "
+                          "your own inputs' uncertainty (its refer column names those to check)"))
+        raise UserError(f"{what} takes runs trained on MNIST or Fashion-MNIST; {run_dir} was trained on "
                         f"{cfg.data_file}: {instead}")
     return cfg.replace(data_dir=data_dir) if data_dir is not None else cfg
 

@@ -223,6 +223,8 @@ class TrainConfig:
     ignore_columns: list[str] | None = None
     # numeric CSV columns that number the rows (a year) kept as features, not refused as identifiers
     keep_columns: list[str] | None = None
+    # a folder of images (--images DIR): the [height, width] they are resized to (None: 28x28)
+    image_size: list[int] | None = None
     # what picks best.pt: "nll" or "error" (SELECT_BY)
     select_by: str = BY_DATA
     # IVON (--method ivon): the effective sample size (None: the training set's size), the Hessian
@@ -442,7 +444,7 @@ class TrainConfig:
                                 f"file ({self.data_file}): leave --data-dir out (a moved file: give --csv FILE or "
                                 "--npz FILE)")
             if self.dataset not in (Dataset.MNIST.value, FILE_DATASET):
-                raise UserError(f"--dataset {self.dataset} and --csv/--npz exclude each other: give one")
+                raise UserError(f"--dataset {self.dataset} and --csv/--npz/--images exclude each other: give one")
             self.dataset = FILE_DATASET
             if self.val_size != 10000:
                 raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
@@ -456,6 +458,15 @@ class TrainConfig:
             if self.keep_columns is not None:
                 self.keep_columns = [str(c) for c in self.keep_columns] or None
             self.likelihood = choice("likelihood", self.likelihood, LIKELIHOODS)
+            if self.image_size is not None:
+                if Path(self.data_file).suffix.lower() in (".csv", ".npz"):
+                    raise UserError(f"--image-size resizes a folder of images (--images DIR); {self.data_file} is read "
+                                    "as it is: leave --image-size out")
+                given_size = self.image_size if isinstance(self.image_size, (list, tuple)) else [self.image_size]
+                size = [check_int("--image-size", v, 1) for v in given_size]
+                if not 1 <= len(size) <= 2:
+                    raise UserError(f"--image-size takes one number (square) or two (height width), got {len(size)}")
+                self.image_size = [size[0], size[-1]]
             for name in ("val_fraction", "test_fraction"):
                 v = float(getattr(self, name))
                 if not (0.0 <= v < 1.0):
@@ -466,15 +477,16 @@ class TrainConfig:
                                 "leave no rows to train on: make their sum < 1")
         else:
             if self.dataset == FILE_DATASET:
-                raise UserError("dataset 'file' needs the file: --csv FILE or --npz FILE")
+                raise UserError("dataset 'file' needs the file: --csv FILE, --npz FILE or --images DIR")
             given = [f"--{k.replace('_', '-')}" for k in ("target", "task") if getattr(self, k) is not None]
             given += ["--ignore"] if self.ignore_columns else []
             given += ["--keep"] if self.keep_columns else []
+            given += ["--image-size"] if self.image_size is not None else []
             given += [f"--{k.replace('_', '-')}" for k, d in (("val_fraction", 0.1), ("test_fraction", 0.1),
                                                              ("likelihood", "heteroscedastic"))
                       if getattr(self, k) != d]
             if given:
-                raise UserError(f"{given[0]} applies to your own data (--csv FILE or --npz FILE), not to "
+                raise UserError(f"{given[0]} applies to your own data (--csv FILE, --npz FILE or --images DIR), not to "
                                 f"--dataset {self.dataset}")
         if self.train_size is not None:
             self.train_size = check_int("--train-size", self.train_size, 1)

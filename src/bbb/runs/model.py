@@ -4,7 +4,6 @@ method of a loaded model, the dataset split, and what ``config.json`` records ab
 from __future__ import annotations
 
 import functools
-import hashlib
 import platform
 from pathlib import Path
 from typing import Any
@@ -200,16 +199,23 @@ def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | N
         _refuse_in_memory(cfg)
     if data_file is not None:
         if cfg.data_file is None:
-            raise UserError(f"--csv/--npz give a run on your own data its moved file; this run was trained on "
+            raise UserError(f"--csv/--npz/--images give a run on your own data its moved file; this run was trained on "
                             f"--dataset {cfg.dataset} (its folder: --data-dir DIR)")
-        was, now = Path(cfg.data_file).suffix.lower(), Path(data_file).suffix.lower()
+        was, now = _data_kind(cfg.data_file), _data_kind(data_file)
         if was != now:
-            raise UserError(f"{data_file} is not a {was} file like {cfg.data_file}, the file this run was trained "
-                            f"on; give --{was.lstrip('.')} FILE")
+            flag = "--images DIR" if was == "folder" else f"--{was.lstrip('.')} FILE"
+            raise UserError(f"{data_file} is not {'a folder of images' if was == 'folder' else f'a {was} file'} like "
+                            f"{cfg.data_file}, the data this run was trained on; give {flag}")
         cfg = cfg.replace(data_file=str(data_file))
     if data_dir is not None:
         cfg = cfg.replace(data_dir=data_dir)  # a run on your own file refuses it (TrainConfig)
     return cfg
+
+
+def _data_kind(path: str) -> str:
+    """``"folder"`` (images in class subfolders) or a data file's suffix (``.csv``, ``.npz``)."""
+    suffix = Path(path).suffix.lower()  # (a training file is a .csv or an .npz: load_file_splits refuses others)
+    return suffix if suffix in (".csv", ".npz") else "folder"
 
 
 def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool = False
@@ -218,15 +224,15 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
 
     assert cfg.data_file is not None
     path = Path(cfg.data_file)
-    flag = "--npz" if path.suffix.lower() == ".npz" else "--csv"
-    if new_run and not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else \
-            "is not a regular file" if path.exists() else "does not exist"
-        raise UserError(f"{cfg.data_file} {what}; give {flag} the path of your data file")
-    if not path.is_file():
-        raise UserError(f"{cfg.data_file}, the file this run was trained on, is not there (moved or deleted?); "
-                        f"give its new place with {flag} FILE (bbb evaluate, bbb prune, bbb predict, "
-                        "bbb train --resume)")
+    folder = bool((stored or {}).get("source", {}).get("folder")) or (stored is None and path.is_dir())
+    flag = "--images" if folder else "--npz" if path.suffix.lower() == ".npz" else "--csv"
+    if new_run and not (path.is_file() or path.is_dir()):
+        what = "is not a regular file" if path.exists() else "does not exist"
+        raise UserError(f"{cfg.data_file} {what}; give the path of your data: --csv FILE, --npz FILE or --images DIR")
+    if not (path.is_dir() if folder else path.is_file()):
+        raise UserError(f"{cfg.data_file}, the {'folder' if folder else 'file'} this run was trained on, is not there "
+                        f"(moved or deleted?); give its new place with {flag} {'DIR' if folder else 'FILE'} (bbb "
+                        "evaluate, bbb prune, bbb predict, bbb train --resume)")
     was = (stored or {}).get("source", {}).get("md5")
     if was is not None:  # before reading it: another file's columns or rows would only confuse
         _check_md5(cfg.data_file, was)
@@ -240,23 +246,23 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
     data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=task, val_fraction=cfg.val_fraction,
                                  test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size,
                                  ignore=cfg.ignore_columns or (), keep=cfg.keep_columns or (),
-                                 categories=categories)
+                                 categories=categories, image_size=cfg.image_size)
     if was is not None:
         _check_md5(cfg.data_file, was, pre.source.get("md5"))
     return data, pre
 
 
 def _check_md5(path: str, was: str, md5: str | None = None) -> None:
-    """A one-line error unless the file ``path`` (its MD5 ``md5``, else computed) is the run's."""
+    """A one-line error unless the file or folder ``path`` (its MD5 ``md5``, else computed) is the run's."""
+    from ..data.arrays import source_md5
+
     if md5 is None:
-        h = hashlib.md5(usedforsecurity=False)
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        md5 = h.hexdigest()
+        md5 = source_md5(path)
     if md5 != was:
-        raise UserError(f"{path} is not the file this run was trained on (its MD5 is {md5}, the run's {was}); "
-                        "give the original file")
+        what = "folder" if Path(path).is_dir() else "file"
+        raise UserError(f"{path} is not the {what} this run was trained on (its MD5 is {md5}, the run's {was}); "
+                        f"give the original {what}" + ("; an image added, removed, renamed or edited changes it"
+                                                      if what == "folder" else ""))
 
 
 DATA_KEYS = ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y")

@@ -302,7 +302,7 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monk
     assert_one_line_error(rc, err, "--target-error")
     for command in ("ood", "uncertain"):  # image commands: a table run is refused, not drawn as digits
         rc, _, err = run_main(capsys, command, str(tmp_path / "run"), "--device", "cpu")
-        assert_one_line_error(rc, err, "trained on images", "t.csv")
+        assert_one_line_error(rc, err, "trained on MNIST or Fashion-MNIST", "t.csv")
         # what to run instead: bbb ood takes any run given --ood-data, and bbb predict ranks any run's inputs
         assert ("--ood-data" if command == "ood" else "bbb predict") in err and "bbb ood and bbb uncertain" not in err
     assert not (tmp_path / "p.csv").exists()

@@ -1,0 +1,124 @@
+"""Your own arrays as a run's raw inputs and labels: an ``.npz`` file (:func:`read_npz`) or a
+folder of images, one subfolder per class (:func:`read_image_classes`), and the digest that
+tells a run its data are still the ones it was trained on (:func:`source_md5`).
+
+A folder of images for training holds one subfolder per class, named by its class (the label
+``bbb predict`` prints); each subfolder's ``.png``, ``.jpg`` and ``.jpeg`` files are read as
+:func:`~bbb.data.images.load_image_folder` reads them for prediction (upright, grey, resized to
+the run's size), so that a new image reaches the network as the training images did. Nothing is
+skipped silently: a subfolder without images, images beside the subfolders and a folder with
+no subfolders are one-line errors; other files and nested folders are named in a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, UserError
+from .images import IMAGE_SUFFIXES, load_image_folder
+from .sources import file_md5
+from .table_checks import check_array_magnitude
+
+__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5"]
+
+#: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
+DEFAULT_IMAGE_SIZE = (28, 28)
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The image files of the class subfolders of ``folder`` that a run reads, in its order."""
+    return [p for sub in _class_folders(folder) for p in sorted(sub.iterdir())
+            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+
+
+def source_md5(path: str | os.PathLike[str]) -> str:
+    """The MD5 of a run's data: a file's bytes, or a folder's class names, file names and the
+    bytes of the images read from it (so a renamed, added, removed or edited image changes it)."""
+    p = Path(path)
+    if not p.is_dir():
+        return file_md5(p)
+    h = hashlib.md5(usedforsecurity=False)
+    for f in image_files(p):
+        h.update(f"{f.parent.name}/{f.name}\0".encode())
+        h.update(file_md5(f).encode())
+    return h.hexdigest()
+
+
+def _class_folders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = DEFAULT_IMAGE_SIZE
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: the images of ``folder``'s class subfolders as uint8 grey pixels (N, 1, H, W),
+    ``size = (H, W)``, and each one's class, the name of its subfolder (a string array, N)."""
+    d = Path(folder)
+    if not d.is_dir():
+        raise DataError(f"{d}: no such folder")
+    subs = _class_folders(d)
+    loose = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not subs:
+        raise UserError(f"{d}: no subfolders; training on images needs one subfolder per class, named by its class "
+                        f"(e.g. {d}/cat/*.png, {d}/dog/*.png)" + (f"; found {len(loose)} image(s) in the folder "
+                                                                     "itself" if loose else ""))
+    if loose:
+        raise UserError(f"{d}: {len(loose)} image(s) beside the class subfolders (first: {loose[0]}), of no class: "
+                        "move each into its class's subfolder, or out of the folder")
+    if len(subs) < 2:
+        raise UserError(f"{d}: one class subfolder ({subs[0].name}); classification needs two or more")
+    xs, ys, odd, skipped = [], [], [], []
+    for sub in subs:
+        if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
+            raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
+                            "it (a class without images is never learned)")
+        notes: list[str] = []
+        names, pixels, others = load_image_folder(sub, size, notes)
+        xs.append(pixels)
+        ys += [sub.name] * len(names)
+        odd += [f"{sub.name}/{n}: {t.split(':')[0]}" for n, t in zip(names, notes) if t.startswith(("blank",
+                                                                                                      "a transparent"))]
+        skipped += [f"{sub.name}/{o}" for o in others]
+    if skipped:
+        warnings.warn(f"{d}: {len(skipped)} file(s) or folder(s) not read ({', '.join(skipped[:3])}"
+                      f"{', ...' if len(skipped) > 3 else ''}): only each class subfolder's own .png/.jpg/.jpeg files "
+                      "are", stacklevel=2)
+    if odd:
+        warnings.warn(f"{d}: {len(odd)} training image(s) are blank or transparent (first: {odd[0]}); they are "
+                      "trained on as read", stacklevel=2)
+    return np.concatenate(xs), np.array(ys)
+
+
+def read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The arrays ``x`` (N, ...) and ``y`` (N,) of an ``.npz`` file, checked: one-line errors for
+    a missing or misshapen array, text, NaN or inf, and numbers too large for float32."""
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            missing = [k for k in ("x", "y") if k not in z.files]
+            if missing:
+                raise UserError(f"{p}: no array {missing[0]!r}; an .npz for bbb holds x (N, ...) and y (N,) "
+                                f"(found: {', '.join(z.files) or 'none'})")
+            x, y = z["x"], z["y"]
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign file is one user problem
+        raise DataError(f"{p}: cannot be read as an .npz file ({' '.join(str(e).split())[:120]})") from None
+    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0 or x[0].size == 0:
+        hint = "; one feature? save x.reshape(-1, 1)" if x.ndim == 1 and x.shape == y.shape[:1] else \
+            "; save y.reshape(-1)" if y.shape[1:] == (1,) and x.ndim >= 2 and len(x) == len(y) else ""
+        raise UserError(f"{p}: x must be (N, ...) with at least one feature and y (N,) with the same N >= 1, got "
+                        f"{x.shape} and {y.shape}{hint}")
+    for name, a in (("x", x), ("y", y)):
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
+            raise UserError(f"{p}: {name} must hold real numbers, got dtype {a.dtype}" + (
+                "; class names? save names, y = np.unique(y, return_inverse=True) and y (class k: names[k])"
+                if name == "y" and a.dtype.kind in "US" else ""))
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            i = int(np.nonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(1))[0][0])
+            raise UserError(f"{p}: {name}[{i}] is NaN or inf (a missing value); fill it in or drop that row")
+        check_array_magnitude(str(p), a, f"{name}[{{}}]".format)
+    return x, y

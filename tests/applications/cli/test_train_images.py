@@ -1,0 +1,175 @@
+"""``bbb train --images DIR``: a folder of your own images, one subfolder per class, as a run's data:
+each image read as ``bbb predict`` reads a folder (upright, grey, resized), so that a new image
+reaches the network as the training images did; the classes by the subfolders' names; the
+folder's MD5 checked as a file's; a folder unlike that, one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bbb.cli.predict import read_inputs
+from bbb.data.arrays import read_image_classes, source_md5
+from bbb.experiments.report import report_html
+from bbb.runs import load_model
+from bbb.runs.model import load_split
+from testkit import assert_one_line_error, read_csv, run_main
+
+PIL = pytest.importorskip("PIL.Image")
+
+CLASSES = ("blob", "horizontal", "vertical")
+
+
+def pattern(kind: str, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """A noisy grey image of bars across, bars down, or a disc."""
+    h, w = size
+    a = rng.uniform(0, 60, (h, w))
+    if kind == "horizontal":
+        for r in range(int(rng.integers(0, 4)), h, 6):
+            a[r:r + 2] = 230
+    elif kind == "vertical":
+        for c in range(int(rng.integers(0, 4)), w, 6):
+            a[:, c:c + 2] = 230
+    else:
+        cy, cx = int(rng.integers(h // 4, 3 * h // 4)), int(rng.integers(w // 4, 3 * w // 4))
+        yy, xx = np.ogrid[:h, :w]
+        a[(yy - cy) ** 2 + (xx - cx) ** 2 < (h // 5) ** 2] = 230
+    return a.clip(0, 255).astype(np.uint8)
+
+
+def image_folder(root: Path, n: int, seed: int = 0) -> Path:
+    """``root/<class>/*.png|jpg``: ``n`` images a class of three sizes, some saved in colour."""
+    rng = np.random.default_rng(seed)
+    for kind in CLASSES:
+        (root / kind).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            im = PIL.fromarray(pattern(kind, [(28, 28), (40, 40), (32, 48)][i % 3], rng))
+            name = f"{kind}_{i:03d}.{'jpg' if i % 5 == 0 else 'png'}"
+            (im.convert("RGB") if i % 4 == 1 else im).save(root / kind / name)
+    return root
+
+
+def train(capsys, tmp_path: Path, *extra: str) -> Path:
+    run = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--hidden", "32", "--epochs", "8",
+                          "--device", "cpu", "--out", str(run), "--quiet", *extra)
+    assert rc == 0, err
+    return run
+
+
+@pytest.fixture()
+def folder_run(capsys, tmp_path):
+    image_folder(tmp_path / "imgs", 24)
+    image_folder(tmp_path / "new", 6, seed=5)
+    return train(capsys, tmp_path)
+
+
+def test_a_folder_trains_a_classifier_of_its_subfolders_and_new_images_reach_it_as_the_training_ones(
+        capsys, tmp_path, folder_run):
+    cfg = json.loads((folder_run / "config.json").read_text())
+    assert cfg["data_file"] == str((tmp_path / "imgs").resolve()) and cfg["dataset"] == "file"
+    model = load_model(folder_run)
+    pre = model.preprocess
+    assert pre.classes == list(CLASSES) and pre.feature_shape == [1, 28, 28] and pre.task == "classification"
+    assert pre.source["folder"] and pre.source["rows"] == 72 and pre.source["md5"] == source_md5(tmp_path / "imgs")
+    # every training image, read again as bbb predict reads a folder, is one of the split's rows, bit for bit
+    data, _ = load_split(model.config, pre.to_dict())
+    rows = {r.numpy().tobytes() for k in ("train_x", "val_x", "test_x") for r in data[k]}
+    for kind in CLASSES:
+        x = read_inputs(model, tmp_path / "imgs" / kind)
+        assert x.shape == (24, 784) and all(r.numpy().tobytes() in rows for r in x)
+    # bbb predict of a folder of new images names the classes by the subfolders' names
+    for kind in CLASSES:
+        out = tmp_path / f"p_{kind}.csv"
+        rc, _, err = run_main(capsys, "predict", str(folder_run), str(tmp_path / "new" / kind), "--samples", "5",
+                              "--out", str(out))
+        assert rc == 0, err
+        got = read_csv(out)
+        assert [r["file"] for r in got] == sorted(p.name for p in (tmp_path / "new" / kind).iterdir())
+        assert {"p_" + c for c in CLASSES} <= set(got[0]) and "warning" not in got[0]
+        assert sum(r["prediction"] == kind for r in got) >= 5, got
+
+
+def test_the_folder_is_checked_as_a_file_is_and_found_where_it_moved(capsys, tmp_path, folder_run):
+    (tmp_path / "imgs" / "blob" / "blob_000.jpg").rename(tmp_path / "imgs" / "blob" / "blob_x.jpg")
+    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run))[::2], "is not the folder this run was trained "
+                          "on", "renamed")
+    (tmp_path / "imgs" / "blob" / "blob_x.jpg").rename(tmp_path / "imgs" / "blob" / "blob_000.jpg")
+    (tmp_path / "imgs").rename(tmp_path / "moved")
+    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run))[::2], "is not there", "--images DIR")
+    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run), "--csv", str(tmp_path / "x.csv"))[::2],
+                          "not a folder of images", "--images DIR")
+    rc, _, err = run_main(capsys, "evaluate", str(folder_run), "--images", str(tmp_path / "moved"))
+    assert rc == 0, err
+    ev = json.loads((folder_run / "eval.json").read_text())
+    assert ev["n"] == json.loads((folder_run / "config.json").read_text())["num_test"]
+    # the page speaks of images and suggests a folder of new ones
+    text = report_html([folder_run])
+    assert "imgs/ (classification, 72 images)" in text and "new_imgs/" in text and "new_imgs.csv" not in text
+
+
+def test_image_size_resizes_every_image_and_predict_resizes_new_ones_alike(capsys, tmp_path):
+    image_folder(tmp_path / "imgs", 6)
+    run = train(capsys, tmp_path, "--image-size", "12", "20", "--epochs", "1")
+    model = load_model(run)
+    assert model.config.image_size == [12, 20] and model.preprocess.feature_shape == [1, 12, 20]
+    x, _ = read_image_classes(tmp_path / "imgs", (12, 20))
+    assert torch.equal(read_inputs(model, tmp_path / "imgs" / "blob"), model.encode(x[:6]))
+    assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--image-size", "1", "2", "3",
+                                    "--out", str(tmp_path / "r3"))[::2], "one number (square) or two")
+
+
+def test_an_npz_run_of_grey_images_predicts_a_folder_and_flags_pixels_outside_its_range(capsys, tmp_path):
+    image_folder(tmp_path / "imgs", 6)
+    x, y = read_image_classes(tmp_path / "imgs")
+    np.savez(tmp_path / "a.npz", x=(x / 255.0).astype(np.float32), y=np.unique(y, return_inverse=True)[1])
+    run = tmp_path / "npz"
+    assert run_main(capsys, "train", "--npz", str(tmp_path / "a.npz"), "--epochs", "1", "--hidden", "8", "--out",
+                    str(run), "--quiet")[0] == 0
+    out = tmp_path / "p.csv"
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "imgs" / "blob"), "--out", str(out))
+    assert rc == 0, err
+    got = read_csv(out)
+    assert len(got) == 6 and all("outside" in r["warning"] for r in got) and all(r["refer"] == "true" for r in got)
+    assert "outside the training rows' range" in err
+
+
+@pytest.mark.parametrize(("layout", "words"), [
+    ("flat", ("no subfolders", "one subfolder per class", "found 2 image(s)")),
+    ("loose", ("beside the class subfolders", "a.png")),
+    ("empty", ("a class subfolder without", "empty")),
+    ("one", ("one class subfolder", "two or more")),
+])
+def test_a_folder_not_laid_out_by_class_is_one_line(capsys, tmp_path, layout, words):
+    d = tmp_path / "d"
+    d.mkdir()
+    img = PIL.fromarray(np.zeros((8, 8), np.uint8))
+    if layout == "flat":
+        img.save(d / "a.png"), img.save(d / "b.png")
+    else:
+        for c in ("one",) if layout == "one" else ("one", "two", "empty"):
+            (d / c).mkdir()
+            if c != "empty":
+                img.save(d / c / "x.png")
+        if layout == "loose":
+            img.save(d / "a.png")
+        if layout != "empty":
+            (d / "empty").rmdir() if (d / "empty").exists() else None
+    rc, _, err = run_main(capsys, "train", "--images", str(d), "--out", str(tmp_path / "r"))
+    assert_one_line_error(rc, err, *words)
+    assert not (tmp_path / "r" / "config.json").exists()
+
+
+def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(capsys, tmp_path):
+    image_folder(tmp_path / "imgs", 3)
+    assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--target", "y", "--out",
+                                    str(tmp_path / "r"))[::2], "--target applies to a CSV file")
+    (tmp_path / "t.csv").write_text("a,y\n1,x\n2,y\n")
+    assert_one_line_error(*run_main(capsys, "train", "--csv", str(tmp_path / "t.csv"), "--target", "y",
+                                    "--image-size", "8", "--out", str(tmp_path / "r"))[::2], "--image-size resizes")
+    assert_one_line_error(*run_main(capsys, "train", "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
+                          "--image-size applies to your own data")

@@ -127,9 +127,9 @@ def _refuse_dropping_results(out: Path, trials: list[Trial]) -> None:
 
 
 def _refuse_changed_files(out: Path, finished: list[Trial]) -> None:
-    """A one-line error when a finished trial's own file (``data_file``) is not, by its MD5, the file
+    """A one-line error when a finished trial's own file or folder (``data_file``) is not, by its MD5, the file
     it was trained on: its row would be the old file's numbers, ranked beside new trials' on the new."""
-    from ..data.sources import file_md5
+    from ..data.arrays import source_md5
 
     now: dict[str, str] = {}
     for t in finished:
@@ -140,10 +140,10 @@ def _refuse_changed_files(out: Path, finished: list[Trial]) -> None:
             was = json.loads((trial_dir(out, t.trial_id) / "config.json").read_text())["preprocess"]["source"]["md5"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # (a trial that failed before training: nothing of the file in its row)
-        if path is None or not Path(path).is_file():
+        if path is None or not (Path(path).is_file() or Path(path).is_dir()):  # (a folder of images: --images)
             continue
         if path not in now:
-            now[path] = file_md5(path)
+            now[path] = source_md5(path)
         if now[path] != was:
             raise UserError(f"{path} changed since trial {t.trial_id} in {out} was trained on it (its MD5 was {was}, "
                             f"is {now[path]}): its results are the old file's; give the new file another --out, or "

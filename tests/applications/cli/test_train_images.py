@@ -173,3 +173,21 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
                                     "--image-size", "8", "--out", str(tmp_path / "r"))[::2], "--image-size resizes")
     assert_one_line_error(*run_main(capsys, "train", "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
                           "--image-size applies to your own data")
+
+
+def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):
+    import bbb.sweep as S
+    from bbb.errors import UserError
+
+    image_folder(tmp_path / "imgs", 6)
+    params = {"data_file": str(tmp_path / "imgs"), "image_size": [10, 10], "method": "sgd", "hidden": [4],
+              "epochs": 1, "device": "cpu", "seed": {"grid": [0]}}
+    opts = S.SweepOptions(out=tmp_path / "sweep", progress=False, cpus_per_trial=1)
+    (row,) = S.run_sweep({"params": params}, opts, log=lambda s: None)
+    assert row["status"] == "done"
+    (trial,) = [p for p in (tmp_path / "sweep").rglob("config.json")]
+    pre = json.loads(trial.read_text())["preprocess"]
+    assert pre["feature_shape"] == [1, 10, 10] and pre["classes"] == list(CLASSES) and pre["source"]["folder"]
+    PIL.fromarray(np.full((28, 28), 200, np.uint8)).save(tmp_path / "imgs" / "blob" / "blob_000.png")
+    with pytest.raises(UserError, match="changed since trial"):
+        S.run_sweep({"params": {**params, "seed": {"grid": [0, 1]}}}, opts, log=lambda s: None)

@@ -93,6 +93,19 @@ def test_the_dry_run_cost_counts_a_subset_s_images():
         full * 5000 / 50_000)
 
 
+def test_the_dry_run_cost_of_a_trial_on_your_file_counts_its_rows_and_columns(tmp_path: Path):
+    """A CSV of 200 rows was priced as MNIST's 50,000 images of 784 pixels."""
+    from bbb.cli.cost import epoch_seconds
+    from bbb.sweep.cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
+
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    params = {"data_file": str(csv_path), "target": "price", "method": "bbb", "hidden": [50]}
+    got = epoch_seconds_estimate(params, 2 * REF_EPOCH_SECONDS)
+    # 160 training rows (80%), 4 inputs (x1, x2, colour one-hot), a heteroscedastic regression's 2 outputs
+    assert got == pytest.approx(2 * epoch_seconds("bbb", [50], 1, 160, 4, 2))
+    assert got < epoch_seconds_estimate({**params, "data_file": None, "target": None, "dataset": "mnist"}) / 100
+
+
 def test_a_worker_caches_one_split_at_a_time():
     from bbb.sweep import cost
 

@@ -245,11 +245,37 @@ def loggers_of(args: Any) -> list[Any]:
     return make_loggers(getattr(args, "log", None))
 
 
-def add_which(p: Any, default: str, help: str) -> None:
-    """``--which best|last``: the checkpoint of a run directory to load."""
+def add_which(p: Any, default: str | None, help: str) -> None:
+    """``--which best|last``: the checkpoint of a run directory to load. ``default`` None: best, or
+    for ``bbb laplace`` folders the checkpoint they were fitted to (:func:`resolve_which`)."""
     from ..options import Checkpoint, values
 
-    p.add_argument("--which", choices=values(Checkpoint), default=default, help=f"{help} (default: {default})")
+    shown = default or "best; of a bbb laplace folder, the checkpoint it was fitted to"
+    p.add_argument("--which", choices=values(Checkpoint), default=default, help=f"{help} (default: {shown})")
+
+
+def resolve_which(args: Any) -> None:
+    """``--which`` left out where its default follows the folders (``add_which(p, None, ...)``):
+    the checkpoint that the ``bbb laplace`` folders given were fitted to, where every run
+    directory given is one and they agree, else ``best`` (a folder fitted to another is then
+    refused in one line that names --which)."""
+    if getattr(args, "which", "") is not None:
+        return
+    from ..errors import BBBError
+    from ..runs.trained import is_laplace_folder, laplace_description
+
+    dirs = list(getattr(args, "run_dirs", None) or [getattr(args, "run_dir", None)])
+    fitted: set[str] = set()
+    for d in dirs:
+        if d is None or not is_laplace_folder(d):
+            fitted = set()
+            break
+        try:
+            fitted.add(str(laplace_description(Path(d)).get("checkpoint")))
+        except BBBError:  # (an unreadable folder: said where it is loaded)
+            fitted = set()
+            break
+    args.which = fitted.pop() if len(fitted) == 1 and fitted <= {"best", "last"} else "best"
 
 
 def add_data_dir(p: Any, help: str = "data folder (else $BBB_DATA, else ~/.cache/bbb)") -> None:
@@ -285,7 +311,7 @@ def add_run_dirs_arguments(p: Any, writes: str, which_help: str) -> None:
     p.add_argument("--out", metavar="DIR", default=None, type=out_folder,
                    help=f"output folder of an ensemble's {writes}, with several RUN_DIRs (required then; not a "
                         "member's directory)")
-    add_which(p, "best", which_help)
+    add_which(p, None, which_help)
     add_data_dir(p, "data folder (default: the run's)")
     add_device(p)
     add_threads(p)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import WARNINGS_PROG_ENV, BBBError, SettingError, TrainingInterrupted, UserError, one_line_warnings_format
-from .common import Parser, add_compute_options, flag_of_setting
+from .common import Parser, add_compute_options, flag_of_setting, resolve_which
 from .parser import build_parser
 from .registry import COMMANDS, PROG
 
@@ -27,6 +27,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     args.command = name
     try:
+        resolve_which(args)
         with compute_settings(args), warnings_in_one_line(leaf_prog(parser, argv)):
             rc = getattr(mod, COMMANDS[name].main)(args)
     except SettingError as e:

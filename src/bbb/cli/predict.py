@@ -104,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a category of a CSV text column unseen in training: flag (predict the row with the "
                         "category as none of the known ones, name it in the warning column, refer it) or error "
                         "(refuse the file) (default: flag)")
-    add_which(p, "best", "checkpoint: best (the run's best epoch, by its --select-by) or last")
+    add_which(p, None, "checkpoint: best (the run's best epoch, by its --select-by) or last")
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="data folder of an MNIST-like run's validation data (default: the run's)")
     add_moved_data(p)

@@ -543,7 +543,7 @@ def test_predict_and_evaluate_say_alike_which_checkpoint_best_is(capsys):
         rc, out, _ = run_main(capsys, command, "--help")
         assert rc == 0
         text = " ".join(out.split())
-        helps.append(text[text.index("--which {best,last} "):].split(" (default: best)")[0])
+        helps.append(text[text.index("--which {best,last} "):].split(" (default: best")[0])
     assert helps[0] == helps[1] and "--select-by" in helps[0]
 
 

@@ -375,3 +375,25 @@ def test_an_ensembles_folder_is_not_a_posteriors(runs, capsys, tmp_path):
     rc, _, err = run_main(capsys, "laplace", str(run), "--out", str(ens))
     one_line_error(rc, err, "eval.json", "a folder of its own")
     assert (ens / "eval.json").read_bytes() == before and not (ens / "laplace.json").exists()
+
+
+def test_a_posterior_fitted_to_the_last_checkpoint_is_read_without_which_again(runs, capsys, tmp_path):
+    """A folder fitted with --which last needed --which last in every later command (evaluate, predict,
+    ood): the default follows the checkpoint it was fitted to; a given --which that differs is still one line."""
+    run = runs["classification"]
+    lap = tmp_path / "lap-last"
+    assert run_main(capsys, "laplace", str(run), "--which", "last", "--out", str(lap), "--samples", "4")[0] == 0
+    rc, _, err = run_main(capsys, "evaluate", str(lap), "--samples", "4")
+    assert rc == 0, err
+    assert json.loads((lap / "eval.json").read_text())["n"] > 0
+    new = tmp_path / "rows.csv"
+    shutil.copy(Path(json.loads((run / "config.json").read_text())["data_file"]), new)
+    rc, _, err = run_main(capsys, "predict", str(lap), str(new), "--samples", "4", "--out", str(tmp_path / "p.csv"))
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "ood", str(lap), "--ood-data", str(new), "--samples", "4")
+    assert rc == 0, err
+    assert json.loads((lap / "ood.json").read_text())["checkpoint"] == "last"
+    one_line_error(*run_main(capsys, "evaluate", str(lap), "--which", "best")[::2], "last checkpoint", "--which last")
+    # beside a run (an ensemble of a run and the folder), the default stays best: refused, naming --which
+    one_line_error(*run_main(capsys, "evaluate", str(run), str(lap), "--out", str(tmp_path / "ens"))[::2],
+                   "--which last")

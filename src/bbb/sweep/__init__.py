@@ -25,9 +25,10 @@ Spaces are validated before they are expanded (:func:`validate_space`: finite nu
 kind within bounds for every numeric key) and counted without expanding (:func:`count_trials`);
 more than :data:`MAX_TRIALS` trials need ``--limit``.
 
-Results: ``OUT/sweep.csv`` (one row per trial, sorted by validation error: every hyperparameter of
-the space, epochs run, validation/test error, seconds, status) and ``OUT/best.json`` (the trial
-with the lowest validation error; the test error is reported, never used to choose). Both are
+Results: ``OUT/sweep.csv`` (one row per trial, sorted by validation error, a regression's by
+validation NLL: every hyperparameter of the space, epochs run, validation/test scores, seconds,
+status) and ``OUT/best.json`` (the trial with the lowest; the test scores are reported, never used
+to choose). Both are
 rewritten atomically after every finished trial, so a killed sweep never leaves half a file.
 
 Search-space format (YAML or JSON; see docs/scale_out.md)::

@@ -15,7 +15,7 @@ from ..errors import UserError
 from ..progress import plural
 from .cost import REF_EPOCH_SECONDS, epoch_seconds_estimate
 from .populations import population_plan
-from .results import Backend, SchedulerKind, SweepOptions, check_population_size
+from .results import Backend, SchedulerKind, SweepOptions, check_population_size, ranked_by
 from .runner import run_sweep
 from .space import (
     Trial,
@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``bbb sweep`` options on ``parser``."""
     describe(parser, None, EXAMPLE)
     parser.epilog = (parser.epilog or "") + (
-        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error), OUT/best.json, "
+        "\n\nWrites OUT/sweep.csv (one row per trial, sorted by validation error; a regression's by validation "
+        "NLL), OUT/best.json, "
         "OUT/space.json (the space run) and OUT/trials/<trial_id>/ (a bbb train run directory each).\n"
         "Space format and cluster set-up: docs/scale_out.md.")
     parser.add_argument("--space", default="paper", metavar="paper|FILE",
@@ -181,15 +182,18 @@ def main(args: argparse.Namespace) -> int:
     print(f"{plural(len(rows), 'trial')}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
           + f" ({time.perf_counter() - t0:.0f} s)")
     if counts[TrialStatus.DONE.value] + counts[TrialStatus.STOPPED.value] and all(
-            r.get("val_error") is None for r in rows):
-        print("bbb sweep: warning: no finished trial has a validation error to rank it by (a regression's trials: "
-              "their validation RMSE and NLL are in each trial's summary.json), so sweep.csv is not sorted by one "
-              "and no best.json is written", file=sys.stderr, flush=True)
+            ranked_by(r) is None for r in rows):
+        print("bbb sweep: warning: no finished trial has a validation error or NLL to rank it by (no validation "
+              "rows?), so sweep.csv is not sorted by one and no best.json is written", file=sys.stderr, flush=True)
     best_path = opts.out / "best.json"
     if best_path.is_file():
         best = json.loads(best_path.read_text())
-        print(f"best by validation: trial {best['trial_id']} val error {100 * best['val_error']:.2f}%, "
-              f"test error {100 * best['test_error']:.2f}%")
+        if best.get("selected_by") == "val_nll":
+            print(f"best by validation NLL: trial {best['trial_id']} val NLL {best['val_nll']:.4f}, test RMSE "
+                  f"{best['test_rmse']:.4g}, test log-likelihood {best['test_log_likelihood']:.4f}")
+        else:
+            print(f"best by validation: trial {best['trial_id']} val error {100 * best['val_error']:.2f}%, "
+                  f"test error {100 * best['test_error']:.2f}%")
     written = [opts.out / name for name in ("space.json", "sweep.csv", "best.json") if (opts.out / name).is_file()]
     print(f"wrote {', '.join(map(str, written))} and a folder per trial in {opts.out / 'trials'}")
     return 0

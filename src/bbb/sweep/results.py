@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
-from .space import RESULT_COLUMNS, Trial, TrialStatus
+from .space import RANK_BY, RESULT_COLUMNS, Trial, TrialStatus
 from .trial import result_row, trial_dir
 
 
@@ -127,11 +127,20 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
+def ranked_by(row: dict[str, Any]) -> str | None:
+    """The column of :data:`RANK_BY` that ranks a finished trial's ``row`` (None: unranked)."""
+    if row.get("status") not in (TrialStatus.DONE.value, TrialStatus.STOPPED.value):
+        return None
+    return next((k for k in RANK_BY if row.get(k) is not None), None)
+
+
 def _sort_key(row: dict[str, Any]) -> tuple[int, float, int]:
-    v = row.get("val_error")
-    if row["status"] not in (TrialStatus.DONE.value, TrialStatus.STOPPED.value) or v is None:
-        return (1, math.inf, int(row.get("index", 0)))
-    return (0, float(v), int(row.get("index", 0)))
+    """Finished trials first, by :func:`ranked_by`'s value (classifiers before regressions in the
+    unusual sweep of both), then the rest in the space's order."""
+    key = ranked_by(row)
+    if key is None:
+        return (len(RANK_BY), math.inf, int(row.get("index", 0)))
+    return (RANK_BY.index(key), float(row[key]), int(row.get("index", 0)))
 
 
 def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, Any]],
@@ -153,12 +162,14 @@ def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, 
         flat = {**r["params"], **{k: r.get(k) for k in ("trial_id", "status", *RESULT_COLUMNS)}}
         w.writerow([_csv_value(flat.get(c)) for c in columns])
     path = atomic_write_text(out / "sweep.csv", buf.getvalue())
-    if table and _sort_key(table[0])[0] == 0:
+    if table and ranked_by(table[0]) is not None:
         best = table[0]
+        regression = ranked_by(best) == "val_nll"
+        scores = (("val_nll", "val_rmse", "test_rmse", "test_log_likelihood") if regression else
+                  ("val_error", "test_error", "test_error_mc", "test_nll"))
         atomic_write_json(out / "best.json", {
-            "trial_id": best["trial_id"], "selected_by": "val_error", "backend": backend,
-            "val_error": best["val_error"], "test_error": best["test_error"],
-            "test_error_mc": best["test_error_mc"], "test_nll": best["test_nll"],
+            "trial_id": best["trial_id"], "selected_by": ranked_by(best), "backend": backend,
+            **{k: best.get(k) for k in scores},
             "status": best["status"], "epochs_run": best["epochs_run"], "best_epoch": best["best_epoch"],
             "seconds": best["seconds"], "params": best["params"], "trial_dir": best["trial_dir"],
             "trials": len(trials),

@@ -57,12 +57,13 @@ def _announce(bar: Any, log: Callable[[str], None], warn: Callable[[str], None],
 
 
 def _describe(row: dict[str, Any]) -> str:
-    v = row.get("val_error")
+    v, nll = row.get("val_error"), row.get("val_nll")
     err = f" ({row['error']})" if row.get("error") else ""
     n = row.get("epochs_run")
     epochs = plural(n, "epoch") if isinstance(n, int) else f"{n} epochs"
-    return (f"trial {row['trial_id']} {row['status']}: {epochs}, val error "
-            f"{'-' if v is None else f'{100 * v:.2f}%'}{err}")
+    score = f"val NLL {nll:.4f}" if v is None and nll is not None else \
+        f"val error {'-' if v is None else f'{100 * v:.2f}%'}"
+    return f"trial {row['trial_id']} {row['status']}: {epochs}, {score}{err}"
 
 
 def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = None,

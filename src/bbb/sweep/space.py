@@ -156,7 +156,10 @@ BUILTIN_SPACES = {"paper": PAPER_SPACE}
 
 #: result columns of sweep.csv, after trial_id, status and the space's keys
 RESULT_COLUMNS = ("epochs_run", "best_epoch", "val_error", "test_error", "test_error_mc", "test_nll",
-                  "seconds", "error", "trial_dir")
+                  "val_nll", "val_rmse", "test_rmse", "test_log_likelihood", "seconds", "error", "trial_dir")
+#: what ranks a sweep's finished trials: a classifier's validation error, else (a regression, which
+#: has none) its validation NLL, the Gaussian's, which scores the predicted noise as well as the mean
+RANK_BY = ("val_error", "val_nll")
 
 
 def yaml_loader() -> Any:

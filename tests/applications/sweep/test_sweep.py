@@ -460,6 +460,10 @@ def test_ray_regression_trial_ends_as_on_the_local_backend(ray_cluster, tmp_path
     [local_row] = S.run_sweep(space, quiet_opts(tmp_path / "local"), log=silent)
     assert ray_row["status"] == local_row["status"] == "done"
     assert ray_row["epochs_run"] == local_row["epochs_run"] == 2
+    for k in ("val_nll", "val_rmse", "test_rmse", "test_log_likelihood"):  # ranked as locally, by val NLL
+        assert ray_row[k] == local_row[k] is not None, k
+    best = json.loads((tmp_path / "ray" / "best.json").read_text())
+    assert best["selected_by"] == "val_nll" and best["val_nll"] == ray_row["val_nll"]
 
 
 def test_ray_trial_asking_for_more_than_the_local_ray_has_is_refused(ray_cluster, tmp_path):

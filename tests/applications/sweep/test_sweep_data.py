@@ -47,15 +47,29 @@ def test_a_trial_on_your_own_csv_is_the_run_bbb_train_makes(tmp_path: Path):
     assert _config(out, row["trial_id"])["preprocess"] == json.loads((alone / "config.json").read_text())["preprocess"]
 
 
-def test_a_regression_sweep_says_it_has_no_validation_error_to_rank_by(tmp_path: Path, capsys):
+def test_a_regression_sweep_ranks_its_trials_by_validation_nll(tmp_path: Path, capsys):
+    """A regression's trials have no validation error: the sweep ranked none and wrote no best.json.
+    They are ranked by the validation NLL of their summaries; the test scores are reported beside."""
     csv_path = noisy_table(tmp_path / "houses.csv")
     space = tmp_path / "space.json"
     space.write_text(json.dumps({"params": {"data_file": str(csv_path), "target": "price", "method": "sgd",
-                                            "hidden": [8], "epochs": 2, "device": "cpu"}}))
+                                            "hidden": [8], "epochs": 3, "device": "cpu",
+                                            "lr": {"grid": [1e-4, 3e-2, 1e-3]}}}))
     rc, out, err = run_main(capsys, "sweep", "--space", str(space), "--out", str(tmp_path / "s"), "--quiet")
-    assert rc == 0 and "1 trial: 1 done" in out
-    assert "no finished trial has a validation error" in err and "no best.json" in err
-    assert not (tmp_path / "s" / "best.json").exists()
+    assert rc == 0 and "3 trials: 3 done" in out, err
+    table = S.read_sweep(tmp_path / "s")
+    summaries = {r["trial_id"]: json.loads((tmp_path / "s" / r["trial_dir"] / "summary.json").read_text())
+                 for r in table}
+    for r in table:
+        s = summaries[r["trial_id"]]
+        assert float(r["val_nll"]) == s["best_val_nll"] and float(r["test_rmse"]) == s["test_rmse"]
+        assert float(r["test_log_likelihood"]) == s["test_log_likelihood"] and r["val_error"] == ""
+    nlls = [float(r["val_nll"]) for r in table]
+    assert nlls == sorted(nlls) and len(set(nlls)) == 3
+    best = json.loads((tmp_path / "s" / "best.json").read_text())
+    assert best["trial_id"] == table[0]["trial_id"] and best["selected_by"] == "val_nll"
+    assert best["test_rmse"] == summaries[best["trial_id"]]["test_rmse"] and "val_error" not in best
+    assert f"best by validation NLL: trial {best['trial_id']}" in out and "warning" not in err
 
 
 def test_a_sweep_without_validation_rows_is_refused(tmp_path: Path):

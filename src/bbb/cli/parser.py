@@ -186,10 +186,12 @@ def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -
                      help="NumPy arrays x (N, ...) and y (N,) in one .npz file (np.savez)")
     src.add_argument("--images", dest="data_file", metavar="DIR", default=argparse.SUPPRESS,
                      help="a folder of images with one subfolder per class, named by its class (DIR/cat/*.png, "
-                          "DIR/dog/*.jpg): read grey and resized to --image-size")
+                          "DIR/dog/*.jpg): read grey (--colour: in colour) and resized to --image-size")
     add_g = suppressed_adder(g, defaults)
     add_g("--image-size", "image_size", "--images: the size the images are resized to, one number (square) or "
           "height and width (default: 28, MNIST's)", type=int, nargs="+", metavar="PIXELS", show_default=False)
+    g.add_argument("--colour", dest="image_colour", action="store_true", default=argparse.SUPPRESS,
+                   help="--images: read them in colour, red, green and blue (default: grey)")
     add_g("--target", "target", "the CSV column to predict", metavar="COLUMN", show_default=False)
     add_g("--ignore", "ignore_columns", "CSV columns that are not features (an identifier, a note): left out of "
           "the inputs; bbb predict carries them through", metavar="COLUMN", nargs="+", show_default=False)

@@ -223,14 +223,14 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
     if path.is_dir():
         pre = model.preprocess
         shape = list(pre.feature_shape)
-        grey = pre.kind == "arrays" and (len(shape) == 2 or (len(shape) == 3 and shape[0] == 1))
-        if pre.kind != "image" and not grey:
+        images = pre.kind == "arrays" and (len(shape) == 2 or (len(shape) == 3 and shape[0] in (1, 3)))
+        if pre.kind != "image" and not images:
             raise UserError(f"{path} is a folder of images, but {model.run_dir} was trained on {pre.trained_on()}"
-                            + (f" of shape {tuple(shape)}, not one grey channel: give them as an .npz of that shape"
-                               if pre.kind == "arrays" and len(shape) == 3 else ""))
+                            + (f" of shape {tuple(shape)}, neither grey (1 channel) nor colour (3): give them as an "
+                               ".npz of that shape" if pre.kind == "arrays" and len(shape) == 3 else ""))
         h, w = shape[-2:]
         warnings: list[str] = []
-        names, pixels, others = load_image_folder(path, (h, w), warnings)
+        names, pixels, others = load_image_folder(path, (h, w), warnings, colour=len(shape) == 3 and shape[0] == 3)
         if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images)
             warnings = ["" if t.startswith("a light background") else t for t in warnings]
         notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "

@@ -4,10 +4,11 @@ tells a run its data are still the ones it was trained on (:func:`source_md5`).
 
 A folder of images for training holds one subfolder per class, named by its class (the label
 ``bbb predict`` prints); each subfolder's ``.png``, ``.jpg`` and ``.jpeg`` files are read as
-:func:`~bbb.data.images.load_image_folder` reads them for prediction (upright, grey, resized to
-the run's size), so that a new image reaches the network as the training images did. Nothing is
-skipped silently: a subfolder without images, images beside the subfolders and a folder with
-no subfolders are one-line errors; other files and nested folders are named in a warning.
+:func:`~bbb.data.images.load_image_folder` reads them for prediction (upright, grey or in
+colour, resized to the run's size), so that a new image reaches the network as the training
+images did. Nothing is skipped silently: a subfolder without images, images beside the
+subfolders and a folder with no subfolders are one-line errors; other files and nested folders
+are named in a warning.
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ def _class_folders(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = DEFAULT_IMAGE_SIZE
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+                       colour: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: the images of ``folder``'s class subfolders as uint8 grey pixels (N, 1, H, W),
-    ``size = (H, W)``, and each one's class, the name of its subfolder (a string array, N)."""
+    ``size = (H, W)`` (``colour``: red, green, blue, (N, 3, H, W)), and each one's class, the name
+    of its subfolder (a string array, N)."""
     d = Path(folder)
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
@@ -77,7 +79,7 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
             raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
                             "it (a class without images is never learned)")
         notes: list[str] = []
-        names, pixels, others = load_image_folder(sub, size, notes)
+        names, pixels, others = load_image_folder(sub, size, notes, colour)
         xs.append(pixels)
         ys += [sub.name] * len(names)
         odd += [f"{sub.name}/{n}: {t.split(':')[0]}" for n, t in zip(names, notes) if t.startswith(("blank",

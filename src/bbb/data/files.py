@@ -442,11 +442,12 @@ def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: fl
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,
                      val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
                      train_size: int | None = None, ignore: Sequence[str] = (), keep: Sequence[str] = (),
-                     categories: dict[str, list[str]] | None = None, image_size: Sequence[int] | None = None
-                     ) -> tuple[dict[str, Tensor], Preprocess]:
+                     categories: dict[str, list[str]] | None = None, image_size: Sequence[int] | None = None,
+                     image_colour: bool = False) -> tuple[dict[str, Tensor], Preprocess]:
     """A CSV or .npz file, or a folder of images in class subfolders, as a run's split and its
     :class:`Preprocess` (see the module's notes). ``image_size``: (H, W) a folder's images are
-    resized to (:data:`~bbb.data.arrays.DEFAULT_IMAGE_SIZE`); a file refuses it.
+    resized to (:data:`~bbb.data.arrays.DEFAULT_IMAGE_SIZE`), ``image_colour``: whether they are read in
+    colour (else grey); a file refuses them.
     ``ignore``: CSV columns that are not features (an identifier, a note); not read. ``keep``:
     numeric CSV columns that number the rows (a year in a yearly series) kept as features.
     ``categories``: a run's recorded categories of its text columns, by name, to encode them as the
@@ -462,8 +463,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
         raise UserError(f"--val-fraction {val_fraction} and --test-fraction {test_fraction} must each be in [0, 1) "
                         "and leave rows to train on")
-    if image_size is not None and not p.is_dir():
-        raise UserError(f"{where}: --image-size resizes a folder of images; a file's arrays are read as they are")
+    if (image_size is not None or image_colour) and not p.is_dir():
+        raise UserError(f"{where}: --image-size and --colour read a folder of images; a file's arrays are read as "
+                        "they are")
     if not p.is_file() and not p.is_dir():
         raise DataError(f"{p}: no such file")
     suffix = p.suffix.lower()
@@ -474,7 +476,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
             raise UserError(f"{where}: {flag} applies to a CSV file, and this is a folder: a folder of images (in "
                             "class subfolders, named by their classes) trains with --images DIR, without " + flag)
         size = (int(image_size[0]), int(image_size[-1])) if image_size else DEFAULT_IMAGE_SIZE
-        x_arr, y_arr = read_image_classes(p, size)
+        x_arr, y_arr = read_image_classes(p, size, image_colour)
         task = "classification"
         pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))
         raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))

@@ -2,7 +2,8 @@
 
 :func:`load_image_folder` reads every ``.png``, ``.jpg`` and ``.jpeg`` file of a folder (sorted by
 name), turns it upright as its EXIF orientation says (a phone's photo), converts it to grey
-(Pillow's ``"L"``: ITU-R 601 luma; a 16-bit PNG scaled from its whole range), resizes it to the size a run was
+(Pillow's ``"L"``: ITU-R 601 luma; a 16-bit PNG scaled from its whole range; or, ``colour=True``,
+to red, green and blue), resizes it to the size a run was
 trained on (28x28 for MNIST and Fashion-MNIST; Lanczos) and returns uint8 pixels 0..255, (N, 1, H,
 W), which a run's preprocessing then scales as its training images were. Nothing else is done:
 MNIST digits are white on black, so a photo of a dark digit on white paper must be inverted by its
@@ -58,12 +59,21 @@ def _grey(im: Any) -> Any:
     return im.convert("L")
 
 
+def _is_grey(im: Any) -> bool:
+    """Whether a Pillow image holds grey values only (read in colour through :func:`_grey`, which
+    scales a 16-bit one from its whole range, where Pillow's conversion clips it)."""
+    return im.mode in ("L", "LA", "1", "I", "F") or im.mode.startswith("I;16")
+
+
 def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
-                      warnings: list[str] | None = None) -> tuple[list[str], np.ndarray, list[str]]:
+                      warnings: list[str] | None = None, colour: bool = False
+                      ) -> tuple[list[str], np.ndarray, list[str]]:
     """``(names, pixels, others)``: the image files' names, their uint8 grey pixels (N, 1, H, W)
-    with ``size = (H, W)``, and the names of the other files in the folder and of its folders
+    with ``size = (H, W)`` (``colour``: red, green and blue, (N, 3, H, W); a grey image's three
+    alike), and the names of the other files in the folder and of its folders
     (ending in ``/``), which are not read. Given a
-    list ``warnings``, one text per image is appended to it (:func:`image_warning`; "" for none)."""
+    list ``warnings``, one text per image is appended to it (:func:`image_warning` of its grey
+    version; "" for none)."""
     try:
         from PIL import Image, ImageOps, UnidentifiedImageError
     except ImportError:
@@ -81,7 +91,7 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
             f" (its folders {', '.join(subs[:3])}{', ...' if len(subs) > 3 else ''} are not read: give one of them, "
             "or gather the images in one folder)" if subs else ""))
     h, w = size
-    out = np.empty((len(files), 1, h, w), dtype=np.uint8)
+    out = np.empty((len(files), 3 if colour else 1, h, w), dtype=np.uint8)
     for i, p in enumerate(files):
         try:
             with Image.open(p) as opened:
@@ -92,9 +102,11 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
                 grey = _grey(im)
                 if warnings is not None:
                     warnings.append(image_warning(np.asarray(grey), transparent))
-                if grey.size != (w, h):
-                    grey = grey.resize((w, h), Image.Resampling.LANCZOS)
-                out[i, 0] = np.asarray(grey, dtype=np.uint8)
+                read = grey.convert("RGB") if colour and _is_grey(im) else im.convert("RGB") if colour else grey
+                if read.size != (w, h):
+                    read = read.resize((w, h), Image.Resampling.LANCZOS)
+                pixels = np.asarray(read, dtype=np.uint8)
+                out[i] = pixels.transpose(2, 0, 1) if colour else pixels
         except Image.DecompressionBombError as e:  # (Pillow's guard against a file that unpacks to gigabytes)
             raise DataError(f"{p}: too large to read ({' '.join(str(e).split(',')[0].split())}); shrink it first") \
                 from None

@@ -218,7 +218,8 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
             out.append(("inputs", f"{len(cols)} columns: " + ", ".join(map(str, cols[:12]))
                         + (", ..." if len(cols) > 12 else "")))
         elif _folder(config) and len(pre.get("feature_shape") or []) == 3:
-            out.append(("inputs", "grey images resized to {1}x{2} (height x width)".format(*pre["feature_shape"])))
+            c, h, w = pre["feature_shape"]
+            out.append(("inputs", f"{'colour' if c == 3 else 'grey'} images resized to {h}x{w} (height x width)"))
     counts = [config.get(k) for k in ("num_train", "num_val", "num_test")]
     if all(isinstance(c, int) for c in counts):
         unit = unit_of(config, regression)

@@ -225,6 +225,8 @@ class TrainConfig:
     keep_columns: list[str] | None = None
     # a folder of images (--images DIR): the [height, width] they are resized to (None: 28x28)
     image_size: list[int] | None = None
+    # --colour: the folder's images read in red, green and blue (else grey)
+    image_colour: bool = False
     # what picks best.pt: "nll" or "error" (SELECT_BY)
     select_by: str = BY_DATA
     # IVON (--method ivon): the effective sample size (None: the training set's size), the Hessian
@@ -458,10 +460,12 @@ class TrainConfig:
             if self.keep_columns is not None:
                 self.keep_columns = [str(c) for c in self.keep_columns] or None
             self.likelihood = choice("likelihood", self.likelihood, LIKELIHOODS)
-            if self.image_size is not None:
+            if self.image_size is not None or self.image_colour:
                 if Path(self.data_file).suffix.lower() in (".csv", ".npz"):
-                    raise UserError(f"--image-size resizes a folder of images (--images DIR); {self.data_file} is read "
-                                    "as it is: leave --image-size out")
+                    flag = "--image-size" if self.image_size is not None else "--colour"
+                    raise UserError(f"{flag} reads a folder of images (--images DIR); {self.data_file} is read as it "
+                                    f"is: leave {flag} out")
+            if self.image_size is not None:
                 given_size = self.image_size if isinstance(self.image_size, (list, tuple)) else [self.image_size]
                 size = [check_int("--image-size", v, 1) for v in given_size]
                 if not 1 <= len(size) <= 2:
@@ -482,6 +486,7 @@ class TrainConfig:
             given += ["--ignore"] if self.ignore_columns else []
             given += ["--keep"] if self.keep_columns else []
             given += ["--image-size"] if self.image_size is not None else []
+            given += ["--colour"] if self.image_colour else []
             given += [f"--{k.replace('_', '-')}" for k, d in (("val_fraction", 0.1), ("test_fraction", 0.1),
                                                              ("likelihood", "heteroscedastic"))
                       if getattr(self, k) != d]

@@ -246,7 +246,8 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
     data, pre = load_file_splits(cfg.data_file, target=cfg.target, task=task, val_fraction=cfg.val_fraction,
                                  test_fraction=cfg.test_fraction, seed=cfg.split_seed, train_size=cfg.train_size,
                                  ignore=cfg.ignore_columns or (), keep=cfg.keep_columns or (),
-                                 categories=categories, image_size=cfg.image_size)
+                                 categories=categories, image_size=cfg.image_size,
+                                 image_colour=cfg.image_colour)
     if was is not None:
         _check_md5(cfg.data_file, was, pre.source.get("md5"))
     return data, pre

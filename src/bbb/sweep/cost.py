@@ -71,7 +71,7 @@ def _shape(cfg: Any, data: DataSpec) -> tuple[int, int, int]:
         from ..runs.model import load_split
 
         key = json.dumps([cfg.data_file, cfg.target, cfg.task, cfg.val_fraction, cfg.test_fraction, cfg.split_seed,
-                          cfg.train_size, cfg.ignore_columns, cfg.keep_columns, cfg.image_size])
+                          cfg.train_size, cfg.ignore_columns, cfg.keep_columns, cfg.image_size, cfg.image_colour])
         if key not in _FILE_SHAPES:
             split, pre = load_split(cfg, new_run=True)
             x = split["train_x"]

@@ -170,7 +170,8 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
                                     str(tmp_path / "r"))[::2], "--target applies to a CSV file")
     (tmp_path / "t.csv").write_text("a,y\n1,x\n2,y\n")
     assert_one_line_error(*run_main(capsys, "train", "--csv", str(tmp_path / "t.csv"), "--target", "y",
-                                    "--image-size", "8", "--out", str(tmp_path / "r"))[::2], "--image-size resizes")
+                                    "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
+                          "--image-size reads a folder")
     assert_one_line_error(*run_main(capsys, "train", "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
                           "--image-size applies to your own data")
 
@@ -191,3 +192,34 @@ def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed
     PIL.fromarray(np.full((28, 28), 200, np.uint8)).save(tmp_path / "imgs" / "blob" / "blob_000.png")
     with pytest.raises(UserError, match="changed since trial"):
         S.run_sweep({"params": {**params, "seed": {"grid": [0, 1]}}}, opts, log=lambda s: None)
+
+
+def test_colour_keeps_what_grey_loses(capsys, tmp_path):
+    """Red and green images of one brightness (ITU-R 601 luma: red 255 -> 76, green 129 -> 76) are the same
+    grey picture: a grey run cannot tell them apart, a --colour run can, and predicts new ones in colour."""
+    rng = np.random.default_rng(0)
+    for name, rgb in (("red", (255, 0, 0)), ("green", (0, 129, 0))):
+        for d, n in (("imgs", 30), ("new", 6)):
+            (tmp_path / d / name).mkdir(parents=True, exist_ok=True)
+            for i in range(n):
+                a = np.zeros((16, 16, 3), np.uint8)
+                r0, c0 = rng.integers(0, 8, 2)
+                a[r0:r0 + 8, c0:c0 + 8] = rgb
+                PIL.fromarray(a).save(tmp_path / d / name / f"{i}.png")
+    grey, _ = read_image_classes(tmp_path / "imgs", (16, 16))
+    by_class = grey.reshape(2, 30, -1)
+    assert {int(v) for v in np.unique(by_class)} <= {0, 75, 76}  # the two classes' grey pictures: one brightness
+    colour_run = train(capsys, tmp_path, "--colour", "--image-size", "16", "--epochs", "30", "--hidden", "16")
+    model = load_model(colour_run)
+    assert model.config.image_colour and model.preprocess.feature_shape == [3, 16, 16]
+    x, y = read_image_classes(tmp_path / "imgs", (16, 16), colour=True)
+    assert x.shape == (60, 3, 16, 16) and set(y) == {"red", "green"}
+    for name in ("red", "green"):
+        out = tmp_path / f"{name}.csv"
+        rc, _, err = run_main(capsys, "predict", str(colour_run), str(tmp_path / "new" / name), "--out", str(out))
+        assert rc == 0, err
+        assert [r["prediction"] for r in read_csv(out)] == [name] * 6
+    text = report_html([colour_run])
+    assert "colour images resized to 16x16" in text
+    assert_one_line_error(*run_main(capsys, "train", "--colour", "--out", str(tmp_path / "r2"))[::2],
+                          "--colour applies to your own data")

@@ -27,7 +27,8 @@ one backward pass per sample, then one step, which takes the mean of the blocks'
 of their products with the noise), as ``ivon-opt`` does: each block's loss is one sample's loss,
 not divided by the number of samples. A block whose draws no backward reaches (a sampled
 prediction between steps) is not a sample. Within one block the gradients add up, as the loss's
-do (``forward_samples``' k rows under a mean loss, a layer used twice).
+do (``forward_samples``' k rows under a mean loss); a layer called again in the block (a cell in a
+loop, micro-batches) uses the block's one sample of its weights, as ivon-opt's block does.
 
 Under ``torch.nn.parallel.DistributedDataParallel`` (built with ``find_unused_parameters=True`` or
 ``static_graph=True``: the mu's get no autograd ``.grad``) IVON averages its gradient across the
@@ -57,7 +58,7 @@ where the update is), forms theta in one op into a flat buffer whose per-weight 
 layers' sample leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear``
 without a mask writes its weight gradient there directly), and applies the update, sigma and rho in one (compiled) pass
 over the flat vectors. A step that is not one sample of every weight (``forward_samples``' k at a
-time, a layer used twice or not at all in the forward) updates weight tensor by weight tensor, as
+time, several blocks, a layer not used in the forward) updates weight tensor by weight tensor, as
 before, on views of the same buffers: the same numbers. A weight drawn in the forward counts as
 used: if its output does not reach the loss, its gradient is zero, and the step applies it.
 """
@@ -121,7 +122,7 @@ class _IVONGrads:
         if any(w.grad is not None for _, w, _, _ in f.extra.get(i, ())):
             s = f.slots[i]
             raise UserError(f"IVON: {type(s.module).__name__}'s {s.name} was drawn more than once since the last "
-                            "step (k samples at once, a layer used twice, or several sampling() blocks), so its "
+                            "step (k samples at once, or several sampling() blocks), so its "
                             ".grad is not one tensor: clip with IVON's clip_radius instead, or one sample a step")
         return f.slots[i].view(f.g) if i in f.hit and f.g._version != f.clean else None
 
@@ -413,9 +414,15 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if k is None and i not in f.hit:  # this step's flat sample
             if f.fresh:
                 self._draw_flat(f)
-            f.hit.add(i)
+            f.hit[i] = self._block
             return mu, f.eps_views[i], f.leaves[i]
-        # k samples at once, or a second use in this forward: a draw of its own
+        if k is None:  # used again in this block (a cell in a loop): the block's one sample of its weights
+            if f.hit.get(i) == self._block:
+                return mu, f.eps_views[i], f.leaves[i]
+            for eps, w, rows, block in f.extra.get(i, ()):
+                if not rows and block == self._block:
+                    return mu, eps, w
+        # k samples at once, or a first use in a later block (another sample of the step): a draw of its own
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
         eps, w = self._draw_own(mu, shape)
         f.extra.setdefault(i, []).append((eps, w, k is not None, self._block))
@@ -444,10 +451,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._see_forward()
         if f.fresh:
             self._draw_flat(f)
-        f.hit.add(i)
+        f.hit[i] = self._block
         b = gb = None
         if b_hit is not None:
-            f.hit.add(b_hit[1])
+            f.hit[b_hit[1]] = self._block
             b, gb = f.w_views[b_hit[1]], f.g_views[b_hit[1]]
         return LinearIntoBuffers.apply(x, f.w_views[i], b, f.g_views[i], gb, f.leaves[i])
 

@@ -49,7 +49,7 @@ class FlatBuffers:
             leaf = s.view(self.w).detach().requires_grad_(True)
             leaf.grad = s.view(self.g)
             self.leaves.append(leaf)
-        self.hit: set[int] = set()  # slots drawn from the flat sample this step
+        self.hit: dict[int, int] = {}  # slots drawn from the flat sample this step: the sampling() block that drew each
         self.extra: dict[int, list[tuple[Tensor, Tensor, bool, int]]] = {}  # their other draws: (eps, w, k rows, block)
         self.flat_block = 0  # the sampling() block of this step's flat draw
         self.averaged = -1  # g's version after its last average across DDP's processes

@@ -95,6 +95,43 @@ def test_a_layer_left_out_or_used_twice_steps_weight_tensor_by_weight_tensor(mon
         torch.testing.assert_close(F.softplus(m.weight_rho), want, rtol=1e-5, atol=0)
 
 
+class _Tied(nn.Module):
+    """A cell applied at every step of a loop (the same weights each time), or applied once and its
+    output doubled (``once``): with one sample of the cell's weights both are the same function."""
+
+    def __init__(self, once: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.cell, self.head, self.once = bbb.BayesLinear(4, 4), bbb.BayesLinear(4, 3), once
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = 2 * torch.tanh(self.cell(x)) if self.once else torch.tanh(self.cell(x)) + torch.tanh(self.cell(x))
+        return self.head(h)
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_a_layer_used_twice_in_a_block_uses_one_sample_of_its_weights(blocks):
+    """IVON's theta is one sample of the weights per Monte Carlo sample (ivon-opt's sampled_params
+    block): a cell called twice in one sampling() block uses the same weights both times (as the
+    ELBO's forward does), in the step's first block and in a second one; the steps equal those of
+    the network that calls it once."""
+    x, y = toy_data(32)
+    nets = [_Tied(once) for once in (False, True)]
+    opts = [IVON(n, lr=0.1, ess=32, hess_init=0.5, seed=3, compile=False) for n in nets]
+    for _ in range(3):
+        for net, opt in zip(nets, opts):
+            for _ in range(blocks):
+                with opt.sampling():
+                    loss = F.cross_entropy(net(x), y)
+                loss.backward()
+            if blocks == 1:
+                assert net.cell.weight_mu.grad is not None  # one sample: one gradient, clip_grad_norm_ reads it
+            opt.step()
+    for a, b in zip(nets[0].state_dict().values(), nets[1].state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(nets[0].cell.weight_mu, _Tied(False).cell.weight_mu)
+
+
 def test_a_model_moved_after_ivon_was_built_is_a_one_line_error():
     """The trained mu and rho are views of IVON's buffers: converting the model afterwards would leave
     IVON updating tensors the model no longer reads."""

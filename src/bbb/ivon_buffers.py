@@ -32,8 +32,11 @@ class FlatBuffers:
         for s, (m, n) in zip(self.slots, pairs):  # the layers' parameters become views of the buffers
             m.mu(n).data = s.view(self.mu)
             m.rho(n).data = s.view(self.rho)
-        self.momentum = torch.zeros_like(self.mu)
-        self.hess = torch.full_like(self.mu, float(hess_init))
+        # momentum and h of half-precision weights in float32: with beta2 near 1 the update of h is
+        # below half precision's resolution (h would never move) and beta2 itself rounds to 1
+        state = torch.float32 if self.mu.dtype in (torch.float16, torch.bfloat16) else self.mu.dtype
+        self.momentum = torch.zeros_like(self.mu, dtype=state)
+        self.hess = torch.full_like(self.mu, float(hess_init), dtype=state)
         self.sig, self.w, self.g = (torch.zeros_like(self.mu) for _ in range(3))
         half = (self.numel + 1) // 2
         #: the noise as bbb.random lays it out, pair j's two numbers at j and j + half (an odd count's

@@ -236,6 +236,28 @@ def test_weights_of_two_dtypes_step_in_one_pass_each(monkeypatch):
     assert all(not torch.equal(p, b) for p, b in zip(opt.param_groups[0]["params"], before))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_weights_keep_h_and_the_momentum_in_float32(dtype):
+    """beta2 near 1 rounds to 1 in half precision, and h's step is below its resolution: h kept in
+    the weights' dtype never moved (sigma never learned). In float32 it learns as a float32 net's."""
+    x, y = toy_data(32)
+    hs = []
+    for dt in (torch.float32, dtype):
+        net = toy_mlp().to(dt)
+        opt = IVON(net, lr=0.1, ess=32, hess_init=0.5, beta2=0.9999, seed=0, compile=False)
+        for _ in range(10):
+            with opt.sampling():
+                loss = F.cross_entropy(net(x.to(dt)).float(), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        st = opt.state[net.layers[0].weight_mu]
+        assert st["hess"].dtype == st["momentum"].dtype == torch.float32 and net.layers[0].weight_mu.dtype == dt
+        hs.append(st["hess"])
+    assert float((hs[1] - 0.5).abs().max()) > 2e-4
+    torch.testing.assert_close(hs[1], hs[0], rtol=0, atol=1e-4)
+
+
 def test_the_noise_is_counter_based_the_same_compiled_eager_and_on_any_thread_count():
     """Draw c of the flat noise is bbb.random.normal(n, seed, c): compiled or eager, on 1 or 2
     threads, the same numbers (to the Box-Muller's float rounding compiled); the state holds the

@@ -185,8 +185,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         check_model("bbb.IVON", model)
         self.model = model
         self.pairs: list[tuple[BayesModule, str]] = []
+        still: set[int] = set()  # the rho of a frozen mean (a weight IVON does not train)
         for m in bayes_modules(model):
             trained = [n for n in m.param_names() if m.mu(n).requires_grad]
+            still |= {id(m.rho(n)) for n in m.param_names() if n not in trained}
             if trained and m.estimator is not Estimator.REPARAM:
                 raise UserError(f"IVON needs each sampled weight's gradient: {type(m).__name__} uses the "
                                 f"{m.estimator.value} estimator; build or convert it with estimator='reparam'")
@@ -198,6 +200,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         loose = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owned]
         if loose:
             shown = ", ".join(loose[:4]) + (f" and {len(loose) - 4} more" if len(loose) > 4 else "")
+            if all(id(model.get_parameter(n)) in still for n in loose):
+                raise UserError(f"IVON: {shown} trainable, but the mean of each is frozen (IVON learns a weight's "
+                                "mean and sigma together, sigma from its Hessian estimate): freeze them too "
+                                "(requires_grad_(False)), or unfreeze their means")
             how = ("bayesianize(model, lora='AB') (lora_B too)" if any(".lora_B." in n for n in loose)
                    else "bayesianize their layers")
             raise UserError(f"IVON trains Bayesian weights only, and {len(loose)} trainable parameter(s) are not "

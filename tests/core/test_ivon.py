@@ -77,6 +77,10 @@ def test_ivon_refuses_what_it_cannot_train():
         IVON(nn.Sequential(bbb.BayesMLP(4, [8], 2), nn.LayerNorm(2)), lr=0.1, ess=10)
     with pytest.raises(UserError, match="no Bayesian weights"):
         IVON(nn.Linear(3, 2).requires_grad_(False), lr=0.1, ess=10)
+    half = toy_mlp()
+    half.layers[0].weight_mu.requires_grad_(False)  # its rho left trainable: said so, not called "not Bayesian"
+    with pytest.raises(UserError, match=r"layers\.0\.weight_rho trainable, but the mean of each is frozen"):
+        IVON(half, lr=0.1, ess=10)
     with pytest.raises(UserError, match="ess must be a positive"):
         IVON(toy_mlp(), lr=0.1, ess=0)
     net = toy_mlp()

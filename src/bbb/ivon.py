@@ -41,12 +41,14 @@ assignment is a one-line error; a weight drawn more than once since the last ste
 gradient and its ``.grad`` read is one too). IVON's own element-wise ``clip_radius`` clips the
 update instead.
 
-The prior is IVON's own: a Gaussian of precision ``weight_decay`` per weight, weighed against the
-data by ``ess`` (the KL weight is 1/ess; ess = the training-set size is the Bayesian choice, larger
-is a colder posterior). A :class:`bbb.ELBO` loss works too, but its KL is not IVON's prior: inside
-:meth:`IVON.sampling` the model's KL is zero (a warning says so once), and the ELBO's loss is its
-NLL. Every Bayesian layer must use the ``reparam`` estimator (IVON's Hessian estimate needs the
-gradient of each sampled weight), and every trainable parameter must be a Bayesian one.
+The prior is IVON's own: a zero-mean Gaussian of precision ``ess * weight_decay`` per weight, the
+KL to it weighed by 1/ess against the mean loss, so ``weight_decay`` is an L2 penalty on the mean
+loss (ess = the training-set size is the Bayesian choice, larger is a colder posterior; a prior
+standard deviation s is ``weight_decay = 1 / (ess s^2)``). A :class:`bbb.ELBO` loss works too, but
+its KL is not IVON's prior: inside :meth:`IVON.sampling` the model's KL is zero (a warning says so
+once), and the ELBO's loss is its NLL. Every Bayesian layer must use the ``reparam`` estimator
+(IVON's Hessian estimate needs the gradient of each sampled weight), and every trainable parameter
+must be a Bayesian one.
 
 Flat buffers, as :class:`bbb.Engine`'s: the trained weights of one dtype and device are laid out in
 one flat vector (:class:`bbb.engine.layout.Slot`); the layers' ``*_mu`` and ``*_rho`` become views
@@ -158,7 +160,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         lr: the learning rate a.
         ess: the effective sample size lambda (usually the training-set size).
         hess_init: h at the start (sets sigma at the start: every ``*_rho`` is overwritten).
-        weight_decay: the prior precision delta.
+        weight_decay: delta, the prior's precision per example (the prior's is ``ess * delta``).
         beta1: the momentum of the gradient.
         beta2: the momentum of the Hessian estimate (close to 1).
         clip_radius: the element-wise clip of m's update direction (inf: none).

@@ -500,6 +500,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             with torch.enable_grad():
                 loss = closure()
         if not self._notes.drew:
+            if not any(m.is_sampling() for m, _ in self.pairs):  # every trained layer uses its mean
+                raise UserError(f"IVON.step: no weight was sampled since the last step: {type(self.model).__name__} "
+                                "is in eval() mode, where its Bayesian layers use their means; call model.train() "
+                                "before the training forward (a model converted in eval() stays in eval())")
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
         self._check_grad_flags()

@@ -91,6 +91,12 @@ def test_ivon_refuses_what_it_cannot_train():
     F.cross_entropy(net(x), y).backward()  # outside sampling(): the layers drew their own weights
     with pytest.raises(UserError, match="sampling"):
         opt.step()
+    net.eval()  # inside sampling() but in eval(): the layers use their means, and the error says why
+    with opt.sampling():
+        loss = F.cross_entropy(net(x), y)
+    loss.backward()
+    with pytest.raises(UserError, match=r"BayesMLP is in eval\(\) mode.*model\.train\(\)"):
+        opt.step()
 
 
 def test_an_elbo_loss_trains_on_its_nll_and_says_its_kl_is_ivons_prior():

@@ -132,6 +132,24 @@ def test_a_layer_used_twice_in_a_block_uses_one_sample_of_its_weights(blocks):
     assert not torch.equal(nets[0].cell.weight_mu, _Tied(False).cell.weight_mu)
 
 
+def test_gradient_accumulation_in_one_block_is_the_whole_minibatchs_step():
+    """Micro-batches in one sampling() block, each mean loss divided by their number (the docs'
+    accumulation): one sample of the weights, the step of the whole minibatch."""
+    x, y = toy_data(64)
+    states = []
+    for chunks in (1, 4):
+        net = toy_mlp()
+        opt = IVON(net, lr=0.1, ess=64, hess_init=0.5, seed=1, compile=False)
+        for _ in range(3):
+            with opt.sampling():
+                for xb, yb in zip(x.chunk(chunks), y.chunk(chunks)):
+                    (F.cross_entropy(net(xb), yb) / chunks).backward()
+            opt.step()
+        states.append(net.state_dict())
+    for k, v in states[0].items():
+        torch.testing.assert_close(states[1][k], v, rtol=1e-5, atol=1e-6, msg=k)
+
+
 def test_a_model_moved_after_ivon_was_built_is_a_one_line_error():
     """The trained mu and rho are views of IVON's buffers: converting the model afterwards would leave
     IVON updating tensors the model no longer reads."""

@@ -479,7 +479,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if not self._warned_kl:
             self._warned_kl = True
             warnings.warn("IVON: the model's KL is zero inside IVON.sampling(): IVON's prior is its own "
-                          "(weight_decay, weighed by ess), not the ELBO's prior and KL weighting", stacklevel=3)
+                          "(precision ess * weight_decay), not the ELBO's prior and KL weighting", stacklevel=3)
         return torch.zeros((), device=self.pairs[0][0].mu(self.pairs[0][1]).device)
 
     # -- the step -----------------------------------------------------------------------------

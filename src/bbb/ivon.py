@@ -87,7 +87,7 @@ from .engine.grads import FusedParameter
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default, frozen_changed
 from .errors import CheckpointError, UserError
-from .ivon_buffers import FlatBuffers, ForwardNotes
+from .ivon_buffers import HYPER, FlatBuffers, ForwardNotes, check_hyper
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
@@ -129,26 +129,6 @@ class _IVONGrads:
         return f.slots[i].view(f.g) if i in f.hit and f.g._version != f.clean else None
 
 
-#: the hyperparameters in ``param_groups[0]`` that :func:`_check_hyper` checks
-_HYPER = ("lr", "ess", "hess_init", "weight_decay", "beta1", "beta2", "clip_radius")
-
-
-def _check_hyper(group: dict[str, Any], where: str) -> None:
-    """A one-line error for a hyperparameter out of its range: at the build (``where`` empty), or
-    edited into ``param_groups[0]`` (``where`` says so; there lr may be 0, as a scheduler sets it:
-    m stays where it is)."""
-    for name in ("lr", "ess", "hess_init", "weight_decay"):
-        value = group[name]
-        positive = name in ("ess", "hess_init") or (name == "lr" and not where)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
-            raise UserError(f"IVON: {where}{name} must be {'a positive number' if positive else '>= 0'}, got {value!r}")
-    for name in ("beta1", "beta2"):
-        if not 0.0 <= group[name] < 1.0:
-            raise UserError(f"IVON: {where}{name} must be in [0, 1), got {group[name]!r}")
-    if not group["clip_radius"] > 0:
-        raise UserError(f"IVON: {where}clip_radius must be > 0, got {group['clip_radius']!r}")
-
-
 class IVON(torch.optim.Optimizer, SampleProvider):
     """IVON on the Bayesian layers of ``model`` (see the module's notes).
 
@@ -182,7 +162,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                  weight_decay: float = 1e-4, beta1: float = 0.9, beta2: float = 0.99999,
                  clip_radius: float = math.inf, rescale_lr: bool = True, seed: int | None = None,
                  compile: bool | None = None) -> None:
-        _check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
+        check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
                       "beta2": beta2, "clip_radius": clip_radius}, "")
         check_model("bbb.IVON", model)
         self.model = model
@@ -303,9 +283,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     def _checked_group(self) -> dict[str, Any]:
         """``param_groups[0]``, its hyperparameters checked where they changed since the last check."""
         g = self.param_groups[0]
-        key = tuple(g[k] for k in _HYPER)
+        key = tuple(g[k] for k in HYPER)
         if key != self._checked:
-            _check_hyper(g, "param_groups[0]'s ")
+            check_hyper(g, "param_groups[0]'s ")
             self._checked = key
         return g
 

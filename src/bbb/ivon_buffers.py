@@ -1,15 +1,40 @@
 """The state :class:`bbb.IVON` keeps beside the layers: the flat buffers of one dtype and device
-(:class:`FlatBuffers`) and what a forward notes (:class:`ForwardNotes`)."""
+(:class:`FlatBuffers`), what a forward notes (:class:`ForwardNotes`), and the check of its
+hyperparameters (:func:`check_hyper`)."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .engine.layout import Slot, placement_error
+from .errors import UserError
 from .nn.base import BayesModule
 
-__all__ = ["FlatBuffers", "ForwardNotes"]
+__all__ = ["HYPER", "FlatBuffers", "ForwardNotes", "check_hyper"]
+
+
+#: the hyperparameters in ``param_groups[0]`` that :func:`check_hyper` checks
+HYPER = ("lr", "ess", "hess_init", "weight_decay", "beta1", "beta2", "clip_radius")
+
+
+def check_hyper(group: dict[str, Any], where: str) -> None:
+    """A one-line error for a hyperparameter out of its range: at the build (``where`` empty), or
+    edited into ``param_groups[0]`` (``where`` says so; there lr may be 0, as a scheduler sets it:
+    m stays where it is)."""
+    for name in ("lr", "ess", "hess_init", "weight_decay"):
+        value = group[name]
+        positive = name in ("ess", "hess_init") or (name == "lr" and not where)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+            raise UserError(f"IVON: {where}{name} must be {'a positive number' if positive else '>= 0'}, got {value!r}")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= group[name] < 1.0:
+            raise UserError(f"IVON: {where}{name} must be in [0, 1), got {group[name]!r}")
+    if not group["clip_radius"] > 0:
+        raise UserError(f"IVON: {where}clip_radius must be > 0, got {group['clip_radius']!r}")
 
 
 class FlatBuffers:

@@ -5,6 +5,7 @@ hyperparameters (:func:`check_hyper`)."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import torch
@@ -28,13 +29,18 @@ def check_hyper(group: dict[str, Any], where: str) -> None:
     for name in ("lr", "ess", "hess_init", "weight_decay"):
         value = group[name]
         positive = name in ("ess", "hess_init") or (name == "lr" and not where)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        if not (_number(value) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
             raise UserError(f"IVON: {where}{name} must be {'a positive number' if positive else '>= 0'}, got {value!r}")
     for name in ("beta1", "beta2"):
-        if not 0.0 <= group[name] < 1.0:
+        if not (_number(group[name]) and 0.0 <= group[name] < 1.0):
             raise UserError(f"IVON: {where}{name} must be in [0, 1), got {group[name]!r}")
-    if not group["clip_radius"] > 0:
+    if not (_number(group["clip_radius"]) and group["clip_radius"] > 0):
         raise UserError(f"IVON: {where}clip_radius must be > 0, got {group['clip_radius']!r}")
+
+
+def _number(value: Any) -> bool:
+    """A real number (numpy's too; a bool is not one)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class FlatBuffers:

@@ -83,6 +83,11 @@ def test_ivon_refuses_what_it_cannot_train():
         IVON(half, lr=0.1, ess=10)
     with pytest.raises(UserError, match="ess must be a positive"):
         IVON(toy_mlp(), lr=0.1, ess=0)
+    for bad in ({"beta1": "0.9"}, {"beta2": None}, {"clip_radius": "1"}):  # not numbers: one line, no TypeError
+        with pytest.raises(UserError, match=rf"{next(iter(bad))} must be"):
+            IVON(toy_mlp(), lr=0.1, ess=10, **bad)
+    import numpy as np  # numpy's numbers are numbers (a count from numpy, ess=np.int64): not refused
+    assert IVON(toy_mlp(), lr=np.float32(0.5), ess=np.int64(10)).param_groups[0]["ess"] == 10.0
     net = toy_mlp()
     opt = IVON(net, lr=0.1, ess=10)
     with pytest.raises(UserError, match="one group"):  # its settings would be ignored

@@ -487,6 +487,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
         self._check_grad_flags()
+        self._check_mean_grads()
         self._checked_group()
         if not self._dist_checked:
             self._dist_checked = True
@@ -519,6 +520,23 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._block = 0
         self._sigma_key = (self.param_groups[0]["ess"], self.param_groups[0]["weight_decay"])  # (the step's sigma)
         return loss
+
+    def _check_mean_grads(self) -> None:
+        """A one-line error where a backward reached a trained mean itself rather than its sample (a
+        layer in eval() inside a model in train(), a penalty on the parameters): the step applies
+        gradients at the sample only, and would drop that one."""
+        for f in self._flats:
+            for s, p in zip(f.slots, f.params):
+                if _AUTOGRAD_GRAD.__get__(p) is None:
+                    continue
+                where = f"{type(s.module).__name__}'s {s.name}_mu"
+                if not s.module.is_sampling():
+                    raise UserError(f"IVON.step: {where} was not sampled (its layer is in eval() mode, where it uses "
+                                    "its mean) and IVON would not train it: call model.train() before the training "
+                                    "forward, or freeze the layer (requires_grad_(False)) before building IVON")
+                raise UserError(f"IVON.step: a backward reached {where} itself, not its weight sample (a term of "
+                                "the loss on the parameters), which IVON's step would drop: an L2 penalty is IVON's "
+                                "weight_decay; compute any other term from the sampled network's outputs")
 
     def _check_grad_flags(self) -> None:
         """A one-line error when a trained mean was frozen (requires_grad=False) after IVON was built,

@@ -102,6 +102,21 @@ def test_ivon_refuses_what_it_cannot_train():
     loss.backward()
     with pytest.raises(UserError, match=r"BayesMLP is in eval\(\) mode.*model\.train\(\)"):
         opt.step()
+    net.train()
+    net.layers[0].eval()  # one layer in eval(): it uses its mean, a gradient reaches it, IVON would drop it
+    opt.zero_grad()
+    with opt.sampling():
+        loss = F.cross_entropy(net(x), y)
+    loss.backward()
+    with pytest.raises(UserError, match=r"BayesLinear's weight_mu was not sampled.*eval\(\) mode.*model\.train"):
+        opt.step()
+    net.train()
+    opt.zero_grad()
+    with opt.sampling():  # a penalty on the parameters themselves: its gradient is on the means, not the sample
+        loss = F.cross_entropy(net(x), y) + 1e-3 * sum(p.pow(2).sum() for p in net.parameters())
+    loss.backward()
+    with pytest.raises(UserError, match=r"reached BayesLinear's weight_mu itself.*weight_decay"):
+        opt.step()
 
 
 def test_an_elbo_loss_trains_on_its_nll_and_says_its_kl_is_ivons_prior():

@@ -87,7 +87,7 @@ from .engine.grads import FusedParameter
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default, frozen_changed
 from .errors import CheckpointError, UserError
-from .ivon_buffers import HYPER, FlatBuffers, ForwardNotes, check_hyper
+from .ivon_buffers import AUTOGRAD_GRAD, HYPER, FlatBuffers, ForwardNotes, check_hyper
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
@@ -96,7 +96,6 @@ from .random import fill_normal_, key_tensor, normal_into_
 
 __all__ = ["IVON", "inverse_softplus"]
 
-_AUTOGRAD_GRAD: Any = torch.Tensor.grad  # autograd's .grad descriptor (FusedParameter's property reads IVON's)
 
 
 class _IVONGrads:
@@ -298,9 +297,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         each sample's forward: the earlier samples of the step are kept)."""
         for group in self.param_groups:  # autograd's own .grad of each mu (a backward outside sampling())
             for p in group["params"]:
-                own = _AUTOGRAD_GRAD.__get__(p)
+                own = AUTOGRAD_GRAD.__get__(p)
                 if own is not None:
-                    _AUTOGRAD_GRAD.__set__(p, None) if set_to_none else own.zero_()
+                    AUTOGRAD_GRAD.__set__(p, None) if set_to_none else own.zero_()
         inside = self._inside > 0
         for f in self._flats:
             if f.g._version != f.clean and (not inside or f.flat_block == self._block):
@@ -522,21 +521,11 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         return loss
 
     def _check_mean_grads(self) -> None:
-        """A one-line error where a backward reached a trained mean itself rather than its sample (a
-        layer in eval() inside a model in train(), a penalty on the parameters): the step applies
-        gradients at the sample only, and would drop that one."""
+        """A one-line error where a backward reached a trained mean itself (:meth:`FlatBuffers.stray_grad`)."""
         for f in self._flats:
-            for s, p in zip(f.slots, f.params):
-                if _AUTOGRAD_GRAD.__get__(p) is None:
-                    continue
-                where = f"{type(s.module).__name__}'s {s.name}_mu"
-                if not s.module.is_sampling():
-                    raise UserError(f"IVON.step: {where} was not sampled (its layer is in eval() mode, where it uses "
-                                    "its mean) and IVON would not train it: call model.train() before the training "
-                                    "forward, or freeze the layer (requires_grad_(False)) before building IVON")
-                raise UserError(f"IVON.step: a backward reached {where} itself, not its weight sample (a term of "
-                                "the loss on the parameters), which IVON's step would drop: an L2 penalty is IVON's "
-                                "weight_decay; compute any other term from the sampled network's outputs")
+            problem = f.stray_grad()
+            if problem is not None:
+                raise UserError(f"IVON.step: {problem}")
 
     def _check_grad_flags(self) -> None:
         """A one-line error when a trained mean was frozen (requires_grad=False) after IVON was built,

@@ -15,7 +15,10 @@ from .engine.layout import Slot, placement_error
 from .errors import UserError
 from .nn.base import BayesModule
 
-__all__ = ["HYPER", "FlatBuffers", "ForwardNotes", "check_hyper"]
+__all__ = ["AUTOGRAD_GRAD", "HYPER", "FlatBuffers", "ForwardNotes", "check_hyper"]
+
+#: autograd's own ``.grad`` descriptor (a trained mean's class, FusedParameter, reads IVON's gradient)
+AUTOGRAD_GRAD: Any = torch.Tensor.grad
 
 
 #: the hyperparameters in ``param_groups[0]`` that :func:`check_hyper` checks
@@ -89,6 +92,23 @@ class FlatBuffers:
         self.averaged = -1  # g's version after its last average across DDP's processes
         self.fresh = True  # the flat noise is still to be drawn for this step
         self.clean = self.g._version  # g's version when zeroed (a backward into it advances it)
+
+    def stray_grad(self) -> str | None:
+        """What is wrong where a backward reached a trained mean itself rather than its sample (a layer
+        in eval() inside a model in train(), a penalty on the parameters), or None: the step applies
+        gradients at the sample only, and would drop that one."""
+        for s, p in zip(self.slots, self.params):
+            if AUTOGRAD_GRAD.__get__(p) is None:
+                continue
+            where = f"{type(s.module).__name__}'s {s.name}_mu"
+            if not s.module.is_sampling():
+                return (f"{where} was not sampled (its layer is in eval() mode, where it uses its mean) and IVON "
+                        "would not train it: call model.train() before the training forward, or freeze the layer "
+                        "(requires_grad_(False)) before building IVON")
+            return (f"a backward reached {where} itself, not its weight sample (a term of the loss on the "
+                    "parameters), which IVON's step would drop: an L2 penalty is IVON's weight_decay; compute any "
+                    "other term from the sampled network's outputs")
+        return None
 
     def check_placement(self) -> None:
         """The layers' mu and rho must still be views of the buffers (``model.to(...)`` after IVON

@@ -27,7 +27,8 @@ one backward pass per sample, then one step, which takes the mean of the blocks'
 of their products with the noise), as ``ivon-opt`` does: each block's loss is one sample's loss,
 not divided by the number of samples. A block whose draws no backward reaches (a sampled
 prediction between steps) is not a sample. Within one block the gradients add up, as the loss's
-do (``forward_samples``' k rows under a mean loss, a layer used twice).
+do (``forward_samples``' k rows under a mean loss); a layer called again in the block (a cell in a
+loop, micro-batches) uses the block's one sample of its weights, as ivon-opt's block does.
 
 Under ``torch.nn.parallel.DistributedDataParallel`` (built with ``find_unused_parameters=True`` or
 ``static_graph=True``: the mu's get no autograd ``.grad``) IVON averages its gradient across the
@@ -40,12 +41,14 @@ assignment is a one-line error; a weight drawn more than once since the last ste
 gradient and its ``.grad`` read is one too). IVON's own element-wise ``clip_radius`` clips the
 update instead.
 
-The prior is IVON's own: a Gaussian of precision ``weight_decay`` per weight, weighed against the
-data by ``ess`` (the KL weight is 1/ess; ess = the training-set size is the Bayesian choice, larger
-is a colder posterior). A :class:`bbb.ELBO` loss works too, but its KL is not IVON's prior: inside
-:meth:`IVON.sampling` the model's KL is zero (a warning says so once), and the ELBO's loss is its
-NLL. Every Bayesian layer must use the ``reparam`` estimator (IVON's Hessian estimate needs the
-gradient of each sampled weight), and every trainable parameter must be a Bayesian one.
+The prior is IVON's own: a zero-mean Gaussian of precision ``ess * weight_decay`` per weight, the
+KL to it weighed by 1/ess against the mean loss, so ``weight_decay`` is an L2 penalty on the mean
+loss (ess = the training-set size is the Bayesian choice, larger is a colder posterior; a prior
+standard deviation s is ``weight_decay = 1 / (ess s^2)``). A :class:`bbb.ELBO` loss works too, but
+its KL is not IVON's prior: inside :meth:`IVON.sampling` the model's KL is zero (a warning says so
+once), and the ELBO's loss is its NLL. Every Bayesian layer must use the ``reparam`` estimator
+(IVON's Hessian estimate needs the gradient of each sampled weight), and every trainable parameter
+must be a Bayesian one.
 
 Flat buffers, as :class:`bbb.Engine`'s: the trained weights of one dtype and device are laid out in
 one flat vector (:class:`bbb.engine.layout.Slot`); the layers' ``*_mu`` and ``*_rho`` become views
@@ -57,7 +60,7 @@ where the update is), forms theta in one op into a flat buffer whose per-weight 
 layers' sample leaves, each leaf's ``.grad`` a view of one flat gradient (a ``BayesLinear``
 without a mask writes its weight gradient there directly), and applies the update, sigma and rho in one (compiled) pass
 over the flat vectors. A step that is not one sample of every weight (``forward_samples``' k at a
-time, a layer used twice or not at all in the forward) updates weight tensor by weight tensor, as
+time, several blocks, a layer not used in the forward) updates weight tensor by weight tensor, as
 before, on views of the same buffers: the same numbers. A weight drawn in the forward counts as
 used: if its output does not reach the loss, its gradient is zero, and the step applies it.
 """
@@ -84,7 +87,7 @@ from .engine.grads import FusedParameter
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default, frozen_changed
 from .errors import CheckpointError, UserError
-from .ivon_buffers import FlatBuffers, ForwardNotes
+from .ivon_buffers import AUTOGRAD_GRAD, HYPER, FlatBuffers, ForwardNotes, check_hyper
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
 from .nn.base import BayesModule, Estimator
 from .nn.model import bayes_modules
@@ -93,7 +96,6 @@ from .random import fill_normal_, key_tensor, normal_into_
 
 __all__ = ["IVON", "inverse_softplus"]
 
-_AUTOGRAD_GRAD: Any = torch.Tensor.grad  # autograd's .grad descriptor (FusedParameter's property reads IVON's)
 
 
 class _IVONGrads:
@@ -121,29 +123,9 @@ class _IVONGrads:
         if any(w.grad is not None for _, w, _, _ in f.extra.get(i, ())):
             s = f.slots[i]
             raise UserError(f"IVON: {type(s.module).__name__}'s {s.name} was drawn more than once since the last "
-                            "step (k samples at once, a layer used twice, or several sampling() blocks), so its "
+                            "step (k samples at once, or several sampling() blocks), so its "
                             ".grad is not one tensor: clip with IVON's clip_radius instead, or one sample a step")
         return f.slots[i].view(f.g) if i in f.hit and f.g._version != f.clean else None
-
-
-#: the hyperparameters in ``param_groups[0]`` that :func:`_check_hyper` checks
-_HYPER = ("lr", "ess", "hess_init", "weight_decay", "beta1", "beta2", "clip_radius")
-
-
-def _check_hyper(group: dict[str, Any], where: str) -> None:
-    """A one-line error for a hyperparameter out of its range: at the build (``where`` empty), or
-    edited into ``param_groups[0]`` (``where`` says so; there lr may be 0, as a scheduler sets it:
-    m stays where it is)."""
-    for name in ("lr", "ess", "hess_init", "weight_decay"):
-        value = group[name]
-        positive = name in ("ess", "hess_init") or (name == "lr" and not where)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
-            raise UserError(f"IVON: {where}{name} must be {'a positive number' if positive else '>= 0'}, got {value!r}")
-    for name in ("beta1", "beta2"):
-        if not 0.0 <= group[name] < 1.0:
-            raise UserError(f"IVON: {where}{name} must be in [0, 1), got {group[name]!r}")
-    if not group["clip_radius"] > 0:
-        raise UserError(f"IVON: {where}clip_radius must be > 0, got {group['clip_radius']!r}")
 
 
 class IVON(torch.optim.Optimizer, SampleProvider):
@@ -157,7 +139,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         lr: the learning rate a.
         ess: the effective sample size lambda (usually the training-set size).
         hess_init: h at the start (sets sigma at the start: every ``*_rho`` is overwritten).
-        weight_decay: the prior precision delta.
+        weight_decay: delta, the prior's precision per example (the prior's is ``ess * delta``).
         beta1: the momentum of the gradient.
         beta2: the momentum of the Hessian estimate (close to 1).
         clip_radius: the element-wise clip of m's update direction (inf: none).
@@ -179,13 +161,15 @@ class IVON(torch.optim.Optimizer, SampleProvider):
                  weight_decay: float = 1e-4, beta1: float = 0.9, beta2: float = 0.99999,
                  clip_radius: float = math.inf, rescale_lr: bool = True, seed: int | None = None,
                  compile: bool | None = None) -> None:
-        _check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
+        check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
                       "beta2": beta2, "clip_radius": clip_radius}, "")
         check_model("bbb.IVON", model)
         self.model = model
         self.pairs: list[tuple[BayesModule, str]] = []
+        still: set[int] = set()  # the rho of a frozen mean (a weight IVON does not train)
         for m in bayes_modules(model):
             trained = [n for n in m.param_names() if m.mu(n).requires_grad]
+            still |= {id(m.rho(n)) for n in m.param_names() if n not in trained}
             if trained and m.estimator is not Estimator.REPARAM:
                 raise UserError(f"IVON needs each sampled weight's gradient: {type(m).__name__} uses the "
                                 f"{m.estimator.value} estimator; build or convert it with estimator='reparam'")
@@ -197,6 +181,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         loose = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owned]
         if loose:
             shown = ", ".join(loose[:4]) + (f" and {len(loose) - 4} more" if len(loose) > 4 else "")
+            if all(id(model.get_parameter(n)) in still for n in loose):
+                raise UserError(f"IVON: {shown} trainable, but the mean of each is frozen (IVON learns a weight's "
+                                "mean and sigma together, sigma from its Hessian estimate): freeze them too "
+                                "(requires_grad_(False)), or unfreeze their means")
             how = ("bayesianize(model, lora='AB') (lora_B too)" if any(".lora_B." in n for n in loose)
                    else "bayesianize their layers")
             raise UserError(f"IVON trains Bayesian weights only, and {len(loose)} trainable parameter(s) are not "
@@ -294,9 +282,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     def _checked_group(self) -> dict[str, Any]:
         """``param_groups[0]``, its hyperparameters checked where they changed since the last check."""
         g = self.param_groups[0]
-        key = tuple(g[k] for k in _HYPER)
+        key = tuple(g[k] for k in HYPER)
         if key != self._checked:
-            _check_hyper(g, "param_groups[0]'s ")
+            check_hyper(g, "param_groups[0]'s ")
             self._checked = key
         return g
 
@@ -309,9 +297,9 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         each sample's forward: the earlier samples of the step are kept)."""
         for group in self.param_groups:  # autograd's own .grad of each mu (a backward outside sampling())
             for p in group["params"]:
-                own = _AUTOGRAD_GRAD.__get__(p)
+                own = AUTOGRAD_GRAD.__get__(p)
                 if own is not None:
-                    _AUTOGRAD_GRAD.__set__(p, None) if set_to_none else own.zero_()
+                    AUTOGRAD_GRAD.__set__(p, None) if set_to_none else own.zero_()
         inside = self._inside > 0
         for f in self._flats:
             if f.g._version != f.clean and (not inside or f.flat_block == self._block):
@@ -413,9 +401,15 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if k is None and i not in f.hit:  # this step's flat sample
             if f.fresh:
                 self._draw_flat(f)
-            f.hit.add(i)
+            f.hit[i] = self._block
             return mu, f.eps_views[i], f.leaves[i]
-        # k samples at once, or a second use in this forward: a draw of its own
+        if k is None:  # used again in this block (a cell in a loop): the block's one sample of its weights
+            if f.hit.get(i) == self._block:
+                return mu, f.eps_views[i], f.leaves[i]
+            for eps, w, rows, block in f.extra.get(i, ()):
+                if not rows and block == self._block:
+                    return mu, eps, w
+        # k samples at once, or a first use in a later block (another sample of the step): a draw of its own
         shape = tuple(mu.shape) if k is None else (k, *mu.shape)
         eps, w = self._draw_own(mu, shape)
         f.extra.setdefault(i, []).append((eps, w, k is not None, self._block))
@@ -444,10 +438,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._see_forward()
         if f.fresh:
             self._draw_flat(f)
-        f.hit.add(i)
+        f.hit[i] = self._block
         b = gb = None
         if b_hit is not None:
-            f.hit.add(b_hit[1])
+            f.hit[b_hit[1]] = self._block
             b, gb = f.w_views[b_hit[1]], f.g_views[b_hit[1]]
         return LinearIntoBuffers.apply(x, f.w_views[i], b, f.g_views[i], gb, f.leaves[i])
 
@@ -464,7 +458,7 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         if not self._warned_kl:
             self._warned_kl = True
             warnings.warn("IVON: the model's KL is zero inside IVON.sampling(): IVON's prior is its own "
-                          "(weight_decay, weighed by ess), not the ELBO's prior and KL weighting", stacklevel=3)
+                          "(precision ess * weight_decay), not the ELBO's prior and KL weighting", stacklevel=3)
         return torch.zeros((), device=self.pairs[0][0].mu(self.pairs[0][1]).device)
 
     # -- the step -----------------------------------------------------------------------------
@@ -485,9 +479,14 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             with torch.enable_grad():
                 loss = closure()
         if not self._notes.drew:
+            if not any(m.is_sampling() for m, _ in self.pairs):  # every trained layer uses its mean
+                raise UserError(f"IVON.step: no weight was sampled since the last step: {type(self.model).__name__} "
+                                "is in eval() mode, where its Bayesian layers use their means; call model.train() "
+                                "before the training forward (a model converted in eval() stays in eval())")
             raise UserError("IVON.step: no weight was sampled since the last step: run the forward pass inside "
                             "`with optimizer.sampling():` (and call backward before step)")
         self._check_grad_flags()
+        self._check_mean_grads()
         self._checked_group()
         if not self._dist_checked:
             self._dist_checked = True
@@ -520,6 +519,13 @@ class IVON(torch.optim.Optimizer, SampleProvider):
         self._block = 0
         self._sigma_key = (self.param_groups[0]["ess"], self.param_groups[0]["weight_decay"])  # (the step's sigma)
         return loss
+
+    def _check_mean_grads(self) -> None:
+        """A one-line error where a backward reached a trained mean itself (:meth:`FlatBuffers.stray_grad`)."""
+        for f in self._flats:
+            problem = f.stray_grad()
+            if problem is not None:
+                raise UserError(f"IVON.step: {problem}")
 
     def _check_grad_flags(self) -> None:
         """A one-line error when a trained mean was frozen (requires_grad=False) after IVON was built,

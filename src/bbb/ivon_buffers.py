@@ -1,15 +1,49 @@
 """The state :class:`bbb.IVON` keeps beside the layers: the flat buffers of one dtype and device
-(:class:`FlatBuffers`) and what a forward notes (:class:`ForwardNotes`)."""
+(:class:`FlatBuffers`), what a forward notes (:class:`ForwardNotes`), and the check of its
+hyperparameters (:func:`check_hyper`)."""
 
 from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .engine.layout import Slot, placement_error
+from .errors import UserError
 from .nn.base import BayesModule
 
-__all__ = ["FlatBuffers", "ForwardNotes"]
+__all__ = ["AUTOGRAD_GRAD", "HYPER", "FlatBuffers", "ForwardNotes", "check_hyper"]
+
+#: autograd's own ``.grad`` descriptor (a trained mean's class, FusedParameter, reads IVON's gradient)
+AUTOGRAD_GRAD: Any = torch.Tensor.grad
+
+
+#: the hyperparameters in ``param_groups[0]`` that :func:`check_hyper` checks
+HYPER = ("lr", "ess", "hess_init", "weight_decay", "beta1", "beta2", "clip_radius")
+
+
+def check_hyper(group: dict[str, Any], where: str) -> None:
+    """A one-line error for a hyperparameter out of its range: at the build (``where`` empty), or
+    edited into ``param_groups[0]`` (``where`` says so; there lr may be 0, as a scheduler sets it:
+    m stays where it is)."""
+    for name in ("lr", "ess", "hess_init", "weight_decay"):
+        value = group[name]
+        positive = name in ("ess", "hess_init") or (name == "lr" and not where)
+        if not (_number(value) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+            raise UserError(f"IVON: {where}{name} must be {'a positive number' if positive else '>= 0'}, got {value!r}")
+    for name in ("beta1", "beta2"):
+        if not (_number(group[name]) and 0.0 <= group[name] < 1.0):
+            raise UserError(f"IVON: {where}{name} must be in [0, 1), got {group[name]!r}")
+    if not (_number(group["clip_radius"]) and group["clip_radius"] > 0):
+        raise UserError(f"IVON: {where}clip_radius must be > 0, got {group['clip_radius']!r}")
+
+
+def _number(value: Any) -> bool:
+    """A real number (numpy's too; a bool is not one)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class FlatBuffers:
@@ -32,8 +66,11 @@ class FlatBuffers:
         for s, (m, n) in zip(self.slots, pairs):  # the layers' parameters become views of the buffers
             m.mu(n).data = s.view(self.mu)
             m.rho(n).data = s.view(self.rho)
-        self.momentum = torch.zeros_like(self.mu)
-        self.hess = torch.full_like(self.mu, float(hess_init))
+        # momentum and h of half-precision weights in float32: with beta2 near 1 the update of h is
+        # below half precision's resolution (h would never move) and beta2 itself rounds to 1
+        state = torch.float32 if self.mu.dtype in (torch.float16, torch.bfloat16) else self.mu.dtype
+        self.momentum = torch.zeros_like(self.mu, dtype=state)
+        self.hess = torch.full_like(self.mu, float(hess_init), dtype=state)
         self.sig, self.w, self.g = (torch.zeros_like(self.mu) for _ in range(3))
         half = (self.numel + 1) // 2
         #: the noise as bbb.random lays it out, pair j's two numbers at j and j + half (an odd count's
@@ -49,12 +86,29 @@ class FlatBuffers:
             leaf = s.view(self.w).detach().requires_grad_(True)
             leaf.grad = s.view(self.g)
             self.leaves.append(leaf)
-        self.hit: set[int] = set()  # slots drawn from the flat sample this step
+        self.hit: dict[int, int] = {}  # slots drawn from the flat sample this step: the sampling() block that drew each
         self.extra: dict[int, list[tuple[Tensor, Tensor, bool, int]]] = {}  # their other draws: (eps, w, k rows, block)
         self.flat_block = 0  # the sampling() block of this step's flat draw
         self.averaged = -1  # g's version after its last average across DDP's processes
         self.fresh = True  # the flat noise is still to be drawn for this step
         self.clean = self.g._version  # g's version when zeroed (a backward into it advances it)
+
+    def stray_grad(self) -> str | None:
+        """What is wrong where a backward reached a trained mean itself rather than its sample (a layer
+        in eval() inside a model in train(), a penalty on the parameters), or None: the step applies
+        gradients at the sample only, and would drop that one."""
+        for s, p in zip(self.slots, self.params):
+            if AUTOGRAD_GRAD.__get__(p) is None:
+                continue
+            where = f"{type(s.module).__name__}'s {s.name}_mu"
+            if not s.module.is_sampling():
+                return (f"{where} was not sampled (its layer is in eval() mode, where it uses its mean) and IVON "
+                        "would not train it: call model.train() before the training forward, or freeze the layer "
+                        "(requires_grad_(False)) before building IVON")
+            return (f"a backward reached {where} itself, not its weight sample (a term of the loss on the "
+                    "parameters), which IVON's step would drop: an L2 penalty is IVON's weight_decay; compute any "
+                    "other term from the sampled network's outputs")
+        return None
 
     def check_placement(self) -> None:
         """The layers' mu and rho must still be views of the buffers (``model.to(...)`` after IVON

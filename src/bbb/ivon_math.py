@@ -21,8 +21,8 @@ def inverse_softplus(sigma: Tensor) -> Tensor:
 def _ivon_math(mu: Tensor, momentum: Tensor, hess: Tensor, g: Tensor, gz: Tensor, sigma: Tensor,
                hp: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The new (mu, momentum, h, sigma) of one IVON step (see :func:`ivon_update`)."""
-    b1, b2, wd, lr, bc1, ess, clip = (hp[i].to(mu.dtype) for i in range(7))
-    h_hat = gz / sigma
+    b1, b2, wd, lr, bc1, ess, clip = (hp[i].to(hess.dtype) for i in range(7))  # (float32 for half weights)
+    h_hat = gz.to(hess.dtype) / sigma
     new_m = b1 * momentum + (1.0 - b1) * g
     new_h = b2 * hess + (1.0 - b2) * h_hat + 0.5 * (1.0 - b2) ** 2 * (hess - h_hat) ** 2 / (hess + wd)
     direction = torch.clamp((new_m / bc1 + wd * mu) / (new_h + wd), -clip, clip)

@@ -77,8 +77,17 @@ def test_ivon_refuses_what_it_cannot_train():
         IVON(nn.Sequential(bbb.BayesMLP(4, [8], 2), nn.LayerNorm(2)), lr=0.1, ess=10)
     with pytest.raises(UserError, match="no Bayesian weights"):
         IVON(nn.Linear(3, 2).requires_grad_(False), lr=0.1, ess=10)
+    half = toy_mlp()
+    half.layers[0].weight_mu.requires_grad_(False)  # its rho left trainable: said so, not called "not Bayesian"
+    with pytest.raises(UserError, match=r"layers\.0\.weight_rho trainable, but the mean of each is frozen"):
+        IVON(half, lr=0.1, ess=10)
     with pytest.raises(UserError, match="ess must be a positive"):
         IVON(toy_mlp(), lr=0.1, ess=0)
+    for bad in ({"beta1": "0.9"}, {"beta2": None}, {"clip_radius": "1"}):  # not numbers: one line, no TypeError
+        with pytest.raises(UserError, match=rf"{next(iter(bad))} must be"):
+            IVON(toy_mlp(), lr=0.1, ess=10, **bad)
+    import numpy as np  # numpy's numbers are numbers (a count from numpy, ess=np.int64): not refused
+    assert IVON(toy_mlp(), lr=np.float32(0.5), ess=np.int64(10)).param_groups[0]["ess"] == 10.0
     net = toy_mlp()
     opt = IVON(net, lr=0.1, ess=10)
     with pytest.raises(UserError, match="one group"):  # its settings would be ignored
@@ -86,6 +95,27 @@ def test_ivon_refuses_what_it_cannot_train():
     x, y = toy_data(8)
     F.cross_entropy(net(x), y).backward()  # outside sampling(): the layers drew their own weights
     with pytest.raises(UserError, match="sampling"):
+        opt.step()
+    net.eval()  # inside sampling() but in eval(): the layers use their means, and the error says why
+    with opt.sampling():
+        loss = F.cross_entropy(net(x), y)
+    loss.backward()
+    with pytest.raises(UserError, match=r"BayesMLP is in eval\(\) mode.*model\.train\(\)"):
+        opt.step()
+    net.train()
+    net.layers[0].eval()  # one layer in eval(): it uses its mean, a gradient reaches it, IVON would drop it
+    opt.zero_grad()
+    with opt.sampling():
+        loss = F.cross_entropy(net(x), y)
+    loss.backward()
+    with pytest.raises(UserError, match=r"BayesLinear's weight_mu was not sampled.*eval\(\) mode.*model\.train"):
+        opt.step()
+    net.train()
+    opt.zero_grad()
+    with opt.sampling():  # a penalty on the parameters themselves: its gradient is on the means, not the sample
+        loss = F.cross_entropy(net(x), y) + 1e-3 * sum(p.pow(2).sum() for p in net.parameters())
+    loss.backward()
+    with pytest.raises(UserError, match=r"reached BayesLinear's weight_mu itself.*weight_decay"):
         opt.step()
 
 

@@ -95,6 +95,61 @@ def test_a_layer_left_out_or_used_twice_steps_weight_tensor_by_weight_tensor(mon
         torch.testing.assert_close(F.softplus(m.weight_rho), want, rtol=1e-5, atol=0)
 
 
+class _Tied(nn.Module):
+    """A cell applied at every step of a loop (the same weights each time), or applied once and its
+    output doubled (``once``): with one sample of the cell's weights both are the same function."""
+
+    def __init__(self, once: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.cell, self.head, self.once = bbb.BayesLinear(4, 4), bbb.BayesLinear(4, 3), once
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = 2 * torch.tanh(self.cell(x)) if self.once else torch.tanh(self.cell(x)) + torch.tanh(self.cell(x))
+        return self.head(h)
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_a_layer_used_twice_in_a_block_uses_one_sample_of_its_weights(blocks):
+    """IVON's theta is one sample of the weights per Monte Carlo sample (ivon-opt's sampled_params
+    block): a cell called twice in one sampling() block uses the same weights both times (as the
+    ELBO's forward does), in the step's first block and in a second one; the steps equal those of
+    the network that calls it once."""
+    x, y = toy_data(32)
+    nets = [_Tied(once) for once in (False, True)]
+    opts = [IVON(n, lr=0.1, ess=32, hess_init=0.5, seed=3, compile=False) for n in nets]
+    for _ in range(3):
+        for net, opt in zip(nets, opts):
+            for _ in range(blocks):
+                with opt.sampling():
+                    loss = F.cross_entropy(net(x), y)
+                loss.backward()
+            if blocks == 1:
+                assert net.cell.weight_mu.grad is not None  # one sample: one gradient, clip_grad_norm_ reads it
+            opt.step()
+    for a, b in zip(nets[0].state_dict().values(), nets[1].state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(nets[0].cell.weight_mu, _Tied(False).cell.weight_mu)
+
+
+def test_gradient_accumulation_in_one_block_is_the_whole_minibatchs_step():
+    """Micro-batches in one sampling() block, each mean loss divided by their number (the docs'
+    accumulation): one sample of the weights, the step of the whole minibatch."""
+    x, y = toy_data(64)
+    states = []
+    for chunks in (1, 4):
+        net = toy_mlp()
+        opt = IVON(net, lr=0.1, ess=64, hess_init=0.5, seed=1, compile=False)
+        for _ in range(3):
+            with opt.sampling():
+                for xb, yb in zip(x.chunk(chunks), y.chunk(chunks)):
+                    (F.cross_entropy(net(xb), yb) / chunks).backward()
+            opt.step()
+        states.append(net.state_dict())
+    for k, v in states[0].items():
+        torch.testing.assert_close(states[1][k], v, rtol=1e-5, atol=1e-6, msg=k)
+
+
 def test_a_model_moved_after_ivon_was_built_is_a_one_line_error():
     """The trained mu and rho are views of IVON's buffers: converting the model afterwards would leave
     IVON updating tensors the model no longer reads."""
@@ -197,6 +252,28 @@ def test_weights_of_two_dtypes_step_in_one_pass_each(monkeypatch):
     assert calls == {"flat": 4, "each": 0}
     assert net.b.weight_mu.dtype == torch.float64 and opt.state[net.b.weight_mu]["hess"].dtype == torch.float64
     assert all(not torch.equal(p, b) for p, b in zip(opt.param_groups[0]["params"], before))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_weights_keep_h_and_the_momentum_in_float32(dtype):
+    """beta2 near 1 rounds to 1 in half precision, and h's step is below its resolution: h kept in
+    the weights' dtype never moved (sigma never learned). In float32 it learns as a float32 net's."""
+    x, y = toy_data(32)
+    hs = []
+    for dt in (torch.float32, dtype):
+        net = toy_mlp().to(dt)
+        opt = IVON(net, lr=0.1, ess=32, hess_init=0.5, beta2=0.9999, seed=0, compile=False)
+        for _ in range(10):
+            with opt.sampling():
+                loss = F.cross_entropy(net(x.to(dt)).float(), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        st = opt.state[net.layers[0].weight_mu]
+        assert st["hess"].dtype == st["momentum"].dtype == torch.float32 and net.layers[0].weight_mu.dtype == dt
+        hs.append(st["hess"])
+    assert float((hs[1] - 0.5).abs().max()) > 2e-4
+    torch.testing.assert_close(hs[1], hs[0], rtol=0, atol=1e-4)
 
 
 def test_the_noise_is_counter_based_the_same_compiled_eager_and_on_any_thread_count():

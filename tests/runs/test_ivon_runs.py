@@ -301,7 +301,9 @@ def test_report_calls_an_ivon_run_ivon_and_offers_pruning(ivon_run):
     assert RT.method_name(config).startswith("IVON")
     rows = dict(RT.settings_rows(config, regression=False))
     assert rows["method"].startswith("IVON") and "--method ivon" in rows["method"]
-    assert "precision" in rows["prior"] and "ess 240" in rows["prior"]
+    wd = config["weight_decay"]  # the prior's precision is ess times IVON's weight decay, not the weight decay
+    want = f"Gaussian, precision {240 * wd:g} = ess 240 x weight decay {wd:g}, sd {(240 * wd) ** -0.5:.3g}"
+    assert rows["prior"] == want
     assert rows["lr"] == "0.1"  # given: differs from ivon's default
     at_default = dict(RT.settings_rows({**config, "lr": METHOD_DEFAULTS["ivon"]["lr"]}, regression=False))
     assert "lr" not in at_default  # ivon's own default (not bbb's 1e-3) is not a setting worth a row

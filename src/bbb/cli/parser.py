@@ -138,8 +138,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
           "ess_used holds the value used)", type=float, metavar="N", show_default=False)
     add_g("--hess-init", "hess_init", "--method ivon: the Hessian estimate h at the start (sigma at the start is "
           "1/sqrt(ess (h + weight decay)))", type=float, metavar="H")
-    add_g("--weight-decay", "weight_decay", "--method ivon: the precision of IVON's Gaussian prior on every weight "
-          "(an L2 penalty per example)", type=float, metavar="D")
+    add_g("--weight-decay", "weight_decay", "--method ivon: IVON's L2 penalty per example: its Gaussian prior on "
+          "every weight has precision --ess times this", type=float, metavar="D")
 
     g = p.add_argument_group("run")
     add_g = suppressed_adder(g, defaults)

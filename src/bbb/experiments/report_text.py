@@ -192,10 +192,13 @@ def _network(config: dict[str, Any]) -> str:
 
 
 def _prior(config: dict[str, Any]) -> str:
-    if config.get("method") == "ivon":  # IVON's own: a Gaussian of precision weight_decay, weighed by ess
+    if config.get("method") == "ivon":  # IVON's own: a Gaussian of precision ess * weight_decay
         wd, ess = config.get("weight_decay"), config.get("ess_used", config.get("ess"))
-        return ("Gaussian" + (f", precision {wd:g} (IVON's weight decay)" if isinstance(wd, int | float) else "")
-                + (f", weighed by ess {ess:,g}" if isinstance(ess, int | float) else ""))
+        if not (isinstance(wd, int | float) and isinstance(ess, int | float)):
+            return "Gaussian" + (f", IVON's weight decay {wd:g}" if isinstance(wd, int | float) else "")
+        precision = ess * wd
+        return (f"Gaussian, precision {precision:g} = ess {ess:,g} x weight decay {wd:g}"
+                + (f", sd {precision ** -0.5:.3g}" if precision > 0 else " (flat)"))
     if config.get("prior") == "gaussian":
         sd = config.get("prior_sigma")
         return f"Gaussian, sd {sd:g}" if isinstance(sd, int | float) else "Gaussian"

@@ -87,7 +87,7 @@ METHOD_DATA_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 IVON_ONLY = ("ess", "hess_init", "weight_decay")
 
 #: the settings of Bayes by Backprop's prior, KL and optimiser, and of dropout, which IVON does not
-#: read (its prior is a Gaussian of precision ``weight_decay`` weighed by ``ess``, its update rule
+#: read (its prior is a Gaussian of precision ``ess * weight_decay``, its update rule
 #: its own, sigma at the start set by ``hess_init``): given with ``--method ivon``, a one-line error
 NOT_FOR_IVON = ("prior", "pi", "sigma1", "sigma2", "prior_sigma", "kl_weighting", "kl", "kl_samples", "rho_init",
                 "rho_lr_scale", "optimizer", "momentum", "dropout_input", "dropout_hidden")
@@ -389,7 +389,7 @@ class TrainConfig:
                 owner = ("dropout" if name.startswith("dropout") else
                          "bbb, sgd or dropout" if name in ("optimizer", "momentum") else "bbb")
                 raise SettingError(name, f"applies to --method {owner}, not to --method ivon: IVON's prior is a "
-                                   "Gaussian of precision --weight-decay weighed by --ess, its update rule its own, "
+                                   "Gaussian of precision --ess times --weight-decay, its update rule its own, "
                                    "sigma at the start set by --hess-init; leave it out")
             if not ivon and name in IVON_ONLY:
                 raise SettingError(name, f"is a setting of --method ivon (IVON's optimiser), not of --method "

@@ -33,7 +33,7 @@ of the full KL in nats (summed over every weight). A regression run's ``train_lo
 on the standardised target (the objective optimised), its ``val_nll`` in the target's units: they
 differ by log(the target's sd) per example. For ``method="ivon"`` (:class:`bbb.IVON`, on the
 same network as ``bbb``) the loss is the mean NLL under IVON's weight samples, with no KL term
-(IVON's prior, a Gaussian of precision ``weight_decay`` weighed by ``ess``, is in its update):
+(IVON's prior, a Gaussian of precision ``ess * weight_decay``, is in its update):
 ``train_loss`` and ``nll`` are then that NLL and ``kl`` is 0.
 
 Data live on the device as tensors; each epoch shuffles with ``torch.randperm`` from a seeded

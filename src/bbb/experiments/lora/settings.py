@@ -143,7 +143,8 @@ MAP_GRID = tuple(Setting(0.0, p) for p in (0.05, 0.2, 1.0))
 #: step; the predictive averages TEST_SAMPLES draws, as BBB's
 IVON_GRID = tuple(Setting(lr=lr, ess=ess) for lr in (0.03, 0.1) for ess in (1e6, 1e7))
 #: IVON's Hessian at the start (the published LoRA range: 3e-4 to 1e-3; sigma at the start is
-#: 1 / sqrt(ess (hess_init + weight_decay))) and its prior precision (bbb.IVON's default)
+#: 1 / sqrt(ess (hess_init + weight_decay))) and its weight decay (bbb.IVON's default; the prior's
+#: precision is ess times it)
 IVON_HESS_INIT = 1e-3
 IVON_WEIGHT_DECAY = 1e-4
 #: the methods whose setting is another method's choice: Laplace-LoRA is the Laplace of MAP's

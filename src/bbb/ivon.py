@@ -87,10 +87,9 @@ from .engine.grads import FusedParameter
 from .engine.sampler import LinearIntoBuffers
 from .engine.support import compile_default, frozen_changed
 from .errors import CheckpointError, UserError
-from .ivon_buffers import AUTOGRAD_GRAD, HYPER, FlatBuffers, ForwardNotes, check_hyper
+from .ivon_buffers import AUTOGRAD_GRAD, HYPER, FlatBuffers, ForwardNotes, check_hyper, trained_pairs
 from .ivon_math import inverse_softplus, ivon_flat_math, ivon_flat_update, ivon_update
-from .nn.base import BayesModule, Estimator
-from .nn.model import bayes_modules
+from .nn.base import BayesModule
 from .nn.samples import RECORDER, SHARED, SampleProvider, check_model, providing_samples
 from .random import fill_normal_, key_tensor, normal_into_
 
@@ -151,6 +150,10 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             ``torch.compile``; None: as :class:`bbb.Engine` decides (``BBB_COMPILE``; on CUDA, or on
             the CPU from ``bbb.engine.COMPILE_MIN_NUMEL`` weights). The same numbers either way, to
             rounding.
+        others: what IVON does with trainable parameters outside the Bayesian layers (a LayerNorm's,
+            a BatchNorm's, a layer left deterministic): ``"refuse"`` them in one line (none is left
+            untrained without a word), or ``"leave"`` them to an optimiser of your own over
+            :meth:`other_parameters` (stepped beside IVON's step, e.g. ``torch.optim.AdamW``).
 
     The loss must be the *mean* over the minibatch (and over the weight samples when a forward
     draws k of them, ``bbb.forward_samples``: their gradients are summed, as those of one mean):
@@ -160,40 +163,20 @@ class IVON(torch.optim.Optimizer, SampleProvider):
     def __init__(self, model: nn.Module, lr: float, ess: float, hess_init: float = 1.0,
                  weight_decay: float = 1e-4, beta1: float = 0.9, beta2: float = 0.99999,
                  clip_radius: float = math.inf, rescale_lr: bool = True, seed: int | None = None,
-                 compile: bool | None = None) -> None:
+                 compile: bool | None = None, others: str = "refuse") -> None:
         check_hyper({"lr": lr, "ess": ess, "hess_init": hess_init, "weight_decay": weight_decay, "beta1": beta1,
                       "beta2": beta2, "clip_radius": clip_radius}, "")
         check_model("bbb.IVON", model)
         self.model = model
-        self.pairs: list[tuple[BayesModule, str]] = []
-        still: set[int] = set()  # the rho of a frozen mean (a weight IVON does not train)
-        for m in bayes_modules(model):
-            trained = [n for n in m.param_names() if m.mu(n).requires_grad]
-            still |= {id(m.rho(n)) for n in m.param_names() if n not in trained}
-            if trained and m.estimator is not Estimator.REPARAM:
-                raise UserError(f"IVON needs each sampled weight's gradient: {type(m).__name__} uses the "
-                                f"{m.estimator.value} estimator; build or convert it with estimator='reparam'")
-            self.pairs += [(m, n) for n in trained]
-        if not self.pairs:
-            raise UserError("IVON: the model has no Bayesian weights to train (bbb.bayesianize(net) converts a "
-                            "network; a frozen layer is not trained)")
-        owned = {id(m.mu(n)) for m, n in self.pairs} | {id(m.rho(n)) for m, n in self.pairs}
-        loose = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owned]
-        if loose:
-            shown = ", ".join(loose[:4]) + (f" and {len(loose) - 4} more" if len(loose) > 4 else "")
-            if all(id(model.get_parameter(n)) in still for n in loose):
-                raise UserError(f"IVON: {shown} trainable, but the mean of each is frozen (IVON learns a weight's "
-                                "mean and sigma together, sigma from its Hessian estimate): freeze them too "
-                                "(requires_grad_(False)), or unfreeze their means")
-            how = ("bayesianize(model, lora='AB') (lora_B too)" if any(".lora_B." in n for n in loose)
-                   else "bayesianize their layers")
-            raise UserError(f"IVON trains Bayesian weights only, and {len(loose)} trainable parameter(s) are not "
-                            f"Bayesian ({shown}): {how}, or freeze them (requires_grad_(False))")
+        self.pairs: list[tuple[BayesModule, str]]
+        self.pairs, owned, others_ = trained_pairs(model, others)
+        #: the trainable parameters outside the Bayesian layers, left to the caller (``others="leave"``)
+        self._others = others_
         defaults = {"lr": float(lr), "ess": float(ess), "hess_init": float(hess_init),
                     "weight_decay": float(weight_decay), "beta1": float(beta1), "beta2": float(beta2),
                     "clip_radius": float(clip_radius), "rescale_lr": bool(rescale_lr)}
         super().__init__([m.mu(n) for m, n in self.pairs], defaults)
-        self._owned = owned
+        self._owned = owned | {id(p) for p in self._others}  # (the others: the caller's optimiser trains them)
         self._watched = tuple(model.parameters())  # their requires_grad, checked at each step
         self._grad_flags = tuple(p.requires_grad for p in self._watched)
         dev = self.pairs[0][0].mu(self.pairs[0][1]).device
@@ -287,6 +270,11 @@ class IVON(torch.optim.Optimizer, SampleProvider):
             check_hyper(g, "param_groups[0]'s ")
             self._checked = key
         return g
+
+    def other_parameters(self) -> list[nn.Parameter]:
+        """The model's trainable parameters outside its Bayesian layers, which IVON built with
+        ``others="leave"`` does not train: give them to an optimiser of your own (empty otherwise)."""
+        return list(self._others)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim``'s: the gradients that backward passes left since the last step are

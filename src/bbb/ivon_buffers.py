@@ -9,13 +9,15 @@ import numbers
 from typing import Any
 
 import torch
+import torch.nn as nn
 from torch import Tensor
 
 from .engine.layout import Slot, placement_error
 from .errors import UserError
-from .nn.base import BayesModule
+from .nn import bayes_modules
+from .nn.base import BayesModule, Estimator
 
-__all__ = ["AUTOGRAD_GRAD", "HYPER", "FlatBuffers", "ForwardNotes", "check_hyper"]
+__all__ = ["AUTOGRAD_GRAD", "HYPER", "FlatBuffers", "ForwardNotes", "check_hyper", "trained_pairs"]
 
 #: autograd's own ``.grad`` descriptor (a trained mean's class, FusedParameter, reads IVON's gradient)
 AUTOGRAD_GRAD: Any = torch.Tensor.grad
@@ -128,3 +130,40 @@ class ForwardNotes:
     def __init__(self) -> None:
         self.counter = 0
         self.drew = False
+
+
+def trained_pairs(model: nn.Module, others: str
+                  ) -> tuple[list[tuple[BayesModule, str]], set[int], tuple[nn.Parameter, ...]]:
+    """``(pairs, owned, others)`` of :class:`bbb.IVON` on ``model``: its Bayesian layers' weights
+    whose mean requires a gradient, as ``(module, name)``; the ids of their means and rhos; and the
+    model's other trainable parameters where ``others`` is ``"leave"`` (empty for ``"refuse"``, which
+    makes any of them a one-line error, as a layer IVON cannot train is)."""
+    pairs: list[tuple[BayesModule, str]] = []
+    still: set[int] = set()  # the rho of a frozen mean (a weight IVON does not train)
+    for m in bayes_modules(model):
+        trained = [n for n in m.param_names() if m.mu(n).requires_grad]
+        still |= {id(m.rho(n)) for n in m.param_names() if n not in trained}
+        if trained and m.estimator is not Estimator.REPARAM:
+            raise UserError(f"IVON needs each sampled weight's gradient: {type(m).__name__} uses the "
+                            f"{m.estimator.value} estimator; build or convert it with estimator='reparam'")
+        pairs += [(m, n) for n in trained]
+    if not pairs:
+        raise UserError("IVON: the model has no Bayesian weights to train (bbb.bayesianize(net) converts a "
+                        "network; a frozen layer is not trained)")
+    owned = {id(m.mu(n)) for m, n in pairs} | {id(m.rho(n)) for m, n in pairs}
+    if others not in ("refuse", "leave"):
+        raise UserError(f"IVON: others={others!r}; choose 'refuse' or 'leave' (the parameters outside the Bayesian "
+                        "layers left to an optimiser of your own)")
+    loose = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owned]
+    if loose and others == "refuse":
+        shown = ", ".join(loose[:4]) + (f" and {len(loose) - 4} more" if len(loose) > 4 else "")
+        if all(id(model.get_parameter(n)) in still for n in loose):
+            raise UserError(f"IVON: {shown} trainable, but the mean of each is frozen (IVON learns a weight's "
+                            "mean and sigma together, sigma from its Hessian estimate): freeze them too "
+                            "(requires_grad_(False)), or unfreeze their means")
+        how = ("bayesianize(model, lora='AB') (lora_B too)" if any(".lora_B." in n for n in loose)
+               else "bayesianize their layers")
+        raise UserError(f"IVON trains Bayesian weights only, and {len(loose)} trainable parameter(s) are not "
+                        f"Bayesian ({shown}): {how}, freeze them (requires_grad_(False)), or train them with an "
+                        "optimiser of your own: IVON(..., others='leave'), torch.optim.AdamW(ivon.other_parameters())")
+    return pairs, owned, tuple(model.get_parameter(n) for n in loose)

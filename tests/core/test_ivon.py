@@ -65,6 +65,47 @@ def test_the_start_sets_sigma_from_hess_init_and_lr_is_rescaled_by_it():
     torch.testing.assert_close(sigma, torch.full_like(sigma, 1 / math.sqrt(100 * 0.25)))
 
 
+def test_others_leave_gives_the_deterministic_parameters_to_an_optimiser_of_your_own():
+    """A converted network with a LayerNorm (or a BatchNorm: bayesianize leaves them deterministic)
+    could not be trained by IVON but with the LayerNorm frozen; others='leave' hands them to an
+    optimiser of your own, and IVON's step is the same as with them frozen until they first move."""
+    def net() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(bbb.BayesMLP(4, [8], 3), nn.LayerNorm(3))
+
+    x, y = toy_data()
+    with pytest.raises(UserError, match="others='leave'"):
+        IVON(net(), lr=0.1, ess=64)
+    with pytest.raises(UserError, match="choose 'refuse' or 'leave'"):
+        IVON(net(), lr=0.1, ess=64, others="adam")
+    model = net()
+    opt = IVON(model, lr=0.1, ess=64, seed=3, others="leave")
+    norm = model[1]
+    assert [id(p) for p in opt.other_parameters()] == [id(norm.weight), id(norm.bias)]
+    adam = torch.optim.Adam(opt.other_parameters(), lr=0.05)
+    frozen = net()
+    frozen[1].requires_grad_(False)
+    ref = IVON(frozen, lr=0.1, ess=64, seed=3)
+    assert IVON(toy_mlp(), lr=0.1, ess=10).other_parameters() == []
+    means = [p.detach().clone() for p in opt.param_groups[0]["params"]]
+    for step in range(3):
+        for o, m, extra in ((opt, model, adam), (ref, frozen, None)):
+            with o.sampling():
+                loss = F.cross_entropy(m(x), y)
+            o.zero_grad()
+            if extra is not None:
+                extra.zero_grad()
+            loss.backward()
+            o.step()
+            if extra is not None:
+                extra.step()
+        if step == 0:  # the same draws and gradients before the LayerNorm first moved
+            for a, b in zip(opt.param_groups[0]["params"], ref.param_groups[0]["params"]):
+                torch.testing.assert_close(a.detach().clone(), b.detach().clone())
+    assert not torch.equal(norm.weight, torch.ones(3)) and torch.equal(frozen[1].weight, torch.ones(3))
+    assert all(not torch.equal(a.detach().clone(), b) for a, b in zip(opt.param_groups[0]["params"], means))
+
+
 def test_inverse_softplus_round_trips():
     s = torch.tensor([1e-6, 1e-3, 0.5, 3.0, 25.0], dtype=torch.float64)
     torch.testing.assert_close(F.softplus(inverse_softplus(s)), s)

@@ -163,6 +163,9 @@ class RegressionConfig:
             raise UserError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.loggers and not self.out:
             raise UserError("--log writes its event files into OUT/tb: give --out")
+        if self.out and any((Path(self.out) / f).is_file() for f in ("last.pt", "best.pt")):  # (--overwrite too)
+            raise UserError(f"--out {self.out} is the directory of a bbb train run, whose summary.json (and tb/) this "
+                            "would replace: give the regression a folder of its own")
         held = [f for f in OUTPUT_FILES if self.out and (Path(self.out) / f).is_file()]
         if held and not self.overwrite:
             raise UserError(f"{self.out} already holds {', '.join(held)} of an earlier call: give another --out, "

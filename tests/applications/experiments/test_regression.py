@@ -243,3 +243,20 @@ def test_the_csv_flags_the_points_of_the_summarys_in_data_numbers(tmp_path):
     assert len(flagged) == int(R.in_training_range(RegressionConfig(x_high=0.8), res["grid"]).sum())
     rmse = math.sqrt(sum((float(r["bbb_median"]) - float(r["true_f"])) ** 2 for r in flagged) / len(flagged))
     assert rmse == pytest.approx(res["summary"]["rmse_bbb_median_in_data"], rel=1e-4)
+
+
+def test_a_bbb_train_runs_directory_as_out_is_refused_even_with_overwrite(tmp_path, capsys):
+    # its summary.json was called "of an earlier call", and --overwrite replaced the run's own
+    # summary.json with the regression's (and removed the run's tb/)
+    cli = pytest.importorskip("bbb.cli")
+    run = tmp_path / "run"
+    (run / "tb").mkdir(parents=True)
+    (run / "last.pt").write_bytes(b"a checkpoint")
+    (run / "summary.json").write_text('{"test_error": 0.02}')
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    for extra in ([], ["--overwrite"]):
+        rc = cli.main(["regression", "--out", str(run), *small, *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "bbb train run" in err[0] and "Traceback" not in err[0]
+    assert (run / "summary.json").read_text() == '{"test_error": 0.02}' and (run / "tb").is_dir()
+    assert sorted(p.name for p in run.iterdir()) == ["last.pt", "summary.json", "tb"]

@@ -260,3 +260,18 @@ def test_a_bbb_train_runs_directory_as_out_is_refused_even_with_overwrite(tmp_pa
         assert rc == 2 and len(err) == 1 and "bbb train run" in err[0] and "Traceback" not in err[0]
     assert (run / "summary.json").read_text() == '{"test_error": 0.02}' and (run / "tb").is_dir()
     assert sorted(p.name for p in run.iterdir()) == ["last.pt", "summary.json", "tb"]
+
+
+def test_another_commands_summary_json_in_out_is_refused_even_with_overwrite(tmp_path, capsys):
+    # a bbb bandit folder's summary.json was replaced by the regression's under --overwrite
+    cli = pytest.importorskip("bbb.cli")
+    out = tmp_path / "bandit"
+    out.mkdir()
+    (out / "summary.json").write_text('{"late_window": 1000, "agents": []}')
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    rc = cli.main(["regression", "--out", str(out), "--overwrite", *small])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "is not a bbb regression's" in err[0]
+    assert (out / "summary.json").read_text() == '{"late_window": 1000, "agents": []}'
+    assert cli.main(["regression", "--out", str(tmp_path / "mine"), *small]) == 0  # its own: replaced when asked
+    assert cli.main(["regression", "--out", str(tmp_path / "mine"), "--overwrite", *small]) == 0

@@ -170,8 +170,8 @@ class RegressionConfig:
                             "would replace: give the regression a folder of its own")
         if out is not None and (out / "summary.json").is_file() and \
                 "rmse_bbb_median_in_data" not in (read_json(out / "summary.json") or {}):  # (a bandit's, say)
-            raise UserError(f"{out / 'summary.json'} is not a bbb regression's, and this would replace it: give another "
-                            "--out")
+            raise UserError(f"{out / 'summary.json'} is not a bbb regression's, and this would replace it: give "
+                            "another --out")
         held = [f for f in OUTPUT_FILES if self.out and (Path(self.out) / f).is_file()]
         if held and not self.overwrite:
             raise UserError(f"{self.out} already holds {', '.join(held)} of an earlier call: give another --out, "

@@ -176,6 +176,9 @@ class RegressionConfig:
         if held and not self.overwrite:
             raise UserError(f"{self.out} already holds {', '.join(held)} of an earlier call: give another --out, "
                             "or --overwrite to replace them")
+        if self.loggers and out is not None and (out / "tb").exists() and not self.overwrite:  # (removed whole)
+            raise UserError(f"{out} already holds tb/, which --log replaces with this call's event files: give "
+                            "another --out, or --overwrite to replace it")
         make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything trains
 
 

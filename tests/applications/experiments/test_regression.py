@@ -275,3 +275,20 @@ def test_another_commands_summary_json_in_out_is_refused_even_with_overwrite(tmp
     assert (out / "summary.json").read_text() == '{"late_window": 1000, "agents": []}'
     assert cli.main(["regression", "--out", str(tmp_path / "mine"), *small]) == 0  # its own: replaced when asked
     assert cli.main(["regression", "--out", str(tmp_path / "mine"), "--overwrite", *small]) == 0
+
+
+def test_log_does_not_remove_a_tb_folder_already_in_out_without_overwrite(tmp_path, capsys):
+    # --log removed OUT/tb whole before writing its event files, the user's own logs there too,
+    # without --overwrite and without a word
+    pytest.importorskip("tensorboard")
+    cli = pytest.importorskip("bbb.cli")
+    out = tmp_path / "project"
+    (out / "tb" / "mine").mkdir(parents=True)
+    (out / "tb" / "mine" / "events").write_text("the user's")
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    rc = cli.main(["regression", "--out", str(out), "--log", "tensorboard", *small])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "already holds tb/" in err[0] and "--overwrite" in err[0]
+    assert (out / "tb" / "mine" / "events").read_text() == "the user's" and not (out / "summary.json").exists()
+    assert cli.main(["regression", "--out", str(out), "--log", "tensorboard", "--overwrite", *small]) == 0
+    assert sorted(p.name for p in (out / "tb").iterdir()) == ["bbb", "standard"]

@@ -464,7 +464,7 @@ def _summary(cfg: RegressionConfig, grid: Tensor, truth: Tensor, inside: Tensor,
         "training_range": [cfg.x_low, cfg.x_high],
         "n_train": cfg.n_train,
         "noise_std_of_data": cfg.noise_std,
-        "noise_std_reading": "0.02 read as a standard deviation (the paper's N(0, 0.02) is ambiguous)",
+        "noise_std_reading": f"{cfg.noise_std:g} read as a standard deviation (the paper's N(0, 0.02) is ambiguous)",
     }
 
 

@@ -292,3 +292,12 @@ def test_log_does_not_remove_a_tb_folder_already_in_out_without_overwrite(tmp_pa
     assert (out / "tb" / "mine" / "events").read_text() == "the user's" and not (out / "summary.json").exists()
     assert cli.main(["regression", "--out", str(out), "--log", "tensorboard", "--overwrite", *small]) == 0
     assert sorted(p.name for p in (out / "tb").iterdir()) == ["bbb", "standard"]
+
+
+def test_the_summary_reads_the_noise_std_that_was_given(tmp_path):
+    # noise_std_reading said "0.02 read as a standard deviation" whatever --noise-std was
+    s = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True,
+                                        noise_std=0.05))["summary"]
+    assert s["noise_std_of_data"] == 0.05 and s["noise_std_reading"].startswith("0.05 read as a standard deviation")
+    default = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True))
+    assert default["summary"]["noise_std_reading"].startswith("0.02 read as a standard deviation")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 import torch.nn as nn
@@ -90,7 +91,9 @@ def prune(model: nn.Module, fraction: float, include_bias: bool = False) -> Prun
     unprune(model)  # every earlier mask, a bias's too when the biases are not ranked now
     snr = signal_to_noise(model, include_bias)
     n = snr.numel()
-    n_remove = int(math.floor(fraction * n + 1e-9))
+    # the decimal the fraction was written as, times n, in exact arithmetic (in float, fraction * n
+    # plus a fixed epsilon fell just below a whole number for a large n: one weight too few)
+    n_remove = math.floor(Fraction(repr(fraction)) * n)
     keep = torch.ones(n, dtype=torch.bool, device=snr.device)
     threshold = 0.0
     if n_remove > 0:

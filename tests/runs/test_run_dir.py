@@ -254,3 +254,22 @@ def test_threads_are_recorded_and_restored_on_resume(tmp_path, data_dir, one_thr
     p = run("train", "--resume", "--out", str(out), "--epochs", "4", "--quiet")
     assert p.returncode == 0 and not p.stderr.strip(), p.stderr
     assert len((out / "metrics.csv").read_text().splitlines()) == 5
+
+
+def test_a_laplace_or_ensemble_folder_is_refused_as_a_runs_out_even_with_overwrite(tmp_path, data_dir, run_here):
+    # it was "a run" to replace: --overwrite removed its eval.json and left laplace.json and
+    # posterior.pt beside the new run's files, so bbb evaluate and predict read the folder as the
+    # old Laplace posterior while bbb prune read the new run
+    laplace = tmp_path / "laplace"
+    laplace.mkdir()
+    for name, text in (("laplace.json", '{"run": "runs/sgd"}'), ("posterior.pt", "a posterior"),
+                       ("eval.json", '{"method": "laplace"}')):
+        (laplace / name).write_text(text)
+    ensemble = tmp_path / "ensemble"
+    ensemble.mkdir()
+    (ensemble / "eval.json").write_text(json.dumps({"members": ["runs/a", "runs/b"]}))
+    for out, what in ((laplace, "a Laplace posterior"), (ensemble, "an ensemble's folder")):
+        before = snapshot(out)
+        for extra in ((), ("--overwrite",)):
+            assert_one_line_error(run_here(*train_argv(data_dir, out, *extra)), what, "folder of its own")
+        assert snapshot(out) == before

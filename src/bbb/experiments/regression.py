@@ -57,6 +57,7 @@ from ..nn import DEFAULT_PI, DEFAULT_SIGMA1, DEFAULT_SIGMA2, BayesLinear, BayesM
 from ..options import PriorKind, choice
 from ..plots import INSTALL_HINT
 from ..runs.config import PRIOR_ONLY
+from ..runs.jobs import read_json
 from ..runs.loggers import TrainLogger, log_step, make_loggers, opened_loggers
 from ..uncertainty import regression_uncertainty
 
@@ -163,10 +164,21 @@ class RegressionConfig:
             raise UserError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.loggers and not self.out:
             raise UserError("--log writes its event files into OUT/tb: give --out")
+        out = Path(self.out) if self.out else None
+        if out is not None and any((out / f).is_file() for f in ("last.pt", "best.pt")):  # (--overwrite too)
+            raise UserError(f"--out {out} is the directory of a bbb train run, whose summary.json (and tb/) this "
+                            "would replace: give the regression a folder of its own")
+        if out is not None and (out / "summary.json").is_file() and \
+                "rmse_bbb_median_in_data" not in (read_json(out / "summary.json") or {}):  # (a bandit's, say)
+            raise UserError(f"{out / 'summary.json'} is not a bbb regression's, and this would replace it: give "
+                            "another --out")
         held = [f for f in OUTPUT_FILES if self.out and (Path(self.out) / f).is_file()]
         if held and not self.overwrite:
             raise UserError(f"{self.out} already holds {', '.join(held)} of an earlier call: give another --out, "
                             "or --overwrite to replace them")
+        if self.loggers and out is not None and (out / "tb").exists() and not self.overwrite:  # (removed whole)
+            raise UserError(f"{out} already holds tb/, which --log replaces with this call's event files: give "
+                            "another --out, or --overwrite to replace it")
         make_loggers(self.loggers)  # an unknown name or a missing package: one line, before anything trains
 
 
@@ -452,7 +464,7 @@ def _summary(cfg: RegressionConfig, grid: Tensor, truth: Tensor, inside: Tensor,
         "training_range": [cfg.x_low, cfg.x_high],
         "n_train": cfg.n_train,
         "noise_std_of_data": cfg.noise_std,
-        "noise_std_reading": "0.02 read as a standard deviation (the paper's N(0, 0.02) is ambiguous)",
+        "noise_std_reading": f"{cfg.noise_std:g} read as a standard deviation (the paper's N(0, 0.02) is ambiguous)",
     }
 
 

@@ -109,26 +109,39 @@ def ensemble_members(folder: str | Path) -> list[str] | None:
     return None
 
 
-def not_a_run_text(d: Path) -> str | None:
-    """What to say when ``d`` is an ensemble's folder or a Laplace posterior's, not a run directory
-    (else None)."""
+def other_folder(d: Path) -> str | None:
+    """What ``d`` is where it is the folder of a Laplace posterior or of an ensemble, not a run
+    directory ("the folder of a Laplace posterior (bbb laplace RUN --out D)"), else None."""
     if (d / "laplace.json").is_file():
-        return (f"{d} is the folder of a Laplace posterior (bbb laplace RUN --out {d}): bbb predict, evaluate, ood, "
-                "uncertain, compare and report take it; for this, give its run")
-    members = ensemble_members(d)
-    if members is None:
+        return f"the folder of a Laplace posterior (bbb laplace RUN --out {d})"
+    if ensemble_members(d) is not None:
+        return f"an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d})"
+    return None
+
+
+def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
+    """What to say when ``d`` is an ensemble's folder or a Laplace posterior's, not a run directory
+    (else None); ``one_run``: the command, which takes one run (``bbb prune``), that was given it."""
+    what = other_folder(d)
+    if what is None:
         return None
+    if (d / "laplace.json").is_file():
+        return (f"{d} is {what}: bbb predict, evaluate, ood, uncertain, compare and report take it; for this, give "
+                "its run")
+    members = ensemble_members(d) or []
     shown = " ".join(members[:6]) + (" ..." if len(members) > 6 else "")
-    return (f"{d} is an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d}), not a run: give its runs, {shown} "
-            "(bbb compare and report take the folder)")
+    give = f"give its runs, {shown}" if one_run is None else f"{one_run} takes one run: give each of its runs, {shown}"
+    return f"{d} is {what}, not a run: {give} (bbb compare and report take the folder)"
 
 
-def run_dir_of(run_dir: str | Path) -> Path:
+def run_dir_of(run_dir: str | Path, one_run: str | None = None) -> Path:
+    """``run_dir`` as a Path, where it holds a run's checkpoint; else a one-line
+    :class:`CheckpointError` (``one_run``: as in :func:`not_a_run_text`)."""
     d = Path(run_dir)
     if not d.is_dir():
         raise CheckpointError(f"run directory {d} not found")
     if not ((d / "last.pt").is_file() or (d / "best.pt").is_file()):
-        ensemble = not_a_run_text(d)
+        ensemble = not_a_run_text(d, one_run)
         if ensemble is not None:
             raise CheckpointError(ensemble)
         raise CheckpointError(f"{d} is not a run directory: it holds no last.pt or best.pt (a run of `bbb train` "

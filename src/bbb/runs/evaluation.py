@@ -513,7 +513,7 @@ def prune_run(
     ``which``) and returns its rows. The lock, an unwritable directory, ``data_dir`` and
     ``data_file`` (a moved file) as in :func:`evaluate_run`.
     """
-    d = run_dir_of(run_dir)
+    d = run_dir_of(run_dir, "bbb prune")
     for f in fractions:
         if not (0.0 <= float(f) <= 1.0):
             raise UserError(f"fractions must be in [0, 1], got {f}")

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from ..errors import RunDirBusy, UserError
 from ..io import clean_stale_tmp
+from .checkpoint import other_folder
 
 __all__ = ["LOCK_NAME", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "keep_started",
            "lock_run_dir", "remove_results"]
@@ -174,6 +175,11 @@ def _check(out: Path, resume: Resume, overwrite: bool, data_file: str | os.PathL
     if resume is True or (resume == "auto" and has_last):
         return True
     found = _existing(out)
+    if found and not (has_last or (out / "best.pt").is_file()):
+        other = other_folder(out)  # its eval.json removed, its posterior or members kept beside a run's files
+        if other is not None:
+            raise UserError(f"{out} is {other}, not a run's directory: give the run a folder of its own "
+                            "(another --out)")
     if found and resume is False and not overwrite:
         if has_last and "summary.json" not in found:  # stopped (Ctrl-C, a kill) before its end
             raise UserError(f"{out} already holds a run that was stopped before its end (last.pt, no summary.json); "

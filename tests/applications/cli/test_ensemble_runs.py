@@ -285,3 +285,16 @@ def test_a_regression_ensemble(capsys, tmp_path, classifiers):
     one_line_error(rc, err, "regression runs with regression runs", str(runs[0]), "a classifier")
     rc, so, err = run_main(capsys, "predict", *map(str, runs), str(tmp_path / "new.csv"), "--no-refer")
     assert rc == 0, err and "sd" in so.splitlines()[0]
+
+
+def test_an_ensembles_folder_given_to_bbb_prune_says_to_prune_its_runs_one_at_a_time(capsys, tmp_path):
+    # the one line said "give its runs, A B" as to bbb evaluate: bbb prune A B is an argparse error
+    out = tmp_path / "ens"
+    out.mkdir()
+    members = [str(tmp_path / "a"), str(tmp_path / "b")]
+    (out / "eval.json").write_text(json.dumps({"members": members}))
+    rc, _, err = run_main(capsys, "prune", str(out))
+    one_line_error(rc, err, "an ensemble's folder", f"bbb prune takes one run: give each of its runs, {members[0]} "
+                   f"{members[1]}")
+    rc, _, err = run_main(capsys, "evaluate", str(out))  # (a command that takes several runs: as before)
+    one_line_error(rc, err, "an ensemble's folder", f"not a run: give its runs, {members[0]} {members[1]}")

@@ -243,3 +243,61 @@ def test_the_csv_flags_the_points_of_the_summarys_in_data_numbers(tmp_path):
     assert len(flagged) == int(R.in_training_range(RegressionConfig(x_high=0.8), res["grid"]).sum())
     rmse = math.sqrt(sum((float(r["bbb_median"]) - float(r["true_f"])) ** 2 for r in flagged) / len(flagged))
     assert rmse == pytest.approx(res["summary"]["rmse_bbb_median_in_data"], rel=1e-4)
+
+
+def test_a_bbb_train_runs_directory_as_out_is_refused_even_with_overwrite(tmp_path, capsys):
+    # its summary.json was called "of an earlier call", and --overwrite replaced the run's own
+    # summary.json with the regression's (and removed the run's tb/)
+    cli = pytest.importorskip("bbb.cli")
+    run = tmp_path / "run"
+    (run / "tb").mkdir(parents=True)
+    (run / "last.pt").write_bytes(b"a checkpoint")
+    (run / "summary.json").write_text('{"test_error": 0.02}')
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    for extra in ([], ["--overwrite"]):
+        rc = cli.main(["regression", "--out", str(run), *small, *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "bbb train run" in err[0] and "Traceback" not in err[0]
+    assert (run / "summary.json").read_text() == '{"test_error": 0.02}' and (run / "tb").is_dir()
+    assert sorted(p.name for p in run.iterdir()) == ["last.pt", "summary.json", "tb"]
+
+
+def test_another_commands_summary_json_in_out_is_refused_even_with_overwrite(tmp_path, capsys):
+    # a bbb bandit folder's summary.json was replaced by the regression's under --overwrite
+    cli = pytest.importorskip("bbb.cli")
+    out = tmp_path / "bandit"
+    out.mkdir()
+    (out / "summary.json").write_text('{"late_window": 1000, "agents": []}')
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    rc = cli.main(["regression", "--out", str(out), "--overwrite", *small])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "is not a bbb regression's" in err[0]
+    assert (out / "summary.json").read_text() == '{"late_window": 1000, "agents": []}'
+    assert cli.main(["regression", "--out", str(tmp_path / "mine"), *small]) == 0  # its own: replaced when asked
+    assert cli.main(["regression", "--out", str(tmp_path / "mine"), "--overwrite", *small]) == 0
+
+
+def test_log_does_not_remove_a_tb_folder_already_in_out_without_overwrite(tmp_path, capsys):
+    # --log removed OUT/tb whole before writing its event files, the user's own logs there too,
+    # without --overwrite and without a word
+    pytest.importorskip("tensorboard")
+    cli = pytest.importorskip("bbb.cli")
+    out = tmp_path / "project"
+    (out / "tb" / "mine").mkdir(parents=True)
+    (out / "tb" / "mine" / "events").write_text("the user's")
+    small = ["--epochs", "3", "--n-train", "10", "--hidden", "4", "--samples", "10", "--quiet"]
+    rc = cli.main(["regression", "--out", str(out), "--log", "tensorboard", *small])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "already holds tb/" in err[0] and "--overwrite" in err[0]
+    assert (out / "tb" / "mine" / "events").read_text() == "the user's" and not (out / "summary.json").exists()
+    assert cli.main(["regression", "--out", str(out), "--log", "tensorboard", "--overwrite", *small]) == 0
+    assert sorted(p.name for p in (out / "tb").iterdir()) == ["bbb", "standard"]
+
+
+def test_the_summary_reads_the_noise_std_that_was_given(tmp_path):
+    # noise_std_reading said "0.02 read as a standard deviation" whatever --noise-std was
+    s = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True,
+                                        noise_std=0.05))["summary"]
+    assert s["noise_std_of_data"] == 0.05 and s["noise_std_reading"].startswith("0.05 read as a standard deviation")
+    default = run_regression(RegressionConfig(hidden=(4,), epochs=2, n_train=5, pred_samples=4, quiet=True))
+    assert default["summary"]["noise_std_reading"].startswith("0.02 read as a standard deviation")

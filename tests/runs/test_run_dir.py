@@ -273,3 +273,18 @@ def test_a_laplace_or_ensemble_folder_is_refused_as_a_runs_out_even_with_overwri
         for extra in ((), ("--overwrite",)):
             assert_one_line_error(run_here(*train_argv(data_dir, out, *extra)), what, "folder of its own")
         assert snapshot(out) == before
+
+
+def test_another_commands_summary_json_is_refused_as_a_runs_out_even_with_overwrite(tmp_path, data_dir, run_here):
+    # bbb train --out on a bbb regression folder said "already holds a run (summary.json)", and
+    # --overwrite removed the regression's summary.json
+    for name, summary in (("regression", {"rmse_bbb_median_in_data": 0.1, "quiet": False}),
+                          ("bandit", {"late_window": 1000, "agents": []})):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "summary.json").write_text(json.dumps(summary))
+        before = snapshot(out)
+        for extra in ((), ("--overwrite",)):
+            assert_one_line_error(run_here(*train_argv(data_dir, out, *extra)), "another command's",
+                                  "folder of its own")
+        assert snapshot(out) == before

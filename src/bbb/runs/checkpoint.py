@@ -125,6 +125,9 @@ def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
     what = other_folder(d)
     if what is None:
         return None
+    if (d / "laplace.json").is_file() and one_run == "bbb prune":  # (its run is an sgd run's: nothing to prune)
+        return (f"{d} is {what}, the last layer of a deterministic run: bbb prune prunes a Bayesian run's weights "
+                "(--method bbb or ivon) by their signal-to-noise ratio, which neither has")
     if (d / "laplace.json").is_file():
         return (f"{d} is {what}: bbb predict, evaluate, ood, uncertain, compare and report take it; for this, give "
                 "its run")

@@ -155,6 +155,15 @@ def _record_pid(fd: int | None) -> None:
         os.write(fd, f"{os.getpid()}\n".encode())
 
 
+def _run_summary(path: Path) -> bool:
+    """Whether the summary.json ``path`` is a bbb train run's (or unreadable: said where it is read)."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(obj, dict) or {"method", "epochs"} <= set(obj)
+
+
 def _existing(out: Path) -> list[str]:
     return [n for n in RUN_FILES if (out / n).exists()]
 
@@ -180,6 +189,9 @@ def _check(out: Path, resume: Resume, overwrite: bool, data_file: str | os.PathL
         if other is not None:
             raise UserError(f"{out} is {other}, not a run's directory: give the run a folder of its own "
                             "(another --out)")
+        if "summary.json" in found and not _run_summary(out / "summary.json"):  # --overwrite would replace it
+            raise UserError(f"{out / 'summary.json'} is another command's (bbb regression's, bbb bandit's), not a "
+                            "run's: give the run a folder of its own (another --out)")
     if found and resume is False and not overwrite:
         if has_last and "summary.json" not in found:  # stopped (Ctrl-C, a kill) before its end
             raise UserError(f"{out} already holds a run that was stopped before its end (last.pt, no summary.json); "

@@ -212,7 +212,7 @@ def test_the_command_line_fits_predicts_evaluates_and_compares(runs, capsys, tmp
     assert ens_row["hidden"] == "1x8" and ens_row["epochs"] == lap_row["epochs"] != ""
     assert float(ens_row["seconds"]) == pytest.approx(2 * trained + fit, abs=1e-5)
     rc, _, err = run_main(capsys, "prune", str(lap))
-    one_line_error(rc, err, "Laplace posterior", "give its run")
+    one_line_error(rc, err, "Laplace posterior", "prunes a Bayesian run's weights")
     rc, _, err = run_main(capsys, "evaluate", str(lap), "--which", "last")
     one_line_error(rc, err, "best checkpoint", "--which best")
     fit_run_laplace(run, lap, hessian="diag")  # fitted again: the earlier posterior's scores are gone

@@ -107,3 +107,20 @@ def test_the_command_line_sets_the_scale_and_refuses_it_without_the_one_noise_pa
                           "--out", str(tmp_path / "h"), *small)
     assert rc == 2 and err.count("\n") == 1 and "--noise-lr-scale applies to the one noise parameter" in err, err
     assert not (tmp_path / "h").exists()
+
+
+def test_the_learned_noise_sd_is_recorded_in_the_targets_units(tmp_path):
+    """A homoscedastic run's one noise sd was in bbb predict's aleatoric_sd column only: summary.json
+    and eval.json record it, in the target's units, as predict gives it for every input."""
+    from bbb.runs import evaluate_run, load_model
+
+    path = regression_csv(tmp_path / "t.csv")
+    out = tmp_path / "run"
+    summary = train(cfg_of(path, method="sgd", epochs=3), out, **QUIET)
+    model = load_model(out)
+    x = model.encode_csv(path)[0]
+    aleatoric = model.regression(model.sample_outputs(x, 1, 0))["aleatoric_sd"]
+    assert torch.allclose(aleatoric, torch.full_like(aleatoric, summary["noise_sd"]), rtol=1e-5)
+    assert evaluate_run(out, samples=2)["noise_sd"] == pytest.approx(summary["noise_sd"])
+    assert "noise_sd" not in train(TrainConfig(data_file=str(path), target="y", method="sgd", **{**SMALL, "epochs": 1}),
+                                   tmp_path / "hetero", **QUIET)

@@ -37,7 +37,7 @@ from ..prune import prune, unprune
 from . import model as runmodel
 from .checkpoint import PRUNING_COLUMNS, committed_checkpoint, model_from_checkpoint, run_dir_of
 from .config import TrainConfig
-from .model import infer_method
+from .model import infer_method, noise_sd
 from .rundir import lock_run_dir
 
 __all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metrics", "device_memory",
@@ -493,7 +493,8 @@ def _evaluate_regression(d: Path, which: str, epoch: int, cfg: TrainConfig, info
             "coverage_90": res["coverage_90"], "coverage_95": res["coverage_95"], "mean_sd": res["mean_sd"],
             "interval_calibration": res["interval_calibration"], "calibration_error": res["calibration_error"],
             "aurc_sd": U.aurc(res["sd"], sq), "rmse_at_90_coverage": U.risk_at_coverage(res["sd"], sq, 0.9) ** 0.5,
-            "samples": res["samples"], "n": res["n"]}
+            "samples": res["samples"], "n": res["n"],
+            **({"noise_sd": sd} if (sd := noise_sd(model, pre)) is not None else {})}
 
 
 def prune_run(

@@ -20,7 +20,7 @@ from .config import IN_MEMORY, TrainConfig
 
 __all__ = ["DATA_KEYS", "ConstantNoise", "build_model", "check_data", "data_source_of", "infer_method", "load_data",
            "load_split",
-           "grouped_parameters", "noise_group",
+           "grouped_parameters", "noise_group", "noise_sd",
            "num_weights", "point_data", "versions"]
 
 
@@ -35,6 +35,22 @@ class ConstantNoise(nn.Module):
 
     def forward(self, out: Tensor) -> Tensor:
         return torch.cat([out, self.raw.to(out.dtype).expand_as(out)], -1)
+
+
+def noise_sd(model: nn.Module, preprocess: Preprocess | None) -> float | None:
+    """The noise sd a homoscedastic regression network learned (its :class:`ConstantNoise`), in the
+    target's units (the Gaussian's sd, as :class:`bbb.HeteroscedasticGaussian` forms it); None for a
+    network that predicts it per input."""
+    from ..elbo import HeteroscedasticGaussian
+
+    noise = [m for m in model.modules() if isinstance(m, ConstantNoise)]
+    if not noise:
+        return None
+    with torch.no_grad():
+        raw = noise[0].raw.detach().double().cpu()
+        _, sigma = HeteroscedasticGaussian().split(torch.stack([torch.zeros_like(raw), raw]))
+    scale = 1.0 if preprocess is None or preprocess.y is None else float(preprocess.y.std)
+    return float(sigma) * scale
 
 
 def noise_group(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:

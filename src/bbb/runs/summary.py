@@ -14,7 +14,7 @@ from ..io import atomic_write_json
 from .checkpoint import load_run
 from .config import TrainConfig
 from .evaluation import classifier_metrics, mean_network_error, regressor_metrics
-from .model import num_weights
+from .model import noise_sd, num_weights
 
 __all__ = ["finish_classifier", "finish_regression"]
 
@@ -39,6 +39,9 @@ def finish_regression(out: Path, cfg: TrainConfig, data: dict[str, Tensor], mode
         "seconds": float(sum(r["seconds"] for r in metrics)), "method": cfg.method, "dataset": cfg.dataset,
         "hidden": list(cfg.hidden), "num_weights": num_weights(model),
     }
+    sd = noise_sd(eval_model, preprocess)
+    if sd is not None:  # --likelihood homoscedastic: the one noise sd it learned, in the target's units
+        summary["noise_sd"] = sd
     atomic_write_json(out / "summary.json", summary)
     return summary
 

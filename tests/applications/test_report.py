@@ -101,7 +101,7 @@ def test_the_page_has_every_section_of_each_run_side_by_side(runs):
            '(--method sgd)</td>' in text
     # what the bare run lacks: the command that writes it, by the run's name (no path); pruning is bbb's
     assert "none yet: <code><span>bbb</span> <span>evaluate</span> <span>sgd</span></code> writes it" in text
-    assert "pruning by signal-to-noise needs a bbb classifier" in text and str(bare) not in text
+    assert "pruning by signal-to-noise needs a bbb run" in text and str(bare) not in text
     refs = parse(text)
     # bbb: learning curve (drawn from metrics.csv), reliability, risk-coverage, ood, uncertain; sgd: learning curve
     assert refs.tags.count("img") == 6

@@ -300,8 +300,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def print_pruning(rows: Sequence[dict[str, Any]]) -> None:
-    print(text_table([[f"{100 * r['fraction_removed']:g}%", weights_text(r["weights_left"]), pct_text(r["test_error"])]
-                  for r in rows], ["proportion removed", "#weights", "test error"], left=False), flush=True)
+    rmse = any(r.get("test_rmse") is not None for r in rows)  # a regression's: its test RMSE, target units
+    score = (lambda r: f"{r['test_rmse']:.4g}") if rmse else (lambda r: pct_text(r["test_error"]))
+    print(text_table([[f"{100 * r['fraction_removed']:g}%", weights_text(r["weights_left"]), score(r)]
+                      for r in rows], ["proportion removed", "#weights", "test RMSE" if rmse else "test error"],
+                     left=False), flush=True)
 
 
 def demo_command(args: argparse.Namespace) -> str:

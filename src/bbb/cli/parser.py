@@ -282,7 +282,8 @@ def add_prune_arguments(p: argparse.ArgumentParser) -> None:
     """``bbb prune``."""
     p.description = ("Remove the weights with the lowest |mu|/sigma (sigma = softplus(rho)), ranked over all "
                      "layers together, biases kept and not counted, and report the test error "
-                     "with the mean of the kept weights (Table 2). Writes RUN_DIR/pruning.csv. "
+                     "with the mean of the kept weights (Table 2; a regression's test RMSE, in the target's units). "
+                     "Writes RUN_DIR/pruning.csv. "
                      "bbb and ivon runs only.")
     p.epilog = "Example:\n  bbb prune runs/bbb400 --fractions 0 0.5 0.75 0.95 0.98"
     add_run_dir_arguments(p, "a directory written by bbb train --method bbb (or ivon)", "last",

@@ -18,7 +18,7 @@ results                ``summary.json`` (``bbb train``), ``eval.json`` (``bbb ev
 learning curves        ``learning_curve.png`` (``bbb demo``), else drawn from ``metrics.csv``
 reliability            ``reliability.png`` (``bbb evaluate``; classification)
 risk-coverage          ``risk_coverage.png`` and ``eval.json``'s ``selective`` (``bbb evaluate``)
-pruning                ``pruning.csv`` (``bbb prune``; a bbb classifier) and ``snr.png``
+pruning                ``pruning.csv`` (``bbb prune``; a bbb run) and ``snr.png``
                        (``bbb demo``)
 out-of-distribution    ``ood.json`` and ``ood.png`` (``bbb ood``; MNIST, Fashion-MNIST)
 uncertain inputs       ``uncertain.png`` and ``uncertain.json`` (``bbb uncertain``; images)
@@ -370,18 +370,20 @@ def _risk(r: RunFiles) -> str:
 
 
 def _pruning(r: RunFiles) -> str:
-    if r.members is not None and not r.regression:
+    if r.members is not None:
         return _missing("an ensemble is pruned member by member: bbb prune MEMBER, then bbb report MEMBER")
     if not r.prunable():
-        return _missing("pruning by signal-to-noise needs a bbb classifier (or an ivon one)")
+        return _missing("pruning by signal-to-noise needs a bbb run (or an ivon one)")
     out = ""
     if r.pruning:
+        rmse = r.regression and any(_float(p.get("test_rmse")) is not None for p in r.pruning)
         rows = [[_pct(_float(p.get("fraction_removed"))), E(str(p.get("weights_left", ""))),
-                 _pct(_float(p.get("test_error")))] for p in r.pruning]
+                 E(f"{_float(p.get('test_rmse')):.4g}") if rmse else _pct(_float(p.get("test_error")))]
+                for p in r.pruning]
         which = {str(p.get("checkpoint")) for p in r.pruning} & {"best", "last"}  # (absent in older files)
         if len(which) == 1:  # bbb prune's default is last, evaluate's best: the 0% row's error can differ
             out += f"<p>the {E(which.pop())} checkpoint, its mean weights</p>"
-        out += _table(["removed", "weights left", "test error"], rows)
+        out += _table(["removed", "weights left", "test RMSE" if rmse else "test error"], rows)
     else:
         out += _to_do(r, "prune")
     snr = _img(r.png("snr.png"), f"signal-to-noise histogram of {r.name}")
@@ -444,8 +446,8 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
     ("Selective prediction: risk-coverage", "The error among the test inputs kept when the most uncertain are "
      "handed over first (to a person, say): the further right, the more kept. AURC is the area under this curve.",
      _risk, lambda r: True),
-    ("Pruning by signal-to-noise", "The test error after removing the weights whose mean is smallest against "
-     "their spread (|mean|/sd): how many weights the network needs.",
+    ("Pruning by signal-to-noise", "The test error (a regression's test RMSE) after removing the weights whose "
+     "mean is smallest against their spread (|mean|/sd): how many weights the network needs.",
      _pruning, RunFiles.prunable),
     ("Out-of-distribution detection", "How well each uncertainty score tells inputs of another data set from "
      "the run's own test inputs (AUROC: 0.5 is chance, 1 perfect, below 0.5 the other inputs get the more confident "

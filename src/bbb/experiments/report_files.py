@@ -184,8 +184,8 @@ class RunFiles:
         return buf.getvalue()
 
     def prunable(self) -> bool:
-        """Whether pruning by signal-to-noise applies: a Bayesian classifier's run (not an ensemble)."""
-        return not self.regression and self.members is None and is_bayesian(self.config.get("method", "bbb"))
+        """Whether pruning by signal-to-noise applies: a Bayesian run (not an ensemble)."""
+        return self.members is None and is_bayesian(self.config.get("method", "bbb"))
 
 
 def _json(path: Path) -> dict[str, Any] | None:

@@ -303,8 +303,9 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
         out.append((f"bbb evaluate {run}", "the test metrics, the reliability diagram and the risk-coverage curve"
                     if not regression else
                     "the test RMSE, log-likelihood, interval coverage, the calibration curve and AURC"))
-    if kind != "regression" and is_bayesian(method) and "pruning.csv" not in have:
-        out.append((f"bbb prune {run}", "the test error with the weights of lowest signal-to-noise removed"))
+    if is_bayesian(method) and "pruning.csv" not in have:
+        out.append((f"bbb prune {run}", f"the test {'RMSE' if kind == 'regression' else 'error'} with the weights "
+                    "of lowest signal-to-noise removed"))
     if kind == "image":
         if "ood.json" not in have:
             out.append((f"bbb ood {run}", "how well the uncertainty tells the other image set apart"))

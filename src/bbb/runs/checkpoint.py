@@ -45,7 +45,7 @@ METRIC_COLUMNS = ("epoch", "seconds", "train_loss", "nll", "kl", "val_error", "t
 #: the columns of the metrics.csv an older bbb wrote (before ``val_nll``); still read
 _COLUMNS_BEFORE_VAL_NLL = METRIC_COLUMNS[:7]
 PRUNING_COLUMNS = ("fraction_removed", "weights_left", "weights_total", "snr_threshold",
-                   "test_error", "checkpoint")
+                   "test_error", "checkpoint", "test_rmse")
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False,

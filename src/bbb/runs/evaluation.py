@@ -173,7 +173,6 @@ def regressor_metrics(model: nn.Module, x: Tensor, y: Tensor, method: str | None
     samples = check_int("samples", samples)
     with _seeded(seed, x.device):
         out = mc_outputs(model, x, method, samples).double()
-        mean_out = mean_logits(model, x).double()
     lik = HeteroscedasticGaussian()
     means, sigmas = lik.split(out)
     shift = 0.0 if target is None else float(target.mean)
@@ -182,7 +181,7 @@ def regressor_metrics(model: nn.Module, x: Tensor, y: Tensor, method: str | None
     res: dict[str, Any] = dict(U.regression_metrics(means, sigmas, y, shift=shift, scale=scale))
     res.update(_calibration(y, means, sigmas))
     res["rmse_mc"] = res.pop("rmse")
-    res["rmse"] = float(torch.sqrt(((mean_out[:, 0] - y) ** 2).mean())) * scale
+    res["rmse"] = mean_network_rmse(model, x, y, target)
     unc = U.regression_uncertainty(means, sigmas)
     res["mean"], res["sd"] = unc["mean"] * scale + shift, unc["std"] * scale
     res["samples"], res["n"] = int(out.shape[0]), int(x.shape[0])
@@ -207,6 +206,17 @@ def mean_network_error(model: nn.Module, x: Tensor, y: Tensor) -> float | None:
     if x.shape[0] == 0:
         return None
     return float((mean_logits(model, x).argmax(-1) != y).double().mean())
+
+
+def mean_network_rmse(model: nn.Module, x: Tensor, y: Tensor, target: Standardizer | None = None) -> float | None:
+    """RMSE of the posterior mean network's predicted mean on ``(x, y)``, in the target's units
+    (``y`` standardised by ``target``; None: in its own); None if empty (:func:`regressor_metrics`'s
+    ``rmse``)."""
+    if x.shape[0] == 0:
+        return None
+    scale = 1.0 if target is None else float(target.std)
+    mean = mean_logits(model, x).double()[:, 0]
+    return float(torch.sqrt(((mean - y.double()) ** 2).mean())) * scale
 
 
 @torch.no_grad()
@@ -508,7 +518,8 @@ def prune_run(
     data_file: str | None = None,
 ) -> list[dict[str, Any]]:
     """The paper's Table 2 for a BBB run (or an ivon run: the same posterior): prune by
-    |mu|/sigma and test with the mean weights.
+    |mu|/sigma and test with the mean weights: a classifier's test error, a regression's test
+    RMSE of the mean network's mean in the target's units (``test_rmse``; ``test_error`` empty).
 
     Writes ``run_dir/pruning.csv`` (columns :data:`PRUNING_COLUMNS`, ``checkpoint`` the pruned
     ``which``) and returns its rows. The lock, an unwritable directory, ``data_dir`` and
@@ -523,16 +534,17 @@ def prune_run(
         if not is_bayesian(cfg.method):
             raise UserError(f"pruning by signal-to-noise needs a bbb run (or an ivon run); {d} was trained with "
                             f"--method {cfg.method}")
-        if info.get("task") == "regression":
-            raise UserError(f"bbb prune reports the test error of a classifier; {d} is a regression run")
+        regression = info.get("task") == "regression"
         data = run_data(cfg, data_dir, data, info.get("preprocess"), data_file)
         x, y = data["test_x"].to(dev), data["test_y"].to(dev)
+        pre = Preprocess.from_dict(info["preprocess"]) if regression and info.get("preprocess") else None
         rows = []
         for f in fractions:
             r = prune(model, float(f))
+            score = ({"test_error": None, "test_rmse": mean_network_rmse(model, x, y, None if pre is None else pre.y)}
+                     if regression else {"test_error": mean_network_error(model, x, y), "test_rmse": None})
             rows.append({"fraction_removed": float(f), "weights_left": r.kept, "weights_total": r.total,
-                         "snr_threshold": r.threshold, "test_error": mean_network_error(model, x, y),
-                         "checkpoint": which})
+                         "snr_threshold": r.threshold, **score, "checkpoint": which})
         unprune(model)
         path = d / "pruning.csv"
         save_results(path, rows, lambda: atomic_write_text(path, csv_text(PRUNING_COLUMNS, rows)))

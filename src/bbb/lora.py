@@ -26,6 +26,7 @@ posterior mean, with a warning that says so.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
@@ -325,6 +326,43 @@ class _BayesPeftModel:
             cfg[CONFIG_MARK] = (f"Bayesian LoRA ({record['lora']}) by bbb: peft loads the posterior means; "
                                 "bbb.from_pretrained(folder, base_model=...) the posterior")
             cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+    def load_adapter(self, model_id: str, adapter_name: str, *args: Any, key_mapping: dict[str, str] | None = None,
+                     **kwargs: Any) -> Any:
+        """peft's ``load_adapter``; into an adapter of this model that is Bayesian already (transformers'
+        ``Trainer`` resuming from a checkpoint, or loading its best one) each saved mean goes back
+        under bbb's key (``X.weight`` -> ``X.weight_mu``: peft's own mapping would leave it unloaded),
+        and a Bayesian parameter the folder does not hold is a one-line error."""
+        mapping = (_mean_key_mapping(self, adapter_name)  # type: ignore[arg-type]
+                   if adapter_name in self.peft_config else {})  # type: ignore[attr-defined]
+        if key_mapping:
+            mapping = {**key_mapping, **mapping}
+        result = super().load_adapter(model_id, adapter_name, *args, key_mapping=mapping or None,  # type: ignore[misc]
+                                      **kwargs)
+        missing = [k for k in result.missing_keys if f".{adapter_name}." in f"{k}."
+                   and k.endswith(("_mu", "_rho"))]
+        if mapping and missing:
+            raise UserError(f"the adapter in {model_id} did not load into the Bayesian adapter {adapter_name!r}: "
+                            f"{len(missing)} posterior key(s) missing ({', '.join(missing[:2])}); a plain LoRA "
+                            "adapter's folder? load it into a model that is not Bayesian")
+        return result
+
+
+def _mean_key_mapping(model: nn.Module, adapter_name: str) -> dict[str, str]:
+    """peft's ``key_mapping`` (a regular expression on the saved key, without its ``base_model.model.``
+    prefix -> the key to load) that puts every posterior mean of adapter ``adapter_name`` back under
+    bbb's key: the inverse of :func:`_peft_keys`, name by name."""
+    from peft.utils import get_peft_model_state_dict
+
+    keys = list(get_peft_model_state_dict(model, adapter_name=adapter_name))
+    out = {}
+    for k in _peft_keys(dict.fromkeys(keys, torch.empty(0))):  # the saved names of the model's keys
+        if f"{k}_mu" not in keys:
+            continue
+        prefix = "base_model.model." if k.startswith("base_model.model.") else "base_model." \
+            if k.startswith("base_model.") else ""
+        out[f"^{re.escape(k.removeprefix(prefix))}$"] = f"{k.removeprefix(prefix)}_mu"
+    return out
 
 
 _MERGE_NOTE = ("{what}: the Bayesian LoRA adapters are merged at their posterior mean (the weights' sigma is "

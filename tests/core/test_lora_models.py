@@ -169,3 +169,30 @@ def test_a_few_steps_lower_the_loss_and_leave_the_base(name):
     assert losses[-1] < losses[0]
     assert all(torch.equal(dict(model.named_parameters())[n], t) for n, t in before.items())
     assert engine.fused and {id(m) for m in engine.layout.modules} == {id(m) for m in bayes_modules(model)}
+
+
+@pytest.mark.parametrize("name,kw", [*((n, {}) for n in NAMES), ("bert", dict(lora="AB", modules_to_save=True))])
+def test_load_adapter_into_the_bayesian_adapter_loads_every_mean(name, kw, tmp_path):
+    """peft's ``load_adapter`` into the model's own Bayesian adapter (transformers' Trainer resuming
+    from a checkpoint, or loading its best one): every saved mean loads (peft's mapping left them at
+    their initial values, silently)."""
+    model = _model(name, **kw)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path)
+    fresh = _model(name, seed=0, **kw)  # as the Trainer rebuilds it: the same initial adapters
+    fresh.load_adapter(str(tmp_path), "default", is_trainable=True)
+    mine, theirs = model.state_dict(), fresh.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert [k for k in mine if not torch.equal(mine[k], theirs[k])] == []
+
+
+def test_load_adapter_of_a_plain_folder_into_a_bayesian_adapter_is_an_error(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = get_peft_model(_base("llama"), LoraConfig(r=4, lora_alpha=8, **FAMILIES["llama"][1]))
+    plain.save_pretrained(tmp_path)
+    with pytest.raises(bbb.errors.UserError, match="did not load into the Bayesian adapter 'default'"):
+        _model("llama").load_adapter(str(tmp_path), "default")

@@ -78,6 +78,25 @@ def test_a_peft_model_and_a_reloaded_model_warn_too(tmp_path):
         assert len(_own_loss_warnings(caught)) == 1, type(model).__name__
 
 
+def test_a_peft_model_without_a_task_type_warns_and_its_elbo_does_not():
+    """``get_peft_model`` without ``task_type`` (docs/bayesian_lora.md's recipe) gives a ``PeftModel``,
+    whose forward takes ``**kwargs``: the labels reach the transformers model inside it."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=2)
+    lora = peft.get_peft_model(BertForSequenceClassification(cfg), peft.LoraConfig(r=2, target_modules=["query"]))
+    assert type(lora) is peft.PeftModel  # (no task_type)
+    bbb.bayesianize(lora)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bbb.ELBO(lora.train(), num_batches=1)(_batch(), batch_index=0).loss.backward()
+        assert _own_loss_warnings(caught) == []
+        lora(**_batch()).loss.backward()  # what transformers' Trainer does
+        lora(**_batch()).loss.backward()
+    assert len(_own_loss_warnings(caught)) == 1
+
+
 def _gpt2(checkpointing: bool, reentrant: bool = False):
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32, bos_token_id=0,

@@ -83,18 +83,23 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     of its copy of every prompt (the same draw at every step, through the KV cache): what the
     posterior says the model might write, for diversity or uncertainty over whole answers; returns
     (k, B, T'). The k networks run batched (the prompts repeated k times in one ``generate`` call).
+    The model runs in ``eval()`` (its dropout off: a model left in ``train()`` after a training loop
+    would draw new dropout masks at every token) and is left in the mode it was in.
 
     >>> texts = bbb.hf.generate(model, {"input_ids": ids, "attention_mask": mask}, num_samples=5,
     ...                         max_new_tokens=20)       # (5, B, T'): 5 adapters drawn from q
     """
     from .nn import folded_samples, sampling, shared_samples
     from .nn.inputs import fold_inputs, input_batch_size
+    from .nn.model import modes_kept
 
     if not hasattr(model, "generate"):
         raise UserError(f"generate needs a transformers model with .generate, got {type(model).__name__}")
     kw = dict(inputs) if isinstance(inputs, dict) else {"input_ids": inputs}
+    # in eval() inside (each module back in its own mode after): a dropout layer, peft's lora_dropout
+    # included, would otherwise draw new masks at every token of a model left in train()
     if num_samples is None:
-        with torch.no_grad(), sampling(model, "mean"):
+        with torch.no_grad(), modes_kept(model), sampling(model, "mean"):
             return model.generate(**kw, **kwargs)  # type: ignore[operator]
     from .errors import check_int
     from .lora import warn_untrained
@@ -102,7 +107,7 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     k = check_int("num_samples", num_samples)
     b = input_batch_size(kw, 0)
     warn_untrained(model, "generate")
-    with torch.no_grad(), sampling(model, "sample"), shared_samples(), folded_samples(k):
+    with torch.no_grad(), modes_kept(model), sampling(model, "sample"), shared_samples(), folded_samples(k):
         out = model.generate(**fold_inputs(kw, k, 0, b), **kwargs)  # type: ignore[operator]
     if not isinstance(out, torch.Tensor):
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "

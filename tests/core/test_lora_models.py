@@ -196,3 +196,28 @@ def test_load_adapter_of_a_plain_folder_into_a_bayesian_adapter_is_an_error(tmp_
     plain.save_pretrained(tmp_path)
     with pytest.raises(bbb.errors.UserError, match="did not load into the Bayesian adapter 'default'"):
         _model("llama").load_adapter(str(tmp_path), "default")
+
+
+def test_generate_on_a_model_left_in_train_mode_runs_without_dropout():
+    """After a training loop the model is in ``train()``: ``bbb.hf.generate`` writes with the posterior
+    mean or k networks, each the same at every token and for every prompt, not with new dropout
+    masks (peft's lora_dropout) at each step; the model is left in ``train()``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_peft_model(_base("gpt2"), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.5,
+                                                         **FAMILIES["gpt2"][1]))
+    bbb.bayesianize(model, lora="AB")
+    _move_b(model)
+    for m in bayes_modules(model):
+        with torch.no_grad():
+            m.weight_rho.fill_(-1.0)
+    prompt = torch.tensor([[1, 2, 3], [1, 2, 3]])  # one prompt twice: each network writes it the same
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    model.eval()
+    want = bbb.hf.generate(model, prompt, **kw)
+    model.train()
+    for _ in range(3):
+        assert torch.equal(bbb.hf.generate(model, prompt, **kw), want)
+    out = bbb.hf.generate(model, prompt, num_samples=4, **kw)
+    assert all(torch.equal(out[j, 0], out[j, 1]) for j in range(4))
+    assert model.training and all(m.training for n, m in model.named_modules() if n.endswith("lora_dropout.default"))

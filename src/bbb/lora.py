@@ -332,9 +332,10 @@ class _BayesPeftModel:
         """peft's ``load_adapter``; into an adapter of this model that is Bayesian already (transformers'
         ``Trainer`` resuming from a checkpoint, or loading its best one) each saved mean goes back
         under bbb's key (``X.weight`` -> ``X.weight_mu``: peft's own mapping would leave it unloaded),
-        and a Bayesian parameter the folder does not hold is a one-line error."""
-        mapping = (_mean_key_mapping(self, adapter_name)  # type: ignore[arg-type]
-                   if adapter_name in self.peft_config else {})  # type: ignore[attr-defined]
+        and a Bayesian parameter the folder does not hold is a one-line error. A new adapter is
+        peft's plain one: from a Bayesian adapter's folder, its posterior means, with a warning."""
+        new = adapter_name not in self.peft_config  # type: ignore[attr-defined]
+        mapping = {} if new else _mean_key_mapping(self, adapter_name)  # type: ignore[arg-type]
         if key_mapping:
             mapping = {**key_mapping, **mapping}
         result = super().load_adapter(model_id, adapter_name, *args, key_mapping=mapping or None,  # type: ignore[misc]
@@ -345,6 +346,11 @@ class _BayesPeftModel:
             raise UserError(f"the adapter in {model_id} did not load into the Bayesian adapter {adapter_name!r}: "
                             f"{len(missing)} posterior key(s) missing ({', '.join(missing[:2])}); a plain LoRA "
                             "adapter's folder? load it into a model that is not Bayesian")
+        if new and (Path(model_id) / kwargs.get("subfolder", "") / CONVERSION_FILE).is_file():
+            warnings.warn(f"load_adapter: {model_id} holds a Bayesian LoRA adapter, loaded as the new adapter "
+                          f"{adapter_name!r} the way peft loads it: a plain LoRA adapter at the posterior means "
+                          "(sigma dropped); bbb.from_pretrained(folder, base_model=..., adapter_name=...) loads "
+                          "the posterior", UserWarning, stacklevel=2)
         return result
 
 

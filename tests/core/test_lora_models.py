@@ -221,3 +221,12 @@ def test_generate_on_a_model_left_in_train_mode_runs_without_dropout():
     out = bbb.hf.generate(model, prompt, num_samples=4, **kw)
     assert all(torch.equal(out[j, 0], out[j, 1]) for j in range(4))
     assert model.training and all(m.training for n, m in model.named_modules() if n.endswith("lora_dropout.default"))
+
+
+def test_load_adapter_of_a_bayesian_folder_as_a_new_adapter_says_it_is_the_means(tmp_path):
+    model = _model("llama")
+    _move_b(model)
+    model.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="plain LoRA adapter at the posterior means"):
+        model.load_adapter(str(tmp_path), "other")
+    assert not any(isinstance(m, BayesModule) for n, m in model.named_modules() if n.endswith(".other"))

@@ -420,7 +420,11 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
     if any(v.get("prior") is None for v in layers.values()):
         raise UserError(f"{rec_path} could not record the prior (a torch.distributions one?); load with peft and "
                         "bbb.bayesianize, then load_state_dict")
-    model = get_peft_model(base_model, config, adapter_name=adapter_name)
+    try:
+        model = get_peft_model(base_model, config, adapter_name=adapter_name)
+    except ValueError as e:  # peft: the adapter's target modules are not in this model
+        raise UserError(f"the LoRA adapter in {src} does not fit this base model ({type(base_model).__name__}): "
+                        f"{str(e).splitlines()[0]} (pass a fresh copy of the model it was trained on)") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         bayesianize(model, prior=prior_from_config(first["prior"]), estimator=first.get("estimator", "reparam"),
@@ -441,7 +445,12 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
         m.rho_init = float(spec["rho_init"])
     weights = _bbb_state(load_peft_weights(str(src)))
     masks = _expect_masks(model, made.values(), weights)
-    result: Any = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
+    try:
+        result: Any = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
+    except RuntimeError as e:  # torch's load_state_dict: another shape (a base model of another size)
+        why = next((line.strip() for line in str(e).splitlines() if "size mismatch" in line), str(e).splitlines()[0])
+        raise UserError(f"the LoRA adapter in {src} does not fit this base model: {why} (pass a fresh copy of the "
+                        "model it was trained on)") from None
     missing = [k for k in result.missing_keys if f".{adapter_name}." in k]
     for k in [k for k in missing if k in masks]:  # a layer the pruning left without a mask
         module, _, buffer = k.rpartition(".")

@@ -230,3 +230,16 @@ def test_load_adapter_of_a_bayesian_folder_as_a_new_adapter_says_it_is_the_means
     with pytest.warns(UserWarning, match="plain LoRA adapter at the posterior means"):
         model.load_adapter(str(tmp_path), "other")
     assert not any(isinstance(m, BayesModule) for n, m in model.named_modules() if n.endswith(".other"))
+
+
+@pytest.mark.parametrize("other", ["wider", "gpt2"])
+def test_an_adapter_on_another_base_model_is_a_one_line_error(other, tmp_path):
+    _model("bert").save_pretrained(tmp_path)
+    if other == "wider":  # the same family, another hidden size: torch's size mismatch
+        cfg = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=32, max_position_embeddings=32, num_labels=C)
+        base = transformers.BertForSequenceClassification(cfg)
+    else:  # no module of the adapter's target names: peft's ValueError
+        base = _base("gpt2")
+    with pytest.raises(bbb.errors.UserError, match=r"does not fit this base model.*\(pass a fresh copy"):
+        bbb.from_pretrained(tmp_path, base_model=base)

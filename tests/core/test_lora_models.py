@@ -243,3 +243,17 @@ def test_an_adapter_on_another_base_model_is_a_one_line_error(other, tmp_path):
         base = _base("gpt2")
     with pytest.raises(bbb.errors.UserError, match=r"does not fit this base model.*\(pass a fresh copy"):
         bbb.from_pretrained(tmp_path, base_model=base)
+
+
+def test_bayesianize_again_with_other_settings_says_they_are_not_applied():
+    model = _model("llama")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bbb.bayesianize(model)  # the same (default) settings: nothing to say
+        bbb.bayesianize(model, lora="AB")  # B converts; A's settings are those passed
+    assert not [w for w in caught if "Bayesian already" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"Bayesian already .* with another prior, rho_init, which it does not change"):
+        bbb.bayesianize(model, prior=bbb.GaussianPrior(0.05), rho_init=-3.0)
+    assert all(m.prior == bbb.GaussianPrior(0.2) and m.rho_init == -5.0 for m in bayes_modules(model))
+    with pytest.raises(bbb.errors.UserError, match="Bayesian already"):
+        bbb.bayesianize(model, estimator="flipout", strict=True)

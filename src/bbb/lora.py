@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 
 from .errors import UserError
-from .nn import BayesModule
+from .nn import BayesModule, bayes_modules
 from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["LORA_MODES", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
@@ -509,7 +509,12 @@ def optim_groups(model: nn.Module, lr: float, rho_lr_scale: float = LORA_RHO_LR_
 def untrained_adapters(model: nn.Module) -> list[str]:
     """The LoRA layers (qualified names, with the adapter) whose active adapter has a Bayesian A and a
     deterministic B that is exactly 0 (peft's init): the samples of A all give the base model."""
-    out = []
+    return list(_untrained(model))
+
+
+def _untrained(model: nn.Module) -> dict[str, nn.Module]:
+    """:func:`untrained_adapters`, each with its Bayesian A."""
+    out = {}
     for name, layer in lora_layers(model):
         As: Any = layer.lora_A
         Bs: Any = layer.lora_B
@@ -518,17 +523,23 @@ def untrained_adapters(model: nn.Module) -> list[str]:
             if isinstance(a, BayesModule) and b is not None and not isinstance(b, BayesModule):
                 w = getattr(b, "weight", None)
                 if isinstance(w, torch.Tensor) and not bool(w.detach().any()):
-                    out.append(f"{name} ({key})")
+                    out[f"{name} ({key})"] = a
     return out
 
 
 def warn_untrained(model: nn.Module, who: str) -> None:
-    """Warn when a Bayesian-A adapter of ``model`` is untrained (B = 0): ``who``'s samples are then equal."""
+    """Warn when a Bayesian-A adapter of ``model`` is untrained (B = 0): its samples of A then change
+    nothing, and where no other Bayesian layer samples, ``who``'s samples are equal."""
     if not _peft_lora_layer():
         return
-    left = untrained_adapters(model)
-    if left:
+    found = _untrained(model)
+    if found:
+        left = list(found)
         more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+        ids = {id(a) for a in found.values()}
+        others = any(id(m) not in ids for m in bayes_modules(model, active=True))
+        what = ("the samples differ only through the model's other Bayesian layers (the head, another B)" if others
+                else "every sample is the base model, so the samples are identical")
         warnings.warn(f"{who}: the LoRA adapter's B is 0 (peft's init, untrained) in {', '.join(left[:3])}{more}: "
-                      "with A Bayesian and B = 0 every sample is the base model, so the samples are identical "
-                      "until training moves B", UserWarning, stacklevel=3)
+                      f"with A Bayesian and B = 0 a sample of A changes nothing there, and {what} until training "
+                      "moves B", UserWarning, stacklevel=3)

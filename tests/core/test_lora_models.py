@@ -257,3 +257,15 @@ def test_bayesianize_again_with_other_settings_says_they_are_not_applied():
     assert all(m.prior == bbb.GaussianPrior(0.2) and m.rho_init == -5.0 for m in bayes_modules(model))
     with pytest.raises(bbb.errors.UserError, match="Bayesian already"):
         bbb.bayesianize(model, estimator="flipout", strict=True)
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_the_untrained_adapter_warning_says_equal_samples_only_where_they_are(head):
+    model = _model("bert", modules_to_save=head)  # B = 0; with head=True the head's posterior samples
+    batch = _inputs(_batch("bert"))
+    with pytest.warns(UserWarning, match="B is 0") as caught:
+        out = predict(model, batch, num_samples=3)
+    said = " ".join(str(w.message) for w in caught)
+    assert torch.equal(out[0], out[1]) is (not head)
+    assert ("the samples are identical" in said) is (not head)
+    assert ("differ only through the model's other Bayesian layers" in said) is head

@@ -512,7 +512,7 @@ def untrained_adapters(model: nn.Module) -> list[str]:
     return list(_untrained(model))
 
 
-def _untrained(model: nn.Module) -> dict[str, nn.Module]:
+def _untrained(model: nn.Module) -> dict[str, BayesModule]:
     """:func:`untrained_adapters`, each with its Bayesian A."""
     out = {}
     for name, layer in lora_layers(model):

@@ -26,9 +26,11 @@ transformers and safetensors are imported inside the functions only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,10 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     posterior says the model might write, for diversity or uncertainty over whole answers; returns
     (k, B, T'). The k networks run batched (the prompts repeated k times in one ``generate`` call).
     The model runs in ``eval()`` (its dropout off: a model left in ``train()`` after a training loop
-    would draw new dropout masks at every token) and is left in the mode it was in.
+    would draw new dropout masks at every token) and is left in the mode it was in. Layers trained
+    with the ``flipout`` or ``local`` estimator draw their weights here as ``reparam`` layers do (the
+    same posterior): their own noise is per example and per call, so network j would not be one
+    network across the tokens and prompts.
 
     >>> texts = bbb.hf.generate(model, {"input_ids": ids, "attention_mask": mask}, num_samples=5,
     ...                         max_new_tokens=20)       # (5, B, T'): 5 adapters drawn from q
@@ -107,12 +112,28 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     k = check_int("num_samples", num_samples)
     b = input_batch_size(kw, 0)
     warn_untrained(model, "generate")
-    with torch.no_grad(), modes_kept(model), sampling(model, "sample"), shared_samples(), folded_samples(k):
+    with (torch.no_grad(), modes_kept(model), _weights_drawn(model), sampling(model, "sample"), shared_samples(),
+          folded_samples(k)):
         out = model.generate(**fold_inputs(kw, k, 0, b), **kwargs)  # type: ignore[operator]
     if not isinstance(out, torch.Tensor):
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
                         "return_dict_in_generate unset")
     return out.view(k, b, *out.shape[1:])
+
+
+@contextlib.contextmanager
+def _weights_drawn(model: nn.Module) -> Iterator[None]:
+    """Every Bayesian layer of ``model`` draws whole weights inside the block (its estimator
+    ``reparam``; each back to its own after): a draw is then one network for every row and call."""
+    layers = [m for m in model.modules() if isinstance(m, BayesModule) and m.estimator is not Estimator.REPARAM]
+    saved = [m.estimator for m in layers]
+    for m in layers:
+        m.estimator = Estimator.REPARAM
+    try:
+        yield
+    finally:
+        for m, e in zip(layers, saved):
+            m.estimator = e
 
 
 def conversion_record(model: nn.Module) -> dict[str, Any]:

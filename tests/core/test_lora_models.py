@@ -269,3 +269,20 @@ def test_the_untrained_adapter_warning_says_equal_samples_only_where_they_are(he
     assert torch.equal(out[0], out[1]) is (not head)
     assert ("the samples are identical" in said) is (not head)
     assert ("differ only through the model's other Bayesian layers" in said) is head
+
+
+@pytest.mark.parametrize("estimator", ["flipout", "local"])
+def test_generate_with_samples_is_one_network_per_sequence_whatever_the_estimator(estimator):
+    """Flipout (BLoB's) and local reparameterisation draw their noise per example and per call: in
+    ``bbb.hf.generate`` the layers draw whole weights, so network j writes one prompt given twice the
+    same way; their estimator is theirs again after."""
+    model = _model("llama", lora="AB", estimator=estimator)
+    for m in bayes_modules(model):
+        with torch.no_grad():
+            m.weight_mu.add_(0.3 * torch.randn_like(m.weight_mu))
+            m.weight_rho.fill_(0.0)
+    prompt = torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]])
+    out = bbb.hf.generate(model, prompt, num_samples=4, max_new_tokens=8, do_sample=False)
+    assert all(torch.equal(out[j, 0], out[j, 1]) for j in range(4))
+    assert len({tuple(out[j, 0].tolist()) for j in range(4)}) > 1
+    assert all(m.estimator.value == estimator for m in bayes_modules(model))

@@ -252,14 +252,28 @@ def lora_record(model: nn.Module, adapter: str) -> dict[str, Any]:
         raise UserError(f"{type(model).__name__} is no Bayesian LoRA model: run bbb.bayesianize(model) first")
     layers = {}
     for name, m in model.named_modules():
-        if isinstance(m, BayesModule) and f".{adapter}" in f".{name}.":
-            parts = name.split(".")
-            if adapter in parts:
-                layers[".".join(p for p in parts if p != adapter)] = layer_spec(m)
+        key = _without_adapter(name, adapter) if isinstance(m, BayesModule) else None
+        if key is not None:
+            layers[key] = layer_spec(m)
     p = next(model.parameters())
     return {"format": _FORMAT, "kind": "lora", "adapter": adapter, "lora": info["lora"],
             "modules_to_save": info["modules_to_save"], "dtype": str(p.dtype).removeprefix("torch."),
             "layers": layers}
+
+
+#: the modules of a peft LoRA model that hold one entry per adapter, keyed by the adapter's name
+_PER_ADAPTER = ("lora_A", "lora_B", "modules_to_save")
+
+
+def _without_adapter(name: str, adapter: str) -> str | None:
+    """The qualified module name ``name`` without its adapter key when the module belongs to adapter
+    ``adapter`` (the key after ``lora_A``, ``lora_B`` or ``modules_to_save``), else None: an adapter
+    named as a module of the model (``attn``) is told from that module."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1):
+        if parts[i] in _PER_ADAPTER and parts[i + 1] == adapter:
+            return ".".join(parts[:i + 1] + parts[i + 2:])
+    return None
 
 
 def _adapter_folders(save_directory: str | Path, adapters: list[str]) -> Iterator[tuple[str, Path]]:
@@ -340,7 +354,7 @@ class _BayesPeftModel:
             mapping = {**key_mapping, **mapping}
         result = super().load_adapter(model_id, adapter_name, *args, key_mapping=mapping or None,  # type: ignore[misc]
                                       **kwargs)
-        missing = [k for k in result.missing_keys if f".{adapter_name}." in f"{k}."
+        missing = [k for k in result.missing_keys if _without_adapter(k, adapter_name) is not None
                    and k.endswith(("_mu", "_rho"))]
         if mapping and missing:
             raise UserError(f"the adapter in {model_id} did not load into the Bayesian adapter {adapter_name!r}: "
@@ -431,9 +445,9 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
                     lora=record["lora"], modules_to_save=record["modules_to_save"])
     made = {}
     for name, m in model.named_modules():
-        parts = name.split(".")
-        if isinstance(m, BayesModule) and adapter_name in parts:
-            made[".".join(p for p in parts if p != adapter_name)] = m
+        key = _without_adapter(name, adapter_name) if isinstance(m, BayesModule) else None
+        if key is not None:
+            made[key] = m
     if set(made) != set(layers):
         diff = sorted(set(made) ^ set(layers))[:3]
         raise UserError(f"the LoRA adapter in {src} does not fit this base model: layers {', '.join(diff)} differ "
@@ -451,7 +465,7 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
         why = next((line.strip() for line in str(e).splitlines() if "size mismatch" in line), str(e).splitlines()[0])
         raise UserError(f"the LoRA adapter in {src} does not fit this base model: {why} (pass a fresh copy of the "
                         "model it was trained on)") from None
-    missing = [k for k in result.missing_keys if f".{adapter_name}." in k]
+    missing = [k for k in result.missing_keys if _without_adapter(k, adapter_name) is not None]
     for k in [k for k in missing if k in masks]:  # a layer the pruning left without a mask
         module, _, buffer = k.rpartition(".")
         delattr(model.get_submodule(module), buffer)

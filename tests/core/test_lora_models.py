@@ -286,3 +286,21 @@ def test_generate_with_samples_is_one_network_per_sequence_whatever_the_estimato
     assert all(torch.equal(out[j, 0], out[j, 1]) for j in range(4))
     assert len({tuple(out[j, 0].tolist()) for j in range(4)}) > 1
     assert all(m.estimator.value == estimator for m in bayes_modules(model))
+
+
+def test_an_adapter_named_as_a_module_of_the_model_saves_and_loads_exact(tmp_path):
+    """GPT-2's attention module is ``attn``: an adapter of that name is told from it (its record held
+    the other adapter's layers, and every base weight under ``attn`` counted as its missing key)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_peft_model(_base("gpt2"), LoraConfig(r=4, lora_alpha=8, **FAMILIES["gpt2"][1]))
+        model.add_adapter("attn", LoraConfig(r=2, lora_alpha=4, **FAMILIES["gpt2"][1]))
+    bbb.bayesianize(model)
+    _move_b(model)
+    model.save_pretrained(tmp_path)
+    again = bbb.from_pretrained(tmp_path / "attn", base_model=_base("gpt2"), adapter_name="attn")
+    mine, theirs = model.state_dict(), again.state_dict()
+    ours = [k for k in mine if ".attn.weight" in k or ".attn.bias" in k or ".attn.weight_" in k]
+    assert ours and all(torch.equal(mine[k], theirs[k]) for k in ours)
+    assert len(list(bayes_modules(again))) == len([m for n, m in model.named_modules()
+                                                   if isinstance(m, BayesModule) and n.endswith(".attn")])

@@ -250,12 +250,13 @@ def lora_record(model: nn.Module, adapter: str) -> dict[str, Any]:
     info = model.__dict__.get("bbb_lora")
     if info is None:
         raise UserError(f"{type(model).__name__} is no Bayesian LoRA model: run bbb.bayesianize(model) first")
-    layers = {}
+    layers, own = {}, []
     for name, m in model.named_modules():
         key = _without_adapter(name, adapter) if isinstance(m, BayesModule) else None
         if key is not None:
             layers[key] = layer_spec(m)
-    p = next(model.parameters())
+            own.append(m.mu(m.param_names()[0]))
+    p = own[0] if own else next(model.parameters())  # the adapter's dtype (peft keeps it float32 on a bf16 base)
     return {"format": _FORMAT, "kind": "lora", "adapter": adapter, "lora": info["lora"],
             "modules_to_save": info["modules_to_save"], "dtype": str(p.dtype).removeprefix("torch."),
             "layers": layers}

@@ -6,6 +6,7 @@ batch-invariant; save/load exact; a few steps lower the loss."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 
@@ -304,3 +305,16 @@ def test_an_adapter_named_as_a_module_of_the_model_saves_and_loads_exact(tmp_pat
     assert ours and all(torch.equal(mine[k], theirs[k]) for k in ours)
     assert len(list(bayes_modules(again))) == len([m for n, m in model.named_modules()
                                                    if isinstance(m, BayesModule) and n.endswith(".attn")])
+
+
+def test_the_record_of_an_adapter_on_a_bfloat16_base_names_the_adapters_dtype(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_peft_model(_base("llama").to(torch.bfloat16), LoraConfig(r=4, lora_alpha=8, **FAMILIES["llama"][1]))
+    bbb.bayesianize(model)
+    assert {m.weight_mu.dtype for m in bayes_modules(model)} == {torch.float32}  # peft's autocast of adapters
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "bbb_conversion.json").read_text())["dtype"] == "float32"
+    again = bbb.from_pretrained(tmp_path, base_model=_base("llama").to(torch.bfloat16))
+    mine, theirs = model.state_dict(), again.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) and mine[k].dtype == theirs[k].dtype for k in mine)

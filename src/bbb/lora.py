@@ -387,20 +387,29 @@ def _mean_key_mapping(model: nn.Module, adapter_name: str) -> dict[str, str]:
 
 
 _MERGE_NOTE = ("{what}: the Bayesian LoRA adapters are merged at their posterior mean (the weights' sigma is "
-               "dropped): the merged model is one deterministic network, not the posterior")
+               "dropped): the merged model is {result}")
+_MERGED = {False: "one deterministic network, not the posterior",
+           True: "the adapters' mean network, its head (modules_to_save=True) still Bayesian"}
 
 
 class _BayesTuner:
     """bbb's additions to peft's tuner (``LoraModel``): merging says that it merges the posterior mean."""
 
     def merge_adapter(self, *args: Any, **kwargs: Any) -> None:
-        warnings.warn(_MERGE_NOTE.format(what="merge_adapter"), UserWarning, stacklevel=2)
+        warnings.warn(_MERGE_NOTE.format(what="merge_adapter", result=_MERGED[_bayes_head(self)]), UserWarning,
+                      stacklevel=2)
         super().merge_adapter(*args, **kwargs)  # type: ignore[misc]
 
     def _unload_and_optionally_merge(self, merge: bool = True, *args: Any, **kwargs: Any) -> Any:
         if merge:
-            warnings.warn(_MERGE_NOTE.format(what="merge_and_unload"), UserWarning, stacklevel=3)
+            warnings.warn(_MERGE_NOTE.format(what="merge_and_unload", result=_MERGED[_bayes_head(self)]), UserWarning,
+                          stacklevel=3)
         return super()._unload_and_optionally_merge(merge, *args, **kwargs)  # type: ignore[misc]
+
+
+def _bayes_head(tuner: Any) -> bool:
+    """Whether a copy peft trains of ``modules_to_save`` (the head) is Bayesian: merging keeps it."""
+    return any(isinstance(m, BayesModule) and ".modules_to_save." in f".{n}." for n, m in tuner.named_modules())
 
 
 def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str = "default",

@@ -318,3 +318,15 @@ def test_the_record_of_an_adapter_on_a_bfloat16_base_names_the_adapters_dtype(tm
     again = bbb.from_pretrained(tmp_path, base_model=_base("llama").to(torch.bfloat16))
     mine, theirs = model.state_dict(), again.state_dict()
     assert all(torch.equal(mine[k], theirs[k]) and mine[k].dtype == theirs[k].dtype for k in mine)
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_merging_says_whether_the_head_stays_bayesian(head):
+    model = _model("bert", modules_to_save=head)
+    _move_b(model)
+    with pytest.warns(UserWarning, match="posterior mean") as caught:
+        merged = model.merge_and_unload()
+    said = " ".join(str(w.message) for w in caught)
+    assert ("one deterministic network" in said) is (not head)
+    assert ("head (modules_to_save=True) still Bayesian" in said) is head
+    assert any(isinstance(m, BayesModule) for m in merged.modules()) is head

@@ -30,7 +30,7 @@ import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from .nn.tied import tie_groups
 from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
+           "check_decoder_inputs",
            "CONVERSION_FILE",
            "WEIGHTS_FILE"]
 
@@ -71,6 +72,26 @@ def causal_lm(model: nn.Module) -> bool:
         return False
     names = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
     return any(c.__name__ in names for c in type(inner).__mro__)
+
+
+def check_decoder_inputs(model: nn.Module, inputs: Any, who: str) -> None:
+    """A one-line error when ``model`` is a transformers encoder-decoder model (BART, T5...; a peft
+    model is looked through), scored on its ``labels`` (which bbb takes out of the batch), and the
+    batch ``inputs`` carry no ``decoder_input_ids``: transformers builds them from the labels inside
+    the model, so its decoder would read other tokens (BART: the source, shifted; T5: none) and the
+    labels would be scored against the wrong outputs. Nothing is imported."""
+    if "transformers" not in sys.modules or not isinstance(inputs, Mapping):
+        return
+    if "decoder_input_ids" in inputs or "decoder_inputs_embeds" in inputs:
+        return
+    get = getattr(model, "get_base_model", None)
+    inner = get() if callable(get) else model
+    if not getattr(getattr(inner, "config", None), "is_encoder_decoder", False):
+        return
+    raise UserError(f"{who}: {type(inner).__name__} is an encoder-decoder model, whose decoder reads the labels "
+                    "shifted (transformers makes them from 'labels', which bbb scores and does not pass to the "
+                    "model): give the batch its 'decoder_input_ids', model.prepare_decoder_input_ids_from_labels("
+                    "labels=labels), as transformers' DataCollatorForSeq2Seq(tokenizer, model=model) does")
 
 
 def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kwargs: Any) -> torch.Tensor:

@@ -191,3 +191,29 @@ def test_generate_in_train_mode_warns_that_each_token_gets_new_weights(lora):
         model.generate(input_ids=prompt, **kw)
     said = [str(w.message) for w in caught if "in train() mode draws new weights" in str(w.message)]
     assert len(said) == 1 and "model.eval()" in said[0]
+
+
+def test_an_encoder_decoder_model_needs_its_decoder_inputs_in_the_batch():
+    """BART builds its decoder's inputs from ``labels``, which bbb scores and does not pass on: without
+    ``decoder_input_ids`` its decoder read the source, shifted, and a source as long as the target
+    scored silently wrong; with them the ELBO's NLL is the model's own loss."""
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=32)
+    model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
+                            strict=False).eval()
+    g = torch.Generator().manual_seed(2)
+    src, tgt = torch.randint(3, 40, (2, 6), generator=g), torch.randint(3, 40, (2, 6), generator=g)
+    batch = {"input_ids": src, "labels": tgt}
+    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
+        bbb.ELBO(model, num_batches=1)(batch)
+    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
+        bbb.uncertainty.evaluate(model, batch)
+    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
+        bbb.uncertainty.evaluate(model, [batch])
+    batch["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(labels=tgt)
+    with torch.no_grad():
+        own = model(**batch).loss
+        out = bbb.ELBO(model, num_batches=1)(batch)
+    torch.testing.assert_close(out.nll / tgt.numel(), own)

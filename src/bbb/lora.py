@@ -351,10 +351,20 @@ class _BayesPeftModel:
         peft's plain one: from a Bayesian adapter's folder, its posterior means, with a warning."""
         new = adapter_name not in self.peft_config  # type: ignore[attr-defined]
         mapping = {} if new else _mean_key_mapping(self, adapter_name)  # type: ignore[arg-type]
+        masks: set[str] = set()
+        if mapping:  # a pruned adapter's masks: peft loads a saved key only onto a key the model has
+            layers = [m for n, m in self.named_modules()  # type: ignore[attr-defined]
+                      if isinstance(m, BayesModule) and _without_adapter(n, adapter_name) is not None]
+            had = {k for k, _ in self.named_buffers() if k.endswith("_mask")}  # type: ignore[attr-defined]
+            masks = _expect_masks(self, layers, _saved_keys(Path(model_id) / kwargs.get("subfolder", ""))) - had  # type: ignore[arg-type]
         if key_mapping:
             mapping = {**key_mapping, **mapping}
         result = super().load_adapter(model_id, adapter_name, *args, key_mapping=mapping or None,  # type: ignore[misc]
                                       **kwargs)
+        for k in [k for k in result.missing_keys if k in masks]:  # a layer the pruning left without a mask
+            module, _, buffer = k.rpartition(".")
+            delattr(self.get_submodule(module), buffer)  # type: ignore[attr-defined]
+            result.missing_keys.remove(k)
         missing = [k for k in result.missing_keys if _without_adapter(k, adapter_name) is not None
                    and k.endswith(("_mu", "_rho"))]
         if mapping and missing:
@@ -367,6 +377,18 @@ class _BayesPeftModel:
                           "(sigma dropped); bbb.from_pretrained(folder, base_model=..., adapter_name=...) loads "
                           "the posterior", UserWarning, stacklevel=2)
         return result
+
+
+def _saved_keys(folder: Path) -> dict[str, Any]:
+    """The keys of the adapter file in ``folder`` (read without the tensors where it is safetensors;
+    none for a folder not on this machine)."""
+    st, pt = folder / "adapter_model.safetensors", folder / "adapter_model.bin"
+    if st.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt") as f:
+            return dict.fromkeys(f.keys())
+    return torch.load(pt, weights_only=True, map_location="cpu") if pt.is_file() else {}
 
 
 def _mean_key_mapping(model: nn.Module, adapter_name: str) -> dict[str, str]:

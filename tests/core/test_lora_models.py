@@ -330,3 +330,20 @@ def test_merging_says_whether_the_head_stays_bayesian(head):
     assert ("one deterministic network" in said) is (not head)
     assert ("head (modules_to_save=True) still Bayesian" in said) is head
     assert any(isinstance(m, BayesModule) for m in merged.modules()) is head
+
+
+def test_load_adapter_of_a_pruned_adapter_keeps_its_masks(tmp_path):
+    from bbb.prune import count_weights, prune
+
+    model = _model("gpt2", lora="AB")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_()
+    res = prune(model, 0.5)
+    model.save_pretrained(tmp_path)
+    fresh = _model("gpt2", lora="AB")  # as transformers' Trainer rebuilds it to resume
+    fresh.load_adapter(str(tmp_path), "default", is_trainable=True)
+    assert count_weights(fresh) == count_weights(model) == (res.total, res.kept) and res.kept < res.total
+    mine, theirs = model.state_dict(), fresh.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)

@@ -119,8 +119,11 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     from .nn.inputs import fold_inputs, input_batch_size
     from .nn.model import modes_kept
 
-    if not hasattr(model, "generate"):
-        raise UserError(f"generate needs a transformers model with .generate, got {type(model).__name__}")
+    get = getattr(model, "get_base_model", None)
+    inner = get() if callable(get) else model  # (a peft model has generate whatever the model it adapts)
+    if not callable(getattr(model, "generate", None)) or not callable(getattr(inner, "generate", None)):
+        raise UserError(f"generate needs a transformers model with .generate (a generating one: GPT-2, Llama, "
+                        f"BART...), got {type(inner).__name__}")
     kw = dict(inputs) if isinstance(inputs, dict) else {"input_ids": inputs}
     # in eval() inside (each module back in its own mode after): a dropout layer, peft's lora_dropout
     # included, would otherwise draw new masks at every token of a model left in train()

@@ -347,3 +347,9 @@ def test_load_adapter_of_a_pruned_adapter_keeps_its_masks(tmp_path):
     assert count_weights(fresh) == count_weights(model) == (res.total, res.kept) and res.kept < res.total
     mine, theirs = model.state_dict(), fresh.state_dict()
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_generate_on_a_model_that_does_not_generate_is_a_one_line_error():
+    model = _model("bert")  # a peft model has generate, the classifier it adapts has none
+    with pytest.raises(bbb.errors.UserError, match="generate needs a transformers model with .generate"):
+        bbb.hf.generate(model, torch.tensor([[1, 2, 3]]))

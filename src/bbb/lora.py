@@ -397,7 +397,8 @@ def _mean_key_mapping(model: nn.Module, adapter_name: str) -> dict[str, str]:
     bbb's key: the inverse of :func:`_peft_keys`, name by name."""
     from peft.utils import get_peft_model_state_dict
 
-    keys = list(get_peft_model_state_dict(model, adapter_name=adapter_name))
+    # (save_embedding_layers=False: "auto" would look the base model up on the Hub; its keys are not ours)
+    keys = list(get_peft_model_state_dict(model, adapter_name=adapter_name, save_embedding_layers=False))
     out = {}
     for k in _peft_keys(dict.fromkeys(keys, torch.empty(0))):  # the saved names of the model's keys
         if f"{k}_mu" not in keys:

@@ -86,12 +86,29 @@ def check_decoder_inputs(model: nn.Module, inputs: Any, who: str) -> None:
         return
     get = getattr(model, "get_base_model", None)
     inner = get() if callable(get) else model
-    if not getattr(getattr(inner, "config", None), "is_encoder_decoder", False):
-        return
+    if not getattr(getattr(inner, "config", None), "is_encoder_decoder", False) or not _decodes_labels(inner):
+        return  # (BartForSequenceClassification's decoder reads its input_ids, shifted: no labels needed)
     raise UserError(f"{who}: {type(inner).__name__} is an encoder-decoder model, whose decoder reads the labels "
                     "shifted (transformers makes them from 'labels', which bbb scores and does not pass to the "
                     "model): give the batch its 'decoder_input_ids', model.prepare_decoder_input_ids_from_labels("
                     "labels=labels), as transformers' DataCollatorForSeq2Seq(tokenizer, model=model) does")
+
+
+def _decodes_labels(model: nn.Module) -> bool:
+    """Whether the transformers encoder-decoder ``model`` makes its decoder's inputs from ``labels``:
+    a sequence-to-sequence language model (``prepare_decoder_input_ids_from_labels``, or a class of
+    transformers' seq2seq, speech-seq2seq or vision-to-text mappings: Whisper), not a classifier."""
+    if callable(getattr(model, "prepare_decoder_input_ids_from_labels", None)):
+        return True
+    try:
+        from transformers.models.auto import modeling_auto as auto
+    except ImportError:  # pragma: no cover - another transformers layout
+        return False
+    names: set[str] = set()
+    for mapping in ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+                    "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES"):
+        names |= set(getattr(auto, mapping, {}).values())
+    return any(c.__name__ in names for c in type(model).__mro__)
 
 
 def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kwargs: Any) -> torch.Tensor:

@@ -217,3 +217,22 @@ def test_an_encoder_decoder_model_needs_its_decoder_inputs_in_the_batch():
         own = model(**batch).loss
         out = bbb.ELBO(model, num_batches=1)(batch)
     torch.testing.assert_close(out.nll / tgt.numel(), own)
+
+
+def test_an_encoder_decoder_classifier_scores_its_labels_without_decoder_inputs():
+    """BartForSequenceClassification's decoder reads its input_ids, shifted, not the labels: no refusal,
+    and the ELBO's NLL is the model's own loss."""
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=32, num_labels=3)
+    model = bbb.bayesianize(transformers.BartForSequenceClassification(cfg), skip=[nn.LayerNorm, nn.Embedding],
+                            strict=False).eval()
+    ids = torch.randint(3, 40, (2, 6), generator=torch.Generator().manual_seed(2))
+    ids[:, -1] = cfg.eos_token_id  # (its head reads the last end-of-sequence token)
+    batch = {"input_ids": ids, "labels": torch.tensor([0, 2])}
+    with torch.no_grad():
+        own = model(**batch).loss
+        out = bbb.ELBO(model, "categorical", num_batches=1)(batch)
+    torch.testing.assert_close(out.nll / 2, own)
+    assert bbb.uncertainty.evaluate(model, batch, num_samples=2)["nll"] > 0

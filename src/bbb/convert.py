@@ -402,9 +402,11 @@ def bayesianize(
             raise UserError("rho_init and sigma_init both set the initial sigma: pass one of them")
         kw["sigma_init"] = sigma_init
     if is_lora_model(model):
+        ignored = _settings_ignored(model, kw)  # (before the default prior: an argument at its default is none)
         if prior is None:
             kw["prior"] = GaussianPrior(LORA_PRIOR_SIGMA)
         out = bayesianize_lora(model, lora, modules_to_save, skipped, _convert_adapter, kw, strict, CONVERTIBLE)
+        _say_ignored(ignored, strict)
         warn_own_loss(out)  # transformers' Trainer trains on the model's own loss: no KL
         warn_generate_in_training(out)
         return out
@@ -478,13 +480,18 @@ def bayesianize(
         if strict:
             raise UserError(msg)
         warnings.warn(msg, UserWarning, stacklevel=2)
+    _say_ignored(ignored, strict)
+    return model
+
+
+def _say_ignored(ignored: str, strict: bool) -> None:
+    """Warn (``strict``: raise) that the settings passed leave the layers Bayesian already as they were."""
     if ignored:
         msg = (f"bayesianize: {ignored}, which it does not change: the settings passed apply only to the layers "
                "it converts now; convert the deterministic network to give every layer them")
         if strict:
             raise UserError(msg)
-        warnings.warn(msg, UserWarning, stacklevel=2)
-    return model
+        warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def _skipped_inside(layer: nn.Module, full: str, skipped: Callable[[str, nn.Module], bool], skip: Skip,

@@ -26,9 +26,11 @@ transformers and safetensors are imported inside the functions only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from .nn.tied import tie_groups
 from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
+           "check_decoder_inputs",
            "CONVERSION_FILE",
            "WEIGHTS_FILE"]
 
@@ -71,6 +74,43 @@ def causal_lm(model: nn.Module) -> bool:
     return any(c.__name__ in names for c in type(inner).__mro__)
 
 
+def check_decoder_inputs(model: nn.Module, inputs: Any, who: str) -> None:
+    """A one-line error when ``model`` is a transformers encoder-decoder model (BART, T5...; a peft
+    model is looked through), scored on its ``labels`` (which bbb takes out of the batch), and the
+    batch ``inputs`` carry no ``decoder_input_ids``: transformers builds them from the labels inside
+    the model, so its decoder would read other tokens (BART: the source, shifted; T5: none) and the
+    labels would be scored against the wrong outputs. Nothing is imported."""
+    if "transformers" not in sys.modules or not isinstance(inputs, Mapping):
+        return
+    if "decoder_input_ids" in inputs or "decoder_inputs_embeds" in inputs:
+        return
+    get = getattr(model, "get_base_model", None)
+    inner = get() if callable(get) else model
+    if not getattr(getattr(inner, "config", None), "is_encoder_decoder", False) or not _decodes_labels(inner):
+        return  # (BartForSequenceClassification's decoder reads its input_ids, shifted: no labels needed)
+    raise UserError(f"{who}: {type(inner).__name__} is an encoder-decoder model, whose decoder reads the labels "
+                    "shifted (transformers makes them from 'labels', which bbb scores and does not pass to the "
+                    "model): give the batch its 'decoder_input_ids', model.prepare_decoder_input_ids_from_labels("
+                    "labels=labels), as transformers' DataCollatorForSeq2Seq(tokenizer, model=model) does")
+
+
+def _decodes_labels(model: nn.Module) -> bool:
+    """Whether the transformers encoder-decoder ``model`` makes its decoder's inputs from ``labels``:
+    a sequence-to-sequence language model (``prepare_decoder_input_ids_from_labels``, or a class of
+    transformers' seq2seq, speech-seq2seq or vision-to-text mappings: Whisper), not a classifier."""
+    if callable(getattr(model, "prepare_decoder_input_ids_from_labels", None)):
+        return True
+    try:
+        from transformers.models.auto import modeling_auto as auto
+    except ImportError:  # pragma: no cover - another transformers layout
+        return False
+    names: set[str] = set()
+    for mapping in ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+                    "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES"):
+        names |= set(getattr(auto, mapping, {}).values())
+    return any(c.__name__ in names for c in type(model).__mro__)
+
+
 def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kwargs: Any) -> torch.Tensor:
     """Text from a Bayesian causal LM (converted whole, or a Bayesian LoRA model): transformers'
     ``model.generate`` with the posterior mean, or with ``num_samples`` networks drawn from the
@@ -83,18 +123,29 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     of its copy of every prompt (the same draw at every step, through the KV cache): what the
     posterior says the model might write, for diversity or uncertainty over whole answers; returns
     (k, B, T'). The k networks run batched (the prompts repeated k times in one ``generate`` call).
+    The model runs in ``eval()`` (its dropout off: a model left in ``train()`` after a training loop
+    would draw new dropout masks at every token) and is left in the mode it was in. Layers trained
+    with the ``flipout`` or ``local`` estimator draw their weights here as ``reparam`` layers do (the
+    same posterior): their own noise is per example and per call, so network j would not be one
+    network across the tokens and prompts.
 
     >>> texts = bbb.hf.generate(model, {"input_ids": ids, "attention_mask": mask}, num_samples=5,
     ...                         max_new_tokens=20)       # (5, B, T'): 5 adapters drawn from q
     """
     from .nn import folded_samples, sampling, shared_samples
     from .nn.inputs import fold_inputs, input_batch_size
+    from .nn.model import modes_kept
 
-    if not hasattr(model, "generate"):
-        raise UserError(f"generate needs a transformers model with .generate, got {type(model).__name__}")
+    get = getattr(model, "get_base_model", None)
+    inner = get() if callable(get) else model  # (a peft model has generate whatever the model it adapts)
+    if not callable(getattr(model, "generate", None)) or not callable(getattr(inner, "generate", None)):
+        raise UserError(f"generate needs a transformers model with .generate (a generating one: GPT-2, Llama, "
+                        f"BART...), got {type(inner).__name__}")
     kw = dict(inputs) if isinstance(inputs, dict) else {"input_ids": inputs}
+    # in eval() inside (each module back in its own mode after): a dropout layer, peft's lora_dropout
+    # included, would otherwise draw new masks at every token of a model left in train()
     if num_samples is None:
-        with torch.no_grad(), sampling(model, "mean"):
+        with torch.no_grad(), modes_kept(model), sampling(model, "mean"):
             return model.generate(**kw, **kwargs)  # type: ignore[operator]
     from .errors import check_int
     from .lora import warn_untrained
@@ -102,12 +153,28 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     k = check_int("num_samples", num_samples)
     b = input_batch_size(kw, 0)
     warn_untrained(model, "generate")
-    with torch.no_grad(), sampling(model, "sample"), shared_samples(), folded_samples(k):
+    with (torch.no_grad(), modes_kept(model), _weights_drawn(model), sampling(model, "sample"), shared_samples(),
+          folded_samples(k)):
         out = model.generate(**fold_inputs(kw, k, 0, b), **kwargs)  # type: ignore[operator]
     if not isinstance(out, torch.Tensor):
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
                         "return_dict_in_generate unset")
     return out.view(k, b, *out.shape[1:])
+
+
+@contextlib.contextmanager
+def _weights_drawn(model: nn.Module) -> Iterator[None]:
+    """Every Bayesian layer of ``model`` draws whole weights inside the block (its estimator
+    ``reparam``; each back to its own after): a draw is then one network for every row and call."""
+    layers = [m for m in model.modules() if isinstance(m, BayesModule) and m.estimator is not Estimator.REPARAM]
+    saved = [m.estimator for m in layers]
+    for m in layers:
+        m.estimator = Estimator.REPARAM
+    try:
+        yield
+    finally:
+        for m, e in zip(layers, saved):
+            m.estimator = e
 
 
 def conversion_record(model: nn.Module) -> dict[str, Any]:

@@ -26,6 +26,7 @@ posterior mean, with a warning that says so.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
@@ -36,7 +37,7 @@ import torch
 import torch.nn as nn
 
 from .errors import UserError
-from .nn import BayesModule
+from .nn import BayesModule, bayes_modules
 from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["LORA_MODES", "LORA_PRIOR_SIGMA", "lora_layers", "is_lora_model", "bayesianize_lora", "lora_record",
@@ -249,16 +250,31 @@ def lora_record(model: nn.Module, adapter: str) -> dict[str, Any]:
     info = model.__dict__.get("bbb_lora")
     if info is None:
         raise UserError(f"{type(model).__name__} is no Bayesian LoRA model: run bbb.bayesianize(model) first")
-    layers = {}
+    layers, own = {}, []
     for name, m in model.named_modules():
-        if isinstance(m, BayesModule) and f".{adapter}" in f".{name}.":
-            parts = name.split(".")
-            if adapter in parts:
-                layers[".".join(p for p in parts if p != adapter)] = layer_spec(m)
-    p = next(model.parameters())
+        key = _without_adapter(name, adapter) if isinstance(m, BayesModule) else None
+        if key is not None:
+            layers[key] = layer_spec(m)
+            own.append(m.mu(m.param_names()[0]))
+    p = own[0] if own else next(model.parameters())  # the adapter's dtype (peft keeps it float32 on a bf16 base)
     return {"format": _FORMAT, "kind": "lora", "adapter": adapter, "lora": info["lora"],
             "modules_to_save": info["modules_to_save"], "dtype": str(p.dtype).removeprefix("torch."),
             "layers": layers}
+
+
+#: the modules of a peft LoRA model that hold one entry per adapter, keyed by the adapter's name
+_PER_ADAPTER = ("lora_A", "lora_B", "modules_to_save")
+
+
+def _without_adapter(name: str, adapter: str) -> str | None:
+    """The qualified module name ``name`` without its adapter key when the module belongs to adapter
+    ``adapter`` (the key after ``lora_A``, ``lora_B`` or ``modules_to_save``), else None: an adapter
+    named as a module of the model (``attn``) is told from that module."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1):
+        if parts[i] in _PER_ADAPTER and parts[i + 1] == adapter:
+            return ".".join(parts[:i + 1] + parts[i + 2:])
+    return None
 
 
 def _adapter_folders(save_directory: str | Path, adapters: list[str]) -> Iterator[tuple[str, Path]]:
@@ -326,22 +342,97 @@ class _BayesPeftModel:
                                 "bbb.from_pretrained(folder, base_model=...) the posterior")
             cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
+    def load_adapter(self, model_id: str, adapter_name: str, *args: Any, key_mapping: dict[str, str] | None = None,
+                     **kwargs: Any) -> Any:
+        """peft's ``load_adapter``; into an adapter of this model that is Bayesian already (transformers'
+        ``Trainer`` resuming from a checkpoint, or loading its best one) each saved mean goes back
+        under bbb's key (``X.weight`` -> ``X.weight_mu``: peft's own mapping would leave it unloaded),
+        and a Bayesian parameter the folder does not hold is a one-line error. A new adapter is
+        peft's plain one: from a Bayesian adapter's folder, its posterior means, with a warning."""
+        new = adapter_name not in self.peft_config  # type: ignore[attr-defined]
+        mapping = {} if new else _mean_key_mapping(self, adapter_name)  # type: ignore[arg-type]
+        masks: set[str] = set()
+        if mapping:  # a pruned adapter's masks: peft loads a saved key only onto a key the model has
+            layers = [m for n, m in self.named_modules()  # type: ignore[attr-defined]
+                      if isinstance(m, BayesModule) and _without_adapter(n, adapter_name) is not None]
+            had = {k for k, _ in self.named_buffers() if k.endswith("_mask")}  # type: ignore[attr-defined]
+            masks = _expect_masks(self, layers, _saved_keys(Path(model_id) / kwargs.get("subfolder", ""))) - had  # type: ignore[arg-type]
+        if key_mapping:
+            mapping = {**key_mapping, **mapping}
+        result = super().load_adapter(model_id, adapter_name, *args, key_mapping=mapping or None,  # type: ignore[misc]
+                                      **kwargs)
+        for k in [k for k in result.missing_keys if k in masks]:  # a layer the pruning left without a mask
+            module, _, buffer = k.rpartition(".")
+            delattr(self.get_submodule(module), buffer)  # type: ignore[attr-defined]
+            result.missing_keys.remove(k)
+        missing = [k for k in result.missing_keys if _without_adapter(k, adapter_name) is not None
+                   and k.endswith(("_mu", "_rho"))]
+        if mapping and missing:
+            raise UserError(f"the adapter in {model_id} did not load into the Bayesian adapter {adapter_name!r}: "
+                            f"{len(missing)} posterior key(s) missing ({', '.join(missing[:2])}); a plain LoRA "
+                            "adapter's folder? load it into a model that is not Bayesian")
+        if new and (Path(model_id) / kwargs.get("subfolder", "") / CONVERSION_FILE).is_file():
+            warnings.warn(f"load_adapter: {model_id} holds a Bayesian LoRA adapter, loaded as the new adapter "
+                          f"{adapter_name!r} the way peft loads it: a plain LoRA adapter at the posterior means "
+                          "(sigma dropped); bbb.from_pretrained(folder, base_model=..., adapter_name=...) loads "
+                          "the posterior", UserWarning, stacklevel=2)
+        return result
+
+
+def _saved_keys(folder: Path) -> dict[str, Any]:
+    """The keys of the adapter file in ``folder`` (read without the tensors where it is safetensors;
+    none for a folder not on this machine)."""
+    st, pt = folder / "adapter_model.safetensors", folder / "adapter_model.bin"
+    if st.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt") as f:
+            return dict.fromkeys(f.keys())
+    return torch.load(pt, weights_only=True, map_location="cpu") if pt.is_file() else {}
+
+
+def _mean_key_mapping(model: nn.Module, adapter_name: str) -> dict[str, str]:
+    """peft's ``key_mapping`` (a regular expression on the saved key, without its ``base_model.model.``
+    prefix -> the key to load) that puts every posterior mean of adapter ``adapter_name`` back under
+    bbb's key: the inverse of :func:`_peft_keys`, name by name."""
+    from peft.utils import get_peft_model_state_dict
+
+    # (save_embedding_layers=False: "auto" would look the base model up on the Hub; its keys are not ours)
+    keys = list(get_peft_model_state_dict(model, adapter_name=adapter_name, save_embedding_layers=False))
+    out = {}
+    for k in _peft_keys(dict.fromkeys(keys, torch.empty(0))):  # the saved names of the model's keys
+        if f"{k}_mu" not in keys:
+            continue
+        prefix = "base_model.model." if k.startswith("base_model.model.") else "base_model." \
+            if k.startswith("base_model.") else ""
+        out[f"^{re.escape(k.removeprefix(prefix))}$"] = f"{k.removeprefix(prefix)}_mu"
+    return out
+
 
 _MERGE_NOTE = ("{what}: the Bayesian LoRA adapters are merged at their posterior mean (the weights' sigma is "
-               "dropped): the merged model is one deterministic network, not the posterior")
+               "dropped): the merged model is {result}")
+_MERGED = {False: "one deterministic network, not the posterior",
+           True: "the adapters' mean network, its head (modules_to_save=True) still Bayesian"}
 
 
 class _BayesTuner:
     """bbb's additions to peft's tuner (``LoraModel``): merging says that it merges the posterior mean."""
 
     def merge_adapter(self, *args: Any, **kwargs: Any) -> None:
-        warnings.warn(_MERGE_NOTE.format(what="merge_adapter"), UserWarning, stacklevel=2)
+        warnings.warn(_MERGE_NOTE.format(what="merge_adapter", result=_MERGED[_bayes_head(self)]), UserWarning,
+                      stacklevel=2)
         super().merge_adapter(*args, **kwargs)  # type: ignore[misc]
 
     def _unload_and_optionally_merge(self, merge: bool = True, *args: Any, **kwargs: Any) -> Any:
         if merge:
-            warnings.warn(_MERGE_NOTE.format(what="merge_and_unload"), UserWarning, stacklevel=3)
+            warnings.warn(_MERGE_NOTE.format(what="merge_and_unload", result=_MERGED[_bayes_head(self)]), UserWarning,
+                          stacklevel=3)
         return super()._unload_and_optionally_merge(merge, *args, **kwargs)  # type: ignore[misc]
+
+
+def _bayes_head(tuner: Any) -> bool:
+    """Whether a copy peft trains of ``modules_to_save`` (the head) is Bayesian: merging keeps it."""
+    return any(isinstance(m, BayesModule) and ".modules_to_save." in f".{n}." for n, m in tuner.named_modules())
 
 
 def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str = "default",
@@ -376,16 +467,20 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
     if any(v.get("prior") is None for v in layers.values()):
         raise UserError(f"{rec_path} could not record the prior (a torch.distributions one?); load with peft and "
                         "bbb.bayesianize, then load_state_dict")
-    model = get_peft_model(base_model, config, adapter_name=adapter_name)
+    try:
+        model = get_peft_model(base_model, config, adapter_name=adapter_name)
+    except ValueError as e:  # peft: the adapter's target modules are not in this model
+        raise UserError(f"the LoRA adapter in {src} does not fit this base model ({type(base_model).__name__}): "
+                        f"{str(e).splitlines()[0]} (pass a fresh copy of the model it was trained on)") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         bayesianize(model, prior=prior_from_config(first["prior"]), estimator=first.get("estimator", "reparam"),
                     lora=record["lora"], modules_to_save=record["modules_to_save"])
     made = {}
     for name, m in model.named_modules():
-        parts = name.split(".")
-        if isinstance(m, BayesModule) and adapter_name in parts:
-            made[".".join(p for p in parts if p != adapter_name)] = m
+        key = _without_adapter(name, adapter_name) if isinstance(m, BayesModule) else None
+        if key is not None:
+            made[key] = m
     if set(made) != set(layers):
         diff = sorted(set(made) ^ set(layers))[:3]
         raise UserError(f"the LoRA adapter in {src} does not fit this base model: layers {', '.join(diff)} differ "
@@ -397,8 +492,13 @@ def load_pretrained(folder: str | Path, base_model: nn.Module, adapter_name: str
         m.rho_init = float(spec["rho_init"])
     weights = _bbb_state(load_peft_weights(str(src)))
     masks = _expect_masks(model, made.values(), weights)
-    result: Any = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
-    missing = [k for k in result.missing_keys if f".{adapter_name}." in k]
+    try:
+        result: Any = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
+    except RuntimeError as e:  # torch's load_state_dict: another shape (a base model of another size)
+        why = next((line.strip() for line in str(e).splitlines() if "size mismatch" in line), str(e).splitlines()[0])
+        raise UserError(f"the LoRA adapter in {src} does not fit this base model: {why} (pass a fresh copy of the "
+                        "model it was trained on)") from None
+    missing = [k for k in result.missing_keys if _without_adapter(k, adapter_name) is not None]
     for k in [k for k in missing if k in masks]:  # a layer the pruning left without a mask
         module, _, buffer = k.rpartition(".")
         delattr(model.get_submodule(module), buffer)
@@ -456,7 +556,12 @@ def optim_groups(model: nn.Module, lr: float, rho_lr_scale: float = LORA_RHO_LR_
 def untrained_adapters(model: nn.Module) -> list[str]:
     """The LoRA layers (qualified names, with the adapter) whose active adapter has a Bayesian A and a
     deterministic B that is exactly 0 (peft's init): the samples of A all give the base model."""
-    out = []
+    return list(_untrained(model))
+
+
+def _untrained(model: nn.Module) -> dict[str, BayesModule]:
+    """:func:`untrained_adapters`, each with its Bayesian A."""
+    out = {}
     for name, layer in lora_layers(model):
         As: Any = layer.lora_A
         Bs: Any = layer.lora_B
@@ -465,17 +570,23 @@ def untrained_adapters(model: nn.Module) -> list[str]:
             if isinstance(a, BayesModule) and b is not None and not isinstance(b, BayesModule):
                 w = getattr(b, "weight", None)
                 if isinstance(w, torch.Tensor) and not bool(w.detach().any()):
-                    out.append(f"{name} ({key})")
+                    out[f"{name} ({key})"] = a
     return out
 
 
 def warn_untrained(model: nn.Module, who: str) -> None:
-    """Warn when a Bayesian-A adapter of ``model`` is untrained (B = 0): ``who``'s samples are then equal."""
+    """Warn when a Bayesian-A adapter of ``model`` is untrained (B = 0): its samples of A then change
+    nothing, and where no other Bayesian layer samples, ``who``'s samples are equal."""
     if not _peft_lora_layer():
         return
-    left = untrained_adapters(model)
-    if left:
+    found = _untrained(model)
+    if found:
+        left = list(found)
         more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+        ids = {id(a) for a in found.values()}
+        others = any(id(m) not in ids for m in bayes_modules(model, active=True))
+        what = ("the samples differ only through the model's other Bayesian layers (the head, another B)" if others
+                else "every sample is the base model, so the samples are identical")
         warnings.warn(f"{who}: the LoRA adapter's B is 0 (peft's init, untrained) in {', '.join(left[:3])}{more}: "
-                      "with A Bayesian and B = 0 every sample is the base model, so the samples are identical "
-                      "until training moves B", UserWarning, stacklevel=3)
+                      f"with A Bayesian and B = 0 a sample of A changes nothing there, and {what} until training "
+                      "moves B", UserWarning, stacklevel=3)

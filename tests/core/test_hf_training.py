@@ -78,6 +78,25 @@ def test_a_peft_model_and_a_reloaded_model_warn_too(tmp_path):
         assert len(_own_loss_warnings(caught)) == 1, type(model).__name__
 
 
+def test_a_peft_model_without_a_task_type_warns_and_its_elbo_does_not():
+    """``get_peft_model`` without ``task_type`` (docs/bayesian_lora.md's recipe) gives a ``PeftModel``,
+    whose forward takes ``**kwargs``: the labels reach the transformers model inside it."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=2)
+    lora = peft.get_peft_model(BertForSequenceClassification(cfg), peft.LoraConfig(r=2, target_modules=["query"]))
+    assert type(lora) is peft.PeftModel  # (no task_type)
+    bbb.bayesianize(lora)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bbb.ELBO(lora.train(), num_batches=1)(_batch(), batch_index=0).loss.backward()
+        assert _own_loss_warnings(caught) == []
+        lora(**_batch()).loss.backward()  # what transformers' Trainer does
+        lora(**_batch()).loss.backward()
+    assert len(_own_loss_warnings(caught)) == 1
+
+
 def _gpt2(checkpointing: bool, reentrant: bool = False):
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32, bos_token_id=0,
@@ -172,3 +191,48 @@ def test_generate_in_train_mode_warns_that_each_token_gets_new_weights(lora):
         model.generate(input_ids=prompt, **kw)
     said = [str(w.message) for w in caught if "in train() mode draws new weights" in str(w.message)]
     assert len(said) == 1 and "model.eval()" in said[0]
+
+
+def test_an_encoder_decoder_model_needs_its_decoder_inputs_in_the_batch():
+    """BART builds its decoder's inputs from ``labels``, which bbb scores and does not pass on: without
+    ``decoder_input_ids`` its decoder read the source, shifted, and a source as long as the target
+    scored silently wrong; with them the ELBO's NLL is the model's own loss."""
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=32)
+    model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
+                            strict=False).eval()
+    g = torch.Generator().manual_seed(2)
+    src, tgt = torch.randint(3, 40, (2, 6), generator=g), torch.randint(3, 40, (2, 6), generator=g)
+    batch = {"input_ids": src, "labels": tgt}
+    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
+        bbb.ELBO(model, num_batches=1)(batch)
+    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
+        bbb.uncertainty.evaluate(model, batch)
+    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
+        bbb.uncertainty.evaluate(model, [batch])
+    batch["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(labels=tgt)
+    with torch.no_grad():
+        own = model(**batch).loss
+        out = bbb.ELBO(model, num_batches=1)(batch)
+    torch.testing.assert_close(out.nll / tgt.numel(), own)
+
+
+def test_an_encoder_decoder_classifier_scores_its_labels_without_decoder_inputs():
+    """BartForSequenceClassification's decoder reads its input_ids, shifted, not the labels: no refusal,
+    and the ELBO's NLL is the model's own loss."""
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=32, num_labels=3)
+    model = bbb.bayesianize(transformers.BartForSequenceClassification(cfg), skip=[nn.LayerNorm, nn.Embedding],
+                            strict=False).eval()
+    ids = torch.randint(3, 40, (2, 6), generator=torch.Generator().manual_seed(2))
+    ids[:, -1] = cfg.eos_token_id  # (its head reads the last end-of-sequence token)
+    batch = {"input_ids": ids, "labels": torch.tensor([0, 2])}
+    with torch.no_grad():
+        own = model(**batch).loss
+        out = bbb.ELBO(model, "categorical", num_batches=1)(batch)
+    torch.testing.assert_close(out.nll / 2, own)
+    assert bbb.uncertainty.evaluate(model, batch, num_samples=2)["nll"] > 0

@@ -167,14 +167,23 @@ def _own_loss_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
 def warn_own_loss(model: nn.Module) -> None:
     """Make ``model`` (a converted model whose forward takes ``labels``: transformers', peft's) warn
     once when it is called with ``labels`` in training with gradients on: it then computes its own
-    loss, the likelihood alone (no KL). The ELBO never passes the labels on. Registered once."""
-    try:
-        takes_labels = "labels" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return
+    loss, the likelihood alone (no KL). The ELBO never passes the labels on. Registered once; on a
+    peft model whose forward passes ``**kwargs`` on (``PeftModel``, made without a ``task_type``),
+    on the transformers model inside it, which takes them."""
+    takes_labels = _takes_labels(model)
+    get = getattr(model, "get_base_model", None)
+    if not takes_labels and callable(get) and isinstance(inner := get(), nn.Module) and inner is not model:
+        model, takes_labels = inner, _takes_labels(inner)
     hooks = model._forward_pre_hooks.values()
     if takes_labels and not any(getattr(h, "__name__", "") == _own_loss_hook.__name__ for h in hooks):
         model.register_forward_pre_hook(_own_loss_hook, with_kwargs=True)
+
+
+def _takes_labels(model: nn.Module) -> bool:
+    try:
+        return "labels" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 #: the models :func:`warn_generate_in_training` has warned about (once each)

@@ -100,8 +100,9 @@ VAL_SEEDS = 2  #: the choice pools the held-out slices of the run's first VAL_SE
 
 @dataclass(frozen=True)
 class Setting:
-    """One point of a method's grid: ``kl_weight`` (BBB: the loss is NLL/N + kl_weight * KL/N, a
-    temperature; 1 is the ELBO), ``prior_sigma`` (the Gaussian prior's standard deviation on
+    """One point of a method's grid: ``kl_weight`` (BBB: the loss per example is NLL/B + kl_weight * KL/(M B),
+    M = ceil(N/B) the minibatches of an epoch of B: a temperature; 1 is the ELBO of N rounded up to
+    whole minibatches), ``prior_sigma`` (the Gaussian prior's standard deviation on
     the Bayesian adapters; MAP: the L2 of the same prior), and IVON's ``lr`` and ``ess`` (its
     effective sample size: above the few-shot set's size, a cold posterior). A setting left at 0 is
     not the method's (its label leaves it out: the labels of the other methods' settings, the keys

@@ -143,7 +143,8 @@ class _Objective:
         if method in ELBO_METHODS:
             import bbb
 
-            # loss = NLL summed over the batch + beta * KL / M; divided by the batch: NLL/B + kl_weight * KL / N
+            # loss = NLL summed over the batch + beta * KL / M; divided by the batch: NLL/B + kl_weight * KL / (M B),
+            # M B being N rounded up to whole minibatches (every minibatch of the stream is full)
             self.elbo = bbb.ELBO(model, "categorical", num_batches=max(1, math.ceil(n / batch)),
                                  kl_weighting="uniform", beta=setting.kl_weight)
 

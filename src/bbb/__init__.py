@@ -17,7 +17,7 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bbb`` stays cheap)
     from . import convert, distributions, engine, functional, hf, ivon, lora, nn, prune, random, uncertainty
-    from .convert import bayesianize, deterministic_layers, layer_summary, register_conversion
+    from .convert import bayesianize, register_conversion
     from .distributions import (
         CenteredPrior,
         DiagonalNormal,
@@ -43,6 +43,7 @@ if _typing.TYPE_CHECKING:  # the names below, imported on first use (``import bb
     from .errors import DataError, UserError
     from .functional import expand_samples
     from .hf import from_pretrained, save_pretrained
+    from .inventory import deterministic_layers, layer_summary
     from .ivon import IVON
     from .nn import (
         BayesConv1d,
@@ -63,7 +64,8 @@ _EXPORTS = {
     **dict.fromkeys(["convert", "distributions", "engine", "functional", "hf", "ivon", "nn", "prune", "random",
                      "uncertainty"]),
     "lora": None,
-    **dict.fromkeys(["bayesianize", "deterministic_layers", "layer_summary", "register_conversion"], "convert"),
+    **dict.fromkeys(["bayesianize", "register_conversion"], "convert"),
+    **dict.fromkeys(["deterministic_layers", "layer_summary"], "inventory"),
     **dict.fromkeys(["CenteredPrior", "DiagonalNormal", "GaussianPrior", "KLMode", "MemberPrior", "Prior",
                      "ScaleMixturePrior", "TorchPrior", "kl_divergence", "register_kl"], "distributions"),
     **dict.fromkeys(["ELBO", "Categorical", "ELBOOutput", "Gaussian", "HeteroscedasticGaussian",

@@ -30,7 +30,7 @@ LAYERS = {
     "functional": CORE, "nn": CORE, "elbo": CORE, "engine": CORE, "random": CORE,
     "uncertainty": CORE, "prune": CORE, "data": CORE, "plots": CORE, "convert": CORE, "devices": CORE,
     "hf": CORE, "progress": CORE, "lora": CORE, "records": CORE, "ivon": CORE, "laplace": CORE,
-    "ivon_buffers": CORE, "ivon_math": CORE,
+    "ivon_buffers": CORE, "ivon_math": CORE, "inventory": CORE,
     "runs": RUNS,
     "cli": APPS, "__main__": APPS, "sweep": APPS, "experiments": APPS,
 }

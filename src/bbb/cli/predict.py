@@ -2,13 +2,15 @@
 
 INPUT is a CSV with the run's feature columns (its target column, if there, is carried along), a
 .npy array or an .npz with an array x (and y, reported as the target), or a folder of PNG/JPEG
-images (for a run trained on 28x28 digits or clothes: converted to grey, resized to 28x28 and
-scaled as the training images were; needs Pillow, the ``images`` extra).
+images (for a run trained on images: MNIST-like digits or clothes, your own folder or image
+arrays; read as the training images were: grey or in colour, resized, scaled; needs Pillow, the
+``images`` extra). A folder of class subfolders and no images of its own, laid out as a training
+folder, is read whole: each image labelled by its subfolder.
 
 One row per input, in the input's order. First what joins it back to the input: a CSV's own
 columns (all of them, or ``--id COLUMN`` and the target column; one named like an output column,
 a target ``prediction`` say, as ``input_prediction``), an array's ``row`` (1 = the first) and
-``target``, or an image's ``file``. Then the prediction; a classifier's probability
+``target``, or an image's ``file`` (and ``label``, its subfolder). Then the prediction; a classifier's probability
 of each class, the predictive entropy and the mutual information (nats; the epistemic part); a
 regressor's predictive mean, sd, 95% interval and the sd's epistemic and aleatoric parts, in the
 target's units. A CSV's ``warning`` names what the network never saw in a row: a category unseen
@@ -78,7 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
                    help="a directory written by bbb train; several: their ensemble, the mean of their predictives "
                         "(runs of the same data and split, e.g. other --seed values)")
-    p.add_argument("input", metavar="INPUT", help="a CSV file, a .npy/.npz array or a folder of PNG/JPEG images")
+    p.add_argument("input", metavar="INPUT",
+                   help="a CSV file, a .npy/.npz array or a folder of PNG/JPEG images (or of class subfolders of "
+                        "them: each image labelled by its subfolder)")
     p.add_argument("--out", metavar="FILE.csv", default=None,
                    help="output file: the predictions as CSV (default: print them); an existing file is refused "
                         "without --overwrite, the input always")
@@ -213,7 +217,7 @@ def read_inputs(model: Any, path: Path, notes: list[str] | None = None) -> Any:
 def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
     import numpy as np
 
-    from ..data.images import load_image_folder
+    from ..data.images import IMAGE_SUFFIXES, load_image_folder, load_labelled_images
 
     if id_column is not None and not (path.is_file() and path.suffix.lower() == ".csv"):
         raise UserError(f"--id names a column of a CSV input; {path} is not a .csv file")
@@ -230,12 +234,19 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
                                ".npz of that shape" if pre.kind == "arrays" and len(shape) == 3 else ""))
         h, w = shape[-2:]
         warnings: list[str] = []
-        names, pixels, others = load_image_folder(path, (h, w), warnings, colour=len(shape) == 3 and shape[0] == 3)
+        colour = len(shape) == 3 and shape[0] == 3
+        labels: list[str] | None = None
+        if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir()) and \
+                any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
+            # laid out as a training folder (one subfolder per class): every subfolder's images, labelled by it
+            names, pixels, others, labels = load_labelled_images(path, (h, w), warnings, colour)
+        else:
+            names, pixels, others = load_image_folder(path, (h, w), warnings, colour)
         if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images)
             warnings = ["" if t.startswith("a light background") else t for t in warnings]
         notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "
-                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only its own .png/.jpg/.jpeg "
-                 "files are"] if others else []
+                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only "
+                 f"{'its subfolders' if labels is not None else 'its'} own .png/.jpg/.jpeg files are"] if others else []
         odd = [(n, t) for n, t in zip(names, warnings) if t]
         if odd:  # predicted all the same, but never silently: named, and referred as an unseen category is
             notes.append(f"bbb predict: warning: {len(odd)} image(s) of {path} are unlike the training images "
@@ -250,6 +261,9 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         if flags is not None:
             warnings = [f"{a}; {b}" if a and b else a or b for a, b in zip(warnings, flags)]
         shown = warnings if odd or any(flags or ()) else None
+        if labels is not None:  # (the subfolder each came from: its label, as an .npz's y is its target)
+            return _Input(model.encode(pixels), ["file", "label"], [[n, t] for n, t in zip(names, labels)], shown,
+                          notes)
         return _Input(model.encode(pixels), ["file"], [[n] for n in names], shown, notes)
     if not path.is_file():
         raise UserError(f"{path}: no such file or folder")

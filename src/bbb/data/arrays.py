@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, UserError
-from .images import IMAGE_SUFFIXES, load_image_folder
+from .images import IMAGE_SUFFIXES, class_folders, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
@@ -33,7 +33,7 @@ DEFAULT_IMAGE_SIZE = (28, 28)
 
 def image_files(folder: Path) -> list[Path]:
     """The image files of the class subfolders of ``folder`` that a run reads, in its order."""
-    return [p for sub in _class_folders(folder) for p in sorted(sub.iterdir())
+    return [p for sub in class_folders(folder) for p in sorted(sub.iterdir())
             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
 
 
@@ -50,10 +50,6 @@ def source_md5(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def _class_folders(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
 def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
                        colour: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: the images of ``folder``'s class subfolders as uint8 grey pixels (N, 1, H, W),
@@ -62,7 +58,7 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
     d = Path(folder)
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
-    subs = _class_folders(d)
+    subs = class_folders(d)
     loose = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     if not subs:
         raise UserError(f"{d}: no subfolders; training on images needs one subfolder per class, named by its class "
@@ -73,18 +69,13 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
                         "move each into its class's subfolder, or out of the folder")
     if len(subs) < 2:
         raise UserError(f"{d}: one class subfolder ({subs[0].name}); classification needs two or more")
-    xs, ys, odd, skipped = [], [], [], []
     for sub in subs:
         if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
             raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
                             "it (a class without images is never learned)")
-        notes: list[str] = []
-        names, pixels, others = load_image_folder(sub, size, notes, colour)
-        xs.append(pixels)
-        ys += [sub.name] * len(names)
-        odd += [f"{sub.name}/{n}: {t.split(':')[0]}" for n, t in zip(names, notes) if t.startswith(("blank",
-                                                                                                      "a transparent"))]
-        skipped += [f"{sub.name}/{o}" for o in others]
+    notes: list[str] = []
+    names, x, skipped, y = load_labelled_images(d, size, notes, colour)
+    odd = [f"{n}: {t.split(':')[0]}" for n, t in zip(names, notes) if t.startswith(("blank", "a transparent"))]
     if skipped:
         warnings.warn(f"{d}: {len(skipped)} file(s) or folder(s) not read ({', '.join(skipped[:3])}"
                       f"{', ...' if len(skipped) > 3 else ''}): only each class subfolder's own .png/.jpg/.jpeg files "
@@ -92,7 +83,7 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
     if odd:
         warnings.warn(f"{d}: {len(odd)} training image(s) are blank or transparent (first: {odd[0]}); they are "
                       "trained on as read", stacklevel=2)
-    return np.concatenate(xs), np.array(ys)
+    return x, np.array(y)
 
 
 def read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import DataError, UserError
 
-__all__ = ["IMAGE_SUFFIXES", "LIGHT_BORDER", "image_warning", "load_image_folder"]
+__all__ = ["IMAGE_SUFFIXES", "LIGHT_BORDER", "class_folders", "image_warning", "load_image_folder",
+           "load_labelled_images"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -114,3 +115,34 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
             why = " ".join(str(e).split())[:120] or type(e).__name__
             raise DataError(f"{p}: not a readable image ({why})") from None
     return [p.name for p in files], out, others
+
+
+def class_folders(folder: Path) -> list[Path]:
+    """The subfolders of ``folder`` (sorted by name; hidden ones left out): a labelled set's classes."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def load_labelled_images(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
+                         warnings: list[str] | None = None, colour: bool = False
+                         ) -> tuple[list[str], np.ndarray, list[str], list[str]]:
+    """``(names, pixels, others, labels)`` of the images in the subfolders of ``folder``, each read
+    as :func:`load_image_folder` reads it and labelled by its subfolder's name: ``names`` as
+    ``subfolder/file``, ``others`` what is not read (files beside the subfolders, each subfolder's
+    other files and folders, a subfolder without images), ``labels`` one per image."""
+    d = Path(folder)
+    names: list[str] = []
+    parts: list[np.ndarray] = []
+    labels: list[str] = []
+    others = sorted(p.name for p in d.iterdir() if p.is_file() and not p.name.startswith("."))
+    for sub in class_folders(d):
+        if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
+            others.append(sub.name + "/")
+            continue
+        got, pixels, rest = load_image_folder(sub, size, warnings, colour)
+        names += [f"{sub.name}/{n}" for n in got]
+        labels += [sub.name] * len(got)
+        parts.append(pixels)
+        others += [f"{sub.name}/{o}" for o in rest]
+    if not parts:
+        raise DataError(f"{d}: no .png, .jpg or .jpeg files in it or in its subfolders")
+    return names, np.concatenate(parts), others, labels

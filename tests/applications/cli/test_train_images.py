@@ -223,3 +223,26 @@ def test_colour_keeps_what_grey_loses(capsys, tmp_path):
     assert "colour images resized to 16x16" in text
     assert_one_line_error(*run_main(capsys, "train", "--colour", "--out", str(tmp_path / "r2"))[::2],
                           "--colour applies to your own data")
+
+
+def test_a_folder_laid_out_by_class_is_predicted_whole_with_each_images_label(capsys, tmp_path, folder_run):
+    """bbb predict of a folder of class subfolders (a new set laid out as the training one) said its
+    subfolders are not read; it reads each one's images, labelled by the subfolder's name."""
+    (tmp_path / "new" / "notes").mkdir()
+    (tmp_path / "new" / "README.txt").write_text("new images")
+    out = tmp_path / "p.csv"
+    rc, _, err = run_main(capsys, "predict", str(folder_run), str(tmp_path / "new"), "--samples", "4", "--out",
+                          str(out))
+    assert rc == 0, err
+    got = read_csv(out)
+    want = [f"{c}/{p.name}" for c in CLASSES for p in sorted((tmp_path / "new" / c).iterdir())]
+    assert [r["file"] for r in got] == want and [r["label"] for r in got] == [f.split("/")[0] for f in want]
+    assert sum(r["prediction"] == r["label"] for r in got) >= 15
+    assert "2 file(s) or folder(s)" in err and "README.txt" in err and "notes/" in err
+    # the same pixels as the subfolder read alone
+    model = load_model(folder_run)
+    assert torch.equal(read_inputs(model, tmp_path / "new")[:6], read_inputs(model, tmp_path / "new" / "blob"))
+    # a folder with images of its own is read as before: its images, its subfolders named as not read
+    PIL.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "new" / "loose.png")
+    rc, _, err = run_main(capsys, "predict", str(folder_run), str(tmp_path / "new"), "--out", str(tmp_path / "q.csv"))
+    assert rc == 0 and [r["file"] for r in read_csv(tmp_path / "q.csv")] == ["loose.png"] and "blob/" in err

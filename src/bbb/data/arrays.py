@@ -25,7 +25,7 @@ from .images import IMAGE_SUFFIXES, class_folders, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5", "split_files"]
 
 #: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
 DEFAULT_IMAGE_SIZE = (28, 28)
@@ -35,6 +35,23 @@ def image_files(folder: Path) -> list[Path]:
     """The image files of the class subfolders of ``folder`` that a run reads, in its order."""
     return [p for sub in class_folders(folder) for p in sorted(sub.iterdir())
             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+
+
+def split_files(folder: str | os.PathLike[str], classes: list[str], val_fraction: float, test_fraction: float,
+                seed: int) -> tuple[list[str], list[str], list[str]]:
+    """The (train, validation, test) images of a folder run's split, as ``class/file``, in the order of
+    the split's rows (:func:`bbb.data.files.load_file_splits` with the same settings; ``classes``:
+    the run's, in its order; a ``train_size`` keeps the first of the training ones)."""
+    import torch
+
+    from .files import split_rows
+
+    files = image_files(Path(folder))
+    index = {c: k for k, c in enumerate(classes)}
+    labels = torch.tensor([index[f.parent.name] for f in files], dtype=torch.int64)
+    names = [f"{f.parent.name}/{f.name}" for f in files]
+    parts = split_rows(len(files), labels, val_fraction, test_fraction, seed)
+    return tuple([names[i] for i in p.tolist()] for p in parts)  # type: ignore[return-value]
 
 
 def source_md5(path: str | os.PathLike[str]) -> str:

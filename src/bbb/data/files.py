@@ -82,7 +82,7 @@ from .table_checks import (
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
-           "row_number"]
+           "row_number", "split_rows"]
 
 #: the most categories a text column may have to be one-hot encoded
 MAX_CATEGORIES = 100
@@ -419,8 +419,8 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
     return columns, [r[header.index(target)] for r in rows]
 
 
-def _split(n: int, labels: Tensor | None, val_fraction: float, test_fraction: float, seed: int
-           ) -> tuple[Tensor, Tensor, Tensor]:
+def split_rows(n: int, labels: Tensor | None, val_fraction: float, test_fraction: float, seed: int
+               ) -> tuple[Tensor, Tensor, Tensor]:
     """(train, val, test) row indices: a seeded permutation; per class when ``labels`` are given."""
     g = torch.Generator().manual_seed(seed)
     groups = [torch.arange(n)] if labels is None else [torch.nonzero(labels == c).flatten()
@@ -537,7 +537,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if bool((y == y[0]).all()):  # as one class is: trained, it scored as a near-perfect fit, of nothing
             raise UserError(f"{where}: the target holds one value ({float(y[0]):g}) in every row; regression needs "
                             "a target that varies (the wrong column?)")
-    train_idx, val_idx, test_idx = _split(n, y if task == "classification" else None, val_fraction, test_fraction,
+    train_idx, val_idx, test_idx = split_rows(n, y if task == "classification" else None, val_fraction, test_fraction,
                                           seed)
     if task == "classification" and test_fraction > 0 and test_idx.numel() == 0 and 2 * len(pre.classes or []) > n:
         # per class, every class too small to give a test row: not "too few rows", but too many classes

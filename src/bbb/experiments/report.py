@@ -413,7 +413,7 @@ def _ood(r: RunFiles) -> str:
 
 
 def _uncertain(r: RunFiles) -> str:
-    if r.kind != "image":
+    if r.kind != "image" and not RT.folder_run(r.config):
         return _missing("the grids of uncertain inputs are drawn for image runs")
     img = _image_cell(r, "uncertain.png", "most uncertain inputs", "uncertain")
     if not r.uncertain:
@@ -454,7 +454,8 @@ SECTIONS: list[tuple[str, str, Callable[[RunFiles], str], Callable[[RunFiles], b
      "predictions; AUPR: the same with the other set as positives).",
      _ood, lambda r: r.kind == "image" or r.ood is not None),
     ("Uncertain inputs", "The test images the sampled networks dispute most (of one network, an sgd run's: those "
-     "it is least sure of), and the errors made with the most confidence.", _uncertain, lambda r: r.kind == "image"),
+     "it is least sure of), and the errors made with the most confidence.",
+     _uncertain, lambda r: r.kind == "image" or RT.folder_run(r.config)),
 ]
 
 

@@ -137,7 +137,7 @@ def _rows(config: dict[str, Any]) -> int | None:
     return sum(counts) if len(counts) == 3 else None
 
 
-def _folder(config: dict[str, Any]) -> bool:
+def folder_run(config: dict[str, Any]) -> bool:
     """Whether the run was trained on a folder of images in class subfolders (``--images``)."""
     return bool(((config.get("preprocess") or {}).get("source") or {}).get("folder"))
 
@@ -146,7 +146,7 @@ def unit_of(config: dict[str, Any], regression: bool) -> str:
     """What a run's examples are called on a page: ``images``, ``rows`` or ``examples`` (tensors)."""
     if config.get("data_source"):
         return "examples"
-    return "images" if kind_of(config, regression) == "image" or _folder(config) else "rows"
+    return "images" if kind_of(config, regression) == "image" or folder_run(config) else "rows"
 
 
 def data_phrase(config: dict[str, Any], regression: bool) -> str:
@@ -162,7 +162,7 @@ def data_phrase(config: dict[str, Any], regression: bool) -> str:
         return f"{name} ({what} classification" + (f", {n:,} training images)" if isinstance(n, int) else ")")
     name = plain_path(str(config.get("data_file") or "your data"))
     rows, unit = _rows(config), unit_of(config, regression)
-    return f"{name}{'/' if _folder(config) else ''} ({task_of(regression)}" + (
+    return f"{name}{'/' if folder_run(config) else ''} ({task_of(regression)}" + (
         f", {rows:,} {unit})" if rows is not None else ")")
 
 
@@ -210,7 +210,7 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
     out = [("data", data_phrase(config, regression))]
     pre = config.get("preprocess") or {}
     if kind_of(config, regression) != "image":
-        target = config.get("target") or pre.get("target") or ("its subfolders" if _folder(config) else "-")
+        target = config.get("target") or pre.get("target") or ("its subfolders" if folder_run(config) else "-")
         classes = pre.get("classes") or []
         out.append(("target", f"{target} (" + (f"{len(classes)} classes: " + ", ".join(map(str, classes[:10]))
                                                   + (", ..." if len(classes) > 10 else "")
@@ -220,7 +220,7 @@ def _data_rows(config: dict[str, Any], regression: bool) -> list[tuple[str, str]
         if cols:
             out.append(("inputs", f"{len(cols)} columns: " + ", ".join(map(str, cols[:12]))
                         + (", ..." if len(cols) > 12 else "")))
-        elif _folder(config) and len(pre.get("feature_shape") or []) == 3:
+        elif folder_run(config) and len(pre.get("feature_shape") or []) == 3:
             c, h, w = pre["feature_shape"]
             out.append(("inputs", f"{'colour' if c == 3 else 'grey'} images resized to {h}x{w} (height x width)"))
     counts = [config.get(k) for k in ("num_train", "num_val", "num_test")]
@@ -319,6 +319,8 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
         what = (f"{new}: a folder of new images, like those of {source}'s subfolders" if folder else
                 f"{new}: the columns of {source}" + ("" if ext.lower() == ".npz" else "; the target column may be "
                                                                                     "left out"))
+        if folder and "uncertain.json" not in have:
+            out.append((f"bbb uncertain {run}", "the test images the sampled networks dispute most, by file"))
         if "ood.json" not in have:
             out.append((f"bbb ood {run} --ood-data {new}", f"how well the uncertainty tells "
                         f"{'images' if folder else 'rows'} from elsewhere ({what.split(';')[0]}) from the run's own "

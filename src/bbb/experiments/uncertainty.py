@@ -225,13 +225,14 @@ PLOT_MAX = 128
 
 
 def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], path: str | Path | None,
-                   samples: int) -> Any:
+                   samples: int, classes: list[str] | None = None) -> Any:
     """Two grids: the most disputed test digits and the most confident errors, each titled with
     its label, the vote shares of the sampled networks and the quantity the disputed grid is
     ranked by after the votes (mutual information; entropy when k = 1); each grid's title says how
     it ranks (:func:`ranking_titles`), and, for more than :data:`PLOT_MAX` digits, that it shows
-    the first of them. Returns the PNG's path when ``path`` is given, else the Figure (None
-    without matplotlib)."""
+    the first of them. ``images``: flat MNIST-like pixels (drawn dark on light), or your own images
+    (N, C, H, W) in 0..255 (drawn as they are), with ``classes`` naming the labels. Returns the PNG's
+    path when ``path`` is given, else the Figure (None without matplotlib)."""
     plt = figures()
     if plt is None:
         return None
@@ -244,7 +245,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
     heads = [title.replace("; ", ";\n").replace(" first, then ", " first,\nthen ") for title, _ in groups]
     above = [0.25 + 0.2 * (h.count("\n") + 1) for h in heads]  # inches: each grid's title lines
     heights = [1.75 * max(r, 1) + a for r, a in zip(rows, above)]
-    fig = plt.figure(figsize=(1.55 * cols, sum(heights)))
+    fig = plt.figure(figsize=((2.3 if classes else 1.55) * cols, sum(heights)))  # (class names: wider titles)
     sub = fig.subfigures(2, 1, height_ratios=heights)
     for sf, (_, idx), r, head, a, h in zip(sub, groups, rows, heads, above, heights):
         sf.suptitle(head, fontsize=11)
@@ -255,12 +256,17 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
         for ax in axes.flat:
             ax.axis("off")
         for ax, i in zip(axes.flat, idx.tolist()):
-            ax.imshow(_as_image(images[i]), cmap="gray_r")
+            if images.dim() == 4:  # your own images, as they are: grey, or red, green and blue
+                pic = images[i].clamp(0, 255).cpu().numpy() / 255.0
+                ax.imshow(pic[0] if pic.shape[0] == 1 else pic.transpose(1, 2, 0), cmap="gray", vmin=0, vmax=1)
+            else:
+                ax.imshow(_as_image(images[i]), cmap="gray_r")
             v = result["votes"][i]
             top = torch.argsort(v, descending=True)[:2]
-            share = ", ".join(f"{int(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
+            name = (lambda c: classes[int(c)][:12]) if classes else (lambda c: str(int(c)))
+            share = ", ".join(f"{name(c)}:{100 * float(v[c]):.0f}%" for c in top if v[c] > 0)
             score = f"{'MI' if samples > 1 else 'H'} {float(result['disagreement'][i]):.3f}"
-            ax.set_title(f"y={int(labels[i])}, {score}\n{share}", fontsize=10)  # (readable in bbb report)
+            ax.set_title(f"y={name(labels[i])}, {score}\n{share}", fontsize=9 if classes else 10)  # (bbb report)
     if path is None:
         return fig
     out = save_png(fig, path)
@@ -273,9 +279,13 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 # --------------------------------------------------------------------------------------------
 
 
-def _images_only(run_dir: Any, cfg: Any, data_dir: str | None, command: str) -> Any:
+def _images_only(run_dir: Any, cfg: Any, data_dir: str | None, command: str, data_file: str | None = None) -> Any:
     if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
         own_file = Path(cfg.data_file).suffix.lower() in (".csv", ".npz")  # (else a folder of images)
+        if command == "uncertain" and not own_file:  # your own images: their grids, named by file
+            from ..runs.model import point_data
+
+            return point_data(cfg, data_dir, data_file)
         what, instead = (("bbb ood without --ood-data", f"bbb ood {run_dir} --ood-data FILE scores it against your "
                           "own inputs from elsewhere") if command == "ood" else
                          (f"bbb {command}", f"bbb predict {run_dir} {'FILE' if own_file else 'FOLDER'} gives each of "
@@ -285,15 +295,16 @@ def _images_only(run_dir: Any, cfg: Any, data_dir: str | None, command: str) -> 
     return cfg.replace(data_dir=data_dir) if data_dir is not None else cfg
 
 
-def _load(run_dir: str, which: str, data_dir: str | None, command: str, device: str = "auto"):
+def _load(run_dir: str, which: str, data_dir: str | None, command: str, device: str = "auto",
+          data_file: str | None = None):
     from .. import runs as T
 
     if T.trained.is_laplace_folder(run_dir):  # the run's network with its last-layer posterior
         lap = T.trained.load_laplace(run_dir, which, device)
-        cfg = _images_only(run_dir, lap.config, data_dir, command)
+        cfg = _images_only(run_dir, lap.config, data_dir, command, data_file)
         return lap, cfg, lap.method, T.model.load_data(cfg)
     model, cfg = T.load_run(run_dir, which, device=resolve_device(device))
-    cfg = _images_only(run_dir, cfg, data_dir, command)
+    cfg = _images_only(run_dir, cfg, data_dir, command, data_file)
     return model, cfg, T.infer_method(model), T.model.load_data(cfg)
 
 
@@ -308,13 +319,14 @@ def _load_networks(args: argparse.Namespace, command: str, file: str
     from ..runs.ensemble import ensemble_folder
 
     if ensemble_out(args, file) is None:
-        model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, command, args.device)
+        model, cfg, method, data = _load(args.run_dirs[0], args.which, args.data_dir, command, args.device,
+                                         getattr(args, "data_file", None))
         # an ivon run is sampled as a bbb one (the same posterior), and named by its own method
         label = cfg.method if method == "bbb" else method
         return [(model, method)], cfg, data, Path(args.run_dirs[0]), label, None
     with one_line_warnings(command):
         ens = T.load_ensemble(args.run_dirs, args.which, resolve_device(args.device))
-    cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir, command)
+    cfg = _images_only(ens.run_dirs[0], ens.config, args.data_dir, command, getattr(args, "data_file", None))
     out = ensemble_folder(args.out, ens.run_dirs, file)
     nets = [(m, m.method) if isinstance(m, T.TrainedLaplace) else (m.network, T.infer_method(m.network))
             for m in ens.member_models()]
@@ -497,6 +509,24 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _test_images(run_dir: str, cfg: Any, test_x: Tensor) -> tuple[Tensor, list[str] | None, list[str] | None]:
+    """What :func:`plot_uncertain` draws of the test split: MNIST's flat pixels as they are; a run on
+    your own folder of images, its pixels before standardising, (N, C, H, W), with the class names
+    and each test row's file (``class/file``)."""
+    if cfg.data_file is None:
+        return test_x, None, None
+    from ..data.arrays import split_files
+    from ..data.files import Preprocess
+    from ..runs.trained import is_laplace_folder, laplace_run_of
+
+    run = laplace_run_of(Path(run_dir)) if is_laplace_folder(run_dir) else Path(run_dir)
+    pre = Preprocess.from_dict(json.loads((run / "config.json").read_text())["preprocess"])
+    raw = pre.x.inverse(test_x.double().cpu()) if pre.x is not None else test_x.double().cpu()
+    classes = list(pre.classes or [])
+    files = split_files(cfg.data_file, classes, cfg.val_fraction, cfg.test_fraction, cfg.split_seed)[2]
+    return raw.reshape(len(raw), *pre.feature_shape), classes, files
+
+
 def _epochs(ensemble: Any) -> list[int]:
     """The epochs of the checkpoints of an ensemble's members (recorded for bbb compare's check)."""
     return [m.epoch for m in ensemble.member_models()]
@@ -519,6 +549,9 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=30, metavar="K",
                    help=shared_help("--samples", " vote: the sampled networks (default: 30)"))
     _add_run_options(p, "uncertain.json and uncertain.png")
+    from ..cli.predict import add_moved_data
+
+    add_moved_data(p)  # (a run on your own folder of images: where it is now, --images DIR)
 
 
 def main_uncertain(args: argparse.Namespace) -> int:
@@ -532,14 +565,17 @@ def main_uncertain(args: argparse.Namespace) -> int:
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)
     res = most_uncertain(probs, data["test_y"], args.n)
-    plotted = plot_uncertain(data["test_x"], data["test_y"], res, d / "uncertain.png", int(probs.shape[0]))
+    images, classes, files = _test_images(args.run_dirs[0], cfg, data["test_x"])
+    plotted = plot_uncertain(images, data["test_y"], res, d / "uncertain.png", int(probs.shape[0]), classes)
     rows = []
     for group in ("uncertain", "confident_errors"):
         for i in res[group].tolist():
             rows.append({"group": group, "index": i, "label": int(data["test_y"][i]),
                          "prediction": int(res["prediction"][i]), "confidence": float(res["confidence"][i]),
                          "disagreement": float(res["disagreement"][i]), "dissent": float(res["dissent"][i]),
-                         "votes": [round(float(v), 4) for v in res["votes"][i]]})
+                         "votes": [round(float(v), 4) for v in res["votes"][i]],
+                         **({"file": files[i], "label_name": classes[int(data["test_y"][i])],
+                             "prediction_name": classes[int(res["prediction"][i])]} if files and classes else {})})
     disputed, errors = ranking_titles(int(probs.shape[0]))
     out: dict[str, Any] = {"method": method, "checkpoint": args.which, "samples": int(probs.shape[0]), "digits": rows,
                            "ranking": {"uncertain": disputed, "confident_errors": errors}}

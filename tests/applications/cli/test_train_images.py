@@ -246,3 +246,25 @@ def test_a_folder_laid_out_by_class_is_predicted_whole_with_each_images_label(ca
     PIL.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "new" / "loose.png")
     rc, _, err = run_main(capsys, "predict", str(folder_run), str(tmp_path / "new"), "--out", str(tmp_path / "q.csv"))
     assert rc == 0 and [r["file"] for r in read_csv(tmp_path / "q.csv")] == ["loose.png"] and "blob/" in err
+
+
+def test_bbb_uncertain_draws_a_folder_runs_test_images_and_names_their_files(capsys, tmp_path, folder_run):
+    """bbb uncertain refused a run on your own images (MNIST's grids only): it draws its test images as
+    they are and lists each one's file and class names, the file being the test row's own."""
+    assert "<span>uncertain</span>" in report_html([folder_run])  # suggested before it ran
+    rc, _, err = run_main(capsys, "uncertain", str(folder_run), "--n", "5", "--samples", "3")
+    assert rc == 0, err
+    got = json.loads((folder_run / "uncertain.json").read_text())
+    model = load_model(folder_run)
+    data, _ = load_split(model.config, model.preprocess.to_dict())
+    for row in got["digits"]:
+        cls, name = row["file"].split("/")
+        assert row["label_name"] == cls == CLASSES[row["label"]]
+        assert row["prediction_name"] == CLASSES[row["prediction"]]
+        files = sorted(p.name for p in (tmp_path / "imgs" / cls).iterdir())
+        assert torch.equal(read_inputs(model, tmp_path / "imgs" / cls)[files.index(name)], data["test_x"][row["index"]])
+    assert (folder_run / "uncertain.png").stat().st_size > 1000
+    page = report_html([folder_run])
+    assert "<h2>Uncertain inputs" in page and "drawn for image runs" not in page
+    (tmp_path / "imgs").rename(tmp_path / "moved")
+    assert run_main(capsys, "uncertain", str(folder_run), "--n", "2", "--images", str(tmp_path / "moved"))[0] == 0

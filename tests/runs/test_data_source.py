@@ -118,3 +118,19 @@ def test_images_given_in_memory_unflattened_are_one_line(tmp_path):
     with pytest.raises(UserError, match="val_x has 5 features a row, train_x 12"):
         train(tiny_cfg(), tmp_path / "run2", data=narrow, **QUIET)
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_run_on_tensors_in_memory_loads_with_their_shape_and_predicts_them_as_given(tmp_path):
+    """load_model of a run trained on tensors given in memory (16 features) read it as an MNIST
+    image run: encode and sample_outputs refused its own inputs ("do not fit (N, 1, 28, 28)")."""
+    from bbb.runs import load_model
+
+    run, data = tmp_path / "run", blobs()
+    train(tiny_cfg(), run, data=data, **QUIET)
+    model = load_model(run)
+    d = data["test_x"].shape[1]
+    assert model.preprocess.kind == "arrays" and model.preprocess.feature_shape == [d]
+    assert model.preprocess.trained_on() == "tensors given in memory"
+    x = data["test_x"][:5]
+    assert torch.equal(model.encode(x.numpy()), x.float())  # as given: nothing standardised
+    assert model.sample_outputs(x, 3, 0).shape[:2] == (3, 5)

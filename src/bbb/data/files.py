@@ -322,7 +322,8 @@ class Preprocess:
         return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
 
     def trained_on(self) -> str:
-        arrays = "images (a folder)" if self.source.get("folder") else "arrays (.npz)"
+        arrays = ("images (a folder)" if self.source.get("folder") else "tensors given in memory"
+                  if self.source.get("memory") else "arrays (.npz)")
         return {"table": "a CSV table", "arrays": arrays, "image": "28x28 images"}.get(self.kind, self.kind)
 
     def target_values(self, y: Tensor) -> Tensor:

@@ -46,7 +46,7 @@ from ..nn.inputs import fold_inputs
 from ..nn.samples import FOLD
 from ..options import is_bayesian
 from .checkpoint import committed_checkpoint, model_from_checkpoint
-from .config import TrainConfig
+from .config import IN_MEMORY, TrainConfig
 from .evaluation import mc_outputs
 
 __all__ = ["LAPLACE_FILE", "LAPLACE_FORMAT", "LAPLACE_POSTERIOR", "EncodedInputs", "Predictor", "mark_encoded",
@@ -342,8 +342,13 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     network, cfg = model_from_checkpoint(ckpt, path)
     info = dict(ckpt["model_info"])
     stored = info.get("preprocess")
-    pre = Preprocess.from_dict(stored) if stored is not None else Preprocess.image(cfg.scale)
     task = str(info.get("task", "classification"))
+    if stored is not None:
+        pre = Preprocess.from_dict(stored)
+    elif cfg.data_source == IN_MEMORY:  # tensors given to train(data=...): inputs taken as they were given
+        pre = Preprocess(kind="arrays", task=task, feature_shape=[int(info["in_features"])], source={"memory": True})
+    else:
+        pre = Preprocess.image(cfg.scale)
     model = TrainedModel(network, cfg, pre, task, Path(run_dir), int(ckpt["epoch"]), int(info["num_classes"]))
     return model.to(device).eval()
 

@@ -19,13 +19,16 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from ..errors import DataError, UserError
 from .images import IMAGE_SUFFIXES, class_folders, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5", "split_files"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5", "split_files",
+           "split_rows"]
 
 #: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
 DEFAULT_IMAGE_SIZE = (28, 28)
@@ -37,21 +40,37 @@ def image_files(folder: Path) -> list[Path]:
             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
 
 
+def split_rows(n: int, labels: Tensor | None, val_fraction: float, test_fraction: float, seed: int
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """(train, val, test) row indices: a seeded permutation; per class when ``labels`` are given."""
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.arange(n)] if labels is None else [torch.nonzero(labels == c).flatten()
+                                                        for c in torch.unique(labels)]
+    parts: list[list[Tensor]] = [[], [], []]
+    for idx in groups:
+        idx = idx[torch.randperm(idx.numel(), generator=g)]
+        nv, nt = round(val_fraction * idx.numel()), round(test_fraction * idx.numel())
+        parts[1].append(idx[:nv])
+        parts[2].append(idx[nv:nv + nt])
+        parts[0].append(idx[nv + nt:])
+    out = []
+    for p in parts:  # one seeded order across the classes
+        cat = torch.cat(p)
+        out.append(cat[torch.randperm(cat.numel(), generator=g)])
+    return out[0], out[1], out[2]
+
+
 def split_files(folder: str | os.PathLike[str], classes: list[str], val_fraction: float, test_fraction: float,
                 seed: int) -> tuple[list[str], list[str], list[str]]:
     """The (train, validation, test) images of a folder run's split, as ``class/file``, in the order of
-    the split's rows (:func:`bbb.data.files.load_file_splits` with the same settings; ``classes``:
-    the run's, in its order; a ``train_size`` keeps the first of the training ones)."""
-    import torch
-
-    from .files import split_rows
-
+    the split's rows (:func:`bbb.data.files.load_file_splits` with the same settings; ``classes``: the run's, in its
+    order; a ``train_size`` keeps the first of the training ones)."""
     files = image_files(Path(folder))
     index = {c: k for k, c in enumerate(classes)}
     labels = torch.tensor([index[f.parent.name] for f in files], dtype=torch.int64)
     names = [f"{f.parent.name}/{f.name}" for f in files]
-    parts = split_rows(len(files), labels, val_fraction, test_fraction, seed)
-    return tuple([names[i] for i in p.tolist()] for p in parts)  # type: ignore[return-value]
+    train, val, test = split_rows(len(files), labels, val_fraction, test_fraction, seed)
+    return [names[i] for i in train.tolist()], [names[i] for i in val.tolist()], [names[i] for i in test.tolist()]
 
 
 def source_md5(path: str | os.PathLike[str]) -> str:

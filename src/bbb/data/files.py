@@ -61,7 +61,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
-from .arrays import DEFAULT_IMAGE_SIZE, read_image_classes, read_npz, source_md5
+from .arrays import DEFAULT_IMAGE_SIZE, read_image_classes, read_npz, source_md5, split_rows
 from .table_checks import (
     NUMERIC_SHARE,
     arrays_outside,
@@ -82,7 +82,7 @@ from .table_checks import (
 from .tabular import Standardizer
 
 __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "load_file_splits", "read_csv",
-           "row_number", "split_rows"]
+           "row_number"]
 
 #: the most categories a text column may have to be one-hot encoded
 MAX_CATEGORIES = 100
@@ -418,26 +418,6 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
     if numbering:
         raise UserError(f"{where}: {numbering}")
     return columns, [r[header.index(target)] for r in rows]
-
-
-def split_rows(n: int, labels: Tensor | None, val_fraction: float, test_fraction: float, seed: int
-               ) -> tuple[Tensor, Tensor, Tensor]:
-    """(train, val, test) row indices: a seeded permutation; per class when ``labels`` are given."""
-    g = torch.Generator().manual_seed(seed)
-    groups = [torch.arange(n)] if labels is None else [torch.nonzero(labels == c).flatten()
-                                                        for c in torch.unique(labels)]
-    parts: list[list[Tensor]] = [[], [], []]
-    for idx in groups:
-        idx = idx[torch.randperm(idx.numel(), generator=g)]
-        nv, nt = round(val_fraction * idx.numel()), round(test_fraction * idx.numel())
-        parts[1].append(idx[:nv])
-        parts[2].append(idx[nv:nv + nt])
-        parts[0].append(idx[nv + nt:])
-    out = []
-    for p in parts:  # one seeded order across the classes
-        cat = torch.cat(p)
-        out.append(cat[torch.randperm(cat.numel(), generator=g)])
-    return out[0], out[1], out[2]
 
 
 def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None, task: str | None = None,

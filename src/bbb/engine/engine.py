@@ -5,9 +5,7 @@ layers' ``*_mu`` and ``*_rho`` parameters become views into flat buffers (``stat
 unchanged); inside ``with engine.sampling():`` every layer uses the engine's current weight
 sample, an autograd leaf whose gradient lands in a flat buffer; ``engine.step()`` then runs one
 fused kernel (:mod:`bbb.engine.kernels`) that adds the KL gradient, updates mu and rho and draws
-the next sample from the counter-based generator (:mod:`bbb.random`). The KL coefficient is
-whatever the loss multiplies the KL by (read from autograd), so the training loop is the same
-code as on the plain path::
+the next sample from the counter-based generator (:mod:`bbb.random`)::
 
     elbo = ELBO(net, num_batches=M, kl="mc")
     engine = Engine(elbo, "adam", lr=1e-3, seed=0)   # num_samples, kl, kl_samples: the ELBO's
@@ -18,31 +16,13 @@ code as on the plain path::
         (out.loss / len(x)).backward()
         engine.step()
 
-What the fused kernel covers: ``reparam`` layers (:class:`~bbb.nn.BayesLinear`,
-:class:`~bbb.nn.BayesConv2d`, pruned or not; an embedding's padding row is left out of the KL, as on
-the plain path) whose priors write out their log-density gradient
-(Monte Carlo KL) or closed form (closed-form KL), one dtype and device, Adam (no weight decay,
-no amsgrad) or SGD (dampening 0). Anything else -- other estimators, custom priors without
-``log_prob_and_grad`` -- runs the plain autograd path with a ``torch.optim`` optimiser of the
-same kind inside the engine (same loop, same results as ``torch.optim``), with one
-``UserWarning`` that names the reason (``fused=True`` makes it an error, ``fused=False`` chooses the
-plain path silently). Parameters outside the Bayesian layers are updated by that optimiser too, and
-so are the ELBO's own (a learned noise): build the engine from the ELBO, ``Engine(elbo, ...)``, or
-pass them, ``params=elbo.parameters()``; an ELBO whose parameters the engine does not train is a
-one-line error when it runs under ``engine.sampling()``.
-
-Inside ``engine.sampling()`` the layers read :class:`~bbb.engine.sampler.Sampler` (the engine's
-side of the forward, a plain object so that a compiled loss or network, ``torch.compile``, trains
-as eager). The fused mu's and rho's ``.grad`` reads the engine's gradient, formed when read
-(:mod:`bbb.engine.grads`): ``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` clips the
-real gradient, and what it leaves there is what ``step()`` applies; :meth:`Engine.clip_grad_norm_`
-does the same in one pass without forming it. A fused ``step()`` with no forward under
-``engine.sampling()`` since the last one warns once and leaves mu and rho as they are; with a
-gradient that a forward outside the block put on mu or rho it is a one-line error. A parameter
-group added later (``add_param_group``) is trained by the inner ``torch.optim`` optimiser. Under
-``DistributedDataParallel`` the engine averages its own gradient across the processes
-(:mod:`bbb.engine.distributed`). The process's first compile of the kernels says so on stderr,
-with its time.
+The fused kernel covers ``reparam`` layers whose priors write out their log-density gradient
+or closed form, one dtype and device, Adam (no weight decay, no amsgrad) or SGD; anything else
+runs the plain autograd path with a ``torch.optim`` optimiser inside the engine, with one
+``UserWarning`` naming the reason (``fused=True`` makes it an error). Parameters outside the
+Bayesian layers, and the ELBO's own, are trained by that optimiser too. docs/engine.md (in the
+repository) gives the whole contract: gradients and clipping, a step without a forward,
+parameter groups added later, DistributedDataParallel, the first compile.
 """
 
 from __future__ import annotations
@@ -63,7 +43,6 @@ from ..errors import UserError, check_float, check_int
 from ..nn import bayes_modules, providing_samples
 from ..nn.samples import check_model
 from ..options import StrOption
-from ..random import counter_keys
 from . import distributed as ddp_
 from . import graphs
 from .grads import FusedGrads
@@ -82,6 +61,7 @@ from .support import (
     compile_default,
     elbo_settings,
     frozen_changed,
+    hyper_values,
     new_params,
     param_groups,
     torch_optimizer,
@@ -366,17 +346,9 @@ class Engine(torch.optim.Optimizer):
         return grp["lr"], grp.get("betas"), grp.get("eps"), grp.get("momentum", 0.0), grp["rho_lr_scale"]
 
     def _hyper_values(self) -> tuple[float, ...]:
-        """The kernels' ``hp`` as numbers: the hyperparameters of this step, then the keys of the noise drawn."""
-        grp = self.param_groups[0]
-        lr = float(grp["lr"])
-        if self.kind is OptimizerKind.ADAM:
-            b1, b2 = grp["betas"]
-            t = self._step_count
-            adam = (b1, b2, grp["eps"], lr / (1.0 - b1**t) if t else 0.0, (1.0 - b2**t) ** 0.5)
-        else:
-            adam = (0.0, 0.0, 0.0, 0.0, 0.0)
-        return (lr, *adam, float(grp.get("momentum", 0.0)), float(grp["rho_lr_scale"]),
-                *counter_keys(self.seed, self.counter))
+        """The kernels' ``hp`` as numbers (:func:`~bbb.engine.support.hyper_values`)."""
+        return hyper_values(self.param_groups[0], self.kind is OptimizerKind.ADAM, self._step_count, self.seed,
+                            self.counter)
 
     def _write_hyper(self) -> None:
         """Bring ``hp`` (and ``ctr``) to this step from the host, in place.

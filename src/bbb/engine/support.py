@@ -15,11 +15,12 @@ from ..elbo import ELBO
 from ..errors import UserError, check_float
 from ..nn import bayes_modules
 from ..nn.base import Estimator
+from ..random import counter_keys
 from .kernels import gradients
 
 __all__ = ["elbo_settings", "unsupported_reason", "param_groups", "new_params", "torch_optimizer", "clip_grad_norm",
            "compile_default", "has_triton", "COMPILE_ENV", "compile_from_env", "check_member_lr_scale",
-           "frozen_changed"]
+           "frozen_changed", "hyper_values"]
 
 #: the environment variable that sets the engine's ``compile=None`` for the whole process (and the
 #: processes it starts): ``0`` never compiles (the eager kernels, the same mathematics; no seconds
@@ -288,3 +289,17 @@ def elbo_settings(elbo: ELBO, k: int | None, kl_mode: KLMode | None,
                             f"built from an ELBO takes num_samples, kl and kl_samples from it; leave {name} out "
                             "of the Engine (or give it to the ELBO)")
     return elbo.num_samples, elbo.kl_mode, elbo.kl_samples
+
+
+def hyper_values(group: dict[str, Any], adam: bool, step: int, seed: int, counter: int) -> tuple[float, ...]:
+    """The fused kernels' ``hp`` as numbers: the hyperparameters of this step of the parameter
+    ``group`` (Adam's bias corrections at ``step``), then the keys of the noise drawn
+    (:func:`bbb.random.counter_keys` of ``seed`` and ``counter``)."""
+    lr = float(group["lr"])
+    if adam:
+        b1, b2 = group["betas"]
+        moments = (b1, b2, group["eps"], lr / (1.0 - b1**step) if step else 0.0, (1.0 - b2**step) ** 0.5)
+    else:
+        moments = (0.0, 0.0, 0.0, 0.0, 0.0)
+    return (lr, *moments, float(group.get("momentum", 0.0)), float(group["rho_lr_scale"]),
+            *counter_keys(seed, counter))

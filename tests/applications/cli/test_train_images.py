@@ -100,7 +100,8 @@ def test_the_folder_is_checked_as_a_file_is_and_found_where_it_moved(capsys, tmp
                           "on", "renamed")
     (tmp_path / "imgs" / "blob" / "blob_x.jpg").rename(tmp_path / "imgs" / "blob" / "blob_000.jpg")
     (tmp_path / "imgs").rename(tmp_path / "moved")
-    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run))[::2], "is not there", "--images DIR")
+    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run))[::2], "is not there", "--images DIR",
+                          "ood, laplace")  # (every command that takes --images DIR: these two were left out)
     assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run), "--csv", str(tmp_path / "x.csv"))[::2],
                           "not a folder of images", "--images DIR")
     rc, _, err = run_main(capsys, "evaluate", str(folder_run), "--images", str(tmp_path / "moved"))

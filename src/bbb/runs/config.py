@@ -17,7 +17,7 @@ from ..data.files import TASKS
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
 from ..engine.engine import OptimizerKind
-from ..errors import SettingError, UserError, check_int
+from ..errors import SettingError, UserError, check_bool, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, MAX_SEED, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
@@ -302,7 +302,7 @@ class TrainConfig:
         for name in ("seed", "split_seed"):
             if check_int(name, getattr(self, name), 0) > MAX_SEED:
                 raise SettingError(name, f"must be at most {MAX_SEED}, got {getattr(self, name)}")
-        self.bf16 = bool(self.bf16)
+        self.bf16 = check_bool("bf16", self.bf16)
         self.scale = _positive("scale", self.scale)
         if 255.0 / self.scale > FLOAT32_MAX:  # the pixels (0-255) / scale: inf in float32, then NaN
             raise SettingError("scale", f"must be at least {255.0 / FLOAT32_MAX:.3g} (the pixels, 0-255, divided by "
@@ -310,9 +310,10 @@ class TrainConfig:
         self.val_size = check_int("val_size", self.val_size, 0)
         self.split_seed = check_int("split_seed", self.split_seed, 0)
         self.eval_samples = check_int("eval_samples", self.eval_samples, 1)
-        self.test_each_epoch = bool(self.test_each_epoch)
+        self.test_each_epoch = check_bool("test_each_epoch", self.test_each_epoch)
         self.checkpoint_every = check_int("checkpoint_every", self.checkpoint_every, 1)
-        self.cuda_graph = bool(self.cuda_graph)
+        self.cuda_graph = check_bool("cuda_graph", self.cuda_graph)
+        self.image_colour = check_bool("image_colour", self.image_colour)
         if self.cuda_graph and self.method is Method.IVON:
             raise SettingError("cuda_graph", "does not capture IVON's step yet (--method bbb, sgd or dropout)")
         if self.cuda_graph and self.bf16:

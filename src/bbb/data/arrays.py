@@ -25,7 +25,7 @@ from .images import IMAGE_SUFFIXES, load_image_folder
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "inputs_md5", "read_image_classes", "read_npz", "source_md5"]
 
 #: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
 DEFAULT_IMAGE_SIZE = (28, 28)
@@ -41,10 +41,22 @@ def source_md5(path: str | os.PathLike[str]) -> str:
     """The MD5 of a run's data: a file's bytes, or a folder's class names, file names and the
     bytes of the images read from it (so a renamed, added, removed or edited image changes it)."""
     p = Path(path)
+    return _files_md5(image_files(p)) if p.is_dir() else file_md5(p)
+
+
+def inputs_md5(path: str | os.PathLike[str]) -> str:
+    """The MD5 of inputs given to a run (``bbb ood --ood-data``): a file's bytes, or the names and
+    bytes of a folder's own image files, those ``bbb predict`` reads (so two folders of one name
+    tell apart)."""
+    p = Path(path)
     if not p.is_dir():
         return file_md5(p)
+    return _files_md5(sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES))
+
+
+def _files_md5(files: list[Path]) -> str:
     h = hashlib.md5(usedforsecurity=False)
-    for f in image_files(p):
+    for f in files:
         h.update(f"{f.parent.name}/{f.name}\0".encode())
         h.update(file_md5(f).encode())
     return h.hexdigest()

@@ -291,9 +291,13 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             label = {number(c): c for c in model.classes or [] if number(c) is not None}
             ys = [label.get(number(v), v) for v in ys]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
+    from ..data.images import IMAGE_SUFFIXES
+
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images" + (
         "; a table separated by tabs or semicolons is read as a CSV: name it .csv"
-        if suffix in (".tsv", ".tab", ".txt") else ""))
+        if suffix in (".tsv", ".tab", ".txt") else
+        f"; one image is read from a folder: put it in one and give the folder ({path.parent}/ reads every image "
+        "beside it)" if suffix in IMAGE_SUFFIXES else ""))
 
 
 def _carried_names(carried: list[str], outputs: list[str]) -> list[str]:

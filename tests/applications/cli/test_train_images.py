@@ -92,6 +92,10 @@ def test_a_folder_trains_a_classifier_of_its_subfolders_and_new_images_reach_it_
         assert [r["file"] for r in got] == sorted(p.name for p in (tmp_path / "new" / kind).iterdir())
         assert {"p_" + c for c in CLASSES} <= set(got[0]) and "warning" not in got[0]
         assert sum(r["prediction"] == kind for r in got) >= 5, got
+    # one image file: refused, saying how (it said to give a folder of images, as if the file were none)
+    one = tmp_path / "new" / "blob" / "blob_001.png"
+    assert_one_line_error(*run_main(capsys, "predict", str(folder_run), str(one), "--out", str(tmp_path / "1.csv"))
+                          [::2], "one image is read from a folder", f"{one.parent}/")
 
 
 def test_the_folder_is_checked_as_a_file_is_and_found_where_it_moved(capsys, tmp_path, folder_run):

@@ -27,7 +27,7 @@ __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY"
            "LIKELIHOODS", "METHOD_DATA_DEFAULTS", "PRIOR_ONLY",
            "METHOD_DEFAULTS",
            "NOISE_LR_SCALE", "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig",
-           "resume_conflicts", "same_setting", "stored_default"]
+           "moved_data_flag", "resume_conflicts", "same_setting", "stored_default"]
 
 #: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
 FILE_DATASET = "file"
@@ -125,6 +125,14 @@ STORED_BEFORE: dict[str, Any] = {"select_by": "error"}
 #: ``lr`` (``--noise-lr-scale``). At 1, Adam moves it about ``lr`` a step, too slowly to settle in
 #: a table's default epochs; the choice and its measurements: docs/your_data.md
 NOISE_LR_SCALE = 10.0
+
+
+def moved_data_flag(data_file: str | Path) -> str:
+    """The option that gives a run its data where they are now: ``--images DIR`` for a folder of
+    images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table."""
+    p = Path(data_file)
+    return "--npz FILE" if p.suffix.lower() == ".npz" else "--csv FILE" if p.suffix.lower() == ".csv" else \
+        "--images DIR"
 
 
 def stored_default(d: dict[str, Any], name: str) -> Any:
@@ -444,16 +452,18 @@ class TrainConfig:
             self.data_file = str(Path(self.data_file).expanduser().resolve())
             if self.data_dir is not None:
                 raise UserError("--data-dir is the folder of MNIST and Fashion-MNIST, and this run reads its own "
-                                f"file ({self.data_file}): leave --data-dir out (a moved file: give --csv FILE or "
-                                "--npz FILE)")
+                                f"data ({self.data_file}): leave --data-dir out (moved data: give "
+                                f"{moved_data_flag(self.data_file)})")
             if self.dataset not in (Dataset.MNIST.value, FILE_DATASET):
                 raise UserError(f"--dataset {self.dataset} and --csv/--npz/--images exclude each other: give one")
             self.dataset = FILE_DATASET
             if self.val_size != 10000:
-                raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
+                raise UserError("--val-size counts MNIST images held out; for --csv/--npz/--images data use "
+                                "--val-fraction")
             if self.scale != 126.0:
-                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz run standardises its "
-                                "columns by the training rows' mean and sd and never reads it: leave --scale out")
+                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz/--images run "
+                                "standardises its columns by the training rows' mean and sd and never reads it: "
+                                "leave --scale out")
             if self.task is not None:
                 self.task = choice("task", self.task, TASKS)
             if self.ignore_columns is not None:

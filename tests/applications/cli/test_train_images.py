@@ -181,6 +181,14 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
                           "--image-size reads a folder")
     assert_one_line_error(*run_main(capsys, "train", "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
                           "--image-size applies to your own data")
+    # MNIST's --data-dir on a folder's run: the moved data's option is --images DIR (it said --csv or --npz FILE)
+    line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--data-dir",
+                                           str(tmp_path), "--out", str(tmp_path / "r"))[::2], "leave --data-dir out")
+    assert "--images DIR" in line and "--csv FILE" not in line
+    for extra, words in ((("--val-size", "10"), "--csv/--npz/--images data use --val-fraction"),
+                         (("--scale", "255"), "a --csv/--npz/--images run")):
+        assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), *extra, "--out",
+                                        str(tmp_path / "r"))[::2], words)
 
 
 def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):

@@ -543,7 +543,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         # per class, every class too small to give a test row: not "too few rows", but too many classes
         raise UserError(f"{where}: the target has {len(pre.classes or [])} classes in {n} rows, too few rows each "
                         "for the split (per class) to hold any out for testing; is it a quantity? say --task "
-                        "regression")
+                        "regression" if not p.is_dir() else
+                        f"{where}: {len(pre.classes or [])} class subfolders of {n} images, too few images each for "
+                        "the split (per class) to hold any out for testing: add images to each class")
     if task == "classification":
         check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction)
     if train_size is not None:

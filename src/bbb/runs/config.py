@@ -519,16 +519,19 @@ class TrainConfig:
         no training rows, no test rows (a run ends by evaluating on its test set), or, for your
         own data, no validation rows though ``val_fraction`` asks for some."""
         own = self.data_file is not None
-        sizes = f"the split has {train} training, {val} validation and {test} test {'rows' if own else 'examples'}"
+        rows = "images" if own and Path(str(self.data_file)).is_dir() else "rows"
+        sizes = f"the split has {train} training, {val} validation and {test} test {rows if own else 'examples'}"
         if train == 0:
-            raise UserError(f"{sizes}: nothing to train on; "
-                            + ("give more rows, or lower --val-fraction and --test-fraction" if own else "give data"))
-        if test == 0:
+            raise UserError(f"{sizes}: nothing to train on; " + (
+                f"give more {rows}, or lower --val-fraction and --test-fraction" if own else "give data"))
+        if test == 0:  # (a classifier's fraction of each class is rounded: a small class's may be none)
+            now = f"(now {self.test_fraction:g}; a classifier's is taken of each class, rounded)" \
+                if self.test_fraction else "(e.g. 0.1)"
             raise UserError(f"{sizes}; a run ends by evaluating on its test set: "
-                            + ("raise --test-fraction (e.g. 0.1) or give more rows" if own else "give test data"))
+                            + (f"raise --test-fraction {now} or give more {rows}" if own else "give test data"))
         if own and val == 0 and self.val_fraction > 0:
-            raise UserError(f"{sizes}; --val-fraction {self.val_fraction:g} asks for validation rows to choose the "
-                            "best epoch on: raise it or give more rows (--val-fraction 0: no validation, best.pt is "
+            raise UserError(f"{sizes}; --val-fraction {self.val_fraction:g} asks for validation {rows} to choose the "
+                            f"best epoch on: raise it or give more {rows} (--val-fraction 0: no validation, best.pt is "
                             "the last epoch)")
 
     # -- conversion ---------------------------------------------------------------------------

@@ -171,6 +171,23 @@ def test_a_folder_not_laid_out_by_class_is_one_line(capsys, tmp_path, layout, wo
     assert not (tmp_path / "r" / "config.json").exists()
 
 
+@pytest.mark.parametrize(("per_class", "words", "not_said"), [
+    (1, ("30 class subfolders of 30 images", "add images to each class"), "--task regression"),
+    (2, ("0 test images", "now 0.1; a classifier's is taken of each class", "more images"), "(e.g. 0.1)"),
+])
+def test_classes_too_small_to_hold_out_a_test_image_say_what_helps(capsys, tmp_path, per_class, words, not_said):
+    """A folder of 30 classes of one image was told to say --task regression (which a folder refuses), one of
+    two images a class to raise --test-fraction (e.g. 0.1) where it was 0.1: each class rounds 0.2 to none."""
+    rng = np.random.default_rng(0)
+    for c in range(30):
+        (tmp_path / "d" / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            PIL.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(tmp_path / "d" / f"c{c}" / f"{i}.png")
+    line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "d"), "--out",
+                                           str(tmp_path / "r"))[::2], *words)
+    assert not_said not in line
+
+
 def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(capsys, tmp_path):
     image_folder(tmp_path / "imgs", 3)
     assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--target", "y", "--out",

@@ -547,7 +547,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
                         f"{where}: {len(pre.classes or [])} class subfolders of {n} images, too few images each for "
                         "the split (per class) to hold any out for testing: add images to each class")
     if task == "classification":
-        check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction)
+        check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction, p.is_dir())
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
@@ -555,7 +555,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if task == "classification":
             left = [c for k, c in enumerate(pre.classes or []) if not bool((y[train_idx] == k).any())]
             if left:
-                warnings.warn(f"{where}: --train-size {train_size} keeps no training row of class "
+                unit = "image" if p.is_dir() else "row"
+                warnings.warn(f"{where}: --train-size {train_size} keeps no training {unit} of class "
                               f"{', '.join(map(repr, left[:3]))}{' ...' if len(left) > 3 else ''}: the network never "
                               "sees it, and scores it as an error; raise --train-size for a run that learns every "
                               "class", stacklevel=2)

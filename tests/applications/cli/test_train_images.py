@@ -188,6 +188,19 @@ def test_classes_too_small_to_hold_out_a_test_image_say_what_helps(capsys, tmp_p
     assert not_said not in line
 
 
+def test_a_class_held_out_whole_or_left_out_by_train_size_speaks_of_images(capsys, tmp_path):
+    """Said of a folder: 'class 'b' has 2 rows ... remove the class's rows', '--train-size keeps no training row'."""
+    image_folder(tmp_path / "imgs", 2)
+    line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--val-fraction",
+                                           "0.3", "--test-fraction", "0.3", "--out", str(tmp_path / "r"))[::2],
+                                 "has 2 images", "add images to the class, or remove its subfolder")
+    assert "rows" not in line
+    from bbb.data.files import load_file_splits
+
+    with pytest.warns(UserWarning, match="keeps no training image of class"):
+        load_file_splits(tmp_path / "imgs", val_fraction=0.0, test_fraction=0.5, train_size=1)
+
+
 def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(capsys, tmp_path):
     image_folder(tmp_path / "imgs", 3)
     assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--target", "y", "--out",

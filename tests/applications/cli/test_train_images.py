@@ -211,6 +211,14 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
                           "--image-size reads a folder")
     assert_one_line_error(*run_main(capsys, "train", "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
                           "--image-size applies to your own data")
+    # the option names the kind of data: a folder given to --npz (or --csv) trained on its images, a table given to
+    # --images was read as a table, without a word
+    for flag, path, words in (("--npz", tmp_path / "imgs", "give it as --images"),
+                              ("--csv", tmp_path / "imgs", "give it as --images"),
+                              ("--images", tmp_path / "t.csv", "give it as --csv"),
+                              ("--images", tmp_path / "imgs" / "blob" / "blob_000.jpg", "takes a folder")):
+        assert_one_line_error(*run_main(capsys, "train", flag, str(path), "--out", str(tmp_path / "r"))[::2], words)
+    assert not (tmp_path / "r").exists()
     # MNIST's --data-dir on a folder's run: the moved data's option is --images DIR (it said --csv or --npz FILE)
     line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--data-dir",
                                            str(tmp_path), "--out", str(tmp_path / "r"))[::2], "leave --data-dir out")

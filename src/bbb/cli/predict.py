@@ -234,8 +234,10 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         h, w = shape[-2:]
         warnings: list[str] = []
         names, pixels, others = load_image_folder(path, (h, w), warnings, colour=len(shape) == 3 and shape[0] == 3)
-        if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images)
-            warnings = ["" if t.startswith("a light background") else t for t in warnings]
+        if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images; nor a transparent
+            # background, where most of its training images had one, read alike)
+            same = ("a light background", "a transparent") if pre.source.get("transparent") else ("a light background",)
+            warnings = ["" if t.startswith(same) else t for t in warnings]
         notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "
                  f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only its own .png/.jpg/.jpeg "
                  "files are"] if others else []

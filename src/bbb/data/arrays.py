@@ -67,10 +67,11 @@ def _class_folders(folder: Path) -> list[Path]:
 
 
 def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
-                       colour: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                       colour: bool = False, notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: the images of ``folder``'s class subfolders as uint8 grey pixels (N, 1, H, W),
     ``size = (H, W)`` (``colour``: red, green, blue, (N, 3, H, W)), and each one's class, the name
-    of its subfolder (a string array, N)."""
+    of its subfolder (a string array, N). Given a list ``notes``, each image's
+    :func:`~bbb.data.images.image_warning` is appended to it, in the order of ``x``."""
     d = Path(folder)
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
@@ -90,12 +91,14 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
         if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
             raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
                             "it (a class without images is never learned)")
-        notes: list[str] = []
-        names, pixels, others = load_image_folder(sub, size, notes, colour)
+        texts: list[str] = []
+        names, pixels, others = load_image_folder(sub, size, texts, colour)
         xs.append(pixels)
         ys += [sub.name] * len(names)
-        odd += [f"{sub.name}/{n}: {t.split(':')[0]}" for n, t in zip(names, notes) if t.startswith(("blank",
+        odd += [f"{sub.name}/{n}: {t.split(':')[0]}" for n, t in zip(names, texts) if t.startswith(("blank",
                                                                                                       "a transparent"))]
+        if notes is not None:
+            notes += texts
         skipped += [f"{sub.name}/{o}" for o in others]
     if skipped:
         warnings.warn(f"{d}: {len(skipped)} file(s) or folder(s) not read ({', '.join(skipped[:3])}"

@@ -470,13 +470,14 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raise DataError(f"{p}: no such file")
     suffix = p.suffix.lower()
     table: tuple[list[str], list[list[str]], list[int]] | None = None
+    image_notes: list[str] = []  # (a folder's: each image's warning, "" for none)
     if p.is_dir():
         if target is not None or ignore or keep or task == "regression":
             flag = "--target" if target is not None else "--ignore" if ignore else "--keep" if keep else "--task"
             raise UserError(f"{where}: {flag} applies to a CSV file, and this is a folder: a folder of images (in "
                             "class subfolders, named by their classes) trains with --images DIR, without " + flag)
         size = (int(image_size[0]), int(image_size[-1])) if image_size else DEFAULT_IMAGE_SIZE
-        x_arr, y_arr = read_image_classes(p, size, image_colour)
+        x_arr, y_arr = read_image_classes(p, size, image_colour, image_notes)
         task = "classification"
         pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))
         raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
@@ -571,6 +572,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         pre.y = Standardizer.fit(y[train_idx])
         y = pre.y.transform(y).to(torch.float32)
     pre.source = {"file": p.name, "md5": source_md5(p), "rows": int(n), **({"folder": True} if p.is_dir() else {})}
+    if image_notes and 2 * sum(image_notes[i].startswith("a transparent") for i in train_idx.tolist()) >= \
+            len(train_idx):
+        pre.source["transparent"] = True  # (most training images had one: bbb predict's new ones are not unlike them)
     x = pre._standardise(raw_x)
     data = {"train_x": x[train_idx], "train_y": y[train_idx], "val_x": x[val_idx], "val_y": y[val_idx],
             "test_x": x[test_idx], "test_y": y[test_idx]}

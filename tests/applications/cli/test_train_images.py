@@ -276,3 +276,31 @@ def test_colour_keeps_what_grey_loses(capsys, tmp_path):
     assert "colour images resized to 16x16" in text
     assert_one_line_error(*run_main(capsys, "train", "--colour", "--out", str(tmp_path / "r2"))[::2],
                           "--colour applies to your own data")
+
+
+def test_transparent_images_of_a_run_trained_on_transparent_ones_are_not_called_unlike_them(capsys, tmp_path):
+    """A run on icons (every training image on a transparent background) called every new icon 'unlike the
+    training images' and referred it; a run on opaque images still names a transparent one."""
+    rng = np.random.default_rng(0)
+    for root in ("icons", "new"):
+        for kind in CLASSES[:2]:
+            (tmp_path / root / kind).mkdir(parents=True)
+            for i in range(10 if root == "icons" else 3):
+                rgba = np.zeros((16, 16, 4), np.uint8)
+                rgba[..., :3] = pattern(kind, (16, 16), rng)[..., None]
+                rgba[4:12, 4:12, 3] = 255
+                PIL.fromarray(rgba).save(tmp_path / root / kind / f"{i}.png")
+    image_folder(tmp_path / "imgs", 10)
+    for data, warned in (("icons", False), ("imgs", True)):
+        run = tmp_path / f"run_{data}"
+        rc, _, err = run_main(capsys, "train", "--images", str(tmp_path / data), "--epochs", "1", "--hidden", "8",
+                              "--out", str(run), "--quiet")
+        assert rc == 0, err
+        assert bool(json.loads((run / "config.json").read_text())["preprocess"]["source"].get("transparent")) \
+            is not warned
+        rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "new" / "blob"), "--out",
+                              str(tmp_path / f"p_{data}.csv"))
+        assert rc == 0, err
+        got = read_csv(tmp_path / f"p_{data}.csv")
+        assert ("warning" in got[0] and all("transparent" in r["warning"] for r in got)) is warned, got
+        assert ("unlike the training images" in err) is warned

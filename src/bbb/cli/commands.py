@@ -103,8 +103,9 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from ..data.arrays import moved_data_flag
     from ..runs import TrainConfig, load_checkpoint, train
-    from ..runs.config import FILE_DATASET, moved_data_flag
+    from ..runs.config import FILE_DATASET
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
                                                                  "threads", "no_compile", "log")}

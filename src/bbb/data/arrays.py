@@ -25,10 +25,19 @@ from .images import IMAGE_SUFFIXES, load_image_folder
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "inputs_md5", "read_image_classes", "read_npz", "source_md5"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "inputs_md5", "moved_data_flag", "read_image_classes", "read_npz",
+           "source_md5"]
 
 #: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
 DEFAULT_IMAGE_SIZE = (28, 28)
+
+
+def moved_data_flag(data_file: str | os.PathLike[str]) -> str:
+    """The option that gives a run its data where they are now: ``--images DIR`` for a folder of
+    images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table."""
+    p = Path(data_file)
+    return "--npz FILE" if p.suffix.lower() == ".npz" else "--csv FILE" if p.suffix.lower() == ".csv" else \
+        "--images DIR"
 
 
 def image_files(folder: Path) -> list[Path]:

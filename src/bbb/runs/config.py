@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ..data.arrays import DEFAULT_IMAGE_SIZE, moved_data_flag
 from ..data.files import TASKS
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
@@ -27,7 +28,7 @@ __all__ = ["BAYES_ONLY", "BY_DATA", "BY_METHOD", "DATA_DEFAULTS", "DROPOUT_ONLY"
            "LIKELIHOODS", "METHOD_DATA_DEFAULTS", "PRIOR_ONLY",
            "METHOD_DEFAULTS",
            "NOISE_LR_SCALE", "NOT_FOR_IVON", "RESUME_MUTABLE", "SELECT_BY", "STORED_BEFORE", "TrainConfig",
-           "moved_data_flag", "resume_conflicts", "same_setting", "stored_default"]
+           "resume_conflicts", "same_setting", "stored_default"]
 
 #: the ``dataset`` of a run trained on your own file (``data_file``: a CSV or an .npz)
 FILE_DATASET = "file"
@@ -125,14 +126,6 @@ STORED_BEFORE: dict[str, Any] = {"select_by": "error"}
 #: ``lr`` (``--noise-lr-scale``). At 1, Adam moves it about ``lr`` a step, too slowly to settle in
 #: a table's default epochs; the choice and its measurements: docs/your_data.md
 NOISE_LR_SCALE = 10.0
-
-
-def moved_data_flag(data_file: str | Path) -> str:
-    """The option that gives a run its data where they are now: ``--images DIR`` for a folder of
-    images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table."""
-    p = Path(data_file)
-    return "--npz FILE" if p.suffix.lower() == ".npz" else "--csv FILE" if p.suffix.lower() == ".csv" else \
-        "--images DIR"
 
 
 def stored_default(d: dict[str, Any], name: str) -> Any:
@@ -582,9 +575,12 @@ RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "
 
 def same_setting(name: str, a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are one value of the setting ``name``: the CSV columns of ``--ignore``
-    and ``--keep`` as sets (their order and repeats change nothing), any other by equality."""
+    and ``--keep`` as sets (their order and repeats change nothing), an image size left out as the
+    default it stands for, any other by equality."""
     if name in ("ignore_columns", "keep_columns"):
         return set(a or ()) == set(b or ())
+    if name == "image_size":
+        return list(a or DEFAULT_IMAGE_SIZE) == list(b or DEFAULT_IMAGE_SIZE)
     return bool(a == b)
 
 

@@ -126,6 +126,13 @@ def test_image_size_resizes_every_image_and_predict_resizes_new_ones_alike(capsy
     assert torch.equal(read_inputs(model, tmp_path / "imgs" / "blob"), model.encode(x[:6]))
     assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--image-size", "1", "2", "3",
                                     "--out", str(tmp_path / "r3"))[::2], "one number (square) or two")
+    # a run of the default size resumed with that size said: was None, now [28, 28], and refused
+    default = train(capsys, tmp_path, "--epochs", "1", "--overwrite")
+    rc, _, err = run_main(capsys, "train", "--resume", "--out", str(default), "--epochs", "2", "--image-size", "28",
+                          "--quiet")
+    assert rc == 0, err
+    assert_one_line_error(*run_main(capsys, "train", "--resume", "--out", str(default), "--epochs", "3",
+                                    "--image-size", "28", "29")[::2], "setting 'image_size' was [28, 28], now [28, 29]")
 
 
 def test_an_npz_run_of_grey_images_predicts_a_folder_and_flags_pixels_outside_its_range(capsys, tmp_path):

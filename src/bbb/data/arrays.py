@@ -36,8 +36,8 @@ def moved_data_flag(data_file: str | os.PathLike[str]) -> str:
     """The option that gives a run its data where they are now: ``--images DIR`` for a folder of
     images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table."""
     p = Path(data_file)
-    return "--npz FILE" if p.suffix.lower() == ".npz" else "--csv FILE" if p.suffix.lower() == ".csv" else \
-        "--images DIR"
+    return "--npz FILE" if p.suffix.lower() == ".npz" else "--images DIR" if p.is_dir() or not p.suffix else \
+        "--csv FILE"
 
 
 def image_files(folder: Path) -> list[Path]:

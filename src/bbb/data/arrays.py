@@ -116,7 +116,12 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
     if odd:
         warnings.warn(f"{d}: {len(odd)} training image(s) are blank or transparent (first: {odd[0]}); they are "
                       "trained on as read", stacklevel=2)
-    return np.concatenate(xs), np.array(ys)
+    x = np.concatenate(xs)
+    if colour and (x[:, 0] == x[:, 1]).all() and (x[:, 1] == x[:, 2]).all():
+        warnings.warn(f"{d}: every image is grey (its red, green and blue alike): --colour gives the network three "
+                      "equal copies of each pixel, three times the weights for nothing (train without it)",
+                      stacklevel=2)
+    return x, np.array(ys)
 
 
 def read_npz(p: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -274,6 +274,10 @@ def test_colour_keeps_what_grey_loses(capsys, tmp_path):
     assert model.config.image_colour and model.preprocess.feature_shape == [3, 16, 16]
     x, y = read_image_classes(tmp_path / "imgs", (16, 16), colour=True)
     assert x.shape == (60, 3, 16, 16) and set(y) == {"red", "green"}
+    # a folder of grey images read in colour: three equal channels, said (it trained on them without a word)
+    image_folder(tmp_path / "grey", 2)
+    with pytest.warns(UserWarning, match="every image is grey"):
+        read_image_classes(tmp_path / "grey", (16, 16), colour=True)
     for name in ("red", "green"):
         out = tmp_path / f"{name}.csv"
         rc, _, err = run_main(capsys, "predict", str(colour_run), str(tmp_path / "new" / name), "--out", str(out))

@@ -10,7 +10,8 @@ cannot fit a ``MemoryError`` (:class:`OutOfMemory`), Ctrl-C during training a
 
 :func:`check_int` and :func:`check_float` are the one check of a numeric argument: they return
 the number, or raise a one-line :class:`SettingError` (a :class:`UserError`) that names the
-argument. :func:`one_line_warnings_format` is the command line's form of a UserWarning, which the
+argument; :func:`check_bool` that of a switch (True or False, never a string read by its truth).
+:func:`one_line_warnings_format` is the command line's form of a UserWarning, which the
 processes a command starts take too (:func:`adopt_warnings_format`).
 """
 
@@ -44,6 +45,7 @@ __all__ = [
     "TrainingInterrupted",
     "check_int",
     "check_float",
+    "check_bool",
     "WARNINGS_PROG_ENV",
     "one_line_warnings_format",
     "adopt_warnings_format",
@@ -177,6 +179,24 @@ def check_int(name: str, value: Any, minimum: int | None = 1) -> int:
         at_least = "" if minimum is None else f" >= {minimum}"
         raise SettingError(name, f"must be an integer{at_least}, got {value!r}")
     return n
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a ``bool`` when it is one (a numpy bool, or the integer 0 or 1); anything else
+    (the string ``"false"``, which ``bool()`` reads as True, None, 2) raises
+    ``UserError("NAME must be True or False, got VALUE")``."""
+    if isinstance(value, bool):
+        return value
+    if str(getattr(value, "dtype", "")) == "bool" and getattr(value, "ndim", None) == 0:  # numpy's, a 0-d tensor's
+        return bool(value)
+    if not isinstance(value, str | bytes):
+        try:
+            n = operator.index(value)
+        except TypeError:
+            n = None
+        if n in (0, 1):
+            return bool(n)
+    raise SettingError(name, f"must be True or False, got {value!r}")
 
 
 def check_float(name: str, value: Any, minimum: float | None = None, *, above: bool = False,

@@ -20,7 +20,7 @@ import torch
 
 import bbb
 import bbb.errors as E
-from bbb.errors import BBBError, UserError, check_float, check_int
+from bbb.errors import BBBError, UserError, check_bool, check_float, check_int
 
 #: each class of bbb.errors -> the builtin it must also be
 BUILTIN = {
@@ -176,6 +176,22 @@ def test_check_float():
             check_float("lr", bad, 0.0, above=True)
     with pytest.raises(UserError, match=r"^beta must be a finite number >= 0, got -0.5$"):
         check_float("beta", -0.5, 0.0)
+
+
+def test_check_bool_and_the_config_switches():
+    """TrainConfig's switches took any value by its truth: image_colour="false" (a YAML sweep's quoted
+    false, a form's text) trained in colour, and bool() of it set bf16 and the others alike."""
+    from bbb.runs import TrainConfig
+
+    assert check_bool("x", True) is True and check_bool("x", 0) is False and check_bool("x", np.bool_(True)) is True
+    assert check_bool("x", torch.tensor(False)) is False
+    for bad in ("false", "True", None, 2, 0.5, [True]):
+        with pytest.raises(UserError, match=r"^x must be True or False, got "):
+            check_bool("x", bad)
+    for name in ("image_colour", "bf16", "test_each_epoch", "cuda_graph"):
+        with pytest.raises(UserError, match=rf"^{name} must be True or False, got 'false'$"):
+            TrainConfig(**{name: "false"}, **({"data_file": "x"} if name == "image_colour" else {}))
+    assert TrainConfig(data_file="x", image_colour=1).image_colour is True
 
 
 def _entry_points():

@@ -103,6 +103,7 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from ..data.arrays import moved_data_flag
     from ..runs import TrainConfig, load_checkpoint, train
     from ..runs.config import FILE_DATASET
 
@@ -116,9 +117,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             unread = [k for k in ("dataset", "data_dir", "scale", "val_size") if k in given]
             if unread:
                 flag = "--" + unread[0].replace("_", "-")
+                data = str(ckpt["config"].get("data_file"))
                 raise UserError(f"{flag} is a setting of MNIST and Fashion-MNIST, and the run in {out} reads its own "
-                                f"file ({ckpt['config'].get('data_file')}): leave {flag} out (a moved file: give "
-                                "--csv FILE or --npz FILE)")
+                                f"data ({data}): leave {flag} out (moved data: give {moved_data_flag(data)})")
         cfg = TrainConfig.from_stored({**ckpt["config"], **given})
         restore_threads(args.threads, ckpt.get("threads"))  # absent in checkpoints of older bbb
     else:

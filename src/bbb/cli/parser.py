@@ -173,18 +173,37 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     add_threads(g)
 
 
+def _data_of(flag: str) -> Any:
+    """The argparse ``type`` of ``bbb train``'s ``flag`` (--csv, --npz, --images): the path as given,
+    refused where it is the other kind of data (a folder given to --npz trained on its images)."""
+    def check(value: str) -> str:
+        from pathlib import Path
+
+        path, suffix = Path(value), Path(value).suffix.lower()
+        other = ("--images" if path.is_dir() else "--npz" if suffix == ".npz" else "--csv" if suffix == ".csv"
+                 else None)
+        if other is not None and other != flag:
+            what = "a folder" if path.is_dir() else f"a {suffix} file"
+            raise argparse.ArgumentTypeError(f"{value} is {what}: give it as {other} {value}")
+        if flag == "--images" and path.is_file():
+            raise argparse.ArgumentTypeError(f"{value} is a file; --images takes a folder with one subfolder per "
+                                             "class (a table: --csv, arrays: --npz)")
+        return value
+    return check
+
+
 def add_own_data_options(p: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     """``bbb train --csv / --npz / --images``: your own data (docs/your_data.md)."""
     from ..runs.config import LIKELIHOODS, NOISE_LR_SCALE, TASKS
 
     g = p.add_argument_group("your own data (instead of --dataset; docs/your_data.md)")
     src = g.add_mutually_exclusive_group()
-    src.add_argument("--csv", dest="data_file", metavar="FILE", default=argparse.SUPPRESS,
+    src.add_argument("--csv", dest="data_file", type=_data_of("--csv"), metavar="FILE", default=argparse.SUPPRESS,
                      help="a CSV table with a header row: numeric columns are standardised, text columns one-hot "
                           "encoded; needs --target")
-    src.add_argument("--npz", dest="data_file", metavar="FILE", default=argparse.SUPPRESS,
+    src.add_argument("--npz", dest="data_file", type=_data_of("--npz"), metavar="FILE", default=argparse.SUPPRESS,
                      help="NumPy arrays x (N, ...) and y (N,) in one .npz file (np.savez)")
-    src.add_argument("--images", dest="data_file", metavar="DIR", default=argparse.SUPPRESS,
+    src.add_argument("--images", dest="data_file", type=_data_of("--images"), metavar="DIR", default=argparse.SUPPRESS,
                      help="a folder of images with one subfolder per class, named by its class (DIR/cat/*.png, "
                           "DIR/dog/*.jpg): read grey (--colour: in colour) and resized to --image-size")
     add_g = suppressed_adder(g, defaults)

@@ -173,12 +173,13 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
     return _Input(x, [header[j] for j in keep], [[r[j] for j in keep] for r in rows], warnings, notes)
 
 
-def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], numbers: list[int], refer: bool
-                   ) -> tuple[list[str] | None, list[str]]:
+def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], numbers: list[int], refer: bool,
+                   files: list[str] | None = None) -> tuple[list[str] | None, list[str]]:
     """The warning of each input (None: the run records no training range to check them against)
     and the lines for stderr, from ``outside`` (:meth:`bbb.data.files.Preprocess.encode_table`'s or
     ``outside_range``'s): a value outside the training range is predicted by extrapolation, where a
-    network's confidence means nothing (it may even grow)."""
+    network's confidence means nothing (it may even grow). ``files``: a folder's image files, named
+    in the line instead of row numbers (the output's ``file`` column)."""
     pre = model.preprocess
     unchecked = [c["name"] for c in pre.columns if c["kind"] == "numeric" and not c.get("range")]
     if pre.kind == "arrays" and (pre.feature_range if len(pre.feature_shape) == 1 else pre.array_range) is None:
@@ -196,10 +197,12 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
             warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     if outside:
         rows = sorted({r for r, _, _ in outside})
-        notes.append(f"bbb predict: warning: {len(rows)} row(s) of {path} have a value outside the training rows' "
-                     f"range (row {', '.join(str(numbers[r - 1]) for r in rows[:5])}{', ...' if len(rows) > 5 else ''}"
-                     f"; first: {outside[0][2]}): predicted by extrapolation, named in the warning column"
-                     f"{' and referred' if refer else ''}")
+        which = ", ".join(files[r - 1] if files else str(numbers[r - 1]) for r in rows[:5])
+        what = ("image(s)", "the training images' range of pixel values (") if files else \
+            ("row(s)", "the training rows' range (row ")
+        notes.append(f"bbb predict: warning: {len(rows)} {what[0]} of {path} have a value outside {what[1]}{which}"
+                     f"{', ...' if len(rows) > 5 else ''}; first: {outside[0][2]}): predicted by extrapolation, named "
+                     f"in the warning column{' and referred' if refer else ''}")
     return warnings, notes
 
 
@@ -242,8 +245,10 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             names, pixels, others, labels = load_labelled_images(path, (h, w), warnings, colour)
         else:
             names, pixels, others = load_image_folder(path, (h, w), warnings, colour)
-        if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images)
-            warnings = ["" if t.startswith("a light background") else t for t in warnings]
+        if pre.kind != "image":  # (dark on light is MNIST's mismatch, not a run's on its own images; nor a transparent
+            # background, where most of its training images had one, read alike)
+            same = ("a light background", "a transparent") if pre.source.get("transparent") else ("a light background",)
+            warnings = ["" if t.startswith(same) else t for t in warnings]
         notes = [f"bbb predict: note: {len(others)} file(s) or folder(s) in {path} were not read "
                  f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): only "
                  f"{'its subfolders' if labels is not None else 'its'} own .png/.jpg/.jpeg files are"] if others else []
@@ -256,7 +261,7 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         flags = None
         if pre.kind == "arrays":  # an .npz run's range (0..1 floats?) against the 0..255 pixels read
             flags, range_notes = _outside_notes(model, path, pre.outside_range(pixels), list(range(1, len(names) + 1)),
-                                                refer)
+                                                refer, names)
             notes += range_notes
         if flags is not None:
             warnings = [f"{a}; {b}" if a and b else a or b for a, b in zip(warnings, flags)]
@@ -302,9 +307,13 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
             label = {number(c): c for c in model.classes or [] if number(c) is not None}
             ys = [label.get(number(v), v) for v in ys]
         return _Input(x, ["row", "target"], [r + [t] for r, t in zip(rows, ys)], flags, notes)
+    from ..data.images import IMAGE_SUFFIXES
+
     raise UserError(f"{path}: give a .csv, .npy or .npz file or a folder of images" + (
         "; a table separated by tabs or semicolons is read as a CSV: name it .csv"
-        if suffix in (".tsv", ".tab", ".txt") else ""))
+        if suffix in (".tsv", ".tab", ".txt") else
+        f"; one image is read from a folder: put it in one and give the folder ({path.parent}/ reads every image "
+        "beside it)" if suffix in IMAGE_SUFFIXES else ""))
 
 
 def _carried_names(carried: list[str], outputs: list[str]) -> list[str]:

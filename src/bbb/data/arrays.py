@@ -27,11 +27,19 @@ from .images import IMAGE_SUFFIXES, class_folders, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "read_image_classes", "read_npz", "source_md5", "split_files",
-           "split_rows"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "inputs_md5", "moved_data_flag", "read_image_classes", "read_npz",
+           "source_md5", "split_files", "split_rows"]
 
 #: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
 DEFAULT_IMAGE_SIZE = (28, 28)
+
+
+def moved_data_flag(data_file: str | os.PathLike[str]) -> str:
+    """The option that gives a run its data where they are now: ``--images DIR`` for a folder of
+    images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table."""
+    p = Path(data_file)
+    return "--npz FILE" if p.suffix.lower() == ".npz" else "--images DIR" if p.is_dir() or not p.suffix else \
+        "--csv FILE"
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -77,20 +85,33 @@ def source_md5(path: str | os.PathLike[str]) -> str:
     """The MD5 of a run's data: a file's bytes, or a folder's class names, file names and the
     bytes of the images read from it (so a renamed, added, removed or edited image changes it)."""
     p = Path(path)
+    return _files_md5(image_files(p)) if p.is_dir() else file_md5(p)
+
+
+def inputs_md5(path: str | os.PathLike[str]) -> str:
+    """The MD5 of inputs given to a run (``bbb ood --ood-data``): a file's bytes, or the names and
+    bytes of a folder's own image files, those ``bbb predict`` reads (so two folders of one name
+    tell apart)."""
+    p = Path(path)
     if not p.is_dir():
         return file_md5(p)
+    return _files_md5(sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES))
+
+
+def _files_md5(files: list[Path]) -> str:
     h = hashlib.md5(usedforsecurity=False)
-    for f in image_files(p):
+    for f in files:
         h.update(f"{f.parent.name}/{f.name}\0".encode())
         h.update(file_md5(f).encode())
     return h.hexdigest()
 
 
 def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
-                       colour: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                       colour: bool = False, notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: the images of ``folder``'s class subfolders as uint8 grey pixels (N, 1, H, W),
     ``size = (H, W)`` (``colour``: red, green, blue, (N, 3, H, W)), and each one's class, the name
-    of its subfolder (a string array, N)."""
+    of its subfolder (a string array, N). Given a list ``notes``, each image's
+    :func:`~bbb.data.images.image_warning` is appended to it, in the order of ``x``."""
     d = Path(folder)
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
@@ -109,9 +130,11 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
         if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
             raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
                             "it (a class without images is never learned)")
-    notes: list[str] = []
-    names, x, skipped, y = load_labelled_images(d, size, notes, colour)
-    odd = [f"{n}: {t.split(':')[0]}" for n, t in zip(names, notes) if t.startswith(("blank", "a transparent"))]
+    texts: list[str] = []
+    names, x, skipped, y = load_labelled_images(d, size, texts, colour)
+    odd = [f"{n}: {t.split(':')[0]}" for n, t in zip(names, texts) if t.startswith(("blank", "a transparent"))]
+    if notes is not None:
+        notes += texts
     if skipped:
         warnings.warn(f"{d}: {len(skipped)} file(s) or folder(s) not read ({', '.join(skipped[:3])}"
                       f"{', ...' if len(skipped) > 3 else ''}): only each class subfolder's own .png/.jpg/.jpeg files "
@@ -119,6 +142,10 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
     if odd:
         warnings.warn(f"{d}: {len(odd)} training image(s) are blank or transparent (first: {odd[0]}); they are "
                       "trained on as read", stacklevel=2)
+    if colour and (x[:, 0] == x[:, 1]).all() and (x[:, 1] == x[:, 2]).all():
+        warnings.warn(f"{d}: every image is grey (its red, green and blue alike): --colour gives the network three "
+                      "equal copies of each pixel, three times the weights for nothing (train without it)",
+                      stacklevel=2)
     return x, np.array(y)
 
 

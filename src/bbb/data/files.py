@@ -451,13 +451,14 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         raise DataError(f"{p}: no such file")
     suffix = p.suffix.lower()
     table: tuple[list[str], list[list[str]], list[int]] | None = None
+    image_notes: list[str] = []  # (a folder's: each image's warning, "" for none)
     if p.is_dir():
         if target is not None or ignore or keep or task == "regression":
             flag = "--target" if target is not None else "--ignore" if ignore else "--keep" if keep else "--task"
             raise UserError(f"{where}: {flag} applies to a CSV file, and this is a folder: a folder of images (in "
                             "class subfolders, named by their classes) trains with --images DIR, without " + flag)
         size = (int(image_size[0]), int(image_size[-1])) if image_size else DEFAULT_IMAGE_SIZE
-        x_arr, y_arr = read_image_classes(p, size, image_colour)
+        x_arr, y_arr = read_image_classes(p, size, image_colour, image_notes)
         task = "classification"
         pre = Preprocess(kind="arrays", task=task, feature_shape=list(x_arr.shape[1:]))
         raw_x = torch.from_numpy(x_arr.reshape(x_arr.shape[0], -1).astype(np.float64))
@@ -524,9 +525,11 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         # per class, every class too small to give a test row: not "too few rows", but too many classes
         raise UserError(f"{where}: the target has {len(pre.classes or [])} classes in {n} rows, too few rows each "
                         "for the split (per class) to hold any out for testing; is it a quantity? say --task "
-                        "regression")
+                        "regression" if not p.is_dir() else
+                        f"{where}: {len(pre.classes or [])} class subfolders of {n} images, too few images each for "
+                        "the split (per class) to hold any out for testing: add images to each class")
     if task == "classification":
-        check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction)
+        check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction, p.is_dir())
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")
@@ -534,7 +537,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if task == "classification":
             left = [c for k, c in enumerate(pre.classes or []) if not bool((y[train_idx] == k).any())]
             if left:
-                warnings.warn(f"{where}: --train-size {train_size} keeps no training row of class "
+                unit = "image" if p.is_dir() else "row"
+                warnings.warn(f"{where}: --train-size {train_size} keeps no training {unit} of class "
                               f"{', '.join(map(repr, left[:3]))}{' ...' if len(left) > 3 else ''}: the network never "
                               "sees it, and scores it as an error; raise --train-size for a run that learns every "
                               "class", stacklevel=2)
@@ -549,6 +553,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         pre.y = Standardizer.fit(y[train_idx])
         y = pre.y.transform(y).to(torch.float32)
     pre.source = {"file": p.name, "md5": source_md5(p), "rows": int(n), **({"folder": True} if p.is_dir() else {})}
+    if image_notes and 2 * sum(image_notes[i].startswith("a transparent") for i in train_idx.tolist()) >= \
+            len(train_idx):
+        pre.source["transparent"] = True  # (most training images had one: bbb predict's new ones are not unlike them)
     x = pre._standardise(raw_x)
     data = {"train_x": x[train_idx], "train_y": y[train_idx], "val_x": x[val_idx], "val_y": y[val_idx],
             "test_x": x[test_idx], "test_y": y[test_idx]}

@@ -203,18 +203,20 @@ def check_class_labels(where: str, target: str | None, labels: Sequence[str]) ->
 
 
 def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_idx: Tensor, val_fraction: float,
-                           test_fraction: float) -> None:
+                           test_fraction: float, images: bool = False) -> None:
     """A one-line :class:`UserError` where a class of ``y`` (class indices into ``classes``) has no
     row among ``train_idx``: the split held out every row of it, and the network would never learn
-    it."""
+    it. ``images``: the rows are a folder's images, a class its subfolder."""
     trained = set(y[train_idx].tolist())
+    unit, remove = ("image", "add images to the class, or remove its subfolder") if images else \
+        ("row", "or remove the class's rows")
     for k, label in enumerate(classes):
         if k not in trained:
             n = int((y == k).sum())
-            raise UserError(f"{where}: class {label!r} has {n} row{'s' if n != 1 else ''}, and --val-fraction "
+            raise UserError(f"{where}: class {label!r} has {n} {unit}{'s' if n != 1 else ''}, and --val-fraction "
                             f"{val_fraction:g} with --test-fraction {test_fraction:g} hold "
                             f"{'all of them' if n != 1 else 'it'} out of training; lower --val-fraction or "
-                            "--test-fraction, or remove the class's rows")
+                            f"--test-fraction, {remove}")
 
 
 #: a column this share of whose cells are numbers, the others text, is a column of numbers with bad

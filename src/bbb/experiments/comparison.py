@@ -261,6 +261,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         "run": str(d),
         "metrics_from": source,
         "ood": (ood or {}).get("ood"),
+        "ood_md5": (ood or {}).get("ood_md5"),
         "test_set": _test_set(cfg),
         "num_train": cfg.get("num_train"),
     }
@@ -273,6 +274,11 @@ def comparison_rows(run_dirs: Sequence[str | Path], reference: str | None = None
 
     check_distinct(run_dirs, "give each run once")
     rows = [collect(d) for d in run_dirs]
+    for name in {r["ood"] for r in rows if r.get("ood")}:  # one name, other inputs (two folders new/, a folder
+        same = [r for r in rows if r.get("ood") == name]  # fashion-mnist/ and bbb ood's): other OOD sets, named apart
+        if len({r.get("ood_md5") for r in same}) > 1:
+            for r in same:
+                r["ood"] = f"{name} (MD5 {r['ood_md5'][:8]})" if r.get("ood_md5") else f"{name} (no MD5 recorded)"
     tasks = {r["task"] for r in rows}
     if len(tasks) > 1:
         kinds = {t: next(r["run"] for r in rows if r["task"] == t) for t in sorted(tasks)}

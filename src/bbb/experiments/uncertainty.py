@@ -404,8 +404,8 @@ def main_ood(args: argparse.Namespace) -> int:
     if args.ood_data is not None:
         return _ood_of_inputs(args)
     if args.data_file is not None:
-        raise UserError("--csv/--npz give a run on your own data its moved file, for --ood-data; for MNIST and "
-                        "Fashion-MNIST runs give --data-dir")
+        raise UserError("--csv/--npz/--images give a run on your own data its moved data, for --ood-data; for MNIST "
+                        "and Fashion-MNIST runs give --data-dir")
     nets, cfg, data, d, method, epochs = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]
@@ -441,13 +441,15 @@ def _write_ood(args: argparse.Namespace, d: Path, what: dict[str, Any], scores_i
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
         out["member_epochs"] = epochs
     try:  # one ood.json a folder: one against another OOD set is replaced, and said to be
-        was = json.loads((d / "ood.json").read_text()).get("ood")
+        old = json.loads((d / "ood.json").read_text())
+        was, was_md5 = old.get("ood"), old.get("ood_md5")
     except (OSError, ValueError, AttributeError):
-        was = None
+        was = was_md5 = None
     atomic_write_json(d / "ood.json", out)
-    if was is not None and was != what["ood"]:
-        print(f"bbb ood: note: {d / 'ood.json'} held the scores against {was}; they are replaced by these against "
-              f"{what['ood']} (bbb ood against {was} again writes them back)", file=sys.stderr)
+    if was is not None and (was, was_md5) != (what["ood"], what.get("ood_md5")):
+        other = " (other inputs of that name)" if was == what["ood"] else ""
+        print(f"bbb ood: note: {d / 'ood.json'} held the scores against {was}{other}; they are replaced by these "
+              f"against {what['ood']} (bbb ood against {was} again writes them back)", file=sys.stderr)
     written = [d / "ood.json"]
     if plot_ood(scores_in, scores_out, report, d / "ood.png", (str(what["dataset"]), str(what["ood"]))) is not None:
         written.append(d / "ood.png")  # (None: no matplotlib; warned)
@@ -470,6 +472,7 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
     from ..cli.common import ensemble_out, one_line_warnings
     from ..cli.predict import read_inputs
+    from ..data.arrays import inputs_md5
     from ..runs.ensemble import ensemble_folder, load_ensemble
     from ..runs.referral import split_outputs
     from ..runs.trained import load_model
@@ -493,7 +496,7 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
             raise UserError(f"{d} has no test rows to score against {path}")
         out_out = model.sample_outputs(x_out, args.samples, args.seed)
     cfg = model.config
-    what = {"method": model.describe() if several else cfg.method, "ood": path.name,
+    what = {"method": model.describe() if several else cfg.method, "ood": path.name, "ood_md5": inputs_md5(path),
             "dataset": Path(cfg.data_file).name if cfg.data_file else cfg.dataset}
     if model.task == "regression":
         s_in, s_out = model.regression(out_in), model.regression(out_out)

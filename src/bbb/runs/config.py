@@ -13,11 +13,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ..data.arrays import DEFAULT_IMAGE_SIZE, moved_data_flag
 from ..data.files import TASKS
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
 from ..engine.engine import OptimizerKind
-from ..errors import SettingError, UserError, check_int
+from ..errors import SettingError, UserError, check_bool, check_int
 from ..nn import DEFAULT_PI, DEFAULT_RHO_INIT, DEFAULT_SIGMA1, DEFAULT_SIGMA2
 from ..nn.base import Estimator
 from ..options import IMAGE_DATASETS, MAX_SEED, Dataset, DeviceKind, LRSchedule, Method, PriorKind, choice, device_name
@@ -302,7 +303,7 @@ class TrainConfig:
         for name in ("seed", "split_seed"):
             if check_int(name, getattr(self, name), 0) > MAX_SEED:
                 raise SettingError(name, f"must be at most {MAX_SEED}, got {getattr(self, name)}")
-        self.bf16 = bool(self.bf16)
+        self.bf16 = check_bool("bf16", self.bf16)
         self.scale = _positive("scale", self.scale)
         if 255.0 / self.scale > FLOAT32_MAX:  # the pixels (0-255) / scale: inf in float32, then NaN
             raise SettingError("scale", f"must be at least {255.0 / FLOAT32_MAX:.3g} (the pixels, 0-255, divided by "
@@ -310,9 +311,10 @@ class TrainConfig:
         self.val_size = check_int("val_size", self.val_size, 0)
         self.split_seed = check_int("split_seed", self.split_seed, 0)
         self.eval_samples = check_int("eval_samples", self.eval_samples, 1)
-        self.test_each_epoch = bool(self.test_each_epoch)
+        self.test_each_epoch = check_bool("test_each_epoch", self.test_each_epoch)
         self.checkpoint_every = check_int("checkpoint_every", self.checkpoint_every, 1)
-        self.cuda_graph = bool(self.cuda_graph)
+        self.cuda_graph = check_bool("cuda_graph", self.cuda_graph)
+        self.image_colour = check_bool("image_colour", self.image_colour)
         if self.cuda_graph and self.method is Method.IVON:
             raise SettingError("cuda_graph", "does not capture IVON's step yet (--method bbb, sgd or dropout)")
         if self.cuda_graph and self.bf16:
@@ -443,16 +445,18 @@ class TrainConfig:
             self.data_file = str(Path(self.data_file).expanduser().resolve())
             if self.data_dir is not None:
                 raise UserError("--data-dir is the folder of MNIST and Fashion-MNIST, and this run reads its own "
-                                f"file ({self.data_file}): leave --data-dir out (a moved file: give --csv FILE or "
-                                "--npz FILE)")
+                                f"data ({self.data_file}): leave --data-dir out (moved data: give "
+                                f"{moved_data_flag(self.data_file)})")
             if self.dataset not in (Dataset.MNIST.value, FILE_DATASET):
                 raise UserError(f"--dataset {self.dataset} and --csv/--npz/--images exclude each other: give one")
             self.dataset = FILE_DATASET
             if self.val_size != 10000:
-                raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
+                raise UserError("--val-size counts MNIST images held out; for --csv/--npz/--images data use "
+                                "--val-fraction")
             if self.scale != 126.0:
-                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz run standardises its "
-                                "columns by the training rows' mean and sd and never reads it: leave --scale out")
+                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz/--images run "
+                                "standardises its columns by the training rows' mean and sd and never reads it: "
+                                "leave --scale out")
             if self.task is not None:
                 self.task = choice("task", self.task, TASKS)
             if self.ignore_columns is not None:
@@ -508,16 +512,19 @@ class TrainConfig:
         no training rows, no test rows (a run ends by evaluating on its test set), or, for your
         own data, no validation rows though ``val_fraction`` asks for some."""
         own = self.data_file is not None
-        sizes = f"the split has {train} training, {val} validation and {test} test {'rows' if own else 'examples'}"
+        rows = "images" if own and Path(str(self.data_file)).is_dir() else "rows"
+        sizes = f"the split has {train} training, {val} validation and {test} test {rows if own else 'examples'}"
         if train == 0:
-            raise UserError(f"{sizes}: nothing to train on; "
-                            + ("give more rows, or lower --val-fraction and --test-fraction" if own else "give data"))
-        if test == 0:
+            raise UserError(f"{sizes}: nothing to train on; " + (
+                f"give more {rows}, or lower --val-fraction and --test-fraction" if own else "give data"))
+        if test == 0:  # (a classifier's fraction of each class is rounded: a small class's may be none)
+            now = f"(now {self.test_fraction:g}; a classifier's is taken of each class, rounded)" \
+                if self.test_fraction else "(e.g. 0.1)"
             raise UserError(f"{sizes}; a run ends by evaluating on its test set: "
-                            + ("raise --test-fraction (e.g. 0.1) or give more rows" if own else "give test data"))
+                            + (f"raise --test-fraction {now} or give more {rows}" if own else "give test data"))
         if own and val == 0 and self.val_fraction > 0:
-            raise UserError(f"{sizes}; --val-fraction {self.val_fraction:g} asks for validation rows to choose the "
-                            "best epoch on: raise it or give more rows (--val-fraction 0: no validation, best.pt is "
+            raise UserError(f"{sizes}; --val-fraction {self.val_fraction:g} asks for validation {rows} to choose the "
+                            f"best epoch on: raise it or give more {rows} (--val-fraction 0: no validation, best.pt is "
                             "the last epoch)")
 
     # -- conversion ---------------------------------------------------------------------------
@@ -568,9 +575,12 @@ RESUME_MUTABLE = frozenset({"epochs", "device", "data_dir", "test_each_epoch", "
 
 def same_setting(name: str, a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are one value of the setting ``name``: the CSV columns of ``--ignore``
-    and ``--keep`` as sets (their order and repeats change nothing), any other by equality."""
+    and ``--keep`` as sets (their order and repeats change nothing), an image size left out as the
+    default it stands for, any other by equality."""
     if name in ("ignore_columns", "keep_columns"):
         return set(a or ()) == set(b or ())
+    if name == "image_size":
+        return list(a or DEFAULT_IMAGE_SIZE) == list(b or DEFAULT_IMAGE_SIZE)
     return bool(a == b)
 
 

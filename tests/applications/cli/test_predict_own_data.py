@@ -231,7 +231,7 @@ def test_a_new_run_on_a_file_that_is_not_there_says_so(capsys, tmp_path):
     # a fresh run's missing --csv was "the file this run was trained on, is not there (moved or deleted?)"
     (tmp_path / "folder").mkdir()
     for given, words in ((tmp_path / "nonexist.csv", ("nonexist.csv does not exist", "--csv")),
-                         (tmp_path / "folder", ("this is a folder", "--images DIR, without --target")),
+                         (tmp_path / "folder", ("folder is a folder: give it as --images",)),
                          (Path("/dev/null"), ("/dev/null is not a regular file",))):
         rc, _, err = run_main(capsys, "train", "--csv", str(given), "--target", "y", "--out", str(tmp_path / "r"),
                               *TINY)

@@ -92,6 +92,10 @@ def test_a_folder_trains_a_classifier_of_its_subfolders_and_new_images_reach_it_
         assert [r["file"] for r in got] == sorted(p.name for p in (tmp_path / "new" / kind).iterdir())
         assert {"p_" + c for c in CLASSES} <= set(got[0]) and "warning" not in got[0]
         assert sum(r["prediction"] == kind for r in got) >= 5, got
+    # one image file: refused, saying how (it said to give a folder of images, as if the file were none)
+    one = tmp_path / "new" / "blob" / "blob_001.png"
+    assert_one_line_error(*run_main(capsys, "predict", str(folder_run), str(one), "--out", str(tmp_path / "1.csv"))
+                          [::2], "one image is read from a folder", f"{one.parent}/")
 
 
 def test_the_folder_is_checked_as_a_file_is_and_found_where_it_moved(capsys, tmp_path, folder_run):
@@ -100,7 +104,8 @@ def test_the_folder_is_checked_as_a_file_is_and_found_where_it_moved(capsys, tmp
                           "on", "renamed")
     (tmp_path / "imgs" / "blob" / "blob_x.jpg").rename(tmp_path / "imgs" / "blob" / "blob_000.jpg")
     (tmp_path / "imgs").rename(tmp_path / "moved")
-    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run))[::2], "is not there", "--images DIR")
+    assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run))[::2], "is not there", "--images DIR",
+                          "ood, laplace")  # (every command that takes --images DIR: these two were left out)
     assert_one_line_error(*run_main(capsys, "evaluate", str(folder_run), "--csv", str(tmp_path / "x.csv"))[::2],
                           "not a folder of images", "--images DIR")
     rc, _, err = run_main(capsys, "evaluate", str(folder_run), "--images", str(tmp_path / "moved"))
@@ -121,6 +126,13 @@ def test_image_size_resizes_every_image_and_predict_resizes_new_ones_alike(capsy
     assert torch.equal(read_inputs(model, tmp_path / "imgs" / "blob"), model.encode(x[:6]))
     assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--image-size", "1", "2", "3",
                                     "--out", str(tmp_path / "r3"))[::2], "one number (square) or two")
+    # a run of the default size resumed with that size said: was None, now [28, 28], and refused
+    default = train(capsys, tmp_path, "--epochs", "1", "--overwrite")
+    rc, _, err = run_main(capsys, "train", "--resume", "--out", str(default), "--epochs", "2", "--image-size", "28",
+                          "--quiet")
+    assert rc == 0, err
+    assert_one_line_error(*run_main(capsys, "train", "--resume", "--out", str(default), "--epochs", "3",
+                                    "--image-size", "28", "29")[::2], "setting 'image_size' was [28, 28], now [28, 29]")
 
 
 def test_an_npz_run_of_grey_images_predicts_a_folder_and_flags_pixels_outside_its_range(capsys, tmp_path):
@@ -135,7 +147,9 @@ def test_an_npz_run_of_grey_images_predicts_a_folder_and_flags_pixels_outside_it
     assert rc == 0, err
     got = read_csv(out)
     assert len(got) == 6 and all("outside" in r["warning"] for r in got) and all(r["refer"] == "true" for r in got)
-    assert "outside the training rows' range" in err
+    # named by their files, the output's file column (row numbers were a table's words, left to count)
+    line = next(ln for ln in err.splitlines() if "outside the training" in ln)
+    assert "6 image(s)" in line and "blob_000.jpg, blob_001.png" in line and "row" not in line, line
 
 
 @pytest.mark.parametrize(("layout", "words"), [
@@ -164,6 +178,36 @@ def test_a_folder_not_laid_out_by_class_is_one_line(capsys, tmp_path, layout, wo
     assert not (tmp_path / "r" / "config.json").exists()
 
 
+@pytest.mark.parametrize(("per_class", "words", "not_said"), [
+    (1, ("30 class subfolders of 30 images", "add images to each class"), "--task regression"),
+    (2, ("0 test images", "now 0.1; a classifier's is taken of each class", "more images"), "(e.g. 0.1)"),
+])
+def test_classes_too_small_to_hold_out_a_test_image_say_what_helps(capsys, tmp_path, per_class, words, not_said):
+    """A folder of 30 classes of one image was told to say --task regression (which a folder refuses), one of
+    two images a class to raise --test-fraction (e.g. 0.1) where it was 0.1: each class rounds 0.2 to none."""
+    rng = np.random.default_rng(0)
+    for c in range(30):
+        (tmp_path / "d" / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            PIL.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(tmp_path / "d" / f"c{c}" / f"{i}.png")
+    line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "d"), "--out",
+                                           str(tmp_path / "r"))[::2], *words)
+    assert not_said not in line
+
+
+def test_a_class_held_out_whole_or_left_out_by_train_size_speaks_of_images(capsys, tmp_path):
+    """Said of a folder: 'class 'b' has 2 rows ... remove the class's rows', '--train-size keeps no training row'."""
+    image_folder(tmp_path / "imgs", 2)
+    line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--val-fraction",
+                                           "0.3", "--test-fraction", "0.3", "--out", str(tmp_path / "r"))[::2],
+                                 "has 2 images", "add images to the class, or remove its subfolder")
+    assert "rows" not in line
+    from bbb.data.files import load_file_splits
+
+    with pytest.warns(UserWarning, match="keeps no training image of class"):
+        load_file_splits(tmp_path / "imgs", val_fraction=0.0, test_fraction=0.5, train_size=1)
+
+
 def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(capsys, tmp_path):
     image_folder(tmp_path / "imgs", 3)
     assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--target", "y", "--out",
@@ -174,6 +218,22 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
                           "--image-size reads a folder")
     assert_one_line_error(*run_main(capsys, "train", "--image-size", "8", "--out", str(tmp_path / "r"))[::2],
                           "--image-size applies to your own data")
+    # the option names the kind of data: a folder given to --npz (or --csv) trained on its images, a table given to
+    # --images was read as a table, without a word
+    for flag, path, words in (("--npz", tmp_path / "imgs", "give it as --images"),
+                              ("--csv", tmp_path / "imgs", "give it as --images"),
+                              ("--images", tmp_path / "t.csv", "give it as --csv"),
+                              ("--images", tmp_path / "imgs" / "blob" / "blob_000.jpg", "takes a folder")):
+        assert_one_line_error(*run_main(capsys, "train", flag, str(path), "--out", str(tmp_path / "r"))[::2], words)
+    assert not (tmp_path / "r").exists()
+    # MNIST's --data-dir on a folder's run: the moved data's option is --images DIR (it said --csv or --npz FILE)
+    line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--data-dir",
+                                           str(tmp_path), "--out", str(tmp_path / "r"))[::2], "leave --data-dir out")
+    assert "--images DIR" in line and "--csv FILE" not in line
+    for extra, words in ((("--val-size", "10"), "--csv/--npz/--images data use --val-fraction"),
+                         (("--scale", "255"), "a --csv/--npz/--images run")):
+        assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), *extra, "--out",
+                                        str(tmp_path / "r"))[::2], words)
 
 
 def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):
@@ -214,6 +274,10 @@ def test_colour_keeps_what_grey_loses(capsys, tmp_path):
     assert model.config.image_colour and model.preprocess.feature_shape == [3, 16, 16]
     x, y = read_image_classes(tmp_path / "imgs", (16, 16), colour=True)
     assert x.shape == (60, 3, 16, 16) and set(y) == {"red", "green"}
+    # a folder of grey images read in colour: three equal channels, said (it trained on them without a word)
+    image_folder(tmp_path / "grey", 2)
+    with pytest.warns(UserWarning, match="every image is grey"):
+        read_image_classes(tmp_path / "grey", (16, 16), colour=True)
     for name in ("red", "green"):
         out = tmp_path / f"{name}.csv"
         rc, _, err = run_main(capsys, "predict", str(colour_run), str(tmp_path / "new" / name), "--out", str(out))
@@ -268,3 +332,31 @@ def test_bbb_uncertain_draws_a_folder_runs_test_images_and_names_their_files(cap
     assert "<h2>Uncertain inputs" in page and "drawn for image runs" not in page
     (tmp_path / "imgs").rename(tmp_path / "moved")
     assert run_main(capsys, "uncertain", str(folder_run), "--n", "2", "--images", str(tmp_path / "moved"))[0] == 0
+
+
+def test_transparent_images_of_a_run_trained_on_transparent_ones_are_not_called_unlike_them(capsys, tmp_path):
+    """A run on icons (every training image on a transparent background) called every new icon 'unlike the
+    training images' and referred it; a run on opaque images still names a transparent one."""
+    rng = np.random.default_rng(0)
+    for root in ("icons", "new"):
+        for kind in CLASSES[:2]:
+            (tmp_path / root / kind).mkdir(parents=True)
+            for i in range(10 if root == "icons" else 3):
+                rgba = np.zeros((16, 16, 4), np.uint8)
+                rgba[..., :3] = pattern(kind, (16, 16), rng)[..., None]
+                rgba[4:12, 4:12, 3] = 255
+                PIL.fromarray(rgba).save(tmp_path / root / kind / f"{i}.png")
+    image_folder(tmp_path / "imgs", 10)
+    for data, warned in (("icons", False), ("imgs", True)):
+        run = tmp_path / f"run_{data}"
+        rc, _, err = run_main(capsys, "train", "--images", str(tmp_path / data), "--epochs", "1", "--hidden", "8",
+                              "--out", str(run), "--quiet")
+        assert rc == 0, err
+        assert bool(json.loads((run / "config.json").read_text())["preprocess"]["source"].get("transparent")) \
+            is not warned
+        rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "new" / "blob"), "--out",
+                              str(tmp_path / f"p_{data}.csv"))
+        assert rc == 0, err
+        got = read_csv(tmp_path / f"p_{data}.csv")
+        assert ("warning" in got[0] and all("transparent" in r["warning"] for r in got)) is warned, got
+        assert ("unlike the training images" in err) is warned

@@ -55,6 +55,29 @@ def test_aurocs_against_other_ood_sets_are_not_ranked(tmp_path):
     assert "BBB's test error" in md  # the other verdicts stay
 
 
+def test_two_ood_sets_of_one_name_are_told_apart(tmp_path):
+    """bbb ood --ood-data a/new and --ood-data b/new both recorded the set as 'new': compare ranked the two
+    runs' AUROCs against each other and showed no OOD set column; ood.json records the inputs' MD5 now."""
+    from bbb.data.arrays import inputs_md5
+
+    (tmp_path / "a" / "new").mkdir(parents=True)
+    (tmp_path / "b" / "new").mkdir(parents=True)
+    (tmp_path / "a" / "new" / "x.png").write_bytes(b"one")
+    (tmp_path / "b" / "new" / "x.png").write_bytes(b"two")
+    (tmp_path / "b" / "new" / "notes.txt").write_text("not read")
+    md5s = [inputs_md5(tmp_path / d / "new") for d in "ab"]
+    assert md5s[0] != md5s[1]
+    (tmp_path / "b" / "new" / "notes.txt").write_text("still not read")  # (only the images read count)
+    assert inputs_md5(tmp_path / "b" / "new") == md5s[1]
+    bbb, drop = _run(tmp_path, "bbb", 400, 0.004, 0.5), _run(tmp_path, "dropout", 400, 0.006, 0.97)
+    for d, md5 in zip((bbb, drop), md5s):
+        scored = json.loads((d / "ood.json").read_text())
+        (d / "ood.json").write_text(json.dumps({**scored, "ood": "new", "ood_md5": md5}))
+    md = write_comparison(comparison_rows([bbb, drop]), tmp_path / "out")[1].read_text()
+    assert "OOD AUROC" not in md and "not compared" in md
+    assert f"| new (MD5 {md5s[0][:8]}) |" in md and f"| new (MD5 {md5s[1][:8]}) |" in md
+
+
 def test_an_equal_score_is_a_tie_not_a_loss(tmp_path):
     """Error rates and ECEs are fractions of the same test rows, so two runs often score the same:
     the verdict says tied (it said "not the best (sgd wins)", "NOT lower" on equal numbers)."""

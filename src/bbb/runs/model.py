@@ -248,7 +248,7 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
     if not (path.is_dir() if folder else path.is_file()):
         raise UserError(f"{cfg.data_file}, the {'folder' if folder else 'file'} this run was trained on, is not there "
                         f"(moved or deleted?); give its new place with {flag} {'DIR' if folder else 'FILE'} (bbb "
-                        "evaluate, bbb prune, bbb predict, bbb train --resume)")
+                        "evaluate, prune, predict, ood, laplace and train --resume take it)")
     was = (stored or {}).get("source", {}).get("md5")
     if was is not None:  # before reading it: another file's columns or rows would only confuse
         _check_md5(cfg.data_file, was)

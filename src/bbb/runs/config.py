@@ -443,16 +443,18 @@ class TrainConfig:
             self.data_file = str(Path(self.data_file).expanduser().resolve())
             if self.data_dir is not None:
                 raise UserError("--data-dir is the folder of MNIST and Fashion-MNIST, and this run reads its own "
-                                f"file ({self.data_file}): leave --data-dir out (a moved file: give --csv FILE or "
-                                "--npz FILE)")
+                                f"data ({self.data_file}): leave --data-dir out (moved data: give --csv FILE, "
+                                "--npz FILE or --images DIR)")
             if self.dataset not in (Dataset.MNIST.value, FILE_DATASET):
                 raise UserError(f"--dataset {self.dataset} and --csv/--npz/--images exclude each other: give one")
             self.dataset = FILE_DATASET
             if self.val_size != 10000:
-                raise UserError("--val-size counts MNIST images held out; for --csv/--npz data use --val-fraction")
+                raise UserError("--val-size counts MNIST images held out; for your own data (--csv, --npz, --images) "
+                                "use --val-fraction")
             if self.scale != 126.0:
-                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz run standardises its "
-                                "columns by the training rows' mean and sd and never reads it: leave --scale out")
+                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a run on your own data (--csv, --npz, "
+                                "--images) standardises its columns or pixels by the training rows' mean and sd and "
+                                "never reads it: leave --scale out")
             if self.task is not None:
                 self.task = choice("task", self.task, TASKS)
             if self.ignore_columns is not None:

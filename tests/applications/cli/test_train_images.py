@@ -176,6 +176,17 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
                           "--image-size applies to your own data")
 
 
+@pytest.mark.parametrize("given, words", [(("--scale", "255"), ("--images", "pixels")),
+                                          (("--val-size", "5"), ("--images", "--val-fraction")),
+                                          (("--data-dir", "."), ("--images DIR",))])
+def test_mnists_settings_given_with_a_folder_speak_of_images(capsys, tmp_path, given, words):
+    """--scale, --val-size and --data-dir with --images were refused with a table's words (its
+    columns, --csv/--npz data, give --csv FILE or --npz FILE): the line names the images' own."""
+    image_folder(tmp_path / "imgs", 3)
+    assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), *given, "--out",
+                                    str(tmp_path / "r"))[::2], *words)
+
+
 def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):
     import bbb.sweep as S
     from bbb.errors import UserError

@@ -117,8 +117,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             if unread:
                 flag = "--" + unread[0].replace("_", "-")
                 raise UserError(f"{flag} is a setting of MNIST and Fashion-MNIST, and the run in {out} reads its own "
-                                f"file ({ckpt['config'].get('data_file')}): leave {flag} out (a moved file: give "
-                                "--csv FILE or --npz FILE)")
+                                f"data ({ckpt['config'].get('data_file')}): leave {flag} out (moved data: give "
+                                "--csv FILE, --npz FILE or --images DIR)")
         cfg = TrainConfig.from_stored({**ckpt["config"], **given})
         restore_threads(args.threads, ckpt.get("threads"))  # absent in checkpoints of older bbb
     else:

@@ -187,6 +187,13 @@ def test_mnists_settings_given_with_a_folder_speak_of_images(capsys, tmp_path, g
                                     str(tmp_path / "r"))[::2], *words)
 
 
+def test_a_resumed_folder_run_given_mnists_settings_names_images_dir(capsys, tmp_path, folder_run):
+    """--resume of a run on a folder with --data-dir said to give a moved file with --csv FILE or
+    --npz FILE, not the --images DIR that finds it."""
+    assert_one_line_error(*run_main(capsys, "train", "--resume", "--out", str(folder_run), "--data-dir", ".",
+                                    "--epochs", "9")[::2], "--images DIR")
+
+
 def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):
     import bbb.sweep as S
     from bbb.errors import UserError

@@ -392,8 +392,8 @@ def main_ood(args: argparse.Namespace) -> int:
     if args.ood_data is not None:
         return _ood_of_inputs(args)
     if args.data_file is not None:
-        raise UserError("--csv/--npz/--images give a run on your own data its moved file or folder, for --ood-data; for MNIST and "
-                        "Fashion-MNIST runs give --data-dir")
+        raise UserError("--csv/--npz/--images give a run on your own data its moved file or folder, for "
+                        "--ood-data; for MNIST and Fashion-MNIST runs give --data-dir")
     nets, cfg, data, d, method, epochs = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,12 +170,13 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
     return _Input(x, [header[j] for j in keep], [[r[j] for j in keep] for r in rows], warnings, notes)
 
 
-def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], numbers: list[int], refer: bool
-                   ) -> tuple[list[str] | None, list[str]]:
+def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], numbers: Sequence[int | str],
+                   refer: bool, what: str = "row") -> tuple[list[str] | None, list[str]]:
     """The warning of each input (None: the run records no training range to check them against)
     and the lines for stderr, from ``outside`` (:meth:`bbb.data.files.Preprocess.encode_table`'s or
     ``outside_range``'s): a value outside the training range is predicted by extrapolation, where a
-    network's confidence means nothing (it may even grow)."""
+    network's confidence means nothing (it may even grow). ``numbers`` name the inputs on stderr
+    (a CSV's row numbers, a folder's file names), ``what`` says what they are."""
     pre = model.preprocess
     unchecked = [c["name"] for c in pre.columns if c["kind"] == "numeric" and not c.get("range")]
     if pre.kind == "arrays" and (pre.feature_range if len(pre.feature_shape) == 1 else pre.array_range) is None:
@@ -192,8 +194,9 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
             warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     if outside:
         rows = sorted({r for r, _, _ in outside})
-        notes.append(f"bbb predict: warning: {len(rows)} row(s) of {path} have a value outside the training rows' "
-                     f"range (row {', '.join(str(numbers[r - 1]) for r in rows[:5])}{', ...' if len(rows) > 5 else ''}"
+        notes.append(f"bbb predict: warning: {len(rows)} {what}(s) of {path} have a value outside the training "
+                     f"{what}s' range ({what} {', '.join(str(numbers[r - 1]) for r in rows[:5])}"
+                     f"{', ...' if len(rows) > 5 else ''}"
                      f"; first: {outside[0][2]}): predicted by extrapolation, named in the warning column"
                      f"{' and referred' if refer else ''}")
     return warnings, notes
@@ -244,8 +247,7 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         pixels = pixels.reshape(len(pixels), *shape)
         flags = None
         if pre.kind == "arrays":  # an .npz run's range (0..1 floats?) against the 0..255 pixels read
-            flags, range_notes = _outside_notes(model, path, pre.outside_range(pixels), list(range(1, len(names) + 1)),
-                                                refer)
+            flags, range_notes = _outside_notes(model, path, pre.outside_range(pixels), names, refer, "image")
             notes += range_notes
         if flags is not None:
             warnings = [f"{a}; {b}" if a and b else a or b for a, b in zip(warnings, flags)]

@@ -198,6 +198,28 @@ def test_a_resumed_folder_run_given_mnists_settings_names_images_dir(capsys, tmp
                                     "--epochs", "9")[::2], "--images DIR")
 
 
+def test_an_image_outside_a_folder_runs_range_is_named_by_its_pixels(capsys, tmp_path):
+    """A run on a folder of images named a new image's pixel outside the training range in an
+    .npz's words, 'x 255 outside the training arrays' ...': the warning says pixel and images."""
+    rng = np.random.default_rng(0)
+    for kind in ("dim", "mid"):
+        (tmp_path / "imgs" / kind).mkdir(parents=True)
+        for i in range(10):
+            a = rng.integers(60, 120, (28, 28)) + (60 if kind == "mid" else 0)
+            PIL.fromarray(a.astype(np.uint8)).save(tmp_path / "imgs" / kind / f"{i}.png")
+    run = train(capsys, tmp_path)
+    (tmp_path / "far").mkdir()
+    bright = np.full((28, 28), 255, np.uint8)
+    bright[::4] = 120
+    PIL.fromarray(bright).save(tmp_path / "far" / "bright.png")
+    out = tmp_path / "far.csv"
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "far"), "--out", str(out))
+    assert rc == 0, err
+    (row,) = read_csv(out)
+    assert row["warning"].startswith("pixel 255 outside the training images'") and row["refer"] == "true"
+    assert "arrays" not in row["warning"]
+
+
 def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):
     import bbb.sweep as S
     from bbb.errors import UserError

@@ -283,7 +283,10 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
                      "k-sample predictive average, NLL, ECE and Brier score, and selective prediction: "
                      "the error among the kept predictions as the most uncertain (by predictive entropy, "
                      "and by mutual information) are handed over, its area (AURC) and the error at 90% "
-                     "kept. Writes RUN_DIR/eval.json, reliability.png and risk_coverage.png.")
+                     "kept. Writes RUN_DIR/eval.json, reliability.png and risk_coverage.png. A regression run: "
+                     "its test RMSE, log-likelihood, interval coverage and calibration in the target's units "
+                     "(a homoscedastic run's learned noise_sd too) and the RMSE of the 90% most certain, written "
+                     "to RUN_DIR/eval.json and calibration.png.")
     p.description += (" Several run directories are evaluated as their ensemble (the mean of their predictives; "
                       "runs of the same data and split, e.g. other --seed values) beside each member: written to "
                       "--out DIR/eval.json.")

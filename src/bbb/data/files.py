@@ -313,7 +313,8 @@ class Preprocess:
         elif self.feature_range is not None:
             (low, high), names = self.feature_range, [f"x[{j}]" for j in range(a.shape[1])]
         elif self.array_range is not None:
-            return arrays_outside(a, *self.array_range)
+            words = ("pixel", "images") if self.source.get("folder") else ("x", "arrays")  # a folder's pixels
+            return arrays_outside(a, self.array_range[0], self.array_range[1], *words)
         else:
             return []
         return values_outside(a, low, high, names, lambda i, j: f"{a[i, j]:.6g}")

@@ -170,20 +170,22 @@ def values_outside(values: np.ndarray, low: Sequence[float], high: Sequence[floa
              f"{lo[j]:.6g} to {hi[j]:.6g}") for i, j in zip(rows.tolist(), cols.tolist())]
 
 
-def arrays_outside(values: np.ndarray, low: float, high: float) -> list[tuple[int, str, str]]:
-    """``(row, "x", text)`` for each input (a row of ``values``: an image-shaped array, flat) with a
+def arrays_outside(values: np.ndarray, low: float, high: float, name: str = "x",
+                   trained: str = "arrays") -> list[tuple[int, str, str]]:
+    """``(row, name, text)`` for each input (a row of ``values``: an image-shaped array, flat) with a
     value outside the training arrays' range ``[low, high]``, or, where those reach above 1, whose
     values all lie in 0..1, not all 0: an image scaled to 0..1 (or binarised to 0 and 1) given to a
-    run of 0..255 arrays, which reads it as nearly black (row 1 = the first)."""
+    run of 0..255 arrays, which reads it as nearly black (row 1 = the first). ``name`` and
+    ``trained`` word the text (an .npz's ``x`` and arrays; a folder's pixels and images)."""
     lo, hi = values.min(1), values.max(1)
     out = []
     for i in range(values.shape[0]):
         if lo[i] < low or hi[i] > high:
             v = lo[i] if lo[i] < low else hi[i]
-            out.append((i + 1, "x", f"x {v:.6g} outside the training arrays' {low:.6g} to {high:.6g}"))
+            out.append((i + 1, name, f"{name} {v:.6g} outside the training {trained}' {low:.6g} to {high:.6g}"))
         elif high > 1.0 and 0.0 < hi[i] <= 1.0:
-            out.append((i + 1, "x", f"x within 0 to 1 where the training arrays reach {high:.6g}: scaled "
-                                    f"otherwise? (give it as they were, x * {high:.6g})"))
+            out.append((i + 1, name, f"{name} within 0 to 1 where the training {trained} reach {high:.6g}: scaled "
+                                     f"otherwise? (give it as they were, {name} * {high:.6g})"))
     return out
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_csv, atomic_write_text
+from ..options import Dataset
 from .ties import same_score
 
 __all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
@@ -542,7 +543,9 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path, name: str = "c
         md.append(f"No eval.json in {', '.join(from_summary)}: their metrics are those of the evaluation that ended "
                   "`bbb train` (summary.json: the best checkpoint, the run's --eval-samples).")
     if oods:
-        md.append(f"OOD: the in-distribution test set against the {', '.join(oods)} test set (OOD = positive "
+        sets = [f"the {o} test set" if o in {d.value for d in Dataset} else f"the inputs of {o} (bbb ood --ood-data)"
+                for o in oods]
+        md.append(f"OOD: the in-distribution test set against {', '.join(sets)} (OOD = positive "
                   "class); mutual information is undefined for SGD (one network)."
                   + (" The AUROCs of runs scored against other OOD sets are not compared." if len(oods) > 1 else ""))
     if reference is not None:

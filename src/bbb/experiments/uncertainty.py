@@ -372,8 +372,8 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
         "dataset's test set (--ood), or against your own inputs from elsewhere (--ood-data: for any run, "
         "a table's too) by predictive entropy, mutual information (epistemic) and 1 - max "
         "probability (a regression: by its predictive and epistemic sd); AUROC and AUPR of each, OOD as "
-        "the positive class. Works for bbb (weight "
-        "samples), dropout (MC dropout, same k) and sgd (softmax only) runs. Writes "
+        "the positive class. Works for bbb and ivon (weight samples), dropout (MC dropout, same k) and sgd "
+        "(softmax only) runs, and bbb laplace folders (samples of the last layer). Writes "
         "RUN_DIR/ood.json and RUN_DIR/ood.png (with matplotlib). Several run directories are scored as "
         "their ensemble (the mean of their predictives; the mutual information holds the members' "
         "disagreement): written to --out DIR."
@@ -404,8 +404,8 @@ def main_ood(args: argparse.Namespace) -> int:
     if args.ood_data is not None:
         return _ood_of_inputs(args)
     if args.data_file is not None:
-        raise UserError("--csv/--npz/--images give a run on your own data its moved data, for --ood-data; for MNIST "
-                        "and Fashion-MNIST runs give --data-dir")
+        raise UserError("--csv/--npz/--images give a run on your own data its moved file or folder, for "
+                        "--ood-data; for MNIST and Fashion-MNIST runs give --data-dir")
     nets, cfg, data, d, method, epochs = _load_networks(args, "ood", "ood.json")
     if args.ood is None:
         others = [d for d in IMAGE_DATASETS if d != cfg.dataset]

@@ -451,12 +451,12 @@ class TrainConfig:
                 raise UserError(f"--dataset {self.dataset} and --csv/--npz/--images exclude each other: give one")
             self.dataset = FILE_DATASET
             if self.val_size != 10000:
-                raise UserError("--val-size counts MNIST images held out; for --csv/--npz/--images data use "
-                                "--val-fraction")
+                raise UserError("--val-size counts MNIST images held out; for your own data (--csv, --npz, --images) "
+                                "use --val-fraction")
             if self.scale != 126.0:
-                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a --csv/--npz/--images run "
-                                "standardises its columns by the training rows' mean and sd and never reads it: "
-                                "leave --scale out")
+                raise UserError(f"--scale {self.scale:g} divides MNIST's pixels; a run on your own data (--csv, --npz, "
+                                "--images) standardises its columns or pixels by the training rows' mean and sd and "
+                                "never reads it: leave --scale out")
             if self.task is not None:
                 self.task = choice("task", self.task, TASKS)
             if self.ignore_columns is not None:

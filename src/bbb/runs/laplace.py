@@ -192,7 +192,9 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         "n_data": int(post.n_data), "prior_precision": post.prior_precision,
         "prior_precision_from": post.prior_precision_from, "log_marginal_likelihood": post.log_marginal_likelihood,
         "seconds": time.perf_counter() - start,
-        "noise": "the run's own (per row)" if model.task == "regression" else None,
+        "noise": None if model.task != "regression" else (
+            "the run's own (per row)" if runmodel.noise_sd(model.network, model.preprocess) is None
+            else "the run's own (one sd, learned, for every row)"),
     }
     atomic_write_json(out / LAPLACE_FILE, description)
     return description
@@ -229,6 +231,8 @@ def evaluate_laplace(folder: str | Path, samples: int = 10, which: str | None = 
     title = f"last-layer Laplace on {data_name} test"
     if model.task == "regression":
         result["test_rmse"] = map_scores["test_rmse_mc"]  # the posterior mean's: the run's network
+        if (sd := runmodel.noise_sd(model.network, model.preprocess)) is not None:
+            result["noise_sd"] = sd  # a homoscedastic run's, which the posterior predicts with (as eval.json of a run)
         unsaved = draw_calibration_figure(folder, result, {"the run's network": map_scores,
                                                            f"{samples}-sample average": scores}, title)
     else:

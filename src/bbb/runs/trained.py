@@ -345,7 +345,8 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     task = str(info.get("task", "classification"))
     if stored is not None:
         pre = Preprocess.from_dict(stored)
-    elif cfg.data_source == IN_MEMORY:  # tensors given to train(data=...): inputs taken as they were given
+    elif cfg.data_source == IN_MEMORY and int(info["in_features"]) != 784:  # tensors given to train(data=...)
+        # (not 28x28 pixels, which load as MNIST's are: raw pixels / scale): inputs taken as they were given
         pre = Preprocess(kind="arrays", task=task, feature_shape=[int(info["in_features"])], source={"memory": True})
     else:
         pre = Preprocess.image(cfg.scale)

@@ -62,8 +62,8 @@ def result_row(trial: Trial, status: TrialStatus, summary: dict[str, Any] | None
         "test_error": s.get("test_error"),
         "test_error_mc": s.get("test_error_mc"),
         "test_nll": s.get("test_nll"),
-        # a regression's (its val_error is None: RANK_BY then takes val_nll); the RMSEs in the target's units
-        # on test, the standardised target's on validation, as summary.json has them
+        # a regression's (its val_error is None: RANK_BY then takes val_nll); all in the target's units, as
+        # summary.json has them
         "val_nll": s.get("best_val_nll"),
         "val_rmse": s.get("best_val_rmse"),
         "test_rmse": s.get("test_rmse"),

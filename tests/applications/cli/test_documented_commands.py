@@ -61,12 +61,25 @@ def test_no_command_defaults_to_a_results_folder():
         assert not Path(out).parts[0] == "results", out
 
 
-def test_the_readme_names_every_extra_of_the_package():
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_readme_names_every_extra_of_the_package(page):
+    """docs/index.md's list lacked images, lora, tensorboard and laplace."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / page).read_text()
     listed = text[text.index("Extras:"):].split("\n\n")[0]
     missing = [e for e in extras if f"`{e}`" not in listed]
-    assert not missing, f"README's extras list lacks {missing}"
+    assert not missing, f"{page}'s extras list lacks {missing}"
+
+
+def test_the_help_of_evaluate_and_ood_names_what_they_take(capsys):
+    """bbb evaluate --help described a classifier's scores and figures only (a regression run's
+    are its RMSE, log-likelihood, coverage and calibration.png); bbb ood --help named bbb, dropout
+    and sgd runs, not the ivon runs and bbb laplace folders it scores too."""
+    texts = _help_texts(capsys)
+    for words in ("regression", "RMSE", "log-likelihood", "calibration.png", "noise_sd"):
+        assert words in texts["evaluate"], words
+    ood = " ".join(texts["ood"].split())
+    assert "ivon" in ood and "laplace" in ood
 
 
 def test_a_second_regression_call_refuses_to_replace_the_first_ones_files(capsys, tmp_path):

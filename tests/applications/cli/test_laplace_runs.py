@@ -146,6 +146,20 @@ def test_a_regressions_posterior_is_bayesian_linear_regression_with_the_runs_noi
         assert cal["coverage"][cal["levels"].index(0.95)] == scores["coverage_95"] and scores["calibration_error"] >= 0
 
 
+def test_a_homoscedastic_runs_posterior_records_the_noise_sd_it_predicts_with(runs, tmp_path):
+    """eval.json of a posterior of a homoscedastic run holds its one learned noise sd (noise_sd, in
+    the target's units), as the run's own summary.json and eval.json do; a heteroscedastic run's,
+    whose sd is per row, has none, and laplace.json says which noise it is."""
+    summary = json.loads((runs["homoscedastic"] / "summary.json").read_text())
+    fitted = fit_run_laplace(runs["homoscedastic"], tmp_path / "homoscedastic")
+    ev = runs_laplace.evaluate_laplace(tmp_path / "homoscedastic", samples=4)
+    assert summary["noise_sd"] > 0 and ev["noise_sd"] == pytest.approx(summary["noise_sd"], rel=1e-6)
+    assert "one sd" in fitted["noise"]
+    fitted = fit_run_laplace(runs["regression"], tmp_path / "heteroscedastic")
+    assert "noise_sd" not in runs_laplace.evaluate_laplace(tmp_path / "heteroscedastic", samples=4)
+    assert fitted["noise"] == "the run's own (per row)"
+
+
 def test_the_samples_have_the_posteriors_mean_and_covariance(runs, tmp_path):
     run = runs["regression"]
     fit_run_laplace(run, tmp_path / "lap", hessian="full")

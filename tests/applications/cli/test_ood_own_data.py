@@ -55,6 +55,9 @@ def test_a_classifier_is_scored_against_your_rows_by_the_networks_of_its_test_sp
     assert run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))[0] == 0
     row = read_csv(tmp_path / "cmp" / "comparison.csv")[0]
     assert float(row["auroc_entropy"]) == pytest.approx(got["scores"]["entropy"]["auroc"], abs=1e-6)
+    # its note called your own rows "the far.csv test set", a split they do not have
+    md = (tmp_path / "cmp" / "comparison.md").read_text()
+    assert "the inputs of far.csv" in md and "far.csv test set" not in md
     text = report_html([run])
     assert "<h2>Out-of-distribution detection" in text and "OOD AUROC by entropy (vs far.csv)" in text
 

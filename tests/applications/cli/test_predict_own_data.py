@@ -209,6 +209,11 @@ def test_a_moved_file_is_named_by_csv_on_evaluate_and_predict(capsys, tmp_path, 
     one_line_error(rc, err, "houses.csv", "is not there", "--csv FILE")
     rc, _, err = run_main(capsys, "predict", str(run), str(new))
     one_line_error(rc, err, "--csv FILE", "--no-refer")
+    # bbb ood said to give --csv FILE to evaluate, prune, predict and train --resume, but not to itself,
+    # which takes it too (as laplace does)
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(new), "--device", "cpu")
+    advice = one_line_error(rc, err, "is not there", "--csv FILE").split("give its new place")[1]
+    assert "ood" in advice and "laplace" in advice
     rc, _, err = run_main(capsys, "evaluate", str(run), "--samples", "2", "--device", "cpu", "--csv", str(moved))
     assert rc == 0 and (run / "eval.json").exists(), err
     rc, out, err = run_main(capsys, "predict", str(run), str(new), "--csv", str(moved))

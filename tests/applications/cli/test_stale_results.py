@@ -84,7 +84,7 @@ def test_an_earlier_networks_eval_json_is_refused_by_compare_and_left_out_by_rep
 def test_resuming_a_run_on_its_own_file_refuses_the_images_settings(capsys, run):
     for flag, value in (("--scale", "3"), ("--data-dir", str(run)), ("--dataset", "mnist"), ("--val-size", "5")):
         rc, _, err = run_main(capsys, "train", "--out", str(run), "--resume", "--epochs", "3", flag, value)
-        assert_one_line_error(rc, err, flag, "leave", "own file")
+        assert_one_line_error(rc, err, flag, "leave", "own data")
     assert (run / "eval.json").is_file()  # refused before anything changed
 
 

@@ -150,6 +150,7 @@ def test_an_npz_run_of_grey_images_predicts_a_folder_and_flags_pixels_outside_it
     # named by their files, the output's file column (row numbers were a table's words, left to count)
     line = next(ln for ln in err.splitlines() if "outside the training" in ln)
     assert "6 image(s)" in line and "blob_000.jpg, blob_001.png" in line and "row" not in line, line
+    assert "outside the training images' range" in line and got[0]["file"] in line
 
 
 @pytest.mark.parametrize(("layout", "words"), [
@@ -230,10 +231,50 @@ def test_settings_of_a_file_or_of_mnist_refuse_a_folder_and_image_size_a_file(ca
     line = assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--data-dir",
                                            str(tmp_path), "--out", str(tmp_path / "r"))[::2], "leave --data-dir out")
     assert "--images DIR" in line and "--csv FILE" not in line
-    for extra, words in ((("--val-size", "10"), "--csv/--npz/--images data use --val-fraction"),
-                         (("--scale", "255"), "a --csv/--npz/--images run")):
+    for extra, words in ((("--val-size", "10"), "(--csv, --npz, --images) use --val-fraction"),
+                         (("--scale", "255"), "a run on your own data (--csv, --npz, --images)")):
         assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), *extra, "--out",
                                         str(tmp_path / "r"))[::2], words)
+
+
+@pytest.mark.parametrize("given, words", [(("--scale", "255"), ("--images", "pixels")),
+                                          (("--val-size", "5"), ("--images", "--val-fraction")),
+                                          (("--data-dir", "."), ("--images DIR",))])
+def test_mnists_settings_given_with_a_folder_speak_of_images(capsys, tmp_path, given, words):
+    """--scale, --val-size and --data-dir with --images were refused with a table's words (its
+    columns, --csv/--npz data, give --csv FILE or --npz FILE): the line names the images' own."""
+    image_folder(tmp_path / "imgs", 3)
+    assert_one_line_error(*run_main(capsys, "train", "--images", str(tmp_path / "imgs"), *given, "--out",
+                                    str(tmp_path / "r"))[::2], *words)
+
+
+def test_a_resumed_folder_run_given_mnists_settings_names_images_dir(capsys, tmp_path, folder_run):
+    """--resume of a run on a folder with --data-dir said to give a moved file with --csv FILE or
+    --npz FILE, not the --images DIR that finds it."""
+    assert_one_line_error(*run_main(capsys, "train", "--resume", "--out", str(folder_run), "--data-dir", ".",
+                                    "--epochs", "9")[::2], "--images DIR")
+
+
+def test_an_image_outside_a_folder_runs_range_is_named_by_its_pixels(capsys, tmp_path):
+    """A run on a folder of images named a new image's pixel outside the training range in an
+    .npz's words, 'x 255 outside the training arrays' ...': the warning says pixel and images."""
+    rng = np.random.default_rng(0)
+    for kind in ("dim", "mid"):
+        (tmp_path / "imgs" / kind).mkdir(parents=True)
+        for i in range(10):
+            a = rng.integers(60, 120, (28, 28)) + (60 if kind == "mid" else 0)
+            PIL.fromarray(a.astype(np.uint8)).save(tmp_path / "imgs" / kind / f"{i}.png")
+    run = train(capsys, tmp_path)
+    (tmp_path / "far").mkdir()
+    bright = np.full((28, 28), 255, np.uint8)
+    bright[::4] = 120
+    PIL.fromarray(bright).save(tmp_path / "far" / "bright.png")
+    out = tmp_path / "far.csv"
+    rc, _, err = run_main(capsys, "predict", str(run), str(tmp_path / "far"), "--out", str(out))
+    assert rc == 0, err
+    (row,) = read_csv(out)
+    assert row["warning"].startswith("pixel 255 outside the training images'") and row["refer"] == "true"
+    assert "arrays" not in row["warning"]
 
 
 def test_a_sweep_over_a_folder_trains_on_it_and_refuses_it_once_an_image_changed(tmp_path):

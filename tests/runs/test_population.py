@@ -225,3 +225,24 @@ def test_a_population_written_before_grids_resumes(tmp_path):
     torch.save(state, path)
     summaries, _ = _train(tmp_path, epochs=2)
     assert all(s is not None and s["epochs"] == 2 for s in summaries)
+
+
+def test_a_population_started_on_relative_paths_resumes_from_another_working_directory(tmp_path, monkeypatch):
+    """Before, config.json recorded the population's folder as it was typed (relative): resumed
+    from another working directory, the members were refused as runs that already exist."""
+    from bbb.runs.jobs import RunJob
+    from bbb.runs.population import population_groups
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    train_population([tiny_cfg(s, epochs=1) for s in SEEDS], [Path("out") / f"s{s}" for s in SEEDS],
+                     Path("out") / "pop", data=blobs(), **QUIET)
+    monkeypatch.chdir(tmp_path)
+    base = Path("work") / "out"
+    jobs = [RunJob(base / f"s{s}", tiny_cfg(s, epochs=2)) for s in SEEDS]
+    [(pop_dir, members)] = population_groups(jobs, lambda m: base / "another")
+    assert pop_dir is not None and pop_dir.resolve() == (base / "pop").resolve()
+    summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir, data=blobs(),
+                                 **QUIET)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)
+    assert not (tmp_path / "out").exists()

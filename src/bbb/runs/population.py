@@ -411,7 +411,8 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                             "task": "classification"}
     if preprocess is not None:
         info["preprocess"] = preprocess.to_dict()
-    where = {"dir": str(pop_dir), "seeds": seeds, "runs": [d.name for d in dirs]}
+    # the folder from anywhere: a population resumed from another working directory finds it
+    where = {"dir": str(pop_dir.resolve()), "seeds": seeds, "runs": [d.name for d in dirs]}
     if ckpt is not None:
         try:
             pop.load_state_dict(ckpt["model"])

@@ -298,3 +298,22 @@ def test_an_ensembles_folder_given_to_bbb_prune_says_to_prune_its_runs_one_at_a_
                    f"{members[1]}")
     rc, _, err = run_main(capsys, "evaluate", str(out))  # (a command that takes several runs: as before)
     one_line_error(rc, err, "an ensemble's folder", f"not a run: give its runs, {members[0]} {members[1]}")
+
+
+def test_compare_shows_every_architecture_and_epoch_count_of_an_ensemble(capsys, classifiers, tmp_path):
+    """Before, an ensemble's row in bbb compare gave its first member's architecture and epochs
+    alone: an ensemble of a 1x8 and a 16-4 network trained 2 and 3 epochs read as 1x8, 2 epochs."""
+    data, runs = classifiers
+    other = tmp_path / "wide"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "y", "--task", "classification",
+                          "--epochs", "3", "--seed", "7", "--out", str(other), *TINY, "--hidden", "16", "4")
+    assert rc == 0, err
+    mixed, same = tmp_path / "mixed", tmp_path / "same"
+    assert run_main(capsys, "evaluate", str(runs[0]), str(other), "--out", str(mixed))[0] == 0
+    assert run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(same))[0] == 0
+    rc, _, err = run_main(capsys, "compare", str(mixed), str(same), str(other), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    rows = {Path(r["run"]).name: r for r in read_csv(tmp_path / "cmp" / "comparison.csv")}
+    assert (rows["mixed"]["hidden"], rows["mixed"]["epochs"]) == ("1x8, 16-4", "2, 3")
+    assert (rows["same"]["hidden"], rows["same"]["epochs"]) == ("1x8", "2")
+    assert (rows["wide"]["hidden"], rows["wide"]["epochs"]) == ("16-4", "3")

@@ -98,10 +98,14 @@ def test_a_killed_population_resumes_with_the_trials_it_started_with(tmp_path):
     (["--population", "2", "--backend", "ray"], "leave out --backend ray"),
     (["--population", "2", "--max-concurrent", "2"], "leave out --max-concurrent"),
 ])
-def test_misuse_is_one_line(argv, words, tmp_path, capsys):
-    assert cli_main(["sweep", "--space", "paper", "--out", str(tmp_path / "s"), *argv]) == 2
-    err = capsys.readouterr().err
+@pytest.mark.parametrize("dry", [False, True])
+def test_misuse_is_one_line(argv, words, dry, tmp_path, capsys):
+    """A dry run refuses it too: before, it printed the populations a run would then refuse."""
+    assert cli_main(["sweep", "--space", "paper", "--out", str(tmp_path / "s"), *argv,
+                     *(["--dry-run"] if dry else [])]) == 2
+    out, err = capsys.readouterr()
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "population(s)" not in out
 
 
 def test_the_help_shows_it(capsys):

@@ -102,6 +102,16 @@ def _members_value(values: list[Any]) -> Any:
     return ", ".join("-" if v is None else str(v) for v in distinct)
 
 
+def _members_seconds(members: Sequence[str], seconds: Sequence[Any]) -> float | None:
+    """An ensemble's training time: its members' sum, a population's members once (they share its
+    wall time); None where a member's is unknown."""
+    if any(v is None for v in seconds):
+        return None
+    from ..runs.population import wall_seconds
+
+    return wall_seconds(list(zip(members, seconds)))
+
+
 def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
     """The data set's name: a table's or arrays' file name (``--csv``, ``--npz``), else MNIST's kind."""
     from ..runs.config import FILE_DATASET
@@ -211,9 +221,8 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
         if stale:
             raise UserError(stale)
         cfg = infos[0][0]
-        seconds = [x.get("seconds") for _, x in infos]
         summary = {"epochs": _members_value([x.get("epochs") for _, x in infos]),
-                   "seconds": sum(seconds) if all(v is not None for v in seconds) else None}
+                   "seconds": _members_seconds(members, [x.get("seconds") for _, x in infos])}
         label = _members_value([architecture(c.get("hidden") or x.get("hidden") or []) for c, x in infos])
         ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None, "test_rmse": None}
     else:

@@ -75,7 +75,7 @@ from .rundir import guard_run_dir
 from .summary import finish_classifier
 
 __all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "member_lr_scale", "member_prior",
-           "population_groups", "stored_population", "train_population"]
+           "population_groups", "stored_population", "train_population", "wall_seconds"]
 
 #: the population's commit point in its folder
 POPULATION_FILE = "population.pt"
@@ -151,6 +151,22 @@ def stored_population(run_dir: str | Path) -> dict[str, Any] | None:
     ``seeds``, ``runs`` (the members' directory names), ``member``), or None."""
     got = (read_json(Path(run_dir) / "config.json") or {}).get("population")
     return got if isinstance(got, dict) else None
+
+
+def wall_seconds(runs: Sequence[tuple[str | Path, float]]) -> float:
+    """The training time of ``runs`` (each its run directory and its summary's ``seconds``): their
+    sum, with the runs trained as one population counted once (their ``seconds`` is the population's
+    wall time, shared by its members: the longest of them)."""
+    alone = 0.0
+    together: dict[str, float] = {}
+    for run_dir, seconds in runs:
+        pop = stored_population(run_dir)
+        if pop is None:
+            alone += float(seconds)
+        else:
+            key = str(pop.get("dir"))
+            together[key] = max(together.get(key, 0.0), float(seconds))
+    return alone + sum(together.values())
 
 
 J = TypeVar("J", bound=Job)

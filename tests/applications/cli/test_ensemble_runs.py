@@ -317,3 +317,25 @@ def test_compare_shows_every_architecture_and_epoch_count_of_an_ensemble(capsys,
     assert (rows["mixed"]["hidden"], rows["mixed"]["epochs"]) == ("1x8, 16-4", "2, 3")
     assert (rows["same"]["hidden"], rows["same"]["epochs"]) == ("1x8", "2")
     assert (rows["wide"]["hidden"], rows["wide"]["epochs"]) == ("16-4", "3")
+
+
+def test_an_ensemble_of_a_populations_members_counts_its_training_time_once(capsys, tmp_path, data_dir):
+    """A population's members each record its wall time (shared, docs/scale_out.md): bbb compare and
+    bbb report gave their ensemble the sum, the population's time once per member."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+
+    cfgs = [TrainConfig(dataset="mnist", data_dir=str(data_dir), train_size=200, val_size=100, hidden=[8], epochs=1,
+                        batch_size=50, eval_samples=2, device="cpu", seed=s) for s in (0, 1)]
+    runs = [tmp_path / f"m{s}" for s in (0, 1)]
+    train_population(cfgs, runs, tmp_path / "pop", quiet=True, log=lambda s: None)
+    seconds = json.loads((runs[0] / "summary.json").read_text())["seconds"]
+    assert json.loads((runs[1] / "summary.json").read_text())["seconds"] == seconds  # the population's
+    out = tmp_path / "ens"
+    assert run_main(capsys, "evaluate", *map(str, runs), "--samples", "2", "--out", str(out))[0] == 0
+    rc, _, err = run_main(capsys, "compare", str(out), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    [row] = read_csv(tmp_path / "cmp" / "comparison.csv")
+    assert float(row["seconds"]) == pytest.approx(seconds, abs=1e-5)
+    assert run_main(capsys, "report", str(out), "--out", str(tmp_path / "r.html"))[0] == 0
+    assert f"{seconds:.1f} s (its members' sum)" in (tmp_path / "r.html").read_text()

@@ -190,12 +190,15 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
               if ev is not None and ev.get("checkpoint") in ("best", "last") and ev.get("epoch") is not None
               else "eval.json")
     if ev is None and not cfg:
-        from ..runs.checkpoint import ensemble_members
+        from ..runs.checkpoint import ensemble_members, not_a_run_text
 
         members = ensemble_members(d)
         if members:  # (bbb ood RUN RUN ... --out DIR alone)
             raise UserError(f"{d} is an ensemble's folder without its eval.json: run `bbb evaluate {' '.join(members)} "
                             f"--out {d}` first")
+        other = not_a_run_text(d)
+        if other is not None:  # (a population's folder)
+            raise UserError(other)
     if ev is None and regression:
         if "test_rmse_mc" not in summary:
             raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "

@@ -110,17 +110,19 @@ def ensemble_members(folder: str | Path) -> list[str] | None:
 
 
 def other_folder(d: Path) -> str | None:
-    """What ``d`` is where it is the folder of a Laplace posterior or of an ensemble, not a run
+    """What ``d`` is where it is the folder of a Laplace posterior, of an ensemble or of a population, not a run
     directory ("the folder of a Laplace posterior (bbb laplace RUN --out D)"), else None."""
     if (d / "laplace.json").is_file():
         return f"the folder of a Laplace posterior (bbb laplace RUN --out {d})"
     if ensemble_members(d) is not None:
         return f"an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d})"
+    if (d / "population.pt").is_file():  # (bbb.runs.population.POPULATION_FILE)
+        return "the folder of a population's state (population.pt: runs trained together, each in its own directory)"
     return None
 
 
 def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
-    """What to say when ``d`` is an ensemble's folder or a Laplace posterior's, not a run directory
+    """What to say when ``d`` is an ensemble's folder, a Laplace posterior's or a population's, not a run directory
     (else None); ``one_run``: the command, which takes one run (``bbb prune``), that was given it."""
     what = other_folder(d)
     if what is None:
@@ -131,6 +133,9 @@ def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
     if (d / "laplace.json").is_file():
         return (f"{d} is {what}: bbb predict, evaluate, ood, uncertain, compare and report take it; for this, give "
                 "its run")
+    if ensemble_members(d) is None:  # a population's folder
+        return (f"{d} is {what}, not a run: give its runs' directories (each run's config.json names this folder "
+                "as its population's dir)")
     members = ensemble_members(d) or []
     shown = " ".join(members[:6]) + (" ..." if len(members) > 6 else "")
     give = f"give its runs, {shown}" if one_run is None else f"{one_run} takes one run: give each of its runs, {shown}"

@@ -339,3 +339,21 @@ def test_an_ensemble_of_a_populations_members_counts_its_training_time_once(caps
     assert float(row["seconds"]) == pytest.approx(seconds, abs=1e-5)
     assert run_main(capsys, "report", str(out), "--out", str(tmp_path / "r.html"))[0] == 0
     assert f"{seconds:.1f} s (its members' sum)" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["prune"], ["ood"], ["compare", "--out", "cmp"],
+                                     ["report", "--out", "r.html"]])
+def test_a_populations_folder_is_refused_in_one_line_that_says_what_it_is(capsys, tmp_path, command):
+    """Before, bbb compare said to run `bbb evaluate` on it first, which then called it no run directory."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+    from testkit import blobs
+
+    cfgs = [TrainConfig(hidden=[8], epochs=1, batch_size=32, eval_samples=2, device="cpu", kl_weighting="uniform",
+                        seed=s) for s in (0, 1)]
+    train_population(cfgs, [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop", data=blobs(), quiet=True,
+                     log=lambda s: None)
+    name, *rest = command
+    rc, _, err = run_main(capsys, name, str(tmp_path / "pop"), *[str(tmp_path / a) if a != "--out" else a
+                                                                  for a in rest])
+    one_line_error(rc, err, "a population's state", "give its runs' directories")

@@ -246,3 +246,26 @@ def test_a_population_started_on_relative_paths_resumes_from_another_working_dir
                                  **QUIET)
     assert all(s is not None and s["epochs"] == 2 for s in summaries)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_member_with_no_trained_epoch_says_why_and_what_to_do(tmp_path, monkeypatch):
+    """Before, a member that diverged in its first epoch, or whose population was stopped there, was
+    called stopped and to be trained on with bbb train --resume, which refuses a member."""
+    from bbb.errors import CheckpointError, TrainingInterrupted
+    from bbb.runs import population as P
+
+    _, dirs = _train(tmp_path / "diverged", epochs=1, lr=1e6)
+    with pytest.raises(CheckpointError, match="holds no trained epoch: training diverged in epoch 1") as e:
+        load_run(dirs[0])
+    assert "\n" not in str(e.value) and "--resume" not in str(e.value)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P._Epochs, "run", stop)
+    with pytest.raises(TrainingInterrupted):
+        _train(tmp_path / "stopped", epochs=1)
+    for which in ("best", "last"):
+        with pytest.raises(CheckpointError, match="member 0 of the population in .*: resume that population") as e:
+            load_run(tmp_path / "stopped" / "run_s0", which)
+        assert "\n" not in str(e.value) and "bbb train --resume" not in str(e.value)

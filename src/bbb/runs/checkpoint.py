@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import shlex
 from collections.abc import Callable
@@ -96,8 +97,6 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, 
 def ensemble_members(folder: str | Path) -> list[str] | None:
     """The members of the ensemble whose evaluation ``folder`` holds (``bbb evaluate RUN RUN ...
     --out DIR``, ``bbb ood ... --out DIR``), else None."""
-    import json
-
     for name in ("eval.json", "ood.json"):
         try:
             data = json.loads((Path(folder) / name).read_text())
@@ -157,8 +156,20 @@ def run_dir_of(run_dir: str | Path, one_run: str | None = None) -> Path:
     return d
 
 
-def _untrained(d: Path) -> CheckpointError:
-    """The error for a run stopped during its first epoch (``last.pt`` at epoch 0, no ``best.pt``)."""
+def _untrained(d: Path, last: dict[str, Any]) -> CheckpointError:
+    """The error for a run with no trained epoch (``last.pt`` at epoch 0, no ``best.pt``): stopped
+    during its first epoch, or diverged there (a population's member records it in diverged.json)."""
+    try:
+        diverged = json.loads((d / "diverged.json").read_text()).get("message")  # (bbb.runs.jobs.DIVERGED_FILE)
+    except (OSError, ValueError, AttributeError):
+        diverged = None
+    if diverged:
+        return CheckpointError(f"{d} holds no trained epoch: {diverged}")
+    group = last.get("population")
+    if isinstance(group, dict):  # its state is its population's: bbb train --resume refuses a member
+        return CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); it trains "
+                               f"as member {group.get('member')} of the population in {group.get('dir')}: resume "
+                               "that population (the command that trained it)")
     return CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); "
                            f"train it with: bbb train --resume --out {shlex.quote(str(d))}")
 
@@ -180,7 +191,7 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
     if which == "last":
         last = load_checkpoint(last_path, mmap=mmap)
         if int(last["epoch"]) == 0:  # stopped during its first epoch: its weights are the initial ones
-            raise _untrained(d)
+            raise _untrained(d, last)
         return last_path, last
     if not last_path.is_file():  # best.pt alone: nothing to check it against
         return best_path, load_checkpoint(best_path, mmap=mmap)
@@ -195,7 +206,7 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
             return last_path, last
     if best is None:
         if int(last["epoch"]) == 0:  # stopped during its first epoch
-            raise _untrained(d)
+            raise _untrained(d, last)
         raise CheckpointError(f"checkpoint {best_path} not found")
     return best_path, best
 

@@ -5,6 +5,8 @@ bad input is one line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -107,3 +109,13 @@ def test_bad_input_is_one_line():
         ELBO(ens, "gaussian", num_samples=2, kl_weighting="uniform")(torch.zeros(4, 3), torch.zeros(4))
     with pytest.raises(UserError, match="samples \\(k, members"):
         pool_members(torch.zeros(3, 4))
+    # inputs of another width: before, torch's batched product failed with a message of its own
+    for x, shape in ((torch.zeros(4, 5), "(4, 5)"), (torch.zeros(2, 4, 5), "(2, 4, 5)")):
+        with pytest.raises(UserError, match=f"its inputs have 3 features, got 5 \\(inputs of shape {re.escape(shape)}"):
+            ens(x)
+    pop = BayesPopulation(3, [8], 1, bayesian=1, deterministic=1)
+    for p in (pop, BayesPopulation(3, [8], 1, bayesian=2, estimator="local")):
+        with pytest.raises(UserError, match="its inputs have 3 features, got 5"):
+            p(torch.zeros(2, 4, 5))
+    with pytest.raises(UserError, match="its inputs have 3 features, got 5"):
+        pop.forward_weights(torch.zeros(2, 4, 5), num_samples=2)

@@ -357,3 +357,22 @@ def test_a_populations_folder_is_refused_in_one_line_that_says_what_it_is(capsys
     rc, _, err = run_main(capsys, name, str(tmp_path / "pop"), *[str(tmp_path / a) if a != "--out" else a
                                                                   for a in rest])
     one_line_error(rc, err, "a population's state", "give its runs' directories")
+
+
+def test_a_populations_folder_is_refused_as_the_ensembles_folder(capsys, classifiers, tmp_path):
+    """Before, an ensemble's files went into a population's folder, which then no longer resumed
+    (its folder read as an ensemble's, not a run's); bbb ood and uncertain take the same folder check."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+    from testkit import blobs
+
+    cfgs = [TrainConfig(hidden=[8], epochs=1, batch_size=32, eval_samples=2, device="cpu", kl_weighting="uniform",
+                        seed=s) for s in (0, 1)]
+    train_population(cfgs, [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop", data=blobs(), quiet=True,
+                     log=lambda s: None)
+    _, runs = classifiers
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(tmp_path / "pop"))
+    one_line_error(rc, err, "a population's state", "a folder of its own")
+    assert sorted(p.name for p in (tmp_path / "pop").iterdir()) == ["population.pt"]
+    train_population([c.replace(epochs=2) for c in cfgs], [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop",
+                     data=blobs(), quiet=True, log=lambda s: None)  # it resumes

@@ -269,3 +269,17 @@ def test_a_member_with_no_trained_epoch_says_why_and_what_to_do(tmp_path, monkey
         with pytest.raises(CheckpointError, match="member 0 of the population in .*: resume that population") as e:
             load_run(tmp_path / "stopped" / "run_s0", which)
         assert "\n" not in str(e.value) and "bbb train --resume" not in str(e.value)
+
+
+def test_a_population_that_trains_on_removes_what_was_made_from_its_members_before(tmp_path):
+    """As bbb train --resume does: before, a member's eval.json, pruning.csv and figures stayed
+    beside the checkpoints of the epochs trained since."""
+    _, dirs = _train(tmp_path, epochs=1)
+    for name in ("eval.json", "pruning.csv", "reliability.png"):
+        (dirs[1] / name).write_text("{}")
+    _train(tmp_path, epochs=1)  # nothing to train: kept
+    assert (dirs[1] / "eval.json").is_file()
+    with pytest.warns(UserWarning, match=r"removed eval.json, pruning.csv, reliability.png from .*run_s3"):
+        summaries, _ = _train(tmp_path, epochs=2)
+    assert not any((d / n).exists() for d in dirs for n in ("eval.json", "pruning.csv", "reliability.png"))
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)

@@ -43,6 +43,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,7 +72,7 @@ from .jobs import DIVERGED_FILE, Job, State, job_state, read_json
 from .loop import kl_weight_table
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
-from .rundir import guard_run_dir
+from .rundir import guard_run_dir, remove_results
 from .summary import finish_classifier
 
 __all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "member_lr_scale", "member_prior",
@@ -444,6 +445,13 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
         diverged = {int(j): str(m) for j, m in ckpt["diverged"].items()}
         start = int(ckpt["epoch"])
         log(f"resuming the population of {k} in {pop_dir} after epoch {start}")
+        if start < cfg.epochs:  # it trains on: what was made from the members' checkpoints is stale (as bbb train)
+            for j, d in enumerate(dirs):
+                removed = [] if j in diverged else [f for f in remove_results(d, also=("summary.json",))
+                                                    if f != "summary.json"]
+                if removed:
+                    warnings.warn(f"removed {', '.join(removed)} from {d} (made from the run before it trained on; "
+                                  "run the commands that wrote them again)", UserWarning, stacklevel=3)
 
     def state(epoch: int) -> dict[str, Any]:
         return {"format": _FORMAT, "seeds": seeds, "epoch": epoch, "model": pop.state_dict(),

@@ -450,8 +450,9 @@ class BayesPopulation(nn.Module):
         return (True, int(j)) if j < self.bayesian else (False, int(j) - self.bayesian)
 
     def member(self, j: int) -> BayesMLP:
-        """Member j as a new :class:`~bbb.nn.BayesMLP` (a copy). A deterministic member's weights
-        become the posterior means (its rho is the population's rho_init): use it in mean mode."""
+        """Member j as a new :class:`~bbb.nn.BayesMLP` (a copy, of the population's estimator). A
+        deterministic member's weights become the posterior means (its rho is the population's
+        rho_init): use it in mean mode."""
         bayes, r = self._slot(j)
         ref = self._bayes(0).mu("weight") if bayes else self._det(0).weight
         first = self._bayes(0) if self.bayesian else None
@@ -460,6 +461,7 @@ class BayesPopulation(nn.Module):
             prior = prior.member(r if bayes else 0)
         net = BayesMLP(self.sizes[0], self.sizes[1:-1], self.sizes[-1], prior=prior,
                        rho_init=first.rho_init if first is not None else DEFAULT_RHO_INIT,
+                       estimator=first.estimator if first is not None else Estimator.REPARAM,
                        device=ref.device, dtype=ref.dtype)
         with torch.no_grad():
             for i in range(len(self.sizes) - 1):

@@ -43,6 +43,8 @@ def test_a_member_trains_as_the_same_network_alone(estimator):
     alone = BayesEnsemble(1, [16], 2, seeds=[22], prior=prior, rho_init=-3.0, estimator=estimator)
     for a, b in zip(ens.member(1).parameters(), alone.member(0).parameters()):
         assert torch.equal(a, b)  # the initialisation is the seed's
+    # a member as a BayesMLP keeps the estimator (before, a local ensemble's member drew whole weights)
+    assert all(layer.estimator.value == estimator for layer in ens.member(1).layers)
     assert not torch.equal(ens.bayes[0].weight_mu[0], ens.bayes[0].weight_mu[1])
     _train(ens, x, y)
     _train(alone, x, y)

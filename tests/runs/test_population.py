@@ -283,3 +283,25 @@ def test_a_population_that_trains_on_removes_what_was_made_from_its_members_befo
         summaries, _ = _train(tmp_path, epochs=2)
     assert not any((d / n).exists() for d in dirs for n in ("eval.json", "pruning.csv", "reliability.png"))
     assert all(s is not None and s["epochs"] == 2 for s in summaries)
+
+
+def test_a_member_replaced_by_a_run_of_its_own_is_not_written_over(tmp_path):
+    """Before, bbb train --overwrite into a member's folder, then the population resumed (a sweep or
+    reproduce rerun): the population wrote its member over that run, which also trained alone."""
+    from bbb.runs.jobs import RunJob
+    from bbb.runs.population import population_groups
+
+    _, dirs = _train(tmp_path, epochs=1)
+    train(tiny_cfg(SEEDS[1], epochs=2), dirs[1], data=blobs(), overwrite=True, **QUIET)
+    own = _rows(dirs[1])
+    jobs = [RunJob(d, tiny_cfg(s, epochs=2)) for s, d in zip(SEEDS, dirs)]
+    with pytest.raises(UserError, match=r"cannot go on: .*run_s3, one of its runs' folders, holds a run trained "
+                                        r"alone since") as e:
+        population_groups(jobs, lambda m: tmp_path / "another")
+    assert "\n" not in str(e.value) and _rows(dirs[1]) == own
+    dirs[1].rename(tmp_path / "moved")  # moved away: the population goes on, its member written there again
+    [(pop_dir, members)] = population_groups(jobs, lambda m: tmp_path / "another")  # (not also alone, as before)
+    assert pop_dir is not None and [j.run_dir for j in members] == dirs
+    summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir, data=blobs(),
+                                 **QUIET)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)

@@ -207,6 +207,13 @@ def population_groups(jobs: Sequence[J], new_dir: Callable[[list[J]], Path], *, 
                 if missing:
                     raise UserError(f"the population in {stored['dir']} holds {', '.join(names)}, and this call does "
                                     f"not train {', '.join(missing)}: run it with {what}")
+                # a member's folder trained alone since (bbb train --overwrite): resuming would write over that run
+                alone = [n for n in names if (by_name[n].run_dir / "config.json").is_file()
+                         and (stored_population(by_name[n].run_dir) or {}).get("dir") != stored["dir"]]
+                if alone:
+                    raise UserError(f"the population in {stored['dir']} cannot go on: {by_name[alone[0]].run_dir}, one "
+                                    "of its runs' folders, holds a run trained alone since, which it would write over; "
+                                    "move that run elsewhere (the population then writes its member there again)")
                 started[stored["dir"]] = [by_name[n] for n in names]
             continue
         if state is not State.NEW:
@@ -215,8 +222,13 @@ def population_groups(jobs: Sequence[J], new_dir: Callable[[list[J]], Path], *, 
         shared = {k: v for k, v in job.config.to_dict().items() if k not in MEMBER_SETTINGS}
         extra = None if key is None else key(job)
         new.setdefault(json.dumps([shared, extra], sort_keys=True, default=str), []).append(job)
+    # a member of a started population trains there only (its folder gone: not also alone, or anew)
+    claimed = {j.run_dir.name for members in started.values() for j in members}
+    groups = [(d, m) for d, m in groups if m[0].run_dir.name not in claimed]
     groups += [(Path(d), members) for d, members in started.items()]
-    for members in new.values():
+    for members in ([j for j in m if j.run_dir.name not in claimed] for m in new.values()):
+        if not members:
+            continue
         step = len(members) if size is None else max(1, size)
         for chunk in (members[i:i + step] for i in range(0, len(members), step)):
             try:

@@ -225,3 +225,83 @@ def test_a_population_written_before_grids_resumes(tmp_path):
     torch.save(state, path)
     summaries, _ = _train(tmp_path, epochs=2)
     assert all(s is not None and s["epochs"] == 2 for s in summaries)
+
+
+def test_a_population_started_on_relative_paths_resumes_from_another_working_directory(tmp_path, monkeypatch):
+    """Before, config.json recorded the population's folder as it was typed (relative): resumed
+    from another working directory, the members were refused as runs that already exist."""
+    from bbb.runs.jobs import RunJob
+    from bbb.runs.population import population_groups
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    train_population([tiny_cfg(s, epochs=1) for s in SEEDS], [Path("out") / f"s{s}" for s in SEEDS],
+                     Path("out") / "pop", data=blobs(), **QUIET)
+    monkeypatch.chdir(tmp_path)
+    base = Path("work") / "out"
+    jobs = [RunJob(base / f"s{s}", tiny_cfg(s, epochs=2)) for s in SEEDS]
+    [(pop_dir, members)] = population_groups(jobs, lambda m: base / "another")
+    assert pop_dir is not None and pop_dir.resolve() == (base / "pop").resolve()
+    summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir, data=blobs(),
+                                 **QUIET)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_member_with_no_trained_epoch_says_why_and_what_to_do(tmp_path, monkeypatch):
+    """Before, a member that diverged in its first epoch, or whose population was stopped there, was
+    called stopped and to be trained on with bbb train --resume, which refuses a member."""
+    from bbb.errors import CheckpointError, TrainingInterrupted
+    from bbb.runs import population as P
+
+    _, dirs = _train(tmp_path / "diverged", epochs=1, lr=1e6)
+    with pytest.raises(CheckpointError, match="holds no trained epoch: training diverged in epoch 1") as e:
+        load_run(dirs[0])
+    assert "\n" not in str(e.value) and "--resume" not in str(e.value)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P._Epochs, "run", stop)
+    with pytest.raises(TrainingInterrupted):
+        _train(tmp_path / "stopped", epochs=1)
+    for which in ("best", "last"):
+        with pytest.raises(CheckpointError, match="member 0 of the population in .*: resume that population") as e:
+            load_run(tmp_path / "stopped" / "run_s0", which)
+        assert "\n" not in str(e.value) and "bbb train --resume" not in str(e.value)
+
+
+def test_a_population_that_trains_on_removes_what_was_made_from_its_members_before(tmp_path):
+    """As bbb train --resume does: before, a member's eval.json, pruning.csv and figures stayed
+    beside the checkpoints of the epochs trained since."""
+    _, dirs = _train(tmp_path, epochs=1)
+    for name in ("eval.json", "pruning.csv", "reliability.png"):
+        (dirs[1] / name).write_text("{}")
+    _train(tmp_path, epochs=1)  # nothing to train: kept
+    assert (dirs[1] / "eval.json").is_file()
+    with pytest.warns(UserWarning, match=r"removed eval.json, pruning.csv, reliability.png from .*run_s3"):
+        summaries, _ = _train(tmp_path, epochs=2)
+    assert not any((d / n).exists() for d in dirs for n in ("eval.json", "pruning.csv", "reliability.png"))
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)
+
+
+def test_a_member_replaced_by_a_run_of_its_own_is_not_written_over(tmp_path):
+    """Before, bbb train --overwrite into a member's folder, then the population resumed (a sweep or
+    reproduce rerun): the population wrote its member over that run, which also trained alone."""
+    from bbb.runs.jobs import RunJob
+    from bbb.runs.population import population_groups
+
+    _, dirs = _train(tmp_path, epochs=1)
+    train(tiny_cfg(SEEDS[1], epochs=2), dirs[1], data=blobs(), overwrite=True, **QUIET)
+    own = _rows(dirs[1])
+    jobs = [RunJob(d, tiny_cfg(s, epochs=2)) for s, d in zip(SEEDS, dirs)]
+    with pytest.raises(UserError, match=r"cannot go on: .*run_s3, one of its runs' folders, holds a run trained "
+                                        r"alone since") as e:
+        population_groups(jobs, lambda m: tmp_path / "another")
+    assert "\n" not in str(e.value) and _rows(dirs[1]) == own
+    dirs[1].rename(tmp_path / "moved")  # moved away: the population goes on, its member written there again
+    [(pop_dir, members)] = population_groups(jobs, lambda m: tmp_path / "another")  # (not also alone, as before)
+    assert pop_dir is not None and [j.run_dir for j in members] == dirs
+    summaries = train_population([j.config for j in members], [j.run_dir for j in members], pop_dir, data=blobs(),
+                                 **QUIET)
+    assert all(s is not None and s["epochs"] == 2 for s in summaries)

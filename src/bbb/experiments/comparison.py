@@ -94,6 +94,25 @@ def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any
     return _read_json(base / "config.json") or {}, out
 
 
+def _members_value(values: list[Any]) -> Any:
+    """An ensemble's members' architecture or epochs as one cell: theirs where they share it, else
+    each distinct value in the members' order (``"2x400, 2x800"``): never the first member's alone."""
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) == 1:
+        return distinct[0]
+    return ", ".join("-" if v is None else str(v) for v in distinct)
+
+
+def _members_seconds(members: Sequence[str], seconds: Sequence[Any]) -> float | None:
+    """An ensemble's training time: its members' sum, a population's members once (they share its
+    wall time); None where a member's is unknown."""
+    if any(v is None for v in seconds):
+        return None
+    from ..runs.population import wall_seconds
+
+    return wall_seconds(list(zip(members, seconds)))
+
+
 def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
     """The data set's name: a table's or arrays' file name (``--csv``, ``--npz``), else MNIST's kind."""
     from ..runs.config import FILE_DATASET
@@ -172,12 +191,15 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
               if ev is not None and ev.get("checkpoint") in ("best", "last") and ev.get("epoch") is not None
               else "eval.json")
     if ev is None and not cfg:
-        from ..runs.checkpoint import ensemble_members
+        from ..runs.checkpoint import ensemble_members, not_a_run_text
 
         members = ensemble_members(d)
         if members:  # (bbb ood RUN RUN ... --out DIR alone)
             raise UserError(f"{d} is an ensemble's folder without its eval.json: run `bbb evaluate {' '.join(members)} "
                             f"--out {d}` first")
+        other = not_a_run_text(d)
+        if other is not None:  # (a population's folder)
+            raise UserError(other)
     if ev is None and regression:
         if "test_rmse_mc" not in summary:
             raise UserError(f"{d} has neither eval.json nor a finished run's summary.json; run `bbb evaluate {d}` "
@@ -196,26 +218,26 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
               "test_error_mc": summary["test_error_mc"], "nll": summary["test_nll"], "ece": summary["test_ece"],
               "brier": summary["test_brier"], "samples": summary.get("eval_samples")}
     members = ev.get("members") if ev.get("method") == "ensemble" else None
-    if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the first member's network, the members' training
+    if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the members' networks and training
         infos = [_training(Path(m)) for m in members]
         member_now = [now for _, now in infos]
         stale = stale_member(d, members, member_now, "evaluate", ev)
         if stale:
             raise UserError(stale)
         cfg = infos[0][0]
-        seconds = [x.get("seconds") for _, x in infos]
-        summary = {"hidden": infos[0][1].get("hidden"), "epochs": infos[0][1].get("epochs"),
-                   "seconds": sum(seconds) if all(v is not None for v in seconds) else None}
+        summary = {"epochs": _members_value([x.get("epochs") for _, x in infos]),
+                   "seconds": _members_seconds(members, [x.get("seconds") for _, x in infos])}
+        label = _members_value([architecture(c.get("hidden") or x.get("hidden") or []) for c, x in infos])
         ev = {**ev, "method": ev.get("ensemble", "ensemble"), "test_error": None, "test_rmse": None}
     else:
         cfg, summary = _training(d, cfg, summary)
-    hidden = cfg.get("hidden") or summary.get("hidden") or []
+        label = architecture(cfg.get("hidden") or summary.get("hidden") or [])
     if regression:
         from ..uncertainty.regression import coverage_gap
 
         cal = ev.get("interval_calibration")
         bias = coverage_gap(cal["levels"], cal["coverage"])["bias"] if cal else None
-        return {"method": ev.get("method") or cfg.get("method"), "hidden": architecture(hidden),
+        return {"method": ev.get("method") or cfg.get("method"), "hidden": label,
                 "dataset": _dataset(ev, cfg), "task": "regression",
                 "test_rmse": float(ev["test_rmse_mc"]), "log_likelihood": float(ev["log_likelihood"]),
                 "coverage_95": 100.0 * float(ev["coverage_95"]),
@@ -242,7 +264,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
 
     return {
         "method": ev.get("method") or cfg.get("method"),
-        "hidden": architecture(hidden),
+        "hidden": label,
         "dataset": _dataset(ev, cfg),
         "task": "classification",
         "test_error": 100.0 * ev["test_error_mc"],
@@ -332,12 +354,13 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
     for r in rows:
         groups.setdefault((r["dataset"], r["hidden"]), {}).setdefault(r["method"], []).append(r)
 
-    def order(key: tuple[Any, Any]) -> tuple[str, list[int]]:
+    def order(key: tuple[Any, Any]) -> tuple[str, list[int], str]:
         dataset, arch = key
         if not arch:
-            return str(dataset), []
-        n, x, w = arch.partition("x")
-        return str(dataset), [int(w)] * int(n) if x else [int(v) for v in arch.split("-")]
+            return str(dataset), [], ""
+        first = arch.split(", ")[0]  # (an ensemble of several architectures: by its first member's)
+        n, x, w = first.partition("x")
+        return str(dataset), [int(w)] * int(n) if x else [int(v) for v in first.split("-")], arch
 
     for key in sorted(groups, key=order):
         dataset, hidden = key

@@ -87,6 +87,7 @@ class RunFiles:
         """Read the folder as an ensemble's (its first member's config.json), or say in one line
         what it is instead."""
         from ..runs.checkpoint import ensemble_members, not_a_run_text
+        from ..runs.population import wall_seconds
 
         members = ensemble_members(self.dir)
         if members is None:
@@ -110,10 +111,11 @@ class RunFiles:
                                                              scored)
             if stale:
                 self.left_out[WRITES[command]] = stale
-        seconds = [s.get("seconds") for s in summaries]
+        seconds = [v for s in summaries if isinstance(v := s.get("seconds"), int | float)]
         epochs = {s.get("epochs") for s in summaries}
         self.summary = {"epochs": epochs.pop() if len(epochs) == 1 else None,
-                        "seconds": sum(seconds) if all(isinstance(v, int | float) for v in seconds) else None}
+                        "seconds": wall_seconds(list(zip(self.members, seconds)))
+                        if len(seconds) == len(summaries) else None}
         self.pruning = None  # (an ensemble is not pruned as one)
         self.member_configs = [c or {} for c in configs]
         return self.member_configs[0]

@@ -143,6 +143,9 @@ class BayesEnsemble(BayesPopulation):
         """The rows every member reads: (R, in) shared rows copied to each member, or (members,
         R, in) / :class:`OneHot` (members, R, K) as given (each member its own rows)."""
         if isinstance(x, Tensor) and x.dim() == 2:
+            if x.shape[1] != self.sizes[0]:
+                raise UserError(f"BayesEnsemble: its inputs have {self.sizes[0]} features, got {x.shape[1]} (inputs "
+                                f"of shape {tuple(x.shape)})")
             return x.unsqueeze(0).expand(self.members, *x.shape).contiguous()
         return x
 

@@ -146,12 +146,15 @@ def _repeat(x: Tensor | OneHot, k: int) -> Tensor | OneHot:
     return x.unsqueeze(0).expand(k, *x.shape).reshape(-1, *x.shape[1:]).contiguous()
 
 
-def _check_members(x: Tensor | OneHot, members: int, what: str) -> None:
+def _check_members(x: Tensor | OneHot, members: int, what: str, features: int | None = None) -> None:
     lead = x.index.shape[:-2] if isinstance(x, OneHot) else x.shape[:-2]
+    shape = tuple(x.index.shape if isinstance(x, OneHot) else x.shape)
     if len(lead) not in (1, 2) or lead[-1] != members:
-        shape = tuple(x.index.shape if isinstance(x, OneHot) else x.shape)
         raise UserError(f"{what}: expected inputs (members={members}, rows, features) or (k, members, rows, "
                         f"features), got {shape}")
+    given = x.features if isinstance(x, OneHot) else x.shape[-1]
+    if features is not None and given != features:
+        raise UserError(f"{what}: its inputs have {features} features, got {given} (inputs of shape {shape})")
 
 
 _M = TypeVar("_M", bound=nn.Module)
@@ -247,7 +250,7 @@ class PopulationBayesLinear(BayesModule):
         return _samples_of(x)
 
     def _forward(self, x: Tensor, k: int | None) -> Tensor:
-        _check_members(x, self.members, type(self).__name__)
+        _check_members(x, self.members, type(self).__name__, self.in_features)
         if self.estimator is Estimator.LOCAL and self.is_sampling():
             return self._forward_local(x, k)
         w, b = self.sample(k)
@@ -302,7 +305,7 @@ class PopulationLinear(nn.Module):
             self.bias.uniform_(-bound, bound)
 
     def forward(self, x: Tensor | OneHot) -> Tensor:
-        _check_members(x, self.members, type(self).__name__)
+        _check_members(x, self.members, type(self).__name__, self.in_features)
         k = _samples_of(x)
         if k is None:
             return population_linear(x, self.weight, self.bias)
@@ -377,7 +380,7 @@ class BayesPopulation(nn.Module):
         (``train()`` mode, or :func:`~bbb.nn.sampling`), else use the means. ``num_samples`` = k
         gives (k, members, R, out): k draws per Bayesian member; a deterministic member's
         output is the same in each of the k slices."""
-        _check_members(x, self.members, type(self).__name__)
+        _check_members(x, self.members, type(self).__name__, self.sizes[0])
         k = None if num_samples is None else check_int("num_samples", num_samples)
         given = _samples_of(x)  # (k, members, R, in): the k copies given, as forward_samples passes them
         if given is not None and (not LEADING.get() or k not in (None, given)):
@@ -402,7 +405,7 @@ class BayesPopulation(nn.Module):
         one network per member (what Thompson sampling decides with), also for the local
         estimator, whose :meth:`forward` draws pre-activations per row instead. Draws go through
         the sample providers (e.g. :func:`~bbb.engine.counter_noise`) as :meth:`forward`'s do."""
-        _check_members(x, self.members, type(self).__name__)
+        _check_members(x, self.members, type(self).__name__, self.sizes[0])
         return self._weight_forward(x, None if num_samples is None else check_int("num_samples", num_samples))
 
     def _weight_forward(self, x: Tensor | OneHot, k: int | None, given: bool = False) -> Tensor:
@@ -447,8 +450,9 @@ class BayesPopulation(nn.Module):
         return (True, int(j)) if j < self.bayesian else (False, int(j) - self.bayesian)
 
     def member(self, j: int) -> BayesMLP:
-        """Member j as a new :class:`~bbb.nn.BayesMLP` (a copy). A deterministic member's weights
-        become the posterior means (its rho is the population's rho_init): use it in mean mode."""
+        """Member j as a new :class:`~bbb.nn.BayesMLP` (a copy, of the population's estimator). A
+        deterministic member's weights become the posterior means (its rho is the population's
+        rho_init): use it in mean mode."""
         bayes, r = self._slot(j)
         ref = self._bayes(0).mu("weight") if bayes else self._det(0).weight
         first = self._bayes(0) if self.bayesian else None
@@ -457,6 +461,7 @@ class BayesPopulation(nn.Module):
             prior = prior.member(r if bayes else 0)
         net = BayesMLP(self.sizes[0], self.sizes[1:-1], self.sizes[-1], prior=prior,
                        rho_init=first.rho_init if first is not None else DEFAULT_RHO_INIT,
+                       estimator=first.estimator if first is not None else Estimator.REPARAM,
                        device=ref.device, dtype=ref.dtype)
         with torch.no_grad():
             for i in range(len(self.sizes) - 1):

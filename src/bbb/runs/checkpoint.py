@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import shlex
 from collections.abc import Callable
@@ -96,8 +97,6 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, 
 def ensemble_members(folder: str | Path) -> list[str] | None:
     """The members of the ensemble whose evaluation ``folder`` holds (``bbb evaluate RUN RUN ...
     --out DIR``, ``bbb ood ... --out DIR``), else None."""
-    import json
-
     for name in ("eval.json", "ood.json"):
         try:
             data = json.loads((Path(folder) / name).read_text())
@@ -110,17 +109,19 @@ def ensemble_members(folder: str | Path) -> list[str] | None:
 
 
 def other_folder(d: Path) -> str | None:
-    """What ``d`` is where it is the folder of a Laplace posterior or of an ensemble, not a run
+    """What ``d`` is where it is the folder of a Laplace posterior, of an ensemble or of a population, not a run
     directory ("the folder of a Laplace posterior (bbb laplace RUN --out D)"), else None."""
     if (d / "laplace.json").is_file():
         return f"the folder of a Laplace posterior (bbb laplace RUN --out {d})"
     if ensemble_members(d) is not None:
         return f"an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d})"
+    if (d / "population.pt").is_file():  # (bbb.runs.population.POPULATION_FILE)
+        return "the folder of a population's state (population.pt: runs trained together, each in its own directory)"
     return None
 
 
 def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
-    """What to say when ``d`` is an ensemble's folder or a Laplace posterior's, not a run directory
+    """What to say when ``d`` is an ensemble's folder, a Laplace posterior's or a population's, not a run directory
     (else None); ``one_run``: the command, which takes one run (``bbb prune``), that was given it."""
     what = other_folder(d)
     if what is None:
@@ -131,6 +132,9 @@ def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
     if (d / "laplace.json").is_file():
         return (f"{d} is {what}: bbb predict, evaluate, ood, uncertain, compare and report take it; for this, give "
                 "its run")
+    if ensemble_members(d) is None:  # a population's folder
+        return (f"{d} is {what}, not a run: give its runs' directories (each run's config.json names this folder "
+                "as its population's dir)")
     members = ensemble_members(d) or []
     shown = " ".join(members[:6]) + (" ..." if len(members) > 6 else "")
     give = f"give its runs, {shown}" if one_run is None else f"{one_run} takes one run: give each of its runs, {shown}"
@@ -152,8 +156,20 @@ def run_dir_of(run_dir: str | Path, one_run: str | None = None) -> Path:
     return d
 
 
-def _untrained(d: Path) -> CheckpointError:
-    """The error for a run stopped during its first epoch (``last.pt`` at epoch 0, no ``best.pt``)."""
+def _untrained(d: Path, last: dict[str, Any]) -> CheckpointError:
+    """The error for a run with no trained epoch (``last.pt`` at epoch 0, no ``best.pt``): stopped
+    during its first epoch, or diverged there (a population's member records it in diverged.json)."""
+    try:
+        diverged = json.loads((d / "diverged.json").read_text()).get("message")  # (bbb.runs.jobs.DIVERGED_FILE)
+    except (OSError, ValueError, AttributeError):
+        diverged = None
+    if diverged:
+        return CheckpointError(f"{d} holds no trained epoch: {diverged}")
+    group = last.get("population")
+    if isinstance(group, dict):  # its state is its population's: bbb train --resume refuses a member
+        return CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); it trains "
+                               f"as member {group.get('member')} of the population in {group.get('dir')}: resume "
+                               "that population (the command that trained it)")
     return CheckpointError(f"{d} holds no trained epoch yet (it was stopped during epoch 1: no best.pt); "
                            f"train it with: bbb train --resume --out {shlex.quote(str(d))}")
 
@@ -175,7 +191,7 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
     if which == "last":
         last = load_checkpoint(last_path, mmap=mmap)
         if int(last["epoch"]) == 0:  # stopped during its first epoch: its weights are the initial ones
-            raise _untrained(d)
+            raise _untrained(d, last)
         return last_path, last
     if not last_path.is_file():  # best.pt alone: nothing to check it against
         return best_path, load_checkpoint(best_path, mmap=mmap)
@@ -190,7 +206,7 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
             return last_path, last
     if best is None:
         if int(last["epoch"]) == 0:  # stopped during its first epoch
-            raise _untrained(d)
+            raise _untrained(d, last)
         raise CheckpointError(f"checkpoint {best_path} not found")
     return best_path, best
 

@@ -39,6 +39,7 @@ from ..nn import pool_members
 from ..uncertainty import predictive_probs
 from .config import TrainConfig, same_setting
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
+from .population import POPULATION_FILE
 from .referral import split_outputs
 from .rundir import check_distinct
 from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model
@@ -137,7 +138,8 @@ def pool_runs(parts: list[Tensor]) -> Tensor:
 def ensemble_folder(out: str | Path, run_dirs: list[Path], file: str) -> Path:
     """The folder ``out`` of an ensemble's ``file`` (eval.json, ood.json), created: refused in one
     line where it is a file, one of the members' directories (their ``file`` is their own), the
-    directory of another run or Laplace posterior (its ``file`` is read as that run's), or holds
+    directory of another run or Laplace posterior (its ``file`` is read as that run's), a population's
+    folder (a folder with an ensemble's files is no run's: the population would not resume), or holds
     a ``file`` of other members."""
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -148,6 +150,9 @@ def ensemble_folder(out: str | Path, run_dirs: list[Path], file: str) -> Path:
     if (out / "last.pt").exists() or (out / "best.pt").exists() or is_laplace_folder(out):
         # its eval.json, ood.json, uncertain.json are that run's own (bbb compare and report read them)
         raise UserError(f"--out {out} is another run's directory: give the ensemble a folder of its own")
+    if (out / POPULATION_FILE).exists():  # the ensemble's files there: the population would not resume
+        raise UserError(f"--out {out} is the folder of a population's state (population.pt): give the ensemble a "
+                        "folder of its own")
     path = out / file
     if path.exists():
         try:

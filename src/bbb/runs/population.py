@@ -43,6 +43,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,11 +72,11 @@ from .jobs import DIVERGED_FILE, Job, State, job_state, read_json
 from .loop import kl_weight_table
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .optim import check_schedule_on_resume, make_optimizer, make_scheduler
-from .rundir import guard_run_dir
+from .rundir import guard_run_dir, remove_results
 from .summary import finish_classifier
 
 __all__ = ["MEMBER_SETTINGS", "POPULATION_FILE", "check_population", "member_lr_scale", "member_prior",
-           "population_groups", "stored_population", "train_population"]
+           "population_groups", "stored_population", "train_population", "wall_seconds"]
 
 #: the population's commit point in its folder
 POPULATION_FILE = "population.pt"
@@ -153,6 +154,22 @@ def stored_population(run_dir: str | Path) -> dict[str, Any] | None:
     return got if isinstance(got, dict) else None
 
 
+def wall_seconds(runs: Sequence[tuple[str | Path, float]]) -> float:
+    """The training time of ``runs`` (each its run directory and its summary's ``seconds``): their
+    sum, with the runs trained as one population counted once (their ``seconds`` is the population's
+    wall time, shared by its members: the longest of them)."""
+    alone = 0.0
+    together: dict[str, float] = {}
+    for run_dir, seconds in runs:
+        pop = stored_population(run_dir)
+        if pop is None:
+            alone += float(seconds)
+        else:
+            key = str(pop.get("dir"))
+            together[key] = max(together.get(key, 0.0), float(seconds))
+    return alone + sum(together.values())
+
+
 J = TypeVar("J", bound=Job)
 
 
@@ -190,6 +207,13 @@ def population_groups(jobs: Sequence[J], new_dir: Callable[[list[J]], Path], *, 
                 if missing:
                     raise UserError(f"the population in {stored['dir']} holds {', '.join(names)}, and this call does "
                                     f"not train {', '.join(missing)}: run it with {what}")
+                # a member's folder trained alone since (bbb train --overwrite): resuming would write over that run
+                alone = [n for n in names if (by_name[n].run_dir / "config.json").is_file()
+                         and (stored_population(by_name[n].run_dir) or {}).get("dir") != stored["dir"]]
+                if alone:
+                    raise UserError(f"the population in {stored['dir']} cannot go on: {by_name[alone[0]].run_dir}, one "
+                                    "of its runs' folders, holds a run trained alone since, which it would write over; "
+                                    "move that run elsewhere (the population then writes its member there again)")
                 started[stored["dir"]] = [by_name[n] for n in names]
             continue
         if state is not State.NEW:
@@ -198,8 +222,13 @@ def population_groups(jobs: Sequence[J], new_dir: Callable[[list[J]], Path], *, 
         shared = {k: v for k, v in job.config.to_dict().items() if k not in MEMBER_SETTINGS}
         extra = None if key is None else key(job)
         new.setdefault(json.dumps([shared, extra], sort_keys=True, default=str), []).append(job)
+    # a member of a started population trains there only (its folder gone: not also alone, or anew)
+    claimed = {j.run_dir.name for members in started.values() for j in members}
+    groups = [(d, m) for d, m in groups if m[0].run_dir.name not in claimed]
     groups += [(Path(d), members) for d, members in started.items()]
-    for members in new.values():
+    for members in ([j for j in m if j.run_dir.name not in claimed] for m in new.values()):
+        if not members:
+            continue
         step = len(members) if size is None else max(1, size)
         for chunk in (members[i:i + step] for i in range(0, len(members), step)):
             try:
@@ -411,7 +440,8 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                             "task": "classification"}
     if preprocess is not None:
         info["preprocess"] = preprocess.to_dict()
-    where = {"dir": str(pop_dir), "seeds": seeds, "runs": [d.name for d in dirs]}
+    # the folder from anywhere: a population resumed from another working directory finds it
+    where = {"dir": str(pop_dir.resolve()), "seeds": seeds, "runs": [d.name for d in dirs]}
     if ckpt is not None:
         try:
             pop.load_state_dict(ckpt["model"])
@@ -427,6 +457,13 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
         diverged = {int(j): str(m) for j, m in ckpt["diverged"].items()}
         start = int(ckpt["epoch"])
         log(f"resuming the population of {k} in {pop_dir} after epoch {start}")
+        if start < cfg.epochs:  # it trains on: what was made from the members' checkpoints is stale (as bbb train)
+            for j, d in enumerate(dirs):
+                removed = [] if j in diverged else [f for f in remove_results(d, also=("summary.json",))
+                                                    if f != "summary.json"]
+                if removed:
+                    warnings.warn(f"removed {', '.join(removed)} from {d} (made from the run before it trained on; "
+                                  "run the commands that wrote them again)", UserWarning, stacklevel=3)
 
     def state(epoch: int) -> dict[str, Any]:
         return {"format": _FORMAT, "seeds": seeds, "epoch": epoch, "model": pop.state_dict(),

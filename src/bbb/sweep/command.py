@@ -144,6 +144,14 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.population is not None:
         check_population_size(args.population)
+    # checked before a dry run too: its plan (--population's groups) is the run's, never one the run refuses
+    opts = SweepOptions(out=Path(args.out or "."), backend=args.backend, address=args.address,
+                        scheduler=args.scheduler, max_concurrent=args.max_concurrent,
+                        gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
+                        max_failures=args.max_failures, grace_period=args.grace_period,
+                        reduction_factor=args.reduction_factor, storage=args.storage,
+                        data_dir=args.data_dir, progress=not args.quiet, loggers=tuple(args.log or ()),
+                        population=args.population)
     if args.dry_run:
         trials = expand_space(space, args.limit)
         warn_repeats(space, len(trials), args.limit)
@@ -162,13 +170,6 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--out DIR is required (or use --dry-run)")
     if args.ref_epoch_seconds != REF_EPOCH_SECONDS:  # (the cost model of the list, nothing a run reads)
         raise UserError("--ref-epoch-seconds is for --dry-run (its cost estimate): give --dry-run, or leave it out")
-    opts = SweepOptions(out=Path(args.out), backend=args.backend, address=args.address,
-                        scheduler=args.scheduler, max_concurrent=args.max_concurrent,
-                        gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
-                        max_failures=args.max_failures, grace_period=args.grace_period,
-                        reduction_factor=args.reduction_factor, storage=args.storage,
-                        data_dir=args.data_dir, progress=not args.quiet, loggers=tuple(args.log or ()),
-                        population=args.population)
     t0 = time.perf_counter()
     try:
         rows = run_sweep(space, opts, limit=args.limit, log=(lambda s: None) if args.quiet else None,

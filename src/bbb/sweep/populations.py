@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import BBBError, RunDirBusy, TrainingInterrupted
 from ..io import atomic_write_json
-from ..runs.jobs import RunJob, diverged_message
+from ..runs.jobs import RunJob, State, diverged_message, job_state
 from ..runs.population import population_groups, train_population
 from .cost import trial_data
 from .space import Trial, TrialStatus, resolve_params
@@ -50,11 +50,13 @@ def population_plan(trials: list[Trial], out: Path | None, size: int) -> str:
     started; else as new)."""
     groups = _groups(trials, out or Path("/nonexistent-bbb-sweep"), size)
     pops = [m for d, m in groups if d is not None]
-    alone = sum(len(m) for d, m in groups if d is None)
+    rest = [j for d, m in groups if d is None for j in m]
+    finished = sum(job_state(j.run_dir, j.config.epochs).state in (State.DONE, State.DIVERGED) for j in rest)
     sizes = ", ".join(f"{n} of {k}" for k, n in sorted(Counter(len(m) for m in pops).items(), reverse=True))
-    return (f"with --population {size}: {len(pops)} population(s) ({sizes or 'none'}) and {alone} trial(s) alone "
-            "(it pays on a GPU, where one network's step is launch-bound, not on a CPU: docs/performance.md has the "
-            "measurements)")
+    return (f"with --population {size}: {len(pops)} population(s) ({sizes or 'none'}) and {len(rest) - finished} "
+            "trial(s) alone" + (f", {finished} finished already" if finished else "")
+            + " (it pays on a GPU, where one network's step is launch-bound, not on a CPU: docs/performance.md has "
+            "the measurements)")
 
 
 def run_populations(todo: list[Trial], payloads: list[dict[str, Any]], out: Path, opts: Any,

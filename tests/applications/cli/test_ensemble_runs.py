@@ -298,3 +298,81 @@ def test_an_ensembles_folder_given_to_bbb_prune_says_to_prune_its_runs_one_at_a_
                    f"{members[1]}")
     rc, _, err = run_main(capsys, "evaluate", str(out))  # (a command that takes several runs: as before)
     one_line_error(rc, err, "an ensemble's folder", f"not a run: give its runs, {members[0]} {members[1]}")
+
+
+def test_compare_shows_every_architecture_and_epoch_count_of_an_ensemble(capsys, classifiers, tmp_path):
+    """Before, an ensemble's row in bbb compare gave its first member's architecture and epochs
+    alone: an ensemble of a 1x8 and a 16-4 network trained 2 and 3 epochs read as 1x8, 2 epochs."""
+    data, runs = classifiers
+    other = tmp_path / "wide"
+    rc, _, err = run_main(capsys, "train", "--csv", str(data), "--target", "y", "--task", "classification",
+                          "--epochs", "3", "--seed", "7", "--out", str(other), *TINY, "--hidden", "16", "4")
+    assert rc == 0, err
+    mixed, same = tmp_path / "mixed", tmp_path / "same"
+    assert run_main(capsys, "evaluate", str(runs[0]), str(other), "--out", str(mixed))[0] == 0
+    assert run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(same))[0] == 0
+    rc, _, err = run_main(capsys, "compare", str(mixed), str(same), str(other), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    rows = {Path(r["run"]).name: r for r in read_csv(tmp_path / "cmp" / "comparison.csv")}
+    assert (rows["mixed"]["hidden"], rows["mixed"]["epochs"]) == ("1x8, 16-4", "2, 3")
+    assert (rows["same"]["hidden"], rows["same"]["epochs"]) == ("1x8", "2")
+    assert (rows["wide"]["hidden"], rows["wide"]["epochs"]) == ("16-4", "3")
+
+
+def test_an_ensemble_of_a_populations_members_counts_its_training_time_once(capsys, tmp_path, data_dir):
+    """A population's members each record its wall time (shared, docs/scale_out.md): bbb compare and
+    bbb report gave their ensemble the sum, the population's time once per member."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+
+    cfgs = [TrainConfig(dataset="mnist", data_dir=str(data_dir), train_size=200, val_size=100, hidden=[8], epochs=1,
+                        batch_size=50, eval_samples=2, device="cpu", seed=s) for s in (0, 1)]
+    runs = [tmp_path / f"m{s}" for s in (0, 1)]
+    train_population(cfgs, runs, tmp_path / "pop", quiet=True, log=lambda s: None)
+    seconds = json.loads((runs[0] / "summary.json").read_text())["seconds"]
+    assert json.loads((runs[1] / "summary.json").read_text())["seconds"] == seconds  # the population's
+    out = tmp_path / "ens"
+    assert run_main(capsys, "evaluate", *map(str, runs), "--samples", "2", "--out", str(out))[0] == 0
+    rc, _, err = run_main(capsys, "compare", str(out), "--out", str(tmp_path / "cmp"))
+    assert rc == 0, err
+    [row] = read_csv(tmp_path / "cmp" / "comparison.csv")
+    assert float(row["seconds"]) == pytest.approx(seconds, abs=1e-5)
+    assert run_main(capsys, "report", str(out), "--out", str(tmp_path / "r.html"))[0] == 0
+    assert f"{seconds:.1f} s (its members' sum)" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["prune"], ["ood"], ["compare", "--out", "cmp"],
+                                     ["report", "--out", "r.html"]])
+def test_a_populations_folder_is_refused_in_one_line_that_says_what_it_is(capsys, tmp_path, command):
+    """Before, bbb compare said to run `bbb evaluate` on it first, which then called it no run directory."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+    from testkit import blobs
+
+    cfgs = [TrainConfig(hidden=[8], epochs=1, batch_size=32, eval_samples=2, device="cpu", kl_weighting="uniform",
+                        seed=s) for s in (0, 1)]
+    train_population(cfgs, [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop", data=blobs(), quiet=True,
+                     log=lambda s: None)
+    name, *rest = command
+    rc, _, err = run_main(capsys, name, str(tmp_path / "pop"), *[str(tmp_path / a) if a != "--out" else a
+                                                                  for a in rest])
+    one_line_error(rc, err, "a population's state", "give its runs' directories")
+
+
+def test_a_populations_folder_is_refused_as_the_ensembles_folder(capsys, classifiers, tmp_path):
+    """Before, an ensemble's files went into a population's folder, which then no longer resumed
+    (its folder read as an ensemble's, not a run's); bbb ood and uncertain take the same folder check."""
+    from bbb.runs import TrainConfig
+    from bbb.runs.population import train_population
+    from testkit import blobs
+
+    cfgs = [TrainConfig(hidden=[8], epochs=1, batch_size=32, eval_samples=2, device="cpu", kl_weighting="uniform",
+                        seed=s) for s in (0, 1)]
+    train_population(cfgs, [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop", data=blobs(), quiet=True,
+                     log=lambda s: None)
+    _, runs = classifiers
+    rc, _, err = run_main(capsys, "evaluate", *map(str, runs[:2]), "--out", str(tmp_path / "pop"))
+    one_line_error(rc, err, "a population's state", "a folder of its own")
+    assert sorted(p.name for p in (tmp_path / "pop").iterdir()) == ["population.pt"]
+    train_population([c.replace(epochs=2) for c in cfgs], [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop",
+                     data=blobs(), quiet=True, log=lambda s: None)  # it resumes

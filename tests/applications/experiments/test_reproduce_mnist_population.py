@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from bbb.errors import UserError
 from bbb.experiments.mnist import ReproduceConfig, run_reproduce
 from bbb.experiments.mnist.jobs import command_line
 from bbb.runs.population import POPULATION_FILE
@@ -86,6 +87,11 @@ def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_pat
                 run_reproduce(cfg, data=blobs4(), **SILENT)
         pop = out / "runs" / "bbb_mixture_400_pop_c0-1"
         assert (pop / POPULATION_FILE).is_file() and not (out / "runs" / "bbb_mixture_400_c1" / "summary.json").exists()
+        # rerun without --population: before, the member's refusal to resume alone ended in "use another --out"
+        with pytest.raises(UserError, match=r"started in the population in .*bbb_mixture_400_pop_c0-1.*: resume it "
+                                            r"with 'bbb reproduce mnist .* --population'$") as e:
+            run_reproduce(ReproduceConfig(**{**cfg.__dict__, "population": False}), data=blobs4(), **SILENT)
+        assert "\n" not in str(e.value) and "another --out" not in str(e.value)
         lines: list[str] = []
         res = run_reproduce(ReproduceConfig(**{**cfg.__dict__, "quiet": False, "cells": "bbb-mixture:400"}),
                             data=blobs4(), log=lines.append)
@@ -96,7 +102,6 @@ def test_a_population_killed_at_its_start_goes_on_in_the_same_population(tmp_pat
 
 
 def test_cuda_graph_reaches_all_but_ivon_and_is_refused_on_the_cpu(tmp_path, capsys):
-    from bbb.errors import UserError
     from bbb.experiments.mnist.plan import make_job
 
     cfg = ReproduceConfig(budget="smoke", out=str(tmp_path), device="cuda", cuda_graph=True)

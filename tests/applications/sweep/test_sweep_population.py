@@ -15,7 +15,7 @@ import bbb.sweep as S
 from bbb.cli import main as cli_main
 from bbb.runs import read_metrics
 from bbb.runs.population import POPULATION_FILE
-from bbb.sweep.populations import POPULATIONS_DIR
+from bbb.sweep.populations import POPULATIONS_DIR, population_plan
 
 TINY = {"dataset": "synthetic", "synthetic_dim": 64, "synthetic_train": 320, "width": 8, "depth": 1,
         "batch_size": 64, "epochs": 3, "device": "cpu", "eval_samples": 2, "method": "bbb"}
@@ -61,6 +61,10 @@ def test_a_grid_trains_as_populations_of_n_and_a_rerun_trains_nothing(tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.pt")}
     S.run_sweep(space, _opts(out, population=3), log=silent)  # finished: nothing trains again
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.pt")} == stamps
+    # and the dry run says so (before, it counted the 8 finished trials as trials to train alone)
+    plan = population_plan(S.expand_space(space), out, 3)
+    assert "0 population(s) (none) and 0 trial(s) alone, 8 finished already" in plan
+    assert "2 population(s) (2 of 3) and 2 trial(s) alone (" in population_plan(S.expand_space(space), None, 3)
 
 
 def test_a_killed_population_resumes_with_the_trials_it_started_with(tmp_path):
@@ -98,10 +102,14 @@ def test_a_killed_population_resumes_with_the_trials_it_started_with(tmp_path):
     (["--population", "2", "--backend", "ray"], "leave out --backend ray"),
     (["--population", "2", "--max-concurrent", "2"], "leave out --max-concurrent"),
 ])
-def test_misuse_is_one_line(argv, words, tmp_path, capsys):
-    assert cli_main(["sweep", "--space", "paper", "--out", str(tmp_path / "s"), *argv]) == 2
-    err = capsys.readouterr().err
+@pytest.mark.parametrize("dry", [False, True])
+def test_misuse_is_one_line(argv, words, dry, tmp_path, capsys):
+    """A dry run refuses it too: before, it printed the populations a run would then refuse."""
+    assert cli_main(["sweep", "--space", "paper", "--out", str(tmp_path / "s"), *argv,
+                     *(["--dry-run"] if dry else [])]) == 2
+    out, err = capsys.readouterr()
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "population(s)" not in out
 
 
 def test_the_help_shows_it(capsys):

@@ -5,6 +5,8 @@ bad input is one line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -41,6 +43,8 @@ def test_a_member_trains_as_the_same_network_alone(estimator):
     alone = BayesEnsemble(1, [16], 2, seeds=[22], prior=prior, rho_init=-3.0, estimator=estimator)
     for a, b in zip(ens.member(1).parameters(), alone.member(0).parameters()):
         assert torch.equal(a, b)  # the initialisation is the seed's
+    # a member as a BayesMLP keeps the estimator (before, a local ensemble's member drew whole weights)
+    assert all(layer.estimator.value == estimator for layer in ens.member(1).layers)
     assert not torch.equal(ens.bayes[0].weight_mu[0], ens.bayes[0].weight_mu[1])
     _train(ens, x, y)
     _train(alone, x, y)
@@ -107,3 +111,13 @@ def test_bad_input_is_one_line():
         ELBO(ens, "gaussian", num_samples=2, kl_weighting="uniform")(torch.zeros(4, 3), torch.zeros(4))
     with pytest.raises(UserError, match="samples \\(k, members"):
         pool_members(torch.zeros(3, 4))
+    # inputs of another width: before, torch's batched product failed with a message of its own
+    for x, shape in ((torch.zeros(4, 5), "(4, 5)"), (torch.zeros(2, 4, 5), "(2, 4, 5)")):
+        with pytest.raises(UserError, match=f"its inputs have 3 features, got 5 \\(inputs of shape {re.escape(shape)}"):
+            ens(x)
+    pop = BayesPopulation(3, [8], 1, bayesian=1, deterministic=1)
+    for p in (pop, BayesPopulation(3, [8], 1, bayesian=2, estimator="local")):
+        with pytest.raises(UserError, match="its inputs have 3 features, got 5"):
+            p(torch.zeros(2, 4, 5))
+    with pytest.raises(UserError, match="its inputs have 3 features, got 5"):
+        pop.forward_weights(torch.zeros(2, 4, 5), num_samples=2)

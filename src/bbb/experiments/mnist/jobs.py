@@ -17,7 +17,7 @@ from ...runs import jobs as runjobs
 from ...runs.jobs import JobCallbacks, JobResult, JobState, Outcome, State
 from ...runs.loggers import make_loggers
 from ...runs.population import population_groups as population_groups_of
-from ...runs.population import train_population
+from ...runs.population import stored_population, train_population
 from .plan import Job, ReproduceConfig, candidates_text, cells_text, estimate_seconds, fmt_time, make_job
 from .recipes import METHOD_NAMES, BudgetSpec
 
@@ -114,6 +114,10 @@ def train_jobs(jobs: Sequence[Job], data: dict[str, Tensor], cfg: ReproduceConfi
     appended there and the next job runs (two processes can then share one plan)."""
     summaries: dict[str, dict[str, Any] | None] = {}
     for job in jobs:
+        started = stored_population(job.run_dir)
+        if started is not None and state_of(job).state in (State.PARTIAL, State.NEW):  # (not alone: its state)
+            raise UserError(f"{job.run_dir} was started in the population in {started.get('dir')}, which holds its "
+                            f"state: resume it with '{command_line(cfg, '--population')}'")
         try:
             res = runjobs.run_job(job, data=data, quiet=cfg.quiet, log=log, callbacks=callbacks,
                                   loggers=make_loggers(cfg.loggers))

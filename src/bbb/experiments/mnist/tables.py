@@ -13,7 +13,7 @@ from typing import Any
 from ... import runs as T
 from ...cli.common import sigma_of_rho
 from ...runs.jobs import State
-from ...runs.population import stored_population
+from ...runs.population import stored_population, wall_seconds
 from .ensemble_rows import ENSEMBLE, ensemble_md_line, ensemble_note
 from .jobs import check_same_settings, command_line, select_candidate, state_of
 from .laplace_rows import LAPLACE, LAPLACE_NOTE, laplace_md_line, laplace_methods
@@ -177,19 +177,9 @@ def _candidates_text(cands: Sequence[Job], summaries: dict[str, dict[str, Any] |
 
 def _seconds_all(jobs: Sequence[Job], summaries: dict[str, dict[str, Any] | None]) -> float:
     """The training time of ``jobs``' finished runs: each run's, but once for the runs trained as one
-    population (their ``seconds`` is the population's wall time, shared: the longest of them)."""
-    alone = 0.0
-    together: dict[str, float] = {}
-    for j in jobs:
-        s = summaries.get(j.name)
-        if s is None:
-            continue
-        pop = stored_population(j.run_dir)
-        if pop is None:
-            alone += float(s["seconds"])
-        else:
-            together[str(pop.get("dir"))] = max(together.get(str(pop.get("dir")), 0.0), float(s["seconds"]))
-    return round(alone + sum(together.values()), 3)
+    population (:func:`bbb.runs.population.wall_seconds`)."""
+    done = [(j.run_dir, float(s["seconds"])) for j in jobs if (s := summaries.get(j.name)) is not None]
+    return round(wall_seconds(done), 3)
 
 
 def _population_size(job: Job) -> int | None:

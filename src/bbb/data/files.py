@@ -585,7 +585,11 @@ def _raw_table(pre: Preprocess, header: list[str], rows: list[list[str]], number
 
 
 def _fit_features(pre: Preprocess, x: Tensor) -> Standardizer:
-    """Standardise the numeric features on the training rows; one-hot columns stay 0/1."""
+    """Standardise the numeric features on the training rows; one-hot columns stay 0/1. Images
+    (image-shaped arrays, a folder's) by one mean and sd of all their pixels: per pixel, one that
+    never varied in training (a border) took a new image's raw value through, hundreds of sds."""
+    if pre.kind == "arrays" and len(pre.feature_shape) > 1:
+        return Standardizer.fit(x.reshape(-1))
     s = Standardizer.fit(x)
     if pre.kind != "table":
         return s

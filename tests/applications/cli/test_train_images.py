@@ -401,3 +401,23 @@ def test_transparent_images_of_a_run_trained_on_transparent_ones_are_not_called_
         got = read_csv(tmp_path / f"p_{data}.csv")
         assert ("warning" in got[0] and all("transparent" in r["warning"] for r in got)) is warned, got
         assert ("unlike the training images" in err) is warned
+
+
+def test_image_runs_standardise_by_one_mean_and_sd_so_a_pixel_constant_in_training_stays_in_scale(capsys, tmp_path):
+    """Per pixel, a pixel that never varied in training (a black border: sd 1 by convention) took a new
+    image's raw value through: a white border reached the network at 255 sds. One mean and sd of all
+    the training pixels keeps every input within the training pixels' scale."""
+    rng = np.random.default_rng(0)
+    x = np.zeros((60, 1, 12, 12), np.uint8)
+    x[:, :, 2:10, 2:10] = rng.integers(0, 256, (60, 1, 8, 8))
+    np.savez(tmp_path / "a.npz", x=x, y=np.arange(60) % 2)
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", "--npz", str(tmp_path / "a.npz"), "--epochs", "1", "--hidden", "8", "--out",
+                    str(run), "--quiet")[0] == 0
+    model = load_model(run)
+    white = np.full((1, 1, 12, 12), 255, np.uint8)
+    enc = model.encode(white)
+    pre = model.preprocess  # one mean and sd, of the training rows' pixels (the split's 80%)
+    assert pre.x is not None and pre.x.mean.dim() == 0 and 50 < float(pre.x.mean) < 65 and 70 < float(pre.x.std) < 90
+    assert torch.allclose(enc, torch.full_like(enc, (255 - float(pre.x.mean)) / float(pre.x.std)), rtol=1e-5)
+    assert float(enc.abs().max()) < 5  # (per pixel: the border's 255)

@@ -27,19 +27,24 @@ from .images import IMAGE_SUFFIXES, class_folders, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "image_files", "inputs_md5", "moved_data_flag", "read_image_classes", "read_npz",
-           "source_md5", "split_files", "split_rows"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "data_kind", "image_files", "inputs_md5", "moved_data_flag", "read_image_classes",
+           "read_npz", "source_md5", "split_files", "split_rows"]
 
 #: the (height, width) a folder's images are resized to unless the run says otherwise: MNIST's
 DEFAULT_IMAGE_SIZE = (28, 28)
 
 
+def data_kind(data_file: str | os.PathLike[str]) -> str:
+    """What a run's recorded data are: ``".csv"``, ``".npz"`` or ``"folder"`` (images in class
+    subfolders): a training file is a .csv or an .npz (others are refused), anything else a folder."""
+    suffix = Path(data_file).suffix.lower()
+    return suffix if suffix in (".csv", ".npz") else "folder"
+
+
 def moved_data_flag(data_file: str | os.PathLike[str]) -> str:
     """The option that gives a run its data where they are now: ``--images DIR`` for a folder of
-    images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table."""
-    p = Path(data_file)
-    return "--npz FILE" if p.suffix.lower() == ".npz" else "--images DIR" if p.is_dir() or not p.suffix else \
-        "--csv FILE"
+    images, ``--npz FILE`` for an .npz file, ``--csv FILE`` for a table (:func:`data_kind`)."""
+    return {"folder": "--images DIR", ".npz": "--npz FILE"}.get(data_kind(data_file), "--csv FILE")
 
 
 def image_files(folder: Path) -> list[Path]:

@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from ..data.arrays import data_kind
 from ..options import is_bayesian
 
 __all__ = ["EXPLAIN", "METHOD_NAMES", "command_text", "data_phrase", "kind_of", "method_name", "page_title",
@@ -314,7 +315,7 @@ def suggested_commands(name: str, config: dict[str, Any], regression: bool, have
     else:
         source = plain_path(str(config.get("data_file") or "data.csv"))
         stem, ext = os.path.splitext(source)
-        folder = ext.lower() not in (".csv", ".npz")  # a folder of images in class subfolders (--images)
+        folder = data_kind(source) == "folder"  # a folder of images in class subfolders (--images)
         new = shlex.quote(f"new_{os.path.basename(source.rstrip('/'))}/" if folder else f"new_{stem}{ext}")
         what = (f"{new}: a folder of new images, like those of {source}'s subfolders" if folder else
                 f"{new}: the columns of {source}" + ("" if ext.lower() == ".npz" else "; the target column may be "

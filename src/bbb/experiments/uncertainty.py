@@ -28,6 +28,7 @@ from torch import Tensor
 
 from .. import uncertainty as U
 from ..cli.common import add_run_dirs_arguments, add_seed, shared_help
+from ..data.arrays import data_kind
 from ..devices import resolve_device
 from ..errors import UserError
 from ..io import atomic_write_json
@@ -281,7 +282,7 @@ def plot_uncertain(images: Tensor, labels: Tensor, result: dict[str, Tensor], pa
 
 def _images_only(run_dir: Any, cfg: Any, data_dir: str | None, command: str, data_file: str | None = None) -> Any:
     if cfg.data_file is not None:  # its digit grids and image OOD sets mean nothing for a table
-        own_file = Path(cfg.data_file).suffix.lower() in (".csv", ".npz")  # (else a folder of images)
+        own_file = data_kind(cfg.data_file) != "folder"
         if command == "uncertain" and not own_file:  # your own images: their grids, named by file
             from ..runs.model import point_data
 

@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ..data.arrays import DEFAULT_IMAGE_SIZE, moved_data_flag
+from ..data.arrays import DEFAULT_IMAGE_SIZE, data_kind, moved_data_flag
 from ..data.files import TASKS
 from ..distributions import KLMode, Prior, make_prior
 from ..elbo import KLWeighting
@@ -465,7 +465,7 @@ class TrainConfig:
                 self.keep_columns = [str(c) for c in self.keep_columns] or None
             self.likelihood = choice("likelihood", self.likelihood, LIKELIHOODS)
             if self.image_size is not None or self.image_colour:
-                if Path(self.data_file).suffix.lower() in (".csv", ".npz"):
+                if data_kind(self.data_file) != "folder":
                     flag = "--image-size" if self.image_size is not None else "--colour"
                     raise UserError(f"{flag} reads a folder of images (--images DIR); {self.data_file} is read as it "
                                     f"is: leave {flag} out")

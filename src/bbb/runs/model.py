@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..data.arrays import data_kind, moved_data_flag
 from ..data.files import Preprocess
 from ..errors import UserError
 from ..nn import BayesMLP, bayes_modules
@@ -217,21 +218,14 @@ def point_data(cfg: TrainConfig, data_dir: str | None = None, data_file: str | N
         if cfg.data_file is None:
             raise UserError(f"--csv/--npz/--images give a run on your own data its moved file; this run was trained on "
                             f"--dataset {cfg.dataset} (its folder: --data-dir DIR)")
-        was, now = _data_kind(cfg.data_file), _data_kind(data_file)
-        if was != now:
-            flag = "--images DIR" if was == "folder" else f"--{was.lstrip('.')} FILE"
+        was = data_kind(cfg.data_file)
+        if data_kind(data_file) != was:
             raise UserError(f"{data_file} is not {'a folder of images' if was == 'folder' else f'a {was} file'} like "
-                            f"{cfg.data_file}, the data this run was trained on; give {flag}")
+                            f"{cfg.data_file}, the data this run was trained on; give {moved_data_flag(cfg.data_file)}")
         cfg = cfg.replace(data_file=str(data_file))
     if data_dir is not None:
         cfg = cfg.replace(data_dir=data_dir)  # a run on your own file refuses it (TrainConfig)
     return cfg
-
-
-def _data_kind(path: str) -> str:
-    """``"folder"`` (images in class subfolders) or a data file's suffix (``.csv``, ``.npz``)."""
-    suffix = Path(path).suffix.lower()  # (a training file is a .csv or an .npz: load_file_splits refuses others)
-    return suffix if suffix in (".csv", ".npz") else "folder"
 
 
 def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool = False
@@ -240,14 +234,13 @@ def _file_split(cfg: TrainConfig, stored: dict[str, Any] | None, new_run: bool =
 
     assert cfg.data_file is not None
     path = Path(cfg.data_file)
-    folder = bool((stored or {}).get("source", {}).get("folder")) or (stored is None and path.is_dir())
-    flag = "--images" if folder else "--npz" if path.suffix.lower() == ".npz" else "--csv"
+    folder = path.is_dir() or (not path.exists() and data_kind(path) == "folder")  # (there, or as recorded)
     if new_run and not (path.is_file() or path.is_dir()):
         what = "is not a regular file" if path.exists() else "does not exist"
         raise UserError(f"{cfg.data_file} {what}; give the path of your data: --csv FILE, --npz FILE or --images DIR")
     if not (path.is_dir() if folder else path.is_file()):
         raise UserError(f"{cfg.data_file}, the {'folder' if folder else 'file'} this run was trained on, is not there "
-                        f"(moved or deleted?); give its new place with {flag} {'DIR' if folder else 'FILE'} (bbb "
+                        f"(moved or deleted?); give its new place with {moved_data_flag(path)} (bbb "
                         "evaluate, prune, predict, ood, laplace and train --resume take it)")
     was = (stored or {}).get("source", {}).get("md5")
     if was is not None:  # before reading it: another file's columns or rows would only confuse

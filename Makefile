@@ -87,7 +87,7 @@ test-fast: $(STAMP)
 # TORCH_TESTS: what it runs (default the fast lane); CI gives 2.11 the models lane, TORCH_TESTS_MODELS:
 # the tests of the claim "every torch.nn block and Hugging Face / peft model converts and trains
 # right", without the run directory's, the faults' and the command line's tests, which call the
-# same few torch functions on every release (2.8, the floor, runs them). Both lanes deselect the
+# same few torch functions on every release (CI's floor lane runs tests/core). Both lanes deselect the
 # tests marked release_independent (pyproject.toml: locks, kills, unwritable, full or damaged
 # files, matplotlib's backend: the operating system's side, the same under every torch), which the
 # main suite runs (docs/results.md, "Where CI's time goes").

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -48,14 +50,18 @@ def test_every_public_name_is_in_the_reference():
             f"{home}.__all__ does not list {name}, so mkdocstrings would not render it")
 
 
-@pytest.mark.skipif(shutil.which("mkdocs") is None and not (Path(sys.prefix) / "bin" / "mkdocs").exists(),
-                    reason="mkdocs is not installed (pip install -e '.[docs]'); `make docs` builds the site")
 def test_the_site_builds_strictly(tmp_path):
-    pytest.importorskip("mkdocstrings")
+    """`make docs`'s strict build; CI (.ci/run) installs the docs extra before the suite and sets
+    BBB_REQUIRE_DOCS, so there a missing mkdocs fails instead of skipping (this is CI's docs build)."""
+    if (shutil.which("mkdocs") is None and not (Path(sys.prefix) / "bin" / "mkdocs").exists()) or \
+            importlib.util.find_spec("mkdocstrings") is None:
+        if os.environ.get("BBB_REQUIRE_DOCS"):
+            pytest.fail("BBB_REQUIRE_DOCS is set but mkdocs or mkdocstrings is missing (make .venv/.docs-installed)")
+        pytest.skip("mkdocs is not installed (pip install -e '.[docs]'); `make docs` builds the site")
     exe = Path(sys.prefix) / "bin" / "mkdocs"
     cmd = [str(exe) if exe.exists() else "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     index = (DOCS / "reference" / "index.md").read_text()
     for page, anchor in re.findall(r"\]\((\w+)\.md#([\w.]+)\)", index):  # every public name has its entry

@@ -220,7 +220,7 @@ def read_inputs(model: Any, path: Path, notes: list[str] | None = None) -> Any:
 def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refer: bool) -> _Input:
     import numpy as np
 
-    from ..data.images import IMAGE_SUFFIXES, load_image_folder, load_labelled_images
+    from ..data.images import is_image_file, load_image_folder, load_labelled_images
 
     if id_column is not None and not (path.is_file() and path.suffix.lower() == ".csv"):
         raise UserError(f"--id names a column of a CSV input; {path} is not a .csv file")
@@ -239,7 +239,7 @@ def _read_input(model: Any, path: Path, id_column: str | None, unseen: str, refe
         warnings: list[str] = []
         colour = len(shape) == 3 and shape[0] == 3
         labels: list[str] | None = None
-        if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir()) and \
+        if not any(is_image_file(p) for p in path.iterdir()) and \
                 any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
             # laid out as a training folder (one subfolder per class): every subfolder's images, labelled by it
             names, pixels, others, labels = load_labelled_images(path, (h, w), warnings, colour)

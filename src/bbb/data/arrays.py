@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
-from .images import IMAGE_SUFFIXES, class_folders, load_labelled_images
+from .images import class_folders, folder_images, is_image_file, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
 
@@ -49,8 +49,7 @@ def moved_data_flag(data_file: str | os.PathLike[str]) -> str:
 
 def image_files(folder: Path) -> list[Path]:
     """The image files of the class subfolders of ``folder`` that a run reads, in its order."""
-    return [p for sub in class_folders(folder) for p in sorted(sub.iterdir())
-            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+    return [p for sub in class_folders(folder) for p in folder_images(sub)]
 
 
 def split_rows(n: int, labels: Tensor | None, val_fraction: float, test_fraction: float, seed: int
@@ -100,7 +99,7 @@ def inputs_md5(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     if not p.is_dir():
         return file_md5(p)
-    return _files_md5(sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES))
+    return _files_md5(folder_images(p))
 
 
 def _files_md5(files: list[Path]) -> str:
@@ -121,7 +120,7 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
     subs = class_folders(d)
-    loose = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    loose = [p.name for p in folder_images(d)]
     if not subs:
         raise UserError(f"{d}: no subfolders; training on images needs one subfolder per class, named by its class "
                         f"(e.g. {d}/cat/*.png, {d}/dog/*.png)" + (f"; found {len(loose)} image(s) in the folder "
@@ -132,7 +131,7 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
     if len(subs) < 2:
         raise UserError(f"{d}: one class subfolder ({subs[0].name}); classification needs two or more")
     for sub in subs:
-        if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
+        if not any(is_image_file(p) for p in sub.iterdir()):
             raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
                             "it (a class without images is never learned)")
     texts: list[str] = []

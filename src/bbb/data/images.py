@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import DataError, UserError
 
-__all__ = ["IMAGE_SUFFIXES", "LIGHT_BORDER", "class_folders", "image_warning", "load_image_folder",
+__all__ = ["IMAGE_SUFFIXES", "LIGHT_BORDER", "class_folders", "folder_images", "image_warning", "is_image_file",
+           "load_image_folder",
            "load_labelled_images"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -66,6 +67,19 @@ def _is_grey(im: Any) -> bool:
     return im.mode in ("L", "LA", "1", "I", "F") or im.mode.startswith("I;16")
 
 
+def is_image_file(p: Path) -> bool:
+    """Whether bbb reads ``p`` as an image: a .png, .jpg or .jpeg file whose name does not start with
+    "." (a hidden file: the ``._name.png`` macOS writes beside each image copied from a Mac to
+    another disk, an editor's or a viewer's own files); the one rule wherever images are read,
+    listed or hashed."""
+    return p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()
+
+
+def folder_images(folder: Path) -> list[Path]:
+    """The images of ``folder`` itself (:func:`is_image_file`), sorted by name."""
+    return sorted(p for p in folder.iterdir() if is_image_file(p))
+
+
 def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (28, 28),
                       warnings: list[str] | None = None, colour: bool = False
                       ) -> tuple[list[str], np.ndarray, list[str]]:
@@ -83,9 +97,9 @@ def load_image_folder(folder: str | os.PathLike[str], size: tuple[int, int] = (2
     d = Path(folder)
     if not d.is_dir():
         raise DataError(f"{d}: no such folder")
-    files = sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    files = folder_images(d)
     others = sorted(p.name + ("/" if p.is_dir() else "") for p in d.iterdir()
-                    if not (p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES) and not p.name.startswith("."))
+                    if not is_image_file(p) and not p.name.startswith("."))
     if not files:
         subs = [n for n in others if n.endswith("/")]
         raise DataError(f"{d}: no .png, .jpg or .jpeg files" + (
@@ -135,7 +149,7 @@ def load_labelled_images(folder: str | os.PathLike[str], size: tuple[int, int] =
     labels: list[str] = []
     others = sorted(p.name for p in d.iterdir() if p.is_file() and not p.name.startswith("."))
     for sub in class_folders(d):
-        if not any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir()):
+        if not any(is_image_file(p) for p in sub.iterdir()):
             others.append(sub.name + "/")
             continue
         got, pixels, rest = load_image_folder(sub, size, warnings, colour)

@@ -421,3 +421,32 @@ def test_image_runs_standardise_by_one_mean_and_sd_so_a_pixel_constant_in_traini
     assert pre.x is not None and pre.x.mean.dim() == 0 and 50 < float(pre.x.mean) < 65 and 70 < float(pre.x.std) < 90
     assert torch.allclose(enc, torch.full_like(enc, (255 - float(pre.x.mean)) / float(pre.x.std)), rtol=1e-5)
     assert float(enc.abs().max()) < 5  # (per pixel: the border's 255)
+
+
+def test_hidden_files_of_a_folder_copied_from_a_mac_are_not_images(capsys, tmp_path, folder_run):
+    """macOS writes ``._name.png`` (its resource fork, not a PNG) beside each image copied to another
+    disk; they were read as images: `bbb train --images` and `bbb predict` of such a folder stopped
+    at the first one ("not a readable image"). Hidden files (a name starting with ".") are no
+    images anywhere: read, listed or hashed (a hidden valid PNG, a viewer's thumbnail, neither)."""
+    apple_double = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + bytes(4000)
+    md5 = source_md5(tmp_path / "imgs")
+    model = load_model(folder_run)
+    for root in (tmp_path / "imgs", tmp_path / "new"):
+        for kind in CLASSES:
+            for p in sorted((root / kind).iterdir()):
+                (p.parent / f"._{p.name}").write_bytes(apple_double)
+            PIL.fromarray(np.full((28, 28), 255, np.uint8)).save(root / kind / ".thumbnail.png")
+    assert source_md5(tmp_path / "imgs") == md5  # the run's data are the same images
+    rc, _, err = run_main(capsys, "evaluate", str(folder_run))
+    assert rc == 0, err
+    x, y = read_image_classes(tmp_path / "imgs")
+    assert len(x) == len(y) == 72
+    run = tmp_path / "again"
+    rc, _, err = run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--hidden", "8", "--epochs", "1",
+                          "--device", "cpu", "--out", str(run), "--quiet")
+    assert rc == 0 and "not read" not in err, err
+    out = tmp_path / "p.csv"
+    rc, _, err = run_main(capsys, "predict", str(folder_run), str(tmp_path / "new" / "blob"), "--out", str(out))
+    assert rc == 0 and "not read" not in err, err
+    assert [r["file"] for r in read_csv(out)] == [f"blob_{i:03d}.{'jpg' if i % 5 == 0 else 'png'}" for i in range(6)]
+    assert read_inputs(model, tmp_path / "new").shape == (18, 784)

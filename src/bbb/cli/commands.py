@@ -103,7 +103,7 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ..data.arrays import moved_data_flag
+    from ..data.arrays import data_kind, moved_data_flag
     from ..runs import TrainConfig, load_checkpoint, train
     from ..runs.config import FILE_DATASET
 
@@ -135,7 +135,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         return (f"; {out / 'last.pt'} holds epoch {epoch}: with memory freed (or another --eval-samples or "
                 f"--device) 'bbb train --resume --out {out}' continues it")
 
-    with memory_errors(f"training {out}", "a smaller --batch-size, --hidden or --train-samples (a new run, "
+    # a folder of images: --image-size sets the input layer's width (a photo's own 1024x1024 as
+    # --image-size 1024 is a million inputs a pixel-row of weights, the usual cause)
+    images = "--image-size, " if cfg.data_file and data_kind(cfg.data_file) == "folder" else ""
+    with memory_errors(f"training {out}", f"a smaller {images}--batch-size, --hidden or --train-samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):
         with sigterm_as_ctrl_c():
             summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet,

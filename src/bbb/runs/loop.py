@@ -78,6 +78,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..data.arrays import data_kind
 from ..data.files import Preprocess
 from ..devices import resolve_device
 from ..elbo import ELBO, HeteroscedasticGaussian, Likelihood
@@ -205,9 +206,11 @@ def _check_training_memory(cfg: TrainConfig, in_features: int, num_classes: int,
     weights = sum(a * b + b for a, b in zip(widths, widths[1:]))
     per_weight = 4 if is_bayesian(cfg.method) else 2  # (mu, rho) or w, and their gradients
     activations = cfg.samples * cfg.batch_size * max(widths)
+    images = cfg.data_file is not None and data_kind(cfg.data_file) == "folder"  # (--image-size: the inputs)
     check_memory(4 * (per_weight * weights + activations), device,
-                 f"training {cfg.method} {'x'.join(map(str, cfg.hidden))} ({weights:,} weights)",
-                 "a smaller --hidden, --batch-size or --train-samples")
+                 f"training {cfg.method} {'x'.join(map(str, cfg.hidden))} ({weights:,} weights"
+                 + (f", {in_features:,} inputs a pixel each" if images else "") + ")",
+                 f"a smaller {'--image-size, ' if images else ''}--hidden, --batch-size or --train-samples")
 
 
 @torch.no_grad()

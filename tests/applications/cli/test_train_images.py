@@ -450,3 +450,14 @@ def test_hidden_files_of_a_folder_copied_from_a_mac_are_not_images(capsys, tmp_p
     assert rc == 0 and "not read" not in err, err
     assert [r["file"] for r in read_csv(out)] == [f"blob_{i:03d}.{'jpg' if i % 5 == 0 else 'png'}" for i in range(6)]
     assert read_inputs(model, tmp_path / "new").shape == (18, 784)
+
+
+def test_an_image_size_too_large_to_train_is_refused_naming_it(capsys, tmp_path):
+    """--image-size sets the input layer's width (a photo's own 1000x1000 is a million inputs, each
+    with its row of weights): the refusal before allocating names it first, not only --hidden."""
+    image_folder(tmp_path / "imgs", 10)
+    out = tmp_path / "run"
+    rc, _, err = run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--image-size", "1000",
+                          "--hidden", "100000", "--epochs", "1", "--device", "cpu", "--out", str(out), "--quiet")
+    assert_one_line_error(rc, err, "out of memory", "1,000,000 inputs", "a smaller --image-size, --hidden")
+    assert not (out / "last.pt").exists()

@@ -1,7 +1,9 @@
 """Weight pruning by signal-to-noise ratio |mu| / sigma (section 5.1, Table 2 of the paper).
 
-Weights are ranked globally over every Bayesian layer; the lowest-SNR fraction is set to 0 via a
-mask buffer (``weight_mask``), so pruning can be undone with :func:`unprune`. A pruned network is
+Weights are ranked globally over every Bayesian layer (in a population or ensemble of networks,
+:class:`~bbb.nn.BayesPopulation`, over each member's layers: each member is pruned as it would be
+alone); the lowest-SNR fraction is set to 0 via a mask buffer (``weight_mask``), so pruning can be
+undone with :func:`unprune`. A pruned network is
 evaluated with the posterior mean of the remaining weights (as in the paper) or sampled; pruned
 weights are exactly 0 either way. A pruned weight still counts in the KL with its Gaussian posterior
 (mu and sigma unmasked, which :func:`unprune` restores; a point mass at 0 has no finite KL against
@@ -40,13 +42,14 @@ def _targets(model: nn.Module, include_bias: bool) -> list[tuple[BayesModule, st
 
 
 @torch.no_grad()
-def signal_to_noise(model: nn.Module, include_bias: bool = False) -> Tensor:
-    """|mu| / sigma of every weight of every Bayesian layer, flattened into one tensor."""
-    parts = [
-        (getattr(m, f"{n}_mu").abs() / softplus(getattr(m, f"{n}_rho"))).flatten()
-        for m, n in _targets(model, include_bias)
-    ]
-    return torch.cat(parts)
+def signal_to_noise(model: nn.Module, include_bias: bool = False, member: int | None = None) -> Tensor:
+    """|mu| / sigma of every weight of every Bayesian layer, flattened into one tensor (``member``:
+    member j's weights only, of a population's layers, ``(members, ...)``)."""
+    def part(t: Tensor) -> Tensor:
+        return t if member is None else t[member]
+
+    return torch.cat([(part(getattr(m, f"{n}_mu")).abs() / softplus(part(getattr(m, f"{n}_rho")))).flatten()
+                      for m, n in _targets(model, include_bias)])
 
 
 def snr_db(snr: Tensor) -> Tensor:
@@ -65,12 +68,24 @@ def count_weights(model: nn.Module, include_bias: bool = False) -> tuple[int, in
     return total, kept
 
 
+def _population_members(targets: list[tuple[BayesModule, str]]) -> int | None:
+    """The number of members where every target is a population layer's (members leading), else None."""
+    counts = {getattr(m, "members", None) for m, _ in targets}
+    k = counts.pop() if len(counts) == 1 else None
+    if not isinstance(k, int) or not all(getattr(m, f"{n}_mu").shape[0] == k for m, n in targets):
+        return None
+    return k
+
+
 @dataclass
 class PruneResult:
+    """``total`` weights ranked, ``kept`` of them; ``threshold`` the SNR of the last weight removed
+    (in a population pruned member by member, the largest of ``member_thresholds``, one per member)."""
     fraction: float
     total: int
     kept: int
     threshold: float
+    member_thresholds: tuple[float, ...] = ()
 
     @property
     def removed(self) -> int:
@@ -78,35 +93,66 @@ class PruneResult:
 
 
 @torch.no_grad()
-def prune(model: nn.Module, fraction: float, include_bias: bool = False) -> PruneResult:
+def _lowest(snr: Tensor, fraction: float) -> tuple[Tensor, int, float]:
+    """(keep, removed, threshold): floor(fraction * N) of the N ``snr`` set False, the lowest
+    (ties in order), and the SNR of the last one removed (0 when none is)."""
+    # the decimal the fraction was written as, times n, in exact arithmetic (in float, fraction * n
+    # plus a fixed epsilon fell just below a whole number for a large n: one weight too few)
+    n_remove = math.floor(Fraction(repr(fraction)) * snr.numel())
+    keep = torch.ones(snr.numel(), dtype=torch.bool, device=snr.device)
+    if n_remove == 0:
+        return keep, 0, 0.0
+    order = torch.argsort(snr, stable=True)
+    keep[order[:n_remove]] = False
+    return keep, n_remove, float(snr[order[n_remove - 1]])
+
+
+@torch.no_grad()
+def prune(model: nn.Module, fraction: float, include_bias: bool = False, by_member: bool | None = None
+          ) -> PruneResult:
     """Zero exactly floor(fraction * N) of the N weights, those with the lowest |mu|/sigma.
 
-    Replaces every earlier mask (a bias pruned earlier with ``include_bias`` is restored when the
-    biases are not ranked now). Returns how many weights remain and the SNR threshold.
+    A population or ensemble of networks (:class:`~bbb.nn.BayesPopulation`, its layers' weights
+    ``(members, ...)``) is pruned member by member (``by_member`` None or True): floor(fraction * n)
+    of each member's n weights, ranked over its own layers, as that network alone would be (ranked
+    together, a member whose SNRs run higher keeps more of its weights than the others);
+    ``by_member=False`` ranks all members' weights together. Replaces every earlier mask (a bias
+    pruned earlier with ``include_bias`` is restored when the biases are not ranked now). Returns
+    how many weights remain and the SNR threshold.
     """
     fraction = check_float("fraction to prune", fraction, 0.0)  # (a string was a TypeError)
     if fraction > 1.0:
         raise UserError(f"fraction to prune must be in [0, 1], got {fraction}")
     targets = _targets(model, include_bias)
+    members = _population_members(targets)
+    if by_member and members is None:
+        raise UserError("by_member=True prunes a population's members (bbb.nn.BayesPopulation, BayesEnsemble); "
+                        f"{type(model).__name__} has none: leave it out")
     unprune(model)  # every earlier mask, a bias's too when the biases are not ranked now
-    snr = signal_to_noise(model, include_bias)
-    n = snr.numel()
-    # the decimal the fraction was written as, times n, in exact arithmetic (in float, fraction * n
-    # plus a fixed epsilon fell just below a whole number for a large n: one weight too few)
-    n_remove = math.floor(Fraction(repr(fraction)) * n)
-    keep = torch.ones(n, dtype=torch.bool, device=snr.device)
-    threshold = 0.0
-    if n_remove > 0:
-        order = torch.argsort(snr, stable=True)
-        keep[order[:n_remove]] = False
-        threshold = float(snr[order[n_remove - 1]])
-    offset = 0
+    if members is None or by_member is False:
+        keep, n_remove, threshold = _lowest(signal_to_noise(model, include_bias), fraction)
+        masks = [keep]
+        thresholds: tuple[float, ...] = ()
+    else:
+        per = [_lowest(signal_to_noise(model, include_bias, member=j), fraction) for j in range(members)]
+        masks = [keep for keep, _, _ in per]
+        n_remove = sum(r for _, r, _ in per)
+        thresholds = tuple(t for _, _, t in per)
+        threshold = max(thresholds)
+    offsets = [0] * len(masks)
     for m, name in targets:
         mu = getattr(m, f"{name}_mu")
-        mask = keep[offset: offset + mu.numel()].view_as(mu).to(mu.dtype)
-        offset += mu.numel()
-        m.register_buffer(f"{name}_mask", mask)
-    return PruneResult(fraction=float(fraction), total=n, kept=n - n_remove, threshold=threshold)
+        if len(masks) == 1:  # one ranking over all the weights
+            part = masks[0][offsets[0]: offsets[0] + mu.numel()].view_as(mu)
+            offsets[0] += mu.numel()
+        else:  # member j's part of each layer from its own ranking
+            size = mu[0].numel()
+            part = torch.stack([masks[j][offsets[j]: offsets[j] + size].view_as(mu[j]) for j in range(len(masks))])
+            offsets = [o + size for o in offsets]
+        m.register_buffer(f"{name}_mask", part.to(mu.dtype))
+    n = sum(getattr(m, f"{name}_mu").numel() for m, name in targets)
+    return PruneResult(fraction=float(fraction), total=n, kept=n - n_remove, threshold=threshold,
+                       member_thresholds=thresholds)
 
 
 def unprune(model: nn.Module) -> None:

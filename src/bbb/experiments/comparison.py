@@ -127,15 +127,21 @@ def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
 #: in one were scored on other rows or another target, and "Who wins" gives them no verdict
 #: (``data_file``: the file's MD5 where the run recorded it, so that a moved copy is the same file and
 #: a file changed in place is not)
-TEST_SET_FIELDS = ("data_file", "target", "val_fraction", "test_fraction", "split_seed")
+TEST_SET_FIELDS = ("data_file", "target", "val_fraction", "test_fraction", "split_seed", "image_size", "image_colour")
 
 
 def _test_set(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`TEST_SET_FIELDS` of a run on your own file; empty for MNIST's fixed test set."""
+    """The :data:`TEST_SET_FIELDS` of a run on your own file (a folder of images: the size and
+    colour it read them at, the network's inputs); empty for MNIST's fixed test set."""
+    from ..data.arrays import DEFAULT_IMAGE_SIZE, data_kind
+
     if not cfg.get("data_file"):
         return {}
     md5 = ((cfg.get("preprocess") or {}).get("source") or {}).get("md5")
-    return {**{k: cfg.get(k) for k in TEST_SET_FIELDS}, **({"data_file": md5} if md5 else {})}
+    images = data_kind(cfg["data_file"]) == "folder"
+    return {**{k: cfg.get(k) for k in TEST_SET_FIELDS}, **({"data_file": md5} if md5 else {}),
+            "image_size": list(cfg.get("image_size") or DEFAULT_IMAGE_SIZE) if images else None,
+            "image_colour": bool(cfg.get("image_colour")) if images else None}
 
 
 def stale_evaluation(ev: dict[str, Any], summary: dict[str, Any]) -> str | None:
@@ -374,7 +380,8 @@ def _verdicts(rows: list[dict[str, Any]], method_verdicts: Callable[..., list[st
         if differ:
             runs = ", ".join(r["run"] for r in members)
             out.append(f"{where}: no verdict: the runs ({runs}) differ in {differ[0].replace('_', ' ')}, so their "
-                       "test scores are of other rows or another target; compare runs of one file, target and split")
+                       "test scores are of other rows, inputs or another target; compare runs of one file, target, "
+                       "split and image size")
             continue
         judged = [r for m in (*bayes, "sgd", "dropout") for r in by.get(m, [])]
         sizes = sorted({r.get("num_train") for r in judged}, key=str)

@@ -201,3 +201,30 @@ def test_a_verdict_names_the_runs_it_ranks_against(tmp_path):
     assert "BBB's test error is best of BBB, sgd and dropout: 1.50 against 1.64." in md
     assert "IVON's test error is best of IVON, sgd and dropout: 1.20 against 1.64." in md
     assert "is best:" not in md and "is not the best (" not in md
+
+
+def _image_run(tmp_path, name, method, error, **image):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "method": method, "hidden": [100], "dataset": "file", "data_file": "/data/photos", "val_fraction": 0.1,
+        "test_fraction": 0.1, "split_seed": 0, "preprocess": {"source": {"md5": "m", "folder": True}}, **image}))
+    (d / "summary.json").write_text(json.dumps({"epochs": 3, "seconds": 1.0}))
+    (d / "eval.json").write_text(json.dumps({
+        "method": method, "dataset": "file", "test_error": error, "test_error_mc": error, "nll": 0.3, "ece": 0.01,
+        "brier": 0.1, "samples": 10}))
+    return d
+
+
+@pytest.mark.parametrize("other, words", [({"image_size": [56, 56]}, "differ in image size"),
+                                          ({"image_colour": True}, "differ in image colour")])
+def test_runs_of_one_folder_read_at_another_size_or_in_colour_get_no_verdict(tmp_path, other, words):
+    """The same images at 56x56 or in colour are other inputs: a win may be the inputs', not the
+    method's (the test-set key held the folder, target and split only)."""
+    bbb = _image_run(tmp_path, "b", "bbb", 5.0)  # the default size, not recorded: 28x28, grey
+    text = write_comparison(comparison_rows([bbb, _image_run(tmp_path, "s", "sgd", 6.0, **other)]),
+                            tmp_path / "o1")[1].read_text()
+    assert "no verdict" in text and words in text and "is best" not in text
+    same = _image_run(tmp_path, "s28", "sgd", 6.0, image_size=[28, 28], image_colour=False)
+    text = write_comparison(comparison_rows([bbb, same]), tmp_path / "o2")[1].read_text()
+    assert "no verdict" not in text and "is best" in text

@@ -4,6 +4,7 @@ device questions whose torch call changed between the releases bbb supports."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,7 +14,8 @@ import torch
 from .errors import UserError
 from .options import DeviceKind, device_name
 
-__all__ = ["resolve_device", "autocast_enabled", "torch_release", "cpu_model", "deterministic_convolutions"]
+__all__ = ["resolve_device", "autocast_enabled", "torch_release", "cpu_model", "deterministic_convolutions",
+           "device_memory"]
 
 
 def cpu_model() -> str:
@@ -118,3 +120,22 @@ def deterministic_convolutions() -> Iterator[None]:
         yield
     finally:
         cudnn.deterministic, cudnn.benchmark = before
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of ``device``: a CUDA device's total, else the host's RAM plus swap;
+    None where unknown. An upper bound of what one process can get (other processes, limits)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            info = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        return info["MemTotal"] + info.get("SwapTotal", 0)
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import DataError, UserError
+from ..devices import device_memory
+from ..errors import DataError, OutOfMemory, UserError
 from .images import class_folders, folder_images, is_image_file, load_labelled_images
 from .sources import file_md5
 from .table_checks import check_array_magnitude
@@ -134,6 +135,12 @@ def read_image_classes(folder: str | os.PathLike[str], size: tuple[int, int] = D
         if not any(is_image_file(p) for p in sub.iterdir()):
             raise UserError(f"{sub}: a class subfolder without .png, .jpg or .jpeg images: add its images, or remove "
                             "it (a class without images is never learned)")
+    n, channels = len(image_files(d)), 3 if colour else 1
+    need, have = 5 * n * channels * size[0] * size[1], device_memory(torch.device("cpu"))  # uint8 read, float32 used
+    if have is not None and need > have:  # (reading them would end in a kill by the system, with no word)
+        raise OutOfMemory(f"{d}: {n:,} images at {size[0]}x{size[1]}{' in colour' if colour else ''} need at least "
+                          f"{need / 2**30:,.1f} GiB as the network's inputs, more than the {have / 2**30:,.1f} GiB of "
+                          "this machine: use a smaller --image-size" + (" or leave out --colour" if colour else ""))
     texts: list[str] = []
     names, x, skipped, y = load_labelled_images(d, size, texts, colour)
     odd = [f"{n}: {t.split(':')[0]}" for n, t in zip(names, texts) if t.startswith(("blank", "a transparent"))]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from torch import Tensor
 from .. import uncertainty as U
 from ..data.files import Preprocess
 from ..data.tabular import Standardizer
-from ..devices import resolve_device
+from ..devices import device_memory, resolve_device
 from ..elbo import HeteroscedasticGaussian
 from ..errors import DiskFullError, OutOfMemory, ResultsNotSaved, UserError, check_int
 from ..io import atomic_write_json, atomic_write_text, csv_text
@@ -48,25 +47,6 @@ __all__ = ["EVAL_CHUNK", "SELECTIVE_COVERAGE", "check_memory", "classifier_metri
 EVAL_CHUNK = 2048
 #: the coverage at which eval.json reports the error among the kept predictions (``risk_at_90``)
 SELECTIVE_COVERAGE = 0.9
-
-
-def device_memory(device: torch.device) -> int | None:
-    """Bytes of memory of ``device``: a CUDA device's total, else the host's RAM plus swap;
-    None where unknown. An upper bound of what one process can get (other processes, limits)."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    if device.type != "cpu":
-        return None
-    try:
-        with open("/proc/meminfo") as f:
-            info = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)}
-        return info["MemTotal"] + info.get("SwapTotal", 0)
-    except (OSError, KeyError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_memory(need: int, device: torch.device, what: str, reduce: str) -> None:

@@ -461,3 +461,23 @@ def test_an_image_size_too_large_to_train_is_refused_naming_it(capsys, tmp_path)
                           "--hidden", "100000", "--epochs", "1", "--device", "cpu", "--out", str(out), "--quiet")
     assert_one_line_error(rc, err, "out of memory", "1,000,000 inputs", "a smaller --image-size, --hidden")
     assert not (out / "last.pt").exists()
+
+
+def test_images_too_many_for_memory_at_their_size_are_refused_before_reading(capsys, tmp_path, monkeypatch):
+    """Reading a folder at an --image-size whose pixels outgrow the machine's memory ended in the
+    system's kill, with no word, after reading for minutes: one line before any image is read."""
+    import bbb.data.arrays as A
+    import bbb.data.images as I
+
+    image_folder(tmp_path / "imgs", 2)
+    monkeypatch.setattr(A, "device_memory", lambda device: 100_000)  # 6 images at 64x64: 122,880 bytes
+
+    def never(*a, **k):
+        raise AssertionError("an image was read")
+
+    monkeypatch.setattr(I, "load_image_folder", never)
+    for extra, words in (((), ("6 images at 64x64 need at least", "use a smaller --image-size")),
+                         (("--colour",), ("in colour", "or leave out --colour"))):
+        rc, _, err = run_main(capsys, "train", "--images", str(tmp_path / "imgs"), "--image-size", "64", *extra,
+                              "--epochs", "1", "--device", "cpu", "--out", str(tmp_path / "run"), "--quiet")
+        assert_one_line_error(rc, err, "GiB", *words)

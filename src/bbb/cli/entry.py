@@ -26,6 +26,12 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     mod, parser = command_parser(name)
     args = parser.parse_args(list(argv))
     args.command = name
+    # (after parsing: --help, --version and a misspelt option end without loading torch, in a
+    # tenth of the time; before the command computes, so that torch's threads inherit FTZ/DAZ)
+    from ..engine.malloc import tune_malloc
+
+    tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)
+    flush_denormals()
     try:
         resolve_which(args)
         with compute_settings(args), warnings_in_one_line(leaf_prog(parser, argv)):
@@ -172,10 +178,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 1 or 2 threads, so a run's metrics do not depend on --threads (read at MKL's first call;
     # its cost: docs/engine.md). An explicit setting by the user wins.
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-    from ..engine import tune_malloc
-
-    tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)
-    flush_denormals()
     # every line bbb writes about a command starts "bbb COMMAND:", as argparse's own errors do
     prog = f"{PROG} {argv[0]}" if argv and argv[0] in COMMANDS else PROG
     try:

@@ -189,7 +189,10 @@ def main(args: argparse.Namespace) -> int:
     best_path = opts.out / "best.json"
     if best_path.is_file():
         best = json.loads(best_path.read_text())
-        if best.get("selected_by") == "val_nll":
+        if best.get("selected_by") == "val_nll" and best.get("val_error") is not None:
+            print(f"best by validation NLL: trial {best['trial_id']} val NLL {best['val_nll']:.4f}, val error "
+                  f"{100 * best['val_error']:.2f}%, test error {100 * best['test_error']:.2f}%")
+        elif best.get("selected_by") == "val_nll":
             print(f"best by validation NLL: trial {best['trial_id']} val NLL {best['val_nll']:.4f}, test RMSE "
                   f"{best['test_rmse']:.4g}, test log-likelihood {best['test_log_likelihood']:.4f}")
         else:

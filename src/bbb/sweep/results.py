@@ -127,20 +127,32 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
-def ranked_by(row: dict[str, Any]) -> str | None:
-    """The column of :data:`RANK_BY` that ranks a finished trial's ``row`` (None: unranked)."""
+def ranked_by(row: dict[str, Any], nll_classifiers: bool = False) -> str | None:
+    """The column of :data:`RANK_BY` that ranks a finished trial's ``row`` (None: unranked); a
+    classifier's validation NLL with ``nll_classifiers`` (:func:`rank_column`)."""
     if row.get("status") not in (TrialStatus.DONE.value, TrialStatus.STOPPED.value):
         return None
+    if nll_classifiers and row.get("val_error") is not None and row.get("val_nll") is not None:
+        return "val_nll"
     return next((k for k in RANK_BY if row.get(k) is not None), None)
 
 
-def _sort_key(row: dict[str, Any]) -> tuple[int, float, int]:
+def nll_classifiers(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether the classifier trials are ranked by validation NLL: every finished one chose its best
+    epoch by NLL (``selected_by``, a table's default; MNIST's is the error), so that the trial ranked
+    best is the one whose own criterion is best. Trials that chose otherwise, or of an older bbb
+    that did not record it: by validation error, as their epochs were chosen."""
+    done = [r for r in rows if ranked_by(r) == "val_error"]
+    return bool(done) and all(r.get("selected_by") == "nll" and r.get("val_nll") is not None for r in done)
+
+
+def _sort_key(row: dict[str, Any], by_nll: bool) -> tuple[int, float, int]:
     """Finished trials first, by :func:`ranked_by`'s value (classifiers before regressions in the
     unusual sweep of both), then the rest in the space's order."""
-    key = ranked_by(row)
+    key = ranked_by(row, by_nll)
     if key is None:
         return (len(RANK_BY), math.inf, int(row.get("index", 0)))
-    return (RANK_BY.index(key), float(row[key]), int(row.get("index", 0)))
+    return (0 if row.get("val_error") is not None else 1, float(row[key]), int(row.get("index", 0)))
 
 
 def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, Any]],
@@ -153,7 +165,8 @@ def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, 
     for t in trials:
         r = rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
         table.append({**r, "index": t.index, "params": dict(t.params)})
-    table.sort(key=_sort_key)
+    by_nll = nll_classifiers(table)
+    table.sort(key=lambda r: _sort_key(r, by_nll))
     columns = ["trial_id", "status", *keys, *RESULT_COLUMNS]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -164,11 +177,12 @@ def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, 
     path = atomic_write_text(out / "sweep.csv", buf.getvalue())
     if table and ranked_by(table[0]) is not None:
         best = table[0]
-        regression = ranked_by(best) == "val_nll"
+        regression = best.get("val_error") is None
         scores = (("val_nll", "val_rmse", "test_rmse", "test_log_likelihood") if regression else
+                  ("val_error", "val_nll", "test_error", "test_error_mc", "test_nll") if by_nll else
                   ("val_error", "test_error", "test_error_mc", "test_nll"))
         atomic_write_json(out / "best.json", {
-            "trial_id": best["trial_id"], "selected_by": ranked_by(best), "backend": backend,
+            "trial_id": best["trial_id"], "selected_by": ranked_by(best, by_nll), "backend": backend,
             **{k: best.get(k) for k in scores},
             "status": best["status"], "epochs_run": best["epochs_run"], "best_epoch": best["best_epoch"],
             "seconds": best["seconds"], "params": best["params"], "trial_dir": best["trial_dir"],

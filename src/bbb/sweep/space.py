@@ -157,7 +157,8 @@ BUILTIN_SPACES = {"paper": PAPER_SPACE}
 #: result columns of sweep.csv, after trial_id, status and the space's keys
 RESULT_COLUMNS = ("epochs_run", "best_epoch", "val_error", "test_error", "test_error_mc", "test_nll",
                   "val_nll", "val_rmse", "test_rmse", "test_log_likelihood", "seconds", "error", "trial_dir")
-#: what ranks a sweep's finished trials: a classifier's validation error, else (a regression, which
+#: what ranks a sweep's finished trials: a classifier's validation error (its validation NLL where
+#: every classifier trial chose its best epoch by NLL, a table's default), else (a regression, which
 #: has none) its validation NLL, the Gaussian's, which scores the predicted noise as well as the mean
 RANK_BY = ("val_error", "val_nll")
 

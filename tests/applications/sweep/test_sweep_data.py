@@ -130,3 +130,43 @@ def test_a_worker_caches_one_split_at_a_time():
     assert not torch.equal(a["test_x"], b["test_x"])
     again = cost.trial_data(*first, None)  # loaded again: the second split took its place
     assert again is not a and torch.equal(again["test_x"], a["test_x"])
+
+
+def test_classifier_trials_that_chose_their_epochs_by_nll_are_ranked_by_it(tmp_path: Path, capsys):
+    """A table's classifier picks its best epoch by validation NLL (--select-by's default there), but
+    the sweep ranked its trials by validation error: the trial best by its own criterion could rank
+    below one that is not. Ranked by NLL now where every classifier trial chose by NLL; by error
+    where any chose by error (MNIST's default) or did not record it (an older bbb)."""
+    from bbb.sweep.results import write_results
+    from bbb.sweep.space import Trial, TrialStatus
+
+    trials = [Trial(f"t{i}", i, {"lr": lr}) for i, lr in enumerate((0.1, 0.01))]
+    rows = {"t0": {"trial_id": "t0", "status": TrialStatus.DONE.value, "val_error": 0.10, "val_nll": 0.40,
+                   "selected_by": "nll", "epochs_run": 3, "best_epoch": 2, "seconds": 1.0, "trial_dir": "trials/t0",
+                   "test_error": 0.11, "test_error_mc": 0.11, "test_nll": 0.41},
+            "t1": {"trial_id": "t1", "status": TrialStatus.DONE.value, "val_error": 0.12, "val_nll": 0.30,
+                   "selected_by": "nll", "epochs_run": 3, "best_epoch": 3, "seconds": 1.0, "trial_dir": "trials/t1",
+                   "test_error": 0.12, "test_error_mc": 0.12, "test_nll": 0.31}}
+    out = tmp_path / "s"
+    out.mkdir()
+    write_results(out, trials, rows, "local")
+    best = json.loads((out / "best.json").read_text())
+    assert best["trial_id"] == "t1" and best["selected_by"] == "val_nll" and best["val_nll"] == 0.30
+    assert [r["trial_id"] for r in S.read_sweep(out)] == ["t1", "t0"]
+    for t0 in ({"selected_by": "error"}, {"selected_by": None}):  # by error, as t0's epoch was chosen
+        write_results(out, trials, {**rows, "t0": {**rows["t0"], **t0}}, "local")
+        best = json.loads((out / "best.json").read_text())
+        assert best["trial_id"] == "t0" and best["selected_by"] == "val_error"
+    # a classifier sweep on a table, end to end: its trials chose by NLL, best.json says so
+    csv_path = noisy_table(tmp_path / "houses.csv")
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"params": {"data_file": str(csv_path), "target": "colour", "method": "sgd",
+                                            "hidden": [4], "epochs": 2, "device": "cpu",
+                                            "lr": {"grid": [1e-3, 3e-2]}}}))
+    rc, text, err = run_main(capsys, "sweep", "--space", str(space), "--out", str(tmp_path / "e2e"), "--quiet")
+    assert rc == 0, err
+    table = S.read_sweep(tmp_path / "e2e")
+    nlls = [float(r["val_nll"]) for r in table]
+    best = json.loads((tmp_path / "e2e" / "best.json").read_text())
+    assert nlls == sorted(nlls) and best["selected_by"] == "val_nll" and best["trial_id"] == table[0]["trial_id"]
+    assert f"best by validation NLL: trial {best['trial_id']}" in text and "val error" in text

@@ -14,6 +14,13 @@ os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 # tests compare compiled training with eager, not that check: the sets the CPU reports are taken
 # as buildable (the kernels are the same; a compiler that could not build them fails the test).
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# bbb.io writes each file atomically: a temporary file, fsynced, renamed over the target. The suite
+# writes thousands, each fsync a wait for the disk, a long one while CI unpacks the torch lanes'
+# wheels beside it (docs/results.md, "Where CI's time goes"). What the tests check, the temporary
+# file and the rename (a reader never sees half a file, a killed process leaves the old one), does
+# not depend on it, and no test cuts the power: in the test processes it returns at once (the `bbb`
+# processes they start fsync as a user's do).
+os.fsync = lambda fd: None
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402

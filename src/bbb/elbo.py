@@ -28,7 +28,7 @@ from torch import Tensor
 
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
-from .hf import causal_lm, check_decoder_inputs
+from .hf import causal_lm, decoder_inputs
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
 from .nn.inputs import Inputs, call_model, check_output, select_output, split_targets
 from .nn.samples import PROVIDER, check_model
@@ -469,7 +469,7 @@ class ELBO(nn.Module):
         k = self.num_samples
         if not torch.compiler.is_compiling():
             _check_checkpointing(self.model, k, provider is not None, generator is not None)
-            check_decoder_inputs(self.model, inputs, "the ELBO")
+            inputs = decoder_inputs(self.model, inputs, y, "the ELBO")
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()

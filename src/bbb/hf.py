@@ -46,7 +46,7 @@ from .nn.tied import tie_groups
 from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
-           "check_decoder_inputs",
+           "decoder_inputs",
            "CONVERSION_FILE",
            "WEIGHTS_FILE"]
 
@@ -74,24 +74,35 @@ def causal_lm(model: nn.Module) -> bool:
     return any(c.__name__ in names for c in type(inner).__mro__)
 
 
-def check_decoder_inputs(model: nn.Module, inputs: Any, who: str) -> None:
-    """A one-line error when ``model`` is a transformers encoder-decoder model (BART, T5...; a peft
-    model is looked through), scored on its ``labels`` (which bbb takes out of the batch), and the
-    batch ``inputs`` carry no ``decoder_input_ids``: transformers builds them from the labels inside
-    the model, so its decoder would read other tokens (BART: the source, shifted; T5: none) and the
-    labels would be scored against the wrong outputs. Nothing is imported."""
+def decoder_inputs(model: nn.Module, inputs: Any, labels: Any, who: str) -> Any:
+    """``inputs`` as a transformers encoder-decoder LM (BART, T5...; a peft model is looked through)
+    would read them given ``labels``: with the ``decoder_input_ids`` it makes from them inside its
+    forward (``prepare_decoder_input_ids_from_labels``: the labels shifted right, -100 as padding),
+    since bbb scores the labels itself and does not pass them to the model (without them its decoder
+    would read other tokens, BART's the source shifted, and the labels be scored against the wrong
+    outputs). A batch with its own ``decoder_input_ids`` (or embeddings), another model, or no
+    mapping: ``inputs`` as given. A model that makes them another way (no such method): a one-line
+    error saying to give them. Nothing is imported."""
     if "transformers" not in sys.modules or not isinstance(inputs, Mapping):
-        return
+        return inputs
     if "decoder_input_ids" in inputs or "decoder_inputs_embeds" in inputs:
-        return
+        return inputs
     get = getattr(model, "get_base_model", None)
     inner = get() if callable(get) else model
     if not getattr(getattr(inner, "config", None), "is_encoder_decoder", False) or not _decodes_labels(inner):
-        return  # (BartForSequenceClassification's decoder reads its input_ids, shifted: no labels needed)
+        return inputs  # (BartForSequenceClassification's decoder reads its input_ids, shifted: no labels needed)
+    make = getattr(inner, "prepare_decoder_input_ids_from_labels", None)
+    if callable(make) and isinstance(labels, torch.Tensor):
+        made = make(labels=labels)
+        for value in inputs.values():  # on the inputs' device (evaluate's labels may be on the host)
+            if isinstance(value, torch.Tensor):
+                made = made.to(value.device)
+                break
+        return {**inputs, "decoder_input_ids": made}
     raise UserError(f"{who}: {type(inner).__name__} is an encoder-decoder model, whose decoder reads the labels "
                     "shifted (transformers makes them from 'labels', which bbb scores and does not pass to the "
-                    "model): give the batch its 'decoder_input_ids', model.prepare_decoder_input_ids_from_labels("
-                    "labels=labels), as transformers' DataCollatorForSeq2Seq(tokenizer, model=model) does")
+                    "model): give the batch its 'decoder_input_ids', as transformers' "
+                    "DataCollatorForSeq2Seq(tokenizer, model=model) does")
 
 
 def _decodes_labels(model: nn.Module) -> bool:

@@ -193,10 +193,13 @@ def test_generate_in_train_mode_warns_that_each_token_gets_new_weights(lora):
     assert len(said) == 1 and "model.eval()" in said[0]
 
 
-def test_an_encoder_decoder_model_needs_its_decoder_inputs_in_the_batch():
+def test_an_encoder_decoder_model_reads_the_decoder_inputs_transformers_makes_from_its_labels():
     """BART builds its decoder's inputs from ``labels``, which bbb scores and does not pass on: without
     ``decoder_input_ids`` its decoder read the source, shifted, and a source as long as the target
-    scored silently wrong; with them the ELBO's NLL is the model's own loss."""
+    scored silently wrong (then a one-line refusal). They are made from the labels as the model
+    makes them (prepare_decoder_input_ids_from_labels): the ELBO's NLL is the model's own loss on the
+    batch as a Hugging Face loop gives it, and evaluate scores the same; a model that makes them
+    otherwise is still refused in one line."""
     torch.manual_seed(0)
     cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
                                   encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
@@ -204,19 +207,27 @@ def test_an_encoder_decoder_model_needs_its_decoder_inputs_in_the_batch():
     model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
                             strict=False).eval()
     g = torch.Generator().manual_seed(2)
-    src, tgt = torch.randint(3, 40, (2, 6), generator=g), torch.randint(3, 40, (2, 6), generator=g)
+    src, tgt = torch.randint(3, 40, (2, 6), generator=g), torch.randint(3, 40, (2, 7), generator=g)
+    tgt[1, -2:] = -100  # padding the loss ignores (and the decoder reads as the pad token)
     batch = {"input_ids": src, "labels": tgt}
-    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
-        bbb.ELBO(model, num_batches=1)(batch)
-    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
-        bbb.uncertainty.evaluate(model, batch)
-    with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids"):
-        bbb.uncertainty.evaluate(model, [batch])
-    batch["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(labels=tgt)
     with torch.no_grad():
-        own = model(**batch).loss
+        own = model(**batch).loss  # transformers makes the decoder's inputs from the labels itself
         out = bbb.ELBO(model, num_batches=1)(batch)
-    torch.testing.assert_close(out.nll / tgt.numel(), own)
+        explicit = {**batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=tgt)}
+        given = bbb.ELBO(model, num_batches=1)(explicit)
+        scores = []
+        for b in (batch, [batch], explicit):  # the same weight draws each time
+            torch.manual_seed(5)
+            scores.append(bbb.uncertainty.evaluate(model, b)["nll"])
+    torch.testing.assert_close(out.nll / int((tgt != -100).sum()), own)
+    assert torch.equal(out.nll, given.nll)
+    assert scores[0] == scores[1] == scores[2] and scores[0] == pytest.approx(float(own), rel=1e-3)
+    model.prepare_decoder_input_ids_from_labels = None  # (a seq2seq model that makes them another way)
+    for call in (lambda: bbb.ELBO(model, num_batches=1)(batch), lambda: bbb.uncertainty.evaluate(model, batch),
+                 lambda: bbb.uncertainty.evaluate(model, [batch])):
+        with pytest.raises(bbb.errors.UserError, match="encoder-decoder model.*decoder_input_ids") as e:
+            call()
+        assert "\n" not in str(e.value)
 
 
 def test_an_encoder_decoder_classifier_scores_its_labels_without_decoder_inputs():

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..elbo import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood, likelihood_from_name
 from ..errors import UserError, check_int
-from ..hf import causal_lm, check_decoder_inputs
+from ..hf import causal_lm, decoder_inputs
 from ..lora import warn_untrained
 from ..nn import SampleRecorder, forward_samples, model_batch_dim, sampling, shared_samples, warn_not_bayesian
 from ..nn.inputs import (
@@ -217,7 +217,7 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
             if not one and dev is not None:
                 xc = map_inputs(xc, lambda t: t.to(dev))
             if return_targets:  # (scored on the batches' labels: evaluate's DataLoader)
-                check_decoder_inputs(model, xc, "evaluate (predict with return_targets)")
+                xc = decoder_inputs(model, xc, yc, "evaluate (predict with return_targets)")
             sizes.append(_size(xc, d))
             steps.append(_size(xc, 0))  # a sequence-first input's steps T
             before = None if saved is None else _rng_states(dev)
@@ -336,7 +336,7 @@ def evaluate(
           and _one_batch(data[0])):
         one = (data[0], data[1])
     if one is not None:
-        check_decoder_inputs(model, one[0], "evaluate")
+        one = (decoder_inputs(model, one[0], one[1], "evaluate"), one[1])
         outputs = predict(model, one[0], num_samples, generator=generator, output=output)
         targets = cast(Tensor, one[1]).to(outputs.device)
     else:

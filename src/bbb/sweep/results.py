@@ -127,12 +127,12 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
-def ranked_by(row: dict[str, Any], nll_classifiers: bool = False) -> str | None:
+def ranked_by(row: dict[str, Any], by_nll: bool = False) -> str | None:
     """The column of :data:`RANK_BY` that ranks a finished trial's ``row`` (None: unranked); a
-    classifier's validation NLL with ``nll_classifiers`` (:func:`rank_column`)."""
+    classifier's validation NLL with ``by_nll`` (:func:`nll_classifiers`)."""
     if row.get("status") not in (TrialStatus.DONE.value, TrialStatus.STOPPED.value):
         return None
-    if nll_classifiers and row.get("val_error") is not None and row.get("val_nll") is not None:
+    if by_nll and row.get("val_error") is not None and row.get("val_nll") is not None:
         return "val_nll"
     return next((k for k in RANK_BY if row.get(k) is not None), None)
 

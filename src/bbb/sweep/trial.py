@@ -65,7 +65,7 @@ def result_row(trial: Trial, status: TrialStatus, summary: dict[str, Any] | None
         # a regression's (its val_error is None: RANK_BY then takes val_nll); all in the target's units, as
         # summary.json has them
         "val_nll": s.get("best_val_nll"),
-        "selected_by": s.get("selected_by"),  # what chose the trial's best epoch: ranks it too (rank_column)
+        "selected_by": s.get("selected_by"),  # what chose its best epoch: ranks it too (nll_classifiers)
         "val_rmse": s.get("best_val_rmse"),
         "test_rmse": s.get("test_rmse"),
         "test_log_likelihood": s.get("test_log_likelihood"),

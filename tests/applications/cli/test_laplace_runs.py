@@ -294,6 +294,7 @@ def test_a_run_that_changed_since_the_fit_is_refused(runs, capsys, tmp_path):
     assert rc == 0
     rc, _, err = run_main(capsys, "predict", str(lap), str(runs["tmp"] / "classification.csv"))
     one_line_error(rc, err, "changed since", "fit it again")
+    assert "was epoch 4, is 4" not in err and "last layer's weights another network's" in err  # not the epoch
     # compare and report showed the old posterior's scores, and report the run's own as the posterior's
     for cmd in (["compare", str(lap), "--out", str(tmp_path / "cmp")], ["report", str(lap), "--out",
                                                                          str(tmp_path / "r.html")]):

@@ -408,6 +408,7 @@ def test_a_posterior_fitted_to_the_last_checkpoint_is_read_without_which_again(r
     rc, _, err = run_main(capsys, "ood", str(lap), "--ood-data", str(new), "--samples", "4")
     assert rc == 0, err
     assert json.loads((lap / "ood.json").read_text())["checkpoint"] == "last"
+    assert json.loads((lap / "ood.json").read_text())["method"] == "laplace"  # not its run's sgd
     one_line_error(*run_main(capsys, "evaluate", str(lap), "--which", "best")[::2], "last checkpoint", "--which last")
     # beside a run (an ensemble of a run and the folder), the default stays best: refused, naming --which
     one_line_error(*run_main(capsys, "evaluate", str(run), str(lap), "--out", str(tmp_path / "ens"))[::2],

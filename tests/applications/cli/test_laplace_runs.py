@@ -379,6 +379,25 @@ def test_a_fit_refused_for_its_data_leaves_no_folder(runs, capsys, tmp_path):
     assert not (tmp_path / "lap").exists()
 
 
+def test_a_refit_stopped_before_its_description_leaves_no_mixed_folder(runs, capsys, tmp_path, monkeypatch):
+    """A refit (--which last into a folder of the best checkpoint's posterior) stopped after its
+    posterior.pt: the folder held the old laplace.json beside the new posterior (the best network
+    sampled with the last's posterior); it is no posterior's folder now, and fitting again works."""
+    run, lap = runs["classification"], tmp_path / "lap"
+    fit_run_laplace(run, lap)
+
+    def stop(path, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs_laplace, "atomic_write_json", stop)
+    with pytest.raises(KeyboardInterrupt):
+        fit_run_laplace(run, lap, which="last")
+    assert not runs_laplace.is_laplace_folder(lap)
+    monkeypatch.undo()
+    assert fit_run_laplace(run, lap, which="last")["checkpoint"] == "last"
+    assert load_laplace(lap, "last").epoch == json.loads((run / "summary.json").read_text())["epochs"]
+
+
 def test_an_ensembles_folder_is_not_a_posteriors(runs, capsys, tmp_path):
     """--out an ensemble's folder: one line, its eval.json kept (a fit there deleted it)."""
     run = runs["classification"]

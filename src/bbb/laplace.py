@@ -374,6 +374,11 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
         y = loader.dataset.tensors[1]  # type: ignore[attr-defined]
         if int(y.min()) < 0 or int(y.max()) >= out.shape[1]:
             raise UserError(f"class indices must be in 0..{out.shape[1] - 1}, got {int(y.min())}..{int(y.max())}")
+    noise = fixed_sigma if likelihood == "regression" else 0.0  # (a classifier has no noise to choose)
+    chosen = [n for n, v in (("prior", fixed_prior), ("sigma_noise", noise)) if v is None]
+    if chosen and marglik_steps == 0:  # (recorded as chosen by the marginal likelihood, left at the start of 1)
+        raise UserError(f"marglik_steps=0 chooses nothing by the marginal likelihood: give {' and '.join(chosen)} a "
+                        "number, or marglik_steps >= 1")
     kwargs = {"sigma_noise": fixed_sigma} if likelihood == "regression" and fixed_sigma is not None else {}
     la = Laplace(model, likelihood, subset_of_weights=weights, hessian_structure=hessian, **kwargs)
     with warnings.catch_warnings():  # torch's forward-mode decompositions (the full GGN) load through torch.jit.script

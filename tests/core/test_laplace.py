@@ -305,3 +305,22 @@ def test_weights_all_keeps_the_network_s_mode_and_predicts_without_dropout(class
     assert net.training
     net.eval()
     torch.testing.assert_close(post.predict(x[:4]), probs)
+
+
+@needs_laplace
+def test_no_marglik_steps_is_refused_where_a_value_is_to_be_chosen(regression, classification):
+    # marglik_steps=0 left the prior precision and the noise at 1, recorded as chosen ("marglik")
+    net, x, y = regression
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, (x, y), marglik_steps=0)
+    assert "prior and sigma_noise" in _one_line(err)
+    with pytest.raises(UserError) as err:
+        fit_last_layer_laplace(net, (x, y), prior=2.0, marglik_steps=0)
+    assert "give sigma_noise a number" in _one_line(err)
+    post = fit_last_layer_laplace(net, (x, y), prior=2.0, sigma_noise=0.3, marglik_steps=0)
+    assert (post.prior_precision, post.sigma_noise) == (2.0, pytest.approx(0.3))
+    net, x, y = classification
+    with pytest.raises(UserError, match="give prior a number"):
+        fit_last_layer_laplace(net, (x, y), likelihood="classification", marglik_steps=0)
+    assert fit_last_layer_laplace(net, (x, y), likelihood="classification", prior=1.5,
+                                  marglik_steps=0).prior_precision_from == "given"

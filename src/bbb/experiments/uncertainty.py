@@ -497,7 +497,7 @@ def _ood_of_inputs(args: argparse.Namespace) -> int:
             raise UserError(f"{d} has no test rows to score against {path}")
         out_out = model.sample_outputs(x_out, args.samples, args.seed)
     cfg = model.config
-    what = {"method": model.describe() if several else cfg.method, "ood": path.name, "ood_md5": inputs_md5(path),
+    what = {"method": model.describe() if several else model.method, "ood": path.name, "ood_md5": inputs_md5(path),
             "dataset": Path(cfg.data_file).name if cfg.data_file else cfg.dataset}
     if model.task == "regression":
         s_in, s_out = model.regression(out_in), model.regression(out_out)

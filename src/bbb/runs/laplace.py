@@ -184,6 +184,9 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         stored["kron"] = [{k: v.float().cpu() for k, v in b.items()} for b in post.kron_factors()]
     else:
         stored["root"] = _square_root(post, hessian).float()
+    # the old description goes first: a refit stopped before its own is written leaves no folder that
+    # pairs this posterior with the checkpoint and numbers of the one fitted before
+    (out / LAPLACE_FILE).unlink(missing_ok=True)
     atomic_torch_save(out / LAPLACE_POSTERIOR, stored)
     description = {
         "run": str(run_dir.resolve()), "run_relative": os.path.relpath(run_dir.resolve(), out.resolve()),

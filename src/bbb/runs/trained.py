@@ -529,9 +529,10 @@ def laplace_base(folder: str | Path, which: str | None = None, device: str | tor
     name, layer = last_linear(base.network)
     if base.epoch != data.get("epoch") or name != data.get("layer") or layer_digest(layer) != data.get(
             "layer_digest"):
+        what = (f"was epoch {data.get('epoch')}, is {base.epoch}" if base.epoch != data.get("epoch")
+                else f"epoch {base.epoch} as fitted, its last layer's weights another network's: trained again")
         raise UserError(f"{run} changed since its Laplace posterior in {folder} was fitted (its {which} checkpoint "
-                        f"was epoch {data.get('epoch')}, is {base.epoch}): fit it again, bbb laplace {run} --out "
-                        f"{folder}")
+                        f"{what}): fit it again, bbb laplace {run} --out {folder}")
     return base, layer
 
 

@@ -294,6 +294,7 @@ def test_a_run_that_changed_since_the_fit_is_refused(runs, capsys, tmp_path):
     assert rc == 0
     rc, _, err = run_main(capsys, "predict", str(lap), str(runs["tmp"] / "classification.csv"))
     one_line_error(rc, err, "changed since", "fit it again")
+    assert "was epoch 4, is 4" not in err and "last layer's weights another network's" in err  # not the epoch
     # compare and report showed the old posterior's scores, and report the run's own as the posterior's
     for cmd in (["compare", str(lap), "--out", str(tmp_path / "cmp")], ["report", str(lap), "--out",
                                                                          str(tmp_path / "r.html")]):
@@ -378,6 +379,25 @@ def test_a_fit_refused_for_its_data_leaves_no_folder(runs, capsys, tmp_path):
     assert not (tmp_path / "lap").exists()
 
 
+def test_a_refit_stopped_before_its_description_leaves_no_mixed_folder(runs, capsys, tmp_path, monkeypatch):
+    """A refit (--which last into a folder of the best checkpoint's posterior) stopped after its
+    posterior.pt: the folder held the old laplace.json beside the new posterior (the best network
+    sampled with the last's posterior); it is no posterior's folder now, and fitting again works."""
+    run, lap = runs["classification"], tmp_path / "lap"
+    fit_run_laplace(run, lap)
+
+    def stop(path, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs_laplace, "atomic_write_json", stop)
+    with pytest.raises(KeyboardInterrupt):
+        fit_run_laplace(run, lap, which="last")
+    assert not runs_laplace.is_laplace_folder(lap)
+    monkeypatch.undo()
+    assert fit_run_laplace(run, lap, which="last")["checkpoint"] == "last"
+    assert load_laplace(lap, "last").epoch == json.loads((run / "summary.json").read_text())["epochs"]
+
+
 def test_an_ensembles_folder_is_not_a_posteriors(runs, capsys, tmp_path):
     """--out an ensemble's folder: one line, its eval.json kept (a fit there deleted it)."""
     run = runs["classification"]
@@ -407,6 +427,7 @@ def test_a_posterior_fitted_to_the_last_checkpoint_is_read_without_which_again(r
     rc, _, err = run_main(capsys, "ood", str(lap), "--ood-data", str(new), "--samples", "4")
     assert rc == 0, err
     assert json.loads((lap / "ood.json").read_text())["checkpoint"] == "last"
+    assert json.loads((lap / "ood.json").read_text())["method"] == "laplace"  # not its run's sgd
     one_line_error(*run_main(capsys, "evaluate", str(lap), "--which", "best")[::2], "last checkpoint", "--which last")
     # beside a run (an ensemble of a run and the folder), the default stays best: refused, naming --which
     one_line_error(*run_main(capsys, "evaluate", str(run), str(lap), "--out", str(tmp_path / "ens"))[::2],

@@ -431,3 +431,11 @@ def test_smoke_budget_on_real_mnist(data_dir, tmp_path, capsys):
         assert float(r["test_error"]) < (60.0 if r["method"] != "ivon" else 100.0), r
     t2 = read_csv(out / "table2_pruning.csv")
     assert int(t2[0]["weights_total"]) == 784 * 1200 + 1200 * 1200 + 1200 * 10
+    # a run records the budget's 1,024 training images as its own train_size, so that a command given
+    # it later (bbb laplace fitted on 50,000 images before) reads the images it trained on
+    cfg = json.loads((out / "runs" / "sgd_400" / "config.json").read_text())
+    assert cfg["train_size"] == cfg["num_train"] == 1024
+    stored = T.load_checkpoint(out / "runs" / "sgd_400" / "last.pt")["config"]  # as bbb laplace reads it
+    later = T.load_data(T.TrainConfig.from_stored({**stored, "data_dir": str(data_dir)}))
+    given = T.load_data(T.TrainConfig(dataset="mnist", data_dir=str(data_dir), device="cpu"))
+    assert torch.equal(later["train_x"], given["train_x"][:1024])

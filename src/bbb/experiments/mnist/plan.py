@@ -290,6 +290,9 @@ def train_config(cfg: ReproduceConfig, method: str, hidden: int, settings: dict[
         **merged, "epochs": spec.epochs[method][hidden], "hidden": [hidden, hidden], "seed": seed,
         "dataset": cfg.dataset, "device": cfg.device, "data_dir": cfg.data_dir,
         "eval_samples": spec.eval_samples, "cuda_graph": cfg.cuda_graph and merged.get("method") != "ivon",
+        # the budget's first train_limit training images (limit_data), recorded as the run's own
+        # setting, so that a command given the run later (bbb laplace, evaluate) reads those too
+        **({"train_size": spec.train_limit} if spec.train_limit is not None else {}),
     })
 
 

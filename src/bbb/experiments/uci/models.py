@@ -19,10 +19,12 @@ split's rows with its own grid point (learning rate, and the method's settings).
   then at each scoring epoch a KFAC Laplace of each member's last layer on its fitting rows, the
   prior precision and the noise sd chosen by the marginal likelihood; the predictive is the GLM
   one, a single Gaussian per row (its variance the linearised network's plus the noise's).
+- :class:`BBBEnsembleRegressor` (``ENSEMBLE_SIZE`` BBB networks per member) and
+  :class:`IVONRegressor` (BBB's posterior family and objective, learned by IVON): their docstrings.
 
 Every model gives its predictive as k components per member, ``predict -> (means, sds)`` of shape
 (k, members, rows) in standardised units: the same Gaussian mixture and the same scores
-(:func:`bbb.uncertainty.gaussian_mixture_log_prob`) for all three. Each member has its own
+(:func:`bbb.uncertainty.gaussian_mixture_log_prob`) for all of them. Each member has its own
 learning rate (:class:`MemberAdam`), so one population holds a whole validation grid.
 
 Every random number of a network is its own (:mod:`~bbb.experiments.uci.streams`): its

@@ -21,7 +21,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .distributions import softplus
-from .errors import UserError, check_float
+from .errors import UserError, check_bool, check_float
 from .nn import BayesModule, bayes_modules
 
 __all__ = ["signal_to_noise", "prune", "unprune", "PruneResult", "count_weights", "snr_db"]
@@ -123,6 +123,8 @@ def prune(model: nn.Module, fraction: float, include_bias: bool = False, by_memb
     fraction = check_float("fraction to prune", fraction, 0.0)  # (a string was a TypeError)
     if fraction > 1.0:
         raise UserError(f"fraction to prune must be in [0, 1], got {fraction}")
+    if by_member is not None:
+        by_member = check_bool("by_member", by_member)  # (the string "false" read as True)
     targets = _targets(model, include_bias)
     members = _population_members(targets)
     if by_member and members is None:

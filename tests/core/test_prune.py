@@ -200,3 +200,5 @@ def test_by_member_on_a_network_that_has_no_members_is_one_line():
     with pytest.raises(UserError, match="by_member=True prunes a population") as e:
         prune(BayesMLP(3, [4], 2), 0.5, by_member=True)
     assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match="by_member must be True or False"):
+        prune(BayesMLP(3, [4], 2), 0.5, by_member="false")

@@ -135,8 +135,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return (f"; {out / 'last.pt'} holds epoch {epoch}: with memory freed (or another --eval-samples or "
                 f"--device) 'bbb train --resume --out {out}' continues it")
 
-    # a folder of images: --image-size sets the input layer's width (a photo's own 1024x1024 as
-    # --image-size 1024 is a million inputs a pixel-row of weights, the usual cause)
+    # a folder of images: --image-size sets the input layer's width, one row of weights per pixel
     images = "--image-size, " if cfg.data_file and data_kind(cfg.data_file) == "folder" else ""
     with memory_errors(f"training {out}", f"a smaller {images}--batch-size, --hidden or --train-samples (a new run, "
                        "--overwrite) or fewer --eval-samples", kept):

@@ -26,8 +26,8 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     mod, parser = command_parser(name)
     args = parser.parse_args(list(argv))
     args.command = name
-    # (after parsing: --help, --version and a misspelt option end without loading torch, in a
-    # tenth of the time; before the command computes, so that torch's threads inherit FTZ/DAZ)
+    # (after parsing: --help, --version and a misspelt option end without loading torch; before the
+    # command computes, so that torch's threads inherit FTZ/DAZ)
     from ..engine.malloc import tune_malloc
 
     tune_malloc()  # steadier and faster training steps (bbb.engine.malloc)

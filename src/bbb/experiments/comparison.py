@@ -123,15 +123,11 @@ def _dataset(ev: dict[str, Any], cfg: dict[str, Any]) -> Any:
     return Path(cfg["data_file"]).name if name == FILE_DATASET and cfg.get("data_file") else name
 
 
-#: the settings of a run on your own file that make its test rows and what it predicts: runs that differ
-#: in one were scored on other rows or another target, and "Who wins" gives them no verdict
-#: (``data_file``: the file's MD5 where the run recorded it, so that a moved copy is the same file and
-#: a file changed in place is not)
-
-
 def _test_set(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`TEST_SET_FIELDS` of a run on your own file (a folder of images: the size and
-    colour it read them at, the network's inputs); empty for MNIST's fixed test set."""
+    """The ``TEST_SET_FIELDS`` of a run on your own file (``data_file``: the file's MD5 where the run
+    recorded it, so that a moved copy is the same file and a file changed in place is not; a folder
+    of images: the size and colour it read them at, the network's inputs); empty for MNIST's fixed
+    test set."""
     from ..data.arrays import DEFAULT_IMAGE_SIZE, data_kind
 
     if not cfg.get("data_file"):

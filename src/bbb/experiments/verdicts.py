@@ -9,8 +9,9 @@ from typing import Any
 
 from .ties import same_score
 
-#: what makes two runs' test scores of one test set: on your own file, its MD5, the target and the
-#: split; on a folder of images also the size and colour its images were read at (the inputs)
+#: the settings of a run on your own file that make its test rows and what it predicts: runs that
+#: differ in one were scored on other rows, other inputs (a folder's images read at another size or
+#: in colour) or another target, and "Who wins" gives them no verdict
 TEST_SET_FIELDS = ("data_file", "target", "val_fraction", "test_fraction", "split_seed", "image_size", "image_colour")
 
 
@@ -103,7 +104,7 @@ def _among(label: str, rivals: list[dict[str, Any]]) -> str:
 
 
 def classifier_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
-                     drop: dict[str, Any] | None) -> list[str]:
+                        drop: dict[str, Any] | None) -> list[str]:
     """The verdicts of one Bayesian run ``r`` (``label``: BBB, IVON, Laplace) against the SGD and dropout
     runs of its architecture and dataset."""
     out = []
@@ -137,7 +138,7 @@ def classifier_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str
 
 
 def regression_verdicts(where: str, label: str, r: dict[str, Any], sgd: dict[str, Any] | None,
-                         drop: dict[str, Any] | None) -> list[str]:
+                        drop: dict[str, Any] | None) -> list[str]:
     """The verdicts of one Bayesian regression run ``r`` against the SGD and dropout runs of its
     architecture and dataset: test log-likelihood, RMSE and calibration gap."""
     out = []

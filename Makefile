@@ -83,11 +83,12 @@ test-fast: $(STAMP)
 # the CPU), torch installed first and alone, then bbb's dev extra against a constraint pinning it;
 # setuptools upgraded (Python 3.11's venv seeds setuptools 65, which torch <= 2.5's Triton imports
 # and which then installs a warnings filter of its own).
-# CI (.ci/run) runs it for pyproject's floor and for 2.11 (the GPU machines' torch).
-# TORCH_TESTS: what it runs (default the fast lane); CI gives 2.11 the models lane, TORCH_TESTS_MODELS:
-# the tests of the claim "every torch.nn block and Hugging Face / peft model converts and trains
-# right", without the run directory's, the faults' and the command line's tests, which call the
-# same few torch functions on every release (CI's floor lane runs tests/core). Both lanes deselect the
+# CI (.ci/run) runs it for pyproject's floor (tests/core).
+# TORCH_TESTS: what it runs (default the fast lane); TORCH_TESTS_MODELS, the models lane for a
+# release between the floor and the pin (e.g. 2.11, the GPU machines' torch; no longer a lane of
+# CI's): the tests of the claim "every torch.nn block and Hugging Face / peft model converts and
+# trains right", without the run directory's, the faults' and the command line's tests, which call the
+# same few torch functions on every release (CI's floor lane runs tests/core). Both deselect the
 # tests marked release_independent (pyproject.toml: locks, kills, unwritable, full or damaged
 # files, matplotlib's backend: the operating system's side, the same under every torch), which the
 # main suite runs (docs/results.md, "Where CI's time goes").

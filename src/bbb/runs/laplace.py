@@ -27,6 +27,11 @@ one-line error: fit again. A dense covariance is stored for at most :data:`DENSE
 (a classifier's last layer of 400 inputs and 10 classes has 4,010); above, ``kron`` keeps the
 eigendecomposition of each Kronecker factor instead (a 1,200-unit layer's: 6 MB, the same
 posterior), and ``full`` is refused (``diag`` or ``kron`` then).
+
+The fit's writes and an evaluation hold the folder's lock (:func:`bbb.runs.rundir.lock_run_dir`,
+as ``bbb evaluate`` a run's): a second ``bbb laplace`` into a folder being written is refused with
+the holder's pid, so the folder never pairs one fit's ``posterior.pt`` with another's
+``laplace.json``.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from ..uncertainty import predictive_probs
 from . import model as runmodel
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
 from .referral import split_outputs
-from .rundir import RESULT_FILES, remove_results
+from .rundir import RESULT_FILES, lock_run_dir, remove_results
 from .trained import (
     LAPLACE_FILE,
     LAPLACE_FORMAT,
@@ -155,8 +160,6 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         raise UserError(f"the last layer has {n_params:,} weights: its full posterior covariance would take "
                         f"{n_params ** 2 * 4 / 1e6:,.0f} MB; use --hessian kron or diag (at most {DENSE_LIMIT:,} "
                         "weights take full)")
-    out.mkdir(parents=True, exist_ok=True)  # (once the run's data are read: a refusal leaves no folder)
-    remove_results(out)  # another posterior's results
     w = layer.weight.detach()[rows]
     b = layer.bias.detach()[rows] if layer.bias is not None else torch.zeros(len(rows), device=w.device)
     if model.task == "regression":
@@ -184,22 +187,26 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
         stored["kron"] = [{k: v.float().cpu() for k, v in b.items()} for b in post.kron_factors()]
     else:
         stored["root"] = _square_root(post, hessian).float()
-    # the old description goes first: a refit stopped before its own is written leaves no folder that
-    # pairs this posterior with the checkpoint and numbers of the one fitted before
-    (out / LAPLACE_FILE).unlink(missing_ok=True)
-    atomic_torch_save(out / LAPLACE_POSTERIOR, stored)
-    description = {
-        "run": str(run_dir.resolve()), "run_relative": os.path.relpath(run_dir.resolve(), out.resolve()),
-        "checkpoint": which, "epoch": model.epoch, "layer": name, "layer_digest": layer_digest(layer),
-        "task": model.task, "hessian": hessian, "rows": list(rows), "n_params": n_params,
-        "n_data": int(post.n_data), "prior_precision": post.prior_precision,
-        "prior_precision_from": post.prior_precision_from, "log_marginal_likelihood": post.log_marginal_likelihood,
-        "seconds": time.perf_counter() - start,
-        "noise": None if model.task != "regression" else (
-            "the run's own (per row)" if runmodel.noise_sd(model.network, model.preprocess) is None
-            else "the run's own (one sd, learned, for every row)"),
-    }
-    atomic_write_json(out / LAPLACE_FILE, description)
+    out.mkdir(parents=True, exist_ok=True)  # (once the run's data are read and fitted: a refusal leaves no folder)
+    with lock_run_dir(out):  # a second fit into this folder is refused with this one's pid
+        _out_folder(out, run_dir)  # again, under the lock: another process may have written here since
+        remove_results(out)  # another posterior's results
+        # the old description goes first: a refit stopped before its own is written leaves no folder that
+        # pairs this posterior with the checkpoint and numbers of the one fitted before
+        (out / LAPLACE_FILE).unlink(missing_ok=True)
+        atomic_torch_save(out / LAPLACE_POSTERIOR, stored)
+        description = {
+            "run": str(run_dir.resolve()), "run_relative": os.path.relpath(run_dir.resolve(), out.resolve()),
+            "checkpoint": which, "epoch": model.epoch, "layer": name, "layer_digest": layer_digest(layer),
+            "task": model.task, "hessian": hessian, "rows": list(rows), "n_params": n_params,
+            "n_data": int(post.n_data), "prior_precision": post.prior_precision,
+            "prior_precision_from": post.prior_precision_from, "log_marginal_likelihood": post.log_marginal_likelihood,
+            "seconds": time.perf_counter() - start,
+            "noise": None if model.task != "regression" else (
+                "the run's own (per row)" if runmodel.noise_sd(model.network, model.preprocess) is None
+                else "the run's own (one sd, learned, for every row)"),
+        }
+        atomic_write_json(out / LAPLACE_FILE, description)
     return description
 
 
@@ -210,40 +217,44 @@ def evaluate_laplace(folder: str | Path, samples: int = 10, which: str | None = 
     beside the run's own network's (``map``), written atomically to ``folder/eval.json``: a
     classifier's error, NLL, ECE, Brier and selective prediction, a regressor's RMSE,
     log-likelihood, NLL and 95% interval coverage (target units). ``which``: the checkpoint it was
-    fitted to (None: the one it names)."""
+    fitted to (None: the one it names). Holds the folder's lock: a fit or evaluation writing there is
+    a :class:`~bbb.errors.RunDirBusy` with its pid."""
     folder = Path(folder)
     samples = check_int("--samples", samples)
-    data = laplace_description(folder)
-    model = load_laplace(folder, str(data.get("checkpoint")) if which is None else which, device)
-    with torch.no_grad():
-        outputs, y = split_outputs(model, "test", samples, seed, data_dir, data_file)
-        if y.shape[0] == 0:
-            raise UserError(f"{model.base_run} has no test set to evaluate its Laplace posterior on")
-        map_outputs, _ = split_outputs(model.map_model, "test", 1, seed, data_dir, data_file)
-    target = model.preprocess.y
-    scores = predictive_scores(model.task, target, outputs, y, selective=model.task == "classification")
-    map_scores = predictive_scores(model.task, target, map_outputs, y)
-    result: dict[str, Any] = {
-        "run": str(folder), "method": "laplace", "laplace_of": str(model.base_run), "checkpoint": data["checkpoint"],
-        "epoch": model.epoch, "dataset": model.config.dataset, "task": model.task, "hessian": data["hessian"],
-        "prior_precision": data["prior_precision"], "samples": samples, "n": int(y.shape[0]), **scores,
-        "map": map_scores,
-    }
-    cfg = model.config
-    data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
-    title = f"last-layer Laplace on {data_name} test"
-    if model.task == "regression":
-        result["test_rmse"] = map_scores["test_rmse_mc"]  # the posterior mean's: the run's network
-        if (sd := runmodel.noise_sd(model.network, model.preprocess)) is not None:
-            result["noise_sd"] = sd  # a homoscedastic run's, which the posterior predicts with (as eval.json of a run)
-        unsaved = draw_calibration_figure(folder, result, {"the run's network": map_scores,
-                                                           f"{samples}-sample average": scores}, title)
-    else:
-        result["test_error"] = map_scores["test_error_mc"]  # the posterior mean's: the run's network
-        panels = {"the run's network": predictive_probs(map_outputs.double()),
-                  f"{samples}-sample average": predictive_probs(outputs.double())}
-        unsaved = draw_classifier_figures(folder, result, panels, y, title, f"{samples}-sample average")
-    save_results(folder / "eval.json", result, lambda: atomic_write_json(folder / "eval.json", result))
-    if unsaved is not None:
-        raise unsaved
+    laplace_description(folder)  # (a folder that holds none: its one-line error before any lock)
+    with lock_run_dir(folder):
+        data = laplace_description(folder)
+        model = load_laplace(folder, str(data.get("checkpoint")) if which is None else which, device)
+        with torch.no_grad():
+            outputs, y = split_outputs(model, "test", samples, seed, data_dir, data_file)
+            if y.shape[0] == 0:
+                raise UserError(f"{model.base_run} has no test set to evaluate its Laplace posterior on")
+            map_outputs, _ = split_outputs(model.map_model, "test", 1, seed, data_dir, data_file)
+        target = model.preprocess.y
+        scores = predictive_scores(model.task, target, outputs, y, selective=model.task == "classification")
+        map_scores = predictive_scores(model.task, target, map_outputs, y)
+        result: dict[str, Any] = {
+            "run": str(folder), "method": "laplace", "laplace_of": str(model.base_run),
+            "checkpoint": data["checkpoint"], "epoch": model.epoch, "dataset": model.config.dataset,
+            "task": model.task, "hessian": data["hessian"], "prior_precision": data["prior_precision"],
+            "samples": samples, "n": int(y.shape[0]), **scores,
+            "map": map_scores,
+        }
+        cfg = model.config
+        data_name = Path(cfg.data_file).name if cfg.data_file else cfg.dataset
+        title = f"last-layer Laplace on {data_name} test"
+        if model.task == "regression":
+            result["test_rmse"] = map_scores["test_rmse_mc"]  # the posterior mean's: the run's network
+            if (sd := runmodel.noise_sd(model.network, model.preprocess)) is not None:
+                result["noise_sd"] = sd  # a homoscedastic run's, which the posterior predicts with (as a run's)
+            unsaved = draw_calibration_figure(folder, result, {"the run's network": map_scores,
+                                                               f"{samples}-sample average": scores}, title)
+        else:
+            result["test_error"] = map_scores["test_error_mc"]  # the posterior mean's: the run's network
+            panels = {"the run's network": predictive_probs(map_outputs.double()),
+                      f"{samples}-sample average": predictive_probs(outputs.double())}
+            unsaved = draw_classifier_figures(folder, result, panels, y, title, f"{samples}-sample average")
+        save_results(folder / "eval.json", result, lambda: atomic_write_json(folder / "eval.json", result))
+        if unsaved is not None:
+            raise unsaved
     return result

@@ -22,7 +22,9 @@ from bbb.laplace import fit_last_layer_laplace, laplace_available
 from bbb.runs import laplace as runs_laplace
 from bbb.runs import model as runmodel
 from bbb.runs.laplace import TrainedLaplace, fit_run_laplace, load_laplace
+from bbb.runs.rundir import LOCK_NAME
 from bbb.runs.trained import kron_deltas
+from faultkit import lock_held, snapshot
 from testkit import assert_one_line_error as one_line_error
 from testkit import read_csv, run_main
 
@@ -396,6 +398,25 @@ def test_a_refit_stopped_before_its_description_leaves_no_mixed_folder(runs, cap
     monkeypatch.undo()
     assert fit_run_laplace(run, lap, which="last")["checkpoint"] == "last"
     assert load_laplace(lap, "last").epoch == json.loads((run / "summary.json").read_text())["epochs"]
+
+
+def test_a_folder_being_written_is_refused_with_the_holders_pid(runs, capsys, tmp_path):
+    """Two fits into one folder took no lock: the last posterior.pt and the last laplace.json
+    could be two fits' (a --which best posterior described as --which last's). A fit, and an
+    evaluation, of a folder another process holds: one line with its pid, nothing written; once
+    it has gone, the same command fits."""
+    run, lap = runs["classification"], tmp_path / "lap"
+    assert run_main(capsys, "laplace", str(run), "--out", str(lap), "--samples", "2")[0] == 0
+    with lock_held(lap / LOCK_NAME) as holder:
+        before = snapshot(lap)
+        for argv in (["laplace", str(run), "--out", str(lap), "--which", "last", "--samples", "2"],
+                     ["evaluate", str(lap), "--samples", "2"]):
+            rc, _, err = run_main(capsys, *argv)
+            one_line_error(rc, err, f"pid {holder.pid}", str(lap), "in use")
+            assert snapshot(lap) == before, argv
+    assert run_main(capsys, "laplace", str(run), "--out", str(lap), "--which", "last", "--samples", "2")[0] == 0
+    assert json.loads((lap / "laplace.json").read_text())["checkpoint"] == "last"
+    assert not (lap / LOCK_NAME).exists()
 
 
 def test_an_ensembles_folder_is_not_a_posteriors(runs, capsys, tmp_path):

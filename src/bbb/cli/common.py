@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import math
 import re
 import sys
@@ -14,6 +15,9 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
+
+#: argparse's line for a value outside an option's choices: the value, then the choices
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -23,7 +27,25 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         msg = " ".join(message.split())
-        self.exit(2, f"{self.prog}: error: {msg} (see '{self.prog} --help')\n")
+        hint = self.suggestion(msg)
+        self.exit(2, f"{self.prog}: error: {msg}{f'; did you mean {hint}?' if hint else ''} "
+                     f"(see '{self.prog} --help')\n")
+
+    def suggestion(self, message: str) -> str | None:
+        """The closest spelling of a mistyped option (``unrecognized arguments: --imags x``: this
+        parser's ``--images``) or choice (``invalid choice: 'trian'``: ``train``), or None."""
+        if message.startswith("unrecognized arguments: "):
+            words = [w.split("=")[0] for w in message.split(": ", 1)[1].split() if w.startswith("--")]
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+        elif (m := _INVALID_CHOICE.search(message)) is not None:
+            words, known = [m.group(1)], re.findall(r"'([^']*)'", m.group(2))
+        else:
+            return None
+        for word in words:
+            close = difflib.get_close_matches(word, known, n=1, cutoff=0.75)
+            if close:
+                return close[0]
+        return None
 
     def format_help(self) -> str:
         return plain_text(super().format_help())

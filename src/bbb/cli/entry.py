@@ -193,7 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 before = argv[:argv.index(command)]
                 raise UserError(f"{' '.join(before)} before the command: a command's options go after its name, "
                                 f"bbb {command} ... {' '.join(before)}")
-            args = build_parser().parse_args(argv)  # --help, --version, or a one-line error
+            parser = build_parser()
+            if argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+                # (argparse said a COMMAND is required: the option is what is wrong)
+                parser.error(f"unrecognized arguments: {argv[0]}")
+            args = parser.parse_args(argv)  # --help, --version, or a one-line error
             return run_command(args.command, [])
         finally:
             sys.stdout.flush()  # (what is left to print: a closed pipe raises here, not at exit)

@@ -125,6 +125,24 @@ def test_missing_out_and_unknown_command(capsys):
     assert_one_line_error(*run_main(capsys, "fly")[::2], "fly")
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["trian"], ["'trian'", "did you mean train?"]),
+    (["--versoin"], ["--versoin", "did you mean --version?"]),  # (argparse said a COMMAND is required)
+    (["-q"], ["unrecognized arguments: -q"]),
+    (["train", "--out", "r", "--imags", "x"], ["--imags", "did you mean --images?"]),
+    (["train", "--out", "r", "--method", "bbbb"], ["'bbbb'", "did you mean bbb?"]),
+    (["evaluate", "r", "--smaples", "2"], ["--smaples", "did you mean --samples?"]),
+])
+def test_a_mistyped_command_option_or_choice_is_named_with_the_closest_spelling(capsys, argv, words):
+    line = assert_one_line_error(*run_main(capsys, *argv)[::2], *words)
+    assert "(see 'bbb" in line
+
+
+def test_a_word_nothing_resembles_gets_no_suggestion(capsys):
+    line = assert_one_line_error(*run_main(capsys, "train", "--out", "r", "--zzz", "1")[::2], "--zzz")
+    assert "did you mean" not in line
+
+
 def test_missing_run_dir(capsys, tmp_path):
     for cmd in ("evaluate", "prune"):
         rc, _, err = run_main(capsys, cmd, str(tmp_path / "nowhere"))

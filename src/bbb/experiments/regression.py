@@ -16,9 +16,10 @@ about 0.06 on average over [0, 0.5], not 0.02. ``--learn-noise`` learns it inste
 :class:`bbb.HeteroscedasticGaussian`, with the noise output's bias started at the
 ``--model-sigma`` value); results/regression/README.md says what the learned noise did.
 
-Predictive bands are quantiles of the predictive distribution of y. For BBB they come from
-weight samples plus the noise model, and the predictive variance is split into its epistemic
-part Var_w[f(x, w)] and aleatoric part E_w[sigma(x, w)^2]
+Predictive bands are quantiles of the predictive distribution of y. For BBB it is the equal
+mixture of the noise model around each weight sample's output, whose quantiles are exact
+(:func:`bbb.uncertainty.gaussian_mixture_quantiles`), and the predictive variance is split
+into its epistemic part Var_w[f(x, w)] and aleatoric part E_w[sigma(x, w)^2]
 (:func:`bbb.uncertainty.regression_uncertainty`). A standard network has no weight uncertainty:
 its band is only its noise model, N(f(x), sigma^2), so its epistemic part is 0 and its band
 has the same width far from the data as inside it (the over-confidence of Fig. 5, right).
@@ -59,7 +60,7 @@ from ..plots import INSTALL_HINT
 from ..runs.config import PRIOR_ONLY
 from ..runs.jobs import read_json
 from ..runs.loggers import TrainLogger, log_step, make_loggers, opened_loggers
-from ..uncertainty import regression_uncertainty
+from ..uncertainty import gaussian_mixture_quantiles, regression_uncertainty
 
 __all__ = [
     "RegressionConfig",
@@ -330,10 +331,9 @@ def _bbb_predict(cfg: RegressionConfig, net: BayesMLP, lik: Gaussian | Heterosce
         out = net(expand_samples(grid.unsqueeze(-1), k))  # (k, G, out)
     means, sig = _noise_sigma(lik, out)  # (k, G)
     parts = regression_uncertainty(means, sig)
-    # predictive samples of y: each network's mean plus its own noise (4 draws per network)
-    z = torch.randn((4, *means.shape), generator=gen, device=means.device)
-    ys = (means.unsqueeze(0) + sig.unsqueeze(0) * z).reshape(-1, means.shape[-1])
-    qs = torch.quantile(ys, torch.tensor(list(QUANTILES.values()), device=ys.device), dim=0)
+    # the predictive of y is the k networks' equal mixture of N(mean, sigma^2): its quantiles exact,
+    # as the alternatives' (regression_alternatives), not of a few noise draws per network
+    qs = gaussian_mixture_quantiles(means, sig, list(QUANTILES.values()))
     res = {name: qs[i] for i, name in enumerate(QUANTILES)}
     res.update(mean=parts["mean"], epistemic_std=parts["epistemic"].sqrt(),
                aleatoric_std=parts["aleatoric"].sqrt())

@@ -71,6 +71,20 @@ def test_bbb_band_widens_away_from_the_data_and_the_median_fits(tmp_path):
     assert "seconds" in summary
 
 
+def test_bbb_bands_are_the_exact_quantiles_of_its_samples_mixture():
+    """BBB's band was the empirical quantiles of 4 noise draws per weight sample (the alternatives':
+    exact): with one weight sample its predictive is N(mean, 0.05^2), whose quantiles are exact now."""
+    res = run_regression(RegressionConfig(hidden=(8, 8), epochs=5, n_train=20, n_grid=9, pred_samples=1,
+                                          seed=0, quiet=True))
+    b = res["bbb"]
+    torch.testing.assert_close(b["median"], b["mean"])
+    assert float(b["epistemic_std"].abs().max()) == 0.0
+    normal = torch.distributions.Normal(0.0, 1.0)
+    for name, q in R.QUANTILES.items():
+        torch.testing.assert_close(b[name], b["mean"] + 0.05 * float(normal.icdf(torch.tensor(q))),
+                                   rtol=0, atol=1e-6, msg=name)
+
+
 def test_heteroscedastic_option_learns_input_dependent_noise(tmp_path):
     res = run_regression(RegressionConfig(hidden=(16, 16), epochs=150, n_train=60, pred_samples=50,
                                           heteroscedastic=True, quiet=True))

@@ -425,14 +425,16 @@ def test_ray_asha_sweep_stops_poor_trials_and_matches_local(ray_cluster, tmp_pat
 @pytest.mark.slow
 def test_ray_trial_crash_resumes_from_ray_checkpoint(ray_cluster, tmp_path):
     """The crash also deletes the trial's files (a lost node): only Ray's checkpoint can resume it,
-    and it ends exactly like its uninterrupted twin."""
+    and it ends exactly like its uninterrupted twin (run on the local backend, whose finished
+    trials end as Ray's: the ASHA and regression tests above; a second Ray run took half this
+    test's time)."""
     import ray.cloudpickle
 
     import sweep_hooks
 
     ray.cloudpickle.register_pickle_by_value(sweep_hooks)  # Ray's workers cannot import tests/
     space = tiny_space(lr=1e-2)
-    [plain_row] = S.run_sweep(space, quiet_opts(tmp_path / "plain", backend="ray"), log=silent)
+    [plain_row] = S.run_sweep(space, quiet_opts(tmp_path / "plain"), log=silent)
     out = tmp_path / "ray"
     opts = quiet_opts(out, backend="ray", max_failures=1, max_concurrent=2,
                       epoch_hook=sweep_hooks.FailOnce(2, lose_files=True))

@@ -14,12 +14,6 @@ os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 # tests compare compiled training with eager, not that check: the sets the CPU reports are taken
 # as buildable (the kernels are the same; a compiler that could not build them fails the test).
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-# Inductor compiles its C++ kernels in a pool of worker processes (as many as the cores), each
-# starting Python and importing torch, in every process that compiles; the suite already keeps
-# both cores busy (two xdist workers), so the pool only adds its start: compiled in the process
-# itself (the same compiler, flags and kernels), a cold compiling test took 20% less CPU
-# (docs/results.md, "Where CI's time goes"). The processes the tests start inherit it.
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # bbb.io writes each file atomically: a temporary file, fsynced, renamed over the target. The suite
 # writes thousands, each fsync a wait for the disk, a long one while CI unpacks the torch lanes'
 # wheels beside it (docs/results.md, "Where CI's time goes"). What the tests check, the temporary

@@ -83,12 +83,12 @@ test-fast: $(STAMP)
 # the CPU), torch installed first and alone, then bbb's dev extra against a constraint pinning it;
 # setuptools upgraded (Python 3.11's venv seeds setuptools 65, which torch <= 2.5's Triton imports
 # and which then installs a warnings filter of its own).
-# CI (.ci/run) runs it for pyproject's floor (tests/core).
+# CI (.ci/run) runs it for pyproject's floor with TORCH_TESTS_FLOOR (below).
 # TORCH_TESTS: what it runs (default the fast lane); TORCH_TESTS_MODELS, the models lane for a
 # release between the floor and the pin (e.g. 2.11, the GPU machines' torch; no longer a lane of
 # CI's): the tests of the claim "every torch.nn block and Hugging Face / peft model converts and
 # trains right", without the run directory's, the faults' and the command line's tests, which call the
-# same few torch functions on every release (CI's floor lane runs tests/core). Both deselect the
+# same few torch functions on every release. Both deselect the
 # tests marked release_independent (pyproject.toml: locks, kills, unwritable, full or damaged
 # files, matplotlib's backend: the operating system's side, the same under every torch), which the
 # main suite runs (docs/results.md, "Where CI's time goes").
@@ -100,6 +100,12 @@ TORCH_TESTS_MODELS = $(TORCH_LANE) tests/core/nn tests/core/test_torch_versions.
 	tests/core/test_hf_conversion.py tests/core/test_hf_models.py tests/core/test_lora.py \
 	tests/core/test_lora_models.py tests/core/test_engine.py tests/core/test_elbo.py tests/core/test_distributions.py \
 	tests/core/test_random.py tests/core/test_finetune_init.py tests/core/test_compile_switch.py
+# CI's floor lane: the models lane and IVON's tests (the optimiser's torch.optim and foreach calls),
+# on one process. Not in it: the population's and member settings' tests (the engine's torch calls
+# again, 61 of the floor's 140 test-seconds, cold), the data, io, plots, uncertainty and prune
+# tests (plain tensor arithmetic), which the suite runs on the pin (docs/results.md, "Where CI's
+# time goes").
+TORCH_TESTS_FLOOR = $(TORCH_TESTS_MODELS) tests/core/test_ivon.py tests/core/test_ivon_flat.py
 .PHONY: test-torch
 test-torch: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(TORCH_TESTS)

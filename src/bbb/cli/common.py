@@ -25,8 +25,28 @@ class Parser(argparse.ArgumentParser):
     ...``, the prefix of every error line of a command) and a help in plain text
     (:func:`plain_text`: the descriptions come from docstrings, which the API reference renders)."""
 
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(self._argv, namespace)
+
+    def unknown_options(self) -> list[str]:
+        """The ``--options`` of the arguments being parsed that this parser does not know (nor
+        abbreviates): argparse says a required option is missing before it says these."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        unknown = []
+        for word in getattr(self, "_argv", []):
+            if word == "--":
+                break
+            name = word.split("=")[0]
+            if name.startswith("--") and name not in known and not any(k.startswith(name) for k in known):
+                unknown.append(name)
+        return unknown
+
     def error(self, message: str) -> NoReturn:
         msg = " ".join(message.split())
+        if msg.startswith("the following arguments are required") and (unknown := self.unknown_options()):
+            msg = "unrecognized arguments: " + " ".join(unknown)  # (the typo first: --out may be what it hid)
         hint = self.suggestion(msg)
         self.exit(2, f"{self.prog}: error: {msg}{f'; did you mean {hint}?' if hint else ''} "
                      f"(see '{self.prog} --help')\n")

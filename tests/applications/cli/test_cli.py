@@ -130,6 +130,7 @@ def test_missing_out_and_unknown_command(capsys):
     (["--versoin"], ["--versoin", "did you mean --version?"]),  # (argparse said a COMMAND is required)
     (["-q"], ["unrecognized arguments: -q"]),
     (["train", "--out", "r", "--imags", "x"], ["--imags", "did you mean --images?"]),
+    (["train", "--imags", "x"], ["--imags", "did you mean --images?"]),  # (argparse: --out is required)
     (["train", "--out", "r", "--method", "bbbb"], ["'bbbb'", "did you mean bbb?"]),
     (["evaluate", "r", "--smaples", "2"], ["--smaples", "did you mean --samples?"]),
 ])
@@ -141,6 +142,8 @@ def test_a_mistyped_command_option_or_choice_is_named_with_the_closest_spelling(
 def test_a_word_nothing_resembles_gets_no_suggestion(capsys):
     line = assert_one_line_error(*run_main(capsys, "train", "--out", "r", "--zzz", "1")[::2], "--zzz")
     assert "did you mean" not in line
+    # an abbreviation argparse accepts is not unknown: the missing --out is what is said
+    assert_one_line_error(*run_main(capsys, "train", "--epoch", "3")[::2], "required", "--out")
 
 
 def test_missing_run_dir(capsys, tmp_path):

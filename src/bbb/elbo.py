@@ -467,9 +467,10 @@ class ELBO(nn.Module):
         if provider is not None:
             self._check_trained(provider)
         k = self.num_samples
+        # (compiled too: a seq2seq LM's decoder read its source, shifted, without them)
+        inputs = decoder_inputs(self.model, inputs, y, "the ELBO")
         if not torch.compiler.is_compiling():
             _check_checkpointing(self.model, k, provider is not None, generator is not None)
-            inputs = decoder_inputs(self.model, inputs, y, "the ELBO")
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()

@@ -83,7 +83,7 @@ def decoder_inputs(model: nn.Module, inputs: Any, labels: Any, who: str) -> Any:
     outputs). A batch with its own ``decoder_input_ids`` (or embeddings), another model, or no
     mapping: ``inputs`` as given. A model that makes them another way (no such method): a one-line
     error saying to give them. Nothing is imported."""
-    if "transformers" not in sys.modules or not isinstance(inputs, Mapping):
+    if not isinstance(inputs, Mapping) or "transformers" not in sys.modules:  # (a tensor first: traced for free)
         return inputs
     if "decoder_input_ids" in inputs or "decoder_inputs_embeds" in inputs:
         return inputs

@@ -230,6 +230,31 @@ def test_an_encoder_decoder_model_reads_the_decoder_inputs_transformers_makes_fr
         assert "\n" not in str(e.value)
 
 
+def test_a_compiled_elbo_of_an_encoder_decoder_model_makes_its_decoder_inputs_too():
+    """Under torch.compile the ELBO skipped its Python-side checks, the decoder's inputs among them:
+    BART's decoder read the source, shifted (a source as long as the target: a wrong NLL, no error)."""
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=32)
+    model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
+                            strict=False).eval()
+    g = torch.Generator().manual_seed(2)
+    src, tgt = torch.randint(3, 40, (2, 7), generator=g), torch.randint(3, 40, (2, 7), generator=g)
+    batch = {"input_ids": src, "labels": tgt}
+    elbo = bbb.ELBO(model, num_batches=1)
+    dynamo.reset()
+    try:
+        with torch.no_grad():
+            own = model(**batch).loss
+            compiled = torch.compile(lambda b: elbo(b).nll, backend="aot_eager")(batch)
+    finally:
+        dynamo.reset()
+    assert float(compiled) / tgt.numel() == pytest.approx(float(own), rel=1e-6)
+
+
 def test_an_encoder_decoder_classifier_scores_its_labels_without_decoder_inputs():
     """BartForSequenceClassification's decoder reads its input_ids, shifted, not the labels: no refusal,
     and the ELBO's NLL is the model's own loss."""

@@ -193,6 +193,17 @@ def test_generate_in_train_mode_warns_that_each_token_gets_new_weights(lora):
     assert len(said) == 1 and "model.eval()" in said[0]
 
 
+def _tiny_bart() -> nn.Module:
+    """A Bayesian BART language model of a few thousand weights, in eval() (the posterior mean)."""
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=32)
+    model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
+                            strict=False).eval()
+    return model
+
+
 def test_an_encoder_decoder_model_reads_the_decoder_inputs_transformers_makes_from_its_labels():
     """BART builds its decoder's inputs from ``labels``, which bbb scores and does not pass on: without
     ``decoder_input_ids`` its decoder read the source, shifted, and a source as long as the target
@@ -200,12 +211,7 @@ def test_an_encoder_decoder_model_reads_the_decoder_inputs_transformers_makes_fr
     makes them (prepare_decoder_input_ids_from_labels): the ELBO's NLL is the model's own loss on the
     batch as a Hugging Face loop gives it, and evaluate scores the same; a model that makes them
     otherwise is still refused in one line."""
-    torch.manual_seed(0)
-    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
-                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                  decoder_ffn_dim=32, max_position_embeddings=32)
-    model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
-                            strict=False).eval()
+    model = _tiny_bart()
     g = torch.Generator().manual_seed(2)
     src, tgt = torch.randint(3, 40, (2, 6), generator=g), torch.randint(3, 40, (2, 7), generator=g)
     tgt[1, -2:] = -100  # padding the loss ignores (and the decoder reads as the pad token)
@@ -235,12 +241,7 @@ def test_a_compiled_elbo_of_an_encoder_decoder_model_makes_its_decoder_inputs_to
     BART's decoder read the source, shifted (a source as long as the target: a wrong NLL, no error)."""
     import torch._dynamo as dynamo
 
-    torch.manual_seed(0)
-    cfg = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
-                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                  decoder_ffn_dim=32, max_position_embeddings=32)
-    model = bbb.bayesianize(transformers.BartForConditionalGeneration(cfg), skip=[nn.LayerNorm, nn.Embedding],
-                            strict=False).eval()
+    model = _tiny_bart()
     g = torch.Generator().manual_seed(2)
     src, tgt = torch.randint(3, 40, (2, 7), generator=g), torch.randint(3, 40, (2, 7), generator=g)
     batch = {"input_ids": src, "labels": tgt}

@@ -32,7 +32,7 @@ from .hf import causal_lm, decoder_inputs
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
 from .nn.inputs import Inputs, call_model, check_output, select_output, split_targets
 from .nn.samples import PROVIDER, check_model
-from .options import StrOption
+from .options import StrOption, choice
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 __all__ = [
@@ -219,9 +219,7 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
     if isinstance(name, Likelihood):
         return name
     table = {"categorical": Categorical, "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}
-    if name not in table:
-        raise UserError(f"unknown likelihood {name!r}; choose one of: {', '.join(table)}")
-    return table[name](**kwargs)
+    return table[choice("likelihood", name, list(table))](**kwargs)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ Configurations store the option's string value (so ``config.json`` stays plain J
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "PriorKind",
     "StrOption",
     "choice",
+    "closest",
     "device_name",
     "is_bayesian",
     "values",
@@ -119,6 +121,13 @@ def values(options: type[Enum] | Sequence[str]) -> list[str]:
     return [e.value for e in options] if isinstance(options, type) else [str(v) for v in options]
 
 
+def closest(word: str, options: Sequence[str]) -> str | None:
+    """The option ``word`` most likely misspells (``difflib``'s ratio at least 0.75), or None: the
+    "did you mean" of :func:`choice` and of the command line's errors."""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def _user_error(message: str) -> Exception:
     """The one-line :class:`bbb.errors.UserError`, imported only when there is one to raise (so
     this module imports nothing of ``bbb``)."""
@@ -129,11 +138,14 @@ def _user_error(message: str) -> Exception:
 
 def choice(name: str, value: Any, options: type[Enum] | Sequence[str]) -> str:
     """``value`` (a string or an Enum member) as the allowed string it names; any other value
-    raises :class:`bbb.errors.UserError` ``unknown <name> <value>; choose one of: a, b, c``."""
+    raises :class:`bbb.errors.UserError` ``unknown <name> <value>; choose one of: a, b, c`` (and
+    ``; did you mean b?`` where it is one's misspelling: :func:`closest`)."""
     allowed = values(options)
     v = value.value if isinstance(value, Enum) else value
     if v not in allowed:
-        raise _user_error(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+        near = closest(v, allowed) if isinstance(v, str) else None
+        raise _user_error(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}"
+                          + (f"; did you mean {near}?" if near else ""))
     return str(v)
 
 

@@ -242,7 +242,7 @@ def test_the_committed_regression_summary_is_written_byte_for_byte(tmp_path):
 # -- (3) a bad value: the one-line UserError of bbb.options.choice ---------------------------
 
 BAD = [
-    (TrainConfig, "optimizer", "unknown optimizer 'adamw'; choose one of: adam, sgd"),
+    (TrainConfig, "optimizer", "unknown optimizer 'adamw'; choose one of: adam, sgd; did you mean adam?"),
     (TrainConfig, "method", "unknown method 'adamw'; choose one of: bbb, sgd, dropout, ivon"),
     (TrainConfig, "prior", "unknown prior 'adamw'; choose one of: gaussian, mixture"),
     (TrainConfig, "lr_schedule", "unknown lr schedule 'adamw'; choose one of: none, cosine, step"),
@@ -267,3 +267,24 @@ def test_a_bad_value_is_the_one_line_user_error(cls, name, message):
 def test_a_bad_value_from_json_is_the_same_error():
     with pytest.raises(UserError, match=r"^unknown KL weighting 'linear'; choose one of: uniform, blundell, blob$"):
         TrainConfig.from_dict({"kl_weighting": "linear"})
+
+
+def test_a_misspelt_choice_of_the_library_says_what_it_most_likely_meant():
+    """bbb.options.choice is every "unknown X; choose one of" (the ELBO's likelihood, an MLP's
+    activation, a layer's estimator had their own copies): a misspelling names the option it is
+    close to; a word like none of them, none."""
+    import torch.nn as nn
+
+    import bbb
+
+    for make, words in [(lambda: bbb.ELBO(nn.Linear(2, 2), "categorcal", num_batches=1),
+                         ["unknown likelihood 'categorcal'", "did you mean categorical?"]),
+                        (lambda: bbb.BayesMLP(2, [3], 2, activation="rleu"), ["activation", "did you mean relu?"]),
+                        (lambda: bbb.BayesLinear(2, 2, estimator="flipot"), ["estimator", "did you mean flipout?"]),
+                        (lambda: TrainConfig(method="ivno"), ["method", "did you mean ivon?"])]:
+        with pytest.raises(UserError) as info:
+            make()
+        assert all(w in str(info.value) for w in words) and "\n" not in str(info.value), str(info.value)
+    with pytest.raises(UserError) as info:
+        TrainConfig(method="xyz")
+    assert "did you mean" not in str(info.value)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import math
 import re
 import sys
@@ -15,6 +14,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
+
+from ..options import closest
 
 #: argparse's line for a value outside an option's choices: the value, then the choices
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
@@ -61,11 +62,7 @@ class Parser(argparse.ArgumentParser):
             words, known = [m.group(1)], re.findall(r"'([^']*)'", m.group(2))
         else:
             return None
-        for word in words:
-            close = difflib.get_close_matches(word, known, n=1, cutoff=0.75)
-            if close:
-                return close[0]
-        return None
+        return next((near for word in words if (near := closest(word, known)) is not None), None)
 
     def format_help(self) -> str:
         return plain_text(super().format_help())

@@ -61,6 +61,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError, UserError
+from ..options import choice
 from .arrays import DEFAULT_IMAGE_SIZE, read_image_classes, read_npz, source_md5, split_rows
 from .table_checks import (
     NUMERIC_SHARE,
@@ -440,8 +441,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
     standardised values (regression)."""
     p = Path(path)
     where = str(p)
-    if task is not None and task not in TASKS:
-        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
+    if task is not None:
+        choice("task", task, TASKS)
     if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
         raise UserError(f"--val-fraction {val_fraction} and --test-fraction {test_fraction} must each be in [0, 1) "
                         "and leave rows to train on")

@@ -27,7 +27,7 @@ from ..distributions import (
     softplus,
 )
 from ..errors import UserError, check_float
-from ..options import StrOption
+from ..options import StrOption, choice
 from .inputs import refold, unfold
 from .samples import FOLD, PROVIDER, RECORDER, SHARED, SampleRecorder, SamplingMode
 
@@ -116,13 +116,7 @@ class BayesModule(nn.Module):
         rho_init: float,
     ) -> None:
         super().__init__()
-        try:
-            self.estimator = Estimator(estimator)
-        except ValueError:
-            raise UserError(
-                f"unknown estimator {estimator!r}; choose one of: "
-                + ", ".join(e.value for e in Estimator)
-            ) from None
+        self.estimator = Estimator(choice("estimator", estimator, Estimator))
         if self.estimator not in self.estimators:
             raise UserError(
                 f"{type(self).__name__}: the {self.estimator.value} estimator is not defined for this layer "

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..distributions import KLMode, Prior
 from ..errors import UserError, check_int
+from ..options import choice
 from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, check_model, leading_samples
@@ -66,8 +67,7 @@ class BayesMLP(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise UserError(f"unknown activation {activation!r}; choose one of: {', '.join(_ACTIVATIONS)}")
+        choice("activation", activation, list(_ACTIVATIONS))
         sizes = layer_sizes(type(self).__name__, in_features, hidden_sizes, out_features)
         self.sizes = sizes
         self.activation = activation

@@ -51,6 +51,7 @@ from torch import Tensor
 from ..distributions import softplus
 from ..errors import UserError
 from ..nn import BayesModule
+from ..options import choice
 
 __all__ = ["LOGGERS", "SCALARS", "TensorBoardLogger", "TrainLogger", "epoch_histograms", "epoch_scalars",
            "log_step", "make_loggers", "opened_loggers", "report_epoch", "write_points"]
@@ -139,9 +140,7 @@ def make_loggers(names: Sequence[str] | None, log_dir: str | Path | None = None)
     ``RUN/tb`` (an experiment of several networks in one folder: ``OUT/tb/<network>``)."""
     out = []
     for name in names or ():
-        if name not in LOGGERS:
-            raise UserError(f"unknown logger {name!r}; choose one of: {', '.join(LOGGERS)}")
-        factory: Any = LOGGERS[name]
+        factory: Any = LOGGERS[choice("logger", name, list(LOGGERS))]
         out.append(factory() if log_dir is None else factory(log_dir))
     return out
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import atomic_write_json, atomic_write_text
+from ..options import choice
 from .space import RANK_BY, RESULT_COLUMNS, Trial, TrialStatus
 from .trial import result_row, trial_dir
 
@@ -68,11 +69,7 @@ class SweepOptions:
         self.loggers = tuple(self.loggers or ())
         make_loggers(self.loggers)  # an unknown name or a missing package: one line, before any trial
         for name, enum in (("backend", Backend), ("scheduler", SchedulerKind)):
-            v = getattr(self, name)
-            v = v.value if isinstance(v, Enum) else v
-            if v not in {e.value for e in enum}:
-                raise UserError(f"unknown {name} {v!r}; choose one of: {', '.join(e.value for e in enum)}")
-            setattr(self, name, v)
+            setattr(self, name, choice(name, getattr(self, name), enum))
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise UserError(f"--max-concurrent must be >= 1, got {self.max_concurrent}")
         if not (self.gpus_per_trial >= 0 and math.isfinite(self.gpus_per_trial)):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SettingError, UserError, check_int
-from ..options import Dataset
+from ..options import Dataset, closest
 
 
 class SweepDataset(str, Enum):
@@ -205,8 +205,9 @@ def load_space(space: str | Path) -> dict[str, Any]:
         return json.loads(json.dumps(BUILTIN_SPACES[name]))  # a deep copy
     path = Path(name)
     if not path.is_file():
+        near = closest(name, list(BUILTIN_SPACES))
         raise UserError(f"search space {name!r} is neither a built-in space "
-                        f"({', '.join(BUILTIN_SPACES)}) nor a file")
+                        f"({', '.join(BUILTIN_SPACES)}) nor a file" + (f"; did you mean {near}?" if near else ""))
     text = path.read_text()
     if path.suffix.lower() == ".json":
         try:

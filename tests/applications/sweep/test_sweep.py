@@ -169,7 +169,10 @@ def test_sweep_errors_are_one_line(argv, words, capsys, tmp_path, monkeypatch):
 
 def test_missing_space_file_and_num_samples_without_random_values(tmp_path, capsys):
     assert cli_main(["sweep", "--space", str(tmp_path / "nope.yaml"), "--dry-run"]) == 2
-    assert "neither a built-in space" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "neither a built-in space" in err and "did you mean" not in err
+    assert cli_main(["sweep", "--space", "papr", "--dry-run"]) == 2  # a built-in space, misspelt
+    assert "did you mean paper?" in capsys.readouterr().err
     f = tmp_path / "s.json"
     f.write_text(json.dumps({"num_samples": 3, "params": TINY}))
     assert cli_main(["sweep", "--space", str(f), "--dry-run"]) == 2

@@ -102,9 +102,9 @@ TORCH_TESTS_MODELS = $(TORCH_LANE) tests/core/nn tests/core/test_torch_versions.
 	tests/core/test_random.py tests/core/test_finetune_init.py tests/core/test_compile_switch.py
 # CI's floor lane: the models lane and IVON's tests (the optimiser's torch.optim and foreach calls),
 # on one process. Not in it: the population's and member settings' tests (the engine's torch calls
-# again, 61 of the floor's 140 test-seconds, cold), the data, io, plots, uncertainty and prune
+# again, and most of tests/core's time on the floor), the data, io, plots, uncertainty and prune
 # tests (plain tensor arithmetic), which the suite runs on the pin (docs/results.md, "Where CI's
-# time goes").
+# time goes", has the times).
 TORCH_TESTS_FLOOR = $(TORCH_TESTS_MODELS) tests/core/test_ivon.py tests/core/test_ivon_flat.py
 .PHONY: test-torch
 test-torch: $(TORCH_VENV)/.installed

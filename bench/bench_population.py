@@ -273,9 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, key, value)
     if args.dry_run:
         args.device, args.width, args.members, args.warmup, args.steps, args.repeats = "cpu", 16, 3, 1, 2, 1
-        # the eager kernels (the same numbers): compiling them for the CPU took 21 of the dry run's 30 s
-        # and checks nothing of a GPU's (Triton) kernels; the compiled population is
-        # tests/core/test_engine_population.py's (an explicit BBB_COMPILE wins)
+        # the eager kernels (the same numbers): compiling them for the CPU took most of the dry run's
+        # time and checks nothing of a GPU's (Triton) kernels (bench/README.md); the compiled
+        # population is tests/core/test_engine_population.py's (an explicit BBB_COMPILE wins)
         os.environ.setdefault("BBB_COMPILE", "0")
     for name in ("width", "members", "steps", "repeats"):
         if getattr(args, name) < 1:

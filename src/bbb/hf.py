@@ -26,11 +26,10 @@ transformers and safetensors are imported inside the functions only.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +144,7 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     """
     from .nn import folded_samples, sampling, shared_samples
     from .nn.inputs import fold_inputs, input_batch_size
-    from .nn.model import modes_kept
+    from .nn.model import modes_kept, whole_weights
 
     get = getattr(model, "get_base_model", None)
     inner = get() if callable(get) else model  # (a peft model has generate whatever the model it adapts)
@@ -164,28 +163,13 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     k = check_int("num_samples", num_samples)
     b = input_batch_size(kw, 0)
     warn_untrained(model, "generate")
-    with (torch.no_grad(), modes_kept(model), _weights_drawn(model), sampling(model, "sample"), shared_samples(),
+    with (torch.no_grad(), modes_kept(model), whole_weights(model), sampling(model, "sample"), shared_samples(),
           folded_samples(k)):
         out = model.generate(**fold_inputs(kw, k, 0, b), **kwargs)  # type: ignore[operator]
     if not isinstance(out, torch.Tensor):
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
                         "return_dict_in_generate unset")
     return out.view(k, b, *out.shape[1:])
-
-
-@contextlib.contextmanager
-def _weights_drawn(model: nn.Module) -> Iterator[None]:
-    """Every Bayesian layer of ``model`` draws whole weights inside the block (its estimator
-    ``reparam``; each back to its own after): a draw is then one network for every row and call."""
-    layers = [m for m in model.modules() if isinstance(m, BayesModule) and m.estimator is not Estimator.REPARAM]
-    saved = [m.estimator for m in layers]
-    for m in layers:
-        m.estimator = Estimator.REPARAM
-    try:
-        yield
-    finally:
-        for m, e in zip(layers, saved):
-            m.estimator = e
 
 
 def conversion_record(model: nn.Module) -> dict[str, Any]:

@@ -150,6 +150,13 @@ def trained_pairs(model: nn.Module, others: str
     if not pairs:
         raise UserError("IVON: the model has no Bayesian weights to train (bbb.bayesianize(net) converts a "
                         "network; a frozen layer is not trained)")
+    fixed = {id(m.rho(n)) for m, n in pairs if not m.rho(n).requires_grad}
+    if fixed:  # IVON writes every trained weight's rho from its Hessian estimate
+        names = [name for name, p in model.named_parameters(remove_duplicate=False) if id(p) in fixed]
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise UserError(f"IVON: {shown} frozen, but the mean of each is trained (IVON learns a weight's mean and "
+                        "sigma together, sigma from its Hessian estimate, and would overwrite it): unfreeze them "
+                        "(requires_grad_(True)), or freeze their means too")
     owned = {id(m.mu(n)) for m, n in pairs} | {id(m.rho(n)) for m, n in pairs}
     if others not in ("refuse", "leave"):
         raise UserError(f"IVON: others={others!r}; choose 'refuse' or 'leave' (the parameters outside the Bayesian "

@@ -122,6 +122,12 @@ def test_ivon_refuses_what_it_cannot_train():
     half.layers[0].weight_mu.requires_grad_(False)  # its rho left trainable: said so, not called "not Bayesian"
     with pytest.raises(UserError, match=r"layers\.0\.weight_rho trainable, but the mean of each is frozen"):
         IVON(half, lr=0.1, ess=10)
+    fixed = toy_mlp()
+    fixed.layers[0].weight_rho.requires_grad_(False)  # its mean trained: IVON would overwrite the frozen rho
+    before = fixed.layers[0].weight_rho.clone()
+    with pytest.raises(UserError, match=r"layers\.0\.weight_rho frozen, but the mean of each is trained"):
+        IVON(fixed, lr=0.1, ess=10)
+    assert torch.equal(fixed.layers[0].weight_rho, before)
     with pytest.raises(UserError, match="ess must be a positive"):
         IVON(toy_mlp(), lr=0.1, ess=0)
     for bad in ({"beta1": "0.9"}, {"beta2": None}, {"clip_radius": "1"}):  # not numbers: one line, no TypeError

@@ -50,7 +50,7 @@ from .ensemble import BayesEnsemble, MemberNoise, pool_members
 from .hf_conv1d import BayesHFConv1D
 from .inputs import call_model, select_output, split_targets
 from .layers import BayesLinear, PerSample
-from .model import BayesMLP, bayes_modules, mark_deterministic, model_kl, sampling, warn_not_bayesian
+from .model import BayesMLP, bayes_modules, mark_deterministic, model_kl, sampling, warn_not_bayesian, whole_weights
 from .population import (
     BayesPopulation,
     OneHot,
@@ -100,6 +100,7 @@ __all__ = [
     "providing_samples",
     "sampling",
     "shared_samples",
+    "whole_weights",
     "folded_samples",
     "forward_samples",
     "call_model",

@@ -253,6 +253,8 @@ class BayesMultiheadAttention(BayesModule):
         causal = is_causal and attn_mask is None
         sampling = self.is_sampling()
         k = kf if (kf is not None and sampling and self.estimator is not Estimator.LOCAL) else None
+        if sampling and self.estimator is not Estimator.REPARAM:
+            self._warn_positions(max(tgt, src))
         q, kk, v = self._project(query, key, value, k, selfattn)
         if self.bias_k_mu is not None:
             kk = torch.cat([kk, self._extra("bias_k", n, k)], dim=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, overload
 
@@ -86,6 +87,17 @@ class Estimator(StrOption):
 # --------------------------------------------------------------------------------------------
 # Base class
 # --------------------------------------------------------------------------------------------
+
+
+
+def positions(x: Tensor, k: int | None) -> int:
+    """Rows per example of a linear layer's input ``(B, *, in)`` (``(k, B, *, in)`` with k weight
+    samples): the product of the dimensions between the batch's and the features' (1: none)."""
+    lead = 2 if k is not None else 1
+    return math.prod(x.shape[lead:-1]) if x.dim() > lead + 1 else 1
+
+#: (layer type, estimator) pairs :meth:`BayesModule._warn_positions` has warned about (once each)
+_POSITIONS_WARNED: set[tuple[str, str]] = set()
 
 
 class BayesModule(nn.Module):
@@ -470,6 +482,20 @@ class BayesModule(nn.Module):
         """Flipout's perturbation of ``name``: a draw less the mean, w - mu = sigma * eps, masked."""
         mu, _, w = self._draw(name, k)
         return self._masked(name, w - mu)
+
+    def _warn_positions(self, positions: int) -> None:
+        """Warn once per layer type and estimator that the ``local`` or ``flipout`` estimator met an
+        input with ``positions`` > 1 rows per example (a sequence's tokens, an image's pixels): its
+        noise is per row, so the training loss is not that of one sampled network per example."""
+        key = (type(self).__name__, self.estimator.value)
+        if positions <= 1 or key in _POSITIONS_WARNED or torch.compiler.is_compiling():
+            return
+        _POSITIONS_WARNED.add(key)
+        what = "samples its pre-activations" if self.estimator is Estimator.LOCAL else "flips its noise's signs"
+        warnings.warn(f"{key[0]} with the {key[1]} estimator {what} per position of an input ({positions} here: a "
+                      "sequence's tokens or an image's pixels), so one example's positions see different weights and "
+                      "the training loss is not that of one sampled network per example (predictions draw whole "
+                      "weights); estimator='reparam' trains on one network per example", UserWarning, stacklevel=3)
 
     def _generator(self) -> torch.Generator | None:
         rec = RECORDER.get()

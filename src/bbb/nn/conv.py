@@ -189,8 +189,10 @@ class _BayesConvNd(BayesModule):
             w_sigma = self._masked_sigma("weight")
             b_sigma = self._masked_sigma("bias") if has_bias else None
             num = k if (k is not None and x.dim() == self._nd + 2) else None
-            return BF.conv_local(x, self.weight, w_sigma, self.bias, b_sigma, **opts,
-                                 num_samples=num, generator=self._generator())
+            y = BF.conv_local(x, self.weight, w_sigma, self.bias, b_sigma, **opts,
+                              num_samples=num, generator=self._generator())
+            self._warn_positions(math.prod(y.shape[-self._nd:]))  # (flipout's signs are per example)
+            return y
         # flipout: the perturbation delta = w - mu = sigma * eps
         dw = self._flipout_delta("weight", k)
         db = self._flipout_delta("bias", k) if has_bias else None

@@ -137,6 +137,7 @@ class BayesEmbedding(BayesModule):
         """mu[idx] + sigma[idx] * eps, fresh noise per lookup. ``sample``: the sample (0..k-1) of each lookup
         inside a k-sample pass, for ``scale_grad_by_freq`` (torch counts a row's lookups over the whole
         batch: over the k copies its gradient would be divided by k), which then counts per sample."""
+        self._warn_positions(idx[0].numel() if idx.dim() >= 2 else 1)  # (a token twice: two draws)
         table, sigma_table = self.weight, self._masked_sigma("weight")
         if sample is not None and self.scale_grad_by_freq and k > 1:  # sample j's lookups in rows j*V..
             v = self.num_embeddings

@@ -20,7 +20,7 @@ from torch import Tensor
 from .. import functional as BF
 from ..distributions import Prior
 from ..errors import UserError
-from .base import DEFAULT_RHO_INIT, BayesModule, Estimator, RelativeSigma
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator, RelativeSigma, positions
 from .layers import BayesLinear
 
 __all__ = ["BayesHFConv1D", "transformers_conv1d"]
@@ -114,6 +114,7 @@ class BayesHFConv1D(BayesModule):
             w = self._masked("weight", self._draw("weight", k)[2])
             b = self._masked("bias", self._draw("bias", k)[2]) if has_bias else None
             return BF.linear(x, w.mT, b)
+        self._warn_positions(positions(x, k))
         if self.estimator is Estimator.LOCAL:
             b_sigma = self._masked_sigma("bias") if has_bias else None
             return BF.linear_local(x, self.weight.mT, self._masked_sigma("weight").mT, self.bias, b_sigma,

@@ -12,7 +12,7 @@ from torch import Tensor
 from .. import functional as BF
 from ..distributions import Prior
 from ..errors import UserError
-from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
+from .base import DEFAULT_RHO_INIT, BayesModule, Estimator, positions
 from .conv import BayesConv1d as BayesConv1d
 from .conv import BayesConv2d as BayesConv2d
 from .conv import BayesConv3d as BayesConv3d
@@ -113,6 +113,7 @@ class BayesLinear(BayesModule):
             _, _, w = self._draw("weight", k)
             b = self._draw("bias", k)[2] if has_bias else None
             return BF.linear(x, self._masked("weight", w), self._masked("bias", b))
+        self._warn_positions(positions(x, k))
         if self.estimator is Estimator.LOCAL:
             w_sigma = self._masked_sigma("weight")
             b_sigma = self._masked_sigma("bias") if has_bias else None

@@ -20,7 +20,8 @@ from .base import DEFAULT_RHO_INIT, BayesModule, Estimator
 from .layers import BayesLinear
 from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, check_model, leading_samples
 
-__all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling", "warn_not_bayesian", "mark_deterministic"]
+__all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling", "warn_not_bayesian", "mark_deterministic",
+           "whole_weights"]
 
 
 #: in-place where the activation allows it (the layers' outputs are fresh tensors)
@@ -263,6 +264,27 @@ def modes_kept(model: nn.Module, eval: bool = True) -> Iterator[nn.Module]:
     finally:
         for m, mode in modes:
             m.training = mode
+
+
+@contextlib.contextmanager
+def whole_weights(model: nn.Module) -> Iterator[nn.Module]:
+    """Every Bayesian layer of ``model`` draws whole weights inside the block (its estimator
+    ``reparam``; each back to its own after): a draw is then one network for every input, position
+    and call. What a prediction needs: the ``local`` estimator samples pre-activations and
+    ``flipout`` flips its noise's signs per row, so with positions (a sequence's tokens, an image's
+    pixels) one input's positions would see different weights, and an output pooled over them
+    would vary less than under any one network of the posterior. A population's layers (dense
+    inputs: no positions) keep theirs."""
+    layers = [m for m in model.modules()
+              if isinstance(m, BayesModule) and m.estimator is not Estimator.REPARAM and not m.member_axis]
+    saved = [m.estimator for m in layers]
+    for m in layers:
+        m.estimator = Estimator.REPARAM
+    try:
+        yield model
+    finally:
+        for m, e in zip(layers, saved):
+            m.estimator = e
 
 
 @contextlib.contextmanager

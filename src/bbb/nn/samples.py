@@ -194,7 +194,8 @@ def shared_samples(per_call: bool = False) -> Iterator[None]:
     Evaluating k sampled networks over a data set in chunks then uses the *same* k networks for
     every chunk (a consistent Monte Carlo predictive, and k weight draws instead of k per chunk).
     Applies to weight sampling (``reparam`` and the weight part of ``flipout``); ``local``
-    reparameterisation draws per example by construction. Meant for prediction under
+    reparameterisation draws per row by construction (:func:`bbb.nn.whole_weights` makes every
+    layer draw whole weights, as :func:`bbb.uncertainty.predict` does). Meant for prediction under
     ``torch.no_grad()``; the stored weights are released when the outermost block ends.
     ``per_call=True`` (what the ELBO opens around its forward): one network sample for a forward
     that calls a layer several times (a cell in a loop), not a prediction's block.

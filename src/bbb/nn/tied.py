@@ -27,7 +27,7 @@ from torch import Tensor
 from .. import functional as BF
 from ..distributions import CenteredPrior, KLMode
 from ..errors import UserError
-from .base import BayesModule, Estimator
+from .base import BayesModule, Estimator, positions
 from .layers import BayesLinear
 from .samples import SHARED, SampleRecorder
 
@@ -93,6 +93,7 @@ class TiedBayesLinear(BayesModule):
             w = src._masked("weight", src._draw("weight", k)[2])
             b = self._masked("bias", self._draw("bias", k)[2]) if has_bias else None
             return BF.linear(x, w, b)
+        self._warn_positions(positions(x, k))
         if self.estimator is Estimator.LOCAL:
             b_sigma = self._masked_sigma("bias") if has_bias else None
             return BF.linear_local(x, self.weight, src._masked_sigma("weight"), self.bias, b_sigma,

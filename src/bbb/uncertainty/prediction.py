@@ -28,7 +28,7 @@ from ..nn.inputs import (
     split_inputs,
     split_targets,
 )
-from ..nn.model import modes_kept
+from ..nn.model import modes_kept, whole_weights
 from ..nn.samples import PROVIDER
 from .classification import (
     brier_score,
@@ -139,11 +139,11 @@ def predict(
     The k networks run batched (the samples folded into the batch dimension, so any network
     works: :func:`bbb.nn.forward_samples`); ``batch_size`` bounds memory by chunking each batch
     (every tensor with the batch dimension is split), and every chunk or batch sees the same k
-    networks (weights drawn once, :func:`bbb.nn.shared_samples`). That holds for ``reparam``
-    layers (the default estimator): ``local`` layers sample each example's pre-activations on
-    their own and ``flipout`` layers flip the noise's signs per example, so there sample j is an
-    exact draw for each input alone (its uncertainty, MI and votes are right) but not one network
-    across the inputs (a curve drawn through sample j's outputs is not a sampled function).
+    networks (weights drawn once, :func:`bbb.nn.shared_samples`): sample j is one network of the
+    posterior across all the inputs. Layers trained with the ``local`` or ``flipout`` estimator
+    draw whole weights here too (:func:`bbb.nn.whole_weights`): their own noise is per row, so an
+    input's positions (a sequence's tokens, an image's pixels) would see different weights and a
+    pooled output would vary less than the posterior says.
     ``return_targets=True`` (DataLoader only) also returns the concatenated targets:
     ``(outputs, targets)``.
 
@@ -211,7 +211,8 @@ def _predict(model: nn.Module, x: Inputs | Iterable, num_samples: int, mode: str
     batches = _chunks([(split_targets(x)[0], None)] if one else _batches(x), batch_size, d)
     outs, targets = [], []
     record: AbstractContextManager[Any] = SampleRecorder(gen) if gen is not None else nullcontext()
-    with sampling(model, mode), shared_samples(), record:
+    whole = whole_weights(model) if mode == "sample" else nullcontext()
+    with sampling(model, mode), whole, shared_samples(), record:
         sizes, steps = [], []
         for xc, yc, first in batches:
             if not one and dev is not None:

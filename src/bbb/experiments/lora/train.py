@@ -103,7 +103,8 @@ def few_shot(data: TaskData, job: Job) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 def _lora_model(bb: Backbone, method: LoraMethod, rank: int, alpha: int, init_seed: int,
                 setting: Setting) -> nn.Module:
     """A fresh copy of the frozen body with peft LoRA adapters (seeded initialisation); for BBB the
-    adapters converted by :func:`bbb.bayesianize` (A, or A and B; flipout, as BLoB; the Gaussian
+    adapters converted by :func:`bbb.bayesianize` (A, or A and B; flipout, as BLoB: in training its
+    signs per token of the ViT's sequences, as BLoB's code; predictions draw whole adapters; the Gaussian
     prior of ``setting``; the means start at peft's initialisation, sigma at bbb's default); for
     IVON A and B converted with the reparameterisation estimator (IVON's Hessian estimate needs each
     sampled weight's gradient; sigma at the start is IVON's). The adapters are every trainable
@@ -210,6 +211,16 @@ def _train(models: list[nn.Module], objectives: list[_Objective], x: Tensor, y: 
         m.train()
     if on_step is not None:
         on_step(0)
+    with warnings.catch_warnings():  # BLoB's recipe: flipout's signs per token, as its code draws them
+        warnings.filterwarnings("ignore", message=".*flipout estimator flips its noise's signs per position.*",
+                                category=UserWarning)
+        _steps(models, objectives, x, y, sched, opt, ivon, g, batch, order, progress, on_step)
+
+
+def _steps(models: list[nn.Module], objectives: list[_Objective], x: Tensor, y: Tensor, sched: Schedule, opt: Any,
+           ivon: Any, g: torch.Generator, batch: int, order: list[int], progress: Callable[[int], None],
+           on_step: Callable[[int], None] | None) -> None:
+    """The training steps of :func:`_train`."""
     done = 0
     for step in range(1, sched.steps + 1):
         if len(order) < batch:

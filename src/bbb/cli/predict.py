@@ -342,7 +342,8 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path]
               data_files: list[str | None]) -> None:
     """Refuse an ``--out`` that would lose a file: the input, the run's data file (where the run
     recorded it, and where ``--csv``/``--npz`` says it is now) or a file of a run directory (even
-    with ``--overwrite``), a folder, or any existing file without ``--overwrite``. Checked before
+    with ``--overwrite``; and a name of the files bbb writes in one, existing or not), a folder, or
+    any existing file without ``--overwrite``. Checked before
     anything is computed."""
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; give a file name, e.g. {out / 'predictions.csv'}")
@@ -362,8 +363,12 @@ def check_out(out: Path, overwrite: bool, input_path: Path, run_dirs: list[Path]
     from ..runs.rundir import RUN_FILES
 
     home = out.resolve().parent
-    if out.exists() and out.name in RUN_FILES and any((home / f).is_file() for f in ("last.pt", "best.pt")):
-        raise UserError(f"--out {out} is a file of the run directory {home} (another run's); give a file outside it")
+    own = any(run_dir.resolve() == home for run_dir in run_dirs)
+    if out.name in RUN_FILES and (own or any((home / f).is_file() for f in ("last.pt", "best.pt"))):
+        # (one that does not exist yet too: a later bbb evaluate would write it, or read these predictions)
+        whose = "" if own else " (another run's)"
+        raise UserError(f"--out {out} is a file name of the run directory {home}{whose} ({out.name}, which bbb "
+                        "writes there); give another name, or a file outside it")
     if out.exists() and not overwrite:
         raise UserError(f"--out {out} exists; give --overwrite to replace it, or another file")
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 import csv
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,8 @@ from ..errors import DataError, UserError
 from ..options import choice
 from .arrays import DEFAULT_IMAGE_SIZE, read_image_classes, read_npz, source_md5, split_rows
 from .table_checks import (
+    FLOAT32_MAX,
+    MIN_IDENTIFIER_ROWS,
     NUMERIC_SHARE,
     arrays_outside,
     check_array_magnitude,
@@ -88,7 +90,7 @@ __all__ = ["DELIMITERS", "MAX_CATEGORIES", "MISSING", "Preprocess", "TASKS", "lo
 #: the most categories a text column may have to be one-hot encoded
 MAX_CATEGORIES = 100
 #: cell texts (lower case) that mean "missing"; an empty cell is missing too
-MISSING = frozenset({"na", "n/a", "nan", "null", "none"})
+MISSING = frozenset({"na", "n/a", "nan", "null", "none", "?"})
 TASKS = ("classification", "regression")
 #: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
 DELIMITERS = (",", ";", "\t")
@@ -100,7 +102,7 @@ def _missing(cell: str) -> str:
     """What the error of a missing cell says: a word such as ``None`` is named, a category so named."""
     word = cell.strip()
     return "missing value" if not word else (f"{word[:20]!r} is read as a missing value (NA, N/A, NaN, "
-                                             "null and None all are; a category so named needs another name)")
+                                             "null, None and ? all are; a category so named needs another name)")
 
 
 def _delimiter(first: str) -> str:
@@ -260,7 +262,7 @@ class Preprocess:
                     onehot[i, cats[cell]] = 1.0
                 parts.append(onehot)
         x = torch.from_numpy(np.concatenate(parts, axis=1) if parts else np.zeros((n, 0)))
-        return self._standardise(x)
+        return self._standardise(x, where, lambda i: f"row {row_number(numbers, i + 1)}")
 
     def encode_array(self, x: Any, where: str = "input") -> Tensor:
         """An array of inputs -> the network's (N, D) float32 inputs.
@@ -300,7 +302,7 @@ class Preprocess:
             bad = int(torch.nonzero(~torch.isfinite(x64).all(1))[0]) + 1
             raise UserError(f"{where}: input {bad} contains NaN or inf")
         check_array_magnitude(where, x64.numpy(), lambda i: f"input {i + 1}")
-        return self._standardise(x64)
+        return self._standardise(x64, where)
 
     def outside_range(self, x: Any) -> list[tuple[int, str, str]]:
         """``(row, feature, text)`` for each value of the raw flat-array inputs ``x`` (N, D) outside
@@ -320,8 +322,24 @@ class Preprocess:
             return []
         return values_outside(a, low, high, names, lambda i, j: f"{a[i, j]:.6g}")
 
-    def _standardise(self, x: Tensor) -> Tensor:
-        return (self.x.transform(x.to(torch.float64)) if self.x is not None else x).to(torch.float32)
+    def _standardise(self, x: Tensor, where: str = "input", row: Callable[[int], str] | None = None) -> Tensor:
+        """The inputs standardised as the training rows were, float32; a value that fits a float32
+        but standardises beyond one (far outside the training rows, for a column of tiny spread) is
+        a one-line error naming ``row(i)`` (i = 0: the first) and its feature, not an inf."""
+        z = self.x.transform(x.to(torch.float64)) if self.x is not None else x
+        big = torch.nonzero(z.abs() > FLOAT32_MAX)
+        if len(big):
+            i, j = (int(v) for v in big[0])
+            name = self._feature_names()[j] if self.kind == "table" else f"x[{j}]"
+            raise UserError(f"{where}: {row(i) if row else f'input {i + 1}'}, {name}: {float(x[i, j]):.6g} lies "
+                            f"{float(z[i, j]):.3g} training standard deviations from the training mean, beyond bbb's "
+                            "32-bit numbers; fix the value (its units?)")
+        return z.to(torch.float32)
+
+    def _feature_names(self) -> list[str]:
+        """A table's encoded features by the column each comes from (a one-hot column's several)."""
+        return [f"column {c['name']!r}" for c in self.columns for _ in (c["categories"] if c["kind"] == "onehot"
+                                                                      else [None])]
 
     def trained_on(self) -> str:
         arrays = ("images (a folder)" if self.source.get("folder") else "tensors given in memory"
@@ -413,6 +431,11 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             raise UserError(f"{where}: row {row_number(numbers, i)}, column {name!r}: {cells[i - 1][:40]!r} in a "
                             "column of numbers; "
                             "fix or drop that row (a missing value?)")
+        if len(cats) == len(cells) >= MIN_IDENTIFIER_ROWS:
+            raise UserError(f"{where}: the text column {name!r} holds a different value in each of its {len(cells)} "
+                            f"rows (a name or an identifier, not a feature: one-hot, each would be a category of "
+                            f"one row, and every new row's unseen); leave it out with --ignore {name} (bbb predict "
+                            "then carries it through to its output)")
         if len(cats) > MAX_CATEGORIES:
             raise UserError(f"{where}: the text column {name!r} has {len(cats)} distinct values (one-hot encoding "
                             f"takes at most {MAX_CATEGORIES}); drop it from the file (an identifier or free text?)")

@@ -47,7 +47,10 @@ DECIMAL_COMMA = re.compile(r"[+-]?\d+,(\d{1,2}|\d{4,})")
 
 
 def number(text: str) -> float | None:
-    """The finite number a cell holds, or None (text, or a NaN or an inf)."""
+    """The finite number a cell holds, or None (text, or a NaN or an inf). Python's own
+    literals are not numbers of a table: ``18_25`` (an age band) is text, not 1825."""
+    if "_" in text:
+        return None
     try:
         v = float(text)
     except ValueError:

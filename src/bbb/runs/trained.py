@@ -241,14 +241,15 @@ class TrainedModel(nn.Module):
             raise UserError(f"inputs of shape {shape} have the network's {encoded} encoded inputs, not this run's "
                             f"{raw} raw columns ({names}): pass the CSV through model.encode_csv(path), whose "
                             "output goes in as it is, or give inputs you encoded yourself to model.network")
+        text = [c["name"] for c in cols if c["kind"] != "numeric"]
+        if text:  # (before the shape: no array of raw rows would do)
+            raise UserError(f"this run one-hot encodes the text column{'s' if len(text) > 1 else ''} "
+                            f"{', '.join(text)}, which an array (here of shape {shape}) cannot hold: give the rows "
+                            "as a CSV file with the column names (in Python: model.encode_csv(path))")
         if t.dim() != 2 or t.shape[1] != raw:
             raise UserError(f"inputs of shape {shape} do not fit this run's raw rows (N, {raw}), the columns "
-                            f"{names}: give an (N, {raw}) array or the CSV, model.encode_csv(path)")
-        text = [c["name"] for c in cols if c["kind"] != "numeric"]
-        if text:
-            raise UserError(f"this run one-hot encodes the text column{'s' if len(text) > 1 else ''} "
-                            f"{', '.join(text)}, which an array of shape {shape} cannot hold: give the table "
-                            "as a CSV, model.encode_csv(path)")
+                            f"{names}: give an (N, {raw}) array or the rows as a CSV file with the column names "
+                            "(in Python: model.encode_csv(path))")
 
     def encode_csv(self, path: str | Path, unseen: list[tuple[int, str, str]] | None = None,
                    outside: list[tuple[int, str, str]] | None = None

@@ -306,6 +306,17 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(capsys, tmp_path, monk
         # what to run instead: bbb ood takes any run given --ood-data, and bbb predict ranks any run's inputs
         assert ("--ood-data" if command == "ood" else "bbb predict") in err and "bbb ood and bbb uncertain" not in err
     assert not (tmp_path / "p.csv").exists()
+    # a name bbb writes in the run's folder, not there yet: a later bbb evaluate would replace (or read) it
+    for name in ("eval.json", "summary.json"):
+        (tmp_path / "run" / name).unlink(missing_ok=True)
+        rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(path), "--out",
+                              str(tmp_path / "run" / name))
+        assert_one_line_error(rc, err, f"({name}, which bbb writes there)")
+        assert not (tmp_path / "run" / name).exists()
+    for shape in ((2, 2), (2, 3)):  # an array for a run with a text column: the CSV, whatever its shape
+        np.save(tmp_path / "a.npy", np.zeros(shape))
+        rc, _, err = run_main(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "a.npy"), "--no-refer")
+        assert_one_line_error(rc, err, "one-hot encodes the text column kind", "as a CSV file with the column names")
 
 
 def test_an_npz_target_is_written_as_the_class_label_it_is(capsys, tmp_path):

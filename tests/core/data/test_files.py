@@ -105,6 +105,10 @@ def test_csv_bad_inputs_are_one_line_errors(tmp_path):
     ids = [[f"id{i}", str(i), f"{i * 0.5}"] for i in range(150)]
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "ids.csv", ["name", "n", "y"], ids), target="y")
+    one_line(info, "'name'", "a different value in each of its 150 rows", "--ignore name")
+    many = [[f"c{i // 2}", str(i), f"{i * 0.5}"] for i in range(300)]  # 150 categories, two rows each
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "many.csv", ["name", "n", "y"], many), target="y", ignore=["n"])
     one_line(info, "'name'", "150 distinct")
     whole = [[str(2 * i), str(i % 3)] for i in range(30)]  # (2i: not a run of consecutive numbers, an identifier)
     with pytest.raises(UserError) as info:
@@ -250,15 +254,19 @@ def test_image_folder_grey_resized_and_a_corrupt_file_named(tmp_path):
 
 
 def test_a_numeric_target_with_a_stray_text_cell_is_an_error_not_classes(tmp_path):
-    # a quantity with one "?" (or "inf") was taken for class labels, each distinct number a class
+    # a quantity with one "-" (or "inf") was taken for class labels, each distinct number a class
     rows = [[f"{i * 0.37 % 5:.3f}", f"{100 + i % 5 * 1.5:.1f}"] for i in range(60)]
-    for bad in ("?", "inf"):
+    for bad in ("-", "inf"):
         stray = [r[:] for r in rows]
         stray[7][1] = bad
         path = write_csv(tmp_path / "stray.csv", ["a", "price"], stray)
         with pytest.raises(UserError) as info:
             load_file_splits(path, target="price")
         one_line(info, "row 8", "'price'", repr(bad), "--task classification")
+    stray[7][1] = "?"  # UCI's missing value: said so
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "q.csv", ["a", "price"], stray), target="price")
+    one_line(info, "row 8", "'price'", "'?' is read as a missing value")
     # said outright, such a column is class labels; a text column with a few numbers stays one
     _, pre = load_file_splits(path, target="price", task="classification")
     assert pre.task == "classification"

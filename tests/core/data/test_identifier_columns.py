@@ -125,3 +125,31 @@ def test_a_run_records_its_kept_columns_and_resumes_only_with_them(tmp_path, cap
     rc, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--epochs", "2", "--keep", "income",
                           "--quiet")
     assert rc != 0 and "keep_columns" in err.replace("--keep", "keep_columns") and "\n" not in err.strip()
+
+
+def _named(path: Path, n: int, distinct: bool = True) -> Path:
+    rng = random.Random(1)
+    names = [f"C{i:04d}" for i in rng.sample(range(10_000), n)] if distinct else \
+        [rng.choice(["north", "south", "east"]) for _ in range(n)]
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["customer", "x", "y"])
+        for name in names:
+            x = rng.gauss(0, 1)
+            w.writerow([name, x, 2 * x + rng.gauss(0, 0.1)])
+    return path
+
+
+def test_a_text_column_different_in_every_row_is_one_line_naming_ignore(tmp_path):
+    """A customer name in each row was one-hot encoded below 100 rows: a category of one row each,
+    every new row's unseen."""
+    with pytest.raises(UserError, match=r"text column 'customer' holds a different value in each of its 80 rows.*"
+                                        r"--ignore customer") as e:
+        load_file_splits(_named(tmp_path / "t.csv", 80), target="y")
+    assert "\n" not in str(e.value)
+    _, pre = load_file_splits(_named(tmp_path / "t.csv", 80), target="y", ignore=["customer"])
+    assert [c["name"] for c in pre.columns] == ["x"]
+    _, pre = load_file_splits(_named(tmp_path / "c.csv", 80, distinct=False), target="y")  # a category
+    assert pre.columns[0]["kind"] == "onehot"
+    _, pre = load_file_splits(_named(tmp_path / "s.csv", 19), target="y")  # too few rows to judge
+    assert pre.columns[0]["kind"] == "onehot"

@@ -33,7 +33,8 @@ def with_gaps(path: Path, bad_row: int, bad: str, column: int = 1) -> Path:
 
 
 @pytest.mark.parametrize("bad, column, words", [("", 1, ("missing",)), ("NA", 0, ("missing",)),
-                                                 ("$5", 1, ("currency",)), ("?", 2, ("column of numbers",))])
+                                                 ("$5", 1, ("currency",)), ("?", 2, ("missing",)),
+                                                 ("-", 2, ("column of numbers",))])
 def test_training_errors_name_the_files_row(tmp_path, bad, column, words):
     path = with_gaps(tmp_path / "t.csv", 12, bad, column)
     header, rows = read_csv(path)

@@ -160,6 +160,12 @@ def test_cli_writes_one_file_or_into_a_folder(runs, tmp_path, capsys):
     rc, _, err = run_main(capsys, "report", str(full), "--out", str(tmp_path / "eval.json"))
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "give FILE.html, or a folder" in err, err
     assert (tmp_path / "eval.json").read_text() == "{}"
+    # a page of the user's own is not replaced; one bbb report wrote is
+    (tmp_path / "mine.html").write_text("<html>my notes</html>")
+    rc, _, err = run_main(capsys, "report", str(full), "--out", str(tmp_path / "mine.html"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "not a page bbb report wrote" in err, err
+    assert (tmp_path / "mine.html").read_text() == "<html>my notes</html>"
+    assert run_main(capsys, "report", str(bare), "--out", str(tmp_path / "r.html"))[0] == 0
 
 
 def test_not_a_run_directory_is_one_line(runs, tmp_path, capsys):
@@ -184,6 +190,26 @@ def test_runs_of_the_same_name_are_told_apart(runs, tmp_path):
     assert "<code><span>bbb</span> <span>train</span> <span>--epochs</span> <span>1</span> <span>--out</span> " \
            "<span>run</span></code>" in text
     assert "from Python (arguments: <code>-q my_script.py</code>)" in text
+
+
+def test_a_resumed_run_names_each_command_and_an_unfinished_one_says_so(runs, tmp_path):
+    """The page named only the command that started a run resumed to more epochs (which reproduces
+    another run), and said "trained 3 epochs" of a run stopped after 2 of them."""
+    run = tmp_path / "run"
+    shutil.copytree(runs[1], run)  # an sgd run of 1 epoch, resumed to 3 and stopped after epoch 2:
+    config = json.loads((run / "config.json").read_text())
+    first = ["train", "--method", "sgd", "--epochs", "1", "--out", "run"]
+    again = ["train", "--resume", "--out", "run", "--epochs", "3"]
+    config.update(argv=first, epochs=3, resumed=[{"after_epoch": 1, "argv": again}])
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "summary.json").unlink()  # (removed as it trained on; written at its end)
+    lines = (run / "metrics.csv").read_text().splitlines()
+    (run / "metrics.csv").write_text("\n".join([*lines, lines[-1].replace("1,", "2,", 1)]) + "\n")
+    text = report_html([run])
+    assert "then, after epoch 1, <code><span>bbb</span> <span>train</span> <span>--resume</span>" in text
+    assert "2 of 3 epochs (stopped before its end: resumable)" in text and "trained 3 epochs" not in text
+    assert ("<span>train</span> <span>--resume</span> <span>--out</span> <span>run</span></code>: finishes its "
+            "training: it stopped after epoch 2 of 3") in text
 
 
 def test_the_learning_curve_of_a_regression_run_is_in_its_units():

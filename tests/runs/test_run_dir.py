@@ -114,6 +114,8 @@ def test_resume_and_overwrite_exclude_each_other(tmp_path, data_dir, finished, r
 def test_overwrite_replaces_every_file_of_the_previous_run(tmp_path, data_dir, finished):
     out = copy_run(finished, tmp_path / "run")
     (out / "notes.txt").write_text("mine\n")  # not a run file: kept
+    (out / "tb").mkdir()  # the replaced run's TensorBoard curves: removed, though this run does not log
+    (out / "tb" / "events.out.tfevents.1.host").write_bytes(b"old curves")
     host = _host()
     stale = [f".best.pt~{host}~999999999~abcd1234.tmp", f".metrics.csv~{host}~999999998~00000000.tmp"]
     for name in stale:  # left by writers that were killed (their pids are gone)
@@ -121,7 +123,7 @@ def test_overwrite_replaces_every_file_of_the_previous_run(tmp_path, data_dir, f
     p = run(*train_argv(data_dir, out, "--overwrite", "--seed", "7", epochs=2))
     assert p.returncode == 0, p.stderr
     names = {q.name for q in out.iterdir()}
-    assert not ({"eval.json", "pruning.csv"} & names) and "notes.txt" in names
+    assert not ({"eval.json", "pruning.csv", "tb"} & names) and "notes.txt" in names
     assert not [n for n in names if n.endswith(".tmp") or n.startswith(".old-run")], names
     assert '"seed": 7' in (out / "config.json").read_text()
     assert len((out / "metrics.csv").read_text().splitlines()) == 3

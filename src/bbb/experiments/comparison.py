@@ -150,23 +150,34 @@ def stale_evaluation(ev: dict[str, Any], summary: dict[str, Any]) -> str | None:
     return f"its eval.json evaluated the {which} checkpoint of epoch {epoch}, and the run's {which} is now epoch {now}"
 
 
+def file_of(command: str) -> str:
+    """The file of an ensemble's folder that ``bbb COMMAND`` writes, as its messages name it."""
+    return "the ensemble's eval.json" if command == "evaluate" else f"{command}.json"
+
+
 def stale_member(folder: str | Path, members: Sequence[str | Path], summaries: Sequence[dict[str, Any]],
                  command: str, scored: dict[str, Any]) -> str | None:
     """Why the file that ``bbb COMMAND RUN RUN ... --out FOLDER`` wrote (``scored``: an ensemble's
     eval.json, ood.json or uncertain.json) is of earlier networks than its members' now (their
-    summary.json: ``summaries``), naming the first member that trained on since and the command
+    summary.json: ``summaries``), naming the first member that trained on since, or that another
+    run replaced (``--overwrite``: its config.json's run id is not the one scored), and the command
     that scores them again; else None (also where the file names no members' epochs: an older bbb's)."""
     which = scored.get("checkpoint")
     epochs = ([s.get("epoch") for s in scored.get("member_scores") or []] if command == "evaluate"
               else scored.get("member_epochs")) or [None] * len(members)
-    for m, now, epoch in zip(members, summaries, epochs):
+    ids = ([s.get("run_id") for s in scored.get("member_scores") or []] if command == "evaluate"
+           else scored.get("member_run_ids")) or [None] * len(members)
+    for m, now, epoch, scored_id in zip(members, summaries, epochs, ids):
         stale = stale_evaluation({"checkpoint": which, "epoch": epoch}, now)
+        now_id = (_read_json(Path(m) / "config.json") or {}).get("run_id")  # (bbb.runs.rundir.run_id_of's key)
+        if stale is None and scored_id is not None and now_id != scored_id:
+            stale = f"{file_of(command)} scored another run, which {m} held before a run trained into it again"
         if stale:
             again = " ".join(map(str, members)) + (" --which last" if which == "last" else "")
-            file = "the ensemble's eval.json" if command == "evaluate" else f"{command}.json"
-            return (f"{folder}: its member {m} trained on since `bbb {command}` scored it "
-                    f"({stale.replace('its eval.json evaluated', f'{file} scored')}); run `bbb {command} {again} "
-                    f"--out {folder}` again")
+            how = "was replaced" if now_id != scored_id and scored_id is not None else "trained on"
+            return (f"{folder}: its member {m} {how} since `bbb {command}` scored it "
+                    f"({stale.replace('its eval.json evaluated', f'{file_of(command)} scored')}); run `bbb {command} "
+                    f"{again} --out {folder}` again")
     return None
 
 

@@ -159,14 +159,21 @@ def _settings_section(runs: Sequence[RunFiles]) -> str:
 
 def _command(r: RunFiles) -> str:
     """The bbb command that trained the run (config.json's argv, paths cut to their base names), or
-    the arguments of the program that called the library; an ensemble's: each member's, a line each."""
+    the arguments of the program that called the library, then each command that resumed it (a
+    resume may train on to more epochs); an ensemble's: each member's, a line each."""
     return "<br>".join(_trained_by(c) for c in (r.member_configs if r.members is not None else [r.config]))
 
 
 def _trained_by(config: dict[str, Any]) -> str:
+    resumed = [r for r in config.get("resumed") or [] if isinstance(r, dict)]
+    return _argv_text(config.get("argv")) + "".join(
+        f"; then, after epoch {r.get('after_epoch')}, {_argv_text(r.get('argv'))}" for r in resumed)
+
+
+def _argv_text(argv: Any) -> str:
     from ..cli.registry import COMMANDS
 
-    argv = [str(a) for a in config.get("argv", [])]
+    argv = [str(a) for a in argv or []]
     if argv and argv[0] in COMMANDS:
         return _code(RT.command_text(argv))
     shown = " ".join(RT.plain_path(a) for a in argv)
@@ -263,6 +270,8 @@ def _lead(r: RunFiles) -> str:
     on = (f"{n_train:,} {unit} of {RT.data_phrase(c, r.regression).split(' (')[0]}" if isinstance(n_train, int)
           else RT.data_phrase(c, r.regression))
     epochs = plural(c["epochs"], "epoch") if isinstance(c.get("epochs"), int) else "- epochs"
+    if r.unfinished():
+        epochs = f"{r.epochs_done} of {epochs} (stopped before its end: resumable)"
     what = f"{RT.method_name(c)}, trained {epochs} on {on}{target}: {settings['network']}."
     if r.members is not None:
         same = len({RT.method_name(c) for c in r.member_configs}) == 1
@@ -477,19 +486,30 @@ def report_html(run_dirs: Sequence[str | Path], title: str | None = None) -> str
         if any(applies(r) for r in runs):
             parts += [f"<h2>{E(heading)}</h2>", f"<p class=caption>{E(caption)}</p>", _side_by_side(runs, cell)]
     parts += ["<h2>Settings</h2>", _settings_section(runs), _next_section(runs)]
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+    return (PAGE_HEAD + '<meta name="generator" content="bbb report">'
             f"<title>{E(title)}</title><style>{STYLE}</style></head>\n<body>\n"
             + "\n".join(p for p in parts if p) + "\n</body></html>\n")
 
 
+#: how every page :func:`report_html` writes begins (what :func:`write_report` replaces: a page of its own)
+PAGE_HEAD = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+             '<meta name="viewport" content="width=device-width, initial-scale=1">')
+
+
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | None = None) -> Path:
     """Write :func:`report_html` to ``out`` (a ``.html`` file, else a folder for ``report.html``),
-    atomically; returns the file's path."""
+    atomically; returns the file's path. An existing page is replaced only where bbb report wrote
+    it (a page of your own is refused in one line)."""
     out = Path(out)
     path = out if out.suffix.lower() in (".html", ".htm") else out / "report.html"
     if path is not out and out.exists() and not out.is_dir():  # (e.g. a run's eval.json)
         raise UserError(f"--out {out} is a file and not an .html one: give FILE.html, or a folder for report.html")
+    if path.is_file():
+        with path.open("rb") as f:
+            head = f.read(len(PAGE_HEAD.encode()))
+        if head != PAGE_HEAD.encode():
+            raise UserError(f"{path} exists and is not a page bbb report wrote: give another file (a report it wrote "
+                            "is replaced)")
     text = report_html(run_dirs, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, text)

@@ -66,8 +66,13 @@ class RunFiles:
         if config is None:
             config = self._ensemble()
         self.config: dict[str, Any] = config
+        #: the epochs a run trained (its summary.json's; a run stopped before its end: metrics.csv's rows)
+        self.epochs_done: int | None = None
         if self.members is None:
             self.summary = _json(self.train_dir / "summary.json")
+            done = (self.summary or {}).get("epochs")
+            rows = None if self.summary is not None else _csv(self.train_dir / "metrics.csv")
+            self.epochs_done = done if isinstance(done, int) else None if rows is None else len(rows)
             stale = None if self.eval is None else stale_evaluation(self.eval, self.summary or {})
             if stale:
                 self.left_out["eval.json"] = stale
@@ -133,10 +138,17 @@ class RunFiles:
         """An ensemble's members by their folders' names (as a page names runs), else []."""
         return [RT.plain_path(str(m)) for m in self.members or []]
 
+    def unfinished(self) -> bool:
+        """Whether the run stopped before the epochs it was started for (interrupted: resumable)."""
+        want = self.config.get("epochs")
+        return self.laplace is None and isinstance(want, int) and self.epochs_done is not None and \
+            self.epochs_done < want
+
     def suggestions(self) -> list[tuple[str, str]]:
         """(command, what it adds) for each command that runs on this kind of run and would write a
         file the run lacks (:func:`report_text.suggested_commands`; an ensemble's: the same command
-        on its members, ``--out`` its folder), with why where the file is there but left out."""
+        on its members, ``--out`` its folder), with why where the file is there but left out; first,
+        for a run stopped before its end, the command that finishes it."""
         have = {f for f in WRITES.values() if (self.dir / f).is_file()} - set(self.left_out)
         if self.members is not None:
             have.add("pruning.csv")  # (its members are pruned, not the ensemble)
@@ -151,6 +163,10 @@ class RunFiles:
                                   *(["--which", "last"] if self.scored == "last" else []), "--out", self.name])
             why = self.left_out.get(WRITES.get(command, ""))
             out.append((cmd, f"{what} (its {WRITES[command]} is left out here: {why})" if why else what))
+        if self.unfinished():
+            out.insert(0, (shlex.join(["bbb", "train", "--resume", "--out", self.name]),
+                           f"finishes its training: it stopped after epoch {self.epochs_done} of "
+                           f"{self.config['epochs']}"))
         return out
 
     def png(self, name: str) -> bytes | None:

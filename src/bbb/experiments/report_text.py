@@ -90,7 +90,7 @@ HIDDEN = {"argv", "versions", "preprocess", "device", "device_used", "threads", 
           "checkpoint_every", "num_train", "num_val", "num_test", "num_weights", "num_batches", "test_each_epoch",
           "train_size", "target", "task", "method", "hidden", "prior", "pi", "sigma1", "sigma2", "prior_sigma",
           "dropout_input", "dropout_hidden", "epochs", "samples", "eval_samples", "seed", "compile", "no_compile",
-          "ess", "ess_used", "weight_decay", "data_source", "resumed"}
+          "ess", "ess_used", "weight_decay", "data_source", "resumed", "run_id"}
 BBB_ONLY = {"estimator", "kl", "kl_samples", "kl_weighting", "rho_init", "rho_lr_scale", "mu_init_scale",
             "sigma_init"}
 IMAGE_ONLY = {"scale", "val_size"}

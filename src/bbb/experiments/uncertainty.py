@@ -37,6 +37,7 @@ from ..nn.model import modes_kept
 from ..options import IMAGE_DATASETS
 from ..plots import canvas, figures, finish, plot_reliability, save_png
 from ..runs import TrainedLaplace, mc_dropout
+from ..runs.rundir import run_id_of
 
 __all__ = [
     "sample_probs",
@@ -84,6 +85,10 @@ def sample_probs(model: nn.Module, x: Tensor, method: str, samples: int = 10, ch
             for xc in torch.split(x, chunk):
                 parts.append(_chunk_probs(model, xc, method, samples))
         return torch.cat(parts, dim=1)
+
+
+#: an ensemble's members' (epoch of the checkpoint scored, run id), as its ood.json and uncertain.json record them
+MemberMarks = list[tuple[int, str | None]]
 
 
 def _chunk_probs(model: nn.Module, xc: Tensor, method: str, samples: int) -> Tensor:
@@ -310,11 +315,12 @@ def _load(run_dir: str, which: str, data_dir: str | None, command: str, device: 
 
 
 def _load_networks(args: argparse.Namespace, command: str, file: str
-                   ) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path, str, list[int] | None]:
+                   ) -> tuple[list[tuple[nn.Module, str]], Any, dict[str, Tensor], Path, str, MemberMarks | None]:
     """``bbb ood``'s and ``bbb uncertain``'s networks: one run's, or an ensemble's members' (several
     RUN_DIRs, which :func:`bbb.runs.load_ensemble` checks share their data and split), each with its
     method; the config, the data, the output folder (of the ensemble's ``file``), the label of
-    what was scored, and an ensemble's members' epochs (of the checkpoint scored; None for one run)."""
+    what was scored, and an ensemble's members' epochs (of the checkpoint scored) and run ids (None
+    for one run)."""
     from .. import runs as T
     from ..cli.common import ensemble_out, one_line_warnings
     from ..runs.ensemble import ensemble_folder
@@ -431,7 +437,7 @@ def main_ood(args: argparse.Namespace) -> int:
 
 def _write_ood(args: argparse.Namespace, d: Path, what: dict[str, Any], scores_in: dict[str, Tensor | None],
                scores_out: dict[str, Tensor | None], labels: dict[str, str], samples: int,
-               epochs: list[int] | None) -> None:
+               epochs: MemberMarks | None) -> None:
     """ood.json (``what``: method, dataset, ood; the report of the scores of ``samples`` sampled
     networks; an ensemble's members and their epochs) and ood.png into ``d``, and the table on stdout."""
     report = score_report(scores_in, scores_out, labels)
@@ -440,7 +446,8 @@ def _write_ood(args: argparse.Namespace, d: Path, what: dict[str, Any], scores_i
            "n_out": int(next(v for v in scores_out.values() if v is not None).shape[0]), "scores": report}
     if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
-        out["member_epochs"] = epochs
+        out["member_epochs"] = [e for e, _ in epochs]
+        out["member_run_ids"] = [r for _, r in epochs]
     try:  # one ood.json a folder: one against another OOD set is replaced, and said to be
         old = json.loads((d / "ood.json").read_text())
         was, was_md5 = old.get("ood"), old.get("ood_md5")
@@ -531,9 +538,10 @@ def _test_images(run_dir: str, cfg: Any, test_x: Tensor) -> tuple[Tensor, list[s
     return raw.reshape(len(raw), *pre.feature_shape), classes, files
 
 
-def _epochs(ensemble: Any) -> list[int]:
-    """The epochs of the checkpoints of an ensemble's members (recorded for bbb compare's check)."""
-    return [m.epoch for m in ensemble.member_models()]
+def _epochs(ensemble: Any) -> MemberMarks:
+    """The epochs of the checkpoints of an ensemble's members and the members' run ids (recorded
+    for bbb compare's check: a member trained on, or replaced by another run)."""
+    return [(m.epoch, run_id_of(m.run_dir)) for m in ensemble.member_models()]
 
 
 def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
@@ -585,7 +593,8 @@ def main_uncertain(args: argparse.Namespace) -> int:
                            "ranking": {"uncertain": disputed, "confident_errors": errors}}
     if epochs is not None:  # (bbb compare checks them against the members' checkpoints now)
         out["members"] = [str(Path(r)) for r in args.run_dirs]  # as ensemble_folder reads them: runs/a/ is runs/a
-        out["member_epochs"] = epochs
+        out["member_epochs"] = [e for e, _ in epochs]
+        out["member_run_ids"] = [r for _, r in epochs]
     atomic_write_json(d / "uncertain.json", out)
     written = ([d / "uncertain.png"] if plotted is not None else []) + [d / "uncertain.json"]  # None: no matplotlib
     drawn = ("" if plotted is None or max(len(res["uncertain"]), len(res["confident_errors"])) <= PLOT_MAX

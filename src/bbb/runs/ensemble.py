@@ -41,7 +41,7 @@ from .config import TrainConfig, same_setting
 from .evaluation import draw_calibration_figure, draw_classifier_figures, predictive_scores, save_results
 from .population import POPULATION_FILE
 from .referral import split_outputs
-from .rundir import check_distinct
+from .rundir import check_distinct, run_id_of
 from .trained import EncodedInputs, TrainedModel, is_laplace_folder, load_model
 
 __all__ = ["SPLIT_FIELDS", "TrainedEnsemble", "ensemble_folder", "evaluate_ensemble", "load_ensemble", "pool_runs"]
@@ -255,7 +255,8 @@ def evaluate_ensemble(run_dirs: list[str | Path], out: str | Path, samples: int 
         "run": str(out), "method": "ensemble", "ensemble": ens.describe(), "members": names,
         "member_methods": ens.methods, "checkpoint": which, "dataset": ens.config.dataset, "task": ens.task,
         "samples": k, "n": int(y.shape[0]), **scores,
-        "member_scores": [{"run": n, "epoch": e.epoch, **m} for n, e, m in zip(names, ens.member_models(), members)],
+        "member_scores": [{"run": n, "epoch": e.epoch, "run_id": run_id_of(e.run_dir), **m}
+                          for n, e, m in zip(names, ens.member_models(), members)],
         "member_mean": {key: float(sum(m[key] for m in members) / len(members)) for key in keys},
     }
     bad = [key for key in keys if not math.isfinite(float(result[key]))]

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,10 @@ def fit_run_laplace(run_dir: str | Path, out: str | Path, *, hessian: str = "kro
     out.mkdir(parents=True, exist_ok=True)  # (once the run's data are read and fitted: a refusal leaves no folder)
     with lock_run_dir(out):  # a second fit into this folder is refused with this one's pid
         _out_folder(out, run_dir)  # again, under the lock: another process may have written here since
-        remove_results(out)  # another posterior's results
+        removed = remove_results(out)  # another posterior's results
+        if removed:  # a warning, as bbb train's when a run trains on: said with --quiet too
+            warnings.warn(f"removed {', '.join(removed)} from {out} (made from the posterior fitted there before; "
+                          "run the commands that wrote them again)", UserWarning, stacklevel=2)
         # the old description goes first: a refit stopped before its own is written leaves no folder that
         # pairs this posterior with the checkpoint and numbers of the one fitted before
         (out / LAPLACE_FILE).unlink(missing_ok=True)

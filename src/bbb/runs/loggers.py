@@ -52,6 +52,7 @@ from ..distributions import softplus
 from ..errors import UserError
 from ..nn import BayesModule
 from ..options import choice
+from .rundir import LOG_DIR
 
 __all__ = ["LOGGERS", "SCALARS", "TensorBoardLogger", "TrainLogger", "epoch_histograms", "epoch_scalars",
            "log_step", "make_loggers", "opened_loggers", "report_epoch", "write_points"]
@@ -107,7 +108,7 @@ class TensorBoardLogger(TrainLogger):
 
     def start(self, run_dir: Path, epoch: int, config: Mapping[str, Any]) -> None:
         self.close()
-        log_dir = self.log_dir if self.log_dir is not None else Path(run_dir) / "tb"
+        log_dir = self.log_dir if self.log_dir is not None else Path(run_dir) / LOG_DIR
         if not epoch and self.log_dir is None:  # a new run (or --overwrite): the old run's curves go
             shutil.rmtree(log_dir, ignore_errors=True)
         # the events after the last commit (a killed process's) are dropped; at epoch 0: all earlier ones

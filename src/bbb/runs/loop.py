@@ -97,7 +97,7 @@ from .evaluation import check_memory, mean_logits
 from .loggers import TrainLogger, report_epoch
 from .model import DATA_KEYS, build_model, check_data, num_weights, versions
 from .optim import check_schedule_on_resume, end_run_hint, make_optimizer, make_scheduler
-from .rundir import guard_run_dir, keep_started, remove_results
+from .rundir import guard_run_dir, keep_started, new_run_id, remove_results
 from .summary import finish_classifier, finish_regression
 
 __all__ = ["batch_objective", "kl_weight_table", "run_epoch", "train", "training_step"]
@@ -477,6 +477,8 @@ def _train(
 
     if ckpt is not None:  # the command, threads and device that started the run stay; this one's under resumed
         config_json = keep_started(out, config_json, start_epoch)
+    else:
+        config_json["run_id"] = new_run_id()
     if ckpt is None:  # epoch 0 first: a run killed during its first epoch can be resumed too
         atomic_torch_save(last_path, checkpoint(0))
         atomic_write_text(out / "metrics.csv", metrics_text(metrics))

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -37,8 +38,8 @@ from ..errors import RunDirBusy, UserError
 from ..io import clean_stale_tmp
 from .checkpoint import other_folder
 
-__all__ = ["LOCK_NAME", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "keep_started",
-           "lock_run_dir", "remove_results"]
+__all__ = ["LOCK_NAME", "LOG_DIR", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "keep_started",
+           "lock_run_dir", "new_run_id", "remove_results", "run_id_of"]
 
 LOCK_NAME = ".lock"
 """Lock file of the process training into a run directory (not ``trial.lock``, the sweep's)."""
@@ -50,6 +51,10 @@ RESULT_FILES = ("eval.json", "pruning.csv", "reliability.png", "risk_coverage.pn
 
 RUN_FILES = ("last.pt", "best.pt", "config.json", "metrics.csv", "summary.json", *RESULT_FILES)
 """The files of a run (``last.pt`` first: without it nothing can be resumed)."""
+
+LOG_DIR = "tb"
+"""The folder of a run's TensorBoard curves (``--log tensorboard``), which a run resumed with it
+continues: removed with the :data:`RUN_FILES` by ``--overwrite``, whether or not the new run logs."""
 
 _OLD_PREFIX = ".old-run~"
 
@@ -261,7 +266,7 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
         resuming = _check(out, resume, overwrite, data_file)
         out.mkdir(parents=True, exist_ok=True)
         if not resuming and _existing(out):
-            _remove_old(out)
+            _remove_old(out, (*RUN_FILES, LOG_DIR))
         yield resuming
         return
     fd = _lock(lock, create=False, wait=lock_wait) if out.is_dir() else None  # busy: refuse before anything else
@@ -278,7 +283,7 @@ def guard_run_dir(out: Path, resume: Resume, overwrite: bool = False, lock_wait:
         _record_pid(fd)
         _clean(out)
         if not resuming and _existing(out):
-            _remove_old(out)
+            _remove_old(out, (*RUN_FILES, LOG_DIR))
         made_lock = True  # the run's from here on: removed however it ends
         yield resuming
     except BaseException:
@@ -330,6 +335,23 @@ def check_distinct(run_dirs: Sequence[str | Path], why: str) -> None:
 STARTED_KEYS = ("argv", "threads", "device_used")
 
 
+def new_run_id() -> str:
+    """A new run's ``run_id`` in its config.json: random, kept when the run resumes, new when
+    ``--overwrite`` trains another run into the folder; what an ensemble's files record of each
+    member, so that a member replaced by a run of as many epochs is seen (:func:`run_id_of`)."""
+    return uuid.uuid4().hex[:16]
+
+
+def run_id_of(run_dir: str | Path) -> str | None:
+    """The ``run_id`` of ``run_dir``'s config.json (None where there is none: a run of an older bbb,
+    a population's member, an unreadable file)."""
+    try:
+        got = json.loads((Path(run_dir) / "config.json").read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return got if isinstance(got, str) else None
+
+
 def keep_started(out: Path, config: dict[str, Any], after_epoch: int) -> dict[str, Any]:
     """``config`` (a resumed run's config.json) with :data:`STARTED_KEYS` as the run's earlier
     ``out/config.json`` has them (the command that started it, its thread count and device), and
@@ -339,6 +361,8 @@ def keep_started(out: Path, config: dict[str, Any], after_epoch: int) -> dict[st
         was = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):
         return config
+    if isinstance(was, dict) and isinstance(was.get("run_id"), str):
+        config = {**config, "run_id": was["run_id"]}  # (the same run, trained on)
     if not isinstance(was, dict) or any(k not in was for k in STARTED_KEYS):
         return config
     now = {"after_epoch": after_epoch, **{k: config[k] for k in STARTED_KEYS}}

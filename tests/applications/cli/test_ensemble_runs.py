@@ -224,6 +224,30 @@ def test_compare_refuses_an_ensemble_whose_member_trained_on_since(capsys, class
     one_line_error(rc, err, str(runs[1]), "last is now epoch 3", "--which last")
 
 
+def test_compare_refuses_an_ensemble_whose_member_was_replaced_by_another_run(capsys, classifiers, tmp_path):
+    """A member trained again into its folder with --overwrite, to as many epochs: compare and the
+    ensemble's ood.json showed the old members' scores as the new ones'."""
+    runs = [tmp_path / d.name for d in classifiers[1][:2]]
+    for d, copy in zip(classifiers[1], runs):
+        shutil.copytree(d, copy)
+    out = tmp_path / "ens"
+    assert run_main(capsys, "evaluate", *map(str, runs), "--out", str(out))[0] == 0
+    scored = json.loads((out / "eval.json").read_text())["member_scores"]
+    assert [s["run_id"] for s in scored] == [json.loads((d / "config.json").read_text())["run_id"] for d in runs]
+    assert run_main(capsys, "compare", str(out), "--out", str(tmp_path / "cmp"))[0] == 0
+    rc, _, err = run_main(capsys, "train", "--csv", str(classifiers[0]), "--target", "y", "--task", "classification",
+                          "--epochs", "2", "--seed", "1", "--out", str(runs[1]), *TINY, "--lr", "0.02",
+                          "--overwrite")  # as many epochs: another run
+    assert rc == 0, err
+    new_id = json.loads((runs[1] / "config.json").read_text())["run_id"]
+    assert new_id != scored[1]["run_id"]
+    rc, _, err = run_main(capsys, "compare", str(out), "--out", str(tmp_path / "cmp"))
+    one_line_error(rc, err, str(runs[1]), "was replaced", "scored another run", f"--out {out}` again")
+    rc, _, err = run_main(capsys, "train", "--resume", "--epochs", "3", "--out", str(runs[1]), "--quiet")
+    assert rc == 0, err
+    assert json.loads((runs[1] / "config.json").read_text())["run_id"] == new_id  # the same run, trained on
+
+
 def test_an_ensemble_of_deterministic_runs_says_one_network_each(capsys, classifiers, tmp_path):
     # each sgd member gives its one network: eval.json's samples is 1 (as one sgd run's), not --samples
     data, _ = classifiers

@@ -400,6 +400,15 @@ def test_a_refit_stopped_before_its_description_leaves_no_mixed_folder(runs, cap
     assert load_laplace(lap, "last").epoch == json.loads((run / "summary.json").read_text())["epochs"]
 
 
+def test_a_refit_says_which_results_of_the_posterior_before_it_removed(runs, tmp_path):
+    run, lap = runs["classification"], tmp_path / "lap"
+    fit_run_laplace(run, lap)
+    (lap / "ood.json").write_text("{}")  # as bbb ood of the first posterior wrote it
+    with pytest.warns(UserWarning, match=r"removed ood.json from .*lap \(made from the posterior fitted there before"):
+        fit_run_laplace(run, lap, which="last")
+    assert not (lap / "ood.json").exists()
+
+
 def test_a_folder_being_written_is_refused_with_the_holders_pid(runs, capsys, tmp_path):
     """Two fits into one folder took no lock: the last posterior.pt and the last laplace.json
     could be two fits' (a --which best posterior described as --which last's). A fit, and an

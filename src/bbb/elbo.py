@@ -31,6 +31,7 @@ from .errors import UserError, check_float, check_int
 from .hf import causal_lm, decoder_inputs
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
 from .nn.inputs import Inputs, call_model, check_output, select_output, split_targets
+from .nn.model import warn_unsampled
 from .nn.samples import PROVIDER, check_model
 from .options import StrOption, choice
 
@@ -479,6 +480,8 @@ class ELBO(nn.Module):
                 output = select_output(call_model(self.model, inputs), self.output)
             else:
                 output = forward_samples(self.model, inputs, k, output=self.output)
+        if torch.is_grad_enabled() and self.model.training:
+            warn_unsampled(self.model, rec, "the ELBO")
         if self.shift_labels and (y.dim() < 2 or output.dim() < 3):  # (else example i scored on label i + 1)
             raise UserError(f"the ELBO's shift_labels scores each position on the next one's label: it needs targets "
                             f"per token (B, T) and outputs (B, T, vocab), got targets {tuple(y.shape)} and outputs "

@@ -255,6 +255,11 @@ def test_a_layer_used_several_times_in_a_forward_is_one_network_sample():
         out = twice(xs)
     w, b = rec.get(twice[0], "weight").w, rec.get(twice[0], "bias").w
     torch.testing.assert_close(out, torch.tanh(xs @ w.T + b) @ w.T + b)
+    nested = bbb.bayesianize(nn.Sequential(nn.Sequential(lin, nn.Tanh(), lin), nn.Linear(4, 2)), rho_init=0.0)
+    with bbb.nn.SampleRecorder() as rec:  # the inner block called on its own: one sample for its two uses too
+        out = nested[0](xs)
+    w, b = rec.get(nested[0][0], "weight").w, rec.get(nested[0][0], "bias").w
+    torch.testing.assert_close(out, torch.tanh(xs @ w.T + b) @ w.T + b)
 
 
 def test_a_trained_padding_row_is_said_once_converted():

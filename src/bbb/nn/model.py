@@ -21,7 +21,7 @@ from .layers import BayesLinear
 from .samples import LEADING, PROVIDER, SampleRecorder, SamplingMode, check_model, leading_samples
 
 __all__ = ["BayesMLP", "bayes_modules", "model_kl", "sampling", "warn_not_bayesian", "mark_deterministic",
-           "whole_weights"]
+           "warn_unsampled", "whole_weights"]
 
 
 #: in-place where the activation allows it (the layers' outputs are fresh tensors)
@@ -146,6 +146,30 @@ def warn_not_bayesian(model: nn.Module, who: str) -> None:
                       "equal, the KL is 0): convert it with bbb.bayesianize(model) first, or call "
                       f"bbb.nn.mark_deterministic(model) for a deterministic baseline{instead}", UserWarning,
                       stacklevel=3)
+
+
+#: the models :func:`warn_unsampled` has looked at (once each: the first training forward)
+_UNSAMPLED_SEEN: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def warn_unsampled(model: nn.Module, rec: SampleRecorder, who: str) -> None:
+    """Warn, once per model (its first forward that ``rec`` recorded, outside an engine's samples),
+    of the Bayesian layers that sample whole weights (``reparam``, ``flipout``) and drew none in it:
+    the model reads their ``.weight`` (the posterior mean: ``x @ layer.weight.T`` in its forward,
+    or ``F.linear(h, emb.weight)`` for a tied decoder) or never calls them, so their noise never
+    reaches the output and their sigma learns from the KL alone."""
+    if model in _UNSAMPLED_SEEN or PROVIDER.get() is not None or torch.compiler.is_compiling():
+        return
+    _UNSAMPLED_SEEN.add(model)
+    missing = [name or type(m).__name__ for name, m in model.named_modules()
+               if isinstance(m, BayesModule) and m.is_sampling() and m.estimator is not Estimator.LOCAL
+               and any(p.requires_grad for p in m.parameters(recurse=False)) and not rec.records.get(id(m))]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        warnings.warn(f"{who}: the Bayesian layer(s) {shown} drew no weight sample in the forward: the model reads "
+                      "their .weight (the posterior mean) or does not call them, so their noise never reaches the "
+                      "output and their sigma learns from the KL alone; call the layer (layer(x), not x @ "
+                      "layer.weight.T), or leave it deterministic (bayesianize's skip=)", UserWarning, stacklevel=3)
 
 
 #: the models :func:`warn_own_loss` has warned about (once each)

@@ -217,8 +217,18 @@ def tie_converted(model: nn.Module, groups: list[list[tuple[str, str]]]) -> list
 def draw_once_per_forward(model: nn.Module) -> None:
     """Make each forward of ``model`` draw every Bayesian weight once (a weight or a layer used in
     several places: one network sample for all its uses), by forward hooks that open
-    :func:`~bbb.nn.shared_samples` around it (once per model)."""
-    if not any(isinstance(getattr(h, "__self__", None), _TieScope) for h in model._forward_pre_hooks.values()):
-        scope = _TieScope()
-        model.register_forward_pre_hook(scope.enter)
-        model.register_forward_hook(scope.exit, always_call=True)
+    :func:`~bbb.nn.shared_samples` around it (once per model), and around each of its submodules
+    that holds a layer twice or a tied layer with its source (called on its own, ``model[0](x)``,
+    it draws one sample for its uses too)."""
+    for m in [model, *(sub for sub in model.modules() if sub is not model and _shares(sub))]:
+        if not any(isinstance(getattr(h, "__self__", None), _TieScope) for h in m._forward_pre_hooks.values()):
+            scope = _TieScope()
+            m.register_forward_pre_hook(scope.enter)
+            m.register_forward_hook(scope.exit, always_call=True)
+
+
+def _shares(module: nn.Module) -> bool:
+    """Whether ``module`` holds a Bayesian layer in two places, or a tied layer and its source."""
+    held = [m for _, m in module.named_modules(remove_duplicate=False) if isinstance(m, BayesModule)]
+    ids = {id(m) for m in held}
+    return len(ids) != len(held) or any(isinstance(m, TiedBayesLinear) and id(m.source) in ids for m in held)

@@ -120,3 +120,33 @@ def test_embedding_local_warns_for_sequences_not_single_lookups():
         e(torch.randint(0, 10, (4,)))
     with pytest.warns(UserWarning, match="BayesEmbedding with the local estimator"):
         e(torch.randint(0, 10, (4, 5)))
+
+
+class ReadsTheWeight(nn.Module):
+    """A forward that reads a layer's weight instead of calling it (the posterior mean, with a Bayesian layer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(x @ self.fc.weight.T + self.fc.bias)
+
+
+def test_the_elbo_warns_once_of_a_layer_that_drew_no_sample():
+    """A layer whose weight the model reads was left deterministic in effect, its sigma trained by the
+    KL alone, and the layer summary called it Bayesian."""
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    m = bbb.bayesianize(ReadsTheWeight())
+    elbo = bbb.ELBO(m, bbb.Categorical(), num_batches=1)
+    with pytest.warns(UserWarning, match=r"layer\(s\) fc drew no weight sample .* reads their \.weight"):
+        elbo(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        elbo(x, y)  # once per model
+        mlp = bbb.BayesMLP(4, [8], 2)
+        bbb.ELBO(mlp, bbb.Categorical(), num_batches=1)(x, y)  # every layer called
+        with torch.no_grad():
+            bbb.ELBO(bbb.bayesianize(ReadsTheWeight()), bbb.Categorical(), num_batches=1)(x, y)  # not training

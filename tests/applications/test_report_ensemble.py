@@ -109,6 +109,20 @@ def test_an_ensemble_score_of_earlier_members_is_left_out_as_compare_refuses_it(
     assert rc != 0 and why in err, err
 
 
+def test_an_ensemble_score_of_a_member_since_replaced_is_left_out(trained, tmp_path, monkeypatch, capsys, image_data):
+    root = tmp_path / "runs"
+    shutil.copytree(trained, root)
+    monkeypatch.chdir(root)
+    assert run_main(capsys, "evaluate", "sgd0", "sgd1", "--out", "ens", "--device", "cpu")[0] == 0
+    assert "test error (k-sample average)" in rows(page(["ens"])[1], "what it means")  # (its own paths: no false alarm)
+    config = json.loads((root / "sgd0" / "config.json").read_text())
+    config["run_id"] = "0123456789abcdef"  # what --overwrite's new run of as many epochs writes: another id
+    (root / "sgd0" / "config.json").write_text(json.dumps(config))
+    text, p = page(["ens"])
+    assert "test error (k-sample average)" not in rows(p, "what it means")
+    assert "its member sgd0 was replaced since `bbb evaluate` scored it" in text
+
+
 def test_an_ensemble_whose_member_is_not_there_is_one_line(trained, tmp_path, monkeypatch, capsys, image_data):
     root = tmp_path / "runs"
     shutil.copytree(trained, root)

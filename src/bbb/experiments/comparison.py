@@ -156,20 +156,20 @@ def file_of(command: str) -> str:
 
 
 def stale_member(folder: str | Path, members: Sequence[str | Path], summaries: Sequence[dict[str, Any]],
-                 command: str, scored: dict[str, Any]) -> str | None:
+                 command: str, scored: dict[str, Any], dirs: Sequence[str | Path] | None = None) -> str | None:
     """Why the file that ``bbb COMMAND RUN RUN ... --out FOLDER`` wrote (``scored``: an ensemble's
     eval.json, ood.json or uncertain.json) is of earlier networks than its members' now (their
-    summary.json: ``summaries``), naming the first member that trained on since, or that another
-    run replaced (``--overwrite``: its config.json's run id is not the one scored), and the command
+    summary.json: ``summaries``; their folders ``dirs``, by default ``members``), naming the first
+    member that trained on since, or that another run replaced (``--overwrite``: its config.json's run id is not the one scored), and the command
     that scores them again; else None (also where the file names no members' epochs: an older bbb's)."""
     which = scored.get("checkpoint")
     epochs = ([s.get("epoch") for s in scored.get("member_scores") or []] if command == "evaluate"
               else scored.get("member_epochs")) or [None] * len(members)
     ids = ([s.get("run_id") for s in scored.get("member_scores") or []] if command == "evaluate"
            else scored.get("member_run_ids")) or [None] * len(members)
-    for m, now, epoch, scored_id in zip(members, summaries, epochs, ids):
+    for m, d, now, epoch, scored_id in zip(members, dirs or members, summaries, epochs, ids):
         stale = stale_evaluation({"checkpoint": which, "epoch": epoch}, now)
-        now_id = (_read_json(Path(m) / "config.json") or {}).get("run_id")  # (bbb.runs.rundir.run_id_of's key)
+        now_id = (_read_json(Path(d) / "config.json") or {}).get("run_id")  # (bbb.runs.rundir.run_id_of's key)
         if stale is None and scored_id is not None and now_id != scored_id:
             stale = f"{file_of(command)} scored another run, which {m} held before a run trained into it again"
         if stale:

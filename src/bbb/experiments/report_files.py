@@ -113,7 +113,7 @@ class RunFiles:
         summaries = [_json(m / "summary.json") or {} for m in self.members]
         for command, scored in (("evaluate", self.eval), ("ood", self.ood), ("uncertain", self.uncertain)):
             stale = None if scored is None else stale_member(self.name, self.member_names(), summaries, command,
-                                                             scored)
+                                                             scored, self.members)
             if stale:
                 self.left_out[WRITES[command]] = stale
         seconds = [v for s in summaries if isinstance(v := s.get("seconds"), int | float)]

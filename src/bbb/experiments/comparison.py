@@ -160,8 +160,9 @@ def stale_member(folder: str | Path, members: Sequence[str | Path], summaries: S
     """Why the file that ``bbb COMMAND RUN RUN ... --out FOLDER`` wrote (``scored``: an ensemble's
     eval.json, ood.json or uncertain.json) is of earlier networks than its members' now (their
     summary.json: ``summaries``; their folders ``dirs``, by default ``members``), naming the first
-    member that trained on since, or that another run replaced (``--overwrite``: its config.json's run id is not the one scored), and the command
-    that scores them again; else None (also where the file names no members' epochs: an older bbb's)."""
+    member that trained on since, or that another run replaced (``--overwrite``: its config.json's
+    run id is not the one scored), and the command that scores them again; else None (also where
+    the file names no members' epochs: an older bbb's)."""
     which = scored.get("checkpoint")
     epochs = ([s.get("epoch") for s in scored.get("member_scores") or []] if command == "evaluate"
               else scored.get("member_epochs")) or [None] * len(members)

@@ -242,6 +242,9 @@ def _evaluate_ensemble(args: argparse.Namespace) -> int:
     for m in r["member_scores"]:
         shown = (f"{name} {score_text(m[k], fmt)}" for name, k, fmt in SCORE_ROWS[r["task"]])
         print(f"  {m['run']}: " + ", ".join(shown), flush=True)
+    if r["samples"] > 1:  # (so that a member's row and its own bbb evaluate are not taken for a discrepancy)
+        print("  (member i draws its samples seeded seed + i, independent of the other members': its own bbb "
+              "evaluate, seeded seed, differs from its row by Monte Carlo noise)", flush=True)
     if unsaved is not None:
         raise not_saved(unsaved)
     print(f"wrote {', '.join(str(Path(args.out) / f) for f in ['eval.json', *r.get('plots', [])])}")

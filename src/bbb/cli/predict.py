@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id", dest="id_column", metavar="COLUMN", default=None,
                    help="carry only this column of the input CSV (and its target column) to the output, to join "
                         "the predictions back (default: carry every input column)")
-    p.add_argument("--samples", type=int, default=10, metavar="K",
+    p.add_argument("--samples", type=int, default=None, metavar="K",
                    help=shared_help("--samples", " average (default: 10)"))
     rule = p.add_mutually_exclusive_group()
     rule.add_argument("--coverage", type=float, default=None, metavar="C",
@@ -417,11 +417,12 @@ def main(args: argparse.Namespace) -> int:
 
     from ..devices import resolve_device
     from ..io import atomic_write_text, csv_text
-    from ..runs.ensemble import load_ensemble
+    from ..runs.ensemble import TrainedEnsemble, load_ensemble
     from ..runs.model import point_data
     from ..runs.referral import refer_threshold, uncertainty_scores
     from ..runs.trained import load_model
 
+    samples_given, args.samples = args.samples is not None, 10 if args.samples is None else args.samples
     if args.samples < 1:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     if args.target_error is not None and not (math.isfinite(args.target_error) and args.target_error >= 0):
@@ -442,6 +443,11 @@ def main(args: argparse.Namespace) -> int:
     with one_line_warnings("predict"):
         model = (load_model(args.run_dirs[0], args.which, device) if len(args.run_dirs) == 1
                  else load_ensemble(args.run_dirs, args.which, device))
+    methods = model.methods if isinstance(model, TrainedEnsemble) else [model.method]
+    if samples_given and all(m == "sgd" for m in methods):  # (a warning, as bbb train's --eval-samples with sgd)
+        whose = "its" if len(methods) == 1 else "each member's"
+        print(f"bbb predict: warning: --samples {args.samples} has no effect: {whose} one deterministic network "
+              "(--method sgd) gives one prediction", file=sys.stderr)
     for run_dir in args.run_dirs:  # a run stopped part way predicts from the epochs it had: said, not silent
         if (line := unfinished_warning("predict", run_dir, args.which)) is not None:
             print(line, file=sys.stderr)

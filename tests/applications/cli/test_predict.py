@@ -336,3 +336,15 @@ def test_an_npz_target_is_written_as_the_class_label_it_is(capsys, tmp_path):
     rows = list(csv.DictReader(out.splitlines()))
     assert [r["target"] for r in rows] == ["3.0", "1.0", "3.0", "1.0", "5", "3.0"]
     assert {r["prediction"] for r in rows} <= {"1.0", "3.0"}
+
+
+def test_samples_given_for_a_deterministic_run_is_said_to_change_nothing(capsys, tmp_path):
+    path = table(tmp_path / "t.csv")
+    run = tmp_path / "sgd"
+    rc, _, err = run_main(capsys, "train", "--csv", str(path), "--target", "target", "--method", "sgd", "--epochs", "1",
+                          "--out", str(run), *[a for a in TINY if a not in ("--eval-samples", "3")])
+    assert rc == 0, err
+    rc, _, err = run_main(capsys, "predict", str(run), str(path), "--samples", "5", "--no-refer")
+    assert rc == 0 and "--samples 5 has no effect: its one deterministic network" in err, err
+    rc, _, err = run_main(capsys, "predict", str(run), str(path), "--no-refer")
+    assert rc == 0 and "has no effect" not in err, err

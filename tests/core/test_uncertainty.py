@@ -7,7 +7,7 @@ import torch
 
 from bbb import uncertainty as U
 from bbb.functional import expand_samples
-from bbb.nn import BayesMLP, sampling, shared_samples
+from bbb.nn import BayesMLP, mark_deterministic, sampling, shared_samples
 
 
 def test_predictive_probs_average_probabilities_not_log_probabilities():
@@ -66,15 +66,33 @@ def test_nll_of_certain_right_predictions_is_zero_not_minus_zero():
 def test_nll_counts_a_confident_error_in_full():
     """A floor of 1e-12 capped an example's -log p at 27.6: a true class at probability 1e-20 (a
     deterministic network's confident error, logits 46 apart) counted 27.6, not 46.1, understating
-    the NLL of the most over-confident networks. Any float32 probability now counts as itself; one
-    that underflowed to 0 counts as float32's smallest normal (87.3), in every dtype alike."""
+    the NLL of the most over-confident networks; then float32's smallest normal capped it at 87.3
+    (a float64 1e-300 counted 87.3). Any positive probability now counts as itself, an exact 0 as
+    NLL_FLOOR (87.3); from the logits the NLL has no floor at all (a logit gap of 2e4: 2e4)."""
     probs = torch.softmax(torch.tensor([[46.0515, 0.0], [0.0, 200.0]]), -1)  # p(true) 1e-20, then 0
     labels = torch.tensor([1, 0])
     assert probs[0, 1].item() == pytest.approx(1e-20, rel=1e-3) and probs[1, 0].item() == 0.0
     assert U.negative_log_likelihood(probs[:1], labels[:1]) == pytest.approx(46.0515, rel=1e-5)
     assert U.negative_log_likelihood(probs[1:], labels[1:]) == pytest.approx(-math.log(U.NLL_FLOOR))
     assert -math.log(U.NLL_FLOOR) == pytest.approx(87.34, abs=0.01)
-    assert U.negative_log_likelihood(probs.double(), labels) == U.negative_log_likelihood(probs, labels)
+    far = torch.softmax(torch.tensor([[0.0, 500.0]], dtype=torch.float64), -1)  # float64 holds e^-500
+    assert U.negative_log_likelihood(far, labels[1:]) == pytest.approx(500.0, rel=1e-9)
+    logits = torch.tensor([[[1e4, -1e4], [0.0, -90.0]], [[1e4, -1e4], [0.0, -95.0]]])  # (k=2, B=2, C=2)
+    ll = U.predictive_log_likelihood(logits, torch.tensor([1, 1]))
+    torch.testing.assert_close(ll, torch.tensor([-2e4, math.log((math.exp(-90) + math.exp(-95)) / 2)],
+                                                dtype=torch.float64))
+
+
+def test_evaluation_nll_comes_from_the_logits():
+    """evaluate's NLL of a confident error is its own, not a floor's."""
+    net = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        net.weight.copy_(torch.tensor([[300.0, 0.0], [0.0, 0.0]]))
+        net.bias.zero_()
+    x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
+    mark_deterministic(net)
+    got = U.evaluate(net, (x, y), num_samples=2)
+    assert got["nll"] == pytest.approx(300.0, rel=1e-6)
 
 
 def test_auroc_and_aupr():

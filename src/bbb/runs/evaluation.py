@@ -234,37 +234,45 @@ def classifier_metrics(
     samples = check_int("samples", samples)
     one = _one_network(model, method)  # k = 1, as sgd's, for a dropout run without dropout
     _check_eval_memory(model, x, method, samples, chunk)
+    y = y.to(x.device)
     with _seeded(seed, x.device):
-        mean_probs = torch.softmax(mean_logits(model, x, chunk).float(), -1)
+        logits_mean = mean_logits(model, x, chunk).float()
+        mean_probs = torch.softmax(logits_mean, -1)
+        # the NLLs from the logits (log-sum-exp): probabilities underflow for a confident error
+        ll_mean = U.predictive_log_likelihood(logits_mean[None], y)
         mi: list[Tensor] = []  # the mutual information of each input (return_probs; bbb, dropout)
+        lls: list[Tensor] = []
         if is_bayesian(method):
             parts = []
             with shared_samples():  # the same k networks score every chunk
-                for xc in torch.split(x, chunk):
+                for xc, yc in zip(torch.split(x, chunk), torch.split(y, chunk)):
                     logits = U.predict(model, xc, samples).float()
                     parts.append(U.predictive_probs(logits))
+                    lls.append(U.predictive_log_likelihood(logits, yc))
                     if return_probs:
                         mi.append(U.mutual_information(logits))
             probs = torch.cat(parts)
         elif not one:  # MC dropout
             parts = []
             with mc_dropout(model):
-                for xc in torch.split(x, chunk):
+                for xc, yc in zip(torch.split(x, chunk), torch.split(y, chunk)):
                     logits = model(xc.unsqueeze(0).expand(samples, *xc.shape)).float()
                     parts.append(torch.softmax(logits, -1).mean(0))
+                    lls.append(U.predictive_log_likelihood(logits, yc))
                     if return_probs:
                         mi.append(U.mutual_information(logits))
             probs = torch.cat(parts)
         else:
             probs = mean_probs
     y = y.to(probs.device)
+    ll = torch.cat(lls) if lls else ll_mean
     res: dict[str, Any] = {
         "error": U.error_rate(mean_probs, y),
         "error_mc": U.error_rate(probs, y),
-        "nll": U.negative_log_likelihood(probs, y),
+        "nll": float(-ll.mean()) + 0.0,
         "ece": U.expected_calibration_error(probs, y),
         "brier": U.brier_score(probs, y),
-        "nll_mean": U.negative_log_likelihood(mean_probs, y),
+        "nll_mean": float(-ll_mean.mean()) + 0.0,
         "ece_mean": U.expected_calibration_error(mean_probs, y),
         "brier_mean": U.brier_score(mean_probs, y),
         "samples": 1 if one else int(samples),
@@ -459,7 +467,8 @@ def predictive_scores(task: str, target: Any, outputs: Tensor, y: Tensor, select
                 "nll": float(res["nll"]), "coverage_95": float(res["coverage_95"]), **_calibration(y, means, sigmas)}
     probs = U.predictive_probs(outputs.double()).float()
     y = y.to(probs.device)
-    scores: dict[str, Any] = {"test_error_mc": U.error_rate(probs, y), "nll": U.negative_log_likelihood(probs, y),
+    nll = float(-U.predictive_log_likelihood(outputs, y).mean()) + 0.0  # (from the logits: no floor)
+    scores: dict[str, Any] = {"test_error_mc": U.error_rate(probs, y), "nll": nll,
                               "ece": U.expected_calibration_error(probs, y), "brier": U.brier_score(probs, y)}
     if selective:  # one sample (k = 1) has no mutual information to rank by
         mi = U.mutual_information(outputs.double()) if outputs.shape[0] > 1 else None

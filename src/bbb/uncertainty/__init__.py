@@ -34,6 +34,7 @@ from .classification import (
     mutual_information,
     negative_log_likelihood,
     predictive_entropy,
+    predictive_log_likelihood,
     predictive_probs,
     reliability_bins,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "expected_calibration_error",
     "negative_log_likelihood",
     "NLL_FLOOR",
+    "predictive_log_likelihood",
     "brier_score",
     "error_rate",
     "auroc",

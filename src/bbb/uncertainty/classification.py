@@ -15,8 +15,8 @@ from torch import Tensor
 from ..errors import UserError, check_int
 
 __all__ = ["predictive_probs", "entropy", "predictive_entropy", "expected_entropy", "mutual_information",
-           "reliability_bins", "expected_calibration_error", "negative_log_likelihood", "NLL_FLOOR", "brier_score",
-           "error_rate", "auroc", "aupr"]
+           "reliability_bins", "expected_calibration_error", "negative_log_likelihood", "NLL_FLOOR",
+           "predictive_log_likelihood", "brier_score", "error_rate", "auroc", "aupr"]
 
 
 def _check_logits(logits: Tensor, fn: str) -> None:
@@ -74,7 +74,7 @@ def entropy(probs: Tensor) -> Tensor:
     float16 / bfloat16 ones (their sum over the classes rounded to half precision is off in the
     second digit; the entropy is of the values given, as the other metrics here)."""
     _check_probs(probs, "entropy")
-    p = probs.to(torch.promote_types(probs.dtype, torch.float32))
+    p = probs.to(torch.promote_types(probs.dtype, torch.float32)).clamp_min(0.0)  # (-1e-9, accepted round-off: 0)
     return -torch.special.xlogy(p, p).sum(-1)
 
 
@@ -97,14 +97,16 @@ def expected_entropy(logits: Tensor) -> Tensor:
 
 def mutual_information(logits: Tensor) -> Tensor:
     """Predictive entropy minus expected entropy (epistemic part), clamped at 0 against round-off:
-    (k, B, C) -> (B,). One sample (k = 1) has none: exactly 0. Float16 / bfloat16 logits are
-    computed in float32 (the difference of two entropies rounded to half precision is noise) and
-    returned in their dtype."""
+    (k, B, C) -> (B,), in the logits' dtype, float32 for float16 / bfloat16 logits. Computed in
+    float64: the difference of two float32 entropies is noise below about 1e-6 (samples that agree
+    gave 1e-7 to 5e-7, and small informations ranked at random). One sample (k = 1) has none:
+    exactly 0."""
     _check_logits(logits, "mutual_information")
+    out = torch.promote_types(logits.dtype, torch.float32)
     if logits.shape[0] == 1:
-        return torch.zeros(logits.shape[1:-1], dtype=logits.dtype, device=logits.device)
-    work = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    return (predictive_entropy(work) - expected_entropy(work)).clamp_min(0.0).to(logits.dtype)
+        return torch.zeros(logits.shape[1:-1], dtype=out, device=logits.device)
+    work = logits.double()
+    return (predictive_entropy(work) - expected_entropy(work)).clamp_min(0.0).to(out)
 
 
 def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
@@ -129,11 +131,18 @@ def _check(probs: Tensor, labels: Tensor, fn: str = "metric") -> None:
 
 def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict[str, Tensor]:
     """Equal-width confidence bins: per bin the count, mean confidence and accuracy (bin b holds
-    the confidences in (b/n, (b+1)/n], 0 in bin 0), and the n + 1 edges. Summed in float64 and
+    the confidences in (b/n, (b+1)/n], 0 in bin 0; one within 1e-6 of a bin's width of an edge counts
+    as on it, so a float32 and a float64 confidence share their bin), and the n + 1 edges. Summed in float64 and
     returned in float32, or float64 for float64 ``probs`` (half-precision counts stop at 256 or 2048)."""
     _check(probs, labels, "reliability_bins")
     out = torch.promote_types(probs.dtype, torch.float32)
     return {k: v.to(probs.device, out) for k, v in _bins_on_cpu(probs, labels, num_bins).items()}
+
+
+#: how near an edge (in bins' widths) a confidence is counted at it: float32's rounding of a value on an
+#: edge, times the bins (1.2e-7 relative, times n <= 1000s), is far below; distinct confidences nearer
+#: than 1e-6 of a bin are one confidence for any histogram
+EDGE_SNAP = 1e-6
 
 
 def _bins_on_cpu(probs: Tensor, labels: Tensor, num_bins: int) -> dict[str, Tensor]:
@@ -141,10 +150,12 @@ def _bins_on_cpu(probs: Tensor, labels: Tensor, num_bins: int) -> dict[str, Tens
     num_bins = check_int("num_bins", num_bins)
     conf, pred = probs.max(-1)
     correct = (pred == labels).to(torch.float64)
-    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0 (a half-precision product
-    # conf * n rounds across an edge: the bins of float16 / bfloat16 confidences are found in float32)
-    conf = conf.to(torch.promote_types(conf.dtype, torch.float32))
-    idx = (torch.ceil(conf * num_bins) - 1).clamp(0, num_bins - 1).long()
+    # bin b holds confidences in (b/n, (b+1)/n]; confidence 0 falls in bin 0. Found in float64, a
+    # confidence within EDGE_SNAP of a bin's width of an edge counted at the edge: a k-sample average
+    # such as 6/10 lies on an edge of 15 bins, and its float32 rounding (0.6000000238) lay above it,
+    # its float64 value on it (a float32 product conf * n rounded the other way again)
+    conf = conf.double()
+    idx = (torch.ceil(conf * num_bins - EDGE_SNAP) - 1).clamp(0, num_bins - 1).long()
     # the sums on the CPU, in order and in float64: CUDA's index_add_ adds floats by atomics in no fixed
     # order, and a run's ECE then differed in the 8th digit from one evaluation to the next (tests/cuda);
     # a bfloat16 count stops growing at 256 (its ECE was weighted by the wrong bin sizes)
@@ -166,19 +177,43 @@ def expected_calibration_error(probs: Tensor, labels: Tensor, num_bins: int = 15
     return float((bins["count"] / n * (bins["accuracy"] - bins["confidence"]).abs()).sum())
 
 
-#: the least probability :func:`negative_log_likelihood` counts (float32's smallest normal number,
-#: -log = 87.3): a true class's probability that underflowed to 0 counts as this, not as infinite;
-#: any probability float32 holds counts as itself (a floor of 1e-12 had capped an example's NLL at
-#: 27.6, understating a confident error's, the deterministic networks' most of all)
+#: what :func:`negative_log_likelihood` counts a true class's probability of exactly 0 as (float32's
+#: smallest normal number, -log = 87.3: a lower bound of what the zero hides, a probability that
+#: underflowed), in every dtype; any positive probability counts as itself (a float32 subnormal, a
+#: float64 1e-300: a floor of 1e-12 had capped an example's NLL at 27.6, this one as a floor at 87.3,
+#: understating a confident error's, the deterministic networks' most of all). From logits,
+#: :func:`predictive_log_likelihood` needs no floor.
 NLL_FLOOR = torch.finfo(torch.float32).tiny
 
 
 def negative_log_likelihood(probs: Tensor, labels: Tensor, eps: float = NLL_FLOOR) -> float:
-    """Mean -log p(y | x) of the predictive distribution (probabilities clamped at ``eps``,
-    :data:`NLL_FLOOR`), in float64 (the same floor whatever the probabilities' dtype)."""
+    """Mean -log p(y | x) of the predictive distribution, in float64: each probability as it is,
+    one of exactly 0 as ``eps`` (:data:`NLL_FLOOR`, whatever the probabilities' dtype). From the
+    logits, ``-predictive_log_likelihood(logits, labels).mean()`` is exact where probabilities
+    underflow."""
     _check(probs, labels, "negative_log_likelihood")
+    p = probs.gather(1, labels.long()[:, None]).double()
     # (plus zero: a certain and right prediction's minus log of one is minus zero, printed as a negative NLL)
-    return float(-torch.log(probs.gather(1, labels.long()[:, None]).double().clamp_min(eps)).mean()) + 0.0
+    return float(-torch.log(torch.where(p > 0, p, torch.full_like(p, eps))).mean()) + 0.0
+
+
+def predictive_log_likelihood(logits: Tensor, labels: Tensor) -> Tensor:
+    """log p(y | x) of the predictive distribution of k sampled networks, log (1/k) sum_j
+    softmax(logits_j)[y]: (k, B, C) logits and (B,) class indices -> (B,), float64, by log-sum-exp
+    over the samples' log-softmaxes: exact where the probabilities underflow (a confident error
+    with a logit gap of 2e4 has -2e4, where a probability is 0 in any float)."""
+    _check_logits(logits, "predictive_log_likelihood")
+    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.shape[0] != logits.shape[1] \
+            or labels.is_floating_point() or labels.dtype == torch.bool:
+        raise UserError(f"predictive_log_likelihood: expected logits (k, B, C) and integer labels (B,), got "
+                        f"{tuple(logits.shape)} and {getattr(labels, 'dtype', type(labels).__name__)} "
+                        f"{tuple(getattr(labels, 'shape', ()))}")
+    c = logits.shape[-1]
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= c):
+        raise UserError(f"predictive_log_likelihood: labels must be class indices in 0..{c - 1}")
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    picked = logp.gather(-1, labels.long().to(logp.device).view(1, -1, 1).expand(logp.shape[0], -1, 1))[..., 0]
+    return torch.logsumexp(picked, 0) - math.log(logits.shape[0])
 
 
 def brier_score(probs: Tensor, labels: Tensor) -> float:

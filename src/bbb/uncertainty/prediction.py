@@ -36,7 +36,7 @@ from .classification import (
     error_rate,
     expected_calibration_error,
     mutual_information,
-    negative_log_likelihood,
+    predictive_log_likelihood,
     predictive_probs,
 )
 from .regression import regression_metrics
@@ -364,7 +364,7 @@ def evaluate(
     probs = predictive_probs(outputs)
     return {
         "error": error_rate(probs, targets),
-        "nll": negative_log_likelihood(probs, targets),
+        "nll": float(-predictive_log_likelihood(outputs, targets).mean()) + 0.0,  # (from the logits: no floor)
         "brier": brier_score(probs, targets),
         "ece": expected_calibration_error(probs, targets, num_bins),
         "entropy": float(entropy(probs).mean()),

@@ -230,17 +230,31 @@ def _hyper(name: str, value: Any) -> float | None:
 
 
 def _last_leaf(model: nn.Module, x: Tensor) -> nn.Module | None:
-    """The last module without children that one forward pass of ``x`` runs."""
-    order: list[nn.Module] = []
+    """The last module without children that one forward pass of ``x`` runs; refused in one line
+    where it is an nn.Linear whose output the forward changes before returning it (scaled, a
+    residual added, a function of torch applied): a last-layer posterior would be of another scale,
+    or of another layer."""
+    order: list[tuple[nn.Module, Any]] = []
     leaves = [m for m in model.modules() if not list(m.children())]
-    handles = [m.register_forward_hook(lambda mod, _i, _o: order.append(mod)) for m in leaves]
+    handles = [m.register_forward_hook(lambda mod, _i, o: order.append((mod, o))) for m in leaves]
     try:
         with torch.no_grad(), modes_kept(model):
-            model(x)
+            out = model(x)
     finally:
         for h in handles:
             h.remove()
-    return order[-1] if order else None
+    if not order:
+        return None
+    last, last_out = order[-1]
+    same = isinstance(out, Tensor) and isinstance(last_out, Tensor) and out.numel() == last_out.numel() and \
+        torch.equal(out.reshape(-1), last_out.reshape(-1))
+    if isinstance(last, nn.Linear) and isinstance(out, Tensor) and not same:  # (no tensor: said after)
+        name = next((n for n, m in model.named_modules() if m is last), type(last).__name__)
+        raise UserError(f"the network's output is not its last nn.Linear's ({name}) output as that layer gives it: "
+                        "the forward scales it, adds to it or transforms it after, so a last-layer posterior would "
+                        "be at another scale or of another layer; end the forward with the linear layer, or use "
+                        "weights='all'")
+    return last
 
 
 def _loader(data: Any, likelihood: str, batch_size: int, dtype: torch.dtype,
@@ -252,14 +266,14 @@ def _loader(data: Any, likelihood: str, batch_size: int, dtype: torch.dtype,
         first = next(iter(data), None)
         if not isinstance(first, (tuple, list)) or len(first) != 2:
             raise UserError("the DataLoader must give (inputs, targets) batches")
-        return data, first[0].to(device=device, dtype=dtype)
+        return data, first[0].to(device=device, dtype=dtype if first[0].is_floating_point() else None)
     if not (isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data)):
         raise UserError(f"data must be (inputs, targets) tensors or a DataLoader of them, got {type(data).__name__}")
     x, y = data
     if x.shape[0] == 0 or x.shape[0] != y.shape[0]:
         raise UserError(f"inputs and targets must have the same number of rows (> 0), got {x.shape[0]} and "
                         f"{y.shape[0]}")
-    x = x.to(device=device, dtype=dtype)
+    x = x.to(device=device, dtype=dtype if x.is_floating_point() else None)  # (token ids stay integers)
     if not torch.isfinite(x).all():
         raise UserError("the inputs hold NaN or infinite values")
     if likelihood == "classification":
@@ -346,6 +360,10 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
             if any(own) and not all(own):
                 raise UserError(f"KFAC over weights='all' needs each layer's parameters all trainable or all frozen; "
                                 f"{name or 'the model'} has some of each: freeze it whole, or use hessian='diag'")
+            if any(own) and not isinstance(mod, (nn.Linear, nn.Conv2d)):  # (laplace-torch's KFAC raised its own)
+                raise UserError(f"KFAC over weights='all' covers nn.Linear and nn.Conv2d layers; {name or 'the model'} "
+                                f"is a trainable {type(mod).__name__}: freeze it (requires_grad_(False)), or use "
+                                "hessian='diag'")
     Laplace = require_laplace()
     loader, x0 = _loader(data, likelihood, batch_size, param.dtype, param.device)
     last = _last_leaf(model, x0) if weights == "last_layer" else None
@@ -355,6 +373,9 @@ def fit_laplace(model: nn.Module, data: Any, *, weights: str = "last_layer", lik
                         "classification)")
     with torch.no_grad(), modes_kept(model):
         out = model(x0)
+    if not isinstance(out, Tensor):  # (laplace-torch calls the model and reads a tensor)
+        raise UserError(f"the network must return a tensor of outputs, got a {type(out).__name__} (a Hugging Face "
+                        "model's ModelOutput: wrap it in a module whose forward returns model(input_ids=x).logits)")
     if out.dim() != 2:
         raise UserError(f"the network's output must be (rows, outputs), got shape {tuple(out.shape)}")
     if likelihood == "classification" and out.shape[1] < 2:

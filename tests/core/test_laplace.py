@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import bbb
 from bbb.errors import MissingExtra, UserError
-from bbb.laplace import INSTALL, fit_last_layer_laplace, laplace_available
+from bbb.laplace import INSTALL, fit_laplace, fit_last_layer_laplace, laplace_available
 
 needs_laplace = pytest.mark.skipif(not laplace_available(), reason="laplace-torch is not installed")
 
@@ -324,3 +324,56 @@ def test_no_marglik_steps_is_refused_where_a_value_is_to_be_chosen(regression, c
         fit_last_layer_laplace(net, (x, y), likelihood="classification", marglik_steps=0)
     assert fit_last_layer_laplace(net, (x, y), likelihood="classification", prior=1.5,
                                   marglik_steps=0).prior_precision_from == "given"
+
+
+class _After(nn.Module):
+    """A network whose forward changes its last linear layer's output before returning it."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.body, self.fc, self.skip, self.how = nn.Sequential(nn.Linear(1, 8), nn.Tanh()), nn.Linear(8, 1), \
+            nn.Linear(1, 1), how
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(self.body(x))
+        return 5 * out if self.how == "scaled" else out + self.skip(x) if self.how == "residual" else out
+
+
+@needs_laplace
+@pytest.mark.parametrize("how", ["scaled", "residual"])
+def test_a_last_layer_whose_output_the_forward_changes_is_refused(regression, how):
+    """A scaled output gave variances 25x too small, a residual's skip layer the posterior: silently."""
+    x, y = regression[1], regression[2]
+    with pytest.raises(UserError, match=r"output is not its last nn.Linear's \((fc|skip)\) output .*weights='all'"):
+        fit_laplace(_After(how), (x, y), likelihood="regression", prior=1.0, sigma_noise=0.1)
+    fit_laplace(_After("plain"), (x, y), likelihood="regression", prior=1.0, sigma_noise=0.1)  # its raw output: fits
+
+
+class _Tokens(nn.Module):
+    """A classifier of token ids (an embedding, then a linear head)."""
+
+    def __init__(self, as_tuple: bool = False) -> None:
+        super().__init__()
+        self.e, self.fc, self.as_tuple = nn.Embedding(20, 8), nn.Linear(8, 3), as_tuple
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor]:
+        out = self.fc(self.e(ids).mean(1))
+        return (out,) if self.as_tuple else out
+
+
+@needs_laplace
+def test_token_ids_stay_integers_and_what_kfac_cannot_cover_is_one_line():
+    """Integer inputs were cast to floats (an embedding then refused them: no Laplace-LoRA of a text
+    model), an embedding under weights='all' KFAC was laplace-torch's NotImplementedError, and an
+    output that is no tensor an AttributeError."""
+    torch.manual_seed(0)
+    ids, y = torch.randint(0, 20, (40, 5)), torch.randint(0, 3, (40,))
+    net = _Tokens()
+    post = fit_laplace(net, (ids, y), likelihood="classification", prior=1.0)
+    assert post.predict(ids[:3]).shape == (3, 3)
+    fit_laplace(net, (ids, y), weights="all", hessian="diag", likelihood="classification", prior=1.0)
+    with pytest.raises(UserError, match=r"covers nn.Linear and nn.Conv2d layers; e is a trainable Embedding"):
+        fit_laplace(net, (ids, y), weights="all", likelihood="classification", prior=1.0)
+    with pytest.raises(UserError, match=r"must return a tensor of outputs, got a tuple"):
+        fit_laplace(_Tokens(as_tuple=True), (ids, y), weights="all", hessian="diag", likelihood="classification",
+                    prior=1.0)

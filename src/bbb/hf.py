@@ -132,7 +132,8 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     returns (B, T'). ``num_samples=k``: k networks drawn from the posterior, network j writing the whole
     of its copy of every prompt (the same draw at every step, through the KV cache): what the
     posterior says the model might write, for diversity or uncertainty over whole answers; returns
-    (k, B, T'). The k networks run batched (the prompts repeated k times in one ``generate`` call).
+    (k, B, T'), or (k, B * n, T') with ``num_return_sequences=n`` (prompt i's n at rows i * n..).
+    The k networks run batched (the prompts repeated k times in one ``generate`` call).
     The model runs in ``eval()`` (its dropout off: a model left in ``train()`` after a training loop
     would draw new dropout masks at every token) and is left in the mode it was in. Layers trained
     with the ``flipout`` or ``local`` estimator draw their weights here as ``reparam`` layers do (the
@@ -151,7 +152,7 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     if not callable(getattr(model, "generate", None)) or not callable(getattr(inner, "generate", None)):
         raise UserError(f"generate needs a transformers model with .generate (a generating one: GPT-2, Llama, "
                         f"BART...), got {type(inner).__name__}")
-    kw = dict(inputs) if isinstance(inputs, dict) else {"input_ids": inputs}
+    kw = dict(inputs) if isinstance(inputs, Mapping) else {"input_ids": inputs}  # (a tokenizer's BatchEncoding too)
     # in eval() inside (each module back in its own mode after): a dropout layer, peft's lora_dropout
     # included, would otherwise draw new masks at every token of a model left in train()
     if num_samples is None:
@@ -169,7 +170,7 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
     if not isinstance(out, torch.Tensor):
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
                         "return_dict_in_generate unset")
-    return out.view(k, b, *out.shape[1:])
+    return out.view(k, -1, *out.shape[1:])  # (k, B * num_return_sequences, T'), prompt by prompt
 
 
 def conversion_record(model: nn.Module) -> dict[str, Any]:

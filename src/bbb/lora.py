@@ -574,11 +574,32 @@ def _untrained(model: nn.Module) -> dict[str, BayesModule]:
     return out
 
 
+def _merged(model: nn.Module) -> list[str]:
+    """The peft LoRA layers of ``model`` with a Bayesian adapter merged into their base weight
+    (``merge_adapter``): their forward no longer calls the adapter, so nothing of it is sampled."""
+    out = []
+    for name, layer in lora_layers(model):
+        adapters: Any = layer.lora_A
+        bs: Any = layer.lora_B
+        bayes = [k for k in getattr(layer, "merged_adapters", []) if k in adapters and
+                 (isinstance(adapters[k], BayesModule) or isinstance(bs[k], BayesModule))]
+        out += [f"{name} ({k})" for k in bayes]
+    return out
+
+
 def warn_untrained(model: nn.Module, who: str) -> None:
     """Warn when a Bayesian-A adapter of ``model`` is untrained (B = 0): its samples of A then change
-    nothing, and where no other Bayesian layer samples, ``who``'s samples are equal."""
+    nothing, and where no other Bayesian layer samples, ``who``'s samples are equal; and when a
+    Bayesian adapter is merged into its base weight (``merge_adapter``): nothing of it is sampled."""
     if not _peft_lora_layer():
         return
+    merged = _merged(model)
+    if merged:
+        more = f" and {len(merged) - 3} more" if len(merged) > 3 else ""
+        warnings.warn(f"{who}: the Bayesian LoRA adapter is merged into the base weights (merge_adapter) in "
+                      f"{', '.join(merged[:3])}{more}: the forward no longer calls it, so none of its weights is "
+                      "sampled (the merge holds its means); call model.unmerge_adapter() first", UserWarning,
+                      stacklevel=3)
     found = _untrained(model)
     if found:
         left = list(found)

@@ -376,6 +376,30 @@ def test_generate_one_network_per_sequence_or_the_mean():
     assert torch.equal(logits[:, 2:-1].argmax(-1)[before_eos], written[before_eos])
 
 
+def test_generate_takes_a_batch_encoding_and_several_sequences_a_prompt_and_a_merge_is_said():
+    """A tokenizer's BatchEncoding (a UserDict, not a dict) was an AttributeError, num_return_sequences
+    a shape error; after merge_adapter nothing of the adapter was sampled, silently."""
+    from transformers import BatchEncoding
+
+    model = _lora_gpt2()
+    bbb.bayesianize(model, lora="A")
+    _move_b(model)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    batch = BatchEncoding({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)})
+    kw = dict(max_new_tokens=2, pad_token_id=0)
+    model.eval()
+    assert bbb.hf.generate(model, batch, **kw).shape == (2, 5)
+    out = bbb.hf.generate(model, batch, num_samples=3, num_beams=2, num_return_sequences=2, **kw)
+    assert out.shape == (3, 4, 5) and torch.equal(out[:, 2:, :3], prompt[1].expand(3, 2, 3))
+    model.merge_adapter()
+    with pytest.warns(UserWarning, match=r"adapter is merged into the base weights .*unmerge_adapter"):
+        bbb.uncertainty.predict(model, {"input_ids": prompt}, num_samples=2)
+    model.unmerge_adapter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bbb.uncertainty.predict(model, {"input_ids": prompt}, num_samples=2)
+
+
 def test_kl_weighting_blob_is_blundell_reversed():
     w = bbb.kl_weights(6, "blob", dtype=torch.float64)
     assert torch.equal(w, bbb.kl_weights(6, "blundell", dtype=torch.float64).flip(0))

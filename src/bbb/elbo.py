@@ -28,7 +28,7 @@ from torch import Tensor
 
 from .distributions import KLMode, check_kl_samples, inverse_softplus, normal_log_prob, softplus
 from .errors import UserError, check_float, check_int
-from .hf import causal_lm, decoder_inputs
+from .hf import causal_lm, check_checkpointing, decoder_inputs
 from .nn import SampleRecorder, bayes_modules, forward_samples, model_kl, shared_samples, warn_not_bayesian
 from .nn.inputs import Inputs, call_model, check_output, select_output, split_targets
 from .nn.model import warn_unsampled
@@ -233,33 +233,6 @@ def likelihood_from_name(name: str | Likelihood, **kwargs) -> Likelihood:
 STALE_STEPS = 100
 
 
-def _check_checkpointing(model: nn.Module, k: int, engine: bool, generator: bool) -> None:
-    """A :class:`UserError` for a training step whose weight samples gradient checkpointing (transformers'
-    ``gradient_checkpointing_enable``: modules with ``gradient_checkpointing = True``) would not redraw:
-    the backward pass recomputes each checkpointed block outside the ELBO's forward, from torch's global
-    random state (which the checkpoint restores). Only one sample on the plain path, without a
-    ``generator``, under torch's non-reentrant checkpoint (transformers' default) recomputes the same
-    weights; otherwise the gradient would be that of other weights than the loss's."""
-    if "transformers" not in sys.modules or not (model.training and torch.is_grad_enabled()):
-        return  # (the flag is transformers'; nothing to look at on other models, every step)
-    found = [(n, m) for n, m in model.named_modules() if getattr(m, "gradient_checkpointing", False) is True]
-    if not found:
-        return
-    name, mod = found[0]
-    kwargs = getattr(getattr(mod, "_gradient_checkpointing_func", None), "keywords", None) or {}
-    reentrant = kwargs.get("use_reentrant") is not False
-    if k == 1 and not engine and not generator and not reentrant:
-        return
-    what = (f"num_samples={k}" if k > 1 else "the Engine's sampling()" if engine else "a generator" if generator
-            else "use_reentrant=True")
-    raise UserError(f"the ELBO: {type(model).__name__} has gradient checkpointing on ({name}), whose backward "
-                    f"pass recomputes each checkpointed block outside the ELBO, so under {what} it would draw other "
-                    "weights than the loss's and give another network's gradient: with gradient checkpointing train "
-                    "with num_samples=1, no generator=, on torch.optim rather than the Engine, and "
-                    "gradient_checkpointing_kwargs={'use_reentrant': False}, or call "
-                    "model.gradient_checkpointing_disable()")
-
-
 def _caller_level() -> int:
     """The ``stacklevel`` of a warning from an ELBO method that points at the caller's line, past
     this module and torch's ``Module.__call__``."""
@@ -325,7 +298,7 @@ class ELBO(nn.Module):
             paper's estimator) uses the k samples of the likelihood (common random numbers); a
             larger number K adds K - k samples drawn for the KL alone, which lowers the variance
             of its gradient without another forward pass (the KL's cost grows with K, the
-            likelihood's does not). A closed-form KL is exact and ignores it.
+            likelihood's does not). A closed-form KL is exact and ignores it; with ``kl="split"``: an error.
         beta: a fixed scale on the KL term (tempering): ``loss = nll + beta * kl_weight_i * KL``.
             1 (the default) is the variational free energy of the paper; beta < 1 down-weights
             the prior (a "cold" posterior), beta > 1 up-weights it. Unlike ``kl_weighting``
@@ -402,6 +375,9 @@ class ELBO(nn.Module):
         self.likelihood = likelihood_from_name(likelihood)
         self.num_samples = num_samples
         self.kl_samples = None if kl_samples is None else check_kl_samples(kl_samples, self.num_samples)
+        if self.kl_samples is not None and self.kl_mode is KLMode.SPLIT:  # (it draws one importance sample a weight)
+            raise UserError("ELBO: kl_samples averages a Monte Carlo KL, and kl='split' draws its own one importance "
+                            "sample per weight: leave kl_samples out, or use kl='mc'")
         if kl_weighting is None:
             kl_weighting = KLWeighting.BLUNDELL
             if num_batches > 1 and any(m.from_weights for m in bayes_modules(model)):
@@ -436,9 +412,9 @@ class ELBO(nn.Module):
         generator: torch.Generator | None = None,
     ) -> ELBOOutput:
         """The objective of minibatch ``batch_index`` (its KL weight), or with the KL weight
-        ``kl_weight``: a number, or a one-element floating tensor, read where it lives (a training
-        loop on a GPU keeps it on the device and updates it in place: no host sync, and a captured
-        CUDA graph reads each batch's weight); a tensor's value is not checked (that would read it).
+        ``kl_weight`` in its place (both: an error): a number, or a one-element floating tensor, read
+        where it lives (a GPU loop updates it in place: no host sync; a captured CUDA graph reads each
+        batch's weight); a tensor's value is not checked (that would read it).
 
         ``batch_index``: the minibatch's position in the epoch, 0 .. M-1 (``enumerate(loader)``).
         Left out, minibatch 0's weight is used, which is right only when the M weights are equal
@@ -456,6 +432,9 @@ class ELBO(nn.Module):
             if y is None:
                 raise UserError(f"the ELBO needs targets: pass y, or a mapping batch with 'labels' (got "
                                 f"{type(inputs).__name__})")
+        if kl_weight is not None and batch_index is not None:  # (kl_weight was used, the index unread)
+            raise UserError("ELBO: kl_weight is the minibatch's whole KL weight, in place of batch_index's: give "
+                            "one of the two (a warm-up factor: kl_weight=factor * elbo.kl_weight(i))")
         if isinstance(kl_weight, Tensor):
             if kl_weight.numel() != 1 or not kl_weight.is_floating_point():
                 raise UserError(f"kl_weight must be a number or a one-element floating tensor, got a "
@@ -469,7 +448,7 @@ class ELBO(nn.Module):
         # (compiled too: a seq2seq LM's decoder read its source, shifted, without them)
         inputs = decoder_inputs(self.model, inputs, y, "the ELBO")
         if not torch.compiler.is_compiling():
-            _check_checkpointing(self.model, k, provider is not None, generator is not None)
+            check_checkpointing(self.model, k, provider is not None, generator is not None)
             warn_not_bayesian(self.model, "the ELBO")
             if not self.model.training and torch.is_grad_enabled() and not self._warned_eval:
                 self._warn_eval()

@@ -45,7 +45,7 @@ from .nn.tied import tie_groups
 from .records import CONVERSION_FILE, layer_spec
 
 __all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record", "layer_spec", "causal_lm",
-           "decoder_inputs",
+           "decoder_inputs", "check_checkpointing",
            "CONVERSION_FILE",
            "WEIGHTS_FILE"]
 
@@ -171,6 +171,33 @@ def generate(model: nn.Module, inputs: Any, num_samples: int | None = None, **kw
         raise UserError("bbb.hf.generate with num_samples returns the sequences (k, B, T'): leave "
                         "return_dict_in_generate unset")
     return out.view(k, -1, *out.shape[1:])  # (k, B * num_return_sequences, T'), prompt by prompt
+
+
+def check_checkpointing(model: nn.Module, k: int, engine: bool, generator: bool) -> None:
+    """A :class:`UserError` for a training step whose weight samples gradient checkpointing (transformers'
+    ``gradient_checkpointing_enable``: modules with ``gradient_checkpointing = True``) would not redraw:
+    the backward pass recomputes each checkpointed block outside the ELBO's forward, from torch's global
+    random state (which the checkpoint restores). Only one sample on the plain path, without a
+    ``generator``, under torch's non-reentrant checkpoint (transformers' default) recomputes the same
+    weights; otherwise the gradient would be that of other weights than the loss's."""
+    if "transformers" not in sys.modules or not (model.training and torch.is_grad_enabled()):
+        return  # (the flag is transformers'; nothing to look at on other models, every step)
+    found = [(n, m) for n, m in model.named_modules() if getattr(m, "gradient_checkpointing", False) is True]
+    if not found:
+        return
+    name, mod = found[0]
+    kwargs = getattr(getattr(mod, "_gradient_checkpointing_func", None), "keywords", None) or {}
+    reentrant = kwargs.get("use_reentrant") is not False
+    if k == 1 and not engine and not generator and not reentrant:
+        return
+    what = (f"num_samples={k}" if k > 1 else "the Engine's sampling()" if engine else "a generator" if generator
+            else "use_reentrant=True")
+    raise UserError(f"the ELBO: {type(model).__name__} has gradient checkpointing on ({name}), whose backward "
+                    f"pass recomputes each checkpointed block outside the ELBO, so under {what} it would draw other "
+                    "weights than the loss's and give another network's gradient: with gradient checkpointing train "
+                    "with num_samples=1, no generator=, on torch.optim rather than the Engine, and "
+                    "gradient_checkpointing_kwargs={'use_reentrant': False}, or call "
+                    "model.gradient_checkpointing_disable()")
 
 
 def conversion_record(model: nn.Module) -> dict[str, Any]:

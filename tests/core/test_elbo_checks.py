@@ -240,3 +240,17 @@ def test_a_minibatch_scored_again_is_no_short_epoch():
         warnings.simplefilter("error")
         for i in (0, 0, 0, 1, 1, 2, 3, 0, 0):
             elbo(x, y, batch_index=i)
+
+
+def test_kl_weight_with_batch_index_and_kl_samples_with_split_are_one_line():
+    """kl_weight silently replaced batch_index's weight (a warm-up factor read as the whole weight;
+    an out-of-range index accepted), and kl="split" silently ignored kl_samples."""
+    net = bbb.BayesMLP(3, [4], 2)
+    x, y = torch.randn(5, 3), torch.randint(0, 2, (5,))
+    elbo = ELBO(net, num_batches=10)
+    with pytest.raises(bbb.UserError, match="kl_weight is the minibatch's whole KL weight, .*give one of the two"):
+        elbo(x, y, batch_index=5, kl_weight=0.1)
+    assert float(elbo(x, y, kl_weight=0.1).kl_weight) == pytest.approx(0.1)
+    with pytest.raises(bbb.UserError, match="kl='split' draws its own"):
+        ELBO(net, num_batches=1, kl="split", kl_samples=4)
+    ELBO(net, num_batches=1, kl="mc", kl_samples=4)

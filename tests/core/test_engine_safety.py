@@ -392,3 +392,20 @@ def test_an_option_the_optimiser_would_ignore_is_an_error(opt, option):
     assert "\n" not in str(excinfo.value)
     Engine(BayesLinear(3, 2), "sgd", lr=1e-2, compile=False, momentum=0.9, nesterov=True)
     Engine(BayesLinear(3, 2), "adam", lr=1e-2, compile=False, betas=(0.5, 0.9), eps=1e-6)
+
+
+@pytest.mark.parametrize("how", ["assign", "double"])
+def test_a_later_layer_replaced_after_the_engine_was_built_is_one_line(how):
+    """The check read the first layer alone: a second layer given new tensors (load_state_dict with
+    assign=True, or .double()) was trained no more and used stale weights, silently."""
+    x, y = _data(d=4)
+    net = BayesMLP(4, [8], 3)
+    elbo = ELBO(net, num_batches=1)
+    eng = Engine(elbo, compile=False)
+    if how == "assign":
+        net.layers[1].load_state_dict({k: v.clone() for k, v in net.layers[1].state_dict().items()}, assign=True)
+    else:
+        net.layers[1].double()
+    with pytest.raises(UserError, match="parameters were (replaced|moved or converted) .*after the Engine was built"):
+        with eng.sampling():
+            elbo(x, y)

@@ -266,6 +266,19 @@ def test_resume_needs_last_pt_and_overwrite_replaces_the_run(tmp_path, data):
     assert s["epochs"] == 1
 
 
+def test_a_resume_on_other_data_is_refused(tmp_path, data):
+    """In-memory data of another row count (the minibatches and KL weights would change) or other
+    values were trained on as if the run's own."""
+    run = tmp_path / "run"
+    train(tiny_cfg(epochs=1), run, data=data, **QUIET)
+    fewer = {k: (v[: len(v) // 2] if k.startswith("train") else v) for k, v in data.items()}
+    other = {k: (v + 0.5 if k == "train_x" else v) for k, v in data.items()}
+    for bad in (fewer, other):
+        with pytest.raises(UserError, match="cannot resume .*the data are not those it trained on"):
+            train(tiny_cfg(epochs=2), run, data=bad, resume=True, **QUIET)
+    assert train(tiny_cfg(epochs=2), run, data=data, resume=True, **QUIET)["epochs"] == 2
+
+
 def test_corrupt_or_missing_checkpoint_is_a_one_line_error(tmp_path, data):
     with pytest.raises(CheckpointError, match="not found"):
         load_run(tmp_path / "nope")

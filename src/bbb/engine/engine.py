@@ -106,7 +106,9 @@ class Engine(torch.optim.Optimizer):
         rho_lr_scale: rho's learning rate is ``lr * rho_lr_scale`` (mu's is ``lr``). Under plain
             SGD sigma barely moves from its initial value at the paper's learning rates; a larger
             step for rho lets it move. Kept in the parameter group (``"rho_lr_scale"``), so it is
-            saved with the state dict; learning-rate schedulers scale both steps alike.
+            saved with the state dict; a scheduler that multiplies the rates (StepLR, cosine) scales
+            both steps alike. On the plain path rho is a group of its own at ``lr * rho_lr_scale``:
+            one that sets a value for every group (OneCycleLR's scalar ``max_lr``) gives rho mu's.
         num_samples: k weight samples per step; None: the ELBO's (1 when built from the
             network; an :class:`~bbb.elbo.ELBO` with the same ``num_samples`` evaluates them,
             folded into the batch dimension or with an explicit leading sample dimension).
@@ -398,14 +400,15 @@ class Engine(torch.optim.Optimizer):
             yield self
 
     def _check_placement(self) -> None:
-        """The layers' mu and rho must still be views of the engine's buffers: ``model.to(...)``
-        after the engine was built gives them new tensors (another device or dtype), which the
-        engine neither reads nor updates. A one-line error, from Python attributes alone (no sync)."""
-        first = self.layout.slots[0]  # type: ignore[union-attr]
-        p, mu = cast(Tensor, first.module._parameters[f"{first.name}_mu"]), self._mu  # (a conversion may replace it)
-        if p.data_ptr() == mu.data_ptr() and p.dtype == mu.dtype and p.device == mu.device:  # (at offset 0)
-            return
-        raise placement_error("Engine", p, mu)
+        """Every layer's mu and rho must still be views of the engine's buffers, which ``model.to``,
+        one layer's ``.double()`` or ``load_state_dict(..., assign=True)`` replace (the engine would
+        neither read nor update them): a one-line error, from Python attributes alone (no sync)."""
+        for slot in self.layout.slots:  # type: ignore[union-attr]
+            for name, flat in ((f"{slot.name}_mu", self._mu), (f"{slot.name}_rho", self._rho)):
+                p = cast(Tensor, slot.module._parameters[name])  # (a conversion may replace it)
+                if p.data_ptr() != flat.data_ptr() + slot.offset * flat.element_size() or p.dtype != flat.dtype \
+                        or p.device != flat.device:
+                    raise placement_error("Engine", p, flat)
 
     def _join(self, ddp: Any) -> None:
         """The first forward inside ``ddp``: check it, take its process group, start from one state."""

@@ -36,15 +36,14 @@ same network as ``bbb``) the loss is the mean NLL under IVON's weight samples, w
 (IVON's prior, a Gaussian of precision ``ess * weight_decay``, is in its update):
 ``train_loss`` and ``nll`` are then that NLL and ``kl`` is 0.
 
-Data live on the device as tensors; each epoch shuffles with ``torch.randperm`` from a seeded
-generator and slices. No host-device synchronisation happens inside an epoch (:func:`run_epoch`):
-the permutation goes to a GPU by an asynchronous copy from pinned memory, the minibatch's KL weight
-is a device scalar updated in place from a device table, the engine forms its per-step numbers on
-the device, and the epoch's sums, the divergence check and the validation (and test) error counts
-are read together once after it. All randomness
-(initialisation, shuffling, weight noise, dropout) flows from the global torch RNG seeded with
-``seed`` and the shuffling generator; both states are checkpointed, so a killed run resumed with
-``resume=True`` continues exactly where it stopped (bit for bit on CPU).
+Data live on the device as tensors; each epoch shuffles with a seeded ``torch.randperm`` and
+slices, with no host-device synchronisation inside it (:func:`run_epoch`: the permutation copied
+asynchronously from pinned memory, the KL weight a device scalar from a device table, the engine's
+per-step numbers on the device, the epoch's sums, divergence check and error counts read once
+after it). All randomness (initialisation, shuffling, weight noise, dropout) flows from the global
+torch RNG seeded with ``seed`` and the shuffling generator, both checkpointed: a killed run resumed
+with ``resume=True`` continues exactly where it stopped (bit for bit on CPU). A resume on other
+data (another row count or other values: ``model_info``'s ``num_train`` and ``train_sum``) is refused.
 
 Commit order of an epoch: ``last.pt`` (the commit point: model, optimiser, RNG states, the
 metrics history, the best epoch so far), then ``best.pt`` when validation improved (the same
@@ -52,12 +51,11 @@ state), then ``metrics.csv``; ``summary.json`` after the last epoch. A process k
 leaves ``last.pt`` of the previous or of this epoch, and resuming rewrites the derived files from
 it (:func:`bbb.runs.checkpoint.repair_derived`), so the run ends as if never killed.
 
-``checkpoint_every`` N > 1 (``--checkpoint-every``; a checkpoint of a large network on a GPU costs
-as much as an epoch) commits every N-th epoch and the last, and keeps the epochs between in memory
-(a copy of the state, on the device): Ctrl-C, a divergence or another exception first commits the
-last completed epoch, so ``last.pt`` loses nothing that a clean stop would keep; a process killed
-outright resumes from the last commit, exactly. ``best.pt`` and ``metrics.csv`` follow ``last.pt``
-as before (written with it: ``best.pt`` the best epoch so far, which may lie between two commits).
+``checkpoint_every`` N > 1 (``--checkpoint-every``; a large network's checkpoint on a GPU costs an
+epoch) commits every N-th epoch and the last, keeping the epochs between in memory (a copy of the
+state, on the device): Ctrl-C, a divergence or another exception first commits the last completed
+epoch; a process killed outright resumes from the last commit, exactly. ``best.pt`` and
+``metrics.csv`` are written with ``last.pt`` (``best.pt`` the best epoch so far, perhaps between).
 """
 
 from __future__ import annotations
@@ -119,7 +117,7 @@ def batch_objective(
     """
     b = xb.shape[0]
     if elbo is not None:
-        out = elbo(xb, yb, batch_index=batch_index, kl_weight=kl_weight)
+        out = elbo(xb, yb, batch_index=batch_index if kl_weight is None else None, kl_weight=kl_weight)
         return out.loss / b, out.loss.detach(), out.nll.detach(), out.kl.detach()
     if num_samples > 1:  # (k, B, C): the NLL of each sample, averaged over the k
         logits = forward_samples(model, xb, num_samples).float()
@@ -414,14 +412,17 @@ def _train(
     best: dict[str, Any] = {"epoch": 0, "val_error": None, "val_nll": None}
     start_epoch = 0
     model_info: dict[str, Any] = {"in_features": in_features, "num_classes": num_classes, "num_train": n,
-                                  "task": task}
+                                  "task": task, "train_sum": float(x.double().sum() + y.double().sum())}
     if preprocess is not None:
         model_info["preprocess"] = preprocess.to_dict()
 
     if ckpt is not None:
-        if dict(ckpt["model_info"]).get("in_features") != in_features or \
-                dict(ckpt["model_info"]).get("num_classes") != num_classes:
-            raise UserError(f"cannot resume {out}: the data do not match the stored model")
+        was = dict(ckpt["model_info"])
+        if was.get("in_features") != in_features or was.get("num_classes") != num_classes or \
+                was.get("num_train", n) != n or not math.isclose(was.get("train_sum", model_info["train_sum"]),
+                                                                 model_info["train_sum"], rel_tol=1e-9, abs_tol=1e-6):
+            raise UserError(f"cannot resume {out}: the data are not those it trained on ({was.get('num_train')} "
+                            f"training rows, these {n}, or other values): resume with the same data")
         try:
             model.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])

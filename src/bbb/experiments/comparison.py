@@ -203,7 +203,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
     source = (f"eval.json ({ev['checkpoint']}, epoch {ev['epoch']})"
               if ev is not None and ev.get("checkpoint") in ("best", "last") and ev.get("epoch") is not None
               else "eval.json")
-    if ev is None and not cfg:
+    if ev is None and (not cfg or "agents" in cfg):  # (no run's: a bandit run's config.json names its agents)
         from ..runs.checkpoint import ensemble_members, not_a_run_text
 
         members = ensemble_members(d)

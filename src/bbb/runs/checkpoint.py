@@ -117,7 +117,17 @@ def other_folder(d: Path) -> str | None:
         return f"an ensemble's folder (bbb evaluate/ood RUN RUN ... --out {d})"
     if (d / "population.pt").is_file():  # (bbb.runs.population.POPULATION_FILE)
         return "the folder of a population's state (population.pt: runs trained together, each in its own directory)"
+    if (d / "sweep.csv").is_file() or (d / "trials").is_dir():
+        return f"a sweep's folder (bbb sweep --out {d}: each of its trials, {d}/trials/ID, is a run)"
+    from .jobs import read_json
+
+    command = str((read_json(d / "run.json") or read_json(d / "options.json") or {}).get("command", ""))
+    if "agents" in (read_json(d / "config.json") or {}):  # (a bandit run's config.json has no command)
+        command = "bbb bandit"
+    if command.startswith("bbb reproduce") or command.startswith("bbb bandit") or command.startswith("bbb regression"):
+        return f"the folder of {' '.join(command.split()[:3])} (its tables and figures hold its results)"
     return None
+
 
 
 def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
@@ -132,6 +142,10 @@ def not_a_run_text(d: Path, one_run: str | None = None) -> str | None:
     if (d / "laplace.json").is_file():
         return (f"{d} is {what}: bbb predict, evaluate, ood, uncertain, compare and report take it; for this, give "
                 "its run")
+    if (d / "sweep.csv").is_file() or (d / "trials").is_dir():
+        return f"{d} is {what}, not a run: give its trials, {d}/trials/ID (bbb compare takes several)"
+    if not (d / "population.pt").is_file() and ensemble_members(d) is None:  # an experiment's folder
+        return f"{d} is {what}, not a run"
     if ensemble_members(d) is None:  # a population's folder
         return (f"{d} is {what}, not a run: give its runs' directories (each run's config.json names this folder "
                 "as its population's dir)")

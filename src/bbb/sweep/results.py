@@ -160,7 +160,11 @@ def write_results(out: Path, trials: Sequence[Trial], rows: dict[str, dict[str, 
         keys += [k for k in t.params if k not in keys]
     table = []
     for t in trials:
-        r = rows.get(t.trial_id) or result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id))
+        r = rows.get(t.trial_id)
+        if r is None or r.get("status") == TrialStatus.PENDING.value:  # (its epochs as its folder has them now:
+            # a row made as it started said 0 of a trial interrupted at epoch 7)
+            r = {**result_row(t, TrialStatus.PENDING, None, trial_dir(out, t.trial_id)), **{
+                k: v for k, v in (r or {}).items() if k in ("error", "retry")}}
         table.append({**r, "index": t.index, "params": dict(t.params)})
     by_nll = nll_classifiers(table)
     table.sort(key=lambda r: _sort_key(r, by_nll))

@@ -63,6 +63,13 @@ def test_merging_other_settings_a_repeated_agent_an_unfinished_run_or_onto_a_par
         merge_runs([out["a"], out["b"]], out["a"], edible=edible)
     assert (out["a"] / "regret.csv").read_text() == before
     assert not (tmp_path / "m1").exists()
+    # a folder holding a finished run of its own (or a merge of other parts) was replaced, silently
+    with pytest.raises(UserError, match="holds another bandit run .*a run of its own"):
+        merge_runs([out["a"], out["b"]], other, edible=edible)
+    merge_runs([out["a"], out["b"]], tmp_path / "m5", edible=edible)
+    merge_runs([out["a"], out["b"]], tmp_path / "m5", edible=edible)  # the same parts again: merged again
+    with pytest.raises(UserError, match="holds another bandit run .*a merge of other parts"):
+        merge_runs([out["b"], out["a"]], tmp_path / "m5", edible=edible)
 
 
 def test_the_command_line_refuses_an_option_that_the_merge_would_ignore(parts, tmp_path, capsys):

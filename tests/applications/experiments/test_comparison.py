@@ -9,6 +9,7 @@ import pytest
 
 from bbb.cli import main
 from bbb.experiments.comparison import COLUMNS, comparison_rows, write_comparison
+from testkit import run_main
 
 
 def _run(tmp_path, method, hidden, ece, mi, err=0.02, dataset="mnist"):
@@ -228,3 +229,18 @@ def test_runs_of_one_folder_read_at_another_size_or_in_colour_get_no_verdict(tmp
     same = _image_run(tmp_path, "s28", "sgd", 6.0, image_size=[28, 28], image_colour=False)
     text = write_comparison(comparison_rows([bbb, same]), tmp_path / "o2")[1].read_text()
     assert "no verdict" not in text and "is best" in text
+
+
+def test_an_experiments_folder_is_named_not_sent_to_bbb_evaluate(tmp_path, capsys):
+    """A sweep's, a bbb reproduce's or a bandit run's folder was told to run `bbb evaluate` on it."""
+    sweep, uci, bandit = tmp_path / "sw", tmp_path / "uci", tmp_path / "bandit"
+    (sweep / "trials").mkdir(parents=True)
+    (sweep / "sweep.csv").write_text("trial\n")
+    uci.mkdir()
+    (uci / "options.json").write_text('{"command": "bbb reproduce uci", "--budget": "smoke"}')
+    bandit.mkdir()
+    (bandit / "config.json").write_text('{"agents": ["bbb", "greedy"]}')
+    for folder, words in ((sweep, "a sweep's folder"), (uci, "the folder of bbb reproduce uci"),
+                          (bandit, "the folder of bbb bandit")):
+        rc, _, err = run_main(capsys, "compare", str(folder), "--out", str(tmp_path / "cmp"))
+        assert rc == 2 and words in err and "bbb evaluate" not in err and len(err.strip().splitlines()) == 1, err

@@ -288,6 +288,12 @@ def test_smoke_run_writes_the_tables_and_resumes(fake_data, no_verify, capsys, t
         assert code == 2 and "chose its settings on seed(s) 0 (the first of --seeds), not 1" in err, err
         assert len(err.strip().splitlines()) == 1
         assert {n: (out / n).read_bytes() for n in written} == written
+    # a --report of another --budget labelled the smoke jobs' tables with it
+    budget_at = argv.index("--budget")
+    other = [*argv[:budget_at + 1], "paper", *argv[budget_at + 2:-1], "--report"]
+    code, _, err = run_main(capsys, *other)
+    assert code == 2 and "trained with --budget smoke, not paper: give --budget smoke with --report" in err, err
+    assert {n: (out / n).read_bytes() for n in written} == written
 
 
 @pytest.mark.parametrize("bad, what", [(["--seeds", "1000"], "seeds"), (["--workers", "0"], "--workers"),

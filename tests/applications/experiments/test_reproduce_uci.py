@@ -474,6 +474,10 @@ def test_a_rerun_with_another_result_option_is_refused_not_mixed(data_root, tmp_
         assert rc == 2 and said in err and "use another --out" in err and len(err.strip().splitlines()) == 1, err
     assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
     assert run_main(capsys, *args, "--seed", "1", "--report")[0] == 0
+    # --report alone reports the datasets and splits the folder trained (it said all 9 were not finished)
+    rc, said, _ = run_main(capsys, "reproduce", "uci", "--report", "--samples", "4", "--methods", "mc_dropout",
+                           "--budget", "smoke", "--data-dir", str(data_root), "--out", str(out))
+    assert rc == 0 and "not finished" not in said and "yacht" in said, said
     (out / "options.json").unlink()  # a folder trained before options.json: its run.json's config
     rc, _, err = run_main(capsys, *args, "--seed", "1")
     assert rc == 2 and "--seed 0, not 1" in err, err

@@ -170,3 +170,19 @@ def test_classifier_trials_that_chose_their_epochs_by_nll_are_ranked_by_it(tmp_p
     best = json.loads((tmp_path / "e2e" / "best.json").read_text())
     assert nlls == sorted(nlls) and best["selected_by"] == "val_nll" and best["trial_id"] == table[0]["trial_id"]
     assert f"best by validation NLL: trial {best['trial_id']}" in text and "val error" in text
+
+
+def test_a_pending_trials_row_has_the_epochs_its_folder_holds(tmp_path: Path):
+    """An interrupted local sweep wrote the row made as the trial started: epochs_run 0 for a trial
+    with 7 epochs saved."""
+    from bbb.sweep.results import write_results
+    from bbb.sweep.space import Trial, TrialStatus
+
+    trials = [Trial("t0", 0, {"lr": 0.1})]
+    out = tmp_path / "s"
+    (out / "trials" / "t0").mkdir(parents=True)
+    (out / "trials" / "t0" / "metrics.csv").write_text("epoch,seconds\n" + "".join(f"{e},0.1\n" for e in range(1, 8)))
+    stale = {"t0": {"trial_id": "t0", "status": TrialStatus.PENDING.value, "epochs_run": 0, "trial_dir": "trials/t0",
+                    "error": None, "retry": False}}
+    write_results(out, trials, stale, "local")
+    assert S.read_sweep(out)[0]["epochs_run"] in (7, "7")

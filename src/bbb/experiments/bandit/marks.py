@@ -71,7 +71,7 @@ def figure6_marks(summary: list[dict[str, Any]], rows: list[dict[str, Any]],
         others = {a: s["final_regret_mean"] for a, s in by.items() if a != "bbb"}
         best = min(others, key=others.get)  # type: ignore[arg-type]
         add("BBB has the lowest mean realised regret", by["bbb"]["final_regret_mean"] < others[best],
-            f"bbb {by['bbb']['final_regret_mean']:.0f}, next {best} {others[best]:.0f}")
+            f"bbb {by['bbb']['final_regret_mean']:.0f}, the lowest of the others {best} {others[best]:.0f}")
     if "bbb" in by and "greedy" in by:
         finals = _finals(rows)
         seeds = sorted({s for a, s in finals if a == "bbb"} & {s for a, s in finals if a == "greedy"})

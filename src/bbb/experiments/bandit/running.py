@@ -233,7 +233,8 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
         # the results: printed with --quiet too (QUIET_HELP: no progress, only results, warnings, errors)
         first = min(EARLY_WINDOW, cfg.steps)  # (the summary's columns keep their names)
         for s in summary:
-            print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} +- {s['final_regret_sd']:.0f}"
+            spread = "(one seed)" if s["seeds"] == 1 else f"+- {s['final_regret_sd']:.0f}"  # (no spread to measure)
+            print(f"  {s['agent']:>14s}: regret {s['final_regret_mean']:.0f} {spread}"
                   f" (expected {s['final_expected_regret_mean']:.0f}), eats {s['eat_rate_first_1000']:.1%}"
                   f" of the first {first} and {s['eat_rate_last_1000']:.1%} of the last {first}")
         for m in marks:
@@ -446,6 +447,12 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     if any(Path(p).resolve() == Path(out).resolve() for p in parts):
         raise UserError(f"--out {out} is one of the runs to merge: write the merged run to another folder")
     _refuse_foreign(Path(out))
+    was = read_json(Path(out) / "config.json") if (Path(out) / "config.json").exists() else None
+    merged_before = [Path(q["out"]).resolve() for q in (was or {}).get("parts") or [] if isinstance(q, dict)]
+    if was is not None and merged_before != [Path(p).resolve() for p in parts]:  # (a merge of these again: fine)
+        raise UserError(f"--out {out} holds another bandit run (its config.json"
+                        f"{', a merge of other parts' if merged_before else ', a run of its own'}), which the merge "
+                        "would replace: give another folder")
     read = [(Path(p), *_read_part(Path(p))) for p in parts]
     first = read[0][1]
     agents: list[str] = []

@@ -181,6 +181,9 @@ def run_fashion(cfg: FashionConfig, command: str = "", log: Callable[[str], None
     if not cfg.report_only:  # a job's file is reused by its name, which the budget is not in
         check_job_options(out, "bbb reproduce fashion", {"--budget": str(cfg.budget)},
                           {"--budget": prev["budget"]} if prev is not None and "budget" in prev else None)
+    elif prev is not None and prev.get("budget") not in (None, str(cfg.budget)):  # (its tables labelled another's)
+        raise UserError(f"{out} holds jobs trained with --budget {prev['budget']}, not {cfg.budget}: give --budget "
+                        f"{prev['budget']} with --report")
     check_validation_seeds(out, cfg.seeds[:1], "the first of --seeds", record=not cfg.report_only)
     if not cfg.report_only:
         if prev is not None:

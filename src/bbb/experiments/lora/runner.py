@@ -175,8 +175,9 @@ def run_lora(cfg: LoraExpConfig, command: str = "", log: Callable[[str], None] |
         before = (_load(out / "run.json") or {}).get("config", {})  # (a folder trained before options.json)
         check_job_options(out, "bbb reproduce lora", {"--budget": str(cfg.budget)},
                           {"--budget": before["budget"]} if "budget" in before else None)
-    check_validation_seeds(out, cfg.run_seeds[:VAL_SEEDS], f"the first {VAL_SEEDS} of --seeds",
-                           record=not cfg.report_only)
+    chosen_on = cfg.run_seeds[:VAL_SEEDS]
+    check_validation_seeds(out, chosen_on, "the first of --seeds" if len(chosen_on) == 1 else
+                           f"the first {len(chosen_on)} of --seeds", record=not cfg.report_only)
     start = time.perf_counter()
     backbones = {}
     for arch in cfg.archs:  # pretrained here, once, before any worker starts

@@ -48,10 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "keyed by its identity (dataset, method, variant, phase, split, grid point, copy, --seed), so a split's "
         "rows are the same whatever trains beside it (every digit with ATEN_CPU_CAPABILITY=default in the "
         "environment, on one machine type: another CPU trains other networks; results/uci/README.md).")
-    parser.add_argument("--datasets", nargs="+", default=list(UCI_DATASETS), metavar="NAME",
-                        help="the datasets, folder names under <data dir>/uci (default: all 9)")
+    parser.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
+                        help="the datasets, folder names under <data dir>/uci (default: all 9; with --report, "
+                             "those the folder's run trained)")
     parser.add_argument("--splits", nargs="+", type=int, default=None, metavar="K",
-                        help="only these splits of each dataset (default: all)")
+                        help="only these splits of each dataset (default: all; with --report, those the "
+                             "folder's run trained)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="jobs trained at once, each in its own process (default: 1)")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
@@ -89,6 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> UCIConfig:
+    if args.report and (args.datasets is None or args.splits is None):  # the folder's, not all 9 "not finished"
+        from ...runs.jobs import read_json
+
+        was = (read_json(Path(args.out) / "run.json") or {}).get("config") or {}
+        args.datasets = args.datasets if args.datasets is not None else was.get("datasets")
+        args.splits = args.splits if args.splits is not None else was.get("splits")
+    args.datasets = list(UCI_DATASETS) if args.datasets is None else args.datasets
     unknown = [d for d in args.datasets if d not in UCI_DATASETS]
     if unknown:
         raise UserError(f"unknown UCI dataset {unknown[0]!r}; choose from: {', '.join(UCI_DATASETS)}")

@@ -187,7 +187,7 @@ def test_a_kl_weight_tensor_gives_the_float_weights_loss_and_gradient():
     grads = []
     for w in (None, torch.tensor(elbo.kl_weight(3), dtype=torch.float32)):
         with counter_noise(net, 1, 2):
-            out = elbo(x, y, batch_index=3, kl_weight=w)
+            out = elbo(x, y, batch_index=3 if w is None else None, kl_weight=w)  # (both: an error)
         net.zero_grad()
         out.loss.backward()
         grads.append((out.loss.detach(), [p.grad.clone() for p in net.parameters()]))

@@ -38,6 +38,7 @@ __all__ = [
     "clean_stale_tmp",
     "csv_text",
     "csv_value",
+    "read_json",
 ]
 
 _STALE_SECONDS = 24 * 3600
@@ -201,6 +202,15 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def atomic_torch_save(path: str | os.PathLike[str], obj: Any) -> Path:

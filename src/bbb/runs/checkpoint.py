@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import CheckpointError, UserError
-from ..io import atomic_write_bytes, atomic_write_text, csv_text
+from ..io import atomic_write_bytes, atomic_write_text, csv_text, read_json
 from ..options import Checkpoint, choice
 from .config import TrainConfig
 from .model import build_model
@@ -119,8 +119,6 @@ def other_folder(d: Path) -> str | None:
         return "the folder of a population's state (population.pt: runs trained together, each in its own directory)"
     if (d / "sweep.csv").is_file() or (d / "trials").is_dir():
         return f"a sweep's folder (bbb sweep --out {d}: each of its trials, {d}/trials/ID, is a run)"
-    from .jobs import read_json
-
     command = str((read_json(d / "run.json") or read_json(d / "options.json") or {}).get("command", ""))
     if "agents" in (read_json(d / "config.json") or {}):  # (a bandit run's config.json has no command)
         command = "bbb bandit"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import BBBError, SettingsMismatch, TrainingDiverged, adopt_warnings_format
-from ..io import atomic_write_json
+from ..io import atomic_write_json, read_json
 from .config import TrainConfig, resume_conflicts
 
 __all__ = [
@@ -79,15 +78,6 @@ DIVERGED_FILE = "diverged.json"
 # --------------------------------------------------------------------------------------------
 # What a run directory holds
 # --------------------------------------------------------------------------------------------
-
-
-def read_json(path: str | Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
-    try:
-        obj = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def epochs_done(run_dir: str | Path) -> int:

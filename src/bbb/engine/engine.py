@@ -252,6 +252,9 @@ class Engine(torch.optim.Optimizer):
             self.param_groups.extend(self._inner.param_groups)  # the same dicts: schedulers reach both
         self.fallback_reason = reason
         self.layout = layout
+        # what _check_placement reads at each sampling(): each slot's parameter dict, names and offset
+        self._placement = [(s.module._parameters, f"{s.name}_mu", f"{s.name}_rho", s.offset)
+                           for s in (layout.slots if layout is not None else ())]
         #: the members' learning rates as multiples of ``lr`` (a tuple), or None: one for all
         self.member_lr_scale = check_member_lr_scale(member_lr_scale, layout, reason)
         self._extra = [p for grp in extra for p in grp["params"]]
@@ -403,12 +406,11 @@ class Engine(torch.optim.Optimizer):
         """Every layer's mu and rho must still be views of the engine's buffers, which ``model.to``,
         one layer's ``.double()`` or ``load_state_dict(..., assign=True)`` replace (the engine would
         neither read nor update them): a one-line error, from Python attributes alone (no sync)."""
-        for slot in self.layout.slots:  # type: ignore[union-attr]
-            for name, flat in ((f"{slot.name}_mu", self._mu), (f"{slot.name}_rho", self._rho)):
-                p = cast(Tensor, slot.module._parameters[name])  # (a conversion may replace it)
-                if p.data_ptr() != flat.data_ptr() + slot.offset * flat.element_size() or p.dtype != flat.dtype \
-                        or p.device != flat.device:
-                    raise placement_error("Engine", p, flat)
+        mu, rho, size = self._mu.data_ptr(), self._rho.data_ptr(), self._mu.element_size()
+        for params, mu_name, rho_name, offset in self._placement:  # (another dtype or device: another pointer)
+            p, q = cast(Tensor, params[mu_name]), cast(Tensor, params[rho_name])
+            if p.data_ptr() != mu + offset * size or q.data_ptr() != rho + offset * size:
+                raise placement_error("Engine", p if p.data_ptr() != mu + offset * size else q, self._mu)
 
     def _join(self, ddp: Any) -> None:
         """The first forward inside ``ddp``: check it, take its process group, start from one state."""

@@ -71,8 +71,11 @@ class RunFiles:
         if self.members is None:
             self.summary = _json(self.train_dir / "summary.json")
             done = (self.summary or {}).get("epochs")
-            rows = None if self.summary is not None else _csv(self.train_dir / "metrics.csv")
-            self.epochs_done = done if isinstance(done, int) else None if rows is None else len(rows)
+            if self.summary is None:
+                from ..runs.jobs import epochs_done
+
+                done = epochs_done(self.train_dir)
+            self.epochs_done = done if isinstance(done, int) else None
             stale = None if self.eval is None else stale_evaluation(self.eval, self.summary or {})
             if stale:
                 self.left_out["eval.json"] = stale

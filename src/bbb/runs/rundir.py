@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import RunDirBusy, UserError
-from ..io import clean_stale_tmp
+from ..io import clean_stale_tmp, read_json
 from .checkpoint import other_folder
 
 __all__ = ["LOCK_NAME", "LOG_DIR", "RESULT_FILES", "RUN_FILES", "check_distinct", "guard_run_dir", "keep_started",
@@ -345,10 +345,7 @@ def new_run_id() -> str:
 def run_id_of(run_dir: str | Path) -> str | None:
     """The ``run_id`` of ``run_dir``'s config.json (None where there is none: a run of an older bbb,
     a population's member, an unreadable file)."""
-    try:
-        got = json.loads((Path(run_dir) / "config.json").read_text()).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None
+    got = (read_json(Path(run_dir) / "config.json") or {}).get("run_id")
     return got if isinstance(got, str) else None
 
 

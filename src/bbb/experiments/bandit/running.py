@@ -447,7 +447,7 @@ def merge_runs(parts: list[str | os.PathLike[str]], out: str | os.PathLike[str],
     if any(Path(p).resolve() == Path(out).resolve() for p in parts):
         raise UserError(f"--out {out} is one of the runs to merge: write the merged run to another folder")
     _refuse_foreign(Path(out))
-    was = read_json(Path(out) / "config.json") if (Path(out) / "config.json").exists() else None
+    was = read_json(Path(out) / "config.json")
     merged_before = [Path(q["out"]).resolve() for q in (was or {}).get("parts") or [] if isinstance(q, dict)]
     if was is not None and merged_before != [Path(p).resolve() for p in parts]:  # (a merge of these again: fine)
         raise UserError(f"--out {out} holds another bandit run (its config.json"

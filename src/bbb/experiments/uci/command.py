@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> UCIConfig:
     if args.report and (args.datasets is None or args.splits is None):  # the folder's, not all 9 "not finished"
-        from ...runs.jobs import read_json
+        from ...io import read_json
 
         was = (read_json(Path(args.out) / "run.json") or {}).get("config") or {}
         args.datasets = args.datasets if args.datasets is not None else was.get("datasets")

@@ -29,6 +29,10 @@ and ``gpu.md`` into ``--out``. ``--dry-run``: the same steps on the CPU at tiny 
 (bench/tests runs it, so that the check works the day a GPU comes). A step that fails or runs out
 of time leaves its fields ``null`` and says why; the check itself does not fail.
 
+``--tests-only`` runs step 1 alone (its JUnit XML kept as ``cuda-tests.xml`` in ``--out``), so that
+the tests can share the device with a long run; ``--tests-from XML`` then runs the rest with the
+counts read from that file (the speed steps need the device to themselves).
+
 Example:
     PYTHONPATH=src python3 bench/gpu_check.py --out bench/results
     PYTHONPATH=src python3 bench/gpu_check.py --dry-run --out /tmp/gpu-dry
@@ -105,14 +109,12 @@ class Clock:
         return max(0.0, min(cap, self.budget - self.elapsed()))
 
 
-def cuda_tests(folder: Path, limit: float, tmp: Path) -> dict[str, Any]:
-    """``pytest tests/cuda`` in a subprocess; counts from its JUnit XML."""
-    out: dict[str, Any] = {"cuda_tests_passed": None, "cuda_tests_failed": None, "cuda_tests_skipped": None,
-                           "cuda_tests_failing": [], "cuda_tests_seconds": None, "cuda_tests_note": None}
+def cuda_tests(folder: Path, limit: float, xml: Path) -> dict[str, Any]:
+    """``pytest tests/cuda`` in a subprocess, its JUnit XML written to ``xml``; counts from it."""
+    out = _no_tests()
     if limit < 10:
         out["cuda_tests_note"] = "not run: no time left"
         return out
-    xml = tmp / "cuda.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", str(folder)]
     t = time.perf_counter()
     try:
@@ -120,22 +122,38 @@ def cuda_tests(folder: Path, limit: float, tmp: Path) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         out["cuda_tests_note"] = f"timed out after {limit:.0f} s"
         return out
-    out["cuda_tests_seconds"] = round(time.perf_counter() - t, 1)
+    seconds = round(time.perf_counter() - t, 1)
     if not xml.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
         out["cuda_tests_note"] = f"pytest exited with {proc.returncode}: {tail[0][:300]}"
         return out
+    out = read_junit(xml)
+    out["cuda_tests_seconds"] = seconds
+    if proc.returncode not in (0, 1, 5):
+        out["cuda_tests_note"] = f"pytest exited with {proc.returncode}"
+    return out
+
+
+def _no_tests() -> dict[str, Any]:
+    return {"cuda_tests_passed": None, "cuda_tests_failed": None, "cuda_tests_skipped": None,
+            "cuda_tests_failing": [], "cuda_tests_seconds": None, "cuda_tests_note": None}
+
+
+def read_junit(xml: Path) -> dict[str, Any]:
+    """tests/cuda's counts and failing tests from a pytest JUnit XML file (its ``time``: the seconds)."""
+    out = _no_tests()
     tests = failed = skipped = 0
+    seconds = 0.0
     for suite in ET.parse(xml).getroot().iter("testsuite"):
         tests += int(suite.get("tests", 0))
         failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
         skipped += int(suite.get("skipped", 0))
+        seconds += float(suite.get("time", 0.0))
         for case in suite.iter("testcase"):
             if case.find("failure") is not None or case.find("error") is not None:
                 out["cuda_tests_failing"].append(f"{case.get('classname')}::{case.get('name')}")
-    out.update(cuda_tests_passed=tests - failed - skipped, cuda_tests_failed=failed, cuda_tests_skipped=skipped)
-    if proc.returncode not in (0, 1, 5):
-        out["cuda_tests_note"] = f"pytest exited with {proc.returncode}"
+    out.update(cuda_tests_passed=tests - failed - skipped, cuda_tests_failed=failed, cuda_tests_skipped=skipped,
+               cuda_tests_seconds=round(seconds, 1))
     return out
 
 
@@ -208,7 +226,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="folder for gpu.json and gpu.md (default bench/results)")
     ap.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at tiny sizes, random data")
     ap.add_argument("--budget", type=float, default=BUDGET, help=f"seconds for the whole check (default {BUDGET:.0f})")
+    parts = ap.add_mutually_exclusive_group()
+    parts.add_argument("--tests-only", action="store_true",
+                       help="run tests/cuda only: its JUnit XML as cuda-tests.xml in --out (e.g. beside a long "
+                            "GPU run, which the speed part must not share the device with)")
+    parts.add_argument("--tests-from", metavar="XML", type=Path,
+                       help="tests/cuda's counts from this JUnit XML (a --tests-only run's) instead of running it")
     args = ap.parse_args(argv)
+    if args.tests_from is not None and not args.tests_from.is_file():
+        ap.error(f"--tests-from {args.tests_from}: no such file (a --tests-only run writes cuda-tests.xml)")
     import torch
 
     clock = Clock(args.budget)
@@ -222,7 +248,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {"device": device_name(device), "torch": str(torch.__version__)}
     with tempfile.TemporaryDirectory(prefix="bbb-gpu-check-") as tmp_:
         tmp = Path(tmp_)
-        result.update(cuda_tests(ROOT / "tests" / "cuda", clock.limit(CUDA_TESTS_LIMIT), tmp))
+        if args.tests_from is not None:
+            result.update(read_junit(args.tests_from))
+            result["cuda_tests_note"] = f"counts read from {args.tests_from} (run before the speed part)"
+        else:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            xml = out / "cuda-tests.xml" if args.tests_only else tmp / "cuda.xml"
+            result.update(cuda_tests(ROOT / "tests" / "cuda", clock.limit(CUDA_TESTS_LIMIT), xml))
+            if args.tests_only:
+                print(json.dumps(result, indent=1))
+                print(f"wrote {xml} ({clock.elapsed():.0f} s)", file=sys.stderr)
+                return 0
         if dry:
             data, source = tiny_data(tmp), "random (dry run)"
         else:

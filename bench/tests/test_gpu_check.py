@@ -51,3 +51,38 @@ def test_the_gpu_check_dry_run_writes_gpu_json_and_gpu_md(tmp_path):
     assert kv["status"] == "ok" and len(kv["base"]) == len(kv["recompute_sigma"]) == 1, kv
     assert kv["same_numbers"] is True and isinstance(res["kernel_recompute_sigma_ratio"], float)
     assert "recomputed / stored" in md
+
+
+def _gpu_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", ROOT / "bench" / "gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tests_from_reads_a_junit_files_counts_and_failing_tests(tmp_path):
+    xml = tmp_path / "cuda-tests.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest" tests="4" failures="1" errors="1" skipped="1" time="12.5">'
+        '<testcase classname="tests.cuda.test_a" name="test_ok"/>'
+        '<testcase classname="tests.cuda.test_a" name="test_bad"><failure message="x"/></testcase>'
+        '<testcase classname="tests.cuda.test_b" name="test_err"><error message="y"/></testcase>'
+        '<testcase classname="tests.cuda.test_b" name="test_skip"><skipped message="z"/></testcase>'
+        '</testsuite></testsuites>')
+    res = _gpu_check().read_junit(xml)
+    assert (res["cuda_tests_passed"], res["cuda_tests_failed"], res["cuda_tests_skipped"]) == (1, 2, 1)
+    assert res["cuda_tests_failing"] == ["tests.cuda.test_a::test_bad", "tests.cuda.test_b::test_err"]
+    assert res["cuda_tests_seconds"] == 12.5
+
+
+def test_tests_from_a_missing_file_is_one_line_before_anything_runs(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        _gpu_check().main(["--dry-run", "--tests-from", str(tmp_path / "none.xml"), "--out", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--tests-from" in err and "no such file" in err and "--tests-only" in err
+    assert not list(tmp_path.iterdir())

@@ -173,3 +173,23 @@ def test_bf16_training_on_cuda_learns(tmp_path):
     f = train(tiny_cfg(epochs=3), tmp_path / "f32", data=blobs(), **QUIET)
     assert math.isfinite(s["test_nll"]) and s["test_error"] <= f["test_error"] + 0.1
     assert s["test_error"] < 0.3
+
+
+def test_train_takes_mnist_tensors_already_on_the_gpu(tmp_path):
+    """Data handed over on the device (as the bench's epoch child does): the check that the test
+    images are the dataset's own compared them on the host by numpy, and raised on CUDA tensors."""
+    from bbb.data import load_mnist
+
+    try:
+        images, labels = load_mnist("test", "mnist", None, download=False)
+    except Exception as e:  # noqa: BLE001  (no MNIST files here: BBB_DATA)
+        pytest.skip(f"MNIST's test set is not here: {e}")
+    x = (images.flatten(1).float() / 126.0)[:512].cuda()
+    y = labels[:512].cuda()
+    data = {"train_x": x[:384], "train_y": y[:384], "val_x": x[384:448], "val_y": y[384:448],
+            "test_x": x, "test_y": y}
+    s = train(tiny_cfg(epochs=1, dataset="mnist"), tmp_path / "run", data=data, **QUIET)
+    assert math.isfinite(s["val_error"])
+    import json
+
+    assert json.loads((tmp_path / "run" / "config.json").read_text()).get("data_source") is None

@@ -186,7 +186,7 @@ def _test_rows_elsewhere(cfg: TrainConfig, data: dict[str, Tensor]) -> bool:
     known = _test_set_rows(cfg.dataset, cfg.data_dir, stamp)
     if known is None:
         return False
-    x, y = data["test_x"][:256], data["test_y"][:256]
+    x, y = data["test_x"][:256].detach().cpu(), data["test_y"][:256].cpu()  # (tensors on a GPU too)
     given = (x.double() * cfg.scale).round().to(torch.uint8).numpy()
     return any((row.tobytes(), label) not in known for row, label in zip(given, y.tolist(), strict=True))
 

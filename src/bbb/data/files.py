@@ -74,6 +74,7 @@ from .table_checks import (
     check_magnitude,
     check_separated_decimal_commas,
     check_training_classes,
+    classes_not_held_out,
     formatted_number,
     not_a_number,
     number,
@@ -555,6 +556,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
                         "the split (per class) to hold any out for testing: add images to each class")
     if task == "classification":
         check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction, p.is_dir())
+        rare = classes_not_held_out(pre.classes or [], y, val_idx, test_idx, val_fraction, test_fraction, p.is_dir())
+        if rare:
+            warnings.warn(f"{where}: {rare}", stacklevel=2)
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")

@@ -14,6 +14,8 @@
   ``1.0``, ``01``) would be two classes; a one-line error;
 * :func:`check_training_classes`: a class that the split leaves without a training row would be
   one the network never learns; a one-line error naming the options to change;
+* :func:`classes_not_held_out`: a class with too few rows for the split to hold any out is never
+  scored: the validation (the best epoch, the refer threshold) and the test scores say nothing of it;
 * :func:`values_outside`: the values of new inputs outside their column's training range, an
   input predicted by extrapolation (bbb predict flags and refers it);
 * :func:`task_of`: a target column of whole numbers (classes or a quantity?) or of numbers with a
@@ -36,8 +38,8 @@ from ..errors import DataError, UserError
 
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
-           "check_training_classes", "formatted_number", "not_a_number", "number", "numbers_the_rows", "row_number",
-           "task_of", "values_outside", "arrays_outside"]
+           "check_training_classes", "classes_not_held_out", "formatted_number", "not_a_number", "number",
+           "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -222,6 +224,35 @@ def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_
                             f"{val_fraction:g} with --test-fraction {test_fraction:g} hold "
                             f"{'all of them' if n != 1 else 'it'} out of training; lower --val-fraction or "
                             f"--test-fraction, {remove}")
+
+
+def classes_not_held_out(classes: Sequence[str], y: Tensor, val_idx: Tensor, test_idx: Tensor, val_fraction: float,
+                         test_fraction: float, images: bool = False) -> str | None:
+    """What to warn of where a class of ``y`` (class indices into ``classes``) has no row among the
+    validation rows ``val_idx`` (while ``val_fraction`` asks for some) or the test rows ``test_idx``:
+    a rare class (3 rows of 300) whose shares round to none, so that every row of it trains and the
+    held-out scores (a test error of 0% for a network that never predicts it) say nothing of it.
+    None where every class is held out in both."""
+    unit = "image" if images else "row"
+    held = [(f"--val-fraction {val_fraction:g}", "validation", set(y[val_idx].tolist()))] if val_fraction > 0 else []
+    held.append((f"--test-fraction {test_fraction:g}", "test", set(y[test_idx].tolist())))
+    for k, label in enumerate(classes):
+        absent = [(flag, part) for flag, part, seen in held if k not in seen]
+        if not absent:
+            continue
+        n = int((y == k).sum())
+        rare = [c for j, c in enumerate(classes) if any(j not in seen for _, _, seen in held)]
+        also = f" (and {len(rare) - 1} other class{'es' if len(rare) > 2 else ''})" if len(rare) > 1 else ""
+        flags = " and ".join(flag for flag, _ in absent)
+        scored = {"validation": "the best epoch, the refer threshold", "test": "the test scores"}
+        what = (("all of them training " + unit + "s" if n != 1 else f"a training {unit}") if len(absent) == len(held)
+                else f"none of them a {absent[0][1]} {unit}" if n != 1 else f"not a {absent[0][1]} {unit}")
+        return (f"class {label!r}{also} has {n} {unit}{'s' if n != 1 else ''}, {what}: {flags} of {n} round"
+                f"{'s' if len(absent) == 1 else ''} to none, so {' and '.join(scored[p] for _, p in absent)} never "
+                f"see it (a network that never predicts it scores no error there); raise "
+                f"{'that fraction' if len(absent) == 1 else 'those fractions'}, or add {unit}s of it, to have it "
+                "scored")
+    return None
 
 
 #: a column this share of whose cells are numbers, the others text, is a column of numbers with bad

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -347,6 +348,27 @@ def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
     with pytest.warns(UserWarning, match="--train-size 3 keeps no training row of class 'rare'"):
         data, _ = load_file_splits(path, target="label", train_size=3)
     assert int((data["train_y"] == 2).sum()) == 0
+
+
+def test_a_class_too_rare_to_be_held_out_is_said_not_to_be_scored(tmp_path):
+    # 3 'fraud' rows of 300: a tenth of 3 rounds to none, so every one trained; the run then reported a test
+    # error of 0% and a refer threshold that keeps 80% of the validation rows "with error 0" for a network that
+    # never predicts fraud, silently
+    rows = [[f"{i * 0.37 % 5:.3f}", "fraud" if i % 100 == 0 else "ok"] for i in range(300)]
+    path = write_csv(tmp_path / "imbalanced.csv", ["x", "label"], rows)
+    with pytest.warns(UserWarning) as caught:
+        data, _ = load_file_splits(path, target="label")
+    assert int((data["test_y"] == 0).sum()) == int((data["val_y"] == 0).sum()) == 0
+    text = " ".join(str(w.message) for w in caught)
+    for words in ("class 'fraud' has 3 rows, all of them training rows", "--val-fraction 0.1 and --test-fraction 0.1",
+                  "the refer threshold and the test scores never see it"):
+        assert words in text
+    with pytest.warns(UserWarning, match="none of them a test row: --test-fraction 0.1 of 3 rounds to none"):
+        load_file_splits(path, target="label", val_fraction=0.2)
+    with warnings.catch_warnings():  # shares that hold one out: scored, nothing to say
+        warnings.simplefilter("error")
+        data, _ = load_file_splits(path, target="label", val_fraction=0.2, test_fraction=0.2)
+    assert int((data["test_y"] == 0).sum()) == int((data["val_y"] == 0).sum()) == 1
 
 
 def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp_path):

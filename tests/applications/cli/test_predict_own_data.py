@@ -392,6 +392,22 @@ def test_a_value_outside_the_training_range_is_named_and_referred(capsys, tmp_pa
     assert next(c["range"] for c in x1.columns if c["name"] == "x1") == [lo, hi]
 
 
+def test_the_first_row_flagged_is_the_one_the_line_calls_first(capsys, tmp_path, run):
+    # the line listed "row 2, 3; first: x2 ..." of row 3: the values were gathered column by column, and the
+    # first of them was the first column's, not the first row's; the same for unseen categories
+    pre = json.loads((run / "config.json").read_text())["preprocess"]
+    (lo1, hi1), (lo2, hi2) = (next(c["range"] for c in pre["columns"] if c["name"] == n) for n in ("x1", "x2"))
+    new = tmp_path / "new.csv"
+    with open(new, "w", newline="") as f:
+        csv.writer(f).writerows([["customer", "x1", "x2", "colour"],
+                                 ["a", f"{(lo1 + hi1) / 2:.6g}", f"{hi2 + 1000:.6g}", "teal"],
+                                 ["b", f"{hi1 + 1000:.6g}", f"{(lo2 + hi2) / 2:.6g}", "purple"]])
+    rc, _, err = run_main(capsys, "predict", str(run), str(new))
+    assert rc == 0, err
+    assert f"row 1, 2; first: x2 {hi2 + 1000:.6g} outside" in err, err
+    assert "(row 1, 2; first: 'teal' in column 'colour')" in err, err
+
+
 def test_a_run_without_the_recorded_range_says_its_inputs_are_not_checked(capsys, tmp_path, run):
     import torch
 

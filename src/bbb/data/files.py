@@ -75,6 +75,7 @@ from .table_checks import (
     check_separated_decimal_commas,
     check_training_classes,
     classes_not_held_out,
+    dates_hint,
     formatted_number,
     not_a_number,
     number,
@@ -436,10 +437,14 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             raise UserError(f"{where}: the text column {name!r} holds a different value in each of its {len(cells)} "
                             f"rows (a name or an identifier, not a feature: one-hot, each would be a category of "
                             f"one row, and every new row's unseen); leave it out with --ignore {name} (bbb predict "
-                            "then carries it through to its output)")
+                            f"then carries it through to its output){dates_hint(cells)}")
         if len(cats) > MAX_CATEGORIES:
             raise UserError(f"{where}: the text column {name!r} has {len(cats)} distinct values (one-hot encoding "
-                            f"takes at most {MAX_CATEGORIES}); drop it from the file (an identifier or free text?)")
+                            f"takes at most {MAX_CATEGORIES}; an identifier or free text?): leave it out with --ignore "
+                            f"{name}{dates_hint(cells)}")
+        if dates_hint(cells):  # one-hot, each date a category: said, not silent
+            warnings.warn(f"{where}: column {name!r}, one-hot encoded over {len(cats)} values{dates_hint(cells)}; or "
+                          f"--ignore {name}", stacklevel=3)
         columns.append({"name": name, "kind": "onehot", "categories": cats})
     if numbering:
         raise UserError(f"{where}: {numbering}")

@@ -18,6 +18,8 @@
   scored: the validation (the best epoch, the refer threshold) and the test scores say nothing of it;
 * :func:`values_outside`: the values of new inputs outside their column's training range, an
   input predicted by extrapolation (bbb predict flags and refers it);
+* :func:`dates_hint`: a column of dates or times is text, one-hot encoded by its distinct values:
+  every new date would be a category unseen in training; what to write instead;
 * :func:`task_of`: a target column of whole numbers (classes or a quantity?) or of numbers with a
   few text cells would be a guess at the task; a one-line error;
 * :func:`numbers_the_rows`: whether a numeric column is a row identifier, which as a feature would
@@ -38,7 +40,7 @@ from ..errors import DataError, UserError
 
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
-           "check_training_classes", "classes_not_held_out", "formatted_number", "not_a_number", "number",
+           "check_training_classes", "classes_not_held_out", "dates_hint", "formatted_number", "not_a_number", "number",
            "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
@@ -253,6 +255,23 @@ def classes_not_held_out(classes: Sequence[str], y: Tensor, val_idx: Tensor, tes
                 f"{'that fraction' if len(absent) == 1 else 'those fractions'}, or add {unit}s of it, to have it "
                 "scored")
     return None
+
+
+#: a date or a time as a spreadsheet or a program writes it: 2024-01-31, 31.01.2024, 1/31/24, with a time or
+#: without (2024-01-31T09:30:00Z), or a time alone (09:30); not a version number (1.2.3)
+_TIME = r"\d{1,2}:\d{2}(:\d{2}([.,]\d+)?)?"
+_DATE = re.compile(rf"((\d{{4}}[-/.]\d{{1,2}}[-/.]\d{{1,2}}|\d{{1,2}}[-/.]\d{{1,2}}[-/.]\d{{4}}"
+                   rf"|\d{{1,2}}/\d{{1,2}}/\d{{2}})([ T]{_TIME})?|{_TIME})\s*(Z|[+-]\d{{2}}:?\d{{2}})?")
+
+
+def dates_hint(cells: Sequence[str]) -> str:
+    """Where the text ``cells`` of a column are dates or times (:data:`_DATE`, nearly all of them):
+    what bbb does with them (one-hot: each date a category of its own, every new one unseen) and
+    what to give instead, as a clause to add to a message; else ``""``."""
+    if not cells or sum(bool(_DATE.fullmatch(c)) for c in cells) < NUMERIC_SHARE * len(cells):
+        return ""
+    return ("; it holds dates or times, which bbb reads as text, each distinct one a category (every new date "
+            "unseen): give them as numbers in columns of their own (the year, the month, the weekday, a day count)")
 
 
 #: a column this share of whose cells are numbers, the others text, is a column of numbers with bad

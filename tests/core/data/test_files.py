@@ -110,7 +110,8 @@ def test_csv_bad_inputs_are_one_line_errors(tmp_path):
     many = [[f"c{i // 2}", str(i), f"{i * 0.5}"] for i in range(300)]  # 150 categories, two rows each
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "many.csv", ["name", "n", "y"], many), target="y", ignore=["n"])
-    one_line(info, "'name'", "150 distinct")
+    one_line(info, "'name'", "150 distinct", "--ignore name")  # (it said "drop it from the file")
+    assert "dates" not in str(info.value)
     whole = [[str(2 * i), str(i % 3)] for i in range(30)]  # (2i: not a run of consecutive numbers, an identifier)
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "w.csv", ["n", "k"], whole), target="k")
@@ -348,6 +349,25 @@ def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
     with pytest.warns(UserWarning, match="--train-size 3 keeps no training row of class 'rare'"):
         data, _ = load_file_splits(path, target="label", train_size=3)
     assert int((data["train_y"] == 2).sum()) == 0
+
+
+def test_a_column_of_dates_is_said_to_be_read_as_text(tmp_path):
+    # a date column was one-hot over its dates without a word (every new date unseen to bbb predict), or refused
+    # as "an identifier or free text?" with "drop it from the file"; a version number is no date
+    days = [[f"2024-{1 + i // 56:02d}-{1 + i // 2 % 28:02d}", f"{1 + i % 3}.{i % 2}.{i % 5}", f"{i * 0.37 % 5:.3f}",
+             f"{i * 0.5:.1f}"] for i in range(300)]  # 150 dates, two rows each
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "days.csv", ["day", "version", "x", "y"], days), target="y")
+    one_line(info, "'day'", "distinct values", "--ignore day", "dates or times", "the year, the month")
+    few = [[f"2024-01-{1 + i % 20:02d}", *r[1:]] for i, r in enumerate(days)]
+    with pytest.warns(UserWarning) as caught:
+        _, pre = load_file_splits(write_csv(tmp_path / "few.csv", ["day", "version", "x", "y"], few), target="y")
+    assert len(caught) == 1 and "few.csv: column 'day', one-hot encoded over 20 values; " in str(caught[0].message)
+    assert "dates or times" in str(caught[0].message) and len(pre.columns[0]["categories"]) == 20
+    stamps = [[f"2024-02-03T{i // 60:02d}:{i % 60:02d}:00Z", *r[1:]] for i, r in enumerate(days)]
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "stamps.csv", ["at", "version", "x", "y"], stamps), target="y")
+    one_line(info, "'at'", "a different value in each", "--ignore at", "dates or times")
 
 
 def test_a_class_too_rare_to_be_held_out_is_said_not_to_be_scored(tmp_path):

@@ -77,6 +77,7 @@ from .table_checks import (
     classes_not_held_out,
     dates_hint,
     formatted_number,
+    header_hint,
     not_a_number,
     number,
     numbers_the_rows,
@@ -109,10 +110,14 @@ def _missing(cell: str) -> str:
 
 def _delimiter(first: str) -> str:
     """The cell separator of a CSV whose first line is ``first``: a comma, unless that line has
-    none but has semicolons or tabs (a spreadsheet's export in a locale with decimal commas)."""
-    if "," in first:
+    none (outside quotes: a name ``"price, EUR"``) but has semicolons or tabs (a spreadsheet's
+    export in a locale with decimal commas)."""
+    try:
+        counts = {d: len(next(csv.reader([first.rstrip("\r\n")], delimiter=d), [])) - 1 for d in DELIMITERS}
+    except csv.Error:  # (a line break inside quotes: counted as written)
+        counts = {d: first.count(d) for d in DELIMITERS}
+    if counts[","]:
         return ","
-    counts = {d: first.count(d) for d in DELIMITERS[1:]}
     best = max(counts, key=lambda d: counts[d])
     return best if counts[best] else ","
 
@@ -225,7 +230,8 @@ class Preprocess:
         absent = [c["name"] for c in self.columns if c["name"] not in index]
         if absent:
             raise UserError(f"{where}: the column {absent[0]!r} that the run was trained with is missing "
-                            f"(the run's feature columns: {', '.join(c['name'] for c in self.columns)})")
+                            f"(the run's feature columns: {', '.join(c['name'] for c in self.columns)})"
+                            f"{header_hint(header)}")
         n = len(rows)
         parts: list[np.ndarray] = []
         for col in self.columns:
@@ -500,7 +506,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         numbers: list[int] = []
         header, rows = read_csv(p, numbers=numbers)
         if target not in header:
-            raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}")
+            raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}"
+                            f"{header_hint(header)}")
         for flag, names in (("--ignore", ignore), ("--keep", keep)):
             for name in names:
                 if name not in header or name == target or (flag == "--keep" and name in ignore):

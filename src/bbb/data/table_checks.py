@@ -20,6 +20,8 @@
   input predicted by extrapolation (bbb predict flags and refers it);
 * :func:`dates_hint`: a column of dates or times is text, one-hot encoded by its distinct values:
   every new date would be a category unseen in training; what to write instead;
+* :func:`header_hint`: a file without a header row has its first row of data read as the column
+  names: what a missing column's error adds;
 * :func:`task_of`: a target column of whole numbers (classes or a quantity?) or of numbers with a
   few text cells would be a guess at the task; a one-line error;
 * :func:`numbers_the_rows`: whether a numeric column is a row identifier, which as a feature would
@@ -40,8 +42,8 @@ from ..errors import DataError, UserError
 
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
-           "check_training_classes", "classes_not_held_out", "dates_hint", "formatted_number", "not_a_number", "number",
-           "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside"]
+           "check_training_classes", "classes_not_held_out", "dates_hint", "formatted_number", "header_hint",
+           "not_a_number", "number", "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -272,6 +274,16 @@ def dates_hint(cells: Sequence[str]) -> str:
         return ""
     return ("; it holds dates or times, which bbb reads as text, each distinct one a category (every new date "
             "unseen): give them as numbers in columns of their own (the year, the month, the weekday, a day count)")
+
+
+def header_hint(header: Sequence[str]) -> str:
+    """What an error about a column not found adds where ``header``, a CSV's first row, holds numbers:
+    a file without a header row, its first row of data read as the columns' names; else ``""``."""
+    nums = [h for h in header if number(h) is not None]
+    if not nums:
+        return ""
+    return (f"; its first row holds numbers ({', '.join(nums[:3])[:60]}{', ...' if len(nums) > 3 else ''}): a file "
+            "without a header row? bbb reads the first row as the columns' names: add one")
 
 
 #: a column this share of whose cells are numbers, the others text, is a column of numbers with bad

@@ -84,6 +84,7 @@ from .table_checks import (
     row_number,
     task_of,
     values_outside,
+    warn_target_copies,
 )
 from .tabular import Standardizer
 
@@ -521,6 +522,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         task = task_of(raw_y, task, target, where, numbers)
         if task == "regression":
             check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
+        warn_target_copies(where, header, rows, columns, target, task)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
         table = (header, rows, numbers)  # encoded once the training rows are known (their categories)
     elif suffix == ".npz":

@@ -20,6 +20,9 @@
   input predicted by extrapolation (bbb predict flags and refers it);
 * :func:`dates_hint`: a column of dates or times is text, one-hot encoded by its distinct values:
   every new date would be a category unseen in training; what to write instead;
+* :func:`warn_target_copies`: a feature that is the target under another name (a price in
+  thousands beside the price, a 0/1 code of a yes/no target) makes the held-out scores perfect
+  and is not known for new rows; a warning naming it;
 * :func:`header_hint`: a file without a header row has its first row of data read as the column
   names: what a missing column's error adds;
 * :func:`task_of`: a target column of whole numbers (classes or a quantity?) or of numbers with a
@@ -33,6 +36,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -43,7 +47,8 @@ from ..errors import DataError, UserError
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
            "check_training_classes", "classes_not_held_out", "dates_hint", "formatted_number", "header_hint",
-           "not_a_number", "number", "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside"]
+           "not_a_number", "number", "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside",
+           "warn_target_copies"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -284,6 +289,39 @@ def header_hint(header: Sequence[str]) -> str:
         return ""
     return (f"; its first row holds numbers ({', '.join(nums[:3])[:60]}{', ...' if len(nums) > 3 else ''}): a file "
             "without a header row? bbb reads the first row as the columns' names: add one")
+
+
+#: the correlation with a regression target above which a numeric feature is taken for a copy of it
+COPY_CORRELATION = 0.9999
+
+
+def warn_target_copies(where: str, header: Sequence[str], rows: Sequence[Sequence[str]], columns: Sequence[dict],
+                       target: str, task: str) -> None:
+    """A warning naming each feature column (``columns``, as :mod:`bbb.data.files` describes them) of
+    the CSV ``rows`` that is the target under another name: for regression a numeric column whose
+    correlation with the target is above :data:`COPY_CORRELATION` in magnitude; for classification a
+    column whose values stand one to one for the classes in every row. Trained on, it makes the
+    validation and test scores perfect, and new rows, whose target is unknown, would not have it."""
+    t = header.index(target)
+    for col in columns:
+        j = header.index(col["name"])
+        if task == "regression":
+            if col["kind"] != "numeric":
+                continue
+            a = np.array([[float(r[j]), float(r[t])] for r in rows])
+            if not (a.std(0) > 0).all() or abs(np.corrcoef(a.T)[0, 1]) <= COPY_CORRELATION:
+                continue
+            how = f"correlation {np.corrcoef(a.T)[0, 1]:.5f} with it"
+        else:
+            pairs = {(r[j] if col["kind"] != "numeric" else float(r[j]), r[t]) for r in rows}
+            if len(pairs) != len({v for v, _ in pairs}) or len(pairs) != len({c for _, c in pairs}):
+                continue
+            how = "each of its values always with one class: " + ", ".join(
+                f"{v if isinstance(v, str) else f'{v:g}'} with {c!r}" for v, c in sorted(pairs, key=str)[:3]) + \
+                (", ..." if len(pairs) > 3 else "")
+        warnings.warn(f"{where}: column {col['name']!r} is the target {target!r} under another name? ({how}): "
+                      "trained on, the held-out scores are a copy's, and new rows, whose target is unknown, would "
+                      f"not have it; leave it out with --ignore {col['name']}", stacklevel=3)
 
 
 #: a column this share of whose cells are numbers, the others text, is a column of numbers with bad

@@ -370,6 +370,28 @@ def test_a_column_of_dates_is_said_to_be_read_as_text(tmp_path):
     one_line(info, "'at'", "a different value in each", "--ignore at", "dates or times")
 
 
+def test_a_feature_that_is_the_target_under_another_name_is_named(tmp_path):
+    # a price in thousands beside the price, or a 0/1 code of a yes/no target, trained without a word: a test
+    # error of 0%, and new rows (whose target is unknown) without that column
+    rows = [[f"{i * 0.37 % 5:.3f}", f"{1000 + i * 7.5:.2f}", f"{1 + i * 0.0075:.6f}", "ab"[i % 2],
+             ["no", "yes"][i * 7 % 3 == 0], int(i * 7 % 3 == 0)] for i in range(120)]
+    path = write_csv(tmp_path / "t.csv", ["x", "price", "price_k", "kind", "answer", "answer01"], rows)
+    with pytest.warns(UserWarning) as caught:
+        load_file_splits(path, target="price", ignore=["answer"])
+    text = [str(w.message) for w in caught]
+    assert len(text) == 1 and "column 'price_k' is the target 'price' under another name? (correlation 1.00000" in \
+        text[0] and "--ignore price_k" in text[0], text
+    with pytest.warns(UserWarning) as caught:
+        load_file_splits(path, target="answer", ignore=["price_k"])
+    text = [str(w.message) for w in caught]
+    assert len(text) == 1 and "column 'answer01' is the target 'answer'" in text[0], text
+    assert "0 with 'no', 1 with 'yes'" in text[0] and "--ignore answer01" in text[0]
+    with warnings.catch_warnings():  # features that are not the target: nothing to say
+        warnings.simplefilter("error")
+        load_file_splits(path, target="price", ignore=["price_k", "answer"])
+        load_file_splits(path, target="answer", ignore=["price_k", "answer01"])
+
+
 def test_a_class_too_rare_to_be_held_out_is_said_not_to_be_scored(tmp_path):
     # 3 'fraud' rows of 300: a tenth of 3 rounds to none, so every one trained; the run then reported a test
     # error of 0% and a refer threshold that keeps 80% of the validation rows "with error 0" for a network that

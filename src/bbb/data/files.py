@@ -84,6 +84,7 @@ from .table_checks import (
     row_number,
     task_of,
     values_outside,
+    warn_case_variants,
     warn_target_copies,
 )
 from .tabular import Standardizer
@@ -452,6 +453,7 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
         if dates_hint(cells):  # one-hot, each date a category: said, not silent
             warnings.warn(f"{where}: column {name!r}, one-hot encoded over {len(cats)} values{dates_hint(cells)}; or "
                           f"--ignore {name}", stacklevel=3)
+        warn_case_variants(where, name, cats)
         columns.append({"name": name, "kind": "onehot", "categories": cats})
     if numbering:
         raise UserError(f"{where}: {numbering}")
@@ -551,6 +553,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if len(cats) < 2:
             raise UserError(f"{where}: the target holds one class ({cats[0]!r}); classification needs two or more")
         check_class_labels(where, pre.target, cats)
+        if pre.target is not None:
+            warn_case_variants(where, pre.target, cats, "classes")
         index = {c: k for k, c in enumerate(cats)}
         y = torch.tensor([index[str(v)] for v in raw_y], dtype=torch.int64)
         pre.classes = cats

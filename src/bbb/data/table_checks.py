@@ -12,6 +12,8 @@
   prediction; a one-line error naming its row and column;
 * :func:`check_class_labels`: two class labels that are one number written two ways (``1`` and
   ``1.0``, ``01``) would be two classes; a one-line error;
+* :func:`warn_case_variants`: two class labels or categories that differ only in case (``Yes`` and
+  ``yes``) are two classes, one word split in two; a warning naming them;
 * :func:`check_training_classes`: a class that the split leaves without a training row would be
   one the network never learns; a one-line error naming the options to change;
 * :func:`classes_not_held_out`: a class with too few rows for the split to hold any out is never
@@ -48,7 +50,7 @@ __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
            "check_training_classes", "classes_not_held_out", "dates_hint", "formatted_number", "header_hint",
            "not_a_number", "number", "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside",
-           "warn_target_copies"]
+           "warn_case_variants", "warn_target_copies"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -216,6 +218,19 @@ def check_class_labels(where: str, target: str | None, labels: Sequence[str]) ->
             raise UserError(f"{where}: {column} holds the class labels {seen[v]!r} and {label!r}, one number "
                             "written two ways, which would be two classes; write the label one way in every row")
         seen[v] = label
+
+
+def warn_case_variants(where: str, name: str, values: Sequence[str], what: str = "categories") -> None:
+    """A warning where two of the distinct text ``values`` of column ``name`` (a target's class
+    labels, ``what``, or a text feature's categories) differ only in case: ``Yes`` and ``yes`` are two
+    classes, silently, where a spreadsheet's entries meant one (``CO`` and ``Co`` may mean two)."""
+    seen: dict[str, str] = {}
+    for v in values:
+        if v.casefold() in seen and number(v) is None:
+            warnings.warn(f"{where}: column {name!r} holds {seen[v.casefold()]!r} and {v!r}, one word in two cases, "
+                          f"which are two {what}; write it one way in every row if they are one", stacklevel=3)
+            return
+        seen.setdefault(v.casefold(), v)
 
 
 def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_idx: Tensor, val_fraction: float,

@@ -392,6 +392,24 @@ def test_a_feature_that_is_the_target_under_another_name_is_named(tmp_path):
         load_file_splits(path, target="answer", ignore=["price_k", "answer01"])
 
 
+def test_labels_and_categories_in_two_cases_are_named(tmp_path):
+    # 'Yes' and 'yes' were two classes, 'North' and 'north' two categories, without a word
+    rows = [[f"{i * 0.37 % 5:.3f}", ["north", "North", "south"][i % 3], ["yes", "Yes", "no"][i // 2 % 3]]
+            for i in range(90)]
+    path = write_csv(tmp_path / "t.csv", ["x", "region", "answer"], rows)
+    with pytest.warns(UserWarning) as caught:
+        _, pre = load_file_splits(path, target="answer")
+    text = [str(w.message) for w in caught]
+    assert any("column 'region' holds 'North' and 'north', one word in two cases, which are two categories" in t
+               for t in text), text
+    assert any("column 'answer' holds 'Yes' and 'yes'" in t and "two classes" in t for t in text), text
+    assert pre.classes == ["Yes", "no", "yes"]  # (still two: a warning, CO and Co may be two)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_file_splits(write_csv(tmp_path / "one.csv", ["x", "region", "answer"],
+                                   [[r[0], r[1].lower(), r[2].lower()] for r in rows]), target="answer")
+
+
 def test_a_class_too_rare_to_be_held_out_is_said_not_to_be_scored(tmp_path):
     # 3 'fraud' rows of 300: a tenth of 3 rounds to none, so every one trained; the run then reported a test
     # error of 0% and a refer threshold that keeps 80% of the validation rows "with error 0" for a network that

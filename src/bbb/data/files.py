@@ -165,8 +165,12 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
     if any(not h for h in header):
         j = header.index("")
         blank = all(len(r) <= j or not r[j].strip() for r in lines[1:])  # a separator ending every line
+        cells = [number(r[j]) if len(r) > j else None for r in lines[1:]]
+        index = None not in cells and numbers_the_rows([float(v) for v in cells if v is not None])
         raise DataError(f"{p}: column {j + 1} of the header row has no name" + (
-            " and no values (a separator at the end of every line?): remove that empty column" if blank else ""))
+            " and no values (a separator at the end of every line?): remove that empty column" if blank else
+            " and numbers the rows (pandas' index, written by to_csv without index=False?): remove that column"
+            if index else ": name it in the header row (then --ignore it, if it is no feature), or remove it"))
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
         raise DataError(f"{p}: the column name {dup[0]!r} appears more than once in the header row")

@@ -66,6 +66,19 @@ def test_a_separator_ending_every_line_is_named(tmp_path):
     with pytest.raises(DataError) as info:
         read_csv(path)
     assert "has no name" in str(info.value) and "empty column" not in str(info.value)
+    assert "name it in the header row" in str(info.value)  # (it said only "has no name": what to do?)
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_pandas_index_without_a_name_is_named(tmp_path):
+    # DataFrame.to_csv(path) writes its index as a first column without a name: "column 1 of the header row has
+    # no name", no more
+    path = tmp_path / "t.csv"
+    path.write_text(",a,y\n" + "".join(f"{i},{i * 0.37 % 5:.3f},{i * 1.5:.2f}\n" for i in range(30)))
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "column 1 of the header row has no name and numbers the rows" in msg and "index=False" in msg, msg
 
 
 def test_a_decimal_comma_is_a_one_line_error(tmp_path):

@@ -275,7 +275,9 @@ def classes_not_held_out(classes: Sequence[str], y: Tensor, val_idx: Tensor, tes
                 f"{'s' if len(absent) == 1 else ''} to none, so {' and '.join(scored[p] for _, p in absent)} never "
                 f"see it (a network that never predicts it scores no error there); raise "
                 f"{'that fraction' if len(absent) == 1 else 'those fractions'}, or add {unit}s of it, to have it "
-                "scored")
+                "scored" + (f"; or are its {len(classes)} classes, all numbers, a quantity? say --task regression"
+                            if len(classes) > 2 and all(number(c) is not None for c in classes) and not images
+                            else ""))
     return None
 
 

@@ -429,6 +429,11 @@ def test_a_class_too_rare_to_be_held_out_is_said_not_to_be_scored(tmp_path):
         warnings.simplefilter("error")
         data, _ = load_file_splits(path, target="label", val_fraction=0.2, test_fraction=0.2)
     assert int((data["test_y"] == 0).sum()) == int((data["val_y"] == 0).sum()) == 1
+    assert "a quantity?" not in text  # (text labels: classes)
+    counts = [[f"{i * 0.37 % 5:.3f}", str(i % 12 if i < 288 else 12)] for i in range(291)]  # 12 of 3 rows
+    with pytest.warns(UserWarning, match="are its 13 classes, all numbers, a quantity[?] say --task regression"):
+        load_file_splits(write_csv(tmp_path / "counts.csv", ["x", "count"], counts), target="count",
+                         task="classification")
 
 
 def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp_path):

@@ -148,7 +148,10 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
         keep = [header.index(id_column)] + ([header.index(target)] if target in header and target != id_column
                                             else [])
     warnings = [""] * len(rows)
-    texts = [(row, f"category {value[:40]!r} of column {column!r} unseen in training") for row, column, value in found]
+    folded = {(c["name"], k.casefold()): k for c in model.preprocess.columns for k in c.get("categories", [])}
+    texts = [(row, f"category {value[:40]!r} of column {column!r} unseen in training" + (
+        f" (training had {folded[column, value.casefold()][:40]!r}, in another case)"
+        if (column, value.casefold()) in folded else "")) for row, column, value in found]
     for row, text in sorted(texts, key=lambda t: t[0]):
         warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     notes = []

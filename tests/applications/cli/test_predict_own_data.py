@@ -114,6 +114,10 @@ def test_an_unseen_category_flags_its_row_and_predicts_the_others(capsys, tmp_pa
     assert rc == 0 and (ok[0]["prediction"], ok[0]["sd"]) == (rows[0]["prediction"], rows[0]["sd"])
     rc, _, err = run_main(capsys, "predict", str(run), str(new), "--unseen", "error")
     one_line_error(rc, err, "row 2", "'colour'", "green")
+    # one in another case (a spreadsheet's TRUE for true) is unseen too, and the warning names the known spelling
+    rc, out, err = run_main(capsys, "predict", str(run), str(new_rows(tmp_path / "case.csv", ["Red"])))
+    assert rc == 0 and list(csv.DictReader(out.splitlines()))[0]["warning"] == (
+        "category 'Red' of column 'colour' unseen in training (training had 'red', in another case)"), out
 
 
 def test_a_category_only_in_held_out_rows_is_unseen_to_predict(capsys, tmp_path):

@@ -40,16 +40,18 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
     row an error names, :func:`row_number`).
 
     The cells are separated by commas, or by semicolons or tabs where the first line has no
-    comma but has those (:data:`DELIMITERS`); such a file with a decimal comma in a number
-    (``3,5``) is a one-line error. A file that cannot be read, has no header or no rows, a
-    repeated column name, or a row of another length is a one-line :class:`DataError` naming
-    the file (and the row)."""
+    comma but has those (:data:`DELIMITERS`), or as a first line ``sep=;`` says (Excel's); such
+    a file with a decimal comma in a number (``3,5``) is a one-line error. A file that cannot be
+    read, has no header or no rows, a repeated column name, or a row of another length is a
+    one-line :class:`DataError` naming the file (and the row)."""
     p = Path(path)
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
             first = f.readline()
-            f.seek(0)
-            delimiter = _delimiter(first)
+            said = first.rstrip("\r\n") if first.rstrip("\r\n") in {f"sep={d}" for d in DELIMITERS} else None
+            if said is None:  # (else Excel's line naming the separator, sep=;, read as no header, skipped)
+                f.seek(0)
+            delimiter = said[-1] if said else _delimiter(first)
             lines = list(csv.reader(f, delimiter=delimiter))
     except FileNotFoundError:
         raise DataError(f"{p}: no such file") from None
@@ -84,7 +86,8 @@ def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbe
     rows = []
     for i, row in enumerate(lines[1:], start=1):
         if len(row) != len(header):
-            why = "as the first line has a comma" if delimiter == "," else "the first line having no comma"
+            why = (f"as its line {said} says" if said else "as the first line has a comma" if delimiter == "," else
+                   "the first line having no comma")
             seps = {",": "commas", ";": "semicolons", "\t": "tabs"}
             raise DataError(f"{p}: row {where[i - 1]} has {len(row)} cells but the header has {len(header)} columns "
                             f"(cells read as separated by {seps[delimiter]}, {why})")

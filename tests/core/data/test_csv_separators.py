@@ -205,3 +205,19 @@ def test_a_file_without_a_header_row_is_said_to_lack_one(tmp_path):
     with pytest.raises(UserError) as info:  # a header of names: nothing to add
         pre.encode_table(["a", "kind", "y"], rows)
     assert "header" not in str(info.value)
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+@pytest.mark.parametrize("sep", [";", ",", "\t"])
+def test_excels_line_naming_the_separator_is_read_as_such(tmp_path, sep):
+    # Excel's 'sep=;' first line was read as the header: "column 2 of the header row has no name"
+    path = tmp_path / "t.csv"
+    path.write_text(f"sep={sep}\r\n" + "".join(sep.join(r) + "\r\n" for r in [["a", "kind", "y"], ["1.5", "x", "2"],
+                                                                              ["", "", ""], ["2.5", "z", "3"]]))
+    empty: list[int] = []
+    numbers: list[int] = []
+    assert read_csv(path, empty, numbers) == (["a", "kind", "y"], [["1.5", "x", "2"], ["2.5", "z", "3"]])
+    assert empty == [2] and numbers == [1, 3]  # (rows counted from the header, as without the line)
+    path.write_text(f"sep={sep}\na{sep}y\n1{sep}2{sep}3\n")
+    with pytest.raises(DataError, match=f"row 1 has 3 cells .* as its line sep={sep} says"):
+        read_csv(path)

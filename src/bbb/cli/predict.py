@@ -148,14 +148,17 @@ def _read_csv_input(model: Any, path: Path, id_column: str | None, unseen: str, 
         keep = [header.index(id_column)] + ([header.index(target)] if target in header and target != id_column
                                             else [])
     warnings = [""] * len(rows)
-    texts = [(row, f"category {value[:40]!r} of column {column!r} unseen in training") for row, column, value in found]
+    folded = {(c["name"], k.casefold()): k for c in model.preprocess.columns for k in c.get("categories", [])}
+    texts = [(row, f"category {value[:40]!r} of column {column!r} unseen in training" + (
+        f" (training had {folded[column, value.casefold()][:40]!r}, in another case)"
+        if (column, value.casefold()) in folded else "")) for row, column, value in found]
     for row, text in sorted(texts, key=lambda t: t[0]):
         warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     notes = []
     if found:
         rows_text = ", ".join(str(row_number(numbers, r)) for r in sorted({r for r, _, _ in found})[:5])
         n = len({r for r, _, _ in found})
-        first = found[0]
+        first = min(found, key=lambda f: f[0])  # the first row's (found: column by column)
         notes.append(f"bbb predict: warning: {n} row(s) of {path} have a category unseen in training (row {rows_text}"
               f"{', ...' if n > 5 else ''}; first: {first[2][:40]!r} in column {first[1]!r}): predicted with it as "
               f"none of the known categories, named in the warning column{' and referred' if refer else ''} "
@@ -197,11 +200,12 @@ def _outside_notes(model: Any, path: Path, outside: list[tuple[int, str, str]], 
             warnings[row - 1] = f"{warnings[row - 1]}; {text}" if warnings[row - 1] else text
     if outside:
         rows = sorted({r for r, _, _ in outside})
+        first = min(outside, key=lambda o: o[0])  # the first row's (outside: column by column)
         which = ", ".join(files[r - 1] if files else str(numbers[r - 1]) for r in rows[:5])
         what = ("image(s)", "the training images' range of pixel values (") if files else \
             ("row(s)", "the training rows' range (row ")
         notes.append(f"bbb predict: warning: {len(rows)} {what[0]} of {path} have a value outside {what[1]}{which}"
-                     f"{', ...' if len(rows) > 5 else ''}; first: {outside[0][2]}): predicted by extrapolation, named "
+                     f"{', ...' if len(rows) > 5 else ''}; first: {first[2]}): predicted by extrapolation, named "
                      f"in the warning column{' and referred' if refer else ''}")
     return warnings, notes
 

@@ -48,7 +48,6 @@ plain JSON types (a run's checkpoint holds it).
 
 from __future__ import annotations
 
-import csv
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -63,6 +62,7 @@ from torch import Tensor
 from ..errors import DataError, UserError
 from ..options import choice
 from .arrays import DEFAULT_IMAGE_SIZE, read_image_classes, read_npz, source_md5, split_rows
+from .csvfile import DELIMITERS, read_csv
 from .table_checks import (
     FLOAT32_MAX,
     MIN_IDENTIFIER_ROWS,
@@ -72,15 +72,19 @@ from .table_checks import (
     check_class_labels,
     check_decimal_commas,
     check_magnitude,
-    check_separated_decimal_commas,
     check_training_classes,
+    classes_not_held_out,
+    dates_hint,
     formatted_number,
+    header_hint,
     not_a_number,
     number,
     numbers_the_rows,
     row_number,
     task_of,
     values_outside,
+    warn_case_variants,
+    warn_target_copies,
 )
 from .tabular import Standardizer
 
@@ -92,8 +96,6 @@ MAX_CATEGORIES = 100
 #: cell texts (lower case) that mean "missing"; an empty cell is missing too
 MISSING = frozenset({"na", "n/a", "nan", "null", "none", "?"})
 TASKS = ("classification", "regression")
-#: the cell separators a CSV may use: a comma, or (a first line without commas) a semicolon or a tab
-DELIMITERS = (",", ";", "\t")
 def _is_missing(cell: str) -> bool:
     return cell.strip() == "" or cell.strip().lower() in MISSING
 
@@ -103,78 +105,6 @@ def _missing(cell: str) -> str:
     word = cell.strip()
     return "missing value" if not word else (f"{word[:20]!r} is read as a missing value (NA, N/A, NaN, "
                                              "null, None and ? all are; a category so named needs another name)")
-
-
-def _delimiter(first: str) -> str:
-    """The cell separator of a CSV whose first line is ``first``: a comma, unless that line has
-    none but has semicolons or tabs (a spreadsheet's export in a locale with decimal commas)."""
-    if "," in first:
-        return ","
-    counts = {d: first.count(d) for d in DELIMITERS[1:]}
-    best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] else ","
-
-
-def read_csv(path: str | os.PathLike[str], empty: list[int] | None = None, numbers: list[int] | None = None
-             ) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of a CSV file, every row as long as the header; cells stripped. An empty
-    row (a blank line, or cells all empty: ``,,,``) is no row; given a list ``empty``, the position
-    of each one between rows (1 = the first line after the header) is appended to it; given a list
-    ``numbers``, the position of each row returned, counted the same way (empty rows included: the
-    row an error names, :func:`row_number`).
-
-    The cells are separated by commas, or by semicolons or tabs where the first line has no
-    comma but has those (:data:`DELIMITERS`); such a file with a decimal comma in a number
-    (``3,5``) is a one-line error. A file that cannot be read, has no header or no rows, a
-    repeated column name, or a row of another length is a one-line :class:`DataError` naming
-    the file (and the row)."""
-    p = Path(path)
-    try:
-        with open(p, newline="", encoding="utf-8-sig") as f:
-            first = f.readline()
-            f.seek(0)
-            delimiter = _delimiter(first)
-            lines = list(csv.reader(f, delimiter=delimiter))
-    except FileNotFoundError:
-        raise DataError(f"{p}: no such file") from None
-    except UnicodeDecodeError as e:  # a spreadsheet's "Unicode text" (UTF-16) or a Latin-1 export
-        raise DataError(f"{p}: not UTF-8 text (byte {e.object[e.start]:#04x} at position {e.start}); save it as "
-                        "UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
-    except (OSError, csv.Error) as e:
-        raise DataError(f"{p}: cannot be read as a CSV file ({' '.join(str(e).split())[:120]})") from None
-    filled = [any(c.strip() for c in row) for row in lines]
-    where: list[int] = []  # each row's number: 1 = the first line after the header, empty ones counted
-    if True in filled:
-        top, bottom = filled.index(True), len(filled) - 1 - filled[::-1].index(True)  # the header, the last row
-        where = [i - top for i in range(top + 1, len(filled)) if filled[i]]
-        if empty is not None:
-            empty += [i - top for i in range(top + 1, bottom) if not filled[i]]
-    lines = [row for row, ok in zip(lines, filled) if ok]  # blank lines are not rows
-    if not lines:
-        raise DataError(f"{p}: empty file; a CSV needs a header row and at least one row of data")
-    header = [c.strip() for c in lines[0]]
-    if any(not h for h in header):
-        j = header.index("")
-        blank = all(len(r) <= j or not r[j].strip() for r in lines[1:])  # a separator ending every line
-        raise DataError(f"{p}: column {j + 1} of the header row has no name" + (
-            " and no values (a separator at the end of every line?): remove that empty column" if blank else ""))
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise DataError(f"{p}: the column name {dup[0]!r} appears more than once in the header row")
-    rows = []
-    for i, row in enumerate(lines[1:], start=1):
-        if len(row) != len(header):
-            why = "as the first line has a comma" if delimiter == "," else "the first line having no comma"
-            seps = {",": "commas", ";": "semicolons", "\t": "tabs"}
-            raise DataError(f"{p}: row {where[i - 1]} has {len(row)} cells but the header has {len(header)} columns "
-                            f"(cells read as separated by {seps[delimiter]}, {why})")
-        rows.append([c.strip() for c in row])
-    if not rows:
-        raise DataError(f"{p}: a header row but no rows of data")
-    check_separated_decimal_commas(p, delimiter, header, rows, where)
-    if numbers is not None:
-        numbers += where
-    return header, rows
 
 
 @dataclass
@@ -223,7 +153,8 @@ class Preprocess:
         absent = [c["name"] for c in self.columns if c["name"] not in index]
         if absent:
             raise UserError(f"{where}: the column {absent[0]!r} that the run was trained with is missing "
-                            f"(the run's feature columns: {', '.join(c['name'] for c in self.columns)})")
+                            f"(the run's feature columns: {', '.join(c['name'] for c in self.columns)})"
+                            f"{header_hint(header)}")
         n = len(rows)
         parts: list[np.ndarray] = []
         for col in self.columns:
@@ -435,10 +366,15 @@ def _encode_columns(header: list[str], rows: list[list[str]], target: str, where
             raise UserError(f"{where}: the text column {name!r} holds a different value in each of its {len(cells)} "
                             f"rows (a name or an identifier, not a feature: one-hot, each would be a category of "
                             f"one row, and every new row's unseen); leave it out with --ignore {name} (bbb predict "
-                            "then carries it through to its output)")
+                            f"then carries it through to its output){dates_hint(cells)}")
         if len(cats) > MAX_CATEGORIES:
             raise UserError(f"{where}: the text column {name!r} has {len(cats)} distinct values (one-hot encoding "
-                            f"takes at most {MAX_CATEGORIES}); drop it from the file (an identifier or free text?)")
+                            f"takes at most {MAX_CATEGORIES}; an identifier or free text?): leave it out with --ignore "
+                            f"{name}{dates_hint(cells)}")
+        if dates_hint(cells):  # one-hot, each date a category: said, not silent
+            warnings.warn(f"{where}: column {name!r}, one-hot encoded over {len(cats)} values{dates_hint(cells)}; or "
+                          f"--ignore {name}", stacklevel=3)
+        warn_case_variants(where, name, cats)
         columns.append({"name": name, "kind": "onehot", "categories": cats})
     if numbering:
         raise UserError(f"{where}: {numbering}")
@@ -494,7 +430,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         numbers: list[int] = []
         header, rows = read_csv(p, numbers=numbers)
         if target not in header:
-            raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}")
+            raise UserError(f"{where}: no column {target!r}; the columns are {', '.join(header)[:300]}"
+                            f"{header_hint(header)}")
         for flag, names in (("--ignore", ignore), ("--keep", keep)):
             for name in names:
                 if name not in header or name == target or (flag == "--keep" and name in ignore):
@@ -508,6 +445,7 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         task = task_of(raw_y, task, target, where, numbers)
         if task == "regression":
             check_magnitude(where, target, [float(v) for v in raw_y], numbers, raw_y)
+        warn_target_copies(where, header, rows, columns, target, task)
         pre = Preprocess(kind="table", task=task, columns=columns, target=target)
         table = (header, rows, numbers)  # encoded once the training rows are known (their categories)
     elif suffix == ".npz":
@@ -536,6 +474,8 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
         if len(cats) < 2:
             raise UserError(f"{where}: the target holds one class ({cats[0]!r}); classification needs two or more")
         check_class_labels(where, pre.target, cats)
+        if pre.target is not None:
+            warn_case_variants(where, pre.target, cats, "classes")
         index = {c: k for k, c in enumerate(cats)}
         y = torch.tensor([index[str(v)] for v in raw_y], dtype=torch.int64)
         pre.classes = cats
@@ -555,6 +495,9 @@ def load_file_splits(path: str | os.PathLike[str], *, target: str | None = None,
                         "the split (per class) to hold any out for testing: add images to each class")
     if task == "classification":
         check_training_classes(where, pre.classes or [], y, train_idx, val_fraction, test_fraction, p.is_dir())
+        rare = classes_not_held_out(pre.classes or [], y, val_idx, test_idx, val_fraction, test_fraction, p.is_dir())
+        if rare:
+            warnings.warn(f"{where}: {rare}", stacklevel=2)
     if train_size is not None:
         if not 1 <= train_size <= train_idx.numel():
             raise UserError(f"--train-size must be in 1..{train_idx.numel()} (the training rows), got {train_size}")

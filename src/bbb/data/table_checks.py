@@ -12,10 +12,21 @@
   prediction; a one-line error naming its row and column;
 * :func:`check_class_labels`: two class labels that are one number written two ways (``1`` and
   ``1.0``, ``01``) would be two classes; a one-line error;
+* :func:`warn_case_variants`: two class labels or categories that differ only in case (``Yes`` and
+  ``yes``) are two classes, one word split in two; a warning naming them;
 * :func:`check_training_classes`: a class that the split leaves without a training row would be
   one the network never learns; a one-line error naming the options to change;
+* :func:`classes_not_held_out`: a class with too few rows for the split to hold any out is never
+  scored: the validation (the best epoch, the refer threshold) and the test scores say nothing of it;
 * :func:`values_outside`: the values of new inputs outside their column's training range, an
   input predicted by extrapolation (bbb predict flags and refers it);
+* :func:`dates_hint`: a column of dates or times is text, one-hot encoded by its distinct values:
+  every new date would be a category unseen in training; what to write instead;
+* :func:`warn_target_copies`: a feature that is the target under another name (a price in
+  thousands beside the price, a 0/1 code of a yes/no target) makes the held-out scores perfect
+  and is not known for new rows; a warning naming it;
+* :func:`header_hint`: a file without a header row has its first row of data read as the column
+  names: what a missing column's error adds;
 * :func:`task_of`: a target column of whole numbers (classes or a quantity?) or of numbers with a
   few text cells would be a guess at the task; a one-line error;
 * :func:`numbers_the_rows`: whether a numeric column is a row identifier, which as a feature would
@@ -27,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -36,8 +48,9 @@ from ..errors import DataError, UserError
 
 __all__ = ["DECIMAL_COMMA", "FLOAT32_MAX", "MIN_IDENTIFIER_ROWS", "NUMERIC_SHARE", "check_array_magnitude",
            "check_class_labels", "check_decimal_commas", "check_magnitude", "check_separated_decimal_commas",
-           "check_training_classes", "formatted_number", "not_a_number", "number", "numbers_the_rows", "row_number",
-           "task_of", "values_outside", "arrays_outside"]
+           "check_training_classes", "classes_not_held_out", "dates_hint", "formatted_number", "header_hint",
+           "not_a_number", "number", "numbers_the_rows", "row_number", "task_of", "values_outside", "arrays_outside",
+           "warn_case_variants", "warn_target_copies"]
 
 #: the largest magnitude a float32 holds; a value beyond it becomes inf in the network
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -207,6 +220,19 @@ def check_class_labels(where: str, target: str | None, labels: Sequence[str]) ->
         seen[v] = label
 
 
+def warn_case_variants(where: str, name: str, values: Sequence[str], what: str = "categories") -> None:
+    """A warning where two of the distinct text ``values`` of column ``name`` (a target's class
+    labels, ``what``, or a text feature's categories) differ only in case: ``Yes`` and ``yes`` are two
+    classes, silently, where a spreadsheet's entries meant one (``CO`` and ``Co`` may mean two)."""
+    seen: dict[str, str] = {}
+    for v in values:
+        if v.casefold() in seen and number(v) is None:
+            warnings.warn(f"{where}: column {name!r} holds {seen[v.casefold()]!r} and {v!r}, one word in two cases, "
+                          f"which are two {what}; write it one way in every row if they are one", stacklevel=3)
+            return
+        seen.setdefault(v.casefold(), v)
+
+
 def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_idx: Tensor, val_fraction: float,
                            test_fraction: float, images: bool = False) -> None:
     """A one-line :class:`UserError` where a class of ``y`` (class indices into ``classes``) has no
@@ -222,6 +248,97 @@ def check_training_classes(where: str, classes: Sequence[str], y: Tensor, train_
                             f"{val_fraction:g} with --test-fraction {test_fraction:g} hold "
                             f"{'all of them' if n != 1 else 'it'} out of training; lower --val-fraction or "
                             f"--test-fraction, {remove}")
+
+
+def classes_not_held_out(classes: Sequence[str], y: Tensor, val_idx: Tensor, test_idx: Tensor, val_fraction: float,
+                         test_fraction: float, images: bool = False) -> str | None:
+    """What to warn of where a class of ``y`` (class indices into ``classes``) has no row among the
+    validation rows ``val_idx`` (while ``val_fraction`` asks for some) or the test rows ``test_idx``:
+    a rare class (3 rows of 300) whose shares round to none, so that every row of it trains and the
+    held-out scores (a test error of 0% for a network that never predicts it) say nothing of it.
+    None where every class is held out in both."""
+    unit = "image" if images else "row"
+    held = [(f"--val-fraction {val_fraction:g}", "validation", set(y[val_idx].tolist()))] if val_fraction > 0 else []
+    held.append((f"--test-fraction {test_fraction:g}", "test", set(y[test_idx].tolist())))
+    for k, label in enumerate(classes):
+        absent = [(flag, part) for flag, part, seen in held if k not in seen]
+        if not absent:
+            continue
+        n = int((y == k).sum())
+        rare = [c for j, c in enumerate(classes) if any(j not in seen for _, _, seen in held)]
+        also = f" (and {len(rare) - 1} other class{'es' if len(rare) > 2 else ''})" if len(rare) > 1 else ""
+        flags = " and ".join(flag for flag, _ in absent)
+        scored = {"validation": "the best epoch, the refer threshold", "test": "the test scores"}
+        what = (("all of them training " + unit + "s" if n != 1 else f"a training {unit}") if len(absent) == len(held)
+                else f"none of them a {absent[0][1]} {unit}" if n != 1 else f"not a {absent[0][1]} {unit}")
+        return (f"class {label!r}{also} has {n} {unit}{'s' if n != 1 else ''}, {what}: {flags} of {n} round"
+                f"{'s' if len(absent) == 1 else ''} to none, so {' and '.join(scored[p] for _, p in absent)} never "
+                f"see it (a network that never predicts it scores no error there); raise "
+                f"{'that fraction' if len(absent) == 1 else 'those fractions'}, or add {unit}s of it, to have it "
+                "scored" + (f"; or are its {len(classes)} classes, all numbers, a quantity? say --task regression"
+                            if len(classes) > 2 and all(number(c) is not None for c in classes) and not images
+                            else ""))
+    return None
+
+
+#: a date or a time as a spreadsheet or a program writes it: 2024-01-31, 31.01.2024, 1/31/24, with a time or
+#: without (2024-01-31T09:30:00Z), or a time alone (09:30); not a version number (1.2.3)
+_TIME = r"\d{1,2}:\d{2}(:\d{2}([.,]\d+)?)?"
+_DATE = re.compile(rf"((\d{{4}}[-/.]\d{{1,2}}[-/.]\d{{1,2}}|\d{{1,2}}[-/.]\d{{1,2}}[-/.]\d{{4}}"
+                   rf"|\d{{1,2}}/\d{{1,2}}/\d{{2}})([ T]{_TIME})?|{_TIME})\s*(Z|[+-]\d{{2}}:?\d{{2}})?")
+
+
+def dates_hint(cells: Sequence[str]) -> str:
+    """Where the text ``cells`` of a column are dates or times (:data:`_DATE`, nearly all of them):
+    what bbb does with them (one-hot: each date a category of its own, every new one unseen) and
+    what to give instead, as a clause to add to a message; else ``""``."""
+    if not cells or sum(bool(_DATE.fullmatch(c)) for c in cells) < NUMERIC_SHARE * len(cells):
+        return ""
+    return ("; it holds dates or times, which bbb reads as text, each distinct one a category (every new date "
+            "unseen): give them as numbers in columns of their own (the year, the month, the weekday, a day count)")
+
+
+def header_hint(header: Sequence[str]) -> str:
+    """What an error about a column not found adds where ``header``, a CSV's first row, holds numbers:
+    a file without a header row, its first row of data read as the columns' names; else ``""``."""
+    nums = [h for h in header if number(h) is not None]
+    if not nums:
+        return ""
+    return (f"; its first row holds numbers ({', '.join(nums[:3])[:60]}{', ...' if len(nums) > 3 else ''}): a file "
+            "without a header row? bbb reads the first row as the columns' names: add one")
+
+
+#: the correlation with a regression target above which a numeric feature is taken for a copy of it
+COPY_CORRELATION = 0.9999
+
+
+def warn_target_copies(where: str, header: Sequence[str], rows: Sequence[Sequence[str]], columns: Sequence[dict],
+                       target: str, task: str) -> None:
+    """A warning naming each feature column (``columns``, as :mod:`bbb.data.files` describes them) of
+    the CSV ``rows`` that is the target under another name: for regression a numeric column whose
+    correlation with the target is above :data:`COPY_CORRELATION` in magnitude; for classification a
+    column whose values stand one to one for the classes in every row. Trained on, it makes the
+    validation and test scores perfect, and new rows, whose target is unknown, would not have it."""
+    t = header.index(target)
+    for col in columns:
+        j = header.index(col["name"])
+        if task == "regression":
+            if col["kind"] != "numeric":
+                continue
+            a = np.array([[float(r[j]), float(r[t])] for r in rows])
+            if not (a.std(0) > 0).all() or abs(np.corrcoef(a.T)[0, 1]) <= COPY_CORRELATION:
+                continue
+            how = f"correlation {np.corrcoef(a.T)[0, 1]:.5f} with it"
+        else:
+            pairs = {(r[j] if col["kind"] != "numeric" else float(r[j]), r[t]) for r in rows}
+            if len(pairs) != len({v for v, _ in pairs}) or len(pairs) != len({c for _, c in pairs}):
+                continue
+            how = "each of its values always with one class: " + ", ".join(
+                f"{v if isinstance(v, str) else f'{v:g}'} with {c!r}" for v, c in sorted(pairs, key=str)[:3]) + \
+                (", ..." if len(pairs) > 3 else "")
+        warnings.warn(f"{where}: column {col['name']!r} is the target {target!r} under another name? ({how}): "
+                      "trained on, the held-out scores are a copy's, and new rows, whose target is unknown, would "
+                      f"not have it; leave it out with --ignore {col['name']}", stacklevel=3)
 
 
 #: a column this share of whose cells are numbers, the others text, is a column of numbers with bad

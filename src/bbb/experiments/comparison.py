@@ -25,7 +25,7 @@ from ..cli.common import add_out, shared_help
 from ..errors import UserError
 from ..io import atomic_write_csv, atomic_write_text
 from ..options import Dataset
-from .verdicts import DIGITS, TEST_SET_FIELDS, fmt, regression_verdicts, verdicts
+from .verdicts import DIGITS, TEST_SET_FIELDS, fmt, fmt_units, regression_verdicts, verdicts
 
 __all__ = ["COLUMNS", "REFERENCES", "REGRESSION_COLUMNS", "add_arguments", "architecture", "check_name",
            "collect", "comparison_rows", "main", "write_comparison", "check_out", "stale_evaluation", "stale_member"]
@@ -351,7 +351,8 @@ def _md_head(name: str, command: str | None, rows: list[dict[str, Any]], shown: 
 def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command: str | None) -> list[Path]:
     """``write_comparison`` of regression runs: REGRESSION_COLUMNS."""
     csv_path = out / f"{name}.csv"
-    atomic_write_csv(csv_path, REGRESSION_COLUMNS, rows,
+    units = ("test_rmse", "test_rmse_mean_weights")  # in the target's units: significant digits where it is small
+    atomic_write_csv(csv_path, REGRESSION_COLUMNS, [{**r, **{k: fmt_units(r[k], 6) for k in units}} for r in rows],
                      value=lambda v: fmt(v, 6) if isinstance(v, float) else fmt(v))
     shown = ["run", "method", "hidden", "dataset", "test_rmse", "test_rmse_mean_weights", "log_likelihood",
              "coverage_95", "calibration_gap", "coverage_bias", "samples", "epochs", "seconds"]
@@ -360,7 +361,8 @@ def _write_regression(rows: list[dict[str, Any]], out: Path, name: str, command:
              "calibration_gap": "calibration gap pp", "coverage_bias": "coverage bias pp", "seconds": "train s"}
     digits = {"test_rmse": 4, "test_rmse_mean_weights": 4, "log_likelihood": 4, "coverage_95": 1,
               "calibration_gap": 1, "coverage_bias": 1, "seconds": 0}
-    md = _md_head(name, command, rows, shown, heads, digits)
+    md = _md_head(name, command, [{**r, **{k: fmt_units(r[k], 4) for k in units}} for r in rows], shown, heads,
+                  digits)
     md += ["", "In the target's units, of the k-sample predictive (the mixture of the sampled networks' Gaussians; "
            "SGD: its one Gaussian; an ensemble: the mixture of its members'): the test RMSE of its mean, its mean "
            "log density per test row, and the share of the test targets inside its central 95% interval. "

@@ -4,6 +4,7 @@ architecture and dataset, of one test set (:data:`TEST_SET_FIELDS`) and as many 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,15 @@ def fmt(v: Any, digits: int = 2) -> str:
     if isinstance(v, float):
         return f"{v:.{digits}f}"
     return str(v)
+
+
+def fmt_units(v: Any, digits: int) -> str:
+    """A table cell of a number in the target's units (a regression's RMSE): ``digits`` places as
+    :func:`fmt`, or ``digits`` significant digits where the places would keep fewer (a target in
+    units of 1e-4, whose RMSE of 2.1e-06 was 0.0000)."""
+    if not isinstance(v, float) or v == 0 or not math.isfinite(v):
+        return fmt(v, digits)
+    return f"{v:.{digits}g}" if digits + math.floor(math.log10(abs(v))) + 1 < digits else fmt(v, digits)
 
 
 #: the decimal places of a metric in the tables and verdicts (2 for the others)

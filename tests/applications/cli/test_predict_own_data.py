@@ -114,6 +114,10 @@ def test_an_unseen_category_flags_its_row_and_predicts_the_others(capsys, tmp_pa
     assert rc == 0 and (ok[0]["prediction"], ok[0]["sd"]) == (rows[0]["prediction"], rows[0]["sd"])
     rc, _, err = run_main(capsys, "predict", str(run), str(new), "--unseen", "error")
     one_line_error(rc, err, "row 2", "'colour'", "green")
+    # one in another case (a spreadsheet's TRUE for true) is unseen too, and the warning names the known spelling
+    rc, out, err = run_main(capsys, "predict", str(run), str(new_rows(tmp_path / "case.csv", ["Red"])))
+    assert rc == 0 and list(csv.DictReader(out.splitlines()))[0]["warning"] == (
+        "category 'Red' of column 'colour' unseen in training (training had 'red', in another case)"), out
 
 
 def test_a_category_only_in_held_out_rows_is_unseen_to_predict(capsys, tmp_path):
@@ -390,6 +394,22 @@ def test_a_value_outside_the_training_range_is_named_and_referred(capsys, tmp_pa
     # the recorded range is the training rows' own
     x1 = load_file_splits(tmp_path / "houses.csv", target="price", task="regression")[1]
     assert next(c["range"] for c in x1.columns if c["name"] == "x1") == [lo, hi]
+
+
+def test_the_first_row_flagged_is_the_one_the_line_calls_first(capsys, tmp_path, run):
+    # the line listed "row 2, 3; first: x2 ..." of row 3: the values were gathered column by column, and the
+    # first of them was the first column's, not the first row's; the same for unseen categories
+    pre = json.loads((run / "config.json").read_text())["preprocess"]
+    (lo1, hi1), (lo2, hi2) = (next(c["range"] for c in pre["columns"] if c["name"] == n) for n in ("x1", "x2"))
+    new = tmp_path / "new.csv"
+    with open(new, "w", newline="") as f:
+        csv.writer(f).writerows([["customer", "x1", "x2", "colour"],
+                                 ["a", f"{(lo1 + hi1) / 2:.6g}", f"{hi2 + 1000:.6g}", "teal"],
+                                 ["b", f"{hi1 + 1000:.6g}", f"{(lo2 + hi2) / 2:.6g}", "purple"]])
+    rc, _, err = run_main(capsys, "predict", str(run), str(new))
+    assert rc == 0, err
+    assert f"row 1, 2; first: x2 {hi2 + 1000:.6g} outside" in err, err
+    assert "(row 1, 2; first: 'teal' in column 'colour')" in err, err
 
 
 def test_a_run_without_the_recorded_range_says_its_inputs_are_not_checked(capsys, tmp_path, run):

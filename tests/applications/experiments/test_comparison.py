@@ -244,3 +244,16 @@ def test_an_experiments_folder_is_named_not_sent_to_bbb_evaluate(tmp_path, capsy
                           (bandit, "the folder of bbb bandit")):
         rc, _, err = run_main(capsys, "compare", str(folder), "--out", str(tmp_path / "cmp"))
         assert rc == 2 and words in err and "bbb evaluate" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_rmse_in_small_units_keeps_its_digits(tmp_path):
+    # a target in units of 1e-4: the table wrote its test RMSE 2.087e-06 as 0.0000 (the CSV as 0.000002), two
+    # runs of 2.1e-06 and 2.4e-06 as one number
+    small, other = _table_run(tmp_path, "s", "bbb", "y", 2.0868e-06), _table_run(tmp_path, "o", "sgd", "y", 2.4e-06)
+    big = _table_run(tmp_path, "b", "sgd", "price", 28653.11240)
+    csv_path, md = write_comparison(comparison_rows([small, other, big]), tmp_path / "o")
+    text = md.read_text()
+    assert "| 2.087e-06 | 2.087e-06 |" in text and "| 2.4e-06 | 2.4e-06 |" in text, text
+    assert "| 28653.1124 |" in text  # (places where they keep the digits, as before)
+    rows = list(csv.DictReader(csv_path.open()))
+    assert [r["test_rmse"] for r in rows] == ["2.0868e-06", "2.4e-06", "28653.112400"]

@@ -66,6 +66,19 @@ def test_a_separator_ending_every_line_is_named(tmp_path):
     with pytest.raises(DataError) as info:
         read_csv(path)
     assert "has no name" in str(info.value) and "empty column" not in str(info.value)
+    assert "name it in the header row" in str(info.value)  # (it said only "has no name": what to do?)
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_pandas_index_without_a_name_is_named(tmp_path):
+    # DataFrame.to_csv(path) writes its index as a first column without a name: "column 1 of the header row has
+    # no name", no more
+    path = tmp_path / "t.csv"
+    path.write_text(",a,y\n" + "".join(f"{i},{i * 0.37 % 5:.3f},{i * 1.5:.2f}\n" for i in range(30)))
+    with pytest.raises(DataError) as info:
+        read_csv(path)
+    msg = str(info.value)
+    assert "column 1 of the header row has no name and numbers the rows" in msg and "index=False" in msg, msg
 
 
 def test_a_decimal_comma_is_a_one_line_error(tmp_path):
@@ -158,3 +171,53 @@ def test_a_comma_before_three_digits_after_four_is_an_error_not_text(tmp_path):
         load_file_splits(path, target="y")
     _, pre = load_file_splits(path, target="y", ignore=["a"])  # (the check reads no ignored column)
     assert pre.columns == [{"name": "b", "kind": "numeric", "categories": [], "range": pre.columns[0]["range"]}]
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+def test_a_quoted_comma_in_a_semicolon_separated_header_keeps_the_semicolons(tmp_path):
+    # a header '"price, EUR";area;y' was read as comma-separated (a comma in the first line), the whole line
+    # one column: "no column 'y'; the columns are price, EUR;area;y"
+    path = tmp_path / "t.csv"
+    path.write_text('"price, EUR";area;y\n' + "".join(f"{i * 1.5:.2f};{i % 7};{i * 0.25:.2f}\n" for i in range(30)))
+    header, body = read_csv(path)
+    assert header == ["price, EUR", "area", "y"] and body[2] == ["3.00", "2", "0.50"]
+
+
+def test_a_file_without_a_header_row_is_said_to_lack_one(tmp_path):
+    # its first row of data was read as the names, and the error listed "the columns are 1.5, red, 3.25" only
+    rows = [[f"{i * 1.5:.2f}", "ab"[i % 2], f"{i * 0.25 + 0.1:.2f}"] for i in range(1, 40)]
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    with pytest.raises(UserError) as info:
+        load_file_splits(path, target="y")
+    msg = str(info.value)
+    assert "\n" not in msg and "no column 'y'" in msg and "first row holds numbers (1.50, 0.35)" in msg, msg
+    assert "without a header row" in msg
+    # a run's new rows without their header, in bbb predict (Preprocess.encode_table)
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([["x", "kind", "y"]] + rows)
+    _, pre = load_file_splits(path, target="y")
+    with pytest.raises(UserError) as info:
+        pre.encode_table(rows[0], rows[1:])
+    assert "the column 'x' that the run was trained with is missing" in str(info.value)
+    assert "without a header row" in str(info.value)
+    with pytest.raises(UserError) as info:  # a header of names: nothing to add
+        pre.encode_table(["a", "kind", "y"], rows)
+    assert "header" not in str(info.value)
+
+
+@pytest.mark.release_independent  # (bbb's own reading: the torch lanes skip it)
+@pytest.mark.parametrize("sep", [";", ",", "\t"])
+def test_excels_line_naming_the_separator_is_read_as_such(tmp_path, sep):
+    # Excel's 'sep=;' first line was read as the header: "column 2 of the header row has no name"
+    path = tmp_path / "t.csv"
+    path.write_text(f"sep={sep}\r\n" + "".join(sep.join(r) + "\r\n" for r in [["a", "kind", "y"], ["1.5", "x", "2"],
+                                                                              ["", "", ""], ["2.5", "z", "3"]]))
+    empty: list[int] = []
+    numbers: list[int] = []
+    assert read_csv(path, empty, numbers) == (["a", "kind", "y"], [["1.5", "x", "2"], ["2.5", "z", "3"]])
+    assert empty == [2] and numbers == [1, 3]  # (rows counted from the header, as without the line)
+    path.write_text(f"sep={sep}\na{sep}y\n1{sep}2{sep}3\n")
+    with pytest.raises(DataError, match=f"row 1 has 3 cells .* as its line sep={sep} says"):
+        read_csv(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +110,8 @@ def test_csv_bad_inputs_are_one_line_errors(tmp_path):
     many = [[f"c{i // 2}", str(i), f"{i * 0.5}"] for i in range(300)]  # 150 categories, two rows each
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "many.csv", ["name", "n", "y"], many), target="y", ignore=["n"])
-    one_line(info, "'name'", "150 distinct")
+    one_line(info, "'name'", "150 distinct", "--ignore name")  # (it said "drop it from the file")
+    assert "dates" not in str(info.value)
     whole = [[str(2 * i), str(i % 3)] for i in range(30)]  # (2i: not a run of consecutive numbers, an identifier)
     with pytest.raises(UserError) as info:
         load_file_splits(write_csv(tmp_path / "w.csv", ["n", "k"], whole), target="k")
@@ -347,6 +349,91 @@ def test_a_class_the_split_leaves_without_a_training_row_is_an_error(tmp_path):
     with pytest.warns(UserWarning, match="--train-size 3 keeps no training row of class 'rare'"):
         data, _ = load_file_splits(path, target="label", train_size=3)
     assert int((data["train_y"] == 2).sum()) == 0
+
+
+def test_a_column_of_dates_is_said_to_be_read_as_text(tmp_path):
+    # a date column was one-hot over its dates without a word (every new date unseen to bbb predict), or refused
+    # as "an identifier or free text?" with "drop it from the file"; a version number is no date
+    days = [[f"2024-{1 + i // 56:02d}-{1 + i // 2 % 28:02d}", f"{1 + i % 3}.{i % 2}.{i % 5}", f"{i * 0.37 % 5:.3f}",
+             f"{i * 0.5:.1f}"] for i in range(300)]  # 150 dates, two rows each
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "days.csv", ["day", "version", "x", "y"], days), target="y")
+    one_line(info, "'day'", "distinct values", "--ignore day", "dates or times", "the year, the month")
+    few = [[f"2024-01-{1 + i % 20:02d}", *r[1:]] for i, r in enumerate(days)]
+    with pytest.warns(UserWarning) as caught:
+        _, pre = load_file_splits(write_csv(tmp_path / "few.csv", ["day", "version", "x", "y"], few), target="y")
+    assert len(caught) == 1 and "few.csv: column 'day', one-hot encoded over 20 values; " in str(caught[0].message)
+    assert "dates or times" in str(caught[0].message) and len(pre.columns[0]["categories"]) == 20
+    stamps = [[f"2024-02-03T{i // 60:02d}:{i % 60:02d}:00Z", *r[1:]] for i, r in enumerate(days)]
+    with pytest.raises(UserError) as info:
+        load_file_splits(write_csv(tmp_path / "stamps.csv", ["at", "version", "x", "y"], stamps), target="y")
+    one_line(info, "'at'", "a different value in each", "--ignore at", "dates or times")
+
+
+def test_a_feature_that_is_the_target_under_another_name_is_named(tmp_path):
+    # a price in thousands beside the price, or a 0/1 code of a yes/no target, trained without a word: a test
+    # error of 0%, and new rows (whose target is unknown) without that column
+    rows = [[f"{i * 0.37 % 5:.3f}", f"{1000 + i * 7.5:.2f}", f"{1 + i * 0.0075:.6f}", "ab"[i % 2],
+             ["no", "yes"][i * 7 % 3 == 0], int(i * 7 % 3 == 0)] for i in range(120)]
+    path = write_csv(tmp_path / "t.csv", ["x", "price", "price_k", "kind", "answer", "answer01"], rows)
+    with pytest.warns(UserWarning) as caught:
+        load_file_splits(path, target="price", ignore=["answer"])
+    text = [str(w.message) for w in caught]
+    assert len(text) == 1 and "column 'price_k' is the target 'price' under another name? (correlation 1.00000" in \
+        text[0] and "--ignore price_k" in text[0], text
+    with pytest.warns(UserWarning) as caught:
+        load_file_splits(path, target="answer", ignore=["price_k"])
+    text = [str(w.message) for w in caught]
+    assert len(text) == 1 and "column 'answer01' is the target 'answer'" in text[0], text
+    assert "0 with 'no', 1 with 'yes'" in text[0] and "--ignore answer01" in text[0]
+    with warnings.catch_warnings():  # features that are not the target: nothing to say
+        warnings.simplefilter("error")
+        load_file_splits(path, target="price", ignore=["price_k", "answer"])
+        load_file_splits(path, target="answer", ignore=["price_k", "answer01"])
+
+
+def test_labels_and_categories_in_two_cases_are_named(tmp_path):
+    # 'Yes' and 'yes' were two classes, 'North' and 'north' two categories, without a word
+    rows = [[f"{i * 0.37 % 5:.3f}", ["north", "North", "south"][i % 3], ["yes", "Yes", "no"][i // 2 % 3]]
+            for i in range(90)]
+    path = write_csv(tmp_path / "t.csv", ["x", "region", "answer"], rows)
+    with pytest.warns(UserWarning) as caught:
+        _, pre = load_file_splits(path, target="answer")
+    text = [str(w.message) for w in caught]
+    assert any("column 'region' holds 'North' and 'north', one word in two cases, which are two categories" in t
+               for t in text), text
+    assert any("column 'answer' holds 'Yes' and 'yes'" in t and "two classes" in t for t in text), text
+    assert pre.classes == ["Yes", "no", "yes"]  # (still two: a warning, CO and Co may be two)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_file_splits(write_csv(tmp_path / "one.csv", ["x", "region", "answer"],
+                                   [[r[0], r[1].lower(), r[2].lower()] for r in rows]), target="answer")
+
+
+def test_a_class_too_rare_to_be_held_out_is_said_not_to_be_scored(tmp_path):
+    # 3 'fraud' rows of 300: a tenth of 3 rounds to none, so every one trained; the run then reported a test
+    # error of 0% and a refer threshold that keeps 80% of the validation rows "with error 0" for a network that
+    # never predicts fraud, silently
+    rows = [[f"{i * 0.37 % 5:.3f}", "fraud" if i % 100 == 0 else "ok"] for i in range(300)]
+    path = write_csv(tmp_path / "imbalanced.csv", ["x", "label"], rows)
+    with pytest.warns(UserWarning) as caught:
+        data, _ = load_file_splits(path, target="label")
+    assert int((data["test_y"] == 0).sum()) == int((data["val_y"] == 0).sum()) == 0
+    text = " ".join(str(w.message) for w in caught)
+    for words in ("class 'fraud' has 3 rows, all of them training rows", "--val-fraction 0.1 and --test-fraction 0.1",
+                  "the refer threshold and the test scores never see it"):
+        assert words in text
+    with pytest.warns(UserWarning, match="none of them a test row: --test-fraction 0.1 of 3 rounds to none"):
+        load_file_splits(path, target="label", val_fraction=0.2)
+    with warnings.catch_warnings():  # shares that hold one out: scored, nothing to say
+        warnings.simplefilter("error")
+        data, _ = load_file_splits(path, target="label", val_fraction=0.2, test_fraction=0.2)
+    assert int((data["test_y"] == 0).sum()) == int((data["val_y"] == 0).sum()) == 1
+    assert "a quantity?" not in text  # (text labels: classes)
+    counts = [[f"{i * 0.37 % 5:.3f}", str(i % 12 if i < 288 else 12)] for i in range(291)]  # 12 of 3 rows
+    with pytest.warns(UserWarning, match="are its 13 classes, all numbers, a quantity[?] say --task regression"):
+        load_file_splits(write_csv(tmp_path / "counts.csv", ["x", "count"], counts), target="count",
+                         task="classification")
 
 
 def test_a_value_too_large_for_float32_is_an_error_naming_its_row_and_column(tmp_path):

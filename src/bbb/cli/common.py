@@ -370,6 +370,17 @@ def ensemble_out(args: Any, writes: str) -> str | None:
     return args.out
 
 
+def scoring_lock(args: Any, writes: str) -> contextlib.AbstractContextManager[Any]:
+    """The lock of the one run directory (or Laplace posterior's folder) that ``bbb ood`` or ``bbb uncertain``
+    scores and writes ``writes`` into, as ``bbb evaluate`` holds it (:func:`bbb.runs.rundir.lock_run_dir`): a run
+    being trained there is refused, whose best.pt moves on from the network the file would score. None for an
+    ensemble's --out folder, nor for a path that is no folder (the command's own error names it)."""
+    from ..runs.rundir import lock_run_dir
+
+    d = Path(args.run_dirs[0])
+    return contextlib.nullcontext() if ensemble_out(args, writes) is not None or not d.is_dir() else lock_run_dir(d)
+
+
 def add_run_dir_arguments(p: Any, what: str, which: str, which_help: str) -> None:
     """What the commands reading a run directory share: ``RUN_DIR`` (``what``), ``--which``
     (default ``which``), ``--data-dir`` (default: the run's), ``--device`` and ``--threads``."""

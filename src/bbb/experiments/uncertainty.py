@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dirs_arguments, add_seed, shared_help
+from ..cli.common import add_run_dirs_arguments, add_seed, scoring_lock, shared_help
 from ..data.arrays import data_kind
 from ..devices import resolve_device
 from ..errors import UserError
@@ -406,6 +406,11 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_ood(args: argparse.Namespace) -> int:
+    with scoring_lock(args, "ood.json"):
+        return _score_ood(args)
+
+
+def _score_ood(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
     if args.ood_data is not None:
@@ -567,6 +572,11 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_uncertain(args: argparse.Namespace) -> int:
+    with scoring_lock(args, "uncertain.json"):
+        return _score_uncertain(args)
+
+
+def _score_uncertain(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
     for name in ("n", "samples"):

@@ -65,13 +65,20 @@ def architecture(hidden: Sequence[int] | None) -> str | None:
     return "-".join(map(str, widths))
 
 
+#: the command that writes each file compare reads again (of the folder ``{d}``), said when one cannot be read
+_WRITTEN_BY = {"summary.json": "bbb train --resume --out {d}", "config.json": "bbb train --resume --out {d}",
+               "eval.json": "bbb evaluate", "ood.json": "bbb ood", "laplace.json": "bbb laplace"}
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
+        again = _WRITTEN_BY.get(path.name)
+        how = f"; the command that wrote it writes it again ({again.format(d=path.parent)})" if again else ""
+        raise UserError(f"cannot read {path}: {e}{how}") from None
 
 
 def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any] | None = None

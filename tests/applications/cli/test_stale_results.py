@@ -111,3 +111,16 @@ def test_ood_and_uncertain_refuse_a_run_being_trained(capsys, run, tmp_path):
     rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(tmp_path / "houses.csv"), "--device", "cpu",
                           "--samples", "2")
     assert rc == 0 and (run / "ood.json").is_file(), err
+
+
+def test_a_damaged_result_file_says_which_command_writes_it_again(capsys, run, tmp_path):
+    """bbb compare said only 'cannot read RUN/summary.json: Unterminated string ...'."""
+    text = (run / "summary.json").read_text()
+    (run / "summary.json").write_text(text[:len(text) // 2])  # a copy of the folder cut short
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(rc, err, "summary.json", f"bbb train --resume --out {run}")
+    rc, _, err = run_main(capsys, "train", "--resume", "--out", str(run), "--quiet")  # as it says
+    assert rc == 0, err
+    (run / "eval.json").write_text("{")
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(rc, err, "eval.json", "bbb evaluate")

@@ -230,3 +230,19 @@ def test_a_checkpoint_that_does_not_match_its_model_says_how(tmp_path, full):
     torch.save(ckpt, run / "best.pt")
     with pytest.raises(CheckpointError, match="size mismatch for layers.0.weight_mu"):  # not torch's first line alone
         load_run(run)
+
+
+def test_load_run_and_load_model_take_auto_and_refuse_a_missing_cuda_in_one_line(full):
+    """bbb.load_model(RUN, device="cuda") on a machine without CUDA raised torch's AssertionError, and device="auto"
+    (the command line's default) a RuntimeError; bbb.load_model of a Laplace folder took both."""
+    from bbb.errors import UserError
+    from bbb.runs import load_model
+
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    for load in (load_run, load_model):
+        assert load(full, device="auto") is not None
+        if want == "cpu":
+            with pytest.raises(UserError, match="no CUDA device"):
+                load(full, device="cuda")
+    model, _ = load_run(full, device="auto")
+    assert next(model.parameters()).device.type == want

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..devices import resolve_device
 from ..errors import CheckpointError, UserError, reason_of
 from ..io import atomic_write_bytes, atomic_write_text, csv_text, read_json
 from ..options import Checkpoint, choice
@@ -253,8 +254,10 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     """Rebuild the trained model of a run directory: ``which`` is ``"best"`` or ``"last"``
     (the committed one: :func:`committed_checkpoint`).
 
-    Returns ``(model, config)``; the model is in eval mode on ``device``.
+    Returns ``(model, config)``; the model is in eval mode on ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``: a
+    one-line error where there is no CUDA device).
     """
+    device = resolve_device(device)
     path, ckpt = committed_checkpoint(run_dir, which)
     model, cfg = model_from_checkpoint(ckpt, path)
     return model.to(device).eval(), cfg

@@ -246,3 +246,15 @@ def test_load_run_and_load_model_take_auto_and_refuse_a_missing_cuda_in_one_line
                 load(full, device="cuda")
     model, _ = load_run(full, device="auto")
     assert next(model.parameters()).device.type == want
+
+
+def test_a_damaged_best_pt_beside_a_last_pt_without_a_best_record_names_no_epoch(tmp_path, full):
+    run = damaged_copy(tmp_path, full, 1)
+    ckpt = load_checkpoint(run / "last.pt")
+    del ckpt["best"]  # (an older bbb's)
+    torch.save(ckpt, run / "last.pt")
+    for read in (lambda: committed_checkpoint(run, "best"),
+                 lambda: train(tiny_cfg(epochs=4), run, data=blobs(), resume=True, **QUIET)):
+        with pytest.raises(CheckpointError) as e:
+            read()
+        assert "it held the best epoch" in str(e.value) and "None" not in str(e.value) and " 0," not in str(e.value)

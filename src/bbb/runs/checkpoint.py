@@ -236,8 +236,9 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
         last = load_last(d, mmap=True)
         want = dict(last.get("best") or {}).get("epoch")
         if damaged is not None and want != last["epoch"]:
-            raise CheckpointError(f"{damaged}; it held the best epoch {want}: --which last uses the last epoch, "
-                                  f"{last['epoch']}") from None
+            held = f"the best epoch {want}" if want else "the best epoch"
+            raise CheckpointError(f"{damaged}; it held {held}: --which last uses the last epoch, {last['epoch']}"
+                                  ) from None
         if best is not None and (want is None or best["epoch"] == want):
             return best_path, best
         if want == last["epoch"] and want > 0:
@@ -370,8 +371,9 @@ def repair_derived(out: Path, ckpt: dict[str, Any], log: Callable[[str], None]) 
         held = load_checkpoint(best_path, mmap=True) if best_path.is_file() else None
     except CheckpointError as e:
         if want != epoch or epoch == 0:  # the best epoch's weights are in no other file: the user decides
-            raise CheckpointError(f"{e}; it held the best epoch {want}, which no other file holds: move it out of "
-                                  f"{out} to resume (the next epoch becomes the best so far)") from None
+            was = f"the best epoch {want}" if want else "the best epoch"
+            raise CheckpointError(f"{e}; it held {was}, which no other file holds: move it out of {out} to resume "
+                                  "(the next epoch becomes the best so far)") from None
         log(f"{best_path} is damaged; rewritten from {last_path}, which holds the same best epoch {want}")
         held = None
     if epoch > 0 and (held is None or held["epoch"] != want):

@@ -258,3 +258,11 @@ def test_a_damaged_best_pt_beside_a_last_pt_without_a_best_record_names_no_epoch
         with pytest.raises(CheckpointError) as e:
             read()
         assert "it held the best epoch" in str(e.value) and "None" not in str(e.value) and " 0," not in str(e.value)
+
+
+def test_a_missing_best_pt_says_what_last_pt_offers(tmp_path, full):
+    run = damaged_copy(tmp_path, full, 1)
+    (run / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match="best.pt not found .*--which last uses the last epoch, 3"):
+        load_run(run, "best")
+    assert load_run(run, "last") is not None

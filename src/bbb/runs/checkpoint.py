@@ -246,7 +246,8 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
     if best is None:
         if int(last["epoch"]) == 0:  # stopped during its first epoch
             raise _untrained(d, last)
-        raise CheckpointError(f"checkpoint {best_path} not found")
+        raise CheckpointError(f"checkpoint {best_path} not found (removed or moved away?); --which last uses the last "
+                              f"epoch, {last['epoch']}")
     return best_path, best
 
 

@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dirs_arguments, add_seed, scoring_lock, shared_help
+from ..cli.common import add_run_dirs_arguments, add_seed, scoring_locked, shared_help
 from ..data.arrays import data_kind
 from ..devices import resolve_device
 from ..errors import UserError
@@ -405,12 +405,8 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     add_moved_data(p)
 
 
+@scoring_locked("ood.json")
 def main_ood(args: argparse.Namespace) -> int:
-    with scoring_lock(args, "ood.json"):
-        return _score_ood(args)
-
-
-def _score_ood(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
     if args.ood_data is not None:
@@ -571,12 +567,8 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     add_moved_data(p)  # (a run on your own folder of images: where it is now, --images DIR)
 
 
+@scoring_locked("uncertain.json")
 def main_uncertain(args: argparse.Namespace) -> int:
-    with scoring_lock(args, "uncertain.json"):
-        return _score_uncertain(args)
-
-
-def _score_uncertain(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
     for name in ("n", "samples"):

@@ -46,6 +46,7 @@ __all__ = [
     "check_int",
     "check_float",
     "check_bool",
+    "reason_of",
     "WARNINGS_PROG_ENV",
     "one_line_warnings_format",
     "adopt_warnings_format",
@@ -157,6 +158,20 @@ class TrainingInterrupted(BBBError, KeyboardInterrupt):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.message, self.run_dir, self.epoch)
+
+
+def reason_of(e: BaseException, limit: int = 160) -> str:
+    """What the exception ``e`` (torch's, a library's) says, as one line for a bbb message: its lines
+    joined (torch puts the details of a state_dict mismatch after a first line that names none), cut
+    at the last sentence that fits within ``limit`` characters, else at ``limit``; its type's name
+    where it says nothing."""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    if not text:
+        return type(e).__name__
+    if len(text) <= limit:
+        return text
+    end = text.rfind(". ", 0, limit)
+    return text[:end + 1] if end > 0 else text[:limit].rstrip() + " ..."
 
 
 def check_int(name: str, value: Any, minimum: int | None = 1) -> int:

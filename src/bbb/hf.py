@@ -27,6 +27,7 @@ transformers and safetensors are imported inside the functions only.
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import warnings
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ import torch.nn as nn
 from .convert import bayesianize
 from .distributions import prior_from_config
 from .errors import UserError
+from .io import atomic_write_text
 from .nn import BayesModule
 from .nn.base import Estimator
 from .nn.tied import tie_groups
@@ -52,6 +54,8 @@ __all__ = ["save_pretrained", "from_pretrained", "generate", "conversion_record"
 #: the weights, as transformers names them
 WEIGHTS_FILE = "model.safetensors"
 _FORMAT = 1
+#: the key of the safetensors metadata that names the save its conversion record describes
+_WEIGHTS_ID = "bbb_weights_id"
 
 
 def causal_lm(model: nn.Module) -> bool:
@@ -259,8 +263,12 @@ def save_pretrained(model: nn.Module, folder: str | Path) -> Path:
     gen = getattr(model, "generation_config", None)
     if gen is not None and hasattr(gen, "save_pretrained"):
         gen.save_pretrained(out)
-    save_file(_unshared(model.state_dict()), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-    (out / CONVERSION_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    # the record names the weights it describes: weights written over since (transformers' own save_pretrained
+    # into this folder, a save stopped before its record) are not read with its priors and estimators
+    record["weights_id"] = secrets.token_hex(8)
+    save_file(_unshared(model.state_dict()), str(out / WEIGHTS_FILE),
+              metadata={"format": "pt", _WEIGHTS_ID: record["weights_id"]})
+    atomic_write_text(out / CONVERSION_FILE, json.dumps(record, indent=1) + "\n")
     return out
 
 
@@ -300,6 +308,7 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
     >>> model = bbb.from_pretrained("out/gpt2-bayes")
     >>> model.generate(ids, max_new_tokens=20)        # the posterior mean; bbb.nn.sampling to sample
     """
+    from safetensors import safe_open
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -321,6 +330,14 @@ def from_pretrained(folder: str | Path, model_class: Any = None, *, prior: Any =
     record = json.loads(record_path.read_text()) if record_path.is_file() else None
     if record is not None and record.get("format") != _FORMAT:
         raise UserError(f"{record_path} has format {record.get('format')!r}; this bbb reads format {_FORMAT}")
+    if record is not None and "weights_id" in record:  # (a record of an older bbb names none)
+        with safe_open(str(src / WEIGHTS_FILE), "pt") as f:
+            saved_id = (f.metadata() or {}).get(_WEIGHTS_ID)
+        if saved_id != record["weights_id"]:
+            raise UserError(f"{record_path} describes another save than {src / WEIGHTS_FILE} (written over since: by "
+                            f"transformers' own save_pretrained, or a save stopped midway): remove {CONVERSION_FILE} "
+                            "and pass prior= and estimator= as the model was converted, or save it again with "
+                            "bbb.save_pretrained")
     if record is not None:
         layers: dict[str, dict[str, Any]] = record["layers"]
     else:  # transformers' own save_pretrained: the Bayesian layers are those with a posterior

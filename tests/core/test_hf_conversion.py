@@ -350,6 +350,23 @@ def test_folder_from_transformers_save_pretrained(tmp_path):
     assert isinstance(again.lm_head, TiedBayesLinear)
 
 
+def test_a_record_is_not_read_with_weights_saved_over_it(tmp_path):
+    """A folder bbb.save_pretrained wrote, then transformers' own save_pretrained of another model into it (which
+    writes no record): from_pretrained built the new weights with the old record's prior and estimator, silently."""
+    folder = bbb.save_pretrained(_trained_gpt2(), tmp_path / "m")
+    other = bbb.bayesianize(_gpt2(), prior=GaussianPrior(0.5), estimator="local")
+    other.save_pretrained(folder)  # the record of the first save is left
+    with pytest.raises(UserError, match="describes another save") as e:
+        bbb.from_pretrained(folder)
+    assert "\n" not in str(e.value) and "bbb.save_pretrained" in str(e.value)
+    (folder / "bbb_conversion.json").unlink()  # as the message says
+    again = bbb.from_pretrained(folder, prior=GaussianPrior(0.5), estimator="local")
+    a, b = other.state_dict(), again.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    bbb.save_pretrained(other, folder)  # and a save of bbb's over it reads back
+    assert bbb.from_pretrained(folder).transformer.h[0].attn.c_attn.estimator.value == "local"
+
+
 def test_save_pretrained_refuses_what_it_cannot_write(tmp_path):
     with pytest.raises(UserError, match="transformers model"):
         bbb.save_pretrained(bbb.bayesianize(nn.Sequential(nn.Linear(2, 2))), tmp_path)

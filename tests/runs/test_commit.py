@@ -164,3 +164,105 @@ def test_a_resumed_run_killed_before_its_end_keeps_no_summary_of_the_run_before(
     assert not (run / "summary.json").exists()
     train(tiny_cfg(epochs=6), run, data=blobs(), resume=True, **QUIET)
     assert json.loads((run / "summary.json").read_text())["epochs"] == 6
+
+
+def damaged_copy(tmp_path: Path, full: Path, best_epoch: int) -> Path:
+    """A copy of ``full`` whose last.pt records ``best_epoch`` as the best and whose best.pt is cut short
+    (a copy of the folder interrupted, a disk fault), with an eval.json beside them."""
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    ckpt = load_checkpoint(run / "last.pt")
+    ckpt["best"] = {**ckpt["best"], "epoch": best_epoch}
+    torch.save(ckpt, run / "last.pt")
+    (run / "best.pt").write_bytes((run / "best.pt").read_bytes()[:1000])
+    (run / "eval.json").write_text("{}")
+    return run
+
+
+def test_a_damaged_best_pt_whose_epoch_last_pt_holds_is_read_from_last_pt_and_rewritten(tmp_path, full):
+    run = damaged_copy(tmp_path, full, 3)
+    path, ckpt = committed_checkpoint(run, "best")
+    assert path.name == "last.pt" and ckpt["epoch"] == 3
+    lines: list[str] = []
+    train(tiny_cfg(epochs=3), run, data=blobs(), resume=True, quiet=True, log=lines.append)
+    assert load_checkpoint(run / "best.pt")["epoch"] == 3
+    assert [s for s in lines if "damaged" in s and "best.pt" in s]
+
+
+def test_a_damaged_best_pt_of_an_earlier_epoch_is_said_and_resume_removes_nothing(tmp_path, full):
+    """Resuming removed summary.json and eval.json, then failed on the damaged best.pt: the run was
+    left as one stopped before its end, its results gone, with nothing said of what to do."""
+    run = damaged_copy(tmp_path, full, 1)
+    with pytest.raises(CheckpointError) as e:
+        committed_checkpoint(run, "best")
+    assert "--which last" in str(e.value) and "epoch 1" in str(e.value) and "\n" not in str(e.value)
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(CheckpointError, match="move it out"):
+        train(tiny_cfg(epochs=4), run, data=blobs(), resume=True, **QUIET)
+    assert sorted(p.name for p in run.iterdir()) == before  # summary.json, eval.json kept
+    (run / "best.pt").unlink()  # as the message says: the run goes on
+    train(tiny_cfg(epochs=4), run, data=blobs(), resume=True, **QUIET)
+    assert load_checkpoint(run / "last.pt")["epoch"] == 4
+
+
+def test_a_damaged_last_pt_says_what_best_pt_still_holds(tmp_path, full):
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    epoch = load_checkpoint(run / "best.pt")["epoch"]
+    (run / "last.pt").write_bytes((run / "last.pt").read_bytes()[:1000])
+    for read in (lambda: load_run(run, "best"), lambda: train(tiny_cfg(epochs=4), run, data=blobs(), resume=True,
+                                                               **QUIET)):
+        with pytest.raises(CheckpointError) as e:
+            read()
+        assert f"best.pt (epoch {epoch}) is whole" in str(e.value) and "copy it over last.pt" in str(e.value)
+        assert "there is a high" not in str(e.value)  # torch's sentence, cut, is left out
+    (run / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match="restore the folder from a copy"):
+        load_run(run, "last")
+
+
+def test_a_checkpoint_that_does_not_match_its_model_says_how(tmp_path, full):
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    (run / "last.pt").unlink()
+    ckpt = load_checkpoint(run / "best.pt")
+    ckpt["config"]["hidden"] = [8]
+    torch.save(ckpt, run / "best.pt")
+    with pytest.raises(CheckpointError, match="size mismatch for layers.0.weight_mu"):  # not torch's first line alone
+        load_run(run)
+
+
+def test_load_run_and_load_model_take_auto_and_refuse_a_missing_cuda_in_one_line(full):
+    """bbb.load_model(RUN, device="cuda") on a machine without CUDA raised torch's AssertionError, and device="auto"
+    (the command line's default) a RuntimeError; bbb.load_model of a Laplace folder took both."""
+    from bbb.errors import UserError
+    from bbb.runs import load_model
+
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    for load in (load_run, load_model):
+        assert load(full, device="auto") is not None
+        if want == "cpu":
+            with pytest.raises(UserError, match="no CUDA device"):
+                load(full, device="cuda")
+    model, _ = load_run(full, device="auto")
+    assert next(model.parameters()).device.type == want
+
+
+def test_a_damaged_best_pt_beside_a_last_pt_without_a_best_record_names_no_epoch(tmp_path, full):
+    run = damaged_copy(tmp_path, full, 1)
+    ckpt = load_checkpoint(run / "last.pt")
+    del ckpt["best"]  # (an older bbb's)
+    torch.save(ckpt, run / "last.pt")
+    for read in (lambda: committed_checkpoint(run, "best"),
+                 lambda: train(tiny_cfg(epochs=4), run, data=blobs(), resume=True, **QUIET)):
+        with pytest.raises(CheckpointError) as e:
+            read()
+        assert "it held the best epoch" in str(e.value) and "None" not in str(e.value) and " 0," not in str(e.value)
+
+
+def test_a_missing_best_pt_says_what_last_pt_offers(tmp_path, full):
+    run = damaged_copy(tmp_path, full, 1)
+    (run / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match="best.pt not found .*--which last uses the last epoch, 3"):
+        load_run(run, "best")
+    assert load_run(run, "last") is not None

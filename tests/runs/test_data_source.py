@@ -134,3 +134,22 @@ def test_a_run_on_tensors_in_memory_loads_with_their_shape_and_predicts_them_as_
     x = data["test_x"][:5]
     assert torch.equal(model.encode(x.numpy()), x.float())  # as given: nothing standardised
     assert model.sample_outputs(x, 3, 0).shape[:2] == (3, 5)
+
+
+def test_a_run_trained_with_a_relative_data_dir_is_evaluated_from_another_folder(tmp_path, capsys, monkeypatch):
+    """config.json kept --data-dir as given ('data'), where it keeps --csv absolute: evaluated or resumed from
+    another folder, the run looked for MNIST under that folder's 'data'."""
+    from faultkit import fake_mnist
+
+    fake_mnist(tmp_path / "data", n_train=300, n_test=50)
+    monkeypatch.setenv("BBB_DATA_VERIFY", "0")
+    monkeypatch.delenv("BBB_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run_main(capsys, "train", "--data-dir", "data", "--val-size", "100", "--hidden", "8", "--epochs",
+                          "1", "--eval-samples", "2", "--device", "cpu", "--no-compile", "--quiet", "--out", "run")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data_dir"] == str((tmp_path / "data").resolve())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    rc, _, err = run_main(capsys, "evaluate", "../run", "--samples", "2", "--device", "cpu")
+    assert rc == 0, err

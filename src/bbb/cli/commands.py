@@ -105,6 +105,7 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 def cmd_train(args: argparse.Namespace) -> int:
     from ..data.arrays import data_kind, moved_data_flag
     from ..runs import TrainConfig, load_checkpoint, train
+    from ..runs.checkpoint import load_last
     from ..runs.config import FILE_DATASET
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "overwrite", "quiet",
@@ -112,7 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     loggers = loggers_of(args)
     out = Path(args.out)
     if args.resume and (out / "last.pt").exists():
-        ckpt = load_checkpoint(out / "last.pt", mmap=True)
+        ckpt = load_last(out, mmap=True)
         if ckpt["config"].get("dataset") == FILE_DATASET:  # the images' settings: refused, as on a new run
             unread = [k for k in ("dataset", "data_dir", "scale", "val_size") if k in given]
             if unread:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -368,6 +369,26 @@ def ensemble_out(args: Any, writes: str) -> str | None:
         raise UserError(f"--out is the folder of an ensemble's {writes} (several RUN_DIRs); one run's goes into its "
                         "own directory: leave --out out")
     return args.out
+
+
+def scoring_locked(writes: str) -> Callable[[Callable[[Any], int]], Callable[[Any], int]]:
+    """The main function of ``bbb ood`` or ``bbb uncertain`` holding the lock of the one run directory (or Laplace
+    posterior's folder) it scores and writes ``writes`` into, as ``bbb evaluate`` holds it
+    (:func:`bbb.runs.rundir.lock_run_dir`): a run being trained there is refused, whose best.pt moves on from the
+    network the file would score. No lock for an ensemble's --out folder, nor for a path that is no folder (the
+    command's own error names it)."""
+    def wrap(main: Callable[[Any], int]) -> Callable[[Any], int]:
+        @functools.wraps(main)
+        def locked(args: Any) -> int:
+            from ..runs.rundir import lock_run_dir
+
+            d = Path(args.run_dirs[0])
+            if ensemble_out(args, writes) is not None or not d.is_dir():
+                return main(args)
+            with lock_run_dir(d):
+                return main(args)
+        return locked
+    return wrap
 
 
 def add_run_dir_arguments(p: Any, what: str, which: str, which_help: str) -> None:

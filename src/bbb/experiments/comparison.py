@@ -65,13 +65,20 @@ def architecture(hidden: Sequence[int] | None) -> str | None:
     return "-".join(map(str, widths))
 
 
+#: the command that writes each file compare reads again (of the folder ``{d}``), said when one cannot be read
+_WRITTEN_BY = {"summary.json": "bbb train --resume --out {d}", "config.json": "bbb train --resume --out {d}",
+               "eval.json": "bbb evaluate", "ood.json": "bbb ood", "laplace.json": "bbb laplace"}
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
+        again = _WRITTEN_BY.get(path.name)
+        how = f"; the command that wrote it writes it again ({again.format(d=path.parent)})" if again else ""
+        raise UserError(f"cannot read {path}: {e}{how}") from None
 
 
 def _training(d: Path, cfg: dict[str, Any] | None = None, summary: dict[str, Any] | None = None
@@ -155,6 +162,16 @@ def file_of(command: str) -> str:
     return "the ensemble's eval.json" if command == "evaluate" else f"{command}.json"
 
 
+def missing_member(folder: str | Path, members: Sequence[str | Path], command: str) -> None:
+    """A one-line UserError where a member of the ensemble in ``folder`` is not there as its files name it (as the
+    command that wrote them was given it: relative to where that command ran), for ``bbb command``."""
+    gone = [m for m in members if not (Path(m) / "config.json").is_file()]
+    if gone:
+        raise UserError(f"{folder} is the folder of an ensemble whose member {gone[0]} is not there (its files name "
+                        f"the members as the command that wrote them was given them): run bbb {command} where that "
+                        "command ran, or put the member back")
+
+
 def stale_member(folder: str | Path, members: Sequence[str | Path], summaries: Sequence[dict[str, Any]],
                  command: str, scored: dict[str, Any], dirs: Sequence[str | Path] | None = None) -> str | None:
     """Why the file that ``bbb COMMAND RUN RUN ... --out FOLDER`` wrote (``scored``: an ensemble's
@@ -232,6 +249,7 @@ def collect(run_dir: str | Path) -> dict[str, Any]:
               "brier": summary["test_brier"], "samples": summary.get("eval_samples")}
     members = ev.get("members") if ev.get("method") == "ensemble" else None
     if members:  # ``bbb evaluate RUN RUN ... --out DIR``: the members' networks and training
+        missing_member(d, members, "compare")  # (not "replaced", with a command that cannot run here)
         infos = [_training(Path(m)) for m in members]
         member_now = [now for _, now in infos]
         stale = stale_member(d, members, member_now, "evaluate", ev)

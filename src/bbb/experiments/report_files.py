@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import UserError
 from ..options import is_bayesian
 from . import report_text as RT
-from .comparison import stale_evaluation, stale_member
+from .comparison import missing_member, stale_evaluation, stale_member
 
 __all__ = ["RunFiles", "read_run"]
 
@@ -103,12 +103,8 @@ class RunFiles:
             raise UserError(what or f"{self.dir} is not a run directory (no readable config.json); "
                                      "give the folders that bbb train or bbb demo wrote")
         self.members = [Path(m) for m in members]
+        missing_member(self.dir, self.members, "report")
         configs = [_json(m / "config.json") for m in self.members]
-        gone = [m for m, c in zip(self.members, configs) if c is None]
-        if gone:
-            raise UserError(f"{self.dir} is the folder of an ensemble whose member {gone[0]} is not there (its files "
-                            "name the members as the command that wrote them was given them): run bbb report where "
-                            "that command ran, or put the member back")
         self.train_dir = self.members[0]
         #: the members' checkpoint its files scored (``--which``)
         self.scored = next((s["checkpoint"] for s in (self.eval, self.ood, self.uncertain)

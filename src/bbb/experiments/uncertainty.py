@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dirs_arguments, add_seed, shared_help
+from ..cli.common import add_run_dirs_arguments, add_seed, scoring_locked, shared_help
 from ..data.arrays import data_kind
 from ..devices import resolve_device
 from ..errors import UserError
@@ -405,6 +405,7 @@ def add_ood_arguments(p: argparse.ArgumentParser) -> None:
     add_moved_data(p)
 
 
+@scoring_locked("ood.json")
 def main_ood(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
@@ -566,6 +567,7 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
     add_moved_data(p)  # (a run on your own folder of images: where it is now, --images DIR)
 
 
+@scoring_locked("uncertain.json")
 def main_uncertain(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 

@@ -31,15 +31,16 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..errors import CheckpointError, UserError
+from ..devices import resolve_device
+from ..errors import CheckpointError, UserError, reason_of
 from ..io import atomic_write_bytes, atomic_write_text, csv_text, read_json
 from ..options import Checkpoint, choice
 from .config import TrainConfig
 from .model import build_model
 
 __all__ = ["CHECKPOINT_FORMAT", "METRIC_COLUMNS", "PRUNING_COLUMNS", "committed_checkpoint", "diverged_text",
-           "improves", "load_checkpoint", "load_run", "metrics_text", "model_from_checkpoint", "read_metrics",
-           "repair_derived", "run_dir_of"]
+           "improves", "load_checkpoint", "load_last", "load_run", "metrics_text", "model_from_checkpoint",
+           "read_metrics", "repair_derived", "run_dir_of"]
 
 CHECKPOINT_FORMAT = 1
 METRIC_COLUMNS = ("epoch", "seconds", "train_loss", "nll", "kl", "val_error", "test_error", "val_nll")
@@ -67,8 +68,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
                 raise
             ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({reason[:160]})") from None
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({reason_of(e)})") from None
     need = ("model", "config", "epoch", "model_info")
     if not isinstance(ckpt, dict) or any(k not in ckpt for k in need):
         raise CheckpointError(f"checkpoint {path} is not a bbb training checkpoint")
@@ -77,6 +77,25 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
         raise CheckpointError(f"checkpoint {path} has format {fmt!r}, newer than this bbb reads "
                               f"({CHECKPOINT_FORMAT}); upgrade bbb")
     return ckpt
+
+
+def load_last(run_dir: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """``run_dir/last.pt`` as :func:`load_checkpoint` reads it; a damaged one (a copy of the folder cut
+    short, a disk fault: bbb's own writes are atomic) is a one-line CheckpointError that says what
+    the run's ``best.pt`` still offers."""
+    d = Path(run_dir)
+    try:
+        return load_checkpoint(d / "last.pt", mmap=mmap)
+    except CheckpointError as e:
+        if not (d / "last.pt").is_file():
+            raise
+        try:
+            epoch = load_checkpoint(d / "best.pt", mmap=True)["epoch"]
+        except CheckpointError:
+            raise CheckpointError(f"{e}; nothing else holds its state: restore the folder from a copy, or start "
+                                  "afresh (bbb train --overwrite)") from None
+        raise CheckpointError(f"{e}; {d / 'best.pt'} (epoch {epoch}) is whole: copy it over last.pt to use that "
+                              "epoch or resume from it") from None
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, TrainConfig]:
@@ -90,7 +109,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: Path) -> tuple[nn.Module, 
     try:
         model.load_state_dict(ckpt["model"])
     except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"checkpoint {path} does not match its model ({str(e).splitlines()[0][:160]})") from None
+        raise CheckpointError(f"checkpoint {path} does not match its model ({reason_of(e)})") from None
     return model, cfg
 
 
@@ -201,7 +220,7 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
     d = run_dir_of(run_dir)
     last_path, best_path = d / "last.pt", d / "best.pt"
     if which == "last":
-        last = load_checkpoint(last_path, mmap=mmap)
+        last = load_last(d, mmap=mmap)
         if int(last["epoch"]) == 0:  # stopped during its first epoch: its weights are the initial ones
             raise _untrained(d, last)
         return last_path, last
@@ -209,9 +228,17 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
         return best_path, load_checkpoint(best_path, mmap=mmap)
     best = None
     for _ in range(3):
-        best = load_checkpoint(best_path, mmap=mmap) if best_path.is_file() else None
-        last = load_checkpoint(last_path, mmap=True)
+        try:
+            best = load_checkpoint(best_path, mmap=mmap) if best_path.is_file() else None
+            damaged = None
+        except CheckpointError as e:  # last.pt may hold the same epoch: read below
+            best, damaged = None, e
+        last = load_last(d, mmap=True)
         want = dict(last.get("best") or {}).get("epoch")
+        if damaged is not None and want != last["epoch"]:
+            held = f"the best epoch {want}" if want else "the best epoch"
+            raise CheckpointError(f"{damaged}; it held {held}: --which last uses the last epoch, {last['epoch']}"
+                                  ) from None
         if best is not None and (want is None or best["epoch"] == want):
             return best_path, best
         if want == last["epoch"] and want > 0:
@@ -219,7 +246,8 @@ def committed_checkpoint(run_dir: str | Path, which: str = "best", mmap: bool = 
     if best is None:
         if int(last["epoch"]) == 0:  # stopped during its first epoch
             raise _untrained(d, last)
-        raise CheckpointError(f"checkpoint {best_path} not found")
+        raise CheckpointError(f"checkpoint {best_path} not found (removed or moved away?); --which last uses the last "
+                              f"epoch, {last['epoch']}")
     return best_path, best
 
 
@@ -228,8 +256,10 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     """Rebuild the trained model of a run directory: ``which`` is ``"best"`` or ``"last"``
     (the committed one: :func:`committed_checkpoint`).
 
-    Returns ``(model, config)``; the model is in eval mode on ``device``.
+    Returns ``(model, config)``; the model is in eval mode on ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``: a
+    one-line error where there is no CUDA device).
     """
+    device = resolve_device(device)
     path, ckpt = committed_checkpoint(run_dir, which)
     model, cfg = model_from_checkpoint(ckpt, path)
     return model.to(device).eval(), cfg
@@ -338,7 +368,15 @@ def repair_derived(out: Path, ckpt: dict[str, Any], log: Callable[[str], None]) 
     epoch = int(ckpt["epoch"])
     best = dict(ckpt.get("best") or {"epoch": 0, "val_error": None, "val_nll": None})
     want = best.get("epoch")
-    held = load_checkpoint(best_path, mmap=True) if best_path.is_file() else None
+    try:
+        held = load_checkpoint(best_path, mmap=True) if best_path.is_file() else None
+    except CheckpointError as e:
+        if want != epoch or epoch == 0:  # the best epoch's weights are in no other file: the user decides
+            was = f"the best epoch {want}" if want else "the best epoch"
+            raise CheckpointError(f"{e}; it held {was}, which no other file holds: move it out of {out} to resume "
+                                  "(the next epoch becomes the best so far)") from None
+        log(f"{best_path} is damaged; rewritten from {last_path}, which holds the same best epoch {want}")
+        held = None
     if epoch > 0 and (held is None or held["epoch"] != want):
         if want == epoch:
             atomic_write_bytes(best_path, last_path.read_bytes())

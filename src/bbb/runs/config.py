@@ -319,8 +319,8 @@ class TrainConfig:
             raise SettingError("cuda_graph", "does not capture IVON's step yet (--method bbb, sgd or dropout)")
         if self.cuda_graph and self.bf16:
             raise SettingError("cuda_graph", "and --bf16 do not go together (the graph captures the float32 step)")
-        if self.data_dir is not None:
-            self.data_dir = str(self.data_dir)
+        if self.data_dir is not None:  # absolute, as data_file: the run finds its images from any folder
+            self.data_dir = str(Path(self.data_dir).expanduser().resolve())
         self._check_ivon(given_ivon)
         if self.method is Method.BBB and self.prior is PriorKind.MIXTURE and self.kl is KLMode.CLOSED:
             raise UserError("no closed-form KL for the scale-mixture prior; use --kl mc or --kl auto")

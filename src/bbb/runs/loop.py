@@ -81,14 +81,14 @@ from ..data.files import Preprocess
 from ..devices import resolve_device
 from ..elbo import ELBO, HeteroscedasticGaussian, Likelihood
 from ..engine import Engine
-from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError
+from ..errors import CheckpointError, TrainingDiverged, TrainingInterrupted, UserError, reason_of
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..ivon import IVON
 from ..nn import forward_samples
 from ..options import Method, is_bayesian
 from ..progress import progress_bar
 from . import model as runmodel
-from .checkpoint import CHECKPOINT_FORMAT, diverged_text, improves, load_checkpoint, metrics_text, repair_derived
+from .checkpoint import CHECKPOINT_FORMAT, diverged_text, improves, load_last, metrics_text, repair_derived
 from .config import TrainConfig, resume_conflicts
 from .cuda_graph import GraphedEpoch
 from .evaluation import check_memory, mean_logits
@@ -232,7 +232,7 @@ def _divergence_advice(cfg: TrainConfig, model: nn.Module, elbo: ELBO | None, la
                        yb: Tensor, likelihood: Likelihood | None, num_samples: int, start: int) -> str:
     """What to change after a divergence: a lower --lr, unless the first minibatch's loss or gradient
     is not finite at the weights of ``last_path`` already, before any step (no learning rate helps)."""
-    model.load_state_dict(load_checkpoint(last_path)["model"])
+    model.load_state_dict(load_last(last_path.parent)["model"])
     model.zero_grad(set_to_none=True)
     loss = batch_objective(model, elbo, xb, yb, 0, None, likelihood, num_samples)[0]
     loss.backward()
@@ -341,7 +341,7 @@ def _train(
         check_data(data)
         cfg = cfg.replace(data_source=runmodel.data_source_of(cfg, data))
     if resume:  # guard_run_dir made sure that last.pt exists
-        ckpt = load_checkpoint(last_path)
+        ckpt = load_last(out)
         if data is None:  # a run on tensors given in memory: refused where its data would be loaded
             cfg = cfg.replace(data_source=ckpt["config"].get("data_source"))
         group = ckpt.get("population")
@@ -433,11 +433,11 @@ def _train(
             if device.type == "cuda" and ckpt["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            why = str(e).splitlines()[0][:160]
-            raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({why})") from None
+            raise CheckpointError(f"checkpoint {last_path} cannot be resumed ({reason_of(e)})") from None
         metrics = [dict(r) for r in ckpt.get("metrics", [])]
         start_epoch = int(ckpt["epoch"])
         log(f"resuming {out} after epoch {start_epoch}")
+        best = repair_derived(out, ckpt, log)  # first: where it refuses (a damaged best.pt), nothing is lost
         if start_epoch < cfg.epochs:  # it trains on: what was made from its checkpoints before is stale
             # summary.json too, written again at the end: a resumed run killed before it is one stopped
             # before its end, not a finished one whose test numbers are of an older best checkpoint
@@ -445,7 +445,6 @@ def _train(
             if removed:  # a warning, not a progress line: said with bbb's --quiet too
                 warnings.warn(f"removed {', '.join(removed)} from {out} (made from the run before it trained on; "
                               "run the commands that wrote them again)", UserWarning, stacklevel=2)
-        best = repair_derived(out, ckpt, log)  # best.pt and metrics.csv as the committed last.pt says
 
     lib_versions = versions()
     threads = torch.get_num_threads()

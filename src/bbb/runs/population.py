@@ -56,7 +56,7 @@ from ..devices import resolve_device
 from ..distributions import MemberPrior, Prior
 from ..elbo import ELBO
 from ..engine import Engine
-from ..errors import CheckpointError, TrainingInterrupted, UserError
+from ..errors import CheckpointError, TrainingInterrupted, UserError, reason_of
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..nn import BayesMLP, BayesPopulation
 from ..nn.base import Estimator
@@ -452,7 +452,7 @@ def _train(cfgs: list[TrainConfig], dirs: list[Path], pop_dir: Path, cfg: TrainC
                 g.set_state(saved)
             torch.set_rng_state(ckpt["torch_rng"])
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{pop_path} cannot be resumed ({str(e).splitlines()[0][:160]})") from None
+            raise CheckpointError(f"{pop_path} cannot be resumed ({reason_of(e)})") from None
         metrics, best = ckpt["metrics"], ckpt["best"]
         diverged = {int(j): str(m) for j, m in ckpt["diverged"].items()}
         start = int(ckpt["epoch"])
@@ -567,8 +567,7 @@ def _load(path: Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read is the same user problem
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is corrupt or unreadable ({reason[:160]})") from None
+        raise CheckpointError(f"{path} is corrupt or unreadable ({reason_of(e)})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != _FORMAT or "seeds" not in ckpt:
         raise CheckpointError(f"{path} is not a bbb population checkpoint")
     return ckpt

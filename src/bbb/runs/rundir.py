@@ -16,9 +16,9 @@
   on a lock file removed so retries on the file now at ``.lock`` (:func:`_lock`).
 * Temporary files of killed writers (``.<name>~<host>~<pid>~<random>.tmp``) are removed when a
   run starts (see :mod:`bbb.io`).
-* ``bbb evaluate`` and ``bbb prune`` write beside a run (``eval.json``, ``pruning.csv``): they hold
-  the same lock while they run (:func:`lock_run_dir`), so they never write into a run being
-  trained, nor two of them at once.
+* ``bbb evaluate``, ``bbb prune``, ``bbb ood`` and ``bbb uncertain`` write beside a run (``eval.json``,
+  ``pruning.csv``, ``ood.json``, ``uncertain.json``): they hold the same lock while they run
+  (:func:`lock_run_dir`), so they never write into a run being trained, nor two of them at once.
 """
 
 from __future__ import annotations

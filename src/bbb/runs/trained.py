@@ -339,6 +339,7 @@ def load_model(run_dir: str | Path, which: str = "best", device: str | torch.dev
     """
     if is_laplace_folder(run_dir):  # a folder of `bbb laplace`: the run with that posterior
         return load_laplace(run_dir, which, device)
+    device = resolve_device(device)  # ("auto"; a one-line error where CUDA is asked for and there is none)
     path, ckpt = committed_checkpoint(run_dir, which)
     network, cfg = model_from_checkpoint(ckpt, path)
     info = dict(ckpt["model_info"])

@@ -400,3 +400,22 @@ def test_a_populations_folder_is_refused_as_the_ensembles_folder(capsys, classif
     assert sorted(p.name for p in (tmp_path / "pop").iterdir()) == ["population.pt"]
     train_population([c.replace(epochs=2) for c in cfgs], [tmp_path / "m0", tmp_path / "m1"], tmp_path / "pop",
                      data=blobs(), quiet=True, log=lambda s: None)  # it resumes
+
+
+def test_compare_of_an_ensemble_from_another_folder_says_its_members_are_not_there(capsys, classifiers, tmp_path,
+                                                                                    monkeypatch):
+    """The members' names are as `bbb evaluate` was given them; compared from elsewhere, compare said each member
+    'was replaced since bbb evaluate scored it' and asked for a bbb evaluate command whose runs were not there."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for d in classifiers[1][:2]:
+        shutil.copytree(d, root / d.name)
+    monkeypatch.chdir(root)
+    names = [d.name for d in classifiers[1][:2]]
+    assert run_main(capsys, "evaluate", *names, "--out", "ens")[0] == 0
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run_main(capsys, "compare", "runs/ens", "--out", "cmp")
+    one_line_error(rc, err, f"member {names[0]} is not there", "run bbb compare where that command ran")
+    assert "replaced" not in err
+    monkeypatch.chdir(root)
+    assert run_main(capsys, "compare", "ens", "--out", "cmp")[0] == 0

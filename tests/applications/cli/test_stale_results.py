@@ -94,3 +94,33 @@ def test_a_run_out_that_is_a_file_is_refused_in_words(capsys, tmp_path):
                           "--task", "regression", "--epochs", "1", "--out", str(tmp_path / "p1.csv"), *TINY)
     assert_one_line_error(rc, err, "p1.csv", "is a file, not a folder")
     assert (tmp_path / "p1.csv").read_text() == "x\n"
+
+
+def test_ood_and_uncertain_refuse_a_run_being_trained(capsys, run, tmp_path):
+    """bbb ood and bbb uncertain wrote ood.json and uncertain.json into a run while it trained (bbb evaluate and prune
+    were refused): the files scored the best.pt of that moment, and bbb compare showed that network's AUROC beside
+    the test numbers of the run's final best epoch. They now hold the run's lock, as evaluate does."""
+    from bbb.runs.rundir import lock_run_dir
+
+    before = sorted(p.name for p in run.iterdir())
+    with lock_run_dir(run):  # as bbb train holds it
+        for argv in (["ood", str(run), "--ood-data", str(tmp_path / "houses.csv")], ["uncertain", str(run)]):
+            rc, _, err = run_main(capsys, *argv, "--device", "cpu", "--samples", "2")
+            assert_one_line_error(rc, err, "is in use")
+        assert sorted(p.name for p in run.iterdir()) == sorted([*before, ".lock"])  # nothing written
+    rc, _, err = run_main(capsys, "ood", str(run), "--ood-data", str(tmp_path / "houses.csv"), "--device", "cpu",
+                          "--samples", "2")
+    assert rc == 0 and (run / "ood.json").is_file(), err
+
+
+def test_a_damaged_result_file_says_which_command_writes_it_again(capsys, run, tmp_path):
+    """bbb compare said only 'cannot read RUN/summary.json: Unterminated string ...'."""
+    text = (run / "summary.json").read_text()
+    (run / "summary.json").write_text(text[:len(text) // 2])  # a copy of the folder cut short
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(rc, err, "summary.json", f"bbb train --resume --out {run}")
+    rc, _, err = run_main(capsys, "train", "--resume", "--out", str(run), "--quiet")  # as it says
+    assert rc == 0, err
+    (run / "eval.json").write_text("{")
+    rc, _, err = run_main(capsys, "compare", str(run), "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(rc, err, "eval.json", "bbb evaluate")

@@ -164,8 +164,11 @@ def file_of(command: str) -> str:
 
 def missing_member(folder: str | Path, members: Sequence[str | Path], command: str) -> None:
     """A one-line UserError where a member of the ensemble in ``folder`` is not there as its files name it (as the
-    command that wrote them was given it: relative to where that command ran), for ``bbb command``."""
-    gone = [m for m in members if not (Path(m) / "config.json").is_file()]
+    command that wrote them was given it: relative to where that command ran), for ``bbb command``. A member is
+    a run's folder (its config.json) or a ``bbb laplace`` folder (its laplace.json)."""
+    from ..runs.trained import is_laplace_folder
+
+    gone = [m for m in members if not (Path(m) / "config.json").is_file() and not is_laplace_folder(m)]
     if gone:
         raise UserError(f"{folder} is the folder of an ensemble whose member {gone[0]} is not there (its files name "
                         f"the members as the command that wrote them was given them): run bbb {command} where that "

@@ -216,6 +216,17 @@ def test_help_prints_no_doubled_percent(name):
         assert "%%" not in text, f"{p.prog} --help prints '%%'"
 
 
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_option_says_what_it_does_in_help(name):
+    """An option listed by --help with no line of its own (bbb regression's --activation once
+    showed only its choices) leaves its meaning and default to be guessed."""
+    _, parser = command_parser(name)
+    for p in parsers(parser):
+        for a in p._actions:
+            if a.option_strings and a.help is not argparse.SUPPRESS:
+                assert flat(a.help), f"{p.prog} {a.option_strings[0]} has no help text"
+
+
 @pytest.mark.parametrize("argv", [["regression", "--epochs", "1"], ["train", "--epochs", "1"], ["sweep"],
                                   ["bandit", "--steps", "5"], ["reproduce", "uci"], ["reproduce", "mnist"],
                                   ["compare", "RUN"], ["evaluate", "RUN", "RUN"], ["laplace", "RUN"]])

@@ -166,8 +166,24 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
             raise _full_error(path, full) from None
         if isinstance(exc, OSError):
             raise _naming(exc, path) from None
+        if _interrupted(exc):
+            raise KeyboardInterrupt from None
         raise
     return path
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """``exc`` is what a Ctrl-C became inside a writer: torch.save's zip writer, closed while the
+    interrupt unwinds it, raises its own RuntimeError, the interrupt only its context. It is still
+    an interrupt (the old file kept), said as one, not as the writer's traceback."""
+    seen: set[int] = set()
+    e = exc.__context__
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return not isinstance(exc, KeyboardInterrupt)  # (an interrupt itself goes on as it is)
+        seen.add(id(e))
+        e = e.__context__
+    return False
 
 
 def _naming(exc: OSError, path: Path) -> OSError:

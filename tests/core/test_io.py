@@ -136,6 +136,25 @@ def test_other_errors_pass_through(tmp_path: Path) -> None:
     assert tmp_files(tmp_path) == [] and not (tmp_path / "x").exists()
 
 
+def test_ctrl_c_inside_torch_save_is_an_interrupt_and_keeps_the_old_file(tmp_path: Path) -> None:
+    """A Ctrl-C while torch.save writes a tensor: its zip writer's exit raises RuntimeError
+    ("unexpected pos"), the interrupt only its context. atomic_write raises the interrupt (a
+    command's one line, exit 130), not the RuntimeError (a traceback), and keeps the old file."""
+
+    class InterruptedFile(io.BytesIO):
+        def write(self, b: bytes) -> int:  # type: ignore[override]
+            if self.tell() + len(b) > 100_000:
+                raise KeyboardInterrupt
+            return super().write(b)
+
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"the previous checkpoint")
+    with pytest.raises(KeyboardInterrupt) as info:
+        bio.atomic_write(path, lambda f: torch.save({"w": torch.zeros(10**6)}, InterruptedFile()))
+    assert type(info.value) is KeyboardInterrupt
+    assert path.read_bytes() == b"the previous checkpoint" and tmp_files(tmp_path) == []
+
+
 def test_atomic_torch_save_round_trip(tmp_path: Path) -> None:
     bio.atomic_torch_save(tmp_path / "s.pt", {"w": torch.arange(3)})
     assert torch.equal(torch.load(tmp_path / "s.pt")["w"], torch.arange(3))

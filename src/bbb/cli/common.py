@@ -47,11 +47,27 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         msg = " ".join(message.split())
+        if msg.startswith("unrecognized arguments: ") and (sub := self.chosen_subcommand()) is not None:
+            sub.error(message)  # (a subcommand's mistyped option: said by it, with its options' spellings)
         if msg.startswith("the following arguments are required") and (unknown := self.unknown_options()):
             msg = "unrecognized arguments: " + " ".join(unknown)  # (the typo first: --out may be what it hid)
         hint = self.suggestion(msg)
         self.exit(2, f"{self.prog}: error: {msg}{f'; did you mean {hint}?' if hint else ''} "
                      f"(see '{self.prog} --help')\n")
+
+    def chosen_subcommand(self) -> Parser | None:
+        """The parser of the subcommand named in the arguments being parsed (``bbb reproduce
+        mnist``'s, of ``reproduce``'s), its arguments those after its name; None without one.
+        argparse leaves the words a subcommand does not know to its parent to refuse."""
+        argv = getattr(self, "_argv", [])
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for i, word in enumerate(argv):
+                    sub = a.choices.get(word)
+                    if isinstance(sub, Parser):
+                        sub._argv = argv[i + 1:]
+                        return sub
+        return None
 
     def suggestion(self, message: str) -> str | None:
         """The closest spelling of a mistyped option (``unrecognized arguments: --imags x``: this

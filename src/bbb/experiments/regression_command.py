@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prediction range (default: -0.2 1.2)")
     parser.add_argument("--hidden", nargs="+", type=int, default=list(d.hidden), metavar="N",
                         help=shared_help("--hidden", " (default: 100 100)"))
-    parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default=d.activation)
+    parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default=d.activation,
+                        help=f"activation of every network's hidden layers (default: {d.activation})")
     parser.add_argument("--lr", type=float, default=d.lr, help=shared_help("--lr", f" of Adam (default: {d.lr:g})"))
     parser.add_argument("--train-samples", type=int, default=d.train_samples, metavar="K",
                         help=shared_help("--train-samples", f" (BBB; default: {d.train_samples})"))

@@ -516,7 +516,7 @@ DEFAULT_OUT = "runs/which_method.md"
 def main(args: argparse.Namespace) -> int:
     results = Path(args.results)
     if not results.is_dir():
-        raise UserError(f"bbb reproduce which: no results folder {results} (run it from a clone of bbb, or pass "
+        raise UserError(f"no results folder {results} (run it from a clone of bbb, or pass "
                         "--results DIR)")
     text = render(load_benchmarks(results), COMMAND)
     if args.check is not None:

@@ -133,6 +133,10 @@ def test_missing_out_and_unknown_command(capsys):
     (["train", "--imags", "x"], ["--imags", "did you mean --images?"]),  # (argparse: --out is required)
     (["train", "--out", "r", "--method", "bbbb"], ["'bbbb'", "did you mean bbb?"]),
     (["evaluate", "r", "--smaples", "2"], ["--smaples", "did you mean --samples?"]),
+    # a subcommand's: said by it, with its options' spellings (once 'bbb reproduce: error:', no suggestion)
+    (["reproduce", "mnist", "--budgte", "smoke"],
+     ["bbb reproduce mnist: error:", "--budgte", "did you mean --budget?", "(see 'bbb reproduce mnist --help')"]),
+    (["reproduce", "uci", "--methdos", "bbb"], ["bbb reproduce uci: error:", "did you mean --methods?"]),
 ])
 def test_a_mistyped_command_option_or_choice_is_named_with_the_closest_spelling(capsys, argv, words):
     line = assert_one_line_error(*run_main(capsys, *argv)[::2], *words)

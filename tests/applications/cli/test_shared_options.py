@@ -96,6 +96,35 @@ def test_docs_cli_md_tabulates_the_vocabulary_and_the_retired_spellings():
         assert all(f"bbb {command} {old}" in section for old in flags), command
 
 
+def test_docs_cli_md_names_every_command_that_has_a_tabulated_option():
+    """A row of the vocabulary that lists its commands lists all of them (its --samples row once
+    left out predict and laplace, its --csv row uncertain)."""
+    import re
+
+    text = (Path(__file__).parents[3] / "docs" / "cli.md").read_text()
+    section = text[text.index("## One vocabulary"):]
+    section = section[:section.index("\n\n", section.index("| option |"))]
+    have: dict[str, set[str]] = {}
+    for name in COMMANDS:
+        _, parser = command_parser(name)
+        for p in parsers(parser):
+            for a in p._actions:
+                if a.help is not argparse.SUPPRESS:
+                    for opt in a.option_strings:
+                        have.setdefault(opt, set()).add(p.prog.removeprefix("bbb "))
+    checked = 0
+    for row in section.splitlines()[2:]:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+        flags, commands = re.findall(r"`(--[a-z0-9-]+)", cells[0]), cells[-1]
+        if commands.startswith("every") or commands.startswith("train and the experiments"):
+            continue  # (a row that names its commands by what they do)
+        for flag in flags:
+            missing = sorted(c for c in have.get(flag, ()) if not re.search(rf"(^|[ ,]){c}\b", commands))
+            assert not missing, f"docs/cli.md: the {flag} row leaves out {', '.join(missing)}"
+            checked += 1
+    assert checked >= 10
+
+
 @pytest.mark.parametrize("argv, old, new, dest, value", [
     (["train", "--out", "x", "--samples", "3"], "--samples", "--train-samples 3", "samples", 3),
     (["train", "--out", "x", "--rho-init", "-3.25"], "--rho-init", f"--sigma-init {sigma_of_rho(-3.25)!r}",
@@ -214,6 +243,17 @@ def test_help_prints_no_doubled_percent(name):
     for p in parsers(parser):
         text = p.format_help()
         assert "%%" not in text, f"{p.prog} --help prints '%%'"
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_option_says_what_it_does_in_help(name):
+    """An option listed by --help with no line of its own (bbb regression's --activation once
+    showed only its choices) leaves its meaning and default to be guessed."""
+    _, parser = command_parser(name)
+    for p in parsers(parser):
+        for a in p._actions:
+            if a.option_strings and a.help is not argparse.SUPPRESS:
+                assert flat(a.help), f"{p.prog} {a.option_strings[0]} has no help text"
 
 
 @pytest.mark.parametrize("argv", [["regression", "--epochs", "1"], ["train", "--epochs", "1"], ["sweep"],

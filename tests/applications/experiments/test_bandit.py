@@ -281,6 +281,21 @@ def test_tiny_run_writes_files_with_the_right_columns_and_resumes(tmp_path):
         run_bandit(tiny_bandit_config(out=str(out), steps=200, lr=0.5), contexts=ctx, edible=edible)
 
 
+def test_a_resume_that_one_workers_checkpoint_refuses_trains_no_other_worker(tmp_path):
+    """Each worker's checkpoint is checked before any worker trains: a folder of a one-worker
+    run resumed with --workers 2 is a one-line error naming the setting, at once, and no second
+    worker trains (it had no file to refuse) nor writes its file beside the first run's."""
+    ctx, edible = tiny_mushrooms()
+    out = tmp_path / "bandit"
+    run_bandit(tiny_bandit_config(out=str(out), agents=("greedy",), steps=40), contexts=ctx, edible=edible)
+    before = (out / "checkpoint" / "worker0.pt").read_bytes()
+    with pytest.raises(UserError, match=r"other settings \(workers 1 there, 2 now\)"):
+        run_bandit(tiny_bandit_config(out=str(out), agents=("greedy",), steps=80, workers=2),
+                   contexts=ctx, edible=edible)
+    assert sorted(f.name for f in (out / "checkpoint").iterdir()) == ["worker0.pt"]
+    assert (out / "checkpoint" / "worker0.pt").read_bytes() == before
+
+
 def test_a_second_process_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
     """Two processes on one --out would train and save the same checkpoints: while one holds the
     folder (here this test, through the run directories' lock), a bandit run there is a one-line

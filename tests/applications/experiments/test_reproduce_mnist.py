@@ -406,6 +406,16 @@ def test_help_has_an_example(capsys):
     assert rc == 0 and "mnist" in out and "uci" in out and "bbb reproduce uci" in out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a device that is not there")
+def test_a_device_that_is_not_there_is_refused_before_anything_is_written(capsys, tmp_path):
+    """--device cuda without CUDA: the one-line error, and --out is not created (it once held a
+    reproduce.json saying the run was "running" on cuda)."""
+    rc, _, err = run_main(capsys, "reproduce", "mnist", "--budget", "smoke", "--device", "cuda", "--data-dir",
+                          str(tmp_path / "no-data"), "--out", str(tmp_path / "m"))
+    assert rc == 2 and "no CUDA device is available" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "m").exists()
+
+
 # --------------------------------------------------------------------------------------------
 # real data
 # --------------------------------------------------------------------------------------------

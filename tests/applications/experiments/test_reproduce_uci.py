@@ -340,6 +340,12 @@ def test_cli_smoke_and_errors(data_root, tmp_path, capsys):
         assert rc != 0 and said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     rc, _, err = run_main(capsys, "reproduce", "uci", "--adversarial-eps", "-1", "--out", str(tmp_path / "x"))
     assert rc != 0 and "--adversarial-eps" in err
+    # the deep ensembles' step without a deep ensemble would change nothing: refused before any work
+    rc, _, err = run_main(capsys, "reproduce", "uci", "--methods", "bbb", "--adversarial-eps", "0.05",
+                          "--datasets", "yacht", "--budget", "smoke", "--splits", "0", "--data-dir", str(data_root),
+                          "--out", str(tmp_path / "eps"))
+    assert rc != 0 and "--adversarial-eps is the deep ensembles' step" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "eps").exists()
     rc, out, _ = run_main(capsys, "reproduce", "uci", "--help")
     assert rc == 0 and "Example" in out and "--workers" in out
 

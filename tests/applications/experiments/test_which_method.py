@@ -165,6 +165,7 @@ def test_the_committed_page_is_what_the_committed_results_give(capsys):
 def test_no_results_folder_is_one_line(capsys, tmp_path):
     code, _, err = run_main(capsys, "reproduce", "which", "--results", str(tmp_path / "none"))
     assert code != 0 and "no results folder" in err and len(err.strip().splitlines()) == 1
+    assert err.count("bbb reproduce which") == 1  # (the prefix once, as every error line has it)
 
 
 def test_the_bbb_ensembles_cost_includes_the_bbb_run_it_is_chosen_from(tmp_path):

@@ -519,28 +519,9 @@ class Population:
 
     def load(self, path: Path) -> bool:
         """Resume from ``path`` if it exists; UserError if it belongs to another configuration."""
-        if not path.exists():
+        st = read_checkpoint(path, self.cfg, self.pairs, self.device)
+        if st is None:
             return False
-        try:
-            # onto the CPU: the generator's state must stay a CPU tensor (set_state), and the
-            # buffers below are copied to this run's device
-            st = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
-            raise UserError(f"cannot read the bandit checkpoint {path} ({type(e).__name__}); "
-                            f"delete it or run with --fresh") from None
-        if not isinstance(st, dict) or st.get("format") != CHECKPOINT_FORMAT:
-            raise UserError(f"{path} was written by another version of bbb bandit; use another --out, or "
-                            f"--fresh to start over")
-        if st.get("key") != self.cfg.training_key() or [tuple(m) for m in st.get("members", [])] != self.pairs:
-            raise UserError(f"{path} was written with other settings; use the same options, another "
-                            f"--out, or --fresh to start over")
-        if st.get("device", "cpu") != self.device.type:
-            raise UserError(f"{path} was written on {st.get('device', 'cpu')}, and this run is on {self.device.type}: "
-                            "their random streams differ, so it cannot resume exactly; use --device "
-                            f"{st.get('device', 'cpu')}, another --out, or --fresh to start over")
-        if st["step"] > self.cfg.steps:
-            raise UserError(f"{path} is at step {st['step']}, beyond --steps {self.cfg.steps}; "
-                            f"raise --steps or use --fresh")
         if self.net is not None:
             self.net.load_state_dict(st["net"])
         if self.ivon_net is not None and self.ivon is not None:
@@ -583,6 +564,40 @@ class Population:
             "eat_rate": self.eat_rate(),
             "seconds": self.seconds,
         }
+
+
+def read_checkpoint(path: Path, cfg: BanditConfig, pairs: list[tuple[str, int]],
+                    device: torch.device) -> dict[str, Any] | None:
+    """The state saved in ``path`` (None when there is none) after checking that the population
+    of ``pairs`` under ``cfg`` on ``device`` can resume it: UserError, naming what differs,
+    when it cannot. The workers' parent checks every worker's file with it before any trains."""
+    if not path.exists():
+        return None
+    try:
+        # onto the CPU: the generator's state must stay a CPU tensor (set_state), and the
+        # buffers are copied to the run's device
+        st = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise UserError(f"cannot read the bandit checkpoint {path} ({type(e).__name__}); "
+                        f"delete it or run with --fresh") from None
+    if not isinstance(st, dict) or st.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{path} was written by another version of bbb bandit; use another --out, or "
+                        f"--fresh to start over")
+    key = cfg.training_key()
+    saved = st.get("key")
+    if saved != key or [tuple(m) for m in st.get("members", [])] != pairs:
+        differ = sorted(k for k in set(key) | set(saved or {}) if (saved or {}).get(k) != key.get(k))
+        said = "; ".join(f"{k} {(saved or {}).get(k)!r} there, {key.get(k)!r} now" for k in differ[:3])
+        raise UserError(f"{path} was written with other settings ({said or 'other agents or seeds'}); use the "
+                        f"same options, another --out, or --fresh to start over")
+    if st.get("device", "cpu") != device.type:
+        raise UserError(f"{path} was written on {st.get('device', 'cpu')}, and this run is on {device.type}: "
+                        "their random streams differ, so it cannot resume exactly; use --device "
+                        f"{st.get('device', 'cpu')}, another --out, or --fresh to start over")
+    if st["step"] > cfg.steps:
+        raise UserError(f"{path} is at step {st['step']}, beyond --steps {cfg.steps}; "
+                        f"raise --steps or use --fresh")
+    return st
 
 
 def fmt_seconds(s: float) -> str:

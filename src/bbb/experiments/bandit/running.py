@@ -37,7 +37,7 @@ from .config import (
 )
 from .marks import figure6_marks, mark_word
 from .plot import plot_eating, plot_regret
-from .population import Population, fmt_seconds
+from .population import Population, fmt_seconds, read_checkpoint
 
 #: the signals that stop a run cleanly (its state saved first)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -185,6 +185,9 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
             if not cfg.resume:
                 for f in ckdir.glob("worker*.pt"):
                     f.unlink()
+            else:  # every worker's file before any trains: one that cannot resume stops the run here
+                for i, g in enumerate(groups):
+                    read_checkpoint(ckdir / f"worker{i}.pt", cfg, g, dev)
         progress = not cfg.quiet
         t0 = time.perf_counter()
         paths = [None if ckdir is None else str(ckdir / f"worker{i}.pt") for i in range(len(groups))]
@@ -208,7 +211,11 @@ def run_bandit(config: BanditConfig | None = None, contexts: Tensor | None = Non
                 futs = [ex.submit(_worker, cfg, g, contexts, edible, i, paths[i], progress and i == 0, os.getpid())
                         for i, g in enumerate(groups)]
                 try:
-                    results = [f.result() for f in futs]
+                    try:
+                        results = [f.result() for f in futs]
+                    except BaseException:  # (one worker's error: the others stop and save, not train on)
+                        request.event.set()
+                        raise
                 except BrokenProcessPool:
                     where = f"in {ckdir}" if ckdir is not None else "nowhere (no --out)"
                     raise OutOfMemory(

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ... import runs as T
 from ...cli.common import weights_text
+from ...devices import resolve_device
 from ...errors import UserError
 from ...io import atomic_write_json, atomic_write_text, csv_text
 from ...progress import plural
@@ -195,6 +196,8 @@ def run_reproduce(
         raise UserError(f"{out} holds no runs yet, so there is nothing to report; train cells "
                         f"first (see '{command_line(cfg, '--plan')}')")
 
+    if not report_only:  # a device that is not there: refused before the folder or its manifest is written
+        resolve_device(cfg.device)
     if data is None:
         data = T.model.load_data(T.TrainConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, device="cpu"))
     missing_keys = [k for k in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y") if k not in data]

@@ -109,6 +109,9 @@ def config_from_args(args: argparse.Namespace) -> UCIConfig:
         raise UserError("--methods names no method; choose from: " + ", ".join(m.value for m in UCIMethod))
     if not args.adversarial_eps >= 0:
         raise UserError(f"--adversarial-eps must be >= 0, got {args.adversarial_eps}")
+    if args.adversarial_eps != ADVERSARIAL_EPS and UCIMethod.DEEP_ENSEMBLE.value not in methods:
+        raise UserError(f"--adversarial-eps is the deep ensembles' step, and --methods {','.join(methods)} trains "
+                        f"none: leave it out, or add {UCIMethod.DEEP_ENSEMBLE.value} to --methods")
     if args.splits is not None and any(s < 0 for s in args.splits):
         raise UserError(f"--splits are numbered from 0, got {args.splits}")
     return UCIConfig(out=args.out, datasets=list(dict.fromkeys(args.datasets)),

@@ -474,10 +474,12 @@ def test_a_rerun_with_another_result_option_is_refused_not_mixed(data_root, tmp_
             "--methods", "mc_dropout", "--data-dir", str(data_root), "--out", str(out), "--quiet")
     assert run_main(capsys, *args)[0] == 0
     before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
-    for extra, said in ((("--seed", "1"), "--seed 0, not 1"), (("--samples", "5"), "--samples 4, not 5"),
-                        (("--adversarial-eps", "0"), "--adversarial-eps 0.01, not 0")):
+    for extra, said in ((("--seed", "1"), "--seed 0, not 1"), (("--samples", "5"), "--samples 4, not 5")):
         rc, _, err = run_main(capsys, *args, *extra)
         assert rc == 2 and said in err and "use another --out" in err and len(err.strip().splitlines()) == 1, err
+    # (--adversarial-eps without deep_ensemble is refused before the folder is read: it would change nothing)
+    rc, _, err = run_main(capsys, *args, "--adversarial-eps", "0")
+    assert rc == 2 and "--adversarial-eps is the deep ensembles' step" in err and len(err.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
     assert run_main(capsys, *args, "--seed", "1", "--report")[0] == 0
     # --report alone reports the datasets and splits the folder trained (it said all 9 were not finished)

@@ -559,7 +559,7 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
                 "  bbb uncertain runs/sgd-s0 runs/sgd-s1 runs/sgd-s2 --out runs/sgd-ensemble   # a deep ensemble")
     p.add_argument("--n", type=int, default=64, help=f"digits per ranking (default: 64; uncertain.png draws at most "
                    f"{PLOT_MAX} of each)")
-    p.add_argument("--samples", type=int, default=30, metavar="K",
+    p.add_argument("--samples", type=int, default=None, metavar="K",
                    help=shared_help("--samples", " vote: the sampled networks (default: 30)"))
     _add_run_options(p, "uncertain.json and uncertain.png")
     from ..cli.predict import add_moved_data
@@ -571,10 +571,15 @@ def add_uncertain_arguments(p: argparse.ArgumentParser) -> None:
 def main_uncertain(args: argparse.Namespace) -> int:
     from ..cli.commands import memory_errors
 
+    samples_given, args.samples = args.samples is not None, 30 if args.samples is None else args.samples
     for name in ("n", "samples"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
     nets, cfg, data, d, method, epochs = _load_networks(args, "uncertain", "uncertain.json")
+    if samples_given and all(m == "sgd" for _, m in nets):  # (as bbb predict says it)
+        whose = "its" if len(nets) == 1 else "each member's"
+        print(f"bbb uncertain: warning: --samples {args.samples} has no effect: {whose} one deterministic network "
+              "(--method sgd) gives one vote", file=sys.stderr)
     dev = next(nets[0][0].parameters()).device
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)

@@ -377,8 +377,11 @@ def test_ood_and_uncertain_for_each_method(capsys, tmp_path, tiny_with_ood, meth
 
     rc, out, err = run_main(capsys, "uncertain", str(run), "--n", "8", "--samples", "5")
     assert rc == 0, err
+    # --samples given to one deterministic network is said to change nothing (as bbb predict says it)
+    assert ("--samples 5 has no effect" in err) == (method == "sgd"), err
     unc = json.loads((run / "uncertain.json").read_text())
     assert unc["method"] == method  # an ivon run is sampled as a bbb one, and named ivon
+    assert unc["samples"] == (1 if method == "sgd" else 5)
     groups = [d["group"] for d in unc["digits"]]
     assert groups.count("uncertain") == 8
     for d in unc["digits"]:

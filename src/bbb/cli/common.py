@@ -358,6 +358,15 @@ def one_line_warnings(command: str) -> Iterator[None]:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+def warn_samples_unused(command: str, samples: int, given: bool, methods: Sequence[str], gives: str) -> None:
+    """The one-line warning where ``--samples`` was given (``given``) to runs that are each one
+    deterministic network (``--method sgd``): one prediction (``gives``: what it gives), K or not."""
+    if given and methods and all(m == "sgd" for m in methods):
+        whose = "its" if len(methods) == 1 else "each member's"
+        print(f"bbb {command}: warning: --samples {samples} has no effect: {whose} one deterministic network "
+              f"(--method sgd) gives one {gives}", file=sys.stderr)
+
+
 def add_run_dirs_arguments(p: Any, writes: str, which_help: str) -> None:
     """What the commands that read one run or an ensemble of runs share (``bbb evaluate``, ``bbb
     ood``): ``RUN_DIR [RUN_DIR ...]``, ``--out DIR`` (the ensemble's folder for ``writes``; see

@@ -52,6 +52,7 @@ from .common import (
     one_line_warnings,
     shared_help,
     unfinished_warning,
+    warn_samples_unused,
 )
 
 EXAMPLE = ("bbb predict runs/price new_rows.csv --out predictions.csv --samples 20\n"
@@ -448,10 +449,7 @@ def main(args: argparse.Namespace) -> int:
         model = (load_model(args.run_dirs[0], args.which, device) if len(args.run_dirs) == 1
                  else load_ensemble(args.run_dirs, args.which, device))
     methods = model.methods if isinstance(model, TrainedEnsemble) else [model.method]
-    if samples_given and all(m == "sgd" for m in methods):  # (a warning, as bbb train's --eval-samples with sgd)
-        whose = "its" if len(methods) == 1 else "each member's"
-        print(f"bbb predict: warning: --samples {args.samples} has no effect: {whose} one deterministic network "
-              "(--method sgd) gives one prediction", file=sys.stderr)
+    warn_samples_unused("predict", args.samples, samples_given, methods, "prediction")  # (as train's --eval-samples)
     for run_dir in args.run_dirs:  # a run stopped part way predicts from the epochs it had: said, not silent
         if (line := unfinished_warning("predict", run_dir, args.which)) is not None:
             print(line, file=sys.stderr)

@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import uncertainty as U
-from ..cli.common import add_run_dirs_arguments, add_seed, scoring_locked, shared_help
+from ..cli.common import add_run_dirs_arguments, add_seed, scoring_locked, shared_help, warn_samples_unused
 from ..data.arrays import data_kind
 from ..devices import resolve_device
 from ..errors import UserError
@@ -576,10 +576,7 @@ def main_uncertain(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
     nets, cfg, data, d, method, epochs = _load_networks(args, "uncertain", "uncertain.json")
-    if samples_given and all(m == "sgd" for _, m in nets):  # (as bbb predict says it)
-        whose = "its" if len(nets) == 1 else "each member's"
-        print(f"bbb uncertain: warning: --samples {args.samples} has no effect: {whose} one deterministic network "
-              "(--method sgd) gives one vote", file=sys.stderr)
+    warn_samples_unused("uncertain", args.samples, samples_given, [m for _, m in nets], "vote")
     dev = next(nets[0][0].parameters()).device
     with memory_errors(f"scoring {d}", "fewer --samples or another --device"):
         probs = _members_probs(nets, data["test_x"].to(dev), args.samples, args.seed)

@@ -19,7 +19,7 @@ from .cost import trial_data
 from .populations import run_populations
 from .ray_backend import checkpoint_epoch, import_ray, ray_dirname, ray_trainable, restore_files
 from .results import Backend, SchedulerKind, SweepOptions, read_sweep, write_results
-from .space import Trial, TrialStatus, expand_space, resolve_params
+from .space import SweepDataset, Trial, TrialStatus, expand_space, resolve_params
 from .trial import (
     epochs_done,
     finalize_trial,
@@ -66,6 +66,28 @@ def _describe(row: dict[str, Any]) -> str:
     return f"trial {row['trial_id']} {row['status']}: {epochs}, {score}{err}"
 
 
+def _refuse_what_no_trial_can_use(trials: list[Trial], opts: SweepOptions) -> None:
+    """On the local backend (this machine's devices and files), a trial's device that is not here or
+    its image dataset's files that are not there (nor to be downloaded): the one-line error its
+    training would give, before the sweep writes anything, once for each device and data folder.
+    (Ray's trials run where its workers are: their devices and files, not the driver's.)"""
+    if opts.backend != Backend.LOCAL.value:
+        return
+    from ..data import MNIST_FILES, ensure_files
+    from ..devices import resolve_device
+
+    seen: set[tuple[Any, ...]] = set()
+    for t in trials:
+        key = tuple(str(t.params.get(k)) for k in ("device", "dataset", "data_dir"))
+        if key in seen:
+            continue
+        seen.add(key)
+        cfg, data = resolve_params(t.params)
+        resolve_device(cfg.device)
+        if data.kind in (SweepDataset.MNIST.value, SweepDataset.FASHION_MNIST.value) and cfg.data_file is None:
+            ensure_files(cfg.dataset, [*MNIST_FILES["train"], *MNIST_FILES["test"]], data_dir=cfg.data_dir)
+
+
 def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = None,
               log: Callable[[str], None] | None = None,
               warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
@@ -86,6 +108,7 @@ def run_sweep(space: dict[str, Any], opts: SweepOptions, *, limit: int | None = 
         if r is not None:
             rows[t.trial_id] = r
     _refuse_changed_files(out, [t for t in trials if t.trial_id in rows])
+    _refuse_what_no_trial_can_use([t for t in trials if t.trial_id not in rows], opts)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "space.json", {**space, "limit": limit})
     todo = [t for t in trials if t.trial_id not in rows]

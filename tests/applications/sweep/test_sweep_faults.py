@@ -49,6 +49,16 @@ def test_bad_space_values_are_one_line_and_touch_nothing(tmp_path: Path, setting
     assert snapshot(out) == before
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_that_is_not_here_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    """The local backend's trials run here: a device none of them can use is the one line their
+    training would give, before space.json, sweep.csv or a trial's folder is written."""
+    out = tmp_path / "sweep"
+    argv = ("sweep", "--space", str(write_space(tmp_path / "s.json")), "--set", "device=cuda", "--out", str(out))
+    assert_one_line_error(bbb_in_process(capsys, *argv), "no CUDA device")
+    assert not out.exists()
+
+
 def test_a_million_trial_grid_is_refused_quickly(tmp_path: Path) -> None:
     grid = {"grid": list(range(1, 11))}
     f = write_space(tmp_path / "big.json", lr=grid, seed=grid, width=grid, depth=grid, samples=grid, epochs=grid)

@@ -259,7 +259,9 @@ COMPUTE_FLAGS: dict[str, Any] = {"--quiet": add_quiet, "--threads": add_threads,
 
 def add_compute_options(p: argparse.ArgumentParser, flags: Sequence[str] = tuple(COMPUTE_FLAGS)) -> None:
     """Add each of ``flags`` (keys of :data:`COMPUTE_FLAGS`) that ``p`` lacks to ``p``, or to each
-    of its subcommands' parsers where it has subcommands (``bbb reproduce mnist|uci``)."""
+    of its subcommands' parsers where it has subcommands (``bbb reproduce mnist|uci``). A parser
+    whose ``compute_flags`` attribute names fewer (a subcommand that trains nothing: ``bbb reproduce
+    which``) gets only those: an option it would ignore is not offered."""
     subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
     if subs:
         for a in subs:
@@ -268,7 +270,7 @@ def add_compute_options(p: argparse.ArgumentParser, flags: Sequence[str] = tuple
         return
     have = {o for a in p._actions for o in a.option_strings}
     for flag in flags:
-        if flag not in have:
+        if flag not in have and flag in getattr(p, "compute_flags", flags):
             COMPUTE_FLAGS[flag](p)
 
 

@@ -503,6 +503,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", metavar="DIR", help="the results folder (default: results)")
     add_out(parser, "output page (Markdown); the committed one is docs/which_method.md", default=DEFAULT_OUT,
             folder=False)
+    parser.compute_flags = ("--quiet",)  # type: ignore[attr-defined]  # (it trains nothing: no --threads, --no-compile)
     parser.add_argument("--check", metavar="FILE", default=None,
                         help="write nothing: exit 1 when FILE (e.g. docs/which_method.md) differs from what --results "
                              "gives")

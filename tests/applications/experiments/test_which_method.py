@@ -168,6 +168,16 @@ def test_no_results_folder_is_one_line(capsys, tmp_path):
     assert err.count("bbb reproduce which") == 1  # (the prefix once, as every error line has it)
 
 
+def test_options_it_would_ignore_are_not_offered(capsys, tmp_path):
+    """It trains nothing: --threads and --no-compile (which every training command takes) would be
+    accepted and change nothing; they are unknown options, --quiet is kept."""
+    for extra in (("--threads", "2"), ("--no-compile",)):
+        code, _, err = run_main(capsys, "reproduce", "which", "--results", str(tmp_path / "none"), *extra)
+        assert code == 2 and "unrecognized arguments" in err and extra[0] in err, err
+    code, _, err = run_main(capsys, "reproduce", "which", "--results", str(tmp_path / "none"), "--quiet")
+    assert code != 0 and "no results folder" in err
+
+
 def test_the_bbb_ensembles_cost_includes_the_bbb_run_it_is_chosen_from(tmp_path):
     """It trains at BBB's validation choice: without BBB's run it has no setting, so its cost is
     both runs', not its own networks' alone."""

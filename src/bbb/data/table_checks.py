@@ -325,12 +325,15 @@ def warn_target_copies(where: str, header: Sequence[str], rows: Sequence[Sequenc
         if task == "regression":
             if col["kind"] != "numeric":
                 continue
-            a = np.array([[float(r[j]), float(r[t])] for r in rows])
-            if not (a.std(0) > 0).all() or abs(np.corrcoef(a.T)[0, 1]) <= COPY_CORRELATION:
+            a = np.array([[number(r[j]), number(r[t])] for r in rows], dtype=np.float64)
+            if not (a.std(0) > 0).all():
                 continue
-            how = f"correlation {np.corrcoef(a.T)[0, 1]:.5f} with it"
+            corr = float(np.asarray(np.corrcoef(a[:, 0], a[:, 1]))[0, 1])
+            if abs(corr) <= COPY_CORRELATION:
+                continue
+            how = f"correlation {corr:.5f} with it"
         else:
-            pairs = {(r[j] if col["kind"] != "numeric" else float(r[j]), r[t]) for r in rows}
+            pairs = {(r[j] if col["kind"] != "numeric" else number(r[j]), r[t]) for r in rows}
             if len(pairs) != len({v for v, _ in pairs}) or len(pairs) != len({c for _, c in pairs}):
                 continue
             how = "each of its values always with one class: " + ", ".join(

@@ -29,9 +29,9 @@ def fmt_units(v: Any, digits: int) -> str:
     """A table cell of a number in the target's units (a regression's RMSE): ``digits`` places as
     :func:`fmt`, or ``digits`` significant digits where the places would keep fewer (a target in
     units of 1e-4, whose RMSE of 2.1e-06 was 0.0000)."""
-    if not isinstance(v, float) or v == 0 or not math.isfinite(v):
+    if not isinstance(v, float) or not math.isfinite(v) or v == 0 or abs(v) >= 0.1:  # (places keep them all)
         return fmt(v, digits)
-    return f"{v:.{digits}g}" if digits + math.floor(math.log10(abs(v))) + 1 < digits else fmt(v, digits)
+    return f"{v:.{digits}g}"
 
 
 #: the decimal places of a metric in the tables and verdicts (2 for the others)
